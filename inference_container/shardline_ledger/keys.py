@@ -1,0 +1,38 @@
+"""Key layout of the single-table ledger. Pure string builders, no IO.
+
+    pk = RUN#{pipeline}#{run_id}
+    sk = RUN | STEP#{step} | FILE#{step}#{input_key} | SHARD#{step}#{attempt:04d}#{host}
+
+Attempts are zero-padded so that a sort-key prefix query returns them in order.
+"""
+
+RUN_SK = "RUN"
+
+
+def run_pk(pipeline: str, run_id: str) -> str:
+    return f"RUN#{pipeline}#{run_id}"
+
+
+def step_sk(step: str) -> str:
+    return f"STEP#{step}"
+
+
+def file_sk(step: str, input_key: str) -> str:
+    return f"FILE#{step}#{input_key}"
+
+
+def file_sk_prefix(step: str) -> str:
+    return f"FILE#{step}#"
+
+
+def shard_sk(step: str, attempt: int, host: str) -> str:
+    return f"SHARD#{step}#{attempt:04d}#{host}"
+
+
+def shard_sk_prefix(step: str) -> str:
+    return f"SHARD#{step}#"
+
+
+def failures_pk(pipeline: str) -> str:
+    """Partition key of the sparse failures index: one partition per pipeline."""
+    return f"FAILED#{pipeline}"

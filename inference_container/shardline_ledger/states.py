@@ -1,0 +1,45 @@
+"""Every state a ledger record can hold, declared once.
+
+The worker, the sensor, the CLI and the UI all read these sets instead of
+spelling out states in `if` chains.
+"""
+
+from enum import StrEnum
+
+
+class FileStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in FILE_TERMINAL
+
+
+class ShardStatus(StrEnum):
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"  # every assigned file succeeded
+    PARTIAL = "PARTIAL"  # finished, some files failed
+    FAILED = "FAILED"  # fatal setup error: nothing was processed
+    FENCED = "FENCED"  # a newer attempt took over; this shard stopped
+
+
+class StepStatus(StrEnum):
+    PLANNED = "PLANNED"
+    SUBMITTED = "SUBMITTED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    PARTIAL = "PARTIAL"  # ended with failures inside the tolerance
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"  # empty input
+
+
+FILE_TERMINAL = frozenset({FileStatus.SUCCEEDED, FileStatus.FAILED})
+SHARD_TERMINAL = frozenset(
+    {ShardStatus.SUCCEEDED, ShardStatus.PARTIAL, ShardStatus.FAILED, ShardStatus.FENCED}
+)
+STEP_TERMINAL = frozenset(
+    {StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.FAILED, StepStatus.SKIPPED}
+)

@@ -1,0 +1,118 @@
+"""The pynamodb model of the ledger table, and how to bind it to a real table.
+
+One model class describes every item type (RUN, STEP, FILE, SHARD); the sort key says
+which one an item is. The table name and endpoint are deployment settings, so the
+model is bound at run time with :func:`bind_ledger` rather than hard-coded in `Meta`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from pynamodb.attributes import (
+    NumberAttribute,
+    TTLAttribute,
+    UnicodeAttribute,
+    UTCDateTimeAttribute,
+)
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+# DynamoDB items are capped at 400 KB; error text is the only unbounded field we store.
+MAX_ERROR_CHARS = 2000
+FAILURES_INDEX_NAME = "failures"
+
+
+class LedgerItem(Model):
+    """Schema of every ledger item. Use :func:`bind_ledger` to get a class bound to a table."""
+
+    class Meta:
+        table_name = None  # set by bind_ledger
+        billing_mode = "PAY_PER_REQUEST"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+
+    status = UnicodeAttribute(null=True)
+    # Fencing token: the attempt that owns this item. Every worker write is conditional on it.
+    attempt = NumberAttribute(null=True)
+
+    pipeline = UnicodeAttribute(null=True)
+    run_id = UnicodeAttribute(null=True)
+    step = UnicodeAttribute(null=True)
+    host = UnicodeAttribute(null=True)
+
+    # FILE items
+    input_key = UnicodeAttribute(null=True)
+    output_key = UnicodeAttribute(null=True)
+    rows_in = NumberAttribute(null=True)
+    rows_out = NumberAttribute(null=True)
+    bytes_in = NumberAttribute(null=True)
+    bytes_out = NumberAttribute(null=True)
+    seconds = NumberAttribute(null=True)
+    error_class = UnicodeAttribute(null=True)
+    error_message = UnicodeAttribute(null=True)
+    started_at = UTCDateTimeAttribute(null=True)
+    finished_at = UTCDateTimeAttribute(null=True)
+
+    # SHARD items (one per instance and attempt)
+    heartbeat_at = UTCDateTimeAttribute(null=True)
+    files_assigned = NumberAttribute(null=True)
+    files_done = NumberAttribute(null=True)
+    files_failed = NumberAttribute(null=True)
+    rows_done = NumberAttribute(null=True)
+
+    # Sparse failures index: only FAILED files carry these two attributes.
+    failed_pk = UnicodeAttribute(null=True)
+    failed_at = UnicodeAttribute(null=True)
+
+    expires_at = TTLAttribute(null=True)
+
+
+def endpoint_from_env() -> str | None:
+    """The DynamoDB endpoint override, honouring the same variables boto3 does."""
+    return os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def region_from_env() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+@functools.cache
+def bind_ledger(table_name: str, region: str | None = None, host: str | None = None) -> type[LedgerItem]:
+    """Return a :class:`LedgerItem` subclass bound to ``table_name`` at ``host``.
+
+    ``region`` and ``host`` default to the AWS environment variables, so code inside a
+    container and code on the Airflow side resolve the same endpoint.
+    """
+    region = region or region_from_env()
+    host = host if host is not None else endpoint_from_env()
+
+    class FailuresIndex(GlobalSecondaryIndex):
+        class Meta:
+            index_name = FAILURES_INDEX_NAME
+            projection = AllProjection()
+
+        failed_pk = UnicodeAttribute(hash_key=True)
+        failed_at = UnicodeAttribute(range_key=True)
+
+    meta = type(
+        "Meta",
+        (),
+        {"table_name": table_name, "region": region, "host": host, "billing_mode": "PAY_PER_REQUEST"},
+    )
+    bound = type(
+        f"LedgerItem[{table_name}]",
+        (LedgerItem,),
+        {"Meta": meta, "failures": FailuresIndex(), "__module__": __name__},
+    )
+    return bound
+
+
+def create_ledger_table(table_name: str, region: str | None = None, host: str | None = None) -> None:
+    """Create the ledger table (on-demand, failures GSI, TTL) if it does not exist yet."""
+    model = bind_ledger(table_name, region, host)
+    if not model.exists():
+        model.create_table(wait=True)
+    model.update_ttl(ignore_update_ttl_errors=False)

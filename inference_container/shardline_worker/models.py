@@ -1,0 +1,358 @@
+"""Model artifacts: find them, check their integrity, and load them as predictors.
+
+:func:`prepare_model` runs once in the main process. It verifies the pinned sha256 and
+unpacks ``model.tar.gz`` before anything is unpickled, and detects the model kind
+without loading it. :func:`load_predictor` runs once in each worker process.
+
+Kinds, in order of precedence when several are present:
+
+- ``custom``: SageMaker-style ``code/inference.py`` (``model_fn``, ``input_fn``,
+  ``predict_fn``, ``output_fn``), run unchanged.
+- ``torch``: a TorchScript archive (``*.pt``, ``*.pth``, ``*.torchscript``).
+- ``xgboost``: a Booster saved as ``*.json`` or ``*.ubj`` (also what the sklearn
+  wrapper's ``save_model`` writes).
+- ``sklearn``: ``*.joblib`` or ``*.pkl``, any estimator with ``predict`` (including a
+  pickled xgboost sklearn wrapper).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import io
+import json
+import logging
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from shardline_worker.errors import ModelIntegrityError, PredictionError, SetupError
+
+log = logging.getLogger(__name__)
+
+TARBALL = "model.tar.gz"
+KIND_SUFFIXES = {
+    "torch": (".pt", ".pth", ".torchscript"),
+    "xgboost": (".json", ".ubj"),
+    "sklearn": (".joblib", ".pkl"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelArtifact:
+    kind: str  # custom | torch | xgboost | sklearn
+    path: str  # the model file (for custom: code/inference.py)
+    root: str  # the model directory, after extraction
+    sha256: str  # digest of what was verified: the tarball if one arrived, else the model file
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def prepare_model(model_dir: Path, expected_sha256: str | None, scratch: Path) -> ModelArtifact:
+    """Verify, unpack and identify the model in ``model_dir``. Nothing is unpickled here."""
+    if not model_dir.is_dir():
+        raise SetupError(f"model directory {model_dir} does not exist; pass --model-dir")
+    expected = (expected_sha256 or "").strip().lower() or None
+    if expected is not None and (len(expected) != 64 or any(c not in "0123456789abcdef" for c in expected)):
+        raise SetupError(f"the pinned model sha256 {expected_sha256!r} is not 64 hex characters")
+
+    tarball = model_dir / TARBALL
+    verified: str | None = None
+    root = model_dir
+    if tarball.is_file():
+        verified = _verify(tarball, expected)
+        root = scratch / f"model-{verified[:16]}"
+        if not root.is_dir():
+            _extract(tarball, root)
+
+    kind, path = detect_kind(root)
+    if verified is None:
+        if expected is not None and kind == "custom":
+            raise SetupError(
+                "a sha256 pin covers one artifact, but custom code arrived as loose files; "
+                f"package the model directory as {TARBALL} and pin the tarball's sha256"
+            )
+        verified = _verify(path, expected)
+    log.info("model: %s at %s (sha256 %s%s)", kind, path, verified[:12], ", pinned" if expected else "")
+    return ModelArtifact(kind=kind, path=str(path), root=str(root), sha256=verified)
+
+
+def _verify(path: Path, expected: str | None) -> str:
+    actual = sha256_of(path)
+    if expected is not None and actual != expected:
+        raise ModelIntegrityError(
+            f"model artifact {path} has sha256 {actual}, but {expected} is pinned. Refusing to load it: "
+            "check that the model URI and the pinned digest name the same version."
+        )
+    return actual
+
+
+def _extract(tarball: Path, dest: Path) -> None:
+    staging = dest.with_name(dest.name + ".partial")
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(tarball, "r:gz") as archive:
+            # The "data" filter refuses absolute paths, .. and device files.
+            archive.extractall(staging, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise SetupError(f"cannot extract {tarball}: {err}") from err
+    staging.rename(dest)
+
+
+def detect_kind(root: Path) -> tuple[str, Path]:
+    """The model kind and its file under ``root``, or a SetupError that lists what was found."""
+    inference = root / "code" / "inference.py"
+    if inference.is_file():
+        return "custom", inference
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "code" not in p.relative_to(root).parts)
+    for kind, suffixes in KIND_SUFFIXES.items():
+        matches = [p for p in files if p.suffix.lower() in suffixes]
+        if kind == "xgboost":
+            matches = [p for p in matches if not p.name.startswith(("config", "metadata"))]
+        if len(matches) == 1:
+            return kind, matches[0]
+        if len(matches) > 1:
+            preferred = [p for p in matches if p.stem == "model"]
+            if len(preferred) == 1:
+                return kind, preferred[0]
+            raise SetupError(
+                f"several {kind} model files in {root}: {', '.join(p.name for p in matches)}; "
+                "keep one, or name the one to use model.<ext>"
+            )
+    seen = ", ".join(p.relative_to(root).as_posix() for p in files[:10]) or "nothing"
+    raise SetupError(
+        f"no model found in {root} (found: {seen}). Expected code/inference.py, a TorchScript "
+        "*.pt, an XGBoost *.json/*.ubj, or a *.joblib file, or a model.tar.gz holding one."
+    )
+
+
+# -- predictors (worker side) -----------------------------------------------------------
+
+
+class Predictor(Protocol):
+    """A loaded model. ``predict`` returns named output columns, one value per row."""
+
+    dtype: np.dtype
+    device: str
+
+    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]: ...
+
+
+def output_columns(values: Any, rows: int, name: str = "prediction") -> list[tuple[str, Any]]:
+    """Name a model's output: a vector is ``prediction``, a matrix ``prediction_0..k``."""
+    array = np.asarray(values)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.shape[0] != rows:
+        raise PredictionError(f"the model returned {array.shape[0]} predictions for a batch of {rows} rows")
+    if array.ndim == 1:
+        return [(name, array)]
+    if array.ndim == 2:
+        return [(f"{name}_{k}", np.ascontiguousarray(array[:, k])) for k in range(array.shape[1])]
+    raise PredictionError(f"the model returned an array of shape {array.shape}; expected 1 or 2 dimensions")
+
+
+class SklearnPredictor:
+    def __init__(self, path: str, threads: int, probabilities: bool):
+        import joblib
+
+        self.model = joblib.load(path)
+        if not hasattr(self.model, "predict"):
+            raise SetupError(f"{path} holds a {type(self.model).__name__}, which has no predict()")
+        params = self.model.get_params() if hasattr(self.model, "get_params") else {}
+        if "n_jobs" in params:
+            self.model.set_params(n_jobs=threads)
+        self.probabilities = probabilities and hasattr(self.model, "predict_proba")
+        if probabilities and not self.probabilities:
+            log.warning("--probabilities ignored: %s has no predict_proba", type(self.model).__name__)
+        # scikit-learn converts to float64 internally; xgboost's wrapper wants float32.
+        is_xgb = type(self.model).__module__.startswith("xgboost")
+        self.dtype = np.dtype(np.float32 if is_xgb else np.float64)
+        self.device = "cpu"
+        self.n_features = getattr(self.model, "n_features_in_", None)
+
+    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
+        if self.n_features is not None and features.shape[1] != self.n_features:
+            raise PredictionError(
+                f"the model expects {self.n_features} features, the file gives {features.shape[1]}; "
+                "check --features and --passthrough"
+            )
+        rows = features.shape[0]
+        if not self.probabilities:
+            return output_columns(self.model.predict(features), rows)
+        # One pass: the label is the argmax of the probabilities predict() would compute anyway.
+        proba = np.asarray(self.model.predict_proba(features))
+        classes = getattr(self.model, "classes_", np.arange(proba.shape[1]))
+        columns = output_columns(np.asarray(classes)[proba.argmax(axis=1)], rows)
+        return columns + [(f"proba_{c}", np.ascontiguousarray(proba[:, k])) for k, c in enumerate(classes)]
+
+
+class XGBoostPredictor:
+    def __init__(self, path: str, threads: int, device: str):
+        import xgboost
+
+        self.booster = xgboost.Booster(model_file=path)
+        params = {"nthread": threads}
+        if device.startswith("cuda"):
+            params["device"] = device
+        self.booster.set_param(params)
+        self.dtype = np.dtype(np.float32)
+        self.device = device
+        self.n_features = self.booster.num_features()
+
+    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
+        if features.shape[1] != self.n_features:
+            raise PredictionError(
+                f"the model expects {self.n_features} features, the file gives {features.shape[1]}; "
+                "check --features and --passthrough"
+            )
+        # inplace_predict skips building a DMatrix: one less copy of the batch.
+        return output_columns(self.booster.inplace_predict(features), features.shape[0])
+
+
+class TorchScriptPredictor:
+    def __init__(self, path: str, threads: int, device: str):
+        import torch
+
+        torch.set_num_threads(threads)
+        self.torch = torch
+        try:
+            # TorchScript archives hold code and tensors, never arbitrary pickled objects.
+            self.model = torch.jit.load(path, map_location=device)
+        except RuntimeError as err:
+            raise SetupError(
+                f"{path} is not a TorchScript archive ({err}). Export the model with torch.jit.script "
+                "or torch.jit.trace and torch.jit.save: Shardline never unpickles arbitrary objects."
+            ) from err
+        self.model.eval()
+        first = next(iter(self.model.parameters()), None)
+        self.dtype = np.dtype(str(first.dtype).removeprefix("torch.")) if first is not None else np.dtype(np.float32)
+        self.device = device
+
+    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
+        torch = self.torch
+        with torch.inference_mode():
+            tensor = torch.from_numpy(features)
+            if self.device != "cpu":
+                tensor = tensor.pin_memory().to(self.device, non_blocking=True)
+            output = self.model(tensor)
+            if isinstance(output, (tuple, list)):
+                output = output[0]
+            return output_columns(output.detach().to("cpu").numpy(), features.shape[0])
+
+
+class SageMakerScriptPredictor:
+    """Runs a SageMaker-style ``inference.py`` unchanged.
+
+    Each batch is serialised as the script's request body (``content_type``), passed
+    through ``input_fn``, ``predict_fn`` and ``output_fn``, and the response parsed
+    back into one prediction per row. A script that defines no ``input_fn`` and no
+    ``output_fn`` gets the feature matrix directly, with no serialisation at all.
+    """
+
+    def __init__(self, artifact: ModelArtifact, content_type: str, accept: str, device: str):
+        code_dir = Path(artifact.path).parent
+        if str(code_dir) not in sys.path:
+            sys.path.insert(0, str(code_dir))  # lets the script import its helper modules
+        spec = importlib.util.spec_from_file_location("inference", artifact.path)
+        if spec is None or spec.loader is None:
+            raise SetupError(f"cannot import {artifact.path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not hasattr(module, "model_fn"):
+            raise SetupError(f"{artifact.path} defines no model_fn(model_dir)")
+        self.module = module
+        self.model = module.model_fn(artifact.root)
+        self.content_type, self.accept = content_type, accept
+        self.dtype = np.dtype(np.float64)
+        self.device = device
+
+    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
+        module, rows = self.module, features.shape[0]
+        if hasattr(module, "input_fn"):
+            data = module.input_fn(serialize_request(features, table, self.content_type), self.content_type)
+        else:
+            data = features
+        if hasattr(module, "predict_fn"):
+            prediction = module.predict_fn(data, self.model)
+        else:
+            prediction = self.model.predict(data) if hasattr(self.model, "predict") else self.model(data)
+        if hasattr(module, "output_fn"):
+            response = module.output_fn(prediction, self.accept)
+            content_type = self.accept
+            if isinstance(response, tuple):  # (body, content_type), as the toolkit allows
+                response, content_type = response[0], response[1]
+            prediction = parse_response(response, content_type)
+        if hasattr(prediction, "detach"):  # a torch tensor
+            prediction = prediction.detach().cpu().numpy()
+        return output_columns(prediction, rows)
+
+
+def serialize_request(features: np.ndarray, table: pa.RecordBatch, content_type: str) -> bytes | str:
+    """A batch as the request body a SageMaker endpoint would have received."""
+    if content_type == "text/csv":
+        sink = io.BytesIO()
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(table, sink, write_options=pacsv.WriteOptions(include_header=False))
+        return sink.getvalue().decode()
+    if content_type == "application/json":
+        return json.dumps(features.tolist())
+    if content_type == "application/x-npy":
+        sink = io.BytesIO()
+        np.save(sink, features, allow_pickle=False)
+        return sink.getvalue()
+    raise SetupError(f"unsupported content type {content_type!r}; use text/csv, application/json or application/x-npy")
+
+
+def parse_response(body: Any, content_type: str) -> Any:
+    """Turn an ``output_fn`` response back into an array of predictions."""
+    if not isinstance(body, (bytes, bytearray, str)):
+        return body  # already an array or a list
+    raw = body.encode() if isinstance(body, str) else bytes(body)
+    if content_type.startswith("text/csv"):
+        lines = [line for line in raw.decode().splitlines() if line.strip()]
+        rows = [line.split(",") for line in lines]
+        try:
+            return np.asarray(rows, dtype=np.float64)
+        except ValueError:
+            return np.asarray(rows, dtype=object)
+    if content_type.startswith("application/json"):
+        decoded = json.loads(raw)
+        if isinstance(decoded, dict):
+            decoded = decoded.get("predictions", decoded.get("outputs"))
+        return decoded
+    if content_type.startswith("application/x-npy"):
+        return np.load(io.BytesIO(raw), allow_pickle=False)
+    raise PredictionError(f"cannot parse an output_fn response of content type {content_type!r}")
+
+
+def load_predictor(
+    artifact: ModelArtifact,
+    *,
+    threads: int,
+    device: str,
+    probabilities: bool,
+    content_type: str,
+    accept: str,
+) -> Predictor:
+    if artifact.kind == "sklearn":
+        return SklearnPredictor(artifact.path, threads, probabilities)
+    if artifact.kind == "xgboost":
+        return XGBoostPredictor(artifact.path, threads, device)
+    if artifact.kind == "torch":
+        return TorchScriptPredictor(artifact.path, threads, device)
+    if artifact.kind == "custom":
+        return SageMakerScriptPredictor(artifact, content_type, accept, device)
+    raise SetupError(f"unknown model kind {artifact.kind!r}")
