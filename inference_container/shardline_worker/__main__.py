@@ -1,5 +1,6 @@
-from shardline_worker.cli import main
-
-# The guard matters: spawned pool workers import this module as __mp_main__.
+# The guard matters: spawned pool workers import this module as __mp_main__, and must
+# neither run the job nor pay for the CLI's imports.
 if __name__ == "__main__":
+    from shardline_worker.cli import main
+
     raise SystemExit(main())

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from shardline_ledger.context import LedgerConfigError, LedgerContext
 from shardline_ledger.states import FileStatus, ShardStatus
-from shardline_ledger.worker import FileOutcome, LedgerConfigError, LedgerContext, WorkerLedger
 
 from shardline_worker import __version__, devices, formats
 from shardline_worker.errors import (
@@ -162,7 +162,7 @@ def resolve_host(resource_config: Path, override: str | None) -> tuple[str, list
 class _LedgerHooks(Hooks):
     """Mirrors file status and heartbeats into the ledger, through the background pump."""
 
-    def __init__(self, ledger: WorkerLedger, pump: LedgerPump, files_assigned: int, runner_ref, interval: float):
+    def __init__(self, ledger, pump: LedgerPump, files_assigned: int, runner_ref, interval: float):
         self.ledger, self.pump = ledger, pump
         self.files_assigned = files_assigned
         self.runner_ref = runner_ref
@@ -176,6 +176,8 @@ class _LedgerHooks(Hooks):
     def file_finished(self, report: FileReport) -> None:
         self.done += 1
         self.failed += report.status is FileStatus.FAILED
+        from shardline_ledger.worker import FileOutcome
+
         outcome = FileOutcome(
             status=report.status,
             rows_in=report.rows_in,
@@ -252,7 +254,11 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
     if removed:
         log.info("removed %d incomplete output(s) left by an earlier run", removed)
 
-    ledger = WorkerLedger(context, host) if context else None
+    ledger = None
+    if context:
+        from shardline_ledger.worker import WorkerLedger  # pynamodb loads only when a ledger is configured
+
+        ledger = WorkerLedger(context, host)
     pump = LedgerPump() if ledger else None
 
     # Parquet footers give exact row counts (for the ETA) and row-group sizes (for splitting).
@@ -360,6 +366,7 @@ def _summary(reports, seconds, slots, artifact, host, hosts, runner, started_wal
         "model": {"kind": artifact.kind, "sha256": artifact.sha256},
         "workers": [dataclasses.asdict(s) for s in slots],
         "pool_starts": runner.pool_starts,
+        "startup_seconds": None if runner.startup_seconds is None else round(runner.startup_seconds, 3),
         "files": len(reports),
         "succeeded": sum(r.status is FileStatus.SUCCEEDED for r in reports),
         "failed": sum(r.status is FileStatus.FAILED for r in reports),
@@ -385,9 +392,10 @@ def _write_manifest(output_dir: Path, host: str, summary: dict) -> Path:
 def _log_summary(summary: dict, failed: list[FileReport], manifest_path: Path) -> None:
     log.info(
         "summary: %d file(s): %d succeeded, %d failed | rows in %s, rows out %s | %.1fs, %s rows/s | "
-        "pool started %d time(s) | manifest %s",
+        "startup %s | pool started %d time(s) | manifest %s",
         summary["files"], summary["succeeded"], summary["failed"], f"{summary['rows_in']:,}",
         f"{summary['rows_out']:,}", summary["seconds"], f"{summary['rows_per_second']:,.0f}",
+        "n/a" if summary["startup_seconds"] is None else f"{summary['startup_seconds']:.2f}s",
         summary["pool_starts"], manifest_path,
     )
     for report in failed:

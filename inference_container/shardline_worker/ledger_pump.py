@@ -12,7 +12,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from shardline_ledger.worker import StaleAttemptError
+from shardline_ledger.context import StaleAttemptError
 
 log = logging.getLogger(__name__)
 

@@ -57,6 +57,7 @@ class UnitResult:
     error_message: str | None = None
     worker: str = ""
     fatal: bool = False  # the worker could not load the model: stop the job
+    ready_at: float = 0.0  # wall clock when this worker process had its model loaded
 
 
 @dataclasses.dataclass
@@ -68,6 +69,7 @@ class _WorkerState:
     setup_error: str | None = None
     label: str = ""
     limits: Any = None
+    ready_at: float = 0.0
 
 
 _state: _WorkerState | None = None
@@ -101,6 +103,7 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
         )
     except Exception as err:  # noqa: BLE001 - reported to the main process as a fatal setup error
         state.setup_error = f"{type(err).__name__}: {err}"
+    state.ready_at = time.time()
     _state = state
 
 
@@ -117,9 +120,9 @@ def _resolve_device(slot: WorkerSlot, kind: str) -> str:
             return "cpu"
         return "cuda:0" if torch.cuda.is_available() else "cpu"
     if kind == "xgboost":
-        import xgboost
+        from shardline_worker.models import import_xgboost_without_sklearn
 
-        return "cuda:0" if xgboost.build_info().get("USE_CUDA") else "cpu"
+        return "cuda:0" if import_xgboost_without_sklearn().build_info().get("USE_CUDA") else "cpu"
     return "cpu"
 
 
@@ -162,12 +165,13 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         writer = None
         if unit.is_split:
             return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=tmp.stat().st_size,
-                              seconds=time.perf_counter() - started, output=str(tmp), worker=state.label)
+                              seconds=time.perf_counter() - started, output=str(tmp), worker=state.label,
+                              ready_at=state.ready_at)
         digest = formats.file_sha256(tmp)
         os.replace(tmp, final)
         return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=final.stat().st_size,
                           seconds=time.perf_counter() - started, output=str(final), sha256=digest,
-                          worker=state.label)
+                          worker=state.label, ready_at=state.ready_at)
     except Exception as err:  # noqa: BLE001 - the file fails alone, with its reason
         if writer is not None:
             writer.abort()
@@ -175,7 +179,8 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         if not isinstance(err, FileError):
             err = PredictionError(f"{type(err).__name__} while predicting {unit.label}: {err}")
         return UnitResult(unit, ok=False, rows_in=rows_in, seconds=time.perf_counter() - started,
-                          error_class=type(err).__name__, error_message=str(err), worker=state.label)
+                          error_class=type(err).__name__, error_message=str(err), worker=state.label,
+                          ready_at=state.ready_at)
 
 
 def _predict_batch(

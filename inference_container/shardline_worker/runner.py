@@ -103,7 +103,8 @@ class Runner:
         self._ctx = mp.get_context("spawn")
         self.rows_done = self._ctx.Value("q", 0)
         self.pool_starts = 0
-        self.first_result_at: float | None = None
+        self._first_pool_created = 0.0
+        self._first_pool_ready: dict[str, float] = {}
 
     # -- public -----------------------------------------------------------------------
 
@@ -174,11 +175,20 @@ class Runner:
 
     # -- internals --------------------------------------------------------------------
 
+    @property
+    def startup_seconds(self) -> float | None:
+        """Pool start plus model load: until every worker of the first pool that reported was ready."""
+        if not self._first_pool_ready:
+            return None
+        return max(self._first_pool_ready.values()) - self._first_pool_created
+
     def _new_pool(self) -> ProcessPoolExecutor:
         slot_queue = self._ctx.Queue()
         for slot in self.slots:
             slot_queue.put(slot)
         self.pool_starts += 1
+        if self.pool_starts == 1:
+            self._first_pool_created = time.time()
         return ProcessPoolExecutor(
             max_workers=len(self.slots),
             mp_context=self._ctx,
@@ -193,8 +203,8 @@ class Runner:
         pool.shutdown(wait=False, cancel_futures=True)
 
     def _on_result(self, result: UnitResult, task: Task, reports, parts_left, part_outputs, queue) -> None:
-        if self.first_result_at is None:
-            self.first_result_at = time.monotonic()
+        if self.pool_starts == 1 and result.ready_at:
+            self._first_pool_ready.setdefault(result.worker, result.ready_at)
         if result.fatal:
             raise SetupError(f"a worker could not load the model: {result.error_message}")
         rel = task.file.relative_path

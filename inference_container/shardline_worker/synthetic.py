@@ -50,7 +50,8 @@ def write_table(table: pa.Table, path: Path, fmt: str, *, row_group_rows: int = 
     path.parent.mkdir(parents=True, exist_ok=True)
     gz = path.name.endswith(".gz")
     if fmt == "parquet":
-        pq.write_table(table, path, row_group_size=row_group_rows, use_dictionary=["id"], compression="snappy")
+        with pa.output_stream(str(path), compression="gzip" if gz else None) as out:
+            pq.write_table(table, out, row_group_size=row_group_rows, use_dictionary=["id"], compression="snappy")
     elif fmt == "csv":
         with pa.output_stream(str(path), compression="gzip" if gz else None) as out:
             pacsv.write_csv(table, out)

@@ -1,0 +1,42 @@
+# Shardline developer commands. Each target creates .venv and installs the pinned
+# dependencies first if they are missing, so a fresh clone needs nothing else.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.shardline-installed
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: help venv test lint demo bench bench-quick clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+venv: $(STAMP)  ## create .venv with the pinned dependencies
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing pinned dependencies into $(VENV) (first run takes a few minutes)..."
+	$(PY) -m pip install --quiet "pip==26.3" "setuptools==84.2.1"
+	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+test: $(STAMP)  ## lint, then run the test suite (starts its own moto_server)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+lint: $(STAMP)  ## ruff
+	$(VENV)/bin/ruff check .
+
+demo: $(STAMP)  ## generate data, train a model, run the worker on it and print the summary
+	$(PY) -m shardline_worker.demo
+
+bench: $(STAMP)  ## worker throughput benchmark: prints the table, writes bench-results/
+	$(PY) tests/bench/bench_worker.py --out bench-results
+
+bench-quick: $(STAMP)  ## a smaller, faster run of the benchmark
+	$(PY) tests/bench/bench_worker.py --out bench-results --quick
+
+clean:  ## remove caches and results (keeps .venv)
+	rm -rf .pytest_cache .ruff_cache bench-results build *.egg-info

@@ -1,0 +1,371 @@
+"""Worker throughput benchmark (`make bench`).
+
+Measures rows/s end to end (parquet in, parquet out with id + prediction), in one run,
+interleaved round by round, for each model kind:
+
+  (a) sequential   one process, model loaded once, pandas read/write, library default threads
+  (b) naive        ProcessPoolExecutor, one task per file: load model per file, read the whole
+                   file with pandas, predict, write parquet, no thread caps
+  (c) shardline    `python -m shardline_worker`, timed from launch to exit (startup included)
+  (d) compute      predict() alone on preloaded arrays, one process per core
+  (e) io           read the features into arrays and write id + a constant prediction, no model,
+                   one process per core
+
+pipeline ceiling = 1 / (1/compute + 1/io): decode, predict and encode share the same cores,
+so that is what a perfect worker could reach. Every run is a subprocess, and the peak RSS
+of its whole process tree is sampled. A batch-size x workers sweep of the shardline worker
+is saved as a PNG, and a single 5M-row file is run for peak memory.
+
+    python tests/bench/bench_worker.py --out bench-results [--quick] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import psutil
+
+FEATURES = [f"f{i}" for i in range(32)]
+KINDS = ("sklearn", "xgboost", "torch")
+MODEL_FILES = {"sklearn": "model.joblib", "xgboost": "model.json", "torch": "model.pt"}
+VARIANTS = ("sequential", "naive", "shardline", "compute", "io")
+
+
+# -- the variants, each run in its own subprocess ----------------------------------------
+
+
+def load_model(kind: str, path: str):
+    if kind == "sklearn":
+        import joblib
+
+        return joblib.load(path)
+    if kind == "xgboost":
+        import xgboost
+
+        return xgboost.Booster(model_file=path)
+    import torch
+
+    return torch.jit.load(path)
+
+
+def predict(kind: str, model, x):
+    if kind == "sklearn":
+        return model.predict(x)
+    if kind == "xgboost":
+        return model.inplace_predict(x)
+    import torch
+
+    with torch.inference_mode():
+        return model(torch.from_numpy(x)).numpy().ravel()
+
+
+def pandas_file(kind: str, model, src: str, dst: str) -> int:
+    """The common starting point: whole file through pandas, predict, to_parquet."""
+    import pandas as pd
+
+    df = pd.read_parquet(src)
+    x = df[FEATURES].to_numpy(dtype="float32")
+    df[["id"]].assign(prediction=predict(kind, model, x)).to_parquet(dst)
+    return len(df)
+
+
+def naive_task(kind: str, model_path: str, src: str, dst: str) -> int:
+    return pandas_file(kind, load_model(kind, model_path), src, dst)
+
+
+def variant_sequential(kind, model_path, files, out):
+    model = load_model(kind, model_path)
+    return sum(pandas_file(kind, model, f, str(Path(out) / Path(f).name)) for f in files)
+
+
+def variant_naive(kind, model_path, files, out):
+    with ProcessPoolExecutor(os.cpu_count()) as pool:
+        futures = [pool.submit(naive_task, kind, model_path, f, str(Path(out) / Path(f).name)) for f in files]
+        return sum(f.result() for f in futures)
+
+
+def _ceiling_worker(args):
+    """One process per core: load untimed, wait at the barrier, then time only the work."""
+    mode, kind, model_path, files, out, barrier = args
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    pa.set_cpu_count(1)
+    if mode == "compute":
+        import torch
+
+        torch.set_num_threads(1)
+        model = load_model(kind, model_path)
+        if kind == "xgboost":
+            model.set_param({"nthread": 1})
+        arrays = [pq.read_table(f, columns=FEATURES).to_pandas().to_numpy(dtype="float32") for f in files]
+        barrier.wait()
+        started = time.perf_counter()
+        rows = sum(len(predict(kind, model, x)) for x in arrays)
+        return rows, time.perf_counter() - started
+    barrier.wait()
+    started = time.perf_counter()
+    rows = 0
+    for f in files:
+        pf = pq.ParquetFile(f)
+        writer = None
+        for batch in pf.iter_batches(batch_size=65536, columns=["id", *FEATURES], use_threads=False):
+            x = np.empty((batch.num_rows, len(FEATURES)), dtype=np.float32)
+            for j, name in enumerate(FEATURES):
+                x[:, j] = batch.column(name).to_numpy()
+            out_batch = pa.record_batch([batch.column("id"), pa.array(np.full(batch.num_rows, 0.5))],
+                                        names=["id", "prediction"])
+            if writer is None:
+                writer = pq.ParquetWriter(str(Path(out) / Path(f).name), out_batch.schema, use_dictionary=False)
+            writer.write_batch(out_batch)
+            rows += batch.num_rows
+        writer.close()
+    return rows, time.perf_counter() - started
+
+
+def variant_ceiling(mode, kind, model_path, files, out):
+    import multiprocessing as mp
+
+    workers = os.cpu_count()
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Manager().Barrier(workers)
+    shares = [files[i::workers] for i in range(workers)]
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        results = list(pool.map(_ceiling_worker, [(mode, kind, model_path, s, out, barrier) for s in shares]))
+    rows = sum(r for r, _ in results)
+    return rows, max(t for _, t in results)
+
+
+def run_variant_inline(argv):
+    """Entry point of a variant subprocess: prints {"rows", "seconds"} as JSON."""
+    variant, kind, model_path, data, out = argv
+    files = sorted(str(p) for p in Path(data).glob("*.parquet"))
+    started = time.perf_counter()
+    if variant in ("compute", "io"):
+        rows, seconds = variant_ceiling(variant, kind, model_path, files, out)
+    else:
+        rows = {"sequential": variant_sequential, "naive": variant_naive}[variant](kind, model_path, files, out)
+        seconds = time.perf_counter() - started
+    print(json.dumps({"rows": rows, "seconds": seconds}))
+
+
+# -- the harness --------------------------------------------------------------------------
+
+
+def run_measured(command: list[str], env: dict | None = None) -> dict:
+    """Run a command; wall time from launch to exit, peak RSS of its whole process tree."""
+    peak = 0
+    stop = threading.Event()
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+    def sample():
+        nonlocal peak
+        root = psutil.Process(proc.pid)
+        while not stop.is_set():
+            try:
+                tree = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            except psutil.Error:
+                pass
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - started
+    stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}:\n{stderr[-3000:]}")
+    return {"wall": wall, "peak_rss": peak, "stdout": stdout, "stderr": stderr}
+
+
+def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path, extra: list[str] = ()) -> dict:
+    out = Path(tempfile.mkdtemp(dir=scratch))
+    if variant == "shardline":
+        command = [sys.executable, "-m", "shardline_worker", "--input-dir", str(data), "--output-dir", str(out),
+                   "--model-dir", str(model_path.parent), "--passthrough", "id", "--host", "bench",
+                   "--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json"),
+                   "--progress-interval", "3600", *extra]
+        measured = run_measured(command)
+        summary = json.loads((out / "summary.json").read_text())
+        rows, work_seconds = summary["rows_out"], measured["wall"]
+        result = {"rows": rows, "seconds": work_seconds, "startup": summary["startup_seconds"],
+                  "worker_seconds": summary["seconds"]}
+    else:
+        measured = run_measured([sys.executable, __file__, "_variant", variant, kind, str(model_path), str(data),
+                                 str(out)])
+        result = json.loads(measured["stdout"].strip().splitlines()[-1])
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    result.update(rate=result["rows"] / result["seconds"], peak_rss=measured["peak_rss"], wall=measured["wall"])
+    return result
+
+
+def prepare(out: Path, files: int, rows: int) -> tuple[Path, dict[str, Path]]:
+    from shardline_worker import synthetic
+
+    data = out / f"data-{files}x{rows}"
+    marker = data / "_READY"
+    if not marker.exists():
+        print(f"generating {files} parquet files, {rows:,} rows ...", flush=True)
+        synthetic.make_dataset(data, files=files, rows=rows)
+        marker.write_text("ok")
+    models = {}
+    for kind in KINDS:
+        path = out / "models" / kind / MODEL_FILES[kind]
+        if not path.exists():
+            print(f"training {kind} ...", flush=True)
+            synthetic.TRAINERS[kind](path.parent)
+        models[kind] = path
+    return data, models
+
+
+def fmt_rate(r: float) -> str:
+    return f"{r / 1e6:.2f}M" if r >= 1e6 else f"{r / 1e3:.0f}k"
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_variant":
+        run_variant_inline(sys.argv[2:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument("--quick", action="store_true", help="fewer rows and one round (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="shardline-bench-"))
+    files, rows = (16, 400_000) if args.quick else (16, 3_200_000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    kinds = args.kinds.split(",")
+    data, models = prepare(args.out, files, rows)
+    print(f"machine: {os.cpu_count()} cores; data: {files} files, {rows:,} rows, 32 float32 features + id; "
+          f"{rounds} round(s), interleaved", flush=True)
+
+    results: dict[str, dict[str, list[dict]]] = {k: {v: [] for v in VARIANTS} for k in kinds}
+    for round_no in range(1, rounds + 1):
+        for kind in kinds:
+            for variant in VARIANTS:
+                r = run_one(variant, kind, models[kind], data, scratch)
+                results[kind][variant].append(r)
+                print(f"  round {round_no} {kind:8s} {variant:10s} {fmt_rate(r['rate']):>7s} rows/s "
+                      f"peak RSS {r['peak_rss'] / 2**20:,.0f} MiB", flush=True)
+
+    table = []
+    for kind in kinds:
+        med = {v: statistics.median(r["rate"] for r in results[kind][v]) for v in VARIANTS}
+        rss = {v: max(r["peak_rss"] for r in results[kind][v]) for v in VARIANTS}
+        startup = statistics.median(r["startup"] for r in results[kind]["shardline"])
+        steady = statistics.median(r["rows"] / (r["seconds"] - r["startup"]) for r in results[kind]["shardline"])
+        ceiling = 1 / (1 / med["compute"] + 1 / med["io"])
+        table.append({
+            "model": kind, **{f"{v}_rows_per_s": round(med[v]) for v in VARIANTS},
+            "pipeline_ceiling_rows_per_s": round(ceiling),
+            "shardline_vs_ceiling": round(med["shardline"] / ceiling, 3),
+            "shardline_steady_vs_ceiling": round(steady / ceiling, 3),
+            "shardline_vs_naive": round(med["shardline"] / med["naive"], 3),
+            "shardline_vs_sequential": round(med["shardline"] / med["sequential"], 3),
+            "shardline_startup_s": round(startup, 3),
+            **{f"{v}_peak_rss_mib": round(rss[v] / 2**20) for v in VARIANTS},
+        })
+
+    print("\nrows/s end to end (median of rounds); ratios from the same run")
+    header = (f"{'model':8s} {'seq':>7s} {'naive':>7s} {'shardln':>7s} {'compute':>8s} {'io':>7s} {'ceiling':>8s}"
+              f" {'vs ceil':>8s} {'steady':>7s} {'vs naive':>9s} {'startup':>8s} {'RSS MiB':>8s}")
+    print(header)
+    for row in table:
+        print(f"{row['model']:8s} {fmt_rate(row['sequential_rows_per_s']):>7s} {fmt_rate(row['naive_rows_per_s']):>7s}"
+              f" {fmt_rate(row['shardline_rows_per_s']):>7s} {fmt_rate(row['compute_rows_per_s']):>8s}"
+              f" {fmt_rate(row['io_rows_per_s']):>7s} {fmt_rate(row['pipeline_ceiling_rows_per_s']):>8s}"
+              f" {row['shardline_vs_ceiling']:>7.2f}x {row['shardline_steady_vs_ceiling']:>6.2f}x"
+              f" {row['shardline_vs_naive']:>8.2f}x {row['shardline_startup_s']:>7.2f}s"
+              f" {row['shardline_peak_rss_mib']:>8d}")
+    print("  vs ceil: shardline end to end (startup included) / pipeline ceiling; steady: the same with the "
+          "worker's pool start + model load taken out")
+
+    report = {"machine_cores": os.cpu_count(), "files": files, "rows": rows, "rounds": rounds, "table": table,
+              "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()}
+                      for k, vs in results.items()}}
+    if not args.skip_memory:
+        report["memory"] = memory_run(args.out, models, kinds, scratch, 1_000_000 if args.quick else 5_000_000)
+    if not args.skip_sweep:
+        report["sweep"] = sweep(args.out, models, data, scratch, quick=args.quick)
+    (args.out / "bench_worker.json").write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {args.out / 'bench_worker.json'}")
+    subprocess.run(["rm", "-rf", str(scratch)], check=True)
+    return 0
+
+
+def memory_run(out: Path, models, kinds, scratch: Path, rows: int) -> list[dict]:
+    from shardline_worker import synthetic
+
+    data = out / f"data-single-{rows}"
+    if not (data / "_READY").exists():
+        print(f"\ngenerating one parquet file of {rows:,} rows ...", flush=True)
+        synthetic.make_dataset(data, files=1, rows=rows)
+        (data / "_READY").write_text("ok")
+    print(f"\npeak RSS of the whole process tree, one {rows:,}-row parquet file (limit 1.5 GiB):")
+    found = []
+    for kind in kinds:
+        r = run_one("shardline", kind, models[kind], data, scratch)
+        found.append({"model": kind, "rows": r["rows"], "peak_rss_mib": round(r["peak_rss"] / 2**20),
+                      "rows_per_s": round(r["rate"])})
+        print(f"  {kind:8s} {r['peak_rss'] / 2**30:.2f} GiB  {fmt_rate(r['rate'])} rows/s", flush=True)
+    return found
+
+
+def sweep(out: Path, models, data: Path, scratch: Path, quick: bool) -> list[dict]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    batches = [4096, 16384, 65536, 262144] if not quick else [16384, 65536]
+    workers = [1, 2]
+    points = []
+    print("\nsweep: shardline worker, xgboost, batch rows x workers")
+    for w in workers:
+        for b in batches:
+            r = run_one("shardline", "xgboost", models["xgboost"], data, scratch,
+                        ["--batch-rows", str(b), "--workers", str(w)])
+            points.append({"workers": w, "batch_rows": b, "rows_per_s": round(r["rate"]),
+                           "peak_rss_mib": round(r["peak_rss"] / 2**20)})
+            print(f"  workers {w} batch {b:>7d}: {fmt_rate(r['rate'])} rows/s, "
+                  f"peak RSS {r['peak_rss'] / 2**20:,.0f} MiB", flush=True)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for w in workers:
+        xs = [p["batch_rows"] for p in points if p["workers"] == w]
+        ys = [p["rows_per_s"] / 1e6 for p in points if p["workers"] == w]
+        ax.plot(xs, ys, marker="o", label=f"{w} worker(s)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("rows per record batch")
+    ax.set_ylabel("M rows/s, end to end")
+    ax.set_title("shardline worker, XGBoost: batch size x workers")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "sweep_batch_workers.png", dpi=110)
+    print(f"  plot: {out / 'sweep_batch_workers.png'}")
+    return points
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Shared fixtures: reference models trained once per session, and a real moto_server.
+
+The AWS side is moto's standalone server, reached over HTTP through AWS_ENDPOINT_URL,
+exactly as the worker reaches DynamoDB in production. No in-process AWS mocks.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from shardline_worker import synthetic
+
+# -- models, trained once per session ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def model_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def sklearn_model(model_root) -> Path:
+    """A HistGradientBoostingClassifier saved with joblib: ``<dir>/model.joblib``."""
+    return synthetic.train_sklearn(model_root / "sklearn")
+
+
+@pytest.fixture(scope="session")
+def xgboost_model(model_root) -> Path:
+    """An XGBoost Booster saved as JSON: ``<dir>/model.json``."""
+    return synthetic.train_xgboost(model_root / "xgboost")
+
+
+@pytest.fixture(scope="session")
+def torch_model(model_root) -> Path:
+    """A TorchScript MLP: ``<dir>/model.pt`` (few epochs: the tests check plumbing, not accuracy)."""
+    return synthetic.train_torch(model_root / "torch", epochs=3)
+
+
+# -- moto_server --------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers_http(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True  # any HTTP status means the server is up
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(tmp_path_factory) -> str:
+    """Start ``moto_server`` on a free loopback port; stop it at the end of the session."""
+    binary = Path(sys.executable).with_name("moto_server")
+    if not binary.exists():
+        pytest.fail(f"moto_server not found next to {sys.executable}; install the pinned requirements (make venv)")
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(binary), "-p", str(port), "-H", "127.0.0.1"], stdout=log,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while not _answers_http(url + "/moto-api/"):
+        if proc.poll() is not None:
+            pytest.fail(f"moto_server exited with code {proc.returncode}:\n{log_path.read_text()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"moto_server did not answer on {url} within 60s:\n{log_path.read_text()}")
+        time.sleep(0.1)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+AWS_TEST_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+@pytest.fixture
+def aws_env(monkeypatch, moto_endpoint, tmp_path) -> dict[str, str]:
+    """Point this process (and, through the returned dict, subprocesses) at moto_server."""
+    env = {
+        **AWS_TEST_ENV,
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        # Keep any real AWS configuration of the machine out of the way.
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+    }
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.fixture
+def ledger_table(aws_env) -> str:
+    """A fresh ledger table on moto_server, created with the project's own create_ledger_table."""
+    from shardline_ledger import create_ledger_table
+
+    name = f"shardline-test-{uuid.uuid4().hex[:12]}"
+    create_ledger_table(name, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
+    return name
