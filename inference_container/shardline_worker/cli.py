@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from shardline_worker.errors import (
     EXIT_FILES_FAILED,
     EXIT_OK,
     EXIT_SETUP_ERROR,
+    EXIT_TERMINATED,
     SetupError,
 )
 from shardline_worker.ledger_pump import LedgerPump
@@ -50,6 +52,7 @@ exit codes:
   {EXIT_FILES_FAILED}  some files failed; the others were written (see the manifest)
   {EXIT_SETUP_ERROR}  nothing ran: bad model, bad arguments or an integrity check failed
   {EXIT_FENCED}  a newer attempt owns this step; this instance stopped
+  {EXIT_TERMINATED}  stopped by SIGTERM (temporary outputs removed)
 
 environment:
   SHARDLINE_MODEL_SHA256   pinned sha256 of the model artifact (same as --model-sha256)
@@ -217,8 +220,18 @@ def configure_logging(level: str, host: str, context: LedgerContext | None) -> N
     logging.getLogger("pynamodb").setLevel(logging.WARNING)
 
 
+class Terminated(Exception):
+    """SIGTERM arrived (SageMaker's StopProcessingJob, or the local backend's stop)."""
+
+
+def _terminate(signum: int, _frame) -> None:
+    raise Terminated(f"received signal {signal.Signals(signum).name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Turn SIGTERM into an exception, so the pool is stopped and temp files are swept.
+    signal.signal(signal.SIGTERM, _terminate)
     host, hosts = resolve_host(args.resource_config, args.host)
     try:
         context = LedgerContext.from_env(os.environ)
@@ -232,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as err:
         log.error("setup failed, nothing was processed: %s", err)
         return EXIT_SETUP_ERROR
+    except Terminated as err:
+        log.error("stopped: %s. Outputs already renamed into place are complete; no partial output remains.",
+                  err)
+        return EXIT_TERMINATED
 
 
 def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: LedgerContext | None) -> int:

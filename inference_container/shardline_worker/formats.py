@@ -251,7 +251,7 @@ class OutputWriter:
         elif self.fmt == "csv":
             self._csv.write_batch(batch)
         else:
-            text = batch.to_pandas().to_json(orient="records", lines=True)
+            text = batch.to_pandas().to_json(orient="records", lines=True, double_precision=15)
             self._stream.write(text.encode() if text.endswith("\n") else (text + "\n").encode())
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline_worker import formats
-from shardline_worker.devices import ENV_SIMULATED_GPUS, WorkerSlot
+from shardline_worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
 from shardline_worker.errors import FileError, PredictionError
 from shardline_worker.models import ModelArtifact, Predictor, load_predictor
 from shardline_worker.planning import InputFile, WorkUnit
@@ -82,10 +82,10 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
     if slot.gpu is not None:
         # Must happen before CUDA initialises in this process (the pool uses spawn for GPUs).
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.gpu
+    # OpenMP and BLAS read these when they initialise, which happens when the model
+    # library loads below; threadpoolctl then re-applies the cap to whatever did load.
+    os.environ.update(thread_cap_env(slot.threads))
     state = _WorkerState(settings=settings, slot=slot, rows_counter=rows_counter)
-    from threadpoolctl import threadpool_limits
-
-    state.limits = threadpool_limits(limits=slot.threads)
     pa.set_cpu_count(slot.threads)
     pa.set_io_thread_count(max(2, slot.threads))
     device = _resolve_device(slot, settings.artifact.kind)
@@ -103,6 +103,9 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
         )
     except Exception as err:  # noqa: BLE001 - reported to the main process as a fatal setup error
         state.setup_error = f"{type(err).__name__}: {err}"
+    from threadpoolctl import threadpool_limits
+
+    state.limits = threadpool_limits(limits=slot.threads)
     state.ready_at = time.time()
     _state = state
 
