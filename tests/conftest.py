@@ -13,10 +13,10 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
-
 from shardline_worker import synthetic
 
 # -- models, trained once per session ----------------------------------------------------------------------
@@ -42,7 +42,9 @@ def xgboost_model(model_root) -> Path:
 @pytest.fixture(scope="session")
 def torch_model(model_root) -> Path:
     """A TorchScript MLP: ``<dir>/model.pt`` (few epochs: the tests check plumbing, not accuracy)."""
-    return synthetic.train_torch(model_root / "torch", epochs=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script/save
+        return synthetic.train_torch(model_root / "torch", epochs=3)
 
 
 # -- moto_server --------------------------------------------------------------------------------------------

@@ -8,12 +8,11 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pytest
-
 from shardline_worker import synthetic
 from shardline_worker.errors import EXIT_OK, EXIT_SETUP_ERROR, ModelIntegrityError, SetupError
 from shardline_worker.models import detect_kind, prepare_model, sha256_of
+
 from tests.helpers import (
-    FEATURES,
     check_outputs,
     clean_env,
     describe,

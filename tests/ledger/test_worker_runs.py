@@ -1,0 +1,135 @@
+"""The worker CLI writing to the ledger on moto_server: file records, the shard heartbeat, fencing of a
+stale attempt (exit 5), a partial environment (exit 4), and no AWS at all without a ledger."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from shardline_ledger import bind_ledger
+from shardline_ledger.keys import failures_pk, file_sk_prefix, run_pk, shard_sk, shard_sk_prefix, step_sk
+from shardline_worker import synthetic
+from shardline_worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
+
+from tests.helpers import HOST, clean_env, describe, load_manifest, reports_by_input, run_worker, sha256_file
+
+pytestmark = pytest.mark.slow
+
+PIPELINE, RUN_ID, STEP = "nightly", "run-42", "score"
+
+
+def _ledger_env(aws_env: dict, table: str, attempt: int, **extra: str) -> dict[str, str]:
+    return clean_env(
+        **aws_env,
+        SHARDLINE_LEDGER_TABLE=table,
+        SHARDLINE_PIPELINE=PIPELINE,
+        SHARDLINE_RUN_ID=RUN_ID,
+        SHARDLINE_STEP=STEP,
+        SHARDLINE_ATTEMPT=str(attempt),
+        **extra,
+    )
+
+
+def _items(model, prefix: str) -> dict[str, object]:
+    return {item.sk: item for item in model.query(run_pk(PIPELINE, RUN_ID), model.sk.startswith(prefix))}
+
+
+def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_model):
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    synthetic.make_dataset(inputs, files=2, rows=3000)
+    (inputs / "zz-corrupt.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
+    env = _ledger_env(aws_env, ledger_table, 1, SHARDLINE_OUTPUT_URI="s3://bucket/out/")
+    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", env=env)
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    assert "ledger write failed" not in result.stderr
+
+    model = bind_ledger(ledger_table, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
+    files = _items(model, file_sk_prefix(STEP))
+    assert sorted(files) == [f"{file_sk_prefix(STEP)}{name}" for name in
+                             ("part-00000.parquet", "part-00001.parquet", "zz-corrupt.parquet")]
+    reports = reports_by_input(load_manifest(out))
+    for name in ("part-00000.parquet", "part-00001.parquet"):
+        item = files[file_sk_prefix(STEP) + name]
+        assert (item.status, item.attempt, item.host) == ("SUCCEEDED", 1, HOST)
+        assert item.rows_in == item.rows_out == 1500
+        assert item.bytes_in == (inputs / name).stat().st_size
+        assert item.bytes_out == (out / name).stat().st_size == reports[name]["bytes_out"]
+        assert item.seconds is not None and item.seconds >= 0
+        assert item.output_key == f"s3://bucket/out/{name}"
+        assert item.started_at is not None and item.finished_at is not None
+        assert item.error_class is None and item.error_message is None
+        assert reports[name]["sha256"] == sha256_file(out / name)
+    bad = files[file_sk_prefix(STEP) + "zz-corrupt.parquet"]
+    assert (bad.status, bad.attempt, bad.error_class) == ("FAILED", 1, "CorruptInputError")
+    assert "zz-corrupt.parquet" in bad.error_message
+    assert bad.rows_out == 0 and bad.output_key is None
+    assert [f.input_key for f in model.failures.query(failures_pk(PIPELINE))] == ["zz-corrupt.parquet"]
+
+    shards = _items(model, shard_sk_prefix(STEP))
+    assert list(shards) == [shard_sk(STEP, 1, HOST)]
+    shard = shards[shard_sk(STEP, 1, HOST)]
+    assert (shard.status, shard.attempt, shard.host, shard.pipeline, shard.run_id, shard.step) == (
+        "PARTIAL", 1, HOST, PIPELINE, RUN_ID, STEP)
+    assert (shard.files_assigned, shard.files_done, shard.files_failed, shard.rows_done) == (3, 3, 1, 3000)
+    assert shard.heartbeat_at is not None
+
+    # The orchestrator retries the step as attempt 2 after the bad file was replaced.
+    model(run_pk(PIPELINE, RUN_ID), step_sk(STEP), attempt=2, status="RUNNING").save()
+    synthetic.write_table(synthetic.make_table(500, first_id=3000), inputs / "zz-corrupt.parquet", "parquet")
+    retry = run_worker(inputs, tmp_path / "out2", xgboost_model.parent, "--passthrough", "id",
+                       env=_ledger_env(aws_env, ledger_table, 2))
+    assert retry.returncode == EXIT_OK, describe(retry)
+    files = _items(model, file_sk_prefix(STEP))
+    assert {(item.status, item.attempt) for item in files.values()} == {("SUCCEEDED", 2)}
+    fixed = files[file_sk_prefix(STEP) + "zz-corrupt.parquet"]
+    assert (fixed.rows_out, fixed.error_class, fixed.failed_pk) == (500, None, None)
+    assert list(model.failures.query(failures_pk(PIPELINE))) == []
+    shards = _items(model, shard_sk_prefix(STEP))
+    assert [(item.sk, item.status) for item in shards.values()] == [
+        (shard_sk(STEP, 1, HOST), "PARTIAL"), (shard_sk(STEP, 2, HOST), "SUCCEEDED")]
+
+
+def test_a_stale_attempt_is_fenced_out_and_exits_5(tmp_path, aws_env, ledger_table, xgboost_model):
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    synthetic.make_dataset(inputs, files=3, rows=1500)
+    model = bind_ledger(ledger_table, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
+    model(run_pk(PIPELINE, RUN_ID), step_sk(STEP), attempt=2, status="RUNNING").save()
+    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id",
+                        env=_ledger_env(aws_env, ledger_table, 1))
+    assert result.returncode == EXIT_FENCED, describe(result)
+    assert "fenced" in result.stderr
+    # The zombie's first write is its heartbeat, which the STEP item rejects; nothing after it is sent.
+    assert _items(model, shard_sk_prefix(STEP)) == {}
+    assert _items(model, file_sk_prefix(STEP)) == {}
+    assert list(out.rglob("*.shardline-tmp")) == []
+
+
+def test_a_partial_ledger_environment_exits_4_naming_the_missing_variables(tmp_path, xgboost_model):
+    (tmp_path / "in").mkdir()
+    env = clean_env(SHARDLINE_LEDGER_TABLE="ledger", SHARDLINE_PIPELINE=PIPELINE, SHARDLINE_ATTEMPT="1")
+    result = run_worker(tmp_path / "in", tmp_path / "out", xgboost_model.parent, env=env)
+    assert result.returncode == EXIT_SETUP_ERROR, describe(result)
+    assert "SHARDLINE_RUN_ID" in result.stderr and "SHARDLINE_STEP" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_a_ledger_table_the_worker_makes_no_aws_calls(tmp_path, xgboost_model):
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    synthetic.make_dataset(inputs, files=2, rows=1000)
+    # A listening socket nobody accepts on: any AWS call would complete a TCP handshake into its backlog.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sentinel:
+        sentinel.bind(("127.0.0.1", 0))
+        sentinel.listen(16)
+        sentinel.setblocking(False)
+        endpoint = f"http://127.0.0.1:{sentinel.getsockname()[1]}"
+        env = clean_env(AWS_ENDPOINT_URL=endpoint, AWS_ENDPOINT_URL_DYNAMODB=endpoint, AWS_ACCESS_KEY_ID="testing",
+                        AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                        AWS_EC2_METADATA_DISABLED="true")
+        result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", env=env)
+        assert result.returncode == EXIT_OK, describe(result)
+        with pytest.raises(BlockingIOError):
+            conn, peer = sentinel.accept()
+            conn.close()
+            pytest.fail(f"the worker connected to the AWS endpoint from {peer} without a ledger configured")
+    assert load_manifest(out)["succeeded"] == 2
+    assert "ledger write failed" not in result.stderr

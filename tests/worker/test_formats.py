@@ -1,0 +1,324 @@
+"""formats.py: column resolution and output naming (unit), every input format end to end, schema
+errors and corrupt inputs failing alone."""
+
+from __future__ import annotations
+
+import decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from shardline_worker import formats, synthetic
+from shardline_worker.errors import EXIT_FILES_FAILED, EXIT_OK, InputSchemaError
+from shardline_worker.planning import InputFile
+
+from tests.helpers import (
+    FEATURES,
+    check_outputs,
+    describe,
+    is_gzip,
+    load_manifest,
+    no_temp_files,
+    read_table,
+    reports_by_input,
+    run_worker,
+    sklearn_predict,
+    xgboost_predict,
+)
+
+# -- resolve_columns --------------------------------------------------------------------------------------
+
+SCHEMA = pa.schema([
+    ("id", pa.int64()),
+    ("name", pa.string()),
+    ("f0", pa.float32()),
+    ("flag", pa.bool_()),
+    ("amount", pa.decimal128(10, 2)),
+    ("count", pa.int32()),
+    ("when", pa.timestamp("s")),
+])
+
+
+def test_resolve_columns_defaults_to_numeric_non_passthrough_columns():
+    assert formats.resolve_columns(SCHEMA, None, ("id", "name"), "f.parquet") == ["f0", "flag", "amount", "count"]
+    # without passthrough, a numeric id is a feature too; strings and timestamps never are
+    assert formats.resolve_columns(SCHEMA, None, (), "f.parquet") == ["id", "f0", "flag", "amount", "count"]
+
+
+def test_resolve_columns_keeps_an_explicit_feature_list_in_its_order():
+    assert formats.resolve_columns(SCHEMA, ["count", "f0"], ("id",), "f.parquet") == ["count", "f0"]
+
+
+def test_resolve_columns_missing_feature_names_the_column_and_lists_the_others():
+    with pytest.raises(InputSchemaError) as info:
+        formats.resolve_columns(SCHEMA, ["f0", "f9"], ("id",), "dir/f.parquet")
+    message = str(info.value)
+    assert "'f9'" in message
+    assert "dir/f.parquet" in message
+    assert "columns present: id, name, f0" in message
+
+
+def test_resolve_columns_non_numeric_feature_names_the_column_and_its_type():
+    with pytest.raises(InputSchemaError, match=r"feature column 'name' .* has type string"):
+        formats.resolve_columns(SCHEMA, ["f0", "name"], ("id",), "f.csv")
+    with pytest.raises(InputSchemaError, match=r"feature column 'when'"):
+        formats.resolve_columns(SCHEMA, ["when"], (), "f.csv")
+
+
+def test_resolve_columns_missing_passthrough_column():
+    with pytest.raises(InputSchemaError, match=r"passthrough column 'key' not found in f\.jsonl"):
+        formats.resolve_columns(SCHEMA, None, ("id", "key"), "f.jsonl")
+
+
+def test_resolve_columns_without_any_numeric_feature_asks_for_features():
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    with pytest.raises(InputSchemaError, match="--features"):
+        formats.resolve_columns(schema, None, ("id",), "f.csv")
+
+
+def test_resolve_columns_shortens_a_long_column_listing():
+    schema = pa.schema([(f"c{i}", pa.float64()) for i in range(30)])
+    with pytest.raises(InputSchemaError) as info:
+        formats.resolve_columns(schema, ["missing"], (), "wide.parquet")
+    assert "c19, ..." in str(info.value)
+    assert "c20" not in str(info.value)
+
+
+def test_to_matrix_converts_types_and_nulls():
+    batch = pa.record_batch(
+        [pa.array([1.5, None], pa.float32()), pa.array([True, False]),
+         pa.array([decimal.Decimal("2.25"), decimal.Decimal("-1.00")], pa.decimal128(5, 2)),
+         pa.array([7, 8], pa.int64())],
+        names=["a", "b", "c", "d"],
+    )
+    matrix = formats.to_matrix(batch, ["d", "a", "b", "c"], np.dtype(np.float64))
+    assert matrix.flags.c_contiguous
+    np.testing.assert_array_equal(matrix, [[7, 1.5, 1, 2.25], [8, np.nan, 0, -1.0]])
+
+
+# -- output_target / temp_path ----------------------------------------------------------------------------
+
+
+def _file(rel: str, fmt: str, gz: bool) -> InputFile:
+    return InputFile(rel, f"/in/{rel}", fmt, gz, 100)
+
+
+@pytest.mark.parametrize(
+    ("rel", "fmt", "gz", "output_format", "expected"),
+    [
+        ("a.parquet", "parquet", False, "same", ("a.parquet", "parquet", False)),
+        ("d/e/a.pq", "parquet", False, "same", ("d/e/a.pq", "parquet", False)),
+        ("a.csv", "csv", False, "same", ("a.csv", "csv", False)),
+        ("d/a.csv.gz", "csv", True, "same", ("d/a.csv.gz", "csv", True)),
+        ("a.jsonl", "jsonl", False, "same", ("a.jsonl", "jsonl", False)),
+        ("a.jsonl.gz", "jsonl", True, "same", ("a.jsonl.gz", "jsonl", True)),
+        ("a.ndjson.gz", "jsonl", True, "same", ("a.ndjson.gz", "jsonl", True)),
+        # gzipped parquet is written as plain parquet (compressed inside already)
+        ("d/a.parquet.gz", "parquet", True, "same", ("d/a.parquet", "parquet", False)),
+        # an explicit output format renames the file and drops the outer gzip
+        ("d/a.parquet", "parquet", False, "csv", ("d/a.csv", "csv", False)),
+        ("a.csv.gz", "csv", True, "parquet", ("a.parquet", "parquet", False)),
+        ("a.csv", "csv", False, "jsonl", ("a.jsonl", "jsonl", False)),
+        ("a.pq", "parquet", False, "parquet", ("a.parquet", "parquet", False)),
+        ("part.v2.csv", "csv", False, "parquet", ("part.v2.parquet", "parquet", False)),
+    ],
+)
+def test_output_target(rel, fmt, gz, output_format, expected):
+    assert formats.output_target(_file(rel, fmt, gz), output_format) == expected
+
+
+def test_temp_path_is_hidden_deterministic_and_per_part(tmp_path):
+    final = tmp_path / "d" / "a.parquet"
+    assert formats.temp_path(final) == tmp_path / "d" / f".a.parquet{formats.TEMP_MARKER}"
+    assert formats.temp_path(final, 3) == tmp_path / "d" / f".a.parquet.part0003{formats.TEMP_MARKER}"
+    assert formats.temp_path(final, 3) == formats.temp_path(final, 3)
+
+
+# -- every input format, end to end -----------------------------------------------------------------------
+
+FORMAT_FILES = {
+    # input name: (format, expected output name)
+    "plain.parquet": ("parquet", "plain.parquet"),
+    "zipped.parquet.gz": ("parquet", "zipped.parquet"),
+    "plain.csv": ("csv", "plain.csv"),
+    "zipped.csv.gz": ("csv", "zipped.csv.gz"),
+    "plain.jsonl": ("jsonl", "plain.jsonl"),
+    "nested/zipped.jsonl.gz": ("jsonl", "nested/zipped.jsonl.gz"),
+}
+
+
+@pytest.fixture(scope="module")
+def format_run(tmp_path_factory, xgboost_model):
+    root = tmp_path_factory.mktemp("formats")
+    inputs, out = root / "in", root / "out"
+    first = 0
+    for i, (name, (fmt, _)) in enumerate(FORMAT_FILES.items()):
+        rows = 700 + 100 * i
+        synthetic.write_table(synthetic.make_table(rows, first_id=first, seed=i), inputs / name, fmt,
+                              row_group_rows=300)
+        first += rows
+    # --batch-rows smaller than the files: several batches per file, across text blocks and row groups
+    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", "--batch-rows", "256")
+    return inputs, out, result
+
+
+@pytest.mark.slow
+def test_every_format_succeeds_with_correct_predictions(format_run, xgboost_model):
+    inputs, out, result = format_run
+    assert result.returncode == EXIT_OK, describe(result)
+    manifest = load_manifest(out)
+    check_outputs(inputs, out, manifest, xgboost_predict(xgboost_model),
+                  expected_output=lambda rel: FORMAT_FILES[rel][1])
+    assert no_temp_files(out) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FORMAT_FILES))
+def test_output_keeps_format_and_compression(format_run, name):
+    inputs, out, result = format_run
+    assert result.returncode == EXIT_OK, describe(result)
+    fmt, output = FORMAT_FILES[name]
+    path = out / output
+    assert path.is_file()
+    if output.endswith(".gz"):
+        assert is_gzip(path), f"{output} should be gzipped like its input"
+    else:
+        assert not is_gzip(path)
+    if fmt == "parquet":
+        assert pq.ParquetFile(path).metadata.num_rows == read_table(inputs / name).num_rows
+    elif fmt == "csv":
+        table = read_table(path)
+        assert table.column_names == ["id", "prediction"]
+        assert table.schema.field("id").type == pa.int64()
+    else:
+        table = read_table(path)
+        assert table.column_names == ["id", "prediction"]
+
+
+# -- passthrough, --features, and schema errors that fail one file --------------------------------------
+
+
+def _with_extras(table: pa.Table, prefix: str) -> pa.Table:
+    """id, a string column, an extra numeric column that is not a feature, then the features."""
+    names = pa.array([f"{prefix}-{i}" for i in table.column("id").to_pylist()])
+    extra = pa.array(np.arange(table.num_rows, dtype=np.float64) * 1000)
+    return pa.table({"id": table.column("id"), "name": names, "extra": extra,
+                     **{f: table.column(f) for f in FEATURES}})
+
+
+SCHEMA_GOOD = ("good.parquet", "good.csv", "good.jsonl.gz")
+
+
+@pytest.fixture(scope="module")
+def schema_run(tmp_path_factory, xgboost_model):
+    root = tmp_path_factory.mktemp("schema")
+    inputs, out = root / "in", root / "out"
+    synthetic.write_table(_with_extras(synthetic.make_table(900, seed=1), "p"), inputs / "good.parquet", "parquet")
+    synthetic.write_table(_with_extras(synthetic.make_table(800, first_id=900, seed=2), "c"), inputs / "good.csv",
+                          "csv")
+    synthetic.write_table(_with_extras(synthetic.make_table(700, first_id=1700, seed=3), "j"),
+                          inputs / "good.jsonl.gz", "jsonl")
+    missing = _with_extras(synthetic.make_table(500, first_id=2400, seed=4), "m").drop_columns(["f7"])
+    synthetic.write_table(missing, inputs / "missing_feature.parquet", "parquet")
+    text = _with_extras(synthetic.make_table(500, first_id=2900, seed=5), "t")
+    text = text.set_column(text.schema.get_field_index("f3"), "f3", pa.array([f"x{i}" for i in range(500)]))
+    synthetic.write_table(text, inputs / "text_feature.csv", "csv")
+    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id,name",
+                        "--features", ",".join(FEATURES))
+    return inputs, out, result
+
+
+@pytest.mark.slow
+def test_schema_errors_fail_their_file_and_exit_3(schema_run):
+    _, out, result = schema_run
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    manifest = load_manifest(out)
+    assert (manifest["succeeded"], manifest["failed"]) == (3, 2)
+
+
+@pytest.mark.slow
+def test_passthrough_and_explicit_features(schema_run, xgboost_model):
+    inputs, out, _ = schema_run
+    # "extra" is numeric but not in --features: were it used, the 32-feature booster would refuse the file.
+    check_outputs(inputs, out, load_manifest(out), xgboost_predict(xgboost_model), passthrough=("id", "name"),
+                  only=SCHEMA_GOOD)
+    table = read_table(out / "good.csv")
+    assert table.column("name").to_pylist()[:2] == ["c-900", "c-901"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "column"), [("missing_feature.parquet", "f7"), ("text_feature.csv", "f3")])
+def test_schema_error_names_the_column(schema_run, name, column):
+    _, out, result = schema_run
+    report = reports_by_input(load_manifest(out))[name]
+    assert report["status"] == "FAILED"
+    assert report["error_class"] == "InputSchemaError"
+    assert f"'{column}'" in report["error_message"]
+    assert report["output"] is None
+    assert not (out / name).exists()
+    assert name in result.stderr and f"'{column}'" in result.stderr, "the log must say which file and column"
+
+
+# -- corrupt inputs fail alone; an empty file is not a failure ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corrupt_run(tmp_path_factory, sklearn_model):
+    root = tmp_path_factory.mktemp("corrupt")
+    inputs, out = root / "in", root / "out"
+    synthetic.write_table(synthetic.make_table(1200, seed=1), inputs / "good.parquet", "parquet")
+    synthetic.write_table(synthetic.make_table(600, first_id=1200, seed=2), inputs / "good.csv.gz", "csv")
+    synthetic.write_table(synthetic.make_table(0), inputs / "empty.parquet", "parquet")
+    (inputs / "garbage.parquet").write_bytes(np.random.default_rng(0).bytes(5000))
+    synthetic.write_table(synthetic.make_table(800, seed=3), root / "whole.parquet", "parquet", row_group_rows=200)
+    whole = (root / "whole.parquet").read_bytes()
+    (inputs / "truncated.parquet").write_bytes(whole[: len(whole) // 2])
+    (inputs / "not_gzip.csv.gz").write_bytes(b"id,f0\n1,2.0\n")
+    result = run_worker(inputs, out, sklearn_model.parent, "--passthrough", "id")
+    return inputs, out, result
+
+
+CORRUPT = ("garbage.parquet", "truncated.parquet", "not_gzip.csv.gz")
+
+
+@pytest.mark.slow
+def test_corrupt_files_fail_alone(corrupt_run, sklearn_model):
+    inputs, out, result = corrupt_run
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    manifest = load_manifest(out)
+    reports = reports_by_input(manifest)
+    for name in CORRUPT:
+        report = reports[name]
+        assert report["status"] == "FAILED", report
+        assert report["error_class"] == "CorruptInputError", report
+        assert name in report["error_message"] and "cannot read" in report["error_message"]
+        assert not (out / name).exists()
+    check_outputs(inputs, out, manifest, sklearn_predict(sklearn_model), exact=True,
+                  only=("good.parquet", "good.csv.gz", "empty.parquet"))
+    assert no_temp_files(out) == []
+
+
+@pytest.mark.slow
+def test_empty_parquet_gives_an_empty_output(corrupt_run):
+    _, out, _ = corrupt_run
+    report = reports_by_input(load_manifest(out))["empty.parquet"]
+    assert report["status"] == "SUCCEEDED"
+    assert (report["rows_in"], report["rows_out"]) == (0, 0)
+    table = pq.read_table(out / "empty.parquet")
+    assert table.num_rows == 0
+    assert table.column_names == ["id", "prediction"]
+
+
+@pytest.mark.slow
+def test_explicit_output_format_converts(tmp_path, xgboost_model):
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    synthetic.write_table(synthetic.make_table(600, seed=1), inputs / "a.parquet.gz", "parquet")
+    synthetic.write_table(synthetic.make_table(400, first_id=600, seed=2), inputs / "d" / "b.jsonl", "jsonl")
+    synthetic.write_table(synthetic.make_table(300, first_id=1000, seed=3), inputs / "c.csv.gz", "csv")
+    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", "--output-format", "csv")
+    assert result.returncode == EXIT_OK, describe(result)
+    renamed = {"a.parquet.gz": "a.csv", "d/b.jsonl": "d/b.csv", "c.csv.gz": "c.csv"}
+    check_outputs(inputs, out, load_manifest(out), xgboost_predict(xgboost_model),
+                  expected_output=lambda rel: renamed[rel])
+    assert not any(is_gzip(out / name) for name in renamed.values())
