@@ -39,6 +39,8 @@ def is_numeric(dtype: pa.DataType) -> bool:
         or pa.types.is_floating(dtype)
         or pa.types.is_boolean(dtype)
         or pa.types.is_decimal(dtype)
+        # CSV and JSON infer `null` for a column with no values at all; it reads as NaN.
+        or pa.types.is_null(dtype)
     )
 
 
@@ -81,7 +83,7 @@ def to_matrix(batch: pa.RecordBatch, features: Sequence[str], dtype: np.dtype) -
     out = np.empty((batch.num_rows, len(features)), dtype=dtype, order="C")
     for j, name in enumerate(features):
         column = batch.column(name)
-        if pa.types.is_decimal(column.type):
+        if pa.types.is_decimal(column.type) or pa.types.is_null(column.type):
             column = column.cast(pa.float64())
         out[:, j] = column.to_numpy(zero_copy_only=False)
     return out
@@ -96,6 +98,8 @@ def read_schema(file: InputFile, scratch: Path) -> pa.Schema:
         if file.fmt == "parquet":
             with _parquet_path(file, scratch) as path:
                 return pq.read_schema(path)
+        if _is_empty_text(file):
+            return pa.schema([])  # a 0-byte CSV or JSON lines file is a valid, empty input
         if file.fmt == "csv":
             with pa.input_stream(file.path, compression=_compression(file)) as stream:
                 return pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
@@ -103,6 +107,11 @@ def read_schema(file: InputFile, scratch: Path) -> pa.Schema:
             return pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
         raise CorruptInputError(f"cannot read {file.relative_path} as {_describe(file)}: {err}") from err
+
+
+def _is_empty_text(file: InputFile) -> bool:
+    with pa.input_stream(file.path, compression=_compression(file)) as stream:
+        return stream.read(1) == b""
 
 
 def iter_batches(

@@ -146,10 +146,14 @@ def run_unit(unit: WorkUnit) -> UnitResult:
     try:
         scratch = Path(settings.scratch_dir)
         schema = formats.read_schema(unit.file, scratch)
-        features = formats.resolve_columns(schema, settings.features, settings.passthrough, unit.file.relative_path)
+        # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
+        features = formats.resolve_columns(schema, settings.features, settings.passthrough,
+                                           unit.file.relative_path) if schema.names else []
         columns = list(dict.fromkeys([*settings.passthrough, *features]))
         batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
-        for batch in formats.iter_batches(unit, columns, features, batch_rows, scratch, threads=state.slot.threads):
+        batches = formats.iter_batches(unit, columns, features, batch_rows, scratch,
+                                       threads=state.slot.threads) if schema.names else ()
+        for batch in batches:
             out = _predict_batch(state.predictor, batch, features, settings.passthrough)
             if writer is None:
                 writer_schema = out.schema
@@ -213,7 +217,8 @@ def _conform(out: pa.RecordBatch, schema: pa.Schema, unit: WorkUnit) -> pa.Recor
 
 
 def _empty_schema(schema: pa.Schema, passthrough: tuple[str, ...]) -> pa.Schema:
-    return pa.schema([schema.field(name) for name in passthrough] + [pa.field("prediction", pa.float64())])
+    present = [schema.field(name) for name in passthrough if name in schema.names]
+    return pa.schema([*present, pa.field("prediction", pa.float64())])
 
 
 def merge_file(file: InputFile, parts: list[str], output_format: str, output_dir: str) -> UnitResult:

@@ -275,6 +275,10 @@ def corrupt_run(tmp_path_factory, sklearn_model):
     whole = (root / "whole.parquet").read_bytes()
     (inputs / "truncated.parquet").write_bytes(whole[: len(whole) // 2])
     (inputs / "not_gzip.csv.gz").write_bytes(b"id,f0\n1,2.0\n")
+    # Empty partitions from an upstream job: a header-only CSV and 0-byte text files.
+    (inputs / "header_only.csv").write_text("id," + ",".join(synthetic.feature_names()) + "\n")
+    (inputs / "zero.jsonl").write_bytes(b"")
+    (inputs / "zero.csv.gz").write_bytes(__import__("gzip").compress(b""))
     result = run_worker(inputs, out, sklearn_model.parent, "--passthrough", "id")
     return inputs, out, result
 
@@ -295,7 +299,7 @@ def test_corrupt_files_fail_alone(corrupt_run, sklearn_model):
         assert name in report["error_message"] and "cannot read" in report["error_message"]
         assert not (out / name).exists()
     check_outputs(inputs, out, manifest, sklearn_predict(sklearn_model), exact=True,
-                  only=("good.parquet", "good.csv.gz", "empty.parquet"))
+                  only=("good.parquet", "good.csv.gz", "empty.parquet", "header_only.csv"))
     assert no_temp_files(out) == []
 
 
@@ -322,3 +326,13 @@ def test_explicit_output_format_converts(tmp_path, xgboost_model):
     check_outputs(inputs, out, load_manifest(out), xgboost_predict(xgboost_model),
                   expected_output=lambda rel: renamed[rel])
     assert not any(is_gzip(out / name) for name in renamed.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["header_only.csv", "zero.jsonl", "zero.csv.gz"])
+def test_empty_text_files_give_empty_outputs(corrupt_run, name):
+    _, out, _ = corrupt_run
+    report = reports_by_input(load_manifest(out))[name]
+    assert report["status"] == "SUCCEEDED", report
+    assert (report["rows_in"], report["rows_out"]) == (0, 0)
+    assert read_table(out / name).num_rows == 0
