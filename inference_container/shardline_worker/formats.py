@@ -78,9 +78,14 @@ def resolve_columns(
     return list(features)
 
 
-def to_matrix(batch: pa.RecordBatch, features: Sequence[str], dtype: np.dtype) -> np.ndarray:
-    """Feature columns as one C-contiguous matrix, converted once. Nulls become NaN."""
-    out = np.empty((batch.num_rows, len(features)), dtype=dtype, order="C")
+def to_matrix(batch: pa.RecordBatch, features: Sequence[str], dtype: np.dtype, order: str = "C") -> np.ndarray:
+    """Feature columns as one contiguous matrix, converted once. Nulls become NaN.
+
+    ``order`` is the model's preferred memory layout: "C" (row-major) for models that
+    read a row at a time, "F" (column-major) for tree ensembles that walk one tree over
+    all rows, where a column-major matrix keeps each split's feature reads sequential.
+    """
+    out = np.empty((batch.num_rows, len(features)), dtype=dtype, order=order)
     for j, name in enumerate(features):
         column = batch.column(name)
         if pa.types.is_decimal(column.type) or pa.types.is_null(column.type):

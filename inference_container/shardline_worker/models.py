@@ -144,6 +144,7 @@ class Predictor(Protocol):
     """A loaded model. ``predict`` returns named output columns, one value per row."""
 
     dtype: np.dtype
+    order: str  # memory layout of the feature matrix it is fastest with: "C" or "F"
     device: str
 
     def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]: ...
@@ -179,6 +180,9 @@ class SklearnPredictor:
         # scikit-learn converts to float64 internally; xgboost's wrapper wants float32.
         is_xgb = type(self.model).__module__.startswith("xgboost")
         self.dtype = np.dtype(np.float32 if is_xgb else np.float64)
+        # scikit-learn's tree ensembles predict one tree over all rows at a time: column-major
+        # input keeps those reads sequential (about 2x faster for HistGradientBoosting here).
+        self.order = "C" if is_xgb else "F"
         self.device = "cpu"
         self.n_features = getattr(self.model, "n_features_in_", None)
 
@@ -227,6 +231,7 @@ class XGBoostPredictor:
             params["device"] = device
         self.booster.set_param(params)
         self.dtype = np.dtype(np.float32)
+        self.order = "C"  # xgboost walks rows in blocks
         self.device = device
         self.n_features = self.booster.num_features()
 
@@ -238,6 +243,9 @@ class XGBoostPredictor:
             )
         # inplace_predict skips building a DMatrix: one less copy of the batch.
         return output_columns(self.booster.inplace_predict(features), features.shape[0])
+
+
+CPU_CHUNK_ROWS = 4096
 
 
 class TorchScriptPredictor:
@@ -257,6 +265,7 @@ class TorchScriptPredictor:
         self.model.eval()
         first = next(iter(self.model.parameters()), None)
         self.dtype = np.dtype(str(first.dtype).removeprefix("torch.")) if first is not None else np.dtype(np.float32)
+        self.order = "C"
         self.device = device
 
     def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
@@ -264,11 +273,20 @@ class TorchScriptPredictor:
         with torch.inference_mode():
             tensor = torch.from_numpy(features)
             if self.device != "cpu":
+                # A GPU wants the whole batch at once; the batch size is what fills it.
                 tensor = tensor.pin_memory().to(self.device, non_blocking=True)
-            output = self.model(tensor)
-            if isinstance(output, (tuple, list)):
-                output = output[0]
-            return output_columns(output.detach().to("cpu").numpy(), features.shape[0])
+                return output_columns(self._forward(tensor).to("cpu").numpy(), features.shape[0])
+            # On a CPU, activations of a few thousand rows stay in cache: an MLP runs about
+            # 2x faster in 4k-row chunks than on a 64k-row batch (see `make bench`).
+            chunks = [self._forward(tensor[i : i + CPU_CHUNK_ROWS]) for i in range(0, len(tensor), CPU_CHUNK_ROWS)]
+            output = torch.cat(chunks) if len(chunks) > 1 else chunks[0]
+            return output_columns(output.numpy(), features.shape[0])
+
+    def _forward(self, tensor):
+        output = self.model(tensor)
+        if isinstance(output, (tuple, list)):
+            output = output[0]
+        return output.detach()
 
 
 class SageMakerScriptPredictor:
@@ -295,6 +313,7 @@ class SageMakerScriptPredictor:
         self.model = module.model_fn(artifact.root)
         self.content_type, self.accept = content_type, accept
         self.dtype = np.dtype(np.float64)
+        self.order = "C"
         self.device = device
 
     def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:

@@ -193,7 +193,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
 def _predict_batch(
     predictor: Predictor, batch: pa.RecordBatch, features: list[str], passthrough: tuple[str, ...]
 ) -> pa.RecordBatch:
-    matrix = formats.to_matrix(batch, features, predictor.dtype)
+    matrix = formats.to_matrix(batch, features, predictor.dtype, predictor.order)
     predicted = predictor.predict(matrix, batch.select(features))
     names = [*passthrough, *(name for name, _ in predicted)]
     arrays = [batch.column(name) for name in passthrough] + [_to_arrow(values) for _, values in predicted]
