@@ -1,0 +1,163 @@
+"""The sensor's policy: given what the ledger and the backend say, what happens next.
+
+Pure: no IO, no clock reads (``now`` is an argument), so the whole state table is
+unit-tested with plain data. The trigger gathers a :class:`StepSnapshot`; the sensor
+acts on the :class:`Decision`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Sequence
+
+from shardline_ledger.states import FileStatus
+
+
+class Action(enum.StrEnum):
+    WAIT = "WAIT"
+    ADVANCE = "ADVANCE"  # every file succeeded and the job is done
+    PARTIAL = "PARTIAL"  # done; the failures are within the tolerance
+    RESUBMIT = "RESUBMIT"  # a new attempt for the failed or unfinished files
+    FAIL = "FAIL"
+
+
+class JobStatus(enum.StrEnum):
+    """A backend job's state, in SageMaker's words (the local backend uses the same)."""
+
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED}
+
+
+# Failures that the same input will reproduce: retrying them only burns an attempt.
+PERMANENT_ERRORS = frozenset({"CorruptInputError", "InputSchemaError", "PoisonFileError", "RowCountMismatch"})
+
+
+@dataclasses.dataclass(frozen=True)
+class FileState:
+    input_key: str
+    status: FileStatus
+    attempt: int
+    error_class: str | None = None
+    error_message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardState:
+    host: str
+    heartbeat_age_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    max_attempts: int
+    backoff_seconds: float
+    backoff_multiplier: float
+    max_failed_files: int
+    max_failed_percent: float
+    heartbeat_timeout_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSnapshot:
+    attempt: int
+    job_status: JobStatus
+    job_age_seconds: float  # since this attempt's job was submitted
+    files: Sequence[FileState]
+    shards: Sequence[ShardState] = ()
+    job_failure_reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    retry_files: tuple[str, ...] = ()
+    failed_files: tuple[FileState, ...] = ()
+    delay_seconds: float = 0.0
+    stop_job: bool = False  # the current job must be stopped before anything else
+
+
+def backoff(policy: Policy, attempt: int) -> float:
+    """Delay before attempt ``attempt + 1``."""
+    return policy.backoff_seconds * policy.backoff_multiplier ** max(0, attempt - 1)
+
+
+def tolerated(policy: Policy, failed: int, total: int) -> bool:
+    allowed = max(policy.max_failed_files, math.floor(total * policy.max_failed_percent / 100.0))
+    return failed <= allowed
+
+
+def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
+    files = snapshot.files
+    succeeded = [f for f in files if f.status is FileStatus.SUCCEEDED]
+    failed = [f for f in files if f.status is FileStatus.FAILED]
+    unfinished = [f for f in files if not f.status.is_terminal]
+    total = len(files)
+    job = snapshot.job_status
+
+    if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
+        stale = [s for s in snapshot.shards if s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]
+        silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
+        if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
+            lost = ", ".join(s.host for s in stale) or "every instance (no heartbeat yet)"
+            return _retry_or_finish(
+                snapshot, policy, failed, unfinished, total,
+                why=f"heartbeat stale for {lost} (> {policy.heartbeat_timeout_seconds:.0f}s)", stop_job=True,
+            )
+        return Decision(Action.WAIT, f"job {job.value}: {len(succeeded)}/{total} files succeeded")
+
+    if len(succeeded) == total:
+        if job is JobStatus.COMPLETED:
+            return Decision(Action.ADVANCE, f"all {total} files succeeded")
+        # Every file is recorded, but the job failed to finish (e.g. the output upload):
+        # the outputs may be missing, so the files go again.
+        return _retry_or_finish(snapshot, policy, [], list(succeeded), total,
+                                why=f"job {job.value} ({snapshot.job_failure_reason or 'no reason given'}) "
+                                    "after every file succeeded; outputs may not have been uploaded")
+
+    why = f"job {job.value}" + (f" ({snapshot.job_failure_reason})" if snapshot.job_failure_reason else "")
+    return _retry_or_finish(snapshot, policy, failed, unfinished, total, why=why)
+
+
+def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, stop_job: bool = False) -> Decision:
+    transient = [f for f in failed if f.error_class not in PERMANENT_ERRORS]
+    permanent = [f for f in failed if f.error_class in PERMANENT_ERRORS]
+    retry = [*unfinished, *transient]
+    if retry and snapshot.attempt < policy.max_attempts:
+        return Decision(
+            Action.RESUBMIT,
+            f"{why}: {len(unfinished)} unfinished and {len(transient)} transiently failed file(s) go to attempt "
+            f"{snapshot.attempt + 1} of {policy.max_attempts}",
+            retry_files=tuple(sorted(f.input_key for f in retry)),
+            failed_files=tuple(permanent),
+            delay_seconds=backoff(policy, snapshot.attempt),
+            stop_job=stop_job,
+        )
+    # Out of attempts (or nothing worth retrying): whatever is not SUCCEEDED now counts as failed.
+    lost = tuple(
+        dataclasses.replace(f, error_class=f.error_class or "Unfinished",
+                            error_message=f.error_message or f"not finished after attempt {snapshot.attempt}")
+        for f in retry
+    )
+    all_failed = (*permanent, *lost)
+    if not all_failed:
+        return Decision(Action.ADVANCE, f"all {total} files succeeded", stop_job=stop_job)
+    within = tolerated(policy, len(all_failed), total)
+    action = Action.PARTIAL if within else Action.FAIL
+    budget = f"tolerance {policy.max_failed_files} file(s) or {policy.max_failed_percent:g}%"
+    return Decision(
+        action,
+        f"{why}: {len(all_failed)} of {total} file(s) failed after {snapshot.attempt} attempt(s) "
+        f"({'within' if within else 'past'} the {budget})",
+        failed_files=all_failed,
+        stop_job=stop_job,
+    )

@@ -1,0 +1,36 @@
+"""Deterministic names: the same (pipeline, run, step, attempt) always gives the same job.
+
+A retried or cleared Airflow task therefore finds the job its earlier try started and
+adopts it, instead of starting a twin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+# SageMaker: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}
+MAX_JOB_NAME = 63
+
+
+def _slug(text: str, limit: int) -> str:
+    slug = re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower()
+    return slug[:limit].strip("-") or "x"
+
+
+def job_name(pipeline: str, run_id: str, step: str, attempt: int) -> str:
+    """``sl-<pipeline>-<step>-<digest>-a<attempt>``, at most 63 characters.
+
+    The digest covers the full (pipeline, run_id, step), so two runs never share a name
+    even when their readable parts are truncated alike.
+    """
+    digest = hashlib.sha256(f"{pipeline}\x00{run_id}\x00{step}".encode()).hexdigest()[:10]
+    suffix = f"-{digest}-a{attempt}"
+    head = f"sl-{_slug(pipeline, 24)}-{_slug(step, 16)}"
+    return (head[: MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix)[:MAX_JOB_NAME]
+
+
+def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int) -> str:
+    """Where an attempt's input manifest lives: beside the outputs, never among them."""
+    base = output_prefix.rstrip("/")
+    return f"{base}/_shardline/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"

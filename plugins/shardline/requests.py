@@ -1,0 +1,133 @@
+"""Pure builders for the CreateProcessingJob request. Spec in, dict out; no AWS.
+
+The SageMaker backend sends this dict as is, and the local backend emulates a
+processing job from the very same dict, so both run what was planned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shardline.spec import PipelineSpec, StepSpec
+
+DATA_DIR = "/opt/ml/processing/input/data"
+MODEL_DIR = "/opt/ml/processing/input/model"
+OUTPUT_DIR = "/opt/ml/processing/output"
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One attempt of one step of one run, with its templates already rendered."""
+
+    pipeline: str
+    run_id: str
+    step: str
+    attempt: int
+    job_name: str
+    manifest_uri: str  # s3:// URI of this attempt's ManifestFile
+    input_prefix: str  # the prefix the manifest's keys are relative to
+    output_prefix: str
+    model_uri: str
+    instance_count: int
+
+
+def worker_arguments(step: StepSpec) -> list[str]:
+    args = []
+    if step.input.passthrough:
+        args += ["--passthrough", ",".join(step.input.passthrough)]
+    if step.input.features:
+        args += ["--features", ",".join(step.input.features)]
+    if step.resources.workers_per_instance:
+        args += ["--workers", str(step.resources.workers_per_instance)]
+    if step.batch_rows:
+        args += ["--batch-rows", str(step.batch_rows)]
+    if step.probabilities:
+        args.append("--probabilities")
+    return args
+
+
+def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt) -> dict[str, str]:
+    env = {
+        "SHARDLINE_LEDGER_TABLE": spec.ledger_table,
+        "SHARDLINE_PIPELINE": attempt.pipeline,
+        "SHARDLINE_RUN_ID": attempt.run_id,
+        "SHARDLINE_STEP": attempt.step,
+        "SHARDLINE_ATTEMPT": str(attempt.attempt),
+        "SHARDLINE_INPUT_URI": attempt.input_prefix,
+        "SHARDLINE_OUTPUT_URI": attempt.output_prefix,
+    }
+    if step.model.sha256:
+        env["SHARDLINE_MODEL_SHA256"] = step.model.sha256
+    return env
+
+
+def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri: str, role_arn: str) -> dict:
+    """The CreateProcessingJob parameters for one attempt."""
+    step = spec.step(attempt.step)
+    sm = spec.sagemaker
+    cluster = {
+        "InstanceCount": attempt.instance_count,
+        "InstanceType": step.resources.instance_type,
+        "VolumeSizeInGB": step.resources.volume_size_gb,
+    }
+    if sm.kms_key_id:
+        cluster["VolumeKmsKeyId"] = sm.kms_key_id
+    request = {
+        "ProcessingJobName": attempt.job_name,
+        "RoleArn": role_arn,
+        "AppSpecification": {"ImageUri": image_uri, "ContainerArguments": worker_arguments(step)},
+        "Environment": worker_environment(spec, step, attempt),
+        "ProcessingInputs": [
+            {
+                "InputName": "data",
+                "S3Input": {
+                    # The manifest lists exactly this attempt's files; SageMaker deals them out
+                    # by key across instances and keeps their paths relative to its prefix.
+                    "S3Uri": attempt.manifest_uri,
+                    "LocalPath": DATA_DIR,
+                    "S3DataType": "ManifestFile",
+                    "S3InputMode": "File",
+                    "S3DataDistributionType": "ShardedByS3Key",
+                },
+            },
+            {
+                "InputName": "model",
+                "S3Input": {
+                    "S3Uri": attempt.model_uri,
+                    "LocalPath": MODEL_DIR,
+                    "S3DataType": "S3Prefix",
+                    "S3InputMode": "File",
+                    "S3DataDistributionType": "FullyReplicated",
+                },
+            },
+        ],
+        "ProcessingOutputConfig": {
+            "Outputs": [
+                {
+                    "OutputName": "predictions",
+                    "S3Output": {"S3Uri": attempt.output_prefix, "LocalPath": OUTPUT_DIR, "S3UploadMode": "EndOfJob"},
+                }
+            ],
+        },
+        "ProcessingResources": {"ClusterConfig": cluster},
+        "StoppingCondition": {"MaxRuntimeInSeconds": step.max_runtime_seconds},
+        "Tags": [
+            {"Key": key, "Value": value}
+            for key, value in {
+                **sm.tags,
+                "shardline:pipeline": attempt.pipeline,
+                "shardline:run-id": attempt.run_id[:256],
+                "shardline:step": attempt.step,
+                "shardline:attempt": str(attempt.attempt),
+            }.items()
+        ],
+    }
+    if sm.kms_key_id:
+        request["ProcessingOutputConfig"]["KmsKeyId"] = sm.kms_key_id
+    network: dict = {}
+    if sm.vpc:
+        network["VpcConfig"] = {"SecurityGroupIds": list(sm.vpc.security_group_ids), "Subnets": list(sm.vpc.subnets)}
+        network["EnableInterContainerTrafficEncryption"] = True
+    if network:
+        request["NetworkConfig"] = network
+    return request

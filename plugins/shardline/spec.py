@@ -1,0 +1,199 @@
+"""Pipeline specs: ``dags/pipelines/*.yaml``, typed and validated on load.
+
+A bad spec raises :class:`SpecError` whose message names the file and the field, so it
+shows as a readable import error in the Airflow UI.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"  # short: names go into SageMaker job names (63 chars)
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class SpecError(ValueError):
+    """A pipeline spec is invalid. The message names the file and each bad field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelRef(_Strict):
+    uri: str = Field(description="S3 URI of model.tar.gz (or a model file); may use Jinja templates")
+    sha256: Annotated[str, Field(pattern=SHA256_PATTERN)] | None = Field(
+        default=None, description="pinned digest of the artifact; the worker refuses anything else"
+    )
+
+
+class InputSpec(_Strict):
+    prefix: str | None = Field(default=None, description="S3 prefix to list; Jinja-templated ({{ ds }})")
+    from_step: str | None = Field(default=None, description="read the output of an earlier step instead")
+    format: Literal["parquet", "csv", "jsonl"] = "parquet"
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    features: tuple[str, ...] | None = None
+    passthrough: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputSpec:
+        if (self.prefix is None) == (self.from_step is None):
+            raise ValueError("give exactly one of input.prefix or input.from_step")
+        if self.prefix is not None and not self.prefix.startswith("s3://"):
+            raise ValueError(f"input.prefix must be an s3:// URI, got {self.prefix!r}")
+        return self
+
+
+class OutputSpec(_Strict):
+    prefix: str
+
+    @field_validator("prefix")
+    @classmethod
+    def _s3(cls, value: str) -> str:
+        if not value.startswith("s3://"):
+            raise ValueError(f"must be an s3:// URI, got {value!r}")
+        return value
+
+
+class Resources(_Strict):
+    instance_count: Annotated[int, Field(ge=1, le=100)] = 1
+    instance_type: str = "ml.m5.xlarge"
+    volume_size_gb: Annotated[int, Field(ge=1, le=16384)] = 30
+    workers_per_instance: Annotated[int, Field(ge=1)] | None = None
+
+
+class RetryPolicy(_Strict):
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 3
+    backoff_seconds: Annotated[int, Field(ge=0)] = 60
+    backoff_multiplier: Annotated[float, Field(ge=1.0)] = 2.0
+
+
+class FailureTolerance(_Strict):
+    """How many files may fail before the step fails; within it the step ends PARTIAL."""
+
+    max_failed_files: Annotated[int, Field(ge=0)] = 0
+    max_failed_percent: Annotated[float, Field(ge=0.0, le=100.0)] = 0.0
+
+
+class StepSpec(_Strict):
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    model: ModelRef
+    input: InputSpec
+    output: OutputSpec
+    resources: Resources = Resources()
+    sharding: Literal["by_key", "by_size"] = "by_size"
+    retry: RetryPolicy = RetryPolicy()
+    tolerance: FailureTolerance = FailureTolerance()
+    heartbeat_timeout_seconds: Annotated[int, Field(ge=30)] = 600
+    max_runtime_seconds: Annotated[int, Field(ge=60, le=432000)] = 3600
+    probabilities: bool = False
+    batch_rows: Annotated[int, Field(ge=1)] | None = None
+
+
+class VpcConfig(_Strict):
+    subnets: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+
+
+class SageMakerSettings(_Strict):
+    role_arn: str | None = None
+    image_uri: str | None = None
+    tags: dict[str, str] = {}
+    network_isolation: bool = False
+    vpc: VpcConfig | None = None
+    kms_key_id: str | None = None
+    aws_conn_id: str = "aws_default"
+
+
+class PipelineSpec(_Strict):
+    pipeline: Annotated[str, Field(pattern=NAME_PATTERN)]
+    description: str = ""
+    owner: str = "shardline"
+    schedule: str | None = Field(default=None, description="cron, @hourly, @daily, or null for manual runs")
+    catchup: bool = False
+    start_date: str = "2026-01-01"
+    backend: Literal["local", "sagemaker"] = "local"
+    ledger_table: str = "shardline-jobs"
+    steps: Annotated[tuple[StepSpec, ...], Field(min_length=1)]
+    sagemaker: SageMakerSettings = SageMakerSettings()
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is None or value.startswith("@"):
+            allowed = {None, "@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly"}
+            if value not in allowed:
+                raise ValueError(f"unknown preset {value!r}; use one of {sorted(a for a in allowed if a)} or cron")
+            return value
+        if len(value.split()) != 5:
+            raise ValueError(f"{value!r} is not a 5-field cron expression")
+        return value
+
+    @model_validator(mode="after")
+    def _steps(self) -> PipelineSpec:
+        seen: list[str] = []
+        for step in self.steps:
+            if step.name in seen:
+                raise ValueError(f"step name {step.name!r} is used twice")
+            source = step.input.from_step
+            if source is not None and source not in seen:
+                raise ValueError(
+                    f"step {step.name!r} reads from_step {source!r}, which is not an earlier step "
+                    f"(earlier steps: {seen or 'none'})"
+                )
+            seen.append(step.name)
+        if self.sagemaker.network_isolation:
+            # AWS quirk: an isolated container has no network at all, so the worker could not
+            # write file status or heartbeats to DynamoDB and every shard would look lost.
+            raise ValueError(
+                "sagemaker.network_isolation cannot be used: the worker reports to DynamoDB. "
+                "Run in a VPC (sagemaker.vpc) with a DynamoDB gateway endpoint instead."
+            )
+        if self.backend == "sagemaker" and not (self.sagemaker.role_arn and self.sagemaker.image_uri):
+            raise ValueError("backend 'sagemaker' needs sagemaker.role_arn and sagemaker.image_uri")
+        return self
+
+    def step(self, name: str) -> StepSpec:
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(name)
+
+
+def _field_path(location: tuple) -> str:
+    parts: list[str] = []
+    for item in location:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        else:
+            parts.append(str(item))
+    return ".".join(parts) or "(top level)"
+
+
+def parse_spec(data: object, source: str) -> PipelineSpec:
+    """Validate spec data; errors name ``source`` and every bad field."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a pipeline spec must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return PipelineSpec.model_validate(data)
+    except ValidationError as err:
+        lines = []
+        for problem in err.errors():
+            field = _field_path(problem["loc"])
+            message = re.sub(r"^Value error, ", "", problem["msg"])
+            lines.append(f"  {field}: {message}")
+        raise SpecError(f"{source}: invalid pipeline spec\n" + "\n".join(lines)) from err
+
+
+def load_spec(path: Path) -> PipelineSpec:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: not valid YAML: {err}") from err
+    return parse_spec(data, str(path))

@@ -1,0 +1,80 @@
+"""The CreateProcessingJob request passes botocore's own validation against the service model."""
+
+from __future__ import annotations
+
+import botocore.session
+import pytest
+from botocore.validate import ParamValidator
+from shardline.naming import job_name
+from shardline.requests import Attempt, build_processing_request
+from shardline.spec import parse_spec
+
+from tests.plugins.test_spec import minimal
+
+ROLE = "arn:aws:iam::123456789012:role/shardline-sagemaker"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/shardline-worker:cpu"
+
+
+@pytest.fixture(scope="module")
+def input_shape():
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return model.operation_model("CreateProcessingJob").input_shape
+
+
+def attempt(**overrides) -> Attempt:
+    fields = dict(
+        pipeline="tabular_scoring", run_id="scheduled__2026-11-22T10:00:00+00:00", step="score", attempt=2,
+        job_name=job_name("tabular_scoring", "scheduled__2026-11-22T10:00:00+00:00", "score", 2),
+        manifest_uri="s3://data/scores/_shardline/manifests/run/score/attempt-0002.manifest",
+        input_prefix="s3://data/raw/dt=2026-11-22/", output_prefix="s3://data/scores/dt=2026-11-22/",
+        model_uri="s3://models/xgb/model.tar.gz", instance_count=4,
+    )
+    fields.update(overrides)
+    return Attempt(**fields)
+
+
+def full_spec():
+    data = minimal()
+    data["steps"][0].update(resources={"instance_count": 4, "instance_type": "ml.c5.2xlarge",
+                                       "workers_per_instance": 8}, max_runtime_seconds=7200)
+    data["sagemaker"] = {
+        "role_arn": ROLE, "image_uri": IMAGE, "tags": {"team": "ml"}, "kms_key_id": "alias/shardline",
+        "vpc": {"subnets": ["subnet-0abc"], "security_group_ids": ["sg-0abc"]},
+    }
+    return parse_spec(data, "p.yaml")
+
+
+def test_request_is_valid_for_the_real_service_model(input_shape):
+    request = build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE)
+    report = ParamValidator().validate(request, input_shape)
+    assert not report.has_errors(), report.generate_report()
+
+
+def test_request_shards_the_manifest_by_key_and_replicates_the_model():
+    request = build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE)
+    data, model = (i["S3Input"] for i in request["ProcessingInputs"])
+    assert data["S3DataType"] == "ManifestFile" and data["S3DataDistributionType"] == "ShardedByS3Key"
+    assert model["S3DataDistributionType"] == "FullyReplicated"
+    assert request["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 4
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200}
+    assert request["NetworkConfig"]["VpcConfig"]["Subnets"] == ["subnet-0abc"]
+    assert request["ProcessingOutputConfig"]["KmsKeyId"] == "alias/shardline"
+    env = request["Environment"]
+    assert env["SHARDLINE_ATTEMPT"] == "2" and env["SHARDLINE_MODEL_SHA256"] == "0" * 64
+    assert env["SHARDLINE_INPUT_URI"] == "s3://data/raw/dt=2026-11-22/"
+    assert request["AppSpecification"]["ContainerArguments"] == ["--passthrough", "id", "--workers", "8"]
+    assert {"Key": "team", "Value": "ml"} in request["Tags"]
+
+
+def test_same_attempt_gives_the_same_request():
+    spec = full_spec()
+    assert build_processing_request(spec, attempt(), image_uri=IMAGE, role_arn=ROLE) == build_processing_request(
+        spec, attempt(), image_uri=IMAGE, role_arn=ROLE
+    )
+
+
+def test_network_isolation_is_refused_with_the_reason():
+    data = minimal()
+    data["sagemaker"] = {"network_isolation": True}
+    with pytest.raises(ValueError, match="DynamoDB gateway endpoint"):
+        parse_spec(data, "p.yaml")
