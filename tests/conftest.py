@@ -6,12 +6,6 @@ exactly as the worker reaches DynamoDB in production. No in-process AWS mocks.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
 import warnings
 from pathlib import Path
@@ -50,50 +44,17 @@ def torch_model(model_root) -> Path:
 # -- moto_server --------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _answers_http(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1):
-            return True
-    except urllib.error.HTTPError:
-        return True  # any HTTP status means the server is up
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @pytest.fixture(scope="session")
 def moto_endpoint(tmp_path_factory) -> str:
-    """Start ``moto_server`` on a free loopback port; stop it at the end of the session."""
-    binary = Path(sys.executable).with_name("moto_server")
-    if not binary.exists():
-        pytest.fail(f"moto_server not found next to {sys.executable}; install the pinned requirements (make venv)")
-    port = _free_port()
+    """Start ``moto_server`` on a free loopback port (the project's own launcher); stop it at the end."""
+    from shardline.localstack import EmbeddedAwsError, embedded_aws
+
     log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(binary), "-p", str(port), "-H", "127.0.0.1"], stdout=log,
-                                stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not _answers_http(url + "/moto-api/"):
-        if proc.poll() is not None:
-            pytest.fail(f"moto_server exited with code {proc.returncode}:\n{log_path.read_text()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"moto_server did not answer on {url} within 60s:\n{log_path.read_text()}")
-        time.sleep(0.1)
-    yield url
-    proc.terminate()
     try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        with embedded_aws(log_path) as env:
+            yield env["AWS_ENDPOINT_URL"]
+    except EmbeddedAwsError as err:
+        pytest.fail(f"{err}\n{log_path.read_text() if log_path.exists() else ''}")
 
 
 AWS_TEST_ENV = {
