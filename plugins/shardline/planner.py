@@ -1,0 +1,109 @@
+"""Planning a step: list its inputs, shard them, and write the attempt's manifest.
+
+The sharding and manifest functions are pure; :func:`list_inputs` and
+:func:`write_manifest` do the S3 IO, through a boto3 client the caller provides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import heapq
+import json
+from collections.abc import Iterable, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class S3Object:
+    key: str  # the full object key
+    size: int
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> ("bucket", "some/prefix")."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    bucket, _, key = uri[5:].partition("/")
+    if not bucket:
+        raise ValueError(f"no bucket in {uri!r}")
+    return bucket, key
+
+
+def is_reserved(relative_key: str) -> bool:
+    """Our own bookkeeping (``_shardline/``), ``_SUCCESS`` markers and hidden files are never inputs."""
+    return any(part.startswith(("_", ".")) for part in relative_key.split("/"))
+
+
+def selected(relative_key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    if is_reserved(relative_key) or relative_key.endswith("/"):
+        return False
+    name = relative_key.rsplit("/", 1)[-1]
+
+    def hit(patterns: Sequence[str]) -> bool:
+        return any(fnmatch.fnmatch(relative_key, p) or fnmatch.fnmatch(name, p) for p in patterns)
+
+    return hit(include) and not hit(exclude)
+
+
+def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = ()) -> list[S3Object]:
+    """Every selected object under the prefix, sorted by key. Follows ListObjectsV2 to the last page."""
+    bucket, prefix = parse_s3_uri(prefix_uri)
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    found = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            relative = item["Key"][len(prefix):]
+            if selected(relative, include, exclude):
+                found.append(S3Object(item["Key"], item["Size"]))
+    found.sort(key=lambda o: o.key)
+    return found
+
+
+def shard_by_key(objects: Iterable[S3Object], instances: int) -> list[list[S3Object]]:
+    """SageMaker's ShardedByS3Key: sorted keys, instance i takes every n-th from i."""
+    ordered = sorted(objects, key=lambda o: o.key)
+    return [ordered[i::instances] for i in range(instances)]
+
+
+def shard_by_size(objects: Iterable[S3Object], instances: int) -> list[list[S3Object]]:
+    """Balance bytes, not counts: largest first, each to the least-loaded instance (LPT)."""
+    heap = [(0, i) for i in range(instances)]
+    shards: list[list[S3Object]] = [[] for _ in range(instances)]
+    for obj in sorted(objects, key=lambda o: (-o.size, o.key)):
+        load, index = heapq.heappop(heap)
+        shards[index].append(obj)
+        heapq.heappush(heap, (load + obj.size, index))
+    return [sorted(shard, key=lambda o: o.key) for shard in shards]
+
+
+def makespan(shards: Sequence[Sequence[S3Object]]) -> int:
+    """Bytes on the busiest instance: what the step's wall time follows."""
+    return max((sum(o.size for o in shard) for shard in shards), default=0)
+
+
+def choose_instance_count(requested: int, files: int) -> int:
+    """Never more instances than files: an instance with no input would only cost money."""
+    return max(1, min(requested, files))
+
+
+def manifest_body(prefix_uri: str, keys: Iterable[str]) -> str:
+    """A SageMaker ManifestFile: the common prefix, then each key relative to it.
+
+    SageMaker downloads every entry to the input's LocalPath at its relative path, so the
+    worker sees the same layout as under the prefix.
+    """
+    bucket, prefix = parse_s3_uri(prefix_uri)
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    entries: list = [{"prefix": f"s3://{bucket}/{prefix}"}]
+    for key in keys:
+        if not key.startswith(prefix):
+            raise ValueError(f"{key!r} is not under {prefix_uri!r}")
+        entries.append(key[len(prefix):])
+    return json.dumps(entries)
+
+
+def write_manifest(s3, manifest_uri: str, body: str) -> None:
+    bucket, key = parse_s3_uri(manifest_uri)
+    s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType="application/json")

@@ -1,0 +1,100 @@
+"""Planning: paginated listing on moto_server, filters, sharding, and the manifest format."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import boto3
+import pytest
+from shardline.planner import (
+    S3Object,
+    choose_instance_count,
+    list_inputs,
+    makespan,
+    manifest_body,
+    parse_s3_uri,
+    selected,
+    shard_by_key,
+    shard_by_size,
+    write_manifest,
+)
+
+
+def test_parse_s3_uri():
+    assert parse_s3_uri("s3://b/a/b/") == ("b", "a/b/")
+    assert parse_s3_uri("s3://b") == ("b", "")
+    with pytest.raises(ValueError, match="not an s3"):
+        parse_s3_uri("/local")
+
+
+@pytest.mark.parametrize(
+    ("key", "include", "exclude", "expected"),
+    [
+        ("part-1.parquet", ("*.parquet",), (), True),
+        ("sub/part-1.parquet", ("*.parquet",), (), True),
+        ("part-1.csv", ("*.parquet",), (), False),
+        ("part-1.parquet", ("*",), ("part-1*",), False),
+        ("_SUCCESS", ("*",), (), False),
+        ("_shardline/manifests/x.manifest", ("*",), (), False),
+        (".hidden.parquet", ("*",), (), False),
+        ("dir/", ("*",), (), False),
+    ],
+)
+def test_selected(key, include, exclude, expected):
+    assert selected(key, include, exclude) is expected
+
+
+def test_listing_follows_every_page_and_filters(aws_env):
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="raw")
+    for i in range(1050):  # ListObjectsV2 returns at most 1000 keys a page
+        s3.put_object(Bucket="raw", Key=f"dt=2026-11-22/part-{i:05d}.parquet", Body=b"x" * (i % 7))
+    s3.put_object(Bucket="raw", Key="dt=2026-11-22/_SUCCESS", Body=b"")
+    s3.put_object(Bucket="raw", Key="dt=2026-11-22/notes.txt", Body=b"")
+    s3.put_object(Bucket="raw", Key="dt=2026-11-23/part-0.parquet", Body=b"")
+    found = list_inputs(s3, "s3://raw/dt=2026-11-22", include=("*.parquet",))
+    assert len(found) == 1050
+    assert found[0] == S3Object("dt=2026-11-22/part-00000.parquet", 0)
+    assert [o.key for o in found] == sorted(o.key for o in found)
+
+
+def test_empty_prefix_lists_nothing(aws_env):
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="empty")
+    assert list_inputs(s3, "s3://empty/nothing/") == []
+
+
+def test_shard_by_key_matches_sagemaker_sharded_by_s3_key():
+    objects = [S3Object(f"k{i:02d}", 1) for i in range(7)]
+    shards = shard_by_key(reversed(objects), 3)
+    assert [[o.key for o in s] for s in shards] == [["k00", "k03", "k06"], ["k01", "k04"], ["k02", "k05"]]
+
+
+def test_shard_by_size_balances_bytes_on_skewed_files():
+    rng = random.Random(7)
+    objects = [S3Object(f"f{i:03d}", rng.choice([1, 1, 2, 3])) for i in range(60)] + [S3Object("huge", 40)]
+    by_key, by_size = shard_by_key(objects, 4), shard_by_size(objects, 4)
+    assert sorted(o.key for s in by_size for o in s) == sorted(o.key for o in objects)
+    # The big file gets an instance to itself; the rest is spread evenly over the others.
+    total = sum(o.size for o in objects)
+    assert makespan(by_size) <= max(40, total / 4 + 3)
+    assert makespan(by_size) <= makespan(by_key)
+
+
+def test_choose_instance_count_never_exceeds_files():
+    assert choose_instance_count(8, 3) == 3
+    assert choose_instance_count(2, 100) == 2
+    assert choose_instance_count(4, 0) == 1
+
+
+def test_manifest_format_is_sagemakers(aws_env):
+    body = manifest_body("s3://raw/dt=2026-11-22", ["dt=2026-11-22/a.parquet", "dt=2026-11-22/sub/b.parquet"])
+    assert json.loads(body) == [{"prefix": "s3://raw/dt=2026-11-22/"}, "a.parquet", "sub/b.parquet"]
+    with pytest.raises(ValueError, match="is not under"):
+        manifest_body("s3://raw/dt=2026-11-22/", ["other/c.parquet"])
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="out")
+    write_manifest(s3, "s3://out/_shardline/manifests/run/score/attempt-0001.manifest", body)
+    stored = s3.get_object(Bucket="out", Key="_shardline/manifests/run/score/attempt-0001.manifest")["Body"].read()
+    assert json.loads(stored)[1] == "a.parquet"
