@@ -1,0 +1,113 @@
+"""What the orchestrator writes and reads: plans, attempts, and the step's state.
+
+The sensor, the CLI and the UI all read the ledger through :func:`read_step`, so
+there is one way into the table. Reads are Queries on the run's partition with a
+sort-key prefix, never Scans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+
+from pynamodb.exceptions import PutError, UpdateError
+
+from shardline_ledger.keys import RUN_SK, file_sk, file_sk_prefix, run_pk, shard_sk_prefix, step_sk
+from shardline_ledger.states import FileStatus, StepStatus
+from shardline_ledger.table import LedgerItem
+
+CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
+# Only what the sensor needs; keeps each Query page small.
+FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in",
+                   "rows_out"]
+
+
+class StaleOrchestratorError(RuntimeError):
+    """Another try of the orchestrator already moved the step to a newer attempt."""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
+    """Create the RUN item once; later calls leave it alone."""
+    item = model(run_pk(pipeline, run_id), RUN_SK, pipeline=pipeline, run_id=run_id,
+                 status=StepStatus.RUNNING.value, started_at=_now())
+    try:
+        item.save(condition=model.pk.does_not_exist())
+    except PutError as err:
+        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            raise
+
+
+def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                  input_keys: Iterable[tuple[str, int]]) -> int:
+    """Move the STEP item to ``attempt`` and write a PENDING FILE item for each input.
+
+    The STEP update is conditional (attempt only moves forward), so two tries of the
+    same task cannot both plan; re-planning the same attempt is idempotent. FILE items
+    go in BatchWrite calls of 25. Returns the number of files written.
+    """
+    pk = run_pk(pipeline, run_id)
+    step_item = model(pk, step_sk(step))
+    try:
+        step_item.update(
+            actions=[
+                model.attempt.set(attempt),
+                model.status.set(StepStatus.PLANNED.value),
+                model.pipeline.set(pipeline),
+                model.run_id.set(run_id),
+                model.step.set(step),
+                model.started_at.set(_now()),
+            ],
+            condition=model.attempt.does_not_exist() | (model.attempt <= attempt),
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            raise StaleOrchestratorError(
+                f"step {step} of run {run_id} is already past attempt {attempt}; not re-planning it"
+            ) from err
+        raise
+    count = 0
+    with model.batch_write() as batch:
+        for input_key, size in input_keys:
+            batch.save(model(pk, file_sk(step, input_key), status=FileStatus.PENDING.value, attempt=attempt,
+                             pipeline=pipeline, run_id=run_id, step=step, input_key=input_key, bytes_in=size))
+            count += 1
+    return count
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecords:
+    step: LedgerItem | None
+    files: list[LedgerItem]
+    shards: list[LedgerItem]
+    requests: int  # DynamoDB requests this read cost (Query pages)
+
+
+def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str) -> StepRecords:
+    """The STEP item, its FILE items and its SHARD items, by Query on the run partition."""
+    pk = run_pk(pipeline, run_id)
+    files, file_pages = _query(model, pk, file_sk_prefix(step), FILE_ATTRIBUTES)
+    shards, shard_pages = _query(model, pk, shard_sk_prefix(step), None)
+    try:
+        step_item = model.get(pk, step_sk(step))
+    except model.DoesNotExist:
+        step_item = None
+    return StepRecords(step=step_item, files=files, shards=shards, requests=file_pages + shard_pages + 1)
+
+
+def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tuple[list, int]:
+    """Every item under a sort-key prefix, one Query page (<= 1 MB) at a time; counts the pages."""
+    items, pages, start = [], 0, None
+    while True:
+        result = model.query(pk, model.sk.startswith(sk_prefix), attributes_to_get=attributes,
+                             last_evaluated_key=start, consistent_read=True)
+        page = next(result.page_iter)
+        pages += 1
+        items.extend(model.from_raw_data(raw) for raw in page.get("Items", []))
+        start = result.page_iter.last_evaluated_key
+        if start is None:
+            return items, pages
