@@ -1,0 +1,193 @@
+"""The supervisor of one local processing job: ``python -m shardline.backends.local_job JOB_DIR``.
+
+Started detached by :class:`shardline.backends.local.LocalBackend`. It plays the part of
+SageMaker Processing for one request: deal out the inputs per instance, run one worker
+per instance, enforce the runtime limit, upload the outputs, record the final state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+
+from shardline.backends.local import REQUEST_FILE, STATE_FILE, read_state, write_json_atomic
+from shardline.decide import JobStatus
+from shardline.planner import parse_s3_uri
+
+log = logging.getLogger("shardline.local_job")
+
+SM_ROOT = "/opt/ml/processing/"
+TEMP_MARKER = ".shardline-tmp"  # the worker's incomplete outputs; never uploaded
+
+
+class _Stop(Exception):
+    pass
+
+
+def _on_sigterm(signum, _frame):
+    raise _Stop(signal.Signals(signum).name)
+
+
+def local_path(instance_dir: Path, sm_path: str) -> Path:
+    """Map a container path (/opt/ml/processing/...) into this instance's directory."""
+    relative = sm_path[len(SM_ROOT):] if sm_path.startswith(SM_ROOT) else sm_path.lstrip("/")
+    return instance_dir / "processing" / relative
+
+
+def list_prefix(s3, uri: str) -> list[tuple[str, str, str]]:
+    """(bucket, key, path relative to the prefix's folder) for every object under an S3Prefix."""
+    bucket, prefix = parse_s3_uri(uri)
+    base = prefix if prefix.endswith("/") or not prefix else posixpath.dirname(prefix) + "/"
+    base = "" if base == "/" else base
+    found = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            found.append((bucket, item["Key"], item["Key"][len(base):]))
+    return sorted(found, key=lambda t: t[1])
+
+
+def manifest_entries(s3, uri: str) -> list[tuple[str, str, str]]:
+    bucket, key = parse_s3_uri(uri)
+    entries = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    prefix_bucket, prefix = parse_s3_uri(entries[0]["prefix"])
+    return sorted(((prefix_bucket, prefix + rel, rel) for rel in entries[1:]), key=lambda t: t[1])
+
+
+def deal(objects: list, instances: int, distribution: str) -> list[list]:
+    if distribution == "ShardedByS3Key":
+        return [objects[i::instances] for i in range(instances)]
+    return [list(objects) for _ in range(instances)]  # FullyReplicated
+
+
+def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
+    for spec in request.get("ProcessingInputs", []):
+        s3_input = spec["S3Input"]
+        if s3_input["S3DataType"] == "ManifestFile":
+            objects = manifest_entries(s3, s3_input["S3Uri"])
+        else:
+            objects = list_prefix(s3, s3_input["S3Uri"])
+        shares = deal(objects, len(instance_dirs), s3_input.get("S3DataDistributionType", "FullyReplicated"))
+        for instance_dir, share in zip(instance_dirs, shares, strict=True):
+            target = local_path(instance_dir, s3_input["LocalPath"])
+            target.mkdir(parents=True, exist_ok=True)
+            for bucket, key, relative in share:
+                dest = target / relative
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(bucket, key, str(dest))
+        log.info("input %s: %d object(s) dealt %s over %d instance(s)", spec.get("InputName"), len(objects),
+                 s3_input.get("S3DataDistributionType"), len(instance_dirs))
+
+
+def upload_outputs(s3, request: dict, instance_dirs: list[Path]) -> int:
+    uploaded = 0
+    for spec in request.get("ProcessingOutputConfig", {}).get("Outputs", []):
+        bucket, prefix = parse_s3_uri(spec["S3Output"]["S3Uri"])
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        for instance_dir in instance_dirs:
+            source = local_path(instance_dir, spec["S3Output"]["LocalPath"])
+            if not source.is_dir():
+                continue
+            for path in sorted(p for p in source.rglob("*") if p.is_file() and TEMP_MARKER not in p.name):
+                s3.upload_file(str(path), bucket, prefix + path.relative_to(source).as_posix())
+                uploaded += 1
+    return uploaded
+
+
+def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
+    inputs = {i["InputName"]: i["S3Input"]["LocalPath"] for i in request.get("ProcessingInputs", [])}
+    outputs = request.get("ProcessingOutputConfig", {}).get("Outputs", [])
+    command = [sys.executable, "-m", "shardline_worker",
+               "--resource-config", str(instance_dir / "config" / "resourceconfig.json"),
+               "--scratch-dir", str(instance_dir / "scratch")]
+    if "data" in inputs:
+        command += ["--input-dir", str(local_path(instance_dir, inputs["data"]))]
+    if "model" in inputs:
+        command += ["--model-dir", str(local_path(instance_dir, inputs["model"]))]
+    if outputs:
+        command += ["--output-dir", str(local_path(instance_dir, outputs[0]["S3Output"]["LocalPath"]))]
+    return command + list(request.get("AppSpecification", {}).get("ContainerArguments", []))
+
+
+def run(job_dir: Path) -> dict:
+    request = json.loads((job_dir / REQUEST_FILE).read_text())
+    count = request["ProcessingResources"]["ClusterConfig"]["InstanceCount"]
+    max_runtime = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 86400)
+    hosts = [f"algo-{i + 1}" for i in range(count)]
+    instance_dirs = [job_dir / host for host in hosts]
+    s3 = boto3.client("s3")
+    started = time.monotonic()
+    stage_inputs(s3, request, instance_dirs)
+
+    procs: dict[str, subprocess.Popen] = {}
+    env = {**os.environ, **request.get("Environment", {})}
+    for host, instance_dir in zip(hosts, instance_dirs, strict=True):
+        config = instance_dir / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "resourceconfig.json").write_text(json.dumps({"current_host": host, "hosts": hosts}))
+        with open(instance_dir / "worker.log", "ab") as out:
+            procs[host] = subprocess.Popen(worker_command(request, instance_dir, host), env=env, stdout=out,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.info("%s: worker pid %d", host, procs[host].pid)
+
+    timed_out = False
+    while any(p.poll() is None for p in procs.values()):
+        if time.monotonic() - started > max_runtime:
+            timed_out = True
+            _terminate(procs.values())
+            break
+        time.sleep(0.2)
+    codes = {host: p.wait() for host, p in procs.items()}
+    uploaded = upload_outputs(s3, request, instance_dirs)
+    log.info("exit codes %s; uploaded %d output file(s)", codes, uploaded)
+    if timed_out:
+        return {"status": JobStatus.STOPPED.value,
+                "failure_reason": f"MaxRuntimeInSeconds ({max_runtime}) exceeded"}
+    failed = {h: c for h, c in codes.items() if c != 0}
+    if failed:
+        detail = ", ".join(f"{h} exited with code {c}" for h, c in sorted(failed.items()))
+        return {"status": JobStatus.FAILED.value, "failure_reason": f"AlgorithmError: {detail}",
+                "exit_codes": codes}
+    return {"status": JobStatus.COMPLETED.value, "exit_codes": codes}
+
+
+def _terminate(procs) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + 10
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [local-job] %(message)s")
+    job_dir = Path(argv[0])
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        outcome = run(job_dir)
+    except _Stop as err:
+        outcome = {"status": JobStatus.STOPPED.value, "failure_reason": f"stopped ({err})"}
+    except Exception as err:  # recorded as the job's failure reason, like SageMaker's
+        log.exception("job failed")
+        outcome = {"status": JobStatus.FAILED.value, "failure_reason": f"ClientError: {type(err).__name__}: {err}"}
+    state = read_state(job_dir)
+    if (job_dir / "STOP").exists() and outcome["status"] != JobStatus.COMPLETED.value:
+        outcome = {**outcome, "status": JobStatus.STOPPED.value}
+    write_json_atomic(job_dir / STATE_FILE, {**state, **outcome, "ended_at": time.time()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,193 @@
+"""The backend contract, run against both implementations, plus the local emulator's own duties.
+
+The local backend runs the real worker per instance; the SageMaker backend talks to the
+SageMaker API of moto_server over HTTP (moto runs nothing, so its jobs complete at once).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+
+import boto3
+import psutil
+import pyarrow.parquet as pq
+import pytest
+from shardline.backends import JobNotFound
+from shardline.backends.local import LocalBackend
+from shardline.backends.sagemaker import SageMakerBackend
+from shardline.decide import JobStatus
+from shardline.naming import job_name
+from shardline.planner import list_inputs, manifest_body, write_manifest
+from shardline.requests import Attempt, build_processing_request
+from shardline.spec import parse_spec
+from shardline_worker import synthetic
+
+from tests.helpers import write_inference_script
+
+ROLE = "arn:aws:iam::123456789012:role/shardline"
+IMAGE = "shardline-worker:cpu"
+ROWS_PER_FILE = 500
+
+
+def _upload_model(s3, model_dir, key):
+    sha = synthetic.pack(model_dir, model_dir.parent / f"{model_dir.name}-packed" / "model.tar.gz")
+    s3.upload_file(str(model_dir.parent / f"{model_dir.name}-packed" / "model.tar.gz"), "models", key)
+    return sha
+
+
+@pytest.fixture
+def job(aws_env, ledger_table, xgboost_model, tmp_path):
+    """Six input files, a packed model and a planned attempt on moto_server; returns a request builder."""
+    s3 = boto3.client("s3")
+    for bucket in ("raw", "out", "models"):
+        s3.create_bucket(Bucket=bucket)
+    for i in range(6):
+        buf = io.BytesIO()
+        pq.write_table(synthetic.make_table(ROWS_PER_FILE, first_id=i * ROWS_PER_FILE, seed=i), buf)
+        s3.put_object(Bucket="raw", Key=f"dt=2026-11-22/part-{i}.parquet", Body=buf.getvalue())
+    sha = _upload_model(s3, xgboost_model.parent, "xgb/model.tar.gz")
+
+    def build(run_id="run-1", model_key="xgb/model.tar.gz", model_sha=sha, instances=2):
+        spec = parse_spec({
+            "pipeline": "scoring", "ledger_table": ledger_table,
+            "steps": [{"name": "score", "model": {"uri": f"s3://models/{model_key}", "sha256": model_sha},
+                       "input": {"prefix": "s3://raw/dt=2026-11-22/", "passthrough": ["id"]},
+                       "output": {"prefix": f"s3://out/{run_id}/"},
+                       "resources": {"instance_count": instances}}],
+        }, "test.yaml")
+        objects = list_inputs(s3, "s3://raw/dt=2026-11-22/")
+        manifest = f"s3://out/_manifests/{run_id}/attempt-0001.manifest"
+        write_manifest(s3, manifest, manifest_body("s3://raw/dt=2026-11-22/", [o.key for o in objects]))
+        attempt = Attempt(pipeline="scoring", run_id=run_id, step="score", attempt=1,
+                          job_name=job_name("scoring", run_id, "score", 1), manifest_uri=manifest,
+                          input_prefix="s3://raw/dt=2026-11-22/", output_prefix=f"s3://out/{run_id}/",
+                          model_uri=f"s3://models/{model_key}", instance_count=instances)
+        return build_processing_request(spec, attempt, image_uri=IMAGE, role_arn=ROLE)
+
+    return build
+
+
+def wait_terminal(backend, name, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = backend.describe(name)
+        if state.status.is_terminal:
+            return state
+        time.sleep(0.3)
+    raise AssertionError(f"{name} still {backend.describe(name).status} after {timeout}s")
+
+
+@pytest.fixture(params=["local", "sagemaker"])
+def backend(request, tmp_path, aws_env):
+    if request.param == "local":
+        return LocalBackend(tmp_path / "local-backend")
+    return SageMakerBackend(boto3.client("sagemaker"))
+
+
+# -- the contract both backends keep -----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_submit_is_idempotent_and_the_job_completes(backend, job):
+    request = job()
+    name = backend.submit(request)
+    assert backend.submit(request) == name  # a retried task adopts the job
+    state = wait_terminal(backend, name)
+    assert state.status is JobStatus.COMPLETED, state
+    assert state.name == name
+
+
+def test_unknown_jobs_are_not_found(backend, aws_env):
+    with pytest.raises(JobNotFound):
+        backend.describe("sl-nope-a1")
+    with pytest.raises(JobNotFound):
+        backend.stop("sl-nope-a1")
+
+
+def test_stopping_a_finished_job_is_a_no_op(backend, job):
+    name = backend.submit(job(run_id="run-stop-done"))
+    wait_terminal(backend, name)
+    backend.stop(name)
+    assert backend.describe(name).status is JobStatus.COMPLETED
+
+
+# -- what only the local emulator can show ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_local_job_shards_by_key_runs_every_instance_and_uploads_outputs(job, tmp_path, aws_env):
+    backend = LocalBackend(tmp_path / "lb")
+    name = backend.submit(job(run_id="run-e2e"))
+    assert wait_terminal(backend, name).status is JobStatus.COMPLETED
+    s3 = boto3.client("s3")
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="out", Prefix="run-e2e/")["Contents"])
+    outputs = [k for k in keys if k.endswith(".parquet")]
+    assert outputs == [f"run-e2e/part-{i}.parquet" for i in range(6)]
+    assert {"run-e2e/_shardline/manifest-algo-1.json", "run-e2e/_shardline/manifest-algo-2.json"} <= set(keys)
+    ids = []
+    for key in outputs:
+        table = pq.read_table(io.BytesIO(s3.get_object(Bucket="out", Key=key)["Body"].read()))
+        ids.extend(table.column("id").to_pylist())
+    assert sorted(ids) == list(range(6 * ROWS_PER_FILE))  # no row lost or duplicated
+    manifests = [json.loads(s3.get_object(Bucket="out", Key=f"run-e2e/_shardline/manifest-{h}.json")["Body"].read())
+                 for h in ("algo-1", "algo-2")]
+    assert [m["files"] for m in manifests] == [3, 3]  # ShardedByS3Key: keys[i::2]
+    assert not any(".shardline-tmp" in k for k in keys)
+
+
+@pytest.fixture
+def slow_model(tmp_path, aws_env):
+    model_dir = tmp_path / "slow-model"
+    write_inference_script(model_dir, "import time\n\n"
+                           "def model_fn(model_dir):\n    return None\n\n"
+                           "def predict_fn(data, model):\n    time.sleep(0.5)\n    return data[:, 0]\n")
+    return model_dir
+
+
+def _process_group(pgid):
+    """Live processes of a process group: the supervisor, the workers and their pool children."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+@pytest.mark.slow
+def test_local_stop_kills_the_whole_process_tree(job, slow_model, tmp_path):
+    s3 = boto3.client("s3")
+    sha = _upload_model(s3, slow_model, "slow/model.tar.gz")
+    backend = LocalBackend(tmp_path / "lb")
+    request = job(run_id="run-kill", model_key="slow/model.tar.gz", model_sha=sha)
+    name = backend.submit(request)
+    job_dir = backend.job_dir(name)
+    deadline = time.monotonic() + 60
+    while not list(job_dir.glob("algo-*/worker.log")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    pgid = json.loads((job_dir / "state.json").read_text())["pid"]
+    assert len(_process_group(pgid)) >= 3  # supervisor + 2 workers (+ their pools)
+    backend.stop(name)
+    state = backend.describe(name)
+    assert state.status is JobStatus.STOPPED, state
+    time.sleep(0.5)
+    assert _process_group(pgid) == []
+
+
+@pytest.mark.slow
+def test_local_max_runtime_is_enforced(job, slow_model, tmp_path):
+    s3 = boto3.client("s3")
+    sha = _upload_model(s3, slow_model, "slow2/model.tar.gz")
+    backend = LocalBackend(tmp_path / "lb")
+    request = job(run_id="run-timeout", model_key="slow2/model.tar.gz", model_sha=sha)
+    request["StoppingCondition"]["MaxRuntimeInSeconds"] = 3
+    name = backend.submit(request)
+    state = wait_terminal(backend, name, timeout=90)
+    assert state.status is JobStatus.STOPPED
+    assert "MaxRuntimeInSeconds (3) exceeded" in state.failure_reason
