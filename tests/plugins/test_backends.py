@@ -10,6 +10,7 @@ import io
 import json
 import os
 import time
+import uuid
 
 import boto3
 import psutil
@@ -32,9 +33,10 @@ IMAGE = "shardline-worker:cpu"
 ROWS_PER_FILE = 500
 
 
-def _upload_model(s3, model_dir, key):
-    sha = synthetic.pack(model_dir, model_dir.parent / f"{model_dir.name}-packed" / "model.tar.gz")
-    s3.upload_file(str(model_dir.parent / f"{model_dir.name}-packed" / "model.tar.gz"), "models", key)
+def _upload_model(s3, model_dir, bucket, key):
+    tarball = model_dir.parent / f"{model_dir.name}-packed" / "model.tar.gz"
+    sha = synthetic.pack(model_dir, tarball)
+    s3.upload_file(str(tarball), bucket, key)
     return sha
 
 
@@ -42,31 +44,34 @@ def _upload_model(s3, model_dir, key):
 def job(aws_env, ledger_table, xgboost_model, tmp_path):
     """Six input files, a packed model and a planned attempt on moto_server; returns a request builder."""
     s3 = boto3.client("s3")
-    for bucket in ("raw", "out", "models"):
+    tag = uuid.uuid4().hex[:8]  # moto_server lives for the session: each test gets its own buckets
+    raw, out, models = f"raw-{tag}", f"out-{tag}", f"models-{tag}"
+    for bucket in (raw, out, models):
         s3.create_bucket(Bucket=bucket)
     for i in range(6):
         buf = io.BytesIO()
         pq.write_table(synthetic.make_table(ROWS_PER_FILE, first_id=i * ROWS_PER_FILE, seed=i), buf)
-        s3.put_object(Bucket="raw", Key=f"dt=2026-11-22/part-{i}.parquet", Body=buf.getvalue())
-    sha = _upload_model(s3, xgboost_model.parent, "xgb/model.tar.gz")
+        s3.put_object(Bucket=raw, Key=f"dt=2026-11-22/part-{i}.parquet", Body=buf.getvalue())
+    sha = _upload_model(s3, xgboost_model.parent, models, "xgb/model.tar.gz")
 
     def build(run_id="run-1", model_key="xgb/model.tar.gz", model_sha=sha, instances=2):
         spec = parse_spec({
             "pipeline": "scoring", "ledger_table": ledger_table,
-            "steps": [{"name": "score", "model": {"uri": f"s3://models/{model_key}", "sha256": model_sha},
-                       "input": {"prefix": "s3://raw/dt=2026-11-22/", "passthrough": ["id"]},
-                       "output": {"prefix": f"s3://out/{run_id}/"},
+            "steps": [{"name": "score", "model": {"uri": f"s3://{models}/{model_key}", "sha256": model_sha},
+                       "input": {"prefix": f"s3://{raw}/dt=2026-11-22/", "passthrough": ["id"]},
+                       "output": {"prefix": f"s3://{out}/{run_id}/"},
                        "resources": {"instance_count": instances}}],
         }, "test.yaml")
-        objects = list_inputs(s3, "s3://raw/dt=2026-11-22/")
-        manifest = f"s3://out/_manifests/{run_id}/attempt-0001.manifest"
-        write_manifest(s3, manifest, manifest_body("s3://raw/dt=2026-11-22/", [o.key for o in objects]))
+        objects = list_inputs(s3, f"s3://{raw}/dt=2026-11-22/")
+        manifest = f"s3://{out}/_manifests/{run_id}/attempt-0001.manifest"
+        write_manifest(s3, manifest, manifest_body(f"s3://{raw}/dt=2026-11-22/", [o.key for o in objects]))
         attempt = Attempt(pipeline="scoring", run_id=run_id, step="score", attempt=1,
                           job_name=job_name("scoring", run_id, "score", 1), manifest_uri=manifest,
-                          input_prefix="s3://raw/dt=2026-11-22/", output_prefix=f"s3://out/{run_id}/",
-                          model_uri=f"s3://models/{model_key}", instance_count=instances)
+                          input_prefix=f"s3://{raw}/dt=2026-11-22/", output_prefix=f"s3://{out}/{run_id}/",
+                          model_uri=f"s3://{models}/{model_key}", instance_count=instances)
         return build_processing_request(spec, attempt, image_uri=IMAGE, role_arn=ROLE)
 
+    build.buckets = {"raw": raw, "out": out, "models": models}
     return build
 
 
@@ -123,16 +128,17 @@ def test_local_job_shards_by_key_runs_every_instance_and_uploads_outputs(job, tm
     name = backend.submit(job(run_id="run-e2e"))
     assert wait_terminal(backend, name).status is JobStatus.COMPLETED
     s3 = boto3.client("s3")
-    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="out", Prefix="run-e2e/")["Contents"])
+    out = job.buckets["out"]
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=out, Prefix="run-e2e/")["Contents"])
     outputs = [k for k in keys if k.endswith(".parquet")]
     assert outputs == [f"run-e2e/part-{i}.parquet" for i in range(6)]
     assert {"run-e2e/_shardline/manifest-algo-1.json", "run-e2e/_shardline/manifest-algo-2.json"} <= set(keys)
     ids = []
     for key in outputs:
-        table = pq.read_table(io.BytesIO(s3.get_object(Bucket="out", Key=key)["Body"].read()))
+        table = pq.read_table(io.BytesIO(s3.get_object(Bucket=out, Key=key)["Body"].read()))
         ids.extend(table.column("id").to_pylist())
     assert sorted(ids) == list(range(6 * ROWS_PER_FILE))  # no row lost or duplicated
-    manifests = [json.loads(s3.get_object(Bucket="out", Key=f"run-e2e/_shardline/manifest-{h}.json")["Body"].read())
+    manifests = [json.loads(s3.get_object(Bucket=out, Key=f"run-e2e/_shardline/manifest-{h}.json")["Body"].read())
                  for h in ("algo-1", "algo-2")]
     assert [m["files"] for m in manifests] == [3, 3]  # ShardedByS3Key: keys[i::2]
     assert not any(".shardline-tmp" in k for k in keys)
@@ -162,7 +168,7 @@ def _process_group(pgid):
 @pytest.mark.slow
 def test_local_stop_kills_the_whole_process_tree(job, slow_model, tmp_path):
     s3 = boto3.client("s3")
-    sha = _upload_model(s3, slow_model, "slow/model.tar.gz")
+    sha = _upload_model(s3, slow_model, job.buckets["models"], "slow/model.tar.gz")
     backend = LocalBackend(tmp_path / "lb")
     request = job(run_id="run-kill", model_key="slow/model.tar.gz", model_sha=sha)
     name = backend.submit(request)
@@ -183,7 +189,7 @@ def test_local_stop_kills_the_whole_process_tree(job, slow_model, tmp_path):
 @pytest.mark.slow
 def test_local_max_runtime_is_enforced(job, slow_model, tmp_path):
     s3 = boto3.client("s3")
-    sha = _upload_model(s3, slow_model, "slow2/model.tar.gz")
+    sha = _upload_model(s3, slow_model, job.buckets["models"], "slow2/model.tar.gz")
     backend = LocalBackend(tmp_path / "lb")
     request = job(run_id="run-timeout", model_key="slow2/model.tar.gz", model_sha=sha)
     request["StoppingCondition"]["MaxRuntimeInSeconds"] = 3

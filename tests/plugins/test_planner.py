@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 
 import boto3
 import pytest
@@ -47,13 +48,14 @@ def test_selected(key, include, exclude, expected):
 
 def test_listing_follows_every_page_and_filters(aws_env):
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="raw")
+    bucket = f"raw-{uuid.uuid4().hex[:8]}"  # moto_server lives for the session: keep tests apart
+    s3.create_bucket(Bucket=bucket)
     for i in range(1050):  # ListObjectsV2 returns at most 1000 keys a page
-        s3.put_object(Bucket="raw", Key=f"dt=2026-11-22/part-{i:05d}.parquet", Body=b"x" * (i % 7))
-    s3.put_object(Bucket="raw", Key="dt=2026-11-22/_SUCCESS", Body=b"")
-    s3.put_object(Bucket="raw", Key="dt=2026-11-22/notes.txt", Body=b"")
-    s3.put_object(Bucket="raw", Key="dt=2026-11-23/part-0.parquet", Body=b"")
-    found = list_inputs(s3, "s3://raw/dt=2026-11-22", include=("*.parquet",))
+        s3.put_object(Bucket=bucket, Key=f"dt=2026-11-22/part-{i:05d}.parquet", Body=b"x" * (i % 7))
+    s3.put_object(Bucket=bucket, Key="dt=2026-11-22/_SUCCESS", Body=b"")
+    s3.put_object(Bucket=bucket, Key="dt=2026-11-22/notes.txt", Body=b"")
+    s3.put_object(Bucket=bucket, Key="dt=2026-11-23/part-0.parquet", Body=b"")
+    found = list_inputs(s3, f"s3://{bucket}/dt=2026-11-22", include=("*.parquet",))
     assert len(found) == 1050
     assert found[0] == S3Object("dt=2026-11-22/part-00000.parquet", 0)
     assert [o.key for o in found] == sorted(o.key for o in found)
@@ -61,8 +63,9 @@ def test_listing_follows_every_page_and_filters(aws_env):
 
 def test_empty_prefix_lists_nothing(aws_env):
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="empty")
-    assert list_inputs(s3, "s3://empty/nothing/") == []
+    bucket = f"empty-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    assert list_inputs(s3, f"s3://{bucket}/nothing/") == []
 
 
 def test_shard_by_key_matches_sagemaker_sharded_by_s3_key():
@@ -94,7 +97,8 @@ def test_manifest_format_is_sagemakers(aws_env):
     with pytest.raises(ValueError, match="is not under"):
         manifest_body("s3://raw/dt=2026-11-22/", ["other/c.parquet"])
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="out")
-    write_manifest(s3, "s3://out/_shardline/manifests/run/score/attempt-0001.manifest", body)
-    stored = s3.get_object(Bucket="out", Key="_shardline/manifests/run/score/attempt-0001.manifest")["Body"].read()
+    bucket = f"out-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    write_manifest(s3, f"s3://{bucket}/_shardline/manifests/run/score/attempt-0001.manifest", body)
+    stored = s3.get_object(Bucket=bucket, Key="_shardline/manifests/run/score/attempt-0001.manifest")["Body"].read()
     assert json.loads(stored)[1] == "a.parquet"
