@@ -165,10 +165,10 @@ def resolve_host(resource_config: Path, override: str | None) -> tuple[str, list
 class _LedgerHooks(Hooks):
     """Mirrors file status and heartbeats into the ledger, through the background pump."""
 
-    def __init__(self, ledger, pump: LedgerPump, files_assigned: int, runner_ref, interval: float):
+    def __init__(self, ledger, pump: LedgerPump, files_assigned: int, interval: float):
         self.ledger, self.pump = ledger, pump
         self.files_assigned = files_assigned
-        self.runner_ref = runner_ref
+        self.runner: Runner | None = None  # set once the runner exists; its counter feeds the heartbeat
         self.interval = interval
         self.done = self.failed = 0
         self.next_beat = 0.0
@@ -195,7 +195,7 @@ class _LedgerHooks(Hooks):
         self.pump.put(lambda: self.ledger.finish_file(report.input, outcome), f"finish {report.input}")
 
     def beat(self, status: ShardStatus) -> None:
-        rows = self.runner_ref().rows_done.value if self.runner_ref() else 0
+        rows = self.runner.rows_done.value if self.runner else 0
         counts = dict(files_assigned=self.files_assigned, files_done=self.done, files_failed=self.failed,
                       rows_done=rows)
         self.pump.put(lambda: self.ledger.heartbeat(status, **counts), "heartbeat")
@@ -296,13 +296,12 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         gpu_batch_rows=args.gpu_batch_rows, output_format=args.output_format,
         probabilities=args.probabilities, content_type=args.content_type, accept=args.accept,
     )
-    runner_holder: list[Runner] = []
-    hooks = _LedgerHooks(ledger, pump, len(files), lambda: runner_holder[0] if runner_holder else None,
-                         args.heartbeat_interval) if ledger else Hooks()
+    hooks = _LedgerHooks(ledger, pump, len(files), args.heartbeat_interval) if ledger else Hooks()
     runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
                     max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval,
                     hooks=hooks)
-    runner_holder.append(runner)
+    if ledger:
+        hooks.runner = runner
 
     reports: list[FileReport] = []
     try:
