@@ -322,6 +322,8 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         raise
     finally:
         _sweep_temp_files(args.output_dir)
+        if pump and sys.exc_info()[0] is not None:
+            pump.close()  # flush what finished before the error, e.g. on SIGTERM
 
     seconds = time.monotonic() - started
     failed = [r for r in reports if r.status is FileStatus.FAILED]

@@ -88,11 +88,11 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
     state = _WorkerState(settings=settings, slot=slot, rows_counter=rows_counter)
     pa.set_cpu_count(slot.threads)
     pa.set_io_thread_count(max(2, slot.threads))
-    device = _resolve_device(slot, settings.artifact.kind)
-    state.label = f"pid {os.getpid()} {device}" + (
-        f" (CUDA_VISIBLE_DEVICES={slot.gpu})" if slot.gpu is not None else ""
-    )
     try:
+        device = _resolve_device(slot, settings.artifact.kind)
+        state.label = f"pid {os.getpid()} {device}" + (
+            f" (CUDA_VISIBLE_DEVICES={slot.gpu})" if slot.gpu is not None else ""
+        )
         state.predictor = load_predictor(
             settings.artifact,
             threads=slot.threads,
@@ -101,11 +101,13 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
             content_type=settings.content_type,
             accept=settings.accept,
         )
-    except Exception as err:  # noqa: BLE001 - reported to the main process as a fatal setup error
-        state.setup_error = f"{type(err).__name__}: {err}"
-    from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits
 
-    state.limits = threadpool_limits(limits=slot.threads)
+        state.limits = threadpool_limits(limits=slot.threads)
+    except Exception as err:  # noqa: BLE001 - reported to the main process as a fatal setup error
+        # Raising here would break the pool, and the runner would blame the files as poison.
+        state.setup_error = f"{type(err).__name__}: {err}"
+        state.label = state.label or f"pid {os.getpid()}"
     state.ready_at = time.time()
     _state = state
 

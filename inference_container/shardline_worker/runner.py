@@ -16,7 +16,7 @@ import logging
 import multiprocessing as mp
 import time
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -118,6 +118,7 @@ class Runner:
         crashes: dict[Task, int] = {}
         queue: deque[Task] = deque(units)
         suspects: deque[Task] = deque()
+        suspect_set: set[Task] = set()  # suspects not yet finished, queued or in flight
         inflight: dict[Future, Task] = {}
         self._started = time.monotonic()
         self._last_progress = self._started
@@ -129,8 +130,9 @@ class Runner:
                 stop_reason = self.hooks.poll()
                 if stop_reason:
                     raise Stopped(stop_reason)
-                # Isolation mode: after a crash, suspects run alone so the next crash has one culprit.
-                isolating = bool(suspects)
+                # Isolation mode: after a crash, suspects run alone so the next crash has one culprit,
+                # including the last one: nothing else starts until it has finished.
+                isolating = bool(suspects) or any(t in suspect_set for t in inflight.values())
                 source = suspects if isolating else queue
                 limit = 1 if isolating else self.max_inflight
                 while source and len(inflight) < limit:
@@ -151,18 +153,16 @@ class Runner:
                 broken: list[Task] = []
                 for future in done:
                     task = inflight.pop(future)
-                    error = future.exception()
-                    if isinstance(error, BrokenProcessPool):
-                        broken.append(task)
-                        continue
-                    if error is not None:  # a bug in our own code, not a file's fault
-                        raise error
-                    self._on_result(future.result(), task, reports, parts_left, part_outputs, queue)
+                    if self._collect(future, task, broken, reports, parts_left, part_outputs, queue):
+                        suspect_set.discard(task)
                 if broken:
-                    # Every other in-flight unit died with the pool, whether or not its future says so yet.
-                    broken.extend(inflight.values())
-                    inflight.clear()
                     pool.shutdown(wait=True, cancel_futures=True)
+                    # Units still in flight died with the pool, unless their result made it out first.
+                    for future, task in list(inflight.items()):
+                        if self._collect(future, task, broken, reports, parts_left, part_outputs, queue):
+                            suspect_set.discard(task)
+                    inflight.clear()
+                    suspect_set.update(broken)
                     self._on_crash(broken, isolating, crashes, reports, suspects)
                     pool = self._new_pool()
                 self._maybe_log_progress(reports)
@@ -201,6 +201,17 @@ class Runner:
         for child in mp.active_children():
             child.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
+
+    def _collect(self, future: Future, task: Task, broken: list[Task], *state) -> bool:
+        """Handle a finished future; True if it produced a result, False if its worker died."""
+        error = future.exception() if future.done() else BrokenProcessPool("worker died")
+        if isinstance(error, (BrokenProcessPool, CancelledError)):
+            broken.append(task)
+            return False
+        if error is not None:  # a bug in our own code, not a file's fault
+            raise error
+        self._on_result(future.result(), task, *state)
+        return True
 
     def _on_result(self, result: UnitResult, task: Task, reports, parts_left, part_outputs, queue) -> None:
         if self.pool_starts == 1 and result.ready_at:
@@ -269,6 +280,9 @@ class Runner:
         report.sha256 = sha256
         report.bytes_out = bytes_out
         if report.rows_in != report.rows_out:
+            # Never leave an output that disagrees with its input under a final name.
+            (Path(self.settings.output_dir) / report.output).unlink(missing_ok=True)
+            report.output = None
             self._fail(report, "RowCountMismatch",
                        f"read {report.rows_in} rows but wrote {report.rows_out}")
             return

@@ -54,6 +54,7 @@ class FileState:
 class ShardState:
     host: str
     heartbeat_age_seconds: float
+    finished: bool = False  # the instance reported a terminal status; silence after that is expected
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +106,8 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     job = snapshot.job_status
 
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
-        stale = [s for s in snapshot.shards if s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]
+        stale = [s for s in snapshot.shards
+                 if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]
         silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
         if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
             lost = ", ".join(s.host for s in stale) or "every instance (no heartbeat yet)"

@@ -77,6 +77,37 @@ def shard_by_size(objects: Iterable[S3Object], instances: int) -> list[list[S3Ob
     return [sorted(shard, key=lambda o: o.key) for shard in shards]
 
 
+def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> list[S3Object]:
+    """The order to list files in a manifest that is dealt round robin (entry j to instance j % n).
+
+    ``by_key`` keeps key order (plain ShardedByS3Key). ``by_size`` balances bytes under
+    that same deal: a round-robin deal fixes how many files each instance gets, so files
+    go largest first to the least-loaded instance that still has room, and the manifest
+    is then interleaved so the deal hands each instance exactly its bin.
+    """
+    ordered = sorted(objects, key=lambda o: o.key)
+    if mode == "by_key" or instances <= 1 or len(ordered) <= instances:
+        return ordered
+    per, extra = divmod(len(ordered), instances)
+    bins: list[list[S3Object]] = [[] for _ in range(instances)]
+    loads = [0] * instances
+    full_extra = 0  # bins that took one more file than `per`; only `extra` may
+    for obj in sorted(ordered, key=lambda o: (-o.size, o.key)):
+        room = [i for i in range(instances)
+                if len(bins[i]) < per or (len(bins[i]) == per and full_extra < extra)]
+        target = min(room, key=lambda i: (loads[i], i))
+        full_extra += len(bins[target]) == per
+        bins[target].append(obj)
+        loads[target] += obj.size
+    bins.sort(key=len, reverse=True)  # the deal's last, partial round goes to the first instances
+    return [b[rnd] for rnd in range(per + 1) for b in bins if rnd < len(b)]
+
+
+def dealt(objects: Sequence[S3Object], instances: int) -> list[list[S3Object]]:
+    """What each instance receives from a manifest in this order (round robin)."""
+    return [list(objects[i::instances]) for i in range(instances)]
+
+
 def makespan(shards: Sequence[Sequence[S3Object]]) -> int:
     """Bytes on the busiest instance: what the step's wall time follows."""
     return max((sum(o.size for o in shard) for shard in shards), default=0)

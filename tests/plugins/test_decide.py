@@ -54,6 +54,11 @@ def test_stale_heartbeat_resubmits_unfinished_files_and_stops_the_job():
     assert "algo-2" in d.reason
 
 
+def test_an_instance_that_finished_may_fall_silent():
+    shards = [ShardState("algo-1", 900, finished=True), ShardState("algo-2", 5)]
+    assert decide(snap(JobStatus.IN_PROGRESS, files(S, R), shards=shards), POLICY).action is Action.WAIT
+
+
 def test_no_heartbeat_ever_counts_as_lost_after_the_timeout():
     assert decide(snap(JobStatus.IN_PROGRESS, files(P, P), age=299), POLICY).action is Action.WAIT
     d = decide(snap(JobStatus.IN_PROGRESS, files(P, P), age=301), POLICY)

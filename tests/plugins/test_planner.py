@@ -102,3 +102,16 @@ def test_manifest_format_is_sagemakers(aws_env):
     write_manifest(s3, f"s3://{bucket}/_shardline/manifests/run/score/attempt-0001.manifest", body)
     stored = s3.get_object(Bucket=bucket, Key="_shardline/manifests/run/score/attempt-0001.manifest")["Body"].read()
     assert json.loads(stored)[1] == "a.parquet"
+
+
+def test_manifest_order_by_size_balances_a_round_robin_deal():
+    from shardline.planner import dealt, manifest_order
+
+    rng = random.Random(3)
+    objects = [S3Object(f"f{i:03d}", rng.randint(1, 100)) for i in range(37)] + [S3Object("big", 400)]
+    by_key = dealt(manifest_order(objects, 4, "by_key"), 4)
+    by_size = dealt(manifest_order(objects, 4, "by_size"), 4)
+    for shards in (by_key, by_size):
+        assert sorted(o.key for s in shards for o in s) == sorted(o.key for o in objects)
+    assert makespan(by_size) <= makespan(by_key)
+    assert manifest_order(objects, 4, "by_key") == sorted(objects, key=lambda o: o.key)

@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +54,17 @@ def _alive(pid: int) -> bool:
     return done == 0
 
 
+def _group_alive(pgid: int) -> bool:
+    _alive(pgid)  # reap the leader if it is our child, so a zombie does not count
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class LocalBackend:
     """Runs processing jobs on this machine, one worker process tree per instance."""
 
@@ -65,27 +78,27 @@ class LocalBackend:
         name = request["ProcessingJobName"]
         job_dir = self.job_dir(name)
         job_dir.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            job_dir.mkdir()  # atomic: the first submit of a name wins, a second adopts
-        except FileExistsError:
-            return name
-        (job_dir / REQUEST_FILE).write_text(json.dumps(request, indent=2))
-        write_json_atomic(job_dir / STATE_FILE, {
+        if job_dir.exists():
+            return name  # a retried task adopts the job its earlier try started
+        # Build the job directory aside and rename it into place: a job dir always has its state,
+        # and of two racing submits exactly one wins the rename.
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir.parent))
+        (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2))
+        write_json_atomic(staging / STATE_FILE, {
             "name": name, "status": JobStatus.IN_PROGRESS.value, "created_at": time.time(), "pid": None,
         })
-        log = open(job_dir / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
         try:
-            proc = subprocess.Popen(
+            staging.rename(job_dir)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            return name
+        with open(job_dir / "supervisor.log", "ab") as log:
+            # Its own session and process group: stop() signals the whole tree at once. The
+            # supervisor records its pid in state.json itself, so no write here races with it.
+            subprocess.Popen(
                 [sys.executable, "-m", "shardline.backends.local_job", str(job_dir)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: stop() kills the whole tree
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
-        finally:
-            log.close()
-        state = read_state(job_dir)
-        state["pid"] = proc.pid
-        if state["status"] == JobStatus.IN_PROGRESS.value:
-            write_json_atomic(job_dir / STATE_FILE, {**state, "pid": proc.pid})
         return name
 
     def describe(self, name: str) -> JobState:
@@ -115,12 +128,14 @@ class LocalBackend:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             return
+        # Wait for the whole group, not only the supervisor: a stuck worker gets SIGKILL.
         deadline = time.monotonic() + grace_seconds
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and _group_alive(pid):
             time.sleep(0.1)
-        if _alive(pid):
+        if _group_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+        _alive(pid)  # reaps the supervisor if this process started it
         if read_state(job_dir)["status"] == JobStatus.IN_PROGRESS.value:  # the supervisor had no time to say
             write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "status": JobStatus.STOPPED.value,
                                                      "failure_reason": "stopped", "ended_at": time.time()})

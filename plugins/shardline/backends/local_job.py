@@ -59,7 +59,8 @@ def manifest_entries(s3, uri: str) -> list[tuple[str, str, str]]:
     bucket, key = parse_s3_uri(uri)
     entries = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     prefix_bucket, prefix = parse_s3_uri(entries[0]["prefix"])
-    return sorted(((prefix_bucket, prefix + rel, rel) for rel in entries[1:]), key=lambda t: t[1])
+    # Manifest order is kept: entries are dealt round robin in the order they are listed.
+    return [(prefix_bucket, prefix + rel, rel) for rel in entries[1:]]
 
 
 def deal(objects: list, instances: int, distribution: str) -> list[list]:
@@ -139,12 +140,18 @@ def run(job_dir: Path) -> dict:
         log.info("%s: worker pid %d", host, procs[host].pid)
 
     timed_out = False
-    while any(p.poll() is None for p in procs.values()):
-        if time.monotonic() - started > max_runtime:
-            timed_out = True
-            _terminate(procs.values())
-            break
-        time.sleep(0.2)
+    try:
+        while any(p.poll() is None for p in procs.values()):
+            if (job_dir / "STOP").exists():  # stop() was asked before it knew our pid
+                raise _Stop("stop requested")
+            if time.monotonic() - started > max_runtime:
+                timed_out = True
+                _terminate(procs.values())
+                break
+            time.sleep(0.2)
+    except _Stop:
+        _terminate(procs.values())  # the workers got SIGTERM too; give them time to sweep temp files
+        raise
     codes = {host: p.wait() for host, p in procs.items()}
     uploaded = upload_outputs(s3, request, instance_dirs)
     log.info("exit codes %s; uploaded %d output file(s)", codes, uploaded)
@@ -175,6 +182,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [local-job] %(message)s")
     job_dir = Path(argv[0])
     signal.signal(signal.SIGTERM, _on_sigterm)
+    write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "pid": os.getpid()})
     try:
         outcome = run(job_dir)
     except _Stop as err:
