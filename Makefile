@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv test lint demo bench bench-quick clean
+.PHONY: help venv test lint demo demo-worker bench bench-quick clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -29,7 +29,10 @@ test: $(STAMP)  ## lint, then run the test suite (starts its own moto_server)
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .
 
-demo: $(STAMP)  ## generate data, train a model, run the worker on it and print the summary
+demo: $(STAMP)  ## the example pipeline through Airflow on the embedded stack, with one instance killed
+	$(PY) -m shardline.demo
+
+demo-worker: $(STAMP)  ## just the inference worker on generated data (no Airflow, no AWS)
 	$(PY) -m shardline_worker.demo
 
 bench: $(STAMP)  ## worker throughput benchmark: prints the table, writes bench-results/

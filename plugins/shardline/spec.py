@@ -30,6 +30,7 @@ class ModelRef(_Strict):
     sha256: Annotated[str, Field(pattern=SHA256_PATTERN)] | None = Field(
         default=None, description="pinned digest of the artifact; the worker refuses anything else"
     )
+    version: str = Field(default="latest", description="default of the model_version Param")
 
 
 class InputSpec(_Strict):
@@ -120,6 +121,7 @@ class PipelineSpec(_Strict):
     start_date: str = "2026-01-01"
     backend: Literal["local", "sagemaker"] = "local"
     ledger_table: str = "shardline-jobs"
+    poll_interval_seconds: Annotated[float, Field(gt=0)] = 15.0
     steps: Annotated[tuple[StepSpec, ...], Field(min_length=1)]
     sagemaker: SageMakerSettings = SageMakerSettings()
 

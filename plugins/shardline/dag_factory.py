@@ -1,0 +1,96 @@
+"""One DAG per pipeline spec: plan -> submit -> watch for each step, then a report.
+
+A DAG file in ``dags/`` is two lines::
+
+    from shardline.dag_factory import dag_from_spec
+    dag = dag_from_spec(__file__, "tabular_scoring_hourly.yaml")
+
+One file per spec, so a bad spec breaks only its own DAG: its import error names the
+spec file and the field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from airflow.sdk import DAG, Asset, Param
+
+from shardline.operators import PlanStepOperator, ReportOperator, SubmitStepOperator, WatchStepSensor
+from shardline.spec import PipelineSpec, load_spec
+
+SPEC_DIR = "pipelines"
+
+
+def _static_prefix(uri: str) -> str:
+    """The part of a templated URI before its first template, for the Asset (which cannot be templated)."""
+    head = uri.split("{{", 1)[0]
+    return head if head.endswith("/") else head.rsplit("/", 1)[0] + "/"
+
+
+def params_for(spec: PipelineSpec) -> dict[str, Param]:
+    first = spec.steps[0]
+    return {
+        "input_prefix": Param(
+            "", type="string", title="Input prefix",
+            description=f"s3:// prefix to read instead of the spec's ({first.input.prefix}); empty keeps it",
+            pattern=r"^$|^s3://[a-z0-9.\-]{3,63}(/.*)?$",
+        ),
+        "model_version": Param(first.model.version, type="string", title="Model version",
+                               description="used where the model URI says {{ params.model_version }}",
+                               pattern=r"^[A-Za-z0-9._\-]+$"),
+        "instance_count": Param(None, type=["null", "integer"], minimum=1, maximum=100, title="Instance count",
+                                description="overrides every step's resources.instance_count"),
+        "dry_run": Param(False, type="boolean", title="Dry run",
+                         description="list the inputs and show the plan; submit nothing"),
+    }
+
+
+def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
+    start = dt.datetime.fromisoformat(spec.start_date).replace(tzinfo=dt.UTC)
+    with DAG(
+        dag_id=spec.pipeline,
+        description=spec.description or f"Shardline batch inference: {spec.pipeline}",
+        schedule=spec.schedule,
+        start_date=start,
+        catchup=spec.catchup,
+        params=params_for(spec),
+        tags=["shardline", spec.backend],
+        default_args={"owner": spec.owner, "retries": 2, "retry_delay": dt.timedelta(seconds=30)},
+        max_active_runs=4,
+        doc_md=f"Generated from `{spec_path.name}` by Shardline. Steps: "
+               + " -> ".join(s.name for s in spec.steps),
+    ) as dag:
+        previous = None
+        watch_ids = []
+        outputs = {}
+        for step in spec.steps:
+            input_prefix = outputs[step.input.from_step] if step.input.from_step else step.input.prefix
+            plan = PlanStepOperator(
+                task_id=f"plan_{step.name}", spec_path=str(spec_path), step=step.name,
+                input_prefix=input_prefix, output_prefix=step.output.prefix, model_uri=step.model.uri,
+                input_override="{{ params.input_prefix }}" if previous is None else "",
+                instances_override="{{ params.instance_count }}", dry_run="{{ params.dry_run }}",
+            )
+            submit = SubmitStepOperator(task_id=f"submit_{step.name}", spec_path=str(spec_path),
+                                        plan_task_id=plan.task_id)
+            watch = WatchStepSensor(task_id=f"watch_{step.name}", spec_path=str(spec_path),
+                                    submit_task_id=submit.task_id, poll_interval=spec.poll_interval_seconds)
+            plan >> submit >> watch
+            if previous is not None:
+                previous >> plan
+            previous = watch
+            watch_ids.append(watch.task_id)
+            outputs[step.name] = step.output.prefix
+        last = spec.steps[-1]
+        report = ReportOperator(task_id="report", watch_task_ids=watch_ids,
+                                outlets=[Asset(_static_prefix(last.output.prefix))])
+        previous >> report
+    return dag
+
+
+def dag_from_spec(dag_file: str, spec_name: str) -> DAG:
+    """Load ``pipelines/<spec_name>`` next to ``dag_file`` and build its DAG (import error if invalid)."""
+    path = Path(dag_file).resolve().parent / SPEC_DIR / spec_name
+    return build_dag(load_spec(path), path)
+

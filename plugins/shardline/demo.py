@@ -1,0 +1,157 @@
+"""`make demo`: the example pipeline through Airflow on the embedded local stack.
+
+1. starts moto_server on a free loopback port (S3 + DynamoDB + SageMaker API);
+2. creates the bucket and the ledger table;
+3. generates 24 parquet files (1.2M rows), trains an XGBoost model, uploads model.tar.gz;
+4. runs the `tabular_scoring_hourly` DAG with Airflow's `dag.test()` on the local
+   backend with 2 instances, and kills one instance mid-run so the sensor's
+   resubmission shows in the log;
+5. prints a summary table and stops every server it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PIPELINE = "tabular_scoring_hourly"
+BUCKET = "shardline-demo"
+LOGICAL_DATE = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
+FILES, ROWS = 24, 1_200_000
+
+
+def say(text: str) -> None:
+    print(f"\n==> {text}", flush=True)
+
+
+def kill_one_instance(local_root: Path, host: str, stop: threading.Event) -> None:
+    """Failure injection: SIGKILL one instance's worker tree of attempt 1 as soon as it runs."""
+    import psutil
+
+    while not stop.is_set():
+        for log in local_root.glob(f"jobs/*-a1/{host}/worker.log"):
+            marker = str(log.parent)
+            for proc in psutil.process_iter(["cmdline"]):
+                cmd = proc.info["cmdline"] or []
+                if "shardline_worker" in cmd and any(marker in part for part in cmd):
+                    time.sleep(1.0)  # let it get going: files in flight, some maybe done
+                    victims = [proc, *proc.children(recursive=True)]
+                    for victim in victims:
+                        victim.kill()
+                    print(f"\n!!! demo: killed instance {host} of attempt 1 (pid {proc.pid}, "
+                          f"{len(victims)} process(es)) to show the resubmission\n", flush=True)
+                    return
+        time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shardline.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=REPO / ".shardline" / "demo-airflow")
+    parser.add_argument("--no-failure", action="store_true", help="skip the killed-instance injection")
+    args = parser.parse_args(argv)
+    work = args.workdir.resolve()
+    if work.exists():
+        subprocess.run(["rm", "-rf", str(work)], check=True)
+    work.mkdir(parents=True)
+    from shardline.localstack import apply_env, embedded_aws
+
+    say("starting the embedded AWS endpoint (moto_server on 127.0.0.1)")
+    with embedded_aws(work / "moto_server.log") as env:
+        apply_env(env)
+        print(f"    {env['AWS_ENDPOINT_URL']}")
+        os.environ.update({
+            "AIRFLOW_HOME": str(work / "airflow"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "SHARDLINE_LOCAL_ROOT": str(work / "local"),
+        })
+        say("preparing Airflow's metadata database (airflow db migrate)")
+        airflow = Path(sys.executable).with_name("airflow")
+        subprocess.run([str(airflow), "db", "migrate"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return run_pipeline(work, inject_failure=not args.no_failure)
+
+
+def run_pipeline(work: Path, *, inject_failure: bool) -> int:
+    import boto3
+    from shardline_ledger.table import create_ledger_table
+    from shardline_worker import synthetic
+
+    from shardline.spec import load_spec
+
+    spec = load_spec(REPO / "dags" / "pipelines" / f"{PIPELINE}.yaml")
+    s3 = boto3.client("s3")
+    say(f"creating bucket {BUCKET} and ledger table {spec.ledger_table}")
+    s3.create_bucket(Bucket=BUCKET)
+    create_ledger_table(spec.ledger_table)
+
+    prefix = f"events/dt={LOGICAL_DATE:%Y-%m-%d}/hour={LOGICAL_DATE:%H}/"
+    say(f"generating {FILES} parquet files ({ROWS:,} rows) and uploading to s3://{BUCKET}/{prefix}")
+    paths = synthetic.make_dataset(work / "data", files=FILES, rows=ROWS)
+    for path in paths:
+        s3.upload_file(str(path), BUCKET, prefix + path.name)
+    say("training the XGBoost model and uploading model.tar.gz")
+    model_file = synthetic.train_xgboost(work / "model")
+    sha = synthetic.pack(model_file.parent, work / "model.tar.gz")
+    s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
+    print(f"    sha256 {sha}")
+
+    stop = threading.Event()
+    if inject_failure:
+        threading.Thread(target=kill_one_instance, args=(work / "local", "algo-2", stop), daemon=True).start()
+
+    say(f"running DAG {PIPELINE} for {LOGICAL_DATE:%Y-%m-%d %H:00} with dag.test() on the local backend")
+    logging.getLogger("pynamodb").setLevel(logging.WARNING)
+    from airflow.models.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    if bag.import_errors:
+        print(json.dumps(bag.import_errors, indent=2))
+        return 1
+    started = time.monotonic()
+    run = bag.get_dag(PIPELINE).test(logical_date=LOGICAL_DATE)
+    wall = time.monotonic() - started
+    stop.set()
+    return summarize(spec, run, wall, work)
+
+
+def summarize(spec, run, wall: float, work: Path) -> int:
+    from shardline import steps
+
+    run_id = run.run_id
+    summary = steps.report(spec, spec.pipeline, run_id, "score")
+    jobs = sorted((work / "local" / "jobs").glob("sl-*"))
+    worker_seconds = 0.0
+    for job in jobs:
+        state = json.loads((job / "state.json").read_text())
+        worker_seconds += (state.get("ended_at") or time.time()) - state["created_at"]
+    out = f"s3://{BUCKET}/scores/dt={LOGICAL_DATE:%Y-%m-%d}/hour={LOGICAL_DATE:%H}/"
+    rows = [
+        ("DAG run", f"{run_id}: {run.state}"),
+        ("files", f"{summary['files']} ({summary['succeeded']} succeeded, {summary['failed']} failed)"),
+        ("rows in / out", f"{summary['rows_in']:,} / {summary['rows_out']:,}"),
+        ("attempts", f"{summary['attempts']} ({len(jobs)} processing job(s))"),
+        ("rows/s (in jobs)", f"{summary['rows_in'] / worker_seconds:,.0f} over {worker_seconds:.1f}s of job time"),
+        ("wall time", f"{wall:.1f}s for the whole DAG run"),
+        ("output", out),
+    ]
+    say("summary")
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+    ok = str(run.state) == "success" and summary["failed"] == 0 and summary["rows_in"] == summary["rows_out"] == ROWS
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""Thin Airflow operators for a pipeline step: plan, submit, watch, and the final report.
+
+Each calls into :mod:`shardline.steps` (plain functions) and holds no policy of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator, BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from shardline import steps
+from shardline.spec import load_spec
+from shardline.triggers import BackoffTrigger, StepTrigger
+
+
+class _SpecMixin:
+    spec_path: str
+
+    @property
+    def spec(self):
+        return load_spec(Path(self.spec_path))
+
+
+class PlanStepOperator(_SpecMixin, BaseOperator):
+    """List a step's inputs, write attempt 1's manifest and ledger records. Skips on empty input."""
+
+    template_fields = ("input_prefix", "output_prefix", "model_uri", "input_override", "instances_override",
+                       "dry_run")
+
+    def __init__(self, *, spec_path: str, step: str, input_prefix: str, output_prefix: str, model_uri: str,
+                 input_override: str = "", instances_override: Any = None, dry_run: Any = False, **kwargs):
+        super().__init__(**kwargs)
+        self.spec_path, self.step = spec_path, step
+        self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
+        self.input_override, self.instances_override, self.dry_run = input_override, instances_override, dry_run
+
+    def execute(self, context):
+        spec = self.spec
+        input_prefix = (self.input_override or "").strip() or self.input_prefix
+        instances = int(self.instances_override) if str(self.instances_override or "").strip() not in ("", "None") \
+            else spec.step(self.step).resources.instance_count
+        run_id = context["run_id"]
+        if str(self.dry_run).lower() == "true":
+            from shardline import runtime
+            from shardline.planner import list_inputs
+
+            s = spec.step(self.step)
+            objects = list_inputs(runtime.s3_client(spec), input_prefix, s.input.include, s.input.exclude)
+            raise AirflowSkipException(
+                f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
+                f"{input_prefix}; would run {min(instances, max(1, len(objects)))} instance(s) of "
+                f"{s.resources.instance_type}; nothing submitted"
+            )
+        attempt = steps.plan(spec, self.step, run_id, input_prefix=input_prefix, output_prefix=self.output_prefix,
+                             model_uri=self.model_uri, instance_count=instances)
+        if attempt is None:
+            raise AirflowSkipException(f"no input files under {input_prefix}: nothing to do")
+        return attempt
+
+
+class SubmitStepOperator(_SpecMixin, BaseOperator):
+    """Submit the planned attempt; a retried try adopts the job its earlier try started."""
+
+    def __init__(self, *, spec_path: str, plan_task_id: str, **kwargs):
+        super().__init__(**kwargs)
+        self.spec_path, self.plan_task_id = spec_path, plan_task_id
+
+    def execute(self, context):
+        attempt = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        return steps.submit(self.spec, attempt)
+
+
+class WatchStepSensor(_SpecMixin, BaseSensorOperator):
+    """Defers to :class:`StepTrigger` and acts on its decision: advance, resubmit, or fail."""
+
+    def __init__(self, *, spec_path: str, submit_task_id: str, poll_interval: float = 15.0, **kwargs):
+        kwargs.setdefault("mode", "reschedule")
+        super().__init__(**kwargs)
+        self.spec_path, self.submit_task_id, self.poll_interval = spec_path, submit_task_id, poll_interval
+        self._attempt: dict | None = None
+
+    def execute(self, context):
+        attempt = context["ti"].xcom_pull(task_ids=self.submit_task_id)
+        self._watch(attempt)
+
+    def _watch(self, attempt: dict):
+        self._attempt = attempt
+        step = self.spec.step(attempt["step"])
+        # The job's own MaxRuntime, plus time for a silent instance to be noticed, bounds one attempt.
+        deadline = time.time() + step.max_runtime_seconds + step.heartbeat_timeout_seconds + 300
+        self.defer(trigger=StepTrigger(self.spec_path, attempt, self.poll_interval, deadline),
+                   method_name="execute_complete")
+
+    def execute_complete(self, context, event: dict):
+        spec, attempt, action = self.spec, event["attempt"], event["action"]
+        self._attempt = attempt
+        if event.get("stop_job"):
+            steps.stop(spec, attempt)
+        if action in ("ADVANCE", "PARTIAL"):
+            summary = steps.report(spec, attempt["pipeline"], attempt["run_id"], attempt["step"])
+            if action == "PARTIAL":
+                self.log.warning("step %s ended PARTIAL: %s; failed: %s", attempt["step"], event["reason"],
+                                 _list(event["failed_files"]))
+            else:
+                self.log.info("step %s succeeded: %s", attempt["step"], event["reason"])
+            return {**summary, "outcome": action}
+        if action == "RESUBMIT":
+            self.log.warning("step %s: %s; resubmitting in %.0fs", attempt["step"], event["reason"],
+                             event["delay_seconds"])
+            payload = {"attempt": attempt, "retry_files": event["retry_files"]}
+            if event["delay_seconds"] > 0:
+                # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
+                self.defer(trigger=BackoffTrigger(event["delay_seconds"], payload), method_name="resubmit")
+            return self.resubmit(context, payload)
+        raise AirflowFailException(
+            f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']} failed: {event['reason']}. "
+            f"Failed files: {_list(event.get('failed_files', []))}. Fix the inputs or the model, then clear "
+            f"the task plan_{attempt['step']} to run the step again."
+        )
+
+    def resubmit(self, context, event: dict):
+        nxt = steps.resubmit(self.spec, event["attempt"], event["retry_files"])
+        self.log.info("attempt %d submitted as %s with %d file(s)", nxt["attempt"], nxt["job_name"], nxt["files"])
+        self._watch(nxt)
+
+    def on_kill(self):
+        if self._attempt is not None:
+            steps.stop(self.spec, self._attempt)
+
+
+def _list(failed: list[dict], limit: int = 10) -> str:
+    shown = "; ".join(f"{f['input']} ({f['error_class']}: {f['error_message']})" for f in failed[:limit])
+    more = f"; and {len(failed) - limit} more" if len(failed) > limit else ""
+    return (shown + more) or "none"
+
+
+class ReportOperator(BaseOperator):
+    """Reconcile every step's rows in against rows out; the summary goes to the log and XCom."""
+
+    def __init__(self, *, watch_task_ids: list[str], **kwargs):
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.watch_task_ids = watch_task_ids
+
+    def execute(self, context):
+        results = [context["ti"].xcom_pull(task_ids=t) for t in self.watch_task_ids]
+        summaries = [r for r in results if r]
+        for s in summaries:
+            self.log.info("step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, attempts %d",
+                          s["step"], s["succeeded"], s["files"], s["failed"], s["rows_in"], s["rows_out"],
+                          s["attempts"])
+        bad = [s for s in summaries if s["rows_mismatched_files"]]
+        if bad:
+            raise AirflowFailException(f"rows in != rows out for {[s['rows_mismatched_files'] for s in bad]}")
+        if len(summaries) < len(self.watch_task_ids):
+            raise AirflowSkipException("some steps did not run (skipped or failed); nothing to report for them")
+        return {"steps": summaries}

@@ -1,0 +1,143 @@
+"""What each task of a pipeline step does, as plain functions over plain data.
+
+Operators and the trigger call these and hold no policy of their own. An *attempt*
+is a JSON-able dict (it travels through XCom and the trigger's kwargs):
+pipeline, run_id, step, attempt, job_name, manifest_uri, input_prefix, output_prefix,
+model_uri, instance_count, files, submitted_at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import time
+
+from shardline_ledger.orchestrator import ensure_run, read_step, start_attempt
+from shardline_ledger.states import SHARD_TERMINAL, FileStatus
+
+from shardline import naming, runtime
+from shardline.decide import FileState, JobStatus, Policy, ShardState, StepSnapshot
+from shardline.planner import choose_instance_count, list_inputs, manifest_body, manifest_order, write_manifest
+from shardline.requests import Attempt, build_processing_request
+from shardline.spec import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+def policy_for(spec: PipelineSpec, step: str) -> Policy:
+    s = spec.step(step)
+    return Policy(
+        max_attempts=s.retry.max_attempts, backoff_seconds=s.retry.backoff_seconds,
+        backoff_multiplier=s.retry.backoff_multiplier, max_failed_files=s.tolerance.max_failed_files,
+        max_failed_percent=s.tolerance.max_failed_percent, heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
+    )
+
+
+def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int) -> dict:
+    """Write the attempt's manifest and ledger records; return the attempt dict (not yet submitted)."""
+    step = spec.step(base["step"])
+    count = choose_instance_count(instances, len(objects))
+    ordered = manifest_order(objects, count, step.sharding)
+    manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt)
+    write_manifest(runtime.s3_client(spec), manifest_uri, manifest_body(base["input_prefix"], [o.key for o in ordered]))
+    bucket = base["input_prefix"][5:].split("/", 1)[0]
+    start_attempt(runtime.ledger_model(spec), base["pipeline"], base["run_id"], base["step"], attempt,
+                  [(f"s3://{bucket}/{o.key}", o.size) for o in ordered])
+    return {**base, "attempt": attempt, "instance_count": count, "files": len(ordered),
+            "manifest_uri": manifest_uri,
+            "job_name": naming.job_name(base["pipeline"], base["run_id"], base["step"], attempt)}
+
+
+def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, output_prefix: str, model_uri: str,
+         instance_count: int) -> dict | None:
+    """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
+    s = spec.step(step)
+    objects = list_inputs(runtime.s3_client(spec), input_prefix, s.input.include, s.input.exclude)
+    if not objects:
+        log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
+        return None
+    ensure_run(runtime.ledger_model(spec), spec.pipeline, run_id)
+    base = {"pipeline": spec.pipeline, "run_id": run_id, "step": step, "input_prefix": _dir(input_prefix),
+            "output_prefix": _dir(output_prefix), "model_uri": model_uri, "requested_instances": instance_count}
+    attempt = _new_attempt(spec, base, 1, objects, instance_count)
+    log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s", step, run_id,
+             len(objects), sum(o.size for o in objects) / 2**20, attempt["instance_count"], s.sharding)
+    return attempt
+
+
+def _dir(uri: str) -> str:
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def submit(spec: PipelineSpec, attempt: dict) -> dict:
+    """Start the attempt's job, or adopt the one an earlier try of this task started."""
+    image, role = runtime.image_and_role(spec)
+    fields = {f.name for f in dataclasses.fields(Attempt)}
+    request = build_processing_request(spec, Attempt(**{k: v for k, v in attempt.items() if k in fields}),
+                                       image_uri=image, role_arn=role)
+    backend = runtime.backend_for(spec)
+    backend.submit(request)
+    state = backend.describe(attempt["job_name"])
+    log.info("job %s (attempt %d of step %s): %s", attempt["job_name"], attempt["attempt"], attempt["step"],
+             state.status.value)
+    submitted = state.created_at or time.time()
+    return {**attempt, "submitted_at": submitted}
+
+
+def snapshot(spec: PipelineSpec, attempt: dict, now: float | None = None) -> StepSnapshot:
+    """What the ledger and the backend say about the step right now (Query + describe)."""
+    now = now if now is not None else time.time()
+    records = read_step(runtime.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"])
+    state = runtime.backend_for(spec).describe(attempt["job_name"])
+    files = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class, f.error_message)
+             for f in records.files]
+    shards = [
+        ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
+                   finished=s.status in SHARD_TERMINAL)
+        for s in records.shards if int(s.attempt or 0) == attempt["attempt"]
+    ]
+    return StepSnapshot(attempt=attempt["attempt"], job_status=state.status,
+                        job_age_seconds=now - attempt["submitted_at"], files=files, shards=shards,
+                        job_failure_reason=state.failure_reason)
+
+
+def stop(spec: PipelineSpec, attempt: dict) -> None:
+    backend = runtime.backend_for(spec)
+    if not backend.describe(attempt["job_name"]).status.is_terminal:
+        log.warning("stopping job %s", attempt["job_name"])
+        backend.stop(attempt["job_name"])
+
+
+def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str]) -> dict:
+    """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs)."""
+    from shardline.planner import S3Object
+
+    bucket = attempt["input_prefix"][5:].split("/", 1)[0]
+    objects = [S3Object(key[len(f"s3://{bucket}/"):], 0) for key in retry_keys]
+    nxt = _new_attempt(spec, attempt, attempt["attempt"] + 1, objects, attempt["requested_instances"])
+    return submit(spec, nxt)
+
+
+def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
+    """Reconcile rows in against rows out for every file of a step."""
+    records = read_step(runtime.ledger_model(spec), pipeline, run_id, step)
+    succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
+    failed = [f for f in records.files if f.status == FileStatus.FAILED]
+    mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0)]
+    return {
+        "step": step,
+        "files": len(records.files),
+        "succeeded": len(succeeded),
+        "failed": len(failed),
+        "rows_in": int(sum(f.rows_in or 0 for f in succeeded)),
+        "rows_out": int(sum(f.rows_out or 0 for f in succeeded)),
+        "attempts": int((records.step.attempt if records.step else 0) or 0),
+        "rows_mismatched_files": mismatched,
+        "failed_files": [{"input": f.input_key, "error": f"{f.error_class}: {f.error_message}"} for f in failed],
+        "reported_at": dt.datetime.now(dt.UTC).isoformat(),
+    }
+
+
+def job_status(spec: PipelineSpec, attempt: dict) -> JobStatus:
+    return runtime.backend_for(spec).describe(attempt["job_name"]).status
