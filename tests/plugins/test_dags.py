@@ -1,0 +1,59 @@
+"""Every DAG in dags/ imports cleanly, and a bad spec is an import error naming the file and field.
+
+Parsed in a subprocess with its own AIRFLOW_HOME, as the dag-processor would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PARSE = """
+import json, sys
+from airflow.models.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+print(json.dumps({"dags": {d: sorted(t.task_id for t in dag.tasks) for d, dag in bag.dags.items()},
+                  "errors": bag.import_errors,
+                  "params": {d: sorted(dag.params.keys()) for d, dag in bag.dags.items()}}))
+"""
+
+
+def parse(dag_folder: Path, tmp_path: Path) -> dict:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__DAGS_FOLDER": str(dag_folder)}
+    result = subprocess.run([sys.executable, "-c", PARSE, str(dag_folder)], env=env, capture_output=True, text=True,
+                            timeout=180, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_every_dag_in_the_repo_imports(tmp_path):
+    parsed = parse(REPO / "dags", tmp_path)
+    assert parsed["errors"] == {}
+    assert parsed["dags"]["tabular_scoring_hourly"] == ["plan_score", "report", "submit_score", "watch_score"]
+    assert parsed["dags"]["daily_churn"] == sorted(
+        ["plan_score", "submit_score", "watch_score", "plan_calibrate", "submit_calibrate", "watch_calibrate",
+         "report"])
+    assert parsed["params"]["daily_churn"] == ["dry_run", "input_prefix", "instance_count", "model_version"]
+
+
+def test_a_bad_spec_is_an_import_error_naming_file_and_field(tmp_path):
+    dags = tmp_path / "dags"
+    shutil.copytree(REPO / "dags", dags)
+    spec = yaml.safe_load((dags / "pipelines" / "daily_churn.yaml").read_text())
+    spec["steps"][0]["resources"]["instance_count"] = 0
+    (dags / "pipelines" / "daily_churn.yaml").write_text(yaml.safe_dump(spec))
+    parsed = parse(dags, tmp_path)
+    assert "tabular_scoring_hourly" in parsed["dags"]  # one bad spec does not take the others down
+    assert "daily_churn" not in parsed["dags"]
+    [(path, message)] = parsed["errors"].items()
+    assert path.endswith("daily_churn.py")
+    assert "pipelines/daily_churn.yaml: invalid pipeline spec" in message
+    assert "steps[0].resources.instance_count" in message
