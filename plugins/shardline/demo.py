@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=REPO / ".shardline" / "demo-airflow")
     parser.add_argument("--no-failure", action="store_true", help="skip the killed-instance injection")
+    parser.add_argument("--corrupt", type=int, default=0, help="also upload N corrupt parquet files")
+    parser.add_argument("--dags-folder", type=Path, default=REPO / "dags",
+                        help="DAG folder to load the pipeline from (default: the repo's dags/)")
+    parser.add_argument("--files", type=int, default=FILES)
+    parser.add_argument("--rows", type=int, default=ROWS)
     args = parser.parse_args(argv)
     work = args.workdir.resolve()
     if work.exists():
@@ -72,34 +77,38 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update({
             "AIRFLOW_HOME": str(work / "airflow"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(args.dags_folder),
             "SHARDLINE_LOCAL_ROOT": str(work / "local"),
         })
         say("preparing Airflow's metadata database (airflow db migrate)")
         airflow = Path(sys.executable).with_name("airflow")
         subprocess.run([str(airflow), "db", "migrate"], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-        return run_pipeline(work, inject_failure=not args.no_failure)
+        return run_pipeline(work, args.dags_folder, inject_failure=not args.no_failure, corrupt=args.corrupt,
+                            files=args.files, rows=args.rows)
 
 
-def run_pipeline(work: Path, *, inject_failure: bool) -> int:
+def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, files: int, rows: int) -> int:
     import boto3
     from shardline_ledger.table import create_ledger_table
     from shardline_worker import synthetic
 
     from shardline.spec import load_spec
 
-    spec = load_spec(REPO / "dags" / "pipelines" / f"{PIPELINE}.yaml")
+    spec = load_spec(dags / "pipelines" / f"{PIPELINE}.yaml")
     s3 = boto3.client("s3")
     say(f"creating bucket {BUCKET} and ledger table {spec.ledger_table}")
     s3.create_bucket(Bucket=BUCKET)
     create_ledger_table(spec.ledger_table)
 
     prefix = f"events/dt={LOGICAL_DATE:%Y-%m-%d}/hour={LOGICAL_DATE:%H}/"
-    say(f"generating {FILES} parquet files ({ROWS:,} rows) and uploading to s3://{BUCKET}/{prefix}")
-    paths = synthetic.make_dataset(work / "data", files=FILES, rows=ROWS)
+    say(f"generating {files} parquet files ({rows:,} rows) and uploading to s3://{BUCKET}/{prefix}")
+    paths = synthetic.make_dataset(work / "data", files=files, rows=rows)
     for path in paths:
         s3.upload_file(str(path), BUCKET, prefix + path.name)
+    for i in range(corrupt):
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}corrupt-{i}.parquet", Body=b"PAR1 this is not parquet")
+        print(f"    uploaded corrupt file {prefix}corrupt-{i}.parquet")
     say("training the XGBoost model and uploading model.tar.gz")
     model_file = synthetic.train_xgboost(work / "model")
     sha = synthetic.pack(model_file.parent, work / "model.tar.gz")
@@ -114,7 +123,7 @@ def run_pipeline(work: Path, *, inject_failure: bool) -> int:
     logging.getLogger("pynamodb").setLevel(logging.WARNING)
     from airflow.models.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(REPO / "dags"))
+    bag = DagBag(dag_folder=str(dags))
     if bag.import_errors:
         print(json.dumps(bag.import_errors, indent=2))
         return 1
@@ -122,10 +131,10 @@ def run_pipeline(work: Path, *, inject_failure: bool) -> int:
     run = bag.get_dag(PIPELINE).test(logical_date=LOGICAL_DATE)
     wall = time.monotonic() - started
     stop.set()
-    return summarize(spec, run, wall, work)
+    return summarize(spec, run, wall, work, expected_rows=rows)
 
 
-def summarize(spec, run, wall: float, work: Path) -> int:
+def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
     from shardline import steps
 
     run_id = run.run_id
@@ -149,7 +158,9 @@ def summarize(spec, run, wall: float, work: Path) -> int:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
-    ok = str(run.state) == "success" and summary["failed"] == 0 and summary["rows_in"] == summary["rows_out"] == ROWS
+    for failed in summary["failed_files"]:
+        print(f"  failed file       {failed['input']}: {failed['error']}")
+    ok = str(run.state) == "success" and summary["rows_in"] == summary["rows_out"] == expected_rows
     return 0 if ok else 1
 
 
