@@ -1,0 +1,55 @@
+"""Step functions against moto_server and the local backend: plan, submit twice (a cleared task), report."""
+
+from __future__ import annotations
+
+import io
+import uuid
+
+import boto3
+import pyarrow.parquet as pq
+import pytest
+from shardline import steps
+from shardline.spec import parse_spec
+from shardline_worker import synthetic
+
+
+@pytest.fixture
+def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    s3 = boto3.client("s3")
+    bucket = f"b-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for i in range(4):
+        buf = io.BytesIO()
+        pq.write_table(synthetic.make_table(300, first_id=i * 300, seed=i), buf)
+        s3.put_object(Bucket=bucket, Key=f"in/part-{i}.parquet", Body=buf.getvalue())
+    tarball = tmp_path / "model.tar.gz"
+    synthetic.pack(xgboost_model.parent, tarball)
+    s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
+    spec = parse_spec({
+        "pipeline": "steps_test", "ledger_table": ledger_table,
+        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz"},
+                   "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
+                   "output": {"prefix": f"s3://{bucket}/out/"}, "resources": {"instance_count": 2}}],
+    }, "steps_test.yaml")
+    return spec, bucket
+
+
+def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
+    spec, bucket = pipeline
+    attempt = steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
+                         output_prefix=f"s3://{bucket}/out/", model_uri=f"s3://{bucket}/model/model.tar.gz",
+                         instance_count=2)
+    first = steps.submit(spec, attempt)
+    again = steps.submit(spec, attempt)  # what a cleared or retried submit task does
+    assert again["job_name"] == first["job_name"]
+    jobs = list((tmp_path / "local" / "jobs").glob("sl-*"))
+    assert [j.name for j in jobs] == [first["job_name"]]  # one job, no twin
+    steps.stop(spec, first)  # leave nothing running behind the test
+    assert steps.job_status(spec, first).is_terminal
+
+
+def test_plan_skips_an_empty_prefix(pipeline):
+    spec, bucket = pipeline
+    assert steps.plan(spec, "score", "run-2", input_prefix=f"s3://{bucket}/nothing/",
+                      output_prefix=f"s3://{bucket}/out/", model_uri="s3://x/y", instance_count=2) is None
