@@ -9,6 +9,7 @@ import boto3
 import pyarrow.parquet as pq
 import pytest
 from shardline import steps
+from shardline.decide import JobStatus
 from shardline.spec import parse_spec
 from shardline_worker import synthetic
 
@@ -46,7 +47,7 @@ def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
     jobs = list((tmp_path / "local" / "jobs").glob("sl-*"))
     assert [j.name for j in jobs] == [first["job_name"]]  # one job, no twin
     steps.stop(spec, first)  # leave nothing running behind the test
-    assert steps.job_status(spec, first).is_terminal
+    assert steps.job_status(spec, first) is JobStatus.STOPPED
 
 
 def test_plan_skips_an_empty_prefix(pipeline):

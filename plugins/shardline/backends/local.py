@@ -109,7 +109,9 @@ class LocalBackend:
         status = JobStatus(state["status"])
         reason = state.get("failure_reason")
         pid = state.get("pid")
-        if status is JobStatus.IN_PROGRESS and pid and not _alive(pid):
+        if status is JobStatus.IN_PROGRESS and (job_dir / "STOP").exists():
+            status = JobStatus.STOPPING  # as SageMaker reports a stop that is under way
+        if status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) and pid and not _alive(pid):
             # The supervisor died without recording an end (killed with -9, machine reboot).
             status, reason = JobStatus.FAILED, "the local job supervisor died before the job ended"
         return JobState(name=name, status=status, failure_reason=reason, created_at=state.get("created_at"),
@@ -120,8 +122,12 @@ class LocalBackend:
         if state.status.is_terminal:
             return
         job_dir = self.job_dir(name)
-        pid = read_state(job_dir).get("pid")
         (job_dir / "STOP").touch()  # the supervisor records Stopped when it sees this
+        deadline = time.monotonic() + grace_seconds
+        pid = read_state(job_dir).get("pid")
+        while not pid and time.monotonic() < deadline:  # a job submitted a moment ago: its supervisor is starting
+            time.sleep(0.1)
+            pid = read_state(job_dir).get("pid")
         if not pid:
             return
         try:
@@ -129,7 +135,6 @@ class LocalBackend:
         except ProcessLookupError:
             return
         # Wait for the whole group, not only the supervisor: a stuck worker gets SIGKILL.
-        deadline = time.monotonic() + grace_seconds
         while time.monotonic() < deadline and _group_alive(pid):
             time.sleep(0.1)
         if _group_alive(pid):

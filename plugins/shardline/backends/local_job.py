@@ -126,6 +126,8 @@ def run(job_dir: Path) -> dict:
     instance_dirs = [job_dir / host for host in hosts]
     s3 = boto3.client("s3")
     started = time.monotonic()
+    if (job_dir / "STOP").exists():
+        raise _Stop("stop requested before the job started")
     stage_inputs(s3, request, instance_dirs)
 
     procs: dict[str, subprocess.Popen] = {}
