@@ -1,9 +1,11 @@
 """Key layout of the single-table ledger. Pure string builders, no IO.
 
     pk = RUN#{pipeline}#{run_id}
-    sk = RUN | STEP#{step} | FILE#{step}#{input_key} | SHARD#{step}#{attempt:04d}#{host}
+    sk = RUN | STEP#{step}# | STEP#{step}#SHARD#{attempt:04d}#{host} | FILE#{step}#{input_key}
 
-Attempts are zero-padded so that a sort-key prefix query returns them in order.
+A step's SHARD items sort right after its STEP item, so one Query on the prefix
+``STEP#{step}#`` returns the step and every heartbeat. Attempts are zero-padded so that
+the query returns them in order.
 """
 
 RUN_SK = "RUN"
@@ -14,7 +16,7 @@ def run_pk(pipeline: str, run_id: str) -> str:
 
 
 def step_sk(step: str) -> str:
-    return f"STEP#{step}"
+    return f"STEP#{step}#"
 
 
 def file_sk(step: str, input_key: str) -> str:
@@ -26,13 +28,13 @@ def file_sk_prefix(step: str) -> str:
 
 
 def shard_sk(step: str, attempt: int, host: str) -> str:
-    return f"SHARD#{step}#{attempt:04d}#{host}"
-
-
-def shard_sk_prefix(step: str) -> str:
-    return f"SHARD#{step}#"
+    return f"{step_sk(step)}SHARD#{attempt:04d}#{host}"
 
 
 def failures_pk(pipeline: str) -> str:
     """Partition key of the sparse failures index: one partition per pipeline."""
     return f"FAILED#{pipeline}"
+
+
+def shard_sk_prefix(step: str) -> str:
+    return f"{step_sk(step)}SHARD#"

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from pynamodb.exceptions import PutError, UpdateError
 
-from shardline_ledger.keys import RUN_SK, file_sk, file_sk_prefix, run_pk, shard_sk_prefix, step_sk
+from shardline_ledger.keys import RUN_SK, file_sk, file_sk_prefix, run_pk, step_sk
 from shardline_ledger.states import FileStatus, StepStatus
 from shardline_ledger.table import LedgerItem
 
@@ -74,7 +74,7 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
     with model.batch_write() as batch:
         for input_key, size in input_keys:
             batch.save(model(pk, file_sk(step, input_key), status=FileStatus.PENDING.value, attempt=attempt,
-                             pipeline=pipeline, run_id=run_id, step=step, input_key=input_key, bytes_in=size))
+                             input_key=input_key, bytes_in=size))
             count += 1
     return count
 
@@ -88,22 +88,21 @@ class StepRecords:
 
 
 def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str) -> StepRecords:
-    """The STEP item, its FILE items and its SHARD items, by Query on the run partition."""
+    """The STEP item, its SHARD items and its FILE items: two Queries on the run partition."""
     pk = run_pk(pipeline, run_id)
+    step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
+    step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
+    shards = [item for item in step_and_shards if item.sk != step_sk(step)]
     files, file_pages = _query(model, pk, file_sk_prefix(step), FILE_ATTRIBUTES)
-    shards, shard_pages = _query(model, pk, shard_sk_prefix(step), None)
-    try:
-        step_item = model.get(pk, step_sk(step))
-    except model.DoesNotExist:
-        step_item = None
-    return StepRecords(step=step_item, files=files, shards=shards, requests=file_pages + shard_pages + 1)
+    return StepRecords(step=step_item, files=files, shards=shards, requests=step_pages + file_pages)
 
 
 def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tuple[list, int]:
     """Every item under a sort-key prefix, one Query page (<= 1 MB) at a time; counts the pages."""
     items, pages, start = [], 0, None
     while True:
-        result = model.query(pk, model.sk.startswith(sk_prefix), attributes_to_get=attributes,
+        stored = [getattr(model, name).attr_name for name in attributes] if attributes else None
+        result = model.query(pk, model.sk.startswith(sk_prefix), attributes_to_get=stored,
                              last_evaluated_key=start, consistent_read=True)
         page = next(result.page_iter)
         pages += 1

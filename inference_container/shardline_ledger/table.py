@@ -25,7 +25,11 @@ FAILURES_INDEX_NAME = "failures"
 
 
 class LedgerItem(Model):
-    """Schema of every ledger item. Use :func:`bind_ledger` to get a class bound to a table."""
+    """Schema of every ledger item. Use :func:`bind_ledger` to get a class bound to a table.
+
+    Stored attribute names are short on purpose: a Query page holds 1 MB of items, and
+    names count toward item size, so a sensor poke on a 10,000-file step stays a few pages.
+    """
 
     class Meta:
         table_name = None  # set by bind_ledger
@@ -34,40 +38,40 @@ class LedgerItem(Model):
     pk = UnicodeAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)
 
-    status = UnicodeAttribute(null=True)
+    status = UnicodeAttribute(null=True, attr_name="st")
     # Fencing token: the attempt that owns this item. Every worker write is conditional on it.
-    attempt = NumberAttribute(null=True)
+    attempt = NumberAttribute(null=True, attr_name="at")
 
-    pipeline = UnicodeAttribute(null=True)
-    run_id = UnicodeAttribute(null=True)
-    step = UnicodeAttribute(null=True)
-    host = UnicodeAttribute(null=True)
+    pipeline = UnicodeAttribute(null=True, attr_name="pl")
+    run_id = UnicodeAttribute(null=True, attr_name="ri")
+    step = UnicodeAttribute(null=True, attr_name="sp")
+    host = UnicodeAttribute(null=True, attr_name="ho")
 
     # FILE items
-    input_key = UnicodeAttribute(null=True)
-    output_key = UnicodeAttribute(null=True)
-    rows_in = NumberAttribute(null=True)
-    rows_out = NumberAttribute(null=True)
-    bytes_in = NumberAttribute(null=True)
-    bytes_out = NumberAttribute(null=True)
-    seconds = NumberAttribute(null=True)
-    error_class = UnicodeAttribute(null=True)
-    error_message = UnicodeAttribute(null=True)
-    started_at = UTCDateTimeAttribute(null=True)
-    finished_at = UTCDateTimeAttribute(null=True)
+    input_key = UnicodeAttribute(null=True, attr_name="ik")
+    output_key = UnicodeAttribute(null=True, attr_name="ok")
+    rows_in = NumberAttribute(null=True, attr_name="rin")
+    rows_out = NumberAttribute(null=True, attr_name="rout")
+    bytes_in = NumberAttribute(null=True, attr_name="bin")
+    bytes_out = NumberAttribute(null=True, attr_name="bout")
+    seconds = NumberAttribute(null=True, attr_name="sec")
+    error_class = UnicodeAttribute(null=True, attr_name="ec")
+    error_message = UnicodeAttribute(null=True, attr_name="em")
+    started_at = UTCDateTimeAttribute(null=True, attr_name="sa")
+    finished_at = UTCDateTimeAttribute(null=True, attr_name="fa")
 
     # SHARD items (one per instance and attempt)
-    heartbeat_at = UTCDateTimeAttribute(null=True)
-    files_assigned = NumberAttribute(null=True)
-    files_done = NumberAttribute(null=True)
-    files_failed = NumberAttribute(null=True)
-    rows_done = NumberAttribute(null=True)
+    heartbeat_at = UTCDateTimeAttribute(null=True, attr_name="hb")
+    files_assigned = NumberAttribute(null=True, attr_name="fas")
+    files_done = NumberAttribute(null=True, attr_name="fd")
+    files_failed = NumberAttribute(null=True, attr_name="ff")
+    rows_done = NumberAttribute(null=True, attr_name="rd")
 
     # Sparse failures index: only FAILED files carry these two attributes.
     failed_pk = UnicodeAttribute(null=True)
     failed_at = UnicodeAttribute(null=True)
 
-    expires_at = TTLAttribute(null=True)
+    expires_at = TTLAttribute(null=True, attr_name="ttl")
 
 
 def endpoint_from_env() -> str | None:

@@ -74,10 +74,7 @@ class WorkerLedger:
         actions = [
             m.status.set(FileStatus.RUNNING.value),
             m.attempt.set(ctx.attempt),
-            m.pipeline.set(ctx.pipeline),
-            m.run_id.set(ctx.run_id),
-            m.step.set(ctx.step),
-            m.input_key.set(input_key),
+            m.input_key.set(input_key),  # pipeline, run and step are in the keys already
             m.host.set(self.host),
             m.started_at.set(_now()),
             m.finished_at.remove(),

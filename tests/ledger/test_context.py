@@ -68,11 +68,13 @@ def test_config_error_is_a_value_error():
 
 def test_keys():
     assert run_pk("nightly", "r1") == "RUN#nightly#r1"
-    assert step_sk("score") == "STEP#score"
+    assert step_sk("score") == "STEP#score#"
+    assert not step_sk("score2").startswith(step_sk("score"))  # one step's prefix never matches another's
     assert file_sk("score", "s3://b/a.parquet") == "FILE#score#s3://b/a.parquet"
     assert file_sk("score", "a").startswith(file_sk_prefix("score"))
     assert not file_sk("score2", "a").startswith(file_sk_prefix("score"))
-    assert shard_sk("score", 7, "algo-1") == "SHARD#score#0007#algo-1"
+    assert shard_sk("score", 7, "algo-1") == "STEP#score#SHARD#0007#algo-1"
+    assert shard_sk("score", 7, "algo-1").startswith(step_sk("score"))  # one Query reads a step and its shards
     assert shard_sk("score", 7, "h").startswith(shard_sk_prefix("score"))
     # zero padding keeps attempts in order under a prefix query
     assert sorted([shard_sk("s", 10, "h"), shard_sk("s", 9, "h")]) == [shard_sk("s", 9, "h"), shard_sk("s", 10, "h")]

@@ -32,7 +32,7 @@ def test_plan_then_worker_updates_then_read(ledger_table):
     assert statuses["s3://raw/in/part-000.parquet"] == "SUCCEEDED"
     assert statuses["s3://raw/in/part-001.parquet"] == "FAILED"
     assert sum(s == "PENDING" for s in statuses.values()) == 58
-    assert records.requests == 3  # one page of files, one of shards, one GetItem
+    assert records.requests == 2  # one page for the step and its shards, one of files
 
 
 def test_attempts_only_move_forward(ledger_table):

@@ -1,0 +1,115 @@
+"""Orchestration benchmark (`make bench` runs it after the worker benchmark).
+
+Against the embedded endpoint (moto_server over HTTP, started here):
+  - the DynamoDB cost of one sensor poke on a step of 10,000 files (target <= 5 requests);
+  - planning a step of 100,000 input keys: listing, manifest, ledger records (target < 60 s);
+  - sharding skewed file sizes by key and by size: bytes on the busiest instance.
+
+    python tests/bench/bench_orchestration.py [--keys 100000] [--files 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    args = parser.parse_args()
+    from shardline.localstack import apply_env, embedded_aws
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp, embedded_aws(Path(tmp) / "moto.log") as env:
+        apply_env(env)
+        results["poke"] = poke_cost(args.files)
+        results["planning"] = planning_time(args.keys)
+    results["sharding"] = sharding_skew()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_orchestration.json").write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {args.out / 'bench_orchestration.json'}")
+    return 0
+
+
+def poke_cost(files: int) -> dict:
+    from shardline_ledger.orchestrator import read_step, start_attempt
+    from shardline_ledger.table import bind_ledger, create_ledger_table
+
+    create_ledger_table("bench-ledger")
+    model = bind_ledger("bench-ledger")
+    keys = [(f"s3://raw/events/dt=2026-11-22/hour=10/part-{i:06d}.parquet", 48_000_000) for i in range(files)]
+    start_attempt(model, "bench", "run-1", "score", 1, keys)
+    # Give every item the attributes a finished file carries, so pages are as full as in production.
+    now = dt.datetime.now(dt.UTC)
+    with model.batch_write() as batch:
+        for key, size in keys:
+            batch.save(model(
+                "RUN#bench#run-1", f"FILE#score#{key}", status="SUCCEEDED", attempt=1,
+                input_key=key, output_key=key.replace("raw/", "scores/"),
+                rows_in=250_000, rows_out=250_000, bytes_in=size, bytes_out=size // 8, seconds=12.345,
+                host="algo-12", started_at=now, finished_at=now))
+    started = time.perf_counter()
+    records = read_step(model, "bench", "run-1", "score")
+    seconds = time.perf_counter() - started
+    print(f"sensor poke on a step of {files:,} files: {records.requests} DynamoDB request(s) "
+          f"({len(records.files):,} file items read in {seconds:.2f}s; target <= 5)")
+    return {"files": files, "requests": records.requests, "seconds": round(seconds, 3)}
+
+
+def planning_time(keys: int) -> dict:
+    import boto3
+    from shardline import steps
+    from shardline.spec import parse_spec
+    from shardline_ledger.table import create_ledger_table
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="bench-raw")
+    print(f"uploading {keys:,} small objects to moto_server (setup, not timed) ...", flush=True)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: s3.put_object(Bucket="bench-raw", Key=f"in/part-{i:07d}.parquet", Body=b"x"),
+                      range(keys)))
+    create_ledger_table("bench-plan")
+    spec = parse_spec({
+        "pipeline": "bench_plan", "ledger_table": "bench-plan",
+        "steps": [{"name": "score", "model": {"uri": "s3://bench-raw/model.tar.gz"},
+                   "input": {"prefix": "s3://bench-raw/in/"}, "output": {"prefix": "s3://bench-raw/out/"},
+                   "resources": {"instance_count": 20}}],
+    }, "bench.yaml")
+    started = time.perf_counter()
+    attempt = steps.plan(spec, "score", "run-1", input_prefix="s3://bench-raw/in/",
+                         output_prefix="s3://bench-raw/out/", model_uri="s3://bench-raw/model.tar.gz",
+                         instance_count=20)
+    seconds = time.perf_counter() - started
+    print(f"planning {attempt['files']:,} keys (list, manifest, ledger records): {seconds:.1f}s (target < 60 s)")
+    return {"keys": attempt["files"], "seconds": round(seconds, 2)}
+
+
+def sharding_skew() -> dict:
+    from shardline.planner import S3Object, dealt, makespan, manifest_order
+
+    rng = random.Random(1)
+    # Skewed partition sizes: mostly small files and a few very large ones (lognormal), 200 files.
+    objects = [S3Object(f"part-{i:04d}.parquet", int(rng.lognormvariate(17, 1.2))) for i in range(200)]
+    total = sum(o.size for o in objects)
+    rows = {}
+    for instances in (4, 8, 16):
+        by_key = makespan(dealt(manifest_order(objects, instances, "by_key"), instances))
+        by_size = makespan(dealt(manifest_order(objects, instances, "by_size"), instances))
+        ideal = total / instances
+        rows[instances] = {"by_key_vs_ideal": round(by_key / ideal, 3), "by_size_vs_ideal": round(by_size / ideal, 3)}
+        print(f"skewed files over {instances:2d} instances: busiest instance holds {by_key / ideal:.2f}x the "
+              f"mean by key, {by_size / ideal:.2f}x by size")
+    return rows
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
