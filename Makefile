@@ -35,11 +35,13 @@ demo: $(STAMP)  ## the example pipeline through Airflow on the embedded stack, w
 demo-worker: $(STAMP)  ## just the inference worker on generated data (no Airflow, no AWS)
 	$(PY) -m shardline_worker.demo
 
-bench: $(STAMP)  ## worker throughput benchmark: prints the table, writes bench-results/
+bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, write bench-results/
 	$(PY) tests/bench/bench_worker.py --out bench-results
+	$(PY) tests/bench/bench_orchestration.py --out bench-results
 
-bench-quick: $(STAMP)  ## a smaller, faster run of the benchmark
+bench-quick: $(STAMP)  ## a smaller, faster run of the benchmarks
 	$(PY) tests/bench/bench_worker.py --out bench-results --quick
+	$(PY) tests/bench/bench_orchestration.py --out bench-results --keys 10000
 
 clean:  ## remove caches and results (keeps .venv)
 	rm -rf .pytest_cache .ruff_cache bench-results build *.egg-info
