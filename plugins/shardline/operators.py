@@ -85,7 +85,8 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
 
     def execute(self, context):
         attempt = context["ti"].xcom_pull(task_ids=self.submit_task_id)
-        self._watch(attempt)
+        # A retried watch task picks up the newest attempt, not the one its submit task started.
+        self._watch(steps.resume(self.spec, attempt))
 
     def _watch(self, attempt: dict):
         self._attempt = attempt

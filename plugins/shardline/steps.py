@@ -139,5 +139,32 @@ def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
     }
 
 
+def resume(spec: PipelineSpec, attempt: dict) -> dict:
+    """The newest attempt of the step, given the one this task started from.
+
+    A watch task retried after it resubmitted only knows attempt 1 (from XCom); the STEP
+    item knows the newest. Its job is adopted, or submitted if the earlier try died
+    between planning it and submitting it.
+    """
+    from shardline.backends import JobNotFound
+
+    records = read_step(runtime.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"])
+    latest = int(records.step.attempt or 0) if records.step else 0
+    if latest <= attempt["attempt"]:
+        return attempt
+    name = naming.job_name(attempt["pipeline"], attempt["run_id"], attempt["step"], latest)
+    try:
+        state = runtime.backend_for(spec).describe(name)
+    except JobNotFound:
+        unfinished = [f.input_key for f in records.files
+                      if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
+        log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest,
+                    attempt["step"])
+        return resubmit(spec, {**attempt, "attempt": latest - 1}, unfinished)
+    log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
+    return {**attempt, "attempt": latest, "job_name": name, "submitted_at": state.created_at or time.time(),
+            "manifest_uri": naming.manifest_key(attempt["output_prefix"], attempt["run_id"], attempt["step"], latest)}
+
+
 def job_status(spec: PipelineSpec, attempt: dict) -> JobStatus:
     return runtime.backend_for(spec).describe(attempt["job_name"]).status

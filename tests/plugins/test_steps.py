@@ -54,3 +54,18 @@ def test_plan_skips_an_empty_prefix(pipeline):
     spec, bucket = pipeline
     assert steps.plan(spec, "score", "run-2", input_prefix=f"s3://{bucket}/nothing/",
                       output_prefix=f"s3://{bucket}/out/", model_uri="s3://x/y", instance_count=2) is None
+
+
+def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
+    spec, bucket = pipeline
+    first = steps.submit(spec, steps.plan(spec, "score", "run-3", input_prefix=f"s3://{bucket}/in/",
+                                          output_prefix=f"s3://{bucket}/out/",
+                                          model_uri=f"s3://{bucket}/model/model.tar.gz", instance_count=2))
+    steps.stop(spec, first)
+    second = steps.resubmit(spec, first, [f"s3://{bucket}/in/part-1.parquet"])
+    resumed = steps.resume(spec, first)  # what the watch task's next try knows: attempt 1
+    assert (resumed["attempt"], resumed["job_name"]) == (2, second["job_name"])
+    assert steps.resume(spec, second) == second
+    steps.stop(spec, second)
+    assert sorted(j.name for j in (tmp_path / "local" / "jobs").glob("sl-*")) == sorted(
+        [first["job_name"], second["job_name"]])  # adopted, not submitted twice
