@@ -152,6 +152,8 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
         ("attempts", f"{summary['attempts']} ({len(jobs)} processing job(s))"),
         ("rows/s (in jobs)", f"{summary['rows_in'] / worker_seconds:,.0f} over {worker_seconds:.1f}s of job time"),
         ("wall time", f"{wall:.1f}s for the whole DAG run"),
+        ("orchestration", f"{wall - worker_seconds:.1f}s beyond job time "
+                          f"({(wall - worker_seconds) / worker_seconds:.0%} of it; the rest is the jobs)"),
         ("output", out),
     ]
     say("summary")
