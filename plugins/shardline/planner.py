@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import heapq
 import json
 from collections.abc import Iterable, Sequence
 
@@ -58,23 +57,6 @@ def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: S
                 found.append(S3Object(item["Key"], item["Size"]))
     found.sort(key=lambda o: o.key)
     return found
-
-
-def shard_by_key(objects: Iterable[S3Object], instances: int) -> list[list[S3Object]]:
-    """SageMaker's ShardedByS3Key: sorted keys, instance i takes every n-th from i."""
-    ordered = sorted(objects, key=lambda o: o.key)
-    return [ordered[i::instances] for i in range(instances)]
-
-
-def shard_by_size(objects: Iterable[S3Object], instances: int) -> list[list[S3Object]]:
-    """Balance bytes, not counts: largest first, each to the least-loaded instance (LPT)."""
-    heap = [(0, i) for i in range(instances)]
-    shards: list[list[S3Object]] = [[] for _ in range(instances)]
-    for obj in sorted(objects, key=lambda o: (-o.size, o.key)):
-        load, index = heapq.heappop(heap)
-        shards[index].append(obj)
-        heapq.heappush(heap, (load + obj.size, index))
-    return [sorted(shard, key=lambda o: o.key) for shard in shards]
 
 
 def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> list[S3Object]:

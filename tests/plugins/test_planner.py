@@ -16,8 +16,6 @@ from shardline.planner import (
     manifest_body,
     parse_s3_uri,
     selected,
-    shard_by_key,
-    shard_by_size,
     write_manifest,
 )
 
@@ -68,21 +66,12 @@ def test_empty_prefix_lists_nothing(aws_env):
     assert list_inputs(s3, f"s3://{bucket}/nothing/") == []
 
 
-def test_shard_by_key_matches_sagemaker_sharded_by_s3_key():
+def test_by_key_order_is_sagemakers_sharded_by_s3_key():
+    from shardline.planner import dealt, manifest_order
+
     objects = [S3Object(f"k{i:02d}", 1) for i in range(7)]
-    shards = shard_by_key(reversed(objects), 3)
+    shards = dealt(manifest_order(reversed(objects), 3, "by_key"), 3)
     assert [[o.key for o in s] for s in shards] == [["k00", "k03", "k06"], ["k01", "k04"], ["k02", "k05"]]
-
-
-def test_shard_by_size_balances_bytes_on_skewed_files():
-    rng = random.Random(7)
-    objects = [S3Object(f"f{i:03d}", rng.choice([1, 1, 2, 3])) for i in range(60)] + [S3Object("huge", 40)]
-    by_key, by_size = shard_by_key(objects, 4), shard_by_size(objects, 4)
-    assert sorted(o.key for s in by_size for o in s) == sorted(o.key for o in objects)
-    # The big file gets an instance to itself; the rest is spread evenly over the others.
-    total = sum(o.size for o in objects)
-    assert makespan(by_size) <= max(40, total / 4 + 3)
-    assert makespan(by_size) <= makespan(by_key)
 
 
 def test_choose_instance_count_never_exceeds_files():
