@@ -19,7 +19,7 @@ from shardline_ledger.states import FileStatus, StepStatus
 from shardline_ledger.table import LedgerItem
 
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
-WRITE_CHUNK = 250  # items per background task (10 BatchWrite calls)
+WRITE_CHUNK = 2500  # items per writer thread (100 BatchWrite calls)
 WRITE_THREADS = 8
 # Only what the sensor needs; keeps each Query page small.
 FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in",
@@ -45,13 +45,18 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
             raise
 
 
-def begin_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int) -> None:
-    """Move the STEP item to ``attempt``: attempts only move forward, so two tries cannot both plan.
+def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                  input_keys: Iterable[tuple[str, int]]) -> int:
+    """Move the STEP item to ``attempt`` and write a PENDING FILE item for each input.
 
-    Re-planning the same attempt is allowed (a retried task), and idempotent.
+    The STEP update is conditional (attempt only moves forward), so two tries of the
+    same task cannot both plan; re-planning the same attempt is idempotent. FILE items
+    go in BatchWrite calls of 25. Returns the number of files written.
     """
+    pk = run_pk(pipeline, run_id)
+    step_item = model(pk, step_sk(step))
     try:
-        model(run_pk(pipeline, run_id), step_sk(step)).update(
+        step_item.update(
             actions=[
                 model.attempt.set(attempt),
                 model.status.set(StepStatus.PLANNED.value),
@@ -68,53 +73,19 @@ def begin_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
                 f"step {step} of run {run_id} is already past attempt {attempt}; not re-planning it"
             ) from err
         raise
+    items = [model(pk, file_sk(step, key), status=FileStatus.PENDING.value, attempt=attempt, input_key=key,
+                   bytes_in=size) for key, size in input_keys]
+    chunks = [items[i:i + WRITE_CHUNK] for i in range(0, len(items), WRITE_CHUNK)]
 
-
-def mark_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, status: StepStatus) -> None:
-    model(run_pk(pipeline, run_id), step_sk(step)).update(actions=[model.status.set(status.value)])
-
-
-class FileRecordWriter:
-    """Writes PENDING FILE items for an attempt in the background, a BatchWrite of 25 at a time.
-
-    ``add`` returns at once, so the planner can keep listing while earlier pages are written;
-    ``close`` waits for every write and re-raises the first failure.
-    """
-
-    def __init__(self, model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int):
-        self.model, self.pk, self.step, self.attempt = model, run_pk(pipeline, run_id), step, attempt
-        self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS)
-        self._futures = []
-        self.count = 0
-
-    def add(self, input_keys: Iterable[tuple[str, int]]) -> None:
-        items = [self.model(self.pk, file_sk(self.step, key), status=FileStatus.PENDING.value, attempt=self.attempt,
-                            input_key=key, bytes_in=size) for key, size in input_keys]
-        self.count += len(items)
-        for i in range(0, len(items), WRITE_CHUNK):
-            self._futures.append(self._pool.submit(self._write, items[i:i + WRITE_CHUNK]))
-
-    def _write(self, chunk: list[LedgerItem]) -> None:
-        with self.model.batch_write() as batch:  # unprocessed items are retried by pynamodb
+    def write(chunk: list[LedgerItem]) -> None:
+        with model.batch_write() as batch:  # 25 items a call; unprocessed items are retried
             for item in chunk:
                 batch.save(item)
 
-    def close(self) -> int:
-        try:
-            for future in self._futures:
-                future.result()
-        finally:
-            self._pool.shutdown(wait=True)
-        return self.count
-
-
-def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                  input_keys: Iterable[tuple[str, int]]) -> int:
-    """Move the STEP item to ``attempt`` and write a PENDING FILE item for each input."""
-    begin_attempt(model, pipeline, run_id, step, attempt)
-    writer = FileRecordWriter(model, pipeline, run_id, step, attempt)
-    writer.add(input_keys)
-    return writer.close()
+    # BatchWrite calls are independent: a few in parallel plan a 100k-file step in seconds, not minutes.
+    with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, max(1, len(chunks)))) as pool:
+        list(pool.map(write, chunks))
+    return len(items)
 
 
 @dataclasses.dataclass(frozen=True)

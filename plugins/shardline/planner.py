@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,22 +44,17 @@ def selected(relative_key: str, include: Sequence[str], exclude: Sequence[str]) 
     return hit(include) and not hit(exclude)
 
 
-def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = (),
-                on_page: Callable[[list[S3Object]], None] | None = None) -> list[S3Object]:
-    """Every selected object under the prefix, sorted by key. Follows ListObjectsV2 to the last page.
-
-    ``on_page`` sees each page's selection as it arrives, so work on it can overlap the listing.
-    """
+def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = ()) -> list[S3Object]:
+    """Every selected object under the prefix, sorted by key. Follows ListObjectsV2 to the last page."""
     bucket, prefix = parse_s3_uri(prefix_uri)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     found = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        chosen = [S3Object(item["Key"], item["Size"]) for item in page.get("Contents", [])
-                  if selected(item["Key"][len(prefix):], include, exclude)]
-        if on_page and chosen:
-            on_page(chosen)
-        found.extend(chosen)
+        for item in page.get("Contents", []):
+            relative = item["Key"][len(prefix):]
+            if selected(relative, include, exclude):
+                found.append(S3Object(item["Key"], item["Size"]))
     found.sort(key=lambda o: o.key)
     return found
 

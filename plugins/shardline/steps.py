@@ -13,15 +13,8 @@ import datetime as dt
 import logging
 import time
 
-from shardline_ledger.orchestrator import (
-    FileRecordWriter,
-    begin_attempt,
-    ensure_run,
-    mark_step,
-    read_step,
-    start_attempt,
-)
-from shardline_ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
+from shardline_ledger.orchestrator import ensure_run, read_step, start_attempt
+from shardline_ledger.states import SHARD_TERMINAL, FileStatus
 
 from shardline import naming, runtime
 from shardline.decide import FileState, JobStatus, Policy, ShardState, StepSnapshot
@@ -41,49 +34,33 @@ def policy_for(spec: PipelineSpec, step: str) -> Policy:
     )
 
 
-def _write_manifest(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int) -> dict:
+def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int) -> dict:
+    """Write the attempt's manifest and ledger records; return the attempt dict (not yet submitted)."""
     step = spec.step(base["step"])
     count = choose_instance_count(instances, len(objects))
     ordered = manifest_order(objects, count, step.sharding)
     manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt)
     write_manifest(runtime.s3_client(spec), manifest_uri, manifest_body(base["input_prefix"], [o.key for o in ordered]))
+    bucket = base["input_prefix"][5:].split("/", 1)[0]
+    start_attempt(runtime.ledger_model(spec), base["pipeline"], base["run_id"], base["step"], attempt,
+                  [(f"s3://{bucket}/{o.key}", o.size) for o in ordered])
     return {**base, "attempt": attempt, "instance_count": count, "files": len(ordered),
             "manifest_uri": manifest_uri,
             "job_name": naming.job_name(base["pipeline"], base["run_id"], base["step"], attempt)}
 
 
-def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int) -> dict:
-    """Write the attempt's manifest and ledger records; return the attempt dict (not yet submitted)."""
-    bucket = base["input_prefix"][5:].split("/", 1)[0]
-    start_attempt(runtime.ledger_model(spec), base["pipeline"], base["run_id"], base["step"], attempt,
-                  [(f"s3://{bucket}/{o.key}", o.size) for o in objects])
-    return _write_manifest(spec, base, attempt, objects, instances)
-
-
 def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, output_prefix: str, model_uri: str,
          instance_count: int) -> dict | None:
-    """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process.
-
-    FILE records are written in the background page by page while the listing goes on.
-    """
+    """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
     s = spec.step(step)
-    model = runtime.ledger_model(spec)
-    ensure_run(model, spec.pipeline, run_id)
-    begin_attempt(model, spec.pipeline, run_id, step, 1)
-    bucket = input_prefix[5:].split("/", 1)[0]
-    writer = FileRecordWriter(model, spec.pipeline, run_id, step, 1)
-    try:
-        objects = list_inputs(runtime.s3_client(spec), input_prefix, s.input.include, s.input.exclude,
-                              on_page=lambda page: writer.add((f"s3://{bucket}/{o.key}", o.size) for o in page))
-    finally:
-        writer.close()
+    objects = list_inputs(runtime.s3_client(spec), input_prefix, s.input.include, s.input.exclude)
     if not objects:
-        mark_step(model, spec.pipeline, run_id, step, StepStatus.SKIPPED)
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
+    ensure_run(runtime.ledger_model(spec), spec.pipeline, run_id)
     base = {"pipeline": spec.pipeline, "run_id": run_id, "step": step, "input_prefix": _dir(input_prefix),
             "output_prefix": _dir(output_prefix), "model_uri": model_uri, "requested_instances": instance_count}
-    attempt = _write_manifest(spec, base, 1, objects, instance_count)
+    attempt = _new_attempt(spec, base, 1, objects, instance_count)
     log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s", step, run_id,
              len(objects), sum(o.size for o in objects) / 2**20, attempt["instance_count"], s.sharding)
     return attempt

@@ -54,10 +54,6 @@ def test_plan_skips_an_empty_prefix(pipeline):
     spec, bucket = pipeline
     assert steps.plan(spec, "score", "run-2", input_prefix=f"s3://{bucket}/nothing/",
                       output_prefix=f"s3://{bucket}/out/", model_uri="s3://x/y", instance_count=2) is None
-    from shardline import runtime
-    from shardline_ledger.orchestrator import read_step
-
-    assert read_step(runtime.ledger_model(spec), "steps_test", "run-2", "score").step.status == "SKIPPED"
 
 
 def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
