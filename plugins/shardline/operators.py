@@ -12,9 +12,15 @@ from typing import Any
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardline import steps
 from shardline.spec import load_spec
 from shardline.triggers import BackoffTrigger, StepTrigger
+
+
+def _steps():
+    """The step functions, imported when a task runs: DAG parsing never loads boto3 or pynamodb."""
+    from shardline import steps
+
+    return steps
 
 
 class _SpecMixin:
@@ -55,7 +61,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                 f"{input_prefix}; would run {min(instances, max(1, len(objects)))} instance(s) of "
                 f"{s.resources.instance_type}; nothing submitted"
             )
-        attempt = steps.plan(spec, self.step, run_id, input_prefix=input_prefix, output_prefix=self.output_prefix,
+        attempt = _steps().plan(spec, self.step, run_id, input_prefix=input_prefix, output_prefix=self.output_prefix,
                              model_uri=self.model_uri, instance_count=instances)
         if attempt is None:
             raise AirflowSkipException(f"no input files under {input_prefix}: nothing to do")
@@ -71,7 +77,7 @@ class SubmitStepOperator(_SpecMixin, BaseOperator):
 
     def execute(self, context):
         attempt = context["ti"].xcom_pull(task_ids=self.plan_task_id)
-        return steps.submit(self.spec, attempt)
+        return _steps().submit(self.spec, attempt)
 
 
 class WatchStepSensor(_SpecMixin, BaseSensorOperator):
@@ -86,7 +92,7 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
     def execute(self, context):
         attempt = context["ti"].xcom_pull(task_ids=self.submit_task_id)
         # A retried watch task picks up the newest attempt, not the one its submit task started.
-        self._watch(steps.resume(self.spec, attempt))
+        self._watch(_steps().resume(self.spec, attempt))
 
     def _watch(self, attempt: dict):
         self._attempt = attempt
@@ -100,9 +106,9 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         spec, attempt, action = self.spec, event["attempt"], event["action"]
         self._attempt = attempt
         if event.get("stop_job"):
-            steps.stop(spec, attempt)
+            _steps().stop(spec, attempt)
         if action in ("ADVANCE", "PARTIAL"):
-            summary = steps.report(spec, attempt["pipeline"], attempt["run_id"], attempt["step"])
+            summary = _steps().report(spec, attempt["pipeline"], attempt["run_id"], attempt["step"])
             if action == "PARTIAL":
                 self.log.warning("step %s ended PARTIAL: %s; failed: %s", attempt["step"], event["reason"],
                                  _list(event["failed_files"]))
@@ -124,13 +130,13 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         )
 
     def resubmit(self, context, event: dict):
-        nxt = steps.resubmit(self.spec, event["attempt"], event["retry_files"])
+        nxt = _steps().resubmit(self.spec, event["attempt"], event["retry_files"])
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt["attempt"], nxt["job_name"], nxt["files"])
         self._watch(nxt)
 
     def on_kill(self):
         if self._attempt is not None:
-            steps.stop(self.spec, self._attempt)
+            _steps().stop(self.spec, self._attempt)
 
 
 def _list(failed: list[dict], limit: int = 10) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from shardline import steps
 from shardline.decide import Action, decide
 from shardline.spec import load_spec
 
@@ -35,6 +34,8 @@ class StepTrigger(BaseTrigger):
         })
 
     async def run(self):
+        from shardline import steps  # AWS clients load in the triggerer, not where DAGs are parsed
+
         spec = load_spec(Path(self.spec_path))
         policy = steps.policy_for(spec, self.attempt["step"])
         last_reason = None
