@@ -121,7 +121,7 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
 
     say(f"running DAG {PIPELINE} for {LOGICAL_DATE:%Y-%m-%d %H:00} with dag.test() on the local backend")
     logging.getLogger("pynamodb").setLevel(logging.WARNING)
-    from airflow.models.dagbag import DagBag
+    from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(dags))
     if bag.import_errors:

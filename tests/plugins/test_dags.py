@@ -17,7 +17,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 PARSE = """
 import json, sys
-from airflow.models.dagbag import DagBag
+from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 print(json.dumps({"dags": {d: sorted(t.task_id for t in dag.tasks) for d, dag in bag.dags.items()},
                   "errors": bag.import_errors,
