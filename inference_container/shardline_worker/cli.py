@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--heartbeat-interval", type=float, default=30.0,
                      help="seconds between ledger heartbeats (default %(default)s)")
     ops.add_argument("--summary-json", type=Path, help="also write the job summary to this file")
+    ops.add_argument("--exit-zero-on-file-failures", action="store_true",
+                     help=f"exit {EXIT_OK} instead of {EXIT_FILES_FAILED} when only some files failed. Pipelines set "
+                          "it: a SageMaker job that exits non-zero is Failed, and its outputs may not be uploaded, "
+                          "while the failed files are already recorded in the ledger and the manifest")
     ops.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"shardline-worker {__version__}")
     return p
@@ -338,6 +342,9 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
     if args.summary_json:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)
         args.summary_json.write_text(json.dumps(summary, indent=2))
+    if failed and args.exit_zero_on_file_failures:
+        log.warning("%d file(s) failed; exiting %d as --exit-zero-on-file-failures asks", len(failed), EXIT_OK)
+        return EXIT_OK
     return EXIT_FILES_FAILED if failed else EXIT_OK
 
 

@@ -32,7 +32,9 @@ class Attempt:
 
 
 def worker_arguments(step: StepSpec) -> list[str]:
-    args = []
+    # File failures are the ledger's business; the job itself must complete so SageMaker
+    # uploads every output that did succeed.
+    args = ["--exit-zero-on-file-failures"]
     if step.input.passthrough:
         args += ["--passthrough", ",".join(step.input.passthrough)]
     if step.input.features:

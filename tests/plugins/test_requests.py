@@ -62,7 +62,8 @@ def test_request_shards_the_manifest_by_key_and_replicates_the_model():
     env = request["Environment"]
     assert env["SHARDLINE_ATTEMPT"] == "2" and env["SHARDLINE_MODEL_SHA256"] == "0" * 64
     assert env["SHARDLINE_INPUT_URI"] == "s3://data/raw/dt=2026-11-22/"
-    assert request["AppSpecification"]["ContainerArguments"] == ["--passthrough", "id", "--workers", "8"]
+    assert request["AppSpecification"]["ContainerArguments"] == [
+        "--exit-zero-on-file-failures", "--passthrough", "id", "--workers", "8"]
     assert {"Key": "team", "Value": "ml"} in request["Tags"]
 
 

@@ -336,3 +336,16 @@ def test_empty_text_files_give_empty_outputs(corrupt_run, name):
     assert report["status"] == "SUCCEEDED", report
     assert (report["rows_in"], report["rows_out"]) == (0, 0)
     assert read_table(out / name).num_rows == 0
+
+
+@pytest.mark.slow
+def test_exit_zero_on_file_failures_still_records_them(tmp_path, sklearn_model):
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    synthetic.write_table(synthetic.make_table(500, seed=1), inputs / "good.parquet", "parquet")
+    (inputs / "bad.parquet").write_bytes(b"not parquet at all")
+    result = run_worker(inputs, out, sklearn_model.parent, "--passthrough", "id", "--exit-zero-on-file-failures")
+    assert result.returncode == EXIT_OK, describe(result)
+    reports = reports_by_input(load_manifest(out))
+    assert reports["bad.parquet"]["status"] == "FAILED"
+    assert reports["good.parquet"]["status"] == "SUCCEEDED"
+    assert "exit-zero-on-file-failures" in result.stderr
