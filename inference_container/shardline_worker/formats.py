@@ -7,7 +7,6 @@ name and renamed into place only when complete.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -207,12 +206,6 @@ def _describe(file: InputFile) -> str:
     return f"{file.fmt}{' (gzip)' if file.gzipped else ''}"
 
 
-def row_group_sizes(file: InputFile) -> list[int]:
-    """Compressed bytes of each row group (for the planner's split decision)."""
-    meta = pq.ParquetFile(file.path).metadata
-    return [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
-
-
 # -- writing ---------------------------------------------------------------------------
 
 
@@ -304,11 +297,3 @@ def merge_parts(parts: Sequence[Path], dest: Path, fmt: str) -> None:
         for part in parts:
             with open(part, "rb") as src:
                 shutil.copyfileobj(src, out, 8 << 20)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(4 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

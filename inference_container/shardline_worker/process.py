@@ -20,7 +20,7 @@ import pyarrow as pa
 from shardline_worker import formats
 from shardline_worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
 from shardline_worker.errors import FileError, PredictionError
-from shardline_worker.models import ModelArtifact, Predictor, load_predictor
+from shardline_worker.models import ModelArtifact, Predictor, load_predictor, sha256_of
 from shardline_worker.planning import InputFile, WorkUnit
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
             return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=tmp.stat().st_size,
                               seconds=time.perf_counter() - started, output=str(tmp), worker=state.label,
                               ready_at=state.ready_at)
-        digest = formats.file_sha256(tmp)
+        digest = sha256_of(tmp)
         os.replace(tmp, final)
         return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=final.stat().st_size,
                           seconds=time.perf_counter() - started, output=str(final), sha256=digest,
@@ -234,7 +234,7 @@ def merge_file(file: InputFile, parts: list[str], output_format: str, output_dir
     label = state.label if state else f"pid {os.getpid()}"
     try:
         formats.merge_parts([Path(p) for p in parts], tmp, out_fmt)
-        digest = formats.file_sha256(tmp)
+        digest = sha256_of(tmp)
         os.replace(tmp, final)
     except Exception as err:  # noqa: BLE001 - the file fails alone
         tmp.unlink(missing_ok=True)

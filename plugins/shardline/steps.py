@@ -18,7 +18,15 @@ from shardline_ledger.states import SHARD_TERMINAL, FileStatus
 
 from shardline import naming, runtime
 from shardline.decide import FileState, JobStatus, Policy, ShardState, StepSnapshot
-from shardline.planner import choose_instance_count, list_inputs, manifest_body, manifest_order, write_manifest
+from shardline.planner import (
+    S3Object,
+    choose_instance_count,
+    list_inputs,
+    manifest_body,
+    manifest_order,
+    parse_s3_uri,
+    write_manifest,
+)
 from shardline.requests import Attempt, build_processing_request
 from shardline.spec import PipelineSpec
 
@@ -41,7 +49,7 @@ def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, in
     ordered = manifest_order(objects, count, step.sharding)
     manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt)
     write_manifest(runtime.s3_client(spec), manifest_uri, manifest_body(base["input_prefix"], [o.key for o in ordered]))
-    bucket = base["input_prefix"][5:].split("/", 1)[0]
+    bucket, _ = parse_s3_uri(base["input_prefix"])
     start_attempt(runtime.ledger_model(spec), base["pipeline"], base["run_id"], base["step"], attempt,
                   [(f"s3://{bucket}/{o.key}", o.size) for o in ordered])
     return {**base, "attempt": attempt, "instance_count": count, "files": len(ordered),
@@ -111,9 +119,7 @@ def stop(spec: PipelineSpec, attempt: dict) -> None:
 
 def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str]) -> dict:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs)."""
-    from shardline.planner import S3Object
-
-    bucket = attempt["input_prefix"][5:].split("/", 1)[0]
+    bucket, _ = parse_s3_uri(attempt["input_prefix"])
     objects = [S3Object(key[len(f"s3://{bucket}/"):], 0) for key in retry_keys]
     nxt = _new_attempt(spec, attempt, attempt["attempt"] + 1, objects, attempt["requested_instances"])
     return submit(spec, nxt)
