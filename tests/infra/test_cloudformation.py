@@ -1,0 +1,614 @@
+"""The CloudFormation template: cfn-lint clean, and consistent with the code it deploys for.
+
+The structural checks compare the template against the code's own definitions (the
+pynamodb model, shardline.naming, the pipeline spec) rather than re-typed strings, and the
+DynamoDB permissions are checked against the API calls the ledger code really makes, recorded
+on moto_server. A change on either side that breaks a deployment fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_DIR = ROOT / "infra" / "cloudformation"
+TEMPLATES = sorted(TEMPLATE_DIR.glob("*.yaml"))
+TEMPLATE = TEMPLATE_DIR / "shardline.yaml"
+INFRA_README = ROOT / "infra" / "README.md"
+# Partitions with different ARNs and service coverage, so a region-specific finding shows up.
+LINT_REGIONS = ["us-east-1", "eu-west-1", "ap-southeast-2", "us-gov-west-1", "cn-north-1"]
+
+# Actions that have no resource type, where IAM only accepts Resource "*".
+RESOURCE_STAR_ALLOWED = {
+    "ecr:GetAuthorizationToken",
+    "cloudwatch:PutMetricData",
+    # SageMaker's ENIs in the job's subnets (only with SageMakerVpcAccess=true).
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+}
+VPC_ACTIONS = {a for a in RESOURCE_STAR_ALLOWED if a.startswith("ec2:")}
+
+
+# -- loading ------------------------------------------------------------------------------------------------
+
+
+class CfnLoader(yaml.SafeLoader):
+    """SafeLoader that reads CloudFormation short-form intrinsics (!Ref, !Sub, ...) as long form."""
+
+
+def _intrinsic(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict:
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{suffix}": value}
+
+
+CfnLoader.add_multi_constructor("!", _intrinsic)
+
+
+def load(path: Path = TEMPLATE) -> dict:
+    return yaml.load(path.read_text(), Loader=CfnLoader)  # a SafeLoader subclass: safe
+
+
+@pytest.fixture(scope="module")
+def template() -> dict:
+    return load()
+
+
+def resources_of(template: dict, kind: str) -> dict[str, dict]:
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def statements(template: dict, role: str) -> list[dict]:
+    """Every statement of the role's inline policies; both branches of an Fn::If are included."""
+    found = []
+    for policy in template["Resources"][role]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            if "Fn::If" in statement:
+                _, yes, no = statement["Fn::If"]
+                found += [s for s in (yes, no) if s != {"Ref": "AWS::NoValue"}]
+            else:
+                found.append(statement)
+    return found
+
+
+# -- resolving intrinsics against an example deployment -----------------------------------------------------
+
+ACCOUNT, REGION = "123456789012", "eu-west-1"
+
+
+def example_values(template: dict) -> dict[str, str]:
+    """What each Ref / GetAtt evaluates to in a deployment with the parameter defaults."""
+    values = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::StackName": "sl"}
+    values |= {name: str(p.get("Default", "")) for name, p in template["Parameters"].items()}
+    name, table = values["Name"], values["LedgerTableName"]
+    bucket = f"{name}-data-{ACCOUNT}-{REGION}"
+    values |= {
+        "DataBucket": bucket,
+        "DataBucket.Arn": f"arn:aws:s3:::{bucket}",
+        "AccessLogBucket.Arn": f"arn:aws:s3:::{name}-logs-{ACCOUNT}-{REGION}",
+        "LedgerTable": table,
+        "LedgerTable.Arn": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}",
+        "Key.Arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        "SageMakerExecutionRole.Arn": f"arn:aws:iam::{ACCOUNT}:role/{name}-sagemaker-execution-{REGION}",
+        "WorkerRepository.Arn": f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/{values['WorkerRepositoryName']}",
+    }
+    return values
+
+
+def resolve(node, values: dict[str, str]):
+    """Evaluate Ref, GetAtt and Sub; anything unknown raises, so a typo cannot pass silently."""
+    if isinstance(node, list):
+        return [resolve(n, values) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "Ref" in node:
+        return values[node["Ref"]]
+    if "Fn::GetAtt" in node:
+        return values[".".join(node["Fn::GetAtt"])]
+    if "Fn::Sub" in node:
+        text, extra = (node["Fn::Sub"], {}) if isinstance(node["Fn::Sub"], str) else node["Fn::Sub"]
+        scope = values | {k: resolve(v, values) for k, v in extra.items()}
+        return re.sub(r"\$\{([^}!]+)\}", lambda m: scope[m.group(1)], text)
+    return {k: resolve(v, values) for k, v in node.items()}
+
+
+def iam_match(pattern: str, value: str) -> bool:
+    """IAM's wildcard match: ``*`` is any run of characters (slashes included), ``?`` one character."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value) is not None
+
+
+def action_match(pattern: str, action: str) -> bool:
+    return re.fullmatch(
+        "".join(".*" if c == "*" else re.escape(c) for c in pattern), action, flags=re.IGNORECASE) is not None
+
+
+def allows(template: dict, role: str, action: str, resource: str) -> bool:
+    """Whether the role's policies allow ``action`` on ``resource`` (conditions aside): an Allow and no Deny."""
+    values = example_values(template)
+
+    def matches(statement: dict) -> bool:
+        return (any(action_match(a, action) for a in as_list(statement["Action"]))
+                and any(iam_match(r, resource) for r in as_list(resolve(statement["Resource"], values))))
+
+    matching = [s for s in statements(template, role) if matches(s)]
+    return any(s["Effect"] == "Allow" for s in matching) and not any(s["Effect"] == "Deny" for s in matching)
+
+
+# -- cfn-lint -----------------------------------------------------------------------------------------------
+
+
+def test_there_is_a_template():
+    assert TEMPLATE in TEMPLATES
+
+
+def test_cfn_lint_finds_nothing():
+    cfn_lint = Path(sys.executable).with_name("cfn-lint")
+    if not cfn_lint.exists():
+        pytest.fail(f"cfn-lint is not installed next to {sys.executable}; install the pinned requirements")
+    proc = subprocess.run(
+        [str(cfn_lint), "--format", "json", "--regions", *LINT_REGIONS, "--", *map(str, TEMPLATES)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    try:
+        findings = json.loads(proc.stdout or "[]")
+    except json.JSONDecodeError:
+        pytest.fail(f"cfn-lint did not report JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    serious = [f for f in findings if f["Level"] in {"Error", "Warning"}]
+    report = "\n".join(
+        f"{f['Filename']}:{f['Location']['Start']['LineNumber']} {f['Rule']['Id']} [{f['Level']}] {f['Message']}"
+        for f in serious)
+    assert not serious, f"cfn-lint findings:\n{report}"
+    assert proc.returncode in {0, 8}, proc.stderr  # 8: informational findings only
+
+
+# -- the ledger table matches the pynamodb model ------------------------------------------------------------
+
+
+def _sorted_pairs(items: list[dict], *keys: str) -> list[tuple]:
+    return sorted(tuple(item[k] for k in keys) for item in items)
+
+
+def test_ledger_table_matches_the_model(template):
+    from shardline_ledger.table import FAILURES_INDEX_NAME, LedgerItem, bind_ledger
+
+    model = bind_ledger("infra-schema-check", "us-east-1", "http://127.0.0.1:9")  # builds classes, no IO
+    schema = model._get_schema()  # pynamodb 6: what create_ledger_table sends to CreateTable
+    table = resources_of(template, "AWS::DynamoDB::Table")["LedgerTable"]["Properties"]
+
+    assert table["BillingMode"] == LedgerItem.Meta.billing_mode == "PAY_PER_REQUEST"
+    assert _sorted_pairs(table["KeySchema"], "AttributeName", "KeyType") == _sorted_pairs(
+        schema["key_schema"], "AttributeName", "KeyType")
+    assert _sorted_pairs(table["AttributeDefinitions"], "AttributeName", "AttributeType") == _sorted_pairs(
+        schema["attribute_definitions"], "AttributeName", "AttributeType")
+
+    expected = {i["index_name"]: i for i in schema["global_secondary_indexes"]}
+    actual = {i["IndexName"]: i for i in table["GlobalSecondaryIndexes"]}
+    assert set(actual) == set(expected) == {FAILURES_INDEX_NAME}
+    for name, index in actual.items():
+        assert _sorted_pairs(index["KeySchema"], "AttributeName", "KeyType") == _sorted_pairs(
+            expected[name]["key_schema"], "AttributeName", "KeyType")
+        assert index["Projection"] == expected[name]["projection"]
+    assert not schema["local_secondary_indexes"] and "LocalSecondaryIndexes" not in table
+
+    assert table["TimeToLiveSpecification"] == {"AttributeName": LedgerItem._ttl_attribute().attr_name,
+                                                "Enabled": True}
+
+
+def test_ledger_table_is_protected(template):
+    resource = template["Resources"]["LedgerTable"]
+    props = resource["Properties"]
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"]["SSEEnabled"] is True
+    assert props["SSESpecification"]["SSEType"] == "KMS"
+    assert props["SSESpecification"]["KMSMasterKeyId"] == {"Fn::GetAtt": ["Key", "Arn"]}
+    assert props["DeletionProtectionEnabled"] is True
+    assert resource["DeletionPolicy"] == resource["UpdateReplacePolicy"] == "Retain"
+
+
+def test_default_table_name_is_the_spec_default(template):
+    from shardline.spec import PipelineSpec
+
+    assert template["Parameters"]["LedgerTableName"]["Default"] == PipelineSpec.model_fields["ledger_table"].default
+
+
+# -- buckets, key, repository --------------------------------------------------------------------------------
+
+
+def test_every_bucket_is_encrypted_private_tls_only_and_retained(template):
+    buckets = resources_of(template, "AWS::S3::Bucket")
+    policies = {p["Properties"]["Bucket"]["Ref"]: p["Properties"]["PolicyDocument"]
+                for p in resources_of(template, "AWS::S3::BucketPolicy").values()}
+    assert "DataBucket" in buckets
+    for name, bucket in buckets.items():
+        props = bucket["Properties"]
+        rules = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert rules and all(r["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"aws:kms", "AES256"}
+                             for r in rules), name
+        assert props["PublicAccessBlockConfiguration"] == dict.fromkeys(
+            ["BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"], True), name
+        assert props["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}], name
+        assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain", name
+
+        deny_plain_http = [
+            s for s in policies[name]["Statement"]
+            if s["Effect"] == "Deny" and s["Principal"] == "*" and s["Action"] == "s3:*"
+            and s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+        ]
+        assert len(deny_plain_http) == 1, f"{name} has no policy denying non-TLS requests"
+        assert deny_plain_http[0]["Resource"] == [{"Fn::GetAtt": [name, "Arn"]}, {"Fn::Sub": f"${{{name}.Arn}}/*"}]
+
+
+def test_data_bucket_uses_the_kms_key_with_a_bucket_key(template):
+    props = template["Resources"]["DataBucket"]["Properties"]
+    (rule,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "aws:kms",
+                                                     "KMSMasterKeyID": {"Fn::GetAtt": ["Key", "Arn"]}}
+    assert rule["BucketKeyEnabled"] is True
+    assert props["LoggingConfiguration"]["DestinationBucketName"] == {"Ref": "AccessLogBucket"}
+
+
+def test_access_logs_are_accepted_from_the_data_bucket(template):
+    values = example_values(template)
+    policy = resolve(template["Resources"]["AccessLogBucketPolicy"]["Properties"]["PolicyDocument"], values)
+    (grant,) = [s for s in policy["Statement"] if s["Effect"] == "Allow"]
+    assert grant["Principal"] == {"Service": "logging.s3.amazonaws.com"}
+    assert grant["Condition"]["ArnLike"]["aws:SourceArn"] == values["DataBucket.Arn"]
+    log_prefix = template["Resources"]["DataBucket"]["Properties"]["LoggingConfiguration"]["LogFilePrefix"]
+    assert iam_match(grant["Resource"], f"{values['AccessLogBucket.Arn']}/{log_prefix}2026-01-01-00-00-00-ABC")
+    bucket_name = resolve(template["Resources"]["DataBucket"]["Properties"]["BucketName"], values)
+    assert bucket_name == values["DataBucket"]
+
+
+def test_key_rotates_and_is_retained(template):
+    key = template["Resources"]["Key"]
+    assert key["Properties"]["EnableKeyRotation"] is True
+    assert key["DeletionPolicy"] == key["UpdateReplacePolicy"] == "Retain"
+    assert template["Resources"]["KeyAlias"]["Properties"]["TargetKeyId"] == {"Ref": "Key"}
+
+
+def test_worker_repository(template):
+    props = template["Resources"]["WorkerRepository"]["Properties"]
+    assert props["ImageTagMutability"] == "IMMUTABLE"
+    assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
+    assert props["EncryptionConfiguration"] == {"EncryptionType": "KMS", "KmsKey": {"Fn::GetAtt": ["Key", "Arn"]}}
+    lifecycle = json.loads(resolve(props["LifecyclePolicy"]["LifecyclePolicyText"], example_values(template)))
+    rules = sorted(lifecycle["rules"], key=lambda r: r["rulePriority"])
+    assert rules[-1]["selection"]["tagStatus"] == "any"  # "any" must be the lowest-priority rule
+    assert all(r["action"] == {"type": "expire"} for r in rules)
+
+
+# -- IAM ----------------------------------------------------------------------------------------------------
+
+ROLES = ["SageMakerExecutionRole", "AirflowRole"]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_wildcard_actions_and_no_star_resources_beyond_the_allow_list(template, role):
+    for statement in statements(template, role):
+        actions = as_list(statement["Action"])
+        assert not [a for a in actions if "*" in a or "?" in a], statement
+        if "*" in as_list(statement["Resource"]):
+            assert set(actions) <= RESOURCE_STAR_ALLOWED, f"{role}: Resource '*' for {actions}"
+        assert "NotAction" not in statement and "NotResource" not in statement
+
+
+def test_vpc_permissions_only_with_vpc_access(template):
+    policy = template["Resources"]["SageMakerExecutionRole"]["Properties"]["Policies"][0]["PolicyDocument"]
+    plain = [s for s in policy["Statement"] if "Fn::If" not in s]
+    assert not [s for s in plain if set(as_list(s["Action"])) & VPC_ACTIONS]
+    (conditional,) = [s["Fn::If"] for s in policy["Statement"] if "Fn::If" in s]
+    assert conditional[0] == "VpcAccess" and conditional[2] == {"Ref": "AWS::NoValue"}
+    assert set(conditional[1]["Action"]) == VPC_ACTIONS
+    assert template["Conditions"]["VpcAccess"] == {"Fn::Equals": [{"Ref": "SageMakerVpcAccess"}, "true"]}
+
+
+def test_metrics_star_is_limited_to_the_processing_namespace(template):
+    (metrics,) = [s for s in statements(template, "SageMakerExecutionRole")
+                  if "cloudwatch:PutMetricData" in as_list(s["Action"])]
+    assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/ProcessingJobs"}}
+
+
+def test_pass_role_is_the_execution_role_to_sagemaker_only(template):
+    passing = [s for role in ROLES for s in statements(template, role)
+               if any(action_match(a, "iam:PassRole") for a in as_list(s["Action"]))]
+    assert len(passing) == 1
+    (statement,) = passing
+    assert statement in statements(template, "AirflowRole")
+    assert statement["Action"] == "iam:PassRole"
+    assert statement["Resource"] == {"Fn::GetAtt": ["SageMakerExecutionRole", "Arn"]}
+    assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    assert not [s for role in ROLES for s in statements(template, role)
+                if any(a.startswith("iam:") and a != "iam:PassRole" for a in as_list(s["Action"]))]
+
+
+def test_execution_role_trusts_sagemaker_only(template):
+    trust = template["Resources"]["SageMakerExecutionRole"]["Properties"]["AssumeRolePolicyDocument"]
+    assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "sagemaker.amazonaws.com"}]
+
+
+def test_airflow_role_trusts_the_configured_principal(template):
+    (statement,) = template["Resources"]["AirflowRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    condition, principal, pod_identity = statement["Fn::If"]
+    assert condition == "TrustPrincipal"
+    assert principal["Principal"] == {"AWS": {"Ref": "AirflowPrincipalArn"}}
+    assert pod_identity["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert pod_identity["Condition"]["StringEquals"]["aws:SourceAccount"] == {"Ref": "AWS::AccountId"}
+
+
+def test_airflow_may_run_exactly_the_jobs_shardline_names(template):
+    from shardline.naming import job_name
+
+    values = example_values(template)
+    arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/"
+    name = job_name("daily_churn", "scheduled__2026-11-22T00:00:00+00:00", "calibrate", 3)
+    for action in ["sagemaker:CreateProcessingJob", "sagemaker:DescribeProcessingJob",
+                   "sagemaker:StopProcessingJob", "sagemaker:AddTags"]:  # AddTags: the request carries Tags
+        assert allows(template, "AirflowRole", action, arn + name), action
+        assert not allows(template, "AirflowRole", action, arn + "someone-elses-job"), action
+    assert not allows(template, "AirflowRole", "sagemaker:CreateTrainingJob", arn + name)
+    assert name.startswith(values["JobNamePrefix"])
+    assert re.fullmatch(template["Parameters"]["JobNamePrefix"]["AllowedPattern"], values["JobNamePrefix"])
+
+
+def _uri_key(values: dict, prefix_param: str, rest: str) -> str:
+    return f"s3://{values['DataBucket']}/{values[prefix_param]}{rest}"
+
+
+def _object_arn(values: dict, uri: str) -> str:
+    from shardline.planner import parse_s3_uri
+
+    bucket, key = parse_s3_uri(uri)
+    assert bucket == values["DataBucket"]
+    return f"arn:aws:s3:::{bucket}/{key}"
+
+
+@pytest.mark.parametrize("output_rest", ["", "churn/scores/dt=2026-11-22/"])
+def test_s3_access_follows_the_data_layout(template, output_rest):
+    """Who may read and write inputs, models, outputs and manifests, at the keys the code uses."""
+    from shardline.naming import manifest_key
+
+    values = example_values(template)
+    input_uri = _uri_key(values, "InputPrefix", "customers/dt=2026-11-22/part-000.parquet")
+    model_uri = _uri_key(values, "ModelPrefix", "sklearn/v1/model.tar.gz")
+    output_prefix = _uri_key(values, "OutputPrefix", output_rest)
+    prediction = output_prefix + "part-000.parquet"
+    worker_report = output_prefix + "_shardline/manifest-algo-1.json"  # shardline_worker.cli._write_manifest
+    manifest = manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score", 2)
+    assert manifest.startswith(output_prefix)
+    input_arn, model_arn, prediction_arn, report_arn, manifest_arn = (
+        _object_arn(values, u) for u in (input_uri, model_uri, prediction, worker_report, manifest))
+
+    sm, af = "SageMakerExecutionRole", "AirflowRole"
+    for arn in (input_arn, model_arn, manifest_arn, prediction_arn):  # prediction: read by from_step steps
+        assert allows(template, sm, "s3:GetObject", arn), arn
+    for arn in (prediction_arn, report_arn):
+        assert allows(template, sm, "s3:PutObject", arn), arn
+    for arn in (input_arn, model_arn, manifest_arn):
+        assert not allows(template, sm, "s3:PutObject", arn), arn
+    assert not allows(template, sm, "s3:GetObject", f"arn:aws:s3:::{values['DataBucket']}/elsewhere/x")
+    assert not allows(template, sm, "s3:DeleteObject", prediction_arn)
+
+    assert allows(template, af, "s3:PutObject", manifest_arn)
+    for arn in (input_arn, model_arn, prediction_arn, report_arn):
+        assert not allows(template, af, "s3:PutObject", arn), arn
+    assert not allows(template, af, "s3:GetObject", input_arn)
+
+
+def test_list_bucket_prefixes(template):
+    values = example_values(template)
+    bucket_arn = values["DataBucket.Arn"]
+
+    def prefixes(role: str) -> list[str]:
+        (listing,) = [s for s in statements(template, role) if s["Action"] == "s3:ListBucket"]
+        assert resolve(listing["Resource"], values) == bucket_arn
+        return resolve(listing["Condition"]["StringLike"]["s3:prefix"], values)
+
+    planner_lists = [values["InputPrefix"] + "events/dt=2026-11-22/", values["OutputPrefix"] + "scores/"]
+    assert all(any(iam_match(p, key) for p in prefixes("AirflowRole")) for key in planner_lists)
+    model_listing = values["ModelPrefix"] + "xgboost/v1/model.tar.gz"  # S3Prefix input of the model
+    assert any(iam_match(p, model_listing) for p in prefixes("SageMakerExecutionRole"))
+    for role in ROLES:
+        assert not any(iam_match(p, "") or iam_match(p, "other/") for p in prefixes(role)), role
+
+
+def test_prefix_parameters_cannot_be_empty_or_whole_bucket(template):
+    for name in ("InputPrefix", "OutputPrefix", "ModelPrefix"):
+        pattern = template["Parameters"][name]["AllowedPattern"]
+        assert re.fullmatch(pattern, template["Parameters"][name]["Default"])
+        for bad in ("", "/", "*", "inputs", "/inputs/"):
+            assert not re.fullmatch(pattern, bad), (name, bad)
+
+
+def test_airflow_ledger_index_is_the_models_index(template):
+    from shardline_ledger.table import FAILURES_INDEX_NAME
+
+    values = example_values(template)
+    index_arn = f"{values['LedgerTable.Arn']}/index/{FAILURES_INDEX_NAME}"
+    assert allows(template, "AirflowRole", "dynamodb:Query", index_arn)
+    assert not allows(template, "SageMakerExecutionRole", "dynamodb:Query", index_arn)
+
+
+# -- DynamoDB permissions against the calls the ledger code makes --------------------------------------------
+
+
+def _iam_actions(calls: list[tuple[str, dict]]) -> set[str]:
+    """IAM actions a list of DynamoDB API calls needs. TransactWriteItems has no action of its own."""
+    per_item = {"ConditionCheck": "ConditionCheckItem", "Put": "PutItem", "Update": "UpdateItem",
+                "Delete": "DeleteItem"}
+    actions = set()
+    for operation, kwargs in calls:
+        if operation == "TransactWriteItems":
+            actions |= {f"dynamodb:{per_item[kind]}" for item in kwargs["TransactItems"] for kind in item}
+        else:
+            actions.add(f"dynamodb:{operation}")
+    return actions
+
+
+@pytest.fixture
+def record_ledger_calls(monkeypatch):
+    from pynamodb.connection.base import Connection
+
+    calls: list[tuple[str, dict]] = []
+    lock = threading.Lock()
+    original = Connection.dispatch
+
+    def dispatch(self, operation_name, operation_kwargs):
+        with lock:
+            calls.append((operation_name, dict(operation_kwargs)))
+        return original(self, operation_name, operation_kwargs)
+
+    monkeypatch.setattr(Connection, "dispatch", dispatch)
+    return calls
+
+
+def _granted(template: dict, role: str, resource: str) -> set[str]:
+    values = example_values(template)
+    return {a for s in statements(template, role) if s["Effect"] == "Allow"
+            for a in as_list(s["Action"]) if a.startswith("dynamodb:")
+            and any(iam_match(r, resource) for r in as_list(resolve(s["Resource"], values)))}
+
+
+def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_table, record_ledger_calls):
+    from shardline_ledger import bind_ledger
+    from shardline_ledger.orchestrator import ensure_run, read_step, start_attempt
+    from shardline_ledger.states import FileStatus, ShardStatus
+    from shardline_ledger.worker import FileOutcome, LedgerContext, StaleAttemptError, WorkerLedger
+
+    calls = record_ledger_calls
+    model = bind_ledger(ledger_table)
+    ensure_run(model, "p", "run-1")
+    ensure_run(model, "p", "run-1")
+    start_attempt(model, "p", "run-1", "score", 1, [(f"s3://b/in/part-{i}.parquet", 10) for i in range(30)])
+    planned = list(calls)
+    calls.clear()
+
+    ctx = LedgerContext(table=ledger_table, pipeline="p", run_id="run-1", step="score", attempt=1,
+                        input_uri="s3://b/in/")
+    worker = WorkerLedger(ctx, "algo-1")
+    worker.heartbeat(ShardStatus.RUNNING, files_assigned=2, files_done=0, files_failed=0, rows_done=0)
+    worker.claim_file("part-0.parquet")
+    worker.finish_file("part-0.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+    worker.claim_file("part-1.parquet")
+    worker.finish_file("part-1.parquet", FileOutcome(FileStatus.FAILED, error_class="E", error_message="x"))
+    worker.heartbeat(ShardStatus.SUCCEEDED, files_assigned=2, files_done=1, files_failed=1, rows_done=1)
+    worker_calls = list(calls)
+    calls.clear()
+
+    # A retry: part-2 moves to attempt 2, and the attempt-1 worker is now a zombie.
+    start_attempt(model, "p", "run-1", "score", 2, [("s3://b/in/part-2.parquet", 10)])
+    planned += calls
+    calls.clear()
+    with pytest.raises(StaleAttemptError):  # the fenced paths make the same calls
+        worker.heartbeat(ShardStatus.RUNNING, files_assigned=2, files_done=1, files_failed=1, rows_done=1)
+    with pytest.raises(StaleAttemptError):
+        worker.finish_file("part-2.parquet", FileOutcome(FileStatus.SUCCEEDED))
+    worker_calls += calls
+    calls.clear()
+
+    read_step(model, "p", "run-1", "score")
+    read = list(calls)
+
+    table_arn = example_values(template)["LedgerTable.Arn"]
+    worker_needs = _iam_actions(worker_calls)
+    assert worker_needs == {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}  # sanity of the recording
+    # Exactly what the worker uses, nothing more.
+    assert _granted(template, "SageMakerExecutionRole", table_arn) == worker_needs
+
+    orchestrator_needs = _iam_actions(planned + read)
+    assert orchestrator_needs >= {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem",
+                                  "dynamodb:Query"}
+    missing = orchestrator_needs - _granted(template, "AirflowRole", table_arn)
+    assert not missing, f"the Airflow role lacks {sorted(missing)}"
+
+    # The worker's grant is limited to keys starting RUN#: every key the worker wrote does.
+    (fenced,) = [s for s in statements(template, "SageMakerExecutionRole")
+                 if "dynamodb:UpdateItem" in as_list(s["Action"])]
+    (leading,) = fenced["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+    worker_keys = {item[kind]["Key"]["pk"]["S"] for op, kw in worker_calls if op == "TransactWriteItems"
+                   for item in kw["TransactItems"] for kind in item}
+    worker_keys |= {kw["Key"]["pk"]["S"] for op, kw in worker_calls if op == "UpdateItem"}
+    assert worker_keys and all(iam_match(leading, key) for key in worker_keys)
+
+
+# -- parameters, outputs and the README ---------------------------------------------------------------------
+
+
+def test_parameters_are_documented_and_constrained(template):
+    for name, param in template["Parameters"].items():
+        assert param.get("Description"), name
+        if param["Type"] == "String":
+            assert "AllowedPattern" in param or "AllowedValues" in param, name
+            if "AllowedPattern" in param and param.get("Default"):
+                assert re.fullmatch(param["AllowedPattern"], param["Default"]), name
+        if param["Type"] == "Number":
+            assert "MinValue" in param and "MaxValue" in param, name
+
+
+def test_no_hard_coded_accounts_or_regions():
+    text = TEMPLATE.read_text()
+    assert not re.search(r"(?<![\w{])\d{12}(?!\w)", text), "a literal account id"
+    region = r"\b(us|eu|ap|sa|ca|me|af|il|mx|cn)-(gov-)?(north|south|east|west|central)+(east|west)?-\d\b"
+    assert not re.search(region, text), "a literal region"
+    assert "arn:aws:" not in text, "a literal partition: use ${AWS::Partition}"
+
+
+def test_outputs_are_exported(template):
+    wanted = {"LedgerTableName", "DataBucketName", "SageMakerExecutionRoleArn", "AirflowRoleArn",
+              "WorkerRepositoryUri", "KmsKeyArn"}
+    assert wanted <= set(template["Outputs"])
+    for name, output in template["Outputs"].items():
+        assert output["Export"]["Name"] == {"Fn::Sub": f"${{AWS::StackName}}-{name}"}, name
+        assert output.get("Description"), name
+
+
+def test_outputs_name_real_pipeline_spec_fields(template):
+    from shardline.spec import PipelineSpec
+
+    named = {}
+    for name, output in template["Outputs"].items():
+        match = re.search(r"Pipeline spec: ([a-z_.]+)", output["Description"])
+        if match:
+            named[name] = match.group(1)
+    assert set(named) >= {"LedgerTableName", "SageMakerExecutionRoleArn", "WorkerRepositoryUri", "KmsKeyArn"}
+    for name, path in named.items():
+        model = PipelineSpec
+        *parents, leaf = path.split(".")
+        for part in parents:
+            model = model.model_fields[part].annotation
+        assert leaf in model.model_fields, f"output {name} names {path}, which the pipeline spec lacks"
+
+
+def test_readme_documents_every_parameter_and_output(template):
+    readme = INFRA_README.read_text()
+    for name in [*template["Parameters"], *template["Outputs"]]:
+        assert f"`{name}`" in readme, f"infra/README.md does not mention {name}"
+    assert "CAPABILITY_NAMED_IAM" in readme
+    assert "cfn-lint infra/cloudformation/*.yaml" in readme
