@@ -91,3 +91,34 @@ def ledger_table(aws_env) -> str:
     name = f"shardline-test-{uuid.uuid4().hex[:12]}"
     create_ledger_table(name, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
     return name
+
+
+# -- a real Airflow (standalone: API server, scheduler, DAG processor, triggerer) ---------------------------
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(tmp_path_factory, moto_endpoint):
+    """``airflow standalone`` on a free port over a copy of ``dags/``, talking to the session's moto_server.
+
+    The copies of the specs run only when triggered (no schedule), so the scheduler does not
+    start hourly runs of its own in the middle of a test.
+    """
+    import shutil
+
+    import yaml
+
+    from tests.airflow_stack import airflow_standalone
+
+    root = tmp_path_factory.mktemp("airflow")
+    dags = root / "dags"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "dags", dags)
+    for path in (dags / "pipelines").glob("*.yaml"):
+        spec = yaml.safe_load(path.read_text())
+        spec["schedule"] = None
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
+    try:
+        with airflow_standalone(root / "home", dags, aws) as stack:
+            yield stack
+    except RuntimeError as err:
+        pytest.fail(str(err))

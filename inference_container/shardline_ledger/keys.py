@@ -3,12 +3,17 @@
     pk = RUN#{pipeline}#{run_id}
     sk = RUN | STEP#{step}# | STEP#{step}#SHARD#{attempt:04d}#{host} | FILE#{step}#{input_key}
 
+    pk = RUNS   sk = {started_at}#{pipeline}#{run_id}     (the run index the CLI and UI list)
+
 A step's SHARD items sort right after its STEP item, so one Query on the prefix
 ``STEP#{step}#`` returns the step and every heartbeat. Attempts are zero-padded so that
 the query returns them in order.
 """
 
 RUN_SK = "RUN"
+# One partition indexes every run by start time. Runs start a few times an hour per
+# pipeline, far below a partition's write limit, and listing recent runs is one Query.
+RUNS_PK = "RUNS"
 
 
 def run_pk(pipeline: str, run_id: str) -> str:
@@ -38,3 +43,13 @@ def failures_pk(pipeline: str) -> str:
 
 def shard_sk_prefix(step: str) -> str:
     return f"{step_sk(step)}SHARD#"
+
+
+def runs_index_sk(started_at: str, pipeline: str, run_id: str) -> str:
+    """``started_at`` is an ISO-8601 UTC timestamp, so the index sorts by start time."""
+    return f"{started_at}#{pipeline}#{run_id}"
+
+
+def step_sk_prefix() -> str:
+    """Every step of a run and their shards (not the FILE items)."""
+    return "STEP#"

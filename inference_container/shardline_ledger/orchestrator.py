@@ -14,8 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pynamodb.exceptions import PutError, UpdateError
 
-from shardline_ledger.keys import RUN_SK, file_sk, file_sk_prefix, run_pk, step_sk
-from shardline_ledger.states import FileStatus, StepStatus
+from shardline_ledger.keys import (
+    RUN_SK,
+    RUNS_PK,
+    file_sk,
+    file_sk_prefix,
+    run_pk,
+    runs_index_sk,
+    step_sk,
+    step_sk_prefix,
+)
+from shardline_ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 from shardline_ledger.table import LedgerItem
 
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
@@ -23,7 +32,7 @@ WRITE_CHUNK = 2500  # items per writer thread (100 BatchWrite calls)
 WRITE_THREADS = 8
 # Only what the sensor needs; keeps each Query page small.
 FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in",
-                   "rows_out"]
+                   "rows_out", "host"]
 
 
 class StaleOrchestratorError(RuntimeError):
@@ -35,7 +44,11 @@ def _now() -> dt.datetime:
 
 
 def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
-    """Create the RUN item once; later calls leave it alone."""
+    """Create the RUN item and its entry in the run index once; later calls leave them alone.
+
+    A retry after a crash between the two writes re-derives the index entry from the RUN
+    item's own start time, so the entry is written exactly once under one key.
+    """
     item = model(run_pk(pipeline, run_id), RUN_SK, pipeline=pipeline, run_id=run_id,
                  status=StepStatus.RUNNING.value, started_at=_now())
     try:
@@ -43,27 +56,95 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
     except PutError as err:
         if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
             raise
+        item = model.get(run_pk(pipeline, run_id), RUN_SK, consistent_read=True)
+    model(RUNS_PK, runs_index_sk(item.started_at.isoformat(), pipeline, run_id), pipeline=pipeline,
+          run_id=run_id, started_at=item.started_at).save()
+
+
+def list_runs(model: type[LedgerItem], pipeline: str | None = None, limit: int = 20) -> list[LedgerItem]:
+    """The newest runs first, from the run index (one Query; a pipeline filter reads a little more)."""
+    condition = model.pipeline == pipeline if pipeline else None
+    found = model.query(RUNS_PK, scan_index_forward=False, filter_condition=condition,
+                        limit=None if pipeline else limit, page_size=max(limit, 25))
+    runs = []
+    for entry in found:
+        runs.append(entry)
+        if len(runs) >= limit:
+            break
+    return runs
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecords:
+    run: LedgerItem | None
+    steps: list[LedgerItem]  # STEP items in step-name order
+    shards: list[LedgerItem]
+
+
+def read_run(model: type[LedgerItem], pipeline: str, run_id: str) -> RunRecords:
+    """The RUN item, every STEP item and every SHARD heartbeat: one Query (FILE items are per step)."""
+    pk = run_pk(pipeline, run_id)
+    items, _ = _query(model, pk, step_sk_prefix(), None)
+    try:
+        run = model.get(pk, RUN_SK, consistent_read=True)
+    except model.DoesNotExist:
+        run = None
+    steps = [i for i in items if "#SHARD#" not in i.sk]
+    shards = [i for i in items if "#SHARD#" in i.sk]
+    return RunRecords(run=run, steps=steps, shards=shards)
+
+
+def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int, status: StepStatus,
+                message: str = "") -> bool:
+    """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten.
+
+    Returns False when a newer attempt owns the step (someone resubmitted meanwhile).
+    """
+    if status not in STEP_TERMINAL:
+        raise ValueError(f"{status} is not a terminal step status")
+    try:
+        model(run_pk(pipeline, run_id), step_sk(step)).update(
+            actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
+                     model.finished_at.set(_now())],
+            condition=model.attempt == attempt,
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
+
+
+def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:
+    model(run_pk(pipeline, run_id), RUN_SK).update(
+        actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
+                 model.finished_at.set(_now()) if status in STEP_TERMINAL else model.finished_at.remove()],
+    )
 
 
 def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                  input_keys: Iterable[tuple[str, int]]) -> int:
+                  input_keys: Iterable[tuple[str, int]], plan_json: str | None = None) -> int:
     """Move the STEP item to ``attempt`` and write a PENDING FILE item for each input.
 
     The STEP update is conditional (attempt only moves forward), so two tries of the
     same task cannot both plan; re-planning the same attempt is idempotent. FILE items
-    go in BatchWrite calls of 25. Returns the number of files written.
+    go in BatchWrite calls of 25. ``plan_json`` records what the step was planned with.
+    Returns the number of files written.
     """
     pk = run_pk(pipeline, run_id)
     step_item = model(pk, step_sk(step))
     try:
         step_item.update(
             actions=[
+                *([model.plan_json.set(plan_json)] if plan_json else []),
                 model.attempt.set(attempt),
                 model.status.set(StepStatus.PLANNED.value),
                 model.pipeline.set(pipeline),
                 model.run_id.set(run_id),
                 model.step.set(step),
                 model.started_at.set(_now()),
+                model.message.remove(),
+                model.finished_at.remove(),
             ],
             condition=model.attempt.does_not_exist() | (model.attempt <= attempt),
         )

@@ -34,6 +34,7 @@ class StepStatus(StrEnum):
     PARTIAL = "PARTIAL"  # ended with failures inside the tolerance
     FAILED = "FAILED"
     SKIPPED = "SKIPPED"  # empty input
+    CANCELLED = "CANCELLED"  # stopped by `shardline cancel`; the sensor must not resubmit it
 
 
 FILE_TERMINAL = frozenset({FileStatus.SUCCEEDED, FileStatus.FAILED})
@@ -41,5 +42,5 @@ SHARD_TERMINAL = frozenset(
     {ShardStatus.SUCCEEDED, ShardStatus.PARTIAL, ShardStatus.FAILED, ShardStatus.FENCED}
 )
 STEP_TERMINAL = frozenset(
-    {StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.FAILED, StepStatus.SKIPPED}
+    {StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.CANCELLED}
 )

@@ -60,6 +60,11 @@ class LedgerItem(Model):
     started_at = UTCDateTimeAttribute(null=True, attr_name="sa")
     finished_at = UTCDateTimeAttribute(null=True, attr_name="fa")
 
+    # STEP items: what the step was planned with (JSON), so the CLI can resubmit without
+    # Airflow's XCom, and the reason it ended with.
+    plan_json = UnicodeAttribute(null=True, attr_name="pj")
+    message = UnicodeAttribute(null=True, attr_name="msg")
+
     # SHARD items (one per instance and attempt)
     heartbeat_at = UTCDateTimeAttribute(null=True, attr_name="hb")
     files_assigned = NumberAttribute(null=True, attr_name="fas")

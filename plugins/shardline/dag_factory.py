@@ -83,7 +83,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
             watch_ids.append(watch.task_id)
             outputs[step.name] = step.output.prefix
         last = spec.steps[-1]
-        report = ReportOperator(task_id="report", watch_task_ids=watch_ids,
+        report = ReportOperator(task_id="report", spec_path=str(spec_path), watch_task_ids=watch_ids,
                                 outlets=[Asset(_static_prefix(last.output.prefix))])
         previous >> report
     return dag

@@ -75,6 +75,7 @@ class StepSnapshot:
     files: Sequence[FileState]
     shards: Sequence[ShardState] = ()
     job_failure_reason: str | None = None
+    cancelled: bool = False  # an on-call engineer ran `shardline cancel`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +106,9 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     total = len(files)
     job = snapshot.job_status
 
+    if snapshot.cancelled:
+        return Decision(Action.FAIL, f"cancelled by an operator with {len(succeeded)}/{total} files succeeded",
+                        failed_files=tuple(failed), stop_job=not job.is_terminal)
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
         stale = [s for s in snapshot.shards
                  if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]

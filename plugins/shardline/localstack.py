@@ -55,24 +55,41 @@ def moto_server_binary() -> Path:
     return binary
 
 
-@contextlib.contextmanager
-def embedded_aws(log_path: Path, *, port: int | None = None, timeout: float = 60.0) -> Iterator[dict[str, str]]:
-    """Run moto_server for the duration of the block; yield the environment that reaches it."""
+def start_moto(log_path: Path, *, port: int | None = None, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """Start moto_server in its own session and wait until it answers; returns (process, url)."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(moto_server_binary()), "-p", str(port), "-H", "127.0.0.1"], stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while not answers(url):
+        if proc.poll() is not None:
+            raise EmbeddedAwsError(f"moto_server exited with code {proc.returncode}; see {log_path}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise EmbeddedAwsError(f"moto_server did not answer on {url} within {timeout:.0f}s; see {log_path}")
+        time.sleep(0.1)
+    return proc, url
+
+
+def answers(url: str) -> bool:
+    """Whether a moto_server answers at ``url``."""
+    return _answers_http(url.rstrip("/") + "/moto-api/")
+
+
+def env_for(url: str) -> dict[str, str]:
+    """The environment that points boto3 and pynamodb at the endpoint."""
+    return {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": url}
+
+
+@contextlib.contextmanager
+def embedded_aws(log_path: Path, *, port: int | None = None, timeout: float = 60.0) -> Iterator[dict[str, str]]:
+    """Run moto_server for the duration of the block; yield the environment that reaches it."""
+    proc, url = start_moto(log_path, port=port, timeout=timeout)
     try:
-        deadline = time.monotonic() + timeout
-        while not _answers_http(url + "/moto-api/"):
-            if proc.poll() is not None:
-                raise EmbeddedAwsError(f"moto_server exited with code {proc.returncode}; see {log_path}")
-            if time.monotonic() > deadline:
-                raise EmbeddedAwsError(f"moto_server did not answer on {url} within {timeout:.0f}s; see {log_path}")
-            time.sleep(0.1)
-        yield {**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": url}
+        yield env_for(url)
     finally:
         proc.terminate()
         try:

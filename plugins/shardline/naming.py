@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 
 # SageMaker: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}
 MAX_JOB_NAME = 63
@@ -34,3 +35,13 @@ def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int) -> st
     """Where an attempt's input manifest lives: beside the outputs, never among them."""
     base = output_prefix.rstrip("/")
     return f"{base}/_shardline/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
+
+
+def run_ref(pipeline: str, run_id: str) -> str:
+    """How the CLI names a run: ``pipeline/run_id``."""
+    return f"{pipeline}/{run_id}"
+
+
+def resubmit_command(pipeline: str, run_id: str, step: str) -> str:
+    """The exact command an on-call engineer runs to resubmit a step's failed files."""
+    return shlex.join(["shardline", "resubmit", run_ref(pipeline, run_id), "--step", step, "--all-failed"])

@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from shardline.naming import resubmit_command
 from shardline.spec import load_spec
 from shardline.triggers import BackoffTrigger, StepTrigger
 
@@ -107,11 +108,14 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         self._attempt = attempt
         if event.get("stop_job"):
             _steps().stop(spec, attempt)
+        if action != "RESUBMIT":
+            _steps().finish(spec, attempt, action, event["reason"])
+        fix = resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"])
         if action in ("ADVANCE", "PARTIAL"):
             summary = _steps().report(spec, attempt["pipeline"], attempt["run_id"], attempt["step"])
             if action == "PARTIAL":
-                self.log.warning("step %s ended PARTIAL: %s; failed: %s", attempt["step"], event["reason"],
-                                 _list(event["failed_files"]))
+                self.log.warning("step %s ended PARTIAL: %s; failed: %s. To retry them after fixing the cause: %s",
+                                 attempt["step"], event["reason"], _list(event["failed_files"]), fix)
             else:
                 self.log.info("step %s succeeded: %s", attempt["step"], event["reason"])
             return {**summary, "outcome": action}
@@ -125,8 +129,8 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             return self.resubmit(context, payload)
         raise AirflowFailException(
             f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']} failed: {event['reason']}. "
-            f"Failed files: {_list(event.get('failed_files', []))}. Fix the inputs or the model, then clear "
-            f"the task plan_{attempt['step']} to run the step again."
+            f"Failed files: {_list(event.get('failed_files', []))}. Fix the inputs or the model, then resubmit "
+            f"just these files (the run turns green when they succeed): {fix}"
         )
 
     def resubmit(self, context, event: dict):
@@ -145,15 +149,15 @@ def _list(failed: list[dict], limit: int = 10) -> str:
     return (shown + more) or "none"
 
 
-class ReportOperator(BaseOperator):
+class ReportOperator(_SpecMixin, BaseOperator):
     """Reconcile every step's rows in against rows out; the summary goes to the log and XCom."""
 
-    def __init__(self, *, watch_task_ids: list[str], **kwargs):
+    def __init__(self, *, spec_path: str, watch_task_ids: list[str], **kwargs):
         # A failed step leaves this task upstream_failed, so the DAG run fails; a step skipped
         # for empty input still lets the others be reported.
         kwargs.setdefault("trigger_rule", "none_failed")
         super().__init__(**kwargs)
-        self.watch_task_ids = watch_task_ids
+        self.spec_path, self.watch_task_ids = spec_path, watch_task_ids
 
     def execute(self, context):
         results = [context["ti"].xcom_pull(task_ids=t) for t in self.watch_task_ids]
@@ -164,9 +168,18 @@ class ReportOperator(BaseOperator):
                           s["attempts"])
         bad = [s for s in summaries if s["rows_mismatched_files"]]
         if bad:
-            raise AirflowFailException(f"rows in != rows out for {[s['rows_mismatched_files'] for s in bad]}")
+            message = f"rows in != rows out for {[s['rows_mismatched_files'] for s in bad]}"
+            self._finish_run(context, "FAILED", message)
+            raise AirflowFailException(message)
         if len(summaries) < len(self.watch_task_ids):
             self.log.info("%d step(s) skipped (no input)", len(self.watch_task_ids) - len(summaries))
         if not summaries:
             raise AirflowSkipException("every step was skipped: no input")
+        partial = any(s.get("outcome") == "PARTIAL" for s in summaries)
+        self._finish_run(context, "PARTIAL" if partial else "SUCCEEDED", "")
         return {"steps": summaries}
+
+    def _finish_run(self, context, status: str, message: str) -> None:
+        from shardline_ledger.states import StepStatus
+
+        _steps().finish_run(self.spec, self.spec.pipeline, context["run_id"], StepStatus(status), message)

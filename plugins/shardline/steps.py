@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import time
 
-from shardline_ledger.orchestrator import ensure_run, read_step, start_attempt
-from shardline_ledger.states import SHARD_TERMINAL, FileStatus
+from shardline_ledger.orchestrator import ensure_run, finish_step, read_step, set_run_status, start_attempt
+from shardline_ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
 
 from shardline import naming, runtime
 from shardline.decide import FileState, JobStatus, Policy, ShardState, StepSnapshot
@@ -42,6 +43,14 @@ def policy_for(spec: PipelineSpec, step: str) -> Policy:
     )
 
 
+# What a step was planned with: enough to build any later attempt without Airflow's XCom.
+PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "model_uri", "requested_instances")
+
+# How the sensor's outcome is recorded on the STEP item.
+OUTCOME_STATUS = {"ADVANCE": StepStatus.SUCCEEDED, "PARTIAL": StepStatus.PARTIAL, "FAIL": StepStatus.FAILED,
+                  "TIMEOUT": StepStatus.FAILED}
+
+
 def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int) -> dict:
     """Write the attempt's manifest and ledger records; return the attempt dict (not yet submitted)."""
     step = spec.step(base["step"])
@@ -50,8 +59,12 @@ def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, in
     manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt)
     write_manifest(runtime.s3_client(spec), manifest_uri, manifest_body(base["input_prefix"], [o.key for o in ordered]))
     bucket, _ = parse_s3_uri(base["input_prefix"])
-    start_attempt(runtime.ledger_model(spec), base["pipeline"], base["run_id"], base["step"], attempt,
-                  [(f"s3://{bucket}/{o.key}", o.size) for o in ordered])
+    plan_fields = {k: base[k] for k in PLAN_FIELDS}
+    model = runtime.ledger_model(spec)
+    start_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt,
+                  [(f"s3://{bucket}/{o.key}", o.size) for o in ordered], plan_json=json.dumps(plan_fields))
+    if attempt > 1:  # a resubmission reopens a run that may already have been marked failed
+        set_run_status(model, base["pipeline"], base["run_id"], StepStatus.RUNNING)
     return {**base, "attempt": attempt, "instance_count": count, "files": len(ordered),
             "manifest_uri": manifest_uri,
             "job_name": naming.job_name(base["pipeline"], base["run_id"], base["step"], attempt)}
@@ -105,9 +118,10 @@ def snapshot(spec: PipelineSpec, attempt: dict, now: float | None = None) -> Ste
                    finished=s.status in SHARD_TERMINAL)
         for s in records.shards if int(s.attempt or 0) == attempt["attempt"]
     ]
+    cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
     return StepSnapshot(attempt=attempt["attempt"], job_status=state.status,
                         job_age_seconds=now - attempt["submitted_at"], files=files, shards=shards,
-                        job_failure_reason=state.failure_reason)
+                        job_failure_reason=state.failure_reason, cancelled=cancelled)
 
 
 def stop(spec: PipelineSpec, attempt: dict) -> None:
@@ -170,6 +184,43 @@ def resume(spec: PipelineSpec, attempt: dict) -> dict:
     log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
     return {**attempt, "attempt": latest, "job_name": name, "submitted_at": state.created_at or time.time(),
             "manifest_uri": naming.manifest_key(attempt["output_prefix"], attempt["run_id"], attempt["step"], latest)}
+
+
+def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepStatus:
+    """Record the sensor's outcome on the STEP item (and on the RUN item when the step failed).
+
+    Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
+    """
+    status = OUTCOME_STATUS[action]
+    if status is not StepStatus.SUCCEEDED:
+        reason += "; after fixing the cause: " + naming.resubmit_command(attempt["pipeline"], attempt["run_id"],
+                                                                         attempt["step"])
+    model = runtime.ledger_model(spec)
+    records = read_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"])
+    if records.step is not None and records.step.status == StepStatus.CANCELLED:
+        return StepStatus.CANCELLED  # the operator's cancel stands
+    if finish_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"], attempt["attempt"], status,
+                   reason) and status is StepStatus.FAILED:
+        set_run_status(model, attempt["pipeline"], attempt["run_id"], StepStatus.FAILED,
+                       f"step {attempt['step']} failed: {reason}")
+    return status
+
+
+def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:
+    set_run_status(runtime.ledger_model(spec), pipeline, run_id, status, message)
+
+
+def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict | None:
+    """The step's newest attempt as an attempt dict, rebuilt from the ledger alone (for the CLI and UI)."""
+    records = read_step(runtime.ledger_model(spec), pipeline, run_id, step)
+    if records.step is None or not records.step.plan_json:
+        return None
+    base = json.loads(records.step.plan_json)
+    number = int(records.step.attempt or 1)
+    files = sum(1 for f in records.files if int(f.attempt or 0) == number)
+    name = naming.job_name(pipeline, run_id, step, number)
+    return {**base, "attempt": number, "job_name": name, "files": files,
+            "manifest_uri": naming.manifest_key(base["output_prefix"], run_id, step, number)}
 
 
 def job_status(spec: PipelineSpec, attempt: dict) -> JobStatus:

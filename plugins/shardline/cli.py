@@ -1,0 +1,361 @@
+"""``shardline``: the on-call command line. See ``shardline --help``.
+
+It reads the same ledger table and backends as the pipelines (found from the specs under
+the DAGs folder), so it works against real AWS and the embedded stack alike: boto3's
+usual settings (profile, region, ``AWS_ENDPOINT_URL``) decide where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+EPILOG = """\
+environment:
+  SHARDLINE_DAGS_FOLDER        folder with pipelines/*.yaml (default: $AIRFLOW__CORE__DAGS_FOLDER, else ./dags)
+  AWS_PROFILE, AWS_REGION      where the ledger table and jobs live (AWS_ENDPOINT_URL for a local stack)
+  SHARDLINE_AIRFLOW_URL        Airflow API server, e.g. http://localhost:8080 (resubmit and cancel use it)
+  SHARDLINE_AIRFLOW_USERNAME / SHARDLINE_AIRFLOW_PASSWORD, or SHARDLINE_AIRFLOW_TOKEN
+
+on-call flow:
+  shardline runs --pipeline tabular_scoring_hourly        # find the red run
+  shardline status tabular_scoring_hourly/RUN_ID          # which step, how many files
+  shardline failed tabular_scoring_hourly/RUN_ID          # which files, and why
+  # fix the cause (the input, the model), then:
+  shardline resubmit tabular_scoring_hourly/RUN_ID --step score --all-failed
+"""
+
+
+def _console() -> Console:
+    # soft_wrap: long lines (commands to copy) are never broken in the middle.
+    return Console(width=max(100, Console().width), highlight=False, soft_wrap=True)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.0f}k" if value >= 1e3 else f"{value:.0f}"
+
+
+STATUS_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "PARTIAL": "yellow", "CANCELLED": "magenta",
+                "RUNNING": "cyan", "PLANNED": "cyan", "PENDING": "dim"}
+
+
+def _styled(status: str) -> str:
+    style = STATUS_STYLE.get(status)
+    return f"[{style}]{status}[/{style}]" if style else status
+
+
+def _print_json(payload) -> None:
+    def plain(value):
+        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+    print(json.dumps([plain(v) for v in payload] if isinstance(payload, list) else plain(payload), indent=2))
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def cmd_runs(oncall, args) -> int:
+    rows = oncall.runs(args.pipeline, args.limit)
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    table = Table(title="recent runs" + (f" of {args.pipeline}" if args.pipeline else ""))
+    for column in ("RUN", "STATUS", "STARTED", "FINISHED", "MESSAGE"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(f"{r.pipeline}/{r.run_id}", _styled(r.status), (r.started_at or "-")[:19],
+                      (r.finished_at or "-")[:19], textwrap.shorten(r.message or "", 60))
+    _console().print(table if rows else "no runs recorded yet")
+    return EXIT_OK
+
+
+def cmd_status(oncall, args) -> int:
+    from shardline.oncall import RunRef
+
+    view = oncall.status(RunRef.parse(args.run))
+    if args.json:
+        _print_json(view)
+        return EXIT_OK
+    console = _console()
+    console.print(f"run [bold]{view.ref}[/bold]: {_styled(view.status)}, started {(view.started_at or '-')[:19]}"
+                  + (f", finished {view.finished_at[:19]}" if view.finished_at else ""))
+    if view.message:
+        console.print(f"  {view.message}")
+    table = Table()
+    for column in ("STEP", "STATUS", "ATTEMPT", "JOB", "FILES", "OK", "FAILED", "RUNNING", "PENDING", "ROWS OUT",
+                   "ROWS/S", "ETA"):
+        table.add_column(column, justify="right" if column not in ("STEP", "STATUS", "JOB") else "left")
+    for s in view.steps:
+        table.add_row(s.name, _styled(s.status), str(s.attempt), f"{s.job_name} ({s.job_status})", str(s.files),
+                      str(s.succeeded), str(s.failed), str(s.running), str(s.pending), f"{s.rows_out:,}",
+                      _rate(s.rows_per_second), _duration(s.eta_seconds))
+    console.print(table)
+    for s in view.steps:
+        if s.message and s.status in ("FAILED", "PARTIAL", "CANCELLED"):
+            console.print(f"step {s.name}: {s.message}")
+        if s.failed:
+            console.print(f"  see the {s.failed} failed file(s): shardline failed {view.ref} --step {s.name}")
+    return EXIT_OK
+
+
+def cmd_failed(oncall, args) -> int:
+    from shardline.oncall import RunRef
+
+    ref = RunRef.parse(args.run)
+    files = oncall.failed(ref, args.step)
+    if args.json:
+        _print_json(files)
+        return EXIT_OK
+    console = _console()
+    if not files:
+        console.print(f"no failed or unfinished files in {ref}" + (f" step {args.step}" if args.step else ""))
+        return EXIT_OK
+    table = Table(title=f"files of {ref} that did not succeed")
+    for column in ("STEP", "FILE", "STATUS", "ATTEMPT", "HOST", "ERROR"):
+        table.add_column(column, overflow="fold")
+    for f in files:
+        error = f"{f.error_class}: {f.error_message}" if f.error_class else "-"
+        table.add_row(f.step, f.input_key, _styled(f.status), str(f.attempt), f.host or "-",
+                      textwrap.shorten(error, 160))
+    console.print(table)
+    for step in sorted({f.step for f in files}):
+        console.print(f"after fixing the cause: shardline resubmit {ref} --step {step} --all-failed")
+    return EXIT_OK
+
+
+def cmd_resubmit(oncall, args) -> int:
+    from shardline.oncall import RunRef
+
+    ref = RunRef.parse(args.run)
+    result = oncall.resubmit(ref, args.step, shard=args.shard, files=args.file or (), all_failed=args.all_failed,
+                             dry_run=args.dry_run, force=args.force)
+    if args.json:
+        _print_json(result)
+        return EXIT_OK
+    console = _console()
+    plan = result.plan
+    console.print(f"{len(plan.files)} file(s) of step {plan.step} selected ({plan.reason}):")
+    for key in plan.files[:20]:
+        console.print(f"  {key}")
+    if len(plan.files) > 20:
+        console.print(f"  ... and {len(plan.files) - 20} more")
+    if result.job_name and not args.dry_run:
+        console.print(f"submitted attempt {result.attempt} as job {result.job_name}")
+    elif result.job_name:
+        console.print(f"would submit attempt {result.attempt} as job {result.job_name}")
+    console.print(result.airflow)
+    if result.job_name and not args.dry_run:
+        console.print(f"follow it with: shardline status {ref}")
+    return EXIT_OK
+
+
+def cmd_cancel(oncall, args) -> int:
+    from shardline.oncall import RunRef
+
+    ref = RunRef.parse(args.run)
+    if not args.yes and sys.stdin.isatty():
+        answer = input(f"cancel {ref}: stop its jobs and fail the DAG run? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("not cancelled")
+            return EXIT_ERROR
+    for line in oncall.cancel(ref, args.reason):
+        print(line)
+    return EXIT_OK
+
+
+# --- the embedded stack ------------------------------------------------------------------------
+
+
+def _stack_file(state_dir: Path) -> Path:
+    return state_dir / "stack.json"
+
+
+def cmd_local(args) -> int:
+    from shardline import localstack
+
+    state_dir: Path = args.state_dir
+    state_file = _stack_file(state_dir)
+    if args.action == "up":
+        if state_file.exists():
+            state = json.loads(state_file.read_text())
+            if localstack.answers(state["url"]):
+                print(f"the embedded stack is already up at {state['url']} (pid {state['pid']})")
+                _print_exports(state["url"])
+                return EXIT_OK
+        proc, url = localstack.start_moto(state_dir / "moto.log", port=args.port)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state_file.write_text(json.dumps({"pid": proc.pid, "url": url}))
+        env = localstack.env_for(url)
+        localstack.apply_env(env)
+        created = _create_resources(args.dags_folder)
+        print(f"embedded AWS endpoint (moto_server) up at {url}, pid {proc.pid}, log {state_dir / 'moto.log'}")
+        for line in created:
+            print(f"  created {line}")
+        _print_exports(url)
+        print("stop it with: shardline local down")
+        return EXIT_OK
+    if args.action == "down":
+        if not state_file.exists():
+            print("no embedded stack recorded as running; nothing to stop")
+            return EXIT_OK
+        state = json.loads(state_file.read_text())
+        try:
+            os.killpg(state["pid"], signal.SIGTERM)
+            print(f"stopped the embedded stack at {state['url']} (pid {state['pid']})")
+        except ProcessLookupError:
+            print(f"the embedded stack (pid {state['pid']}) had already stopped")
+        state_file.unlink()
+        return EXIT_OK
+    # status
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
+        up = localstack.answers(state["url"])
+        print(f"embedded stack at {state['url']}: {'up' if up else 'not answering'} (pid {state['pid']})")
+        if up:
+            _print_exports(state["url"])
+        return EXIT_OK if up else EXIT_ERROR
+    print("the embedded stack is down; start it with: shardline local up")
+    return EXIT_ERROR
+
+
+def _print_exports(url: str) -> None:
+    from shardline import localstack
+
+    print("point this shell at it with:")
+    for name, value in localstack.env_for(url).items():
+        print(f"  export {name}={value}")
+
+
+def _create_resources(dags_folder: Path) -> list[str]:
+    """The buckets and ledger tables every pipeline spec refers to."""
+    import boto3
+    from shardline_ledger.table import create_ledger_table
+
+    from shardline.oncall import load_specs
+    from shardline.planner import parse_s3_uri
+
+    specs = load_specs(dags_folder)
+    buckets, tables = set(), set()
+    for spec in specs.values():
+        tables.add(spec.ledger_table)
+        for step in spec.steps:
+            for uri in (step.input.prefix, step.output.prefix, step.model.uri):
+                if uri and uri.startswith("s3://") and "{{" not in parse_s3_uri(uri)[0]:
+                    buckets.add(parse_s3_uri(uri)[0])
+    s3 = boto3.client("s3")
+    for bucket in sorted(buckets):
+        s3.create_bucket(Bucket=bucket)
+    for table in sorted(tables):
+        create_ledger_table(table)
+    return [f"bucket s3://{b}" for b in sorted(buckets)] + [f"ledger table {t}" for t in sorted(tables)]
+
+
+# --- parser ------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from shardline.oncall import default_dags_folder
+
+    parser = argparse.ArgumentParser(
+        prog="shardline", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="On-call commands for Shardline pipelines: see runs, find what failed and why, resubmit "
+                    "exactly the failed files, cancel a run, and run the embedded AWS stack.",
+    )
+    parser.add_argument("--dags-folder", type=Path, default=default_dags_folder(),
+                        help="folder holding pipelines/*.yaml (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str, description: str = "") -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=description or help_text,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        return p
+
+    p = command("runs", "list recent runs, newest first")
+    p.add_argument("--pipeline", help="only this pipeline")
+    p.add_argument("--limit", type=int, default=20, help="how many (default: %(default)s)")
+    p.set_defaults(handler=cmd_runs)
+
+    p = command("status", "a run's steps: attempts, file counts, rows/s and ETA",
+                "A run's steps: status, attempt and job, file counts, rows out, rows/s and ETA of the running "
+                "attempt. RUN is PIPELINE/RUN_ID as `shardline runs` prints it.")
+    p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
+    p.set_defaults(handler=cmd_status)
+
+    p = command("failed", "the files that did not succeed: error class, message, attempts")
+    p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
+    p.add_argument("--step", help="only this step")
+    p.set_defaults(handler=cmd_failed)
+
+    p = command("resubmit", "start a new attempt with only the chosen files",
+                "Start a new attempt of a step with only the chosen files (never ones that succeeded). When the "
+                "DAG run has already finished, its watch task is cleared through Airflow's REST API so the run "
+                "follows the new attempt and turns green when it succeeds. Running it twice is safe: a second "
+                "call finds the attempt running, or nothing left to resubmit.")
+    p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
+    p.add_argument("--step", required=True, help="the step to resubmit")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all-failed", action="store_true", help="every file of the step that has not succeeded")
+    which.add_argument("--shard", metavar="HOST", help="the unfinished or failed files of one instance (algo-N)")
+    which.add_argument("--file", metavar="KEY", action="append",
+                       help="one file (s3:// URI or key relative to the input prefix); repeatable")
+    p.add_argument("--dry-run", action="store_true", help="show what would be resubmitted; change nothing")
+    p.add_argument("--force", action="store_true", help="resubmit even though the step's sensor has not ended")
+    p.set_defaults(handler=cmd_resubmit)
+
+    p = command("cancel", "stop a run's jobs, mark it CANCELLED, fail its DAG run")
+    p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
+    p.add_argument("--reason", default="cancelled by an operator", help="recorded on the run")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(handler=cmd_cancel)
+
+    p = sub.add_parser("local", help="start or stop the embedded AWS stack (moto_server) for local runs",
+                       description="Start, stop or check the embedded AWS endpoint (moto_server on loopback), "
+                                   "with the buckets and ledger tables the pipeline specs name.")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--port", type=int, default=None, help="port for moto_server (default: a free one)")
+    p.add_argument("--state-dir", type=Path, default=Path(".shardline") / "local",
+                   help="where its pid, endpoint and log are kept (default: %(default)s)")
+    p.set_defaults(handler=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from shardline.airflow_api import AirflowApiError, AirflowClient
+    from shardline.oncall import OnCall, OnCallError
+
+    try:
+        if args.command == "local":
+            return cmd_local(args)
+        oncall = OnCall.from_folder(args.dags_folder, airflow=AirflowClient.from_env())
+        return args.handler(oncall, args)
+    except (OnCallError, AirflowApiError) as err:
+        print(f"shardline {args.command}: {err}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,423 @@
+"""What an on-call engineer does to a run, as plain functions: the CLI and the UI page call these.
+
+Everything is read from the ledger (Queries on a run's partition, never Scans) and the
+backend's job state; the pipeline specs under the DAGs folder say which table and
+backend a pipeline uses. Resubmitting starts a new fenced attempt with exactly the
+chosen files and, when the DAG run had already finished, clears the step's watch task
+through Airflow's REST API so the run's state follows the resubmission.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from shardline_ledger.orchestrator import list_runs, read_run, read_step, set_run_status
+from shardline_ledger.states import STEP_TERMINAL, FileStatus, StepStatus
+
+from shardline import naming, runtime
+from shardline.airflow_api import FINISHED_RUN_STATES, AirflowApiError, AirflowClient
+from shardline.backends import JobNotFound
+from shardline.decide import JobStatus
+from shardline.spec import PipelineSpec, SpecError, load_spec
+
+ENV_DAGS_FOLDER = "SHARDLINE_DAGS_FOLDER"
+
+
+class OnCallError(RuntimeError):
+    """Something the operator can fix; the message says what to do next."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRef:
+    pipeline: str
+    run_id: str
+
+    @classmethod
+    def parse(cls, text: str) -> RunRef:
+        pipeline, sep, run_id = text.partition("/")
+        if not sep or not pipeline or not run_id:
+            raise OnCallError(f"a run is named PIPELINE/RUN_ID (as `shardline runs` lists it), got {text!r}")
+        return cls(pipeline, run_id)
+
+    def __str__(self) -> str:
+        return naming.run_ref(self.pipeline, self.run_id)
+
+
+def default_dags_folder() -> Path:
+    for candidate in (os.environ.get(ENV_DAGS_FOLDER), os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")):
+        if candidate:
+            return Path(candidate)
+    return Path.cwd() / "dags"
+
+
+def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
+    """Every valid pipeline spec under ``dags_folder/pipelines``, by pipeline name."""
+    folder = dags_folder / "pipelines"
+    specs = {}
+    for path in sorted(folder.glob("*.y*ml")):
+        try:
+            spec = load_spec(path)
+        except SpecError:
+            continue  # Airflow shows it as an import error; it has no runs to act on
+        specs[spec.pipeline] = spec
+    return specs
+
+
+# --- views (plain data: the CLI prints them, the UI serves them as JSON) ---------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    pipeline: str
+    run_id: str
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardView:
+    host: str
+    attempt: int
+    status: str
+    files_assigned: int
+    files_done: int
+    files_failed: int
+    rows_done: int
+    heartbeat_age_seconds: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class FileView:
+    step: str
+    input_key: str
+    status: str
+    attempt: int
+    host: str | None
+    rows_in: int | None
+    rows_out: int | None
+    error_class: str | None
+    error_message: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepView:
+    name: str
+    status: str
+    attempt: int
+    job_name: str | None
+    job_status: str | None
+    files: int
+    succeeded: int
+    failed: int
+    running: int
+    pending: int
+    rows_in: int
+    rows_out: int
+    rows_per_second: float | None
+    eta_seconds: float | None
+    started_at: str | None
+    message: str | None
+    shards: list[ShardView]
+    file_rows: list[FileView]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunView:
+    ref: str
+    pipeline: str
+    run_id: str
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    message: str | None
+    steps: list[StepView]
+
+
+@dataclasses.dataclass(frozen=True)
+class ResubmitPlan:
+    ref: str
+    step: str
+    files: list[str]
+    reason: str  # why these files (or why none)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResubmitResult:
+    plan: ResubmitPlan
+    attempt: int | None
+    job_name: str | None
+    airflow: str  # what happened on the Airflow side, in words
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+class OnCall:
+    """On-call actions over the pipelines in one DAGs folder."""
+
+    def __init__(self, specs: dict[str, PipelineSpec], *, airflow: AirflowClient | None = None,
+                 now=lambda: dt.datetime.now(dt.UTC)):
+        if not specs:
+            raise OnCallError("no pipeline specs found; pass --dags-folder (or set SHARDLINE_DAGS_FOLDER) to the "
+                              "folder that holds pipelines/*.yaml")
+        self.specs = specs
+        self.airflow = airflow
+        self._now = now
+
+    @classmethod
+    def from_folder(cls, dags_folder: Path, airflow: AirflowClient | None = None) -> OnCall:
+        return cls(load_specs(dags_folder), airflow=airflow)
+
+    def spec(self, pipeline: str) -> PipelineSpec:
+        if pipeline not in self.specs:
+            raise OnCallError(f"no pipeline {pipeline!r} among {sorted(self.specs)}; check the run name, or pass "
+                              "the --dags-folder that holds its spec")
+        return self.specs[pipeline]
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def runs(self, pipeline: str | None = None, limit: int = 20) -> list[RunRow]:
+        """Recent runs, newest first, from every ledger table the pipelines use."""
+        specs = [self.spec(pipeline)] if pipeline else list(self.specs.values())
+        rows = []
+        for table in sorted({s.ledger_table for s in specs}):
+            model = runtime.ledger_model(next(s for s in specs if s.ledger_table == table))
+            entries = list_runs(model, pipeline, limit)
+            keys = [(f"RUN#{e.pipeline}#{e.run_id}", "RUN") for e in entries]
+            runs = {(r.pipeline, r.run_id): r for r in model.batch_get(keys)} if keys else {}
+            for entry in entries:
+                run = runs.get((entry.pipeline, entry.run_id))
+                rows.append(RunRow(entry.pipeline, entry.run_id, run.status if run else "UNKNOWN",
+                                   _iso(entry.started_at), _iso(run.finished_at) if run else None,
+                                   run.message if run else None))
+        rows.sort(key=lambda r: r.started_at or "", reverse=True)
+        return rows[:limit]
+
+    def status(self, ref: RunRef, *, with_files: bool = False) -> RunView:
+        spec = self.spec(ref.pipeline)
+        model = runtime.ledger_model(spec)
+        records = read_run(model, ref.pipeline, ref.run_id)
+        if records.run is None:
+            raise OnCallError(f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
+                              f"{ref.pipeline}` lists the recent ones")
+        steps = [self._step_view(spec, ref, s.name, with_files) for s in spec.steps]
+        return RunView(str(ref), ref.pipeline, ref.run_id, records.run.status or "UNKNOWN",
+                       _iso(records.run.started_at), _iso(records.run.finished_at), records.run.message,
+                       [s for s in steps if s is not None])
+
+    def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
+        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step)
+        if records.step is None:
+            return None
+        attempt = int(records.step.attempt or 0)
+        job_name = naming.job_name(ref.pipeline, ref.run_id, step, attempt) if attempt else None
+        job_status = None
+        if job_name:
+            try:
+                job_status = runtime.backend_for(spec).describe(job_name).status.value
+            except JobNotFound:
+                job_status = "NotSubmitted"
+        by_status = {s: [f for f in records.files if f.status == s] for s in FileStatus}
+        succeeded = by_status[FileStatus.SUCCEEDED]
+        status = records.step.status or StepStatus.PLANNED.value
+        if status == StepStatus.PLANNED and job_status == JobStatus.IN_PROGRESS:
+            status = StepStatus.RUNNING.value
+        now = self._now()
+        started = records.step.started_at
+        elapsed = (now - started).total_seconds() if started else None
+        rows_out = int(sum(f.rows_out or 0 for f in succeeded))
+        # Throughput and ETA over the current attempt: files done per second so far.
+        done_now = [f for f in records.files if int(f.attempt or 0) == attempt and FileStatus(f.status).is_terminal]
+        remaining = len(by_status[FileStatus.PENDING]) + len(by_status[FileStatus.RUNNING])
+        rows_done_now = sum(f.rows_out or 0 for f in done_now)
+        rate = rows_done_now / elapsed if elapsed and rows_done_now and status not in STEP_TERMINAL else None
+        eta = remaining / (len(done_now) / elapsed) if elapsed and done_now and remaining else None
+        shards = [
+            ShardView(s.host or "?", int(s.attempt or 0), s.status or "?", int(s.files_assigned or 0),
+                      int(s.files_done or 0), int(s.files_failed or 0), int(s.rows_done or 0),
+                      (now - s.heartbeat_at).total_seconds() if s.heartbeat_at else None)
+            for s in records.shards
+        ]
+        files = [_file_view(step, f) for f in records.files] if with_files else []
+        return StepView(step, status, attempt, job_name, job_status, len(records.files), len(succeeded),
+                        len(by_status[FileStatus.FAILED]), len(by_status[FileStatus.RUNNING]),
+                        len(by_status[FileStatus.PENDING]), int(sum(f.rows_in or 0 for f in succeeded)), rows_out,
+                        rate, eta, _iso(started), records.step.message, shards, files)
+
+    def failed(self, ref: RunRef, step: str | None = None) -> list[FileView]:
+        """Every file that did not succeed, with its error class, message and attempt."""
+        spec = self.spec(ref.pipeline)
+        names = [step] if step else [s.name for s in spec.steps]
+        if step and step not in {s.name for s in spec.steps}:
+            self._unknown_step(spec, step)
+        found = []
+        for name in names:
+            records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, name)
+            found += [_file_view(name, f) for f in records.files if f.status != FileStatus.SUCCEEDED]
+        return found
+
+    @staticmethod
+    def _unknown_step(spec: PipelineSpec, step: str):
+        raise OnCallError(f"pipeline {spec.pipeline} has no step {step!r}; its steps are "
+                          f"{[s.name for s in spec.steps]}")
+
+    # --- actions -------------------------------------------------------------------------
+
+    def plan_resubmission(self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (),
+                          all_failed: bool = False) -> ResubmitPlan:
+        """Which files a resubmission would take. Succeeded files are never taken again."""
+        spec = self.spec(ref.pipeline)
+        if step not in {s.name for s in spec.steps}:
+            self._unknown_step(spec, step)
+        if sum(bool(x) for x in (shard, files, all_failed)) != 1:
+            raise OnCallError("choose exactly one of --shard HOST, --file KEY or --all-failed")
+        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step)
+        if records.step is None:
+            raise OnCallError(f"step {step} of {ref} was never planned; nothing to resubmit")
+        not_done = {f.input_key: f for f in records.files if f.status != FileStatus.SUCCEEDED}
+        if all_failed:
+            chosen, why = sorted(not_done), "every file that has not succeeded"
+        elif shard:
+            latest = int(records.step.attempt or 0)
+            chosen = sorted(k for k, f in not_done.items() if f.host == shard or
+                            (f.host is None and int(f.attempt or 0) == latest
+                             and self._dealt_to(spec, ref, step, latest, k) == shard))
+            why = f"the unfinished or failed files of shard {shard}"
+        else:
+            known = {f.input_key for f in records.files}
+            wanted = [self._full_key(records, key) for key in files]
+            unknown = [k for k, w in zip(files, wanted, strict=True) if w not in known]
+            if unknown:
+                raise OnCallError(f"{unknown} {'is' if len(unknown) == 1 else 'are'} not an input of step {step}; "
+                                  f"`shardline failed {ref} --step {step}` lists the files that can be resubmitted")
+            chosen = sorted(w for w in wanted if w in not_done)
+            why = "the chosen files that have not succeeded"
+        return ResubmitPlan(str(ref), step, chosen, why)
+
+    @staticmethod
+    def _full_key(records, key: str) -> str:
+        """Accept a full s3:// URI, or a key relative to the step's input prefix."""
+        if key.startswith("s3://"):
+            return key
+        matches = [f.input_key for f in records.files if f.input_key.endswith("/" + key.lstrip("/"))]
+        return matches[0] if len(matches) == 1 else key
+
+    def _dealt_to(self, spec: PipelineSpec, ref: RunRef, step: str, attempt: int, key: str) -> str | None:
+        """The instance a file of this attempt's manifest went to (entries are dealt round robin)."""
+        import json
+
+        from shardline.planner import choose_instance_count, parse_s3_uri
+
+        plan = self._plan(spec, ref, step)
+        uri = naming.manifest_key(plan["output_prefix"], ref.run_id, step, attempt)
+        bucket, manifest_key = parse_s3_uri(uri)
+        body = json.loads(runtime.s3_client(spec).get_object(Bucket=bucket, Key=manifest_key)["Body"].read())
+        prefix, entries = body[0]["prefix"], body[1:]
+        instances = choose_instance_count(int(plan.get("requested_instances") or 1), len(entries))
+        for index, entry in enumerate(entries):
+            if prefix + entry == key:
+                return f"algo-{index % instances + 1}"
+        return None
+
+    def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> dict:
+        from shardline import steps
+
+        attempt = steps.latest_attempt(spec, ref.pipeline, ref.run_id, step)
+        if attempt is None:
+            raise OnCallError(f"step {step} of {ref} has no recorded plan (planned by an older Shardline?); "
+                              f"clear its plan_{step} task in Airflow instead")
+        return attempt
+
+    def resubmit(self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (),
+                 all_failed: bool = False, dry_run: bool = False, force: bool = False) -> ResubmitResult:
+        """Start a new attempt of ``step`` with only the chosen files; safe to run twice.
+
+        Refuses while the step's sensor is still in charge (the step has not ended), unless
+        ``force``: the sensor retries on its own, and two resubmitters would race.
+        """
+        from shardline import steps
+
+        spec = self.spec(ref.pipeline)
+        plan = self.plan_resubmission(ref, step, shard=shard, files=files, all_failed=all_failed)
+        latest = self._plan(spec, ref, step)
+        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step)
+        try:
+            job = runtime.backend_for(spec).describe(latest["job_name"]).status
+        except JobNotFound:
+            job = None
+        if job is not None and not job.is_terminal:
+            return ResubmitResult(plan, None, None, f"attempt {latest['attempt']} ({latest['job_name']}) is still "
+                                                    f"{job.value}: nothing resubmitted; wait for it to end")
+        step_status = records.step.status if records.step else None
+        if step_status not in STEP_TERMINAL and not force:
+            raise OnCallError(f"step {step} of {ref} has not ended yet (status {step_status}): its sensor retries "
+                              "on its own. Wait for it, or pass --force to resubmit anyway.")
+        if not plan.files:
+            return ResubmitResult(plan, None, None, f"nothing to resubmit: no {plan.reason} remains")
+        if dry_run:
+            return ResubmitResult(plan, latest["attempt"] + 1, naming.job_name(ref.pipeline, ref.run_id, step,
+                                                                               latest["attempt"] + 1),
+                                  "dry run: nothing submitted, nothing cleared")
+        nxt = steps.resubmit(spec, latest, plan.files)
+        return ResubmitResult(plan, nxt["attempt"], nxt["job_name"], self._rerun_watch(ref, step))
+
+    def _rerun_watch(self, ref: RunRef, step: str) -> str:
+        """Let the DAG run follow the new attempt: clear the step's watch task if the run had finished."""
+        watch = f"watch_{step}"
+        if self.airflow is None:
+            return (f"Airflow not configured (set SHARDLINE_AIRFLOW_URL): if the DAG run has finished, clear "
+                    f"{watch} and its downstream tasks of run {ref.run_id} to let the run follow this attempt")
+        try:
+            state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
+            if state not in FINISHED_RUN_STATES:
+                return f"DAG run is {state}: its {watch} task picks up the new attempt"
+            cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
+        except AirflowApiError as err:
+            return f"the attempt is submitted, but Airflow refused to clear {watch}: {err}"
+        return (f"DAG run was {state}: cleared {len(cleared)} task(s) from {watch} on, so the run follows "
+                "the new attempt")
+
+    def cancel(self, ref: RunRef, reason: str = "cancelled by an operator") -> list[str]:
+        """Mark every step CANCELLED (so no sensor resubmits), stop their jobs, fail the DAG run."""
+        spec = self.spec(ref.pipeline)
+        model = runtime.ledger_model(spec)
+        records = read_run(model, ref.pipeline, ref.run_id)
+        if records.run is None:
+            raise OnCallError(f"no run {ref} in table {spec.ledger_table}")
+        done = []
+        backend = runtime.backend_for(spec)
+        for item in records.steps:
+            step = item.step
+            model(item.pk, item.sk).update(actions=[model.status.set(StepStatus.CANCELLED.value),
+                                                    model.message.set(reason)])
+            name = naming.job_name(ref.pipeline, ref.run_id, step, int(item.attempt or 1))
+            try:
+                if not backend.describe(name).status.is_terminal:
+                    backend.stop(name)
+                    done.append(f"stopped {name}")
+            except JobNotFound:
+                pass
+            done.append(f"step {step}: CANCELLED")
+        set_run_status(model, ref.pipeline, ref.run_id, StepStatus.CANCELLED, reason)
+        if self.airflow is not None:
+            try:
+                state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
+                if state not in FINISHED_RUN_STATES:
+                    self.airflow.set_run_state(ref.pipeline, ref.run_id, "failed", note=reason)
+                    done.append("DAG run marked failed")
+            except AirflowApiError as err:
+                done.append(f"Airflow: {err}")
+        return done
+
+
+def _file_view(step: str, item) -> FileView:
+    return FileView(step, item.input_key, item.status, int(item.attempt or 0), item.host,
+                    int(item.rows_in) if item.rows_in is not None else None,
+                    int(item.rows_out) if item.rows_out is not None else None, item.error_class, item.error_message)

@@ -1,0 +1,129 @@
+"""A real Airflow 3 for tests: ``airflow standalone`` (API server, scheduler, DAG processor,
+triggerer) on a free loopback port, with its own AIRFLOW_HOME and DAGs folder, pointed at
+the session's moto_server. Started by the tests, stopped (the whole process group) after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from shardline.airflow_api import AirflowClient
+from shardline.localstack import free_port
+
+STARTUP_TIMEOUT = 240
+
+
+@dataclasses.dataclass
+class AirflowStack:
+    url: str
+    home: Path
+    dags: Path
+    env: dict[str, str]
+    username: str
+    password: str
+    log: Path
+
+    def client(self) -> AirflowClient:
+        return AirflowClient(self.url, username=self.username, password=self.password)
+
+    def cli_env(self) -> dict[str, str]:
+        """Environment for a `shardline` subprocess talking to this Airflow and the same AWS endpoint."""
+        return {**self.env, "SHARDLINE_AIRFLOW_URL": self.url, "SHARDLINE_AIRFLOW_USERNAME": self.username,
+                "SHARDLINE_AIRFLOW_PASSWORD": self.password, "SHARDLINE_DAGS_FOLDER": str(self.dags)}
+
+    def wait_for_run(self, dag_id: str, run_id: str, states=("success", "failed"), timeout: float = 240) -> dict:
+        client = self.client()
+        deadline = time.monotonic() + timeout
+        run = {}
+        while time.monotonic() < deadline:
+            run = client.dag_run(dag_id, run_id)
+            if run["state"] in states:
+                return run
+            time.sleep(2)
+        tis = client.task_instances(dag_id, run_id)
+        raise AssertionError(f"run {run_id} still {run.get('state')} after {timeout}s: "
+                             f"{[(t['task_id'], t['state']) for t in tis]}\n{self.tail()}")
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+def _healthy(url: str) -> bool:
+    try:
+        answer = httpx.get(f"{url}/api/v2/monitor/health", timeout=2)
+        body = answer.json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    return all(body.get(part, {}).get("status") == "healthy" for part in ("metadatabase", "scheduler", "triggerer",
+                                                                            "dag_processor"))
+
+
+@contextlib.contextmanager
+def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_env: dict[str, str] | None = None):
+    port = free_port()
+    venv_bin = Path(sys.executable).parent
+    env = {
+        **os.environ, **aws_env, **(extra_env or {}),
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+        "SHARDLINE_LOCAL_ROOT": str(home / "shardline-local"),
+    }
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
+        env.pop(name, None)
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "standalone.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(venv_bin / "airflow"), "standalone"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=home)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not _healthy(url):
+            if proc.poll() is not None:
+                raise RuntimeError(f"airflow standalone exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"airflow standalone not healthy after {STARTUP_TIMEOUT}s:\n"
+                                   f"{log.read_text()[-4000:]}")
+            time.sleep(2)
+        passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        username, password = next(iter(passwords.items()))
+        yield AirflowStack(url, home, dags, {k: v for k, v in env.items() if k.startswith(("AWS_", "SHARDLINE_"))},
+                           username, password, log)
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # Children that left the group (gunicorn/uvicorn workers) are killed by their session id.
+    import psutil
+
+    for child in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error):
+            if os.getsid(child.pid) == proc.pid:
+                child.kill()

@@ -1,0 +1,149 @@
+"""On-call actions on moto_server and the local backend, without Airflow: which runs exist, what
+failed, which files a resubmission takes, and that it is safe to repeat. (The same actions
+through a real Airflow, DAG run state included, are in test_oncall_airflow.py.)
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import uuid
+
+import boto3
+import pyarrow.parquet as pq
+import pytest
+from shardline import steps
+from shardline.decide import Action, JobStatus, Policy, StepSnapshot, decide
+from shardline.oncall import OnCall, OnCallError, RunRef
+from shardline.spec import parse_spec
+from shardline_ledger import bind_ledger
+from shardline_ledger.orchestrator import ensure_run, finish_step, list_runs, read_step, start_attempt
+from shardline_ledger.states import StepStatus
+from shardline_worker import synthetic
+
+
+def _parquet(rows: int, first_id: int) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(synthetic.make_table(rows, first_id=first_id, seed=first_id), buf)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def failed_run(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    """A finished step of 4 good files and one corrupt one, run for real by the local backend."""
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    s3 = boto3.client("s3")
+    bucket = f"b-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for i in range(4):
+        s3.put_object(Bucket=bucket, Key=f"in/part-{i}.parquet", Body=_parquet(250, i * 250))
+    s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 not parquet at all")
+    tarball = tmp_path / "model.tar.gz"
+    synthetic.pack(xgboost_model.parent, tarball)
+    s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
+    spec = parse_spec({
+        "pipeline": "oncall_test", "ledger_table": ledger_table,
+        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz"},
+                   "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
+                   "output": {"prefix": f"s3://{bucket}/out/"}, "resources": {"instance_count": 2}}],
+    }, "oncall_test.yaml")
+    attempt = steps.submit(spec, steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
+                                            output_prefix=f"s3://{bucket}/out/",
+                                            model_uri=f"s3://{bucket}/model/model.tar.gz", instance_count=2))
+    _wait(spec, attempt)
+    steps.finish(spec, attempt, "FAIL", "1 of 5 file(s) failed")
+    return spec, bucket, s3, RunRef("oncall_test", "run-1")
+
+
+def _wait(spec, attempt, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while steps.job_status(spec, attempt) is JobStatus.IN_PROGRESS:
+        assert time.monotonic() < deadline, "job did not finish"
+        time.sleep(0.5)
+
+
+def test_run_refs_are_pipeline_slash_run_id():
+    assert RunRef.parse("p/scheduled__2026-11-22T10:00:00+00:00") == RunRef("p", "scheduled__2026-11-22T10:00:00+00:00")
+    with pytest.raises(OnCallError, match="PIPELINE/RUN_ID"):
+        RunRef.parse("just-a-run-id")
+
+
+def test_runs_are_listed_newest_first_and_indexed_once(ledger_table):
+    model = bind_ledger(ledger_table)
+    for run in ("r1", "r2", "r3"):
+        ensure_run(model, "alpha" if run != "r2" else "beta", run)
+        time.sleep(0.01)
+    ensure_run(model, "alpha", "r1")  # a retried plan task: no second index entry
+    assert [r.run_id for r in list_runs(model)] == ["r3", "r2", "r1"]
+    assert [r.run_id for r in list_runs(model, "alpha")] == ["r3", "r1"]
+    assert [r.run_id for r in list_runs(model, limit=1)] == ["r3"]
+
+
+def test_a_step_outcome_is_fenced_on_its_attempt(ledger_table):
+    model = bind_ledger(ledger_table)
+    start_attempt(model, "p", "run-9", "score", 1, [("s3://b/in/a", 1)])
+    start_attempt(model, "p", "run-9", "score", 2, [("s3://b/in/a", 1)])  # someone resubmitted
+    assert not finish_step(model, "p", "run-9", "score", 1, StepStatus.FAILED, "old news")
+    assert read_step(model, "p", "run-9", "score").step.status == StepStatus.PLANNED
+    assert finish_step(model, "p", "run-9", "score", 2, StepStatus.SUCCEEDED)
+    assert read_step(model, "p", "run-9", "score").step.status == StepStatus.SUCCEEDED
+
+
+def test_a_cancelled_step_is_failed_by_the_sensor_not_resubmitted():
+    policy = Policy(3, 1, 2, 0, 0, 60)
+    snap = StepSnapshot(attempt=1, job_status=JobStatus.STOPPED, job_age_seconds=10, files=[], cancelled=True)
+    decision = decide(snap, policy)
+    assert decision.action is Action.FAIL and "cancelled" in decision.reason
+
+
+@pytest.mark.slow
+def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
+    spec, bucket, s3, ref = failed_run
+    oncall = OnCall({spec.pipeline: spec})
+    assert [r.run_id for r in oncall.runs()] == ["run-1"]
+
+    view = oncall.status(ref)
+    step = view.steps[0]
+    assert (step.status, step.files, step.succeeded, step.failed) == ("FAILED", 5, 4, 1)
+    assert "shardline resubmit oncall_test/run-1 --step score --all-failed" in step.message
+
+    failed = oncall.failed(ref)
+    assert [(f.input_key, f.error_class) for f in failed] == [(f"s3://{bucket}/in/part-9.parquet",
+                                                               "CorruptInputError")]
+    # Selections: never a file that succeeded; a relative key is accepted; unknown keys are refused.
+    assert oncall.plan_resubmission(ref, "score", all_failed=True).files == [f"s3://{bucket}/in/part-9.parquet"]
+    assert oncall.plan_resubmission(ref, "score", files=["part-0.parquet"]).files == []
+    assert oncall.plan_resubmission(ref, "score", shard=failed[0].host).files == [f"s3://{bucket}/in/part-9.parquet"]
+    with pytest.raises(OnCallError, match="not an input of step score"):
+        oncall.plan_resubmission(ref, "score", files=["nope.parquet"])
+    with pytest.raises(OnCallError, match="has no step 'postprocess'"):
+        oncall.plan_resubmission(ref, "postprocess", all_failed=True)
+
+    s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=_parquet(250, 9 * 250))  # the fix
+    result = oncall.resubmit(ref, "score", all_failed=True)
+    assert (result.attempt, result.plan.files) == (2, [f"s3://{bucket}/in/part-9.parquet"])
+    assert "Airflow not configured" in result.airflow
+    second = oncall.resubmit(ref, "score", all_failed=True, force=True)  # while attempt 2 runs, or after
+    assert second.attempt is None
+    _wait(spec, steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score"))
+    assert oncall.resubmit(ref, "score", all_failed=True, force=True).attempt is None  # nothing left
+
+    step = oncall.status(ref).steps[0]
+    assert (step.attempt, step.succeeded, step.failed, step.rows_in, step.rows_out) == (2, 5, 0, 1250, 1250)
+    outputs = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]
+               if o["Key"].endswith(".parquet")]
+    assert sorted(outputs) == [f"out/part-{i}.parquet" for i in (0, 1, 2, 3, 9)]
+
+
+@pytest.mark.slow
+def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_run):
+    spec, _, _, ref = failed_run
+    oncall = OnCall({spec.pipeline: spec})
+    model = bind_ledger(spec.ledger_table)
+    start_attempt(model, ref.pipeline, ref.run_id, "score", 2, [])  # the sensor is retrying on its own
+    with pytest.raises(OnCallError, match="has not ended yet"):
+        oncall.resubmit(ref, "score", all_failed=True)
+    lines = oncall.cancel(ref, "bad model version")
+    assert "step score: CANCELLED" in lines
+    assert oncall.status(ref).status == "CANCELLED"
+    assert read_step(model, ref.pipeline, ref.run_id, "score").step.status == StepStatus.CANCELLED

@@ -1,0 +1,168 @@
+"""The on-call loop against a real Airflow (standalone) and moto_server, through the REST API and
+the `shardline` CLI as an engineer would run them:
+
+trigger with a conf -> a corrupt input fails the run -> `shardline failed` names the file ->
+the input is fixed -> `shardline resubmit --all-failed` -> the same DAG run turns green,
+with every row written exactly once. The trigger form's validation is checked here too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from shardline.airflow_api import AirflowApiError
+
+PIPELINE = "tabular_scoring_hourly"
+BUCKET = "shardline-demo"
+
+pytestmark = pytest.mark.slow
+
+
+def shardline(stack, *args: str) -> subprocess.CompletedProcess:
+    cli = Path(sys.executable).with_name("shardline")
+    return subprocess.run([str(cli), *args], env={**stack.cli_env(), "PATH": str(cli.parent), "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def staged(airflow_stack, tmp_path_factory):
+    """The bucket, the ledger table, a packed XGBoost model, and a helper to upload an hour of inputs."""
+    import boto3
+    from shardline.spec import load_spec
+    from shardline_ledger.table import create_ledger_table
+    from shardline_worker import synthetic
+
+    work = tmp_path_factory.mktemp("oncall")
+    env = airflow_stack.env
+    patch = pytest.MonkeyPatch()
+    for name, value in env.items():
+        if name.startswith("AWS_"):
+            patch.setenv(name, value)
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    spec = load_spec(airflow_stack.dags / "pipelines" / f"{PIPELINE}.yaml")
+    s3.create_bucket(Bucket=BUCKET)
+    create_ledger_table(spec.ledger_table, "us-east-1", env["AWS_ENDPOINT_URL"])
+    model = synthetic.train_xgboost(work / "model")
+    synthetic.pack(model.parent, work / "model.tar.gz")
+    s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
+    files = synthetic.make_dataset(work / "data", files=4, rows=20_000)
+
+    def upload_hour(hour: dt.datetime, *, corrupt: bool) -> str:
+        prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+        for path in files:
+            s3.upload_file(str(path), BUCKET, prefix + path.name)
+        if corrupt:
+            s3.put_object(Bucket=BUCKET, Key=prefix + "late-arrival.parquet", Body=b"PAR1 truncated upload")
+        return prefix
+
+    yield {"s3": s3, "upload_hour": upload_hour, "good_file": files[0], "spec": spec}
+    patch.undo()
+
+
+def _trigger(stack, hour: dt.datetime, conf: dict | None = None) -> str:
+    run_id = f"manual__{hour:%Y%m%dT%H}-{uuid.uuid4().hex[:6]}"
+    stack.client().trigger(PIPELINE, conf or {}, run_id=run_id, logical_date=hour.isoformat())
+    return run_id
+
+
+def _output_rows(s3, hour: dt.datetime) -> list[int]:
+    """Every id in the hour's outputs, from the output files themselves."""
+    prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    ids = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for item in page.get("Contents", []):
+            if item["Key"].endswith(".parquet") and "/_" not in item["Key"]:
+                body = s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()
+                ids += pq.read_table(io.BytesIO(body), columns=["id"]).column("id").to_pylist()
+    return ids
+
+
+def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 3, tzinfo=dt.UTC)
+    staged["upload_hour"](hour, corrupt=True)
+    run_id = _trigger(airflow_stack, hour)
+    ref = f"{PIPELINE}/{run_id}"
+    run = airflow_stack.wait_for_run(PIPELINE, run_id)
+    assert run["state"] == "failed", airflow_stack.tail()
+
+    # The sensor's failure names the file, the reason and the exact command that fixes it.
+    fix = f"shardline resubmit {ref} --step score --all-failed"
+    log = str(airflow_stack.client()._call(
+        "GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/watch_score/logs/1", params={"full_content": "true"}))
+    assert "late-arrival.parquet (CorruptInputError" in log and fix in log, log[-3000:]
+    status = shardline(airflow_stack, "status", ref)
+    assert status.returncode == 0, status.stderr
+    assert "FAILED" in status.stdout and fix in status.stdout, status.stdout
+    failed = shardline(airflow_stack, "failed", ref, "--json")
+    assert failed.returncode == 0, failed.stderr
+    import json
+
+    rows = json.loads(failed.stdout)
+    assert [(Path(r["input_key"]).name, r["error_class"]) for r in rows] == [("late-arrival.parquet",
+                                                                             "CorruptInputError")]
+    runs = shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json")
+    assert any(r["run_id"] == run_id and r["status"] == "FAILED" for r in json.loads(runs.stdout)), runs.stdout
+
+    # A resubmission of a file that is still corrupt would fail again: fix the input first.
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    staged["s3"].upload_file(str(staged["good_file"]), BUCKET, prefix + "late-arrival.parquet")
+
+    dry = shardline(airflow_stack, "resubmit", ref, "--step", "score", "--all-failed", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "1 file(s) of step score selected" in dry.stdout and "would submit attempt 2" in dry.stdout
+    assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"  # a dry run changes nothing
+
+    done = shardline(airflow_stack, "resubmit", ref, "--step", "score", "--all-failed")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "submitted attempt 2" in done.stdout and "cleared" in done.stdout, done.stdout
+
+    again = shardline(airflow_stack, "resubmit", ref, "--step", "score", "--all-failed")
+    assert again.returncode in (0, 1), again.stderr
+    assert "submitted attempt" not in again.stdout  # safe twice: no third attempt
+
+    run = airflow_stack.wait_for_run(PIPELINE, run_id)
+    assert run["state"] == "success", airflow_stack.tail()
+
+    ids = _output_rows(staged["s3"], hour)
+    expected = 20_000 + 5_000  # four files of 5,000 rows, and the fixed file (a copy of the first)
+    assert len(ids) == expected
+    assert len(set(ids)) == 20_000  # the copy repeats the first file's ids, nothing else repeats
+    status = json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)
+    step = status["steps"][0]
+    assert (status["status"], step["status"], step["attempt"]) == ("SUCCEEDED", "SUCCEEDED", 2)
+    assert step["succeeded"] == step["files"] == 5 and step["rows_in"] == step["rows_out"] == expected
+
+
+def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 4, tzinfo=dt.UTC)
+    prefix = staged["upload_hour"](hour, corrupt=False)
+    client = airflow_stack.client()
+    run_id = _trigger(airflow_stack, hour, {"input_prefix": f"s3://{BUCKET}/{prefix}", "instance_count": 3,
+                                            "dry_run": True})
+    run = airflow_stack.wait_for_run(PIPELINE, run_id)
+    assert run["conf"]["instance_count"] == 3
+    states = {t["task_id"]: t["state"] for t in client.task_instances(PIPELINE, run_id)}
+    assert states["plan_score"] == "skipped" and states["submit_score"] == "skipped", states
+    log = client._call("GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/plan_score/logs/1",
+                       params={"full_content": "true"})
+    text = str(log)
+    assert "dry run: 4 file(s)" in text and "would run 3 instance(s)" in text, text[-3000:]
+
+
+@pytest.mark.parametrize(("conf", "field"), [
+    ({"instance_count": 0}, "instance_count"),
+    ({"input_prefix": "/local/path"}, "input_prefix"),
+    ({"dry_run": "maybe"}, "dry_run"),
+])
+def test_the_trigger_form_refuses_a_bad_conf_and_names_the_field(airflow_stack, conf, field):
+    with pytest.raises(AirflowApiError) as err:
+        airflow_stack.client().trigger(PIPELINE, conf, logical_date=None)
+    assert "400" in str(err.value) and field in str(err.value), str(err.value)
