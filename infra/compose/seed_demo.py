@@ -1,0 +1,87 @@
+"""Upload demo inputs and a model for one run of a pipeline's first step, into the stack's MinIO.
+
+Where the files go is read from the spec, not written here: the step's ``input.prefix`` and
+``model.uri`` are rendered for ``--logical-date`` (``{{ ds }}``, ``{{ logical_date }}`` and
+``{{ params.model_version }}`` with the spec's default version). The data are the worker's
+synthetic parquet files; the model is trained on the same features and packed as model.tar.gz.
+
+    docker compose exec airflow-scheduler python /opt/shardline/compose/seed_demo.py \\
+        --logical-date 2026-11-22T10:00:00+00:00
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import tempfile
+from pathlib import Path
+
+DEFAULT_PIPELINES_DIR = Path("/opt/airflow/dags/pipelines")
+
+
+def render(template: str, logical_date: dt.datetime, model_version: str) -> str:
+    import jinja2
+
+    context = {
+        "ds": logical_date.strftime("%Y-%m-%d"),
+        "ds_nodash": logical_date.strftime("%Y%m%d"),
+        "logical_date": logical_date,
+        "params": {"model_version": model_version},
+    }
+    return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template).render(**context)
+
+
+def targets(spec_path: Path, logical_date: dt.datetime) -> tuple[str, str]:
+    """(input prefix, model URI) of the spec's first step for ``logical_date``."""
+    from shardline.spec import load_spec
+
+    step = load_spec(spec_path).steps[0]
+    if step.input.prefix is None:
+        raise SystemExit(f"{spec_path.name}: the first step reads from_step, so there is nothing to seed")
+    return render(step.input.prefix, logical_date, step.model.version), render(step.model.uri, logical_date,
+                                                                               step.model.version)
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pipeline", default="tabular_scoring_hourly", help="spec name in the pipelines dir")
+    parser.add_argument("--pipelines-dir", type=Path,
+                        default=Path(os.environ.get("SHARDLINE_PIPELINES_DIR", DEFAULT_PIPELINES_DIR)))
+    parser.add_argument("--logical-date", required=True, type=dt.datetime.fromisoformat,
+                        help="the run to seed, e.g. 2026-11-22T10:00:00+00:00 (UTC when no offset is given)")
+    parser.add_argument("--model", choices=("xgboost", "sklearn"), default="xgboost")
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=200_000)
+    args = parser.parse_args(argv)
+    logical_date = args.logical_date if args.logical_date.tzinfo else args.logical_date.replace(tzinfo=dt.UTC)
+
+    import boto3
+    from shardline_worker import synthetic
+
+    prefix, model_uri = targets(args.pipelines_dir / f"{args.pipeline}.yaml", logical_date)
+    s3 = boto3.client("s3")
+    with tempfile.TemporaryDirectory(prefix="shardline-seed-") as tmp:
+        work = Path(tmp)
+        bucket, key_prefix = split_uri(prefix if prefix.endswith("/") else prefix + "/")
+        for path in synthetic.make_dataset(work / "data", files=args.files, rows=args.rows):
+            s3.upload_file(str(path), bucket, key_prefix + path.name)
+        print(f"uploaded {args.files} parquet files ({args.rows:,} rows) to s3://{bucket}/{key_prefix}")
+        trainer = synthetic.TRAINERS[args.model]
+        model_file = trainer(work / "model")
+        sha = synthetic.pack(model_file.parent, work / "model.tar.gz")
+        model_bucket, model_key = split_uri(model_uri)
+        s3.upload_file(str(work / "model.tar.gz"), model_bucket, model_key)
+        print(f"uploaded the {args.model} model to {model_uri} (sha256 {sha})")
+    print(f"now: airflow dags unpause {args.pipeline} && "
+          f"airflow dags trigger {args.pipeline} --logical-date {logical_date.isoformat()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
