@@ -124,4 +124,8 @@ def create_ledger_table(table_name: str, region: str | None = None, host: str | 
     model = bind_ledger(table_name, region, host)
     if not model.exists():
         model.create_table(wait=True)
-    model.update_ttl(ignore_update_ttl_errors=False)
+    # DynamoDB refuses to enable TTL when it is already enabled, so look first: running this twice is fine.
+    client = model._get_connection().connection.client
+    ttl = client.describe_time_to_live(TableName=table_name).get("TimeToLiveDescription", {})
+    if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+        model.update_ttl(ignore_update_ttl_errors=False)

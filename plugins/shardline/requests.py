@@ -48,7 +48,8 @@ def worker_arguments(step: StepSpec) -> list[str]:
     return args
 
 
-def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt) -> dict[str, str]:
+def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt, region: str | None = None
+                       ) -> dict[str, str]:
     env = {
         "SHARDLINE_LEDGER_TABLE": spec.ledger_table,
         "SHARDLINE_PIPELINE": attempt.pipeline,
@@ -60,10 +61,13 @@ def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt) -> 
     }
     if step.model.sha256:
         env["SHARDLINE_MODEL_SHA256"] = step.model.sha256
+    if region:  # the worker writes to the ledger in the orchestrator's region, whatever the container assumes
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = region
     return env
 
 
-def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri: str, role_arn: str) -> dict:
+def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri: str, role_arn: str,
+                             region: str | None = None) -> dict:
     """The CreateProcessingJob parameters for one attempt."""
     step = spec.step(attempt.step)
     sm = spec.sagemaker
@@ -78,7 +82,7 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
         "ProcessingJobName": attempt.job_name,
         "RoleArn": role_arn,
         "AppSpecification": {"ImageUri": image_uri, "ContainerArguments": worker_arguments(step)},
-        "Environment": worker_environment(spec, step, attempt),
+        "Environment": worker_environment(spec, step, attempt, region),
         "ProcessingInputs": [
             {
                 "InputName": "data",

@@ -49,6 +49,15 @@ def backend_for(spec: PipelineSpec) -> Backend:
     return SageMakerBackend(_aws_client(spec, "sagemaker"))
 
 
+def region(spec: PipelineSpec) -> str:
+    """The region the ledger and jobs live in: the AWS connection's for SageMaker, else the environment's."""
+    if spec.backend == "local":
+        return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    return AwsBaseHook(aws_conn_id=spec.sagemaker.aws_conn_id, client_type="sagemaker").conn_region_name
+
+
 def image_and_role(spec: PipelineSpec) -> tuple[str, str]:
     if spec.backend == "local":
         return spec.sagemaker.image_uri or LOCAL_IMAGE, spec.sagemaker.role_arn or LOCAL_ROLE

@@ -96,7 +96,7 @@ def submit(spec: PipelineSpec, attempt: dict) -> dict:
     image, role = runtime.image_and_role(spec)
     fields = {f.name for f in dataclasses.fields(Attempt)}
     request = build_processing_request(spec, Attempt(**{k: v for k, v in attempt.items() if k in fields}),
-                                       image_uri=image, role_arn=role)
+                                       image_uri=image, role_arn=role, region=runtime.region(spec))
     backend = runtime.backend_for(spec)
     backend.submit(request)
     state = backend.describe(attempt["job_name"])

@@ -79,3 +79,11 @@ def test_network_isolation_is_refused_with_the_reason():
     data["sagemaker"] = {"network_isolation": True}
     with pytest.raises(ValueError, match="DynamoDB gateway endpoint"):
         parse_spec(data, "p.yaml")
+
+
+def test_the_worker_writes_to_the_ledger_in_the_orchestrators_region():
+    env = build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE,
+                                   region="eu-west-1")["Environment"]
+    assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == "eu-west-1"
+    assert "AWS_REGION" not in build_processing_request(full_spec(), attempt(), image_uri=IMAGE,
+                                                        role_arn=ROLE)["Environment"]

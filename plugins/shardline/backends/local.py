@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,15 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 def read_state(job_dir: Path) -> dict:
     return json.loads((job_dir / STATE_FILE).read_text())
+
+
+def _here(state: dict) -> bool:
+    """Whether the job's supervisor runs on this host, so its pid means something here.
+
+    In the compose stack the scheduler starts jobs and the triggerer describes them from
+    another container: there, a pid of the scheduler's is not a dead process.
+    """
+    return state.get("host") in (None, socket.gethostname())
 
 
 def _alive(pid: int) -> bool:
@@ -111,7 +121,7 @@ class LocalBackend:
         pid = state.get("pid")
         if status is JobStatus.IN_PROGRESS and (job_dir / "STOP").exists():
             status = JobStatus.STOPPING  # as SageMaker reports a stop that is under way
-        if status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) and pid and not _alive(pid):
+        if status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) and pid and _here(state) and not _alive(pid):
             # The supervisor died without recording an end (killed with -9, machine reboot).
             status, reason = JobStatus.FAILED, "the local job supervisor died before the job ended"
         return JobState(name=name, status=status, failure_reason=reason, created_at=state.get("created_at"),
@@ -128,8 +138,8 @@ class LocalBackend:
         while not pid and time.monotonic() < deadline:  # a job submitted a moment ago: its supervisor is starting
             time.sleep(0.1)
             pid = read_state(job_dir).get("pid")
-        if not pid:
-            return
+        if not pid or not _here(read_state(job_dir)):
+            return  # on another host (another container) the supervisor sees STOP and ends the job itself
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:

@@ -12,6 +12,7 @@ import logging
 import os
 import posixpath
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -184,7 +185,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [local-job] %(message)s")
     job_dir = Path(argv[0])
     signal.signal(signal.SIGTERM, _on_sigterm)
-    write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "pid": os.getpid()})
+    write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "pid": os.getpid(), "host": socket.gethostname()})
     try:
         outcome = run(job_dir)
     except _Stop as err:
