@@ -2,7 +2,7 @@
 
 1. starts moto_server on a free loopback port (S3 + DynamoDB + SageMaker API);
 2. creates the bucket and the ledger table;
-3. generates 24 parquet files (1.2M rows), trains an XGBoost model, uploads model.tar.gz;
+3. generates 160 parquet files (8M rows), trains an XGBoost model, uploads model.tar.gz;
 4. runs the `tabular_scoring_hourly` DAG with Airflow's `dag.test()` on the local
    backend with 2 instances, and kills one instance mid-run so the sensor's
    resubmission shows in the log;
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
 LOGICAL_DATE = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
-FILES, ROWS = 24, 1_200_000
+FILES, ROWS = 160, 8_000_000
 
 
 def say(text: str) -> None:
@@ -43,7 +43,7 @@ def kill_one_instance(local_root: Path, host: str, stop: threading.Event) -> Non
             for proc in psutil.process_iter(["cmdline"]):
                 cmd = proc.info["cmdline"] or []
                 if "shardline_worker" in cmd and any(marker in part for part in cmd):
-                    time.sleep(0.5)  # mid-run: well before 12 files of 50k rows can be done
+                    time.sleep(0.5)  # mid-run: well before its share of 50k-row files can be done
                     victims = [proc, *proc.children(recursive=True)]
                     for victim in victims:
                         victim.kill()
@@ -134,6 +134,22 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     return summarize(spec, run, wall, work, expected_rows=rows)
 
 
+def _task_span(dag_id: str, run_id: str) -> tuple[float, float]:
+    """Epoch seconds when the plan task's code started (it records it) and when the last task ended."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id).all()
+        ends = [ti.end_date.timestamp() for ti in tis if ti.end_date]
+        plan = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
+                                               XComModel.task_id == "plan_score", XComModel.key == "return_value"
+                                               ).one()
+        value = plan.value if isinstance(plan.value, dict) else json.loads(plan.value)
+    return value["planning"]["started_at"], max(ends)
+
+
 def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
     from shardline import steps
 
@@ -145,15 +161,22 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
         state = json.loads((job / "state.json").read_text())
         worker_seconds += (state.get("ended_at") or time.time()) - state["created_at"]
     out = f"s3://{BUCKET}/scores/dt={LOGICAL_DATE:%Y-%m-%d}/hour={LOGICAL_DATE:%H}/"
+    # dag.test() starts an in-process API server before the first task's code can run: Airflow's
+    # own start-up, which a deployed Airflow has already paid. Orchestration is measured from the
+    # moment the plan task's code starts to the end of the last task.
+    first_start, last_end = _task_span(spec.pipeline, run_id)
+    tasks = last_end - first_start
+    overhead = tasks - worker_seconds
     rows = [
         ("DAG run", f"{run_id}: {run.state}"),
         ("files", f"{summary['files']} ({summary['succeeded']} succeeded, {summary['failed']} failed)"),
         ("rows in / out", f"{summary['rows_in']:,} / {summary['rows_out']:,}"),
         ("attempts", f"{summary['attempts']} ({len(jobs)} processing job(s))"),
         ("rows/s (in jobs)", f"{summary['rows_in'] / worker_seconds:,.0f} over {worker_seconds:.1f}s of job time"),
-        ("wall time", f"{wall:.1f}s for the whole DAG run"),
-        ("orchestration", f"{wall - worker_seconds:.1f}s beyond job time "
-                          f"({(wall - worker_seconds) / worker_seconds:.0%} of it; the rest is the jobs)"),
+        ("wall time", f"{wall:.1f}s for the whole DAG run: {wall - tasks:.1f}s of dag.test() start-up, then "
+                      f"{tasks:.1f}s from the plan task's start to the last task's end"),
+        ("orchestration", f"{overhead:.1f}s of those {tasks:.1f}s beyond job time "
+                          f"({overhead / worker_seconds:.0%} of job time): planning, submits, polls, backoff, report"),
         ("output", out),
     ]
     say("summary")

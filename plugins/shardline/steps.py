@@ -74,7 +74,9 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
          instance_count: int) -> dict | None:
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
     s = spec.step(step)
+    started = time.monotonic()
     objects = list_inputs(runtime.s3_client(spec), input_prefix, s.input.include, s.input.exclude)
+    listed = time.monotonic()
     if not objects:
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
@@ -82,9 +84,12 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     base = {"pipeline": spec.pipeline, "run_id": run_id, "step": step, "input_prefix": _dir(input_prefix),
             "output_prefix": _dir(output_prefix), "model_uri": model_uri, "requested_instances": instance_count}
     attempt = _new_attempt(spec, base, 1, objects, instance_count)
-    log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s", step, run_id,
-             len(objects), sum(o.size for o in objects) / 2**20, attempt["instance_count"], s.sharding)
-    return attempt
+    timing = {"started_at": time.time() - (time.monotonic() - started), "list_seconds": round(listed - started, 3),
+              "record_seconds": round(time.monotonic() - listed, 3)}
+    log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, manifest "
+             "and ledger records in %.1fs", step, run_id, len(objects), sum(o.size for o in objects) / 2**20,
+             attempt["instance_count"], s.sharding, timing["list_seconds"], timing["record_seconds"])
+    return {**attempt, "planning": timing}
 
 
 def _dir(uri: str) -> str:

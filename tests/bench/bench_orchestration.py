@@ -91,8 +91,31 @@ def planning_time(keys: int) -> dict:
                          output_prefix="s3://bench-raw/out/", model_uri="s3://bench-raw/model.tar.gz",
                          instance_count=20)
     seconds = time.perf_counter() - started
-    print(f"planning {attempt['files']:,} keys (list, manifest, ledger records): {seconds:.1f}s (target < 60 s)")
-    return {"keys": attempt["files"], "seconds": round(seconds, 2)}
+    listing, records = attempt["planning"]["list_seconds"], attempt["planning"]["record_seconds"]
+    pages = -(-keys // 1000)
+    # What one ListObjectsV2 page costs on this endpoint, with a bucket of 1,000 keys and of `keys` keys.
+    s3.create_bucket(Bucket="bench-small")
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: s3.put_object(Bucket="bench-small", Key=f"in/part-{i:07d}.parquet", Body=b"x"),
+                      range(1000)))
+    small = _page_seconds(s3, "bench-small")
+    large = _page_seconds(s3, "bench-raw")
+    print(f"planning {attempt['files']:,} keys: {seconds:.1f}s (target < 60 s): listing {listing:.1f}s "
+          f"({pages} pages), manifest + ledger records {records:.1f}s")
+    print(f"  one ListObjectsV2 page on the embedded endpoint: {small * 1000:.0f} ms in a bucket of 1,000 keys, "
+          f"{large * 1000:.0f} ms in one of {keys:,} (moto sorts the whole bucket for every page; S3 does not)")
+    return {"keys": attempt["files"], "seconds": round(seconds, 2), "list_seconds": listing,
+            "record_seconds": records, "page_ms_small_bucket": round(small * 1000, 1),
+            "page_ms_large_bucket": round(large * 1000, 1)}
+
+
+def _page_seconds(s3, bucket: str, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        s3.list_objects_v2(Bucket=bucket, Prefix="in/", MaxKeys=1000)
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def demo_overhead() -> dict:
@@ -104,12 +127,21 @@ def demo_overhead() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result = subprocess.run([sys.executable, "-m", "shardline.demo", "--workdir", tmp], capture_output=True,
                                 text=True, check=False, timeout=900)
+    if result.returncode != 0:
+        print(result.stdout[-3000:], result.stderr[-3000:])
+        return {"exit_code": result.returncode}
     wall = float(re.search(r"wall time\s+([\d.]+)s", result.stdout).group(1))
+    startup = float(re.search(r"([\d.]+)s of dag.test\(\) start-up", result.stdout).group(1))
+    tasks = float(re.search(r"then ([\d.]+)s from the plan task", result.stdout).group(1))
     jobs = float(re.search(r"over ([\d.]+)s of job time", result.stdout).group(1))
-    print(f"demo (24 files, 1.2M rows, one instance killed): DAG run {wall:.1f}s, jobs {jobs:.1f}s, "
-          f"orchestration {wall - jobs:.1f}s = {(wall - jobs) / jobs:.0%} of job time (target <= 20%)")
-    return {"exit_code": result.returncode, "wall_seconds": wall, "job_seconds": jobs,
-            "overhead_ratio": round((wall - jobs) / jobs, 3)}
+    rows = re.search(r"rows in / out\s+([\d,]+)", result.stdout).group(1)
+    print(f"demo ({rows} rows, one instance killed): DAG run {wall:.1f}s = {startup:.1f}s dag.test() start-up + "
+          f"{tasks:.1f}s of tasks; jobs {jobs:.1f}s; orchestration {tasks - jobs:.1f}s = "
+          f"{(tasks - jobs) / jobs:.0%} of job time (target <= 20%); with the start-up counted too: "
+          f"{(wall - jobs) / jobs:.0%}")
+    return {"exit_code": result.returncode, "wall_seconds": wall, "dag_test_startup_seconds": startup,
+            "task_span_seconds": tasks, "job_seconds": jobs, "overhead_ratio": round((tasks - jobs) / jobs, 3),
+            "overhead_ratio_with_startup": round((wall - jobs) / jobs, 3)}
 
 
 def sharding_skew() -> dict:

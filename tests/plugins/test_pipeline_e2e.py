@@ -15,7 +15,9 @@ import pytest
 
 @pytest.mark.slow
 def test_demo_pipeline_recovers_a_killed_instance(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "shardline.demo", "--workdir", str(tmp_path / "demo")],
+    # The demo's own dataset is larger (for its overhead figure); 24 files keep the suite quick.
+    result = subprocess.run([sys.executable, "-m", "shardline.demo", "--workdir", str(tmp_path / "demo"),
+                             "--files", "24", "--rows", "1200000"],
                             capture_output=True, text=True, timeout=600, check=False)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
