@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv test lint demo demo-worker bench bench-quick clean
+.PHONY: help venv browser test lint demo demo-worker bench bench-quick clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -22,7 +22,15 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
-test: $(STAMP)  ## lint, then run the test suite (starts its own moto_server)
+browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get, once)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium and chromium-driver for the UI test..."; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else echo "warning: no chromium/chromedriver and no apt-get: tests/ui will fail; install Chromium and ChromeDriver"; fi
+
+test: $(STAMP) browser  ## lint, then run the test suite (starts its own moto_server, Airflow and Chromium)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
