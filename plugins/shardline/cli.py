@@ -50,6 +50,10 @@ def _duration(seconds: float | None) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def _when(iso: str | None) -> str:
+    return iso[:19].replace("T", " ") if iso else "-"
+
+
 def _rate(value: float | None) -> str:
     if value is None:
         return "-"
@@ -81,11 +85,13 @@ def cmd_runs(oncall, args) -> int:
         _print_json(rows)
         return EXIT_OK
     table = Table(title="recent runs" + (f" of {args.pipeline}" if args.pipeline else ""))
-    for column in ("RUN", "STATUS", "STARTED", "FINISHED", "MESSAGE"):
-        table.add_column(column, overflow="fold")
+    table.add_column("RUN", no_wrap=True)  # copied into the next command: never broken
+    for column in ("STATUS", "STARTED", "FINISHED"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("MESSAGE", overflow="fold")
     for r in rows:
-        table.add_row(f"{r.pipeline}/{r.run_id}", _styled(r.status), (r.started_at or "-")[:19],
-                      (r.finished_at or "-")[:19], textwrap.shorten(r.message or "", 60))
+        table.add_row(f"{r.pipeline}/{r.run_id}", _styled(r.status), _when(r.started_at), _when(r.finished_at),
+                      textwrap.shorten(r.message or "", 60))
     _console().print(table if rows else "no runs recorded yet")
     return EXIT_OK
 
@@ -98,8 +104,8 @@ def cmd_status(oncall, args) -> int:
         _print_json(view)
         return EXIT_OK
     console = _console()
-    console.print(f"run [bold]{view.ref}[/bold]: {_styled(view.status)}, started {(view.started_at or '-')[:19]}"
-                  + (f", finished {view.finished_at[:19]}" if view.finished_at else ""))
+    console.print(f"run [bold]{view.ref}[/bold]: {_styled(view.status)}, started {_when(view.started_at)}"
+                  + (f", finished {_when(view.finished_at)}" if view.finished_at else ""))
     if view.message:
         console.print(f"  {view.message}")
     table = Table()
@@ -107,10 +113,13 @@ def cmd_status(oncall, args) -> int:
                    "ROWS/S", "ETA"):
         table.add_column(column, justify="right" if column not in ("STEP", "STATUS", "JOB") else "left")
     for s in view.steps:
-        table.add_row(s.name, _styled(s.status), str(s.attempt), f"{s.job_name} ({s.job_status})", str(s.files),
+        table.add_row(s.name, _styled(s.status), str(s.attempt), s.job_status or "-", str(s.files),
                       str(s.succeeded), str(s.failed), str(s.running), str(s.pending), f"{s.rows_out:,}",
                       _rate(s.rows_per_second), _duration(s.eta_seconds))
     console.print(table)
+    for s in view.steps:
+        if s.job_name:
+            console.print(f"step {s.name}, attempt {s.attempt}: job {s.job_name}")
     for s in view.steps:
         if s.message and s.status in ("FAILED", "PARTIAL", "CANCELLED"):
             console.print(f"step {s.name}: {s.message}")

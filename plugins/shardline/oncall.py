@@ -231,13 +231,15 @@ class OnCall:
             status = StepStatus.RUNNING.value
         now = self._now()
         started = records.step.started_at
-        elapsed = (now - started).total_seconds() if started else None
+        # Over the current attempt: until it ended, or until now while it runs.
+        until = records.step.finished_at if status in STEP_TERMINAL and records.step.finished_at else now
+        elapsed = (until - started).total_seconds() if started else None
         rows_out = int(sum(f.rows_out or 0 for f in succeeded))
         # Throughput and ETA over the current attempt: files done per second so far.
         done_now = [f for f in records.files if int(f.attempt or 0) == attempt and FileStatus(f.status).is_terminal]
         remaining = len(by_status[FileStatus.PENDING]) + len(by_status[FileStatus.RUNNING])
         rows_done_now = sum(f.rows_out or 0 for f in done_now)
-        rate = rows_done_now / elapsed if elapsed and rows_done_now and status not in STEP_TERMINAL else None
+        rate = rows_done_now / elapsed if elapsed and rows_done_now else None
         eta = remaining / (len(done_now) / elapsed) if elapsed and done_now and remaining else None
         shards = [
             ShardView(s.host or "?", int(s.attempt or 0), s.status or "?", int(s.files_assigned or 0),
