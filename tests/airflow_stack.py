@@ -88,6 +88,8 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
     }
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
         env.pop(name, None)
+    for name in [n for n in env if n.startswith("SHARDLINE_AIRFLOW_")]:
+        env.pop(name)  # a developer's own Airflow settings must not leak into the test's
     home.mkdir(parents=True, exist_ok=True)
     log = home / "standalone.log"
     with open(log, "wb") as out:

@@ -98,7 +98,8 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
                 message: str = "") -> bool:
     """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten.
 
-    Returns False when a newer attempt owns the step (someone resubmitted meanwhile).
+    Returns False when a newer attempt owns the step (someone resubmitted meanwhile) or an
+    operator cancelled it: their state stands.
     """
     if status not in STEP_TERMINAL:
         raise ValueError(f"{status} is not a terminal step status")
@@ -106,7 +107,7 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
         model(run_pk(pipeline, run_id), step_sk(step)).update(
             actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
                      model.finished_at.set(_now())],
-            condition=model.attempt == attempt,
+            condition=(model.attempt == attempt) & (model.status != StepStatus.CANCELLED.value),
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
@@ -123,13 +124,18 @@ def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: 
 
 
 def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                  input_keys: Iterable[tuple[str, int]], plan_json: str | None = None) -> int:
+                  input_keys: Iterable[tuple[str, int]], plan_json: str | None = None,
+                  after: int | None = None) -> int:
     """Move the STEP item to ``attempt`` and write a PENDING FILE item for each input.
 
     The STEP update is conditional (attempt only moves forward), so two tries of the
     same task cannot both plan; re-planning the same attempt is idempotent. FILE items
     go in BatchWrite calls of 25. ``plan_json`` records what the step was planned with.
     Returns the number of files written.
+
+    The sensor's own retries never reopen a step an operator cancelled. An operator's
+    resubmission passes ``after`` (the attempt it saw as the newest): if anyone moved the
+    step meanwhile, it loses instead of rewriting their attempt.
     """
     pk = run_pk(pipeline, run_id)
     step_item = model(pk, step_sk(step))
@@ -146,12 +152,13 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
                 model.message.remove(),
                 model.finished_at.remove(),
             ],
-            condition=model.attempt.does_not_exist() | (model.attempt <= attempt),
+            condition=_attempt_condition(model, attempt, after),
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
             raise StaleOrchestratorError(
-                f"step {step} of run {run_id} is already past attempt {attempt}; not re-planning it"
+                f"step {step} of run {run_id} moved on (past attempt {after if after is not None else attempt}, "
+                f"or cancelled) while attempt {attempt} was being planned; not planning it"
             ) from err
         raise
     items = [model(pk, file_sk(step, key), status=FileStatus.PENDING.value, attempt=attempt, input_key=key,
@@ -167,6 +174,15 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
     with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, max(1, len(chunks)))) as pool:
         list(pool.map(write, chunks))
     return len(items)
+
+
+def _attempt_condition(model, attempt: int, after: int | None):
+    if after is not None:
+        return model.attempt == after
+    moves_forward = model.attempt.does_not_exist() | (model.attempt <= attempt)
+    if attempt == 1:
+        return moves_forward
+    return moves_forward & (model.status != StepStatus.CANCELLED.value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,8 @@ ENV_PASSWORD = "SHARDLINE_AIRFLOW_PASSWORD"
 
 # DAG run states in which no task will run again unless something is cleared.
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
+# Task instance states in which the task will not run again unless it is cleared.
+FINISHED_TASK_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
 
 
 class AirflowApiError(RuntimeError):
@@ -51,22 +53,35 @@ class AirflowClient:
     def _auth_header(self) -> dict[str, str]:
         if self._token is None and self._credentials is not None:
             username, password = self._credentials
-            answer = self._http.post(f"{self.base_url}/auth/token", json={"username": username, "password": password})
-            if answer.status_code >= 400:
-                raise AirflowApiError(f"logging in to {self.base_url} as {username} failed "
-                                      f"({answer.status_code}): {answer.text[:300]}")
-            self._token = answer.json()["access_token"]
+            try:
+                answer = self._http.post(f"{self.base_url}/auth/token",
+                                         json={"username": username, "password": password})
+                if answer.status_code >= 400:
+                    raise AirflowApiError(f"logging in to {self.base_url} as {username} failed "
+                                          f"({answer.status_code}): {answer.text[:300]}")
+                self._token = answer.json()["access_token"]
+            except (httpx.HTTPError, ValueError, KeyError) as err:
+                raise AirflowApiError(f"cannot log in to Airflow at {self.base_url}: {err!r}; check "
+                                      f"{ENV_URL} and the credentials") from err
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
     def _call(self, method: str, path: str, **kwargs) -> Any:
-        answer = self._http.request(method, f"{self.base_url}/api/v2{path}", headers=self._auth_header(), **kwargs)
+        try:
+            answer = self._http.request(method, f"{self.base_url}/api/v2{path}", headers=self._auth_header(),
+                                        **kwargs)
+        except httpx.HTTPError as err:
+            raise AirflowApiError(f"cannot reach Airflow at {self.base_url} ({err!r}); check {ENV_URL}") from err
         if answer.status_code >= 400:
             try:
                 detail = answer.json().get("detail", answer.text)
             except ValueError:
                 detail = answer.text
             raise AirflowApiError(f"{method} {path} answered {answer.status_code}: {detail}")
-        return answer.json() if answer.content else None
+        try:
+            return answer.json() if answer.content else None
+        except ValueError as err:
+            raise AirflowApiError(f"{method} {path} answered something that is not JSON: "
+                                  f"{answer.text[:200]!r}") from err
 
     @staticmethod
     def _q(value: str) -> str:
@@ -94,6 +109,9 @@ class AirflowClient:
         if note:
             body["note"] = note[:1000]
         return self._call("PATCH", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}", json=body)
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
+        return self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances/{self._q(task_id)}")
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         answer = self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances")

@@ -129,6 +129,7 @@ def cmd_status(oncall, args) -> int:
 
 
 def cmd_failed(oncall, args) -> int:
+    from shardline.naming import resubmit_command
     from shardline.oncall import RunRef
 
     ref = RunRef.parse(args.run)
@@ -149,7 +150,7 @@ def cmd_failed(oncall, args) -> int:
                       textwrap.shorten(error, 160))
     console.print(table)
     for step in sorted({f.step for f in files}):
-        console.print(f"after fixing the cause: shardline resubmit {ref} --step {step} --all-failed")
+        console.print(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, step)}")
     return EXIT_OK
 
 
@@ -183,7 +184,11 @@ def cmd_cancel(oncall, args) -> int:
     from shardline.oncall import RunRef
 
     ref = RunRef.parse(args.run)
-    if not args.yes and sys.stdin.isatty():
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(f"shardline cancel: refusing to cancel {ref} without a terminal to confirm on; pass --yes",
+                  file=sys.stderr)
+            return EXIT_USAGE
         answer = input(f"cancel {ref}: stop its jobs and fail the DAG run? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("not cancelled")
@@ -353,7 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from botocore.exceptions import BotoCoreError, ClientError
+    from pynamodb.exceptions import PynamoDBException
+
     from shardline.airflow_api import AirflowApiError, AirflowClient
+    from shardline.localstack import EmbeddedAwsError
     from shardline.oncall import OnCall, OnCallError
 
     try:
@@ -361,8 +370,16 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_local(args)
         oncall = OnCall.from_folder(args.dags_folder, airflow=AirflowClient.from_env())
         return args.handler(oncall, args)
-    except (OnCallError, AirflowApiError) as err:
+    except (OnCallError, AirflowApiError, EmbeddedAwsError) as err:
         print(f"shardline {args.command}: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except (BotoCoreError, ClientError, PynamoDBException) as err:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        where = f"the endpoint {endpoint} (AWS_ENDPOINT_URL)" if endpoint else \
+            f"AWS (profile {os.environ.get('AWS_PROFILE', 'default')}, region {os.environ.get('AWS_REGION') or '?'})"
+        print(f"shardline {args.command}: AWS refused or could not be reached: {err}\n"
+              f"  it talked to {where}; check AWS_PROFILE / AWS_REGION / AWS_ENDPOINT_URL and the table's name in "
+              f"the pipeline specs under {args.dags_folder}", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from shardline_ledger.orchestrator import list_runs, read_run, read_step, set_run_status
+from shardline_ledger.keys import RUN_SK, run_pk
+from shardline_ledger.orchestrator import StaleOrchestratorError, list_runs, read_run, read_step, set_run_status
 from shardline_ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 
 from shardline import naming, runtime
-from shardline.airflow_api import FINISHED_RUN_STATES, AirflowApiError, AirflowClient
+from shardline.airflow_api import FINISHED_RUN_STATES, FINISHED_TASK_STATES, AirflowApiError, AirflowClient
 from shardline.backends import JobNotFound
 from shardline.decide import JobStatus
 from shardline.spec import PipelineSpec, SpecError, load_spec
@@ -190,7 +192,7 @@ class OnCall:
         for table in sorted({s.ledger_table for s in specs}):
             model = runtime.ledger_model(next(s for s in specs if s.ledger_table == table))
             entries = list_runs(model, pipeline, limit)
-            keys = [(f"RUN#{e.pipeline}#{e.run_id}", "RUN") for e in entries]
+            keys = [(run_pk(e.pipeline, e.run_id), RUN_SK) for e in entries]
             runs = {(r.pipeline, r.run_id): r for r in model.batch_get(keys)} if keys else {}
             for entry in entries:
                 run = runs.get((entry.pipeline, entry.run_id))
@@ -259,10 +261,14 @@ class OnCall:
         names = [step] if step else [s.name for s in spec.steps]
         if step and step not in {s.name for s in spec.steps}:
             self._unknown_step(spec, step)
-        found = []
+        found, planned = [], 0
         for name in names:
             records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, name)
+            planned += records.step is not None
             found += [_file_view(name, f) for f in records.files if f.status != FileStatus.SUCCEEDED]
+        if not planned:
+            raise OnCallError(f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
+                              f"{spec.ledger_table}; `shardline runs --pipeline {ref.pipeline}` lists the recent ones")
         return found
 
     @staticmethod
@@ -287,11 +293,13 @@ class OnCall:
         if all_failed:
             chosen, why = sorted(not_done), "every file that has not succeeded"
         elif shard:
+            # Hosts are per attempt (algo-1 of attempt 2 is another machine than algo-1 of attempt 1),
+            # so only the newest attempt's files count; those never claimed went where the manifest dealt them.
             latest = int(records.step.attempt or 0)
-            chosen = sorted(k for k, f in not_done.items() if f.host == shard or
-                            (f.host is None and int(f.attempt or 0) == latest
-                             and self._dealt_to(spec, ref, step, latest, k) == shard))
-            why = f"the unfinished or failed files of shard {shard}"
+            newest = {k: f for k, f in not_done.items() if int(f.attempt or 0) == latest}
+            dealt = self._dealt_hosts(spec, ref, step, latest) if any(f.host is None for f in newest.values()) else {}
+            chosen = sorted(k for k, f in newest.items() if (f.host or dealt.get(k)) == shard)
+            why = f"the unfinished or failed files of shard {shard} (attempt {latest})"
         else:
             known = {f.input_key for f in records.files}
             wanted = [self._full_key(records, key) for key in files]
@@ -311,22 +319,19 @@ class OnCall:
         matches = [f.input_key for f in records.files if f.input_key.endswith("/" + key.lstrip("/"))]
         return matches[0] if len(matches) == 1 else key
 
-    def _dealt_to(self, spec: PipelineSpec, ref: RunRef, step: str, attempt: int, key: str) -> str | None:
-        """The instance a file of this attempt's manifest went to (entries are dealt round robin)."""
+    def _dealt_hosts(self, spec: PipelineSpec, ref: RunRef, step: str, attempt: int) -> dict[str, str]:
+        """Which instance each entry of an attempt's manifest went to (the deal is round robin)."""
         import json
 
-        from shardline.planner import choose_instance_count, parse_s3_uri
+        from shardline.planner import choose_instance_count, dealt, parse_s3_uri
 
         plan = self._plan(spec, ref, step)
-        uri = naming.manifest_key(plan["output_prefix"], ref.run_id, step, attempt)
-        bucket, manifest_key = parse_s3_uri(uri)
-        body = json.loads(runtime.s3_client(spec).get_object(Bucket=bucket, Key=manifest_key)["Body"].read())
+        bucket, key = parse_s3_uri(naming.manifest_key(plan["output_prefix"], ref.run_id, step, attempt))
+        body = json.loads(runtime.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
         prefix, entries = body[0]["prefix"], body[1:]
         instances = choose_instance_count(int(plan.get("requested_instances") or 1), len(entries))
-        for index, entry in enumerate(entries):
-            if prefix + entry == key:
-                return f"algo-{index % instances + 1}"
-        return None
+        return {prefix + entry: f"algo-{i + 1}" for i, share in enumerate(dealt(entries, instances))
+                for entry in share}
 
     def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> dict:
         from shardline import steps
@@ -367,23 +372,36 @@ class OnCall:
             return ResubmitResult(plan, latest["attempt"] + 1, naming.job_name(ref.pipeline, ref.run_id, step,
                                                                                latest["attempt"] + 1),
                                   "dry run: nothing submitted, nothing cleared")
-        nxt = steps.resubmit(spec, latest, plan.files)
+        try:
+            nxt = steps.resubmit(spec, latest, plan.files, by_operator=True)
+        except StaleOrchestratorError as err:
+            raise OnCallError(f"someone else moved step {step} of {ref} past attempt {latest['attempt']} "
+                              f"meanwhile; `shardline status {ref}` shows where it is now") from err
         return ResubmitResult(plan, nxt["attempt"], nxt["job_name"], self._rerun_watch(ref, step))
 
-    def _rerun_watch(self, ref: RunRef, step: str) -> str:
-        """Let the DAG run follow the new attempt: clear the step's watch task if the run had finished."""
+    def _rerun_watch(self, ref: RunRef, step: str, wait_seconds: float = 60.0) -> str:
+        """Let the DAG run follow the new attempt: clear the step's watch task once it has finished.
+
+        The sensor records the step's outcome a moment before its task ends, so a watch task
+        still running here is about to end: wait for it, then clear it (and what follows it).
+        """
         watch = f"watch_{step}"
         if self.airflow is None:
-            return (f"Airflow not configured (set SHARDLINE_AIRFLOW_URL): if the DAG run has finished, clear "
-                    f"{watch} and its downstream tasks of run {ref.run_id} to let the run follow this attempt")
+            return (f"Airflow not configured (set SHARDLINE_AIRFLOW_URL): clear {watch} and its downstream "
+                    f"tasks of DAG run {ref.run_id} so the run follows this attempt")
         try:
-            state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
-            if state not in FINISHED_RUN_STATES:
-                return f"DAG run is {state}: its {watch} task picks up the new attempt"
+            deadline = time.monotonic() + wait_seconds
+            state = self.airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state")
+            while state not in FINISHED_TASK_STATES and time.monotonic() < deadline:
+                time.sleep(1)
+                state = self.airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state")
+            if state not in FINISHED_TASK_STATES:
+                return (f"{watch} is still {state} after {wait_seconds:.0f}s; when it ends, clear it and its "
+                        f"downstream tasks of DAG run {ref.run_id} so the run follows this attempt")
             cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
         except AirflowApiError as err:
-            return f"the attempt is submitted, but Airflow refused to clear {watch}: {err}"
-        return (f"DAG run was {state}: cleared {len(cleared)} task(s) from {watch} on, so the run follows "
+            return f"the attempt is submitted, but clearing {watch} in Airflow failed: {err}"
+        return (f"{watch} had ended ({state}): cleared {len(cleared)} task(s) from it on, so the DAG run follows "
                 "the new attempt")
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by an operator") -> list[str]:
@@ -393,10 +411,15 @@ class OnCall:
         records = read_run(model, ref.pipeline, ref.run_id)
         if records.run is None:
             raise OnCallError(f"no run {ref} in table {spec.ledger_table}")
+        if records.run.status in STEP_TERMINAL:
+            raise OnCallError(f"run {ref} already ended {records.run.status}; nothing to cancel")
         done = []
         backend = runtime.backend_for(spec)
         for item in records.steps:
             step = item.step
+            if item.status in STEP_TERMINAL:
+                done.append(f"step {step}: already {item.status}, left as it is")
+                continue
             model(item.pk, item.sk).update(actions=[model.status.set(StepStatus.CANCELLED.value),
                                                     model.message.set(reason)])
             name = naming.job_name(ref.pipeline, ref.run_id, step, int(item.attempt or 1))

@@ -50,12 +50,8 @@ def backend_for(spec: PipelineSpec) -> Backend:
 
 
 def region(spec: PipelineSpec) -> str:
-    """The region the ledger and jobs live in: the AWS connection's for SageMaker, else the environment's."""
-    if spec.backend == "local":
-        return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-
-    return AwsBaseHook(aws_conn_id=spec.sagemaker.aws_conn_id, client_type="sagemaker").conn_region_name
+    """The ledger table's region: where the worker must write, whatever its container assumes."""
+    return ledger_model(spec).Meta.region
 
 
 def image_and_role(spec: PipelineSpec) -> tuple[str, str]:

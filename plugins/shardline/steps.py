@@ -51,18 +51,21 @@ OUTCOME_STATUS = {"ADVANCE": StepStatus.SUCCEEDED, "PARTIAL": StepStatus.PARTIAL
                   "TIMEOUT": StepStatus.FAILED}
 
 
-def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int) -> dict:
+def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int,
+                 after: int | None = None) -> dict:
     """Write the attempt's manifest and ledger records; return the attempt dict (not yet submitted)."""
     step = spec.step(base["step"])
     count = choose_instance_count(instances, len(objects))
     ordered = manifest_order(objects, count, step.sharding)
     manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt)
-    write_manifest(runtime.s3_client(spec), manifest_uri, manifest_body(base["input_prefix"], [o.key for o in ordered]))
     bucket, _ = parse_s3_uri(base["input_prefix"])
     plan_fields = {k: base[k] for k in PLAN_FIELDS}
     model = runtime.ledger_model(spec)
+    # The fenced ledger write first: whoever loses a race for this attempt writes no manifest.
     start_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt,
-                  [(f"s3://{bucket}/{o.key}", o.size) for o in ordered], plan_json=json.dumps(plan_fields))
+                  [(f"s3://{bucket}/{o.key}", o.size) for o in ordered], plan_json=json.dumps(plan_fields),
+                  after=after)
+    write_manifest(runtime.s3_client(spec), manifest_uri, manifest_body(base["input_prefix"], [o.key for o in ordered]))
     if attempt > 1:  # a resubmission reopens a run that may already have been marked failed
         set_run_status(model, base["pipeline"], base["run_id"], StepStatus.RUNNING)
     return {**base, "attempt": attempt, "instance_count": count, "files": len(ordered),
@@ -83,13 +86,42 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     ensure_run(runtime.ledger_model(spec), spec.pipeline, run_id)
     base = {"pipeline": spec.pipeline, "run_id": run_id, "step": step, "input_prefix": _dir(input_prefix),
             "output_prefix": _dir(output_prefix), "model_uri": model_uri, "requested_instances": instance_count}
-    attempt = _new_attempt(spec, base, 1, objects, instance_count)
+    number, todo = _what_to_plan(spec, base, objects)
+    if todo:
+        attempt = _new_attempt(spec, base, number, todo, instance_count)
+    else:  # planned before, and every input has succeeded since: adopt that attempt
+        attempt = latest_attempt(spec, spec.pipeline, run_id, step)
+        log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
     timing = {"started_at": time.time() - (time.monotonic() - started), "list_seconds": round(listed - started, 3),
               "record_seconds": round(time.monotonic() - listed, 3)}
     log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, manifest "
              "and ledger records in %.1fs", step, run_id, len(objects), sum(o.size for o in objects) / 2**20,
              attempt["instance_count"], s.sharding, timing["list_seconds"], timing["record_seconds"])
     return {**attempt, "planning": timing}
+
+
+def _what_to_plan(spec: PipelineSpec, base: dict, objects: list[S3Object]) -> tuple[int, list[S3Object]]:
+    """The attempt number to plan, and the inputs it takes.
+
+    The first plan takes every input. A plan task that runs again (retried, or cleared
+    because an upstream step was resubmitted) must not start the step over: it takes only
+    the inputs that have not succeeded yet, new ones included, as the next attempt; or the
+    same attempt again if that one was never submitted.
+    """
+    from shardline.backends import JobNotFound
+
+    records = read_step(runtime.ledger_model(spec), base["pipeline"], base["run_id"], base["step"])
+    latest = int(records.step.attempt or 0) if records.step else 0
+    if latest == 0:
+        return 1, objects
+    bucket, _ = parse_s3_uri(base["input_prefix"])
+    done = {f.input_key for f in records.files if f.status == FileStatus.SUCCEEDED}
+    todo = [o for o in objects if f"s3://{bucket}/{o.key}" not in done]
+    try:
+        runtime.backend_for(spec).describe(naming.job_name(base["pipeline"], base["run_id"], base["step"], latest))
+    except JobNotFound:
+        return latest, todo
+    return latest + 1, todo
 
 
 def _dir(uri: str) -> str:
@@ -136,11 +168,16 @@ def stop(spec: PipelineSpec, attempt: dict) -> None:
         backend.stop(attempt["job_name"])
 
 
-def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str]) -> dict:
-    """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs)."""
+def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str], *, by_operator: bool = False) -> dict:
+    """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
+
+    ``by_operator``: the attempt must still be the newest (two operators cannot both
+    resubmit it), and a cancelled step may be reopened.
+    """
     bucket, _ = parse_s3_uri(attempt["input_prefix"])
     objects = [S3Object(key[len(f"s3://{bucket}/"):], 0) for key in retry_keys]
-    nxt = _new_attempt(spec, attempt, attempt["attempt"] + 1, objects, attempt["requested_instances"])
+    nxt = _new_attempt(spec, attempt, attempt["attempt"] + 1, objects, attempt["requested_instances"],
+                       after=attempt["attempt"] if by_operator else None)
     return submit(spec, nxt)
 
 
@@ -191,7 +228,7 @@ def resume(spec: PipelineSpec, attempt: dict) -> dict:
             "manifest_uri": naming.manifest_key(attempt["output_prefix"], attempt["run_id"], attempt["step"], latest)}
 
 
-def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepStatus:
+def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepStatus | None:
     """Record the sensor's outcome on the STEP item (and on the RUN item when the step failed).
 
     Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
@@ -201,11 +238,11 @@ def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepS
         reason += "; after fixing the cause: " + naming.resubmit_command(attempt["pipeline"], attempt["run_id"],
                                                                          attempt["step"])
     model = runtime.ledger_model(spec)
-    records = read_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"])
-    if records.step is not None and records.step.status == StepStatus.CANCELLED:
-        return StepStatus.CANCELLED  # the operator's cancel stands
-    if finish_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"], attempt["attempt"], status,
-                   reason) and status is StepStatus.FAILED:
+    if not finish_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"], attempt["attempt"], status,
+                       reason):
+        log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt["step"])
+        return None
+    if status is StepStatus.FAILED:
         set_run_status(model, attempt["pipeline"], attempt["run_id"], StepStatus.FAILED,
                        f"step {attempt['step']} failed: {reason}")
     return status
@@ -225,6 +262,7 @@ def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) ->
     files = sum(1 for f in records.files if int(f.attempt or 0) == number)
     name = naming.job_name(pipeline, run_id, step, number)
     return {**base, "attempt": number, "job_name": name, "files": files,
+            "instance_count": choose_instance_count(int(base.get("requested_instances") or 1), max(1, files)),
             "manifest_uri": naming.manifest_key(base["output_prefix"], run_id, step, number)}
 
 

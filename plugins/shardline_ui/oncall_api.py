@@ -21,7 +21,7 @@ import html
 import os
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
@@ -39,6 +39,8 @@ from pynamodb.exceptions import PynamoDBException
 from shardline.airflow_api import ENV_URL, AirflowClient
 from shardline.oncall import OnCall, OnCallError, RunRef, load_specs
 from shardline_ledger.states import STEP_TERMINAL
+
+from shardline_ui.airflow_plugin import _root_path
 
 PAGE = Path(__file__).with_name("static") / "oncall.html"
 ICON = Path(__file__).with_name("static") / "icon.svg"
@@ -78,16 +80,19 @@ def _caller_token(request: Request, bearer: HTTPAuthorizationCredentials | None)
     return request.cookies.get(COOKIE_NAME_JWT_TOKEN)
 
 
-def _airflow_url(request: Request) -> str:
-    """Where this API server answers: SHARDLINE_AIRFLOW_URL, else ``[api] base_url``, else this request's origin."""
+def _airflow_url(_request: Request) -> str:
+    """Where this API server answers: SHARDLINE_AIRFLOW_URL, else ``[api] base_url``, else its own loopback port.
+
+    Never the request's Host header: the caller's token is sent there.
+    """
     configured = os.environ.get(ENV_URL, "").strip() or conf.get("api", "base_url", fallback="") or ""
     if configured:
         return configured.rstrip("/")
-    return f"{request.url.scheme}://{request.url.netloc}"
+    return f"http://127.0.0.1:{conf.get('api', 'port', fallback='8080')}"
 
 
 def _airflow_ui_root() -> str:
-    return urlsplit(conf.get("api", "base_url", fallback="") or "/").path.rstrip("/")
+    return _root_path()
 
 
 # --- the service layer ---------------------------------------------------------------------------

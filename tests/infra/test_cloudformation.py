@@ -534,6 +534,17 @@ def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_table
     calls.clear()
 
     read_step(model, "p", "run-1", "score")
+    # What the sensor records at the end, and what the CLI and the UI page read and write.
+    from shardline_ledger.keys import RUN_SK, run_pk
+    from shardline_ledger.orchestrator import finish_step, list_runs, read_run, set_run_status
+    from shardline_ledger.states import StepStatus
+
+    finish_step(model, "p", "run-1", "score", 2, StepStatus.FAILED, "1 file failed")
+    set_run_status(model, "p", "run-1", StepStatus.FAILED, "step score failed")
+    list_runs(model)
+    list_runs(model, "p")
+    read_run(model, "p", "run-1")
+    list(model.batch_get([(run_pk("p", "run-1"), RUN_SK)]))
     read = list(calls)
 
     table_arn = example_values(template)["LedgerTable.Arn"]
@@ -544,7 +555,7 @@ def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_table
 
     orchestrator_needs = _iam_actions(planned + read)
     assert orchestrator_needs >= {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem",
-                                  "dynamodb:Query"}
+                                  "dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem"}
     missing = orchestrator_needs - _granted(template, "AirflowRole", table_arn)
     assert not missing, f"the Airflow role lacks {sorted(missing)}"
 

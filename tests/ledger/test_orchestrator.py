@@ -40,9 +40,13 @@ def test_attempts_only_move_forward(ledger_table):
     start_attempt(model, "p", "run-2", "score", 1, [("s3://raw/a", 1)])
     start_attempt(model, "p", "run-2", "score", 2, [("s3://raw/a", 1)])
     start_attempt(model, "p", "run-2", "score", 2, [("s3://raw/a", 1)])  # a retried task re-plans: fine
-    with pytest.raises(StaleOrchestratorError, match="already past attempt 1"):
+    with pytest.raises(StaleOrchestratorError, match=r"moved on \(past attempt 1"):
         start_attempt(model, "p", "run-2", "score", 1, [("s3://raw/a", 1)])
-    assert read_step(model, "p", "run-2", "score").step.attempt == 2
+    # An operator's resubmission names the attempt it saw as the newest; if that moved, it loses.
+    with pytest.raises(StaleOrchestratorError, match=r"moved on \(past attempt 1"):
+        start_attempt(model, "p", "run-2", "score", 3, [("s3://raw/a", 1)], after=1)
+    start_attempt(model, "p", "run-2", "score", 3, [("s3://raw/a", 1)], after=2)
+    assert read_step(model, "p", "run-2", "score").step.attempt == 3
 
 
 def test_reading_a_step_that_was_never_planned(ledger_table):

@@ -17,7 +17,14 @@ from shardline.decide import Action, JobStatus, Policy, StepSnapshot, decide
 from shardline.oncall import OnCall, OnCallError, RunRef
 from shardline.spec import parse_spec
 from shardline_ledger import bind_ledger
-from shardline_ledger.orchestrator import ensure_run, finish_step, list_runs, read_step, start_attempt
+from shardline_ledger.orchestrator import (
+    StaleOrchestratorError,
+    ensure_run,
+    finish_step,
+    list_runs,
+    read_step,
+    start_attempt,
+)
 from shardline_ledger.states import StepStatus
 from shardline_worker import synthetic
 
@@ -140,10 +147,47 @@ def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_
     spec, _, _, ref = failed_run
     oncall = OnCall({spec.pipeline: spec})
     model = bind_ledger(spec.ledger_table)
-    start_attempt(model, ref.pipeline, ref.run_id, "score", 2, [])  # the sensor is retrying on its own
-    with pytest.raises(OnCallError, match="has not ended yet"):
-        oncall.resubmit(ref, "score", all_failed=True)
+    # The sensor is retrying on its own: attempt 2 runs every file again.
+    latest = steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score")
+    keys = [f.input_key for f in read_step(model, ref.pipeline, ref.run_id, "score").files]
+    running = steps.resubmit(spec, latest, keys)
+    result = oncall.resubmit(ref, "score", all_failed=True)  # an operator, while attempt 2 runs
+    assert result.attempt is None and "is still InProgress" in result.airflow
     lines = oncall.cancel(ref, "bad model version")
-    assert "step score: CANCELLED" in lines
+    assert f"stopped {running['job_name']}" in lines and "step score: CANCELLED" in lines
+    assert steps.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)
     assert oncall.status(ref).status == "CANCELLED"
     assert read_step(model, ref.pipeline, ref.run_id, "score").step.status == StepStatus.CANCELLED
+    # The sensor's late verdict, and its own retries, never undo the operator's cancel.
+    assert steps.finish(spec, running, "FAIL", "job Stopped") is None
+    with pytest.raises(StaleOrchestratorError):
+        start_attempt(model, ref.pipeline, ref.run_id, "score", 3, [(keys[0], 1)])
+    with pytest.raises(OnCallError, match="already ended CANCELLED"):
+        oncall.cancel(ref)
+
+
+def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, ledger_table, tmp_path, monkeypatch):
+    """An instance that died before claiming anything: its files are found from the manifest's deal."""
+    from shardline.planner import dealt
+
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    s3 = boto3.client("s3")
+    bucket = f"b-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for i in range(7):
+        s3.put_object(Bucket=bucket, Key=f"in/part-{i}.parquet", Body=b"x" * (100 + i))
+    spec = parse_spec({
+        "pipeline": "shard_test", "ledger_table": ledger_table,
+        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/m.tar.gz"},
+                   "input": {"prefix": f"s3://{bucket}/in/"}, "output": {"prefix": f"s3://{bucket}/out/"},
+                   "resources": {"instance_count": 3}, "sharding": "by_size"}],
+    }, "shard_test.yaml")
+    attempt = steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
+                         output_prefix=f"s3://{bucket}/out/", model_uri=f"s3://{bucket}/m.tar.gz", instance_count=3)
+    finish_step(bind_ledger(ledger_table), "shard_test", "run-1", "score", 1, StepStatus.FAILED, "lost")
+    manifest = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/_shardline/")["Contents"]]
+    body = __import__("json").loads(s3.get_object(Bucket=bucket, Key=manifest[0])["Body"].read())
+    expected = [body[0]["prefix"] + e for e in dealt(body[1:], attempt["instance_count"])[1]]  # algo-2's share
+    oncall = OnCall({spec.pipeline: spec})
+    chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", shard="algo-2").files
+    assert chosen == sorted(expected) and 2 <= len(chosen) <= 3

@@ -69,3 +69,34 @@ def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
     steps.stop(spec, second)
     assert sorted(j.name for j in (tmp_path / "local" / "jobs").glob("sl-*")) == sorted(
         [first["job_name"], second["job_name"]])  # adopted, not submitted twice
+
+
+def _wait_done(spec, attempt, timeout=120):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while steps.job_status(spec, attempt) is JobStatus.IN_PROGRESS:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+
+
+def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
+    """A plan task that runs again (retried, or cleared after an upstream resubmission) never starts over."""
+    spec, bucket = pipeline
+    kwargs = {"input_prefix": f"s3://{bucket}/in/", "output_prefix": f"s3://{bucket}/out/",
+              "model_uri": f"s3://{bucket}/model/model.tar.gz", "instance_count": 2}
+    first = steps.plan(spec, "score", "run-3", **kwargs)
+    assert steps.plan(spec, "score", "run-3", **kwargs)["attempt"] == 1  # never submitted: the same attempt again
+    _wait_done(spec, steps.submit(spec, first))
+    again = steps.plan(spec, "score", "run-3", **kwargs)
+    assert (again["attempt"], again["files"]) == (1, 4)  # everything succeeded: adopt it
+    assert steps.job_status(spec, steps.submit(spec, again)) is JobStatus.COMPLETED  # no new job
+
+    buf = io.BytesIO()
+    pq.write_table(synthetic.make_table(300, first_id=9000, seed=9), buf)
+    boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=buf.getvalue())
+    late = steps.plan(spec, "score", "run-3", **kwargs)
+    assert (late["attempt"], late["files"]) == (2, 1)  # only the new input, as the next attempt
+    _wait_done(spec, steps.submit(spec, late))
+    summary = steps.report(spec, spec.pipeline, "run-3", "score")
+    assert (summary["files"], summary["succeeded"], summary["rows_in"], summary["rows_out"]) == (5, 5, 1500, 1500)
