@@ -32,7 +32,9 @@ WRITE_CHUNK = 2500  # items per writer thread (100 BatchWrite calls)
 WRITE_THREADS = 8
 # Only what the sensor needs; keeps each Query page small.
 FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in",
-                   "rows_out", "host"]
+                   "rows_out"]
+# What the CLI and the UI show besides: which instance had the file.
+FILE_DETAIL_ATTRIBUTES = [*FILE_ATTRIBUTES, "host"]
 
 
 class StaleOrchestratorError(RuntimeError):
@@ -193,13 +195,14 @@ class StepRecords:
     requests: int  # DynamoDB requests this read cost (Query pages)
 
 
-def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str) -> StepRecords:
+def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, *,
+              file_attributes: list[str] = FILE_ATTRIBUTES) -> StepRecords:
     """The STEP item, its SHARD items and its FILE items: two Queries on the run partition."""
     pk = run_pk(pipeline, run_id)
     step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
     step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
     shards = [item for item in step_and_shards if item.sk != step_sk(step)]
-    files, file_pages = _query(model, pk, file_sk_prefix(step), FILE_ATTRIBUTES)
+    files, file_pages = _query(model, pk, file_sk_prefix(step), file_attributes)
     return StepRecords(step=step_item, files=files, shards=shards, requests=step_pages + file_pages)
 
 

@@ -17,7 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shardline_ledger.keys import RUN_SK, run_pk
-from shardline_ledger.orchestrator import StaleOrchestratorError, list_runs, read_run, read_step, set_run_status
+from shardline_ledger.orchestrator import (
+    FILE_DETAIL_ATTRIBUTES,
+    StaleOrchestratorError,
+    list_runs,
+    read_run,
+    read_step,
+    set_run_status,
+)
 from shardline_ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 
 from shardline import naming, runtime
@@ -215,7 +222,8 @@ class OnCall:
                        [s for s in steps if s is not None])
 
     def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
-        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step)
+        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step,
+                            file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
             return None
         attempt = int(records.step.attempt or 0)
@@ -263,7 +271,8 @@ class OnCall:
             self._unknown_step(spec, step)
         found, planned = [], 0
         for name in names:
-            records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, name)
+            records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, name,
+                                file_attributes=FILE_DETAIL_ATTRIBUTES)
             planned += records.step is not None
             found += [_file_view(name, f) for f in records.files if f.status != FileStatus.SUCCEEDED]
         if not planned:
@@ -286,7 +295,8 @@ class OnCall:
             self._unknown_step(spec, step)
         if sum(bool(x) for x in (shard, files, all_failed)) != 1:
             raise OnCallError("choose exactly one of --shard HOST, --file KEY or --all-failed")
-        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step)
+        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step,
+                            file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
             raise OnCallError(f"step {step} of {ref} was never planned; nothing to resubmit")
         not_done = {f.input_key: f for f in records.files if f.status != FileStatus.SUCCEEDED}
@@ -354,7 +364,8 @@ class OnCall:
         spec = self.spec(ref.pipeline)
         plan = self.plan_resubmission(ref, step, shard=shard, files=files, all_failed=all_failed)
         latest = self._plan(spec, ref, step)
-        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step)
+        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step,
+                            file_attributes=FILE_DETAIL_ATTRIBUTES)
         try:
             job = runtime.backend_for(spec).describe(latest["job_name"]).status
         except JobNotFound:
