@@ -55,4 +55,10 @@ class SageMakerBackend:
     def stop(self, name: str) -> None:
         if self.describe(name).status.is_terminal:
             return
-        self.client.stop_processing_job(ProcessingJobName=name)
+        try:
+            self.client.stop_processing_job(ProcessingJobName=name)
+        except botocore.exceptions.ClientError:
+            # It may have ended between the describe and the stop (SageMaker then refuses the stop).
+            if self.describe(name).status.is_terminal:
+                return
+            raise
