@@ -118,11 +118,20 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     return True
 
 
-def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:
-    model(run_pk(pipeline, run_id), RUN_SK).update(
-        actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
-                 model.finished_at.set(_now()) if status in STEP_TERMINAL else model.finished_at.remove()],
-    )
+def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: StepStatus, message: str = "",
+                   *, only_if_running: bool = False) -> bool:
+    """Record the run's status. ``only_if_running``: leave a run that already ended (or never started) alone."""
+    try:
+        model(run_pk(pipeline, run_id), RUN_SK).update(
+            actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
+                     model.finished_at.set(_now()) if status in STEP_TERMINAL else model.finished_at.remove()],
+            condition=(model.status == StepStatus.RUNNING.value) if only_if_running else None,
+        )
+    except UpdateError as err:
+        if only_if_running and err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
 
 
 def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,

@@ -12,11 +12,18 @@ spec file and the field.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from pathlib import Path
 
 from airflow.sdk import DAG, Asset, Param
 
-from shardline.operators import PlanStepOperator, ReportOperator, SubmitStepOperator, WatchStepSensor
+from shardline.operators import (
+    PlanStepOperator,
+    ReportOperator,
+    SubmitStepOperator,
+    WatchStepSensor,
+    mark_run_failed,
+)
 from shardline.spec import PipelineSpec, load_spec
 
 SPEC_DIR = "pipelines"
@@ -58,6 +65,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
         tags=["shardline", spec.backend],
         default_args={"owner": spec.owner, "retries": 2, "retry_delay": dt.timedelta(seconds=30)},
         max_active_runs=4,
+        on_failure_callback=functools.partial(mark_run_failed, str(spec_path)),
         doc_md=f"Generated from `{spec_path.name}` by Shardline. Steps: "
                + " -> ".join(s.name for s in spec.steps),
     ) as dag:

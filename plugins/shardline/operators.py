@@ -143,6 +143,21 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             _steps().stop(self.spec, self._attempt)
 
 
+def mark_run_failed(spec_path: str, context) -> None:
+    """DAG ``on_failure_callback``: a run that failed outside the sensor (say, in planning) shows as FAILED
+    in `shardline runs` and the page too, unless something already recorded how it ended."""
+    from shardline_ledger.orchestrator import set_run_status
+    from shardline_ledger.states import StepStatus
+
+    from shardline import runtime
+
+    spec = load_spec(Path(spec_path))
+    run = context["dag_run"]
+    reason = str(context.get("reason") or "the DAG run failed")
+    set_run_status(runtime.ledger_model(spec), spec.pipeline, run.run_id, StepStatus.FAILED,
+                   f"DAG run failed: {reason}", only_if_running=True)
+
+
 def _list(failed: list[dict], limit: int = 10) -> str:
     shown = "; ".join(f"{f['input']} ({f['error_class']}: {f['error_message']})" for f in failed[:limit])
     more = f"; and {len(failed) - limit} more" if len(failed) > limit else ""

@@ -15,7 +15,7 @@ import pytest
 from shardline import steps
 from shardline.decide import Action, JobStatus, Policy, StepSnapshot, decide
 from shardline.oncall import OnCall, OnCallError, RunRef
-from shardline.spec import parse_spec
+from shardline.spec import load_spec, parse_spec
 from shardline_ledger import bind_ledger
 from shardline_ledger.orchestrator import (
     StaleOrchestratorError,
@@ -191,3 +191,26 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
     oncall = OnCall({spec.pipeline: spec})
     chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", shard="algo-2").files
     assert chosen == sorted(expected) and 2 <= len(chosen) <= 3
+
+
+def test_a_dag_run_that_fails_outside_the_sensor_shows_as_failed(aws_env, ledger_table, tmp_path):
+    """The DAG's on_failure_callback: planning crashed, say. A run that already ended keeps its status."""
+    import types
+
+    from shardline.operators import mark_run_failed
+
+    spec_path = tmp_path / "p.yaml"
+    spec_path.write_text(f"pipeline: p\nledger_table: {ledger_table}\nsteps:\n  - name: score\n"
+                         "    model: {uri: s3://b/m.tar.gz}\n    input: {prefix: s3://b/in/}\n"
+                         "    output: {prefix: s3://b/out/}\n")
+    oncall = OnCall({"p": load_spec(spec_path)})
+    model = bind_ledger(ledger_table)
+    ensure_run(model, "p", "crashed")
+    ensure_run(model, "p", "cancelled")
+    oncall.cancel(RunRef("p", "cancelled"))
+    for run_id in ("crashed", "cancelled", "never-started"):
+        mark_run_failed(str(spec_path), {"dag_run": types.SimpleNamespace(run_id=run_id), "reason": "task_failure"})
+    runs = {r.run_id: r for r in oncall.runs()}
+    assert runs["crashed"].status == "FAILED" and "task_failure" in runs["crashed"].message
+    assert runs["cancelled"].status == "CANCELLED"
+    assert "never-started" not in runs
