@@ -3,7 +3,7 @@
     pk = RUN#{pipeline}#{run_id}
     sk = RUN | STEP#{step}# | STEP#{step}#SHARD#{attempt:04d}#{host} | FILE#{step}#{input_key}
 
-    pk = RUNS   sk = {started_at}#{pipeline}#{run_id}     (the run index the CLI and UI list)
+    pk = RUNS | RUNS#{pipeline}   sk = {started_at}#{pipeline}#{run_id}   (the run index the CLI and UI list)
 
 A step's SHARD items sort right after its STEP item, so one Query on the prefix
 ``STEP#{step}#`` returns the step and every heartbeat. Attempts are zero-padded so that
@@ -43,6 +43,11 @@ def failures_pk(pipeline: str) -> str:
 
 def shard_sk_prefix(step: str) -> str:
     return f"{step_sk(step)}SHARD#"
+
+
+def runs_pk(pipeline: str) -> str:
+    """One pipeline's runs, so listing them never reads the other pipelines'."""
+    return f"{RUNS_PK}#{pipeline}"
 
 
 def runs_index_sk(started_at: str, pipeline: str, run_id: str) -> str:

@@ -21,6 +21,7 @@ from shardline_ledger.keys import (
     file_sk_prefix,
     run_pk,
     runs_index_sk,
+    runs_pk,
     step_sk,
     step_sk_prefix,
 )
@@ -59,21 +60,17 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
         if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
             raise
         item = model.get(run_pk(pipeline, run_id), RUN_SK, consistent_read=True)
-    model(RUNS_PK, runs_index_sk(item.started_at.isoformat(), pipeline, run_id), pipeline=pipeline,
-          run_id=run_id, started_at=item.started_at).save()
+    sk = runs_index_sk(item.started_at.isoformat(), pipeline, run_id)
+    with model.batch_write() as batch:  # all runs, and this pipeline's runs
+        for index in (RUNS_PK, runs_pk(pipeline)):
+            batch.save(model(index, sk, pipeline=pipeline, run_id=run_id, started_at=item.started_at))
 
 
 def list_runs(model: type[LedgerItem], pipeline: str | None = None, limit: int = 20) -> list[LedgerItem]:
-    """The newest runs first, from the run index (one Query; a pipeline filter reads a little more)."""
-    condition = model.pipeline == pipeline if pipeline else None
-    found = model.query(RUNS_PK, scan_index_forward=False, filter_condition=condition,
-                        limit=None if pipeline else limit, page_size=max(limit, 25))
-    runs = []
-    for entry in found:
-        runs.append(entry)
-        if len(runs) >= limit:
-            break
-    return runs
+    """The newest runs first, of every pipeline or of one: one Query on the run index."""
+    found = model.query(runs_pk(pipeline) if pipeline else RUNS_PK, scan_index_forward=False, limit=limit,
+                        page_size=limit)
+    return list(found)
 
 
 @dataclasses.dataclass(frozen=True)

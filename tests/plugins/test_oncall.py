@@ -84,6 +84,8 @@ def test_runs_are_listed_newest_first_and_indexed_once(ledger_table):
     assert [r.run_id for r in list_runs(model)] == ["r3", "r2", "r1"]
     assert [r.run_id for r in list_runs(model, "alpha")] == ["r3", "r1"]
     assert [r.run_id for r in list_runs(model, limit=1)] == ["r3"]
+    assert [r.run_id for r in list_runs(model, "alpha", limit=1)] == ["r3"]
+    assert [r.run_id for r in list_runs(model, "beta")] == ["r2"]
 
 
 def test_a_step_outcome_is_fenced_on_its_attempt(ledger_table):

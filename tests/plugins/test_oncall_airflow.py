@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -103,8 +105,6 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     assert "FAILED" in status.stdout and fix in status.stdout, status.stdout
     failed = shardline(airflow_stack, "failed", ref, "--json")
     assert failed.returncode == 0, failed.stderr
-    import json
-
     rows = json.loads(failed.stdout)
     assert [(Path(r["input_key"]).name, r["error_class"]) for r in rows] == [("late-arrival.parquet",
                                                                              "CorruptInputError")]
@@ -168,3 +168,32 @@ def test_the_trigger_form_refuses_a_bad_conf_and_names_the_field(airflow_stack, 
     with pytest.raises(AirflowApiError) as err:
         airflow_stack.client().trigger(PIPELINE, conf, logical_date=None)
     assert "400" in str(err.value) and field in str(err.value), str(err.value)
+
+
+def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_path):
+    from shardline_worker import synthetic
+
+    hour = dt.datetime(2026, 11, 22, 6, tzinfo=dt.UTC)
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    for path in synthetic.make_dataset(tmp_path / "big", files=8, rows=800_000):  # long enough to catch running
+        staged["s3"].upload_file(str(path), BUCKET, prefix + path.name)
+    run_id = _trigger(airflow_stack, hour)
+    ref = f"{PIPELINE}/{run_id}"
+    deadline = time.monotonic() + 180
+    while True:  # wait until the job runs
+        status = shardline(airflow_stack, "status", ref, "--json")
+        if status.returncode == 0 and json.loads(status.stdout)["steps"] and \
+                json.loads(status.stdout)["steps"][0]["job_status"] == "InProgress":
+            break
+        assert time.monotonic() < deadline, status.stdout + status.stderr + airflow_stack.tail()
+        time.sleep(1)
+    refused = shardline(airflow_stack, "cancel", ref)  # no terminal to confirm on
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    done = shardline(airflow_stack, "cancel", ref, "--yes", "--reason", "wrong model version")
+    assert done.returncode == 0, done.stderr
+    assert "stopped sl-" in done.stdout and "step score: CANCELLED" in done.stdout, done.stdout
+    run = airflow_stack.wait_for_run(PIPELINE, run_id)
+    assert run["state"] == "failed"
+    view = json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)
+    assert view["status"] == "CANCELLED" and view["message"] == "wrong model version"
+    assert view["steps"][0]["job_status"] in ("Stopped", "Stopping")
