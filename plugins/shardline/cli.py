@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import sys
 import textwrap
@@ -39,7 +40,8 @@ on-call flow:
 
 def _console() -> Console:
     # soft_wrap: long lines (commands to copy) are never broken in the middle.
-    return Console(width=max(100, Console().width), highlight=False, soft_wrap=True)
+    width = shutil.get_terminal_size(fallback=(120, 40)).columns  # honours COLUMNS, also when piped
+    return Console(width=max(100, width), highlight=False, soft_wrap=True)
 
 
 def _duration(seconds: float | None) -> str:
@@ -50,8 +52,8 @@ def _duration(seconds: float | None) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def _when(iso: str | None) -> str:
-    return iso[:19].replace("T", " ") if iso else "-"
+def _when(iso: str | None, seconds: bool = True) -> str:
+    return iso[:19 if seconds else 16].replace("T", " ") if iso else "-"
 
 
 def _rate(value: float | None) -> str:
@@ -84,15 +86,21 @@ def cmd_runs(oncall, args) -> int:
     if args.json:
         _print_json(rows)
         return EXIT_OK
-    table = Table(title="recent runs" + (f" of {args.pipeline}" if args.pipeline else ""))
-    table.add_column("RUN", no_wrap=True)  # copied into the next command: never broken
-    for column in ("STATUS", "STARTED", "FINISHED"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("MESSAGE", overflow="fold")
-    for r in rows:
-        table.add_row(f"{r.pipeline}/{r.run_id}", _styled(r.status), _when(r.started_at), _when(r.finished_at),
-                      textwrap.shorten(r.message or "", 60))
-    _console().print(table if rows else "no runs recorded yet")
+    console = _console()
+    if not rows:
+        console.print("no runs recorded yet")
+        return EXIT_OK
+    # Plain columns: the run name is copied into the next command, so it is never shortened; the message
+    # gets what width is left (`shardline status RUN` prints it whole).
+    names = [f"{r.pipeline}/{r.run_id}" for r in rows]
+    name_width = max(len("RUN"), *(len(n) for n in names))
+    status_width = max(len("STATUS"), *(len(r.status) for r in rows))
+    room = max(20, console.width - name_width - status_width - 2 * 16 - 8)
+    console.print(f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  {'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
+    for name, r in zip(names, rows, strict=True):
+        status = _styled(r.status) + " " * (status_width - len(r.status))
+        console.print(f"{name:<{name_width}}  {status}  {_when(r.started_at, False):<16}  "
+                      f"{_when(r.finished_at, False):<16}  {textwrap.shorten(r.message or '', room)}")
     return EXIT_OK
 
 
