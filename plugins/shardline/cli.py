@@ -233,7 +233,7 @@ def cmd_local(args) -> int:
         created = _create_resources(args.dags_folder)
         print(f"embedded AWS endpoint (moto_server) up at {url}, pid {proc.pid}, log {state_dir / 'moto.log'}")
         for line in created:
-            print(f"  created {line}")
+            print(f"  {line}")
         _print_exports(url)
         print("stop it with: shardline local down")
         return EXIT_OK
@@ -271,26 +271,9 @@ def _print_exports(url: str) -> None:
 
 def _create_resources(dags_folder: Path) -> list[str]:
     """The buckets and ledger tables every pipeline spec refers to."""
-    import boto3
-    from shardline_ledger.table import create_ledger_table
+    from shardline.provision import apply, make_plan
 
-    from shardline.oncall import load_specs
-    from shardline.planner import parse_s3_uri
-
-    specs = load_specs(dags_folder)
-    buckets, tables = set(), set()
-    for spec in specs.values():
-        tables.add(spec.ledger_table)
-        for step in spec.steps:
-            for uri in (step.input.prefix, step.output.prefix, step.model.uri):
-                if uri and uri.startswith("s3://") and "{{" not in parse_s3_uri(uri)[0]:
-                    buckets.add(parse_s3_uri(uri)[0])
-    s3 = boto3.client("s3")
-    for bucket in sorted(buckets):
-        s3.create_bucket(Bucket=bucket)
-    for table in sorted(tables):
-        create_ledger_table(table)
-    return [f"bucket s3://{b}" for b in sorted(buckets)] + [f"ledger table {t}" for t in sorted(tables)]
+    return apply(make_plan(dags_folder / "pipelines"))
 
 
 # --- parser ------------------------------------------------------------------------------------
