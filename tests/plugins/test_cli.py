@@ -48,7 +48,8 @@ def test_local_up_creates_what_the_specs_name_and_down_stops_it(tmp_path):
     assert up.returncode == 0, up.stderr
     url = re.search(r"export AWS_ENDPOINT_URL=(\S+)", up.stdout).group(1)
     try:
-        assert "bucket s3://shardline-demo: created" in up.stdout and "ledger table shardline-jobs: created" in up.stdout
+        assert "bucket s3://shardline-demo: created" in up.stdout
+        assert "ledger table shardline-jobs: created" in up.stdout
         again = run("--dags-folder", str(REPO / "dags"), "local", "up", "--state-dir", str(state))
         assert "already up" in again.stdout  # a second `up` adopts the running stack
         s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
