@@ -19,7 +19,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@echo "installing pinned dependencies into $(VENV) (first run takes a few minutes)..."
 	$(PY) -m pip install --quiet "pip==26.3" "setuptools==84.2.1"
 	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get, once)
