@@ -5,12 +5,10 @@ through a real Airflow, DAG run state included, are in test_oncall_airflow.py.)
 
 from __future__ import annotations
 
-import io
 import time
 import uuid
 
 import boto3
-import pyarrow.parquet as pq
 import pytest
 from shardline import steps
 from shardline.decide import Action, JobStatus, Policy, StepSnapshot, decide
@@ -26,47 +24,22 @@ from shardline_ledger.orchestrator import (
     start_attempt,
 )
 from shardline_ledger.states import StepStatus
-from shardline_worker import synthetic
 
-
-def _parquet(rows: int, first_id: int) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(synthetic.make_table(rows, first_id=first_id, seed=first_id), buf)
-    return buf.getvalue()
+from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
 
 @pytest.fixture
 def failed_run(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     """A finished step of 4 good files and one corrupt one, run for real by the local backend."""
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    inputs = {f"part-{i}.parquet": parquet_bytes(250, i * 250) for i in range(4)}
+    inputs["part-9.parquet"] = b"PAR1 not parquet at all"
+    spec, bucket = stage_step("oncall_test", ledger_table, xgboost_model.parent, tmp_path, inputs)
     s3 = boto3.client("s3")
-    bucket = f"b-{uuid.uuid4().hex[:8]}"
-    s3.create_bucket(Bucket=bucket)
-    for i in range(4):
-        s3.put_object(Bucket=bucket, Key=f"in/part-{i}.parquet", Body=_parquet(250, i * 250))
-    s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 not parquet at all")
-    tarball = tmp_path / "model.tar.gz"
-    synthetic.pack(xgboost_model.parent, tarball)
-    s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
-    spec = parse_spec({
-        "pipeline": "oncall_test", "ledger_table": ledger_table,
-        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz"},
-                   "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
-                   "output": {"prefix": f"s3://{bucket}/out/"}, "resources": {"instance_count": 2}}],
-    }, "oncall_test.yaml")
-    attempt = steps.submit(spec, steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
-                                            output_prefix=f"s3://{bucket}/out/",
-                                            model_uri=f"s3://{bucket}/model/model.tar.gz", instance_count=2))
-    _wait(spec, attempt)
+    attempt = steps.submit(spec, steps.plan(spec, "score", "run-1", **plan_args(bucket)))
+    wait_for_job(spec, attempt)
     steps.finish(spec, attempt, "FAIL", "1 of 5 file(s) failed")
     return spec, bucket, s3, RunRef("oncall_test", "run-1")
-
-
-def _wait(spec, attempt, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while steps.job_status(spec, attempt) is JobStatus.IN_PROGRESS:
-        assert time.monotonic() < deadline, "job did not finish"
-        time.sleep(0.5)
 
 
 def test_run_refs_are_pipeline_slash_run_id():
@@ -128,13 +101,13 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
     with pytest.raises(OnCallError, match="has no step 'postprocess'"):
         oncall.plan_resubmission(ref, "postprocess", all_failed=True)
 
-    s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=_parquet(250, 9 * 250))  # the fix
+    s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=parquet_bytes(250, 9 * 250))  # the fix
     result = oncall.resubmit(ref, "score", all_failed=True)
     assert (result.attempt, result.plan.files) == (2, [f"s3://{bucket}/in/part-9.parquet"])
     assert "Airflow not configured" in result.airflow
     second = oncall.resubmit(ref, "score", all_failed=True, force=True)  # while attempt 2 runs, or after
     assert second.attempt is None
-    _wait(spec, steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score"))
+    wait_for_job(spec, steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score"))
     assert oncall.resubmit(ref, "score", all_failed=True, force=True).attempt is None  # nothing left
 
     step = oncall.status(ref).steps[0]

@@ -2,45 +2,24 @@
 
 from __future__ import annotations
 
-import io
-import uuid
-
 import boto3
-import pyarrow.parquet as pq
 import pytest
 from shardline import steps
 from shardline.decide import JobStatus
-from shardline.spec import parse_spec
-from shardline_worker import synthetic
+
+from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
 
 @pytest.fixture
 def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    s3 = boto3.client("s3")
-    bucket = f"b-{uuid.uuid4().hex[:8]}"
-    s3.create_bucket(Bucket=bucket)
-    for i in range(4):
-        buf = io.BytesIO()
-        pq.write_table(synthetic.make_table(300, first_id=i * 300, seed=i), buf)
-        s3.put_object(Bucket=bucket, Key=f"in/part-{i}.parquet", Body=buf.getvalue())
-    tarball = tmp_path / "model.tar.gz"
-    synthetic.pack(xgboost_model.parent, tarball)
-    s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
-    spec = parse_spec({
-        "pipeline": "steps_test", "ledger_table": ledger_table,
-        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz"},
-                   "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
-                   "output": {"prefix": f"s3://{bucket}/out/"}, "resources": {"instance_count": 2}}],
-    }, "steps_test.yaml")
-    return spec, bucket
+    return stage_step("steps_test", ledger_table, xgboost_model.parent, tmp_path,
+                      {f"part-{i}.parquet": parquet_bytes(300, i * 300) for i in range(4)})
 
 
 def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
     spec, bucket = pipeline
-    attempt = steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
-                         output_prefix=f"s3://{bucket}/out/", model_uri=f"s3://{bucket}/model/model.tar.gz",
-                         instance_count=2)
+    attempt = steps.plan(spec, "score", "run-1", **plan_args(bucket))
     first = steps.submit(spec, attempt)
     again = steps.submit(spec, attempt)  # what a cleared or retried submit task does
     assert again["job_name"] == first["job_name"]
@@ -58,9 +37,7 @@ def test_plan_skips_an_empty_prefix(pipeline):
 
 def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
     spec, bucket = pipeline
-    first = steps.submit(spec, steps.plan(spec, "score", "run-3", input_prefix=f"s3://{bucket}/in/",
-                                          output_prefix=f"s3://{bucket}/out/",
-                                          model_uri=f"s3://{bucket}/model/model.tar.gz", instance_count=2))
+    first = steps.submit(spec, steps.plan(spec, "score", "run-3", **plan_args(bucket)))
     steps.stop(spec, first)
     second = steps.resubmit(spec, first, [f"s3://{bucket}/in/part-1.parquet"])
     resumed = steps.resume(spec, first)  # what the watch task's next try knows: attempt 1
@@ -71,32 +48,20 @@ def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
         [first["job_name"], second["job_name"]])  # adopted, not submitted twice
 
 
-def _wait_done(spec, attempt, timeout=120):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while steps.job_status(spec, attempt) is JobStatus.IN_PROGRESS:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-
-
 def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     """A plan task that runs again (retried, or cleared after an upstream resubmission) never starts over."""
     spec, bucket = pipeline
-    kwargs = {"input_prefix": f"s3://{bucket}/in/", "output_prefix": f"s3://{bucket}/out/",
-              "model_uri": f"s3://{bucket}/model/model.tar.gz", "instance_count": 2}
+    kwargs = plan_args(bucket)
     first = steps.plan(spec, "score", "run-3", **kwargs)
     assert steps.plan(spec, "score", "run-3", **kwargs)["attempt"] == 1  # never submitted: the same attempt again
-    _wait_done(spec, steps.submit(spec, first))
+    wait_for_job(spec, steps.submit(spec, first))
     again = steps.plan(spec, "score", "run-3", **kwargs)
     assert (again["attempt"], again["files"]) == (1, 4)  # everything succeeded: adopt it
     assert steps.job_status(spec, steps.submit(spec, again)) is JobStatus.COMPLETED  # no new job
 
-    buf = io.BytesIO()
-    pq.write_table(synthetic.make_table(300, first_id=9000, seed=9), buf)
-    boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=buf.getvalue())
+    boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(300, 9000))
     late = steps.plan(spec, "score", "run-3", **kwargs)
     assert (late["attempt"], late["files"]) == (2, 1)  # only the new input, as the next attempt
-    _wait_done(spec, steps.submit(spec, late))
+    wait_for_job(spec, steps.submit(spec, late))
     summary = steps.report(spec, spec.pipeline, "run-3", "score")
     assert (summary["files"], summary["succeeded"], summary["rows_in"], summary["rows_out"]) == (5, 5, 1500, 1500)

@@ -1,0 +1,58 @@
+"""Helpers for step-level tests: one staged single-step pipeline on moto_server, run by the local backend.
+
+The bucket, inputs and model are real objects on moto_server; the spec is parsed as a DAG's would be.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import uuid
+from pathlib import Path
+
+import boto3
+import pyarrow.parquet as pq
+from shardline import steps
+from shardline.decide import JobStatus
+from shardline.spec import PipelineSpec, parse_spec
+from shardline_worker import synthetic
+
+
+def parquet_bytes(rows: int, first_id: int) -> bytes:
+    """A parquet file of ``rows`` synthetic rows whose ids start at ``first_id``."""
+    buf = io.BytesIO()
+    pq.write_table(synthetic.make_table(rows, first_id=first_id, seed=first_id), buf)
+    return buf.getvalue()
+
+
+def stage_step(pipeline: str, ledger_table: str, model_dir: Path, tmp_path: Path,
+               inputs: dict[str, bytes]) -> tuple[PipelineSpec, str]:
+    """A fresh bucket with ``inputs`` under ``in/``, the packed model, and a one-step spec over them."""
+    s3 = boto3.client("s3")
+    bucket = f"b-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for name, body in inputs.items():
+        s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)
+    tarball = tmp_path / "model.tar.gz"
+    synthetic.pack(model_dir, tarball)
+    s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
+    spec = parse_spec({
+        "pipeline": pipeline, "ledger_table": ledger_table,
+        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz"},
+                   "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
+                   "output": {"prefix": f"s3://{bucket}/out/"}, "resources": {"instance_count": 2}}],
+    }, f"{pipeline}.yaml")
+    return spec, bucket
+
+
+def plan_args(bucket: str) -> dict:
+    """The keyword arguments `steps.plan` takes for a staged step."""
+    return {"input_prefix": f"s3://{bucket}/in/", "output_prefix": f"s3://{bucket}/out/",
+            "model_uri": f"s3://{bucket}/model/model.tar.gz", "instance_count": 2}
+
+
+def wait_for_job(spec: PipelineSpec, attempt: dict, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while steps.job_status(spec, attempt) is JobStatus.IN_PROGRESS:
+        assert time.monotonic() < deadline, f"job {attempt['job_name']} did not finish in {timeout:.0f}s"
+        time.sleep(0.5)
