@@ -37,6 +37,7 @@ from shardline_worker.models import prepare_model
 from shardline_worker.planning import InputFile, discover_inputs, plan_units
 from shardline_worker.process import JobSettings
 from shardline_worker.runner import FileReport, Hooks, Runner, Stopped
+from shardline_worker.sagemaker_script import JSON_LAYOUTS, ScriptProtocol, check_requirements
 
 log = logging.getLogger("shardline_worker")
 
@@ -107,10 +108,29 @@ def build_parser() -> argparse.ArgumentParser:
     model = p.add_argument_group("model")
     model.add_argument("--model-sha256", default=os.environ.get("SHARDLINE_MODEL_SHA256"),
                        help="refuse the model unless its artifact has this sha256 (env SHARDLINE_MODEL_SHA256)")
-    model.add_argument("--content-type", default="text/csv",
-                       help="request body given to a custom inference.py input_fn (default %(default)s)")
-    model.add_argument("--accept", default="text/csv",
-                       help="accept type given to a custom inference.py output_fn (default %(default)s)")
+    model.add_argument("--allow-nan-predictions", action="store_true",
+                       help="write NaN predictions instead of failing the file (spec: model.allow_nan_predictions)")
+
+    script = p.add_argument_group(
+        "custom inference.py (SageMaker-style code/inference.py; see README 'Bring your own inference.py')")
+    script.add_argument("--content-type", default=None,
+                        help="request body given to input_fn: text/csv (default), application/json, "
+                             "application/jsonlines or application/x-npy (spec: model.content_type)")
+    script.add_argument("--accept", default=None,
+                        help="accept type given to output_fn, and how its response is read (default: the content "
+                             "type; spec: model.accept)")
+    script.add_argument("--batch-strategy", choices=["multi-record", "single-record"], default=None,
+                        help="records per call: as many as fit --batch-rows and --max-payload-mb (multi-record, "
+                             "default) or one (single-record), like Batch Transform's BatchStrategy "
+                             "(spec: model.batch_strategy)")
+    script.add_argument("--json-layout", choices=list(JSON_LAYOUTS), default=None,
+                        help="application/json bodies: records (default; objects keyed by column name), "
+                             "instances ({\"instances\": [[...]]}) or array ([[...]]) (spec: model.json_layout)")
+    script.add_argument("--max-payload-mb", type=float, default=None,
+                        help="largest request body, like Batch Transform's MaxPayloadInMB (default 6; "
+                             "spec: model.max_payload_mb)")
+    script.add_argument("--csv-header", action="store_true", default=None,
+                        help="start each text/csv body with a header line of column names (spec: model.csv_header)")
 
     par = p.add_argument_group("parallelism")
     par.add_argument("--workers", type=_positive, default=None,
@@ -133,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"exit {EXIT_OK} instead of {EXIT_FILES_FAILED} when only some files failed. Pipelines set "
                           "it: a SageMaker job that exits non-zero is Failed, and its outputs may not be uploaded, "
                           "while the failed files are already recorded in the ledger and the manifest")
+    ops.add_argument("--preview", type=_positive, default=None, metavar="ROWS",
+                     help="run the model on the first ROWS rows of the first input file and print the features as "
+                          "the model gets them, the predictions and warnings about the setup; writes no output")
+    ops.add_argument("--preview-json", type=Path, default=None, help="with --preview: also write it as JSON here")
     ops.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"shardline-worker {__version__}")
     return p
@@ -212,11 +236,15 @@ class _LedgerHooks(Hooks):
         return self.pump.fenced_reason if self.pump.fenced.is_set() else None
 
 
-def configure_logging(level: str, host: str, context: LedgerContext | None) -> None:
+def log_format(host: str, context: LedgerContext | None) -> str:
     tag = host if context is None else f"{host} {context.pipeline}/{context.run_id} step={context.step} " \
                                       f"attempt={context.attempt}"
+    return f"%(asctime)s %(levelname)s [{tag}] %(message)s"
+
+
+def configure_logging(level: str, host: str, context: LedgerContext | None) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{tag}] %(message)s"))
+    handler.setFormatter(logging.Formatter(log_format(host, context)))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -265,6 +293,13 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         log.warning("ignoring %d file(s) of unknown format, e.g. %s (readable: .parquet, .csv, .jsonl, "
                     "each optionally .gz)", len(ignored), ", ".join(ignored[:3]))
     artifact = prepare_model(args.model_dir, args.model_sha256, args.scratch_dir)
+    protocol = script_protocol(args, artifact.kind)
+    if artifact.kind == "custom":
+        report_requirements(Path(artifact.path))
+    if args.preview:
+        from shardline_worker.preview import run_preview
+
+        return run_preview(args, files, artifact, protocol, log_format(host, context))
     gpus = [] if args.no_gpu else devices.visible_gpus(os.environ, devices.detect_gpu_count())
     slots = devices.plan_slots(
         cpu_count=devices.cpu_count(), gpus=gpus, model_kind=artifact.kind, workers=args.workers,
@@ -298,7 +333,8 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         artifact=artifact, output_dir=str(args.output_dir), scratch_dir=str(args.scratch_dir),
         features=args.features, passthrough=args.passthrough, batch_rows=args.batch_rows,
         gpu_batch_rows=args.gpu_batch_rows, output_format=args.output_format,
-        probabilities=args.probabilities, content_type=args.content_type, accept=args.accept,
+        probabilities=args.probabilities, protocol=protocol, allow_nan_predictions=args.allow_nan_predictions,
+        log_format=log_format(host, context),
     )
     hooks = _LedgerHooks(ledger, pump, len(files), args.heartbeat_interval) if ledger else Hooks()
     runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
@@ -348,6 +384,40 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
     return EXIT_FILES_FAILED if failed else EXIT_OK
 
 
+def script_protocol(args: argparse.Namespace, kind: str) -> ScriptProtocol:
+    """The custom-code protocol from the flags (validated: a bad value is a setup error naming the flag)."""
+    given = {
+        "content_type": args.content_type,
+        "accept": args.accept,
+        "batch_strategy": args.batch_strategy.replace("-", "_") if args.batch_strategy else None,
+        "json_layout": args.json_layout,
+        "max_payload_mb": args.max_payload_mb,
+        "csv_header": args.csv_header,
+    }
+    given = {name: value for name, value in given.items() if value is not None}
+    protocol = ScriptProtocol(**given)
+    if kind != "custom" and given:
+        log.warning("%s appl%s only to a custom inference.py; ignored for this %s model",
+                    ", ".join(f"--{n.replace('_', '-')}" for n in given), "ies" if len(given) == 1 else "y", kind)
+    if kind == "custom":
+        log.info("custom inference.py: requests are %s", protocol.describe())
+    return protocol
+
+
+def report_requirements(script: Path) -> None:
+    """code/requirements.txt is never installed at run time: say so, and what the image lacks."""
+    requirements = script.parent / "requirements.txt"
+    if not requirements.is_file():
+        return
+    unmet = check_requirements(str(script))
+    if unmet:
+        log.warning("%s is not installed at run time (the worker image is the pinned environment), and the image "
+                    "does not meet: %s. Build these into the image (inference_container/Dockerfile) and pin it",
+                    requirements, "; ".join(unmet))
+    else:
+        log.info("%s is not installed at run time; the image already meets every line of it", requirements)
+
+
 def _sweep_temp_files(output_dir: Path) -> int:
     """Delete temp outputs (never complete by construction) left under the output dir."""
     removed = 0
@@ -389,6 +459,10 @@ def _summary(reports, seconds, slots, artifact, host, hosts, runner, started_wal
         "started_at": started_wall.isoformat(),
         "seconds": round(seconds, 3),
         "model": {"kind": artifact.kind, "sha256": artifact.sha256},
+        "features": [
+            {"source": c.source, "columns": list(c.columns), "unused": list(c.unused), "units": units}
+            for c, units in runner.feature_choices.items()
+        ],
         "workers": [dataclasses.asdict(s) for s in slots],
         "pool_starts": runner.pool_starts,
         "startup_seconds": None if runner.startup_seconds is None else round(runner.startup_seconds, 3),

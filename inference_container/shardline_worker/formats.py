@@ -20,7 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from shardline_worker.errors import CorruptInputError, InputSchemaError
+from shardline_worker.errors import CorruptInputError
 from shardline_worker.planning import InputFile, WorkUnit
 
 TEMP_MARKER = ".shardline-tmp"
@@ -32,51 +32,6 @@ TEXT_BLOCK_BYTES = 1 << 20
 # -- columns ---------------------------------------------------------------------------
 
 
-def is_numeric(dtype: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(dtype)
-        or pa.types.is_floating(dtype)
-        or pa.types.is_boolean(dtype)
-        or pa.types.is_decimal(dtype)
-        # CSV and JSON infer `null` for a column with no values at all; it reads as NaN.
-        or pa.types.is_null(dtype)
-    )
-
-
-def resolve_columns(
-    schema: pa.Schema, features: Sequence[str] | None, passthrough: Sequence[str], where: str
-) -> list[str]:
-    """The feature columns to read from a file with this schema, validated.
-
-    By default every numeric column that is not passthrough is a feature.
-    """
-    present = schema.names
-    listing = ", ".join(present) if len(present) <= 20 else ", ".join(present[:20]) + ", ..."
-    for name in passthrough:
-        if name not in present:
-            raise InputSchemaError(
-                f"passthrough column {name!r} not found in {where}; columns present: {listing}"
-            )
-    if features is None:
-        chosen = [f.name for f in schema if f.name not in passthrough and is_numeric(f.type)]
-        if not chosen:
-            raise InputSchemaError(
-                f"{where} has no numeric feature columns besides the passthrough ones; "
-                f"columns present: {listing}. Name them with --features."
-            )
-        return chosen
-    for name in features:
-        if name not in present:
-            raise InputSchemaError(f"feature column {name!r} not found in {where}; columns present: {listing}")
-        dtype = schema.field(name).type
-        if not is_numeric(dtype):
-            raise InputSchemaError(
-                f"feature column {name!r} in {where} has type {dtype}; features must be numeric "
-                "(int, float, bool or decimal). Drop it from --features or make it passthrough."
-            )
-    return list(features)
-
-
 def to_matrix(batch: pa.RecordBatch, features: Sequence[str], dtype: np.dtype, order: str = "C") -> np.ndarray:
     """Feature columns as one contiguous matrix, converted once. Nulls become NaN.
 
@@ -86,11 +41,17 @@ def to_matrix(batch: pa.RecordBatch, features: Sequence[str], dtype: np.dtype, o
     """
     out = np.empty((batch.num_rows, len(features)), dtype=dtype, order=order)
     for j, name in enumerate(features):
-        column = batch.column(name)
-        if pa.types.is_decimal(column.type) or pa.types.is_null(column.type):
-            column = column.cast(pa.float64())
+        column = _as_float_ready(batch.column(name))
         out[:, j] = column.to_numpy(zero_copy_only=False)
     return out
+
+
+def _as_float_ready(column: pa.Array) -> pa.Array:
+    dtype = column.type
+    if pa.types.is_decimal(dtype) or pa.types.is_null(dtype) or pa.types.is_boolean(dtype) or \
+            pa.types.is_dictionary(dtype):
+        return column.cast(pa.float64())  # a null stays a null, and becomes NaN in to_numpy
+    return column
 
 
 # -- reading ---------------------------------------------------------------------------

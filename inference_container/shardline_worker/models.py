@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
-import io
-import json
 import logging
 import sys
 import tarfile
@@ -32,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline_worker.errors import ModelIntegrityError, PredictionError, SetupError
+from shardline_worker.features import ModelInputs
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +139,14 @@ def detect_kind(root: Path) -> tuple[str, Path]:
 
 
 class Predictor(Protocol):
-    """A loaded model. ``predict`` returns named output columns, one value per row."""
+    """A loaded model. ``predict`` gets the feature columns, by name, in the order the model wants
+    (see :mod:`shardline_worker.features`) and returns named output columns, one value per row."""
 
-    dtype: np.dtype
-    order: str  # memory layout of the feature matrix it is fastest with: "C" or "F"
+    kind: str
+    inputs: ModelInputs
     device: str
 
-    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]: ...
+    def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]: ...
 
 
 def output_columns(values: Any, rows: int, name: str = "prediction") -> list[tuple[str, Any]]:
@@ -164,11 +163,47 @@ def output_columns(values: Any, rows: int, name: str = "prediction") -> list[tup
     raise PredictionError(f"the model returned an array of shape {array.shape}; expected 1 or 2 dimensions")
 
 
+def _is_sklearn_composite(model: Any) -> bool:
+    """A scikit-learn Pipeline or ColumnTransformer: it takes a DataFrame's raw columns, strings included."""
+    return type(model).__module__.startswith("sklearn") and type(model).__name__ in ("Pipeline", "ColumnTransformer")
+
+
+def recorded_inputs(model: Any) -> ModelInputs:
+    """The feature names and count a fitted model recorded, when it did.
+
+    scikit-learn estimators and pipelines (and xgboost's sklearn wrappers) fitted on a DataFrame
+    record ``feature_names_in_``; an XGBoost Booster trained on named data keeps ``feature_names``.
+    """
+    label = f"the model ({type(model).__name__})"
+    if type(model).__module__.startswith("xgboost") and hasattr(model, "num_features") and \
+            hasattr(model, "feature_names"):  # a Booster
+        names = model.feature_names
+        types = model.feature_types or []
+        if "c" in types:
+            categorical = [n for n, t in zip(names or [], types, strict=False) if t == "c"]
+            raise SetupError(f"{label} has categorical features ({', '.join(categorical) or 'unnamed'}); Shardline "
+                             "passes numbers only. Encode them as numbers before training")
+        return ModelInputs(names=tuple(names) if names else None, count=model.num_features(), described_as=label)
+    names = getattr(model, "feature_names_in_", None)
+    count = getattr(model, "n_features_in_", None)
+    return ModelInputs(
+        names=tuple(str(n) for n in names) if names is not None else None,
+        count=int(count) if count is not None else None,
+        raw_columns=_is_sklearn_composite(model),
+        described_as=label,
+    )
+
+
 class SklearnPredictor:
+    kind = "sklearn"
+
     def __init__(self, path: str, threads: int, probabilities: bool):
         import joblib
 
-        self.model = joblib.load(path)
+        from shardline_worker.guards import strict_model_load
+
+        with strict_model_load(path):
+            self.model = joblib.load(path)
         if not hasattr(self.model, "predict"):
             raise SetupError(f"{path} holds a {type(self.model).__name__}, which has no predict()")
         params = self.model.get_params() if hasattr(self.model, "get_params") else {}
@@ -184,15 +219,26 @@ class SklearnPredictor:
         # input keeps those reads sequential (about 2x faster for HistGradientBoosting here).
         self.order = "C" if is_xgb else "F"
         self.device = "cpu"
-        self.n_features = getattr(self.model, "n_features_in_", None)
+        self.inputs = recorded_inputs(self.model)
 
-    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
-        if self.n_features is not None and features.shape[1] != self.n_features:
-            raise PredictionError(
-                f"the model expects {self.n_features} features, the file gives {features.shape[1]}; "
-                "check --features and --passthrough"
-            )
-        rows = features.shape[0]
+    def _model_input(self, batch: pa.RecordBatch):
+        from shardline_worker.features import is_numeric
+        from shardline_worker.formats import to_matrix
+
+        names = batch.schema.names
+        if self.inputs.names is None:
+            return to_matrix(batch, names, self.dtype, self.order)
+        import pandas as pd
+
+        if not all(is_numeric(f.type) for f in batch.schema):  # a pipeline that encodes strings itself
+            return batch.to_pandas()
+        # A model fitted on a DataFrame gets one, with its own column names: scikit-learn then checks
+        # the names itself, and a matrix wrapped without a copy costs nothing.
+        return pd.DataFrame(to_matrix(batch, names, self.dtype, self.order), columns=names, copy=False)
+
+    def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
+        rows = batch.num_rows
+        features = self._model_input(batch)
         if not self.probabilities:
             return output_columns(self.model.predict(features), rows)
         # One pass: the label is the argmax of the probabilities predict() would compute anyway.
@@ -223,6 +269,8 @@ def import_xgboost_without_sklearn():
 
 
 class XGBoostPredictor:
+    kind = "xgboost"
+
     def __init__(self, path: str, threads: int, device: str):
         xgboost = import_xgboost_without_sklearn()
         self.booster = xgboost.Booster(model_file=path)
@@ -233,22 +281,23 @@ class XGBoostPredictor:
         self.dtype = np.dtype(np.float32)
         self.order = "C"  # xgboost walks rows in blocks
         self.device = device
-        self.n_features = self.booster.num_features()
+        self.inputs = recorded_inputs(self.booster)
 
-    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
-        if features.shape[1] != self.n_features:
-            raise PredictionError(
-                f"the model expects {self.n_features} features, the file gives {features.shape[1]}; "
-                "check --features and --passthrough"
-            )
+    def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
+        from shardline_worker.formats import to_matrix
+
+        # The columns are already the model's, in its order (by name when it recorded names).
         # inplace_predict skips building a DMatrix: one less copy of the batch.
-        return output_columns(self.booster.inplace_predict(features), features.shape[0])
+        features = to_matrix(batch, batch.schema.names, self.dtype, self.order)
+        return output_columns(self.booster.inplace_predict(features), batch.num_rows)
 
 
 CPU_CHUNK_ROWS = 4096
 
 
 class TorchScriptPredictor:
+    kind = "torch"
+
     def __init__(self, path: str, threads: int, device: str):
         import torch
 
@@ -267,9 +316,14 @@ class TorchScriptPredictor:
         self.dtype = np.dtype(str(first.dtype).removeprefix("torch.")) if first is not None else np.dtype(np.float32)
         self.order = "C"
         self.device = device
+        # A TorchScript module records neither column names nor (reliably) how many it wants.
+        self.inputs = ModelInputs(described_as="the TorchScript model")
 
-    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
+    def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
+        from shardline_worker.formats import to_matrix
+
         torch = self.torch
+        features = to_matrix(batch, batch.schema.names, self.dtype, self.order)
         with torch.inference_mode():
             tensor = torch.from_numpy(features)
             if self.device != "cpu":
@@ -289,101 +343,13 @@ class TorchScriptPredictor:
         return output.detach()
 
 
-class SageMakerScriptPredictor:
-    """Runs a SageMaker-style ``inference.py`` unchanged.
-
-    Each batch is serialised as the script's request body (``content_type``), passed
-    through ``input_fn``, ``predict_fn`` and ``output_fn``, and the response parsed
-    back into one prediction per row. A script that defines no ``input_fn`` and no
-    ``output_fn`` gets the feature matrix directly, with no serialisation at all.
-    """
-
-    def __init__(self, artifact: ModelArtifact, content_type: str, accept: str, device: str):
-        code_dir = Path(artifact.path).parent
-        if str(code_dir) not in sys.path:
-            sys.path.insert(0, str(code_dir))  # lets the script import its helper modules
-        spec = importlib.util.spec_from_file_location("inference", artifact.path)
-        if spec is None or spec.loader is None:
-            raise SetupError(f"cannot import {artifact.path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        if not hasattr(module, "model_fn"):
-            raise SetupError(f"{artifact.path} defines no model_fn(model_dir)")
-        self.module = module
-        self.model = module.model_fn(artifact.root)
-        self.content_type, self.accept = content_type, accept
-        self.dtype = np.dtype(np.float64)
-        self.order = "C"
-        self.device = device
-
-    def predict(self, features: np.ndarray, table: pa.RecordBatch) -> list[tuple[str, Any]]:
-        module, rows = self.module, features.shape[0]
-        if hasattr(module, "input_fn"):
-            data = module.input_fn(serialize_request(features, table, self.content_type), self.content_type)
-        else:
-            data = features
-        if hasattr(module, "predict_fn"):
-            prediction = module.predict_fn(data, self.model)
-        else:
-            prediction = self.model.predict(data) if hasattr(self.model, "predict") else self.model(data)
-        if hasattr(module, "output_fn"):
-            response = module.output_fn(prediction, self.accept)
-            content_type = self.accept
-            if isinstance(response, tuple):  # (body, content_type), as the toolkit allows
-                response, content_type = response[0], response[1]
-            prediction = parse_response(response, content_type)
-        if hasattr(prediction, "detach"):  # a torch tensor
-            prediction = prediction.detach().cpu().numpy()
-        return output_columns(prediction, rows)
-
-
-def serialize_request(features: np.ndarray, table: pa.RecordBatch, content_type: str) -> bytes | str:
-    """A batch as the request body a SageMaker endpoint would have received."""
-    if content_type == "text/csv":
-        sink = io.BytesIO()
-        import pyarrow.csv as pacsv
-
-        pacsv.write_csv(table, sink, write_options=pacsv.WriteOptions(include_header=False))
-        return sink.getvalue().decode()
-    if content_type == "application/json":
-        return json.dumps(features.tolist())
-    if content_type == "application/x-npy":
-        sink = io.BytesIO()
-        np.save(sink, features, allow_pickle=False)
-        return sink.getvalue()
-    raise SetupError(f"unsupported content type {content_type!r}; use text/csv, application/json or application/x-npy")
-
-
-def parse_response(body: Any, content_type: str) -> Any:
-    """Turn an ``output_fn`` response back into an array of predictions."""
-    if not isinstance(body, (bytes, bytearray, str)):
-        return body  # already an array or a list
-    raw = body.encode() if isinstance(body, str) else bytes(body)
-    if content_type.startswith("text/csv"):
-        lines = [line for line in raw.decode().splitlines() if line.strip()]
-        rows = [line.split(",") for line in lines]
-        try:
-            return np.asarray(rows, dtype=np.float64)
-        except ValueError:
-            return np.asarray(rows, dtype=object)
-    if content_type.startswith("application/json"):
-        decoded = json.loads(raw)
-        if isinstance(decoded, dict):
-            decoded = decoded.get("predictions", decoded.get("outputs"))
-        return decoded
-    if content_type.startswith("application/x-npy"):
-        return np.load(io.BytesIO(raw), allow_pickle=False)
-    raise PredictionError(f"cannot parse an output_fn response of content type {content_type!r}")
-
-
 def load_predictor(
     artifact: ModelArtifact,
     *,
     threads: int,
     device: str,
     probabilities: bool,
-    content_type: str,
-    accept: str,
+    protocol=None,
 ) -> Predictor:
     if artifact.kind == "sklearn":
         return SklearnPredictor(artifact.path, threads, probabilities)
@@ -392,5 +358,7 @@ def load_predictor(
     if artifact.kind == "torch":
         return TorchScriptPredictor(artifact.path, threads, device)
     if artifact.kind == "custom":
-        return SageMakerScriptPredictor(artifact, content_type, accept, device)
+        from shardline_worker.sagemaker_script import ScriptPredictor, ScriptProtocol
+
+        return ScriptPredictor(artifact.path, artifact.root, protocol or ScriptProtocol(), device)
     raise SetupError(f"unknown model kind {artifact.kind!r}")

@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardline_worker import formats
+from shardline_worker import formats, guards
 from shardline_worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
-from shardline_worker.errors import FileError, PredictionError
+from shardline_worker.errors import FileError, PredictionError, SetupError
+from shardline_worker.features import FeatureChoice, check_spec_against_model, choose_features
 from shardline_worker.models import ModelArtifact, Predictor, load_predictor, sha256_of
 from shardline_worker.planning import InputFile, WorkUnit
+from shardline_worker.sagemaker_script import ScriptProtocol
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +35,15 @@ class JobSettings:
     artifact: ModelArtifact
     output_dir: str
     scratch_dir: str
-    features: tuple[str, ...] | None
+    features: tuple[str, ...] | None  # input.features (--features); the model's own names win over it
     passthrough: tuple[str, ...]
     batch_rows: int
     gpu_batch_rows: int
     output_format: str
     probabilities: bool
-    content_type: str
-    accept: str
+    protocol: ScriptProtocol  # how a custom inference.py gets its records
+    allow_nan_predictions: bool = False
+    log_format: str = "%(asctime)s %(levelname)s %(message)s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +61,7 @@ class UnitResult:
     worker: str = ""
     fatal: bool = False  # the worker could not load the model: stop the job
     ready_at: float = 0.0  # wall clock when this worker process had its model loaded
+    features: FeatureChoice | None = None  # the columns the model got, and why
 
 
 @dataclasses.dataclass
@@ -78,6 +82,10 @@ _state: _WorkerState | None = None
 def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
     """Pool initializer: take a slot, pin its GPU, cap threads, load the model once."""
     global _state
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(settings.log_format))
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(logging.INFO)
     slot: WorkerSlot = slots.get(timeout=120)
     if slot.gpu is not None:
         # Must happen before CUDA initialises in this process (the pool uses spawn for GPUs).
@@ -98,9 +106,9 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
             threads=slot.threads,
             device=device,
             probabilities=settings.probabilities,
-            content_type=settings.content_type,
-            accept=settings.accept,
+            protocol=settings.protocol,
         )
+        check_spec_against_model(settings.features, state.predictor.inputs)
         from threadpoolctl import threadpool_limits
 
         state.limits = threadpool_limits(limits=slot.threads)
@@ -145,18 +153,22 @@ def run_unit(unit: WorkUnit) -> UnitResult:
     tmp = formats.temp_path(final, unit.part if unit.is_split else None)
     writer: formats.OutputWriter | None = None
     rows_in = rows_out = 0
+    choice: FeatureChoice | None = None
+    tally = guards.OutputTally()
     try:
         scratch = Path(settings.scratch_dir)
         schema = formats.read_schema(unit.file, scratch)
         # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
-        features = formats.resolve_columns(schema, settings.features, settings.passthrough,
-                                           unit.file.relative_path) if schema.names else []
+        if schema.names:
+            choice = choose_features(schema, state.predictor.inputs, settings.features, settings.passthrough,
+                                     unit.file.relative_path)
+        features = list(choice.columns) if choice else []
         columns = list(dict.fromkeys([*settings.passthrough, *features]))
         batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
         batches = formats.iter_batches(unit, columns, features, batch_rows, scratch,
                                        threads=state.slot.threads) if schema.names else ()
         for batch in batches:
-            out = _predict_batch(state.predictor, batch, features, settings.passthrough)
+            out = predict_batch(state.predictor, batch, choice, settings, tally)
             if writer is None:
                 writer_schema = out.schema
                 writer = formats.OutputWriter(tmp, out_fmt, out_gz, writer_schema, header=unit.part == 0)
@@ -172,34 +184,92 @@ def run_unit(unit: WorkUnit) -> UnitResult:
                                           header=unit.part == 0)
         writer.close()
         writer = None
+        tally.emit(unit.label, _source_name(state.predictor))
         if unit.is_split:
             return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=tmp.stat().st_size,
                               seconds=time.perf_counter() - started, output=str(tmp), worker=state.label,
-                              ready_at=state.ready_at)
+                              ready_at=state.ready_at, features=choice)
         digest = sha256_of(tmp)
         os.replace(tmp, final)
         return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=final.stat().st_size,
                           seconds=time.perf_counter() - started, output=str(final), sha256=digest,
-                          worker=state.label, ready_at=state.ready_at)
+                          worker=state.label, ready_at=state.ready_at, features=choice)
     except Exception as err:  # noqa: BLE001 - the file fails alone, with its reason
         if writer is not None:
             writer.abort()
         tmp.unlink(missing_ok=True)
+        tally.emit(unit.label, _source_name(state.predictor))
+        if isinstance(err, SetupError):  # a script's setup problem met while predicting: the job cannot go on
+            return UnitResult(unit, ok=False, error_class="SetupError", error_message=str(err), worker=state.label,
+                              fatal=True)
         if not isinstance(err, FileError):
-            err = PredictionError(f"{type(err).__name__} while predicting {unit.label}: {err}")
+            err = PredictionError(f"{type(err).__name__} while predicting {unit.label}: {err}"
+                                  + _feature_hint(choice))
         return UnitResult(unit, ok=False, rows_in=rows_in, seconds=time.perf_counter() - started,
                           error_class=type(err).__name__, error_message=str(err), worker=state.label,
-                          ready_at=state.ready_at)
+                          ready_at=state.ready_at, features=choice)
 
 
-def _predict_batch(
-    predictor: Predictor, batch: pa.RecordBatch, features: list[str], passthrough: tuple[str, ...]
-) -> pa.RecordBatch:
-    matrix = formats.to_matrix(batch, features, predictor.dtype, predictor.order)
-    predicted = predictor.predict(matrix, batch.select(features))
+def _source_name(predictor: Predictor | None) -> str:
+    return "inference.py" if predictor is not None and predictor.kind == "custom" else "the model library"
+
+
+def _feature_hint(choice: FeatureChoice | None) -> str:
+    if choice is None:
+        return ""
+    return f" (the model got {choice.describe()})"
+
+
+def predict_batch(predictor: Predictor, batch: pa.RecordBatch, choice: FeatureChoice, settings: JobSettings,
+                  tally: guards.OutputTally) -> pa.RecordBatch:
+    """Predict one record batch: the output's passthrough columns, then the model's output columns.
+
+    What the model library or script prints, logs or warns goes to ``tally``; a warning that
+    means the model got the wrong input fails the file, and so does a NaN prediction.
+    """
+    passthrough = settings.passthrough
+    with guards.captured(tally) as caught:
+        predicted = predictor.predict(batch.select(list(choice.columns)))
+    guards.raise_for_wrong_input(caught, tally, order_vouched=choice.order_vouched,
+                                 script=predictor.kind == "custom")
+    clashes = [name for name, _ in predicted if name in passthrough]
+    if clashes:
+        raise PredictionError(f"the model's output column(s) {clashes} have the name of passthrough column(s); "
+                              "rename them in the script, or change input.passthrough")
+    arrays = [_to_arrow(values) for _, values in predicted]
+    if not settings.allow_nan_predictions:
+        for (name, _), array in zip(predicted, arrays, strict=True):
+            nans = _nan_count(array)
+            if nans:
+                rows_with_nulls = _rows_with_missing_features(batch, choice.columns)
+                raise PredictionError(
+                    f"the model returned NaN for {nans} of {batch.num_rows} row(s) in column {name!r}"
+                    + (f"; {rows_with_nulls} row(s) of this batch have a missing (null or NaN) feature, which the "
+                       "model does not handle" if rows_with_nulls else "")
+                    + ". Fill or drop the missing values upstream, or set model.allow_nan_predictions: true "
+                    "(--allow-nan-predictions) if NaN is a valid prediction")
     names = [*passthrough, *(name for name, _ in predicted)]
-    arrays = [batch.column(name) for name in passthrough] + [_to_arrow(values) for _, values in predicted]
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    columns = [batch.column(name) for name in passthrough] + arrays
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def _nan_count(array: pa.Array) -> int:
+    if pa.types.is_floating(array.type):
+        import pyarrow.compute as pc
+
+        return int(pc.sum(pc.is_nan(array)).as_py() or 0) + array.null_count
+    return array.null_count
+
+
+def _rows_with_missing_features(batch: pa.RecordBatch, features) -> int:
+    import pyarrow.compute as pc
+
+    missing = None
+    for name in features:
+        column = batch.column(name)
+        flags = pc.is_null(column, nan_is_null=True) if pa.types.is_floating(column.type) else pc.is_null(column)
+        missing = flags if missing is None else pc.or_(missing, flags)
+    return int(pc.sum(missing).as_py() or 0) if missing is not None else 0
 
 
 def _to_arrow(values: Any) -> pa.Array:

@@ -105,6 +105,7 @@ class Runner:
         self.pool_starts = 0
         self._first_pool_created = 0.0
         self._first_pool_ready: dict[str, float] = {}
+        self.feature_choices: dict = {}  # FeatureChoice -> files that used it; each new one is logged once
 
     # -- public -----------------------------------------------------------------------
 
@@ -221,6 +222,11 @@ class Runner:
         rel = task.file.relative_path
         report = reports[rel]
         report.seconds += result.seconds
+        if result.features is not None:
+            if result.features not in self.feature_choices:
+                log.info("%s%s: the model gets %s", self.prefix, rel, result.features.describe())
+                self.feature_choices[result.features] = 0
+            self.feature_choices[result.features] += 1
         if result.worker and result.worker not in report.workers:
             report.workers.append(result.worker)
         if isinstance(task, _Merge):

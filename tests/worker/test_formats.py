@@ -1,4 +1,4 @@
-"""formats.py: column resolution and output naming (unit), every input format end to end, schema
+"""formats.py: matrices and output naming (unit), every input format end to end, schema
 errors and corrupt inputs failing alone."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from shardline_worker import formats, synthetic
-from shardline_worker.errors import EXIT_FILES_FAILED, EXIT_OK, InputSchemaError
+from shardline_worker.errors import EXIT_FILES_FAILED, EXIT_OK
 from shardline_worker.planning import InputFile
 
 from tests.helpers import (
@@ -27,62 +27,7 @@ from tests.helpers import (
     xgboost_predict,
 )
 
-# -- resolve_columns --------------------------------------------------------------------------------------
-
-SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("name", pa.string()),
-    ("f0", pa.float32()),
-    ("flag", pa.bool_()),
-    ("amount", pa.decimal128(10, 2)),
-    ("count", pa.int32()),
-    ("when", pa.timestamp("s")),
-])
-
-
-def test_resolve_columns_defaults_to_numeric_non_passthrough_columns():
-    assert formats.resolve_columns(SCHEMA, None, ("id", "name"), "f.parquet") == ["f0", "flag", "amount", "count"]
-    # without passthrough, a numeric id is a feature too; strings and timestamps never are
-    assert formats.resolve_columns(SCHEMA, None, (), "f.parquet") == ["id", "f0", "flag", "amount", "count"]
-
-
-def test_resolve_columns_keeps_an_explicit_feature_list_in_its_order():
-    assert formats.resolve_columns(SCHEMA, ["count", "f0"], ("id",), "f.parquet") == ["count", "f0"]
-
-
-def test_resolve_columns_missing_feature_names_the_column_and_lists_the_others():
-    with pytest.raises(InputSchemaError) as info:
-        formats.resolve_columns(SCHEMA, ["f0", "f9"], ("id",), "dir/f.parquet")
-    message = str(info.value)
-    assert "'f9'" in message
-    assert "dir/f.parquet" in message
-    assert "columns present: id, name, f0" in message
-
-
-def test_resolve_columns_non_numeric_feature_names_the_column_and_its_type():
-    with pytest.raises(InputSchemaError, match=r"feature column 'name' .* has type string"):
-        formats.resolve_columns(SCHEMA, ["f0", "name"], ("id",), "f.csv")
-    with pytest.raises(InputSchemaError, match=r"feature column 'when'"):
-        formats.resolve_columns(SCHEMA, ["when"], (), "f.csv")
-
-
-def test_resolve_columns_missing_passthrough_column():
-    with pytest.raises(InputSchemaError, match=r"passthrough column 'key' not found in f\.jsonl"):
-        formats.resolve_columns(SCHEMA, None, ("id", "key"), "f.jsonl")
-
-
-def test_resolve_columns_without_any_numeric_feature_asks_for_features():
-    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
-    with pytest.raises(InputSchemaError, match="--features"):
-        formats.resolve_columns(schema, None, ("id",), "f.csv")
-
-
-def test_resolve_columns_shortens_a_long_column_listing():
-    schema = pa.schema([(f"c{i}", pa.float64()) for i in range(30)])
-    with pytest.raises(InputSchemaError) as info:
-        formats.resolve_columns(schema, ["missing"], (), "wide.parquet")
-    assert "c19, ..." in str(info.value)
-    assert "c20" not in str(info.value)
+# -- to_matrix ------------------------------------------------------------------------------------------
 
 
 def test_to_matrix_converts_types_and_nulls():

@@ -1,0 +1,174 @@
+"""features.py: which columns the model gets and why (pure policy, no files)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from shardline_worker.errors import InputSchemaError, SetupError
+from shardline_worker.features import (
+    FROM_MODEL,
+    FROM_SPEC,
+    INFERRED,
+    ModelInputs,
+    check_spec_against_model,
+    choose_features,
+)
+
+SCHEMA = pa.schema([
+    ("id", pa.int64()),
+    ("name", pa.string()),
+    ("f0", pa.float32()),
+    ("flag", pa.bool_()),
+    ("amount", pa.decimal128(10, 2)),
+    ("count", pa.int32()),
+    ("when", pa.timestamp("s")),
+])
+NO_NAMES = ModelInputs()
+
+
+def choose(schema=SCHEMA, model=NO_NAMES, features=None, passthrough=("id",), where="f.parquet"):
+    return choose_features(schema, model, features, passthrough, where)
+
+
+# -- inferred: no names anywhere ------------------------------------------------------------------------------
+
+
+def test_inferred_features_are_the_numeric_non_passthrough_columns_in_file_order():
+    choice = choose(passthrough=("id", "name"))
+    assert choice.columns == ("f0", "flag", "amount", "count")
+    assert choice.source == INFERRED
+    assert choice.unused == ("when",)
+    assert not choice.order_vouched
+    # without passthrough, a numeric id is a feature too; strings and timestamps never are
+    assert choose(passthrough=()).columns == ("id", "f0", "flag", "amount", "count")
+
+
+def test_inferred_features_must_match_the_count_the_model_knows():
+    model = ModelInputs(count=3, described_as="the model (Booster)")
+    with pytest.raises(InputSchemaError) as info:
+        choose(model=model)
+    message = str(info.value)
+    assert "the model (Booster) expects 3 features" in message
+    assert "4 numeric column(s)" in message
+    assert "skipped, not numeric: name, when" in message
+    assert "input.features" in message
+
+
+def test_a_script_with_a_text_body_gets_every_non_passthrough_column():
+    choice = choose(model=ModelInputs(raw_columns=True))
+    assert choice.columns == ("name", "f0", "flag", "amount", "count", "when")
+    assert "every non-passthrough column" in choice.describe()
+
+
+def test_without_any_numeric_feature_the_error_asks_for_features():
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    with pytest.raises(InputSchemaError, match=r"input\.features \(--features\)"):
+        choose(schema)
+
+
+# -- from the spec -------------------------------------------------------------------------------------------
+
+
+def test_spec_features_keep_their_order():
+    choice = choose(features=["count", "f0"])
+    assert (choice.columns, choice.source) == (("count", "f0"), FROM_SPEC)
+    assert choice.order_vouched
+    assert choice.unused == ("name", "flag", "amount", "when")
+
+
+def test_a_missing_spec_feature_names_the_column_and_lists_the_others():
+    with pytest.raises(InputSchemaError) as info:
+        choose(features=["f0", "f9"], where="dir/f.parquet")
+    message = str(info.value)
+    assert "'f9'" in message
+    assert "dir/f.parquet" in message
+    assert "columns present: id, name, f0" in message
+
+
+def test_a_non_numeric_feature_names_the_column_and_its_type():
+    with pytest.raises(InputSchemaError, match=r"feature column 'name' .* has type string"):
+        choose(features=["f0", "name"])
+    with pytest.raises(InputSchemaError, match=r"feature column 'when'"):
+        choose(features=["when"], passthrough=())
+
+
+def test_a_missing_passthrough_column_names_the_setting():
+    with pytest.raises(InputSchemaError, match=r"passthrough column 'key' not found in f\.jsonl.*input\.passthrough"):
+        choose(passthrough=("id", "key"), where="f.jsonl")
+
+
+def test_a_long_column_listing_is_shortened():
+    schema = pa.schema([(f"c{i}", pa.float64()) for i in range(30)])
+    with pytest.raises(InputSchemaError) as info:
+        choose(schema, features=["missing"], passthrough=())
+    assert "c19, ... (10 more)" in str(info.value)
+    assert "c20" not in str(info.value)
+
+
+# -- from the model's own names --------------------------------------------------------------------------------
+
+
+NAMED = ModelInputs(names=("count", "f0", "amount"), count=3, described_as="the model (Pipeline)")
+
+
+def test_the_model_names_pick_their_columns_in_the_model_order_whatever_the_file_order():
+    choice = choose(model=NAMED)
+    assert (choice.columns, choice.source) == (("count", "f0", "amount"), FROM_MODEL)
+    assert choice.order_vouched
+    assert choice.unused == ("name", "flag", "when")
+    reordered = pa.schema([SCHEMA.field(n) for n in reversed(SCHEMA.names)])
+    assert choose(reordered, model=NAMED).columns == ("count", "f0", "amount")
+
+
+def test_a_missing_named_feature_fails_the_file_with_both_listings():
+    schema = pa.schema([("id", pa.int64()), ("f0", pa.float32()), ("other", pa.float64())])
+    with pytest.raises(InputSchemaError) as info:
+        choose(schema, model=NAMED, where="day/part-1.parquet")
+    message = str(info.value)
+    assert "day/part-1.parquet lacks column(s) count, amount that the model (Pipeline) was fitted with" in message
+    assert "columns present: id, f0, other" in message
+    assert "The model's feature names: count, f0, amount" in message
+
+
+def test_a_named_string_feature_is_refused_unless_the_model_takes_raw_columns():
+    model = ModelInputs(names=("name", "f0"))
+    with pytest.raises(InputSchemaError, match=r"'name' .* has type string; the model takes numbers only"):
+        choose(model=model)
+    raw = ModelInputs(names=("name", "f0"), raw_columns=True)
+    assert choose(model=raw).columns == ("name", "f0")
+
+
+def test_spec_features_must_be_the_model_names_as_a_set():
+    check_spec_against_model(None, NAMED)
+    check_spec_against_model(["f0", "amount", "count"], NAMED)  # same set, any order: the model's order wins
+    with pytest.raises(SetupError) as info:
+        check_spec_against_model(["f0", "amount", "label"], NAMED)
+    message = str(info.value)
+    assert "missing: count" in message
+    assert "not in the model: label" in message
+    assert "input.features" in message
+
+
+def test_spec_features_must_match_the_count_a_model_without_names_wants():
+    check_spec_against_model(["a", "b"], ModelInputs(count=2))
+    with pytest.raises(SetupError, match=r"names 3 column\(s\), but the model expects 2"):
+        check_spec_against_model(["a", "b", "c"], ModelInputs(count=2))
+
+
+# -- a custom script's model: names are hints -------------------------------------------------------------------
+
+
+HINTS = ModelInputs(names=("count", "f0"), raw_columns=True, names_are_hints=True)
+
+
+def test_script_model_names_order_the_request_when_the_file_has_them_all():
+    choice = choose(model=HINTS)
+    assert (choice.columns, choice.source) == (("count", "f0"), FROM_MODEL)
+
+
+def test_script_model_names_are_ignored_when_the_file_lacks_one_or_the_spec_names_features():
+    # the script may engineer the model's inputs from other columns itself
+    schema = pa.schema([("id", pa.int64()), ("f0", pa.float32()), ("raw", pa.string())])
+    assert choose(schema, model=HINTS).columns == ("f0", "raw")
+    assert choose(model=HINTS, features=["f0", "name"]).source == FROM_SPEC
+    check_spec_against_model(["anything"], HINTS)  # no setup error for scripts
