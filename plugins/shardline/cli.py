@@ -35,6 +35,9 @@ on-call flow:
   shardline failed tabular_scoring_hourly/RUN_ID          # which files, and why
   # fix the cause (the input, the model), then:
   shardline resubmit tabular_scoring_hourly/RUN_ID --step score --all-failed
+
+before launch:
+  shardline preview tabular_scoring_hourly --rows 20     # the model on a sample, with the job's settings
 """
 
 
@@ -209,6 +212,41 @@ def cmd_cancel(oncall, args) -> int:
 # --- the embedded stack ------------------------------------------------------------------------
 
 
+def cmd_preview(args) -> int:
+    """Run a step's model on a sample of its input, locally, with the job's own settings."""
+    import datetime as dt
+
+    from shardline import runtime
+    from shardline.oncall import load_specs
+    from shardline.preview import step_uris
+
+    specs = load_specs(args.dags_folder)
+    if args.pipeline not in specs:
+        print(f"shardline preview: no pipeline {args.pipeline!r} in {args.dags_folder}/pipelines "
+              f"(known: {', '.join(sorted(specs)) or 'none'})", file=sys.stderr)
+        return EXIT_ERROR
+    spec = specs[args.pipeline]
+    names = [s.name for s in spec.steps]
+    if args.step and args.step not in names:
+        print(f"shardline preview: pipeline {args.pipeline} has no step {args.step!r} (steps: {', '.join(names)})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    step = spec.step(args.step or names[0])
+    logical_date = args.logical_date or dt.datetime.now(dt.UTC)
+    params = {"model_version": args.model_version} if args.model_version else None
+    model_uri, input_uri = step_uris(spec, step, logical_date, params)
+    from shardline.preview import preview_step
+
+    result = preview_step(spec, step.name, runtime.s3_client(spec), model_uri=args.model_uri or model_uri,
+                          input_uri=args.input or input_uri, rows=args.rows)
+    if args.json:
+        _print_json({"step": result.step, "model_uri": result.model_uri, "sample_uri": result.sample_uri,
+                     "exit_code": result.exit_code, "report": result.report})
+    else:
+        print(result.render(), end="")
+    return EXIT_OK if result.ok else EXIT_ERROR
+
+
 def _stack_file(state_dir: Path) -> Path:
     return state_dir / "stack.json"
 
@@ -335,6 +373,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler=cmd_cancel)
 
+    p = command("preview", "run a step's model on the first rows of one input, locally, before launch",
+                "Run a step's model, with exactly the settings its job would use, on the first rows of one input "
+                "file, here and now: print the passthrough columns, the features as the model gets them, the "
+                "predictions and a summary, and warn on signs of a wrong setup (constant or NaN predictions, "
+                "lines the script printed, columns dropped, a script that breaks when batched). Writes nothing.")
+    p.add_argument("pipeline", metavar="PIPELINE")
+    p.add_argument("--step", help="the step (default: the first)")
+    p.add_argument("--rows", type=int, default=20, help="rows of the sample (default: %(default)s)")
+    p.add_argument("--input", metavar="URI", help="an s3:// file or prefix to sample (default: the step's input)")
+    p.add_argument("--model-uri", metavar="URI", help="the model artifact (default: the step's model.uri)")
+    p.add_argument("--model-version", help="the model_version Param (default: the spec's model.version)")
+    p.add_argument("--logical-date", type=_iso_date, default=None,
+                   help="the run's logical date for the spec's templates, e.g. 2026-11-22T10:00 (default: now, UTC)")
+    p.set_defaults(handler=cmd_preview)
+
     p = sub.add_parser("local", help="start or stop the embedded AWS stack (moto_server) for local runs",
                        description="Start, stop or check the embedded AWS endpoint (moto_server on loopback), "
                                    "with the buckets and ledger tables the pipeline specs name.")
@@ -346,6 +399,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _iso_date(value: str):
+    import datetime as dt
+
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected an ISO date or time like 2026-11-22T10:00, got {value!r}") from err
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -355,13 +418,16 @@ def main(argv: list[str] | None = None) -> int:
     from shardline.airflow_api import AirflowApiError, AirflowClient
     from shardline.localstack import EmbeddedAwsError
     from shardline.oncall import OnCall, OnCallError
+    from shardline.preview import PreviewError
 
     try:
         if args.command == "local":
             return cmd_local(args)
+        if args.command == "preview":
+            return cmd_preview(args)
         oncall = OnCall.from_folder(args.dags_folder, airflow=AirflowClient.from_env())
         return args.handler(oncall, args)
-    except (OnCallError, AirflowApiError, EmbeddedAwsError) as err:
+    except (OnCallError, AirflowApiError, EmbeddedAwsError, PreviewError) as err:
         print(f"shardline {args.command}: {err}", file=sys.stderr)
         return EXIT_ERROR
     except (BotoCoreError, ClientError, PynamoDBException) as err:

@@ -52,21 +52,43 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             else spec.step(self.step).resources.instance_count
         run_id = context["run_id"]
         if str(self.dry_run).lower() == "true":
-            from shardline import runtime
-            from shardline.planner import list_inputs
-
-            s = spec.step(self.step)
-            objects = list_inputs(runtime.s3_client(spec), input_prefix, s.input.include, s.input.exclude)
-            raise AirflowSkipException(
-                f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
-                f"{input_prefix}; would run {min(instances, max(1, len(objects)))} instance(s) of "
-                f"{s.resources.instance_type}; nothing submitted"
-            )
+            self._dry_run(spec, input_prefix, instances)
         attempt = _steps().plan(spec, self.step, run_id, input_prefix=input_prefix, output_prefix=self.output_prefix,
-                             model_uri=self.model_uri, instance_count=instances)
+                                model_uri=self.model_uri, instance_count=instances)
         if attempt is None:
             raise AirflowSkipException(f"no input files under {input_prefix}: nothing to do")
         return attempt
+
+
+    def _dry_run(self, spec, input_prefix: str, instances: int) -> None:
+        """List the inputs and preview the model on a sample of the first one; submit nothing."""
+        from shardline import runtime
+        from shardline.planner import list_inputs
+        from shardline.preview import PreviewError, preview_step
+
+        s = spec.step(self.step)
+        s3 = runtime.s3_client(spec)
+        objects = list_inputs(s3, input_prefix, s.input.include, s.input.exclude)
+        plan = (f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
+                f"{input_prefix}; would run {min(instances, max(1, len(objects)))} instance(s) of "
+                f"{s.resources.instance_type}; nothing submitted")
+        if not objects:
+            raise AirflowSkipException(plan)
+        try:
+            preview = preview_step(spec, self.step, s3, model_uri=self.model_uri, input_uri=input_prefix,
+                                   objects=objects)
+        except PreviewError as err:
+            raise AirflowFailException(f"{plan}. The preview could not run: {err}") from err
+        self.log.info("%s", preview.render())
+        if not preview.ok:
+            raise AirflowFailException(
+                f"{plan}. The preview shows the job would fail on {preview.sample_uri}: see the preview above; fix "
+                f"the model settings or the input, then try the dry run again")
+        for warning in preview.warnings:
+            self.log.warning("preview: %s", warning)
+        raise AirflowSkipException(f"{plan}; preview of {preview.sample_uri}: "
+                                   + (f"{len(preview.warnings)} warning(s), see the log" if preview.warnings
+                                      else "no warnings"))
 
 
 class SubmitStepOperator(_SpecMixin, BaseOperator):

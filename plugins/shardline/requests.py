@@ -45,6 +45,23 @@ def worker_arguments(step: StepSpec) -> list[str]:
         args += ["--batch-rows", str(step.batch_rows)]
     if step.probabilities:
         args.append("--probabilities")
+    return args + model_arguments(step)
+
+
+def model_arguments(step: StepSpec) -> list[str]:
+    """The custom-code request settings, only where they differ from the worker's defaults."""
+    model, defaults = step.model, type(step.model).model_fields
+    args: list[str] = []
+    for field, flag in (("content_type", "--content-type"), ("accept", "--accept"),
+                        ("batch_strategy", "--batch-strategy"), ("json_layout", "--json-layout"),
+                        ("max_payload_mb", "--max-payload-mb")):
+        value = getattr(model, field)
+        if value != defaults[field].default:
+            args += [flag, str(value).replace("_", "-") if field == "batch_strategy" else str(value)]
+    if model.csv_header:
+        args.append("--csv-header")
+    if model.allow_nan_predictions:
+        args.append("--allow-nan-predictions")
     return args
 
 

@@ -26,11 +26,26 @@ class _Strict(BaseModel):
 
 
 class ModelRef(_Strict):
+    """The model of a step. The request settings apply to a custom ``code/inference.py`` only, and
+    mirror SageMaker Batch Transform's: see the README's "Bring your own inference.py"."""
+
     uri: str = Field(description="S3 URI of model.tar.gz (or a model file); may use Jinja templates")
     sha256: Annotated[str, Field(pattern=SHA256_PATTERN)] | None = Field(
         default=None, description="pinned digest of the artifact; the worker refuses anything else"
     )
     version: str = Field(default="latest", description="default of the model_version Param")
+    content_type: Literal["text/csv", "application/json", "application/jsonlines", "application/x-npy"] = Field(
+        default="text/csv", description="request body the script's input_fn gets")
+    accept: Literal["text/csv", "application/json", "application/jsonlines", "application/x-npy"] | None = Field(
+        default=None, description="what output_fn is asked for, and how its response is read (default: content_type)")
+    batch_strategy: Literal["multi_record", "single_record"] = Field(
+        default="multi_record", description="records per call: as many as fit, or one (Batch Transform's strategy)")
+    json_layout: Literal["records", "instances", "array"] = Field(
+        default="records", description="JSON bodies: objects keyed by column name, {'instances': [[...]]}, or [[...]]")
+    max_payload_mb: Annotated[float, Field(gt=0, le=100)] = Field(
+        default=6.0, description="largest request body (Batch Transform's MaxPayloadInMB)")
+    csv_header: bool = Field(default=False, description="start each text/csv body with a header line")
+    allow_nan_predictions: bool = Field(default=False, description="write NaN predictions instead of failing the file")
 
 
 class InputSpec(_Strict):

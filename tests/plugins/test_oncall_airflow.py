@@ -157,6 +157,10 @@ def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, stage
                        params={"full_content": "true"})
     text = str(log)
     assert "dry run: 4 file(s)" in text and "would run 3 instance(s)" in text, text[-3000:]
+    # The data engineer sees sample predictions before anything is submitted: the preview's table and summary.
+    assert "preview of step score: model s3://" in text, text[-3000:]
+    assert "preview of part-" in text and "20 row(s), model xgboost" in text, text[-3000:]
+    assert "prediction: rows 20, NaN 0" in text and "preview of s3://" in text, text[-3000:]
 
 
 @pytest.mark.parametrize(("conf", "field"), [

@@ -87,3 +87,24 @@ def test_the_worker_writes_to_the_ledger_in_the_orchestrators_region():
     assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == "eu-west-1"
     assert "AWS_REGION" not in build_processing_request(full_spec(), attempt(), image_uri=IMAGE,
                                                         role_arn=ROLE)["Environment"]
+
+
+def test_custom_code_settings_reach_the_worker_as_flags_it_accepts():
+    from shardline.requests import worker_arguments
+    from shardline_worker.cli import build_parser
+
+    data = minimal()
+    data["steps"][0]["model"].update(content_type="application/json", accept="text/csv",
+                                     batch_strategy="single_record", json_layout="instances", max_payload_mb=2,
+                                     csv_header=True, allow_nan_predictions=True)
+    args = worker_arguments(parse_spec(data, "p.yaml").steps[0])
+    parsed = build_parser().parse_args(args)  # the worker's own parser takes them as they are
+    assert (parsed.content_type, parsed.accept, parsed.batch_strategy, parsed.json_layout) == \
+        ("application/json", "text/csv", "single-record", "instances")
+    assert (parsed.max_payload_mb, parsed.csv_header, parsed.allow_nan_predictions) == (2.0, True, True)
+
+
+def test_default_model_settings_add_no_flags():
+    from shardline.requests import model_arguments
+
+    assert model_arguments(parse_spec(minimal(), "p.yaml").steps[0]) == []

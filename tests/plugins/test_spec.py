@@ -54,6 +54,14 @@ def test_spec_file_round_trip(tmp_path):
         (lambda s: s["steps"][0]["input"].__setitem__("prefix", "/local/path"), "steps[0].input",
          "s3:// URI"),
         (lambda s: s.__setitem__("pipeline", "Bad Name!"), "pipeline", "pattern"),
+        (lambda s: s["steps"][0]["model"].__setitem__("batch_strategy", "SingleRecord"),
+         "steps[0].model.batch_strategy", "'multi_record' or 'single_record'"),
+        (lambda s: s["steps"][0]["model"].__setitem__("content_type", "text/plain"),
+         "steps[0].model.content_type", "text/csv"),
+        (lambda s: s["steps"][0]["model"].__setitem__("json_layout", "split"), "steps[0].model.json_layout",
+         "'records', 'instances' or 'array'"),
+        (lambda s: s["steps"][0]["model"].__setitem__("max_payload_mb", 0), "steps[0].model.max_payload_mb",
+         "greater than 0"),
     ],
 )
 def test_a_bad_field_is_named_with_the_file(mutate, field, words):
