@@ -12,12 +12,15 @@ interleaved round by round, for each model kind:
   (e) io           read the features into arrays and write id + a constant prediction, no model,
                    one process per core
 
+  (f) baseline     with --baseline REF: the shardline worker of another commit (a git worktree on
+                   PYTHONPATH), interleaved with (c), so a change's cost is a ratio from one run
+
 pipeline ceiling = 1 / (1/compute + 1/io): decode, predict and encode share the same cores,
 so that is what a perfect worker could reach. Every run is a subprocess, and the peak RSS
 of its whole process tree is sampled. A batch-size x workers sweep of the shardline worker
 is saved as a PNG, and a single 5M-row file is run for peak memory.
 
-    python tests/bench/bench_worker.py --out bench-results [--quick] [--rounds 3]
+    python tests/bench/bench_worker.py --out bench-results [--quick] [--rounds 3] [--baseline REF]
 """
 
 from __future__ import annotations
@@ -223,14 +226,16 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
     return {"wall": wall, "peak_rss": peak, "stdout": stdout, "stderr": stderr}
 
 
-def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path, extra: list[str] = ()) -> dict:
+def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path, extra: list[str] = (),
+            baseline_src: Path | None = None) -> dict:
     out = Path(tempfile.mkdtemp(dir=scratch))
-    if variant == "shardline":
+    if variant in ("shardline", "baseline"):
+        env = {"PYTHONPATH": str(baseline_src / "inference_container")} if variant == "baseline" else None
         command = [sys.executable, "-m", "shardline_worker", "--input-dir", str(data), "--output-dir", str(out),
                    "--model-dir", str(model_path.parent), "--passthrough", "id", "--host", "bench",
                    "--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json"),
                    "--progress-interval", "3600", *extra]
-        measured = run_measured(command)
+        measured = run_measured(command, env)
         summary = json.loads((out / "summary.json").read_text())
         rows, work_seconds = summary["rows_out"], measured["wall"]
         result = {"rows": rows, "seconds": work_seconds, "startup": summary["startup_seconds"],
@@ -263,6 +268,15 @@ def prepare(out: Path, files: int, rows: int) -> tuple[Path, dict[str, Path]]:
     return data, models
 
 
+def checkout(ref: str, scratch: Path) -> Path:
+    """A detached worktree of ``ref``, for the baseline worker."""
+    root = Path(__file__).resolve().parents[2]
+    dest = scratch / f"baseline-{ref.replace('/', '_')}"
+    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "--force", str(dest), ref], check=True,
+                   capture_output=True)
+    return dest
+
+
 def fmt_rate(r: float) -> str:
     return f"{r / 1e6:.2f}M" if r >= 1e6 else f"{r / 1e3:.0f}k"
 
@@ -278,6 +292,7 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--skip-sweep", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--baseline", metavar="REF", help="also time the worker of this git commit, interleaved")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="shardline-bench-"))
@@ -285,35 +300,39 @@ def main() -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     kinds = args.kinds.split(",")
     data, models = prepare(args.out, files, rows)
+    variants = VARIANTS + (("baseline",) if args.baseline else ())
+    baseline_src = checkout(args.baseline, scratch) if args.baseline else None
     print(f"machine: {os.cpu_count()} cores; data: {files} files, {rows:,} rows, 32 float32 features + id; "
           f"{rounds} round(s), interleaved", flush=True)
 
-    results: dict[str, dict[str, list[dict]]] = {k: {v: [] for v in VARIANTS} for k in kinds}
+    results: dict[str, dict[str, list[dict]]] = {k: {v: [] for v in variants} for k in kinds}
     for round_no in range(1, rounds + 1):
         for kind in kinds:
-            for variant in VARIANTS:
-                r = run_one(variant, kind, models[kind], data, scratch)
+            for variant in variants:
+                r = run_one(variant, kind, models[kind], data, scratch, baseline_src=baseline_src)
                 results[kind][variant].append(r)
                 print(f"  round {round_no} {kind:8s} {variant:10s} {fmt_rate(r['rate']):>7s} rows/s "
                       f"peak RSS {r['peak_rss'] / 2**20:,.0f} MiB", flush=True)
 
     table = []
     for kind in kinds:
-        med = {v: statistics.median(r["rate"] for r in results[kind][v]) for v in VARIANTS}
-        rss = {v: max(r["peak_rss"] for r in results[kind][v]) for v in VARIANTS}
+        med = {v: statistics.median(r["rate"] for r in results[kind][v]) for v in variants}
+        rss = {v: max(r["peak_rss"] for r in results[kind][v]) for v in variants}
         startup = statistics.median(r["startup"] for r in results[kind]["shardline"])
         steady = statistics.median(r["rows"] / (r["seconds"] - r["startup"]) for r in results[kind]["shardline"])
         ceiling = 1 / (1 / med["compute"] + 1 / med["io"])
         table.append({
-            "model": kind, **{f"{v}_rows_per_s": round(med[v]) for v in VARIANTS},
+            "model": kind, **{f"{v}_rows_per_s": round(med[v]) for v in variants},
             "pipeline_ceiling_rows_per_s": round(ceiling),
             "shardline_vs_ceiling": round(med["shardline"] / ceiling, 3),
             "shardline_steady_vs_ceiling": round(steady / ceiling, 3),
             "shardline_vs_naive": round(med["shardline"] / med["naive"], 3),
             "shardline_vs_sequential": round(med["shardline"] / med["sequential"], 3),
             "shardline_startup_s": round(startup, 3),
-            **{f"{v}_peak_rss_mib": round(rss[v] / 2**20) for v in VARIANTS},
+            **{f"{v}_peak_rss_mib": round(rss[v] / 2**20) for v in variants},
         })
+        if args.baseline:
+            table[-1]["shardline_vs_baseline"] = round(med["shardline"] / med["baseline"], 3)
 
     print("\nrows/s end to end (median of rounds); ratios from the same run")
     header = (f"{'model':8s} {'seq':>7s} {'naive':>7s} {'shardln':>7s} {'compute':>8s} {'io':>7s} {'ceiling':>8s}"
@@ -328,6 +347,9 @@ def main() -> int:
               f" {row['shardline_peak_rss_mib']:>8d}")
     print("  vs ceil: shardline end to end (startup included) / pipeline ceiling; steady: the same with the "
           "worker's pool start + model load taken out")
+    for row in table if args.baseline else ():
+        print(f"  {row['model']}: this worker {fmt_rate(row['shardline_rows_per_s'])} rows/s, the worker of "
+              f"{args.baseline} {fmt_rate(row['baseline_rows_per_s'])}: {row['shardline_vs_baseline']:.2f}x")
 
     report = {"machine_cores": os.cpu_count(), "files": files, "rows": rows, "rounds": rounds, "table": table,
               "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()}
@@ -338,6 +360,8 @@ def main() -> int:
         report["sweep"] = sweep(args.out, models, data, scratch, quick=args.quick)
     (args.out / "bench_worker.json").write_text(json.dumps(report, indent=2))
     print(f"\nwrote {args.out / 'bench_worker.json'}")
+    if baseline_src is not None:
+        subprocess.run(["git", "worktree", "remove", "--force", str(baseline_src)], check=False, capture_output=True)
     subprocess.run(["rm", "-rf", str(scratch)], check=True)
     return 0
 
