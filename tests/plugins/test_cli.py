@@ -21,7 +21,7 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env={**os.environ, "COLUMNS": "160", **(env or {})})
 
 
-@pytest.mark.parametrize("command", ["runs", "status", "failed", "resubmit", "cancel", "local"])
+@pytest.mark.parametrize("command", ["runs", "status", "failed", "resubmit", "cancel", "preview", "local"])
 def test_every_command_has_help(command):
     result = run(command, "--help")
     assert result.returncode == 0, result.stderr
@@ -31,9 +31,10 @@ def test_every_command_has_help(command):
 
 def test_top_level_help_shows_the_on_call_flow():
     out = run("--help").stdout
-    for command in ("runs", "status", "failed", "resubmit", "cancel", "local"):
+    for command in ("runs", "status", "failed", "resubmit", "cancel", "preview", "local"):
         assert re.search(rf"^\s+{command}\s", out, re.M), command
     assert "on-call flow:" in out and "SHARDLINE_AIRFLOW_URL" in out
+    assert "shardline preview tabular_scoring_hourly" in out
 
 
 def test_resubmit_needs_exactly_one_selection():
@@ -85,3 +86,11 @@ def test_an_unknown_run_says_how_to_find_the_right_one(aws_env, ledger_table, tm
     assert other.returncode == 1 and "no pipeline 'q'" in other.stderr
     empty = run("--dags-folder", str(tmp_path / "dags"), "runs", env=aws_env)
     assert empty.returncode == 0 and "no runs recorded yet" in empty.stdout
+
+
+def test_preview_of_an_unknown_pipeline_or_step_lists_the_known_ones():
+    result = run("--dags-folder", str(REPO / "dags"), "preview", "no_such_pipeline")
+    assert result.returncode == 1
+    assert "no pipeline 'no_such_pipeline'" in result.stderr and "tabular_scoring_hourly" in result.stderr
+    result = run("--dags-folder", str(REPO / "dags"), "preview", "daily_churn", "--step", "nope")
+    assert result.returncode == 1 and "(steps: score, calibrate)" in result.stderr
