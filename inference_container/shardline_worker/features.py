@@ -36,9 +36,12 @@ INFERRED = "inferred"
 WHY = {
     FROM_MODEL: "the names the model recorded when it was fitted, in its order",
     FROM_SPEC: "input.features (--features), in that order",
-    INFERRED: "the model records no feature names and input.features is not set: every {kind} column that is "
-              "not passthrough, in the file's order",
+    INFERRED: "the model records no feature names and input.features is not set: every {kind} column, in the "
+              "file's order",
 }
+# A custom script's model recorded names the file does not all have: the script may make them itself.
+WHY_LACKING = ("every {kind} column, in the file's order (the file lacks {lacking}, which the model recorded and a "
+               "script may make itself, and input.features is not set)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,8 @@ class FeatureChoice:
     source: str  # FROM_MODEL | FROM_SPEC | INFERRED
     unused: tuple[str, ...] = ()  # columns of the file that are neither features nor passthrough
     raw_columns: bool = False  # non-numeric columns were allowed (a pipeline, a script with a text body)
+    # Names a custom script's model recorded that the file lacks (the script must make them itself).
+    lacking: tuple[str, ...] = ()
 
     @property
     def order_vouched(self) -> bool:
@@ -70,7 +75,9 @@ class FeatureChoice:
         return self.source in (FROM_MODEL, FROM_SPEC)
 
     def describe(self) -> str:
-        why = WHY[self.source].format(kind="non-passthrough" if self.raw_columns else "numeric")
+        template = WHY_LACKING if self.lacking else WHY[self.source]
+        why = template.format(kind="non-passthrough" if self.raw_columns else "numeric non-passthrough",
+                              lacking=_listing(self.lacking))
         listing = _listing(self.columns)
         unused = f"; not used: {_listing(self.unused)}" if self.unused else ""
         return f"{len(self.columns)} feature column(s) from {why}: {listing}{unused}"
@@ -124,7 +131,10 @@ def choose_features(
                 "Fix input.passthrough (--passthrough)"
             )
     names = model.names
+    lacking: tuple[str, ...] = ()
     if names is not None and model.names_are_hints and (spec_features or any(n not in present for n in names)):
+        if not spec_features:
+            lacking = tuple(n for n in names if n not in present)
         names = None
     if names is not None:
         missing = [name for name in names if name not in present]
@@ -173,7 +183,8 @@ def choose_features(
                 )
     used = set(columns) | set(passthrough)
     unused = tuple(name for name in present if name not in used)
-    return FeatureChoice(columns=columns, source=source, unused=unused, raw_columns=model.raw_columns)
+    return FeatureChoice(columns=columns, source=source, unused=unused, raw_columns=model.raw_columns,
+                         lacking=lacking if source == INFERRED else ())
 
 
 def _listing(names: Sequence[str], limit: int = 20) -> str:

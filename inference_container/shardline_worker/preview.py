@@ -32,7 +32,7 @@ from shardline_worker.errors import EXIT_FILES_FAILED, EXIT_OK, FileError, Setup
 from shardline_worker.features import FeatureChoice, check_spec_against_model, choose_features
 from shardline_worker.models import ModelArtifact, load_predictor
 from shardline_worker.planning import InputFile, WorkUnit
-from shardline_worker.process import JobSettings, predict_batch
+from shardline_worker.process import JobSettings, numeric_features, predict_batch
 from shardline_worker.sagemaker_script import MULTI_RECORD, SINGLE_RECORD, ScriptProtocol
 
 log = logging.getLogger(__name__)
@@ -95,8 +95,14 @@ def preview_file(file: InputFile, predictor, settings: JobSettings, rows: int, *
                                  file.relative_path)
         report.features = {"source": choice.source, "columns": list(choice.columns), "unused": list(choice.unused),
                            "why": choice.describe()}
+        if choice.lacking:
+            lacking = ", ".join(choice.lacking)
+            report.warnings.append(
+                f"{file.relative_path} lacks column(s) {lacking} that {predictor.inputs.described_as} was fitted "
+                f"with: the script gets the file's other columns, and unless it makes {lacking} itself, the model "
+                "predicts from whatever the script fills in. Add the column(s) to the input, or check the script")
         columns = list(dict.fromkeys([*settings.passthrough, *choice.columns]))
-        batch = _first_rows(file, columns, list(choice.columns), rows, scratch)
+        batch = _first_rows(file, columns, numeric_features(schema, list(choice.columns)), rows, scratch)
         if batch.num_rows == 0:
             report.notes.append(f"{file.relative_path} has no rows: the job writes an empty output for it")
             return report
@@ -149,7 +155,7 @@ def _summarise(name: str, column: pa.Array) -> dict:
     if pa.types.is_floating(column.type) or pa.types.is_integer(column.type) or pa.types.is_boolean(column.type):
         numbers = values.astype(np.float64)
         finite = numbers[~np.isnan(numbers)]
-        entry.update(nans=int(np.isnan(numbers).sum()), distinct=int(len(np.unique(finite))),
+        entry.update(nans=int(np.isnan(numbers).sum()), distinct=len(np.unique(finite)),
                      min=float(finite.min()) if len(finite) else None,
                      mean=float(finite.mean()) if len(finite) else None,
                      max=float(finite.max()) if len(finite) else None)
@@ -225,7 +231,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def _check_sensitivity(report: PreviewReport, predictor, features: pa.RecordBatch, out: pa.RecordBatch) -> None:
     """Shift each feature column by one row: a column that changes no prediction is likely ignored."""
-    if len({tuple(map(str, row)) for row in features.to_pylist()}) < 2:
+    if len({tuple(map(str, row.values())) for row in features.to_pylist()}) < 2:
         return  # identical rows: nothing to learn
     baseline = [out.column(name).to_numpy(zero_copy_only=False) for name in report.outputs]
     ignored = []

@@ -20,7 +20,13 @@ import pyarrow as pa
 from shardline_worker import formats, guards
 from shardline_worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
 from shardline_worker.errors import FileError, PredictionError, SetupError
-from shardline_worker.features import FeatureChoice, check_spec_against_model, choose_features
+from shardline_worker.features import (
+    INFERRED,
+    FeatureChoice,
+    check_spec_against_model,
+    choose_features,
+    is_numeric,
+)
 from shardline_worker.models import ModelArtifact, Predictor, load_predictor, sha256_of
 from shardline_worker.planning import InputFile, WorkUnit
 from shardline_worker.sagemaker_script import ScriptProtocol
@@ -165,7 +171,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         features = list(choice.columns) if choice else []
         columns = list(dict.fromkeys([*settings.passthrough, *features]))
         batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
-        batches = formats.iter_batches(unit, columns, features, batch_rows, scratch,
+        batches = formats.iter_batches(unit, columns, numeric_features(schema, features), batch_rows, scratch,
                                        threads=state.slot.threads) if schema.names else ()
         for batch in batches:
             out = predict_batch(state.predictor, batch, choice, settings, tally)
@@ -205,9 +211,21 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         if not isinstance(err, FileError):
             err = PredictionError(f"{type(err).__name__} while predicting {unit.label}: {err}"
                                   + _feature_hint(choice))
+        message = str(err)
+        if isinstance(err, PredictionError) and state.predictor.kind == "custom" and choice is not None \
+                and choice.source == INFERRED:
+            # The script failed on columns nobody named: say which it got, and how to send others.
+            message += (f". The script got {choice.describe()}. If it expects other columns, or another order, "
+                        "name them with input.features (--features)")
         return UnitResult(unit, ok=False, rows_in=rows_in, seconds=time.perf_counter() - started,
-                          error_class=type(err).__name__, error_message=str(err), worker=state.label,
+                          error_class=type(err).__name__, error_message=message, worker=state.label,
                           ready_at=state.ready_at, features=choice)
+
+
+def numeric_features(schema: pa.Schema, features: list[str]) -> list[str]:
+    """The features that text readers read as float64: the numeric ones. A string feature (a pipeline's
+    category, a script's text column) stays a string."""
+    return [name for name in features if is_numeric(schema.field(name).type)]
 
 
 def _source_name(predictor: Predictor | None) -> str:

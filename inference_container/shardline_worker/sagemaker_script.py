@@ -205,16 +205,21 @@ def encode_records(table: pa.RecordBatch, protocol: ScriptProtocol, matrix: np.n
     text = _text_table(table)
     if ct == CSV:
         sink = io.BytesIO()
-        pacsv.write_csv(text, sink, write_options=pacsv.WriteOptions(include_header=False))
-        lines = sink.getvalue().decode().split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
+        try:  # text unquoted, as in the files Batch Transform splits into lines
+            pacsv.write_csv(text, sink, write_options=pacsv.WriteOptions(include_header=False, quoting_style="none"))
+        except pa.ArrowInvalid:  # a value with a comma, quote or line break: quote the text values
+            sink = io.BytesIO()
+            pacsv.write_csv(text, sink, write_options=pacsv.WriteOptions(include_header=False))
+        raw = sink.getvalue().split(b"\n")
+        if raw and raw[-1] == b"":
+            raw.pop()
+        lines = [line.decode() for line in raw]
         if len(lines) != table.num_rows:
             raise RecordEncodingError(
                 "a text column holds line breaks, which text/csv records cannot carry (Batch Transform splits "
                 "CSV on lines too); use model.content_type application/json or application/jsonlines")
         header = ",".join(_csv_field(n) for n in names) + "\n" if protocol.csv_header else ""
-        return EncodedRecords(protocol, [len(line) + 1 for line in lines], lines, header)
+        return EncodedRecords(protocol, [len(line) + 1 for line in raw], lines, header)  # bytes, not characters
     columns = [column.to_pylist() for column in text.columns]
     try:
         if protocol.json_layout == "records":
@@ -427,7 +432,9 @@ def _from_dict(value: dict, records: int) -> Columns:
         return _from_value(value[keys[0]], records)
     if len(keys) > 1:
         raise ResponseShapeError(f"the response has both {keys[0]!r} and {keys[1]!r}; return one of them")
-    lists = {k: v for k, v in value.items() if isinstance(v, (list, tuple))}
+    # A column may be a list, or (from a predict_fn without output_fn) an array, tensor or Series.
+    lists = {k: c for k, c in ((k, _to_python(v)) for k, v in value.items())
+             if isinstance(c, (list, tuple)) or (isinstance(c, np.ndarray) and c.ndim >= 1)}
     if value and len(lists) == len(value) and all(len(v) == records for v in lists.values()):
         columns: Columns = []
         for key, column in lists.items():  # an object of columns: {"label": [...], "score": [...]}
@@ -602,6 +609,8 @@ def check_requirements(script_path: str) -> list[str]:
         except InvalidRequirement:
             unmet.append(f"{line} (not understood)")
             continue
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue  # e.g. `pywin32; sys_platform == "win32"`: not for this image
         try:
             installed = metadata.version(requirement.name)
         except metadata.PackageNotFoundError:
@@ -673,7 +682,10 @@ class ScriptPredictor:
         from shardline_worker.guards import OutputTally, captured
 
         sample = batch.slice(0, min(3, batch.num_rows))
-        for setting, alternative in self._alternatives(sample.num_rows):
+        # A script that returned several predictions for several records handles them: one record per
+        # call would only turn its extra values into extra columns, not fix it.
+        many = isinstance(err, ResponseShapeError) and err.got is not None and err.got > 1
+        for setting, alternative in self._alternatives(sample.num_rows, single=not many):
             try:
                 with captured(OutputTally()):  # the alternatives' output is not the file's
                     self.run(sample, alternative)
@@ -689,9 +701,12 @@ class ScriptPredictor:
                 and self.protocol.content_type == CSV and not self.protocol.csv_header:
             hints.append("one prediction short: did the script read the first line as a header? Read with "
                          "header=None, or set model.csv_header: true (--csv-header)")
+        if isinstance(err, ResponseShapeError) and err.got is not None and err.got == err.records + 1:
+            hints.append("one prediction too many: does the script predict on the empty line after a body's last "
+                         "line break, or add a header or summary value to its response?")
         return "; ".join(hints)
 
-    def _alternatives(self, rows: int) -> list[tuple[str, ScriptProtocol]]:
+    def _alternatives(self, rows: int, single: bool = True) -> list[tuple[str, ScriptProtocol]]:
         p, options = self.protocol, []
         if p.content_type == CSV:
             options.append(("model.csv_header: true (--csv-header)" if not p.csv_header else
@@ -702,11 +717,26 @@ class ScriptPredictor:
                     options.append((f"model.json_layout: {layout} (--json-layout {layout})",
                                     p.replace(json_layout=layout)))
         if not p.single:
-            options.append(("model.batch_strategy: single_record (--batch-strategy single-record)",
-                            p.replace(batch_strategy=SINGLE_RECORD)))
+            if single:
+                options.append(("model.batch_strategy: single_record (--batch-strategy single-record)",
+                                p.replace(batch_strategy=SINGLE_RECORD)))
         elif rows > 1:
             options.append(("model.batch_strategy: multi_record (--batch-strategy multi-record)",
                             p.replace(batch_strategy=MULTI_RECORD)))
+        if self.script.takes_body:  # another content type (and its layouts), for a script that parses the body
+            for content_type in CONTENT_TYPES:
+                if content_type == p.content_type:
+                    continue
+                setting = f"model.content_type: {content_type} (--content-type {content_type})"
+                if content_type not in (JSON, JSONLINES):
+                    options.append((setting, p.replace(content_type=content_type)))
+                    continue
+                for layout in JSON_LAYOUTS:
+                    if content_type == JSONLINES and layout == "instances":
+                        continue
+                    options.append((setting if layout == "records" else
+                                    f"{setting} and model.json_layout: {layout} (--json-layout {layout})",
+                                    p.replace(content_type=content_type, json_layout=layout)))
         return options
 
 
