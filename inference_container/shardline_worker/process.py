@@ -173,8 +173,10 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
         batches = formats.iter_batches(unit, columns, numeric_features(schema, features), batch_rows, scratch,
                                        threads=state.slot.threads) if schema.names else ()
+        spread = _Spread()
         for batch in batches:
             out = predict_batch(state.predictor, batch, choice, settings, tally)
+            spread.add(out, len(settings.passthrough))
             if writer is None:
                 writer_schema = out.schema
                 writer = formats.OutputWriter(tmp, out_fmt, out_gz, writer_schema, header=unit.part == 0)
@@ -191,6 +193,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         writer.close()
         writer = None
         tally.emit(unit.label, _source_name(state.predictor))
+        spread.warn_if_constant(unit.label)
         if unit.is_split:
             return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=tmp.stat().st_size,
                               seconds=time.perf_counter() - started, output=str(tmp), worker=state.label,
@@ -226,6 +229,38 @@ def numeric_features(schema: pa.Schema, features: list[str]) -> list[str]:
     """The features that text readers read as float64: the numeric ones. A string feature (a pipeline's
     category, a script's text column) stays a string."""
     return [name for name in features if is_numeric(schema.field(name).type)]
+
+
+class _Spread:
+    """Min and max of each float output column over a file: a float prediction that never varies over many
+    rows is the mark of a model that does not see its inputs (a script filling columns it misses)."""
+
+    MIN_ROWS = 100
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.ranges: dict[str, list[float]] = {}
+
+    def add(self, out: pa.RecordBatch, skip: int) -> None:
+        import pyarrow.compute as pc
+
+        self.rows += out.num_rows
+        for name, column in zip(out.schema.names[skip:], out.columns[skip:], strict=True):
+            if not pa.types.is_floating(column.type) or not len(column):
+                continue
+            low, high = pc.min_max(column).values()
+            low, high = low.as_py(), high.as_py()
+            if low is None:
+                continue
+            seen = self.ranges.setdefault(name, [low, high])
+            seen[0], seen[1] = min(seen[0], low), max(seen[1], high)
+
+    def warn_if_constant(self, where: str) -> None:
+        constant = [name for name, (low, high) in self.ranges.items() if low == high]
+        if self.rows >= self.MIN_ROWS and constant and len(constant) == len(self.ranges):
+            log.warning("%s: every prediction (%s) is %s over all %d rows: check that the model gets the columns "
+                        "it expects (run `shardline preview` on this step)", where, ", ".join(constant),
+                        self.ranges[constant[0]][0], self.rows)
 
 
 def _source_name(predictor: Predictor | None) -> str:

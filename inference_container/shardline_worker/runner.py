@@ -224,7 +224,8 @@ class Runner:
         report.seconds += result.seconds
         if result.features is not None:
             if result.features not in self.feature_choices:
-                log.info("%s%s: the model gets %s", self.prefix, rel, result.features.describe())
+                level = logging.WARNING if result.features.lacking else logging.INFO
+                log.log(level, "%s%s: the model gets %s", self.prefix, rel, result.features.describe())
                 self.feature_choices[result.features] = 0
             self.feature_choices[result.features] += 1
         if result.worker and result.worker not in report.workers:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import io
@@ -477,7 +478,9 @@ class ScriptContext:
     system_properties: dict
 
 
+@functools.lru_cache(maxsize=64)
 def _arity(function) -> int:
+    # Cached: inspect.signature costs about 50 us, a tenth of a single-record call to a small model.
     try:
         return len(inspect.signature(function).parameters)
     except (TypeError, ValueError):

@@ -100,7 +100,8 @@ def train_xgboost(dest: Path) -> Path:
     x, y = training_data()
     booster = xgboost.train(
         {"objective": "binary:logistic", "max_depth": 6, "eta": 0.3, "nthread": 2},
-        xgboost.DMatrix(x, label=y), num_boost_round=100,
+        # Named, as a model trained on a DataFrame is: the worker then picks its columns by name.
+        xgboost.DMatrix(x, label=y, feature_names=feature_names(x.shape[1])), num_boost_round=100,
     )
     dest.mkdir(parents=True, exist_ok=True)
     booster.save_model(dest / "model.json")

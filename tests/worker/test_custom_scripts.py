@@ -978,6 +978,11 @@ def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_withou
     assert warnings, text
     assert "WARNING: part-0.parquet lacks column(s) balance that the model inference.py's model_fn returned was " \
         "fitted with" in text, text
+    # The job's log warns too, naming the missing column, for every file where it is missing.
+    job = run_worker(inputs_without_balance, tmp_path / "out", model_dir, "--passthrough", "id",
+                     "--content-type", "application/json")
+    lines = [line for line in job.stderr.splitlines() if "the model gets" in line]
+    assert lines and all(" WARNING " in line and "the file lacks balance" in line for line in lines), describe(job)
 
 
 @pytest.mark.slow
@@ -1022,6 +1027,10 @@ def test_script_silently_returning_a_constant_is_caught_by_the_preview(inputs, t
     assert report["file"] == "part-0.parquet"
     assert "WARNING: prediction is the same for all 20 rows of the sample" in text, text
     assert "WARNING: no feature column changes any prediction" in text, text
+    # The job itself cannot tell a constant from a valid answer, but its log says it loudly, per file.
+    job = run_worker(inputs, tmp_path / "out", model_dir, "--passthrough", "id")
+    assert "WARNING" in job.stderr and "every prediction (prediction) is 0.5 over all" in job.stderr, describe(job)
+    assert "shardline preview" in job.stderr
 
 
 OFF_BY_ONE_SCRIPTS = {

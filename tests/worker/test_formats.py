@@ -4,6 +4,7 @@ errors and corrupt inputs failing alone."""
 from __future__ import annotations
 
 import decimal
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -199,10 +200,11 @@ def test_schema_error_names_the_column(schema_run, name, column):
     report = reports_by_input(load_manifest(out))[name]
     assert report["status"] == "FAILED"
     assert report["error_class"] == "InputSchemaError"
-    assert f"'{column}'" in report["error_message"]
+    named = re.compile(rf"'{column}'|lacks column\(s\) {column}\b")  # spec features quote it; model names list it
+    assert named.search(report["error_message"]), report["error_message"]
     assert report["output"] is None
     assert not (out / name).exists()
-    assert name in result.stderr and f"'{column}'" in result.stderr, "the log must say which file and column"
+    assert name in result.stderr and named.search(result.stderr), "the log must say which file and column"
 
 
 # -- corrupt inputs fail alone; an empty file is not a failure ----------------------------------------------
