@@ -34,14 +34,14 @@ FROM_SPEC = "spec"
 INFERRED = "inferred"
 
 WHY = {
-    FROM_MODEL: "the names the model recorded when it was fitted, in its order",
-    FROM_SPEC: "input.features (--features), in that order",
-    INFERRED: "the model records no feature names and input.features is not set: every {kind} column, in the "
-              "file's order",
+    FROM_MODEL: "by the names the model recorded when it was fitted, in its order",
+    FROM_SPEC: "from input.features (--features), in that order",
+    INFERRED: "inferred, as the model records no feature names and input.features is not set: every {kind} column, "
+              "in the file's order",
 }
 # A custom script's model recorded names the file does not all have: the script may make them itself.
-WHY_LACKING = ("every {kind} column, in the file's order (the file lacks {lacking}, which the model recorded and a "
-               "script may make itself, and input.features is not set)")
+WHY_LACKING = ("inferred: every {kind} column, in the file's order (the file lacks {lacking}, which the model "
+               "recorded and a script may make itself, and input.features is not set)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +80,7 @@ class FeatureChoice:
                               lacking=_listing(self.lacking))
         listing = _listing(self.columns)
         unused = f"; not used: {_listing(self.unused)}" if self.unused else ""
-        return f"{len(self.columns)} feature column(s) from {why}: {listing}{unused}"
+        return f"{len(self.columns)} feature column(s), {why}: {listing}{unused}"
 
 
 def is_numeric(dtype: pa.DataType) -> bool:

@@ -194,7 +194,8 @@ def main() -> int:
     builtin_rate = statistics.median(r["rate"] for r in results["builtin"])
     for name, runs in results.items():
         rate = statistics.median(r["rate"] for r in runs)
-        worst = max(float(np.max(np.abs(r["first_file"] - reference))) for r in runs)
+        # The single-record run reads the first rows of the same files: compare those rows.
+        worst = max(float(np.max(np.abs(r["first_file"] - reference[: len(r["first_file"])]))) for r in runs)
         expected = single_rows if name == "csv-single" else rows
         assert all(r["rows"] == expected and r["failed"] == 0 for r in runs), f"{name}: not every row was written"
         assert worst <= 1e-12, f"{name}: predictions differ from the built-in path by {worst}"

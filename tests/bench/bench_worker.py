@@ -278,7 +278,7 @@ def checkout(ref: str, scratch: Path) -> Path:
 
 
 def fmt_rate(r: float) -> str:
-    return f"{r / 1e6:.2f}M" if r >= 1e6 else f"{r / 1e3:.0f}k"
+    return f"{r / 1e6:.2f}M" if r >= 1e6 else f"{r / 1e3:.0f}k" if r >= 1e4 else f"{r:,.0f}"
 
 
 def main() -> int:
