@@ -478,9 +478,20 @@ class ScriptContext:
     system_properties: dict
 
 
-@functools.lru_cache(maxsize=64)
 def _arity(function) -> int:
+    try:
+        return _cached_arity(function)
+    except TypeError:  # an unhashable callable: not cached
+        return _signature_arity(function)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_arity(function) -> int:
     # Cached: inspect.signature costs about 50 us, a tenth of a single-record call to a small model.
+    return _signature_arity(function)
+
+
+def _signature_arity(function) -> int:
     try:
         return len(inspect.signature(function).parameters)
     except (TypeError, ValueError):
