@@ -116,7 +116,7 @@ def preview_file(file: InputFile, predictor, settings: JobSettings, rows: int, *
     report.columns = [*settings.passthrough, *choice.columns, *report.outputs]
     values = {name: batch.column(name) for name in [*settings.passthrough, *choice.columns]}
     values.update({name: out.column(name) for name in report.outputs})
-    report.table = [[_cell(values[name][i]) for name in report.columns] for i in range(batch.num_rows)]
+    report.table = [[values[name][i].as_py() for name in report.columns] for i in range(batch.num_rows)]
     report.summary = [_summarise(name, out.column(name)) for name in report.outputs]
     _check_predictions(report, allow_nan)
     _check_inputs(report, batch, choice)
@@ -139,10 +139,6 @@ def _first_rows(file: InputFile, columns: list[str], features: list[str], rows: 
     if not collected:
         return pa.RecordBatch.from_pylist([], schema=pa.schema([]))
     return pa.Table.from_batches(collected).combine_chunks().to_batches()[0]
-
-
-def _cell(scalar: pa.Scalar) -> Any:
-    return scalar.as_py()
 
 
 def _jsonable(value: Any) -> Any:

@@ -658,7 +658,6 @@ class ScriptPredictor:
         self.protocol = protocol
         self.device = device
         self.inputs = model_inputs_of_script(self.script, protocol)
-        self.diagnosed = False
 
     def predict(self, batch: pa.RecordBatch) -> Columns:
         try:
