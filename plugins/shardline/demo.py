@@ -127,6 +127,9 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     if bag.import_errors:
         print(json.dumps(bag.import_errors, indent=2))
         return 1
+    from shardline.triggers import SETTLE_ENV
+
+    os.environ.setdefault(SETTLE_ENV, "0")  # dag.test() runs triggers in-process: no scheduler to race
     started = time.monotonic()
     run = bag.get_dag(PIPELINE).test(logical_date=LOGICAL_DATE)
     wall = time.monotonic() - started

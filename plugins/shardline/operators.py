@@ -12,9 +12,10 @@ from typing import Any
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from shardline.decide import Action
 from shardline.naming import resubmit_command
 from shardline.spec import load_spec
-from shardline.triggers import BackoffTrigger, StepTrigger
+from shardline.triggers import BackoffTrigger, StepTrigger, event_for, settle_until
 
 
 def _steps():
@@ -115,14 +116,21 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
     def execute(self, context):
         attempt = context["ti"].xcom_pull(task_ids=self.submit_task_id)
         # A retried watch task picks up the newest attempt, not the one its submit task started.
-        self._watch(_steps().resume(self.spec, attempt))
+        return self._watch(context, _steps().resume(self.spec, attempt))
 
-    def _watch(self, attempt: dict):
+    def _watch(self, context, attempt: dict):
         self._attempt = attempt
-        step = self.spec.step(attempt["step"])
+        spec = self.spec
+        # A step that has already ended (a retried watch, a job quicker than the hand-over) is acted on
+        # here: deferring would only bring the answer straight back.
+        decision = _steps().decide_now(spec, attempt)
+        if decision.action is not Action.WAIT:
+            return self.execute_complete(context, event_for(decision, attempt))
+        step = spec.step(attempt["step"])
         # The job's own MaxRuntime, plus time for a silent instance to be noticed, bounds one attempt.
         deadline = time.time() + step.max_runtime_seconds + step.heartbeat_timeout_seconds + 300
-        self.defer(trigger=StepTrigger(self.spec_path, attempt, self.poll_interval, deadline),
+        self.defer(trigger=StepTrigger(self.spec_path, attempt, self.poll_interval, deadline,
+                                       not_before=settle_until()),
                    method_name="execute_complete")
 
     def execute_complete(self, context, event: dict):
@@ -147,7 +155,8 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             payload = {"attempt": attempt, "retry_files": event["retry_files"]}
             if event["delay_seconds"] > 0:
                 # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
-                self.defer(trigger=BackoffTrigger(event["delay_seconds"], payload), method_name="resubmit")
+                self.defer(trigger=BackoffTrigger(event["delay_seconds"], payload,
+                                                  not_before=settle_until()), method_name="resubmit")
             return self.resubmit(context, payload)
         raise AirflowFailException(
             f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']} failed: {event['reason']}. "
@@ -158,7 +167,7 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
     def resubmit(self, context, event: dict):
         nxt = _steps().resubmit(self.spec, event["attempt"], event["retry_files"])
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt["attempt"], nxt["job_name"], nxt["files"])
-        self._watch(nxt)
+        return self._watch(context, nxt)
 
     def on_kill(self):
         if self._attempt is not None:

@@ -18,7 +18,7 @@ from shardline_ledger.orchestrator import ensure_run, finish_step, read_step, se
 from shardline_ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
 
 from shardline import naming, runtime
-from shardline.decide import FileState, JobStatus, Policy, ShardState, StepSnapshot
+from shardline.decide import Decision, FileState, JobStatus, Policy, ShardState, StepSnapshot, decide
 from shardline.planner import (
     S3Object,
     choose_instance_count,
@@ -159,6 +159,11 @@ def snapshot(spec: PipelineSpec, attempt: dict, now: float | None = None) -> Ste
     return StepSnapshot(attempt=attempt["attempt"], job_status=state.status,
                         job_age_seconds=now - attempt["submitted_at"], files=files, shards=shards,
                         job_failure_reason=state.failure_reason, cancelled=cancelled)
+
+
+def decide_now(spec: PipelineSpec, attempt: dict) -> Decision:
+    """One poll, as the trigger makes it: what the step's policy says about its snapshot right now."""
+    return decide(snapshot(spec, attempt), policy_for(spec, attempt["step"]))
 
 
 def stop(spec: PipelineSpec, attempt: dict) -> None:

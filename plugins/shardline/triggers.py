@@ -8,6 +8,7 @@ as soon as the answer is anything but WAIT. It acts on nothing itself.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,20 +18,40 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from shardline.decide import Action, decide
 from shardline.spec import load_spec
 
+# A trigger that fires within a few seconds of its task deferring races the scheduler: the
+# worker's "deferred" exit is reported as a success after the scheduler has already queued
+# the resumed try, and Airflow 3.3 then fails that try as "changed externally" (apache/airflow
+# #67287, fixed upstream for the scheduled state only). The retry would recover, but a green
+# step must not show a failed try, so no event is handed back before this many seconds.
+# dag.test() runs triggers in the task's own process, with no scheduler to race: the demo sets 0.
+SETTLE_ENV = "SHARDLINE_DEFER_SETTLE_SECONDS"
+DEFAULT_SETTLE_SECONDS = 10.0
+
+
+def settle_until() -> float:
+    """The epoch time before which a trigger deferred now hands back no event."""
+    return time.time() + float(os.environ.get(SETTLE_ENV, DEFAULT_SETTLE_SECONDS))
+
+
+async def _settle(not_before: float | None) -> None:
+    if not_before is not None and time.time() < not_before:
+        await asyncio.sleep(not_before - time.time())
+
 
 class StepTrigger(BaseTrigger):
     def __init__(self, spec_path: str, attempt: dict[str, Any], poll_interval: float = 15.0,
-                 deadline: float | None = None):
+                 deadline: float | None = None, not_before: float | None = None):
         super().__init__()
         self.spec_path = spec_path
         self.attempt = attempt
         self.poll_interval = poll_interval
         self.deadline = deadline  # epoch seconds; past it the step times out (and its job is stopped)
+        self.not_before = not_before  # epoch seconds; no event before it (see SETTLE_SECONDS)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("shardline.triggers.StepTrigger", {
             "spec_path": self.spec_path, "attempt": self.attempt, "poll_interval": self.poll_interval,
-            "deadline": self.deadline,
+            "deadline": self.deadline, "not_before": self.not_before,
         })
 
     async def run(self):
@@ -43,19 +64,22 @@ class StepTrigger(BaseTrigger):
             snap = await asyncio.to_thread(steps.snapshot, spec, self.attempt)
             decision = decide(snap, policy)
             if decision.action is not Action.WAIT:
-                yield TriggerEvent(_event(decision, self.attempt))
+                await _settle(self.not_before)
+                yield TriggerEvent(event_for(decision, self.attempt))
                 return
             if decision.reason != last_reason:  # log changes of state, not every poll
                 self.log.info("%s attempt %d: %s", self.attempt["job_name"], self.attempt["attempt"], decision.reason)
                 last_reason = decision.reason
             if self.deadline is not None and time.time() > self.deadline:
+                await _settle(self.not_before)
                 yield TriggerEvent({"action": "TIMEOUT", "attempt": self.attempt, "stop_job": True,
                                     "reason": f"step did not finish by its deadline ({decision.reason})"})
                 return
             await asyncio.sleep(self.poll_interval)
 
 
-def _event(decision, attempt: dict) -> dict[str, Any]:
+def event_for(decision, attempt: dict) -> dict[str, Any]:
+    """The decision as the JSON-able event the sensor's ``execute_complete`` takes."""
     return {
         "action": decision.action.value,
         "reason": decision.reason,
@@ -73,14 +97,17 @@ def _event(decision, attempt: dict) -> dict[str, Any]:
 class BackoffTrigger(BaseTrigger):
     """Waits ``delay_seconds``, then hands ``payload`` back to the task (the resubmission's backoff)."""
 
-    def __init__(self, delay_seconds: float, payload: dict[str, Any]):
+    def __init__(self, delay_seconds: float, payload: dict[str, Any], not_before: float | None = None):
         super().__init__()
         self.delay_seconds = delay_seconds
         self.payload = payload
+        self.not_before = not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("shardline.triggers.BackoffTrigger", {"delay_seconds": self.delay_seconds, "payload": self.payload})
+        return ("shardline.triggers.BackoffTrigger", {"delay_seconds": self.delay_seconds, "payload": self.payload,
+                                                      "not_before": self.not_before})
 
     async def run(self):
         await asyncio.sleep(self.delay_seconds)
+        await _settle(self.not_before)
         yield TriggerEvent(self.payload)

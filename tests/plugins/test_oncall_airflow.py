@@ -75,6 +75,17 @@ def _trigger(stack, hour: dt.datetime, conf: dict | None = None) -> str:
     return run_id
 
 
+def _task_log(stack, run_id: str, task_id: str) -> str:
+    """The log of the task's latest try (Airflow may have retried it; every try ends the same way)."""
+    client = stack.client()
+    tis = {t["task_id"]: t for t in client.task_instances(PIPELINE, run_id)}
+    assert task_id in tis, tis
+    try_number = tis[task_id]["try_number"]
+    assert try_number >= 1, [(t["task_id"], t["state"], t["try_number"]) for t in tis.values()]
+    return str(client._call("GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                            params={"full_content": "true"}))
+
+
 def _output_rows(s3, hour: dt.datetime) -> list[int]:
     """Every id in the hour's outputs, from the output files themselves."""
     prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
@@ -97,8 +108,7 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
 
     # The sensor's failure names the file, the reason and the exact command that fixes it.
     fix = f"shardline resubmit {ref} --step score --all-failed"
-    log = str(airflow_stack.client()._call(
-        "GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/watch_score/logs/1", params={"full_content": "true"}))
+    log = _task_log(airflow_stack, run_id, "watch_score")
     assert "late-arrival.parquet (CorruptInputError" in log and fix in log, log[-3000:]
     status = shardline(airflow_stack, "status", ref)
     assert status.returncode == 0, status.stderr
@@ -153,9 +163,7 @@ def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, stage
     assert run["conf"]["instance_count"] == 3
     states = {t["task_id"]: t["state"] for t in client.task_instances(PIPELINE, run_id)}
     assert states["plan_score"] == "skipped" and states["submit_score"] == "skipped", states
-    log = client._call("GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/plan_score/logs/1",
-                       params={"full_content": "true"})
-    text = str(log)
+    text = _task_log(airflow_stack, run_id, "plan_score")
     assert "dry run: 4 file(s)" in text and "would run 3 instance(s)" in text, text[-3000:]
     # The data engineer sees sample predictions before anything is submitted: the preview's table and summary.
     assert "preview of step score: model s3://" in text, text[-3000:]
