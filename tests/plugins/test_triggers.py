@@ -1,0 +1,35 @@
+"""The triggers hand no event back before their settle time (Airflow's defer/resume race)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from shardline.triggers import SETTLE_ENV, BackoffTrigger, settle_until
+
+
+async def _first_event(trigger):
+    async for event in trigger.run():
+        return event, time.time()
+
+
+def test_a_backoff_trigger_holds_its_event_until_the_settle_time():
+    not_before = time.time() + 0.5
+    event, fired_at = asyncio.run(_first_event(BackoffTrigger(0, {"attempt": 1}, not_before=not_before)))
+    assert event.payload == {"attempt": 1}
+    assert fired_at >= not_before
+
+
+def test_the_settle_time_survives_serialization():
+    trigger = BackoffTrigger(3, {"x": 1}, not_before=123.0)
+    path, kwargs = trigger.serialize()
+    assert path == "shardline.triggers.BackoffTrigger" and BackoffTrigger(**kwargs).not_before == 123.0
+
+
+def test_the_settle_window_is_ten_seconds_unless_set(monkeypatch):
+    monkeypatch.delenv(SETTLE_ENV, raising=False)
+    before = time.time()
+    assert before + 10 <= settle_until() <= time.time() + 10
+    monkeypatch.setenv(SETTLE_ENV, "0")  # what the demo sets for dag.test()
+    before = time.time()
+    assert before <= settle_until() <= time.time()
