@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -44,7 +45,27 @@ before launch:
 def _console() -> Console:
     # soft_wrap: long lines (commands to copy) are never broken in the middle.
     width = shutil.get_terminal_size(fallback=(120, 40)).columns  # honours COLUMNS, also when piped
-    return Console(width=max(100, width), highlight=False, soft_wrap=True)
+    # markup and emoji off: what is printed comes from the ledger, AWS and Airflow (file keys, error messages
+    # that echo input rows), and a key holding "[link=...]" or ":warning:" must print as it is written, not
+    # as a link or an icon. Styles are given as Text objects instead.
+    return Console(width=max(100, width), highlight=False, soft_wrap=True, markup=False, emoji=False)
+
+
+def printable(value: object, *, newlines: bool = False) -> str:
+    """``value`` as text that cannot drive the terminal: each non-printable character as its Python escape.
+
+    A file key or error message holding ESC (``\\x1b[2J`` clears the screen, ``\\x1b]8;;...`` makes a link),
+    a carriage return or a backspace (which overwrite what was printed), or a bidi override (which reorders
+    it) would otherwise let whoever wrote it hide or fake output. Escaping (``\\x1b``, ``\\r``, ``\\u202e``)
+    rather than dropping shows the operator that the text holds such a character, and which.
+    ``newlines`` keeps line breaks and tabs, for text that is made of lines (a preview's report).
+    """
+    text = "" if value is None else str(value)
+    if text.isprintable():
+        return text
+    keep = "\n\t" if newlines else ""
+    return "".join(ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
 
 
 def _duration(seconds: float | None) -> str:
@@ -69,9 +90,8 @@ STATUS_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "PARTIAL": "yellow", "CAN
                 "RUNNING": "cyan", "PLANNED": "cyan", "PENDING": "dim"}
 
 
-def _styled(status: str) -> str:
-    style = STATUS_STYLE.get(status)
-    return f"[{style}]{status}[/{style}]" if style else status
+def _styled(status: str | None) -> Text:
+    return Text(printable(status), style=STATUS_STYLE.get(status or "", ""))
 
 
 def _print_json(payload) -> None:
@@ -95,15 +115,18 @@ def cmd_runs(oncall, args) -> int:
         return EXIT_OK
     # Plain columns: the run name is copied into the next command, so it is never shortened; the message
     # gets what width is left (`shardline status RUN` prints it whole).
-    names = [f"{r.pipeline}/{r.run_id}" for r in rows]
+    names = [printable(f"{r.pipeline}/{r.run_id}") for r in rows]
     name_width = max(len("RUN"), *(len(n) for n in names))
-    status_width = max(len("STATUS"), *(len(r.status) for r in rows))
+    status_width = max(len("STATUS"), *(len(printable(r.status)) for r in rows))
     room = max(20, console.width - name_width - status_width - 2 * 16 - 8)
     console.print(f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  {'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
     for name, r in zip(names, rows, strict=True):
-        status = _styled(r.status) + " " * (status_width - len(r.status))
-        console.print(f"{name:<{name_width}}  {status}  {_when(r.started_at, False):<16}  "
-                      f"{_when(r.finished_at, False):<16}  {textwrap.shorten(r.message or '', room)}")
+        status = _styled(r.status)
+        status.pad_right(status_width - len(status))
+        console.print(Text.assemble(f"{name:<{name_width}}  ", status,
+                                    f"  {printable(_when(r.started_at, False)):<16}  "
+                                    f"{printable(_when(r.finished_at, False)):<16}  "
+                                    f"{printable(textwrap.shorten(r.message or '', room))}"))
     return EXIT_OK
 
 
@@ -115,27 +138,29 @@ def cmd_status(oncall, args) -> int:
         _print_json(view)
         return EXIT_OK
     console = _console()
-    console.print(f"run [bold]{view.ref}[/bold]: {_styled(view.status)}, started {_when(view.started_at)}"
-                  + (f", finished {_when(view.finished_at)}" if view.finished_at else ""))
+    console.print(Text.assemble("run ", (printable(view.ref), "bold"), ": ", _styled(view.status),
+                                printable(f", started {_when(view.started_at)}"
+                                          + (f", finished {_when(view.finished_at)}" if view.finished_at else ""))))
     if view.message:
-        console.print(f"  {view.message}")
+        console.print(f"  {printable(view.message)}")
     table = Table()
     for column in ("STEP", "STATUS", "ATTEMPT", "JOB", "FILES", "OK", "FAILED", "RUNNING", "PENDING", "ROWS OUT",
                    "ROWS/S", "ETA"):
         table.add_column(column, justify="right" if column not in ("STEP", "STATUS", "JOB") else "left")
     for s in view.steps:
-        table.add_row(s.name, _styled(s.status), str(s.attempt), s.job_status or "-", str(s.files),
-                      str(s.succeeded), str(s.failed), str(s.running), str(s.pending), f"{s.rows_out:,}",
-                      _rate(s.rows_per_second), _duration(s.eta_seconds))
+        table.add_row(printable(s.name), _styled(s.status), str(s.attempt), printable(s.job_status or "-"),
+                      str(s.files), str(s.succeeded), str(s.failed), str(s.running), str(s.pending),
+                      f"{s.rows_out:,}", _rate(s.rows_per_second), _duration(s.eta_seconds))
     console.print(table)
     for s in view.steps:
         if s.job_name:
-            console.print(f"step {s.name}, attempt {s.attempt}: job {s.job_name}")
+            console.print(printable(f"step {s.name}, attempt {s.attempt}: job {s.job_name}"))
     for s in view.steps:
         if s.message and s.status in ("FAILED", "PARTIAL", "CANCELLED"):
-            console.print(f"step {s.name}: {s.message}")
+            console.print(printable(f"step {s.name}: {s.message}"))
         if s.failed:
-            console.print(f"  see the {s.failed} failed file(s): shardline failed {view.ref} --step {s.name}")
+            console.print(printable(f"  see the {s.failed} failed file(s): shardline failed {view.ref} "
+                                    f"--step {s.name}"))
     return EXIT_OK
 
 
@@ -150,18 +175,19 @@ def cmd_failed(oncall, args) -> int:
         return EXIT_OK
     console = _console()
     if not files:
-        console.print(f"no failed or unfinished files in {ref}" + (f" step {args.step}" if args.step else ""))
+        console.print(printable(f"no failed or unfinished files in {ref}"
+                                + (f" step {args.step}" if args.step else "")))
         return EXIT_OK
-    table = Table(title=f"files of {ref} that did not succeed")
+    table = Table(title=Text(printable(f"files of {ref} that did not succeed")))
     for column in ("STEP", "FILE", "STATUS", "ATTEMPT", "HOST", "ERROR"):
         table.add_column(column, overflow="fold")
     for f in files:
         error = f"{f.error_class}: {f.error_message}" if f.error_class else "-"
-        table.add_row(f.step, f.input_key, _styled(f.status), str(f.attempt), f.host or "-",
-                      textwrap.shorten(error, 160))
+        table.add_row(printable(f.step), printable(f.input_key), _styled(f.status), str(f.attempt),
+                      printable(f.host or "-"), printable(textwrap.shorten(error, 160)))
     console.print(table)
     for step in sorted({f.step for f in files}):
-        console.print(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, step)}")
+        console.print(printable(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, step)}"))
     return EXIT_OK
 
 
@@ -176,18 +202,18 @@ def cmd_resubmit(oncall, args) -> int:
         return EXIT_OK
     console = _console()
     plan = result.plan
-    console.print(f"{len(plan.files)} file(s) of step {plan.step} selected ({plan.reason}):")
+    console.print(printable(f"{len(plan.files)} file(s) of step {plan.step} selected ({plan.reason}):"))
     for key in plan.files[:20]:
-        console.print(f"  {key}")
+        console.print(f"  {printable(key)}")
     if len(plan.files) > 20:
         console.print(f"  ... and {len(plan.files) - 20} more")
     if result.job_name and not args.dry_run:
-        console.print(f"submitted attempt {result.attempt} as job {result.job_name}")
+        console.print(printable(f"submitted attempt {result.attempt} as job {result.job_name}"))
     elif result.job_name:
-        console.print(f"would submit attempt {result.attempt} as job {result.job_name}")
-    console.print(result.airflow)
+        console.print(printable(f"would submit attempt {result.attempt} as job {result.job_name}"))
+    console.print(printable(result.airflow))
     if result.job_name and not args.dry_run:
-        console.print(f"follow it with: shardline status {ref}")
+        console.print(printable(f"follow it with: shardline status {ref}"))
     return EXIT_OK
 
 
@@ -197,15 +223,15 @@ def cmd_cancel(oncall, args) -> int:
     ref = RunRef.parse(args.run)
     if not args.yes:
         if not sys.stdin.isatty():
-            print(f"shardline cancel: refusing to cancel {ref} without a terminal to confirm on; pass --yes",
-                  file=sys.stderr)
+            print(printable(f"shardline cancel: refusing to cancel {ref} without a terminal to confirm on; "
+                            "pass --yes"), file=sys.stderr)
             return EXIT_USAGE
-        answer = input(f"cancel {ref}: stop its jobs and fail the DAG run? [y/N] ")
+        answer = input(printable(f"cancel {ref}: stop its jobs and fail the DAG run? [y/N] "))
         if answer.strip().lower() not in ("y", "yes"):
             print("not cancelled")
             return EXIT_ERROR
     for line in oncall.cancel(ref, args.reason):
-        print(line)
+        print(printable(line))
     return EXIT_OK
 
 
@@ -243,7 +269,7 @@ def cmd_preview(args) -> int:
         _print_json({"step": result.step, "model_uri": result.model_uri, "sample_uri": result.sample_uri,
                      "exit_code": result.exit_code, "report": result.report})
     else:
-        print(result.render(), end="")
+        print(printable(result.render(), newlines=True), end="")  # the sample's values are the input's own
     return EXIT_OK if result.ok else EXIT_ERROR
 
 
@@ -428,13 +454,13 @@ def main(argv: list[str] | None = None) -> int:
         oncall = OnCall.from_folder(args.dags_folder, airflow=AirflowClient.from_env())
         return args.handler(oncall, args)
     except (OnCallError, AirflowApiError, EmbeddedAwsError, PreviewError) as err:
-        print(f"shardline {args.command}: {err}", file=sys.stderr)
+        print(f"shardline {args.command}: {printable(err)}", file=sys.stderr)
         return EXIT_ERROR
     except (BotoCoreError, ClientError, PynamoDBException) as err:
         endpoint = os.environ.get("AWS_ENDPOINT_URL")
         where = f"the endpoint {endpoint} (AWS_ENDPOINT_URL)" if endpoint else \
             f"AWS (profile {os.environ.get('AWS_PROFILE', 'default')}, region {os.environ.get('AWS_REGION') or '?'})"
-        print(f"shardline {args.command}: AWS refused or could not be reached: {err}\n"
+        print(f"shardline {args.command}: AWS refused or could not be reached: {printable(err)}\n"
               f"  it talked to {where}; check AWS_PROFILE / AWS_REGION / AWS_ENDPOINT_URL and the table's name in "
               f"the pipeline specs under {args.dags_folder}", file=sys.stderr)
         return EXIT_ERROR
