@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import logging
 import os
+import secrets
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -44,6 +46,18 @@ from shardline_ui.airflow_plugin import _root_path
 
 PAGE = Path(__file__).with_name("static") / "oncall.html"
 ICON = Path(__file__).with_name("static") / "icon.svg"
+
+log = logging.getLogger(__name__)
+
+# Airflow shows the page in an iframe of its own UI, which the same API server serves: 'self' is Airflow's
+# origin, and no other site may frame the page (clickjacking the resubmit button). The JSON answers and the
+# icon get the same frame rule and may load nothing.
+FRAME_ANCESTORS = "frame-ancestors 'self'"
+API_CSP = f"default-src 'none'; {FRAME_ANCESTORS}"
+# The page: only its own inline script and style (they carry the per-answer nonce), fetches to this origin.
+# No 'unsafe-inline': text from the ledger that ever reached the DOM as markup could not run or restyle it.
+PAGE_CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+            f"img-src 'self'; base-uri 'none'; form-action 'none'; {FRAME_ANCESTORS}")
 
 _bearer = HTTPBearer(auto_error=False)
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -108,7 +122,52 @@ def _oncall(airflow: AirflowClient | None = None) -> OnCall:
 
 def _known(oncall: OnCall, pipeline: str) -> None:
     if pipeline not in oncall.specs:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline {pipeline!r} in {_dags_folder()}/pipelines")
+        # Not the folder's path: the server's file system is none of the reader's business.
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline {pipeline!r} among the specs in Airflow's "
+                                                       "DAGs folder")
+
+
+def json_body(request: Request) -> None:
+    """A dependency: a state-changing request declares its body as JSON, exactly.
+
+    ``application/json``, with at most a ``charset=utf-8`` parameter. A page on another site can send
+    ``text/plain`` (or a form encoding) with the user's cookies and no CORS preflight; it cannot send
+    ``application/json`` without one, which Airflow's API server grants only to the origins in
+    ``[api] access_control_allow_origins``. Exact, not a substring (``text/plain; application/json`` contains
+    one): what gets past does not depend on which bodies the framework's parser happens to accept.
+    """
+    declared = request.headers.getlist("content-type")
+    media, _, parameters = (declared[0] if len(declared) == 1 else "").partition(";")
+    parameters = parameters.replace(" ", "").lower()
+    if media.strip().lower() != "application/json" or parameters not in ("", "charset=utf-8", 'charset="utf-8"'):
+        got = ", ".join(declared)[:100] or "none"
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+                            f"send the body as JSON with the header Content-Type: application/json (got {got!r})")
+
+
+# AWS error codes that say what went wrong without saying where (the codes are AWS's documented names; the
+# messages that come with them carry ARNs, account ids and resource names, and stay in the server's log).
+_AWS_SUMMARIES = {
+    "could not find a table, bucket or job the pipeline spec names": {
+        "ResourceNotFoundException", "NoSuchBucket", "NoSuchKey", "TableNotFoundException"},
+    "refused the API server's AWS credentials": {
+        "AccessDenied", "AccessDeniedException", "UnrecognizedClientException", "InvalidClientTokenId",
+        "ExpiredToken", "ExpiredTokenException", "InvalidSignatureException", "SignatureDoesNotMatch"},
+    "is throttling the API server; try again shortly": {
+        "ThrottlingException", "Throttling", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
+        "SlowDown"},
+}
+
+
+def _aws_summary(err: Exception) -> str:
+    if isinstance(err, ClientError):
+        code = err.response.get("Error", {}).get("Code")
+    else:
+        code = getattr(err, "cause_response_code", None)  # PynamoDB's wrapper of a ClientError
+    for summary, codes in _AWS_SUMMARIES.items():
+        if code in codes:
+            return summary
+    return "could not be reached or refused the request"
 
 
 def _plain(value: Any) -> Any:
@@ -140,9 +199,24 @@ def create_app() -> FastAPI:
     @app.exception_handler(PynamoDBException)
     @app.exception_handler(BotoCoreError)
     @app.exception_handler(ClientError)
-    async def _aws_error(_request: Request, err: Exception) -> JSONResponse:
-        return JSONResponse({"detail": f"the ledger or the job backend could not be read: {err}"},
+    async def _aws_error(request: Request, err: Exception) -> JSONResponse:
+        # AWS's message names ARNs, account ids and roles: it goes to the server's log, where the operator of
+        # this Airflow finds it by the reference; the reader gets what kind of failure it was.
+        ref = secrets.token_hex(6)
+        log.error("Shardline on-call %s %r: AWS failed (ref %s): %s", request.method, request.url.path, ref, err,
+                  exc_info=err)
+        return JSONResponse({"detail": f"AWS (the ledger table or the job backend) {_aws_summary(err)}; the API "
+                                       f"server's log has the details, ref {ref}"},
                             status_code=status.HTTP_502_BAD_GATEWAY)
+
+    @app.middleware("http")
+    async def _security_headers(request: Request, call_next) -> Response:
+        response = await call_next(request)
+        # Every answer, errors too: a browser must never read a JSON answer as HTML or script.
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Content-Security-Policy", API_CSP)
+        response.headers.setdefault("X-Frame-Options", "SAMEORIGIN")  # frame-ancestors, for older browsers
+        return response
 
     # --- the page (no data in it: it fetches the endpoints below) ---
 
@@ -155,10 +229,13 @@ def create_app() -> FastAPI:
             return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)),
                                     status_code=status.HTTP_307_TEMPORARY_REDIRECT)
         base = request.scope.get("root_path", "").rstrip("/") + "/"
+        nonce = secrets.token_urlsafe(18)  # new for each answer, so a page cannot guess it
         body = PAGE.read_text(encoding="utf-8")
         body = body.replace("__SHARDLINE_BASE__", html.escape(base, quote=True))
         body = body.replace("__AIRFLOW_ROOT__", html.escape(_airflow_ui_root() + "/", quote=True))
-        return HTMLResponse(body, headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
+        body = body.replace("__CSP_NONCE__", nonce)
+        return HTMLResponse(body, headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
+                                           "Content-Security-Policy": PAGE_CSP.format(nonce=nonce)})
 
     @app.get("/icon.svg", include_in_schema=False)
     def icon() -> Response:
@@ -202,8 +279,10 @@ def create_app() -> FastAPI:
     # --- the action ---
 
     @app.post("/runs/{dag_id}/{run_id}/steps/{step}/resubmit",
-              # Authorized first, then written to Airflow's audit log (FastAPI resolves can_clear_tasks once).
-              dependencies=[Depends(can_clear_tasks), Depends(action_logging(event="shardline_resubmit"))])
+              # Authorized first, then the body's type checked, then written to Airflow's audit log (FastAPI
+              # resolves can_clear_tasks once): a request refused by either is not in the audit log.
+              dependencies=[Depends(can_clear_tasks), Depends(json_body),
+                            Depends(action_logging(event="shardline_resubmit"))])
     def resubmit(request: Request, user: ResubmitterDep, bearer: BearerDep, dag_id: str, run_id: str, step: str,
                  body: ResubmitBody) -> dict:
         """Start a new attempt of ``step`` with the chosen files (a dry run only says which).
@@ -211,8 +290,6 @@ def create_app() -> FastAPI:
         When the DAG run had already finished, the step's watch task is cleared through
         Airflow's REST API as the caller, so the run follows the new attempt.
         """
-        if "application/json" not in request.headers.get("content-type", ""):
-            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
         if body.all_failed == bool(body.files):
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                                 'choose exactly one: {"all_failed": true} or {"files": [...]}')
