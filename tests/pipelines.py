@@ -34,11 +34,11 @@ def stage_step(pipeline: str, ledger_table: str, model_dir: Path, tmp_path: Path
     for name, body in inputs.items():
         s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)
     tarball = tmp_path / "model.tar.gz"
-    synthetic.pack(model_dir, tarball)
+    sha = synthetic.pack(model_dir, tarball)
     s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
     spec = parse_spec({
         "pipeline": pipeline, "ledger_table": ledger_table,
-        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz"},
+        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
                    "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
                    "output": {"prefix": f"s3://{bucket}/out/"}, "resources": {"instance_count": 2}}],
     }, f"{pipeline}.yaml")

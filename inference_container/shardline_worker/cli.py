@@ -293,6 +293,10 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         log.warning("ignoring %d file(s) of unknown format, e.g. %s (readable: .parquet, .csv, .jsonl, "
                     "each optionally .gz)", len(ignored), ", ".join(ignored[:3]))
     artifact = prepare_model(args.model_dir, args.model_sha256, args.scratch_dir)
+    if not (args.model_sha256 or "").strip():
+        log.warning("the model is NOT pinned (no --model-sha256 / SHARDLINE_MODEL_SHA256; its sha256 is %s): "
+                    "whoever can write the model's S3 prefix chooses the code this job runs. Pin it in the spec "
+                    "with model.sha256 or model.versions", artifact.sha256)
     protocol = script_protocol(args, artifact.kind)
     if artifact.kind == "custom":
         report_requirements(Path(artifact.path))

@@ -24,28 +24,27 @@ from shardline.operators import (
     WatchStepSensor,
     mark_run_failed,
 )
-from shardline.spec import PipelineSpec, load_spec
+from shardline.spec import VERSION_PATTERN, PipelineSpec, input_override_pattern, load_spec, static_prefix
 
 SPEC_DIR = "pipelines"
 
 
-def _static_prefix(uri: str) -> str:
-    """The part of a templated URI before its first template, for the Asset (which cannot be templated)."""
-    head = uri.split("{{", 1)[0]
-    return head if head.endswith("/") else head.rsplit("/", 1)[0] + "/"
-
-
 def params_for(spec: PipelineSpec) -> dict[str, Param]:
+    """The trigger form. Each Param's schema allows only what the spec allows, so a bad conf is a 400
+    at trigger time that names the field, before anything runs."""
     first = spec.steps[0]
+    version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
     return {
         "input_prefix": Param(
             "", type="string", title="Input prefix",
-            description=f"s3:// prefix to read instead of the spec's ({first.input.prefix}); empty keeps it",
-            pattern=r"^$|^s3://[a-z0-9.\-]{3,63}(/.*)?$",
+            description=f"a folder under {static_prefix(first.input.prefix or '')} to read instead of the spec's "
+                        f"({first.input.prefix}); empty keeps it",
+            pattern=input_override_pattern(first),
         ),
         "model_version": Param(first.model.version, type="string", title="Model version",
-                               description="used where the model URI says {{ params.model_version }}",
-                               pattern=r"^[A-Za-z0-9._\-]+$"),
+                               description="used where the model URI says {{ params.model_version }}"
+                                           + ("; one of the versions the spec pins" if first.model.versions else ""),
+                               **version_schema),
         "instance_count": Param(None, type=["null", "integer"], minimum=1, maximum=100, title="Instance count",
                                 description="overrides every step's resources.instance_count"),
         "dry_run": Param(False, type="boolean", title="Dry run",
@@ -77,6 +76,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
             plan = PlanStepOperator(
                 task_id=f"plan_{step.name}", spec_path=str(spec_path), step=step.name,
                 input_prefix=input_prefix, output_prefix=step.output.prefix, model_uri=step.model.uri,
+                model_version="{{ params.model_version }}",
                 input_override="{{ params.input_prefix }}" if previous is None else "",
                 instances_override="{{ params.instance_count }}", dry_run="{{ params.dry_run }}",
             )
@@ -92,7 +92,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
             outputs[step.name] = step.output.prefix
         last = spec.steps[-1]
         report = ReportOperator(task_id="report", spec_path=str(spec_path), watch_task_ids=watch_ids,
-                                outlets=[Asset(_static_prefix(last.output.prefix))])
+                                outlets=[Asset(static_prefix(last.output.prefix))])
         previous >> report
     return dag
 

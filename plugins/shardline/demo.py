@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update({
             "AIRFLOW_HOME": str(work / "airflow"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(args.dags_folder),
+            # The pipeline runs from a copy of the DAG folder that pins the model the demo trains.
+            "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
             "SHARDLINE_LOCAL_ROOT": str(work / "local"),
         })
         say("preparing Airflow's metadata database (airflow db migrate)")
@@ -86,6 +87,22 @@ def main(argv: list[str] | None = None) -> int:
                        stderr=subprocess.DEVNULL)
         return run_pipeline(work, args.dags_folder, inject_failure=not args.no_failure, corrupt=args.corrupt,
                             files=args.files, rows=args.rows)
+
+
+def pin_model(dags: Path, copy: Path, sha: str) -> Path:
+    """A copy of the DAG folder whose pipeline pins the model just trained: the job refuses any other artifact."""
+    import shutil
+
+    import yaml
+
+    shutil.copytree(dags, copy)
+    path = copy / "pipelines" / f"{PIPELINE}.yaml"
+    data = yaml.safe_load(path.read_text())
+    model = data["steps"][0]["model"]
+    model.pop("allow_unpinned", None)
+    model["versions"] = {model.get("version", "v1"): sha}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return copy
 
 
 def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, files: int, rows: int) -> int:
@@ -113,7 +130,8 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     model_file = synthetic.train_xgboost(work / "model")
     sha = synthetic.pack(model_file.parent, work / "model.tar.gz")
     s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
-    print(f"    sha256 {sha}")
+    dags = pin_model(dags, work / "dags", sha)
+    print(f"    sha256 {sha}, pinned as model.versions.v1 in {dags / 'pipelines' / f'{PIPELINE}.yaml'}")
 
     stop = threading.Event()
     if inject_failure:

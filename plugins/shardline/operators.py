@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardline.decide import Action
 from shardline.naming import resubmit_command
-from shardline.spec import load_spec
+from shardline.spec import input_override_problem, load_spec, model_version_problem
 from shardline.triggers import BackoffTrigger, StepTrigger, event_for, settle_until
 
 
@@ -36,32 +36,47 @@ class _SpecMixin:
 class PlanStepOperator(_SpecMixin, BaseOperator):
     """List a step's inputs, write attempt 1's manifest and ledger records. Skips on empty input."""
 
-    template_fields = ("input_prefix", "output_prefix", "model_uri", "input_override", "instances_override",
-                       "dry_run")
+    template_fields = ("input_prefix", "output_prefix", "model_uri", "model_version", "input_override",
+                       "instances_override", "dry_run")
 
     def __init__(self, *, spec_path: str, step: str, input_prefix: str, output_prefix: str, model_uri: str,
-                 input_override: str = "", instances_override: Any = None, dry_run: Any = False, **kwargs):
+                 model_version: str = "", input_override: str = "", instances_override: Any = None,
+                 dry_run: Any = False, **kwargs):
         super().__init__(**kwargs)
         self.spec_path, self.step = spec_path, step
         self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
+        self.model_version = model_version
         self.input_override, self.instances_override, self.dry_run = input_override, instances_override, dry_run
 
     def execute(self, context):
         spec = self.spec
-        input_prefix = (self.input_override or "").strip() or self.input_prefix
+        step = spec.step(self.step)
+        override = (self.input_override or "").strip()
+        version = (self.model_version or "").strip() or step.model.version
+        # The Params' own schema refuses these at trigger time; checked again here, where they are used,
+        # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
+        problem = (input_override_problem(step, override) if override else None) or \
+            model_version_problem(step, version)
+        if problem:
+            raise AirflowFailException(problem)
+        if not (step.model.sha256 or step.model.versions):
+            self.log.warning("step %s: the model is NOT pinned (model.allow_unpinned): whoever can write %s "
+                             "chooses the code this job runs; pin it with model.sha256 or model.versions",
+                             self.step, self.model_uri)
+        input_prefix = override or self.input_prefix
         instances = int(self.instances_override) if str(self.instances_override or "").strip() not in ("", "None") \
-            else spec.step(self.step).resources.instance_count
+            else step.resources.instance_count
         run_id = context["run_id"]
         if str(self.dry_run).lower() == "true":
-            self._dry_run(spec, input_prefix, instances)
+            self._dry_run(spec, input_prefix, instances, version)
         attempt = _steps().plan(spec, self.step, run_id, input_prefix=input_prefix, output_prefix=self.output_prefix,
-                                model_uri=self.model_uri, instance_count=instances)
+                                model_uri=self.model_uri, instance_count=instances, model_version=version)
         if attempt is None:
             raise AirflowSkipException(f"no input files under {input_prefix}: nothing to do")
         return attempt
 
 
-    def _dry_run(self, spec, input_prefix: str, instances: int) -> None:
+    def _dry_run(self, spec, input_prefix: str, instances: int, model_version: str) -> None:
         """List the inputs and preview the model on a sample of the first one; submit nothing."""
         from shardline import runtime
         from shardline.planner import list_inputs
@@ -77,7 +92,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             raise AirflowSkipException(plan)
         try:
             preview = preview_step(spec, self.step, s3, model_uri=self.model_uri, input_uri=input_prefix,
-                                   objects=objects)
+                                   objects=objects, model_version=model_version)
         except PreviewError as err:
             raise AirflowFailException(f"{plan}. The preview could not run: {err}") from err
         self.log.info("%s", preview.render())
@@ -165,7 +180,14 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         )
 
     def resubmit(self, context, event: dict):
-        nxt = _steps().resubmit(self.spec, event["attempt"], event["retry_files"])
+        from shardline_ledger.orchestrator import StaleOrchestratorError
+
+        try:
+            nxt = _steps().resubmit(self.spec, event["attempt"], event["retry_files"])
+        except StaleOrchestratorError as err:
+            # An operator resubmitted (or cancelled) first: follow the step where it is now.
+            self.log.warning("%s", err)
+            return self._watch(context, _steps().resume(self.spec, event["attempt"]))
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt["attempt"], nxt["job_name"], nxt["files"])
         return self._watch(context, nxt)
 

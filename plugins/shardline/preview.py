@@ -93,10 +93,16 @@ def step_uris(spec: PipelineSpec, step: StepSpec, logical_date: dt.datetime, par
 
 
 def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, input_uri: str,
-                 rows: int = DEFAULT_ROWS, objects: list[S3Object] | None = None) -> PreviewResult:
+                 rows: int = DEFAULT_ROWS, objects: list[S3Object] | None = None,
+                 model_version: str | None = None) -> PreviewResult:
     """Run the step's model on the first ``rows`` rows of the first input under ``input_uri`` (a prefix,
-    or one object's URI). ``objects``: the prefix's listing, when the caller has it already."""
+    or one object's URI). ``objects``: the prefix's listing, when the caller has it already.
+    ``model_version``: the run's ``model_version`` Param, which picks the pinned digest."""
     step = spec.step(step_name)
+    try:
+        pin = step.model.pin_for(model_version)
+    except ValueError as err:
+        raise PreviewError(str(err)) from err
     sample = _first_input(s3, step, input_uri, objects)
     with tempfile.TemporaryDirectory(prefix="shardline-preview-") as tmp:
         root = Path(tmp)
@@ -110,8 +116,8 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
                    "--scratch-dir", str(root / "scratch"), "--host", "preview",
                    *worker_arguments(step), "--preview", str(rows), "--preview-json", str(report_path)]
         env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-        if step.model.sha256:
-            env["SHARDLINE_MODEL_SHA256"] = step.model.sha256
+        if pin:
+            env["SHARDLINE_MODEL_SHA256"] = pin
         env["PYTHONUNBUFFERED"] = "1"
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=600,
                               cwd=root, stdin=subprocess.DEVNULL)

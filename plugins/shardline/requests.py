@@ -29,6 +29,7 @@ class Attempt:
     output_prefix: str
     model_uri: str
     instance_count: int
+    model_version: str | None = None  # the run's model_version Param: picks the pinned digest
 
 
 def worker_arguments(step: StepSpec) -> list[str]:
@@ -76,8 +77,9 @@ def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt, reg
         "SHARDLINE_INPUT_URI": attempt.input_prefix,
         "SHARDLINE_OUTPUT_URI": attempt.output_prefix,
     }
-    if step.model.sha256:
-        env["SHARDLINE_MODEL_SHA256"] = step.model.sha256
+    pin = step.model.pin_for(attempt.model_version)
+    if pin:
+        env["SHARDLINE_MODEL_SHA256"] = pin
     if region:  # the worker writes to the ledger in the orchestrator's region, whatever the container assumes
         env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = region
     return env

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"  # short: names go into SageMaker job names (63 chars)
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
+# A model version becomes one segment of an S3 key: no "/", no "." or ".." segment, no spaces.
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+VERSION_TEMPLATE = "params.model_version"
 
 
 class SpecError(ValueError):
@@ -33,7 +36,13 @@ class ModelRef(_Strict):
     sha256: Annotated[str, Field(pattern=SHA256_PATTERN)] | None = Field(
         default=None, description="pinned digest of the artifact; the worker refuses anything else"
     )
-    version: str = Field(default="latest", description="default of the model_version Param")
+    versions: dict[Annotated[str, Field(pattern=VERSION_PATTERN)], Annotated[str, Field(pattern=SHA256_PATTERN)]] = \
+        Field(default={}, description="model_version -> pinned sha256, when model.uri uses {{ params.model_version }}")
+    version: Annotated[str, Field(pattern=VERSION_PATTERN)] = Field(
+        default="latest", description="default of the model_version Param")
+    allow_unpinned: bool = Field(
+        default=False, description="run a model with no pin (local backend only): anyone who can write the "
+                                   "model prefix then chooses the code that runs")
     content_type: Literal["text/csv", "application/json", "application/jsonlines", "application/x-npy"] = Field(
         default="text/csv", description="request body the script's input_fn gets")
     accept: Literal["text/csv", "application/json", "application/jsonlines", "application/x-npy"] | None = Field(
@@ -46,6 +55,44 @@ class ModelRef(_Strict):
         default=6.0, description="largest request body (Batch Transform's MaxPayloadInMB)")
     csv_header: bool = Field(default=False, description="start each text/csv body with a header line")
     allow_nan_predictions: bool = Field(default=False, description="write NaN predictions instead of failing the file")
+
+    @property
+    def versioned(self) -> bool:
+        """Whether the URI picks its version from the ``model_version`` Param."""
+        return VERSION_TEMPLATE in self.uri.replace(" ", "")
+
+    @model_validator(mode="after")
+    def _pinned(self) -> ModelRef:
+        if self.sha256 and self.versions:
+            raise ValueError("give model.sha256 (one artifact) or model.versions (one digest per version), not both")
+        if self.versioned and self.sha256:
+            raise ValueError("model.uri picks its version with {{ params.model_version }}, so one model.sha256 "
+                             "cannot pin it: list each version's digest under model.versions instead")
+        if self.versions and not self.versioned:
+            raise ValueError("model.versions needs a model.uri that uses {{ params.model_version }}")
+        if self.versions and self.version not in self.versions:
+            raise ValueError(f"model.version {self.version!r} has no digest in model.versions "
+                             f"(pinned: {', '.join(sorted(self.versions))})")
+        if not (self.sha256 or self.versions or self.allow_unpinned):
+            where = "model.versions (a sha256 per version)" if self.versioned else "model.sha256"
+            raise ValueError(f"the model is not pinned: give {where}, e.g. from `sha256sum model.tar.gz`. "
+                             "Only a trial on the local backend may set model.allow_unpinned: true")
+        return self
+
+    def pin_for(self, version: str | None) -> str | None:
+        """The sha256 the worker must find for ``version`` (the ``model_version`` Param), or None if unpinned.
+
+        Raises ValueError for a version that is not pinned, naming the ones that are.
+        """
+        if self.sha256:
+            return self.sha256
+        if not self.versions:
+            return None
+        chosen = version or self.version
+        if chosen not in self.versions:
+            raise ValueError(f"model_version {chosen!r} is not pinned in model.versions "
+                             f"(pinned: {', '.join(sorted(self.versions))}); add its sha256 to the spec")
+        return self.versions[chosen]
 
 
 class InputSpec(_Strict):
@@ -172,6 +219,10 @@ class PipelineSpec(_Strict):
                 "sagemaker.network_isolation cannot be used: the worker reports to DynamoDB. "
                 "Run in a VPC (sagemaker.vpc) with a DynamoDB gateway endpoint instead."
             )
+        unpinned = [f"steps[{i}].model.allow_unpinned" for i, s in enumerate(self.steps) if s.model.allow_unpinned]
+        if unpinned and self.backend != "local":
+            raise ValueError(f"{', '.join(unpinned)}: an unpinned model is accepted on the local backend only; "
+                             "pin it with model.sha256 or model.versions")
         if self.backend == "sagemaker" and not (self.sagemaker.role_arn and self.sagemaker.image_uri):
             raise ValueError("backend 'sagemaker' needs sagemaker.role_arn and sagemaker.image_uri")
         return self
@@ -181,6 +232,50 @@ class PipelineSpec(_Strict):
             if step.name == name:
                 return step
         raise KeyError(name)
+
+
+def static_prefix(uri: str) -> str:
+    """The part of a templated S3 URI before its first template, cut back to a folder (``s3://b/events/``)."""
+    head = uri.split("{{", 1)[0]
+    return head if head.endswith("/") else head.rsplit("/", 1)[0] + "/"
+
+
+def _regex_literal(text: str) -> str:
+    # Escapes only what JSON Schema's (ECMA) and Python's regexes both read as special.
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
+
+
+def input_override_pattern(step: StepSpec) -> str:
+    """The JSON-schema pattern of the ``input_prefix`` Param: empty, or a folder under the step's own prefix.
+
+    No segment may be empty, ``.`` or ``..``, so the override cannot climb out of that folder.
+    """
+    segment = r"(?!\.\.?(?:/|$))[^/\s]+"
+    return rf"^$|^{_regex_literal(static_prefix(step.input.prefix or ''))}(?:{segment}/)*(?:{segment})?$"
+
+
+def input_override_problem(step: StepSpec, uri: str) -> str | None:
+    """Why ``uri`` may not replace the step's input prefix, or None when it may (the Param's rule, in Python)."""
+    allowed = static_prefix(step.input.prefix or "")
+    if not uri.startswith(allowed):
+        return f"Param input_prefix {uri!r} is outside this pipeline's input folder {allowed}; the spec allows " \
+               "only prefixes under it"
+    rest = uri[len(allowed):]
+    parts = rest.split("/")
+    if any(p in ("", ".", "..") for p in parts[:-1]) or parts[-1] in (".", "..") or re.search(r"\s", rest):
+        return f"Param input_prefix {uri!r} has an empty, '.' or '..' segment or white space; give a plain folder " \
+               f"under {allowed}"
+    return None
+
+
+def model_version_problem(step: StepSpec, version: str) -> str | None:
+    """Why ``version`` may not be the run's ``model_version`` Param, or None when it may."""
+    if not re.fullmatch(VERSION_PATTERN, version):
+        return f"Param model_version {version!r} must match {VERSION_PATTERN} (one plain path segment)"
+    if step.model.versions and version not in step.model.versions:
+        return f"Param model_version {version!r} is not pinned in model.versions of step {step.name} " \
+               f"(pinned: {', '.join(sorted(step.model.versions))})"
+    return None
 
 
 def _field_path(location: tuple) -> str:
@@ -201,7 +296,11 @@ def parse_spec(data: object, source: str) -> PipelineSpec:
         return PipelineSpec.model_validate(data)
     except ValidationError as err:
         lines = []
-        for problem in err.errors():
+        problems = err.errors()
+        nested = {problem["loc"][:depth] for problem in problems for depth in range(1, len(problem["loc"]))}
+        for problem in problems:
+            if problem["type"] == "too_short" and problem["loc"] in nested:
+                continue  # "steps: at least 1 item" only echoes that the steps listed above are invalid
             field = _field_path(problem["loc"])
             message = re.sub(r"^Value error, ", "", problem["msg"])
             lines.append(f"  {field}: {message}")

@@ -175,6 +175,13 @@ def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, stage
     ({"instance_count": 0}, "instance_count"),
     ({"input_prefix": "/local/path"}, "input_prefix"),
     ({"dry_run": "maybe"}, "dry_run"),
+    # Trust boundary: a conf may not point the job at another bucket or climb out of the spec's prefix,
+    ({"input_prefix": "s3://someone-elses-bucket/events/"}, "input_prefix"),
+    ({"input_prefix": f"s3://{BUCKET}/events/../models/"}, "input_prefix"),
+    ({"input_prefix": f"s3://{BUCKET}/events//tmp/"}, "input_prefix"),
+    # nor pick a model outside the model prefix.
+    ({"model_version": "../../other-team/model"}, "model_version"),
+    ({"model_version": ".."}, "model_version"),
 ])
 def test_the_trigger_form_refuses_a_bad_conf_and_names_the_field(airflow_stack, conf, field):
     with pytest.raises(AirflowApiError) as err:

@@ -55,6 +55,8 @@ def bucket(aws_env):
 
 
 def _spec(bucket: str, **model) -> object:
+    if not (model.get("versions") or model.get("sha256")):
+        model.setdefault("allow_unpinned", True)  # these tests train a fresh model each time
     return parse_spec({
         "pipeline": "preview_test", "schedule": "@hourly",
         "steps": [{"name": "score",
@@ -65,10 +67,11 @@ def _spec(bucket: str, **model) -> object:
     }, "preview_test.yaml")
 
 
-def _upload_model(s3, bucket: str, model_dir: Path, tmp_path: Path, version: str = "v1") -> None:
+def _upload_model(s3, bucket: str, model_dir: Path, tmp_path: Path, version: str = "v1") -> str:
     tarball = tmp_path / f"model-{version}.tar.gz"
-    synthetic.pack(model_dir, tarball)
+    sha = synthetic.pack(model_dir, tarball)
     s3.upload_file(str(tarball), bucket, f"models/{version}/model.tar.gz")
+    return sha
 
 
 def _predictions(result) -> np.ndarray:

@@ -108,3 +108,25 @@ def test_default_model_settings_add_no_flags():
     from shardline.requests import model_arguments
 
     assert model_arguments(parse_spec(minimal(), "p.yaml").steps[0]) == []
+
+
+def test_the_job_carries_the_digest_pinned_for_the_runs_model_version():
+    data = minimal()
+    data["steps"][0]["model"] = {"uri": "s3://models/xgb/{{ params.model_version }}/model.tar.gz", "version": "v1",
+                                 "versions": {"v1": "1" * 64, "v2": "2" * 64}}
+    spec = parse_spec(data, "p.yaml")
+
+    def pinned(version):
+        return build_processing_request(spec, attempt(model_version=version), image_uri=IMAGE,
+                                        role_arn=ROLE)["Environment"]["SHARDLINE_MODEL_SHA256"]
+
+    assert (pinned("v2"), pinned("v1"), pinned(None)) == ("2" * 64, "1" * 64, "1" * 64)
+    with pytest.raises(ValueError, match="model_version 'v3' is not pinned"):
+        pinned("v3")
+
+
+def test_an_unpinned_local_model_sends_no_digest():
+    data = minimal()
+    data["steps"][0]["model"] = {"uri": "s3://models/xgb/model.tar.gz", "allow_unpinned": True}
+    request = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE, role_arn=ROLE)
+    assert "SHARDLINE_MODEL_SHA256" not in request["Environment"]

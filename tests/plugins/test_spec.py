@@ -78,7 +78,7 @@ def test_a_bad_field_is_named_with_the_file(mutate, field, words):
 def test_from_step_must_name_an_earlier_step():
     data = minimal()
     data["steps"].append({
-        "name": "post", "model": {"uri": "s3://m/x.tar.gz"}, "input": {"from_step": "nope"},
+        "name": "post", "model": {"uri": "s3://m/x.tar.gz", "sha256": SHA}, "input": {"from_step": "nope"},
         "output": {"prefix": "s3://data/post/"},
     })
     with pytest.raises(SpecError, match="reads from_step 'nope', which is not an earlier step"):
@@ -95,3 +95,128 @@ def test_invalid_yaml_names_the_file(tmp_path):
     path.write_text("pipeline: [unclosed\n")
     with pytest.raises(SpecError, match=r"broken\.yaml: not valid YAML"):
         load_spec(path)
+
+
+# -- Trust boundary: models are pinned, and trigger Params stay inside what the spec allows ---------------
+
+OTHER = "b" * 64
+
+
+def _model(**model) -> dict:
+    data = minimal()
+    data["steps"][0]["model"] = model
+    return data
+
+
+def test_an_unpinned_model_is_an_import_error_naming_the_field():
+    with pytest.raises(SpecError) as err:
+        parse_spec(_model(uri="s3://models/xgb/model.tar.gz"), "p.yaml")
+    assert "steps[0].model" in str(err.value) and "model.sha256" in str(err.value)
+    assert "allow_unpinned" in str(err.value)
+    with pytest.raises(SpecError, match=r"model\.versions"):  # a versioned URI is pinned per version
+        parse_spec(_model(uri="s3://models/xgb/{{ params.model_version }}/model.tar.gz", version="v1"), "p.yaml")
+
+
+def test_allow_unpinned_is_accepted_on_the_local_backend_only():
+    data = _model(uri="s3://models/xgb/model.tar.gz", allow_unpinned=True)
+    assert parse_spec(data, "p.yaml").steps[0].model.pin_for(None) is None
+    data.update(backend="sagemaker", sagemaker={"role_arn": "arn:aws:iam::123456789012:role/r",
+                                                "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1"})
+    with pytest.raises(SpecError, match=r"steps\[0\]\.model\.allow_unpinned: an unpinned model is accepted on "
+                                        r"the local backend only"):
+        parse_spec(data, "p.yaml")
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ({"uri": "s3://m/{{ params.model_version }}/model.tar.gz", "sha256": SHA}, "cannot pin it"),
+    ({"uri": "s3://m/model.tar.gz", "versions": {"v1": SHA}}, "needs a model.uri that uses"),
+    ({"uri": "s3://m/{{ params.model_version }}/model.tar.gz", "version": "v3", "versions": {"v1": SHA}},
+     "model.version 'v3' has no digest"),
+    ({"uri": "s3://m/{{ params.model_version }}/m.tar.gz", "version": "v1", "versions": {"v1": SHA, "../x": SHA}},
+     "steps[0].model.versions"),
+    ({"uri": "s3://m/{{ params.model_version }}/m.tar.gz", "version": "..", "allow_unpinned": True},
+     "steps[0].model.version"),
+])
+def test_a_model_pin_that_cannot_hold_is_an_import_error(model, words):
+    with pytest.raises(SpecError) as err:
+        parse_spec(_model(**model), "p.yaml")
+    assert words in str(err.value), str(err.value)
+
+
+def test_the_model_version_param_picks_its_pinned_digest():
+    model = parse_spec(_model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1",
+                              versions={"v1": SHA, "v2": OTHER}), "p.yaml").steps[0].model
+    assert (model.pin_for(None), model.pin_for("v1"), model.pin_for("v2")) == (SHA, SHA, OTHER)
+    with pytest.raises(ValueError, match=r"model_version 'v9' is not pinned in model.versions \(pinned: v1, v2\)"):
+        model.pin_for("v9")
+
+
+def _first_step(prefix: str, **model):
+    data = minimal()
+    data["steps"][0]["input"]["prefix"] = prefix
+    data["steps"][0]["model"].update(model)
+    return parse_spec(data, "p.yaml").steps[0]
+
+
+@pytest.mark.parametrize(("override", "allowed"), [
+    ("s3://data/events/", True),
+    ("s3://data/events/dt=2026-11-01/hour=03/", True),
+    ("s3://data/events/backfill", True),
+    ("s3://data/events/a..b/", True),  # ".." inside a name is just a name
+    ("s3://data/eventsX/", False),
+    ("s3://other-bucket/events/", False),
+    ("s3://data/events/../models/", False),
+    ("s3://data/events/./x/", False),
+    ("s3://data/events//tmp/x", False),
+    ("s3://data/events/..", False),
+    ("s3://data/events/a b/", False),
+    ("/local/path", False),
+])
+def test_input_override_path_escape_is_refused_by_the_param_and_at_plan_time(override, allowed):
+    from airflow.sdk.definitions.param import ParamValidationError
+    from shardline.dag_factory import params_for
+    from shardline.spec import input_override_problem
+
+    step = _first_step("s3://data/events/dt={{ ds }}/hour={{ logical_date.strftime('%H') }}/")
+    spec_with_step = parse_spec({**minimal(), "steps": [step.model_dump()]}, "p.yaml")
+    param = params_for(spec_with_step)["input_prefix"]
+    assert (input_override_problem(step, override) is None) is allowed
+    if allowed:
+        assert param.resolve(override) == override
+    else:
+        with pytest.raises(ParamValidationError):
+            param.resolve(override)
+
+
+@pytest.mark.parametrize(("version", "allowed"), [
+    ("v1", True), ("2026-11-01.3", True), ("..", False), ("../../other/model", False), ("v1/../../x", False),
+    (".hidden", False), ("", False),
+])
+def test_model_version_param_refuses_path_segments(version, allowed):
+    from airflow.sdk.definitions.param import ParamValidationError
+    from shardline.dag_factory import params_for
+    from shardline.spec import model_version_problem
+
+    spec = parse_spec(_model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1",
+                             allow_unpinned=True), "p.yaml")
+    assert (model_version_problem(spec.steps[0], version) is None) is allowed
+    param = params_for(spec)["model_version"]
+    if allowed:
+        assert param.resolve(version) == version
+    else:
+        with pytest.raises(ParamValidationError):
+            param.resolve(version)
+
+
+def test_a_pinned_versions_table_makes_the_model_version_param_a_choice():
+    from airflow.sdk.definitions.param import ParamValidationError
+    from shardline.dag_factory import params_for
+    from shardline.spec import model_version_problem
+
+    spec = parse_spec(_model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1",
+                             versions={"v1": SHA, "v2": OTHER}), "p.yaml")
+    param = params_for(spec)["model_version"]
+    assert param.resolve("v2") == "v2"
+    with pytest.raises(ParamValidationError):
+        param.resolve("v3")  # a well-formed version with no digest is refused too
+    assert "not pinned in model.versions" in model_version_problem(spec.steps[0], "v3")
