@@ -132,23 +132,27 @@ def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: 
 
 
 def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                  input_keys: Iterable[tuple[str, int]], plan_json: str | None = None,
-                  after: int | None = None) -> int:
-    """Move the STEP item to ``attempt`` and write a PENDING FILE item for each input.
+                  input_keys: Iterable[tuple[str, int]], plan_json: str | None = None, *,
+                  after: int | None = None, reopen_cancelled: bool = False) -> int:
+    """Move the STEP item from attempt ``after`` to ``attempt`` and write a PENDING FILE item per input.
 
-    The STEP update is conditional (attempt only moves forward), so two tries of the
-    same task cannot both plan; re-planning the same attempt is idempotent. FILE items
-    go in BatchWrite calls of 25. ``plan_json`` records what the step was planned with.
-    Returns the number of files written.
+    Strictly forward and exclusive: attempt 1 needs a step never planned, attempt N needs the
+    step still at ``after`` (default N-1). Of two planners racing for one attempt (a sensor and
+    an operator's resubmission, two tries of one task) exactly one wins; the other gets
+    :class:`StaleOrchestratorError` and writes nothing. So the winner's FILE items go in plain
+    BatchWrite calls of 25: no attempt-N item can exist before its STEP update, and an older
+    attempt's instance cannot claim a file back from it (claims only move forward).
 
-    The sensor's own retries never reopen a step an operator cancelled. An operator's
-    resubmission passes ``after`` (the attempt it saw as the newest): if anyone moved the
-    step meanwhile, it loses instead of rewriting their attempt.
+    A cancelled step stays cancelled unless ``reopen_cancelled`` (an operator's resubmission).
+    ``plan_json`` records what the step was planned with. Returns the number of files written.
     """
+    after = attempt - 1 if after is None else after
+    condition = model.attempt.does_not_exist() if after == 0 else (model.attempt == after)
+    if not reopen_cancelled:
+        condition &= model.status != StepStatus.CANCELLED.value
     pk = run_pk(pipeline, run_id)
-    step_item = model(pk, step_sk(step))
     try:
-        step_item.update(
+        model(pk, step_sk(step)).update(
             actions=[
                 *([model.plan_json.set(plan_json)] if plan_json else []),
                 model.attempt.set(attempt),
@@ -160,37 +164,97 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
                 model.message.remove(),
                 model.finished_at.remove(),
             ],
-            condition=_attempt_condition(model, attempt, after),
+            condition=condition,
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
             raise StaleOrchestratorError(
-                f"step {step} of run {run_id} moved on (past attempt {after if after is not None else attempt}, "
-                f"or cancelled) while attempt {attempt} was being planned; not planning it"
+                f"step {step} of run {run_id} is no longer at attempt {after} (someone planned attempt {attempt} "
+                f"or later first, or cancelled it): not planning attempt {attempt}"
             ) from err
         raise
     items = [model(pk, file_sk(step, key), status=FileStatus.PENDING.value, attempt=attempt, input_key=key,
                    bytes_in=size) for key, size in input_keys]
-    chunks = [items[i:i + WRITE_CHUNK] for i in range(0, len(items), WRITE_CHUNK)]
+    _parallel(items, _batch_save(model))
+    return len(items)
 
+
+def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                     input_keys: Iterable[tuple[str, int]]) -> int:
+    """Finish planning ``attempt``, which the STEP item already holds but whose job never started.
+
+    A planner that died between its STEP update and its job submission leaves this for its
+    retry. Here each FILE write is conditional, because a late retry must never reset a file
+    that the attempt's job (submitted by someone else meanwhile) already claimed or finished:
+    only a missing item, an older attempt's item, or this attempt's PENDING item is written.
+    Returns the number of files written.
+    """
+    pk = run_pk(pipeline, run_id)
+    try:  # still this attempt's, and not cancelled
+        model(pk, step_sk(step)).update(
+            actions=[model.started_at.set(_now())],
+            condition=(model.attempt == attempt) & (model.status == StepStatus.PLANNED.value),
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            raise StaleOrchestratorError(
+                f"step {step} of run {run_id} is no longer a planned attempt {attempt}: not re-planning it") from err
+        raise
+    written = []
+
+    def write(key_and_size: tuple[str, int]) -> None:
+        key, size = key_and_size
+        try:
+            model(pk, file_sk(step, key)).update(
+                actions=[model.status.set(FileStatus.PENDING.value), model.attempt.set(attempt),
+                         model.input_key.set(key), *([model.bytes_in.set(size)] if size else [])],
+                condition=model.attempt.does_not_exist() | (model.attempt < attempt)
+                | ((model.attempt == attempt) & (model.status == FileStatus.PENDING.value)),
+            )
+            written.append(key)
+        except UpdateError as err:
+            if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+                raise
+
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        list(pool.map(write, list(input_keys)))
+    return len(written)
+
+
+def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                reason: str) -> bool:
+    """Mark the step CANCELLED, fenced on the attempt the operator saw, if it has not ended.
+
+    Returns False when the step moved to another attempt or ended meanwhile: that state stands,
+    and the operator looks again.
+    """
+    try:
+        model(run_pk(pipeline, run_id), step_sk(step)).update(
+            actions=[model.status.set(StepStatus.CANCELLED.value), model.message.set(reason[:2000] or None),
+                     model.finished_at.set(_now())],
+            condition=(model.attempt == attempt) & model.status.is_in(
+                *[s.value for s in StepStatus if s not in STEP_TERMINAL]),
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
+
+
+def _batch_save(model: type[LedgerItem]):
     def write(chunk: list[LedgerItem]) -> None:
         with model.batch_write() as batch:  # 25 items a call; unprocessed items are retried
             for item in chunk:
                 batch.save(item)
+    return write
 
+
+def _parallel(items: list[LedgerItem], write) -> None:
     # BatchWrite calls are independent: a few in parallel plan a 100k-file step in seconds, not minutes.
+    chunks = [items[i:i + WRITE_CHUNK] for i in range(0, len(items), WRITE_CHUNK)]
     with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, max(1, len(chunks)))) as pool:
         list(pool.map(write, chunks))
-    return len(items)
-
-
-def _attempt_condition(model, attempt: int, after: int | None):
-    if after is not None:
-        return model.attempt == after
-    moves_forward = model.attempt.does_not_exist() | (model.attempt <= attempt)
-    if attempt == 1:
-        return moves_forward
-    return moves_forward & (model.status != StepStatus.CANCELLED.value)
 
 
 @dataclasses.dataclass(frozen=True)

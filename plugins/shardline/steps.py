@@ -14,7 +14,14 @@ import json
 import logging
 import time
 
-from shardline_ledger.orchestrator import ensure_run, finish_step, read_step, set_run_status, start_attempt
+from shardline_ledger.orchestrator import (
+    continue_attempt,
+    ensure_run,
+    finish_step,
+    read_step,
+    set_run_status,
+    start_attempt,
+)
 from shardline_ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
 
 from shardline import naming, runtime
@@ -44,27 +51,35 @@ def policy_for(spec: PipelineSpec, step: str) -> Policy:
 
 
 # What a step was planned with: enough to build any later attempt without Airflow's XCom.
-PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "model_uri", "requested_instances")
+PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "model_uri", "model_version",
+               "requested_instances")
 
 # How the sensor's outcome is recorded on the STEP item.
 OUTCOME_STATUS = {"ADVANCE": StepStatus.SUCCEEDED, "PARTIAL": StepStatus.PARTIAL, "FAIL": StepStatus.FAILED,
                   "TIMEOUT": StepStatus.FAILED}
 
 
-def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int,
-                 after: int | None = None) -> dict:
-    """Write the attempt's manifest and ledger records; return the attempt dict (not yet submitted)."""
+def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int, *,
+                 after: int | None = None, reopen_cancelled: bool = False, replan: bool = False) -> dict:
+    """Write the attempt's ledger records and manifest; return the attempt dict (not yet submitted).
+
+    ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
+    ``replan``: the STEP item holds this attempt already, but its job was never submitted.
+    """
     step = spec.step(base["step"])
     count = choose_instance_count(instances, len(objects))
     ordered = manifest_order(objects, count, step.sharding)
     manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt)
     bucket, _ = parse_s3_uri(base["input_prefix"])
-    plan_fields = {k: base[k] for k in PLAN_FIELDS}
+    plan_fields = {k: base.get(k) for k in PLAN_FIELDS}
     model = runtime.ledger_model(spec)
+    keys = [(f"s3://{bucket}/{o.key}", o.size) for o in ordered]
     # The fenced ledger write first: whoever loses a race for this attempt writes no manifest.
-    start_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt,
-                  [(f"s3://{bucket}/{o.key}", o.size) for o in ordered], plan_json=json.dumps(plan_fields),
-                  after=after)
+    if replan:
+        continue_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt, keys)
+    else:
+        start_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt, keys,
+                      plan_json=json.dumps(plan_fields), after=after, reopen_cancelled=reopen_cancelled)
     write_manifest(runtime.s3_client(spec), manifest_uri, manifest_body(base["input_prefix"], [o.key for o in ordered]))
     if attempt > 1:  # a resubmission reopens a run that may already have been marked failed
         set_run_status(model, base["pipeline"], base["run_id"], StepStatus.RUNNING)
@@ -74,7 +89,7 @@ def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, in
 
 
 def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, output_prefix: str, model_uri: str,
-         instance_count: int) -> dict | None:
+         instance_count: int, model_version: str | None = None) -> dict | None:
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
     s = spec.step(step)
     started = time.monotonic()
@@ -85,10 +100,11 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
         return None
     ensure_run(runtime.ledger_model(spec), spec.pipeline, run_id)
     base = {"pipeline": spec.pipeline, "run_id": run_id, "step": step, "input_prefix": _dir(input_prefix),
-            "output_prefix": _dir(output_prefix), "model_uri": model_uri, "requested_instances": instance_count}
-    number, todo = _what_to_plan(spec, base, objects)
+            "output_prefix": _dir(output_prefix), "model_uri": model_uri, "model_version": model_version,
+            "requested_instances": instance_count}
+    number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:
-        attempt = _new_attempt(spec, base, number, todo, instance_count)
+        attempt = _new_attempt(spec, base, number, todo, instance_count, after=number - 1, replan=replan)
     else:  # planned before, and every input has succeeded since: adopt that attempt
         attempt = latest_attempt(spec, spec.pipeline, run_id, step)
         log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
@@ -100,8 +116,8 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     return {**attempt, "planning": timing}
 
 
-def _what_to_plan(spec: PipelineSpec, base: dict, objects: list[S3Object]) -> tuple[int, list[S3Object]]:
-    """The attempt number to plan, and the inputs it takes.
+def _what_to_plan(spec: PipelineSpec, base: dict, objects: list[S3Object]) -> tuple[int, list[S3Object], bool]:
+    """The attempt number to plan, the inputs it takes, and whether it re-plans an attempt never submitted.
 
     The first plan takes every input. A plan task that runs again (retried, or cleared
     because an upstream step was resubmitted) must not start the step over: it takes only
@@ -113,15 +129,15 @@ def _what_to_plan(spec: PipelineSpec, base: dict, objects: list[S3Object]) -> tu
     records = read_step(runtime.ledger_model(spec), base["pipeline"], base["run_id"], base["step"])
     latest = int(records.step.attempt or 0) if records.step else 0
     if latest == 0:
-        return 1, objects
+        return 1, objects, False
     bucket, _ = parse_s3_uri(base["input_prefix"])
     done = {f.input_key for f in records.files if f.status == FileStatus.SUCCEEDED}
     todo = [o for o in objects if f"s3://{bucket}/{o.key}" not in done]
     try:
         runtime.backend_for(spec).describe(naming.job_name(base["pipeline"], base["run_id"], base["step"], latest))
     except JobNotFound:
-        return latest, todo
-    return latest + 1, todo
+        return latest, todo, True
+    return latest + 1, todo, False
 
 
 def _dir(uri: str) -> str:
@@ -176,14 +192,47 @@ def stop(spec: PipelineSpec, attempt: dict) -> None:
 def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str], *, by_operator: bool = False) -> dict:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
-    ``by_operator``: the attempt must still be the newest (two operators cannot both
-    resubmit it), and a cancelled step may be reopened.
+    Fenced on ``attempt``: the step must still be at it, so a sensor and an operator cannot
+    both plan the next one (the loser gets StaleOrchestratorError). ``attempt``'s job is stopped,
+    and waited for, before the next one is planned: two attempts never run at once.
+    ``by_operator``: a cancelled step may be reopened.
     """
+    stop_and_wait(spec, attempt)
     bucket, _ = parse_s3_uri(attempt["input_prefix"])
     objects = [S3Object(key[len(f"s3://{bucket}/"):], 0) for key in retry_keys]
     nxt = _new_attempt(spec, attempt, attempt["attempt"] + 1, objects, attempt["requested_instances"],
-                       after=attempt["attempt"] if by_operator else None)
+                       after=attempt["attempt"], reopen_cancelled=by_operator)
     return submit(spec, nxt)
+
+
+STOP_WAIT_SECONDS = 900.0  # SageMaker takes a minute or two to stop a job
+
+
+def stop_and_wait(spec: PipelineSpec, attempt: dict, timeout: float = STOP_WAIT_SECONDS,
+                  poll: float = 5.0) -> None:
+    """Stop the attempt's job if it still runs, and return once it has ended.
+
+    Raises RuntimeError if it has not ended by ``timeout``: the next attempt must not start
+    beside it (the task's retry tries again later).
+    """
+    from shardline.backends import JobNotFound
+
+    backend = runtime.backend_for(spec)
+    try:
+        state = backend.describe(attempt["job_name"])
+    except JobNotFound:
+        return
+    if state.status.is_terminal:
+        return
+    log.warning("stopping job %s (attempt %d) before the next attempt starts", attempt["job_name"],
+                attempt["attempt"])
+    backend.stop(attempt["job_name"])
+    deadline = time.monotonic() + timeout
+    while not (state := backend.describe(attempt["job_name"])).status.is_terminal:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"job {attempt['job_name']} is still {state.status.value} {timeout:.0f}s after it was "
+                               "asked to stop; the next attempt waits for it to end")
+        time.sleep(poll)
 
 
 def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
@@ -227,7 +276,10 @@ def resume(spec: PipelineSpec, attempt: dict) -> dict:
                       if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
         log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest,
                     attempt["step"])
-        return resubmit(spec, {**attempt, "attempt": latest - 1}, unfinished)
+        bucket, _ = parse_s3_uri(attempt["input_prefix"])
+        objects = [S3Object(key[len(f"s3://{bucket}/"):], 0) for key in unfinished]
+        return submit(spec, _new_attempt(spec, attempt, latest, objects, attempt["requested_instances"],
+                                         replan=True))
     log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
     return {**attempt, "attempt": latest, "job_name": name, "submitted_at": state.created_at or time.time(),
             "manifest_uri": naming.manifest_key(attempt["output_prefix"], attempt["run_id"], attempt["step"], latest)}
