@@ -17,11 +17,14 @@ Kinds, in order of precedence when several are present:
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import logging
+import shutil
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,9 +73,7 @@ def prepare_model(model_dir: Path, expected_sha256: str | None, scratch: Path) -
     root = model_dir
     if tarball.is_file():
         verified = _verify(tarball, expected)
-        root = scratch / f"model-{verified[:16]}"
-        if not root.is_dir():
-            _extract(tarball, root)
+        root = _extract(tarball, scratch, prefix=f"model-{verified[:16]}-")
 
     kind, path = detect_kind(root)
     if verified is None:
@@ -96,16 +97,23 @@ def _verify(path: Path, expected: str | None) -> str:
     return actual
 
 
-def _extract(tarball: Path, dest: Path) -> None:
-    staging = dest.with_name(dest.name + ".partial")
-    staging.mkdir(parents=True, exist_ok=True)
+def _extract(tarball: Path, scratch: Path, prefix: str) -> Path:
+    """Unpack into a new directory of our own (mode 0700) under ``scratch``, and return it.
+
+    Never into a path that may exist already: whoever can write to a shared scratch dir could
+    have filled it beforehand with code of theirs, which the model would then load.
+    """
+    scratch.mkdir(parents=True, exist_ok=True)
+    dest = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch))
+    # Nothing reuses it, so it goes with this process, not with the scratch dir's next cleanup.
+    atexit.register(shutil.rmtree, dest, ignore_errors=True)
     try:
         with tarfile.open(tarball, "r:gz") as archive:
             # The "data" filter refuses absolute paths, .. and device files.
-            archive.extractall(staging, filter="data")
+            archive.extractall(dest, filter="data")
     except (tarfile.TarError, OSError, EOFError) as err:
         raise SetupError(f"cannot extract {tarball}: {err}") from err
-    staging.rename(dest)
+    return dest
 
 
 def detect_kind(root: Path) -> tuple[str, Path]:

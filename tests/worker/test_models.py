@@ -125,6 +125,23 @@ def test_prepare_model_refuses_a_tarball_before_unpacking_it(tmp_path, xgboost_m
     assert not (tmp_path / "scratch").exists() or not any((tmp_path / "scratch").iterdir())
 
 
+def test_prepare_model_never_loads_a_prefilled_extraction_dir_and_unpacks_into_a_private_one(tmp_path,
+                                                                                          xgboost_model):
+    model_dir, scratch = tmp_path / "model", tmp_path / "scratch"
+    digest = synthetic.pack(xgboost_model.parent, model_dir / "model.tar.gz")
+    # Another user of a shared scratch dir plants code where the digest says the model would be unpacked.
+    planted = scratch / f"model-{digest[:16]}"
+    write_inference_script(planted, "raise SystemExit('planted code ran')\n")
+    artifact = prepare_model(model_dir, digest, scratch)
+    assert artifact.kind == "xgboost", artifact
+    root = Path(artifact.root)
+    assert root != planted and not Path(artifact.path).is_relative_to(planted)
+    assert root.parent == scratch
+    assert root.stat().st_mode & 0o777 == 0o700
+    # Each run unpacks afresh: a directory left by an earlier run is not reused either.
+    assert Path(prepare_model(model_dir, digest, scratch).root) != root
+
+
 # -- end to end, one run per model kind ---------------------------------------------------------------------
 
 
