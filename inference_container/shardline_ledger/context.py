@@ -18,6 +18,8 @@ ENV_STEP = "SHARDLINE_STEP"
 ENV_ATTEMPT = "SHARDLINE_ATTEMPT"
 ENV_INPUT_URI = "SHARDLINE_INPUT_URI"
 ENV_OUTPUT_URI = "SHARDLINE_OUTPUT_URI"
+ENV_RETENTION_DAYS = "SHARDLINE_LEDGER_RETENTION_DAYS"
+DEFAULT_RETENTION_DAYS = 90  # as shardline_ledger.table's; repeated here to keep this module import-free
 REQUIRED_ENV = (ENV_PIPELINE, ENV_RUN_ID, ENV_STEP, ENV_ATTEMPT)
 
 
@@ -40,6 +42,7 @@ class LedgerContext:
     attempt: int
     input_uri: str = ""  # S3 prefix the instance's input dir mirrors; prefixes file keys
     output_uri: str = ""
+    retention_days: int = DEFAULT_RETENTION_DAYS  # the items it writes expire this long after
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LedgerContext | None:
@@ -60,6 +63,9 @@ class LedgerContext:
             raise LedgerConfigError(f"{ENV_ATTEMPT} must be an integer, got {env[ENV_ATTEMPT]!r}") from err
         if attempt < 1:
             raise LedgerConfigError(f"{ENV_ATTEMPT} must be >= 1, got {attempt}")
+        retention = env.get(ENV_RETENTION_DAYS, "").strip() or str(DEFAULT_RETENTION_DAYS)
+        if not retention.isdigit() or int(retention) < 1:
+            raise LedgerConfigError(f"{ENV_RETENTION_DAYS} must be a whole number of days >= 1, got {retention!r}")
         return cls(
             table=table,
             pipeline=env[ENV_PIPELINE],
@@ -68,6 +74,7 @@ class LedgerContext:
             attempt=attempt,
             input_uri=env.get(ENV_INPUT_URI, ""),
             output_uri=env.get(ENV_OUTPUT_URI, ""),
+            retention_days=int(retention),
         )
 
     def input_key(self, relative_path: str) -> str:

@@ -53,7 +53,7 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
     item's own start time, so the entry is written exactly once under one key.
     """
     item = model(run_pk(pipeline, run_id), RUN_SK, pipeline=pipeline, run_id=run_id,
-                 status=StepStatus.RUNNING.value, started_at=_now())
+                 status=StepStatus.RUNNING.value, started_at=_now(), expires_at=model.expiry())
     try:
         item.save(condition=model.pk.does_not_exist())
     except PutError as err:
@@ -63,7 +63,8 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
     sk = runs_index_sk(item.started_at.isoformat(), pipeline, run_id)
     with model.batch_write() as batch:  # all runs, and this pipeline's runs
         for index in (RUNS_PK, runs_pk(pipeline)):
-            batch.save(model(index, sk, pipeline=pipeline, run_id=run_id, started_at=item.started_at))
+            batch.save(model(index, sk, pipeline=pipeline, run_id=run_id, started_at=item.started_at,
+                             expires_at=model.expiry()))
 
 
 def list_runs(model: type[LedgerItem], pipeline: str | None = None, limit: int = 20) -> list[LedgerItem]:
@@ -105,7 +106,7 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     try:
         model(run_pk(pipeline, run_id), step_sk(step)).update(
             actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
-                     model.finished_at.set(_now())],
+                     model.finished_at.set(_now()), model.expires_at.set(model.expiry())],
             condition=(model.attempt == attempt) & (model.status != StepStatus.CANCELLED.value),
         )
     except UpdateError as err:
@@ -121,7 +122,8 @@ def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: 
     try:
         model(run_pk(pipeline, run_id), RUN_SK).update(
             actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
-                     model.finished_at.set(_now()) if status in STEP_TERMINAL else model.finished_at.remove()],
+                     model.finished_at.set(_now()) if status in STEP_TERMINAL else model.finished_at.remove(),
+                     model.expires_at.set(model.expiry())],
             condition=(model.status == StepStatus.RUNNING.value) if only_if_running else None,
         )
     except UpdateError as err:
@@ -163,6 +165,7 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
                 model.started_at.set(_now()),
                 model.message.remove(),
                 model.finished_at.remove(),
+                model.expires_at.set(model.expiry()),
             ],
             condition=condition,
         )
@@ -173,8 +176,9 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
                 f"or later first, or cancelled it): not planning attempt {attempt}"
             ) from err
         raise
+    expires = model.expiry()
     items = [model(pk, file_sk(step, key), status=FileStatus.PENDING.value, attempt=attempt, input_key=key,
-                   bytes_in=size) for key, size in input_keys]
+                   bytes_in=size, expires_at=expires) for key, size in input_keys]
     _parallel(items, _batch_save(model))
     return len(items)
 
@@ -192,7 +196,7 @@ def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: 
     pk = run_pk(pipeline, run_id)
     try:  # still this attempt's, and not cancelled
         model(pk, step_sk(step)).update(
-            actions=[model.started_at.set(_now())],
+            actions=[model.started_at.set(_now()), model.expires_at.set(model.expiry())],
             condition=(model.attempt == attempt) & (model.status == StepStatus.PLANNED.value),
         )
     except UpdateError as err:
@@ -207,7 +211,8 @@ def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: 
         try:
             model(pk, file_sk(step, key)).update(
                 actions=[model.status.set(FileStatus.PENDING.value), model.attempt.set(attempt),
-                         model.input_key.set(key), *([model.bytes_in.set(size)] if size else [])],
+                         model.input_key.set(key), *([model.bytes_in.set(size)] if size else []),
+                         model.expires_at.set(model.expiry())],
                 condition=model.attempt.does_not_exist() | (model.attempt < attempt)
                 | ((model.attempt == attempt) & (model.status == FileStatus.PENDING.value)),
             )
@@ -231,7 +236,7 @@ def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     try:
         model(run_pk(pipeline, run_id), step_sk(step)).update(
             actions=[model.status.set(StepStatus.CANCELLED.value), model.message.set(reason[:2000] or None),
-                     model.finished_at.set(_now())],
+                     model.finished_at.set(_now()), model.expires_at.set(model.expiry())],
             condition=(model.attempt == attempt) & model.status.is_in(
                 *[s.value for s in StepStatus if s not in STEP_TERMINAL]),
         )

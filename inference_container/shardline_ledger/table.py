@@ -7,6 +7,7 @@ model is bound at run time with :func:`bind_ledger` rather than hard-coded in `M
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import os
 
@@ -22,6 +23,9 @@ from pynamodb.models import Model
 # DynamoDB items are capped at 400 KB; error text is the only unbounded field we store.
 MAX_ERROR_CHARS = 2000
 FAILURES_INDEX_NAME = "failures"
+# Every item expires this long after its last write (DynamoDB TTL), so error text that echoes
+# input rows does not outlive its use. A pipeline sets its own with `ledger_retention_days`.
+DEFAULT_RETENTION_DAYS = 90
 
 
 class LedgerItem(Model):
@@ -76,7 +80,14 @@ class LedgerItem(Model):
     failed_pk = UnicodeAttribute(null=True)
     failed_at = UnicodeAttribute(null=True)
 
+    # When DynamoDB may delete the item: set on every write, from the binding's retention.
     expires_at = TTLAttribute(null=True, attr_name="ttl")
+    retention_days: int = DEFAULT_RETENTION_DAYS  # set by bind_ledger
+
+    @classmethod
+    def expiry(cls) -> dt.datetime:
+        """The expiry an item written now gets."""
+        return dt.datetime.now(dt.UTC) + dt.timedelta(days=cls.retention_days)
 
 
 def endpoint_from_env() -> str | None:
@@ -89,11 +100,13 @@ def region_from_env() -> str:
 
 
 @functools.cache
-def bind_ledger(table_name: str, region: str | None = None, host: str | None = None) -> type[LedgerItem]:
+def bind_ledger(table_name: str, region: str | None = None, host: str | None = None,
+                retention_days: int = DEFAULT_RETENTION_DAYS) -> type[LedgerItem]:
     """Return a :class:`LedgerItem` subclass bound to ``table_name`` at ``host``.
 
     ``region`` and ``host`` default to the AWS environment variables, so code inside a
-    container and code on the Airflow side resolve the same endpoint.
+    container and code on the Airflow side resolve the same endpoint. Items written through
+    it expire ``retention_days`` after their last write.
     """
     region = region or region_from_env()
     host = host if host is not None else endpoint_from_env()
@@ -114,7 +127,7 @@ def bind_ledger(table_name: str, region: str | None = None, host: str | None = N
     bound = type(
         f"LedgerItem[{table_name}]",
         (LedgerItem,),
-        {"Meta": meta, "failures": FailuresIndex(), "__module__": __name__},
+        {"Meta": meta, "failures": FailuresIndex(), "retention_days": retention_days, "__module__": __name__},
     )
     return bound
 

@@ -61,7 +61,7 @@ class WorkerLedger:
         self.host = host
         self._endpoint = endpoint if endpoint is not None else endpoint_from_env()
         self._region = region_from_env()
-        self.model = bind_ledger(context.table, self._region, self._endpoint)
+        self.model = bind_ledger(context.table, self._region, self._endpoint, context.retention_days)
         self.pk = run_pk(context.pipeline, context.run_id)
 
     # -- files -----------------------------------------------------------------------
@@ -82,6 +82,7 @@ class WorkerLedger:
             m.error_message.remove(),
             m.failed_pk.remove(),
             m.failed_at.remove(),
+            m.expires_at.set(m.expiry()),
         ]
         # Claiming may move a record forward to this attempt, never back from a newer one.
         condition = m.attempt.does_not_exist() | (m.attempt <= ctx.attempt)
@@ -102,6 +103,7 @@ class WorkerLedger:
             m.seconds.set(round(outcome.seconds, 3)),
             m.host.set(self.host),
             m.finished_at.set(finished),
+            m.expires_at.set(m.expiry()),
         ]
         if outcome.output_key:
             actions.append(m.output_key.set(outcome.output_key))
@@ -145,6 +147,7 @@ class WorkerLedger:
             m.files_done.set(files_done),
             m.files_failed.set(files_failed),
             m.rows_done.set(rows_done),
+            m.expires_at.set(m.expiry()),
         ]
         connection = Connection(region=self._region, host=self._endpoint)
         try:

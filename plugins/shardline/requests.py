@@ -76,6 +76,7 @@ def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt, reg
         "SHARDLINE_ATTEMPT": str(attempt.attempt),
         "SHARDLINE_INPUT_URI": attempt.input_prefix,
         "SHARDLINE_OUTPUT_URI": attempt.output_prefix,
+        "SHARDLINE_LEDGER_RETENTION_DAYS": str(spec.ledger_retention_days),
     }
     pin = step.model.pin_for(attempt.model_version)
     if pin:

@@ -63,4 +63,4 @@ def image_and_role(spec: PipelineSpec) -> tuple[str, str]:
 def ledger_model(spec: PipelineSpec):
     from shardline_ledger.table import bind_ledger
 
-    return bind_ledger(spec.ledger_table)
+    return bind_ledger(spec.ledger_table, retention_days=spec.ledger_retention_days)

@@ -183,6 +183,8 @@ class PipelineSpec(_Strict):
     start_date: str = "2026-01-01"
     backend: Literal["local", "sagemaker"] = "local"
     ledger_table: str = "shardline-jobs"
+    ledger_retention_days: Annotated[int, Field(ge=1, le=3650)] = Field(
+        default=90, description="ledger items (error text included) expire this many days after their last write")
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 15.0
     steps: Annotated[tuple[StepSpec, ...], Field(min_length=1)]
     sagemaker: SageMakerSettings = SageMakerSettings()

@@ -1,0 +1,62 @@
+"""Every ledger write sets the TTL attribute the table declares, so error text (which can echo input rows)
+expires; the retention is the pipeline's ``ledger_retention_days``."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from shardline_ledger import FileStatus, LedgerContext, ShardStatus, WorkerLedger
+from shardline_ledger.context import LedgerConfigError
+from shardline_ledger.keys import RUN_SK, file_sk, run_pk, shard_sk, step_sk
+from shardline_ledger.orchestrator import ensure_run, finish_step, start_attempt
+from shardline_ledger.states import StepStatus
+from shardline_ledger.table import bind_ledger
+from shardline_ledger.worker import FileOutcome
+
+
+def _expires_in_days(item, before: dt.datetime, after: dt.datetime, days: int) -> bool:
+    return before + dt.timedelta(days=days) - dt.timedelta(seconds=1) <= item.expires_at \
+        <= after + dt.timedelta(days=days) + dt.timedelta(seconds=1)
+
+
+def test_retention_every_item_the_orchestrator_and_the_worker_write_expires(ledger_table):
+    before = dt.datetime.now(dt.UTC)
+    model = bind_ledger(ledger_table, retention_days=7)
+    ensure_run(model, "p", "r1")
+    start_attempt(model, "p", "r1", "score", 1, [("s3://b/in/a.parquet", 10)])
+    context = LedgerContext(table=ledger_table, pipeline="p", run_id="r1", step="score", attempt=1,
+                            input_uri="s3://b/in", retention_days=7)
+    worker = WorkerLedger(context, "algo-1")
+    worker.claim_file("a.parquet")
+    worker.finish_file("a.parquet", FileOutcome(FileStatus.FAILED, error_class="InputSchemaError",
+                                                error_message="row 3: ssn=123-45-6789 is not a number"))
+    worker.heartbeat(ShardStatus.PARTIAL, files_assigned=1, files_done=1, files_failed=1, rows_done=0)
+    finish_step(model, "p", "r1", "score", 1, StepStatus.FAILED, "1 file failed")
+    after = dt.datetime.now(dt.UTC)
+    pk = run_pk("p", "r1")
+    for sk in (RUN_SK, step_sk("score"), file_sk("score", "s3://b/in/a.parquet"), shard_sk("score", 1, "algo-1")):
+        item = model.get(pk, sk, consistent_read=True)
+        assert item.expires_at is not None, sk
+        assert _expires_in_days(item, before, after, 7), (sk, item.expires_at)
+
+
+def test_retention_reaches_the_worker_from_its_environment():
+    env = {"SHARDLINE_LEDGER_TABLE": "t", "SHARDLINE_PIPELINE": "p", "SHARDLINE_RUN_ID": "r",
+           "SHARDLINE_STEP": "s", "SHARDLINE_ATTEMPT": "1"}
+    assert LedgerContext.from_env(env).retention_days == 90
+    assert LedgerContext.from_env({**env, "SHARDLINE_LEDGER_RETENTION_DAYS": "14"}).retention_days == 14
+    with pytest.raises(LedgerConfigError, match="SHARDLINE_LEDGER_RETENTION_DAYS"):
+        LedgerContext.from_env({**env, "SHARDLINE_LEDGER_RETENTION_DAYS": "-1"})
+
+
+def test_retention_is_a_spec_setting_sent_to_the_job():
+    from shardline.requests import worker_environment
+    from shardline.spec import parse_spec
+
+    from tests.plugins.test_requests import attempt
+    from tests.plugins.test_spec import minimal
+
+    spec = parse_spec(minimal(ledger_retention_days=30), "p.yaml")
+    assert worker_environment(spec, spec.steps[0], attempt())["SHARDLINE_LEDGER_RETENTION_DAYS"] == "30"
+    assert parse_spec(minimal(), "p.yaml").ledger_retention_days == 90
