@@ -8,6 +8,7 @@ on moto_server. A change on either side that breaks a deployment fails here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -101,12 +102,19 @@ def statements(template: dict, role: str) -> list[dict]:
 # -- resolving intrinsics against an example deployment -----------------------------------------------------
 
 ACCOUNT, REGION = "123456789012", "eu-west-1"
+CONDITIONS = "::conditions"  # where example_values keeps the template's Conditions, evaluated
 
 
-def example_values(template: dict) -> dict[str, str]:
-    """What each Ref / GetAtt evaluates to in a deployment with the parameter defaults."""
-    values = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::StackName": "sl"}
-    values |= {name: str(p.get("Default", "")) for name, p in template["Parameters"].items()}
+def example_values(template: dict, **parameters) -> dict:
+    """What each Ref / GetAtt evaluates to in a deployment with the parameter defaults (or ``parameters``)."""
+    values: dict = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT,
+                    "AWS::StackName": "sl", "AWS::URLSuffix": "amazonaws.com"}
+    for name, param in template["Parameters"].items():
+        value = parameters.pop(name, param.get("Default", ""))
+        if param["Type"] == "CommaDelimitedList" and isinstance(value, str):
+            value = value.split(",")  # what Ref gives: a list ("" is [""])
+        values[name] = value if isinstance(value, list) else str(value)
+    assert not parameters, f"not parameters of the template: {sorted(parameters)}"
     name, table = values["Name"], values["LedgerTableName"]
     bucket = f"{name}-data-{ACCOUNT}-{REGION}"
     values |= {
@@ -119,24 +127,46 @@ def example_values(template: dict) -> dict[str, str]:
         "SageMakerExecutionRole.Arn": f"arn:aws:iam::{ACCOUNT}:role/{name}-sagemaker-execution-{REGION}",
         "WorkerRepository.Arn": f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/{values['WorkerRepositoryName']}",
     }
+    values[CONDITIONS] = {}
+    for condition, expression in template.get("Conditions", {}).items():
+        values[CONDITIONS][condition] = resolve(expression, values)
     return values
 
 
-def resolve(node, values: dict[str, str]):
-    """Evaluate Ref, GetAtt and Sub; anything unknown raises, so a typo cannot pass silently."""
+def resolve(node, values: dict):
+    """Evaluate Ref, GetAtt, Sub, If and the condition functions; anything unknown raises, so a
+    typo cannot pass silently. A branch that is AWS::NoValue disappears from lists."""
     if isinstance(node, list):
-        return [resolve(n, values) for n in node]
+        resolved = [resolve(n, values) for n in node]
+        return [n for n in resolved if n is not NO_VALUE]
     if not isinstance(node, dict):
         return node
     if "Ref" in node:
-        return values[node["Ref"]]
+        return NO_VALUE if node["Ref"] == "AWS::NoValue" else values[node["Ref"]]
+    if "Fn::If" in node:
+        condition, yes, no = node["Fn::If"]
+        return resolve(yes if values[CONDITIONS][condition] else no, values)
+    if "Fn::Equals" in node:
+        left, right = resolve(node["Fn::Equals"], values)
+        return left == right
+    if "Fn::Not" in node:
+        (operand,) = resolve(node["Fn::Not"], values)
+        return not operand
+    if "Fn::EachMemberEquals" in node:  # a Rules function
+        members, value = resolve(node["Fn::EachMemberEquals"], values)
+        return all(member == value for member in members)
     if "Fn::GetAtt" in node:
         return values[".".join(node["Fn::GetAtt"])]
     if "Fn::Sub" in node:
         text, extra = (node["Fn::Sub"], {}) if isinstance(node["Fn::Sub"], str) else node["Fn::Sub"]
         scope = values | {k: resolve(v, values) for k, v in extra.items()}
         return re.sub(r"\$\{([^}!]+)\}", lambda m: scope[m.group(1)], text)
-    return {k: resolve(v, values) for k, v in node.items()}
+    assert not any(k.startswith("Fn::") for k in node), f"resolve does not know {list(node)}"
+    resolved = {k: resolve(v, values) for k, v in node.items()}
+    return {k: v for k, v in resolved.items() if v is not NO_VALUE}
+
+
+NO_VALUE = object()  # what AWS::NoValue resolves to
 
 
 def iam_match(pattern: str, value: str) -> bool:
@@ -160,6 +190,77 @@ def allows(template: dict, role: str, action: str, resource: str) -> bool:
 
     matching = [s for s in statements(template, role) if matches(s)]
     return any(s["Effect"] == "Allow" for s in matching) and not any(s["Effect"] == "Deny" for s in matching)
+
+
+# -- IAM conditions, evaluated ------------------------------------------------------------------------------
+#
+# AWS evaluates Condition blocks against the request; moto does not. So the conditions are evaluated
+# here, against the request contexts of calls the code really makes, with IAM's documented semantics.
+# An operator this evaluator does not know raises rather than passing.
+
+MATCHERS = {
+    "StringEquals": lambda wanted, got: wanted == got,
+    "StringLike": iam_match,
+    "ArnEquals": iam_match,  # both ARN operators accept wildcards
+    "ArnLike": iam_match,
+    "Bool": lambda wanted, got: wanted.lower() == got.lower(),
+}
+
+
+def condition_holds(condition: dict, context: dict) -> bool:
+    """Every operator and key must hold (AND); a key's values are alternatives (OR). ForAllValues holds
+    when each request value is allowed (also when there is none), ForAnyValue when one is; IfExists
+    holds when the request lacks the key; Null "true" wants the key absent, "false" present."""
+    for operator, keys in condition.items():
+        qualifier, _, base = operator.rpartition(":")
+        if_exists = base.endswith("IfExists")
+        base = base.removesuffix("IfExists")
+        for key, policy_values in keys.items():
+            wanted = [str(w).lower() if isinstance(w, bool) else str(w) for w in as_list(policy_values)]
+            if base == "Null":
+                (flag,) = wanted
+                if (key not in context) != (flag == "true"):
+                    return False
+                continue
+            match = MATCHERS[base]
+            if qualifier == "ForAllValues":
+                holds = all(any(match(w, g) for w in wanted) for g in as_list(context.get(key, [])))
+            elif qualifier == "ForAnyValue":
+                holds = any(any(match(w, g) for w in wanted) for g in as_list(context.get(key, [])))
+            elif qualifier:
+                raise ValueError(f"unknown qualifier {operator}")
+            elif key not in context:
+                holds = if_exists
+            else:
+                assert not isinstance(context[key], list), f"{key} is multivalued: {operator} needs a qualifier"
+                holds = any(match(w, str(context[key])) for w in wanted)
+            if not holds:
+                return False
+    return True
+
+
+def decide(template: dict, role: str, action: str, resource: str, context: dict, **parameters) -> bool:
+    """Whether the role's policies allow the request, conditions included, in a deployment with ``parameters``."""
+    values = example_values(template, **parameters)
+    found = [s for policy in template["Resources"][role]["Properties"]["Policies"]
+             for s in resolve(policy["PolicyDocument"]["Statement"], values)]
+
+    def applies(statement: dict) -> bool:
+        return (any(action_match(a, action) for a in as_list(statement["Action"]))
+                and any(iam_match(r, resource) for r in as_list(statement["Resource"]))
+                and condition_holds(statement.get("Condition", {}), context))
+
+    matching = [s for s in found if applies(s)]
+    return any(s["Effect"] == "Allow" for s in matching) and not any(s["Effect"] == "Deny" for s in matching)
+
+
+def trusts(template: dict, role: str, principal: dict, action: str, context: dict, **parameters) -> bool:
+    """Whether the role's trust policy lets ``principal`` perform ``action`` (sts:...) in this request."""
+    values = example_values(template, **parameters)
+    trust = resolve(template["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"], values)
+    return any(s["Effect"] == "Allow" and s["Principal"] == principal
+               and any(action_match(a, action) for a in as_list(s["Action"]))
+               and condition_holds(s.get("Condition", {}), context) for s in trust)
 
 
 # -- cfn-lint -----------------------------------------------------------------------------------------------
@@ -307,7 +408,8 @@ def test_worker_repository(template):
 
 # -- IAM ----------------------------------------------------------------------------------------------------
 
-ROLES = ["SageMakerExecutionRole", "AirflowRole"]
+SM, AF = "SageMakerExecutionRole", "AirflowRole"
+ROLES = [SM, AF]
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -459,17 +561,52 @@ def test_airflow_ledger_index_is_the_models_index(template):
 # -- DynamoDB permissions against the calls the ledger code makes --------------------------------------------
 
 
-def _iam_actions(calls: list[tuple[str, dict]]) -> set[str]:
-    """IAM actions a list of DynamoDB API calls needs. TransactWriteItems has no action of its own."""
-    per_item = {"ConditionCheck": "ConditionCheckItem", "Put": "PutItem", "Update": "UpdateItem",
-                "Delete": "DeleteItem"}
-    actions = set()
+PER_TRANSACT_ITEM = {"ConditionCheck": "ConditionCheckItem", "Put": "PutItem", "Update": "UpdateItem",
+                     "Delete": "DeleteItem"}
+
+
+def dynamodb_requests(calls: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The calls as IAM authorizes them: (action, condition context) each. TransactWriteItems has no
+    action of its own: each of its items is authorized as the single-item action."""
+    requests = []
     for operation, kwargs in calls:
         if operation == "TransactWriteItems":
-            actions |= {f"dynamodb:{per_item[kind]}" for item in kwargs["TransactItems"] for kind in item}
+            for item in kwargs["TransactItems"]:
+                ((kind, body),) = item.items()
+                requests.append((f"dynamodb:{PER_TRANSACT_ITEM[kind]}", _dynamodb_context(body)))
         else:
-            actions.add(f"dynamodb:{operation}")
-    return actions
+            requests.append((f"dynamodb:{operation}", _dynamodb_context(kwargs)))
+    return requests
+
+
+EXPRESSION_WORDS = {"SET", "REMOVE", "ADD", "DELETE", "AND", "OR", "NOT", "BETWEEN", "IN", "attribute_exists",
+                    "attribute_not_exists", "attribute_type", "begins_with", "contains", "size", "if_not_exists",
+                    "list_append"}
+
+
+def _dynamodb_context(body: dict) -> dict:
+    """dynamodb:LeadingKeys, :Attributes (every top-level attribute the request names: keys, items,
+    expressions), :ReturnValues and :Select of one request."""
+    for expression in ("UpdateExpression", "ConditionExpression", "ProjectionExpression", "FilterExpression"):
+        # A name written bare in an expression would escape ExpressionAttributeNames, and this context.
+        bare = set(re.findall(r"(?<![#:\w])[A-Za-z_]\w*", body.get(expression, ""))) - EXPRESSION_WORDS
+        assert not bare, f"{expression} names {bare} without a placeholder: {body[expression]}"
+    key = body.get("Key") or body.get("Item") or {}
+    attributes = set(key) | set(body.get("ExpressionAttributeNames", {}).values())
+    attributes |= set(body.get("AttributeUpdates", {})) | set(body.get("Expected", {}))
+    attributes |= set(body.get("AttributesToGet", []))
+    context: dict = {"dynamodb:Attributes": sorted(attributes)}
+    if "pk" in key:
+        context["dynamodb:LeadingKeys"] = [key["pk"]["S"]]
+    for parameter in ("ReturnValues", "Select"):
+        if parameter in body:
+            context[f"dynamodb:{parameter}"] = body[parameter]
+    return context
+
+
+def _iam_actions(calls: list[tuple[str, dict]]) -> set[str]:
+    """IAM actions a list of DynamoDB API calls needs."""
+    return {action for action, _ in dynamodb_requests(calls)}
 
 
 @pytest.fixture
@@ -496,10 +633,30 @@ def _granted(template: dict, role: str, resource: str) -> set[str]:
             and any(iam_match(r, resource) for r in as_list(resolve(s["Resource"], values)))}
 
 
-def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_table, record_ledger_calls):
+@dataclasses.dataclass
+class LedgerSession:
+    """The DynamoDB calls of one run's life, split by who makes them."""
+
+    model: type
+    planned: list  # the orchestrator planning and retrying (Airflow)
+    worker: list  # a processing instance, on every path (SageMaker execution role)
+    read: list  # the sensor finishing, the CLI and the UI page (Airflow)
+
+
+@pytest.fixture
+def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
     from shardline_ledger import bind_ledger
-    from shardline_ledger.orchestrator import ensure_run, read_step, start_attempt
-    from shardline_ledger.states import FileStatus, ShardStatus
+    from shardline_ledger.keys import RUN_SK, run_pk
+    from shardline_ledger.orchestrator import (
+        ensure_run,
+        finish_step,
+        list_runs,
+        read_run,
+        read_step,
+        set_run_status,
+        start_attempt,
+    )
+    from shardline_ledger.states import FileStatus, ShardStatus, StepStatus
     from shardline_ledger.worker import FileOutcome, LedgerContext, StaleAttemptError, WorkerLedger
 
     calls = record_ledger_calls
@@ -515,7 +672,8 @@ def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_table
     worker = WorkerLedger(ctx, "algo-1")
     worker.heartbeat(ShardStatus.RUNNING, files_assigned=2, files_done=0, files_failed=0, rows_done=0)
     worker.claim_file("part-0.parquet")
-    worker.finish_file("part-0.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+    worker.finish_file("part-0.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1, bytes_in=9,
+                                                     bytes_out=7, seconds=0.5, output_key="out/part-0.parquet"))
     worker.claim_file("part-1.parquet")
     worker.finish_file("part-1.parquet", FileOutcome(FileStatus.FAILED, error_class="E", error_message="x"))
     worker.heartbeat(ShardStatus.SUCCEEDED, files_assigned=2, files_done=1, files_failed=1, rows_done=1)
@@ -535,10 +693,6 @@ def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_table
 
     read_step(model, "p", "run-1", "score")
     # What the sensor records at the end, and what the CLI and the UI page read and write.
-    from shardline_ledger.keys import RUN_SK, run_pk
-    from shardline_ledger.orchestrator import finish_step, list_runs, read_run, set_run_status
-    from shardline_ledger.states import StepStatus
-
     finish_step(model, "p", "run-1", "score", 2, StepStatus.FAILED, "1 file failed")
     set_run_status(model, "p", "run-1", StepStatus.FAILED, "step score failed")
     list_runs(model)
@@ -546,26 +700,27 @@ def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_table
     read_run(model, "p", "run-1")
     list(model.batch_get([(run_pk("p", "run-1"), RUN_SK)]))
     read = list(calls)
+    calls.clear()
+    return LedgerSession(model, planned, worker_calls, read)
 
+
+def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_session):
     table_arn = example_values(template)["LedgerTable.Arn"]
-    worker_needs = _iam_actions(worker_calls)
+    worker_needs = _iam_actions(ledger_session.worker)
     assert worker_needs == {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}  # sanity of the recording
     # Exactly what the worker uses, nothing more.
-    assert _granted(template, "SageMakerExecutionRole", table_arn) == worker_needs
+    assert _granted(template, SM, table_arn) == worker_needs
 
-    orchestrator_needs = _iam_actions(planned + read)
+    orchestrator_needs = _iam_actions(ledger_session.planned + ledger_session.read)
     assert orchestrator_needs >= {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem",
                                   "dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem"}
-    missing = orchestrator_needs - _granted(template, "AirflowRole", table_arn)
+    missing = orchestrator_needs - _granted(template, AF, table_arn)
     assert not missing, f"the Airflow role lacks {sorted(missing)}"
 
     # The worker's grant is limited to keys starting RUN#: every key the worker wrote does.
-    (fenced,) = [s for s in statements(template, "SageMakerExecutionRole")
-                 if "dynamodb:UpdateItem" in as_list(s["Action"])]
+    (fenced,) = [s for s in statements(template, SM) if "dynamodb:UpdateItem" in as_list(s["Action"])]
     (leading,) = fenced["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
-    worker_keys = {item[kind]["Key"]["pk"]["S"] for op, kw in worker_calls if op == "TransactWriteItems"
-                   for item in kw["TransactItems"] for kind in item}
-    worker_keys |= {kw["Key"]["pk"]["S"] for op, kw in worker_calls if op == "UpdateItem"}
+    worker_keys = {c["dynamodb:LeadingKeys"][0] for _, c in dynamodb_requests(ledger_session.worker)}
     assert worker_keys and all(iam_match(leading, key) for key in worker_keys)
 
 
