@@ -26,6 +26,14 @@ FAILURES_INDEX_NAME = "failures"
 # Every item expires this long after its last write (DynamoDB TTL), so error text that echoes
 # input rows does not outlive its use. A pipeline sets its own with `ledger_retention_days`.
 DEFAULT_RETENTION_DAYS = 90
+# Every DynamoDB call gives up in bounded time: an endpoint that freezes or goes away never
+# blocks a worker, the sensor or the CLI forever. 5 tries of at most 5 s to connect and 20 s
+# to answer ride out a pause of about a minute; longer is an outage the caller reports.
+CONNECT_TIMEOUT_SECONDS = 5
+READ_TIMEOUT_SECONDS = 20
+MAX_RETRY_ATTEMPTS = 4
+CLIENT_SETTINGS = {"connect_timeout_seconds": CONNECT_TIMEOUT_SECONDS, "read_timeout_seconds": READ_TIMEOUT_SECONDS,
+                   "max_retry_attempts": MAX_RETRY_ATTEMPTS}
 
 
 class LedgerItem(Model):
@@ -122,7 +130,8 @@ def bind_ledger(table_name: str, region: str | None = None, host: str | None = N
     meta = type(
         "Meta",
         (),
-        {"table_name": table_name, "region": region, "host": host, "billing_mode": "PAY_PER_REQUEST"},
+        {"table_name": table_name, "region": region, "host": host, "billing_mode": "PAY_PER_REQUEST",
+         **CLIENT_SETTINGS},
     )
     bound = type(
         f"LedgerItem[{table_name}]",

@@ -19,7 +19,13 @@ from pynamodb.transactions import TransactWrite
 from shardline_ledger.context import LedgerContext, StaleAttemptError
 from shardline_ledger.keys import failures_pk, file_sk, run_pk, shard_sk, step_sk
 from shardline_ledger.states import FileStatus, ShardStatus
-from shardline_ledger.table import MAX_ERROR_CHARS, bind_ledger, endpoint_from_env, region_from_env
+from shardline_ledger.table import (
+    CLIENT_SETTINGS,
+    MAX_ERROR_CHARS,
+    bind_ledger,
+    endpoint_from_env,
+    region_from_env,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +155,7 @@ class WorkerLedger:
             m.rows_done.set(rows_done),
             m.expires_at.set(m.expiry()),
         ]
-        connection = Connection(region=self._region, host=self._endpoint)
+        connection = Connection(region=self._region, host=self._endpoint, **CLIENT_SETTINGS)
         try:
             with TransactWrite(connection=connection) as transaction:
                 transaction.condition_check(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from shardline_ledger.context import StaleAttemptError
@@ -17,10 +18,15 @@ from shardline_ledger.context import StaleAttemptError
 log = logging.getLogger(__name__)
 
 _STOP = object()
+# A write that fails (endpoint paused, throttled, unreachable) is tried again for this long, on
+# top of the client's own retries: every write is idempotent. Past it the write is dropped and
+# the file stays unfinished in the ledger, so the sensor retries it; nothing is marked wrongly.
+RETRY_BUDGET_SECONDS = 120.0
 
 
 class LedgerPump:
-    def __init__(self, name: str = "ledger"):
+    def __init__(self, name: str = "ledger", retry_budget_seconds: float = RETRY_BUDGET_SECONDS):
+        self.retry_budget_seconds = retry_budget_seconds
         self._queue: queue.Queue = queue.Queue()
         self.fenced = threading.Event()
         self.fenced_reason: str | None = None
@@ -32,9 +38,10 @@ class LedgerPump:
         if not self.fenced.is_set():
             self._queue.put((write, what))
 
-    def close(self, timeout: float = 60.0) -> None:
-        """Flush every queued write, then stop the thread."""
+    def close(self, timeout: float | None = None) -> None:
+        """Flush every queued write (each within its retry budget), then stop the thread."""
         self._queue.put(_STOP)
+        timeout = self.retry_budget_seconds + 60 if timeout is None else timeout
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.error("ledger writes still pending after %.0fs; the sensor will see stale records", timeout)
@@ -45,14 +52,29 @@ class LedgerPump:
             if item is _STOP:
                 return
             write, what = item
-            if self.fenced.is_set():
-                continue
+            if not self.fenced.is_set():
+                self._write(write, what)
+
+    def _write(self, write: Callable[[], None], what: str) -> None:
+        deadline = time.monotonic() + self.retry_budget_seconds
+        delay = 1.0
+        while True:
             try:
                 write()
+                return
             except StaleAttemptError as err:
                 self.fenced_reason = str(err)
                 self.fenced.set()
                 log.error("fenced: %s", err)
+                return
             except Exception as err:  # noqa: BLE001 - a lost status write is retried by the sensor, not fatal here
-                self.errors += 1
-                log.error("ledger write failed (%s): %s: %s", what, type(err).__name__, err)
+                if time.monotonic() + delay > deadline:
+                    self.errors += 1
+                    log.error("ledger write failed for %.0fs, dropped (%s): %s: %s; the file stays unfinished in "
+                              "the ledger and the sensor retries it", self.retry_budget_seconds, what,
+                              type(err).__name__, err)
+                    return
+                log.warning("ledger write failed (%s): %s: %s; trying again in %.0fs", what, type(err).__name__,
+                            err, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 15.0)

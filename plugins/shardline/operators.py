@@ -151,6 +151,10 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
     def execute_complete(self, context, event: dict):
         spec, attempt, action = self.spec, event["attempt"], event["action"]
         self._attempt = attempt
+        if action == "UNREACHABLE":
+            # Neither the ledger nor the job can be reached: record nothing, fail the task with what to do.
+            raise AirflowFailException(f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']}: "
+                                       f"{event['reason']}")
         if event.get("stop_job"):
             _steps().stop(spec, attempt)
         if action != "RESUBMIT":

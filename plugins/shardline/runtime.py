@@ -27,12 +27,20 @@ def local_root() -> Path:
     return Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "shardline-local"
 
 
+def client_config():
+    """Every AWS call gives up in bounded time (as the ledger's do): a frozen endpoint never hangs a task."""
+    from botocore.config import Config
+
+    return Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 5})
+
+
 def _aws_client(spec: PipelineSpec, service: str):
     if spec.backend == "local":
-        return boto3.client(service)
+        return boto3.client(service, config=client_config())
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-    return AwsBaseHook(aws_conn_id=spec.sagemaker.aws_conn_id, client_type=service).get_conn()
+    return AwsBaseHook(aws_conn_id=spec.sagemaker.aws_conn_id, client_type=service,
+                       config=client_config()).get_conn()
 
 
 def s3_client(spec: PipelineSpec):

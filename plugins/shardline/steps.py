@@ -182,6 +182,37 @@ def decide_now(spec: PipelineSpec, attempt: dict) -> Decision:
     return decide(snapshot(spec, attempt), policy_for(spec, attempt["step"]))
 
 
+def is_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) says the AWS endpoint could not be reached or did not answer."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import HTTPClientError
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, BotoConnectionError | HTTPClientError | ConnectionError | TimeoutError):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def describe_error(err: BaseException) -> str:
+    """The innermost cause of ``err``, in one line."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return f"{type(err).__name__}: {err}"
+
+
+def unreachable_reason(attempt: dict, seconds: float, err: BaseException) -> str:
+    """Why a step's watch gave up on an endpoint outage, and what the on-call engineer does next."""
+    return (f"the AWS endpoint (DynamoDB/S3/the job API) was unreachable for {seconds:.0f}s, past the step's "
+            f"heartbeat_timeout_seconds (last error: {describe_error(err)}). Nothing was recorded as failed: each "
+            f"file keeps the status it last reached, and job {attempt['job_name']} may still be running. Once the "
+            "endpoint answers again, check with `shardline status "
+            f"{attempt['pipeline']}/{attempt['run_id']}` and resubmit what did not finish: "
+            + naming.resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"]) + " --force")
+
+
 def stop(spec: PipelineSpec, attempt: dict) -> None:
     backend = runtime.backend_for(spec)
     if not backend.describe(attempt["job_name"]).status.is_terminal:

@@ -59,9 +59,29 @@ class StepTrigger(BaseTrigger):
 
         spec = load_spec(Path(self.spec_path))
         policy = steps.policy_for(spec, self.attempt["step"])
-        last_reason = None
+        # As long as the step tolerates a silent instance, it tolerates an unreachable endpoint.
+        outage_budget = spec.step(self.attempt["step"]).heartbeat_timeout_seconds
+        last_reason, unreachable_since = None, None
         while True:
-            snap = await asyncio.to_thread(steps.snapshot, spec, self.attempt)
+            try:
+                snap = await asyncio.to_thread(steps.snapshot, spec, self.attempt)
+            except Exception as err:
+                if not steps.is_unreachable(err):
+                    raise
+                unreachable_since = unreachable_since or time.time()
+                down = time.time() - unreachable_since
+                self.log.warning("%s: the AWS endpoint is unreachable (%.0fs so far): %s", self.attempt["job_name"],
+                                 down, steps.describe_error(err))
+                if down > outage_budget:
+                    await _settle(self.not_before)
+                    yield TriggerEvent({"action": "UNREACHABLE", "attempt": self.attempt,
+                                        "reason": steps.unreachable_reason(self.attempt, down, err)})
+                    return
+                await asyncio.sleep(self.poll_interval)
+                continue
+            if unreachable_since is not None:
+                self.log.info("%s: the AWS endpoint answers again", self.attempt["job_name"])
+                unreachable_since = None
             decision = decide(snap, policy)
             if decision.action is not Action.WAIT:
                 await _settle(self.not_before)

@@ -33,3 +33,24 @@ def test_the_settle_window_is_ten_seconds_unless_set(monkeypatch):
     monkeypatch.setenv(SETTLE_ENV, "0")  # what the demo sets for dag.test()
     before = time.time()
     assert before <= settle_until() <= time.time()
+
+
+def test_an_unreachable_endpoint_is_told_apart_from_other_errors():
+    import botocore.exceptions
+    from pynamodb.exceptions import QueryError
+    from shardline import steps
+
+    refused = botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+    try:
+        try:
+            raise refused
+        except botocore.exceptions.EndpointConnectionError as err:
+            raise QueryError("Failed to query items") from err
+    except QueryError as wrapped:
+        assert steps.is_unreachable(wrapped)
+        assert "Could not connect to the endpoint URL" in steps.describe_error(wrapped)
+    assert steps.is_unreachable(botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"))
+    assert not steps.is_unreachable(KeyError("step"))
+    reason = steps.unreachable_reason({"pipeline": "p", "run_id": "r1", "step": "score", "job_name": "sl-p-1"},
+                                      61, refused)
+    assert "unreachable for 61s" in reason and "shardline resubmit p/r1 --step score --all-failed --force" in reason
