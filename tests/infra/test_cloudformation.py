@@ -465,6 +465,168 @@ def test_airflow_role_trusts_the_configured_principal(template):
     assert pod_identity["Condition"]["StringEquals"]["aws:SourceAccount"] == {"Ref": "AWS::AccountId"}
 
 
+def test_execution_role_is_assumed_only_for_this_accounts_shardline_processing_jobs(template):
+    """Confused deputy: SageMaker gets the role for our processing jobs only, not for a training job or
+    another account's job that someone able to pass the role points at it."""
+    from shardline.naming import job_name
+
+    sagemaker = {"Service": "sagemaker.amazonaws.com"}
+    ours = job_name("daily_churn", "scheduled__2026-11-22T00:00:00+00:00", "score", 1)
+    assert ours == ours.lower()  # SageMaker ARNs carry the job name lower-cased
+
+    def assumable(source_arn: str, account: str = ACCOUNT) -> bool:
+        return trusts(template, SM, sagemaker, "sts:AssumeRole",
+                      {"aws:SourceAccount": account, "aws:SourceArn": source_arn})
+
+    assert assumable(f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/{ours}")
+    assert not assumable(f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{ours}")
+    assert not assumable(f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/someone-elses-job")
+    assert not assumable(f"arn:aws:sagemaker:{REGION}:210987654321:processing-job/{ours}", "210987654321")
+    assert not trusts(template, SM, sagemaker, "sts:AssumeRole", {})
+
+
+POD_TAGS = {"aws:SourceAccount": ACCOUNT,
+            "aws:RequestTag/eks-cluster-arn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/ml",
+            "aws:RequestTag/kubernetes-namespace": "airflow",
+            "aws:RequestTag/kubernetes-service-account": "airflow-worker"}
+
+
+def test_pod_identity_trust_is_airflows_cluster_namespace_and_service_accounts(template):
+    """EKS Pod Identity tags the session with the pod's cluster, namespace and service account: any
+    other pod bound to the role, in any cluster of the account, is refused."""
+    pods = {"Service": "pods.eks.amazonaws.com"}
+    deployment = dict(AirflowTrust="eks-pod-identity", EksClusterArn=POD_TAGS["aws:RequestTag/eks-cluster-arn"])
+    for action in ("sts:AssumeRole", "sts:TagSession"):
+        for account in example_values(template)["AirflowServiceAccounts"]:
+            tags = {**POD_TAGS, "aws:RequestTag/kubernetes-service-account": account}
+            assert trusts(template, AF, pods, action, tags, **deployment), (action, account)
+        for tag, other in [("eks-cluster-arn", f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/sandbox"),
+                           ("kubernetes-namespace", "default"), ("kubernetes-service-account", "default")]:
+            assert not trusts(template, AF, pods, action, {**POD_TAGS, f"aws:RequestTag/{tag}": other},
+                              **deployment), (action, tag)
+        # An association with session tags disabled sends none, and is refused rather than trusted blindly.
+        assert not trusts(template, AF, pods, action, {"aws:SourceAccount": ACCOUNT}, **deployment)
+        assert not trusts(template, AF, pods, action, POD_TAGS,
+                          AirflowPrincipalArn=f"arn:aws:iam::{ACCOUNT}:role/airflow")
+
+
+def _refused(template: dict, **parameters) -> list[str]:
+    """The template Rules' assertions a deployment with ``parameters`` fails."""
+    values = example_values(template, **parameters)
+    return [assertion["AssertDescription"] for rule in template["Rules"].values()
+            if resolve(rule.get("RuleCondition", True), values)
+            for assertion in rule["Assertions"] if not resolve(assertion["Assert"], values)]
+
+
+def test_rules_refuse_a_trust_or_network_left_open(template):
+    principal = dict(AirflowPrincipalArn=f"arn:aws:iam::{ACCOUNT}:role/airflow")
+    assert not _refused(template, **principal)
+    assert _refused(template) == ["AirflowTrust `principal` needs AirflowPrincipalArn."]
+    assert _refused(template, AirflowTrust="eks-pod-identity") == [
+        "AirflowTrust `eks-pod-identity` needs EksClusterArn."]
+    assert not _refused(template, AirflowTrust="eks-pod-identity",
+                        EksClusterArn=POD_TAGS["aws:RequestTag/eks-cluster-arn"])
+    assert len(_refused(template, **principal, SageMakerVpcAccess="true")) == 2
+    assert not _refused(template, **principal, SageMakerVpcAccess="true", SageMakerSubnetIds=["subnet-0abc1234"],
+                        SageMakerSecurityGroupIds=["sg-0abc1234"])
+
+
+# The services each role's key use may go through: where its data lies under the key (S3 objects, the
+# ledger table, worker images) and SageMaker/EC2 for the jobs' volumes.
+KMS_SERVICES = {SM: {"s3", "dynamodb", "ecr", "sagemaker", "ec2"}, AF: {"s3", "dynamodb", "sagemaker", "ec2"}}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_kms_key_is_used_only_through_aws_services(template, role):
+    """kms:ViaService on every KMS grant: the key works through S3, DynamoDB, ... and never directly,
+    so code running as the role cannot decrypt or encrypt data of its own choosing with it."""
+    values = example_values(template)
+    key = values["Key.Arn"]
+    kms = [s for s in resolve(statements(template, role), values)
+           if any(a.startswith("kms:") for a in as_list(s["Action"]))]
+    assert kms
+    for statement in kms:
+        via = as_list(statement["Condition"]["StringEquals"]["kms:ViaService"])
+        services = {re.fullmatch(rf"([a-z0-9]+)\.{REGION}\.amazonaws\.com", v).group(1) for v in via}
+        assert services <= KMS_SERVICES[role], statement["Sid"]
+
+    def may(action: str, **context) -> bool:
+        return decide(template, role, action, key, context)
+
+    for service in ("s3", "dynamodb", "sagemaker"):  # both roles' data: objects, the ledger, job keys
+        assert may("kms:Decrypt", **{"kms:ViaService": f"{service}.{REGION}.amazonaws.com"}), service
+    assert may("kms:GenerateDataKey", **{"kms:ViaService": f"s3.{REGION}.amazonaws.com"})
+    assert not may("kms:Decrypt")  # a direct call
+    assert not may("kms:Decrypt", **{"kms:ViaService": f"lambda.{REGION}.amazonaws.com"})
+    assert not may("kms:Decrypt", **{"kms:ViaService": "s3.us-east-1.amazonaws.com"})  # another region
+    volume_grant = {"kms:ViaService": f"sagemaker.{REGION}.amazonaws.com", "kms:GrantIsForAWSResource": "true"}
+    assert may("kms:CreateGrant", **volume_grant)
+    assert not may("kms:CreateGrant", **{**volume_grant, "kms:GrantIsForAWSResource": "false"})
+    assert not may("kms:CreateGrant", **{**volume_grant, "kms:ViaService": f"s3.{REGION}.amazonaws.com"})
+
+
+def _create_job_context(request: dict) -> dict:
+    """The sagemaker: condition keys a CreateProcessingJob request carries (of those the policy may use)."""
+    context = {}
+    cluster, network = request["ProcessingResources"]["ClusterConfig"], request.get("NetworkConfig", {})
+    if "VolumeKmsKeyId" in cluster:
+        context["sagemaker:VolumeKmsKey"] = cluster["VolumeKmsKeyId"]
+    if "KmsKeyId" in request["ProcessingOutputConfig"]:
+        context["sagemaker:OutputKmsKey"] = request["ProcessingOutputConfig"]["KmsKeyId"]
+    if "VpcConfig" in network:
+        context["sagemaker:VpcSubnets"] = network["VpcConfig"]["Subnets"]
+        context["sagemaker:VpcSecurityGroupIds"] = network["VpcConfig"]["SecurityGroupIds"]
+    if "EnableNetworkIsolation" in network:
+        context["sagemaker:NetworkIsolation"] = str(network["EnableNetworkIsolation"]).lower()
+    return context
+
+
+@pytest.mark.parametrize("vpc_access", [False, True])
+def test_airflow_creates_jobs_only_with_the_stack_key_and_network(template, vpc_access):
+    """The real request (shardline.requests) passes the CreateProcessingJob conditions with the spec's
+    kms_key_id set to the stack's key ARN, and in the allowed subnets; anything else is refused."""
+    from shardline.naming import job_name
+    from shardline.requests import Attempt, build_processing_request
+    from shardline.spec import parse_spec
+
+    subnets, groups = ["subnet-0abc1234", "subnet-0def5678"], ["sg-0abc1234"]
+    deployment = (dict(SageMakerVpcAccess="true", SageMakerSubnetIds=subnets, SageMakerSecurityGroupIds=groups)
+                  if vpc_access else {})
+    values = example_values(template, **deployment)
+    key, bucket = values["Key.Arn"], values["DataBucket"]
+    name = job_name("daily_churn", "run-1", "score", 1)
+    attempt = Attempt(pipeline="daily_churn", run_id="run-1", step="score", attempt=1, job_name=name,
+                      manifest_uri=f"s3://{bucket}/outputs/x/_shardline/manifests/run-1/score/attempt-0001.manifest",
+                      input_prefix=f"s3://{bucket}/inputs/x/", output_prefix=f"s3://{bucket}/outputs/x/",
+                      model_uri=f"s3://{bucket}/models/m.tar.gz", instance_count=2)
+    job_arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/{name}"
+
+    def may_create(**sagemaker) -> bool:
+        spec = parse_spec({
+            "pipeline": "daily_churn", "backend": "sagemaker",
+            "steps": [{"name": "score", "model": {"uri": attempt.model_uri, "sha256": "0" * 64},
+                       "input": {"prefix": attempt.input_prefix}, "output": {"prefix": attempt.output_prefix}}],
+            "sagemaker": {"role_arn": values["SageMakerExecutionRole.Arn"], "image_uri": "repo:tag", **sagemaker},
+        }, "p.yaml")
+        request = build_processing_request(spec, attempt, image_uri="repo:tag", role_arn=spec.sagemaker.role_arn)
+        return decide(template, AF, "sagemaker:CreateProcessingJob", job_arn, _create_job_context(request),
+                      **deployment)
+
+    allowed_network = {"vpc": {"subnets": subnets[:1], "security_group_ids": groups}} if vpc_access else {}
+    assert may_create(kms_key_id=key, **allowed_network)
+    assert not may_create(**allowed_network)  # SageMaker's default key instead of the stack's
+    assert not may_create(kms_key_id="alias/shardline", **allowed_network)  # the README says: the ARN
+    assert not may_create(kms_key_id=key.replace("1234abcd", "0000abcd"), **allowed_network)
+    if vpc_access:
+        assert not may_create(kms_key_id=key)  # outside the VPC
+        assert not may_create(kms_key_id=key, vpc={"subnets": ["subnet-0bad0000"], "security_group_ids": groups})
+        assert not may_create(kms_key_id=key, vpc={"subnets": subnets, "security_group_ids": ["sg-0bad0000"]})
+    else:  # the execution role could not create the job's network interfaces anyway
+        assert not may_create(kms_key_id=key, vpc={"subnets": subnets, "security_group_ids": groups})
+    for action in ("sagemaker:DescribeProcessingJob", "sagemaker:StopProcessingJob", "sagemaker:AddTags"):
+        assert decide(template, AF, action, job_arn, {}, **deployment), action
+
+
 def test_airflow_may_run_exactly_the_jobs_shardline_names(template):
     from shardline.naming import job_name
 
