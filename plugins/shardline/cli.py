@@ -264,7 +264,7 @@ def cmd_preview(args) -> int:
     from shardline.preview import preview_step
 
     result = preview_step(spec, step.name, runtime.s3_client(spec), model_uri=args.model_uri or model_uri,
-                          input_uri=args.input or input_uri, rows=args.rows)
+                          input_uri=args.input or input_uri, rows=args.rows, model_version=args.model_version)
     if args.json:
         _print_json({"step": result.step, "model_uri": result.model_uri, "sample_uri": result.sample_uri,
                      "exit_code": result.exit_code, "report": result.report})

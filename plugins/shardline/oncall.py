@@ -20,6 +20,7 @@ from shardline_ledger.keys import RUN_SK, run_pk
 from shardline_ledger.orchestrator import (
     FILE_DETAIL_ATTRIBUTES,
     StaleOrchestratorError,
+    cancel_step,
     list_runs,
     read_run,
     read_step,
@@ -431,9 +432,12 @@ class OnCall:
             if item.status in STEP_TERMINAL:
                 done.append(f"step {step}: already {item.status}, left as it is")
                 continue
-            model(item.pk, item.sk).update(actions=[model.status.set(StepStatus.CANCELLED.value),
-                                                    model.message.set(reason)])
-            name = naming.job_name(ref.pipeline, ref.run_id, step, int(item.attempt or 1))
+            attempt = int(item.attempt or 1)
+            if not cancel_step(model, ref.pipeline, ref.run_id, step, attempt, reason):
+                done.append(f"step {step}: moved on while cancelling (resubmitted or ended); left as it is, "
+                            f"see `shardline status {ref}`")
+                continue
+            name = naming.job_name(ref.pipeline, ref.run_id, step, attempt)
             try:
                 if not backend.describe(name).status.is_terminal:
                     backend.stop(name)

@@ -153,7 +153,7 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
         s3.put_object(Bucket=bucket, Key=f"in/part-{i}.parquet", Body=b"x" * (100 + i))
     spec = parse_spec({
         "pipeline": "shard_test", "ledger_table": ledger_table,
-        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/m.tar.gz"},
+        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/m.tar.gz", "sha256": "a" * 64},
                    "input": {"prefix": f"s3://{bucket}/in/"}, "output": {"prefix": f"s3://{bucket}/out/"},
                    "resources": {"instance_count": 3}, "sharding": "by_size"}],
     }, "shard_test.yaml")
@@ -176,7 +176,7 @@ def test_a_dag_run_that_fails_outside_the_sensor_shows_as_failed(aws_env, ledger
 
     spec_path = tmp_path / "p.yaml"
     spec_path.write_text(f"pipeline: p\nledger_table: {ledger_table}\nsteps:\n  - name: score\n"
-                         "    model: {uri: s3://b/m.tar.gz}\n    input: {prefix: s3://b/in/}\n"
+                         f"    model: {{uri: s3://b/m.tar.gz, sha256: {'a' * 64}}}\n    input: {{prefix: s3://b/in/}}\n"
                          "    output: {prefix: s3://b/out/}\n")
     oncall = OnCall({"p": load_spec(spec_path)})
     model = bind_ledger(ledger_table)
