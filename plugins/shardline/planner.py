@@ -9,7 +9,14 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import logging
 from collections.abc import Iterable, Sequence
+
+log = logging.getLogger(__name__)
+
+# Refused keys are named one by one up to this many, then counted: a whole prefix of bad keys
+# must not flood the task log.
+NAMED_REFUSALS = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,14 +35,36 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
+def unsafe_key_reason(relative_key: str) -> str | None:
+    """Why a key, relative to its prefix, cannot be a file under the input directory; ``None`` when it can.
+
+    SageMaker (and the local emulator) downloads each object to ``LocalPath/<relative key>``:
+    an empty segment (``a//b``, a leading ``/``) makes that path absolute, and ``..`` climbs
+    out of the directory. ``.`` is refused too: ``a/./b`` and ``a/b`` would be one file. A
+    backslash is an ordinary character in a POSIX file name, so it is allowed.
+    """
+    if not relative_key:
+        return "empty key"
+    if "\x00" in relative_key:
+        return "NUL character in the key"
+    if relative_key.startswith("/"):
+        return "absolute path (the key has '/' right after the prefix)"
+    parts = relative_key.split("/")
+    if "" in parts:
+        return "empty path segment ('//' or a trailing '/')"
+    if ".." in parts:
+        return "'..' segment, which climbs out of the input directory"
+    if "." in parts:
+        return "'.' segment"
+    return None
+
+
 def is_reserved(relative_key: str) -> bool:
     """Our own bookkeeping (``_shardline/``), ``_SUCCESS`` markers and hidden files are never inputs."""
     return any(part.startswith(("_", ".")) for part in relative_key.split("/"))
 
 
-def selected(relative_key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
-    if is_reserved(relative_key) or relative_key.endswith("/"):
-        return False
+def _matches(relative_key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
     name = relative_key.rsplit("/", 1)[-1]
 
     def hit(patterns: Sequence[str]) -> bool:
@@ -44,17 +73,36 @@ def selected(relative_key: str, include: Sequence[str], exclude: Sequence[str]) 
     return hit(include) and not hit(exclude)
 
 
+def selected(relative_key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    if is_reserved(relative_key) or relative_key.endswith("/") or unsafe_key_reason(relative_key):
+        return False
+    return _matches(relative_key, include, exclude)
+
+
 def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = ()) -> list[S3Object]:
-    """Every selected object under the prefix, sorted by key. Follows ListObjectsV2 to the last page."""
+    """Every selected object under the prefix, sorted by key. Follows ListObjectsV2 to the last page.
+
+    A key that would land outside the input directory (see :func:`unsafe_key_reason`) is
+    not planned, and a WARNING names it: no download of it could be safe, on either backend.
+    """
     bucket, prefix = parse_s3_uri(prefix_uri)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     found = []
+    refused = 0
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
             relative = item["Key"][len(prefix):]
             if selected(relative, include, exclude):
                 found.append(S3Object(item["Key"], item["Size"]))
+            elif (relative and not relative.endswith("/")  # folder markers are no inputs, and no news
+                  and (reason := unsafe_key_reason(relative)) and _matches(relative, include, exclude)):
+                refused += 1
+                if refused <= NAMED_REFUSALS:
+                    log.warning("not planning s3://%s/%s: %s", bucket, item["Key"], reason)
+    if refused:
+        log.warning("%d input key(s) under %s refused as unsafe paths and left out of the plan", refused,
+                    prefix_uri)
     found.sort(key=lambda o: o.key)
     return found
 
@@ -113,7 +161,11 @@ def manifest_body(prefix_uri: str, keys: Iterable[str]) -> str:
     for key in keys:
         if not key.startswith(prefix):
             raise ValueError(f"{key!r} is not under {prefix_uri!r}")
-        entries.append(key[len(prefix):])
+        relative = key[len(prefix):]
+        # list_inputs never plans such a key; one arriving here is a bug, and must not reach a manifest.
+        if reason := unsafe_key_reason(relative):
+            raise ValueError(f"{key!r} cannot be a manifest entry: {reason}")
+        entries.append(relative)
     return json.dumps(entries)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 import uuid
 
@@ -42,6 +43,55 @@ def test_parse_s3_uri():
 )
 def test_selected(key, include, exclude, expected):
     assert selected(key, include, exclude) is expected
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("/tmp/x.parquet", "absolute"),  # from prefix//tmp/x.parquet
+        ("sub//x.parquet", "empty path segment"),
+        ("sub/", "empty path segment"),
+        ("", "empty key"),
+        ("../x.parquet", "'..'"),
+        ("sub/../../x.parquet", "'..'"),
+        ("sub/..", "'..'"),
+        ("./x.parquet", "'.'"),
+        ("sub/./x.parquet", "'.'"),
+        ("x\x00.parquet", "NUL"),
+    ],
+)
+def test_unsafe_key_reason_refuses_keys_that_are_no_path_under_the_input_dir(key, why):
+    from shardline.planner import unsafe_key_reason
+
+    assert why in (unsafe_key_reason(key) or "")
+
+
+@pytest.mark.parametrize("key", ["x.parquet", "dt=1/part-0.parquet", "a..b.parquet", "...", ".hidden", "a\\b.csv"])
+def test_unsafe_key_reason_lets_ordinary_names_through(key):
+    from shardline.planner import unsafe_key_reason
+
+    assert unsafe_key_reason(key) is None
+
+
+def test_path_escape_keys_are_not_planned_and_each_is_named_with_its_reason(aws_env, caplog):
+    s3 = boto3.client("s3")
+    bucket = f"raw-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    bad = {
+        "dt=1//tmp/x.parquet": "absolute",
+        "dt=1/a//b.parquet": "empty path segment",
+        "dt=1/a/../../../escape.parquet": "'..'",
+        "dt=1/./dot.parquet": "'.'",
+    }
+    for key in ["dt=1/part-0.parquet", "dt=1/sub/part-1.parquet", "dt=1/folder/", "dt=1/_SUCCESS", *bad]:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    with caplog.at_level(logging.WARNING, logger="shardline.planner"):
+        found = list_inputs(s3, f"s3://{bucket}/dt=1/")
+    assert [o.key for o in found] == ["dt=1/part-0.parquet", "dt=1/sub/part-1.parquet"]  # the rest go on
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for key, why in bad.items():
+        assert any(f"s3://{bucket}/{key}:" in w and why in w for w in warnings), (key, warnings)
+    assert not any("folder/" in w or "_SUCCESS" in w for w in warnings)  # no news: never inputs
 
 
 def test_listing_follows_every_page_and_filters(aws_env):
@@ -91,6 +141,12 @@ def test_manifest_format_is_sagemakers(aws_env):
     write_manifest(s3, f"s3://{bucket}/_shardline/manifests/run/score/attempt-0001.manifest", body)
     stored = s3.get_object(Bucket=bucket, Key="_shardline/manifests/run/score/attempt-0001.manifest")["Body"].read()
     assert json.loads(stored)[1] == "a.parquet"
+
+
+@pytest.mark.parametrize("key", ["dt=1//tmp/x.parquet", "dt=1/a/../../x.parquet", "dt=1/./x.parquet"])
+def test_path_escape_key_is_refused_as_a_manifest_entry(key):
+    with pytest.raises(ValueError, match="cannot be a manifest entry"):
+        manifest_body("s3://raw/dt=1/", ["dt=1/ok.parquet", key])
 
 
 def test_manifest_order_by_size_balances_a_round_robin_deal():
