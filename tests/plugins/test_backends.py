@@ -6,9 +6,11 @@ SageMaker API of moto_server over HTTP (moto runs nothing, so its jobs complete 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import signal
 import time
 import uuid
 
@@ -119,6 +121,18 @@ def test_stopping_a_finished_job_is_a_no_op(backend, job):
     assert backend.describe(name).status is JobStatus.COMPLETED
 
 
+@pytest.fixture
+def local_backend(tmp_path):
+    """A LocalBackend whose jobs' process groups are killed at teardown, should a test leave one running."""
+    backend = LocalBackend(tmp_path / "lb")
+    yield backend
+    for state in (backend.root / "jobs").glob("*/state.json"):
+        pid = json.loads(state.read_text()).get("pid")
+        if pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
 # -- what only the local emulator can show ------------------------------------------------------
 
 
@@ -197,3 +211,46 @@ def test_local_max_runtime_is_enforced(job, slow_model, tmp_path):
     state = wait_terminal(backend, name, timeout=90)
     assert state.status is JobStatus.STOPPED
     assert "MaxRuntimeInSeconds (3) exceeded" in state.failure_reason
+
+
+def _files(root):
+    return {p for p in root.rglob("*") if not p.is_dir()}
+
+
+@pytest.mark.slow
+def test_path_escape_keys_in_a_manifest_and_a_model_prefix_are_refused_and_the_rest_processed(
+        job, local_backend, tmp_path):
+    s3 = boto3.client("s3")
+    raw, models, out = job.buckets["raw"], job.buckets["models"], job.buckets["out"]
+    request = job(run_id="run-escape")
+    # The job dir is tmp_path/lb/jobs/NAME, and each input dir four levels below it: seven '..' reach tmp_path.
+    up = "../" * 7
+    crafted = [str(tmp_path / "escaped-absolute.parquet"),  # the key has '//': the path is absolute
+               f"{up}escaped-dotdot.parquet", f"sub/{up}../escaped-sub.parquet", "./dot.parquet",
+               "sub//inner.parquet", "../../x"]
+    body = io.BytesIO()
+    pq.write_table(synthetic.make_table(10, first_id=10_000, seed=9), body)
+    for rel in crafted:  # real parquet files: downloaded, each would be processed too
+        s3.put_object(Bucket=raw, Key=f"dt=2026-11-22/{rel}", Body=body.getvalue())
+    entries = [{"prefix": f"s3://{raw}/dt=2026-11-22/"}, *[f"part-{i}.parquet" for i in range(6)], *crafted]
+    manifest = request["ProcessingInputs"][0]["S3Input"]["S3Uri"]
+    write_manifest(s3, manifest, json.dumps(entries))
+    # A model prefix with the model and a key that climbs out of the model dir to plant a file.
+    s3.copy_object(Bucket=models, Key="xgbdir/model.tar.gz", CopySource={"Bucket": models, "Key": "xgb/model.tar.gz"})
+    s3.put_object(Bucket=models, Key=f"xgbdir/{up}escaped-model.pth", Body=b"import os\n")
+    request["ProcessingInputs"][1]["S3Input"]["S3Uri"] = f"s3://{models}/xgbdir/"
+
+    before = _files(tmp_path)
+    name = local_backend.submit(request)
+    state = wait_terminal(local_backend, name)
+    job_dir = local_backend.job_dir(name)
+    assert list(tmp_path.glob("escaped-*")) == []
+    assert {p for p in _files(tmp_path) - before if not p.is_relative_to(job_dir)} == set()
+    assert list(job_dir.glob("algo-*/processing/x")) == []  # '../../x' would leave the input dir
+    assert state.status is JobStatus.COMPLETED, state
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=out, Prefix="run-escape/")["Contents"])
+    assert [k for k in keys if k.endswith(".parquet")] == [f"run-escape/part-{i}.parquet" for i in range(6)]
+    log = (job_dir / "supervisor.log").read_text()
+    for rel in crafted:
+        assert f"not downloading entry {rel!r}" in log, rel
+    assert f"xgbdir/{up}escaped-model.pth: '..' segment" in log

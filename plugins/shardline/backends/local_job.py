@@ -22,7 +22,7 @@ import boto3
 
 from shardline.backends.local import REQUEST_FILE, STATE_FILE, read_state, write_json_atomic
 from shardline.decide import JobStatus
-from shardline.planner import parse_s3_uri
+from shardline.planner import parse_s3_uri, unsafe_key_reason
 
 log = logging.getLogger("shardline.local_job")
 
@@ -41,6 +41,8 @@ def _on_sigterm(signum, _frame):
 def local_path(instance_dir: Path, sm_path: str) -> Path:
     """Map a container path (/opt/ml/processing/...) into this instance's directory."""
     relative = sm_path[len(SM_ROOT):] if sm_path.startswith(SM_ROOT) else sm_path.lstrip("/")
+    if reason := unsafe_key_reason(relative.rstrip("/")):
+        raise ValueError(f"LocalPath {sm_path!r} does not name a directory under {SM_ROOT}: {reason}")
     return instance_dir / "processing" / relative
 
 
@@ -57,17 +59,44 @@ def list_prefix(s3, uri: str) -> list[tuple[str, str, str]]:
 
 
 def manifest_entries(s3, uri: str) -> list[tuple[str, str, str]]:
+    """(bucket, key, relative path) per entry; an entry that is no safe relative path is left out, with a warning."""
     bucket, key = parse_s3_uri(uri)
     entries = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+        raise ValueError(f"{uri} is not a manifest: expected [{{\"prefix\": ...}}, entries...]")
     prefix_bucket, prefix = parse_s3_uri(entries[0]["prefix"])
+    found = []
     # Manifest order is kept: entries are dealt round robin in the order they are listed.
-    return [(prefix_bucket, prefix + rel, rel) for rel in entries[1:]]
+    for rel in entries[1:]:
+        reason = unsafe_key_reason(rel) if isinstance(rel, str) else "not a string"
+        if reason:
+            log.warning("manifest %s: not downloading entry %r: %s", uri, rel, reason)
+            continue
+        found.append((prefix_bucket, prefix + rel, rel))
+    return found
 
 
 def deal(objects: list, instances: int, distribution: str) -> list[list]:
     if distribution == "ShardedByS3Key":
         return [objects[i::instances] for i in range(instances)]
     return [list(objects) for _ in range(instances)]  # FullyReplicated
+
+
+def download(s3, bucket: str, key: str, relative: str, target: Path) -> None:
+    """Download one object to ``target/relative``, unless that path leaves ``target``: then warn and skip it.
+
+    SageMaker writes into a container, where a stray path does little harm; here it would land
+    on the Airflow machine itself (site-packages/*.pth runs at the next Python start).
+    """
+    reason = unsafe_key_reason(relative)
+    dest = target / relative
+    if reason is None and not dest.resolve().is_relative_to(target.resolve()):
+        reason = f"resolves to {dest.resolve()}, outside {target}"  # a symlink on the way
+    if reason:
+        log.warning("not downloading s3://%s/%s: %s", bucket, key, reason)
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    s3.download_file(bucket, key, str(dest))
 
 
 def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
@@ -82,9 +111,7 @@ def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
             target = local_path(instance_dir, s3_input["LocalPath"])
             target.mkdir(parents=True, exist_ok=True)
             for bucket, key, relative in share:
-                dest = target / relative
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                s3.download_file(bucket, key, str(dest))
+                download(s3, bucket, key, relative, target)
         log.info("input %s: %d object(s) dealt %s over %d instance(s)", spec.get("InputName"), len(objects),
                  s3_input.get("S3DataDistributionType"), len(instance_dirs))
 
