@@ -254,3 +254,69 @@ def test_path_escape_keys_in_a_manifest_and_a_model_prefix_are_refused_and_the_r
     for rel in crafted:
         assert f"not downloading entry {rel!r}" in log, rel
     assert f"xgbdir/{up}escaped-model.pth: '..' segment" in log
+
+
+# Dumps the environment of the model's process, and of the supervisor above it (readable by the
+# model's code in /proc), to PROBE_DIR, which only the request's own Environment names.
+ENV_PROBE_SCRIPT = """\
+import json
+import os
+from pathlib import Path
+
+
+def _environ(pid):
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(e.decode().split("=", 1) for e in raw.split(b"\\0") if e)
+
+
+def _supervisor():
+    pid = os.getpid()
+    while pid > 1:
+        if b"shardline.backends.local_job" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise RuntimeError("no supervisor above this process")
+
+
+def model_fn(model_dir):
+    dump = {"model": dict(os.environ), "supervisor": _environ(_supervisor())}
+    Path(os.environ["PROBE_DIR"], f"env-{os.getpid()}.json").write_text(json.dumps(dump))
+    return None
+
+
+def predict_fn(data, model):
+    return data[:, 0]
+"""
+
+SECRETS = {
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:db-password-1@db/airflow",
+    "AIRFLOW__CORE__FERNET_KEY": "fernet-key-2",
+    "AIRFLOW__API_AUTH__JWT_SECRET": "jwt-secret-3",
+    "SHARDLINE_AIRFLOW_PASSWORD": "admin-password-4",
+    "MY_SECRET": "my-secret-5",
+}
+
+
+@pytest.mark.slow
+def test_local_job_gives_the_model_no_airflow_secret_only_its_own_environment(job, local_backend, tmp_path,
+                                                                              monkeypatch):
+    for secret, value in SECRETS.items():
+        monkeypatch.setenv(secret, value)  # as in the Airflow process that submits the job
+    model_dir = tmp_path / "env-probe"
+    write_inference_script(model_dir, ENV_PROBE_SCRIPT)
+    sha = _upload_model(boto3.client("s3"), model_dir, job.buckets["models"], "probe/model.tar.gz")
+    request = job(run_id="run-env", model_key="probe/model.tar.gz", model_sha=sha)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    request["Environment"]["PROBE_DIR"] = str(probe)
+    name = local_backend.submit(request)
+    assert wait_terminal(local_backend, name).status is JobStatus.COMPLETED
+    dumps = [json.loads(p.read_text()) for p in probe.glob("env-*.json")]
+    assert dumps, "the model never loaded"
+    for dump in dumps:
+        for env in (dump["model"], dump["supervisor"]):
+            assert not set(SECRETS) & set(env), sorted(set(SECRETS) & set(env))
+            assert not [v for v in SECRETS.values() if v in json.dumps(env)]
+            assert env["AWS_ENDPOINT_URL"] == os.environ["AWS_ENDPOINT_URL"]  # the job still reaches AWS
+            assert env["PATH"] == os.environ["PATH"]
+        assert {k: dump["model"].get(k) for k in request["Environment"]} == request["Environment"]

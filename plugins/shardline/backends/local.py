@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from shardline.backends import JobNotFound, JobState
@@ -28,6 +29,32 @@ from shardline.decide import JobStatus
 
 STATE_FILE = "state.json"
 REQUEST_FILE = "request.json"
+
+# What a local job's processes take from the environment of whoever submitted it. The
+# submitter is an Airflow process holding Airflow's secrets (AIRFLOW__* has the database
+# password, the Fernet key, the JWT secret); a SageMaker job sees none of that, only its
+# request's Environment, so the emulator passes only how to reach AWS and how to run Python.
+# A job's model code runs as the same user, so this is no sandbox: it stops the leak that
+# needs no effort (a model that logs or ships its environment), not a determined one.
+PASSED_ENV = frozenset({
+    # Who the job is, and how it reaches AWS: the worker reads S3 and writes the ledger.
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL", "AWS_CA_BUNDLE", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_EC2_METADATA_DISABLED", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    # How to run: PYTHONPATH is how the compose image finds shardline_worker (it is not pip-installed there).
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH",
+    "CUDA_VISIBLE_DEVICES",  # which GPUs this machine lends the job
+})
+PASSED_PREFIXES = ("AWS_ENDPOINT_URL_", "LC_")
+
+
+def job_environment(environ: Mapping[str, str], own: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a local job's process: the allow-listed part of ``environ``, then the job's own."""
+    passed = {k: v for k, v in environ.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIXES)}
+    return {**passed, **(own or {})}
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -105,9 +132,11 @@ class LocalBackend:
         with open(job_dir / "supervisor.log", "ab") as log:
             # Its own session and process group: stop() signals the whole tree at once. The
             # supervisor records its pid in state.json itself, so no write here races with it.
+            # Its environment is the job's too (readable in /proc by the model's code): no Airflow secrets.
             subprocess.Popen(
                 [sys.executable, "-m", "shardline.backends.local_job", str(job_dir)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=job_environment(os.environ),
             )
         return name
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import boto3
 
-from shardline.backends.local import REQUEST_FILE, STATE_FILE, read_state, write_json_atomic
+from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
 from shardline.decide import JobStatus
 from shardline.planner import parse_s3_uri, unsafe_key_reason
 
@@ -159,7 +159,7 @@ def run(job_dir: Path) -> dict:
     stage_inputs(s3, request, instance_dirs)
 
     procs: dict[str, subprocess.Popen] = {}
-    env = {**os.environ, **request.get("Environment", {})}
+    env = job_environment(os.environ, request.get("Environment", {}))
     for host, instance_dir in zip(hosts, instance_dirs, strict=True):
         config = instance_dir / "config"
         config.mkdir(parents=True, exist_ok=True)
