@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import time
 import uuid
@@ -158,13 +159,60 @@ def test_local_job_shards_by_key_runs_every_instance_and_uploads_outputs(job, tm
     assert not any(".shardline-tmp" in k for k in keys)
 
 
+# Runs until stopped: with one pool process per instance, each process's first file ends and its
+# second waits until MARKS_DIR/release exists (never, unless a test makes it). MARKS_DIR, from the
+# request's Environment, also records each call as PID-CALL.
+ENDLESS_SCRIPT = """\
+import os
+import time
+from pathlib import Path
+
+_calls = 0
+
+
+def model_fn(model_dir):
+    return None
+
+
+def predict_fn(data, model):
+    global _calls
+    _calls += 1
+    marks = Path(os.environ["MARKS_DIR"])
+    (marks / f"{os.getpid()}-{_calls}").touch()
+    while _calls > 1 and not (marks / "release").exists():
+        time.sleep(0.05)
+    return data[:, 0]
+"""
+
+
 @pytest.fixture
-def slow_model(tmp_path, aws_env):
-    model_dir = tmp_path / "slow-model"
-    write_inference_script(model_dir, "import time\n\n"
-                           "def model_fn(model_dir):\n    return None\n\n"
-                           "def predict_fn(data, model):\n    time.sleep(0.5)\n    return data[:, 0]\n")
-    return model_dir
+def endless_job(job, tmp_path):
+    """A request builder like ``job``'s, for the endless model, one pool process per instance."""
+    model_dir = tmp_path / "endless-model"
+    write_inference_script(model_dir, ENDLESS_SCRIPT)
+    sha = _upload_model(boto3.client("s3"), model_dir, job.buckets["models"], "endless/model.tar.gz")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def build(run_id):
+        request = job(run_id=run_id, model_key="endless/model.tar.gz", model_sha=sha)
+        request["AppSpecification"]["ContainerArguments"] += ["--workers", "1"]
+        request["Environment"]["MARKS_DIR"] = str(marks)
+        return request
+
+    build.marks = marks
+    build.blocked = lambda: len({m.name.split("-")[0] for m in marks.glob("*-2")}) == 2  # both instances
+    return build
+
+
+def wait_until(condition, what, timeout=120):
+    """Poll until ``condition()`` holds; the timeout only turns a hang into a failure."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting for {what} after {timeout}s")
+        time.sleep(0.1)
+    return result
 
 
 def _process_group(pgid):
@@ -180,37 +228,79 @@ def _process_group(pgid):
 
 
 @pytest.mark.slow
-def test_local_stop_kills_the_whole_process_tree(job, slow_model, tmp_path):
-    s3 = boto3.client("s3")
-    sha = _upload_model(s3, slow_model, job.buckets["models"], "slow/model.tar.gz")
-    backend = LocalBackend(tmp_path / "lb")
-    request = job(run_id="run-kill", model_key="slow/model.tar.gz", model_sha=sha)
-    name = backend.submit(request)
-    job_dir = backend.job_dir(name)
-    deadline = time.monotonic() + 60
-    while not list(job_dir.glob("algo-*/worker.log")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)
-    pgid = json.loads((job_dir / "state.json").read_text())["pid"]
-    assert len(_process_group(pgid)) >= 3  # supervisor + 2 workers (+ their pools)
-    backend.stop(name)
-    state = backend.describe(name)
+def test_local_stop_kills_the_whole_process_tree(endless_job, local_backend):
+    name = local_backend.submit(endless_job(run_id="run-kill"))
+    # Both instances' pool processes are blocked in their second file: every level of the tree is up.
+    wait_until(endless_job.blocked, "both instances to block in their second file")
+    pgid = json.loads((local_backend.job_dir(name) / "state.json").read_text())["pid"]
+    assert len(_process_group(pgid)) >= 5  # supervisor + 2 workers + their pool processes
+    local_backend.stop(name)
+    state = local_backend.describe(name)
     assert state.status is JobStatus.STOPPED, state
-    time.sleep(0.5)
-    assert _process_group(pgid) == []
+    # stop() sends SIGKILL to what outlives its grace period; the kernel then ends those on its own time.
+    wait_until(lambda: not _process_group(pgid), "the job's process group to be gone")
 
 
 @pytest.mark.slow
-def test_local_max_runtime_is_enforced(job, slow_model, tmp_path):
-    s3 = boto3.client("s3")
-    sha = _upload_model(s3, slow_model, job.buckets["models"], "slow2/model.tar.gz")
-    backend = LocalBackend(tmp_path / "lb")
-    request = job(run_id="run-timeout", model_key="slow2/model.tar.gz", model_sha=sha)
-    request["StoppingCondition"]["MaxRuntimeInSeconds"] = 3
-    name = backend.submit(request)
-    state = wait_terminal(backend, name, timeout=90)
-    assert state.status is JobStatus.STOPPED
-    assert "MaxRuntimeInSeconds (3) exceeded" in state.failure_reason
+def test_local_max_runtime_stops_the_job_and_uploads_no_output(endless_job, local_backend, job):
+    request = endless_job(run_id="run-timeout")
+    request["StoppingCondition"]["MaxRuntimeInSeconds"] = 5
+    name = local_backend.submit(request)
+    state = wait_terminal(local_backend, name, timeout=120)
+    assert state.status is JobStatus.STOPPED, state
+    assert "MaxRuntimeInSeconds (5) exceeded" in state.failure_reason
+    # Files that ended before the limit stay on the instance: a stopped job's outputs are not uploaded.
+    listed = boto3.client("s3").list_objects_v2(Bucket=job.buckets["out"], Prefix="run-timeout/")
+    assert listed.get("KeyCount", 0) == 0, [o["Key"] for o in listed.get("Contents", [])]
+
+
+def _exited(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slow
+def test_local_job_whose_end_is_seen_past_max_runtime_is_stopped_not_completed(endless_job, local_backend, job):
+    """The flaky case made certain: the workers end before the limit, the supervisor sees it only after."""
+    request = endless_job(run_id="run-late")
+    request["StoppingCondition"]["MaxRuntimeInSeconds"] = 10
+    name = local_backend.submit(request)
+    job_dir = local_backend.job_dir(name)
+    wait_until(endless_job.blocked, "both instances to block in their second file")
+    seen = time.monotonic()  # the job started before this, so its limit falls before seen + 10
+    supervisor = json.loads((job_dir / "state.json").read_text())["pid"]
+    workers = [int(p) for p in re.findall(r"worker pid (\d+)", (job_dir / "supervisor.log").read_text())]
+    os.kill(supervisor, signal.SIGSTOP)  # it polls no more: the workers' end goes unseen
+    try:
+        (endless_job.marks / "release").touch()
+        wait_until(lambda: all(_exited(p) for p in workers), "the released workers to exit")
+        wait_until(lambda: time.monotonic() > seen + 10, "the job's limit to pass")
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    state = wait_terminal(local_backend, name)
+    assert state.status is JobStatus.STOPPED, state
+    assert state.failure_reason == "MaxRuntimeInSeconds (10) exceeded"
+    assert boto3.client("s3").list_objects_v2(Bucket=job.buckets["out"], Prefix="run-late/")["KeyCount"] == 0
+
+
+@pytest.mark.parametrize(
+    ("codes", "elapsed", "status"),
+    [
+        ({"algo-1": 0, "algo-2": 0}, 3.5, JobStatus.STOPPED),  # ended between the last two polls, past 3 s
+        ({"algo-1": 0, "algo-2": 1}, 3.5, JobStatus.STOPPED),
+        ({"algo-1": 0, "algo-2": 0}, 2.9, JobStatus.COMPLETED),
+        ({"algo-1": 0, "algo-2": 1}, 2.9, JobStatus.FAILED),
+    ],
+)
+def test_job_seen_to_end_past_max_runtime_is_stopped_not_completed(codes, elapsed, status):
+    from shardline.backends.local_job import job_outcome
+
+    outcome = job_outcome(codes, elapsed, 3)
+    assert outcome["status"] == status.value, outcome
+    if status is JobStatus.STOPPED:
+        assert outcome["failure_reason"] == "MaxRuntimeInSeconds (3) exceeded"
 
 
 def _files(root):

@@ -169,13 +169,11 @@ def run(job_dir: Path) -> dict:
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.info("%s: worker pid %d", host, procs[host].pid)
 
-    timed_out = False
     try:
         while any(p.poll() is None for p in procs.values()):
             if (job_dir / "STOP").exists():  # stop() was asked before it knew our pid
                 raise _Stop("stop requested")
             if time.monotonic() - started > max_runtime:
-                timed_out = True
                 _terminate(procs.values())
                 break
             time.sleep(0.2)
@@ -183,11 +181,25 @@ def run(job_dir: Path) -> dict:
         _terminate(procs.values())  # the workers got SIGTERM too; give them time to sweep temp files
         raise
     codes = {host: p.wait() for host, p in procs.items()}
+    outcome = job_outcome(codes, time.monotonic() - started, max_runtime)
+    if outcome["status"] == JobStatus.STOPPED.value:
+        # As for a stop on request: EndOfJob outputs go up "after the job completes", and it did not.
+        log.info("exit codes %s; stopped, so no output is uploaded", codes)
+        return outcome
     uploaded = upload_outputs(s3, request, instance_dirs)
     log.info("exit codes %s; uploaded %d output file(s)", codes, uploaded)
-    if timed_out:
-        return {"status": JobStatus.STOPPED.value,
-                "failure_reason": f"MaxRuntimeInSeconds ({max_runtime}) exceeded"}
+    return outcome
+
+
+def job_outcome(codes: dict[str, int], elapsed: float, max_runtime: float) -> dict:
+    """The job's end from its workers' exit codes and the runtime at which they were all seen to have exited.
+
+    A job is complete only once its end is seen. One seen past its limit is Stopped, as SageMaker
+    would have stopped it, even if its workers exited a moment after the limit, between two polls.
+    """
+    if elapsed > max_runtime:
+        return {"status": JobStatus.STOPPED.value, "failure_reason": f"MaxRuntimeInSeconds ({max_runtime}) exceeded",
+                "exit_codes": codes}
     failed = {h: c for h, c in codes.items() if c != 0}
     if failed:
         detail = ", ".join(f"{h} exited with code {c}" for h, c in sorted(failed.items()))
