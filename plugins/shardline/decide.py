@@ -115,23 +115,30 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
         silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
         if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
             lost = ", ".join(s.host for s in stale) or "every instance (no heartbeat yet)"
+            # The job is stopped, and a stopped job uploads nothing: what it finished goes again too.
             return _retry_or_finish(
-                snapshot, policy, failed, unfinished, total,
+                snapshot, policy, failed, [*unfinished, *_unconfirmed(snapshot, succeeded)], total,
                 why=f"heartbeat stale for {lost} (> {policy.heartbeat_timeout_seconds:.0f}s)", stop_job=True,
             )
         return Decision(Action.WAIT, f"job {job.value}: {len(succeeded)}/{total} files succeeded")
 
-    if len(succeeded) == total:
-        if job is JobStatus.COMPLETED:
-            return Decision(Action.ADVANCE, f"all {total} files succeeded")
-        # Every file is recorded, but the job failed to finish (e.g. the output upload):
-        # the outputs may be missing, so the files go again.
-        return _retry_or_finish(snapshot, policy, [], list(succeeded), total,
-                                why=f"job {job.value} ({snapshot.job_failure_reason or 'no reason given'}) "
-                                    "after every file succeeded; outputs may not have been uploaded")
-
+    if len(succeeded) == total and job is JobStatus.COMPLETED:
+        return Decision(Action.ADVANCE, f"all {total} files succeeded")
+    # A job that did not complete (stopped, failed, lost its upload) may have uploaded none of its
+    # outputs: the files this attempt recorded SUCCEEDED go again with the unfinished ones, or their
+    # rows would be missing while the ledger counts them.
+    unconfirmed = _unconfirmed(snapshot, succeeded)
     why = f"job {job.value}" + (f" ({snapshot.job_failure_reason})" if snapshot.job_failure_reason else "")
-    return _retry_or_finish(snapshot, policy, failed, unfinished, total, why=why)
+    if unconfirmed:
+        why += f"; the outputs of the {len(unconfirmed)} file(s) it finished may not have been uploaded"
+    return _retry_or_finish(snapshot, policy, failed, [*unfinished, *unconfirmed], total, why=why)
+
+
+def _unconfirmed(snapshot: StepSnapshot, succeeded: list) -> list:
+    """Files the current attempt recorded SUCCEEDED, whose outputs only a COMPLETED job is sure to have uploaded."""
+    if snapshot.job_status is JobStatus.COMPLETED:
+        return []
+    return [f for f in succeeded if f.attempt == snapshot.attempt]
 
 
 def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, stop_job: bool = False) -> Decision:

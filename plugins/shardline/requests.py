@@ -36,6 +36,8 @@ def worker_arguments(step: StepSpec) -> list[str]:
     # File failures are the ledger's business; the job itself must complete so SageMaker
     # uploads every output that did succeed.
     args = ["--exit-zero-on-file-failures"]
+    # Four beats fit in the step's heartbeat timeout, so one late write never makes a healthy instance look lost.
+    args += ["--heartbeat-interval", f"{min(30.0, step.heartbeat_timeout_seconds / 4):g}"]
     if step.input.passthrough:
         args += ["--passthrough", ",".join(step.input.passthrough)]
     if step.input.features:

@@ -45,12 +45,15 @@ def test_in_progress_with_every_file_done_still_waits_for_the_upload():
     assert d.action is Action.WAIT
 
 
-def test_stale_heartbeat_resubmits_unfinished_files_and_stops_the_job():
-    fs = files(S, R, P)
-    d = decide(snap(JobStatus.IN_PROGRESS, fs, shards=[ShardState("algo-1", 5), ShardState("algo-2", 301)]), POLICY)
+def test_stale_heartbeat_stops_the_job_and_resubmits_everything_it_would_not_upload():
+    # A stopped job uploads none of its outputs: the file it finished goes again with the unfinished ones,
+    # or its rows would be missing while the ledger counts them. A file an earlier attempt finished stays.
+    fs = (*files(S, R, P, attempt=2), FileState("s3://b/in/earlier.parquet", S, 1))
+    d = decide(snap(JobStatus.IN_PROGRESS, fs, attempt=2,
+                    shards=[ShardState("algo-1", 5), ShardState("algo-2", 301)]), POLICY)
     assert d.action is Action.RESUBMIT
     assert d.stop_job
-    assert d.retry_files == (fs[1].input_key, fs[2].input_key)
+    assert d.retry_files == (fs[0].input_key, fs[1].input_key, fs[2].input_key)
     assert "algo-2" in d.reason
 
 
@@ -80,12 +83,18 @@ def test_completed_with_unfinished_files_is_a_lost_shard_and_resubmits_them():
 
 
 @pytest.mark.parametrize("job", [JobStatus.FAILED, JobStatus.STOPPED])
-def test_failed_or_stopped_job_resubmits_what_is_not_done(job):
-    fs = files(S, R)
-    d = decide(snap(job, fs, reason="AlgorithmError: exit 137"), POLICY)
+def test_failed_or_stopped_job_resubmits_what_is_not_done_and_what_it_may_not_have_uploaded(job):
+    fs = (*files(S, R, attempt=2), FileState("s3://b/in/earlier.parquet", S, 1))
+    d = decide(snap(job, fs, attempt=2, reason="AlgorithmError: exit 137"), POLICY)
     assert d.action is Action.RESUBMIT
-    assert d.retry_files == (fs[1].input_key,)
-    assert "exit 137" in d.reason
+    assert d.retry_files == (fs[0].input_key, fs[1].input_key)  # not the file attempt 1's completed job uploaded
+    assert "exit 137" in d.reason and "may not have been uploaded" in d.reason
+
+
+def test_out_of_attempts_a_stopped_jobs_finished_files_count_as_failed_not_as_written():
+    fs = files(S, S, attempt=3)
+    d = decide(snap(JobStatus.STOPPED, fs, attempt=3, reason="MaxRuntimeInSeconds (60) exceeded"), POLICY)
+    assert d.action is Action.FAIL and len(d.failed_files) == 2
 
 
 def test_transient_failures_are_retried_permanent_ones_are_not():
