@@ -7,6 +7,7 @@ command needs no arguments at all.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -200,6 +201,10 @@ class _LedgerHooks(Hooks):
         self.interval = interval
         self.done = self.failed = 0
         self.next_beat = 0.0
+        # The ledger is the commit point of an output: written here, kept only once its SUCCEEDED
+        # record has landed (set from the pump's thread; a set add is atomic under the GIL).
+        self.outputs: dict[str, str] = {}
+        self.committed: set[str] = set()
 
     def file_started(self, report: FileReport) -> None:
         self.pump.put(lambda: self.ledger.claim_file(report.input), f"claim {report.input}")
@@ -220,7 +225,33 @@ class _LedgerHooks(Hooks):
             error_class=report.error_class,
             error_message=report.error_message,
         )
-        self.pump.put(lambda: self.ledger.finish_file(report.input, outcome), f"finish {report.input}")
+        if report.output:
+            self.outputs[report.input] = report.output
+
+        def finish() -> None:
+            self.ledger.finish_file(report.input, outcome)
+            self.committed.add(report.input)
+
+        self.pump.put(finish, f"finish {report.input}")
+
+    def withdraw_uncommitted(self, output_dir: Path) -> int:
+        """Delete the outputs whose success the ledger never accepted, so they are never uploaded.
+
+        Their files are either owned by a newer attempt (this instance was fenced: a zombie's
+        output must not replace the newer attempt's) or still unfinished in the ledger (the
+        endpoint was unreachable), and the sensor retries them. Returns how many were withdrawn.
+        """
+        withdrawn = 0
+        for source, output in self.outputs.items():
+            if source not in self.committed:
+                with contextlib.suppress(FileNotFoundError):
+                    (output_dir / output).unlink()
+                    withdrawn += 1
+        if withdrawn:
+            log.warning("withdrew %d output(s) whose success the ledger did not accept (%s); the files stay "
+                        "unfinished or belong to a newer attempt, which writes them", withdrawn,
+                        self.pump.fenced_reason or f"{self.pump.errors} ledger write(s) failed")
+        return withdrawn
 
     def beat(self, status: ShardStatus) -> None:
         rows = self.runner.rows_done.value if self.runner else 0
@@ -358,6 +389,7 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
                   "written.", err)
         if pump:
             pump.close()
+            hooks.withdraw_uncommitted(args.output_dir)
         return EXIT_FENCED
     except SetupError:
         if ledger:
@@ -368,16 +400,19 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         _sweep_temp_files(args.output_dir)
         if pump and sys.exc_info()[0] is not None:
             pump.close()  # flush what finished before the error, e.g. on SIGTERM
+            hooks.withdraw_uncommitted(args.output_dir)
 
     seconds = time.monotonic() - started
     failed = [r for r in reports if r.status is FileStatus.FAILED]
     summary = _summary(reports, seconds, slots, artifact, host, hosts, runner, started_wall)
-    manifest_path = _write_manifest(args.output_dir, host, summary)
     if ledger:
         hooks.beat(ShardStatus.PARTIAL if failed else ShardStatus.SUCCEEDED)
         pump.close()
+        hooks.withdraw_uncommitted(args.output_dir)
         if pump.fenced.is_set():
-            return EXIT_FENCED
+            return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
+        summary["withdrawn_outputs"] = sorted(o for i, o in hooks.outputs.items() if i not in hooks.committed)
+    manifest_path = _write_manifest(args.output_dir, host, summary)
     _log_summary(summary, failed, manifest_path)
     if args.summary_json:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)

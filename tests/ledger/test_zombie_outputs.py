@@ -1,0 +1,94 @@
+"""A zombie instance (its attempt superseded while it still runs) finishes late: the ledger refuses its
+records, and the outputs whose success the ledger did not accept are withdrawn before any upload, so they
+can never replace what the newer attempt writes. Outputs it committed before it was superseded stay."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from shardline_ledger import bind_ledger
+from shardline_ledger.orchestrator import read_step, start_attempt
+from shardline_worker.errors import EXIT_FENCED
+
+from tests.helpers import clean_env, describe, worker_command, write_inference_script
+
+# Blocks on any batch of the second file (x == 2.0) until the test drops the release file.
+SCRIPT = """
+    import time
+    from pathlib import Path
+
+    import numpy as np
+
+    RELEASE = Path({release!r})
+
+
+    def model_fn(model_dir):
+        return None
+
+
+    def predict_fn(data, model):
+        if (data[:, 0] == 2.0).any():
+            while not RELEASE.exists():
+                time.sleep(0.05)
+        return data[:, 0] * 10
+"""
+
+
+def _wait_for(predicate, what: str, worker: subprocess.Popen, release: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout  # a safety net against a hang, not a timing assertion
+    while not predicate():
+        if time.monotonic() > deadline or worker.poll() is not None:
+            release.touch()  # lets a blocked model process end, so its pipes close
+            worker.kill()
+            _, stderr = worker.communicate(timeout=60)
+            raise AssertionError(f"gave up waiting for {what}; worker exit {worker.returncode}:\n{stderr[-4000:]}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_stale_attempt_zombie_outputs_are_withdrawn_and_its_records_refused(ledger_table, aws_env, tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name, x, first_id in (("a.parquet", 1.0, 0), ("b.parquet", 2.0, 100)):
+        pq.write_table(pa.table({"id": pa.array(range(first_id, first_id + 100), pa.int64()),
+                                 "x": pa.array([x] * 100, pa.float64())}), inputs / name)
+    model_dir = tmp_path / "model"
+    release = tmp_path / "release"
+    write_inference_script(model_dir, SCRIPT.format(release=str(release)))
+    model = bind_ledger(ledger_table)
+    keys = [("s3://b/in/a.parquet", 1), ("s3://b/in/b.parquet", 1)]
+    start_attempt(model, "p", "r1", "score", 1, keys)
+    env = clean_env(**aws_env, SHARDLINE_LEDGER_TABLE=ledger_table, SHARDLINE_PIPELINE="p", SHARDLINE_RUN_ID="r1",
+                    SHARDLINE_STEP="score", SHARDLINE_ATTEMPT="1", SHARDLINE_INPUT_URI="s3://b/in",
+                    SHARDLINE_OUTPUT_URI="s3://b/out")
+    out = tmp_path / "out"
+    command = worker_command(inputs, out, model_dir, "--passthrough", "id", "--features", "x", workers=2)
+    worker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def statuses() -> dict[str, tuple[str, int]]:
+            return {f.input_key.rsplit("/", 1)[1]: (f.status, int(f.attempt))
+                    for f in read_step(model, "p", "r1", "score").files}
+
+        # a is done and committed at attempt 1; b is being worked on, blocked in the model.
+        _wait_for(lambda: statuses() == {"a.parquet": ("SUCCEEDED", 1), "b.parquet": ("RUNNING", 1)},
+                  "a committed and b claimed by attempt 1", worker, release)
+        # The orchestrator gives up on attempt 1 (say its heartbeat looked lost) and plans b as attempt 2.
+        start_attempt(model, "p", "r1", "score", 2, [keys[1]], after=1)
+        release.touch()  # the zombie finishes b late
+        stdout, stderr = worker.communicate(timeout=300)
+    finally:
+        release.touch()
+        if worker.poll() is None:
+            worker.kill()
+    result = subprocess.CompletedProcess(command, worker.returncode, stdout, stderr)
+    assert worker.returncode == EXIT_FENCED, describe(result)
+    assert statuses() == {"a.parquet": ("SUCCEEDED", 1), "b.parquet": ("PENDING", 2)}, describe(result)
+    written = sorted(p.relative_to(out).as_posix() for p in Path(out).rglob("*") if p.is_file())
+    assert written == ["a.parquet"], (written, describe(result))  # b's late output withdrawn; no manifest
+    assert "withdrew 1 output(s)" in stderr, describe(result)
+    assert pq.read_table(out / "a.parquet").column("prediction").to_pylist() == [10.0] * 100
