@@ -65,3 +65,58 @@ def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     wait_for_job(spec, steps.submit(spec, late))
     summary = steps.report(spec, spec.pipeline, "run-3", "score")
     assert (summary["files"], summary["succeeded"], summary["rows_in"], summary["rows_out"]) == (5, 5, 1500, 1500)
+
+
+def _output_ids(bucket: str) -> list[int]:
+    import io
+
+    import pyarrow.parquet as pq
+
+    s3 = boto3.client("s3")
+    ids = []
+    for item in s3.list_objects_v2(Bucket=bucket, Prefix="out/").get("Contents", []):
+        if item["Key"].endswith(".parquet") and "/_" not in item["Key"]:
+            body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            ids += pq.read_table(io.BytesIO(body), columns=["id"]).column("id").to_pylist()
+    return ids
+
+
+def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row_once(pipeline):
+    """Two on-call engineers (or an engineer and the sensor) resubmit the same failed step at the same moment."""
+    import threading
+
+    from shardline_ledger.orchestrator import StaleOrchestratorError
+
+    spec, bucket = pipeline
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 truncated upload")
+    first = steps.submit(spec, steps.plan(spec, "score", "run-race", **plan_args(bucket)))
+    wait_for_job(spec, first)
+    assert steps.decide_now(spec, first).action.value == "FAIL"  # the corrupt file failed the step
+    s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=parquet_bytes(300, 9 * 300))  # fixed
+    failed = [f"s3://{bucket}/in/part-9.parquet"]
+    start, results = threading.Barrier(2), []
+
+    def resubmit(by_operator: bool) -> None:
+        start.wait()
+        try:
+            results.append(steps.resubmit(spec, first, failed, by_operator=by_operator))
+        except StaleOrchestratorError as err:
+            results.append(err)
+
+    # The sensor's own retry and an operator's forced resubmission, both from attempt 1.
+    racers = [threading.Thread(target=resubmit, args=(by_operator,)) for by_operator in (False, True)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    won = [r for r in results if isinstance(r, dict)]
+    lost = [r for r in results if isinstance(r, StaleOrchestratorError)]
+    assert len(won) == 1 and len(lost) == 1, results
+    assert won[0]["attempt"] == 2
+    wait_for_job(spec, won[0])
+    assert steps.decide_now(spec, won[0]).action.value == "ADVANCE"
+    ids = _output_ids(bucket)
+    assert sorted(ids) == list(range(4 * 300)) + list(range(9 * 300, 10 * 300))  # every row once
+    summary = steps.report(spec, spec.pipeline, "run-race", "score")
+    assert (summary["succeeded"], summary["attempts"], summary["rows_in"]) == (5, 2, 1500)
