@@ -339,14 +339,11 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
         assert_ledger_reconciles(spec, run_id, total)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "data loss: a RESUBMIT that stops the job (stale heartbeat) retries only the files not SUCCEEDED, but the "
-    "stopped job never uploads its EndOfJob outputs, so the rows of the files it had already recorded SUCCEEDED "
-    "are missing while the ledger and steps.report say every row came out (shardline.decide._retry_or_finish)"))
 def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lost(
         own_moto: MotoServer, local_root, tmp_path, monkeypatch):
     """Only the job loses the endpoint (the sensor still reaches it): its heartbeat goes stale, the sensor
-    stops it and resubmits. Every row must still come out exactly once."""
+    stops it and resubmits. Every row must still come out exactly once: the stopped job uploads nothing, so
+    the files it had recorded SUCCEEDED go again too (before decide() knew that, their rows were lost)."""
     point_aws_at(monkeypatch, tmp_path, own_moto.url)
     with TcpProxy(("127.0.0.1", own_moto.port)) as proxy:
         _, spec, bucket, total = stage(tmp_path, own_moto.url, slow_model(tmp_path / "model", 3), rows_per_file=500,
