@@ -55,6 +55,11 @@ def runs_index_sk(started_at: str, pipeline: str, run_id: str) -> str:
     return f"{started_at}#{pipeline}#{run_id}"
 
 
+def is_control_sk(sk: str) -> bool:
+    """Whether an item with this sort key is a RUN or STEP item (the orchestrator's), not a FILE or SHARD item."""
+    return sk == RUN_SK or (sk.startswith("STEP#") and "#SHARD#" not in sk)
+
+
 def step_sk_prefix() -> str:
     """Every step of a run and their shards (not the FILE items)."""
     return "STEP#"

@@ -19,6 +19,7 @@ from shardline_ledger.keys import (
     RUNS_PK,
     file_sk,
     file_sk_prefix,
+    is_control_sk,
     run_pk,
     runs_index_sk,
     runs_pk,
@@ -52,14 +53,15 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
     A retry after a crash between the two writes re-derives the index entry from the RUN
     item's own start time, so the entry is written exactly once under one key.
     """
-    item = model(run_pk(pipeline, run_id), RUN_SK, pipeline=pipeline, run_id=run_id,
-                 status=StepStatus.RUNNING.value, started_at=_now(), expires_at=model.expiry())
+    control = model.Control
+    item = control(run_pk(pipeline, run_id), RUN_SK, pipeline=pipeline, run_id=run_id,
+                   status=StepStatus.RUNNING.value, started_at=_now(), expires_at=control.expiry())
     try:
-        item.save(condition=model.pk.does_not_exist())
+        item.save(condition=control.pk.does_not_exist())
     except PutError as err:
         if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
             raise
-        item = model.get(run_pk(pipeline, run_id), RUN_SK, consistent_read=True)
+        item = control.get(run_pk(pipeline, run_id), RUN_SK, consistent_read=True)
     sk = runs_index_sk(item.started_at.isoformat(), pipeline, run_id)
     with model.batch_write() as batch:  # all runs, and this pipeline's runs
         for index in (RUNS_PK, runs_pk(pipeline)):
@@ -86,8 +88,8 @@ def read_run(model: type[LedgerItem], pipeline: str, run_id: str) -> RunRecords:
     pk = run_pk(pipeline, run_id)
     items, _ = _query(model, pk, step_sk_prefix(), None)
     try:
-        run = model.get(pk, RUN_SK, consistent_read=True)
-    except model.DoesNotExist:
+        run = model.Control.get(pk, RUN_SK, consistent_read=True)
+    except model.Control.DoesNotExist:
         run = None
     steps = [i for i in items if "#SHARD#" not in i.sk]
     shards = [i for i in items if "#SHARD#" in i.sk]
@@ -103,11 +105,12 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     """
     if status not in STEP_TERMINAL:
         raise ValueError(f"{status} is not a terminal step status")
+    c = model.Control
     try:
-        model(run_pk(pipeline, run_id), step_sk(step)).update(
-            actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
-                     model.finished_at.set(_now()), model.expires_at.set(model.expiry())],
-            condition=(model.attempt == attempt) & (model.status != StepStatus.CANCELLED.value),
+        c(run_pk(pipeline, run_id), step_sk(step)).update(
+            actions=[c.status.set(status.value), c.message.set(message[:2000] or None),
+                     c.finished_at.set(_now()), c.expires_at.set(c.expiry())],
+            condition=(c.attempt == attempt) & (c.status != StepStatus.CANCELLED.value),
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
@@ -119,12 +122,13 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
 def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: StepStatus, message: str = "",
                    *, only_if_running: bool = False) -> bool:
     """Record the run's status. ``only_if_running``: leave a run that already ended (or never started) alone."""
+    c = model.Control
     try:
-        model(run_pk(pipeline, run_id), RUN_SK).update(
-            actions=[model.status.set(status.value), model.message.set(message[:2000] or None),
-                     model.finished_at.set(_now()) if status in STEP_TERMINAL else model.finished_at.remove(),
-                     model.expires_at.set(model.expiry())],
-            condition=(model.status == StepStatus.RUNNING.value) if only_if_running else None,
+        c(run_pk(pipeline, run_id), RUN_SK).update(
+            actions=[c.status.set(status.value), c.message.set(message[:2000] or None),
+                     c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
+                     c.expires_at.set(c.expiry())],
+            condition=(c.status == StepStatus.RUNNING.value) if only_if_running else None,
         )
     except UpdateError as err:
         if only_if_running and err.cause_response_code == CONDITIONAL_CHECK_FAILED:
@@ -149,23 +153,24 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
     ``plan_json`` records what the step was planned with. Returns the number of files written.
     """
     after = attempt - 1 if after is None else after
-    condition = model.attempt.does_not_exist() if after == 0 else (model.attempt == after)
+    c = model.Control
+    condition = c.attempt.does_not_exist() if after == 0 else (c.attempt == after)
     if not reopen_cancelled:
-        condition &= model.status != StepStatus.CANCELLED.value
+        condition &= c.status != StepStatus.CANCELLED.value
     pk = run_pk(pipeline, run_id)
     try:
-        model(pk, step_sk(step)).update(
+        c(pk, step_sk(step)).update(
             actions=[
-                *([model.plan_json.set(plan_json)] if plan_json else []),
-                model.attempt.set(attempt),
-                model.status.set(StepStatus.PLANNED.value),
-                model.pipeline.set(pipeline),
-                model.run_id.set(run_id),
-                model.step.set(step),
-                model.started_at.set(_now()),
-                model.message.remove(),
-                model.finished_at.remove(),
-                model.expires_at.set(model.expiry()),
+                *([c.plan_json.set(plan_json)] if plan_json else []),
+                c.attempt.set(attempt),
+                c.status.set(StepStatus.PLANNED.value),
+                c.pipeline.set(pipeline),
+                c.run_id.set(run_id),
+                c.step.set(step),
+                c.started_at.set(_now()),
+                c.message.remove(),
+                c.finished_at.remove(),
+                c.expires_at.set(c.expiry()),
             ],
             condition=condition,
         )
@@ -194,10 +199,11 @@ def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: 
     Returns the number of files written.
     """
     pk = run_pk(pipeline, run_id)
+    c = model.Control
     try:  # still this attempt's, and not cancelled
-        model(pk, step_sk(step)).update(
-            actions=[model.started_at.set(_now()), model.expires_at.set(model.expiry())],
-            condition=(model.attempt == attempt) & (model.status == StepStatus.PLANNED.value),
+        c(pk, step_sk(step)).update(
+            actions=[c.started_at.set(_now()), c.expires_at.set(c.expiry())],
+            condition=(c.attempt == attempt) & (c.status == StepStatus.PLANNED.value),
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
@@ -233,11 +239,12 @@ def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     Returns False when the step moved to another attempt or ended meanwhile: that state stands,
     and the operator looks again.
     """
+    c = model.Control
     try:
-        model(run_pk(pipeline, run_id), step_sk(step)).update(
-            actions=[model.status.set(StepStatus.CANCELLED.value), model.message.set(reason[:2000] or None),
-                     model.finished_at.set(_now()), model.expires_at.set(model.expiry())],
-            condition=(model.attempt == attempt) & model.status.is_in(
+        c(run_pk(pipeline, run_id), step_sk(step)).update(
+            actions=[c.status.set(StepStatus.CANCELLED.value), c.message.set(reason[:2000] or None),
+                     c.finished_at.set(_now()), c.expires_at.set(c.expiry())],
+            condition=(c.attempt == attempt) & c.status.is_in(
                 *[s.value for s in StepStatus if s not in STEP_TERMINAL]),
         )
     except UpdateError as err:
@@ -290,7 +297,8 @@ def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tupl
                              last_evaluated_key=start, consistent_read=True)
         page = next(result.page_iter)
         pages += 1
-        items.extend(model.from_raw_data(raw) for raw in page.get("Items", []))
+        items.extend((model.Control if is_control_sk(raw["sk"]["S"]) else model).from_raw_data(raw)
+                     for raw in page.get("Items", []))
         start = result.page_iter.last_evaluated_key
         if start is None:
             return items, pages

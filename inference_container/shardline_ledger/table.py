@@ -1,8 +1,10 @@
 """The pynamodb model of the ledger table, and how to bind it to a real table.
 
-One model class describes every item type (RUN, STEP, FILE, SHARD); the sort key says
-which one an item is. The table name and endpoint are deployment settings, so the
-model is bound at run time with :func:`bind_ledger` rather than hard-coded in `Meta`.
+Two model classes share the one table: :class:`LedgerItem` for the items a worker writes
+(FILE, SHARD) and the run index, :class:`ControlItem` for the orchestrator's (RUN, STEP), whose
+attributes are stored under names a job's IAM grant never lists. The sort key says which an
+item is. The table name and endpoint are deployment settings, so both are bound at run time
+with :func:`bind_ledger` rather than hard-coded in `Meta`.
 """
 
 from __future__ import annotations
@@ -72,10 +74,7 @@ class LedgerItem(Model):
     started_at = UTCDateTimeAttribute(null=True, attr_name="sa")
     finished_at = UTCDateTimeAttribute(null=True, attr_name="fa")
 
-    # STEP items: what the step was planned with (JSON), so the CLI can resubmit without
-    # Airflow's XCom, and the reason it ended with.
-    plan_json = UnicodeAttribute(null=True, attr_name="pj")
-    message = UnicodeAttribute(null=True, attr_name="msg")
+    # RUN and STEP items are ControlItems (below), with attribute names of their own.
 
     # SHARD items (one per instance and attempt)
     heartbeat_at = UTCDateTimeAttribute(null=True, attr_name="hb")
@@ -95,6 +94,38 @@ class LedgerItem(Model):
     @classmethod
     def expiry(cls) -> dt.datetime:
         """The expiry an item written now gets."""
+        return dt.datetime.now(dt.UTC) + dt.timedelta(days=cls.retention_days)
+
+
+class ControlItem(Model):
+    """RUN and STEP items: written by the orchestrator alone (plan, attempt, outcome).
+
+    Their attributes are stored under names of their own (``ost``, ``oat``, ...), never under
+    the FILE and SHARD items' names the worker writes: IAM's ``dynamodb:Attributes`` cannot tell
+    items apart, so this is what keeps a job's role from moving a step's attempt or status.
+    Use ``bind_ledger(...).Control``.
+    """
+
+    class Meta:
+        table_name = None  # set by bind_ledger
+        billing_mode = "PAY_PER_REQUEST"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    status = UnicodeAttribute(null=True, attr_name="ost")
+    attempt = NumberAttribute(null=True, attr_name="oat")  # the step's newest attempt: the fencing token
+    pipeline = UnicodeAttribute(null=True, attr_name="opl")
+    run_id = UnicodeAttribute(null=True, attr_name="ori")
+    step = UnicodeAttribute(null=True, attr_name="osp")
+    started_at = UTCDateTimeAttribute(null=True, attr_name="osa")
+    finished_at = UTCDateTimeAttribute(null=True, attr_name="ofa")
+    plan_json = UnicodeAttribute(null=True, attr_name="pj")
+    message = UnicodeAttribute(null=True, attr_name="msg")
+    expires_at = TTLAttribute(null=True, attr_name="ttl")  # one TTL attribute per table
+    retention_days: int = DEFAULT_RETENTION_DAYS
+
+    @classmethod
+    def expiry(cls) -> dt.datetime:
         return dt.datetime.now(dt.UTC) + dt.timedelta(days=cls.retention_days)
 
 
@@ -133,10 +164,13 @@ def bind_ledger(table_name: str, region: str | None = None, host: str | None = N
         {"table_name": table_name, "region": region, "host": host, "billing_mode": "PAY_PER_REQUEST",
          **CLIENT_SETTINGS},
     )
+    control = type(f"ControlItem[{table_name}]", (ControlItem,),
+                   {"Meta": meta, "retention_days": retention_days, "__module__": __name__})
     bound = type(
         f"LedgerItem[{table_name}]",
         (LedgerItem,),
-        {"Meta": meta, "failures": FailuresIndex(), "retention_days": retention_days, "__module__": __name__},
+        {"Meta": meta, "failures": FailuresIndex(), "retention_days": retention_days, "Control": control,
+         "__module__": __name__},
     )
     return bound
 

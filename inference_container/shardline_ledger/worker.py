@@ -158,11 +158,11 @@ class WorkerLedger:
         connection = Connection(region=self._region, host=self._endpoint, **CLIENT_SETTINGS)
         try:
             with TransactWrite(connection=connection) as transaction:
-                transaction.condition_check(
-                    m,
+                transaction.condition_check(  # the STEP item is a control item: its attempt is not ours to write
+                    m.Control,
                     self.pk,
                     step_sk(ctx.step),
-                    condition=m.attempt.does_not_exist() | (m.attempt <= ctx.attempt),
+                    condition=m.Control.attempt.does_not_exist() | (m.Control.attempt <= ctx.attempt),
                 )
                 transaction.update(item, actions=actions)
         except TransactWriteError as err:

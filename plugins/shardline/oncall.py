@@ -201,7 +201,7 @@ class OnCall:
             model = runtime.ledger_model(next(s for s in specs if s.ledger_table == table))
             entries = list_runs(model, pipeline, limit)
             keys = [(run_pk(e.pipeline, e.run_id), RUN_SK) for e in entries]
-            runs = {(r.pipeline, r.run_id): r for r in model.batch_get(keys)} if keys else {}
+            runs = {(r.pipeline, r.run_id): r for r in model.Control.batch_get(keys)} if keys else {}
             for entry in entries:
                 run = runs.get((entry.pipeline, entry.run_id))
                 rows.append(RunRow(entry.pipeline, entry.run_id, run.status if run else "UNKNOWN",

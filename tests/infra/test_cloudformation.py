@@ -961,9 +961,12 @@ def test_worker_may_update_exactly_the_attributes_the_worker_code_writes(templat
         f"granted but never written: {sorted(granted - updated)}; written but not granted: {sorted(updated - granted)}")
     assert LedgerItem._ttl_attribute().attr_name in updated  # every worker write sets the expiry
     assert _worker_code_attributes() <= granted, sorted(_worker_code_attributes() - granted)
-    assert _granted_attributes(template, "dynamodb:ConditionCheckItem") == checked == {"pk", "sk", "at"}
-    # What the orchestrator alone owns is never the worker's to write.
-    orchestrator_only = {LedgerItem.plan_json.attr_name, LedgerItem.message.attr_name}
+    assert _granted_attributes(template, "dynamodb:ConditionCheckItem") == checked == {"pk", "sk", "oat"}
+    # What the orchestrator alone owns (every RUN and STEP attribute but the keys) is never the worker's to write.
+    from shardline_ledger.table import ControlItem
+
+    orchestrator_only = {a.attr_name for a in ControlItem.get_attributes().values()} - {"pk", "sk", "ttl"}
+    assert {"ost", "oat", "pj", "msg"} <= orchestrator_only
     assert not orchestrator_only & granted
 
 
@@ -999,9 +1002,11 @@ def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(template, ledg
     connection = m._get_connection()
     forgeries = {
         # The plan the CLI and the UI resubmit from, and the messages on-call reads.
-        "rewrite the plan": lambda: m(pk, step_sk("score")).update(actions=[m.plan_json.set('{"files": []}')]),
-        "rewrite a step message": lambda: m(pk, step_sk("score")).update(actions=[m.message.set("all good")]),
-        "rewrite a run message": lambda: m(pk, RUN_SK).update(actions=[m.message.set("all good")]),
+        "rewrite the plan": lambda: m.Control(pk, step_sk("score")).update(
+            actions=[m.Control.plan_json.set('{"files": []}')]),
+        "rewrite a step message": lambda: m.Control(pk, step_sk("score")).update(
+            actions=[m.Control.message.set("all good")]),
+        "rewrite a run message": lambda: m.Control(pk, RUN_SK).update(actions=[m.Control.message.set("all good")]),
         # The run index the CLI and the UI list from.
         "touch the run index": lambda: m(runs_pk("p"), "x").update(actions=[m.status.set("SUCCEEDED")]),
         "touch the global run index": lambda: m(RUNS_PK, "x").update(actions=[m.status.set("SUCCEEDED")]),
@@ -1027,20 +1032,17 @@ def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(template, ledg
     assert all(decide(template, SM, a, table_arn, c, Pipeline=pipeline) == (pipeline == "*") for a, c in other)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "IAM has no condition on the sort key, and STEP/RUN items store status and attempt under the same "
-    "names (st, at) as the FILE/SHARD items the worker writes. Closing this needs a ledger change "
-    "(distinct stored names, or the orchestrator's items in a partition the worker cannot write); "
-    "then this passes and strict xfail fails, so the marker goes."))
 def test_worker_role_cannot_set_a_step_or_run_status_or_attempt(template, ledger_session, record_ledger_calls):
     from shardline_ledger.keys import RUN_SK, run_pk, step_sk
 
     m, calls = ledger_session.model, record_ledger_calls
     pk, table_arn = run_pk("p", "run-1"), example_values(template)["LedgerTable.Arn"]
     forgeries = [
-        lambda: m(pk, step_sk("score")).update(actions=[m.status.set("SUCCEEDED")]),
-        lambda: m(pk, step_sk("score")).update(actions=[m.attempt.set(1)]),
-        lambda: m(pk, RUN_SK).update(actions=[m.status.set("SUCCEEDED")]),
+        # RUN and STEP items keep their status and attempt under names of their own (shardline_ledger's
+        # ControlItem), which the job role's dynamodb:Attributes grant does not list.
+        lambda: m.Control(pk, step_sk("score")).update(actions=[m.Control.status.set("SUCCEEDED")]),
+        lambda: m.Control(pk, step_sk("score")).update(actions=[m.Control.attempt.set(1)]),
+        lambda: m.Control(pk, RUN_SK).update(actions=[m.Control.status.set("SUCCEEDED")]),
     ]
     for write in forgeries:
         for action, context in _forge(m, calls, write):

@@ -101,10 +101,10 @@ def test_heartbeat_writes_the_shard_item(ledger_table):
 def test_heartbeat_is_fenced_by_the_step_item(ledger_table):
     old, new = _ledger(ledger_table, 1), _ledger(ledger_table, 2)
     model = old.model
-    model(run_pk("nightly", "r1"), step_sk("score"), attempt=1, status="RUNNING").save()
+    model.Control(run_pk("nightly", "r1"), step_sk("score"), attempt=1, status="RUNNING").save()
     old.heartbeat(ShardStatus.RUNNING, **BEAT)  # attempt 1 still owns the step
     # the orchestrator starts attempt 2
-    model(run_pk("nightly", "r1"), step_sk("score"), attempt=2, status="RUNNING").save()
+    model.Control(run_pk("nightly", "r1"), step_sk("score"), attempt=2, status="RUNNING").save()
     with pytest.raises(StaleAttemptError, match="moved past attempt 1"):
         old.heartbeat(ShardStatus.SUCCEEDED, files_assigned=4, files_done=4, files_failed=0, rows_done=400)
     zombie = model.get(run_pk("nightly", "r1"), shard_sk("score", 1, "algo-1"))

@@ -74,7 +74,7 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
     assert shard.heartbeat_at is not None
 
     # The orchestrator retries the step as attempt 2 after the bad file was replaced.
-    model(run_pk(PIPELINE, RUN_ID), step_sk(STEP), attempt=2, status="RUNNING").save()
+    model.Control(run_pk(PIPELINE, RUN_ID), step_sk(STEP), attempt=2, status="RUNNING").save()
     synthetic.write_table(synthetic.make_table(500, first_id=3000), inputs / "zz-corrupt.parquet", "parquet")
     retry = run_worker(inputs, tmp_path / "out2", xgboost_model.parent, "--passthrough", "id",
                        env=_ledger_env(aws_env, ledger_table, 2))
@@ -93,7 +93,7 @@ def test_a_stale_attempt_is_fenced_out_and_exits_5(tmp_path, aws_env, ledger_tab
     inputs, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(inputs, files=3, rows=1500)
     model = bind_ledger(ledger_table, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
-    model(run_pk(PIPELINE, RUN_ID), step_sk(STEP), attempt=2, status="RUNNING").save()
+    model.Control(run_pk(PIPELINE, RUN_ID), step_sk(STEP), attempt=2, status="RUNNING").save()
     result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id",
                         env=_ledger_env(aws_env, ledger_table, 1))
     assert result.returncode == EXIT_FENCED, describe(result)
