@@ -17,6 +17,7 @@ from pynamodb.exceptions import PutError, UpdateError
 from shardline_ledger.keys import (
     RUN_SK,
     RUNS_PK,
+    failures_pk,
     file_sk,
     file_sk_prefix,
     is_control_sk,
@@ -27,7 +28,7 @@ from shardline_ledger.keys import (
     step_sk_prefix,
 )
 from shardline_ledger.states import STEP_TERMINAL, FileStatus, StepStatus
-from shardline_ledger.table import LedgerItem
+from shardline_ledger.table import MAX_ERROR_CHARS, LedgerItem
 
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
 WRITE_CHUNK = 2500  # items per writer thread (100 BatchWrite calls)
@@ -184,6 +185,23 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
     expires = model.expiry()
     items = [model(pk, file_sk(step, key), status=FileStatus.PENDING.value, attempt=attempt, input_key=key,
                    bytes_in=size, expires_at=expires) for key, size in input_keys]
+    _parallel(items, _batch_save(model))
+    return len(items)
+
+
+def record_refused(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                   refused: Iterable[tuple[str, int, str]], error_class: str = "UnsafeKeyError") -> int:
+    """Write a FAILED FILE item for each input the planner refused: (key, size, reason).
+
+    No job ever sees these keys; the items make each one show in `shardline failed` with its
+    reason and count against the step's tolerance, instead of vanishing from the run.
+    """
+    pk, now, expires = run_pk(pipeline, run_id), _now(), model.expiry()
+    items = [model(pk, file_sk(step, key), status=FileStatus.FAILED.value, attempt=attempt, input_key=key,
+                   bytes_in=size, error_class=error_class, error_message=reason[:MAX_ERROR_CHARS],
+                   failed_pk=failures_pk(pipeline), failed_at=f"{now.isoformat()}#{run_id}#{step}",
+                   finished_at=now, expires_at=expires)
+             for key, size, reason in refused]
     _parallel(items, _batch_save(model))
     return len(items)
 

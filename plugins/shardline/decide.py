@@ -38,7 +38,9 @@ class JobStatus(enum.StrEnum):
 
 
 # Failures that the same input will reproduce: retrying them only burns an attempt.
-PERMANENT_ERRORS = frozenset({"CorruptInputError", "InputSchemaError", "PoisonFileError", "RowCountMismatch"})
+PERMANENT_ERRORS = frozenset({"CorruptInputError", "InputSchemaError", "PoisonFileError", "RowCountMismatch",
+                              "UnsafeKeyError"})
+UNSAFE_KEY_ERROR = "UnsafeKeyError"  # recorded by the planner for a key no download could write safely
 
 
 @dataclasses.dataclass(frozen=True)

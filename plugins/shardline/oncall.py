@@ -31,7 +31,7 @@ from shardline_ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 from shardline import naming, runtime
 from shardline.airflow_api import FINISHED_RUN_STATES, FINISHED_TASK_STATES, AirflowApiError, AirflowClient
 from shardline.backends import JobNotFound
-from shardline.decide import JobStatus
+from shardline.decide import UNSAFE_KEY_ERROR, JobStatus
 from shardline.spec import PipelineSpec, SpecError, load_spec
 
 ENV_DAGS_FOLDER = "SHARDLINE_DAGS_FOLDER"
@@ -300,7 +300,9 @@ class OnCall:
                             file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
             raise OnCallError(f"step {step} of {ref} was never planned; nothing to resubmit")
-        not_done = {f.input_key: f for f in records.files if f.status != FileStatus.SUCCEEDED}
+        # A key the planner refused as an unsafe path can never run: it is listed as failed, never resubmitted.
+        not_done = {f.input_key: f for f in records.files
+                    if f.status != FileStatus.SUCCEEDED and f.error_class != UNSAFE_KEY_ERROR}
         if all_failed:
             chosen, why = sorted(not_done), "every file that has not succeeded"
         elif shard:

@@ -85,11 +85,17 @@ def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: S
     A key that would land outside the input directory (see :func:`unsafe_key_reason`) is
     not planned, and a WARNING names it: no download of it could be safe, on either backend.
     """
+    return list_inputs_and_refusals(s3, prefix_uri, include, exclude)[0]
+
+
+def list_inputs_and_refusals(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = ()
+                             ) -> tuple[list[S3Object], list[tuple[S3Object, str]]]:
+    """:func:`list_inputs`, plus the selected keys refused as unsafe paths, each with its reason."""
     bucket, prefix = parse_s3_uri(prefix_uri)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
-    found = []
-    refused = 0
+    found: list[S3Object] = []
+    refused: list[tuple[S3Object, str]] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
             relative = item["Key"][len(prefix):]
@@ -97,14 +103,14 @@ def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: S
                 found.append(S3Object(item["Key"], item["Size"]))
             elif (relative and not relative.endswith("/")  # folder markers are no inputs, and no news
                   and (reason := unsafe_key_reason(relative)) and _matches(relative, include, exclude)):
-                refused += 1
-                if refused <= NAMED_REFUSALS:
+                refused.append((S3Object(item["Key"], item["Size"]), reason))
+                if len(refused) <= NAMED_REFUSALS:
                     log.warning("not planning s3://%s/%s: %s", bucket, item["Key"], reason)
     if refused:
-        log.warning("%d input key(s) under %s refused as unsafe paths and left out of the plan", refused,
+        log.warning("%d input key(s) under %s refused as unsafe paths and left out of the plan", len(refused),
                     prefix_uri)
     found.sort(key=lambda o: o.key)
-    return found
+    return found, refused
 
 
 def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> list[S3Object]:

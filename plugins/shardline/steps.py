@@ -19,17 +19,27 @@ from shardline_ledger.orchestrator import (
     ensure_run,
     finish_step,
     read_step,
+    record_refused,
     set_run_status,
     start_attempt,
 )
 from shardline_ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
 
 from shardline import naming, runtime
-from shardline.decide import Decision, FileState, JobStatus, Policy, ShardState, StepSnapshot, decide
+from shardline.decide import (
+    UNSAFE_KEY_ERROR,
+    Decision,
+    FileState,
+    JobStatus,
+    Policy,
+    ShardState,
+    StepSnapshot,
+    decide,
+)
 from shardline.planner import (
     S3Object,
     choose_instance_count,
-    list_inputs,
+    list_inputs_and_refusals,
     manifest_body,
     manifest_order,
     parse_s3_uri,
@@ -93,8 +103,13 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
     s = spec.step(step)
     started = time.monotonic()
-    objects = list_inputs(runtime.s3_client(spec), input_prefix, s.input.include, s.input.exclude)
+    objects, refused = list_inputs_and_refusals(runtime.s3_client(spec), input_prefix, s.input.include,
+                                                s.input.exclude)
     listed = time.monotonic()
+    if not objects and refused:
+        raise ValueError(f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
+                         f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
+                         "input.exclude")
     if not objects:
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
@@ -105,6 +120,12 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:
         attempt = _new_attempt(spec, base, number, todo, instance_count, after=number - 1, replan=replan)
+        if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
+            bucket, _ = parse_s3_uri(input_prefix)
+            record_refused(runtime.ledger_model(spec), spec.pipeline, run_id, step, attempt["attempt"],
+                           [(f"s3://{bucket}/{o.key}", o.size, f"not processed: the key is an unsafe path "
+                             f"({reason}); rename the object or exclude it with input.exclude")
+                            for o, reason in refused], error_class=UNSAFE_KEY_ERROR)
     else:  # planned before, and every input has succeeded since: adopt that attempt
         attempt = latest_attempt(spec, spec.pipeline, run_id, step)
         log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)

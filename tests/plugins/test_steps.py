@@ -91,8 +91,9 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     s3 = boto3.client("s3")
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 truncated upload")
     first = steps.submit(spec, steps.plan(spec, "score", "run-race", **plan_args(bucket)))
-    wait_for_job(spec, first)
-    assert steps.decide_now(spec, first).action.value == "FAIL"  # the corrupt file failed the step
+    wait_for_job(spec, first, timeout=600)
+    decision = steps.decide_now(spec, first)
+    assert decision.action.value == "FAIL", decision  # the corrupt file failed the step
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=parquet_bytes(300, 9 * 300))  # fixed
     failed = [f"s3://{bucket}/in/part-9.parquet"]
     start, results = threading.Barrier(2), []
@@ -114,9 +115,29 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     lost = [r for r in results if isinstance(r, StaleOrchestratorError)]
     assert len(won) == 1 and len(lost) == 1, results
     assert won[0]["attempt"] == 2
-    wait_for_job(spec, won[0])
-    assert steps.decide_now(spec, won[0]).action.value == "ADVANCE"
+    wait_for_job(spec, won[0], timeout=600)
+    decision = steps.decide_now(spec, won[0])
+    assert decision.action.value == "ADVANCE", decision
     ids = _output_ids(bucket)
-    assert sorted(ids) == list(range(4 * 300)) + list(range(9 * 300, 10 * 300))  # every row once
+    assert sorted(ids) == list(range(4 * 300)) + list(range(9 * 300, 10 * 300)), len(ids)  # every row once
     summary = steps.report(spec, spec.pipeline, "run-race", "score")
-    assert (summary["succeeded"], summary["attempts"], summary["rows_in"]) == (5, 2, 1500)
+    assert (summary["succeeded"], summary["attempts"], summary["rows_in"]) == (5, 2, 1500), summary
+
+
+def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipeline):
+    from shardline.oncall import OnCall, RunRef
+
+    spec, bucket = pipeline
+    boto3.client("s3").put_object(Bucket=bucket, Key="in//tmp/evil.parquet", Body=parquet_bytes(10, 10_000))
+    first = steps.submit(spec, steps.plan(spec, "score", "run-unsafe", **plan_args(bucket)))
+    assert first["files"] == 4  # the crafted key is not in the manifest
+    wait_for_job(spec, first, timeout=600)
+    decision = steps.decide_now(spec, first)
+    assert decision.action.value == "FAIL"  # tolerance 0: one refused file fails the step, naming it
+    (refused,) = decision.failed_files
+    assert refused.input_key == f"s3://{bucket}/in//tmp/evil.parquet" and refused.error_class == "UnsafeKeyError"
+    assert "absolute path" in refused.error_message and "input.exclude" in refused.error_message
+    assert sorted(_output_ids(bucket)) == list(range(4 * 300))  # the other four files ran
+    plan = OnCall({spec.pipeline: spec}).plan_resubmission(RunRef(spec.pipeline, "run-unsafe"), "score",
+                                                            all_failed=True)
+    assert plan.files == []  # it can never run: listed as failed, never resubmitted
