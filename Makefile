@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv browser test lint demo demo-worker bench bench-quick clean
+.PHONY: help venv browser test test-under-load lint demo demo-worker bench bench-quick clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,11 @@ browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get,
 test: $(STAMP) browser  ## lint, then run the test suite (starts its own moto_server, Airflow and Chromium)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
+
+test-under-load: $(STAMP) browser  ## the test suite with two busy loops beside it (no test may depend on timing)
+	@python3 -c "while True: pass" & b1=$$!; python3 -c "while True: pass" & b2=$$!; trap "kill $$b1 $$b2" EXIT; \
+	start=$$(date +%s); $(PY) -m pytest -q; rc=$$?; \
+	echo "make test-under-load: exit $$rc after $$(( $$(date +%s) - start )) s with two busy loops"; exit $$rc
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .
