@@ -38,7 +38,18 @@ CLIENT_SETTINGS = {"connect_timeout_seconds": CONNECT_TIMEOUT_SECONDS, "read_tim
                    "max_retry_attempts": MAX_RETRY_ATTEMPTS}
 
 
-class LedgerItem(Model):
+class _Expiring:
+    """Items expire ``retention_days`` after their last write; :func:`bind_ledger` sets the days."""
+
+    retention_days: int = DEFAULT_RETENTION_DAYS
+
+    @classmethod
+    def expiry(cls) -> dt.datetime:
+        """The expiry an item written now gets."""
+        return dt.datetime.now(dt.UTC) + dt.timedelta(days=cls.retention_days)
+
+
+class LedgerItem(_Expiring, Model):
     """Schema of every ledger item. Use :func:`bind_ledger` to get a class bound to a table.
 
     Stored attribute names are short on purpose: a Query page holds 1 MB of items, and
@@ -89,15 +100,9 @@ class LedgerItem(Model):
 
     # When DynamoDB may delete the item: set on every write, from the binding's retention.
     expires_at = TTLAttribute(null=True, attr_name="ttl")
-    retention_days: int = DEFAULT_RETENTION_DAYS  # set by bind_ledger
-
-    @classmethod
-    def expiry(cls) -> dt.datetime:
-        """The expiry an item written now gets."""
-        return dt.datetime.now(dt.UTC) + dt.timedelta(days=cls.retention_days)
 
 
-class ControlItem(Model):
+class ControlItem(_Expiring, Model):
     """RUN and STEP items: written by the orchestrator alone (plan, attempt, outcome).
 
     Their attributes are stored under names of their own (``ost``, ``oat``, ...), never under
@@ -122,11 +127,6 @@ class ControlItem(Model):
     plan_json = UnicodeAttribute(null=True, attr_name="pj")
     message = UnicodeAttribute(null=True, attr_name="msg")
     expires_at = TTLAttribute(null=True, attr_name="ttl")  # one TTL attribute per table
-    retention_days: int = DEFAULT_RETENTION_DAYS
-
-    @classmethod
-    def expiry(cls) -> dt.datetime:
-        return dt.datetime.now(dt.UTC) + dt.timedelta(days=cls.retention_days)
 
 
 def endpoint_from_env() -> str | None:
