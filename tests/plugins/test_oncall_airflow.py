@@ -192,11 +192,27 @@ def test_the_trigger_form_refuses_a_bad_conf_and_names_the_field(airflow_stack, 
 def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_path):
     from shardline_worker import synthetic
 
+    from tests.helpers import write_inference_script
+
     hour = dt.datetime(2026, 11, 22, 6, tzinfo=dt.UTC)
     prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
-    for path in synthetic.make_dataset(tmp_path / "big", files=8, rows=800_000):  # long enough to catch running
+    for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=1_000):
         staged["s3"].upload_file(str(path), BUCKET, prefix + path.name)
-    run_id = _trigger(airflow_stack, hour)
+    # A model that never answers: the job is certainly still running when it is cancelled, however busy
+    # the machine (a big input that is merely slow can finish first).
+    write_inference_script(tmp_path / "endless", """
+        import time
+
+        def model_fn(model_dir):
+            return None
+
+        def predict_fn(data, model):
+            while True:
+                time.sleep(1)
+    """)
+    synthetic.pack(tmp_path / "endless", tmp_path / "endless.tar.gz")
+    staged["s3"].upload_file(str(tmp_path / "endless.tar.gz"), BUCKET, "models/xgboost/endless/model.tar.gz")
+    run_id = _trigger(airflow_stack, hour, {"model_version": "endless"})
     ref = f"{PIPELINE}/{run_id}"
     deadline = time.monotonic() + 180
     while True:  # wait until the job runs
