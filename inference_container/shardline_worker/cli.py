@@ -33,7 +33,7 @@ from shardline_worker.errors import (
     EXIT_TERMINATED,
     SetupError,
 )
-from shardline_worker.ledger_pump import LedgerPump
+from shardline_worker.ledger_pump import RETRY_BUDGET_SECONDS, LedgerPump
 from shardline_worker.models import prepare_model
 from shardline_worker.planning import InputFile, discover_inputs, plan_units
 from shardline_worker.process import JobSettings
@@ -149,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between progress lines (default %(default)s)")
     ops.add_argument("--heartbeat-interval", type=float, default=30.0,
                      help="seconds between ledger heartbeats (default %(default)s)")
+    ops.add_argument("--ledger-retry-seconds", type=float, default=RETRY_BUDGET_SECONDS,
+                     help="while the ledger's endpoint fails, keep its writes this long before dropping them "
+                          "(the files stay unfinished and the sensor retries them; default %(default)s)")
     ops.add_argument("--summary-json", type=Path, help="also write the job summary to this file")
     ops.add_argument("--exit-zero-on-file-failures", action="store_true",
                      help=f"exit {EXIT_OK} instead of {EXIT_FILES_FAILED} when only some files failed. Pipelines set "
@@ -350,7 +353,7 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         from shardline_ledger.worker import WorkerLedger  # pynamodb loads only when a ledger is configured
 
         ledger = WorkerLedger(context, host)
-    pump = LedgerPump() if ledger else None
+    pump = LedgerPump(retry_budget_seconds=args.ledger_retry_seconds) if ledger else None
 
     # Parquet footers give exact row counts (for the ETA) and row-group sizes (for splitting).
     metadata = {f.relative_path: _parquet_meta(f) for f in files if f.fmt == "parquet" and not f.gzipped}

@@ -18,15 +18,22 @@ from shardline_ledger.context import StaleAttemptError
 log = logging.getLogger(__name__)
 
 _STOP = object()
-# A write that fails (endpoint paused, throttled, unreachable) is tried again for this long, on
-# top of the client's own retries: every write is idempotent. Past it the write is dropped and
-# the file stays unfinished in the ledger, so the sensor retries it; nothing is marked wrongly.
+# While the endpoint fails (paused, throttled, unreachable), writes are tried again for this
+# long, on top of the client's own retries: every write is idempotent. The budget is for the
+# outage, not for each write: once the endpoint has failed for this long, each queued write is
+# tried once and dropped, so a long outage ends the job in one budget, not one per queued write.
+# A dropped write leaves its file unfinished in the ledger, so the sensor retries it; nothing
+# is marked wrongly. Pipelines set it to the step's heartbeat timeout: past that the sensor
+# has given up on this instance anyway.
 RETRY_BUDGET_SECONDS = 120.0
 
 
 class LedgerPump:
-    def __init__(self, name: str = "ledger", retry_budget_seconds: float = RETRY_BUDGET_SECONDS):
+    def __init__(self, name: str = "ledger", retry_budget_seconds: float = RETRY_BUDGET_SECONDS, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
         self.retry_budget_seconds = retry_budget_seconds
+        self._clock, self._sleep = clock, sleep
+        self._failing_since: float | None = None  # when the current outage began; None while writes land
         self._queue: queue.Queue = queue.Queue()
         self.fenced = threading.Event()
         self.fenced_reason: str | None = None
@@ -56,11 +63,11 @@ class LedgerPump:
                 self._write(write, what)
 
     def _write(self, write: Callable[[], None], what: str) -> None:
-        deadline = time.monotonic() + self.retry_budget_seconds
         delay = 1.0
         while True:
             try:
                 write()
+                self._failing_since = None
                 return
             except StaleAttemptError as err:
                 self.fenced_reason = str(err)
@@ -68,13 +75,16 @@ class LedgerPump:
                 log.error("fenced: %s", err)
                 return
             except Exception as err:  # noqa: BLE001 - a lost status write is retried by the sensor, not fatal here
-                if time.monotonic() + delay > deadline:
+                now = self._clock()
+                if self._failing_since is None:
+                    self._failing_since = now
+                if now + delay > self._failing_since + self.retry_budget_seconds:
                     self.errors += 1
-                    log.error("ledger write failed for %.0fs, dropped (%s): %s: %s; the file stays unfinished in "
-                              "the ledger and the sensor retries it", self.retry_budget_seconds, what,
-                              type(err).__name__, err)
+                    log.error("ledger write dropped (%s): the ledger has failed for %.0fs (budget %.0fs): %s: %s; "
+                              "the file stays unfinished in the ledger and the sensor retries it", what,
+                              now - self._failing_since, self.retry_budget_seconds, type(err).__name__, err)
                     return
                 log.warning("ledger write failed (%s): %s: %s; trying again in %.0fs", what, type(err).__name__,
                             err, delay)
-                time.sleep(delay)
+                self._sleep(delay)
                 delay = min(delay * 2, 15.0)

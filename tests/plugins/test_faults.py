@@ -98,6 +98,32 @@ def slow_model(directory: Path, seconds_per_file: float) -> Path:
     return directory
 
 
+def gated_model(directory: Path, gate: Path) -> Path:
+    """A ``code/inference.py`` that predicts nothing until the file ``gate`` exists: the test decides when
+    the job's first file can finish, so it can cut the endpoint off first without racing the job."""
+    code = directory / "code"
+    code.mkdir(parents=True)
+    (code / "inference.py").write_text(textwrap.dedent(f"""
+        import io
+        import os
+        import time
+
+        import numpy as np
+
+        def model_fn(model_dir):
+            return None
+
+        def input_fn(body, content_type):
+            return np.loadtxt(io.StringIO(body), delimiter=",", ndmin=2)
+
+        def predict_fn(data, model):
+            while not os.path.exists({str(gate)!r}):
+                time.sleep(0.05)
+            return data.sum(axis=1)
+    """))
+    return directory
+
+
 def stage(tmp_path: Path, url: str, model_dir: Path, *, rows_per_file: int = ROWS_PER_FILE,
           **step_settings) -> tuple[Path, PipelineSpec, str, int]:
     """A ledger table, a bucket with FILES parquet inputs and the packed model, and a spec file over them.
@@ -267,19 +293,25 @@ def test_endpoint_frozen_30s_mid_job_the_run_succeeds_with_every_row_once(own_mo
 
 
 def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_no_status_is_lost(
-        own_moto: MotoServer, local_root, xgboost_model, tmp_path, monkeypatch):
+        own_moto: MotoServer, local_root, tmp_path, monkeypatch):
+    """The endpoint goes down for longer than every retry budget (the sensor's and the job's), then comes
+    back. The sensor fails the step saying so; the job drops the writes it could not land, withdraws the
+    outputs they were for and ends; on-call resubmits what did not finish, and every row comes out once."""
     from shardline.triggers import StepTrigger
 
+    gate = tmp_path / "gate"
     with TcpProxy(("127.0.0.1", own_moto.port)) as proxy:
         # Every client goes through the proxy, the job's supervisor and workers included.
         point_aws_at(monkeypatch, tmp_path, proxy.url)
-        spec_path, spec, bucket, total = stage(tmp_path, proxy.url, xgboost_model.parent,
-                                               heartbeat_timeout_seconds=30)
+        spec_path, spec, bucket, total = stage(tmp_path, proxy.url, gated_model(tmp_path / "model", gate),
+                                               rows_per_file=500, heartbeat_timeout_seconds=30,
+                                               input={"features": ["f0", "f1"]})
         run_id = "down-1"
         attempt = plan_and_submit(spec, bucket, run_id)
         wait_until_a_file_is_claimed(spec, attempt, run_id)
 
         proxy.refuse()  # new connections refused, open ones reset: every client fails fast
+        gate.touch()  # only now can any file finish, so no file's SUCCEEDED record can have landed
         try:
             async def first_event():
                 async for event in StepTrigger(str(spec_path), attempt, poll_interval=1).run():
@@ -287,48 +319,42 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
                 return None
 
             event = asyncio.run(asyncio.wait_for(first_event(), timeout=600))
-        finally:
-            proxy.accept()
-        assert event is not None, "the trigger ended without an event"
-        payload = event.payload
-        assert payload["action"] == "UNREACHABLE", payload
-        reason = payload["reason"]
-        assert "unreachable" in reason and "shardline resubmit" in reason and "--force" in reason, reason
+            assert event is not None, "the trigger ended without an event"
+            payload = event.payload
+            assert payload["action"] == "UNREACHABLE", payload
+            reason = payload["reason"]
+            assert "unreachable" in reason and "shardline resubmit" in reason and "--force" in reason, reason
 
-        # The job had the endpoint cut too: it must end on its own, and no status may be lost or wrong.
-        try:
+            # The endpoint stays down until the job gives up on its ledger writes (its budget is the step's
+            # heartbeat timeout) and ends on its own.
             ended = wait_for_job_end(spec, attempt["job_name"])
         except BaseException:
             print(job_logs(local_root))
             raise
+        finally:
+            proxy.accept()
+        job_log = job_logs(local_root)
+        assert "ledger write dropped" in job_log, job_log
+
         s3 = boto3.client("s3")
         listed = s3.list_objects_v2(Bucket=bucket, Prefix="in/")["Contents"]
         inputs = sorted(f"s3://{bucket}/{o['Key']}" for o in listed)
         files = {f.input_key: f for f in file_items(spec, run_id)}
         assert sorted(files) == inputs, f"FILE items missing from the ledger: {sorted(set(inputs) - set(files))}"
-        unfinished = []
         for key, item in sorted(files.items()):
             status = FileStatus(item.status)
-            assert status is not FileStatus.FAILED, (f"{key} was recorded FAILED ({item.error_class}: "
-                                                     f"{item.error_message}) by an endpoint outage")
-            if status is FileStatus.SUCCEEDED:
-                assert item.output_key, f"{key} SUCCEEDED with no output_key"
-                out_bucket, out_key = parse_s3(item.output_key)
-                body = s3.get_object(Bucket=out_bucket, Key=out_key)["Body"].read()
-                assert pq.read_metadata(io.BytesIO(body)).num_rows == item.rows_out, key
-            else:
-                unfinished.append(key)
-        print(f"job {attempt['job_name']}: {ended.status.value} ({ended.failure_reason}); "
-              f"{FILES - len(unfinished)} file(s) SUCCEEDED, {len(unfinished)} unfinished; proxy accepted "
-              f"{proxy.accepted} connection(s), cut {proxy.cut}")
+            assert status not in (FileStatus.FAILED, FileStatus.SUCCEEDED), (
+                f"{key} was recorded {status.value} ({item.error_class}: {item.error_message}) while the "
+                "endpoint was down")
+        assert output_ids(bucket) == [], "outputs whose SUCCEEDED record never landed were not withdrawn"
+        print(f"job {attempt['job_name']}: {ended.status.value} ({ended.failure_reason}); all {FILES} file(s) "
+              f"unfinished; proxy accepted {proxy.accepted} connection(s), cut {proxy.cut}")
 
-        # What on-call does next: resubmit what did not finish, then the sensor drives the step to its end.
+        # What on-call does next, as the message says: resubmit what did not finish; the sensor drives the
+        # step to its end.
         latest = steps.latest_attempt(spec, spec.pipeline, run_id, STEP)
         assert latest is not None and latest["attempt"] == attempt["attempt"]
-        if unfinished:
-            current = steps.resubmit(spec, latest, unfinished, by_operator=True)
-        else:
-            current = {**latest, "submitted_at": ended.created_at}
+        current = steps.resubmit(spec, latest, sorted(files), by_operator=True)
         try:
             _, history = drive_to_the_end(spec, current)
         except BaseException:

@@ -63,7 +63,8 @@ def test_request_shards_the_manifest_by_key_and_replicates_the_model():
     assert env["SHARDLINE_ATTEMPT"] == "2" and env["SHARDLINE_MODEL_SHA256"] == "0" * 64
     assert env["SHARDLINE_INPUT_URI"] == "s3://data/raw/dt=2026-11-22/"
     assert request["AppSpecification"]["ContainerArguments"] == [
-        "--exit-zero-on-file-failures", "--heartbeat-interval", "30", "--passthrough", "id", "--workers", "8"]
+        "--exit-zero-on-file-failures", "--heartbeat-interval", "30", "--ledger-retry-seconds", "600",
+        "--passthrough", "id", "--workers", "8"]
     assert {"Key": "team", "Value": "ml"} in request["Tags"]
 
 
@@ -138,3 +139,11 @@ def test_the_worker_beats_four_times_within_the_steps_heartbeat_timeout():
     args = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE,
                                     role_arn=ROLE)["AppSpecification"]["ContainerArguments"]
     assert args[args.index("--heartbeat-interval") + 1] == "7.5"
+
+
+def test_the_worker_holds_ledger_writes_through_an_outage_until_the_sensor_would_give_up_on_it():
+    data = minimal()
+    data["steps"][0]["heartbeat_timeout_seconds"] = 45
+    args = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE,
+                                    role_arn=ROLE)["AppSpecification"]["ContainerArguments"]
+    assert args[args.index("--ledger-retry-seconds") + 1] == "45"
