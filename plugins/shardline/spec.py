@@ -227,6 +227,11 @@ class PipelineSpec(_Strict):
                              "pin it with model.sha256 or model.versions")
         if self.backend == "sagemaker" and not (self.sagemaker.role_arn and self.sagemaker.image_uri):
             raise ValueError("backend 'sagemaker' needs sagemaker.role_arn and sagemaker.image_uri")
+        if self.backend == "sagemaker" and not self.sagemaker.kms_key_id:
+            # Job volumes and outputs hold input rows and predictions: they are encrypted with the
+            # deployment's own key, and infra/'s Airflow role may create no job without it.
+            raise ValueError("backend 'sagemaker' needs sagemaker.kms_key_id: the ARN of the KMS key that encrypts "
+                             "job volumes and outputs (the stack's KmsKeyArn output, see infra/README.md)")
         return self
 
     def step(self, name: str) -> StepSpec:

@@ -587,7 +587,7 @@ def test_airflow_creates_jobs_only_with_the_stack_key_and_network(template, vpc_
     kms_key_id set to the stack's key ARN, and in the allowed subnets; anything else is refused."""
     from shardline.naming import job_name
     from shardline.requests import Attempt, build_processing_request
-    from shardline.spec import parse_spec
+    from shardline.spec import SpecError, parse_spec
 
     subnets, groups = ["subnet-0abc1234", "subnet-0def5678"], ["sg-0abc1234"]
     deployment = (dict(SageMakerVpcAccess="true", SageMakerSubnetIds=subnets, SageMakerSecurityGroupIds=groups)
@@ -614,7 +614,8 @@ def test_airflow_creates_jobs_only_with_the_stack_key_and_network(template, vpc_
 
     allowed_network = {"vpc": {"subnets": subnets[:1], "security_group_ids": groups}} if vpc_access else {}
     assert may_create(kms_key_id=key, **allowed_network)
-    assert not may_create(**allowed_network)  # SageMaker's default key instead of the stack's
+    with pytest.raises(SpecError, match=r"sagemaker\.kms_key_id"):  # SageMaker's default key: the spec says no first
+        may_create(**allowed_network)
     assert not may_create(kms_key_id="alias/shardline", **allowed_network)  # the README says: the ARN
     assert not may_create(kms_key_id=key.replace("1234abcd", "0000abcd"), **allowed_network)
     if vpc_access:

@@ -90,6 +90,15 @@ def test_sagemaker_backend_requires_role_and_image():
         parse_spec(minimal(backend="sagemaker"), "p.yaml")
 
 
+def test_sagemaker_backend_requires_the_kms_key_that_encrypts_job_volumes_and_outputs():
+    data = minimal(backend="sagemaker", sagemaker={"role_arn": "arn:aws:iam::123456789012:role/r",
+                                                   "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1"})
+    with pytest.raises(SpecError, match=r"(?s)p\.yaml.*sagemaker\.kms_key_id: the ARN of the KMS key"):
+        parse_spec(data, "p.yaml")
+    data["sagemaker"]["kms_key_id"] = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    assert parse_spec(data, "p.yaml").sagemaker.kms_key_id.endswith("1234567890ab")
+
+
 def test_invalid_yaml_names_the_file(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("pipeline: [unclosed\n")
@@ -121,7 +130,8 @@ def test_allow_unpinned_is_accepted_on_the_local_backend_only():
     data = _model(uri="s3://models/xgb/model.tar.gz", allow_unpinned=True)
     assert parse_spec(data, "p.yaml").steps[0].model.pin_for(None) is None
     data.update(backend="sagemaker", sagemaker={"role_arn": "arn:aws:iam::123456789012:role/r",
-                                                "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1"})
+                                                "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1",
+                                                "kms_key_id": "arn:aws:kms:us-east-1:123456789012:key/k"})
     with pytest.raises(SpecError, match=r"steps\[0\]\.model\.allow_unpinned: an unpinned model is accepted on "
                                         r"the local backend only"):
         parse_spec(data, "p.yaml")
