@@ -35,6 +35,22 @@ class AirflowStack:
     def client(self) -> AirflowClient:
         return AirflowClient(self.url, username=self.username, password=self.password)
 
+    def token_for(self, username: str, role: str) -> str:
+        """A JWT for a simple-auth-manager user with ``role`` (e.g. "viewer"), signed by this Airflow's own
+        code and secret: a user who may read but, as a viewer, not clear tasks."""
+        code = (
+            "from airflow.api_fastapi.app import create_auth_manager\n"
+            "from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser\n"
+            f"print(create_auth_manager().generate_jwt(SimpleAuthManagerUser(username={username!r}, "
+            f"role={role!r})))\n"
+        )
+        env = {"PATH": str(Path(sys.executable).parent), "AIRFLOW_HOME": str(self.home),
+               "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip().splitlines()[-1]
+
     def cli_env(self) -> dict[str, str]:
         """Environment for a `shardline` subprocess talking to this Airflow and the same AWS endpoint."""
         return {**self.env, "SHARDLINE_AIRFLOW_URL": self.url, "SHARDLINE_AIRFLOW_USERNAME": self.username,

@@ -268,3 +268,64 @@ class TcpProxy:
             else:
                 with contextlib.suppress(OSError):
                     sock.close()
+
+
+class ClearDenyingProxy:
+    """An HTTP proxy in front of Airflow's API server that answers every real (not dry-run)
+    ``clearTaskInstances`` with 403 and passes everything else through: a caller that may clear
+    tasks when asked beforehand, and is then refused (a token revoked or expired in between).
+
+    Use as a context manager; ``url`` is what the client talks to, ``denied`` counts refusals.
+    """
+
+    def __init__(self, upstream: str):
+        import http.server
+        import json as _json
+
+        import httpx
+
+        self.upstream = upstream.rstrip("/")
+        self.denied = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _relay(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if self.command == "POST" and self.path.split("?")[0].endswith("/clearTaskInstances"):
+                    try:
+                        dry_run = bool(_json.loads(body or b"{}").get("dry_run", True))
+                    except ValueError:
+                        dry_run = True
+                    if not dry_run:
+                        proxy.denied += 1
+                        self._answer(403, b'{"detail": "Forbidden (denied by the test\'s proxy)"}')
+                        return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                answer = httpx.request(self.command, proxy.upstream + self.path, headers=headers, content=body,
+                                       timeout=60)
+                self._answer(answer.status_code, answer.content, answer.headers.get("content-type"))
+
+            def _answer(self, status: int, body: bytes, content_type: str | None = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type or "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _relay
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="clear-denying-proxy", daemon=True)
+
+    def __enter__(self) -> ClearDenyingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()

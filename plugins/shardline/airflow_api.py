@@ -1,18 +1,24 @@
 """A small client for Airflow 3's REST API (``/api/v2``): what the CLI needs, nothing more.
 
-Configured from the environment, so the same command works against a laptop's
+Where the CLI finds Airflow, first match wins, so the same command works against a laptop's
 ``airflow standalone`` and a production deployment:
 
-- ``SHARDLINE_AIRFLOW_URL``: the API server, e.g. ``http://localhost:8080``;
-- ``SHARDLINE_AIRFLOW_TOKEN``: a bearer token, or
-- ``SHARDLINE_AIRFLOW_USERNAME`` and ``SHARDLINE_AIRFLOW_PASSWORD``: exchanged for a token
-  at ``POST /auth/token`` (Airflow's simple auth manager, and others that offer it).
+1. the ``--airflow-url`` and ``--airflow-token`` flags;
+2. the environment: ``SHARDLINE_AIRFLOW_URL`` with ``SHARDLINE_AIRFLOW_TOKEN`` (a bearer token), or
+   with ``SHARDLINE_AIRFLOW_USERNAME`` and ``SHARDLINE_AIRFLOW_PASSWORD`` (exchanged for a token
+   at ``POST /auth/token``, as Airflow's simple auth manager and others offer);
+3. the file ``shardline login`` writes: ``$XDG_CONFIG_HOME/shardline/airflow.json`` (by default
+   ``~/.config/shardline/airflow.json``), mode 0600, holding the URL and a token.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import stat
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +27,10 @@ ENV_URL = "SHARDLINE_AIRFLOW_URL"
 ENV_TOKEN = "SHARDLINE_AIRFLOW_TOKEN"
 ENV_USERNAME = "SHARDLINE_AIRFLOW_USERNAME"
 ENV_PASSWORD = "SHARDLINE_AIRFLOW_PASSWORD"
+ENV_CONFIG = "SHARDLINE_AIRFLOW_CONFIG"  # another path for the login file (tests, several Airflows)
+
+HOW_TO_CONFIGURE = (f"run `shardline login URL` once (it asks for a user and password and keeps a token), or set "
+                    f"{ENV_URL} and {ENV_TOKEN} (or {ENV_USERNAME} and {ENV_PASSWORD})")
 
 # DAG run states in which no task will run again unless something is cleared.
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
@@ -31,24 +41,87 @@ FINISHED_TASK_STATES = frozenset({"success", "failed", "upstream_failed", "skipp
 class AirflowApiError(RuntimeError):
     """The API answered with an error; the message carries its status and detail."""
 
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def config_path(env: dict[str, str] | None = None) -> Path:
+    """Where ``shardline login`` keeps the URL and token."""
+    env = os.environ if env is None else env
+    if env.get(ENV_CONFIG):
+        return Path(env[ENV_CONFIG])
+    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+    return base / "shardline" / "airflow.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class AirflowSettings:
+    """How to reach Airflow, and where that came from (said in every error about it)."""
+
+    url: str
+    token: str | None = None
+    username: str | None = None
+    password: str | None = None
+    source: str = "flags"
+
+    def client(self) -> AirflowClient:
+        return AirflowClient(self.url, token=self.token, username=self.username, password=self.password,
+                             source=self.source)
+
+
+def find_settings(url: str | None = None, token: str | None = None,
+                  env: dict[str, str] | None = None) -> AirflowSettings | None:
+    """Flags, then the environment, then the login file; ``None`` when none says where Airflow is."""
+    env = os.environ if env is None else env
+    if url:
+        return AirflowSettings(url.strip(), token=token or env.get(ENV_TOKEN) or None, source="--airflow-url")
+    if env.get(ENV_URL, "").strip():
+        return AirflowSettings(env[ENV_URL].strip(), token=token or env.get(ENV_TOKEN) or None,
+                               username=env.get(ENV_USERNAME) or None, password=env.get(ENV_PASSWORD) or None,
+                               source=ENV_URL)
+    path = config_path(env)
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        return AirflowSettings(str(saved["url"]), token=token or str(saved["token"]), source=str(path))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AirflowApiError(f"cannot read {path} ({err!r}); run `shardline login URL` again") from err
+
+
+def save_login(url: str, token: str, env: dict[str, str] | None = None) -> Path:
+    """Write the login file, readable by its owner only (it holds a bearer token)."""
+    path = config_path(env)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IRUSR | stat.S_IWUSR)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), stat.S_IRUSR | stat.S_IWUSR)  # also when the file already existed
+        json.dump({"url": url.rstrip("/"), "token": token}, out)
+    return path
+
 
 class AirflowClient:
     def __init__(self, base_url: str, *, token: str | None = None, username: str | None = None,
-                 password: str | None = None, timeout: float = 30.0):
+                 password: str | None = None, timeout: float = 30.0, source: str = "the caller"):
         self.base_url = base_url.rstrip("/")
+        self.source = source  # where the URL and token came from, for messages
         self._token = token
         self._credentials = (username, password) if username and password else None
         self._http = httpx.Client(timeout=timeout)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AirflowClient | None:
-        """A client configured from the environment, or ``None`` when no URL is set."""
-        env = os.environ if env is None else env
-        url = env.get(ENV_URL, "").strip()
-        if not url:
-            return None
-        return cls(url, token=env.get(ENV_TOKEN) or None, username=env.get(ENV_USERNAME) or None,
-                   password=env.get(ENV_PASSWORD) or None)
+        """A client configured from the environment or the login file, or ``None`` when neither says."""
+        settings = find_settings(env=env)
+        return settings.client() if settings else None
+
+    def login(self, username: str, password: str) -> str:
+        """Exchange a user and password for a bearer token (``POST /auth/token``) and use it from now on."""
+        self._token, self._credentials = None, (username, password)
+        self._auth_header()
+        assert self._token is not None
+        return self._token
 
     def _auth_header(self) -> dict[str, str]:
         if self._token is None and self._credentials is not None:
@@ -57,8 +130,8 @@ class AirflowClient:
                 answer = self._http.post(f"{self.base_url}/auth/token",
                                          json={"username": username, "password": password})
                 if answer.status_code >= 400:
-                    raise AirflowApiError(f"logging in to {self.base_url} as {username} failed "
-                                          f"({answer.status_code}): {answer.text[:300]}")
+                    raise AirflowApiError(f"logging in to Airflow at {self.base_url} as {username} failed "
+                                          f"({answer.status_code}): {answer.text[:300]}", answer.status_code)
                 self._token = answer.json()["access_token"]
             except (httpx.HTTPError, ValueError, KeyError) as err:
                 raise AirflowApiError(f"cannot log in to Airflow at {self.base_url}: {err!r}; check "
@@ -70,13 +143,16 @@ class AirflowClient:
             answer = self._http.request(method, f"{self.base_url}/api/v2{path}", headers=self._auth_header(),
                                         **kwargs)
         except httpx.HTTPError as err:
-            raise AirflowApiError(f"cannot reach Airflow at {self.base_url} ({err!r}); check {ENV_URL}") from err
+            raise AirflowApiError(f"cannot reach Airflow at {self.base_url} (from {self.source}): {err!r}") from err
         if answer.status_code >= 400:
             try:
                 detail = answer.json().get("detail", answer.text)
-            except ValueError:
+            except (ValueError, AttributeError):
                 detail = answer.text
-            raise AirflowApiError(f"{method} {path} answered {answer.status_code}: {detail}")
+            if answer.status_code == 401:
+                raise AirflowApiError(f"Airflow at {self.base_url} refused the token from {self.source} (401: "
+                                      f"{detail}); it may have expired: {HOW_TO_CONFIGURE}", 401)
+            raise AirflowApiError(f"{method} {path} answered {answer.status_code}: {detail}", answer.status_code)
         try:
             return answer.json() if answer.content else None
         except ValueError as err:
@@ -87,6 +163,10 @@ class AirflowClient:
     def _q(value: str) -> str:
         return urllib.parse.quote(value, safe="")
 
+    def dags_page(self) -> dict:
+        """The first DAG in the list: what any user who may read DAGs can do (checks a token)."""
+        return self._call("GET", "/dags", params={"limit": 1})
+
     def dag_run(self, dag_id: str, run_id: str) -> dict:
         return self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}")
 
@@ -96,10 +176,15 @@ class AirflowClient:
             body["dag_run_id"] = run_id
         return self._call("POST", f"/dags/{self._q(dag_id)}/dagRuns", json=body)
 
-    def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str], *, include_downstream: bool = True) -> list:
-        """Clear these tasks (and what follows them) in one run, so the scheduler runs them again."""
+    def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str], *, include_downstream: bool = True,
+                    dry_run: bool = False) -> list:
+        """Clear these tasks (and what follows them) in one run, so the scheduler runs them again.
+
+        With ``dry_run`` nothing changes, but Airflow checks the same permission (PUT on the DAG's
+        task instances), so it tells beforehand whether the real clear would be allowed.
+        """
         answer = self._call("POST", f"/dags/{self._q(dag_id)}/clearTaskInstances", json={
-            "dry_run": False, "dag_run_id": run_id, "task_ids": task_ids, "only_failed": False,
+            "dry_run": dry_run, "dag_run_id": run_id, "task_ids": task_ids, "only_failed": False,
             "include_downstream": include_downstream, "reset_dag_runs": True,
         })
         return answer.get("task_instances", []) if answer else []

@@ -27,8 +27,9 @@ EPILOG = """\
 environment:
   SHARDLINE_DAGS_FOLDER        folder with pipelines/*.yaml (default: $AIRFLOW__CORE__DAGS_FOLDER, else ./dags)
   AWS_PROFILE, AWS_REGION      where the ledger table and jobs live (AWS_ENDPOINT_URL for a local stack)
-  SHARDLINE_AIRFLOW_URL        Airflow API server, e.g. http://localhost:8080 (resubmit and cancel use it)
-  SHARDLINE_AIRFLOW_USERNAME / SHARDLINE_AIRFLOW_PASSWORD, or SHARDLINE_AIRFLOW_TOKEN
+  SHARDLINE_AIRFLOW_URL        Airflow API server, e.g. http://localhost:8080 (resubmit and cancel need it)
+  SHARDLINE_AIRFLOW_TOKEN, or SHARDLINE_AIRFLOW_USERNAME / SHARDLINE_AIRFLOW_PASSWORD
+  (or once: `shardline login http://localhost:8080`, which keeps the URL and a token for later commands)
 
 on-call flow:
   shardline runs --pipeline tabular_scoring_hourly        # find the red run
@@ -118,15 +119,30 @@ def cmd_runs(oncall, args) -> int:
     names = [printable(f"{r.pipeline}/{r.run_id}") for r in rows]
     name_width = max(len("RUN"), *(len(n) for n in names))
     status_width = max(len("STATUS"), *(len(printable(r.status)) for r in rows))
-    room = max(20, console.width - name_width - status_width - 2 * 16 - 8)
-    console.print(f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  {'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
+    # Airflow's DAG run state beside the ledger's, when the CLI can ask; "!" marks a disagreement.
+    with_airflow = any(r.airflow_state for r in rows)
+    airflow_width = max(len("AIRFLOW"), *(len(printable(r.airflow_state or "-")) + 2 for r in rows)) \
+        if with_airflow else 0
+    room = max(20, console.width - name_width - status_width - airflow_width - 2 * 16 - 10)
+    header = f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  "
+    header += f"{'AIRFLOW':<{airflow_width}}  " if with_airflow else ""
+    console.print(header + f"{'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
     for name, r in zip(names, rows, strict=True):
         status = _styled(r.status)
         status.pad_right(status_width - len(status))
-        console.print(Text.assemble(f"{name:<{name_width}}  ", status,
+        airflow = ""
+        if with_airflow:
+            airflow = printable(r.airflow_state or "-") + (" !" if r.disagreement else "")
+            airflow = f"  {airflow:<{airflow_width}}"
+        console.print(Text.assemble(f"{name:<{name_width}}  ", status, airflow,
                                     f"  {printable(_when(r.started_at, False)):<16}  "
                                     f"{printable(_when(r.finished_at, False)):<16}  "
                                     f"{printable(textwrap.shorten(r.message or '', room))}"))
+    for name, r in zip(names, rows, strict=True):
+        if r.disagreement:
+            console.print(f"! {name}: {printable(r.disagreement)}")
+    if oncall.airflow_warning:
+        console.print(printable(oncall.airflow_warning))
     return EXIT_OK
 
 
@@ -143,6 +159,12 @@ def cmd_status(oncall, args) -> int:
                                           + (f", finished {_when(view.finished_at)}" if view.finished_at else ""))))
     if view.message:
         console.print(f"  {printable(view.message)}")
+    if view.airflow_state:
+        console.print(printable(f"  Airflow: DAG run {view.airflow_state}"))
+    if view.disagreement:
+        console.print(printable(f"  ! {view.disagreement}"))
+    if oncall.airflow_warning:
+        console.print(f"  {printable(oncall.airflow_warning)}")
     table = Table()
     for column in ("STEP", "STATUS", "ATTEMPT", "JOB", "FILES", "OK", "FAILED", "RUNNING", "PENDING", "ROWS OUT",
                    "ROWS/S", "ETA"):
@@ -196,10 +218,11 @@ def cmd_resubmit(oncall, args) -> int:
 
     ref = RunRef.parse(args.run)
     result = oncall.resubmit(ref, args.step, shard=args.shard, files=args.file or (), all_failed=args.all_failed,
-                             dry_run=args.dry_run, force=args.force)
+                             dry_run=args.dry_run, force=args.force, ledger_only=args.ledger_only)
+    code = EXIT_OK if result.complete else EXIT_ERROR
     if args.json:
         _print_json(result)
-        return EXIT_OK
+        return code
     console = _console()
     plan = result.plan
     console.print(printable(f"{len(plan.files)} file(s) of step {plan.step} selected ({plan.reason}):"))
@@ -211,9 +234,34 @@ def cmd_resubmit(oncall, args) -> int:
         console.print(printable(f"submitted attempt {result.attempt} as job {result.job_name}"))
     elif result.job_name:
         console.print(printable(f"would submit attempt {result.attempt} as job {result.job_name}"))
+    if not result.complete:
+        print(printable(f"shardline resubmit: {result.airflow}"), file=sys.stderr)
+        return code
     console.print(printable(result.airflow))
     if result.job_name and not args.dry_run:
         console.print(printable(f"follow it with: shardline status {ref}"))
+    return code
+
+
+def cmd_login(args) -> int:
+    import getpass
+
+    from shardline.airflow_api import AirflowClient, save_login
+
+    client = AirflowClient(args.url, source=args.url)
+    if args.token:
+        client = AirflowClient(args.url, token=args.token, source="--token")
+        token, who = args.token, "with the given token"
+    else:
+        username = args.username or input("Airflow user: ").strip()
+        password = sys.stdin.readline().rstrip("\n") if args.password_stdin else getpass.getpass(
+            f"password for {username}: ")
+        token, who = client.login(username, password), f"as {username}"
+    client.dags_page()  # the token works: it reads at least the DAG list
+    path = save_login(args.url, token)
+    print(printable(f"logged in to {client.base_url} {who}; the URL and token are kept in {path} (mode 0600) for "
+                    "later commands. Airflow's tokens expire ([api_auth] jwt_expiration_time); run this again "
+                    "when a command says the token was refused."))
     return EXIT_OK
 
 
@@ -353,6 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dags-folder", type=Path, default=default_dags_folder(),
                         help="folder holding pipelines/*.yaml (default: %(default)s)")
+    parser.add_argument("--airflow-url", help="Airflow's API server (default: $SHARDLINE_AIRFLOW_URL, else the URL "
+                                              "`shardline login` kept)")
+    parser.add_argument("--airflow-token", help="a bearer token for it (default: $SHARDLINE_AIRFLOW_TOKEN, else "
+                                                "the one `shardline login` kept)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str, description: str = "") -> argparse.ArgumentParser:
@@ -391,7 +443,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one file (s3:// URI or key relative to the input prefix); repeatable")
     p.add_argument("--dry-run", action="store_true", help="show what would be resubmitted; change nothing")
     p.add_argument("--force", action="store_true", help="resubmit even though the step's sensor has not ended")
+    p.add_argument("--ledger-only", action="store_true",
+                   help="leave Airflow out: for a step not run by an Airflow DAG (no DAG run follows the attempt)")
     p.set_defaults(handler=cmd_resubmit)
+
+    p = sub.add_parser("login", help="keep Airflow's URL and a token for later commands",
+                       description="Log in to Airflow's API server once: exchange a user and password for a token "
+                                   "(or take one with --token), check it, and keep the URL and token in "
+                                   "~/.config/shardline/airflow.json (mode 0600; $XDG_CONFIG_HOME or "
+                                   "$SHARDLINE_AIRFLOW_CONFIG moves it). resubmit and cancel then find Airflow "
+                                   "without flags or environment.")
+    p.add_argument("url", metavar="URL", help="the API server, e.g. http://localhost:8080")
+    p.add_argument("--username", help="the Airflow user (default: ask)")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    p.add_argument("--token", help="a token you already have, instead of a user and password")
+    p.set_defaults(handler=None)
 
     p = command("cancel", "stop a run's jobs, mark it CANCELLED, fail its DAG run")
     p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
@@ -441,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
     from pynamodb.exceptions import PynamoDBException
 
-    from shardline.airflow_api import AirflowApiError, AirflowClient
+    from shardline.airflow_api import AirflowApiError, find_settings
     from shardline.localstack import EmbeddedAwsError
     from shardline.oncall import OnCall, OnCallError
     from shardline.preview import PreviewError
@@ -451,7 +517,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_local(args)
         if args.command == "preview":
             return cmd_preview(args)
-        oncall = OnCall.from_folder(args.dags_folder, airflow=AirflowClient.from_env())
+        if args.command == "login":
+            return cmd_login(args)
+        settings = find_settings(args.airflow_url, args.airflow_token)
+        oncall = OnCall.from_folder(args.dags_folder, airflow=settings.client() if settings else None)
         return args.handler(oncall, args)
     except (OnCallError, AirflowApiError, EmbeddedAwsError, PreviewError) as err:
         print(f"shardline {args.command}: {printable(err)}", file=sys.stderr)

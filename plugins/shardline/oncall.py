@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +31,13 @@ from shardline_ledger.orchestrator import (
 from shardline_ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 
 from shardline import naming, runtime
-from shardline.airflow_api import FINISHED_RUN_STATES, FINISHED_TASK_STATES, AirflowApiError, AirflowClient
+from shardline.airflow_api import (
+    FINISHED_RUN_STATES,
+    FINISHED_TASK_STATES,
+    HOW_TO_CONFIGURE,
+    AirflowApiError,
+    AirflowClient,
+)
 from shardline.backends import JobNotFound
 from shardline.decide import UNSAFE_KEY_ERROR, JobStatus
 from shardline.spec import PipelineSpec, SpecError, load_spec
@@ -88,6 +96,8 @@ class RunRow:
     started_at: str | None
     finished_at: str | None
     message: str | None = None
+    airflow_state: str | None = None  # the DAG run's state in Airflow, when the CLI can ask
+    disagreement: str | None = None  # set when Airflow and the ledger tell different stories
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +157,8 @@ class RunView:
     finished_at: str | None
     message: str | None
     steps: list[StepView]
+    airflow_state: str | None = None
+    disagreement: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,12 +169,104 @@ class ResubmitPlan:
     reason: str  # why these files (or why none)
 
 
+class Next(enum.StrEnum):
+    """What a resubmit command does, chosen by :func:`choose_next` before anything changes."""
+
+    SUBMIT = "submit"  # start attempt N+1 with the chosen files
+    TAKE_UP = "take_up"  # submit nothing; clear the watch task so the DAG run takes the step up again
+    NOTHING = "nothing"  # submit nothing, clear nothing: all is in hand or done
+    REFUSE = "refuse"  # the step's sensor is in charge; wait for it, or pass --force
+
+
+@dataclasses.dataclass(frozen=True)
+class NextStep:
+    next: Next
+    clear_watch: bool  # clear the DAG run's watch task (after submitting, or instead of it)
+    reason: str
+
+
+# The ledger's run status, and the DAG run states that tell the same story.
+_AGREEING_RUN_STATES = {
+    StepStatus.PLANNED: {"queued", "running"}, StepStatus.SUBMITTED: {"queued", "running"},
+    StepStatus.RUNNING: {"queued", "running"}, StepStatus.SUCCEEDED: {"success"}, StepStatus.PARTIAL: {"success"},
+    StepStatus.SKIPPED: {"success"}, StepStatus.FAILED: {"failed"}, StepStatus.CANCELLED: {"failed"},
+}
+
+
+def disagreement(ledger_status: str | None, airflow_state: str | None, ref: str, step: str | None = None) -> str | None:
+    """Why the ledger and Airflow disagree about run ``ref``, with what to do; ``None`` when they agree."""
+    if airflow_state is None or ledger_status not in _AGREEING_RUN_STATES:
+        return None
+    if airflow_state in _AGREEING_RUN_STATES[StepStatus(ledger_status)]:
+        return None
+    fix = (f"`{shlex.join(['shardline', 'resubmit', ref, '--step', step, '--all-failed'])}`" if step
+           else f"`shardline resubmit {ref} --step STEP --all-failed` (for the step `shardline status {ref}` "
+                "shows unfinished)")
+    if airflow_state in FINISHED_RUN_STATES and ledger_status not in STEP_TERMINAL:
+        return (f"the DAG run is {airflow_state} but the ledger says {ledger_status}: no task drives this run now; "
+                f"{fix} takes it up again")
+    if airflow_state == "failed" and ledger_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+        return (f"the DAG run failed but the ledger says {ledger_status}: its watch task ended before the last "
+                f"attempt did; {fix} clears it, so the run turns green")
+    return f"Airflow says the DAG run is {airflow_state}, the ledger says {ledger_status}"
+
+
+def choose_next(*, attempt: int, job: str, job_running: bool, step_status: str | None, watch_state: str | None,
+                files: int, force: bool, watch: str) -> NextStep:
+    """What a resubmission does, from the latest attempt's job, the ledger's step status and the
+    Airflow watch task's state (``None``: Airflow is not asked). Pure, so every case is tested.
+
+    A watch task that has not finished is in charge of the step: it follows newer attempts and
+    retries on its own. One that has finished while the ledger shows the step unfinished, or
+    finished in a way the ledger has since overtaken, left the DAG run behind: clearing it lets the
+    run take the step up again (this also completes a resubmission whose clear failed).
+    """
+    sensor_in_charge = watch_state is not None and watch_state not in FINISHED_TASK_STATES
+    step_ended = step_status in STEP_TERMINAL
+    if job_running:
+        if sensor_in_charge or watch_state is None:
+            return NextStep(Next.NOTHING, False, f"attempt {attempt} ({job}) is still running and its sensor "
+                                                 f"follows it: nothing to resubmit; `shardline status` shows its "
+                                                 "progress")
+        return NextStep(Next.TAKE_UP, True, f"attempt {attempt} ({job}) is running but the DAG run's {watch} has "
+                                            f"ended ({watch_state}), so nothing follows it: clearing {watch} lets "
+                                            "the DAG run follow it")
+    if not step_ended:
+        if sensor_in_charge:
+            if force and files:
+                return NextStep(Next.SUBMIT, False, f"forced while {watch} is {watch_state}: it follows the new "
+                                                    "attempt")
+            return NextStep(Next.REFUSE, False, f"attempt {attempt} has ended but its sensor ({watch}, now "
+                                                f"{watch_state}) has not recorded the outcome yet; it resubmits on "
+                                                "its own. Wait for it, or pass --force to resubmit now")
+        if files:
+            return NextStep(Next.SUBMIT, watch_state is not None,
+                            f"attempt {attempt} ended and no watch task recorded its outcome")
+        if watch_state is None:
+            return NextStep(Next.NOTHING, False, "nothing to resubmit: every chosen file has succeeded")
+        return NextStep(Next.TAKE_UP, True, f"every chosen file has succeeded, but no watch task recorded attempt "
+                                            f"{attempt}'s outcome: clearing {watch} lets the DAG run record it "
+                                            "and go on")
+    if files:
+        return NextStep(Next.SUBMIT, watch_state is not None, f"step ended {step_status}")
+    if step_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and watch_state in FINISHED_TASK_STATES \
+            and watch_state != "success":
+        return NextStep(Next.TAKE_UP, True, f"every file has succeeded, but the DAG run's {watch} ended "
+                                            f"{watch_state} before the last attempt did: clearing it lets the run "
+                                            "turn green")
+    return NextStep(Next.NOTHING, False, "nothing to resubmit: every file of the step has succeeded"
+                    if step_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.SKIPPED)
+                    else "nothing to resubmit: no chosen file is left unfinished")
+
+
 @dataclasses.dataclass(frozen=True)
 class ResubmitResult:
     plan: ResubmitPlan
     attempt: int | None
     job_name: str | None
     airflow: str  # what happened on the Airflow side, in words
+    complete: bool = True  # False: something is left half done; ``airflow`` says what, and how to finish it
+    action: str = Next.SUBMIT.value  # what was (or, in a dry run, would be) done: a Next value
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -179,6 +283,7 @@ class OnCall:
                               "folder that holds pipelines/*.yaml")
         self.specs = specs
         self.airflow = airflow
+        self.airflow_warning: str | None = None  # why Airflow's side is missing from the views, if it is
         self._now = now
 
     @classmethod
@@ -208,7 +313,26 @@ class OnCall:
                                    _iso(entry.started_at), _iso(run.finished_at) if run else None,
                                    run.message if run else None))
         rows.sort(key=lambda r: r.started_at or "", reverse=True)
-        return rows[:limit]
+        return [self._with_airflow(r) for r in rows[:limit]]
+
+    def _airflow_run_state(self, pipeline: str, run_id: str) -> str | None:
+        """The DAG run's state, or None when Airflow is not configured, has no such run, or cannot be
+        asked (then :attr:`airflow_warning` says why, once)."""
+        if self.airflow is None or self.airflow_warning is not None:
+            return None
+        try:
+            return self.airflow.dag_run(pipeline, run_id).get("state")
+        except AirflowApiError as err:
+            if err.status == 404:
+                return None
+            self.airflow_warning = f"Airflow's DAG run states are left out: {err}"
+            return None
+
+    def _with_airflow(self, row: RunRow) -> RunRow:
+        state = self._airflow_run_state(row.pipeline, row.run_id)
+        return dataclasses.replace(row, airflow_state=state,
+                                   disagreement=disagreement(row.status, state, naming.run_ref(row.pipeline,
+                                                                                               row.run_id)))
 
     def status(self, ref: RunRef, *, with_files: bool = False) -> RunView:
         spec = self.spec(ref.pipeline)
@@ -218,9 +342,14 @@ class OnCall:
             raise OnCallError(f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
                               f"{ref.pipeline}` lists the recent ones")
         steps = [self._step_view(spec, ref, s.name, with_files) for s in spec.steps]
-        return RunView(str(ref), ref.pipeline, ref.run_id, records.run.status or "UNKNOWN",
-                       _iso(records.run.started_at), _iso(records.run.finished_at), records.run.message,
-                       [s for s in steps if s is not None])
+        status = records.run.status or "UNKNOWN"
+        steps = [s for s in steps if s is not None]
+        state = self._airflow_run_state(ref.pipeline, ref.run_id)
+        # The step to take up: the first one not ended, or else the last one.
+        behind = next((s.name for s in steps if s.status not in STEP_TERMINAL), steps[-1].name if steps else None)
+        return RunView(str(ref), ref.pipeline, ref.run_id, status, _iso(records.run.started_at),
+                       _iso(records.run.finished_at), records.run.message, steps, state,
+                       disagreement(status, state, str(ref), behind))
 
     def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
         records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step,
@@ -356,67 +485,119 @@ class OnCall:
         return attempt
 
     def resubmit(self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (),
-                 all_failed: bool = False, dry_run: bool = False, force: bool = False) -> ResubmitResult:
-        """Start a new attempt of ``step`` with only the chosen files; safe to run twice.
+                 all_failed: bool = False, dry_run: bool = False, force: bool = False,
+                 ledger_only: bool = False) -> ResubmitResult:
+        """Start a new attempt of ``step`` with only the chosen files, and let the DAG run follow it.
 
-        Refuses while the step's sensor is still in charge (the step has not ended), unless
-        ``force``: the sensor retries on its own, and two resubmitters would race.
+        All or nothing: Airflow is asked first (the watch task's state, and whether this caller may
+        clear it), and if it cannot be asked or would refuse, nothing is submitted. Safe to repeat:
+        the same call again finds the attempt running, or completes a resubmission whose clear
+        failed, or finds nothing left. ``force`` resubmits while the step's sensor is still in
+        charge (it follows the new attempt). ``ledger_only`` leaves Airflow out (a step not run by
+        an Airflow DAG): the new attempt runs, and no DAG run follows it.
         """
         from shardline import steps
 
         spec = self.spec(ref.pipeline)
         plan = self.plan_resubmission(ref, step, shard=shard, files=files, all_failed=all_failed)
+        again = _command(ref, step, shard=shard, files=files, all_failed=all_failed, force=force)
         latest = self._plan(spec, ref, step)
-        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step,
-                            file_attributes=FILE_DETAIL_ATTRIBUTES)
+        records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step)
         try:
             job = runtime.backend_for(spec).describe(latest["job_name"]).status
         except JobNotFound:
             job = None
-        if job is not None and not job.is_terminal:
-            return ResubmitResult(plan, None, None, f"attempt {latest['attempt']} ({latest['job_name']}) is still "
-                                                    f"{job.value}: nothing resubmitted; wait for it to end")
-        step_status = records.step.status if records.step else None
-        if step_status not in STEP_TERMINAL and not force:
-            raise OnCallError(f"step {step} of {ref} has not ended yet (status {step_status}): its sensor retries "
-                              "on its own. Wait for it, or pass --force to resubmit anyway.")
-        if not plan.files:
-            return ResubmitResult(plan, None, None, f"nothing to resubmit: no {plan.reason} remains")
+        watch = f"watch_{step}"
+        watch_state = None if ledger_only else self._watch_state(ref, watch)
+        choice = choose_next(attempt=latest["attempt"], job=latest["job_name"],
+                             job_running=job is not None and not job.is_terminal,
+                             step_status=records.step.status if records.step else None, watch_state=watch_state,
+                             files=len(plan.files), force=force, watch=watch)
+        plan = dataclasses.replace(plan, reason=f"{plan.reason}; {choice.reason}")
+        if choice.next is Next.REFUSE:
+            raise OnCallError(f"step {step} of {ref}: {choice.reason}")
+        if choice.clear_watch:
+            self._may_clear(ref, watch)
+        if choice.next is Next.NOTHING:
+            return ResubmitResult(plan, None, None, choice.reason, action=choice.next.value)
         if dry_run:
-            return ResubmitResult(plan, latest["attempt"] + 1, naming.job_name(ref.pipeline, ref.run_id, step,
-                                                                               latest["attempt"] + 1),
-                                  "dry run: nothing submitted, nothing cleared")
+            would = f"would clear {watch} of DAG run {ref.run_id}" if choice.clear_watch else "would clear nothing"
+            if choice.next is Next.TAKE_UP:
+                return ResubmitResult(plan, None, None, f"dry run: {choice.reason}; {would}", action=choice.next.value)
+            nxt = latest["attempt"] + 1
+            return ResubmitResult(plan, nxt, naming.job_name(ref.pipeline, ref.run_id, step, nxt),
+                                  f"dry run: nothing submitted, nothing cleared; {would}")
+        attempt = job_name = None
+        if choice.next is Next.SUBMIT:
+            try:
+                nxt = steps.resubmit(spec, latest, plan.files, by_operator=True)
+            except StaleOrchestratorError as err:
+                raise OnCallError(f"someone else moved step {step} of {ref} past attempt {latest['attempt']} "
+                                  f"meanwhile; `shardline status {ref}` shows where it is now") from err
+            attempt, job_name = nxt["attempt"], nxt["job_name"]
+        if not choice.clear_watch:
+            said = (f"{watch} is {watch_state} and follows the new attempt" if watch_state
+                    else "Airflow was left out (--ledger-only): no DAG run follows this attempt")
+            return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value)
+        done = f"attempt {attempt} is submitted as job {job_name}" if attempt else "nothing was submitted"
         try:
-            nxt = steps.resubmit(spec, latest, plan.files, by_operator=True)
-        except StaleOrchestratorError as err:
-            raise OnCallError(f"someone else moved step {step} of {ref} past attempt {latest['attempt']} "
-                              f"meanwhile; `shardline status {ref}` shows where it is now") from err
-        return ResubmitResult(plan, nxt["attempt"], nxt["job_name"], self._rerun_watch(ref, step))
+            said = self._rerun_watch(ref, watch)
+        except (AirflowApiError, OnCallError) as err:
+            return ResubmitResult(plan, attempt, job_name, (
+                f"{done}, but the DAG run does not follow it yet: clearing {watch} failed: {err}. To finish, run "
+                f"the same command again once Airflow lets you; it clears {watch} and submits nothing twice: "
+                f"{again}"), complete=False, action=choice.next.value)
+        return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value)
 
-    def _rerun_watch(self, ref: RunRef, step: str, wait_seconds: float = 60.0) -> str:
-        """Let the DAG run follow the new attempt: clear the step's watch task once it has finished.
+    def _watch_state(self, ref: RunRef, watch: str) -> str:
+        """The watch task's state in Airflow; raises OnCallError, before anything changed, if Airflow
+        cannot be asked (a resubmission must be able to let the DAG run follow it)."""
+        nothing = "nothing was submitted"
+        if self.airflow is None:
+            raise OnCallError(f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
+                              f"{watch} task must be cleared so the run follows it. To give the CLI access, "
+                              f"{HOW_TO_CONFIGURE}; then run the same command again. (A step not run by Airflow: "
+                              "pass --ledger-only.)")
+        try:
+            answer = self.airflow.task_instance(ref.pipeline, ref.run_id, watch)
+        except AirflowApiError as err:
+            if err.status == 404:
+                raise OnCallError(f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
+                                  f"of {ref.pipeline}, so {nothing}: is it the Airflow that runs this pipeline (the "
+                                  f"URL came from {self.airflow.source})? A step not run by Airflow: pass "
+                                  "--ledger-only.") from err
+            raise OnCallError(f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}") from err
+        return answer.get("state") or "none"
+
+    def _may_clear(self, ref: RunRef, watch: str) -> None:
+        """Ask Airflow to clear the watch task as a dry run: the same permission check, no change."""
+        assert self.airflow is not None
+        try:
+            self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
+        except AirflowApiError as err:
+            hint = (f"; the user behind the token from {self.airflow.source} needs permission to clear task "
+                    f"instances of DAG {ref.pipeline} (Airflow's Op role, or an admin)" if err.status == 403 else "")
+            raise OnCallError(f"Airflow would not let this caller clear {watch} of DAG run {ref.run_id}, so nothing "
+                              f"was submitted: {err}{hint}") from err
+
+    def _rerun_watch(self, ref: RunRef, watch: str, wait_seconds: float = 60.0) -> str:
+        """Let the DAG run follow the step again: clear its watch task once it has finished.
 
         The sensor records the step's outcome a moment before its task ends, so a watch task
         still running here is about to end: wait for it, then clear it (and what follows it).
+        Raises AirflowApiError or OnCallError if it cannot.
         """
-        watch = f"watch_{step}"
-        if self.airflow is None:
-            return (f"Airflow not configured (set SHARDLINE_AIRFLOW_URL): clear {watch} and its downstream "
-                    f"tasks of DAG run {ref.run_id} so the run follows this attempt")
-        try:
-            deadline = time.monotonic() + wait_seconds
+        assert self.airflow is not None
+        deadline = time.monotonic() + wait_seconds
+        state = self.airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state")
+        while state not in FINISHED_TASK_STATES and time.monotonic() < deadline:
+            time.sleep(1)
             state = self.airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state")
-            while state not in FINISHED_TASK_STATES and time.monotonic() < deadline:
-                time.sleep(1)
-                state = self.airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state")
-            if state not in FINISHED_TASK_STATES:
-                return (f"{watch} is still {state} after {wait_seconds:.0f}s; when it ends, clear it and its "
-                        f"downstream tasks of DAG run {ref.run_id} so the run follows this attempt")
-            cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
-        except AirflowApiError as err:
-            return f"the attempt is submitted, but clearing {watch} in Airflow failed: {err}"
+        if state not in FINISHED_TASK_STATES:
+            raise OnCallError(f"{watch} is still {state} after {wait_seconds:.0f}s")
+        cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
         return (f"{watch} had ended ({state}): cleared {len(cleared)} task(s) from it on, so the DAG run follows "
-                "the new attempt")
+                "the step again and turns green when it succeeds")
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by an operator") -> list[str]:
         """Mark every step CANCELLED (so no sensor resubmits), stop their jobs, fail the DAG run."""
@@ -457,6 +638,21 @@ class OnCall:
             except AirflowApiError as err:
                 done.append(f"Airflow: {err}")
         return done
+
+
+def _command(ref: RunRef, step: str, *, shard: str | None, files: Sequence[str], all_failed: bool,
+             force: bool) -> str:
+    """The resubmit command that repeats this call, to print when something is left half done."""
+    words = ["shardline", "resubmit", str(ref), "--step", step]
+    if all_failed:
+        words.append("--all-failed")
+    elif shard:
+        words += ["--shard", shard]
+    for key in files:
+        words += ["--file", key]
+    if force:
+        words.append("--force")
+    return shlex.join(words)
 
 
 def _file_view(step: str, item) -> FileView:

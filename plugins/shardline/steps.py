@@ -230,8 +230,9 @@ def unreachable_reason(attempt: dict, seconds: float, err: BaseException) -> str
             f"heartbeat_timeout_seconds (last error: {describe_error(err)}). Nothing was recorded as failed: each "
             f"file keeps the status it last reached, and job {attempt['job_name']} may still be running. Once the "
             "endpoint answers again, check with `shardline status "
-            f"{attempt['pipeline']}/{attempt['run_id']}` and resubmit what did not finish: "
-            + naming.resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"]) + " --force")
+            f"{attempt['pipeline']}/{attempt['run_id']}` and resubmit what did not finish (this also lets the DAG "
+            "run take the step up again): "
+            + naming.resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"]))
 
 
 def stop(spec: PipelineSpec, attempt: dict) -> None:

@@ -180,7 +180,8 @@ def test_ledger_text_is_printed_as_written_never_as_markup_or_terminal_controls(
     assert_printed_as_written(failed.stdout, printed_key, f"Corrupt{MARKUP}Error: row 7: {LINK}", "\\x1b[2J\\x1b]8;;",
                               ":warning:", "algo-1\\x1b[2J")
 
-    resubmit = run(*folder, "resubmit", "p/run-1", "--step", "score", "--all-failed", "--dry-run", env=env)
+    resubmit = run(*folder, "resubmit", "p/run-1", "--step", "score", "--all-failed", "--dry-run", "--ledger-only",
+                   env=env)
     assert resubmit.returncode == 0, resubmit.stderr
     assert_printed_as_written(resubmit.stdout, f"  {printed_key}")
 

@@ -323,7 +323,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
             payload = event.payload
             assert payload["action"] == "UNREACHABLE", payload
             reason = payload["reason"]
-            assert "unreachable" in reason and "shardline resubmit" in reason and "--force" in reason, reason
+            assert "unreachable" in reason and "shardline resubmit" in reason and "--all-failed" in reason, reason
 
             # The endpoint stays down until the job gives up on its ledger writes (its budget is the step's
             # heartbeat timeout) and ends on its own.

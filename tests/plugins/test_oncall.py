@@ -102,13 +102,20 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
         oncall.plan_resubmission(ref, "postprocess", all_failed=True)
 
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=parquet_bytes(250, 9 * 250))  # the fix
-    result = oncall.resubmit(ref, "score", all_failed=True)
-    assert (result.attempt, result.plan.files) == (2, [f"s3://{bucket}/in/part-9.parquet"])
-    assert "Airflow not configured" in result.airflow
-    second = oncall.resubmit(ref, "score", all_failed=True, force=True)  # while attempt 2 runs, or after
+    # Without a way to let the DAG run follow the new attempt, nothing is submitted at all.
+    with pytest.raises(OnCallError, match=r"Airflow is not configured, so nothing was submitted.*shardline login"):
+        oncall.resubmit(ref, "score", all_failed=True)
+    assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score")["attempt"] == 1
+    # A step not run by Airflow says so explicitly.
+    result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
+    assert (result.attempt, result.plan.files, result.complete) == (2, [f"s3://{bucket}/in/part-9.parquet"], True)
+    assert "Airflow was left out (--ledger-only)" in result.airflow
+    second = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)  # while 2 runs, or after
     assert second.attempt is None
     wait_for_job(spec, steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score"))
-    assert oncall.resubmit(ref, "score", all_failed=True, force=True).attempt is None  # nothing left
+    last = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)
+    assert (last.attempt, last.action, last.airflow) == (None, "nothing", "nothing to resubmit: every chosen file "
+                                                                          "has succeeded")
 
     step = oncall.status(ref).steps[0]
     assert (step.attempt, step.succeeded, step.failed, step.rows_in, step.rows_out) == (2, 5, 0, 1250, 1250)
@@ -126,8 +133,8 @@ def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_
     latest = steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score")
     keys = [f.input_key for f in read_step(model, ref.pipeline, ref.run_id, "score").files]
     running = steps.resubmit(spec, latest, keys)
-    result = oncall.resubmit(ref, "score", all_failed=True)  # an operator, while attempt 2 runs
-    assert result.attempt is None and "is still InProgress" in result.airflow
+    result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # an operator, while attempt 2 runs
+    assert result.attempt is None and "is still running" in result.airflow
     lines = oncall.cancel(ref, "bad model version")
     assert f"stopped {running['job_name']}" in lines and "step score: CANCELLED" in lines
     assert steps.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)

@@ -27,10 +27,42 @@ BUCKET = "shardline-demo"
 pytestmark = pytest.mark.slow
 
 
-def shardline(stack, *args: str) -> subprocess.CompletedProcess:
+def shardline(stack, *args: str, airflow: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI as an engineer would; ``airflow`` replaces its SHARDLINE_AIRFLOW_* settings (``{}``: none)."""
     cli = Path(sys.executable).with_name("shardline")
-    return subprocess.run([str(cli), *args], env={**stack.cli_env(), "PATH": str(cli.parent), "COLUMNS": "200"},
-                          capture_output=True, text=True, timeout=300, check=False)
+    env = {**stack.cli_env(), "PATH": str(cli.parent), "COLUMNS": "200",
+           "SHARDLINE_AIRFLOW_CONFIG": str(stack.home / "no-shardline-login.json")}  # never a developer's own
+    if airflow is not None:
+        env = {k: v for k, v in env.items() if not k.startswith("SHARDLINE_AIRFLOW_")} | airflow
+        env.setdefault("SHARDLINE_AIRFLOW_CONFIG", str(stack.home / "no-shardline-login.json"))
+    return subprocess.run([str(cli), *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _password_env(url: str, stack) -> dict[str, str]:
+    return {"SHARDLINE_AIRFLOW_URL": url, "SHARDLINE_AIRFLOW_USERNAME": stack.username,
+            "SHARDLINE_AIRFLOW_PASSWORD": stack.password}
+
+
+def _failed_and_fixed(stack, staged, hour: dt.datetime) -> tuple[str, str]:
+    """A run that failed on a corrupt input, whose input is then fixed: (run id, PIPELINE/RUN_ID)."""
+    staged["upload_hour"](hour, corrupt=True)
+    run_id = _trigger(stack, hour)
+    assert stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", stack.tail()
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    staged["s3"].upload_file(str(staged["good_file"]), BUCKET, prefix + "late-arrival.parquet")
+    return run_id, f"{PIPELINE}/{run_id}"
+
+
+def _attempt(stack, ref: str) -> dict:
+    status = shardline(stack, "status", ref, "--json")
+    assert status.returncode == 0, status.stderr
+    return json.loads(status.stdout)
+
+
+def _assert_every_row_once(staged, hour: dt.datetime) -> None:
+    ids = _output_rows(staged["s3"], hour)
+    assert len(ids) == 20_000 + 5_000  # four files of 5,000 rows, and the fixed file (a copy of the first)
+    assert len(set(ids)) == 20_000  # the copy repeats the first file's ids, nothing else repeats
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +137,7 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     ref = f"{PIPELINE}/{run_id}"
     run = airflow_stack.wait_for_run(PIPELINE, run_id)
     assert run["state"] == "failed", airflow_stack.tail()
+    failed_at = time.monotonic()
 
     # The sensor's failure names the file, the reason and the exact command that fixes it.
     fix = f"shardline resubmit {ref} --step score --all-failed"
@@ -142,6 +175,9 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
 
     run = airflow_stack.wait_for_run(PIPELINE, run_id)
     assert run["state"] == "success", airflow_stack.tail()
+    # Reported, not asserted (no test depends on timing): the README quotes this figure.
+    print(f"on-call loop: from the failed DAG run to green in {time.monotonic() - failed_at:.0f} s "
+          "(reading the failure, the status and failed views, fixing the input, a dry run, the resubmission)")
 
     ids = _output_rows(staged["s3"], hour)
     expected = 20_000 + 5_000  # four files of 5,000 rows, and the fixed file (a copy of the first)
@@ -232,3 +268,85 @@ def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_p
     view = json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)
     assert view["status"] == "CANCELLED" and view["message"] == "wrong model version"
     assert view["steps"][0]["job_status"] in ("Stopped", "Stopping")
+
+
+def test_a_resubmit_that_cannot_let_the_dag_run_follow_submits_nothing(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 7, tzinfo=dt.UTC)
+    run_id, ref = _failed_and_fixed(airflow_stack, staged, hour)
+    command = ("resubmit", ref, "--step", "score", "--all-failed")
+
+    # No Airflow settings at all: refused up front, with what to set.
+    bare = shardline(airflow_stack, *command, airflow={})
+    assert bare.returncode == 1, bare.stdout + bare.stderr
+    assert "Airflow is not configured, so nothing was submitted" in bare.stderr, bare.stderr
+    assert "shardline login URL" in bare.stderr and "SHARDLINE_AIRFLOW_URL" in bare.stderr, bare.stderr
+    # A user who may read but not clear tasks: Airflow's own answer to a dry-run clear refuses it up front.
+    viewer = shardline(airflow_stack, *command, airflow={
+        "SHARDLINE_AIRFLOW_URL": airflow_stack.url,
+        "SHARDLINE_AIRFLOW_TOKEN": airflow_stack.token_for("viewer", "viewer")})
+    assert viewer.returncode == 1, viewer.stdout + viewer.stderr
+    assert "would not let this caller clear watch_score" in viewer.stderr and "403" in viewer.stderr, viewer.stderr
+    assert "nothing was submitted" in viewer.stderr and "Op role" in viewer.stderr, viewer.stderr
+
+    assert _attempt(airflow_stack, ref)["steps"][0]["attempt"] == 1  # nothing was submitted
+    assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"
+
+
+def test_a_half_done_resubmit_is_completed_by_running_the_same_command_again(airflow_stack, staged):
+    from tests.faults import ClearDenyingProxy
+
+    hour = dt.datetime(2026, 11, 22, 8, tzinfo=dt.UTC)
+    run_id, ref = _failed_and_fixed(airflow_stack, staged, hour)
+    command = ("resubmit", ref, "--step", "score", "--all-failed")
+
+    # Airflow allows the clear when asked beforehand, then refuses it (a token revoked in between).
+    with ClearDenyingProxy(airflow_stack.url) as proxy:
+        half = shardline(airflow_stack, *command, airflow=_password_env(proxy.url, airflow_stack))
+    assert proxy.denied == 1
+    assert half.returncode == 1, half.stdout + half.stderr
+    said = half.stderr
+    assert "attempt 2 is submitted as job sl-" in said and "the DAG run does not follow it yet" in said, said
+    assert "403" in said and "run the same command again once Airflow lets you" in said, said
+    assert said.rstrip().endswith(f"shardline resubmit {ref} --step score --all-failed"), said
+    assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"
+    view = _attempt(airflow_stack, ref)
+    assert view["steps"][0]["attempt"] == 2
+    # The disagreement is visible: Airflow's state beside the ledger's, and what to do.
+    assert view["airflow_state"] == "failed" and "takes it up again" in view["disagreement"], view
+
+    done = shardline(airflow_stack, *command)  # the same command, now that Airflow lets it clear
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitted attempt" not in done.stdout and "cleared" in done.stdout, done.stdout
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    view = _attempt(airflow_stack, ref)
+    assert (view["status"], view["steps"][0]["attempt"], view["airflow_state"], view["disagreement"]) == (
+        "SUCCEEDED", 2, "success", None)
+    _assert_every_row_once(staged, hour)
+
+
+def test_force_ends_green_even_when_the_forced_attempt_succeeded_unwatched(airflow_stack, staged):
+    from tests.faults import ClearDenyingProxy
+
+    hour = dt.datetime(2026, 11, 22, 9, tzinfo=dt.UTC)
+    run_id, ref = _failed_and_fixed(airflow_stack, staged, hour)
+    command = ("resubmit", ref, "--step", "score", "--all-failed", "--force")
+    with ClearDenyingProxy(airflow_stack.url) as proxy:
+        half = shardline(airflow_stack, *command, airflow=_password_env(proxy.url, airflow_stack))
+    assert half.returncode == 1 and "attempt 2 is submitted" in half.stderr, half.stdout + half.stderr
+    deadline = time.monotonic() + 240
+    while (job := _attempt(airflow_stack, ref)["steps"][0]["job_status"]) != "Completed":
+        assert job in ("InProgress", "Completed"), job
+        assert time.monotonic() < deadline, "attempt 2 did not complete (safety deadline)"
+        time.sleep(1)
+
+    # Every file has succeeded, but no watch task saw it: `runs` flags it, and the same command turns it green.
+    runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json").stdout)
+    row = next(r for r in runs if r["run_id"] == run_id)
+    assert row["airflow_state"] == "failed" and row["disagreement"], row
+    table = shardline(airflow_stack, "runs", "--pipeline", PIPELINE).stdout
+    assert f"! {ref}: the DAG run is failed but the ledger says RUNNING" in table, table
+    done = shardline(airflow_stack, *command)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing to resubmit" not in done.stdout and "cleared" in done.stdout, done.stdout
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    _assert_every_row_once(staged, hour)

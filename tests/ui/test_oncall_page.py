@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -37,17 +35,7 @@ def _token(stack) -> str:
 
 def _viewer_token(stack) -> str:
     """A JWT for a user with the simple auth manager's Viewer role, signed by this Airflow's own code and secret."""
-    code = (
-        "from airflow.api_fastapi.app import create_auth_manager\n"
-        "from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser\n"
-        "print(create_auth_manager().generate_jwt(SimpleAuthManagerUser(username='viewer', role='viewer')))\n"
-    )
-    env = {"PATH": str(Path(sys.executable).parent), "AIRFLOW_HOME": str(stack.home),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(stack.dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip().splitlines()[-1]
+    return stack.token_for("viewer", "viewer")
 
 
 @pytest.fixture(scope="module")
