@@ -24,7 +24,14 @@ from shardline.operators import (
     WatchStepSensor,
     mark_run_failed,
 )
-from shardline.spec import VERSION_PATTERN, PipelineSpec, input_override_pattern, load_spec, static_prefix
+from shardline.spec import (
+    TRIGGER_PARAMS,
+    VERSION_PATTERN,
+    PipelineSpec,
+    input_override_pattern,
+    load_spec,
+    static_prefix,
+)
 
 SPEC_DIR = "pipelines"
 
@@ -34,7 +41,7 @@ def params_for(spec: PipelineSpec) -> dict[str, Param]:
     at trigger time that names the field, before anything runs."""
     first = spec.steps[0]
     version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
-    return {
+    params = {
         "input_prefix": Param(
             "", type="string", title="Input prefix",
             description=f"a folder under {static_prefix(first.input.prefix or '')} to read instead of the spec's "
@@ -50,6 +57,8 @@ def params_for(spec: PipelineSpec) -> dict[str, Param]:
         "dry_run": Param(False, type="boolean", title="Dry run",
                          description="list the inputs and show the plan; submit nothing"),
     }
+    assert tuple(params) == TRIGGER_PARAMS  # the plan task refuses any other conf key
+    return params
 
 
 def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:

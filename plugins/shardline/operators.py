@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardline.decide import Action
 from shardline.naming import resubmit_command
-from shardline.spec import input_override_problem, load_spec, model_version_problem
+from shardline.spec import input_override_problem, load_spec, model_version_problem, unknown_conf_problem
 from shardline.triggers import BackoffTrigger, StepTrigger, event_for, settle_until
 
 
@@ -51,6 +51,11 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
     def execute(self, context):
         spec = self.spec
         step = spec.step(self.step)
+        unknown = unknown_conf_problem(getattr(context.get("dag_run"), "conf", None))
+        if unknown and spec.unknown_conf == "fail":
+            raise AirflowFailException(unknown)
+        if unknown:
+            self.log.warning("%s", unknown)
         override = (self.input_override or "").strip()
         version = (self.model_version or "").strip() or step.model.version
         # The Params' own schema refuses these at trigger time; checked again here, where they are used,

@@ -17,6 +17,8 @@ NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"  # short: names go into SageMaker job 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 # A model version becomes one segment of an S3 key: no "/", no "." or ".." segment, no spaces.
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# The keys a trigger conf may carry: each pipeline DAG's Params (see dag_factory.params_for).
+TRIGGER_PARAMS = ("input_prefix", "model_version", "instance_count", "dry_run")
 VERSION_TEMPLATE = "params.model_version"
 
 
@@ -186,6 +188,9 @@ class PipelineSpec(_Strict):
     ledger_retention_days: Annotated[int, Field(ge=1, le=3650)] = Field(
         default=90, description="ledger items (error text included) expire this many days after their last write")
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 15.0
+    unknown_conf: Literal["fail", "warn"] = Field(
+        default="fail", description="a trigger conf key that is not a Param fails the run at its plan task, or "
+                                    "with `warn` is logged and ignored")
     steps: Annotated[tuple[StepSpec, ...], Field(min_length=1)]
     sagemaker: SageMakerSettings = SageMakerSettings()
 
@@ -273,6 +278,22 @@ def input_override_problem(step: StepSpec, uri: str) -> str | None:
         return f"Param input_prefix {uri!r} has an empty, '.' or '..' segment or white space; give a plain folder " \
                f"under {allowed}"
     return None
+
+
+def unknown_conf_problem(conf: dict | None, known: tuple[str, ...] = TRIGGER_PARAMS) -> str | None:
+    """Why a trigger conf has keys no Param reads (a typo is silently ignored otherwise), or None."""
+    import difflib
+
+    unknown = sorted(set(conf or {}) - set(known))
+    if not unknown:
+        return None
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    return (f"the trigger conf has unknown key(s) {', '.join(hints)}; this pipeline reads only "
+            f"{', '.join(known)}. Trigger again with the right key (or set `unknown_conf: warn` in the spec to "
+            "ignore unknown keys)")
 
 
 def model_version_problem(step: StepSpec, version: str) -> str | None:

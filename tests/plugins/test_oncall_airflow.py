@@ -350,3 +350,14 @@ def test_force_ends_green_even_when_the_forced_attempt_succeeded_unwatched(airfl
     assert "nothing to resubmit" not in done.stdout and "cleared" in done.stdout, done.stdout
     assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
     _assert_every_row_once(staged, hour)
+
+
+def test_an_unknown_conf_key_fails_the_run_at_plan_naming_the_key(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
+    staged["upload_hour"](hour, corrupt=False)
+    run_id = _trigger(airflow_stack, hour, {"instance_cnt": 1})  # a typo: the form's schema lets extra keys in
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
+    states = {t["task_id"]: t["state"] for t in airflow_stack.client().task_instances(PIPELINE, run_id)}
+    assert states["plan_score"] == "failed" and states["submit_score"] == "upstream_failed", states
+    log = _task_log(airflow_stack, run_id, "plan_score")
+    assert "unknown key(s) 'instance_cnt' (did you mean 'instance_count'?)" in log, log[-3000:]

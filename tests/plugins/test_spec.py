@@ -230,3 +230,17 @@ def test_a_pinned_versions_table_makes_the_model_version_param_a_choice():
     with pytest.raises(ParamValidationError):
         param.resolve("v3")  # a well-formed version with no digest is refused too
     assert "not pinned in model.versions" in model_version_problem(spec.steps[0], "v3")
+
+
+def test_an_unknown_trigger_conf_key_is_named_with_the_key_it_was_probably_meant_to_be():
+    from shardline.spec import TRIGGER_PARAMS, unknown_conf_problem
+
+    assert unknown_conf_problem(None) is None and unknown_conf_problem({}) is None
+    assert unknown_conf_problem({"instance_count": 1, "dry_run": True}) is None
+    said = unknown_conf_problem({"instance_cnt": 1, "colour": "red"})
+    assert said.startswith("the trigger conf has unknown key(s) 'colour', 'instance_cnt' (did you mean "
+                           "'instance_count'?); this pipeline reads only " + ", ".join(TRIGGER_PARAMS)), said
+    assert "unknown_conf: warn" in said
+    assert parse_spec(minimal(), "p.yaml").unknown_conf == "fail"
+    with pytest.raises(SpecError, match="unknown_conf"):
+        parse_spec(minimal(unknown_conf="ignore"), "p.yaml")
