@@ -64,8 +64,11 @@ def describe(result: subprocess.CompletedProcess) -> str:
     return f"exit code {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
 
 
-def load_manifest(output_dir: Path, host: str = HOST) -> dict:
-    return json.loads((output_dir / "_shardline" / f"manifest-{host}.json").read_text())
+def load_manifest(output_dir: Path, host: str = HOST, attempt: int | None = None) -> dict:
+    """An instance's manifest: per attempt in a pipeline (with a ledger), else the standalone one."""
+    from shardline_worker.cli import manifest_path
+
+    return json.loads(manifest_path(output_dir, host, attempt).read_text())
 
 
 def reports_by_input(manifest: dict) -> dict[str, dict]:

@@ -64,7 +64,8 @@ environment:
   AWS_ENDPOINT_URL         endpoint override (the embedded local stack sets it)
 
 Each output is written under a temporary name and renamed when complete, and each
-instance writes {MANIFEST_DIR}/manifest-HOST.json under the output dir with per-file rows
+instance writes {MANIFEST_DIR}/attempt-NNNN/manifest-HOST.json (in a pipeline; else
+{MANIFEST_DIR}/manifest-HOST.json) under the output dir with per-file rows
 and checksums.
 
 example:
@@ -415,7 +416,7 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         if pump.fenced.is_set():
             return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
         summary["withdrawn_outputs"] = sorted(o for i, o in hooks.outputs.items() if i not in hooks.committed)
-    manifest_path = _write_manifest(args.output_dir, host, summary)
+    manifest_path = _write_manifest(args.output_dir, host, summary, context.attempt if context else None)
     _log_summary(summary, failed, manifest_path)
     if args.summary_json:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)
@@ -520,9 +521,17 @@ def _summary(reports, seconds, slots, artifact, host, hosts, runner, started_wal
     }
 
 
-def _write_manifest(output_dir: Path, host: str, summary: dict) -> Path:
+def manifest_path(output_dir: Path, host: str, attempt: int | None) -> Path:
+    """Each attempt's instances write their own manifests, so a resubmission never overwrites the
+    record of the files an earlier attempt wrote (a worker run outside a pipeline has no attempt)."""
+    folder = output_dir / MANIFEST_DIR
+    return (folder / f"attempt-{attempt:04d}" if attempt is not None else folder) / f"manifest-{host}.json"
+
+
+def _write_manifest(output_dir: Path, host: str, summary: dict, attempt: int | None) -> Path:
     """Write this instance's manifest atomically: a reader sees the old one or the new one."""
-    path = output_dir / MANIFEST_DIR / f"manifest-{host}.json"
+    summary = {**summary, "attempt": attempt}
+    path = manifest_path(output_dir, host, attempt)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + formats.TEMP_MARKER)
     tmp.write_text(json.dumps(summary, indent=2))

@@ -37,6 +37,20 @@ def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int) -> st
     return f"{base}/_shardline/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
 
 
+SUCCESS_MARKER = "_SUCCESS"  # Hadoop's convention: Spark, Hive and most readers wait for it
+
+
+def outputs_manifest_key(output_prefix: str, run_id: str, step: str) -> str:
+    """Where the step-level manifest of every output goes when the step ends."""
+    base = output_prefix.rstrip("/")
+    return f"{base}/_shardline/manifests/{_slug(run_id, 80)}/{step}/outputs.json"
+
+
+def success_marker_key(output_prefix: str) -> str:
+    """The ``_SUCCESS`` marker of an output prefix: there when, and only when, the step ended SUCCEEDED."""
+    return f"{output_prefix.rstrip('/')}/{SUCCESS_MARKER}"
+
+
 def run_ref(pipeline: str, run_id: str) -> str:
     """How the CLI names a run: ``pipeline/run_id``."""
     return f"{pipeline}/{run_id}"

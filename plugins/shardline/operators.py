@@ -253,8 +253,30 @@ class ReportOperator(_SpecMixin, BaseOperator):
         if not summaries:
             raise AirflowSkipException("every step was skipped: no input")
         partial = any(s.get("outcome") == "PARTIAL" for s in summaries)
-        self._finish_run(context, "PARTIAL" if partial else "SUCCEEDED", "")
+        status = "PARTIAL" if partial else "SUCCEEDED"
+        self._finish_run(context, status, "")
+        self._tell_downstream(context, status, summaries)
         return {"steps": summaries}
+
+    def _tell_downstream(self, context, status: str, summaries: list[dict]) -> None:
+        """The Asset event carries what the output prefix's own markers say: per step, whether it
+        SUCCEEDED (and so wrote ``_SUCCESS``), its rows, and where its outputs manifest is."""
+        from shardline import naming
+
+        steps = []
+        for s in summaries:
+            attempt = _steps().latest_attempt(self.spec, self.spec.pipeline, context["run_id"], s["step"]) or {}
+            prefix = attempt.get("output_prefix")
+            steps.append({
+                "step": s["step"], "outcome": s.get("outcome"), "files": s["files"], "succeeded": s["succeeded"],
+                "failed": s["failed"], "rows_out": s["rows_out"], "attempts": s["attempts"], "output_prefix": prefix,
+                "outputs_manifest": naming.outputs_manifest_key(prefix, context["run_id"], s["step"]) if prefix
+                else None,
+                "success_marker": naming.success_marker_key(prefix) if prefix and s.get("outcome") == "ADVANCE"
+                else None,
+            })
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = {"run_id": context["run_id"], "status": status, "steps": steps}
 
     def _finish_run(self, context, status: str, message: str) -> None:
         from shardline_ledger.states import StepStatus

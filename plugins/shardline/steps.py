@@ -15,6 +15,7 @@ import logging
 import time
 
 from shardline_ledger.orchestrator import (
+    FILE_ATTRIBUTES,
     continue_attempt,
     ensure_run,
     finish_step,
@@ -90,6 +91,8 @@ def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, in
     else:
         start_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt, keys,
                       plan_json=json.dumps(plan_fields), after=after, reopen_cancelled=reopen_cancelled)
+    if attempt == 1 and not replan:
+        withdraw_success_marker(spec, base["output_prefix"])
     write_manifest(runtime.s3_client(spec), manifest_uri, manifest_body(base["input_prefix"], [o.key for o in ordered]))
     if attempt > 1:  # a resubmission reopens a run that may already have been marked failed
         set_run_status(model, base["pipeline"], base["run_id"], StepStatus.RUNNING)
@@ -355,7 +358,66 @@ def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepS
     if status is StepStatus.FAILED:
         set_run_status(model, attempt["pipeline"], attempt["run_id"], StepStatus.FAILED,
                        f"step {attempt['step']} failed: {reason}")
+    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+        commit_outputs(spec, attempt, status)
     return status
+
+
+def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dict:
+    """Write what downstream readers trust once a step has ended: the step-level manifest of every
+    output (its input, attempt, rows and S3 ETag and size), and the ``_SUCCESS`` marker when, and
+    only when, the step SUCCEEDED (a PARTIAL step has failed files, so it writes none).
+
+    Idempotent: a retried watch task writes the same manifest again. Returns the manifest.
+    """
+    model = runtime.ledger_model(spec)
+    records = read_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"],
+                        file_attributes=[*FILE_ATTRIBUTES, "output_key"])
+    s3 = runtime.s3_client(spec)
+    out_bucket, out_key = parse_s3_uri(attempt["output_prefix"])
+    listed: dict[str, dict] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=out_bucket, Prefix=out_key):
+        for item in page.get("Contents", []):
+            listed[f"s3://{out_bucket}/{item['Key']}"] = item
+    outputs, failed = [], []
+    for f in sorted(records.files, key=lambda f: f.input_key):
+        if f.status == FileStatus.SUCCEEDED:
+            stored = listed.get(f.output_key or "", {})
+            outputs.append({"input": f.input_key, "output": f.output_key, "attempt": int(f.attempt or 0),
+                            "rows_in": int(f.rows_in or 0), "rows_out": int(f.rows_out or 0),
+                            "bytes": stored.get("Size"), "etag": (stored.get("ETag") or "").strip('"') or None})
+        else:
+            failed.append({"input": f.input_key, "status": f.status, "attempt": int(f.attempt or 0),
+                           "error_class": f.error_class})
+    missing = [o["output"] for o in outputs if o["bytes"] is None]
+    manifest = {
+        "pipeline": attempt["pipeline"], "run_id": attempt["run_id"], "step": attempt["step"],
+        "status": status.value, "attempts": attempt["attempt"], "output_prefix": attempt["output_prefix"],
+        "files": len(records.files), "rows_out": sum(o["rows_out"] for o in outputs),
+        "outputs": outputs, "not_succeeded": failed, "outputs_missing": missing,
+        "written_at": dt.datetime.now(dt.UTC).isoformat(),
+    }
+    bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt["output_prefix"], attempt["run_id"],
+                                                           attempt["step"]))
+    s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest, indent=1).encode(),
+                  ContentType="application/json")
+    if missing:
+        # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
+        log.error("step %s: %d output(s) the ledger records are missing under %s (e.g. %s): no %s written",
+                  attempt["step"], len(missing), attempt["output_prefix"], missing[:3], naming.SUCCESS_MARKER)
+    elif status is StepStatus.SUCCEEDED:
+        marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt["output_prefix"]))
+        s3.put_object(Bucket=marker_bucket, Key=marker_key, ContentType="application/json", Body=json.dumps({
+            "pipeline": attempt["pipeline"], "run_id": attempt["run_id"], "step": attempt["step"],
+            "attempts": attempt["attempt"], "outputs": len(outputs), "rows_out": manifest["rows_out"],
+            "manifest": f"s3://{bucket}/{key}"}).encode())
+    return manifest
+
+
+def withdraw_success_marker(spec: PipelineSpec, output_prefix: str) -> None:
+    """A step about to write its prefix again is not complete: remove an earlier run's marker first."""
+    bucket, key = parse_s3_uri(naming.success_marker_key(output_prefix))
+    runtime.s3_client(spec).delete_object(Bucket=bucket, Key=key)  # idempotent: no error when absent
 
 
 def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:

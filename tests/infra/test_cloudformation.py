@@ -658,14 +658,16 @@ def _object_arn(values: dict, uri: str) -> str:
 @pytest.mark.parametrize("output_rest", ["", "churn/scores/dt=2026-11-22/"])
 def test_s3_access_follows_the_data_layout(template, output_rest):
     """Who may read and write inputs, models, outputs and manifests, at the keys the code uses."""
-    from shardline.naming import manifest_key
+    from shardline.naming import manifest_key, outputs_manifest_key, success_marker_key
 
     values = example_values(template)
     input_uri = _uri_key(values, "InputPrefix", "customers/dt=2026-11-22/part-000.parquet")
     model_uri = _uri_key(values, "ModelPrefix", "sklearn/v1/model.tar.gz")
     output_prefix = _uri_key(values, "OutputPrefix", output_rest)
     prediction = output_prefix + "part-000.parquet"
-    worker_report = output_prefix + "_shardline/manifest-algo-1.json"  # shardline_worker.cli._write_manifest
+    worker_report = output_prefix + "_shardline/attempt-0002/manifest-algo-1.json"  # shardline_worker.cli
+    success_marker = success_marker_key(output_prefix)  # steps.commit_outputs writes and withdraws it
+    outputs_manifest = outputs_manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score")
     manifest = manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score", 2)
     assert manifest.startswith(output_prefix)
     input_arn, model_arn, prediction_arn, report_arn, manifest_arn = (
@@ -682,8 +684,14 @@ def test_s3_access_follows_the_data_layout(template, output_rest):
     assert not allows(template, sm, "s3:DeleteObject", prediction_arn)
 
     assert allows(template, af, "s3:PutObject", manifest_arn)
+    marker_arn, outputs_arn = _object_arn(values, success_marker), _object_arn(values, outputs_manifest)
+    assert allows(template, af, "s3:PutObject", outputs_arn)
+    assert allows(template, af, "s3:PutObject", marker_arn) and allows(template, af, "s3:DeleteObject", marker_arn)
+    # Only the orchestrator says a prefix is complete: a job (its model code) may not write the marker.
+    assert not allows(template, sm, "s3:PutObject", marker_arn)
     for arn in (input_arn, model_arn, prediction_arn, report_arn):
         assert not allows(template, af, "s3:PutObject", arn), arn
+        assert not allows(template, af, "s3:DeleteObject", arn), arn
     assert not allows(template, af, "s3:GetObject", input_arn)
 
 

@@ -47,7 +47,8 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
     files = _items(model, file_sk_prefix(STEP))
     assert sorted(files) == [f"{file_sk_prefix(STEP)}{name}" for name in
                              ("part-00000.parquet", "part-00001.parquet", "zz-corrupt.parquet")]
-    reports = reports_by_input(load_manifest(out))
+    assert not (out / "_shardline" / "manifest-algo-1.json").exists()  # per attempt: never overwritten by the next
+    reports = reports_by_input(load_manifest(out, attempt=1))
     for name in ("part-00000.parquet", "part-00001.parquet"):
         item = files[file_sk_prefix(STEP) + name]
         assert (item.status, item.attempt, item.host) == ("SUCCEEDED", 1, HOST)

@@ -147,14 +147,16 @@ def test_local_job_shards_by_key_runs_every_instance_and_uploads_outputs(job, tm
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=out, Prefix="run-e2e/")["Contents"])
     outputs = [k for k in keys if k.endswith(".parquet")]
     assert outputs == [f"run-e2e/part-{i}.parquet" for i in range(6)]
-    assert {"run-e2e/_shardline/manifest-algo-1.json", "run-e2e/_shardline/manifest-algo-2.json"} <= set(keys)
+    # Each attempt's instances write their own manifests: a resubmission never overwrites attempt 1's.
+    assert {"run-e2e/_shardline/attempt-0001/manifest-algo-1.json",
+            "run-e2e/_shardline/attempt-0001/manifest-algo-2.json"} <= set(keys)
     ids = []
     for key in outputs:
         table = pq.read_table(io.BytesIO(s3.get_object(Bucket=out, Key=key)["Body"].read()))
         ids.extend(table.column("id").to_pylist())
     assert sorted(ids) == list(range(6 * ROWS_PER_FILE))  # no row lost or duplicated
-    manifests = [json.loads(s3.get_object(Bucket=out, Key=f"run-e2e/_shardline/manifest-{h}.json")["Body"].read())
-                 for h in ("algo-1", "algo-2")]
+    manifests = [json.loads(s3.get_object(Bucket=out, Key=f"run-e2e/_shardline/attempt-0001/manifest-{h}.json")
+                            ["Body"].read()) for h in ("algo-1", "algo-2")]
     assert [m["files"] for m in manifests] == [3, 3]  # ShardedByS3Key: keys[i::2]
     assert not any(".shardline-tmp" in k for k in keys)
 

@@ -118,6 +118,11 @@ def _task_log(stack, run_id: str, task_id: str) -> str:
                             params={"full_content": "true"}))
 
 
+def _keys(s3, prefix: str) -> list[str]:
+    return [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+            for o in page.get("Contents", [])]
+
+
 def _output_rows(s3, hour: dt.datetime) -> list[int]:
     """Every id in the hour's outputs, from the output files themselves."""
     prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
@@ -152,7 +157,10 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     assert [(Path(r["input_key"]).name, r["error_class"]) for r in rows] == [("late-arrival.parquet",
                                                                              "CorruptInputError")]
     runs = shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json")
-    assert any(r["run_id"] == run_id and r["status"] == "FAILED" for r in json.loads(runs.stdout)), runs.stdout
+    assert any(r["run_id"] == run_id and r["status"] == "FAILED" and r["airflow_state"] == "failed"
+               and r["disagreement"] is None for r in json.loads(runs.stdout)), runs.stdout
+    out_prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    assert not _keys(staged["s3"], out_prefix + "_SUCCESS")  # a failed step never marks its prefix complete
 
     # A resubmission of a file that is still corrupt would fail again: fix the input first.
     prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
@@ -187,6 +195,32 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     step = status["steps"][0]
     assert (status["status"], step["status"], step["attempt"]) == ("SUCCEEDED", "SUCCEEDED", 2)
     assert step["succeeded"] == step["files"] == 5 and step["rows_in"] == step["rows_out"] == expected
+
+    # What downstream readers trust: _SUCCESS now, each attempt's instance manifests (attempt 2's did not
+    # overwrite attempt 1's) covering every output, and the step's outputs manifest naming each one's attempt.
+    s3 = staged["s3"]
+    outputs = {k.removeprefix(out_prefix) for k in _keys(s3, out_prefix) if "/_" not in "/" + k.removeprefix(
+        out_prefix) and k.endswith(".parquet")}
+    assert len(outputs) == 5
+    marker = json.loads(s3.get_object(Bucket=BUCKET, Key=out_prefix + "_SUCCESS")["Body"].read())
+    assert (marker["run_id"], marker["attempts"], marker["outputs"], marker["rows_out"]) == (run_id, 2, 5, expected)
+    by_attempt: dict[str, set[str]] = {}
+    for key in _keys(s3, out_prefix + "_shardline/attempt-"):
+        body = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        done = {r["output"] for r in body["file_reports"] if r["status"] == "SUCCEEDED"}
+        by_attempt.setdefault(key.removeprefix(out_prefix).split("/")[1], set()).update(done)
+    assert sorted(by_attempt) == ["attempt-0001", "attempt-0002"], by_attempt
+    assert set().union(*by_attempt.values()) == outputs, by_attempt
+    assert by_attempt["attempt-0002"] == {"late-arrival.parquet"}
+    outputs_manifest = marker["manifest"].removeprefix(f"s3://{BUCKET}/")
+    manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=outputs_manifest)["Body"].read())
+    assert {Path(o["output"]).name: o["attempt"] for o in manifest["outputs"]} == {
+        **{name: 1 for name in outputs - {"late-arrival.parquet"}}, "late-arrival.parquet": 2}
+    # The Asset event says the same.
+    events = airflow_stack.client()._call("GET", "/assets/events", params={"source_run_id": run_id})
+    extras = [e["extra"] for e in events["asset_events"] if e["source_run_id"] == run_id]
+    assert extras and extras[-1]["status"] == "SUCCEEDED", events
+    assert extras[-1]["steps"][0]["success_marker"] == f"s3://{BUCKET}/{out_prefix}_SUCCESS", extras
 
 
 def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, staged):

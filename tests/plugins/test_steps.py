@@ -141,3 +141,38 @@ def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipe
     plan = OnCall({spec.pipeline: spec}).plan_resubmission(RunRef(spec.pipeline, "run-unsafe"), "score",
                                                             all_failed=True)
     assert plan.files == []  # it can never run: listed as failed, never resubmitted
+
+
+def test_a_step_that_succeeds_writes_its_outputs_manifest_and_success_marker_and_a_new_run_withdraws_it(pipeline):
+    import json
+
+    spec, bucket = pipeline
+    s3 = boto3.client("s3")
+    first = steps.submit(spec, steps.plan(spec, "score", "run-ok", **plan_args(bucket)))
+    wait_for_job(spec, first)
+    assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
+    marker = json.loads(s3.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
+    assert (marker["run_id"], marker["outputs"], marker["rows_out"]) == ("run-ok", 4, 1200)
+    manifest_bucket, _, manifest_key = marker["manifest"].removeprefix("s3://").partition("/")
+    manifest = json.loads(s3.get_object(Bucket=manifest_bucket, Key=manifest_key)["Body"].read())
+    listed = {o["Key"]: o for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
+    assert [o["output"] for o in manifest["outputs"]] == [f"s3://{bucket}/out/part-{i}.parquet" for i in range(4)]
+    for entry in manifest["outputs"]:
+        stored = listed[entry["output"].removeprefix(f"s3://{bucket}/")]
+        assert (entry["attempt"], entry["rows_out"], entry["bytes"], entry["etag"]) == (
+            1, 300, stored["Size"], stored["ETag"].strip('"'))
+    # The same prefix planned again (another run of the partition): it is not complete any more.
+    steps.plan(spec, "score", "run-again", **plan_args(bucket))
+    assert "out/_SUCCESS" not in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
+
+
+def test_a_partial_step_writes_its_manifest_but_no_success_marker(pipeline):
+    spec, bucket = pipeline
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 not parquet")
+    first = steps.submit(spec, steps.plan(spec, "score", "run-partial", **plan_args(bucket)))
+    wait_for_job(spec, first)
+    assert steps.finish(spec, first, "PARTIAL", "1 of 5 file(s) failed, within the tolerance").value == "PARTIAL"
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
+    assert "out/_SUCCESS" not in keys
+    assert any(k.endswith("/run-partial/score/outputs.json") for k in keys), keys
