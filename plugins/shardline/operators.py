@@ -5,6 +5,7 @@ Each calls into :mod:`shardline.steps` (plain functions) and holds no policy of 
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from shardline.decide import Action
 from shardline.naming import resubmit_command
 from shardline.spec import input_override_problem, load_spec, model_version_problem, unknown_conf_problem
-from shardline.triggers import BackoffTrigger, StepTrigger, event_for, settle_until
+from shardline.triggers import BackoffTrigger, InputTrigger, StepTrigger, event_for, settle_until
 
 
 def _steps():
@@ -69,16 +70,72 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                              "chooses the code this job runs; pin it with model.sha256 or model.versions",
                              self.step, self.model_uri)
         input_prefix = override or self.input_prefix
-        instances = int(self.instances_override) if str(self.instances_override or "").strip() not in ("", "None") \
-            else step.resources.instance_count
-        run_id = context["run_id"]
         if str(self.dry_run).lower() == "true":
-            self._dry_run(spec, input_prefix, instances, version)
-        attempt = _steps().plan(spec, self.step, run_id, input_prefix=input_prefix, output_prefix=self.output_prefix,
-                                model_uri=self.model_uri, instance_count=instances, model_version=version)
+            self._dry_run(spec, input_prefix, self._instances(step), version)
+        return self._plan(context, input_prefix, version, waited=False)
+
+    def execute_after_wait(self, context, event: dict):
+        """Back from :class:`InputTrigger`: plan now that the input is there, or fail naming the prefix."""
+        input_prefix = (self.input_override or "").strip() or self.input_prefix
+        version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
+        if not event["ready"]:
+            self._missing(context, input_prefix, event["reason"], waited=True)
+        self.log.info("step %s: %s", self.step, event["reason"])
+        return self._plan(context, input_prefix, version, waited=True)
+
+    def _instances(self, step) -> int:
+        return int(self.instances_override) if str(self.instances_override or "").strip() not in ("", "None") \
+            else step.resources.instance_count
+
+    def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
+        spec, step = self.spec, self.spec.step(self.step)
+        if step.input.ready_marker:
+            ready, why = _steps().input_ready(spec, self.step, input_prefix)
+            if not ready:
+                self._missing(context, input_prefix, why, waited=waited)
+        attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
+                                output_prefix=self.output_prefix, model_uri=self.model_uri,
+                                instance_count=self._instances(step), model_version=version)
         if attempt is None:
-            raise AirflowSkipException(f"no input files under {input_prefix}: nothing to do")
+            self._missing(context, input_prefix, f"no input file under {input_prefix} (matching "
+                                                 f"{list(step.input.include)})", waited=waited)
         return attempt
+
+    def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
+        """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
+        Never returns: it defers, or raises."""
+        from shardline_ledger.states import StepStatus
+
+        spec, step = self.spec, self.spec.step(self.step)
+        if step.input.from_step:
+            raise AirflowSkipException(f"{why}: the earlier step wrote nothing, so there is nothing to do")
+        run_type = getattr(context.get("dag_run"), "run_type", None) or ""
+        run_type = str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
+        action = step.input.missing_input_action(run_type)
+        again = (f"once the input is there, clear {self.task_id} of this DAG run (or trigger the partition again); "
+                 "input.when_missing and input.wait_timeout_seconds in the spec choose what a run without input does")
+        if action == "skip":
+            message = f"step {self.step}: skipped: {why} (input.when_missing: skip)"
+            _steps().record_missing_input(spec, context["run_id"], StepStatus.SKIPPED, message)
+            raise AirflowSkipException(message)
+        if action == "fail" or waited:
+            if waited:
+                message = (f"step {self.step}: waited {step.input.wait_timeout_seconds}s for its input, but {why}. "
+                           f"Nothing was processed; {again}")
+            else:
+                default = "" if step.input.when_missing else f", the default for a {run_type or 'manual'} run"
+                message = (f"step {self.step}: {why}, so nothing was processed (input.when_missing: {action}{default})"
+                           f". Check the partition's prefix; {again}")
+            _steps().record_missing_input(spec, context["run_id"], StepStatus.FAILED, message)
+            raise AirflowFailException(message)
+        deadline = time.time() + step.input.wait_timeout_seconds
+        self.log.warning("step %s: %s; waiting up to %ds for it (input.when_missing: wait%s)", self.step, why,
+                         step.input.wait_timeout_seconds, "" if step.input.when_missing else ", the default for "
+                         "a scheduled run")
+        self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
+                                        poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
+                   method_name="execute_after_wait",
+                   timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
 
 
     def _dry_run(self, spec, input_prefix: str, instances: int, model_version: str) -> None:

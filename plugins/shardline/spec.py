@@ -105,6 +105,15 @@ class InputSpec(_Strict):
     exclude: tuple[str, ...] = ()
     features: tuple[str, ...] | None = None
     passthrough: tuple[str, ...] = ()
+    when_missing: Literal["wait", "fail", "skip"] | None = Field(
+        default=None, description="no input yet: wait for it (up to wait_timeout_seconds), fail the run naming the "
+                                  "prefix, or skip the run (recorded SKIPPED). Unset: wait for scheduled runs, fail "
+                                  "for manual ones")
+    wait_timeout_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = Field(
+        default=6 * 3600, description="with when_missing: wait, how long to wait for the input before failing")
+    ready_marker: str | None = Field(
+        default=None, description="an object under the prefix whose presence means the partition is complete "
+                                  "(e.g. _SUCCESS, an upstream writer's marker); unset: any input file will do")
 
     @model_validator(mode="after")
     def _one_source(self) -> InputSpec:
@@ -112,7 +121,18 @@ class InputSpec(_Strict):
             raise ValueError("give exactly one of input.prefix or input.from_step")
         if self.prefix is not None and not self.prefix.startswith("s3://"):
             raise ValueError(f"input.prefix must be an s3:// URI, got {self.prefix!r}")
+        if self.from_step is not None and (self.when_missing or self.ready_marker):
+            raise ValueError("input.when_missing and input.ready_marker are for input.prefix; a from_step input is "
+                             "there once the earlier step has succeeded")
+        if self.ready_marker is not None and ("/" in self.ready_marker or self.ready_marker in ("", ".", "..")):
+            raise ValueError(f"input.ready_marker is an object name under the prefix (like _SUCCESS), got "
+                             f"{self.ready_marker!r}")
         return self
+
+    def missing_input_action(self, run_type: str | None) -> str:
+        """What a run does when its input is not there: the spec's choice, else wait for a scheduled run
+        (data lands late) and fail for one a person triggered (they want to hear at once)."""
+        return self.when_missing or ("wait" if run_type == "scheduled" else "fail")
 
 
 class OutputSpec(_Strict):

@@ -414,6 +414,32 @@ def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dic
     return manifest
 
 
+def input_ready(spec: PipelineSpec, step: str, input_prefix: str) -> tuple[bool, str]:
+    """Whether a step's input has landed: its ready marker when the spec names one, else any input
+    file the step would read. Returns (ready, what was found or looked for, in words)."""
+    from shardline.planner import list_inputs
+
+    s = spec.step(step)
+    s3 = runtime.s3_client(spec)
+    bucket, key = parse_s3_uri(input_prefix)
+    if s.input.ready_marker:
+        marker = f"{key.rstrip('/')}/{s.input.ready_marker}" if key else s.input.ready_marker
+        found = s3.list_objects_v2(Bucket=bucket, Prefix=marker, MaxKeys=1).get("Contents", [])
+        if any(o["Key"] == marker for o in found):
+            return True, f"s3://{bucket}/{marker} is there"
+        return False, f"no s3://{bucket}/{marker} (input.ready_marker) yet"
+    if list_inputs(s3, input_prefix, s.input.include, s.input.exclude):
+        return True, f"input files are under {input_prefix}"
+    return False, f"no input file under {input_prefix} (matching {list(s.input.include)}) yet"
+
+
+def record_missing_input(spec: PipelineSpec, run_id: str, status: StepStatus, message: str) -> None:
+    """A run that ends (skipped or failed) before anything was planned is still listed, with why."""
+    model = runtime.ledger_model(spec)
+    ensure_run(model, spec.pipeline, run_id)
+    set_run_status(model, spec.pipeline, run_id, status, message)
+
+
 def withdraw_success_marker(spec: PipelineSpec, output_prefix: str) -> None:
     """A step about to write its prefix again is not complete: remove an earlier run's marker first."""
     bucket, key = parse_s3_uri(naming.success_marker_key(output_prefix))

@@ -1,8 +1,9 @@
-"""The one place that polls: a deferrable trigger over the ledger and the backend.
+"""The one place that polls: deferrable triggers over the ledger, the backend and the input.
 
-It reads the step's snapshot (a DynamoDB Query plus a job describe, in a thread so the
-triggerer's event loop never blocks), asks :func:`shardline.decide.decide`, and fires
-as soon as the answer is anything but WAIT. It acts on nothing itself.
+:class:`StepTrigger` reads the step's snapshot (a DynamoDB Query plus a job describe, in a
+thread so the triggerer's event loop never blocks), asks :func:`shardline.decide.decide`,
+and fires as soon as the answer is anything but WAIT. :class:`InputTrigger` waits for a
+step's input to land. They act on nothing themselves.
 """
 
 from __future__ import annotations
@@ -131,3 +132,40 @@ class BackoffTrigger(BaseTrigger):
         await asyncio.sleep(self.delay_seconds)
         await _settle(self.not_before)
         yield TriggerEvent(self.payload)
+
+
+class InputTrigger(BaseTrigger):
+    """Waits until a step's input is there (any input file, or the spec's ready marker), or until
+    ``deadline`` (epoch seconds); hands back ``{"ready": bool, "reason": str}``."""
+
+    def __init__(self, spec_path: str, step: str, input_prefix: str, deadline: float, poll_interval: float = 30.0,
+                 not_before: float | None = None):
+        super().__init__()
+        self.spec_path, self.step, self.input_prefix = spec_path, step, input_prefix
+        self.deadline, self.poll_interval, self.not_before = deadline, poll_interval, not_before
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("shardline.triggers.InputTrigger", {
+            "spec_path": self.spec_path, "step": self.step, "input_prefix": self.input_prefix,
+            "deadline": self.deadline, "poll_interval": self.poll_interval, "not_before": self.not_before})
+
+    async def run(self):
+        from shardline import steps
+
+        spec = load_spec(Path(self.spec_path))
+        while True:
+            try:
+                ready, reason = await asyncio.to_thread(steps.input_ready, spec, self.step, self.input_prefix)
+            except Exception as err:
+                if not steps.is_unreachable(err):
+                    raise
+                ready, reason = False, f"the AWS endpoint is unreachable ({steps.describe_error(err)})"
+            if ready:
+                await _settle(self.not_before)
+                yield TriggerEvent({"ready": True, "reason": reason})
+                return
+            if time.time() > self.deadline:
+                await _settle(self.not_before)
+                yield TriggerEvent({"ready": False, "reason": reason})
+                return
+            await asyncio.sleep(self.poll_interval)

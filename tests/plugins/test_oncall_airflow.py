@@ -395,3 +395,36 @@ def test_an_unknown_conf_key_fails_the_run_at_plan_naming_the_key(airflow_stack,
     assert states["plan_score"] == "failed" and states["submit_score"] == "upstream_failed", states
     log = _task_log(airflow_stack, run_id, "plan_score")
     assert "unknown key(s) 'instance_cnt' (did you mean 'instance_count'?)" in log, log[-3000:]
+
+
+def test_an_hourly_run_with_no_input_yet_waits_for_it_then_succeeds_once_it_lands(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
+    run_id = _trigger(airflow_stack, hour)  # the hour's data has not landed
+    client = airflow_stack.client()
+    deadline = time.monotonic() + 180
+    while (state := client.task_instance(PIPELINE, run_id, "plan_score").get("state")) != "deferred":
+        assert state in (None, "scheduled", "queued", "running"), (state, airflow_stack.tail())
+        assert time.monotonic() < deadline, "plan_score never started waiting (safety deadline)"
+        time.sleep(1)
+    log = _task_log(airflow_stack, run_id, "plan_score")
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    assert f"no input file under s3://{BUCKET}/{prefix}" in log and "waiting up to" in log, log[-3000:]
+    assert client.dag_run(PIPELINE, run_id)["state"] == "running"  # never green by doing nothing
+
+    staged["upload_hour"](hour, corrupt=False)  # the data lands late
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    ids = _output_rows(staged["s3"], hour)
+    assert sorted(ids) == list(range(20_000))
+
+
+def test_a_run_whose_input_is_missing_fails_naming_the_prefix(airflow_stack, staged):
+    day = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)  # no customers were uploaded for this day
+    run_id = f"manual__{day:%Y%m%d}-{uuid.uuid4().hex[:6]}"
+    airflow_stack.client().trigger("daily_churn", {}, run_id=run_id, logical_date=day.isoformat())
+    assert airflow_stack.wait_for_run("daily_churn", run_id)["state"] == "failed", airflow_stack.tail()
+    prefix = f"s3://{BUCKET}/customers/dt=2026-11-20/"
+    runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", "daily_churn", "--json").stdout)
+    row = next(r for r in runs if r["run_id"] == run_id)
+    assert row["status"] == "FAILED" and row["airflow_state"] == "failed", row
+    assert f"no input file under {prefix}" in row["message"], row
+    assert "input.when_missing: fail, the default for a manual run" in row["message"], row

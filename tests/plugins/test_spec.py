@@ -244,3 +244,25 @@ def test_an_unknown_trigger_conf_key_is_named_with_the_key_it_was_probably_meant
     assert parse_spec(minimal(), "p.yaml").unknown_conf == "fail"
     with pytest.raises(SpecError, match="unknown_conf"):
         parse_spec(minimal(unknown_conf="ignore"), "p.yaml")
+
+
+def test_a_missing_input_waits_for_scheduled_runs_and_fails_manual_ones_unless_the_spec_says():
+    step = parse_spec(minimal(), "p.yaml").steps[0]
+    assert (step.input.missing_input_action("scheduled"), step.input.missing_input_action("manual"),
+            step.input.missing_input_action("backfill")) == ("wait", "fail", "fail")
+    data = minimal()
+    data["steps"][0]["input"].update(when_missing="skip", ready_marker="_SUCCESS", wait_timeout_seconds=600)
+    step = parse_spec(data, "p.yaml").steps[0]
+    assert step.input.missing_input_action("scheduled") == "skip" and step.input.ready_marker == "_SUCCESS"
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("when_missing", "later", "when_missing"),
+    ("ready_marker", "../_SUCCESS", "an object name under the prefix"),
+    ("wait_timeout_seconds", 5, "wait_timeout_seconds"),
+])
+def test_a_bad_missing_input_setting_is_an_import_error_naming_the_field(field, value, words):
+    data = minimal()
+    data["steps"][0]["input"][field] = value
+    with pytest.raises(SpecError, match=words):
+        parse_spec(data, "p.yaml")

@@ -54,3 +54,32 @@ def test_an_unreachable_endpoint_is_told_apart_from_other_errors():
     reason = steps.unreachable_reason({"pipeline": "p", "run_id": "r1", "step": "score", "job_name": "sl-p-1"},
                                       61, refused)
     assert "unreachable for 61s" in reason and reason.endswith("shardline resubmit p/r1 --step score --all-failed")
+
+
+def test_the_input_trigger_fires_when_the_input_lands_and_says_what_is_missing_at_its_deadline(
+        aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    import boto3
+    import yaml
+    from shardline.triggers import InputTrigger
+
+    from tests.pipelines import parquet_bytes, stage_step
+
+    monkeypatch.setenv(SETTLE_ENV, "0")
+    spec, bucket = stage_step("inputs_test", ledger_table, xgboost_model.parent, tmp_path, {})
+    path = tmp_path / "inputs_test.yaml"
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    data["steps"][0]["input"]["ready_marker"] = "_SUCCESS"
+    path.write_text(yaml.safe_dump(data))
+    prefix = f"s3://{bucket}/landing/"
+
+    # The deadline has passed: one look, then the event says what is missing.
+    event, _ = asyncio.run(_first_event(InputTrigger(str(path), "score", prefix, deadline=0, poll_interval=0.1)))
+    assert event.payload == {"ready": False, "reason": f"no {prefix}_SUCCESS (input.ready_marker) yet"}
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key="landing/part-0.parquet", Body=parquet_bytes(10, 0))
+    event, _ = asyncio.run(_first_event(InputTrigger(str(path), "score", prefix, deadline=0, poll_interval=0.1)))
+    assert not event.payload["ready"]  # files alone are not enough when the spec names a marker
+    s3.put_object(Bucket=bucket, Key="landing/_SUCCESS", Body=b"")
+    event, _ = asyncio.run(_first_event(InputTrigger(str(path), "score", prefix, deadline=time.time() + 600,
+                                                     poll_interval=0.1)))
+    assert event.payload == {"ready": True, "reason": f"{prefix}_SUCCESS is there"}
