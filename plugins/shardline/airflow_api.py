@@ -38,6 +38,27 @@ FINISHED_RUN_STATES = frozenset({"success", "failed"})
 FINISHED_TASK_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
 
 
+def login_refused(base_url: str, username: str, status: int, text: str) -> str:
+    """Why ``POST /auth/token`` gave no token, and what to check."""
+    return (f"logging in to Airflow at {base_url} as {username} failed ({status}: {text.strip() or 'no detail'}); "
+            f"check the user name and password ({ENV_USERNAME} and {ENV_PASSWORD}, or what `shardline login` "
+            "asked for)")
+
+
+def api_refused(base_url: str, source: str, method: str, path: str, status: int, detail: object) -> str:
+    """An error answer of the REST API in words, with what to do about it."""
+    if status == 401:
+        return (f"Airflow at {base_url} refused the token from {source} (401: {detail}); it may have expired: "
+                f"{HOW_TO_CONFIGURE}")
+    said = f"Airflow at {base_url}: {method} /api/v2{path} answered {status}: {detail}"
+    if status == 403:
+        return (f"{said}; the user behind the token from {source} lacks that permission in Airflow: ask an Airflow "
+                "admin for it, or `shardline login` as a user who has it")
+    if status >= 500:
+        return f"{said}; check the API server's log"
+    return said
+
+
 class AirflowApiError(RuntimeError):
     """The API answered with an error; the message carries its status and detail."""
 
@@ -87,7 +108,7 @@ def find_settings(url: str | None = None, token: str | None = None,
         saved = json.loads(path.read_text())
         return AirflowSettings(str(saved["url"]), token=token or str(saved["token"]), source=str(path))
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise AirflowApiError(f"cannot read {path} ({err!r}); run `shardline login URL` again") from err
+        raise AirflowApiError(f"cannot read the login file {path} ({err!r}); run `shardline login URL` again") from err
 
 
 def save_login(url: str, token: str, env: dict[str, str] | None = None) -> Path:
@@ -130,12 +151,13 @@ class AirflowClient:
                 answer = self._http.post(f"{self.base_url}/auth/token",
                                          json={"username": username, "password": password})
                 if answer.status_code >= 400:
-                    raise AirflowApiError(f"logging in to Airflow at {self.base_url} as {username} failed "
-                                          f"({answer.status_code}): {answer.text[:300]}", answer.status_code)
+                    raise AirflowApiError(login_refused(self.base_url, username, answer.status_code,
+                                                       answer.text[:300]), answer.status_code)
                 self._token = answer.json()["access_token"]
             except (httpx.HTTPError, ValueError, KeyError) as err:
-                raise AirflowApiError(f"cannot log in to Airflow at {self.base_url}: {err!r}; check "
-                                      f"{ENV_URL} and the credentials") from err
+                raise AirflowApiError(f"cannot log in to Airflow at {self.base_url} (from {self.source}): {err!r}; "
+                                      "check that Airflow's API server answers at that URL (--airflow-url or "
+                                      f"{ENV_URL} picks another)") from err
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
     def _call(self, method: str, path: str, **kwargs) -> Any:
@@ -143,21 +165,22 @@ class AirflowClient:
             answer = self._http.request(method, f"{self.base_url}/api/v2{path}", headers=self._auth_header(),
                                         **kwargs)
         except httpx.HTTPError as err:
-            raise AirflowApiError(f"cannot reach Airflow at {self.base_url} (from {self.source}): {err!r}") from err
+            raise AirflowApiError(f"cannot reach Airflow at {self.base_url} (from {self.source}): {err!r}; check "
+                                  "that its API server is up at that URL (--airflow-url or "
+                                  f"{ENV_URL} picks another)") from err
         if answer.status_code >= 400:
             try:
                 detail = answer.json().get("detail", answer.text)
             except (ValueError, AttributeError):
                 detail = answer.text
-            if answer.status_code == 401:
-                raise AirflowApiError(f"Airflow at {self.base_url} refused the token from {self.source} (401: "
-                                      f"{detail}); it may have expired: {HOW_TO_CONFIGURE}", 401)
-            raise AirflowApiError(f"{method} {path} answered {answer.status_code}: {detail}", answer.status_code)
+            raise AirflowApiError(api_refused(self.base_url, self.source, method, path, answer.status_code, detail),
+                                  answer.status_code)
         try:
             return answer.json() if answer.content else None
         except ValueError as err:
-            raise AirflowApiError(f"{method} {path} answered something that is not JSON: "
-                                  f"{answer.text[:200]!r}") from err
+            raise AirflowApiError(f"Airflow at {self.base_url}: {method} /api/v2{path} answered something that is "
+                                  f"not JSON ({answer.text[:200]!r}); check that {self.base_url} (from "
+                                  f"{self.source}) is Airflow's API server") from err
 
     @staticmethod
     def _q(value: str) -> str:

@@ -102,6 +102,46 @@ def _print_json(payload) -> None:
     print(json.dumps([plain(v) for v in payload] if isinstance(payload, list) else plain(payload), indent=2))
 
 
+# --- messages (pure: tests/plugins/test_messages.py renders each) -------------------------------
+
+
+def no_runs_text(pipeline: str | None, dags_folder: Path) -> str:
+    if pipeline:
+        return f"no runs recorded yet for pipeline {pipeline} in its ledger table"
+    return f"no runs recorded yet in the ledger tables of the pipelines under {dags_folder}"
+
+
+def error_text(error_class: str | None, error_message: str | None) -> str:
+    """A file's error in one line: class and message, either of which may be missing."""
+    return ": ".join(x for x in (error_class, error_message) if x) or "-"
+
+
+def preview_no_pipeline(pipeline: str, dags_folder: Path, known: list[str]) -> str:
+    return (f"shardline preview: no pipeline {pipeline!r} in {dags_folder}/pipelines (known: "
+            f"{', '.join(known) or 'none'}); check the name, or pass --dags-folder with the folder that holds its "
+            "spec")
+
+
+def preview_no_step(pipeline: str, step: str, names: list[str]) -> str:
+    return (f"shardline preview: pipeline {pipeline} has no step {step!r} (steps: {', '.join(names)}); pass one of "
+            "them as --step")
+
+
+def aws_error_text(command: str, err: str, env, dags_folder: Path) -> str:
+    """AWS refused or could not be reached: where the CLI looked, and what to check."""
+    endpoint = env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        where = (f"the endpoint {endpoint} (AWS_ENDPOINT_URL; for the embedded stack, `shardline local status` "
+                 "says whether it is up)")
+    else:
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        where = (f"AWS (profile {env.get('AWS_PROFILE') or 'default'}, "
+                 + (f"region {region})" if region else "the profile's region)"))
+    return (f"shardline {command}: AWS refused or could not be reached: {err}\n"
+            f"  it talked to {where}; check AWS_PROFILE / AWS_REGION / AWS_ENDPOINT_URL and the ledger table's name "
+            f"in the pipeline specs under {dags_folder}")
+
+
 # --- commands --------------------------------------------------------------------------------
 
 
@@ -112,7 +152,7 @@ def cmd_runs(oncall, args) -> int:
         return EXIT_OK
     console = _console()
     if not rows:
-        console.print("no runs recorded yet")
+        console.print(printable(no_runs_text(args.pipeline, args.dags_folder)))
         return EXIT_OK
     # Plain columns: the run name is copied into the next command, so it is never shortened; the message
     # gets what width is left (`shardline status RUN` prints it whole).
@@ -181,7 +221,7 @@ def cmd_status(oncall, args) -> int:
         if s.message and s.status in ("FAILED", "PARTIAL", "CANCELLED"):
             console.print(printable(f"step {s.name}: {s.message}"))
         if s.failed:
-            console.print(printable(f"  see the {s.failed} failed file(s): shardline failed {view.ref} "
+            console.print(printable(f"  see the {s.failed} failed file(s) and why: shardline failed {view.ref} "
                                     f"--step {s.name}"))
     return EXIT_OK
 
@@ -198,13 +238,13 @@ def cmd_failed(oncall, args) -> int:
     console = _console()
     if not files:
         console.print(printable(f"no failed or unfinished files in {ref}"
-                                + (f" step {args.step}" if args.step else "")))
+                                + (f", step {args.step}" if args.step else "") + ": nothing to resubmit"))
         return EXIT_OK
     table = Table(title=Text(printable(f"files of {ref} that did not succeed")))
     for column in ("STEP", "FILE", "STATUS", "ATTEMPT", "HOST", "ERROR"):
         table.add_column(column, overflow="fold")
     for f in files:
-        error = f"{f.error_class}: {f.error_message}" if f.error_class else "-"
+        error = error_text(f.error_class, f.error_message)
         table.add_row(printable(f.step), printable(f.input_key), _styled(f.status), str(f.attempt),
                       printable(f.host or "-"), printable(textwrap.shorten(error, 160)))
     console.print(table)
@@ -225,11 +265,14 @@ def cmd_resubmit(oncall, args) -> int:
         return code
     console = _console()
     plan = result.plan
-    console.print(printable(f"{len(plan.files)} file(s) of step {plan.step} selected ({plan.reason}):"))
+    if plan.files:
+        console.print(printable(f"{len(plan.files)} file(s) of step {plan.step} selected ({plan.reason}):"))
+    elif result.action == "take_up":  # with no file to run, "nothing" says why in the line below
+        console.print(printable(f"no file of step {plan.step} needs to run again, so nothing is submitted"))
     for key in plan.files[:20]:
         console.print(f"  {printable(key)}")
     if len(plan.files) > 20:
-        console.print(f"  ... and {len(plan.files) - 20} more")
+        console.print(f"  ... and {len(plan.files) - 20} more (--json lists them all)")
     if result.job_name and not args.dry_run:
         console.print(printable(f"submitted attempt {result.attempt} as job {result.job_name}"))
     elif result.job_name:
@@ -238,7 +281,9 @@ def cmd_resubmit(oncall, args) -> int:
         print(printable(f"shardline resubmit: {result.airflow}"), file=sys.stderr)
         return code
     console.print(printable(result.airflow))
-    if result.job_name and not args.dry_run:
+    if args.dry_run and result.action != "nothing":
+        console.print("to do it, run the same command without --dry-run")
+    if (result.job_name or result.action == "take_up") and not args.dry_run:
         console.print(printable(f"follow it with: shardline status {ref}"))
     return code
 
@@ -260,8 +305,8 @@ def cmd_login(args) -> int:
     client.dags_page()  # the token works: it reads at least the DAG list
     path = save_login(args.url, token)
     print(printable(f"logged in to {client.base_url} {who}; the URL and token are kept in {path} (mode 0600) for "
-                    "later commands. Airflow's tokens expire ([api_auth] jwt_expiration_time); run this again "
-                    "when a command says the token was refused."))
+                    "later commands. Airflow's tokens expire ([api_auth] jwt_expiration_time): run `shardline login "
+                    f"{client.base_url}` again when a command says the token was refused."))
     return EXIT_OK
 
 
@@ -272,11 +317,11 @@ def cmd_cancel(oncall, args) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             print(printable(f"shardline cancel: refusing to cancel {ref} without a terminal to confirm on; "
-                            "pass --yes"), file=sys.stderr)
+                            "pass --yes to cancel it anyway"), file=sys.stderr)
             return EXIT_USAGE
-        answer = input(printable(f"cancel {ref}: stop its jobs and fail the DAG run? [y/N] "))
+        answer = input(printable(f"cancel {ref}: stop its jobs, mark it CANCELLED and fail its DAG run? [y/N] "))
         if answer.strip().lower() not in ("y", "yes"):
-            print("not cancelled")
+            print("not cancelled: nothing was changed")
             return EXIT_ERROR
     for line in oncall.cancel(ref, args.reason):
         print(printable(line))
@@ -296,14 +341,12 @@ def cmd_preview(args) -> int:
 
     specs = load_specs(args.dags_folder)
     if args.pipeline not in specs:
-        print(f"shardline preview: no pipeline {args.pipeline!r} in {args.dags_folder}/pipelines "
-              f"(known: {', '.join(sorted(specs)) or 'none'})", file=sys.stderr)
+        print(printable(preview_no_pipeline(args.pipeline, args.dags_folder, sorted(specs))), file=sys.stderr)
         return EXIT_ERROR
     spec = specs[args.pipeline]
     names = [s.name for s in spec.steps]
     if args.step and args.step not in names:
-        print(f"shardline preview: pipeline {args.pipeline} has no step {args.step!r} (steps: {', '.join(names)})",
-              file=sys.stderr)
+        print(printable(preview_no_step(args.pipeline, args.step, names)), file=sys.stderr)
         return EXIT_ERROR
     step = spec.step(args.step or names[0])
     logical_date = args.logical_date or dt.datetime.now(dt.UTC)
@@ -365,7 +408,8 @@ def cmd_local(args) -> int:
     if state_file.exists():
         state = json.loads(state_file.read_text())
         up = localstack.answers(state["url"])
-        print(f"embedded stack at {state['url']}: {'up' if up else 'not answering'} (pid {state['pid']})")
+        print(f"embedded stack at {state['url']}: {'up' if up else 'not answering'} (pid {state['pid']})"
+              + ("" if up else "; restart it with: shardline local down && shardline local up"))
         if up:
             _print_exports(state["url"])
         return EXIT_OK if up else EXIT_ERROR
@@ -526,12 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shardline {args.command}: {printable(err)}", file=sys.stderr)
         return EXIT_ERROR
     except (BotoCoreError, ClientError, PynamoDBException) as err:
-        endpoint = os.environ.get("AWS_ENDPOINT_URL")
-        where = f"the endpoint {endpoint} (AWS_ENDPOINT_URL)" if endpoint else \
-            f"AWS (profile {os.environ.get('AWS_PROFILE', 'default')}, region {os.environ.get('AWS_REGION') or '?'})"
-        print(f"shardline {args.command}: AWS refused or could not be reached: {printable(err)}\n"
-              f"  it talked to {where}; check AWS_PROFILE / AWS_REGION / AWS_ENDPOINT_URL and the table's name in "
-              f"the pipeline specs under {args.dags_folder}", file=sys.stderr)
+        print(aws_error_text(args.command, printable(err), os.environ, args.dags_folder), file=sys.stderr)
         return EXIT_ERROR
 
 

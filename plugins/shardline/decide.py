@@ -109,23 +109,23 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     job = snapshot.job_status
 
     if snapshot.cancelled:
-        return Decision(Action.FAIL, f"cancelled by an operator with {len(succeeded)}/{total} files succeeded",
+        return Decision(Action.FAIL, f"cancelled by an operator (`shardline cancel`) with {len(succeeded)}/{total} "
+                                     "files succeeded",
                         failed_files=tuple(failed), stop_job=not job.is_terminal)
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
         stale = [s for s in snapshot.shards
                  if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]
         silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
         if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
-            lost = ", ".join(s.host for s in stale) or "every instance (no heartbeat yet)"
             # The job is stopped, and a stopped job uploads nothing: what it finished goes again too.
             return _retry_or_finish(
                 snapshot, policy, failed, [*unfinished, *_unconfirmed(snapshot, succeeded)], total,
-                why=f"heartbeat stale for {lost} (> {policy.heartbeat_timeout_seconds:.0f}s)", stop_job=True,
+                why=_silence(stale, policy.heartbeat_timeout_seconds), stop_job=True,
             )
         return Decision(Action.WAIT, f"job {job.value}: {len(succeeded)}/{total} files succeeded")
 
     if len(succeeded) == total and job is JobStatus.COMPLETED:
-        return Decision(Action.ADVANCE, f"all {total} files succeeded")
+        return Decision(Action.ADVANCE, _all_succeeded(total))
     # A job that did not complete (stopped, failed, lost its upload) may have uploaded none of its
     # outputs: the files this attempt recorded SUCCEEDED go again with the unfinished ones, or their
     # rows would be missing while the ledger counts them.
@@ -134,6 +134,18 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     if unconfirmed:
         why += f"; the outputs of the {len(unconfirmed)} file(s) it finished may not have been uploaded"
     return _retry_or_finish(snapshot, policy, failed, [*unfinished, *unconfirmed], total, why=why)
+
+
+def _silence(stale: Sequence[ShardState], timeout: float) -> str:
+    """Why the job is taken for lost: which instances went silent, and the spec field that bounds it."""
+    if stale:
+        return (f"no heartbeat from {', '.join(s.host for s in stale)} for over {timeout:.0f}s "
+                "(heartbeat_timeout_seconds)")
+    return f"no instance sent a heartbeat within {timeout:.0f}s of the job's start (heartbeat_timeout_seconds)"
+
+
+def _all_succeeded(total: int) -> str:
+    return "its 1 file succeeded" if total == 1 else f"all {total} files succeeded"
 
 
 def _unconfirmed(snapshot: StepSnapshot, succeeded: list) -> list:
@@ -160,19 +172,21 @@ def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, s
     # Out of attempts (or nothing worth retrying): whatever is not SUCCEEDED now counts as failed.
     lost = tuple(
         dataclasses.replace(f, error_class=f.error_class or "Unfinished",
-                            error_message=f.error_message or f"not finished after attempt {snapshot.attempt}")
+                            error_message=f.error_message or f"not finished by attempt {snapshot.attempt}, the "
+                                                             "last that retry.max_attempts allows")
         for f in retry
     )
     all_failed = (*permanent, *lost)
     if not all_failed:
-        return Decision(Action.ADVANCE, f"all {total} files succeeded", stop_job=stop_job)
+        return Decision(Action.ADVANCE, _all_succeeded(total), stop_job=stop_job)
     within = tolerated(policy, len(all_failed), total)
     action = Action.PARTIAL if within else Action.FAIL
-    budget = f"tolerance {policy.max_failed_files} file(s) or {policy.max_failed_percent:g}%"
+    budget = (f"tolerance of {policy.max_failed_files} file(s) or {policy.max_failed_percent:g}% "
+              "(tolerance.max_failed_files, tolerance.max_failed_percent)")
     return Decision(
         action,
-        f"{why}: {len(all_failed)} of {total} file(s) failed after {snapshot.attempt} attempt(s) "
-        f"({'within' if within else 'past'} the {budget})",
+        f"{why}: {len(all_failed)} of {total} file(s) failed after {snapshot.attempt} attempt(s), "
+        f"{'within' if within else 'past'} the {budget}",
         failed_files=all_failed,
         stop_job=stop_job,
     )

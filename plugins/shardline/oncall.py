@@ -58,7 +58,8 @@ class RunRef:
     def parse(cls, text: str) -> RunRef:
         pipeline, sep, run_id = text.partition("/")
         if not sep or not pipeline or not run_id:
-            raise OnCallError(f"a run is named PIPELINE/RUN_ID (as `shardline runs` lists it), got {text!r}")
+            raise OnCallError(f"{text!r} is not a run name: a run is named PIPELINE/RUN_ID; copy it from the RUN "
+                              "column of `shardline runs`")
         return cls(pipeline, run_id)
 
     def __str__(self) -> str:
@@ -203,12 +204,33 @@ def disagreement(ledger_status: str | None, airflow_state: str | None, ref: str,
            else f"`shardline resubmit {ref} --step STEP --all-failed` (for the step `shardline status {ref}` "
                 "shows unfinished)")
     if airflow_state in FINISHED_RUN_STATES and ledger_status not in STEP_TERMINAL:
-        return (f"the DAG run is {airflow_state} but the ledger says {ledger_status}: no task drives this run now; "
-                f"{fix} takes it up again")
+        return (f"the DAG run's state is {airflow_state} but the ledger says {ledger_status}: no task drives this "
+                f"run now; {fix} takes it up again")
     if airflow_state == "failed" and ledger_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
         return (f"the DAG run failed but the ledger says {ledger_status}: its watch task ended before the last "
                 f"attempt did; {fix} clears it, so the run turns green")
-    return f"Airflow says the DAG run is {airflow_state}, the ledger says {ledger_status}"
+    return (f"the DAG run's state is {airflow_state}, the ledger says {ledger_status}; this can last a moment "
+            f"while the DAG run's last tasks end: wait a minute and check again with `shardline status {ref}`, and "
+            "if they still differ, check the DAG run's task logs in Airflow")
+
+
+def _state(state: str | None) -> str:
+    """An Airflow task state in words (a task instance Airflow has not scheduled yet has none)."""
+    return "not started yet (no state)" if state in (None, "none") else state
+
+
+def _ended_without_files(step_status: str | None) -> str:
+    """Why a step that ended leaves no chosen file to resubmit, in words that hold for its status."""
+    if step_status == StepStatus.SUCCEEDED:
+        return "every file of the step has succeeded"
+    if step_status == StepStatus.SKIPPED:
+        return "the step was SKIPPED, so it has no files"
+    return f"the step ended {step_status} and no chosen file is left to run"
+
+
+# Where a key the planner refused (an unsafe path) is dealt with: it is never resubmitted.
+_UNSAFE_HINT = ("`shardline failed` lists the files that did not succeed, and why (a key refused as an unsafe path "
+                "never runs: rename the object or exclude it with input.exclude)")
 
 
 def choose_next(*, attempt: int, job: str, job_running: bool, step_status: str | None, watch_state: str | None,
@@ -225,38 +247,102 @@ def choose_next(*, attempt: int, job: str, job_running: bool, step_status: str |
     step_ended = step_status in STEP_TERMINAL
     if job_running:
         if sensor_in_charge or watch_state is None:
-            return NextStep(Next.NOTHING, False, f"attempt {attempt} ({job}) is still running and its sensor "
-                                                 f"follows it: nothing to resubmit; `shardline status` shows its "
-                                                 "progress")
-        return NextStep(Next.TAKE_UP, True, f"attempt {attempt} ({job}) is running but the DAG run's {watch} has "
-                                            f"ended ({watch_state}), so nothing follows it: clearing {watch} lets "
-                                            "the DAG run follow it")
+            follows = f" and its sensor ({watch}, {_state(watch_state)}) follows it" if sensor_in_charge else ""
+            return NextStep(Next.NOTHING, False, f"attempt {attempt} ({job}) is still running{follows}: nothing to "
+                                                 "resubmit while it runs; wait for it to end (`shardline status` "
+                                                 "shows its progress)")
+        return NextStep(Next.TAKE_UP, True, f"attempt {attempt} ({job}) is running, but the DAG run's {watch} has "
+                                            f"ended ({watch_state}), so nothing in Airflow follows it: clearing "
+                                            f"{watch} lets the DAG run follow it again")
     if not step_ended:
         if sensor_in_charge:
             if force and files:
-                return NextStep(Next.SUBMIT, False, f"forced while {watch} is {watch_state}: it follows the new "
+                return NextStep(Next.SUBMIT, False, f"--force: {watch} is {_state(watch_state)} and follows the new "
                                                     "attempt")
-            return NextStep(Next.REFUSE, False, f"attempt {attempt} has ended but its sensor ({watch}, now "
-                                                f"{watch_state}) has not recorded the outcome yet; it resubmits on "
-                                                "its own. Wait for it, or pass --force to resubmit now")
+            waiting = (f"attempt {attempt} has ended, but its sensor ({watch}, now {_state(watch_state)}) has not "
+                       "recorded the outcome yet; it resubmits on its own while retry.max_attempts allows")
+            if force:
+                return NextStep(Next.REFUSE, False, f"{waiting}, and no chosen file is left to resubmit: wait for "
+                                                    "it (`shardline status` shows when it has)")
+            return NextStep(Next.REFUSE, False, f"{waiting}. Wait for it (`shardline status` shows when it has), "
+                                                "or pass --force to resubmit now")
         if files:
             return NextStep(Next.SUBMIT, watch_state is not None,
-                            f"attempt {attempt} ended and no watch task recorded its outcome")
+                            f"attempt {attempt} has ended and no watch task recorded its outcome")
         if watch_state is None:
             return NextStep(Next.NOTHING, False, "nothing to resubmit: every chosen file has succeeded")
         return NextStep(Next.TAKE_UP, True, f"every chosen file has succeeded, but no watch task recorded attempt "
                                             f"{attempt}'s outcome: clearing {watch} lets the DAG run record it "
                                             "and go on")
     if files:
-        return NextStep(Next.SUBMIT, watch_state is not None, f"step ended {step_status}")
+        return NextStep(Next.SUBMIT, watch_state is not None, f"the step ended {step_status}")
     if step_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and watch_state in FINISHED_TASK_STATES \
             and watch_state != "success":
-        return NextStep(Next.TAKE_UP, True, f"every file has succeeded, but the DAG run's {watch} ended "
+        return NextStep(Next.TAKE_UP, True, f"{_ended_without_files(step_status)}, but the DAG run's {watch} ended "
                                             f"{watch_state} before the last attempt did: clearing it lets the run "
                                             "turn green")
-    return NextStep(Next.NOTHING, False, "nothing to resubmit: every file of the step has succeeded"
-                    if step_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.SKIPPED)
-                    else "nothing to resubmit: no chosen file is left unfinished")
+    if step_status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED):
+        return NextStep(Next.NOTHING, False, f"nothing to resubmit: {_ended_without_files(step_status)}")
+    return NextStep(Next.NOTHING, False, f"nothing to resubmit: {_ended_without_files(step_status)}; {_UNSAFE_HINT}")
+
+
+# --- what a resubmission or a cancel says, as text (pure: tests/plugins/test_messages.py renders each) ---------
+
+
+def dry_run_text(choice: NextStep, watch: str, run_id: str, attempt: int | None, watch_state: str | None) -> str:
+    """What a dry run says it would do: ``attempt`` is the one it would submit (``None``: it submits none)."""
+    if attempt is None:
+        return f"dry run, nothing was changed: {choice.reason}"
+    if choice.clear_watch:
+        return (f"dry run, nothing was changed: for real, it would submit attempt {attempt}, then clear {watch} of "
+                f"DAG run {run_id} so the run follows it")
+    return (f"dry run, nothing was changed: for real, it would submit attempt {attempt} and clear nothing in "
+            f"Airflow ({followed_text(watch, watch_state)})")
+
+
+def followed_text(watch: str, watch_state: str | None) -> str:
+    """Who follows a new attempt when no watch task needs clearing."""
+    if watch_state:
+        return f"{watch} is {_state(watch_state)} and follows the new attempt"
+    return "Airflow was left out (--ledger-only): no DAG run follows this attempt"
+
+
+def half_done_text(attempt: int | None, job_name: str | None, watch: str, err: Exception, again: str) -> str:
+    """A resubmission whose clear failed: what was done, and the command that finishes it."""
+    if attempt:
+        done = f"attempt {attempt} is submitted as job {job_name}, but the DAG run does not follow it yet"
+    else:
+        done = "nothing was submitted, and the DAG run does not follow the step yet"
+    return (f"{done}: clearing {watch} failed: {err}. To finish, run the same command again once Airflow lets "
+            f"you; it clears {watch} and submits nothing twice: {again}")
+
+
+def cleared_text(watch: str, state: str, cleared: int) -> str:
+    """What clearing a finished watch task did."""
+    return (f"{watch} had ended ({state}): cleared it and what follows it ({cleared} task instance(s)), so the DAG "
+            "run follows the step again and turns green when it succeeds")
+
+
+def airflow_left_out(err: Exception) -> str:
+    """Why `shardline runs` and `status` show no Airflow column."""
+    return f"Airflow's DAG run states are left out (the ledger's are shown): {err}"
+
+
+def unknown_step(pipeline: str, step: str, steps: Sequence[str]) -> str:
+    return f"pipeline {pipeline} has no step {step!r}; its steps are {', '.join(steps)}: pass one of them as --step"
+
+
+# What `shardline cancel` prints, a line per thing it did (or left alone).
+CANCEL_LINES = {
+    "already": "step {step}: already {status}, left as it is",
+    "moved_on": "step {step}: moved on while being cancelled (resubmitted, or ended), so it was left as it is; "
+                "`shardline status {ref}` shows where it is now",
+    "stopped": "step {step}: stopped {job}",
+    "cancelled": "step {step}: CANCELLED",
+    "dag_run_failed": "Airflow: DAG run {run_id} marked failed",
+    "airflow_error": "Airflow: DAG run {run_id} was not marked failed ({err}); the ledger says CANCELLED, so no "
+                     "sensor resubmits; mark the DAG run failed in Airflow's UI",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,8 +378,8 @@ class OnCall:
 
     def spec(self, pipeline: str) -> PipelineSpec:
         if pipeline not in self.specs:
-            raise OnCallError(f"no pipeline {pipeline!r} among {sorted(self.specs)}; check the run name, or pass "
-                              "the --dags-folder that holds its spec")
+            raise OnCallError(f"no pipeline {pipeline!r} among the specs found ({', '.join(sorted(self.specs))}); "
+                              "check the name, or pass --dags-folder with the folder that holds its spec")
         return self.specs[pipeline]
 
     # --- reads ---------------------------------------------------------------------------
@@ -325,7 +411,7 @@ class OnCall:
         except AirflowApiError as err:
             if err.status == 404:
                 return None
-            self.airflow_warning = f"Airflow's DAG run states are left out: {err}"
+            self.airflow_warning = airflow_left_out(err)
             return None
 
     def _with_airflow(self, row: RunRow) -> RunRow:
@@ -407,13 +493,13 @@ class OnCall:
             found += [_file_view(name, f) for f in records.files if f.status != FileStatus.SUCCEEDED]
         if not planned:
             raise OnCallError(f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
-                              f"{spec.ledger_table}; `shardline runs --pipeline {ref.pipeline}` lists the recent ones")
+                              f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "
+                              "lists the recent ones")
         return found
 
     @staticmethod
     def _unknown_step(spec: PipelineSpec, step: str):
-        raise OnCallError(f"pipeline {spec.pipeline} has no step {step!r}; its steps are "
-                          f"{[s.name for s in spec.steps]}")
+        raise OnCallError(unknown_step(spec.pipeline, step, [s.name for s in spec.steps]))
 
     # --- actions -------------------------------------------------------------------------
 
@@ -424,11 +510,13 @@ class OnCall:
         if step not in {s.name for s in spec.steps}:
             self._unknown_step(spec, step)
         if sum(bool(x) for x in (shard, files, all_failed)) != 1:
-            raise OnCallError("choose exactly one of --shard HOST, --file KEY or --all-failed")
+            raise OnCallError("choose what to resubmit with exactly one of --all-failed, --shard HOST or --file KEY")
         records = read_step(runtime.ledger_model(spec), ref.pipeline, ref.run_id, step,
                             file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
-            raise OnCallError(f"step {step} of {ref} was never planned; nothing to resubmit")
+            raise OnCallError(f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
+                              f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
+                              "the run is")
         # A key the planner refused as an unsafe path can never run: it is listed as failed, never resubmitted.
         not_done = {f.input_key: f for f in records.files
                     if f.status != FileStatus.SUCCEEDED and f.error_class != UNSAFE_KEY_ERROR}
@@ -447,8 +535,9 @@ class OnCall:
             wanted = [self._full_key(records, key) for key in files]
             unknown = [k for k, w in zip(files, wanted, strict=True) if w not in known]
             if unknown:
-                raise OnCallError(f"{unknown} {'is' if len(unknown) == 1 else 'are'} not an input of step {step}; "
-                                  f"`shardline failed {ref} --step {step}` lists the files that can be resubmitted")
+                raise OnCallError(f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not an "
+                                  f"input of step {step}; `shardline failed {ref} --step {step}` lists the files "
+                                  "that can be resubmitted (pass one as --file, or use --all-failed)")
             chosen = sorted(w for w in wanted if w in not_done)
             why = "the chosen files that have not succeeded"
         return ResubmitPlan(str(ref), step, chosen, why)
@@ -480,8 +569,8 @@ class OnCall:
 
         attempt = steps.latest_attempt(spec, ref.pipeline, ref.run_id, step)
         if attempt is None:
-            raise OnCallError(f"step {step} of {ref} has no recorded plan (planned by an older Shardline?); "
-                              f"clear its plan_{step} task in Airflow instead")
+            raise OnCallError(f"step {step} of {ref} has no recorded plan (was it planned by an older Shardline?), "
+                              f"so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead")
         return attempt
 
     def resubmit(self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (),
@@ -521,32 +610,29 @@ class OnCall:
         if choice.next is Next.NOTHING:
             return ResubmitResult(plan, None, None, choice.reason, action=choice.next.value)
         if dry_run:
-            would = f"would clear {watch} of DAG run {ref.run_id}" if choice.clear_watch else "would clear nothing"
             if choice.next is Next.TAKE_UP:
-                return ResubmitResult(plan, None, None, f"dry run: {choice.reason}; {would}", action=choice.next.value)
+                return ResubmitResult(plan, None, None, dry_run_text(choice, watch, ref.run_id, None, watch_state),
+                                      action=choice.next.value)
             nxt = latest["attempt"] + 1
             return ResubmitResult(plan, nxt, naming.job_name(ref.pipeline, ref.run_id, step, nxt),
-                                  f"dry run: nothing submitted, nothing cleared; {would}")
+                                  dry_run_text(choice, watch, ref.run_id, nxt, watch_state))
         attempt = job_name = None
         if choice.next is Next.SUBMIT:
             try:
                 nxt = steps.resubmit(spec, latest, plan.files, by_operator=True)
             except StaleOrchestratorError as err:
-                raise OnCallError(f"someone else moved step {step} of {ref} past attempt {latest['attempt']} "
-                                  f"meanwhile; `shardline status {ref}` shows where it is now") from err
+                raise OnCallError(f"someone else (the sensor, or another operator) moved step {step} of {ref} past "
+                                  f"attempt {latest['attempt']} meanwhile, so nothing was submitted; `shardline "
+                                  f"status {ref}` shows where it is now") from err
             attempt, job_name = nxt["attempt"], nxt["job_name"]
         if not choice.clear_watch:
-            said = (f"{watch} is {watch_state} and follows the new attempt" if watch_state
-                    else "Airflow was left out (--ledger-only): no DAG run follows this attempt")
-            return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value)
-        done = f"attempt {attempt} is submitted as job {job_name}" if attempt else "nothing was submitted"
+            return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state),
+                                  action=choice.next.value)
         try:
             said = self._rerun_watch(ref, watch)
         except (AirflowApiError, OnCallError) as err:
-            return ResubmitResult(plan, attempt, job_name, (
-                f"{done}, but the DAG run does not follow it yet: clearing {watch} failed: {err}. To finish, run "
-                f"the same command again once Airflow lets you; it clears {watch} and submits nothing twice: "
-                f"{again}"), complete=False, action=choice.next.value)
+            return ResubmitResult(plan, attempt, job_name, half_done_text(attempt, job_name, watch, err, again),
+                                  complete=False, action=choice.next.value)
         return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value)
 
     def _watch_state(self, ref: RunRef, watch: str) -> str:
@@ -556,17 +642,18 @@ class OnCall:
         if self.airflow is None:
             raise OnCallError(f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
                               f"{watch} task must be cleared so the run follows it. To give the CLI access, "
-                              f"{HOW_TO_CONFIGURE}; then run the same command again. (A step not run by Airflow: "
-                              "pass --ledger-only.)")
+                              f"{HOW_TO_CONFIGURE}; then run the same command again. (For a step not run by "
+                              "Airflow, pass --ledger-only.)")
         try:
             answer = self.airflow.task_instance(ref.pipeline, ref.run_id, watch)
         except AirflowApiError as err:
             if err.status == 404:
                 raise OnCallError(f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
-                                  f"of {ref.pipeline}, so {nothing}: is it the Airflow that runs this pipeline (the "
-                                  f"URL came from {self.airflow.source})? A step not run by Airflow: pass "
-                                  "--ledger-only.") from err
-            raise OnCallError(f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}") from err
+                                  f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
+                                  f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
+                                  "for a step not run by Airflow, pass --ledger-only.") from err
+            raise OnCallError(f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}. Run the same "
+                              "command again once Airflow answers.") from err
         return answer.get("state") or "none"
 
     def _may_clear(self, ref: RunRef, watch: str) -> None:
@@ -575,8 +662,8 @@ class OnCall:
         try:
             self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
         except AirflowApiError as err:
-            hint = (f"; the user behind the token from {self.airflow.source} needs permission to clear task "
-                    f"instances of DAG {ref.pipeline} (Airflow's Op role, or an admin)" if err.status == 403 else "")
+            hint = (f" (clearing task instances of DAG {ref.pipeline} takes Airflow's Op role, or an admin)"
+                    if err.status == 403 else ". Run the same command again once Airflow answers")
             raise OnCallError(f"Airflow would not let this caller clear {watch} of DAG run {ref.run_id}, so nothing "
                               f"was submitted: {err}{hint}") from err
 
@@ -594,10 +681,9 @@ class OnCall:
             time.sleep(1)
             state = self.airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state")
         if state not in FINISHED_TASK_STATES:
-            raise OnCallError(f"{watch} is still {state} after {wait_seconds:.0f}s")
+            raise OnCallError(f"{watch} has not finished after {wait_seconds:.0f}s (it is {_state(state)})")
         cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
-        return (f"{watch} had ended ({state}): cleared {len(cleared)} task(s) from it on, so the DAG run follows "
-                "the step again and turns green when it succeeds")
+        return cleared_text(watch, state, len(cleared))
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by an operator") -> list[str]:
         """Mark every step CANCELLED (so no sensor resubmits), stop their jobs, fail the DAG run."""
@@ -605,38 +691,39 @@ class OnCall:
         model = runtime.ledger_model(spec)
         records = read_run(model, ref.pipeline, ref.run_id)
         if records.run is None:
-            raise OnCallError(f"no run {ref} in table {spec.ledger_table}")
+            raise OnCallError(f"no run {ref} in table {spec.ledger_table}, so there is nothing to cancel; check the "
+                              f"run name: `shardline runs --pipeline {ref.pipeline}` lists the recent ones")
         if records.run.status in STEP_TERMINAL:
-            raise OnCallError(f"run {ref} already ended {records.run.status}; nothing to cancel")
+            raise OnCallError(f"run {ref} already ended {records.run.status}, so there is nothing to cancel; "
+                              f"`shardline status {ref}` shows how it ended")
         done = []
         backend = runtime.backend_for(spec)
         for item in records.steps:
             step = item.step
             if item.status in STEP_TERMINAL:
-                done.append(f"step {step}: already {item.status}, left as it is")
+                done.append(CANCEL_LINES["already"].format(step=step, status=item.status))
                 continue
             attempt = int(item.attempt or 1)
             if not cancel_step(model, ref.pipeline, ref.run_id, step, attempt, reason):
-                done.append(f"step {step}: moved on while cancelling (resubmitted or ended); left as it is, "
-                            f"see `shardline status {ref}`")
+                done.append(CANCEL_LINES["moved_on"].format(step=step, ref=ref))
                 continue
             name = naming.job_name(ref.pipeline, ref.run_id, step, attempt)
             try:
                 if not backend.describe(name).status.is_terminal:
                     backend.stop(name)
-                    done.append(f"stopped {name}")
+                    done.append(CANCEL_LINES["stopped"].format(step=step, job=name))
             except JobNotFound:
                 pass
-            done.append(f"step {step}: CANCELLED")
+            done.append(CANCEL_LINES["cancelled"].format(step=step))
         set_run_status(model, ref.pipeline, ref.run_id, StepStatus.CANCELLED, reason)
         if self.airflow is not None:
             try:
                 state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
                 if state not in FINISHED_RUN_STATES:
                     self.airflow.set_run_state(ref.pipeline, ref.run_id, "failed", note=reason)
-                    done.append("DAG run marked failed")
+                    done.append(CANCEL_LINES["dag_run_failed"].format(run_id=ref.run_id))
             except AirflowApiError as err:
-                done.append(f"Airflow: {err}")
+                done.append(CANCEL_LINES["airflow_error"].format(run_id=ref.run_id, err=err))
         return done
 
 

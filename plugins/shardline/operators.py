@@ -64,7 +64,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         problem = (input_override_problem(step, override) if override else None) or \
             model_version_problem(step, version)
         if problem:
-            raise AirflowFailException(problem)
+            raise AirflowFailException(param_problem_text(problem))
         if not (step.model.sha256 or step.model.versions):
             self.log.warning("step %s: the model is NOT pinned (model.allow_unpinned): whoever can write %s "
                              "chooses the code this job runs; pin it with model.sha256 or model.versions",
@@ -112,26 +112,17 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         run_type = getattr(context.get("dag_run"), "run_type", None) or ""
         run_type = str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
         action = step.input.missing_input_action(run_type)
-        again = (f"once the input is there, clear {self.task_id} of this DAG run (or trigger the partition again); "
-                 "input.when_missing and input.wait_timeout_seconds in the spec choose what a run without input does")
+        message = missing_input_text(self.step, self.task_id, why, action, waited=waited,
+                                     wait_seconds=step.input.wait_timeout_seconds,
+                                     chosen=bool(step.input.when_missing), run_type=run_type)
         if action == "skip":
-            message = f"step {self.step}: skipped: {why} (input.when_missing: skip)"
             _steps().record_missing_input(spec, context["run_id"], StepStatus.SKIPPED, message)
             raise AirflowSkipException(message)
         if action == "fail" or waited:
-            if waited:
-                message = (f"step {self.step}: waited {step.input.wait_timeout_seconds}s for its input, but {why}. "
-                           f"Nothing was processed; {again}")
-            else:
-                default = "" if step.input.when_missing else f", the default for a {run_type or 'manual'} run"
-                message = (f"step {self.step}: {why}, so nothing was processed (input.when_missing: {action}{default})"
-                           f". Check the partition's prefix; {again}")
             _steps().record_missing_input(spec, context["run_id"], StepStatus.FAILED, message)
             raise AirflowFailException(message)
         deadline = time.time() + step.input.wait_timeout_seconds
-        self.log.warning("step %s: %s; waiting up to %ds for it (input.when_missing: wait%s)", self.step, why,
-                         step.input.wait_timeout_seconds, "" if step.input.when_missing else ", the default for "
-                         "a scheduled run")
+        self.log.warning("%s", message)
         self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
                                         poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
                    method_name="execute_after_wait",
@@ -156,12 +147,13 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             preview = preview_step(spec, self.step, s3, model_uri=self.model_uri, input_uri=input_prefix,
                                    objects=objects, model_version=model_version)
         except PreviewError as err:
-            raise AirflowFailException(f"{plan}. The preview could not run: {err}") from err
+            raise AirflowFailException(f"{plan}. The preview could not run: {err}. Fix that, then trigger the dry "
+                                       "run again") from err
         self.log.info("%s", preview.render())
         if not preview.ok:
             raise AirflowFailException(
                 f"{plan}. The preview shows the job would fail on {preview.sample_uri}: see the preview above; fix "
-                f"the model settings or the input, then try the dry run again")
+                "the model settings or the input, then trigger the dry run again")
         for warning in preview.warnings:
             self.log.warning("preview: %s", warning)
         raise AirflowSkipException(f"{plan}; preview of {preview.sample_uri}: "
@@ -215,8 +207,7 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         self._attempt = attempt
         if action == "UNREACHABLE":
             # Neither the ledger nor the job can be reached: record nothing, fail the task with what to do.
-            raise AirflowFailException(f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']}: "
-                                       f"{event['reason']}")
+            raise AirflowFailException(step_failed_text(attempt, action, event["reason"], []))
         if event.get("stop_job"):
             _steps().stop(spec, attempt)
         if action != "RESUBMIT":
@@ -225,8 +216,7 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         if action in ("ADVANCE", "PARTIAL"):
             summary = _steps().report(spec, attempt["pipeline"], attempt["run_id"], attempt["step"])
             if action == "PARTIAL":
-                self.log.warning("step %s ended PARTIAL: %s; failed: %s. To retry them after fixing the cause: %s",
-                                 attempt["step"], event["reason"], _list(event["failed_files"]), fix)
+                self.log.warning("%s", partial_text(attempt["step"], event["reason"], event["failed_files"], fix))
             else:
                 self.log.info("step %s succeeded: %s", attempt["step"], event["reason"])
             return {**summary, "outcome": action}
@@ -239,11 +229,7 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
                 self.defer(trigger=BackoffTrigger(event["delay_seconds"], payload,
                                                   not_before=settle_until()), method_name="resubmit")
             return self.resubmit(context, payload)
-        raise AirflowFailException(
-            f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']} failed: {event['reason']}. "
-            f"Failed files: {_list(event.get('failed_files', []))}. Fix the inputs or the model, then resubmit "
-            f"just these files (the run turns green when they succeed): {fix}"
-        )
+        raise AirflowFailException(step_failed_text(attempt, action, event["reason"], event.get("failed_files", [])))
 
     def resubmit(self, context, event: dict):
         from shardline_ledger.orchestrator import StaleOrchestratorError
@@ -252,7 +238,7 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             nxt = _steps().resubmit(self.spec, event["attempt"], event["retry_files"])
         except StaleOrchestratorError as err:
             # An operator resubmitted (or cancelled) first: follow the step where it is now.
-            self.log.warning("%s", err)
+            self.log.warning("%s; following the step where it is now", err)
             return self._watch(context, _steps().resume(self.spec, event["attempt"]))
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt["attempt"], nxt["job_name"], nxt["files"])
         return self._watch(context, nxt)
@@ -272,15 +258,80 @@ def mark_run_failed(spec_path: str, context) -> None:
 
     spec = load_spec(Path(spec_path))
     run = context["dag_run"]
-    reason = str(context.get("reason") or "the DAG run failed")
     set_run_status(runtime.ledger_model(spec), spec.pipeline, run.run_id, StepStatus.FAILED,
-                   f"DAG run failed: {reason}", only_if_running=True)
+                   run_failed_text(context.get("reason")), only_if_running=True)
+
+
+# --- messages (pure: tests/plugins/test_messages.py renders each) -------------------------------
 
 
 def _list(failed: list[dict], limit: int = 10) -> str:
-    shown = "; ".join(f"{f['input']} ({f['error_class']}: {f['error_message']})" for f in failed[:limit])
+    def one(f: dict) -> str:
+        error = ": ".join(x for x in (f.get("error_class"), f.get("error_message")) if x)
+        return f"{f['input']} ({error})" if error else f["input"]
+
+    shown = "; ".join(one(f) for f in failed[:limit])
     more = f"; and {len(failed) - limit} more" if len(failed) > limit else ""
     return (shown + more) or "none"
+
+
+def step_failed_text(attempt: dict, action: str, reason: str, failed_files: list[dict]) -> str:
+    """Why the watch task fails, and the command (or spec field) that fixes it."""
+    where = f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']}"
+    if action == "UNREACHABLE":
+        return f"{where}: {reason}"
+    fix = resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"])
+    if action == "TIMEOUT":
+        return (f"{where} failed: {reason}. If the step needs longer, raise max_runtime_seconds in the spec; then "
+                f"resubmit what did not finish (the run turns green when it succeeds): {fix}")
+    if not failed_files:
+        return (f"{where} failed: {reason}. Fix the cause, then resubmit what did not finish (the run turns green "
+                f"when it succeeds): {fix}")
+    return (f"{where} failed: {reason}. Failed files: {_list(failed_files)}. Fix the inputs or the model, then "
+            f"resubmit just these files (the run turns green when they succeed): {fix}")
+
+
+def partial_text(step: str, reason: str, failed_files: list[dict], fix: str) -> str:
+    return (f"step {step} ended PARTIAL: {reason}; failed: {_list(failed_files)}. To retry them after fixing the "
+            f"cause: {fix}")
+
+
+def missing_input_text(step: str, task_id: str, why: str, action: str, *, waited: bool, wait_seconds: int,
+                       chosen: bool, run_type: str) -> str:
+    """What a plan task says when its input is not there: ``action`` is what ``input.when_missing`` chose
+    (``chosen``: the spec set it; else the default for ``run_type``)."""
+    kind = run_type or "manual"
+    default = "" if chosen else f", the default for {'an' if kind[:1] in 'aeiou' else 'a'} {kind} run"
+    again = (f"once the input is there, clear {task_id} of this DAG run (or trigger the partition again); "
+             "input.when_missing and input.wait_timeout_seconds in the spec choose what a run without input does")
+    if action == "skip":
+        return f"step {step}: skipped: {why} (input.when_missing: skip)"
+    if waited:
+        return f"step {step}: waited {wait_seconds}s for its input and gave up: {why}. Nothing was processed; {again}"
+    if action == "fail":
+        return (f"step {step}: {why}, so nothing was processed (input.when_missing: {action}{default}). Check the "
+                f"partition's prefix; {again}")
+    return f"step {step}: {why}; waiting up to {wait_seconds}s for its input (input.when_missing: wait{default})"
+
+
+def param_problem_text(problem: str) -> str:
+    """A Param the run cannot use (the spec's check says why): nothing was planned; trigger again."""
+    return (f"{problem}. Nothing was planned: trigger the run again with a valid value (or change the spec to allow "
+            "this one)")
+
+
+def run_failed_text(reason: object) -> str:
+    """The ledger's message for a DAG run that failed outside the sensor (say, in planning)."""
+    said = f"DAG run failed ({reason})" if reason else "DAG run failed"
+    return f"{said}; check the failed task's log in Airflow for why"
+
+
+def rows_mismatch_text(mismatched: list[list[str]]) -> str:
+    files = [key for keys in mismatched for key in keys]
+    return (f"rows in != rows out for {len(files)} succeeded file(s): {files[:10]}"
+            + (f" and {len(files) - 10} more" if len(files) > 10 else "")
+            + "; the model must return one prediction per input row: check its script, and the job's log for "
+              "these files")
 
 
 class ReportOperator(_SpecMixin, BaseOperator):
@@ -302,13 +353,13 @@ class ReportOperator(_SpecMixin, BaseOperator):
                           s["attempts"])
         bad = [s for s in summaries if s["rows_mismatched_files"]]
         if bad:
-            message = f"rows in != rows out for {[s['rows_mismatched_files'] for s in bad]}"
+            message = rows_mismatch_text([s["rows_mismatched_files"] for s in bad])
             self._finish_run(context, "FAILED", message)
             raise AirflowFailException(message)
         if len(summaries) < len(self.watch_task_ids):
             self.log.info("%d step(s) skipped (no input)", len(self.watch_task_ids) - len(summaries))
         if not summaries:
-            raise AirflowSkipException("every step was skipped: no input")
+            raise AirflowSkipException("every step was skipped: none had input")
         partial = any(s.get("outcome") == "PARTIAL" for s in summaries)
         status = "PARTIAL" if partial else "SUCCEEDED"
         self._finish_run(context, status, "")

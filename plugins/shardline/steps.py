@@ -224,7 +224,8 @@ def describe_error(err: BaseException) -> str:
     """The innermost cause of ``err``, in one line."""
     while err.__cause__ is not None:
         err = err.__cause__
-    return f"{type(err).__name__}: {err}"
+    said = str(err).strip()
+    return f"{type(err).__name__}: {said}" if said else type(err).__name__
 
 
 def unreachable_reason(attempt: dict, seconds: float, err: BaseException) -> str:
@@ -286,9 +287,19 @@ def stop_and_wait(spec: PipelineSpec, attempt: dict, timeout: float = STOP_WAIT_
     deadline = time.monotonic() + timeout
     while not (state := backend.describe(attempt["job_name"])).status.is_terminal:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"job {attempt['job_name']} is still {state.status.value} {timeout:.0f}s after it was "
-                               "asked to stop; the next attempt waits for it to end")
+            raise RuntimeError(stop_timeout_text(attempt["job_name"], state.status.value, timeout))
         time.sleep(poll)
+
+
+def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:
+    return (f"job {job_name} is still {status} {timeout:.0f}s after it was asked to stop, so the next attempt has "
+            "not started (two attempts never run at once): the task's retry tries again later; if the job never "
+            "stops, check it in the backend's console")
+
+
+def file_error(error_class: str | None, error_message: str | None) -> str:
+    """A file's error in one line: class and message, either of which may be missing."""
+    return ": ".join(x for x in (error_class, error_message) if x) or "no error recorded"
 
 
 def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
@@ -306,7 +317,7 @@ def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
         "rows_out": int(sum(f.rows_out or 0 for f in succeeded)),
         "attempts": int((records.step.attempt if records.step else 0) or 0),
         "rows_mismatched_files": mismatched,
-        "failed_files": [{"input": f.input_key, "error": f"{f.error_class}: {f.error_message}"} for f in failed],
+        "failed_files": [{"input": f.input_key, "error": file_error(f.error_class, f.error_message)} for f in failed],
         "reported_at": dt.datetime.now(dt.UTC).isoformat(),
     }
 
@@ -347,9 +358,7 @@ def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepS
     Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
     """
     status = OUTCOME_STATUS[action]
-    if status is not StepStatus.SUCCEEDED:
-        reason += "; after fixing the cause: " + naming.resubmit_command(attempt["pipeline"], attempt["run_id"],
-                                                                         attempt["step"])
+    reason = outcome_message(attempt, status, reason)
     model = runtime.ledger_model(spec)
     if not finish_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"], attempt["attempt"], status,
                        reason):
@@ -357,10 +366,23 @@ def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepS
         return None
     if status is StepStatus.FAILED:
         set_run_status(model, attempt["pipeline"], attempt["run_id"], StepStatus.FAILED,
-                       f"step {attempt['step']} failed: {reason}")
+                       run_outcome_message(attempt, reason))
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
         commit_outputs(spec, attempt, status)
     return status
+
+
+def outcome_message(attempt: dict, status: StepStatus, reason: str) -> str:
+    """The STEP item's message for the sensor's outcome: a step that did not succeed says how to retry it."""
+    if status is StepStatus.SUCCEEDED:
+        return reason
+    return reason + "; after fixing the cause: " + naming.resubmit_command(attempt["pipeline"], attempt["run_id"],
+                                                                           attempt["step"])
+
+
+def run_outcome_message(attempt: dict, step_message: str) -> str:
+    """The RUN item's message when one of its steps failed."""
+    return f"step {attempt['step']} failed: {step_message}"
 
 
 def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dict:
@@ -403,8 +425,10 @@ def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dic
                   ContentType="application/json")
     if missing:
         # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
-        log.error("step %s: %d output(s) the ledger records are missing under %s (e.g. %s): no %s written",
-                  attempt["step"], len(missing), attempt["output_prefix"], missing[:3], naming.SUCCESS_MARKER)
+        log.error("step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "
+                  "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
+                  "failed uploads and the write access to that prefix", attempt["step"], len(missing),
+                  attempt["output_prefix"], missing[:3], naming.SUCCESS_MARKER)
     elif status is StepStatus.SUCCEEDED:
         marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt["output_prefix"]))
         s3.put_object(Bucket=marker_bucket, Key=marker_key, ContentType="application/json", Body=json.dumps({

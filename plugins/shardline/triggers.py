@@ -94,9 +94,15 @@ class StepTrigger(BaseTrigger):
             if self.deadline is not None and time.time() > self.deadline:
                 await _settle(self.not_before)
                 yield TriggerEvent({"action": "TIMEOUT", "attempt": self.attempt, "stop_job": True,
-                                    "reason": f"step did not finish by its deadline ({decision.reason})"})
+                                    "reason": timeout_reason(decision.reason)})
                 return
             await asyncio.sleep(self.poll_interval)
+
+
+def timeout_reason(last: str) -> str:
+    """Why a step's watch gave up on an attempt that ran past its deadline (the job is stopped)."""
+    return (f"the attempt did not finish by its deadline (the step's max_runtime_seconds plus "
+            f"heartbeat_timeout_seconds plus 5 minutes), so its job is stopped; last seen: {last}")
 
 
 def event_for(decision, attempt: dict) -> dict[str, Any]:
@@ -159,7 +165,7 @@ class InputTrigger(BaseTrigger):
             except Exception as err:
                 if not steps.is_unreachable(err):
                     raise
-                ready, reason = False, f"the AWS endpoint is unreachable ({steps.describe_error(err)})"
+                ready, reason = False, f"the AWS endpoint was unreachable ({steps.describe_error(err)})"
             if ready:
                 await _settle(self.not_before)
                 yield TriggerEvent({"ready": True, "reason": reason})

@@ -123,8 +123,7 @@ def _oncall(airflow: AirflowClient | None = None) -> OnCall:
 def _known(oncall: OnCall, pipeline: str) -> None:
     if pipeline not in oncall.specs:
         # Not the folder's path: the server's file system is none of the reader's business.
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline {pipeline!r} among the specs in Airflow's "
-                                                       "DAGs folder")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, unknown_pipeline_detail(pipeline))
 
 
 def json_body(request: Request) -> None:
@@ -145,12 +144,17 @@ def json_body(request: Request) -> None:
                             f"send the body as JSON with the header Content-Type: application/json (got {got!r})")
 
 
+def unknown_pipeline_detail(pipeline: str) -> str:
+    return (f"no pipeline {pipeline!r} among the specs in Airflow's DAGs folder; check the pipeline's name in the "
+            "address, or pick it from the list of pipelines")
+
+
 # AWS error codes that say what went wrong without saying where (the codes are AWS's documented names; the
 # messages that come with them carry ARNs, account ids and resource names, and stay in the server's log).
 _AWS_SUMMARIES = {
-    "could not find a table, bucket or job the pipeline spec names": {
+    "could not find a table, bucket or job the pipeline spec names (check its names)": {
         "ResourceNotFoundException", "NoSuchBucket", "NoSuchKey", "TableNotFoundException"},
-    "refused the API server's AWS credentials": {
+    "refused the API server's AWS credentials (whoever runs this Airflow must fix them)": {
         "AccessDenied", "AccessDeniedException", "UnrecognizedClientException", "InvalidClientTokenId",
         "ExpiredToken", "ExpiredTokenException", "InvalidSignatureException", "SignatureDoesNotMatch"},
     "is throttling the API server; try again shortly": {
@@ -167,11 +171,20 @@ def _aws_summary(err: Exception) -> str:
     for summary, codes in _AWS_SUMMARIES.items():
         if code in codes:
             return summary
-    return "could not be reached or refused the request"
+    return "could not be reached or refused the request; try again shortly"
+
+
+def aws_error_detail(summary: str, ref: str) -> str:
+    """What the page says when AWS failed: the kind of failure, and the reference to the server's log."""
+    return (f"AWS (the ledger table or the job backend) {summary}. The API server's log has the details under ref "
+            f"{ref}: give it to whoever runs this Airflow")
 
 
 def _plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+
+CHOOSE_FILES_DETAIL = 'send exactly one of {"all_failed": true} or a non-empty {"files": [...]}'
 
 
 class ResubmitBody(BaseModel):
@@ -205,8 +218,7 @@ def create_app() -> FastAPI:
         ref = secrets.token_hex(6)
         log.error("Shardline on-call %s %r: AWS failed (ref %s): %s", request.method, request.url.path, ref, err,
                   exc_info=err)
-        return JSONResponse({"detail": f"AWS (the ledger table or the job backend) {_aws_summary(err)}; the API "
-                                       f"server's log has the details, ref {ref}"},
+        return JSONResponse({"detail": aws_error_detail(_aws_summary(err), ref)},
                             status_code=status.HTTP_502_BAD_GATEWAY)
 
     @app.middleware("http")
@@ -291,8 +303,7 @@ def create_app() -> FastAPI:
         Airflow's REST API as the caller, so the run follows the new attempt.
         """
         if body.all_failed == bool(body.files):
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                                'choose exactly one: {"all_failed": true} or {"files": [...]}')
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, CHOOSE_FILES_DETAIL)
         client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
         oncall = _oncall(airflow=client)
         _known(oncall, dag_id)

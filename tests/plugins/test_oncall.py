@@ -136,7 +136,7 @@ def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_
     result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # an operator, while attempt 2 runs
     assert result.attempt is None and "is still running" in result.airflow
     lines = oncall.cancel(ref, "bad model version")
-    assert f"stopped {running['job_name']}" in lines and "step score: CANCELLED" in lines
+    assert f"step score: stopped {running['job_name']}" in lines and "step score: CANCELLED" in lines
     assert steps.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)
     assert oncall.status(ref).status == "CANCELLED"
     assert read_step(model, ref.pipeline, ref.run_id, "score").step.status == StepStatus.CANCELLED

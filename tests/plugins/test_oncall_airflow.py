@@ -378,7 +378,7 @@ def test_force_ends_green_even_when_the_forced_attempt_succeeded_unwatched(airfl
     row = next(r for r in runs if r["run_id"] == run_id)
     assert row["airflow_state"] == "failed" and row["disagreement"], row
     table = shardline(airflow_stack, "runs", "--pipeline", PIPELINE).stdout
-    assert f"! {ref}: the DAG run is failed but the ledger says RUNNING" in table, table
+    assert f"! {ref}: the DAG run's state is failed but the ledger says RUNNING" in table, table
     done = shardline(airflow_stack, *command)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing to resubmit" not in done.stdout and "cleared" in done.stdout, done.stdout

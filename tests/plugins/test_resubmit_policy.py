@@ -68,7 +68,7 @@ def test_agreeing_states_are_not_flagged(ledger, airflow):
 
 def test_a_run_no_task_drives_is_flagged_with_the_command_that_takes_it_up():
     said = disagreement("RUNNING", "failed", "p/r1", "score")
-    assert said.startswith("the DAG run is failed but the ledger says RUNNING: no task drives this run now")
+    assert said.startswith("the DAG run's state is failed but the ledger says RUNNING: no task drives this run now")
     assert "`shardline resubmit p/r1 --step score --all-failed` takes it up again" in said
     said = disagreement("SUCCEEDED", "failed", "p/r1")
     assert "clears it, so the run turns green" in said and "shardline status p/r1" in said
