@@ -364,8 +364,29 @@ def cmd_preview(args) -> int:
     return EXIT_OK if result.ok else EXIT_ERROR
 
 
+def default_state_dir() -> Path:
+    """Where `shardline local` keeps the stack's pid, URL and log: one place per user, so `down` and
+    `status` find the stack from any directory ($SHARDLINE_STATE_DIR, else $XDG_STATE_HOME/shardline/local,
+    else ~/.local/state/shardline/local)."""
+    if os.environ.get("SHARDLINE_STATE_DIR"):
+        return Path(os.environ["SHARDLINE_STATE_DIR"])
+    base = Path(os.environ["XDG_STATE_HOME"]) if os.environ.get("XDG_STATE_HOME") else \
+        Path.home() / ".local" / "state"
+    return base / "shardline" / "local"
+
+
 def _stack_file(state_dir: Path) -> Path:
     return state_dir / "stack.json"
+
+
+def _is_moto(pid: int) -> bool:
+    """Whether ``pid`` is still the moto_server we started (a pid can be reused after a reboot)."""
+    import psutil
+
+    try:
+        return any("moto_server" in part for part in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
 
 
 def cmd_local(args) -> int:
@@ -397,11 +418,14 @@ def cmd_local(args) -> int:
             print("no embedded stack recorded as running; nothing to stop")
             return EXIT_OK
         state = json.loads(state_file.read_text())
-        try:
-            os.killpg(state["pid"], signal.SIGTERM)
-            print(f"stopped the embedded stack at {state['url']} (pid {state['pid']})")
-        except ProcessLookupError:
+        if not _is_moto(state["pid"]):
             print(f"the embedded stack (pid {state['pid']}) had already stopped")
+        else:
+            try:
+                os.killpg(state["pid"], signal.SIGTERM)
+                print(f"stopped the embedded stack at {state['url']} (pid {state['pid']})")
+            except ProcessLookupError:
+                print(f"the embedded stack (pid {state['pid']}) had already stopped")
         state_file.unlink()
         return EXIT_OK
     # status
@@ -529,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "with the buckets and ledger tables the pipeline specs name.")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--port", type=int, default=None, help="port for moto_server (default: a free one)")
-    p.add_argument("--state-dir", type=Path, default=Path(".shardline") / "local",
+    p.add_argument("--state-dir", type=Path, default=default_state_dir(),
                    help="where its pid, endpoint and log are kept (default: %(default)s)")
     p.set_defaults(handler=None)
     return parser

@@ -18,12 +18,12 @@ CLI = Path(sys.executable).with_name("shardline")
 PIN = "a" * 64  # a pinned model digest, as a spec must give
 
 
-def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     # Without FORCE_COLOR (a developer's shell may set it) rich writes no styles into a pipe, so any ESC in the
     # output came from the data.
     here = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=120, check=False,
-                          env={**here, "COLUMNS": "160", **(env or {})})
+                          env={**here, "COLUMNS": "160", **(env or {})}, cwd=cwd)
 
 
 @pytest.mark.parametrize("command", ["runs", "status", "failed", "resubmit", "cancel", "preview", "local"])
@@ -48,25 +48,30 @@ def test_resubmit_needs_exactly_one_selection():
     assert "one of the arguments --all-failed --shard --file is required" in result.stderr
 
 
-def test_local_up_creates_what_the_specs_name_and_down_stops_it(tmp_path):
-    state = tmp_path / "stack"
-    up = run("--dags-folder", str(REPO / "dags"), "local", "up", "--state-dir", str(state))
+def test_local_up_creates_what_the_specs_name_and_down_stops_it_from_any_directory(tmp_path):
+    # The stack's state is the user's (XDG_STATE_HOME), not the directory's: `down` works from anywhere.
+    user = {"XDG_STATE_HOME": str(tmp_path / "xdg-state"), "SHARDLINE_STATE_DIR": ""}
+    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    up = run("--dags-folder", str(REPO / "dags"), "local", "up", env=user, cwd=here)
     assert up.returncode == 0, up.stderr
     url = re.search(r"export AWS_ENDPOINT_URL=(\S+)", up.stdout).group(1)
+    assert (tmp_path / "xdg-state" / "shardline" / "local" / "stack.json").exists()
     try:
         assert "bucket s3://shardline-demo: created" in up.stdout
         assert "ledger table shardline-jobs: created" in up.stdout
-        again = run("--dags-folder", str(REPO / "dags"), "local", "up", "--state-dir", str(state))
-        assert "already up" in again.stdout  # a second `up` adopts the running stack
+        again = run("--dags-folder", str(REPO / "dags"), "local", "up", env=user, cwd=elsewhere)
+        assert "already up" in again.stdout  # a second `up`, anywhere, adopts the running stack
         s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
                           aws_secret_access_key="testing")
         assert "shardline-demo" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
         dynamodb = boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
                                 aws_secret_access_key="testing")
         assert "shardline-jobs" in dynamodb.list_tables()["TableNames"]
-        assert run("local", "status", "--state-dir", str(state)).returncode == 0
+        assert run("local", "status", env=user, cwd=elsewhere).returncode == 0
     finally:
-        down = run("local", "down", "--state-dir", str(state))
+        down = run("local", "down", env=user, cwd=elsewhere)
     assert down.returncode == 0 and "stopped the embedded stack" in down.stdout
     deadline = time.monotonic() + 10
     from shardline.localstack import answers
@@ -74,8 +79,10 @@ def test_local_up_creates_what_the_specs_name_and_down_stops_it(tmp_path):
     while answers(url) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not answers(url)
-    status = run("local", "status", "--state-dir", str(state))
+    status = run("local", "status", env=user, cwd=here)
     assert status.returncode == 1 and "shardline local up" in status.stdout
+    # A state dir given explicitly still wins.
+    assert "is down" in run("local", "status", "--state-dir", str(tmp_path / "other"), env=user).stdout
 
 
 def write_spec(dags: Path, ledger_table: str) -> None:
