@@ -68,7 +68,7 @@ def load_manifest(output_dir: Path, host: str = HOST, attempt: int | None = None
     """An instance's manifest: per attempt in a pipeline (with a ledger), else the standalone one."""
     from shardline_worker.cli import manifest_path
 
-    return json.loads(manifest_path(output_dir, host, attempt).read_text())
+    return json.loads(manifest_path(output_dir / "_shardline", host, attempt).read_text())
 
 
 def reports_by_input(manifest: dict) -> dict[str, dict]:

@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     io = p.add_argument_group("locations (SageMaker Processing defaults)")
     io.add_argument("--input-dir", type=Path, default=Path(SM_INPUT), help=f"input files (default {SM_INPUT})")
     io.add_argument("--output-dir", type=Path, default=Path(SM_OUTPUT), help=f"outputs (default {SM_OUTPUT})")
+    io.add_argument("--manifest-dir", type=Path, default=None,
+                    help=f"where this instance's manifest goes (default: {MANIFEST_DIR}/ under the output dir); "
+                         "pipelines with output.metadata_prefix set it, to keep it out of the data prefix")
     io.add_argument("--model-dir", type=Path, default=Path(SM_MODEL),
                     help=f"the model or model.tar.gz (default {SM_MODEL})")
     io.add_argument("--resource-config", type=Path, default=Path(SM_RESOURCE_CONFIG),
@@ -416,7 +419,8 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         if pump.fenced.is_set():
             return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
         summary["withdrawn_outputs"] = sorted(o for i, o in hooks.outputs.items() if i not in hooks.committed)
-    manifest_path = _write_manifest(args.output_dir, host, summary, context.attempt if context else None)
+    manifest_path = _write_manifest(args.manifest_dir or args.output_dir / MANIFEST_DIR, host, summary,
+                                    context.attempt if context else None)
     _log_summary(summary, failed, manifest_path)
     if args.summary_json:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)
@@ -521,17 +525,17 @@ def _summary(reports, seconds, slots, artifact, host, hosts, runner, started_wal
     }
 
 
-def manifest_path(output_dir: Path, host: str, attempt: int | None) -> Path:
-    """Each attempt's instances write their own manifests, so a resubmission never overwrites the
-    record of the files an earlier attempt wrote (a worker run outside a pipeline has no attempt)."""
-    folder = output_dir / MANIFEST_DIR
+def manifest_path(folder: Path, host: str, attempt: int | None) -> Path:
+    """Each attempt's instances write their own manifests under ``folder`` (``<output>/_shardline``, or
+    ``--manifest-dir``), so a resubmission never overwrites the record of the files an earlier attempt
+    wrote (a worker run outside a pipeline has no attempt)."""
     return (folder / f"attempt-{attempt:04d}" if attempt is not None else folder) / f"manifest-{host}.json"
 
 
-def _write_manifest(output_dir: Path, host: str, summary: dict, attempt: int | None) -> Path:
+def _write_manifest(folder: Path, host: str, summary: dict, attempt: int | None) -> Path:
     """Write this instance's manifest atomically: a reader sees the old one or the new one."""
     summary = {**summary, "attempt": attempt}
-    path = manifest_path(output_dir, host, attempt)
+    path = manifest_path(folder, host, attempt)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + formats.TEMP_MARKER)
     tmp.write_text(json.dumps(summary, indent=2))

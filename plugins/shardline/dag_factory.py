@@ -84,7 +84,8 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
             input_prefix = outputs[step.input.from_step] if step.input.from_step else step.input.prefix
             plan = PlanStepOperator(
                 task_id=f"plan_{step.name}", spec_path=str(spec_path), step=step.name,
-                input_prefix=input_prefix, output_prefix=step.output.prefix, model_uri=step.model.uri,
+                input_prefix=input_prefix, output_prefix=step.output.prefix,
+                metadata_prefix=step.output.metadata_prefix or "", model_uri=step.model.uri,
                 model_version="{{ params.model_version }}",
                 input_override="{{ params.input_prefix }}" if previous is None else "",
                 instances_override="{{ params.instance_count }}", dry_run="{{ params.dry_run }}",

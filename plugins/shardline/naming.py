@@ -31,19 +31,25 @@ def job_name(pipeline: str, run_id: str, step: str, attempt: int) -> str:
     return (head[: MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix)[:MAX_JOB_NAME]
 
 
-def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int) -> str:
+def metadata_root(output_prefix: str, metadata_prefix: str | None = None) -> str:
+    """Where Shardline's own files for an output prefix go: ``<output>/_shardline``, or the spec's
+    ``output.metadata_prefix`` (rendered) for readers that take every object under the data prefix."""
+    return metadata_prefix.rstrip("/") if metadata_prefix else f"{output_prefix.rstrip('/')}/_shardline"
+
+
+def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metadata_prefix: str | None = None) -> str:
     """Where an attempt's input manifest lives: beside the outputs, never among them."""
-    base = output_prefix.rstrip("/")
-    return f"{base}/_shardline/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
+    root = metadata_root(output_prefix, metadata_prefix)
+    return f"{root}/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
 
 
 SUCCESS_MARKER = "_SUCCESS"  # Hadoop's convention: Spark, Hive and most readers wait for it
 
 
-def outputs_manifest_key(output_prefix: str, run_id: str, step: str) -> str:
+def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None) -> str:
     """Where the step-level manifest of every output goes when the step ends."""
-    base = output_prefix.rstrip("/")
-    return f"{base}/_shardline/manifests/{_slug(run_id, 80)}/{step}/outputs.json"
+    root = metadata_root(output_prefix, metadata_prefix)
+    return f"{root}/manifests/{_slug(run_id, 80)}/{step}/outputs.json"
 
 
 def success_marker_key(output_prefix: str) -> str:

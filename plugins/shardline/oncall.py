@@ -557,7 +557,8 @@ class OnCall:
         from shardline.planner import choose_instance_count, dealt, parse_s3_uri
 
         plan = self._plan(spec, ref, step)
-        bucket, key = parse_s3_uri(naming.manifest_key(plan["output_prefix"], ref.run_id, step, attempt))
+        bucket, key = parse_s3_uri(naming.manifest_key(plan["output_prefix"], ref.run_id, step, attempt,
+                                                              plan.get("metadata_prefix")))
         body = json.loads(runtime.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
         prefix, entries = body[0]["prefix"], body[1:]
         instances = choose_instance_count(int(plan.get("requested_instances") or 1), len(entries))

@@ -37,15 +37,16 @@ class _SpecMixin:
 class PlanStepOperator(_SpecMixin, BaseOperator):
     """List a step's inputs, write attempt 1's manifest and ledger records. Skips on empty input."""
 
-    template_fields = ("input_prefix", "output_prefix", "model_uri", "model_version", "input_override",
-                       "instances_override", "dry_run")
+    template_fields = ("input_prefix", "output_prefix", "metadata_prefix", "model_uri", "model_version",
+                       "input_override", "instances_override", "dry_run")
 
     def __init__(self, *, spec_path: str, step: str, input_prefix: str, output_prefix: str, model_uri: str,
                  model_version: str = "", input_override: str = "", instances_override: Any = None,
-                 dry_run: Any = False, **kwargs):
+                 dry_run: Any = False, metadata_prefix: str = "", **kwargs):
         super().__init__(**kwargs)
         self.spec_path, self.step = spec_path, step
         self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
+        self.metadata_prefix = metadata_prefix
         self.model_version = model_version
         self.input_override, self.instances_override, self.dry_run = input_override, instances_override, dry_run
 
@@ -95,7 +96,8 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                 self._missing(context, input_prefix, why, waited=waited)
         attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
                                 output_prefix=self.output_prefix, model_uri=self.model_uri,
-                                instance_count=self._instances(step), model_version=version)
+                                instance_count=self._instances(step), model_version=version,
+                                metadata_prefix=(self.metadata_prefix or "").strip() or None)
         if attempt is None:
             self._missing(context, input_prefix, f"no input file under {input_prefix} (matching "
                                                  f"{list(step.input.include)})", waited=waited)
@@ -378,8 +380,8 @@ class ReportOperator(_SpecMixin, BaseOperator):
             steps.append({
                 "step": s["step"], "outcome": s.get("outcome"), "files": s["files"], "succeeded": s["succeeded"],
                 "failed": s["failed"], "rows_out": s["rows_out"], "attempts": s["attempts"], "output_prefix": prefix,
-                "outputs_manifest": naming.outputs_manifest_key(prefix, context["run_id"], s["step"]) if prefix
-                else None,
+                "outputs_manifest": naming.outputs_manifest_key(prefix, context["run_id"], s["step"],
+                                                                attempt.get("metadata_prefix")) if prefix else None,
                 "success_marker": naming.success_marker_key(prefix) if prefix and s.get("outcome") == "ADVANCE"
                 else None,
             })

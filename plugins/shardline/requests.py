@@ -13,6 +13,7 @@ from shardline.spec import PipelineSpec, StepSpec
 DATA_DIR = "/opt/ml/processing/input/data"
 MODEL_DIR = "/opt/ml/processing/input/model"
 OUTPUT_DIR = "/opt/ml/processing/output"
+METADATA_DIR = "/opt/ml/processing/shardline"  # with output.metadata_prefix: the instances' manifests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Attempt:
     model_uri: str
     instance_count: int
     model_version: str | None = None  # the run's model_version Param: picks the pinned digest
+    metadata_prefix: str | None = None  # output.metadata_prefix, rendered: the instances' manifests go there
 
 
 def worker_arguments(step: StepSpec) -> list[str]:
@@ -106,7 +108,8 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
     request = {
         "ProcessingJobName": attempt.job_name,
         "RoleArn": role_arn,
-        "AppSpecification": {"ImageUri": image_uri, "ContainerArguments": worker_arguments(step)},
+        "AppSpecification": {"ImageUri": image_uri, "ContainerArguments": worker_arguments(step) + (
+            ["--manifest-dir", METADATA_DIR] if attempt.metadata_prefix else [])},
         "Environment": worker_environment(spec, step, attempt, region),
         "ProcessingInputs": [
             {
@@ -137,7 +140,11 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
                 {
                     "OutputName": "predictions",
                     "S3Output": {"S3Uri": attempt.output_prefix, "LocalPath": OUTPUT_DIR, "S3UploadMode": "EndOfJob"},
-                }
+                },
+                # Shardline's own files, kept outside the data prefix when the spec asks.
+                *([{"OutputName": "metadata", "S3Output": {"S3Uri": attempt.metadata_prefix, "LocalPath": METADATA_DIR,
+                                                           "S3UploadMode": "EndOfJob"}}]
+                  if attempt.metadata_prefix else []),
             ],
         },
         "ProcessingResources": {"ClusterConfig": cluster},

@@ -137,6 +137,9 @@ class InputSpec(_Strict):
 
 class OutputSpec(_Strict):
     prefix: str
+    metadata_prefix: str | None = Field(
+        default=None, description="where Shardline's own files (manifests) go instead of <prefix>/_shardline/, for "
+                                  "readers that take every object under the data prefix; Jinja-templated like prefix")
 
     @field_validator("prefix")
     @classmethod
@@ -144,6 +147,22 @@ class OutputSpec(_Strict):
         if not value.startswith("s3://"):
             raise ValueError(f"must be an s3:// URI, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _metadata_outside(self) -> OutputSpec:
+        meta = self.metadata_prefix
+        if meta is None:
+            return self
+        if not meta.startswith("s3://"):
+            raise ValueError(f"output.metadata_prefix must be an s3:// URI, got {meta!r}")
+        if meta.rstrip("/").rsplit("/", 1)[-1] != "_shardline":
+            # infra/'s IAM recognises Shardline's files by this folder name (jobs may not rewrite the manifests).
+            raise ValueError(f"output.metadata_prefix must end in a folder named _shardline, e.g. "
+                             f"s3://bucket/meta/scores/dt={{{{ ds }}}}/_shardline/; got {meta!r}")
+        if meta.startswith(self.prefix.rstrip("/") + "/"):
+            raise ValueError("output.metadata_prefix is inside output.prefix, where the files would go anyway; "
+                             "leave it unset, or put it outside the data prefix")
+        return self
 
 
 class Resources(_Strict):

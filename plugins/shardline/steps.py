@@ -62,7 +62,8 @@ def policy_for(spec: PipelineSpec, step: str) -> Policy:
 
 
 # What a step was planned with: enough to build any later attempt without Airflow's XCom.
-PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "model_uri", "model_version",
+PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "metadata_prefix", "model_uri",
+               "model_version",
                "requested_instances")
 
 # How the sensor's outcome is recorded on the STEP item.
@@ -80,7 +81,8 @@ def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, in
     step = spec.step(base["step"])
     count = choose_instance_count(instances, len(objects))
     ordered = manifest_order(objects, count, step.sharding)
-    manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt)
+    manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt,
+                                       base.get("metadata_prefix"))
     bucket, _ = parse_s3_uri(base["input_prefix"])
     plan_fields = {k: base.get(k) for k in PLAN_FIELDS}
     model = runtime.ledger_model(spec)
@@ -102,7 +104,7 @@ def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, in
 
 
 def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, output_prefix: str, model_uri: str,
-         instance_count: int, model_version: str | None = None) -> dict | None:
+         instance_count: int, model_version: str | None = None, metadata_prefix: str | None = None) -> dict | None:
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
     s = spec.step(step)
     started = time.monotonic()
@@ -118,7 +120,8 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
         return None
     ensure_run(runtime.ledger_model(spec), spec.pipeline, run_id)
     base = {"pipeline": spec.pipeline, "run_id": run_id, "step": step, "input_prefix": _dir(input_prefix),
-            "output_prefix": _dir(output_prefix), "model_uri": model_uri, "model_version": model_version,
+            "output_prefix": _dir(output_prefix), "metadata_prefix": _dir(metadata_prefix) if metadata_prefix else None,
+            "model_uri": model_uri, "model_version": model_version,
             "requested_instances": instance_count}
     number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:
@@ -349,7 +352,8 @@ def resume(spec: PipelineSpec, attempt: dict) -> dict:
                                          replan=True))
     log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
     return {**attempt, "attempt": latest, "job_name": name, "submitted_at": state.created_at or time.time(),
-            "manifest_uri": naming.manifest_key(attempt["output_prefix"], attempt["run_id"], attempt["step"], latest)}
+            "manifest_uri": naming.manifest_key(attempt["output_prefix"], attempt["run_id"], attempt["step"], latest,
+                                                attempt.get("metadata_prefix"))}
 
 
 def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepStatus | None:
@@ -420,7 +424,7 @@ def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dic
         "written_at": dt.datetime.now(dt.UTC).isoformat(),
     }
     bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt["output_prefix"], attempt["run_id"],
-                                                           attempt["step"]))
+                                                           attempt["step"], attempt.get("metadata_prefix")))
     s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest, indent=1).encode(),
                   ContentType="application/json")
     if missing:
@@ -485,7 +489,8 @@ def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) ->
     name = naming.job_name(pipeline, run_id, step, number)
     return {**base, "attempt": number, "job_name": name, "files": files,
             "instance_count": choose_instance_count(int(base.get("requested_instances") or 1), max(1, files)),
-            "manifest_uri": naming.manifest_key(base["output_prefix"], run_id, step, number)}
+            "manifest_uri": naming.manifest_key(base["output_prefix"], run_id, step, number,
+                                                base.get("metadata_prefix"))}
 
 
 def job_status(spec: PipelineSpec, attempt: dict) -> JobStatus:

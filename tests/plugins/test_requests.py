@@ -147,3 +147,21 @@ def test_the_worker_holds_ledger_writes_through_an_outage_until_the_sensor_would
     args = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE,
                                     role_arn=ROLE)["AppSpecification"]["ContainerArguments"]
     assert args[args.index("--ledger-retry-seconds") + 1] == "45"
+
+
+def test_a_metadata_prefix_gets_its_own_output_and_the_worker_writes_its_manifest_there(input_shape):
+    import dataclasses
+
+    spec = full_spec()
+    meta = "s3://data/meta/scores/dt=2026-11-22/_shardline/"
+    request = build_processing_request(spec, dataclasses.replace(attempt(), metadata_prefix=meta), image_uri=IMAGE,
+                                       role_arn=ROLE)
+    report = ParamValidator().validate(request, input_shape)
+    assert not report.has_errors(), report.generate_report()
+    outputs = {o["OutputName"]: o["S3Output"] for o in request["ProcessingOutputConfig"]["Outputs"]}
+    assert outputs["metadata"]["S3Uri"] == meta and outputs["predictions"]["S3Uri"] == attempt().output_prefix
+    args = request["AppSpecification"]["ContainerArguments"]
+    assert args[args.index("--manifest-dir") + 1] == outputs["metadata"]["LocalPath"]
+    plain = build_processing_request(spec, attempt(), image_uri=IMAGE, role_arn=ROLE)
+    assert "--manifest-dir" not in plain["AppSpecification"]["ContainerArguments"]
+    assert [o["OutputName"] for o in plain["ProcessingOutputConfig"]["Outputs"]] == ["predictions"]

@@ -266,3 +266,17 @@ def test_a_bad_missing_input_setting_is_an_import_error_naming_the_field(field, 
     data["steps"][0]["input"][field] = value
     with pytest.raises(SpecError, match=words):
         parse_spec(data, "p.yaml")
+
+
+@pytest.mark.parametrize(("meta", "words"), [
+    ("/local/meta/_shardline/", "must be an s3:// URI"),
+    ("s3://data/meta/scores/", "must end in a folder named _shardline"),
+    ("s3://data/scores/dt={{ ds }}/meta/_shardline/", "is inside output.prefix"),
+])
+def test_a_metadata_prefix_must_be_outside_the_data_and_recognisably_shardlines(meta, words):
+    data = minimal()
+    data["steps"][0]["output"] = {"prefix": "s3://data/scores/dt={{ ds }}/", "metadata_prefix": meta}
+    with pytest.raises(SpecError, match=words):
+        parse_spec(data, "p.yaml")
+    data["steps"][0]["output"]["metadata_prefix"] = "s3://data/meta/scores/dt={{ ds }}/_shardline/"
+    assert parse_spec(data, "p.yaml").steps[0].output.metadata_prefix.endswith("/_shardline/")

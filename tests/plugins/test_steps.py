@@ -176,3 +176,27 @@ def test_a_partial_step_writes_its_manifest_but_no_success_marker(pipeline):
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
     assert "out/_SUCCESS" not in keys
     assert any(k.endswith("/run-partial/score/outputs.json") for k in keys), keys
+
+
+def test_with_a_metadata_prefix_the_data_prefix_holds_only_data_and_its_marker(pipeline, tmp_path):
+    import json
+
+    from shardline.spec import parse_spec
+
+    spec, bucket = pipeline
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    data["steps"][0]["output"]["metadata_prefix"] = f"s3://{bucket}/meta/_shardline/"
+    spec = parse_spec(data, "steps_test.yaml")
+    s3 = boto3.client("s3")
+    first = steps.submit(spec, steps.plan(spec, "score", "run-meta", **plan_args(bucket),
+                                          metadata_prefix=f"s3://{bucket}/meta/_shardline/"))
+    wait_for_job(spec, first)
+    assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
+    data_keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"])
+    assert data_keys == ["out/_SUCCESS", *(f"out/part-{i}.parquet" for i in range(4))]
+    meta_keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="meta/")["Contents"]}
+    assert {"meta/_shardline/attempt-0001/manifest-algo-1.json", "meta/_shardline/attempt-0001/manifest-algo-2.json",
+            "meta/_shardline/manifests/run-meta/score/attempt-0001.manifest",
+            "meta/_shardline/manifests/run-meta/score/outputs.json"} <= meta_keys, meta_keys
+    marker = json.loads(s3.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
+    assert marker["manifest"] == f"s3://{bucket}/meta/_shardline/manifests/run-meta/score/outputs.json"

@@ -143,7 +143,10 @@ def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
         command += ["--model-dir", str(local_path(instance_dir, inputs["model"]))]
     if outputs:
         command += ["--output-dir", str(local_path(instance_dir, outputs[0]["S3Output"]["LocalPath"]))]
-    return command + list(request.get("AppSpecification", {}).get("ContainerArguments", []))
+    # The container sees /opt/ml/processing/...: so do its arguments (e.g. --manifest-dir).
+    arguments = [str(local_path(instance_dir, a)) if a.startswith(SM_ROOT) else a
+                 for a in request.get("AppSpecification", {}).get("ContainerArguments", [])]
+    return command + arguments
 
 
 def run(job_dir: Path) -> dict:
