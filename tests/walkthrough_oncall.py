@@ -70,8 +70,11 @@ def main() -> int:
         s3.put_object(Bucket=BUCKET, Key=prefix + "part-late.parquet", Body=b"PAR1 truncated upload")
 
         with airflow_standalone(work / "home", dags, env) as stack:
-            cli_env = {**env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "COLUMNS": "130",
-                       "SHARDLINE_DAGS_FOLDER": str(dags), "HOME": str(work / "user"),
+            # The engineer's shell has Airflow's settings (AIRFLOW_HOME: where the local backend's jobs live, the
+            # DAGs folder, the AWS endpoint), as the README's recipe exports them, and logs in once.
+            shell = {k: v for k, v in stack.cli_env().items() if not k.startswith("SHARDLINE_AIRFLOW_")}
+            cli_env = {**shell, "AIRFLOW_HOME": str(stack.home), "PATH": f"{Path(sys.executable).parent}:"
+                       f"{os.environ['PATH']}", "COLUMNS": "130", "HOME": str(work / "user"),
                        "XDG_CONFIG_HOME": str(work / "user" / ".config")}
 
             def shardline(*words: str, stdin: str | None = None) -> str:

@@ -449,7 +449,9 @@ class OnCall:
             try:
                 job_status = runtime.backend_for(spec).describe(job_name).status.value
             except JobNotFound:
-                job_status = "NotSubmitted"
+                # Instances that reported for this attempt prove the job ran: elsewhere, not "not submitted".
+                ran = any(int(s.attempt or 0) == attempt for s in records.shards)
+                job_status = "NotFoundHere" if ran else "NotSubmitted"
         by_status = {s: [f for f in records.files if f.status == s] for s in FileStatus}
         succeeded = by_status[FileStatus.SUCCEEDED]
         status = records.step.status or StepStatus.PLANNED.value
@@ -597,6 +599,8 @@ class OnCall:
             job = runtime.backend_for(spec).describe(latest["job_name"]).status
         except JobNotFound:
             job = None
+            if spec.backend == "local" and any(int(s.attempt or 0) == latest["attempt"] for s in records.shards):
+                raise OnCallError(local_root_mismatch(latest["job_name"], latest["attempt"])) from None
         watch = f"watch_{step}"
         watch_state = None if ledger_only else self._watch_state(ref, watch)
         choice = choose_next(attempt=latest["attempt"], job=latest["job_name"],
@@ -726,6 +730,13 @@ class OnCall:
             except AirflowApiError as err:
                 done.append(CANCEL_LINES["airflow_error"].format(run_id=ref.run_id, err=err))
         return done
+
+
+def local_root_mismatch(job: str, attempt: int) -> str:
+    """The local backend's jobs live in a directory; a CLI that looks in another one must not submit."""
+    return (f"job {job} of attempt {attempt} ran, but not under {runtime.local_root()}, where this shell's local "
+            "backend looks, so nothing was submitted (a job started here would run beside Airflow's). Run the "
+            "command with the same AIRFLOW_HOME (or SHARDLINE_LOCAL_ROOT) as the Airflow that runs the pipeline")
 
 
 def _command(ref: RunRef, step: str, *, shard: str | None, files: Sequence[str], all_failed: bool,

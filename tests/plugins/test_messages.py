@@ -237,6 +237,11 @@ def _client(handler, **kwargs) -> AirflowClient:
     return client
 
 
+def test_a_cli_looking_in_another_local_root_is_told_what_to_set():
+    said("resubmit: the job ran under another local root",
+         oncall.local_root_mismatch("sl-tabular-scoring-hourly-score-0123456789-a1", 1), failure=True)
+
+
 def test_every_airflow_api_error_names_airflow_and_what_to_do(tmp_path):
     broken = tmp_path / "airflow.json"
     broken.write_text("{not json")

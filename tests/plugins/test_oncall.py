@@ -196,3 +196,17 @@ def test_a_dag_run_that_fails_outside_the_sensor_shows_as_failed(aws_env, ledger
     assert runs["crashed"].status == "FAILED" and "task_failure" in runs["crashed"].message
     assert runs["cancelled"].status == "CANCELLED"
     assert "never-started" not in runs
+
+
+@pytest.mark.slow
+def test_a_cli_that_looks_in_another_local_root_submits_nothing_beside_airflows_job(failed_run, tmp_path, monkeypatch):
+    """The local backend's jobs live under a directory (AIRFLOW_HOME/shardline-local). A shell with another one
+    would start attempt 2 beside the one Airflow's sensor starts: it is refused, and status says where to look."""
+    spec, _, _, ref = failed_run
+    oncall = OnCall({spec.pipeline: spec})
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "another-shell"))
+    assert oncall.status(ref).steps[0].job_status == "NotFoundHere"
+    with pytest.raises(OnCallError, match=r"ran, but not under .*another-shell.*nothing was submitted.*AIRFLOW_HOME"):
+        oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
+    assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score")["attempt"] == 1
+    assert not (tmp_path / "another-shell").exists()
