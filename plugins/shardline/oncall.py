@@ -607,7 +607,8 @@ class OnCall:
                              job_running=job is not None and not job.is_terminal,
                              step_status=records.step.status if records.step else None, watch_state=watch_state,
                              files=len(plan.files), force=force, watch=watch)
-        plan = dataclasses.replace(plan, reason=f"{plan.reason}; {choice.reason}")
+        if choice.next is Next.SUBMIT:  # otherwise the reason is what the result says: printed once, not twice
+            plan = dataclasses.replace(plan, reason=f"{plan.reason}; {choice.reason}")
         if choice.next is Next.REFUSE:
             raise OnCallError(f"step {step} of {ref}: {choice.reason}")
         if choice.clear_watch:
