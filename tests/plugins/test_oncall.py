@@ -210,3 +210,16 @@ def test_a_cli_that_looks_in_another_local_root_submits_nothing_beside_airflows_
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
     assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score")["attempt"] == 1
     assert not (tmp_path / "another-shell").exists()
+
+
+def test_a_run_skipped_for_missing_input_is_listed_skipped_with_its_reason(aws_env, ledger_table, xgboost_model,
+                                                                           tmp_path):
+    from shardline_ledger.states import StepStatus
+
+    spec, bucket = stage_step("skips_test", ledger_table, xgboost_model.parent, tmp_path, {})
+    reason = (f"step score: skipped: no input file under s3://{bucket}/in/ (matching ['*']) "
+              "(input.when_missing: skip)")
+    steps.record_missing_input(spec, "scheduled__2026-11-22T10:00:00+00:00", StepStatus.SKIPPED, reason)
+    rows = OnCall({spec.pipeline: spec}).runs(spec.pipeline)
+    assert [(r.run_id, r.status, r.message) for r in rows] == [
+        ("scheduled__2026-11-22T10:00:00+00:00", "SKIPPED", reason)]
