@@ -75,35 +75,12 @@ def point_aws_at(monkeypatch, tmp_path: Path, url: str) -> None:
         monkeypatch.setenv(name, value)
 
 
-def slow_model(directory: Path, seconds_per_file: float) -> Path:
-    """A SageMaker-style ``code/inference.py`` that takes ``seconds_per_file`` over each (one-batch) file."""
+def summing_model(directory: Path, wait: str) -> Path:
+    """A SageMaker-style ``code/inference.py`` that sums each row's features, after running ``wait`` (one
+    line of Python) for each (one-batch) file."""
     code = directory / "code"
     code.mkdir(parents=True)
-    (code / "inference.py").write_text(textwrap.dedent(f"""
-        import io
-        import time
-
-        import numpy as np
-
-        def model_fn(model_dir):
-            return None
-
-        def input_fn(body, content_type):
-            return np.loadtxt(io.StringIO(body), delimiter=",", ndmin=2)
-
-        def predict_fn(data, model):
-            time.sleep({seconds_per_file})
-            return data.sum(axis=1)
-    """))
-    return directory
-
-
-def gated_model(directory: Path, gate: Path) -> Path:
-    """A ``code/inference.py`` that predicts nothing until the file ``gate`` exists: the test decides when
-    the job's first file can finish, so it can cut the endpoint off first without racing the job."""
-    code = directory / "code"
-    code.mkdir(parents=True)
-    (code / "inference.py").write_text(textwrap.dedent(f"""
+    (code / "inference.py").write_text(textwrap.dedent("""
         import io
         import os
         import time
@@ -117,11 +94,21 @@ def gated_model(directory: Path, gate: Path) -> Path:
             return np.loadtxt(io.StringIO(body), delimiter=",", ndmin=2)
 
         def predict_fn(data, model):
-            while not os.path.exists({str(gate)!r}):
-                time.sleep(0.05)
+            WAIT
             return data.sum(axis=1)
-    """))
+    """).replace("WAIT", wait))
     return directory
+
+
+def slow_model(directory: Path, seconds_per_file: float) -> Path:
+    """Takes ``seconds_per_file`` over each file."""
+    return summing_model(directory, f"time.sleep({seconds_per_file})")
+
+
+def gated_model(directory: Path, gate: Path) -> Path:
+    """Predicts nothing until the file ``gate`` exists: the test decides when the job's first file can
+    finish, so it can cut the endpoint off first without racing the job."""
+    return summing_model(directory, f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)")
 
 
 def stage(tmp_path: Path, url: str, model_dir: Path, *, rows_per_file: int = ROWS_PER_FILE,
