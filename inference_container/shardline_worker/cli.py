@@ -419,8 +419,9 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         if pump.fenced.is_set():
             return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
         summary["withdrawn_outputs"] = sorted(o for i, o in hooks.outputs.items() if i not in hooks.committed)
+    summary["attempt"] = context.attempt if context else None  # the manifest and --summary-json say the same
     manifest_path = _write_manifest(args.manifest_dir or args.output_dir / MANIFEST_DIR, host, summary,
-                                    context.attempt if context else None)
+                                    summary["attempt"])
     _log_summary(summary, failed, manifest_path)
     if args.summary_json:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)
@@ -534,7 +535,6 @@ def manifest_path(folder: Path, host: str, attempt: int | None) -> Path:
 
 def _write_manifest(folder: Path, host: str, summary: dict, attempt: int | None) -> Path:
     """Write this instance's manifest atomically: a reader sees the old one or the new one."""
-    summary = {**summary, "attempt": attempt}
     path = manifest_path(folder, host, attempt)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + formats.TEMP_MARKER)
