@@ -142,6 +142,8 @@ def _stop(proc: subprocess.Popen) -> None:
     import psutil
 
     for child in psutil.process_iter(["pid"]):
-        with contextlib.suppress(psutil.Error):
+        # A child may exit between the listing and the look-up: os.getsid then raises
+        # ProcessLookupError, which is no psutil.Error.
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
             if os.getsid(child.pid) == proc.pid:
                 child.kill()
