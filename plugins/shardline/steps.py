@@ -258,11 +258,32 @@ def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str], *, by_ope
     ``by_operator``: a cancelled step may be reopened.
     """
     stop_and_wait(spec, attempt)
-    bucket, _ = parse_s3_uri(attempt["input_prefix"])
-    objects = [S3Object(key[len(f"s3://{bucket}/"):], 0) for key in retry_keys]
+    objects = sized_objects(spec, attempt, retry_keys)
     nxt = _new_attempt(spec, attempt, attempt["attempt"] + 1, objects, attempt["requested_instances"],
                        after=attempt["attempt"], reopen_cancelled=by_operator)
     return submit(spec, nxt)
+
+
+def sized_objects(spec: PipelineSpec, attempt: dict, keys: list[str]) -> list[S3Object]:
+    """The inputs ``keys`` (full s3:// URIs) with their sizes, for the next attempt's plan.
+
+    A later attempt deals its files by size like the first (``sharding: by_size``) and records
+    each file's bytes in the ledger, so the sizes matter: they come from the ledger's FILE items
+    (the planner recorded each one), and from S3 for any the ledger lacks.
+    """
+    bucket, _ = parse_s3_uri(attempt["input_prefix"])
+    records = read_step(runtime.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"],
+                        file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
+    recorded = {f.input_key: int(f.bytes_in or 0) for f in records.files}
+    s3 = None
+    objects = []
+    for key in keys:
+        size = recorded.get(key, 0)
+        if not size:
+            s3 = s3 or runtime.s3_client(spec)
+            size = s3.head_object(Bucket=bucket, Key=key[len(f"s3://{bucket}/"):])["ContentLength"]
+        objects.append(S3Object(key[len(f"s3://{bucket}/"):], size))
+    return objects
 
 
 STOP_WAIT_SECONDS = 900.0  # SageMaker takes a minute or two to stop a job
@@ -346,8 +367,7 @@ def resume(spec: PipelineSpec, attempt: dict) -> dict:
                       if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
         log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest,
                     attempt["step"])
-        bucket, _ = parse_s3_uri(attempt["input_prefix"])
-        objects = [S3Object(key[len(f"s3://{bucket}/"):], 0) for key in unfinished]
+        objects = sized_objects(spec, attempt, unfinished)
         return submit(spec, _new_attempt(spec, attempt, latest, objects, attempt["requested_instances"],
                                          replan=True))
     log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)

@@ -200,3 +200,38 @@ def test_with_a_metadata_prefix_the_data_prefix_holds_only_data_and_its_marker(p
             "meta/_shardline/manifests/run-meta/score/outputs.json"} <= meta_keys, meta_keys
     marker = json.loads(s3.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
     assert marker["manifest"] == f"s3://{bucket}/meta/_shardline/manifests/run-meta/score/outputs.json"
+
+
+def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline):
+    """sharding by_size holds on every attempt, not only the first: a resubmission used to plan its files with
+    size 0, so its deal fell back to key order (two big files on one instance) and the ledger said bytes_in 0."""
+    import json
+
+    from shardline import runtime
+    from shardline.planner import S3Object, dealt, makespan
+    from shardline_ledger.orchestrator import FILE_ATTRIBUTES, read_step
+
+    spec, bucket = pipeline
+    s3 = boto3.client("s3")
+    # Blind to sizes, the planner fills each instance's bin in key order: both big files on the first one.
+    bodies = {"retry-a.parquet": parquet_bytes(20_000, 10_000), "retry-b.parquet": parquet_bytes(20_000, 40_000),
+              "retry-c.parquet": parquet_bytes(50, 70_000), "retry-d.parquet": parquet_bytes(50, 80_000)}
+    for name, body in bodies.items():
+        s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)
+    first = steps.plan(spec, "score", "run-sized", **plan_args(bucket))  # planned, never submitted
+    retry = [f"s3://{bucket}/in/{name}" for name in bodies]
+    second = steps.resubmit(spec, first, retry)
+    steps.stop(spec, second)
+
+    manifest_bucket, _, manifest_key = second["manifest_uri"].removeprefix("s3://").partition("/")
+    entries = json.loads(s3.get_object(Bucket=manifest_bucket, Key=manifest_key)["Body"].read())[1:]
+    sizes = {f"in/{name}": len(body) for name, body in bodies.items()}
+    deal = dealt([S3Object(f"in/{e}", sizes[f"in/{e}"]) for e in entries], second["instance_count"])
+    big = max(len(bodies["retry-a.parquet"]), len(bodies["retry-b.parquet"]))
+    small = max(len(bodies["retry-c.parquet"]), len(bodies["retry-d.parquet"]))
+    assert second["instance_count"] == 2 and makespan(deal) <= big + small, [[o.key for o in s] for s in deal]
+
+    records = read_step(runtime.ledger_model(spec), spec.pipeline, "run-sized", "score",
+                        file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
+    recorded = {f.input_key: (int(f.attempt), int(f.bytes_in or 0)) for f in records.files if f.input_key in retry}
+    assert recorded == {f"s3://{bucket}/{key}": (2, size) for key, size in sizes.items()}
