@@ -7,19 +7,21 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv browser test test-under-load lint demo demo-worker bench bench-quick clean
+.PHONY: help venv browser test test-under-load lint demo demo-worker bench bench-quick package-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+# The package with every extra (`dev` = airflow, worker, torch, local and the test tools), editable, with
+# each dependency pinned by constraints.txt: pyproject.toml says what Shardline needs, constraints.txt which
+# exact versions this repo, its images and CI use.
+$(STAMP): constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing pinned dependencies into $(VENV) (first run takes a few minutes)..."
 	$(PY) -m pip install --quiet "pip==26.3" "setuptools==84.2.1"
-	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
-	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -c constraints.txt --no-build-isolation -e ".[dev]"
 	@touch $(STAMP)
 
 browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get, once)
@@ -55,6 +57,17 @@ bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, wr
 bench-quick: $(STAMP)  ## a smaller, faster run of the benchmarks
 	$(PY) tests/bench/bench_worker.py --out bench-results --quick
 	$(PY) tests/bench/bench_orchestration.py --out bench-results --keys 10000
+
+package-check: $(STAMP)  ## build the wheel, install it with [airflow] in a fresh venv: providers list, DAGs import
+	rm -rf build/dist build/package-venv
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir build/dist .
+	$(PYTHON) -m venv build/package-venv
+	build/package-venv/bin/pip install --quiet -c constraints.txt "$$(ls build/dist/shardline-*.whl)[airflow]"
+	cd build && AIRFLOW_HOME=$$PWD/package-airflow AIRFLOW__CORE__LOAD_EXAMPLES=False \
+		package-venv/bin/airflow providers list | grep -E '^(package_name|shardline) '
+	cd build && AIRFLOW_HOME=$$PWD/package-airflow AIRFLOW__CORE__LOAD_EXAMPLES=False package-venv/bin/python -c \
+		"from airflow.dag_processing.dagbag import DagBag; b = DagBag(dag_folder='../dags'); \
+		assert not b.import_errors, b.import_errors; print('DAGs imported:', sorted(b.dag_ids))"
 
 clean:  ## remove caches and results (keeps .venv)
 	rm -rf .pytest_cache .ruff_cache bench-results build *.egg-info

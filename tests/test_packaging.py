@@ -1,0 +1,159 @@
+"""The distribution as a stranger installs it: the wheel and sdist the standard PEP 517 hooks build, what
+they hold and declare, a fresh virtualenv with only the core, and Airflow finding the provider.
+
+The wheel is built from a copy of exactly the files the images' first stage copies, so a file the
+package needs but the Dockerfiles leave out fails here, not in a registry push.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+PACKAGES = {"shardline", "shardline_ui", "shardline_worker", "shardline_ledger"}
+# What the images' wheel stage copies (inference_container/Dockerfile, infra/compose/airflow.Dockerfile).
+BUILD_INPUTS = ["pyproject.toml", "README.md", "plugins", "inference_container/shardline_worker",
+                "inference_container/shardline_ledger"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    source = tmp_path_factory.mktemp("source")
+    for name in BUILD_INPUTS:
+        origin = REPO / name
+        if origin.is_dir():
+            shutil.copytree(origin, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(origin, source / name)
+    dist = tmp_path_factory.mktemp("dist")
+    # The PEP 517 hooks themselves, each in a fresh process, as `python -m build` and `pip wheel` call them.
+    for hook in ("build_wheel", "build_sdist"):
+        subprocess.run([sys.executable, "-c", f"import sys; from setuptools import build_meta; "
+                        f"build_meta.{hook}(sys.argv[1])", str(dist)],
+                       cwd=source, check=True, capture_output=True, text=True)
+    (wheel,) = dist.glob("shardline-*.whl")
+    (sdist,) = dist.glob("shardline-*.tar.gz")
+    return {"wheel": wheel, "sdist": sdist}
+
+
+def _metadata(wheel: Path, name: str) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        (member,) = [n for n in archive.namelist() if n.endswith(f".dist-info/{name}")]
+        return archive.read(member).decode()
+
+
+def test_the_wheel_holds_every_package_and_no_tests_dags_or_repo_files(built):
+    with zipfile.ZipFile(built["wheel"]) as archive:
+        names = archive.namelist()
+    tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert tops == PACKAGES, tops
+    assert "shardline_ui/static/oncall.js" in names or any(n.startswith("shardline_ui/static/") for n in names)
+    assert "shardline/provider_info.py" in names and "shardline/__main__.py" in names
+
+
+def test_the_sdist_rebuilds_the_same_packages(built):
+    with tarfile.open(built["sdist"]) as archive:
+        names = archive.getnames()
+    assert any(n.endswith("/pyproject.toml") for n in names)
+    for package, where in [("shardline", "plugins"), ("shardline_worker", "inference_container"),
+                           ("shardline_ledger", "inference_container"), ("shardline_ui", "plugins")]:
+        assert any(f"/{where}/{package}/__init__.py" in n for n in names), package
+
+
+def test_the_metadata_declares_ranges_extras_and_entry_points(built):
+    metadata = _metadata(built["wheel"], "METADATA")
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    core = [r for r in requires if "extra ==" not in r]
+    assert {r.split("<")[0].split(">")[0].split("=")[0].strip().lower() for r in core} >= {
+        "boto3", "pynamodb", "pydantic", "pyyaml", "httpx", "rich"}, core
+    assert not [r for r in requires if "==" in r.split(";")[0]], "exact pins belong in constraints.txt, not here"
+    assert not [r for r in core if "airflow" in r or "torch" in r or "xgboost" in r], core
+    extras = {line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Provides-Extra:")}
+    assert extras >= {"airflow", "worker", "torch", "local", "dev"}, extras
+    entry_points = _metadata(built["wheel"], "entry_points.txt")
+    assert "provider_info = shardline.provider_info:get_provider_info" in entry_points
+    assert "shardline_ui = shardline_ui.airflow_plugin:ShardlineUiPlugin" in entry_points
+    assert "shardline = shardline.cli:main" in entry_points
+
+
+def test_every_pin_the_extras_need_is_in_constraints():
+    pins = {line.split("==")[0].strip().lower().replace("_", "-")
+            for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line}
+    for extra, requirements in PROJECT["project"]["optional-dependencies"].items():
+        for requirement in [*PROJECT["project"]["dependencies"], *requirements]:
+            name = requirement.split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip().lower()
+            if name != "shardline":
+                assert name.replace("_", "-") in pins, f"{name} ({extra}) has no pin in constraints.txt"
+
+
+@pytest.mark.slow
+def test_a_fresh_virtualenv_with_the_core_runs_the_cli_without_airflow(built, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"),
+                              str(built["wheel"])], check=False, capture_output=True, text=True, timeout=900)
+    assert install.returncode == 0, install.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    version = subprocess.run([str(venv / "bin" / "shardline"), "--version"], check=False, capture_output=True,
+                             text=True, env=env)
+    assert version.returncode == 0 and version.stdout.strip() == "shardline " + _version(built["wheel"]), version
+    helped = subprocess.run([str(venv / "bin" / "shardline"), "--help"], check=False, capture_output=True,
+                            text=True, env=env)
+    assert helped.returncode == 0 and "resubmit" in helped.stdout, helped.stderr
+    module = subprocess.run([str(python), "-m", "shardline", "--version"], check=False, capture_output=True,
+                             text=True, env=env)
+    assert module.returncode == 0 and module.stdout.startswith("shardline "), module.stderr
+    # The core is the core: no Airflow, no model libraries came with it.
+    absent = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('airflow', "
+                             "'xgboost', 'torch', 'moto') if u.find_spec(m)])"], check=False,
+                            capture_output=True, text=True, env=env)
+    assert absent.stdout.strip() == "[]", absent.stdout + absent.stderr
+
+
+def _version(wheel: Path) -> str:
+    return wheel.name.split("-")[1]
+
+
+@pytest.mark.slow
+def test_airflow_lists_shardline_as_a_provider(tmp_path):
+    """The editable install in .venv registers the same entry points as the wheel."""
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    listed = subprocess.run([str(Path(sys.executable).with_name("airflow")), "providers", "list", "-o", "json"],
+                            check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    providers = {p["package_name"]: p for p in json.loads(listed.stdout[listed.stdout.index("["):])}
+    from shardline import __version__
+
+    assert providers["shardline"]["version"] == __version__, providers.get("shardline")
+
+
+def test_the_provider_info_is_valid_for_airflows_runtime_schema():
+    import importlib.resources
+
+    import jsonschema
+    from shardline.provider_info import get_provider_info
+
+    schema = json.loads(importlib.resources.files("airflow").joinpath("provider_info.schema.json").read_text())
+    info = get_provider_info()
+    jsonschema.validate(info, schema)
+    assert info["package-name"] == PROJECT["project"]["name"]
+    for group in ("operators", "sensors", "triggers"):
+        for entry in info[group]:
+            for module in entry["python-modules"]:
+                assert (REPO / "plugins" / (module.replace(".", "/") + ".py")).is_file(), module
+    (plugin,) = info["plugins"]
+    module, _, name = plugin["plugin-class"].rpartition(".")
+    assert f"class {name}(" in (REPO / "plugins" / (module.replace(".", "/") + ".py")).read_text()
