@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv browser test test-under-load lint demo demo-worker bench bench-quick package-check clean
+.PHONY: help venv browser test test-fast test-under-load lint demo demo-worker bench bench-quick package-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,10 @@ test: $(STAMP) browser  ## lint, then run the test suite (starts its own moto_se
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
+test-fast: $(STAMP)  ## lint, then the unit tests: no server, no end-to-end run (under a minute)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -m "not integration and not slow"
+
 test-under-load: $(STAMP) browser  ## the test suite with two busy loops beside it (no test may depend on timing)
 	@python3 -c "while True: pass" & b1=$$!; python3 -c "while True: pass" & b2=$$!; trap "kill $$b1 $$b2" EXIT; \
 	start=$$(date +%s); $(PY) -m pytest -q; rc=$$?; \
@@ -45,10 +49,10 @@ lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .
 
 demo: $(STAMP)  ## the example pipeline through Airflow on the embedded stack, with one instance killed
-	$(PY) -m shardline.demo
+	$(PY) -m examples.airflow_demo
 
 demo-worker: $(STAMP)  ## just the inference worker on generated data (no Airflow, no AWS)
-	$(PY) -m shardline_worker.demo
+	$(PY) -m examples.worker_demo
 
 bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, write bench-results/
 	$(PY) tests/bench/bench_worker.py --out bench-results

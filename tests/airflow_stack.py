@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 import httpx
-from shardline.airflow_api import AirflowClient
-from shardline.localstack import free_port
+
+from shardline.local.embedded_aws import free_port
+from shardline.oncall.airflow_client import AirflowClient
 
 STARTUP_TIMEOUT = 240
 

@@ -11,9 +11,20 @@ import warnings
 from pathlib import Path
 
 import pytest
-from shardline_worker import synthetic
+
+from examples import synthetic
 
 # -- models, trained once per session ----------------------------------------------------------------------
+
+
+SERVER_FIXTURES = {"moto_endpoint", "airflow_stack"}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that reaches a server the suite starts is an integration test: `make test-fast` leaves them out."""
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +58,7 @@ def torch_model(model_root) -> Path:
 @pytest.fixture(scope="session")
 def moto_endpoint(tmp_path_factory) -> str:
     """Start ``moto_server`` on a free loopback port (the project's own launcher); stop it at the end."""
-    from shardline.localstack import EmbeddedAwsError, embedded_aws
+    from shardline.local.embedded_aws import EmbeddedAwsError, embedded_aws
 
     log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
     try:
@@ -86,7 +97,7 @@ def aws_env(monkeypatch, moto_endpoint, tmp_path) -> dict[str, str]:
 @pytest.fixture
 def ledger_table(aws_env) -> str:
     """A fresh ledger table on moto_server, created with the project's own create_ledger_table."""
-    from shardline_ledger import create_ledger_table
+    from shardline.ledger import create_ledger_table
 
     name = f"shardline-test-{uuid.uuid4().hex[:12]}"
     create_ledger_table(name, "us-east-1", aws_env["AWS_ENDPOINT_URL"])

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from shardline.localstack import start_moto
+from shardline.local.embedded_aws import start_moto
 
 # -- a dedicated moto_server ----------------------------------------------------------------------------------
 

@@ -21,11 +21,12 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
-from shardline_worker import synthetic
+
+from examples import synthetic
 
 HOST = "test-host"
 FEATURES = synthetic.feature_names()
-WORKER = [sys.executable, "-m", "shardline_worker"]
+WORKER = [sys.executable, "-m", "shardline.worker"]
 # Environment that would change what the worker does; stripped so the developer's shell cannot leak in.
 _SCRUB_PREFIXES = ("SHARDLINE_", "AWS_", "CUDA_VISIBLE_DEVICES")
 
@@ -52,7 +53,7 @@ def worker_command(input_dir: Path, output_dir: Path, model_dir: Path, *args: st
 
 def run_worker(input_dir: Path, output_dir: Path, model_dir: Path, *args: str, env: dict[str, str] | None = None,
                timeout: float = 300, host: str = HOST, workers: int | None = 2) -> subprocess.CompletedProcess:
-    """Run ``python -m shardline_worker`` to completion and return its result (stderr holds the log)."""
+    """Run ``python -m shardline.worker`` to completion and return its result (stderr holds the log)."""
     return subprocess.run(
         worker_command(input_dir, output_dir, model_dir, *args, host=host, workers=workers),
         env=env if env is not None else clean_env(), capture_output=True, text=True, timeout=timeout, check=False,
@@ -66,7 +67,7 @@ def describe(result: subprocess.CompletedProcess) -> str:
 
 def load_manifest(output_dir: Path, host: str = HOST, attempt: int | None = None) -> dict:
     """An instance's manifest: per attempt in a pipeline (with a ledger), else the standalone one."""
-    from shardline_worker.cli import manifest_path
+    from shardline.worker.cli import manifest_path
 
     return json.loads(manifest_path(output_dir / "_shardline", host, attempt).read_text())
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import boto3
 import pyarrow.parquet as pq
-from shardline import steps
-from shardline.decide import JobStatus
+
+from examples import synthetic
+from shardline.decision.policy import JobStatus
+from shardline.orchestration import steps
 from shardline.spec import PipelineSpec, parse_spec
-from shardline_worker import synthetic
 
 
 def parquet_bytes(rows: int, first_id: int) -> bytes:

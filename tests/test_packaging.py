@@ -21,10 +21,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-PACKAGES = {"shardline", "shardline_ui", "shardline_worker", "shardline_ledger"}
+PACKAGES = {"shardline"}
+ROOMS = {"spec.py", "planning", "backends", "worker", "ledger", "decision", "orchestration", "airflow", "oncall",
+         "local"}
 # What the images' wheel stage copies (inference_container/Dockerfile, infra/compose/airflow.Dockerfile).
-BUILD_INPUTS = ["pyproject.toml", "README.md", "plugins", "inference_container/shardline_worker",
-                "inference_container/shardline_ledger"]
+BUILD_INPUTS = ["pyproject.toml", "README.md", "src"]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,8 @@ def test_the_wheel_holds_every_package_and_no_tests_dags_or_repo_files(built):
         names = archive.namelist()
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert tops == PACKAGES, tops
-    assert "shardline_ui/static/oncall.js" in names or any(n.startswith("shardline_ui/static/") for n in names)
+    assert {n.split("/")[1] for n in names if n.startswith("shardline/")} >= ROOMS
+    assert "shardline/airflow/ui/static/oncall.html" in names
     assert "shardline/provider_info.py" in names and "shardline/__main__.py" in names
 
 
@@ -67,9 +69,8 @@ def test_the_sdist_rebuilds_the_same_packages(built):
     with tarfile.open(built["sdist"]) as archive:
         names = archive.getnames()
     assert any(n.endswith("/pyproject.toml") for n in names)
-    for package, where in [("shardline", "plugins"), ("shardline_worker", "inference_container"),
-                           ("shardline_ledger", "inference_container"), ("shardline_ui", "plugins")]:
-        assert any(f"/{where}/{package}/__init__.py" in n for n in names), package
+    for package in ["shardline", "shardline/worker", "shardline/ledger", "shardline/airflow/ui"]:
+        assert any(n.endswith(f"/src/{package}/__init__.py") for n in names), package
 
 
 def test_the_metadata_declares_ranges_extras_and_entry_points(built):
@@ -84,8 +85,8 @@ def test_the_metadata_declares_ranges_extras_and_entry_points(built):
     assert extras >= {"airflow", "worker", "torch", "local", "dev"}, extras
     entry_points = _metadata(built["wheel"], "entry_points.txt")
     assert "provider_info = shardline.provider_info:get_provider_info" in entry_points
-    assert "shardline_ui = shardline_ui.airflow_plugin:ShardlineUiPlugin" in entry_points
-    assert "shardline = shardline.cli:main" in entry_points
+    assert "shardline_ui = shardline.airflow.ui.plugin:ShardlineUiPlugin" in entry_points
+    assert "shardline = shardline.oncall.cli:main" in entry_points
 
 
 def test_every_pin_the_extras_need_is_in_constraints():
@@ -144,6 +145,7 @@ def test_the_provider_info_is_valid_for_airflows_runtime_schema():
     import importlib.resources
 
     import jsonschema
+
     from shardline.provider_info import get_provider_info
 
     schema = json.loads(importlib.resources.files("airflow").joinpath("provider_info.schema.json").read_text())
@@ -153,7 +155,7 @@ def test_the_provider_info_is_valid_for_airflows_runtime_schema():
     for group in ("operators", "sensors", "triggers"):
         for entry in info[group]:
             for module in entry["python-modules"]:
-                assert (REPO / "plugins" / (module.replace(".", "/") + ".py")).is_file(), module
+                assert (REPO / "src" / (module.replace(".", "/") + ".py")).is_file(), module
     (plugin,) = info["plugins"]
     module, _, name = plugin["plugin-class"].rpartition(".")
-    assert f"class {name}(" in (REPO / "plugins" / (module.replace(".", "/") + ".py")).read_text()
+    assert f"class {name}(" in (REPO / "src" / (module.replace(".", "/") + ".py")).read_text()

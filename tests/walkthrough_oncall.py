@@ -5,7 +5,7 @@ standalone` on the embedded stack, through the `shardline` CLI as an engineer ru
 
 It starts moto_server and Airflow (a few minutes on 2 cores), triggers the hourly pipeline for
 10:00 with one corrupt input, and prints each command with its output (COLUMNS=130), from
-`shardline login` to the run turning green. Not a test: tests/plugins/test_oncall_airflow.py
+`shardline login` to the run turning green. Not a test: tests/oncall/test_oncall_airflow.py
 checks the same loop.
 """
 
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import boto3
 import yaml
-from shardline.localstack import embedded_aws
-from shardline.spec import load_spec
-from shardline_ledger.table import create_ledger_table
-from shardline_worker import synthetic
 
+from examples import synthetic
+from shardline.ledger.table import create_ledger_table
+from shardline.local.embedded_aws import embedded_aws
+from shardline.spec import load_spec
 from tests.airflow_stack import airflow_standalone
 from tests.conftest import AWS_TEST_ENV
 

@@ -10,7 +10,7 @@
 # here because the `local` backend runs `python -m shardline_worker` as a subprocess of the task, inside the
 # scheduler container. torch only with --build-arg INSTALL_TORCH=true (CPU wheels from TORCH_INDEX_URL).
 # The installed wheel registers the provider (`airflow providers list`) and the on-call page's plugin;
-# PYTHONPATH puts plugins/ and inference_container/ first, which compose bind-mounts over the copies baked in
+# PYTHONPATH puts src/ (and examples/, for seed_demo.py) first, which compose bind-mounts over the copies baked in
 # here, so every process (the DAG parser, the task, the local job's supervisor and its workers) imports the
 # same, live source.
 
@@ -19,9 +19,7 @@ FROM python:3.11-slim-bookworm AS wheel
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY plugins/ plugins/
-COPY inference_container/shardline_worker/ inference_container/shardline_worker/
-COPY inference_container/shardline_ledger/ inference_container/shardline_ledger/
+COPY src/ src/
 RUN pip wheel --no-deps --wheel-dir /dist .
 
 FROM apache/airflow:3.3.2-python3.11
@@ -50,13 +48,12 @@ RUN if [ "${INSTALL_TORCH}" = "true" ]; then \
         && pip install --index-url "${TORCH_INDEX_URL}" "${torch_pin}"; \
     fi
 
-COPY --chown=airflow:0 inference_container/shardline_worker/ /opt/shardline/inference_container/shardline_worker/
-COPY --chown=airflow:0 inference_container/shardline_ledger/ /opt/shardline/inference_container/shardline_ledger/
-COPY --chown=airflow:0 plugins/ /opt/airflow/plugins/
+COPY --chown=airflow:0 src/ /opt/shardline/src/
+COPY --chown=airflow:0 examples/ /opt/shardline/examples/
 COPY --chown=airflow:0 dags/ /opt/airflow/dags/
 COPY --chown=airflow:0 infra/compose/init_stack.py infra/compose/write_auth_passwords.py infra/compose/seed_demo.py /opt/shardline/compose/
 
 # The local backend's job root: created here so the named volume mounted on it starts owned by airflow.
-ENV PYTHONPATH=/opt/airflow/plugins:/opt/shardline/inference_container \
+ENV PYTHONPATH=/opt/shardline/src:/opt/shardline \
     SHARDLINE_LOCAL_ROOT=/opt/airflow/shardline-local
 RUN mkdir -p "${SHARDLINE_LOCAL_ROOT}"

@@ -5,8 +5,8 @@ Local (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL_DYNAMODB``). Idempotent: wha
 
 Nothing is listed here by hand. The tables are the ``ledger_table`` of every pipeline spec in
 ``dags/pipelines`` (its default when a spec leaves it out), created with the project's own
-``shardline_ledger.table.create_ledger_table``, so the schema is the one in code. The buckets are
-the demo's (``shardline.demo.BUCKET``) plus every bucket an ``s3://`` URI in a spec names.
+``shardline.ledger.table.create_ledger_table``, so the schema is the one in code. The buckets are
+every bucket an ``s3://`` URI in a spec names, plus any ``--bucket``.
 
     python infra/compose/init_stack.py --pipelines-dir dags/pipelines [--bucket extra] [--dry-run]
 """
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from shardline.provision import Plan, apply, make_plan, s3_buckets
+from shardline.local.provision import Plan, apply, make_plan, s3_buckets
 
 __all__ = ["Plan", "apply", "main", "make_plan", "s3_buckets", "wait_for_endpoints"]
 

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     logical_date = args.logical_date if args.logical_date.tzinfo else args.logical_date.replace(tzinfo=dt.UTC)
 
     import boto3
-    from shardline_worker import synthetic
+
+    from examples import synthetic
 
     prefix, model_uri = targets(args.pipelines_dir / f"{args.pipeline}.yaml", logical_date)
     s3 = boto3.client("s3")

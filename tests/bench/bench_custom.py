@@ -1,7 +1,7 @@
 """Custom ``inference.py`` throughput (`make bench`): what SageMaker-style code costs next to the built-in path.
 
 One model (the benchmark's scikit-learn HistGradientBoosting), one data set (1M rows over 8
-parquet files, 32 float32 features + id), every variant a whole `python -m shardline_worker`
+parquet files, 32 float32 features + id), every variant a whole `python -m shardline.worker`
 run timed from launch to exit, interleaved round by round:
 
   builtin        the model file itself (no script): the reference
@@ -28,6 +28,8 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for examples/
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -140,7 +142,7 @@ def subset(data: Path, rows: int) -> Path:
 
 def run(name: str, model_dir: Path, data: Path, scratch: Path) -> dict:
     out = Path(tempfile.mkdtemp(dir=scratch))
-    command = [sys.executable, "-m", "shardline_worker", "--input-dir", str(data), "--output-dir", str(out),
+    command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data), "--output-dir", str(out),
                "--model-dir", str(model_dir), "--passthrough", "id", "--host", "bench",
                "--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json"),
                "--progress-interval", "3600", *VARIANTS[name][1]]
@@ -165,7 +167,7 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="comma-separated subset to run (builtin always runs: it is the reference)")
     args = parser.parse_args()
-    from shardline_worker import synthetic
+    from examples import synthetic
 
     args.out.mkdir(parents=True, exist_ok=True)
     rows = 100_000 if args.quick else 1_000_000

@@ -27,7 +27,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     args = parser.parse_args()
-    from shardline.localstack import apply_env, embedded_aws
+    from shardline.local.embedded_aws import apply_env, embedded_aws
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp, embedded_aws(Path(tmp) / "moto.log") as env:
@@ -43,8 +43,8 @@ def main() -> int:
 
 
 def poke_cost(files: int) -> dict:
-    from shardline_ledger.orchestrator import read_step, start_attempt
-    from shardline_ledger.table import bind_ledger, create_ledger_table
+    from shardline.ledger.orchestrator import read_step, start_attempt
+    from shardline.ledger.table import bind_ledger, create_ledger_table
 
     create_ledger_table("bench-ledger")
     model = bind_ledger("bench-ledger")
@@ -69,9 +69,10 @@ def poke_cost(files: int) -> dict:
 
 def planning_time(keys: int) -> dict:
     import boto3
-    from shardline import steps
+
+    from shardline.ledger.table import create_ledger_table
+    from shardline.orchestration import steps
     from shardline.spec import parse_spec
-    from shardline_ledger.table import create_ledger_table
 
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket="bench-raw")
@@ -123,9 +124,9 @@ def demo_overhead() -> dict:
     import subprocess
     import sys
 
-    print("running the demo pipeline (python -m shardline.demo) ...", flush=True)
+    print("running the demo pipeline (python -m examples.airflow_demo) ...", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        result = subprocess.run([sys.executable, "-m", "shardline.demo", "--workdir", tmp], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", tmp], capture_output=True,
                                 text=True, check=False, timeout=900)
     if result.returncode != 0:
         print(result.stdout[-3000:], result.stderr[-3000:])
@@ -145,7 +146,7 @@ def demo_overhead() -> dict:
 
 
 def sharding_skew() -> dict:
-    from shardline.planner import S3Object, dealt, makespan, manifest_order
+    from shardline.planning.inputs import S3Object, dealt, makespan, manifest_order
 
     rng = random.Random(1)
     # Skewed partition sizes: mostly small files and a few very large ones (lognormal), 200 files.

@@ -6,7 +6,7 @@ interleaved round by round, for each model kind:
   (a) sequential   one process, model loaded once, pandas read/write, library default threads
   (b) naive        ProcessPoolExecutor, one task per file: load model per file, read the whole
                    file with pandas, predict, write parquet, no thread caps
-  (c) shardline    `python -m shardline_worker`, timed from launch to exit (startup included)
+  (c) shardline    `python -m shardline.worker`, timed from launch to exit (startup included)
   (d) compute      predict() alone on preloaded arrays, one process per core, one thread each;
                    the best of batch sizes 4k/16k/64k/whole and (scikit-learn) both memory layouts
   (e) io           read the features into arrays and write id + a constant prediction, no model,
@@ -36,6 +36,8 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for examples/
 
 import psutil
 
@@ -230,8 +232,12 @@ def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path
             baseline_src: Path | None = None) -> dict:
     out = Path(tempfile.mkdtemp(dir=scratch))
     if variant in ("shardline", "baseline"):
-        env = {"PYTHONPATH": str(baseline_src / "inference_container")} if variant == "baseline" else None
-        command = [sys.executable, "-m", "shardline_worker", "--input-dir", str(data), "--output-dir", str(out),
+        env, module = None, "shardline.worker"
+        if variant == "baseline":  # an older commit's worker: before the src/ layout it was `shardline_worker`
+            old_layout = not (baseline_src / "src" / "shardline" / "worker").is_dir()
+            env = {"PYTHONPATH": str(baseline_src / ("inference_container" if old_layout else "src"))}
+            module = "shardline_worker" if old_layout else module
+        command = [sys.executable, "-m", module, "--input-dir", str(data), "--output-dir", str(out),
                    "--model-dir", str(model_path.parent), "--passthrough", "id", "--host", "bench",
                    "--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json"),
                    "--progress-interval", "3600", *extra]
@@ -250,7 +256,7 @@ def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path
 
 
 def prepare(out: Path, files: int, rows: int) -> tuple[Path, dict[str, Path]]:
-    from shardline_worker import synthetic
+    from examples import synthetic
 
     data = out / f"data-{files}x{rows}"
     marker = data / "_READY"
@@ -367,7 +373,7 @@ def main() -> int:
 
 
 def memory_run(out: Path, models, kinds, scratch: Path, rows: int) -> list[dict]:
-    from shardline_worker import synthetic
+    from examples import synthetic
 
     data = out / f"data-single-{rows}"
     if not (data / "_READY").exists():

@@ -452,8 +452,9 @@ def test_python_path_matches_the_code_mounts(services):
     entries = match.group(1).split(":")
     mounts = {source.lstrip("./"): target for kind, source, target in volume_entries(services["airflow-scheduler"])
               if kind == "bind"}
-    assert mounts.get("plugins") in entries, "plugins/ is mounted somewhere PYTHONPATH does not look"
-    assert mounts.get("inference_container") in entries, "inference_container/ is mounted off PYTHONPATH"
+    assert mounts.get("src") in entries, "src/ is mounted somewhere PYTHONPATH does not look"
+    # examples/ is imported as the package `examples` (seed_demo.py): its parent must be on PYTHONPATH.
+    assert str(Path(mounts.get("examples", "/nowhere")).parent) in entries, "examples/ is mounted off PYTHONPATH"
     assert mounts.get("dags") == "/opt/airflow/dags"
 
 
@@ -469,7 +470,7 @@ def test_scripts_the_stack_runs_are_in_the_image(services):
 
 
 def test_worker_image_tag_matches_the_local_backend(services):
-    from shardline.runtime import LOCAL_IMAGE
+    from shardline.orchestration.services import LOCAL_IMAGE
 
     worker = services["worker-image"]
     assert worker["image"] == LOCAL_IMAGE
@@ -497,15 +498,16 @@ def test_host_ports_do_not_collide(services, example_env):
 
 
 def test_init_ledger_tables_and_buckets_match_the_pipelines(services):
-    from shardline.demo import BUCKET
+    from examples.airflow_demo import BUCKET
     from shardline.spec import PipelineSpec
 
+    assert f"s3://{BUCKET}/" in (PIPELINES / "tabular_scoring_hourly.yaml").read_text()  # the demo's bucket
     specs = sorted(PIPELINES.glob("*.yaml"))
     assert specs
     raw = [yaml.safe_load(p.read_text()) for p in specs]
     default = PipelineSpec.model_fields["ledger_table"].default
     expected_tables = {data.get("ledger_table", default) for data in raw}
-    expected_buckets = {BUCKET} | {m for p in specs for m in re.findall(r"s3://([a-z0-9.\-]+)/", p.read_text())}
+    expected_buckets = {m for p in specs for m in re.findall(r"s3://([a-z0-9.\-]+)/", p.read_text())}
 
     plan = load_script("init_stack").make_plan(PIPELINES)
     assert set(plan.tables) == expected_tables
@@ -533,7 +535,8 @@ def test_init_plan_skips_bad_specs_and_templated_buckets(tmp_path):
 
 def test_init_stack_creates_the_table_and_buckets_idempotently(aws_env, monkeypatch, tmp_path, capsys):
     import boto3
-    from shardline_ledger.table import FAILURES_INDEX_NAME
+
+    from shardline.ledger.table import FAILURES_INDEX_NAME
 
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     init_stack = load_script("init_stack")

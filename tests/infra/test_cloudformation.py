@@ -1,7 +1,7 @@
 """The CloudFormation template: cfn-lint clean, and consistent with the code it deploys for.
 
 The structural checks compare the template against the code's own definitions (the
-pynamodb model, shardline.naming, the pipeline spec) rather than re-typed strings, and the
+pynamodb model, shardline.planning.naming, the pipeline spec) rather than re-typed strings, and the
 DynamoDB permissions are checked against the API calls the ledger code really makes, recorded
 on moto_server. A change on either side that breaks a deployment fails here.
 """
@@ -298,7 +298,7 @@ def _sorted_pairs(items: list[dict], *keys: str) -> list[tuple]:
 
 
 def test_ledger_table_matches_the_model(template):
-    from shardline_ledger.table import FAILURES_INDEX_NAME, LedgerItem, bind_ledger
+    from shardline.ledger.table import FAILURES_INDEX_NAME, LedgerItem, bind_ledger
 
     model = bind_ledger("infra-schema-check", "us-east-1", "http://127.0.0.1:9")  # builds classes, no IO
     schema = model._get_schema()  # pynamodb 6: what create_ledger_table sends to CreateTable
@@ -468,7 +468,7 @@ def test_airflow_role_trusts_the_configured_principal(template):
 def test_execution_role_is_assumed_only_for_this_accounts_shardline_processing_jobs(template):
     """Confused deputy: SageMaker gets the role for our processing jobs only, not for a training job or
     another account's job that someone able to pass the role points at it."""
-    from shardline.naming import job_name
+    from shardline.planning.naming import job_name
 
     sagemaker = {"Service": "sagemaker.amazonaws.com"}
     ours = job_name("daily_churn", "scheduled__2026-11-22T00:00:00+00:00", "score", 1)
@@ -583,10 +583,10 @@ def _create_job_context(request: dict) -> dict:
 
 @pytest.mark.parametrize("vpc_access", [False, True])
 def test_airflow_creates_jobs_only_with_the_stack_key_and_network(template, vpc_access):
-    """The real request (shardline.requests) passes the CreateProcessingJob conditions with the spec's
+    """The real request (shardline.planning.request) passes the CreateProcessingJob conditions with the spec's
     kms_key_id set to the stack's key ARN, and in the allowed subnets; anything else is refused."""
-    from shardline.naming import job_name
-    from shardline.requests import Attempt, build_processing_request
+    from shardline.planning.naming import job_name
+    from shardline.planning.request import Attempt, build_processing_request
     from shardline.spec import SpecError, parse_spec
 
     subnets, groups = ["subnet-0abc1234", "subnet-0def5678"], ["sg-0abc1234"]
@@ -629,7 +629,7 @@ def test_airflow_creates_jobs_only_with_the_stack_key_and_network(template, vpc_
 
 
 def test_airflow_may_run_exactly_the_jobs_shardline_names(template):
-    from shardline.naming import job_name
+    from shardline.planning.naming import job_name
 
     values = example_values(template)
     arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/"
@@ -648,7 +648,7 @@ def _uri_key(values: dict, prefix_param: str, rest: str) -> str:
 
 
 def _object_arn(values: dict, uri: str) -> str:
-    from shardline.planner import parse_s3_uri
+    from shardline.planning.inputs import parse_s3_uri
 
     bucket, key = parse_s3_uri(uri)
     assert bucket == values["DataBucket"]
@@ -658,14 +658,14 @@ def _object_arn(values: dict, uri: str) -> str:
 @pytest.mark.parametrize("output_rest", ["", "churn/scores/dt=2026-11-22/"])
 def test_s3_access_follows_the_data_layout(template, output_rest):
     """Who may read and write inputs, models, outputs and manifests, at the keys the code uses."""
-    from shardline.naming import manifest_key, outputs_manifest_key, success_marker_key
+    from shardline.planning.naming import manifest_key, outputs_manifest_key, success_marker_key
 
     values = example_values(template)
     input_uri = _uri_key(values, "InputPrefix", "customers/dt=2026-11-22/part-000.parquet")
     model_uri = _uri_key(values, "ModelPrefix", "sklearn/v1/model.tar.gz")
     output_prefix = _uri_key(values, "OutputPrefix", output_rest)
     prediction = output_prefix + "part-000.parquet"
-    worker_report = output_prefix + "_shardline/attempt-0002/manifest-algo-1.json"  # shardline_worker.cli
+    worker_report = output_prefix + "_shardline/attempt-0002/manifest-algo-1.json"  # shardline.worker.cli
     success_marker = success_marker_key(output_prefix)  # steps.commit_outputs writes and withdraws it
     outputs_manifest = outputs_manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score")
     manifest = manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score", 2)
@@ -754,7 +754,7 @@ def test_prefix_parameters_cannot_be_empty_or_whole_bucket(template):
 
 
 def test_airflow_ledger_index_is_the_models_index(template):
-    from shardline_ledger.table import FAILURES_INDEX_NAME
+    from shardline.ledger.table import FAILURES_INDEX_NAME
 
     values = example_values(template)
     index_arn = f"{values['LedgerTable.Arn']}/index/{FAILURES_INDEX_NAME}"
@@ -849,9 +849,10 @@ class LedgerSession:
 
 @pytest.fixture
 def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
-    from shardline_ledger import bind_ledger
-    from shardline_ledger.keys import RUN_SK, run_pk
-    from shardline_ledger.orchestrator import (
+    from shardline.ledger import bind_ledger
+    from shardline.ledger.job_writes import FileOutcome, LedgerContext, StaleAttemptError, WorkerLedger
+    from shardline.ledger.keys import RUN_SK, run_pk
+    from shardline.ledger.orchestrator import (
         ensure_run,
         finish_step,
         list_runs,
@@ -860,8 +861,7 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
         set_run_status,
         start_attempt,
     )
-    from shardline_ledger.states import FileStatus, ShardStatus, StepStatus
-    from shardline_ledger.worker import FileOutcome, LedgerContext, StaleAttemptError, WorkerLedger
+    from shardline.ledger.states import FileStatus, ShardStatus, StepStatus
 
     calls = record_ledger_calls
     model = bind_ledger(ledger_table)
@@ -941,15 +941,15 @@ def _granted_attributes(template: dict, action: str) -> set[str]:
 
 
 def _worker_code_attributes() -> set[str]:
-    """Stored names of the model attributes shardline_ledger.worker refers to as ``m.<attribute>``
+    """Stored names of the model attributes shardline.ledger.job_writes refers to as ``m.<attribute>``
     (``m = self.model``), in any branch, whether or not the recorded session reached it."""
     import ast
 
-    from shardline_ledger import worker
-    from shardline_ledger.table import LedgerItem
+    from shardline.ledger import job_writes
+    from shardline.ledger.table import LedgerItem
 
     attributes = LedgerItem.get_attributes()
-    tree = ast.parse(Path(worker.__file__).read_text())
+    tree = ast.parse(Path(job_writes.__file__).read_text())
     named = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
              and isinstance(node.value, ast.Name) and node.value.id == "m" and node.attr in attributes}
     assert {"status", "attempt", "heartbeat_at"} <= named  # the scan still sees the worker's writes
@@ -959,7 +959,7 @@ def _worker_code_attributes() -> set[str]:
 def test_worker_may_update_exactly_the_attributes_the_worker_code_writes(template, ledger_session):
     """dynamodb:Attributes of the execution role is the worker's FILE and SHARD attributes, from the code:
     an attribute the worker starts writing and the policy lacks fails here, as does one granted in vain."""
-    from shardline_ledger.table import LedgerItem
+    from shardline.ledger.table import LedgerItem
 
     requests = dynamodb_requests(ledger_session.worker)
     updated = {a for action, c in requests if action == "dynamodb:UpdateItem" for a in c["dynamodb:Attributes"]}
@@ -972,7 +972,7 @@ def test_worker_may_update_exactly_the_attributes_the_worker_code_writes(templat
     assert _worker_code_attributes() <= granted, sorted(_worker_code_attributes() - granted)
     assert _granted_attributes(template, "dynamodb:ConditionCheckItem") == checked == {"pk", "sk", "oat"}
     # What the orchestrator alone owns (every RUN and STEP attribute but the keys) is never the worker's to write.
-    from shardline_ledger.table import ControlItem
+    from shardline.ledger.table import ControlItem
 
     orchestrator_only = {a.attr_name for a in ControlItem.get_attributes().values()} - {"pk", "sk", "ttl"}
     assert {"ost", "oat", "pj", "msg"} <= orchestrator_only
@@ -1003,7 +1003,7 @@ def _forge(model, calls: list, write) -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("pipeline", ["*", "p"])
 def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(template, ledger_session, record_ledger_calls,
                                                                    pipeline):
-    from shardline_ledger.keys import RUN_SK, RUNS_PK, file_sk, run_pk, runs_pk, step_sk
+    from shardline.ledger.keys import RUN_SK, RUNS_PK, file_sk, run_pk, runs_pk, step_sk
 
     m, calls = ledger_session.model, record_ledger_calls
     pk, table_arn = run_pk("p", "run-1"), example_values(template)["LedgerTable.Arn"]
@@ -1042,12 +1042,12 @@ def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(template, ledg
 
 
 def test_worker_role_cannot_set_a_step_or_run_status_or_attempt(template, ledger_session, record_ledger_calls):
-    from shardline_ledger.keys import RUN_SK, run_pk, step_sk
+    from shardline.ledger.keys import RUN_SK, run_pk, step_sk
 
     m, calls = ledger_session.model, record_ledger_calls
     pk, table_arn = run_pk("p", "run-1"), example_values(template)["LedgerTable.Arn"]
     forgeries = [
-        # RUN and STEP items keep their status and attempt under names of their own (shardline_ledger's
+        # RUN and STEP items keep their status and attempt under names of their own (shardline.ledger's
         # ControlItem), which the job role's dynamodb:Attributes grant does not list.
         lambda: m.Control(pk, step_sk("score")).update(actions=[m.Control.status.set("SUCCEEDED")]),
         lambda: m.Control(pk, step_sk("score")).update(actions=[m.Control.attempt.set(1)]),

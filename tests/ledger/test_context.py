@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from shardline_ledger import LedgerConfigError, LedgerContext
-from shardline_ledger.keys import failures_pk, file_sk, file_sk_prefix, run_pk, shard_sk, shard_sk_prefix, step_sk
+
+from shardline.ledger import LedgerConfigError, LedgerContext
+from shardline.ledger.keys import failures_pk, file_sk, file_sk_prefix, run_pk, shard_sk, shard_sk_prefix, step_sk
 
 FULL = {
     "SHARDLINE_LEDGER_TABLE": "ledger",

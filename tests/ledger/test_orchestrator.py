@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from shardline_ledger import bind_ledger
-from shardline_ledger.orchestrator import (
+
+from shardline.ledger import bind_ledger
+from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
+from shardline.ledger.orchestrator import (
     StaleOrchestratorError,
     cancel_step,
     continue_attempt,
@@ -12,8 +14,7 @@ from shardline_ledger.orchestrator import (
     read_step,
     start_attempt,
 )
-from shardline_ledger.states import FileStatus
-from shardline_ledger.worker import FileOutcome, LedgerContext, WorkerLedger
+from shardline.ledger.states import FileStatus
 
 
 def test_plan_then_worker_updates_then_read(ledger_table):
@@ -96,7 +97,7 @@ def test_fencing_cancel_is_conditional_on_the_attempt_seen(ledger_table):
 
 
 def _finish(model, run_id: str, key: str, attempt: int) -> None:
-    from shardline_ledger.keys import file_sk, run_pk
+    from shardline.ledger.keys import file_sk, run_pk
 
     model(run_pk("p", run_id), file_sk("score", key)).update(
         actions=[model.status.set("SUCCEEDED")], condition=model.attempt == attempt)

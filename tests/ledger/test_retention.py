@@ -6,13 +6,14 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from shardline_ledger import FileStatus, LedgerContext, ShardStatus, WorkerLedger
-from shardline_ledger.context import LedgerConfigError
-from shardline_ledger.keys import RUN_SK, file_sk, run_pk, shard_sk, step_sk
-from shardline_ledger.orchestrator import ensure_run, finish_step, start_attempt
-from shardline_ledger.states import StepStatus
-from shardline_ledger.table import bind_ledger
-from shardline_ledger.worker import FileOutcome
+
+from shardline.ledger import FileStatus, LedgerContext, ShardStatus, WorkerLedger
+from shardline.ledger.context import LedgerConfigError
+from shardline.ledger.job_writes import FileOutcome
+from shardline.ledger.keys import RUN_SK, file_sk, run_pk, shard_sk, step_sk
+from shardline.ledger.orchestrator import ensure_run, finish_step, start_attempt
+from shardline.ledger.states import StepStatus
+from shardline.ledger.table import bind_ledger
 
 
 def _expires_in_days(item, before: dt.datetime, after: dt.datetime, days: int) -> bool:
@@ -51,11 +52,10 @@ def test_retention_reaches_the_worker_from_its_environment():
 
 
 def test_retention_is_a_spec_setting_sent_to_the_job():
-    from shardline.requests import worker_environment
+    from shardline.planning.request import worker_environment
     from shardline.spec import parse_spec
-
-    from tests.plugins.test_requests import attempt
-    from tests.plugins.test_spec import minimal
+    from tests.planning.test_request import attempt
+    from tests.test_spec import minimal
 
     spec = parse_spec(minimal(ledger_retention_days=30), "p.yaml")
     assert worker_environment(spec, spec.steps[0], attempt())["SHARDLINE_LEDGER_RETENTION_DAYS"] == "30"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import socket
 
 import pytest
-from shardline_ledger import bind_ledger
-from shardline_ledger.keys import failures_pk, file_sk_prefix, run_pk, shard_sk, shard_sk_prefix, step_sk
-from shardline_worker import synthetic
-from shardline_worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 
+from examples import synthetic
+from shardline.ledger import bind_ledger
+from shardline.ledger.keys import failures_pk, file_sk_prefix, run_pk, shard_sk, shard_sk_prefix, step_sk
+from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from tests.helpers import HOST, clean_env, describe, load_manifest, reports_by_input, run_worker, sha256_file
 
 pytestmark = pytest.mark.slow

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from shardline_ledger import bind_ledger
-from shardline_ledger.orchestrator import read_step, start_attempt
-from shardline_worker.errors import EXIT_FENCED
 
+from shardline.ledger import bind_ledger
+from shardline.ledger.orchestrator import read_step, start_attempt
+from shardline.worker.errors import EXIT_FENCED
 from tests.helpers import clean_env, describe, worker_command, write_inference_script
 
 # Blocks on any batch of the second file (x == 2.0) until the test drops the release file.

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from shardline.localstack import free_port
 
+from shardline.local.embedded_aws import free_port
 from tests.airflow_stack import _stop
 from tests.conftest import AWS_TEST_ENV
 

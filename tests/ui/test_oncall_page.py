@@ -20,7 +20,7 @@ import pytest
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
 HOUR = dt.datetime(2026, 11, 22, 5, tzinfo=dt.UTC)  # test_oncall_airflow uses hours 3 and 4
-PAGE = Path(__file__).resolve().parents[2] / "plugins" / "shardline_ui" / "static" / "oncall.html"
+PAGE = Path(__file__).resolve().parents[2] / "src" / "shardline" / "airflow" / "ui" / "static" / "oncall.html"
 WAIT = 60
 
 
@@ -53,9 +53,10 @@ def ui(airflow_stack):
 def failed_run(ui, tmp_path_factory):
     """A run of HOUR that failed on a corrupt input, and a way to fix that input."""
     import boto3
+
+    from examples import synthetic
+    from shardline.ledger.table import create_ledger_table
     from shardline.spec import load_spec
-    from shardline_ledger.table import create_ledger_table
-    from shardline_worker import synthetic
 
     work = tmp_path_factory.mktemp("ui")
     env = ui.env

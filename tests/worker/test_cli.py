@@ -7,10 +7,11 @@ import socket
 import subprocess
 
 import pytest
-from shardline_worker import __version__, synthetic
-from shardline_worker.cli import build_parser, resolve_host
-from shardline_worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 
+from examples import synthetic
+from shardline.worker import __version__
+from shardline.worker.cli import build_parser, resolve_host
+from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from tests.helpers import (
     WORKER,
     clean_env,

@@ -1,6 +1,6 @@
 """Custom SageMaker-style inference.py scripts, and models that recorded their feature names, end to end.
 
-Every test runs the real worker (``python -m shardline_worker``) as a subprocess on real parquet and
+Every test runs the real worker (``python -m shardline.worker``) as a subprocess on real parquet and
 CSV files, whose columns are in another order than the model was trained with and which carry an
 extra numeric ``label`` column and a string ``segment`` column. The scripts are written the way
 public SageMaker examples write them, not in the shapes Shardline produces. Every prediction is
@@ -26,8 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from shardline_worker.errors import EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 
+from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from tests.helpers import (
     describe,
     load_manifest,

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shardline_worker import synthetic
-from shardline_worker.devices import (
+
+from examples import synthetic
+from shardline.worker.devices import (
     ENV_SIMULATED_GPUS,
     GPU_CAPABLE_KINDS,
     WorkerSlot,
@@ -20,8 +21,7 @@ from shardline_worker.devices import (
     thread_cap_env,
     visible_gpus,
 )
-from shardline_worker.errors import EXIT_OK, SetupError
-
+from shardline.worker.errors import EXIT_OK, SetupError
 from tests.helpers import FEATURES, check_outputs, clean_env, describe, feature_matrix, load_manifest, run_worker
 
 # -- visible_gpus -----------------------------------------------------------------------------------------

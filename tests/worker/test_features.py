@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from shardline_worker.errors import InputSchemaError, SetupError
-from shardline_worker.features import (
+
+from shardline.worker.errors import InputSchemaError, SetupError
+from shardline.worker.features import (
     FROM_MODEL,
     FROM_SPEC,
     INFERRED,

@@ -10,10 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from shardline_worker import formats, synthetic
-from shardline_worker.errors import EXIT_FILES_FAILED, EXIT_OK
-from shardline_worker.planning import InputFile
 
+from examples import synthetic
+from shardline.worker import formats
+from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK
+from shardline.worker.work_units import InputFile
 from tests.helpers import (
     FEATURES,
     check_outputs,

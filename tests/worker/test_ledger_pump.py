@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shardline_ledger.context import StaleAttemptError
-from shardline_worker.ledger_pump import LedgerPump
+from shardline.ledger.context import StaleAttemptError
+from shardline.worker.ledger_pump import LedgerPump
 
 
 def test_a_write_that_fails_for_a_while_is_retried_until_it_lands():

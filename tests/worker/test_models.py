@@ -8,10 +8,10 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pytest
-from shardline_worker import synthetic
-from shardline_worker.errors import EXIT_OK, EXIT_SETUP_ERROR, ModelIntegrityError, SetupError
-from shardline_worker.models import detect_kind, prepare_model, sha256_of
 
+from examples import synthetic
+from shardline.worker.errors import EXIT_OK, EXIT_SETUP_ERROR, ModelIntegrityError, SetupError
+from shardline.worker.models import detect_kind, prepare_model, sha256_of
 from tests.helpers import (
     check_outputs,
     clean_env,

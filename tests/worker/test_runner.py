@@ -14,9 +14,9 @@ import numpy as np
 import psutil
 import pyarrow as pa
 import pytest
-from shardline_worker import synthetic
-from shardline_worker.errors import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
 
+from examples import synthetic
+from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
 from tests.helpers import (
     check_outputs,
     clean_env,

@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from shardline_worker.errors import SetupError
-from shardline_worker.sagemaker_script import (
+
+from shardline.worker.errors import SetupError
+from shardline.worker.sagemaker_script import (
     CSV,
     JSON,
     JSONLINES,

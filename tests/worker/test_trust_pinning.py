@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from shardline_worker import synthetic
-from shardline_worker.errors import EXIT_OK
 
+from examples import synthetic
+from shardline.worker.errors import EXIT_OK
 from tests.helpers import clean_env, describe, run_worker
 
 

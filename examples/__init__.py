@@ -1,0 +1,1 @@
+"""Examples that live beside the package, not in it: the demos and the synthetic data and models."""

@@ -1,0 +1,393 @@
+"""Thin Airflow operators for a pipeline step: plan, submit, watch, and the final report.
+
+Each calls into :mod:`shardline.orchestration.steps` (plain functions) and holds no policy of its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator, BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from shardline.airflow.triggers.step import BackoffTrigger, InputTrigger, StepTrigger, event_for, settle_until
+from shardline.decision.policy import Action
+from shardline.planning.naming import resubmit_command
+from shardline.spec import input_override_problem, load_spec, model_version_problem, unknown_conf_problem
+
+
+def _steps():
+    """The step functions, imported when a task runs: DAG parsing never loads boto3 or pynamodb."""
+    from shardline.orchestration import steps
+
+    return steps
+
+
+class _SpecMixin:
+    spec_path: str
+
+    @property
+    def spec(self):
+        return load_spec(Path(self.spec_path))
+
+
+class PlanStepOperator(_SpecMixin, BaseOperator):
+    """List a step's inputs, write attempt 1's manifest and ledger records. Skips on empty input."""
+
+    template_fields = ("input_prefix", "output_prefix", "metadata_prefix", "model_uri", "model_version",
+                       "input_override", "instances_override", "dry_run")
+
+    def __init__(self, *, spec_path: str, step: str, input_prefix: str, output_prefix: str, model_uri: str,
+                 model_version: str = "", input_override: str = "", instances_override: Any = None,
+                 dry_run: Any = False, metadata_prefix: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.spec_path, self.step = spec_path, step
+        self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
+        self.metadata_prefix = metadata_prefix
+        self.model_version = model_version
+        self.input_override, self.instances_override, self.dry_run = input_override, instances_override, dry_run
+
+    def execute(self, context):
+        spec = self.spec
+        step = spec.step(self.step)
+        unknown = unknown_conf_problem(getattr(context.get("dag_run"), "conf", None))
+        if unknown and spec.unknown_conf == "fail":
+            raise AirflowFailException(unknown)
+        if unknown:
+            self.log.warning("%s", unknown)
+        override = (self.input_override or "").strip()
+        version = (self.model_version or "").strip() or step.model.version
+        # The Params' own schema refuses these at trigger time; checked again here, where they are used,
+        # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
+        problem = (input_override_problem(step, override) if override else None) or \
+            model_version_problem(step, version)
+        if problem:
+            raise AirflowFailException(param_problem_text(problem))
+        if not (step.model.sha256 or step.model.versions):
+            self.log.warning("step %s: the model is NOT pinned (model.allow_unpinned): whoever can write %s "
+                             "chooses the code this job runs; pin it with model.sha256 or model.versions",
+                             self.step, self.model_uri)
+        input_prefix = override or self.input_prefix
+        if str(self.dry_run).lower() == "true":
+            self._dry_run(spec, input_prefix, self._instances(step), version)
+        return self._plan(context, input_prefix, version, waited=False)
+
+    def execute_after_wait(self, context, event: dict):
+        """Back from :class:`InputTrigger`: plan now that the input is there, or fail naming the prefix."""
+        input_prefix = (self.input_override or "").strip() or self.input_prefix
+        version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
+        if not event["ready"]:
+            self._missing(context, input_prefix, event["reason"], waited=True)
+        self.log.info("step %s: %s", self.step, event["reason"])
+        return self._plan(context, input_prefix, version, waited=True)
+
+    def _instances(self, step) -> int:
+        return int(self.instances_override) if str(self.instances_override or "").strip() not in ("", "None") \
+            else step.resources.instance_count
+
+    def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
+        spec, step = self.spec, self.spec.step(self.step)
+        if step.input.ready_marker:
+            ready, why = _steps().input_ready(spec, self.step, input_prefix)
+            if not ready:
+                self._missing(context, input_prefix, why, waited=waited)
+        attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
+                                output_prefix=self.output_prefix, model_uri=self.model_uri,
+                                instance_count=self._instances(step), model_version=version,
+                                metadata_prefix=(self.metadata_prefix or "").strip() or None)
+        if attempt is None:
+            self._missing(context, input_prefix, f"no input file under {input_prefix} (matching "
+                                                 f"{list(step.input.include)})", waited=waited)
+        return attempt
+
+    def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
+        """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
+        Never returns: it defers, or raises."""
+        from shardline.ledger.states import StepStatus
+
+        spec, step = self.spec, self.spec.step(self.step)
+        if step.input.from_step:
+            raise AirflowSkipException(f"{why}: the earlier step wrote nothing, so there is nothing to do")
+        run_type = getattr(context.get("dag_run"), "run_type", None) or ""
+        run_type = str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
+        action = step.input.missing_input_action(run_type)
+        message = missing_input_text(self.step, self.task_id, why, action, waited=waited,
+                                     wait_seconds=step.input.wait_timeout_seconds,
+                                     chosen=bool(step.input.when_missing), run_type=run_type)
+        if action == "skip":
+            _steps().record_missing_input(spec, context["run_id"], StepStatus.SKIPPED, message)
+            raise AirflowSkipException(message)
+        if action == "fail" or waited:
+            _steps().record_missing_input(spec, context["run_id"], StepStatus.FAILED, message)
+            raise AirflowFailException(message)
+        deadline = time.time() + step.input.wait_timeout_seconds
+        self.log.warning("%s", message)
+        self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
+                                        poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
+                   method_name="execute_after_wait",
+                   timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
+
+
+    def _dry_run(self, spec, input_prefix: str, instances: int, model_version: str) -> None:
+        """List the inputs and preview the model on a sample of the first one; submit nothing."""
+        from shardline.oncall.preview import PreviewError, preview_step
+        from shardline.orchestration import services
+        from shardline.planning.inputs import list_inputs
+
+        s = spec.step(self.step)
+        s3 = services.s3_client(spec)
+        objects = list_inputs(s3, input_prefix, s.input.include, s.input.exclude)
+        plan = (f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
+                f"{input_prefix}; would run {min(instances, max(1, len(objects)))} instance(s) of "
+                f"{s.resources.instance_type}; nothing submitted")
+        if not objects:
+            raise AirflowSkipException(plan)
+        try:
+            preview = preview_step(spec, self.step, s3, model_uri=self.model_uri, input_uri=input_prefix,
+                                   objects=objects, model_version=model_version)
+        except PreviewError as err:
+            raise AirflowFailException(f"{plan}. The preview could not run: {err}. Fix that, then trigger the dry "
+                                       "run again") from err
+        self.log.info("%s", preview.render())
+        if not preview.ok:
+            raise AirflowFailException(
+                f"{plan}. The preview shows the job would fail on {preview.sample_uri}: see the preview above; fix "
+                "the model settings or the input, then trigger the dry run again")
+        for warning in preview.warnings:
+            self.log.warning("preview: %s", warning)
+        raise AirflowSkipException(f"{plan}; preview of {preview.sample_uri}: "
+                                   + (f"{len(preview.warnings)} warning(s), see the log" if preview.warnings
+                                      else "no warnings"))
+
+
+class SubmitStepOperator(_SpecMixin, BaseOperator):
+    """Submit the planned attempt; a retried try adopts the job its earlier try started."""
+
+    def __init__(self, *, spec_path: str, plan_task_id: str, **kwargs):
+        super().__init__(**kwargs)
+        self.spec_path, self.plan_task_id = spec_path, plan_task_id
+
+    def execute(self, context):
+        attempt = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        return _steps().submit(self.spec, attempt)
+
+
+class WatchStepSensor(_SpecMixin, BaseSensorOperator):
+    """Defers to :class:`StepTrigger` and acts on its decision: advance, resubmit, or fail."""
+
+    def __init__(self, *, spec_path: str, submit_task_id: str, poll_interval: float = 15.0, **kwargs):
+        kwargs.setdefault("mode", "reschedule")
+        super().__init__(**kwargs)
+        self.spec_path, self.submit_task_id, self.poll_interval = spec_path, submit_task_id, poll_interval
+        self._attempt: dict | None = None
+
+    def execute(self, context):
+        attempt = context["ti"].xcom_pull(task_ids=self.submit_task_id)
+        # A retried watch task picks up the newest attempt, not the one its submit task started.
+        return self._watch(context, _steps().resume(self.spec, attempt))
+
+    def _watch(self, context, attempt: dict):
+        self._attempt = attempt
+        spec = self.spec
+        # A step that has already ended (a retried watch, a job quicker than the hand-over) is acted on
+        # here: deferring would only bring the answer straight back.
+        decision = _steps().decide_now(spec, attempt)
+        if decision.action is not Action.WAIT:
+            return self.execute_complete(context, event_for(decision, attempt))
+        step = spec.step(attempt["step"])
+        # The job's own MaxRuntime, plus time for a silent instance to be noticed, bounds one attempt.
+        deadline = time.time() + step.max_runtime_seconds + step.heartbeat_timeout_seconds + 300
+        self.defer(trigger=StepTrigger(self.spec_path, attempt, self.poll_interval, deadline,
+                                       not_before=settle_until()),
+                   method_name="execute_complete")
+
+    def execute_complete(self, context, event: dict):
+        spec, attempt, action = self.spec, event["attempt"], event["action"]
+        self._attempt = attempt
+        if action == "UNREACHABLE":
+            # Neither the ledger nor the job can be reached: record nothing, fail the task with what to do.
+            raise AirflowFailException(step_failed_text(attempt, action, event["reason"], []))
+        if event.get("stop_job"):
+            _steps().stop(spec, attempt)
+        if action != "RESUBMIT":
+            _steps().finish(spec, attempt, action, event["reason"])
+        fix = resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"])
+        if action in ("ADVANCE", "PARTIAL"):
+            summary = _steps().report(spec, attempt["pipeline"], attempt["run_id"], attempt["step"])
+            if action == "PARTIAL":
+                self.log.warning("%s", partial_text(attempt["step"], event["reason"], event["failed_files"], fix))
+            else:
+                self.log.info("step %s succeeded: %s", attempt["step"], event["reason"])
+            return {**summary, "outcome": action}
+        if action == "RESUBMIT":
+            self.log.warning("step %s: %s; resubmitting in %.0fs", attempt["step"], event["reason"],
+                             event["delay_seconds"])
+            payload = {"attempt": attempt, "retry_files": event["retry_files"]}
+            if event["delay_seconds"] > 0:
+                # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
+                self.defer(trigger=BackoffTrigger(event["delay_seconds"], payload,
+                                                  not_before=settle_until()), method_name="resubmit")
+            return self.resubmit(context, payload)
+        raise AirflowFailException(step_failed_text(attempt, action, event["reason"], event.get("failed_files", [])))
+
+    def resubmit(self, context, event: dict):
+        from shardline.ledger.orchestrator import StaleOrchestratorError
+
+        try:
+            nxt = _steps().resubmit(self.spec, event["attempt"], event["retry_files"])
+        except StaleOrchestratorError as err:
+            # An operator resubmitted (or cancelled) first: follow the step where it is now.
+            self.log.warning("%s; following the step where it is now", err)
+            return self._watch(context, _steps().resume(self.spec, event["attempt"]))
+        self.log.info("attempt %d submitted as %s with %d file(s)", nxt["attempt"], nxt["job_name"], nxt["files"])
+        return self._watch(context, nxt)
+
+    def on_kill(self):
+        if self._attempt is not None:
+            _steps().stop(self.spec, self._attempt)
+
+
+def mark_run_failed(spec_path: str, context) -> None:
+    """DAG ``on_failure_callback``: a run that failed outside the sensor (say, in planning) shows as FAILED
+    in `shardline runs` and the page too, unless something already recorded how it ended."""
+    from shardline.ledger.orchestrator import set_run_status
+    from shardline.ledger.states import StepStatus
+    from shardline.orchestration import services
+
+    spec = load_spec(Path(spec_path))
+    run = context["dag_run"]
+    set_run_status(services.ledger_model(spec), spec.pipeline, run.run_id, StepStatus.FAILED,
+                   run_failed_text(context.get("reason")), only_if_running=True)
+
+
+# --- messages (pure: tests/oncall/test_messages.py renders each) -------------------------------
+
+
+def _list(failed: list[dict], limit: int = 10) -> str:
+    def one(f: dict) -> str:
+        error = ": ".join(x for x in (f.get("error_class"), f.get("error_message")) if x)
+        return f"{f['input']} ({error})" if error else f["input"]
+
+    shown = "; ".join(one(f) for f in failed[:limit])
+    more = f"; and {len(failed) - limit} more" if len(failed) > limit else ""
+    return (shown + more) or "none"
+
+
+def step_failed_text(attempt: dict, action: str, reason: str, failed_files: list[dict]) -> str:
+    """Why the watch task fails, and the command (or spec field) that fixes it."""
+    where = f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']}"
+    if action == "UNREACHABLE":
+        return f"{where}: {reason}"
+    fix = resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"])
+    if action == "TIMEOUT":
+        return (f"{where} failed: {reason}. If the step needs longer, raise max_runtime_seconds in the spec; then "
+                f"resubmit what did not finish (the run turns green when it succeeds): {fix}")
+    if not failed_files:
+        return (f"{where} failed: {reason}. Fix the cause, then resubmit what did not finish (the run turns green "
+                f"when it succeeds): {fix}")
+    return (f"{where} failed: {reason}. Failed files: {_list(failed_files)}. Fix the inputs or the model, then "
+            f"resubmit just these files (the run turns green when they succeed): {fix}")
+
+
+def partial_text(step: str, reason: str, failed_files: list[dict], fix: str) -> str:
+    return (f"step {step} ended PARTIAL: {reason}; failed: {_list(failed_files)}. To retry them after fixing the "
+            f"cause: {fix}")
+
+
+def missing_input_text(step: str, task_id: str, why: str, action: str, *, waited: bool, wait_seconds: int,
+                       chosen: bool, run_type: str) -> str:
+    """What a plan task says when its input is not there: ``action`` is what ``input.when_missing`` chose
+    (``chosen``: the spec set it; else the default for ``run_type``)."""
+    kind = run_type or "manual"
+    default = "" if chosen else f", the default for {'an' if kind[:1] in 'aeiou' else 'a'} {kind} run"
+    again = (f"once the input is there, clear {task_id} of this DAG run (or trigger the partition again); "
+             "input.when_missing and input.wait_timeout_seconds in the spec choose what a run without input does")
+    if action == "skip":
+        return f"step {step}: skipped: {why} (input.when_missing: skip)"
+    if waited:
+        return f"step {step}: waited {wait_seconds}s for its input and gave up: {why}. Nothing was processed; {again}"
+    if action == "fail":
+        return (f"step {step}: {why}, so nothing was processed (input.when_missing: {action}{default}). Check the "
+                f"partition's prefix; {again}")
+    return f"step {step}: {why}; waiting up to {wait_seconds}s for its input (input.when_missing: wait{default})"
+
+
+def param_problem_text(problem: str) -> str:
+    """A Param the run cannot use (the spec's check says why): nothing was planned; trigger again."""
+    return (f"{problem}. Nothing was planned: trigger the run again with a valid value (or change the spec to allow "
+            "this one)")
+
+
+def run_failed_text(reason: object) -> str:
+    """The ledger's message for a DAG run that failed outside the sensor (say, in planning)."""
+    said = f"DAG run failed ({reason})" if reason else "DAG run failed"
+    return f"{said}; check the failed task's log in Airflow for why"
+
+
+def rows_mismatch_text(mismatched: list[list[str]]) -> str:
+    files = [key for keys in mismatched for key in keys]
+    return (f"rows in != rows out for {len(files)} succeeded file(s): {files[:10]}"
+            + (f" and {len(files) - 10} more" if len(files) > 10 else "")
+            + "; the model must return one prediction per input row: check its script, and the job's log for "
+              "these files")
+
+
+class ReportOperator(_SpecMixin, BaseOperator):
+    """Reconcile every step's rows in against rows out; the summary goes to the log and XCom."""
+
+    def __init__(self, *, spec_path: str, watch_task_ids: list[str], **kwargs):
+        # A failed step leaves this task upstream_failed, so the DAG run fails; a step skipped
+        # for empty input still lets the others be reported.
+        kwargs.setdefault("trigger_rule", "none_failed")
+        super().__init__(**kwargs)
+        self.spec_path, self.watch_task_ids = spec_path, watch_task_ids
+
+    def execute(self, context):
+        results = [context["ti"].xcom_pull(task_ids=t) for t in self.watch_task_ids]
+        summaries = [r for r in results if r]
+        for s in summaries:
+            self.log.info("step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, attempts %d",
+                          s["step"], s["succeeded"], s["files"], s["failed"], s["rows_in"], s["rows_out"],
+                          s["attempts"])
+        bad = [s for s in summaries if s["rows_mismatched_files"]]
+        if bad:
+            message = rows_mismatch_text([s["rows_mismatched_files"] for s in bad])
+            self._finish_run(context, "FAILED", message)
+            raise AirflowFailException(message)
+        if len(summaries) < len(self.watch_task_ids):
+            self.log.info("%d step(s) skipped (no input)", len(self.watch_task_ids) - len(summaries))
+        if not summaries:
+            raise AirflowSkipException("every step was skipped: none had input")
+        partial = any(s.get("outcome") == "PARTIAL" for s in summaries)
+        status = "PARTIAL" if partial else "SUCCEEDED"
+        self._finish_run(context, status, "")
+        self._tell_downstream(context, status, summaries)
+        return {"steps": summaries}
+
+    def _tell_downstream(self, context, status: str, summaries: list[dict]) -> None:
+        """The Asset event carries what the output prefix's own markers say: per step, whether it
+        SUCCEEDED (and so wrote ``_SUCCESS``), its rows, and where its outputs manifest is."""
+        from shardline.planning import naming
+
+        steps = []
+        for s in summaries:
+            attempt = _steps().latest_attempt(self.spec, self.spec.pipeline, context["run_id"], s["step"]) or {}
+            prefix = attempt.get("output_prefix")
+            steps.append({
+                "step": s["step"], "outcome": s.get("outcome"), "files": s["files"], "succeeded": s["succeeded"],
+                "failed": s["failed"], "rows_out": s["rows_out"], "attempts": s["attempts"], "output_prefix": prefix,
+                "outputs_manifest": naming.outputs_manifest_key(prefix, context["run_id"], s["step"],
+                                                                attempt.get("metadata_prefix")) if prefix else None,
+                "success_marker": naming.success_marker_key(prefix) if prefix and s.get("outcome") == "ADVANCE"
+                else None,
+            })
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = {"run_id": context["run_id"], "status": status, "steps": steps}
+
+    def _finish_run(self, context, status: str, message: str) -> None:
+        from shardline.ledger.states import StepStatus
+
+        _steps().finish_run(self.spec, self.spec.pipeline, context["run_id"], StepStatus(status), message)

@@ -1,0 +1,177 @@
+"""The one place that polls: deferrable triggers over the ledger, the backend and the input.
+
+:class:`StepTrigger` reads the step's snapshot (a DynamoDB Query plus a job describe, in a
+thread so the triggerer's event loop never blocks), asks :func:`shardline.decision.policy.decide`,
+and fires as soon as the answer is anything but WAIT. :class:`InputTrigger` waits for a
+step's input to land. They act on nothing themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from shardline.decision.policy import Action, decide
+from shardline.spec import load_spec
+
+# A trigger that fires within a few seconds of its task deferring races the scheduler: the
+# worker's "deferred" exit is reported as a success after the scheduler has already queued
+# the resumed try, and Airflow 3.3 then fails that try as "changed externally" (apache/airflow
+# #67287, fixed upstream for the scheduled state only). The retry would recover, but a green
+# step must not show a failed try, so no event is handed back before this many seconds.
+# dag.test() runs triggers in the task's own process, with no scheduler to race: the demo sets 0.
+SETTLE_ENV = "SHARDLINE_DEFER_SETTLE_SECONDS"
+DEFAULT_SETTLE_SECONDS = 10.0
+
+
+def settle_until() -> float:
+    """The epoch time before which a trigger deferred now hands back no event."""
+    return time.time() + float(os.environ.get(SETTLE_ENV, DEFAULT_SETTLE_SECONDS))
+
+
+async def _settle(not_before: float | None) -> None:
+    if not_before is not None and time.time() < not_before:
+        await asyncio.sleep(not_before - time.time())
+
+
+class StepTrigger(BaseTrigger):
+    def __init__(self, spec_path: str, attempt: dict[str, Any], poll_interval: float = 15.0,
+                 deadline: float | None = None, not_before: float | None = None):
+        super().__init__()
+        self.spec_path = spec_path
+        self.attempt = attempt
+        self.poll_interval = poll_interval
+        self.deadline = deadline  # epoch seconds; past it the step times out (and its job is stopped)
+        self.not_before = not_before  # epoch seconds; no event before it (see SETTLE_SECONDS)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("shardline.airflow.triggers.step.StepTrigger", {
+            "spec_path": self.spec_path, "attempt": self.attempt, "poll_interval": self.poll_interval,
+            "deadline": self.deadline, "not_before": self.not_before,
+        })
+
+    async def run(self):
+        from shardline.orchestration import steps  # AWS clients load in the triggerer, not where DAGs are parsed
+
+        spec = load_spec(Path(self.spec_path))
+        policy = steps.policy_for(spec, self.attempt["step"])
+        # As long as the step tolerates a silent instance, it tolerates an unreachable endpoint.
+        outage_budget = spec.step(self.attempt["step"]).heartbeat_timeout_seconds
+        last_reason, unreachable_since = None, None
+        while True:
+            try:
+                snap = await asyncio.to_thread(steps.snapshot, spec, self.attempt)
+            except Exception as err:
+                if not steps.is_unreachable(err):
+                    raise
+                unreachable_since = unreachable_since or time.time()
+                down = time.time() - unreachable_since
+                self.log.warning("%s: the AWS endpoint is unreachable (%.0fs so far): %s", self.attempt["job_name"],
+                                 down, steps.describe_error(err))
+                if down > outage_budget:
+                    await _settle(self.not_before)
+                    yield TriggerEvent({"action": "UNREACHABLE", "attempt": self.attempt,
+                                        "reason": steps.unreachable_reason(self.attempt, down, err)})
+                    return
+                await asyncio.sleep(self.poll_interval)
+                continue
+            if unreachable_since is not None:
+                self.log.info("%s: the AWS endpoint answers again", self.attempt["job_name"])
+                unreachable_since = None
+            decision = decide(snap, policy)
+            if decision.action is not Action.WAIT:
+                await _settle(self.not_before)
+                yield TriggerEvent(event_for(decision, self.attempt))
+                return
+            if decision.reason != last_reason:  # log changes of state, not every poll
+                self.log.info("%s attempt %d: %s", self.attempt["job_name"], self.attempt["attempt"], decision.reason)
+                last_reason = decision.reason
+            if self.deadline is not None and time.time() > self.deadline:
+                await _settle(self.not_before)
+                yield TriggerEvent({"action": "TIMEOUT", "attempt": self.attempt, "stop_job": True,
+                                    "reason": timeout_reason(decision.reason)})
+                return
+            await asyncio.sleep(self.poll_interval)
+
+
+def timeout_reason(last: str) -> str:
+    """Why a step's watch gave up on an attempt that ran past its deadline (the job is stopped)."""
+    return (f"the attempt did not finish by its deadline (the step's max_runtime_seconds plus "
+            f"heartbeat_timeout_seconds plus 5 minutes), so its job is stopped; last seen: {last}")
+
+
+def event_for(decision, attempt: dict) -> dict[str, Any]:
+    """The decision as the JSON-able event the sensor's ``execute_complete`` takes."""
+    return {
+        "action": decision.action.value,
+        "reason": decision.reason,
+        "attempt": attempt,
+        "retry_files": list(decision.retry_files),
+        "failed_files": [
+            {"input": f.input_key, "error_class": f.error_class, "error_message": (f.error_message or "")[:500]}
+            for f in decision.failed_files
+        ],
+        "delay_seconds": decision.delay_seconds,
+        "stop_job": decision.stop_job,
+    }
+
+
+class BackoffTrigger(BaseTrigger):
+    """Waits ``delay_seconds``, then hands ``payload`` back to the task (the resubmission's backoff)."""
+
+    def __init__(self, delay_seconds: float, payload: dict[str, Any], not_before: float | None = None):
+        super().__init__()
+        self.delay_seconds = delay_seconds
+        self.payload = payload
+        self.not_before = not_before
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("shardline.airflow.triggers.step.BackoffTrigger",
+                {"delay_seconds": self.delay_seconds, "payload": self.payload, "not_before": self.not_before})
+
+    async def run(self):
+        await asyncio.sleep(self.delay_seconds)
+        await _settle(self.not_before)
+        yield TriggerEvent(self.payload)
+
+
+class InputTrigger(BaseTrigger):
+    """Waits until a step's input is there (any input file, or the spec's ready marker), or until
+    ``deadline`` (epoch seconds); hands back ``{"ready": bool, "reason": str}``."""
+
+    def __init__(self, spec_path: str, step: str, input_prefix: str, deadline: float, poll_interval: float = 30.0,
+                 not_before: float | None = None):
+        super().__init__()
+        self.spec_path, self.step, self.input_prefix = spec_path, step, input_prefix
+        self.deadline, self.poll_interval, self.not_before = deadline, poll_interval, not_before
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("shardline.airflow.triggers.step.InputTrigger", {
+            "spec_path": self.spec_path, "step": self.step, "input_prefix": self.input_prefix,
+            "deadline": self.deadline, "poll_interval": self.poll_interval, "not_before": self.not_before})
+
+    async def run(self):
+        from shardline.orchestration import steps
+
+        spec = load_spec(Path(self.spec_path))
+        while True:
+            try:
+                ready, reason = await asyncio.to_thread(steps.input_ready, spec, self.step, self.input_prefix)
+            except Exception as err:
+                if not steps.is_unreachable(err):
+                    raise
+                ready, reason = False, f"the AWS endpoint was unreachable ({steps.describe_error(err)})"
+            if ready:
+                await _settle(self.not_before)
+                yield TriggerEvent({"ready": True, "reason": reason})
+                return
+            if time.time() > self.deadline:
+                await _settle(self.not_before)
+                yield TriggerEvent({"ready": False, "reason": reason})
+                return
+            await asyncio.sleep(self.poll_interval)

@@ -1,0 +1,47 @@
+"""The Airflow plugin: Shardline's on-call app in the API server, and a link to it in Airflow's navigation.
+
+Registered through the ``airflow.plugins`` entry point of the installed ``shardline`` package
+(the provider's info names it too). Every Airflow process loads plugins, tasks included, so the
+FastAPI app is only built on its first request, in the API server.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from airflow.configuration import conf
+from airflow.plugins_manager import AirflowPlugin
+
+URL_PREFIX = "/shardline"
+
+
+def _root_path() -> str:
+    """The path Airflow is served under (``[api] base_url``), without a trailing slash."""
+    return urlsplit(conf.get("api", "base_url", fallback="") or "/").path.rstrip("/")
+
+
+class LazyOnCallApp:
+    """An ASGI app that builds ``shardline.airflow.ui.api.create_app()`` on its first request."""
+
+    def __init__(self) -> None:
+        self._app = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self._app is None:
+            from shardline.airflow.ui.api import create_app
+
+            self._app = create_app()
+        await self._app(scope, receive, send)
+
+
+class ShardlineUiPlugin(AirflowPlugin):
+    name = "shardline_ui"
+    fastapi_apps = [{"app": LazyOnCallApp(), "url_prefix": URL_PREFIX, "name": "Shardline on-call"}]
+    external_views = [{
+        "name": "Shardline",
+        "href": f"{_root_path()}{URL_PREFIX}/",
+        "icon": f"{_root_path()}{URL_PREFIX}/icon.svg",
+        "url_route": "shardline",
+        "destination": "nav",
+        "nav_top_level": True,  # its own entry in the navigation rail, not under "Plugins"
+    }]

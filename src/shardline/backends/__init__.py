@@ -1,0 +1,50 @@
+"""Where processing jobs run. One Protocol; a local emulator and SageMaker implement it.
+
+Both take the same CreateProcessingJob request dict (see ``shardline.planning.request``), so what
+runs locally is exactly what would run on SageMaker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Protocol
+
+
+class JobStatus(enum.StrEnum):
+    """A backend job's state, in SageMaker's words (the local backend uses the same)."""
+
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED}
+
+
+
+@dataclasses.dataclass(frozen=True)
+class JobState:
+    name: str
+    status: JobStatus
+    failure_reason: str | None = None
+    created_at: float | None = None  # epoch seconds
+    ended_at: float | None = None
+
+
+class Backend(Protocol):
+    def submit(self, request: dict) -> str:
+        """Start the job, or adopt it if a job of that name exists already. Returns its name."""
+
+    def describe(self, name: str) -> JobState:
+        """The job's current state. Raises JobNotFound for an unknown name."""
+
+    def stop(self, name: str) -> None:
+        """Ask the job to stop; a job already ended is left alone."""
+
+
+class JobNotFound(LookupError):
+    pass

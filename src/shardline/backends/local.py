@@ -1,0 +1,184 @@
+"""A local emulator of SageMaker Processing, driven by the same request dict.
+
+Each job gets a directory under the backend's root. ``submit`` writes the request there
+and starts a detached supervisor process (``python -m shardline.backends.local_supervisor``) in
+its own process group; the supervisor downloads the inputs per instance, runs the
+worker once per instance, enforces MaxRuntimeInSeconds, uploads the outputs and records
+the job's state in ``state.json``. Because state lives on disk, ``describe`` and
+``stop`` work from any process: the Airflow worker that submitted, the triggerer that
+polls, or an on-call engineer's CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from shardline.backends import JobNotFound, JobState, JobStatus
+
+STATE_FILE = "state.json"
+REQUEST_FILE = "request.json"
+
+# What a local job's processes take from the environment of whoever submitted it. The
+# submitter is an Airflow process holding Airflow's secrets (AIRFLOW__* has the database
+# password, the Fernet key, the JWT secret); a SageMaker job sees none of that, only its
+# request's Environment, so the emulator passes only how to reach AWS and how to run Python.
+# A job's model code runs as the same user, so this is no sandbox: it stops the leak that
+# needs no effort (a model that logs or ships its environment), not a determined one.
+PASSED_ENV = frozenset({
+    # Who the job is, and how it reaches AWS: the worker reads S3 and writes the ledger.
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL", "AWS_CA_BUNDLE", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_EC2_METADATA_DISABLED", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    # How to run: PYTHONPATH is how the compose image finds shardline.worker (it is not pip-installed there).
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH",
+    "CUDA_VISIBLE_DEVICES",  # which GPUs this machine lends the job
+})
+PASSED_PREFIXES = ("AWS_ENDPOINT_URL_", "LC_")
+
+
+def job_environment(environ: Mapping[str, str], own: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a local job's process: the allow-listed part of ``environ``, then the job's own."""
+    passed = {k: v for k, v in environ.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIXES)}
+    return {**passed, **(own or {})}
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def read_state(job_dir: Path) -> dict:
+    return json.loads((job_dir / STATE_FILE).read_text())
+
+
+def _here(state: dict) -> bool:
+    """Whether the job's supervisor runs on this host, so its pid means something here.
+
+    In the compose stack the scheduler starts jobs and the triggerer describes them from
+    another container: there, a pid of the scheduler's is not a dead process.
+    """
+    return state.get("host") in (None, socket.gethostname())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process still "exists"; reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == 0
+
+
+def _group_alive(pgid: int) -> bool:
+    _alive(pgid)  # reap the leader if it is our child, so a zombie does not count
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalBackend:
+    """Runs processing jobs on this machine, one worker process tree per instance."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def job_dir(self, name: str) -> Path:
+        return self.root / "jobs" / name
+
+    def submit(self, request: dict) -> str:
+        name = request["ProcessingJobName"]
+        job_dir = self.job_dir(name)
+        job_dir.parent.mkdir(parents=True, exist_ok=True)
+        if job_dir.exists():
+            return name  # a retried task adopts the job its earlier try started
+        # Build the job directory aside and rename it into place: a job dir always has its state,
+        # and of two racing submits exactly one wins the rename.
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir.parent))
+        (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2))
+        write_json_atomic(staging / STATE_FILE, {
+            "name": name, "status": JobStatus.IN_PROGRESS.value, "created_at": time.time(), "pid": None,
+        })
+        try:
+            staging.rename(job_dir)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            return name
+        with open(job_dir / "supervisor.log", "ab") as log:
+            # Its own session and process group: stop() signals the whole tree at once. The
+            # supervisor records its pid in state.json itself, so no write here races with it.
+            # Its environment is the job's too (readable in /proc by the model's code): no Airflow secrets.
+            subprocess.Popen(
+                [sys.executable, "-m", "shardline.backends.local_supervisor", str(job_dir)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=job_environment(os.environ),
+            )
+        return name
+
+    def describe(self, name: str) -> JobState:
+        job_dir = self.job_dir(name)
+        if not (job_dir / STATE_FILE).exists():
+            raise JobNotFound(f"no local job named {name} under {self.root}")
+        state = read_state(job_dir)
+        status = JobStatus(state["status"])
+        reason = state.get("failure_reason")
+        pid = state.get("pid")
+        if status is JobStatus.IN_PROGRESS and (job_dir / "STOP").exists():
+            status = JobStatus.STOPPING  # as SageMaker reports a stop that is under way
+        if status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) and pid and _here(state) and not _alive(pid):
+            # The supervisor died without recording an end (killed with -9, machine reboot).
+            status, reason = JobStatus.FAILED, "the local job supervisor died before the job ended"
+        return JobState(name=name, status=status, failure_reason=reason, created_at=state.get("created_at"),
+                        ended_at=state.get("ended_at"))
+
+    def stop(self, name: str, grace_seconds: float = 10.0) -> None:
+        state = self.describe(name)
+        if state.status.is_terminal:
+            return
+        job_dir = self.job_dir(name)
+        (job_dir / "STOP").touch()  # the supervisor records Stopped when it sees this
+        deadline = time.monotonic() + grace_seconds
+        pid = read_state(job_dir).get("pid")
+        while not pid and time.monotonic() < deadline:  # a job submitted a moment ago: its supervisor is starting
+            time.sleep(0.1)
+            pid = read_state(job_dir).get("pid")
+        if not pid or not _here(read_state(job_dir)):
+            return  # on another host (another container) the supervisor sees STOP and ends the job itself
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        # Wait for the whole group, not only the supervisor: a stuck worker gets SIGKILL.
+        while time.monotonic() < deadline and _group_alive(pid):
+            time.sleep(0.1)
+        if _group_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        _alive(pid)  # reaps the supervisor if this process started it
+        if read_state(job_dir)["status"] == JobStatus.IN_PROGRESS.value:  # the supervisor had no time to say
+            write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "status": JobStatus.STOPPED.value,
+                                                     "failure_reason": "stopped", "ended_at": time.time()})

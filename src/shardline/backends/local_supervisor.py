@@ -1,0 +1,246 @@
+"""The supervisor of one local processing job: ``python -m shardline.backends.local_supervisor JOB_DIR``.
+
+Started detached by :class:`shardline.backends.local.LocalBackend`. It plays the part of
+SageMaker Processing for one request: deal out the inputs per instance, run one worker
+per instance, enforce the runtime limit, upload the outputs, record the final state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+
+from shardline.backends import JobStatus
+from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
+from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
+
+log = logging.getLogger(__name__)
+
+SM_ROOT = "/opt/ml/processing/"
+TEMP_MARKER = ".shardline-tmp"  # the worker's incomplete outputs; never uploaded
+
+
+class _Stop(Exception):
+    pass
+
+
+def _on_sigterm(signum, _frame):
+    raise _Stop(signal.Signals(signum).name)
+
+
+def local_path(instance_dir: Path, sm_path: str) -> Path:
+    """Map a container path (/opt/ml/processing/...) into this instance's directory."""
+    relative = sm_path[len(SM_ROOT):] if sm_path.startswith(SM_ROOT) else sm_path.lstrip("/")
+    if reason := unsafe_key_reason(relative.rstrip("/")):
+        raise ValueError(f"LocalPath {sm_path!r} does not name a directory under {SM_ROOT}: {reason}")
+    return instance_dir / "processing" / relative
+
+
+def list_prefix(s3, uri: str) -> list[tuple[str, str, str]]:
+    """(bucket, key, path relative to the prefix's folder) for every object under an S3Prefix."""
+    bucket, prefix = parse_s3_uri(uri)
+    base = prefix if prefix.endswith("/") or not prefix else posixpath.dirname(prefix) + "/"
+    base = "" if base == "/" else base
+    found = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            found.append((bucket, item["Key"], item["Key"][len(base):]))
+    return sorted(found, key=lambda t: t[1])
+
+
+def manifest_entries(s3, uri: str) -> list[tuple[str, str, str]]:
+    """(bucket, key, relative path) per entry; an entry that is no safe relative path is left out, with a warning."""
+    bucket, key = parse_s3_uri(uri)
+    entries = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+        raise ValueError(f"{uri} is not a manifest: expected [{{\"prefix\": ...}}, entries...]")
+    prefix_bucket, prefix = parse_s3_uri(entries[0]["prefix"])
+    found = []
+    # Manifest order is kept: entries are dealt round robin in the order they are listed.
+    for rel in entries[1:]:
+        reason = unsafe_key_reason(rel) if isinstance(rel, str) else "not a string"
+        if reason:
+            log.warning("manifest %s: not downloading entry %r: %s", uri, rel, reason)
+            continue
+        found.append((prefix_bucket, prefix + rel, rel))
+    return found
+
+
+def deal(objects: list, instances: int, distribution: str) -> list[list]:
+    if distribution == "ShardedByS3Key":
+        return [objects[i::instances] for i in range(instances)]
+    return [list(objects) for _ in range(instances)]  # FullyReplicated
+
+
+def download(s3, bucket: str, key: str, relative: str, target: Path) -> None:
+    """Download one object to ``target/relative``, unless that path leaves ``target``: then warn and skip it.
+
+    SageMaker writes into a container, where a stray path does little harm; here it would land
+    on the Airflow machine itself (site-packages/*.pth runs at the next Python start).
+    """
+    reason = unsafe_key_reason(relative)
+    dest = target / relative
+    if reason is None and not dest.resolve().is_relative_to(target.resolve()):
+        reason = f"resolves to {dest.resolve()}, outside {target}"  # a symlink on the way
+    if reason:
+        log.warning("not downloading s3://%s/%s: %s", bucket, key, reason)
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    s3.download_file(bucket, key, str(dest))
+
+
+def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
+    for spec in request.get("ProcessingInputs", []):
+        s3_input = spec["S3Input"]
+        if s3_input["S3DataType"] == "ManifestFile":
+            objects = manifest_entries(s3, s3_input["S3Uri"])
+        else:
+            objects = list_prefix(s3, s3_input["S3Uri"])
+        shares = deal(objects, len(instance_dirs), s3_input.get("S3DataDistributionType", "FullyReplicated"))
+        for instance_dir, share in zip(instance_dirs, shares, strict=True):
+            target = local_path(instance_dir, s3_input["LocalPath"])
+            target.mkdir(parents=True, exist_ok=True)
+            for bucket, key, relative in share:
+                download(s3, bucket, key, relative, target)
+        log.info("input %s: %d object(s) dealt %s over %d instance(s)", spec.get("InputName"), len(objects),
+                 s3_input.get("S3DataDistributionType"), len(instance_dirs))
+
+
+def upload_outputs(s3, request: dict, instance_dirs: list[Path]) -> int:
+    uploaded = 0
+    for spec in request.get("ProcessingOutputConfig", {}).get("Outputs", []):
+        bucket, prefix = parse_s3_uri(spec["S3Output"]["S3Uri"])
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        for instance_dir in instance_dirs:
+            source = local_path(instance_dir, spec["S3Output"]["LocalPath"])
+            if not source.is_dir():
+                continue
+            for path in sorted(p for p in source.rglob("*") if p.is_file() and TEMP_MARKER not in p.name):
+                s3.upload_file(str(path), bucket, prefix + path.relative_to(source).as_posix())
+                uploaded += 1
+    return uploaded
+
+
+def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
+    inputs = {i["InputName"]: i["S3Input"]["LocalPath"] for i in request.get("ProcessingInputs", [])}
+    outputs = request.get("ProcessingOutputConfig", {}).get("Outputs", [])
+    command = [sys.executable, "-m", "shardline.worker",
+               "--resource-config", str(instance_dir / "config" / "resourceconfig.json"),
+               "--scratch-dir", str(instance_dir / "scratch")]
+    if "data" in inputs:
+        command += ["--input-dir", str(local_path(instance_dir, inputs["data"]))]
+    if "model" in inputs:
+        command += ["--model-dir", str(local_path(instance_dir, inputs["model"]))]
+    if outputs:
+        command += ["--output-dir", str(local_path(instance_dir, outputs[0]["S3Output"]["LocalPath"]))]
+    # The container sees /opt/ml/processing/...: so do its arguments (e.g. --manifest-dir).
+    arguments = [str(local_path(instance_dir, a)) if a.startswith(SM_ROOT) else a
+                 for a in request.get("AppSpecification", {}).get("ContainerArguments", [])]
+    return command + arguments
+
+
+def run(job_dir: Path) -> dict:
+    request = json.loads((job_dir / REQUEST_FILE).read_text())
+    count = request["ProcessingResources"]["ClusterConfig"]["InstanceCount"]
+    max_runtime = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 86400)
+    hosts = [f"algo-{i + 1}" for i in range(count)]
+    instance_dirs = [job_dir / host for host in hosts]
+    s3 = boto3.client("s3")
+    started = time.monotonic()
+    if (job_dir / "STOP").exists():
+        raise _Stop("stop requested before the job started")
+    stage_inputs(s3, request, instance_dirs)
+
+    procs: dict[str, subprocess.Popen] = {}
+    env = job_environment(os.environ, request.get("Environment", {}))
+    for host, instance_dir in zip(hosts, instance_dirs, strict=True):
+        config = instance_dir / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "resourceconfig.json").write_text(json.dumps({"current_host": host, "hosts": hosts}))
+        with open(instance_dir / "worker.log", "ab") as out:
+            procs[host] = subprocess.Popen(worker_command(request, instance_dir, host), env=env, stdout=out,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.info("%s: worker pid %d", host, procs[host].pid)
+
+    try:
+        while any(p.poll() is None for p in procs.values()):
+            if (job_dir / "STOP").exists():  # stop() was asked before it knew our pid
+                raise _Stop("stop requested")
+            if time.monotonic() - started > max_runtime:
+                _terminate(procs.values())
+                break
+            time.sleep(0.2)
+    except _Stop:
+        _terminate(procs.values())  # the workers got SIGTERM too; give them time to sweep temp files
+        raise
+    codes = {host: p.wait() for host, p in procs.items()}
+    outcome = job_outcome(codes, time.monotonic() - started, max_runtime)
+    if outcome["status"] == JobStatus.STOPPED.value:
+        # As for a stop on request: EndOfJob outputs go up "after the job completes", and it did not.
+        log.info("exit codes %s; stopped, so no output is uploaded", codes)
+        return outcome
+    uploaded = upload_outputs(s3, request, instance_dirs)
+    log.info("exit codes %s; uploaded %d output file(s)", codes, uploaded)
+    return outcome
+
+
+def job_outcome(codes: dict[str, int], elapsed: float, max_runtime: float) -> dict:
+    """The job's end from its workers' exit codes and the runtime at which they were all seen to have exited.
+
+    A job is complete only once its end is seen. One seen past its limit is Stopped, as SageMaker
+    would have stopped it, even if its workers exited a moment after the limit, between two polls.
+    """
+    if elapsed > max_runtime:
+        return {"status": JobStatus.STOPPED.value, "failure_reason": f"MaxRuntimeInSeconds ({max_runtime}) exceeded",
+                "exit_codes": codes}
+    failed = {h: c for h, c in codes.items() if c != 0}
+    if failed:
+        detail = ", ".join(f"{h} exited with code {c}" for h, c in sorted(failed.items()))
+        return {"status": JobStatus.FAILED.value, "failure_reason": f"AlgorithmError: {detail}",
+                "exit_codes": codes}
+    return {"status": JobStatus.COMPLETED.value, "exit_codes": codes}
+
+
+def _terminate(procs) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + 10
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [local-job] %(message)s")
+    job_dir = Path(argv[0])
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "pid": os.getpid(), "host": socket.gethostname()})
+    try:
+        outcome = run(job_dir)
+    except _Stop as err:
+        outcome = {"status": JobStatus.STOPPED.value, "failure_reason": f"stopped ({err})"}
+    except Exception as err:  # recorded as the job's failure reason, like SageMaker's
+        log.exception("job failed")
+        outcome = {"status": JobStatus.FAILED.value, "failure_reason": f"ClientError: {type(err).__name__}: {err}"}
+    state = read_state(job_dir)
+    if (job_dir / "STOP").exists() and outcome["status"] != JobStatus.COMPLETED.value:
+        outcome = {**outcome, "status": JobStatus.STOPPED.value}
+    write_json_atomic(job_dir / STATE_FILE, {**state, **outcome, "ended_at": time.time()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

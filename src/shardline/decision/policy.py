@@ -1,0 +1,179 @@
+"""The sensor's policy: given what the ledger and the backend say, what happens next.
+
+Pure: no IO, no clock reads (``now`` is an argument), so the whole state table is
+unit-tested with plain data. The trigger gathers a :class:`StepSnapshot`; the sensor
+acts on the :class:`Decision`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Sequence
+
+from shardline.backends import JobStatus
+from shardline.ledger.states import FileStatus
+
+
+class Action(enum.StrEnum):
+    WAIT = "WAIT"
+    ADVANCE = "ADVANCE"  # every file succeeded and the job is done
+    PARTIAL = "PARTIAL"  # done; the failures are within the tolerance
+    RESUBMIT = "RESUBMIT"  # a new attempt for the failed or unfinished files
+    FAIL = "FAIL"
+
+
+# Failures that the same input will reproduce: retrying them only burns an attempt.
+PERMANENT_ERRORS = frozenset({"CorruptInputError", "InputSchemaError", "PoisonFileError", "RowCountMismatch",
+                              "UnsafeKeyError"})
+UNSAFE_KEY_ERROR = "UnsafeKeyError"  # recorded by the planner for a key no download could write safely
+
+
+@dataclasses.dataclass(frozen=True)
+class FileState:
+    input_key: str
+    status: FileStatus
+    attempt: int
+    error_class: str | None = None
+    error_message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardState:
+    host: str
+    heartbeat_age_seconds: float
+    finished: bool = False  # the instance reported a terminal status; silence after that is expected
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    max_attempts: int
+    backoff_seconds: float
+    backoff_multiplier: float
+    max_failed_files: int
+    max_failed_percent: float
+    heartbeat_timeout_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSnapshot:
+    attempt: int
+    job_status: JobStatus
+    job_age_seconds: float  # since this attempt's job was submitted
+    files: Sequence[FileState]
+    shards: Sequence[ShardState] = ()
+    job_failure_reason: str | None = None
+    cancelled: bool = False  # an on-call engineer ran `shardline cancel`
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    retry_files: tuple[str, ...] = ()
+    failed_files: tuple[FileState, ...] = ()
+    delay_seconds: float = 0.0
+    stop_job: bool = False  # the current job must be stopped before anything else
+
+
+def backoff(policy: Policy, attempt: int) -> float:
+    """Delay before attempt ``attempt + 1``."""
+    return policy.backoff_seconds * policy.backoff_multiplier ** max(0, attempt - 1)
+
+
+def tolerated(policy: Policy, failed: int, total: int) -> bool:
+    allowed = max(policy.max_failed_files, math.floor(total * policy.max_failed_percent / 100.0))
+    return failed <= allowed
+
+
+def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
+    files = snapshot.files
+    succeeded = [f for f in files if f.status is FileStatus.SUCCEEDED]
+    failed = [f for f in files if f.status is FileStatus.FAILED]
+    unfinished = [f for f in files if not f.status.is_terminal]
+    total = len(files)
+    job = snapshot.job_status
+
+    if snapshot.cancelled:
+        return Decision(Action.FAIL, f"cancelled by an operator (`shardline cancel`) with {len(succeeded)}/{total} "
+                                     "files succeeded",
+                        failed_files=tuple(failed), stop_job=not job.is_terminal)
+    if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
+        stale = [s for s in snapshot.shards
+                 if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]
+        silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
+        if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
+            # The job is stopped, and a stopped job uploads nothing: what it finished goes again too.
+            return _retry_or_finish(
+                snapshot, policy, failed, [*unfinished, *_unconfirmed(snapshot, succeeded)], total,
+                why=_silence(stale, policy.heartbeat_timeout_seconds), stop_job=True,
+            )
+        return Decision(Action.WAIT, f"job {job.value}: {len(succeeded)}/{total} files succeeded")
+
+    if len(succeeded) == total and job is JobStatus.COMPLETED:
+        return Decision(Action.ADVANCE, _all_succeeded(total))
+    # A job that did not complete (stopped, failed, lost its upload) may have uploaded none of its
+    # outputs: the files this attempt recorded SUCCEEDED go again with the unfinished ones, or their
+    # rows would be missing while the ledger counts them.
+    unconfirmed = _unconfirmed(snapshot, succeeded)
+    why = f"job {job.value}" + (f" ({snapshot.job_failure_reason})" if snapshot.job_failure_reason else "")
+    if unconfirmed:
+        why += f"; the outputs of the {len(unconfirmed)} file(s) it finished may not have been uploaded"
+    return _retry_or_finish(snapshot, policy, failed, [*unfinished, *unconfirmed], total, why=why)
+
+
+def _silence(stale: Sequence[ShardState], timeout: float) -> str:
+    """Why the job is taken for lost: which instances went silent, and the spec field that bounds it."""
+    if stale:
+        return (f"no heartbeat from {', '.join(s.host for s in stale)} for over {timeout:.0f}s "
+                "(heartbeat_timeout_seconds)")
+    return f"no instance sent a heartbeat within {timeout:.0f}s of the job's start (heartbeat_timeout_seconds)"
+
+
+def _all_succeeded(total: int) -> str:
+    return "its 1 file succeeded" if total == 1 else f"all {total} files succeeded"
+
+
+def _unconfirmed(snapshot: StepSnapshot, succeeded: list) -> list:
+    """Files the current attempt recorded SUCCEEDED, whose outputs only a COMPLETED job is sure to have uploaded."""
+    if snapshot.job_status is JobStatus.COMPLETED:
+        return []
+    return [f for f in succeeded if f.attempt == snapshot.attempt]
+
+
+def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, stop_job: bool = False) -> Decision:
+    transient = [f for f in failed if f.error_class not in PERMANENT_ERRORS]
+    permanent = [f for f in failed if f.error_class in PERMANENT_ERRORS]
+    retry = [*unfinished, *transient]
+    if retry and snapshot.attempt < policy.max_attempts:
+        return Decision(
+            Action.RESUBMIT,
+            f"{why}: {len(unfinished)} unfinished and {len(transient)} transiently failed file(s) go to attempt "
+            f"{snapshot.attempt + 1} of {policy.max_attempts}",
+            retry_files=tuple(sorted(f.input_key for f in retry)),
+            failed_files=tuple(permanent),
+            delay_seconds=backoff(policy, snapshot.attempt),
+            stop_job=stop_job,
+        )
+    # Out of attempts (or nothing worth retrying): whatever is not SUCCEEDED now counts as failed.
+    lost = tuple(
+        dataclasses.replace(f, error_class=f.error_class or "Unfinished",
+                            error_message=f.error_message or f"not finished by attempt {snapshot.attempt}, the "
+                                                             "last that retry.max_attempts allows")
+        for f in retry
+    )
+    all_failed = (*permanent, *lost)
+    if not all_failed:
+        return Decision(Action.ADVANCE, _all_succeeded(total), stop_job=stop_job)
+    within = tolerated(policy, len(all_failed), total)
+    action = Action.PARTIAL if within else Action.FAIL
+    budget = (f"tolerance of {policy.max_failed_files} file(s) or {policy.max_failed_percent:g}% "
+              "(tolerance.max_failed_files, tolerance.max_failed_percent)")
+    return Decision(
+        action,
+        f"{why}: {len(all_failed)} of {total} file(s) failed after {snapshot.attempt} attempt(s), "
+        f"{'within' if within else 'past'} the {budget}",
+        failed_files=all_failed,
+        stop_job=stop_job,
+    )

@@ -1,0 +1,184 @@
+"""What a processing instance writes to the ledger: file status and its own heartbeat.
+
+Fencing: each instance belongs to one attempt of one step. Every write it makes is
+conditional on that attempt, so an instance left over from an older attempt (a zombie)
+can never overwrite what a newer attempt wrote. A rejected write raises
+:class:`StaleAttemptError`, and the worker stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+
+from pynamodb.connection import Connection
+from pynamodb.exceptions import PynamoDBException, TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
+
+from shardline.ledger.context import LedgerContext, StaleAttemptError
+from shardline.ledger.keys import failures_pk, file_sk, run_pk, shard_sk, step_sk
+from shardline.ledger.states import FileStatus, ShardStatus
+from shardline.ledger.table import (
+    CLIENT_SETTINGS,
+    MAX_ERROR_CHARS,
+    bind_ledger,
+    endpoint_from_env,
+    region_from_env,
+)
+
+log = logging.getLogger(__name__)
+
+CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
+
+@dataclasses.dataclass(frozen=True)
+class FileOutcome:
+    """The figures a worker reports for one finished file."""
+
+    status: FileStatus
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    output_key: str | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _is_condition_failure(err: PynamoDBException) -> bool:
+    if isinstance(err, TransactWriteError):
+        return any(
+            reason is not None and reason.code == "ConditionalCheckFailed"
+            for reason in (err.cancellation_reasons or [])
+        )
+    return err.cause_response_code == CONDITIONAL_CHECK_FAILED
+
+
+class WorkerLedger:
+    """Conditional, fenced writes of one instance's progress."""
+
+    def __init__(self, context: LedgerContext, host: str, *, endpoint: str | None = None):
+        self.context = context
+        self.host = host
+        self._endpoint = endpoint if endpoint is not None else endpoint_from_env()
+        self._region = region_from_env()
+        self.model = bind_ledger(context.table, self._region, self._endpoint, context.retention_days)
+        self.pk = run_pk(context.pipeline, context.run_id)
+
+    # -- files -----------------------------------------------------------------------
+
+    def claim_file(self, relative_path: str) -> None:
+        """Mark a file RUNNING under this attempt, unless a newer attempt owns it."""
+        m, ctx = self.model, self.context
+        input_key = ctx.input_key(relative_path)
+        item = m(self.pk, file_sk(ctx.step, input_key))
+        actions = [
+            m.status.set(FileStatus.RUNNING.value),
+            m.attempt.set(ctx.attempt),
+            m.input_key.set(input_key),  # pipeline, run and step are in the keys already
+            m.host.set(self.host),
+            m.started_at.set(_now()),
+            m.finished_at.remove(),
+            m.error_class.remove(),
+            m.error_message.remove(),
+            m.failed_pk.remove(),
+            m.failed_at.remove(),
+            m.expires_at.set(m.expiry()),
+        ]
+        # Claiming may move a record forward to this attempt, never back from a newer one.
+        condition = m.attempt.does_not_exist() | (m.attempt <= ctx.attempt)
+        self._update(item, actions, condition, what=f"claim {input_key}")
+
+    def finish_file(self, relative_path: str, outcome: FileOutcome) -> None:
+        """Record a file's terminal status, if this attempt still owns it."""
+        m, ctx = self.model, self.context
+        input_key = ctx.input_key(relative_path)
+        finished = _now()
+        item = m(self.pk, file_sk(ctx.step, input_key))
+        actions = [
+            m.status.set(outcome.status.value),
+            m.rows_in.set(outcome.rows_in),
+            m.rows_out.set(outcome.rows_out),
+            m.bytes_in.set(outcome.bytes_in),
+            m.bytes_out.set(outcome.bytes_out),
+            m.seconds.set(round(outcome.seconds, 3)),
+            m.host.set(self.host),
+            m.finished_at.set(finished),
+            m.expires_at.set(m.expiry()),
+        ]
+        if outcome.output_key:
+            actions.append(m.output_key.set(outcome.output_key))
+        if outcome.status is FileStatus.FAILED:
+            actions += [
+                m.error_class.set(outcome.error_class or "Error"),
+                m.error_message.set((outcome.error_message or "")[:MAX_ERROR_CHARS]),
+                m.failed_pk.set(failures_pk(ctx.pipeline)),
+                m.failed_at.set(f"{finished.isoformat()}#{ctx.run_id}#{ctx.step}"),
+            ]
+        condition = m.attempt == ctx.attempt
+        self._update(item, actions, condition, what=f"finish {input_key}")
+
+    # -- heartbeat -------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        status: ShardStatus,
+        *,
+        files_assigned: int,
+        files_done: int,
+        files_failed: int,
+        rows_done: int,
+    ) -> None:
+        """Write this instance's SHARD item, fenced on the STEP item's current attempt.
+
+        The STEP item is owned by the orchestrator. When it has moved to a newer attempt,
+        the transaction is cancelled and this instance learns it is a zombie.
+        """
+        m, ctx = self.model, self.context
+        item = m(self.pk, shard_sk(ctx.step, ctx.attempt, self.host))
+        actions = [
+            m.status.set(status.value),
+            m.attempt.set(ctx.attempt),
+            m.pipeline.set(ctx.pipeline),
+            m.run_id.set(ctx.run_id),
+            m.step.set(ctx.step),
+            m.host.set(self.host),
+            m.heartbeat_at.set(_now()),
+            m.files_assigned.set(files_assigned),
+            m.files_done.set(files_done),
+            m.files_failed.set(files_failed),
+            m.rows_done.set(rows_done),
+            m.expires_at.set(m.expiry()),
+        ]
+        connection = Connection(region=self._region, host=self._endpoint, **CLIENT_SETTINGS)
+        try:
+            with TransactWrite(connection=connection) as transaction:
+                transaction.condition_check(  # the STEP item is a control item: its attempt is not ours to write
+                    m.Control,
+                    self.pk,
+                    step_sk(ctx.step),
+                    condition=m.Control.attempt.does_not_exist() | (m.Control.attempt <= ctx.attempt),
+                )
+                transaction.update(item, actions=actions)
+        except TransactWriteError as err:
+            if _is_condition_failure(err):
+                raise StaleAttemptError(
+                    f"heartbeat of {self.host} rejected: step {ctx.step} of run {ctx.run_id} has "
+                    f"moved past attempt {ctx.attempt}"
+                ) from err
+            raise
+
+    def _update(self, item, actions, condition, *, what: str) -> None:
+        try:
+            item.update(actions=actions, condition=condition)
+        except UpdateError as err:
+            if _is_condition_failure(err):
+                raise StaleAttemptError(
+                    f"{what} rejected: attempt {self.context.attempt} no longer owns this record"
+                ) from err
+            raise

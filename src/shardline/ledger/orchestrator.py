@@ -1,0 +1,322 @@
+"""What the orchestrator writes and reads: plans, attempts, and the step's state.
+
+The sensor, the CLI and the UI all read the ledger through :func:`read_step`, so
+there is one way into the table. Reads are Queries on the run's partition with a
+sort-key prefix, never Scans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from pynamodb.exceptions import PutError, UpdateError
+
+from shardline.ledger.keys import (
+    RUN_SK,
+    RUNS_PK,
+    failures_pk,
+    file_sk,
+    file_sk_prefix,
+    is_control_sk,
+    run_pk,
+    runs_index_sk,
+    runs_pk,
+    step_sk,
+    step_sk_prefix,
+)
+from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
+from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
+
+CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
+WRITE_CHUNK = 2500  # items per writer thread (100 BatchWrite calls)
+WRITE_THREADS = 8
+# Only what the sensor needs; keeps each Query page small.
+FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in",
+                   "rows_out"]
+# What the CLI and the UI show besides: which instance had the file.
+FILE_DETAIL_ATTRIBUTES = [*FILE_ATTRIBUTES, "host"]
+
+
+class StaleOrchestratorError(RuntimeError):
+    """Another try of the orchestrator already moved the step to a newer attempt."""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
+    """Create the RUN item and its entry in the run index once; later calls leave them alone.
+
+    A retry after a crash between the two writes re-derives the index entry from the RUN
+    item's own start time, so the entry is written exactly once under one key.
+    """
+    control = model.Control
+    item = control(run_pk(pipeline, run_id), RUN_SK, pipeline=pipeline, run_id=run_id,
+                   status=StepStatus.RUNNING.value, started_at=_now(), expires_at=control.expiry())
+    try:
+        item.save(condition=control.pk.does_not_exist())
+    except PutError as err:
+        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            raise
+        item = control.get(run_pk(pipeline, run_id), RUN_SK, consistent_read=True)
+    sk = runs_index_sk(item.started_at.isoformat(), pipeline, run_id)
+    with model.batch_write() as batch:  # all runs, and this pipeline's runs
+        for index in (RUNS_PK, runs_pk(pipeline)):
+            batch.save(model(index, sk, pipeline=pipeline, run_id=run_id, started_at=item.started_at,
+                             expires_at=model.expiry()))
+
+
+def list_runs(model: type[LedgerItem], pipeline: str | None = None, limit: int = 20) -> list[LedgerItem]:
+    """The newest runs first, of every pipeline or of one: one Query on the run index."""
+    found = model.query(runs_pk(pipeline) if pipeline else RUNS_PK, scan_index_forward=False, limit=limit,
+                        page_size=limit)
+    return list(found)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecords:
+    run: LedgerItem | None
+    steps: list[LedgerItem]  # STEP items in step-name order
+    shards: list[LedgerItem]
+
+
+def read_run(model: type[LedgerItem], pipeline: str, run_id: str) -> RunRecords:
+    """The RUN item, every STEP item and every SHARD heartbeat: one Query (FILE items are per step)."""
+    pk = run_pk(pipeline, run_id)
+    items, _ = _query(model, pk, step_sk_prefix(), None)
+    try:
+        run = model.Control.get(pk, RUN_SK, consistent_read=True)
+    except model.Control.DoesNotExist:
+        run = None
+    steps = [i for i in items if "#SHARD#" not in i.sk]
+    shards = [i for i in items if "#SHARD#" in i.sk]
+    return RunRecords(run=run, steps=steps, shards=shards)
+
+
+def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int, status: StepStatus,
+                message: str = "") -> bool:
+    """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten.
+
+    Returns False when a newer attempt owns the step (someone resubmitted meanwhile) or an
+    operator cancelled it: their state stands.
+    """
+    if status not in STEP_TERMINAL:
+        raise ValueError(f"{status} is not a terminal step status")
+    c = model.Control
+    try:
+        c(run_pk(pipeline, run_id), step_sk(step)).update(
+            actions=[c.status.set(status.value), c.message.set(message[:2000] or None),
+                     c.finished_at.set(_now()), c.expires_at.set(c.expiry())],
+            condition=(c.attempt == attempt) & (c.status != StepStatus.CANCELLED.value),
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
+
+
+def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: StepStatus, message: str = "",
+                   *, only_if_running: bool = False) -> bool:
+    """Record the run's status. ``only_if_running``: leave a run that already ended (or never started) alone."""
+    c = model.Control
+    try:
+        c(run_pk(pipeline, run_id), RUN_SK).update(
+            actions=[c.status.set(status.value), c.message.set(message[:2000] or None),
+                     c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
+                     c.expires_at.set(c.expiry())],
+            condition=(c.status == StepStatus.RUNNING.value) if only_if_running else None,
+        )
+    except UpdateError as err:
+        if only_if_running and err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
+
+
+def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                  input_keys: Iterable[tuple[str, int]], plan_json: str | None = None, *,
+                  after: int | None = None, reopen_cancelled: bool = False) -> int:
+    """Move the STEP item from attempt ``after`` to ``attempt`` and write a PENDING FILE item per input.
+
+    Strictly forward and exclusive: attempt 1 needs a step never planned, attempt N needs the
+    step still at ``after`` (default N-1). Of two planners racing for one attempt (a sensor and
+    an operator's resubmission, two tries of one task) exactly one wins; the other gets
+    :class:`StaleOrchestratorError` and writes nothing. So the winner's FILE items go in plain
+    BatchWrite calls of 25: no attempt-N item can exist before its STEP update, and an older
+    attempt's instance cannot claim a file back from it (claims only move forward).
+
+    A cancelled step stays cancelled unless ``reopen_cancelled`` (an operator's resubmission).
+    ``plan_json`` records what the step was planned with. Returns the number of files written.
+    """
+    after = attempt - 1 if after is None else after
+    c = model.Control
+    condition = c.attempt.does_not_exist() if after == 0 else (c.attempt == after)
+    if not reopen_cancelled:
+        condition &= c.status != StepStatus.CANCELLED.value
+    pk = run_pk(pipeline, run_id)
+    try:
+        c(pk, step_sk(step)).update(
+            actions=[
+                *([c.plan_json.set(plan_json)] if plan_json else []),
+                c.attempt.set(attempt),
+                c.status.set(StepStatus.PLANNED.value),
+                c.pipeline.set(pipeline),
+                c.run_id.set(run_id),
+                c.step.set(step),
+                c.started_at.set(_now()),
+                c.message.remove(),
+                c.finished_at.remove(),
+                c.expires_at.set(c.expiry()),
+            ],
+            condition=condition,
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            raise StaleOrchestratorError(
+                f"step {step} of run {run_id} is no longer at attempt {after} (someone planned attempt {attempt} "
+                f"or later first, or cancelled it): not planning attempt {attempt}"
+            ) from err
+        raise
+    expires = model.expiry()
+    items = [model(pk, file_sk(step, key), status=FileStatus.PENDING.value, attempt=attempt, input_key=key,
+                   bytes_in=size, expires_at=expires) for key, size in input_keys]
+    _parallel(items, _batch_save(model))
+    return len(items)
+
+
+def record_refused(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                   refused: Iterable[tuple[str, int, str]], error_class: str = "UnsafeKeyError") -> int:
+    """Write a FAILED FILE item for each input the planner refused: (key, size, reason).
+
+    No job ever sees these keys; the items make each one show in `shardline failed` with its
+    reason and count against the step's tolerance, instead of vanishing from the run.
+    """
+    pk, now, expires = run_pk(pipeline, run_id), _now(), model.expiry()
+    items = [model(pk, file_sk(step, key), status=FileStatus.FAILED.value, attempt=attempt, input_key=key,
+                   bytes_in=size, error_class=error_class, error_message=reason[:MAX_ERROR_CHARS],
+                   failed_pk=failures_pk(pipeline), failed_at=f"{now.isoformat()}#{run_id}#{step}",
+                   finished_at=now, expires_at=expires)
+             for key, size, reason in refused]
+    _parallel(items, _batch_save(model))
+    return len(items)
+
+
+def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                     input_keys: Iterable[tuple[str, int]]) -> int:
+    """Finish planning ``attempt``, which the STEP item already holds but whose job never started.
+
+    A planner that died between its STEP update and its job submission leaves this for its
+    retry. Here each FILE write is conditional, because a late retry must never reset a file
+    that the attempt's job (submitted by someone else meanwhile) already claimed or finished:
+    only a missing item, an older attempt's item, or this attempt's PENDING item is written.
+    Returns the number of files written.
+    """
+    pk = run_pk(pipeline, run_id)
+    c = model.Control
+    try:  # still this attempt's, and not cancelled
+        c(pk, step_sk(step)).update(
+            actions=[c.started_at.set(_now()), c.expires_at.set(c.expiry())],
+            condition=(c.attempt == attempt) & (c.status == StepStatus.PLANNED.value),
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            raise StaleOrchestratorError(
+                f"step {step} of run {run_id} is no longer a planned attempt {attempt}: not re-planning it") from err
+        raise
+    written = []
+
+    def write(key_and_size: tuple[str, int]) -> None:
+        key, size = key_and_size
+        try:
+            model(pk, file_sk(step, key)).update(
+                actions=[model.status.set(FileStatus.PENDING.value), model.attempt.set(attempt),
+                         model.input_key.set(key), *([model.bytes_in.set(size)] if size else []),
+                         model.expires_at.set(model.expiry())],
+                condition=model.attempt.does_not_exist() | (model.attempt < attempt)
+                | ((model.attempt == attempt) & (model.status == FileStatus.PENDING.value)),
+            )
+            written.append(key)
+        except UpdateError as err:
+            if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+                raise
+
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        list(pool.map(write, list(input_keys)))
+    return len(written)
+
+
+def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
+                reason: str) -> bool:
+    """Mark the step CANCELLED, fenced on the attempt the operator saw, if it has not ended.
+
+    Returns False when the step moved to another attempt or ended meanwhile: that state stands,
+    and the operator looks again.
+    """
+    c = model.Control
+    try:
+        c(run_pk(pipeline, run_id), step_sk(step)).update(
+            actions=[c.status.set(StepStatus.CANCELLED.value), c.message.set(reason[:2000] or None),
+                     c.finished_at.set(_now()), c.expires_at.set(c.expiry())],
+            condition=(c.attempt == attempt) & c.status.is_in(
+                *[s.value for s in StepStatus if s not in STEP_TERMINAL]),
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
+
+
+def _batch_save(model: type[LedgerItem]):
+    def write(chunk: list[LedgerItem]) -> None:
+        with model.batch_write() as batch:  # 25 items a call; unprocessed items are retried
+            for item in chunk:
+                batch.save(item)
+    return write
+
+
+def _parallel(items: list[LedgerItem], write) -> None:
+    # BatchWrite calls are independent: a few in parallel plan a 100k-file step in seconds, not minutes.
+    chunks = [items[i:i + WRITE_CHUNK] for i in range(0, len(items), WRITE_CHUNK)]
+    with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, max(1, len(chunks)))) as pool:
+        list(pool.map(write, chunks))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecords:
+    step: LedgerItem | None
+    files: list[LedgerItem]
+    shards: list[LedgerItem]
+    requests: int  # DynamoDB requests this read cost (Query pages)
+
+
+def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, *,
+              file_attributes: list[str] = FILE_ATTRIBUTES) -> StepRecords:
+    """The STEP item, its SHARD items and its FILE items: two Queries on the run partition."""
+    pk = run_pk(pipeline, run_id)
+    step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
+    step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
+    shards = [item for item in step_and_shards if item.sk != step_sk(step)]
+    files, file_pages = _query(model, pk, file_sk_prefix(step), file_attributes)
+    return StepRecords(step=step_item, files=files, shards=shards, requests=step_pages + file_pages)
+
+
+def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tuple[list, int]:
+    """Every item under a sort-key prefix, one Query page (<= 1 MB) at a time; counts the pages."""
+    items, pages, start = [], 0, None
+    while True:
+        stored = [getattr(model, name).attr_name for name in attributes] if attributes else None
+        result = model.query(pk, model.sk.startswith(sk_prefix), attributes_to_get=stored,
+                             last_evaluated_key=start, consistent_read=True)
+        page = next(result.page_iter)
+        pages += 1
+        items.extend((model.Control if is_control_sk(raw["sk"]["S"]) else model).from_raw_data(raw)
+                     for raw in page.get("Items", []))
+        start = result.page_iter.last_evaluated_key
+        if start is None:
+            return items, pages

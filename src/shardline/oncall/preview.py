@@ -1,0 +1,233 @@
+"""Preview a step before launch: its model, with the job's own settings, on the first rows of one input.
+
+``shardline preview PIPELINE`` and a DAG run with the ``dry_run`` Param both come here. It
+fetches the model artifact and a sample of one input file (only the first rows: a parquet
+footer and its first row group through ranged reads, the first lines of a CSV or JSON lines
+file), then runs ``python -m shardline.worker --preview ROWS`` with exactly the arguments the
+processing job would get, in a subprocess with a minimal environment, and returns its report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from shardline.planning.inputs import S3Object, list_inputs, parse_s3_uri
+from shardline.planning.request import worker_arguments
+from shardline.spec import PipelineSpec, StepSpec
+
+DEFAULT_ROWS = 20
+# What the preview's worker process may see of the caller's environment: enough to run Python,
+# nothing of Airflow's or AWS's secrets (the preview needs no AWS: its files are local).
+_PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+
+
+class PreviewError(Exception):
+    """The preview could not run: no input, no model, a template it cannot render."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PreviewResult:
+    step: str
+    model_uri: str
+    sample_uri: str
+    exit_code: int  # the worker's: 0 ran, 3 the sample file fails as the job would, 4 setup error
+    text: str  # the worker's report
+    report: dict | None  # the same as JSON (None after a setup error)
+    log: str  # the worker's log (why a setup error happened)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def warnings(self) -> list[str]:
+        return list((self.report or {}).get("warnings", []))
+
+    def render(self) -> str:
+        head = f"preview of step {self.step}: model {self.model_uri}, sample {self.sample_uri}\n"
+        if self.exit_code == 4 or not self.text:
+            return head + "the model could not be set up:\n" + _setup_error(self.log)
+        return head + self.text
+
+
+def _setup_error(log: str) -> str:
+    lines = [line for line in log.splitlines() if " ERROR " in line or "setup failed" in line]
+    return "\n".join(lines[-5:]) or log[-2000:]
+
+
+def render_template(template: str, spec: PipelineSpec, step: StepSpec, logical_date: dt.datetime,
+                    params: dict | None = None) -> str:
+    """Render a spec URI as the DAG run would, for a logical date and the Params' defaults."""
+    import jinja2
+
+    values = {"model_version": spec.steps[0].model.version, "input_prefix": "", "instance_count": None,
+              "dry_run": True, **(params or {})}
+    context = {
+        "ds": logical_date.strftime("%Y-%m-%d"), "ds_nodash": logical_date.strftime("%Y%m%d"),
+        "ts": logical_date.isoformat(), "logical_date": logical_date, "data_interval_start": logical_date,
+        "data_interval_end": logical_date, "params": values,
+    }
+    try:
+        return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template).render(**context)
+    except jinja2.TemplateError as err:
+        raise PreviewError(f"cannot render {template!r} of step {step.name} for a preview ({err}); pass the "
+                           "URIs with --input and --model-uri") from err
+
+
+def step_uris(spec: PipelineSpec, step: StepSpec, logical_date: dt.datetime, params: dict | None = None
+              ) -> tuple[str, str]:
+    """(model URI, input prefix) of a step, rendered. A step that reads an earlier step's output gets that
+    step's output prefix."""
+    source = spec.step(step.input.from_step).output.prefix if step.input.from_step else step.input.prefix
+    return (render_template(step.model.uri, spec, step, logical_date, params),
+            render_template(source, spec, step, logical_date, params))
+
+
+def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, input_uri: str,
+                 rows: int = DEFAULT_ROWS, objects: list[S3Object] | None = None,
+                 model_version: str | None = None) -> PreviewResult:
+    """Run the step's model on the first ``rows`` rows of the first input under ``input_uri`` (a prefix,
+    or one object's URI). ``objects``: the prefix's listing, when the caller has it already.
+    ``model_version``: the run's ``model_version`` Param, which picks the pinned digest."""
+    step = spec.step(step_name)
+    try:
+        pin = step.model.pin_for(model_version)
+    except ValueError as err:
+        raise PreviewError(str(err)) from err
+    sample = _first_input(s3, step, input_uri, objects)
+    with tempfile.TemporaryDirectory(prefix="shardline-preview-") as tmp:
+        root = Path(tmp)
+        model_dir, data_dir = root / "model", root / "data"
+        _fetch_model(s3, model_uri, model_dir)
+        bucket, key = sample
+        _fetch_sample(s3, bucket, key, rows, data_dir)
+        report_path = root / "preview.json"
+        command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data_dir),
+                   "--output-dir", str(root / "out"), "--model-dir", str(model_dir),
+                   "--scratch-dir", str(root / "scratch"), "--host", "preview",
+                   *worker_arguments(step), "--preview", str(rows), "--preview-json", str(report_path)]
+        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+        if pin:
+            env["SHARDLINE_MODEL_SHA256"] = pin
+        env["PYTHONUNBUFFERED"] = "1"
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=600,
+                              cwd=root, stdin=subprocess.DEVNULL)
+        report = json.loads(report_path.read_text()) if report_path.is_file() else None
+    return PreviewResult(step=step_name, model_uri=model_uri, sample_uri=f"s3://{bucket}/{key}",
+                         exit_code=done.returncode, text=done.stdout, report=report, log=done.stderr)
+
+
+def _first_input(s3, step: StepSpec, input_uri: str, objects: list[S3Object] | None) -> tuple[str, str]:
+    bucket, key = parse_s3_uri(input_uri)
+    if objects is None:
+        if key and not key.endswith("/") and _exists(s3, bucket, key):
+            return bucket, key  # one object, named
+        objects = list_inputs(s3, input_uri, step.input.include, step.input.exclude)
+    if not objects:
+        raise PreviewError(f"no input files under {input_uri} to preview (step {step.name}); pass --input with a "
+                           "file or prefix that has data, or --logical-date for another partition")
+    return bucket, objects[0].key
+
+
+def _exists(s3, bucket: str, key: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError:
+        return False
+    return True
+
+
+def _fetch_model(s3, model_uri: str, model_dir: Path) -> None:
+    """Download the model as SageMaker's S3Prefix input would: one object, or every object under a prefix."""
+    from shardline.backends.local_supervisor import list_prefix
+
+    found = list_prefix(s3, model_uri)
+    if not found:
+        raise PreviewError(f"no model at {model_uri}; check model.uri and the model_version")
+    for bucket, key, relative in found:
+        dest = model_dir / relative
+        if not dest.resolve().is_relative_to(model_dir.resolve()):
+            raise PreviewError(f"model object key {key!r} would be written outside the model directory")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(bucket, key, str(dest))
+
+
+def _fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path) -> Path:
+    """The first ``rows`` rows of one object, as a local file of the same format."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    name = key.rsplit("/", 1)[-1]
+    lower = name.lower()
+    gzipped = lower.endswith(".gz")
+    base = name[:-3] if gzipped else name
+    if base.lower().endswith(".parquet"):
+        dest = data_dir / name
+        if gzipped:  # not seekable: the whole object
+            s3.download_file(bucket, key, str(dest))
+            return dest
+        _parquet_head(s3, bucket, key, rows, dest)
+        return dest
+    dest = data_dir / base  # text formats are written back uncompressed
+    header = 1 if base.lower().endswith(".csv") else 0
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+    stream = gzip.GzipFile(fileobj=body) if gzipped else body
+    with open(dest, "wb") as out:
+        for count, line in enumerate(stream.iter_lines(keepends=True) if not gzipped else stream):
+            if count >= rows + header:
+                break
+            out.write(line)
+    body.close()
+    return dest
+
+
+def _parquet_head(s3, bucket: str, key: str, rows: int, dest: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    size = s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+    source = io.BufferedReader(_RangedObject(s3, bucket, key, size), buffer_size=1 << 20)
+    parquet = pq.ParquetFile(source)
+    batch = next(parquet.iter_batches(batch_size=rows), None)
+    table = pa.Table.from_batches([batch]) if batch is not None else parquet.schema_arrow.empty_table()
+    pq.write_table(table, dest)
+
+
+class _RangedObject(io.RawIOBase):
+    """A read-only, seekable view of one S3 object, read with ranged GETs."""
+
+    def __init__(self, s3, bucket: str, key: str, size: int):
+        self.s3, self.bucket, self.key, self.size, self.position = s3, bucket, key, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def readinto(self, buffer) -> int:
+        if self.position >= self.size:
+            return 0
+        end = min(self.size, self.position + len(buffer)) - 1
+        data = self.s3.get_object(Bucket=self.bucket, Key=self.key,
+                                  Range=f"bytes={self.position}-{end}")["Body"].read()
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)

@@ -1,0 +1,518 @@
+"""What each task of a pipeline step does, as plain functions over plain data.
+
+Operators and the trigger call these and hold no policy of their own. An *attempt*
+is a JSON-able dict (it travels through XCom and the trigger's kwargs):
+pipeline, run_id, step, attempt, job_name, manifest_uri, input_prefix, output_prefix,
+model_uri, instance_count, files, submitted_at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import time
+
+from shardline.decision.policy import (
+    UNSAFE_KEY_ERROR,
+    Decision,
+    FileState,
+    JobStatus,
+    Policy,
+    ShardState,
+    StepSnapshot,
+    decide,
+)
+from shardline.ledger.orchestrator import (
+    FILE_ATTRIBUTES,
+    continue_attempt,
+    ensure_run,
+    finish_step,
+    read_step,
+    record_refused,
+    set_run_status,
+    start_attempt,
+)
+from shardline.ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
+from shardline.orchestration import services
+from shardline.planning import naming
+from shardline.planning.inputs import (
+    S3Object,
+    choose_instance_count,
+    list_inputs_and_refusals,
+    manifest_body,
+    manifest_order,
+    parse_s3_uri,
+    write_manifest,
+)
+from shardline.planning.request import Attempt, build_processing_request
+from shardline.spec import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+def policy_for(spec: PipelineSpec, step: str) -> Policy:
+    s = spec.step(step)
+    return Policy(
+        max_attempts=s.retry.max_attempts, backoff_seconds=s.retry.backoff_seconds,
+        backoff_multiplier=s.retry.backoff_multiplier, max_failed_files=s.tolerance.max_failed_files,
+        max_failed_percent=s.tolerance.max_failed_percent, heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
+    )
+
+
+# What a step was planned with: enough to build any later attempt without Airflow's XCom.
+PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "metadata_prefix", "model_uri",
+               "model_version",
+               "requested_instances")
+
+# How the sensor's outcome is recorded on the STEP item.
+OUTCOME_STATUS = {"ADVANCE": StepStatus.SUCCEEDED, "PARTIAL": StepStatus.PARTIAL, "FAIL": StepStatus.FAILED,
+                  "TIMEOUT": StepStatus.FAILED}
+
+
+def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int, *,
+                 after: int | None = None, reopen_cancelled: bool = False, replan: bool = False) -> dict:
+    """Write the attempt's ledger records and manifest; return the attempt dict (not yet submitted).
+
+    ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
+    ``replan``: the STEP item holds this attempt already, but its job was never submitted.
+    """
+    step = spec.step(base["step"])
+    count = choose_instance_count(instances, len(objects))
+    ordered = manifest_order(objects, count, step.sharding)
+    manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt,
+                                       base.get("metadata_prefix"))
+    bucket, _ = parse_s3_uri(base["input_prefix"])
+    plan_fields = {k: base.get(k) for k in PLAN_FIELDS}
+    model = services.ledger_model(spec)
+    keys = [(f"s3://{bucket}/{o.key}", o.size) for o in ordered]
+    # The fenced ledger write first: whoever loses a race for this attempt writes no manifest.
+    if replan:
+        continue_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt, keys)
+    else:
+        start_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt, keys,
+                      plan_json=json.dumps(plan_fields), after=after, reopen_cancelled=reopen_cancelled)
+    if attempt == 1 and not replan:
+        withdraw_success_marker(spec, base["output_prefix"])
+    write_manifest(services.s3_client(spec), manifest_uri,
+                   manifest_body(base["input_prefix"], [o.key for o in ordered]))
+    if attempt > 1:  # a resubmission reopens a run that may already have been marked failed
+        set_run_status(model, base["pipeline"], base["run_id"], StepStatus.RUNNING)
+    return {**base, "attempt": attempt, "instance_count": count, "files": len(ordered),
+            "manifest_uri": manifest_uri,
+            "job_name": naming.job_name(base["pipeline"], base["run_id"], base["step"], attempt)}
+
+
+def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, output_prefix: str, model_uri: str,
+         instance_count: int, model_version: str | None = None, metadata_prefix: str | None = None) -> dict | None:
+    """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
+    s = spec.step(step)
+    started = time.monotonic()
+    objects, refused = list_inputs_and_refusals(services.s3_client(spec), input_prefix, s.input.include,
+                                                s.input.exclude)
+    listed = time.monotonic()
+    if not objects and refused:
+        raise ValueError(f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
+                         f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
+                         "input.exclude")
+    if not objects:
+        log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
+        return None
+    ensure_run(services.ledger_model(spec), spec.pipeline, run_id)
+    base = {"pipeline": spec.pipeline, "run_id": run_id, "step": step, "input_prefix": _dir(input_prefix),
+            "output_prefix": _dir(output_prefix), "metadata_prefix": _dir(metadata_prefix) if metadata_prefix else None,
+            "model_uri": model_uri, "model_version": model_version,
+            "requested_instances": instance_count}
+    number, todo, replan = _what_to_plan(spec, base, objects)
+    if todo:
+        attempt = _new_attempt(spec, base, number, todo, instance_count, after=number - 1, replan=replan)
+        if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
+            bucket, _ = parse_s3_uri(input_prefix)
+            record_refused(services.ledger_model(spec), spec.pipeline, run_id, step, attempt["attempt"],
+                           [(f"s3://{bucket}/{o.key}", o.size, f"not processed: the key is an unsafe path "
+                             f"({reason}); rename the object or exclude it with input.exclude")
+                            for o, reason in refused], error_class=UNSAFE_KEY_ERROR)
+    else:  # planned before, and every input has succeeded since: adopt that attempt
+        attempt = latest_attempt(spec, spec.pipeline, run_id, step)
+        log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
+    timing = {"started_at": time.time() - (time.monotonic() - started), "list_seconds": round(listed - started, 3),
+              "record_seconds": round(time.monotonic() - listed, 3)}
+    log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, manifest "
+             "and ledger records in %.1fs", step, run_id, len(objects), sum(o.size for o in objects) / 2**20,
+             attempt["instance_count"], s.sharding, timing["list_seconds"], timing["record_seconds"])
+    return {**attempt, "planning": timing}
+
+
+def _what_to_plan(spec: PipelineSpec, base: dict, objects: list[S3Object]) -> tuple[int, list[S3Object], bool]:
+    """The attempt number to plan, the inputs it takes, and whether it re-plans an attempt never submitted.
+
+    The first plan takes every input. A plan task that runs again (retried, or cleared
+    because an upstream step was resubmitted) must not start the step over: it takes only
+    the inputs that have not succeeded yet, new ones included, as the next attempt; or the
+    same attempt again if that one was never submitted.
+    """
+    from shardline.backends import JobNotFound
+
+    records = read_step(services.ledger_model(spec), base["pipeline"], base["run_id"], base["step"])
+    latest = int(records.step.attempt or 0) if records.step else 0
+    if latest == 0:
+        return 1, objects, False
+    bucket, _ = parse_s3_uri(base["input_prefix"])
+    done = {f.input_key for f in records.files if f.status == FileStatus.SUCCEEDED}
+    todo = [o for o in objects if f"s3://{bucket}/{o.key}" not in done]
+    try:
+        services.backend_for(spec).describe(naming.job_name(base["pipeline"], base["run_id"], base["step"], latest))
+    except JobNotFound:
+        return latest, todo, True
+    return latest + 1, todo, False
+
+
+def _dir(uri: str) -> str:
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def submit(spec: PipelineSpec, attempt: dict) -> dict:
+    """Start the attempt's job, or adopt the one an earlier try of this task started."""
+    image, role = services.image_and_role(spec)
+    fields = {f.name for f in dataclasses.fields(Attempt)}
+    request = build_processing_request(spec, Attempt(**{k: v for k, v in attempt.items() if k in fields}),
+                                       image_uri=image, role_arn=role, region=services.region(spec))
+    backend = services.backend_for(spec)
+    backend.submit(request)
+    state = backend.describe(attempt["job_name"])
+    log.info("job %s (attempt %d of step %s): %s", attempt["job_name"], attempt["attempt"], attempt["step"],
+             state.status.value)
+    submitted = state.created_at or time.time()
+    return {**attempt, "submitted_at": submitted}
+
+
+def snapshot(spec: PipelineSpec, attempt: dict, now: float | None = None) -> StepSnapshot:
+    """What the ledger and the backend say about the step right now (Query + describe)."""
+    now = now if now is not None else time.time()
+    records = read_step(services.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"])
+    state = services.backend_for(spec).describe(attempt["job_name"])
+    files = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class, f.error_message)
+             for f in records.files]
+    shards = [
+        ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
+                   finished=s.status in SHARD_TERMINAL)
+        for s in records.shards if int(s.attempt or 0) == attempt["attempt"]
+    ]
+    cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
+    return StepSnapshot(attempt=attempt["attempt"], job_status=state.status,
+                        job_age_seconds=now - attempt["submitted_at"], files=files, shards=shards,
+                        job_failure_reason=state.failure_reason, cancelled=cancelled)
+
+
+def decide_now(spec: PipelineSpec, attempt: dict) -> Decision:
+    """One poll, as the trigger makes it: what the step's policy says about its snapshot right now."""
+    return decide(snapshot(spec, attempt), policy_for(spec, attempt["step"]))
+
+
+def is_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) says the AWS endpoint could not be reached or did not answer."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import HTTPClientError
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, BotoConnectionError | HTTPClientError | ConnectionError | TimeoutError):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def describe_error(err: BaseException) -> str:
+    """The innermost cause of ``err``, in one line."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    said = str(err).strip()
+    return f"{type(err).__name__}: {said}" if said else type(err).__name__
+
+
+def unreachable_reason(attempt: dict, seconds: float, err: BaseException) -> str:
+    """Why a step's watch gave up on an endpoint outage, and what the on-call engineer does next."""
+    return (f"the AWS endpoint (DynamoDB/S3/the job API) was unreachable for {seconds:.0f}s, past the step's "
+            f"heartbeat_timeout_seconds (last error: {describe_error(err)}). Nothing was recorded as failed: each "
+            f"file keeps the status it last reached, and job {attempt['job_name']} may still be running. Once the "
+            "endpoint answers again, check with `shardline status "
+            f"{attempt['pipeline']}/{attempt['run_id']}` and resubmit what did not finish (this also lets the DAG "
+            "run take the step up again): "
+            + naming.resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"]))
+
+
+def stop(spec: PipelineSpec, attempt: dict) -> None:
+    backend = services.backend_for(spec)
+    if not backend.describe(attempt["job_name"]).status.is_terminal:
+        log.warning("stopping job %s", attempt["job_name"])
+        backend.stop(attempt["job_name"])
+
+
+def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str], *, by_operator: bool = False) -> dict:
+    """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
+
+    Fenced on ``attempt``: the step must still be at it, so a sensor and an operator cannot
+    both plan the next one (the loser gets StaleOrchestratorError). ``attempt``'s job is stopped,
+    and waited for, before the next one is planned: two attempts never run at once.
+    ``by_operator``: a cancelled step may be reopened.
+    """
+    stop_and_wait(spec, attempt)
+    objects = sized_objects(spec, attempt, retry_keys)
+    nxt = _new_attempt(spec, attempt, attempt["attempt"] + 1, objects, attempt["requested_instances"],
+                       after=attempt["attempt"], reopen_cancelled=by_operator)
+    return submit(spec, nxt)
+
+
+def sized_objects(spec: PipelineSpec, attempt: dict, keys: list[str]) -> list[S3Object]:
+    """The inputs ``keys`` (full s3:// URIs) with their sizes, for the next attempt's plan.
+
+    A later attempt deals its files by size like the first (``sharding: by_size``) and records
+    each file's bytes in the ledger, so the sizes matter: they come from the ledger's FILE items
+    (the planner recorded each one), and from S3 for any the ledger lacks.
+    """
+    bucket, _ = parse_s3_uri(attempt["input_prefix"])
+    records = read_step(services.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"],
+                        file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
+    recorded = {f.input_key: int(f.bytes_in or 0) for f in records.files}
+    s3 = None
+    objects = []
+    for key in keys:
+        size = recorded.get(key, 0)
+        if not size:
+            s3 = s3 or services.s3_client(spec)
+            size = s3.head_object(Bucket=bucket, Key=key[len(f"s3://{bucket}/"):])["ContentLength"]
+        objects.append(S3Object(key[len(f"s3://{bucket}/"):], size))
+    return objects
+
+
+STOP_WAIT_SECONDS = 900.0  # SageMaker takes a minute or two to stop a job
+
+
+def stop_and_wait(spec: PipelineSpec, attempt: dict, timeout: float = STOP_WAIT_SECONDS,
+                  poll: float = 5.0) -> None:
+    """Stop the attempt's job if it still runs, and return once it has ended.
+
+    Raises RuntimeError if it has not ended by ``timeout``: the next attempt must not start
+    beside it (the task's retry tries again later).
+    """
+    from shardline.backends import JobNotFound
+
+    backend = services.backend_for(spec)
+    try:
+        state = backend.describe(attempt["job_name"])
+    except JobNotFound:
+        return
+    if state.status.is_terminal:
+        return
+    log.warning("stopping job %s (attempt %d) before the next attempt starts", attempt["job_name"],
+                attempt["attempt"])
+    backend.stop(attempt["job_name"])
+    deadline = time.monotonic() + timeout
+    while not (state := backend.describe(attempt["job_name"])).status.is_terminal:
+        if time.monotonic() > deadline:
+            raise RuntimeError(stop_timeout_text(attempt["job_name"], state.status.value, timeout))
+        time.sleep(poll)
+
+
+def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:
+    return (f"job {job_name} is still {status} {timeout:.0f}s after it was asked to stop, so the next attempt has "
+            "not started (two attempts never run at once): the task's retry tries again later; if the job never "
+            "stops, check it in the backend's console")
+
+
+def file_error(error_class: str | None, error_message: str | None) -> str:
+    """A file's error in one line: class and message, either of which may be missing."""
+    return ": ".join(x for x in (error_class, error_message) if x) or "no error recorded"
+
+
+def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
+    """Reconcile rows in against rows out for every file of a step."""
+    records = read_step(services.ledger_model(spec), pipeline, run_id, step)
+    succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
+    failed = [f for f in records.files if f.status == FileStatus.FAILED]
+    mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0)]
+    return {
+        "step": step,
+        "files": len(records.files),
+        "succeeded": len(succeeded),
+        "failed": len(failed),
+        "rows_in": int(sum(f.rows_in or 0 for f in succeeded)),
+        "rows_out": int(sum(f.rows_out or 0 for f in succeeded)),
+        "attempts": int((records.step.attempt if records.step else 0) or 0),
+        "rows_mismatched_files": mismatched,
+        "failed_files": [{"input": f.input_key, "error": file_error(f.error_class, f.error_message)} for f in failed],
+        "reported_at": dt.datetime.now(dt.UTC).isoformat(),
+    }
+
+
+def resume(spec: PipelineSpec, attempt: dict) -> dict:
+    """The newest attempt of the step, given the one this task started from.
+
+    A watch task retried after it resubmitted only knows attempt 1 (from XCom); the STEP
+    item knows the newest. Its job is adopted, or submitted if the earlier try died
+    between planning it and submitting it.
+    """
+    from shardline.backends import JobNotFound
+
+    records = read_step(services.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"])
+    latest = int(records.step.attempt or 0) if records.step else 0
+    if latest <= attempt["attempt"]:
+        return attempt
+    name = naming.job_name(attempt["pipeline"], attempt["run_id"], attempt["step"], latest)
+    try:
+        state = services.backend_for(spec).describe(name)
+    except JobNotFound:
+        unfinished = [f.input_key for f in records.files
+                      if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
+        log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest,
+                    attempt["step"])
+        objects = sized_objects(spec, attempt, unfinished)
+        return submit(spec, _new_attempt(spec, attempt, latest, objects, attempt["requested_instances"],
+                                         replan=True))
+    log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
+    return {**attempt, "attempt": latest, "job_name": name, "submitted_at": state.created_at or time.time(),
+            "manifest_uri": naming.manifest_key(attempt["output_prefix"], attempt["run_id"], attempt["step"], latest,
+                                                attempt.get("metadata_prefix"))}
+
+
+def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepStatus | None:
+    """Record the sensor's outcome on the STEP item (and on the RUN item when the step failed).
+
+    Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
+    """
+    status = OUTCOME_STATUS[action]
+    reason = outcome_message(attempt, status, reason)
+    model = services.ledger_model(spec)
+    if not finish_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"], attempt["attempt"], status,
+                       reason):
+        log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt["step"])
+        return None
+    if status is StepStatus.FAILED:
+        set_run_status(model, attempt["pipeline"], attempt["run_id"], StepStatus.FAILED,
+                       run_outcome_message(attempt, reason))
+    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+        commit_outputs(spec, attempt, status)
+    return status
+
+
+def outcome_message(attempt: dict, status: StepStatus, reason: str) -> str:
+    """The STEP item's message for the sensor's outcome: a step that did not succeed says how to retry it."""
+    if status is StepStatus.SUCCEEDED:
+        return reason
+    return reason + "; after fixing the cause: " + naming.resubmit_command(attempt["pipeline"], attempt["run_id"],
+                                                                           attempt["step"])
+
+
+def run_outcome_message(attempt: dict, step_message: str) -> str:
+    """The RUN item's message when one of its steps failed."""
+    return f"step {attempt['step']} failed: {step_message}"
+
+
+def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dict:
+    """Write what downstream readers trust once a step has ended: the step-level manifest of every
+    output (its input, attempt, rows and S3 ETag and size), and the ``_SUCCESS`` marker when, and
+    only when, the step SUCCEEDED (a PARTIAL step has failed files, so it writes none).
+
+    Idempotent: a retried watch task writes the same manifest again. Returns the manifest.
+    """
+    model = services.ledger_model(spec)
+    records = read_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"],
+                        file_attributes=[*FILE_ATTRIBUTES, "output_key"])
+    s3 = services.s3_client(spec)
+    out_bucket, out_key = parse_s3_uri(attempt["output_prefix"])
+    listed: dict[str, dict] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=out_bucket, Prefix=out_key):
+        for item in page.get("Contents", []):
+            listed[f"s3://{out_bucket}/{item['Key']}"] = item
+    outputs, failed = [], []
+    for f in sorted(records.files, key=lambda f: f.input_key):
+        if f.status == FileStatus.SUCCEEDED:
+            stored = listed.get(f.output_key or "", {})
+            outputs.append({"input": f.input_key, "output": f.output_key, "attempt": int(f.attempt or 0),
+                            "rows_in": int(f.rows_in or 0), "rows_out": int(f.rows_out or 0),
+                            "bytes": stored.get("Size"), "etag": (stored.get("ETag") or "").strip('"') or None})
+        else:
+            failed.append({"input": f.input_key, "status": f.status, "attempt": int(f.attempt or 0),
+                           "error_class": f.error_class})
+    missing = [o["output"] for o in outputs if o["bytes"] is None]
+    manifest = {
+        "pipeline": attempt["pipeline"], "run_id": attempt["run_id"], "step": attempt["step"],
+        "status": status.value, "attempts": attempt["attempt"], "output_prefix": attempt["output_prefix"],
+        "files": len(records.files), "rows_out": sum(o["rows_out"] for o in outputs),
+        "outputs": outputs, "not_succeeded": failed, "outputs_missing": missing,
+        "written_at": dt.datetime.now(dt.UTC).isoformat(),
+    }
+    bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt["output_prefix"], attempt["run_id"],
+                                                           attempt["step"], attempt.get("metadata_prefix")))
+    s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest, indent=1).encode(),
+                  ContentType="application/json")
+    if missing:
+        # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
+        log.error("step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "
+                  "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
+                  "failed uploads and the write access to that prefix", attempt["step"], len(missing),
+                  attempt["output_prefix"], missing[:3], naming.SUCCESS_MARKER)
+    elif status is StepStatus.SUCCEEDED:
+        marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt["output_prefix"]))
+        s3.put_object(Bucket=marker_bucket, Key=marker_key, ContentType="application/json", Body=json.dumps({
+            "pipeline": attempt["pipeline"], "run_id": attempt["run_id"], "step": attempt["step"],
+            "attempts": attempt["attempt"], "outputs": len(outputs), "rows_out": manifest["rows_out"],
+            "manifest": f"s3://{bucket}/{key}"}).encode())
+    return manifest
+
+
+def input_ready(spec: PipelineSpec, step: str, input_prefix: str) -> tuple[bool, str]:
+    """Whether a step's input has landed: its ready marker when the spec names one, else any input
+    file the step would read. Returns (ready, what was found or looked for, in words)."""
+    from shardline.planning.inputs import list_inputs
+
+    s = spec.step(step)
+    s3 = services.s3_client(spec)
+    bucket, key = parse_s3_uri(input_prefix)
+    if s.input.ready_marker:
+        marker = f"{key.rstrip('/')}/{s.input.ready_marker}" if key else s.input.ready_marker
+        found = s3.list_objects_v2(Bucket=bucket, Prefix=marker, MaxKeys=1).get("Contents", [])
+        if any(o["Key"] == marker for o in found):
+            return True, f"s3://{bucket}/{marker} is there"
+        return False, f"no s3://{bucket}/{marker} (input.ready_marker) yet"
+    if list_inputs(s3, input_prefix, s.input.include, s.input.exclude):
+        return True, f"input files are under {input_prefix}"
+    return False, f"no input file under {input_prefix} (matching {list(s.input.include)}) yet"
+
+
+def record_missing_input(spec: PipelineSpec, run_id: str, status: StepStatus, message: str) -> None:
+    """A run that ends (skipped or failed) before anything was planned is still listed, with why."""
+    model = services.ledger_model(spec)
+    ensure_run(model, spec.pipeline, run_id)
+    set_run_status(model, spec.pipeline, run_id, status, message)
+
+
+def withdraw_success_marker(spec: PipelineSpec, output_prefix: str) -> None:
+    """A step about to write its prefix again is not complete: remove an earlier run's marker first."""
+    bucket, key = parse_s3_uri(naming.success_marker_key(output_prefix))
+    services.s3_client(spec).delete_object(Bucket=bucket, Key=key)  # idempotent: no error when absent
+
+
+def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:
+    set_run_status(services.ledger_model(spec), pipeline, run_id, status, message)
+
+
+def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict | None:
+    """The step's newest attempt as an attempt dict, rebuilt from the ledger alone (for the CLI and UI)."""
+    records = read_step(services.ledger_model(spec), pipeline, run_id, step)
+    if records.step is None or not records.step.plan_json:
+        return None
+    base = json.loads(records.step.plan_json)
+    number = int(records.step.attempt or 1)
+    files = sum(1 for f in records.files if int(f.attempt or 0) == number)
+    name = naming.job_name(pipeline, run_id, step, number)
+    return {**base, "attempt": number, "job_name": name, "files": files,
+            "instance_count": choose_instance_count(int(base.get("requested_instances") or 1), max(1, files)),
+            "manifest_uri": naming.manifest_key(base["output_prefix"], run_id, step, number,
+                                                base.get("metadata_prefix"))}
+
+
+def job_status(spec: PipelineSpec, attempt: dict) -> JobStatus:
+    return services.backend_for(spec).describe(attempt["job_name"]).status

@@ -1,0 +1,4 @@
+"""Planning a step: which inputs, in what order, under which deterministic names, as which request.
+
+Pure builders (``naming``, ``request``, the ordering in ``inputs``) and the S3 listing they start from.
+"""

@@ -1,0 +1,36 @@
+"""The worker's small exception hierarchy, and the exit codes it maps to."""
+
+# Exit codes of `python -m shardline.worker`. The orchestrator reads them, so keep them stable.
+EXIT_OK = 0  # every file succeeded (or there was nothing to do)
+EXIT_FILES_FAILED = 3  # the job ran; some files failed (see the manifest and the ledger)
+EXIT_SETUP_ERROR = 4  # nothing ran: bad model, bad arguments, integrity check failed
+EXIT_FENCED = 5  # a newer attempt owns this step; this instance stopped as a zombie
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15), as a shell reports it
+
+
+class WorkerError(Exception):
+    """Base class of the worker's own errors."""
+
+
+class SetupError(WorkerError):
+    """A fatal problem before any file can be processed (exit code 4)."""
+
+
+class ModelIntegrityError(SetupError):
+    """The model artifact does not match its pinned sha256."""
+
+
+class FileError(WorkerError):
+    """One input file cannot be processed. It fails alone; the others go on."""
+
+
+class InputSchemaError(FileError):
+    """A feature or passthrough column is missing or has the wrong type."""
+
+
+class CorruptInputError(FileError):
+    """The file cannot be read in its format."""
+
+
+class PredictionError(FileError):
+    """The model raised, or returned something that cannot be written, for this file."""

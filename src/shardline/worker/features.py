@@ -1,0 +1,193 @@
+"""Which columns of a file the model receives, in which order, and why. Pure policy, no I/O.
+
+The rule, in order of precedence:
+
+1. **The model's own names.** A model that recorded its feature names when it was fitted
+   (scikit-learn's ``feature_names_in_``, an XGBoost Booster's ``feature_names``, a pipeline
+   whose first step recorded them, or the object a custom ``model_fn`` returned) gets exactly
+   those columns, by name, in its order, whatever the file's column order and whatever extra
+   columns the file has. A missing one fails the file.
+2. **The spec's** ``input.features`` (``--features``), in the order given.
+3. **Inferred:** every numeric column that is not passthrough, in the file's order (for a
+   custom script with a text body: every column that is not passthrough). A model that
+   knows how many features it wants gets exactly that many, or the file fails.
+
+Types: integers, floats, decimals and booleans are cast to the model's float type (a boolean
+is 1.0 or 0.0, a decimal its nearest float); a null becomes NaN, which tree models treat as
+missing and other models refuse. Any other type (string, timestamp, binary) is refused as a
+feature unless the model takes raw columns (a scikit-learn pipeline, a custom script with a
+text body), which then receives it unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from shardline.worker.errors import InputSchemaError, SetupError
+
+# Where the columns came from, as logged and written to the manifest.
+FROM_MODEL = "model"
+FROM_SPEC = "spec"
+INFERRED = "inferred"
+
+WHY = {
+    FROM_MODEL: "by the names the model recorded when it was fitted, in its order",
+    FROM_SPEC: "from input.features (--features), in that order",
+    INFERRED: "inferred, as the model records no feature names and input.features is not set: every {kind} column, "
+              "in the file's order",
+}
+# A custom script's model recorded names the file does not all have: the script may make them itself.
+WHY_LACKING = ("inferred: every {kind} column, in the file's order (the file lacks {lacking}, which the model "
+               "recorded and a script may make itself, and input.features is not set)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInputs:
+    """What a loaded model says about the inputs it wants."""
+
+    names: tuple[str, ...] | None = None  # recorded feature names, in the model's order
+    count: int | None = None  # how many features it wants, when it knows
+    raw_columns: bool = False  # takes non-numeric columns as they are (pipelines, text bodies)
+    # For a custom script the names come from the object its model_fn returned, which its own code may
+    # feed engineered columns: the names then decide only when the file has every one of them, and
+    # input.features, when set, wins.
+    names_are_hints: bool = False
+    described_as: str = "the model"  # how messages name it, e.g. "the model (HistGradientBoostingClassifier)"
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureChoice:
+    """The columns one file gives the model, and why those."""
+
+    columns: tuple[str, ...]
+    source: str  # FROM_MODEL | FROM_SPEC | INFERRED
+    unused: tuple[str, ...] = ()  # columns of the file that are neither features nor passthrough
+    raw_columns: bool = False  # non-numeric columns were allowed (a pipeline, a script with a text body)
+    # Names a custom script's model recorded that the file lacks (the script must make them itself).
+    lacking: tuple[str, ...] = ()
+
+    @property
+    def order_vouched(self) -> bool:
+        """True when something other than the file's own column order fixed the feature order."""
+        return self.source in (FROM_MODEL, FROM_SPEC)
+
+    def describe(self) -> str:
+        template = WHY_LACKING if self.lacking else WHY[self.source]
+        why = template.format(kind="non-passthrough" if self.raw_columns else "numeric non-passthrough",
+                              lacking=_listing(self.lacking))
+        listing = _listing(self.columns)
+        unused = f"; not used: {_listing(self.unused)}" if self.unused else ""
+        return f"{len(self.columns)} feature column(s), {why}: {listing}{unused}"
+
+
+def is_numeric(dtype: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(dtype)
+        or pa.types.is_floating(dtype)
+        or pa.types.is_boolean(dtype)
+        or pa.types.is_decimal(dtype)
+        # CSV and JSON infer `null` for a column with no values at all; it reads as NaN.
+        or pa.types.is_null(dtype)
+    )
+
+
+def check_spec_against_model(spec_features: Sequence[str] | None, model: ModelInputs) -> None:
+    """A spec that names other features than the model recorded is a setup error: every file would fail."""
+    if model.names_are_hints:
+        return
+    if not spec_features or model.names is None:
+        if spec_features and model.count is not None and len(spec_features) != model.count:
+            raise SetupError(
+                f"input.features (--features) names {len(spec_features)} column(s), but {model.described_as} "
+                f"expects {model.count}: fix input.features"
+            )
+        return
+    if set(spec_features) != set(model.names):
+        missing = [n for n in model.names if n not in spec_features]
+        extra = [n for n in spec_features if n not in model.names]
+        raise SetupError(
+            f"input.features (--features) does not match the feature names {model.described_as} recorded when "
+            f"it was fitted (missing: {_listing(missing) or 'none'}; not in the model: {_listing(extra) or 'none'}). "
+            "The model's names decide the columns and their order: remove input.features, or make it the same set"
+        )
+
+
+def choose_features(
+    schema: pa.Schema,
+    model: ModelInputs,
+    spec_features: Sequence[str] | None,
+    passthrough: Sequence[str],
+    where: str,
+) -> FeatureChoice:
+    """The feature columns of a file with this schema, or an InputSchemaError naming what to change."""
+    present = schema.names
+    for name in passthrough:
+        if name not in present:
+            raise InputSchemaError(
+                f"passthrough column {name!r} not found in {where}; columns present: {_listing(present)}. "
+                "Fix input.passthrough (--passthrough)"
+            )
+    names = model.names
+    lacking: tuple[str, ...] = ()
+    if names is not None and model.names_are_hints and (spec_features or any(n not in present for n in names)):
+        if not spec_features:
+            lacking = tuple(n for n in names if n not in present)
+        names = None
+    if names is not None:
+        missing = [name for name in names if name not in present]
+        if missing:
+            raise InputSchemaError(
+                f"{where} lacks column(s) {_listing(missing)} that {model.described_as} was fitted with; "
+                f"columns present: {_listing(present)}. The model's feature names: {_listing(names)}"
+            )
+        columns, source = tuple(names), FROM_MODEL
+    elif spec_features:
+        for name in spec_features:
+            if name not in present:
+                raise InputSchemaError(
+                    f"feature column {name!r} (input.features) not found in {where}; "
+                    f"columns present: {_listing(present)}"
+                )
+        columns, source = tuple(spec_features), FROM_SPEC
+    else:
+        columns = tuple(
+            f.name for f in schema
+            if f.name not in passthrough and (model.raw_columns or is_numeric(f.type))
+        )
+        source = INFERRED
+        if not columns:
+            raise InputSchemaError(
+                f"{where} has no {'' if model.raw_columns else 'numeric '}columns besides the passthrough ones; "
+                f"columns present: {_listing(present)}. Name the features with input.features (--features)"
+            )
+        if model.count is not None and len(columns) != model.count:
+            skipped = [f.name for f in schema if f.name not in passthrough and f.name not in columns]
+            raise InputSchemaError(
+                f"{model.described_as} expects {model.count} features, but {where} has {len(columns)} "
+                f"{'' if model.raw_columns else 'numeric '}column(s) besides the passthrough ones: "
+                f"{_listing(columns)}"
+                + (f" (skipped, not numeric: {_listing(skipped)})" if skipped else "")
+                + f". The model records no feature names, so name its {model.count} features, in training order, "
+                "with input.features (--features), or list the extra columns in input.passthrough"
+            )
+    if not model.raw_columns:
+        for name in columns:
+            dtype = schema.field(name).type
+            if not is_numeric(dtype):
+                raise InputSchemaError(
+                    f"feature column {name!r} in {where} has type {dtype}; {model.described_as} takes numbers "
+                    "only (integer, float, decimal or boolean). Cast it upstream, or leave it out of the features"
+                )
+    used = set(columns) | set(passthrough)
+    unused = tuple(name for name in present if name not in used)
+    return FeatureChoice(columns=columns, source=source, unused=unused, raw_columns=model.raw_columns,
+                         lacking=lacking if source == INFERRED else ())
+
+
+def _listing(names: Sequence[str], limit: int = 20) -> str:
+    names = list(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")

@@ -1,0 +1,260 @@
+"""Streaming readers and writers for parquet, CSV and JSON lines (each optionally gzipped).
+
+Everything here moves Arrow record batches, never whole files, so a worker's memory is
+bounded by its batch size whatever the file size. Outputs are written under a temporary
+name and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from shardline.worker.errors import CorruptInputError
+from shardline.worker.work_units import InputFile, WorkUnit
+
+TEMP_MARKER = ".shardline-tmp"
+# Arrow's CSV/JSON readers infer types from the first block; 1 MiB blocks keep memory low
+# while amortising per-block overhead.
+TEXT_BLOCK_BYTES = 1 << 20
+
+
+# -- columns ---------------------------------------------------------------------------
+
+
+def to_matrix(batch: pa.RecordBatch, features: Sequence[str], dtype: np.dtype, order: str = "C") -> np.ndarray:
+    """Feature columns as one contiguous matrix, converted once. Nulls become NaN.
+
+    ``order`` is the model's preferred memory layout: "C" (row-major) for models that
+    read a row at a time, "F" (column-major) for tree ensembles that walk one tree over
+    all rows, where a column-major matrix keeps each split's feature reads sequential.
+    """
+    out = np.empty((batch.num_rows, len(features)), dtype=dtype, order=order)
+    for j, name in enumerate(features):
+        column = _as_float_ready(batch.column(name))
+        out[:, j] = column.to_numpy(zero_copy_only=False)
+    return out
+
+
+def _as_float_ready(column: pa.Array) -> pa.Array:
+    dtype = column.type
+    if pa.types.is_decimal(dtype) or pa.types.is_null(dtype) or pa.types.is_boolean(dtype) or \
+            pa.types.is_dictionary(dtype):
+        return column.cast(pa.float64())  # a null stays a null, and becomes NaN in to_numpy
+    return column
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def read_schema(file: InputFile, scratch: Path) -> pa.Schema:
+    """The file's schema (inferred from the first block for CSV and JSON lines)."""
+    try:
+        if file.fmt == "parquet":
+            with _parquet_path(file, scratch) as path:
+                return pq.read_schema(path)
+        if _is_empty_text(file):
+            return pa.schema([])  # a 0-byte CSV or JSON lines file is a valid, empty input
+        if file.fmt == "csv":
+            with pa.input_stream(file.path, compression=_compression(file)) as stream:
+                return pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
+        with pa.input_stream(file.path, compression=_compression(file)) as stream:
+            return pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
+        raise CorruptInputError(f"cannot read {file.relative_path} as {_describe(file)}: {err}") from err
+
+
+def _is_empty_text(file: InputFile) -> bool:
+    with pa.input_stream(file.path, compression=_compression(file)) as stream:
+        return stream.read(1) == b""
+
+
+def iter_batches(
+    unit: WorkUnit,
+    columns: Sequence[str],
+    features: Sequence[str],
+    batch_rows: int,
+    scratch: Path,
+    *,
+    threads: int = 1,
+) -> Iterator[pa.RecordBatch]:
+    """Stream the unit's rows as record batches holding only ``columns``."""
+    file = unit.file
+    try:
+        if file.fmt == "parquet":
+            with _parquet_path(file, scratch) as path:
+                parquet = pq.ParquetFile(path, buffer_size=8 << 20, pre_buffer=False)
+                yield from parquet.iter_batches(
+                    batch_size=batch_rows,
+                    row_groups=list(unit.row_groups) if unit.row_groups is not None else None,
+                    columns=list(columns),
+                    use_threads=threads > 1,
+                )
+            return
+        float_features = {name: pa.float64() for name in features}
+        with pa.input_stream(file.path, compression=_compression(file)) as stream:
+            if file.fmt == "csv":
+                reader = pacsv.open_csv(
+                    stream,
+                    read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK_BYTES, use_threads=threads > 1),
+                    convert_options=pacsv.ConvertOptions(
+                        include_columns=list(columns), column_types=float_features
+                    ),
+                )
+            else:
+                schema = read_schema(file, scratch)
+                explicit = pa.schema(
+                    [pa.field(name, float_features.get(name, schema.field(name).type)) for name in columns]
+                )
+                reader = pajson.open_json(
+                    stream,
+                    read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES, use_threads=threads > 1),
+                    parse_options=pajson.ParseOptions(
+                        explicit_schema=explicit, unexpected_field_behavior="ignore"
+                    ),
+                )
+            for batch in reader:
+                # Text readers yield one batch per block; re-slice to the requested size.
+                yield from _rebatch(batch, batch_rows)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
+        raise CorruptInputError(f"cannot read {unit.label} as {_describe(file)}: {err}") from err
+
+
+def _rebatch(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
+    if batch.num_rows <= rows:
+        yield batch
+        return
+    for offset in range(0, batch.num_rows, rows):
+        yield batch.slice(offset, rows)
+
+
+class _parquet_path:
+    """Context manager: a seekable local path for a parquet file, gunzipped to scratch if needed."""
+
+    def __init__(self, file: InputFile, scratch: Path):
+        self.file, self.scratch, self.tmp = file, scratch, None
+
+    def __enter__(self) -> str:
+        if not self.file.gzipped:
+            return self.file.path
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(suffix=".parquet", dir=self.scratch)
+        with os.fdopen(fd, "wb") as out, pa.input_stream(self.file.path, compression="gzip") as src:
+            while chunk := src.read(8 << 20):
+                out.write(chunk)
+        return self.tmp
+
+    def __exit__(self, *exc) -> None:
+        if self.tmp:
+            Path(self.tmp).unlink(missing_ok=True)
+
+
+def _compression(file: InputFile) -> str | None:
+    return "gzip" if file.gzipped else None
+
+
+def _describe(file: InputFile) -> str:
+    return f"{file.fmt}{' (gzip)' if file.gzipped else ''}"
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def output_target(file: InputFile, output_format: str) -> tuple[str, str, bool]:
+    """(relative path, format, gzipped) of a file's output.
+
+    By default the output keeps the input's relative path, format and compression, so
+    downstream steps find it where they expect. Gzipped parquet is written as plain
+    parquet, which is compressed inside already.
+    """
+    if output_format == "same" and not (file.fmt == "parquet" and file.gzipped):
+        return file.relative_path, file.fmt, file.gzipped
+    fmt = file.fmt if output_format == "same" else output_format
+    stem = file.relative_path[:-3] if file.gzipped else file.relative_path
+    stem = os.path.splitext(stem)[0]
+    return f"{stem}.{fmt}", fmt, False
+
+
+def temp_path(final: Path, part: int | None = None) -> Path:
+    """Where an output is written before it is complete. Deterministic, so retries overwrite."""
+    suffix = f".part{part:04d}" if part is not None else ""
+    return final.with_name(f".{final.name}{suffix}{TEMP_MARKER}")
+
+
+class OutputWriter:
+    """Writes record batches to one output file in the unit's output format."""
+
+    def __init__(self, path: Path, fmt: str, gzipped: bool, schema: pa.Schema, *, header: bool = True):
+        self.path, self.fmt = path, fmt
+        self._stack = ExitStack()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fmt == "parquet":
+            # Dictionary encoding on float predictions costs time and space for nothing.
+            stats = [f.name for f in schema if not pa.types.is_floating(f.type)]
+            self._parquet = pq.ParquetWriter(
+                str(path), schema, compression="snappy", use_dictionary=False, write_statistics=stats
+            )
+            return
+        self._stream = self._stack.enter_context(
+            pa.output_stream(str(path), compression="gzip" if gzipped else None)
+        )
+        if fmt == "csv":
+            self._csv = pacsv.CSVWriter(
+                self._stream, schema, write_options=pacsv.WriteOptions(include_header=header)
+            )
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self.fmt == "parquet":
+            self._parquet.write_batch(batch)
+        elif self.fmt == "csv":
+            self._csv.write_batch(batch)
+        else:
+            text = batch.to_pandas().to_json(orient="records", lines=True, double_precision=15)
+            self._stream.write(text.encode() if text.endswith("\n") else (text + "\n").encode())
+
+    def close(self) -> None:
+        if self.fmt == "parquet":
+            self._parquet.close()
+        elif self.fmt == "csv":
+            self._csv.close()
+        self._stack.close()
+
+    def abort(self) -> None:
+        try:
+            self.close()
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def merge_parts(parts: Sequence[Path], dest: Path, fmt: str) -> None:
+    """Join part files, in order, into ``dest``.
+
+    CSV and JSON lines parts (gzipped or not) concatenate byte for byte: only the first
+    CSV part has a header, and concatenated gzip members are a valid gzip stream.
+    Parquet parts are re-framed row group by row group; they hold only the output columns.
+    """
+    if fmt == "parquet":
+        schema = pq.read_schema(parts[0])
+        stats = [f.name for f in schema if not pa.types.is_floating(f.type)]
+        with pq.ParquetWriter(
+            str(dest), schema, compression="snappy", use_dictionary=False, write_statistics=stats
+        ) as writer:
+            for part in parts:
+                source = pq.ParquetFile(part)
+                for index in range(source.num_row_groups):
+                    writer.write_table(source.read_row_group(index))
+        return
+    with open(dest, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, out, 8 << 20)

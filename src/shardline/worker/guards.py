@@ -1,0 +1,176 @@
+"""What model libraries and user scripts say while they predict, and which of it is an error.
+
+- A warning that signals a silently wrong input (scikit-learn's feature-name warnings, its
+  DataConversionWarning) fails the file with a message that says what to change. Other
+  warnings are log lines.
+- Everything else a script or library prints, logs or warns is counted per file and shown
+  once per distinct line with its count, so a line printed for every batch does not drown
+  the worker's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import warnings
+from collections.abc import Iterator
+
+from shardline.worker.errors import PredictionError, SetupError
+
+log = logging.getLogger(__name__)
+
+MAX_DISTINCT_LINES = 20
+_NUMBERS = re.compile(r"\d+(\.\d+)?(e[-+]?\d+)?", re.IGNORECASE)
+
+
+class OutputTally:
+    """Lines a script or library wrote, grouped by shape (digits ignored), with counts."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, list] = {}  # shape -> [first example, count]
+        self.dropped = 0
+
+    def add(self, line: str) -> None:
+        line = line.rstrip()
+        if not line.strip():
+            return
+        shape = _NUMBERS.sub("#", line)
+        entry = self.lines.get(shape)
+        if entry is not None:
+            entry[1] += 1
+        elif len(self.lines) < MAX_DISTINCT_LINES:
+            self.lines[shape] = [line, 1]
+        else:
+            self.dropped += 1
+
+    def __bool__(self) -> bool:
+        return bool(self.lines) or self.dropped > 0
+
+    def summary(self) -> list[tuple[str, int]]:
+        return [(example, count) for example, count in self.lines.values()]
+
+    def emit(self, where: str, source: str = "inference.py") -> None:
+        """Log each distinct line once, with how often it came, then forget them."""
+        for example, count in self.summary():
+            times = f" ({count} times)" if count > 1 else ""
+            log.info("%s said%s while processing %s: %s", source, times, where, example[:500])
+        if self.dropped:
+            log.info("%s said %d more line(s) of other shapes while processing %s (not shown)", source,
+                     self.dropped, where)
+        self.lines.clear()
+        self.dropped = 0
+
+
+class _TallyStream(io.TextIOBase):
+    def __init__(self, tally: OutputTally):
+        self.tally, self.pending = tally, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *complete, self.pending = self.pending.split("\n")
+        for line in complete:
+            self.tally.add(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.tally.add(self.pending)
+            self.pending = ""
+
+
+class _TallyHandler(logging.Handler):
+    def __init__(self, tally: OutputTally):
+        super().__init__()
+        self.tally = tally
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.tally.add(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def captured(tally: OutputTally) -> Iterator[list[warnings.WarningMessage]]:
+    """Send prints, log records and warnings raised inside the block to ``tally``.
+
+    Yields the list of caught warnings, for :func:`raise_for_wrong_input` to judge.
+    Log records of the worker's own loggers still go to the worker's log.
+    """
+    stream = _TallyStream(tally)
+    root = logging.getLogger()
+    handler = _TallyHandler(tally)
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers[:] = [handler]
+    root.setLevel(min(saved_level, logging.INFO) if saved_level else logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as caught, \
+                contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+            warnings.simplefilter("always")
+            yield caught
+    finally:
+        stream.flush()
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+
+
+def _is_feature_name_warning(w: warnings.WarningMessage) -> bool:
+    # scikit-learn raises these as plain UserWarnings, so the text is the only thing that
+    # tells them apart: "X does not have valid feature names, but ... was fitted with feature
+    # names" and "X has feature names, but ... was fitted without feature names".
+    return issubclass(w.category, UserWarning) and "feature names" in str(w.message) \
+        and "sklearn" in (w.filename or "")
+
+
+def _category_name(w: warnings.WarningMessage) -> str:
+    return getattr(w.category, "__name__", str(w.category))
+
+
+def raise_for_wrong_input(caught: list[warnings.WarningMessage], tally: OutputTally, *, order_vouched: bool,
+                          script: bool) -> None:
+    """Fail on warnings that mean the model got the wrong input; tally the rest.
+
+    ``order_vouched``: the feature columns were put in the model's order by its recorded names
+    or by input.features. Then a script that passes a bare numpy array to a model fitted on a
+    DataFrame (scikit-learn warns that X has no feature names) did get the right columns, and
+    the warning is only noted.
+    """
+    for w in caught:
+        name = _category_name(w)
+        if _is_feature_name_warning(w):
+            if order_vouched and script:
+                tally.add(f"warning {name}: {w.message} (expected: Shardline sent the columns in the model's order)")
+                continue
+            raise PredictionError(
+                f"scikit-learn warned: {w.message}. It cannot check that the columns are in the order the model "
+                "was fitted with, so the predictions may be wrong. "
+                + ("Name the model's features in training order with input.features (--features), or have the "
+                   "script pass a DataFrame with the model's column names to predict()" if script else
+                   "Name the model's features in training order with input.features (--features)")
+            )
+        if name == "DataConversionWarning":
+            raise PredictionError(f"scikit-learn warned that the input was converted: {w.message}. "
+                                  "Check the feature columns' types and input.features (--features)")
+        tally.add(f"warning {name}: {w.message}")
+
+
+@contextlib.contextmanager
+def strict_model_load(path: str) -> Iterator[None]:
+    """Refuse a pickled scikit-learn model saved by another scikit-learn version.
+
+    scikit-learn says such a model "might lead to breaking code or invalid results"; a
+    batch job must not find out which by writing the results.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        if _category_name(w) == "InconsistentVersionWarning":
+            import sklearn
+
+            raise SetupError(
+                f"{path} was saved with another scikit-learn version than the image's {sklearn.__version__}: "
+                f"{w.message} Re-save the model with scikit-learn {sklearn.__version__}, or build the worker image "
+                "with the version the model was saved with"
+            )
+        # Anything else said while loading is shown once, not lost.
+        log.info("while loading %s: %s: %s", path, _category_name(w), w.message)

@@ -1,0 +1,326 @@
+"""The scheduler: feeds work units to a process pool and survives worker crashes.
+
+- At most ``workers x inflight_per_worker`` units are in flight; more are submitted as
+  each completes (pull-based backpressure).
+- When a worker dies (SIGKILL, OOM), the pool is rebuilt and every unit that was in
+  flight becomes a suspect. Suspects are retried one at a time, so the next crash is
+  attributable; a unit that kills its worker ``max_crashes`` times is FAILED as poison
+  and the other files go on.
+- Split files are merged by a pool task once all their parts succeed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing as mp
+import time
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+from shardline.ledger.states import FileStatus
+from shardline.worker import process
+from shardline.worker.devices import WorkerSlot
+from shardline.worker.errors import SetupError
+from shardline.worker.process import JobSettings, UnitResult
+from shardline.worker.work_units import InputFile, WorkUnit
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class FileReport:
+    """The outcome of one input file, as the manifest and the ledger record it."""
+
+    input: str
+    status: FileStatus = FileStatus.PENDING
+    output: str | None = None  # relative to the output dir
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    sha256: str | None = None
+    seconds: float = 0.0
+    tries: int = 0
+    crashes: int = 0
+    error_class: str | None = None
+    error_message: str | None = None
+    workers: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Merge:
+    file: InputFile
+    parts: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.file.relative_path} [merge]"
+
+
+Task = WorkUnit | _Merge
+
+
+class Stopped(Exception):
+    """The job was told to stop, for example because a newer attempt fenced it out."""
+
+
+class Hooks:
+    """Callbacks the scheduler fires on state changes (the ledger listens here)."""
+
+    def file_started(self, report: FileReport) -> None: ...
+
+    def file_finished(self, report: FileReport) -> None: ...
+
+    def poll(self) -> str | None:
+        """Called about twice a second; return a reason to stop the job, or None."""
+        return None
+
+
+class Runner:
+    def __init__(
+        self,
+        settings: JobSettings,
+        slots: list[WorkerSlot],
+        *,
+        inflight_per_worker: int = 2,
+        max_crashes: int = 2,
+        progress_interval: float = 5.0,
+        hooks: Hooks | None = None,
+        log_prefix: str = "",
+    ):
+        self.settings = settings
+        self.slots = slots
+        self.max_inflight = max(1, len(slots) * inflight_per_worker)
+        self.max_crashes = max_crashes
+        self.progress_interval = progress_interval
+        self.hooks = hooks or Hooks()
+        self.prefix = log_prefix
+        # spawn, not fork: a clean interpreter per worker, no inherited threads or CUDA state.
+        self._ctx = mp.get_context("spawn")
+        self.rows_done = self._ctx.Value("q", 0)
+        self.pool_starts = 0
+        self._first_pool_created = 0.0
+        self._first_pool_ready: dict[str, float] = {}
+        self.feature_choices: dict = {}  # FeatureChoice -> files that used it; each new one is logged once
+
+    # -- public -----------------------------------------------------------------------
+
+    def run(self, units: list[WorkUnit], total_rows: int | None = None) -> list[FileReport]:
+        files = {u.file.relative_path: u.file for u in units}
+        reports = {rel: FileReport(rel, bytes_in=f.size) for rel, f in files.items()}
+        parts_left = {rel: 0 for rel in files}
+        part_outputs: dict[str, dict[int, str]] = {rel: {} for rel in files}
+        for u in units:
+            parts_left[u.file.relative_path] += 1
+        crashes: dict[Task, int] = {}
+        queue: deque[Task] = deque(units)
+        suspects: deque[Task] = deque()
+        suspect_set: set[Task] = set()  # suspects not yet finished, queued or in flight
+        inflight: dict[Future, Task] = {}
+        self._started = time.monotonic()
+        self._last_progress = self._started
+        self._total_bytes = sum(f.size for f in files.values())
+        self._total_rows = total_rows
+        pool = self._new_pool()
+        try:
+            while queue or suspects or inflight:
+                stop_reason = self.hooks.poll()
+                if stop_reason:
+                    raise Stopped(stop_reason)
+                # Isolation mode: after a crash, suspects run alone so the next crash has one culprit,
+                # including the last one: nothing else starts until it has finished.
+                isolating = bool(suspects) or any(t in suspect_set for t in inflight.values())
+                source = suspects if isolating else queue
+                limit = 1 if isolating else self.max_inflight
+                while source and len(inflight) < limit:
+                    task = source.popleft()
+                    if isinstance(task, WorkUnit):
+                        report = reports[task.file.relative_path]
+                        if report.status is FileStatus.FAILED:
+                            continue  # another part already failed the file
+                        if report.status is FileStatus.PENDING:
+                            report.status = FileStatus.RUNNING
+                            self.hooks.file_started(report)
+                        report.tries += 1
+                        inflight[pool.submit(process.run_unit, task)] = task
+                    else:
+                        inflight[pool.submit(process.merge_file, task.file, list(task.parts),
+                                             self.settings.output_format, self.settings.output_dir)] = task
+                done, _ = wait(list(inflight), timeout=0.5, return_when=FIRST_COMPLETED)
+                broken: list[Task] = []
+                for future in done:
+                    task = inflight.pop(future)
+                    if self._collect(future, task, broken, reports, parts_left, part_outputs, queue):
+                        suspect_set.discard(task)
+                if broken:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    # Units still in flight died with the pool, unless their result made it out first.
+                    for future, task in list(inflight.items()):
+                        if self._collect(future, task, broken, reports, parts_left, part_outputs, queue):
+                            suspect_set.discard(task)
+                    inflight.clear()
+                    suspect_set.update(broken)
+                    self._on_crash(broken, isolating, crashes, reports, suspects)
+                    pool = self._new_pool()
+                self._maybe_log_progress(reports)
+        except BaseException:
+            self._kill(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return [reports[rel] for rel in sorted(reports)]
+
+    # -- internals --------------------------------------------------------------------
+
+    @property
+    def startup_seconds(self) -> float | None:
+        """Pool start plus model load: until every worker of the first pool that reported was ready."""
+        if not self._first_pool_ready:
+            return None
+        return max(self._first_pool_ready.values()) - self._first_pool_created
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        slot_queue = self._ctx.Queue()
+        for slot in self.slots:
+            slot_queue.put(slot)
+        self.pool_starts += 1
+        if self.pool_starts == 1:
+            self._first_pool_created = time.time()
+        return ProcessPoolExecutor(
+            max_workers=len(self.slots),
+            mp_context=self._ctx,
+            initializer=process.init_worker,
+            initargs=(self.settings, slot_queue, self.rows_done),
+        )
+
+    @staticmethod
+    def _kill(pool: ProcessPoolExecutor) -> None:
+        for child in mp.active_children():
+            child.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def _collect(self, future: Future, task: Task, broken: list[Task], *state) -> bool:
+        """Handle a finished future; True if it produced a result, False if its worker died."""
+        error = future.exception() if future.done() else BrokenProcessPool("worker died")
+        if isinstance(error, (BrokenProcessPool, CancelledError)):
+            broken.append(task)
+            return False
+        if error is not None:  # a bug in our own code, not a file's fault
+            raise error
+        self._on_result(future.result(), task, *state)
+        return True
+
+    def _on_result(self, result: UnitResult, task: Task, reports, parts_left, part_outputs, queue) -> None:
+        if self.pool_starts == 1 and result.ready_at:
+            self._first_pool_ready.setdefault(result.worker, result.ready_at)
+        if result.fatal:
+            raise SetupError(f"a worker could not load the model: {result.error_message}")
+        rel = task.file.relative_path
+        report = reports[rel]
+        report.seconds += result.seconds
+        if result.features is not None:
+            if result.features not in self.feature_choices:
+                level = logging.WARNING if result.features.lacking else logging.INFO
+                log.log(level, "%s%s: the model gets %s", self.prefix, rel, result.features.describe())
+                self.feature_choices[result.features] = 0
+            self.feature_choices[result.features] += 1
+        if result.worker and result.worker not in report.workers:
+            report.workers.append(result.worker)
+        if isinstance(task, _Merge):
+            if result.ok:
+                self._finish(report, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
+            else:
+                self._fail(report, result.error_class, result.error_message)
+            return
+        if report.status is FileStatus.FAILED:
+            if result.output:  # a sibling part failed first; drop this part's temp file
+                Path(result.output).unlink(missing_ok=True)
+            return
+        if not result.ok:
+            self._fail(report, result.error_class, result.error_message)
+            return
+        report.rows_in += result.rows_in
+        report.rows_out += result.rows_out
+        parts_left[rel] -= 1
+        if not task.is_split:
+            self._finish(report, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
+            return
+        part_outputs[rel][task.part] = result.output
+        if parts_left[rel] == 0:
+            parts = tuple(part_outputs[rel][i] for i in range(task.parts))
+            queue.appendleft(_Merge(task.file, parts))  # merge promptly: it frees disk and finishes the file
+
+    def _on_crash(self, broken: list[Task], isolating: bool, crashes, reports, suspects) -> None:
+        labels = ", ".join(t.label for t in broken)
+        if isolating and len(broken) == 1:
+            task = broken[0]
+            crashes[task] = crashes.get(task, 0) + 1
+            report = reports[task.file.relative_path]
+            report.crashes += 1
+            if crashes[task] >= self.max_crashes:
+                log.error("%s%s killed its worker %d times: failing it as poison", self.prefix, task.label,
+                          crashes[task])
+                self._fail(
+                    report,
+                    "PoisonFileError",
+                    f"the worker process died {crashes[task]} times while processing {task.label} alone "
+                    "(killed by a signal, or out of memory); the file is skipped as poison",
+                )
+                return
+            log.warning("%sworker died on %s (crash %d of %d allowed); retrying it alone", self.prefix,
+                        task.label, crashes[task], self.max_crashes)
+            suspects.appendleft(task)
+            return
+        log.warning("%sa worker process died with %d unit(s) in flight (%s); rebuilding the pool and "
+                    "retrying them one at a time", self.prefix, len(broken), labels)
+        for task in broken:
+            reports[task.file.relative_path].crashes += 1
+        suspects.extend(broken)
+
+    def _finish(self, report: FileReport, *, output, sha256, bytes_out) -> None:
+        report.status = FileStatus.SUCCEEDED
+        report.output = Path(output).relative_to(self.settings.output_dir).as_posix()
+        report.sha256 = sha256
+        report.bytes_out = bytes_out
+        if report.rows_in != report.rows_out:
+            # Never leave an output that disagrees with its input under a final name.
+            (Path(self.settings.output_dir) / report.output).unlink(missing_ok=True)
+            report.output = None
+            self._fail(report, "RowCountMismatch",
+                       f"read {report.rows_in} rows but wrote {report.rows_out}")
+            return
+        self.hooks.file_finished(report)
+
+    def _fail(self, report: FileReport, error_class: str | None, message: str | None) -> None:
+        if report.status is FileStatus.FAILED:
+            return
+        report.status = FileStatus.FAILED
+        report.error_class = error_class or "Error"
+        report.error_message = message or ""
+        log.error("%sFAILED %s: %s: %s", self.prefix, report.input, report.error_class, report.error_message)
+        self.hooks.file_finished(report)
+
+    def _maybe_log_progress(self, reports) -> None:
+        now = time.monotonic()
+        if now - self._last_progress < self.progress_interval:
+            return
+        self._last_progress = now
+        log.info("%sprogress: %s", self.prefix, self.progress_line(reports, now))
+
+    def progress_line(self, reports, now: float) -> str:
+        elapsed = max(now - self._started, 1e-9)
+        done = [r for r in reports.values() if r.status.is_terminal]
+        failed = sum(1 for r in done if r.status is FileStatus.FAILED)
+        rows = self.rows_done.value
+        rate = rows / elapsed
+        if self._total_rows:
+            fraction = min(1.0, rows / self._total_rows)
+        else:
+            fraction = sum(r.bytes_in for r in done) / self._total_bytes if self._total_bytes else 1.0
+        eta = f"{elapsed * (1 - fraction) / fraction:.0f}s" if fraction > 0 else "unknown"
+        return (f"files {len(done)}/{len(reports)} ({failed} failed), rows {rows:,}, "
+                f"{rate:,.0f} rows/s, {fraction:.0%} done, ETA {eta}")
+

@@ -1,0 +1,779 @@
+"""Run a SageMaker-style ``inference.py`` exactly as a SageMaker endpoint or Batch Transform would.
+
+The script sees the request bodies those services would send for the same records, and its
+responses are read the way they are read there; then every response must hold exactly one
+prediction per record, or the file fails with the likely cause and the setting that fixes it.
+
+Requests (``content_type``), one body per call:
+
+- ``text/csv``: one line per record, no header unless ``csv_header`` (Batch Transform
+  splits input on lines); a str, as the inference toolkit decodes UTF-8 types.
+- ``application/json``: ``json_layout`` ``records`` (default): a JSON array of objects keyed
+  by column name; ``instances``: ``{"instances": [[...], ...]}``; ``array``: ``[[...], ...]``.
+  A str.
+- ``application/jsonlines``: one JSON object per line (``json_layout: array``: one JSON
+  array per line). Bytes, as the toolkit passes them.
+- ``application/x-npy``: a 2-D float64 array saved with ``numpy.save``. Bytes.
+
+``batch_strategy`` ``multi_record`` packs records into a call up to ``--batch-rows`` and
+``max_payload_mb`` (like Batch Transform's MaxPayloadInMB); ``single_record`` sends one record
+per call: one CSV line, one JSON object (or ``{"instances": [row]}``, or one flat array),
+one JSON line, or a 1-D npy array.
+
+Responses (``accept``, or the content type of a ``(body, content_type)`` tuple): CSV with one
+prediction per line, several values per line (one column each), an optional header line, or
+one line holding N values for N records; JSON as a list, ``{"predictions": [...]}``, a list
+of objects (each field an output column) or an object of columns; JSON lines; npy; or a
+Python value (array, list, tensor, DataFrame) when there is no ``output_fn``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import importlib.util
+import inspect
+import io
+import json
+import logging
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from shardline.worker.errors import FileError, PredictionError, SetupError
+from shardline.worker.features import ModelInputs
+
+log = logging.getLogger(__name__)
+
+CSV = "text/csv"
+JSON = "application/json"
+JSONLINES = "application/jsonlines"
+NPY = "application/x-npy"
+CONTENT_TYPES = (CSV, JSON, JSONLINES, NPY)
+_ALIASES = {"application/x-jsonlines": JSONLINES, "application/jsonl": JSONLINES, "application/x-ndjson": JSONLINES,
+            "application/json-lines": JSONLINES, "text/json": JSON}
+TEXT_BODIES = (CSV, JSON)  # the inference toolkit decodes these to str before input_fn; others stay bytes
+
+MULTI_RECORD = "multi_record"
+SINGLE_RECORD = "single_record"
+JSON_LAYOUTS = ("records", "instances", "array")
+# Keys under which JSON responses commonly carry the predictions (TF Serving, the SageMaker containers).
+PREDICTION_KEYS = ("predictions", "outputs")
+
+
+def media_type(value: str) -> str:
+    """``'text/csv; charset=utf-8'`` -> ``'text/csv'``; known aliases map to one name."""
+    base = value.split(";", 1)[0].strip().lower()
+    return _ALIASES.get(base, base)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptProtocol:
+    """How records travel to the script and back. Mirrors the spec's ``model.*`` settings."""
+
+    content_type: str = CSV
+    accept: str | None = None  # None: the same as content_type
+    batch_strategy: str = MULTI_RECORD
+    json_layout: str = "records"
+    max_payload_mb: float = 6.0
+    csv_header: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content_type", media_type(self.content_type))
+        if self.accept is not None:
+            object.__setattr__(self, "accept", media_type(self.accept))
+        if self.content_type not in CONTENT_TYPES:
+            raise SetupError(f"unsupported content type {self.content_type!r} (model.content_type, --content-type); "
+                             f"use one of {', '.join(CONTENT_TYPES)}")
+        if self.response_type not in CONTENT_TYPES:
+            raise SetupError(f"unsupported accept type {self.response_type!r} (model.accept, --accept); "
+                             f"use one of {', '.join(CONTENT_TYPES)}")
+        if self.batch_strategy not in (MULTI_RECORD, SINGLE_RECORD):
+            raise SetupError(f"unknown batch strategy {self.batch_strategy!r} (model.batch_strategy, "
+                             "--batch-strategy): use multi_record or single_record")
+        if self.json_layout not in JSON_LAYOUTS:
+            raise SetupError(f"unknown JSON layout {self.json_layout!r} (model.json_layout, --json-layout): "
+                             f"use one of {', '.join(JSON_LAYOUTS)}")
+        if self.content_type == JSONLINES and self.json_layout == "instances":
+            raise SetupError("json_layout 'instances' is one JSON document; with application/jsonlines use "
+                             "'records' (an object per line) or 'array' (an array per line)")
+        if not self.max_payload_mb > 0:
+            raise SetupError("max_payload_mb (--max-payload-mb) must be greater than 0")
+
+    @property
+    def response_type(self) -> str:
+        return self.accept or self.content_type
+
+    @property
+    def single(self) -> bool:
+        return self.batch_strategy == SINGLE_RECORD
+
+    def replace(self, **changes) -> ScriptProtocol:
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        parts = [f"content_type {self.content_type}", f"accept {self.response_type}", self.batch_strategy]
+        if self.content_type in (JSON, JSONLINES):
+            parts.append(f"json_layout {self.json_layout}")
+        if self.content_type == CSV:
+            parts.append("with a header line" if self.csv_header else "no header")
+        return ", ".join(parts)
+
+
+# -- requests ---------------------------------------------------------------------------------------------
+
+
+class RecordEncodingError(FileError):
+    """The file's records cannot be carried by the configured content type."""
+
+
+@dataclasses.dataclass
+class EncodedRecords:
+    """A batch of records serialised once; request bodies are cut from it."""
+
+    protocol: ScriptProtocol
+    sizes: list[int]  # bytes per record, to respect max_payload_mb
+    pieces: list[Any]  # one serialised record each (a matrix for npy)
+    header: str = ""
+
+    def body(self, start: int, stop: int) -> str | bytes:
+        p, pieces = self.protocol, self.pieces
+        if p.content_type == NPY:
+            sink = io.BytesIO()
+            np.save(sink, pieces[start] if p.single else pieces[start:stop], allow_pickle=False)
+            return sink.getvalue()
+        if p.content_type == CSV:
+            if p.single:
+                return self.header + pieces[start]
+            return self.header + "\n".join(pieces[start:stop]) + "\n"
+        if p.content_type == JSONLINES:
+            text = pieces[start] if p.single else "\n".join(pieces[start:stop]) + "\n"
+            return text.encode()
+        # application/json
+        if p.json_layout == "instances":
+            return '{"instances": [' + ", ".join(pieces[start:stop]) + "]}"
+        if p.single:
+            return pieces[start]
+        return "[" + ", ".join(pieces[start:stop]) + "]"
+
+
+def _text_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
+    """Columns as they are written into a text body: floats as float64 (exact, shortest form), booleans
+    as 1/0, dictionary columns decoded."""
+    return pa.table([_text_ready(column) for column in table.columns], names=table.schema.names)
+
+
+def _text_ready(column: pa.Array) -> pa.Array:
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    if pa.types.is_floating(column.type) and column.type != pa.float64():
+        return column.cast(pa.float64())
+    if pa.types.is_boolean(column.type):
+        return column.cast(pa.int8())
+    return column
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        raise TypeError("binary values cannot be sent as JSON")
+    import decimal
+
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    raise TypeError(f"cannot send a {type(value).__name__} as JSON")
+
+
+def encode_records(table: pa.RecordBatch, protocol: ScriptProtocol, matrix: np.ndarray | None = None
+                   ) -> EncodedRecords:
+    """Serialise every record of ``table`` (the feature columns, in order) once."""
+    names = table.schema.names
+    ct = protocol.content_type
+    if ct == NPY:
+        if matrix is None:
+            raise RecordEncodingError("application/x-npy carries numbers only")
+        row_bytes = matrix.dtype.itemsize * matrix.shape[1]
+        return EncodedRecords(protocol, [row_bytes] * matrix.shape[0], matrix)
+    text = _text_table(table)
+    if ct == CSV:
+        sink = io.BytesIO()
+        try:  # text unquoted, as in the files Batch Transform splits into lines
+            pacsv.write_csv(text, sink, write_options=pacsv.WriteOptions(include_header=False, quoting_style="none"))
+        except pa.ArrowInvalid:  # a value with a comma, quote or line break: quote the text values
+            sink = io.BytesIO()
+            pacsv.write_csv(text, sink, write_options=pacsv.WriteOptions(include_header=False))
+        raw = sink.getvalue().split(b"\n")
+        if raw and raw[-1] == b"":
+            raw.pop()
+        lines = [line.decode() for line in raw]
+        if len(lines) != table.num_rows:
+            raise RecordEncodingError(
+                "a text column holds line breaks, which text/csv records cannot carry (Batch Transform splits "
+                "CSV on lines too); use model.content_type application/json or application/jsonlines")
+        header = ",".join(_csv_field(n) for n in names) + "\n" if protocol.csv_header else ""
+        return EncodedRecords(protocol, [len(line) + 1 for line in raw], lines, header)  # bytes, not characters
+    columns = [column.to_pylist() for column in text.columns]
+    try:
+        if protocol.json_layout == "records":
+            pieces = [json.dumps(dict(zip(names, values, strict=True)), default=_json_default)
+                      for values in zip(*columns, strict=True)]
+        else:
+            pieces = [json.dumps(list(values), default=_json_default) for values in zip(*columns, strict=True)]
+    except TypeError as err:
+        raise RecordEncodingError(f"cannot send these records as JSON: {err}") from err
+    return EncodedRecords(protocol, [len(p) + 2 for p in pieces], pieces)
+
+
+def _csv_field(name: str) -> str:
+    return f'"{name}"' if any(c in name for c in ',"\n') else name
+
+
+def request_ranges(sizes: Sequence[int], max_rows: int, max_bytes: int, single: bool) -> list[tuple[int, int]]:
+    """Cut records into calls: one each, or as many as fit ``max_rows`` and ``max_bytes``."""
+    n = len(sizes)
+    if single:
+        too_big = [i for i, s in enumerate(sizes) if s > max_bytes]
+        if too_big:
+            raise RecordEncodingError(
+                f"record {too_big[0]} is {sizes[too_big[0]] / 2**20:.1f} MB, over max_payload_mb "
+                f"({max_bytes / 2**20:g} MB): raise model.max_payload_mb (--max-payload-mb)")
+        return [(i, i + 1) for i in range(n)]
+    ranges, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if size > max_bytes:
+            raise RecordEncodingError(
+                f"record {i} is {size / 2**20:.1f} MB, over max_payload_mb ({max_bytes / 2**20:g} MB): raise "
+                "model.max_payload_mb (--max-payload-mb)")
+        if i > start and (i - start >= max_rows or total + size > max_bytes):
+            ranges.append((start, i))
+            start, total = i, 0
+        total += size
+    if start < n:
+        ranges.append((start, n))
+    return ranges
+
+
+# -- responses --------------------------------------------------------------------------------------------
+
+
+class ResponseShapeError(PredictionError):
+    """A response that does not hold exactly one prediction per record of its request."""
+
+    def __init__(self, message: str, *, got: int | None = None, records: int = 0):
+        super().__init__(message)
+        self.got, self.records = got, records
+
+
+Columns = list[tuple[str, np.ndarray]]
+
+
+def decode_response(response: Any, content_type: str, records: int) -> Columns:
+    """One array per output column, each with one value per record, from what the script returned."""
+    ct = media_type(content_type)
+    if isinstance(response, (str, bytes, bytearray, memoryview)):
+        raw = response.encode() if isinstance(response, str) else bytes(response)
+        if ct == CSV:
+            return _from_csv(raw.decode("utf-8"), records)
+        if ct == JSON:
+            return _from_json_text(raw.decode("utf-8"), records)
+        if ct == JSONLINES:
+            return _from_value(_json_lines(raw.decode("utf-8")), records)
+        if ct == NPY:
+            try:
+                return _from_value(np.load(io.BytesIO(raw), allow_pickle=False), records)
+            except ValueError as err:
+                raise ResponseShapeError(f"the response is not a .npy array ({err}); check model.accept") from err
+        raise ResponseShapeError(f"cannot read a response of content type {ct!r}; use one of "
+                                 f"{', '.join(CONTENT_TYPES)} (model.accept), or return (body, content_type)")
+    return _from_value(response, records)
+
+
+def _from_json_text(text: str, records: int) -> Columns:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        stripped = text.strip()
+        try:
+            value = _json_lines(stripped)  # several JSON documents, one per line: JSON lines
+        except json.JSONDecodeError:
+            looks_csv = stripped[:1] not in "[{\"" and "," in stripped
+            hint = (" It looks like CSV: set model.accept: text/csv (--accept), or return (body, 'text/csv') from "
+                    "output_fn") if looks_csv else ""
+            raise ResponseShapeError(f"the response is not valid JSON ({err}), but is read as {JSON} "
+                                     f"(model.accept).{hint}") from err
+    return _from_value(value, records)
+
+
+def _json_lines(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _from_csv(text: str, records: int) -> Columns:
+    stripped = text.lstrip()
+    if stripped[:1] in ("[", "{"):
+        raise ResponseShapeError(
+            f"the response looks like JSON but is read as {CSV} (model.accept): set model.accept: application/json "
+            "(--accept), or return (body, 'application/json') from output_fn")
+    rows = list(csv.reader(line for line in text.splitlines() if line.strip()))
+    widths = sorted({len(r) for r in rows})
+    if len(widths) > 1:
+        raise ResponseShapeError(f"the CSV response has lines of {widths[0]} to {widths[-1]} values; expected the "
+                                 "same number of values on every line")
+    header = None
+    if len(rows) == records + 1 and records >= 1 and not any(_is_number(v) for v in rows[0]):
+        header, rows = [v.strip() for v in rows[0]], rows[1:]  # one line more than records: a header line
+    if len(rows) == 1 and records > 1 and len(rows[0]) == records:
+        rows = [[value] for value in rows[0]]  # N values joined on one line, as many endpoint scripts return
+    if len(rows) != records:
+        got = len(rows) * (widths[0] if widths and len(rows) == 1 else 1)
+        raise ResponseShapeError(f"the CSV response has {len(rows)} line(s) for {records} record(s)",
+                                 got=got, records=records)
+    columns = list(zip(*rows, strict=True)) if rows else []
+    arrays = [_text_column(values) for values in columns]
+    if header is not None:
+        return list(zip(header, arrays, strict=True))
+    return _named(arrays)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _text_column(values: Sequence[str]) -> np.ndarray:
+    """CSV values as float64 when every one is a number (an empty one is NaN), else as strings."""
+    try:
+        return np.array([float(v) if v.strip() else math.nan for v in values], dtype=np.float64)
+    except ValueError:
+        return np.array(values, dtype=object)
+
+
+def _named(arrays: list[np.ndarray], name: str = "prediction") -> Columns:
+    if len(arrays) == 1:
+        return [(name, arrays[0])]
+    return [(f"{name}_{k}", a) for k, a in enumerate(arrays)]
+
+
+def _to_python(value: Any) -> Any:
+    """Tensors and pandas objects as numpy arrays; everything else unchanged."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        return value.detach().cpu().numpy()
+    module = type(value).__module__
+    if module.startswith("pandas") and type(value).__name__ == "Series":
+        return value.to_numpy()
+    return value
+
+
+def _from_value(value: Any, records: int) -> Columns:
+    value = _to_python(value)
+    module = type(value).__module__
+    if module.startswith("pandas") and type(value).__name__ == "DataFrame":
+        if len(value) != records:
+            raise ResponseShapeError(f"the response is a DataFrame of {len(value)} row(s) for {records} record(s)",
+                                     got=len(value), records=records)
+        return [(str(name), value[name].to_numpy()) for name in value.columns]
+    if isinstance(value, dict):
+        return _from_dict(value, records)
+    if isinstance(value, (list, tuple)):
+        if len(value) == records and value and all(isinstance(v, dict) for v in value):
+            return _from_objects(value)
+        if records == 1 and value and not any(isinstance(v, (list, tuple, dict)) for v in value):
+            value = [value]  # one record, several outputs: [p0, p1]
+        try:
+            value = np.asarray(value)
+        except ValueError as err:
+            raise ResponseShapeError(f"the response is a ragged list ({err}); expected one prediction, or the same "
+                                     "number of values, per record") from err
+    if isinstance(value, np.ndarray):
+        return _from_array(value, records)
+    if isinstance(value, (int, float, str, bool, np.generic)):
+        return _from_array(np.asarray([value]), records)
+    raise ResponseShapeError(f"cannot read predictions from a {type(value).__name__}; return a list, an array or "
+                             "an encoded body from output_fn")
+
+
+def _from_array(array: np.ndarray, records: int) -> Columns:
+    if array.ndim == 0:
+        array = array.reshape(1)
+    if array.ndim == 1 and records == 1 and len(array) > 1:
+        array = array.reshape(1, -1)
+    if array.shape[0] != records:
+        got = array.shape[0] if array.ndim <= 2 else None
+        raise ResponseShapeError(f"the response holds {array.shape[0]} prediction(s) for {records} record(s)",
+                                 got=got, records=records)
+    if array.ndim == 1:
+        return [("prediction", _plain(array))]
+    if array.ndim == 2:
+        return _named([_plain(array[:, k]) for k in range(array.shape[1])])
+    raise ResponseShapeError(f"the response is an array of shape {array.shape}; expected one value, or one row of "
+                             "values, per record")
+
+
+def _plain(array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind in "US":
+        return array.astype(object)
+    return np.ascontiguousarray(array)
+
+
+def _from_dict(value: dict, records: int) -> Columns:
+    keys = [k for k in PREDICTION_KEYS if k in value]
+    if len(keys) == 1:
+        return _from_value(value[keys[0]], records)
+    if len(keys) > 1:
+        raise ResponseShapeError(f"the response has both {keys[0]!r} and {keys[1]!r}; return one of them")
+    # A column may be a list, or (from a predict_fn without output_fn) an array, tensor or Series.
+    lists = {k: c for k, c in ((k, _to_python(v)) for k, v in value.items())
+             if isinstance(c, (list, tuple)) or (isinstance(c, np.ndarray) and c.ndim >= 1)}
+    if value and len(lists) == len(value) and all(len(v) == records for v in lists.values()):
+        columns: Columns = []
+        for key, column in lists.items():  # an object of columns: {"label": [...], "score": [...]}
+            columns += [(f"{key}{name.removeprefix('prediction')}", array)
+                        for name, array in _from_value(list(column), records)]
+        return columns
+    if records == 1:
+        return _from_objects([value])
+    raise ResponseShapeError(
+        f"the response is a JSON object with keys {sorted(value)[:10]} for {records} record(s); expected a list of "
+        "predictions, {\"predictions\": [...]}, a list of objects, or an object of equally long lists",
+        got=1, records=records)
+
+
+def _from_objects(objects: Sequence[dict]) -> Columns:
+    """A list of record objects: each field becomes an output column (a list field, one column per value)."""
+    keys = list(dict.fromkeys(k for o in objects for k in o))
+    ragged = [k for k in keys if any(k not in o for o in objects)]
+    if ragged:
+        raise ResponseShapeError(f"the response's objects do not all have the fields {ragged[:5]}")
+    columns: Columns = []
+    for key in keys:
+        values = [o[key] for o in objects]
+        for name, array in _from_value(values, len(objects)):
+            columns.append((f"{key}{name.removeprefix('prediction')}", array))
+    return columns
+
+
+# -- the script -------------------------------------------------------------------------------------------
+
+
+class ScriptError(PredictionError):
+    """The script raised while handling a request."""
+
+
+@dataclasses.dataclass
+class ScriptContext:
+    """What a handler that takes a ``context`` argument gets (a small stand-in for the toolkit's)."""
+
+    system_properties: dict
+
+
+def _arity(function) -> int:
+    try:
+        return _cached_arity(function)
+    except TypeError:  # an unhashable callable: not cached
+        return _signature_arity(function)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_arity(function) -> int:
+    # Cached: inspect.signature costs about 50 us, a tenth of a single-record call to a small model.
+    return _signature_arity(function)
+
+
+def _signature_arity(function) -> int:
+    try:
+        return len(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return -1
+
+
+class InferenceScript:
+    """A user's ``inference.py``, imported as SageMaker's containers import it, with its model loaded."""
+
+    def __init__(self, path: str, model_dir: str, device: str):
+        code_dir = str(Path(path).parent)
+        if code_dir not in sys.path:
+            sys.path.insert(0, code_dir)  # sibling modules in code/ import as in SageMaker's containers
+        os.environ.setdefault("SM_MODEL_DIR", model_dir)
+        spec = importlib.util.spec_from_file_location("inference", path)
+        if spec is None or spec.loader is None:
+            raise SetupError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        # Registered before it runs, like a normal import: objects pickled with classes from
+        # inference.py, and siblings that import it, then resolve to this module.
+        sys.modules["inference"] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as err:
+            sys.modules.pop("inference", None)
+            raise SetupError(f"importing {path} failed: {type(err).__name__}: {err}{requirements_hint(path)}") from err
+        self.path, self.module = path, module
+        self.transform_fn = getattr(module, "transform_fn", None)
+        self.input_fn = getattr(module, "input_fn", None)
+        self.predict_fn = getattr(module, "predict_fn", None)
+        self.output_fn = getattr(module, "output_fn", None)
+        if self.transform_fn and (self.input_fn or self.predict_fn or self.output_fn):
+            raise SetupError(f"{path} defines transform_fn and also input_fn/predict_fn/output_fn; SageMaker refuses "
+                             "that too: keep transform_fn alone, or the other three")
+        if not hasattr(module, "model_fn"):
+            raise SetupError(f"{path} defines no model_fn(model_dir)")
+        self.context = ScriptContext({"model_dir": model_dir, "gpu_id": 0 if device.startswith("cuda") else None})
+        try:
+            self.model = self.call(module.model_fn, model_dir)
+        except SetupError:
+            raise
+        except Exception as err:
+            raise SetupError(f"model_fn in {path} failed: {type(err).__name__}: {err}"
+                             f"{requirements_hint(path)}") from err
+
+    @property
+    def takes_body(self) -> bool:
+        """False when the script defines neither input_fn nor transform_fn: predict_fn gets the features."""
+        return bool(self.input_fn or self.transform_fn)
+
+    def call(self, function, *args):
+        """Call a handler with or without the trailing ``context`` argument, as the toolkit does."""
+        arity = _arity(function)
+        if arity == len(args) + 1:
+            return function(*args, self.context)
+        if arity not in (-1, len(args)):
+            raise SetupError(f"{function.__name__} in {self.path} takes {arity} argument(s); SageMaker passes "
+                             f"{len(args)} (or {len(args) + 1} with context)")
+        return function(*args)
+
+    def handle(self, body: Any, data: Any, protocol: ScriptProtocol) -> tuple[Any, str]:
+        """One request: the response and its content type. ``data`` is used when there is no input_fn."""
+        ct, accept = protocol.content_type, protocol.response_type
+        stage = "transform_fn"
+        try:
+            if self.transform_fn:
+                result = self.call(self.transform_fn, self.model, body, ct, accept)
+            else:
+                if self.input_fn:
+                    stage = "input_fn"
+                    data = self.call(self.input_fn, body, ct)
+                stage = "predict_fn"
+                prediction = self.call(self.predict_fn, data, self.model) if self.predict_fn \
+                    else default_predict(self.model, data)
+                if not self.output_fn:
+                    return prediction, accept
+                stage = "output_fn"
+                result = self.call(self.output_fn, prediction, accept)
+        except SetupError:
+            raise
+        except Exception as err:
+            raise ScriptError(f"{Path(self.path).name} raised in {stage}: {type(err).__name__}: {err}") from err
+        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], str):
+            return result[0], result[1]  # (body, content_type), as the toolkit allows
+        return result, accept
+
+
+def default_predict(model: Any, data: Any) -> Any:
+    """What SageMaker's framework containers do without a predict_fn: ``model.predict(data)``, or call a
+    torch module on a float32 tensor."""
+    if hasattr(model, "predict"):
+        return model.predict(data)
+    if type(model).__module__.startswith("torch"):
+        import torch
+
+        tensor = data if isinstance(data, torch.Tensor) else torch.as_tensor(np.asarray(data), dtype=torch.float32)
+        with torch.inference_mode():
+            return model(tensor)
+    if callable(model):
+        return model(data)
+    raise ScriptError(f"the model model_fn returned is a {type(model).__name__}, with no predict() and not callable: "
+                      "define predict_fn(data, model)")
+
+
+def requirements_hint(script_path: str) -> str:
+    requirements = Path(script_path).parent / "requirements.txt"
+    if not requirements.is_file():
+        return ""
+    return (f". Note: {requirements} is not installed at run time (the worker image is the pinned environment); "
+            "build those packages into the image")
+
+
+def check_requirements(script_path: str) -> list[str]:
+    """What ``code/requirements.txt`` asks for that the image does not have (nothing is installed here)."""
+    requirements = Path(script_path).parent / "requirements.txt"
+    if not requirements.is_file():
+        return []
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    unmet = []
+    for raw in requirements.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            unmet.append(f"{line} (not understood)")
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue  # e.g. `pywin32; sys_platform == "win32"`: not for this image
+        try:
+            installed = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            unmet.append(f"{line} (not installed)")
+            continue
+        if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
+            unmet.append(f"{line} (the image has {installed})")
+    return unmet
+
+
+def model_inputs_of_script(script: InferenceScript, protocol: ScriptProtocol) -> ModelInputs:
+    """What the script's model says about its inputs: the recorded feature names of the object
+    model_fn returned, when it is one estimator that recorded them."""
+    from shardline.worker.models import recorded_inputs
+
+    recorded = recorded_inputs(script.model)
+    raw = protocol.content_type != NPY and script.takes_body
+    return ModelInputs(names=recorded.names, count=None, raw_columns=raw, names_are_hints=True,
+                       described_as=f"the model {Path(script.path).name}'s model_fn returned")
+
+
+class ScriptPredictor:
+    """A custom ``inference.py`` as a predictor: records in, one prediction per record out, or a clear error."""
+
+    kind = "custom"
+    order = "C"
+    dtype = np.dtype(np.float64)  # what the feature matrix is, for x-npy bodies and scripts without input_fn
+
+    def __init__(self, artifact_path: str, model_dir: str, protocol: ScriptProtocol, device: str):
+        self.script = InferenceScript(artifact_path, model_dir, device)
+        self.protocol = protocol
+        self.device = device
+        self.inputs = model_inputs_of_script(self.script, protocol)
+
+    def predict(self, batch: pa.RecordBatch) -> Columns:
+        try:
+            return self.run(batch, self.protocol)
+        except (ScriptError, ResponseShapeError, RecordEncodingError) as err:
+            raise type(err)(f"{err}. {self.diagnose(batch, err)}") from err
+
+    def run(self, batch: pa.RecordBatch, protocol: ScriptProtocol) -> Columns:
+        """Send ``batch`` (the feature columns, in order) through the script under ``protocol``."""
+        from shardline.worker.formats import to_matrix
+
+        rows = batch.num_rows
+        needs_matrix = protocol.content_type == NPY or not self.script.takes_body
+        matrix = None
+        if needs_matrix:
+            _require_numeric(batch, "application/x-npy" if self.script.takes_body else
+                             "a script without input_fn (predict_fn gets a float64 matrix)")
+            matrix = to_matrix(batch, batch.schema.names, self.dtype, "C")
+        if self.script.takes_body:
+            encoded = encode_records(batch, protocol, matrix)
+            ranges = request_ranges(encoded.sizes, rows, int(protocol.max_payload_mb * 2**20), protocol.single)
+        else:
+            encoded = None
+            ranges = [(i, i + 1) for i in range(rows)] if protocol.single else [(0, rows)]
+        parts = []
+        for start, stop in ranges:
+            body = encoded.body(start, stop) if encoded is not None else None
+            data = None if matrix is None else (matrix[start] if protocol.single else matrix[start:stop])
+            response, content_type = self.script.handle(body, data, protocol)
+            parts.append(decode_response(response, content_type, stop - start))
+        return _concatenate(parts)
+
+    def diagnose(self, batch: pa.RecordBatch, err: Exception) -> str:
+        """Find a setting under which the first records work, to name it in the error. Runs on failure only."""
+        from shardline.worker.guards import OutputTally, captured
+
+        sample = batch.slice(0, min(3, batch.num_rows))
+        # A script that returned several predictions for several records handles them: one record per
+        # call would only turn its extra values into extra columns, not fix it.
+        many = isinstance(err, ResponseShapeError) and err.got is not None and err.got > 1
+        for setting, alternative in self._alternatives(sample.num_rows, single=not many):
+            try:
+                with captured(OutputTally()):  # the alternatives' output is not the file's
+                    self.run(sample, alternative)
+            except Exception:  # noqa: BLE001 - any failure means "not this setting"
+                continue
+            return (f"The same records work with {setting}: this script seems to expect that; set it in the "
+                    "step's model settings")
+        hints = [f"Sent as: {self.protocol.describe()}"]
+        if isinstance(err, ResponseShapeError) and err.got == 1 and err.records > 1:
+            hints.append("one value came back for several records: a script that handles one record per request "
+                         "needs model.batch_strategy: single_record (--batch-strategy single-record)")
+        if isinstance(err, ResponseShapeError) and err.got is not None and err.got == err.records - 1 \
+                and self.protocol.content_type == CSV and not self.protocol.csv_header:
+            hints.append("one prediction short: did the script read the first line as a header? Read with "
+                         "header=None, or set model.csv_header: true (--csv-header)")
+        if isinstance(err, ResponseShapeError) and err.got is not None and err.got == err.records + 1:
+            hints.append("one prediction too many: does the script predict on the empty line after a body's last "
+                         "line break, or add a header or summary value to its response?")
+        return "; ".join(hints)
+
+    def _alternatives(self, rows: int, single: bool = True) -> list[tuple[str, ScriptProtocol]]:
+        p, options = self.protocol, []
+        if p.content_type == CSV:
+            options.append(("model.csv_header: true (--csv-header)" if not p.csv_header else
+                            "model.csv_header: false", p.replace(csv_header=not p.csv_header)))
+        if p.content_type in (JSON, JSONLINES):
+            for layout in JSON_LAYOUTS:
+                if layout != p.json_layout and not (p.content_type == JSONLINES and layout == "instances"):
+                    options.append((f"model.json_layout: {layout} (--json-layout {layout})",
+                                    p.replace(json_layout=layout)))
+        if not p.single:
+            if single:
+                options.append(("model.batch_strategy: single_record (--batch-strategy single-record)",
+                                p.replace(batch_strategy=SINGLE_RECORD)))
+        elif rows > 1:
+            options.append(("model.batch_strategy: multi_record (--batch-strategy multi-record)",
+                            p.replace(batch_strategy=MULTI_RECORD)))
+        if self.script.takes_body:  # another content type (and its layouts), for a script that parses the body
+            for content_type in CONTENT_TYPES:
+                if content_type == p.content_type:
+                    continue
+                setting = f"model.content_type: {content_type} (--content-type {content_type})"
+                if content_type not in (JSON, JSONLINES):
+                    options.append((setting, p.replace(content_type=content_type)))
+                    continue
+                for layout in JSON_LAYOUTS:
+                    if content_type == JSONLINES and layout == "instances":
+                        continue
+                    options.append((setting if layout == "records" else
+                                    f"{setting} and model.json_layout: {layout} (--json-layout {layout})",
+                                    p.replace(content_type=content_type, json_layout=layout)))
+        return options
+
+
+def _require_numeric(batch: pa.RecordBatch, what: str) -> None:
+    from shardline.worker.features import is_numeric
+
+    bad = [f"{f.name} ({f.type})" for f in batch.schema if not is_numeric(f.type)]
+    if bad:
+        raise RecordEncodingError(f"{what} carries numbers only, but these feature columns are not numeric: "
+                                  f"{', '.join(bad)}. Leave them out with input.features, or use a text content type")
+
+
+def _concatenate(parts: list[Columns]) -> Columns:
+    if len(parts) == 1:
+        return parts[0]
+    names = [name for name, _ in parts[0]]
+    for part in parts[1:]:
+        if [name for name, _ in part] != names:
+            raise ResponseShapeError(f"the responses of one batch have different output columns: {names} vs "
+                                     f"{[name for name, _ in part]}")
+    return [(name, _join([part[k][1] for part in parts])) for k, name in enumerate(names)]
+
+
+def _join(arrays: list[np.ndarray]) -> np.ndarray:
+    if any(a.dtype == object for a in arrays):
+        return np.concatenate([a.astype(object) for a in arrays])
+    return np.concatenate(arrays)

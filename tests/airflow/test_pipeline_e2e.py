@@ -1,0 +1,73 @@
+"""End to end through real Airflow (dag.test) on moto_server and the local backend.
+
+`python -m examples.airflow_demo` is what `make demo` runs: it kills one instance of the first
+attempt, and the sensor must resubmit exactly the unfinished files and finish green
+with every row accounted for.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_demo_pipeline_recovers_a_killed_instance(tmp_path):
+    # The demo's own dataset is larger (for its overhead figure); 24 files keep the suite quick.
+    result = subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"),
+                             "--files", "24", "--rows", "1200000"],
+                            capture_output=True, text=True, timeout=600, check=False)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    assert "killed instance algo-2 of attempt 1" in out
+    assert "go to attempt 2 of 3" in out
+    assert "files             24 (24 succeeded, 0 failed)" in out
+    assert "rows in / out     1,200,000 / 1,200,000" in out
+    assert "attempts          2 (2 processing job(s))" in out
+
+
+def _dags_with_tolerance(tmp_path, max_failed_files: int):
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    dags = tmp_path / "dags"
+    shutil.copytree(repo / "dags", dags)
+    path = dags / "pipelines" / "tabular_scoring_hourly.yaml"
+    spec = yaml.safe_load(path.read_text())
+    spec["steps"][0]["tolerance"]["max_failed_files"] = max_failed_files
+    path.write_text(yaml.safe_dump(spec))
+    return dags
+
+
+def _run_demo(tmp_path, dags, *args):
+    return subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"),
+                           "--dags-folder", str(dags), "--no-failure", "--files", "6", "--rows", "60000", *args],
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.mark.slow
+def test_a_corrupt_file_past_the_tolerance_fails_the_step_and_names_the_file(tmp_path):
+    result = _run_demo(tmp_path, _dags_with_tolerance(tmp_path, 0), "--corrupt", "1")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-5000:]
+    assert "DAG run" in out and ": failed" in out
+    assert "past the tolerance" in out
+    assert "corrupt-0.parquet (CorruptInputError" in out  # the failure message lists the file and why
+    assert "files             7 (6 succeeded, 1 failed)" in out
+    assert "attempts          1" in out  # a corrupt file is not worth another attempt
+
+
+@pytest.mark.slow
+def test_a_corrupt_file_within_the_tolerance_ends_partial(tmp_path):
+    result = _run_demo(tmp_path, _dags_with_tolerance(tmp_path, 1), "--corrupt", "1")
+    out = result.stdout + result.stderr
+    assert "ended PARTIAL" in out, out[-5000:]
+    assert ": success" in out
+    assert "files             7 (6 succeeded, 1 failed)" in out
+    assert "rows in / out     60,000 / 60,000" in out
+    assert "failed file       s3://shardline-demo/events/dt=2026-11-22/hour=10/corrupt-0.parquet" in out

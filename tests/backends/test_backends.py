@@ -1,0 +1,414 @@
+"""The backend contract, run against both implementations, plus the local emulator's own duties.
+
+The local backend runs the real worker per instance; the SageMaker backend talks to the
+SageMaker API of moto_server over HTTP (moto runs nothing, so its jobs complete at once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import signal
+import time
+import uuid
+
+import boto3
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from examples import synthetic
+from shardline.backends import JobNotFound
+from shardline.backends.local import LocalBackend
+from shardline.backends.sagemaker import SageMakerBackend
+from shardline.decision.policy import JobStatus
+from shardline.planning.inputs import list_inputs, manifest_body, write_manifest
+from shardline.planning.naming import job_name
+from shardline.planning.request import Attempt, build_processing_request
+from shardline.spec import parse_spec
+from tests.helpers import write_inference_script
+
+ROLE = "arn:aws:iam::123456789012:role/shardline"
+IMAGE = "shardline-worker:cpu"
+ROWS_PER_FILE = 500
+
+
+def _upload_model(s3, model_dir, bucket, key):
+    tarball = model_dir.parent / f"{model_dir.name}-packed" / "model.tar.gz"
+    sha = synthetic.pack(model_dir, tarball)
+    s3.upload_file(str(tarball), bucket, key)
+    return sha
+
+
+@pytest.fixture
+def job(aws_env, ledger_table, xgboost_model, tmp_path):
+    """Six input files, a packed model and a planned attempt on moto_server; returns a request builder."""
+    s3 = boto3.client("s3")
+    tag = uuid.uuid4().hex[:8]  # moto_server lives for the session: each test gets its own buckets
+    raw, out, models = f"raw-{tag}", f"out-{tag}", f"models-{tag}"
+    for bucket in (raw, out, models):
+        s3.create_bucket(Bucket=bucket)
+    for i in range(6):
+        buf = io.BytesIO()
+        pq.write_table(synthetic.make_table(ROWS_PER_FILE, first_id=i * ROWS_PER_FILE, seed=i), buf)
+        s3.put_object(Bucket=raw, Key=f"dt=2026-11-22/part-{i}.parquet", Body=buf.getvalue())
+    sha = _upload_model(s3, xgboost_model.parent, models, "xgb/model.tar.gz")
+
+    def build(run_id="run-1", model_key="xgb/model.tar.gz", model_sha=sha, instances=2):
+        spec = parse_spec({
+            "pipeline": "scoring", "ledger_table": ledger_table,
+            "steps": [{"name": "score", "model": {"uri": f"s3://{models}/{model_key}", "sha256": model_sha},
+                       "input": {"prefix": f"s3://{raw}/dt=2026-11-22/", "passthrough": ["id"]},
+                       "output": {"prefix": f"s3://{out}/{run_id}/"},
+                       "resources": {"instance_count": instances}}],
+        }, "test.yaml")
+        objects = list_inputs(s3, f"s3://{raw}/dt=2026-11-22/")
+        manifest = f"s3://{out}/_manifests/{run_id}/attempt-0001.manifest"
+        write_manifest(s3, manifest, manifest_body(f"s3://{raw}/dt=2026-11-22/", [o.key for o in objects]))
+        attempt = Attempt(pipeline="scoring", run_id=run_id, step="score", attempt=1,
+                          job_name=job_name("scoring", run_id, "score", 1), manifest_uri=manifest,
+                          input_prefix=f"s3://{raw}/dt=2026-11-22/", output_prefix=f"s3://{out}/{run_id}/",
+                          model_uri=f"s3://{models}/{model_key}", instance_count=instances)
+        return build_processing_request(spec, attempt, image_uri=IMAGE, role_arn=ROLE)
+
+    build.buckets = {"raw": raw, "out": out, "models": models}
+    return build
+
+
+def wait_terminal(backend, name, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = backend.describe(name)
+        if state.status.is_terminal:
+            return state
+        time.sleep(0.3)
+    raise AssertionError(f"{name} still {backend.describe(name).status} after {timeout}s")
+
+
+@pytest.fixture(params=["local", "sagemaker"])
+def backend(request, tmp_path, aws_env):
+    if request.param == "local":
+        return LocalBackend(tmp_path / "local-backend")
+    return SageMakerBackend(boto3.client("sagemaker"))
+
+
+# -- the contract both backends keep -----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_submit_is_idempotent_and_the_job_completes(backend, job):
+    request = job()
+    name = backend.submit(request)
+    assert backend.submit(request) == name  # a retried task adopts the job
+    state = wait_terminal(backend, name)
+    assert state.status is JobStatus.COMPLETED, state
+    assert state.name == name
+
+
+def test_unknown_jobs_are_not_found(backend, aws_env):
+    with pytest.raises(JobNotFound):
+        backend.describe("sl-nope-a1")
+    with pytest.raises(JobNotFound):
+        backend.stop("sl-nope-a1")
+
+
+def test_stopping_a_finished_job_is_a_no_op(backend, job):
+    name = backend.submit(job(run_id="run-stop-done"))
+    wait_terminal(backend, name)
+    backend.stop(name)
+    assert backend.describe(name).status is JobStatus.COMPLETED
+
+
+@pytest.fixture
+def local_backend(tmp_path):
+    """A LocalBackend whose jobs' process groups are killed at teardown, should a test leave one running."""
+    backend = LocalBackend(tmp_path / "lb")
+    yield backend
+    for state in (backend.root / "jobs").glob("*/state.json"):
+        pid = json.loads(state.read_text()).get("pid")
+        if pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+# -- what only the local emulator can show ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_local_job_shards_by_key_runs_every_instance_and_uploads_outputs(job, tmp_path, aws_env):
+    backend = LocalBackend(tmp_path / "lb")
+    name = backend.submit(job(run_id="run-e2e"))
+    assert wait_terminal(backend, name).status is JobStatus.COMPLETED
+    s3 = boto3.client("s3")
+    out = job.buckets["out"]
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=out, Prefix="run-e2e/")["Contents"])
+    outputs = [k for k in keys if k.endswith(".parquet")]
+    assert outputs == [f"run-e2e/part-{i}.parquet" for i in range(6)]
+    # Each attempt's instances write their own manifests: a resubmission never overwrites attempt 1's.
+    assert {"run-e2e/_shardline/attempt-0001/manifest-algo-1.json",
+            "run-e2e/_shardline/attempt-0001/manifest-algo-2.json"} <= set(keys)
+    ids = []
+    for key in outputs:
+        table = pq.read_table(io.BytesIO(s3.get_object(Bucket=out, Key=key)["Body"].read()))
+        ids.extend(table.column("id").to_pylist())
+    assert sorted(ids) == list(range(6 * ROWS_PER_FILE))  # no row lost or duplicated
+    manifests = [json.loads(s3.get_object(Bucket=out, Key=f"run-e2e/_shardline/attempt-0001/manifest-{h}.json")
+                            ["Body"].read()) for h in ("algo-1", "algo-2")]
+    assert [m["files"] for m in manifests] == [3, 3]  # ShardedByS3Key: keys[i::2]
+    assert not any(".shardline-tmp" in k for k in keys)
+
+
+# Runs until stopped: with one pool process per instance, each process's first file ends and its
+# second waits until MARKS_DIR/release exists (never, unless a test makes it). MARKS_DIR, from the
+# request's Environment, also records each call as PID-CALL.
+ENDLESS_SCRIPT = """\
+import os
+import time
+from pathlib import Path
+
+_calls = 0
+
+
+def model_fn(model_dir):
+    return None
+
+
+def predict_fn(data, model):
+    global _calls
+    _calls += 1
+    marks = Path(os.environ["MARKS_DIR"])
+    (marks / f"{os.getpid()}-{_calls}").touch()
+    while _calls > 1 and not (marks / "release").exists():
+        time.sleep(0.05)
+    return data[:, 0]
+"""
+
+
+@pytest.fixture
+def endless_job(job, tmp_path):
+    """A request builder like ``job``'s, for the endless model, one pool process per instance."""
+    model_dir = tmp_path / "endless-model"
+    write_inference_script(model_dir, ENDLESS_SCRIPT)
+    sha = _upload_model(boto3.client("s3"), model_dir, job.buckets["models"], "endless/model.tar.gz")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def build(run_id):
+        request = job(run_id=run_id, model_key="endless/model.tar.gz", model_sha=sha)
+        request["AppSpecification"]["ContainerArguments"] += ["--workers", "1"]
+        request["Environment"]["MARKS_DIR"] = str(marks)
+        return request
+
+    build.marks = marks
+    build.blocked = lambda: len({m.name.split("-")[0] for m in marks.glob("*-2")}) == 2  # both instances
+    return build
+
+
+def wait_until(condition, what, timeout=120):
+    """Poll until ``condition()`` holds; the timeout only turns a hang into a failure."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting for {what} after {timeout}s")
+        time.sleep(0.1)
+    return result
+
+
+def _process_group(pgid):
+    """Live processes of a process group: the supervisor, the workers and their pool children."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+@pytest.mark.slow
+def test_local_stop_kills_the_whole_process_tree(endless_job, local_backend):
+    name = local_backend.submit(endless_job(run_id="run-kill"))
+    # Both instances' pool processes are blocked in their second file: every level of the tree is up.
+    wait_until(endless_job.blocked, "both instances to block in their second file")
+    pgid = json.loads((local_backend.job_dir(name) / "state.json").read_text())["pid"]
+    assert len(_process_group(pgid)) >= 5  # supervisor + 2 workers + their pool processes
+    local_backend.stop(name)
+    state = local_backend.describe(name)
+    assert state.status is JobStatus.STOPPED, state
+    # stop() sends SIGKILL to what outlives its grace period; the kernel then ends those on its own time.
+    wait_until(lambda: not _process_group(pgid), "the job's process group to be gone")
+
+
+@pytest.mark.slow
+def test_local_max_runtime_stops_the_job_and_uploads_no_output(endless_job, local_backend, job):
+    request = endless_job(run_id="run-timeout")
+    request["StoppingCondition"]["MaxRuntimeInSeconds"] = 5
+    name = local_backend.submit(request)
+    state = wait_terminal(local_backend, name, timeout=120)
+    assert state.status is JobStatus.STOPPED, state
+    assert "MaxRuntimeInSeconds (5) exceeded" in state.failure_reason
+    # Files that ended before the limit stay on the instance: a stopped job's outputs are not uploaded.
+    listed = boto3.client("s3").list_objects_v2(Bucket=job.buckets["out"], Prefix="run-timeout/")
+    assert listed.get("KeyCount", 0) == 0, [o["Key"] for o in listed.get("Contents", [])]
+
+
+def _exited(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slow
+def test_local_job_whose_end_is_seen_past_max_runtime_is_stopped_not_completed(endless_job, local_backend, job):
+    """The flaky case made certain: the workers end before the limit, the supervisor sees it only after."""
+    request = endless_job(run_id="run-late")
+    request["StoppingCondition"]["MaxRuntimeInSeconds"] = 10
+    name = local_backend.submit(request)
+    job_dir = local_backend.job_dir(name)
+    wait_until(endless_job.blocked, "both instances to block in their second file")
+    seen = time.monotonic()  # the job started before this, so its limit falls before seen + 10
+    supervisor = json.loads((job_dir / "state.json").read_text())["pid"]
+    workers = [int(p) for p in re.findall(r"worker pid (\d+)", (job_dir / "supervisor.log").read_text())]
+    os.kill(supervisor, signal.SIGSTOP)  # it polls no more: the workers' end goes unseen
+    try:
+        (endless_job.marks / "release").touch()
+        wait_until(lambda: all(_exited(p) for p in workers), "the released workers to exit")
+        wait_until(lambda: time.monotonic() > seen + 10, "the job's limit to pass")
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    state = wait_terminal(local_backend, name)
+    assert state.status is JobStatus.STOPPED, state
+    assert state.failure_reason == "MaxRuntimeInSeconds (10) exceeded"
+    assert boto3.client("s3").list_objects_v2(Bucket=job.buckets["out"], Prefix="run-late/")["KeyCount"] == 0
+
+
+@pytest.mark.parametrize(
+    ("codes", "elapsed", "status"),
+    [
+        ({"algo-1": 0, "algo-2": 0}, 3.5, JobStatus.STOPPED),  # ended between the last two polls, past 3 s
+        ({"algo-1": 0, "algo-2": 1}, 3.5, JobStatus.STOPPED),
+        ({"algo-1": 0, "algo-2": 0}, 2.9, JobStatus.COMPLETED),
+        ({"algo-1": 0, "algo-2": 1}, 2.9, JobStatus.FAILED),
+    ],
+)
+def test_job_seen_to_end_past_max_runtime_is_stopped_not_completed(codes, elapsed, status):
+    from shardline.backends.local_supervisor import job_outcome
+
+    outcome = job_outcome(codes, elapsed, 3)
+    assert outcome["status"] == status.value, outcome
+    if status is JobStatus.STOPPED:
+        assert outcome["failure_reason"] == "MaxRuntimeInSeconds (3) exceeded"
+
+
+def _files(root):
+    return {p for p in root.rglob("*") if not p.is_dir()}
+
+
+@pytest.mark.slow
+def test_path_escape_keys_in_a_manifest_and_a_model_prefix_are_refused_and_the_rest_processed(
+        job, local_backend, tmp_path):
+    s3 = boto3.client("s3")
+    raw, models, out = job.buckets["raw"], job.buckets["models"], job.buckets["out"]
+    request = job(run_id="run-escape")
+    # The job dir is tmp_path/lb/jobs/NAME, and each input dir four levels below it: seven '..' reach tmp_path.
+    up = "../" * 7
+    crafted = [str(tmp_path / "escaped-absolute.parquet"),  # the key has '//': the path is absolute
+               f"{up}escaped-dotdot.parquet", f"sub/{up}../escaped-sub.parquet", "./dot.parquet",
+               "sub//inner.parquet", "../../x"]
+    body = io.BytesIO()
+    pq.write_table(synthetic.make_table(10, first_id=10_000, seed=9), body)
+    for rel in crafted:  # real parquet files: downloaded, each would be processed too
+        s3.put_object(Bucket=raw, Key=f"dt=2026-11-22/{rel}", Body=body.getvalue())
+    entries = [{"prefix": f"s3://{raw}/dt=2026-11-22/"}, *[f"part-{i}.parquet" for i in range(6)], *crafted]
+    manifest = request["ProcessingInputs"][0]["S3Input"]["S3Uri"]
+    write_manifest(s3, manifest, json.dumps(entries))
+    # A model prefix with the model and a key that climbs out of the model dir to plant a file.
+    s3.copy_object(Bucket=models, Key="xgbdir/model.tar.gz", CopySource={"Bucket": models, "Key": "xgb/model.tar.gz"})
+    s3.put_object(Bucket=models, Key=f"xgbdir/{up}escaped-model.pth", Body=b"import os\n")
+    request["ProcessingInputs"][1]["S3Input"]["S3Uri"] = f"s3://{models}/xgbdir/"
+
+    before = _files(tmp_path)
+    name = local_backend.submit(request)
+    state = wait_terminal(local_backend, name)
+    job_dir = local_backend.job_dir(name)
+    assert list(tmp_path.glob("escaped-*")) == []
+    assert {p for p in _files(tmp_path) - before if not p.is_relative_to(job_dir)} == set()
+    assert list(job_dir.glob("algo-*/processing/x")) == []  # '../../x' would leave the input dir
+    assert state.status is JobStatus.COMPLETED, state
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=out, Prefix="run-escape/")["Contents"])
+    assert [k for k in keys if k.endswith(".parquet")] == [f"run-escape/part-{i}.parquet" for i in range(6)]
+    log = (job_dir / "supervisor.log").read_text()
+    for rel in crafted:
+        assert f"not downloading entry {rel!r}" in log, rel
+    assert f"xgbdir/{up}escaped-model.pth: '..' segment" in log
+
+
+# Dumps the environment of the model's process, and of the supervisor above it (readable by the
+# model's code in /proc), to PROBE_DIR, which only the request's own Environment names.
+ENV_PROBE_SCRIPT = """\
+import json
+import os
+from pathlib import Path
+
+
+def _environ(pid):
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(e.decode().split("=", 1) for e in raw.split(b"\\0") if e)
+
+
+def _supervisor():
+    pid = os.getpid()
+    while pid > 1:
+        if b"shardline.backends.local_supervisor" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise RuntimeError("no supervisor above this process")
+
+
+def model_fn(model_dir):
+    dump = {"model": dict(os.environ), "supervisor": _environ(_supervisor())}
+    Path(os.environ["PROBE_DIR"], f"env-{os.getpid()}.json").write_text(json.dumps(dump))
+    return None
+
+
+def predict_fn(data, model):
+    return data[:, 0]
+"""
+
+SECRETS = {
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:db-password-1@db/airflow",
+    "AIRFLOW__CORE__FERNET_KEY": "fernet-key-2",
+    "AIRFLOW__API_AUTH__JWT_SECRET": "jwt-secret-3",
+    "SHARDLINE_AIRFLOW_PASSWORD": "admin-password-4",
+    "MY_SECRET": "my-secret-5",
+}
+
+
+@pytest.mark.slow
+def test_local_job_gives_the_model_no_airflow_secret_only_its_own_environment(job, local_backend, tmp_path,
+                                                                              monkeypatch):
+    for secret, value in SECRETS.items():
+        monkeypatch.setenv(secret, value)  # as in the Airflow process that submits the job
+    model_dir = tmp_path / "env-probe"
+    write_inference_script(model_dir, ENV_PROBE_SCRIPT)
+    sha = _upload_model(boto3.client("s3"), model_dir, job.buckets["models"], "probe/model.tar.gz")
+    request = job(run_id="run-env", model_key="probe/model.tar.gz", model_sha=sha)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    request["Environment"]["PROBE_DIR"] = str(probe)
+    name = local_backend.submit(request)
+    assert wait_terminal(local_backend, name).status is JobStatus.COMPLETED
+    dumps = [json.loads(p.read_text()) for p in probe.glob("env-*.json")]
+    assert dumps, "the model never loaded"
+    for dump in dumps:
+        for env in (dump["model"], dump["supervisor"]):
+            assert not set(SECRETS) & set(env), sorted(set(SECRETS) & set(env))
+            assert not [v for v in SECRETS.values() if v in json.dumps(env)]
+            assert env["AWS_ENDPOINT_URL"] == os.environ["AWS_ENDPOINT_URL"]  # the job still reaches AWS
+            assert env["PATH"] == os.environ["PATH"]
+        assert {k: dump["model"].get(k) for k in request["Environment"]} == request["Environment"]

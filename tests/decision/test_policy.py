@@ -1,0 +1,150 @@
+"""The sensor's state table: every (job state x file states x attempts) combination."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardline.decision.policy import (
+    Action,
+    FileState,
+    JobStatus,
+    Policy,
+    ShardState,
+    StepSnapshot,
+    backoff,
+    decide,
+    tolerated,
+)
+from shardline.ledger.states import FileStatus
+
+POLICY = Policy(max_attempts=3, backoff_seconds=60, backoff_multiplier=2.0, max_failed_files=0,
+                max_failed_percent=0.0, heartbeat_timeout_seconds=300)
+S, F, R, P = FileStatus.SUCCEEDED, FileStatus.FAILED, FileStatus.RUNNING, FileStatus.PENDING
+
+
+def files(*statuses, error_class="PredictionError", attempt=1):
+    return tuple(
+        FileState(f"s3://b/in/{i:03d}.parquet", st, attempt,
+                  error_class=error_class if st is F else None, error_message="boom" if st is F else None)
+        for i, st in enumerate(statuses)
+    )
+
+
+def snap(job, fs, attempt=1, shards=(), age=10.0, reason=None):
+    return StepSnapshot(attempt=attempt, job_status=job, job_age_seconds=age, files=fs, shards=shards,
+                        job_failure_reason=reason)
+
+
+def test_in_progress_with_fresh_heartbeats_waits():
+    d = decide(snap(JobStatus.IN_PROGRESS, files(S, R, P), shards=[ShardState("algo-1", 12)]), POLICY)
+    assert d.action is Action.WAIT
+    assert "1/3" in d.reason
+
+
+def test_in_progress_with_every_file_done_still_waits_for_the_upload():
+    d = decide(snap(JobStatus.IN_PROGRESS, files(S, S), shards=[ShardState("algo-1", 1)]), POLICY)
+    assert d.action is Action.WAIT
+
+
+def test_stale_heartbeat_stops_the_job_and_resubmits_everything_it_would_not_upload():
+    # A stopped job uploads none of its outputs: the file it finished goes again with the unfinished ones,
+    # or its rows would be missing while the ledger counts them. A file an earlier attempt finished stays.
+    fs = (*files(S, R, P, attempt=2), FileState("s3://b/in/earlier.parquet", S, 1))
+    d = decide(snap(JobStatus.IN_PROGRESS, fs, attempt=2,
+                    shards=[ShardState("algo-1", 5), ShardState("algo-2", 301)]), POLICY)
+    assert d.action is Action.RESUBMIT
+    assert d.stop_job
+    assert d.retry_files == (fs[0].input_key, fs[1].input_key, fs[2].input_key)
+    assert "algo-2" in d.reason
+
+
+def test_an_instance_that_finished_may_fall_silent():
+    shards = [ShardState("algo-1", 900, finished=True), ShardState("algo-2", 5)]
+    assert decide(snap(JobStatus.IN_PROGRESS, files(S, R), shards=shards), POLICY).action is Action.WAIT
+
+
+def test_no_heartbeat_ever_counts_as_lost_after_the_timeout():
+    assert decide(snap(JobStatus.IN_PROGRESS, files(P, P), age=299), POLICY).action is Action.WAIT
+    d = decide(snap(JobStatus.IN_PROGRESS, files(P, P), age=301), POLICY)
+    assert d.action is Action.RESUBMIT and d.stop_job
+
+
+def test_completed_with_all_files_succeeded_advances():
+    d = decide(snap(JobStatus.COMPLETED, files(S, S, S)), POLICY)
+    assert d.action is Action.ADVANCE
+    assert d.retry_files == () and d.failed_files == ()
+
+
+def test_completed_with_unfinished_files_is_a_lost_shard_and_resubmits_them():
+    fs = files(S, R, P, S)
+    d = decide(snap(JobStatus.COMPLETED, fs), POLICY)
+    assert d.action is Action.RESUBMIT
+    assert set(d.retry_files) == {fs[1].input_key, fs[2].input_key}
+    assert d.delay_seconds == 60
+
+
+@pytest.mark.parametrize("job", [JobStatus.FAILED, JobStatus.STOPPED])
+def test_failed_or_stopped_job_resubmits_what_is_not_done_and_what_it_may_not_have_uploaded(job):
+    fs = (*files(S, R, attempt=2), FileState("s3://b/in/earlier.parquet", S, 1))
+    d = decide(snap(job, fs, attempt=2, reason="AlgorithmError: exit 137"), POLICY)
+    assert d.action is Action.RESUBMIT
+    assert d.retry_files == (fs[0].input_key, fs[1].input_key)  # not the file attempt 1's completed job uploaded
+    assert "exit 137" in d.reason and "may not have been uploaded" in d.reason
+
+
+def test_out_of_attempts_a_stopped_jobs_finished_files_count_as_failed_not_as_written():
+    fs = files(S, S, attempt=3)
+    d = decide(snap(JobStatus.STOPPED, fs, attempt=3, reason="MaxRuntimeInSeconds (60) exceeded"), POLICY)
+    assert d.action is Action.FAIL and len(d.failed_files) == 2
+
+
+def test_transient_failures_are_retried_permanent_ones_are_not():
+    transient = files(F)[0]
+    corrupt = FileState("s3://b/in/bad.parquet", F, 1, "CorruptInputError", "cannot read")
+    d = decide(snap(JobStatus.COMPLETED, (transient, corrupt, files(S)[0])), POLICY)
+    assert d.action is Action.RESUBMIT
+    assert d.retry_files == (transient.input_key,)
+    assert d.failed_files == (corrupt,)
+
+
+def test_backoff_grows_with_each_attempt():
+    assert [backoff(POLICY, a) for a in (1, 2, 3)] == [60, 120, 240]
+    d = decide(snap(JobStatus.FAILED, files(R), attempt=2), POLICY)
+    assert d.delay_seconds == 120
+
+
+def test_out_of_attempts_past_tolerance_fails_and_lists_every_file():
+    fs = files(S, F, R, attempt=3)
+    d = decide(snap(JobStatus.COMPLETED, fs, attempt=3), POLICY)
+    assert d.action is Action.FAIL
+    assert {f.input_key for f in d.failed_files} == {fs[1].input_key, fs[2].input_key}
+    unfinished = next(f for f in d.failed_files if f.input_key == fs[2].input_key)
+    assert unfinished.error_class == "Unfinished"
+    assert "past the tolerance" in d.reason
+
+
+def test_permanent_failures_within_tolerance_end_partial_without_retrying():
+    policy = Policy(3, 60, 2.0, max_failed_files=1, max_failed_percent=0, heartbeat_timeout_seconds=300)
+    corrupt = FileState("s3://b/in/bad.parquet", F, 1, "CorruptInputError", "cannot read")
+    d = decide(snap(JobStatus.COMPLETED, (corrupt, *files(S, S))), policy)
+    assert d.action is Action.PARTIAL
+    assert d.failed_files == (corrupt,)
+
+
+def test_percent_tolerance():
+    policy = Policy(1, 0, 1.0, max_failed_files=0, max_failed_percent=10.0, heartbeat_timeout_seconds=300)
+    assert tolerated(policy, 1, 10)
+    assert not tolerated(policy, 2, 10)
+    assert decide(snap(JobStatus.COMPLETED, files(F, *([S] * 9))), policy).action is Action.PARTIAL
+    assert decide(snap(JobStatus.COMPLETED, files(F, F, *([S] * 8))), policy).action is Action.FAIL
+
+
+def test_job_failed_after_every_file_succeeded_reruns_them():
+    fs = files(S, S)
+    d = decide(snap(JobStatus.FAILED, fs, reason="upload failed"), POLICY)
+    assert d.action is Action.RESUBMIT
+    assert set(d.retry_files) == {f.input_key for f in fs}
+
+
+def test_empty_step_advances():
+    assert decide(snap(JobStatus.COMPLETED, ()), POLICY).action is Action.ADVANCE

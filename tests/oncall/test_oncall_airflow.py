@@ -1,0 +1,432 @@
+"""The on-call loop against a real Airflow (standalone) and moto_server, through the REST API and
+the `shardline` CLI as an engineer would run them:
+
+trigger with a conf -> a corrupt input fails the run -> `shardline failed` names the file ->
+the input is fixed -> `shardline resubmit --all-failed` -> the same DAG run turns green,
+with every row written exactly once. The trigger form's validation is checked here too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from shardline.oncall.airflow_client import AirflowApiError
+
+PIPELINE = "tabular_scoring_hourly"
+BUCKET = "shardline-demo"
+
+pytestmark = pytest.mark.slow
+
+
+def shardline(stack, *args: str, airflow: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI as an engineer would; ``airflow`` replaces its SHARDLINE_AIRFLOW_* settings (``{}``: none)."""
+    cli = Path(sys.executable).with_name("shardline")
+    env = {**stack.cli_env(), "PATH": str(cli.parent), "COLUMNS": "200",
+           "SHARDLINE_AIRFLOW_CONFIG": str(stack.home / "no-shardline-login.json")}  # never a developer's own
+    if airflow is not None:
+        env = {k: v for k, v in env.items() if not k.startswith("SHARDLINE_AIRFLOW_")} | airflow
+        env.setdefault("SHARDLINE_AIRFLOW_CONFIG", str(stack.home / "no-shardline-login.json"))
+    return subprocess.run([str(cli), *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _password_env(url: str, stack) -> dict[str, str]:
+    return {"SHARDLINE_AIRFLOW_URL": url, "SHARDLINE_AIRFLOW_USERNAME": stack.username,
+            "SHARDLINE_AIRFLOW_PASSWORD": stack.password}
+
+
+def _failed_and_fixed(stack, staged, hour: dt.datetime) -> tuple[str, str]:
+    """A run that failed on a corrupt input, whose input is then fixed: (run id, PIPELINE/RUN_ID)."""
+    staged["upload_hour"](hour, corrupt=True)
+    run_id = _trigger(stack, hour)
+    assert stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", stack.tail()
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    staged["s3"].upload_file(str(staged["good_file"]), BUCKET, prefix + "late-arrival.parquet")
+    return run_id, f"{PIPELINE}/{run_id}"
+
+
+def _attempt(stack, ref: str) -> dict:
+    status = shardline(stack, "status", ref, "--json")
+    assert status.returncode == 0, status.stderr
+    return json.loads(status.stdout)
+
+
+def _assert_every_row_once(staged, hour: dt.datetime) -> None:
+    ids = _output_rows(staged["s3"], hour)
+    assert len(ids) == 20_000 + 5_000  # four files of 5,000 rows, and the fixed file (a copy of the first)
+    assert len(set(ids)) == 20_000  # the copy repeats the first file's ids, nothing else repeats
+
+
+@pytest.fixture(scope="module")
+def staged(airflow_stack, tmp_path_factory):
+    """The bucket, the ledger table, a packed XGBoost model, and a helper to upload an hour of inputs."""
+    import boto3
+
+    from examples import synthetic
+    from shardline.ledger.table import create_ledger_table
+    from shardline.spec import load_spec
+
+    work = tmp_path_factory.mktemp("oncall")
+    env = airflow_stack.env
+    patch = pytest.MonkeyPatch()
+    for name, value in env.items():
+        if name.startswith("AWS_"):
+            patch.setenv(name, value)
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    spec = load_spec(airflow_stack.dags / "pipelines" / f"{PIPELINE}.yaml")
+    s3.create_bucket(Bucket=BUCKET)
+    create_ledger_table(spec.ledger_table, "us-east-1", env["AWS_ENDPOINT_URL"])
+    model = synthetic.train_xgboost(work / "model")
+    synthetic.pack(model.parent, work / "model.tar.gz")
+    s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
+    files = synthetic.make_dataset(work / "data", files=4, rows=20_000)
+
+    def upload_hour(hour: dt.datetime, *, corrupt: bool) -> str:
+        prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+        for path in files:
+            s3.upload_file(str(path), BUCKET, prefix + path.name)
+        if corrupt:
+            s3.put_object(Bucket=BUCKET, Key=prefix + "late-arrival.parquet", Body=b"PAR1 truncated upload")
+        return prefix
+
+    yield {"s3": s3, "upload_hour": upload_hour, "good_file": files[0], "spec": spec}
+    patch.undo()
+
+
+def _trigger(stack, hour: dt.datetime, conf: dict | None = None) -> str:
+    run_id = f"manual__{hour:%Y%m%dT%H}-{uuid.uuid4().hex[:6]}"
+    stack.client().trigger(PIPELINE, conf or {}, run_id=run_id, logical_date=hour.isoformat())
+    return run_id
+
+
+def _task_log(stack, run_id: str, task_id: str) -> str:
+    """The log of the task's latest try (Airflow may have retried it; every try ends the same way)."""
+    client = stack.client()
+    tis = {t["task_id"]: t for t in client.task_instances(PIPELINE, run_id)}
+    assert task_id in tis, tis
+    try_number = tis[task_id]["try_number"]
+    assert try_number >= 1, [(t["task_id"], t["state"], t["try_number"]) for t in tis.values()]
+    return str(client._call("GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                            params={"full_content": "true"}))
+
+
+def _keys(s3, prefix: str) -> list[str]:
+    return [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+            for o in page.get("Contents", [])]
+
+
+def _output_rows(s3, hour: dt.datetime) -> list[int]:
+    """Every id in the hour's outputs, from the output files themselves."""
+    prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    ids = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for item in page.get("Contents", []):
+            if item["Key"].endswith(".parquet") and "/_" not in item["Key"]:
+                body = s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()
+                ids += pq.read_table(io.BytesIO(body), columns=["id"]).column("id").to_pylist()
+    return ids
+
+
+def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 3, tzinfo=dt.UTC)
+    staged["upload_hour"](hour, corrupt=True)
+    run_id = _trigger(airflow_stack, hour)
+    ref = f"{PIPELINE}/{run_id}"
+    run = airflow_stack.wait_for_run(PIPELINE, run_id)
+    assert run["state"] == "failed", airflow_stack.tail()
+    failed_at = time.monotonic()
+
+    # The sensor's failure names the file, the reason and the exact command that fixes it.
+    fix = f"shardline resubmit {ref} --step score --all-failed"
+    log = _task_log(airflow_stack, run_id, "watch_score")
+    assert "late-arrival.parquet (CorruptInputError" in log and fix in log, log[-3000:]
+    status = shardline(airflow_stack, "status", ref)
+    assert status.returncode == 0, status.stderr
+    assert "FAILED" in status.stdout and fix in status.stdout, status.stdout
+    failed = shardline(airflow_stack, "failed", ref, "--json")
+    assert failed.returncode == 0, failed.stderr
+    rows = json.loads(failed.stdout)
+    assert [(Path(r["input_key"]).name, r["error_class"]) for r in rows] == [("late-arrival.parquet",
+                                                                             "CorruptInputError")]
+    runs = shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json")
+    assert any(r["run_id"] == run_id and r["status"] == "FAILED" and r["airflow_state"] == "failed"
+               and r["disagreement"] is None for r in json.loads(runs.stdout)), runs.stdout
+    out_prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    assert not _keys(staged["s3"], out_prefix + "_SUCCESS")  # a failed step never marks its prefix complete
+
+    # A resubmission of a file that is still corrupt would fail again: fix the input first.
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    staged["s3"].upload_file(str(staged["good_file"]), BUCKET, prefix + "late-arrival.parquet")
+
+    dry = shardline(airflow_stack, "resubmit", ref, "--step", "score", "--all-failed", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "1 file(s) of step score selected" in dry.stdout and "would submit attempt 2" in dry.stdout
+    assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"  # a dry run changes nothing
+
+    done = shardline(airflow_stack, "resubmit", ref, "--step", "score", "--all-failed")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "submitted attempt 2" in done.stdout and "cleared" in done.stdout, done.stdout
+
+    again = shardline(airflow_stack, "resubmit", ref, "--step", "score", "--all-failed")
+    assert "submitted attempt" not in again.stdout  # safe twice: no third attempt
+    said = again.stdout + again.stderr
+    # Which refusal depends on how far attempt 2 got meanwhile (running, ended but not yet recorded by its
+    # sensor, or recorded): each one submits nothing.
+    assert ("is still InProgress" in said and again.returncode == 0) or \
+        ("has not ended yet" in said and again.returncode == 1) or \
+        ("has not recorded the outcome yet" in said and again.returncode == 1) or "nothing to resubmit" in said, said
+    assert json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)["steps"][0]["attempt"] == 2
+
+    run = airflow_stack.wait_for_run(PIPELINE, run_id)
+    assert run["state"] == "success", airflow_stack.tail()
+    # Reported, not asserted (no test depends on timing): the README quotes this figure.
+    print(f"on-call loop: from the failed DAG run to green in {time.monotonic() - failed_at:.0f} s "
+          "(reading the failure, the status and failed views, fixing the input, a dry run, the resubmission)")
+
+    ids = _output_rows(staged["s3"], hour)
+    expected = 20_000 + 5_000  # four files of 5,000 rows, and the fixed file (a copy of the first)
+    assert len(ids) == expected
+    assert len(set(ids)) == 20_000  # the copy repeats the first file's ids, nothing else repeats
+    status = json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)
+    step = status["steps"][0]
+    assert (status["status"], step["status"], step["attempt"]) == ("SUCCEEDED", "SUCCEEDED", 2)
+    assert step["succeeded"] == step["files"] == 5 and step["rows_in"] == step["rows_out"] == expected
+
+    # What downstream readers trust: _SUCCESS now, each attempt's instance manifests (attempt 2's did not
+    # overwrite attempt 1's) covering every output, and the step's outputs manifest naming each one's attempt.
+    s3 = staged["s3"]
+    outputs = {k.removeprefix(out_prefix) for k in _keys(s3, out_prefix) if "/_" not in "/" + k.removeprefix(
+        out_prefix) and k.endswith(".parquet")}
+    assert len(outputs) == 5
+    marker = json.loads(s3.get_object(Bucket=BUCKET, Key=out_prefix + "_SUCCESS")["Body"].read())
+    assert (marker["run_id"], marker["attempts"], marker["outputs"], marker["rows_out"]) == (run_id, 2, 5, expected)
+    by_attempt: dict[str, set[str]] = {}
+    for key in _keys(s3, out_prefix + "_shardline/attempt-"):
+        body = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        done = {r["output"] for r in body["file_reports"] if r["status"] == "SUCCEEDED"}
+        by_attempt.setdefault(key.removeprefix(out_prefix).split("/")[1], set()).update(done)
+    assert sorted(by_attempt) == ["attempt-0001", "attempt-0002"], by_attempt
+    assert set().union(*by_attempt.values()) == outputs, by_attempt
+    assert by_attempt["attempt-0002"] == {"late-arrival.parquet"}
+    outputs_manifest = marker["manifest"].removeprefix(f"s3://{BUCKET}/")
+    manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=outputs_manifest)["Body"].read())
+    assert {Path(o["output"]).name: o["attempt"] for o in manifest["outputs"]} == {
+        **{name: 1 for name in outputs - {"late-arrival.parquet"}}, "late-arrival.parquet": 2}
+    # The Asset event says the same.
+    events = airflow_stack.client()._call("GET", "/assets/events", params={"source_run_id": run_id})
+    extras = [e["extra"] for e in events["asset_events"] if e["source_run_id"] == run_id]
+    assert extras and extras[-1]["status"] == "SUCCEEDED", events
+    assert extras[-1]["steps"][0]["success_marker"] == f"s3://{BUCKET}/{out_prefix}_SUCCESS", extras
+
+
+def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 4, tzinfo=dt.UTC)
+    prefix = staged["upload_hour"](hour, corrupt=False)
+    client = airflow_stack.client()
+    run_id = _trigger(airflow_stack, hour, {"input_prefix": f"s3://{BUCKET}/{prefix}", "instance_count": 3,
+                                            "dry_run": True})
+    run = airflow_stack.wait_for_run(PIPELINE, run_id)
+    assert run["conf"]["instance_count"] == 3
+    states = {t["task_id"]: t["state"] for t in client.task_instances(PIPELINE, run_id)}
+    assert states["plan_score"] == "skipped" and states["submit_score"] == "skipped", states
+    text = _task_log(airflow_stack, run_id, "plan_score")
+    assert "dry run: 4 file(s)" in text and "would run 3 instance(s)" in text, text[-3000:]
+    # The data engineer sees sample predictions before anything is submitted: the preview's table and summary.
+    assert "preview of step score: model s3://" in text, text[-3000:]
+    assert "preview of part-" in text and "20 row(s), model xgboost" in text, text[-3000:]
+    assert "prediction: rows 20, NaN 0" in text and "preview of s3://" in text, text[-3000:]
+
+
+@pytest.mark.parametrize(("conf", "field"), [
+    ({"instance_count": 0}, "instance_count"),
+    ({"input_prefix": "/local/path"}, "input_prefix"),
+    ({"dry_run": "maybe"}, "dry_run"),
+    # Trust boundary: a conf may not point the job at another bucket or climb out of the spec's prefix,
+    ({"input_prefix": "s3://someone-elses-bucket/events/"}, "input_prefix"),
+    ({"input_prefix": f"s3://{BUCKET}/events/../models/"}, "input_prefix"),
+    ({"input_prefix": f"s3://{BUCKET}/events//tmp/"}, "input_prefix"),
+    # nor pick a model outside the model prefix.
+    ({"model_version": "../../other-team/model"}, "model_version"),
+    ({"model_version": ".."}, "model_version"),
+])
+def test_the_trigger_form_refuses_a_bad_conf_and_names_the_field(airflow_stack, conf, field):
+    with pytest.raises(AirflowApiError) as err:
+        airflow_stack.client().trigger(PIPELINE, conf, logical_date=None)
+    assert "400" in str(err.value) and field in str(err.value), str(err.value)
+
+
+def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_path):
+    from examples import synthetic
+    from tests.helpers import write_inference_script
+
+    hour = dt.datetime(2026, 11, 22, 6, tzinfo=dt.UTC)
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=1_000):
+        staged["s3"].upload_file(str(path), BUCKET, prefix + path.name)
+    # A model that never answers: the job is certainly still running when it is cancelled, however busy
+    # the machine (a big input that is merely slow can finish first).
+    write_inference_script(tmp_path / "endless", """
+        import time
+
+        def model_fn(model_dir):
+            return None
+
+        def predict_fn(data, model):
+            while True:
+                time.sleep(1)
+    """)
+    synthetic.pack(tmp_path / "endless", tmp_path / "endless.tar.gz")
+    staged["s3"].upload_file(str(tmp_path / "endless.tar.gz"), BUCKET, "models/xgboost/endless/model.tar.gz")
+    run_id = _trigger(airflow_stack, hour, {"model_version": "endless"})
+    ref = f"{PIPELINE}/{run_id}"
+    deadline = time.monotonic() + 180
+    while True:  # wait until the job runs
+        status = shardline(airflow_stack, "status", ref, "--json")
+        if status.returncode == 0 and json.loads(status.stdout)["steps"] and \
+                json.loads(status.stdout)["steps"][0]["job_status"] == "InProgress":
+            break
+        assert time.monotonic() < deadline, status.stdout + status.stderr + airflow_stack.tail()
+        time.sleep(1)
+    refused = shardline(airflow_stack, "cancel", ref)  # no terminal to confirm on
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    done = shardline(airflow_stack, "cancel", ref, "--yes", "--reason", "wrong model version")
+    assert done.returncode == 0, done.stderr
+    assert "stopped sl-" in done.stdout and "step score: CANCELLED" in done.stdout, done.stdout
+    run = airflow_stack.wait_for_run(PIPELINE, run_id)
+    assert run["state"] == "failed"
+    view = json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)
+    assert view["status"] == "CANCELLED" and view["message"] == "wrong model version"
+    assert view["steps"][0]["job_status"] in ("Stopped", "Stopping")
+
+
+def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done_one(airflow_stack, staged):
+    """Without Airflow access nothing is submitted; with a clear refused after the submit (a token revoked in
+    between), the command exits 1 and says so, and the same command run again completes it: the DAG run
+    turns green with every row once."""
+    from tests.faults import ClearDenyingProxy
+
+    hour = dt.datetime(2026, 11, 22, 7, tzinfo=dt.UTC)
+    run_id, ref = _failed_and_fixed(airflow_stack, staged, hour)
+    command = ("resubmit", ref, "--step", "score", "--all-failed")
+
+    # No Airflow settings at all: refused up front, with what to set.
+    bare = shardline(airflow_stack, *command, airflow={})
+    assert bare.returncode == 1, bare.stdout + bare.stderr
+    assert "Airflow is not configured, so nothing was submitted" in bare.stderr, bare.stderr
+    assert "shardline login URL" in bare.stderr and "SHARDLINE_AIRFLOW_URL" in bare.stderr, bare.stderr
+    # A user who may read but not clear tasks: Airflow's own answer to a dry-run clear refuses it up front.
+    viewer = shardline(airflow_stack, *command, airflow={
+        "SHARDLINE_AIRFLOW_URL": airflow_stack.url,
+        "SHARDLINE_AIRFLOW_TOKEN": airflow_stack.token_for("viewer", "viewer")})
+    assert viewer.returncode == 1, viewer.stdout + viewer.stderr
+    assert "would not let this caller clear watch_score" in viewer.stderr and "403" in viewer.stderr, viewer.stderr
+    assert "nothing was submitted" in viewer.stderr and "Op role" in viewer.stderr, viewer.stderr
+
+    assert _attempt(airflow_stack, ref)["steps"][0]["attempt"] == 1  # nothing was submitted
+    assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"
+
+    # Airflow allows the clear when asked beforehand, then refuses it (a token revoked in between).
+    with ClearDenyingProxy(airflow_stack.url) as proxy:
+        half = shardline(airflow_stack, *command, airflow=_password_env(proxy.url, airflow_stack))
+    assert proxy.denied == 1
+    assert half.returncode == 1, half.stdout + half.stderr
+    said = half.stderr
+    assert "attempt 2 is submitted as job sl-" in said and "the DAG run does not follow it yet" in said, said
+    assert "403" in said and "run the same command again once Airflow lets you" in said, said
+    assert said.rstrip().endswith(f"shardline resubmit {ref} --step score --all-failed"), said
+    assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"
+    view = _attempt(airflow_stack, ref)
+    assert view["steps"][0]["attempt"] == 2
+    # The disagreement is visible: Airflow's state beside the ledger's, and what to do.
+    assert view["airflow_state"] == "failed" and "takes it up again" in view["disagreement"], view
+
+    done = shardline(airflow_stack, *command)  # the same command, now that Airflow lets it clear
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitted attempt" not in done.stdout and "cleared" in done.stdout, done.stdout
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    view = _attempt(airflow_stack, ref)
+    assert (view["status"], view["steps"][0]["attempt"], view["airflow_state"], view["disagreement"]) == (
+        "SUCCEEDED", 2, "success", None)
+    _assert_every_row_once(staged, hour)
+
+
+def test_force_ends_green_even_when_the_forced_attempt_succeeded_unwatched(airflow_stack, staged):
+    from tests.faults import ClearDenyingProxy
+
+    hour = dt.datetime(2026, 11, 22, 9, tzinfo=dt.UTC)
+    run_id, ref = _failed_and_fixed(airflow_stack, staged, hour)
+    command = ("resubmit", ref, "--step", "score", "--all-failed", "--force")
+    with ClearDenyingProxy(airflow_stack.url) as proxy:
+        half = shardline(airflow_stack, *command, airflow=_password_env(proxy.url, airflow_stack))
+    assert half.returncode == 1 and "attempt 2 is submitted" in half.stderr, half.stdout + half.stderr
+    deadline = time.monotonic() + 240
+    while (job := _attempt(airflow_stack, ref)["steps"][0]["job_status"]) != "Completed":
+        assert job in ("InProgress", "Completed"), job
+        assert time.monotonic() < deadline, "attempt 2 did not complete (safety deadline)"
+        time.sleep(1)
+
+    # Every file has succeeded, but no watch task saw it: `runs` flags it, and the same command turns it green.
+    runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json").stdout)
+    row = next(r for r in runs if r["run_id"] == run_id)
+    assert row["airflow_state"] == "failed" and row["disagreement"], row
+    table = shardline(airflow_stack, "runs", "--pipeline", PIPELINE).stdout
+    assert f"! {ref}: the DAG run's state is failed but the ledger says RUNNING" in table, table
+    done = shardline(airflow_stack, *command)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing to resubmit" not in done.stdout and "cleared" in done.stdout, done.stdout
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    _assert_every_row_once(staged, hour)
+
+
+def test_an_unknown_conf_key_fails_the_run_at_plan_naming_the_key(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
+    staged["upload_hour"](hour, corrupt=False)
+    run_id = _trigger(airflow_stack, hour, {"instance_cnt": 1})  # a typo: the form's schema lets extra keys in
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
+    states = {t["task_id"]: t["state"] for t in airflow_stack.client().task_instances(PIPELINE, run_id)}
+    assert states["plan_score"] == "failed" and states["submit_score"] == "upstream_failed", states
+    log = _task_log(airflow_stack, run_id, "plan_score")
+    assert "unknown key(s) 'instance_cnt' (did you mean 'instance_count'?)" in log, log[-3000:]
+
+
+def test_an_hourly_run_with_no_input_yet_waits_for_it_then_succeeds_once_it_lands(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
+    run_id = _trigger(airflow_stack, hour)  # the hour's data has not landed
+    client = airflow_stack.client()
+    deadline = time.monotonic() + 180
+    while (state := client.task_instance(PIPELINE, run_id, "plan_score").get("state")) != "deferred":
+        assert state in (None, "scheduled", "queued", "running"), (state, airflow_stack.tail())
+        assert time.monotonic() < deadline, "plan_score never started waiting (safety deadline)"
+        time.sleep(1)
+    log = _task_log(airflow_stack, run_id, "plan_score")
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    assert f"no input file under s3://{BUCKET}/{prefix}" in log and "waiting up to" in log, log[-3000:]
+    assert client.dag_run(PIPELINE, run_id)["state"] == "running"  # never green by doing nothing
+
+    staged["upload_hour"](hour, corrupt=False)  # the data lands late
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    ids = _output_rows(staged["s3"], hour)
+    assert sorted(ids) == list(range(20_000))
+
+
+def test_a_run_whose_input_is_missing_fails_naming_the_prefix(airflow_stack, staged):
+    day = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)  # no customers were uploaded for this day
+    run_id = f"manual__{day:%Y%m%d}-{uuid.uuid4().hex[:6]}"
+    airflow_stack.client().trigger("daily_churn", {}, run_id=run_id, logical_date=day.isoformat())
+    assert airflow_stack.wait_for_run("daily_churn", run_id)["state"] == "failed", airflow_stack.tail()
+    prefix = f"s3://{BUCKET}/customers/dt=2026-11-20/"
+    runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", "daily_churn", "--json").stdout)
+    row = next(r for r in runs if r["run_id"] == run_id)
+    assert row["status"] == "FAILED" and row["airflow_state"] == "failed", row
+    assert f"no input file under {prefix}" in row["message"], row
+    assert "input.when_missing: fail, the default for a manual run" in row["message"], row

@@ -1,0 +1,390 @@
+"""Endpoint outages injected for real, in the middle of a real local job.
+
+Each test has a moto_server of its own (the session's one is never disturbed): one is frozen
+with SIGSTOP for 30 s; in the others every client, or only the job, reaches it through a TCP
+proxy that refuses connections and cuts the open ones. The step is then driven to its end the
+way the sensor does, and every input row must come out exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import io
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import boto3
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from examples import synthetic
+from shardline.backends.local import LocalBackend
+from shardline.decision.policy import Action, Decision
+from shardline.ledger import create_ledger_table
+from shardline.ledger.orchestrator import FILE_ATTRIBUTES, read_step
+from shardline.ledger.states import FileStatus
+from shardline.orchestration import services, steps
+from shardline.spec import PipelineSpec, load_spec
+from tests.conftest import AWS_TEST_ENV
+from tests.faults import MotoServer, TcpProxy, moto_server
+from tests.pipelines import parquet_bytes
+
+pytestmark = pytest.mark.slow
+
+STEP = "score"
+FILES = 8
+ROWS_PER_FILE = 60_000
+FREEZE_SECONDS = 30
+STEP_DEADLINE_SECONDS = 900  # safety net only: nothing here may wait forever
+JOB_END_DEADLINE_SECONDS = 900
+POLL_SECONDS = 1.0
+
+
+# -- fixtures and helpers -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_moto(tmp_path):
+    with moto_server(tmp_path / "moto") as server:
+        yield server
+
+
+@pytest.fixture
+def local_root(tmp_path, monkeypatch):
+    """The local backend's root for this test; whatever job is still running at the end is stopped."""
+    root = tmp_path / "local"
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(root))
+    yield root
+    backend = LocalBackend(root)
+    for job_dir in sorted((root / "jobs").glob("sl-*")):
+        if not backend.describe(job_dir.name).status.is_terminal:
+            backend.stop(job_dir.name)
+
+
+def point_aws_at(monkeypatch, tmp_path: Path, url: str) -> None:
+    """This process, and every job it submits (they inherit it), reach AWS at ``url`` only."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": url,
+                        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+                        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials")}.items():
+        monkeypatch.setenv(name, value)
+
+
+def summing_model(directory: Path, wait: str) -> Path:
+    """A SageMaker-style ``code/inference.py`` that sums each row's features, after running ``wait`` (one
+    line of Python) for each (one-batch) file."""
+    code = directory / "code"
+    code.mkdir(parents=True)
+    (code / "inference.py").write_text(textwrap.dedent("""
+        import io
+        import os
+        import time
+
+        import numpy as np
+
+        def model_fn(model_dir):
+            return None
+
+        def input_fn(body, content_type):
+            return np.loadtxt(io.StringIO(body), delimiter=",", ndmin=2)
+
+        def predict_fn(data, model):
+            WAIT
+            return data.sum(axis=1)
+    """).replace("WAIT", wait))
+    return directory
+
+
+def slow_model(directory: Path, seconds_per_file: float) -> Path:
+    """Takes ``seconds_per_file`` over each file."""
+    return summing_model(directory, f"time.sleep({seconds_per_file})")
+
+
+def gated_model(directory: Path, gate: Path) -> Path:
+    """Predicts nothing until the file ``gate`` exists: the test decides when the job's first file can
+    finish, so it can cut the endpoint off first without racing the job."""
+    return summing_model(directory, f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)")
+
+
+def stage(tmp_path: Path, url: str, model_dir: Path, *, rows_per_file: int = ROWS_PER_FILE,
+          **step_settings) -> tuple[Path, PipelineSpec, str, int]:
+    """A ledger table, a bucket with FILES parquet inputs and the packed model, and a spec file over them.
+
+    Returns (spec path, spec, bucket, total input rows). Row ids are 0 .. total-1, each once.
+    """
+    table = f"shardline-faults-{uuid.uuid4().hex[:12]}"
+    create_ledger_table(table, "us-east-1", url)
+    s3 = boto3.client("s3")
+    bucket = f"faults-{uuid.uuid4().hex[:10]}"
+    s3.create_bucket(Bucket=bucket)
+    for i in range(FILES):
+        s3.put_object(Bucket=bucket, Key=f"in/part-{i:02d}.parquet",
+                      Body=parquet_bytes(rows_per_file, i * rows_per_file))
+    tarball = tmp_path / "model.tar.gz"
+    sha = synthetic.pack(model_dir, tarball)
+    s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
+    step = {
+        "name": STEP,
+        "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
+        "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
+        "output": {"prefix": f"s3://{bucket}/out/"},
+        "resources": {"instance_count": 2, "workers_per_instance": 1},
+        "retry": {"max_attempts": 5, "backoff_seconds": 0},
+    }
+    for name, value in step_settings.items():
+        step[name] = {**step[name], **value} if isinstance(value, dict) else value
+    data = {"pipeline": "faults", "ledger_table": table, "poll_interval_seconds": POLL_SECONDS, "steps": [step]}
+    path = tmp_path / "faults.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, load_spec(path), bucket, FILES * rows_per_file
+
+
+def plan_and_submit(spec: PipelineSpec, bucket: str, run_id: str, *, job_endpoint: str | None = None,
+                    monkeypatch=None) -> dict:
+    """Plan attempt 1 and submit its job; with ``job_endpoint``, the job (only) reaches AWS there."""
+    attempt = steps.plan(spec, STEP, run_id, input_prefix=f"s3://{bucket}/in/", output_prefix=f"s3://{bucket}/out/",
+                         model_uri=f"s3://{bucket}/model/model.tar.gz",
+                         instance_count=spec.step(STEP).resources.instance_count)
+    assert attempt is not None and attempt["files"] == FILES
+    if job_endpoint is None:
+        return steps.submit(spec, attempt)
+    with monkeypatch.context() as m:  # the job inherits the environment of the process that submits it
+        m.setenv("AWS_ENDPOINT_URL", job_endpoint)
+        return steps.submit(spec, attempt)
+
+
+def file_items(spec: PipelineSpec, run_id: str) -> list:
+    records = read_step(services.ledger_model(spec), spec.pipeline, run_id, STEP,
+                        file_attributes=[*FILE_ATTRIBUTES, "output_key"])
+    return records.files
+
+
+def wait_until_a_file_is_claimed(spec: PipelineSpec, attempt: dict, run_id: str) -> list:
+    deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS
+    while True:
+        files = file_items(spec, run_id)
+        if any(f.status != FileStatus.PENDING for f in files):
+            return files
+        state = services.backend_for(spec).describe(attempt["job_name"])
+        assert not state.status.is_terminal, f"job ended ({state}) before any file was claimed"
+        assert time.monotonic() < deadline, "no file was claimed (safety deadline)"
+        time.sleep(0.2)
+
+
+def drive_to_the_end(spec: PipelineSpec, attempt: dict) -> tuple[dict, list[str]]:
+    """What the sensor does: poll, resubmit on RESUBMIT, stop on ADVANCE; anything else fails the test."""
+    deadline = time.monotonic() + STEP_DEADLINE_SECONDS
+    history: list[str] = []
+    while True:
+        decision: Decision = steps.decide_now(spec, attempt)
+        if decision.action is Action.ADVANCE:
+            history.append(f"attempt {attempt['attempt']}: ADVANCE: {decision.reason}")
+            return attempt, history
+        if decision.action is Action.RESUBMIT:
+            history.append(f"attempt {attempt['attempt']}: RESUBMIT: {decision.reason}")
+            time.sleep(decision.delay_seconds)
+            attempt = steps.resubmit(spec, attempt, list(decision.retry_files))
+            continue
+        if decision.action is not Action.WAIT:
+            pytest.fail(f"attempt {attempt['attempt']}: {decision.action.value}: {decision.reason}; "
+                        f"so far: {history}")
+        assert time.monotonic() < deadline, (f"the step did not end within {STEP_DEADLINE_SECONDS}s (safety "
+                                             f"deadline): {decision.reason}; so far: {history}")
+        time.sleep(POLL_SECONDS)
+
+
+def wait_for_job_end(spec: PipelineSpec, job_name: str):
+    backend = services.backend_for(spec)
+    deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS
+    while not (state := backend.describe(job_name)).status.is_terminal:
+        assert time.monotonic() < deadline, (f"job {job_name} is still {state.status.value} after "
+                                             f"{JOB_END_DEADLINE_SECONDS}s (safety deadline): it hangs")
+        time.sleep(1)
+    return state
+
+
+def parse_s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def output_ids(bucket: str) -> list[int]:
+    """Every row id across the step's outputs (its manifests and other ``_`` files left out)."""
+    s3 = boto3.client("s3")
+    ids: list[int] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="out/"):
+        for item in page.get("Contents", []):
+            if "/_" in item["Key"]:
+                continue
+            body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            ids.extend(pq.read_table(io.BytesIO(body), columns=["id"]).column("id").to_pylist())
+    return ids
+
+
+def assert_every_row_once(bucket: str, total: int) -> None:
+    ids = output_ids(bucket)
+    counts = collections.Counter(ids)
+    twice = sorted(i for i, n in counts.items() if n > 1)
+    missing = sorted(set(range(total)) - counts.keys())
+    assert not twice and not missing, (f"{len(ids)} output rows for {total} input rows: {len(twice)} id(s) more "
+                                       f"than once (e.g. {twice[:5]}), {len(missing)} missing (e.g. {missing[:5]})")
+    assert len(ids) == total
+
+
+def assert_ledger_reconciles(spec: PipelineSpec, run_id: str, total: int) -> None:
+    files = file_items(spec, run_id)
+    assert len(files) == FILES
+    wrong = [(f.input_key, f.status, f.rows_in, f.rows_out) for f in files
+             if f.status != FileStatus.SUCCEEDED or f.rows_in != f.rows_out]
+    assert not wrong, f"files not SUCCEEDED with rows_in == rows_out: {wrong}"
+    summary = steps.report(spec, spec.pipeline, run_id, STEP)
+    assert (summary["succeeded"], summary["failed"], summary["rows_in"], summary["rows_out"]) == (
+        FILES, 0, total, total), summary
+
+
+def job_logs(root: Path) -> str:
+    """The tail of every job's logs, for a failure message."""
+    parts = []
+    for path in sorted(root.glob("jobs/sl-*/**/*.log")):
+        parts.append(f"--- {path.relative_to(root)}\n{path.read_text(errors='replace')[-3000:]}")
+    return "\n".join(parts)
+
+
+# -- the tests ------------------------------------------------------------------------------------------------
+
+
+def test_endpoint_frozen_30s_mid_job_the_run_succeeds_with_every_row_once(own_moto: MotoServer, local_root,
+                                                                          xgboost_model, tmp_path, monkeypatch):
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    _, spec, bucket, total = stage(tmp_path, own_moto.url, xgboost_model.parent)
+    run_id = "frozen-1"
+    attempt = plan_and_submit(spec, bucket, run_id)
+    wait_until_a_file_is_claimed(spec, attempt, run_id)
+
+    own_moto.freeze_for(FREEZE_SECONDS)  # every client of it (this test, the supervisor, the workers) waits
+
+    try:
+        final, history = drive_to_the_end(spec, attempt)
+    except BaseException:
+        print(job_logs(local_root), "\n--- moto_server\n", own_moto.log_tail())
+        raise
+    print("\n".join(history))
+    assert_every_row_once(bucket, total)
+    assert_ledger_reconciles(spec, run_id, total)
+    assert final["attempt"] >= 1
+
+
+def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_no_status_is_lost(
+        own_moto: MotoServer, local_root, tmp_path, monkeypatch):
+    """The endpoint goes down for longer than every retry budget (the sensor's and the job's), then comes
+    back. The sensor fails the step saying so; the job drops the writes it could not land, withdraws the
+    outputs they were for and ends; on-call resubmits what did not finish, and every row comes out once."""
+    from shardline.airflow.triggers.step import StepTrigger
+
+    gate = tmp_path / "gate"
+    with TcpProxy(("127.0.0.1", own_moto.port)) as proxy:
+        # Every client goes through the proxy, the job's supervisor and workers included.
+        point_aws_at(monkeypatch, tmp_path, proxy.url)
+        spec_path, spec, bucket, total = stage(tmp_path, proxy.url, gated_model(tmp_path / "model", gate),
+                                               rows_per_file=500, heartbeat_timeout_seconds=30,
+                                               input={"features": ["f0", "f1"]})
+        run_id = "down-1"
+        attempt = plan_and_submit(spec, bucket, run_id)
+        wait_until_a_file_is_claimed(spec, attempt, run_id)
+
+        proxy.refuse()  # new connections refused, open ones reset: every client fails fast
+        gate.touch()  # only now can any file finish, so no file's SUCCEEDED record can have landed
+        try:
+            async def first_event():
+                async for event in StepTrigger(str(spec_path), attempt, poll_interval=1).run():
+                    return event
+                return None
+
+            event = asyncio.run(asyncio.wait_for(first_event(), timeout=600))
+            assert event is not None, "the trigger ended without an event"
+            payload = event.payload
+            assert payload["action"] == "UNREACHABLE", payload
+            reason = payload["reason"]
+            assert "unreachable" in reason and "shardline resubmit" in reason and "--all-failed" in reason, reason
+
+            # The endpoint stays down until the job gives up on its ledger writes (its budget is the step's
+            # heartbeat timeout) and ends on its own.
+            ended = wait_for_job_end(spec, attempt["job_name"])
+        except BaseException:
+            print(job_logs(local_root))
+            raise
+        finally:
+            proxy.accept()
+        job_log = job_logs(local_root)
+        assert "ledger write dropped" in job_log, job_log
+
+        s3 = boto3.client("s3")
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix="in/")["Contents"]
+        inputs = sorted(f"s3://{bucket}/{o['Key']}" for o in listed)
+        files = {f.input_key: f for f in file_items(spec, run_id)}
+        assert sorted(files) == inputs, f"FILE items missing from the ledger: {sorted(set(inputs) - set(files))}"
+        for key, item in sorted(files.items()):
+            status = FileStatus(item.status)
+            assert status not in (FileStatus.FAILED, FileStatus.SUCCEEDED), (
+                f"{key} was recorded {status.value} ({item.error_class}: {item.error_message}) while the "
+                "endpoint was down")
+        assert output_ids(bucket) == [], "outputs whose SUCCEEDED record never landed were not withdrawn"
+        print(f"job {attempt['job_name']}: {ended.status.value} ({ended.failure_reason}); all {FILES} file(s) "
+              f"unfinished; proxy accepted {proxy.accepted} connection(s), cut {proxy.cut}")
+
+        # What on-call does next, as the message says: resubmit what did not finish; the sensor drives the
+        # step to its end.
+        latest = steps.latest_attempt(spec, spec.pipeline, run_id, STEP)
+        assert latest is not None and latest["attempt"] == attempt["attempt"]
+        current = steps.resubmit(spec, latest, sorted(files), by_operator=True)
+        try:
+            _, history = drive_to_the_end(spec, current)
+        except BaseException:
+            print(job_logs(local_root))
+            raise
+        print("\n".join(history))
+        assert_every_row_once(bucket, total)
+        assert_ledger_reconciles(spec, run_id, total)
+
+
+def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lost(
+        own_moto: MotoServer, local_root, tmp_path, monkeypatch):
+    """Only the job loses the endpoint (the sensor still reaches it): its heartbeat goes stale, the sensor
+    stops it and resubmits. Every row must still come out exactly once: the stopped job uploads nothing, so
+    the files it had recorded SUCCEEDED go again too (before decide() knew that, their rows were lost)."""
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    with TcpProxy(("127.0.0.1", own_moto.port)) as proxy:
+        _, spec, bucket, total = stage(tmp_path, own_moto.url, slow_model(tmp_path / "model", 3), rows_per_file=500,
+                                       heartbeat_timeout_seconds=30,
+                                       resources={"instance_count": 1},
+                                       input={"features": ["f0", "f1"]})
+        run_id = "cut-1"
+        attempt = plan_and_submit(spec, bucket, run_id, job_endpoint=proxy.url, monkeypatch=monkeypatch)
+        deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS
+        while not any(f.status == FileStatus.SUCCEEDED for f in file_items(spec, run_id)):
+            assert time.monotonic() < deadline, "no file succeeded (safety deadline)"
+            time.sleep(0.2)
+
+        proxy.refuse()  # the job's ledger writes and heartbeats fail from now on; the sensor's do not
+        while (decision := steps.decide_now(spec, attempt)).action is Action.WAIT:
+            assert time.monotonic() < deadline, f"the sensor never gave up on the cut-off job: {decision.reason}"
+            time.sleep(POLL_SECONDS)
+        assert decision.action is Action.RESUBMIT and decision.stop_job, decision
+        assert "heartbeat_timeout_seconds" in decision.reason, decision.reason
+        succeeded_before = sorted(f.input_key for f in file_items(spec, run_id) if f.status == FileStatus.SUCCEEDED)
+        nxt = steps.resubmit(spec, attempt, list(decision.retry_files))  # stops attempt 1's job first
+        print(f"attempt 1 stopped with {len(succeeded_before)} file(s) SUCCEEDED: {succeeded_before}")
+
+    try:
+        _, history = drive_to_the_end(spec, nxt)
+    except BaseException:
+        print(job_logs(local_root))
+        raise
+    print("\n".join(history))
+    assert_ledger_reconciles(spec, run_id, total)  # the ledger says every row came out...
+    assert_every_row_once(bucket, total)  # ...and so must the outputs

@@ -1,0 +1,163 @@
+"""Planning: paginated listing on moto_server, filters, sharding, and the manifest format."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import uuid
+
+import boto3
+import pytest
+
+from shardline.planning.inputs import (
+    S3Object,
+    choose_instance_count,
+    list_inputs,
+    makespan,
+    manifest_body,
+    parse_s3_uri,
+    selected,
+    write_manifest,
+)
+
+
+def test_parse_s3_uri():
+    assert parse_s3_uri("s3://b/a/b/") == ("b", "a/b/")
+    assert parse_s3_uri("s3://b") == ("b", "")
+    with pytest.raises(ValueError, match="not an s3"):
+        parse_s3_uri("/local")
+
+
+@pytest.mark.parametrize(
+    ("key", "include", "exclude", "expected"),
+    [
+        ("part-1.parquet", ("*.parquet",), (), True),
+        ("sub/part-1.parquet", ("*.parquet",), (), True),
+        ("part-1.csv", ("*.parquet",), (), False),
+        ("part-1.parquet", ("*",), ("part-1*",), False),
+        ("_SUCCESS", ("*",), (), False),
+        ("_shardline/manifests/x.manifest", ("*",), (), False),
+        (".hidden.parquet", ("*",), (), False),
+        ("dir/", ("*",), (), False),
+    ],
+)
+def test_selected(key, include, exclude, expected):
+    assert selected(key, include, exclude) is expected
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("/tmp/x.parquet", "absolute"),  # from prefix//tmp/x.parquet
+        ("sub//x.parquet", "empty path segment"),
+        ("sub/", "empty path segment"),
+        ("", "empty key"),
+        ("../x.parquet", "'..'"),
+        ("sub/../../x.parquet", "'..'"),
+        ("sub/..", "'..'"),
+        ("./x.parquet", "'.'"),
+        ("sub/./x.parquet", "'.'"),
+        ("x\x00.parquet", "NUL"),
+    ],
+)
+def test_unsafe_key_reason_refuses_keys_that_are_no_path_under_the_input_dir(key, why):
+    from shardline.planning.inputs import unsafe_key_reason
+
+    assert why in (unsafe_key_reason(key) or "")
+
+
+@pytest.mark.parametrize("key", ["x.parquet", "dt=1/part-0.parquet", "a..b.parquet", "...", ".hidden", "a\\b.csv"])
+def test_unsafe_key_reason_lets_ordinary_names_through(key):
+    from shardline.planning.inputs import unsafe_key_reason
+
+    assert unsafe_key_reason(key) is None
+
+
+def test_path_escape_keys_are_not_planned_and_each_is_named_with_its_reason(aws_env, caplog):
+    s3 = boto3.client("s3")
+    bucket = f"raw-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    bad = {
+        "dt=1//tmp/x.parquet": "absolute",
+        "dt=1/a//b.parquet": "empty path segment",
+        "dt=1/a/../../../escape.parquet": "'..'",
+        "dt=1/./dot.parquet": "'.'",
+    }
+    for key in ["dt=1/part-0.parquet", "dt=1/sub/part-1.parquet", "dt=1/folder/", "dt=1/_SUCCESS", *bad]:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    with caplog.at_level(logging.WARNING, logger="shardline.planning.inputs"):
+        found = list_inputs(s3, f"s3://{bucket}/dt=1/")
+    assert [o.key for o in found] == ["dt=1/part-0.parquet", "dt=1/sub/part-1.parquet"]  # the rest go on
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for key, why in bad.items():
+        assert any(f"s3://{bucket}/{key}:" in w and why in w for w in warnings), (key, warnings)
+    assert not any("folder/" in w or "_SUCCESS" in w for w in warnings)  # no news: never inputs
+
+
+def test_listing_follows_every_page_and_filters(aws_env):
+    s3 = boto3.client("s3")
+    bucket = f"raw-{uuid.uuid4().hex[:8]}"  # moto_server lives for the session: keep tests apart
+    s3.create_bucket(Bucket=bucket)
+    for i in range(1050):  # ListObjectsV2 returns at most 1000 keys a page
+        s3.put_object(Bucket=bucket, Key=f"dt=2026-11-22/part-{i:05d}.parquet", Body=b"x" * (i % 7))
+    s3.put_object(Bucket=bucket, Key="dt=2026-11-22/_SUCCESS", Body=b"")
+    s3.put_object(Bucket=bucket, Key="dt=2026-11-22/notes.txt", Body=b"")
+    s3.put_object(Bucket=bucket, Key="dt=2026-11-23/part-0.parquet", Body=b"")
+    found = list_inputs(s3, f"s3://{bucket}/dt=2026-11-22", include=("*.parquet",))
+    assert len(found) == 1050
+    assert found[0] == S3Object("dt=2026-11-22/part-00000.parquet", 0)
+    assert [o.key for o in found] == sorted(o.key for o in found)
+
+
+def test_empty_prefix_lists_nothing(aws_env):
+    s3 = boto3.client("s3")
+    bucket = f"empty-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    assert list_inputs(s3, f"s3://{bucket}/nothing/") == []
+
+
+def test_by_key_order_is_sagemakers_sharded_by_s3_key():
+    from shardline.planning.inputs import dealt, manifest_order
+
+    objects = [S3Object(f"k{i:02d}", 1) for i in range(7)]
+    shards = dealt(manifest_order(reversed(objects), 3, "by_key"), 3)
+    assert [[o.key for o in s] for s in shards] == [["k00", "k03", "k06"], ["k01", "k04"], ["k02", "k05"]]
+
+
+def test_choose_instance_count_never_exceeds_files():
+    assert choose_instance_count(8, 3) == 3
+    assert choose_instance_count(2, 100) == 2
+    assert choose_instance_count(4, 0) == 1
+
+
+def test_manifest_format_is_sagemakers(aws_env):
+    body = manifest_body("s3://raw/dt=2026-11-22", ["dt=2026-11-22/a.parquet", "dt=2026-11-22/sub/b.parquet"])
+    assert json.loads(body) == [{"prefix": "s3://raw/dt=2026-11-22/"}, "a.parquet", "sub/b.parquet"]
+    with pytest.raises(ValueError, match="is not under"):
+        manifest_body("s3://raw/dt=2026-11-22/", ["other/c.parquet"])
+    s3 = boto3.client("s3")
+    bucket = f"out-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    write_manifest(s3, f"s3://{bucket}/_shardline/manifests/run/score/attempt-0001.manifest", body)
+    stored = s3.get_object(Bucket=bucket, Key="_shardline/manifests/run/score/attempt-0001.manifest")["Body"].read()
+    assert json.loads(stored)[1] == "a.parquet"
+
+
+@pytest.mark.parametrize("key", ["dt=1//tmp/x.parquet", "dt=1/a/../../x.parquet", "dt=1/./x.parquet"])
+def test_path_escape_key_is_refused_as_a_manifest_entry(key):
+    with pytest.raises(ValueError, match="cannot be a manifest entry"):
+        manifest_body("s3://raw/dt=1/", ["dt=1/ok.parquet", key])
+
+
+def test_manifest_order_by_size_balances_a_round_robin_deal():
+    from shardline.planning.inputs import dealt, manifest_order
+
+    rng = random.Random(3)
+    objects = [S3Object(f"f{i:03d}", rng.randint(1, 100)) for i in range(37)] + [S3Object("big", 400)]
+    by_key = dealt(manifest_order(objects, 4, "by_key"), 4)
+    by_size = dealt(manifest_order(objects, 4, "by_size"), 4)
+    for shards in (by_key, by_size):
+        assert sorted(o.key for s in shards for o in s) == sorted(o.key for o in objects)
+    assert makespan(by_size) <= makespan(by_key)
+    assert manifest_order(objects, 4, "by_key") == sorted(objects, key=lambda o: o.key)

@@ -1,0 +1,131 @@
+"""The tree matches ARCHITECTURE.md, and its import rules hold.
+
+The rooms table in ARCHITECTURE.md is the source: each room must exist under src/shardline/,
+every room there must be in the table, a module imports only the rooms its room may import
+(every import statement counts, those inside functions too), and a room never loads the
+third-party modules the table forbids, checked both in its source and in a fresh interpreter
+that imports every module of the room.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "src" / "shardline"
+TOP_LEVEL = {"__init__", "__main__", "provider_info"}  # the package's own top: the version, the CLI, Airflow's card
+
+
+def _rooms() -> dict[str, dict[str, set[str]]]:
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    section = text.split("## Rooms", 1)[1].split("\n## ", 1)[0]
+    rooms = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and (m := re.fullmatch(r"`(\w+)`", cells[0])):
+            rooms[m.group(1)] = {"may": set(re.findall(r"\w+", cells[2])),
+                                 "never": set(re.findall(r"\w+", cells[3]))}
+    return rooms
+
+
+ROOMS = _rooms()
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts).removesuffix(".__init__")] = path
+    return found
+
+
+def _room_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_the_rooms_table_parses():
+    assert {"spec", "planning", "ledger", "decision", "backends", "worker", "orchestration", "local", "oncall",
+            "airflow"} <= set(ROOMS), ROOMS
+    for room, rule in ROOMS.items():
+        assert rule["may"] <= set(ROOMS), f"{room} may import {rule['may'] - set(ROOMS)}, which are no rooms"
+
+
+def test_the_tree_has_exactly_the_rooms_of_architecture_md():
+    present = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+               if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py")}
+    assert present - TOP_LEVEL == set(ROOMS), (present - TOP_LEVEL) ^ set(ROOMS)
+
+
+def test_every_import_goes_one_way():
+    wrong = []
+    for module, path in _modules().items():
+        room = _room_of(module)
+        if room in TOP_LEVEL:
+            continue
+        for name in _imports(path):
+            if name.startswith("shardline.") and name.split(".")[1] not in TOP_LEVEL:
+                target = name.split(".")[1]
+                if target in ROOMS and target != room and target not in ROOMS[room]["may"]:
+                    wrong.append(f"{module} imports {name} ({room} may import {sorted(ROOMS[room]['may'])})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_rooms_import_none_of_their_forbidden_libraries_in_source():
+    wrong = []
+    for module, path in _modules().items():
+        room = _room_of(module)
+        if room in TOP_LEVEL:
+            continue
+        for name in _imports(path):
+            if name.split(".")[0] in ROOMS[room]["never"]:
+                wrong.append(f"{module} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("room", sorted(r for r in ROOMS if ROOMS[r]["never"]))
+def test_importing_a_room_loads_none_of_its_forbidden_libraries(room):
+    """What the source checks miss: a module of another room, imported here, that loads one."""
+    modules = sorted(m for m in _modules() if _room_of(m) == room and not m.endswith("__main__"))
+    code = ("import importlib, json, sys\n"
+            f"for name in {modules!r}:\n    importlib.import_module(name)\n"
+            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(ROOMS[room]['never'])!r})))")
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not loaded, f"importing {room} loads {sorted({m.split('.')[0] for m in loaded})}: {loaded[:5]}"
+
+
+def test_the_top_level_stays_small():
+    """`shardline --version` and Airflow's provider discovery import only these: no AWS client, no Airflow."""
+    code = ("import json, sys, shardline, shardline.provider_info\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('airflow', 'boto3', 'botocore', 'pynamodb', 'pyarrow', 'numpy'))))")
+    result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert json.loads(result.stdout) == []
+
+
+def test_every_path_where_to_change_what_points_to_exists():
+    section = (REPO / "ARCHITECTURE.md").read_text().split("## Where to change what", 1)[1]
+    paths = re.findall(r"`([\w/]+(?:\.py|/))`", section)
+    assert len(paths) >= 10, paths
+    missing = [p for p in paths if not (PACKAGE / p).exists()]
+    assert not missing, missing
