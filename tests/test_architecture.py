@@ -129,3 +129,31 @@ def test_every_path_where_to_change_what_points_to_exists():
     assert len(paths) >= 10, paths
     missing = [p for p in paths if not (PACKAGE / p).exists()]
     assert not missing, missing
+
+
+# A container path, the temp-file marker, an instance's name being made (f"algo-{i}", "algo-2"); help text
+# that names the pattern ("algo-N") is no copy.
+AGREEMENTS = re.compile(r"/opt/ml/|\.shardline-tmp|algo-(\d|$)")
+
+
+def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """String constants and f-string parts, docstrings left out."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_what_the_orchestrator_and_the_worker_agree_on_is_written_once():
+    """Container paths, instance names and the temp-file marker live in shardline.contract; a second copy
+    on one side would drift from the other (the worker would write where the emulator never looks)."""
+    copies = []
+    for module, path in _modules().items():
+        if module == "shardline.contract":
+            continue
+        for line, text in _string_literals(ast.parse(path.read_text())):
+            if AGREEMENTS.search(text):
+                copies.append(f"{module}:{line}: {text!r}")
+    assert not copies, "\n".join(copies)

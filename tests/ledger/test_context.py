@@ -80,3 +80,20 @@ def test_keys():
     # zero padding keeps attempts in order under a prefix query
     assert sorted([shard_sk("s", 10, "h"), shard_sk("s", 9, "h")]) == [shard_sk("s", 9, "h"), shard_sk("s", 10, "h")]
     assert failures_pk("nightly") == "FAILED#nightly"
+
+
+def test_a_context_writes_the_environment_it_reads_back():
+    """The request builder sets a job's environment through to_env, so both sides spell the names once."""
+    ctx = LedgerContext(table="t", pipeline="p", run_id="manual__2026-11-22T10:00:00+00:00", step="score",
+                        attempt=3, input_uri="s3://b/in/", output_uri="s3://b/out/", retention_days=30)
+    assert LedgerContext.from_env(ctx.to_env()) == ctx
+
+
+def test_the_job_request_environment_is_what_the_worker_reads():
+    from shardline.planning.request import build_processing_request
+    from tests.planning.test_request import IMAGE, ROLE, attempt, full_spec
+
+    request = build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE)
+    ctx = LedgerContext.from_env(request["Environment"])
+    assert (ctx.pipeline, ctx.step, ctx.attempt, ctx.input_uri) == (
+        attempt().pipeline, attempt().step, attempt().attempt, attempt().input_prefix)

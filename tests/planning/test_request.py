@@ -60,11 +60,11 @@ def test_request_shards_the_manifest_by_key_and_replicates_the_model():
     assert request["NetworkConfig"]["VpcConfig"]["Subnets"] == ["subnet-0abc"]
     assert request["ProcessingOutputConfig"]["KmsKeyId"] == "alias/shardline"
     env = request["Environment"]
-    assert env["SHARDLINE_ATTEMPT"] == "2" and env["SHARDLINE_MODEL_SHA256"] == "0" * 64
+    assert env["SHARDLINE_ATTEMPT"] == "2" and "SHARDLINE_MODEL_SHA256" not in env  # the pin is an argument
     assert env["SHARDLINE_INPUT_URI"] == "s3://data/raw/dt=2026-11-22/"
     assert request["AppSpecification"]["ContainerArguments"] == [
         "--exit-zero-on-file-failures", "--heartbeat-interval", "30", "--ledger-retry-seconds", "600",
-        "--passthrough", "id", "--workers", "8"]
+        "--passthrough", "id", "--workers", "8", "--model-sha256", "0" * 64]
     assert {"Key": "team", "Value": "ml"} in request["Tags"]
 
 
@@ -118,8 +118,9 @@ def test_the_job_carries_the_digest_pinned_for_the_runs_model_version():
     spec = parse_spec(data, "p.yaml")
 
     def pinned(version):
-        return build_processing_request(spec, attempt(model_version=version), image_uri=IMAGE,
-                                        role_arn=ROLE)["Environment"]["SHARDLINE_MODEL_SHA256"]
+        arguments = build_processing_request(spec, attempt(model_version=version), image_uri=IMAGE,
+                                             role_arn=ROLE)["AppSpecification"]["ContainerArguments"]
+        return arguments[arguments.index("--model-sha256") + 1]
 
     assert (pinned("v2"), pinned("v1"), pinned(None)) == ("2" * 64, "1" * 64, "1" * 64)
     with pytest.raises(ValueError, match="model_version 'v3' is not pinned"):
@@ -131,6 +132,7 @@ def test_an_unpinned_local_model_sends_no_digest():
     data["steps"][0]["model"] = {"uri": "s3://models/xgb/model.tar.gz", "allow_unpinned": True}
     request = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE, role_arn=ROLE)
     assert "SHARDLINE_MODEL_SHA256" not in request["Environment"]
+    assert "--model-sha256" not in request["AppSpecification"]["ContainerArguments"]
 
 
 def test_the_worker_beats_four_times_within_the_steps_heartbeat_timeout():

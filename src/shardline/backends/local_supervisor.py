@@ -20,14 +20,15 @@ from pathlib import Path
 
 import boto3
 
+from shardline import contract
 from shardline.backends import JobStatus
 from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
 from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
 
 log = logging.getLogger(__name__)
 
-SM_ROOT = "/opt/ml/processing/"
-TEMP_MARKER = ".shardline-tmp"  # the worker's incomplete outputs; never uploaded
+SM_ROOT = contract.CONTAINER_ROOT + "/"
+TEMP_MARKER = contract.TEMP_MARKER  # the worker's incomplete outputs; never uploaded
 
 
 class _Stop(Exception):
@@ -78,7 +79,7 @@ def manifest_entries(s3, uri: str) -> list[tuple[str, str, str]]:
 
 def deal(objects: list, instances: int, distribution: str) -> list[list]:
     if distribution == "ShardedByS3Key":
-        return [objects[i::instances] for i in range(instances)]
+        return contract.deal(objects, instances)
     return [list(objects) for _ in range(instances)]  # FullyReplicated
 
 
@@ -153,7 +154,7 @@ def run(job_dir: Path) -> dict:
     request = json.loads((job_dir / REQUEST_FILE).read_text())
     count = request["ProcessingResources"]["ClusterConfig"]["InstanceCount"]
     max_runtime = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 86400)
-    hosts = [f"algo-{i + 1}" for i in range(count)]
+    hosts = contract.host_names(count)
     instance_dirs = [job_dir / host for host in hosts]
     s3 = boto3.client("s3")
     started = time.monotonic()

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from shardline.planning.inputs import S3Object, list_inputs, parse_s3_uri
-from shardline.planning.request import worker_arguments
+from shardline.planning.request import pin_arguments, worker_arguments
 from shardline.spec import PipelineSpec, StepSpec
 
 DEFAULT_ROWS = 20
@@ -100,7 +100,7 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
     ``model_version``: the run's ``model_version`` Param, which picks the pinned digest."""
     step = spec.step(step_name)
     try:
-        pin = step.model.pin_for(model_version)
+        step.model.pin_for(model_version)  # an unpinned version is refused before anything is fetched
     except ValueError as err:
         raise PreviewError(str(err)) from err
     sample = _first_input(s3, step, input_uri, objects)
@@ -114,10 +114,9 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
         command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data_dir),
                    "--output-dir", str(root / "out"), "--model-dir", str(model_dir),
                    "--scratch-dir", str(root / "scratch"), "--host", "preview",
-                   *worker_arguments(step), "--preview", str(rows), "--preview-json", str(report_path)]
+                   *worker_arguments(step), *pin_arguments(step, model_version), "--preview", str(rows),
+                   "--preview-json", str(report_path)]
         env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-        if pin:
-            env["SHARDLINE_MODEL_SHA256"] = pin
         env["PYTHONUNBUFFERED"] = "1"
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=600,
                               cwd=root, stdin=subprocess.DEVNULL)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from shardline import contract
 from shardline.backends import JobNotFound
 from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
 from shardline.ledger.keys import RUN_SK, run_pk
@@ -564,7 +565,7 @@ class OnCall:
         body = json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
         prefix, entries = body[0]["prefix"], body[1:]
         instances = choose_instance_count(int(plan.get("requested_instances") or 1), len(entries))
-        return {prefix + entry: f"algo-{i + 1}" for i, share in enumerate(dealt(entries, instances))
+        return {prefix + entry: contract.host_name(i) for i, share in enumerate(dealt(entries, instances))
                 for entry in share}
 
     def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> dict:

@@ -12,6 +12,8 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 
+from shardline import contract
+
 log = logging.getLogger(__name__)
 
 # Refused keys are named one by one up to this many, then counted: a whole prefix of bad keys
@@ -59,11 +61,6 @@ def unsafe_key_reason(relative_key: str) -> str | None:
     return None
 
 
-def is_reserved(relative_key: str) -> bool:
-    """Our own bookkeeping (``_shardline/``), ``_SUCCESS`` markers and hidden files are never inputs."""
-    return any(part.startswith(("_", ".")) for part in relative_key.split("/"))
-
-
 def _matches(relative_key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
     name = relative_key.rsplit("/", 1)[-1]
 
@@ -74,7 +71,7 @@ def _matches(relative_key: str, include: Sequence[str], exclude: Sequence[str]) 
 
 
 def selected(relative_key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
-    if is_reserved(relative_key) or relative_key.endswith("/") or unsafe_key_reason(relative_key):
+    if contract.is_reserved(relative_key) or relative_key.endswith("/") or unsafe_key_reason(relative_key):
         return False
     return _matches(relative_key, include, exclude)
 
@@ -141,7 +138,7 @@ def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> li
 
 def dealt(objects: Sequence[S3Object], instances: int) -> list[list[S3Object]]:
     """What each instance receives from a manifest in this order (round robin)."""
-    return [list(objects[i::instances]) for i in range(instances)]
+    return contract.deal(objects, instances)
 
 
 def makespan(shards: Sequence[Sequence[S3Object]]) -> int:

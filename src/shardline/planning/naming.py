@@ -10,6 +10,8 @@ import hashlib
 import re
 import shlex
 
+from shardline import contract
+
 # SageMaker: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}
 MAX_JOB_NAME = 63
 
@@ -34,7 +36,7 @@ def job_name(pipeline: str, run_id: str, step: str, attempt: int) -> str:
 def metadata_root(output_prefix: str, metadata_prefix: str | None = None) -> str:
     """Where Shardline's own files for an output prefix go: ``<output>/_shardline``, or the spec's
     ``output.metadata_prefix`` (rendered) for readers that take every object under the data prefix."""
-    return metadata_prefix.rstrip("/") if metadata_prefix else f"{output_prefix.rstrip('/')}/_shardline"
+    return metadata_prefix.rstrip("/") if metadata_prefix else f"{output_prefix.rstrip('/')}/{contract.METADATA_FOLDER}"
 
 
 def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metadata_prefix: str | None = None) -> str:
@@ -43,7 +45,7 @@ def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metad
     return f"{root}/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
 
 
-SUCCESS_MARKER = "_SUCCESS"  # Hadoop's convention: Spark, Hive and most readers wait for it
+SUCCESS_MARKER = contract.SUCCESS_MARKER
 
 
 def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None) -> str:

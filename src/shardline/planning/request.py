@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from shardline import contract
+from shardline.ledger.context import LedgerContext
 from shardline.spec import PipelineSpec, StepSpec
-
-DATA_DIR = "/opt/ml/processing/input/data"
-MODEL_DIR = "/opt/ml/processing/input/model"
-OUTPUT_DIR = "/opt/ml/processing/output"
-METADATA_DIR = "/opt/ml/processing/shardline"  # with output.metadata_prefix: the instances' manifests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,21 +70,26 @@ def model_arguments(step: StepSpec) -> list[str]:
     return args
 
 
+def pin_arguments(step: StepSpec, model_version: str | None) -> list[str]:
+    """The worker's ``--model-sha256`` for the digest pinned for this run's model_version (none when unpinned)."""
+    pin = step.model.pin_for(model_version)
+    return ["--model-sha256", pin] if pin else []
+
+
+def job_arguments(step: StepSpec, attempt: Attempt) -> list[str]:
+    """Everything the worker is told for one attempt travels as an argument: the step's settings, the
+    pinned digest and, with ``output.metadata_prefix``, where the instances' manifests go."""
+    return (worker_arguments(step) + pin_arguments(step, attempt.model_version)
+            + (["--manifest-dir", contract.METADATA_DIR] if attempt.metadata_prefix else []))
+
+
 def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt, region: str | None = None
                        ) -> dict[str, str]:
-    env = {
-        "SHARDLINE_LEDGER_TABLE": spec.ledger_table,
-        "SHARDLINE_PIPELINE": attempt.pipeline,
-        "SHARDLINE_RUN_ID": attempt.run_id,
-        "SHARDLINE_STEP": attempt.step,
-        "SHARDLINE_ATTEMPT": str(attempt.attempt),
-        "SHARDLINE_INPUT_URI": attempt.input_prefix,
-        "SHARDLINE_OUTPUT_URI": attempt.output_prefix,
-        "SHARDLINE_LEDGER_RETENTION_DAYS": str(spec.ledger_retention_days),
-    }
-    pin = step.model.pin_for(attempt.model_version)
-    if pin:
-        env["SHARDLINE_MODEL_SHA256"] = pin
+    """The instances' environment: which ledger, run, step and attempt they write as (the ledger's own
+    agreement, written by :class:`LedgerContext`), and the ledger's region."""
+    env = LedgerContext(table=spec.ledger_table, pipeline=attempt.pipeline, run_id=attempt.run_id,
+                        step=attempt.step, attempt=attempt.attempt, input_uri=attempt.input_prefix,
+                        output_uri=attempt.output_prefix, retention_days=spec.ledger_retention_days).to_env()
     if region:  # the worker writes to the ledger in the orchestrator's region, whatever the container assumes
         env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = region
     return env
@@ -108,8 +110,7 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
     request = {
         "ProcessingJobName": attempt.job_name,
         "RoleArn": role_arn,
-        "AppSpecification": {"ImageUri": image_uri, "ContainerArguments": worker_arguments(step) + (
-            ["--manifest-dir", METADATA_DIR] if attempt.metadata_prefix else [])},
+        "AppSpecification": {"ImageUri": image_uri, "ContainerArguments": job_arguments(step, attempt)},
         "Environment": worker_environment(spec, step, attempt, region),
         "ProcessingInputs": [
             {
@@ -118,7 +119,7 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
                     # The manifest lists exactly this attempt's files; SageMaker deals them out
                     # by key across instances and keeps their paths relative to its prefix.
                     "S3Uri": attempt.manifest_uri,
-                    "LocalPath": DATA_DIR,
+                    "LocalPath": contract.DATA_DIR,
                     "S3DataType": "ManifestFile",
                     "S3InputMode": "File",
                     "S3DataDistributionType": "ShardedByS3Key",
@@ -128,7 +129,7 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
                 "InputName": "model",
                 "S3Input": {
                     "S3Uri": attempt.model_uri,
-                    "LocalPath": MODEL_DIR,
+                    "LocalPath": contract.MODEL_DIR,
                     "S3DataType": "S3Prefix",
                     "S3InputMode": "File",
                     "S3DataDistributionType": "FullyReplicated",
@@ -139,10 +140,12 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
             "Outputs": [
                 {
                     "OutputName": "predictions",
-                    "S3Output": {"S3Uri": attempt.output_prefix, "LocalPath": OUTPUT_DIR, "S3UploadMode": "EndOfJob"},
+                    "S3Output": {"S3Uri": attempt.output_prefix, "LocalPath": contract.OUTPUT_DIR,
+                                 "S3UploadMode": "EndOfJob"},
                 },
                 # Shardline's own files, kept outside the data prefix when the spec asks.
-                *([{"OutputName": "metadata", "S3Output": {"S3Uri": attempt.metadata_prefix, "LocalPath": METADATA_DIR,
+                *([{"OutputName": "metadata", "S3Output": {"S3Uri": attempt.metadata_prefix,
+                                                           "LocalPath": contract.METADATA_DIR,
                                                            "S3UploadMode": "EndOfJob"}}]
                   if attempt.metadata_prefix else []),
             ],

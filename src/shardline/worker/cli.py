@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from shardline import contract
 from shardline.ledger.context import LedgerConfigError, LedgerContext
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker import __version__, devices, formats
@@ -42,11 +43,9 @@ from shardline.worker.work_units import InputFile, discover_inputs, plan_units
 
 log = logging.getLogger("shardline.worker")
 
-SM_INPUT = "/opt/ml/processing/input/data"
-SM_MODEL = "/opt/ml/processing/input/model"
-SM_OUTPUT = "/opt/ml/processing/output"
-SM_RESOURCE_CONFIG = "/opt/ml/config/resourceconfig.json"
-MANIFEST_DIR = "_shardline"
+SM_INPUT, SM_MODEL, SM_OUTPUT = contract.DATA_DIR, contract.MODEL_DIR, contract.OUTPUT_DIR
+SM_RESOURCE_CONFIG = contract.RESOURCE_CONFIG
+MANIFEST_DIR = contract.METADATA_FOLDER
 
 EPILOG = f"""\
 exit codes:
@@ -219,19 +218,7 @@ class _LedgerHooks(Hooks):
     def file_finished(self, report: FileReport) -> None:
         self.done += 1
         self.failed += report.status is FileStatus.FAILED
-        from shardline.ledger.job_writes import FileOutcome
-
-        outcome = FileOutcome(
-            status=report.status,
-            rows_in=report.rows_in,
-            rows_out=report.rows_out,
-            bytes_in=report.bytes_in,
-            bytes_out=report.bytes_out,
-            seconds=report.seconds,
-            output_key=self.ledger.context.output_key(report.output) if report.output else None,
-            error_class=report.error_class,
-            error_message=report.error_message,
-        )
+        outcome = report.ledger_outcome(self.ledger.context.output_key(report.output) if report.output else None)
         if report.output:
             self.outputs[report.input] = report.output
 

@@ -20,10 +20,11 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from shardline import contract
 from shardline.worker.errors import CorruptInputError
 from shardline.worker.work_units import InputFile, WorkUnit
 
-TEMP_MARKER = ".shardline-tmp"
+TEMP_MARKER = contract.TEMP_MARKER
 # Arrow's CSV/JSON readers infer types from the first block; 1 MiB blocks keep memory low
 # while amortising per-block overhead.
 TEXT_BLOCK_BYTES = 1 << 20

@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from shardline import contract
+
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 # Below this size a file is never split: the merge would cost more than it saves.
 MIN_SPLIT_BYTES = 16 * 1024 * 1024
@@ -66,9 +68,9 @@ def discover_inputs(input_dir: Path) -> tuple[list[InputFile], list[str]]:
     found: list[InputFile] = []
     ignored: list[str] = []
     for root, dirs, files in os.walk(input_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        dirs[:] = sorted(d for d in dirs if not contract.is_reserved(d))
         for name in sorted(files):
-            if name.startswith((".", "_")):
+            if contract.is_reserved(name):
                 continue
             path = Path(root) / name
             relative = path.relative_to(input_dir).as_posix()

@@ -1,0 +1,47 @@
+"""What the orchestrator and the worker agree on, in the one place both import. Pure: no IO.
+
+SageMaker Processing's container layout, the names of a job's instances, how a manifest's
+entries are dealt to them, which names are Shardline's own (never inputs), and the marker of an
+output still being written. The ledger's environment variables are the ledger's own agreement:
+:class:`shardline.ledger.context.LedgerContext` reads them in the worker and writes them for a
+job's request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+# SageMaker Processing mounts inputs and collects outputs under this root; the local emulator maps
+# it into each instance's directory.
+CONTAINER_ROOT = "/opt/ml/processing"
+DATA_DIR = f"{CONTAINER_ROOT}/input/data"
+MODEL_DIR = f"{CONTAINER_ROOT}/input/model"
+OUTPUT_DIR = f"{CONTAINER_ROOT}/output"
+METADATA_DIR = f"{CONTAINER_ROOT}/shardline"  # with output.metadata_prefix: where the instances' manifests go
+RESOURCE_CONFIG = "/opt/ml/config/resourceconfig.json"  # the instance's name and the job's hosts
+
+METADATA_FOLDER = "_shardline"  # Shardline's own files beside (or, with metadata_prefix, away from) the outputs
+SUCCESS_MARKER = "_SUCCESS"  # Hadoop's convention: Spark, Hive and most readers wait for it
+TEMP_MARKER = ".shardline-tmp"  # an output still being written: never uploaded, never counted
+
+T = TypeVar("T")
+
+
+def host_name(index: int) -> str:
+    """The name of a job's instance ``index`` (from 0), as SageMaker names them: algo-1, algo-2, ..."""
+    return f"algo-{index + 1}"
+
+
+def host_names(count: int) -> list[str]:
+    return [host_name(i) for i in range(count)]
+
+
+def deal(entries: Sequence[T], instances: int) -> list[list[T]]:
+    """What each instance receives from a manifest under ShardedByS3Key: entry j goes to instance j % n."""
+    return [list(entries[i::instances]) for i in range(instances)]
+
+
+def is_reserved(relative_key: str) -> bool:
+    """Names that are never inputs: our own bookkeeping (``_shardline/``), ``_SUCCESS`` markers, hidden files."""
+    return any(part.startswith(("_", ".")) for part in relative_key.split("/"))
