@@ -49,6 +49,14 @@ class FileReport:
     error_message: str | None = None
     workers: list[str] = dataclasses.field(default_factory=list)
 
+    def ledger_outcome(self, output_key: str | None):
+        """What the ledger records of this file: every figure both records share, by name, and where its
+        output went (``output_key``, the S3 key the instance's output dir maps to)."""
+        from shardline.ledger.job_writes import FileOutcome
+
+        shared = {f.name for f in dataclasses.fields(FileOutcome)} & {f.name for f in dataclasses.fields(self)}
+        return FileOutcome(**{name: getattr(self, name) for name in shared}, output_key=output_key)
+
 
 @dataclasses.dataclass(frozen=True)
 class _Merge:
