@@ -7,6 +7,8 @@ come from the Airflow AWS connection named in the spec.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from pathlib import Path
 
@@ -34,27 +36,78 @@ def client_config():
     return Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 5})
 
 
-def _aws_client(spec: PipelineSpec, service: str):
-    if spec.backend == "local":
-        return boto3.client(service, config=client_config())
-    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What a pipeline's clients depend on: its spec's AWS settings and the process's AWS environment
+    (boto3 reads the endpoint, region and credentials when a client is built)."""
 
-    return AwsBaseHook(aws_conn_id=spec.sagemaker.aws_conn_id, client_type=service,
-                       config=client_config()).get_conn()
+    backend: str
+    aws_conn_id: str
+    ledger_table: str
+    retention_days: int
+    local_root: str
+    aws_environment: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, spec: PipelineSpec) -> Settings:
+        return cls(spec.backend, spec.sagemaker.aws_conn_id, spec.ledger_table, spec.ledger_retention_days,
+                   str(local_root()), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+
+
+class PipelineServices:
+    """The clients a pipeline uses, each built on first use and then kept, as a Hook keeps its connection:
+    a task, a trigger's polls and the CLI's calls share them instead of building a client (and, on
+    SageMaker, looking up the Airflow connection) per call. boto3 clients are thread-safe."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def _aws_client(self, service: str):
+        if self.settings.backend == "local":
+            return boto3.client(service, config=client_config())
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        return AwsBaseHook(aws_conn_id=self.settings.aws_conn_id, client_type=service,
+                           config=client_config()).get_conn()
+
+    @functools.cached_property
+    def s3(self):
+        return self._aws_client("s3")
+
+    @functools.cached_property
+    def backend(self) -> Backend:
+        if self.settings.backend == "local":
+            from shardline.backends.local import LocalBackend
+
+            return LocalBackend(Path(self.settings.local_root))
+        from shardline.backends.sagemaker import SageMakerBackend
+
+        return SageMakerBackend(self._aws_client("sagemaker"))
+
+    @functools.cached_property
+    def ledger(self):
+        from shardline.ledger.table import bind_ledger
+
+        return bind_ledger(self.settings.ledger_table, retention_days=self.settings.retention_days)
+
+
+@functools.lru_cache(maxsize=32)
+def _built(settings: Settings) -> PipelineServices:
+    return PipelineServices(settings)
+
+
+def of(spec: PipelineSpec) -> PipelineServices:
+    """The services for this spec in this process's AWS environment, built once and shared by every call
+    with the same settings (a changed endpoint or credentials gets new ones)."""
+    return _built(Settings.of(spec))
 
 
 def s3_client(spec: PipelineSpec):
-    return _aws_client(spec, "s3")
+    return of(spec).s3
 
 
 def backend_for(spec: PipelineSpec) -> Backend:
-    if spec.backend == "local":
-        from shardline.backends.local import LocalBackend
-
-        return LocalBackend(local_root())
-    from shardline.backends.sagemaker import SageMakerBackend
-
-    return SageMakerBackend(_aws_client(spec, "sagemaker"))
+    return of(spec).backend
 
 
 def region(spec: PipelineSpec) -> str:
@@ -69,6 +122,4 @@ def image_and_role(spec: PipelineSpec) -> tuple[str, str]:
 
 
 def ledger_model(spec: PipelineSpec):
-    from shardline.ledger.table import bind_ledger
-
-    return bind_ledger(spec.ledger_table, retention_days=spec.ledger_retention_days)
+    return of(spec).ledger

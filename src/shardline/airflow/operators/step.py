@@ -6,6 +6,7 @@ Each calls into :mod:`shardline.orchestration.steps` (plain functions) and holds
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,10 @@ def _steps():
 class _SpecMixin:
     spec_path: str
 
-    @property
+    @functools.cached_property
     def spec(self):
+        """The pipeline spec, parsed once per task: its services (shardline.orchestration.services) are then
+        built once too."""
         return load_spec(Path(self.spec_path))
 
 
