@@ -55,5 +55,5 @@ def plan_args(bucket: str) -> dict:
 def wait_for_job(spec: PipelineSpec, attempt: dict, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while steps.job_status(spec, attempt) is JobStatus.IN_PROGRESS:
-        assert time.monotonic() < deadline, f"job {attempt['job_name']} did not finish in {timeout:.0f}s"
+        assert time.monotonic() < deadline, f"job {attempt.job_name} did not finish in {timeout:.0f}s"
         time.sleep(0.5)

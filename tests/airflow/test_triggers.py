@@ -52,9 +52,13 @@ def test_an_unreachable_endpoint_is_told_apart_from_other_errors():
         assert "Could not connect to the endpoint URL" in steps.describe_error(wrapped)
     assert steps.is_unreachable(botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"))
     assert not steps.is_unreachable(KeyError("step"))
-    reason = steps.unreachable_reason({"pipeline": "p", "run_id": "r1", "step": "score", "job_name": "sl-p-1"},
-                                      61, refused)
-    assert "unreachable for 61s" in reason and reason.endswith("shardline resubmit p/r1 --step score --all-failed")
+    from shardline.planning.attempt import Attempt
+
+    attempt = Attempt(pipeline="p", run_id="r1", step="score", number=1, input_prefix="s3://b/in/",
+                      output_prefix="s3://b/out/", model_uri="s3://b/m.tar.gz")
+    reason = steps.unreachable_reason(attempt, 61, refused)
+    assert "unreachable for 61s" in reason and f"job {attempt.job_name} may still be running" in reason
+    assert reason.endswith("shardline resubmit p/r1 --step score --all-failed")
 
 
 def test_the_input_trigger_fires_when_the_input_lands_and_says_what_is_missing_at_its_deadline(

@@ -25,9 +25,9 @@ from shardline.backends import JobNotFound
 from shardline.backends.local import LocalBackend
 from shardline.backends.sagemaker import SageMakerBackend
 from shardline.decision.policy import JobStatus
+from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, manifest_body, write_manifest
-from shardline.planning.naming import job_name
-from shardline.planning.request import Attempt, build_processing_request
+from shardline.planning.request import build_processing_request
 from shardline.spec import parse_spec
 from tests.helpers import write_inference_script
 
@@ -66,16 +66,22 @@ def job(aws_env, ledger_table, xgboost_model, tmp_path):
                        "resources": {"instance_count": instances}}],
         }, "test.yaml")
         objects = list_inputs(s3, f"s3://{raw}/dt=2026-11-22/")
-        manifest = f"s3://{out}/_manifests/{run_id}/attempt-0001.manifest"
-        write_manifest(s3, manifest, manifest_body(f"s3://{raw}/dt=2026-11-22/", [o.key for o in objects]))
-        attempt = Attempt(pipeline="scoring", run_id=run_id, step="score", attempt=1,
-                          job_name=job_name("scoring", run_id, "score", 1), manifest_uri=manifest,
+        attempt = Attempt(pipeline="scoring", run_id=run_id, step="score", number=1,
                           input_prefix=f"s3://{raw}/dt=2026-11-22/", output_prefix=f"s3://{out}/{run_id}/",
-                          model_uri=f"s3://{models}/{model_key}", instance_count=instances)
+                          model_uri=f"s3://{models}/{model_key}", requested_instances=instances,
+                          file_count=len(objects))
+        write_manifest(s3, attempt.manifest_uri,
+                       manifest_body(f"s3://{raw}/dt=2026-11-22/", [o.key for o in objects]))
         return build_processing_request(spec, attempt, image_uri=IMAGE, role_arn=ROLE)
 
     build.buckets = {"raw": raw, "out": out, "models": models}
     return build
+
+
+def _uploaded(bucket: str, prefix: str) -> list[str]:
+    """What a job uploaded under ``prefix``: every key but the input manifest the orchestrator wrote before it ran."""
+    listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return [o["Key"] for o in listed if "/_shardline/manifests/" not in o["Key"]]
 
 
 def wait_terminal(backend, name, timeout=180):
@@ -252,8 +258,7 @@ def test_local_max_runtime_stops_the_job_and_uploads_no_output(endless_job, loca
     assert state.status is JobStatus.STOPPED, state
     assert "MaxRuntimeInSeconds (5) exceeded" in state.failure_reason
     # Files that ended before the limit stay on the instance: a stopped job's outputs are not uploaded.
-    listed = boto3.client("s3").list_objects_v2(Bucket=job.buckets["out"], Prefix="run-timeout/")
-    assert listed.get("KeyCount", 0) == 0, [o["Key"] for o in listed.get("Contents", [])]
+    assert _uploaded(job.buckets["out"], "run-timeout/") == []
 
 
 def _exited(pid):
@@ -284,7 +289,7 @@ def test_local_job_whose_end_is_seen_past_max_runtime_is_stopped_not_completed(e
     state = wait_terminal(local_backend, name)
     assert state.status is JobStatus.STOPPED, state
     assert state.failure_reason == "MaxRuntimeInSeconds (10) exceeded"
-    assert boto3.client("s3").list_objects_v2(Bucket=job.buckets["out"], Prefix="run-late/")["KeyCount"] == 0
+    assert _uploaded(job.buckets["out"], "run-late/") == []
 
 
 @pytest.mark.parametrize(

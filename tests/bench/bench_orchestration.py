@@ -92,7 +92,7 @@ def planning_time(keys: int) -> dict:
                          output_prefix="s3://bench-raw/out/", model_uri="s3://bench-raw/model.tar.gz",
                          instance_count=20)
     seconds = time.perf_counter() - started
-    listing, records = attempt["planning"]["list_seconds"], attempt["planning"]["record_seconds"]
+    listing, records = attempt.planning["list_seconds"], attempt.planning["record_seconds"]
     pages = -(-keys // 1000)
     # What one ListObjectsV2 page costs on this endpoint, with a bucket of 1,000 keys and of `keys` keys.
     s3.create_bucket(Bucket="bench-small")
@@ -101,11 +101,11 @@ def planning_time(keys: int) -> dict:
                       range(1000)))
     small = _page_seconds(s3, "bench-small")
     large = _page_seconds(s3, "bench-raw")
-    print(f"planning {attempt['files']:,} keys: {seconds:.1f}s (target < 60 s): listing {listing:.1f}s "
+    print(f"planning {attempt.file_count:,} keys: {seconds:.1f}s (target < 60 s): listing {listing:.1f}s "
           f"({pages} pages), manifest + ledger records {records:.1f}s")
     print(f"  one ListObjectsV2 page on the embedded endpoint: {small * 1000:.0f} ms in a bucket of 1,000 keys, "
           f"{large * 1000:.0f} ms in one of {keys:,} (moto sorts the whole bucket for every page; S3 does not)")
-    return {"keys": attempt["files"], "seconds": round(seconds, 2), "list_seconds": listing,
+    return {"keys": attempt.file_count, "seconds": round(seconds, 2), "list_seconds": listing,
             "record_seconds": records, "page_ms_small_bucket": round(small * 1000, 1),
             "page_ms_large_bucket": round(large * 1000, 1)}
 

@@ -585,8 +585,9 @@ def _create_job_context(request: dict) -> dict:
 def test_airflow_creates_jobs_only_with_the_stack_key_and_network(template, vpc_access):
     """The real request (shardline.planning.request) passes the CreateProcessingJob conditions with the spec's
     kms_key_id set to the stack's key ARN, and in the allowed subnets; anything else is refused."""
+    from shardline.planning.attempt import Attempt
     from shardline.planning.naming import job_name
-    from shardline.planning.request import Attempt, build_processing_request
+    from shardline.planning.request import build_processing_request
     from shardline.spec import SpecError, parse_spec
 
     subnets, groups = ["subnet-0abc1234", "subnet-0def5678"], ["sg-0abc1234"]
@@ -595,10 +596,10 @@ def test_airflow_creates_jobs_only_with_the_stack_key_and_network(template, vpc_
     values = example_values(template, **deployment)
     key, bucket = values["Key.Arn"], values["DataBucket"]
     name = job_name("daily_churn", "run-1", "score", 1)
-    attempt = Attempt(pipeline="daily_churn", run_id="run-1", step="score", attempt=1, job_name=name,
-                      manifest_uri=f"s3://{bucket}/outputs/x/_shardline/manifests/run-1/score/attempt-0001.manifest",
+    attempt = Attempt(pipeline="daily_churn", run_id="run-1", step="score", number=1,
                       input_prefix=f"s3://{bucket}/inputs/x/", output_prefix=f"s3://{bucket}/outputs/x/",
-                      model_uri=f"s3://{bucket}/models/m.tar.gz", instance_count=2)
+                      model_uri=f"s3://{bucket}/models/m.tar.gz", requested_instances=2, file_count=2)
+    assert attempt.job_name == name
     job_arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/{name}"
 
     def may_create(**sagemaker) -> bool:

@@ -96,4 +96,4 @@ def test_the_job_request_environment_is_what_the_worker_reads():
     request = build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE)
     ctx = LedgerContext.from_env(request["Environment"])
     assert (ctx.pipeline, ctx.step, ctx.attempt, ctx.input_uri) == (
-        attempt().pipeline, attempt().step, attempt().attempt, attempt().input_prefix)
+        attempt().pipeline, attempt().step, attempt().number, attempt().input_prefix)

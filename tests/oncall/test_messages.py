@@ -31,12 +31,15 @@ from shardline.oncall import service as oncall
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient, api_refused, find_settings, login_refused
 from shardline.oncall.service import CANCEL_LINES, Next, NextStep, OnCall, OnCallError, RunRef, choose_next
 from shardline.orchestration import steps
+from shardline.planning.attempt import Attempt
 
 PAGE = Path(__file__).resolve().parents[2] / "src" / "shardline" / "airflow" / "ui" / "static" / "oncall.html"
 RUN_ID, STEP = "manual__2026-11-22T10:00:00+00:00", "score"
 REF = f"tabular_scoring_hourly/{RUN_ID}"
-ATTEMPT = {"pipeline": "tabular_scoring_hourly", "run_id": RUN_ID, "step": STEP, "attempt": 2,
-           "job_name": "sl-tabular-scoring-hourly-score-0123456789-a2"}
+ATTEMPT = Attempt(pipeline="tabular_scoring_hourly", run_id=RUN_ID, step=STEP, number=2,
+                  input_prefix="s3://shardline-demo/events/dt=2026-11-22/hour=10/",
+                  output_prefix="s3://shardline-demo/scores/dt=2026-11-22/hour=10/",
+                  model_uri="s3://shardline-demo/models/xgboost/v1/model.tar.gz", file_count=1)
 FIX = f"shardline resubmit {REF} --step score --all-failed"
 
 # --- the rules ----------------------------------------------------------------------------------------------
@@ -118,7 +121,7 @@ def test_every_resubmit_decision_reads_well_and_a_refusal_says_what_to_do():
             (False, True), (None, "PLANNED", "RUNNING", "SUCCEEDED", "PARTIAL", "FAILED", "CANCELLED", "SKIPPED"),
             (None, "none", "deferred", "up_for_retry", "running", "failed", "success", "skipped",
              "upstream_failed"), (0, 3), (False, True)):
-        got = choose_next(attempt=2, job=ATTEMPT["job_name"], job_running=running, step_status=status,
+        got = choose_next(attempt=2, job=ATTEMPT.job_name, job_running=running, step_status=status,
                           watch_state=watch, files=files, force=force, watch="watch_score")
         seen.add((got.next, got.clear_watch, got.reason))
     kinds = {(n, c) for n, c, _ in seen}
@@ -225,7 +228,7 @@ def test_the_on_call_service_says_what_went_wrong_and_what_to_do():
     said("Airflow left out of runs/status", oncall.airflow_left_out(_refused(500, "Internal Server Error")))
 
     lines = {"already": {"step": STEP, "status": "SUCCEEDED"}, "moved_on": {"step": STEP, "ref": ref},
-             "stopped": {"step": STEP, "job": ATTEMPT["job_name"]}, "cancelled": {"step": STEP},
+             "stopped": {"step": STEP, "job": ATTEMPT.job_name}, "cancelled": {"step": STEP},
              "dag_run_failed": {"run_id": RUN_ID}, "airflow_error": {"run_id": RUN_ID, "err": _refused(403)}}
     assert set(lines) == set(CANCEL_LINES)
     for key, values in lines.items():
@@ -354,7 +357,7 @@ def test_the_step_functions_and_the_trigger_say_what_to_do():
     assert said("describe_error of an empty error", steps.describe_error(TimeoutError())) == "TimeoutError"
     text = said("unreachable_reason", steps.unreachable_reason(ATTEMPT, 661, wrapped), failure=True)
     assert text.endswith(FIX)
-    said("stop_and_wait gave up", steps.stop_timeout_text(ATTEMPT["job_name"], "Stopping", 900), failure=True)
+    said("stop_and_wait gave up", steps.stop_timeout_text(ATTEMPT.job_name, "Stopping", 900), failure=True)
     assert steps.file_error(None, None) == "no error recorded"
     said("file error without a class", steps.file_error(None, "killed"))
     said("ledger STEP message: succeeded", steps.outcome_message(ATTEMPT, StepStatus.SUCCEEDED, "all 4 files "

@@ -105,7 +105,7 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
     # Without a way to let the DAG run follow the new attempt, nothing is submitted at all.
     with pytest.raises(OnCallError, match=r"Airflow is not configured, so nothing was submitted.*shardline login"):
         oncall.resubmit(ref, "score", all_failed=True)
-    assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score")["attempt"] == 1
+    assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score").number == 1
     # A step not run by Airflow says so explicitly.
     result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
     assert (result.attempt, result.plan.files, result.complete) == (2, [f"s3://{bucket}/in/part-9.parquet"], True)
@@ -136,7 +136,7 @@ def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_
     result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # an operator, while attempt 2 runs
     assert result.attempt is None and "is still running" in result.airflow
     lines = oncall.cancel(ref, "bad model version")
-    assert f"step score: stopped {running['job_name']}" in lines and "step score: CANCELLED" in lines
+    assert f"step score: stopped {running.job_name}" in lines and "step score: CANCELLED" in lines
     assert steps.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)
     assert oncall.status(ref).status == "CANCELLED"
     assert read_step(model, ref.pipeline, ref.run_id, "score").step.status == StepStatus.CANCELLED
@@ -169,7 +169,7 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
     finish_step(bind_ledger(ledger_table), "shard_test", "run-1", "score", 1, StepStatus.FAILED, "lost")
     manifest = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/_shardline/")["Contents"]]
     body = __import__("json").loads(s3.get_object(Bucket=bucket, Key=manifest[0])["Body"].read())
-    expected = [body[0]["prefix"] + e for e in dealt(body[1:], attempt["instance_count"])[1]]  # algo-2's share
+    expected = [body[0]["prefix"] + e for e in dealt(body[1:], attempt.instance_count)[1]]  # algo-2's share
     oncall = OnCall({spec.pipeline: spec})
     chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", shard="algo-2").files
     assert chosen == sorted(expected) and 2 <= len(chosen) <= 3
@@ -208,7 +208,7 @@ def test_a_cli_that_looks_in_another_local_root_submits_nothing_beside_airflows_
     assert oncall.status(ref).steps[0].job_status == "NotFoundHere"
     with pytest.raises(OnCallError, match=r"ran, but not under .*another-shell.*nothing was submitted.*AIRFLOW_HOME"):
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
-    assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score")["attempt"] == 1
+    assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score").number == 1
     assert not (tmp_path / "another-shell").exists()
 
 

@@ -150,7 +150,7 @@ def plan_and_submit(spec: PipelineSpec, bucket: str, run_id: str, *, job_endpoin
     attempt = steps.plan(spec, STEP, run_id, input_prefix=f"s3://{bucket}/in/", output_prefix=f"s3://{bucket}/out/",
                          model_uri=f"s3://{bucket}/model/model.tar.gz",
                          instance_count=spec.step(STEP).resources.instance_count)
-    assert attempt is not None and attempt["files"] == FILES
+    assert attempt is not None and attempt.file_count == FILES
     if job_endpoint is None:
         return steps.submit(spec, attempt)
     with monkeypatch.context() as m:  # the job inherits the environment of the process that submits it
@@ -170,7 +170,7 @@ def wait_until_a_file_is_claimed(spec: PipelineSpec, attempt: dict, run_id: str)
         files = file_items(spec, run_id)
         if any(f.status != FileStatus.PENDING for f in files):
             return files
-        state = services.backend_for(spec).describe(attempt["job_name"])
+        state = services.backend_for(spec).describe(attempt.job_name)
         assert not state.status.is_terminal, f"job ended ({state}) before any file was claimed"
         assert time.monotonic() < deadline, "no file was claimed (safety deadline)"
         time.sleep(0.2)
@@ -183,15 +183,15 @@ def drive_to_the_end(spec: PipelineSpec, attempt: dict) -> tuple[dict, list[str]
     while True:
         decision: Decision = steps.decide_now(spec, attempt)
         if decision.action is Action.ADVANCE:
-            history.append(f"attempt {attempt['attempt']}: ADVANCE: {decision.reason}")
+            history.append(f"attempt {attempt.number}: ADVANCE: {decision.reason}")
             return attempt, history
         if decision.action is Action.RESUBMIT:
-            history.append(f"attempt {attempt['attempt']}: RESUBMIT: {decision.reason}")
+            history.append(f"attempt {attempt.number}: RESUBMIT: {decision.reason}")
             time.sleep(decision.delay_seconds)
             attempt = steps.resubmit(spec, attempt, list(decision.retry_files))
             continue
         if decision.action is not Action.WAIT:
-            pytest.fail(f"attempt {attempt['attempt']}: {decision.action.value}: {decision.reason}; "
+            pytest.fail(f"attempt {attempt.number}: {decision.action.value}: {decision.reason}; "
                         f"so far: {history}")
         assert time.monotonic() < deadline, (f"the step did not end within {STEP_DEADLINE_SECONDS}s (safety "
                                              f"deadline): {decision.reason}; so far: {history}")
@@ -276,7 +276,7 @@ def test_endpoint_frozen_30s_mid_job_the_run_succeeds_with_every_row_once(own_mo
     print("\n".join(history))
     assert_every_row_once(bucket, total)
     assert_ledger_reconciles(spec, run_id, total)
-    assert final["attempt"] >= 1
+    assert final.number >= 1
 
 
 def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_no_status_is_lost(
@@ -301,7 +301,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
         gate.touch()  # only now can any file finish, so no file's SUCCEEDED record can have landed
         try:
             async def first_event():
-                async for event in StepTrigger(str(spec_path), attempt, poll_interval=1).run():
+                async for event in StepTrigger(str(spec_path), attempt.to_xcom(), poll_interval=1).run():
                     return event
                 return None
 
@@ -314,7 +314,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
 
             # The endpoint stays down until the job gives up on its ledger writes (its budget is the step's
             # heartbeat timeout) and ends on its own.
-            ended = wait_for_job_end(spec, attempt["job_name"])
+            ended = wait_for_job_end(spec, attempt.job_name)
         except BaseException:
             print(job_logs(local_root))
             raise
@@ -334,13 +334,13 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
                 f"{key} was recorded {status.value} ({item.error_class}: {item.error_message}) while the "
                 "endpoint was down")
         assert output_ids(bucket) == [], "outputs whose SUCCEEDED record never landed were not withdrawn"
-        print(f"job {attempt['job_name']}: {ended.status.value} ({ended.failure_reason}); all {FILES} file(s) "
+        print(f"job {attempt.job_name}: {ended.status.value} ({ended.failure_reason}); all {FILES} file(s) "
               f"unfinished; proxy accepted {proxy.accepted} connection(s), cut {proxy.cut}")
 
         # What on-call does next, as the message says: resubmit what did not finish; the sensor drives the
         # step to its end.
         latest = steps.latest_attempt(spec, spec.pipeline, run_id, STEP)
-        assert latest is not None and latest["attempt"] == attempt["attempt"]
+        assert latest is not None and latest.number == attempt.number
         current = steps.resubmit(spec, latest, sorted(files), by_operator=True)
         try:
             _, history = drive_to_the_end(spec, current)

@@ -7,6 +7,7 @@ import pytest
 
 from shardline.decision.policy import JobStatus
 from shardline.orchestration import steps
+from shardline.planning.attempt import Attempt
 from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
 
@@ -22,9 +23,9 @@ def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
     attempt = steps.plan(spec, "score", "run-1", **plan_args(bucket))
     first = steps.submit(spec, attempt)
     again = steps.submit(spec, attempt)  # what a cleared or retried submit task does
-    assert again["job_name"] == first["job_name"]
+    assert again.job_name == first.job_name
     jobs = list((tmp_path / "local" / "jobs").glob("sl-*"))
-    assert [j.name for j in jobs] == [first["job_name"]]  # one job, no twin
+    assert [j.name for j in jobs] == [first.job_name]  # one job, no twin
     steps.stop(spec, first)  # leave nothing running behind the test
     assert steps.job_status(spec, first) is JobStatus.STOPPED
 
@@ -41,11 +42,11 @@ def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
     steps.stop(spec, first)
     second = steps.resubmit(spec, first, [f"s3://{bucket}/in/part-1.parquet"])
     resumed = steps.resume(spec, first)  # what the watch task's next try knows: attempt 1
-    assert (resumed["attempt"], resumed["job_name"]) == (2, second["job_name"])
+    assert (resumed.number, resumed.job_name) == (2, second.job_name)
     assert steps.resume(spec, second) == second
     steps.stop(spec, second)
     assert sorted(j.name for j in (tmp_path / "local" / "jobs").glob("sl-*")) == sorted(
-        [first["job_name"], second["job_name"]])  # adopted, not submitted twice
+        [first.job_name, second.job_name])  # adopted, not submitted twice
 
 
 def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
@@ -53,15 +54,15 @@ def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     spec, bucket = pipeline
     kwargs = plan_args(bucket)
     first = steps.plan(spec, "score", "run-3", **kwargs)
-    assert steps.plan(spec, "score", "run-3", **kwargs)["attempt"] == 1  # never submitted: the same attempt again
+    assert steps.plan(spec, "score", "run-3", **kwargs).number == 1  # never submitted: the same attempt again
     wait_for_job(spec, steps.submit(spec, first))
     again = steps.plan(spec, "score", "run-3", **kwargs)
-    assert (again["attempt"], again["files"]) == (1, 4)  # everything succeeded: adopt it
+    assert (again.number, again.file_count) == (1, 4)  # everything succeeded: adopt it
     assert steps.job_status(spec, steps.submit(spec, again)) is JobStatus.COMPLETED  # no new job
 
     boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(300, 9000))
     late = steps.plan(spec, "score", "run-3", **kwargs)
-    assert (late["attempt"], late["files"]) == (2, 1)  # only the new input, as the next attempt
+    assert (late.number, late.file_count) == (2, 1)  # only the new input, as the next attempt
     wait_for_job(spec, steps.submit(spec, late))
     summary = steps.report(spec, spec.pipeline, "run-3", "score")
     assert (summary["files"], summary["succeeded"], summary["rows_in"], summary["rows_out"]) == (5, 5, 1500, 1500)
@@ -111,10 +112,10 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
         racer.start()
     for racer in racers:
         racer.join()
-    won = [r for r in results if isinstance(r, dict)]
+    won = [r for r in results if isinstance(r, Attempt)]
     lost = [r for r in results if isinstance(r, StaleOrchestratorError)]
     assert len(won) == 1 and len(lost) == 1, results
-    assert won[0]["attempt"] == 2
+    assert won[0].number == 2
     wait_for_job(spec, won[0], timeout=600)
     decision = steps.decide_now(spec, won[0])
     assert decision.action.value == "ADVANCE", decision
@@ -130,7 +131,7 @@ def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipe
     spec, bucket = pipeline
     boto3.client("s3").put_object(Bucket=bucket, Key="in//tmp/evil.parquet", Body=parquet_bytes(10, 10_000))
     first = steps.submit(spec, steps.plan(spec, "score", "run-unsafe", **plan_args(bucket)))
-    assert first["files"] == 4  # the crafted key is not in the manifest
+    assert first.file_count == 4  # the crafted key is not in the manifest
     wait_for_job(spec, first, timeout=600)
     decision = steps.decide_now(spec, first)
     assert decision.action.value == "FAIL"  # tolerance 0: one refused file fails the step, naming it
@@ -223,13 +224,13 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     second = steps.resubmit(spec, first, retry)
     steps.stop(spec, second)
 
-    manifest_bucket, _, manifest_key = second["manifest_uri"].removeprefix("s3://").partition("/")
+    manifest_bucket, _, manifest_key = second.manifest_uri.removeprefix("s3://").partition("/")
     entries = json.loads(s3.get_object(Bucket=manifest_bucket, Key=manifest_key)["Body"].read())[1:]
     sizes = {f"in/{name}": len(body) for name, body in bodies.items()}
-    deal = dealt([S3Object(f"in/{e}", sizes[f"in/{e}"]) for e in entries], second["instance_count"])
+    deal = dealt([S3Object(f"in/{e}", sizes[f"in/{e}"]) for e in entries], second.instance_count)
     big = max(len(bodies["retry-a.parquet"]), len(bodies["retry-b.parquet"]))
     small = max(len(bodies["retry-c.parquet"]), len(bodies["retry-d.parquet"]))
-    assert second["instance_count"] == 2 and makespan(deal) <= big + small, [[o.key for o in s] for s in deal]
+    assert second.instance_count == 2 and makespan(deal) <= big + small, [[o.key for o in s] for s in deal]
 
     records = read_step(services.ledger_model(spec), spec.pipeline, "run-sized", "score",
                         file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])

@@ -6,8 +6,8 @@ import botocore.session
 import pytest
 from botocore.validate import ParamValidator
 
-from shardline.planning.naming import job_name
-from shardline.planning.request import Attempt, build_processing_request
+from shardline.planning.attempt import Attempt
+from shardline.planning.request import build_processing_request
 from shardline.spec import parse_spec
 from tests.test_spec import minimal
 
@@ -23,11 +23,9 @@ def input_shape():
 
 def attempt(**overrides) -> Attempt:
     fields = dict(
-        pipeline="tabular_scoring", run_id="scheduled__2026-11-22T10:00:00+00:00", step="score", attempt=2,
-        job_name=job_name("tabular_scoring", "scheduled__2026-11-22T10:00:00+00:00", "score", 2),
-        manifest_uri="s3://data/scores/_shardline/manifests/run/score/attempt-0002.manifest",
+        pipeline="tabular_scoring", run_id="scheduled__2026-11-22T10:00:00+00:00", step="score", number=2,
         input_prefix="s3://data/raw/dt=2026-11-22/", output_prefix="s3://data/scores/dt=2026-11-22/",
-        model_uri="s3://models/xgb/model.tar.gz", instance_count=4,
+        model_uri="s3://models/xgb/model.tar.gz", requested_instances=4, file_count=12,
     )
     fields.update(overrides)
     return Attempt(**fields)
@@ -152,11 +150,10 @@ def test_the_worker_holds_ledger_writes_through_an_outage_until_the_sensor_would
 
 
 def test_a_metadata_prefix_gets_its_own_output_and_the_worker_writes_its_manifest_there(input_shape):
-    import dataclasses
 
     spec = full_spec()
     meta = "s3://data/meta/scores/dt=2026-11-22/_shardline/"
-    request = build_processing_request(spec, dataclasses.replace(attempt(), metadata_prefix=meta), image_uri=IMAGE,
+    request = build_processing_request(spec, attempt(metadata_prefix=meta), image_uri=IMAGE,
                                        role_arn=ROLE)
     report = ParamValidator().validate(request, input_shape)
     assert not report.has_errors(), report.generate_report()

@@ -41,6 +41,7 @@ from shardline.oncall.airflow_client import (
 )
 from shardline.orchestration import services
 from shardline.planning import naming
+from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec, SpecError, load_spec
 
 ENV_DAGS_FOLDER = "SHARDLINE_DAGS_FOLDER"
@@ -559,16 +560,15 @@ class OnCall:
 
         from shardline.planning.inputs import choose_instance_count, dealt, parse_s3_uri
 
-        plan = self._plan(spec, ref, step)
-        bucket, key = parse_s3_uri(naming.manifest_key(plan["output_prefix"], ref.run_id, step, attempt,
-                                                              plan.get("metadata_prefix")))
+        then = self._plan(spec, ref, step).model_copy(update={"number": attempt})
+        bucket, key = parse_s3_uri(then.manifest_uri)
         body = json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
         prefix, entries = body[0]["prefix"], body[1:]
-        instances = choose_instance_count(int(plan.get("requested_instances") or 1), len(entries))
+        instances = choose_instance_count(then.requested_instances, len(entries))
         return {prefix + entry: contract.host_name(i) for i, share in enumerate(dealt(entries, instances))
                 for entry in share}
 
-    def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> dict:
+    def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> Attempt:
         from shardline.orchestration import steps
 
         attempt = steps.latest_attempt(spec, ref.pipeline, ref.run_id, step)
@@ -597,14 +597,14 @@ class OnCall:
         latest = self._plan(spec, ref, step)
         records = read_step(services.ledger_model(spec), ref.pipeline, ref.run_id, step)
         try:
-            job = services.backend_for(spec).describe(latest["job_name"]).status
+            job = services.backend_for(spec).describe(latest.job_name).status
         except JobNotFound:
             job = None
-            if spec.backend == "local" and any(int(s.attempt or 0) == latest["attempt"] for s in records.shards):
-                raise OnCallError(local_root_mismatch(latest["job_name"], latest["attempt"])) from None
+            if spec.backend == "local" and any(int(s.attempt or 0) == latest.number for s in records.shards):
+                raise OnCallError(local_root_mismatch(latest.job_name, latest.number)) from None
         watch = f"watch_{step}"
         watch_state = None if ledger_only else self._watch_state(ref, watch)
-        choice = choose_next(attempt=latest["attempt"], job=latest["job_name"],
+        choice = choose_next(attempt=latest.number, job=latest.job_name,
                              job_running=job is not None and not job.is_terminal,
                              step_status=records.step.status if records.step else None, watch_state=watch_state,
                              files=len(plan.files), force=force, watch=watch)
@@ -620,7 +620,7 @@ class OnCall:
             if choice.next is Next.TAKE_UP:
                 return ResubmitResult(plan, None, None, dry_run_text(choice, watch, ref.run_id, None, watch_state),
                                       action=choice.next.value)
-            nxt = latest["attempt"] + 1
+            nxt = latest.number + 1
             return ResubmitResult(plan, nxt, naming.job_name(ref.pipeline, ref.run_id, step, nxt),
                                   dry_run_text(choice, watch, ref.run_id, nxt, watch_state))
         attempt = job_name = None
@@ -629,9 +629,9 @@ class OnCall:
                 nxt = steps.resubmit(spec, latest, plan.files, by_operator=True)
             except StaleOrchestratorError as err:
                 raise OnCallError(f"someone else (the sensor, or another operator) moved step {step} of {ref} past "
-                                  f"attempt {latest['attempt']} meanwhile, so nothing was submitted; `shardline "
+                                  f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "
                                   f"status {ref}` shows where it is now") from err
-            attempt, job_name = nxt["attempt"], nxt["job_name"]
+            attempt, job_name = nxt.number, nxt.job_name
         if not choice.clear_watch:
             return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state),
                                   action=choice.next.value)

@@ -1,14 +1,11 @@
 """What each task of a pipeline step does, as plain functions over plain data.
 
-Operators and the trigger call these and hold no policy of their own. An *attempt*
-is a JSON-able dict (it travels through XCom and the trigger's kwargs):
-pipeline, run_id, step, attempt, job_name, manifest_uri, input_prefix, output_prefix,
-model_uri, instance_count, files, submitted_at.
+Operators and the trigger call these and hold no policy of their own. An attempt is a typed
+:class:`shardline.planning.attempt.Attempt`; operators and triggers turn it into XCom and back.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import logging
@@ -37,16 +34,16 @@ from shardline.ledger.orchestrator import (
 from shardline.ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
 from shardline.orchestration import services
 from shardline.planning import naming
+from shardline.planning.attempt import Attempt, PlannedFile
 from shardline.planning.inputs import (
     S3Object,
-    choose_instance_count,
     list_inputs_and_refusals,
     manifest_body,
     manifest_order,
     parse_s3_uri,
     write_manifest,
 )
-from shardline.planning.request import Attempt, build_processing_request
+from shardline.planning.request import build_processing_request
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -61,51 +58,44 @@ def policy_for(spec: PipelineSpec, step: str) -> Policy:
     )
 
 
-# What a step was planned with: enough to build any later attempt without Airflow's XCom.
-PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "metadata_prefix", "model_uri",
-               "model_version",
-               "requested_instances")
-
 # How the sensor's outcome is recorded on the STEP item.
 OUTCOME_STATUS = {"ADVANCE": StepStatus.SUCCEEDED, "PARTIAL": StepStatus.PARTIAL, "FAIL": StepStatus.FAILED,
                   "TIMEOUT": StepStatus.FAILED}
 
 
-def _new_attempt(spec: PipelineSpec, base: dict, attempt: int, objects: list, instances: int, *,
-                 after: int | None = None, reopen_cancelled: bool = False, replan: bool = False) -> dict:
-    """Write the attempt's ledger records and manifest; return the attempt dict (not yet submitted).
+def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S3Object], *,
+                 after: int | None = None, reopen_cancelled: bool = False, replan: bool = False) -> Attempt:
+    """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
 
+    ``base``: the step's plan (an earlier attempt, or attempt 1 before its files are known).
     ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
     ``replan``: the STEP item holds this attempt already, but its job was never submitted.
     """
-    step = spec.step(base["step"])
-    count = choose_instance_count(instances, len(objects))
-    ordered = manifest_order(objects, count, step.sharding)
-    manifest_uri = naming.manifest_key(base["output_prefix"], base["run_id"], base["step"], attempt,
-                                       base.get("metadata_prefix"))
-    bucket, _ = parse_s3_uri(base["input_prefix"])
-    plan_fields = {k: base.get(k) for k in PLAN_FIELDS}
+    step = spec.step(base.step)
+    sized = base.next(number, [PlannedFile.of(o) for o in objects])
+    ordered = manifest_order(objects, sized.instance_count, step.sharding)
+    attempt = sized.next(number, [PlannedFile.of(o) for o in ordered])
+    bucket, _ = parse_s3_uri(attempt.input_prefix)
     model = services.ledger_model(spec)
-    keys = [(f"s3://{bucket}/{o.key}", o.size) for o in ordered]
+    keys = [(f"s3://{bucket}/{f.key}", f.size) for f in attempt.files]
     # The fenced ledger write first: whoever loses a race for this attempt writes no manifest.
     if replan:
-        continue_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt, keys)
+        continue_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys)
     else:
-        start_attempt(model, base["pipeline"], base["run_id"], base["step"], attempt, keys,
-                      plan_json=json.dumps(plan_fields), after=after, reopen_cancelled=reopen_cancelled)
-    if attempt == 1 and not replan:
-        withdraw_success_marker(spec, base["output_prefix"])
-    write_manifest(services.s3_client(spec), manifest_uri,
-                   manifest_body(base["input_prefix"], [o.key for o in ordered]))
-    if attempt > 1:  # a resubmission reopens a run that may already have been marked failed
-        set_run_status(model, base["pipeline"], base["run_id"], StepStatus.RUNNING)
-    return {**base, "attempt": attempt, "instance_count": count, "files": len(ordered),
-            "manifest_uri": manifest_uri,
-            "job_name": naming.job_name(base["pipeline"], base["run_id"], base["step"], attempt)}
+        start_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys,
+                      plan_json=attempt.plan_json(), after=after, reopen_cancelled=reopen_cancelled)
+    if number == 1 and not replan:
+        withdraw_success_marker(spec, attempt.output_prefix)
+    write_manifest(services.s3_client(spec), attempt.manifest_uri,
+                   manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
+    if number > 1:  # a resubmission reopens a run that may already have been marked failed
+        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.RUNNING)
+    return attempt
 
 
 def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, output_prefix: str, model_uri: str,
-         instance_count: int, model_version: str | None = None, metadata_prefix: str | None = None) -> dict | None:
+         instance_count: int, model_version: str | None = None, metadata_prefix: str | None = None
+         ) -> Attempt | None:
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
     s = spec.step(step)
     started = time.monotonic()
@@ -120,16 +110,16 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
     ensure_run(services.ledger_model(spec), spec.pipeline, run_id)
-    base = {"pipeline": spec.pipeline, "run_id": run_id, "step": step, "input_prefix": _dir(input_prefix),
-            "output_prefix": _dir(output_prefix), "metadata_prefix": _dir(metadata_prefix) if metadata_prefix else None,
-            "model_uri": model_uri, "model_version": model_version,
-            "requested_instances": instance_count}
+    base = Attempt(pipeline=spec.pipeline, run_id=run_id, step=step, number=1, input_prefix=_dir(input_prefix),
+                   output_prefix=_dir(output_prefix), model_uri=model_uri, model_version=model_version,
+                   metadata_prefix=_dir(metadata_prefix) if metadata_prefix else None,
+                   requested_instances=instance_count)
     number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:
-        attempt = _new_attempt(spec, base, number, todo, instance_count, after=number - 1, replan=replan)
+        attempt = _new_attempt(spec, base, number, todo, after=number - 1, replan=replan)
         if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
             bucket, _ = parse_s3_uri(input_prefix)
-            record_refused(services.ledger_model(spec), spec.pipeline, run_id, step, attempt["attempt"],
+            record_refused(services.ledger_model(spec), spec.pipeline, run_id, step, attempt.number,
                            [(f"s3://{bucket}/{o.key}", o.size, f"not processed: the key is an unsafe path "
                              f"({reason}); rename the object or exclude it with input.exclude")
                             for o, reason in refused], error_class=UNSAFE_KEY_ERROR)
@@ -140,11 +130,11 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
               "record_seconds": round(time.monotonic() - listed, 3)}
     log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, manifest "
              "and ledger records in %.1fs", step, run_id, len(objects), sum(o.size for o in objects) / 2**20,
-             attempt["instance_count"], s.sharding, timing["list_seconds"], timing["record_seconds"])
-    return {**attempt, "planning": timing}
+             attempt.instance_count, s.sharding, timing["list_seconds"], timing["record_seconds"])
+    return attempt.model_copy(update={"planning": timing})
 
 
-def _what_to_plan(spec: PipelineSpec, base: dict, objects: list[S3Object]) -> tuple[int, list[S3Object], bool]:
+def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) -> tuple[int, list[S3Object], bool]:
     """The attempt number to plan, the inputs it takes, and whether it re-plans an attempt never submitted.
 
     The first plan takes every input. A plan task that runs again (retried, or cleared
@@ -154,15 +144,15 @@ def _what_to_plan(spec: PipelineSpec, base: dict, objects: list[S3Object]) -> tu
     """
     from shardline.backends import JobNotFound
 
-    records = read_step(services.ledger_model(spec), base["pipeline"], base["run_id"], base["step"])
+    records = read_step(services.ledger_model(spec), base.pipeline, base.run_id, base.step)
     latest = int(records.step.attempt or 0) if records.step else 0
     if latest == 0:
         return 1, objects, False
-    bucket, _ = parse_s3_uri(base["input_prefix"])
+    bucket, _ = parse_s3_uri(base.input_prefix)
     done = {f.input_key for f in records.files if f.status == FileStatus.SUCCEEDED}
     todo = [o for o in objects if f"s3://{bucket}/{o.key}" not in done]
     try:
-        services.backend_for(spec).describe(naming.job_name(base["pipeline"], base["run_id"], base["step"], latest))
+        services.backend_for(spec).describe(naming.job_name(base.pipeline, base.run_id, base.step, latest))
     except JobNotFound:
         return latest, todo, True
     return latest + 1, todo, False
@@ -172,42 +162,39 @@ def _dir(uri: str) -> str:
     return uri if uri.endswith("/") else uri + "/"
 
 
-def submit(spec: PipelineSpec, attempt: dict) -> dict:
+def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     """Start the attempt's job, or adopt the one an earlier try of this task started."""
     image, role = services.image_and_role(spec)
-    fields = {f.name for f in dataclasses.fields(Attempt)}
-    request = build_processing_request(spec, Attempt(**{k: v for k, v in attempt.items() if k in fields}),
-                                       image_uri=image, role_arn=role, region=services.region(spec))
+    request = build_processing_request(spec, attempt, image_uri=image, role_arn=role, region=services.region(spec))
     backend = services.backend_for(spec)
     backend.submit(request)
-    state = backend.describe(attempt["job_name"])
-    log.info("job %s (attempt %d of step %s): %s", attempt["job_name"], attempt["attempt"], attempt["step"],
+    state = backend.describe(attempt.job_name)
+    log.info("job %s (attempt %d of step %s): %s", attempt.job_name, attempt.number, attempt.step,
              state.status.value)
-    submitted = state.created_at or time.time()
-    return {**attempt, "submitted_at": submitted}
+    return attempt.submitted(state.created_at or time.time())
 
 
-def snapshot(spec: PipelineSpec, attempt: dict, now: float | None = None) -> StepSnapshot:
+def snapshot(spec: PipelineSpec, attempt: Attempt, now: float | None = None) -> StepSnapshot:
     """What the ledger and the backend say about the step right now (Query + describe)."""
     now = now if now is not None else time.time()
-    records = read_step(services.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"])
-    state = services.backend_for(spec).describe(attempt["job_name"])
+    records = read_step(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step)
+    state = services.backend_for(spec).describe(attempt.job_name)
     files = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class, f.error_message)
              for f in records.files]
     shards = [
         ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
                    finished=s.status in SHARD_TERMINAL)
-        for s in records.shards if int(s.attempt or 0) == attempt["attempt"]
+        for s in records.shards if int(s.attempt or 0) == attempt.number
     ]
     cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
-    return StepSnapshot(attempt=attempt["attempt"], job_status=state.status,
-                        job_age_seconds=now - attempt["submitted_at"], files=files, shards=shards,
+    return StepSnapshot(attempt=attempt.number, job_status=state.status,
+                        job_age_seconds=now - attempt.submitted_at, files=files, shards=shards,
                         job_failure_reason=state.failure_reason, cancelled=cancelled)
 
 
-def decide_now(spec: PipelineSpec, attempt: dict) -> Decision:
+def decide_now(spec: PipelineSpec, attempt: Attempt) -> Decision:
     """One poll, as the trigger makes it: what the step's policy says about its snapshot right now."""
-    return decide(snapshot(spec, attempt), policy_for(spec, attempt["step"]))
+    return decide(snapshot(spec, attempt), policy_for(spec, attempt.step))
 
 
 def is_unreachable(err: BaseException) -> bool:
@@ -232,25 +219,26 @@ def describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {said}" if said else type(err).__name__
 
 
-def unreachable_reason(attempt: dict, seconds: float, err: BaseException) -> str:
+def unreachable_reason(attempt: Attempt, seconds: float, err: BaseException) -> str:
     """Why a step's watch gave up on an endpoint outage, and what the on-call engineer does next."""
     return (f"the AWS endpoint (DynamoDB/S3/the job API) was unreachable for {seconds:.0f}s, past the step's "
             f"heartbeat_timeout_seconds (last error: {describe_error(err)}). Nothing was recorded as failed: each "
-            f"file keeps the status it last reached, and job {attempt['job_name']} may still be running. Once the "
+            f"file keeps the status it last reached, and job {attempt.job_name} may still be running. Once the "
             "endpoint answers again, check with `shardline status "
-            f"{attempt['pipeline']}/{attempt['run_id']}` and resubmit what did not finish (this also lets the DAG "
+            f"{attempt.pipeline}/{attempt.run_id}` and resubmit what did not finish (this also lets the DAG "
             "run take the step up again): "
-            + naming.resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"]))
+            + naming.resubmit_command(attempt.pipeline, attempt.run_id, attempt.step))
 
 
-def stop(spec: PipelineSpec, attempt: dict) -> None:
+def stop(spec: PipelineSpec, attempt: Attempt) -> None:
     backend = services.backend_for(spec)
-    if not backend.describe(attempt["job_name"]).status.is_terminal:
-        log.warning("stopping job %s", attempt["job_name"])
-        backend.stop(attempt["job_name"])
+    if not backend.describe(attempt.job_name).status.is_terminal:
+        log.warning("stopping job %s", attempt.job_name)
+        backend.stop(attempt.job_name)
 
 
-def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str], *, by_operator: bool = False) -> dict:
+def resubmit(spec: PipelineSpec, attempt: Attempt, retry_keys: list[str], *, by_operator: bool = False
+             ) -> Attempt:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
     Fenced on ``attempt``: the step must still be at it, so a sensor and an operator cannot
@@ -260,20 +248,20 @@ def resubmit(spec: PipelineSpec, attempt: dict, retry_keys: list[str], *, by_ope
     """
     stop_and_wait(spec, attempt)
     objects = sized_objects(spec, attempt, retry_keys)
-    nxt = _new_attempt(spec, attempt, attempt["attempt"] + 1, objects, attempt["requested_instances"],
-                       after=attempt["attempt"], reopen_cancelled=by_operator)
+    nxt = _new_attempt(spec, attempt, attempt.number + 1, objects, after=attempt.number,
+                       reopen_cancelled=by_operator)
     return submit(spec, nxt)
 
 
-def sized_objects(spec: PipelineSpec, attempt: dict, keys: list[str]) -> list[S3Object]:
+def sized_objects(spec: PipelineSpec, attempt: Attempt, keys: list[str]) -> list[S3Object]:
     """The inputs ``keys`` (full s3:// URIs) with their sizes, for the next attempt's plan.
 
     A later attempt deals its files by size like the first (``sharding: by_size``) and records
     each file's bytes in the ledger, so the sizes matter: they come from the ledger's FILE items
     (the planner recorded each one), and from S3 for any the ledger lacks.
     """
-    bucket, _ = parse_s3_uri(attempt["input_prefix"])
-    records = read_step(services.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"],
+    bucket, _ = parse_s3_uri(attempt.input_prefix)
+    records = read_step(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step,
                         file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
     recorded = {f.input_key: int(f.bytes_in or 0) for f in records.files}
     s3 = None
@@ -290,7 +278,7 @@ def sized_objects(spec: PipelineSpec, attempt: dict, keys: list[str]) -> list[S3
 STOP_WAIT_SECONDS = 900.0  # SageMaker takes a minute or two to stop a job
 
 
-def stop_and_wait(spec: PipelineSpec, attempt: dict, timeout: float = STOP_WAIT_SECONDS,
+def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WAIT_SECONDS,
                   poll: float = 5.0) -> None:
     """Stop the attempt's job if it still runs, and return once it has ended.
 
@@ -301,18 +289,18 @@ def stop_and_wait(spec: PipelineSpec, attempt: dict, timeout: float = STOP_WAIT_
 
     backend = services.backend_for(spec)
     try:
-        state = backend.describe(attempt["job_name"])
+        state = backend.describe(attempt.job_name)
     except JobNotFound:
         return
     if state.status.is_terminal:
         return
-    log.warning("stopping job %s (attempt %d) before the next attempt starts", attempt["job_name"],
-                attempt["attempt"])
-    backend.stop(attempt["job_name"])
+    log.warning("stopping job %s (attempt %d) before the next attempt starts", attempt.job_name,
+                attempt.number)
+    backend.stop(attempt.job_name)
     deadline = time.monotonic() + timeout
-    while not (state := backend.describe(attempt["job_name"])).status.is_terminal:
+    while not (state := backend.describe(attempt.job_name)).status.is_terminal:
         if time.monotonic() > deadline:
-            raise RuntimeError(stop_timeout_text(attempt["job_name"], state.status.value, timeout))
+            raise RuntimeError(stop_timeout_text(attempt.job_name, state.status.value, timeout))
         time.sleep(poll)
 
 
@@ -347,7 +335,7 @@ def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
     }
 
 
-def resume(spec: PipelineSpec, attempt: dict) -> dict:
+def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     """The newest attempt of the step, given the one this task started from.
 
     A watch task retried after it resubmitted only knows attempt 1 (from XCom); the STEP
@@ -356,28 +344,27 @@ def resume(spec: PipelineSpec, attempt: dict) -> dict:
     """
     from shardline.backends import JobNotFound
 
-    records = read_step(services.ledger_model(spec), attempt["pipeline"], attempt["run_id"], attempt["step"])
+    records = read_step(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step)
     latest = int(records.step.attempt or 0) if records.step else 0
-    if latest <= attempt["attempt"]:
+    if latest <= attempt.number:
         return attempt
-    name = naming.job_name(attempt["pipeline"], attempt["run_id"], attempt["step"], latest)
+    name = naming.job_name(attempt.pipeline, attempt.run_id, attempt.step, latest)
     try:
         state = services.backend_for(spec).describe(name)
     except JobNotFound:
         unfinished = [f.input_key for f in records.files
                       if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
         log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest,
-                    attempt["step"])
+                    attempt.step)
         objects = sized_objects(spec, attempt, unfinished)
-        return submit(spec, _new_attempt(spec, attempt, latest, objects, attempt["requested_instances"],
-                                         replan=True))
+        return submit(spec, _new_attempt(spec, attempt, latest, objects, replan=True))
     log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
-    return {**attempt, "attempt": latest, "job_name": name, "submitted_at": state.created_at or time.time(),
-            "manifest_uri": naming.manifest_key(attempt["output_prefix"], attempt["run_id"], attempt["step"], latest,
-                                                attempt.get("metadata_prefix"))}
+    files = sum(1 for f in records.files if int(f.attempt or 0) == latest)
+    return attempt.model_copy(update={"number": latest, "file_count": files, "files": (),
+                                      "submitted_at": state.created_at or time.time()})
 
 
-def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepStatus | None:
+def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> StepStatus | None:
     """Record the sensor's outcome on the STEP item (and on the RUN item when the step failed).
 
     Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
@@ -385,32 +372,32 @@ def finish(spec: PipelineSpec, attempt: dict, action: str, reason: str) -> StepS
     status = OUTCOME_STATUS[action]
     reason = outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
-    if not finish_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"], attempt["attempt"], status,
+    if not finish_step(model, attempt.pipeline, attempt.run_id, attempt.step, attempt.number, status,
                        reason):
-        log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt["step"])
+        log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
         return None
     if status is StepStatus.FAILED:
-        set_run_status(model, attempt["pipeline"], attempt["run_id"], StepStatus.FAILED,
+        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED,
                        run_outcome_message(attempt, reason))
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
         commit_outputs(spec, attempt, status)
     return status
 
 
-def outcome_message(attempt: dict, status: StepStatus, reason: str) -> str:
+def outcome_message(attempt: Attempt, status: StepStatus, reason: str) -> str:
     """The STEP item's message for the sensor's outcome: a step that did not succeed says how to retry it."""
     if status is StepStatus.SUCCEEDED:
         return reason
-    return reason + "; after fixing the cause: " + naming.resubmit_command(attempt["pipeline"], attempt["run_id"],
-                                                                           attempt["step"])
+    return reason + "; after fixing the cause: " + naming.resubmit_command(attempt.pipeline, attempt.run_id,
+                                                                           attempt.step)
 
 
-def run_outcome_message(attempt: dict, step_message: str) -> str:
+def run_outcome_message(attempt: Attempt, step_message: str) -> str:
     """The RUN item's message when one of its steps failed."""
-    return f"step {attempt['step']} failed: {step_message}"
+    return f"step {attempt.step} failed: {step_message}"
 
 
-def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dict:
+def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> dict:
     """Write what downstream readers trust once a step has ended: the step-level manifest of every
     output (its input, attempt, rows and S3 ETag and size), and the ``_SUCCESS`` marker when, and
     only when, the step SUCCEEDED (a PARTIAL step has failed files, so it writes none).
@@ -418,10 +405,10 @@ def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dic
     Idempotent: a retried watch task writes the same manifest again. Returns the manifest.
     """
     model = services.ledger_model(spec)
-    records = read_step(model, attempt["pipeline"], attempt["run_id"], attempt["step"],
+    records = read_step(model, attempt.pipeline, attempt.run_id, attempt.step,
                         file_attributes=[*FILE_ATTRIBUTES, "output_key"])
     s3 = services.s3_client(spec)
-    out_bucket, out_key = parse_s3_uri(attempt["output_prefix"])
+    out_bucket, out_key = parse_s3_uri(attempt.output_prefix)
     listed: dict[str, dict] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=out_bucket, Prefix=out_key):
         for item in page.get("Contents", []):
@@ -438,27 +425,27 @@ def commit_outputs(spec: PipelineSpec, attempt: dict, status: StepStatus) -> dic
                            "error_class": f.error_class})
     missing = [o["output"] for o in outputs if o["bytes"] is None]
     manifest = {
-        "pipeline": attempt["pipeline"], "run_id": attempt["run_id"], "step": attempt["step"],
-        "status": status.value, "attempts": attempt["attempt"], "output_prefix": attempt["output_prefix"],
+        "pipeline": attempt.pipeline, "run_id": attempt.run_id, "step": attempt.step,
+        "status": status.value, "attempts": attempt.number, "output_prefix": attempt.output_prefix,
         "files": len(records.files), "rows_out": sum(o["rows_out"] for o in outputs),
         "outputs": outputs, "not_succeeded": failed, "outputs_missing": missing,
         "written_at": dt.datetime.now(dt.UTC).isoformat(),
     }
-    bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt["output_prefix"], attempt["run_id"],
-                                                           attempt["step"], attempt.get("metadata_prefix")))
+    bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt.output_prefix, attempt.run_id,
+                                                           attempt.step, attempt.metadata_prefix))
     s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest, indent=1).encode(),
                   ContentType="application/json")
     if missing:
         # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
         log.error("step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "
                   "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
-                  "failed uploads and the write access to that prefix", attempt["step"], len(missing),
-                  attempt["output_prefix"], missing[:3], naming.SUCCESS_MARKER)
+                  "failed uploads and the write access to that prefix", attempt.step, len(missing),
+                  attempt.output_prefix, missing[:3], naming.SUCCESS_MARKER)
     elif status is StepStatus.SUCCEEDED:
-        marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt["output_prefix"]))
+        marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt.output_prefix))
         s3.put_object(Bucket=marker_bucket, Key=marker_key, ContentType="application/json", Body=json.dumps({
-            "pipeline": attempt["pipeline"], "run_id": attempt["run_id"], "step": attempt["step"],
-            "attempts": attempt["attempt"], "outputs": len(outputs), "rows_out": manifest["rows_out"],
+            "pipeline": attempt.pipeline, "run_id": attempt.run_id, "step": attempt.step,
+            "attempts": attempt.number, "outputs": len(outputs), "rows_out": manifest["rows_out"],
             "manifest": f"s3://{bucket}/{key}"}).encode())
     return manifest
 
@@ -499,20 +486,15 @@ def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatu
     set_run_status(services.ledger_model(spec), pipeline, run_id, status, message)
 
 
-def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict | None:
-    """The step's newest attempt as an attempt dict, rebuilt from the ledger alone (for the CLI and UI)."""
+def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> Attempt | None:
+    """The step's newest attempt, rebuilt from the ledger alone (for the CLI and UI)."""
     records = read_step(services.ledger_model(spec), pipeline, run_id, step)
     if records.step is None or not records.step.plan_json:
         return None
-    base = json.loads(records.step.plan_json)
     number = int(records.step.attempt or 1)
     files = sum(1 for f in records.files if int(f.attempt or 0) == number)
-    name = naming.job_name(pipeline, run_id, step, number)
-    return {**base, "attempt": number, "job_name": name, "files": files,
-            "instance_count": choose_instance_count(int(base.get("requested_instances") or 1), max(1, files)),
-            "manifest_uri": naming.manifest_key(base["output_prefix"], run_id, step, number,
-                                                base.get("metadata_prefix"))}
+    return Attempt.from_plan(records.step.plan_json, number, files)
 
 
-def job_status(spec: PipelineSpec, attempt: dict) -> JobStatus:
-    return services.backend_for(spec).describe(attempt["job_name"]).status
+def job_status(spec: PipelineSpec, attempt: Attempt) -> JobStatus:
+    return services.backend_for(spec).describe(attempt.job_name).status

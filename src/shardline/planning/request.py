@@ -6,29 +6,10 @@ processing job from the very same dict, so both run what was planned.
 
 from __future__ import annotations
 
-import dataclasses
-
 from shardline import contract
 from shardline.ledger.context import LedgerContext
+from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec, StepSpec
-
-
-@dataclasses.dataclass(frozen=True)
-class Attempt:
-    """One attempt of one step of one run, with its templates already rendered."""
-
-    pipeline: str
-    run_id: str
-    step: str
-    attempt: int
-    job_name: str
-    manifest_uri: str  # s3:// URI of this attempt's ManifestFile
-    input_prefix: str  # the prefix the manifest's keys are relative to
-    output_prefix: str
-    model_uri: str
-    instance_count: int
-    model_version: str | None = None  # the run's model_version Param: picks the pinned digest
-    metadata_prefix: str | None = None  # output.metadata_prefix, rendered: the instances' manifests go there
 
 
 def worker_arguments(step: StepSpec) -> list[str]:
@@ -88,7 +69,7 @@ def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt, reg
     """The instances' environment: which ledger, run, step and attempt they write as (the ledger's own
     agreement, written by :class:`LedgerContext`), and the ledger's region."""
     env = LedgerContext(table=spec.ledger_table, pipeline=attempt.pipeline, run_id=attempt.run_id,
-                        step=attempt.step, attempt=attempt.attempt, input_uri=attempt.input_prefix,
+                        step=attempt.step, attempt=attempt.number, input_uri=attempt.input_prefix,
                         output_uri=attempt.output_prefix, retention_days=spec.ledger_retention_days).to_env()
     if region:  # the worker writes to the ledger in the orchestrator's region, whatever the container assumes
         env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = region
@@ -159,7 +140,7 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
                 "shardline:pipeline": attempt.pipeline,
                 "shardline:run-id": attempt.run_id[:256],
                 "shardline:step": attempt.step,
-                "shardline:attempt": str(attempt.attempt),
+                "shardline:attempt": str(attempt.number),
             }.items()
         ],
     }

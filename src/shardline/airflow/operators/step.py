@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardline.airflow.triggers.step import BackoffTrigger, InputTrigger, StepTrigger, event_for, settle_until
 from shardline.decision.policy import Action
+from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
 from shardline.spec import input_override_problem, load_spec, model_version_problem, unknown_conf_problem
 
@@ -104,7 +105,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         if attempt is None:
             self._missing(context, input_prefix, f"no input file under {input_prefix} (matching "
                                                  f"{list(step.input.include)})", waited=waited)
-        return attempt
+        return attempt.to_xcom()
 
     def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
         """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
@@ -174,8 +175,8 @@ class SubmitStepOperator(_SpecMixin, BaseOperator):
         self.spec_path, self.plan_task_id = spec_path, plan_task_id
 
     def execute(self, context):
-        attempt = context["ti"].xcom_pull(task_ids=self.plan_task_id)
-        return _steps().submit(self.spec, attempt)
+        attempt = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
+        return _steps().submit(self.spec, attempt).to_xcom()
 
 
 class WatchStepSensor(_SpecMixin, BaseSensorOperator):
@@ -185,14 +186,14 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
         self.spec_path, self.submit_task_id, self.poll_interval = spec_path, submit_task_id, poll_interval
-        self._attempt: dict | None = None
+        self._attempt: Attempt | None = None
 
     def execute(self, context):
-        attempt = context["ti"].xcom_pull(task_ids=self.submit_task_id)
+        attempt = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.submit_task_id))
         # A retried watch task picks up the newest attempt, not the one its submit task started.
         return self._watch(context, _steps().resume(self.spec, attempt))
 
-    def _watch(self, context, attempt: dict):
+    def _watch(self, context, attempt: Attempt):
         self._attempt = attempt
         spec = self.spec
         # A step that has already ended (a retried watch, a job quicker than the hand-over) is acted on
@@ -200,15 +201,15 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         decision = _steps().decide_now(spec, attempt)
         if decision.action is not Action.WAIT:
             return self.execute_complete(context, event_for(decision, attempt))
-        step = spec.step(attempt["step"])
+        step = spec.step(attempt.step)
         # The job's own MaxRuntime, plus time for a silent instance to be noticed, bounds one attempt.
         deadline = time.time() + step.max_runtime_seconds + step.heartbeat_timeout_seconds + 300
-        self.defer(trigger=StepTrigger(self.spec_path, attempt, self.poll_interval, deadline,
+        self.defer(trigger=StepTrigger(self.spec_path, attempt.to_xcom(), self.poll_interval, deadline,
                                        not_before=settle_until()),
                    method_name="execute_complete")
 
     def execute_complete(self, context, event: dict):
-        spec, attempt, action = self.spec, event["attempt"], event["action"]
+        spec, attempt, action = self.spec, Attempt.from_xcom(event["attempt"]), event["action"]
         self._attempt = attempt
         if action == "UNREACHABLE":
             # Neither the ledger nor the job can be reached: record nothing, fail the task with what to do.
@@ -217,18 +218,18 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             _steps().stop(spec, attempt)
         if action != "RESUBMIT":
             _steps().finish(spec, attempt, action, event["reason"])
-        fix = resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"])
+        fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
         if action in ("ADVANCE", "PARTIAL"):
-            summary = _steps().report(spec, attempt["pipeline"], attempt["run_id"], attempt["step"])
+            summary = _steps().report(spec, attempt.pipeline, attempt.run_id, attempt.step)
             if action == "PARTIAL":
-                self.log.warning("%s", partial_text(attempt["step"], event["reason"], event["failed_files"], fix))
+                self.log.warning("%s", partial_text(attempt.step, event["reason"], event["failed_files"], fix))
             else:
-                self.log.info("step %s succeeded: %s", attempt["step"], event["reason"])
+                self.log.info("step %s succeeded: %s", attempt.step, event["reason"])
             return {**summary, "outcome": action}
         if action == "RESUBMIT":
-            self.log.warning("step %s: %s; resubmitting in %.0fs", attempt["step"], event["reason"],
+            self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, event["reason"],
                              event["delay_seconds"])
-            payload = {"attempt": attempt, "retry_files": event["retry_files"]}
+            payload = {"attempt": attempt.to_xcom(), "retry_files": event["retry_files"]}
             if event["delay_seconds"] > 0:
                 # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
                 self.defer(trigger=BackoffTrigger(event["delay_seconds"], payload,
@@ -239,13 +240,14 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
     def resubmit(self, context, event: dict):
         from shardline.ledger.orchestrator import StaleOrchestratorError
 
+        attempt = Attempt.from_xcom(event["attempt"])
         try:
-            nxt = _steps().resubmit(self.spec, event["attempt"], event["retry_files"])
+            nxt = _steps().resubmit(self.spec, attempt, event["retry_files"])
         except StaleOrchestratorError as err:
             # An operator resubmitted (or cancelled) first: follow the step where it is now.
             self.log.warning("%s; following the step where it is now", err)
-            return self._watch(context, _steps().resume(self.spec, event["attempt"]))
-        self.log.info("attempt %d submitted as %s with %d file(s)", nxt["attempt"], nxt["job_name"], nxt["files"])
+            return self._watch(context, _steps().resume(self.spec, attempt))
+        self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
         return self._watch(context, nxt)
 
     def on_kill(self):
@@ -279,12 +281,12 @@ def _list(failed: list[dict], limit: int = 10) -> str:
     return (shown + more) or "none"
 
 
-def step_failed_text(attempt: dict, action: str, reason: str, failed_files: list[dict]) -> str:
+def step_failed_text(attempt: Attempt, action: str, reason: str, failed_files: list[dict]) -> str:
     """Why the watch task fails, and the command (or spec field) that fixes it."""
-    where = f"step {attempt['step']} of {attempt['pipeline']} run {attempt['run_id']}"
+    where = f"step {attempt.step} of {attempt.pipeline} run {attempt.run_id}"
     if action == "UNREACHABLE":
         return f"{where}: {reason}"
-    fix = resubmit_command(attempt["pipeline"], attempt["run_id"], attempt["step"])
+    fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
     if action == "TIMEOUT":
         return (f"{where} failed: {reason}. If the step needs longer, raise max_runtime_seconds in the spec; then "
                 f"resubmit what did not finish (the run turns green when it succeeds): {fix}")
@@ -377,13 +379,13 @@ class ReportOperator(_SpecMixin, BaseOperator):
 
         steps = []
         for s in summaries:
-            attempt = _steps().latest_attempt(self.spec, self.spec.pipeline, context["run_id"], s["step"]) or {}
-            prefix = attempt.get("output_prefix")
+            attempt = _steps().latest_attempt(self.spec, self.spec.pipeline, context["run_id"], s["step"])
+            prefix = attempt.output_prefix if attempt else None
             steps.append({
                 "step": s["step"], "outcome": s.get("outcome"), "files": s["files"], "succeeded": s["succeeded"],
                 "failed": s["failed"], "rows_out": s["rows_out"], "attempts": s["attempts"], "output_prefix": prefix,
                 "outputs_manifest": naming.outputs_manifest_key(prefix, context["run_id"], s["step"],
-                                                                attempt.get("metadata_prefix")) if prefix else None,
+                                                                attempt.metadata_prefix) if prefix else None,
                 "success_marker": naming.success_marker_key(prefix) if prefix and s.get("outcome") == "ADVANCE"
                 else None,
             })

@@ -17,6 +17,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from shardline.decision.policy import Action, decide
+from shardline.planning.attempt import Attempt
 from shardline.spec import load_spec
 
 # A trigger that fires within a few seconds of its task deferring races the scheduler: the
@@ -59,37 +60,38 @@ class StepTrigger(BaseTrigger):
         from shardline.orchestration import steps  # AWS clients load in the triggerer, not where DAGs are parsed
 
         spec = load_spec(Path(self.spec_path))
-        policy = steps.policy_for(spec, self.attempt["step"])
+        attempt = Attempt.from_xcom(self.attempt)
+        policy = steps.policy_for(spec, attempt.step)
         # As long as the step tolerates a silent instance, it tolerates an unreachable endpoint.
-        outage_budget = spec.step(self.attempt["step"]).heartbeat_timeout_seconds
+        outage_budget = spec.step(attempt.step).heartbeat_timeout_seconds
         last_reason, unreachable_since = None, None
         while True:
             try:
-                snap = await asyncio.to_thread(steps.snapshot, spec, self.attempt)
+                snap = await asyncio.to_thread(steps.snapshot, spec, attempt)
             except Exception as err:
                 if not steps.is_unreachable(err):
                     raise
                 unreachable_since = unreachable_since or time.time()
                 down = time.time() - unreachable_since
-                self.log.warning("%s: the AWS endpoint is unreachable (%.0fs so far): %s", self.attempt["job_name"],
+                self.log.warning("%s: the AWS endpoint is unreachable (%.0fs so far): %s", attempt.job_name,
                                  down, steps.describe_error(err))
                 if down > outage_budget:
                     await _settle(self.not_before)
                     yield TriggerEvent({"action": "UNREACHABLE", "attempt": self.attempt,
-                                        "reason": steps.unreachable_reason(self.attempt, down, err)})
+                                        "reason": steps.unreachable_reason(attempt, down, err)})
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
             if unreachable_since is not None:
-                self.log.info("%s: the AWS endpoint answers again", self.attempt["job_name"])
+                self.log.info("%s: the AWS endpoint answers again", attempt.job_name)
                 unreachable_since = None
             decision = decide(snap, policy)
             if decision.action is not Action.WAIT:
                 await _settle(self.not_before)
-                yield TriggerEvent(event_for(decision, self.attempt))
+                yield TriggerEvent(event_for(decision, attempt))
                 return
             if decision.reason != last_reason:  # log changes of state, not every poll
-                self.log.info("%s attempt %d: %s", self.attempt["job_name"], self.attempt["attempt"], decision.reason)
+                self.log.info("%s attempt %d: %s", attempt.job_name, attempt.number, decision.reason)
                 last_reason = decision.reason
             if self.deadline is not None and time.time() > self.deadline:
                 await _settle(self.not_before)
@@ -105,12 +107,12 @@ def timeout_reason(last: str) -> str:
             f"heartbeat_timeout_seconds plus 5 minutes), so its job is stopped; last seen: {last}")
 
 
-def event_for(decision, attempt: dict) -> dict[str, Any]:
+def event_for(decision, attempt: Attempt) -> dict[str, Any]:
     """The decision as the JSON-able event the sensor's ``execute_complete`` takes."""
     return {
         "action": decision.action.value,
         "reason": decision.reason,
-        "attempt": attempt,
+        "attempt": attempt.to_xcom(),
         "retry_files": list(decision.retry_files),
         "failed_files": [
             {"input": f.input_key, "error_class": f.error_class, "error_message": (f.error_message or "")[:500]}

@@ -1,0 +1,111 @@
+"""One attempt of one step of one run: the typed value every layer passes along. Pure.
+
+What the job is called, where its manifest lives and how many instances it runs are derived
+from the attempt itself, here and nowhere else. It travels through XCom, a trigger's kwargs and
+its events as a JSON dict (:meth:`Attempt.to_xcom` / :meth:`Attempt.from_xcom`), and is rebuilt
+from the ledger's STEP item by the CLI and the page (:meth:`Attempt.from_plan`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shardline.planning import naming
+from shardline.planning.inputs import S3Object, choose_instance_count
+
+# What a step was planned with, as the STEP item keeps it: enough to build any later attempt without XCom.
+PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "metadata_prefix", "model_uri",
+               "model_version", "requested_instances")
+# Derived, so written to XCom for readers (logs, the UI) but never read back as facts.
+DERIVED_FIELDS = ("job_name", "manifest_uri", "instance_count")
+
+
+class PlannedFile(BaseModel):
+    """An input of an attempt: its key under the bucket, and its size (what ``sharding: by_size`` deals by)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    size: Annotated[int, Field(ge=0)]
+
+    @classmethod
+    def of(cls, obj: S3Object) -> PlannedFile:
+        return cls(key=obj.key, size=obj.size)
+
+    def as_object(self) -> S3Object:
+        return S3Object(self.key, self.size)
+
+
+class Attempt(BaseModel):
+    """One attempt of one step of one run, its templates already rendered."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline: str
+    run_id: str
+    step: str
+    number: Annotated[int, Field(ge=1)]
+    input_prefix: str  # the prefix the manifest's keys are relative to
+    output_prefix: str
+    model_uri: str
+    requested_instances: Annotated[int, Field(ge=1)] = 1
+    model_version: str | None = None  # the run's model_version Param: picks the pinned digest
+    metadata_prefix: str | None = None  # output.metadata_prefix, rendered: the instances' manifests go there
+    file_count: Annotated[int, Field(ge=0)] = 0
+    # The attempt's inputs and their sizes where the planner has them; XCom carries only their count
+    # (the manifest and the ledger hold the list, which can be 100,000 keys).
+    files: tuple[PlannedFile, ...] = ()
+    submitted_at: float | None = None  # epoch seconds, once the job was submitted or adopted
+    planning: dict[str, Any] | None = None  # how long listing and recording took (the plan task logs it)
+
+    @property
+    def job_name(self) -> str:
+        return naming.job_name(self.pipeline, self.run_id, self.step, self.number)
+
+    @property
+    def manifest_uri(self) -> str:
+        """The s3:// URI of this attempt's ManifestFile."""
+        return naming.manifest_key(self.output_prefix, self.run_id, self.step, self.number, self.metadata_prefix)
+
+    @property
+    def instance_count(self) -> int:
+        return choose_instance_count(self.requested_instances, max(1, self.file_count))
+
+    @property
+    def bytes_planned(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def plan_json(self) -> str:
+        """What the STEP item keeps of the plan (:data:`PLAN_FIELDS`)."""
+        return json.dumps({name: getattr(self, name) for name in PLAN_FIELDS})
+
+    def next(self, number: int, files: list[PlannedFile]) -> Attempt:
+        """Another attempt of the same step with ``files`` (not yet submitted)."""
+        return self.model_copy(update={"number": number, "files": tuple(files), "file_count": len(files),
+                                       "submitted_at": None, "planning": None})
+
+    def submitted(self, at: float) -> Attempt:
+        return self.model_copy(update={"submitted_at": at})
+
+    def to_xcom(self) -> dict[str, Any]:
+        """A JSON dict, keyed as XCom, trigger kwargs and events have always carried an attempt."""
+        data = self.model_dump(mode="json", exclude={"files", "number", "file_count"})
+        return {**data, "attempt": self.number, "files": self.file_count,
+                **{name: getattr(self, name) for name in DERIVED_FIELDS}}
+
+    @classmethod
+    def from_xcom(cls, data: dict[str, Any]) -> Attempt:
+        """The attempt a dict from :meth:`to_xcom` (or an earlier Shardline's XCom) describes."""
+        known = set(cls.model_fields) - {"number", "file_count", "files"}
+        values = {k: v for k, v in data.items() if k in known}
+        return cls(**values, number=int(data["attempt"]), file_count=int(data.get("files") or 0))
+
+    @classmethod
+    def from_plan(cls, plan_json: str, number: int, file_count: int) -> Attempt:
+        """An attempt rebuilt from the ledger alone: the STEP item's plan, its attempt and its file count."""
+        plan = json.loads(plan_json)
+        plan["requested_instances"] = int(plan.get("requested_instances") or 1)
+        return cls(**{k: plan.get(k) for k in PLAN_FIELDS if k in plan}, number=number, file_count=file_count)
