@@ -154,7 +154,8 @@ def hostile_run(aws_env, ledger_table, tmp_path):
     key = "s3://b/in/" + HOSTILE["key_name"]
     ensure_run(model, "p", "run-1")
     start_attempt(model, "p", "run-1", "score", 1, [(key, 10), ("s3://b/in/good.parquet", 10)],
-                  plan_json=json.dumps({"output_prefix": "s3://b/out/", "requested_instances": 1}))
+                  plan_json=json.dumps({"input_prefix": "s3://b/in/", "output_prefix": "s3://b/out/",
+                                        "model_uri": "s3://b/model.tar.gz", "requested_instances": 1}))
     worker = WorkerLedger(LedgerContext(ledger_table, "p", "run-1", "score", 1, input_uri="s3://b/in/"),
                           HOSTILE["host"])
     worker.claim_file(HOSTILE["key_name"])
@@ -215,3 +216,8 @@ def test_an_error_message_prints_terminal_controls_escaped(hostile_run):
     result = run(*folder, "status", f"p/nope{CONTROLS}", env=env)
     assert result.returncode == 1
     assert_printed_as_written(result.stderr, "no run p/nope\\x1b[2J")
+
+
+def test_a_malformed_run_name_is_a_usage_error():
+    result = run("--dags-folder", str(REPO / "dags"), "status", "tabular_scoring_hourly")
+    assert result.returncode == 2 and "is not a run name" in result.stderr, result.stderr

@@ -73,3 +73,13 @@ def test_a_run_no_task_drives_is_flagged_with_the_command_that_takes_it_up():
     assert "`shardline resubmit p/r1 --step score --all-failed` takes it up again" in said
     said = disagreement("SUCCEEDED", "failed", "p/r1")
     assert "clears it, so the run turns green" in said and "shardline status p/r1" in said
+
+
+def test_each_kind_of_on_call_error_says_how_the_page_answers_and_the_cli_exits():
+    from shardline.oncall.service import BadRequest, Conflict, NotFound, OnCallError, Refused, RunRef, Unavailable
+
+    kinds = {NotFound: (404, 1), Conflict: (409, 1), BadRequest: (400, 2), Refused: (403, 1), Unavailable: (503, 1)}
+    for kind, (http_status, exit_code) in kinds.items():
+        assert issubclass(kind, OnCallError) and (kind.http_status, kind.exit_code) == (http_status, exit_code)
+    with pytest.raises(BadRequest):
+        RunRef.parse("no-slash")

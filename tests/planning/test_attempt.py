@@ -53,8 +53,11 @@ def test_an_attempt_from_an_earlier_releases_xcom_is_read():
 
 def test_it_is_rebuilt_from_the_ledgers_plan_alone():
     attempt = _attempt()
-    again = Attempt.from_plan(attempt.plan_json(), 2, 3)
+    again = Attempt.from_plan(attempt.plan_json(), 2, 3, pipeline=attempt.pipeline, run_id=attempt.run_id,
+                              step="score")
     assert again == attempt
+    with pytest.raises(ValueError, match="lacks input_prefix, model_uri"):
+        Attempt.from_plan(json.dumps({"output_prefix": "s3://b/out/"}), 1, 1, pipeline="p", run_id="r", step="s")
     assert set(json.loads(attempt.plan_json())) == {"pipeline", "run_id", "step", "input_prefix", "output_prefix",
                                                      "metadata_prefix", "model_uri", "model_version",
                                                      "requested_instances"}

@@ -595,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(oncall, args)
     except (OnCallError, AirflowApiError, EmbeddedAwsError, PreviewError) as err:
         print(f"shardline {args.command}: {printable(err)}", file=sys.stderr)
-        return EXIT_ERROR
+        return getattr(err, "exit_code", EXIT_ERROR)  # a malformed request exits 2, as a usage error does
     except (BotoCoreError, ClientError, PynamoDBException) as err:
         print(aws_error_text(args.command, printable(err), os.environ, args.dags_folder), file=sys.stderr)
         return EXIT_ERROR

@@ -48,7 +48,45 @@ ENV_DAGS_FOLDER = "SHARDLINE_DAGS_FOLDER"
 
 
 class OnCallError(RuntimeError):
-    """Something the operator can fix; the message says what to do next."""
+    """Something the operator can fix; the message says what to do next.
+
+    Its kind says how the page answers (``http_status``) and how the CLI exits (``exit_code``), so
+    neither reads the message to decide.
+    """
+
+    http_status = 409
+    exit_code = 1
+
+
+class NotFound(OnCallError):
+    """No such pipeline, run, step or file."""
+
+    http_status = 404
+
+
+class Conflict(OnCallError):
+    """The request does not fit where the run is now (a sensor in charge, an attempt moved on, ended)."""
+
+    http_status = 409
+
+
+class BadRequest(OnCallError):
+    """The request itself is malformed: a run name, a choice of files."""
+
+    http_status = 400
+    exit_code = 2
+
+
+class Refused(OnCallError):
+    """Airflow would not let this caller do it."""
+
+    http_status = 403
+
+
+class Unavailable(OnCallError):
+    """Airflow cannot be asked (not configured, or not answering), so nothing was changed."""
+
+    http_status = 503
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +98,8 @@ class RunRef:
     def parse(cls, text: str) -> RunRef:
         pipeline, sep, run_id = text.partition("/")
         if not sep or not pipeline or not run_id:
-            raise OnCallError(f"{text!r} is not a run name: a run is named PIPELINE/RUN_ID; copy it from the RUN "
-                              "column of `shardline runs`")
+            raise BadRequest(f"{text!r} is not a run name: a run is named PIPELINE/RUN_ID; copy it from the RUN "
+                             "column of `shardline runs`")
         return cls(pipeline, run_id)
 
     def __str__(self) -> str:
@@ -367,8 +405,8 @@ class OnCall:
     def __init__(self, specs: dict[str, PipelineSpec], *, airflow: AirflowClient | None = None,
                  now=lambda: dt.datetime.now(dt.UTC)):
         if not specs:
-            raise OnCallError("no pipeline specs found; pass --dags-folder (or set SHARDLINE_DAGS_FOLDER) to the "
-                              "folder that holds pipelines/*.yaml")
+            raise NotFound("no pipeline specs found; pass --dags-folder (or set SHARDLINE_DAGS_FOLDER) to the "
+                           "folder that holds pipelines/*.yaml")
         self.specs = specs
         self.airflow = airflow
         self.airflow_warning: str | None = None  # why Airflow's side is missing from the views, if it is
@@ -380,8 +418,8 @@ class OnCall:
 
     def spec(self, pipeline: str) -> PipelineSpec:
         if pipeline not in self.specs:
-            raise OnCallError(f"no pipeline {pipeline!r} among the specs found ({', '.join(sorted(self.specs))}); "
-                              "check the name, or pass --dags-folder with the folder that holds its spec")
+            raise NotFound(f"no pipeline {pipeline!r} among the specs found ({', '.join(sorted(self.specs))}); "
+                           "check the name, or pass --dags-folder with the folder that holds its spec")
         return self.specs[pipeline]
 
     # --- reads ---------------------------------------------------------------------------
@@ -427,8 +465,8 @@ class OnCall:
         model = services.ledger_model(spec)
         records = read_run(model, ref.pipeline, ref.run_id)
         if records.run is None:
-            raise OnCallError(f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
-                              f"{ref.pipeline}` lists the recent ones")
+            raise NotFound(f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
+                           f"{ref.pipeline}` lists the recent ones")
         steps = [self._step_view(spec, ref, s.name, with_files) for s in spec.steps]
         status = records.run.status or "UNKNOWN"
         steps = [s for s in steps if s is not None]
@@ -496,14 +534,14 @@ class OnCall:
             planned += records.step is not None
             found += [_file_view(name, f) for f in records.files if f.status != FileStatus.SUCCEEDED]
         if not planned:
-            raise OnCallError(f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
-                              f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "
-                              "lists the recent ones")
+            raise NotFound(f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
+                           f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "
+                           "lists the recent ones")
         return found
 
     @staticmethod
     def _unknown_step(spec: PipelineSpec, step: str):
-        raise OnCallError(unknown_step(spec.pipeline, step, [s.name for s in spec.steps]))
+        raise NotFound(unknown_step(spec.pipeline, step, [s.name for s in spec.steps]))
 
     # --- actions -------------------------------------------------------------------------
 
@@ -514,13 +552,13 @@ class OnCall:
         if step not in {s.name for s in spec.steps}:
             self._unknown_step(spec, step)
         if sum(bool(x) for x in (shard, files, all_failed)) != 1:
-            raise OnCallError("choose what to resubmit with exactly one of --all-failed, --shard HOST or --file KEY")
+            raise BadRequest("choose what to resubmit with exactly one of --all-failed, --shard HOST or --file KEY")
         records = read_step(services.ledger_model(spec), ref.pipeline, ref.run_id, step,
                             file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
-            raise OnCallError(f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
-                              f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
-                              "the run is")
+            raise Conflict(f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
+                           f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
+                           "the run is")
         # A key the planner refused as an unsafe path can never run: it is listed as failed, never resubmitted.
         not_done = {f.input_key: f for f in records.files
                     if f.status != FileStatus.SUCCEEDED and f.error_class != UNSAFE_KEY_ERROR}
@@ -539,9 +577,9 @@ class OnCall:
             wanted = [self._full_key(records, key) for key in files]
             unknown = [k for k, w in zip(files, wanted, strict=True) if w not in known]
             if unknown:
-                raise OnCallError(f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not an "
-                                  f"input of step {step}; `shardline failed {ref} --step {step}` lists the files "
-                                  "that can be resubmitted (pass one as --file, or use --all-failed)")
+                raise NotFound(f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not an "
+                               f"input of step {step}; `shardline failed {ref} --step {step}` lists the files "
+                               "that can be resubmitted (pass one as --file, or use --all-failed)")
             chosen = sorted(w for w in wanted if w in not_done)
             why = "the chosen files that have not succeeded"
         return ResubmitPlan(str(ref), step, chosen, why)
@@ -571,10 +609,14 @@ class OnCall:
     def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> Attempt:
         from shardline.orchestration import steps
 
-        attempt = steps.latest_attempt(spec, ref.pipeline, ref.run_id, step)
+        try:
+            attempt = steps.latest_attempt(spec, ref.pipeline, ref.run_id, step)
+        except ValueError as err:
+            raise Conflict(f"{err}, so it cannot be resubmitted from here; clear its plan_{step} task in Airflow "
+                           "instead") from err
         if attempt is None:
-            raise OnCallError(f"step {step} of {ref} has no recorded plan (was it planned by an older Shardline?), "
-                              f"so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead")
+            raise Conflict(f"step {step} of {ref} has no recorded plan (was it planned by an older Shardline?), "
+                           f"so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead")
         return attempt
 
     def resubmit(self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (),
@@ -601,7 +643,7 @@ class OnCall:
         except JobNotFound:
             job = None
             if spec.backend == "local" and any(int(s.attempt or 0) == latest.number for s in records.shards):
-                raise OnCallError(local_root_mismatch(latest.job_name, latest.number)) from None
+                raise Conflict(local_root_mismatch(latest.job_name, latest.number)) from None
         watch = f"watch_{step}"
         watch_state = None if ledger_only else self._watch_state(ref, watch)
         choice = choose_next(attempt=latest.number, job=latest.job_name,
@@ -611,7 +653,7 @@ class OnCall:
         if choice.next is Next.SUBMIT:  # otherwise the reason is what the result says: printed once, not twice
             plan = dataclasses.replace(plan, reason=f"{plan.reason}; {choice.reason}")
         if choice.next is Next.REFUSE:
-            raise OnCallError(f"step {step} of {ref}: {choice.reason}")
+            raise Conflict(f"step {step} of {ref}: {choice.reason}")
         if choice.clear_watch:
             self._may_clear(ref, watch)
         if choice.next is Next.NOTHING:
@@ -628,9 +670,9 @@ class OnCall:
             try:
                 nxt = steps.resubmit(spec, latest, plan.files, by_operator=True)
             except StaleOrchestratorError as err:
-                raise OnCallError(f"someone else (the sensor, or another operator) moved step {step} of {ref} past "
-                                  f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "
-                                  f"status {ref}` shows where it is now") from err
+                raise Conflict(f"someone else (the sensor, or another operator) moved step {step} of {ref} past "
+                               f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "
+                               f"status {ref}` shows where it is now") from err
             attempt, job_name = nxt.number, nxt.job_name
         if not choice.clear_watch:
             return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state),
@@ -647,7 +689,7 @@ class OnCall:
         cannot be asked (a resubmission must be able to let the DAG run follow it)."""
         nothing = "nothing was submitted"
         if self.airflow is None:
-            raise OnCallError(f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
+            raise Unavailable(f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
                               f"{watch} task must be cleared so the run follows it. To give the CLI access, "
                               f"{HOW_TO_CONFIGURE}; then run the same command again. (For a step not run by "
                               "Airflow, pass --ledger-only.)")
@@ -655,11 +697,11 @@ class OnCall:
             answer = self.airflow.task_instance(ref.pipeline, ref.run_id, watch)
         except AirflowApiError as err:
             if err.status == 404:
-                raise OnCallError(f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
-                                  f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
-                                  f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
-                                  "for a step not run by Airflow, pass --ledger-only.") from err
-            raise OnCallError(f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}. Run the same "
+                raise NotFound(f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
+                               f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
+                               f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
+                               "for a step not run by Airflow, pass --ledger-only.") from err
+            raise Unavailable(f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}. Run the same "
                               "command again once Airflow answers.") from err
         return answer.get("state") or "none"
 
@@ -671,8 +713,8 @@ class OnCall:
         except AirflowApiError as err:
             hint = (f" (clearing task instances of DAG {ref.pipeline} takes Airflow's Op role, or an admin)"
                     if err.status == 403 else ". Run the same command again once Airflow answers")
-            raise OnCallError(f"Airflow would not let this caller clear {watch} of DAG run {ref.run_id}, so nothing "
-                              f"was submitted: {err}{hint}") from err
+            raise Refused(f"Airflow would not let this caller clear {watch} of DAG run {ref.run_id}, so nothing "
+                          f"was submitted: {err}{hint}") from err
 
     def _rerun_watch(self, ref: RunRef, watch: str, wait_seconds: float = 60.0) -> str:
         """Let the DAG run follow the step again: clear its watch task once it has finished.
@@ -688,7 +730,7 @@ class OnCall:
             time.sleep(1)
             state = self.airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state")
         if state not in FINISHED_TASK_STATES:
-            raise OnCallError(f"{watch} has not finished after {wait_seconds:.0f}s (it is {_state(state)})")
+            raise Conflict(f"{watch} has not finished after {wait_seconds:.0f}s (it is {_state(state)})")
         cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
         return cleared_text(watch, state, len(cleared))
 
@@ -698,11 +740,11 @@ class OnCall:
         model = services.ledger_model(spec)
         records = read_run(model, ref.pipeline, ref.run_id)
         if records.run is None:
-            raise OnCallError(f"no run {ref} in table {spec.ledger_table}, so there is nothing to cancel; check the "
-                              f"run name: `shardline runs --pipeline {ref.pipeline}` lists the recent ones")
+            raise NotFound(f"no run {ref} in table {spec.ledger_table}, so there is nothing to cancel; check the "
+                           f"run name: `shardline runs --pipeline {ref.pipeline}` lists the recent ones")
         if records.run.status in STEP_TERMINAL:
-            raise OnCallError(f"run {ref} already ended {records.run.status}, so there is nothing to cancel; "
-                              f"`shardline status {ref}` shows how it ended")
+            raise Conflict(f"run {ref} already ended {records.run.status}, so there is nothing to cancel; "
+                           f"`shardline status {ref}` shows how it ended")
         done = []
         backend = services.backend_for(spec)
         for item in records.steps:

@@ -493,7 +493,7 @@ def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) ->
         return None
     number = int(records.step.attempt or 1)
     files = sum(1 for f in records.files if int(f.attempt or 0) == number)
-    return Attempt.from_plan(records.step.plan_json, number, files)
+    return Attempt.from_plan(records.step.plan_json, number, files, pipeline=pipeline, run_id=run_id, step=step)
 
 
 def job_status(spec: PipelineSpec, attempt: Attempt) -> JobStatus:

@@ -104,8 +104,16 @@ class Attempt(BaseModel):
         return cls(**values, number=int(data["attempt"]), file_count=int(data.get("files") or 0))
 
     @classmethod
-    def from_plan(cls, plan_json: str, number: int, file_count: int) -> Attempt:
-        """An attempt rebuilt from the ledger alone: the STEP item's plan, its attempt and its file count."""
-        plan = json.loads(plan_json)
-        plan["requested_instances"] = int(plan.get("requested_instances") or 1)
-        return cls(**{k: plan.get(k) for k in PLAN_FIELDS if k in plan}, number=number, file_count=file_count)
+    def from_plan(cls, plan_json: str, number: int, file_count: int, *, pipeline: str, run_id: str,
+                  step: str) -> Attempt:
+        """An attempt rebuilt from the ledger alone: the STEP item's plan, its attempt and its file count.
+
+        Raises ValueError naming what a plan lacks (one written by hand, or by a much older Shardline).
+        """
+        plan = {k: v for k, v in json.loads(plan_json).items() if k in PLAN_FIELDS}
+        plan.update(pipeline=pipeline, run_id=run_id, step=step,
+                    requested_instances=int(plan.get("requested_instances") or 1))
+        missing = [name for name in ("input_prefix", "output_prefix", "model_uri") if not plan.get(name)]
+        if missing:
+            raise ValueError(f"the recorded plan of step {step} of run {run_id} lacks {', '.join(missing)}")
+        return cls(**plan, number=number, file_count=file_count)

@@ -204,10 +204,8 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(OnCallError)
     async def _oncall_error(_request: Request, err: OnCallError) -> JSONResponse:
-        text = str(err)
-        missing = text.startswith(("no run ", "no pipeline ")) or " has no step " in text
-        code = status.HTTP_404_NOT_FOUND if missing else status.HTTP_409_CONFLICT
-        return JSONResponse({"detail": text}, status_code=code)
+        # The error's kind says the answer (not found, conflict, bad request, refused, unavailable).
+        return JSONResponse({"detail": str(err)}, status_code=err.http_status)
 
     @app.exception_handler(PynamoDBException)
     @app.exception_handler(BotoCoreError)
