@@ -1,4 +1,5 @@
 """Planning a step: which inputs, in what order, under which deterministic names, as which request.
 
-Pure builders (``naming``, ``request``, the ordering in ``inputs``) and the S3 listing they start from.
+Pure builders (``attempt``, the typed value every layer passes; ``naming``; ``request``; the
+ordering in ``inputs``) and the S3 listing they start from.
 """
