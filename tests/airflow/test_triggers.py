@@ -88,3 +88,24 @@ def test_the_input_trigger_fires_when_the_input_lands_and_says_what_is_missing_a
     event, _ = asyncio.run(_first_event(InputTrigger(str(path), "score", prefix, deadline=time.time() + 600,
                                                      poll_interval=0.1)))
     assert event.payload == {"ready": True, "reason": f"{prefix}_SUCCESS is there"}
+
+
+def test_a_step_event_travels_as_json_and_comes_back_the_same():
+    import json
+
+    from shardline.airflow.triggers.step import TIMEOUT, StepEvent
+    from shardline.decision.policy import Action, Decision, FileState
+    from shardline.ledger.states import FileStatus
+    from shardline.planning.attempt import Attempt
+
+    attempt = Attempt(pipeline="p", run_id="r1", step="score", number=2, input_prefix="s3://b/in/",
+                      output_prefix="s3://b/out/", model_uri="s3://b/m.tar.gz", file_count=2, submitted_at=5.0)
+    bad = FileState("s3://b/in/a.parquet", FileStatus.FAILED, 2, "CorruptInputError", "x" * 900)
+    decision = Decision(Action.FAIL, "1 of 2 file(s) failed", failed_files=(bad,), stop_job=True)
+    event = StepEvent.of(decision, attempt)
+    payload = json.loads(json.dumps(event.to_event()))  # as Airflow stores it
+    back = StepEvent.from_event(payload)
+    assert back == event and back.attempt == attempt
+    assert back.failed_files[0]["error_message"] == "x" * 500  # bounded: events live in Airflow's database
+    timeout = StepEvent.from_event(StepEvent(TIMEOUT, "ran past its deadline", attempt, stop_job=True).to_event())
+    assert (timeout.action, timeout.stop_job, timeout.retry_files) == (TIMEOUT, True, ())

@@ -322,9 +322,9 @@ def test_every_decision_reason_reads_well_and_a_failure_says_what_to_do():
             said(f"decide: {name}: failed file", steps.file_error(f.error_class, f.error_message))
         if decision.action in (Action.FAIL, Action.PARTIAL):
             from shardline.airflow.operators.step import partial_text, step_failed_text
-            from shardline.airflow.triggers.step import event_for
+            from shardline.airflow.triggers.step import StepEvent
 
-            event = event_for(decision, ATTEMPT)
+            event = StepEvent.of(decision, ATTEMPT).to_event()
             if decision.action is Action.FAIL:
                 text = said(f"sensor fails: {name}", step_failed_text(ATTEMPT, "FAIL", decision.reason,
                                                                       event["failed_files"]), failure=True,

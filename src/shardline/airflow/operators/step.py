@@ -14,7 +14,14 @@ from typing import Any
 from airflow.sdk import BaseOperator, BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardline.airflow.triggers.step import BackoffTrigger, InputTrigger, StepTrigger, event_for, settle_until
+from shardline.airflow.triggers.step import (
+    UNREACHABLE,
+    BackoffTrigger,
+    InputTrigger,
+    StepEvent,
+    StepTrigger,
+    settle_until,
+)
 from shardline.decision.policy import Action
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
@@ -200,7 +207,7 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         # here: deferring would only bring the answer straight back.
         decision = _steps().decide_now(spec, attempt)
         if decision.action is not Action.WAIT:
-            return self.execute_complete(context, event_for(decision, attempt))
+            return self.execute_complete(context, StepEvent.of(decision, attempt).to_event())
         step = spec.step(attempt.step)
         # The job's own MaxRuntime, plus time for a silent instance to be noticed, bounds one attempt.
         deadline = time.time() + step.max_runtime_seconds + step.heartbeat_timeout_seconds + 300
@@ -209,33 +216,34 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
                    method_name="execute_complete")
 
     def execute_complete(self, context, event: dict):
-        spec, attempt, action = self.spec, Attempt.from_xcom(event["attempt"]), event["action"]
+        spec, step_event = self.spec, StepEvent.from_event(event)
+        attempt, action, reason = step_event.attempt, step_event.action, step_event.reason
         self._attempt = attempt
-        if action == "UNREACHABLE":
+        if action == UNREACHABLE:
             # Neither the ledger nor the job can be reached: record nothing, fail the task with what to do.
-            raise AirflowFailException(step_failed_text(attempt, action, event["reason"], []))
-        if event.get("stop_job"):
+            raise AirflowFailException(step_failed_text(attempt, action, reason, []))
+        if step_event.stop_job:
             _steps().stop(spec, attempt)
         if action != "RESUBMIT":
-            _steps().finish(spec, attempt, action, event["reason"])
+            _steps().finish(spec, attempt, action, reason)
         fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
+        failed = list(step_event.failed_files)
         if action in ("ADVANCE", "PARTIAL"):
             summary = _steps().report(spec, attempt.pipeline, attempt.run_id, attempt.step)
             if action == "PARTIAL":
-                self.log.warning("%s", partial_text(attempt.step, event["reason"], event["failed_files"], fix))
+                self.log.warning("%s", partial_text(attempt.step, reason, failed, fix))
             else:
-                self.log.info("step %s succeeded: %s", attempt.step, event["reason"])
+                self.log.info("step %s succeeded: %s", attempt.step, reason)
             return {**summary, "outcome": action}
         if action == "RESUBMIT":
-            self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, event["reason"],
-                             event["delay_seconds"])
-            payload = {"attempt": attempt.to_xcom(), "retry_files": event["retry_files"]}
-            if event["delay_seconds"] > 0:
+            self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, reason, step_event.delay_seconds)
+            payload = {"attempt": attempt.to_xcom(), "retry_files": list(step_event.retry_files)}
+            if step_event.delay_seconds > 0:
                 # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
-                self.defer(trigger=BackoffTrigger(event["delay_seconds"], payload,
+                self.defer(trigger=BackoffTrigger(step_event.delay_seconds, payload,
                                                   not_before=settle_until()), method_name="resubmit")
             return self.resubmit(context, payload)
-        raise AirflowFailException(step_failed_text(attempt, action, event["reason"], event.get("failed_files", [])))
+        raise AirflowFailException(step_failed_text(attempt, action, reason, failed))
 
     def resubmit(self, context, event: dict):
         from shardline.ledger.orchestrator import StaleOrchestratorError

@@ -9,6 +9,7 @@ step's input to land. They act on nothing themselves.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -77,8 +78,8 @@ class StepTrigger(BaseTrigger):
                                  down, steps.describe_error(err))
                 if down > outage_budget:
                     await _settle(self.not_before)
-                    yield TriggerEvent({"action": "UNREACHABLE", "attempt": self.attempt,
-                                        "reason": steps.unreachable_reason(attempt, down, err)})
+                    yield TriggerEvent(StepEvent(UNREACHABLE, steps.unreachable_reason(attempt, down, err),
+                                                 attempt).to_event())
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
@@ -88,15 +89,15 @@ class StepTrigger(BaseTrigger):
             decision = decide(snap, policy)
             if decision.action is not Action.WAIT:
                 await _settle(self.not_before)
-                yield TriggerEvent(event_for(decision, attempt))
+                yield TriggerEvent(StepEvent.of(decision, attempt).to_event())
                 return
             if decision.reason != last_reason:  # log changes of state, not every poll
                 self.log.info("%s attempt %d: %s", attempt.job_name, attempt.number, decision.reason)
                 last_reason = decision.reason
             if self.deadline is not None and time.time() > self.deadline:
                 await _settle(self.not_before)
-                yield TriggerEvent({"action": "TIMEOUT", "attempt": self.attempt, "stop_job": True,
-                                    "reason": timeout_reason(decision.reason)})
+                yield TriggerEvent(StepEvent(TIMEOUT, timeout_reason(decision.reason), attempt,
+                                             stop_job=True).to_event())
                 return
             await asyncio.sleep(self.poll_interval)
 
@@ -107,20 +108,44 @@ def timeout_reason(last: str) -> str:
             f"heartbeat_timeout_seconds plus 5 minutes), so its job is stopped; last seen: {last}")
 
 
-def event_for(decision, attempt: Attempt) -> dict[str, Any]:
-    """The decision as the JSON-able event the sensor's ``execute_complete`` takes."""
-    return {
-        "action": decision.action.value,
-        "reason": decision.reason,
-        "attempt": attempt.to_xcom(),
-        "retry_files": list(decision.retry_files),
-        "failed_files": [
-            {"input": f.input_key, "error_class": f.error_class, "error_message": (f.error_message or "")[:500]}
-            for f in decision.failed_files
-        ],
-        "delay_seconds": decision.delay_seconds,
-        "stop_job": decision.stop_job,
-    }
+# What the watch ends on besides the policy's own actions.
+UNREACHABLE, TIMEOUT = "UNREACHABLE", "TIMEOUT"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepEvent:
+    """What :class:`StepTrigger` hands the watch sensor: the decision on one attempt.
+
+    ``action`` is an :class:`Action` other than WAIT, or ``UNREACHABLE`` (the endpoint stayed down
+    past the step's heartbeat timeout) or ``TIMEOUT`` (the attempt ran past its deadline). It
+    travels as a JSON dict (:meth:`to_event`, :meth:`from_event`): Airflow stores trigger events.
+    """
+
+    action: str
+    reason: str
+    attempt: Attempt
+    retry_files: tuple[str, ...] = ()
+    failed_files: tuple[dict[str, Any], ...] = ()  # input, error_class, error_message (at most 500 characters)
+    delay_seconds: float = 0.0
+    stop_job: bool = False
+
+    @classmethod
+    def of(cls, decision, attempt: Attempt) -> StepEvent:
+        return cls(decision.action.value, decision.reason, attempt, tuple(decision.retry_files),
+                   tuple({"input": f.input_key, "error_class": f.error_class,
+                          "error_message": (f.error_message or "")[:500]} for f in decision.failed_files),
+                   decision.delay_seconds, decision.stop_job)
+
+    def to_event(self) -> dict[str, Any]:
+        return {"action": self.action, "reason": self.reason, "attempt": self.attempt.to_xcom(),
+                "retry_files": list(self.retry_files), "failed_files": list(self.failed_files),
+                "delay_seconds": self.delay_seconds, "stop_job": self.stop_job}
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> StepEvent:
+        return cls(event["action"], event["reason"], Attempt.from_xcom(event["attempt"]),
+                   tuple(event.get("retry_files") or ()), tuple(event.get("failed_files") or ()),
+                   float(event.get("delay_seconds") or 0.0), bool(event.get("stop_job")))
 
 
 class BackoffTrigger(BaseTrigger):
