@@ -75,29 +75,26 @@ def test_the_tree_has_exactly_the_rooms_of_architecture_md():
     assert present - TOP_LEVEL == set(ROOMS), (present - TOP_LEVEL) ^ set(ROOMS)
 
 
-def test_every_import_goes_one_way():
-    wrong = []
+def _room_imports():
+    """(module, its room, an imported name) for every import statement of every room's module."""
     for module, path in _modules().items():
         room = _room_of(module)
-        if room in TOP_LEVEL:
-            continue
-        for name in _imports(path):
-            if name.startswith("shardline.") and name.split(".")[1] not in TOP_LEVEL:
-                target = name.split(".")[1]
-                if target in ROOMS and target != room and target not in ROOMS[room]["may"]:
-                    wrong.append(f"{module} imports {name} ({room} may import {sorted(ROOMS[room]['may'])})")
+        if room not in TOP_LEVEL:
+            for name in _imports(path):
+                yield module, room, name
+
+
+def test_every_import_goes_one_way():
+    wrong = [f"{module} imports {name} ({room} may import {sorted(ROOMS[room]['may'])})"
+             for module, room, name in _room_imports()
+             if name.startswith("shardline.") and (target := name.split(".")[1]) in ROOMS and target != room
+             and target not in ROOMS[room]["may"]]
     assert not wrong, "\n".join(wrong)
 
 
 def test_the_rooms_import_none_of_their_forbidden_libraries_in_source():
-    wrong = []
-    for module, path in _modules().items():
-        room = _room_of(module)
-        if room in TOP_LEVEL:
-            continue
-        for name in _imports(path):
-            if name.split(".")[0] in ROOMS[room]["never"]:
-                wrong.append(f"{module} imports {name}")
+    wrong = [f"{module} imports {name}" for module, room, name in _room_imports()
+             if name.split(".")[0] in ROOMS[room]["never"]]
     assert not wrong, "\n".join(wrong)
 
 

@@ -146,7 +146,8 @@ def demo_overhead() -> dict:
 
 
 def sharding_skew() -> dict:
-    from shardline.planning.inputs import S3Object, dealt, makespan, manifest_order
+    from shardline.contract import deal as dealt
+    from shardline.planning.inputs import S3Object, makespan, manifest_order
 
     rng = random.Random(1)
     # Skewed partition sizes: mostly small files and a few very large ones (lognormal), 200 files.

@@ -150,7 +150,7 @@ def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_
 
 def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, ledger_table, tmp_path, monkeypatch):
     """An instance that died before claiming anything: its files are found from the manifest's deal."""
-    from shardline.planning.inputs import dealt
+    from shardline.contract import deal as dealt
 
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
     s3 = boto3.client("s3")

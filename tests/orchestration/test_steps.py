@@ -208,9 +208,10 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     size 0, so its deal fell back to key order (two big files on one instance) and the ledger said bytes_in 0."""
     import json
 
+    from shardline.contract import deal as dealt
     from shardline.ledger.orchestrator import FILE_ATTRIBUTES, read_step
     from shardline.orchestration import services
-    from shardline.planning.inputs import S3Object, dealt, makespan
+    from shardline.planning.inputs import S3Object, makespan
 
     spec, bucket = pipeline
     s3 = boto3.client("s3")

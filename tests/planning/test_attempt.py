@@ -42,13 +42,21 @@ def test_it_round_trips_through_xcom_as_the_json_the_tasks_have_always_passed():
 
 
 def test_an_attempt_from_an_earlier_releases_xcom_is_read():
-    old = {"pipeline": "p", "run_id": "r", "step": "score", "attempt": 1, "job_name": "sl-p-score-x-a1",
+    old = {"pipeline": "p", "run_id": "r", "step": "score", "attempt": 1,
+           "job_name": naming.job_name("p", "r", "score", 1),
            "manifest_uri": "s3://b/out/_shardline/manifests/r/score/attempt-0001.manifest",
            "input_prefix": "s3://b/in/", "output_prefix": "s3://b/out/", "metadata_prefix": None,
            "model_uri": "s3://b/m.tar.gz", "model_version": None, "requested_instances": 2, "instance_count": 2,
            "files": 5, "submitted_at": 12.0, "planning": {"list_seconds": 0.1}}
     attempt = Attempt.from_xcom(old)
     assert (attempt.number, attempt.file_count, attempt.instance_count, attempt.submitted_at) == (1, 5, 2, 12.0)
+
+
+def test_an_xcom_whose_job_name_no_longer_derives_the_same_is_refused():
+    """Following a job by another name than the attempt derives would watch (or start) the wrong job."""
+    data = _attempt().to_xcom()
+    with pytest.raises(ValueError, match="job_name 'sl-other-a2' is not the"):
+        Attempt.from_xcom({**data, "job_name": "sl-other-a2"})
 
 
 def test_it_is_rebuilt_from_the_ledgers_plan_alone():
@@ -66,7 +74,8 @@ def test_it_is_rebuilt_from_the_ledgers_plan_alone():
 def test_the_next_attempt_keeps_the_plan_and_takes_its_files_with_their_sizes():
     files = [PlannedFile.of(S3Object("events/hour=10/b.parquet", 700)), PlannedFile(key="events/hour=10/c", size=5)]
     nxt = _attempt(submitted_at=9.0, planning={"list_seconds": 1}).next(3, files)
-    assert (nxt.number, nxt.file_count, nxt.bytes_planned, nxt.submitted_at, nxt.planning) == (3, 2, 705, None, None)
+    assert (nxt.number, nxt.file_count, sum(f.size for f in nxt.files), nxt.submitted_at, nxt.planning) == (
+        3, 2, 705, None, None)
     assert nxt.job_name.endswith("-a3") and nxt.requested_instances == 4
 
 

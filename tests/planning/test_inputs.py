@@ -118,7 +118,8 @@ def test_empty_prefix_lists_nothing(aws_env):
 
 
 def test_by_key_order_is_sagemakers_sharded_by_s3_key():
-    from shardline.planning.inputs import dealt, manifest_order
+    from shardline.contract import deal as dealt
+    from shardline.planning.inputs import manifest_order
 
     objects = [S3Object(f"k{i:02d}", 1) for i in range(7)]
     shards = dealt(manifest_order(reversed(objects), 3, "by_key"), 3)
@@ -151,7 +152,8 @@ def test_path_escape_key_is_refused_as_a_manifest_entry(key):
 
 
 def test_manifest_order_by_size_balances_a_round_robin_deal():
-    from shardline.planning.inputs import dealt, manifest_order
+    from shardline.contract import deal as dealt
+    from shardline.planning.inputs import manifest_order
 
     rng = random.Random(3)
     objects = [S3Object(f"f{i:03d}", rng.randint(1, 100)) for i in range(37)] + [S3Object("big", 400)]

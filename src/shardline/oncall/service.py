@@ -596,15 +596,15 @@ class OnCall:
         """Which instance each entry of an attempt's manifest went to (the deal is round robin)."""
         import json
 
-        from shardline.planning.inputs import choose_instance_count, dealt, parse_s3_uri
+        from shardline.planning.inputs import parse_s3_uri
 
         then = self._plan(spec, ref, step).model_copy(update={"number": attempt})
         bucket, key = parse_s3_uri(then.manifest_uri)
         body = json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
         prefix, entries = body[0]["prefix"], body[1:]
-        instances = choose_instance_count(then.requested_instances, len(entries))
-        return {prefix + entry: contract.host_name(i) for i, share in enumerate(dealt(entries, instances))
-                for entry in share}
+        instances = then.model_copy(update={"file_count": len(entries)}).instance_count
+        return {prefix + entry: contract.host_name(i)
+                for i, share in enumerate(contract.deal(entries, instances)) for entry in share}
 
     def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> Attempt:
         from shardline.orchestration import steps

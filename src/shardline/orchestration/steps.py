@@ -11,6 +11,7 @@ import json
 import logging
 import time
 
+from shardline import contract
 from shardline.decision.policy import (
     UNSAFE_KEY_ERROR,
     Decision,
@@ -37,6 +38,7 @@ from shardline.planning import naming
 from shardline.planning.attempt import Attempt, PlannedFile
 from shardline.planning.inputs import (
     S3Object,
+    choose_instance_count,
     list_inputs_and_refusals,
     manifest_body,
     manifest_order,
@@ -72,9 +74,9 @@ def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S
     ``replan``: the STEP item holds this attempt already, but its job was never submitted.
     """
     step = spec.step(base.step)
-    sized = base.next(number, [PlannedFile.of(o) for o in objects])
-    ordered = manifest_order(objects, sized.instance_count, step.sharding)
-    attempt = sized.next(number, [PlannedFile.of(o) for o in ordered])
+    instances = choose_instance_count(base.requested_instances, len(objects))
+    ordered = manifest_order(objects, instances, step.sharding)
+    attempt = base.next(number, [PlannedFile.of(o) for o in ordered])
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     model = services.ledger_model(spec)
     keys = [(f"s3://{bucket}/{f.key}", f.size) for f in attempt.files]
@@ -440,7 +442,7 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
         log.error("step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "
                   "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
                   "failed uploads and the write access to that prefix", attempt.step, len(missing),
-                  attempt.output_prefix, missing[:3], naming.SUCCESS_MARKER)
+                  attempt.output_prefix, missing[:3], contract.SUCCESS_MARKER)
     elif status is StepStatus.SUCCEEDED:
         marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt.output_prefix))
         s3.put_object(Bucket=marker_bucket, Key=marker_key, ContentType="application/json", Body=json.dumps({

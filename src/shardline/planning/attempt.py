@@ -35,9 +35,6 @@ class PlannedFile(BaseModel):
     def of(cls, obj: S3Object) -> PlannedFile:
         return cls(key=obj.key, size=obj.size)
 
-    def as_object(self) -> S3Object:
-        return S3Object(self.key, self.size)
-
 
 class Attempt(BaseModel):
     """One attempt of one step of one run, its templates already rendered."""
@@ -72,11 +69,7 @@ class Attempt(BaseModel):
 
     @property
     def instance_count(self) -> int:
-        return choose_instance_count(self.requested_instances, max(1, self.file_count))
-
-    @property
-    def bytes_planned(self) -> int:
-        return sum(f.size for f in self.files)
+        return choose_instance_count(self.requested_instances, self.file_count)
 
     def plan_json(self) -> str:
         """What the STEP item keeps of the plan (:data:`PLAN_FIELDS`)."""
@@ -101,7 +94,14 @@ class Attempt(BaseModel):
         """The attempt a dict from :meth:`to_xcom` (or an earlier Shardline's XCom) describes."""
         known = set(cls.model_fields) - {"number", "file_count", "files"}
         values = {k: v for k, v in data.items() if k in known}
-        return cls(**values, number=int(data["attempt"]), file_count=int(data.get("files") or 0))
+        attempt = cls(**values, number=int(data["attempt"]), file_count=int(data.get("files") or 0))
+        # A name that no longer derives the same (naming changed under a run in flight) would have the
+        # sensor watch, or the submit task start, another job than the one this attempt is: refuse.
+        for name in ("job_name", "manifest_uri"):
+            if name in data and data[name] != getattr(attempt, name):
+                raise ValueError(f"attempt {attempt.number} of step {attempt.step} of run {attempt.run_id}: its "
+                                 f"{name} {data[name]!r} is not the {getattr(attempt, name)!r} it derives")
+        return attempt
 
     @classmethod
     def from_plan(cls, plan_json: str, number: int, file_count: int, *, pipeline: str, run_id: str,

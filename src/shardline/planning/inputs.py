@@ -136,11 +136,6 @@ def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> li
     return [b[rnd] for rnd in range(per + 1) for b in bins if rnd < len(b)]
 
 
-def dealt(objects: Sequence[S3Object], instances: int) -> list[list[S3Object]]:
-    """What each instance receives from a manifest in this order (round robin)."""
-    return contract.deal(objects, instances)
-
-
 def makespan(shards: Sequence[Sequence[S3Object]]) -> int:
     """Bytes on the busiest instance: what the step's wall time follows."""
     return max((sum(o.size for o in shard) for shard in shards), default=0)

@@ -45,9 +45,6 @@ def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metad
     return f"{root}/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
 
 
-SUCCESS_MARKER = contract.SUCCESS_MARKER
-
-
 def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None) -> str:
     """Where the step-level manifest of every output goes when the step ends."""
     root = metadata_root(output_prefix, metadata_prefix)
@@ -56,7 +53,7 @@ def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_pr
 
 def success_marker_key(output_prefix: str) -> str:
     """The ``_SUCCESS`` marker of an output prefix: there when, and only when, the step ended SUCCEEDED."""
-    return f"{output_prefix.rstrip('/')}/{SUCCESS_MARKER}"
+    return f"{output_prefix.rstrip('/')}/{contract.SUCCESS_MARKER}"
 
 
 def run_ref(pipeline: str, run_id: str) -> str:
