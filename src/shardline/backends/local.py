@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from shardline.backends import JobNotFound, JobState, JobStatus
+from shardline.waiting import wait_for
 
 STATE_FILE = "state.json"
 REQUEST_FILE = "request.json"
@@ -162,10 +163,8 @@ class LocalBackend:
         job_dir = self.job_dir(name)
         (job_dir / "STOP").touch()  # the supervisor records Stopped when it sees this
         deadline = time.monotonic() + grace_seconds
-        pid = read_state(job_dir).get("pid")
-        while not pid and time.monotonic() < deadline:  # a job submitted a moment ago: its supervisor is starting
-            time.sleep(0.1)
-            pid = read_state(job_dir).get("pid")
+        # A job submitted a moment ago: its supervisor is starting and has not written its pid yet.
+        pid = wait_for(lambda: read_state(job_dir).get("pid"), timeout=grace_seconds)
         if not pid or not _here(read_state(job_dir)):
             return  # on another host (another container) the supervisor sees STOP and ends the job itself
         try:
@@ -173,8 +172,7 @@ class LocalBackend:
         except ProcessLookupError:
             return
         # Wait for the whole group, not only the supervisor: a stuck worker gets SIGKILL.
-        while time.monotonic() < deadline and _group_alive(pid):
-            time.sleep(0.1)
+        wait_for(lambda: not _group_alive(pid), timeout=max(0.0, deadline - time.monotonic()))
         if _group_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)

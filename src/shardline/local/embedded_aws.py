@@ -11,11 +11,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from shardline.waiting import wait_for
 
 DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -64,14 +65,15 @@ def start_moto(log_path: Path, *, port: int | None = None, timeout: float = 60.0
         proc = subprocess.Popen([str(moto_server_binary()), "-p", str(port), "-H", "127.0.0.1"], stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while not answers(url):
+
+    def answered() -> bool:
         if proc.poll() is not None:
             raise EmbeddedAwsError(f"moto_server exited with code {proc.returncode}; see {log_path}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise EmbeddedAwsError(f"moto_server did not answer on {url} within {timeout:.0f}s; see {log_path}")
-        time.sleep(0.1)
+        return answers(url)
+
+    if not wait_for(answered, timeout=timeout):
+        proc.kill()
+        raise EmbeddedAwsError(f"moto_server did not answer on {url} within {timeout:.0f}s; see {log_path}")
     return proc, url
 
 

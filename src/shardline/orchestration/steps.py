@@ -47,6 +47,7 @@ from shardline.planning.inputs import (
 )
 from shardline.planning.request import build_processing_request
 from shardline.spec import PipelineSpec
+from shardline.waiting import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -299,11 +300,10 @@ def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WA
     log.warning("stopping job %s (attempt %d) before the next attempt starts", attempt.job_name,
                 attempt.number)
     backend.stop(attempt.job_name)
-    deadline = time.monotonic() + timeout
-    while not (state := backend.describe(attempt.job_name)).status.is_terminal:
-        if time.monotonic() > deadline:
-            raise RuntimeError(stop_timeout_text(attempt.job_name, state.status.value, timeout))
-        time.sleep(poll)
+    state = wait_for(lambda: backend.describe(attempt.job_name), lambda s: s.status.is_terminal, timeout=timeout,
+                     interval=poll)
+    if not state.status.is_terminal:
+        raise RuntimeError(stop_timeout_text(attempt.job_name, state.status.value, timeout))
 
 
 def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:

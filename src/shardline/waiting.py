@@ -1,0 +1,31 @@
+"""One way to wait for something: poll, pause, give up at a deadline.
+
+Every "ask again until it is done" loop outside the triggers (which wait with asyncio) goes
+through :func:`wait_for`, so each caller says only what to ask, when it is done, and how long
+it may take, and what it does when the time runs out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(poll: Callable[[], T], done: Callable[[T], bool] = bool, *, timeout: float, interval: float = 0.1,
+             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> T:
+    """Call ``poll`` until ``done`` holds for its answer or ``timeout`` seconds have passed.
+
+    Returns the last answer, done or not: the caller checks ``done`` again to tell a timeout
+    apart. ``poll`` may raise to stop waiting at once (e.g. the process it waits on has died).
+    The first poll is immediate, and the last one is taken at or after the deadline, so an
+    answer that arrives during the final pause is never missed.
+    """
+    deadline = clock() + timeout
+    while True:
+        answer = poll()
+        if done(answer) or clock() >= deadline:
+            return answer
+        sleep(max(0.0, min(interval, deadline - clock())))
