@@ -32,5 +32,9 @@ class CorruptInputError(FileError):
     """The file cannot be read in its format."""
 
 
+class InputFormatError(FileError):
+    """The file's name says another format than the step reads, or none the worker knows."""
+
+
 class PredictionError(FileError):
     """The model raised, or returned something that cannot be written, for this file."""

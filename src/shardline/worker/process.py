@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from shardline.worker import formats, guards
 from shardline.worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
-from shardline.worker.errors import FileError, PredictionError, SetupError
+from shardline.worker.errors import FileError, InputFormatError, PredictionError, SetupError
 from shardline.worker.features import (
     INFERRED,
     FeatureChoice,
@@ -152,6 +152,9 @@ def run_unit(unit: WorkUnit) -> UnitResult:
     if state.setup_error is not None:
         return UnitResult(unit, ok=False, error_class="SetupError", error_message=state.setup_error,
                           worker=state.label, fatal=True)
+    if unit.file.refusal:
+        return UnitResult(unit, ok=False, error_class=InputFormatError.__name__, error_message=unit.file.refusal,
+                          worker=state.label, ready_at=state.ready_at)
     settings = state.settings
     started = time.perf_counter()
     out_rel, out_fmt, out_gz = formats.output_target(unit.file, settings.output_format)

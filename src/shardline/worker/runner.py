@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessP
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from shardline.ledger.states import FileStatus
+from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker import process
 from shardline.worker.devices import WorkerSlot
 from shardline.worker.errors import SetupError
@@ -76,14 +76,33 @@ class Stopped(Exception):
 
 
 class Hooks:
-    """Callbacks the scheduler fires on state changes (the ledger listens here)."""
+    """Callbacks the scheduler fires on state changes (the ledger listens here).
+
+    The job holds its hooks as a context manager around the run: these do nothing, and
+    ``LedgerHooks`` flushes its writes on the way out and withdraws what the ledger refused.
+    """
+
+    fenced = False  # a newer attempt owns the step (only a ledger can say so)
+
+    def __enter__(self) -> Hooks:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        return None
 
     def file_started(self, report: FileReport) -> None: ...
 
     def file_finished(self, report: FileReport) -> None: ...
 
+    def beat(self, status: ShardStatus) -> None:
+        """The instance's own status (running, or how it ended)."""
+
     def poll(self) -> str | None:
         """Called about twice a second; return a reason to stop the job, or None."""
+        return None
+
+    def withdrawn_outputs(self) -> list[str] | None:
+        """Outputs deleted because the ledger never accepted their success (None: no ledger)."""
         return None
 
 

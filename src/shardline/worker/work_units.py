@@ -29,6 +29,9 @@ class InputFile:
     fmt: str  # parquet | csv | jsonl
     gzipped: bool
     size: int
+    # Why this file is not read (a name that says another format than the step's input.format, or
+    # none the worker knows): it fails alone with this reason, naming the setting to change.
+    refusal: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,11 +62,17 @@ def classify(name: str) -> tuple[str, bool] | None:
     return (fmt, gzipped) if fmt else None
 
 
-def discover_inputs(input_dir: Path) -> tuple[list[InputFile], list[str]]:
-    """Every readable input under ``input_dir``, sorted, plus the names that were ignored.
+def discover_inputs(input_dir: Path, input_format: str | None = None, *, refuse_unknown: bool = False,
+                    ) -> tuple[list[InputFile], list[str]]:
+    """Every input under ``input_dir``, sorted, plus the names that were ignored.
 
-    Hidden files and names starting with ``_`` (``_SUCCESS``, our own manifests) are
-    skipped silently; other unknown extensions are returned so the caller can warn.
+    Hidden files and names starting with ``_`` (``_SUCCESS``, our own manifests) are skipped
+    silently. Each file's format comes from its name (``.parquet``, ``.csv``, ``.jsonl``, each
+    optionally ``.gz``). With ``input_format`` (the spec's ``input.format``) a file whose name
+    says no format (Spark's ``part-00000``, ``.txt``, ``.json``) is read in that format, and one
+    whose name says another format is refused: reading it either way could be silently wrong.
+    A name that says no format, without ``input_format``, is ignored (returned, so the caller
+    can warn), or refused with ``refuse_unknown`` (in a pipeline, where every file was planned).
     """
     found: list[InputFile] = []
     ignored: list[str] = []
@@ -74,13 +83,32 @@ def discover_inputs(input_dir: Path) -> tuple[list[InputFile], list[str]]:
                 continue
             path = Path(root) / name
             relative = path.relative_to(input_dir).as_posix()
-            kind = classify(name)
-            if kind is None:
+            kind, refusal = _format_of(name, input_format)
+            if kind is None and not refuse_unknown:
                 ignored.append(relative)
                 continue
-            found.append(InputFile(relative, str(path), kind[0], kind[1], path.stat().st_size))
+            fmt, gzipped = kind or ("parquet", name.lower().endswith(".gz"))
+            found.append(InputFile(relative, str(path), fmt, gzipped, path.stat().st_size, refusal))
     found.sort(key=lambda f: f.relative_path)
     return found, ignored
+
+
+def _format_of(name: str, input_format: str | None) -> tuple[tuple[str, bool] | None, str | None]:
+    """((format, gzipped) or None, the reason to refuse the file or None)."""
+    by_name = classify(name)
+    if input_format is None:
+        if by_name is None:
+            return None, (f"{name} has no extension the worker reads by name (.parquet, .csv, .jsonl, each "
+                          "optionally .gz): set input.format (--input-format) to read it as parquet, csv or "
+                          "jsonl, or leave it out with input.exclude")
+        return by_name, None
+    if by_name is None:
+        return (input_format, name.lower().endswith(".gz")), None
+    if by_name[0] != input_format:
+        return by_name, (f"{name} is {by_name[0]} by its name, but the step reads {input_format} (input.format, "
+                         f"--input-format): set input.format: {by_name[0]} if the step's files are {by_name[0]}, "
+                         "or leave this file out with input.exclude")
+    return by_name, None
 
 
 def plan_units(

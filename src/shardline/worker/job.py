@@ -1,0 +1,196 @@
+"""One instance's job: find its files, load the model, run them over the pool, report.
+
+:func:`run_job` is what ``python -m shardline.worker`` runs once its arguments are parsed and
+its logging is set up (``worker/cli.py``); the pool itself is ``worker/runner.py``, the
+summary and manifest ``worker/job_report.py``, the ledger's side ``worker/ledger_hooks.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from shardline import contract
+from shardline.ledger.context import LedgerContext
+from shardline.ledger.states import FileStatus, ShardStatus
+from shardline.worker import devices, formats
+from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, SetupError
+from shardline.worker.job_report import build_summary, describe_slots, human_bytes, log_summary, write_manifest
+from shardline.worker.ledger_hooks import LedgerHooks
+from shardline.worker.models import prepare_model
+from shardline.worker.process import JobSettings
+from shardline.worker.runner import FileReport, Hooks, Runner, Stopped
+from shardline.worker.sagemaker_script import ScriptProtocol, check_requirements
+from shardline.worker.work_units import InputFile, discover_inputs, plan_units
+
+log = logging.getLogger("shardline.worker")
+
+
+def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: LedgerContext | None,
+            log_format: str) -> int:
+    """Run every input file of this instance and return the worker's exit code."""
+    started_wall = dt.datetime.now(dt.UTC)
+    started = time.monotonic()
+    if not args.input_dir.is_dir():
+        raise SetupError(f"input directory {args.input_dir} does not exist; pass --input-dir")
+    # In a pipeline every file in the input dir was planned for this instance, so one the worker
+    # cannot read fails with its reason instead of being skipped (and retried as never claimed).
+    files, ignored = discover_inputs(args.input_dir, args.input_format, refuse_unknown=context is not None)
+    if ignored:
+        log.warning("ignoring %d file(s) of unknown format, e.g. %s (readable: .parquet, .csv, .jsonl, "
+                    "each optionally .gz; or name the format with --input-format)", len(ignored),
+                    ", ".join(ignored[:3]))
+    artifact = prepare_model(args.model_dir, args.model_sha256, args.scratch_dir)
+    if not (args.model_sha256 or "").strip():
+        log.warning("the model is NOT pinned (no --model-sha256 / SHARDLINE_MODEL_SHA256; its sha256 is %s): "
+                    "whoever can write the model's S3 prefix chooses the code this job runs. Pin it in the spec "
+                    "with model.sha256 or model.versions", artifact.sha256)
+    protocol = script_protocol(args, artifact.kind)
+    if artifact.kind == "custom":
+        report_requirements(Path(artifact.path))
+    if args.preview:
+        from shardline.worker.preview import run_preview
+
+        readable = [f for f in files if not f.refusal]
+        if files and not readable:
+            raise SetupError(f"no input file to preview can be read: {files[0].refusal}")
+        return run_preview(args, readable, artifact, protocol, log_format)
+    gpus = [] if args.no_gpu else devices.visible_gpus(os.environ, devices.detect_gpu_count())
+    slots = devices.plan_slots(
+        cpu_count=devices.cpu_count(), gpus=gpus, model_kind=artifact.kind, workers=args.workers,
+        threads_per_worker=args.threads_per_worker, use_gpu=not args.no_gpu,
+    )
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    removed = sweep_temp_files(args.output_dir)
+    if removed:
+        log.info("removed %d incomplete output(s) left by an earlier run", removed)
+
+    # Parquet footers give exact row counts (for the ETA) and row-group sizes (for splitting).
+    metadata = {f.relative_path: parquet_meta(f) for f in files if f.fmt == "parquet" and not f.gzipped}
+    known_rows = None
+    if files and len(metadata) == len(files) and all(m is not None for m in metadata.values()):
+        known_rows = sum(m[0] for m in metadata.values())
+    units = plan_units(files, len(slots), lambda f: (metadata.get(f.relative_path) or (0, []))[1])
+    split = sorted({u.file.relative_path for u in units if u.is_split})
+    log.info("%d input file(s), %s, %d work unit(s)%s; %s; model %s", len(files), human_bytes(
+        sum(f.size for f in files)), len(units), f" ({len(split)} large file(s) split by row group)" if split
+        else "", describe_slots(slots), artifact.kind)
+
+    settings = JobSettings(
+        artifact=artifact, output_dir=str(args.output_dir), scratch_dir=str(args.scratch_dir),
+        features=args.features, passthrough=args.passthrough, batch_rows=args.batch_rows,
+        gpu_batch_rows=args.gpu_batch_rows, output_format=args.output_format,
+        probabilities=args.probabilities, protocol=protocol, allow_nan_predictions=args.allow_nan_predictions,
+        log_format=log_format,
+    )
+    hooks = Hooks()
+    if context:
+        from shardline.ledger.job_writes import WorkerLedger  # pynamodb loads only when a ledger is configured
+
+        hooks = LedgerHooks(WorkerLedger(context, host), files_assigned=len(files),
+                            heartbeat_interval=args.heartbeat_interval,
+                            retry_budget_seconds=args.ledger_retry_seconds, output_dir=args.output_dir)
+    runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
+                    max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval, hooks=hooks)
+    if isinstance(hooks, LedgerHooks):
+        hooks.runner = runner
+
+    reports: list[FileReport] = []
+    # Leaving this block flushes the ledger's writes and withdraws the outputs it refused, on every path.
+    with hooks:
+        try:
+            if units:
+                reports = runner.run(units, total_rows=known_rows)
+            else:
+                log.warning("no input files under %s: nothing to do", args.input_dir)
+        except Stopped as err:
+            log.error("stopping: %s. Outputs already renamed into place are complete; nothing else was "
+                      "written.", err)
+            return EXIT_FENCED
+        except SetupError:
+            hooks.beat(ShardStatus.FAILED)
+            raise
+        finally:
+            sweep_temp_files(args.output_dir)
+        failed = [r for r in reports if r.status is FileStatus.FAILED]
+        hooks.beat(ShardStatus.PARTIAL if failed else ShardStatus.SUCCEEDED)
+    if hooks.fenced:
+        return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
+
+    summary = build_summary(reports, seconds=time.monotonic() - started, slots=slots, artifact=artifact, host=host,
+                            hosts=hosts, runner=runner, started_wall=started_wall)
+    withdrawn = hooks.withdrawn_outputs()
+    if withdrawn is not None:
+        summary["withdrawn_outputs"] = withdrawn
+    summary["attempt"] = context.attempt if context else None  # the manifest and --summary-json say the same
+    manifest = write_manifest(args.manifest_dir or args.output_dir / contract.METADATA_FOLDER, host, summary,
+                              summary["attempt"])
+    log_summary(summary, failed, manifest)
+    if args.summary_json:
+        args.summary_json.parent.mkdir(parents=True, exist_ok=True)
+        args.summary_json.write_text(json.dumps(summary, indent=2))
+    if failed and args.exit_zero_on_file_failures:
+        log.warning("%d file(s) failed; exiting %d as --exit-zero-on-file-failures asks", len(failed), EXIT_OK)
+        return EXIT_OK
+    return EXIT_FILES_FAILED if failed else EXIT_OK
+
+
+def script_protocol(args: argparse.Namespace, kind: str) -> ScriptProtocol:
+    """The custom-code protocol from the flags (validated: a bad value is a setup error naming the flag)."""
+    given = {
+        "content_type": args.content_type,
+        "accept": args.accept,
+        "batch_strategy": args.batch_strategy.replace("-", "_") if args.batch_strategy else None,
+        "json_layout": args.json_layout,
+        "max_payload_mb": args.max_payload_mb,
+        "csv_header": args.csv_header,
+    }
+    given = {name: value for name, value in given.items() if value is not None}
+    protocol = ScriptProtocol(**given)
+    if kind != "custom" and given:
+        log.warning("%s appl%s only to a custom inference.py; ignored for this %s model",
+                    ", ".join(f"--{n.replace('_', '-')}" for n in given), "ies" if len(given) == 1 else "y", kind)
+    if kind == "custom":
+        log.info("custom inference.py: requests are %s", protocol.describe())
+    return protocol
+
+
+def report_requirements(script: Path) -> None:
+    """code/requirements.txt is never installed at run time: say so, and what the image lacks."""
+    requirements = script.parent / "requirements.txt"
+    if not requirements.is_file():
+        return
+    unmet = check_requirements(str(script))
+    if unmet:
+        log.warning("%s is not installed at run time (the worker image is the pinned environment), and the image "
+                    "does not meet: %s. Build these into the image (inference_container/Dockerfile) and pin it",
+                    requirements, "; ".join(unmet))
+    else:
+        log.info("%s is not installed at run time; the image already meets every line of it", requirements)
+
+
+def sweep_temp_files(output_dir: Path) -> int:
+    """Delete temp outputs (never complete by construction) left under the output dir."""
+    removed = 0
+    for path in output_dir.rglob(f"*{formats.TEMP_MARKER}"):
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def parquet_meta(file: InputFile) -> tuple[int, list[int]] | None:
+    """(rows, row-group sizes) from a parquet footer; None if unreadable (the worker reports why)."""
+    if file.refusal:
+        return None
+    try:
+        meta = pq.read_metadata(file.path)
+    except (OSError, ValueError):
+        return None
+    return meta.num_rows, [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]

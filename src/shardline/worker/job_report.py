@@ -1,0 +1,96 @@
+"""What an instance reports when its job ends: the summary, its manifest on disk, its log lines.
+
+The manifest (``_shardline/attempt-NNNN/manifest-HOST.json`` under the output) is the
+instance's own record of every file: rows, checksums, failures with their reasons.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+from pathlib import Path
+
+from shardline.ledger.states import FileStatus
+from shardline.worker import devices, formats
+from shardline.worker.models import ModelArtifact
+from shardline.worker.runner import FileReport, Runner
+
+log = logging.getLogger("shardline.worker")
+
+
+def describe_slots(slots: list[devices.WorkerSlot]) -> str:
+    gpus = [s for s in slots if s.gpu is not None]
+    kind = f"{len(gpus)} GPU worker(s)" if gpus else f"{len(slots)} CPU worker(s)"
+    return f"{kind} x {slots[0].threads} thread(s)"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def build_summary(reports: list[FileReport], *, seconds: float, slots: list[devices.WorkerSlot],
+                  artifact: ModelArtifact, host: str, hosts: list[str], runner: Runner,
+                  started_wall: dt.datetime) -> dict:
+    """The job's summary: what the manifest holds and ``--summary-json`` writes."""
+    rows_in = sum(r.rows_in for r in reports)
+    rows_out = sum(r.rows_out for r in reports if r.status is FileStatus.SUCCEEDED)
+    return {
+        "host": host,
+        "hosts": hosts,
+        "started_at": started_wall.isoformat(),
+        "seconds": round(seconds, 3),
+        "model": {"kind": artifact.kind, "sha256": artifact.sha256},
+        "features": [
+            {"source": c.source, "columns": list(c.columns), "unused": list(c.unused), "units": units}
+            for c, units in runner.feature_choices.items()
+        ],
+        "workers": [dataclasses.asdict(s) for s in slots],
+        "pool_starts": runner.pool_starts,
+        "startup_seconds": None if runner.startup_seconds is None else round(runner.startup_seconds, 3),
+        "files": len(reports),
+        "succeeded": sum(r.status is FileStatus.SUCCEEDED for r in reports),
+        "failed": sum(r.status is FileStatus.FAILED for r in reports),
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "rows_per_second": round(rows_in / seconds, 1) if seconds > 0 else 0.0,
+        "file_reports": [
+            {**dataclasses.asdict(r), "status": r.status.value} for r in reports
+        ],
+    }
+
+
+def manifest_path(folder: Path, host: str, attempt: int | None) -> Path:
+    """Each attempt's instances write their own manifests under ``folder`` (``<output>/_shardline``, or
+    ``--manifest-dir``), so a resubmission never overwrites the record of the files an earlier attempt
+    wrote (a worker run outside a pipeline has no attempt)."""
+    return (folder / f"attempt-{attempt:04d}" if attempt is not None else folder) / f"manifest-{host}.json"
+
+
+def write_manifest(folder: Path, host: str, summary: dict, attempt: int | None) -> Path:
+    """Write this instance's manifest atomically: a reader sees the old one or the new one."""
+    path = manifest_path(folder, host, attempt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + formats.TEMP_MARKER)
+    tmp.write_text(json.dumps(summary, indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def log_summary(summary: dict, failed: list[FileReport], manifest: Path) -> None:
+    log.info(
+        "summary: %d file(s): %d succeeded, %d failed | rows in %s, rows out %s | %.1fs, %s rows/s | "
+        "startup %s | pool started %d time(s) | manifest %s",
+        summary["files"], summary["succeeded"], summary["failed"], f"{summary['rows_in']:,}",
+        f"{summary['rows_out']:,}", summary["seconds"], f"{summary['rows_per_second']:,.0f}",
+        "n/a" if summary["startup_seconds"] is None else f"{summary['startup_seconds']:.2f}s",
+        summary["pool_starts"], manifest,
+    )
+    for report in failed:
+        log.error("failed: %s: %s: %s", report.input, report.error_class, report.error_message)
