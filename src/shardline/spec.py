@@ -100,7 +100,10 @@ class ModelRef(_Strict):
 class InputSpec(_Strict):
     prefix: str | None = Field(default=None, description="S3 prefix to list; Jinja-templated ({{ ds }})")
     from_step: str | None = Field(default=None, description="read the output of an earlier step instead")
-    format: Literal["parquet", "csv", "jsonl"] = "parquet"
+    format: Literal["parquet", "csv", "jsonl"] | None = Field(
+        default=None, description="read every input as this format: a file whose name says no format (part-00000, "
+                                  ".txt, .json) is read as it, one whose name says another fails with the reason. "
+                                  "Unset: each file's format from its name (.parquet, .csv, .jsonl, optionally .gz)")
     include: tuple[str, ...] = ("*",)
     exclude: tuple[str, ...] = ()
     features: tuple[str, ...] | None = None

@@ -103,6 +103,17 @@ def test_custom_code_settings_reach_the_worker_as_flags_it_accepts():
     assert (parsed.max_payload_mb, parsed.csv_header, parsed.allow_nan_predictions) == (2.0, True, True)
 
 
+def test_input_format_reaches_the_worker_as_a_flag_it_accepts():
+    from shardline.planning.request import worker_arguments
+    from shardline.worker.cli import build_parser
+
+    data = minimal()
+    assert "--input-format" not in worker_arguments(parse_spec(data, "p.yaml").steps[0])  # unset: by each name
+    data["steps"][0]["input"]["format"] = "csv"
+    parsed = build_parser().parse_args(worker_arguments(parse_spec(data, "p.yaml").steps[0]))
+    assert parsed.input_format == "csv"
+
+
 def test_default_model_settings_add_no_flags():
     from shardline.planning.request import model_arguments
 

@@ -21,6 +21,8 @@ def worker_arguments(step: StepSpec) -> list[str]:
     # Past the heartbeat timeout the sensor has given up on the instance, so holding its ledger
     # writes through an outage any longer gains nothing; until then it loses nothing.
     args += ["--ledger-retry-seconds", f"{step.heartbeat_timeout_seconds:g}"]
+    if step.input.format:
+        args += ["--input-format", step.input.format]
     if step.input.passthrough:
         args += ["--passthrough", ",".join(step.input.passthrough)]
     if step.input.features:
