@@ -1,0 +1,29 @@
+"""The run report: what a step did, cost and predicted, from the ledger's records. Pure: records in, data out.
+
+- ``histogram``: the mergeable prediction histogram a worker keeps while it writes (DDSketch-style).
+- ``drift``: the population stability index of a run's predictions against a reference run's.
+- ``cost``: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
+
+Names are resolved lazily, so importing the package loads neither numpy nor matplotlib.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "Histogram": "shardline.report.histogram",
+    "psi": "shardline.report.drift",
+    "psi_between": "shardline.report.drift",
+    "Drift": "shardline.report.drift",
+    "Prices": "shardline.report.cost",
+    "UnknownPriceError": "shardline.report.cost",
+    "run_cost": "shardline.report.cost",
+    "cost_per_million": "shardline.report.cost",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'shardline.report' has no attribute {name!r}")
