@@ -27,9 +27,11 @@ from shardline.decision import policy
 from shardline.decision.policy import Action, FileState, JobStatus, Policy, ShardState, StepSnapshot
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.oncall import cli
-from shardline.oncall import service as oncall
+from shardline.oncall import views as oncall
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient, api_refused, find_settings, login_refused
-from shardline.oncall.service import CANCEL_LINES, Next, NextStep, OnCall, OnCallError, RunRef, choose_next
+from shardline.oncall.errors import OnCallError
+from shardline.oncall.service import OnCall
+from shardline.oncall.views import CANCEL_LINES, Next, NextStep, RunRef, choose_next
 from shardline.orchestration import steps
 from shardline.planning.attempt import Attempt
 
@@ -207,7 +209,7 @@ def test_the_on_call_service_says_what_went_wrong_and_what_to_do():
     raised("resubmit: the watch task has no state", lambda: service._rerun_watch(ref, "watch_score", 0),
            OnCallError, failure=False)
 
-    again = oncall._command(ref, STEP, shard=None, files=(), all_failed=True, force=False)
+    again = oncall.resubmit_command(ref, STEP, shard=None, files=(), all_failed=True, force=False)
     for attempt, job in ((3, "sl-tabular-scoring-hourly-score-0123456789-a3"), (None, None)):
         for err in (_refused(403), OnCallError(stuck)):
             text = said(f"resubmit half done (attempt {attempt})",
@@ -246,7 +248,8 @@ def _client(handler, **kwargs) -> AirflowClient:
 
 def test_a_cli_looking_in_another_local_root_is_told_what_to_set():
     said("resubmit: the job ran under another local root",
-         oncall.local_root_mismatch("sl-tabular-scoring-hourly-score-0123456789-a1", 1), failure=True)
+         oncall.local_root_mismatch("sl-tabular-scoring-hourly-score-0123456789-a1", 1,
+                                    "/home/oncall/airflow/shardline-local"), failure=True)
 
 
 def test_every_airflow_api_error_names_airflow_and_what_to_do(tmp_path):

@@ -1,12 +1,12 @@
-"""What a resubmit command does, decided before anything changes (``oncall.choose_next``), and how the
-ledger and Airflow are compared (``oncall.disagreement``). Pure: every case of the on-call loop that
+"""What a resubmit command does, decided before anything changes (``views.choose_next``), and how the
+ledger and Airflow are compared (``views.disagreement``). Pure: every case of the on-call loop that
 once half-worked is pinned here."""
 
 from __future__ import annotations
 
 import pytest
 
-from shardline.oncall.service import Next, choose_next, disagreement
+from shardline.oncall.views import Next, choose_next, disagreement
 
 
 def choose(*, job_running=False, step="FAILED", watch="failed", files=1, force=False):
@@ -76,7 +76,8 @@ def test_a_run_no_task_drives_is_flagged_with_the_command_that_takes_it_up():
 
 
 def test_each_kind_of_on_call_error_says_how_the_page_answers_and_the_cli_exits():
-    from shardline.oncall.service import BadRequest, Conflict, NotFound, OnCallError, Refused, RunRef, Unavailable
+    from shardline.oncall.errors import BadRequest, Conflict, NotFound, OnCallError, Refused, Unavailable
+    from shardline.oncall.views import RunRef
 
     kinds = {NotFound: (404, 1), Conflict: (409, 1), BadRequest: (400, 2), Refused: (403, 1), Unavailable: (503, 1)}
     for kind, (http_status, exit_code) in kinds.items():

@@ -32,12 +32,6 @@ ENV_CONFIG = "SHARDLINE_AIRFLOW_CONFIG"  # another path for the login file (test
 HOW_TO_CONFIGURE = (f"run `shardline login URL` once (it asks for a user and password and keeps a token), or set "
                     f"{ENV_URL} and {ENV_TOKEN} (or {ENV_USERNAME} and {ENV_PASSWORD})")
 
-# DAG run states in which no task will run again unless something is cleared.
-FINISHED_RUN_STATES = frozenset({"success", "failed"})
-# Task instance states in which the task will not run again unless it is cleared.
-FINISHED_TASK_STATES = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
-
-
 def login_refused(base_url: str, username: str, status: int, text: str) -> str:
     """Why ``POST /auth/token`` gave no token, and what to check."""
     return (f"logging in to Airflow at {base_url} as {username} failed ({status}: {text.strip() or 'no detail'}); "

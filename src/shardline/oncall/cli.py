@@ -459,9 +459,14 @@ def _create_resources(dags_folder: Path) -> list[str]:
 # --- parser ------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from shardline.oncall.service import default_dags_folder
+def default_dags_folder() -> Path:
+    for candidate in (os.environ.get("SHARDLINE_DAGS_FOLDER"), os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")):
+        if candidate:
+            return Path(candidate)
+    return Path.cwd() / "dags"
 
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shardline", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="On-call commands for Shardline pipelines: see runs, find what failed and why, resubmit "
