@@ -3,8 +3,9 @@
 - ``histogram``: the mergeable prediction histogram a worker keeps while it writes (DDSketch-style).
 - ``drift``: the population stability index of a run's predictions against a reference run's.
 - ``cost``: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
+- ``model``: ``build_report`` (records in, a typed ``RunReport`` out, ``to_json``) and ``records_from_ledger``.
 
-Names are resolved lazily, so importing the package loads neither numpy nor matplotlib.
+Names are resolved lazily, so importing the package loads no numpy.
 """
 
 import importlib
@@ -18,6 +19,13 @@ _EXPORTS = {
     "UnknownPriceError": "shardline.report.cost",
     "run_cost": "shardline.report.cost",
     "cost_per_million": "shardline.report.cost",
+    "FileRecord": "shardline.report.model",
+    "InstanceRecord": "shardline.report.model",
+    "StepIdentity": "shardline.report.model",
+    "PreviousRun": "shardline.report.model",
+    "RunReport": "shardline.report.model",
+    "build_report": "shardline.report.model",
+    "records_from_ledger": "shardline.report.model",
 }
 
 __all__ = list(_EXPORTS)
