@@ -4,8 +4,9 @@
 - ``drift``: the population stability index of a run's predictions against a reference run's.
 - ``cost``: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
 - ``model``: ``build_report`` (records in, a typed ``RunReport`` out, ``to_json``) and ``records_from_ledger``.
+- ``render``: ``render_html``, the self-contained page (matplotlib, imported only when a page is drawn).
 
-Names are resolved lazily, so importing the package loads no numpy.
+Names are resolved lazily, so importing the package loads neither numpy nor matplotlib.
 """
 
 import importlib
@@ -26,6 +27,7 @@ _EXPORTS = {
     "RunReport": "shardline.report.model",
     "build_report": "shardline.report.model",
     "records_from_ledger": "shardline.report.model",
+    "render_html": "shardline.report.render",
 }
 
 __all__ = list(_EXPORTS)
