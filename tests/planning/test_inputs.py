@@ -163,3 +163,95 @@ def test_manifest_order_by_size_balances_a_round_robin_deal():
         assert sorted(o.key for s in shards for o in s) == sorted(o.key for o in objects)
     assert makespan(by_size) <= makespan(by_key)
     assert manifest_order(objects, 4, "by_key") == sorted(objects, key=lambda o: o.key)
+
+
+# -- listing sub-prefixes in parallel -------------------------------------------------------------------------
+
+NESTED_KEYS = [
+    "top.parquet",  # right under the prefix, beside the folders
+    "dt=2026-11-21/hour=00/part-0.parquet",
+    "dt=2026-11-21/hour=00/part-1.parquet",
+    "dt=2026-11-21/hour=01/part-0.parquet",
+    "dt=2026-11-21/_SUCCESS",
+    "dt=2026-11-22/hour=00/part-0.parquet",
+    "dt=2026-11-22/hour=00/deeper/still/part-9.parquet",
+    "dt=2026-11-22/folder/",  # a folder marker
+    "dt=2026-11-22/ünïcode name+plus.parquet",
+    "a+b/part-0.parquet",
+    "a b/part-0.parquet",
+    "dt=2026-11-22//tmp/escape.parquet",  # '//': an empty segment, refused
+    "dt=2026-11-22/x/../../escape.parquet",  # '..', refused
+    "dt=2026-11-22/./dot.parquet",  # '.', refused
+]
+
+
+def _bucket_with(keys: list[str], prefix: str = "in/") -> tuple[object, str]:
+    s3 = boto3.client("s3")
+    bucket = f"raw-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=prefix + key, Body=b"x" * (len(key) % 5))
+    s3.put_object(Bucket=bucket, Key="elsewhere/part-0.parquet", Body=b"x")  # outside the prefix
+    return s3, bucket
+
+
+def test_parallel_listing_of_nested_sub_prefixes_equals_the_sequential_listing(aws_env):
+    from shardline.planning.inputs import list_inputs_and_refusals
+
+    s3, bucket = _bucket_with(NESTED_KEYS)
+    uri = f"s3://{bucket}/in/"
+    sequential = list_inputs_and_refusals(s3, uri, threads=1)
+    for threads in (2, 8):
+        assert list_inputs_and_refusals(s3, uri, threads=threads) == sequential  # same set, same order
+    found, refused = sequential
+    assert [o.key for o in found] == sorted(f"in/{k}" for k in NESTED_KEYS if k not in {
+        "dt=2026-11-21/_SUCCESS", "dt=2026-11-22/folder/", "dt=2026-11-22//tmp/escape.parquet",
+        "dt=2026-11-22/x/../../escape.parquet", "dt=2026-11-22/./dot.parquet"})
+    # Unsafe keys are still refused, each with its reason, in key order: the walk reached them through '//'
+    # and '..' folders of their own.
+    assert [(o.key, reason.split(" ")[0]) for o, reason in refused] == [
+        ("in/dt=2026-11-22/./dot.parquet", "'.'"),
+        ("in/dt=2026-11-22//tmp/escape.parquet", "empty"),
+        ("in/dt=2026-11-22/x/../../escape.parquet", "'..'"),
+    ]
+    with_filters = {"include": ("*.parquet",), "exclude": ("part-1*",)}
+    assert (list_inputs_and_refusals(s3, uri, **with_filters)
+            == list_inputs_and_refusals(s3, uri, **with_filters, threads=1))
+
+
+def test_the_walk_lists_each_level_with_a_delimiter_and_each_key_once(aws_env):
+    from shardline.planning.inputs import list_keys
+
+    s3, bucket = _bucket_with(NESTED_KEYS)
+    sequential = list_keys(s3, bucket, "in/", threads=1)
+    walked = list_keys(s3, bucket, "in/", threads=4)
+    assert walked.objects == sequential.objects
+    assert len({o.key for o in walked.objects}) == len(walked.objects) == len(NESTED_KEYS)
+    # One call per prefix (each fits a page), level by level: in/ (1); a b/, a+b/, dt=…21/, dt=…22/ (4);
+    # 21/hour=00/, 21/hour=01/, 22//, 22/./, 22/folder/, 22/hour=00/, 22/x/ (7); 22//tmp/, 22/hour=00/deeper/,
+    # 22/x/../ (3); 22/hour=00/deeper/still/, 22/x/../../ (2). Nine of them hold no folder.
+    assert (walked.requests, walked.prefixes) == (17, 9)
+    shallow = list_keys(s3, bucket, "in/", threads=4, max_depth=1)  # split once, then list each folder whole
+    assert shallow.objects == sequential.objects
+    assert shallow.requests == 1 + 4  # in/ with the delimiter, then its four folders whole
+    assert shallow.prefixes == 4
+
+
+def test_too_many_sub_prefixes_lists_their_parent_whole(aws_env):
+    from shardline.planning.inputs import list_keys
+
+    s3, bucket = _bucket_with([f"user={i}/part-0.parquet" for i in range(5)] + ["top.parquet"])
+    listing = list_keys(s3, bucket, "in/", threads=4, max_prefixes=3)
+    assert listing.objects == list_keys(s3, bucket, "in/", threads=1).objects
+    assert len(listing.objects) == 6  # top.parquet was seen by the delimiter listing too, and kept once
+    assert (listing.requests, listing.prefixes) == (2, 1)  # the delimiter listing, then in/ whole
+
+
+def test_flat_keys_are_one_listing_at_no_extra_cost(aws_env):
+    from shardline.planning.inputs import list_keys
+
+    s3, bucket = _bucket_with([f"part-{i:03d}.parquet" for i in range(30)])
+    listing = list_keys(s3, bucket, "in/")
+    assert (listing.requests, listing.prefixes) == (1, 1)  # the delimiter listing found no folder: it was all
+    assert listing.objects == list_keys(s3, bucket, "in/", threads=1).objects
+    assert list_keys(s3, bucket, "nothing/") == list_keys(s3, bucket, "nothing/", threads=1)

@@ -11,6 +11,7 @@ import fnmatch
 import json
 import logging
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from shardline import contract
 
@@ -19,6 +20,13 @@ log = logging.getLogger(__name__)
 # Refused keys are named one by one up to this many, then counted: a whole prefix of bad keys
 # must not flood the task log.
 NAMED_REFUSALS = 20
+# Listing in parallel (see list_keys): threads within botocore's default pool of 10 connections per client;
+# split prefixes level by level until this many list side by side, at most this deep, and never into more
+# prefixes than MAX_PREFIXES (each costs at least one call, however few keys it holds).
+LIST_THREADS = 8
+FANOUT = 32
+MAX_DEPTH = 6
+MAX_PREFIXES = 2000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,38 +84,102 @@ def selected(relative_key: str, include: Sequence[str], exclude: Sequence[str]) 
     return _matches(relative_key, include, exclude)
 
 
-def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = ()) -> list[S3Object]:
+def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = (), *,
+                threads: int = LIST_THREADS) -> list[S3Object]:
     """Every selected object under the prefix, sorted by key. Follows ListObjectsV2 to the last page.
 
     A key that would land outside the input directory (see :func:`unsafe_key_reason`) is
     not planned, and a WARNING names it: no download of it could be safe, on either backend.
+    Sub-prefixes are listed in parallel (see :func:`list_keys`); the result is the same.
     """
-    return list_inputs_and_refusals(s3, prefix_uri, include, exclude)[0]
+    return list_inputs_and_refusals(s3, prefix_uri, include, exclude, threads=threads)[0]
 
 
-def list_inputs_and_refusals(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = ()
-                             ) -> tuple[list[S3Object], list[tuple[S3Object, str]]]:
-    """:func:`list_inputs`, plus the selected keys refused as unsafe paths, each with its reason."""
+def list_inputs_and_refusals(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = (), *,
+                             threads: int = LIST_THREADS) -> tuple[list[S3Object], list[tuple[S3Object, str]]]:
+    """:func:`list_inputs`, plus the selected keys refused as unsafe paths, each with its reason (by key)."""
     bucket, prefix = parse_s3_uri(prefix_uri)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
+    listing = list_keys(s3, bucket, prefix, threads=threads)
     found: list[S3Object] = []
     refused: list[tuple[S3Object, str]] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for item in page.get("Contents", []):
-            relative = item["Key"][len(prefix):]
-            if selected(relative, include, exclude):
-                found.append(S3Object(item["Key"], item["Size"]))
-            elif (relative and not relative.endswith("/")  # folder markers are no inputs, and no news
-                  and (reason := unsafe_key_reason(relative)) and _matches(relative, include, exclude)):
-                refused.append((S3Object(item["Key"], item["Size"]), reason))
-                if len(refused) <= NAMED_REFUSALS:
-                    log.warning("not planning s3://%s/%s: %s", bucket, item["Key"], reason)
+    for obj in listing.objects:
+        relative = obj.key[len(prefix):]
+        if selected(relative, include, exclude):
+            found.append(obj)
+        elif (relative and not relative.endswith("/")  # folder markers are no inputs, and no news
+              and (reason := unsafe_key_reason(relative)) and _matches(relative, include, exclude)):
+            refused.append((obj, reason))
+            if len(refused) <= NAMED_REFUSALS:
+                log.warning("not planning s3://%s/%s: %s", bucket, obj.key, reason)
     if refused:
         log.warning("%d input key(s) under %s refused as unsafe paths and left out of the plan", len(refused),
                     prefix_uri)
-    found.sort(key=lambda o: o.key)
+    log.info("listed %d key(s) under %s: %d ListObjectsV2 request(s) over %d prefix(es)", len(listing.objects),
+             prefix_uri, listing.requests, listing.prefixes)
     return found, refused
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    objects: list[S3Object]  # every object under the prefix, sorted by key
+    requests: int  # ListObjectsV2 calls it took
+    prefixes: int  # prefixes listed to the end without a delimiter: how wide the listing fanned out
+
+
+def list_keys(s3, bucket: str, prefix: str, *, threads: int = LIST_THREADS, fanout: int = FANOUT,
+              max_depth: int = MAX_DEPTH, max_prefixes: int = MAX_PREFIXES) -> Listing:
+    """Every object under ``bucket``/``prefix``, sorted by key: the sub-prefixes listed in parallel.
+
+    One prefix lists one page (1,000 keys) per round trip, because each page names the next:
+    1M keys are 1,000 calls in a row. But the keys under ``p/`` are exactly the keys right
+    under it plus those under each of its sub-prefixes (what a ``Delimiter='/'`` listing
+    returns as CommonPrefixes), so those can be listed side by side. Level by level, each
+    prefix is listed with the delimiter (its own keys, and its sub-prefixes for the next
+    level) while there are fewer than ``fanout`` of them and the walk is less than
+    ``max_depth`` levels deep; the last level is listed whole. A prefix with no sub-prefixes
+    (flat keys) is thereby one plain listing, at no extra cost. A level that would split
+    into more than ``max_prefixes`` sub-prefixes (many tiny folders, each at least one
+    call) is not split: its parents are listed whole instead. ``threads=1``: the plain
+    sequential listing.
+    """
+    if threads <= 1:
+        objects, _, requests = _list_prefix(s3, bucket, prefix, None)
+        return Listing(sorted(objects, key=lambda o: o.key), requests, 1)
+    objects: list[S3Object] = []
+    requests = leaves = 0
+    frontier, depth = [prefix], 0
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        while frontier:
+            split = len(frontier) < fanout and depth < max_depth
+            listed = list(pool.map(lambda p, d=("/" if split else None): _list_prefix(s3, bucket, p, d), frontier))
+            below = [sub for _, subs, _ in listed for sub in subs]
+            requests += sum(calls for _, _, calls in listed)
+            if len(below) > max_prefixes:
+                listed = list(pool.map(lambda p: _list_prefix(s3, bucket, p, None), frontier))
+                requests += sum(calls for _, _, calls in listed)
+                below = []
+            leaves += sum(not subs for _, subs, _ in listed)
+            objects.extend(o for found, _, _ in listed for o in found)
+            frontier, depth = below, depth + 1
+    # Each key came from exactly one prefix, so this is the sequential listing's order and set.
+    objects.sort(key=lambda o: o.key)
+    return Listing(objects, requests, leaves)
+
+
+def _list_prefix(s3, bucket: str, prefix: str, delimiter: str | None) -> tuple[list[S3Object], list[str], int]:
+    """One prefix to its last page: its objects (all, or only those right under it with a delimiter), its
+    sub-prefixes (with a delimiter), and the calls it took."""
+    kwargs = {"Bucket": bucket, "Prefix": prefix, **({"Delimiter": delimiter} if delimiter else {})}
+    objects: list[S3Object] = []
+    subs: list[str] = []
+    calls = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(**kwargs):
+        calls += 1
+        objects.extend(S3Object(item["Key"], item["Size"]) for item in page.get("Contents", []))
+        subs.extend(common["Prefix"] for common in page.get("CommonPrefixes", []))
+    return objects, subs, calls
 
 
 def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> list[S3Object]:
