@@ -106,3 +106,87 @@ def _finish(model, run_id: str, key: str, attempt: int) -> None:
 def test_reading_a_step_that_was_never_planned(ledger_table):
     records = read_step(bind_ledger(ledger_table), "p", "nope", "score")
     assert records.step is None and records.files == [] and records.shards == []
+
+
+# -- plan writes: parallel BatchWriteItem calls -------------------------------------------------------------
+
+
+def test_a_plan_writes_each_file_once_over_parallel_batches_and_a_replan_writes_nothing_twice(ledger_table):
+    model = bind_ledger(ledger_table)
+    keys = [(f"s3://raw/in/dt=1/part-{i:04d}.parquet", 1000 + i) for i in range(260)]  # 11 calls over 8 threads
+    assert start_attempt(model, "p", "run-6", "score", 1, keys) == 260
+    files = list(model.query("RUN#p#run-6", model.sk.startswith("FILE#score#")))
+    assert sorted((f.input_key, int(f.bytes_in), f.status, int(f.attempt)) for f in files) == [
+        (key, size, "PENDING", 1) for key, size in keys]
+    assert all(f.sk == f"FILE#score#{f.input_key}" and f.expires_at for f in files)
+    assert len(read_step(model, "p", "run-6", "score").files) == 260  # what the sensor sees
+
+    # The same attempt planned again (a retried task) is fenced off before any FILE write ...
+    with pytest.raises(StaleOrchestratorError):
+        start_attempt(model, "p", "run-6", "score", 1, keys)
+    # ... and a re-plan of the attempt (its job never started) rewrites only what is still PENDING, to the same.
+    WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-6", step="score", attempt=1,
+                               input_uri="s3://raw/in/"), "algo-1").claim_file("dt=1/part-0000.parquet")
+    assert continue_attempt(model, "p", "run-6", "score", 1, keys) == 259
+    after = {f.sk: f for f in model.query("RUN#p#run-6", model.sk.startswith("FILE#score#"))}
+    assert len(after) == 260  # no file twice
+    assert after["FILE#score#s3://raw/in/dt=1/part-0000.parquet"].status == "RUNNING"  # the claim stands
+    assert sum(f.status == "PENDING" for f in after.values()) == 259
+
+
+def test_put_items_is_idempotent_and_the_same_whatever_the_threads(ledger_table):
+    from shardline.ledger.orchestrator import put_items
+
+    model = bind_ledger(ledger_table)
+    items = [model(f"RUN#p#run-{threads}", f"FILE#score#k{i:03d}", status="PENDING", attempt=1,
+                   input_key=f"k{i:03d}").serialize() for threads in (1, 8) for i in range(60)]
+    put_items(model, items[:60], threads=1)
+    put_items(model, items[60:], threads=8)
+    put_items(model, items[60:], threads=8)  # sent again: the same items, not more of them
+
+    def stored(run: str) -> list[dict]:
+        return [{k: v for k, v in f.serialize().items() if k != "pk"} for f in model.query(run)]
+
+    assert stored("RUN#p#run-1") == stored("RUN#p#run-8")
+    assert len(stored("RUN#p#run-8")) == 60
+
+
+class _Throttling:
+    """BatchWriteItem as a throttled table answers: the last ``keep`` items of each call are left unprocessed,
+    ``times`` times; records what each call processed."""
+
+    def __init__(self, keep: int, times: int):
+        self.keep, self.times, self.processed, self.calls = keep, times, [], 0
+
+    def __call__(self, batch: list[dict]) -> list[dict]:
+        self.calls += 1
+        cut = len(batch) - self.keep if self.calls <= self.times else len(batch)
+        self.processed.extend(batch[:cut])
+        return batch[cut:]
+
+
+def test_unprocessed_items_are_sent_again_after_a_growing_jittered_backoff():
+    from shardline.ledger.orchestrator import BACKOFF_SECONDS, write_batch
+
+    send, slept = _Throttling(keep=3, times=2), []
+    batch = [{"sk": {"S": f"k{i}"}} for i in range(25)]
+    assert write_batch(send, batch, sleep=slept.append, jitter=lambda: 0.5) == 3
+    assert send.processed == batch  # each item written once, none lost
+    assert slept == [0.5 * BACKOFF_SECONDS * 2, 0.5 * BACKOFF_SECONDS * 4]
+
+
+def test_a_table_that_keeps_throttling_fails_the_write_and_says_what_to_do():
+    from shardline.ledger.orchestrator import (
+        BACKOFF_CAP_SECONDS,
+        BATCH_TRIES,
+        LedgerThrottledError,
+        backoff_seconds,
+        write_batch,
+    )
+
+    send, slept = _Throttling(keep=25, times=10**6), []
+    with pytest.raises(LedgerThrottledError, match=r"25 ledger item\(s\) still unprocessed after 10 .*Retry the task"):
+        write_batch(send, [{"sk": {"S": f"k{i}"}} for i in range(25)], sleep=slept.append, jitter=lambda: 1.0)
+    assert send.calls == BATCH_TRIES and len(slept) == BATCH_TRIES - 1
+    assert max(slept) == BACKOFF_CAP_SECONDS == backoff_seconds(30, 1.0)
+    assert backoff_seconds(1, 0.0) == 0.0  # full jitter: anywhere from nothing to the cap

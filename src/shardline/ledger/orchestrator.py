@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from pynamodb.exceptions import PutError, UpdateError
@@ -30,9 +33,17 @@ from shardline.ledger.keys import (
 from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
 
+log = logging.getLogger(__name__)
+
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
-WRITE_CHUNK = 2500  # items per writer thread (100 BatchWrite calls)
+# Plan writes: BatchWriteItem calls of 25 items (its limit) over this many threads, within the client's pool
+# of 10 connections. What a call leaves unprocessed (the table throttled it) is sent again after a backoff
+# with full jitter, doubling from BACKOFF_SECONDS up to BACKOFF_CAP_SECONDS, at most BATCH_TRIES calls in all.
+BATCH_ITEMS = 25
 WRITE_THREADS = 8
+BATCH_TRIES = 10
+BACKOFF_SECONDS = 0.05
+BACKOFF_CAP_SECONDS = 5.0
 # Only what the sensor needs; keeps each Query page small.
 FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in",
                    "rows_out"]
@@ -42,6 +53,10 @@ FILE_DETAIL_ATTRIBUTES = [*FILE_ATTRIBUTES, "host"]
 
 class StaleOrchestratorError(RuntimeError):
     """Another try of the orchestrator already moved the step to a newer attempt."""
+
+
+class LedgerThrottledError(RuntimeError):
+    """DynamoDB kept leaving a batch of writes unprocessed: the table is short of write capacity."""
 
 
 def _now() -> dt.datetime:
@@ -147,8 +162,9 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
     step still at ``after`` (default N-1). Of two planners racing for one attempt (a sensor and
     an operator's resubmission, two tries of one task) exactly one wins; the other gets
     :class:`StaleOrchestratorError` and writes nothing. So the winner's FILE items go in plain
-    BatchWrite calls of 25: no attempt-N item can exist before its STEP update, and an older
-    attempt's instance cannot claim a file back from it (claims only move forward).
+    BatchWriteItem calls of 25, in parallel (:func:`put_items`): no attempt-N item can exist
+    before its STEP update, and an older attempt's instance cannot claim a file back from it
+    (claims only move forward).
 
     A cancelled step stays cancelled unless ``reopen_cancelled`` (an operator's resubmission).
     ``plan_json`` records what the step was planned with. Returns the number of files written.
@@ -182,10 +198,13 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
                 f"or later first, or cancelled it): not planning attempt {attempt}"
             ) from err
         raise
-    expires = model.expiry()
-    items = [model(pk, file_sk(step, key), status=FileStatus.PENDING.value, attempt=attempt, input_key=key,
-                   bytes_in=size, expires_at=expires) for key, size in input_keys]
-    _parallel(items, _batch_save(model))
+    # The items differ only in their key, input and bytes: serialize the rest once (100k pynamodb models would
+    # cost the planner seconds of CPU for nothing).
+    same = _attributes(model, pk=pk, status=FileStatus.PENDING.value, attempt=attempt, expires_at=model.expiry())
+    sk, input_key, bytes_in = (getattr(model, name) for name in ("sk", "input_key", "bytes_in"))
+    items = [{**same, sk.attr_name: {"S": file_sk(step, key)}, input_key.attr_name: {"S": key},
+              bytes_in.attr_name: {"N": bytes_in.serialize(size)}} for key, size in input_keys]
+    put_items(model, items)
     return len(items)
 
 
@@ -202,7 +221,7 @@ def record_refused(model: type[LedgerItem], pipeline: str, run_id: str, step: st
                    failed_pk=failures_pk(pipeline), failed_at=f"{now.isoformat()}#{run_id}#{step}",
                    finished_at=now, expires_at=expires)
              for key, size, reason in refused]
-    _parallel(items, _batch_save(model))
+    put_items(model, [item.serialize() for item in items])
     return len(items)
 
 
@@ -272,19 +291,63 @@ def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     return True
 
 
-def _batch_save(model: type[LedgerItem]):
-    def write(chunk: list[LedgerItem]) -> None:
-        with model.batch_write() as batch:  # 25 items a call; unprocessed items are retried
-            for item in chunk:
-                batch.save(item)
-    return write
+def _attributes(model: type[LedgerItem], **values) -> dict[str, dict[str, str]]:
+    """Attribute values as DynamoDB takes them, under their stored names: ``{"st": {"S": "PENDING"}, ...}``."""
+    return {getattr(model, name).attr_name: {getattr(model, name).attr_type: getattr(model, name).serialize(value)}
+            for name, value in values.items()}
 
 
-def _parallel(items: list[LedgerItem], write) -> None:
-    # BatchWrite calls are independent: a few in parallel plan a 100k-file step in seconds, not minutes.
-    chunks = [items[i:i + WRITE_CHUNK] for i in range(0, len(items), WRITE_CHUNK)]
-    with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, max(1, len(chunks)))) as pool:
-        list(pool.map(write, chunks))
+def put_items(model: type[LedgerItem], items: list[dict], *, threads: int = WRITE_THREADS) -> None:
+    """Put serialized items (each key once): BatchWriteItem calls of 25 over ``threads`` threads.
+
+    Plain puts, unconditional and idempotent: a call sent twice (a retry after a timeout) writes
+    the same item again. Callers write only items no one else can have written yet (see
+    :func:`start_attempt`). Unprocessed items are sent again with backoff (:func:`write_batch`).
+    """
+    connection = model._get_connection()
+
+    def send(batch: list[dict]) -> list[dict]:
+        answer = connection.batch_write_item(put_items=batch) or {}
+        return [request["PutRequest"]["Item"]
+                for request in answer.get("UnprocessedItems", {}).get(model.Meta.table_name, [])]
+
+    batches = [items[i:i + BATCH_ITEMS] for i in range(0, len(items), BATCH_ITEMS)]
+    if len(batches) <= 1 or threads <= 1:
+        for batch in batches:
+            write_batch(send, batch)
+        return
+    # The calls are independent, and each mostly waits on the network: side by side, a 100k-file plan
+    # takes 4,000 calls / threads round trips.
+    with ThreadPoolExecutor(max_workers=min(threads, len(batches))) as pool:
+        list(pool.map(lambda batch: write_batch(send, batch), batches))
+
+
+def write_batch(send: Callable[[list[dict]], list[dict]], batch: list[dict], *,
+                sleep: Callable[[float], None] = time.sleep, jitter: Callable[[], float] = random.random) -> int:
+    """Send one batch until nothing is left unprocessed; returns the calls it took.
+
+    ``send`` makes one BatchWriteItem call and returns the items DynamoDB left unprocessed
+    (it does that, instead of failing the call, when the table throttles). They are sent
+    again after a full-jitter backoff (:func:`backoff_seconds`), at most :data:`BATCH_TRIES`
+    calls in all; then :class:`LedgerThrottledError`.
+    """
+    for calls in range(1, BATCH_TRIES + 1):
+        batch = send(batch)
+        if not batch:
+            return calls
+        if calls < BATCH_TRIES:
+            log.info("ledger write: %d item(s) unprocessed (throttled), sending them again (call %d of %d)",
+                     len(batch), calls + 1, BATCH_TRIES)
+            sleep(backoff_seconds(calls, jitter()))
+    raise LedgerThrottledError(
+        f"{len(batch)} ledger item(s) still unprocessed after {BATCH_TRIES} BatchWriteItem calls: the table is "
+        "throttling writes. Retry the task; if it keeps happening, raise the table's on-demand maximum or warm "
+        "throughput (DynamoDB's UpdateTable), or plan fewer files per step")
+
+
+def backoff_seconds(calls: int, jitter: float) -> float:
+    """The pause after the ``calls``-th call left items unprocessed: full jitter (``jitter`` in [0, 1))."""
+    return jitter * min(BACKOFF_CAP_SECONDS, BACKOFF_SECONDS * 2 ** calls)
 
 
 @dataclasses.dataclass(frozen=True)
