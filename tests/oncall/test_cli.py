@@ -46,6 +46,35 @@ def test_resubmit_needs_exactly_one_selection():
     result = run("resubmit", "p/r", "--step", "score")
     assert result.returncode == 2
     assert "one of the arguments --all-failed --shard --file is required" in result.stderr
+    both = run("resubmit", "p/r", "--step", "score", "--all-failed", "--file", "a.parquet")
+    assert both.returncode == 2 and "argument --file: not allowed with argument --all-failed" in both.stderr
+    assert "usage: shardline resubmit" in both.stderr
+
+
+def test_version_and_help_start_without_the_aws_clients_airflow_or_the_service():
+    """What the first command a person types costs: no boto3, pynamodb, Airflow or HTTP client is imported."""
+    code = ("import json, sys\nfrom shardline.oncall import cli\n"
+            "codes = [cli.main(argv) for argv in (['--help'], ['resubmit', '--help'], ['local', '--help'], "
+            "['--version'])]\n"
+            "print(json.dumps([codes, sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('boto3', 'botocore', 'pynamodb', 'airflow', 'httpx') or m == 'shardline.oncall.service')]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [[0, 0, 0, 0], []]
+    assert "shardline " in run("--version").stdout and run("-h").stdout == run("--help").stdout
+
+
+def test_a_bad_logical_date_is_a_usage_error_that_shows_the_form():
+    result = run("--dags-folder", str(REPO / "dags"), "preview", "daily_churn", "--logical-date", "yesterday")
+    assert result.returncode == 2
+    assert "expected an ISO date or time like 2026-11-22T10:00, got 'yesterday'" in result.stderr
+
+
+def test_cancel_without_a_terminal_asks_for_yes_and_changes_nothing():
+    result = subprocess.run([str(CLI), "--dags-folder", str(REPO / "dags"), "cancel", "daily_churn/run-1"],
+                            input="y\n", capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("shardline cancel: refusing to cancel daily_churn/run-1 without a terminal to "
+                                     "confirm on; pass --yes to cancel it anyway")
 
 
 @pytest.mark.integration  # starts its own moto_server

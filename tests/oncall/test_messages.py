@@ -17,7 +17,6 @@ import json
 import re
 import shutil
 import subprocess
-import types
 from pathlib import Path
 
 import httpx
@@ -476,39 +475,12 @@ console.log(JSON.stringify(out));
         said(f"page notice: {name}", text, failure=name not in ("cancelled", "allSucceeded"))
 
 
-class FakeOnCall:
-    """What the CLI's commands print, from canned answers of the on-call service."""
-
-    airflow_warning = None
-
-    def __init__(self, result=None, lines=(), files=()):
-        self.result, self.lines, self.files = result, list(lines), list(files)
-
-    def resubmit(self, ref, step, **kwargs):
-        return self.result
-
-    def cancel(self, ref, reason):
-        return self.lines
-
-    def failed(self, ref, step):
-        return self.files
-
-    def runs(self, pipeline, limit):
-        return []
-
-
-def _resubmit_args(**overrides):
-    return types.SimpleNamespace(**{"run": REF, "step": STEP, "shard": None, "file": None, "all_failed": True,
-                                    "dry_run": False, "force": False, "ledger_only": False, "json": False,
-                                    **overrides})
-
-
-def _printed(command, *args) -> tuple[int, str]:
-    """What a CLI command prints (stdout, then stderr), and its exit code."""
+def _printed(show) -> str:
+    """What a CLI command's reply prints for a person (stdout, then stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = command(*args)
-    return code, (out.getvalue() + err.getvalue()).strip()
+        show()
+    return (out.getvalue() + err.getvalue()).strip()
 
 
 def test_the_cli_commands_print_whole_sentences(monkeypatch):
@@ -541,24 +513,20 @@ def test_the_cli_commands_print_whole_sentences(monkeypatch):
                                             complete=False), {}),
     }
     for name, (result, overrides) in cases.items():
-        code, printed = _printed(cli.cmd_resubmit, FakeOnCall(result), _resubmit_args(**overrides))
-        assert code == (1 if name == "half done" else 0), name
-        text = said(f"shardline resubmit: {name}", printed, failure=name != "nothing")
+        reply = cli.resubmit_reply(result, dry_run=overrides.get("dry_run", False))
+        assert reply.code == (1 if name == "half done" else 0), name
+        assert reply.data is result  # what --json prints
+        text = said(f"shardline resubmit: {name}", _printed(reply.show), failure=name != "nothing")
         if name == "nothing":
             assert text.count("nothing to resubmit") == 1, text  # said once, not in a selection line too
         if "dry run" in name:
             assert "without --dry-run" in text, text
+        if "submit" in name and "dry run" not in name:
+            assert text.endswith(f"follow it with: shardline status {REF}"), text
 
     lines = [CANCEL_LINES["stopped"].format(step=STEP, job=job), CANCEL_LINES["cancelled"].format(step=STEP),
              CANCEL_LINES["dag_run_failed"].format(run_id=RUN_ID)]
-    code, printed = _printed(cli.cmd_cancel, FakeOnCall(lines=lines),
-                             types.SimpleNamespace(run=REF, yes=True, reason="bad model"))
-    assert code == 0
-    said("shardline cancel", printed)
-    code, printed = _printed(cli.cmd_failed, FakeOnCall(), types.SimpleNamespace(run=REF, step=STEP, json=False))
-    assert code == 0
-    said("shardline failed: nothing failed", printed)
-    code, printed = _printed(cli.cmd_runs, FakeOnCall(), types.SimpleNamespace(pipeline=None, limit=20, json=False,
-                                                                               dags_folder=Path("dags")))
-    assert code == 0
-    said("shardline runs: none", printed)
+    said("shardline cancel", _printed(cli.lines_reply(lines).show))
+    said("shardline failed: nothing failed", _printed(lambda: cli.show_failed([], ref=RunRef.parse(REF), step=STEP)))
+    said("shardline runs: none", _printed(lambda: cli.show_runs([], pipeline=None, dags_folder=Path("dags"),
+                                                                airflow_warning=None)))

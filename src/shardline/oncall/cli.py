@@ -3,25 +3,42 @@
 It reads the same ledger table and backends as the pipelines (found from the specs under
 the DAGs folder), so it works against real AWS and the embedded stack alike: boto3's
 usual settings (profile, region, ``AWS_ENDPOINT_URL``) decide where.
+
+Each command returns a :class:`Reply`: its value, and how to show that value to a person. One place,
+:func:`_command`, prints it (as JSON with ``--json``) and turns an on-call error into its message and
+exit code. Start-up stays fast: the AWS client libraries, the service and rich are imported only
+when a command runs, never for ``--help``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import datetime as dt
+import functools
 import json
 import os
 import shutil
 import signal
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+import click
+
+from shardline import __version__
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    from shardline.oncall.preview import PreviewResult
+    from shardline.oncall.service import OnCall
+    from shardline.oncall.views import FileView, ResubmitResult, RunRef, RunRow, RunView
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+ENV_DAGS_FOLDER = "SHARDLINE_DAGS_FOLDER"
 
 EPILOG = """\
 environment:
@@ -43,7 +60,30 @@ before launch:
 """
 
 
+def default_dags_folder() -> Path:
+    for candidate in (os.environ.get(ENV_DAGS_FOLDER), os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")):
+        if candidate:
+            return Path(candidate)
+    return Path.cwd() / "dags"
+
+
+def default_state_dir() -> Path:
+    """Where `shardline local` keeps the stack's pid, URL and log: one place per user, so `down` and
+    `status` find the stack from any directory ($SHARDLINE_STATE_DIR, else $XDG_STATE_HOME/shardline/local,
+    else ~/.local/state/shardline/local)."""
+    if os.environ.get("SHARDLINE_STATE_DIR"):
+        return Path(os.environ["SHARDLINE_STATE_DIR"])
+    base = Path(os.environ["XDG_STATE_HOME"]) if os.environ.get("XDG_STATE_HOME") else \
+        Path.home() / ".local" / "state"
+    return base / "shardline" / "local"
+
+
+# --- printing ----------------------------------------------------------------------------------
+
+
 def _console() -> Console:
+    from rich.console import Console
+
     # soft_wrap: long lines (commands to copy) are never broken in the middle.
     width = shutil.get_terminal_size(fallback=(120, 40)).columns  # honours COLUMNS, also when piped
     # markup and emoji off: what is printed comes from the ledger, AWS and Airflow (file keys, error messages
@@ -92,14 +132,36 @@ STATUS_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "PARTIAL": "yellow", "CAN
 
 
 def _styled(status: str | None) -> Text:
+    from rich.text import Text
+
     return Text(printable(status), style=STATUS_STYLE.get(status or "", ""))
 
 
-def _print_json(payload) -> None:
+def _print_json(payload: Any) -> None:
     def plain(value):
         return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
     print(json.dumps([plain(v) for v in payload] if isinstance(payload, list) else plain(payload), indent=2))
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        print(printable(line))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """What a command answered: ``data`` is what ``--json`` prints, ``show`` prints it for a person, and
+    ``code`` is the exit status either way."""
+
+    data: Any
+    show: Callable[[], None]
+    code: int = EXIT_OK
+
+
+def lines_reply(lines: list[str], code: int = EXIT_OK) -> Reply:
+    """A command that says what it did, a line per thing (``--json``: the lines as a list)."""
+    return Reply(lines, functools.partial(_print_lines, lines), code)
 
 
 # --- messages (pure: tests/oncall/test_messages.py renders each) -------------------------------
@@ -117,14 +179,12 @@ def error_text(error_class: str | None, error_message: str | None) -> str:
 
 
 def preview_no_pipeline(pipeline: str, dags_folder: Path, known: list[str]) -> str:
-    return (f"shardline preview: no pipeline {pipeline!r} in {dags_folder}/pipelines (known: "
-            f"{', '.join(known) or 'none'}); check the name, or pass --dags-folder with the folder that holds its "
-            "spec")
+    return (f"no pipeline {pipeline!r} in {dags_folder}/pipelines (known: {', '.join(known) or 'none'}); check the "
+            "name, or pass --dags-folder with the folder that holds its spec")
 
 
 def preview_no_step(pipeline: str, step: str, names: list[str]) -> str:
-    return (f"shardline preview: pipeline {pipeline} has no step {step!r} (steps: {', '.join(names)}); pass one of "
-            "them as --step")
+    return f"pipeline {pipeline} has no step {step!r} (steps: {', '.join(names)}); pass one of them as --step"
 
 
 def aws_error_text(command: str, err: str, env, dags_folder: Path) -> str:
@@ -142,18 +202,16 @@ def aws_error_text(command: str, err: str, env, dags_folder: Path) -> str:
             f"in the pipeline specs under {dags_folder}")
 
 
-# --- commands --------------------------------------------------------------------------------
+# --- what each command shows a person ------------------------------------------------------------
 
 
-def cmd_runs(oncall, args) -> int:
-    rows = oncall.runs(args.pipeline, args.limit)
-    if args.json:
-        _print_json(rows)
-        return EXIT_OK
+def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, airflow_warning: str | None) -> None:
+    from rich.text import Text
+
     console = _console()
     if not rows:
-        console.print(printable(no_runs_text(args.pipeline, args.dags_folder)))
-        return EXIT_OK
+        console.print(printable(no_runs_text(pipeline, dags_folder)))
+        return
     # Plain columns: the run name is copied into the next command, so it is never shortened; the message
     # gets what width is left (`shardline status RUN` prints it whole).
     names = [printable(f"{r.pipeline}/{r.run_id}") for r in rows]
@@ -181,18 +239,14 @@ def cmd_runs(oncall, args) -> int:
     for name, r in zip(names, rows, strict=True):
         if r.disagreement:
             console.print(f"! {name}: {printable(r.disagreement)}")
-    if oncall.airflow_warning:
-        console.print(printable(oncall.airflow_warning))
-    return EXIT_OK
+    if airflow_warning:
+        console.print(printable(airflow_warning))
 
 
-def cmd_status(oncall, args) -> int:
-    from shardline.oncall.service import RunRef
+def show_status(view: RunView, *, airflow_warning: str | None) -> None:
+    from rich.table import Table
+    from rich.text import Text
 
-    view = oncall.status(RunRef.parse(args.run))
-    if args.json:
-        _print_json(view)
-        return EXIT_OK
     console = _console()
     console.print(Text.assemble("run ", (printable(view.ref), "bold"), ": ", _styled(view.status),
                                 printable(f", started {_when(view.started_at)}"
@@ -203,8 +257,8 @@ def cmd_status(oncall, args) -> int:
         console.print(printable(f"  Airflow: DAG run {view.airflow_state}"))
     if view.disagreement:
         console.print(printable(f"  ! {view.disagreement}"))
-    if oncall.airflow_warning:
-        console.print(f"  {printable(oncall.airflow_warning)}")
+    if airflow_warning:
+        console.print(f"  {printable(airflow_warning)}")
     table = Table()
     for column in ("STEP", "STATUS", "ATTEMPT", "JOB", "FILES", "OK", "FAILED", "RUNNING", "PENDING", "ROWS OUT",
                    "ROWS/S", "ETA"):
@@ -223,23 +277,19 @@ def cmd_status(oncall, args) -> int:
         if s.failed:
             console.print(printable(f"  see the {s.failed} failed file(s) and why: shardline failed {view.ref} "
                                     f"--step {s.name}"))
-    return EXIT_OK
 
 
-def cmd_failed(oncall, args) -> int:
-    from shardline.oncall.service import RunRef
+def show_failed(files: list[FileView], *, ref: RunRef, step: str | None) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     from shardline.planning.naming import resubmit_command
 
-    ref = RunRef.parse(args.run)
-    files = oncall.failed(ref, args.step)
-    if args.json:
-        _print_json(files)
-        return EXIT_OK
     console = _console()
     if not files:
         console.print(printable(f"no failed or unfinished files in {ref}"
-                                + (f", step {args.step}" if args.step else "") + ": nothing to resubmit"))
-        return EXIT_OK
+                                + (f", step {step}" if step else "") + ": nothing to resubmit"))
+        return
     table = Table(title=Text(printable(f"files of {ref} that did not succeed")))
     for column in ("STEP", "FILE", "STATUS", "ATTEMPT", "HOST", "ERROR"):
         table.add_column(column, overflow="fold")
@@ -248,21 +298,11 @@ def cmd_failed(oncall, args) -> int:
         table.add_row(printable(f.step), printable(f.input_key), _styled(f.status), str(f.attempt),
                       printable(f.host or "-"), printable(textwrap.shorten(error, 160)))
     console.print(table)
-    for step in sorted({f.step for f in files}):
-        console.print(printable(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, step)}"))
-    return EXIT_OK
+    for name in sorted({f.step for f in files}):
+        console.print(printable(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, name)}"))
 
 
-def cmd_resubmit(oncall, args) -> int:
-    from shardline.oncall.service import RunRef
-
-    ref = RunRef.parse(args.run)
-    result = oncall.resubmit(ref, args.step, shard=args.shard, files=args.file or (), all_failed=args.all_failed,
-                             dry_run=args.dry_run, force=args.force, ledger_only=args.ledger_only)
-    code = EXIT_OK if result.complete else EXIT_ERROR
-    if args.json:
-        _print_json(result)
-        return code
+def show_resubmit(result: ResubmitResult, *, dry_run: bool) -> None:
     console = _console()
     plan = result.plan
     if plan.files:
@@ -273,106 +313,312 @@ def cmd_resubmit(oncall, args) -> int:
         console.print(f"  {printable(key)}")
     if len(plan.files) > 20:
         console.print(f"  ... and {len(plan.files) - 20} more (--json lists them all)")
-    if result.job_name and not args.dry_run:
+    if result.job_name and not dry_run:
         console.print(printable(f"submitted attempt {result.attempt} as job {result.job_name}"))
     elif result.job_name:
         console.print(printable(f"would submit attempt {result.attempt} as job {result.job_name}"))
     if not result.complete:
         print(printable(f"shardline resubmit: {result.airflow}"), file=sys.stderr)
-        return code
+        return
     console.print(printable(result.airflow))
-    if args.dry_run and result.action != "nothing":
+    if dry_run and result.action != "nothing":
         console.print("to do it, run the same command without --dry-run")
-    if (result.job_name or result.action == "take_up") and not args.dry_run:
-        console.print(printable(f"follow it with: shardline status {ref}"))
-    return code
+    if (result.job_name or result.action == "take_up") and not dry_run:
+        console.print(printable(f"follow it with: shardline status {plan.ref}"))
 
 
-def cmd_login(args) -> int:
+def resubmit_reply(result: ResubmitResult, *, dry_run: bool) -> Reply:
+    """A resubmission left half done exits 1, whichever way it is printed."""
+    return Reply(result, functools.partial(show_resubmit, result, dry_run=dry_run),
+                 EXIT_OK if result.complete else EXIT_ERROR)
+
+
+def preview_reply(result: PreviewResult) -> Reply:
+    data = {"step": result.step, "model_uri": result.model_uri, "sample_uri": result.sample_uri,
+            "exit_code": result.exit_code, "report": result.report}
+    # The sample's values are the input's own: printed escaped, line breaks kept.
+    return Reply(data, functools.partial(print, printable(result.render(), newlines=True), end=""),
+                 EXIT_OK if result.ok else EXIT_ERROR)
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+class _Command(click.Command):
+    """A command whose usage line reads ``usage: shardline COMMAND ...``, as the README and scripts quote it."""
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, " ".join(self.collect_usage_pieces(ctx)), prefix="usage: ")
+
+
+class _Group(click.Group):
+    command_class = _Command
+
+    format_usage = _Command.format_usage
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # in the on-call flow's order, not the alphabet's
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.epilog:  # as written: its columns line up
+            formatter.write_paragraph()
+            formatter.write(self.epilog)
+
+
+class _ShownDefault(click.Option):
+    """An option whose help shows its default as it resolves now, from the environment."""
+
+    def get_help_extra(self, ctx: click.Context):
+        extra = super().get_help_extra(ctx)
+        extra["default"] = str(self.get_default(ctx, call=True))
+        return extra
+
+
+class _IsoDate(click.ParamType):
+    name = "DATE"
+
+    def convert(self, value, param, ctx) -> dt.datetime:
+        if isinstance(value, dt.datetime):
+            return value
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            self.fail(f"expected an ISO date or time like 2026-11-22T10:00, got {value!r}", param, ctx)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Globals:
+    dags_folder: Path
+    airflow_url: str | None
+    airflow_token: str | None
+
+    def oncall(self) -> OnCall:
+        """The service over the specs of the DAGs folder, with Airflow when the CLI can find it."""
+        from shardline.oncall.airflow_client import find_settings
+        from shardline.oncall.service import OnCall
+
+        settings = find_settings(self.airflow_url, self.airflow_token)
+        return OnCall.from_folder(self.dags_folder, airflow=settings.client() if settings else None)
+
+
+@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]},
+             help="On-call commands for Shardline pipelines: see runs, find what failed and why, resubmit exactly "
+                  "the failed files, cancel a run, and run the embedded AWS stack.")
+@click.version_option(__version__, "--version", prog_name="shardline", message="%(prog)s %(version)s")
+@click.option("--dags-folder", cls=_ShownDefault, type=click.Path(path_type=Path), default=default_dags_folder,
+              show_default=True, help="folder holding pipelines/*.yaml")
+@click.option("--airflow-url", help="Airflow's API server (default: $SHARDLINE_AIRFLOW_URL, else the URL "
+                                    "`shardline login` kept)")
+@click.option("--airflow-token", help="a bearer token for it (default: $SHARDLINE_AIRFLOW_TOKEN, else the one "
+                                      "`shardline login` kept)")
+@click.pass_context
+def shardline(ctx: click.Context, dags_folder: Path, airflow_url: str | None, airflow_token: str | None) -> None:
+    ctx.obj = _Globals(dags_folder, airflow_url, airflow_token)
+
+
+def _command(name: str, short_help: str, description: str = "", *, with_json: bool = True):
+    """Register a command whose body returns a :class:`Reply`: the one place that prints it (as JSON with
+    ``--json``) and turns an error into ``shardline NAME: message`` on stderr and its exit code."""
+
+    def register(body: Callable[..., Reply]) -> click.Command:
+        @functools.wraps(body)
+        def run(*args, as_json: bool = False, **kwargs) -> int:
+            from botocore.exceptions import BotoCoreError, ClientError
+            from pynamodb.exceptions import PynamoDBException
+
+            from shardline.local.embedded_aws import EmbeddedAwsError
+            from shardline.oncall.airflow_client import AirflowApiError
+            from shardline.oncall.errors import OnCallError
+            from shardline.oncall.preview import PreviewError
+
+            try:
+                reply = body(*args, **kwargs)
+            except (OnCallError, AirflowApiError, EmbeddedAwsError, PreviewError) as err:
+                print(f"shardline {name}: {printable(err)}", file=sys.stderr)
+                return getattr(err, "exit_code", EXIT_ERROR)  # a malformed request exits 2, as a usage error does
+            except (BotoCoreError, ClientError, PynamoDBException) as err:
+                dags_folder = click.get_current_context().find_object(_Globals).dags_folder
+                print(aws_error_text(name, printable(err), os.environ, dags_folder), file=sys.stderr)
+                return EXIT_ERROR
+            if as_json:
+                _print_json(reply.data)
+            else:
+                reply.show()
+            return reply.code
+
+        if with_json:
+            run = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")(run)
+        return shardline.command(name, short_help=short_help, help=description or short_help)(run)
+
+    return register
+
+
+_run_argument = click.argument("run", metavar="RUN")
+
+
+@_command("runs", "list recent runs, newest first")
+@click.option("--pipeline", help="only this pipeline")
+@click.option("--limit", type=int, default=20, show_default=True, help="how many")
+@click.pass_obj
+def runs(options: _Globals, pipeline: str | None, limit: int) -> Reply:
+    oncall = options.oncall()
+    rows = oncall.runs(pipeline, limit)
+    return Reply(rows, functools.partial(show_runs, rows, pipeline=pipeline, dags_folder=options.dags_folder,
+                                         airflow_warning=oncall.airflow_warning))
+
+
+@_command("status", "a run's steps: attempts, file counts, rows/s and ETA",
+          "A run's steps: status, attempt and job, file counts, rows out, rows/s and ETA of the running attempt. "
+          "RUN is PIPELINE/RUN_ID as `shardline runs` prints it.")
+@_run_argument
+@click.pass_obj
+def status(options: _Globals, run: str) -> Reply:
+    from shardline.oncall.views import RunRef
+
+    oncall = options.oncall()
+    view = oncall.status(RunRef.parse(run))
+    return Reply(view, functools.partial(show_status, view, airflow_warning=oncall.airflow_warning))
+
+
+@_command("failed", "the files that did not succeed: error class, message, attempts")
+@_run_argument
+@click.option("--step", help="only this step")
+@click.pass_obj
+def failed(options: _Globals, run: str, step: str | None) -> Reply:
+    from shardline.oncall.views import RunRef
+
+    oncall = options.oncall()
+    ref = RunRef.parse(run)
+    files = oncall.failed(ref, step)
+    return Reply(files, functools.partial(show_failed, files, ref=ref, step=step))
+
+
+SELECTIONS = ("--all-failed", "--shard", "--file")
+
+
+@_command("resubmit", "start a new attempt with only the chosen files",
+          "Start a new attempt of a step with only the chosen files (never ones that succeeded). When the DAG run "
+          "has already finished, its watch task is cleared through Airflow's REST API so the run follows the new "
+          "attempt and turns green when it succeeds. Running it twice is safe: a second call finds the attempt "
+          "running, or nothing left to resubmit.")
+@_run_argument
+@click.option("--step", required=True, help="the step to resubmit")
+@click.option("--all-failed", is_flag=True, help="every file of the step that has not succeeded")
+@click.option("--shard", metavar="HOST", help="the unfinished or failed files of one instance (algo-N)")
+@click.option("--file", "keys", metavar="KEY", multiple=True,
+              help="one file (s3:// URI or key relative to the input prefix); repeatable")
+@click.option("--dry-run", is_flag=True, help="show what would be resubmitted; change nothing")
+@click.option("--force", is_flag=True, help="resubmit even though the step's sensor has not ended")
+@click.option("--ledger-only", is_flag=True,
+              help="leave Airflow out: for a step not run by an Airflow DAG (no DAG run follows the attempt)")
+@click.pass_obj
+def resubmit(options: _Globals, run: str, step: str, all_failed: bool, shard: str | None, keys: tuple[str, ...],
+             dry_run: bool, force: bool, ledger_only: bool) -> Reply:
+    # Exactly one of the three, as a usage error (exit 2) before anything is read.
+    given = [flag for flag, value in zip(SELECTIONS, (all_failed, shard, keys), strict=True) if value]
+    if not given:
+        raise click.UsageError(f"one of the arguments {' '.join(SELECTIONS)} is required")
+    if len(given) > 1:
+        raise click.UsageError(f"argument {given[1]}: not allowed with argument {given[0]}")
+    from shardline.oncall.views import RunRef
+
+    oncall = options.oncall()
+    result = oncall.resubmit(RunRef.parse(run), step, shard=shard, files=keys, all_failed=all_failed,
+                             dry_run=dry_run, force=force, ledger_only=ledger_only)
+    return resubmit_reply(result, dry_run=dry_run)
+
+
+@_command("login", "keep Airflow's URL and a token for later commands",
+          "Log in to Airflow's API server once: exchange a user and password for a token (or take one with "
+          "--token), check it, and keep the URL and token in ~/.config/shardline/airflow.json (mode 0600; "
+          "$XDG_CONFIG_HOME or $SHARDLINE_AIRFLOW_CONFIG moves it). resubmit and cancel then find Airflow without "
+          "flags or environment.", with_json=False)
+@click.argument("url", metavar="URL")
+@click.option("--username", help="the Airflow user (default: ask)")
+@click.option("--password-stdin", is_flag=True, help="read the password from standard input")
+@click.option("--token", help="a token you already have, instead of a user and password")
+def login(url: str, username: str | None, password_stdin: bool, token: str | None) -> Reply:
     import getpass
 
     from shardline.oncall.airflow_client import AirflowClient, save_login
 
-    client = AirflowClient(args.url, source=args.url)
-    if args.token:
-        client = AirflowClient(args.url, token=args.token, source="--token")
-        token, who = args.token, "with the given token"
+    client = AirflowClient(url, source=url)
+    if token:
+        client = AirflowClient(url, token=token, source="--token")
+        who = "with the given token"
     else:
-        username = args.username or input("Airflow user: ").strip()
-        password = sys.stdin.readline().rstrip("\n") if args.password_stdin else getpass.getpass(
+        username = username or input("Airflow user: ").strip()
+        password = sys.stdin.readline().rstrip("\n") if password_stdin else getpass.getpass(
             f"password for {username}: ")
         token, who = client.login(username, password), f"as {username}"
     client.dags_page()  # the token works: it reads at least the DAG list
-    path = save_login(args.url, token)
-    print(printable(f"logged in to {client.base_url} {who}; the URL and token are kept in {path} (mode 0600) for "
-                    "later commands. Airflow's tokens expire ([api_auth] jwt_expiration_time): run `shardline login "
-                    f"{client.base_url}` again when a command says the token was refused."))
-    return EXIT_OK
+    path = save_login(url, token)
+    return lines_reply([f"logged in to {client.base_url} {who}; the URL and token are kept in {path} (mode 0600) "
+                        "for later commands. Airflow's tokens expire ([api_auth] jwt_expiration_time): run "
+                        f"`shardline login {client.base_url}` again when a command says the token was refused."])
 
 
-def cmd_cancel(oncall, args) -> int:
-    from shardline.oncall.service import RunRef
+@_command("cancel", "stop a run's jobs, mark it CANCELLED, fail its DAG run")
+@_run_argument
+@click.option("--reason", default="cancelled by an operator", show_default=True, help="recorded on the run")
+@click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
+@click.pass_obj
+def cancel(options: _Globals, run: str, reason: str, yes: bool) -> Reply:
+    from shardline.oncall.errors import BadRequest
+    from shardline.oncall.views import RunRef
 
-    ref = RunRef.parse(args.run)
-    if not args.yes:
+    oncall = options.oncall()
+    ref = RunRef.parse(run)
+    if not yes:
         if not sys.stdin.isatty():
-            print(printable(f"shardline cancel: refusing to cancel {ref} without a terminal to confirm on; "
-                            "pass --yes to cancel it anyway"), file=sys.stderr)
-            return EXIT_USAGE
+            raise BadRequest(f"refusing to cancel {ref} without a terminal to confirm on; pass --yes to cancel it "
+                             "anyway")
         answer = input(printable(f"cancel {ref}: stop its jobs, mark it CANCELLED and fail its DAG run? [y/N] "))
         if answer.strip().lower() not in ("y", "yes"):
-            print("not cancelled: nothing was changed")
-            return EXIT_ERROR
-    for line in oncall.cancel(ref, args.reason):
-        print(printable(line))
-    return EXIT_OK
+            return lines_reply(["not cancelled: nothing was changed"], EXIT_ERROR)
+    return lines_reply(oncall.cancel(ref, reason))
 
 
-# --- the embedded stack ------------------------------------------------------------------------
-
-
-def cmd_preview(args) -> int:
+@_command("preview", "run a step's model on the first rows of one input, locally, before launch",
+          "Run a step's model, with exactly the settings its job would use, on the first rows of one input file, "
+          "here and now: print the passthrough columns, the features as the model gets them, the predictions and "
+          "a summary, and warn on signs of a wrong setup (constant or NaN predictions, lines the script printed, "
+          "columns dropped, a script that breaks when batched). Writes nothing.")
+@click.argument("pipeline", metavar="PIPELINE")
+@click.option("--step", help="the step (default: the first)")
+@click.option("--rows", type=int, default=20, show_default=True, help="rows of the sample")
+@click.option("--input", "input_uri", metavar="URI", help="an s3:// file or prefix to sample (default: the step's "
+                                                          "input)")
+@click.option("--model-uri", metavar="URI", help="the model artifact (default: the step's model.uri)")
+@click.option("--model-version", help="the model_version Param (default: the spec's model.version)")
+@click.option("--logical-date", type=_IsoDate(), default=None,
+              help="the run's logical date for the spec's templates, e.g. 2026-11-22T10:00 (default: now, UTC)")
+@click.pass_obj
+def preview(options: _Globals, pipeline: str, step: str | None, rows: int, input_uri: str | None,
+            model_uri: str | None, model_version: str | None, logical_date: dt.datetime | None) -> Reply:
     """Run a step's model on a sample of its input, locally, with the job's own settings."""
-    import datetime as dt
-
-    from shardline.oncall.preview import step_uris
+    from shardline.oncall.errors import NotFound
+    from shardline.oncall.preview import preview_step, step_uris
     from shardline.oncall.service import load_specs
     from shardline.orchestration import services
 
-    specs = load_specs(args.dags_folder)
-    if args.pipeline not in specs:
-        print(printable(preview_no_pipeline(args.pipeline, args.dags_folder, sorted(specs))), file=sys.stderr)
-        return EXIT_ERROR
-    spec = specs[args.pipeline]
+    specs = load_specs(options.dags_folder)
+    if pipeline not in specs:
+        raise NotFound(preview_no_pipeline(pipeline, options.dags_folder, sorted(specs)))
+    spec = specs[pipeline]
     names = [s.name for s in spec.steps]
-    if args.step and args.step not in names:
-        print(printable(preview_no_step(args.pipeline, args.step, names)), file=sys.stderr)
-        return EXIT_ERROR
-    step = spec.step(args.step or names[0])
-    logical_date = args.logical_date or dt.datetime.now(dt.UTC)
-    params = {"model_version": args.model_version} if args.model_version else None
-    model_uri, input_uri = step_uris(spec, step, logical_date, params)
-    from shardline.oncall.preview import preview_step
-
-    result = preview_step(spec, step.name, services.s3_client(spec), model_uri=args.model_uri or model_uri,
-                          input_uri=args.input or input_uri, rows=args.rows, model_version=args.model_version)
-    if args.json:
-        _print_json({"step": result.step, "model_uri": result.model_uri, "sample_uri": result.sample_uri,
-                     "exit_code": result.exit_code, "report": result.report})
-    else:
-        print(printable(result.render(), newlines=True), end="")  # the sample's values are the input's own
-    return EXIT_OK if result.ok else EXIT_ERROR
+    if step and step not in names:
+        raise NotFound(preview_no_step(pipeline, step, names))
+    chosen = spec.step(step or names[0])
+    params = {"model_version": model_version} if model_version else None
+    spec_model_uri, spec_input_uri = step_uris(spec, chosen, logical_date or dt.datetime.now(dt.UTC), params)
+    result = preview_step(spec, chosen.name, services.s3_client(spec), model_uri=model_uri or spec_model_uri,
+                          input_uri=input_uri or spec_input_uri, rows=rows, model_version=model_version)
+    return preview_reply(result)
 
 
-def default_state_dir() -> Path:
-    """Where `shardline local` keeps the stack's pid, URL and log: one place per user, so `down` and
-    `status` find the stack from any directory ($SHARDLINE_STATE_DIR, else $XDG_STATE_HOME/shardline/local,
-    else ~/.local/state/shardline/local)."""
-    if os.environ.get("SHARDLINE_STATE_DIR"):
-        return Path(os.environ["SHARDLINE_STATE_DIR"])
-    base = Path(os.environ["XDG_STATE_HOME"]) if os.environ.get("XDG_STATE_HOME") else \
-        Path.home() / ".local" / "state"
-    return base / "shardline" / "local"
+# --- the embedded stack ------------------------------------------------------------------------
 
 
 def _stack_file(state_dir: Path) -> Path:
@@ -389,64 +635,11 @@ def _is_moto(pid: int) -> bool:
         return False
 
 
-def cmd_local(args) -> int:
+def _exports(url: str) -> list[str]:
     from shardline.local import embedded_aws
 
-    state_dir: Path = args.state_dir
-    state_file = _stack_file(state_dir)
-    if args.action == "up":
-        if state_file.exists():
-            state = json.loads(state_file.read_text())
-            if embedded_aws.answers(state["url"]):
-                print(f"the embedded stack is already up at {state['url']} (pid {state['pid']})")
-                _print_exports(state["url"])
-                return EXIT_OK
-        proc, url = embedded_aws.start_moto(state_dir / "moto.log", port=args.port)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        state_file.write_text(json.dumps({"pid": proc.pid, "url": url}))
-        env = embedded_aws.env_for(url)
-        embedded_aws.apply_env(env)
-        created = _create_resources(args.dags_folder)
-        print(f"embedded AWS endpoint (moto_server) up at {url}, pid {proc.pid}, log {state_dir / 'moto.log'}")
-        for line in created:
-            print(f"  {line}")
-        _print_exports(url)
-        print("stop it with: shardline local down")
-        return EXIT_OK
-    if args.action == "down":
-        if not state_file.exists():
-            print("no embedded stack recorded as running; nothing to stop")
-            return EXIT_OK
-        state = json.loads(state_file.read_text())
-        if not _is_moto(state["pid"]):
-            print(f"the embedded stack (pid {state['pid']}) had already stopped")
-        else:
-            try:
-                os.killpg(state["pid"], signal.SIGTERM)
-                print(f"stopped the embedded stack at {state['url']} (pid {state['pid']})")
-            except ProcessLookupError:
-                print(f"the embedded stack (pid {state['pid']}) had already stopped")
-        state_file.unlink()
-        return EXIT_OK
-    # status
-    if state_file.exists():
-        state = json.loads(state_file.read_text())
-        up = embedded_aws.answers(state["url"])
-        print(f"embedded stack at {state['url']}: {'up' if up else 'not answering'} (pid {state['pid']})"
-              + ("" if up else "; restart it with: shardline local down && shardline local up"))
-        if up:
-            _print_exports(state["url"])
-        return EXIT_OK if up else EXIT_ERROR
-    print("the embedded stack is down; start it with: shardline local up")
-    return EXIT_ERROR
-
-
-def _print_exports(url: str) -> None:
-    from shardline.local import embedded_aws
-
-    print("point this shell at it with:")
-    for name, value in embedded_aws.env_for(url).items():
-        print(f"  export {name}={value}")
+    return ["point this shell at it with:", *(f"  export {name}={value}"
+                                              for name, value in embedded_aws.env_for(url).items())]
 
 
 def _create_resources(dags_folder: Path) -> list[str]:
@@ -456,154 +649,64 @@ def _create_resources(dags_folder: Path) -> list[str]:
     return apply(make_plan(dags_folder / "pipelines"))
 
 
-# --- parser ------------------------------------------------------------------------------------
+@_command("local", "start or stop the embedded AWS stack (moto_server) for local runs",
+          "Start, stop or check the embedded AWS endpoint (moto_server on loopback), with the buckets and ledger "
+          "tables the pipeline specs name.", with_json=False)
+@click.argument("action", type=click.Choice(["up", "down", "status"]))
+@click.option("--port", type=int, default=None, help="port for moto_server (default: a free one)")
+@click.option("--state-dir", cls=_ShownDefault, type=click.Path(path_type=Path), default=default_state_dir,
+              show_default=True, help="where its pid, endpoint and log are kept")
+@click.pass_obj
+def local(options: _Globals, action: str, port: int | None, state_dir: Path) -> Reply:
+    from shardline.local import embedded_aws
 
-
-def default_dags_folder() -> Path:
-    for candidate in (os.environ.get("SHARDLINE_DAGS_FOLDER"), os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")):
-        if candidate:
-            return Path(candidate)
-    return Path.cwd() / "dags"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="shardline", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description="On-call commands for Shardline pipelines: see runs, find what failed and why, resubmit "
-                    "exactly the failed files, cancel a run, and run the embedded AWS stack.",
-    )
-    from shardline import __version__
-
-    parser.add_argument("--version", action="version", version=f"shardline {__version__}")
-    parser.add_argument("--dags-folder", type=Path, default=default_dags_folder(),
-                        help="folder holding pipelines/*.yaml (default: %(default)s)")
-    parser.add_argument("--airflow-url", help="Airflow's API server (default: $SHARDLINE_AIRFLOW_URL, else the URL "
-                                              "`shardline login` kept)")
-    parser.add_argument("--airflow-token", help="a bearer token for it (default: $SHARDLINE_AIRFLOW_TOKEN, else "
-                                                "the one `shardline login` kept)")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def command(name: str, help_text: str, description: str = "") -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=description or help_text,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-        return p
-
-    p = command("runs", "list recent runs, newest first")
-    p.add_argument("--pipeline", help="only this pipeline")
-    p.add_argument("--limit", type=int, default=20, help="how many (default: %(default)s)")
-    p.set_defaults(handler=cmd_runs)
-
-    p = command("status", "a run's steps: attempts, file counts, rows/s and ETA",
-                "A run's steps: status, attempt and job, file counts, rows out, rows/s and ETA of the running "
-                "attempt. RUN is PIPELINE/RUN_ID as `shardline runs` prints it.")
-    p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
-    p.set_defaults(handler=cmd_status)
-
-    p = command("failed", "the files that did not succeed: error class, message, attempts")
-    p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
-    p.add_argument("--step", help="only this step")
-    p.set_defaults(handler=cmd_failed)
-
-    p = command("resubmit", "start a new attempt with only the chosen files",
-                "Start a new attempt of a step with only the chosen files (never ones that succeeded). When the "
-                "DAG run has already finished, its watch task is cleared through Airflow's REST API so the run "
-                "follows the new attempt and turns green when it succeeds. Running it twice is safe: a second "
-                "call finds the attempt running, or nothing left to resubmit.")
-    p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
-    p.add_argument("--step", required=True, help="the step to resubmit")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--all-failed", action="store_true", help="every file of the step that has not succeeded")
-    which.add_argument("--shard", metavar="HOST", help="the unfinished or failed files of one instance (algo-N)")
-    which.add_argument("--file", metavar="KEY", action="append",
-                       help="one file (s3:// URI or key relative to the input prefix); repeatable")
-    p.add_argument("--dry-run", action="store_true", help="show what would be resubmitted; change nothing")
-    p.add_argument("--force", action="store_true", help="resubmit even though the step's sensor has not ended")
-    p.add_argument("--ledger-only", action="store_true",
-                   help="leave Airflow out: for a step not run by an Airflow DAG (no DAG run follows the attempt)")
-    p.set_defaults(handler=cmd_resubmit)
-
-    p = sub.add_parser("login", help="keep Airflow's URL and a token for later commands",
-                       description="Log in to Airflow's API server once: exchange a user and password for a token "
-                                   "(or take one with --token), check it, and keep the URL and token in "
-                                   "~/.config/shardline/airflow.json (mode 0600; $XDG_CONFIG_HOME or "
-                                   "$SHARDLINE_AIRFLOW_CONFIG moves it). resubmit and cancel then find Airflow "
-                                   "without flags or environment.")
-    p.add_argument("url", metavar="URL", help="the API server, e.g. http://localhost:8080")
-    p.add_argument("--username", help="the Airflow user (default: ask)")
-    p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
-    p.add_argument("--token", help="a token you already have, instead of a user and password")
-    p.set_defaults(handler=None)
-
-    p = command("cancel", "stop a run's jobs, mark it CANCELLED, fail its DAG run")
-    p.add_argument("run", metavar="RUN", help="PIPELINE/RUN_ID")
-    p.add_argument("--reason", default="cancelled by an operator", help="recorded on the run")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    p.set_defaults(handler=cmd_cancel)
-
-    p = command("preview", "run a step's model on the first rows of one input, locally, before launch",
-                "Run a step's model, with exactly the settings its job would use, on the first rows of one input "
-                "file, here and now: print the passthrough columns, the features as the model gets them, the "
-                "predictions and a summary, and warn on signs of a wrong setup (constant or NaN predictions, "
-                "lines the script printed, columns dropped, a script that breaks when batched). Writes nothing.")
-    p.add_argument("pipeline", metavar="PIPELINE")
-    p.add_argument("--step", help="the step (default: the first)")
-    p.add_argument("--rows", type=int, default=20, help="rows of the sample (default: %(default)s)")
-    p.add_argument("--input", metavar="URI", help="an s3:// file or prefix to sample (default: the step's input)")
-    p.add_argument("--model-uri", metavar="URI", help="the model artifact (default: the step's model.uri)")
-    p.add_argument("--model-version", help="the model_version Param (default: the spec's model.version)")
-    p.add_argument("--logical-date", type=_iso_date, default=None,
-                   help="the run's logical date for the spec's templates, e.g. 2026-11-22T10:00 (default: now, UTC)")
-    p.set_defaults(handler=cmd_preview)
-
-    p = sub.add_parser("local", help="start or stop the embedded AWS stack (moto_server) for local runs",
-                       description="Start, stop or check the embedded AWS endpoint (moto_server on loopback), "
-                                   "with the buckets and ledger tables the pipeline specs name.")
-    p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--port", type=int, default=None, help="port for moto_server (default: a free one)")
-    p.add_argument("--state-dir", type=Path, default=default_state_dir(),
-                   help="where its pid, endpoint and log are kept (default: %(default)s)")
-    p.set_defaults(handler=None)
-    return parser
-
-
-def _iso_date(value: str):
-    import datetime as dt
-
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected an ISO date or time like 2026-11-22T10:00, got {value!r}") from err
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    state_file = _stack_file(state_dir)
+    if action == "up":
+        if state_file.exists():
+            state = json.loads(state_file.read_text())
+            if embedded_aws.answers(state["url"]):
+                return lines_reply([f"the embedded stack is already up at {state['url']} (pid {state['pid']})",
+                                    *_exports(state["url"])])
+        proc, url = embedded_aws.start_moto(state_dir / "moto.log", port=port)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state_file.write_text(json.dumps({"pid": proc.pid, "url": url}))
+        embedded_aws.apply_env(embedded_aws.env_for(url))
+        created = _create_resources(options.dags_folder)
+        return lines_reply([f"embedded AWS endpoint (moto_server) up at {url}, pid {proc.pid}, log "
+                            f"{state_dir / 'moto.log'}", *(f"  {line}" for line in created), *_exports(url),
+                            "stop it with: shardline local down"])
+    if action == "down":
+        if not state_file.exists():
+            return lines_reply(["no embedded stack recorded as running; nothing to stop"])
+        state = json.loads(state_file.read_text())
+        said = f"the embedded stack (pid {state['pid']}) had already stopped"
+        if _is_moto(state["pid"]):
+            try:
+                os.killpg(state["pid"], signal.SIGTERM)
+                said = f"stopped the embedded stack at {state['url']} (pid {state['pid']})"
+            except ProcessLookupError:
+                pass
+        state_file.unlink()
+        return lines_reply([said])
+    if not state_file.exists():
+        return lines_reply(["the embedded stack is down; start it with: shardline local up"], EXIT_ERROR)
+    state = json.loads(state_file.read_text())
+    up = embedded_aws.answers(state["url"])
+    said = (f"embedded stack at {state['url']}: {'up' if up else 'not answering'} (pid {state['pid']})"
+            + ("" if up else "; restart it with: shardline local down && shardline local up"))
+    return lines_reply([said, *(_exports(state["url"]) if up else [])], EXIT_OK if up else EXIT_ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    from botocore.exceptions import BotoCoreError, ClientError
-    from pynamodb.exceptions import PynamoDBException
-
-    from shardline.local.embedded_aws import EmbeddedAwsError
-    from shardline.oncall.airflow_client import AirflowApiError, find_settings
-    from shardline.oncall.preview import PreviewError
-    from shardline.oncall.service import OnCall, OnCallError
-
     try:
-        if args.command == "local":
-            return cmd_local(args)
-        if args.command == "preview":
-            return cmd_preview(args)
-        if args.command == "login":
-            return cmd_login(args)
-        settings = find_settings(args.airflow_url, args.airflow_token)
-        oncall = OnCall.from_folder(args.dags_folder, airflow=settings.client() if settings else None)
-        return args.handler(oncall, args)
-    except (OnCallError, AirflowApiError, EmbeddedAwsError, PreviewError) as err:
-        print(f"shardline {args.command}: {printable(err)}", file=sys.stderr)
-        return getattr(err, "exit_code", EXIT_ERROR)  # a malformed request exits 2, as a usage error does
-    except (BotoCoreError, ClientError, PynamoDBException) as err:
-        print(aws_error_text(args.command, printable(err), os.environ, args.dags_folder), file=sys.stderr)
+        code = shardline.main(args=argv, prog_name="shardline", standalone_mode=False)
+    except click.ClickException as err:  # a usage error: click says what and how to get help
+        err.show()
+        return err.exit_code
+    except click.Abort:  # Ctrl-C or end of input at a prompt
+        print("Aborted!", file=sys.stderr)
         return EXIT_ERROR
+    return code if isinstance(code, int) else EXIT_OK
 
 
 if __name__ == "__main__":
