@@ -72,14 +72,17 @@ def _row_sums(table: pa.Table) -> np.ndarray:
 
 
 def _pool_workers(cli_pid: int) -> list[psutil.Process]:
-    """The worker CLI's multiprocessing spawn children (not the resource tracker)."""
+    """The worker CLI's pool processes: spawned children, or the children of its forkserver (not the
+    forkserver itself, nor the resource tracker)."""
     found = []
     for child in psutil.Process(cli_pid).children(recursive=True):
         try:
             cmdline = " ".join(child.cmdline())
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            parent = " ".join(child.parent().cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, AttributeError):
             continue
-        if "multiprocessing" in cmdline and "spawn_main" in cmdline and "resource_tracker" not in cmdline:
+        if "multiprocessing" in cmdline and ("spawn_main" in cmdline or "forkserver" in parent) \
+                and "resource_tracker" not in cmdline:
             found.append(child)
     return found
 

@@ -22,13 +22,20 @@ from shardline.ledger.context import LedgerContext
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker import devices, formats
 from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, SetupError
-from shardline.worker.job_report import build_summary, describe_slots, human_bytes, log_summary, write_manifest
+from shardline.worker.job_report import (
+    build_summary,
+    describe_slots,
+    human_bytes,
+    log_summary,
+    process_started_at,
+    write_manifest,
+)
 from shardline.worker.ledger_hooks import LedgerHooks
 from shardline.worker.models import prepare_model
 from shardline.worker.process import JobSettings
 from shardline.worker.runner import FileReport, Hooks, Runner, Stopped
 from shardline.worker.sagemaker_script import ScriptProtocol, check_requirements
-from shardline.worker.work_units import InputFile, discover_inputs, plan_units
+from shardline.worker.work_units import InputFile, WorkUnit, discover_inputs, plan_units
 
 log = logging.getLogger("shardline.worker")
 
@@ -36,6 +43,7 @@ log = logging.getLogger("shardline.worker")
 def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: LedgerContext | None,
             log_format: str) -> int:
     """Run every input file of this instance and return the worker's exit code."""
+    launched_at = process_started_at()
     started_wall = dt.datetime.now(dt.UTC)
     started = time.monotonic()
     if not args.input_dir.is_dir():
@@ -67,22 +75,6 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         cpu_count=devices.cpu_count(), gpus=gpus, model_kind=artifact.kind, workers=args.workers,
         threads_per_worker=args.threads_per_worker, use_gpu=not args.no_gpu,
     )
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    removed = sweep_temp_files(args.output_dir)
-    if removed:
-        log.info("removed %d incomplete output(s) left by an earlier run", removed)
-
-    # Parquet footers give exact row counts (for the ETA) and row-group sizes (for splitting).
-    metadata = {f.relative_path: parquet_meta(f) for f in files if f.fmt == "parquet" and not f.gzipped}
-    known_rows = None
-    if files and len(metadata) == len(files) and all(m is not None for m in metadata.values()):
-        known_rows = sum(m[0] for m in metadata.values())
-    units = plan_units(files, len(slots), lambda f: (metadata.get(f.relative_path) or (0, []))[1])
-    split = sorted({u.file.relative_path for u in units if u.is_split})
-    log.info("%d input file(s), %s, %d work unit(s)%s; %s; model %s", len(files), human_bytes(
-        sum(f.size for f in files)), len(units), f" ({len(split)} large file(s) split by row group)" if split
-        else "", describe_slots(slots), artifact.kind)
-
     settings = JobSettings(
         artifact=artifact, output_dir=str(args.output_dir), scratch_dir=str(args.scratch_dir),
         features=args.features, passthrough=args.passthrough, batch_rows=args.batch_rows,
@@ -90,15 +82,17 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         probabilities=args.probabilities, protocol=protocol, allow_nan_predictions=args.allow_nan_predictions,
         log_format=log_format,
     )
-    hooks = Hooks()
-    if context:
-        from shardline.ledger.job_writes import WorkerLedger  # pynamodb loads only when a ledger is configured
-
-        hooks = LedgerHooks(WorkerLedger(context, host), files_assigned=len(files),
-                            heartbeat_interval=args.heartbeat_interval,
-                            retry_budget_seconds=args.ledger_retry_seconds, output_dir=args.output_dir)
     runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
-                    max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval, hooks=hooks)
+                    max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval)
+    if files:
+        # The workers load the model while this process reads the footers and opens the ledger.
+        runner.start()
+    try:
+        units, known_rows, hooks = _prepare(args, files, slots, artifact.kind, context, host)
+    except BaseException:
+        runner.close()
+        raise
+    runner.hooks = hooks
     if isinstance(hooks, LedgerHooks):
         hooks.runner = runner
 
@@ -125,7 +119,8 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
 
     summary = build_summary(reports, seconds=time.monotonic() - started, slots=slots, artifact=artifact, host=host,
-                            hosts=hosts, runner=runner, started_wall=started_wall)
+                            hosts=hosts, runner=runner, started_wall=started_wall,
+                            launched_at=launched_at)
     withdrawn = hooks.withdrawn_outputs()
     if withdrawn is not None:
         summary["withdrawn_outputs"] = withdrawn
@@ -140,6 +135,33 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         log.warning("%d file(s) failed; exiting %d as --exit-zero-on-file-failures asks", len(failed), EXIT_OK)
         return EXIT_OK
     return EXIT_FILES_FAILED if failed else EXIT_OK
+
+
+def _prepare(args: argparse.Namespace, files: list[InputFile], slots: list[devices.WorkerSlot], kind: str,
+             context: LedgerContext | None, host: str) -> tuple[list[WorkUnit], int | None, Hooks]:
+    """The work units, the rows they hold when every footer says, and the hooks of the ledger (if any)."""
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    removed = sweep_temp_files(args.output_dir)
+    if removed:
+        log.info("removed %d incomplete output(s) left by an earlier run", removed)
+    # Parquet footers give exact row counts (for the ETA) and row-group sizes (for splitting).
+    metadata = {f.relative_path: parquet_meta(f) for f in files if f.fmt == "parquet" and not f.gzipped}
+    known_rows = None
+    if files and len(metadata) == len(files) and all(m is not None for m in metadata.values()):
+        known_rows = sum(m[0] for m in metadata.values())
+    units = plan_units(files, len(slots), lambda f: (metadata.get(f.relative_path) or (0, []))[1])
+    split = sorted({u.file.relative_path for u in units if u.is_split})
+    log.info("%d input file(s), %s, %d work unit(s)%s; %s; model %s", len(files), human_bytes(
+        sum(f.size for f in files)), len(units), f" ({len(split)} large file(s) split by row group)" if split
+        else "", describe_slots(slots), kind)
+    hooks = Hooks()
+    if context:
+        from shardline.ledger.job_writes import WorkerLedger  # pynamodb loads only when a ledger is configured
+
+        hooks = LedgerHooks(WorkerLedger(context, host), files_assigned=len(files),
+                            heartbeat_interval=args.heartbeat_interval,
+                            retry_budget_seconds=args.ledger_retry_seconds, output_dir=args.output_dir)
+    return units, known_rows, hooks
 
 
 def script_protocol(args: argparse.Namespace, kind: str) -> ScriptProtocol:

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 from shardline.ledger.states import FileStatus
@@ -19,6 +20,20 @@ from shardline.worker.models import ModelArtifact
 from shardline.worker.runner import FileReport, Runner
 
 log = logging.getLogger("shardline.worker")
+
+
+def process_started_at() -> float:
+    """Wall-clock time this process was launched (Linux: from /proc, to 10 ms), or now elsewhere.
+
+    Start-up is timed from the launch, not from when Python reached our code: the interpreter and
+    the imports before ``main`` are part of what an instance pays before its first prediction.
+    """
+    try:
+        since_boot = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - (uptime - since_boot)
 
 
 def describe_slots(slots: list[devices.WorkerSlot]) -> str:
@@ -37,7 +52,7 @@ def human_bytes(n: float) -> str:
 
 def build_summary(reports: list[FileReport], *, seconds: float, slots: list[devices.WorkerSlot],
                   artifact: ModelArtifact, host: str, hosts: list[str], runner: Runner,
-                  started_wall: dt.datetime) -> dict:
+                  started_wall: dt.datetime, launched_at: float) -> dict:
     """The job's summary: what the manifest holds and ``--summary-json`` writes."""
     rows_in = sum(r.rows_in for r in reports)
     rows_out = sum(r.rows_out for r in reports if r.status is FileStatus.SUCCEEDED)
@@ -54,6 +69,8 @@ def build_summary(reports: list[FileReport], *, seconds: float, slots: list[devi
         "workers": [dataclasses.asdict(s) for s in slots],
         "pool_starts": runner.pool_starts,
         "startup_seconds": None if runner.startup_seconds is None else round(runner.startup_seconds, 3),
+        "startup": {"launched_at": round(launched_at, 3), "job_started_at": round(started_wall.timestamp(), 3),
+                    **(runner.startup_breakdown() or {})},
         "files": len(reports),
         "succeeded": sum(r.status is FileStatus.SUCCEEDED for r in reports),
         "failed": sum(r.status is FileStatus.FAILED for r in reports),

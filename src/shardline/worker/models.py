@@ -351,6 +351,17 @@ class TorchScriptPredictor:
         return output.detach()
 
 
+def import_library(kind: str) -> None:
+    """Import the model kind's library (no model is loaded), so its cost can be told from the load's."""
+    if kind == "sklearn":
+        import joblib  # noqa: F401
+        import sklearn  # noqa: F401
+    elif kind == "xgboost":
+        import_xgboost_without_sklearn()
+    elif kind == "torch":
+        import torch  # noqa: F401
+
+
 def load_predictor(
     artifact: ModelArtifact,
     *,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from shardline.worker.features import (
     choose_features,
     is_numeric,
 )
-from shardline.worker.models import ModelArtifact, Predictor, load_predictor, sha256_of
+from shardline.worker.models import ModelArtifact, Predictor, import_library, load_predictor, sha256_of
 from shardline.worker.sagemaker_script import ScriptProtocol
 from shardline.worker.work_units import InputFile, WorkUnit
 
@@ -54,7 +55,7 @@ class JobSettings:
 
 @dataclasses.dataclass(frozen=True)
 class UnitResult:
-    unit: WorkUnit
+    unit: WorkUnit | None  # None: a warm-up task
     ok: bool
     rows_in: int = 0
     rows_out: int = 0
@@ -67,7 +68,22 @@ class UnitResult:
     worker: str = ""
     fatal: bool = False  # the worker could not load the model: stop the job
     ready_at: float = 0.0  # wall clock when this worker process had its model loaded
+    timing: WorkerTiming | None = None  # how this worker process started (the first pool's report it)
     features: FeatureChoice | None = None  # the columns the model got, and why
+
+
+@dataclasses.dataclass
+class WorkerTiming:
+    """Wall-clock times of one pool process's start, for the start-up breakdown."""
+
+    started_at: float = 0.0  # our code began where the model loads: the worker, or the forkserver it forked from
+    imported_at: float = 0.0  # the model's library is imported
+    loaded_at: float = 0.0  # the model is loaded
+    entered_at: float = 0.0  # this worker's pool initializer began
+    ready_at: float = 0.0  # this worker is ready to predict
+    first_prediction_at: float = 0.0  # this worker predicted its first batch (0 until then)
+    preloaded: bool = False  # the model came loaded from the forkserver
+    threads_in_use: int = 0  # the most threads any native pool (OpenMP, BLAS, torch) of this worker may use
 
 
 @dataclasses.dataclass
@@ -80,6 +96,7 @@ class _WorkerState:
     label: str = ""
     limits: Any = None
     ready_at: float = 0.0
+    timing: WorkerTiming = dataclasses.field(default_factory=WorkerTiming)
 
 
 _state: _WorkerState | None = None
@@ -88,6 +105,7 @@ _state: _WorkerState | None = None
 def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
     """Pool initializer: take a slot, pin its GPU, cap threads, load the model once."""
     global _state
+    entered_at = time.time()
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(settings.log_format))
     logging.getLogger().handlers[:] = [handler]
@@ -100,6 +118,7 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
     # library loads below; threadpoolctl then re-applies the cap to whatever did load.
     os.environ.update(thread_cap_env(slot.threads))
     state = _WorkerState(settings=settings, slot=slot, rows_counter=rows_counter)
+    state.timing.entered_at = entered_at
     pa.set_cpu_count(slot.threads)
     pa.set_io_thread_count(max(2, slot.threads))
     try:
@@ -107,23 +126,62 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
         state.label = f"pid {os.getpid()} {device}" + (
             f" (CUDA_VISIBLE_DEVICES={slot.gpu})" if slot.gpu is not None else ""
         )
-        state.predictor = load_predictor(
-            settings.artifact,
-            threads=slot.threads,
-            device=device,
-            probabilities=settings.probabilities,
-            protocol=settings.protocol,
-        )
+        state.predictor = _preloaded_predictor(state, device) or _load(state, device)
         check_spec_against_model(settings.features, state.predictor.inputs)
         from threadpoolctl import threadpool_limits
 
         state.limits = threadpool_limits(limits=slot.threads)
+        state.timing.threads_in_use = _threads_in_use()
     except Exception as err:  # noqa: BLE001 - reported to the main process as a fatal setup error
         # Raising here would break the pool, and the runner would blame the files as poison.
         state.setup_error = f"{type(err).__name__}: {err}"
         state.label = state.label or f"pid {os.getpid()}"
-    state.ready_at = time.time()
+    state.ready_at = state.timing.ready_at = time.time()
     _state = state
+
+
+def _load(state: _WorkerState, device: str) -> Predictor:
+    timing, settings = state.timing, state.settings
+    timing.started_at = timing.entered_at
+    import_library(settings.artifact.kind)
+    timing.imported_at = time.time()
+    predictor = load_predictor(settings.artifact, threads=state.slot.threads, device=device,
+                               probabilities=settings.probabilities, protocol=settings.protocol)
+    timing.loaded_at = time.time()
+    return predictor
+
+
+def _preloaded_predictor(state: _WorkerState, device: str) -> Predictor | None:
+    """The model the forkserver loaded before forking this worker, if it is exactly this job's."""
+    from shardline.worker import preload
+
+    loaded, settings = preload.preloaded, state.settings
+    if device != "cpu" or loaded is None or loaded.key != preload.preload_key(
+            settings.artifact, state.slot.threads, settings.probabilities):
+        return None
+    state.timing.started_at, state.timing.imported_at, state.timing.loaded_at = (
+        loaded.started_at, loaded.imported_at, loaded.loaded_at)
+    state.timing.preloaded = True
+    return loaded.predictor
+
+
+def _threads_in_use() -> int:
+    """The cap each native thread pool loaded in this process actually has (what the tests check)."""
+    from threadpoolctl import threadpool_info
+
+    counts = [pool["num_threads"] for pool in threadpool_info()]
+    if "torch" in sys.modules:
+        counts.append(sys.modules["torch"].get_num_threads())
+    return max(counts, default=0)
+
+
+def warm_up() -> UnitResult:
+    """A no-op task that makes the pool start its workers before the first file is ready to send."""
+    state = _state
+    assert state is not None, "warm_up called outside a worker process"
+    return UnitResult(None, ok=state.setup_error is None, error_class="SetupError" if state.setup_error else None,
+                      error_message=state.setup_error, worker=state.label, fatal=state.setup_error is not None,
+                      ready_at=state.ready_at, timing=state.timing)
 
 
 def _resolve_device(slot: WorkerSlot, kind: str) -> str:
@@ -154,7 +212,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
                           worker=state.label, fatal=True)
     if unit.file.refusal:
         return UnitResult(unit, ok=False, error_class=InputFormatError.__name__, error_message=unit.file.refusal,
-                          worker=state.label, ready_at=state.ready_at)
+                          worker=state.label, ready_at=state.ready_at, timing=state.timing)
     settings = state.settings
     started = time.perf_counter()
     out_rel, out_fmt, out_gz = formats.output_target(unit.file, settings.output_format)
@@ -179,6 +237,8 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         spread = _Spread()
         for batch in batches:
             out = predict_batch(state.predictor, batch, choice, settings, tally)
+            if not state.timing.first_prediction_at:
+                state.timing.first_prediction_at = time.time()
             spread.add(out, len(settings.passthrough))
             if writer is None:
                 writer_schema = out.schema
@@ -200,12 +260,12 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         if unit.is_split:
             return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=tmp.stat().st_size,
                               seconds=time.perf_counter() - started, output=str(tmp), worker=state.label,
-                              ready_at=state.ready_at, features=choice)
+                              ready_at=state.ready_at, timing=state.timing, features=choice)
         digest = sha256_of(tmp)
         os.replace(tmp, final)
         return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=final.stat().st_size,
                           seconds=time.perf_counter() - started, output=str(final), sha256=digest,
-                          worker=state.label, ready_at=state.ready_at, features=choice)
+                          worker=state.label, ready_at=state.ready_at, timing=state.timing, features=choice)
     except Exception as err:  # noqa: BLE001 - the file fails alone, with its reason
         if writer is not None:
             writer.abort()
@@ -225,7 +285,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
                         "name them with input.features (--features)")
         return UnitResult(unit, ok=False, rows_in=rows_in, seconds=time.perf_counter() - started,
                           error_class=type(err).__name__, error_message=message, worker=state.label,
-                          ready_at=state.ready_at, features=choice)
+                          ready_at=state.ready_at, timing=state.timing, features=choice)
 
 
 def numeric_features(schema: pa.Schema, features: list[str]) -> list[str]:

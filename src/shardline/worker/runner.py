@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing as mp
+import os
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
@@ -125,15 +126,44 @@ class Runner:
         self.progress_interval = progress_interval
         self.hooks = hooks or Hooks()
         self.prefix = log_prefix
-        # spawn, not fork: a clean interpreter per worker, no inherited threads or CUDA state.
-        self._ctx = mp.get_context("spawn")
+        # Never a plain fork of this process: its threads (the ledger pump, the pool's own) and any
+        # CUDA state must not leak into a worker. GPU workers spawn a clean interpreter each (CUDA
+        # must start after CUDA_VISIBLE_DEVICES is set). CPU workers fork from a forkserver, a clean
+        # single-threaded process that imports the model's library and loads the model once, before
+        # the first fork (worker/preload.py): a pool, and each rebuild of it, starts in milliseconds
+        # instead of a second per worker.
+        uses_gpu = any(slot.gpu is not None for slot in slots)
+        self._ctx = mp.get_context("spawn" if uses_gpu or "forkserver" not in mp.get_all_start_methods()
+                                   else "forkserver")
+        if self._ctx.get_start_method() == "forkserver":
+            from shardline.worker import preload
+
+            # Read by the forkserver when it starts (once per process): this job's verified model.
+            os.environ[preload.ENV] = preload.preload_key(settings.artifact, slots[0].threads,
+                                                          settings.probabilities)
+            self._ctx.set_forkserver_preload(["shardline.worker.process", "shardline.worker.preload"])
+        self._pool: ProcessPoolExecutor | None = None
+        self._warm_ups: list[Future] = []
         self.rows_done = self._ctx.Value("q", 0)
         self.pool_starts = 0
         self._first_pool_created = 0.0
         self._first_pool_ready: dict[str, float] = {}
+        self._first_pool_timing: dict[str, process.WorkerTiming] = {}  # the latest report of each worker
         self.feature_choices: dict = {}  # FeatureChoice -> files that used it; each new one is logged once
 
     # -- public -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the pool's workers now, so they load the model while the caller still prepares the files."""
+        if self._pool is None:
+            self._pool = self._new_pool()
+            self._warm_ups = [self._pool.submit(process.warm_up) for _ in self.slots]
+
+    def close(self) -> None:
+        """Stop a pool that :meth:`start` started and :meth:`run` never used (nothing to do after all)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def run(self, units: list[WorkUnit], total_rows: int | None = None) -> list[FileReport]:
         files = {u.file.relative_path: u.file for u in units}
@@ -151,9 +181,11 @@ class Runner:
         self._last_progress = self._started
         self._total_bytes = sum(f.size for f in files.values())
         self._total_rows = total_rows
-        pool = self._new_pool()
+        self.start()
+        pool, self._pool = self._pool, None
         try:
             while queue or suspects or inflight:
+                self._check_warm_ups()
                 stop_reason = self.hooks.poll()
                 if stop_reason:
                     raise Stopped(stop_reason)
@@ -197,6 +229,7 @@ class Runner:
             self._kill(pool)
             raise
         finally:
+            self._warm_ups.clear()
             pool.shutdown(wait=True, cancel_futures=True)
         return [reports[rel] for rel in sorted(reports)]
 
@@ -208,6 +241,39 @@ class Runner:
         if not self._first_pool_ready:
             return None
         return max(self._first_pool_ready.values()) - self._first_pool_created
+
+    def _check_warm_ups(self) -> None:
+        """Record the workers that came up; a worker that could not load the model stops the job now."""
+        for future in [f for f in self._warm_ups if f.done()]:
+            self._warm_ups.remove(future)
+            if future.cancelled() or future.exception() is not None:
+                continue  # its worker died: the pool's next task finds out, and the crash logic takes over
+            result = future.result()
+            self._first_pool_ready.setdefault(result.worker, result.ready_at)
+            self._first_pool_timing.setdefault(result.worker, result.timing)
+            if result.fatal:
+                raise SetupError(f"a worker could not load the model: {result.error_message}")
+
+    def startup_breakdown(self) -> dict | None:
+        """Where the first pool's start-up went, in seconds from its creation (the slowest worker for each
+        stage), and the wall-clock time of the first prediction; None when no worker reported."""
+        timings = list(self._first_pool_timing.values())
+        if not timings:
+            return None
+        created = self._first_pool_created
+        first = [t.first_prediction_at for t in timings if t.first_prediction_at]
+        return {
+            "start_method": self._ctx.get_start_method(),
+            "model_preloaded": all(t.preloaded for t in timings),
+            "pool_created_at": round(created, 3),
+            # until our code ran where the model loads: a spawned worker's interpreter, or the forkserver's
+            "process_start_s": round(max(t.started_at for t in timings) - created, 3),
+            "library_import_s": round(max(t.imported_at - t.started_at for t in timings), 3),
+            "model_load_s": round(max(t.loaded_at - t.imported_at for t in timings), 3),
+            "workers_ready_s": round(max(t.ready_at for t in timings) - created, 3),
+            "first_prediction_at": round(min(first), 3) if first else None,
+            "threads_in_use": max(t.threads_in_use for t in timings),
+        }
 
     def _new_pool(self) -> ProcessPoolExecutor:
         slot_queue = self._ctx.Queue()
@@ -243,6 +309,8 @@ class Runner:
     def _on_result(self, result: UnitResult, task: Task, reports, parts_left, part_outputs, queue) -> None:
         if self.pool_starts == 1 and result.ready_at:
             self._first_pool_ready.setdefault(result.worker, result.ready_at)
+            if result.timing is not None:
+                self._first_pool_timing[result.worker] = result.timing
         if result.fatal:
             raise SetupError(f"a worker could not load the model: {result.error_message}")
         rel = task.file.relative_path

@@ -1,0 +1,104 @@
+"""Start-up: CPU workers fork from a forkserver that loaded the verified model once; GPU workers spawn.
+
+What must hold whatever the start method: right predictions, each worker under its thread cap,
+user code (a custom inference.py) never run outside the workers, and a breakdown of where the
+start-up went in the summary (``make bench`` prints it; no test here depends on how long it took).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from examples import synthetic
+from shardline.worker.devices import ENV_SIMULATED_GPUS
+from tests.helpers import (
+    check_outputs,
+    clean_env,
+    describe,
+    load_manifest,
+    run_worker,
+    sklearn_predict,
+    torch_predict,
+    write_inference_script,
+    xgboost_predict,
+)
+
+PREDICT = {"sklearn": sklearn_predict, "xgboost": xgboost_predict, "torch": torch_predict}
+TOLERANCE = {"sklearn": {}, "xgboost": {"rtol": 1e-5}, "torch": {"rtol": 1e-5, "atol": 1e-6}}
+
+
+def _summary(tmp_path) -> dict:
+    return json.loads((tmp_path / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("kind", ["sklearn", "xgboost", "torch"])
+def test_cpu_workers_start_from_the_preloaded_model_under_their_thread_cap(tmp_path, kind, request):
+    model = request.getfixturevalue(f"{kind}_model")
+    data, out = tmp_path / "in", tmp_path / "out"
+    synthetic.make_dataset(data, files=3, rows=3000)
+
+    result = run_worker(data, out, model.parent, "--passthrough", "id", "--threads-per-worker", "1",
+                        "--summary-json", str(tmp_path / "summary.json"), workers=2)
+    assert result.returncode == 0, describe(result)
+    check_outputs(data, out, load_manifest(out), PREDICT[kind](model), **TOLERANCE[kind])
+    startup = _summary(tmp_path)["startup"]
+    assert startup["start_method"] == "forkserver"
+    assert startup["model_preloaded"] is True, startup
+    assert startup["threads_in_use"] == 1, "a forked worker must keep the cap, not the forkserver's threads"
+    assert startup["launched_at"] <= startup["job_started_at"] <= startup["pool_created_at"]
+    assert startup["first_prediction_at"] >= startup["pool_created_at"]
+    for stage in ("process_start_s", "library_import_s", "model_load_s", "workers_ready_s"):
+        assert startup[stage] >= 0, stage
+
+
+def test_one_worker_with_every_core_gets_them_all(tmp_path, sklearn_model):
+    data, out = tmp_path / "in", tmp_path / "out"
+    synthetic.make_dataset(data, files=2, rows=2000)
+    result = run_worker(data, out, sklearn_model.parent, "--passthrough", "id", "--threads-per-worker", "2",
+                        "--summary-json", str(tmp_path / "summary.json"), workers=1)
+    assert result.returncode == 0, describe(result)
+    assert _summary(tmp_path)["startup"]["threads_in_use"] == 2
+
+
+def test_a_custom_inference_script_is_loaded_by_each_worker_never_by_the_forkserver(tmp_path):
+    data, out, model_dir = tmp_path / "in", tmp_path / "out", tmp_path / "model"
+    synthetic.make_dataset(data, files=2, rows=500)
+    marker = tmp_path / "loaded-by"
+    marker.mkdir()
+    write_inference_script(model_dir, f"""
+import os
+
+
+def model_fn(model_dir):
+    open(os.path.join({str(marker)!r}, str(os.getpid())), "w").close()
+    return None
+
+
+def predict_fn(data, model):
+    return data.sum(axis=1)
+""")
+    result = run_worker(data, out, model_dir, "--passthrough", "id", "--summary-json",
+                        str(tmp_path / "summary.json"), workers=2)
+    assert result.returncode == 0, describe(result)
+    startup = _summary(tmp_path)["startup"]
+    assert startup["start_method"] == "forkserver"
+    assert startup["model_preloaded"] is False
+    workers = {int(w.split()[1]) for r in load_manifest(out)["file_reports"] for w in r["workers"]}
+    loaders = {int(p.name) for p in marker.iterdir()}
+    assert workers <= loaders, "model_fn ran in each worker that predicted, and nowhere else"
+    assert len(loaders) == 2
+
+
+def test_torch_gpu_workers_spawn_a_clean_interpreter(tmp_path, torch_model):
+    data, out = tmp_path / "in", tmp_path / "out"
+    synthetic.make_dataset(data, files=2, rows=1000)
+    result = run_worker(data, out, torch_model.parent, "--passthrough", "id", "--summary-json",
+                        str(tmp_path / "summary.json"), env=clean_env(**{ENV_SIMULATED_GPUS: "1"}), workers=None)
+    assert result.returncode == 0, describe(result)
+    summary = _summary(tmp_path)
+    assert any(w["gpu"] is not None for w in summary["workers"]), summary["workers"]
+    assert summary["startup"]["start_method"] == "spawn"
+    assert summary["startup"]["model_preloaded"] is False
+    check_outputs(data, out, load_manifest(out), torch_predict(torch_model), **TOLERANCE["torch"])
