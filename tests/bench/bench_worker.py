@@ -237,6 +237,7 @@ def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path
             old_layout = not (baseline_src / "src" / "shardline" / "worker").is_dir()
             env = {"PYTHONPATH": str(baseline_src / ("inference_container" if old_layout else "src"))}
             module = "shardline_worker" if old_layout else module
+        launched = time.time()
         command = [sys.executable, "-m", module, "--input-dir", str(data), "--output-dir", str(out),
                    "--model-dir", str(model_path.parent), "--passthrough", "id", "--host", "bench",
                    "--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json"),
@@ -246,6 +247,11 @@ def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path
         rows, work_seconds = summary["rows_out"], measured["wall"]
         result = {"rows": rows, "seconds": work_seconds, "startup": summary["startup_seconds"],
                   "worker_seconds": summary["seconds"]}
+        breakdown = summary.get("startup")  # absent from workers before the breakdown existed
+        if isinstance(breakdown, dict) and breakdown.get("first_prediction_at"):
+            result["breakdown"] = breakdown
+            result["first_prediction_s"] = breakdown["first_prediction_at"] - launched
+            result["main_s"] = breakdown["pool_created_at"] - launched
     else:
         measured = run_measured([sys.executable, __file__, "_variant", variant, kind, str(model_path), str(data),
                                  str(out)])
@@ -298,6 +304,8 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--skip-sweep", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-startup", action="store_true")
+    parser.add_argument("--only-startup", action="store_true", help="just the start-up section")
     parser.add_argument("--baseline", metavar="REF", help="also time the worker of this git commit, interleaved")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -311,6 +319,15 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} cores; data: {files} files, {rows:,} rows, 32 float32 features + id; "
           f"{rounds} round(s), interleaved", flush=True)
 
+    if args.only_startup:
+        report = startup_section(args.out, models, kinds, scratch, baseline_src, args.baseline, rounds=rounds,
+                                 quick=args.quick)
+        (args.out / "bench_startup.json").write_text(json.dumps(report, indent=2))
+        print(f"\nwrote {args.out / 'bench_startup.json'}")
+        if baseline_src is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(baseline_src)], check=False,
+                           capture_output=True)
+        return 0
     results: dict[str, dict[str, list[dict]]] = {k: {v: [] for v in variants} for k in kinds}
     for round_no in range(1, rounds + 1):
         for kind in kinds:
@@ -357,7 +374,12 @@ def main() -> int:
         print(f"  {row['model']}: this worker {fmt_rate(row['shardline_rows_per_s'])} rows/s, the worker of "
               f"{args.baseline} {fmt_rate(row['baseline_rows_per_s'])}: {row['shardline_vs_baseline']:.2f}x")
 
+    startup_report = None
+    if not args.skip_startup:
+        startup_report = startup_section(args.out, models, kinds, scratch, baseline_src, args.baseline,
+                                         rounds=rounds, quick=args.quick)
     report = {"machine_cores": os.cpu_count(), "files": files, "rows": rows, "rounds": rounds, "table": table,
+              "startup": startup_report,
               "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()}
                       for k, vs in results.items()}}
     if not args.skip_memory:
@@ -370,6 +392,81 @@ def main() -> int:
         subprocess.run(["git", "worktree", "remove", "--force", str(baseline_src)], check=False, capture_output=True)
     subprocess.run(["rm", "-rf", str(scratch)], check=True)
     return 0
+
+
+STARTUP_TARGETS = {"sklearn": 1.0, "xgboost": 0.5, "torch": 1.0}  # launch to first prediction, seconds
+
+
+def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path | None, baseline_ref: str | None,
+                    *, rounds: int, quick: bool) -> dict:
+    """Start-up, and what it costs end to end, on a set small enough for start-up to matter.
+
+    One run, interleaved round by round, per model kind: the pipeline ceiling's two halves
+    (compute, io), the worker with --start-method spawn (every worker imports and loads on its
+    own: the design before the forkserver), the worker as it ships (auto), and with --baseline the
+    worker of that commit. Printed: where the start-up went, launch to first prediction against
+    its target, and each variant's end-to-end rate as a fraction of the pipeline ceiling.
+    """
+    files, rows = (8, 400_000) if quick else (8, 1_600_000)
+    data, _ = prepare(out, files, rows)
+    variants = ["compute", "io", "spawn", "auto"] + (["baseline"] if baseline_src else [])
+    found: dict[str, dict[str, list[dict]]] = {k: {v: [] for v in variants} for k in kinds}
+    print(f"\nstart-up: {files} files, {rows:,} rows; {rounds} round(s), interleaved")
+    for round_no in range(1, rounds + 1):
+        for kind in kinds:
+            for variant in variants:
+                if variant in ("spawn", "auto"):
+                    r = run_one("shardline", kind, models[kind], data, scratch, ["--start-method", variant])
+                else:
+                    r = run_one(variant, kind, models[kind], data, scratch, baseline_src=baseline_src)
+                found[kind][variant].append(r)
+                first = f", first prediction {r['first_prediction_s']:.2f}s" if "first_prediction_s" in r else ""
+                print(f"  round {round_no} {kind:8s} {variant:8s} {fmt_rate(r['rate']):>7s} rows/s{first}", flush=True)
+
+    def med(values):
+        values = [v for v in values if v is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    table = []
+    for kind in kinds:
+        runs = found[kind]
+        ceiling = 1 / (1 / statistics.median(r["rate"] for r in runs["compute"])
+                       + 1 / statistics.median(r["rate"] for r in runs["io"]))
+        row = {"model": kind, "pipeline_ceiling_rows_per_s": round(ceiling),
+               "first_prediction_target_s": STARTUP_TARGETS[kind]}
+        for variant in [v for v in variants if v not in ("compute", "io")]:
+            rate = statistics.median(r["rate"] for r in runs[variant])
+            row[f"{variant}_rows_per_s"] = round(rate)
+            row[f"{variant}_vs_ceiling"] = round(rate / ceiling, 3)
+            if variant in ("spawn", "auto"):
+                row[f"{variant}_first_prediction_s"] = med(r.get("first_prediction_s") for r in runs[variant])
+                row[f"{variant}_breakdown"] = {
+                    stage: med(r["breakdown"].get(stage) for r in runs[variant])
+                    for stage in ("process_start_s", "library_import_s", "model_load_s", "workers_ready_s")}
+                row[f"{variant}_breakdown"]["main_s"] = med(r.get("main_s") for r in runs[variant])
+        table.append(row)
+
+    print("\nwhere the start-up goes (median seconds; main = launch until the pool is created, the other stages "
+          "from then: process start = until our code runs where the model loads, the forkserver or each worker)")
+    print(f"{'model':8s} {'method':7s} {'main':>6s} {'start':>6s} {'import':>7s} {'load':>6s} {'ready':>6s} "
+          f"{'first pred':>11s} {'target':>7s}")
+    for row in table:
+        for variant in ("spawn", "auto"):
+            b = row[f"{variant}_breakdown"]
+            print(f"{row['model']:8s} {variant:7s} {b['main_s']:6.2f} {b['process_start_s']:6.2f} "
+                  f"{b['library_import_s']:7.2f} {b['model_load_s']:6.2f} {b['workers_ready_s']:6.2f} "
+                  f"{row[f'{variant}_first_prediction_s']:10.2f}s {row['first_prediction_target_s']:6.1f}s")
+    print(f"\nend to end on {files} files, {rows:,} rows, as a fraction of the pipeline ceiling (target >= 0.9x)")
+    others = [v for v in variants if v not in ("compute", "io")]
+    print(f"{'model':8s} {'ceiling':>8s} " + " ".join(f"{v:>14s}" for v in others))
+    for row in table:
+        print(f"{row['model']:8s} {fmt_rate(row['pipeline_ceiling_rows_per_s']):>8s} " + " ".join(
+            f"{fmt_rate(row[f'{v}_rows_per_s']):>7s} {row[f'{v}_vs_ceiling']:5.2f}x" for v in others))
+    if baseline_ref:
+        print(f"  baseline: the worker of {baseline_ref}")
+    return {"files": files, "rows": rows, "rounds": rounds, "table": table,
+            "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()}
+                    for k, vs in found.items()}}
 
 
 def memory_run(out: Path, models, kinds, scratch: Path, rows: int) -> list[dict]:

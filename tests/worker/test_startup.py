@@ -102,3 +102,14 @@ def test_torch_gpu_workers_spawn_a_clean_interpreter(tmp_path, torch_model):
     assert summary["startup"]["start_method"] == "spawn"
     assert summary["startup"]["model_preloaded"] is False
     check_outputs(data, out, load_manifest(out), torch_predict(torch_model), **TOLERANCE["torch"])
+
+
+def test_start_method_spawn_makes_each_worker_load_the_model_itself(tmp_path, xgboost_model):
+    data, out = tmp_path / "in", tmp_path / "out"
+    synthetic.make_dataset(data, files=2, rows=1000)
+    result = run_worker(data, out, xgboost_model.parent, "--passthrough", "id", "--start-method", "spawn",
+                        "--summary-json", str(tmp_path / "summary.json"), workers=2)
+    assert result.returncode == 0, describe(result)
+    startup = _summary(tmp_path)["startup"]
+    assert (startup["start_method"], startup["model_preloaded"], startup["threads_in_use"]) == ("spawn", False, 1)
+    check_outputs(data, out, load_manifest(out), xgboost_predict(xgboost_model), **TOLERANCE["xgboost"])

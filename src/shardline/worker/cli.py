@@ -136,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--threads-per-worker", type=_positive, default=None,
                      help="native threads per worker (default: cores / workers)")
     par.add_argument("--no-gpu", action="store_true", help="ignore GPUs even if present")
+    par.add_argument("--start-method", choices=["auto", "forkserver", "spawn"], default="auto",
+                     help="how the pool starts its workers. auto (default): CPU workers fork from a forkserver that "
+                          "loaded the model once, GPU workers spawn; spawn: each worker imports the library and "
+                          "loads the model itself (slower to start; for a model library that misbehaves after fork)")
     par.add_argument("--inflight-per-worker", type=_positive, default=2,
                      help="work units queued per worker (default %(default)s)")
     par.add_argument("--max-worker-crashes", type=_positive, default=2,

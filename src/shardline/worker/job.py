@@ -83,7 +83,8 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         log_format=log_format,
     )
     runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
-                    max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval)
+                    max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval,
+                    start_method=args.start_method)
     if files:
         # The workers load the model while this process reads the footers and opens the ledger.
         runner.start()

@@ -118,6 +118,7 @@ class Runner:
         progress_interval: float = 5.0,
         hooks: Hooks | None = None,
         log_prefix: str = "",
+        start_method: str = "auto",
     ):
         self.settings = settings
         self.slots = slots
@@ -133,8 +134,12 @@ class Runner:
         # the first fork (worker/preload.py): a pool, and each rebuild of it, starts in milliseconds
         # instead of a second per worker.
         uses_gpu = any(slot.gpu is not None for slot in slots)
-        self._ctx = mp.get_context("spawn" if uses_gpu or "forkserver" not in mp.get_all_start_methods()
-                                   else "forkserver")
+        if start_method == "auto":
+            start_method = "spawn" if uses_gpu or "forkserver" not in mp.get_all_start_methods() else "forkserver"
+        elif start_method == "forkserver" and uses_gpu:
+            raise SetupError("--start-method forkserver is for CPU workers: GPU workers spawn, so that CUDA starts "
+                             "after CUDA_VISIBLE_DEVICES is set; use --start-method auto")
+        self._ctx = mp.get_context(start_method)
         if self._ctx.get_start_method() == "forkserver":
             from shardline.worker import preload
 
