@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from shardline.ledger.states import FileStatus
+from shardline.report.histogram import Histogram
 from shardline.worker import devices, formats
 from shardline.worker.models import ModelArtifact
 from shardline.worker.runner import FileReport, Runner
@@ -77,10 +78,21 @@ def build_summary(reports: list[FileReport], *, seconds: float, slots: list[devi
         "rows_in": rows_in,
         "rows_out": rows_out,
         "rows_per_second": round(rows_in / seconds, 1) if seconds > 0 else 0.0,
+        "prediction_histogram": _merged_histogram(r.histogram for r in reports if r.status is FileStatus.SUCCEEDED),
         "file_reports": [
             {**dataclasses.asdict(r), "status": r.status.value} for r in reports
         ],
     }
+
+
+def _merged_histogram(histograms) -> dict | None:
+    """This instance's predictions over every file it wrote (of the first prediction column all share)."""
+    histograms = [h for h in histograms if h is not None]
+    if not histograms:
+        return None
+    column = histograms[0]["column"]
+    merged = Histogram.merged(Histogram.from_dict(h) for h in histograms if h["column"] == column)
+    return {"column": column, **merged.to_dict()}
 
 
 def manifest_path(folder: Path, host: str, attempt: int | None) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shardline.report.histogram import Histogram
 from shardline.worker import formats, guards
 from shardline.worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
 from shardline.worker.errors import FileError, InputFormatError, PredictionError, SetupError
@@ -69,6 +70,7 @@ class UnitResult:
     fatal: bool = False  # the worker could not load the model: stop the job
     ready_at: float = 0.0  # wall clock when this worker process had its model loaded
     timing: WorkerTiming | None = None  # how this worker process started (the first pool's report it)
+    histogram: dict | None = None  # the first prediction column's histogram (report/histogram.py, as a dict)
     features: FeatureChoice | None = None  # the columns the model got, and why
 
 
@@ -234,9 +236,10 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
         batches = formats.iter_batches(unit, columns, numeric_features(schema, features), batch_rows, scratch,
                                        threads=state.slot.threads) if schema.names else ()
-        spread = _Spread()
+        spread, histogram = _Spread(), PredictionHistogram()
         for batch in batches:
             out = predict_batch(state.predictor, batch, choice, settings, tally)
+            histogram.add(out, len(settings.passthrough))
             if not state.timing.first_prediction_at:
                 state.timing.first_prediction_at = time.time()
             spread.add(out, len(settings.passthrough))
@@ -260,12 +263,14 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         if unit.is_split:
             return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=tmp.stat().st_size,
                               seconds=time.perf_counter() - started, output=str(tmp), worker=state.label,
-                              ready_at=state.ready_at, timing=state.timing, features=choice)
+                              ready_at=state.ready_at, timing=state.timing, features=choice,
+                              histogram=histogram.to_dict())
         digest = sha256_of(tmp)
         os.replace(tmp, final)
         return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=final.stat().st_size,
                           seconds=time.perf_counter() - started, output=str(final), sha256=digest,
-                          worker=state.label, ready_at=state.ready_at, timing=state.timing, features=choice)
+                          worker=state.label, ready_at=state.ready_at, timing=state.timing, features=choice,
+                          histogram=histogram.to_dict())
     except Exception as err:  # noqa: BLE001 - the file fails alone, with its reason
         if writer is not None:
             writer.abort()
@@ -292,6 +297,32 @@ def numeric_features(schema: pa.Schema, features: list[str]) -> list[str]:
     """The features that text readers read as float64: the numeric ones. A string feature (a pipeline's
     category, a script's text column) stays a string."""
     return [name for name in features if is_numeric(schema.field(name).type)]
+
+
+class PredictionHistogram:
+    """The distribution of a file's first prediction column, kept batch by batch as it is written (no second
+    pass over the output): the run report compares it with the previous run's (drift)."""
+
+    def __init__(self) -> None:
+        self.column: str | None = None
+        self.histogram: Histogram | None = None
+
+    def add(self, out: pa.RecordBatch, skip: int) -> None:
+        if out.num_columns <= skip:
+            return
+        name, column = out.schema.names[skip], out.column(skip)
+        if self.column is None:
+            self.column = name
+            numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type) \
+                or pa.types.is_boolean(column.type)
+            self.histogram = Histogram() if numeric else None  # string labels: no histogram
+        if self.histogram is not None and name == self.column:
+            self.histogram.add(column.to_numpy(zero_copy_only=False))
+
+    def to_dict(self) -> dict | None:
+        if self.histogram is None:
+            return None
+        return {"column": self.column, **self.histogram.to_dict()}
 
 
 class _Spread:

@@ -22,6 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from shardline.ledger.states import FileStatus, ShardStatus
+from shardline.report.histogram import Histogram
 from shardline.worker import process
 from shardline.worker.devices import WorkerSlot
 from shardline.worker.errors import SetupError
@@ -49,6 +50,19 @@ class FileReport:
     error_class: str | None = None
     error_message: str | None = None
     workers: list[str] = dataclasses.field(default_factory=list)
+    # The first prediction column's distribution (report/histogram.py's dict, with its "column"): the run
+    # report reads it from the manifest to compare runs, without reading the outputs again.
+    histogram: dict | None = None
+
+    def add_histogram(self, part: dict | None) -> None:
+        """Merge one unit's histogram into the file's (a split file has one per part)."""
+        if part is None:
+            return
+        if self.histogram is None:
+            self.histogram = part
+            return
+        merged = Histogram.from_dict(self.histogram).merge(Histogram.from_dict(part))
+        self.histogram = {"column": self.histogram["column"], **merged.to_dict()}
 
     def ledger_outcome(self, output_key: str | None):
         """What the ledger records of this file: every figure both records share, by name, and where its
@@ -344,6 +358,7 @@ class Runner:
             return
         report.rows_in += result.rows_in
         report.rows_out += result.rows_out
+        report.add_histogram(result.histogram)
         parts_left[rel] -= 1
         if not task.is_split:
             self._finish(report, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
