@@ -2,11 +2,14 @@
 
 Against the embedded endpoint (moto_server over HTTP, started here):
   - the DynamoDB cost of one sensor poke on a step of 10,000 files (target <= 5 requests);
-  - planning a step of 100,000 input keys: listing, manifest, ledger records (target < 60 s);
+  - planning a step of 100,000 input keys: listing, manifest, ledger records (target < 60 s), with the
+    keys in date/hour partitions (sub-prefixes listed in parallel) and flat (one listing);
+  - the ledger's DynamoDB requests per 1M files and their on-demand cost (arithmetic, printed);
   - sharding skewed file sizes by key and by size: bytes on the busiest instance;
   - `make demo`'s orchestration overhead: DAG-run wall time beyond the jobs' own time (target <= 20%).
 
-    python tests/bench/bench_orchestration.py [--keys 100000] [--files 10000]
+    python tests/bench/bench_orchestration.py [--keys 100000] [--files 10000] [--layout both]
+        [--only poke,planning,cost,sharding,demo]
 """
 
 from __future__ import annotations
@@ -14,28 +17,52 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import random
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+PARTS = ("poke", "planning", "cost", "sharding", "demo")
+# A realistic input layout: hourly partitions of a day, 1,000 files an hour (100,000 keys span 4 days and 4
+# hours); `flat` puts every key right under the prefix, where listing stays one chain of pages.
+FILES_PER_HOUR = 1000
+# DynamoDB on-demand prices in us-east-1 (AWS's on-demand pricing page, since the November 2024 cut), per
+# million request units. A write request unit writes 1 KB of item; a strongly consistent read unit reads 4 KB.
+USD_PER_MILLION_WRU = 0.625
+USD_PER_MILLION_RRU = 0.125
+POLL_SECONDS = 15  # the sensor's default poll_interval_seconds
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--layout", choices=("partitioned", "flat", "both"), default="both")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {PARTS}")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     args = parser.parse_args()
+    parts = set(args.only.split(","))
+    if parts - set(PARTS):
+        parser.error(f"unknown part(s) {sorted(parts - set(PARTS))}; choose from {PARTS}")
     from shardline.local.embedded_aws import apply_env, embedded_aws
 
     results = {}
-    with tempfile.TemporaryDirectory() as tmp, embedded_aws(Path(tmp) / "moto.log") as env:
-        apply_env(env)
-        results["poke"] = poke_cost(args.files)
-        results["planning"] = planning_time(args.keys)
-    results["sharding"] = sharding_skew()
-    results["demo"] = demo_overhead()
+    if parts & {"poke", "planning", "cost"}:
+        with tempfile.TemporaryDirectory() as tmp, embedded_aws(Path(tmp) / "moto.log") as env:
+            apply_env(env)
+            if "poke" in parts or "cost" in parts:
+                results["poke"] = poke_cost(args.files)
+            if "planning" in parts:
+                layouts = ("partitioned", "flat") if args.layout == "both" else (args.layout,)
+                results["planning"] = {layout: planning_time(args.keys, layout) for layout in layouts}
+    if "cost" in parts:
+        results["ledger_cost"] = ledger_cost(results["poke"])
+    if "sharding" in parts:
+        results["sharding"] = sharding_skew()
+    if "demo" in parts:
+        results["demo"] = demo_overhead()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_orchestration.json").write_text(json.dumps(results, indent=2))
     print(f"\nwrote {args.out / 'bench_orchestration.json'}")
@@ -64,50 +91,121 @@ def poke_cost(files: int) -> dict:
     seconds = time.perf_counter() - started
     print(f"sensor poke on a step of {files:,} files: {records.requests} DynamoDB request(s) "
           f"({len(records.files):,} file items read in {seconds:.2f}s; target <= 5)")
-    return {"files": files, "requests": records.requests, "seconds": round(seconds, 3)}
+    # What DynamoDB bills a read by: the whole stored item (a projection does not make it cheaper).
+    finished = model.get("RUN#bench#run-1", f"FILE#score#{keys[0][0]}", consistent_read=True)
+    return {"files": files, "requests": records.requests, "seconds": round(seconds, 3),
+            "finished_item_bytes": item_bytes(finished.serialize())}
 
 
-def planning_time(keys: int) -> dict:
+def item_bytes(item: dict) -> int:
+    """An item's size as DynamoDB counts it: attribute names plus values (a number: 1 byte per 2 digits, + 1)."""
+    size = 0
+    for name, value in item.items():
+        (kind, raw), = value.items()
+        size += len(name.encode()) + (len(raw.encode()) if kind == "S" else math.ceil(len(raw.strip("-")) / 2) + 1)
+    return size
+
+
+def input_key(i: int, layout: str) -> str:
+    if layout == "flat":
+        return f"in/part-{i:07d}.parquet"
+    hour, n = divmod(i, FILES_PER_HOUR)
+    return f"in/dt=2026-11-{1 + hour // 24:02d}/hour={hour % 24:02d}/part-{n:05d}.parquet"
+
+
+def planning_time(keys: int, layout: str) -> dict:
     import boto3
 
     from shardline.ledger.table import create_ledger_table
-    from shardline.orchestration import steps
+    from shardline.orchestration import services, steps
+    from shardline.planning.inputs import list_inputs_and_refusals
     from shardline.spec import parse_spec
 
+    bucket, table = f"bench-{layout}", f"bench-plan-{layout}"
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="bench-raw")
-    print(f"uploading {keys:,} small objects to moto_server (setup, not timed) ...", flush=True)
+    s3.create_bucket(Bucket=bucket)
+    print(f"uploading {keys:,} small objects ({layout} keys, e.g. {input_key(keys - 1, layout)}) to moto_server "
+          "(setup, not timed) ...", flush=True)
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda i: s3.put_object(Bucket="bench-raw", Key=f"in/part-{i:07d}.parquet", Body=b"x"),
-                      range(keys)))
-    create_ledger_table("bench-plan")
+        list(pool.map(lambda i: s3.put_object(Bucket=bucket, Key=input_key(i, layout), Body=b"x"), range(keys)))
+    create_ledger_table(table)
     spec = parse_spec({
-        "pipeline": "bench_plan", "ledger_table": "bench-plan",
-        "steps": [{"name": "score", "model": {"uri": "s3://bench-raw/model.tar.gz"},
-                   "input": {"prefix": "s3://bench-raw/in/"}, "output": {"prefix": "s3://bench-raw/out/"},
+        "pipeline": f"bench_plan_{layout}", "ledger_table": table,
+        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model.tar.gz", "sha256": "0" * 64},
+                   "input": {"prefix": f"s3://{bucket}/in/"}, "output": {"prefix": f"s3://{bucket}/out/"},
                    "resources": {"instance_count": 20}}],
     }, "bench.yaml")
+    calls = {"ListObjectsV2": 0}
+
+    def count(**_):
+        calls["ListObjectsV2"] += 1
+
+    services.s3_client(spec).meta.events.register("before-call.s3.ListObjectsV2", count)
     started = time.perf_counter()
-    attempt = steps.plan(spec, "score", "run-1", input_prefix="s3://bench-raw/in/",
-                         output_prefix="s3://bench-raw/out/", model_uri="s3://bench-raw/model.tar.gz",
+    attempt = steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
+                         output_prefix=f"s3://{bucket}/out/", model_uri=f"s3://{bucket}/model.tar.gz",
                          instance_count=20)
     seconds = time.perf_counter() - started
     listing, records = attempt.planning["list_seconds"], attempt.planning["record_seconds"]
-    pages = -(-keys // 1000)
-    # What one ListObjectsV2 page costs on this endpoint, with a bucket of 1,000 keys and of `keys` keys.
-    s3.create_bucket(Bucket="bench-small")
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda i: s3.put_object(Bucket="bench-small", Key=f"in/part-{i:07d}.parquet", Body=b"x"),
-                      range(1000)))
-    small = _page_seconds(s3, "bench-small")
-    large = _page_seconds(s3, "bench-raw")
-    print(f"planning {attempt.file_count:,} keys: {seconds:.1f}s (target < 60 s): listing {listing:.1f}s "
-          f"({pages} pages), manifest + ledger records {records:.1f}s")
-    print(f"  one ListObjectsV2 page on the embedded endpoint: {small * 1000:.0f} ms in a bucket of 1,000 keys, "
-          f"{large * 1000:.0f} ms in one of {keys:,} (moto sorts the whole bucket for every page; S3 does not)")
-    return {"keys": attempt.file_count, "seconds": round(seconds, 2), "list_seconds": listing,
-            "record_seconds": records, "page_ms_small_bucket": round(small * 1000, 1),
-            "page_ms_large_bucket": round(large * 1000, 1)}
+    batches = -(-attempt.file_count // 25)
+    print(f"planning {attempt.file_count:,} keys ({layout}): {seconds:.1f}s (target < 60 s): listing {listing:.1f}s "
+          f"({calls['ListObjectsV2']} ListObjectsV2 calls), manifest + ledger records {records:.1f}s "
+          f"({batches:,} BatchWriteItem calls of 25 FILE items)")
+    result = {"keys": attempt.file_count, "seconds": round(seconds, 2), "list_seconds": listing,
+              "list_calls": calls["ListObjectsV2"], "record_seconds": records, "batch_write_calls": batches}
+    if layout == "partitioned":  # the same keys listed as before this change: one chain of pages
+        started = time.perf_counter()
+        sequential, _ = list_inputs_and_refusals(s3, f"s3://{bucket}/in/", threads=1)
+        result["sequential_list_seconds"] = round(time.perf_counter() - started, 2)
+        print(f"  the same {len(sequential):,} keys listed sequentially (one ListObjectsV2 chain, as before): "
+              f"{result['sequential_list_seconds']:.1f}s")
+    else:  # What one ListObjectsV2 page costs on this endpoint, with a bucket of 1,000 keys and of `keys` keys.
+        s3.create_bucket(Bucket="bench-small")
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda i: s3.put_object(Bucket="bench-small", Key=f"in/part-{i:07d}.parquet", Body=b"x"),
+                          range(1000)))
+        small, large = _page_seconds(s3, "bench-small"), _page_seconds(s3, bucket)
+        print(f"  one ListObjectsV2 page on the embedded endpoint: {small * 1000:.0f} ms in a bucket of 1,000 keys, "
+              f"{large * 1000:.0f} ms in one of {keys:,} (moto sorts every key under the prefix for every page; "
+              "S3 does not): flat keys list as one chain of pages, which no thread can shorten")
+        result.update(page_ms_small_bucket=round(small * 1000, 1), page_ms_large_bucket=round(large * 1000, 1))
+    return result
+
+
+def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
+    """The ledger's DynamoDB requests and on-demand cost for a step of ``files`` files, as arithmetic."""
+    from shardline.ledger.orchestrator import BATCH_ITEMS
+
+    item = poke["finished_item_bytes"]
+    wru_per_item = math.ceil(item / 1024)  # a write is billed per started KB of the larger of before and after
+    plan_calls = math.ceil(files / BATCH_ITEMS) + 3  # FILE batches; RUN put + run-index batch; STEP update
+    plan_wru = files + 4  # one PENDING FILE item each (< 1 KB); RUN, 2 run-index entries, STEP
+    worker_calls = 2 * files  # job_writes: claim_file (UpdateItem RUNNING) and finish_file (UpdateItem) per file
+    worker_wru = 2 * files * wru_per_item
+    # The sensor's poke: two Queries (STEP and SHARDs; FILE items), strongly consistent, 1 MB a page; a Query is
+    # billed on the summed size of the items it reads, rounded up to 4 KB, whatever the projection.
+    poke_pages = 1 + math.ceil(files * item / 2**20)
+    poke_rru = math.ceil(files * item / 4096) + 1
+    wru = plan_wru + worker_wru
+    cost_write = wru / 1e6 * USD_PER_MILLION_WRU
+    cost_poke = poke_rru / 1e6 * USD_PER_MILLION_RRU
+    polls = 3600 // POLL_SECONDS
+    print(f"\nledger cost per {files:,} files (DynamoDB on-demand, us-east-1: ${USD_PER_MILLION_WRU}/M WRU, "
+          f"${USD_PER_MILLION_RRU}/M RRU; a finished FILE item is {item} bytes here -> {wru_per_item} WRU a write):")
+    print(f"  plan:    {plan_calls:,} requests = {files:,} / {BATCH_ITEMS} BatchWriteItem + 3; "
+          f"{plan_wru:,} WRU = {files:,} FILE items + 4")
+    print(f"  workers: {worker_calls:,} requests = 2 UpdateItem per file (claim, finish); {worker_wru:,} WRU "
+          f"(a FAILED file's error text, up to 2,000 chars, can make its finish 2-3 WRU)")
+    print(f"  writes:  {wru:,} WRU x ${USD_PER_MILLION_WRU}/M = ${cost_write:.2f} per {files:,} files")
+    print(f"  poke:    {poke_pages:,} Query pages = 1 (STEP, SHARDs) + {files:,} x {item} B / 1 MB; "
+          f"{poke_rru:,} RRU = {files:,} x {item} B / 4 KB, strongly consistent -> ${cost_poke:.4f} a poll; "
+          f"every {POLL_SECONDS} s for an hour: {polls * poke_rru:,} RRU = ${polls * cost_poke:.2f}")
+    print(f"  (at {files:,} files a poke is {poke_pages} requests, above the 5-request target, which holds up to "
+          f"{4 * 2**20 // item:,} files of this size)")
+    return {"files": files, "item_bytes": item, "plan_requests": plan_calls, "plan_wru": plan_wru,
+            "worker_requests": worker_calls, "worker_wru": worker_wru, "write_usd": round(cost_write, 4),
+            "poke_requests": poke_pages, "poke_rru": poke_rru, "poke_usd": round(cost_poke, 5),
+            "poke_hour_usd": round(polls * cost_poke, 4)}
 
 
 def _page_seconds(s3, bucket: str, repeats: int = 3) -> float:
