@@ -162,6 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the model on the first ROWS rows of the first input file and print the features as "
                           "the model gets them, the predictions and warnings about the setup; writes no output")
     ops.add_argument("--preview-json", type=Path, default=None, help="with --preview: also write it as JSON here")
+
+    tune = p.add_argument_group("auto-tune (--tune; see README 'Auto-tune')")
+    tune.add_argument("--tune", action="store_true",
+                      help="instead of the job: run the worker repeatedly on a sample of the inputs (the first files "
+                           "up to --tune-rows rows), sweeping workers x threads and rows per batch (GPU batch rows on "
+                           "a GPU); print rows/s per setting and the spec snippet to paste; writes no output")
+    tune.add_argument("--tune-rows", type=_positive, default=200_000, metavar="N",
+                      help="rows of the sample (default %(default)s)")
+    tune.add_argument("--tune-out", type=Path, default=Path("shardline-tune"), metavar="DIR",
+                      help="where the plot (tune.png) and the figures (tune.json) go (default %(default)s)")
+    tune.add_argument("--tune-repeat", type=_positive, default=2, metavar="K",
+                      help="runs of each setting, to show the noise (default %(default)s)")
+    tune.add_argument("--tune-max-batch-rows", type=_positive, default=1 << 20, metavar="N",
+                      help="the largest rows per batch tried (default %(default)s)")
+    tune.add_argument("--tune-step", default=None, metavar="NAME", help="the step's name, for the spec snippet")
     ops.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"shardline-worker {__version__}")
     return p

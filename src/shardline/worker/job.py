@@ -31,7 +31,7 @@ from shardline.worker.job_report import (
     write_manifest,
 )
 from shardline.worker.ledger_hooks import LedgerHooks
-from shardline.worker.models import prepare_model
+from shardline.worker.models import ModelArtifact, prepare_model
 from shardline.worker.process import JobSettings
 from shardline.worker.runner import FileReport, Hooks, Runner, Stopped
 from shardline.worker.sagemaker_script import ScriptProtocol, check_requirements
@@ -70,18 +70,16 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         if files and not readable:
             raise SetupError(f"no input file to preview can be read: {files[0].refusal}")
         return run_preview(args, readable, artifact, protocol, log_format)
+    if args.tune:
+        from shardline.worker.tune import run_tune
+
+        return run_tune(args, files, artifact, job_settings(args, artifact, protocol, log_format))
     gpus = [] if args.no_gpu else devices.visible_gpus(os.environ, devices.detect_gpu_count())
     slots = devices.plan_slots(
         cpu_count=devices.cpu_count(), gpus=gpus, model_kind=artifact.kind, workers=args.workers,
         threads_per_worker=args.threads_per_worker, use_gpu=not args.no_gpu,
     )
-    settings = JobSettings(
-        artifact=artifact, output_dir=str(args.output_dir), scratch_dir=str(args.scratch_dir),
-        features=args.features, passthrough=args.passthrough, batch_rows=args.batch_rows,
-        gpu_batch_rows=args.gpu_batch_rows, output_format=args.output_format,
-        probabilities=args.probabilities, protocol=protocol, allow_nan_predictions=args.allow_nan_predictions,
-        log_format=log_format,
-    )
+    settings = job_settings(args, artifact, protocol, log_format)
     runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
                     max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval,
                     start_method=args.start_method)
@@ -136,6 +134,18 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         log.warning("%d file(s) failed; exiting %d as --exit-zero-on-file-failures asks", len(failed), EXIT_OK)
         return EXIT_OK
     return EXIT_FILES_FAILED if failed else EXIT_OK
+
+
+def job_settings(args: argparse.Namespace, artifact: ModelArtifact, protocol: ScriptProtocol,
+                 log_format: str) -> JobSettings:
+    """What every pool process of this job is told (``--tune`` builds its runs from the same)."""
+    return JobSettings(
+        artifact=artifact, output_dir=str(args.output_dir), scratch_dir=str(args.scratch_dir),
+        features=args.features, passthrough=args.passthrough, batch_rows=args.batch_rows,
+        gpu_batch_rows=args.gpu_batch_rows, output_format=args.output_format,
+        probabilities=args.probabilities, protocol=protocol, allow_nan_predictions=args.allow_nan_predictions,
+        log_format=log_format,
+    )
 
 
 def _prepare(args: argparse.Namespace, files: list[InputFile], slots: list[devices.WorkerSlot], kind: str,
