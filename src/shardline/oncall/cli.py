@@ -52,6 +52,7 @@ on-call flow:
   shardline runs --pipeline tabular_scoring_hourly        # find the red run
   shardline status tabular_scoring_hourly/RUN_ID          # which step, how many files
   shardline failed tabular_scoring_hourly/RUN_ID          # which files, and why
+  shardline report tabular_scoring_hourly/RUN_ID --open   # throughput, cost, drift: the run report
   # fix the cause (the input, the model), then:
   shardline resubmit tabular_scoring_hourly/RUN_ID --step score --all-failed
 
@@ -492,6 +493,34 @@ def failed(options: _Globals, run: str, step: str | None) -> Reply:
     ref = RunRef.parse(run)
     files = oncall.failed(ref, step)
     return Reply(files, functools.partial(show_failed, files, ref=ref, step=step))
+
+
+@_command("report", "fetch a step's run report (HTML) to a local file and print its path",
+          "Fetch the run report of a step (throughput per shard, cost per 1M predictions, drift against the previous "
+          "successful run, rows in against rows out), which is written beside the step's outputs when the step ends, "
+          "to .shardline/reports/PIPELINE/RUN/STEP/report.html under the current directory (or --out), and print "
+          "its path. Without --step: every step of the run that has a report. --json prints report.json, the same "
+          "data (one object with --step, else a list).")
+@_run_argument
+@click.option("--step", help="only this step (default: every step of the run that has a report)")
+@click.option("--open", "open_page", is_flag=True, help="open it in the web browser")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="write it to this file (one step)")
+@click.pass_obj
+def report(options: _Globals, run: str, step: str | None, open_page: bool, out: Path | None) -> Reply:
+    import webbrowser
+
+    from shardline.oncall.views import RunRef
+
+    # --json is the wrapper's option: read here only to fetch report.json as well.
+    with_json = bool(click.get_current_context().params.get("as_json"))
+    saved = options.oncall().save_reports(RunRef.parse(run), step, root=Path.cwd(), out=out, with_json=with_json)
+    if open_page:
+        for page in saved:
+            if not webbrowser.open(Path(page.path).resolve().as_uri()):
+                print(printable(f"shardline report: no web browser to open {page.path} with; open the file "
+                                "yourself"), file=sys.stderr)
+    data = [page.report for page in saved]
+    return Reply(data[0] if step else data, functools.partial(_print_lines, [page.path for page in saved]))
 
 
 SELECTIONS = ("--all-failed", "--shard", "--file")

@@ -34,7 +34,7 @@ from shardline.ledger.orchestrator import (
 from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 from shardline.oncall import selection
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, AirflowApiError, AirflowClient
-from shardline.oncall.errors import Conflict, NotFound, OnCallError, Refused, Unavailable
+from shardline.oncall.errors import BadRequest, Conflict, NotFound, OnCallError, Refused, Unavailable
 from shardline.oncall.views import (
     CANCEL_LINES,
     FINISHED_RUN_STATES,
@@ -47,8 +47,10 @@ from shardline.oncall.views import (
     RunRef,
     RunRow,
     RunView,
+    SavedReport,
     ShardRecord,
     StepRecord,
+    StepReportRef,
     StepView,
     airflow_left_out,
     choose_next,
@@ -57,9 +59,14 @@ from shardline.oncall.views import (
     file_view,
     followed_text,
     half_done_text,
+    local_report_path,
     local_root_mismatch,
     missing_job_status,
+    no_reports_text,
     not_finished_text,
+    out_needs_step_text,
+    report_missing_text,
+    report_not_planned_text,
     resubmit_command,
     run_row,
     run_view,
@@ -195,6 +202,96 @@ class OnCall:
     def _known_step(spec: PipelineSpec, step: str) -> None:
         if step not in {s.name for s in spec.steps}:
             raise NotFound(unknown_step(spec.pipeline, step, [s.name for s in spec.steps]))
+
+    # --- run reports ---------------------------------------------------------------------
+
+    def report_refs(self, ref: RunRef, step: str | None = None) -> list[StepReportRef]:
+        """Where the run's step reports are, for each step planned (or ``step`` alone), in the spec's order.
+
+        Each S3 key is derived from the STEP item's recorded plan (its output and metadata prefixes), never
+        taken from the caller. Raises NotFound for an unknown pipeline, step or run, or a step never planned.
+        """
+        spec = self.spec(ref.pipeline)
+        if step:
+            self._known_step(spec, step)
+        records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
+        if records.run is None:
+            raise NotFound(f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
+                           f"{ref.pipeline}` lists the recent ones")
+        items = {item.step: item for item in records.steps}
+        found = []
+        for name in [step] if step else [s.name for s in spec.steps]:
+            item = items.get(name)
+            if item is None or not item.plan_json:
+                if step:
+                    raise NotFound(report_not_planned_text(ref, name))
+                continue
+            try:
+                attempt = Attempt.from_plan(item.plan_json, int(item.attempt or 1), 0, pipeline=ref.pipeline,
+                                            run_id=ref.run_id, step=name)
+            except ValueError as err:
+                raise Conflict(f"{err}, so where its run report is cannot be told") from err
+            html_uri, json_uri = (naming.report_key(attempt.output_prefix, ref.run_id, name, attempt.metadata_prefix,
+                                                    suffix) for suffix in ("html", "json"))
+            found.append(StepReportRef(name, item.status, html_uri, json_uri))
+        return found
+
+    def open_report(self, ref: RunRef, report: StepReportRef, suffix: str = "html"):
+        """The S3 object body (a stream) of a step's ``report.html`` or ``report.json``; the caller closes it.
+        Raises NotFound, saying when reports are written, when it is not there."""
+        spec = self.spec(ref.pipeline)
+        s3 = services.s3_client(spec)
+        uri = report.html_uri if suffix == "html" else report.json_uri
+        bucket, key = parse_s3_uri(uri)
+        try:
+            return s3.get_object(Bucket=bucket, Key=key)["Body"]
+        except s3.exceptions.NoSuchKey as err:
+            raise NotFound(report_missing_text(ref, report.step, report.status, uri)) from err
+
+    def _read_report(self, ref: RunRef, report: StepReportRef, suffix: str) -> bytes:
+        body = self.open_report(ref, report, suffix)
+        try:
+            return body.read()
+        finally:
+            body.close()
+
+    def save_reports(self, ref: RunRef, step: str | None = None, *, root: Path, out: Path | None = None,
+                     with_json: bool = False) -> list[SavedReport]:
+        """Fetch the run report of ``step`` (or of every step of the run that has one) to local files.
+
+        Each goes to ``<root>/.shardline/reports/<pipeline>/<run>/<step>/report.html``, or to ``out`` (one
+        step only). ``with_json`` also reads report.json, the same data, into each result.
+        """
+        refs = self.report_refs(ref, step)
+        pages, missing = [], []
+        for report in refs:
+            try:
+                pages.append((report, self._read_report(ref, report, "html")))
+            except NotFound as err:
+                if step:
+                    raise
+                missing.append(str(err))
+        if not pages:
+            planned = {r.step for r in refs}
+            missing += [report_not_planned_text(ref, s.name) for s in self.spec(ref.pipeline).steps
+                        if s.name not in planned]
+            raise NotFound(no_reports_text(ref, missing))
+        if out is not None and len(pages) > 1:
+            raise BadRequest(out_needs_step_text(ref, [r.step for r, _ in pages]))
+        saved = []
+        for report, html in pages:
+            data = None
+            if with_json:
+                raw = self._read_report(ref, report, "json")
+                try:
+                    data = json.loads(raw)
+                except ValueError as err:
+                    raise Conflict(f"{report.json_uri} is not JSON ({err}); its report.html is readable") from err
+            path = out if out is not None else local_report_path(root, ref.pipeline, ref.run_id, report.step)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(html)
+            saved.append(SavedReport(report.step, report.status, report.html_uri, str(path), data))
+        return saved
 
     # --- actions -------------------------------------------------------------------------
 

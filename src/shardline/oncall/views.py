@@ -14,6 +14,7 @@ import datetime as dt
 import enum
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from shardline.backends import JobStatus
@@ -462,3 +463,74 @@ CANCEL_LINES = {
     "airflow_error": "Airflow: DAG run {run_id} was not marked failed ({err}); the ledger says CANCELLED, so no "
                      "sensor resubmits; mark the DAG run failed in Airflow's UI",
 }
+
+
+# --- run reports -----------------------------------------------------------------------------------------------
+
+# Where `shardline report` puts the pages it fetches, under the current directory.
+LOCAL_REPORTS = (".shardline", "reports")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepReportRef:
+    """Where one step's run report is on S3: derived from the STEP item's plan, never given by a caller."""
+
+    step: str
+    status: str | None
+    html_uri: str
+    json_uri: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedReport:
+    """A step's report fetched to a local file (``report`` holds report.json's content when it was asked for)."""
+
+    step: str
+    status: str | None
+    uri: str
+    path: str
+    report: dict | None = None
+
+
+def report_command(pipeline: str, run_id: str, step: str) -> str:
+    """The command that fetches a step's run report and opens it."""
+    return shlex.join(["shardline", "report", naming.run_ref(pipeline, run_id), "--step", step, "--open"])
+
+
+def path_part(text: str) -> str:
+    """``text`` as one folder name: a separator or any unusual character becomes ``_``, and never ``.``/``..``."""
+    part = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "_.:+=@-") else "_" for ch in text)
+    return part if part.strip(".") else "_" + part
+
+
+def local_report_path(root: Path, pipeline: str, run_id: str, step: str) -> Path:
+    """``<root>/.shardline/reports/<pipeline>/<run>/<step>/report.html`` (``root``: the current directory)."""
+    return root.joinpath(*LOCAL_REPORTS, path_part(pipeline), path_part(run_id), path_part(step), "report.html")
+
+
+REPORTS_WHEN = "a step's run report is written when the step ends"
+
+
+def report_not_planned_text(ref: RunRef, step: str) -> str:
+    return (f"step {step} of {ref} was never planned, so it has no run report ({REPORTS_WHEN}); `shardline status "
+            f"{ref}` shows where the run is")
+
+
+def report_missing_text(ref: RunRef, step: str, status: str | None, uri: str) -> str:
+    """A planned step whose report is not (yet) on S3: still running, or ended without one."""
+    if status not in STEP_TERMINAL:
+        return (f"step {step} of {ref} has not ended ({status or 'no status'}), so it has no run report yet: "
+                f"{REPORTS_WHEN}; `shardline status {ref}` shows its progress")
+    return (f"step {step} of {ref} ended {status}, but its run report is not at {uri}: {REPORTS_WHEN}, so a run "
+            f"from before Shardline wrote reports has none, and if writing it failed the step's watch_{step} task "
+            "log says why")
+
+
+def no_reports_text(ref: RunRef, missing: Sequence[str]) -> str:
+    """No step of the run has a report: each one's reason."""
+    return f"run {ref} has no run report yet: " + "; ".join(missing)
+
+
+def out_needs_step_text(ref: RunRef, steps: Sequence[str]) -> str:
+    return (f"--out names one file, and run {ref} has reports for steps {', '.join(steps)}: pass --step with "
+            "--out")

@@ -1,0 +1,119 @@
+"""`shardline report`, the installed command in a subprocess, against a step that really ran (moto_server, the
+local backend, the real worker) and whose end wrote its run report; and against a run whose step has not ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+
+from shardline.orchestration import steps
+from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+
+CLI = Path(sys.executable).with_name("shardline")
+PIPELINE = "report_cli"
+
+
+def run(*args: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    here = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "BROWSER")}
+    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=120, check=False,
+                          env={**here, "COLUMNS": "160", **env}, cwd=cwd)
+
+
+def write_dags(spec, folder: Path) -> list[str]:
+    """The spec as a DAGs folder's YAML, where the CLI finds it; the CLI's --dags-folder arguments."""
+    (folder / "pipelines").mkdir(parents=True)
+    (folder / "pipelines" / f"{spec.pipeline}.yaml").write_text(
+        yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+    return ["--dags-folder", str(folder)]
+
+
+@pytest.fixture
+def staged(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    spec, bucket = stage_step(PIPELINE, ledger_table, xgboost_model.parent, tmp_path,
+                              {f"part-{i}.parquet": parquet_bytes(300, i * 300) for i in range(3)})
+    work = tmp_path / "cwd"
+    work.mkdir()
+    return spec, bucket, write_dags(spec, tmp_path / "dags"), aws_env, work
+
+
+def s3_body(bucket: str, key: str) -> bytes:
+    return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def test_help_names_the_options():
+    result = subprocess.run([str(CLI), "report", "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "usage: shardline report" in result.stdout
+    for option in ("--step", "--open", "--out", "--json"):
+        assert option in result.stdout, option
+
+
+@pytest.mark.slow
+def test_report_fetches_a_finished_step_s_report_to_a_local_file(staged, tmp_path):
+    spec, bucket, dags, env, cwd = staged
+    attempt = steps.submit(spec, steps.plan(spec, "score", "run-1", **plan_args(bucket)))
+    wait_for_job(spec, attempt)
+    assert steps.finish(spec, attempt, "ADVANCE", "3 files succeeded").value == "SUCCEEDED"  # writes the report
+    html = s3_body(bucket, "out/_shardline/reports/run-1/score/report.html")
+    stored_json = json.loads(s3_body(bucket, "out/_shardline/reports/run-1/score/report.json"))
+
+    fetched = run(*dags, "report", f"{PIPELINE}/run-1", "--step", "score", env=env, cwd=cwd)
+    assert fetched.returncode == 0, fetched.stderr
+    path = cwd / ".shardline" / "reports" / PIPELINE / "run-1" / "score" / "report.html"
+    assert fetched.stdout.splitlines() == [str(path)]
+    assert path.read_bytes() == html and b"<img" in html
+
+    # Without --step: every step of the run that has a report (here the one step).
+    path.unlink()
+    every = run(*dags, "report", f"{PIPELINE}/run-1", env=env, cwd=cwd)
+    assert every.returncode == 0 and every.stdout.splitlines() == [str(path)], every.stderr
+    assert path.read_bytes() == html
+
+    # --json prints report.json's content, and still writes the page.
+    path.unlink()
+    as_json = run(*dags, "report", f"{PIPELINE}/run-1", "--step", "score", "--json", env=env, cwd=cwd)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == stored_json
+    assert stored_json["reconciliation"]["rows_out"] == 900 and path.read_bytes() == html
+    listed = run(*dags, "report", f"{PIPELINE}/run-1", "--json", env=env, cwd=cwd)
+    assert json.loads(listed.stdout) == [stored_json]
+
+    # --out writes where it is told; --open hands the file's URI to the browser ($BROWSER, as webbrowser reads it).
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
+    browser.chmod(0o755)
+    out = tmp_path / "elsewhere" / "r.html"
+    chosen = run(*dags, "report", f"{PIPELINE}/run-1", "--step", "score", "--out", str(out), "--open",
+                 env={**env, "BROWSER": f"{browser} %s"}, cwd=cwd)
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.splitlines() == [str(out)] and out.read_bytes() == html
+    assert opened.read_text() == out.resolve().as_uri()
+
+
+def test_a_step_without_a_report_is_not_found_and_says_when_reports_are_written(staged):
+    spec, bucket, dags, env, cwd = staged
+    steps.plan(spec, "score", "run-2", **plan_args(bucket))  # planned, never run: no report yet
+
+    result = run(*dags, "report", f"{PIPELINE}/run-2", "--step", "score", env=env, cwd=cwd)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"shardline report: step score of {PIPELINE}/run-2 has not ended (PLANNED)")
+    assert "a step's run report is written when the step ends" in result.stderr
+    every = run(*dags, "report", f"{PIPELINE}/run-2", env=env, cwd=cwd)
+    assert every.returncode == 1 and f"run {PIPELINE}/run-2 has no run report yet" in every.stderr
+    assert not (cwd / ".shardline").exists()
+
+    unknown = run(*dags, "report", f"{PIPELINE}/nope", env=env, cwd=cwd)
+    assert unknown.returncode == 1 and f"no run {PIPELINE}/nope" in unknown.stderr
+    step = run(*dags, "report", f"{PIPELINE}/run-2", "--step", "postprocess", env=env, cwd=cwd)
+    assert step.returncode == 1 and "has no step 'postprocess'" in step.stderr
+    malformed = run(*dags, "report", "run-2", env=env, cwd=cwd)
+    assert malformed.returncode == 2 and "is not a run name" in malformed.stderr
