@@ -34,6 +34,7 @@ class Api:
     auth: dict[str, str]
     log: Path
     table: str
+    dags: Path  # read on every request: a test may add a pipeline's spec
 
     def resubmit(self, content_type: str | None, body: bytes = b'{"all_failed": true, "dry_run": true}'):
         headers = {**self.auth, **({"Content-Type": content_type} if content_type else {})}
@@ -86,7 +87,7 @@ def api(tmp_path_factory, moto_endpoint):
             (home / "simple_auth_manager_passwords.json.generated").read_text()).items()))
         answer = httpx.post(f"{url}/auth/token", json={"username": username, "password": password})
         answer.raise_for_status()
-        yield Api(f"{url}/shardline", {"Authorization": f"Bearer {answer.json()['access_token']}"}, log, table)
+        yield Api(f"{url}/shardline", {"Authorization": f"Bearer {answer.json()['access_token']}"}, log, table, dags)
     finally:
         _stop(proc)
 
@@ -165,3 +166,86 @@ def test_an_aws_failure_shows_the_reader_a_reference_not_aws_s_message(api):
         # The operator finds AWS's own message in the server's log by the reference (written before the answer).
         logged = [line for line in api.log.read_text(errors="replace").splitlines() if f"ref {ref}" in line]
         assert logged and "ResourceNotFoundException" in "\n".join(logged), api.log.read_text()[-3000:]
+
+
+# --- a step's run report ---------------------------------------------------------------------------------------
+
+# A report as a step's end writes it, with what a page must never run: the answer's policy keeps it inert.
+REPORT_HTML = (b"<!DOCTYPE html><html><head><meta charset='utf-8'><style>h1{color:#1f6fb2}</style></head><body>"
+               b"<h1>Run report</h1><img alt='chart' src='data:image/png;base64,iVBORw0KGgo='>"
+               b"<script>document.title='ran'</script></body></html>")
+
+
+@pytest.fixture
+def reported(api, aws_env, ledger_table):
+    """Pipeline ``r`` in the API server's DAGs folder, with run-1 (its step ended, its report on S3, written as a
+    step's end writes it) and run-2 (its step planned, not ended: no report yet)."""
+    import boto3
+
+    from shardline.ledger import bind_ledger
+    from shardline.ledger.orchestrator import ensure_run, finish_step, start_attempt
+    from shardline.ledger.states import StepStatus
+
+    bucket = f"r-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    (api.dags / "pipelines" / "r.yaml").write_text(
+        f"pipeline: r\nledger_table: {ledger_table}\nsteps:\n  - name: score\n"
+        f"    model: {{uri: s3://{bucket}/m.tar.gz, sha256: {'a' * 64}}}\n"
+        f"    input: {{prefix: s3://{bucket}/in/}}\n    output: {{prefix: s3://{bucket}/out/}}\n")
+    model = bind_ledger(ledger_table)
+    for run_id in ("run-1", "run-2"):
+        ensure_run(model, "r", run_id)
+        start_attempt(model, "r", run_id, "score", 1, [(f"s3://{bucket}/in/a.parquet", 1)],
+                      plan_json=json.dumps({"input_prefix": f"s3://{bucket}/in/", "output_prefix":
+                                            f"s3://{bucket}/out/{run_id}/", "model_uri": f"s3://{bucket}/m.tar.gz",
+                                            "requested_instances": 1}))
+    finish_step(model, "r", "run-1", "score", 1, StepStatus.SUCCEEDED)
+    s3.put_object(Bucket=bucket, Key="out/run-1/_shardline/reports/run-1/score/report.html", Body=REPORT_HTML,
+                  ContentType="text/html; charset=utf-8")
+    # Another run's report where a crafted run id could point, were the key taken from the request.
+    s3.put_object(Bucket=bucket, Key="out/run-2/_shardline/reports/run-1/score/report.html", Body=b"not this one")
+    yield bucket
+    (api.dags / "pipelines" / "r.yaml").unlink()
+
+
+def test_a_step_s_report_is_streamed_from_s3_under_a_policy_that_lets_nothing_run(api, reported):
+    run = httpx.get(f"{api.base}/runs/r/run-1", headers=api.auth)
+    assert run.status_code == 200, run.text
+    [step] = run.json()["steps"]
+    assert step["report_url"] == "runs/r/run-1/steps/score/report"  # relative to the app, as the page links it
+
+    answer = httpx.get(f"{api.base}/{step['report_url']}", headers=api.auth)
+    assert answer.status_code == 200, answer.text
+    assert answer.content == REPORT_HTML
+    assert answer.headers["content-type"] == "text/html; charset=utf-8"
+    assert answer.headers["x-content-type-options"] == "nosniff" and answer.headers["cache-control"] == "no-store"
+    csp = policy(answer)
+    assert csp["default-src"] == "'none'" and "script-src" not in csp  # no script, whatever the page holds
+    assert "sandbox" in csp and csp["frame-ancestors"] == "'self'"
+    assert (csp["img-src"], csp["style-src"], csp["base-uri"], csp["form-action"]) == (
+        "data:", "'unsafe-inline'", "'none'", "'none'")
+    assert httpx.get(f"{api.base}/{step['report_url']}").status_code == 401  # Airflow's auth, as every route
+
+
+def test_a_report_that_is_not_there_is_a_404_that_says_when_reports_are_written(api, reported):
+    running = httpx.get(f"{api.base}/runs/r/run-2", headers=api.auth).json()["steps"][0]
+    assert running["report_url"] is None  # not ended: the page shows no link
+    answer = httpx.get(f"{api.base}/runs/r/run-2/steps/score/report", headers=api.auth)
+    assert answer.status_code == 404, answer.text
+    assert "has not ended (PLANNED)" in answer.json()["detail"]
+    assert "a step's run report is written when the step ends" in answer.json()["detail"]
+    assert policy(answer) == {"default-src": "'none'", "frame-ancestors": "'self'"}
+
+
+@pytest.mark.parametrize("path", [
+    "runs/r/nope/steps/score/report",  # no such run in the ledger
+    "runs/r/RUN-1/steps/score/report",  # names the same folder once slugged, but is not a run
+    "runs/r/..%2Frun-1/steps/score/report",
+    "runs/r/run-1/steps/other/report",  # not a step of the spec
+    "runs/nope/run-1/steps/score/report",
+])
+def test_a_report_is_found_only_through_the_ledger_never_by_a_path_from_the_request(api, reported, path):
+    answer = httpx.get(f"{api.base}/{path}", headers=api.auth, params={"key": "out/run-2/_shardline/x"})
+    assert answer.status_code == 404, answer.text
+    assert b"not this one" not in answer.content and REPORT_HTML not in answer.content

@@ -274,6 +274,21 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
         path = screenshot("resubmitted-run")
         assert path.stat().st_size > 10_000
 
+        # The step's run report (its end wrote it), from the page's link, in the same frame, charts drawn under
+        # the report's own policy; Back returns to the page.
+        _click(driver, f"{step} a.report-link")
+        _wait(driver, lambda d: d.find_element(*_css("h1")).text.startswith("Run report"),
+              message="the run report did not open")
+        charts = driver.find_elements(*_css("img.chart"))
+        assert charts and all(driver.execute_script("return arguments[0].naturalWidth", c) > 100 for c in charts)
+        refused = [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e["message"]]
+        assert not refused, refused
+        screenshot("run-report")
+        driver.back()
+        driver.switch_to.default_content()
+        driver.switch_to.frame(driver.find_element(*_css("iframe[title=Shardline]")))
+        _wait(driver, ec.presence_of_element_located(_css(step)), message="Back did not return to the page")
+
         # From the page back to Airflow's own view of the same DAG run.
         _click(driver, "#airflow-run-link")
         driver.switch_to.default_content()

@@ -34,7 +34,7 @@ from airflow.api_fastapi.logging.decorators import action_logging
 from airflow.configuration import conf
 from botocore.exceptions import BotoCoreError, ClientError
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from pynamodb.exceptions import PynamoDBException
@@ -58,6 +58,15 @@ API_CSP = f"default-src 'none'; {FRAME_ANCESTORS}"
 # No 'unsafe-inline': text from the ledger that ever reached the DOM as markup could not run or restyle it.
 PAGE_CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
             f"img-src 'self'; base-uri 'none'; form-action 'none'; {FRAME_ANCESTORS}")
+
+# A run report: a page Shardline rendered (every string from the ledger escaped), with its charts as data: PNGs and
+# one <style> element, and no script. Its policy lets it show just that: no script at all, no request anywhere
+# (a CSS url() included), and `sandbox` makes it a unique origin without scripts, forms or popups even if text in
+# it ever reached the page as markup. Inline style is allowed because the page is stored, not templated here:
+# it has no nonce to carry, and with nothing else loadable, style alone can neither run nor send anything.
+REPORT_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+              f"sandbox; {FRAME_ANCESTORS}")
+REPORT_CHUNK_BYTES = 64 * 1024
 
 _bearer = HTTPBearer(auto_error=False)
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -180,6 +189,11 @@ def aws_error_detail(summary: str, ref: str) -> str:
             f"{ref}: give it to whoever runs this Airflow")
 
 
+def _file_part(text: str) -> str:
+    """A name for a download's file name: letters, digits, ``-`` and ``_`` only (never a quote or a separator)."""
+    return "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_") else "_" for ch in text)[:80]
+
+
 def _plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
@@ -284,7 +298,35 @@ def create_app() -> FastAPI:
             step["ended"] = step["status"] in STEP_TERMINAL
         root = _airflow_ui_root()
         view["airflow_run_url"] = f"{root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+        for step in view["steps"]:
+            # Relative to the app's root; a report is written when its step ends.
+            step["report_url"] = (f"runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/steps/"
+                                  f"{quote(step['name'], safe='')}/report") if step["ended"] else None
         return view
+
+    @app.get("/runs/{dag_id}/{run_id}/steps/{step}/report", response_class=HTMLResponse)
+    def step_report(_user: ReaderDep, dag_id: str, run_id: str, step: str) -> Response:
+        """A step's run report (report.html), streamed from S3.
+
+        The run and step name what to look up, never where: the key is derived from the step's plan
+        as the ledger recorded it, so a request can only reach the report of a run of a pipeline
+        whose runs the caller may read.
+        """
+        oncall = _oncall()
+        _known(oncall, dag_id)
+        ref = RunRef(dag_id, run_id)
+        [found] = oncall.report_refs(ref, step)  # NotFound (404) for an unknown step or run, or one never planned
+        body = oncall.open_report(ref, found)  # NotFound when its step has not written it
+
+        def chunks():
+            try:
+                yield from body.iter_chunks(REPORT_CHUNK_BYTES)
+            finally:
+                body.close()
+
+        return StreamingResponse(chunks(), media_type="text/html; charset=utf-8", headers={
+            "Content-Security-Policy": REPORT_CSP, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
+            "Content-Disposition": f"inline; filename=\"report-{_file_part(dag_id)}-{_file_part(step)}.html\""})
 
     # --- the action ---
 
