@@ -365,6 +365,11 @@ class ReportOperator(_SpecMixin, BaseOperator):
             self.log.info("step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, attempts %d",
                           s["step"], s["succeeded"], s["files"], s["failed"], s["rows_in"], s["rows_out"],
                           s["attempts"])
+            if s.get("report"):
+                from shardline.oncall.views import report_command
+
+                self.log.info("step %s: run report %s (%s)", s["step"], s["report"],
+                              report_command(self.spec.pipeline, context["run_id"], s["step"]))
         bad = [s for s in summaries if s["rows_mismatched_files"]]
         if bad:
             message = rows_mismatch_text([s["rows_mismatched_files"] for s in bad])
