@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from shardline.oncall.preview import PreviewResult
     from shardline.oncall.service import OnCall
+    from shardline.oncall.tune import TuneResult
     from shardline.oncall.views import FileView, ResubmitResult, RunRef, RunRow, RunView
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -58,6 +59,7 @@ on-call flow:
 
 before launch:
   shardline preview tabular_scoring_hourly --rows 20     # the model on a sample, with the job's settings
+  shardline tune tabular_scoring_hourly --rows 200000   # rows/s per workers x threads and batch rows, here
 """
 
 
@@ -338,6 +340,14 @@ def preview_reply(result: PreviewResult) -> Reply:
     data = {"step": result.step, "model_uri": result.model_uri, "sample_uri": result.sample_uri,
             "exit_code": result.exit_code, "report": result.report}
     # The sample's values are the input's own: printed escaped, line breaks kept.
+    return Reply(data, functools.partial(print, printable(result.render(), newlines=True), end=""),
+                 EXIT_OK if result.ok else EXIT_ERROR)
+
+
+def tune_reply(result: TuneResult) -> Reply:
+    data = {"step": result.step, "model_uri": result.model_uri, "input_uri": result.input_uri,
+            "sample": result.sample_keys, "exit_code": result.exit_code, "plot": result.plot,
+            "figures": result.figures}
     return Reply(data, functools.partial(print, printable(result.render(), newlines=True), end=""),
                  EXIT_OK if result.ok else EXIT_ERROR)
 
@@ -645,6 +655,49 @@ def preview(options: _Globals, pipeline: str, step: str | None, rows: int, input
     result = preview_step(spec, chosen.name, services.s3_client(spec), model_uri=model_uri or spec_model_uri,
                           input_uri=input_uri or spec_input_uri, rows=rows, model_version=model_version)
     return preview_reply(result)
+
+
+@_command("tune", "measure this machine's rows/s per workers x threads and batch rows on a step's inputs",
+          "Auto-tune a step, here: fetch its model (verified against the spec's pinned sha256, as the job does) and "
+          "the first input files up to --rows rows (the latest run's input prefix from the ledger, or "
+          "--input-prefix), then run the worker on them repeatedly (`python -m shardline.worker --tune`): every "
+          "split of the cores into workers x threads, then rows per batch doubling until throughput falls (GPU "
+          "batch rows on a GPU). Prints rows/s per setting with the spread of the runs, the spec snippet to paste, "
+          "and where the plot and the figures went. Figures hold for the machine it runs on: run it on the "
+          "instance type the step uses.")
+@click.argument("pipeline", metavar="PIPELINE")
+@click.option("--step", help="the step (default: the first)")
+@click.option("--input-prefix", metavar="S3URI", help="an s3:// prefix of inputs to sample (default: the input "
+                                                      "prefix of the latest run that planned the step)")
+@click.option("--rows", type=click.IntRange(min=1), default=200_000, show_default=True, help="rows of the sample")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where tune.png and tune.json go (default: ./shardline-tune/PIPELINE/STEP)")
+@click.option("--repeat", type=click.IntRange(min=1), default=2, show_default=True,
+              help="runs of each setting, to show the noise")
+@click.option("--max-batch-rows", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+              help="the largest rows per batch tried")
+@click.pass_obj
+def tune(options: _Globals, pipeline: str, step: str | None, input_prefix: str | None, rows: int, out: Path | None,
+         repeat: int, max_batch_rows: int) -> Reply:
+    """Sweep a step's worker settings on a sample of its inputs, locally, and say what to put in the spec."""
+    from shardline.oncall.errors import NotFound
+    from shardline.oncall.service import load_specs
+    from shardline.oncall.tune import tune_step
+    from shardline.orchestration import services
+
+    specs = load_specs(options.dags_folder)
+    if pipeline not in specs:
+        raise NotFound(preview_no_pipeline(pipeline, options.dags_folder, sorted(specs)))
+    spec = specs[pipeline]
+    names = [s.name for s in spec.steps]
+    if step and step not in names:
+        raise NotFound(preview_no_step(pipeline, step, names))
+    chosen = step or names[0]
+    result = tune_step(spec, chosen, services.s3_client(spec), input_prefix=input_prefix, rows=rows,
+                       out_dir=out or Path.cwd() / "shardline-tune" / pipeline / chosen,
+                       extra_args=("--tune-repeat", str(repeat), "--tune-max-batch-rows", str(max_batch_rows)),
+                       echo=lambda line: print(printable(line), file=sys.stderr))
+    return tune_reply(result)
 
 
 # --- the embedded stack ------------------------------------------------------------------------

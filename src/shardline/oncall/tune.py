@@ -1,0 +1,181 @@
+"""Auto-tune a step: ``shardline tune PIPELINE [--step S] [--input-prefix URI] [--rows N]``.
+
+It fetches what the step's job would get -- the model artifact (the worker then verifies it against
+the spec's pinned sha256, exactly as the job does, and refuses a mismatch) and the first input files
+up to ``rows`` rows (the latest run's input prefix from the ledger, or ``--input-prefix``) -- and runs
+``python -m shardline.worker --tune`` on them here, with the step's own worker arguments, in a
+subprocess with a minimal environment, as ``shardline preview`` does. The worker sweeps workers x
+threads and rows per batch on this machine, prints the table and the spec snippet, and writes the
+plot and the figures under ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import posixpath
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from shardline.ledger.orchestrator import list_runs
+from shardline.oncall.errors import BadRequest, NotFound
+from shardline.oncall.preview import _PASSED_ENV, PreviewError, _fetch_model, _fetch_sample, step_uris
+from shardline.orchestration import services, steps
+from shardline.planning.attempt import Attempt
+from shardline.planning.inputs import list_inputs, parse_s3_uri
+from shardline.planning.request import pin_arguments, worker_arguments
+from shardline.spec import PipelineSpec
+
+DEFAULT_ROWS = 200_000
+RUNS_SEARCHED = 20  # the newest runs looked at for one that planned the step
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    step: str
+    model_uri: str
+    input_uri: str
+    source: str  # where the input prefix came from: a run, or --input-prefix
+    sample_keys: list[str]  # the objects the sample was taken from
+    exit_code: int  # the worker's: 0 tuned, 4 setup error (the model, its pin, the sample)
+    text: str  # the worker's table and snippet
+    figures: dict | None  # tune.json
+    plot: str | None  # tune.png, when drawn
+    log: str  # the worker's log
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def render(self) -> str:
+        head = (f"tune of step {self.step}: model {self.model_uri}\n"
+                f"sample: the first {len(self.sample_keys)} file(s) under {self.input_uri} ({self.source})\n")
+        if not self.ok:
+            lines = [line for line in self.log.splitlines() if " ERROR " in line or "setup failed" in line]
+            return head + f"the tune could not run (worker exit {self.exit_code}):\n" + (
+                "\n".join(lines[-5:]) or self.log[-2000:]) + "\n"
+        return head + self.text
+
+
+def latest_attempt(spec: PipelineSpec, step: str) -> Attempt | None:
+    """The newest attempt of ``step`` in the newest run that planned it (from the ledger), or None."""
+    model = services.ledger_model(spec)
+    for entry in list_runs(model, spec.pipeline, RUNS_SEARCHED):
+        attempt = steps.latest_attempt(spec, spec.pipeline, entry.run_id, step)
+        if attempt is not None:
+            return attempt
+    return None
+
+
+def tune_step(spec: PipelineSpec, step_name: str, s3, *, out_dir: Path, input_prefix: str | None = None,
+              rows: int = DEFAULT_ROWS, extra_args: tuple[str, ...] = (), echo: Callable[[str], None] | None = None,
+              now: dt.datetime | None = None) -> TuneResult:
+    """Tune ``step_name`` on this machine. ``input_prefix``: sample it instead of the latest run's input.
+    ``extra_args``: more worker flags (``--tune-repeat 1``). ``echo`` gets each line of the worker's log as it
+    comes (the sweep takes minutes)."""
+    step = spec.step(step_name)
+    if input_prefix is not None and not input_prefix.startswith("s3://"):
+        raise BadRequest(f"--input-prefix must be an s3:// URI, got {input_prefix!r}")
+    attempt = latest_attempt(spec, step.name)
+    if attempt is not None:
+        model_uri, model_version = attempt.model_uri, attempt.model_version
+        source = f"run {attempt.run_id}"
+        input_uri = attempt.input_prefix
+    else:
+        model_uri, input_uri = step_uris(spec, step, now or dt.datetime.now(dt.UTC))
+        model_version, source = None, "the spec"
+    if input_prefix:
+        input_uri, source = input_prefix, "--input-prefix"
+    elif attempt is None:
+        raise NotFound(f"no run of pipeline {spec.pipeline} has planned step {step.name} yet, so there is no input "
+                       "to sample; pass --input-prefix s3://... with a prefix of real inputs of this step")
+    try:
+        step.model.pin_for(model_version)  # an unpinned version is refused before anything is fetched
+    except ValueError as err:
+        raise PreviewError(str(err)) from err
+    objects = list_inputs(s3, input_uri, step.input.include, step.input.exclude)
+    if not objects:
+        raise NotFound(f"no input files under {input_uri} (step {step.name}, {source}); pass --input-prefix with a "
+                       "prefix that has data")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="shardline-tune-") as tmp:
+        root = Path(tmp)
+        model_dir, data_dir = root / "model", root / "data"
+        _fetch_model(s3, model_uri, model_dir)
+        keys = fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data_dir)
+        command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data_dir),
+                   "--output-dir", str(root / "out"), "--model-dir", str(model_dir),
+                   "--scratch-dir", str(root / "scratch"), "--host", "tune",
+                   *worker_arguments(step), *pin_arguments(step, model_version),
+                   "--tune", "--tune-rows", str(rows), "--tune-out", str(out_dir), "--tune-step", step.name,
+                   *extra_args]
+        code, text, log = _run(command, root, echo)
+    figures_path, plot_path = out_dir / "tune.json", out_dir / "tune.png"
+    figures = json.loads(figures_path.read_text()) if code == 0 and figures_path.is_file() else None
+    return TuneResult(step=step.name, model_uri=model_uri, input_uri=input_uri, source=source,
+                      sample_keys=[f"s3://{parse_s3_uri(input_uri)[0]}/{k}" for k in keys], exit_code=code,
+                      text=text, figures=figures, plot=str(plot_path) if code == 0 and plot_path.is_file() else None,
+                      log=log)
+
+
+def fetch_inputs(s3, input_uri: str, keys: list[str], rows: int, data_dir: Path) -> list[str]:
+    """The first objects under ``input_uri``, up to ``rows`` rows (the last one cut), under their paths relative
+    to the prefix; returns the keys taken. Parquet files are read by ranged GETs, text files by their first
+    lines (preview's sampling)."""
+    bucket, prefix = parse_s3_uri(input_uri)
+    base = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+    taken, total = [], 0
+    for key in keys:
+        if total >= rows:
+            break
+        relative = key[len(base):] if key.startswith(base) else key.rsplit("/", 1)[-1]
+        # list_inputs has refused every key that could leave the folder, so the relative path stays inside it.
+        folder = data_dir / posixpath.dirname(relative)
+        sample = _fetch_sample(s3, bucket, key, rows - total, folder)
+        total += _rows_of(sample)
+        taken.append(key)
+    return taken
+
+
+def _rows_of(path: Path) -> int:
+    import gzip
+
+    name = path.name.lower()
+    if name.endswith(".parquet") or name.endswith(".parquet.gz"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if name.endswith(".gz"):
+            with pa.input_stream(str(path), compression="gzip") as stream:
+                return pq.read_table(stream).num_rows
+        return pq.read_metadata(path).num_rows
+    opener = gzip.open if name.endswith(".gz") else open
+    with opener(path, "rb") as stream:
+        lines = sum(1 for line in stream if line.strip())
+    return max(0, lines - (1 if ".csv" in name else 0))
+
+
+def _run(command: list[str], cwd: Path, echo: Callable[[str], None] | None) -> tuple[int, str, str]:
+    """Run the worker; hand each line of its log to ``echo`` as it comes; (exit code, stdout, log)."""
+    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    env["PYTHONUNBUFFERED"] = "1"
+    with tempfile.TemporaryFile("w+") as out, subprocess.Popen(
+            command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE,
+            text=True) as proc:
+        log = []
+        try:
+            for line in proc.stderr:
+                log.append(line)
+                if echo is not None:
+                    echo(line.rstrip("\n"))
+            code = proc.wait()
+        except BaseException:
+            proc.kill()  # never leave the sweep running after we stop (Ctrl-C)
+            raise
+        out.seek(0)
+        return code, out.read(), "".join(log)
