@@ -40,7 +40,7 @@ def test_the_splits_are_every_divisor_of_the_cores(cores, splits):
 
 def test_the_ladder_doubles_from_the_first_size_within_the_cap():
     assert batch_ladder(4096, 1 << 20) == [4096 << i for i in range(9)]
-    assert batch_ladder(4096, 50_000) == [4096, 8192, 16384, 32768]
+    assert batch_ladder(4096, 50_000) == [4096, 8192, 16384, 32768, 50_000]  # the cap: a whole file a batch
     assert batch_ladder(4096, 4096) == [4096]
     assert batch_ladder(4096, 1000) == [1000]  # files smaller than the first size: one batch holds a file
 
@@ -70,10 +70,10 @@ def test_the_doubling_stops_after_the_first_fall_and_keeps_that_point():
 
 
 def test_a_dip_within_noise_does_not_stop_the_doubling():
-    measure, asked = _fake({4096: 100, 8192: 99, 16384: 101, 32768: 100})
-    points, why = doubling_sweep(measure, 4096, 32768, tolerance=0.03)
-    assert asked == [rows for rows, _ in points] == [4096, 8192, 16384, 32768]
-    assert "reached the cap of 32,768" in why
+    measure, asked = _fake({4096: 100, 8192: 99, 16384: 101, 32768: 100, 40000: 98})
+    points, why = doubling_sweep(measure, 4096, 40000, tolerance=0.03)
+    assert asked == [rows for rows, _ in points] == [4096, 8192, 16384, 32768, 40000]
+    assert "reached the cap of 40,000" in why
 
 
 def _point(rates, batch=4096, workers=2):
@@ -154,9 +154,29 @@ def test_a_tune_run_of_the_real_worker_writes_the_table_the_json_the_plot_and_th
     assert figures["machine"]["cores"] >= 1
     phases = {p["phase"] for p in figures["points"]}
     assert "split" in phases
-    assert {p["batch_rows"] for p in figures["points"] if p["phase"] == "batch"} <= {4096, 8192}
+    assert all(p["batch_rows"] <= 8192 for p in figures["points"] if p["phase"] == "batch")
     assert "workers_per_instance:" in figures["snippet"] and "batch_rows:" in figures["snippet"]
     text = result.stdout
     assert "<- best" in text and "paste into the step's entry" in text and "- name: score" in text
     assert f"plot: {out / 'tune.png'}" in text
     assert not (tmp_path / "never").exists() or not any((tmp_path / "never").iterdir())  # writes no output
+
+
+@pytest.mark.slow
+def test_on_gpu_workers_the_tune_sweeps_the_gpu_batch_rows_and_says_the_spec_has_no_field_for_it(tmp_path,
+                                                                                                 xgboost_model):
+    import subprocess
+
+    data = tmp_path / "data"
+    synthetic.make_dataset(data, files=2, rows=10_000)
+    out = tmp_path / "tune"
+    result = subprocess.run(
+        [*WORKER, "--input-dir", str(data), "--model-dir", str(xgboost_model.parent), "--tune", "--tune-rows",
+         "10000", "--tune-repeat", "1", "--tune-max-batch-rows", "4096", "--tune-out", str(out)],
+        env=clean_env(SHARDLINE_SIMULATED_GPUS="1"), capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, describe(result)
+    figures = json.loads((out / "tune.json").read_text())
+    assert figures["on_gpu"] and figures["machine"]["simulated_gpus"]
+    assert [(p["phase"], p["workers"], p["gpu_batch_rows"]) for p in figures["points"]] == [("gpu batch", 1, 4096)]
+    assert "simulated: computing on the CPU" in result.stdout
+    assert "--gpu-batch-rows is the flag that sets it" in result.stdout

@@ -45,7 +45,7 @@ from shardline.worker.errors import EXIT_OK, SetupError
 from shardline.worker.job import parquet_meta
 from shardline.worker.models import ModelArtifact
 from shardline.worker.process import JobSettings
-from shardline.worker.runner import Runner
+from shardline.worker.runner import FileReport, Hooks, Runner
 from shardline.worker.work_units import UNITS_PER_WORKER, InputFile, discover_inputs, plan_units
 
 log = logging.getLogger("shardline.worker")
@@ -106,13 +106,14 @@ def core_splits(cores: int) -> list[tuple[int, int]]:
 
 
 def batch_ladder(first: int, cap: int) -> list[int]:
-    """Rows per batch to try: ``first`` doubled while it stays within ``cap`` (just ``cap`` when below ``first``)."""
+    """Rows per batch to try: ``first`` doubled while it stays within ``cap``, then ``cap`` itself (the largest
+    file's rows, when that is the cap: a batch of a whole file)."""
     if cap < first:
         return [cap]
     ladder = [first]
     while ladder[-1] * 2 <= cap:
         ladder.append(ladder[-1] * 2)
-    return ladder
+    return ladder if ladder[-1] == cap else [*ladder, cap]
 
 
 def fell(previous: float, current: float, tolerance: float = TOLERANCE) -> bool:
@@ -297,12 +298,21 @@ def take_sample(files: list[InputFile], rows: int, folder: Path, *, min_files: i
 @dataclasses.dataclass(frozen=True)
 class Run:
     rows: int
-    seconds: float  # from every worker ready to the last output in place
+    seconds: float  # from every worker ready to the last output in place (the pool's shutdown left out)
     startup_s: float  # from the run's start to every worker ready (excluded from the rate)
 
     @property
     def rate(self) -> float:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Clock(Hooks):
+    """When the last file of a run was finished (its output renamed into place), before the pool shuts down."""
+
+    finished_at = 0.0
+
+    def file_finished(self, report: FileReport) -> None:
+        self.finished_at = time.time()
 
 
 def run_once(args: argparse.Namespace, base: JobSettings, sample: Sample, setting: Setting, gpus: list[str],
@@ -316,12 +326,13 @@ def run_once(args: argparse.Namespace, base: JobSettings, sample: Sample, settin
     with tempfile.TemporaryDirectory(prefix="shardline-tune-out-") as out:
         settings = dataclasses.replace(base, output_dir=out, batch_rows=setting.batch_rows,
                                        gpu_batch_rows=setting.gpu_batch_rows)
+        clock = _Clock()
         runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
                         max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval,
-                        log_prefix="tune: ", start_method=args.start_method)
+                        hooks=clock, log_prefix="tune: ", start_method=args.start_method)
         started = time.time()
         reports = runner.run(units)
-        ended = time.time()
+        ended = clock.finished_at or time.time()
     failed = [r for r in reports if r.status is not FileStatus.SUCCEEDED]
     if failed:
         raise SetupError(f"--tune: the sample's file {failed[0].input} failed ({failed[0].error_class}: "
@@ -424,7 +435,8 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
                 lambda rows: measure("batch", Setting(workers, threads, rows, args.gpu_batch_rows)).median,
                 FIRST_BATCH_ROWS, cap, tolerance)
             batch_points = [points[Setting(workers, threads, rows, args.gpu_batch_rows)] for rows, _ in sweep]
-    chosen = best_point(batch_points)
+    # The split sweep's point of this split (at the step's batch rows) competes too.
+    chosen = best_point([p for p in points.values() if (p.setting.workers, p.setting.threads) == (workers, threads)])
     step = args.tune_step or "STEP"
     snippet = spec_snippet(step, workers=chosen.setting.workers, batch_rows=chosen.setting.batch_rows, cores=cores)
     notes = snippet_notes(workers=chosen.setting.workers, threads=chosen.setting.threads, cores=cores,
