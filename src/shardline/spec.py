@@ -188,6 +188,28 @@ class FailureTolerance(_Strict):
     max_failed_percent: Annotated[float, Field(ge=0.0, le=100.0)] = 0.0
 
 
+class DriftPolicy(_Strict):
+    """How far this step's predictions may move from the previous successful run's before anyone is told."""
+
+    max_psi: Annotated[float, Field(gt=0)] = Field(
+        default=0.2, description="the population stability index (over 10 bins of the previous run's predictions) "
+                                "above which the predictions have drifted; 0.1-0.2 is commonly read as moderate")
+    action: Literal["warn", "fail"] = Field(
+        default="warn", description="warn: a warning in the task log and the report; fail: the step fails with the "
+                                    "PSI in its message, and no _SUCCESS marker is written")
+
+
+class CostSettings(_Strict):
+    """Prices the run report's cost uses (USD per instance-hour)."""
+
+    prices: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default={}, description="instance type -> USD per hour, over the table shipped with Shardline "
+                                "(SageMaker Processing, on demand, us-east-1)")
+    local_price_per_hour: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="what an hour of the local backend costs; unset: the step's instance type's price, "
+                                  "as if it ran on SageMaker")
+
+
 class StepSpec(_Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     model: ModelRef
@@ -201,6 +223,7 @@ class StepSpec(_Strict):
     max_runtime_seconds: Annotated[int, Field(ge=60, le=432000)] = 3600
     probabilities: bool = False
     batch_rows: Annotated[int, Field(ge=1)] | None = None
+    drift: DriftPolicy = DriftPolicy()
 
 
 class VpcConfig(_Strict):
@@ -229,6 +252,7 @@ class PipelineSpec(_Strict):
     ledger_table: str = "shardline-jobs"
     ledger_retention_days: Annotated[int, Field(ge=1, le=3650)] = Field(
         default=90, description="ledger items (error text included) expire this many days after their last write")
+    cost: CostSettings = CostSettings()
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 15.0
     unknown_conf: Literal["fail", "warn"] = Field(
         default="fail", description="a trigger conf key that is not a Param fails the run at its plan task, or "

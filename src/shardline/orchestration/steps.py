@@ -22,6 +22,7 @@ from shardline.decision.policy import (
     StepSnapshot,
     decide,
 )
+from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.orchestrator import (
     FILE_ATTRIBUTES,
     continue_attempt,
@@ -333,8 +334,18 @@ def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
         "attempts": int((records.step.attempt if records.step else 0) or 0),
         "rows_mismatched_files": mismatched,
         "failed_files": [{"input": f.input_key, "error": file_error(f.error_class, f.error_message)} for f in failed],
+        "report": report_uri(records.step, pipeline, run_id, step),
         "reported_at": dt.datetime.now(dt.UTC).isoformat(),
     }
+
+
+def report_uri(step_item, pipeline: str, run_id: str, step: str) -> str | None:
+    """Where a step's run report is (None before its plan exists)."""
+    if step_item is None or not step_item.plan_json:
+        return None
+    attempt = Attempt.from_plan(step_item.plan_json, int(step_item.attempt or 1), 0, pipeline=pipeline,
+                                run_id=run_id, step=step)
+    return naming.report_key(attempt.output_prefix, run_id, step, attempt.metadata_prefix)
 
 
 def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
@@ -372,6 +383,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
     Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
     """
     status = OUTCOME_STATUS[action]
+    status, reason = check_run_report(spec, attempt, status, reason)
     reason = outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
     if not finish_step(model, attempt.pipeline, attempt.run_id, attempt.step, attempt.number, status,
@@ -384,6 +396,42 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
         commit_outputs(spec, attempt, status)
     return status
+
+
+def check_run_report(spec: PipelineSpec, attempt: Attempt, status: StepStatus, reason: str) -> tuple[StepStatus, str]:
+    """Write the step's run report, and apply its drift policy to a step that produced outputs.
+
+    A drift beyond ``drift.max_psi`` is a warning, or with ``drift.action: fail`` the step's failure (so no
+    ``_SUCCESS``). A report that cannot be written never fails a step, unless the step asked for the drift
+    check to decide.
+    """
+    from shardline.orchestration.run_report import write_step_report
+
+    policy = spec.step(attempt.step).drift
+    try:
+        written = write_step_report(spec, attempt)
+    except Exception as err:
+        log.exception("step %s: the run report could not be written", attempt.step)
+        if policy.action == "fail" and status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+            return StepStatus.FAILED, (f"the drift check (drift.action: fail) could not run: the run report failed: "
+                                       f"{describe_error(err)}")
+        return status, reason
+    log.info("step %s: run report %s", attempt.step, written.html_uri)
+    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and written.drifted:
+        if policy.action == "fail":
+            return StepStatus.FAILED, written.drift_message() + " (drift.action: fail)"
+        log.warning("step %s: %s (drift.action: warn)", attempt.step, written.drift_message())
+    return status, reason
+
+
+def step_message(spec: PipelineSpec, attempt: Attempt) -> str:
+    """The STEP item's message: what its outcome was, and why."""
+    control = services.ledger_model(spec).Control
+    try:
+        item = control.get(run_pk(attempt.pipeline, attempt.run_id), step_sk(attempt.step), consistent_read=True)
+    except control.DoesNotExist:
+        item = None
+    return (item.message if item else None) or f"step {attempt.step} has no recorded outcome"
 
 
 def outcome_message(attempt: Attempt, status: StepStatus, reason: str) -> str:

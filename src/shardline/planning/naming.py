@@ -51,6 +51,18 @@ def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_pr
     return f"{root}/manifests/{_slug(run_id, 80)}/{step}/outputs.json"
 
 
+def worker_manifest_key(output_prefix: str, attempt: int, host: str, metadata_prefix: str | None = None) -> str:
+    """Where an instance's own manifest lands (``worker/job_report.py`` writes it under the metadata folder)."""
+    return f"{metadata_root(output_prefix, metadata_prefix)}/attempt-{attempt:04d}/manifest-{host}.json"
+
+
+def report_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None,
+               suffix: str = "html") -> str:
+    """Where a step's run report goes (``report.html``, and the same data as ``report.json``)."""
+    root = metadata_root(output_prefix, metadata_prefix)
+    return f"{root}/reports/{_slug(run_id, 80)}/{step}/report.{suffix}"
+
+
 def success_marker_key(output_prefix: str) -> str:
     """The ``_SUCCESS`` marker of an output prefix: there when, and only when, the step ended SUCCEEDED."""
     return f"{output_prefix.rstrip('/')}/{contract.SUCCESS_MARKER}"

@@ -225,7 +225,10 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         if step_event.stop_job:
             _steps().stop(spec, attempt)
         if action != "RESUBMIT":
-            _steps().finish(spec, attempt, action, reason)
+            status = _steps().finish(spec, attempt, action, reason)
+            if action in ("ADVANCE", "PARTIAL") and status == "FAILED":
+                # The outputs are there, but the run report's drift check (drift.action: fail) failed the step.
+                raise AirflowFailException(_steps().step_message(spec, attempt))
         fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
         failed = list(step_event.failed_files)
         if action in ("ADVANCE", "PARTIAL"):

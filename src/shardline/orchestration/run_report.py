@@ -1,0 +1,162 @@
+"""The run report of one step: gather its records (ledger, the instances' manifests, the previous runs'
+reports), build it with the pure ``report`` room, and write it beside the step's outputs.
+
+``report.html`` (one self-contained page) and ``report.json`` (the same data) go to
+``<metadata root>/reports/<run>/<step>/``; the JSON of earlier runs is what the next report reads
+for its cost trend and its drift reference, so nothing else has to be stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+from shardline.ledger.keys import run_pk, step_sk
+from shardline.ledger.orchestrator import list_runs, read_step
+from shardline.ledger.states import FileStatus, StepStatus
+from shardline.orchestration import services
+from shardline.planning import naming
+from shardline.planning.attempt import Attempt
+from shardline.planning.inputs import parse_s3_uri
+from shardline.report.cost import Prices, UnknownPriceError
+from shardline.report.histogram import Histogram, HistogramFormatError
+from shardline.report.model import PreviousRun, RunReport, build_report, records_from_ledger
+from shardline.spec import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+# How many earlier runs of the pipeline the cost trend shows (and the drift reference is looked for in).
+TREND_RUNS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class WrittenReport:
+    report: RunReport
+    html_uri: str
+    json_uri: str
+
+    @property
+    def drifted(self) -> bool:
+        return self.report.drift.verdict == "drift"
+
+    def drift_message(self) -> str:
+        drift = self.report.drift
+        return (f"predictions drifted from run {drift.reference_run_id}: PSI {drift.psi:.3f} > drift.max_psi "
+                f"{drift.max_psi:g} (report: {self.html_uri})")
+
+
+def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
+    """The spec's prices over the shipped table, and a note when the local backend's price is unknown.
+
+    The local backend costs its instance type's SageMaker price unless cost.local_price_per_hour says
+    otherwise: what the same run would cost in the cloud.
+    """
+    local = spec.cost.local_price_per_hour
+    prices = Prices.default(spec.cost.prices, local_per_hour=local or 0.0)
+    if spec.backend != "local" or local is not None:
+        return prices, None
+    instance_type = spec.step(step).resources.instance_type
+    try:
+        return dataclasses.replace(prices, local_per_hour=prices.hourly(instance_type)), None
+    except UnknownPriceError as err:
+        return prices, f"the local run is priced at 0: {err} (or set cost.local_price_per_hour)"
+
+
+def build_step_report(spec: PipelineSpec, attempt: Attempt) -> RunReport:
+    """The step's report from what its run recorded, against the pipeline's earlier runs."""
+    model = services.ledger_model(spec)
+    records = read_step(model, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=None)
+    step_spec = spec.step(attempt.step)
+    found = records_from_ledger(records.step, records.files, records.shards,
+                                instance_type=step_spec.resources.instance_type, backend=spec.backend,
+                                pipeline=attempt.pipeline, run_id=attempt.run_id, step=attempt.step)
+    histogram, missing = current_histogram(spec, attempt, records.files)
+    previous = previous_reports(spec, attempt)
+    prices, price_note = prices_for(spec, attempt.step)
+    reference = next(((run_id, r) for run_id, r in previous if r.drift.current_histogram), None)
+    report = build_report(
+        found.identity, found.files, found.instances, histogram,
+        reference=Histogram.from_dict(reference[1].drift.current_histogram) if reference else None,
+        reference_run_id=reference[0] if reference else None,
+        previous_runs=[PreviousRun(run_id, r.cost.cost_per_million, r.ended_at) for run_id, r in reversed(previous)],
+        prices=prices, max_psi=step_spec.drift.max_psi)
+    if price_note:
+        report.notes.append(price_note)
+    if missing:
+        report.notes.append(f"{missing} instance manifest(s) were not found, so their files' predictions are not in "
+                            "the distribution (an instance that stopped before uploading)")
+    return report
+
+
+def current_histogram(spec: PipelineSpec, attempt: Attempt, files) -> tuple[Histogram | None, int]:
+    """The step's predictions: each succeeded file's histogram from the manifest of the instance and attempt
+    that wrote it (the worker keeps one per file as it writes). Returns it and how many manifests were missing."""
+    s3 = services.s3_client(spec)
+    wanted: dict[tuple[int, str], set[str]] = {}
+    for item in files:
+        if item.status == FileStatus.SUCCEEDED and item.host:
+            wanted.setdefault((int(item.attempt or 1), item.host), set()).add(item.input_key)
+    merged, missing = None, 0
+    prefix_len = len(attempt.input_prefix.rstrip("/")) + 1
+    for (number, host), keys in sorted(wanted.items()):
+        bucket, key = parse_s3_uri(naming.worker_manifest_key(attempt.output_prefix, number, host,
+                                                              attempt.metadata_prefix))
+        try:
+            manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            missing += 1
+            continue
+        relative = {k[prefix_len:] if k.startswith("s3://") else k for k in keys}
+        for file_report in manifest.get("file_reports", []):
+            if file_report.get("input") in relative and file_report.get("histogram"):
+                try:
+                    part = Histogram.from_dict(file_report["histogram"])
+                except HistogramFormatError as err:
+                    log.warning("%s: %s; left out of the distribution", key, err)
+                    continue
+                merged = part if merged is None else merged.merge(part)
+    return merged, missing
+
+
+def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, RunReport]]:
+    """The reports of the pipeline's earlier runs whose step SUCCEEDED, newest first (those that have one)."""
+    model = services.ledger_model(spec)
+    s3 = services.s3_client(spec)
+    found: list[tuple[str, RunReport]] = []
+    for run in list_runs(model, attempt.pipeline, limit=TREND_RUNS + 1):
+        if run.run_id == attempt.run_id:
+            continue
+        try:
+            step = model.Control.get(run_pk(attempt.pipeline, run.run_id), step_sk(attempt.step), consistent_read=True)
+        except model.Control.DoesNotExist:
+            continue
+        if step.status != StepStatus.SUCCEEDED or not step.plan_json:
+            continue
+        try:
+            earlier = Attempt.from_plan(step.plan_json, int(step.attempt or 1), 0, pipeline=attempt.pipeline,
+                                        run_id=run.run_id, step=attempt.step)
+            bucket, key = parse_s3_uri(naming.report_key(earlier.output_prefix, run.run_id, attempt.step,
+                                                         earlier.metadata_prefix, "json"))
+            found.append((run.run_id, RunReport.from_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())))
+        except s3.exceptions.NoSuchKey:
+            continue  # a run from before reports, or one whose report was never written
+        except ValueError as err:
+            log.warning("the report of run %s is unreadable and left out of the trend: %s", run.run_id, err)
+    return found[:TREND_RUNS]
+
+
+def write_step_report(spec: PipelineSpec, attempt: Attempt) -> WrittenReport:
+    """Build the step's report and write report.html and report.json beside its outputs."""
+    from shardline.report.render import render_html
+
+    report = build_step_report(spec, attempt)
+    s3 = services.s3_client(spec)
+    uris = {}
+    for suffix, body, content_type in (("json", report.to_json(indent=1), "application/json"),
+                                       ("html", render_html(report), "text/html; charset=utf-8")):
+        uri = naming.report_key(attempt.output_prefix, attempt.run_id, attempt.step, attempt.metadata_prefix, suffix)
+        bucket, key = parse_s3_uri(uri)
+        s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType=content_type)
+        uris[suffix] = uri
+    return WrittenReport(report, uris["html"], uris["json"])

@@ -1,0 +1,120 @@
+"""The run report of real runs (moto_server, the local backend, the real worker): it agrees with the ledger,
+compares each run with the previous successful one, and a drift beyond the spec's limit can fail the step."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from examples import synthetic
+from shardline.ledger.orchestrator import read_step
+from shardline.orchestration import services, steps
+from shardline.report.cost import Prices
+from shardline.report.model import RunReport
+from shardline.spec import parse_spec
+from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+
+
+@pytest.fixture
+def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    return stage_step("report_test", ledger_table, xgboost_model.parent, tmp_path,
+                      {f"part-{i}.parquet": parquet_bytes(400, i * 400) for i in range(4)})
+
+
+def _run(spec, bucket, run_id, action="ADVANCE", input_folder="in"):
+    args = {**plan_args(bucket), "input_prefix": f"s3://{bucket}/{input_folder}/",
+            "output_prefix": f"s3://{bucket}/out/{run_id}/"}
+    attempt = steps.submit(spec, steps.plan(spec, "score", run_id, **args))
+    wait_for_job(spec, attempt)
+    return attempt, steps.finish(spec, attempt, action, "all 4 files succeeded")
+
+
+def _report(bucket, run_id) -> RunReport:
+    key = f"out/{run_id}/_shardline/reports/{run_id}/score/report.json"
+    body = boto3.client("s3").get_object(Bucket=bucket, Key=key)
+    return RunReport.from_json(body["Body"].read())
+
+
+def test_the_report_of_a_run_agrees_with_its_ledger_and_the_next_run_compares_with_it(pipeline):
+    spec, bucket = pipeline
+    _, status = _run(spec, bucket, "run-a")
+    assert status.value == "SUCCEEDED"
+    first = _report(bucket, "run-a")
+
+    records = read_step(services.ledger_model(spec), spec.pipeline, "run-a", "score", file_attributes=None)
+    assert first.reconciliation.files == len(records.files) == 4
+    assert first.reconciliation.rows_out == sum(int(f.rows_out) for f in records.files) == 1600
+    assert first.reconciliation.balanced
+    by_host = {}
+    for item in records.files:
+        by_host[item.host] = by_host.get(item.host, 0) + 1
+    assert {s.host: s.files for s in first.shards} == by_host and len(by_host) == 2
+    # Cost: instance-seconds x the instance type's price (the local backend is priced as its instance type).
+    price = Prices.default().hourly("ml.m5.xlarge")
+    assert first.cost.instance_seconds == pytest.approx(sum(s.seconds for s in first.shards))
+    assert first.cost.total == pytest.approx(first.cost.instance_seconds * price / 3600)
+    assert first.cost.cost_per_million == pytest.approx(first.cost.total / 1600 * 1e6)
+    # The predictions' distribution is every written prediction, and there is nothing to compare with yet.
+    assert first.drift.current_histogram["count"] == 1600
+    assert (first.drift.verdict, first.drift.reference_run_id) == ("n/a", None)
+    html = boto3.client("s3").get_object(Bucket=bucket, Key="out/run-a/_shardline/reports/run-a/score/report.html")
+    assert html["ContentType"].startswith("text/html") and b"<img" in html["Body"].read()
+    assert steps.report(spec, spec.pipeline, "run-a", "score")["report"] == \
+        f"s3://{bucket}/out/run-a/_shardline/reports/run-a/score/report.html"
+
+    _run(spec, bucket, "run-b")  # the same inputs again
+    second = _report(bucket, "run-b")
+    assert second.drift.reference_run_id == "run-a"
+    assert second.drift.psi == pytest.approx(0.0, abs=1e-9)  # the same predictions
+    assert second.drift.verdict == "stable"
+    assert [p.run_id for p in second.cost.trend] == ["run-a", "run-b"]
+
+
+def _drifted_inputs(bucket: str) -> None:
+    s3 = boto3.client("s3")
+    for i in range(4):
+        table = synthetic.make_table(400, first_id=i * 400, seed=i * 400)
+        shifted = pa.table({name: (table[name] if name == "id" else pa.array(table[name].to_numpy() * 3 + 2))
+                            for name in table.column_names})
+        buf = io.BytesIO()
+        pq.write_table(shifted, buf)
+        s3.put_object(Bucket=bucket, Key=f"in-shifted/part-{i}.parquet", Body=buf.getvalue())
+
+
+def test_drift_beyond_max_psi_fails_the_step_with_the_psi_when_the_spec_says_fail(pipeline):
+    spec, bucket = pipeline
+    _run(spec, bucket, "run-ref")
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    data["steps"][0]["drift"] = {"max_psi": 0.2, "action": "fail"}
+    strict = parse_spec(data, "report_test.yaml")
+    _drifted_inputs(bucket)
+
+    attempt, status = _run(strict, bucket, "run-shifted", input_folder="in-shifted")
+    assert status.value == "FAILED"
+    message = steps.step_message(strict, attempt)
+    report = _report(bucket, "run-shifted")
+    assert report.drift.verdict == "drift" and report.drift.psi > 0.2
+    assert f"PSI {report.drift.psi:.3f} > drift.max_psi 0.2" in message and "run-ref" in message
+    assert "drift.action: fail" in message
+    keys = {o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="out/run-shifted/")["Contents"]}
+    assert "out/run-shifted/_SUCCESS" not in keys  # a drifted step is not complete for its readers
+
+
+def test_drift_with_warn_keeps_the_step_green_and_says_so_in_the_report(pipeline):
+    spec, bucket = pipeline
+    _run(spec, bucket, "run-ref")
+    _drifted_inputs(bucket)
+    _, status = _run(spec, bucket, "run-shifted", input_folder="in-shifted")  # drift.action: warn (default)
+    assert status.value == "SUCCEEDED"
+    report = _report(bucket, "run-shifted")
+    assert report.drift.verdict == "drift"
+    html = boto3.client("s3").get_object(Bucket=bucket, Key="out/run-shifted/_shardline/reports/run-shifted/score/"
+                                         "report.html")["Body"].read().decode()
+    assert f"{report.drift.psi:.3f}" in html or f"{report.drift.psi:.2f}" in html
+    assert json.loads(report.to_json())["drift"]["reference_run_id"] == "run-ref"
