@@ -45,16 +45,18 @@ def test_the_ladder_doubles_from_the_first_size_within_the_cap():
     assert batch_ladder(4096, 1000) == [1000]  # files smaller than the first size: one batch holds a file
 
 
-def test_a_fall_counts_only_beyond_the_noise_threshold():
-    assert not fell(100.0, 98.0, 0.03)
-    assert not fell(100.0, 120.0, 0.03)
-    assert fell(100.0, 96.0, 0.03)
+def test_a_fall_counts_only_beyond_the_noise():
+    assert not fell([100.0], [98.0], 0.03)  # within the threshold
+    assert not fell([100.0], [120.0], 0.03)
+    assert fell([100.0], [96.0], 0.03)
+    assert fell([100.0, 104.0], [90.0, 95.0], 0.03)
+    assert not fell([100.0, 130.0], [90.0, 105.0], 0.03)  # the runs overlap: noise, not a fall
 
 
-def _fake(rates: dict[int, float]):
+def _fake(rates: dict[int, list[float]]):
     asked = []
 
-    def measure(rows: int) -> float:
+    def measure(rows: int) -> list[float]:
         asked.append(rows)
         return rates[rows]
 
@@ -62,15 +64,15 @@ def _fake(rates: dict[int, float]):
 
 
 def test_the_doubling_stops_after_the_first_fall_and_keeps_that_point():
-    measure, asked = _fake({4096: 100, 8192: 150, 16384: 180, 32768: 170, 65536: 300})
+    measure, asked = _fake({4096: [100], 8192: [150], 16384: [180], 32768: [170], 65536: [300]})
     points, why = doubling_sweep(measure, 4096, 1 << 20, tolerance=0.03)
     assert asked == [4096, 8192, 16384, 32768]  # 65536 is never tried, however good it would have been
-    assert points == [(4096, 100), (8192, 150), (16384, 180), (32768, 170)]
+    assert points == [(4096, [100]), (8192, [150]), (16384, [180]), (32768, [170])]
     assert why.startswith("stopped at 32,768") and "-5.6%" in why
 
 
 def test_a_dip_within_noise_does_not_stop_the_doubling():
-    measure, asked = _fake({4096: 100, 8192: 99, 16384: 101, 32768: 100, 40000: 98})
+    measure, asked = _fake({4096: [100], 8192: [99], 16384: [150, 200], 32768: [130, 160], 40000: [170]})
     points, why = doubling_sweep(measure, 4096, 40000, tolerance=0.03)
     assert asked == [rows for rows, _ in points] == [4096, 8192, 16384, 32768, 40000]
     assert "reached the cap of 40,000" in why
@@ -84,6 +86,8 @@ def test_the_best_is_the_highest_median_and_its_neighbours_within_noise_are_name
     a, b, c = _point([100, 104], 4096), _point([150, 152], 8192), _point([149, 148], 16384)
     assert best_point([a, b, c]) is b
     assert within_noise([a, b, c], b, 0.03) == [c]
+    d = _point([120, 151], 32768)  # its median is far below, but one run matched the best's slowest
+    assert within_noise([a, b, d], b, 0.03) == [d]
     assert spread([100, 110]) == pytest.approx(10 / 105)
     assert spread([5.0]) == 0.0
 

@@ -116,26 +116,29 @@ def batch_ladder(first: int, cap: int) -> list[int]:
     return ladder if ladder[-1] == cap else [*ladder, cap]
 
 
-def fell(previous: float, current: float, tolerance: float = TOLERANCE) -> bool:
-    """Throughput decreased beyond the noise threshold."""
-    return current < previous * (1 - tolerance)
+def fell(previous: list[float], current: list[float], tolerance: float = TOLERANCE) -> bool:
+    """Throughput decreased beyond the noise: the median fell by more than ``tolerance`` and the runs' ranges do
+    not overlap (every run of ``current`` is slower than every run of ``previous``)."""
+    return statistics.median(current) < statistics.median(previous) * (1 - tolerance) and max(current) < min(previous)
 
 
-def doubling_sweep(measure: Callable[[int], float], first: int, cap: int, tolerance: float = TOLERANCE,
-                   ) -> tuple[list[tuple[int, float]], str]:
-    """Measure rows per batch from ``first``, doubling, until throughput falls beyond ``tolerance`` against the
-    previous size (that point is measured, and kept) or the next size would pass ``cap``.
+def doubling_sweep(measure: Callable[[int], list[float]], first: int, cap: int, tolerance: float = TOLERANCE,
+                   ) -> tuple[list[tuple[int, list[float]]], str]:
+    """Measure rows per batch from ``first``, doubling, until throughput falls beyond the noise against the
+    previous size (that point is measured, and kept) or the cap is reached. ``measure`` returns the rows/s
+    of each run of one size.
 
-    Returns the (batch rows, rows/s) measured, and why the sweep stopped.
+    Returns the (batch rows, rows/s of each run) measured, and why the sweep stopped.
     """
-    points: list[tuple[int, float]] = []
+    points: list[tuple[int, list[float]]] = []
     for rows in batch_ladder(first, cap):
         points.append((rows, measure(rows)))
         if len(points) >= 2 and fell(points[-2][1], points[-1][1], tolerance):
             (before, was), (_, now) = points[-2], points[-1]
-            return points, (f"stopped at {rows:,}: {now / was - 1:+.1%} against {before:,}, a fall beyond the "
-                            f"{tolerance:.0%} noise threshold")
-    return points, f"reached the cap of {cap:,} rows without a fall beyond {tolerance:.0%}"
+            change = statistics.median(now) / statistics.median(was) - 1
+            return points, (f"stopped at {rows:,}: {change:+.1%} against {before:,}, a fall beyond the noise "
+                            f"(more than {tolerance:.0%}, and every run slower)")
+    return points, f"reached the cap of {cap:,} rows without a fall beyond the noise"
 
 
 def best_point(points: list[Point]) -> Point:
@@ -144,8 +147,10 @@ def best_point(points: list[Point]) -> Point:
 
 
 def within_noise(points: list[Point], best: Point, tolerance: float = TOLERANCE) -> list[Point]:
-    """The other points whose median is within ``tolerance`` of the best: as good, as far as this run can tell."""
-    return [p for p in points if p is not best and p.median >= best.median * (1 - tolerance)]
+    """The other points as good as the best, as far as the runs can tell: within ``tolerance`` of its median, or
+    with a run as fast as its slowest."""
+    return [p for p in points if p is not best
+            and (p.median >= best.median * (1 - tolerance) or max(p.rates) >= min(best.rates))]
 
 
 def spec_snippet(step: str, *, workers: int, batch_rows: int, cores: int) -> str:
@@ -361,7 +366,9 @@ def describe_machine(gpus: list[str]) -> dict:
     memory = None
     if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
         memory = round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30, 1)
-    return {"cores": devices.cpu_count(), "cpu": model, "memory_gib": memory, "gpus": _gpu_names(gpus),
+    load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    return {"cores": devices.cpu_count(), "cpu": model, "memory_gib": memory, "load_average_1m": load,
+            "gpus": _gpu_names(gpus),
             "simulated_gpus": bool(os.environ.get(devices.ENV_SIMULATED_GPUS)), "python": platform.python_version()}
 
 
@@ -381,7 +388,9 @@ def machine_line(machine: dict) -> str:
     if machine["simulated_gpus"]:
         gpus += " (simulated: computing on the CPU)"
     memory = f", {machine['memory_gib']} GiB" if machine["memory_gib"] else ""
-    return f"{machine['cores']} cores ({machine['cpu']}){memory}, {gpus}"
+    load = f", load average {machine['load_average_1m']} as it started (other work skews the figures)" \
+        if machine.get("load_average_1m") is not None else ""
+    return f"{machine['cores']} cores ({machine['cpu']}){memory}, {gpus}{load}"
 
 
 # --- the sweep ------------------------------------------------------------------------------------------
@@ -423,7 +432,7 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
             workers, threads = len(default_slots), default_slots[0].threads
             split_points: list[Point] = []
             sweep, stopped = doubling_sweep(
-                lambda rows: measure("gpu batch", Setting(workers, threads, args.batch_rows, rows)).median,
+                lambda rows: measure("gpu batch", Setting(workers, threads, args.batch_rows, rows)).rates,
                 FIRST_BATCH_ROWS, cap, tolerance)
             batch_points = [points[Setting(workers, threads, args.batch_rows, rows)] for rows, _ in sweep]
         else:
@@ -432,7 +441,7 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
             top = best_point(split_points).setting
             workers, threads = top.workers, top.threads
             sweep, stopped = doubling_sweep(
-                lambda rows: measure("batch", Setting(workers, threads, rows, args.gpu_batch_rows)).median,
+                lambda rows: measure("batch", Setting(workers, threads, rows, args.gpu_batch_rows)).rates,
                 FIRST_BATCH_ROWS, cap, tolerance)
             batch_points = [points[Setting(workers, threads, rows, args.gpu_batch_rows)] for rows, _ in sweep]
     # The split sweep's point of this split (at the step's batch rows) competes too.
@@ -444,8 +453,8 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
     if on_gpu:
         notes.append(f"on GPU workers the CPU batch_rows ({args.batch_rows:,}) is not used; the snippet keeps it")
     if largest < args.tune_max_batch_rows and not stopped.startswith("stopped"):
-        notes.append(f"the largest sample file has {largest:,} rows, so no batch was larger: raise --tune-rows to "
-                     "try larger ones")
+        notes.append(f"the largest sample file has {largest:,} rows and a batch never spans files, so no larger "
+                     "batch was tried: on files of this size a larger batch_rows changes nothing")
     result = {
         "machine": machine,
         "model": {"kind": artifact.kind, "sha256": artifact.sha256},
@@ -485,7 +494,8 @@ def render(result: dict, points: list[Point], chosen: Point, *, on_gpu: bool, pl
     ]
     close = within_noise(points, chosen, result["tolerance"])
     if close:
-        lines.append(f"within {result['tolerance']:.0%} of the best (as good, as far as this run can tell): "
+        lines.append(f"as good as the best, as far as the runs tell (within {result['tolerance']:.0%}, or a run as "
+                     "fast as its slowest): "
                      + ", ".join(f"{p.setting.split} batch {p.setting.batch_rows:,}" +
                                  (f" gpu {p.setting.gpu_batch_rows:,}" if on_gpu else "") for p in close))
     lines += ["", "paste into the step's entry in the pipeline spec:", "",
