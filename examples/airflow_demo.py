@@ -6,7 +6,8 @@
 4. runs the `tabular_scoring_hourly` DAG with Airflow's `dag.test()` on the local
    backend with 2 instances, and kills one instance mid-run so the sensor's
    resubmission shows in the log;
-5. prints a summary table and stops every server it started.
+5. prints a summary table, with the path of the step's run report fetched to
+   .shardline/reports/, and stops every server it started.
 """
 
 from __future__ import annotations
@@ -171,6 +172,21 @@ def _task_span(dag_id: str, run_id: str) -> tuple[float, float]:
     return value["planning"]["started_at"], max(ends)
 
 
+def fetch_report(spec, run_id: str, step: str) -> tuple[str, bool]:
+    """The step's run report (written when the step ended), fetched as `shardline report` does: its local path,
+    or why there is none."""
+    from shardline.oncall.errors import NotFound
+    from shardline.oncall.service import OnCall
+    from shardline.oncall.views import RunRef
+
+    try:
+        [saved] = OnCall({spec.pipeline: spec}).save_reports(RunRef(spec.pipeline, run_id), step, root=Path.cwd())
+    except NotFound as err:
+        return f"none: {err}", False
+    path = Path(saved.path)
+    return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path), True
+
+
 def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
     from shardline.orchestration import steps
 
@@ -188,6 +204,7 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
     first_start, last_end = _task_span(spec.pipeline, run_id)
     tasks = last_end - first_start
     overhead = tasks - worker_seconds
+    report_path, reported = fetch_report(spec, run_id, "score")
     rows = [
         ("DAG run", f"{run_id}: {run.state}"),
         ("files", f"{summary['files']} ({summary['succeeded']} succeeded, {summary['failed']} failed)"),
@@ -199,6 +216,7 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
         ("orchestration", f"{overhead:.1f}s of those {tasks:.1f}s beyond job time "
                           f"({overhead / worker_seconds:.0%} of job time): planning, submits, polls, backoff, report"),
         ("output", out),
+        ("report", report_path),
     ]
     say("summary")
     width = max(len(k) for k, _ in rows)
@@ -206,7 +224,7 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
         print(f"  {key:<{width}}  {value}")
     for failed in summary["failed_files"]:
         print(f"  failed file       {failed['input']}: {failed['error']}")
-    ok = str(run.state) == "success" and summary["rows_in"] == summary["rows_out"] == expected_rows
+    ok = str(run.state) == "success" and summary["rows_in"] == summary["rows_out"] == expected_rows and reported
     return 0 if ok else 1
 
 

@@ -7,6 +7,7 @@ with every row accounted for.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -26,6 +27,8 @@ def test_demo_pipeline_recovers_a_killed_instance(tmp_path):
     assert "files             24 (24 succeeded, 0 failed)" in out
     assert "rows in / out     1,200,000 / 1,200,000" in out
     assert "attempts          2 (2 processing job(s))" in out
+    # The step's run report, fetched to a local file as `shardline report` does.
+    assert re.search(r"^  report +\S*\.shardline/reports/tabular_scoring_hourly/\S+/score/report\.html$", out, re.M)
 
 
 def _dags_with_tolerance(tmp_path, max_failed_files: int):
