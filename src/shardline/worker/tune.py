@@ -431,21 +431,21 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
         if on_gpu:
             workers, threads = len(default_slots), default_slots[0].threads
             split_points: list[Point] = []
-            sweep, stopped = doubling_sweep(
+            _, stopped = doubling_sweep(
                 lambda rows: measure("gpu batch", Setting(workers, threads, args.batch_rows, rows)).rates,
                 FIRST_BATCH_ROWS, cap, tolerance)
-            batch_points = [points[Setting(workers, threads, args.batch_rows, rows)] for rows, _ in sweep]
         else:
             split_points = [measure("split", Setting(w, t, args.batch_rows, args.gpu_batch_rows))
                             for w, t in core_splits(cores)]
             top = best_point(split_points).setting
             workers, threads = top.workers, top.threads
-            sweep, stopped = doubling_sweep(
+            _, stopped = doubling_sweep(
                 lambda rows: measure("batch", Setting(workers, threads, rows, args.gpu_batch_rows)).rates,
                 FIRST_BATCH_ROWS, cap, tolerance)
-            batch_points = [points[Setting(workers, threads, rows, args.gpu_batch_rows)] for rows, _ in sweep]
     # The split sweep's point of this split (at the step's batch rows) competes too.
-    chosen = best_point([p for p in points.values() if (p.setting.workers, p.setting.threads) == (workers, threads)])
+    candidates = [p for p in points.values() if (p.setting.workers, p.setting.threads) == (workers, threads)]
+    chosen = best_point(candidates)
+    candidates.sort(key=lambda p: p.setting.gpu_batch_rows if on_gpu else p.setting.batch_rows)
     step = args.tune_step or "STEP"
     snippet = spec_snippet(step, workers=chosen.setting.workers, batch_rows=chosen.setting.batch_rows, cores=cores)
     notes = snippet_notes(workers=chosen.setting.workers, threads=chosen.setting.threads, cores=cores,
@@ -467,7 +467,7 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
     }
     args.tune_out.mkdir(parents=True, exist_ok=True)
     (args.tune_out / JSON_NAME).write_text(json.dumps(result, indent=2))
-    plot = draw_plot(split_points, batch_points, chosen, args.tune_out / PLOT_NAME, machine, on_gpu=on_gpu)
+    plot = draw_plot(split_points, candidates, chosen, args.tune_out / PLOT_NAME, machine, on_gpu=on_gpu)
     text = render(result, list(points.values()), chosen, on_gpu=on_gpu, plot=plot, out=args.tune_out)
     sys.stdout.write(text)
     sys.stdout.flush()
