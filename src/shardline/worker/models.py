@@ -214,9 +214,7 @@ class SklearnPredictor:
             self.model = joblib.load(path)
         if not hasattr(self.model, "predict"):
             raise SetupError(f"{path} holds a {type(self.model).__name__}, which has no predict()")
-        params = self.model.get_params() if hasattr(self.model, "get_params") else {}
-        if "n_jobs" in params:
-            self.model.set_params(n_jobs=threads)
+        self.set_threads(threads)
         self.probabilities = probabilities and hasattr(self.model, "predict_proba")
         if probabilities and not self.probabilities:
             log.warning("--probabilities ignored: %s has no predict_proba", type(self.model).__name__)
@@ -228,6 +226,12 @@ class SklearnPredictor:
         self.order = "C" if is_xgb else "F"
         self.device = "cpu"
         self.inputs = recorded_inputs(self.model)
+
+    def set_threads(self, threads: int) -> None:
+        """The model's own thread count (OpenMP and BLAS pools are capped by threadpoolctl in the worker)."""
+        params = self.model.get_params() if hasattr(self.model, "get_params") else {}
+        if "n_jobs" in params:
+            self.model.set_params(n_jobs=threads)
 
     def _model_input(self, batch: pa.RecordBatch):
         from shardline.worker.features import is_numeric
@@ -291,6 +295,9 @@ class XGBoostPredictor:
         self.device = device
         self.inputs = recorded_inputs(self.booster)
 
+    def set_threads(self, threads: int) -> None:
+        self.booster.set_param({"nthread": threads})
+
     def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
         from shardline.worker.formats import to_matrix
 
@@ -326,6 +333,9 @@ class TorchScriptPredictor:
         self.device = device
         # A TorchScript module records neither column names nor (reliably) how many it wants.
         self.inputs = ModelInputs(described_as="the TorchScript model")
+
+    def set_threads(self, threads: int) -> None:
+        self.torch.set_num_threads(threads)
 
     def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
         from shardline.worker.formats import to_matrix

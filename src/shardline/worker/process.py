@@ -86,6 +86,7 @@ class WorkerTiming:
     first_prediction_at: float = 0.0  # this worker predicted its first batch (0 until then)
     preloaded: bool = False  # the model came loaded from the forkserver
     threads_in_use: int = 0  # the most threads any native pool (OpenMP, BLAS, torch) of this worker may use
+    forkserver_threads_started: int = 0  # OS threads the model's library started in the forkserver (0: fork-safe)
 
 
 @dataclasses.dataclass
@@ -158,12 +159,14 @@ def _preloaded_predictor(state: _WorkerState, device: str) -> Predictor | None:
     from shardline.worker import preload
 
     loaded, settings = preload.preloaded, state.settings
-    if device != "cpu" or loaded is None or loaded.key != preload.preload_key(
-            settings.artifact, state.slot.threads, settings.probabilities):
+    if device != "cpu" or loaded is None or loaded.key != preload.preload_key(settings.artifact,
+                                                                              settings.probabilities):
         return None
+    loaded.predictor.set_threads(state.slot.threads)  # it was loaded single-threaded (see preload.py)
     state.timing.started_at, state.timing.imported_at, state.timing.loaded_at = (
         loaded.started_at, loaded.imported_at, loaded.loaded_at)
     state.timing.preloaded = True
+    state.timing.forkserver_threads_started = loaded.threads_started
     return loaded.predictor
 
 

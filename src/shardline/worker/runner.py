@@ -158,8 +158,7 @@ class Runner:
             from shardline.worker import preload
 
             # Read by the forkserver when it starts (once per process): this job's verified model.
-            os.environ[preload.ENV] = preload.preload_key(settings.artifact, slots[0].threads,
-                                                          settings.probabilities)
+            os.environ[preload.ENV] = preload.preload_key(settings.artifact, settings.probabilities)
             self._ctx.set_forkserver_preload(["shardline.worker.process", "shardline.worker.preload"])
         self._pool: ProcessPoolExecutor | None = None
         self._warm_ups: list[Future] = []
@@ -292,6 +291,7 @@ class Runner:
             "workers_ready_s": round(max(t.ready_at for t in timings) - created, 3),
             "first_prediction_at": round(min(first), 3) if first else None,
             "threads_in_use": max(t.threads_in_use for t in timings),
+            "forkserver_threads_started": max(t.forkserver_threads_started for t in timings),
         }
 
     def _new_pool(self) -> ProcessPoolExecutor:
