@@ -94,7 +94,8 @@ def _draw_throughput(figure, report: RunReport) -> bool:
         label = series.instance + (" (straggler)" if straggler else "") + (" (idle)" if idle else "")
         style = {"linewidth": 2.4, "color": _ALERT if straggler else _IDLE, "zorder": 3} if (straggler or idle) \
             else {"linewidth": 1.2, "alpha": 0.8 if flagged else 0.9}
-        ax.plot(x, series.rows_per_second, label=label, **style)
+        # Markers too: a bucket between two empty ones (a short run, one file) is a point with no line to draw.
+        ax.plot(x, series.rows_per_second, label=label, marker="o", markersize=2.5, **style)
     ax.set_xlabel(f"{unit} since the first instance started (buckets of {_duration(timeline.bucket_seconds)})")
     ax.set_ylabel("rows / s")
     ax.set_ylim(bottom=0)

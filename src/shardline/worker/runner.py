@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import multiprocessing as mp
 import os
+import threading
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
@@ -159,9 +160,12 @@ class Runner:
 
             # Read by the forkserver when it starts (once per process): this job's verified model.
             os.environ[preload.ENV] = preload.preload_key(settings.artifact, settings.probabilities)
-            self._ctx.set_forkserver_preload(["shardline.worker.process", "shardline.worker.preload"])
+            self._ctx.set_forkserver_preload(["shardline.worker.process", "pyarrow.compute", "threadpoolctl",
+                                             "shardline.worker.preload"])
         self._pool: ProcessPoolExecutor | None = None
         self._warm_ups: list[Future] = []
+        self._starter: threading.Thread | None = None
+        self._start_error: Exception | None = None
         self.rows_done = self._ctx.Value("q", 0)
         self.pool_starts = 0
         self._first_pool_created = 0.0
@@ -172,14 +176,41 @@ class Runner:
     # -- public -----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the pool's workers now, so they load the model while the caller still prepares the files."""
-        if self._pool is None:
-            self._pool = self._new_pool()
+        """Start the pool's workers now, so they load the model while the caller still prepares the files.
+
+        With a forkserver, starting a worker waits until the forkserver has imported the library and
+        loaded the model, so the workers are started from a thread and this returns at once.
+        """
+        if self._pool is not None:
+            return
+        self._pool = self._new_pool()
+        if self._ctx.get_start_method() == "forkserver":
+            self._starter = threading.Thread(target=self._submit_warm_ups, name="pool-start", daemon=True)
+            self._starter.start()
+        else:
+            self._submit_warm_ups()
+
+    def _submit_warm_ups(self) -> None:
+        try:
             self._warm_ups = [self._pool.submit(process.warm_up) for _ in self.slots]
+        except Exception as err:  # noqa: BLE001 - a pool that cannot start: run() finds out and says so
+            self._start_error = err
+
+    def _await_start(self) -> None:
+        """Wait for :meth:`start`'s thread; a pool that could not start its workers fails here."""
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
+        if self._start_error is not None:
+            raise SetupError(f"the worker pool could not start: {type(self._start_error).__name__}: "
+                             f"{self._start_error}")
 
     def close(self) -> None:
         """Stop a pool that :meth:`start` started and :meth:`run` never used (nothing to do after all)."""
         if self._pool is not None:
+            if self._starter is not None:
+                self._starter.join()
+                self._starter = None
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
@@ -200,6 +231,7 @@ class Runner:
         self._total_bytes = sum(f.size for f in files.values())
         self._total_rows = total_rows
         self.start()
+        self._await_start()
         pool, self._pool = self._pool, None
         try:
             while queue or suspects or inflight:
