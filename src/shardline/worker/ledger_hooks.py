@@ -40,11 +40,11 @@ class LedgerHooks(Hooks):
         self.committed: set[str] = set()
 
     def __enter__(self) -> LedgerHooks:
-        self.pump = LedgerPump(retry_budget_seconds=self.retry_budget_seconds)
+        self.pump = LedgerPump(retry_budget_seconds=self.retry_budget_seconds).__enter__()
         return self
 
-    def __exit__(self, *_exc) -> None:
-        self.pump.close()  # flush what finished, on every way out (an error, SIGTERM, fencing)
+    def __exit__(self, *exc) -> None:
+        self.pump.__exit__(*exc)  # flush what finished, on every way out (an error, SIGTERM, fencing)
         self.withdraw_uncommitted()
 
     @property

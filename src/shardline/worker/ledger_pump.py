@@ -41,6 +41,12 @@ class LedgerPump:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+    def __enter__(self) -> LedgerPump:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()  # on every way out: what was queued is flushed, within its retry budget
+
     def put(self, write: Callable[[], None], what: str) -> None:
         if not self.fenced.is_set():
             self._queue.put((write, what))
