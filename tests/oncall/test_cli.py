@@ -26,7 +26,8 @@ def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subproc
                           env={**here, "COLUMNS": "160", **(env or {})}, cwd=cwd)
 
 
-@pytest.mark.parametrize("command", ["runs", "status", "failed", "report", "resubmit", "cancel", "preview", "tune", "local"])
+@pytest.mark.parametrize("command", ["runs", "status", "failed", "report", "resubmit", "cancel", "preview", "tune",
+                                     "local"])
 def test_every_command_has_help(command):
     result = run(command, "--help")
     assert result.returncode == 0, result.stderr
