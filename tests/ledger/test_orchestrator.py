@@ -190,3 +190,32 @@ def test_a_table_that_keeps_throttling_fails_the_write_and_says_what_to_do():
     assert send.calls == BATCH_TRIES and len(slept) == BATCH_TRIES - 1
     assert max(slept) == BACKOFF_CAP_SECONDS == backoff_seconds(30, 1.0)
     assert backoff_seconds(1, 0.0) == 0.0  # full jitter: anywhere from nothing to the cap
+
+
+def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(ledger_table):
+    """Airflow runs a DAG's failure callback some time after the run failed. If on-call resubmitted in between
+    (the run is RUNNING again, reopened), the callback's FAILED must not overwrite it; a callback for a run
+    nobody reopened since still marks it failed."""
+    import datetime as dt
+
+    from shardline.ledger.keys import RUN_SK, run_pk
+    from shardline.ledger.orchestrator import set_run_status
+    from shardline.ledger.states import StepStatus
+
+    model = bind_ledger(ledger_table)
+    ensure_run(model, "p", "run-late")
+    set_run_status(model, "p", "run-late", StepStatus.FAILED, "step score failed")
+    dag_run_ended = dt.datetime.now(dt.UTC)
+    set_run_status(model, "p", "run-late", StepStatus.RUNNING, reopened=True)  # the resubmission
+    assert not set_run_status(model, "p", "run-late", StepStatus.FAILED, "DAG run failed", only_if_running=True,
+                              unless_reopened_since=dag_run_ended)
+    assert model.Control.get(run_pk("p", "run-late"), RUN_SK, consistent_read=True).status == "RUNNING"
+
+    # The resubmitted attempt's own DAG run fails later: its callback (after the reopening) applies.
+    assert set_run_status(model, "p", "run-late", StepStatus.FAILED, "DAG run failed", only_if_running=True,
+                          unless_reopened_since=dt.datetime.now(dt.UTC))
+    assert model.Control.get(run_pk("p", "run-late"), RUN_SK, consistent_read=True).status == "FAILED"
+
+    ensure_run(model, "p", "run-never-reopened")
+    assert set_run_status(model, "p", "run-never-reopened", StepStatus.FAILED, "DAG run failed",
+                          only_if_running=True, unless_reopened_since=dag_run_ended)

@@ -136,16 +136,28 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
 
 
 def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: StepStatus, message: str = "",
-                   *, only_if_running: bool = False) -> bool:
-    """Record the run's status. ``only_if_running``: leave a run that already ended (or never started) alone."""
+                   *, only_if_running: bool = False, reopened: bool = False,
+                   unless_reopened_since: dt.datetime | None = None) -> bool:
+    """Record the run's status. ``only_if_running``: leave a run that already ended (or never started) alone.
+
+    ``reopened``: a resubmission takes the run up again (RUNNING), and the time is recorded.
+    ``unless_reopened_since``: with ``only_if_running``, also leave alone a run reopened at or after that
+    time. Airflow runs a DAG's failure callback some time after the run failed; by then on-call may have
+    resubmitted, and the callback must not mark the reopened run failed again.
+    """
     c = model.Control
+    actions = [c.status.set(status.value), c.message.set(message[:2000] or None),
+               c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
+               c.expires_at.set(c.expiry())]
+    if reopened:
+        actions.append(c.reopened_at.set(_now()))
+    condition = None
+    if only_if_running:
+        condition = c.status == StepStatus.RUNNING.value
+        if unless_reopened_since is not None:
+            condition &= c.reopened_at.does_not_exist() | (c.reopened_at < unless_reopened_since)
     try:
-        c(run_pk(pipeline, run_id), RUN_SK).update(
-            actions=[c.status.set(status.value), c.message.set(message[:2000] or None),
-                     c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
-                     c.expires_at.set(c.expiry())],
-            condition=(c.status == StepStatus.RUNNING.value) if only_if_running else None,
-        )
+        c(run_pk(pipeline, run_id), RUN_SK).update(actions=actions, condition=condition)
     except UpdateError as err:
         if only_if_running and err.cause_response_code == CONDITIONAL_CHECK_FAILED:
             return False

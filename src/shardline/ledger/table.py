@@ -124,6 +124,8 @@ class ControlItem(_Expiring, Model):
     step = UnicodeAttribute(null=True, attr_name="osp")
     started_at = UTCDateTimeAttribute(null=True, attr_name="osa")
     finished_at = UTCDateTimeAttribute(null=True, attr_name="ofa")
+    # RUN items: when an operator's resubmission last reopened the run (see set_run_status).
+    reopened_at = UTCDateTimeAttribute(null=True, attr_name="ora")
     plan_json = UnicodeAttribute(null=True, attr_name="pj")
     message = UnicodeAttribute(null=True, attr_name="msg")
     expires_at = TTLAttribute(null=True, attr_name="ttl")  # one TTL attribute per table

@@ -93,7 +93,7 @@ def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S
     write_manifest(services.s3_client(spec), attempt.manifest_uri,
                    manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
     if number > 1:  # a resubmission reopens a run that may already have been marked failed
-        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.RUNNING)
+        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.RUNNING, reopened=True)
     return attempt
 
 

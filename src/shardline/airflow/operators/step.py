@@ -275,8 +275,10 @@ def mark_run_failed(spec_path: str, context) -> None:
 
     spec = load_spec(Path(spec_path))
     run = context["dag_run"]
+    # The callback runs a while after the run failed: a resubmission meanwhile has reopened the run, and stands.
     set_run_status(services.ledger_model(spec), spec.pipeline, run.run_id, StepStatus.FAILED,
-                   run_failed_text(context.get("reason")), only_if_running=True)
+                   run_failed_text(context.get("reason")), only_if_running=True,
+                   unless_reopened_since=getattr(run, "end_date", None) or getattr(run, "start_date", None))
 
 
 # --- messages (pure: tests/oncall/test_messages.py renders each) -------------------------------
