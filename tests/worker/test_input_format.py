@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
+import pytest
 
 from examples import synthetic
 from shardline.worker.errors import EXIT_FILES_FAILED
@@ -51,6 +52,7 @@ def test_a_declared_format_reads_names_without_one_and_refuses_names_that_say_an
     assert "parquet by its name" in reason and "input.format: parquet" in reason
 
 
+@pytest.mark.slow
 def test_spark_style_csv_and_json_lines_are_predicted_right_and_a_mismatched_file_fails_alone(tmp_path, sklearn_model):
     data, out = tmp_path / "in", tmp_path / "out"
     data.mkdir()
@@ -73,6 +75,7 @@ def test_spark_style_csv_and_json_lines_are_predicted_right_and_a_mismatched_fil
     np.testing.assert_allclose(written.column("prediction").to_numpy(), sklearn_predict(sklearn_model)(table))
 
 
+@pytest.mark.slow
 def test_json_lines_named_json_are_read_with_input_format_jsonl(tmp_path, sklearn_model):
     data, out = tmp_path / "in", tmp_path / "out"
     data.mkdir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from examples import synthetic
 from shardline.report.histogram import Histogram
@@ -10,6 +11,7 @@ from shardline.worker.runner import FileReport
 from tests.helpers import describe, load_manifest, read_table, reports_by_input, run_worker, sklearn_predict
 
 
+@pytest.mark.slow
 def test_each_file_and_the_instance_carry_the_histogram_of_what_was_written(tmp_path, sklearn_model):
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=3, rows=6000)
@@ -33,6 +35,7 @@ def test_each_file_and_the_instance_carry_the_histogram_of_what_was_written(tmp_
     assert Histogram.from_dict(whole) == Histogram().add(np.concatenate(everything))
 
 
+@pytest.mark.slow
 def test_a_float_prediction_keeps_its_quantiles_within_the_sketch_accuracy(tmp_path, xgboost_model):
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=2, rows=5000)

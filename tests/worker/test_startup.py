@@ -25,6 +25,8 @@ from tests.helpers import (
     xgboost_predict,
 )
 
+pytestmark = pytest.mark.slow  # each test runs the real worker, pool and all
+
 PREDICT = {"sklearn": sklearn_predict, "xgboost": xgboost_predict, "torch": torch_predict}
 TOLERANCE = {"sklearn": {}, "xgboost": {"rtol": 1e-5}, "torch": {"rtol": 1e-5, "atol": 1e-6}}
 
