@@ -181,6 +181,20 @@ def error_text(error_class: str | None, error_message: str | None) -> str:
     return ": ".join(x for x in (error_class, error_message) if x) or "-"
 
 
+def _pipeline_step(options, pipeline: str, step: str | None):
+    """The pipeline's spec and the named step (default: its first); NotFound naming what exists otherwise."""
+    from shardline.oncall.errors import NotFound
+    from shardline.oncall.service import load_specs
+
+    specs = load_specs(options.dags_folder)
+    if pipeline not in specs:
+        raise NotFound(preview_no_pipeline(pipeline, options.dags_folder, sorted(specs)))
+    names = [s.name for s in specs[pipeline].steps]
+    if step and step not in names:
+        raise NotFound(preview_no_step(pipeline, step, names))
+    return specs[pipeline], step or names[0]
+
+
 def preview_no_pipeline(pipeline: str, dags_folder: Path, known: list[str]) -> str:
     return (f"no pipeline {pipeline!r} in {dags_folder}/pipelines (known: {', '.join(known) or 'none'}); check the "
             "name, or pass --dags-folder with the folder that holds its spec")
@@ -637,19 +651,11 @@ def cancel(options: _Globals, run: str, reason: str, yes: bool) -> Reply:
 def preview(options: _Globals, pipeline: str, step: str | None, rows: int, input_uri: str | None,
             model_uri: str | None, model_version: str | None, logical_date: dt.datetime | None) -> Reply:
     """Run a step's model on a sample of its input, locally, with the job's own settings."""
-    from shardline.oncall.errors import NotFound
     from shardline.oncall.preview import preview_step, step_uris
-    from shardline.oncall.service import load_specs
     from shardline.orchestration import services
 
-    specs = load_specs(options.dags_folder)
-    if pipeline not in specs:
-        raise NotFound(preview_no_pipeline(pipeline, options.dags_folder, sorted(specs)))
-    spec = specs[pipeline]
-    names = [s.name for s in spec.steps]
-    if step and step not in names:
-        raise NotFound(preview_no_step(pipeline, step, names))
-    chosen = spec.step(step or names[0])
+    spec, name = _pipeline_step(options, pipeline, step)
+    chosen = spec.step(name)
     params = {"model_version": model_version} if model_version else None
     spec_model_uri, spec_input_uri = step_uris(spec, chosen, logical_date or dt.datetime.now(dt.UTC), params)
     result = preview_step(spec, chosen.name, services.s3_client(spec), model_uri=model_uri or spec_model_uri,
@@ -680,19 +686,10 @@ def preview(options: _Globals, pipeline: str, step: str | None, rows: int, input
 def tune(options: _Globals, pipeline: str, step: str | None, input_prefix: str | None, rows: int, out: Path | None,
          repeat: int, max_batch_rows: int) -> Reply:
     """Sweep a step's worker settings on a sample of its inputs, locally, and say what to put in the spec."""
-    from shardline.oncall.errors import NotFound
-    from shardline.oncall.service import load_specs
     from shardline.oncall.tune import tune_step
     from shardline.orchestration import services
 
-    specs = load_specs(options.dags_folder)
-    if pipeline not in specs:
-        raise NotFound(preview_no_pipeline(pipeline, options.dags_folder, sorted(specs)))
-    spec = specs[pipeline]
-    names = [s.name for s in spec.steps]
-    if step and step not in names:
-        raise NotFound(preview_no_step(pipeline, step, names))
-    chosen = step or names[0]
+    spec, chosen = _pipeline_step(options, pipeline, step)
     result = tune_step(spec, chosen, services.s3_client(spec), input_prefix=input_prefix, rows=rows,
                        out_dir=out or Path.cwd() / "shardline-tune" / pipeline / chosen,
                        extra_args=("--tune-repeat", str(repeat), "--tune-max-batch-rows", str(max_batch_rows)),

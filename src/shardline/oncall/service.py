@@ -231,9 +231,7 @@ class OnCall:
                                             run_id=ref.run_id, step=name)
             except ValueError as err:
                 raise Conflict(f"{err}, so where its run report is cannot be told") from err
-            html_uri, json_uri = (naming.report_key(attempt.output_prefix, ref.run_id, name, attempt.metadata_prefix,
-                                                    suffix) for suffix in ("html", "json"))
-            found.append(StepReportRef(name, item.status, html_uri, json_uri))
+            found.append(StepReportRef(name, item.status, attempt.report_uri("html"), attempt.report_uri("json")))
         return found
 
     def open_report(self, ref: RunRef, report: StepReportRef, suffix: str = "html"):

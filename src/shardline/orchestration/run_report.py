@@ -136,8 +136,7 @@ def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, Ru
         try:
             earlier = Attempt.from_plan(step.plan_json, int(step.attempt or 1), 0, pipeline=attempt.pipeline,
                                         run_id=run.run_id, step=attempt.step)
-            bucket, key = parse_s3_uri(naming.report_key(earlier.output_prefix, run.run_id, attempt.step,
-                                                         earlier.metadata_prefix, "json"))
+            bucket, key = parse_s3_uri(earlier.report_uri("json"))
             found.append((run.run_id, RunReport.from_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())))
         except s3.exceptions.NoSuchKey:
             continue  # a run from before reports, or one whose report was never written
@@ -155,7 +154,7 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt) -> WrittenReport:
     uris = {}
     for suffix, body, content_type in (("json", report.to_json(indent=1), "application/json"),
                                        ("html", render_html(report), "text/html; charset=utf-8")):
-        uri = naming.report_key(attempt.output_prefix, attempt.run_id, attempt.step, attempt.metadata_prefix, suffix)
+        uri = attempt.report_uri(suffix)
         bucket, key = parse_s3_uri(uri)
         s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType=content_type)
         uris[suffix] = uri

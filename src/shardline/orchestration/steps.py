@@ -343,9 +343,8 @@ def report_uri(step_item, pipeline: str, run_id: str, step: str) -> str | None:
     """Where a step's run report is (None before its plan exists)."""
     if step_item is None or not step_item.plan_json:
         return None
-    attempt = Attempt.from_plan(step_item.plan_json, int(step_item.attempt or 1), 0, pipeline=pipeline,
-                                run_id=run_id, step=step)
-    return naming.report_key(attempt.output_prefix, run_id, step, attempt.metadata_prefix)
+    return Attempt.from_plan(step_item.plan_json, int(step_item.attempt or 1), 0, pipeline=pipeline,
+                             run_id=run_id, step=step).report_uri()
 
 
 def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:

@@ -67,6 +67,10 @@ class Attempt(BaseModel):
         """The s3:// URI of this attempt's ManifestFile."""
         return naming.manifest_key(self.output_prefix, self.run_id, self.step, self.number, self.metadata_prefix)
 
+    def report_uri(self, suffix: str = "html") -> str:
+        """The s3:// URI of this step's run report (``report.html``, or ``report.json`` with ``suffix="json"``)."""
+        return naming.report_key(self.output_prefix, self.run_id, self.step, self.metadata_prefix, suffix)
+
     @property
     def instance_count(self) -> int:
         return choose_instance_count(self.requested_instances, self.file_count)
