@@ -44,6 +44,23 @@ def test_to_matrix_converts_types_and_nulls():
     np.testing.assert_array_equal(matrix, [[7, 1.5, 1, 2.25], [8, np.nan, 0, -1.0]])
 
 
+@pytest.mark.parametrize("arrow_type", [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(),
+                                        pa.uint64(), pa.float16(), pa.float32(), pa.float64()])
+def test_column_values_match_arrows_own_conversion(arrow_type):
+    """The worker's conversion (no pandas) gives Arrow's to_numpy values: slices, nulls and large integers."""
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 100, size=1000).astype(arrow_type.to_pandas_dtype())
+    if pa.types.is_integer(arrow_type) and arrow_type.bit_width == 64:
+        values[:3] = [2**53 + 1, 2**40 + 3, 99] if pa.types.is_signed_integer(arrow_type) else [2**63 + 5, 2**53 + 1, 1]
+    plain = pa.array(values)
+    with_nulls = pa.array(values, mask=rng.random(1000) < 0.1)
+    for column in (plain, with_nulls, plain.slice(3, 500), with_nulls.slice(7, 400)):
+        expected, got = column.to_numpy(zero_copy_only=False), formats.column_values(column)
+        if column.null_count == 0:
+            assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
 # -- output_target / temp_path ----------------------------------------------------------------------------
 
 

@@ -42,9 +42,34 @@ def to_matrix(batch: pa.RecordBatch, features: Sequence[str], dtype: np.dtype, o
     """
     out = np.empty((batch.num_rows, len(features)), dtype=dtype, order=order)
     for j, name in enumerate(features):
-        column = _as_float_ready(batch.column(name))
-        out[:, j] = column.to_numpy(zero_copy_only=False)
+        out[:, j] = column_values(_as_float_ready(batch.column(name)))
     return out
+
+
+def column_values(column: pa.Array) -> np.ndarray:
+    """One column as numpy values, nulls as NaN.
+
+    A number column goes through Arrow's tensor conversion, not ``Array.to_numpy``: that one
+    runs Arrow's pandas conversion, which imports pandas (0.2 s, in every worker, on its first
+    batch) even for a plain float column. The values are the same: a column without nulls keeps
+    its type, one with nulls becomes a float type that holds each value exactly, with NaN.
+    """
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        single = pa.RecordBatch.from_arrays([column], names=["values"])
+        return single.to_tensor(null_to_nan=column.null_count > 0).to_numpy().reshape(-1)
+    return column.to_numpy(zero_copy_only=False)
+
+
+def values_to_arrow(values: np.ndarray) -> pa.Array:
+    """A numpy array of predictions as an Arrow array (NaN stays NaN), like ``pa.array(values)``.
+
+    A 1-D number array is wrapped without a copy and without ``pa.array``, whose checks for
+    pandas objects import pandas (0.2 s, in every worker, on its first batch).
+    """
+    if values.ndim == 1 and values.dtype.kind in "iuf" and values.dtype.isnative:
+        values = np.ascontiguousarray(values)
+        return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+    return pa.array(values)
 
 
 def _as_float_ready(column: pa.Array) -> pa.Array:

@@ -320,7 +320,9 @@ class PredictionHistogram:
                 or pa.types.is_boolean(column.type)
             self.histogram = Histogram() if numeric else None  # string labels: no histogram
         if self.histogram is not None and name == self.column:
-            self.histogram.add(column.to_numpy(zero_copy_only=False))
+            if pa.types.is_boolean(column.type):
+                column = column.cast(pa.int8())
+            self.histogram.add(formats.column_values(column))
 
     def to_dict(self) -> dict | None:
         if self.histogram is None:
@@ -426,7 +428,7 @@ def _to_arrow(values: Any) -> pa.Array:
     array = np.asarray(values)
     if array.dtype == object:
         return pa.array(array.tolist())
-    return pa.array(array)
+    return formats.values_to_arrow(array)
 
 
 def _conform(out: pa.RecordBatch, schema: pa.Schema, unit: WorkUnit) -> pa.RecordBatch:
