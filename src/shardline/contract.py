@@ -25,6 +25,9 @@ METADATA_FOLDER = "_shardline"  # Shardline's own files beside (or, with metadat
 SUCCESS_MARKER = "_SUCCESS"  # Hadoop's convention: Spark, Hive and most readers wait for it
 TEMP_MARKER = ".shardline-tmp"  # an output still being written: never uploaded, never counted
 
+# How a SageMaker-style script's JSON request lays out its rows (the worker's --json-layout).
+JSON_LAYOUTS = ("records", "instances", "array")
+
 T = TypeVar("T")
 
 

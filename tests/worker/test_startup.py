@@ -8,11 +8,15 @@ start-up went in the summary (``make bench`` prints it; no test here depends on 
 from __future__ import annotations
 
 import json
+import subprocess
 
+import psutil
 import pytest
 
 from examples import synthetic
 from shardline.worker.devices import ENV_SIMULATED_GPUS
+from shardline.worker.errors import EXIT_SETUP_ERROR
+from shardline.worker.forkserver import PARENT_ENV
 from tests.helpers import (
     check_outputs,
     clean_env,
@@ -21,6 +25,7 @@ from tests.helpers import (
     run_worker,
     sklearn_predict,
     torch_predict,
+    worker_command,
     write_inference_script,
     xgboost_predict,
 )
@@ -55,10 +60,62 @@ def test_cpu_workers_start_from_the_preloaded_model_under_their_thread_cap(tmp_p
     assert startup["model_preloaded"] is True, startup
     assert startup["forkserver_threads_started"] == 0, "the model's library started threads in the forkserver"
     assert startup["threads_in_use"] == threads, "each worker gets its own threads, not the forkserver's one"
+    assert startup["forkserver_started_early"] is True, "the command line starts the forkserver before its imports"
+    _check_stages(startup)
+
+
+def _check_stages(startup: dict) -> None:
+    """The breakdown's stages end in order, each timed from the launch (their lengths are the bench's to print)."""
     assert startup["launched_at"] <= startup["job_started_at"] <= startup["pool_created_at"]
     assert startup["first_prediction_at"] >= startup["pool_created_at"]
-    for stage in ("process_start_s", "library_import_s", "model_load_s", "workers_ready_s"):
-        assert startup[stage] >= 0, stage
+    stages = [startup[s] for s in ("loader_started_s", "library_imported_s", "model_loaded_s", "workers_ready_s",
+                                   "first_prediction_s")]
+    assert stages[0] >= 0 and stages == sorted(stages), startup
+    assert startup["library_import_s"] >= 0 and startup["model_load_s"] >= 0
+
+
+def test_a_model_tarball_is_verified_then_preloaded_by_the_forkserver_started_early(tmp_path, sklearn_model):
+    """SageMaker delivers model.tar.gz: the forkserver guesses the library from the tarball's member names and
+    imports it while the main process verifies and unpacks; it loads the model only from the unpacked copy
+    the main process hands over."""
+    data, out, model_dir = tmp_path / "in", tmp_path / "out", tmp_path / "model"
+    synthetic.make_dataset(data, files=2, rows=2000)
+    model_dir.mkdir()
+    digest = synthetic.pack(sklearn_model.parent, model_dir / "model.tar.gz")
+    result = run_worker(data, out, model_dir, "--passthrough", "id", "--model-sha256", digest,
+                        "--summary-json", str(tmp_path / "summary.json"), workers=2)
+    assert result.returncode == 0, describe(result)
+    check_outputs(data, out, load_manifest(out), sklearn_predict(sklearn_model))
+    startup = _summary(tmp_path)["startup"]
+    assert (startup["forkserver_started_early"], startup["model_preloaded"]) == (True, True), startup
+    _check_stages(startup)
+
+
+def test_a_forkserver_started_early_ends_with_a_main_process_that_never_made_a_pool(tmp_path, xgboost_model):
+    """A wrong pin stops the job before any pool: the forkserver, started first thing and waiting for a model
+    that never comes, must not outlive the main process (nor ever load the refused artifact)."""
+    data = tmp_path / "in"
+    synthetic.make_dataset(data, files=1, rows=100)
+    command = worker_command(data, tmp_path / "out", xgboost_model.parent, "--model-sha256", "0" * 64)
+    with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as main:
+        _, stderr = main.communicate(timeout=120)
+    assert main.returncode == EXIT_SETUP_ERROR, stderr
+    assert "sha256" in stderr
+    # Whatever the main process started (the forkserver, multiprocessing's resource tracker) carries its pid.
+    _, alive = psutil.wait_procs(_started_by(main.pid), timeout=60)
+    assert not alive, [p.cmdline() for p in alive]
+
+
+def _started_by(pid: int) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(PARENT_ENV) == str(pid):
+                found.append(process)
+        except psutil.Error:
+            continue  # ended meanwhile, or not ours to read
+    return found
 
 
 def test_a_custom_inference_script_is_loaded_by_each_worker_never_by_the_forkserver(tmp_path):

@@ -17,8 +17,9 @@ import tempfile
 from pathlib import Path
 
 from shardline import contract
+from shardline.contract import JSON_LAYOUTS
 from shardline.ledger.context import LedgerConfigError, LedgerContext
-from shardline.worker import __version__
+from shardline.worker import __version__, forkserver
 from shardline.worker.errors import (
     EXIT_FENCED,
     EXIT_FILES_FAILED,
@@ -27,9 +28,7 @@ from shardline.worker.errors import (
     EXIT_TERMINATED,
     SetupError,
 )
-from shardline.worker.job import run_job
 from shardline.worker.ledger_pump import RETRY_BUDGET_SECONDS
-from shardline.worker.sagemaker_script import JSON_LAYOUTS
 
 log = logging.getLogger("shardline.worker")
 
@@ -236,6 +235,11 @@ def _terminate(signum: int, _frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not (args.preview or args.tune):
+        # First, before this process imports pyarrow and the rest: the forkserver's own imports (the
+        # model's library among them) then run beside ours, on the other core.
+        forkserver.start_early(model_dir=args.model_dir, start_method=args.start_method, use_gpu=not args.no_gpu)
+    from shardline.worker.job import run_job
     # Turn SIGTERM into an exception, so the pool is stopped and temp files are swept.
     signal.signal(signal.SIGTERM, _terminate)
     host, hosts = resolve_host(args.resource_config, args.host)

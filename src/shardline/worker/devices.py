@@ -46,6 +46,11 @@ def visible_gpus(env: Mapping[str, str], detected_count: int) -> list[str]:
     return [str(i) for i in range(detected_count)]
 
 
+def may_have_gpus(env: Mapping[str, str]) -> bool:
+    """Whether :func:`visible_gpus` might find a GPU, asked without running ``nvidia-smi`` (which takes a while)."""
+    return bool(visible_gpus(env, 1 if shutil.which("nvidia-smi") else 0))
+
+
 def detect_gpu_count() -> int:
     """Count NVIDIA GPUs without initialising CUDA in this process (so children can pin)."""
     if shutil.which("nvidia-smi") is None:

@@ -71,7 +71,7 @@ def build_summary(reports: list[FileReport], *, seconds: float, slots: list[devi
         "pool_starts": runner.pool_starts,
         "startup_seconds": None if runner.startup_seconds is None else round(runner.startup_seconds, 3),
         "startup": {"launched_at": round(launched_at, 3), "job_started_at": round(started_wall.timestamp(), 3),
-                    **(runner.startup_breakdown() or {})},
+                    **(runner.startup_breakdown(launched_at) or {})},
         "files": len(reports),
         "succeeded": sum(r.status is FileStatus.SUCCEEDED for r in reports),
         "failed": sum(r.status is FileStatus.FAILED for r in reports),

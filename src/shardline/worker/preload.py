@@ -16,8 +16,9 @@ started in the forkserver: a test holds it at 0 for every model kind. (pyarrow's
 started when ``shardline.worker.process`` is imported, are fork-safe: Arrow re-creates its pools in
 a forked child.) GPU pools still spawn.
 
-The main process names the model in :data:`ENV` just before the forkserver starts (the runner
-overwrites whatever was there). A worker uses the preloaded model only if it is the very
+The forkserver learns what to load from the main process (``worker/forkserver.py``): the model
+directory, to guess the library from and import it at once, and then, in a file of the main
+process's own, the verified artifact. A worker uses the preloaded model only if it is the very
 artifact, thread count and options its job verified; anything else is loaded afresh.
 """
 
@@ -27,22 +28,25 @@ import dataclasses
 import json
 import os
 import time
+from pathlib import Path, PurePosixPath
 
-ENV = "SHARDLINE_WORKER_PRELOAD"
+from shardline.worker.forkserver import HANDOVER_ENV, MODEL_DIR_ENV, PARENT_ENV
+
+PRELOADABLE = ("sklearn", "xgboost", "torch")  # a custom inference.py's model_fn runs in each worker
+
+HANDOVER_POLL_SECONDS = 0.005
+HANDOVER_TIMEOUT_SECONDS = 1800.0  # verifying a model of many GB takes a while; a worker loads its own after this
 
 
 @dataclasses.dataclass(frozen=True)
 class Preloaded:
-    key: str  # what was asked for: preload_key() of the artifact and options
+    key: str  # what was asked for: forkserver.preload_key() of the artifact and options
     predictor: object
     started_at: float
-    imported_at: float
+    imported_at: float  # the guessed library is imported (the model's own kind, if the guess was wrong)
+    handed_over_at: float  # the main process named the verified model
     loaded_at: float
     threads_started: int  # OS threads the library's import and the model's load started: 0, or a fork is unsafe
-
-
-def preload_key(artifact, probabilities: bool) -> str:
-    return json.dumps([dataclasses.asdict(artifact), probabilities], sort_keys=True)
 
 
 def native_threads() -> int:
@@ -53,28 +57,94 @@ def native_threads() -> int:
         return 0
 
 
-def _preload() -> Preloaded | None:
-    request = os.environ.get(ENV)
-    if not request:
+def guess_kind(model_dir: str) -> str | None:
+    """The model's kind from file names, before anything is verified: the directory's, or the first few of a
+    model.tar.gz's members (no member is extracted). None when no name tells."""
+    from shardline.worker.models import TARBALL, detect_kind
+
+    root = Path(model_dir)
+    try:
+        if (root / TARBALL).is_file():
+            return _guess_from_tarball(root / TARBALL)
+        return detect_kind(root)[0]
+    except Exception:  # noqa: BLE001 - a guess: the hand-over says what the model is
         return None
+
+
+def _guess_from_tarball(path: Path, members: int = 32) -> str | None:
+    import tarfile
+
+    from shardline.worker.models import KIND_SUFFIXES
+
+    with tarfile.open(path, "r|gz") as archive:  # a stream: only the headers up to the match are read
+        for number, member in enumerate(archive):
+            name = PurePosixPath(member.name)
+            if number >= members:
+                break
+            if name.parts[-2:] == ("code", "inference.py"):
+                return "custom"
+            if not member.isfile() or "code" in name.parts or name.name.startswith(("config", "metadata")):
+                continue
+            for kind, suffixes in KIND_SUFFIXES.items():
+                if name.suffix.lower() in suffixes:
+                    return kind
+    return None
+
+
+def await_handover(path: Path, parent: int, timeout: float = HANDOVER_TIMEOUT_SECONDS) -> str | None:
+    """The key the main process writes to ``path`` once it verified the model; None if it ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return path.read_text()
+        except FileNotFoundError:
+            pass
+        if os.getppid() != parent:
+            return None  # the main process ended without a pool (a preview, a setup error)
+        time.sleep(HANDOVER_POLL_SECONDS)
+    return None
+
+
+preloaded: Preloaded | None = None  # set in the forkserver only (worker/preload_now.py); forked workers inherit it
+
+
+def load_in_forkserver() -> Preloaded | None:
+    """Import the library and load the model the main process hands over; None when there is nothing to load.
+
+    Never raises: each worker then loads the model itself, and reports why it cannot.
+    """
+    try:
+        return _load()
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+
+
+def _load() -> Preloaded | None:
+    handover, parent = os.environ.get(HANDOVER_ENV), os.environ.get(PARENT_ENV)
+    if not handover or not parent or int(parent) == os.getpid():
+        return None  # not in a forkserver of the worker's: nothing to load
     started_at = time.time()
     from shardline.worker.devices import thread_cap_env
     from shardline.worker.models import ModelArtifact, import_library, load_predictor
 
-    artifact, probabilities = json.loads(request)
-    artifact = ModelArtifact(**artifact)
-    if artifact.kind not in ("sklearn", "xgboost", "torch"):
-        return None  # a custom inference.py runs user code at load: each worker runs it itself
     # One thread everywhere, before any library reads its setting: nothing here may start a thread.
     os.environ.update(thread_cap_env(1))
     threads_before = native_threads()
-    import_library(artifact.kind)
+    guess = guess_kind(os.environ.get(MODEL_DIR_ENV, ""))
+    if guess in PRELOADABLE:
+        import_library(guess)  # a library's import runs none of the model's code: safe before verification
     imported_at = time.time()
+    request = await_handover(Path(handover), int(parent))
+    handed_over_at = time.time()
+    if request is None:
+        return None
+    artifact, probabilities = json.loads(request)
+    artifact = ModelArtifact(**artifact)
+    if artifact.kind not in PRELOADABLE:
+        return None  # a custom inference.py runs user code at load: each worker runs it itself
+    if artifact.kind != guess:
+        import_library(artifact.kind)
+        imported_at = handed_over_at = time.time()
     predictor = load_predictor(artifact, threads=1, device="cpu", probabilities=probabilities)
-    return Preloaded(request, predictor, started_at, imported_at, time.time(), native_threads() - threads_before)
-
-
-try:
-    preloaded = _preload()
-except Exception:  # noqa: BLE001 - each worker then loads the model itself, and reports why it cannot
-    preloaded = None
+    return Preloaded(request, predictor, started_at, imported_at, handed_over_at, time.time(),
+                     native_threads() - threads_before)

@@ -80,6 +80,7 @@ class WorkerTiming:
 
     started_at: float = 0.0  # our code began where the model loads: the worker, or the forkserver it forked from
     imported_at: float = 0.0  # the model's library is imported
+    handed_over_at: float = 0.0  # the forkserver was handed the verified model (0: this worker loaded its own)
     loaded_at: float = 0.0  # the model is loaded
     entered_at: float = 0.0  # this worker's pool initializer began
     ready_at: float = 0.0  # this worker is ready to predict
@@ -157,14 +158,15 @@ def _load(state: _WorkerState, device: str) -> Predictor:
 def _preloaded_predictor(state: _WorkerState, device: str) -> Predictor | None:
     """The model the forkserver loaded before forking this worker, if it is exactly this job's."""
     from shardline.worker import preload
+    from shardline.worker.forkserver import preload_key
 
     loaded, settings = preload.preloaded, state.settings
-    if device != "cpu" or loaded is None or loaded.key != preload.preload_key(settings.artifact,
-                                                                              settings.probabilities):
+    if device != "cpu" or loaded is None or loaded.key != preload_key(settings.artifact, settings.probabilities):
         return None
     loaded.predictor.set_threads(state.slot.threads)  # it was loaded single-threaded (see preload.py)
     state.timing.started_at, state.timing.imported_at, state.timing.loaded_at = (
         loaded.started_at, loaded.imported_at, loaded.loaded_at)
+    state.timing.handed_over_at = loaded.handed_over_at
     state.timing.preloaded = True
     state.timing.forkserver_threads_started = loaded.threads_started
     return loaded.predictor

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing as mp
-import os
 import threading
 import time
 from collections import deque
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
-from shardline.worker import process
+from shardline.worker import forkserver, process
 from shardline.worker.devices import WorkerSlot
 from shardline.worker.errors import SetupError
 from shardline.worker.process import JobSettings, UnitResult
@@ -147,7 +146,8 @@ class Runner:
         # must start after CUDA_VISIBLE_DEVICES is set). CPU workers fork from a forkserver, a clean
         # single-threaded process that imports the model's library and loads the model once, before
         # the first fork (worker/preload.py): a pool, and each rebuild of it, starts in milliseconds
-        # instead of a second per worker.
+        # instead of a second per worker. The command line starts that forkserver first thing
+        # (worker/forkserver.py); here it is handed the verified model, or started with the pool.
         uses_gpu = any(slot.gpu is not None for slot in slots)
         if start_method == "auto":
             start_method = "spawn" if uses_gpu or "forkserver" not in mp.get_all_start_methods() else "forkserver"
@@ -156,12 +156,7 @@ class Runner:
                              "after CUDA_VISIBLE_DEVICES is set; use --start-method auto")
         self._ctx = mp.get_context(start_method)
         if self._ctx.get_start_method() == "forkserver":
-            from shardline.worker import preload
-
-            # Read by the forkserver when it starts (once per process): this job's verified model.
-            os.environ[preload.ENV] = preload.preload_key(settings.artifact, settings.probabilities)
-            self._ctx.set_forkserver_preload(["shardline.worker.process", "pyarrow.compute", "threadpoolctl",
-                                             "shardline.worker.preload"])
+            forkserver.hand_over(settings.artifact, settings.probabilities)
         self._pool: ProcessPoolExecutor | None = None
         self._warm_ups: list[Future] = []
         self._starter: threading.Thread | None = None
@@ -304,24 +299,34 @@ class Runner:
             if result.fatal:
                 raise SetupError(f"a worker could not load the model: {result.error_message}")
 
-    def startup_breakdown(self) -> dict | None:
-        """Where the first pool's start-up went, in seconds from its creation (the slowest worker for each
-        stage), and the wall-clock time of the first prediction; None when no worker reported."""
+    def startup_breakdown(self, launched_at: float) -> dict | None:
+        """Where the first pool's start-up went; None when no worker reported.
+
+        Each ``*_s`` stage is when it ended, in seconds from the process's launch (the slowest worker
+        for each), because the stages overlap: a forkserver started early imports while the main
+        process still prepares. ``library_import_s`` and ``model_load_s`` are how long those took.
+        """
         timings = list(self._first_pool_timing.values())
         if not timings:
             return None
-        created = self._first_pool_created
         first = [t.first_prediction_at for t in timings if t.first_prediction_at]
+        ready_at = max(t.ready_at for t in timings)
         return {
             "start_method": self._ctx.get_start_method(),
             "model_preloaded": all(t.preloaded for t in timings),
-            "pool_created_at": round(created, 3),
-            # until our code ran where the model loads: a spawned worker's interpreter, or the forkserver's
-            "process_start_s": round(max(t.started_at for t in timings) - created, 3),
-            "library_import_s": round(max(t.imported_at - t.started_at for t in timings), 3),
-            "model_load_s": round(max(t.loaded_at - t.imported_at for t in timings), 3),
-            "workers_ready_s": round(max(t.ready_at for t in timings) - created, 3),
+            "forkserver_started_early": self._ctx.get_start_method() == "forkserver" and forkserver.started_early(),
+            "pool_created_at": round(self._first_pool_created, 3),
+            "workers_ready_at": round(ready_at, 3),
             "first_prediction_at": round(min(first), 3) if first else None,
+            "main_s": round(self._first_pool_created - launched_at, 3),  # the main process reached the pool
+            # our code began where the model loads: the forkserver, or each spawned worker's interpreter
+            "loader_started_s": round(max(t.started_at for t in timings) - launched_at, 3),
+            "library_imported_s": round(max(t.imported_at for t in timings) - launched_at, 3),
+            "model_loaded_s": round(max(t.loaded_at for t in timings) - launched_at, 3),
+            "workers_ready_s": round(ready_at - launched_at, 3),
+            "first_prediction_s": round(min(first) - launched_at, 3) if first else None,
+            "library_import_s": round(max(t.imported_at - t.started_at for t in timings), 3),
+            "model_load_s": round(max(t.loaded_at - max(t.imported_at, t.handed_over_at) for t in timings), 3),
             "threads_in_use": max(t.threads_in_use for t in timings),
             "forkserver_threads_started": max(t.forkserver_threads_started for t in timings),
         }

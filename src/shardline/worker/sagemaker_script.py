@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from shardline.contract import JSON_LAYOUTS
 from shardline.worker.errors import FileError, PredictionError, SetupError
 from shardline.worker.features import ModelInputs
 
@@ -64,7 +65,6 @@ TEXT_BODIES = (CSV, JSON)  # the inference toolkit decodes these to str before i
 
 MULTI_RECORD = "multi_record"
 SINGLE_RECORD = "single_record"
-JSON_LAYOUTS = ("records", "instances", "array")
 # Keys under which JSON responses commonly carry the predictions (TF Serving, the SageMaker containers).
 PREDICTION_KEYS = ("predictions", "outputs")
 

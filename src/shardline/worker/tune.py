@@ -343,10 +343,10 @@ def run_once(args: argparse.Namespace, base: JobSettings, sample: Sample, settin
         raise SetupError(f"--tune: the sample's file {failed[0].input} failed ({failed[0].error_class}: "
                          f"{failed[0].error_message}); the tune needs a sample that runs clean: run --preview "
                          "to see why")
-    breakdown = runner.startup_breakdown() or {}
+    breakdown = runner.startup_breakdown(started) or {}
     ready = started
-    if breakdown.get("workers_ready_s") is not None:
-        ready = max(started, breakdown["pool_created_at"] + breakdown["workers_ready_s"])
+    if breakdown.get("workers_ready_at") is not None:
+        ready = max(started, breakdown["workers_ready_at"])
     return Run(rows=sum(r.rows_in for r in reports), seconds=ended - ready, startup_s=ready - started)
 
 
