@@ -255,3 +255,64 @@ def test_flat_keys_are_one_listing_at_no_extra_cost(aws_env):
     assert (listing.requests, listing.prefixes) == (1, 1)  # the delimiter listing found no folder: it was all
     assert listing.objects == list_keys(s3, bucket, "in/", threads=1).objects
     assert list_keys(s3, bucket, "nothing/") == list_keys(s3, bucket, "nothing/", threads=1)
+
+
+# -- a prefix longer than a page: split by key range -------------------------------------------------------
+
+ODD_KEYS = [
+    "", "0.parquet", "00.parquet", "9-last.csv", "A.parquet", "Z z.parquet", "_under.parquet", "a.parquet",
+    "a/b.parquet", "a/c/d.parquet", "ab.parquet", "b~.parquet", "z.parquet", "~tilde.parquet", "é.parquet",
+    "éa.parquet", "日本/x.parquet", "日本語.parquet", "\U0001f600.parquet",
+]
+
+
+def _count_calls(s3) -> list[dict]:
+    calls: list[dict] = []
+    s3.meta.events.register("before-parameter-build.s3.ListObjectsV2", lambda params, **_: calls.append(dict(params)))
+    return calls
+
+
+@pytest.mark.parametrize("page_keys", [1, 3, 7])
+def test_flat_keys_longer_than_a_page_list_in_key_ranges_side_by_side(aws_env, page_keys):
+    from shardline.planning.inputs import MAX_CHAR, list_keys
+
+    s3, bucket = _bucket_with([f"part-{i:04d}.parquet" for i in range(0, 300, 3)])
+    sequential = list_keys(s3, bucket, "in/", threads=1, page_keys=page_keys)
+    calls = _count_calls(s3)
+    split = list_keys(s3, bucket, "in/", threads=4, page_keys=page_keys)
+    assert split.objects == sequential.objects and len(split.objects) == 100
+    assert any(c.get("StartAfter", "").endswith(MAX_CHAR) for c in calls), "probes found the ranges"
+    ranges = {c["Prefix"] for c in calls if "MaxKeys" not in c or c["MaxKeys"] == page_keys} - {"in/"}
+    # part-0000 ... part-0297: every key shares in/part-0, then 0, 1 or 2 follows
+    assert ranges == {"in/part-00", "in/part-01", "in/part-02"}, ranges
+
+
+@pytest.mark.parametrize("page_keys", [1, 2, 5])
+def test_a_split_listing_of_odd_keys_equals_the_sequential_one(aws_env, page_keys):
+    """Keys of every kind of character (upper and lower case, '~', '_', accents, CJK, an emoji, a folder
+    marker equal to the prefix itself): S3's order is the keys' UTF-8 bytes, the split must agree."""
+    from shardline.planning.inputs import list_inputs_and_refusals, list_keys
+
+    s3, bucket = _bucket_with(ODD_KEYS)
+    sequential = list_keys(s3, bucket, "in/", threads=1, page_keys=page_keys)
+    assert len(sequential.objects) == len(ODD_KEYS)
+    for threads in (2, 8):
+        walked = list_keys(s3, bucket, "in/", threads=threads, page_keys=page_keys)
+        assert walked.objects == sequential.objects, threads
+    assert list_inputs_and_refusals(s3, f"s3://{bucket}/in/") == list_inputs_and_refusals(
+        s3, f"s3://{bucket}/in/", threads=1)
+
+
+@pytest.mark.parametrize("page_keys", [2, 4, 9])
+def test_folders_and_files_mixed_over_many_pages_list_each_key_once(aws_env, page_keys):
+    """A delimiter listing longer than a page: its sub-prefixes are split by range too, and a range starting
+    inside a sub-prefix the first page named does not name it twice."""
+    from shardline.planning.inputs import list_keys
+
+    keys = [f"{c}{i}/part-{j}.parquet" for c in "abcde" for i in range(4) for j in range(3)]
+    keys += [f"{c}{i}.parquet" for c in "abcdef" for i in range(5)]
+    s3, bucket = _bucket_with(keys)
+    sequential = list_keys(s3, bucket, "in/", threads=1, page_keys=page_keys)
+    walked = list_keys(s3, bucket, "in/", threads=4, page_keys=page_keys)
+    assert walked.objects == sequential.objects
+    assert len({o.key for o in walked.objects}) == len(walked.objects) == len(keys)

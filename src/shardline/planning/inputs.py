@@ -27,6 +27,10 @@ LIST_THREADS = 8
 FANOUT = 32
 MAX_DEPTH = 6
 MAX_PREFIXES = 2000
+PAGE_KEYS = 1000  # what one ListObjectsV2 call returns at most (S3's own limit)
+# A prefix longer than a page splits into at most this many key ranges, one probe each (_ranges_after).
+MAX_RANGES = 64
+MAX_CHAR = "\U0010ffff"  # sorts after every character a key may hold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +133,7 @@ class Listing:
 
 
 def list_keys(s3, bucket: str, prefix: str, *, threads: int = LIST_THREADS, fanout: int = FANOUT,
-              max_depth: int = MAX_DEPTH, max_prefixes: int = MAX_PREFIXES) -> Listing:
+              max_depth: int = MAX_DEPTH, max_prefixes: int = MAX_PREFIXES, page_keys: int = PAGE_KEYS) -> Listing:
     """Every object under ``bucket``/``prefix``, sorted by key: the sub-prefixes listed in parallel.
 
     One prefix lists one page (1,000 keys) per round trip, because each page names the next:
@@ -138,26 +142,32 @@ def list_keys(s3, bucket: str, prefix: str, *, threads: int = LIST_THREADS, fano
     returns as CommonPrefixes), so those can be listed side by side. Level by level, each
     prefix is listed with the delimiter (its own keys, and its sub-prefixes for the next
     level) while there are fewer than ``fanout`` of them and the walk is less than
-    ``max_depth`` levels deep; the last level is listed whole. A prefix with no sub-prefixes
-    (flat keys) is thereby one plain listing, at no extra cost. A level that would split
+    ``max_depth`` levels deep; the last level is listed whole. A prefix longer than a page, flat keys
+    above all, is split by key range and its ranges listed side by side (:func:`_list_prefix`);
+    one that fits a page costs one call, as before. A level that would split
     into more than ``max_prefixes`` sub-prefixes (many tiny folders, each at least one
     call) is not split: its parents are listed whole instead. ``threads=1``: the plain
     sequential listing.
     """
     if threads <= 1:
-        objects, _, requests = _list_prefix(s3, bucket, prefix, None)
+        objects, _, requests = _list_prefix(s3, bucket, prefix, None, threads=1, page_keys=page_keys)
         return Listing(sorted(objects, key=lambda o: o.key), requests, 1)
     objects: list[S3Object] = []
     requests = leaves = 0
     frontier, depth = [prefix], 0
+
+    def list_one(p: str, delimiter: str | None) -> tuple[list[S3Object], list[str], int]:
+        return _list_prefix(s3, bucket, p, delimiter, threads=threads, page_keys=page_keys)
+
     with ThreadPoolExecutor(max_workers=threads) as pool:
         while frontier:
             split = len(frontier) < fanout and depth < max_depth
-            listed = list(pool.map(lambda p, d=("/" if split else None): _list_prefix(s3, bucket, p, d), frontier))
+            delimiter = "/" if split else None
+            listed = list(pool.map(lambda p, d=delimiter: list_one(p, d), frontier))
             below = [sub for _, subs, _ in listed for sub in subs]
             requests += sum(calls for _, _, calls in listed)
             if len(below) > max_prefixes:
-                listed = list(pool.map(lambda p: _list_prefix(s3, bucket, p, None), frontier))
+                listed = list(pool.map(lambda p: list_one(p, None), frontier))
                 requests += sum(calls for _, _, calls in listed)
                 below = []
             leaves += sum(not subs for _, subs, _ in listed)
@@ -168,18 +178,100 @@ def list_keys(s3, bucket: str, prefix: str, *, threads: int = LIST_THREADS, fano
     return Listing(objects, requests, leaves)
 
 
-def _list_prefix(s3, bucket: str, prefix: str, delimiter: str | None) -> tuple[list[S3Object], list[str], int]:
+def _list_prefix(s3, bucket: str, prefix: str, delimiter: str | None, *, threads: int,
+                 page_keys: int) -> tuple[list[S3Object], list[str], int]:
     """One prefix to its last page: its objects (all, or only those right under it with a delimiter), its
-    sub-prefixes (with a delimiter), and the calls it took."""
-    kwargs = {"Bucket": bucket, "Prefix": prefix, **({"Delimiter": delimiter} if delimiter else {})}
+    sub-prefixes (with a delimiter), and the calls it took.
+
+    A prefix longer than a page is split by key range (:func:`_ranges_after`) and the ranges are listed
+    side by side: flat keys (``part-0000001`` ... ``part-1000000``) have no folders to split them by.
+    """
+    first = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=page_keys,
+                               **({"Delimiter": delimiter} if delimiter else {}))
+    objects = [S3Object(item["Key"], item["Size"]) for item in first.get("Contents", [])]
+    subs = [common["Prefix"] for common in first.get("CommonPrefixes", [])]
+    calls = 1
+    if not first.get("IsTruncated"):
+        return objects, subs, calls
+    seen = [o.key for o in objects] + subs
+    last = max(seen)  # every key up to here was on the first page (a sub-prefix stands for its keys)
+    # Past a sub-prefix means past all of its keys: they are in it, and a listing that started among them
+    # would name it again.
+    resume = last + MAX_CHAR if last in subs else last
+    ranges, probes = _ranges_after(s3, bucket, prefix, seen, last, resume) if threads > 1 else (None, 0)
+    calls += probes
+    ranges = ranges or [(prefix, resume)]  # no split: the rest is one chain of pages
+    with ThreadPoolExecutor(max_workers=min(threads, len(ranges))) as pool:
+        for found, below, taken in pool.map(lambda r: _list_range(s3, bucket, *r, delimiter, page_keys), ranges):
+            objects.extend(found)
+            subs.extend(below)
+            calls += taken
+    return objects, subs, calls
+
+
+def _list_range(s3, bucket: str, prefix: str, start_after: str | None, delimiter: str | None,
+                page_keys: int) -> tuple[list[S3Object], list[str], int]:
+    kwargs = {"Bucket": bucket, "Prefix": prefix, **({"Delimiter": delimiter} if delimiter else {}),
+              **({"StartAfter": start_after} if start_after else {})}
     objects: list[S3Object] = []
     subs: list[str] = []
     calls = 0
-    for page in s3.get_paginator("list_objects_v2").paginate(**kwargs):
+    for page in s3.get_paginator("list_objects_v2").paginate(**kwargs, PaginationConfig={"PageSize": page_keys}):
         calls += 1
         objects.extend(S3Object(item["Key"], item["Size"]) for item in page.get("Contents", []))
         subs.extend(common["Prefix"] for common in page.get("CommonPrefixes", []))
     return objects, subs, calls
+
+
+def _ranges_after(s3, bucket: str, prefix: str, seen: list[str], last: str,
+                  resume: str) -> tuple[list[tuple[str, str | None]] | None, int]:
+    """Split the keys under ``prefix`` after ``last`` into ranges that list side by side; and the probes it took.
+
+    Each range is a longer prefix, ``shared + c``: ``shared`` is the longest prefix every key under
+    ``prefix`` has (a binary search over the first page's common part), and ``c`` each character
+    that follows it in some key. S3 orders keys by their UTF-8 bytes, which is Python's string order,
+    so a probe (one key, ``StartAfter=shared + c + MAX_CHAR``) finds the first key past all of
+    ``shared + c``: the next character, or none. A range all of whose keys were on the first page
+    is left out; the one ``last`` falls in starts after ``resume``. None: no split (one chain, then).
+    """
+    probes = 0
+
+    def first_key_after(start_after: str) -> str | None:
+        nonlocal probes
+        probes += 1
+        page = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=start_after, MaxKeys=1)
+        contents = page.get("Contents", [])
+        return contents[0]["Key"] if contents else None
+
+    smallest, largest = min(seen), max(seen)  # the common part of sorted strings is that of the two ends
+    differ = next((i for i, (a, b) in enumerate(zip(smallest, largest, strict=False)) if a != b), len(smallest))
+    common = smallest[:differ]
+    low, high = len(prefix), len(common)  # every key has common[:low]; the longest shared is at most high
+    while low < high:
+        middle = (low + high + 1) // 2
+        if first_key_after(common[:middle] + MAX_CHAR) is None:
+            low = middle
+        else:
+            high = middle - 1
+    shared = common[:low]
+    chars = sorted({key[len(shared)] for key in seen if len(key) > len(shared)})
+    while chars:
+        following = first_key_after(shared + chars[-1] + MAX_CHAR)
+        if following is None:
+            break
+        if not following.startswith(shared) or len(following) == len(shared) or following[len(shared)] <= chars[-1]:
+            return None, probes  # a key past MAX_CHAR: nothing to split safely by
+        chars.append(following[len(shared)])
+        if len(chars) > MAX_RANGES:
+            return None, probes
+    ranges: list[tuple[str, str | None]] = []
+    for char in chars:
+        child = shared + char
+        head = last[:len(child)]
+        if child < head:
+            continue  # every key of it sorts before `last`: all on the first page
+        ranges.append((child, resume if child == head else None))
+    return (ranges or None), probes
 
 
 def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> list[S3Object]:
