@@ -103,7 +103,7 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
     s = spec.step(step)
     started = time.monotonic()
-    objects, refused = list_inputs_and_refusals(services.s3_client(spec), input_prefix, s.input.include,
+    objects, refused = list_inputs_and_refusals(services.s3_listing_client(spec), input_prefix, s.input.include,
                                                 s.input.exclude)
     listed = time.monotonic()
     if not objects and refused:
