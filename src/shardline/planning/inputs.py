@@ -156,18 +156,19 @@ def list_keys(s3, bucket: str, prefix: str, *, threads: int = LIST_THREADS, fano
     requests = leaves = 0
     frontier, depth = [prefix], 0
 
-    def list_one(p: str, delimiter: str | None) -> tuple[list[S3Object], list[str], int]:
-        return _list_prefix(s3, bucket, p, delimiter, threads=threads, page_keys=page_keys)
+    def list_one(p: str, delimiter: str | None, width: int) -> tuple[list[S3Object], list[str], int]:
+        # A long prefix's ranges share the threads its level leaves free (botocore keeps 10 connections).
+        return _list_prefix(s3, bucket, p, delimiter, threads=max(1, threads // width), page_keys=page_keys)
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         while frontier:
             split = len(frontier) < fanout and depth < max_depth
-            delimiter = "/" if split else None
-            listed = list(pool.map(lambda p, d=delimiter: list_one(p, d), frontier))
+            delimiter, width = ("/" if split else None), len(frontier)
+            listed = list(pool.map(lambda p, d=delimiter, w=width: list_one(p, d, w), frontier))
             below = [sub for _, subs, _ in listed for sub in subs]
             requests += sum(calls for _, _, calls in listed)
             if len(below) > max_prefixes:
-                listed = list(pool.map(lambda p: list_one(p, None), frontier))
+                listed = list(pool.map(lambda p, w=width: list_one(p, None, w), frontier))
                 requests += sum(calls for _, _, calls in listed)
                 below = []
             leaves += sum(not subs for _, subs, _ in listed)
@@ -194,6 +195,8 @@ def _list_prefix(s3, bucket: str, prefix: str, delimiter: str | None, *, threads
     if not first.get("IsTruncated"):
         return objects, subs, calls
     seen = [o.key for o in objects] + subs
+    if not seen:  # a truncated page of nothing (S3 may send one): list the prefix as one chain
+        return _list_range(s3, bucket, prefix, None, delimiter, page_keys)
     last = max(seen)  # every key up to here was on the first page (a sub-prefix stands for its keys)
     # Past a sub-prefix means past all of its keys: they are in it, and a listing that started among them
     # would name it again.
@@ -206,7 +209,8 @@ def _list_prefix(s3, bucket: str, prefix: str, delimiter: str | None, *, threads
             objects.extend(found)
             subs.extend(below)
             calls += taken
-    return objects, subs, calls
+    # S3 names a sub-prefix again when a range resumes among its keys (moto does not): keep each once.
+    return objects, sorted(set(subs)), calls
 
 
 def _list_range(s3, bucket: str, prefix: str, start_after: str | None, delimiter: str | None,
