@@ -238,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.preview or args.tune):
         # First, before this process imports pyarrow and the rest: the forkserver's own imports (the
         # model's library among them) then run beside ours, on the other core.
-        forkserver.start_early(model_dir=args.model_dir, start_method=args.start_method, use_gpu=not args.no_gpu)
+        forkserver.start_early(model_dir=args.model_dir, pinned_sha256=args.model_sha256,
+                               start_method=args.start_method, use_gpu=not args.no_gpu)
     from shardline.worker.job import run_job
     # Turn SIGTERM into an exception, so the pool is stopped and temp files are swept.
     signal.signal(signal.SIGTERM, _terminate)

@@ -19,6 +19,7 @@ This module is imported before anything heavy: it must stay light (no numpy, no 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import json
 import multiprocessing as mp
@@ -30,6 +31,7 @@ from pathlib import Path
 HANDOVER_ENV = "SHARDLINE_WORKER_HANDOVER"  # the file the main process writes the verified model's key to
 MODEL_DIR_ENV = "SHARDLINE_WORKER_MODEL_DIR"  # where the forkserver guesses the model's library from
 PARENT_ENV = "SHARDLINE_WORKER_PARENT"  # the main process: the forkserver stops waiting when it is gone
+PIN_ENV = "SHARDLINE_WORKER_PIN"  # the pinned sha256: the forkserver reads a tarball's names only if it has it
 # What the forkserver imports before it forks the first worker: the worker's code (pyarrow with it),
 # the compute functions and threadpoolctl its first batch uses, then the library and the model.
 PRELOAD_MODULES = ["shardline.worker.process", "pyarrow.compute", "threadpoolctl", "shardline.worker.preload_now"]
@@ -44,7 +46,7 @@ def preload_key(artifact, probabilities: bool) -> str:
     return json.dumps([dataclasses.asdict(artifact), probabilities], sort_keys=True)
 
 
-def start_early(*, model_dir: Path, start_method: str, use_gpu: bool) -> bool:
+def start_early(*, model_dir: Path, pinned_sha256: str | None, start_method: str, use_gpu: bool) -> bool:
     """Start the forkserver now if the pool will fork its workers from one; True if it started.
 
     ``auto`` forks CPU workers and spawns GPU workers; whether this instance has a GPU is only known
@@ -58,7 +60,7 @@ def start_early(*, model_dir: Path, start_method: str, use_gpu: bool) -> bool:
         return _started_early
     if start_method == "auto" and use_gpu and devices.may_have_gpus(os.environ):
         return False
-    _prepare_environment(model_dir)
+    _prepare_environment(model_dir, pinned_sha256)
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD_MODULES)
     from multiprocessing import forkserver
@@ -79,18 +81,32 @@ def hand_over(artifact, probabilities: bool) -> None:
     if _handed_over:
         return  # the forkserver loads one model per process; a worker given another loads its own
     if _handover is None:
-        _prepare_environment(Path(artifact.root))
+        _prepare_environment(Path(artifact.root), artifact.sha256)
         mp.get_context("forkserver").set_forkserver_preload(PRELOAD_MODULES)
-    partial = _handover.with_suffix(".partial")
-    partial.write_text(preload_key(artifact, probabilities))
-    os.replace(partial, _handover)  # the forkserver never reads half a key
+    _write(preload_key(artifact, probabilities))
     _handed_over = True
 
 
-def _prepare_environment(model_dir: Path) -> None:
+def _write(text: str) -> None:
+    partial = _handover.with_suffix(".partial")
+    partial.write_text(text)
+    os.replace(partial, _handover)  # the forkserver never reads half a key
+
+
+def _give_up() -> None:
+    """At exit without a hand-over: tell a waiting forkserver so, before the directory goes (once it is gone,
+    another user could make one of the same name)."""
+    if not _handed_over and _handover is not None:
+        with contextlib.suppress(OSError):  # the directory went already: a forkserver then sees the parent gone
+            _write("null")
+
+
+def _prepare_environment(model_dir: Path, pinned_sha256: str | None) -> None:
     """The forkserver reads its orders from the environment it starts with."""
     global _handover
-    folder = Path(tempfile.mkdtemp(prefix="shardline-handover-"))
+    folder = Path(tempfile.mkdtemp(prefix="shardline-handover-"))  # mode 0700, a name no one else can take
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    atexit.register(_give_up)  # runs first: atexit goes in reverse
     _handover = folder / "model.json"
-    os.environ.update({HANDOVER_ENV: str(_handover), MODEL_DIR_ENV: str(model_dir), PARENT_ENV: str(os.getpid())})
+    os.environ.update({HANDOVER_ENV: str(_handover), MODEL_DIR_ENV: str(model_dir), PARENT_ENV: str(os.getpid()),
+                       PIN_ENV: (pinned_sha256 or "").strip()})

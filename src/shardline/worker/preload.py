@@ -30,7 +30,7 @@ import os
 import time
 from pathlib import Path, PurePosixPath
 
-from shardline.worker.forkserver import HANDOVER_ENV, MODEL_DIR_ENV, PARENT_ENV
+from shardline.worker.forkserver import HANDOVER_ENV, MODEL_DIR_ENV, PARENT_ENV, PIN_ENV
 
 PRELOADABLE = ("sklearn", "xgboost", "torch")  # a custom inference.py's model_fn runs in each worker
 
@@ -57,51 +57,64 @@ def native_threads() -> int:
         return 0
 
 
-def guess_kind(model_dir: str) -> str | None:
-    """The model's kind from file names, before anything is verified: the directory's, or the first few of a
-    model.tar.gz's members (no member is extracted). None when no name tells."""
-    from shardline.worker.models import TARBALL, detect_kind
+def guess_kind(model_dir: str, pinned_sha256: str = "") -> str | None:
+    """The model's kind from file names, before the main process has verified anything: the directory's, or
+    a model.tar.gz's first members (nothing is extracted). A pinned tarball is read only if it has the pinned
+    digest, as the main process reads it. None when no name tells."""
+    from shardline.worker.models import TARBALL, detect_kind, sha256_of
 
     root = Path(model_dir)
     try:
         if (root / TARBALL).is_file():
+            if pinned_sha256 and sha256_of(root / TARBALL) != pinned_sha256.strip().lower():
+                return None  # not the pinned artifact: the main process refuses it; parse none of it here
             return _guess_from_tarball(root / TARBALL)
         return detect_kind(root)[0]
     except Exception:  # noqa: BLE001 - a guess: the hand-over says what the model is
         return None
 
 
-def _guess_from_tarball(path: Path, members: int = 32) -> str | None:
+def _guess_from_tarball(path: Path, members: int = 32, large: int = 8 << 20) -> str | None:
+    """custom if code/inference.py is among the first members (a script's model_fn loads its own libraries),
+    else the kind of the first model file; reading stops before the data of a large member."""
     import tarfile
 
     from shardline.worker.models import KIND_SUFFIXES
 
-    with tarfile.open(path, "r|gz") as archive:  # a stream: only the headers up to the match are read
+    guess = None
+    with tarfile.open(path, "r|gz") as archive:  # a stream: the next header is read after this member's data
         for number, member in enumerate(archive):
             name = PurePosixPath(member.name)
-            if number >= members:
-                break
             if name.parts[-2:] == ("code", "inference.py"):
                 return "custom"
-            if not member.isfile() or "code" in name.parts or name.name.startswith(("config", "metadata")):
-                continue
-            for kind, suffixes in KIND_SUFFIXES.items():
-                if name.suffix.lower() in suffixes:
-                    return kind
-    return None
+            if guess is None and member.isfile() and "code" not in name.parts \
+                    and not name.name.startswith(("config", "metadata")):
+                guess = next((kind for kind, suffixes in KIND_SUFFIXES.items()
+                              if name.suffix.lower() in suffixes), None)
+            if number + 1 >= members or member.size > large:
+                break
+    return guess
 
 
 def await_handover(path: Path, parent: int, timeout: float = HANDOVER_TIMEOUT_SECONDS) -> str | None:
-    """The key the main process writes to ``path`` once it verified the model; None if it ends first."""
+    """The key the main process writes to ``path`` once it verified the model; None if it ends first, gives up
+    (``null``), or the file is not the main process's own (its directory is, mode 0700)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            return path.read_text()
+            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
-            pass
-        if os.getppid() != parent:
-            return None  # the main process ended without a pool (a preview, a setup error)
-        time.sleep(HANDOVER_POLL_SECONDS)
+            if os.getppid() != parent:
+                return None  # the main process ended without a pool (a preview, a setup error)
+            time.sleep(HANDOVER_POLL_SECONDS)
+            continue
+        except OSError:
+            return None  # a link (O_NOFOLLOW), or unreadable: no order of the main process's
+        with os.fdopen(descriptor) as handover:
+            folder = path.parent.stat(follow_symlinks=False)
+            mine = os.fstat(descriptor).st_uid == folder.st_uid == os.getuid() and not folder.st_mode & 0o077
+            text = handover.read()
+        return text if mine and text != "null" else None
     return None
 
 
@@ -130,7 +143,7 @@ def _load() -> Preloaded | None:
     # One thread everywhere, before any library reads its setting: nothing here may start a thread.
     os.environ.update(thread_cap_env(1))
     threads_before = native_threads()
-    guess = guess_kind(os.environ.get(MODEL_DIR_ENV, ""))
+    guess = guess_kind(os.environ.get(MODEL_DIR_ENV, ""), os.environ.get(PIN_ENV, ""))
     if guess in PRELOADABLE:
         import_library(guess)  # a library's import runs none of the model's code: safe before verification
     imported_at = time.time()
