@@ -140,7 +140,7 @@ def planning_time(keys: int, layout: str) -> dict:
     def count(**_):
         calls["ListObjectsV2"] += 1
 
-    services.s3_client(spec).meta.events.register("before-call.s3.ListObjectsV2", count)
+    services.s3_listing_client(spec).meta.events.register("before-call.s3.ListObjectsV2", count)
     started = time.perf_counter()
     attempt = steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
                          output_prefix=f"s3://{bucket}/out/", model_uri=f"s3://{bucket}/model.tar.gz",
