@@ -27,7 +27,7 @@ from shardline.spec import PipelineSpec, StepSpec
 DEFAULT_ROWS = 20
 # What the preview's worker process may see of the caller's environment: enough to run Python,
 # nothing of Airflow's or AWS's secrets (the preview needs no AWS: its files are local).
-_PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 
 
 class PreviewError(Exception):
@@ -107,16 +107,16 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
     with tempfile.TemporaryDirectory(prefix="shardline-preview-") as tmp:
         root = Path(tmp)
         model_dir, data_dir = root / "model", root / "data"
-        _fetch_model(s3, model_uri, model_dir)
+        fetch_model(s3, model_uri, model_dir)
         bucket, key = sample
-        _fetch_sample(s3, bucket, key, rows, data_dir)
+        fetch_sample(s3, bucket, key, rows, data_dir)
         report_path = root / "preview.json"
         command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data_dir),
                    "--output-dir", str(root / "out"), "--model-dir", str(model_dir),
                    "--scratch-dir", str(root / "scratch"), "--host", "preview",
                    *worker_arguments(step), *pin_arguments(step, model_version), "--preview", str(rows),
                    "--preview-json", str(report_path)]
-        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+        env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
         env["PYTHONUNBUFFERED"] = "1"
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=600,
                               cwd=root, stdin=subprocess.DEVNULL)
@@ -147,7 +147,7 @@ def _exists(s3, bucket: str, key: str) -> bool:
     return True
 
 
-def _fetch_model(s3, model_uri: str, model_dir: Path) -> None:
+def fetch_model(s3, model_uri: str, model_dir: Path) -> None:
     """Download the model as SageMaker's S3Prefix input would: one object, or every object under a prefix."""
     from shardline.backends.local_supervisor import list_prefix
 
@@ -162,7 +162,7 @@ def _fetch_model(s3, model_uri: str, model_dir: Path) -> None:
         s3.download_file(bucket, key, str(dest))
 
 
-def _fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path) -> Path:
+def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path) -> Path:
     """The first ``rows`` rows of one object, as a local file of the same format."""
     data_dir.mkdir(parents=True, exist_ok=True)
     name = key.rsplit("/", 1)[-1]

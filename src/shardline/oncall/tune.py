@@ -24,7 +24,7 @@ from pathlib import Path
 
 from shardline.ledger.orchestrator import list_runs
 from shardline.oncall.errors import BadRequest, NotFound
-from shardline.oncall.preview import _PASSED_ENV, PreviewError, _fetch_model, _fetch_sample, step_uris
+from shardline.oncall.preview import PASSED_ENV, PreviewError, fetch_model, fetch_sample, step_uris
 from shardline.orchestration import services, steps
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, parse_s3_uri
@@ -106,7 +106,7 @@ def tune_step(spec: PipelineSpec, step_name: str, s3, *, out_dir: Path, input_pr
     with tempfile.TemporaryDirectory(prefix="shardline-tune-") as tmp:
         root = Path(tmp)
         model_dir, data_dir = root / "model", root / "data"
-        _fetch_model(s3, model_uri, model_dir)
+        fetch_model(s3, model_uri, model_dir)
         keys = fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data_dir)
         command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data_dir),
                    "--output-dir", str(root / "out"), "--model-dir", str(model_dir),
@@ -136,7 +136,7 @@ def fetch_inputs(s3, input_uri: str, keys: list[str], rows: int, data_dir: Path)
         relative = key[len(base):] if key.startswith(base) else key.rsplit("/", 1)[-1]
         # list_inputs has refused every key that could leave the folder, so the relative path stays inside it.
         folder = data_dir / posixpath.dirname(relative)
-        sample = _fetch_sample(s3, bucket, key, rows - total, folder)
+        sample = fetch_sample(s3, bucket, key, rows - total, folder)
         total += _rows_of(sample)
         taken.append(key)
     return taken
@@ -162,7 +162,7 @@ def _rows_of(path: Path) -> int:
 
 def _run(command: list[str], cwd: Path, echo: Callable[[str], None] | None) -> tuple[int, str, str]:
     """Run the worker; hand each line of its log to ``echo`` as it comes; (exit code, stdout, log)."""
-    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
     env["PYTHONUNBUFFERED"] = "1"
     with tempfile.TemporaryFile("w+") as out, subprocess.Popen(
             command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE,
