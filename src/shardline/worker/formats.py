@@ -42,18 +42,19 @@ def to_matrix(batch: pa.RecordBatch, features: Sequence[str], dtype: np.dtype, o
     """
     out = np.empty((batch.num_rows, len(features)), dtype=dtype, order=order)
     for j, name in enumerate(features):
-        out[:, j] = column_values(_as_float_ready(batch.column(name)))
+        out[:, j] = column_values(batch.column(name))
     return out
 
 
 def column_values(column: pa.Array) -> np.ndarray:
-    """One column as numpy values, nulls as NaN.
+    """One column as numpy values, nulls as NaN (decimals, booleans and dictionaries as float64).
 
     A number column goes through Arrow's tensor conversion, not ``Array.to_numpy``: that one
     runs Arrow's pandas conversion, which imports pandas (0.2 s, in every worker, on its first
     batch) even for a plain float column. The values are the same: a column without nulls keeps
     its type, one with nulls becomes a float type that holds each value exactly, with NaN.
     """
+    column = _as_float_ready(column)
     if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
         single = pa.RecordBatch.from_arrays([column], names=["values"])
         return single.to_tensor(null_to_nan=column.null_count > 0).to_numpy().reshape(-1)

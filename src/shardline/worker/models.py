@@ -25,7 +25,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 import numpy as np
@@ -116,16 +116,27 @@ def _extract(tarball: Path, scratch: Path, prefix: str) -> Path:
     return dest
 
 
+def kind_of_name(relative: PurePosixPath) -> str | None:
+    """The model kind a file's name (relative to the model directory) says, or None: the one rule for a
+    directory's files and a model.tar.gz's member names alike. Files under code/ belong to a script, and an
+    XGBoost config or metadata JSON is no model."""
+    if "code" in relative.parts:
+        return None
+    for kind, suffixes in KIND_SUFFIXES.items():
+        if relative.suffix.lower() in suffixes:
+            return None if kind == "xgboost" and relative.name.startswith(("config", "metadata")) else kind
+    return None
+
+
 def detect_kind(root: Path) -> tuple[str, Path]:
     """The model kind and its file under ``root``, or a SetupError that lists what was found."""
     inference = root / "code" / "inference.py"
     if inference.is_file():
         return "custom", inference
     files = sorted(p for p in root.rglob("*") if p.is_file() and "code" not in p.relative_to(root).parts)
-    for kind, suffixes in KIND_SUFFIXES.items():
-        matches = [p for p in files if p.suffix.lower() in suffixes]
-        if kind == "xgboost":
-            matches = [p for p in matches if not p.name.startswith(("config", "metadata"))]
+    kinds = {p: kind_of_name(PurePosixPath(p.relative_to(root).as_posix())) for p in files}
+    for kind in KIND_SUFFIXES:
+        matches = [p for p in files if kinds[p] == kind]
         if len(matches) == 1:
             return kind, matches[0]
         if len(matches) > 1:

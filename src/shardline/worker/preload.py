@@ -79,7 +79,7 @@ def _guess_from_tarball(path: Path, members: int = 32, large: int = 8 << 20) -> 
     else the kind of the first model file; reading stops before the data of a large member."""
     import tarfile
 
-    from shardline.worker.models import KIND_SUFFIXES
+    from shardline.worker.models import kind_of_name
 
     guess = None
     with tarfile.open(path, "r|gz") as archive:  # a stream: the next header is read after this member's data
@@ -87,10 +87,8 @@ def _guess_from_tarball(path: Path, members: int = 32, large: int = 8 << 20) -> 
             name = PurePosixPath(member.name)
             if name.parts[-2:] == ("code", "inference.py"):
                 return "custom"
-            if guess is None and member.isfile() and "code" not in name.parts \
-                    and not name.name.startswith(("config", "metadata")):
-                guess = next((kind for kind, suffixes in KIND_SUFFIXES.items()
-                              if name.suffix.lower() in suffixes), None)
+            if guess is None and member.isfile():
+                guess = kind_of_name(name)
             if number + 1 >= members or member.size > large:
                 break
     return guess

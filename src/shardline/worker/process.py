@@ -322,8 +322,6 @@ class PredictionHistogram:
                 or pa.types.is_boolean(column.type)
             self.histogram = Histogram() if numeric else None  # string labels: no histogram
         if self.histogram is not None and name == self.column:
-            if pa.types.is_boolean(column.type):
-                column = column.cast(pa.int8())
             self.histogram.add(formats.column_values(column))
 
     def to_dict(self) -> dict | None:
