@@ -2,7 +2,7 @@
 
 Against the embedded endpoint (moto_server over HTTP, started here):
   - the DynamoDB cost of one sensor poke on a step of 10,000 files (target <= 5 requests);
-  - planning a step of 100,000 input keys: listing, manifest, ledger records (target < 60 s), with the
+  - planning a step of 100,000 input keys: listing, plan file, manifest, STEP item (target < 60 s), with the
     keys in date/hour partitions (sub-prefixes listed in parallel) and flat (one listing);
   - the ledger's DynamoDB requests per 1M files and their on-demand cost (arithmetic, printed);
   - sharding skewed file sizes by key and by size: bytes on the busiest instance;
@@ -76,7 +76,7 @@ def poke_cost(files: int) -> dict:
     create_ledger_table("bench-ledger")
     model = bind_ledger("bench-ledger")
     keys = [(f"s3://raw/events/dt=2026-11-22/hour=10/part-{i:06d}.parquet", 48_000_000) for i in range(files)]
-    start_attempt(model, "bench", "run-1", "score", 1, keys)
+    start_attempt(model, "bench", "run-1", "score", 1)
     # Give every item the attributes a finished file carries, so pages are as full as in production.
     now = dt.datetime.now(dt.UTC)
     with model.batch_write() as batch:
@@ -147,12 +147,13 @@ def planning_time(keys: int, layout: str) -> dict:
                          instance_count=20)
     seconds = time.perf_counter() - started
     listing, records = attempt.planning["list_seconds"], attempt.planning["record_seconds"]
-    batches = -(-attempt.file_count // 25)
+    file_items = sum(1 for _ in model_of(spec).query(f"RUN#{spec.pipeline}#run-1",
+                                                   model_of(spec).sk.startswith("FILE#score#")))
     print(f"planning {attempt.file_count:,} keys ({layout}): {seconds:.1f}s (target < 60 s): listing {listing:.1f}s "
-          f"({calls['ListObjectsV2']} ListObjectsV2 calls), manifest + ledger records {records:.1f}s "
-          f"({batches:,} BatchWriteItem calls of 25 FILE items)")
+          f"({calls['ListObjectsV2']} ListObjectsV2 calls), ordering + plan file + manifest + STEP item "
+          f"{records:.1f}s ({file_items:,} FILE items written: an instance's claim writes each one)")
     result = {"keys": attempt.file_count, "seconds": round(seconds, 2), "list_seconds": listing,
-              "list_calls": calls["ListObjectsV2"], "record_seconds": records, "batch_write_calls": batches}
+              "list_calls": calls["ListObjectsV2"], "record_seconds": records, "file_items_written": file_items}
     if layout == "partitioned":  # the same keys listed as before this change: one chain of pages
         started = time.perf_counter()
         sequential, _ = list_inputs_and_refusals(s3, f"s3://{bucket}/in/", threads=1)
@@ -175,16 +176,15 @@ def planning_time(keys: int, layout: str) -> dict:
 
 def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
     """The ledger's DynamoDB requests and on-demand cost for a step of ``files`` files, as arithmetic."""
-    from shardline.ledger.orchestrator import BATCH_ITEMS
-
     item = poke["finished_item_bytes"]
     wru_per_item = math.ceil(item / 1024)  # a write is billed per started KB of the larger of before and after
-    plan_calls = math.ceil(files / BATCH_ITEMS) + 3  # FILE batches; RUN put + run-index batch; STEP update
-    plan_wru = files + 4  # one PENDING FILE item each (< 1 KB); RUN, 2 run-index entries, STEP
-    worker_calls = 2 * files  # job_writes: claim_file (UpdateItem RUNNING) and finish_file (UpdateItem) per file
+    plan_calls = 3  # the RUN put, the run-index batch, the STEP update: attempt 1 writes no FILE item
+    plan_wru = 4  # RUN, 2 run-index entries, STEP
+    worker_calls = 2 * files  # job_writes: claim_file (UpdateItem: creates the item, RUNNING) and finish_file
     worker_wru = 2 * files * wru_per_item
     # The sensor's poke: two Queries (STEP and SHARDs; FILE items), strongly consistent, 1 MB a page; a Query is
-    # billed on the summed size of the items it reads, rounded up to 4 KB, whatever the projection.
+    # billed on the summed size of the items it reads, rounded up to 4 KB, whatever the projection. The plan
+    # file (one S3 GET) is read once per attempt and kept by the trigger.
     poke_pages = 1 + math.ceil(files * item / 2**20)
     poke_rru = math.ceil(files * item / 4096) + 1
     wru = plan_wru + worker_wru
@@ -193,10 +193,11 @@ def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
     polls = 3600 // POLL_SECONDS
     print(f"\nledger cost per {files:,} files (DynamoDB on-demand, us-east-1: ${USD_PER_MILLION_WRU}/M WRU, "
           f"${USD_PER_MILLION_RRU}/M RRU; a finished FILE item is {item} bytes here -> {wru_per_item} WRU a write):")
-    print(f"  plan:    {plan_calls:,} requests = {files:,} / {BATCH_ITEMS} BatchWriteItem + 3; "
-          f"{plan_wru:,} WRU = {files:,} FILE items + 4")
-    print(f"  workers: {worker_calls:,} requests = 2 UpdateItem per file (claim, finish); {worker_wru:,} WRU "
-          f"(a FAILED file's error text, up to 2,000 chars, can make its finish 2-3 WRU)")
+    print(f"  plan:    {plan_calls} requests (RUN put, run-index batch, STEP update) = {plan_wru} WRU; the inputs go "
+          "to the plan file in S3 (one PUT), not to the ledger")
+    print(f"  workers: {worker_calls:,} requests = 2 UpdateItem per file (claim creates the item, finish); "
+          f"{worker_wru:,} WRU (a FAILED file's error text, up to 2,000 chars, can make its finish 2-3 WRU)")
+    print("  retries: 1 WRU more per file a retry takes (its PENDING fence item), within BatchWriteItem calls of 25")
     print(f"  writes:  {wru:,} WRU x ${USD_PER_MILLION_WRU}/M = ${cost_write:.2f} per {files:,} files")
     print(f"  poke:    {poke_pages:,} Query pages = 1 (STEP, SHARDs) + {files:,} x {item} B / 1 MB; "
           f"{poke_rru:,} RRU = {files:,} x {item} B / 4 KB, strongly consistent -> ${cost_poke:.4f} a poll; "
@@ -207,6 +208,12 @@ def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
             "worker_requests": worker_calls, "worker_wru": worker_wru, "write_usd": round(cost_write, 4),
             "poke_requests": poke_pages, "poke_rru": poke_rru, "poke_usd": round(cost_poke, 5),
             "poke_hour_usd": round(polls * cost_poke, 4)}
+
+
+def model_of(spec):
+    from shardline.orchestration import services
+
+    return services.ledger_model(spec)
 
 
 def _page_seconds(s3, bucket: str, repeats: int = 3) -> float:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from shardline.ledger import bind_ledger
+from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
 from shardline.ledger.orchestrator import (
     StaleOrchestratorError,
+    StepRecords,
+    UnclaimedFile,
     cancel_step,
     continue_attempt,
     ensure_run,
     read_step,
     start_attempt,
+    with_unclaimed,
 )
 from shardline.ledger.states import FileStatus
 
@@ -21,13 +27,14 @@ def test_plan_then_worker_updates_then_read(ledger_table):
     model = bind_ledger(ledger_table)
     ensure_run(model, "p", "run-1")
     ensure_run(model, "p", "run-1")  # idempotent
-    keys = [(f"s3://raw/in/part-{i:03d}.parquet", 100 + i) for i in range(60)]  # > 25: several BatchWrites
-    assert start_attempt(model, "p", "run-1", "score", 1, keys) == 60
+    keys = [(f"s3://raw/in/part-{i:03d}.parquet", 100 + i) for i in range(60)]
+    start_attempt(model, "p", "run-1", "score", 1)
+    assert read_step(model, "p", "run-1", "score").files == []  # the plan writes no FILE item
 
     ctx = LedgerContext(table=ledger_table, pipeline="p", run_id="run-1", step="score", attempt=1,
                         input_uri="s3://raw/in/")
     worker = WorkerLedger(ctx, "algo-1")
-    worker.claim_file("part-000.parquet")
+    worker.claim_file("part-000.parquet")  # the claim creates the item
     worker.finish_file("part-000.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
     worker.claim_file("part-001.parquet")
     worker.finish_file("part-001.parquet", FileOutcome(FileStatus.FAILED, error_class="CorruptInputError",
@@ -35,72 +42,115 @@ def test_plan_then_worker_updates_then_read(ledger_table):
 
     records = read_step(model, "p", "run-1", "score")
     assert records.step.attempt == 1
-    statuses = {f.input_key: f.status for f in records.files}
+    assert records.requests == 2  # one page for the step and its shards, one of files
+    assert [f.input_key for f in records.files] == [keys[0][0], keys[1][0]]
+    seen = with_unclaimed(records, {1: keys})  # what the plan file adds: the other 58, PENDING
+    statuses = {f.input_key: f.status for f in seen.files}
     assert len(statuses) == 60
     assert statuses["s3://raw/in/part-000.parquet"] == "SUCCEEDED"
     assert statuses["s3://raw/in/part-001.parquet"] == "FAILED"
     assert sum(s == "PENDING" for s in statuses.values()) == 58
-    assert records.requests == 2  # one page for the step and its shards, one of files
+    assert [f.input_key for f in seen.files] == [k for k, _ in keys]  # in key order, as the Query returns them
+    assert seen.planned_sizes["s3://raw/in/part-059.parquet"] == 159 and seen.planned_attempts == {1}
+
+
+def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_nothing_twice(ledger_table):
+    """Attempt 1 writes no FILE item; a retry writes one PENDING item per file, so that an instance of an older
+    attempt still running cannot finish it (its output is withdrawn); a re-plan rewrites only what is PENDING."""
+    model = bind_ledger(ledger_table)
+    keys = [(f"s3://raw/in/dt=1/part-{i:04d}.parquet", 1000 + i) for i in range(260)]  # 11 calls over 8 threads
+    assert start_attempt(model, "p", "run-6", "score", 1, keys) == 0
+    assert list(model.query("RUN#p#run-6", model.sk.startswith("FILE#score#"))) == []
+    assert start_attempt(model, "p", "run-6", "score", 2, keys) == 260
+    files = list(model.query("RUN#p#run-6", model.sk.startswith("FILE#score#")))
+    assert sorted((f.input_key, int(f.bytes_in), f.status, int(f.attempt)) for f in files) == [
+        (key, size, "PENDING", 2) for key, size in keys]
+    assert all(f.sk == f"FILE#score#{f.input_key}" and f.expires_at for f in files)
+
+    # The same attempt planned again (a retried task) is fenced off before any FILE write ...
+    with pytest.raises(StaleOrchestratorError):
+        start_attempt(model, "p", "run-6", "score", 2, keys)
+    # ... and a re-plan of the attempt (its job never started) rewrites only what is still PENDING, to the same.
+    WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-6", step="score", attempt=2,
+                               input_uri="s3://raw/in/"), "algo-1").claim_file("dt=1/part-0000.parquet")
+    assert continue_attempt(model, "p", "run-6", "score", 2, keys) == 259
+    after = {f.sk: f for f in model.query("RUN#p#run-6", model.sk.startswith("FILE#score#"))}
+    assert len(after) == 260  # no file twice
+    assert after["FILE#score#s3://raw/in/dt=1/part-0000.parquet"].status == "RUNNING"  # the claim stands
+    assert sum(f.status == "PENDING" for f in after.values()) == 259
+
+
+def test_a_finish_without_a_claim_is_refused(ledger_table):
+    """A finish is fenced on its own attempt's claim: a file no instance of that attempt claimed is not its to end."""
+    model = bind_ledger(ledger_table)
+    start_attempt(model, "p", "run-0", "score", 1)
+    worker = WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-0", step="score", attempt=1,
+                                        input_uri="s3://raw/in/"), "algo-1")
+    with pytest.raises(StaleAttemptError):
+        worker.finish_file("part-000.parquet", FileOutcome(FileStatus.SUCCEEDED))
+    assert read_step(model, "p", "run-0", "score").files == []
 
 
 def test_attempts_only_move_forward(ledger_table):
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-2", "score", 1, [("s3://raw/a", 1)])
-    start_attempt(model, "p", "run-2", "score", 2, [("s3://raw/a", 1)])
+    start_attempt(model, "p", "run-2", "score", 1)
+    start_attempt(model, "p", "run-2", "score", 2)
     with pytest.raises(StaleOrchestratorError, match=r"no longer at attempt 0"):
-        start_attempt(model, "p", "run-2", "score", 1, [("s3://raw/a", 1)])
+        start_attempt(model, "p", "run-2", "score", 1)
     # An operator's resubmission names the attempt it saw as the newest; if that moved, it loses.
     with pytest.raises(StaleOrchestratorError, match=r"no longer at attempt 1"):
-        start_attempt(model, "p", "run-2", "score", 3, [("s3://raw/a", 1)], after=1)
-    start_attempt(model, "p", "run-2", "score", 3, [("s3://raw/a", 1)], after=2)
+        start_attempt(model, "p", "run-2", "score", 3, after=1)
+    start_attempt(model, "p", "run-2", "score", 3, after=2)
     assert read_step(model, "p", "run-2", "score").step.attempt == 3
 
 
 def test_fencing_two_planners_of_one_attempt_only_one_wins(ledger_table):
     """The sensor's resubmission and an operator's forced one both saw attempt 1: exactly one plans attempt 2."""
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-3", "score", 1, [("s3://raw/a", 1), ("s3://raw/b", 1)])
-    start_attempt(model, "p", "run-3", "score", 2, [("s3://raw/a", 1), ("s3://raw/b", 1)], after=1)
-    _finish(model, "run-3", "s3://raw/a", attempt=2)  # attempt 2's job finishes a file
+    start_attempt(model, "p", "run-3", "score", 1)
+    start_attempt(model, "p", "run-3", "score", 2, after=1)
+    _finish(ledger_table, "run-3", "a", attempt=2)  # attempt 2's job finishes a file
     with pytest.raises(StaleOrchestratorError):  # the sensor, planning the attempt after the one it watched
-        start_attempt(model, "p", "run-3", "score", 2, [("s3://raw/a", 1), ("s3://raw/b", 1)])
+        start_attempt(model, "p", "run-3", "score", 2)
     statuses = {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, "p", "run-3", "score").files}
-    assert statuses["s3://raw/a"] == ("SUCCEEDED", 2)  # the loser reset nothing
+    assert statuses == {"s3://raw/a": ("SUCCEEDED", 2)}  # the loser reset nothing
+    assert read_step(model, "p", "run-3", "score").step.status == "PLANNED"
 
 
 def test_fencing_a_late_replan_never_resets_a_file_the_attempt_finished(ledger_table):
-    """A planner retry that finishes planning an attempt writes only files still PENDING (or older)."""
+    """A planner retry that takes up its never-submitted attempt writes no FILE item, so it resets nothing."""
     model = bind_ledger(ledger_table)
-    keys = [("s3://raw/a", 1), ("s3://raw/b", 1), ("s3://raw/c", 1)]
-    start_attempt(model, "p", "run-4", "score", 1, keys[:2])
-    _finish(model, "run-4", "s3://raw/a", attempt=1)
-    assert continue_attempt(model, "p", "run-4", "score", 1, keys) == 2  # b (still pending) and c (new)
-    statuses = {f.input_key: f.status for f in read_step(model, "p", "run-4", "score").files}
-    assert statuses == {"s3://raw/a": "SUCCEEDED", "s3://raw/b": "PENDING", "s3://raw/c": "PENDING"}
-    start_attempt(model, "p", "run-4", "score", 2, keys[1:])
+    start_attempt(model, "p", "run-4", "score", 1)
+    first = read_step(model, "p", "run-4", "score").step.started_at
+    _finish(ledger_table, "run-4", "a", attempt=1)
+    continue_attempt(model, "p", "run-4", "score", 1)
+    records = read_step(model, "p", "run-4", "score")
+    assert {f.input_key: f.status for f in records.files} == {"s3://raw/a": "SUCCEEDED"}
+    assert records.step.started_at > first  # what tells readers the attempt's plan file may have changed
+    start_attempt(model, "p", "run-4", "score", 2)
     with pytest.raises(StaleOrchestratorError, match="no longer a planned attempt 1"):
-        continue_attempt(model, "p", "run-4", "score", 1, keys)
+        continue_attempt(model, "p", "run-4", "score", 1)
 
 
 def test_fencing_cancel_is_conditional_on_the_attempt_seen(ledger_table):
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-5", "score", 1, [("s3://raw/a", 1)])
-    start_attempt(model, "p", "run-5", "score", 2, [("s3://raw/a", 1)])
+    start_attempt(model, "p", "run-5", "score", 1)
+    start_attempt(model, "p", "run-5", "score", 2)
     assert not cancel_step(model, "p", "run-5", "score", 1, "stale view")  # someone resubmitted meanwhile
     assert cancel_step(model, "p", "run-5", "score", 2, "wrong model")
     step = read_step(model, "p", "run-5", "score").step
     assert (step.status, step.message) == ("CANCELLED", "wrong model")
     assert not cancel_step(model, "p", "run-5", "score", 2, "again")  # already ended: left as it is
     with pytest.raises(StaleOrchestratorError):  # and the sensor cannot reopen it
-        start_attempt(model, "p", "run-5", "score", 3, [("s3://raw/a", 1)])
-    start_attempt(model, "p", "run-5", "score", 3, [("s3://raw/a", 1)], reopen_cancelled=True)  # an operator may
+        start_attempt(model, "p", "run-5", "score", 3)
+    start_attempt(model, "p", "run-5", "score", 3, reopen_cancelled=True)  # an operator may
 
 
-def _finish(model, run_id: str, key: str, attempt: int) -> None:
-    from shardline.ledger.keys import file_sk, run_pk
-
-    model(run_pk("p", run_id), file_sk("score", key)).update(
-        actions=[model.status.set("SUCCEEDED")], condition=model.attempt == attempt)
+def _finish(ledger_table: str, run_id: str, name: str, attempt: int) -> None:
+    worker = WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id=run_id, step="score",
+                                        attempt=attempt, input_uri="s3://raw/"), f"algo-{attempt}")
+    worker.claim_file(name)
+    worker.finish_file(name, FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
 
 
 def test_reading_a_step_that_was_never_planned(ledger_table):
@@ -108,30 +158,46 @@ def test_reading_a_step_that_was_never_planned(ledger_table):
     assert records.step is None and records.files == [] and records.shards == []
 
 
-# -- plan writes: parallel BatchWriteItem calls -------------------------------------------------------------
+# -- never claimed: what each attempt's plan file adds to the FILE items (pure) ------------------------------
 
 
-def test_a_plan_writes_each_file_once_over_parallel_batches_and_a_replan_writes_nothing_twice(ledger_table):
-    model = bind_ledger(ledger_table)
-    keys = [(f"s3://raw/in/dt=1/part-{i:04d}.parquet", 1000 + i) for i in range(260)]  # 11 calls over 8 threads
-    assert start_attempt(model, "p", "run-6", "score", 1, keys) == 260
-    files = list(model.query("RUN#p#run-6", model.sk.startswith("FILE#score#")))
-    assert sorted((f.input_key, int(f.bytes_in), f.status, int(f.attempt)) for f in files) == [
-        (key, size, "PENDING", 1) for key, size in keys]
-    assert all(f.sk == f"FILE#score#{f.input_key}" and f.expires_at for f in files)
-    assert len(read_step(model, "p", "run-6", "score").files) == 260  # what the sensor sees
+def _item(key: str, status: str, attempt: int, **more):
+    return SimpleNamespace(input_key=key, status=status, attempt=attempt, **more)
 
-    # The same attempt planned again (a retried task) is fenced off before any FILE write ...
-    with pytest.raises(StaleOrchestratorError):
-        start_attempt(model, "p", "run-6", "score", 1, keys)
-    # ... and a re-plan of the attempt (its job never started) rewrites only what is still PENDING, to the same.
-    WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-6", step="score", attempt=1,
-                               input_uri="s3://raw/in/"), "algo-1").claim_file("dt=1/part-0000.parquet")
-    assert continue_attempt(model, "p", "run-6", "score", 1, keys) == 259
-    after = {f.sk: f for f in model.query("RUN#p#run-6", model.sk.startswith("FILE#score#"))}
-    assert len(after) == 260  # no file twice
-    assert after["FILE#score#s3://raw/in/dt=1/part-0000.parquet"].status == "RUNNING"  # the claim stands
-    assert sum(f.status == "PENDING" for f in after.values()) == 259
+
+def _records(*files) -> StepRecords:
+    return StepRecords(step=None, files=list(files), shards=[], requests=2)
+
+
+def test_an_input_planned_again_reads_pending_under_the_newer_attempt_until_claimed():
+    records = _records(
+        _item("s3://b/a", "SUCCEEDED", 1),  # done at 1, not planned again: stays
+        _item("s3://b/b", "FAILED", 1, error_class="TimeoutError"),  # retried by 2, not claimed yet
+        _item("s3://b/c", "RUNNING", 2),  # retried by 2 and claimed: attempt 2's own record
+        _item("s3://b/d", "SUCCEEDED", 1),  # a zombie of attempt 1 finished it after 2 planned it
+        _item("s3://b/z", "FAILED", 1, error_class="UnsafeKeyError"),  # refused by the planner: in no plan file
+    )
+    planned = {1: [("s3://b/a", 10), ("s3://b/b", 20), ("s3://b/c", 30), ("s3://b/d", 40), ("s3://b/e", 50)],
+               2: [("s3://b/b", 20), ("s3://b/c", 30), ("s3://b/d", 40)]}
+    seen = {f.input_key: (f.status, f.attempt) for f in with_unclaimed(records, planned).files}
+    assert seen == {
+        "s3://b/a": ("SUCCEEDED", 1),
+        "s3://b/b": ("PENDING", 2),
+        "s3://b/c": ("RUNNING", 2),
+        "s3://b/d": ("PENDING", 2),  # attempt 1's late write does not count for attempt 2
+        "s3://b/e": ("PENDING", 1),  # planned by 1, never claimed, and left out of 2 (an operator chose files)
+        "s3://b/z": ("FAILED", 1),
+    }
+    pending = next(f for f in with_unclaimed(records, planned).files if f.input_key == "s3://b/b")
+    assert isinstance(pending, UnclaimedFile) and pending.bytes_in == 20 and pending.error_class is None
+    assert pending.host is None and pending.rows_out is None  # reads like an item no worker wrote to
+
+
+def test_without_plan_files_the_items_are_all_there_is():
+    """Steps planned before plan files (their PENDING items were written at plan time) read as they did."""
+    records = _records(_item("s3://b/a", "PENDING", 1), _item("s3://b/b", "SUCCEEDED", 1))
+    seen = with_unclaimed(records, {})
+    assert seen.files == records.files and seen.planned_attempts == frozenset()
 
 
 def test_put_items_is_idempotent_and_the_same_whatever_the_threads(ledger_table):

@@ -24,6 +24,7 @@ from shardline.ledger.orchestrator import (
 from shardline.ledger.states import StepStatus
 from shardline.oncall.service import OnCall, OnCallError, RunRef
 from shardline.orchestration import steps
+from shardline.planning.inputs import parse_s3_uri
 from shardline.spec import load_spec, parse_spec
 from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
@@ -167,8 +168,8 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
     attempt = steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
                          output_prefix=f"s3://{bucket}/out/", model_uri=f"s3://{bucket}/m.tar.gz", instance_count=3)
     finish_step(bind_ledger(ledger_table), "shard_test", "run-1", "score", 1, StepStatus.FAILED, "lost")
-    manifest = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/_shardline/")["Contents"]]
-    body = __import__("json").loads(s3.get_object(Bucket=bucket, Key=manifest[0])["Body"].read())
+    body = __import__("json").loads(s3.get_object(Bucket=bucket, Key=parse_s3_uri(attempt.manifest_uri)[1])["Body"]
+                                    .read())
     expected = [body[0]["prefix"] + e for e in dealt(body[1:], attempt.instance_count)[1]]  # algo-2's share
     oncall = OnCall({spec.pipeline: spec})
     chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", shard="algo-2").files

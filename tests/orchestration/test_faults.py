@@ -25,9 +25,10 @@ from examples import synthetic
 from shardline.backends.local import LocalBackend
 from shardline.decision.policy import Action, Decision
 from shardline.ledger import create_ledger_table
-from shardline.ledger.orchestrator import FILE_ATTRIBUTES, read_step
+from shardline.ledger.orchestrator import FILE_ATTRIBUTES
 from shardline.ledger.states import FileStatus
 from shardline.orchestration import services, steps
+from shardline.orchestration.step_files import read_step_files
 from shardline.spec import PipelineSpec, load_spec
 from tests.conftest import AWS_TEST_ENV
 from tests.faults import MotoServer, TcpProxy, moto_server
@@ -159,8 +160,8 @@ def plan_and_submit(spec: PipelineSpec, bucket: str, run_id: str, *, job_endpoin
 
 
 def file_items(spec: PipelineSpec, run_id: str) -> list:
-    records = read_step(services.ledger_model(spec), spec.pipeline, run_id, STEP,
-                        file_attributes=[*FILE_ATTRIBUTES, "output_key"])
+    """The step's files as the sensor and on-call see them: FILE items, and planned inputs not yet claimed."""
+    records = read_step_files(spec, spec.pipeline, run_id, STEP, file_attributes=[*FILE_ATTRIBUTES, "output_key"])
     return records.files
 
 

@@ -316,3 +316,33 @@ def test_folders_and_files_mixed_over_many_pages_list_each_key_once(aws_env, pag
     walked = list_keys(s3, bucket, "in/", threads=4, page_keys=page_keys)
     assert walked.objects == sequential.objects
     assert len({o.key for o in walked.objects}) == len(walked.objects) == len(keys)
+
+
+# -- the plan file: an attempt's inputs and sizes, what readers take "never claimed" from -----------------------
+
+
+def test_a_plan_file_gives_back_every_input_and_its_size_as_full_uris():
+    from shardline.planning.inputs import S3Object, parse_plan_file, plan_file_body
+
+    objects = [S3Object("in/dt=1/part-0.parquet", 10), S3Object("in/ü/ä b.parquet", 0), S3Object("in/x", 2**40)]
+    body = plan_file_body("s3://bkt/in", objects)
+    assert parse_plan_file(body, "s3://bkt/m") == [("s3://bkt/in/dt=1/part-0.parquet", 10),
+                                                    ("s3://bkt/in/ü/ä b.parquet", 0), ("s3://bkt/in/x", 2**40)]
+    assert plan_file_body("s3://bkt/in/", objects) == body  # deterministic: a re-plan of the same writes the same
+
+
+def test_a_plan_file_refuses_a_key_outside_its_prefix():
+    from shardline.planning.inputs import S3Object, plan_file_body
+
+    with pytest.raises(ValueError, match="is not under"):
+        plan_file_body("s3://bkt/in/", [S3Object("other/a.parquet", 1)])
+
+
+@pytest.mark.parametrize("body", [b"", b"not gzip", __import__("gzip").compress(b"[1, 2]"),
+                                  __import__("gzip").compress(b'{"version": 9, "prefix": "s3://b/", "files": []}'),
+                                  __import__("gzip").compress(b'{"version": 1, "prefix": "s3://b/", "files": [1]}')])
+def test_a_damaged_plan_file_is_an_error_that_names_it(body):
+    from shardline.planning.inputs import parse_plan_file
+
+    with pytest.raises(ValueError, match=r"s3://b/m/attempt-0001.files.json.gz is not a Shardline plan file"):
+        parse_plan_file(body, "s3://b/m/attempt-0001.files.json.gz")

@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from pynamodb.exceptions import PutError, UpdateError
@@ -36,9 +36,10 @@ from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
 log = logging.getLogger(__name__)
 
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
-# Plan writes: BatchWriteItem calls of 25 items (its limit) over this many threads, within the client's pool
-# of 10 connections. What a call leaves unprocessed (the table throttled it) is sent again after a backoff
-# with full jitter, doubling from BACKOFF_SECONDS up to BACKOFF_CAP_SECONDS, at most BATCH_TRIES calls in all.
+# Batch writes (a retry's fence, the refused keys' FAILED items): BatchWriteItem calls of 25 items (its limit) over this
+# many threads, within the client's pool of 10 connections. What a call leaves unprocessed (the table
+# throttled it) is sent again after a backoff with full jitter, doubling from BACKOFF_SECONDS up to
+# BACKOFF_CAP_SECONDS, at most BATCH_TRIES calls in all.
 BATCH_ITEMS = 25
 WRITE_THREADS = 8
 BATCH_TRIES = 10
@@ -166,20 +167,26 @@ def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: 
 
 
 def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                  input_keys: Iterable[tuple[str, int]], plan_json: str | None = None, *,
+                  input_keys: Iterable[tuple[str, int]] = (), plan_json: str | None = None, *,
                   after: int | None = None, reopen_cancelled: bool = False) -> int:
-    """Move the STEP item from attempt ``after`` to ``attempt`` and write a PENDING FILE item per input.
+    """Move the STEP item from attempt ``after`` to ``attempt``; for a retry, fence its inputs.
 
     Strictly forward and exclusive: attempt 1 needs a step never planned, attempt N needs the
     step still at ``after`` (default N-1). Of two planners racing for one attempt (a sensor and
     an operator's resubmission, two tries of one task) exactly one wins; the other gets
-    :class:`StaleOrchestratorError` and writes nothing. So the winner's FILE items go in plain
-    BatchWriteItem calls of 25, in parallel (:func:`put_items`): no attempt-N item can exist
-    before its STEP update, and an older attempt's instance cannot claim a file back from it
-    (claims only move forward).
+    :class:`StaleOrchestratorError` and writes nothing, not even the attempt's plan file.
+
+    Attempt 1 writes no FILE item: an input's item appears when an instance claims it
+    (``WorkerLedger.claim_file`` is an upsert fenced on the attempt), and readers take the inputs
+    planned but never claimed from the plan file (:func:`with_unclaimed`). So a step of 1M files
+    plans with one write. A retry (attempt N > 1) writes a PENDING item at N for each of its
+    ``input_keys``, in parallel BatchWriteItem calls (:func:`put_items`): the fence that refuses a
+    late finish from an instance of an older attempt still running (a zombie), so its output is
+    withdrawn instead of replacing the newer attempt's. No attempt-N item can exist before this
+    STEP update, and claims only move forward, so the plain puts overwrite nothing of attempt N.
 
     A cancelled step stays cancelled unless ``reopen_cancelled`` (an operator's resubmission).
-    ``plan_json`` records what the step was planned with. Returns the number of files written.
+    ``plan_json`` records what the step was planned with. Returns the number of FILE items written.
     """
     after = attempt - 1 if after is None else after
     c = model.Control
@@ -210,6 +217,8 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
                 f"or later first, or cancelled it): not planning attempt {attempt}"
             ) from err
         raise
+    if attempt == 1:
+        return 0
     # The items differ only in their key, input and bytes: serialize the rest once (100k pynamodb models would
     # cost the planner seconds of CPU for nothing).
     same = _attributes(model, pk=pk, status=FileStatus.PENDING.value, attempt=attempt, expires_at=model.expiry())
@@ -238,14 +247,18 @@ def record_refused(model: type[LedgerItem], pipeline: str, run_id: str, step: st
 
 
 def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                     input_keys: Iterable[tuple[str, int]]) -> int:
-    """Finish planning ``attempt``, which the STEP item already holds but whose job never started.
+                     input_keys: Iterable[tuple[str, int]] = ()) -> int:
+    """Take up planning ``attempt`` again: the STEP item holds it, but its job never started.
 
     A planner that died between its STEP update and its job submission leaves this for its
-    retry. Here each FILE write is conditional, because a late retry must never reset a file
-    that the attempt's job (submitted by someone else meanwhile) already claimed or finished:
-    only a missing item, an older attempt's item, or this attempt's PENDING item is written.
-    Returns the number of files written.
+    retry, which then writes the attempt's plan file and manifest again. Fenced: the step must
+    still be this attempt, PLANNED (not cancelled, not moved on). The new ``started_at`` tells
+    readers that the attempt's plan file may have changed.
+
+    A retry's fence (see :func:`start_attempt`) is written again, each item conditionally: a late
+    re-plan must never reset a file that the attempt's job (submitted by someone else meanwhile)
+    already claimed or finished, so only a missing item, an older attempt's item, or this
+    attempt's PENDING item is written. Returns the number of FILE items written.
     """
     pk = run_pk(pipeline, run_id)
     c = model.Control
@@ -259,6 +272,8 @@ def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: 
             raise StaleOrchestratorError(
                 f"step {step} of run {run_id} is no longer a planned attempt {attempt}: not re-planning it") from err
         raise
+    if attempt == 1:
+        return 0
     written = []
 
     def write(key_and_size: tuple[str, int]) -> None:
@@ -365,9 +380,58 @@ def backoff_seconds(calls: int, jitter: float) -> float:
 @dataclasses.dataclass(frozen=True)
 class StepRecords:
     step: LedgerItem | None
-    files: list[LedgerItem]
+    files: list  # FILE items (LedgerItem), and UnclaimedFile records once with_unclaimed has added them
     shards: list[LedgerItem]
     requests: int  # DynamoDB requests this read cost (Query pages)
+    # From the attempts' plan files (with_unclaimed): which attempts had one, and each planned input's size.
+    planned_attempts: frozenset[int] = frozenset()
+    planned_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnclaimedFile:
+    """An input an attempt planned that no instance has claimed yet: PENDING under that attempt.
+
+    It has no FILE item (the first claim writes one); it reads like one, with every field the
+    worker would have written left None.
+    """
+
+    input_key: str
+    attempt: int
+    bytes_in: int
+    status: str = FileStatus.PENDING.value
+    host: None = None
+    output_key: None = None
+    rows_in: None = None
+    rows_out: None = None
+    bytes_out: None = None
+    seconds: None = None
+    error_class: None = None
+    error_message: None = None
+    started_at: None = None
+    finished_at: None = None
+
+
+def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[str, int]]]) -> StepRecords:
+    """``records`` with every input planned but never claimed, as each attempt's plan file names them.
+
+    ``planned`` maps an attempt to its inputs (full s3:// URI, size). An input's newest planning
+    attempt owns it: when its FILE item is older than that (or there is none), no instance of that
+    attempt has claimed it yet, so it reads as PENDING there (an :class:`UnclaimedFile`), whatever
+    an older attempt wrote. This is what a PENDING item written at plan time used to say.
+    """
+    by_key = {f.input_key: f for f in records.files}
+    sizes: dict[str, int] = {}
+    added = False
+    for attempt in sorted(planned):
+        for key, size in planned[attempt]:
+            sizes[key] = size
+            item = by_key.get(key)
+            if item is None or int(item.attempt or 0) < attempt:
+                by_key[key] = UnclaimedFile(key, attempt, size)
+                added = True
+    files = sorted(by_key.values(), key=lambda f: f.input_key) if added else records.files
+    return dataclasses.replace(records, files=files, planned_attempts=frozenset(planned), planned_sizes=sizes)
 
 
 def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, *,

@@ -75,6 +75,7 @@ from shardline.oncall.views import (
     with_airflow,
 )
 from shardline.orchestration import services
+from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri
@@ -164,8 +165,7 @@ class OnCall:
                         self._airflow_run_state(ref.pipeline, ref.run_id))
 
     def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
-        records = read_step(services.ledger_model(spec), ref.pipeline, ref.run_id, step,
-                            file_attributes=FILE_DETAIL_ATTRIBUTES)
+        records = read_step_files(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
             return None
         record = StepRecord.of(records.step)
@@ -188,8 +188,8 @@ class OnCall:
             self._known_step(spec, step)
         found, planned = [], 0
         for name in names:
-            records = read_step(services.ledger_model(spec), ref.pipeline, ref.run_id, name,
-                                file_attributes=FILE_DETAIL_ATTRIBUTES)
+            records = read_step_files(spec, ref.pipeline, ref.run_id, name,
+                                      file_attributes=FILE_DETAIL_ATTRIBUTES)
             planned += records.step is not None
             found += [v for v in (file_view(name, f) for f in records.files) if v.status != FileStatus.SUCCEEDED]
         if not planned:
@@ -300,8 +300,7 @@ class OnCall:
         spec = self.spec(ref.pipeline)
         self._known_step(spec, step)
         selection.check_one_choice(shard=shard, files=files, all_failed=all_failed)
-        records = read_step(services.ledger_model(spec), ref.pipeline, ref.run_id, step,
-                            file_attributes=FILE_DETAIL_ATTRIBUTES)
+        records = read_step_files(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
             raise Conflict(f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
                            f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "

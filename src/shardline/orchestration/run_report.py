@@ -13,9 +13,10 @@ import json
 import logging
 
 from shardline.ledger.keys import run_pk, step_sk
-from shardline.ledger.orchestrator import list_runs, read_step
+from shardline.ledger.orchestrator import list_runs
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.orchestration import services
+from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri
@@ -65,8 +66,7 @@ def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
 
 def build_step_report(spec: PipelineSpec, attempt: Attempt) -> RunReport:
     """The step's report from what its run recorded, against the pipeline's earlier runs."""
-    model = services.ledger_model(spec)
-    records = read_step(model, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=None)
+    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=None)
     step_spec = spec.step(attempt.step)
     found = records_from_ledger(records.step, records.files, records.shards,
                                 instance_type=step_spec.resources.instance_type, backend=spec.backend,

@@ -35,6 +35,7 @@ from shardline.ledger.orchestrator import (
 )
 from shardline.ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
 from shardline.orchestration import services
+from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt, PlannedFile
 from shardline.planning.inputs import (
@@ -44,7 +45,9 @@ from shardline.planning.inputs import (
     manifest_body,
     manifest_order,
     parse_s3_uri,
+    plan_file_body,
     write_manifest,
+    write_plan_file,
 )
 from shardline.planning.request import build_processing_request
 from shardline.spec import PipelineSpec
@@ -82,7 +85,7 @@ def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     model = services.ledger_model(spec)
     keys = [(f"s3://{bucket}/{f.key}", f.size) for f in attempt.files]
-    # The fenced ledger write first: whoever loses a race for this attempt writes no manifest.
+    # The fenced ledger write first: whoever loses a race for this attempt writes no plan file and no manifest.
     if replan:
         continue_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys)
     else:
@@ -90,8 +93,10 @@ def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S
                       plan_json=attempt.plan_json(), after=after, reopen_cancelled=reopen_cancelled)
     if number == 1 and not replan:
         withdraw_success_marker(spec, attempt.output_prefix)
-    write_manifest(services.s3_client(spec), attempt.manifest_uri,
-                   manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
+    s3 = services.s3_client(spec)
+    # What readers take "planned, not yet claimed" from (step_files): attempt 1 writes no FILE item.
+    write_plan_file(s3, attempt.plan_file_uri, plan_file_body(attempt.input_prefix, attempt.files))
+    write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
     if number > 1:  # a resubmission reopens a run that may already have been marked failed
         set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.RUNNING, reopened=True)
     return attempt
@@ -132,8 +137,8 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
         log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
     timing = {"started_at": time.time() - (time.monotonic() - started), "list_seconds": round(listed - started, 3),
               "record_seconds": round(time.monotonic() - listed, 3)}
-    log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, manifest "
-             "and ledger records in %.1fs", step, run_id, len(objects), sum(o.size for o in objects) / 2**20,
+    log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, ordered "
+             "and recorded (plan file, manifest, ledger) in %.1fs", step, run_id, len(objects), sum(o.size for o in objects) / 2**20,
              attempt.instance_count, s.sharding, timing["list_seconds"], timing["record_seconds"])
     return attempt.model_copy(update={"planning": timing})
 
@@ -181,7 +186,7 @@ def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
 def snapshot(spec: PipelineSpec, attempt: Attempt, now: float | None = None) -> StepSnapshot:
     """What the ledger and the backend say about the step right now (Query + describe)."""
     now = now if now is not None else time.time()
-    records = read_step(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step)
+    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step)
     state = services.backend_for(spec).describe(attempt.job_name)
     files = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class, f.error_message)
              for f in records.files]
@@ -261,13 +266,13 @@ def sized_objects(spec: PipelineSpec, attempt: Attempt, keys: list[str]) -> list
     """The inputs ``keys`` (full s3:// URIs) with their sizes, for the next attempt's plan.
 
     A later attempt deals its files by size like the first (``sharding: by_size``) and records
-    each file's bytes in the ledger, so the sizes matter: they come from the ledger's FILE items
-    (the planner recorded each one), and from S3 for any the ledger lacks.
+    each file's bytes in its plan file, so the sizes matter: they come from the bytes an instance
+    read (FILE items), else from the plan files, and from S3 for any neither has.
     """
     bucket, _ = parse_s3_uri(attempt.input_prefix)
-    records = read_step(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step,
-                        file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
-    recorded = {f.input_key: int(f.bytes_in or 0) for f in records.files}
+    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step,
+                              file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
+    recorded = {**records.planned_sizes, **{f.input_key: int(f.bytes_in) for f in records.files if f.bytes_in}}
     s3 = None
     objects = []
     for key in keys:
@@ -320,7 +325,7 @@ def file_error(error_class: str | None, error_message: str | None) -> str:
 
 def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
     """Reconcile rows in against rows out for every file of a step."""
-    records = read_step(services.ledger_model(spec), pipeline, run_id, step)
+    records = read_step_files(spec, pipeline, run_id, step)
     succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
     failed = [f for f in records.files if f.status == FileStatus.FAILED]
     mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0)]
@@ -356,7 +361,7 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     """
     from shardline.backends import JobNotFound
 
-    records = read_step(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step)
+    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step)
     latest = int(records.step.attempt or 0) if records.step else 0
     if latest <= attempt.number:
         return attempt
@@ -364,8 +369,12 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     try:
         state = services.backend_for(spec).describe(name)
     except JobNotFound:
-        unfinished = [f.input_key for f in records.files
-                      if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
+        if latest in records.planned_attempts:
+            unfinished = [f.input_key for f in records.files
+                          if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
+        else:  # its planner died before the plan file: take every file that may still run, so none is lost
+            unfinished = [f.input_key for f in records.files
+                          if f.status != FileStatus.SUCCEEDED and f.error_class != UNSAFE_KEY_ERROR]
         log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest,
                     attempt.step)
         objects = sized_objects(spec, attempt, unfinished)
@@ -453,9 +462,8 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
 
     Idempotent: a retried watch task writes the same manifest again. Returns the manifest.
     """
-    model = services.ledger_model(spec)
-    records = read_step(model, attempt.pipeline, attempt.run_id, attempt.step,
-                        file_attributes=[*FILE_ATTRIBUTES, "output_key"])
+    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step,
+                              file_attributes=[*FILE_ATTRIBUTES, "output_key"])
     s3 = services.s3_client(spec)
     out_bucket, out_key = parse_s3_uri(attempt.output_prefix)
     listed: dict[str, dict] = {}
@@ -536,8 +544,8 @@ def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatu
 
 
 def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> Attempt | None:
-    """The step's newest attempt, rebuilt from the ledger alone (for the CLI and UI)."""
-    records = read_step(services.ledger_model(spec), pipeline, run_id, step)
+    """The step's newest attempt, rebuilt from the ledger and its plan files (for the CLI and UI)."""
+    records = read_step_files(spec, pipeline, run_id, step)
     if records.step is None or not records.step.plan_json:
         return None
     number = int(records.step.attempt or 1)

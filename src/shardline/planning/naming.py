@@ -45,6 +45,12 @@ def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metad
     return f"{root}/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
 
 
+def plan_file_key(output_prefix: str, run_id: str, step: str, attempt: int, metadata_prefix: str | None = None) -> str:
+    """Where an attempt's plan file lives (its inputs and their sizes, ``planning.inputs.plan_file_body``)."""
+    return manifest_key(output_prefix, run_id, step, attempt, metadata_prefix).removesuffix(".manifest") \
+        + ".files.json.gz"
+
+
 def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None) -> str:
     """Where the step-level manifest of every output goes when the step ends."""
     root = metadata_root(output_prefix, metadata_prefix)

@@ -46,7 +46,7 @@ class _SpecMixin:
 
 
 class PlanStepOperator(_SpecMixin, BaseOperator):
-    """List a step's inputs, write attempt 1's manifest and ledger records. Skips on empty input."""
+    """List a step's inputs, write attempt 1's manifest, plan file and STEP item. Skips on empty input."""
 
     template_fields = ("input_prefix", "output_prefix", "metadata_prefix", "model_uri", "model_version",
                        "input_override", "instances_override", "dry_run")

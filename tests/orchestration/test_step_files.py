@@ -1,0 +1,94 @@
+"""No FILE items at plan time: a step's first attempt writes its plan file, and every reader (the sensor's
+snapshot, the CLI and page, a resubmission, the report) still sees each planned input, PENDING until claimed."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from shardline.ledger.keys import file_sk_prefix, run_pk
+from shardline.ledger.orchestrator import UnclaimedFile
+from shardline.oncall.service import OnCall, RunRef
+from shardline.orchestration import services, steps
+from shardline.orchestration.step_files import read_step_files
+from shardline.planning.inputs import parse_plan_file, parse_s3_uri
+from tests.pipelines import parquet_bytes, plan_args, stage_step
+
+SIZES = {f"part-{i}.parquet": 300 + 100 * i for i in range(4)}
+
+
+@pytest.fixture
+def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    return stage_step("plan_files", ledger_table, xgboost_model.parent, tmp_path,
+                      {name: parquet_bytes(rows, rows) for name, rows in SIZES.items()})
+
+
+def _file_items(spec, run_id: str) -> list:
+    model = services.ledger_model(spec)
+    return list(model.query(run_pk(spec.pipeline, run_id), model.sk.startswith(file_sk_prefix("score"))))
+
+
+def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_inputs_pending(pipeline):
+    spec, bucket = pipeline
+    attempt = steps.plan(spec, "score", "run-1", **plan_args(bucket))
+    assert _file_items(spec, "run-1") == []  # one STEP write planned the step
+
+    s3 = boto3.client("s3")
+    plan_bucket, plan_key = parse_s3_uri(attempt.plan_file_uri)
+    planned = parse_plan_file(s3.get_object(Bucket=plan_bucket, Key=plan_key)["Body"].read(), attempt.plan_file_uri)
+    stored = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="in/")["Contents"]}
+    assert sorted(planned) == sorted((f"s3://{bucket}/{key}", size) for key, size in stored.items())
+
+    records = read_step_files(spec, spec.pipeline, "run-1", "score")
+    assert all(isinstance(f, UnclaimedFile) for f in records.files)
+    assert sorted((f.input_key, f.status, f.attempt, f.bytes_in) for f in records.files) == sorted(
+        (key, "PENDING", 1, size) for key, size in planned)
+    assert steps.latest_attempt(spec, spec.pipeline, "run-1", "score").file_count == 4
+
+    view = OnCall({spec.pipeline: spec}).status(RunRef(spec.pipeline, "run-1"))
+    [step] = view.steps
+    assert (step.files, step.pending, step.succeeded) == (4, 4, 0)
+    assert steps.report(spec, spec.pipeline, "run-1", "score")["files"] == 4
+
+
+def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
+    from shardline.ledger.context import LedgerContext
+    from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+    from shardline.ledger.states import FileStatus
+
+    spec, bucket = pipeline
+    steps.plan(spec, "score", "run-2", **plan_args(bucket))
+    worker = WorkerLedger(LedgerContext(spec.ledger_table, spec.pipeline, "run-2", "score", 1,
+                                        input_uri=f"s3://{bucket}/in/"), "algo-1")
+    worker.claim_file("part-0.parquet")
+    worker.claim_file("part-1.parquet")
+    worker.finish_file("part-1.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=400, rows_out=400))
+    assert len(_file_items(spec, "run-2")) == 2
+    seen = {f.input_key.rsplit("/", 1)[1]: f.status for f in read_step_files(spec, spec.pipeline, "run-2",
+                                                                               "score").files}
+    assert seen == {"part-0.parquet": "RUNNING", "part-1.parquet": "SUCCEEDED", "part-2.parquet": "PENDING",
+                    "part-3.parquet": "PENDING"}
+
+
+def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipeline):
+    """A plan task retried before its job was submitted plans the same attempt again, with what landed since."""
+    spec, bucket = pipeline
+    steps.plan(spec, "score", "run-3", **plan_args(bucket))
+    assert len(read_step_files(spec, spec.pipeline, "run-3", "score").files) == 4  # now in the reader's cache
+    boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(10, 9000))
+    again = steps.plan(spec, "score", "run-3", **plan_args(bucket))
+    assert (again.number, again.file_count) == (1, 5)
+    assert len(read_step_files(spec, spec.pipeline, "run-3", "score").files) == 5
+
+
+def test_a_resubmission_of_never_claimed_files_takes_their_sizes_from_the_plan_file(pipeline):
+    """Sizes deal a retry by size and are recorded on its fence items: none is asked of S3 again (an input
+    deleted since the plan would fail that HEAD)."""
+    spec, bucket = pipeline
+    first = steps.plan(spec, "score", "run-4", **plan_args(bucket))
+    stored = {o["Key"]: o["Size"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="in/")["Contents"]}
+    boto3.client("s3").delete_object(Bucket=bucket, Key="in/part-3.parquet")
+    keys = [f"s3://{bucket}/in/{name}" for name in SIZES]
+    sized = steps.sized_objects(spec, first, keys)  # what resubmit plans the next attempt with
+    assert [(o.key, o.size) for o in sized] == [(f"in/{name}", stored[f"in/{name}"]) for name in SIZES]
