@@ -183,8 +183,8 @@ def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
     worker_calls = 2 * files  # job_writes: claim_file (UpdateItem: creates the item, RUNNING) and finish_file
     worker_wru = 2 * files * wru_per_item
     # The sensor's poke: two Queries (STEP and SHARDs; FILE items), strongly consistent, 1 MB a page; a Query is
-    # billed on the summed size of the items it reads, rounded up to 4 KB, whatever the projection. The plan
-    # file (one S3 GET) is read once per attempt and kept by the trigger.
+    # billed on the summed size of the items it reads, rounded up to 4 KB, whatever the projection. A plan
+    # file (one S3 GET) is read once and kept in the trigger's memory (up to 1M keys in all).
     poke_pages = 1 + math.ceil(files * item / 2**20)
     poke_rru = math.ceil(files * item / 4096) + 1
     wru = plan_wru + worker_wru

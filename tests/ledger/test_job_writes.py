@@ -114,12 +114,14 @@ def test_heartbeat_is_fenced_by_the_step_item(ledger_table):
     assert model.get(run_pk("nightly", "r1"), shard_sk("score", 2, "algo-1")).status == "RUNNING"
 
 
-def test_finishing_a_file_this_attempt_never_claimed_is_rejected(ledger_table):
+def test_finishing_a_file_another_attempt_holds_is_rejected_and_one_no_attempt_holds_lands(ledger_table):
     old, new = _ledger(ledger_table, 1), _ledger(ledger_table, 2)
     old.claim_file("c.parquet")
     with pytest.raises(StaleAttemptError, match="attempt 2"):
         new.finish_file("c.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
-    with pytest.raises(StaleAttemptError):
-        new.finish_file("never-claimed.parquet", FileOutcome(FileStatus.SUCCEEDED))
     item = _file(old, "c.parquet")
     assert (item.status, item.attempt) == ("RUNNING", 1)
+    # No item at all: this attempt's claim was dropped (a retry would have written its fence item first).
+    new.finish_file("claim-dropped.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+    item = _file(new, "claim-dropped.parquet")
+    assert (item.status, item.attempt, item.input_key) == ("SUCCEEDED", 2, "claim-dropped.parquet")

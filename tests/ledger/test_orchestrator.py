@@ -71,24 +71,68 @@ def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_noth
     with pytest.raises(StaleOrchestratorError):
         start_attempt(model, "p", "run-6", "score", 2, keys)
     # ... and a re-plan of the attempt (its job never started) rewrites only what is still PENDING, to the same.
-    WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-6", step="score", attempt=2,
-                               input_uri="s3://raw/in/"), "algo-1").claim_file("dt=1/part-0000.parquet")
-    assert continue_attempt(model, "p", "run-6", "score", 2, keys) == 259
+    worker = WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-6", step="score", attempt=2,
+                                        input_uri="s3://raw/in/"), "algo-1")
+    worker.claim_file("dt=1/part-0000.parquet")
+    worker.claim_file("dt=1/part-0001.parquet")
+    worker.finish_file("dt=1/part-0001.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+    assert continue_attempt(model, "p", "run-6", "score", 2, keys) == 258
     after = {f.sk: f for f in model.query("RUN#p#run-6", model.sk.startswith("FILE#score#"))}
     assert len(after) == 260  # no file twice
     assert after["FILE#score#s3://raw/in/dt=1/part-0000.parquet"].status == "RUNNING"  # the claim stands
-    assert sum(f.status == "PENDING" for f in after.values()) == 259
+    assert after["FILE#score#s3://raw/in/dt=1/part-0001.parquet"].status == "SUCCEEDED"  # and so does the finish
+    assert sum(f.status == "PENDING" for f in after.values()) == 258
 
 
-def test_a_finish_without_a_claim_is_refused(ledger_table):
-    """A finish is fenced on its own attempt's claim: a file no instance of that attempt claimed is not its to end."""
+def test_a_finish_whose_claim_was_dropped_lands_but_a_zombie_s_is_refused_by_the_retry_s_fence(ledger_table):
+    """A claim the pump dropped (the endpoint was down past its budget) leaves no item: the finish is still this
+    attempt's. Once a retry planned the file, its PENDING item fences the older attempt's finish off."""
     model = bind_ledger(ledger_table)
     start_attempt(model, "p", "run-0", "score", 1)
-    worker = WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-0", step="score", attempt=1,
-                                        input_uri="s3://raw/in/"), "algo-1")
+    first = WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-0", step="score", attempt=1,
+                                       input_uri="s3://raw/in/"), "algo-1")
+    first.finish_file("a.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=3, rows_out=3))
+    [item] = read_step(model, "p", "run-0", "score").files
+    assert (item.input_key, item.status, int(item.attempt), int(item.rows_out)) == ("s3://raw/in/a.parquet",
+                                                                                   "SUCCEEDED", 1, 3)
+    start_attempt(model, "p", "run-0", "score", 2, [("s3://raw/in/b.parquet", 1)])
     with pytest.raises(StaleAttemptError):
-        worker.finish_file("part-000.parquet", FileOutcome(FileStatus.SUCCEEDED))
-    assert read_step(model, "p", "run-0", "score").files == []
+        first.finish_file("b.parquet", FileOutcome(FileStatus.SUCCEEDED))
+    assert {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, "p", "run-0", "score").files} == {
+        "s3://raw/in/a.parquet": ("SUCCEEDED", 1), "s3://raw/in/b.parquet": ("PENDING", 2)}
+
+
+def test_each_attempt_s_plan_file_is_recorded_with_it_and_a_re_plan_replaces_only_its_own(ledger_table):
+    from shardline.ledger.orchestrator import recorded_plan_files
+
+    model = bind_ledger(ledger_table)
+    start_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.aaa.files.json.gz")
+    continue_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.bbb.files.json.gz")
+    start_attempt(model, "p", "run-7", "score", 2, [("s3://raw/a", 1)], plan_file="s3://m/attempt-0002.ccc.files.json.gz")
+    assert recorded_plan_files(read_step(model, "p", "run-7", "score").step) == {
+        1: "s3://m/attempt-0001.bbb.files.json.gz", 2: "s3://m/attempt-0002.ccc.files.json.gz"}
+    with pytest.raises(StaleOrchestratorError):  # a late planner of attempt 1 records nothing
+        continue_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.zzz.files.json.gz")
+    assert recorded_plan_files(read_step(model, "p", "run-7", "score").step)[1].endswith(".bbb.files.json.gz")
+    assert recorded_plan_files(read_step(model, "p", "nope", "score").step) == {}
+
+
+def test_of_two_planners_that_read_the_same_record_only_one_records_its_plan_file(ledger_table):
+    """The record is written in the fenced update, conditioned on what the planner read: a planner that read it
+    before another one's update loses, even for the same attempt (two tries of one plan task)."""
+    from shardline.ledger.keys import run_pk
+    from shardline.ledger.orchestrator import _plan_files_update, recorded_plan_files
+
+    model = bind_ledger(ledger_table)
+    start_attempt(model, "p", "run-8", "score", 1, plan_file="s3://m/one")
+    stale_action, stale_condition = _plan_files_update(model, run_pk("p", "run-8"), "score", 1, "s3://m/late")
+    continue_attempt(model, "p", "run-8", "score", 1, plan_file="s3://m/two")  # the other try, first
+    from pynamodb.exceptions import UpdateError
+
+    c = model.Control
+    with pytest.raises(UpdateError):
+        c(run_pk("p", "run-8"), "STEP#score#").update(actions=stale_action, condition=stale_condition)
+    assert recorded_plan_files(read_step(model, "p", "run-8", "score").step) == {1: "s3://m/two"}
 
 
 def test_attempts_only_move_forward(ledger_table):

@@ -7,10 +7,10 @@ import boto3
 import pytest
 
 from shardline.ledger.keys import file_sk_prefix, run_pk
-from shardline.ledger.orchestrator import UnclaimedFile
+from shardline.ledger.orchestrator import UnclaimedFile, recorded_plan_files
 from shardline.oncall.service import OnCall, RunRef
 from shardline.orchestration import services, steps
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration.step_files import PlanFileMissingError, read_step_files
 from shardline.planning.inputs import parse_plan_file, parse_s3_uri
 from tests.pipelines import parquet_bytes, plan_args, stage_step
 
@@ -35,8 +35,10 @@ def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_in
     assert _file_items(spec, "run-1") == []  # one STEP write planned the step
 
     s3 = boto3.client("s3")
-    plan_bucket, plan_key = parse_s3_uri(attempt.plan_file_uri)
-    planned = parse_plan_file(s3.get_object(Bucket=plan_bucket, Key=plan_key)["Body"].read(), attempt.plan_file_uri)
+    [(number, uri)] = recorded_plan_files(read_step_files(spec, spec.pipeline, "run-1", "score").step).items()
+    assert number == 1 and uri.startswith(attempt.manifest_uri.removesuffix(".manifest"))
+    plan_bucket, plan_key = parse_s3_uri(uri)
+    planned = parse_plan_file(s3.get_object(Bucket=plan_bucket, Key=plan_key)["Body"].read(), uri)
     stored = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="in/")["Contents"]}
     assert sorted(planned) == sorted((f"s3://{bucket}/{key}", size) for key, size in stored.items())
 
@@ -72,14 +74,30 @@ def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
 
 
 def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipeline):
-    """A plan task retried before its job was submitted plans the same attempt again, with what landed since."""
+    """A plan task retried before its job was submitted plans the same attempt again, with what landed since,
+    into a plan file of its own: the one it replaces is left as it was, for no reader."""
     spec, bucket = pipeline
     steps.plan(spec, "score", "run-3", **plan_args(bucket))
-    assert len(read_step_files(spec, spec.pipeline, "run-3", "score").files) == 4  # now in the reader's cache
+    before = read_step_files(spec, spec.pipeline, "run-3", "score")
+    assert len(before.files) == 4  # now in the reader's cache
     boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(10, 9000))
     again = steps.plan(spec, "score", "run-3", **plan_args(bucket))
     assert (again.number, again.file_count) == (1, 5)
-    assert len(read_step_files(spec, spec.pipeline, "run-3", "score").files) == 5
+    after = read_step_files(spec, spec.pipeline, "run-3", "score")
+    assert len(after.files) == 5
+    assert recorded_plan_files(after.step)[1] != recorded_plan_files(before.step)[1]
+
+
+def test_a_recorded_plan_file_that_is_gone_is_an_error_that_names_it_not_a_smaller_step(pipeline):
+    spec, bucket = pipeline
+    steps.plan(spec, "score", "run-5", **plan_args(bucket))
+    uri = recorded_plan_files(read_step_files(spec, spec.pipeline, "run-5", "score").step)[1]
+    boto3.client("s3").delete_object(Bucket=bucket, Key=parse_s3_uri(uri)[1])
+    from shardline.orchestration import step_files
+
+    step_files._cache.pop(uri, None)  # another process: the API server, the CLI
+    with pytest.raises(PlanFileMissingError, match=uri.replace(".", r"\.") + " is gone"):
+        read_step_files(spec, spec.pipeline, "run-5", "score")
 
 
 def test_a_resubmission_of_never_claimed_files_takes_their_sizes_from_the_plan_file(pipeline):

@@ -95,12 +95,18 @@ class WorkerLedger:
         self._update(item, actions, condition, what=f"claim {input_key}")
 
     def finish_file(self, relative_path: str, outcome: FileOutcome) -> None:
-        """Record a file's terminal status, if this attempt still owns it."""
+        """Record a file's terminal status, if this attempt still owns it.
+
+        A file with no item yet is this attempt's too: its claim was dropped (the endpoint was
+        down past the pump's budget), and a newer attempt would have written its fence item first.
+        """
         m, ctx = self.model, self.context
         input_key = ctx.input_key(relative_path)
         finished = _now()
         item = m(self.pk, file_sk(ctx.step, input_key))
         actions = [
+            m.attempt.set(ctx.attempt),
+            m.input_key.set(input_key),
             m.status.set(outcome.status.value),
             m.rows_in.set(outcome.rows_in),
             m.rows_out.set(outcome.rows_out),
@@ -120,7 +126,7 @@ class WorkerLedger:
                 m.failed_pk.set(failures_pk(ctx.pipeline)),
                 m.failed_at.set(f"{finished.isoformat()}#{ctx.run_id}#{ctx.step}"),
             ]
-        condition = m.attempt == ctx.attempt
+        condition = m.attempt.does_not_exist() | (m.attempt == ctx.attempt)
         self._update(item, actions, condition, what=f"finish {input_key}")
 
     # -- heartbeat -------------------------------------------------------------------

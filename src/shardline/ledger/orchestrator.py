@@ -1,14 +1,16 @@
 """What the orchestrator writes and reads: plans, attempts, and the step's state.
 
-The sensor, the CLI and the UI all read the ledger through :func:`read_step`, so
-there is one way into the table. Reads are Queries on the run's partition with a
-sort-key prefix, never Scans.
+The sensor, the CLI and the UI all read a step through :func:`read_step` (one way into the
+table), with the inputs its plan files name but no instance has claimed added by
+:func:`with_unclaimed` (``orchestration.step_files.read_step_files`` does both). Reads are
+Queries on the run's partition with a sort-key prefix, never Scans.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import random
 import time
@@ -168,7 +170,7 @@ def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: 
 
 def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
                   input_keys: Iterable[tuple[str, int]] = (), plan_json: str | None = None, *,
-                  after: int | None = None, reopen_cancelled: bool = False) -> int:
+                  after: int | None = None, reopen_cancelled: bool = False, plan_file: str | None = None) -> int:
     """Move the STEP item from attempt ``after`` to ``attempt``; for a retry, fence its inputs.
 
     Strictly forward and exclusive: attempt 1 needs a step never planned, attempt N needs the
@@ -186,18 +188,24 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
     STEP update, and claims only move forward, so the plain puts overwrite nothing of attempt N.
 
     A cancelled step stays cancelled unless ``reopen_cancelled`` (an operator's resubmission).
-    ``plan_json`` records what the step was planned with. Returns the number of FILE items written.
+    ``plan_json`` records what the step was planned with; ``plan_file`` the attempt's plan file
+    (written before, under a name of its own), in the same fenced update (:func:`_plan_files_update`).
+    Returns the number of FILE items written.
     """
     after = attempt - 1 if after is None else after
     c = model.Control
+    pk = run_pk(pipeline, run_id)
     condition = c.attempt.does_not_exist() if after == 0 else (c.attempt == after)
     if not reopen_cancelled:
         condition &= c.status != StepStatus.CANCELLED.value
-    pk = run_pk(pipeline, run_id)
+    files_action, files_condition = _plan_files_update(model, pk, step, attempt, plan_file)
+    if files_condition is not None:
+        condition &= files_condition
     try:
         c(pk, step_sk(step)).update(
             actions=[
                 *([c.plan_json.set(plan_json)] if plan_json else []),
+                *files_action,
                 c.attempt.set(attempt),
                 c.status.set(StepStatus.PLANNED.value),
                 c.pipeline.set(pipeline),
@@ -247,13 +255,13 @@ def record_refused(model: type[LedgerItem], pipeline: str, run_id: str, step: st
 
 
 def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                     input_keys: Iterable[tuple[str, int]] = ()) -> int:
+                     input_keys: Iterable[tuple[str, int]] = (), *, plan_file: str | None = None) -> int:
     """Take up planning ``attempt`` again: the STEP item holds it, but its job never started.
 
     A planner that died between its STEP update and its job submission leaves this for its
-    retry, which then writes the attempt's plan file and manifest again. Fenced: the step must
-    still be this attempt, PLANNED (not cancelled, not moved on). The new ``started_at`` tells
-    readers that the attempt's plan file may have changed.
+    retry, which writes a new plan file first (``plan_file``, recorded here in place of the
+    attempt's earlier one) and the manifest again. Fenced: the step must still be this attempt,
+    PLANNED (not cancelled, not moved on), and its plan files what this planner read.
 
     A retry's fence (see :func:`start_attempt`) is written again, each item conditionally: a late
     re-plan must never reset a file that the attempt's job (submitted by someone else meanwhile)
@@ -262,10 +270,14 @@ def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: 
     """
     pk = run_pk(pipeline, run_id)
     c = model.Control
+    files_action, files_condition = _plan_files_update(model, pk, step, attempt, plan_file)
+    condition = (c.attempt == attempt) & (c.status == StepStatus.PLANNED.value)
+    if files_condition is not None:
+        condition &= files_condition
     try:  # still this attempt's, and not cancelled
         c(pk, step_sk(step)).update(
-            actions=[c.started_at.set(_now()), c.expires_at.set(c.expiry())],
-            condition=(c.attempt == attempt) & (c.status == StepStatus.PLANNED.value),
+            actions=[c.started_at.set(_now()), c.expires_at.set(c.expiry()), *files_action],
+            condition=condition,
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
@@ -294,6 +306,32 @@ def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: 
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
         list(pool.map(write, list(input_keys)))
     return len(written)
+
+
+def _plan_files_update(model: type[LedgerItem], pk: str, step: str, attempt: int, plan_file: str | None):
+    """The STEP item's record of each attempt's plan file, with ``attempt``'s set to ``plan_file``.
+
+    Returns the update's action and its condition: the record must still be what was read here,
+    so of two planners only one records its file (the fenced update fails for the other). Each
+    plan file has a name of its own, so the file a reader takes from this record is never
+    overwritten, and an older attempt's is found even where a later attempt's output settings differ.
+    """
+    c = model.Control
+    if plan_file is None:
+        return [], None
+    try:
+        recorded = c.get(pk, step_sk(step), consistent_read=True,
+                         attributes_to_get=[c.plan_files.attr_name]).plan_files
+    except c.DoesNotExist:
+        recorded = None
+    files = {**json.loads(recorded or "{}"), str(attempt): plan_file}
+    condition = c.plan_files.does_not_exist() if recorded is None else (c.plan_files == recorded)
+    return [c.plan_files.set(json.dumps(files, sort_keys=True))], condition
+
+
+def recorded_plan_files(step_item) -> dict[int, str]:
+    """Each attempt's plan file as the STEP item records it; empty for a step planned before plan files."""
+    return {int(attempt): uri for attempt, uri in json.loads(getattr(step_item, "plan_files", None) or "{}").items()}
 
 
 def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,

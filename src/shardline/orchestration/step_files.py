@@ -1,14 +1,12 @@
 """A step's files as every reader sees them: its FILE items, and the inputs planned but never claimed.
 
 A step's first attempt writes no FILE item at plan time (``ledger.orchestrator.start_attempt``);
-an instance's first claim does. So the sensor, the CLI, the page and the run report read the step through
-:func:`read_step_files`: the ledger's Query, plus each attempt's plan file from S3 (its inputs
-and sizes), merged by ``ledger.orchestrator.with_unclaimed``.
+an instance's first claim does. So the sensor, the CLI, the page and the run report read the step
+through :func:`read_step_files`: the ledger's Query, plus the plan file of each attempt that the
+STEP item records (its inputs and sizes, in S3), merged by ``ledger.orchestrator.with_unclaimed``.
 
-A submitted attempt's plan file never changes, so plan files are kept in memory between reads
-(a trigger polls the same step every few seconds). Only the newest attempt's may be rewritten,
-by a re-plan before its job starts, which moves the STEP item's ``started_at``: that time is part
-of the newest file's cache key.
+Each plan file has a name of its own and is never rewritten (a re-plan writes a new one), so plan
+files are kept in memory between reads: a trigger polls the same step every few seconds.
 """
 
 from __future__ import annotations
@@ -16,16 +14,20 @@ from __future__ import annotations
 import collections
 import threading
 
-from shardline.ledger.orchestrator import FILE_ATTRIBUTES, StepRecords, read_step, with_unclaimed
+from shardline.ledger.orchestrator import FILE_ATTRIBUTES, StepRecords, read_step, recorded_plan_files, with_unclaimed
 from shardline.orchestration import services
-from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_plan_file, parse_s3_uri
 from shardline.spec import PipelineSpec
 
-# About 150 MB of keys at most: one 1M-file step, or many small ones.
+# About 200 bytes of memory a key: 1M keys in all (one 1M-file step, or many small ones), beyond what one read
+# needs at once (those are never evicted while it runs).
 MAX_CACHED_KEYS = 1_000_000
-_cache: collections.OrderedDict[tuple[str, str], list[tuple[str, int]]] = collections.OrderedDict()
+_cache: collections.OrderedDict[str, list[tuple[str, int]]] = collections.OrderedDict()
 _cache_lock = threading.Lock()
+
+
+class PlanFileMissingError(RuntimeError):
+    """The STEP item records a plan file that S3 no longer has: the step's inputs cannot all be accounted for."""
 
 
 def read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, *,
@@ -33,44 +35,42 @@ def read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, *
     """The STEP, SHARD and FILE items of a step, with every input planned but not yet claimed added as
     PENDING under the attempt that planned it (``ledger.orchestrator.UnclaimedFile``)."""
     records = read_step(services.ledger_model(spec), pipeline, run_id, step, file_attributes=file_attributes)
-    if records.step is None or not records.step.plan_json or not records.step.attempt:
+    if records.step is None:
         return records
-    return with_unclaimed(records, planned_inputs(spec, records.step, pipeline, run_id, step))
+    return with_unclaimed(records, planned_inputs(spec, records.step))
 
 
-def planned_inputs(spec: PipelineSpec, step_item, pipeline: str, run_id: str, step: str
-                   ) -> dict[int, list[tuple[str, int]]]:
-    """Each attempt's planned inputs (full s3:// URI, size), read from its plan file.
+def planned_inputs(spec: PipelineSpec, step_item) -> dict[int, list[tuple[str, int]]]:
+    """Each attempt's planned inputs (full s3:// URI, size), from the plan files the STEP item records.
 
-    An attempt without one is left out: planned by a Shardline that wrote PENDING FILE items
-    instead, or a plan task that died before writing it (its retry writes it).
+    A step planned before plan files records none (its PENDING FILE items say it all). A recorded
+    file that is gone (deleted by hand, or by a lifecycle rule on the metadata prefix) is an
+    error: without it a file never claimed would vanish from the step and its tolerance.
     """
-    newest = int(step_item.attempt)
-    plan = Attempt.from_plan(step_item.plan_json, newest, 0, pipeline=pipeline, run_id=run_id, step=step)
-    planned = {}
-    for number in range(1, newest + 1):
-        uri = plan.model_copy(update={"number": number}).plan_file_uri
-        version = step_item.started_at.isoformat() if number == newest and step_item.started_at else ""
-        inputs = _plan_file(spec, uri, version)
-        if inputs is not None:
-            planned[number] = inputs
-    return planned
+    files = recorded_plan_files(step_item)
+    return {attempt: _plan_file(spec, uri, keep=set(files.values())) for attempt, uri in sorted(files.items())}
 
 
-def _plan_file(spec: PipelineSpec, uri: str, version: str) -> list[tuple[str, int]] | None:
+def _plan_file(spec: PipelineSpec, uri: str, *, keep: set[str]) -> list[tuple[str, int]]:
     with _cache_lock:
-        if (uri, version) in _cache:
-            _cache.move_to_end((uri, version))
-            return _cache[(uri, version)]
+        if uri in _cache:
+            _cache.move_to_end(uri)
+            return _cache[uri]
     s3 = services.s3_client(spec)
     bucket, key = parse_s3_uri(uri)
     try:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except (s3.exceptions.NoSuchKey, s3.exceptions.NoSuchBucket):
-        return None  # not cached: a plan in progress writes it in a moment
+    except (s3.exceptions.NoSuchKey, s3.exceptions.NoSuchBucket) as err:
+        raise PlanFileMissingError(
+            f"{uri} is gone: the step's ledger record names it as the list of the inputs one attempt planned, so "
+            "the files of that attempt no instance has claimed cannot be counted. Restore it (or keep lifecycle "
+            "rules off the metadata prefix's manifests/ folder while a run is in flight)") from err
     inputs = parse_plan_file(body, uri)
     with _cache_lock:
-        _cache[(uri, version)] = inputs
-        while len(_cache) > 1 and sum(len(v) for v in _cache.values()) > MAX_CACHED_KEYS:
-            _cache.popitem(last=False)
+        _cache[uri] = inputs
+        total = sum(len(v) for v in _cache.values())
+        for old in [u for u in _cache if u not in keep]:
+            if total <= MAX_CACHED_KEYS:
+                break
+            total -= len(_cache.pop(old))
     return inputs

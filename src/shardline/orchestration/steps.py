@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import logging
 import time
+import uuid
 
 from shardline import contract
 from shardline.decision.policy import (
@@ -84,18 +85,21 @@ def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S
     attempt = base.next(number, [PlannedFile.of(o) for o in ordered])
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     model = services.ledger_model(spec)
+    s3 = services.s3_client(spec)
     keys = [(f"s3://{bucket}/{f.key}", f.size) for f in attempt.files]
-    # The fenced ledger write first: whoever loses a race for this attempt writes no plan file and no manifest.
+    # What readers take "planned, not yet claimed" from (step_files): attempt 1 writes no FILE item. Written
+    # first, under a name of its own; the fenced STEP update then records it, so a reader never finds the
+    # STEP item naming a file not there yet, and a planner that loses the race leaves only an unread file.
+    plan_file = attempt.plan_file_uri(uuid.uuid4().hex[:12])
+    write_plan_file(s3, plan_file, plan_file_body(attempt.input_prefix, attempt.files))
     if replan:
-        continue_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys)
+        continue_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys, plan_file=plan_file)
     else:
         start_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys,
-                      plan_json=attempt.plan_json(), after=after, reopen_cancelled=reopen_cancelled)
+                      plan_json=attempt.plan_json(), after=after, reopen_cancelled=reopen_cancelled,
+                      plan_file=plan_file)
     if number == 1 and not replan:
         withdraw_success_marker(spec, attempt.output_prefix)
-    s3 = services.s3_client(spec)
-    # What readers take "planned, not yet claimed" from (step_files): attempt 1 writes no FILE item.
-    write_plan_file(s3, attempt.plan_file_uri, plan_file_body(attempt.input_prefix, attempt.files))
     write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
     if number > 1:  # a resubmission reopens a run that may already have been marked failed
         set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.RUNNING, reopened=True)
@@ -138,8 +142,9 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     timing = {"started_at": time.time() - (time.monotonic() - started), "list_seconds": round(listed - started, 3),
               "record_seconds": round(time.monotonic() - listed, 3)}
     log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, ordered "
-             "and recorded (plan file, manifest, ledger) in %.1fs", step, run_id, len(objects), sum(o.size for o in objects) / 2**20,
-             attempt.instance_count, s.sharding, timing["list_seconds"], timing["record_seconds"])
+             "and recorded (plan file, manifest, ledger) in %.1fs", step, run_id, len(objects),
+             sum(o.size for o in objects) / 2**20, attempt.instance_count, s.sharding, timing["list_seconds"],
+             timing["record_seconds"])
     return attempt.model_copy(update={"planning": timing})
 
 
@@ -369,12 +374,8 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     try:
         state = services.backend_for(spec).describe(name)
     except JobNotFound:
-        if latest in records.planned_attempts:
-            unfinished = [f.input_key for f in records.files
-                          if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
-        else:  # its planner died before the plan file: take every file that may still run, so none is lost
-            unfinished = [f.input_key for f in records.files
-                          if f.status != FileStatus.SUCCEEDED and f.error_class != UNSAFE_KEY_ERROR]
+        unfinished = [f.input_key for f in records.files
+                      if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
         log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest,
                     attempt.step)
         objects = sized_objects(spec, attempt, unfinished)

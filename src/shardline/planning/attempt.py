@@ -67,10 +67,10 @@ class Attempt(BaseModel):
         """The s3:// URI of this attempt's ManifestFile."""
         return naming.manifest_key(self.output_prefix, self.run_id, self.step, self.number, self.metadata_prefix)
 
-    @property
-    def plan_file_uri(self) -> str:
-        """The s3:// URI of this attempt's plan file: its inputs and their sizes."""
-        return naming.plan_file_key(self.output_prefix, self.run_id, self.step, self.number, self.metadata_prefix)
+    def plan_file_uri(self, stamp: str) -> str:
+        """The s3:// URI of one plan of this attempt (``stamp`` names the plan): its inputs and their sizes."""
+        return naming.plan_file_key(self.output_prefix, self.run_id, self.step, self.number, stamp,
+                                    self.metadata_prefix)
 
     def report_uri(self, suffix: str = "html") -> str:
         """The s3:// URI of this step's run report (``report.html``, or ``report.json`` with ``suffix="json"``)."""

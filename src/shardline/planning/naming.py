@@ -45,10 +45,15 @@ def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metad
     return f"{root}/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
 
 
-def plan_file_key(output_prefix: str, run_id: str, step: str, attempt: int, metadata_prefix: str | None = None) -> str:
-    """Where an attempt's plan file lives (its inputs and their sizes, ``planning.inputs.plan_file_body``)."""
+def plan_file_key(output_prefix: str, run_id: str, step: str, attempt: int, stamp: str,
+                  metadata_prefix: str | None = None) -> str:
+    """Where one plan of an attempt keeps its inputs and their sizes (``planning.inputs.plan_file_body``).
+
+    ``stamp`` is unique to each plan (a re-plan of the attempt writes a new file), so a planner
+    that lost its race, or wakes late, never overwrites the file the STEP item names.
+    """
     return manifest_key(output_prefix, run_id, step, attempt, metadata_prefix).removesuffix(".manifest") \
-        + ".files.json.gz"
+        + f".{stamp}.files.json.gz"
 
 
 def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None) -> str:
