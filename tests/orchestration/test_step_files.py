@@ -10,7 +10,7 @@ from shardline.ledger.keys import file_sk_prefix, run_pk
 from shardline.ledger.orchestrator import UnclaimedFile, recorded_plan_files
 from shardline.oncall.service import OnCall, RunRef
 from shardline.orchestration import services, steps
-from shardline.orchestration.step_files import PlanFileMissingError, read_step_files
+from shardline.orchestration.step_files import PlanFileError, read_step_files
 from shardline.planning.inputs import parse_plan_file, parse_s3_uri
 from tests.pipelines import parquet_bytes, plan_args, stage_step
 
@@ -96,8 +96,12 @@ def test_a_recorded_plan_file_that_is_gone_is_an_error_that_names_it_not_a_small
     from shardline.orchestration import step_files
 
     step_files._cache.pop(uri, None)  # another process: the API server, the CLI
-    with pytest.raises(PlanFileMissingError, match=uri.replace(".", r"\.") + " is gone"):
+    with pytest.raises(PlanFileError, match=uri.replace(".", r"\.") + " is gone"):
         read_step_files(spec, spec.pipeline, "run-5", "score")
+    from shardline.oncall.errors import Conflict
+
+    with pytest.raises(Conflict, match="is gone"):  # what `shardline status` and the page say, not a traceback
+        OnCall({spec.pipeline: spec}).status(RunRef(spec.pipeline, "run-5"))
 
 
 def test_a_resubmission_of_never_claimed_files_takes_their_sizes_from_the_plan_file(pipeline):

@@ -251,6 +251,17 @@ def test_records_from_ledger_items():
     assert (two.host, two.attempt, two.started_at, two.ended_at) == ("algo-2", 2, at(60), at(64))
 
 
+def test_a_file_claimed_but_never_finished_takes_its_bytes_from_the_plan():
+    """A claim writes no size (the plan file has it): the report still counts the file's bytes on its shard."""
+    step, files, shards = ledger_items()
+    running = LedgerItem(run_pk("scores", "r7"), file_sk("score", "in/d"), status="RUNNING", attempt=2,
+                         input_key="in/d", host="algo-2", started_at=at(62))
+    records = records_from_ledger(step, [*files, running], shards, instance_type="ml.c5.xlarge",
+                                  planned_sizes={"in/d": 4096, "in/a": 1})
+    by_key = {f.key: f.bytes_in for f in records.files}
+    assert by_key["in/d"] == 4096 and by_key["in/a"] == 1000  # what an instance read comes first
+
+
 def test_records_from_attribute_dicts_and_iso_strings_match():
     step, files, shards = ledger_items()
     from_items = records_from_ledger(step, files, shards, instance_type="ml.c5.xlarge")

@@ -75,7 +75,7 @@ from shardline.oncall.views import (
     with_airflow,
 )
 from shardline.orchestration import services
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration.step_files import PlanFileError, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri
@@ -100,6 +100,15 @@ def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
         specs[spec.pipeline] = spec
     return specs
 
+
+
+def _read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, **kwargs):
+    """A step's files (``orchestration.step_files``); a plan file gone or damaged is a :class:`Conflict` that
+    says which, instead of a traceback."""
+    try:
+        return read_step_files(spec, pipeline, run_id, step, **kwargs)
+    except PlanFileError as err:
+        raise Conflict(f"step {step} of {pipeline}/{run_id}: {err}") from err
 
 class OnCall:
     """On-call actions over the pipelines in one DAGs folder."""
@@ -165,7 +174,7 @@ class OnCall:
                         self._airflow_run_state(ref.pipeline, ref.run_id))
 
     def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
-        records = read_step_files(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
+        records = _read_step_files(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
             return None
         record = StepRecord.of(records.step)
@@ -188,7 +197,7 @@ class OnCall:
             self._known_step(spec, step)
         found, planned = [], 0
         for name in names:
-            records = read_step_files(spec, ref.pipeline, ref.run_id, name,
+            records = _read_step_files(spec, ref.pipeline, ref.run_id, name,
                                       file_attributes=FILE_DETAIL_ATTRIBUTES)
             planned += records.step is not None
             found += [v for v in (file_view(name, f) for f in records.files) if v.status != FileStatus.SUCCEEDED]
@@ -300,7 +309,7 @@ class OnCall:
         spec = self.spec(ref.pipeline)
         self._known_step(spec, step)
         selection.check_one_choice(shard=shard, files=files, all_failed=all_failed)
-        records = read_step_files(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
+        records = _read_step_files(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
             raise Conflict(f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
                            f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "

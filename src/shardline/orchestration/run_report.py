@@ -70,7 +70,8 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt) -> RunReport:
     step_spec = spec.step(attempt.step)
     found = records_from_ledger(records.step, records.files, records.shards,
                                 instance_type=step_spec.resources.instance_type, backend=spec.backend,
-                                pipeline=attempt.pipeline, run_id=attempt.run_id, step=attempt.step)
+                                pipeline=attempt.pipeline, run_id=attempt.run_id, step=attempt.step,
+                                planned_sizes=records.planned_sizes)
     histogram, missing = current_histogram(spec, attempt, records.files)
     previous = previous_reports(spec, attempt)
     prices, price_note = prices_for(spec, attempt.step)

@@ -26,8 +26,8 @@ _cache: collections.OrderedDict[str, list[tuple[str, int]]] = collections.Ordere
 _cache_lock = threading.Lock()
 
 
-class PlanFileMissingError(RuntimeError):
-    """The STEP item records a plan file that S3 no longer has: the step's inputs cannot all be accounted for."""
+class PlanFileError(RuntimeError):
+    """A plan file the STEP item records is gone or damaged: the step's inputs cannot all be accounted for."""
 
 
 def read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, *,
@@ -61,11 +61,14 @@ def _plan_file(spec: PipelineSpec, uri: str, *, keep: set[str]) -> list[tuple[st
     try:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except (s3.exceptions.NoSuchKey, s3.exceptions.NoSuchBucket) as err:
-        raise PlanFileMissingError(
+        raise PlanFileError(
             f"{uri} is gone: the step's ledger record names it as the list of the inputs one attempt planned, so "
             "the files of that attempt no instance has claimed cannot be counted. Restore it (or keep lifecycle "
             "rules off the metadata prefix's manifests/ folder while a run is in flight)") from err
-    inputs = parse_plan_file(body, uri)
+    try:
+        inputs = parse_plan_file(body, uri)
+    except ValueError as err:
+        raise PlanFileError(str(err)) from err
     with _cache_lock:
         _cache[uri] = inputs
         total = sum(len(v) for v in _cache.values())

@@ -637,7 +637,7 @@ def _int(value: Any) -> int:
 def records_from_ledger(step_item: Any, file_items: Iterable[Any], shard_items: Iterable[Any], *,
                         instance_type: str, backend: Literal["sagemaker", "local"] = "sagemaker",
                         pipeline: str | None = None, run_id: str | None = None,
-                        step: str | None = None) -> ReportRecords:
+                        step: str | None = None, planned_sizes: Mapping[str, int] | None = None) -> ReportRecords:
     """The report's records from one step's ledger items (pynamodb items or their attribute dicts).
 
     ``step_item``, ``file_items`` and ``shard_items`` are what
@@ -645,7 +645,8 @@ def records_from_ledger(step_item: Any, file_items: Iterable[Any], shard_items: 
     returns (the default attributes leave out the files' hosts, bytes and times). The ledger
     does not record an instance's type (the spec's ``resources.instance_type`` does), nor when an
     instance started: its first file's claim is taken for that, and its last heartbeat for its end.
-    ``pipeline``/``run_id``/``step`` fill what a missing STEP item cannot tell.
+    ``pipeline``/``run_id``/``step`` fill what a missing STEP item cannot tell. ``planned_sizes`` (input key ->
+    bytes, from the plan files) gives the bytes of a file claimed but never finished, whose item has none.
     """
     identity = StepIdentity(
         pipeline=_get(step_item, "pipeline") or pipeline or "",
@@ -657,11 +658,13 @@ def records_from_ledger(step_item: Any, file_items: Iterable[Any], shard_items: 
     for item in file_items:
         error_class, error_message = _get(item, "error_class"), _get(item, "error_message")
         error = ": ".join(x for x in (error_class, error_message) if x) or None
+        key = _get(item, "input_key") or str(_get(item, "sk") or "").split("#", 2)[-1]
         files.append(FileRecord(
-            key=_get(item, "input_key") or str(_get(item, "sk") or "").split("#", 2)[-1],
+            key=key,
             status=str(_get(item, "status") or FileStatus.PENDING.value), host=_get(item, "host"),
             attempt=_int(_get(item, "attempt")) or 1, rows_in=_int(_get(item, "rows_in")),
-            rows_out=_int(_get(item, "rows_out")), bytes_in=_int(_get(item, "bytes_in")),
+            rows_out=_int(_get(item, "rows_out")),
+            bytes_in=_int(_get(item, "bytes_in")) or (planned_sizes or {}).get(key, 0),
             bytes_out=_int(_get(item, "bytes_out")), started_at=_time(_get(item, "started_at")),
             finished_at=_time(_get(item, "finished_at")),
             seconds=float(s) if (s := _get(item, "seconds")) is not None else None,
