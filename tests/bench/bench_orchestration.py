@@ -147,8 +147,8 @@ def planning_time(keys: int, layout: str) -> dict:
                          instance_count=20)
     seconds = time.perf_counter() - started
     listing, records = attempt.planning["list_seconds"], attempt.planning["record_seconds"]
-    file_items = sum(1 for _ in model_of(spec).query(f"RUN#{spec.pipeline}#run-1",
-                                                   model_of(spec).sk.startswith("FILE#score#")))
+    model = services.ledger_model(spec)
+    file_items = sum(1 for _ in model.query(f"RUN#{spec.pipeline}#run-1", model.sk.startswith("FILE#score#")))
     print(f"planning {attempt.file_count:,} keys ({layout}): {seconds:.1f}s (target < 60 s): listing {listing:.1f}s "
           f"({calls['ListObjectsV2']} ListObjectsV2 calls), ordering + plan file + manifest + STEP item "
           f"{records:.1f}s ({file_items:,} FILE items written: an instance's claim writes each one)")
@@ -208,12 +208,6 @@ def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
             "worker_requests": worker_calls, "worker_wru": worker_wru, "write_usd": round(cost_write, 4),
             "poke_requests": poke_pages, "poke_rru": poke_rru, "poke_usd": round(cost_poke, 5),
             "poke_hour_usd": round(polls * cost_poke, 4)}
-
-
-def model_of(spec):
-    from shardline.orchestration import services
-
-    return services.ledger_model(spec)
 
 
 def _page_seconds(s3, bucket: str, repeats: int = 3) -> float:

@@ -51,7 +51,7 @@ def test_plan_then_worker_updates_then_read(ledger_table):
     assert statuses["s3://raw/in/part-001.parquet"] == "FAILED"
     assert sum(s == "PENDING" for s in statuses.values()) == 58
     assert [f.input_key for f in seen.files] == [k for k, _ in keys]  # in key order, as the Query returns them
-    assert seen.planned_sizes["s3://raw/in/part-059.parquet"] == 159 and seen.planned_attempts == {1}
+    assert seen.planned_sizes["s3://raw/in/part-059.parquet"] == 159 and len(seen.planned_sizes) == 60
 
 
 def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_nothing_twice(ledger_table):
@@ -241,7 +241,7 @@ def test_without_plan_files_the_items_are_all_there_is():
     """Steps planned before plan files (their PENDING items were written at plan time) read as they did."""
     records = _records(_item("s3://b/a", "PENDING", 1), _item("s3://b/b", "SUCCEEDED", 1))
     seen = with_unclaimed(records, {})
-    assert seen.files == records.files and seen.planned_attempts == frozenset()
+    assert seen.files == records.files and seen.planned_sizes == {}
 
 
 def test_put_items_is_idempotent_and_the_same_whatever_the_threads(ledger_table):

@@ -421,8 +421,7 @@ class StepRecords:
     files: list  # FILE items (LedgerItem), and UnclaimedFile records once with_unclaimed has added them
     shards: list[LedgerItem]
     requests: int  # DynamoDB requests this read cost (Query pages)
-    # From the attempts' plan files (with_unclaimed): which attempts had one, and each planned input's size.
-    planned_attempts: frozenset[int] = frozenset()
+    # From the attempts' plan files (with_unclaimed): each planned input's size.
     planned_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
@@ -469,7 +468,7 @@ def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[st
                 by_key[key] = UnclaimedFile(key, attempt, size)
                 added = True
     files = sorted(by_key.values(), key=lambda f: f.input_key) if added else records.files
-    return dataclasses.replace(records, files=files, planned_attempts=frozenset(planned), planned_sizes=sizes)
+    return dataclasses.replace(records, files=files, planned_sizes=sizes)
 
 
 def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, *,
