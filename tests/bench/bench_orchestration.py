@@ -1,7 +1,8 @@
 """Orchestration benchmark (`make bench` runs it after the worker benchmark).
 
 Against the embedded endpoint (moto_server over HTTP, started here):
-  - the DynamoDB cost of one sensor poke on a step of 10,000 files (target <= 5 requests);
+  - the DynamoDB requests of a sensor poll on a step of 10,000 files: while its job runs (target <= 5),
+    and once it has ended;
   - planning a step of 100,000 input keys: listing, plan file, manifest, STEP item (target < 60 s), with the
     keys in date/hour partitions (sub-prefixes listed in parallel) and flat (one listing);
   - the ledger's DynamoDB requests per 1M files and their on-demand cost (arithmetic, printed);
@@ -33,6 +34,7 @@ FILES_PER_HOUR = 1000
 USD_PER_MILLION_WRU = 0.625
 USD_PER_MILLION_RRU = 0.125
 POLL_SECONDS = 15  # the sensor's default poll_interval_seconds
+POKE_INSTANCES_PER_1M = 100  # the heartbeats a 1M-file step's poll reads: 10,000 files an instance
 
 
 def main() -> int:
@@ -69,7 +71,10 @@ def main() -> int:
     return 0
 
 
-def poke_cost(files: int) -> dict:
+def poke_cost(files: int, instances: int = 16) -> dict:
+    """A poll of a running step (STEP and SHARD items, what ``steps.snapshot`` reads while the job runs and every
+    instance is heard from) and the read once the job has ended (every FILE item too), on a step of ``files``."""
+    from shardline.ledger.keys import shard_sk
     from shardline.ledger.orchestrator import read_step, start_attempt
     from shardline.ledger.table import bind_ledger, create_ledger_table
 
@@ -77,7 +82,8 @@ def poke_cost(files: int) -> dict:
     model = bind_ledger("bench-ledger")
     keys = [(f"s3://raw/events/dt=2026-11-22/hour=10/part-{i:06d}.parquet", 48_000_000) for i in range(files)]
     start_attempt(model, "bench", "run-1", "score", 1)
-    # Give every item the attributes a finished file carries, so pages are as full as in production.
+    # Give every item the attributes a finished file (and a heartbeat) carries, so pages are as full as in
+    # production.
     now = dt.datetime.now(dt.UTC)
     with model.batch_write() as batch:
         for key, size in keys:
@@ -86,15 +92,28 @@ def poke_cost(files: int) -> dict:
                 input_key=key, output_key=key.replace("raw/", "scores/"),
                 rows_in=250_000, rows_out=250_000, bytes_in=size, bytes_out=size // 8, seconds=12.345,
                 host="algo-12", started_at=now, finished_at=now))
+        for n in range(1, instances + 1):
+            batch.save(model(
+                "RUN#bench#run-1", shard_sk("score", 1, f"algo-{n}"), status="RUNNING", attempt=1, pipeline="bench",
+                run_id="run-1", step="score", host=f"algo-{n}", heartbeat_at=now, files_assigned=files // instances,
+                files_done=files // instances // 2, files_failed=0, rows_done=123_456_789))
     started = time.perf_counter()
-    records = read_step(model, "bench", "run-1", "score")
-    seconds = time.perf_counter() - started
-    print(f"sensor poke on a step of {files:,} files: {records.requests} DynamoDB request(s) "
-          f"({len(records.files):,} file items read in {seconds:.2f}s; target <= 5)")
+    running = read_step(model, "bench", "run-1", "score", files=False)
+    running_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    ended = read_step(model, "bench", "run-1", "score")
+    ended_seconds = time.perf_counter() - started
+    print(f"sensor poll on a step of {files:,} files, {instances} instances: while the job runs, "
+          f"{running.requests} DynamoDB request(s) ({len(running.shards)} heartbeats read in {running_seconds:.2f}s, "
+          f"no FILE item; target <= 5); once it has ended, {1 + ended.requests} request(s), once "
+          f"({len(ended.files):,} file items read in {ended_seconds:.2f}s)")
     # What DynamoDB bills a read by: the whole stored item (a projection does not make it cheaper).
     finished = model.get("RUN#bench#run-1", f"FILE#score#{keys[0][0]}", consistent_read=True)
-    return {"files": files, "requests": records.requests, "seconds": round(seconds, 3),
-            "finished_item_bytes": item_bytes(finished.serialize())}
+    heartbeat = model.get("RUN#bench#run-1", shard_sk("score", 1, "algo-1"), consistent_read=True)
+    return {"files": files, "instances": instances, "running_requests": running.requests,
+            "running_seconds": round(running_seconds, 3), "ended_requests": 1 + ended.requests,
+            "ended_seconds": round(ended_seconds, 3), "finished_item_bytes": item_bytes(finished.serialize()),
+            "heartbeat_item_bytes": item_bytes(heartbeat.serialize())}
 
 
 def item_bytes(item: dict) -> int:
@@ -182,14 +201,19 @@ def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
     plan_wru = 4  # RUN, 2 run-index entries, STEP
     worker_calls = 2 * files  # job_writes: claim_file (UpdateItem: creates the item, RUNNING) and finish_file
     worker_wru = 2 * files * wru_per_item
-    # The sensor's poke: two Queries (STEP and SHARDs; FILE items), strongly consistent, 1 MB a page; a Query is
-    # billed on the summed size of the items it reads, rounded up to 4 KB, whatever the projection. A plan
-    # file (one S3 GET) is read once and kept in the trigger's memory (up to 1M keys in all).
-    poke_pages = 1 + math.ceil(files * item / 2**20)
-    poke_rru = math.ceil(files * item / 4096) + 1
+    # The sensor's poll while the job runs: one Query of the STEP and SHARD items (strongly consistent, billed
+    # on the summed item size rounded up to 4 KB), whatever the step's size. Once the job has ended (or an
+    # instance went silent) it reads every FILE item, once: 1 MB a page. A plan file (one S3 GET) is read then,
+    # and kept in the trigger's memory (up to 1M keys in all).
+    beat = poke["heartbeat_item_bytes"]
+    instances = POKE_INSTANCES_PER_1M
+    running_rru = math.ceil((instances * beat + 200) / 4096)
+    end_pages = 2 + math.ceil(files * item / 2**20)
+    end_rru = math.ceil(files * item / 4096) + running_rru
     wru = plan_wru + worker_wru
     cost_write = wru / 1e6 * USD_PER_MILLION_WRU
-    cost_poke = poke_rru / 1e6 * USD_PER_MILLION_RRU
+    cost_running = running_rru / 1e6 * USD_PER_MILLION_RRU
+    cost_end = end_rru / 1e6 * USD_PER_MILLION_RRU
     polls = 3600 // POLL_SECONDS
     print(f"\nledger cost per {files:,} files (DynamoDB on-demand, us-east-1: ${USD_PER_MILLION_WRU}/M WRU, "
           f"${USD_PER_MILLION_RRU}/M RRU; a finished FILE item is {item} bytes here -> {wru_per_item} WRU a write):")
@@ -199,15 +223,16 @@ def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
           f"{worker_wru:,} WRU (a FAILED file's error text, up to 2,000 chars, can make its finish 2-3 WRU)")
     print("  retries: 1 WRU more per file a retry takes (its PENDING fence item), within BatchWriteItem calls of 25")
     print(f"  writes:  {wru:,} WRU x ${USD_PER_MILLION_WRU}/M = ${cost_write:.2f} per {files:,} files")
-    print(f"  poke:    {poke_pages:,} Query pages = 1 (STEP, SHARDs) + {files:,} x {item} B / 1 MB; "
-          f"{poke_rru:,} RRU = {files:,} x {item} B / 4 KB, strongly consistent -> ${cost_poke:.4f} a poll; "
-          f"every {POLL_SECONDS} s for an hour: {polls * poke_rru:,} RRU = ${polls * cost_poke:.2f}")
-    print(f"  (at {files:,} files a poke is {poke_pages} requests, above the 5-request target, which holds up to "
-          f"{4 * 2**20 // item:,} files of this size)")
+    print(f"  polls:   while the job runs, 1 Query of the STEP item and {instances} heartbeats ({beat} B each): "
+          f"{running_rru} RRU -> ${cost_running:.7f} a poll; every {POLL_SECONDS} s for an hour: "
+          f"{polls * running_rru:,} RRU = ${polls * cost_running:.4f}")
+    print(f"  end:     once, when the job has ended: {end_pages:,} Query pages = 2 (STEP, SHARDs) + {files:,} x "
+          f"{item} B / 1 MB; {end_rru:,} RRU -> ${cost_end:.4f}")
     return {"files": files, "item_bytes": item, "plan_requests": plan_calls, "plan_wru": plan_wru,
             "worker_requests": worker_calls, "worker_wru": worker_wru, "write_usd": round(cost_write, 4),
-            "poke_requests": poke_pages, "poke_rru": poke_rru, "poke_usd": round(cost_poke, 5),
-            "poke_hour_usd": round(polls * cost_poke, 4)}
+            "poll_requests_running": 1, "poll_rru_running": running_rru,
+            "poll_hour_usd_running": round(polls * cost_running, 6),
+            "end_requests": end_pages, "end_rru": end_rru, "end_usd": round(cost_end, 5)}
 
 
 def _page_seconds(s3, bucket: str, repeats: int = 3) -> float:

@@ -13,6 +13,7 @@ from shardline.decision.policy import (
     StepSnapshot,
     backoff,
     decide,
+    needs_files,
     tolerated,
 )
 from shardline.ledger.states import FileStatus
@@ -67,6 +68,47 @@ def test_no_heartbeat_ever_counts_as_lost_after_the_timeout():
     assert decide(snap(JobStatus.IN_PROGRESS, files(P, P), age=299), POLICY).action is Action.WAIT
     d = decide(snap(JobStatus.IN_PROGRESS, files(P, P), age=301), POLICY)
     assert d.action is Action.RESUBMIT and d.stop_job
+
+
+# -- a poll of a running step reads no FILE item ------------------------------------------------------------
+
+
+def unread(job, *, shards=(), age=10.0, cancelled=False, attempt=1):
+    """A snapshot whose FILE items were not read (what a poll of a running step takes)."""
+    return StepSnapshot(attempt=attempt, job_status=job, job_age_seconds=age, files=None, shards=shards,
+                        cancelled=cancelled)
+
+
+def test_a_running_step_with_every_instance_heard_from_needs_no_file_read():
+    shards = [ShardState("algo-1", 12, files_assigned=6, files_done=4, files_failed=1),
+              ShardState("algo-2", 3, files_assigned=5, files_done=2),
+              ShardState("algo-3", 900, finished=True, files_assigned=4, files_done=4)]
+    for job in (JobStatus.IN_PROGRESS, JobStatus.STOPPING):
+        assert not needs_files(unread(job, shards=shards, attempt=2), POLICY)
+    d = decide(unread(JobStatus.IN_PROGRESS, shards=shards, attempt=2), POLICY)
+    assert d.action is Action.WAIT
+    assert d.reason == "job InProgress: attempt 2's 3 instance(s) report 10/15 file(s) finished, 1 failed"
+    # The same wait as when the files are read: a decision never changes for having read them.
+    assert decide(snap(JobStatus.IN_PROGRESS, files(S, F, R), shards=shards), POLICY).action is Action.WAIT
+
+
+@pytest.mark.parametrize("snapshot", [
+    unread(JobStatus.COMPLETED, shards=[ShardState("algo-1", 1, finished=True)]),
+    unread(JobStatus.FAILED),
+    unread(JobStatus.STOPPED),
+    unread(JobStatus.IN_PROGRESS, shards=[ShardState("algo-1", 1)], cancelled=True),
+    unread(JobStatus.IN_PROGRESS, shards=[ShardState("algo-1", 1), ShardState("algo-2", 301)]),  # a stale one
+    unread(JobStatus.IN_PROGRESS, age=301),  # no instance ever heard from, past the timeout
+], ids=["completed", "failed", "stopped", "cancelled", "stale", "never-heard"])
+def test_the_files_are_read_when_the_job_ended_an_instance_went_silent_or_an_operator_cancelled(snapshot):
+    assert needs_files(snapshot, POLICY)
+    with pytest.raises(ValueError, match="not read"):
+        decide(snapshot, POLICY)  # never a decision on files it did not see
+
+
+def test_a_young_job_with_no_heartbeat_yet_waits_without_reading_files():
+    assert not needs_files(unread(JobStatus.IN_PROGRESS, age=299), POLICY)
+    assert decide(unread(JobStatus.IN_PROGRESS, age=299), POLICY).action is Action.WAIT
 
 
 def test_completed_with_all_files_succeeded_advances():

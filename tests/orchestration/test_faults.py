@@ -23,7 +23,7 @@ import yaml
 
 from examples import synthetic
 from shardline.backends.local import LocalBackend
-from shardline.decision.policy import Action, Decision
+from shardline.decision.policy import Action, Decision, decide
 from shardline.ledger import create_ledger_table
 from shardline.ledger.orchestrator import FILE_ATTRIBUTES
 from shardline.ledger.states import FileStatus
@@ -257,6 +257,34 @@ def job_logs(root: Path) -> str:
 
 
 # -- the tests ------------------------------------------------------------------------------------------------
+
+
+def test_a_poll_of_a_running_step_reads_no_file_item_and_its_end_reads_them(own_moto: MotoServer, local_root,
+                                                                            tmp_path, monkeypatch):
+    """While the job runs and its instances send heartbeats, a poll is one DynamoDB request (the STEP and
+    SHARD items), however many files the step has; once the job has ended, the poll reads every file."""
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    gate = tmp_path / "gate"
+    _, spec, bucket, total = stage(tmp_path, own_moto.url, gated_model(tmp_path / "model", gate), rows_per_file=500,
+                                   input={"features": ["f0", "f1"]})
+    run_id = "poll-1"
+    attempt = plan_and_submit(spec, bucket, run_id)
+    deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS
+    while not (running := steps.snapshot(spec, attempt)).shards:  # the gate holds every file: the job runs
+        assert time.monotonic() < deadline, "no instance sent a heartbeat (safety deadline)"
+        time.sleep(0.2)
+    assert running.files is None and running.ledger_requests == 1, running
+    assert decide(running, steps.policy_for(spec, STEP)).action is Action.WAIT
+    assert "instance(s) report 0/" in steps.decide_now(spec, attempt).reason
+
+    gate.touch()
+    final, _ = drive_to_the_end(spec, attempt)
+    ended = steps.snapshot(spec, final)
+    assert ended.files is not None and len(ended.files) == FILES, ended
+    assert {f.status for f in ended.files} == {FileStatus.SUCCEEDED}
+    assert ended.ledger_requests == 3, ended  # STEP and SHARDs, then STEP and SHARDs with the FILE items
+    assert_ledger_reconciles(spec, run_id, total)
+    assert_every_row_once(bucket, total)
 
 
 def test_endpoint_frozen_30s_mid_job_the_run_succeeds_with_every_row_once(own_moto: MotoServer, local_root,

@@ -44,6 +44,10 @@ class ShardState:
     host: str
     heartbeat_age_seconds: float
     finished: bool = False  # the instance reported a terminal status; silence after that is expected
+    # What the instance's last heartbeat counted: the files it was given, finished (failed included), failed.
+    files_assigned: int = 0
+    files_done: int = 0
+    files_failed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,13 +62,18 @@ class Policy:
 
 @dataclasses.dataclass(frozen=True)
 class StepSnapshot:
+    """What one poll saw. ``files`` is None when they were not read: while the job runs and every
+    instance is heard from, the decision is WAIT whatever they say (:func:`needs_files`), so a poll
+    reads the STEP and SHARD items only, one request however many files the step has."""
+
     attempt: int
     job_status: JobStatus
     job_age_seconds: float  # since this attempt's job was submitted
-    files: Sequence[FileState]
+    files: Sequence[FileState] | None
     shards: Sequence[ShardState] = ()
     job_failure_reason: str | None = None
     cancelled: bool = False  # an on-call engineer ran `shardline cancel`
+    ledger_requests: int = 0  # the DynamoDB requests the poll made (what it cost; no input to the policy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +96,43 @@ def tolerated(policy: Policy, failed: int, total: int) -> bool:
     return failed <= allowed
 
 
+def _silent_instances(snapshot: StepSnapshot, policy: Policy) -> tuple[list[ShardState], bool]:
+    """The attempt's instances whose heartbeat is older than the timeout, and whether none was ever heard."""
+    stale = [s for s in snapshot.shards
+             if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]
+    silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
+    return stale, silent
+
+
+def needs_files(snapshot: StepSnapshot, policy: Policy) -> bool:
+    """Whether the decision on this snapshot depends on the step's files (``snapshot.files`` may be None).
+
+    It does not while the job runs (or stops) with every instance heard from: that is WAIT, whatever
+    the files say. So a poll of a running step reads no FILE item, and a step's FILE items are read
+    when its job has ended, an instance went silent, or an operator cancelled it.
+    """
+    job = snapshot.job_status
+    if snapshot.cancelled or not (job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING):
+        return True
+    stale, silent = _silent_instances(snapshot, policy)
+    return job is JobStatus.IN_PROGRESS and bool(stale or silent)
+
+
+def _running_reason(snapshot: StepSnapshot) -> str:
+    """A running step's progress as its instances' last heartbeats count it (no FILE item read)."""
+    shards = snapshot.shards
+    assigned = sum(s.files_assigned for s in shards)
+    done = sum(s.files_done for s in shards)
+    failed = sum(s.files_failed for s in shards)
+    return (f"job {snapshot.job_status.value}: attempt {snapshot.attempt}'s {len(shards)} instance(s) report "
+            f"{done}/{assigned} file(s) finished" + (f", {failed} failed" if failed else ""))
+
+
 def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
+    if snapshot.files is None:
+        if needs_files(snapshot, policy):
+            raise ValueError("this snapshot's decision depends on the step's files, and they were not read")
+        return Decision(Action.WAIT, _running_reason(snapshot))
     files = snapshot.files
     succeeded = [f for f in files if f.status is FileStatus.SUCCEEDED]
     failed = [f for f in files if f.status is FileStatus.FAILED]
@@ -100,9 +145,7 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
                                      "files succeeded",
                         failed_files=tuple(failed), stop_job=not job.is_terminal)
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
-        stale = [s for s in snapshot.shards
-                 if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]
-        silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
+        stale, silent = _silent_instances(snapshot, policy)
         if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
             # The job is stopped, and a stopped job uploads nothing: what it finished goes again too.
             return _retry_or_finish(

@@ -472,14 +472,18 @@ def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[st
 
 
 def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, *,
-              file_attributes: list[str] = FILE_ATTRIBUTES) -> StepRecords:
-    """The STEP item, its SHARD items and its FILE items: two Queries on the run partition."""
+              file_attributes: list[str] = FILE_ATTRIBUTES, files: bool = True) -> StepRecords:
+    """The STEP item, its SHARD items and its FILE items: two Queries on the run partition.
+
+    With ``files=False``, the STEP and SHARD items only: one Query (a page holds thousands of
+    heartbeats), however many files the step has.
+    """
     pk = run_pk(pipeline, run_id)
     step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
     step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
     shards = [item for item in step_and_shards if item.sk != step_sk(step)]
-    files, file_pages = _query(model, pk, file_sk_prefix(step), file_attributes)
-    return StepRecords(step=step_item, files=files, shards=shards, requests=step_pages + file_pages)
+    file_items, file_pages = _query(model, pk, file_sk_prefix(step), file_attributes) if files else ([], 0)
+    return StepRecords(step=step_item, files=file_items, shards=shards, requests=step_pages + file_pages)
 
 
 def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tuple[list, int]:

@@ -22,6 +22,7 @@ from shardline.decision.policy import (
     ShardState,
     StepSnapshot,
     decide,
+    needs_files,
 )
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.orchestrator import (
@@ -189,21 +190,38 @@ def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
 
 
 def snapshot(spec: PipelineSpec, attempt: Attempt, now: float | None = None) -> StepSnapshot:
-    """What the ledger and the backend say about the step right now (Query + describe)."""
+    """What the backend and the ledger say about the step right now.
+
+    The job is described first, then the ledger read: a job seen ended has made its last write, so
+    the ledger read after it is final (read the other way round, a file that finished in between
+    would look unfinished, and go again). While the job runs and every instance is heard from, the
+    decision is WAIT whatever the files say (``policy.needs_files``): the poll reads the STEP and
+    SHARD items only, one Query. The FILE items (and plan files) are read when the decision needs them.
+    """
     now = now if now is not None else time.time()
-    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step)
     state = services.backend_for(spec).describe(attempt.job_name)
-    files = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class, f.error_message)
-             for f in records.files]
+    head = read_step(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step, files=False)
+    taken = _snapshot(attempt, state, head, now, files=False)
+    if not needs_files(taken, policy_for(spec, attempt.step)):
+        return taken
+    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step)
+    return _snapshot(attempt, state, records, now, files=True, requests=head.requests)
+
+
+def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool, requests: int = 0) -> StepSnapshot:
     shards = [
         ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
-                   finished=s.status in SHARD_TERMINAL)
+                   finished=s.status in SHARD_TERMINAL, files_assigned=int(s.files_assigned or 0),
+                   files_done=int(s.files_done or 0), files_failed=int(s.files_failed or 0))
         for s in records.shards if int(s.attempt or 0) == attempt.number
     ]
+    file_states = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class,
+                             f.error_message) for f in records.files] if files else None
     cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
     return StepSnapshot(attempt=attempt.number, job_status=state.status,
-                        job_age_seconds=now - attempt.submitted_at, files=files, shards=shards,
-                        job_failure_reason=state.failure_reason, cancelled=cancelled)
+                        job_age_seconds=now - attempt.submitted_at, files=file_states, shards=shards,
+                        job_failure_reason=state.failure_reason, cancelled=cancelled,
+                        ledger_requests=requests + records.requests)
 
 
 def decide_now(spec: PipelineSpec, attempt: Attempt) -> Decision:

@@ -1,6 +1,6 @@
 """The one place that polls: deferrable triggers over the ledger, the backend and the input.
 
-:class:`StepTrigger` reads the step's snapshot (a DynamoDB Query plus a job describe, in a
+:class:`StepTrigger` reads the step's snapshot (a job describe and a DynamoDB Query, in a
 thread so the triggerer's event loop never blocks), asks :func:`shardline.decision.policy.decide`,
 and fires as soon as the answer is anything but WAIT. :class:`InputTrigger` waits for a
 step's input to land. They act on nothing themselves.
