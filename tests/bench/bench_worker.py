@@ -403,6 +403,64 @@ STARTUP_TARGETS = {"sklearn": 1.0, "xgboost": 0.5, "torch": 1.0}  # launch to fi
 STAGES = ("main_s", "loader_started_s", "library_imported_s", "model_loaded_s", "workers_ready_s")
 
 
+# The floor of a cold start: a fresh interpreter that does only what a first prediction needs, each stage timed
+# from the launch. "library" imports the model's library (as the worker does: XGBoost without scikit-learn) and
+# loads the model; "serial" also imports pyarrow first and reads and predicts one first batch (65,536 rows), in
+# the one process. Whatever the design, the process that predicts must at least import the library and load the
+# model, so "library" bounds any cold worker's first prediction from below.
+FLOOR_SCRIPT = """
+import sys, time
+kind, model_path, data_file, serial = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+if serial:
+    import numpy as np
+    import pyarrow.parquet as pq
+    arrow_at = time.time()
+if kind == "sklearn":
+    import joblib, sklearn
+    imported_at = time.time()
+    model = joblib.load(model_path)
+elif kind == "xgboost":
+    sys.modules["sklearn"] = None  # as the worker imports it
+    import xgboost
+    del sys.modules["sklearn"]
+    imported_at = time.time()
+    model = xgboost.Booster(model_file=model_path)
+    model.set_param({"nthread": 1})
+else:
+    import torch
+    torch.set_num_threads(1)
+    imported_at = time.time()
+    model = torch.jit.load(model_path)
+loaded_at = time.time()
+first_at = None
+if serial:
+    batch = next(pq.ParquetFile(data_file).iter_batches(batch_size=65536, columns=[f"f{i}" for i in range(32)]))
+    x = np.column_stack([c.to_numpy() for c in batch.columns]).astype("float32")
+    if kind == "xgboost":
+        model.inplace_predict(x)
+    elif kind == "torch":
+        with torch.inference_mode():
+            model(torch.from_numpy(x))
+    else:
+        model.predict(x)
+    first_at = time.time()
+import json
+print(json.dumps([imported_at, loaded_at, first_at]))
+"""
+
+
+def floor_run(kind: str, model_path: Path, data: Path, serial: bool) -> dict:
+    """One cold process doing only what a first prediction needs (FLOOR_SCRIPT); seconds from its launch."""
+    first_file = sorted(data.glob("*.parquet"))[0]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    launched = time.time()
+    done = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, kind, str(model_path), str(first_file),
+                           "1" if serial else "0"], capture_output=True, text=True, check=True, env=env)
+    imported_at, loaded_at, first_at = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"imported_s": imported_at - launched, "loaded_s": loaded_at - launched,
+            "first_prediction_s": first_at - launched if first_at else None}
+
+
 def print_stages(rows) -> None:
     """rows: (model, method, breakdown, first prediction from launch, target or None)."""
     print("\nwhere the start-up goes: when each stage ended, median seconds from launch. main: the main process "
@@ -497,6 +555,7 @@ def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path 
     data, _ = prepare(out, files, rows)
     variants = ["compute", "io", "spawn", "auto"] + (["baseline"] if baseline_src else [])
     found: dict[str, dict[str, list[dict]]] = {k: {v: [] for v in variants} for k in kinds}
+    floors: dict[str, dict[str, list[dict]]] = {k: {"library": [], "serial": []} for k in kinds}
     print(f"\nstart-up: {files} files, {rows:,} rows; {rounds} round(s), interleaved")
     for round_no in range(1, rounds + 1):
         for kind in kinds:
@@ -508,6 +567,12 @@ def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path 
                 found[kind][variant].append(r)
                 first = f", first prediction {r['first_prediction_s']:.2f}s" if "first_prediction_s" in r else ""
                 print(f"  round {round_no} {kind:8s} {variant:8s} {fmt_rate(r['rate']):>7s} rows/s{first}", flush=True)
+            for floor in ("library", "serial"):
+                f = floor_run(kind, models[kind], data, serial=floor == "serial")
+                floors[kind][floor].append(f)
+                first = f", first prediction {f['first_prediction_s']:.2f}s" if f["first_prediction_s"] else ""
+                print(f"  round {round_no} {kind:8s} floor {floor}: library imported {f['imported_s']:.2f}s, model "
+                      f"loaded {f['loaded_s']:.2f}s{first}", flush=True)
 
     def med(values):
         values = [v for v in values if v is not None]
@@ -532,6 +597,16 @@ def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path 
 
     print_stages([(row["model"], variant, row[f"{variant}_breakdown"], row[f"{variant}_first_prediction_s"],
                    row["first_prediction_target_s"]) for row in table for variant in ("spawn", "auto")])
+    floor_table = {kind: {floor: {stage: med(f[stage] for f in runs) for stage in runs[0]}
+                          for floor, runs in floors[kind].items()} for kind in kinds}
+    print("\nthe floor of a cold start: a fresh interpreter doing only what a first prediction needs, median "
+          "seconds from launch. library: import the model's library, load the model (what the predicting process "
+          "cannot skip, whatever the design); serial: import pyarrow too, then read and predict one 65,536-row batch")
+    print(f"{'model':8s} {'library: import':>16s} {'load':>6s} {'serial: first pred':>19s} {'target':>7s}")
+    for kind in kinds:
+        lib, ser = floor_table[kind]["library"], floor_table[kind]["serial"]
+        print(f"{kind:8s} {lib['imported_s']:15.2f}s {lib['loaded_s']:5.2f}s {ser['first_prediction_s']:18.2f}s "
+              f"{STARTUP_TARGETS[kind]:6.1f}s")
     print(f"\nend to end on {files} files, {rows:,} rows, as a fraction of the pipeline ceiling (target >= 0.9x)")
     others = [v for v in variants if v not in ("compute", "io")]
     print(f"{'model':8s} {'ceiling':>8s} " + " ".join(f"{v:>14s}" for v in others))
@@ -540,7 +615,7 @@ def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path 
             f"{fmt_rate(row[f'{v}_rows_per_s']):>7s} {row[f'{v}_vs_ceiling']:5.2f}x" for v in others))
     if baseline_ref:
         print(f"  baseline: the worker of {baseline_ref}")
-    return {"files": files, "rows": rows, "rounds": rounds, "table": table,
+    return {"files": files, "rows": rows, "rounds": rounds, "table": table, "floor": floor_table,
             "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()}
                     for k, vs in found.items()}}
 

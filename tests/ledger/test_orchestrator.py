@@ -17,6 +17,7 @@ from shardline.ledger.orchestrator import (
     continue_attempt,
     ensure_run,
     read_step,
+    recorded_plan_files,
     start_attempt,
     with_unclaimed,
 )
@@ -159,6 +160,40 @@ def test_fencing_two_planners_of_one_attempt_only_one_wins(ledger_table):
     statuses = {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, "p", "run-3", "score").files}
     assert statuses == {"s3://raw/a": ("SUCCEEDED", 2)}  # the loser reset nothing
     assert read_step(model, "p", "run-3", "score").step.status == "PLANNED"
+
+
+def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(ledger_table):
+    """The same race with the planners' requests in flight together, as DynamoDB serves them: of four
+    planners that all saw attempt 1, exactly one plans attempt 2, every time. (moto checked a condition
+    and applied the update unlocked, so two could win; the embedded endpoint serves one request at a time.)"""
+    import threading
+
+    model = bind_ledger(ledger_table)
+    plan_file = "s3://b/_shardline/manifests/p/{run}/score/attempt-0002.{n}.files.json.gz"
+    for round_no in range(25):
+        run = f"race-{round_no}"
+        start_attempt(model, "p", run, "score", 1, plan_file=f"s3://b/{run}/attempt-0001.files.json.gz")
+        start, wins = threading.Barrier(4), []
+
+        def plan(n: int, run: str = run, start: threading.Barrier = start, wins: list = wins) -> None:
+            start.wait()
+            try:
+                start_attempt(model, "p", run, "score", 2, [(f"s3://raw/{n}", 1)], after=1,
+                              plan_file=plan_file.format(run=run, n=n))
+                wins.append(n)
+            except StaleOrchestratorError:
+                pass
+
+        racers = [threading.Thread(target=plan, args=(n,)) for n in range(4)]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join()
+        assert len(wins) == 1, f"round {round_no}: {len(wins)} planners won attempt 2"
+        (winner,) = wins
+        recorded = read_step(model, "p", run, "score").step
+        assert recorded_plan_files(recorded)[2] == plan_file.format(run=run, n=winner)
+        assert {f.input_key for f in read_step(model, "p", run, "score").files} == {f"s3://raw/{winner}"}
 
 
 def test_fencing_a_late_replan_never_resets_a_file_the_attempt_finished(ledger_table):

@@ -1,12 +1,14 @@
 """The embedded AWS endpoint: moto's standalone server on a free loopback port.
 
 Started by the project itself (tests, ``make demo``) and reached over HTTP by the real
-boto3 and pynamodb clients, exactly as they would reach AWS.
+boto3 and pynamodb clients, exactly as they would reach AWS. It handles one request at a
+time (``moto_atomic``), so a conditional write is atomic, as DynamoDB's are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -47,14 +49,14 @@ def _answers_http(url: str) -> bool:
         return False
 
 
-def moto_server_binary() -> Path:
-    binary = Path(sys.executable).with_name("moto_server")
-    if not binary.exists():
+def moto_server_command(port: int) -> list[str]:
+    """moto's standalone server on 127.0.0.1:``port``, one request at a time (``shardline.local.moto_atomic``)."""
+    if importlib.util.find_spec("moto.server") is None or importlib.util.find_spec("flask") is None:
         raise EmbeddedAwsError(
-            f"moto_server not found next to {sys.executable}: install the `local` extra (pip install "
+            f"moto's server is not installed for {sys.executable}: install the `local` extra (pip install "
             "'shardline[local]' -c constraints.txt), or run `make venv` in a checkout"
         )
-    return binary
+    return [sys.executable, "-m", "shardline.local.moto_atomic", "-p", str(port), "-H", "127.0.0.1"]
 
 
 def start_moto(log_path: Path, *, port: int | None = None, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
@@ -62,8 +64,8 @@ def start_moto(log_path: Path, *, port: int | None = None, timeout: float = 60.0
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(moto_server_binary()), "-p", str(port), "-H", "127.0.0.1"], stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(moto_server_command(port), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
 
     def answered() -> bool:
