@@ -29,3 +29,21 @@ def test_a_request_holds_the_lock_for_its_whole_call_so_the_next_one_waits():
     assert lock.acquire(blocking=False)  # and is let in once the first has answered
     lock.release()
     assert call({}, None) == [b"done"]
+
+
+def test_the_endpoint_runs_moto_s_own_server_application_under_the_lock():
+    from moto import server
+
+    from shardline.local import moto_atomic
+    from shardline.local.embedded_aws import is_moto_command, moto_server_command
+
+    moto_atomic.install()
+    moto_atomic.install()  # once only: a second wrap would be harmless, but is not made
+    call = server.DomainDispatcherApplication.__call__
+    assert getattr(call, "one_at_a_time", False)
+    assert not getattr(call.__wrapped__, "one_at_a_time", False)  # moto's own, wrapped once
+    command = moto_server_command(5000)
+    assert command[1:3] == ["-m", "shardline.local.moto_atomic"]
+    assert is_moto_command(command)  # what `shardline local down` recognises as the server it started
+    assert is_moto_command(["/venv/bin/python", "/venv/bin/moto_server", "-p", "5000"])
+    assert not is_moto_command(["/usr/bin/python3", "-m", "http.server"])

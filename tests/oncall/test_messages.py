@@ -300,6 +300,10 @@ def _files(statuses: str, attempt: int = 1) -> list[FileState]:
 
 SNAPSHOTS = {
     "waiting": StepSnapshot(1, JobStatus.IN_PROGRESS, 30, _files("SSRP"), (ShardState("algo-1", 5),)),
+    "waiting, files not read": StepSnapshot(2, JobStatus.IN_PROGRESS, 30, None, (
+        ShardState("algo-1", 5, files_assigned=3, files_done=2, files_failed=1),
+        ShardState("algo-2", 9, files_assigned=3, files_done=1))),
+    "waiting, no heartbeat yet": StepSnapshot(1, JobStatus.IN_PROGRESS, 30, None),
     "one file, done": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("S")),
     "all done": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("SSSS")),
     "cancelled": StepSnapshot(1, JobStatus.IN_PROGRESS, 300, _files("SSRP"), cancelled=True),

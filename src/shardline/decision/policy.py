@@ -121,6 +121,9 @@ def needs_files(snapshot: StepSnapshot, policy: Policy) -> bool:
 def _running_reason(snapshot: StepSnapshot) -> str:
     """A running step's progress as its instances' last heartbeats count it (no FILE item read)."""
     shards = snapshot.shards
+    if not shards:
+        return (f"job {snapshot.job_status.value}: no instance of attempt {snapshot.attempt} has sent a heartbeat "
+                "yet")
     assigned = sum(s.files_assigned for s in shards)
     done = sum(s.files_done for s in shards)
     failed = sum(s.files_failed for s in shards)

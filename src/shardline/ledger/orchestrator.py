@@ -482,8 +482,15 @@ def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, *,
     step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
     step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
     shards = [item for item in step_and_shards if item.sk != step_sk(step)]
-    file_items, file_pages = _query(model, pk, file_sk_prefix(step), file_attributes) if files else ([], 0)
-    return StepRecords(step=step_item, files=file_items, shards=shards, requests=step_pages + file_pages)
+    head = StepRecords(step=step_item, files=[], shards=shards, requests=step_pages)
+    return with_file_items(model, pipeline, run_id, step, head, file_attributes=file_attributes) if files else head
+
+
+def with_file_items(model: type[LedgerItem], pipeline: str, run_id: str, step: str, head: StepRecords, *,
+                    file_attributes: list[str] = FILE_ATTRIBUTES) -> StepRecords:
+    """``head`` (a ``read_step(..., files=False)``) with the step's FILE items read now: one Query."""
+    file_items, file_pages = _query(model, run_pk(pipeline, run_id), file_sk_prefix(step), file_attributes)
+    return dataclasses.replace(head, files=file_items, requests=head.requests + file_pages)
 
 
 def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tuple[list, int]:

@@ -49,14 +49,29 @@ def _answers_http(url: str) -> bool:
         return False
 
 
+MOTO_MODULE = "shardline.local.moto_atomic"  # moto's server, one request at a time
+
+
 def moto_server_command(port: int) -> list[str]:
     """moto's standalone server on 127.0.0.1:``port``, one request at a time (``shardline.local.moto_atomic``)."""
-    if importlib.util.find_spec("moto.server") is None or importlib.util.find_spec("flask") is None:
+    if not all(_installed(name) for name in ("moto", "moto.server", "flask", "flask_cors")):
         raise EmbeddedAwsError(
             f"moto's server is not installed for {sys.executable}: install the `local` extra (pip install "
             "'shardline[local]' -c constraints.txt), or run `make venv` in a checkout"
         )
-    return [sys.executable, "-m", "shardline.local.moto_atomic", "-p", str(port), "-H", "127.0.0.1"]
+    return [sys.executable, "-m", MOTO_MODULE, "-p", str(port), "-H", "127.0.0.1"]
+
+
+def is_moto_command(cmdline: list[str]) -> bool:
+    """Whether a process's command line is the embedded endpoint's (or a plain ``moto_server``)."""
+    return MOTO_MODULE in cmdline or any(Path(part).name == "moto_server" for part in cmdline)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
 
 
 def start_moto(log_path: Path, *, port: int | None = None, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:

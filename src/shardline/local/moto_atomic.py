@@ -8,7 +8,9 @@ DynamoDB never lets that happen, and the ledger's fencing relies on it. So the p
 moto's own server (``moto.server.main``, the ``moto_server`` command) through this module, with
 its application wrapped so that one request runs at a time. Connections are still served by
 threads, so an idle keep-alive connection never holds up another client; moto's work was
-serialized by the GIL already, so little is lost.
+serialized by the GIL already, so little is lost. A request's body is read inside the lock, so
+a client that stalls halfway through an upload holds up the others until it goes on or its
+connection drops: the clients here are the project's own, on loopback.
 
     python -m shardline.local.moto_atomic -p PORT -H 127.0.0.1
 """
@@ -33,14 +35,24 @@ def one_at_a_time(app_call: WsgiApp, lock: threading.Lock) -> WsgiApp:
         with lock:
             return app_call(*args)
 
+    call.one_at_a_time = True
+    call.__wrapped__ = app_call
     return call
+
+
+def install() -> None:
+    """Make moto's server application handle one request at a time (idempotent)."""
+    from moto import server
+
+    dispatcher = server.DomainDispatcherApplication
+    if not getattr(dispatcher.__call__, "one_at_a_time", False):
+        dispatcher.__call__ = one_at_a_time(dispatcher.__call__, threading.Lock())
 
 
 def main(argv: list[str] | None = None) -> None:
     from moto import server
 
-    dispatcher = server.DomainDispatcherApplication
-    dispatcher.__call__ = one_at_a_time(dispatcher.__call__, threading.Lock())
+    install()
     server.main(argv)
 
 

@@ -708,8 +708,10 @@ def _is_moto(pid: int) -> bool:
     """Whether ``pid`` is still the moto_server we started (a pid can be reused after a reboot)."""
     import psutil
 
+    from shardline.local.embedded_aws import is_moto_command
+
     try:
-        return any("moto_server" in part for part in psutil.Process(pid).cmdline())
+        return is_moto_command(psutil.Process(pid).cmdline())
     except psutil.Error:
         return False
 

@@ -14,7 +14,14 @@ from __future__ import annotations
 import collections
 import threading
 
-from shardline.ledger.orchestrator import FILE_ATTRIBUTES, StepRecords, read_step, recorded_plan_files, with_unclaimed
+from shardline.ledger.orchestrator import (
+    FILE_ATTRIBUTES,
+    StepRecords,
+    read_step,
+    recorded_plan_files,
+    with_file_items,
+    with_unclaimed,
+)
 from shardline.orchestration import services
 from shardline.planning.inputs import parse_plan_file, parse_s3_uri
 from shardline.spec import PipelineSpec
@@ -31,10 +38,19 @@ class PlanFileError(RuntimeError):
 
 
 def read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, *,
-                    file_attributes: list[str] | None = FILE_ATTRIBUTES) -> StepRecords:
+                    file_attributes: list[str] | None = FILE_ATTRIBUTES, head: StepRecords | None = None
+                    ) -> StepRecords:
     """The STEP, SHARD and FILE items of a step, with every input planned but not yet claimed added as
-    PENDING under the attempt that planned it (``ledger.orchestrator.UnclaimedFile``)."""
-    records = read_step(services.ledger_model(spec), pipeline, run_id, step, file_attributes=file_attributes)
+    PENDING under the attempt that planned it (``ledger.orchestrator.UnclaimedFile``).
+
+    ``head``: the step's STEP and SHARD items read already (``read_step(..., files=False)``); only the
+    FILE items are read then.
+    """
+    model = services.ledger_model(spec)
+    if head is None:
+        records = read_step(model, pipeline, run_id, step, file_attributes=file_attributes)
+    else:
+        records = with_file_items(model, pipeline, run_id, step, head, file_attributes=file_attributes)
     if records.step is None:
         return records
     return with_unclaimed(records, planned_inputs(spec, records.step))

@@ -204,11 +204,11 @@ def snapshot(spec: PipelineSpec, attempt: Attempt, now: float | None = None) -> 
     taken = _snapshot(attempt, state, head, now, files=False)
     if not needs_files(taken, policy_for(spec, attempt.step)):
         return taken
-    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step)
-    return _snapshot(attempt, state, records, now, files=True, requests=head.requests)
+    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step, head=head)
+    return _snapshot(attempt, state, records, now, files=True)
 
 
-def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool, requests: int = 0) -> StepSnapshot:
+def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:
     shards = [
         ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
                    finished=s.status in SHARD_TERMINAL, files_assigned=int(s.files_assigned or 0),
@@ -221,7 +221,7 @@ def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool, requ
     return StepSnapshot(attempt=attempt.number, job_status=state.status,
                         job_age_seconds=now - attempt.submitted_at, files=file_states, shards=shards,
                         job_failure_reason=state.failure_reason, cancelled=cancelled,
-                        ledger_requests=requests + records.requests)
+                        ledger_requests=records.requests)
 
 
 def decide_now(spec: PipelineSpec, attempt: Attempt) -> Decision:
