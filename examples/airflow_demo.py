@@ -26,7 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
-LOGICAL_DATE = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
+HOUR = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)  # the partition the demo scores
+# A run scores its data interval: triggered at 11:00, the hourly DAG's interval is the hour 10:00-11:00.
+LOGICAL_DATE = HOUR + dt.timedelta(hours=1)
 FILES, ROWS = 160, 8_000_000
 
 
@@ -119,7 +121,7 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     s3.create_bucket(Bucket=BUCKET)
     create_ledger_table(spec.ledger_table)
 
-    prefix = f"events/dt={LOGICAL_DATE:%Y-%m-%d}/hour={LOGICAL_DATE:%H}/"
+    prefix = f"events/dt={HOUR:%Y-%m-%d}/hour={HOUR:%H}/"
     say(f"generating {files} parquet files ({rows:,} rows) and uploading to s3://{BUCKET}/{prefix}")
     paths = synthetic.make_dataset(work / "data", files=files, rows=rows)
     for path in paths:
@@ -138,7 +140,8 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     if inject_failure:
         threading.Thread(target=kill_one_instance, args=(work / "local", "algo-2", stop), daemon=True).start()
 
-    say(f"running DAG {PIPELINE} for {LOGICAL_DATE:%Y-%m-%d %H:00} with dag.test() on the local backend")
+    say(f"running DAG {PIPELINE} for the hour {HOUR:%Y-%m-%d %H:00}-{LOGICAL_DATE:%H:00} with dag.test() on the local "
+        "backend")
     logging.getLogger("pynamodb").setLevel(logging.WARNING)
     from airflow.dag_processing.dagbag import DagBag
 
@@ -197,7 +200,7 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
     for job in jobs:
         state = json.loads((job / "state.json").read_text())
         worker_seconds += (state.get("ended_at") or time.time()) - state["created_at"]
-    out = f"s3://{BUCKET}/scores/dt={LOGICAL_DATE:%Y-%m-%d}/hour={LOGICAL_DATE:%H}/"
+    out = f"s3://{BUCKET}/scores/dt={HOUR:%Y-%m-%d}/hour={HOUR:%H}/"
     # dag.test() starts an in-process API server before the first task's code can run: Airflow's
     # own start-up, which a deployed Airflow has already paid. Orchestration is measured from the
     # moment the plan task's code starts to the end of the last task.

@@ -1,12 +1,12 @@
 """Upload demo inputs and a model for one run of a pipeline's first step, into the stack's MinIO.
 
 Where the files go is read from the spec, not written here: the step's ``input.prefix`` and
-``model.uri`` are rendered for ``--logical-date`` (``{{ ds }}``, ``{{ logical_date }}`` and
-``{{ params.model_version }}`` with the spec's default version). The data are the worker's
+``model.uri`` are rendered as the run triggered at ``--logical-date`` renders them (its data interval:
+the hour before 11:00 for an hourly pipeline; the spec's default model version). The data are the worker's
 synthetic parquet files; the model is trained on the same features and packed as model.tar.gz.
 
     docker compose exec airflow-scheduler python /opt/shardline/compose/seed_demo.py \\
-        --logical-date 2026-11-22T10:00:00+00:00
+        --logical-date 2026-11-22T11:00:00+00:00
 """
 
 from __future__ import annotations
@@ -20,27 +20,18 @@ from pathlib import Path
 DEFAULT_PIPELINES_DIR = Path("/opt/airflow/dags/pipelines")
 
 
-def render(template: str, logical_date: dt.datetime, model_version: str) -> str:
-    import jinja2
-
-    context = {
-        "ds": logical_date.strftime("%Y-%m-%d"),
-        "ds_nodash": logical_date.strftime("%Y%m%d"),
-        "logical_date": logical_date,
-        "params": {"model_version": model_version},
-    }
-    return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(template).render(**context)
-
-
 def targets(spec_path: Path, logical_date: dt.datetime) -> tuple[str, str]:
-    """(input prefix, model URI) of the spec's first step for ``logical_date``."""
+    """(input prefix, model URI) of the spec's first step, rendered as a run triggered at ``logical_date``
+    renders them: its data interval is the last whole period of the schedule before that date."""
+    from shardline.oncall.preview import render_template
     from shardline.spec import load_spec
 
-    step = load_spec(spec_path).steps[0]
+    spec = load_spec(spec_path)
+    step = spec.steps[0]
     if step.input.prefix is None:
         raise SystemExit(f"{spec_path.name}: the first step reads from_step, so there is nothing to seed")
-    return render(step.input.prefix, logical_date, step.model.version), render(step.model.uri, logical_date,
-                                                                               step.model.version)
+    return (render_template(step.input.prefix, spec, step, logical_date),
+            render_template(step.model.uri, spec, step, logical_date))
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -54,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pipelines-dir", type=Path,
                         default=Path(os.environ.get("SHARDLINE_PIPELINES_DIR", DEFAULT_PIPELINES_DIR)))
     parser.add_argument("--logical-date", required=True, type=dt.datetime.fromisoformat,
-                        help="the run to seed, e.g. 2026-11-22T10:00:00+00:00 (UTC when no offset is given)")
+                        help="the run to seed, e.g. 2026-11-22T11:00:00+00:00 (the hour 10:00-11:00) (UTC when no offset is given)")
     parser.add_argument("--model", choices=("xgboost", "sklearn"), default="xgboost")
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--rows", type=int, default=200_000)

@@ -6,6 +6,7 @@ shows as a readable import error in the Airflow UI.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -116,7 +117,12 @@ class InputSpec(_Strict):
         default=6 * 3600, description="with when_missing: wait, how long to wait for the input before failing")
     ready_marker: str | None = Field(
         default=None, description="an object under the prefix whose presence means the partition is complete "
-                                  "(e.g. _SUCCESS, an upstream writer's marker); unset: any input file will do")
+                                  "(e.g. _SUCCESS, an upstream writer's marker). Unset: a scheduled run's partition "
+                                  "is complete settle_seconds after its data interval ends")
+    settle_seconds: Annotated[int, Field(ge=0, le=86400)] = Field(
+        default=300, description="a scheduled run plans no earlier than this long after its data interval ends, so "
+                                 "files still being written for the interval land first (not used with "
+                                 "ready_marker, which says when the partition is complete)")
 
     @model_validator(mode="after")
     def _one_source(self) -> InputSpec:
@@ -124,9 +130,10 @@ class InputSpec(_Strict):
             raise ValueError("give exactly one of input.prefix or input.from_step")
         if self.prefix is not None and not self.prefix.startswith("s3://"):
             raise ValueError(f"input.prefix must be an s3:// URI, got {self.prefix!r}")
-        if self.from_step is not None and (self.when_missing or self.ready_marker):
-            raise ValueError("input.when_missing and input.ready_marker are for input.prefix; a from_step input is "
-                             "there once the earlier step has succeeded")
+        if self.from_step is not None and (self.when_missing or self.ready_marker
+                                           or "settle_seconds" in self.model_fields_set):
+            raise ValueError("input.when_missing, input.ready_marker and input.settle_seconds are for input.prefix; "
+                             "a from_step input is there once the earlier step has ended")
         if self.ready_marker is not None and ("/" in self.ready_marker or self.ready_marker in ("", ".", "..")):
             raise ValueError(f"input.ready_marker is an object name under the prefix (like _SUCCESS), got "
                              f"{self.ready_marker!r}")
@@ -310,6 +317,26 @@ class PipelineSpec(_Strict):
             if step.name == name:
                 return step
         raise KeyError(name)
+
+
+def data_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """The data interval Airflow gives a manual run of a DAG with this schedule at ``logical_date`` (UTC):
+    the last whole period of the schedule ending at or before it (``dag_factory.timetable_for``), or the
+    logical date itself for an unscheduled DAG. The CLI's preview and tune render templates with it."""
+    if schedule is None or schedule == "@once":
+        return logical_date, logical_date
+    from croniter import croniter
+
+    cron = CRON_PRESETS.get(schedule, schedule)
+    naive = logical_date.astimezone(dt.UTC).replace(tzinfo=None)
+    end = naive if croniter.match(cron, naive) else croniter(cron, naive).get_prev(dt.datetime)
+    start = croniter(cron, end).get_prev(dt.datetime)
+    return start.replace(tzinfo=dt.UTC), end.replace(tzinfo=dt.UTC)
+
+
+# Airflow's cron presets, as cron expressions.
+CRON_PRESETS = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *",
+                "@yearly": "0 0 1 1 *"}
 
 
 def static_prefix(uri: str) -> str:

@@ -608,7 +608,7 @@ def test_seed_demo_writes_where_the_pipeline_reads():
     import datetime as dt
 
     seed = load_script("seed_demo")
-    logical_date = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
+    logical_date = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)  # the run for the hour 10:00-11:00
     prefix, model = seed.targets(PIPELINES / "tabular_scoring_hourly.yaml", logical_date)
     assert prefix == "s3://shardline-demo/events/dt=2026-11-22/hour=10/"
     assert model == "s3://shardline-demo/models/xgboost/v1/model.tar.gz"

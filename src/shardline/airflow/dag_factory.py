@@ -15,7 +15,7 @@ import datetime as dt
 import functools
 from pathlib import Path
 
-from airflow.sdk import DAG, Asset, Param
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
 from shardline.airflow.operators.step import (
     PlanStepOperator,
@@ -61,12 +61,22 @@ def params_for(spec: PipelineSpec) -> dict[str, Param]:
     return params
 
 
+def timetable_for(schedule: str | None):
+    """A scheduled pipeline gets a data-interval timetable: the run for 09:00-10:00 starts once 10:00 has
+    passed, and templates read that hour as ``data_interval_start``. (Airflow 3's default for a cron string,
+    ``CronTriggerTimetable``, starts the 10:00 run at 10:00 for the hour that is only beginning.) A manual
+    run of such a DAG scores the last whole interval before its logical date."""
+    if schedule is None or schedule == "@once":
+        return schedule
+    return CronDataIntervalTimetable(schedule, timezone="UTC")
+
+
 def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
     start = dt.datetime.fromisoformat(spec.start_date).replace(tzinfo=dt.UTC)
     with DAG(
         dag_id=spec.pipeline,
         description=spec.description or f"Shardline batch inference: {spec.pipeline}",
-        schedule=spec.schedule,
+        schedule=timetable_for(spec.schedule),
         start_date=start,
         catchup=spec.catchup,
         params=params_for(spec),

@@ -223,3 +223,24 @@ def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, s
         failed_files=all_failed,
         stop_job=stop_job,
     )
+
+
+LATE_INPUT_ERROR = "LateInputError"  # recorded for an input that landed after planning, when no attempt is left
+
+
+def for_late_inputs(late_keys: Sequence[str], attempt: int, policy: Policy, input_prefix: str) -> Decision:
+    """A step whose files all ended, but whose prefix now holds inputs no attempt planned (they landed after
+    the plan was made): they go to the next attempt, or, when ``retry.max_attempts`` is spent, the step fails
+    naming them. Never ADVANCE: ``_SUCCESS`` must not cover a partition that has more files than were scored."""
+    keys = tuple(sorted(late_keys))
+    shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    why = f"{len(keys)} input file(s) landed under {input_prefix} after the step was planned ({shown})"
+    if attempt < policy.max_attempts:
+        return Decision(Action.RESUBMIT, f"{why}: they go to attempt {attempt + 1} of {policy.max_attempts}",
+                        retry_files=keys)
+    message = (f"landed under the input prefix after the step was planned, and attempt {attempt} was the last "
+               "that retry.max_attempts allows; resubmit it, or hold the run back until its input is complete "
+               "(input.settle_seconds, input.ready_marker)")
+    return Decision(Action.FAIL, f"{why}, and attempt {attempt} was the last that retry.max_attempts allows",
+                    failed_files=tuple(FileState(k, FileStatus.FAILED, attempt, LATE_INPUT_ERROR, message)
+                                       for k in keys))

@@ -545,6 +545,65 @@ def input_ready(spec: PipelineSpec, step: str, input_prefix: str) -> tuple[bool,
     return False, f"no input file under {input_prefix} (matching {list(s.input.include)}) yet"
 
 
+def late_inputs(spec: PipelineSpec, attempt: Attempt) -> list[S3Object]:
+    """Input files under the step's prefix that no attempt of it planned: they landed after planning."""
+    s = spec.step(attempt.step)
+    if s.input.from_step:
+        return []  # an earlier step's outputs are read from its manifest, complete once it has ended
+    objects, _refused = list_inputs_and_refusals(services.s3_listing_client(spec), attempt.input_prefix,
+                                                 s.input.include, s.input.exclude)
+    known = {f.input_key for f in read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step).files}
+    bucket, _ = parse_s3_uri(attempt.input_prefix)
+    return [o for o in objects if f"s3://{bucket}/{o.key}" not in known]
+
+
+def late_inputs_decision(spec: PipelineSpec, attempt: Attempt) -> Decision | None:
+    """What a step that is about to end does about inputs that landed after planning (None: there are none).
+
+    They go to the next attempt; when no attempt is left they are recorded FAILED (``LateInputError``), so
+    ``shardline failed`` names them and ``shardline resubmit --all-failed`` takes them, and the step fails.
+    """
+    from shardline.decision.policy import LATE_INPUT_ERROR, for_late_inputs
+
+    late = late_inputs(spec, attempt)
+    if not late:
+        return None
+    bucket, _ = parse_s3_uri(attempt.input_prefix)
+    decision = for_late_inputs([f"s3://{bucket}/{o.key}" for o in late], attempt.number,
+                               policy_for(spec, attempt.step), attempt.input_prefix)
+    log.warning("step %s: %s", attempt.step, decision.reason)
+    if decision.failed_files:
+        message = decision.failed_files[0].error_message or ""
+        record_refused(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step, attempt.number,
+                       [(f"s3://{bucket}/{o.key}", o.size, message) for o in late], error_class=LATE_INPUT_ERROR)
+    return decision
+
+
+def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
+    """Why the step's model cannot be fetched (no object, nor folder, at its URI), naming the URI and what is
+    there instead; None when it is there. A setup error like this is the same on every try."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = parse_s3_uri(model_uri)
+    s3 = services.s3_client(spec)
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return None
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            raise
+    if s3.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1).get("KeyCount", 0):
+        return None  # a folder of model files
+    # Name what is there one level up (the versions, when the URI is versioned), so the fix is obvious.
+    parent = key.rstrip("/").rsplit("/", 2)[0] + "/" if key.count("/") >= 2 else ""
+    found = s3.list_objects_v2(Bucket=bucket, Prefix=parent, Delimiter="/", MaxKeys=20).get("CommonPrefixes", [])
+    there = ", ".join(p["Prefix"][len(parent):].rstrip("/") for p in found)
+    hint = f"; under s3://{bucket}/{parent} there are: {there}" if there else ""
+    s = spec.step(step)
+    field = "the Param model_version or model.uri" if s.model.versioned else "model.uri"
+    return f"no model at {model_uri} (check {field}){hint}"
+
+
 def record_missing_input(spec: PipelineSpec, run_id: str, status: StepStatus, message: str) -> None:
     """A run that ends (skipped or failed) before anything was planned is still listed, with why."""
     model = services.ledger_model(spec)

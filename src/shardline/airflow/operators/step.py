@@ -22,6 +22,7 @@ from shardline.airflow.triggers.step import (
     StepTrigger,
     settle_until,
 )
+from shardline.decision import readiness
 from shardline.decision.policy import Action
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
@@ -83,7 +84,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                              self.step, self.model_uri)
         input_prefix = override or self.input_prefix
         if str(self.dry_run).lower() == "true":
-            self._dry_run(spec, input_prefix, self._instances(step), version)
+            self._dry_run(context, spec, input_prefix, self._instances(step), version)
         return self._plan(context, input_prefix, version, waited=False)
 
     def execute_after_wait(self, context, event: dict):
@@ -99,8 +100,26 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         return int(self.instances_override) if str(self.instances_override or "").strip() not in ("", "None") \
             else step.resources.instance_count
 
+    def _ready_at(self, context) -> dt.datetime | None:
+        """When a scheduled run's partition is complete (its interval's end plus input.settle_seconds)."""
+        step = self.spec.step(self.step)
+        if step.input.from_step:
+            return None
+        return readiness.ready_at(run_type=_run_type(context), interval_end=context.get("data_interval_end"),
+                                  settle_seconds=step.input.settle_seconds, ready_marker=step.input.ready_marker)
+
     def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
         spec, step = self.spec, self.spec.step(self.step)
+        problem = _steps().model_problem(spec, self.step, self.model_uri)
+        if problem:
+            # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
+            message = f"step {self.step}: {problem}. Nothing was planned or submitted"
+            _steps().record_missing_input(spec, context["run_id"], _failed_status(), message)
+            raise AirflowFailException(message)
+        ready = self._ready_at(context)
+        if ready is not None and dt.datetime.now(dt.UTC) < ready:
+            self._missing(context, input_prefix, readiness.not_ready_reason(context["data_interval_end"], ready),
+                          waited=waited, ready_at=ready)
         if step.input.ready_marker:
             ready, why = _steps().input_ready(spec, self.step, input_prefix)
             if not ready:
@@ -114,16 +133,15 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                                                  f"{list(step.input.include)})", waited=waited)
         return attempt.to_xcom()
 
-    def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
-        """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
-        Never returns: it defers, or raises."""
+    def _missing(self, context, input_prefix: str, why: str, *, waited: bool, ready_at: dt.datetime | None = None):
+        """No input (yet), or a partition not complete yet (``ready_at``): wait for it, fail naming the prefix,
+        or skip, as ``input.when_missing`` says. Never returns: it defers, or raises."""
         from shardline.ledger.states import StepStatus
 
         spec, step = self.spec, self.spec.step(self.step)
         if step.input.from_step:
             raise AirflowSkipException(f"{why}: the earlier step wrote nothing, so there is nothing to do")
-        run_type = getattr(context.get("dag_run"), "run_type", None) or ""
-        run_type = str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
+        run_type = _run_type(context)
         action = step.input.missing_input_action(run_type)
         message = missing_input_text(self.step, self.task_id, why, action, waited=waited,
                                      wait_seconds=step.input.wait_timeout_seconds,
@@ -134,15 +152,18 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         if action == "fail" or waited:
             _steps().record_missing_input(spec, context["run_id"], StepStatus.FAILED, message)
             raise AirflowFailException(message)
-        deadline = time.time() + step.input.wait_timeout_seconds
+        # The wait for the input starts once the partition is complete.
+        start = max(time.time(), ready_at.timestamp() if ready_at else 0.0)
+        deadline = start + step.input.wait_timeout_seconds
         self.log.warning("%s", message)
         self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
-                                        poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
+                                        poll_interval=spec.poll_interval_seconds, not_before=settle_until(),
+                                        ready_at=ready_at.timestamp() if ready_at else None),
                    method_name="execute_after_wait",
-                   timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
+                   timeout=dt.timedelta(seconds=deadline - time.time() + 600))
 
 
-    def _dry_run(self, spec, input_prefix: str, instances: int, model_version: str) -> None:
+    def _dry_run(self, context, spec, input_prefix: str, instances: int, model_version: str) -> None:
         """List the inputs and preview the model on a sample of the first one; submit nothing."""
         from shardline.oncall.preview import PreviewError, preview_step
         from shardline.orchestration import services
@@ -155,7 +176,12 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                 f"{input_prefix}; would run {min(instances, max(1, len(objects)))} instance(s) of "
                 f"{s.resources.instance_type}; nothing submitted")
         if not objects:
-            raise AirflowSkipException(plan)
+            # As a real run would: skip only where input.when_missing says so; else fail, naming the prefix.
+            action = s.input.missing_input_action(_run_type(context))
+            if action == "skip":
+                raise AirflowSkipException(f"{plan} (input.when_missing: skip)")
+            raise AirflowFailException(dry_run_empty_text(input_prefix, list(s.input.include), action,
+                                                          s.input.wait_timeout_seconds))
         try:
             preview = preview_step(spec, self.step, s3, model_uri=self.model_uri, input_uri=input_prefix,
                                    objects=objects, model_version=model_version)
@@ -224,6 +250,13 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             raise AirflowFailException(step_failed_text(attempt, action, reason, []))
         if step_event.stop_job:
             _steps().stop(spec, attempt)
+        if action in ("ADVANCE", "PARTIAL"):
+            # Before the outputs are marked complete: input files that landed after planning go to a next
+            # attempt, or fail the step naming them; _SUCCESS never covers a partial set.
+            late = _steps().late_inputs_decision(spec, attempt)
+            if late is not None:
+                step_event = StepEvent.of(late, attempt)
+                action, reason = step_event.action, step_event.reason
         if action != "RESUBMIT":
             status = _steps().finish(spec, attempt, action, reason)
             if action in ("ADVANCE", "PARTIAL") and status == "FAILED":
@@ -264,6 +297,17 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
     def on_kill(self):
         if self._attempt is not None:
             _steps().stop(self.spec, self._attempt)
+
+
+def _run_type(context) -> str:
+    run_type = getattr(context.get("dag_run"), "run_type", None) or ""
+    return str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
+
+
+def _failed_status():
+    from shardline.ledger.states import StepStatus
+
+    return StepStatus.FAILED
 
 
 def mark_run_failed(spec_path: str, context) -> None:
@@ -331,6 +375,14 @@ def missing_input_text(step: str, task_id: str, why: str, action: str, *, waited
         return (f"step {step}: {why}, so nothing was processed (input.when_missing: {action}{default}). Check the "
                 f"partition's prefix; {again}")
     return f"step {step}: {why}; waiting up to {wait_seconds}s for its input (input.when_missing: wait{default})"
+
+
+def dry_run_empty_text(input_prefix: str, include: list[str], action: str, wait_seconds: int) -> str:
+    """A dry run that found no input: what a real run would have done instead of going green."""
+    real = (f"a real run would wait up to {wait_seconds}s for it" if action == "wait"
+            else "a real run would fail the same way")
+    return (f"dry run: no input file under {input_prefix} (matching {include}), so nothing could be checked; {real} "
+            f"(input.when_missing: {action}). Check the partition's prefix, or the Param input_prefix")
 
 
 def param_problem_text(problem: str) -> str:

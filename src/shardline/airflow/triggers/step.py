@@ -169,23 +169,30 @@ class BackoffTrigger(BaseTrigger):
 
 class InputTrigger(BaseTrigger):
     """Waits until a step's input is there (any input file, or the spec's ready marker), or until
-    ``deadline`` (epoch seconds); hands back ``{"ready": bool, "reason": str}``."""
+    ``deadline`` (epoch seconds); hands back ``{"ready": bool, "reason": str}``. With ``ready_at`` (epoch
+    seconds: a scheduled partition's interval end plus its settle time) it looks at nothing before then."""
 
     def __init__(self, spec_path: str, step: str, input_prefix: str, deadline: float, poll_interval: float = 30.0,
-                 not_before: float | None = None):
+                 not_before: float | None = None, ready_at: float | None = None):
         super().__init__()
         self.spec_path, self.step, self.input_prefix = spec_path, step, input_prefix
         self.deadline, self.poll_interval, self.not_before = deadline, poll_interval, not_before
+        self.ready_at = ready_at
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("shardline.airflow.triggers.step.InputTrigger", {
             "spec_path": self.spec_path, "step": self.step, "input_prefix": self.input_prefix,
-            "deadline": self.deadline, "poll_interval": self.poll_interval, "not_before": self.not_before})
+            "deadline": self.deadline, "poll_interval": self.poll_interval, "not_before": self.not_before,
+            "ready_at": self.ready_at})
 
     async def run(self):
         from shardline.orchestration import steps
 
         spec = load_spec(Path(self.spec_path))
+        if self.ready_at is not None and time.time() < self.ready_at:
+            self.log.info("%s: the partition is complete at %s UTC; looking for its input then", self.input_prefix,
+                          time.strftime("%H:%M:%S", time.gmtime(self.ready_at)))
+            await asyncio.sleep(self.ready_at - time.time())
         while True:
             try:
                 ready, reason = await asyncio.to_thread(steps.input_ready, spec, self.step, self.input_prefix)
