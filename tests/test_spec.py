@@ -284,3 +284,11 @@ def test_a_metadata_prefix_must_be_outside_the_data_and_recognisably_shardlines(
         parse_spec(data, "p.yaml")
     data["steps"][0]["output"]["metadata_prefix"] = "s3://data/meta/scores/dt={{ ds }}/_shardline/"
     assert parse_spec(data, "p.yaml").steps[0].output.metadata_prefix.endswith("/_shardline/")
+
+
+def test_settle_seconds_is_for_a_prefix_input_only():
+    from shardline.spec import InputSpec
+
+    assert InputSpec(prefix="s3://b/in/").settle_seconds == 300
+    with pytest.raises(ValueError, match="settle_seconds"):
+        InputSpec(from_step="score", settle_seconds=60)

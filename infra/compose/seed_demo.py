@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pipelines-dir", type=Path,
                         default=Path(os.environ.get("SHARDLINE_PIPELINES_DIR", DEFAULT_PIPELINES_DIR)))
     parser.add_argument("--logical-date", required=True, type=dt.datetime.fromisoformat,
-                        help="the run to seed, e.g. 2026-11-22T11:00:00+00:00 (the hour 10:00-11:00) (UTC when no offset is given)")
+                        help="the run to seed, e.g. 2026-11-22T11:00:00+00:00 for the hour 10:00-11:00 "
+                             "(UTC when no offset is given)")
     parser.add_argument("--model", choices=("xgboost", "sklearn"), default="xgboost")
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--rows", type=int, default=200_000)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,3 +58,25 @@ def test_a_bad_spec_is_an_import_error_naming_file_and_field(tmp_path):
     assert path.endswith("daily_churn.py")
     assert "pipelines/daily_churn.yaml: invalid pipeline spec" in message
     assert "steps[0].resources.instance_count" in message
+
+
+@pytest.mark.parametrize("schedule", ["@hourly", "@daily", "@weekly", "@monthly", "*/15 * * * *", "0 6 * * 1-5"])
+def test_a_scheduled_pipeline_scores_whole_intervals_and_the_cli_renders_the_same_interval(schedule):
+    """A run's templates read its data interval. The DAG's timetable starts a run once its interval has ended, and
+    the CLI's preview and tune (no Airflow there) render a manual run's interval as Airflow infers it."""
+    import datetime as dt
+
+    import pendulum
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from shardline.airflow.dag_factory import timetable_for
+    from shardline.spec import data_interval
+
+    assert type(timetable_for(schedule)).__name__ == "CronDataIntervalTimetable"
+    assert timetable_for(None) is None
+    core = CronDataIntervalTimetable(schedule, timezone="UTC")
+    for when in ("2026-11-22T11:00:00", "2026-11-22T11:34:10", "2026-11-23T00:00:00", "2026-11-29T07:15:00",
+                 "2027-01-01T00:00:00"):
+        logical = dt.datetime.fromisoformat(when).replace(tzinfo=dt.UTC)
+        airflow_interval = core.infer_manual_data_interval(run_after=pendulum.instance(logical))
+        assert data_interval(schedule, logical) == (airflow_interval.start, airflow_interval.end), (schedule, when)

@@ -408,6 +408,33 @@ def test_the_operators_say_what_happened_and_what_to_do():
     said("mark_run_failed", step_operators.run_failed_text("task_failure"), failure=True)
     said("mark_run_failed without a reason", step_operators.run_failed_text(None), failure=True)
     said("report: rows in != rows out", step_operators.rows_mismatch_text([["s3://b/in/part-1.parquet"]]), failure=True)
+    for action in ("wait", "fail"):
+        text = said(f"dry run: no input ({action})", step_operators.dry_run_empty_text(
+            ATTEMPT.input_prefix, ["*.parquet"], action, 3600), failure=True)
+        assert ATTEMPT.input_prefix in text, text
+
+
+def test_readiness_and_late_inputs_say_what_to_set():
+    import datetime as dt
+
+    from shardline.decision import readiness
+
+    end = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
+    text = said("plan: partition not complete", readiness.not_ready_reason(end, end + dt.timedelta(seconds=300)))
+    assert "input.settle_seconds" in text and "11:05:00" in text, text
+    late = [f"{ATTEMPT.input_prefix}late-{i}.parquet" for i in range(7)]
+    for attempt in (1, POLICY.max_attempts):
+        decision = policy.for_late_inputs(late, attempt, POLICY, ATTEMPT.input_prefix)
+        said(f"late inputs at attempt {attempt} -> {decision.action.value}", decision.reason, lists=True)
+        for f in decision.failed_files:
+            said("late input: failed file", steps.file_error(f.error_class, f.error_message), failure=True)
+        if decision.action is Action.FAIL:
+            from shardline.airflow.operators.step import step_failed_text
+            from shardline.airflow.triggers.step import StepEvent
+
+            event = StepEvent.of(decision, ATTEMPT).to_event()
+            said("sensor fails: late inputs", step_failed_text(ATTEMPT, "FAIL", decision.reason,
+                                                               event["failed_files"]), failure=True, lists=True)
 
 
 # --- the CLI ---------------------------------------------------------------------------------------------

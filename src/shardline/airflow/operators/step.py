@@ -92,7 +92,9 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         input_prefix = (self.input_override or "").strip() or self.input_prefix
         version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
         if not event["ready"]:
-            self._missing(context, input_prefix, event["reason"], waited=True)
+            # Waited for the input (when_missing: wait), or only for the partition to be complete (fail, skip).
+            waited = self.spec.step(self.step).input.missing_input_action(_run_type(context)) == "wait"
+            self._missing(context, input_prefix, event["reason"], waited=waited)
         self.log.info("step %s: %s", self.step, event["reason"])
         return self._plan(context, input_prefix, version, waited=True)
 
@@ -118,8 +120,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             raise AirflowFailException(message)
         ready = self._ready_at(context)
         if ready is not None and dt.datetime.now(dt.UTC) < ready:
-            self._missing(context, input_prefix, readiness.not_ready_reason(context["data_interval_end"], ready),
-                          waited=waited, ready_at=ready)
+            self._wait_until_complete(context, input_prefix, ready)
         if step.input.ready_marker:
             ready, why = _steps().input_ready(spec, self.step, input_prefix)
             if not ready:
@@ -133,9 +134,23 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                                                  f"{list(step.input.include)})", waited=waited)
         return attempt.to_xcom()
 
-    def _missing(self, context, input_prefix: str, why: str, *, waited: bool, ready_at: dt.datetime | None = None):
-        """No input (yet), or a partition not complete yet (``ready_at``): wait for it, fail naming the prefix,
-        or skip, as ``input.when_missing`` says. Never returns: it defers, or raises."""
+    def _wait_until_complete(self, context, input_prefix: str, ready: dt.datetime):
+        """A scheduled run whose partition is not complete yet waits until it is, whatever input.when_missing
+        says (the partition is not missing, it is still being written); then, with when_missing: wait, up to
+        input.wait_timeout_seconds more for its first file. Never returns: it defers."""
+        step = self.spec.step(self.step)
+        self.log.info("step %s: %s", self.step, readiness.not_ready_reason(context["data_interval_end"], ready))
+        waits = step.input.missing_input_action(_run_type(context)) == "wait"
+        deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
+        self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
+                                        poll_interval=self.spec.poll_interval_seconds, not_before=settle_until(),
+                                        ready_at=ready.timestamp()),
+                   method_name="execute_after_wait",
+                   timeout=dt.timedelta(seconds=deadline - time.time() + 600))
+
+    def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
+        """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
+        Never returns: it defers, or raises."""
         from shardline.ledger.states import StepStatus
 
         spec, step = self.spec, self.spec.step(self.step)
@@ -152,16 +167,12 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         if action == "fail" or waited:
             _steps().record_missing_input(spec, context["run_id"], StepStatus.FAILED, message)
             raise AirflowFailException(message)
-        # The wait for the input starts once the partition is complete.
-        start = max(time.time(), ready_at.timestamp() if ready_at else 0.0)
-        deadline = start + step.input.wait_timeout_seconds
+        deadline = time.time() + step.input.wait_timeout_seconds
         self.log.warning("%s", message)
         self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
-                                        poll_interval=spec.poll_interval_seconds, not_before=settle_until(),
-                                        ready_at=ready_at.timestamp() if ready_at else None),
+                                        poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
                    method_name="execute_after_wait",
-                   timeout=dt.timedelta(seconds=deadline - time.time() + 600))
-
+                   timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
 
     def _dry_run(self, context, spec, input_prefix: str, instances: int, model_version: str) -> None:
         """List the inputs and preview the model on a sample of the first one; submit nothing."""

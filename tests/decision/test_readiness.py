@@ -1,0 +1,55 @@
+"""When a run's partition is complete enough to plan (pure: the clock is an argument)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from shardline.decision import policy, readiness
+from shardline.decision.policy import Action, Policy
+from shardline.ledger.states import FileStatus
+
+END = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
+
+
+def test_a_scheduled_run_plans_its_settle_time_after_its_interval_ends():
+    at = readiness.ready_at(run_type="scheduled", interval_end=END, settle_seconds=300, ready_marker=None)
+    assert at == END + dt.timedelta(minutes=5)
+
+
+@pytest.mark.parametrize("run_type", ["manual", "backfill", "asset_triggered", ""])
+def test_a_run_a_person_chose_plans_at_once(run_type):
+    assert readiness.ready_at(run_type=run_type, interval_end=END, settle_seconds=300, ready_marker=None) is None
+
+
+def test_a_ready_marker_replaces_the_settle_time():
+    assert readiness.ready_at(run_type="scheduled", interval_end=END, settle_seconds=300,
+                              ready_marker="_SUCCESS") is None
+
+
+def test_no_settle_time_means_the_interval_end_itself():
+    assert readiness.ready_at(run_type="scheduled", interval_end=END, settle_seconds=0, ready_marker=None) == END
+
+
+POLICY = Policy(max_attempts=3, backoff_seconds=0, backoff_multiplier=1, max_failed_files=5,
+                max_failed_percent=50, heartbeat_timeout_seconds=60)
+LATE = ["s3://b/in/late-2.parquet", "s3://b/in/late-1.parquet"]
+
+
+def test_inputs_that_landed_after_planning_go_to_the_next_attempt():
+    decision = policy.for_late_inputs(LATE, 1, POLICY, "s3://b/in/")
+    assert decision.action is Action.RESUBMIT
+    assert decision.retry_files == tuple(sorted(LATE))
+    assert decision.delay_seconds == 0
+    assert "late-1.parquet" in decision.reason and "attempt 2 of 3" in decision.reason
+
+
+def test_late_inputs_fail_the_step_naming_them_when_no_attempt_is_left_whatever_the_tolerance():
+    decision = policy.for_late_inputs(LATE, 3, POLICY, "s3://b/in/")
+    # The tolerance (5 files) would allow two failures: late inputs are never tolerated into a green step.
+    assert decision.action is Action.FAIL
+    assert [f.input_key for f in decision.failed_files] == sorted(LATE)
+    assert {f.status for f in decision.failed_files} == {FileStatus.FAILED}
+    assert {f.error_class for f in decision.failed_files} == {policy.LATE_INPUT_ERROR}
+    assert "retry.max_attempts" in decision.reason
