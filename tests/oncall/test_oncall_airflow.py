@@ -89,6 +89,9 @@ def staged(airflow_stack, tmp_path_factory):
     model = synthetic.train_xgboost(work / "model")
     synthetic.pack(model.parent, work / "model.tar.gz")
     s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
+    churn_model = synthetic.train_sklearn(work / "churn-model")  # daily_churn's first step checks it is there
+    synthetic.pack(churn_model.parent, work / "churn-model.tar.gz")
+    s3.upload_file(str(work / "churn-model.tar.gz"), BUCKET, "models/sklearn/v1/model.tar.gz")
     files = synthetic.make_dataset(work / "data", files=4, rows=20_000)
 
     def upload_hour(hour: dt.datetime, *, corrupt: bool) -> str:
@@ -430,3 +433,35 @@ def test_a_run_whose_input_is_missing_fails_naming_the_prefix(airflow_stack, sta
     assert row["status"] == "FAILED" and row["airflow_state"] == "failed", row
     assert f"no input file under {prefix}" in row["message"], row
     assert "input.when_missing: fail, the default for a manual run" in row["message"], row
+
+
+def test_a_model_that_is_not_there_fails_the_plan_at_once_naming_the_uri_with_no_retry(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 6, tzinfo=dt.UTC)
+    staged["upload_hour"](hour, corrupt=False)
+    run_id = _trigger(airflow_stack, hour, {"model_version": "v9"})  # no such version was ever uploaded
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
+    plan = airflow_stack.client().task_instance(PIPELINE, run_id, "plan_score")
+    assert plan["state"] == "failed" and plan["try_number"] == 1, plan  # a setup error is not retried
+    # Reported, not asserted (no test depends on timing).
+    print(f"missing model: plan_score failed {(_utc(plan['end_date']) - _utc(plan['start_date'])).total_seconds():.1f}"
+          " s after it started")
+    uri = f"s3://{BUCKET}/models/xgboost/v9/model.tar.gz"
+    log = _task_log(airflow_stack, run_id, "plan_score")
+    assert f"no model at {uri}" in log and "there are: v1" in log, log[-3000:]
+    runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json").stdout)
+    row = next(r for r in runs if r["run_id"] == run_id)
+    assert row["status"] == "FAILED" and f"no model at {uri}" in row["message"], row
+    assert not _keys(staged["s3"], f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"), "nothing may have run"
+
+
+def test_a_dry_run_of_an_empty_partition_fails_naming_the_prefix(airflow_stack, staged):
+    hour = dt.datetime(2026, 11, 22, 7, tzinfo=dt.UTC)  # nothing was uploaded for this hour
+    run_id = _trigger(airflow_stack, hour, {"dry_run": True})
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
+    log = _task_log(airflow_stack, run_id, "plan_score")
+    prefix = f"s3://{BUCKET}/events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    assert f"dry run: no input file under {prefix}" in log, log[-3000:]
+
+
+def _utc(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
