@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from shardline.decision.policy import (
@@ -190,3 +192,15 @@ def test_job_failed_after_every_file_succeeded_reruns_them():
 
 def test_empty_step_advances():
     assert decide(snap(JobStatus.COMPLETED, ()), POLICY).action is Action.ADVANCE
+
+
+@pytest.mark.parametrize("job", [JobStatus.IN_PROGRESS, JobStatus.FAILED])
+def test_an_instance_that_could_not_start_fails_the_step_at_once_with_its_reason(job):
+    broken = ShardState("algo-2", 3, finished=True, setup_error="no model file under /opt/ml/processing/input/model")
+    snapshot = snap(job, files(S, R, P), shards=[ShardState("algo-1", 3), broken])
+    assert needs_files(dataclasses.replace(snapshot, files=None), POLICY)  # its files are read to name them
+    d = decide(snapshot, POLICY)
+    assert d.action is Action.FAIL  # not RESUBMIT, though two attempts are left: the same model fails again
+    assert d.stop_job is (job is JobStatus.IN_PROGRESS)
+    assert "algo-2" in d.reason and "no model file under" in d.reason
+    assert [(f.status, f.error_class) for f in d.failed_files] == [(R, "SetupError"), (P, "SetupError")]

@@ -315,6 +315,9 @@ SNAPSHOTS = {
     "corrupt, past the tolerance": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("CCSSSS")),
     "corrupt, within the tolerance": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("CSSSSS")),
     "out of attempts": StepSnapshot(3, JobStatus.COMPLETED, 300, _files("SPNS", attempt=3)),
+    "an instance could not start": StepSnapshot(1, JobStatus.FAILED, 60, _files("PPPP"), (ShardState(
+        "algo-1", 5, finished=True, setup_error="no model file under /opt/ml/processing/input/model (model "
+                                                "s3://shardline-demo/models/xgboost/v9/model.tar.gz)"),)),
 }
 
 

@@ -48,6 +48,7 @@ class ShardState:
     files_assigned: int = 0
     files_done: int = 0
     files_failed: int = 0
+    setup_error: str | None = None  # the instance could not start: its model or arguments (the worker's words)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +115,8 @@ def needs_files(snapshot: StepSnapshot, policy: Policy) -> bool:
     job = snapshot.job_status
     if snapshot.cancelled or not (job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING):
         return True
+    if any(s.setup_error for s in snapshot.shards):
+        return True
     stale, silent = _silent_instances(snapshot, policy)
     return job is JobStatus.IN_PROGRESS and bool(stale or silent)
 
@@ -147,6 +150,17 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
         return Decision(Action.FAIL, f"cancelled by an operator (`shardline cancel`) with {len(succeeded)}/{total} "
                                      "files succeeded",
                         failed_files=tuple(failed), stop_job=not job.is_terminal)
+    broken = [s for s in snapshot.shards if s.setup_error]
+    if broken:
+        # The model (or the job's arguments) cannot be set up: every attempt would fail the same way.
+        first = broken[0]
+        return Decision(Action.FAIL, f"instance {first.host} of attempt {snapshot.attempt} could not start, so "
+                                     f"nothing was processed: {first.setup_error}. This is not retried: fix the "
+                                     "model (model.uri, the Param model_version) or the step's settings",
+                        failed_files=tuple(dataclasses.replace(f, error_class="SetupError",
+                                                               error_message=first.setup_error)
+                                           for f in unfinished),
+                        stop_job=not job.is_terminal)
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
         stale, silent = _silent_instances(snapshot, policy)
         if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):

@@ -18,7 +18,7 @@ from pynamodb.transactions import TransactWrite
 
 from shardline.ledger.context import LedgerContext, StaleAttemptError
 from shardline.ledger.keys import failures_pk, file_sk, run_pk, shard_sk, step_sk
-from shardline.ledger.states import FileStatus, ShardStatus
+from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus
 from shardline.ledger.table import (
     CLIENT_SETTINGS,
     MAX_ERROR_CHARS,
@@ -139,11 +139,14 @@ class WorkerLedger:
         files_done: int,
         files_failed: int,
         rows_done: int,
+        setup_error: str | None = None,
     ) -> None:
         """Write this instance's SHARD item, fenced on the STEP item's current attempt.
 
         The STEP item is owned by the orchestrator. When it has moved to a newer attempt,
-        the transaction is cancelled and this instance learns it is a zombie.
+        the transaction is cancelled and this instance learns it is a zombie. ``setup_error``:
+        why the instance could not start (its model, its arguments), recorded so the sensor fails
+        the step at once with the worker's own words instead of retrying it as a lost job.
         """
         m, ctx = self.model, self.context
         item = m(self.pk, shard_sk(ctx.step, ctx.attempt, self.host))
@@ -161,6 +164,8 @@ class WorkerLedger:
             m.rows_done.set(rows_done),
             m.expires_at.set(m.expiry()),
         ]
+        if setup_error:
+            actions += [m.error_class.set(SETUP_ERROR), m.error_message.set(setup_error[:MAX_ERROR_CHARS])]
         connection = Connection(region=self._region, host=self._endpoint, **CLIENT_SETTINGS)
         try:
             with TransactWrite(connection=connection) as transaction:

@@ -44,3 +44,6 @@ SHARD_TERMINAL = frozenset(
 STEP_TERMINAL = frozenset(
     {StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.CANCELLED}
 )
+
+
+SETUP_ERROR = "SetupError"  # a SHARD item's error class: the instance could not start (its model, its arguments)

@@ -31,7 +31,7 @@ from shardline.ledger.orchestrator import (
     read_step,
     set_run_status,
 )
-from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
+from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
 from shardline.oncall import selection
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, AirflowApiError, AirflowClient
 from shardline.oncall.errors import BadRequest, Conflict, NotFound, OnCallError, Refused, Unavailable
@@ -73,6 +73,7 @@ from shardline.oncall.views import (
     step_view,
     unknown_step,
     with_airflow,
+    with_setup_error,
 )
 from shardline.orchestration import services
 from shardline.orchestration.step_files import PlanFileError, read_step_files
@@ -200,7 +201,10 @@ class OnCall:
             records = _read_step_files(spec, ref.pipeline, ref.run_id, name,
                                       file_attributes=FILE_DETAIL_ATTRIBUTES)
             planned += records.step is not None
-            found += [v for v in (file_view(name, f) for f in records.files) if v.status != FileStatus.SUCCEEDED]
+            # An instance that could not start recorded why on its SHARD item: its files show that reason.
+            setup = {int(s.attempt or 0): s.error_message for s in records.shards if s.error_class == SETUP_ERROR}
+            found += [with_setup_error(v, setup.get(v.attempt)) for v in (file_view(name, f) for f in records.files)
+                      if v.status != FileStatus.SUCCEEDED]
         if not planned:
             raise NotFound(f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
                            f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "

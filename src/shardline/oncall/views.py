@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shardline.backends import JobStatus
-from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
+from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
 from shardline.oncall.errors import BadRequest
 from shardline.planning import naming
 
@@ -216,6 +216,13 @@ def file_view(step: str, item: Any) -> FileView:
     return FileView(step, item.input_key, item.status, int(item.attempt or 0), item.host,
                     int(item.rows_in) if item.rows_in is not None else None,
                     int(item.rows_out) if item.rows_out is not None else None, item.error_class, item.error_message)
+
+
+def with_setup_error(view: FileView, setup_error: str | None) -> FileView:
+    """An unfinished file of an attempt whose instance could not start: the instance's reason is the file's."""
+    if setup_error is None or view.error_class or FileStatus(view.status).is_terminal:
+        return view
+    return dataclasses.replace(view, error_class=SETUP_ERROR, error_message=setup_error)
 
 
 def run_row(pipeline: str, run_id: str, started_at: dt.datetime | None, run: RunRecord | None) -> RunRow:

@@ -35,7 +35,7 @@ from shardline.ledger.orchestrator import (
     set_run_status,
     start_attempt,
 )
-from shardline.ledger.states import SHARD_TERMINAL, FileStatus, StepStatus
+from shardline.ledger.states import SETUP_ERROR, SHARD_TERMINAL, FileStatus, StepStatus
 from shardline.orchestration import services
 from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
@@ -212,7 +212,9 @@ def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> S
     shards = [
         ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
                    finished=s.status in SHARD_TERMINAL, files_assigned=int(s.files_assigned or 0),
-                   files_done=int(s.files_done or 0), files_failed=int(s.files_failed or 0))
+                   files_done=int(s.files_done or 0), files_failed=int(s.files_failed or 0),
+                   setup_error=f"{s.error_message} (model {attempt.model_uri})" if s.error_class == SETUP_ERROR
+                   else None)
         for s in records.shards if int(s.attempt or 0) == attempt.number
     ]
     file_states = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class,

@@ -233,6 +233,23 @@ def _terminate(signum: int, _frame) -> None:
     raise Terminated(f"received signal {signal.Signals(signum).name}")
 
 
+def record_setup_error(context: LedgerContext, host: str, error: str) -> None:
+    """Tell the ledger why this instance could not start, so the step fails at once with the reason (the same
+    model fails the same way on every attempt). Best effort: the exit code says it anyway."""
+    from botocore.exceptions import BotoCoreError
+    from pynamodb.exceptions import PynamoDBException
+
+    from shardline.ledger.context import StaleAttemptError
+    from shardline.ledger.job_writes import WorkerLedger
+    from shardline.ledger.states import ShardStatus
+
+    try:
+        WorkerLedger(context, host).heartbeat(ShardStatus.FAILED, files_assigned=0, files_done=0, files_failed=0,
+                                              rows_done=0, setup_error=error)
+    except (PynamoDBException, BotoCoreError, StaleAttemptError) as err:  # the exit code still tells
+        log.warning("could not record the setup error in the ledger: %s", err)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not (args.preview or args.tune):
@@ -255,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_job(args, host, hosts, context, log_format(host, context))
     except SetupError as err:
         log.error("setup failed, nothing was processed: %s", err)
+        if context is not None and not (args.preview or args.tune):
+            record_setup_error(context, host, str(err))
         return EXIT_SETUP_ERROR
     except Terminated as err:
         log.error("stopped: %s. Outputs already renamed into place are complete; no partial output remains.",
