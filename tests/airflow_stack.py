@@ -36,14 +36,16 @@ class AirflowStack:
     def client(self) -> AirflowClient:
         return AirflowClient(self.url, username=self.username, password=self.password)
 
-    def token_for(self, username: str, role: str) -> str:
+    def token_for(self, username: str, role: str, expires_in: int | None = None) -> str:
         """A JWT for a simple-auth-manager user with ``role`` (e.g. "viewer"), signed by this Airflow's own
-        code and secret: a user who may read but, as a viewer, not clear tasks."""
+        code and secret: a user who may read but, as a viewer, not clear tasks. ``expires_in`` < 0: one that
+        has already expired."""
+        expiry = "" if expires_in is None else f", expiration_time_in_seconds={expires_in}"
         code = (
             "from airflow.api_fastapi.app import create_auth_manager\n"
             "from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser\n"
             f"print(create_auth_manager().generate_jwt(SimpleAuthManagerUser(username={username!r}, "
-            f"role={role!r})))\n"
+            f"role={role!r}){expiry}))\n"
         )
         env = {"PATH": str(Path(sys.executable).parent), "AIRFLOW_HOME": str(self.home),
                "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
@@ -128,6 +130,19 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
                            username, password, log)
     finally:
         _stop(proc)
+        stop_local_jobs(home / "shardline-local")
+
+
+def stop_local_jobs(root: Path) -> None:
+    """Stop every local job still running under ``root``: a job's processes are not Airflow's children, so
+    stopping Airflow leaves them running (a job held on a gate would spin after the test)."""
+    from shardline.backends.local import LocalBackend
+
+    backend = LocalBackend(root)
+    for job_dir in sorted((root / "jobs").glob("sl-*")):
+        with contextlib.suppress(Exception):
+            if not backend.describe(job_dir.name).status.is_terminal:
+                backend.stop(job_dir.name)
 
 
 def _stop(proc: subprocess.Popen) -> None:

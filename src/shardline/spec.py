@@ -385,8 +385,7 @@ def unknown_conf_problem(conf: dict | None, known: tuple[str, ...] = TRIGGER_PAR
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
     return (f"the trigger conf has unknown key(s) {', '.join(hints)}; this pipeline reads only "
-            f"{', '.join(known)}. Trigger again with the right key (or set `unknown_conf: warn` in the spec to "
-            "ignore unknown keys)")
+            f"{', '.join(known)} (`unknown_conf: warn` in the spec ignores unknown keys)")
 
 
 def model_version_problem(step: StepSpec, version: str) -> str | None:

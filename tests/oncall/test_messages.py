@@ -180,6 +180,26 @@ def _refused(status: int, detail: str = "Forbidden") -> AirflowApiError:
                                        "/dags/tabular_scoring_hourly/clearTaskInstances", status, detail), status)
 
 
+def test_a_missing_malformed_expired_or_unauthorised_token_each_has_its_own_fix():
+    from shardline.oncall.airflow_client import INVALID_TOKEN, NOT_AUTHENTICATED, TOKEN_EXPIRED
+
+    path = "/dags/tabular_scoring_hourly/clearTaskInstances"
+    cases = {
+        "missing": (401, NOT_AUTHENTICATED, False, "none was sent"),
+        "missing, Airflow's word": (401, NOT_AUTHENTICATED, True, "none was sent"),
+        "expired": (401, TOKEN_EXPIRED, True, "has expired"),
+        "malformed": (403, INVALID_TOKEN, True, "cannot read the token"),
+        "unauthorised": (403, "Forbidden", True, "lacks that permission"),
+    }
+    texts = {}
+    for name, (status, detail, sent, expected) in cases.items():
+        texts[name] = said(f"token {name}", api_refused(FakeAirflow.base_url, FakeAirflow.source, "POST", path,
+                                                         status, detail, sent_token=sent), failure=True)
+        assert expected in texts[name], texts[name]
+    assert "admin" not in texts["malformed"] and "expired" not in texts["missing"], texts
+    assert "admin" in texts["unauthorised"] and "shardline login" in texts["expired"], texts
+
+
 def test_the_on_call_service_says_what_went_wrong_and_what_to_do():
     ref = RunRef.parse(REF)
     specs = {"tabular_scoring_hourly": object(), "daily_churn": object()}
@@ -396,13 +416,14 @@ def test_the_operators_say_what_happened_and_what_to_do():
         if action == "skip" and waited:
             continue
         text = said(f"plan: missing input ({action}, waited={waited}, chosen={chosen}, run_type={run_type!r})",
-                    step_operators.missing_input_text(STEP, "plan_score", why, action, waited=waited, wait_seconds=3600,
+                    step_operators.missing_input_text(STEP, REF, why, action, waited=waited, wait_seconds=3600,
                                                  chosen=chosen, run_type=run_type),
                     failure=action == "fail" or waited)
         assert "input.when_missing" in text or "input.wait_timeout_seconds" in text, text
     said("plan: Param refused", step_operators.param_problem_text(
-        "Param model_version 'v9' is not pinned in model.versions of step score (pinned: v1, v2)"), failure=True)
-    said("plan: unknown conf key", unknown_conf_problem({"instance_cnt": 3}), failure=True)
+        "Param model_version 'v9' is not pinned in model.versions of step score (pinned: v1, v2)", REF), failure=True)
+    said("plan: unknown conf key", step_operators.param_problem_text(unknown_conf_problem({"instance_cnt": 3}), REF),
+         failure=True)
     failed = [{"input": "s3://b/in/corrupt-0.parquet", "error_class": "CorruptInputError", "error_message": "bad"},
               {"input": "s3://b/in/part-3.parquet", "error_class": None, "error_message": ""}]
     said("failed files list", step_operators._list(failed))
@@ -411,6 +432,17 @@ def test_the_operators_say_what_happened_and_what_to_do():
     said("mark_run_failed", step_operators.run_failed_text("task_failure"), failure=True)
     said("mark_run_failed without a reason", step_operators.run_failed_text(None), failure=True)
     said("report: rows in != rows out", step_operators.rows_mismatch_text([["s3://b/in/part-1.parquet"]]), failure=True)
+    said("plan: no model", step_operators.model_missing_text(STEP, "no model at s3://shardline-demo/models/xgboost/"
+                                                             "v9/model.tar.gz (check the Param model_version or "
+                                                             "model.uri); under s3://shardline-demo/models/xgboost/ "
+                                                             "there are: v1, v2", REF), failure=True)
+    from shardline.oncall import service
+
+    said("rerun: not finished", service.rerun_not_finished_text(oncall.RunRef.parse(REF), "running"), failure=True)
+    for given in (False, True):
+        said(f"rerun: bad conf (given={given})", service.rerun_conf_text(
+            oncall.RunRef.parse(REF), "Param model_version '..' must match a plain segment", given=given),
+             failure=True)
     for action in ("wait", "fail"):
         text = said(f"dry run: no input ({action})", step_operators.dry_run_empty_text(
             ATTEMPT.input_prefix, ["*.parquet"], action, 3600), failure=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -334,6 +335,17 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
     assert viewer.returncode == 1, viewer.stdout + viewer.stderr
     assert "would not let this caller clear watch_score" in viewer.stderr and "403" in viewer.stderr, viewer.stderr
     assert "nothing was submitted" in viewer.stderr and "Op role" in viewer.stderr, viewer.stderr
+    # A token that is missing, cut short, or expired: each refusal names its own fix, and none blames a role.
+    admin = airflow_stack.token_for(airflow_stack.username, "admin")
+    for case, token, expected in [
+            ("missing", None, "needs a token, and none was sent"),
+            ("cut short", admin[:-12], "cannot read the token"),
+            ("expired", airflow_stack.token_for(airflow_stack.username, "admin", expires_in=-60), "has expired")]:
+        answer = shardline(airflow_stack, *command, airflow={"SHARDLINE_AIRFLOW_URL": airflow_stack.url,
+                                                             **({"SHARDLINE_AIRFLOW_TOKEN": token} if token else {})})
+        assert answer.returncode == 1, (case, answer.stdout + answer.stderr)
+        assert expected in answer.stderr and "nothing was submitted" in answer.stderr, (case, answer.stderr)
+        assert "Op role" not in answer.stderr and "admin for it" not in answer.stderr, (case, answer.stderr)
 
     assert _attempt(airflow_stack, ref)["steps"][0]["attempt"] == 1  # nothing was submitted
     assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"
@@ -401,6 +413,26 @@ def test_an_unknown_conf_key_fails_the_run_at_plan_naming_the_key(airflow_stack,
     log = _task_log(airflow_stack, run_id, "plan_score")
     assert "unknown key(s) 'instance_cnt' (did you mean 'instance_count'?)" in log, log[-3000:]
 
+    # The advice it prints works on this Airflow: the same partition again, with a conf the engineer fixed.
+    [command] = _printed_commands(log, "rerun")
+    assert command == ["rerun", f"{PIPELINE}/{run_id}", "--conf", "{...}"], command
+    again = shardline(airflow_stack, *command[:-1], '{"instance_count": 1}')
+    assert again.returncode == 0, again.stdout + again.stderr
+    new_run = re.search(r"triggered it again as (\S+) with conf", again.stdout).group(1)
+    assert airflow_stack.wait_for_run(PIPELINE, new_run)["state"] == "success", airflow_stack.tail()
+    rerun = airflow_stack.client().dag_run(PIPELINE, new_run)
+    assert (rerun["data_interval_start"], rerun["conf"]) == (hour.isoformat().replace("+00:00", "Z"),
+                                                             {"instance_count": 1}), rerun
+    with pytest.raises(AirflowApiError, match="404"):  # the failed run made way for it (one run per logical date)
+        airflow_stack.client().dag_run(PIPELINE, run_id)
+
+
+def _printed_commands(text: str, command: str) -> list[list[str]]:
+    """Each `shardline COMMAND ...` a message printed, as the arguments after `shardline`."""
+    import shlex
+
+    return [shlex.split(found)[1:] for found in re.findall(rf"`(shardline {command} [^`]+)`", text)]
+
 
 def test_an_hourly_run_with_no_input_yet_waits_for_it_then_succeeds_once_it_lands(airflow_stack, staged):
     hour = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
@@ -436,7 +468,7 @@ def test_a_run_whose_input_is_missing_fails_naming_the_prefix(airflow_stack, sta
 
 
 def test_a_model_that_is_not_there_fails_the_plan_at_once_naming_the_uri_with_no_retry(airflow_stack, staged):
-    hour = dt.datetime(2026, 11, 22, 6, tzinfo=dt.UTC)
+    hour = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
     staged["upload_hour"](hour, corrupt=False)
     run_id = _trigger(airflow_stack, hour, {"model_version": "v9"})  # no such version was ever uploaded
     assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
@@ -453,9 +485,23 @@ def test_a_model_that_is_not_there_fails_the_plan_at_once_naming_the_uri_with_no
     assert row["status"] == "FAILED" and f"no model at {uri}" in row["message"], row
     assert not _keys(staged["s3"], f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"), "nothing may have run"
 
+    # The advice works: the model is uploaded where the run looked, and the printed command plans the run again.
+    command = _printed_commands(log, "rerun")[0]
+    assert command == ["rerun", f"{PIPELINE}/{run_id}"], command
+    s3 = staged["s3"]
+    s3.copy_object(Bucket=BUCKET, Key="models/xgboost/v9/model.tar.gz",
+                   CopySource={"Bucket": BUCKET, "Key": "models/xgboost/v1/model.tar.gz"})
+    try:
+        again = shardline(airflow_stack, *command)
+        assert again.returncode == 0 and "cleared plan_score" in again.stdout, again.stdout + again.stderr
+        assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    finally:
+        s3.delete_object(Bucket=BUCKET, Key="models/xgboost/v9/model.tar.gz")
+    assert sorted(_output_rows(s3, hour)) == list(range(20_000))
+
 
 def test_a_dry_run_of_an_empty_partition_fails_naming_the_prefix(airflow_stack, staged):
-    hour = dt.datetime(2026, 11, 22, 7, tzinfo=dt.UTC)  # nothing was uploaded for this hour
+    hour = dt.datetime(2026, 11, 22, 13, tzinfo=dt.UTC)  # nothing was uploaded for this hour
     run_id = _trigger(airflow_stack, hour, {"dry_run": True})
     assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
     log = _task_log(airflow_stack, run_id, "plan_score")

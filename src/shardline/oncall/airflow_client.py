@@ -39,15 +39,34 @@ def login_refused(base_url: str, username: str, status: int, text: str) -> str:
             "asked for)")
 
 
-def api_refused(base_url: str, source: str, method: str, path: str, status: int, detail: object) -> str:
-    """An error answer of the REST API in words, with what to do about it."""
+# What Airflow 3's API server answers for each kind of bad token (airflow.api_fastapi.core_api.security).
+NOT_AUTHENTICATED, TOKEN_EXPIRED, INVALID_TOKEN = "Not authenticated", "Token Expired", "Invalid JWT token"
+
+
+def api_refused(base_url: str, source: str, method: str, path: str, status: int, detail: object, *,
+                sent_token: bool = True) -> str:
+    """An error answer of the REST API in words, with what to do about it.
+
+    A token that is missing, malformed, expired, or valid but without the permission are four different fixes,
+    so each has its own words: Airflow answers 401 for the first and third, 403 for the second and fourth, and
+    tells them apart by its detail.
+    """
+    if status == 401 and (not sent_token or str(detail) == NOT_AUTHENTICATED):
+        return (f"Airflow at {base_url} needs a token, and none was sent (settings from {source}; 401: {detail}): "
+                f"{HOW_TO_CONFIGURE}")
+    if status == 401 and str(detail) == TOKEN_EXPIRED:
+        return (f"the token from {source} has expired (Airflow at {base_url} answered 401: {detail}): get a new "
+                f"one: {HOW_TO_CONFIGURE}")
     if status == 401:
-        return (f"Airflow at {base_url} refused the token from {source} (401: {detail}); it may have expired: "
+        return f"Airflow at {base_url} refused the token from {source} (401: {detail}): {HOW_TO_CONFIGURE}"
+    if status == 403 and str(detail) == INVALID_TOKEN:
+        return (f"Airflow at {base_url} cannot read the token from {source} (403: {detail}): it is cut short, "
+                "mistyped, or issued by another Airflow (another [api_auth] jwt_secret). Copy it again, or "
                 f"{HOW_TO_CONFIGURE}")
     said = f"Airflow at {base_url}: {method} /api/v2{path} answered {status}: {detail}"
     if status == 403:
-        return (f"{said}; the user behind the token from {source} lacks that permission in Airflow: ask an Airflow "
-                "admin for it, or `shardline login` as a user who has it")
+        return (f"{said}; the token from {source} is valid, but its user lacks that permission in Airflow: ask an "
+                "Airflow admin for it, or `shardline login` as a user who has it")
     if status >= 500:
         return f"{said}; check the API server's log"
     return said
@@ -167,8 +186,8 @@ class AirflowClient:
                 detail = answer.json().get("detail", answer.text)
             except (ValueError, AttributeError):
                 detail = answer.text
-            raise AirflowApiError(api_refused(self.base_url, self.source, method, path, answer.status_code, detail),
-                                  answer.status_code)
+            raise AirflowApiError(api_refused(self.base_url, self.source, method, path, answer.status_code, detail,
+                                              sent_token=bool(self._token)), answer.status_code)
         try:
             return answer.json() if answer.content else None
         except ValueError as err:
@@ -187,11 +206,29 @@ class AirflowClient:
     def dag_run(self, dag_id: str, run_id: str) -> dict:
         return self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}")
 
-    def trigger(self, dag_id: str, conf: dict, *, run_id: str | None = None, logical_date: str | None = None) -> dict:
+    def trigger(self, dag_id: str, conf: dict, *, run_id: str | None = None, logical_date: str | None = None,
+                data_interval: tuple[str, str] | None = None, note: str | None = None) -> dict:
+        """A new DAG run. ``data_interval`` (start, end) gives it that partition whatever the logical date infers."""
         body: dict[str, Any] = {"conf": conf, "logical_date": logical_date}
         if run_id:
             body["dag_run_id"] = run_id
+        if data_interval:
+            body["data_interval_start"], body["data_interval_end"] = data_interval
+        if note:
+            body["note"] = note
         return self._call("POST", f"/dags/{self._q(dag_id)}/dagRuns", json=body)
+
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        self._call("DELETE", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}")
+
+    def clear_failed(self, dag_id: str, run_id: str, *, dry_run: bool = False) -> list:
+        """Clear the run's failed tasks and every task downstream of them (those left upstream_failed or skipped
+        by them), so the scheduler runs them again with the run's own conf. Returns the task instances."""
+        answer = self._call("POST", f"/dags/{self._q(dag_id)}/clearTaskInstances", json={
+            "dry_run": dry_run, "dag_run_id": run_id, "only_failed": True, "include_downstream": True,
+            "reset_dag_runs": True,
+        })
+        return list((answer or {}).get("task_instances", []))
 
     def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str], *, include_downstream: bool = True,
                     dry_run: bool = False) -> list:

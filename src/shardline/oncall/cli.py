@@ -612,6 +612,31 @@ def login(url: str, username: str | None, password_stdin: bool, token: str | Non
                         f"`shardline login {client.base_url}` again when a command says the token was refused."])
 
 
+@_command("rerun", "run a finished DAG run's partition again: its failed tasks, or all of it with a new conf",
+          "Run a finished DAG run's partition again. Without --conf, its failed tasks and everything after them "
+          "are cleared, so the same run plans again with its own conf: after input that landed late, or a model "
+          "uploaded since. With --conf (a JSON object of the trigger form's Params), the run is deleted and "
+          "triggered again at the same logical date and data interval with that conf, since a run's conf cannot "
+          "change and Airflow refuses a second run at one logical date. The conf is checked first.")
+@_run_argument
+@click.option("--conf", "conf_json", metavar="JSON", help="a new conf for the partition, e.g. '{\"model_version\": "
+                                                          "\"v2\"}'")
+@click.option("--dry-run", is_flag=True, help="say what would be done; change nothing")
+@click.pass_obj
+def rerun(options: _Globals, run: str, conf_json: str | None, dry_run: bool) -> Reply:
+    from shardline.oncall.views import RunRef
+
+    conf = None
+    if conf_json is not None:
+        try:
+            conf = json.loads(conf_json)
+        except ValueError as err:
+            raise click.BadParameter(f"not JSON ({err}): give an object such as '{{}}'", param_hint="--conf") from err
+        if not isinstance(conf, dict):
+            raise click.BadParameter("give a JSON object, such as '{}'", param_hint="--conf")
+    return lines_reply(options.oncall().rerun(RunRef.parse(run), conf, dry_run=dry_run))
+
+
 @_command("cancel", "stop a run's jobs, mark it CANCELLED, fail its DAG run")
 @_run_argument
 @click.option("--reason", default="cancelled by an operator", show_default=True, help="recorded on the run")

@@ -33,7 +33,7 @@ from shardline.ledger.orchestrator import (
 )
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
 from shardline.oncall import selection
-from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, AirflowApiError, AirflowClient
+from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, INVALID_TOKEN, AirflowApiError, AirflowClient
 from shardline.oncall.errors import BadRequest, Conflict, NotFound, OnCallError, Refused, Unavailable
 from shardline.oncall.views import (
     CANCEL_LINES,
@@ -87,6 +87,32 @@ from shardline.waiting import wait_for
 # it asks Airflow meanwhile.
 WATCH_WAIT_SECONDS = 60.0
 WATCH_POLL_SECONDS = 1.0
+
+
+def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
+    """Why a run with this conf would fail at its plan task (the checks ``PlanStepOperator`` makes), or None."""
+    from shardline.spec import input_override_problem, model_version_problem, unknown_conf_problem
+
+    conf = conf or {}
+    if spec.unknown_conf == "fail" and (unknown := unknown_conf_problem(conf)):
+        return unknown
+    first = spec.steps[0]
+    override = str(conf.get("input_prefix") or "").strip()
+    if override and (problem := input_override_problem(first, override)):
+        return problem
+    version = str(conf.get("model_version") or "").strip() or first.model.version
+    return model_version_problem(first, version)
+
+
+def rerun_not_finished_text(ref: RunRef, state: str | None) -> str:
+    return (f"DAG run {ref.run_id} is {state or 'in no known state'}, not finished, so nothing was rerun: wait for it "
+            f"to end (`shardline status {ref}`), or stop it with `shardline cancel {ref}` first")
+
+
+def rerun_conf_text(ref: RunRef, problem: str, *, given: bool) -> str:
+    whose = "the conf given" if given else f"the conf of DAG run {ref.run_id}"
+    return (f"{whose} would fail the plan task again ({problem}), so nothing was rerun: pass a valid one with "
+            f"`shardline rerun {ref} --conf '{{...}}'`")
 
 
 def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
@@ -426,6 +452,8 @@ class OnCall:
                                f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
                                f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
                                "for a step not run by Airflow, pass --ledger-only.") from err
+            if err.status in (401, 403):  # the token: the error says which fix (missing, expired, unreadable, role)
+                raise Refused(f"Airflow would not answer about DAG run {ref.run_id}, so {nothing}: {err}") from err
             raise Unavailable(f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}. Run the same "
                               "command again once Airflow answers.") from err
         return answer.get("state") or "none"
@@ -436,7 +464,8 @@ class OnCall:
         try:
             self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
         except AirflowApiError as err:
-            hint = (f" (clearing task instances of DAG {ref.pipeline} takes Airflow's Op role, or an admin)"
+            hint = ("" if err.status == 401 or INVALID_TOKEN in str(err)  # the token itself: the error says
+                    else f" (clearing task instances of DAG {ref.pipeline} takes Airflow's Op role, or an admin)"
                     if err.status == 403 else ". Run the same command again once Airflow answers")
             raise Refused(f"Airflow would not let this caller clear {watch} of DAG run {ref.run_id}, so nothing "
                           f"was submitted: {err}{hint}") from err
@@ -457,6 +486,50 @@ class OnCall:
             raise Conflict(not_finished_text(watch, wait_seconds, state))
         cleared = airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
         return cleared_text(watch, state, len(cleared))
+
+    def rerun(self, ref: RunRef, conf: dict | None = None, *, dry_run: bool = False) -> list[str]:
+        """Run a finished DAG run's partition again, as Airflow 3.3 allows it.
+
+        Without ``conf``: the run's failed tasks and everything after them are cleared, so the same run plans
+        again with its own conf (a plan that found no input, a model uploaded late). With ``conf``: a run's conf
+        cannot change, and Airflow refuses a second run at the same logical date (409), so the run is deleted
+        and triggered again with the same logical date and data interval and the new conf, under a new run id.
+        The conf is checked as the plan task checks it first, so a rerun never fails on it again.
+        """
+        spec = self.spec(ref.pipeline)
+        if self.airflow is None:
+            raise Unavailable(f"Airflow is not configured, so nothing was rerun: {HOW_TO_CONFIGURE}; then run the "
+                              "same command again")
+        run = self.airflow.dag_run(ref.pipeline, ref.run_id)
+        state = run.get("state")
+        if state not in ("failed", "success"):
+            raise Conflict(rerun_not_finished_text(ref, state))
+        problem = conf_problem(spec, run.get("conf") if conf is None else conf)
+        if problem:
+            raise BadRequest(rerun_conf_text(ref, problem, given=conf is not None))
+        if conf is None:
+            cleared = self.airflow.clear_failed(ref.pipeline, ref.run_id, dry_run=dry_run)
+            if not cleared:
+                raise Conflict(f"DAG run {ref.run_id} has no failed task to run again (it is {state}); to score "
+                               f"its partition again with another conf, pass --conf")
+            names = ", ".join(sorted({t["task_id"] for t in cleared}))
+            if dry_run:
+                return [f"dry run, nothing was changed: for real, it would clear {names} of DAG run {ref.run_id}"]
+            return [f"cleared {names} of DAG run {ref.run_id}: it runs them again with its own conf; follow it with "
+                    f"`shardline status {ref}`"]
+        interval = (run.get("data_interval_start"), run.get("data_interval_end"))
+        said = (f"DAG run {ref.run_id} (logical date {run.get('logical_date')}, data interval {interval[0]} to "
+                f"{interval[1]})")
+        if dry_run:
+            return [f"dry run, nothing was changed: for real, it would delete {said} and trigger that partition "
+                    f"again with conf {json.dumps(conf, sort_keys=True)}"]
+        self.airflow.delete_run(ref.pipeline, ref.run_id)
+        new = self.airflow.trigger(ref.pipeline, conf, logical_date=run.get("logical_date"),
+                                   data_interval=interval if all(interval) else None,
+                                   note=f"rerun of {ref.run_id} with a new conf (shardline rerun)")
+        new_ref = RunRef(ref.pipeline, new["dag_run_id"])
+        return [f"deleted {said} and triggered it again as {new['dag_run_id']} with conf "
+                f"{json.dumps(conf, sort_keys=True)}; follow it with `shardline status {new_ref}`"]
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by an operator") -> list[str]:
         """Mark every step CANCELLED (so no sensor resubmits), stop their jobs, fail the DAG run."""

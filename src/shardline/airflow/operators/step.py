@@ -67,7 +67,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         step = spec.step(self.step)
         unknown = unknown_conf_problem(getattr(context.get("dag_run"), "conf", None))
         if unknown and spec.unknown_conf == "fail":
-            raise AirflowFailException(unknown)
+            raise AirflowFailException(param_problem_text(unknown, _ref(spec, context)))
         if unknown:
             self.log.warning("%s", unknown)
         override = (self.input_override or "").strip()
@@ -77,7 +77,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         problem = (input_override_problem(step, override) if override else None) or \
             model_version_problem(step, version)
         if problem:
-            raise AirflowFailException(param_problem_text(problem))
+            raise AirflowFailException(param_problem_text(problem, _ref(spec, context)))
         if not (step.model.sha256 or step.model.versions):
             self.log.warning("step %s: the model is NOT pinned (model.allow_unpinned): whoever can write %s "
                              "chooses the code this job runs; pin it with model.sha256 or model.versions",
@@ -115,7 +115,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         problem = _steps().model_problem(spec, self.step, self.model_uri)
         if problem:
             # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
-            message = f"step {self.step}: {problem}. Nothing was planned or submitted"
+            message = model_missing_text(self.step, problem, _ref(spec, context))
             _steps().record_missing_input(spec, context["run_id"], _failed_status(), message)
             raise AirflowFailException(message)
         ready = self._ready_at(context)
@@ -158,7 +158,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             raise AirflowSkipException(f"{why}: the earlier step wrote nothing, so there is nothing to do")
         run_type = _run_type(context)
         action = step.input.missing_input_action(run_type)
-        message = missing_input_text(self.step, self.task_id, why, action, waited=waited,
+        message = missing_input_text(self.step, _ref(spec, context), why, action, waited=waited,
                                      wait_seconds=step.input.wait_timeout_seconds,
                                      chosen=bool(step.input.when_missing), run_type=run_type)
         if action == "skip":
@@ -197,13 +197,13 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             preview = preview_step(spec, self.step, s3, model_uri=self.model_uri, input_uri=input_prefix,
                                    objects=objects, model_version=model_version)
         except PreviewError as err:
-            raise AirflowFailException(f"{plan}. The preview could not run: {err}. Fix that, then trigger the dry "
-                                       "run again") from err
+            raise AirflowFailException(f"{plan}. The preview could not run: {err}. Fix that, then run the dry run "
+                                       f"again: `shardline rerun {_ref(spec, context)}`") from err
         self.log.info("%s", preview.render())
         if not preview.ok:
             raise AirflowFailException(
                 f"{plan}. The preview shows the job would fail on {preview.sample_uri}: see the preview above; fix "
-                "the model settings or the input, then trigger the dry run again")
+                f"the model settings or the input, then run the dry run again: `shardline rerun {_ref(spec, context)}`")
         for warning in preview.warnings:
             self.log.warning("preview: %s", warning)
         raise AirflowSkipException(f"{plan}; preview of {preview.sample_uri}: "
@@ -310,6 +310,11 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             _steps().stop(self.spec, self._attempt)
 
 
+def _ref(spec, context) -> str:
+    """The run as the `shardline` commands name it: PIPELINE/RUN_ID."""
+    return f"{spec.pipeline}/{context['run_id']}"
+
+
 def _run_type(context) -> str:
     run_type = getattr(context.get("dag_run"), "run_type", None) or ""
     return str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
@@ -370,14 +375,14 @@ def partial_text(step: str, reason: str, failed_files: list[dict], fix: str) -> 
             f"cause: {fix}")
 
 
-def missing_input_text(step: str, task_id: str, why: str, action: str, *, waited: bool, wait_seconds: int,
+def missing_input_text(step: str, ref: str, why: str, action: str, *, waited: bool, wait_seconds: int,
                        chosen: bool, run_type: str) -> str:
     """What a plan task says when its input is not there: ``action`` is what ``input.when_missing`` chose
     (``chosen``: the spec set it; else the default for ``run_type``)."""
     kind = run_type or "manual"
     default = "" if chosen else f", the default for {'an' if kind[:1] in 'aeiou' else 'a'} {kind} run"
-    again = (f"once the input is there, clear {task_id} of this DAG run (or trigger the partition again); "
-             "input.when_missing and input.wait_timeout_seconds in the spec choose what a run without input does")
+    again = (f"once the input is there, `shardline rerun {ref}` plans this run again; input.when_missing and "
+             "input.wait_timeout_seconds in the spec choose what a run without input does")
     if action == "skip":
         return f"step {step}: skipped: {why} (input.when_missing: skip)"
     if waited:
@@ -388,6 +393,13 @@ def missing_input_text(step: str, task_id: str, why: str, action: str, *, waited
     return f"step {step}: {why}; waiting up to {wait_seconds}s for its input (input.when_missing: wait{default})"
 
 
+def model_missing_text(step: str, problem: str, ref: str) -> str:
+    """A plan that found no model: the same on every try, so no retry; how to run the partition once it is there."""
+    return (f"step {step}: {problem}. Nothing was planned or submitted: upload the model there and run "
+            f"`shardline rerun {ref}`, or `shardline rerun {ref} --conf '{{\"model_version\": \"...\"}}'` for "
+            "another version")
+
+
 def dry_run_empty_text(input_prefix: str, include: list[str], action: str, wait_seconds: int) -> str:
     """A dry run that found no input: what a real run would have done instead of going green."""
     real = (f"a real run would wait up to {wait_seconds}s for it" if action == "wait"
@@ -396,10 +408,10 @@ def dry_run_empty_text(input_prefix: str, include: list[str], action: str, wait_
             f"(input.when_missing: {action}). Check the partition's prefix, or the Param input_prefix")
 
 
-def param_problem_text(problem: str) -> str:
-    """A Param the run cannot use (the spec's check says why): nothing was planned; trigger again."""
-    return (f"{problem}. Nothing was planned: trigger the run again with a valid value (or change the spec to allow "
-            "this one)")
+def param_problem_text(problem: str, ref: str) -> str:
+    """A conf the run cannot use (the spec's check says why): nothing was planned; how to run the partition again."""
+    return (f"{problem}. Nothing was planned: `shardline rerun {ref} --conf '{{...}}'` runs this partition again "
+            "with a valid conf (or change the spec to allow this one)")
 
 
 def run_failed_text(reason: object) -> str:
