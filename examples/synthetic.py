@@ -133,6 +133,45 @@ def train_torch(dest: Path, epochs: int = 30) -> Path:
 
 TRAINERS = {"sklearn": train_sklearn, "xgboost": train_xgboost, "torch": train_torch}
 
+# Platt scaling of a score's log-odds: calibrated = sigmoid(A * logit(p) + B). daily_churn's second step.
+CALIBRATION = {"a": 0.8, "b": -0.1}
+CALIBRATION_SCRIPT = """\
+# Calibrates a churn probability (the score step's proba_1) by Platt scaling: sigmoid(a * logit(p) + b).
+import io
+import json
+import os
+
+import numpy as np
+
+
+def model_fn(model_dir):
+    with open(os.path.join(model_dir, "calibration.json")) as params:
+        return json.load(params)
+
+
+def input_fn(body, content_type):
+    return np.loadtxt(io.StringIO(body), delimiter=",", ndmin=2)
+
+
+def predict_fn(data, params):
+    p = np.clip(data[:, 0], 1e-6, 1 - 1e-6)
+    return 1.0 / (1.0 + np.exp(-(params["a"] * np.log(p / (1 - p)) + params["b"])))
+"""
+
+
+def calibrate(p: np.ndarray, params: dict = CALIBRATION) -> np.ndarray:
+    """What the calibration model computes, for checking its outputs."""
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return 1.0 / (1.0 + np.exp(-(params["a"] * np.log(p / (1 - p)) + params["b"])))
+
+
+def calibration_model(dest: Path, *, script: str = CALIBRATION_SCRIPT) -> Path:
+    """daily_churn's calibration step: a SageMaker-style code/inference.py and its parameters (the folder)."""
+    (dest / "code").mkdir(parents=True, exist_ok=True)
+    (dest / "code" / "inference.py").write_text(script)
+    (dest / "calibration.json").write_text(json.dumps(CALIBRATION))
+    return dest
+
 
 def pack(model_dir: Path, tarball: Path) -> str:
     """Pack a model directory as model.tar.gz (SageMaker's layout); return its sha256."""

@@ -87,6 +87,16 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt) -> RunReport:
     if missing:
         report.notes.append(f"{missing} instance manifest(s) were not found, so their files' predictions are not in "
                             "the distribution (an instance that stopped before uploading)")
+    if step_spec.input.from_step:
+        from shardline.orchestration.upstream import UpstreamError, upstream_outputs
+
+        try:
+            tolerated = upstream_outputs(spec, attempt.step, attempt.run_id, attempt.input_prefix).tolerated_text(
+                attempt.step)
+        except UpstreamError as err:
+            tolerated = f"the outputs manifest of step {step_spec.input.from_step} could not be read: {err}"
+        if tolerated:
+            report.notes.append(tolerated)
     return report
 
 

@@ -113,8 +113,19 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
     s = spec.step(step)
     started = time.monotonic()
-    objects, refused = list_inputs_and_refusals(services.s3_listing_client(spec), input_prefix, s.input.include,
-                                                s.input.exclude)
+    if s.input.from_step:
+        # Exactly what the earlier step committed, per its outputs manifest: never a listing of its prefix.
+        from shardline.orchestration.upstream import upstream_outputs
+
+        upstream = upstream_outputs(spec, step, run_id, input_prefix)
+        objects, refused = upstream.objects, []
+        log.info("step %s of run %s reads the %d output(s) step %s committed (%s)", step, run_id, len(objects),
+                 upstream.step, upstream.manifest_uri)
+        if upstream.tolerated_text(step):
+            log.warning("%s", upstream.tolerated_text(step))
+    else:
+        objects, refused = list_inputs_and_refusals(services.s3_listing_client(spec), input_prefix,
+                                                    s.input.include, s.input.exclude)
     listed = time.monotonic()
     if not objects and refused:
         raise ValueError(f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "

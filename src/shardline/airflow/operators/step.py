@@ -125,10 +125,15 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             ready, why = _steps().input_ready(spec, self.step, input_prefix)
             if not ready:
                 self._missing(context, input_prefix, why, waited=waited)
-        attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
-                                output_prefix=self.output_prefix, model_uri=self.model_uri,
-                                instance_count=self._instances(step), model_version=version,
-                                metadata_prefix=(self.metadata_prefix or "").strip() or None)
+        from shardline.orchestration.upstream import UpstreamError
+
+        try:
+            attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
+                                    output_prefix=self.output_prefix, model_uri=self.model_uri,
+                                    instance_count=self._instances(step), model_version=version,
+                                    metadata_prefix=(self.metadata_prefix or "").strip() or None)
+        except UpstreamError as err:  # the earlier step's outputs are not there to read: no retry finds them
+            raise AirflowFailException(f"step {self.step}: {err}") from err
         if attempt is None:
             self._missing(context, input_prefix, f"no input file under {input_prefix} (matching "
                                                  f"{list(step.input.include)})", waited=waited)
