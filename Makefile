@@ -51,8 +51,9 @@ test-under-load: $(STAMP) browser  ## the test suite with two busy loops beside 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .
 
-demo: $(STAMP)  ## the example pipeline through Airflow on the embedded stack, with one instance killed
-	$(PY) -m examples.airflow_demo
+DEMO_ARGS ?=
+demo: $(STAMP)  ## the example pipeline through Airflow on the embedded stack, one instance killed (DEMO_ARGS="--pipeline daily_churn": two steps)
+	$(PY) -m examples.airflow_demo $(DEMO_ARGS)
 
 demo-worker: $(STAMP)  ## just the inference worker on generated data (no Airflow, no AWS)
 	$(PY) -m examples.worker_demo

@@ -1,5 +1,10 @@
 """`make demo`: the example pipeline through Airflow on the embedded local stack.
 
+`make demo DEMO_ARGS="--pipeline daily_churn"` runs the two-step pipeline instead: a scikit-learn
+model scores a day of customers, then custom inference.py code calibrates the scores it committed.
+
+The hourly pipeline, by default:
+
 1. starts moto_server on a free loopback port (S3 + DynamoDB + SageMaker API);
 2. creates the bucket and the ledger table;
 3. generates 160 parquet files (8M rows), trains an XGBoost model, uploads model.tar.gz;
@@ -66,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="DAG folder to load the pipeline from (default: the repo's dags/)")
     parser.add_argument("--files", type=int, default=FILES)
     parser.add_argument("--rows", type=int, default=ROWS)
+    parser.add_argument("--pipeline", choices=(PIPELINE, CHURN), default=PIPELINE,
+                        help=f"{PIPELINE} (one step, an instance killed) or {CHURN} (two steps: score, calibrate)")
     args = parser.parse_args(argv)
     work = args.workdir.resolve()
     if work.exists():
@@ -88,24 +95,110 @@ def main(argv: list[str] | None = None) -> int:
         airflow = Path(sys.executable).with_name("airflow")
         subprocess.run([str(airflow), "db", "migrate"], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+        if args.pipeline == CHURN:
+            return run_churn(work, args.dags_folder, files=min(args.files, 8), rows=min(args.rows, 400_000))
         return run_pipeline(work, args.dags_folder, inject_failure=not args.no_failure, corrupt=args.corrupt,
                             files=args.files, rows=args.rows)
 
 
-def pin_model(dags: Path, copy: Path, sha: str) -> Path:
-    """A copy of the DAG folder whose pipeline pins the model just trained: the job refuses any other artifact."""
+def pin_model(dags: Path, copy: Path, sha: str, pipeline: str = PIPELINE, pins: dict[int, str] | None = None) -> Path:
+    """A copy of the DAG folder whose pipeline pins the models just made (``pins``: step index -> sha256; by
+    default the first step's, ``sha``): each job refuses any other artifact."""
     import shutil
 
     import yaml
 
-    shutil.copytree(dags, copy)
-    path = copy / "pipelines" / f"{PIPELINE}.yaml"
+    if not copy.exists():
+        shutil.copytree(dags, copy)
+    path = copy / "pipelines" / f"{pipeline}.yaml"
     data = yaml.safe_load(path.read_text())
-    model = data["steps"][0]["model"]
-    model.pop("allow_unpinned", None)
-    model["versions"] = {model.get("version", "v1"): sha}
+    for index, digest in (pins or {0: sha}).items():
+        model = data["steps"][index]["model"]
+        model.pop("allow_unpinned", None)
+        if "params.model_version" in model["uri"].replace(" ", ""):
+            model["versions"] = {model.get("version", "v1"): digest}
+        else:
+            model["sha256"] = digest
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return copy
+
+
+CHURN = "daily_churn"
+DAY = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)  # the day the churn demo scores (triggered at its end)
+
+
+def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
+    """The two-step pipeline: score a day of customers, then calibrate the committed scores."""
+    import io
+
+    import boto3
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from examples import synthetic
+    from shardline.ledger.table import create_ledger_table
+    from shardline.orchestration import steps
+    from shardline.spec import load_spec
+
+    spec = load_spec(dags / "pipelines" / f"{CHURN}.yaml")
+    s3 = boto3.client("s3")
+    say(f"creating bucket {BUCKET} and ledger table {spec.ledger_table}")
+    s3.create_bucket(Bucket=BUCKET)
+    create_ledger_table(spec.ledger_table)
+    prefix = f"customers/dt={DAY:%Y-%m-%d}/"
+    say(f"generating {files} parquet files ({rows:,} customers) and uploading to s3://{BUCKET}/{prefix}")
+    for path in synthetic.make_dataset(work / "data", files=files, rows=rows):
+        s3.upload_file(str(path), BUCKET, prefix + path.name)
+    say("training the scikit-learn churn model, writing the calibration code, uploading both")
+    score_sha = synthetic.pack(synthetic.train_sklearn(work / "score-model").parent, work / "score.tar.gz")
+    s3.upload_file(str(work / "score.tar.gz"), BUCKET, "models/sklearn/v1/model.tar.gz")
+    calibration_sha = synthetic.pack(synthetic.calibration_model(work / "calibration"), work / "calibration.tar.gz")
+    s3.upload_file(str(work / "calibration.tar.gz"), BUCKET, "models/calibration/v1/model.tar.gz")
+    dags = pin_model(dags, work / "dags", score_sha, CHURN, {0: score_sha, 1: calibration_sha})
+    print(f"    pinned score {score_sha[:12]}... and calibrate {calibration_sha[:12]}... in "
+          f"{dags / 'pipelines' / f'{CHURN}.yaml'}")
+
+    say(f"running DAG {CHURN} for the day {DAY:%Y-%m-%d} with dag.test() on the local backend")
+    logging.getLogger("pynamodb").setLevel(logging.WARNING)
+    from airflow.dag_processing.dagbag import DagBag
+
+    from shardline.airflow.triggers.step import SETTLE_ENV
+
+    bag = DagBag(dag_folder=str(dags))
+    if bag.import_errors:
+        print(json.dumps(bag.import_errors, indent=2))
+        return 1
+    os.environ.setdefault(SETTLE_ENV, "0")
+    started = time.monotonic()
+    run = bag.get_dag(CHURN).test(logical_date=DAY + dt.timedelta(days=1))  # its data interval: DAY
+    wall = time.monotonic() - started
+    spec = load_spec(dags / "pipelines" / f"{CHURN}.yaml")
+    summaries = [steps.report(spec, CHURN, run.run_id, s.name) for s in spec.steps]
+
+    def column(out_prefix: str, name: str) -> dict[int, float]:
+        values: dict[int, float] = {}
+        for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=out_prefix).get("Contents", []):
+            if "/_" not in "/" + item["Key"][len(out_prefix):]:
+                table = pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()))
+                values.update(zip(table.column("id").to_pylist(), table.column(name).to_pylist(), strict=True))
+        return values
+
+    scored = column(f"churn/scores/dt={DAY:%Y-%m-%d}/", "proba_1")
+    calibrated = column(f"churn/calibrated/dt={DAY:%Y-%m-%d}/", "prediction")
+    joined = sorted(scored) == sorted(calibrated)
+    right = joined and bool(np.allclose([calibrated[i] for i in sorted(scored)],
+                                        synthetic.calibrate(np.array([scored[i] for i in sorted(scored)])),
+                                        rtol=1e-5))
+    say("summary")
+    print(f"  DAG run          {run.run_id}: {run.state} in {wall:.1f}s")
+    for s in summaries:
+        print(f"  step {s['step']:<11} {s['succeeded']}/{s['files']} files, rows in / out {s['rows_in']:,} / "
+              f"{s['rows_out']:,}, attempts {s['attempts']}")
+    print(f"  joined on id     {len(calibrated):,} calibrated rows for {len(scored):,} scored customers: "
+          f"{'each the calibration of its own score' if right else 'MISMATCH'}")
+    print(f"  output           s3://{BUCKET}/churn/calibrated/dt={DAY:%Y-%m-%d}/")
+    ok = str(run.state) == "success" and right and len(scored) == rows
+    return 0 if ok else 1
 
 
 def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, files: int, rows: int) -> int:
