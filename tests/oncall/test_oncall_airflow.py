@@ -447,6 +447,13 @@ def test_an_hourly_run_with_no_input_yet_waits_for_it_then_succeeds_once_it_land
     prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
     assert f"no input file under s3://{BUCKET}/{prefix}" in log and "waiting up to" in log, log[-3000:]
     assert client.dag_run(PIPELINE, run_id)["state"] == "running"  # never green by doing nothing
+    # On call sees the waiting run, its partition and what it waits for.
+    runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json").stdout)
+    row = next(r for r in runs if r["run_id"] == run_id)
+    assert (row["status"], row["partition"]) == ("RUNNING", "2026-11-22T11:00:00"), row
+    assert "waiting up to" in row["message"], row
+    table = shardline(airflow_stack, "runs", "--pipeline", PIPELINE).stdout
+    assert "PARTITION" in table and "2026-11-22 11:00" in table, table
 
     staged["upload_hour"](hour, corrupt=False)  # the data lands late
     assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()

@@ -334,8 +334,16 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
                     return event
                 return None
 
-            event = asyncio.run(asyncio.wait_for(first_event(), timeout=600))
+            from structlog.testing import capture_logs  # a trigger logs through Airflow's structlog
+
+            with capture_logs() as logged:
+                started = time.monotonic()
+                event = asyncio.run(asyncio.wait_for(first_event(), timeout=600))
+                waited = time.monotonic() - started
             assert event is not None, "the trigger ended without an event"
+            # It polled every second through the outage, and said so at most once a minute.
+            said = [e for e in logged if "the AWS endpoint is unreachable" in str(e.get("event"))]
+            assert 1 <= len(said) <= 1 + waited // 60, said
             payload = event.payload
             assert payload["action"] == "UNREACHABLE", payload
             reason = payload["reason"]

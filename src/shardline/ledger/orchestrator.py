@@ -66,15 +66,17 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str) -> None:
+def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: str | None = None) -> None:
     """Create the RUN item and its entry in the run index once; later calls leave them alone.
 
     A retry after a crash between the two writes re-derives the index entry from the RUN
-    item's own start time, so the entry is written exactly once under one key.
+    item's own start time, so the entry is written exactly once under one key. ``partition``: what
+    the run scores (its data interval's start), shown by `shardline runs`.
     """
     control = model.Control
     item = control(run_pk(pipeline, run_id), RUN_SK, pipeline=pipeline, run_id=run_id,
-                   status=StepStatus.RUNNING.value, started_at=_now(), expires_at=control.expiry())
+                   status=StepStatus.RUNNING.value, started_at=_now(), expires_at=control.expiry(),
+                   partition=partition)
     try:
         item.save(condition=control.pk.does_not_exist())
     except PutError as err:

@@ -130,6 +130,8 @@ class ControlItem(_Expiring, Model):
     # STEP items: each attempt's plan file, as JSON {"1": "s3://...", ...}; see ledger.orchestrator.start_attempt.
     plan_files = UnicodeAttribute(null=True, attr_name="opf")
     message = UnicodeAttribute(null=True, attr_name="msg")
+    # RUN items: the partition the run scores (its data interval's start, UTC), for `shardline runs`.
+    partition = UnicodeAttribute(null=True, attr_name="opt")
     expires_at = TTLAttribute(null=True, attr_name="ttl")  # one TTL attribute per table
 
 

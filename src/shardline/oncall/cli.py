@@ -238,10 +238,10 @@ def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, ai
     with_airflow = any(r.airflow_state for r in rows)
     airflow_width = max(len("AIRFLOW"), *(len(printable(r.airflow_state or "-")) + 2 for r in rows)) \
         if with_airflow else 0
-    room = max(20, console.width - name_width - status_width - airflow_width - 2 * 16 - 10)
+    room = max(20, console.width - name_width - status_width - airflow_width - 3 * 16 - 12)
     header = f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  "
     header += f"{'AIRFLOW':<{airflow_width}}  " if with_airflow else ""
-    console.print(header + f"{'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
+    console.print(header + f"{'PARTITION':<16}  {'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
     for name, r in zip(names, rows, strict=True):
         status = _styled(r.status)
         status.pad_right(status_width - len(status))
@@ -250,7 +250,8 @@ def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, ai
             airflow = printable(r.airflow_state or "-") + (" !" if r.disagreement else "")
             airflow = f"  {airflow:<{airflow_width}}"
         console.print(Text.assemble(f"{name:<{name_width}}  ", status, airflow,
-                                    f"  {printable(_when(r.started_at, False)):<16}  "
+                                    f"  {printable(_when(r.partition, False)):<16}  "
+                                    f"{printable(_when(r.started_at, False)):<16}  "
                                     f"{printable(_when(r.finished_at, False)):<16}  "
                                     f"{printable(textwrap.shorten(r.message or '', room))}"))
     for name, r in zip(names, rows, strict=True):

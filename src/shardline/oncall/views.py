@@ -56,10 +56,11 @@ class RunRecord:
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     message: str | None = None
+    partition: str | None = None
 
     @classmethod
     def of(cls, item: Any) -> RunRecord:
-        return cls(item.status, item.started_at, item.finished_at, item.message)
+        return cls(item.status, item.started_at, item.finished_at, item.message, getattr(item, "partition", None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +111,7 @@ class RunRow:
     message: str | None = None
     airflow_state: str | None = None  # the DAG run's state in Airflow, when the CLI can ask
     disagreement: str | None = None  # set when Airflow and the ledger tell different stories
+    partition: str | None = None  # what the run scores: its data interval's start (UTC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +231,8 @@ def run_row(pipeline: str, run_id: str, started_at: dt.datetime | None, run: Run
     """A line of `shardline runs`: the run index's entry, with its RUN item when there is one."""
     if run is None:
         return RunRow(pipeline, run_id, "UNKNOWN", iso(started_at), None)
-    return RunRow(pipeline, run_id, run.status, iso(started_at), iso(run.finished_at), run.message)
+    return RunRow(pipeline, run_id, run.status, iso(started_at), iso(run.finished_at), run.message,
+                  partition=run.partition)
 
 
 def with_airflow(row: RunRow, airflow_state: str | None) -> RunRow:

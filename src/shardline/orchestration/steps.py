@@ -108,9 +108,11 @@ def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S
 
 
 def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, output_prefix: str, model_uri: str,
-         instance_count: int, model_version: str | None = None, metadata_prefix: str | None = None
-         ) -> Attempt | None:
-    """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process."""
+         instance_count: int, model_version: str | None = None, metadata_prefix: str | None = None,
+         partition: str | None = None) -> Attempt | None:
+    """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process.
+
+    ``partition``: what the run scores (its data interval's start), recorded on the RUN item."""
     s = spec.step(step)
     started = time.monotonic()
     if s.input.from_step:
@@ -134,7 +136,9 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
     if not objects:
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
-    ensure_run(services.ledger_model(spec), spec.pipeline, run_id)
+    ensure_run(services.ledger_model(spec), spec.pipeline, run_id, partition)
+    if spec.steps[0].name == step:  # running now: no longer waiting, or run again after it ended (a rerun)
+        set_run_status(services.ledger_model(spec), spec.pipeline, run_id, StepStatus.RUNNING)
     base = Attempt(pipeline=spec.pipeline, run_id=run_id, step=step, number=1, input_prefix=_dir(input_prefix),
                    output_prefix=_dir(output_prefix), model_uri=model_uri, model_version=model_version,
                    metadata_prefix=_dir(metadata_prefix) if metadata_prefix else None,
@@ -617,10 +621,12 @@ def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
     return f"no model at {model_uri} (check {field}){hint}"
 
 
-def record_missing_input(spec: PipelineSpec, run_id: str, status: StepStatus, message: str) -> None:
-    """A run that ends (skipped or failed) before anything was planned is still listed, with why."""
+def record_missing_input(spec: PipelineSpec, run_id: str, status: StepStatus, message: str,
+                         partition: str | None = None) -> None:
+    """A run that ends (skipped or failed) before anything was planned, or waits for its input (RUNNING), is
+    still listed, with why."""
     model = services.ledger_model(spec)
-    ensure_run(model, spec.pipeline, run_id)
+    ensure_run(model, spec.pipeline, run_id, partition)
     set_run_status(model, spec.pipeline, run_id, status, message)
 
 

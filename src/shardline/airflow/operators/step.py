@@ -116,7 +116,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         if problem:
             # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
             message = model_missing_text(self.step, problem, _ref(spec, context))
-            _steps().record_missing_input(spec, context["run_id"], _failed_status(), message)
+            _steps().record_missing_input(spec, context["run_id"], _status("FAILED"), message, _partition(context))
             raise AirflowFailException(message)
         ready = self._ready_at(context)
         if ready is not None and dt.datetime.now(dt.UTC) < ready:
@@ -131,7 +131,8 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
                                     output_prefix=self.output_prefix, model_uri=self.model_uri,
                                     instance_count=self._instances(step), model_version=version,
-                                    metadata_prefix=(self.metadata_prefix or "").strip() or None)
+                                    metadata_prefix=(self.metadata_prefix or "").strip() or None,
+                                    partition=_partition(context))
         except UpstreamError as err:  # the earlier step's outputs are not there to read: no retry finds them
             raise AirflowFailException(f"step {self.step}: {err}") from err
         if attempt is None:
@@ -144,7 +145,10 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         says (the partition is not missing, it is still being written); then, with when_missing: wait, up to
         input.wait_timeout_seconds more for its first file. Never returns: it defers."""
         step = self.spec.step(self.step)
-        self.log.info("step %s: %s", self.step, readiness.not_ready_reason(context["data_interval_end"], ready))
+        why = readiness.not_ready_reason(context["data_interval_end"], ready)
+        self.log.info("step %s: %s", self.step, why)
+        _steps().record_missing_input(self.spec, context["run_id"], _status("RUNNING"), f"step {self.step}: waiting: "
+                                      f"{why}", _partition(context))
         waits = step.input.missing_input_action(_run_type(context)) == "wait"
         deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
         self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
@@ -167,13 +171,15 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                                      wait_seconds=step.input.wait_timeout_seconds,
                                      chosen=bool(step.input.when_missing), run_type=run_type)
         if action == "skip":
-            _steps().record_missing_input(spec, context["run_id"], StepStatus.SKIPPED, message)
+            _steps().record_missing_input(spec, context["run_id"], StepStatus.SKIPPED, message, _partition(context))
             raise AirflowSkipException(message)
         if action == "fail" or waited:
-            _steps().record_missing_input(spec, context["run_id"], StepStatus.FAILED, message)
+            _steps().record_missing_input(spec, context["run_id"], StepStatus.FAILED, message, _partition(context))
             raise AirflowFailException(message)
         deadline = time.time() + step.input.wait_timeout_seconds
         self.log.warning("%s", message)
+        # Listed by `shardline runs` while it waits: RUNNING, with what it waits for.
+        _steps().record_missing_input(spec, context["run_id"], StepStatus.RUNNING, message, _partition(context))
         self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
                                         poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
                    method_name="execute_after_wait",
@@ -325,10 +331,16 @@ def _run_type(context) -> str:
     return str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
 
 
-def _failed_status():
+def _status(name: str):
     from shardline.ledger.states import StepStatus
 
-    return StepStatus.FAILED
+    return StepStatus(name)
+
+
+def _partition(context) -> str | None:
+    """What the run scores, as `shardline runs` shows it: its data interval's start (UTC), else its logical date."""
+    when = context.get("data_interval_start") or context.get("logical_date")
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") if when else None
 
 
 def mark_run_failed(spec_path: str, context) -> None:

@@ -31,6 +31,9 @@ SETTLE_ENV = "SHARDLINE_DEFER_SETTLE_SECONDS"
 DEFAULT_SETTLE_SECONDS = 10.0
 
 
+LOG_EVERY_SECONDS = 60.0  # the most often a waiting trigger logs a line
+
+
 def settle_until() -> float:
     """The epoch time before which a trigger deferred now hands back no event."""
     return time.time() + float(os.environ.get(SETTLE_ENV, DEFAULT_SETTLE_SECONDS))
@@ -65,7 +68,7 @@ class StepTrigger(BaseTrigger):
         policy = steps.policy_for(spec, attempt.step)
         # As long as the step tolerates a silent instance, it tolerates an unreachable endpoint.
         outage_budget = spec.step(attempt.step).heartbeat_timeout_seconds
-        last_reason, unreachable_since = None, None
+        last_reason, last_logged, unreachable_since = None, -float("inf"), None
         while True:
             try:
                 snap = await asyncio.to_thread(steps.snapshot, spec, attempt)
@@ -74,8 +77,10 @@ class StepTrigger(BaseTrigger):
                     raise
                 unreachable_since = unreachable_since or time.time()
                 down = time.time() - unreachable_since
-                self.log.warning("%s: the AWS endpoint is unreachable (%.0fs so far): %s", attempt.job_name,
-                                 down, steps.describe_error(err))
+                if time.monotonic() - last_logged >= LOG_EVERY_SECONDS:
+                    self.log.warning("%s: the AWS endpoint is unreachable (%.0fs so far): %s", attempt.job_name,
+                                     down, steps.describe_error(err))
+                    last_logged, last_reason = time.monotonic(), None
                 if down > outage_budget:
                     await _settle(self.not_before)
                     yield TriggerEvent(StepEvent(UNREACHABLE, steps.unreachable_reason(attempt, down, err),
@@ -91,9 +96,10 @@ class StepTrigger(BaseTrigger):
                 await _settle(self.not_before)
                 yield TriggerEvent(StepEvent.of(decision, attempt).to_event())
                 return
-            if decision.reason != last_reason:  # log changes of state, not every poll
+            # A change of state, at most once a minute: a 1 s poll of a running job would log every second.
+            if decision.reason != last_reason and time.monotonic() - last_logged >= LOG_EVERY_SECONDS:
                 self.log.info("%s attempt %d: %s", attempt.job_name, attempt.number, decision.reason)
-                last_reason = decision.reason
+                last_reason, last_logged = decision.reason, time.monotonic()
             if self.deadline is not None and time.time() > self.deadline:
                 await _settle(self.not_before)
                 yield TriggerEvent(StepEvent(TIMEOUT, timeout_reason(decision.reason), attempt,
