@@ -90,6 +90,19 @@ def test_shards_stragglers_and_idle_instances():
     assert report.seconds == 40 and report.started_at == T and report.ended_at == at(40)
 
 
+def test_an_instances_counts_are_its_own_even_when_a_later_attempt_took_over_its_failed_file():
+    """algo-4 of attempt 1 was given 2 files and failed one (its manifest says 2 and 1); attempt 2 then ran that
+    file on algo-1, so its FILE item is attempt 2's now. The report still counts algo-4's 2 files, 1 failed."""
+    files, instances = small_step()
+    files = [f if f.key != "in/e" else FileRecord("in/e", "SUCCEEDED", "algo-1", attempt=2, rows_in=5, rows_out=5,
+                                                  started_at=at(300), finished_at=at(301)) for f in files]
+    instances[3] = InstanceRecord("algo-4", "ml.m5.xlarge", started_at=at(0), ended_at=at(20), files_assigned=2,
+                                  files_done=2, files_failed=1)
+    shards = {s.instance: s for s in build_report(IDENTITY, files, instances).shards}
+    four = shards["algo-4 (attempt 1)"]
+    assert (four.files, four.files_succeeded, four.files_failed) == (2, 1, 1)
+
+
 def test_a_resubmission_is_compared_with_its_own_attempt_and_a_missing_instance_is_derived_from_its_files():
     files, instances = small_step()
     files.append(FileRecord("in/f", "SUCCEEDED", "algo-1", attempt=2, rows_in=50, rows_out=50, started_at=at(300),

@@ -73,6 +73,11 @@ class InstanceRecord:
     started_at: dt.datetime | None = None
     ended_at: dt.datetime | None = None
     status: str | None = None  # a ShardStatus value
+    # What the instance itself counted in its last heartbeat (its manifest says the same): the files it was
+    # given, finished (failed included) and failed. None when it never reported them.
+    files_assigned: int | None = None
+    files_done: int | None = None
+    files_failed: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -457,10 +462,16 @@ def _shards(identity: StepIdentity, instances: Sequence[InstanceRecord], labels:
             cost = instance_cost(InstanceUsage(instance.instance_type, seconds), prices, identity.backend)
         except UnknownPriceError:
             cost = None  # the step's Cost says why
+        # The instance's own counts, as its manifest has them: a file it failed that a later attempt took over
+        # is no longer its FILE item's, but it was still this instance's file, and its failure.
+        failed = sum(r.status == FileStatus.FAILED.value for r in records)
+        files, succeeded = len(records), len(done)
+        if instance.files_assigned:
+            files, failed = instance.files_assigned, instance.files_failed or 0
+            succeeded = (instance.files_done or 0) - failed
         shards.append(Shard(
             instance=labels[key], host=instance.host, attempt=instance.attempt, instance_type=instance.instance_type,
-            status=instance.status, files=len(records), files_succeeded=len(done),
-            files_failed=sum(r.status == FileStatus.FAILED.value for r in records), rows_out=rows,
+            status=instance.status, files=files, files_succeeded=succeeded, files_failed=failed, rows_out=rows,
             bytes_in=sum(r.bytes_in for r in records), bytes_out=sum(r.bytes_out for r in records),
             started_at=began, ended_at=ended, seconds=seconds, busy_seconds=busy,
             busy_fraction=busy / seconds if seconds else None, rows_per_second=rows / seconds if seconds else None,
@@ -682,5 +693,6 @@ def records_from_ledger(step_item: Any, file_items: Iterable[Any], shard_items: 
         instances.append(InstanceRecord(
             host=host, attempt=attempt, instance_type=instance_type, status=_get(item, "status"),
             started_at=first_claim.get((host, attempt)) or _time(_get(step_item, "started_at")),
-            ended_at=_time(_get(item, "heartbeat_at"))))
+            ended_at=_time(_get(item, "heartbeat_at")), files_assigned=_int(_get(item, "files_assigned")),
+            files_done=_int(_get(item, "files_done")), files_failed=_int(_get(item, "files_failed"))))
     return ReportRecords(identity=identity, files=files, instances=instances)
