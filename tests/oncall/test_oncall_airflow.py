@@ -103,7 +103,7 @@ def staged(airflow_stack, tmp_path_factory):
             s3.put_object(Bucket=BUCKET, Key=prefix + "late-arrival.parquet", Body=b"PAR1 truncated upload")
         return prefix
 
-    yield {"s3": s3, "upload_hour": upload_hour, "good_file": files[0], "spec": spec}
+    yield {"s3": s3, "upload_hour": upload_hour, "good_file": files[0], "spec": spec, "work": work}
     patch.undo()
 
 
@@ -472,6 +472,23 @@ def test_a_run_whose_input_is_missing_fails_naming_the_prefix(airflow_stack, sta
     assert row["status"] == "FAILED" and row["airflow_state"] == "failed", row
     assert f"no input file under {prefix}" in row["message"], row
     assert "input.when_missing: fail, the default for a manual run" in row["message"], row
+
+    # The advice it prints works: once the customers (and the calibration code) are there, the printed command
+    # plans the same run again, and both steps run to green.
+    [command] = _printed_commands(row["message"], "rerun")
+    assert command == ["rerun", f"daily_churn/{run_id}"], command
+    from examples import synthetic
+
+    s3 = staged["s3"]
+    s3.upload_file(str(staged["good_file"]), BUCKET, "customers/dt=2026-11-20/customers.parquet")
+    work = Path(staged["work"])
+    synthetic.pack(synthetic.calibration_model(work / "calibration"), work / "calibration.tar.gz")
+    s3.upload_file(str(work / "calibration.tar.gz"), BUCKET, "models/calibration/v1/model.tar.gz")
+    again = shardline(airflow_stack, *command)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert airflow_stack.wait_for_run("daily_churn", run_id, timeout=400)["state"] == "success", airflow_stack.tail()
+    runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", "daily_churn", "--json").stdout)
+    assert next(r for r in runs if r["run_id"] == run_id)["status"] == "SUCCEEDED"
 
 
 def test_a_model_that_is_not_there_fails_the_plan_at_once_naming_the_uri_with_no_retry(airflow_stack, staged):

@@ -220,7 +220,7 @@ def test_a_run_skipped_for_missing_input_is_listed_skipped_with_its_reason(aws_e
     spec, bucket = stage_step("skips_test", ledger_table, xgboost_model.parent, tmp_path, {})
     reason = (f"step score: skipped: no input file under s3://{bucket}/in/ (matching ['*']) "
               "(input.when_missing: skip)")
-    steps.record_missing_input(spec, "scheduled__2026-11-22T10:00:00+00:00", StepStatus.SKIPPED, reason)
+    steps.record_run_status(spec, "scheduled__2026-11-22T10:00:00+00:00", StepStatus.SKIPPED, reason)
     rows = OnCall({spec.pipeline: spec}).runs(spec.pipeline)
     assert [(r.run_id, r.status, r.message) for r in rows] == [
         ("scheduled__2026-11-22T10:00:00+00:00", "SKIPPED", reason)]

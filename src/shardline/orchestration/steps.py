@@ -621,7 +621,7 @@ def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
     return f"no model at {model_uri} (check {field}){hint}"
 
 
-def record_missing_input(spec: PipelineSpec, run_id: str, status: StepStatus, message: str,
+def record_run_status(spec: PipelineSpec, run_id: str, status: StepStatus, message: str,
                          partition: str | None = None) -> None:
     """A run that ends (skipped or failed) before anything was planned, or waits for its input (RUNNING), is
     still listed, with why."""

@@ -116,7 +116,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         if problem:
             # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
             message = model_missing_text(self.step, problem, _ref(spec, context))
-            _steps().record_missing_input(spec, context["run_id"], _status("FAILED"), message, _partition(context))
+            _steps().record_run_status(spec, context["run_id"], _step_status("FAILED"), message, _partition(context))
             raise AirflowFailException(message)
         ready = self._ready_at(context)
         if ready is not None and dt.datetime.now(dt.UTC) < ready:
@@ -147,8 +147,8 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         step = self.spec.step(self.step)
         why = readiness.not_ready_reason(context["data_interval_end"], ready)
         self.log.info("step %s: %s", self.step, why)
-        _steps().record_missing_input(self.spec, context["run_id"], _status("RUNNING"), f"step {self.step}: waiting: "
-                                      f"{why}", _partition(context))
+        _steps().record_run_status(self.spec, context["run_id"], _step_status("RUNNING"),
+                                   f"step {self.step}: waiting: {why}", _partition(context))
         waits = step.input.missing_input_action(_run_type(context)) == "wait"
         deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
         self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
@@ -171,15 +171,15 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                                      wait_seconds=step.input.wait_timeout_seconds,
                                      chosen=bool(step.input.when_missing), run_type=run_type)
         if action == "skip":
-            _steps().record_missing_input(spec, context["run_id"], StepStatus.SKIPPED, message, _partition(context))
+            _steps().record_run_status(spec, context["run_id"], StepStatus.SKIPPED, message, _partition(context))
             raise AirflowSkipException(message)
         if action == "fail" or waited:
-            _steps().record_missing_input(spec, context["run_id"], StepStatus.FAILED, message, _partition(context))
+            _steps().record_run_status(spec, context["run_id"], StepStatus.FAILED, message, _partition(context))
             raise AirflowFailException(message)
         deadline = time.time() + step.input.wait_timeout_seconds
         self.log.warning("%s", message)
         # Listed by `shardline runs` while it waits: RUNNING, with what it waits for.
-        _steps().record_missing_input(spec, context["run_id"], StepStatus.RUNNING, message, _partition(context))
+        _steps().record_run_status(spec, context["run_id"], StepStatus.RUNNING, message, _partition(context))
         self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
                                         poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
                    method_name="execute_after_wait",
@@ -331,7 +331,7 @@ def _run_type(context) -> str:
     return str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
 
 
-def _status(name: str):
+def _step_status(name: str):
     from shardline.ledger.states import StepStatus
 
     return StepStatus(name)
