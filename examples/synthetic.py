@@ -174,16 +174,25 @@ def calibration_model(dest: Path, *, script: str = CALIBRATION_SCRIPT) -> Path:
 
 
 def pack(model_dir: Path, tarball: Path) -> str:
-    """Pack a model directory as model.tar.gz (SageMaker's layout); return its sha256."""
+    """Pack a model directory as model.tar.gz (SageMaker's layout); return its sha256.
+
+    Reproducible: the same files give the same bytes (no times, owners or modes from this machine), so a
+    digest pinned in a spec names the content, whoever packed it and when.
+    """
+    import gzip
+
     from shardline.worker.models import sha256_of
 
     tarball.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for path in sorted(model_dir.rglob("*")):
             if path.is_file():
-                archive.add(path, arcname=path.relative_to(model_dir).as_posix())
-    tarball.write_bytes(buffer.getvalue())
+                info = tarfile.TarInfo(path.relative_to(model_dir).as_posix())
+                info.size, info.mode, info.mtime = path.stat().st_size, 0o644, 0
+                with path.open("rb") as body:
+                    archive.addfile(info, body)
+    tarball.write_bytes(gzip.compress(raw.getvalue(), mtime=0))
     return sha256_of(tarball)
 
 

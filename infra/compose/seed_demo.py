@@ -1,9 +1,9 @@
-"""Upload demo inputs and a model for one run of a pipeline's first step, into the stack's MinIO.
+"""Upload demo inputs for one run of a pipeline's first step into the stack's MinIO, and check its model is there.
 
 Where the files go is read from the spec, not written here: the step's ``input.prefix`` and
 ``model.uri`` are rendered as the run triggered at ``--logical-date`` renders them (its data interval:
 the hour before 11:00 for an hourly pipeline; the spec's default model version). The data are the worker's
-synthetic parquet files; the model is trained on the same features and packed as model.tar.gz.
+synthetic parquet files; the model is the demo model the spec pins, which the init service uploaded.
 
     docker compose exec airflow-scheduler python /opt/shardline/compose/seed_demo.py \\
         --logical-date 2026-11-22T11:00:00+00:00
@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logical-date", required=True, type=dt.datetime.fromisoformat,
                         help="the run to seed, e.g. 2026-11-22T11:00:00+00:00 for the hour 10:00-11:00 "
                              "(UTC when no offset is given)")
-    parser.add_argument("--model", choices=("xgboost", "sklearn"), default="xgboost")
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--rows", type=int, default=200_000)
     args = parser.parse_args(argv)
@@ -65,12 +64,16 @@ def main(argv: list[str] | None = None) -> int:
         for path in synthetic.make_dataset(work / "data", files=args.files, rows=args.rows):
             s3.upload_file(str(path), bucket, key_prefix + path.name)
         print(f"uploaded {args.files} parquet files ({args.rows:,} rows) to s3://{bucket}/{key_prefix}")
-        trainer = synthetic.TRAINERS[args.model]
-        model_file = trainer(work / "model")
-        sha = synthetic.pack(model_file.parent, work / "model.tar.gz")
-        model_bucket, model_key = split_uri(model_uri)
-        s3.upload_file(str(work / "model.tar.gz"), model_bucket, model_key)
-        print(f"uploaded the {args.model} model to {model_uri} (sha256 {sha})")
+    # The model: the stack's init service uploaded the demo model the spec pins (shardline.local.provision);
+    # any other artifact there would be refused by the job, since the spec pins its digest.
+    model_bucket, model_key = split_uri(model_uri)
+    try:
+        s3.head_object(Bucket=model_bucket, Key=model_key)
+        print(f"the model the spec pins is at {model_uri}")
+    except s3.exceptions.ClientError:
+        print(f"no model at {model_uri}: the init service uploads the demo model the spec pins; run it again "
+              "(docker compose up airflow-init), or upload your own and pin its sha256 in the spec")
+        return 1
     print(f"now: airflow dags unpause {args.pipeline} && "
           f"airflow dags trigger {args.pipeline} --logical-date {logical_date.isoformat()}")
     return 0

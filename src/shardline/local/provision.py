@@ -1,16 +1,25 @@
-"""What the pipelines under a DAGs folder need to exist: their ledger tables and S3 buckets.
+"""What the pipelines under a DAGs folder need to exist: their ledger tables, S3 buckets and demo models.
 
 Derived from the specs, never listed by hand. Used by `shardline local up` (the embedded
 endpoint) and by the compose stack's init service (MinIO and DynamoDB Local). Idempotent:
 what exists is kept.
+
+A model is seeded only by its pinned digest: where a spec pins a model version to the sha256 of one of
+the demo models shipped in ``seed_models/`` (the shipped specs do), that file is uploaded to the URI the
+spec names for it, if nothing is there yet. An unpinned model, or one pinned to anything else, is
+never written: the stack cannot choose the code a pipeline runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from collections.abc import Iterable
 from pathlib import Path
+
+SEED_MODELS = Path(__file__).resolve().parent / "seed_models"
+VERSION_TEMPLATE = re.compile(r"\{\{\s*params\.model_version\s*\}\}")
 
 S3_URI = re.compile(r"^s3://([^/]*)")
 # S3's bucket naming rules, simplified: 3-63 lowercase letters, digits, dots and hyphens.
@@ -22,6 +31,24 @@ class Plan:
     tables: tuple[str, ...]
     buckets: tuple[str, ...]
     problems: tuple[str, ...] = ()  # specs or names that were skipped, and why
+    models: tuple[tuple[str, Path], ...] = ()  # (model URI, the shipped demo model pinned there)
+
+
+def seed_index(folder: Path = SEED_MODELS) -> dict[str, Path]:
+    """The shipped demo models by their sha256."""
+    return {hashlib.sha256(path.read_bytes()).hexdigest(): path for path in sorted(folder.glob("*.tar.gz"))}
+
+
+def pinned_models(spec) -> list[tuple[str, str]]:
+    """(model URI, pinned sha256) for every pinned model of a spec whose URI is known before a run: one
+    per version listed under model.versions, or the model.sha256 of a fixed URI."""
+    found = []
+    for step in spec.steps:
+        model = step.model
+        pins = {VERSION_TEMPLATE.sub(v, model.uri): d for v, d in model.versions.items()} if model.versions else \
+            ({model.uri: model.sha256} if model.sha256 else {})
+        found += [(uri, digest) for uri, digest in pins.items() if "{" not in uri]
+    return found
 
 
 def s3_buckets(value: object) -> set[str]:
@@ -51,6 +78,8 @@ def make_plan(pipelines_dir: Path, extra_buckets: Iterable[str] = ()) -> Plan:
 
     tables: set[str] = set()
     buckets: set[str] = set(extra_buckets)
+    models: set[tuple[str, Path]] = set()
+    seeds = seed_index()
     problems: list[str] = []
     specs = sorted([*pipelines_dir.glob("*.yaml"), *pipelines_dir.glob("*.yml")])
     for path in specs:
@@ -61,13 +90,15 @@ def make_plan(pipelines_dir: Path, extra_buckets: Iterable[str] = ()) -> Plan:
             continue
         tables.add(spec.ledger_table)
         buckets |= s3_buckets(spec.model_dump(mode="json"))
+        models |= {(uri, seeds[digest]) for uri, digest in pinned_models(spec) if digest in seeds}
     if not tables:  # no valid spec yet: the table a new spec gets by default
         tables.add(PipelineSpec.model_fields["ledger_table"].default)
     for name in sorted(buckets):
         if not BUCKET_NAME.match(name):
             problems.append(f"skipped bucket {name!r}: not a valid S3 bucket name")
             buckets.discard(name)
-    return Plan(tables=tuple(sorted(tables)), buckets=tuple(sorted(buckets)), problems=tuple(problems))
+    return Plan(tables=tuple(sorted(tables)), buckets=tuple(sorted(buckets)), problems=tuple(problems),
+                models=tuple(sorted(models)))
 
 
 def ensure_bucket(s3, name: str, region: str) -> str:
@@ -102,4 +133,21 @@ def apply(plan: Plan) -> list[str]:
     s3 = boto3.client("s3")
     region = region_from_env()
     done = [f"ledger table {table}: {ensure_table(table)}" for table in plan.tables]
-    return done + [f"bucket s3://{bucket}: {ensure_bucket(s3, bucket, region)}" for bucket in plan.buckets]
+    done += [f"bucket s3://{bucket}: {ensure_bucket(s3, bucket, region)}" for bucket in plan.buckets]
+    return done + [f"model {uri}: {ensure_model(s3, uri, path)}" for uri, path in plan.models]
+
+
+def ensure_model(s3, uri: str, path: Path) -> str:
+    """Upload a shipped demo model where a spec pins it, unless something is there already (kept as it is:
+    a job then checks its digest against the pin)."""
+    from botocore.exceptions import ClientError
+
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return "exists"
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") not in {"404", "NoSuchKey", "NotFound"}:
+            raise
+    s3.upload_file(str(path), bucket, key)
+    return f"uploaded the demo model {path.name}"
