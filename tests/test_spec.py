@@ -292,3 +292,16 @@ def test_settle_seconds_is_for_a_prefix_input_only():
     assert InputSpec(prefix="s3://b/in/").settle_seconds == 300
     with pytest.raises(ValueError, match="settle_seconds"):
         InputSpec(from_step="score", settle_seconds=60)
+
+
+@pytest.mark.parametrize(("conf", "problem"), [
+    ({}, None), ({"instance_count": None, "dry_run": True, "model_version": "v1", "input_prefix": ""}, None),
+    ({"instance_count": 0}, "instance_count 0"), ({"instance_count": 101}, "instance_count 101"),
+    ({"instance_count": True}, "instance_count True"), ({"instance_count": "3"}, "instance_count '3'"),
+    ({"dry_run": "yes"}, "dry_run 'yes'"), ({"model_version": 2}, "model_version 2"),
+])
+def test_a_conf_is_checked_as_the_trigger_forms_params_check_it(conf, problem):
+    from shardline.spec import param_type_problem
+
+    said = param_type_problem(conf)
+    assert (said is None) if problem is None else (problem in said), said

@@ -329,7 +329,9 @@ def data_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.d
 
     cron = CRON_PRESETS.get(schedule, schedule)
     naive = logical_date.astimezone(dt.UTC).replace(tzinfo=None)
-    end = naive if croniter.match(cron, naive) else croniter(cron, naive).get_prev(dt.datetime)
+    # croniter.match compares minutes only: 10:00:30 is not a fire time of an hourly schedule, as in Airflow.
+    on_time = naive.second == 0 and naive.microsecond == 0 and croniter.match(cron, naive)
+    end = naive if on_time else croniter(cron, naive).get_prev(dt.datetime)
     start = croniter(cron, end).get_prev(dt.datetime)
     return start.replace(tzinfo=dt.UTC), end.replace(tzinfo=dt.UTC)
 
@@ -386,6 +388,24 @@ def unknown_conf_problem(conf: dict | None, known: tuple[str, ...] = TRIGGER_PAR
         hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
     return (f"the trigger conf has unknown key(s) {', '.join(hints)}; this pipeline reads only "
             f"{', '.join(known)} (`unknown_conf: warn` in the spec ignores unknown keys)")
+
+
+MAX_INSTANCE_COUNT = 100  # the instance_count Param's maximum (dag_factory.params_for)
+
+
+def param_type_problem(conf: dict) -> str | None:
+    """Why a conf's values would be refused by the trigger form's Params' types and bounds (the schema
+    ``dag_factory.params_for`` gives Airflow), or None."""
+    count = conf.get("instance_count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                              or not 1 <= count <= MAX_INSTANCE_COUNT):
+        return f"Param instance_count {count!r} must be null or a whole number from 1 to {MAX_INSTANCE_COUNT}"
+    if "dry_run" in conf and not isinstance(conf["dry_run"], bool):
+        return f"Param dry_run {conf['dry_run']!r} must be true or false"
+    for name in ("input_prefix", "model_version"):
+        if name in conf and not isinstance(conf[name], str):
+            return f"Param {name} {conf[name]!r} must be a string"
+    return None
 
 
 def model_version_problem(step: StepSpec, version: str) -> str | None:

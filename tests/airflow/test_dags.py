@@ -76,7 +76,7 @@ def test_a_scheduled_pipeline_scores_whole_intervals_and_the_cli_renders_the_sam
     assert timetable_for(None) is None
     core = CronDataIntervalTimetable(schedule, timezone="UTC")
     for when in ("2026-11-22T11:00:00", "2026-11-22T11:34:10", "2026-11-23T00:00:00", "2026-11-29T07:15:00",
-                 "2027-01-01T00:00:00"):
+                 "2027-01-01T00:00:00", "2026-11-22T11:00:30", "2026-11-22T11:00:00.250000"):
         logical = dt.datetime.fromisoformat(when).replace(tzinfo=dt.UTC)
         airflow_interval = core.infer_manual_data_interval(run_after=pendulum.instance(logical))
         assert data_interval(schedule, logical) == (airflow_interval.start, airflow_interval.end), (schedule, when)

@@ -84,3 +84,17 @@ def test_local_up_uploads_each_pinned_demo_model_once_and_it_scores_under_its_pi
     assert result.returncode == 0, describe(result)
     [output] = [p for p in (tmp_path / "out").rglob("*.parquet")]
     assert pq.read_table(output).num_rows == 500
+
+
+def test_a_model_already_there_is_kept_but_one_that_is_not_the_pinned_one_is_named(aws_env, tmp_path):
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    shutil.copy(PIPELINES / "tabular_scoring_hourly.yaml", folder)
+    s3 = boto3.client("s3")
+    ensure_bucket(s3, "shardline-demo", "us-east-1")
+    key = "models/xgboost/v1/model.tar.gz"
+    s3.put_object(Bucket="shardline-demo", Key=key, Body=b"an older demo model, trained on this machine")
+    [line] = [x for x in apply(make_plan(folder)) if x.startswith("model ")]
+    assert "exists, but is not the model the spec pins" in line and "delete it" in line, line
+    assert s3.get_object(Bucket="shardline-demo", Key=key)["Body"].read().startswith(b"an older")  # not overwritten
+    s3.delete_object(Bucket="shardline-demo", Key=key)

@@ -346,6 +346,18 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
         assert answer.returncode == 1, (case, answer.stdout + answer.stderr)
         assert expected in answer.stderr and "nothing was submitted" in answer.stderr, (case, answer.stderr)
         assert "Op role" not in answer.stderr and "admin for it" not in answer.stderr, (case, answer.stderr)
+    # The fix those refusals print works as printed: `shardline login URL` keeps a token, and the command then
+    # finds Airflow by itself (a dry run: Airflow is asked, nothing is submitted).
+    login_file = airflow_stack.home / "oncall-login.json"
+    cli = Path(sys.executable).with_name("shardline")
+    env = {k: v for k, v in airflow_stack.cli_env().items() if not k.startswith("SHARDLINE_AIRFLOW_")}
+    env |= {"PATH": str(cli.parent), "SHARDLINE_AIRFLOW_CONFIG": str(login_file)}
+    logged_in = subprocess.run([str(cli), "login", airflow_stack.url, "--username", airflow_stack.username,
+                                "--password-stdin"], input=airflow_stack.password + "\n", env=env,
+                               capture_output=True, text=True, timeout=120, check=False)
+    assert logged_in.returncode == 0 and "logged in to" in logged_in.stdout, logged_in.stdout + logged_in.stderr
+    dry = shardline(airflow_stack, *command, "--dry-run", airflow={"SHARDLINE_AIRFLOW_CONFIG": str(login_file)})
+    assert dry.returncode == 0 and "would submit attempt 2" in dry.stdout, dry.stdout + dry.stderr
 
     assert _attempt(airflow_stack, ref)["steps"][0]["attempt"] == 1  # nothing was submitted
     assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"
@@ -416,6 +428,11 @@ def test_an_unknown_conf_key_fails_the_run_at_plan_naming_the_key(airflow_stack,
     # The advice it prints works on this Airflow: the same partition again, with a conf the engineer fixed.
     [command] = _printed_commands(log, "rerun")
     assert command == ["rerun", f"{PIPELINE}/{run_id}", "--conf", "{...}"], command
+    # A conf the trigger form would refuse is refused before anything is deleted.
+    refused = shardline(airflow_stack, *command[:-1], '{"instance_count": 0}')
+    assert refused.returncode != 0 and "instance_count 0 must be null or a whole number" in refused.stderr, \
+        refused.stdout + refused.stderr
+    assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"  # still there
     again = shardline(airflow_stack, *command[:-1], '{"instance_count": 1}')
     assert again.returncode == 0, again.stdout + again.stderr
     new_run = re.search(r"triggered it again as (\S+) with conf", again.stdout).group(1)

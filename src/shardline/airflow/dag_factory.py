@@ -25,6 +25,7 @@ from shardline.airflow.operators.step import (
     mark_run_failed,
 )
 from shardline.spec import (
+    MAX_INSTANCE_COUNT,
     TRIGGER_PARAMS,
     VERSION_PATTERN,
     PipelineSpec,
@@ -52,7 +53,8 @@ def params_for(spec: PipelineSpec) -> dict[str, Param]:
                                description="used where the model URI says {{ params.model_version }}"
                                            + ("; one of the versions the spec pins" if first.model.versions else ""),
                                **version_schema),
-        "instance_count": Param(None, type=["null", "integer"], minimum=1, maximum=100, title="Instance count",
+        "instance_count": Param(None, type=["null", "integer"], minimum=1, maximum=MAX_INSTANCE_COUNT,
+                                title="Instance count",
                                 description="overrides every step's resources.instance_count"),
         "dry_run": Param(False, type="boolean", title="Dry run",
                          description="list the inputs and show the plan; submit nothing"),

@@ -221,15 +221,6 @@ class AirflowClient:
     def delete_run(self, dag_id: str, run_id: str) -> None:
         self._call("DELETE", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}")
 
-    def clear_failed(self, dag_id: str, run_id: str, *, dry_run: bool = False) -> list:
-        """Clear the run's failed tasks and every task downstream of them (those left upstream_failed or skipped
-        by them), so the scheduler runs them again with the run's own conf. Returns the task instances."""
-        answer = self._call("POST", f"/dags/{self._q(dag_id)}/clearTaskInstances", json={
-            "dry_run": dry_run, "dag_run_id": run_id, "only_failed": True, "include_downstream": True,
-            "reset_dag_runs": True,
-        })
-        return list((answer or {}).get("task_instances", []))
-
     def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str], *, include_downstream: bool = True,
                     dry_run: bool = False) -> list:
         """Clear these tasks (and what follows them) in one run, so the scheduler runs them again.

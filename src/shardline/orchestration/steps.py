@@ -286,23 +286,25 @@ def stop(spec: PipelineSpec, attempt: Attempt) -> None:
         backend.stop(attempt.job_name)
 
 
-def resubmit(spec: PipelineSpec, attempt: Attempt, retry_keys: list[str], *, by_operator: bool = False
-             ) -> Attempt:
+def resubmit(spec: PipelineSpec, attempt: Attempt, retry_keys: list[str], *, by_operator: bool = False,
+             sizes: dict[str, int] | None = None) -> Attempt:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
     Fenced on ``attempt``: the step must still be at it, so a sensor and an operator cannot
     both plan the next one (the loser gets StaleOrchestratorError). ``attempt``'s job is stopped,
     and waited for, before the next one is planned: two attempts never run at once.
-    ``by_operator``: a cancelled step may be reopened.
+    ``by_operator``: a cancelled step may be reopened. ``sizes``: sizes the caller already knows (the listing
+    that found inputs landed after planning), so no object is read for them.
     """
     stop_and_wait(spec, attempt)
-    objects = sized_objects(spec, attempt, retry_keys)
+    objects = sized_objects(spec, attempt, retry_keys, known=sizes)
     nxt = _new_attempt(spec, attempt, attempt.number + 1, objects, after=attempt.number,
                        reopen_cancelled=by_operator)
     return submit(spec, nxt)
 
 
-def sized_objects(spec: PipelineSpec, attempt: Attempt, keys: list[str]) -> list[S3Object]:
+def sized_objects(spec: PipelineSpec, attempt: Attempt, keys: list[str], known: dict[str, int] | None = None
+                  ) -> list[S3Object]:
     """The inputs ``keys`` (full s3:// URIs) with their sizes, for the next attempt's plan.
 
     A later attempt deals its files by size like the first (``sharding: by_size``) and records
@@ -312,7 +314,8 @@ def sized_objects(spec: PipelineSpec, attempt: Attempt, keys: list[str]) -> list
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step,
                               file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
-    recorded = {**records.planned_sizes, **{f.input_key: int(f.bytes_in) for f in records.files if f.bytes_in}}
+    recorded = {**(known or {}), **records.planned_sizes,
+                **{f.input_key: int(f.bytes_in) for f in records.files if f.bytes_in}}
     s3 = None
     objects = []
     for key in keys:
@@ -517,11 +520,15 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
             failed.append({"input": f.input_key, "status": f.status, "attempt": int(f.attempt or 0),
                            "error_class": f.error_class})
     missing = [o["output"] for o in outputs if o["bytes"] is None]
+    # The last look at the input prefix before _SUCCESS: the sensor looked when the step ended, and a file may
+    # have landed while the run report was written.
+    late = [] if missing or status is not StepStatus.SUCCEEDED else \
+        [f"s3://{parse_s3_uri(attempt.input_prefix)[0]}/{o.key}" for o in late_inputs(spec, attempt)]
     manifest = {
         "pipeline": attempt.pipeline, "run_id": attempt.run_id, "step": attempt.step,
         "status": status.value, "attempts": attempt.number, "output_prefix": attempt.output_prefix,
         "files": len(records.files), "rows_out": sum(o["rows_out"] for o in outputs),
-        "outputs": outputs, "not_succeeded": failed, "outputs_missing": missing,
+        "outputs": outputs, "not_succeeded": failed, "outputs_missing": missing, "inputs_not_planned": late,
         "written_at": dt.datetime.now(dt.UTC).isoformat(),
     }
     bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt.output_prefix, attempt.run_id,
@@ -534,6 +541,11 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
                   "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
                   "failed uploads and the write access to that prefix", attempt.step, len(missing),
                   attempt.output_prefix, missing[:3], contract.SUCCESS_MARKER)
+    elif late:
+        log.error("step %s: %d input(s) landed under %s after the step's last look, e.g. %s, so no %s was written: "
+                  "this run did not score them; `shardline rerun %s/%s --conf '{}'` scores the whole partition "
+                  "again", attempt.step, len(late), attempt.input_prefix, late[:3], contract.SUCCESS_MARKER,
+                  attempt.pipeline, attempt.run_id)
     elif status is StepStatus.SUCCEEDED:
         marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt.output_prefix))
         s3.put_object(Bucket=marker_bucket, Key=marker_key, ContentType="application/json", Body=json.dumps({
@@ -574,8 +586,9 @@ def late_inputs(spec: PipelineSpec, attempt: Attempt) -> list[S3Object]:
     return [o for o in objects if f"s3://{bucket}/{o.key}" not in known]
 
 
-def late_inputs_decision(spec: PipelineSpec, attempt: Attempt) -> Decision | None:
-    """What a step that is about to end does about inputs that landed after planning (None: there are none).
+def late_inputs_decision(spec: PipelineSpec, attempt: Attempt) -> tuple[Decision, dict[str, int]] | None:
+    """What a step that is about to end does about inputs that landed after planning (None: there are none),
+    and their sizes from the listing (a resubmission then reads no object for them).
 
     They go to the next attempt; when no attempt is left they are recorded FAILED (``LateInputError``), so
     ``shardline failed`` names them and ``shardline resubmit --all-failed`` takes them, and the step fails.
@@ -593,7 +606,7 @@ def late_inputs_decision(spec: PipelineSpec, attempt: Attempt) -> Decision | Non
         message = decision.failed_files[0].error_message or ""
         record_refused(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step, attempt.number,
                        [(f"s3://{bucket}/{o.key}", o.size, message) for o in late], error_class=LATE_INPUT_ERROR)
-    return decision
+    return decision, {f"s3://{bucket}/{o.key}": o.size for o in late}
 
 
 def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
@@ -607,13 +620,25 @@ def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
         s3.head_object(Bucket=bucket, Key=key)
         return None
     except ClientError as err:
-        if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+        code = err.response.get("Error", {}).get("Code")
+        if code in ("403", "AccessDenied", "Forbidden"):
+            # The orchestrator's role need not read models (infra/'s does not): the job checks it, and a model
+            # it cannot set up fails the step at once with its reason (a setup error, recorded by the worker).
+            log.info("step %s: the model at %s cannot be checked from here (%s); its job checks it", step,
+                     model_uri, code)
+            return None
+        if code not in ("404", "NoSuchKey", "NotFound"):
             raise
-    if s3.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1).get("KeyCount", 0):
-        return None  # a folder of model files
     # Name what is there one level up (the versions, when the URI is versioned), so the fix is obvious.
     parent = key.rstrip("/").rsplit("/", 2)[0] + "/" if key.count("/") >= 2 else ""
-    found = s3.list_objects_v2(Bucket=bucket, Prefix=parent, Delimiter="/", MaxKeys=20).get("CommonPrefixes", [])
+    try:
+        if s3.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1).get("KeyCount", 0):
+            return None  # a folder of model files
+        found = s3.list_objects_v2(Bucket=bucket, Prefix=parent, Delimiter="/", MaxKeys=20).get("CommonPrefixes",
+                                                                                                 [])
+    except ClientError as err:  # no list permission there: the 404 alone says the object is missing
+        log.info("step %s: cannot list beside %s (%s)", step, model_uri, err.response.get("Error", {}).get("Code"))
+        found = []
     there = ", ".join(p["Prefix"][len(parent):].rstrip("/") for p in found)
     hint = f"; under s3://{bucket}/{parent} there are: {there}" if there else ""
     s = spec.step(step)

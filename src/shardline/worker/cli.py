@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_job(args, host, hosts, context, log_format(host, context))
     except SetupError as err:
         log.error("setup failed, nothing was processed: %s", err)
-        if context is not None and not (args.preview or args.tune):
+        if context is not None and not (args.preview or args.tune) and err.permanent:
             record_setup_error(context, host, str(err))
         return EXIT_SETUP_ERROR
     except Terminated as err:

@@ -13,7 +13,20 @@ class WorkerError(Exception):
 
 
 class SetupError(WorkerError):
-    """A fatal problem before any file can be processed (exit code 4)."""
+    """A fatal problem before any file can be processed (exit code 4).
+
+    In a pipeline the instance records it, and the step fails at once without a retry: the same model and
+    settings fail the same way on every attempt. A problem of this host alone is a :class:`HostSetupError`.
+    """
+
+    permanent = True
+
+
+class HostSetupError(SetupError):
+    """A setup problem of this instance's host, not of the model or settings (a full disk, a pool that could
+    not start): the job exits 4, and its files are retried on a next attempt like a lost instance's."""
+
+    permanent = False
 
 
 class ModelIntegrityError(SetupError):

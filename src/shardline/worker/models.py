@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from shardline.worker.errors import ModelIntegrityError, PredictionError, SetupError
+from shardline.worker.errors import HostSetupError, ModelIntegrityError, PredictionError, SetupError
 from shardline.worker.features import ModelInputs
 
 log = logging.getLogger(__name__)
@@ -111,8 +111,10 @@ def _extract(tarball: Path, scratch: Path, prefix: str) -> Path:
         with tarfile.open(tarball, "r:gz") as archive:
             # The "data" filter refuses absolute paths, .. and device files.
             archive.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as err:
+    except (tarfile.TarError, EOFError) as err:
         raise SetupError(f"cannot extract {tarball}: {err}") from err
+    except OSError as err:  # a full or read-only disk: this host's problem, not the model's
+        raise HostSetupError(f"cannot extract {tarball}: {err}") from err
     return dest
 
 

@@ -25,7 +25,7 @@ from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
 from shardline.worker import forkserver, process
 from shardline.worker.devices import WorkerSlot
-from shardline.worker.errors import SetupError
+from shardline.worker.errors import HostSetupError, SetupError
 from shardline.worker.process import JobSettings, UnitResult
 from shardline.worker.work_units import InputFile, WorkUnit
 
@@ -197,8 +197,8 @@ class Runner:
             self._starter.join()
             self._starter = None
         if self._start_error is not None:
-            raise SetupError(f"the worker pool could not start: {type(self._start_error).__name__}: "
-                             f"{self._start_error}")
+            raise HostSetupError(f"the worker pool could not start: {type(self._start_error).__name__}: "
+                                 f"{self._start_error}")
 
     def close(self) -> None:
         """Stop a pool that :meth:`start` started and :meth:`run` never used (nothing to do after all)."""

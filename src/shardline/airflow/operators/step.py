@@ -92,8 +92,10 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         input_prefix = (self.input_override or "").strip() or self.input_prefix
         version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
         if not event["ready"]:
-            # Waited for the input (when_missing: wait), or only for the partition to be complete (fail, skip).
-            waited = self.spec.step(self.step).input.missing_input_action(_run_type(context)) == "wait"
+            # It waited for the input (when_missing: wait) or for the ready marker, or only for the partition's
+            # settle time (fail, skip): then when_missing decides now.
+            step = self.spec.step(self.step)
+            waited = step.input.missing_input_action(_run_type(context)) == "wait" or bool(step.input.ready_marker)
             self._missing(context, input_prefix, event["reason"], waited=waited)
         self.log.info("step %s: %s", self.step, event["reason"])
         return self._plan(context, input_prefix, version, waited=True)
@@ -123,6 +125,10 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             self._wait_until_complete(context, input_prefix, ready)
         if step.input.ready_marker:
             ready, why = _steps().input_ready(spec, self.step, input_prefix)
+            if not ready and not waited and _run_type(context) == readiness.SCHEDULED:
+                # The marker is when a scheduled partition is complete, whatever when_missing says: wait for it
+                # (up to input.wait_timeout_seconds); when_missing decides only if it never comes.
+                self._wait_for_marker(context, input_prefix, why)
             if not ready:
                 self._missing(context, input_prefix, why, waited=waited)
         from shardline.orchestration.upstream import UpstreamError
@@ -156,6 +162,18 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                                         ready_at=ready.timestamp()),
                    method_name="execute_after_wait",
                    timeout=dt.timedelta(seconds=deadline - time.time() + 600))
+
+    def _wait_for_marker(self, context, input_prefix: str, why: str):
+        """A scheduled run waits for its partition's ready marker up to input.wait_timeout_seconds. Defers."""
+        step = self.spec.step(self.step)
+        self.log.info("step %s: %s; waiting up to %ds for it", self.step, why, step.input.wait_timeout_seconds)
+        _steps().record_run_status(self.spec, context["run_id"], _step_status("RUNNING"),
+                                   f"step {self.step}: waiting: {why}", _partition(context))
+        self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix,
+                                        time.time() + step.input.wait_timeout_seconds,
+                                        poll_interval=self.spec.poll_interval_seconds, not_before=settle_until()),
+                   method_name="execute_after_wait",
+                   timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
 
     def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
         """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
@@ -272,12 +290,13 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             raise AirflowFailException(step_failed_text(attempt, action, reason, []))
         if step_event.stop_job:
             _steps().stop(spec, attempt)
+        late_sizes: dict[str, int] = {}
         if action in ("ADVANCE", "PARTIAL"):
             # Before the outputs are marked complete: input files that landed after planning go to a next
             # attempt, or fail the step naming them; _SUCCESS never covers a partial set.
             late = _steps().late_inputs_decision(spec, attempt)
             if late is not None:
-                step_event = StepEvent.of(late, attempt)
+                step_event, late_sizes = StepEvent.of(late[0], attempt), late[1]
                 action, reason = step_event.action, step_event.reason
         if action != "RESUBMIT":
             status = _steps().finish(spec, attempt, action, reason)
@@ -295,7 +314,8 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
             return {**summary, "outcome": action}
         if action == "RESUBMIT":
             self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, reason, step_event.delay_seconds)
-            payload = {"attempt": attempt.to_xcom(), "retry_files": list(step_event.retry_files)}
+            payload = {"attempt": attempt.to_xcom(), "retry_files": list(step_event.retry_files),
+                       "retry_sizes": late_sizes}
             if step_event.delay_seconds > 0:
                 # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
                 self.defer(trigger=BackoffTrigger(step_event.delay_seconds, payload,
@@ -308,7 +328,7 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
 
         attempt = Attempt.from_xcom(event["attempt"])
         try:
-            nxt = _steps().resubmit(self.spec, attempt, event["retry_files"])
+            nxt = _steps().resubmit(self.spec, attempt, event["retry_files"], sizes=event.get("retry_sizes"))
         except StaleOrchestratorError as err:
             # An operator resubmitted (or cancelled) first: follow the step where it is now.
             self.log.warning("%s; following the step where it is now", err)
