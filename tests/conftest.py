@@ -138,8 +138,9 @@ def airflow_stack(tmp_path_factory, moto_endpoint):
             spec["steps"][0]["input"]["when_missing"] = "wait"
         if spec["pipeline"] == "daily_churn":
             # A file that fails in calibrate fails the step at once (no backoff to sit through): the
-            # multi-step test resubmits it by hand.
+            # multi-step test resubmits it by hand. Its steps are polled as often as the hourly one's.
             spec["steps"][1]["retry"] = {"max_attempts": 1}
+            spec["poll_interval_seconds"] = 1
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
     aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
     try:

@@ -80,10 +80,10 @@ def test_a_corrupt_file_within_the_tolerance_ends_partial(tmp_path):
 def test_the_churn_demo_runs_both_steps_and_joins_every_row(tmp_path):
     """`make demo DEMO_ARGS="--pipeline daily_churn"`: score, then calibrate what score committed."""
     result = subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"),
-                             "--pipeline", "daily_churn", "--files", "4", "--rows", "40000"],
+                             "--pipeline", "daily_churn", "--files", "2", "--rows", "8000"],
                             capture_output=True, text=True, timeout=600, check=False)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
-    assert "step score       4/4 files, rows in / out 40,000 / 40,000, attempts 1" in out
-    assert "step calibrate   4/4 files, rows in / out 40,000 / 40,000, attempts 1" in out
-    assert "40,000 calibrated rows for 40,000 scored customers: each the calibration of its own score" in out
+    assert "step score       2/2 files, rows in / out 8,000 / 8,000, attempts 1" in out
+    assert "step calibrate   2/2 files, rows in / out 8,000 / 8,000, attempts 1" in out
+    assert "8,000 calibrated rows for 8,000 scored customers: each the calibration of its own score" in out
