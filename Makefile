@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv browser test test-fast test-under-load lint demo demo-worker bench bench-quick package-check clean
+.PHONY: help venv browser test test-fast test-under-load lint docs demo demo-worker bench bench-quick package-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -35,8 +35,9 @@ browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get,
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	else echo "warning: no chromium/chromedriver and no apt-get: tests/ui will fail; install Chromium and ChromeDriver"; fi
 
-test: $(STAMP) browser  ## lint, then run the test suite (starts its own moto_server, Airflow and Chromium)
+test: $(STAMP) browser  ## lint, the docs site (--strict: no broken link or page), then the test suite
 	$(VENV)/bin/ruff check .
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest
 
 test-fast: $(STAMP)  ## lint, then the unit tests: no server, no end-to-end run (under a minute)
@@ -50,6 +51,10 @@ test-under-load: $(STAMP) browser  ## the test suite with two busy loops beside 
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .
+
+docs: $(STAMP)  ## the spec reference from the spec's schema, then the docs site into build/site
+	$(PY) tools/spec_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 DEMO_ARGS ?=
 demo: $(STAMP)  ## the example pipeline through Airflow on the embedded stack, one instance killed (DEMO_ARGS="--pipeline daily_churn": two steps)

@@ -1,4 +1,4 @@
-"""Regenerate the README's "Step by step, with real output": the on-call loop in a real `airflow
+"""Regenerate docs/on-call.md's "Step by step, with real output": the on-call loop in a real `airflow
 standalone` on the embedded stack, through the `shardline` CLI as an engineer runs it.
 
     .venv/bin/python -m tests.walkthrough_oncall [--out walkthrough.txt]
@@ -71,7 +71,7 @@ def main() -> int:
 
         with airflow_standalone(work / "home", dags, env) as stack:
             # The engineer's shell has Airflow's settings (AIRFLOW_HOME: where the local backend's jobs live, the
-            # DAGs folder, the AWS endpoint), as the README's recipe exports them, and logs in once.
+            # DAGs folder, the AWS endpoint), as docs/pipelines.md's recipe exports them, and logs in once.
             shell = {k: v for k, v in stack.cli_env().items() if not k.startswith("SHARDLINE_AIRFLOW_")}
             cli_env = {**shell, "AIRFLOW_HOME": str(stack.home), "PATH": f"{Path(sys.executable).parent}:"
                        f"{os.environ['PATH']}", "COLUMNS": "130", "HOME": str(work / "user"),

@@ -28,12 +28,13 @@ class SpecError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A field's docstring is its description: the spec reference (docs/spec-reference.md) is generated from them.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ModelRef(_Strict):
     """The model of a step. The request settings apply to a custom ``code/inference.py`` only, and
-    mirror SageMaker Batch Transform's: see the README's "Bring your own inference.py"."""
+    mirror SageMaker Batch Transform's: see docs/worker.md, "Bring your own inference.py"."""
 
     uri: str = Field(description="S3 URI of model.tar.gz (or a model file); may use Jinja templates")
     sha256: Annotated[str, Field(pattern=SHA256_PATTERN)] | None = Field(
@@ -106,9 +107,13 @@ class InputSpec(_Strict):
                                   ".txt, .json) is read as it, one whose name says another fails with the reason. "
                                   "Unset: each file's format from its name (.parquet, .csv, .jsonl, optionally .gz)")
     include: tuple[str, ...] = ("*",)
+    """glob patterns of the keys (relative to the prefix) to read"""
     exclude: tuple[str, ...] = ()
+    """glob patterns of the keys to leave out"""
     features: tuple[str, ...] | None = None
+    """the feature columns, in the model's order (a model that recorded its features' names uses those)"""
     passthrough: tuple[str, ...] = ()
+    """columns copied from each input row to its output row (an id, say)"""
     when_missing: Literal["wait", "fail", "skip"] | None = Field(
         default=None, description="no input yet: wait for it (up to wait_timeout_seconds), fail the run naming the "
                                   "prefix, or skip the run (recorded SKIPPED). Unset: wait for scheduled runs, fail "
@@ -147,6 +152,7 @@ class InputSpec(_Strict):
 
 class OutputSpec(_Strict):
     prefix: str
+    """S3 prefix of the outputs: one per input, at the same relative path; Jinja-templated like input.prefix"""
     metadata_prefix: str | None = Field(
         default=None, description="where Shardline's own files (manifests) go instead of <prefix>/_shardline/, for "
                                   "readers that take every object under the data prefix; Jinja-templated like prefix")
@@ -177,22 +183,31 @@ class OutputSpec(_Strict):
 
 class Resources(_Strict):
     instance_count: Annotated[int, Field(ge=1, le=100)] = 1
+    """instances of the processing job (the Param instance_count overrides it)"""
     instance_type: str = "ml.m5.xlarge"
+    """the SageMaker instance type (also what the local backend's cost is priced as)"""
     volume_size_gb: Annotated[int, Field(ge=1, le=16384)] = 30
+    """each instance's storage volume, GB"""
     workers_per_instance: Annotated[int, Field(ge=1)] | None = None
+    """worker processes per instance (unset: one per core, or per GPU)"""
 
 
 class RetryPolicy(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 3
+    """attempts of a step, the first included, before its unfinished files count as failed"""
     backoff_seconds: Annotated[int, Field(ge=0)] = 60
+    """the wait before attempt 2"""
     backoff_multiplier: Annotated[float, Field(ge=1.0)] = 2.0
+    """each later wait is this many times the one before"""
 
 
 class FailureTolerance(_Strict):
     """How many files may fail before the step fails; within it the step ends PARTIAL."""
 
     max_failed_files: Annotated[int, Field(ge=0)] = 0
+    """how many files may fail with the step still ending PARTIAL (not FAILED)"""
     max_failed_percent: Annotated[float, Field(ge=0.0, le=100.0)] = 0.0
+    """the same, as a percentage of the step's files (the larger of the two allows)"""
 
 
 class DriftPolicy(_Strict):
@@ -219,53 +234,86 @@ class CostSettings(_Strict):
 
 class StepSpec(_Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    """the step's name, in task ids and job names"""
     model: ModelRef
+    """the model the step runs"""
     input: InputSpec
+    """what the step reads"""
     output: OutputSpec
+    """where the step writes"""
     resources: Resources = Resources()
+    """the processing job's instances"""
     sharding: Literal["by_key", "by_size"] = "by_size"
+    """how inputs are dealt to instances: by_size (balance bytes) or by_key (SageMaker's ShardedByS3Key)"""
     retry: RetryPolicy = RetryPolicy()
+    """how often, and how soon, unfinished and transiently failed files go again"""
     tolerance: FailureTolerance = FailureTolerance()
+    """how many failed files still end the step PARTIAL"""
     heartbeat_timeout_seconds: Annotated[int, Field(ge=30)] = 600
+    """an instance silent this long counts as lost, and its files go again"""
     max_runtime_seconds: Annotated[int, Field(ge=60, le=432000)] = 3600
+    """the job's limit (SageMaker's MaxRuntimeInSeconds)"""
     probabilities: bool = False
+    """also write proba_<class> columns (classifiers with predict_proba)"""
     batch_rows: Annotated[int, Field(ge=1)] | None = None
+    """rows per model call (unset: the worker's default, or what `shardline tune` picked)"""
     drift: DriftPolicy = DriftPolicy()
+    """how far predictions may move from the previous successful run's"""
 
 
 class VpcConfig(_Strict):
     subnets: tuple[str, ...]
+    """subnet ids"""
     security_group_ids: tuple[str, ...]
+    """security group ids"""
 
 
 class SageMakerSettings(_Strict):
     role_arn: str | None = None
+    """the IAM role the processing jobs run as"""
     image_uri: str | None = None
+    """the worker image in ECR"""
     tags: dict[str, str] = {}
+    """tags on every processing job"""
     network_isolation: bool = False
+    """refused: the worker reports to DynamoDB (use vpc instead)"""
     vpc: VpcConfig | None = None
+    """subnets and security groups for the jobs"""
     kms_key_id: str | None = None
+    """the KMS key that encrypts job volumes and outputs (required for backend: sagemaker)"""
     aws_conn_id: str = "aws_default"
+    """the Airflow connection the orchestrator's AWS clients use"""
 
 
 class PipelineSpec(_Strict):
     pipeline: Annotated[str, Field(pattern=NAME_PATTERN)]
+    """the DAG id: lowercase letters, digits, _ or - (it goes into job names)"""
     description: str = ""
+    """the DAG's description in Airflow's UI"""
     owner: str = "shardline"
+    """the DAG's owner in Airflow's UI"""
     schedule: str | None = Field(default=None, description="cron, @hourly, @daily, or null for manual runs")
     catchup: bool = False
+    """also run the intervals missed since start_date (Airflow's catchup)"""
     start_date: str = "2026-01-01"
+    """the first interval a schedule may run (ISO date, UTC)"""
     backend: Literal["local", "sagemaker"] = "local"
+    """where jobs run: local (the emulator on this machine) or sagemaker (SageMaker Processing)"""
     ledger_table: str = "shardline-jobs"
+    """the DynamoDB table of the job metadata (the ledger)"""
     ledger_retention_days: Annotated[int, Field(ge=1, le=3650)] = Field(
         default=90, description="ledger items (error text included) expire this many days after their last write")
     cost: CostSettings = CostSettings()
+    """prices the run report's cost uses"""
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 15.0
+    """how often the trigger polls the ledger and the job"""
     unknown_conf: Literal["fail", "warn"] = Field(
         default="fail", description="a trigger conf key that is not a Param fails the run at its plan task, or "
                                     "with `warn` is logged and ignored")
     steps: Annotated[tuple[StepSpec, ...], Field(min_length=1)]
+    """the steps, run in order; a step may read an earlier one's outputs (input.from_step)"""
     sagemaker: SageMakerSettings = SageMakerSettings()
+    """SageMaker settings, for backend: sagemaker"""
 
     @field_validator("schedule")
     @classmethod

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write NaN predictions instead of failing the file (spec: model.allow_nan_predictions)")
 
     script = p.add_argument_group(
-        "custom inference.py (SageMaker-style code/inference.py; see README 'Bring your own inference.py')")
+        "custom inference.py (SageMaker-style code/inference.py; see docs/worker.md, 'Bring your own inference.py')")
     script.add_argument("--content-type", default=None,
                         help="request body given to input_fn: text/csv (default), application/json, "
                              "application/jsonlines or application/x-npy (spec: model.content_type)")
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "the model gets them, the predictions and warnings about the setup; writes no output")
     ops.add_argument("--preview-json", type=Path, default=None, help="with --preview: also write it as JSON here")
 
-    tune = p.add_argument_group("auto-tune (--tune; see README 'Auto-tune')")
+    tune = p.add_argument_group("auto-tune (--tune; see docs/auto-tune.md)")
     tune.add_argument("--tune", action="store_true",
                       help="instead of the job: run the worker repeatedly on a sample of the inputs (the first files "
                            "up to --tune-rows rows), sweeping workers x threads and rows per batch (GPU batch rows on "
