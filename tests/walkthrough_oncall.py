@@ -27,6 +27,7 @@ import yaml
 from examples import synthetic
 from shardline.ledger.table import create_ledger_table
 from shardline.local.embedded_aws import embedded_aws
+from shardline.local.provision import SEED_MODELS
 from shardline.spec import load_spec
 from tests.airflow_stack import airflow_standalone
 from tests.conftest import AWS_TEST_ENV
@@ -59,9 +60,8 @@ def main() -> int:
         s3.create_bucket(Bucket=BUCKET)
         spec = load_spec(dags / "pipelines" / f"{PIPELINE}.yaml")
         create_ledger_table(spec.ledger_table, "us-east-1", env["AWS_ENDPOINT_URL"])
-        model = synthetic.train_xgboost(work / "model")
-        synthetic.pack(model.parent, work / "model.tar.gz")
-        s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
+        # The demo model the spec pins, as `shardline local up` uploads it.
+        s3.upload_file(str(SEED_MODELS / "xgboost-v1.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
         hour = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
         prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
         files = synthetic.make_dataset(work / "data", files=8, rows=400_000)
