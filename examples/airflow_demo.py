@@ -101,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                             files=args.files, rows=args.rows)
 
 
-def pin_model(dags: Path, copy: Path, sha: str, pipeline: str = PIPELINE, pins: dict[int, str] | None = None) -> Path:
-    """A copy of the DAG folder whose pipeline pins the models just made (``pins``: step index -> sha256; by
-    default the first step's, ``sha``): each job refuses any other artifact."""
+def pin_model(dags: Path, copy: Path, pins: dict[int, str], pipeline: str = PIPELINE) -> Path:
+    """A copy of the DAG folder whose pipeline pins the models just made (``pins``: step index -> sha256): each
+    job refuses any other artifact."""
     import shutil
 
     import yaml
@@ -112,7 +112,7 @@ def pin_model(dags: Path, copy: Path, sha: str, pipeline: str = PIPELINE, pins: 
         shutil.copytree(dags, copy)
     path = copy / "pipelines" / f"{pipeline}.yaml"
     data = yaml.safe_load(path.read_text())
-    for index, digest in (pins or {0: sha}).items():
+    for index, digest in pins.items():
         model = data["steps"][index]["model"]
         model.pop("allow_unpinned", None)
         if "params.model_version" in model["uri"].replace(" ", ""):
@@ -123,6 +123,38 @@ def pin_model(dags: Path, copy: Path, sha: str, pipeline: str = PIPELINE, pins: 
     return copy
 
 
+def create_stack(dags: Path, pipeline: str):
+    """The pipeline's spec, an S3 client, and the demo bucket and ledger table created on the embedded endpoint."""
+    import boto3
+
+    from shardline.ledger.table import create_ledger_table
+    from shardline.spec import load_spec
+
+    spec = load_spec(dags / "pipelines" / f"{pipeline}.yaml")
+    s3 = boto3.client("s3")
+    say(f"creating bucket {BUCKET} and ledger table {spec.ledger_table}")
+    s3.create_bucket(Bucket=BUCKET)
+    create_ledger_table(spec.ledger_table)
+    return spec, s3
+
+
+def run_dag(dags: Path, pipeline: str, logical_date: dt.datetime):
+    """Run the pipeline's DAG once with dag.test(): (the DAG run, wall seconds), or None on an import error."""
+    logging.getLogger("pynamodb").setLevel(logging.WARNING)
+    from airflow.dag_processing.dagbag import DagBag
+
+    from shardline.airflow.triggers.step import SETTLE_ENV
+
+    bag = DagBag(dag_folder=str(dags))
+    if bag.import_errors:
+        print(json.dumps(bag.import_errors, indent=2))
+        return None
+    os.environ.setdefault(SETTLE_ENV, "0")  # dag.test() runs triggers in-process: no scheduler to race
+    started = time.monotonic()
+    run = bag.get_dag(pipeline).test(logical_date=logical_date)
+    return run, time.monotonic() - started
+
+
 CHURN = "daily_churn"
 DAY = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)  # the day the churn demo scores (triggered at its end)
 
@@ -131,20 +163,14 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     """The two-step pipeline: score a day of customers, then calibrate the committed scores."""
     import io
 
-    import boto3
     import numpy as np
     import pyarrow.parquet as pq
 
     from examples import synthetic
-    from shardline.ledger.table import create_ledger_table
     from shardline.orchestration import steps
     from shardline.spec import load_spec
 
-    spec = load_spec(dags / "pipelines" / f"{CHURN}.yaml")
-    s3 = boto3.client("s3")
-    say(f"creating bucket {BUCKET} and ledger table {spec.ledger_table}")
-    s3.create_bucket(Bucket=BUCKET)
-    create_ledger_table(spec.ledger_table)
+    spec, s3 = create_stack(dags, CHURN)
     prefix = f"customers/dt={DAY:%Y-%m-%d}/"
     say(f"generating {files} parquet files ({rows:,} customers) and uploading to s3://{BUCKET}/{prefix}")
     for path in synthetic.make_dataset(work / "data", files=files, rows=rows):
@@ -154,24 +180,15 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     s3.upload_file(str(work / "score.tar.gz"), BUCKET, "models/sklearn/v1/model.tar.gz")
     calibration_sha = synthetic.pack(synthetic.calibration_model(work / "calibration"), work / "calibration.tar.gz")
     s3.upload_file(str(work / "calibration.tar.gz"), BUCKET, "models/calibration/v1/model.tar.gz")
-    dags = pin_model(dags, work / "dags", score_sha, CHURN, {0: score_sha, 1: calibration_sha})
+    dags = pin_model(dags, work / "dags", {0: score_sha, 1: calibration_sha}, CHURN)
     print(f"    pinned score {score_sha[:12]}... and calibrate {calibration_sha[:12]}... in "
           f"{dags / 'pipelines' / f'{CHURN}.yaml'}")
 
     say(f"running DAG {CHURN} for the day {DAY:%Y-%m-%d} with dag.test() on the local backend")
-    logging.getLogger("pynamodb").setLevel(logging.WARNING)
-    from airflow.dag_processing.dagbag import DagBag
-
-    from shardline.airflow.triggers.step import SETTLE_ENV
-
-    bag = DagBag(dag_folder=str(dags))
-    if bag.import_errors:
-        print(json.dumps(bag.import_errors, indent=2))
+    ran = run_dag(dags, CHURN, DAY + dt.timedelta(days=1))  # its data interval: DAY
+    if ran is None:
         return 1
-    os.environ.setdefault(SETTLE_ENV, "0")
-    started = time.monotonic()
-    run = bag.get_dag(CHURN).test(logical_date=DAY + dt.timedelta(days=1))  # its data interval: DAY
-    wall = time.monotonic() - started
+    run, wall = ran
     spec = load_spec(dags / "pipelines" / f"{CHURN}.yaml")
     summaries = [steps.report(spec, CHURN, run.run_id, s.name) for s in spec.steps]
 
@@ -202,18 +219,9 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
 
 
 def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, files: int, rows: int) -> int:
-    import boto3
-
     from examples import synthetic
-    from shardline.ledger.table import create_ledger_table
-    from shardline.spec import load_spec
 
-    spec = load_spec(dags / "pipelines" / f"{PIPELINE}.yaml")
-    s3 = boto3.client("s3")
-    say(f"creating bucket {BUCKET} and ledger table {spec.ledger_table}")
-    s3.create_bucket(Bucket=BUCKET)
-    create_ledger_table(spec.ledger_table)
-
+    spec, s3 = create_stack(dags, PIPELINE)
     prefix = f"events/dt={HOUR:%Y-%m-%d}/hour={HOUR:%H}/"
     say(f"generating {files} parquet files ({rows:,} rows) and uploading to s3://{BUCKET}/{prefix}")
     paths = synthetic.make_dataset(work / "data", files=files, rows=rows)
@@ -226,7 +234,7 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     model_file = synthetic.train_xgboost(work / "model")
     sha = synthetic.pack(model_file.parent, work / "model.tar.gz")
     s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
-    dags = pin_model(dags, work / "dags", sha)
+    dags = pin_model(dags, work / "dags", {0: sha})
     print(f"    sha256 {sha}, pinned as model.versions.v1 in {dags / 'pipelines' / f'{PIPELINE}.yaml'}")
 
     stop = threading.Event()
@@ -235,19 +243,10 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
 
     say(f"running DAG {PIPELINE} for the hour {HOUR:%Y-%m-%d %H:00}-{LOGICAL_DATE:%H:00} with dag.test() on the local "
         "backend")
-    logging.getLogger("pynamodb").setLevel(logging.WARNING)
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(dags))
-    if bag.import_errors:
-        print(json.dumps(bag.import_errors, indent=2))
+    ran = run_dag(dags, PIPELINE, LOGICAL_DATE)
+    if ran is None:
         return 1
-    from shardline.airflow.triggers.step import SETTLE_ENV
-
-    os.environ.setdefault(SETTLE_ENV, "0")  # dag.test() runs triggers in-process: no scheduler to race
-    started = time.monotonic()
-    run = bag.get_dag(PIPELINE).test(logical_date=LOGICAL_DATE)
-    wall = time.monotonic() - started
+    run, wall = ran
     stop.set()
     return summarize(spec, run, wall, work, expected_rows=rows)
 

@@ -36,6 +36,19 @@ class AirflowStack:
     def client(self) -> AirflowClient:
         return AirflowClient(self.url, username=self.username, password=self.password)
 
+    def use_aws(self, monkeypatch) -> None:
+        """Point this process's AWS clients (pynamodb's too) at the same endpoint as Airflow's."""
+        for name, value in self.env.items():
+            if name.startswith("AWS_"):
+                monkeypatch.setenv(name, value)
+
+    def s3(self):
+        """An S3 client on the same endpoint as Airflow's."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
     def token_for(self, username: str, role: str, expires_in: int | None = None) -> str:
         """A JWT for a simple-auth-manager user with ``role`` (e.g. "viewer"), signed by this Airflow's own
         code and secret: a user who may read but, as a viewer, not clear tasks. ``expires_in`` < 0: one that

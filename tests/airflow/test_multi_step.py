@@ -13,7 +13,6 @@ import io
 import json
 import uuid
 
-import boto3
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -35,11 +34,8 @@ FAILING_ROWS = 777  # the calibration refuses a batch of this size while the fla
 def churn(airflow_stack, sklearn_model, tmp_path, monkeypatch):
     """The bucket, the ledger table, both models (step 2's refuses one file while a flag file exists)."""
     env = airflow_stack.env
-    for name, value in env.items():
-        if name.startswith("AWS_"):
-            monkeypatch.setenv(name, value)
-    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    airflow_stack.use_aws(monkeypatch)
+    s3 = airflow_stack.s3()
     spec = load_spec(airflow_stack.dags / "pipelines" / f"{PIPELINE}.yaml")
     s3.create_bucket(Bucket=BUCKET)
     create_ledger_table(spec.ledger_table, "us-east-1", env["AWS_ENDPOINT_URL"])

@@ -17,9 +17,7 @@ import pytest
 @pytest.mark.slow
 def test_demo_pipeline_recovers_a_killed_instance(tmp_path):
     # The demo's own dataset is larger (for its overhead figure); 24 files keep the suite quick.
-    result = subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"),
-                             "--files", "24", "--rows", "1200000"],
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = _demo(tmp_path, "--files", "24", "--rows", "1200000")
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
     assert "killed instance algo-2 of attempt 1" in out
@@ -47,10 +45,14 @@ def _dags_with_tolerance(tmp_path, max_failed_files: int):
     return dags
 
 
-def _run_demo(tmp_path, dags, *args):
-    return subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"),
-                           "--dags-folder", str(dags), "--no-failure", "--files", "6", "--rows", "60000", *args],
+def _demo(tmp_path, *args):
+    """`python -m examples.airflow_demo` with ``args``, in its own work folder."""
+    return subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"), *args],
                           capture_output=True, text=True, timeout=600, check=False)
+
+
+def _run_demo(tmp_path, dags, *args):
+    return _demo(tmp_path, "--dags-folder", str(dags), "--no-failure", "--files", "6", "--rows", "60000", *args)
 
 
 @pytest.mark.slow
@@ -79,9 +81,7 @@ def test_a_corrupt_file_within_the_tolerance_ends_partial(tmp_path):
 @pytest.mark.slow
 def test_the_churn_demo_runs_both_steps_and_joins_every_row(tmp_path):
     """`make demo DEMO_ARGS="--pipeline daily_churn"`: score, then calibrate what score committed."""
-    result = subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"),
-                             "--pipeline", "daily_churn", "--files", "2", "--rows", "8000"],
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = _demo(tmp_path, "--pipeline", "daily_churn", "--files", "2", "--rows", "8000")
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
     assert "step score       2/2 files, rows in / out 8,000 / 8,000, attempts 1" in out

@@ -15,7 +15,6 @@ import json
 import time
 import uuid
 
-import boto3
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -40,11 +39,8 @@ def _utc(text: str) -> dt.datetime:
 def minutely(airflow_stack, tmp_path, monkeypatch):
     """A per-minute pipeline over a gated model, added to the running Airflow's DAG folder; paused after."""
     env = airflow_stack.env
-    for name, value in env.items():
-        if name.startswith("AWS_"):
-            monkeypatch.setenv(name, value)
-    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    airflow_stack.use_aws(monkeypatch)
+    s3 = airflow_stack.s3()
     bucket = f"minutely-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     gate = tmp_path / "gate"

@@ -70,8 +70,6 @@ def _assert_every_row_once(staged, hour: dt.datetime) -> None:
 @pytest.fixture(scope="module")
 def staged(airflow_stack, tmp_path_factory):
     """The bucket, the ledger table, a packed XGBoost model, and a helper to upload an hour of inputs."""
-    import boto3
-
     from examples import synthetic
     from shardline.ledger.table import create_ledger_table
     from shardline.spec import load_spec
@@ -79,11 +77,8 @@ def staged(airflow_stack, tmp_path_factory):
     work = tmp_path_factory.mktemp("oncall")
     env = airflow_stack.env
     patch = pytest.MonkeyPatch()
-    for name, value in env.items():
-        if name.startswith("AWS_"):
-            patch.setenv(name, value)
-    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    airflow_stack.use_aws(patch)
+    s3 = airflow_stack.s3()
     spec = load_spec(airflow_stack.dags / "pipelines" / f"{PIPELINE}.yaml")
     s3.create_bucket(Bucket=BUCKET)
     create_ledger_table(spec.ledger_table, "us-east-1", env["AWS_ENDPOINT_URL"])

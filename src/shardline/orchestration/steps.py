@@ -123,8 +123,8 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
         objects, refused = upstream.objects, []
         log.info("step %s of run %s reads the %d output(s) step %s committed (%s)", step, run_id, len(objects),
                  upstream.step, upstream.manifest_uri)
-        if upstream.tolerated_text(step):
-            log.warning("%s", upstream.tolerated_text(step))
+        if tolerated := upstream.tolerated_text(step):
+            log.warning("%s", tolerated)
     else:
         objects, refused = list_inputs_and_refusals(services.s3_listing_client(spec), input_prefix,
                                                     s.input.include, s.input.exclude)
@@ -522,8 +522,7 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
     missing = [o["output"] for o in outputs if o["bytes"] is None]
     # The last look at the input prefix before _SUCCESS: the sensor looked when the step ended, and a file may
     # have landed while the run report was written.
-    late = [] if missing or status is not StepStatus.SUCCEEDED else \
-        [f"s3://{parse_s3_uri(attempt.input_prefix)[0]}/{o.key}" for o in late_inputs(spec, attempt)]
+    late = [] if missing or status is not StepStatus.SUCCEEDED else sorted(late_inputs(spec, attempt))
     manifest = {
         "pipeline": attempt.pipeline, "run_id": attempt.run_id, "step": attempt.step,
         "status": status.value, "attempts": attempt.number, "output_prefix": attempt.output_prefix,
@@ -574,16 +573,18 @@ def input_ready(spec: PipelineSpec, step: str, input_prefix: str) -> tuple[bool,
     return False, f"no input file under {input_prefix} (matching {list(s.input.include)}) yet"
 
 
-def late_inputs(spec: PipelineSpec, attempt: Attempt) -> list[S3Object]:
-    """Input files under the step's prefix that no attempt of it planned: they landed after planning."""
+def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
+    """Input files under the step's prefix that no attempt of it planned (they landed after planning): each
+    full s3:// URI and its size."""
     s = spec.step(attempt.step)
     if s.input.from_step:
-        return []  # an earlier step's outputs are read from its manifest, complete once it has ended
+        return {}  # an earlier step's outputs are read from its manifest, complete once it has ended
     objects, _refused = list_inputs_and_refusals(services.s3_listing_client(spec), attempt.input_prefix,
                                                  s.input.include, s.input.exclude)
     known = {f.input_key for f in read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step).files}
     bucket, _ = parse_s3_uri(attempt.input_prefix)
-    return [o for o in objects if f"s3://{bucket}/{o.key}" not in known]
+    listed = {f"s3://{bucket}/{o.key}": o.size for o in objects}
+    return {uri: size for uri, size in listed.items() if uri not in known}
 
 
 def late_inputs_decision(spec: PipelineSpec, attempt: Attempt) -> tuple[Decision, dict[str, int]] | None:
@@ -598,15 +599,13 @@ def late_inputs_decision(spec: PipelineSpec, attempt: Attempt) -> tuple[Decision
     late = late_inputs(spec, attempt)
     if not late:
         return None
-    bucket, _ = parse_s3_uri(attempt.input_prefix)
-    decision = for_late_inputs([f"s3://{bucket}/{o.key}" for o in late], attempt.number,
-                               policy_for(spec, attempt.step), attempt.input_prefix)
+    decision = for_late_inputs(list(late), attempt.number, policy_for(spec, attempt.step), attempt.input_prefix)
     log.warning("step %s: %s", attempt.step, decision.reason)
     if decision.failed_files:
         message = decision.failed_files[0].error_message or ""
         record_refused(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step, attempt.number,
-                       [(f"s3://{bucket}/{o.key}", o.size, message) for o in late], error_class=LATE_INPUT_ERROR)
-    return decision, {f"s3://{bucket}/{o.key}": o.size for o in late}
+                       [(uri, size, message) for uri, size in late.items()], error_class=LATE_INPUT_ERROR)
+    return decision, late
 
 
 def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
@@ -647,7 +646,7 @@ def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
 
 
 def record_run_status(spec: PipelineSpec, run_id: str, status: StepStatus, message: str,
-                         partition: str | None = None) -> None:
+                      partition: str | None = None) -> None:
     """A run that ends (skipped or failed) before anything was planned, or waits for its input (RUNNING), is
     still listed, with why."""
     model = services.ledger_model(spec)

@@ -24,6 +24,7 @@ from shardline.airflow.triggers.step import (
 )
 from shardline.decision import readiness
 from shardline.decision.policy import Action
+from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
 from shardline.spec import input_override_problem, load_spec, model_version_problem, unknown_conf_problem
@@ -118,7 +119,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         if problem:
             # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
             message = model_missing_text(self.step, problem, _ref(spec, context))
-            _steps().record_run_status(spec, context["run_id"], _step_status("FAILED"), message, _partition(context))
+            _steps().record_run_status(spec, context["run_id"], StepStatus.FAILED, message, _partition(context))
             raise AirflowFailException(message)
         ready = self._ready_at(context)
         if ready is not None and dt.datetime.now(dt.UTC) < ready:
@@ -153,7 +154,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         step = self.spec.step(self.step)
         why = readiness.not_ready_reason(context["data_interval_end"], ready)
         self.log.info("step %s: %s", self.step, why)
-        _steps().record_run_status(self.spec, context["run_id"], _step_status("RUNNING"),
+        _steps().record_run_status(self.spec, context["run_id"], StepStatus.RUNNING,
                                    f"step {self.step}: waiting: {why}", _partition(context))
         waits = step.input.missing_input_action(_run_type(context)) == "wait"
         deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
@@ -167,7 +168,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         """A scheduled run waits for its partition's ready marker up to input.wait_timeout_seconds. Defers."""
         step = self.spec.step(self.step)
         self.log.info("step %s: %s; waiting up to %ds for it", self.step, why, step.input.wait_timeout_seconds)
-        _steps().record_run_status(self.spec, context["run_id"], _step_status("RUNNING"),
+        _steps().record_run_status(self.spec, context["run_id"], StepStatus.RUNNING,
                                    f"step {self.step}: waiting: {why}", _partition(context))
         self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix,
                                         time.time() + step.input.wait_timeout_seconds,
@@ -178,8 +179,6 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
     def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
         """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
         Never returns: it defers, or raises."""
-        from shardline.ledger.states import StepStatus
-
         spec, step = self.spec, self.spec.step(self.step)
         if step.input.from_step:
             raise AirflowSkipException(f"{why}: the earlier step wrote nothing, so there is nothing to do")
@@ -351,12 +350,6 @@ def _run_type(context) -> str:
     return str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
 
 
-def _step_status(name: str):
-    from shardline.ledger.states import StepStatus
-
-    return StepStatus(name)
-
-
 def _partition(context) -> str | None:
     """What the run scores, as `shardline runs` shows it: its data interval's start (UTC), else its logical date."""
     when = context.get("data_interval_start") or context.get("logical_date")
@@ -367,7 +360,6 @@ def mark_run_failed(spec_path: str, context) -> None:
     """DAG ``on_failure_callback``: a run that failed outside the sensor (say, in planning) shows as FAILED
     in `shardline runs` and the page too, unless something already recorded how it ended."""
     from shardline.ledger.orchestrator import set_run_status
-    from shardline.ledger.states import StepStatus
     from shardline.orchestration import services
 
     spec = load_spec(Path(spec_path))
@@ -523,6 +515,4 @@ class ReportOperator(_SpecMixin, BaseOperator):
             context["outlet_events"][outlet].extra = {"run_id": context["run_id"], "status": status, "steps": steps}
 
     def _finish_run(self, context, status: str, message: str) -> None:
-        from shardline.ledger.states import StepStatus
-
         _steps().finish_run(self.spec, self.spec.pipeline, context["run_id"], StepStatus(status), message)
