@@ -6,6 +6,7 @@ exactly as the worker reaches DynamoDB in production. No in-process AWS mocks.
 
 from __future__ import annotations
 
+import os
 import uuid
 import warnings
 from pathlib import Path
@@ -13,6 +14,12 @@ from pathlib import Path
 import pytest
 
 from examples import synthetic
+
+# The stack tests build and start images (tests/stack): `make test-stack` runs them, `make test` does not.
+collect_ignore = [] if os.environ.get("SHARDLINE_STACK_TESTS") == "1" else ["stack"]
+# The local backend's instances run as processes in this suite, whatever engine the machine has; the stack
+# tests choose the container runtime themselves.
+os.environ["SHARDLINE_LOCAL_RUNTIME"] = "process"
 
 # -- models, trained once per session ----------------------------------------------------------------------
 

@@ -326,3 +326,51 @@ def test_sha256_pin_through_the_environment_accepts_the_right_model(inputs, tmp_
     assert manifest["model"]["sha256"] == sha256_of(sklearn_model)
     assert manifest["succeeded"] == 3
 
+
+
+def _tar_with(tmp_path, name: str, add) -> Path:
+    import tarfile
+
+    path = tmp_path / f"{name}.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        add(archive)
+    return path
+
+
+def test_without_tarfiles_data_filter_the_same_members_are_refused(tmp_path):
+    """Python before 3.11.4 (Debian bookworm's python3) has no extraction filters: the worker applies the same
+    refusals itself, so a crafted model.tar.gz never writes outside its folder there either."""
+    import io
+    import tarfile
+
+    from shardline.worker.models import _data_members
+
+    def member(name: str, **fields) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(name)
+        for key, value in fields.items():
+            setattr(info, key, value)
+        return info
+
+    def file(archive, name, data=b"x", mode=0o644):
+        archive.addfile(member(name, size=len(data), mode=mode), io.BytesIO(data))
+
+    cases = {
+        "dotdot": lambda a: file(a, "../evil.pth"),
+        "absolute": lambda a: file(a, "/tmp/evil.pth"),
+        "symlink out": lambda a: a.addfile(member("code", type=tarfile.SYMTYPE, linkname="/usr/lib")),
+        "device": lambda a: a.addfile(member("dev", type=tarfile.CHRTYPE)),
+    }
+    for name, add in cases.items():
+        with tarfile.open(_tar_with(tmp_path, name.replace(" ", "-"), add)) as archive, pytest.raises(tarfile.TarError):
+            _data_members(archive, tmp_path / "dest")
+
+    def good(archive):
+        file(archive, "model.json", b"{}", mode=0o4777)
+        archive.addfile(member("code", type=tarfile.DIRTYPE, mode=0o755))
+        file(archive, "code/inference.py", b"pass")
+        archive.addfile(member("latest.json", type=tarfile.SYMTYPE, linkname="model.json"))
+
+    with tarfile.open(_tar_with(tmp_path, "good", good)) as archive:
+        members = _data_members(archive, tmp_path / "dest")
+    assert [m.name for m in members] == ["model.json", "code", "code/inference.py", "latest.json"]
+    assert members[0].mode == 0o755  # no set-id bit, no write for others

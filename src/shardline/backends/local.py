@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from shardline.backends import JobNotFound, JobState, JobStatus
+from shardline.backends import JobNotFound, JobState, JobStatus, local_container
 from shardline.waiting import wait_for
 
 STATE_FILE = "state.json"
@@ -34,8 +34,9 @@ REQUEST_FILE = "request.json"
 # submitter is an Airflow process holding Airflow's secrets (AIRFLOW__* has the database
 # password, the Fernet key, the JWT secret); a SageMaker job sees none of that, only its
 # request's Environment, so the emulator passes only how to reach AWS and how to run Python.
-# A job's model code runs as the same user, so this is no sandbox: it stops the leak that
-# needs no effort (a model that logs or ships its environment), not a determined one.
+# In the process runtime a job's model code runs as the same user, so this is no sandbox: it stops
+# the leak that needs no effort (a model that logs or ships its environment), not a determined one.
+# The container runtime (local_container) is the box: the image's own user, nothing of this machine.
 PASSED_ENV = frozenset({
     # Who the job is, and how it reaches AWS: the worker reads S3 and writes the ledger.
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
@@ -119,10 +120,13 @@ class LocalBackend:
             return name  # a retried task adopts the job its earlier try started
         # Build the job directory aside and rename it into place: a job dir always has its state,
         # and of two racing submits exactly one wins the rename.
+        # The instances run as containers of the request's image whenever Docker can (local_container).
+        runtime = local_container.choose_runtime(request["AppSpecification"]["ImageUri"])
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir.parent))
         (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2))
         write_json_atomic(staging / STATE_FILE, {
             "name": name, "status": JobStatus.IN_PROGRESS.value, "created_at": time.time(), "pid": None,
+            "runtime": runtime,
         })
         try:
             staging.rename(job_dir)
@@ -177,6 +181,8 @@ class LocalBackend:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         _alive(pid)  # reaps the supervisor if this process started it
+        if read_state(job_dir).get("runtime") == "docker":  # containers outlive a killed client
+            local_container.remove_job_containers(name)
         if read_state(job_dir)["status"] == JobStatus.IN_PROGRESS.value:  # the supervisor had no time to say
             write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "status": JobStatus.STOPPED.value,
                                                      "failure_reason": "stopped", "ended_at": time.time()})

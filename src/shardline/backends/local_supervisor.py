@@ -7,6 +7,7 @@ per instance, enforce the runtime limit, upload the outputs, record the final st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 import boto3
 
 from shardline import contract
-from shardline.backends import JobStatus
+from shardline.backends import JobStatus, local_container
 from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
 from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
 
@@ -150,6 +151,43 @@ def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
     return command + arguments
 
 
+def worker_environment(request: dict, instance_dir: Path) -> dict[str, str]:
+    """A process-runtime worker's environment: the allow-listed part of ours with the job's own, credentials as
+    values (never the files they came from) and a HOME of its own, so the model's code finds no ``~/.aws``."""
+    env = job_environment(os.environ, request.get("Environment", {}))
+    for name in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        env.pop(name, None)
+    home = instance_dir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {**env, **local_container.aws_environment(os.environ), "HOME": str(home)}
+
+
+def start_instances(request: dict, job_dir: Path, hosts: list[str], instance_dirs: list[Path], runtime: str,
+                    stack: contextlib.ExitStack) -> dict[str, subprocess.Popen]:
+    """One worker per instance: a process here, or a container of the request's image (``runtime``)."""
+    if runtime == "docker":
+        gateway = local_container.ensure_job_network()
+        routes = stack.enter_context(local_container.endpoint_routes(os.environ, gateway))
+        container_env = {**local_container.aws_environment(os.environ), **routes}
+    procs: dict[str, subprocess.Popen] = {}
+    for host, instance_dir in zip(hosts, instance_dirs, strict=True):
+        config = instance_dir / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "resourceconfig.json").write_text(json.dumps({"current_host": host, "hosts": hosts}))
+        if runtime == "docker":
+            mounts = local_container.instance_mounts(request, instance_dir, local_path)
+            command = local_container.container_command(request, instance_dir, host, environment=container_env,
+                                                        network=local_container.JOB_NETWORK, mounts=mounts)
+            env = job_environment(os.environ)  # the docker CLI's own: how to reach the engine
+        else:
+            command, env = worker_command(request, instance_dir, host), worker_environment(request, instance_dir)
+        with open(instance_dir / "worker.log", "ab") as out:
+            procs[host] = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL)
+        log.info("%s: worker pid %d (%s)", host, procs[host].pid, runtime)
+    return procs
+
+
 def run(job_dir: Path) -> dict:
     request = json.loads((job_dir / REQUEST_FILE).read_text())
     count = request["ProcessingResources"]["ClusterConfig"]["InstanceCount"]
@@ -162,28 +200,23 @@ def run(job_dir: Path) -> dict:
         raise _Stop("stop requested before the job started")
     stage_inputs(s3, request, instance_dirs)
 
-    procs: dict[str, subprocess.Popen] = {}
-    env = job_environment(os.environ, request.get("Environment", {}))
-    for host, instance_dir in zip(hosts, instance_dirs, strict=True):
-        config = instance_dir / "config"
-        config.mkdir(parents=True, exist_ok=True)
-        (config / "resourceconfig.json").write_text(json.dumps({"current_host": host, "hosts": hosts}))
-        with open(instance_dir / "worker.log", "ab") as out:
-            procs[host] = subprocess.Popen(worker_command(request, instance_dir, host), env=env, stdout=out,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.info("%s: worker pid %d", host, procs[host].pid)
-
-    try:
-        while any(p.poll() is None for p in procs.values()):
-            if (job_dir / "STOP").exists():  # stop() was asked before it knew our pid
-                raise _Stop("stop requested")
-            if time.monotonic() - started > max_runtime:
-                _terminate(procs.values())
-                break
-            time.sleep(0.2)
-    except _Stop:
-        _terminate(procs.values())  # the workers got SIGTERM too; give them time to sweep temp files
-        raise
+    runtime = read_state(job_dir).get("runtime", "process")
+    with contextlib.ExitStack() as stack:
+        procs = start_instances(request, job_dir, hosts, instance_dirs, runtime, stack)
+        try:
+            while any(p.poll() is None for p in procs.values()):
+                if (job_dir / "STOP").exists():  # stop() was asked before it knew our pid
+                    raise _Stop("stop requested")
+                if time.monotonic() - started > max_runtime:
+                    _terminate(procs.values())
+                    break
+                time.sleep(0.2)
+        except _Stop:
+            _terminate(procs.values())  # the workers got SIGTERM too; give them time to sweep temp files
+            raise
+        finally:
+            if runtime == "docker":  # a container whose client was killed would run on
+                local_container.remove_job_containers(request["ProcessingJobName"])
     codes = {host: p.wait() for host, p in procs.items()}
     outcome = job_outcome(codes, time.monotonic() - started, max_runtime)
     if outcome["status"] == JobStatus.STOPPED.value:

@@ -109,13 +109,36 @@ def _extract(tarball: Path, scratch: Path, prefix: str) -> Path:
     atexit.register(shutil.rmtree, dest, ignore_errors=True)
     try:
         with tarfile.open(tarball, "r:gz") as archive:
-            # The "data" filter refuses absolute paths, .. and device files.
-            archive.extractall(dest, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                # The "data" filter refuses absolute paths, .. and device files.
+                archive.extractall(dest, filter="data")
+            else:  # Python before 3.11.4 (Debian bookworm's 3.11.2) has no filters: the same refusals, by hand
+                archive.extractall(dest, members=_data_members(archive, dest))
     except (tarfile.TarError, EOFError) as err:
         raise SetupError(f"cannot extract {tarball}: {err}") from err
     except OSError as err:  # a full or read-only disk: this host's problem, not the model's
         raise HostSetupError(f"cannot extract {tarball}: {err}") from err
     return dest
+
+
+def _data_members(archive: tarfile.TarFile, dest: Path) -> list[tarfile.TarInfo]:
+    """What tarfile's "data" filter lets through, for a Python that lacks it: regular files, folders and links
+    that stay inside ``dest``, with no set-id bits; any other member refuses the whole archive."""
+    root = dest.resolve()
+    members = []
+    for member in archive.getmembers():
+        target = (root / member.name).resolve()
+        if member.name.startswith("/") or not target.is_relative_to(root):
+            raise tarfile.TarError(f"member {member.name!r} would land outside the model folder")
+        if member.issym() or member.islnk():
+            link = (target.parent / member.linkname) if member.issym() else (root / member.linkname)
+            if member.linkname.startswith("/") or not link.resolve().is_relative_to(root):
+                raise tarfile.TarError(f"link {member.name!r} -> {member.linkname!r} points outside the model folder")
+        elif not (member.isfile() or member.isdir()):
+            raise tarfile.TarError(f"member {member.name!r} is a device or special file")
+        member.mode &= 0o755
+        members.append(member)
+    return members
 
 
 def kind_of_name(relative: PurePosixPath) -> str | None:

@@ -1,0 +1,225 @@
+"""The local emulator's container runtime: each instance runs in the request's worker image, as on SageMaker.
+
+SageMaker Processing starts the image's entrypoint with the request's ``ContainerArguments`` and
+``Environment``, the inputs mounted at their ``LocalPath``s, as the image's own (non-root) user and with
+no view of the machine that asked for the job. The process runtime cannot give model code that box:
+it runs as Airflow's user, which can read Airflow's secrets in ``/proc/<pid>/environ`` and ``~/.aws``.
+This runtime can, whenever a Docker engine answers and the image exists.
+
+Network: a job's containers join an internal Docker network (no route out). When the AWS endpoint is
+on this machine's loopback (the embedded moto_server), a forwarder on that network's gateway address
+is the one way out, to that endpoint alone. A request with ``EnableNetworkIsolation`` gets no network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from shardline import contract
+
+log = logging.getLogger(__name__)
+
+ENV_RUNTIME = "SHARDLINE_LOCAL_RUNTIME"  # auto (default) | docker | process
+RUNTIMES = ("auto", "docker", "process")
+JOB_NETWORK = "shardline-local-jobs"  # internal: the jobs' containers reach nothing but the forwarded endpoint
+JOB_LABEL = "shardline.job"  # on every container of a job, so stop() finds them from any process
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+# The AWS settings a container gets from the supervisor: who it is and where AWS is. Nothing else of the
+# submitter's environment crosses (no PATH, HOME or PYTHONPATH: the image has its own).
+PASSED_AWS = frozenset({"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_EC2_METADATA_DISABLED", "AWS_CA_BUNDLE"})
+
+
+class ContainerRuntimeError(RuntimeError):
+    """The container runtime was asked for and cannot run: no engine, or no image."""
+
+
+def docker_answers(timeout: float = 10.0) -> bool:
+    """Whether a Docker CLI is on the PATH and its engine answers."""
+    if not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
+                              timeout=timeout, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def image_present(image: str) -> bool:
+    try:
+        return subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30,
+                              check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def choose_runtime(image: str, environ: Mapping[str, str] | None = None) -> str:
+    """``docker`` or ``process`` for a job of ``image``: as ``SHARDLINE_LOCAL_RUNTIME`` says, or, when it says
+    ``auto`` (the default), ``docker`` whenever an engine answers and has the image."""
+    asked = (environ if environ is not None else os.environ).get(ENV_RUNTIME, "auto").strip().lower() or "auto"
+    if asked not in RUNTIMES:
+        raise ContainerRuntimeError(f"{ENV_RUNTIME}={asked!r}: expected one of {', '.join(RUNTIMES)}")
+    if asked == "process":
+        return "process"
+    if not docker_answers():
+        if asked == "docker":
+            raise ContainerRuntimeError(f"{ENV_RUNTIME}=docker, but no Docker engine answers (`docker version`)")
+        return "process"
+    if not image_present(image):
+        if asked == "docker":
+            raise ContainerRuntimeError(
+                f"{ENV_RUNTIME}=docker, but the engine has no image {image}: build it with "
+                f"`docker build -f inference_container/Dockerfile -t {image} .`")
+        log.warning("no image %s in the Docker engine: running the job's instances as processes", image)
+        return "process"
+    return "docker"
+
+
+def ensure_job_network() -> str:
+    """The internal network the jobs' containers join (created once); returns its gateway address."""
+    inspect = ["docker", "network", "inspect", JOB_NETWORK, "--format", "{{(index .IPAM.Config 0).Gateway}}"]
+    found = subprocess.run(inspect, capture_output=True, text=True, check=False)
+    if found.returncode != 0:
+        created = subprocess.run(["docker", "network", "create", "--internal", JOB_NETWORK],
+                                 capture_output=True, text=True, check=False)
+        if created.returncode != 0 and "already exists" not in created.stderr:  # another job made it meanwhile
+            raise ContainerRuntimeError(f"cannot create the jobs' network {JOB_NETWORK}: {created.stderr.strip()}")
+        found = subprocess.run(inspect, capture_output=True, text=True, check=True)
+    return found.stdout.strip()
+
+
+class Forwarder:
+    """A TCP forwarder from ``listen_host``:(a free port) to ``target``: the containers' one way to the endpoint."""
+
+    def __init__(self, listen_host: str, target: tuple[str, int]):
+        self.target = target
+        self._server = socket.create_server((listen_host, 0))
+        self.address = self._server.getsockname()[:2]
+        self._thread = threading.Thread(target=self._serve, name="endpoint-forwarder", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._pair, args=(client,), daemon=True).start()
+
+    def _pair(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=10)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while chunk := source.recv(65536):
+            sink.sendall(chunk)
+    for sock in (source, sink):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+@contextlib.contextmanager
+def endpoint_routes(environ: Mapping[str, str], gateway: str) -> Iterator[dict[str, str]]:
+    """The containers' ``AWS_ENDPOINT_URL*``: each loopback endpoint forwarded from ``gateway``, others as given."""
+    forwarders: dict[tuple[str, int], Forwarder] = {}
+    routed: dict[str, str] = {}
+    try:
+        for name, url in environ.items():
+            if not (name == "AWS_ENDPOINT_URL" or name.startswith("AWS_ENDPOINT_URL_")):
+                continue
+            parts = urlsplit(url)
+            if parts.hostname not in LOOPBACK_HOSTS:
+                routed[name] = url
+                continue
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            target = (parts.hostname, port)
+            if target not in forwarders:
+                forwarders[target] = Forwarder(gateway, target)
+            host, forwarded_port = forwarders[target].address
+            routed[name] = urlunsplit(parts._replace(netloc=f"{host}:{forwarded_port}"))
+        yield routed
+    finally:
+        for forwarder in forwarders.values():
+            forwarder.close()
+
+
+def aws_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """Region and credentials for the containers, as the job's role would give them: the credentials boto3
+    resolves here (environment, profile or instance role), passed as values, never the files they came from."""
+    env = {k: v for k, v in environ.items() if k in PASSED_AWS}
+    import boto3
+
+    credentials = boto3.Session().get_credentials()
+    if credentials is not None:
+        frozen = credentials.get_frozen_credentials()
+        env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = frozen.access_key, frozen.secret_key
+        if frozen.token:
+            env["AWS_SESSION_TOKEN"] = frozen.token
+    return env
+
+
+def container_name(job: str, host: str) -> str:
+    return f"{job}-{host}"[:120]
+
+
+def container_command(request: dict, instance_dir: Path, host: str, *, environment: Mapping[str, str],
+                      network: str, mounts: list[tuple[Path, str, bool]]) -> list[str]:
+    """``docker run`` for one instance: the request's image, entrypoint, ContainerArguments and Environment,
+    each of ``mounts`` (host path, container path, read-only) bound, under the image's own user."""
+    job = request["ProcessingJobName"]
+    isolated = bool(request.get("NetworkConfig", {}).get("EnableNetworkIsolation"))
+    command = ["docker", "run", "--rm", "--name", container_name(job, host), "--label", f"{JOB_LABEL}={job}",
+               "--network", "none" if isolated else network,
+               # The worker's process pool shares batches through /dev/shm; Docker's default 64 MB is too small.
+               "--shm-size", "1g", "--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
+    for source, target, read_only in mounts:
+        command += ["--mount", f"type=bind,source={source},target={target}" + (",readonly" if read_only else "")]
+    for name, value in {**environment, **request.get("Environment", {})}.items():
+        command += ["--env", f"{name}={value}"]
+    return [*command, request["AppSpecification"]["ImageUri"],
+            *request["AppSpecification"].get("ContainerArguments", [])]
+
+
+def instance_mounts(request: dict, instance_dir: Path, local_path) -> list[tuple[Path, str, bool]]:
+    """Each input at its LocalPath (read-only), each output's LocalPath (written by the image's user) and the
+    resource config, mapped from this instance's directory."""
+    mounts = [(instance_dir / "config" / "resourceconfig.json", contract.RESOURCE_CONFIG, True)]
+    for item in request.get("ProcessingInputs", []):
+        path = item["S3Input"]["LocalPath"]
+        mounts.append((local_path(instance_dir, path), path, True))
+    for item in request.get("ProcessingOutputConfig", {}).get("Outputs", []):
+        path = item["S3Output"]["LocalPath"]
+        source = local_path(instance_dir, path)
+        source.mkdir(parents=True, exist_ok=True)
+        source.chmod(0o777)  # the image's user is not the supervisor's: SageMaker, too, hands it a writable folder
+        mounts.append((source, path, False))
+    return mounts
+
+
+def remove_job_containers(job: str) -> None:
+    """Force-remove whatever containers of ``job`` are left (a stop, or a supervisor that died)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}={job}"],
+                                capture_output=True, text=True, timeout=60, check=False)
+        ids = listed.stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=120, check=False)
