@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv browser test test-fast test-under-load lint docs demo demo-worker bench bench-quick package-check clean
+.PHONY: help venv browser test test-stack test-fast test-under-load lint docs demo demo-worker bench bench-quick package-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -39,6 +39,18 @@ test: $(STAMP) browser  ## lint, the docs site (--strict: no broken link or page
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest
+
+# What users ship, built and run: the worker image as SageMaker runs it (predictions equal to the host's, no
+# secret reachable from model code), then the compose stack up, a DAG run green, the on-call page, a resubmit,
+# and `down -v`. Needs root for Docker: installs docker.io and debootstrap with apt-get if missing, starts
+# dockerd if none answers (and stops it after), builds a base image once (cached by tag).
+test-stack: $(STAMP) browser  ## build and run the worker image and the compose stack for real (Docker)
+	@start=$$(date +%s); rc=0; \
+	$(PY) -m tests.stack.engine up && SHARDLINE_STACK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/stack \
+		|| rc=$$?; \
+	$(PY) -m tests.stack.engine down; \
+	if [ $$rc -eq 0 ]; then $(PY) -m tests.stack.engine summary --seconds $$(( $$(date +%s) - start )); \
+	else echo "make test-stack: failed (exit $$rc)"; fi; exit $$rc
 
 test-fast: $(STAMP)  ## lint, then the unit tests: no server, no end-to-end run (under a minute)
 	$(VENV)/bin/ruff check .

@@ -1,14 +1,14 @@
-# syntax=docker/dockerfile:1
 # Shardline's Airflow image for the local compose stack (docker-compose.yaml at the repo root).
 #
 #   docker compose build          # or: docker build -f infra/compose/airflow.Dockerfile -t shardline-airflow:local .
 #
 # Build context: the repo root (airflow.Dockerfile.dockerignore beside this file keeps .venv and .env out).
 #
-# What goes in: the Shardline wheel (built here, as the worker image builds it) with its `airflow` and
-# `worker` extras, pinned by the repo's constraints.txt (the same tree as `make venv`). The worker extra is
-# here because the `local` backend runs `python -m shardline_worker` as a subprocess of the task, inside the
-# scheduler container. torch only with --build-arg INSTALL_TORCH=true (CPU wheels from TORCH_INDEX_URL).
+# What goes in: the Shardline wheel (built here, as the worker image builds it) with its `airflow`, `worker`
+# and `local` extras, pinned by the repo's constraints.txt (the same tree as `make venv`). `worker`: the
+# `local` backend runs each instance as `python -m shardline.worker`, a process of the task's container
+# (there is no Docker inside the stack). `local`: the `aws` service is moto's server from this image.
+# torch only with --build-arg INSTALL_TORCH=true (the CPU build, from TORCH_INDEX_URL).
 # The installed wheel registers the provider (`airflow providers list`) and the on-call page's plugin;
 # PYTHONPATH puts src/ (and examples/, for seed_demo.py) first, which compose bind-mounts over the copies baked in
 # here, so every process (the DAG parser, the task, the local job's supervisor and its workers) imports the
@@ -39,13 +39,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 COPY --chown=airflow:0 constraints.txt /opt/shardline/
 COPY --from=wheel --chown=airflow:0 /dist/ /opt/shardline/dist/
 RUN pip install -c /opt/shardline/constraints.txt "apache-airflow==${AIRFLOW_VERSION}" \
-        "$(ls /opt/shardline/dist/shardline-*.whl)[airflow,worker]"
+        "$(ls /opt/shardline/dist/shardline-*.whl)[airflow,worker,local]"
 
 ARG INSTALL_TORCH=false
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 RUN if [ "${INSTALL_TORCH}" = "true" ]; then \
         torch_pin="$(grep -E '^torch==' /opt/shardline/constraints.txt)" \
-        && pip install --index-url "${TORCH_INDEX_URL}" "${torch_pin}"; \
+        && pip install -c /opt/shardline/constraints.txt --extra-index-url "${TORCH_INDEX_URL}" "${torch_pin}"; \
     fi
 
 COPY --chown=airflow:0 src/ /opt/shardline/src/

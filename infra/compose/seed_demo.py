@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the model the spec pins is at {model_uri}")
     except s3.exceptions.ClientError:
         print(f"no model at {model_uri}: the init service uploads the demo model the spec pins; run it again "
-              "(docker compose up airflow-init), or upload your own and pin its sha256 in the spec")
+              "(docker compose up shardline-init), or upload your own and pin its sha256 in the spec")
         return 1
     print(f"now: airflow dags unpause {args.pipeline} && "
           f"airflow dags trigger {args.pipeline} --logical-date {logical_date.isoformat()}")

@@ -33,7 +33,9 @@ PIPELINES = REPO / "dags" / "pipelines"
 
 AIRFLOW_SERVICES = {"airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
                     "airflow-triggerer"}
-REQUIRED_SERVICES = AIRFLOW_SERVICES | {"postgres", "minio", "dynamodb-local", "shardline-init", "worker-image"}
+REQUIRED_SERVICES = AIRFLOW_SERVICES | {"postgres", "aws", "shardline-init", "worker-image"}
+# The embedded endpoint accepts any keys: the stack's AWS key pair is a fixed, public placeholder, not a secret.
+PLACEHOLDER_KEYS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|JWT|TOKEN|(^|_)KEY($|_)", re.IGNORECASE)
 # ${NAME}, ${NAME:-default}, ${NAME:?error}, $NAME; `$$` is compose's escape for a literal `$`.
 VARIABLE = re.compile(r"\$(\$|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)[^}]*\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
@@ -285,7 +287,7 @@ def test_one_shot_services_run_once_and_dependencies_are_not_behind_a_profile(se
 
 def test_every_long_running_service_has_a_healthcheck(services):
     long_running = set(services) - one_shot_services(services) - build_only_services(services)
-    assert {"postgres", "minio", "dynamodb-local", "airflow-apiserver", "airflow-scheduler",
+    assert {"postgres", "aws", "airflow-apiserver", "airflow-scheduler",
             "airflow-dag-processor", "airflow-triggerer"} <= long_running
     for name in long_running:
         check = services[name].get("healthcheck") or {}
@@ -365,7 +367,7 @@ def test_defaults_agree_with_env_example(example_env):
 
 def test_no_literal_secrets(services, compose):
     def check(where: str, key: str, value: str) -> None:
-        if SECRET_NAME.search(key) and not key.endswith(("_FILE", "_PATH")):
+        if SECRET_NAME.search(key) and not key.endswith(("_FILE", "_PATH")) and key not in PLACEHOLDER_KEYS:
             assert REFERENCE.match(value.strip()), f"{where}: {key} must be a ${{...}} reference, not a literal"
         for userinfo in re.findall(r"://([^/@\s]+)@", with_markers(value)):
             password = userinfo.partition(":")[2]
@@ -383,9 +385,9 @@ def test_no_literal_secrets(services, compose):
 
 
 def test_env_example_commits_no_secret(example_env):
-    secrets_ = {k: v for k, v in example_env.items() if SECRET_NAME.search(k) and k != "LOCAL_AWS_ACCESS_KEY_ID"}
+    secrets_ = {k: v for k, v in example_env.items() if SECRET_NAME.search(k)}
     assert {"POSTGRES_PASSWORD", "AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET",
-            "AIRFLOW_API_SECRET_KEY", "LOCAL_AWS_SECRET_ACCESS_KEY"} <= set(secrets_)
+            "AIRFLOW_API_SECRET_KEY"} <= set(secrets_)
     filled = {k: v for k, v in secrets_.items() if v.strip()}
     assert not filled, f".env.example must leave secrets empty, has values for {sorted(filled)}"
     for key in secrets_:
@@ -399,7 +401,7 @@ def test_env_file_is_gitignored():
 
 def test_aws_endpoints_point_at_services_on_their_ports(services):
     airflow_like = AIRFLOW_SERVICES | {"shardline-init"}
-    expected = {"AWS_ENDPOINT_URL_S3": "minio", "AWS_ENDPOINT_URL_DYNAMODB": "dynamodb-local"}
+    expected = {"AWS_ENDPOINT_URL_S3": "aws", "AWS_ENDPOINT_URL_DYNAMODB": "aws"}
     for name in airflow_like:
         env = environment(services[name])
         assert "AWS_ENDPOINT_URL" not in env, f"{name}: a catch-all endpoint would send SageMaker calls there too"
@@ -425,11 +427,6 @@ def test_aws_and_shardline_environment_is_the_same_everywhere(services):
         values = {name: environment(services[name]).get(var) for name in names}
         assert None not in values.values(), f"{var} is missing from {[n for n, v in values.items() if v is None]}"
         assert len(set(values.values())) == 1, f"{var} differs between services: {values}"
-    # MinIO's root user is the key pair the clients sign with.
-    minio = environment(services["minio"])
-    airflow = environment(services["airflow-scheduler"])
-    assert minio["MINIO_ROOT_USER"] == airflow["AWS_ACCESS_KEY_ID"]
-    assert minio["MINIO_ROOT_PASSWORD"] == airflow["AWS_SECRET_ACCESS_KEY"]
 
 
 def test_local_backend_root_is_a_shared_named_volume(services):
@@ -599,7 +596,6 @@ def test_make_env_fills_every_required_variable(example_env, tmp_path):
     for key, value in example_env.items():
         assert env[key] == value if value else env[key], f"{key} was not filled or was changed"
     assert len(base64.urlsafe_b64decode(env["AIRFLOW_FERNET_KEY"])) == 32
-    assert len(env["LOCAL_AWS_SECRET_ACCESS_KEY"]) >= 8 and len(env["LOCAL_AWS_ACCESS_KEY_ID"]) >= 3  # MinIO's rules
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     interpolate(COMPOSE_FILE.read_text(), env)  # every required ${VAR:?} has a value
 

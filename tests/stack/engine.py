@@ -202,6 +202,8 @@ def build(tag: str, dockerfile: str, **build_args: str) -> float:
 
 def up() -> dict:
     started = time.monotonic()
+    STATE.mkdir(parents=True, exist_ok=True)
+    (STATE / "figures.json").unlink(missing_ok=True)  # the tests write this run's figures
     figures: dict = {"dockerd_started_here": ensure_engine() is not None}
     figures["base_images"] = {tag: ensure_official(tag) for tag in STANDIN_FOR}
     with torch_index() as index:
@@ -216,14 +218,37 @@ def up() -> dict:
     return figures
 
 
+def down() -> None:
+    """Remove what the tests made in the engine (the jobs' network), then stop the engine if ``up`` started it."""
+    from shardline.backends.local_container import JOB_NETWORK
+
+    if answers("docker", "version"):
+        answers("docker", "network", "rm", JOB_NETWORK)
+    stop_engine()
+
+
+def summary(seconds: int) -> str:
+    """The one line ``make test-stack`` ends with, from the figures the engine and the tests recorded."""
+    engine = json.loads((STATE / "engine.json").read_text())
+    measured = json.loads((STATE / "figures.json").read_text())
+    equal = sum(v for k, v in measured.items() if k.startswith("equal_predictions_"))
+    kinds = sum(1 for k in measured if k.startswith("equal_predictions_"))
+    return (f"stack ok: worker image {engine['worker_image_mb']} MB, {equal:,} predictions equal ({kinds} model "
+            f"kinds); compose up in {measured['compose_up_s']:.0f} s, DAG run green in "
+            f"{measured['dag_run_green_s']:.0f} s; images ready in {engine['images_s']:.0f} s, {seconds} s in all")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.stack.engine")
-    parser.add_argument("action", choices=["up", "down"])
+    parser.add_argument("action", choices=["up", "down", "summary"])
+    parser.add_argument("--seconds", type=int, default=0, help="summary: the whole run's wall time")
     args = parser.parse_args(argv)
     if args.action == "up":
         up()
+    elif args.action == "down":
+        down()
     else:
-        stop_engine()
+        print(summary(args.seconds))
     return 0
 
 

@@ -24,8 +24,7 @@ COPY constraints.txt /tmp/constraints.txt
 USER airflow
 WORKDIR /opt/airflow
 RUN python -m venv /home/airflow/.local \
-    && pip install -c /tmp/constraints.txt "apache-airflow==${AIRFLOW_VERSION}" \
-    && pip install "apache-airflow==${AIRFLOW_VERSION}" apache-airflow-providers-postgres psycopg2-binary
+    && pip install -c /tmp/constraints.txt "apache-airflow[postgres]==${AIRFLOW_VERSION}" psycopg2-binary
 
 ENTRYPOINT ["/entrypoint"]
 CMD []

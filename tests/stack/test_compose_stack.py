@@ -1,0 +1,206 @@
+"""The compose stack, up for real: every service healthy, a DAG run green through Airflow's REST API, the
+on-call page in a browser, a corrupt file resubmitted from inside the stack, and nothing left after ``down -v``.
+
+The compose file is the user's, unchanged (``docker-compose.yaml``), with a ``.env`` that
+``infra/compose/make_env.py`` writes, as the docs say. The images it names are those
+``tests/stack/engine.py`` built or found.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from examples import synthetic
+from tests.stack.engine import REPO, STATE
+from tests.ui.conftest import browser, screenshot  # noqa: F401 - fixtures: headless Chromium, screenshots
+from tests.ui.test_oncall_page import _click, _css, _log_in, _open_from_airflow_nav, _text, _wait
+
+PROJECT = "shardline-stack"
+PIPELINE = "tabular_scoring_hourly"
+UI = "http://127.0.0.1:8080"
+AWS = "http://127.0.0.1:5000"
+UP_TIMEOUT = 600
+
+
+@dataclass
+class Stack:
+    """What the browser helpers of the UI tests need: where Airflow is and who logs in."""
+
+    url: str
+    username: str
+    password: str
+    env: dict[str, str]
+
+    def compose(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+        command = [str(Path(sys.executable).with_name("docker-compose")), "--project-directory", str(REPO),
+                   "-f", str(REPO / "docker-compose.yaml"), "--env-file", str(STATE / "compose.env"),
+                   "-p", PROJECT, *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            logs = subprocess.run([*command[:-len(args)], "logs", "--tail", "60"], capture_output=True, text=True,
+                                  check=False).stdout
+            raise AssertionError(f"docker compose {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
+                                 f"\n{result.stdout}\n--- logs ---\n{logs[-6000:]}")
+        return result
+
+    def exec(self, *command: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        extra = [arg for name, value in (env or {}).items() for arg in ("-e", f"{name}={value}")]
+        return self.compose("exec", "-T", *extra, "airflow-scheduler", *command)
+
+    def api(self) -> httpx.Client:
+        token = httpx.post(f"{self.url}/auth/token", json={"username": self.username, "password": self.password},
+                           timeout=30)
+        assert token.status_code in (200, 201), token.text
+        return httpx.Client(base_url=f"{self.url}/api/v2", timeout=60,
+                            headers={"Authorization": f"Bearer {token.json()['access_token']}"})
+
+
+def _env_file() -> dict[str, str]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_env", REPO / "infra" / "compose" / "make_env.py")
+    make_env = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_env)
+    STATE.mkdir(parents=True, exist_ok=True)
+    path = STATE / "compose.env"
+    assert make_env.main(["--output", str(path), "--force"]) == 0
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#")
+
+
+def _leftovers() -> dict[str, list[str]]:
+    label = f"label=com.docker.compose.project={PROJECT}"
+    found = {}
+    for kind, command in (("containers", ["docker", "ps", "-aq"]), ("volumes", ["docker", "volume", "ls", "-q"]),
+                          ("networks", ["docker", "network", "ls", "-q"])):
+        found[kind] = subprocess.run([*command, "--filter", label], capture_output=True, text=True,
+                                     check=True).stdout.split()
+    return found
+
+
+@pytest.fixture(scope="module")
+def stack(figures):
+    env = _env_file()
+    up = Stack(UI, env["AIRFLOW_ADMIN_USERNAME"], env["AIRFLOW_ADMIN_PASSWORD"], env)
+    up.compose("down", "-v", "--remove-orphans", check=False)  # what an interrupted run left
+    started = time.monotonic()
+    up.compose("up", "-d", "--no-build", "--wait", "--wait-timeout", str(UP_TIMEOUT), timeout=UP_TIMEOUT + 60)
+    figures(compose_up_s=round(time.monotonic() - started, 1))
+    try:
+        yield up
+    finally:
+        if os.environ.get("SHARDLINE_STACK_KEEP") != "1":
+            up.compose("down", "-v", "--remove-orphans", check=False)
+
+
+def _partition(logical_date: dt.datetime) -> tuple[str, str]:
+    """(bucket, key prefix) of the hour the run at ``logical_date`` scores: the hour before it."""
+    start = logical_date - dt.timedelta(hours=1)
+    return "shardline-demo", f"events/dt={start:%Y-%m-%d}/hour={start:%H}/"
+
+
+def _trigger(api: httpx.Client, run_id: str, logical_date: dt.datetime) -> None:
+    made = api.post(f"/dags/{PIPELINE}/dagRuns", json={"dag_run_id": run_id, "logical_date": logical_date.isoformat()})
+    assert made.status_code in (200, 201), made.text
+
+
+def _wait_for_run(api: httpx.Client, run_id: str, timeout: float = 900) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = api.get(f"/dags/{PIPELINE}/dagRuns/{run_id}").json()["state"]
+        if state in ("success", "failed"):
+            return state
+        assert time.monotonic() < deadline, f"run {run_id} still {state} after {timeout:.0f}s"
+        time.sleep(2)
+
+
+def test_every_service_is_healthy_and_the_ui_answers(stack):
+    listed = stack.compose("ps", "--format", "{{.Service}} {{.State}} {{.Health}}").stdout.split("\n")
+    services = dict(line.split(" ", 1) for line in listed if line.strip())
+    long_running = {"postgres", "aws", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
+                    "airflow-triggerer"}
+    assert long_running <= set(services), services
+    assert all(services[name] == "running healthy" for name in long_running), services
+    assert httpx.get(f"{UI}/api/v2/monitor/health", timeout=30).json()["metadatabase"]["status"] == "healthy"
+    assert httpx.get(f"{UI}/", timeout=30, follow_redirects=True).status_code == 200
+
+
+def test_the_hourly_dag_runs_green_through_the_rest_api(stack, figures):
+    hour = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
+    seeded = stack.exec("python", "/opt/shardline/compose/seed_demo.py", "--logical-date", hour.isoformat(),
+                        "--files", "4", "--rows", "20000")
+    assert "uploaded 4 parquet files" in seeded.stdout, seeded.stdout + seeded.stderr
+    with stack.api() as api:
+        assert api.patch(f"/dags/{PIPELINE}", json={"is_paused": False}).status_code == 200
+        started = time.monotonic()
+        _trigger(api, "stack-green", hour)
+        assert _wait_for_run(api, "stack-green") == "success"
+        figures(dag_run_green_s=round(time.monotonic() - started, 1))
+    s3 = boto3.client("s3", endpoint_url=AWS, region_name="us-east-1", aws_access_key_id="shardline-local",
+                      aws_secret_access_key="shardline-local")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="shardline-demo", Prefix="scores/dt=2026-11-22/hour=10/")
+            ["Contents"]]
+    assert "scores/dt=2026-11-22/hour=10/_SUCCESS" in keys
+    outputs = [k for k in keys if k.endswith(".parquet")]
+    rows = sum(pq.read_table(io.BytesIO(s3.get_object(Bucket="shardline-demo", Key=k)["Body"].read())).num_rows
+               for k in outputs)
+    assert len(outputs) == 4 and rows == 20_000  # --rows is the partition's total
+
+
+@pytest.mark.usefixtures("browser")
+def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_green(stack, browser,  # noqa: F811
+                                                                                    screenshot):  # noqa: F811
+    hour = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+    seeded = stack.exec("python", "/opt/shardline/compose/seed_demo.py", "--logical-date", hour.isoformat(),
+                        "--files", "3", "--rows", "5000")
+    assert seeded.returncode == 0, seeded.stderr
+    s3 = boto3.client("s3", endpoint_url=AWS, region_name="us-east-1", aws_access_key_id="shardline-local",
+                      aws_secret_access_key="shardline-local")
+    bucket, prefix = _partition(hour)
+    s3.put_object(Bucket=bucket, Key=f"{prefix}late-arrival.parquet", Body=b"PAR1 cut short by a crashed writer")
+    with stack.api() as api:
+        api.patch(f"/dags/{PIPELINE}", json={"is_paused": False})
+        _trigger(api, "stack-corrupt", hour)
+        assert _wait_for_run(api, "stack-corrupt") == "failed"
+
+        # The on-call page, in Chromium, shows the failed file.
+        driver = browser
+        _log_in(driver, stack)
+        _open_from_airflow_nav(driver, stack)
+        _click(driver, f"tr[data-pipeline={PIPELINE}] a.pipeline-link")
+        row = "tr.run-row[data-run-id='stack-corrupt']"
+        _wait(driver, lambda d: d.find_elements(*_css(row)), message="the run is not listed")
+        _click(driver, f"{row} a.run-link")
+        step = "section.step[data-step=score]"
+        bad = _wait(driver, lambda d: d.find_elements(*_css(f"{step} tr.file-row[data-status=FAILED]")),
+                    message="the failed file is not shown")[0]
+        assert bad.get_attribute("data-key").endswith("/late-arrival.parquet")
+        assert _text(driver, f"{step} tr.file-row[data-status=FAILED] .err-class") == "CorruptInputError"
+        screenshot("compose-stack-failed-run")
+
+        # The writer re-delivers the file; on call resubmits from inside the stack, as the page's hint says.
+        good = io.BytesIO()
+        pq.write_table(synthetic.make_table(5000, first_id=900_000), good)
+        s3.put_object(Bucket=bucket, Key=f"{prefix}late-arrival.parquet", Body=good.getvalue())
+        login = {"SHARDLINE_AIRFLOW_USERNAME": stack.username, "SHARDLINE_AIRFLOW_PASSWORD": stack.password}
+        done = stack.exec("shardline", "resubmit", f"{PIPELINE}/stack-corrupt", "--step", "score", "--all-failed",
+                          env=login)
+        assert "cleared" in done.stdout, done.stdout + done.stderr
+        assert api.get(f"/dags/{PIPELINE}/dagRuns/stack-corrupt").json()["state"] != "failed"  # cleared: running
+        assert _wait_for_run(api, "stack-corrupt") == "success"
+
+
+def test_down_leaves_nothing_behind(stack):
+    stack.compose("down", "-v", "--remove-orphans")
+    assert _leftovers() == {"containers": [], "volumes": [], "networks": []}
