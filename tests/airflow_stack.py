@@ -117,6 +117,9 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
         "SHARDLINE_LOCAL_ROOT": str(home / "shardline-local"),
+        # The test specs are unpinned (conftest), so tests can swap models; their instances run as processes.
+        "SHARDLINE_LOCAL_RUNTIME": "process",
+        "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS": "1",
     }
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
         env.pop(name, None)

@@ -20,6 +20,8 @@ collect_ignore = [] if os.environ.get("SHARDLINE_STACK_TESTS") == "1" else ["sta
 # The local backend's instances run as processes in this suite, whatever engine the machine has; the stack
 # tests choose the container runtime themselves.
 os.environ["SHARDLINE_LOCAL_RUNTIME"] = "process"
+# Many tests swap models under unpinned specs; the refusal itself is tested with this unset.
+os.environ["SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS"] = "1"
 
 # -- models, trained once per session ----------------------------------------------------------------------
 
@@ -93,6 +95,9 @@ def aws_env(monkeypatch, moto_endpoint, tmp_path) -> dict[str, str]:
         # Keep any real AWS configuration of the machine out of the way.
         "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        # As set for this process above, for the CLI and other subprocesses the tests start with this dict.
+        "SHARDLINE_LOCAL_RUNTIME": os.environ["SHARDLINE_LOCAL_RUNTIME"],
+        "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS": os.environ["SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS"],
     }
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB"):
         monkeypatch.delenv(name, raising=False)

@@ -99,6 +99,26 @@ def test_every_pin_the_extras_need_is_in_constraints():
                 assert name.replace("_", "-") in pins, f"{name} ({extra}) has no pin in constraints.txt"
 
 
+def test_every_pin_installs_on_every_python_the_project_accepts():
+    """requires-python says >=3.11: every pinned release must say so too. A newer release of a deep dependency
+    that needs 3.11.5 made the whole pinned tree unresolvable on Debian bookworm's 3.11.2 (pip backtracked for
+    ever in the images' builds)."""
+    import re
+    from importlib import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    floor = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"].removeprefix(">=")
+    refused = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        pinned = re.match(r"^([A-Za-z0-9_.-]+)==", line)
+        if pinned:
+            needs = metadata.metadata(pinned.group(1)).get("Requires-Python")
+            if needs and not SpecifierSet(needs).contains(f"{floor}.0"):
+                refused[pinned.group(1)] = needs
+    assert not refused, f"pinned releases that Python {floor}.0 cannot install: {refused}"
+
+
 @pytest.mark.slow
 def test_a_fresh_virtualenv_with_the_core_runs_the_cli_without_airflow(built, tmp_path):
     venv = tmp_path / "venv"

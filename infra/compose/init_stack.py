@@ -1,7 +1,7 @@
 """Create what the local stack's pipelines need: their ledger table(s) and their S3 buckets.
 
-Run once per ``docker compose up`` by the ``shardline-init`` service, against MinIO and DynamoDB
-Local (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL_DYNAMODB``). Idempotent: what exists is kept.
+Run once per ``docker compose up`` by the ``shardline-init`` service, against the stack's ``aws`` service
+(``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL_DYNAMODB``). Idempotent: what exists is kept.
 
 Nothing is listed here by hand. The tables are the ``ledger_table`` of every pipeline spec in
 ``dags/pipelines`` (its default when a spec leaves it out), created with the project's own

@@ -417,3 +417,23 @@ def test_local_job_gives_the_model_no_airflow_secret_only_its_own_environment(jo
             assert env["AWS_ENDPOINT_URL"] == os.environ["AWS_ENDPOINT_URL"]  # the job still reaches AWS
             assert env["PATH"] == os.environ["PATH"]
         assert {k: dump["model"].get(k) for k in request["Environment"]} == request["Environment"]
+
+
+def test_an_unpinned_model_is_refused_as_a_process_unless_the_developer_allows_it(job, tmp_path, monkeypatch):
+    """Without Docker an instance runs as the submitting user: an unpinned model's code (whoever can write the
+    model prefix chooses it) is refused there, with the setting to change, and nothing is started."""
+    from shardline.backends.local_container import ContainerRuntimeError
+
+    request = job(run_id="run-unpinned")
+    args = request["AppSpecification"]["ContainerArguments"]
+    del args[args.index("--model-sha256"):args.index("--model-sha256") + 2]
+    backend = LocalBackend(tmp_path / "unpinned")
+    monkeypatch.delenv("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS", raising=False)
+    with pytest.raises(ContainerRuntimeError) as refused:
+        backend.submit(request)
+    assert "model.sha256 or model.versions" in str(refused.value) and "Docker" in str(refused.value)
+    assert not backend.job_dir(request["ProcessingJobName"]).exists()
+
+    monkeypatch.setenv("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS", "1")
+    name = backend.submit(request)
+    assert wait_terminal(backend, name).status is JobStatus.COMPLETED

@@ -200,3 +200,18 @@ def test_shardline_preview_on_the_command_line(bucket, xgboost_model, tmp_path, 
                              env=aws_env | {"PATH": str(Path(sys.executable).parent)}, timeout=300, check=False)
     assert missing.returncode == 1
     assert "no input files under" in missing.stderr and "--logical-date" in missing.stderr
+
+
+def test_an_unpinned_model_is_not_previewed_as_a_process(bucket, xgboost_model, tmp_path, monkeypatch):
+    """Without Docker the preview would run the model's code as the caller: an unpinned model is refused there,
+    naming the settings that allow it, before anything is fetched."""
+    s3, name = bucket
+    s3.put_object(Bucket=name, Key="in/dt=2026-11-22/a.parquet", Body=b"not read")
+    spec = _spec(name)
+    assert not spec.steps[0].model.sha256 and not spec.steps[0].model.versions
+    monkeypatch.setenv("SHARDLINE_LOCAL_RUNTIME", "process")
+    monkeypatch.delenv("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS")
+    with pytest.raises(PreviewError) as refused:
+        preview_step(spec, "score", s3, model_uri=f"s3://{name}/models/v1/model.tar.gz",
+                     input_uri=f"s3://{name}/in/dt=2026-11-22/")
+    assert "model.sha256 or model.versions" in str(refused.value) and "Docker" in str(refused.value)

@@ -223,3 +223,43 @@ def remove_job_containers(job: str) -> None:
         ids = listed.stdout.split()
         if ids:
             subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=120, check=False)
+
+
+def worker_in_image(command: list[str], image: str, folders: Mapping[Path, str]) -> list[str]:
+    """A ``python -m shardline.worker ...`` command line of this machine's, as a container of ``image`` that sees
+    only ``folders`` (host folder -> container path, read-write for the image's user) and no network.
+
+    For ``shardline preview``, ``shardline tune`` and the ``dry_run`` Param: model code on a sample, which
+    needs no AWS (the caller fetched the model and the sample), so it gets nothing at all of this machine."""
+    def inside(arg: str) -> str:
+        for host, target in folders.items():
+            if arg == str(host) or arg.startswith(f"{host}/"):
+                return target + arg[len(str(host)):]
+        return arg
+
+    mapped = [inside(arg) for arg in command[command.index("shardline.worker") + 1:]]
+    run = ["docker", "run", "--rm", "--network", "none", "--shm-size", "1g", "--security-opt", "no-new-privileges",
+           "--cap-drop", "ALL", "--env", "PYTHONUNBUFFERED=1"]
+    if os.geteuid() != 0:
+        # As the caller's uid, so that the caller can read and delete what the worker wrote (its own temp
+        # folders). The box is the container: its own PID namespace and filesystem, no network, no capabilities.
+        run += ["--user", f"{os.geteuid()}:{os.getegid()}"]
+    for host, inside in folders.items():
+        if os.geteuid() == 0:
+            Path(host).chmod(0o777)  # written by the image's own user, read back and removed here
+        run += ["--mount", f"type=bind,source={host},target={inside}"]
+    return [*run, image, *mapped]
+
+
+def sandbox_for(image: str, pinned: bool, what: str) -> bool:
+    """Whether model code for ``what`` (preview, tune) runs in ``image`` (True) or as a process here (False);
+    refuses an unpinned model as a process, as the local backend does."""
+    if choose_runtime(image) == "docker":
+        return True
+    if not pinned and os.environ.get("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS") != "1":
+        raise ContainerRuntimeError(
+            f"the model is not pinned (model.allow_unpinned), and without Docker its code would run in {what} as "
+            f"this machine's user. Pin it with model.sha256 or model.versions, or build the worker image ({image}) "
+            "where a Docker engine runs; on a machine of your own, SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS=1 "
+            "allows it")
+    return False

@@ -1,7 +1,7 @@
 """What the pipelines under a DAGs folder need to exist: their ledger tables, S3 buckets and demo models.
 
 Derived from the specs, never listed by hand. Used by `shardline local up` (the embedded
-endpoint) and by the compose stack's init service (MinIO and DynamoDB Local). Idempotent:
+endpoint) and by the compose stack's init service (its `aws` service, the same endpoint). Idempotent:
 what exists is kept.
 
 A model is seeded only by its pinned digest: where a spec pins a model version to the sha256 of one of

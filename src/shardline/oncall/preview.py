@@ -109,6 +109,7 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
         step.model.pin_for(model_version)  # an unpinned version is refused before anything is fetched
     except ValueError as err:
         raise PreviewError(str(err)) from err
+    image = sandbox_image(spec, step, model_version, "shardline preview")
     sample = _first_input(s3, step, input_uri, objects)
     with tempfile.TemporaryDirectory(prefix="shardline-preview-") as tmp:
         root = Path(tmp)
@@ -122,6 +123,7 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
                    "--scratch-dir", str(root / "scratch"), "--host", "preview",
                    *worker_arguments(step), *pin_arguments(step, model_version), "--preview", str(rows),
                    "--preview-json", str(report_path)]
+        command = in_sandbox(command, image, {root: "/opt/ml/preview"})
         env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
         env["PYTHONUNBUFFERED"] = "1"
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=600,
@@ -129,6 +131,25 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
         report = json.loads(report_path.read_text()) if report_path.is_file() else None
     return PreviewResult(step=step_name, model_uri=model_uri, sample_uri=f"s3://{bucket}/{key}",
                          exit_code=done.returncode, text=done.stdout, report=report, log=done.stderr)
+
+
+def sandbox_image(spec: PipelineSpec, step: StepSpec, model_version: str | None, what: str) -> str | None:
+    """The worker image to run the model's code in, where Docker can (local_container); None: a process here.
+    An unpinned model is refused as a process, before anything is fetched."""
+    from shardline.backends import local_container
+    from shardline.orchestration.services import image_and_role
+
+    image = image_and_role(spec)[0]
+    try:
+        return image if local_container.sandbox_for(image, bool(step.model.pin_for(model_version)), what) else None
+    except local_container.ContainerRuntimeError as err:
+        raise PreviewError(str(err)) from err
+
+
+def in_sandbox(command: list[str], image: str | None, folders: dict[Path, str]) -> list[str]:
+    from shardline.backends import local_container
+
+    return local_container.worker_in_image(command, image, folders) if image else command
 
 
 def _first_input(s3, step: StepSpec, input_uri: str, objects: list[S3Object] | None) -> tuple[str, str]:

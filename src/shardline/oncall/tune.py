@@ -24,7 +24,15 @@ from pathlib import Path
 
 from shardline.ledger.orchestrator import list_runs
 from shardline.oncall.errors import BadRequest, NotFound
-from shardline.oncall.preview import PASSED_ENV, PreviewError, fetch_model, fetch_sample, step_uris
+from shardline.oncall.preview import (
+    PASSED_ENV,
+    PreviewError,
+    fetch_model,
+    fetch_sample,
+    in_sandbox,
+    sandbox_image,
+    step_uris,
+)
 from shardline.orchestration import services, steps
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, parse_s3_uri
@@ -102,6 +110,8 @@ def tune_step(spec: PipelineSpec, step_name: str, s3, *, out_dir: Path, input_pr
     if not objects:
         raise NotFound(f"no input files under {input_uri} (step {step.name}, {source}); pass --input-prefix with a "
                        "prefix that has data")
+    image = sandbox_image(spec, step, model_version, "shardline tune")
+    out_dir = out_dir.resolve()  # mapped into the worker image by its absolute path
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="shardline-tune-") as tmp:
         root = Path(tmp)
@@ -114,6 +124,7 @@ def tune_step(spec: PipelineSpec, step_name: str, s3, *, out_dir: Path, input_pr
                    *worker_arguments(step), *pin_arguments(step, model_version),
                    "--tune", "--tune-rows", str(rows), "--tune-out", str(out_dir), "--tune-step", step.name,
                    *extra_args]
+        command = in_sandbox(command, image, {root: "/opt/ml/tune", out_dir: "/opt/ml/tune-out"})
         code, text, log = _run(command, root, echo)
     figures_path, plot_path = out_dir / "tune.json", out_dir / "tune.png"
     figures = json.loads(figures_path.read_text()) if code == 0 and figures_path.is_file() else None
