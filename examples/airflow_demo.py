@@ -47,6 +47,16 @@ def kill_one_instance(local_root: Path, host: str, stop: threading.Event) -> Non
 
     while not stop.is_set():
         for log in local_root.glob(f"jobs/*-a1/{host}/worker.log"):
+            if json.loads((log.parent.parent / "state.json").read_text()).get("runtime") == "docker":
+                # The instance is a container of the worker image: kill it whole, as a lost machine.
+                from shardline.backends.local_container import container_name
+
+                name = container_name(log.parent.parent.name, host)
+                if subprocess.run(["docker", "kill", name], capture_output=True, check=False).returncode == 0:
+                    print(f"\n!!! demo: killed instance {host} of attempt 1 (container {name}) to show the "
+                          "resubmission\n", flush=True)
+                    return
+                continue
             marker = str(log.parent)
             for proc in psutil.process_iter(["cmdline"]):
                 cmd = proc.info["cmdline"] or []

@@ -65,15 +65,23 @@ def choose_runtime(image: str, environ: Mapping[str, str] | None = None) -> str:
     """``docker`` or ``process`` for a job of ``image``: as ``SHARDLINE_LOCAL_RUNTIME`` says, or, when it says
     ``auto`` (the default), ``docker`` whenever an engine answers and has the image."""
     asked = (environ if environ is not None else os.environ).get(ENV_RUNTIME, "auto").strip().lower() or "auto"
+    if asked == "process":
+        return "process"
+    engine = asked in RUNTIMES and docker_answers()
+    return runtime_for(asked, image, engine_answers=engine, has_image=engine and image_present(image))
+
+
+def runtime_for(asked: str, image: str, *, engine_answers: bool, has_image: bool) -> str:
+    """The policy of :func:`choose_runtime`, given what it found."""
     if asked not in RUNTIMES:
         raise ContainerRuntimeError(f"{ENV_RUNTIME}={asked!r}: expected one of {', '.join(RUNTIMES)}")
     if asked == "process":
         return "process"
-    if not docker_answers():
+    if not engine_answers:
         if asked == "docker":
             raise ContainerRuntimeError(f"{ENV_RUNTIME}=docker, but no Docker engine answers (`docker version`)")
         return "process"
-    if not image_present(image):
+    if not has_image:
         if asked == "docker":
             raise ContainerRuntimeError(
                 f"{ENV_RUNTIME}=docker, but the engine has no image {image}: build it with "
@@ -125,7 +133,11 @@ class Forwarder:
             threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
 
     def close(self) -> None:
+        # shutdown() wakes the thread blocked in accept(); close() alone would leave it accepting.
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
+        self._thread.join(timeout=5)
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:
@@ -213,6 +225,12 @@ def instance_mounts(request: dict, instance_dir: Path, local_path) -> list[tuple
         source.chmod(0o777)  # the image's user is not the supervisor's: SageMaker, too, hands it a writable folder
         mounts.append((source, path, False))
     return mounts
+
+
+def remove_container(name: str) -> None:
+    """Force-remove one container, if it is there (``--rm`` has removed it when it exited by itself)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120, check=False)
 
 
 def remove_job_containers(job: str) -> None:

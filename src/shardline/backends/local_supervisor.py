@@ -203,8 +203,14 @@ def run(job_dir: Path) -> dict:
     runtime = read_state(job_dir).get("runtime", "process")
     with contextlib.ExitStack() as stack:
         procs = start_instances(request, job_dir, hosts, instance_dirs, runtime, stack)
+        ended: set[str] = set()
         try:
             while any(p.poll() is None for p in procs.values()):
+                if runtime == "docker":  # a client that died leaves its container running: an instance is gone whole
+                    for host in [h for h, p in procs.items() if p.poll() is not None and h not in ended]:
+                        ended.add(host)
+                        local_container.remove_container(local_container.container_name(
+                            request["ProcessingJobName"], host))
                 if (job_dir / "STOP").exists():  # stop() was asked before it knew our pid
                     raise _Stop("stop requested")
                 if time.monotonic() - started > max_runtime:

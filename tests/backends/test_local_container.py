@@ -1,0 +1,143 @@
+"""The container runtime's pure parts and its endpoint forwarder, without a Docker engine.
+
+That the image really runs these commands, and scores as the host does, is ``make test-stack``'s
+(tests/stack/test_worker_image.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from shardline import contract
+from shardline.backends import local_container
+from shardline.backends.local_supervisor import local_path
+
+REQUEST = {
+    "ProcessingJobName": "sl-p-score-abc-a1",
+    "AppSpecification": {
+        "ImageUri": "shardline-worker:local",
+        "ContainerArguments": ["--exit-zero-on-file-failures", "--manifest-dir", contract.METADATA_DIR],
+    },
+    "Environment": {"SHARDLINE_LEDGER_TABLE": "t", "AWS_REGION": "eu-west-1"},
+    "ProcessingInputs": [
+        {"InputName": "data", "S3Input": {"S3Uri": "s3://b/m.json", "LocalPath": contract.DATA_DIR}},
+        {"InputName": "model", "S3Input": {"S3Uri": "s3://b/model.tar.gz", "LocalPath": contract.MODEL_DIR}},
+    ],
+    "ProcessingOutputConfig": {"Outputs": [
+        {"OutputName": "predictions", "S3Output": {"S3Uri": "s3://b/out/", "LocalPath": contract.OUTPUT_DIR}},
+        {"OutputName": "metadata", "S3Output": {"S3Uri": "s3://b/meta/", "LocalPath": contract.METADATA_DIR}},
+    ]},
+}
+
+
+def test_an_instance_runs_the_requests_image_arguments_environment_and_paths(tmp_path):
+    instance = tmp_path / "algo-1"
+    mounts = local_container.instance_mounts(REQUEST, instance, local_path)
+    command = local_container.container_command(REQUEST, instance, "algo-1", environment={"AWS_REGION": "us-east-1"},
+                                                network="jobs-net", mounts=mounts)
+
+    # The image's own entrypoint, given exactly the request's ContainerArguments (no host path, no python -m).
+    image_at = command.index("shardline-worker:local")
+    assert command[image_at + 1:] == REQUEST["AppSpecification"]["ContainerArguments"]
+    assert "--entrypoint" not in command and "--user" not in command  # the image's entrypoint and user
+    assert command[command.index("--network") + 1] == "jobs-net"
+    assert {"--cap-drop", "ALL"} <= set(command)
+    # Inputs read-only at their LocalPaths, outputs writable, the resource config read-only.
+    binds = {m.split("target=")[1].split(",")[0]: m for m in
+             (command[i + 1] for i, arg in enumerate(command) if arg == "--mount")}
+    assert set(binds) == {contract.DATA_DIR, contract.MODEL_DIR, contract.OUTPUT_DIR, contract.METADATA_DIR,
+                          contract.RESOURCE_CONFIG}
+    read_only = (contract.DATA_DIR, contract.MODEL_DIR, contract.RESOURCE_CONFIG)
+    assert all(binds[path].endswith(",readonly") for path in read_only)
+    assert not binds[contract.OUTPUT_DIR].endswith(",readonly")
+    assert f"source={instance / 'processing' / 'output'}" in binds[contract.OUTPUT_DIR]
+    # The request's Environment wins over the supervisor's AWS settings; nothing else of this machine's.
+    env = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--env")
+    assert env == {"AWS_REGION": "eu-west-1", "SHARDLINE_LEDGER_TABLE": "t"}
+
+
+def test_a_request_that_asks_for_network_isolation_gets_no_network(tmp_path):
+    isolated = {**REQUEST, "NetworkConfig": {"EnableNetworkIsolation": True}}
+    command = local_container.container_command(isolated, tmp_path, "algo-1", environment={}, network="jobs-net",
+                                                mounts=[])
+    assert command[command.index("--network") + 1] == "none"
+
+
+@pytest.mark.parametrize(("asked", "docker", "image", "runtime"), [
+    ("process", True, True, "process"),
+    ("auto", False, False, "process"),
+    ("auto", True, False, "process"),  # no image: processes, and a warning
+    ("auto", True, True, "docker"),
+    ("docker", True, True, "docker"),
+])
+def test_the_runtime_is_docker_whenever_it_can_be_unless_told(asked, docker, image, runtime):
+    assert local_container.runtime_for(asked, "img:tag", engine_answers=docker, has_image=image) == runtime
+
+
+@pytest.mark.parametrize(("asked", "docker", "image", "says"), [("docker", False, False, "no Docker engine answers"),
+                                                                ("docker", True, False, "has no image img:tag"),
+                                                                ("podman", True, True, "expected one of")])
+def test_asking_for_docker_where_it_cannot_run_names_why(asked, docker, image, says):
+    with pytest.raises(local_container.ContainerRuntimeError, match=says):
+        local_container.runtime_for(asked, "img:tag", engine_answers=docker, has_image=image)
+    if asked == "podman":
+        with pytest.raises(local_container.ContainerRuntimeError, match=says):
+            local_container.choose_runtime("img:tag", {"SHARDLINE_LOCAL_RUNTIME": asked})
+
+
+def test_a_sample_runs_in_the_image_with_its_folders_mapped_and_no_network(tmp_path):
+    root = tmp_path / "preview"
+    root.mkdir()
+    command = ["/venv/bin/python", "-m", "shardline.worker", "--input-dir", str(root / "data"), "--host", "preview",
+               "--preview-json", str(root / "preview.json"), "--model-sha256", "ab" * 32]
+    boxed = local_container.worker_in_image(command, "shardline-worker:local", {root: "/opt/ml/preview"})
+    image_at = boxed.index("shardline-worker:local")
+    assert boxed[image_at + 1:] == ["--input-dir", "/opt/ml/preview/data", "--host", "preview", "--preview-json",
+                                    "/opt/ml/preview/preview.json", "--model-sha256", "ab" * 32]
+    assert boxed[boxed.index("--network") + 1] == "none"
+    assert f"type=bind,source={root},target=/opt/ml/preview" in boxed
+
+
+def test_the_forwarder_carries_a_loopback_endpoint_and_only_it(tmp_path):
+    """The jobs' one way out: each loopback endpoint gets a forwarder; an endpoint elsewhere is left as given."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def echo_once():
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(b"echo:" + conn.recv(100))
+
+    threading.Thread(target=echo_once, daemon=True).start()
+    environ = {"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}", "AWS_ENDPOINT_URL_DYNAMODB": f"http://localhost:{port}",
+               "AWS_ENDPOINT_URL_STS": "https://sts.eu-west-1.amazonaws.com", "AWS_REGION": "eu-west-1"}
+    with local_container.endpoint_routes(environ, "127.0.0.2") as routes:
+        assert set(routes) == {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_STS"}
+        assert routes["AWS_ENDPOINT_URL_STS"] == environ["AWS_ENDPOINT_URL_STS"]
+        host, _, forwarded = routes["AWS_ENDPOINT_URL_S3"].removeprefix("http://").partition(":")
+        assert host == "127.0.0.2" and int(forwarded) != port
+        with socket.create_connection((host, int(forwarded)), timeout=10) as client:
+            client.sendall(b"ping")
+            assert client.recv(100) == b"echo:ping"
+    server.close()
+    with pytest.raises(OSError):  # closed with the job
+        socket.create_connection((host, int(forwarded)), timeout=2)
+
+
+def test_process_workers_get_credentials_as_values_and_a_home_of_their_own(tmp_path, monkeypatch):
+    from shardline.backends.local_supervisor import worker_environment
+
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[default]\naws_access_key_id = AKIAFROMFILE\naws_secret_access_key = from-file\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("HOME", str(tmp_path / "airflow-home"))
+    env = worker_environment({"Environment": {"X": "1"}}, tmp_path / "algo-1")
+    assert env["AWS_ACCESS_KEY_ID"] == "AKIAFROMFILE" and env["X"] == "1"
+    assert "AWS_SHARED_CREDENTIALS_FILE" not in env
+    assert Path(env["HOME"]) == tmp_path / "algo-1" / "home" and Path(env["HOME"]).is_dir()
