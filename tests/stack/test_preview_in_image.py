@@ -17,7 +17,7 @@ from shardline.spec import parse_spec
 
 
 @pytest.fixture
-def unpinned(aws_env, xgboost_model, tmp_path, worker_image):
+def unpinned(aws_env, ledger_table, xgboost_model, tmp_path, worker_image):
     s3 = boto3.client("s3")
     bucket = "stack-preview"
     s3.create_bucket(Bucket=bucket)
@@ -26,7 +26,7 @@ def unpinned(aws_env, xgboost_model, tmp_path, worker_image):
     s3.put_object(Bucket=bucket, Key="in/a.parquet", Body=buf.getvalue())
     synthetic.pack(xgboost_model.parent, tmp_path / "model.tar.gz")
     s3.upload_file(str(tmp_path / "model.tar.gz"), bucket, "model/model.tar.gz")
-    spec = parse_spec({"pipeline": "stack_preview", "steps": [{
+    spec = parse_spec({"pipeline": "stack_preview", "ledger_table": ledger_table, "steps": [{
         "name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "allow_unpinned": True},
         "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
         "output": {"prefix": f"s3://{bucket}/out/"}}]}, "stack_preview.yaml")
