@@ -141,3 +141,14 @@ def test_process_workers_get_credentials_as_values_and_a_home_of_their_own(tmp_p
     assert env["AWS_ACCESS_KEY_ID"] == "AKIAFROMFILE" and env["X"] == "1"
     assert "AWS_SHARED_CREDENTIALS_FILE" not in env
     assert Path(env["HOME"]) == tmp_path / "algo-1" / "home" and Path(env["HOME"]).is_dir()
+
+
+@pytest.mark.parametrize(("environ", "network"), [
+    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}, local_container.JOB_NETWORK),
+    ({"AWS_ENDPOINT_URL_DYNAMODB": "http://localhost:8000", "AWS_ENDPOINT_URL": "https://elsewhere"},
+     local_container.JOB_NETWORK),
+    ({"AWS_ENDPOINT_URL_DYNAMODB": "https://dynamodb.eu-west-1.amazonaws.com"}, None),
+    ({}, None),  # AWS itself: Docker's default network
+])
+def test_the_internal_network_is_used_when_the_ledgers_endpoint_is_on_this_machine(environ, network):
+    assert local_container.network_for(environ) == network

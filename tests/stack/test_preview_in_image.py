@@ -44,7 +44,7 @@ def test_preview_and_tune_run_an_unpinned_model_in_the_image_only(unpinned, tmp_
     monkeypatch.setenv("SHARDLINE_LOCAL_RUNTIME", "docker")
     boxed = preview_step(spec, "score", s3, rows=50, **uris)
     assert boxed.ok, boxed.render() + boxed.log
-    assert "/opt/ml/preview" in boxed.log  # the worker saw the container's paths
+    assert "/opt/ml/sample" in boxed.log  # the worker saw the container's paths
     monkeypatch.setenv("SHARDLINE_LOCAL_RUNTIME", "process")
     monkeypatch.setenv("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS", "1")
     here = preview_step(spec, "score", s3, rows=50, **uris)

@@ -91,6 +91,14 @@ def runtime_for(asked: str, image: str, *, engine_answers: bool, has_image: bool
     return "docker"
 
 
+def network_for(environ: Mapping[str, str]) -> str | None:
+    """The jobs' internal network when the endpoint the worker writes to (the ledger's DynamoDB) is on this
+    machine's loopback, so a forwarder can be its one way out; None (Docker's default network) when the
+    instances must reach AWS itself."""
+    endpoint = environ.get("AWS_ENDPOINT_URL_DYNAMODB") or environ.get("AWS_ENDPOINT_URL")
+    return JOB_NETWORK if endpoint and urlsplit(endpoint).hostname in LOOPBACK_HOSTS else None
+
+
 def ensure_job_network() -> str:
     """The internal network the jobs' containers join (created once); returns its gateway address."""
     inspect = ["docker", "network", "inspect", JOB_NETWORK, "--format", "{{(index .IPAM.Config 0).Gateway}}"]

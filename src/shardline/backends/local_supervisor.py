@@ -166,8 +166,13 @@ def start_instances(request: dict, job_dir: Path, hosts: list[str], instance_dir
                     stack: contextlib.ExitStack) -> dict[str, subprocess.Popen]:
     """One worker per instance: a process here, or a container of the request's image (``runtime``)."""
     if runtime == "docker":
-        gateway = local_container.ensure_job_network()
-        routes = stack.enter_context(local_container.endpoint_routes(os.environ, gateway))
+        network = local_container.network_for(os.environ)
+        if network:  # the endpoint is on this machine: the instances reach it, and nothing else
+            routes = stack.enter_context(local_container.endpoint_routes(os.environ,
+                                                                         local_container.ensure_job_network()))
+        else:  # the instances write to AWS itself, over Docker's default network
+            network, routes = "bridge", {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
+            log.info("the ledger's endpoint is not on this machine: instances use Docker's default network")
         container_env = {**local_container.aws_environment(os.environ), **routes}
     procs: dict[str, subprocess.Popen] = {}
     for host, instance_dir in zip(hosts, instance_dirs, strict=True):
@@ -177,7 +182,7 @@ def start_instances(request: dict, job_dir: Path, hosts: list[str], instance_dir
         if runtime == "docker":
             mounts = local_container.instance_mounts(request, instance_dir, local_path)
             command = local_container.container_command(request, instance_dir, host, environment=container_env,
-                                                        network=local_container.JOB_NETWORK, mounts=mounts)
+                                                        network=network, mounts=mounts)
             env = job_environment(os.environ)  # the docker CLI's own: how to reach the engine
         else:
             command, env = worker_command(request, instance_dir, host), worker_environment(request, instance_dir)

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from shardline import contract
 from shardline.planning.inputs import S3Object, list_inputs, parse_s3_uri
 from shardline.planning.request import pin_arguments, worker_arguments
 from shardline.spec import PipelineSpec, StepSpec, data_interval
@@ -123,7 +124,7 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
                    "--scratch-dir", str(root / "scratch"), "--host", "preview",
                    *worker_arguments(step), *pin_arguments(step, model_version), "--preview", str(rows),
                    "--preview-json", str(report_path)]
-        command = in_sandbox(command, image, {root: "/opt/ml/preview"})
+        command = in_sandbox(command, image, {root: contract.SAMPLE_DIR})
         env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
         env["PYTHONUNBUFFERED"] = "1"
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=600,

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from shardline import contract
 from shardline.ledger.orchestrator import list_runs
 from shardline.oncall.errors import BadRequest, NotFound
 from shardline.oncall.preview import (
@@ -124,7 +125,7 @@ def tune_step(spec: PipelineSpec, step_name: str, s3, *, out_dir: Path, input_pr
                    *worker_arguments(step), *pin_arguments(step, model_version),
                    "--tune", "--tune-rows", str(rows), "--tune-out", str(out_dir), "--tune-step", step.name,
                    *extra_args]
-        command = in_sandbox(command, image, {root: "/opt/ml/tune", out_dir: "/opt/ml/tune-out"})
+        command = in_sandbox(command, image, {root: contract.SAMPLE_DIR, out_dir: contract.TUNE_OUT_DIR})
         code, text, log = _run(command, root, echo)
     figures_path, plot_path = out_dir / "tune.json", out_dir / "tune.png"
     figures = json.loads(figures_path.read_text()) if code == 0 and figures_path.is_file() else None
