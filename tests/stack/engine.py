@@ -39,6 +39,7 @@ STANDIN_FOR = {
     "apache/airflow:3.3.2-python3.11": "airflow.Dockerfile",
     "postgres:16": "postgres.Dockerfile",
 }
+TORCH_INDEX_PORT = 18600
 DEBIAN_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates", "libgomp1", "curl")
 
 
@@ -177,7 +178,11 @@ def torch_index():
         (Path(tmp) / "torch").mkdir()
         for wheel in wheels:
             (Path(tmp) / "torch" / wheel.name).symlink_to(wheel)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietHandler, directory=tmp))
+        handler = partial(QuietHandler, directory=tmp)
+        try:  # one port every time: the URL is a build argument, and a new one would miss the build cache
+            server = ThreadingHTTPServer(("127.0.0.1", TORCH_INDEX_PORT), handler)
+        except OSError:
+            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             yield f"http://127.0.0.1:{server.server_address[1]}/"
