@@ -254,7 +254,7 @@ class StepSpec(_Strict):
     max_runtime_seconds: Annotated[int, Field(ge=60, le=432000)] = 3600
     """the job's limit (SageMaker's MaxRuntimeInSeconds)"""
     probabilities: bool = False
-    """also write proba_<class> columns (classifiers with predict_proba)"""
+    """also write proba_<class> columns (scikit-learn classifiers only: any other model fails at setup)"""
     batch_rows: Annotated[int, Field(ge=1)] | None = None
     """rows per model call (unset: the worker's default, or what `shardline tune` picked)"""
     drift: DriftPolicy = DriftPolicy()

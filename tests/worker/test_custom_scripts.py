@@ -1238,3 +1238,30 @@ def test_model_without_names_and_an_extra_column_needs_input_features(inputs, tm
         return {"prediction": model.predict(matrix), "proba_False": proba[:, 0], "proba_True": proba[:, 1]}
 
     check_predictions(inputs, out, manifest, expected, rtol=ULP)
+
+
+@pytest.mark.slow
+def test_probabilities_is_never_silently_ignored(inputs, tmp_path, regressor_file):
+    """--probabilities adds a scikit-learn classifier's predict_proba columns. Asked of a custom script, an
+    XGBoost model or a regressor, the job fails at setup naming the setting, instead of writing outputs
+    without the columns the spec asked for."""
+    script = tmp_path / "script"
+    write_inference_script(script, """
+        def model_fn(model_dir):
+            return None
+
+        def predict_fn(data, model):
+            return [0.5] * len(data)
+    """)
+    (tmp_path / "reg").mkdir()
+    from examples import synthetic
+
+    cases = {"custom": script, "xgboost": synthetic.train_xgboost(tmp_path / "xgb").parent,
+             "regressor": _builtin_dir(tmp_path / "reg", "model.joblib", regressor_file)}
+    for name, model_dir in cases.items():
+        (tmp_path / name).mkdir()
+        result, out = _run(inputs, tmp_path / name, model_dir, "--probabilities")
+        assert result.returncode == EXIT_SETUP_ERROR, (name, describe(result))
+        said = result.stderr.lower()
+        assert "probabilities (--probabilities)" in said and "remove probabilities" in said, (name, said[-2000:])
+        assert not list(out.rglob("*.parquet")), name

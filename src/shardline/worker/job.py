@@ -31,7 +31,7 @@ from shardline.worker.job_report import (
     write_manifest,
 )
 from shardline.worker.ledger_hooks import LedgerHooks
-from shardline.worker.models import ModelArtifact, prepare_model
+from shardline.worker.models import ModelArtifact, check_probabilities, prepare_model
 from shardline.worker.process import JobSettings
 from shardline.worker.runner import FileReport, Hooks, Runner, Stopped
 from shardline.worker.sagemaker_script import ScriptProtocol, check_requirements
@@ -60,6 +60,7 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         log.warning("the model is NOT pinned (no --model-sha256 / SHARDLINE_MODEL_SHA256; its sha256 is %s): "
                     "whoever can write the model's S3 prefix chooses the code this job runs. Pin it in the spec "
                     "with model.sha256 or model.versions", artifact.sha256)
+    check_probabilities(artifact.kind, args.probabilities)  # here, before any worker starts
     protocol = script_protocol(args, artifact.kind)
     if artifact.kind == "custom":
         report_requirements(Path(artifact.path))

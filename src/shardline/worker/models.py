@@ -252,8 +252,10 @@ class SklearnPredictor:
             raise SetupError(f"{path} holds a {type(self.model).__name__}, which has no predict()")
         self.set_threads(threads)
         self.probabilities = probabilities and hasattr(self.model, "predict_proba")
-        if probabilities and not self.probabilities:
-            log.warning("--probabilities ignored: %s has no predict_proba", type(self.model).__name__)
+        if probabilities and not self.probabilities:  # never silently ignored: the outputs would lack the columns
+            raise SetupError(f"probabilities (--probabilities) asks for proba_<class> columns, but the model "
+                             f"({type(self.model).__name__}) has no predict_proba: remove probabilities from the "
+                             "step, or ship a classifier")
         # scikit-learn converts to float64 internally; xgboost's wrapper wants float32.
         is_xgb = type(self.model).__module__.startswith("xgboost")
         self.dtype = np.dtype(np.float32 if is_xgb else np.float64)
@@ -408,6 +410,19 @@ def import_library(kind: str) -> None:
         import torch  # noqa: F401
 
 
+def check_probabilities(kind: str, probabilities: bool) -> None:
+    """``--probabilities`` applies to scikit-learn classifiers only; anywhere else it is a setup error, never
+    silently ignored."""
+    if not probabilities or kind == "sklearn":
+        return
+    own = ("a custom script's predict_fn and output_fn decide what it returns: return the probabilities from "
+           "them" if kind == "custom" else f"an {kind} model's prediction is what the model outputs "
+                                           "(a binary:logistic booster's is the probability already)")
+    raise SetupError(f"probabilities (--probabilities) adds proba_<class> columns from a scikit-learn "
+                     f"classifier's predict_proba, and this model is {kind}: {own}. Remove probabilities from "
+                     "the step")
+
+
 def load_predictor(
     artifact: ModelArtifact,
     *,
@@ -416,6 +431,7 @@ def load_predictor(
     probabilities: bool,
     protocol=None,
 ) -> Predictor:
+    check_probabilities(artifact.kind, probabilities)
     if artifact.kind == "sklearn":
         return SklearnPredictor(artifact.path, threads, probabilities)
     if artifact.kind == "xgboost":
