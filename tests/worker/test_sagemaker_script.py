@@ -535,3 +535,33 @@ def test_handlers_with_context_and_a_tuple_response(script_dir):
 def test_script_setup_errors(script_dir, source, message):
     with pytest.raises(SetupError, match=message):
         _predictor(script_dir, source)
+
+
+def test_messages_name_what_the_script_was_really_given_and_what_really_ran(script_dir):
+    """No "Sent as: text/csv" for a script without input_fn (its predict_fn gets a matrix, not a body), and no
+    "raised in predict_fn" for a script without predict_fn (the toolkit's default, model.predict, ran)."""
+    no_input_fn = _predictor(script_dir, """
+        def model_fn(model_dir):
+            return None
+
+        def predict_fn(data, model):
+            return list(data.sum(axis=1)) + [0.0]  # one value too many, which no other setting fixes
+    """)
+    with pytest.raises(ResponseShapeError) as info:
+        no_input_fn.predict(NUMBERS)
+    said = str(info.value)
+    assert "Sent as" not in said and "No input_fn: predict_fn got a float64 matrix of the feature columns" in said
+
+    no_predict_fn = _predictor(script_dir, """
+        class Model:
+            def predict(self, data):
+                raise ValueError("bad input")
+
+        def model_fn(model_dir):
+            return Model()
+    """)
+    with pytest.raises(ScriptError) as info:
+        no_predict_fn.predict(NUMBERS)
+    said = str(info.value)
+    assert "raised in the default predict_fn (model.predict(data)): ValueError: bad input" in said
+    assert "raised in predict_fn" not in said

@@ -563,7 +563,8 @@ class InferenceScript:
                 if self.input_fn:
                     stage = "input_fn"
                     data = self.call(self.input_fn, body, ct)
-                stage = "predict_fn"
+                # Named as what ran: a script without predict_fn gets the toolkit's default, model.predict(data).
+                stage = "predict_fn" if self.predict_fn else "the default predict_fn (model.predict(data))"
                 prediction = self.call(self.predict_fn, data, self.model) if self.predict_fn \
                     else default_predict(self.model, data)
                 if not self.output_fn:
@@ -706,7 +707,10 @@ class ScriptPredictor:
                 continue
             return (f"The same records work with {setting}: this script seems to expect that; set it in the "
                     "step's model settings")
-        hints = [f"Sent as: {self.protocol.describe()}"]
+        # What the script was really given: a body when it has input_fn (or transform_fn), else the matrix.
+        given = f"a float64 matrix of the feature columns ({self.protocol.batch_strategy})"
+        hints = [f"Sent as: {self.protocol.describe()}" if self.script.takes_body else
+                 f"No input_fn: predict_fn got {given}"]
         if isinstance(err, ResponseShapeError) and err.got == 1 and err.records > 1:
             hints.append("one value came back for several records: a script that handles one record per request "
                          "needs model.batch_strategy: single_record (--batch-strategy single-record)")
