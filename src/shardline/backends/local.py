@@ -58,24 +58,6 @@ def job_environment(environ: Mapping[str, str], own: Mapping[str, str] | None = 
     return {**passed, **(own or {})}
 
 
-ENV_ALLOW_UNPINNED = "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS"
-
-
-def refuse_unpinned_process(request: dict) -> None:
-    """An unpinned model's code runs only in the worker image: as a process it would run as the submitting
-    (Airflow's) user, with whatever that user can read. ``SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS=1`` lets a
-    developer run one on a machine of their own."""
-    if "--model-sha256" in request["AppSpecification"].get("ContainerArguments", []):
-        return
-    if os.environ.get(ENV_ALLOW_UNPINNED) == "1":
-        return
-    raise local_container.ContainerRuntimeError(
-        f"job {request['ProcessingJobName']}: the model is not pinned (model.allow_unpinned), and without Docker "
-        "its code would run as this machine's user. Pin it with model.sha256 or model.versions, or build the "
-        f"worker image ({request['AppSpecification']['ImageUri']}) where a Docker engine runs; on a machine of "
-        f"your own, {ENV_ALLOW_UNPINNED}=1 allows it")
-
-
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2))
@@ -141,7 +123,8 @@ class LocalBackend:
         # The instances run as containers of the request's image whenever Docker can (local_container).
         runtime = local_container.choose_runtime(request["AppSpecification"]["ImageUri"])
         if runtime == "process":
-            refuse_unpinned_process(request)
+            pinned = "--model-sha256" in request["AppSpecification"].get("ContainerArguments", [])
+            local_container.refuse_unpinned_process(request["AppSpecification"]["ImageUri"], pinned, f"job {name}")
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir.parent))
         (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2))
         write_json_atomic(staging / STATE_FILE, {

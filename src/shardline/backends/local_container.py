@@ -277,15 +277,25 @@ def worker_in_image(command: list[str], image: str, folders: Mapping[Path, str])
     return [*run, image, *mapped]
 
 
+ENV_ALLOW_UNPINNED = "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS"
+
+
+def refuse_unpinned_process(image: str, pinned: bool, what: str) -> None:
+    """An unpinned model's code runs only in the worker image: as a process it would run as this machine's
+    (Airflow's) user, with whatever that user can read. ``SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS=1`` lets a
+    developer run one on a machine of their own."""
+    if pinned or os.environ.get(ENV_ALLOW_UNPINNED) == "1":
+        return
+    raise ContainerRuntimeError(
+        f"the model is not pinned (model.allow_unpinned), and without Docker its code would run in {what} as "
+        f"this machine's user. Pin it with model.sha256 or model.versions, or build the worker image ({image}) "
+        f"where a Docker engine runs; on a machine of your own, {ENV_ALLOW_UNPINNED}=1 allows it")
+
+
 def sandbox_for(image: str, pinned: bool, what: str) -> bool:
     """Whether model code for ``what`` (preview, tune) runs in ``image`` (True) or as a process here (False);
     refuses an unpinned model as a process, as the local backend does."""
     if choose_runtime(image) == "docker":
         return True
-    if not pinned and os.environ.get("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS") != "1":
-        raise ContainerRuntimeError(
-            f"the model is not pinned (model.allow_unpinned), and without Docker its code would run in {what} as "
-            f"this machine's user. Pin it with model.sha256 or model.versions, or build the worker image ({image}) "
-            "where a Docker engine runs; on a machine of your own, SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS=1 "
-            "allows it")
+    refuse_unpinned_process(image, pinned, what)
     return False
