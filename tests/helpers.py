@@ -26,6 +26,10 @@ from examples import synthetic
 
 HOST = "test-host"
 FEATURES = synthetic.feature_names()
+# The synthetic models' training order, as a user names it for a model that records no feature names.
+FEATURES_ARG = ",".join(FEATURES)
+# The worker options for the synthetic datasets: the id passed through, the features named in training order.
+SYNTHETIC_COLUMNS = ("--passthrough", "id", "--features", FEATURES_ARG)
 WORKER = [sys.executable, "-m", "shardline.worker"]
 # Environment that would change what the worker does; stripped so the developer's shell cannot leak in.
 _SCRUB_PREFIXES = ("SHARDLINE_", "AWS_", "CUDA_VISIBLE_DEVICES")

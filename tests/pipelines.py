@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import boto3
@@ -27,8 +28,10 @@ def parquet_bytes(rows: int, first_id: int) -> bytes:
 
 
 def stage_step(pipeline: str, ledger_table: str, model_dir: Path, tmp_path: Path,
-               inputs: dict[str, bytes]) -> tuple[PipelineSpec, str]:
-    """A fresh bucket with ``inputs`` under ``in/``, the packed model, and a one-step spec over them."""
+               inputs: dict[str, bytes], features: Sequence[str] | None = None) -> tuple[PipelineSpec, str]:
+    """A fresh bucket with ``inputs`` under ``in/``, the packed model, and a one-step spec over them.
+
+    ``features``: input.features, which a model that records no feature names needs."""
     s3 = boto3.client("s3")
     bucket = f"b-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
@@ -40,7 +43,8 @@ def stage_step(pipeline: str, ledger_table: str, model_dir: Path, tmp_path: Path
     spec = parse_spec({
         "pipeline": pipeline, "ledger_table": ledger_table,
         "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
-                   "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
+                   "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"],
+                             **({"features": list(features)} if features else {})},
                    "output": {"prefix": f"s3://{bucket}/out/"}, "resources": {"instance_count": 2}}],
     }, f"{pipeline}.yaml")
     return spec, bucket

@@ -60,7 +60,7 @@ def test_spec_file_round_trip(tmp_path):
         (lambda s: s["steps"][0]["model"].__setitem__("content_type", "text/plain"),
          "steps[0].model.content_type", "text/csv"),
         (lambda s: s["steps"][0]["model"].__setitem__("json_layout", "split"), "steps[0].model.json_layout",
-         "'records', 'instances' or 'array'"),
+         "'records', 'instances', 'inputs' or 'array'"),
         (lambda s: s["steps"][0]["model"].__setitem__("max_payload_mb", 0), "steps[0].model.max_payload_mb",
          "greater than 0"),
     ],

@@ -28,8 +28,16 @@ METADATA_FOLDER = "_shardline"  # Shardline's own files beside (or, with metadat
 SUCCESS_MARKER = "_SUCCESS"  # Hadoop's convention: Spark, Hive and most readers wait for it
 TEMP_MARKER = ".shardline-tmp"  # an output still being written: never uploaded, never counted
 
-# How a SageMaker-style script's JSON request lays out its rows (the worker's --json-layout).
-JSON_LAYOUTS = ("records", "instances", "array")
+# How a SageMaker-style script's JSON request lays out its rows (the worker's --json-layout): objects keyed by
+# column name, {"instances": rows} (TF Serving, the SageMaker containers), {"inputs": rows} (Hugging Face-style
+# and many TorchScript handlers), or the bare rows.
+JSON_LAYOUTS = ("records", "instances", "inputs", "array")
+# The layouts that wrap the rows in one JSON object, so cannot be one line of JSON lines.
+WRAPPED_JSON_LAYOUTS = ("instances", "inputs")
+# input.features (--features) for a model that records no feature names, when the files' columns are
+# known to be in training order: take every (numeric) non-passthrough column in the file's order. Never
+# the default: a file whose columns move would get wrong numbers and no error.
+FEATURES_FILE_ORDER = "file_order"
 
 T = TypeVar("T")
 

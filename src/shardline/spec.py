@@ -50,11 +50,14 @@ class ModelRef(_Strict):
     content_type: Literal["text/csv", "application/json", "application/jsonlines", "application/x-npy"] = Field(
         default="text/csv", description="request body the script's input_fn gets")
     accept: Literal["text/csv", "application/json", "application/jsonlines", "application/x-npy"] | None = Field(
-        default=None, description="what output_fn is asked for, and how its response is read (default: content_type)")
+        default=None, description="what output_fn is asked for, and how its response is read (default: "
+                                  "application/json, as SageMaker's inference toolkit asks for when a request names "
+                                  "no Accept)")
     batch_strategy: Literal["multi_record", "single_record"] = Field(
         default="multi_record", description="records per call: as many as fit, or one (Batch Transform's strategy)")
-    json_layout: Literal["records", "instances", "array"] = Field(
-        default="records", description="JSON bodies: objects keyed by column name, {'instances': [[...]]}, or [[...]]")
+    json_layout: Literal["records", "instances", "inputs", "array"] = Field(
+        default="records", description="JSON bodies: objects keyed by column name, {'instances': [[...]]}, "
+                                       "{'inputs': [[...]]} (Hugging Face-style handlers), or [[...]]")
     max_payload_mb: Annotated[float, Field(gt=0, le=100)] = Field(
         default=6.0, description="largest request body (Batch Transform's MaxPayloadInMB)")
     csv_header: bool = Field(default=False, description="start each text/csv body with a header line")
@@ -110,8 +113,12 @@ class InputSpec(_Strict):
     """glob patterns of the keys (relative to the prefix) to read"""
     exclude: tuple[str, ...] = ()
     """glob patterns of the keys to leave out"""
-    features: tuple[str, ...] | None = None
-    """the feature columns, in the model's order (a model that recorded its features' names uses those)"""
+    features: tuple[str, ...] | Literal["file_order"] | None = None
+    """the feature columns, in the order the model was trained with. A model that recorded its features'
+    names (fitted on a DataFrame, an XGBoost Booster with feature_names) uses those, by name; one that
+    records none needs this list, or every file fails naming it. ``file_order`` takes every numeric
+    non-passthrough column in each file's own order, with a WARNING: only for files whose columns are
+    known to be in training order"""
     passthrough: tuple[str, ...] = ()
     """columns copied from each input row to its output row (an id, say)"""
     when_missing: Literal["wait", "fail", "skip"] | None = Field(

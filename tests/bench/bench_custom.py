@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_worker import fmt_rate, run_measured
+from bench_worker import TRAINED, fmt_rate, run_measured
 
 CSV_SCRIPT = """
     import io
@@ -143,7 +143,7 @@ def subset(data: Path, rows: int) -> Path:
 def run(name: str, model_dir: Path, data: Path, scratch: Path) -> dict:
     out = Path(tempfile.mkdtemp(dir=scratch))
     command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data), "--output-dir", str(out),
-               "--model-dir", str(model_dir), "--passthrough", "id", "--host", "bench",
+               "--model-dir", str(model_dir), "--passthrough", "id", "--host", "bench", "--features", TRAINED,
                "--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json"),
                "--progress-interval", "3600", *VARIANTS[name][1]]
     measured = run_measured(command)

@@ -47,6 +47,9 @@ MODEL_FILES = {"sklearn": "model.joblib", "xgboost": "model.json", "torch": "mod
 VARIANTS = ("sequential", "naive", "shardline", "compute", "io")
 COMPUTE_SAMPLE_ROWS = 400_000
 
+# The synthetic models' features in training order (examples.synthetic.feature_names()): most record no names.
+TRAINED = ",".join(f"f{i}" for i in range(32))
+
 
 # -- the variants, each run in its own subprocess ----------------------------------------
 
@@ -239,9 +242,9 @@ def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path
             module = "shardline_worker" if old_layout else module
         launched = time.time()
         command = [sys.executable, "-m", module, "--input-dir", str(data), "--output-dir", str(out),
-                   "--model-dir", str(model_path.parent), "--passthrough", "id", "--host", "bench",
-                   "--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json"),
-                   "--progress-interval", "3600", *extra]
+                   "--model-dir", str(model_path.parent), "--passthrough", "id", "--features", TRAINED,
+                   "--host", "bench", "--scratch-dir", str(scratch / "model"),
+                   "--summary-json", str(out / "summary.json"), "--progress-interval", "3600", *extra]
         measured = run_measured(command, env)
         summary = json.loads((out / "summary.json").read_text())
         rows, work_seconds = summary["rows_out"], measured["wall"]

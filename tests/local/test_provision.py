@@ -17,7 +17,7 @@ import yaml
 from examples import synthetic
 from shardline.local.provision import apply, ensure_bucket, make_plan, pinned_models, seed_index
 from shardline.spec import load_spec, parse_spec
-from tests.helpers import describe, run_worker
+from tests.helpers import SYNTHETIC_COLUMNS, describe, run_worker
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINES = REPO / "dags" / "pipelines"
@@ -80,7 +80,7 @@ def test_local_up_uploads_each_pinned_demo_model_once_and_it_scores_under_its_pi
     s3.download_file(bucket, key, str(model_dir / "model.tar.gz"))
     [(_, digest)] = pinned_models(load_spec(folder / f"{pipeline}.yaml"))[:1]
     inputs = synthetic.make_dataset(tmp_path / "in", files=1, rows=500)[0].parent
-    result = run_worker(inputs, tmp_path / "out", model_dir, "--passthrough", "id", "--model-sha256", digest)
+    result = run_worker(inputs, tmp_path / "out", model_dir, *SYNTHETIC_COLUMNS, "--model-sha256", digest)
     assert result.returncode == 0, describe(result)
     [output] = [p for p in (tmp_path / "out").rglob("*.parquet")]
     assert pq.read_table(output).num_rows == 500

@@ -62,7 +62,8 @@ def _spec(bucket: str, **model) -> object:
         "steps": [{"name": "score",
                    "model": {"uri": f"s3://{bucket}/models/{{{{ params.model_version }}}}/model.tar.gz",
                              "version": "v1", **model},
-                   "input": {"prefix": f"s3://{bucket}/in/dt={{{{ ds }}}}/", "passthrough": ["id"]},
+                   "input": {"prefix": f"s3://{bucket}/in/dt={{{{ ds }}}}/", "passthrough": ["id"],
+                             "features": synthetic.feature_names()},
                    "output": {"prefix": f"s3://{bucket}/out/dt={{{{ ds }}}}/"}}],
     }, "preview_test.yaml")
 

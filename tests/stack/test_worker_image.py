@@ -23,7 +23,7 @@ import pytest
 from shardline.backends.local import read_state
 from shardline.decision.policy import Action
 from shardline.orchestration import services, steps
-from tests.helpers import write_inference_script
+from tests.helpers import FEATURES, write_inference_script
 from tests.pipelines import parquet_bytes, stage_step
 
 CUSTOM_SCRIPT = """
@@ -126,8 +126,9 @@ def test_the_worker_image_scores_every_row_as_the_host_does(kind, aws_env, ledge
     try:
         inputs = {f"part-{i}.parquet": parquet_bytes(ROWS, ROWS * i) for i in range(FILES)}
         inputs["corrupt.parquet"] = b"PAR1 this was cut short by a crashed writer"
+        # Only the XGBoost model records its feature names: the others are told the training order.
         spec, bucket = stage_step(f"image_{kind.replace('.', '_').replace('-', '_')}", ledger_table, model_dir,
-                                  tmp_path, inputs)
+                                  tmp_path, inputs, features=None if kind == "xgboost" else FEATURES)
     finally:
         if kind == "inference.py":
             (model_dir / "code" / "inference.py").unlink()

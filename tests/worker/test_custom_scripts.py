@@ -659,7 +659,10 @@ def test_instances_script_sent_records_fails_naming_json_layout(inputs, tmp_path
 @pytest.mark.slow
 def test_csv_script_returning_one_joined_line(inputs, tmp_path, regressor, regressor_file):
     model_dir = _model_dir(tmp_path, CSV_JOINED_LINE_SCRIPT, {"model.joblib": regressor_file})
-    manifest, out, _ = _run_ok(inputs, tmp_path, model_dir)  # text/csv is the default content type
+    # Its output_fn writes CSV whatever it is asked for; the toolkit asks for application/json by default.
+    result, out = _run(inputs, tmp_path / "default", model_dir)
+    assert_failed(result, out, "The same records work with model.accept: text/csv (--accept text/csv)")
+    manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--accept", "text/csv")
     check_predictions(inputs, out, manifest,
                       lambda frame: {"prediction": regressor.predict(frame[FEATURES])},
                       rtol=ULP)
@@ -729,7 +732,7 @@ def test_torch_script(inputs, tmp_path, torch_net):
     model_dir = _model_dir(tmp_path, TORCH_SCRIPT, {"model.pth": path})
     # A torch module records no column names: the spec names them, in training order.
     manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/x-npy",
-                               "--features", ",".join(FEATURES))
+                               "--accept", "application/x-npy", "--features", ",".join(FEATURES))
     assert [f["source"] for f in manifest["features"]] == ["spec"]
     check_predictions(inputs, out, manifest, _torch_expected(net), rtol=1e-6)
 
@@ -755,7 +758,7 @@ def inputs_with_nulls(tmp_path_factory) -> Path:
 def test_torch_nan_predictions_fail_naming_allow_nan_predictions(inputs_with_nulls, tmp_path, torch_net):
     net, path = torch_net
     model_dir = _model_dir(tmp_path, TORCH_SCRIPT, {"model.pth": path})
-    args = ("--content-type", "application/x-npy", "--features", ",".join(FEATURES))
+    args = ("--content-type", "application/x-npy", "--accept", "application/x-npy", "--features", ",".join(FEATURES))
     result, out = _run(inputs_with_nulls, tmp_path, model_dir, *args)
     (report,) = assert_failed(result, out, "allow_nan_predictions", "missing (null or NaN) feature")
     assert "NaN for 143 of 1000 row(s)" in report["error_message"]
@@ -817,7 +820,8 @@ def wrapped_model(model_root, classifier) -> Path:
 def test_model_pickling_a_class_from_a_sibling_module(inputs, tmp_path, classifier, wrapped_model):
     model_dir = _model_dir(tmp_path, WRAPPER_SCRIPT, {"wrapped.joblib": wrapped_model},
                            {"scaled.py": WRAPPER_MODULE})
-    manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/json")
+    manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/json",
+                               "--features", ",".join(FEATURES))
     check_predictions(inputs, out, manifest,
                       lambda frame: {"prediction": classifier.predict_proba(frame[FEATURES])[:, 1] * 100.0},
                       rtol=ULP)
@@ -973,22 +977,31 @@ def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_withou
                                                                    classifier_file):
     model_dir = _model_dir(tmp_path, FILLING_SCRIPT, {"model.joblib": classifier_file})
     report, text = preview(inputs_without_balance, tmp_path, model_dir, "--content-type", "application/json")
-    assert report["error"] is None
-    warnings = [w for w in report["warnings"] if "balance" in w]
-    assert warnings, text
-    assert "WARNING: part-0.parquet lacks column(s) balance that the model inference.py's model_fn returned was " \
-        "fitted with" in text, text
-    # The job's log warns too, naming the missing column, for every file where it is missing.
+    assert "recorded feature names the file lacks (balance;" in report["error"], text
+    assert "input.features" in report["error"], text
+    # The job fails every file the same way, naming the missing column and the setting.
     job = run_worker(inputs_without_balance, tmp_path / "out", model_dir, "--passthrough", "id",
                      "--content-type", "application/json")
+    assert job.returncode == EXIT_FILES_FAILED, describe(job)
+    failed = list(reports_by_input(load_manifest(tmp_path / "out")).values())
+    assert failed and all(f["error_class"] == "InputSchemaError" and "lacks (balance;" in f["error_message"]
+                          and "input.features" in f["error_message"] for f in failed), describe(job)
+    # Asked to take the file's order, it does, and says so as a warning in the preview and the log.
+    report, text = preview(inputs_without_balance, tmp_path, model_dir, "--content-type", "application/json",
+                           "--features", "file_order")
+    assert report["error"] is None, text
+    assert any("nothing checks" in w for w in report["warnings"]), text
+    job = run_worker(inputs_without_balance, tmp_path / "out2", model_dir, "--passthrough", "id",
+                     "--content-type", "application/json", "--features", "file_order")
     lines = [line for line in job.stderr.splitlines() if "the model gets" in line]
-    assert lines and all(" WARNING " in line and "the file lacks balance" in line for line in lines), describe(job)
+    assert lines and all(" WARNING " in line and "file_order" in line for line in lines), describe(job)
 
 
 @pytest.mark.slow
 def test_script_filling_every_feature_is_caught_by_the_preview(inputs_renamed, tmp_path, classifier_file):
     model_dir = _model_dir(tmp_path, FILLING_SCRIPT, {"model.joblib": classifier_file})
-    _, text = preview(inputs_renamed, tmp_path, model_dir, "--content-type", "application/json")
+    _, text = preview(inputs_renamed, tmp_path, model_dir, "--content-type", "application/json",
+                      "--features", "file_order")
     assert "WARNING: prediction is the same for all 20 rows of the sample" in text, text
     assert "WARNING: no feature column changes any prediction" in text, text
 
@@ -1226,7 +1239,7 @@ def test_model_without_names_and_an_extra_column_needs_input_features(inputs, tm
     joblib.dump(model, path)
     model_dir = _builtin_dir(tmp_path, "model.joblib", path)
     result, out = _run(inputs, tmp_path, model_dir)
-    assert_failed(result, out, "input.features", "expects 4 features")
+    assert_failed(result, out, "input.features", "records no feature names", "Name its 4 features")
 
     manifest, out, _ = _run_ok(inputs, tmp_path / "named", model_dir, "--features", ",".join(FEATURES),
                                "--probabilities")

@@ -22,7 +22,16 @@ from shardline.worker.devices import (
     visible_gpus,
 )
 from shardline.worker.errors import EXIT_OK, SetupError
-from tests.helpers import FEATURES, check_outputs, clean_env, describe, feature_matrix, load_manifest, run_worker
+from tests.helpers import (
+    FEATURES,
+    SYNTHETIC_COLUMNS,
+    check_outputs,
+    clean_env,
+    describe,
+    feature_matrix,
+    load_manifest,
+    run_worker,
+)
 
 # -- visible_gpus -----------------------------------------------------------------------------------------
 
@@ -176,7 +185,7 @@ def test_simulated_gpus_pin_one_worker_per_device(tmp_path):
     # The largest unit starts first and keeps one worker busy for about 30 batches (~1.5 s), so the
     # small files go to the other worker: both devices get work whichever worker starts first.
     synthetic.make_dataset(inputs, files=8, rows=0, sizes=[15_000] + [500] * 7, row_group_rows=500)
-    result = run_worker(inputs, out, model_path.parent, "--passthrough", "id", "--batch-rows", "500",
+    result = run_worker(inputs, out, model_path.parent, *SYNTHETIC_COLUMNS, "--batch-rows", "500",
                         "--inflight-per-worker", "1", env=clean_env(**{ENV_SIMULATED_GPUS: "2"}), workers=None)
     assert result.returncode == EXIT_OK, describe(result)
     assert "2 GPU worker(s)" in result.stderr

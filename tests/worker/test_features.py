@@ -7,9 +7,9 @@ import pytest
 
 from shardline.worker.errors import InputSchemaError, SetupError
 from shardline.worker.features import (
+    FROM_FILE_ORDER,
     FROM_MODEL,
     FROM_SPEC,
-    INFERRED,
     ModelInputs,
     check_spec_against_model,
     choose_features,
@@ -31,40 +31,59 @@ def choose(schema=SCHEMA, model=NO_NAMES, features=None, passthrough=("id",), wh
     return choose_features(schema, model, features, passthrough, where)
 
 
-# -- inferred: no names anywhere ------------------------------------------------------------------------------
+# -- no names anywhere: input.features, or file_order said out loud --------------------------------------------
 
 
-def test_inferred_features_are_the_numeric_non_passthrough_columns_in_file_order():
-    choice = choose(passthrough=("id", "name"))
+@pytest.mark.parametrize("model", [NO_NAMES, ModelInputs(count=4), ModelInputs(raw_columns=True)])
+@pytest.mark.parametrize("passthrough", [(), ("id",), ("id", "name", "when")])
+def test_a_model_without_names_never_takes_the_file_order_unasked(model, passthrough):
+    # Even when the count fits: a file's column order says nothing about the training order.
+    with pytest.raises(InputSchemaError) as info:
+        choose(model=model, passthrough=passthrough)
+    message = str(info.value)
+    assert "records no feature names" in message
+    assert "input.features" in message and "training order" in message
+    assert "passthrough" not in message.replace("(not passthrough)", "")  # no advice that leaves order to the file
+
+
+def test_file_order_takes_the_numeric_non_passthrough_columns_and_says_nothing_vouches_for_it():
+    choice = choose(features="file_order", passthrough=("id", "name"))
     assert choice.columns == ("f0", "flag", "amount", "count")
-    assert choice.source == INFERRED
+    assert choice.source == FROM_FILE_ORDER
     assert choice.unused == ("when",)
     assert not choice.order_vouched
+    assert "nothing checks" in choice.describe()
     # without passthrough, a numeric id is a feature too; strings and timestamps never are
-    assert choose(passthrough=()).columns == ("id", "f0", "flag", "amount", "count")
+    assert choose(features="file_order", passthrough=()).columns == ("id", "f0", "flag", "amount", "count")
 
 
-def test_inferred_features_must_match_the_count_the_model_knows():
+def test_file_order_must_match_the_count_the_model_knows():
     model = ModelInputs(count=3, described_as="the model (Booster)")
     with pytest.raises(InputSchemaError) as info:
-        choose(model=model)
+        choose(model=model, features="file_order")
     message = str(info.value)
     assert "the model (Booster) expects 3 features" in message
     assert "4 numeric column(s)" in message
     assert "skipped, not numeric: name, when" in message
-    assert "input.features" in message
+    assert "input.features" in message and "input.passthrough" not in message
 
 
-def test_a_script_with_a_text_body_gets_every_non_passthrough_column():
-    choice = choose(model=ModelInputs(raw_columns=True))
+def test_file_order_for_a_script_with_a_text_body_gets_every_non_passthrough_column():
+    choice = choose(model=ModelInputs(raw_columns=True), features="file_order")
     assert choice.columns == ("name", "f0", "flag", "amount", "count", "when")
     assert "every non-passthrough column" in choice.describe()
 
 
-def test_without_any_numeric_feature_the_error_asks_for_features():
+def test_file_order_without_any_numeric_feature_asks_for_features():
     schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
     with pytest.raises(InputSchemaError, match=r"input\.features \(--features\)"):
-        choose(schema)
+        choose(schema, features="file_order")
+
+
+def test_file_order_leaves_a_model_with_names_to_its_names():
+    model = ModelInputs(names=("count", "f0"))
+    check_spec_against_model("file_order", model)
+    assert choose(model=model, features="file_order").source == FROM_MODEL
 
 
 # -- from the spec -------------------------------------------------------------------------------------------
@@ -170,6 +189,8 @@ def test_script_model_names_order_the_request_when_the_file_has_them_all():
 def test_script_model_names_are_ignored_when_the_file_lacks_one_or_the_spec_names_features():
     # the script may engineer the model's inputs from other columns itself
     schema = pa.schema([("id", pa.int64()), ("f0", pa.float32()), ("raw", pa.string())])
-    assert choose(schema, model=HINTS).columns == ("f0", "raw")
+    with pytest.raises(InputSchemaError, match=r"recorded feature names the file lacks \(count; the script may"):
+        choose(schema, model=HINTS)
+    assert choose(schema, model=HINTS, features="file_order").columns == ("f0", "raw")
     assert choose(model=HINTS, features=["f0", "name"]).source == FROM_SPEC
     check_spec_against_model(["anything"], HINTS)  # no setup error for scripts

@@ -17,6 +17,7 @@ from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.work_units import InputFile
 from tests.helpers import (
     FEATURES,
+    SYNTHETIC_COLUMNS,
     check_outputs,
     describe,
     is_gzip,
@@ -123,7 +124,7 @@ def format_run(tmp_path_factory, xgboost_model):
                               row_group_rows=300)
         first += rows
     # --batch-rows smaller than the files: several batches per file, across text blocks and row groups
-    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", "--batch-rows", "256")
+    result = run_worker(inputs, out, xgboost_model.parent, *SYNTHETIC_COLUMNS, "--batch-rows", "256")
     return inputs, out, result
 
 
@@ -244,7 +245,7 @@ def corrupt_run(tmp_path_factory, sklearn_model):
     (inputs / "header_only.csv").write_text("id," + ",".join(synthetic.feature_names()) + "\n")
     (inputs / "zero.jsonl").write_bytes(b"")
     (inputs / "zero.csv.gz").write_bytes(__import__("gzip").compress(b""))
-    result = run_worker(inputs, out, sklearn_model.parent, "--passthrough", "id")
+    result = run_worker(inputs, out, sklearn_model.parent, *SYNTHETIC_COLUMNS)
     return inputs, out, result
 
 
@@ -285,7 +286,7 @@ def test_explicit_output_format_converts(tmp_path, xgboost_model):
     synthetic.write_table(synthetic.make_table(600, seed=1), inputs / "a.parquet.gz", "parquet")
     synthetic.write_table(synthetic.make_table(400, first_id=600, seed=2), inputs / "d" / "b.jsonl", "jsonl")
     synthetic.write_table(synthetic.make_table(300, first_id=1000, seed=3), inputs / "c.csv.gz", "csv")
-    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", "--output-format", "csv")
+    result = run_worker(inputs, out, xgboost_model.parent, *SYNTHETIC_COLUMNS, "--output-format", "csv")
     assert result.returncode == EXIT_OK, describe(result)
     renamed = {"a.parquet.gz": "a.csv", "d/b.jsonl": "d/b.csv", "c.csv.gz": "c.csv"}
     check_outputs(inputs, out, load_manifest(out), xgboost_predict(xgboost_model),
@@ -308,7 +309,7 @@ def test_exit_zero_on_file_failures_still_records_them(tmp_path, sklearn_model):
     inputs, out = tmp_path / "in", tmp_path / "out"
     synthetic.write_table(synthetic.make_table(500, seed=1), inputs / "good.parquet", "parquet")
     (inputs / "bad.parquet").write_bytes(b"not parquet at all")
-    result = run_worker(inputs, out, sklearn_model.parent, "--passthrough", "id", "--exit-zero-on-file-failures")
+    result = run_worker(inputs, out, sklearn_model.parent, *SYNTHETIC_COLUMNS, "--exit-zero-on-file-failures")
     assert result.returncode == EXIT_OK, describe(result)
     reports = reports_by_input(load_manifest(out))
     assert reports["bad.parquet"]["status"] == "FAILED"

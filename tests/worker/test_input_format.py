@@ -15,7 +15,7 @@ import pytest
 from examples import synthetic
 from shardline.worker.errors import EXIT_FILES_FAILED
 from shardline.worker.work_units import discover_inputs
-from tests.helpers import describe, load_manifest, reports_by_input, run_worker, sklearn_predict
+from tests.helpers import SYNTHETIC_COLUMNS, describe, load_manifest, reports_by_input, run_worker, sklearn_predict
 
 
 def _touch(folder, *names):
@@ -61,7 +61,7 @@ def test_spark_style_csv_and_json_lines_are_predicted_right_and_a_mismatched_fil
     (data / "part-00000.csv").rename(data / "part-00000")
     synthetic.write_table(table, data / "stray.parquet", "parquet")
 
-    result = run_worker(data, out, sklearn_model.parent, "--input-format", "csv", "--passthrough", "id")
+    result = run_worker(data, out, sklearn_model.parent, "--input-format", "csv", *SYNTHETIC_COLUMNS)
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
     reports = reports_by_input(load_manifest(out))
     assert reports["stray.parquet"]["status"] == "FAILED"
@@ -83,7 +83,7 @@ def test_json_lines_named_json_are_read_with_input_format_jsonl(tmp_path, sklear
     synthetic.write_table(table, data / "export.jsonl", "jsonl")
     (data / "export.jsonl").rename(data / "export.json")
 
-    result = run_worker(data, out, sklearn_model.parent, "--input-format", "jsonl", "--passthrough", "id")
+    result = run_worker(data, out, sklearn_model.parent, "--input-format", "jsonl", *SYNTHETIC_COLUMNS)
     assert result.returncode == 0, describe(result)
     written = pajson.read_json(out / "export.json")
     assert written.column("id").to_pylist() == table.column("id").to_pylist()

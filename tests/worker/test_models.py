@@ -13,6 +13,7 @@ from examples import synthetic
 from shardline.worker.errors import EXIT_OK, EXIT_SETUP_ERROR, ModelIntegrityError, SetupError
 from shardline.worker.models import detect_kind, prepare_model, sha256_of
 from tests.helpers import (
+    SYNTHETIC_COLUMNS,
     check_outputs,
     clean_env,
     describe,
@@ -156,7 +157,7 @@ def inputs(tmp_path_factory) -> Path:
 
 
 def _run_ok(inputs: Path, out: Path, model_dir: Path, *args: str, env=None) -> dict:
-    result = run_worker(inputs, out, model_dir, "--passthrough", "id", *args, env=env)
+    result = run_worker(inputs, out, model_dir, *SYNTHETIC_COLUMNS, *args, env=env)
     assert result.returncode == EXIT_OK, describe(result)
     return load_manifest(out)
 
@@ -305,7 +306,7 @@ def test_sha256_mismatch_is_refused(inputs, tmp_path, sklearn_model):
     out = tmp_path / "out"
     right = sha256_of(sklearn_model)
     wrong = right[:-1] + ("0" if right[-1] != "0" else "1")
-    result = run_worker(inputs, out, sklearn_model.parent, "--passthrough", "id", "--model-sha256", wrong)
+    result = run_worker(inputs, out, sklearn_model.parent, *SYNTHETIC_COLUMNS, "--model-sha256", wrong)
     _assert_refused(result, out)
     assert wrong in result.stderr
 
@@ -314,7 +315,7 @@ def test_sha256_mismatch_from_the_environment_is_refused(inputs, tmp_path, xgboo
     out = tmp_path / "out"
     model_dir = tmp_path / "model"
     synthetic.pack(xgboost_model.parent, model_dir / "model.tar.gz")
-    result = run_worker(inputs, out, model_dir, "--passthrough", "id",
+    result = run_worker(inputs, out, model_dir, *SYNTHETIC_COLUMNS,
                         env=clean_env(SHARDLINE_MODEL_SHA256="ab" * 32))
     _assert_refused(result, out)
 

@@ -8,14 +8,22 @@ import pytest
 from examples import synthetic
 from shardline.report.histogram import Histogram
 from shardline.worker.runner import FileReport
-from tests.helpers import describe, load_manifest, read_table, reports_by_input, run_worker, sklearn_predict
+from tests.helpers import (
+    SYNTHETIC_COLUMNS,
+    describe,
+    load_manifest,
+    read_table,
+    reports_by_input,
+    run_worker,
+    sklearn_predict,
+)
 
 
 @pytest.mark.slow
 def test_each_file_and_the_instance_carry_the_histogram_of_what_was_written(tmp_path, sklearn_model):
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=3, rows=6000)
-    result = run_worker(data, out, sklearn_model.parent, "--passthrough", "id", "--batch-rows", "700")
+    result = run_worker(data, out, sklearn_model.parent, *SYNTHETIC_COLUMNS, "--batch-rows", "700")
     assert result.returncode == 0, describe(result)
     manifest = load_manifest(out)
 
@@ -39,7 +47,7 @@ def test_each_file_and_the_instance_carry_the_histogram_of_what_was_written(tmp_
 def test_a_float_prediction_keeps_its_quantiles_within_the_sketch_accuracy(tmp_path, xgboost_model):
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=2, rows=5000)
-    result = run_worker(data, out, xgboost_model.parent, "--passthrough", "id", "--batch-rows", "1000")
+    result = run_worker(data, out, xgboost_model.parent, *SYNTHETIC_COLUMNS, "--batch-rows", "1000")
     assert result.returncode == 0, describe(result)
     manifest = load_manifest(out)
     written = np.concatenate([read_table(out / r["output"]).column("prediction").to_numpy()

@@ -18,6 +18,7 @@ import pytest
 from examples import synthetic
 from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
 from tests.helpers import (
+    SYNTHETIC_COLUMNS,
     check_outputs,
     clean_env,
     describe,
@@ -104,7 +105,7 @@ def _start_slow_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, Path,
     log_path = tmp_path / "worker.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            worker_command(inputs, out, model_dir, "--passthrough", "id", "--batch-rows", "100"),
+            worker_command(inputs, out, model_dir, *SYNTHETIC_COLUMNS, "--batch-rows", "100"),
             env=clean_env(TEST_PROGRESS_DIR=str(progress)), stdout=log, stderr=subprocess.STDOUT,
         )
     return proc, inputs, out, progress, log_path
@@ -177,7 +178,7 @@ def test_a_poison_file_fails_alone(tmp_path):
     synthetic.write_table(table.set_column(table.schema.get_field_index("f0"), "f0", pa.array(f0)),
                           inputs / poison, "parquet")
 
-    result = run_worker(inputs, out, model_dir, "--passthrough", "id")
+    result = run_worker(inputs, out, model_dir, *SYNTHETIC_COLUMNS)
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
     manifest = load_manifest(out)
     reports = reports_by_input(manifest)

@@ -383,13 +383,13 @@ def test_protocol_validation_names_the_setting(settings, named):
 def test_protocol_normalises_media_types():
     protocol = ScriptProtocol(content_type="Application/JSON; charset=utf-8", accept="application/x-ndjson")
     assert (protocol.content_type, protocol.response_type) == (JSON, JSONLINES)
-    assert ScriptProtocol().response_type == CSV  # accept defaults to the content type
+    assert ScriptProtocol().response_type == JSON  # accept defaults to application/json, as in the toolkit
     assert media_type("application/jsonl") == JSONLINES
     assert media_type("text/json") == JSON
     assert ScriptProtocol(content_type=JSON, json_layout="instances").describe() == (
         "content_type application/json, accept application/json, multi_record, json_layout instances")
     assert ScriptProtocol(csv_header=True, batch_strategy="single_record").describe() == (
-        "content_type text/csv, accept text/csv, single_record, with a header line")
+        "content_type text/csv, accept application/json, single_record, with a header line")
 
 
 # -- check_requirements ----------------------------------------------------------------------------------------------

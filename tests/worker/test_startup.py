@@ -18,6 +18,7 @@ from shardline.worker.devices import ENV_SIMULATED_GPUS
 from shardline.worker.errors import EXIT_SETUP_ERROR
 from shardline.worker.forkserver import PARENT_ENV
 from tests.helpers import (
+    SYNTHETIC_COLUMNS,
     check_outputs,
     clean_env,
     describe,
@@ -51,7 +52,7 @@ def test_cpu_workers_start_from_the_preloaded_model_under_their_thread_cap(tmp_p
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=3, rows=3000)
 
-    result = run_worker(data, out, model.parent, "--passthrough", "id", "--threads-per-worker", str(threads),
+    result = run_worker(data, out, model.parent, *SYNTHETIC_COLUMNS, "--threads-per-worker", str(threads),
                         "--summary-json", str(tmp_path / "summary.json"), workers=workers, timeout=180)
     assert result.returncode == 0, describe(result)
     check_outputs(data, out, load_manifest(out), PREDICT[kind](model), **TOLERANCE[kind])
@@ -83,7 +84,7 @@ def test_a_model_tarball_is_verified_then_preloaded_by_the_forkserver_started_ea
     synthetic.make_dataset(data, files=2, rows=2000)
     model_dir.mkdir()
     digest = synthetic.pack(sklearn_model.parent, model_dir / "model.tar.gz")
-    result = run_worker(data, out, model_dir, "--passthrough", "id", "--model-sha256", digest,
+    result = run_worker(data, out, model_dir, *SYNTHETIC_COLUMNS, "--model-sha256", digest,
                         "--summary-json", str(tmp_path / "summary.json"), workers=2)
     assert result.returncode == 0, describe(result)
     check_outputs(data, out, load_manifest(out), sklearn_predict(sklearn_model))
@@ -136,7 +137,7 @@ def model_fn(model_dir):
 def predict_fn(data, model):
     return data.sum(axis=1)
 """)
-    result = run_worker(data, out, model_dir, "--passthrough", "id", "--summary-json",
+    result = run_worker(data, out, model_dir, *SYNTHETIC_COLUMNS, "--summary-json",
                         str(tmp_path / "summary.json"), workers=2)
     assert result.returncode == 0, describe(result)
     startup = _summary(tmp_path)["startup"]
@@ -151,7 +152,7 @@ def predict_fn(data, model):
 def test_torch_gpu_workers_spawn_a_clean_interpreter(tmp_path, torch_model):
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=2, rows=1000)
-    result = run_worker(data, out, torch_model.parent, "--passthrough", "id", "--summary-json",
+    result = run_worker(data, out, torch_model.parent, *SYNTHETIC_COLUMNS, "--summary-json",
                         str(tmp_path / "summary.json"), env=clean_env(**{ENV_SIMULATED_GPUS: "1"}), workers=None)
     assert result.returncode == 0, describe(result)
     summary = _summary(tmp_path)
@@ -164,7 +165,7 @@ def test_torch_gpu_workers_spawn_a_clean_interpreter(tmp_path, torch_model):
 def test_start_method_spawn_makes_each_worker_load_the_model_itself(tmp_path, xgboost_model):
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=2, rows=1000)
-    result = run_worker(data, out, xgboost_model.parent, "--passthrough", "id", "--start-method", "spawn",
+    result = run_worker(data, out, xgboost_model.parent, *SYNTHETIC_COLUMNS, "--start-method", "spawn",
                         "--summary-json", str(tmp_path / "summary.json"), workers=2)
     assert result.returncode == 0, describe(result)
     startup = _summary(tmp_path)["startup"]

@@ -25,7 +25,9 @@ def worker_arguments(step: StepSpec) -> list[str]:
         args += ["--input-format", step.input.format]
     if step.input.passthrough:
         args += ["--passthrough", ",".join(step.input.passthrough)]
-    if step.input.features:
+    if step.input.features == contract.FEATURES_FILE_ORDER:
+        args += ["--features", contract.FEATURES_FILE_ORDER]
+    elif step.input.features:
         args += ["--features", ",".join(step.input.features)]
     if step.resources.workers_per_instance:
         args += ["--workers", str(step.resources.workers_per_instance)]

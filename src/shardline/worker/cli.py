@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from shardline import contract
-from shardline.contract import JSON_LAYOUTS
+from shardline.contract import FEATURES_FILE_ORDER, JSON_LAYOUTS
 from shardline.ledger.context import LedgerConfigError, LedgerContext
 from shardline.worker import __version__, forkserver
 from shardline.worker.errors import (
@@ -89,8 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="read every input as this format (spec: input.format): a file whose name says no format "
                            "(part-00000, .txt, .json) is read as it, one whose name says another fails with the reason "
                            "(default: each file's format from its name)")
-    data.add_argument("--features", type=_columns, default=None,
-                      help="comma-separated feature columns (default: every numeric non-passthrough column)")
+    data.add_argument("--features", type=_features, default=None,
+                      help="comma-separated feature columns, in training order (spec: input.features). Needed for "
+                           "a model that records no feature names; 'file_order' takes each file's numeric "
+                           "non-passthrough columns in the file's order, with a warning")
     data.add_argument("--passthrough", type=_columns, default=(),
                       help="comma-separated columns copied to the output beside the prediction, e.g. id")
     data.add_argument("--output-format", choices=["same", "parquet", "csv", "jsonl"], default="same",
@@ -114,15 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="request body given to input_fn: text/csv (default), application/json, "
                              "application/jsonlines or application/x-npy (spec: model.content_type)")
     script.add_argument("--accept", default=None,
-                        help="accept type given to output_fn, and how its response is read (default: the content "
-                             "type; spec: model.accept)")
+                        help="accept type given to output_fn, and how its response is read (default: "
+                             "application/json, as SageMaker's inference toolkit; spec: model.accept)")
     script.add_argument("--batch-strategy", choices=["multi-record", "single-record"], default=None,
                         help="records per call: as many as fit --batch-rows and --max-payload-mb (multi-record, "
                              "default) or one (single-record), like Batch Transform's BatchStrategy "
                              "(spec: model.batch_strategy)")
     script.add_argument("--json-layout", choices=list(JSON_LAYOUTS), default=None,
                         help="application/json bodies: records (default; objects keyed by column name), "
-                             "instances ({\"instances\": [[...]]}) or array ([[...]]) (spec: model.json_layout)")
+                             "instances ({\"instances\": [[...]]}), inputs ({\"inputs\": [[...]]}, as Hugging "
+                             "Face-style handlers read) or array ([[...]]) (spec: model.json_layout)")
     script.add_argument("--max-payload-mb", type=float, default=None,
                         help="largest request body, like Batch Transform's MaxPayloadInMB (default 6; "
                              "spec: model.max_payload_mb)")
@@ -186,6 +189,10 @@ def _columns(value: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("expected a comma-separated list of column names")
     return names
+
+
+def _features(value: str) -> tuple[str, ...] | str:
+    return FEATURES_FILE_ORDER if value.strip() == FEATURES_FILE_ORDER else _columns(value)
 
 
 def _positive(value: str) -> int:

@@ -8,9 +8,13 @@ The rule, in order of precedence:
    those columns, by name, in its order, whatever the file's column order and whatever extra
    columns the file has. A missing one fails the file.
 2. **The spec's** ``input.features`` (``--features``), in the order given.
-3. **Inferred:** every numeric column that is not passthrough, in the file's order (for a
-   custom script with a text body: every column that is not passthrough). A model that
-   knows how many features it wants gets exactly that many, or the file fails.
+3. **Nothing else.** A model that records no names (fitted on a numpy array, a torch module,
+   most custom scripts) and no ``input.features`` fails each file with an error naming that
+   setting: a file's column order says nothing about the order the model was trained with,
+   and guessing it gives wrong numbers with no error. Only ``input.features: file_order``
+   takes every numeric non-passthrough column (for a custom script with a text body: every
+   non-passthrough column) in the file's own order, and the job log and the preview say so as
+   a WARNING. A model that knows how many features it wants gets exactly that many.
 
 Types: integers, floats, decimals and booleans are cast to the model's float type (a boolean
 is 1.0 or 0.0, a decimal its nearest float); a null becomes NaN, which tree models treat as
@@ -26,22 +30,20 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from shardline.contract import FEATURES_FILE_ORDER
 from shardline.worker.errors import InputSchemaError, SetupError
 
 # Where the columns came from, as logged and written to the manifest.
 FROM_MODEL = "model"
 FROM_SPEC = "spec"
-INFERRED = "inferred"
+FROM_FILE_ORDER = "file_order"  # input.features: file_order, the one opt-in to the file's own column order
 
 WHY = {
     FROM_MODEL: "by the names the model recorded when it was fitted, in its order",
     FROM_SPEC: "from input.features (--features), in that order",
-    INFERRED: "inferred, as the model records no feature names and input.features is not set: every {kind} column, "
-              "in the file's order",
+    FROM_FILE_ORDER: "in the file's own order, as input.features is file_order (nothing checks that this is the "
+                     "order the model was trained with): every {kind} column",
 }
-# A custom script's model recorded names the file does not all have: the script may make them itself.
-WHY_LACKING = ("inferred: every {kind} column, in the file's order (the file lacks {lacking}, which the model "
-               "recorded and a script may make itself, and input.features is not set)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +68,6 @@ class FeatureChoice:
     source: str  # FROM_MODEL | FROM_SPEC | INFERRED
     unused: tuple[str, ...] = ()  # columns of the file that are neither features nor passthrough
     raw_columns: bool = False  # non-numeric columns were allowed (a pipeline, a script with a text body)
-    # Names a custom script's model recorded that the file lacks (the script must make them itself).
-    lacking: tuple[str, ...] = ()
 
     @property
     def order_vouched(self) -> bool:
@@ -75,9 +75,7 @@ class FeatureChoice:
         return self.source in (FROM_MODEL, FROM_SPEC)
 
     def describe(self) -> str:
-        template = WHY_LACKING if self.lacking else WHY[self.source]
-        why = template.format(kind="non-passthrough" if self.raw_columns else "numeric non-passthrough",
-                              lacking=_listing(self.lacking))
+        why = WHY[self.source].format(kind="non-passthrough" if self.raw_columns else "numeric non-passthrough")
         listing = _listing(self.columns)
         unused = f"; not used: {_listing(self.unused)}" if self.unused else ""
         return f"{len(self.columns)} feature column(s), {why}: {listing}{unused}"
@@ -98,6 +96,8 @@ def check_spec_against_model(spec_features: Sequence[str] | None, model: ModelIn
     """A spec that names other features than the model recorded is a setup error: every file would fail."""
     if model.names_are_hints:
         return
+    if spec_features == FEATURES_FILE_ORDER:
+        return  # the model's names, when it has them, win; else the file's order, with a warning
     if not spec_features or model.names is None:
         if spec_features and model.count is not None and len(spec_features) != model.count:
             raise SetupError(
@@ -118,7 +118,7 @@ def check_spec_against_model(spec_features: Sequence[str] | None, model: ModelIn
 def choose_features(
     schema: pa.Schema,
     model: ModelInputs,
-    spec_features: Sequence[str] | None,
+    spec_features: Sequence[str] | str | None,
     passthrough: Sequence[str],
     where: str,
 ) -> FeatureChoice:
@@ -130,11 +130,12 @@ def choose_features(
                 f"passthrough column {name!r} not found in {where}; columns present: {_listing(present)}. "
                 "Fix input.passthrough (--passthrough)"
             )
+    file_order = spec_features == FEATURES_FILE_ORDER
+    listed = None if file_order or not spec_features else tuple(spec_features)
     names = model.names
     lacking: tuple[str, ...] = ()
-    if names is not None and model.names_are_hints and (spec_features or any(n not in present for n in names)):
-        if not spec_features:
-            lacking = tuple(n for n in names if n not in present)
+    if names is not None and model.names_are_hints and (listed or any(n not in present for n in names)):
+        lacking = tuple(n for n in names if n not in present)
         names = None
     if names is not None:
         missing = [name for name in names if name not in present]
@@ -144,34 +145,38 @@ def choose_features(
                 f"columns present: {_listing(present)}. The model's feature names: {_listing(names)}"
             )
         columns, source = tuple(names), FROM_MODEL
-    elif spec_features:
-        for name in spec_features:
+    elif listed:
+        for name in listed:
             if name not in present:
                 raise InputSchemaError(
                     f"feature column {name!r} (input.features) not found in {where}; "
                     f"columns present: {_listing(present)}"
                 )
-        columns, source = tuple(spec_features), FROM_SPEC
+        columns, source = listed, FROM_SPEC
     else:
-        columns = tuple(
+        kind = "" if model.raw_columns else "numeric "
+        candidates = tuple(
             f.name for f in schema
             if f.name not in passthrough and (model.raw_columns or is_numeric(f.type))
         )
-        source = INFERRED
+        if not file_order:
+            error = InputSchemaError(unnamed_model_message(model, where, candidates, lacking))
+            error.candidates = candidates  # for a script, the worker tries them to name its other settings too
+            raise error
+        columns, source = candidates, FROM_FILE_ORDER
         if not columns:
             raise InputSchemaError(
-                f"{where} has no {'' if model.raw_columns else 'numeric '}columns besides the passthrough ones; "
-                f"columns present: {_listing(present)}. Name the features with input.features (--features)"
+                f"{where} has no {kind}columns besides the passthrough ones; columns present: {_listing(present)}. "
+                "Name the features with input.features (--features)"
             )
         if model.count is not None and len(columns) != model.count:
             skipped = [f.name for f in schema if f.name not in passthrough and f.name not in columns]
             raise InputSchemaError(
-                f"{model.described_as} expects {model.count} features, but {where} has {len(columns)} "
-                f"{'' if model.raw_columns else 'numeric '}column(s) besides the passthrough ones: "
-                f"{_listing(columns)}"
+                f"{model.described_as} expects {model.count} features, but {where} has {len(columns)} {kind}"
+                f"column(s) besides the passthrough ones: {_listing(columns)}"
                 + (f" (skipped, not numeric: {_listing(skipped)})" if skipped else "")
-                + f". The model records no feature names, so name its {model.count} features, in training order, "
-                "with input.features (--features), or list the extra columns in input.passthrough"
+                + f". input.features is file_order, which takes them all: name the model's {model.count} features, "
+                "in training order, with input.features (--features)"
             )
     if not model.raw_columns:
         for name in columns:
@@ -183,11 +188,36 @@ def choose_features(
                 )
     used = set(columns) | set(passthrough)
     unused = tuple(name for name in present if name not in used)
-    return FeatureChoice(columns=columns, source=source, unused=unused, raw_columns=model.raw_columns,
-                         lacking=lacking if source == INFERRED else ())
+    return FeatureChoice(columns=columns, source=source, unused=unused, raw_columns=model.raw_columns)
+
+
+def unnamed_model_message(model: ModelInputs, where: str, candidates: Sequence[str],
+                          lacking: Sequence[str] = ()) -> str:
+    """Why a model that records no feature names cannot read a file until input.features names them.
+
+    Suggests only the fix that cannot give wrong numbers: naming the features in training order.
+    (Listing extra columns as passthrough would leave the rest in the file's order, which may not be
+    the model's.)
+    """
+    if lacking:
+        recorded = (f"{_capital(model.described_as)} recorded feature names the file lacks "
+                    f"({_listing(lacking)}; the script may make them itself), so they cannot choose the columns")
+    else:
+        recorded = f"{_capital(model.described_as)} records no feature names"
+    wanted = f"its {model.count} features" if model.count is not None else "its features"
+    return (
+        f"{recorded}, and input.features (--features) is not set: nothing says which columns of {where} it was "
+        f"trained on, or in which order, and a file's own column order is no evidence of either. Name {wanted}, "
+        "in training order, with input.features (a list in the spec, or --features a,b,c). "
+        f"Candidate columns of the file (not passthrough): {_listing(list(candidates))}"
+    )
 
 
 def _listing(names: Sequence[str], limit: int = 20) -> str:
     names = list(names)
     shown = ", ".join(names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -26,13 +26,18 @@ _NUMBERS = re.compile(r"\d+(\.\d+)?(e[-+]?\d+)?", re.IGNORECASE)
 
 
 class OutputTally:
-    """Lines a script or library wrote, grouped by shape (digits ignored), with counts."""
+    """Lines a script or library wrote, grouped by shape (digits ignored), with counts.
+
+    A line is *notable* when it may signal a problem: a warning, a log record at WARNING or above, or
+    a line on stderr. Prints to stdout and INFO/DEBUG log records are routine (a script logging each
+    request it gets), and the preview shows them as notes, not warnings.
+    """
 
     def __init__(self) -> None:
-        self.lines: dict[str, list] = {}  # shape -> [first example, count]
+        self.lines: dict[str, list] = {}  # shape -> [first example, count, notable]
         self.dropped = 0
 
-    def add(self, line: str) -> None:
+    def add(self, line: str, notable: bool = True) -> None:
         line = line.rstrip()
         if not line.strip():
             return
@@ -40,8 +45,9 @@ class OutputTally:
         entry = self.lines.get(shape)
         if entry is not None:
             entry[1] += 1
+            entry[2] = entry[2] or notable
         elif len(self.lines) < MAX_DISTINCT_LINES:
-            self.lines[shape] = [line, 1]
+            self.lines[shape] = [line, 1, notable]
         else:
             self.dropped += 1
 
@@ -49,7 +55,11 @@ class OutputTally:
         return bool(self.lines) or self.dropped > 0
 
     def summary(self) -> list[tuple[str, int]]:
-        return [(example, count) for example, count in self.lines.values()]
+        return [(example, count) for example, count, _ in self.lines.values()]
+
+    def notable(self) -> list[tuple[str, int, bool]]:
+        """Each distinct line, its count, and whether it may signal a problem."""
+        return [(example, count, notable) for example, count, notable in self.lines.values()]
 
     def emit(self, where: str, source: str = "inference.py") -> None:
         """Log each distinct line once, with how often it came, then forget them."""
@@ -64,19 +74,19 @@ class OutputTally:
 
 
 class _TallyStream(io.TextIOBase):
-    def __init__(self, tally: OutputTally):
-        self.tally, self.pending = tally, ""
+    def __init__(self, tally: OutputTally, notable: bool):
+        self.tally, self.pending, self.notable = tally, "", notable
 
     def write(self, text: str) -> int:
         self.pending += text
         *complete, self.pending = self.pending.split("\n")
         for line in complete:
-            self.tally.add(line)
+            self.tally.add(line, self.notable)
         return len(text)
 
     def flush(self) -> None:
         if self.pending:
-            self.tally.add(self.pending)
+            self.tally.add(self.pending, self.notable)
             self.pending = ""
 
 
@@ -86,7 +96,7 @@ class _TallyHandler(logging.Handler):
         self.tally = tally
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.tally.add(f"{record.levelname} {record.name}: {record.getMessage()}")
+        self.tally.add(f"{record.levelname} {record.name}: {record.getMessage()}", record.levelno >= logging.WARNING)
 
 
 @contextlib.contextmanager
@@ -96,7 +106,7 @@ def captured(tally: OutputTally) -> Iterator[list[warnings.WarningMessage]]:
     Yields the list of caught warnings, for :func:`raise_for_wrong_input` to judge.
     Log records of the worker's own loggers still go to the worker's log.
     """
-    stream = _TallyStream(tally)
+    out, err = _TallyStream(tally, notable=False), _TallyStream(tally, notable=True)
     root = logging.getLogger()
     handler = _TallyHandler(tally)
     saved_handlers, saved_level = root.handlers[:], root.level
@@ -104,11 +114,12 @@ def captured(tally: OutputTally) -> Iterator[list[warnings.WarningMessage]]:
     root.setLevel(min(saved_level, logging.INFO) if saved_level else logging.INFO)
     try:
         with warnings.catch_warnings(record=True) as caught, \
-                contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             warnings.simplefilter("always")
             yield caught
     finally:
-        stream.flush()
+        out.flush()
+        err.flush()
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
 

@@ -28,12 +28,19 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.worker import formats, guards
-from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, FileError, SetupError
-from shardline.worker.features import FeatureChoice, check_spec_against_model, choose_features
+from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, InputSchemaError, SetupError
+from shardline.worker.features import FROM_FILE_ORDER, FeatureChoice, check_spec_against_model, choose_features
 from shardline.worker.models import ModelArtifact, load_predictor
-from shardline.worker.process import JobSettings, numeric_features, predict_batch
+from shardline.worker.process import (
+    JobSettings,
+    file_failure,
+    first_rows,
+    numeric_features,
+    predict_batch,
+    with_script_settings,
+)
 from shardline.worker.sagemaker_script import MULTI_RECORD, SINGLE_RECORD, ScriptProtocol
-from shardline.worker.work_units import InputFile, WorkUnit
+from shardline.worker.work_units import InputFile
 
 log = logging.getLogger(__name__)
 
@@ -89,25 +96,30 @@ def preview_file(file: InputFile, predictor, settings: JobSettings, rows: int, *
         report.protocol = predictor.protocol.describe()
     scratch = Path(settings.scratch_dir)
     tally = guards.OutputTally()
+    choice: FeatureChoice | None = None
     try:
         schema = formats.read_schema(file, scratch)
-        choice = choose_features(schema, predictor.inputs, settings.features, settings.passthrough,
-                                 file.relative_path)
+        try:
+            choice = choose_features(schema, predictor.inputs, settings.features, settings.passthrough,
+                                     file.relative_path)
+        except InputSchemaError as err:
+            raise with_script_settings(err, predictor, file, schema, scratch) from err
         report.features = {"source": choice.source, "columns": list(choice.columns), "unused": list(choice.unused),
                            "why": choice.describe()}
-        if choice.lacking:
-            lacking = ", ".join(choice.lacking)
-            report.warnings.append(
-                f"{file.relative_path} lacks column(s) {lacking} that {predictor.inputs.described_as} was fitted "
-                f"with: the script gets the file's other columns, and unless it makes {lacking} itself, the model "
-                "predicts from whatever the script fills in. Add the column(s) to the input, or check the script")
+        if choice.source == FROM_FILE_ORDER:
+            report.warnings.append(f"the model gets {choice.describe()}")
         columns = list(dict.fromkeys([*settings.passthrough, *choice.columns]))
-        batch = _first_rows(file, columns, numeric_features(schema, list(choice.columns)), rows, scratch)
+        batch = first_rows(file, columns, numeric_features(schema, list(choice.columns)), rows, scratch)
         if batch.num_rows == 0:
             report.notes.append(f"{file.relative_path} has no rows: the job writes an empty output for it")
             return report
         out = predict_batch(predictor, batch, choice, settings, tally)
-    except (FileError, SetupError) as err:
+    except SetupError as err:
+        report.error = f"{type(err).__name__}: {err}"
+        _add_said(report, tally)
+        return report
+    except Exception as err:  # noqa: BLE001 - as in the job: the file's failure, with the same hint
+        err = file_failure(err, file.relative_path, choice, predictor)
         report.error = f"{type(err).__name__}: {err}"
         _add_said(report, tally)
         return report
@@ -126,19 +138,6 @@ def preview_file(file: InputFile, predictor, settings: JobSettings, rows: int, *
         _compare_strategies(report, predictor, features, out)
         _check_sensitivity(report, predictor, features, out)
     return report
-
-
-def _first_rows(file: InputFile, columns: list[str], features: list[str], rows: int, scratch: Path) -> pa.RecordBatch:
-    unit = WorkUnit(file, est_bytes=file.size)
-    collected, have = [], 0
-    for batch in formats.iter_batches(unit, columns, features, rows, scratch):
-        collected.append(batch.slice(0, rows - have))
-        have += collected[-1].num_rows
-        if have >= rows:
-            break
-    if not collected:
-        return pa.RecordBatch.from_pylist([], schema=pa.schema([]))
-    return pa.Table.from_batches(collected).combine_chunks().to_batches()[0]
 
 
 def _jsonable(value: Any) -> Any:
@@ -187,9 +186,11 @@ def _check_inputs(report: PreviewReport, batch: pa.RecordBatch, choice: FeatureC
 
 
 def _add_said(report: PreviewReport, tally: guards.OutputTally) -> None:
-    for line, count in tally.summary():
+    """What the model code wrote: warnings, records at WARNING or above and stderr as warnings; its prints and
+    routine INFO logs as notes."""
+    for line, count, notable in tally.notable():
         times = f" ({count} times)" if count > 1 else ""
-        report.warnings.append(f"the model code said{times}: {line[:300]}")
+        (report.warnings if notable else report.notes).append(f"the model code said{times}: {line[:300]}")
 
 
 def _compare_strategies(report: PreviewReport, predictor, features: pa.RecordBatch, out: pa.RecordBatch) -> None:

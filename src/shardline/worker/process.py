@@ -21,9 +21,9 @@ import pyarrow as pa
 from shardline.report.histogram import Histogram
 from shardline.worker import formats, guards
 from shardline.worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
-from shardline.worker.errors import FileError, InputFormatError, PredictionError, SetupError
+from shardline.worker.errors import FileError, InputFormatError, InputSchemaError, PredictionError, SetupError
 from shardline.worker.features import (
-    INFERRED,
+    FROM_FILE_ORDER,
     FeatureChoice,
     check_spec_against_model,
     choose_features,
@@ -43,7 +43,7 @@ class JobSettings:
     artifact: ModelArtifact
     output_dir: str
     scratch_dir: str
-    features: tuple[str, ...] | None  # input.features (--features); the model's own names win over it
+    features: tuple[str, ...] | str | None  # input.features (--features), or "file_order"; a model's own names win
     passthrough: tuple[str, ...]
     batch_rows: int
     gpu_batch_rows: int
@@ -234,8 +234,11 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         schema = formats.read_schema(unit.file, scratch)
         # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
         if schema.names:
-            choice = choose_features(schema, state.predictor.inputs, settings.features, settings.passthrough,
-                                     unit.file.relative_path)
+            try:
+                choice = choose_features(schema, state.predictor.inputs, settings.features, settings.passthrough,
+                                         unit.file.relative_path)
+            except InputSchemaError as err:
+                raise with_script_settings(err, state.predictor, unit.file, schema, scratch) from err
         features = list(choice.columns) if choice else []
         columns = list(dict.fromkeys([*settings.passthrough, *features]))
         batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
@@ -284,18 +287,51 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         if isinstance(err, SetupError):  # a script's setup problem met while predicting: the job cannot go on
             return UnitResult(unit, ok=False, error_class="SetupError", error_message=str(err), worker=state.label,
                               fatal=True)
-        if not isinstance(err, FileError):
-            err = PredictionError(f"{type(err).__name__} while predicting {unit.label}: {err}"
-                                  + _feature_hint(choice))
-        message = str(err)
-        if isinstance(err, PredictionError) and state.predictor.kind == "custom" and choice is not None \
-                and choice.source == INFERRED:
-            # The script failed on columns nobody named: say which it got, and how to send others.
-            message += (f". The script got {choice.describe()}. If it expects other columns, or another order, "
-                        "name them with input.features (--features)")
+        err = file_failure(err, unit.label, choice, state.predictor)
         return UnitResult(unit, ok=False, rows_in=rows_in, seconds=time.perf_counter() - started,
-                          error_class=type(err).__name__, error_message=message, worker=state.label,
+                          error_class=type(err).__name__, error_message=str(err), worker=state.label,
                           ready_at=state.ready_at, timing=state.timing, features=choice)
+
+
+def file_failure(err: Exception, label: str, choice: FeatureChoice | None, predictor: Predictor) -> FileError:
+    """What a file fails with, and the hint that fixes it: the same for the job and for the preview."""
+    if not isinstance(err, FileError):
+        err = PredictionError(f"{type(err).__name__} while predicting {label}: {err}" + _feature_hint(choice))
+    if isinstance(err, PredictionError) and predictor.kind == "custom" and choice is not None \
+            and choice.source == FROM_FILE_ORDER:
+        # The script failed on columns taken in the file's order: say which it got, and how to send others.
+        err = type(err)(f"{err}. The script got {choice.describe()}. If it expects other columns, or another "
+                        "order, name them with input.features (--features)")
+    return err
+
+
+def with_script_settings(err: InputSchemaError, predictor: Predictor, file: InputFile, schema: pa.Schema,
+                         scratch: Path) -> InputSchemaError:
+    """A custom script stopped because nothing names its features: also name the request settings it needs,
+    found by trying its first records, so that one failed run names every setting to change."""
+    candidates = getattr(err, "candidates", None)
+    if predictor.kind != "custom" or not candidates:
+        return err
+    try:
+        batch = first_rows(file, list(candidates), numeric_features(schema, list(candidates)), 3, scratch)
+        hint = predictor.other_settings_needed(batch) if batch.num_rows else ""
+    except Exception:  # noqa: BLE001 - the hint is a courtesy: the error stands without it
+        return err
+    return InputSchemaError(f"{err}. {hint}") if hint else err
+
+
+def first_rows(file: InputFile, columns: list[str], features: list[str], rows: int, scratch: Path) -> pa.RecordBatch:
+    """The first ``rows`` rows of ``file`` (``columns`` only), read as a job reads them."""
+    unit = WorkUnit(file, est_bytes=file.size)
+    collected, have = [], 0
+    for batch in formats.iter_batches(unit, columns, features, rows, scratch):
+        collected.append(batch.slice(0, rows - have))
+        have += collected[-1].num_rows
+        if have >= rows:
+            break
+    if not collected:
+        return pa.RecordBatch.from_pylist([], schema=pa.schema([]))
+    return pa.Table.from_batches(collected).combine_chunks().to_batches()[0]
 
 
 def numeric_features(schema: pa.Schema, features: list[str]) -> list[str]:

@@ -26,6 +26,7 @@ from shardline.report.histogram import Histogram
 from shardline.worker import forkserver, process
 from shardline.worker.devices import WorkerSlot
 from shardline.worker.errors import HostSetupError, SetupError
+from shardline.worker.features import FROM_FILE_ORDER
 from shardline.worker.process import JobSettings, UnitResult
 from shardline.worker.work_units import InputFile, WorkUnit
 
@@ -374,7 +375,8 @@ class Runner:
         report.seconds += result.seconds
         if result.features is not None:
             if result.features not in self.feature_choices:
-                level = logging.WARNING if result.features.lacking else logging.INFO
+                # The file's own column order decided: said as a warning, as nothing vouches for it.
+                level = logging.WARNING if result.features.source == FROM_FILE_ORDER else logging.INFO
                 log.log(level, "%s%s: the model gets %s", self.prefix, rel, result.features.describe())
                 self.feature_choices[result.features] = 0
             self.feature_choices[result.features] += 1

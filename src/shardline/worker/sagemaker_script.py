@@ -9,7 +9,8 @@ Requests (``content_type``), one body per call:
 - ``text/csv``: one line per record, no header unless ``csv_header`` (Batch Transform
   splits input on lines); a str, as the inference toolkit decodes UTF-8 types.
 - ``application/json``: ``json_layout`` ``records`` (default): a JSON array of objects keyed
-  by column name; ``instances``: ``{"instances": [[...], ...]}``; ``array``: ``[[...], ...]``.
+  by column name; ``instances``: ``{"instances": [[...], ...]}``; ``inputs``: ``{"inputs": [[...], ...]}``
+  (Hugging Face-style handlers); ``array``: ``[[...], ...]``.
   A str.
 - ``application/jsonlines``: one JSON object per line (``json_layout: array``: one JSON
   array per line). Bytes, as the toolkit passes them.
@@ -17,10 +18,11 @@ Requests (``content_type``), one body per call:
 
 ``batch_strategy`` ``multi_record`` packs records into a call up to ``--batch-rows`` and
 ``max_payload_mb`` (like Batch Transform's MaxPayloadInMB); ``single_record`` sends one record
-per call: one CSV line, one JSON object (or ``{"instances": [row]}``, or one flat array),
+per call: one CSV line, one JSON object (or ``{"instances": [row]}``, ``{"inputs": [row]}``, or one flat array),
 one JSON line, or a 1-D npy array.
 
-Responses (``accept``, or the content type of a ``(body, content_type)`` tuple): CSV with one
+Responses (``accept``, application/json unless set, as in SageMaker's inference toolkit; or the
+content type of a ``(body, content_type)`` tuple): CSV with one
 prediction per line, several values per line (one column each), an optional header line, or
 one line holding N values for N records; JSON as a list, ``{"predictions": [...]}``, a list
 of objects (each field an output column) or an object of columns; JSON lines; npy; or a
@@ -48,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from shardline.contract import JSON_LAYOUTS
+from shardline.contract import JSON_LAYOUTS, WRAPPED_JSON_LAYOUTS
 from shardline.worker.errors import FileError, PredictionError, SetupError
 from shardline.worker.features import ModelInputs
 
@@ -59,6 +61,7 @@ JSON = "application/json"
 JSONLINES = "application/jsonlines"
 NPY = "application/x-npy"
 CONTENT_TYPES = (CSV, JSON, JSONLINES, NPY)
+DEFAULT_ACCEPT = JSON  # what the inference toolkit asks output_fn for when the request names no Accept
 _ALIASES = {"application/x-jsonlines": JSONLINES, "application/jsonl": JSONLINES, "application/x-ndjson": JSONLINES,
             "application/json-lines": JSONLINES, "text/json": JSON}
 TEXT_BODIES = (CSV, JSON)  # the inference toolkit decodes these to str before input_fn; others stay bytes
@@ -80,7 +83,9 @@ class ScriptProtocol:
     """How records travel to the script and back. Mirrors the spec's ``model.*`` settings."""
 
     content_type: str = CSV
-    accept: str | None = None  # None: the same as content_type
+    # None: application/json, as SageMaker's inference toolkit asks output_fn for when no Accept is given
+    # (its SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT default).
+    accept: str | None = None
     batch_strategy: str = MULTI_RECORD
     json_layout: str = "records"
     max_payload_mb: float = 6.0
@@ -102,15 +107,16 @@ class ScriptProtocol:
         if self.json_layout not in JSON_LAYOUTS:
             raise SetupError(f"unknown JSON layout {self.json_layout!r} (model.json_layout, --json-layout): "
                              f"use one of {', '.join(JSON_LAYOUTS)}")
-        if self.content_type == JSONLINES and self.json_layout == "instances":
-            raise SetupError("json_layout 'instances' is one JSON document; with application/jsonlines use "
-                             "'records' (an object per line) or 'array' (an array per line)")
+        if self.content_type == JSONLINES and self.json_layout in WRAPPED_JSON_LAYOUTS:
+            raise SetupError(f"model.json_layout (--json-layout) {self.json_layout!r} is one JSON document; with "
+                             "model.content_type application/jsonlines use 'records' (an object per line) or 'array' "
+                             "(an array per line), or model.content_type: application/json")
         if not self.max_payload_mb > 0:
             raise SetupError("max_payload_mb (--max-payload-mb) must be greater than 0")
 
     @property
     def response_type(self) -> str:
-        return self.accept or self.content_type
+        return self.accept or DEFAULT_ACCEPT
 
     @property
     def single(self) -> bool:
@@ -158,8 +164,8 @@ class EncodedRecords:
             text = pieces[start] if p.single else "\n".join(pieces[start:stop]) + "\n"
             return text.encode()
         # application/json
-        if p.json_layout == "instances":
-            return '{"instances": [' + ", ".join(pieces[start:stop]) + "]}"
+        if p.json_layout in WRAPPED_JSON_LAYOUTS:
+            return '{"' + p.json_layout + '": [' + ", ".join(pieces[start:stop]) + "]}"
         if p.single:
             return pieces[start]
         return "[" + ", ".join(pieces[start:stop]) + "]"
@@ -281,19 +287,27 @@ def decode_response(response: Any, content_type: str, records: int) -> Columns:
     ct = media_type(content_type)
     if isinstance(response, (str, bytes, bytearray, memoryview)):
         raw = response.encode() if isinstance(response, str) else bytes(response)
-        if ct == CSV:
-            return _from_csv(raw.decode("utf-8"), records)
-        if ct == JSON:
-            return _from_json_text(raw.decode("utf-8"), records)
-        if ct == JSONLINES:
-            return _from_value(_json_lines(raw.decode("utf-8")), records)
         if ct == NPY:
             try:
                 return _from_value(np.load(io.BytesIO(raw), allow_pickle=False), records)
             except ValueError as err:
                 raise ResponseShapeError(f"the response is not a .npy array ({err}); check model.accept") from err
-        raise ResponseShapeError(f"cannot read a response of content type {ct!r}; use one of "
-                                 f"{', '.join(CONTENT_TYPES)} (model.accept), or return (body, content_type)")
+        if ct not in (CSV, JSON, JSONLINES):
+            raise ResponseShapeError(f"cannot read a response of content type {ct!r}; use one of "
+                                     f"{', '.join(CONTENT_TYPES)} (model.accept), or return (body, content_type)")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            npy = raw.startswith(b"\x93NUMPY")
+            raise ResponseShapeError(
+                f"the response is binary, not UTF-8 text, but is read as {ct} (model.accept)"
+                + (": it is a .npy array, so set model.accept: application/x-npy (--accept application/x-npy)"
+                   if npy else f" ({err})")) from err
+        if ct == CSV:
+            return _from_csv(text, records)
+        if ct == JSON:
+            return _from_json_text(text, records)
+        return _from_value(_json_lines(text), records)
     return _from_value(response, records)
 
 
@@ -644,7 +658,7 @@ def model_inputs_of_script(script: InferenceScript, protocol: ScriptProtocol) ->
     recorded = recorded_inputs(script.model)
     raw = protocol.content_type != NPY and script.takes_body
     return ModelInputs(names=recorded.names, count=None, raw_columns=raw, names_are_hints=True,
-                       described_as=f"the model {Path(script.path).name}'s model_fn returned")
+                       described_as=f"the model that {Path(script.path).name}'s model_fn returned")
 
 
 class ScriptPredictor:
@@ -692,20 +706,14 @@ class ScriptPredictor:
         return _concatenate(parts)
 
     def diagnose(self, batch: pa.RecordBatch, err: Exception) -> str:
-        """Find a setting under which the first records work, to name it in the error. Runs on failure only."""
-        from shardline.worker.guards import OutputTally, captured
-
-        sample = batch.slice(0, min(3, batch.num_rows))
+        """Find the settings under which the first records work, to name them all in the error. Runs on
+        failure only."""
         # A script that returned several predictions for several records handles them: one record per
         # call would only turn its extra values into extra columns, not fix it.
         many = isinstance(err, ResponseShapeError) and err.got is not None and err.got > 1
-        for setting, alternative in self._alternatives(sample.num_rows, single=not many):
-            try:
-                with captured(OutputTally()):  # the alternatives' output is not the file's
-                    self.run(sample, alternative)
-            except Exception:  # noqa: BLE001 - any failure means "not this setting"
-                continue
-            return (f"The same records work with {setting}: this script seems to expect that; set it in the "
+        found = self.settings_that_work(batch, single=not many)
+        if found:
+            return (f"The same records work with {found}: this script seems to expect that; set it in the "
                     "step's model settings")
         # What the script was really given: a body when it has input_fn (or transform_fn), else the matrix.
         given = f"a float64 matrix of the feature columns ({self.protocol.batch_strategy})"
@@ -721,16 +729,59 @@ class ScriptPredictor:
         if isinstance(err, ResponseShapeError) and err.got is not None and err.got == err.records + 1:
             hints.append("one prediction too many: does the script predict on the empty line after a body's last "
                          "line break, or add a header or summary value to its response?")
+        if (self.script.takes_body and _names_a_missing_key(err)) or _is_bare_assertion(err):
+            hints.append(f"the script looks for a key or shape in the request that is not there: the JSON layouts "
+                         f"the worker can send are {JSON_LAYOUT_SHAPES} (model.json_layout, --json-layout, with "
+                         "model.content_type: application/json)")
         return "; ".join(hints)
 
+    def other_settings_needed(self, batch: pa.RecordBatch) -> str:
+        """When the features are not named yet: the request settings the script needs besides, found on the
+        first records of ``batch`` (the file's candidate columns), so one failed run names every setting."""
+        from shardline.worker.guards import OutputTally, captured
+
+        try:
+            with captured(OutputTally()):
+                self.run(batch.slice(0, min(3, batch.num_rows)), self.protocol)
+            return ""
+        except Exception:  # noqa: BLE001 - the settings as they are do not work: look for others
+            pass
+        found = self.settings_that_work(batch)
+        return (f"Tried on the first records (in the file's column order), the script also needs {found}: set that "
+                "too") if found else ""
+
+    def settings_that_work(self, batch: pa.RecordBatch, single: bool = True) -> str | None:
+        """The fewest setting changes (one, else two) under which the script handles the first few records of
+        ``batch``, named as a user sets them; None if none does. Runs on failure only."""
+        from shardline.worker.guards import OutputTally, captured
+
+        sample = batch.slice(0, min(3, batch.num_rows))
+        for setting, alternative in self._alternatives(sample.num_rows, single=single):
+            try:
+                with captured(OutputTally()):  # the alternatives' output is not the file's
+                    self.run(sample, alternative)
+            except Exception:  # noqa: BLE001 - any failure means "not this setting"
+                continue
+            return setting
+        return None
+
     def _alternatives(self, rows: int, single: bool = True) -> list[tuple[str, ScriptProtocol]]:
+        """Protocols to try, fewest changes first: each request setting, each accept type, then each request
+        setting with each accept type (a script whose output_fn ignores accept needs both)."""
+        requests = self._request_alternatives(rows, single)
+        accepts = [(f"model.accept: {a} (--accept {a})", a) for a in CONTENT_TYPES if a != self.protocol.response_type]
+        both = [(f"{setting} and {accept_setting}", alternative.replace(accept=accept))
+                for setting, alternative in requests for accept_setting, accept in accepts]
+        return [*requests, *[(setting, self.protocol.replace(accept=a)) for setting, a in accepts], *both]
+
+    def _request_alternatives(self, rows: int, single: bool = True) -> list[tuple[str, ScriptProtocol]]:
         p, options = self.protocol, []
         if p.content_type == CSV:
             options.append(("model.csv_header: true (--csv-header)" if not p.csv_header else
                             "model.csv_header: false", p.replace(csv_header=not p.csv_header)))
         if p.content_type in (JSON, JSONLINES):
             for layout in JSON_LAYOUTS:
-                if layout != p.json_layout and not (p.content_type == JSONLINES and layout == "instances"):
+                if layout != p.json_layout and not (p.content_type == JSONLINES and layout in WRAPPED_JSON_LAYOUTS):
                     options.append((f"model.json_layout: {layout} (--json-layout {layout})",
                                     p.replace(json_layout=layout)))
         if not p.single:
@@ -749,12 +800,26 @@ class ScriptPredictor:
                     options.append((setting, p.replace(content_type=content_type)))
                     continue
                 for layout in JSON_LAYOUTS:
-                    if content_type == JSONLINES and layout == "instances":
+                    if content_type == JSONLINES and layout in WRAPPED_JSON_LAYOUTS:
                         continue
                     options.append((setting if layout == "records" else
                                     f"{setting} and model.json_layout: {layout} (--json-layout {layout})",
                                     p.replace(content_type=content_type, json_layout=layout)))
         return options
+
+
+def _names_a_missing_key(err: Exception) -> bool:
+    """The script's own KeyError (or TypeError indexing a list by a string): it looked for a JSON key."""
+    cause = err.__cause__
+    return isinstance(cause, KeyError) or (isinstance(cause, TypeError) and "indices must be" in str(cause))
+
+
+def _is_bare_assertion(err: Exception) -> bool:
+    return isinstance(err.__cause__, AssertionError)
+
+
+JSON_LAYOUT_SHAPES = ('records [{"column": value, ...}, ...], instances {"instances": [[...], ...]}, '
+                      'inputs {"inputs": [[...], ...]} and array [[...], ...]')
 
 
 def _require_numeric(batch: pa.RecordBatch, what: str) -> None:
