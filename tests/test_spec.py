@@ -305,3 +305,10 @@ def test_a_conf_is_checked_as_the_trigger_forms_params_check_it(conf, problem):
 
     said = param_type_problem(conf)
     assert (said is None) if problem is None else (problem in said), said
+
+
+@pytest.mark.parametrize("written", ["s3://raw/events/dt={{ ds }}", "s3://raw/events/dt={{ ds }}/"])
+def test_an_input_prefix_is_a_folder_with_or_without_its_slash(written):
+    # Without the "/", s3://raw/events/dt=2026-11-2 would also list dt=2026-11-20/ to dt=2026-11-29/.
+    spec = parse_spec(minimal(steps=[{**minimal()["steps"][0], "input": {"prefix": written}}]), "p.yaml")
+    assert spec.steps[0].input.prefix == "s3://raw/events/dt={{ ds }}/"

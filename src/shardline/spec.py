@@ -136,6 +136,13 @@ class InputSpec(_Strict):
                                  "files still being written for the interval land first (not used with "
                                  "ready_marker, which says when the partition is complete)")
 
+    @field_validator("prefix")
+    @classmethod
+    def _a_folder(cls, value: str | None) -> str | None:
+        # A prefix is a folder: without its "/", s3://b/events/dt=2026-11-2 would also list dt=2026-11-20/ to
+        # dt=2026-11-29/. Normalised rather than refused: what the author meant is never in doubt.
+        return value if value is None or value.endswith("/") else value + "/"
+
     @model_validator(mode="after")
     def _one_source(self) -> InputSpec:
         if (self.prefix is None) == (self.from_step is None):

@@ -57,7 +57,7 @@ def minutely(airflow_stack, tmp_path, monkeypatch):
             "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
             # Minutes with no input (every one but the test's) skip once they are complete.
             "input": {"prefix": f"s3://{bucket}/events/{minute}/", "passthrough": ["id"], "settle_seconds": SETTLE,
-                      "when_missing": "skip"},
+                      "when_missing": "skip", "features": synthetic.feature_names()},
             "output": {"prefix": f"s3://{bucket}/scores/{minute}/"},
             "resources": {"instance_count": 1, "workers_per_instance": 1},
             "retry": {"max_attempts": 3, "backoff_seconds": 0},

@@ -29,7 +29,7 @@ from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, manifest_body, write_manifest
 from shardline.planning.request import build_processing_request
 from shardline.spec import parse_spec
-from tests.helpers import write_inference_script
+from tests.helpers import FEATURES_ARG, write_inference_script
 
 ROLE = "arn:aws:iam::123456789012:role/shardline"
 IMAGE = "shardline-worker:cpu"
@@ -204,7 +204,7 @@ def endless_job(job, tmp_path):
 
     def build(run_id):
         request = job(run_id=run_id, model_key="endless/model.tar.gz", model_sha=sha)
-        request["AppSpecification"]["ContainerArguments"] += ["--workers", "1"]
+        request["AppSpecification"]["ContainerArguments"] += ["--workers", "1", "--features", FEATURES_ARG]
         request["Environment"]["MARKS_DIR"] = str(marks)
         return request
 

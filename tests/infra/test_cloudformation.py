@@ -103,6 +103,8 @@ def statements(template: dict, role: str) -> list[dict]:
 
 ACCOUNT, REGION = "123456789012", "eu-west-1"
 CONDITIONS = "::conditions"  # where example_values keeps the template's Conditions, evaluated
+# Values of the required parameters (those without a default) in the example deployment.
+REQUIRED_EXAMPLES = {"Pipeline": "churn"}
 
 
 def example_values(template: dict, **parameters) -> dict:
@@ -110,7 +112,7 @@ def example_values(template: dict, **parameters) -> dict:
     values: dict = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT,
                     "AWS::StackName": "sl", "AWS::URLSuffix": "amazonaws.com"}
     for name, param in template["Parameters"].items():
-        value = parameters.pop(name, param.get("Default", ""))
+        value = parameters.pop(name, param.get("Default", REQUIRED_EXAMPLES.get(name, "")))
         if param["Type"] == "CommaDelimitedList" and isinstance(value, str):
             value = value.split(",")  # what Ref gives: a list ("" is [""])
         values[name] = value if isinstance(value, list) else str(value)
@@ -656,7 +658,7 @@ def _object_arn(values: dict, uri: str) -> str:
     return f"arn:aws:s3:::{bucket}/{key}"
 
 
-@pytest.mark.parametrize("output_rest", ["", "churn/scores/dt=2026-11-22/"])
+@pytest.mark.parametrize("output_rest", ["churn/", "churn/scores/dt=2026-11-22/"])
 def test_s3_access_follows_the_data_layout(template, output_rest):
     """Who may read and write inputs, models, outputs and manifests, at the keys the code uses."""
     from shardline.planning.naming import manifest_key, outputs_manifest_key, success_marker_key
@@ -697,7 +699,7 @@ def test_s3_access_follows_the_data_layout(template, output_rest):
 
 
 def test_a_pipeline_stack_reads_and_writes_only_its_own_outputs(template):
-    """With Pipeline set, a job's outputs (and from_step reads) are <OutputPrefix><Pipeline>/ only."""
+    """A job's outputs (and from_step reads) are <OutputPrefix><Pipeline>/ only: never another pipeline's."""
     values = example_values(template, Pipeline="daily_churn")
     bucket, out = values["DataBucket"], values["OutputPrefix"]
 
@@ -706,14 +708,12 @@ def test_a_pipeline_stack_reads_and_writes_only_its_own_outputs(template):
 
     own, other = obj(f"{out}daily_churn/scores/part-0.parquet"), obj(f"{out}weekly_ltv/scores/part-0.parquet")
     twin = obj(f"{out}daily_churn_v2/scores/part-0.parquet")  # a longer name is another pipeline
-    for pipeline, reaches_other in (("daily_churn", False), ("*", True)):
-        for action in ("s3:GetObject", "s3:PutObject"):
-            assert decide(template, SM, action, own, {}, Pipeline=pipeline), (pipeline, action)
-            for arn in (other, twin):
-                assert decide(template, SM, action, arn, {}, Pipeline=pipeline) == reaches_other, (pipeline, arn)
-        listing = {"s3:prefix": f"{out}weekly_ltv/scores/"}
-        assert decide(template, SM, "s3:ListBucket", values["DataBucket.Arn"], listing,
-                      Pipeline=pipeline) == reaches_other
+    for action in ("s3:GetObject", "s3:PutObject"):
+        assert decide(template, SM, action, own, {}, Pipeline="daily_churn"), action
+        for arn in (other, twin):
+            assert not decide(template, SM, action, arn, {}, Pipeline="daily_churn"), (action, arn)
+    listing = {"s3:prefix": f"{out}weekly_ltv/scores/"}
+    assert not decide(template, SM, "s3:ListBucket", values["DataBucket.Arn"], listing, Pipeline="daily_churn")
     manifest = obj(f"{out}daily_churn/scores/_shardline/manifests/run/score/attempt-0001.manifest")
     assert decide(template, SM, "s3:GetObject", manifest, {}, Pipeline="daily_churn")
     assert not decide(template, SM, "s3:PutObject", manifest, {}, Pipeline="daily_churn")
@@ -721,12 +721,39 @@ def test_a_pipeline_stack_reads_and_writes_only_its_own_outputs(template):
         assert decide(template, SM, "s3:GetObject", obj(shared), {}, Pipeline="daily_churn")
 
 
-def test_pipeline_parameter_takes_exactly_the_specs_pipeline_names_or_star(template):
+def test_a_job_writes_under_shardline_only_its_instances_manifests(template):
+    """Of every key the code writes under an output's _shardline/ folder, a job may write the instances'
+    manifests alone: never an input manifest, an outputs manifest, a run report (which the on-call engineer
+    opens, and whose JSON is the next run's drift reference) or _SUCCESS. Of its own pipeline or any other."""
+    from shardline.planning import naming
+
+    values = example_values(template, Pipeline="daily_churn")
+    bucket = values["DataBucket"]
+    run = "scheduled__2026-11-22T00:00:00+00:00"
+    for pipeline in ("daily_churn", "weekly_ltv"):
+        prefix = f"s3://{bucket}/{values['OutputPrefix']}{pipeline}/scores/dt=2026-11-22/"
+        written = {
+            "instance manifest": naming.worker_manifest_key(prefix, 2, "algo-1"),
+            "input manifest": naming.manifest_key(prefix, run, "score", 2),
+            "outputs manifest": naming.outputs_manifest_key(prefix, run, "score"),
+            "report.html": naming.report_key(prefix, run, "score"),
+            "report.json": naming.report_key(prefix, run, "score", suffix="json"),
+            "_SUCCESS": naming.success_marker_key(prefix),
+        }
+        for what, uri in written.items():
+            arn = f"arn:aws:s3:::{uri.removeprefix('s3://')}"
+            may = what == "instance manifest" and pipeline == "daily_churn"
+            assert decide(template, SM, "s3:PutObject", arn, {}, Pipeline="daily_churn") == may, (pipeline, what)
+            assert not decide(template, SM, "s3:DeleteObject", arn, {}, Pipeline="daily_churn"), (pipeline, what)
+
+
+def test_pipeline_parameter_is_required_and_takes_exactly_the_specs_pipeline_names(template):
     from shardline.spec import NAME_PATTERN
 
+    assert "Default" not in template["Parameters"]["Pipeline"]  # no `*`, no stack for every pipeline
     pattern = template["Parameters"]["Pipeline"]["AllowedPattern"]
     for name in ("*", "daily_churn", "a", "x-1", "a" * 40, "a" * 41, "", "Daily", "1abc", "a*", "RUN#x", "a?b"):
-        assert bool(re.fullmatch(pattern, name)) == (name == "*" or bool(re.fullmatch(NAME_PATTERN, name))), name
+        assert bool(re.fullmatch(pattern, name)) == bool(re.fullmatch(NAME_PATTERN, name)), name
 
 
 def test_list_bucket_prefixes(template):
@@ -923,14 +950,14 @@ def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_sessi
     assert not missing, f"the Airflow role lacks {sorted(missing)}"
 
 
-@pytest.mark.parametrize("pipeline", ["*", "p"])
-def test_every_worker_call_passes_the_execution_roles_conditions(template, ledger_session, pipeline):
-    """The real requests (keys, attributes, ReturnValues) pass LeadingKeys, Attributes and ReturnValues,
-    in a stack for every pipeline and in one for the worker's own; a stack for another refuses them all."""
+def test_every_worker_call_passes_the_execution_roles_conditions(template, ledger_session):
+    """The real requests (keys, attributes, ReturnValues) pass LeadingKeys, Attributes and ReturnValues in
+    the stack of the worker's own pipeline; the stack of another refuses them all: a job of pipeline A cannot
+    write pipeline B's ledger items."""
     table_arn = example_values(template)["LedgerTable.Arn"]
     requests = dynamodb_requests(ledger_session.worker)
     denied = [(action, context) for action, context in requests
-              if not decide(template, SM, action, table_arn, context, Pipeline=pipeline)]
+              if not decide(template, SM, action, table_arn, context, Pipeline="p")]
     assert not denied, "the execution role would refuse the worker's own calls:\n" + "\n".join(map(str, denied))
     assert not any(decide(template, SM, action, table_arn, context, Pipeline="other")
                    for action, context in requests)

@@ -251,3 +251,28 @@ def test_an_error_message_prints_terminal_controls_escaped(hostile_run):
 def test_a_malformed_run_name_is_a_usage_error():
     result = run("--dags-folder", str(REPO / "dags"), "status", "tabular_scoring_hourly")
     assert result.returncode == 2 and "is not a run name" in result.stderr, result.stderr
+
+
+def test_login_never_takes_a_secret_from_the_command_line(tmp_path):
+    refused = run("login", "https://airflow.example.com", "--token", "eyJsecret",
+                  env={"SHARDLINE_AIRFLOW_CONFIG": str(tmp_path / "login.json")})
+    assert refused.returncode == 2, refused.stderr
+    assert "--token-stdin" in refused.stderr and "ps" in refused.stderr
+    assert not (tmp_path / "login.json").exists()
+
+
+@pytest.mark.parametrize(("url", "warned"), [
+    ("http://airflow.example.com:8080", True),
+    ("http://10.0.0.7:8080", True),
+    ("https://airflow.example.com", False),
+    ("http://localhost:8080", False),
+    ("http://127.0.0.1:8080", False),
+    ("http://[::1]:8080", False),
+])
+def test_login_warns_before_sending_secrets_over_plain_http_to_another_host(url, warned):
+    from shardline.oncall.cli import plain_http_warning
+
+    warning = plain_http_warning(url)
+    assert bool(warning) == warned, (url, warning)
+    if warned:
+        assert warning.startswith("WARNING:") and "unencrypted" in warning and "https://" in warning

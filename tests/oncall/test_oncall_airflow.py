@@ -272,17 +272,17 @@ def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_p
     prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
     for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=1_000):
         staged["s3"].upload_file(str(path), BUCKET, prefix + path.name)
-    # A model that never answers: the job is certainly still running when it is cancelled, however busy
+    # A model that never loads: the job is certainly still running when it is cancelled, however busy
     # the machine (a big input that is merely slow can finish first).
     write_inference_script(tmp_path / "endless", """
         import time
 
         def model_fn(model_dir):
-            return None
-
-        def predict_fn(data, model):
             while True:
                 time.sleep(1)
+
+        def predict_fn(data, model):
+            return data[:, 0]
     """)
     synthetic.pack(tmp_path / "endless", tmp_path / "endless.tar.gz")
     staged["s3"].upload_file(str(tmp_path / "endless.tar.gz"), BUCKET, "models/xgboost/endless/model.tar.gz")

@@ -143,6 +143,34 @@ def test_ranged_reads_return_exactly_the_object_bytes(bucket):
     assert reader.read(3000) == body[5:3005]
 
 
+def test_the_sample_reads_a_bounded_number_of_bytes_and_lines(bucket, tmp_path):
+    """An input is anyone's bytes: a line with no end, a gzip bomb, or a parquet file too big to sample is
+    refused, naming the object, after reading at most the cap."""
+    import gzip
+
+    from shardline.oncall.preview import SampleTooLarge, fetch_sample
+
+    s3, name = bucket
+    cap = 64 << 10
+    s3.put_object(Bucket=name, Key="in/endless.csv", Body=b"a,b\n" + b"1" * (4 * cap))  # one line with no end
+    s3.put_object(Bucket=name, Key="in/bomb.csv.gz", Body=gzip.compress(b"a,b\n" + b"1,2\n" * (cap // 2)))
+    s3.put_object(Bucket=name, Key="in/fine.csv", Body=b"a,b\n" + b"1,2\n" * 100)
+    buf = io.BytesIO()
+    pq.write_table(synthetic.make_table(20_000, seed=1), buf)  # one row group of ~5 MB
+    s3.put_object(Bucket=name, Key="in/big.parquet", Body=buf.getvalue())
+    s3.put_object(Bucket=name, Key="in/big.parquet.gz", Body=gzip.compress(buf.getvalue()))
+    for key in ("in/endless.csv", "in/big.parquet", "in/big.parquet.gz"):
+        with pytest.raises(SampleTooLarge, match=f"s3://{name}/{key}"):
+            fetch_sample(s3, name, key, 20, tmp_path / key.replace("/", "-"), max_bytes=cap)
+    # The gzip bomb is cut at the cap of uncompressed lines: 20 rows are far within it.
+    sample = fetch_sample(s3, name, "in/bomb.csv.gz", 20, tmp_path / "bomb", max_bytes=cap)
+    assert sample.read_bytes().count(b"\n") == 21
+    with pytest.raises(SampleTooLarge, match="are over"):
+        fetch_sample(s3, name, "in/bomb.csv.gz", 10 * cap, tmp_path / "bomb2", max_bytes=cap)
+    assert fetch_sample(s3, name, "in/fine.csv", 20, tmp_path / "fine", max_bytes=cap).read_bytes() \
+        == b"a,b\n" + b"1,2\n" * 20
+
+
 @pytest.mark.slow
 def test_a_script_that_takes_one_record_fails_the_preview_naming_the_setting(bucket, sklearn_model, tmp_path):
     s3, name = bucket

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from shardline.orchestration import steps
+from shardline.planning.naming import run_folder
 from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
 
 CLI = Path(sys.executable).with_name("shardline")
 PIPELINE = "report_cli"
@@ -62,14 +64,14 @@ def test_report_fetches_a_finished_step_s_report_to_a_local_file(staged, tmp_pat
     attempt = steps.submit(spec, steps.plan(spec, "score", "run-1", **plan_args(bucket)))
     wait_for_job(spec, attempt)
     assert steps.finish(spec, attempt, "ADVANCE", "3 files succeeded").value == "SUCCEEDED"  # writes the report
-    html = s3_body(bucket, "out/_shardline/reports/run-1/score/report.html")
-    stored_json = json.loads(s3_body(bucket, "out/_shardline/reports/run-1/score/report.json"))
+    html = s3_body(bucket, f"out/_shardline/reports/{run_folder('run-1')}/score/report.html")
+    stored_json = json.loads(s3_body(bucket, f"out/_shardline/reports/{run_folder('run-1')}/score/report.json"))
 
     fetched = run(*dags, "report", f"{PIPELINE}/run-1", "--step", "score", env=env, cwd=cwd)
     assert fetched.returncode == 0, fetched.stderr
     path = cwd / ".shardline" / "reports" / PIPELINE / "run-1" / "score" / "report.html"
     assert fetched.stdout.splitlines() == [str(path)]
-    assert path.read_bytes() == html and b"<img" in html
+    assert path.read_bytes() == html and b"<img" in html  # rendered from report.json: the same page
 
     # Without --step: every step of the run that has a report (here the one step).
     path.unlink()
@@ -88,12 +90,12 @@ def test_report_fetches_a_finished_step_s_report_to_a_local_file(staged, tmp_pat
 
     # --out writes where it is told; --open hands the file's URI to the browser ($BROWSER, as webbrowser reads it).
     opened = tmp_path / "opened.txt"
-    browser = tmp_path / "browser.sh"
-    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
-    browser.chmod(0o755)
+    fake_browser = tmp_path / "browser.sh"
+    fake_browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
+    fake_browser.chmod(0o755)
     out = tmp_path / "elsewhere" / "r.html"
     chosen = run(*dags, "report", f"{PIPELINE}/run-1", "--step", "score", "--out", str(out), "--open",
-                 env={**env, "BROWSER": f"{browser} %s"}, cwd=cwd)
+                 env={**env, "BROWSER": f"{fake_browser} %s"}, cwd=cwd)
     assert chosen.returncode == 0, chosen.stderr
     assert chosen.stdout.splitlines() == [str(out)] and out.read_bytes() == html
     assert opened.read_text() == out.resolve().as_uri()
@@ -117,3 +119,38 @@ def test_a_step_without_a_report_is_not_found_and_says_when_reports_are_written(
     assert step.returncode == 1 and "has no step 'postprocess'" in step.stderr
     malformed = run(*dags, "report", "run-2", env=env, cwd=cwd)
     assert malformed.returncode == 2 and "is not a run name" in malformed.stderr
+
+
+def test_report_open_never_runs_a_script_someone_wrote_to_the_bucket(staged, tmp_path, browser):  # noqa: F811
+    """report.html and report.json are objects in the data bucket: whoever can write there chooses their bytes.
+    The CLI renders the page itself from report.json (every value escaped, a CSP that allows no script), so
+    what it opens runs no script, whatever either object holds."""
+    spec, bucket, dags, env, cwd = staged
+    attempt = steps.submit(spec, steps.plan(spec, "score", "run-h", **plan_args(bucket)))
+    wait_for_job(spec, attempt)
+    assert steps.finish(spec, attempt, "ADVANCE", "3 files succeeded").value == "SUCCEEDED"
+    s3 = boto3.client("s3")
+    folder = f"out/_shardline/reports/{run_folder('run-h')}/score/"
+    script = "<script>document.title='RAN'; window.ran = true</script>"
+    s3.put_object(Bucket=bucket, Key=folder + "report.html", Body=f"<html><head><title>page</title>{script}".encode())
+    report = json.loads(s3_body(bucket, folder + "report.json"))
+    report["notes"].append(f"</p>{script}<img src=x onerror=\"window.ran=true\">")
+    s3.put_object(Bucket=bucket, Key=folder + "report.json", Body=json.dumps(report).encode())
+
+    out = tmp_path / "r.html"
+    fetched = run(*dags, "report", f"{PIPELINE}/run-h", "--step", "score", "--out", str(out), env=env, cwd=cwd)
+    assert fetched.returncode == 0, fetched.stderr
+    page = out.read_text()
+    assert "<script" not in page.lower() and "&lt;script&gt;" in page
+    browser.get(out.resolve().as_uri())
+    assert browser.execute_script("return window.ran === undefined && document.title !== 'RAN'")
+    assert browser.title.startswith("Shardline report")
+    # A page that did carry a script (a renderer bug) would still be refused it: the page's own CSP.
+    out.write_text(page.replace("</head>", f"{script}</head>"))
+    browser.get(out.resolve().as_uri())
+    assert browser.execute_script("return window.ran === undefined && document.title !== 'RAN'")
+
+    # A report.json that is not a run report renders nothing, and says so.
+    s3.put_object(Bucket=bucket, Key=folder + "report.json", Body=b"<html>" + script.encode())
+    refused = run(*dags, "report", f"{PIPELINE}/run-h", "--step", "score", "--out", str(out), env=env, cwd=cwd)
+    assert refused.returncode != 0 and "is not a run report" in refused.stderr, refused.stderr

@@ -132,7 +132,7 @@ def stage(tmp_path: Path, url: str, model_dir: Path, *, rows_per_file: int = ROW
     step = {
         "name": STEP,
         "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
-        "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
+        "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"], "features": synthetic.feature_names()},
         "output": {"prefix": f"s3://{bucket}/out/"},
         "resources": {"instance_count": 2, "workers_per_instance": 1},
         "retry": {"max_attempts": 5, "backoff_seconds": 0},

@@ -14,6 +14,7 @@ import pytest
 from examples import synthetic
 from shardline.ledger.orchestrator import read_step
 from shardline.orchestration import services, steps
+from shardline.planning.naming import run_folder
 from shardline.report.cost import Prices
 from shardline.report.model import RunReport
 from shardline.spec import parse_spec
@@ -36,7 +37,7 @@ def _run(spec, bucket, run_id, action="ADVANCE", input_folder="in"):
 
 
 def _report(bucket, run_id) -> RunReport:
-    key = f"out/{run_id}/_shardline/reports/{run_id}/score/report.json"
+    key = f"out/{run_id}/_shardline/reports/{run_folder(run_id)}/score/report.json"
     body = boto3.client("s3").get_object(Bucket=bucket, Key=key)
     return RunReport.from_json(body["Body"].read())
 
@@ -63,10 +64,11 @@ def test_the_report_of_a_run_agrees_with_its_ledger_and_the_next_run_compares_wi
     # The predictions' distribution is every written prediction, and there is nothing to compare with yet.
     assert first.drift.current_histogram["count"] == 1600
     assert (first.drift.verdict, first.drift.reference_run_id) == ("n/a", None)
-    html = boto3.client("s3").get_object(Bucket=bucket, Key="out/run-a/_shardline/reports/run-a/score/report.html")
+    html = boto3.client("s3").get_object(
+        Bucket=bucket, Key=f"out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html")
     assert html["ContentType"].startswith("text/html") and b"<img" in html["Body"].read()
     assert steps.report(spec, spec.pipeline, "run-a", "score")["report"] == \
-        f"s3://{bucket}/out/run-a/_shardline/reports/run-a/score/report.html"
+        f"s3://{bucket}/out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html"
 
     _run(spec, bucket, "run-b")  # the same inputs again
     second = _report(bucket, "run-b")
@@ -114,7 +116,52 @@ def test_drift_with_warn_keeps_the_step_green_and_says_so_in_the_report(pipeline
     assert status.value == "SUCCEEDED"
     report = _report(bucket, "run-shifted")
     assert report.drift.verdict == "drift"
-    html = boto3.client("s3").get_object(Bucket=bucket, Key="out/run-shifted/_shardline/reports/run-shifted/score/"
-                                         "report.html")["Body"].read().decode()
+    html = boto3.client("s3").get_object(
+        Bucket=bucket, Key=f"out/run-shifted/_shardline/reports/{run_folder('run-shifted')}/score/report.html",
+    )["Body"].read().decode()
     assert f"{report.drift.psi:.3f}" in html or f"{report.drift.psi:.2f}" in html
     assert json.loads(report.to_json())["drift"]["reference_run_id"] == "run-ref"
+
+
+def _forge(spec, bucket, run_id, input_key: str, **attributes) -> None:
+    """Write a FILE item as anything but the worker could: straight to the table, in its stored names."""
+    from shardline.ledger.keys import file_sk, run_pk
+
+    item = {"pk": run_pk(spec.pipeline, run_id), "sk": file_sk("score", input_key), "st": "SUCCEEDED", "at": 1,
+            "ik": input_key, "ho": "algo-1", **attributes}
+    boto3.client("dynamodb").put_item(TableName=spec.ledger_table, Item={
+        name: {"N": str(value)} if isinstance(value, int) else {"S": value} for name, value in item.items()})
+
+
+@pytest.mark.parametrize("forgery", ["a file the job never wrote", "rows the worker did not write"])
+def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
+    spec, bucket = pipeline
+    run_id = f"run-forged-{forgery[:6].strip().replace(' ', '-')}"
+    args = {**plan_args(bucket), "output_prefix": f"s3://{bucket}/out/{run_id}/"}
+    attempt = steps.submit(spec, steps.plan(spec, "score", run_id, **args))
+    wait_for_job(spec, attempt)
+    real_output = f"s3://{bucket}/out/{run_id}/part-0.parquet"
+    if forgery == "a file the job never wrote":
+        # It points at an output that is there (another file's), so only the worker's manifest can tell.
+        _forge(spec, bucket, run_id, f"s3://{bucket}/in/part-9.parquet", ok=real_output, rout=400)
+    else:
+        _forge(spec, bucket, run_id, f"s3://{bucket}/in/part-0.parquet", ok=real_output, rout=4000)
+    decision = steps.decide_now(spec, attempt)
+    assert decision.action == "ADVANCE"  # the policy, reading the ledger alone, calls it green
+
+    status = steps.finish(spec, attempt, decision.action, "every file succeeded")
+    assert status is not None and status.value == "FAILED"
+    listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"out/{run_id}/").get("Contents", [])
+    assert not [o["Key"] for o in listed if o["Key"].endswith("_SUCCESS")]
+    step = read_step(services.ledger_model(spec), spec.pipeline, run_id, "score", file_attributes=None).step
+    assert "not what the worker's own output manifest says it wrote" in step.message
+    assert "part-0.parquet" in step.message if forgery != "a file the job never wrote" else \
+        "part-9.parquet" in step.message
+
+
+def test_a_run_the_worker_vouches_for_is_green(pipeline):
+    spec, bucket = pipeline
+    _, status = _run(spec, bucket, "run-vouched")
+    assert status.value == "SUCCEEDED"
+    listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="out/run-vouched/").get("Contents", [])
+    assert [o["Key"] for o in listed if o["Key"].endswith("_SUCCESS")] == ["out/run-vouched/_SUCCESS"]

@@ -8,6 +8,7 @@ import pytest
 from shardline.decision.policy import JobStatus
 from shardline.orchestration import steps
 from shardline.planning.attempt import Attempt
+from shardline.planning.naming import run_folder
 from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
 
@@ -197,10 +198,10 @@ def test_with_a_metadata_prefix_the_data_prefix_holds_only_data_and_its_marker(p
     assert data_keys == ["out/_SUCCESS", *(f"out/part-{i}.parquet" for i in range(4))]
     meta_keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="meta/")["Contents"]}
     assert {"meta/_shardline/attempt-0001/manifest-algo-1.json", "meta/_shardline/attempt-0001/manifest-algo-2.json",
-            "meta/_shardline/manifests/run-meta/score/attempt-0001.manifest",
-            "meta/_shardline/manifests/run-meta/score/outputs.json"} <= meta_keys, meta_keys
+            f"meta/_shardline/manifests/{run_folder('run-meta')}/score/attempt-0001.manifest",
+            f"meta/_shardline/manifests/{run_folder('run-meta')}/score/outputs.json"} <= meta_keys, meta_keys
     marker = json.loads(s3.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
-    assert marker["manifest"] == f"s3://{bucket}/meta/_shardline/manifests/run-meta/score/outputs.json"
+    assert marker["manifest"] == f"s3://{bucket}/meta/_shardline/manifests/{run_folder('run-meta')}/score/outputs.json"
 
 
 def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline):

@@ -44,7 +44,7 @@ def test_it_round_trips_through_xcom_as_the_json_the_tasks_have_always_passed():
 def test_an_attempt_from_an_earlier_releases_xcom_is_read():
     old = {"pipeline": "p", "run_id": "r", "step": "score", "attempt": 1,
            "job_name": naming.job_name("p", "r", "score", 1),
-           "manifest_uri": "s3://b/out/_shardline/manifests/r/score/attempt-0001.manifest",
+           "manifest_uri": naming.manifest_key("s3://b/out/", "r", "score", 1),
            "input_prefix": "s3://b/in/", "output_prefix": "s3://b/out/", "metadata_prefix": None,
            "model_uri": "s3://b/m.tar.gz", "model_version": None, "requested_instances": 2, "instance_count": 2,
            "files": 5, "submitted_at": 12.0, "planning": {"list_seconds": 0.1}}

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from shardline.local.embedded_aws import free_port
+from shardline.planning.naming import run_folder
 from tests.airflow_stack import _stop
 from tests.conftest import AWS_TEST_ENV
 
@@ -201,10 +202,11 @@ def reported(api, aws_env, ledger_table):
                                             f"s3://{bucket}/out/{run_id}/", "model_uri": f"s3://{bucket}/m.tar.gz",
                                             "requested_instances": 1}))
     finish_step(model, "r", "run-1", "score", 1, StepStatus.SUCCEEDED)
-    s3.put_object(Bucket=bucket, Key="out/run-1/_shardline/reports/run-1/score/report.html", Body=REPORT_HTML,
-                  ContentType="text/html; charset=utf-8")
+    s3.put_object(Bucket=bucket, Key=f"out/run-1/_shardline/reports/{run_folder('run-1')}/score/report.html",
+                  Body=REPORT_HTML, ContentType="text/html; charset=utf-8")
     # Another run's report where a crafted run id could point, were the key taken from the request.
-    s3.put_object(Bucket=bucket, Key="out/run-2/_shardline/reports/run-1/score/report.html", Body=b"not this one")
+    s3.put_object(Bucket=bucket, Key=f"out/run-2/_shardline/reports/{run_folder('run-1')}/score/report.html",
+                  Body=b"not this one")
     yield bucket
     (api.dags / "pipelines" / "r.yaml").unlink()
 

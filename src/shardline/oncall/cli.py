@@ -585,21 +585,33 @@ def resubmit(options: _Globals, run: str, step: str, all_failed: bool, shard: st
 
 @_command("login", "keep Airflow's URL and a token for later commands",
           "Log in to Airflow's API server once: exchange a user and password for a token (or take one with "
-          "--token), check it, and keep the URL and token in ~/.config/shardline/airflow.json (mode 0600; "
+          "--token-stdin), check it, and keep the URL and token in ~/.config/shardline/airflow.json (mode 0600; "
           "$XDG_CONFIG_HOME or $SHARDLINE_AIRFLOW_CONFIG moves it). resubmit and cancel then find Airflow without "
-          "flags or environment.", with_json=False)
+          "flags or environment. Secrets are read from standard input or a prompt, never from the command line, "
+          "where ps and shell history would keep them.", with_json=False)
 @click.argument("url", metavar="URL")
 @click.option("--username", help="the Airflow user (default: ask)")
 @click.option("--password-stdin", is_flag=True, help="read the password from standard input")
-@click.option("--token", help="a token you already have, instead of a user and password")
-def login(url: str, username: str | None, password_stdin: bool, token: str | None) -> Reply:
+@click.option("--token-stdin", is_flag=True, help="read a token you already have from standard input, instead of a "
+                                                 "user and password")
+@click.option("--token", hidden=True, help="refused: a token on the command line is visible to other users")
+def login(url: str, username: str | None, password_stdin: bool, token_stdin: bool, token: str | None) -> Reply:
     import getpass
 
     from shardline.oncall.airflow_client import AirflowClient, save_login
 
+    if token is not None:
+        raise click.BadParameter("a token on the command line is visible in ps and kept in shell history: pipe it "
+                                 "to `shardline login URL --token-stdin` instead", param_hint="--token")
+    warning = plain_http_warning(url)
+    if warning:
+        click.echo(warning, err=True)
     client = AirflowClient(url, source=url)
-    if token:
-        client = AirflowClient(url, token=token, source="--token")
+    if token_stdin:
+        token = sys.stdin.readline().strip()
+        if not token:
+            raise click.BadParameter("no token on standard input", param_hint="--token-stdin")
+        client = AirflowClient(url, token=token, source="--token-stdin")
         who = "with the given token"
     else:
         username = username or input("Airflow user: ").strip()
@@ -611,6 +623,26 @@ def login(url: str, username: str | None, password_stdin: bool, token: str | Non
     return lines_reply([f"logged in to {client.base_url} {who}; the URL and token are kept in {path} (mode 0600) "
                         "for later commands. Airflow's tokens expire ([api_auth] jwt_expiration_time): run "
                         f"`shardline login {client.base_url}` again when a command says the token was refused."])
+
+
+def plain_http_warning(url: str) -> str | None:
+    """A warning for plain http:// to a host other than this machine: the password and the token would cross
+    the network unencrypted. None for https:// and for loopback (the local stack)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "http":
+        return None
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost" or host.endswith(".localhost")
+    if loopback:
+        return None
+    return (f"WARNING: {url} is plain http://: the password and the token cross the network to {host} unencrypted. "
+            "Use https:// for an Airflow that is not on this machine")
 
 
 @_command("rerun", "run a finished DAG run's partition again: its failed tasks, or all of it with a new conf",

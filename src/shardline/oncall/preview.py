@@ -117,7 +117,10 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
         model_dir, data_dir = root / "model", root / "data"
         fetch_model(s3, model_uri, model_dir)
         bucket, key = sample
-        fetch_sample(s3, bucket, key, rows, data_dir)
+        try:
+            fetch_sample(s3, bucket, key, rows, data_dir)
+        except SampleTooLarge as err:
+            raise PreviewError(str(err)) from err
         report_path = root / "preview.json"
         command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data_dir),
                    "--output-dir", str(root / "out"), "--model-dir", str(model_dir),
@@ -190,39 +193,86 @@ def fetch_model(s3, model_uri: str, model_dir: Path) -> None:
         s3.download_file(bucket, key, str(dest))
 
 
-def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path) -> Path:
-    """The first ``rows`` rows of one object, as a local file of the same format."""
+# The most a preview reads of an input, compressed or not: a sample is a few rows, and an input is anyone's
+# bytes (a line with no end, a gzip bomb, a parquet file whose first row group is huge).
+MAX_SAMPLE_BYTES = 64 << 20
+MAX_SAMPLE_LINE_BYTES = 8 << 20
+
+
+class SampleTooLarge(ValueError):
+    """The sample would need more of an input than a preview reads."""
+
+
+def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path,
+                 max_bytes: int = MAX_SAMPLE_BYTES) -> Path:
+    """The first ``rows`` rows of one object, as a local file of the same format, reading at most ``max_bytes``
+    of it (compressed and uncompressed alike), or SampleTooLarge naming the object."""
     data_dir.mkdir(parents=True, exist_ok=True)
     name = key.rsplit("/", 1)[-1]
     lower = name.lower()
     gzipped = lower.endswith(".gz")
     base = name[:-3] if gzipped else name
+    where = f"s3://{bucket}/{key}"
     if base.lower().endswith(".parquet"):
         dest = data_dir / name
-        if gzipped:  # not seekable: the whole object
+        if gzipped:  # not seekable: the whole object, if it is small enough
+            size = s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+            if size > max_bytes:
+                raise SampleTooLarge(f"{where} is a gzipped parquet file of {size / 2**20:.0f} MiB: a preview reads it "
+                                     f"whole, and reads at most {max_bytes / 2**20:.0f} MiB; preview another file "
+                                     "(--input)")
             s3.download_file(bucket, key, str(dest))
             return dest
-        _parquet_head(s3, bucket, key, rows, dest)
+        _parquet_head(s3, bucket, key, rows, dest, max_bytes)
         return dest
     dest = data_dir / base  # text formats are written back uncompressed
     header = 1 if base.lower().endswith(".csv") else 0
     body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-    stream = gzip.GzipFile(fileobj=body) if gzipped else body
-    with open(dest, "wb") as out:
-        for count, line in enumerate(stream.iter_lines(keepends=True) if not gzipped else stream):
-            if count >= rows + header:
-                break
-            out.write(line)
-    body.close()
+    try:
+        raw = io.BufferedReader(_Capped(body, max_bytes, where), 1 << 16)
+        stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
+        with open(dest, "wb") as out:
+            read = 0
+            for count in range(rows + header):
+                line = stream.readline(MAX_SAMPLE_LINE_BYTES + 1)
+                if not line:
+                    break
+                if len(line) > MAX_SAMPLE_LINE_BYTES:
+                    raise SampleTooLarge(f"line {count + 1} of {where} is longer than {MAX_SAMPLE_LINE_BYTES >> 20} "
+                                         "MiB: not a CSV or JSON lines file a preview can sample")
+                read += len(line)
+                if read > max_bytes:
+                    raise SampleTooLarge(f"the first {rows} rows of {where} are over {max_bytes >> 20} MiB")
+                out.write(line)
+    finally:
+        body.close()
     return dest
 
 
-def _parquet_head(s3, bucket: str, key: str, rows: int, dest: Path) -> None:
+class _Capped(io.RawIOBase):
+    """A stream that refuses to give more than ``limit`` bytes of the object."""
+
+    def __init__(self, body, limit: int, where: str):
+        self.body, self.limit, self.where, self.given = body, limit, where, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.body.read(min(len(buffer), self.limit + 1 - self.given))
+        self.given += len(data)
+        if self.given > self.limit:
+            raise SampleTooLarge(f"a preview reads at most {self.limit >> 20} MiB of {self.where}")
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _parquet_head(s3, bucket: str, key: str, rows: int, dest: Path, max_bytes: int = MAX_SAMPLE_BYTES) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     size = s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
-    source = io.BufferedReader(_RangedObject(s3, bucket, key, size), buffer_size=1 << 20)
+    source = io.BufferedReader(_RangedObject(s3, bucket, key, size, max_bytes), buffer_size=1 << 20)
     parquet = pq.ParquetFile(source)
     batch = next(parquet.iter_batches(batch_size=rows), None)
     table = pa.Table.from_batches([batch]) if batch is not None else parquet.schema_arrow.empty_table()
@@ -232,8 +282,9 @@ def _parquet_head(s3, bucket: str, key: str, rows: int, dest: Path) -> None:
 class _RangedObject(io.RawIOBase):
     """A read-only, seekable view of one S3 object, read with ranged GETs."""
 
-    def __init__(self, s3, bucket: str, key: str, size: int):
+    def __init__(self, s3, bucket: str, key: str, size: int, max_bytes: int = MAX_SAMPLE_BYTES):
         self.s3, self.bucket, self.key, self.size, self.position = s3, bucket, key, size, 0
+        self.max_bytes, self.fetched = max_bytes, 0
 
     def readable(self) -> bool:
         return True
@@ -253,6 +304,11 @@ class _RangedObject(io.RawIOBase):
         if self.position >= self.size:
             return 0
         end = min(self.size, self.position + len(buffer)) - 1
+        self.fetched += end - self.position + 1
+        if self.fetched > self.max_bytes:
+            raise SampleTooLarge(f"the sample of s3://{self.bucket}/{self.key} needs more than "
+                                 f"{self.max_bytes >> 20} MiB of it (its footer and first row group): a preview "
+                                 "reads no more; preview another file (--input)")
         data = self.s3.get_object(Bucket=self.bucket, Key=self.key,
                                   Range=f"bytes={self.position}-{end}")["Body"].read()
         buffer[: len(data)] = data

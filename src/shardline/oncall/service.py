@@ -80,6 +80,8 @@ from shardline.orchestration.step_files import PlanFileError, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri
+from shardline.report.model import RunReport
+from shardline.report.render import render_html
 from shardline.spec import PipelineSpec, SpecError, load_spec
 from shardline.waiting import wait_for
 
@@ -306,7 +308,7 @@ class OnCall:
         pages, missing = [], []
         for report in refs:
             try:
-                pages.append((report, self._read_report(ref, report, "html")))
+                pages.append((report, self._read_report(ref, report, "json")))
             except NotFound as err:
                 if step:
                     raise
@@ -319,18 +321,21 @@ class OnCall:
         if out is not None and len(pages) > 1:
             raise BadRequest(out_needs_step_text(ref, [r.step for r, _ in pages]))
         saved = []
-        for report, html in pages:
-            data = None
-            if with_json:
-                raw = self._read_report(ref, report, "json")
-                try:
-                    data = json.loads(raw)
-                except ValueError as err:
-                    raise Conflict(f"{report.json_uri} is not JSON ({err}); its report.html is readable") from err
+        for report, raw in pages:
+            # The page is rendered here from report.json, never the stored report.html opened as it is: the HTML
+            # in the bucket is bytes anyone with write access there chose, and the browser opens a local file
+            # with no server's CSP in front of it. render_html escapes every value, and its page runs no script.
+            try:
+                data = json.loads(raw)
+                page = render_html(RunReport.from_json(raw))
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
+                raise Conflict(f"{report.json_uri} is not a run report ({type(err).__name__}: {err}), so no page "
+                               "was rendered from it") from err
             path = out if out is not None else local_report_path(root, ref.pipeline, ref.run_id, report.step)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(html)
-            saved.append(SavedReport(report.step, report.status, report.html_uri, str(path), data))
+            path.write_text(page, encoding="utf-8")
+            saved.append(SavedReport(report.step, report.status, report.html_uri, str(path),
+                                     data if with_json else None))
         return saved
 
     # --- actions -------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from shardline.planning.request import pin_arguments, worker_arguments
 from shardline.spec import PipelineSpec
 
 DEFAULT_ROWS = 200_000
+TUNE_MAX_SAMPLE_BYTES = 1 << 30  # a tuning sample is larger than a preview's, and still bounded
 RUNS_SEARCHED = 20  # the newest runs looked at for one that planned the step
 
 
@@ -148,7 +149,7 @@ def fetch_inputs(s3, input_uri: str, keys: list[str], rows: int, data_dir: Path)
         relative = key[len(base):] if key.startswith(base) else key.rsplit("/", 1)[-1]
         # list_inputs has refused every key that could leave the folder, so the relative path stays inside it.
         folder = data_dir / posixpath.dirname(relative)
-        sample = fetch_sample(s3, bucket, key, rows - total, folder)
+        sample = fetch_sample(s3, bucket, key, rows - total, folder, max_bytes=TUNE_MAX_SAMPLE_BYTES)
         total += _rows_of(sample)
         taken.append(key)
     return taken

@@ -430,6 +430,15 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
     Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
     """
     status = OUTCOME_STATUS[action]
+    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+        unvouched = unvouched_outputs(spec, attempt)
+        if unvouched:
+            status = StepStatus.FAILED
+            reason = (f"{len(unvouched)} file(s) the ledger records as SUCCEEDED are not what the worker's own "
+                      f"output manifest says it wrote, e.g. {'; '.join(unvouched[:3])}. Something other than the "
+                      "worker wrote these ledger items or outputs, so no _SUCCESS was written: check who can write "
+                      "the ledger table and the output prefix (infra/README.md), then `shardline resubmit` the step")
+            log.error("step %s: %s", attempt.step, reason)
     status, reason = check_run_report(spec, attempt, status, reason)
     reason = outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
@@ -494,6 +503,73 @@ def run_outcome_message(attempt: Attempt, step_message: str) -> str:
     return f"step {attempt.step} failed: {step_message}"
 
 
+def unvouched_outputs(spec: PipelineSpec, attempt: Attempt) -> list[str]:
+    """The SUCCEEDED files whose ledger item the worker's own output manifest does not vouch for, in words.
+
+    The worker that wrote a file records it in its instance's manifest (``_shardline/attempt-N/manifest-HOST.json``):
+    the input, the output's path, rows and bytes. A FILE item counts only when the manifest of its attempt and
+    host lists the same output for the same input with the same rows, and the object under the output prefix
+    has that size. So a ledger item
+    forged by anything but the worker (another job's role, a hand edit) never makes a run green. An output
+    whose object is missing is left to :func:`commit_outputs`, which names it and writes no ``_SUCCESS``.
+    """
+    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step,
+                              file_attributes=[*FILE_ATTRIBUTES, "output_key", "host"])
+    succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
+    if not succeeded:
+        return []
+    s3 = services.s3_client(spec)
+    listed = _listed_outputs(s3, attempt.output_prefix)
+    manifests: dict[tuple[int, str], dict[str, dict] | None] = {}
+    prefix = attempt.output_prefix.rstrip("/") + "/"
+    problems = []
+    for f in sorted(succeeded, key=lambda f: f.input_key):
+        stored = listed.get(f.output_key or "")
+        if stored is None:
+            continue  # missing: commit_outputs names it
+        where = (int(f.attempt or 0), f.host or "")
+        if where not in manifests:
+            manifests[where] = _worker_outputs(s3, attempt, *where)
+        written = (manifests[where] or {}).get((f.output_key or "").removeprefix(prefix))
+        if written is None:
+            problems.append(f"{f.input_key}: no output {f.output_key} in the manifest of attempt {where[0]} on "
+                            f"{where[1] or 'no host'}")
+        elif not f.input_key.endswith("/" + str(written.get("input"))):
+            # The worker names its input relative to where SageMaker put it: a suffix of the input's key.
+            problems.append(f"{f.input_key}: the worker wrote {f.output_key} for another input, "
+                            f"{written.get('input')}")
+        elif int(written.get("rows_out") or 0) != int(f.rows_out or 0) \
+                or int(written.get("bytes_out") or -1) != int(stored.get("Size") or 0):
+            problems.append(f"{f.input_key}: the ledger says {int(f.rows_out or 0)} rows and S3 holds "
+                            f"{stored.get('Size')} bytes, the worker wrote {written.get('rows_out')} rows, "
+                            f"{written.get('bytes_out')} bytes")
+    return problems
+
+
+def _listed_outputs(s3, output_prefix: str) -> dict[str, dict]:
+    bucket, key = parse_s3_uri(output_prefix)
+    listed: dict[str, dict] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
+        for item in page.get("Contents", []):
+            listed[f"s3://{bucket}/{item['Key']}"] = item
+    return listed
+
+
+def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, dict] | None:
+    """What one instance's manifest says it wrote, by output path (relative to the output prefix); None when
+    there is no such manifest."""
+    bucket, key = parse_s3_uri(naming.worker_manifest_key(attempt.output_prefix, number, host,
+                                                          attempt.metadata_prefix))
+    try:
+        manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
+    except ValueError:  # not JSON: vouches for nothing
+        return None
+    return {r["output"]: r for r in manifest.get("file_reports", [])
+            if isinstance(r, dict) and r.get("status") == FileStatus.SUCCEEDED and r.get("output")}
+
+
 def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> dict:
     """Write what downstream readers trust once a step has ended: the step-level manifest of every
     output (its input, attempt, rows and S3 ETag and size), and the ``_SUCCESS`` marker when, and
@@ -504,11 +580,7 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
     records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step,
                               file_attributes=[*FILE_ATTRIBUTES, "output_key"])
     s3 = services.s3_client(spec)
-    out_bucket, out_key = parse_s3_uri(attempt.output_prefix)
-    listed: dict[str, dict] = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=out_bucket, Prefix=out_key):
-        for item in page.get("Contents", []):
-            listed[f"s3://{out_bucket}/{item['Key']}"] = item
+    listed = _listed_outputs(s3, attempt.output_prefix)
     outputs, failed = [], []
     for f in sorted(records.files, key=lambda f: f.input_key):
         if f.status == FileStatus.SUCCEEDED:

@@ -21,6 +21,12 @@ def _slug(text: str, limit: int) -> str:
     return slug[:limit].strip("-") or "x"
 
 
+def run_folder(run_id: str) -> str:
+    """The folder of one run's manifests and reports: its id made key-safe and readable, and a digest of the
+    exact id, so two run ids never share a folder (``Run-1`` and ``run-1``, or ``a+b`` and ``a-b``, slug alike)."""
+    return f"{_slug(run_id, 64)}-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
+
+
 def job_name(pipeline: str, run_id: str, step: str, attempt: int) -> str:
     """``sl-<pipeline>-<step>-<digest>-a<attempt>``, at most 63 characters.
 
@@ -42,7 +48,7 @@ def metadata_root(output_prefix: str, metadata_prefix: str | None = None) -> str
 def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metadata_prefix: str | None = None) -> str:
     """Where an attempt's input manifest lives: beside the outputs, never among them."""
     root = metadata_root(output_prefix, metadata_prefix)
-    return f"{root}/manifests/{_slug(run_id, 80)}/{step}/attempt-{attempt:04d}.manifest"
+    return f"{root}/manifests/{run_folder(run_id)}/{step}/attempt-{attempt:04d}.manifest"
 
 
 def plan_file_key(output_prefix: str, run_id: str, step: str, attempt: int, stamp: str,
@@ -59,7 +65,7 @@ def plan_file_key(output_prefix: str, run_id: str, step: str, attempt: int, stam
 def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None) -> str:
     """Where the step-level manifest of every output goes when the step ends."""
     root = metadata_root(output_prefix, metadata_prefix)
-    return f"{root}/manifests/{_slug(run_id, 80)}/{step}/outputs.json"
+    return f"{root}/manifests/{run_folder(run_id)}/{step}/outputs.json"
 
 
 def worker_manifest_key(output_prefix: str, attempt: int, host: str, metadata_prefix: str | None = None) -> str:
@@ -71,7 +77,7 @@ def report_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str 
                suffix: str = "html") -> str:
     """Where a step's run report goes (``report.html``, and the same data as ``report.json``)."""
     root = metadata_root(output_prefix, metadata_prefix)
-    return f"{root}/reports/{_slug(run_id, 80)}/{step}/report.{suffix}"
+    return f"{root}/reports/{run_folder(run_id)}/{step}/report.{suffix}"
 
 
 def success_marker_key(output_prefix: str) -> str:

@@ -24,6 +24,10 @@ _DPI = 110
 _CURRENT, _REFERENCE, _ALERT, _IDLE, _OK = "#1f6fb2", "#9aa5b1", "#d1495b", "#e0a100", "#2e8b57"
 
 
+# What the report page may load: its inline styles and data: images (the charts), nothing else, no script.
+PAGE_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
 def render_html(report: RunReport, *, max_file_rows: int = MAX_FILE_ROWS) -> str:
     """The report page: one HTML document with its charts inside."""
     charts = {name: _data_uri(png) for name, png in render_charts(report).items()}
@@ -32,6 +36,8 @@ def render_html(report: RunReport, *, max_file_rows: int = MAX_FILE_ROWS) -> str
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        # The page is opened from a file (`shardline report --open`) or served: in both, no script runs.
+        f'<meta http-equiv="Content-Security-Policy" content="{PAGE_CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Shardline report: {e(title)}</title>",
         f"<style>{_CSS}</style></head><body>",
