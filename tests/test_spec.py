@@ -312,3 +312,20 @@ def test_an_input_prefix_is_a_folder_with_or_without_its_slash(written):
     # Without the "/", s3://raw/events/dt=2026-11-2 would also list dt=2026-11-20/ to dt=2026-11-29/.
     spec = parse_spec(minimal(steps=[{**minimal()["steps"][0], "input": {"prefix": written}}]), "p.yaml")
     assert spec.steps[0].input.prefix == "s3://raw/events/dt={{ ds }}/"
+
+
+@pytest.mark.parametrize(("rendered", "expected"), [
+    (None, (3, None)), ("None", (3, None)), ("", (3, None)), ("7", (7, None)), (" 100 ", (100, None)), (5, (5, None)),
+])
+def test_the_plan_task_takes_an_instance_count_param_within_bounds(rendered, expected):
+    from shardline.spec import instance_count_override
+
+    assert instance_count_override(rendered, 3) == expected
+
+
+@pytest.mark.parametrize("rendered", ["0", "-2", "101", "1000000", "2.5", "seven", "{{ params.instance_count }}"])
+def test_the_plan_task_refuses_an_instance_count_param_out_of_bounds_naming_it(rendered):
+    from shardline.spec import instance_count_override
+
+    count, problem = instance_count_override(rendered, 3)
+    assert count == 3 and problem.startswith(f"Param instance_count {rendered!r} must be null or a whole number")

@@ -25,6 +25,10 @@ SAMPLE_DIR = "/opt/ml/sample"
 TUNE_OUT_DIR = "/opt/ml/tune-out"
 
 METADATA_FOLDER = "_shardline"  # Shardline's own files beside (or, with metadata_prefix, away from) the outputs
+# The tag the orchestrator puts on the files it writes under _shardline/ (manifests, plan files, run reports), as
+# an S3 PutObject Tagging value: the template's lifecycle rule expires what carries it (S3 lifecycle rules match a
+# key's prefix or its tags, and _shardline/ sits under every output prefix).
+METADATA_TAGGING = "shardline-retention=metadata"
 SUCCESS_MARKER = "_SUCCESS"  # Hadoop's convention: Spark, Hive and most readers wait for it
 TEMP_MARKER = ".shardline-tmp"  # an output still being written: never uploaded, never counted
 

@@ -470,6 +470,21 @@ def param_type_problem(conf: dict) -> str | None:
     return None
 
 
+def instance_count_override(rendered: object, default: int) -> tuple[int, str | None]:
+    """The instance_count Param as a task gets it (Jinja renders it: ``'7'``, ``'None'``, ``''``): the count to
+    use, and why the value is refused (then the count is ``default``), or None. Checked again where it is used,
+    as the Param's schema is checked only at trigger time."""
+    text = str(rendered if rendered is not None else "").strip()
+    if text in ("", "None"):
+        return default, None
+    problem = f"Param instance_count {rendered!r} must be null or a whole number from 1 to {MAX_INSTANCE_COUNT}"
+    try:
+        count = int(text)
+    except ValueError:
+        return default, problem
+    return (count, None) if 1 <= count <= MAX_INSTANCE_COUNT else (default, problem)
+
+
 def model_version_problem(step: StepSpec, version: str) -> str | None:
     """Why ``version`` may not be the run's ``model_version`` Param, or None when it may."""
     if not re.fullmatch(VERSION_PATTERN, version):

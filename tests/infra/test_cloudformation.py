@@ -747,6 +747,48 @@ def test_a_job_writes_under_shardline_only_its_instances_manifests(template):
             assert not decide(template, SM, "s3:DeleteObject", arn, {}, Pipeline="daily_churn"), (pipeline, what)
 
 
+def test_airflow_reads_and_writes_exactly_the_report_keys_it_uses_and_reads_the_instances_manifests(template):
+    """The run report's two objects (naming.report_key), read and written; the instances' manifests, read (the
+    check before _SUCCESS and the report); nothing else under reports/, and no manifest of an instance written."""
+    from shardline.planning import naming
+
+    values = example_values(template)
+    prefix = f"s3://{values['DataBucket']}/{values['OutputPrefix']}churn/scores/dt=2026-11-22/"
+    run = "scheduled__2026-11-22T00:00:00+00:00"
+
+    def arn(uri: str) -> str:
+        return f"arn:aws:s3:::{uri.removeprefix('s3://')}"
+
+    for suffix in ("html", "json"):
+        report = arn(naming.report_key(prefix, run, "score", suffix=suffix))
+        assert decide(template, AF, "s3:PutObject", report, {}) and decide(template, AF, "s3:GetObject", report, {})
+    reports = arn(naming.report_key(prefix, run, "score")).rsplit("/", 1)[0]
+    for other in ("report.js", "index.html", "report.html.bak"):
+        assert not decide(template, AF, "s3:PutObject", f"{reports}/{other}", {}), other
+    instance = arn(naming.worker_manifest_key(prefix, 2, "algo-1"))
+    assert decide(template, AF, "s3:GetObject", instance, {})
+    assert not decide(template, AF, "s3:PutObject", instance, {})
+
+
+def test_shardline_metadata_expires_by_the_tag_the_code_puts_on_it(template):
+    from shardline.contract import METADATA_TAGGING
+
+    key, value = METADATA_TAGGING.split("=")
+    rules = template["Resources"]["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    (rule,) = [r for r in rules if r["Id"] == "expire-shardline-metadata"]
+    assert rule["Status"] == "Enabled" and rule["TagFilters"] == [{"Key": key, "Value": value}]
+    assert rule["ExpirationInDays"] == {"Ref": "MetadataRetentionDays"}
+    assert template["Parameters"]["MetadataRetentionDays"]["MinValue"] >= 30
+    # The Airflow role may tag exactly what it writes there.
+    from shardline.planning import naming
+
+    values = example_values(template)
+    prefix = f"s3://{values['DataBucket']}/{values['OutputPrefix']}churn/scores/"
+    for uri in (naming.report_key(prefix, "r", "score"), naming.manifest_key(prefix, "r", "score", 1),
+                naming.outputs_manifest_key(prefix, "r", "score")):
+        assert decide(template, AF, "s3:PutObjectTagging", f"arn:aws:s3:::{uri.removeprefix('s3://')}", {}), uri
+
+
 def test_pipeline_parameter_is_required_and_takes_exactly_the_specs_pipeline_names(template):
     from shardline.spec import NAME_PATTERN
 

@@ -165,3 +165,10 @@ def test_a_run_the_worker_vouches_for_is_green(pipeline):
     assert status.value == "SUCCEEDED"
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="out/run-vouched/").get("Contents", [])
     assert [o["Key"] for o in listed if o["Key"].endswith("_SUCCESS")] == ["out/run-vouched/_SUCCESS"]
+    # What the orchestrator wrote under _shardline/ carries the tag the bucket's lifecycle rule expires by.
+    s3 = boto3.client("s3")
+    written = [o["Key"] for o in listed if "/_shardline/" in o["Key"] and "/_shardline/attempt-" not in o["Key"]]
+    assert {k.rsplit("/", 1)[-1] for k in written} >= {"report.html", "report.json", "outputs.json"}
+    for key in written:
+        tags = s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]
+        assert tags == [{"Key": "shardline-retention", "Value": "metadata"}], (key, tags)

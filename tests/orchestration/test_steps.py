@@ -177,7 +177,7 @@ def test_a_partial_step_writes_its_manifest_but_no_success_marker(pipeline):
     assert steps.finish(spec, first, "PARTIAL", "1 of 5 file(s) failed, within the tolerance").value == "PARTIAL"
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
     assert "out/_SUCCESS" not in keys
-    assert any(k.endswith("/run-partial/score/outputs.json") for k in keys), keys
+    assert any(k.endswith(f"/{run_folder('run-partial')}/score/outputs.json") for k in keys), keys
 
 
 def test_with_a_metadata_prefix_the_data_prefix_holds_only_data_and_its_marker(pipeline, tmp_path):

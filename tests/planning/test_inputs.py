@@ -346,3 +346,47 @@ def test_a_damaged_plan_file_is_an_error_that_names_it(body):
 
     with pytest.raises(ValueError, match=r"s3://b/m/attempt-0001.files.json.gz is not a Shardline plan file"):
         parse_plan_file(body, "s3://b/m/attempt-0001.files.json.gz")
+
+
+@pytest.mark.parametrize(("key", "why"), [
+    ("a/" + "n" * 256 + ".parquet", "over the 255 a file name may have"),
+    ("é" * 128 + ".csv", "over the 255"),  # 256 bytes in UTF-8, 132 characters
+    ("/".join(["d" * 200] * 21), "over the 4000 a file path may have"),
+])
+def test_a_key_no_file_system_can_hold_is_unsafe(key, why):
+    from shardline.planning.inputs import unsafe_key_reason
+
+    assert why in (unsafe_key_reason(key) or ""), key
+    assert unsafe_key_reason("a/" + "n" * 247 + ".parquet") is None  # 255 bytes: fits
+
+
+def test_a_key_that_is_also_a_folder_is_refused_alone_and_the_rest_are_planned(aws_env):
+    """s3://b/in/a/b and s3://b/in/a/b/c.parquet cannot both land on disk (a/b would be a file and a folder):
+    the file is refused, naming a key under it, and recorded per file; the step's other files run."""
+    from shardline.planning.inputs import list_inputs_and_refusals
+
+    s3 = boto3.client("s3")
+    bucket = f"clash-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for key in ("in/a/b", "in/a/b/c.parquet", "in/x.parquet", "in/" + "n" * 300):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"1")
+    found, refused = list_inputs_and_refusals(s3, f"s3://{bucket}/in/")
+    assert [o.key for o in found] == ["in/a/b/c.parquet", "in/x.parquet"]
+    reasons = {o.key: why for o, why in refused}
+    assert set(reasons) == {"in/a/b", "in/" + "n" * 300}
+    assert "both a file and a folder: a/b/c.parquet is under it" in reasons["in/a/b"]
+    assert "over the 255" in reasons["in/" + "n" * 300]
+
+
+def test_a_plan_file_is_read_within_bounds_so_a_gzip_bomb_is_refused():
+    import gzip
+
+    from shardline.planning import inputs
+
+    bomb = gzip.compress(b'{"version": 1, "prefix": "s3://b/", "files": [' + b" " * (8 << 20) + b"]}")
+    assert len(bomb) < 64 << 10
+    with pytest.raises(ValueError, match="inflates past 1 MiB"):
+        inputs.parse_plan_file(bomb, "s3://b/m/attempt-0001.files.json.gz", max_inflated=1 << 20)
+    assert inputs.MAX_PLAN_FILE_INFLATED >= 256 << 20  # the real bound leaves a million inputs room
+    fine = inputs.plan_file_body("s3://b/in/", [inputs.S3Object("in/a.parquet", 7)])
+    assert inputs.parse_plan_file(fine, "s3://b/m/x") == [("s3://b/in/a.parquet", 7)]

@@ -92,14 +92,15 @@ def test_detect_kind_ignores_model_files_under_code(tmp_path):
 
 
 def test_prepare_model_checks_the_pin(tmp_path):
-    _touch(tmp_path, "model.joblib")
-    digest = sha256_of(tmp_path / "model.joblib")
-    artifact = prepare_model(tmp_path, digest.upper(), tmp_path / "scratch")
+    model_dir, scratch = tmp_path / "model", tmp_path / "scratch"
+    _touch(model_dir, "model.joblib")
+    digest = sha256_of(model_dir / "model.joblib")
+    artifact = prepare_model(model_dir, digest.upper(), scratch)
     assert (artifact.kind, artifact.sha256) == ("sklearn", digest)
     with pytest.raises(ModelIntegrityError, match="sha256"):
-        prepare_model(tmp_path, "0" * 64, tmp_path / "scratch")
+        prepare_model(model_dir, "0" * 64, scratch)
     with pytest.raises(SetupError, match="not 64 hex characters"):
-        prepare_model(tmp_path, "abc", tmp_path / "scratch")
+        prepare_model(model_dir, "abc", scratch)
 
 
 def test_prepare_model_refuses_a_pin_on_loose_custom_code(tmp_path):
@@ -141,6 +142,31 @@ def test_prepare_model_never_loads_a_prefilled_extraction_dir_and_unpacks_into_a
     assert root.stat().st_mode & 0o777 == 0o700
     # Each run unpacks afresh: a directory left by an earlier run is not reused either.
     assert Path(prepare_model(model_dir, digest, scratch).root) != root
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_the_pinned_model_is_hashed_and_loaded_from_one_private_copy(tmp_path, xgboost_model, packed):
+    """Whoever can write the model folder could swap the file between the hash and the load: the worker reads
+    it once, into a 0700 folder of its own, hashing as it copies, and loads only that copy."""
+    model_dir, scratch = tmp_path / "model", tmp_path / "scratch"
+    model_dir.mkdir()
+    if packed:
+        digest = synthetic.pack(xgboost_model.parent, model_dir / "model.tar.gz")
+    else:
+        shutil.copy(xgboost_model, model_dir / "model.json")
+        digest = sha256_of(model_dir / "model.json")
+    artifact = prepare_model(model_dir, digest, scratch)
+    loaded = Path(artifact.path)
+    assert not loaded.is_relative_to(model_dir) and loaded.is_relative_to(scratch)
+    assert loaded.parent.stat().st_mode & 0o777 == 0o700
+    # The shared file is swapped after the check: what the worker loads is still what was verified.
+    for shared in model_dir.iterdir():
+        shared.write_bytes(b"swapped after the hash")
+    if not packed:
+        assert sha256_of(loaded) == digest
+    assert loaded.read_bytes() == xgboost_model.read_bytes()
+    if packed:
+        assert not list(scratch.glob("artifact-*"))  # the tarball's copy goes once it is unpacked
 
 
 # -- end to end, one run per model kind ---------------------------------------------------------------------

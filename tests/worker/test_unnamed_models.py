@@ -15,6 +15,7 @@ the end-to-end tests below run the routes from the issue through ``python -m sha
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -336,3 +337,69 @@ def test_file_order_end_to_end_warns_in_the_log_and_the_preview(models, tmp_path
                          "--preview", "10")
     assert preview.returncode == EXIT_FILES_FAILED, describe(preview)
     assert "FAILS: InputSchemaError" in preview.stdout and "input.features" in preview.stdout, preview.stdout
+
+
+KEYED_SCRIPT = """
+    import json, logging, os
+    import joblib
+    import numpy as np
+
+    log = logging.getLogger("inference")
+
+    def model_fn(model_dir):
+        return joblib.load(os.path.join(model_dir, "model.joblib"))
+
+    def input_fn(request_body, request_content_type):
+        log.info("got a request of %d bytes", len(request_body))  # routine
+        print("parsing the request")  # routine
+        return np.array(json.loads(request_body)["{key}"], dtype=float)
+
+    def predict_fn(data, model):
+        return model.predict(data)
+"""
+
+
+def _keyed_model(models, tmp_path, key: str) -> Path:
+    import shutil
+
+    folder = tmp_path / f"keyed-{key}"
+    (folder / "code").mkdir(parents=True)
+    (folder / "code" / "inference.py").write_text(textwrap.dedent(KEYED_SCRIPT.replace("{key}", key)))
+    shutil.copy(models["script-csv"][0] / "model.joblib", folder / "model.joblib")
+    return folder
+
+
+@pytest.mark.slow
+def test_a_script_looking_for_a_key_the_worker_cannot_send_is_told_the_layouts_it_can(models, tmp_path):
+    inputs = _write(_file_table(), tmp_path / "in")
+    result = run_worker(inputs, tmp_path / "out", _keyed_model(models, tmp_path, "features"), "--passthrough", "id",
+                        "--features", ",".join(TRAINED), "--content-type", "application/json")
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    [report] = load_manifest(tmp_path / "out")["file_reports"]
+    message = report["error_message"]
+    # Sent records (a list), the script's ["features"] is a TypeError; sent {"instances": ...}, a KeyError.
+    assert "raised in input_fn: TypeError: list indices must be integers" in message, message
+    assert 'the JSON layouts the worker can send are records' in message and '{"inputs": [[...], ...]}' in message
+
+
+@pytest.mark.slow
+def test_a_script_reading_inputs_gets_them_and_its_routine_logs_are_notes_not_warnings(models, tmp_path):
+    inputs = _write(_file_table(), tmp_path / "in")
+    model_dir = _keyed_model(models, tmp_path, "inputs")
+    args = ("--passthrough", "id", "--features", ",".join(TRAINED), "--content-type", "application/json",
+            "--json-layout", "inputs")
+    preview_json = tmp_path / "preview.json"
+    preview = run_worker(inputs, tmp_path / "preview", model_dir, *args, "--preview", "5",
+                         "--preview-json", str(preview_json))
+    assert preview.returncode == EXIT_OK, describe(preview)
+    report = json.loads(preview_json.read_text())
+    assert report["warnings"] == [], report["warnings"]
+    said = [note for note in report["notes"] if note.startswith("the model code said")]
+    assert any("got a request of" in note for note in said) and any("parsing the request" in note for note in said)
+    assert "no warnings" in preview.stdout
+    result = run_worker(inputs, tmp_path / "out", model_dir, *args)
+    assert result.returncode == EXIT_OK, describe(result)
+    table = _file_table()
+    got = pq.read_table(tmp_path / "out" / "part-0.parquet").column("prediction").to_numpy()
+    trained = np.column_stack([table.column(name).to_numpy() for name in TRAINED])
+    np.testing.assert_allclose(got, models["script-csv"][1](trained))  # the scikit-learn model the script loads

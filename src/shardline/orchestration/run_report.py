@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 
+from shardline import contract
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.orchestrator import list_runs
 from shardline.ledger.states import FileStatus, StepStatus
@@ -167,6 +168,7 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt) -> WrittenReport:
                                        ("html", render_html(report), "text/html; charset=utf-8")):
         uri = attempt.report_uri(suffix)
         bucket, key = parse_s3_uri(uri)
-        s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType=content_type)
+        s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType=content_type,
+                      Tagging=contract.METADATA_TAGGING)
         uris[suffix] = uri
     return WrittenReport(report, uris["html"], uris["json"])

@@ -23,7 +23,7 @@ from shardline.ledger.orchestrator import (
     with_unclaimed,
 )
 from shardline.orchestration import services
-from shardline.planning.inputs import parse_plan_file, parse_s3_uri
+from shardline.planning.inputs import MAX_PLAN_FILE_BYTES, parse_plan_file, parse_s3_uri
 from shardline.spec import PipelineSpec
 
 # About 200 bytes of memory a key: 1M keys in all (one 1M-file step, or many small ones), beyond what one read
@@ -75,7 +75,13 @@ def _plan_file(spec: PipelineSpec, uri: str, *, keep: set[str]) -> list[tuple[st
     s3 = services.s3_client(spec)
     bucket, key = parse_s3_uri(uri)
     try:
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        found = s3.get_object(Bucket=bucket, Key=key)
+        if found.get("ContentLength", 0) > MAX_PLAN_FILE_BYTES:
+            found["Body"].close()
+            raise PlanFileError(f"{uri} is {found['ContentLength'] >> 20} MiB, over the "
+                                f"{MAX_PLAN_FILE_BYTES >> 20} MiB a plan file can be (a million inputs take about "
+                                "2 MiB): it is not one the plan task wrote")
+        body = found["Body"].read(MAX_PLAN_FILE_BYTES + 1)
     except (s3.exceptions.NoSuchKey, s3.exceptions.NoSuchBucket) as err:
         raise PlanFileError(
             f"{uri} is gone: the step's ledger record names it as the list of the inputs one attempt planned, so "

@@ -605,7 +605,7 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
     bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt.output_prefix, attempt.run_id,
                                                            attempt.step, attempt.metadata_prefix))
     s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest, indent=1).encode(),
-                  ContentType="application/json")
+                  ContentType="application/json", Tagging=contract.METADATA_TAGGING)
     if missing:
         # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
         log.error("step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "

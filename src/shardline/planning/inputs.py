@@ -11,6 +11,7 @@ import fnmatch
 import gzip
 import json
 import logging
+import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -50,6 +51,10 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
+MAX_NAME_BYTES = 255  # a file name on Linux file systems (ext4, xfs): NAME_MAX
+MAX_PATH_BYTES = 4000  # a path, within PATH_MAX (4096) once the input directory is in front
+
+
 def unsafe_key_reason(relative_key: str) -> str | None:
     """Why a key, relative to its prefix, cannot be a file under the input directory; ``None`` when it can.
 
@@ -71,7 +76,26 @@ def unsafe_key_reason(relative_key: str) -> str | None:
         return "'..' segment, which climbs out of the input directory"
     if "." in parts:
         return "'.' segment"
+    longest = max(parts, key=lambda part: len(part.encode()))
+    if len(longest.encode()) > MAX_NAME_BYTES:
+        return (f"a path segment of {len(longest.encode())} bytes ({longest[:40]}...), over the {MAX_NAME_BYTES} a "
+                "file name may have on the instance's disk")
+    if len(relative_key.encode()) > MAX_PATH_BYTES:
+        return f"a key of {len(relative_key.encode())} bytes, over the {MAX_PATH_BYTES} a file path may have"
     return None
+
+
+def folder_clashes(relative_keys: Sequence[str]) -> dict[str, str]:
+    """Keys that are also the folder of another key (``a/b`` and ``a/b/c``): on disk ``a/b`` cannot be both a
+    file and a folder, so the download of one fails, and with it every attempt. Each such key, with the
+    reason, naming one key under it."""
+    under: dict[str, str] = {}
+    for key in relative_keys:
+        parts = key.split("/")
+        for depth in range(1, len(parts)):
+            under.setdefault("/".join(parts[:depth]), key)
+    return {key: f"both a file and a folder: {under[key]} is under it, and a file cannot be a folder on the "
+                 "instance's disk" for key in relative_keys if key in under}
 
 
 def _matches(relative_key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -116,8 +140,13 @@ def list_inputs_and_refusals(s3, prefix_uri: str, include: Sequence[str] = ("*",
         elif (relative and not relative.endswith("/")  # folder markers are no inputs, and no news
               and (reason := unsafe_key_reason(relative)) and _matches(relative, include, exclude)):
             refused.append((obj, reason))
-            if len(refused) <= NAMED_REFUSALS:
-                log.warning("not planning s3://%s/%s: %s", bucket, obj.key, reason)
+    clashes = folder_clashes([obj.key[len(prefix):] for obj in found])
+    if clashes:
+        refused += [(obj, clashes[obj.key[len(prefix):]]) for obj in found if obj.key[len(prefix):] in clashes]
+        found = [obj for obj in found if obj.key[len(prefix):] not in clashes]
+        refused.sort(key=lambda pair: pair[0].key)
+    for obj, reason in refused[:NAMED_REFUSALS]:
+        log.warning("not planning s3://%s/%s: %s", bucket, obj.key, reason)
     if refused:
         log.warning("%d input key(s) under %s refused as unsafe paths and left out of the plan", len(refused),
                     prefix_uri)
@@ -338,10 +367,15 @@ def manifest_body(prefix_uri: str, keys: Iterable[str]) -> str:
 
 def write_manifest(s3, manifest_uri: str, body: str) -> None:
     bucket, key = parse_s3_uri(manifest_uri)
-    s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType="application/json")
+    s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType="application/json",
+                  Tagging=contract.METADATA_TAGGING)
 
 
 PLAN_FILE_VERSION = 1
+# A plan file of a million inputs is about 2 MiB gzip'd and 60 MiB of JSON: these bounds leave room, and stop a
+# file someone else wrote (or a gzip bomb) from taking the reader's memory.
+MAX_PLAN_FILE_BYTES = 64 << 20
+MAX_PLAN_FILE_INFLATED = 1 << 30
 
 
 def plan_file_body(prefix_uri: str, objects: Sequence[S3Object]) -> bytes:
@@ -365,22 +399,28 @@ def plan_file_body(prefix_uri: str, objects: Sequence[S3Object]) -> bytes:
     return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), compresslevel=1, mtime=0)
 
 
-def parse_plan_file(body: bytes, where: str) -> list[tuple[str, int]]:
+def parse_plan_file(body: bytes, where: str, max_inflated: int = MAX_PLAN_FILE_INFLATED) -> list[tuple[str, int]]:
     """The inputs of a plan file (:func:`plan_file_body`) as (full s3:// URI, size) pairs.
 
     Raises ValueError naming ``where`` (the file's URI) for a body that is not such a file.
     """
     try:
-        data = json.loads(gzip.decompress(body))
+        if len(body) > MAX_PLAN_FILE_BYTES:
+            raise ValueError(f"{len(body)} bytes, over the {MAX_PLAN_FILE_BYTES} a plan file can be")
+        inflate = zlib.decompressobj(wbits=31)  # gzip, inflated no further than the cap: no gzip bomb
+        text = inflate.decompress(body, max_inflated)
+        if inflate.unconsumed_tail or not inflate.eof:
+            raise ValueError(f"it inflates past {max_inflated >> 20} MiB, or is cut short")
+        data = json.loads(text)
         prefix, files = data["prefix"], data["files"]
         if data.get("version") != PLAN_FILE_VERSION or not isinstance(prefix, str) or not isinstance(files, list):
             raise ValueError("unknown layout")
         return [(prefix + str(key), int(size)) for key, size in files]
-    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{where} is not a Shardline plan file ({err}); it is written by the step's plan "
                          "task beside the attempt's manifest and never edited") from err
 
 
 def write_plan_file(s3, plan_file_uri: str, body: bytes) -> None:
     bucket, key = parse_s3_uri(plan_file_uri)
-    s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/gzip")
+    s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/gzip", Tagging=contract.METADATA_TAGGING)

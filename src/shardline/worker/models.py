@@ -68,12 +68,16 @@ def prepare_model(model_dir: Path, expected_sha256: str | None, scratch: Path) -
     if expected is not None and (len(expected) != 64 or any(c not in "0123456789abcdef" for c in expected)):
         raise SetupError(f"the pinned model sha256 {expected_sha256!r} is not 64 hex characters")
 
+    # The artifact is read once, into a private copy (a fresh 0700 folder), and hashed as it is copied: what
+    # is verified is what is unpacked or loaded. Reading the shared file twice, once to hash it and once to
+    # load it, would let whoever can write there swap it in between.
     tarball = model_dir / TARBALL
     verified: str | None = None
     root = model_dir
     if tarball.is_file():
-        verified = _verify(tarball, expected)
-        root = _extract(tarball, scratch, prefix=f"model-{verified[:16]}-")
+        private, verified = _verified_copy(tarball, scratch, expected)
+        root = _extract(private, scratch, prefix=f"model-{verified[:16]}-")
+        shutil.rmtree(private.parent, ignore_errors=True)
 
     kind, path = detect_kind(root)
     if verified is None:
@@ -82,19 +86,46 @@ def prepare_model(model_dir: Path, expected_sha256: str | None, scratch: Path) -
                 "a sha256 pin covers one artifact, but custom code arrived as loose files; "
                 f"package the model directory as {TARBALL} and pin the tarball's sha256"
             )
-        verified = _verify(path, expected)
+        if kind == "custom":  # unpinned loose code: nothing to verify, and a script imports its siblings
+            verified = sha256_of(path)
+        else:
+            path, verified = _verified_copy(path, scratch, expected)
     log.info("model: %s at %s (sha256 %s%s)", kind, path, verified[:12], ", pinned" if expected else "")
     return ModelArtifact(kind=kind, path=str(path), root=str(root), sha256=verified)
 
 
-def _verify(path: Path, expected: str | None) -> str:
-    actual = sha256_of(path)
+def _verified_copy(source: Path, scratch: Path, expected: str | None) -> tuple[Path, str]:
+    """``source`` copied into a new folder of our own (mode 0700) under ``scratch``, and the sha256 of the bytes
+    copied: the digest is of exactly what the copy holds. A copy whose digest is not the pinned one is removed
+    and refused (ModelIntegrityError)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="artifact-", dir=scratch))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    dest = folder / source.name
+    digest = hashlib.sha256()
+    try:
+        with open(source, "rb") as src, open(dest, "xb") as out:
+            while chunk := src.read(4 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as err:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise HostSetupError(f"cannot copy the model {source} to {folder}: {err}") from err
+    actual = digest.hexdigest()
+    try:
+        _verify(source, actual, expected)
+    except ModelIntegrityError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return dest, actual
+
+
+def _verify(path: Path, actual: str, expected: str | None) -> None:
     if expected is not None and actual != expected:
         raise ModelIntegrityError(
             f"model artifact {path} has sha256 {actual}, but {expected} is pinned. Refusing to load it: "
             "check that the model URI and the pinned digest name the same version."
         )
-    return actual
 
 
 def _extract(tarball: Path, scratch: Path, prefix: str) -> Path:

@@ -27,7 +27,13 @@ from shardline.decision.policy import Action
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
-from shardline.spec import input_override_problem, load_spec, model_version_problem, unknown_conf_problem
+from shardline.spec import (
+    input_override_problem,
+    instance_count_override,
+    load_spec,
+    model_version_problem,
+    unknown_conf_problem,
+)
 
 
 def _steps():
@@ -76,7 +82,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         # The Params' own schema refuses these at trigger time; checked again here, where they are used,
         # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
         problem = (input_override_problem(step, override) if override else None) or \
-            model_version_problem(step, version)
+            model_version_problem(step, version) or instance_count_override(self.instances_override, 1)[1]
         if problem:
             raise AirflowFailException(param_problem_text(problem, _ref(spec, context)))
         if not (step.model.sha256 or step.model.versions):
@@ -102,8 +108,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         return self._plan(context, input_prefix, version, waited=True)
 
     def _instances(self, step) -> int:
-        return int(self.instances_override) if str(self.instances_override or "").strip() not in ("", "None") \
-            else step.resources.instance_count
+        return instance_count_override(self.instances_override, step.resources.instance_count)[0]
 
     def _ready_at(self, context) -> dt.datetime | None:
         """When a scheduled run's partition is complete (its interval's end plus input.settle_seconds)."""
