@@ -307,6 +307,17 @@ def test_a_conf_is_checked_as_the_trigger_forms_params_check_it(conf, problem):
     assert (said is None) if problem is None else (problem in said), said
 
 
+@pytest.mark.parametrize("field", ["prefix", "metadata_prefix"])
+def test_two_steps_may_not_share_an_output_folder(field):
+    first = {**minimal()["steps"][0]}
+    value = "s3://data/meta/dt={{ ds }}/_shardline/" if field == "metadata_prefix" else "s3://data/scores/"
+    first["output"] = {"prefix": "s3://data/a/", field: value} if field == "metadata_prefix" else {"prefix": value}
+    second = {**first, "name": "again", "output": {**first["output"], "prefix": "s3://data/b/"}
+              if field == "metadata_prefix" else {"prefix": value.rstrip("/")}}
+    with pytest.raises(SpecError, match=f"steps 'score' and 'again' have the same output.{field}"):
+        parse_spec(minimal(steps=[first, second]), "p.yaml")
+
+
 @pytest.mark.parametrize("written", ["s3://raw/events/dt={{ ds }}", "s3://raw/events/dt={{ ds }}/"])
 def test_an_input_prefix_is_a_folder_with_or_without_its_slash(written):
     # Without the "/", s3://raw/events/dt=2026-11-2 would also list dt=2026-11-20/ to dt=2026-11-29/.

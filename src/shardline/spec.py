@@ -354,6 +354,19 @@ class PipelineSpec(_Strict):
                     f"(earlier steps: {seen or 'none'})"
                 )
             seen.append(step.name)
+        for field in ("prefix", "metadata_prefix"):
+            places: dict[str, str] = {}
+            for step in self.steps:
+                value = getattr(step.output, field)
+                if value is None:
+                    continue
+                folder = value.rstrip("/")
+                if folder in places:
+                    # Their instances' manifests (attempt-N/manifest-HOST.json) and outputs would overwrite each
+                    # other's, and each step's check before _SUCCESS would read the other's.
+                    raise ValueError(f"steps {places[folder]!r} and {step.name!r} have the same output.{field} "
+                                     f"{value!r}: give each step its own")
+                places[folder] = step.name
         if self.sagemaker.network_isolation:
             # AWS quirk: an isolated container has no network at all, so the worker could not
             # write file status or heartbeats to DynamoDB and every shard would look lost.

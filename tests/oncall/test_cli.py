@@ -276,3 +276,11 @@ def test_login_warns_before_sending_secrets_over_plain_http_to_another_host(url,
     assert bool(warning) == warned, (url, warning)
     if warned:
         assert warning.startswith("WARNING:") and "unencrypted" in warning and "https://" in warning
+
+
+def test_the_core_install_runs_the_cli_without_the_report_libraries():
+    """`pip install shardline` (no extras) has no numpy or matplotlib: every command still imports."""
+    code = ("import sys; sys.modules['numpy'] = None; sys.modules['matplotlib'] = None; "
+            "import shardline.oncall.cli, shardline.oncall.service")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr

@@ -137,17 +137,32 @@ def test_report_open_never_runs_a_script_someone_wrote_to_the_bucket(staged, tmp
     report["notes"].append(f"</p>{script}<img src=x onerror=\"window.ran=true\">")
     s3.put_object(Bucket=bucket, Key=folder + "report.json", Body=json.dumps(report).encode())
 
-    out = tmp_path / "r.html"
-    fetched = run(*dags, "report", f"{PIPELINE}/run-h", "--step", "score", "--out", str(out), env=env, cwd=cwd)
+    # `--open` hands the page's URI to the web browser ($BROWSER): recorded here, then opened in Chromium.
+    opened, fake_browser = tmp_path / "opened.txt", tmp_path / "browser.sh"
+    fake_browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
+    fake_browser.chmod(0o755)
+    fetched = run(*dags, "report", f"{PIPELINE}/run-h", "--step", "score", "--open",
+                  env={**env, "BROWSER": f"{fake_browser} %s"}, cwd=cwd)
     assert fetched.returncode == 0, fetched.stderr
+    out = Path(fetched.stdout.splitlines()[0])
+    assert opened.read_text() == out.resolve().as_uri()
     page = out.read_text()
     assert "<script" not in page.lower() and "&lt;script&gt;" in page
-    browser.get(out.resolve().as_uri())
+    browser.get(opened.read_text())
     assert browser.execute_script("return window.ran === undefined && document.title !== 'RAN'")
     assert browser.title.startswith("Shardline report")
     # A page that did carry a script (a renderer bug) would still be refused it: the page's own CSP.
     out.write_text(page.replace("</head>", f"{script}</head>"))
     browser.get(out.resolve().as_uri())
+    assert browser.execute_script("return window.ran === undefined && document.title !== 'RAN'")
+
+    # Without the report's libraries (a core install: no numpy, no matplotlib) the stored page is served behind
+    # the same policy, placed first: the script in it does not run either.
+    from shardline.oncall.service import no_script_page
+
+    fallback = tmp_path / "fallback.html"
+    fallback.write_bytes(no_script_page(s3_body(bucket, folder + "report.html")))
+    browser.get(fallback.resolve().as_uri())
     assert browser.execute_script("return window.ran === undefined && document.title !== 'RAN'")
 
     # A report.json that is not a run report renders nothing, and says so.

@@ -154,13 +154,25 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"out/{run_id}/").get("Contents", [])
     assert not [o["Key"] for o in listed if o["Key"].endswith("_SUCCESS")]
     step = read_step(services.ledger_model(spec), spec.pipeline, run_id, "score", file_attributes=None).step
-    assert "not what the worker's own output manifest says it wrote" in step.message
+    assert "not what the worker's own manifest says it wrote" in step.message
+    assert step.message.count("shardline resubmit") == 1 and "--all-failed" in step.message
     assert "part-0.parquet" in step.message if forgery != "a file the job never wrote" else \
         "part-9.parquet" in step.message
+    # The forged file is FAILED now, so `shardline failed` shows it and `resubmit --all-failed` takes it.
+    from shardline.oncall.selection import resubmittable
+    from shardline.oncall.views import file_view
+
+    files = read_step(services.ledger_model(spec), spec.pipeline, run_id, "score", file_attributes=None).files
+    forged = f"s3://{bucket}/in/part-{'9' if forgery == 'a file the job never wrote' else '0'}.parquet"
+    [item] = [f for f in files if f.input_key == forged]
+    assert (item.status, item.error_class) == ("FAILED", "UnvouchedOutputError")
+    assert forged in resubmittable(file_view("score", f) for f in files)
 
 
 def test_a_run_the_worker_vouches_for_is_green(pipeline):
     spec, bucket = pipeline
+    # An empty JSON lines input gets an empty (0-byte) output: vouched for like any other.
+    boto3.client("s3").put_object(Bucket=bucket, Key="in/empty.jsonl", Body=b"")
     _, status = _run(spec, bucket, "run-vouched")
     assert status.value == "SUCCEEDED"
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="out/run-vouched/").get("Contents", [])

@@ -349,15 +349,19 @@ def test_a_damaged_plan_file_is_an_error_that_names_it(body):
 
 
 @pytest.mark.parametrize(("key", "why"), [
-    ("a/" + "n" * 256 + ".parquet", "over the 255 a file name may have"),
-    ("é" * 128 + ".csv", "over the 255"),  # 256 bytes in UTF-8, 132 characters
+    ("n" * 256 + "/a.parquet", "a folder name of 256 bytes"),
+    ("a/" + "n" * 256 + ".parquet", "a file name of 264 bytes"),
+    ("é" * 110 + ".csv", "a file name of 224 bytes"),  # 114 characters: bytes count, not characters
     ("/".join(["d" * 200] * 21), "over the 4000 a file path may have"),
 ])
 def test_a_key_no_file_system_can_hold_is_unsafe(key, why):
-    from shardline.planning.inputs import unsafe_key_reason
+    from shardline.planning.inputs import MAX_FILE_NAME_BYTES, unsafe_key_reason
 
     assert why in (unsafe_key_reason(key) or ""), key
-    assert unsafe_key_reason("a/" + "n" * 247 + ".parquet") is None  # 255 bytes: fits
+    # A file name of the longest length planned still fits on disk as the worker's temporary name.
+    name = "n" * (MAX_FILE_NAME_BYTES - len(".csv.gz")) + ".csv.gz"
+    assert unsafe_key_reason(f"{'d' * 255}/{name}") is None
+    assert len(f".{name[:-len('.csv.gz')]}.parquet.gz.part0000.shardline-tmp".encode()) <= 255
 
 
 def test_a_key_that_is_also_a_folder_is_refused_alone_and_the_rest_are_planned(aws_env):
@@ -375,7 +379,7 @@ def test_a_key_that_is_also_a_folder_is_refused_alone_and_the_rest_are_planned(a
     reasons = {o.key: why for o, why in refused}
     assert set(reasons) == {"in/a/b", "in/" + "n" * 300}
     assert "both a file and a folder: a/b/c.parquet is under it" in reasons["in/a/b"]
-    assert "over the 255" in reasons["in/" + "n" * 300]
+    assert "a file name of 300 bytes" in reasons["in/" + "n" * 300]
 
 
 def test_a_plan_file_is_read_within_bounds_so_a_gzip_bomb_is_refused():

@@ -195,7 +195,8 @@ def fetch_model(s3, model_uri: str, model_dir: Path) -> None:
 
 # The most a preview reads of an input, compressed or not: a sample is a few rows, and an input is anyone's
 # bytes (a line with no end, a gzip bomb, a parquet file whose first row group is huge).
-MAX_SAMPLE_BYTES = 64 << 20
+MAX_SAMPLE_BYTES = 64 << 20  # of a text file (CSV, JSON lines), compressed and inflated alike
+MAX_PARQUET_SAMPLE_BYTES = 512 << 20  # of a parquet file: its footer and first row group (Spark's are 128 MiB)
 MAX_SAMPLE_LINE_BYTES = 8 << 20
 
 
@@ -203,8 +204,7 @@ class SampleTooLarge(ValueError):
     """The sample would need more of an input than a preview reads."""
 
 
-def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path,
-                 max_bytes: int = MAX_SAMPLE_BYTES) -> Path:
+def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path, max_bytes: int | None = None) -> Path:
     """The first ``rows`` rows of one object, as a local file of the same format, reading at most ``max_bytes``
     of it (compressed and uncompressed alike), or SampleTooLarge naming the object."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -214,6 +214,7 @@ def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path,
     base = name[:-3] if gzipped else name
     where = f"s3://{bucket}/{key}"
     if base.lower().endswith(".parquet"):
+        max_bytes = max_bytes or MAX_PARQUET_SAMPLE_BYTES
         dest = data_dir / name
         if gzipped:  # not seekable: the whole object, if it is small enough
             size = s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
@@ -225,6 +226,7 @@ def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path,
             return dest
         _parquet_head(s3, bucket, key, rows, dest, max_bytes)
         return dest
+    max_bytes = max_bytes or MAX_SAMPLE_BYTES
     dest = data_dir / base  # text formats are written back uncompressed
     header = 1 if base.lower().endswith(".csv") else 0
     body = s3.get_object(Bucket=bucket, Key=key)["Body"]

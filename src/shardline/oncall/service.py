@@ -80,8 +80,6 @@ from shardline.orchestration.step_files import PlanFileError, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri
-from shardline.report.model import RunReport
-from shardline.report.render import render_html
 from shardline.spec import PipelineSpec, SpecError, load_spec
 from shardline.waiting import wait_for
 
@@ -327,16 +325,31 @@ class OnCall:
             # with no server's CSP in front of it. render_html escapes every value, and its page runs no script.
             try:
                 data = json.loads(raw)
-                page = render_html(RunReport.from_json(raw))
-            except (ValueError, KeyError, TypeError, AttributeError) as err:
+            except ValueError as err:
                 raise Conflict(f"{report.json_uri} is not a run report ({type(err).__name__}: {err}), so no page "
                                "was rendered from it") from err
+            page = self._page(ref, report, raw)
             path = out if out is not None else local_report_path(root, ref.pipeline, ref.run_id, report.step)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(page, encoding="utf-8")
+            path.write_bytes(page)
             saved.append(SavedReport(report.step, report.status, report.html_uri, str(path),
                                      data if with_json else None))
         return saved
+
+    def _page(self, ref: RunRef, report: StepReportRef, raw: bytes) -> bytes:
+        """The report's page, rendered from its report.json (every value escaped, a policy that allows no script).
+        Without the run report's libraries (numpy, matplotlib: the ``airflow`` extra) it is the stored page, led
+        by the same policy, which no later markup in the page can loosen."""
+        try:
+            from shardline.report.model import RunReport
+            from shardline.report.render import render_html
+        except ImportError:
+            return no_script_page(self._read_report(ref, report, "html"))
+        try:
+            return render_html(RunReport.from_json(raw)).encode()
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise Conflict(f"{report.json_uri} is not a run report ({type(err).__name__}: {err}), so no page "
+                           "was rendered from it") from err
 
     # --- actions -------------------------------------------------------------------------
 
@@ -625,3 +638,12 @@ class OnCall:
         return done
 
 
+# The policy a report page runs under when it is opened from a file: its inline styles and data: images only.
+NO_SCRIPT_POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
+def no_script_page(stored: bytes) -> bytes:
+    """A stored page, led by a Content-Security-Policy that allows no script. The meta element comes first, so
+    the browser puts it in the head before any of the page's own markup, and a policy, once set, can only be
+    tightened by what follows."""
+    return f'<meta http-equiv="Content-Security-Policy" content="{NO_SCRIPT_POLICY}">\n'.encode() + stored

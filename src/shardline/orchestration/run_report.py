@@ -12,7 +12,6 @@ import dataclasses
 import json
 import logging
 
-from shardline import contract
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.orchestrator import list_runs
 from shardline.ledger.states import FileStatus, StepStatus
@@ -20,7 +19,7 @@ from shardline.orchestration import services
 from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import parse_s3_uri
+from shardline.planning.inputs import parse_s3_uri, put_metadata
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
 from shardline.report.model import PreviousRun, RunReport, build_report, records_from_ledger
@@ -167,8 +166,6 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt) -> WrittenReport:
     for suffix, body, content_type in (("json", report.to_json(indent=1), "application/json"),
                                        ("html", render_html(report), "text/html; charset=utf-8")):
         uri = attempt.report_uri(suffix)
-        bucket, key = parse_s3_uri(uri)
-        s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType=content_type,
-                      Tagging=contract.METADATA_TAGGING)
+        put_metadata(s3, uri, body.encode(), content_type)
         uris[suffix] = uri
     return WrittenReport(report, uris["html"], uris["json"])

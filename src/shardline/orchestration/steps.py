@@ -6,6 +6,7 @@ Operators and the trigger call these and hold no policy of their own. An attempt
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -48,6 +49,7 @@ from shardline.planning.inputs import (
     manifest_order,
     parse_s3_uri,
     plan_file_body,
+    put_metadata,
     write_manifest,
     write_plan_file,
 )
@@ -430,14 +432,17 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
     Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
     """
     status = OUTCOME_STATUS[action]
+    unvouched: list[UnvouchedFile] = []
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
         unvouched = unvouched_outputs(spec, attempt)
         if unvouched:
             status = StepStatus.FAILED
             reason = (f"{len(unvouched)} file(s) the ledger records as SUCCEEDED are not what the worker's own "
-                      f"output manifest says it wrote, e.g. {'; '.join(unvouched[:3])}. Something other than the "
-                      "worker wrote these ledger items or outputs, so no _SUCCESS was written: check who can write "
-                      "the ledger table and the output prefix (infra/README.md), then `shardline resubmit` the step")
+                      f"manifest says it wrote, e.g. {'; '.join(u.reason for u in unvouched[:3])}. Either something "
+                      "other than the worker wrote these ledger items or outputs (check who can write the ledger "
+                      "table and the output prefix: infra/README.md), or an instance ended before writing its "
+                      f"manifest. No {contract.SUCCESS_MARKER} was written, and these files are now FAILED "
+                      f"({UNVOUCHED_OUTPUT_ERROR}), so a resubmission with --all-failed scores them again")
             log.error("step %s: %s", attempt.step, reason)
     status, reason = check_run_report(spec, attempt, status, reason)
     reason = outcome_message(attempt, status, reason)
@@ -446,6 +451,11 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
                        reason):
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
         return None
+    if unvouched:  # FAILED now, so `failed` shows them and `resubmit --all-failed` takes them
+        for number in sorted({u.attempt for u in unvouched}):
+            record_refused(model, attempt.pipeline, attempt.run_id, attempt.step, number,
+                           [(u.input_key, 0, u.reason) for u in unvouched if u.attempt == number],
+                           error_class=UNVOUCHED_OUTPUT_ERROR)
     if status is StepStatus.FAILED:
         set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED,
                        run_outcome_message(attempt, reason))
@@ -503,8 +513,19 @@ def run_outcome_message(attempt: Attempt, step_message: str) -> str:
     return f"step {attempt.step} failed: {step_message}"
 
 
-def unvouched_outputs(spec: PipelineSpec, attempt: Attempt) -> list[str]:
-    """The SUCCEEDED files whose ledger item the worker's own output manifest does not vouch for, in words.
+UNVOUCHED_OUTPUT_ERROR = "UnvouchedOutputError"  # a SUCCEEDED file its instance's manifest does not vouch for
+MAX_INSTANCE_MANIFEST_BYTES = 256 << 20  # a manifest lists each file once: far below this for any real job
+
+
+@dataclasses.dataclass(frozen=True)
+class UnvouchedFile:
+    input_key: str
+    attempt: int
+    reason: str
+
+
+def unvouched_outputs(spec: PipelineSpec, attempt: Attempt) -> list[UnvouchedFile]:
+    """The SUCCEEDED files whose ledger item the worker's own output manifest does not vouch for, and why.
 
     The worker that wrote a file records it in its instance's manifest (``_shardline/attempt-N/manifest-HOST.json``):
     the input, the output's path, rows and bytes. A FILE item counts only when the manifest of its attempt and
@@ -531,19 +552,29 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt) -> list[str]:
         if where not in manifests:
             manifests[where] = _worker_outputs(s3, attempt, *where)
         written = (manifests[where] or {}).get((f.output_key or "").removeprefix(prefix))
-        if written is None:
-            problems.append(f"{f.input_key}: no output {f.output_key} in the manifest of attempt {where[0]} on "
-                            f"{where[1] or 'no host'}")
+        why = None
+        if manifests[where] is None:
+            why = f"no readable manifest of attempt {where[0]} on {where[1] or 'no host'}"
+        elif written is None:
+            why = f"no output {f.output_key} in the manifest of attempt {where[0]} on {where[1] or 'no host'}"
         elif not f.input_key.endswith("/" + str(written.get("input"))):
             # The worker names its input relative to where SageMaker put it: a suffix of the input's key.
-            problems.append(f"{f.input_key}: the worker wrote {f.output_key} for another input, "
-                            f"{written.get('input')}")
-        elif int(written.get("rows_out") or 0) != int(f.rows_out or 0) \
-                or int(written.get("bytes_out") or -1) != int(stored.get("Size") or 0):
-            problems.append(f"{f.input_key}: the ledger says {int(f.rows_out or 0)} rows and S3 holds "
-                            f"{stored.get('Size')} bytes, the worker wrote {written.get('rows_out')} rows, "
-                            f"{written.get('bytes_out')} bytes")
+            why = f"the worker wrote {f.output_key} for another input, {written.get('input')}"
+        elif _count(written.get("rows_out")) != _count(f.rows_out) \
+                or _count(written.get("bytes_out")) != _count(stored.get("Size")):
+            why = (f"the ledger says {_count(f.rows_out)} rows and S3 holds {stored.get('Size')} bytes, the worker "
+                   f"wrote {written.get('rows_out')} rows, {written.get('bytes_out')} bytes")
+        if why:
+            problems.append(UnvouchedFile(f.input_key, where[0], f"{f.input_key}: {why}"))
     return problems
+
+
+def _count(value) -> int | None:
+    """A row or byte count as recorded, or None when it is not a whole number (which then matches nothing)."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _listed_outputs(s3, output_prefix: str) -> dict[str, dict]:
@@ -560,14 +591,21 @@ def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, d
     there is no such manifest."""
     bucket, key = parse_s3_uri(naming.worker_manifest_key(attempt.output_prefix, number, host,
                                                           attempt.metadata_prefix))
+    from botocore.exceptions import ClientError
+
     try:
-        manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    except s3.exceptions.NoSuchKey:
+        found = s3.get_object(Bucket=bucket, Key=key)
+        if found.get("ContentLength", 0) > MAX_INSTANCE_MANIFEST_BYTES:
+            found["Body"].close()
+            return None
+        manifest = json.loads(found["Body"].read(MAX_INSTANCE_MANIFEST_BYTES + 1))
+    except (ClientError, ValueError):  # missing, unreadable or not JSON: vouches for nothing
         return None
-    except ValueError:  # not JSON: vouches for nothing
+    reports = manifest.get("file_reports") if isinstance(manifest, dict) else None
+    if not isinstance(reports, list):
         return None
-    return {r["output"]: r for r in manifest.get("file_reports", [])
-            if isinstance(r, dict) and r.get("status") == FileStatus.SUCCEEDED and r.get("output")}
+    return {r["output"]: r for r in reports
+            if isinstance(r, dict) and r.get("status") == FileStatus.SUCCEEDED and isinstance(r.get("output"), str)}
 
 
 def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> dict:
@@ -604,8 +642,7 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
     }
     bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt.output_prefix, attempt.run_id,
                                                            attempt.step, attempt.metadata_prefix))
-    s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest, indent=1).encode(),
-                  ContentType="application/json", Tagging=contract.METADATA_TAGGING)
+    put_metadata(s3, f"s3://{bucket}/{key}", json.dumps(manifest, indent=1).encode(), "application/json")
     if missing:
         # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
         log.error("step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "

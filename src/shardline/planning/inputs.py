@@ -51,7 +51,10 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-MAX_NAME_BYTES = 255  # a file name on Linux file systems (ext4, xfs): NAME_MAX
+MAX_NAME_BYTES = 255  # a folder name on Linux file systems (ext4, xfs): NAME_MAX
+# A file's own name: the worker writes ".<name>.part0000.shardline-tmp" while it is incomplete (24 bytes more), and
+# an output format may change the extension (.csv to .parquet, plus .gz).
+MAX_FILE_NAME_BYTES = MAX_NAME_BYTES - 24 - 12
 MAX_PATH_BYTES = 4000  # a path, within PATH_MAX (4096) once the input directory is in front
 
 
@@ -76,10 +79,14 @@ def unsafe_key_reason(relative_key: str) -> str | None:
         return "'..' segment, which climbs out of the input directory"
     if "." in parts:
         return "'.' segment"
-    longest = max(parts, key=lambda part: len(part.encode()))
+    longest = max(parts[:-1], key=lambda part: len(part.encode()), default="")
     if len(longest.encode()) > MAX_NAME_BYTES:
-        return (f"a path segment of {len(longest.encode())} bytes ({longest[:40]}...), over the {MAX_NAME_BYTES} a "
-                "file name may have on the instance's disk")
+        return (f"a folder name of {len(longest.encode())} bytes ({longest[:40]}...), over the {MAX_NAME_BYTES} a "
+                "name may have on the instance's disk")
+    if len(parts[-1].encode()) > MAX_FILE_NAME_BYTES:
+        return (f"a file name of {len(parts[-1].encode())} bytes ({parts[-1][:40]}...), over the "
+                f"{MAX_FILE_NAME_BYTES} the worker can write (the disk's {MAX_NAME_BYTES}, less room for its "
+                "temporary name and another output extension)")
     if len(relative_key.encode()) > MAX_PATH_BYTES:
         return f"a key of {len(relative_key.encode())} bytes, over the {MAX_PATH_BYTES} a file path may have"
     return None
@@ -366,9 +373,22 @@ def manifest_body(prefix_uri: str, keys: Iterable[str]) -> str:
 
 
 def write_manifest(s3, manifest_uri: str, body: str) -> None:
-    bucket, key = parse_s3_uri(manifest_uri)
-    s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType="application/json",
-                  Tagging=contract.METADATA_TAGGING)
+    put_metadata(s3, manifest_uri, body.encode(), "application/json")
+
+
+def put_metadata(s3, uri: str, body: bytes, content_type: str) -> None:
+    """Write one of Shardline's own files under ``_shardline/``, tagged for the bucket's lifecycle rule
+    (``contract.METADATA_TAGGING``). A caller whose role may write but not tag (a person's role running
+    `shardline resubmit`) still writes it, untagged, and a WARNING says the lifecycle rule will not expire it."""
+    bucket, key = parse_s3_uri(uri)
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type, Tagging=contract.METADATA_TAGGING)
+    except Exception as err:
+        if getattr(err, "response", {}).get("Error", {}).get("Code") != "AccessDenied":
+            raise
+        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
+        log.warning("wrote %s without its lifecycle tag (%s): this role may not s3:PutObjectTagging there, so the "
+                    "bucket's expire-shardline-metadata rule will not remove it", uri, contract.METADATA_TAGGING)
 
 
 PLAN_FILE_VERSION = 1
@@ -422,5 +442,4 @@ def parse_plan_file(body: bytes, where: str, max_inflated: int = MAX_PLAN_FILE_I
 
 
 def write_plan_file(s3, plan_file_uri: str, body: bytes) -> None:
-    bucket, key = parse_s3_uri(plan_file_uri)
-    s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/gzip", Tagging=contract.METADATA_TAGGING)
+    put_metadata(s3, plan_file_uri, body, "application/gzip")

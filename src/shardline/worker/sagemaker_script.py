@@ -672,6 +672,7 @@ class ScriptPredictor:
         self.script = InferenceScript(artifact_path, model_dir, device)
         self.protocol = protocol
         self.device = device
+        self._settings_found: dict[tuple, str | None] = {}
         self.inputs = model_inputs_of_script(self.script, protocol)
 
     def predict(self, batch: pa.RecordBatch) -> Columns:
@@ -752,7 +753,14 @@ class ScriptPredictor:
 
     def settings_that_work(self, batch: pa.RecordBatch, single: bool = True) -> str | None:
         """The fewest setting changes (one, else two) under which the script handles the first few records of
-        ``batch``, named as a user sets them; None if none does. Runs on failure only."""
+        ``batch``, named as a user sets them; None if none does. Runs on failure only, and once per worker for
+        the same columns and settings: a job whose every file fails the same way does not search again for each."""
+        cache_key = (batch.schema, self.protocol, single)
+        if cache_key not in self._settings_found:
+            self._settings_found[cache_key] = self._search_settings(batch, single)
+        return self._settings_found[cache_key]
+
+    def _search_settings(self, batch: pa.RecordBatch, single: bool) -> str | None:
         from shardline.worker.guards import OutputTally, captured
 
         sample = batch.slice(0, min(3, batch.num_rows))
