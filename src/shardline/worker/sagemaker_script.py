@@ -64,7 +64,6 @@ CONTENT_TYPES = (CSV, JSON, JSONLINES, NPY)
 DEFAULT_ACCEPT = JSON  # what the inference toolkit asks output_fn for when the request names no Accept
 _ALIASES = {"application/x-jsonlines": JSONLINES, "application/jsonl": JSONLINES, "application/x-ndjson": JSONLINES,
             "application/json-lines": JSONLINES, "text/json": JSON}
-TEXT_BODIES = (CSV, JSON)  # the inference toolkit decodes these to str before input_fn; others stay bytes
 
 MULTI_RECORD = "multi_record"
 SINGLE_RECORD = "single_record"
