@@ -76,12 +76,12 @@ demo-worker: $(STAMP)  ## just the inference worker on generated data (no Airflo
 	$(PY) -m examples.worker_demo
 
 bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, write bench-results/
-	$(PY) tests/bench/bench_worker.py --out bench-results
-	$(PY) tests/bench/bench_orchestration.py --out bench-results
+	$(PY) bench/bench_worker.py --out bench-results
+	$(PY) bench/bench_orchestration.py --out bench-results
 
 bench-quick: $(STAMP)  ## a smaller, faster run of the benchmarks
-	$(PY) tests/bench/bench_worker.py --out bench-results --quick
-	$(PY) tests/bench/bench_orchestration.py --out bench-results --keys 10000
+	$(PY) bench/bench_worker.py --out bench-results --quick
+	$(PY) bench/bench_orchestration.py --out bench-results --keys 10000
 
 package-check: $(STAMP)  ## build the wheel, install it with [airflow] in a fresh venv: providers list, DAGs import
 	rm -rf build/dist build/package-venv

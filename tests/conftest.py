@@ -132,7 +132,7 @@ def airflow_stack(tmp_path_factory, moto_endpoint):
 
     import yaml
 
-    from tests.airflow_stack import airflow_standalone
+    from tests.support.airflow_stack import airflow_standalone
 
     root = tmp_path_factory.mktemp("airflow")
     dags = root / "dags"

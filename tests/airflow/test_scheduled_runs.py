@@ -22,7 +22,7 @@ import yaml
 from examples import synthetic
 from shardline.ledger.table import create_ledger_table
 from tests.orchestration.test_faults import gated_model
-from tests.pipelines import parquet_bytes
+from tests.support.pipelines import parquet_bytes
 
 pytestmark = pytest.mark.slow
 

@@ -67,7 +67,7 @@ def test_the_input_trigger_fires_when_the_input_lands_and_says_what_is_missing_a
     import yaml
 
     from shardline.airflow.triggers.step import InputTrigger
-    from tests.pipelines import parquet_bytes, stage_step
+    from tests.support.pipelines import parquet_bytes, stage_step
 
     monkeypatch.setenv(SETTLE_ENV, "0")
     spec, bucket = stage_step("inputs_test", ledger_table, xgboost_model.parent, tmp_path, {})

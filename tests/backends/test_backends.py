@@ -29,7 +29,7 @@ from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, manifest_body, write_manifest
 from shardline.planning.request import build_processing_request
 from shardline.spec import parse_spec
-from tests.helpers import FEATURES_ARG, write_inference_script
+from tests.support.helpers import FEATURES_ARG, write_inference_script
 
 ROLE = "arn:aws:iam::123456789012:role/shardline"
 IMAGE = "shardline-worker:cpu"

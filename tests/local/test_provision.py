@@ -17,7 +17,7 @@ import yaml
 from examples import synthetic
 from shardline.local.provision import apply, ensure_bucket, make_plan, pinned_models, seed_index
 from shardline.spec import load_spec, parse_spec
-from tests.helpers import SYNTHETIC_COLUMNS, describe, run_worker
+from tests.support.helpers import SYNTHETIC_COLUMNS, describe, run_worker
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINES = REPO / "dags" / "pipelines"

@@ -266,7 +266,7 @@ def test_the_trigger_form_refuses_a_bad_conf_and_names_the_field(airflow_stack, 
 
 def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_path):
     from examples import synthetic
-    from tests.helpers import write_inference_script
+    from tests.support.helpers import write_inference_script
 
     hour = dt.datetime(2026, 11, 22, 6, tzinfo=dt.UTC)
     prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
@@ -312,7 +312,7 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
     """Without Airflow access nothing is submitted; with a clear refused after the submit (a token revoked in
     between), the command exits 1 and says so, and the same command run again completes it: the DAG run
     turns green with every row once."""
-    from tests.faults import ClearDenyingProxy
+    from tests.support.faults import ClearDenyingProxy
 
     hour = dt.datetime(2026, 11, 22, 7, tzinfo=dt.UTC)
     run_id, ref = _failed_and_fixed(airflow_stack, staged, hour)
@@ -383,7 +383,7 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
 
 
 def test_force_ends_green_even_when_the_forced_attempt_succeeded_unwatched(airflow_stack, staged):
-    from tests.faults import ClearDenyingProxy
+    from tests.support.faults import ClearDenyingProxy
 
     hour = dt.datetime(2026, 11, 22, 9, tzinfo=dt.UTC)
     run_id, ref = _failed_and_fixed(airflow_stack, staged, hour)

@@ -23,7 +23,7 @@ import yaml
 from examples import synthetic
 from shardline.oncall.preview import PreviewError, _RangedObject, preview_step, step_uris
 from shardline.spec import parse_spec
-from tests.helpers import feature_matrix, write_inference_script
+from tests.support.helpers import feature_matrix, write_inference_script
 
 ONE_RECORD_SCRIPT = """
     import io

@@ -15,7 +15,7 @@ import yaml
 
 from shardline.orchestration import steps
 from shardline.planning.naming import run_folder
-from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 from tests.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
 
 CLI = Path(sys.executable).with_name("shardline")

@@ -26,7 +26,7 @@ from shardline.oncall.service import OnCall, OnCallError, RunRef
 from shardline.orchestration import steps
 from shardline.planning.inputs import parse_s3_uri
 from shardline.spec import load_spec, parse_spec
-from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from shardline.oncall.tune import tune_step
 from shardline.orchestration import steps
 from shardline.spec import parse_spec
 from tests.oncall.test_cli import REPO, run
-from tests.pipelines import parquet_bytes, plan_args, stage_step
+from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
 
 @pytest.fixture

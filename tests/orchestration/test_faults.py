@@ -31,8 +31,8 @@ from shardline.orchestration import services, steps
 from shardline.orchestration.step_files import read_step_files
 from shardline.spec import PipelineSpec, load_spec
 from tests.conftest import AWS_TEST_ENV
-from tests.faults import MotoServer, TcpProxy, moto_server
-from tests.pipelines import parquet_bytes
+from tests.support.faults import MotoServer, TcpProxy, moto_server
+from tests.support.pipelines import parquet_bytes
 
 pytestmark = pytest.mark.slow
 

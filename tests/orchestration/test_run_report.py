@@ -18,7 +18,7 @@ from shardline.planning.naming import run_folder
 from shardline.report.cost import Prices
 from shardline.report.model import RunReport
 from shardline.spec import parse_spec
-from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
 
 @pytest.fixture

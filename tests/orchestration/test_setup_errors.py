@@ -15,7 +15,7 @@ import pytest
 from shardline.decision.policy import Action
 from shardline.oncall.service import OnCall, RunRef
 from shardline.orchestration import steps
-from tests.pipelines import parquet_bytes, plan_args, stage_step
+from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from shardline.oncall.service import OnCall, RunRef
 from shardline.orchestration import services, steps
 from shardline.orchestration.step_files import PlanFileError, read_step_files
 from shardline.planning.inputs import parse_plan_file, parse_s3_uri
-from tests.pipelines import parquet_bytes, plan_args, stage_step
+from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
 SIZES = {f"part-{i}.parquet": 300 + 100 * i for i in range(4)}
 

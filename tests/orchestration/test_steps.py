@@ -9,7 +9,7 @@ from shardline.decision.policy import JobStatus
 from shardline.orchestration import steps
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import run_folder
-from tests.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
 
 @pytest.fixture

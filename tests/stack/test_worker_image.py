@@ -23,8 +23,8 @@ import pytest
 from shardline.backends.local import read_state
 from shardline.decision.policy import Action
 from shardline.orchestration import services, steps
-from tests.helpers import FEATURES, write_inference_script
-from tests.pipelines import parquet_bytes, stage_step
+from tests.support.helpers import FEATURES, write_inference_script
+from tests.support.pipelines import parquet_bytes, stage_step
 
 CUSTOM_SCRIPT = """
     import os

@@ -22,8 +22,8 @@ import pytest
 
 from shardline.local.embedded_aws import free_port
 from shardline.planning.naming import run_folder
-from tests.airflow_stack import _stop
 from tests.conftest import AWS_TEST_ENV
+from tests.support.airflow_stack import _stop
 
 PIPELINE = "p"
 STARTUP_TIMEOUT = 180

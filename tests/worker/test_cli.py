@@ -12,7 +12,7 @@ from examples import synthetic
 from shardline.worker import __version__
 from shardline.worker.cli import build_parser, resolve_host
 from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
-from tests.helpers import (
+from tests.support.helpers import (
     WORKER,
     clean_env,
     describe,

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
-from tests.helpers import (
+from tests.support.helpers import (
     describe,
     load_manifest,
     read_table,

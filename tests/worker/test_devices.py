@@ -22,7 +22,7 @@ from shardline.worker.devices import (
     visible_gpus,
 )
 from shardline.worker.errors import EXIT_OK, SetupError
-from tests.helpers import (
+from tests.support.helpers import (
     FEATURES,
     SYNTHETIC_COLUMNS,
     check_outputs,

@@ -15,7 +15,7 @@ from examples import synthetic
 from shardline.worker import formats
 from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.work_units import InputFile
-from tests.helpers import (
+from tests.support.helpers import (
     FEATURES,
     SYNTHETIC_COLUMNS,
     check_outputs,

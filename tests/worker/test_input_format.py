@@ -15,7 +15,14 @@ import pytest
 from examples import synthetic
 from shardline.worker.errors import EXIT_FILES_FAILED
 from shardline.worker.work_units import discover_inputs
-from tests.helpers import SYNTHETIC_COLUMNS, describe, load_manifest, reports_by_input, run_worker, sklearn_predict
+from tests.support.helpers import (
+    SYNTHETIC_COLUMNS,
+    describe,
+    load_manifest,
+    reports_by_input,
+    run_worker,
+    sklearn_predict,
+)
 
 
 def _touch(folder, *names):

@@ -12,7 +12,7 @@ import pytest
 from examples import synthetic
 from shardline.worker.errors import EXIT_OK, EXIT_SETUP_ERROR, ModelIntegrityError, SetupError
 from shardline.worker.models import detect_kind, prepare_model, sha256_of
-from tests.helpers import (
+from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     check_outputs,
     clean_env,

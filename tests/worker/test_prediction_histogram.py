@@ -8,7 +8,7 @@ import pytest
 from examples import synthetic
 from shardline.report.histogram import Histogram
 from shardline.worker.runner import FileReport
-from tests.helpers import (
+from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     describe,
     load_manifest,

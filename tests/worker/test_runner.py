@@ -17,7 +17,7 @@ import pytest
 
 from examples import synthetic
 from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
-from tests.helpers import (
+from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     check_outputs,
     clean_env,

@@ -17,7 +17,7 @@ from examples import synthetic
 from shardline.worker.devices import ENV_SIMULATED_GPUS
 from shardline.worker.errors import EXIT_SETUP_ERROR
 from shardline.worker.forkserver import PARENT_ENV
-from tests.helpers import (
+from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     check_outputs,
     clean_env,

@@ -6,7 +6,7 @@ import pytest
 
 from examples import synthetic
 from shardline.worker.errors import EXIT_OK
-from tests.helpers import clean_env, describe, run_worker
+from tests.support.helpers import clean_env, describe, run_worker
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from shardline.worker.tune import (
     within_noise,
 )
 from shardline.worker.work_units import discover_inputs
-from tests.helpers import WORKER, clean_env, describe
+from tests.support.helpers import WORKER, clean_env, describe
 
 
 @pytest.mark.parametrize(("cores", "splits"), [

@@ -31,7 +31,7 @@ from shardline.worker.features import choose_features
 from shardline.worker.models import load_predictor, prepare_model
 from shardline.worker.process import JobSettings, file_failure, predict_batch
 from shardline.worker.sagemaker_script import ScriptProtocol
-from tests.helpers import describe, load_manifest, run_worker
+from tests.support.helpers import describe, load_manifest, run_worker
 
 TRAINED = ["age", "income", "balance", "tenure"]  # the training order
 ROWS = 120

@@ -19,7 +19,7 @@ from shardline.worker.work_units import (
     plan_units,
     split_row_groups,
 )
-from tests.helpers import (
+from tests.support.helpers import (
     check_outputs,
     describe,
     load_manifest,

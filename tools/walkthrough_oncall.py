@@ -1,7 +1,7 @@
 """Regenerate docs/on-call.md's "Step by step, with real output": the on-call loop in a real `airflow
 standalone` on the embedded stack, through the `shardline` CLI as an engineer runs it.
 
-    .venv/bin/python -m tests.walkthrough_oncall [--out walkthrough.txt]
+    .venv/bin/python -m tools.walkthrough_oncall [--out walkthrough.txt]
 
 It starts moto_server and Airflow (a few minutes on 2 cores), triggers the hourly pipeline for
 10:00 with one corrupt input, and prints each command with its output (COLUMNS=130), from
@@ -29,8 +29,8 @@ from shardline.ledger.table import create_ledger_table
 from shardline.local.embedded_aws import embedded_aws
 from shardline.local.provision import SEED_MODELS
 from shardline.spec import load_spec
-from tests.airflow_stack import airflow_standalone
 from tests.conftest import AWS_TEST_ENV
+from tests.support.airflow_stack import airflow_standalone
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE, BUCKET = "tabular_scoring_hourly", "shardline-demo"

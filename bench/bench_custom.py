@@ -14,7 +14,7 @@ run timed from launch to exit, interleaved round by round:
 
 Each custom variant's predictions are compared with the built-in path's on one file (they must be equal).
 
-    python tests/bench/bench_custom.py --out bench-results [--quick] [--rounds 2]
+    python bench/bench_custom.py --out bench-results [--quick] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for examples/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for examples/
 
 import numpy as np
 import pyarrow.parquet as pq

@@ -20,7 +20,7 @@ so that is what a perfect worker could reach. Every run is a subprocess, and the
 of its whole process tree is sampled. A batch-size x workers sweep of the shardline worker
 is saved as a PNG, and a single 5M-row file is run for peak memory.
 
-    python tests/bench/bench_worker.py --out bench-results [--quick] [--rounds 3] [--baseline REF]
+    python bench/bench_worker.py --out bench-results [--quick] [--rounds 3] [--baseline REF]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for examples/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for examples/
 
 import psutil
 
@@ -284,7 +284,7 @@ def prepare(out: Path, files: int, rows: int) -> tuple[Path, dict[str, Path]]:
 
 def checkout(ref: str, scratch: Path) -> Path:
     """A detached worktree of ``ref``, for the baseline worker."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     dest = scratch / f"baseline-{ref.replace('/', '_')}"
     subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "--force", str(dest), ref], check=True,
                    capture_output=True)

@@ -9,7 +9,7 @@ Against the embedded endpoint (moto_server over HTTP, started here):
   - sharding skewed file sizes by key and by size: bytes on the busiest instance;
   - `make demo`'s orchestration overhead: DAG-run wall time beyond the jobs' own time (target <= 20%).
 
-    python tests/bench/bench_orchestration.py [--keys 100000] [--files 10000] [--layout both]
+    python bench/bench_orchestration.py [--keys 100000] [--files 10000] [--layout both]
         [--only poke,planning,cost,sharding,demo]
 """
 

@@ -1,0 +1,1 @@
+"""What the tests share: the worker runner and its checks, staged pipelines, the Airflow stack, fault injection."""
