@@ -72,7 +72,7 @@ def main() -> int:
 
 
 def poke_cost(files: int, instances: int = 16) -> dict:
-    """A poll of a running step (STEP and SHARD items, what ``steps.snapshot`` reads while the job runs and every
+    """A poll of a running step (STEP and SHARD items, what ``watch.snapshot`` reads while the job runs and every
     instance is heard from) and the read once the job has ended (every FILE item too), on a step of ``files``."""
     from shardline.ledger.keys import shard_sk
     from shardline.ledger.orchestrator import read_step, start_attempt

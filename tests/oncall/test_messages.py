@@ -32,6 +32,7 @@ from shardline.oncall.errors import OnCallError
 from shardline.oncall.service import OnCall
 from shardline.oncall.views import CANCEL_LINES, Next, NextStep, RunRef, choose_next
 from shardline.orchestration import steps
+from shardline.orchestration import watch as polls
 from shardline.planning.attempt import Attempt
 
 PAGE = Path(__file__).resolve().parents[2] / "src" / "shardline" / "airflow" / "ui" / "static" / "oncall.html"
@@ -372,7 +373,7 @@ def test_every_decision_reason_reads_well_and_a_failure_says_what_to_do():
 
 
 def test_the_step_functions_and_the_trigger_say_what_to_do():
-    from shardline.airflow.triggers.step import timeout_reason
+    from shardline.decision.policy import deadline_reason
 
     inner = ConnectionError("Could not connect to the endpoint URL: http://localhost:5000/")
     try:
@@ -382,17 +383,18 @@ def test_the_step_functions_and_the_trigger_say_what_to_do():
             raise RuntimeError("query failed") from err
     except RuntimeError as err:
         wrapped = err
-    said("describe_error", steps.describe_error(wrapped))
-    assert said("describe_error of an empty error", steps.describe_error(TimeoutError())) == "TimeoutError"
-    text = said("unreachable_reason", steps.unreachable_reason(ATTEMPT, 661, wrapped), failure=True)
+    said("describe_error", polls.describe_error(wrapped))
+    assert said("describe_error of an empty error", polls.describe_error(TimeoutError())) == "TimeoutError"
+    text = said("unreachable_reason", polls.unreachable_reason(ATTEMPT, 661, wrapped), failure=True)
     assert text.endswith(FIX)
     said("stop_and_wait gave up", steps.stop_timeout_text(ATTEMPT.job_name, "Stopping", 900), failure=True)
     assert steps.file_error(None, None) == "no error recorded"
     said("file error without a class", steps.file_error(None, "killed"))
     said("ledger STEP message: succeeded", steps.outcome_message(ATTEMPT, StepStatus.SUCCEEDED, "all 4 files "
                                                                                                  "succeeded"))
-    reason = said("trigger: timeout", timeout_reason("job InProgress: 3/10 files succeeded"))
-    said("trigger: unreachable event", steps.unreachable_reason(ATTEMPT, 601, inner), failure=True)
+    reason = said("trigger: timeout", deadline_reason(POLICY, "job InProgress: 3/10 files succeeded"))
+    assert "600s of heartbeat_timeout_seconds" in reason and "max_runtime_seconds" in reason
+    said("trigger: unreachable event", polls.unreachable_reason(ATTEMPT, 601, inner), failure=True)
 
     from shardline.airflow.operators.step import step_failed_text
 

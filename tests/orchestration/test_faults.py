@@ -27,7 +27,7 @@ from shardline.decision.policy import Action, Decision, decide
 from shardline.ledger import create_ledger_table
 from shardline.ledger.orchestrator import FILE_ATTRIBUTES
 from shardline.ledger.states import FileStatus
-from shardline.orchestration import services, steps
+from shardline.orchestration import services, steps, watch
 from shardline.orchestration.step_files import read_step_files
 from shardline.spec import PipelineSpec, load_spec
 from tests.conftest import AWS_TEST_ENV
@@ -182,7 +182,7 @@ def drive_to_the_end(spec: PipelineSpec, attempt: dict) -> tuple[dict, list[str]
     deadline = time.monotonic() + STEP_DEADLINE_SECONDS
     history: list[str] = []
     while True:
-        decision: Decision = steps.decide_now(spec, attempt)
+        decision: Decision = watch.decide_now(spec, attempt)
         if decision.action is Action.ADVANCE:
             history.append(f"attempt {attempt.number}: ADVANCE: {decision.reason}")
             return attempt, history
@@ -270,16 +270,16 @@ def test_a_poll_of_a_running_step_reads_no_file_item_and_its_end_reads_them(own_
     run_id = "poll-1"
     attempt = plan_and_submit(spec, bucket, run_id)
     deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS
-    while not (running := steps.snapshot(spec, attempt)).shards:  # the gate holds every file: the job runs
+    while not (running := watch.snapshot(spec, attempt)).shards:  # the gate holds every file: the job runs
         assert time.monotonic() < deadline, "no instance sent a heartbeat (safety deadline)"
         time.sleep(0.2)
     assert running.files is None and running.ledger_requests == 1, running
-    assert decide(running, steps.policy_for(spec, STEP)).action is Action.WAIT
-    assert "instance(s) report 0/" in steps.decide_now(spec, attempt).reason
+    assert decide(running, watch.policy_for(spec, STEP)).action is Action.WAIT
+    assert "instance(s) report 0/" in watch.decide_now(spec, attempt).reason
 
     gate.touch()
     final, _ = drive_to_the_end(spec, attempt)
-    ended = steps.snapshot(spec, final)
+    ended = watch.snapshot(spec, final)
     assert ended.files is not None and len(ended.files) == FILES, ended
     assert {f.status for f in ended.files} == {FileStatus.SUCCEEDED}
     assert ended.ledger_requests == 2, ended  # the STEP and SHARD items, then the FILE items
@@ -319,7 +319,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
     with TcpProxy(("127.0.0.1", own_moto.port)) as proxy:
         # Every client goes through the proxy, the job's supervisor and workers included.
         point_aws_at(monkeypatch, tmp_path, proxy.url)
-        spec_path, spec, bucket, total = stage(tmp_path, proxy.url, gated_model(tmp_path / "model", gate),
+        _spec_path, spec, bucket, total = stage(tmp_path, proxy.url, gated_model(tmp_path / "model", gate),
                                                rows_per_file=500, heartbeat_timeout_seconds=30,
                                                input={"features": ["f0", "f1"]})
         run_id = "down-1"
@@ -330,7 +330,8 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
         gate.touch()  # only now can any file finish, so no file's SUCCEEDED record can have landed
         try:
             async def first_event():
-                async for event in StepTrigger(str(spec_path), attempt.to_xcom(), poll_interval=1).run():
+                async for event in StepTrigger(attempt.to_xcom(), watch.StepWatch.of(spec, STEP).to_json(),
+                                                   poll_interval=1).run():
                     return event
                 return None
 
@@ -408,7 +409,7 @@ def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lo
             time.sleep(0.2)
 
         proxy.refuse()  # the job's ledger writes and heartbeats fail from now on; the sensor's do not
-        while (decision := steps.decide_now(spec, attempt)).action is Action.WAIT:
+        while (decision := watch.decide_now(spec, attempt)).action is Action.WAIT:
             assert time.monotonic() < deadline, f"the sensor never gave up on the cut-off job: {decision.reason}"
             time.sleep(POLL_SECONDS)
         assert decision.action is Action.RESUBMIT and decision.stop_job, decision

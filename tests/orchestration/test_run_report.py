@@ -13,7 +13,7 @@ import pytest
 
 from examples import synthetic
 from shardline.ledger.orchestrator import read_step
-from shardline.orchestration import services, steps
+from shardline.orchestration import services, steps, watch
 from shardline.planning.naming import run_folder
 from shardline.report.cost import Prices
 from shardline.report.model import RunReport
@@ -146,7 +146,7 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
         _forge(spec, bucket, run_id, f"s3://{bucket}/in/part-9.parquet", ok=real_output, rout=400)
     else:
         _forge(spec, bucket, run_id, f"s3://{bucket}/in/part-0.parquet", ok=real_output, rout=4000)
-    decision = steps.decide_now(spec, attempt)
+    decision = watch.decide_now(spec, attempt)
     assert decision.action == "ADVANCE"  # the policy, reading the ledger alone, calls it green
 
     status = steps.finish(spec, attempt, decision.action, "every file succeeded")

@@ -14,7 +14,7 @@ import pytest
 
 from shardline.decision.policy import Action
 from shardline.oncall.service import OnCall, RunRef
-from shardline.orchestration import steps
+from shardline.orchestration import steps, watch
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,7 @@ def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
 def _decide_until_not_waiting(spec, attempt, timeout: float = 300):
     deadline = time.monotonic() + timeout
     while True:
-        decision = steps.decide_now(spec, attempt)
+        decision = watch.decide_now(spec, attempt)
         if decision.action is not Action.WAIT:
             return decision
         assert time.monotonic() < deadline, f"still waiting (safety deadline): {decision.reason}"

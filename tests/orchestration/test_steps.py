@@ -6,7 +6,7 @@ import boto3
 import pytest
 
 from shardline.decision.policy import JobStatus
-from shardline.orchestration import steps
+from shardline.orchestration import steps, watch
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import run_folder
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
@@ -94,7 +94,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 truncated upload")
     first = steps.submit(spec, steps.plan(spec, "score", "run-race", **plan_args(bucket)))
     wait_for_job(spec, first, timeout=600)
-    decision = steps.decide_now(spec, first)
+    decision = watch.decide_now(spec, first)
     assert decision.action.value == "FAIL", decision  # the corrupt file failed the step
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=parquet_bytes(300, 9 * 300))  # fixed
     failed = [f"s3://{bucket}/in/part-9.parquet"]
@@ -118,7 +118,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     assert len(won) == 1 and len(lost) == 1, results
     assert won[0].number == 2
     wait_for_job(spec, won[0], timeout=600)
-    decision = steps.decide_now(spec, won[0])
+    decision = watch.decide_now(spec, won[0])
     assert decision.action.value == "ADVANCE", decision
     ids = _output_ids(bucket)
     assert sorted(ids) == list(range(4 * 300)) + list(range(9 * 300, 10 * 300)), len(ids)  # every row once
@@ -134,7 +134,7 @@ def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipe
     first = steps.submit(spec, steps.plan(spec, "score", "run-unsafe", **plan_args(bucket)))
     assert first.file_count == 4  # the crafted key is not in the manifest
     wait_for_job(spec, first, timeout=600)
-    decision = steps.decide_now(spec, first)
+    decision = watch.decide_now(spec, first)
     assert decision.action.value == "FAIL"  # tolerance 0: one refused file fails the step, naming it
     (refused,) = decision.failed_files
     assert refused.input_key == f"s3://{bucket}/in//tmp/evil.parquet" and refused.error_class == "UnsafeKeyError"

@@ -22,7 +22,7 @@ import pytest
 
 from shardline.backends.local import read_state
 from shardline.decision.policy import Action
-from shardline.orchestration import services, steps
+from shardline.orchestration import services, steps, watch
 from tests.support.helpers import FEATURES, write_inference_script
 from tests.support.pipelines import parquet_bytes, stage_step
 
@@ -79,7 +79,7 @@ ROWS = 2_000
 
 def _decide(spec, attempt, timeout: float = 600):
     deadline = time.monotonic() + timeout
-    while (decision := steps.decide_now(spec, attempt)).action is Action.WAIT:
+    while (decision := watch.decide_now(spec, attempt)).action is Action.WAIT:
         assert time.monotonic() < deadline, f"still waiting: {decision.reason}"
         time.sleep(1)
     return decision

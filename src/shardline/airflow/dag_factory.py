@@ -21,7 +21,7 @@ from shardline.airflow.operators.step import (
     PlanStepOperator,
     ReportOperator,
     SubmitStepOperator,
-    WatchStepSensor,
+    WatchStepOperator,
     mark_run_failed,
 )
 from shardline.spec import (
@@ -104,8 +104,8 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
             )
             submit = SubmitStepOperator(task_id=f"submit_{step.name}", spec_path=str(spec_path),
                                         plan_task_id=plan.task_id)
-            watch = WatchStepSensor(task_id=f"watch_{step.name}", spec_path=str(spec_path),
-                                    submit_task_id=submit.task_id, poll_interval=spec.poll_interval_seconds)
+            watch = WatchStepOperator(task_id=f"watch_{step.name}", spec_path=str(spec_path),
+                                      submit_task_id=submit.task_id, poll_interval=spec.poll_interval_seconds)
             plan >> submit >> watch
             if previous is not None:
                 previous >> plan

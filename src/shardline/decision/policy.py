@@ -59,6 +59,34 @@ class Policy:
     max_failed_files: int
     max_failed_percent: float
     heartbeat_timeout_seconds: float
+    max_runtime_seconds: float = 3600.0  # the job's own limit (the spec's max_runtime_seconds)
+
+    def to_json(self) -> dict[str, float]:
+        """The policy as JSON values: a trigger carries the policy its attempt started with."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, float]) -> Policy:
+        return cls(int(data["max_attempts"]), float(data["backoff_seconds"]), float(data["backoff_multiplier"]),
+                   int(data["max_failed_files"]), float(data["max_failed_percent"]),
+                   float(data["heartbeat_timeout_seconds"]), float(data["max_runtime_seconds"]))
+
+
+# After the job's own limit and the heartbeat timeout, the time SageMaker takes to end a job it stops.
+DEADLINE_GRACE_SECONDS = 300
+
+
+def attempt_deadline(policy: Policy, watched_from: float) -> float:
+    """When the watch gives up on an attempt watched from ``watched_from`` (epoch seconds) and stops its job:
+    the job's MaxRuntime, plus the time a silent instance takes to be noticed, plus the grace to end it."""
+    return watched_from + policy.max_runtime_seconds + policy.heartbeat_timeout_seconds + DEADLINE_GRACE_SECONDS
+
+
+def deadline_reason(policy: Policy, last_seen: str) -> str:
+    """Why the watch gave up on an attempt past its :func:`attempt_deadline` (its job is stopped)."""
+    return (f"the attempt did not finish by its deadline ({policy.max_runtime_seconds:.0f}s of max_runtime_seconds "
+            f"plus {policy.heartbeat_timeout_seconds:.0f}s of heartbeat_timeout_seconds plus "
+            f"{DEADLINE_GRACE_SECONDS}s to stop it), so its job is stopped; last seen: {last_seen}")
 
 
 @dataclasses.dataclass(frozen=True)

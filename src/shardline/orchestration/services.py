@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import os
 from pathlib import Path
+from typing import Any
 
 import boto3
 
@@ -37,21 +38,48 @@ def client_config():
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
-    """What a pipeline's clients depend on: its spec's AWS settings and the process's AWS environment
-    (boto3 reads the endpoint, region and credentials when a client is built)."""
+class AwsSettings:
+    """Which clients a pipeline's calls use, as JSON values: what a trigger carries instead of a spec path.
+
+    No credentials: those come from the environment of the process that builds the clients (boto3's default
+    chain, or the Airflow connection named here)."""
 
     backend: str
     aws_conn_id: str
     ledger_table: str
     retention_days: int
     local_root: str
+
+    @classmethod
+    def of(cls, spec: PipelineSpec) -> AwsSettings:
+        return cls(spec.backend, spec.sagemaker.aws_conn_id, spec.ledger_table, spec.ledger_retention_days,
+                   str(local_root()))
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AwsSettings:
+        return cls(str(data["backend"]), str(data["aws_conn_id"]), str(data["ledger_table"]),
+                   int(data["retention_days"]), str(data["local_root"]))
+
+
+# What a call names its pipeline by: its spec, or the settings taken from one (a trigger has no spec).
+Source = PipelineSpec | AwsSettings
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What a pipeline's clients depend on: its AWS settings and the process's AWS environment (boto3
+    reads the endpoint, region and credentials when a client is built)."""
+
+    aws: AwsSettings
     aws_environment: tuple[tuple[str, str], ...]
 
     @classmethod
-    def of(cls, spec: PipelineSpec) -> Settings:
-        return cls(spec.backend, spec.sagemaker.aws_conn_id, spec.ledger_table, spec.ledger_retention_days,
-                   str(local_root()), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+    def of(cls, source: Source) -> Settings:
+        aws = source if isinstance(source, AwsSettings) else AwsSettings.of(source)
+        return cls(aws, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
 
 
 class PipelineServices:
@@ -63,11 +91,11 @@ class PipelineServices:
         self.settings = settings
 
     def _aws_client(self, service: str):
-        if self.settings.backend == "local":
+        if self.settings.aws.backend == "local":
             return boto3.client(service, config=client_config())
         from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-        return AwsBaseHook(aws_conn_id=self.settings.aws_conn_id, client_type=service,
+        return AwsBaseHook(aws_conn_id=self.settings.aws.aws_conn_id, client_type=service,
                            config=client_config()).get_conn()
 
     @functools.cached_property
@@ -93,10 +121,10 @@ class PipelineServices:
 
     @functools.cached_property
     def backend(self) -> Backend:
-        if self.settings.backend == "local":
+        if self.settings.aws.backend == "local":
             from shardline.backends.local import LocalBackend
 
-            return LocalBackend(Path(self.settings.local_root))
+            return LocalBackend(Path(self.settings.aws.local_root))
         from shardline.backends.sagemaker import SageMakerBackend
 
         return SageMakerBackend(self._aws_client("sagemaker"))
@@ -105,7 +133,7 @@ class PipelineServices:
     def ledger(self):
         from shardline.ledger.table import bind_ledger
 
-        return bind_ledger(self.settings.ledger_table, retention_days=self.settings.retention_days)
+        return bind_ledger(self.settings.aws.ledger_table, retention_days=self.settings.aws.retention_days)
 
 
 @functools.lru_cache(maxsize=32)
@@ -113,21 +141,21 @@ def _built(settings: Settings) -> PipelineServices:
     return PipelineServices(settings)
 
 
-def of(spec: PipelineSpec) -> PipelineServices:
-    """The services for this spec in this process's AWS environment, built once and shared by every call
-    with the same settings (a changed endpoint or credentials gets new ones)."""
-    return _built(Settings.of(spec))
+def of(source: Source) -> PipelineServices:
+    """The services for this spec (or its settings) in this process's AWS environment, built once and shared
+    by every call with the same settings (a changed endpoint or credentials gets new ones)."""
+    return _built(Settings.of(source))
 
 
-def s3_client(spec: PipelineSpec):
+def s3_client(spec: Source):
     return of(spec).s3
 
 
-def s3_listing_client(spec: PipelineSpec):
+def s3_listing_client(spec: Source):
     return of(spec).s3_listing
 
 
-def backend_for(spec: PipelineSpec) -> Backend:
+def backend_for(spec: Source) -> Backend:
     return of(spec).backend
 
 
@@ -142,5 +170,5 @@ def image_and_role(spec: PipelineSpec) -> tuple[str, str]:
     return spec.sagemaker.image_uri, spec.sagemaker.role_arn
 
 
-def ledger_model(spec: PipelineSpec):
+def ledger_model(spec: Source):
     return of(spec).ledger

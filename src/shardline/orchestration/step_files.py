@@ -24,7 +24,6 @@ from shardline.ledger.orchestrator import (
 )
 from shardline.orchestration import services
 from shardline.planning.inputs import MAX_PLAN_FILE_BYTES, parse_plan_file, parse_s3_uri
-from shardline.spec import PipelineSpec
 
 # About 200 bytes of memory a key: 1M keys in all (one 1M-file step, or many small ones), beyond what one read
 # needs at once (those are never evicted while it runs).
@@ -37,7 +36,7 @@ class PlanFileError(RuntimeError):
     """A plan file the STEP item records is gone or damaged: the step's inputs cannot all be accounted for."""
 
 
-def read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, *,
+def read_step_files(spec: services.Source, pipeline: str, run_id: str, step: str, *,
                     file_attributes: list[str] | None = FILE_ATTRIBUTES, head: StepRecords | None = None
                     ) -> StepRecords:
     """The STEP, SHARD and FILE items of a step, with every input planned but not yet claimed added as
@@ -56,7 +55,7 @@ def read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, *
     return with_unclaimed(records, planned_inputs(spec, records.step))
 
 
-def planned_inputs(spec: PipelineSpec, step_item) -> dict[int, list[tuple[str, int]]]:
+def planned_inputs(spec: services.Source, step_item) -> dict[int, list[tuple[str, int]]]:
     """Each attempt's planned inputs (full s3:// URI, size), from the plan files the STEP item records.
 
     A step planned before plan files records none (its PENDING FILE items say it all). A recorded
@@ -67,7 +66,7 @@ def planned_inputs(spec: PipelineSpec, step_item) -> dict[int, list[tuple[str, i
     return {attempt: _plan_file(spec, uri, keep=set(files.values())) for attempt, uri in sorted(files.items())}
 
 
-def _plan_file(spec: PipelineSpec, uri: str, *, keep: set[str]) -> list[tuple[str, int]]:
+def _plan_file(spec: services.Source, uri: str, *, keep: set[str]) -> list[tuple[str, int]]:
     with _cache_lock:
         if uri in _cache:
             _cache.move_to_end(uri)

@@ -17,13 +17,8 @@ from shardline import contract
 from shardline.decision.policy import (
     UNSAFE_KEY_ERROR,
     Decision,
-    FileState,
     JobStatus,
     Policy,
-    ShardState,
-    StepSnapshot,
-    decide,
-    needs_files,
 )
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.orchestrator import (
@@ -36,8 +31,8 @@ from shardline.ledger.orchestrator import (
     set_run_status,
     start_attempt,
 )
-from shardline.ledger.states import SETUP_ERROR, SHARD_TERMINAL, FileStatus, StepStatus
-from shardline.orchestration import services
+from shardline.ledger.states import FileStatus, StepStatus
+from shardline.orchestration import services, watch
 from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt, PlannedFile
@@ -58,15 +53,6 @@ from shardline.spec import PipelineSpec
 from shardline.waiting import wait_for
 
 log = logging.getLogger(__name__)
-
-
-def policy_for(spec: PipelineSpec, step: str) -> Policy:
-    s = spec.step(step)
-    return Policy(
-        max_attempts=s.retry.max_attempts, backoff_seconds=s.retry.backoff_seconds,
-        backoff_multiplier=s.retry.backoff_multiplier, max_failed_files=s.tolerance.max_failed_files,
-        max_failed_percent=s.tolerance.max_failed_percent, heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
-    )
 
 
 # How the sensor's outcome is recorded on the STEP item.
@@ -204,81 +190,6 @@ def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     log.info("job %s (attempt %d of step %s): %s", attempt.job_name, attempt.number, attempt.step,
              state.status.value)
     return attempt.submitted(state.created_at or time.time())
-
-
-def snapshot(spec: PipelineSpec, attempt: Attempt, now: float | None = None) -> StepSnapshot:
-    """What the backend and the ledger say about the step right now.
-
-    The job is described first, then the ledger read: a job seen ended has made its last write, so
-    the ledger read after it is final (read the other way round, a file that finished in between
-    would look unfinished, and go again). While the job runs and every instance is heard from, the
-    decision is WAIT whatever the files say (``policy.needs_files``): the poll reads the STEP and
-    SHARD items only, one Query. The FILE items (and plan files) are read when the decision needs them.
-    """
-    now = now if now is not None else time.time()
-    state = services.backend_for(spec).describe(attempt.job_name)
-    head = read_step(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step, files=False)
-    taken = _snapshot(attempt, state, head, now, files=False)
-    if not needs_files(taken, policy_for(spec, attempt.step)):
-        return taken
-    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step, head=head)
-    return _snapshot(attempt, state, records, now, files=True)
-
-
-def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:
-    shards = [
-        ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
-                   finished=s.status in SHARD_TERMINAL, files_assigned=int(s.files_assigned or 0),
-                   files_done=int(s.files_done or 0), files_failed=int(s.files_failed or 0),
-                   setup_error=f"{s.error_message} (model {attempt.model_uri})" if s.error_class == SETUP_ERROR
-                   else None)
-        for s in records.shards if int(s.attempt or 0) == attempt.number
-    ]
-    file_states = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class,
-                             f.error_message) for f in records.files] if files else None
-    cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
-    return StepSnapshot(attempt=attempt.number, job_status=state.status,
-                        job_age_seconds=now - attempt.submitted_at, files=file_states, shards=shards,
-                        job_failure_reason=state.failure_reason, cancelled=cancelled,
-                        ledger_requests=records.requests)
-
-
-def decide_now(spec: PipelineSpec, attempt: Attempt) -> Decision:
-    """One poll, as the trigger makes it: what the step's policy says about its snapshot right now."""
-    return decide(snapshot(spec, attempt), policy_for(spec, attempt.step))
-
-
-def is_unreachable(err: BaseException) -> bool:
-    """Whether ``err`` (or what caused it) says the AWS endpoint could not be reached or did not answer."""
-    from botocore.exceptions import ConnectionError as BotoConnectionError
-    from botocore.exceptions import HTTPClientError
-
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, BotoConnectionError | HTTPClientError | ConnectionError | TimeoutError):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def describe_error(err: BaseException) -> str:
-    """The innermost cause of ``err``, in one line."""
-    while err.__cause__ is not None:
-        err = err.__cause__
-    said = str(err).strip()
-    return f"{type(err).__name__}: {said}" if said else type(err).__name__
-
-
-def unreachable_reason(attempt: Attempt, seconds: float, err: BaseException) -> str:
-    """Why a step's watch gave up on an endpoint outage, and what the on-call engineer does next."""
-    return (f"the AWS endpoint (DynamoDB/S3/the job API) was unreachable for {seconds:.0f}s, past the step's "
-            f"heartbeat_timeout_seconds (last error: {describe_error(err)}). Nothing was recorded as failed: each "
-            f"file keeps the status it last reached, and job {attempt.job_name} may still be running. Once the "
-            "endpoint answers again, check with `shardline status "
-            f"{attempt.pipeline}/{attempt.run_id}` and resubmit what did not finish (this also lets the DAG "
-            "run take the step up again): "
-            + naming.resubmit_command(attempt.pipeline, attempt.run_id, attempt.step))
 
 
 def stop(spec: PipelineSpec, attempt: Attempt) -> None:
@@ -480,7 +391,7 @@ def check_run_report(spec: PipelineSpec, attempt: Attempt, status: StepStatus, r
         log.exception("step %s: the run report could not be written", attempt.step)
         if policy.action == "fail" and status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
             return StepStatus.FAILED, (f"the drift check (drift.action: fail) could not run: the run report failed: "
-                                       f"{describe_error(err)}")
+                                       f"{watch.describe_error(err)}")
         return status, reason
     log.info("step %s: run report %s", attempt.step, written.html_uri)
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and written.drifted:
@@ -663,25 +574,6 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
     return manifest
 
 
-def input_ready(spec: PipelineSpec, step: str, input_prefix: str) -> tuple[bool, str]:
-    """Whether a step's input has landed: its ready marker when the spec names one, else any input
-    file the step would read. Returns (ready, what was found or looked for, in words)."""
-    from shardline.planning.inputs import list_inputs
-
-    s = spec.step(step)
-    s3 = services.s3_client(spec)
-    bucket, key = parse_s3_uri(input_prefix)
-    if s.input.ready_marker:
-        marker = f"{key.rstrip('/')}/{s.input.ready_marker}" if key else s.input.ready_marker
-        found = s3.list_objects_v2(Bucket=bucket, Prefix=marker, MaxKeys=1).get("Contents", [])
-        if any(o["Key"] == marker for o in found):
-            return True, f"s3://{bucket}/{marker} is there"
-        return False, f"no s3://{bucket}/{marker} (input.ready_marker) yet"
-    if list_inputs(s3, input_prefix, s.input.include, s.input.exclude):
-        return True, f"input files are under {input_prefix}"
-    return False, f"no input file under {input_prefix} (matching {list(s.input.include)}) yet"
-
-
 def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
     """Input files under the step's prefix that no attempt of it planned (they landed after planning): each
     full s3:// URI and its size."""
@@ -696,7 +588,8 @@ def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
     return {uri: size for uri, size in listed.items() if uri not in known}
 
 
-def late_inputs_decision(spec: PipelineSpec, attempt: Attempt) -> tuple[Decision, dict[str, int]] | None:
+def late_inputs_decision(spec: PipelineSpec, attempt: Attempt, policy: Policy | None = None
+                         ) -> tuple[Decision, dict[str, int]] | None:
     """What a step that is about to end does about inputs that landed after planning (None: there are none),
     and their sizes from the listing (a resubmission then reads no object for them).
 
@@ -708,7 +601,8 @@ def late_inputs_decision(spec: PipelineSpec, attempt: Attempt) -> tuple[Decision
     late = late_inputs(spec, attempt)
     if not late:
         return None
-    decision = for_late_inputs(list(late), attempt.number, policy_for(spec, attempt.step), attempt.input_prefix)
+    decision = for_late_inputs(list(late), attempt.number, policy or watch.policy_for(spec, attempt.step),
+                                attempt.input_prefix)
     log.warning("step %s: %s", attempt.step, decision.reason)
     if decision.failed_files:
         message = decision.failed_files[0].error_message or ""

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import BaseOperator, BaseSensorOperator
+from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardline.airflow.triggers.step import (
@@ -23,7 +23,7 @@ from shardline.airflow.triggers.step import (
     settle_until,
 )
 from shardline.decision import readiness
-from shardline.decision.policy import Action
+from shardline.decision.policy import Action, attempt_deadline
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
@@ -41,6 +41,14 @@ def _steps():
     from shardline.orchestration import steps
 
     return steps
+
+
+def _polls():
+    """What a poll reads and the values a trigger carries (:mod:`shardline.orchestration.watch`), imported when a
+    task runs, as :func:`_steps` is."""
+    from shardline.orchestration import watch
+
+    return watch
 
 
 class _SpecMixin:
@@ -130,7 +138,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         if ready is not None and dt.datetime.now(dt.UTC) < ready:
             self._wait_until_complete(context, input_prefix, ready)
         if step.input.ready_marker:
-            ready, why = _steps().input_ready(spec, self.step, input_prefix)
+            ready, why = _polls().input_ready(_polls().InputWatch.of(spec, self.step, input_prefix))
             if not ready and not waited and _run_type(context) == readiness.SCHEDULED:
                 # The marker is when a scheduled partition is complete, whatever when_missing says: wait for it
                 # (up to input.wait_timeout_seconds); when_missing decides only if it never comes.
@@ -163,7 +171,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                                    f"step {self.step}: waiting: {why}", _partition(context))
         waits = step.input.missing_input_action(_run_type(context)) == "wait"
         deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
-        self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
+        self.defer(trigger=InputTrigger(self._input_watch(input_prefix), deadline,
                                         poll_interval=self.spec.poll_interval_seconds, not_before=settle_until(),
                                         ready_at=ready.timestamp()),
                    method_name="execute_after_wait",
@@ -175,11 +183,13 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         self.log.info("step %s: %s; waiting up to %ds for it", self.step, why, step.input.wait_timeout_seconds)
         _steps().record_run_status(self.spec, context["run_id"], StepStatus.RUNNING,
                                    f"step {self.step}: waiting: {why}", _partition(context))
-        self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix,
-                                        time.time() + step.input.wait_timeout_seconds,
+        self.defer(trigger=InputTrigger(self._input_watch(input_prefix), time.time() + step.input.wait_timeout_seconds,
                                         poll_interval=self.spec.poll_interval_seconds, not_before=settle_until()),
                    method_name="execute_after_wait",
                    timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
+
+    def _input_watch(self, input_prefix: str) -> dict:
+        return _polls().InputWatch.of(self.spec, self.step, input_prefix).to_json()
 
     def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
         """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
@@ -202,7 +212,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         self.log.warning("%s", message)
         # Listed by `shardline runs` while it waits: RUNNING, with what it waits for.
         _steps().record_run_status(spec, context["run_id"], StepStatus.RUNNING, message, _partition(context))
-        self.defer(trigger=InputTrigger(self.spec_path, self.step, input_prefix, deadline,
+        self.defer(trigger=InputTrigger(self._input_watch(input_prefix), deadline,
                                         poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
                    method_name="execute_after_wait",
                    timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
@@ -211,13 +221,13 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         """List the inputs and preview the model on a sample of the first one; submit nothing."""
         from shardline.oncall.preview import PreviewError, preview_step
         from shardline.orchestration import services
-        from shardline.planning.inputs import list_inputs
+        from shardline.planning.inputs import choose_instance_count, list_inputs
 
         s = spec.step(self.step)
         s3 = services.s3_client(spec)
         objects = list_inputs(s3, input_prefix, s.input.include, s.input.exclude)
         plan = (f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
-                f"{input_prefix}; would run {min(instances, max(1, len(objects)))} instance(s) of "
+                f"{input_prefix}; would run {choose_instance_count(instances, len(objects))} instance(s) of "
                 f"{s.resources.instance_type}; nothing submitted")
         if not objects:
             # As a real run would: skip only where input.when_missing says so; else fail, naming the prefix.
@@ -256,11 +266,11 @@ class SubmitStepOperator(_SpecMixin, BaseOperator):
         return _steps().submit(self.spec, attempt).to_xcom()
 
 
-class WatchStepSensor(_SpecMixin, BaseSensorOperator):
-    """Defers to :class:`StepTrigger` and acts on its decision: advance, resubmit, or fail."""
+class WatchStepOperator(_SpecMixin, BaseOperator):
+    """The step's sensor, as a deferrable operator: defers to :class:`StepTrigger` (all polling happens there)
+    and acts on its decision: advance, resubmit, or fail."""
 
     def __init__(self, *, spec_path: str, submit_task_id: str, poll_interval: float = 15.0, **kwargs):
-        kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
         self.spec_path, self.submit_task_id, self.poll_interval = spec_path, submit_task_id, poll_interval
         self._attempt: Attempt | None = None
@@ -272,17 +282,16 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
 
     def _watch(self, context, attempt: Attempt):
         self._attempt = attempt
-        spec = self.spec
+        # The attempt is watched with the policy the spec sets now; the trigger carries it, so an edit of the
+        # spec while the attempt runs does not change it.
+        watch = _polls().StepWatch.of(self.spec, attempt.step)
         # A step that has already ended (a retried watch, a job quicker than the hand-over) is acted on
         # here: deferring would only bring the answer straight back.
-        decision = _steps().decide_now(spec, attempt)
+        decision = _polls().decide_now(watch, attempt)
         if decision.action is not Action.WAIT:
-            return self.execute_complete(context, StepEvent.of(decision, attempt).to_event())
-        step = spec.step(attempt.step)
-        # The job's own MaxRuntime, plus time for a silent instance to be noticed, bounds one attempt.
-        deadline = time.time() + step.max_runtime_seconds + step.heartbeat_timeout_seconds + 300
-        self.defer(trigger=StepTrigger(self.spec_path, attempt.to_xcom(), self.poll_interval, deadline,
-                                       not_before=settle_until()),
+            return self.execute_complete(context, StepEvent.of(decision, attempt, watch.policy).to_event())
+        self.defer(trigger=StepTrigger(attempt.to_xcom(), watch.to_json(), self.poll_interval,
+                                       attempt_deadline(watch.policy, time.time()), not_before=settle_until()),
                    method_name="execute_complete")
 
     def execute_complete(self, context, event: dict):
@@ -298,9 +307,9 @@ class WatchStepSensor(_SpecMixin, BaseSensorOperator):
         if action in ("ADVANCE", "PARTIAL"):
             # Before the outputs are marked complete: input files that landed after planning go to a next
             # attempt, or fail the step naming them; _SUCCESS never covers a partial set.
-            late = _steps().late_inputs_decision(spec, attempt)
+            late = _steps().late_inputs_decision(spec, attempt, step_event.policy)
             if late is not None:
-                step_event, late_sizes = StepEvent.of(late[0], attempt), late[1]
+                step_event, late_sizes = StepEvent.of(late[0], attempt, step_event.policy), late[1]
                 action, reason = step_event.action, step_event.reason
         if action != "RESUBMIT":
             status = _steps().finish(spec, attempt, action, reason)

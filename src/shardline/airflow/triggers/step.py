@@ -3,7 +3,8 @@
 :class:`StepTrigger` reads the step's snapshot (a job describe and a DynamoDB Query, in a
 thread so the triggerer's event loop never blocks), asks :func:`shardline.decision.policy.decide`,
 and fires as soon as the answer is anything but WAIT. :class:`InputTrigger` waits for a
-step's input to land. They act on nothing themselves.
+step's input to land. They act on nothing themselves, and carry JSON values only
+(:mod:`shardline.orchestration.watch`): no spec path, so no spec is read after the task defers.
 """
 
 from __future__ import annotations
@@ -12,14 +13,12 @@ import asyncio
 import dataclasses
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from shardline.decision.policy import Action, decide
+from shardline.decision.policy import Action, Policy, deadline_reason, decide
 from shardline.planning.attempt import Attempt
-from shardline.spec import load_spec
 
 # A trigger that fires within a few seconds of its task deferring races the scheduler: the
 # worker's "deferred" exit is reported as a success after the scheduler has already queued
@@ -45,56 +44,64 @@ async def _settle(not_before: float | None) -> None:
 
 
 class StepTrigger(BaseTrigger):
-    def __init__(self, spec_path: str, attempt: dict[str, Any], poll_interval: float = 15.0,
+    """Polls one attempt until the decision policy says anything but WAIT, the endpoint stays unreachable past
+    the step's heartbeat timeout, or ``deadline`` passes.
+
+    It carries JSON values only: the attempt, and the :class:`~shardline.orchestration.watch.StepWatch` (AWS
+    settings and decision policy) taken from the spec when the task deferred. It never reads the spec, so the
+    triggerer needs no DAGs folder and an attempt keeps its policy if the spec is edited while it runs.
+    """
+
+    def __init__(self, attempt: dict[str, Any], watch: dict[str, Any], poll_interval: float = 15.0,
                  deadline: float | None = None, not_before: float | None = None):
         super().__init__()
-        self.spec_path = spec_path
         self.attempt = attempt
+        self.watch = watch
         self.poll_interval = poll_interval
-        self.deadline = deadline  # epoch seconds; past it the step times out (and its job is stopped)
+        self.deadline = deadline  # epoch seconds (decision.policy.attempt_deadline); past it the job is stopped
         self.not_before = not_before  # epoch seconds; no event before it (see SETTLE_SECONDS)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("shardline.airflow.triggers.step.StepTrigger", {
-            "spec_path": self.spec_path, "attempt": self.attempt, "poll_interval": self.poll_interval,
+            "attempt": self.attempt, "watch": self.watch, "poll_interval": self.poll_interval,
             "deadline": self.deadline, "not_before": self.not_before,
         })
 
     async def run(self):
-        from shardline.orchestration import steps  # AWS clients load in the triggerer, not where DAGs are parsed
+        from shardline.orchestration import watch as polls  # AWS clients load in the triggerer, not at DAG parse
+        from shardline.orchestration.watch import StepWatch
 
-        spec = load_spec(Path(self.spec_path))
+        watch = StepWatch.from_json(self.watch)
         attempt = Attempt.from_xcom(self.attempt)
-        policy = steps.policy_for(spec, attempt.step)
         # As long as the step tolerates a silent instance, it tolerates an unreachable endpoint.
-        outage_budget = spec.step(attempt.step).heartbeat_timeout_seconds
+        outage_budget = watch.policy.heartbeat_timeout_seconds
         last_reason, last_logged, unreachable_since = None, -float("inf"), None
         while True:
             try:
-                snap = await asyncio.to_thread(steps.snapshot, spec, attempt)
+                snap = await asyncio.to_thread(polls.snapshot, watch, attempt)
             except Exception as err:
-                if not steps.is_unreachable(err):
+                if not polls.is_unreachable(err):
                     raise
                 unreachable_since = unreachable_since or time.time()
                 down = time.time() - unreachable_since
                 if time.monotonic() - last_logged >= LOG_EVERY_SECONDS:
                     self.log.warning("%s: the AWS endpoint is unreachable (%.0fs so far): %s", attempt.job_name,
-                                     down, steps.describe_error(err))
+                                     down, polls.describe_error(err))
                     last_logged, last_reason = time.monotonic(), None
                 if down > outage_budget:
                     await _settle(self.not_before)
-                    yield TriggerEvent(StepEvent(UNREACHABLE, steps.unreachable_reason(attempt, down, err),
-                                                 attempt).to_event())
+                    yield TriggerEvent(StepEvent(UNREACHABLE, polls.unreachable_reason(attempt, down, err),
+                                                 attempt, policy=watch.policy).to_event())
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
             if unreachable_since is not None:
                 self.log.info("%s: the AWS endpoint answers again", attempt.job_name)
                 unreachable_since = None
-            decision = decide(snap, policy)
+            decision = decide(snap, watch.policy)
             if decision.action is not Action.WAIT:
                 await _settle(self.not_before)
-                yield TriggerEvent(StepEvent.of(decision, attempt).to_event())
+                yield TriggerEvent(StepEvent.of(decision, attempt, watch.policy).to_event())
                 return
             # A change of state, at most once a minute: a 1 s poll of a running job would log every second.
             if decision.reason != last_reason and time.monotonic() - last_logged >= LOG_EVERY_SECONDS:
@@ -102,16 +109,10 @@ class StepTrigger(BaseTrigger):
                 last_reason, last_logged = decision.reason, time.monotonic()
             if self.deadline is not None and time.time() > self.deadline:
                 await _settle(self.not_before)
-                yield TriggerEvent(StepEvent(TIMEOUT, timeout_reason(decision.reason), attempt,
-                                             stop_job=True).to_event())
+                yield TriggerEvent(StepEvent(TIMEOUT, deadline_reason(watch.policy, decision.reason), attempt,
+                                             stop_job=True, policy=watch.policy).to_event())
                 return
             await asyncio.sleep(self.poll_interval)
-
-
-def timeout_reason(last: str) -> str:
-    """Why a step's watch gave up on an attempt that ran past its deadline (the job is stopped)."""
-    return (f"the attempt did not finish by its deadline (the step's max_runtime_seconds plus "
-            f"heartbeat_timeout_seconds plus 5 minutes), so its job is stopped; last seen: {last}")
 
 
 # What the watch ends on besides the policy's own actions.
@@ -134,24 +135,28 @@ class StepEvent:
     failed_files: tuple[dict[str, Any], ...] = ()  # input, error_class, error_message (at most 500 characters)
     delay_seconds: float = 0.0
     stop_job: bool = False
+    policy: Policy | None = None  # the policy the attempt was watched with: the sensor acts on the event by it
 
     @classmethod
-    def of(cls, decision, attempt: Attempt) -> StepEvent:
+    def of(cls, decision, attempt: Attempt, policy: Policy | None = None) -> StepEvent:
         return cls(decision.action.value, decision.reason, attempt, tuple(decision.retry_files),
                    tuple({"input": f.input_key, "error_class": f.error_class,
                           "error_message": (f.error_message or "")[:500]} for f in decision.failed_files),
-                   decision.delay_seconds, decision.stop_job)
+                   decision.delay_seconds, decision.stop_job, policy)
 
     def to_event(self) -> dict[str, Any]:
         return {"action": self.action, "reason": self.reason, "attempt": self.attempt.to_xcom(),
                 "retry_files": list(self.retry_files), "failed_files": list(self.failed_files),
-                "delay_seconds": self.delay_seconds, "stop_job": self.stop_job}
+                "delay_seconds": self.delay_seconds, "stop_job": self.stop_job,
+                "policy": self.policy.to_json() if self.policy else None}
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> StepEvent:
+        policy = event.get("policy")
         return cls(event["action"], event["reason"], Attempt.from_xcom(event["attempt"]),
                    tuple(event.get("retry_files") or ()), tuple(event.get("failed_files") or ()),
-                   float(event.get("delay_seconds") or 0.0), bool(event.get("stop_job")))
+                   float(event.get("delay_seconds") or 0.0), bool(event.get("stop_job")),
+                   Policy.from_json(policy) if policy else None)
 
 
 class BackoffTrigger(BaseTrigger):
@@ -174,38 +179,39 @@ class BackoffTrigger(BaseTrigger):
 
 
 class InputTrigger(BaseTrigger):
-    """Waits until a step's input is there (any input file, or the spec's ready marker), or until
-    ``deadline`` (epoch seconds); hands back ``{"ready": bool, "reason": str}``. With ``ready_at`` (epoch
-    seconds: a scheduled partition's interval end plus its settle time) it looks at nothing before then."""
+    """Waits until a step's input is there (any input file, or the spec's ready marker: the
+    :class:`~shardline.orchestration.watch.InputWatch` it carries says which), or until ``deadline`` (epoch
+    seconds); hands back ``{"ready": bool, "reason": str}``. With ``ready_at`` (epoch seconds: a scheduled
+    partition's interval end plus its settle time) it looks at nothing before then."""
 
-    def __init__(self, spec_path: str, step: str, input_prefix: str, deadline: float, poll_interval: float = 30.0,
+    def __init__(self, watch: dict[str, Any], deadline: float, poll_interval: float = 30.0,
                  not_before: float | None = None, ready_at: float | None = None):
         super().__init__()
-        self.spec_path, self.step, self.input_prefix = spec_path, step, input_prefix
+        self.watch = watch
         self.deadline, self.poll_interval, self.not_before = deadline, poll_interval, not_before
         self.ready_at = ready_at
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("shardline.airflow.triggers.step.InputTrigger", {
-            "spec_path": self.spec_path, "step": self.step, "input_prefix": self.input_prefix,
-            "deadline": self.deadline, "poll_interval": self.poll_interval, "not_before": self.not_before,
-            "ready_at": self.ready_at})
+            "watch": self.watch, "deadline": self.deadline, "poll_interval": self.poll_interval,
+            "not_before": self.not_before, "ready_at": self.ready_at})
 
     async def run(self):
-        from shardline.orchestration import steps
+        from shardline.orchestration import watch as polls
+        from shardline.orchestration.watch import InputWatch
 
-        spec = load_spec(Path(self.spec_path))
+        watch = InputWatch.from_json(self.watch)
         if self.ready_at is not None and time.time() < self.ready_at:
-            self.log.info("%s: the partition is complete at %s UTC; looking for its input then", self.input_prefix,
+            self.log.info("%s: the partition is complete at %s UTC; looking for its input then", watch.input_prefix,
                           time.strftime("%H:%M:%S", time.gmtime(self.ready_at)))
             await asyncio.sleep(self.ready_at - time.time())
         while True:
             try:
-                ready, reason = await asyncio.to_thread(steps.input_ready, spec, self.step, self.input_prefix)
+                ready, reason = await asyncio.to_thread(polls.input_ready, watch)
             except Exception as err:
-                if not steps.is_unreachable(err):
+                if not polls.is_unreachable(err):
                     raise
-                ready, reason = False, f"the AWS endpoint was unreachable ({steps.describe_error(err)})"
+                ready, reason = False, f"the AWS endpoint was unreachable ({polls.describe_error(err)})"
             if ready:
                 await _settle(self.not_before)
                 yield TriggerEvent({"ready": True, "reason": reason})

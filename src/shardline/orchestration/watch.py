@@ -1,0 +1,187 @@
+"""What a poll of a step reads and decides: the values a trigger carries, and the reads it makes.
+
+A trigger carries JSON values, never a spec path (the triggerer needs no DAGs folder, and a spec
+edited mid-run cannot change an attempt while it runs): a :class:`StepWatch` for an attempt (the
+AWS settings and the decision policy it started with) and an :class:`InputWatch` for an input
+prefix (what counts as its input having landed). Both are built from the spec when the task defers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from shardline.decision.policy import (
+    Decision,
+    FileState,
+    Policy,
+    ShardState,
+    StepSnapshot,
+    decide,
+    needs_files,
+)
+from shardline.ledger.orchestrator import read_step
+from shardline.ledger.states import SETUP_ERROR, SHARD_TERMINAL, FileStatus, StepStatus
+from shardline.orchestration import services
+from shardline.orchestration.services import AwsSettings
+from shardline.orchestration.step_files import read_step_files
+from shardline.planning import naming
+from shardline.planning.attempt import Attempt
+from shardline.planning.inputs import parse_s3_uri
+from shardline.spec import PipelineSpec
+
+
+def policy_for(spec: PipelineSpec, step: str) -> Policy:
+    """The decision policy a step's spec sets: its retries, tolerance, heartbeat timeout and runtime limit."""
+    s = spec.step(step)
+    return Policy(
+        max_attempts=s.retry.max_attempts, backoff_seconds=s.retry.backoff_seconds,
+        backoff_multiplier=s.retry.backoff_multiplier, max_failed_files=s.tolerance.max_failed_files,
+        max_failed_percent=s.tolerance.max_failed_percent, heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
+        max_runtime_seconds=s.max_runtime_seconds,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class StepWatch:
+    """What polling one step's attempts needs: where its ledger and jobs are, and the policy to apply."""
+
+    aws: AwsSettings
+    policy: Policy
+
+    @classmethod
+    def of(cls, spec: PipelineSpec, step: str) -> StepWatch:
+        return cls(AwsSettings.of(spec), policy_for(spec, step))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"aws": self.aws.to_json(), "policy": self.policy.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepWatch:
+        return cls(AwsSettings.from_json(data["aws"]), Policy.from_json(data["policy"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class InputWatch:
+    """What says a step's input has landed under ``input_prefix``: its ready marker when the spec names one,
+    else any file matching ``include`` and not ``exclude``."""
+
+    aws: AwsSettings
+    input_prefix: str
+    ready_marker: str | None
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+
+    @classmethod
+    def of(cls, spec: PipelineSpec, step: str, input_prefix: str) -> InputWatch:
+        s = spec.step(step).input
+        return cls(AwsSettings.of(spec), input_prefix, s.ready_marker, tuple(s.include), tuple(s.exclude))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"aws": self.aws.to_json(), "input_prefix": self.input_prefix, "ready_marker": self.ready_marker,
+                "include": list(self.include), "exclude": list(self.exclude)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> InputWatch:
+        return cls(AwsSettings.from_json(data["aws"]), str(data["input_prefix"]), data.get("ready_marker"),
+                   tuple(data["include"]), tuple(data["exclude"]))
+
+
+def _watch(source: PipelineSpec | StepWatch, step: str) -> StepWatch:
+    return source if isinstance(source, StepWatch) else StepWatch.of(source, step)
+
+
+def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | None = None) -> StepSnapshot:
+    """What the backend and the ledger say about the step right now.
+
+    The job is described first, then the ledger read: a job seen ended has made its last write, so
+    the ledger read after it is final (read the other way round, a file that finished in between
+    would look unfinished, and go again). While the job runs and every instance is heard from, the
+    decision is WAIT whatever the files say (``policy.needs_files``): the poll reads the STEP and
+    SHARD items only, one Query. The FILE items (and plan files) are read when the decision needs them.
+    """
+    watch = _watch(source, attempt.step)
+    now = now if now is not None else time.time()
+    state = services.backend_for(watch.aws).describe(attempt.job_name)
+    head = read_step(services.ledger_model(watch.aws), attempt.pipeline, attempt.run_id, attempt.step, files=False)
+    taken = _snapshot(attempt, state, head, now, files=False)
+    if not needs_files(taken, watch.policy):
+        return taken
+    records = read_step_files(watch.aws, attempt.pipeline, attempt.run_id, attempt.step, head=head)
+    return _snapshot(attempt, state, records, now, files=True)
+
+
+def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:
+    shards = [
+        ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
+                   finished=s.status in SHARD_TERMINAL, files_assigned=int(s.files_assigned or 0),
+                   files_done=int(s.files_done or 0), files_failed=int(s.files_failed or 0),
+                   setup_error=f"{s.error_message} (model {attempt.model_uri})" if s.error_class == SETUP_ERROR
+                   else None)
+        for s in records.shards if int(s.attempt or 0) == attempt.number
+    ]
+    file_states = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class,
+                             f.error_message) for f in records.files] if files else None
+    cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
+    return StepSnapshot(attempt=attempt.number, job_status=state.status,
+                        job_age_seconds=now - attempt.submitted_at, files=file_states, shards=shards,
+                        job_failure_reason=state.failure_reason, cancelled=cancelled,
+                        ledger_requests=records.requests)
+
+
+def decide_now(source: PipelineSpec | StepWatch, attempt: Attempt) -> Decision:
+    """One poll, as the trigger makes it: what the step's policy says about its snapshot right now."""
+    watch = _watch(source, attempt.step)
+    return decide(snapshot(watch, attempt), watch.policy)
+
+
+def input_ready(watch: InputWatch) -> tuple[bool, str]:
+    """Whether a step's input has landed: its ready marker when the spec names one, else any input
+    file the step would read. Returns (ready, what was found or looked for, in words)."""
+    from shardline.planning.inputs import list_inputs
+
+    s3 = services.s3_client(watch.aws)
+    bucket, key = parse_s3_uri(watch.input_prefix)
+    if watch.ready_marker:
+        marker = f"{key.rstrip('/')}/{watch.ready_marker}" if key else watch.ready_marker
+        found = s3.list_objects_v2(Bucket=bucket, Prefix=marker, MaxKeys=1).get("Contents", [])
+        if any(o["Key"] == marker for o in found):
+            return True, f"s3://{bucket}/{marker} is there"
+        return False, f"no s3://{bucket}/{marker} (input.ready_marker) yet"
+    if list_inputs(s3, watch.input_prefix, watch.include, watch.exclude):
+        return True, f"input files are under {watch.input_prefix}"
+    return False, f"no input file under {watch.input_prefix} (matching {list(watch.include)}) yet"
+
+
+def is_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) says the AWS endpoint could not be reached or did not answer."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import HTTPClientError
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, BotoConnectionError | HTTPClientError | ConnectionError | TimeoutError):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def describe_error(err: BaseException) -> str:
+    """The innermost cause of ``err``, in one line."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    said = str(err).strip()
+    return f"{type(err).__name__}: {said}" if said else type(err).__name__
+
+
+def unreachable_reason(attempt: Attempt, seconds: float, err: BaseException) -> str:
+    """Why a step's watch gave up on an endpoint outage, and what the on-call engineer does next."""
+    return (f"the AWS endpoint (DynamoDB/S3/the job API) was unreachable for {seconds:.0f}s, past the step's "
+            f"heartbeat_timeout_seconds (last error: {describe_error(err)}). Nothing was recorded as failed: each "
+            f"file keeps the status it last reached, and job {attempt.job_name} may still be running. Once the "
+            "endpoint answers again, check with `shardline status "
+            f"{attempt.pipeline}/{attempt.run_id}` and resubmit what did not finish (this also lets the DAG "
+            "run take the step up again): "
+            + naming.resubmit_command(attempt.pipeline, attempt.run_id, attempt.step))
