@@ -33,6 +33,7 @@ from shardline.oncall.service import OnCall
 from shardline.oncall.views import CANCEL_LINES, Next, NextStep, RunRef, choose_next
 from shardline.orchestration import steps
 from shardline.orchestration import watch as polls
+from shardline.orchestration.outcome import rows_mismatch_text
 from shardline.planning.attempt import Attempt
 
 PAGE = Path(__file__).resolve().parents[2] / "src" / "shardline" / "airflow" / "ui" / "static" / "oncall.html"
@@ -433,7 +434,7 @@ def test_the_operators_say_what_happened_and_what_to_do():
     said("failed files list, empty", step_operators._list([]))
     said("mark_run_failed", step_operators.run_failed_text("task_failure"), failure=True)
     said("mark_run_failed without a reason", step_operators.run_failed_text(None), failure=True)
-    said("report: rows in != rows out", step_operators.rows_mismatch_text([["s3://b/in/part-1.parquet"]]), failure=True)
+    said("report: rows in != rows out", rows_mismatch_text([["s3://b/in/part-1.parquet"]]), failure=True)
     said("plan: no model", step_operators.model_missing_text(STEP, "no model at s3://shardline-demo/models/xgboost/"
                                                              "v9/model.tar.gz (check the Param model_version or "
                                                              "model.uri); under s3://shardline-demo/models/xgboost/ "

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from examples import synthetic
+from shardline.errors import SetupError
 from shardline.worker.devices import (
     ENV_SIMULATED_GPUS,
     GPU_CAPABLE_KINDS,
@@ -21,7 +22,7 @@ from shardline.worker.devices import (
     thread_cap_env,
     visible_gpus,
 )
-from shardline.worker.errors import EXIT_OK, SetupError
+from shardline.worker.errors import EXIT_OK
 from tests.support.helpers import (
     FEATURES,
     SYNTHETIC_COLUMNS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from shardline.worker.errors import InputSchemaError, SetupError
+from shardline.errors import InputSchemaError, SetupError
 from shardline.worker.features import (
     FROM_FILE_ORDER,
     FROM_MODEL,

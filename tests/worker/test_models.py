@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from examples import synthetic
-from shardline.worker.errors import EXIT_OK, EXIT_SETUP_ERROR, ModelIntegrityError, SetupError
+from shardline.errors import ModelIntegrityError, SetupError
+from shardline.worker.errors import EXIT_OK, EXIT_SETUP_ERROR
 from shardline.worker.models import detect_kind, prepare_model, sha256_of
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from shardline.worker.errors import SetupError
+from shardline.errors import SetupError
 from shardline.worker.sagemaker_script import (
     CSV,
     JSON,

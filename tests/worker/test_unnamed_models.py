@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardline.errors import SetupError
 from shardline.worker import guards
-from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, SetupError
+from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.features import choose_features
 from shardline.worker.models import load_predictor, prepare_model
 from shardline.worker.process import JobSettings, file_failure, predict_batch

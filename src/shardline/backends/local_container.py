@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from shardline import contract
+from shardline.errors import ShardlineError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 PASSED_AWS = frozenset({"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_EC2_METADATA_DISABLED", "AWS_CA_BUNDLE"})
 
 
-class ContainerRuntimeError(RuntimeError):
+class ContainerRuntimeError(ShardlineError):
     """The container runtime was asked for and cannot run: no engine, or no image."""
 
 

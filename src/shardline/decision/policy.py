@@ -13,7 +13,8 @@ import math
 from collections.abc import Sequence
 
 from shardline.backends import JobStatus
-from shardline.ledger.states import FileStatus
+from shardline.errors import LateInputError, UnsafeKeyError, is_permanent_file_failure
+from shardline.ledger.states import SETUP_ERROR, FileStatus
 
 
 class Action(enum.StrEnum):
@@ -24,10 +25,7 @@ class Action(enum.StrEnum):
     FAIL = "FAIL"
 
 
-# Failures that the same input will reproduce: retrying them only burns an attempt.
-PERMANENT_ERRORS = frozenset({"CorruptInputError", "InputSchemaError", "PoisonFileError", "RowCountMismatch",
-                              "UnsafeKeyError"})
-UNSAFE_KEY_ERROR = "UnsafeKeyError"  # recorded by the planner for a key no download could write safely
+UNSAFE_KEY_ERROR = UnsafeKeyError.__name__  # recorded by the planner for a key no download could write safely
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +183,7 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
         return Decision(Action.FAIL, f"instance {first.host} of attempt {snapshot.attempt} could not start, so "
                                      f"nothing was processed: {first.setup_error}. This is not retried: fix the "
                                      "model (model.uri, the Param model_version) or the step's settings",
-                        failed_files=tuple(dataclasses.replace(f, error_class="SetupError",
+                        failed_files=tuple(dataclasses.replace(f, error_class=SETUP_ERROR,
                                                                error_message=first.setup_error)
                                            for f in unfinished),
                         stop_job=not job.is_terminal)
@@ -231,8 +229,9 @@ def _unconfirmed(snapshot: StepSnapshot, succeeded: list) -> list:
 
 
 def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, stop_job: bool = False) -> Decision:
-    transient = [f for f in failed if f.error_class not in PERMANENT_ERRORS]
-    permanent = [f for f in failed if f.error_class in PERMANENT_ERRORS]
+    # Failures that the same input will reproduce: retrying them only burns an attempt.
+    transient = [f for f in failed if not is_permanent_file_failure(f.error_class)]
+    permanent = [f for f in failed if is_permanent_file_failure(f.error_class)]
     retry = [*unfinished, *transient]
     if retry and snapshot.attempt < policy.max_attempts:
         return Decision(
@@ -267,7 +266,7 @@ def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, s
     )
 
 
-LATE_INPUT_ERROR = "LateInputError"  # recorded for an input that landed after planning, when no attempt is left
+LATE_INPUT_ERROR = LateInputError.__name__  # recorded for an input that landed after planning, when no attempt is left
 
 
 def for_late_inputs(late_keys: Sequence[str], attempt: int, policy: Policy, input_prefix: str) -> Decision:

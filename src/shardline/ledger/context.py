@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from shardline.errors import PermanentError, ShardlineError
+
 # Environment a pipeline sets on each processing job. Without SHARDLINE_LEDGER_TABLE the
 # worker runs standalone and touches no AWS at all.
 ENV_TABLE = "SHARDLINE_LEDGER_TABLE"
@@ -23,11 +25,11 @@ DEFAULT_RETENTION_DAYS = 90  # as shardline.ledger.table's; repeated here to kee
 REQUIRED_ENV = (ENV_PIPELINE, ENV_RUN_ID, ENV_STEP, ENV_ATTEMPT)
 
 
-class LedgerConfigError(ValueError):
+class LedgerConfigError(PermanentError, ValueError):
     """The ledger environment is incomplete or malformed."""
 
 
-class StaleAttemptError(RuntimeError):
+class StaleAttemptError(ShardlineError):
     """A newer attempt owns this record: this instance is a zombie and must stop."""
 
 

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pynamodb.exceptions import PutError, UpdateError
 
+from shardline.errors import ShardlineError, UnsafeKeyError
 from shardline.ledger.keys import (
     RUN_SK,
     RUNS_PK,
@@ -54,11 +55,11 @@ FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", 
 FILE_DETAIL_ATTRIBUTES = [*FILE_ATTRIBUTES, "host"]
 
 
-class StaleOrchestratorError(RuntimeError):
+class StaleOrchestratorError(ShardlineError):
     """Another try of the orchestrator already moved the step to a newer attempt."""
 
 
-class LedgerThrottledError(RuntimeError):
+class LedgerThrottledError(ShardlineError):
     """DynamoDB kept leaving a batch of writes unprocessed: the table is short of write capacity."""
 
 
@@ -240,7 +241,7 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
 
 
 def record_refused(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                   refused: Iterable[tuple[str, int, str]], error_class: str = "UnsafeKeyError") -> int:
+                   refused: Iterable[tuple[str, int, str]], error_class: str = UnsafeKeyError.__name__) -> int:
     """Write a FAILED FILE item for each input the planner refused: (key, size, reason).
 
     No job ever sees these keys; the items make each one show in `shardline failed` with its

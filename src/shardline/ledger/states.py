@@ -6,6 +6,8 @@ spelling out states in `if` chains.
 
 from enum import StrEnum
 
+from shardline.errors import SetupError
+
 
 class FileStatus(StrEnum):
     PENDING = "PENDING"
@@ -46,4 +48,4 @@ STEP_TERMINAL = frozenset(
 )
 
 
-SETUP_ERROR = "SetupError"  # a SHARD item's error class: the instance could not start (its model, its arguments)
+SETUP_ERROR = SetupError.__name__  # a SHARD item's error class: the instance could not start (its model, its arguments)

@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from shardline.errors import ShardlineError
 from shardline.waiting import wait_for
 
 DUMMY_CREDENTIALS = {
@@ -29,7 +30,7 @@ DUMMY_CREDENTIALS = {
 }
 
 
-class EmbeddedAwsError(RuntimeError):
+class EmbeddedAwsError(ShardlineError):
     pass
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from shardline.errors import ShardlineError
+
 ENV_URL = "SHARDLINE_AIRFLOW_URL"
 ENV_TOKEN = "SHARDLINE_AIRFLOW_TOKEN"
 ENV_USERNAME = "SHARDLINE_AIRFLOW_USERNAME"
@@ -72,7 +74,7 @@ def api_refused(base_url: str, source: str, method: str, path: str, status: int,
     return said
 
 
-class AirflowApiError(RuntimeError):
+class AirflowApiError(ShardlineError):
     """The API answered with an error; the message carries its status and detail."""
 
     def __init__(self, message: str, status: int | None = None):

@@ -4,8 +4,10 @@ to decide. Pure: no AWS client, no Airflow."""
 
 from __future__ import annotations
 
+from shardline.errors import ShardlineError
 
-class OnCallError(RuntimeError):
+
+class OnCallError(ShardlineError):
     """Something the operator can fix; the message says what to do next.
 
     Its kind says how the page answers (``http_status``) and how the CLI exits (``exit_code``), so

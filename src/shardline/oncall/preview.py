@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from shardline import contract
+from shardline.errors import ShardlineError
 from shardline.planning.inputs import S3Object, list_inputs, parse_s3_uri
 from shardline.planning.request import pin_arguments, worker_arguments
 from shardline.spec import PipelineSpec, StepSpec, data_interval
@@ -31,7 +32,7 @@ DEFAULT_ROWS = 20
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 
 
-class PreviewError(Exception):
+class PreviewError(ShardlineError):
     """The preview could not run: no input, no model, a template it cannot render."""
 
 

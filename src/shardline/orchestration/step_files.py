@@ -23,17 +23,13 @@ from shardline.ledger.orchestrator import (
     with_unclaimed,
 )
 from shardline.orchestration import services
-from shardline.planning.inputs import MAX_PLAN_FILE_BYTES, parse_plan_file, parse_s3_uri
+from shardline.planning.inputs import MAX_PLAN_FILE_BYTES, PlanFileError, parse_plan_file, parse_s3_uri
 
 # About 200 bytes of memory a key: 1M keys in all (one 1M-file step, or many small ones), beyond what one read
 # needs at once (those are never evicted while it runs).
 MAX_CACHED_KEYS = 1_000_000
 _cache: collections.OrderedDict[str, list[tuple[str, int]]] = collections.OrderedDict()
 _cache_lock = threading.Lock()
-
-
-class PlanFileError(RuntimeError):
-    """A plan file the STEP item records is gone or damaged: the step's inputs cannot all be accounted for."""
 
 
 def read_step_files(spec: services.Source, pipeline: str, run_id: str, step: str, *,
@@ -86,10 +82,7 @@ def _plan_file(spec: services.Source, uri: str, *, keep: set[str]) -> list[tuple
             f"{uri} is gone: the step's ledger record names it as the list of the inputs one attempt planned, so "
             "the files of that attempt no instance has claimed cannot be counted. Restore it (or keep lifecycle "
             "rules off the metadata prefix's manifests/ folder while a run is in flight)") from err
-    try:
-        inputs = parse_plan_file(body, uri)
-    except ValueError as err:
-        raise PlanFileError(str(err)) from err
+    inputs = parse_plan_file(body, uri)
     with _cache_lock:
         _cache[uri] = inputs
         total = sum(len(v) for v in _cache.values())

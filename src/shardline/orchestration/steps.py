@@ -20,6 +20,7 @@ from shardline.decision.policy import (
     JobStatus,
     Policy,
 )
+from shardline.errors import Refused, Unavailable, UnvouchedOutputError
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.orchestrator import (
     FILE_ATTRIBUTES,
@@ -118,7 +119,7 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
                                                     s.input.include, s.input.exclude)
     listed = time.monotonic()
     if not objects and refused:
-        raise ValueError(f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
+        raise Refused(f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
                          f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
                          "input.exclude")
     if not objects:
@@ -247,7 +248,7 @@ def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WA
                   poll: float = 5.0) -> None:
     """Stop the attempt's job if it still runs, and return once it has ended.
 
-    Raises RuntimeError if it has not ended by ``timeout``: the next attempt must not start
+    Raises :class:`~shardline.errors.Unavailable` if it has not ended by ``timeout``: the next attempt must not start
     beside it (the task's retry tries again later).
     """
     from shardline.backends import JobNotFound
@@ -265,7 +266,7 @@ def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WA
     state = wait_for(lambda: backend.describe(attempt.job_name), lambda s: s.status.is_terminal, timeout=timeout,
                      interval=poll)
     if not state.status.is_terminal:
-        raise RuntimeError(stop_timeout_text(attempt.job_name, state.status.value, timeout))
+        raise Unavailable(stop_timeout_text(attempt.job_name, state.status.value, timeout))
 
 
 def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:
@@ -424,7 +425,7 @@ def run_outcome_message(attempt: Attempt, step_message: str) -> str:
     return f"step {attempt.step} failed: {step_message}"
 
 
-UNVOUCHED_OUTPUT_ERROR = "UnvouchedOutputError"  # a SUCCEEDED file its instance's manifest does not vouch for
+UNVOUCHED_OUTPUT_ERROR = UnvouchedOutputError.__name__  # a SUCCEEDED file its instance's manifest does not vouch for
 MAX_INSTANCE_MANIFEST_BYTES = 256 << 20  # a manifest lists each file once: far below this for any real job
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from shardline.errors import PermanentError
 from shardline.orchestration import services
 from shardline.planning import naming
 from shardline.planning.inputs import S3Object, parse_s3_uri
 from shardline.spec import PipelineSpec
 
 
-class UpstreamError(RuntimeError):
+class UpstreamError(PermanentError):
     """The earlier step has no committed outputs this step can read; the message says why and what to do."""
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shardline.errors import PermanentError
 from shardline.planning import naming
 from shardline.planning.inputs import S3Object, choose_instance_count
 
@@ -22,6 +23,10 @@ PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "m
 # Derived, so written to XCom for readers (logs, the UI) but never read back as facts.
 DERIVED_FIELDS = ("job_name", "manifest_uri", "instance_count")
 
+
+
+class AttemptRecordError(PermanentError, ValueError):
+    """An attempt's XCom or ledger record that does not describe the attempt it names."""
 
 class PlannedFile(BaseModel):
     """An input of an attempt: its key under the bucket, and its size (what ``sharding: by_size`` deals by)."""
@@ -108,8 +113,8 @@ class Attempt(BaseModel):
         # sensor watch, or the submit task start, another job than the one this attempt is: refuse.
         for name in ("job_name", "manifest_uri"):
             if name in data and data[name] != getattr(attempt, name):
-                raise ValueError(f"attempt {attempt.number} of step {attempt.step} of run {attempt.run_id}: its "
-                                 f"{name} {data[name]!r} is not the {getattr(attempt, name)!r} it derives")
+                raise AttemptRecordError(f"attempt {attempt.number} of step {attempt.step} of run {attempt.run_id}: "
+                                         f"its {name} {data[name]!r} is not the {getattr(attempt, name)!r} it derives")
         return attempt
 
     @classmethod
@@ -117,12 +122,12 @@ class Attempt(BaseModel):
                   step: str) -> Attempt:
         """An attempt rebuilt from the ledger alone: the STEP item's plan, its attempt and its file count.
 
-        Raises ValueError naming what a plan lacks (one written by hand, or by a much older Shardline).
+        Raises :class:`AttemptRecordError` naming what a plan lacks (one written by hand, or by a much older Shardline).
         """
         plan = {k: v for k, v in json.loads(plan_json).items() if k in PLAN_FIELDS}
         plan.update(pipeline=pipeline, run_id=run_id, step=step,
                     requested_instances=int(plan.get("requested_instances") or 1))
         missing = [name for name in ("input_prefix", "output_prefix", "model_uri") if not plan.get(name)]
         if missing:
-            raise ValueError(f"the recorded plan of step {step} of run {run_id} lacks {', '.join(missing)}")
+            raise AttemptRecordError(f"the recorded plan of step {step} of run {run_id} lacks {', '.join(missing)}")
         return cls(**plan, number=number, file_count=file_count)

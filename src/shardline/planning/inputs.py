@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from shardline import contract
+from shardline.errors import PermanentError
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +42,25 @@ class S3Object:
     size: int
 
 
+class InvalidS3Uri(PermanentError, ValueError):
+    """A setting or record that should name an S3 location does not."""
+
+
+class PlanError(PermanentError, ValueError):
+    """A manifest or plan file that would not say what was planned (a key outside its prefix, an unsafe one)."""
+
+
+class PlanFileError(PermanentError, ValueError):
+    """A plan file the STEP item records is gone or damaged: the step's inputs cannot all be accounted for."""
+
+
 def parse_s3_uri(uri: str) -> tuple[str, str]:
     """``s3://bucket/some/prefix`` -> ("bucket", "some/prefix")."""
     if not uri.startswith("s3://"):
-        raise ValueError(f"not an s3:// URI: {uri!r}")
+        raise InvalidS3Uri(f"not an s3:// URI: {uri!r}")
     bucket, _, key = uri[5:].partition("/")
     if not bucket:
-        raise ValueError(f"no bucket in {uri!r}")
+        raise InvalidS3Uri(f"no bucket in {uri!r}")
     return bucket, key
 
 
@@ -363,11 +376,11 @@ def manifest_body(prefix_uri: str, keys: Iterable[str]) -> str:
     entries: list = [{"prefix": f"s3://{bucket}/{prefix}"}]
     for key in keys:
         if not key.startswith(prefix):
-            raise ValueError(f"{key!r} is not under {prefix_uri!r}")
+            raise PlanError(f"{key!r} is not under {prefix_uri!r}")
         relative = key[len(prefix):]
         # list_inputs never plans such a key; one arriving here is a bug, and must not reach a manifest.
         if reason := unsafe_key_reason(relative):
-            raise ValueError(f"{key!r} cannot be a manifest entry: {reason}")
+            raise PlanError(f"{key!r} cannot be a manifest entry: {reason}")
         entries.append(relative)
     return json.dumps(entries)
 
@@ -412,7 +425,7 @@ def plan_file_body(prefix_uri: str, objects: Sequence[S3Object]) -> bytes:
     files = []
     for o in objects:
         if not o.key.startswith(prefix):
-            raise ValueError(f"{o.key!r} is not under {prefix_uri!r}")
+            raise PlanError(f"{o.key!r} is not under {prefix_uri!r}")
         files.append([o.key[len(prefix):], o.size])
     body = {"version": PLAN_FILE_VERSION, "prefix": f"s3://{bucket}/{prefix}", "files": files}
     # Level 1: a tenth of level 6's time for about the same size on keys this alike.
@@ -422,7 +435,7 @@ def plan_file_body(prefix_uri: str, objects: Sequence[S3Object]) -> bytes:
 def parse_plan_file(body: bytes, where: str, max_inflated: int = MAX_PLAN_FILE_INFLATED) -> list[tuple[str, int]]:
     """The inputs of a plan file (:func:`plan_file_body`) as (full s3:// URI, size) pairs.
 
-    Raises ValueError naming ``where`` (the file's URI) for a body that is not such a file.
+    Raises :class:`PlanFileError` naming ``where`` (the file's URI) for a body that is not such a file.
     """
     try:
         if len(body) > MAX_PLAN_FILE_BYTES:
@@ -437,7 +450,7 @@ def parse_plan_file(body: bytes, where: str, max_inflated: int = MAX_PLAN_FILE_I
             raise ValueError("unknown layout")
         return [(prefix + str(key), int(size)) for key, size in files]
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{where} is not a Shardline plan file ({err}); it is written by the step's plan "
+        raise PlanFileError(f"{where} is not a Shardline plan file ({err}); it is written by the step's plan "
                          "task beside the attempt's manifest and never edited") from err
 
 

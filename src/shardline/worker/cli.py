@@ -18,16 +18,10 @@ from pathlib import Path
 
 from shardline import contract
 from shardline.contract import FEATURES_FILE_ORDER, JSON_LAYOUTS
+from shardline.errors import SetupError
 from shardline.ledger.context import LedgerConfigError, LedgerContext
 from shardline.worker import __version__, forkserver
-from shardline.worker.errors import (
-    EXIT_FENCED,
-    EXIT_FILES_FAILED,
-    EXIT_OK,
-    EXIT_SETUP_ERROR,
-    EXIT_TERMINATED,
-    SetupError,
-)
+from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR, EXIT_TERMINATED
 from shardline.worker.ledger_pump import RETRY_BUDGET_SECONDS
 
 log = logging.getLogger("shardline.worker")

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
-from shardline.worker.errors import SetupError
+from shardline.errors import SetupError
 
 # Model kinds that can run on a GPU. scikit-learn cannot.
 GPU_CAPABLE_KINDS = frozenset({"torch", "xgboost", "custom"})

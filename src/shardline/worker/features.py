@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from shardline.contract import FEATURES_FILE_ORDER
-from shardline.worker.errors import InputSchemaError, SetupError
+from shardline.errors import InputSchemaError, SetupError
 
 # Where the columns came from, as logged and written to the manifest.
 FROM_MODEL = "model"

@@ -21,7 +21,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from shardline import contract
-from shardline.worker.errors import CorruptInputError
+from shardline.errors import CorruptInputError
 from shardline.worker.work_units import InputFile, WorkUnit
 
 TEMP_MARKER = contract.TEMP_MARKER

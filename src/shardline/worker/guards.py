@@ -17,7 +17,7 @@ import re
 import warnings
 from collections.abc import Iterator
 
-from shardline.worker.errors import PredictionError, SetupError
+from shardline.errors import PredictionError, SetupError
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from shardline import contract
+from shardline.errors import SetupError
 from shardline.ledger.context import LedgerContext
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker import devices, formats
-from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, SetupError
+from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.job_report import (
     build_summary,
     describe_slots,

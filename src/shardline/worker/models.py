@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from shardline.worker.errors import HostSetupError, ModelIntegrityError, PredictionError, SetupError
+from shardline.errors import HostSetupError, ModelIntegrityError, PredictionError, SetupError
 from shardline.worker.features import ModelInputs
 
 log = logging.getLogger(__name__)

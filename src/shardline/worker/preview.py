@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shardline.errors import InputSchemaError, SetupError
 from shardline.worker import formats, guards
-from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, InputSchemaError, SetupError
+from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.features import FROM_FILE_ORDER, FeatureChoice, check_spec_against_model, choose_features
 from shardline.worker.models import ModelArtifact, load_predictor
 from shardline.worker.process import (

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shardline.errors import FileError, InputFormatError, InputSchemaError, PredictionError, SetupError
 from shardline.report.histogram import Histogram
 from shardline.worker import formats, guards
 from shardline.worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
-from shardline.worker.errors import FileError, InputFormatError, InputSchemaError, PredictionError, SetupError
 from shardline.worker.features import (
     FROM_FILE_ORDER,
     FeatureChoice,
@@ -186,7 +186,8 @@ def warm_up() -> UnitResult:
     """A no-op task that makes the pool start its workers before the first file is ready to send."""
     state = _state
     assert state is not None, "warm_up called outside a worker process"
-    return UnitResult(None, ok=state.setup_error is None, error_class="SetupError" if state.setup_error else None,
+    return UnitResult(None, ok=state.setup_error is None,
+                      error_class=SetupError.__name__ if state.setup_error else None,
                       error_message=state.setup_error, worker=state.label, fatal=state.setup_error is not None,
                       ready_at=state.ready_at, timing=state.timing)
 
@@ -215,7 +216,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
     state = _state
     assert state is not None, "run_unit called outside a worker process"
     if state.setup_error is not None:
-        return UnitResult(unit, ok=False, error_class="SetupError", error_message=state.setup_error,
+        return UnitResult(unit, ok=False, error_class=SetupError.__name__, error_message=state.setup_error,
                           worker=state.label, fatal=True)
     if unit.file.refusal:
         return UnitResult(unit, ok=False, error_class=InputFormatError.__name__, error_message=unit.file.refusal,
@@ -285,8 +286,8 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         tmp.unlink(missing_ok=True)
         tally.emit(unit.label, _source_name(state.predictor))
         if isinstance(err, SetupError):  # a script's setup problem met while predicting: the job cannot go on
-            return UnitResult(unit, ok=False, error_class="SetupError", error_message=str(err), worker=state.label,
-                              fatal=True)
+            return UnitResult(unit, ok=False, error_class=SetupError.__name__, error_message=str(err),
+                              worker=state.label, fatal=True)
         err = file_failure(err, unit.label, choice, state.predictor)
         return UnitResult(unit, ok=False, rows_in=rows_in, seconds=time.perf_counter() - started,
                           error_class=type(err).__name__, error_message=str(err), worker=state.label,

@@ -21,11 +21,11 @@ from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessP
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
 from shardline.worker import forkserver, process
 from shardline.worker.devices import WorkerSlot
-from shardline.worker.errors import HostSetupError, SetupError
 from shardline.worker.features import FROM_FILE_ORDER
 from shardline.worker.process import JobSettings, UnitResult
 from shardline.worker.work_units import InputFile, WorkUnit
@@ -419,7 +419,7 @@ class Runner:
                           crashes[task])
                 self._fail(
                     report,
-                    "PoisonFileError",
+                    PoisonFileError.__name__,
                     f"the worker process died {crashes[task]} times while processing {task.label} alone "
                     "(killed by a signal, or out of memory); the file is skipped as poison",
                 )
@@ -443,7 +443,7 @@ class Runner:
             # Never leave an output that disagrees with its input under a final name.
             (Path(self.settings.output_dir) / report.output).unlink(missing_ok=True)
             report.output = None
-            self._fail(report, "RowCountMismatch",
+            self._fail(report, RowCountMismatch.__name__,
                        f"read {report.rows_in} rows but wrote {report.rows_out}")
             return
         self.hooks.file_finished(report)

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from shardline.contract import JSON_LAYOUTS, WRAPPED_JSON_LAYOUTS
-from shardline.worker.errors import FileError, PredictionError, SetupError
+from shardline.errors import FileError, PredictionError, SetupError
 from shardline.worker.features import ModelInputs
 
 log = logging.getLogger(__name__)

@@ -39,9 +39,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from shardline.errors import SetupError
 from shardline.ledger.states import FileStatus
 from shardline.worker import devices
-from shardline.worker.errors import EXIT_OK, SetupError
+from shardline.worker.errors import EXIT_OK
 from shardline.worker.job import parquet_meta
 from shardline.worker.models import ModelArtifact
 from shardline.worker.process import JobSettings

@@ -24,7 +24,9 @@ from shardline.airflow.triggers.step import (
 )
 from shardline.decision import readiness
 from shardline.decision.policy import Action, attempt_deadline
+from shardline.errors import PermanentError
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
+from shardline.orchestration.outcome import run_outcome  # pure, as the line above
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
 from shardline.spec import (
@@ -41,6 +43,20 @@ def _steps():
     from shardline.orchestration import steps
 
     return steps
+
+
+def fails_fast(method):
+    """An operator method whose :class:`~shardline.errors.PermanentError` fails the task at once, with its message:
+    the same input or settings would fail every retry the same way. Any other error is Airflow's to retry."""
+
+    @functools.wraps(method)
+    def run(self, context, *args, **kwargs):
+        try:
+            return method(self, context, *args, **kwargs)
+        except PermanentError as err:
+            raise AirflowFailException(str(err)) from err
+
+    return run
 
 
 def _polls():
@@ -77,6 +93,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         self.model_version = model_version
         self.input_override, self.instances_override, self.dry_run = input_override, instances_override, dry_run
 
+    @fails_fast
     def execute(self, context):
         spec = self.spec
         step = spec.step(self.step)
@@ -102,6 +119,7 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             self._dry_run(context, spec, input_prefix, self._instances(step), version)
         return self._plan(context, input_prefix, version, waited=False)
 
+    @fails_fast
     def execute_after_wait(self, context, event: dict):
         """Back from :class:`InputTrigger`: plan now that the input is there, or fail naming the prefix."""
         input_prefix = (self.input_override or "").strip() or self.input_prefix
@@ -145,16 +163,12 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
                 self._wait_for_marker(context, input_prefix, why)
             if not ready:
                 self._missing(context, input_prefix, why, waited=waited)
-        from shardline.orchestration.upstream import UpstreamError
-
-        try:
-            attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
-                                    output_prefix=self.output_prefix, model_uri=self.model_uri,
-                                    instance_count=self._instances(step), model_version=version,
-                                    metadata_prefix=(self.metadata_prefix or "").strip() or None,
-                                    partition=_partition(context))
-        except UpstreamError as err:  # the earlier step's outputs are not there to read: no retry finds them
-            raise AirflowFailException(f"step {self.step}: {err}") from err
+        # An earlier step's outputs that are not there to read (UpstreamError) are permanent: no retry finds them.
+        attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
+                                output_prefix=self.output_prefix, model_uri=self.model_uri,
+                                instance_count=self._instances(step), model_version=version,
+                                metadata_prefix=(self.metadata_prefix or "").strip() or None,
+                                partition=_partition(context))
         if attempt is None:
             self._missing(context, input_prefix, f"no input file under {input_prefix} (matching "
                                                  f"{list(step.input.include)})", waited=waited)
@@ -261,6 +275,7 @@ class SubmitStepOperator(_SpecMixin, BaseOperator):
         super().__init__(**kwargs)
         self.spec_path, self.plan_task_id = spec_path, plan_task_id
 
+    @fails_fast
     def execute(self, context):
         attempt = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
         return _steps().submit(self.spec, attempt).to_xcom()
@@ -275,6 +290,7 @@ class WatchStepOperator(_SpecMixin, BaseOperator):
         self.spec_path, self.submit_task_id, self.poll_interval = spec_path, submit_task_id, poll_interval
         self._attempt: Attempt | None = None
 
+    @fails_fast
     def execute(self, context):
         attempt = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.submit_task_id))
         # A retried watch task picks up the newest attempt, not the one its submit task started.
@@ -294,6 +310,7 @@ class WatchStepOperator(_SpecMixin, BaseOperator):
                                        attempt_deadline(watch.policy, time.time()), not_before=settle_until()),
                    method_name="execute_complete")
 
+    @fails_fast
     def execute_complete(self, context, event: dict):
         spec, step_event = self.spec, StepEvent.from_event(event)
         attempt, action, reason = step_event.attempt, step_event.action, step_event.reason
@@ -336,6 +353,7 @@ class WatchStepOperator(_SpecMixin, BaseOperator):
             return self.resubmit(context, payload)
         raise AirflowFailException(step_failed_text(attempt, action, reason, failed))
 
+    @fails_fast
     def resubmit(self, context, event: dict):
         from shardline.ledger.orchestrator import StaleOrchestratorError
 
@@ -463,14 +481,6 @@ def run_failed_text(reason: object) -> str:
     return f"{said}; check the failed task's log in Airflow for why"
 
 
-def rows_mismatch_text(mismatched: list[list[str]]) -> str:
-    files = [key for keys in mismatched for key in keys]
-    return (f"rows in != rows out for {len(files)} succeeded file(s): {files[:10]}"
-            + (f" and {len(files) - 10} more" if len(files) > 10 else "")
-            + "; the model must return one prediction per input row: check its script, and the job's log for "
-              "these files")
-
-
 class ReportOperator(_SpecMixin, BaseOperator):
     """Reconcile every step's rows in against rows out; the summary goes to the log and XCom."""
 
@@ -481,6 +491,7 @@ class ReportOperator(_SpecMixin, BaseOperator):
         super().__init__(**kwargs)
         self.spec_path, self.watch_task_ids = spec_path, watch_task_ids
 
+    @fails_fast
     def execute(self, context):
         results = [context["ti"].xcom_pull(task_ids=t) for t in self.watch_task_ids]
         summaries = [r for r in results if r]
@@ -493,18 +504,15 @@ class ReportOperator(_SpecMixin, BaseOperator):
 
                 self.log.info("step %s: run report %s (%s)", s["step"], s["report"],
                               report_command(self.spec.pipeline, context["run_id"], s["step"]))
-        bad = [s for s in summaries if s["rows_mismatched_files"]]
-        if bad:
-            message = rows_mismatch_text([s["rows_mismatched_files"] for s in bad])
-            self._finish_run(context, "FAILED", message)
-            raise AirflowFailException(message)
-        if len(summaries) < len(self.watch_task_ids):
-            self.log.info("%d step(s) skipped (no input)", len(self.watch_task_ids) - len(summaries))
-        if not summaries:
-            raise AirflowSkipException("every step was skipped: none had input")
-        partial = any(s.get("outcome") == "PARTIAL" for s in summaries)
-        status = "PARTIAL" if partial else "SUCCEEDED"
-        self._finish_run(context, status, "")
+        outcome = run_outcome(results)
+        if outcome.steps_skipped:
+            self.log.info("%d step(s) skipped (no input)", outcome.steps_skipped)
+        if outcome.status is None:
+            raise AirflowSkipException(outcome.message)
+        self._finish_run(context, outcome.status, outcome.message)
+        if outcome.status is StepStatus.FAILED:
+            raise AirflowFailException(outcome.message)
+        status = outcome.status.value
         self._tell_downstream(context, status, summaries)
         return {"steps": summaries}
 
@@ -528,5 +536,5 @@ class ReportOperator(_SpecMixin, BaseOperator):
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {"run_id": context["run_id"], "status": status, "steps": steps}
 
-    def _finish_run(self, context, status: str, message: str) -> None:
-        _steps().finish_run(self.spec, self.spec.pipeline, context["run_id"], StepStatus(status), message)
+    def _finish_run(self, context, status: StepStatus, message: str) -> None:
+        _steps().finish_run(self.spec, self.spec.pipeline, context["run_id"], status, message)

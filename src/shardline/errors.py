@@ -1,0 +1,115 @@
+"""Shardline's error vocabulary: one definition of each error the layers share. Pure: no IO.
+
+Every error Shardline raises on purpose is a :class:`ShardlineError`. A :class:`PermanentError` is one the
+same input or settings will raise again: Airflow's operators fail such a task at once instead of retrying it,
+and the step's decision policy never spends an attempt on such a file. Everything else may pass on a retry.
+
+A file's failure is recorded in the ledger by its class's name (a FILE item's ``error_class``), so the worker
+that records it and the policy that reads it agree through these classes, never through names written out:
+:func:`is_permanent_file_failure` answers for a recorded name. Renaming a class here renames it for both.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ShardlineError(Exception):
+    """Base of every error Shardline raises on purpose. Trying again may succeed (see :class:`PermanentError`)."""
+
+    permanent: ClassVar[bool] = False
+
+
+class PermanentError(ShardlineError):
+    """The same input or settings fail the same way on every try: no retry, fail fast, say what to change."""
+
+    permanent = True
+
+
+# --- a file's failure, as the ledger records it -----------------------------------------------------------
+
+
+class FileError(ShardlineError):
+    """One input file cannot be processed. It fails alone; the others go on."""
+
+
+class InputSchemaError(FileError, PermanentError):
+    """A feature or passthrough column is missing or has the wrong type."""
+
+
+class CorruptInputError(FileError, PermanentError):
+    """The file cannot be read in its format."""
+
+
+class InputFormatError(FileError):
+    """The file's name says another format than the step reads, or none the worker knows."""
+
+
+class PredictionError(FileError):
+    """The model raised, or returned something that cannot be written, for this file."""
+
+
+class PoisonFileError(FileError, PermanentError):
+    """The file took down the worker process that held it, on its own, twice: it is not tried a third time."""
+
+
+class RowCountMismatch(FileError, PermanentError):
+    """The model returned another number of predictions than the file has rows."""
+
+
+class UnsafeKeyError(FileError, PermanentError):
+    """Recorded by the planner: a key no download could write safely (it would land outside the input folder)."""
+
+
+class LateInputError(FileError):
+    """Recorded when an input landed after planning and no attempt of the step is left to take it."""
+
+
+class UnvouchedOutputError(FileError):
+    """Recorded at the step's end: the ledger says SUCCEEDED, but the instance's own manifest does not vouch for
+    the output (``resubmit --all-failed`` scores the file again)."""
+
+
+# --- an instance that could not start ----------------------------------------------------------------------
+
+
+class SetupError(PermanentError):
+    """A fatal problem before any file can be processed (the worker exits 4).
+
+    In a pipeline the instance records it on its SHARD item, and the step fails at once without a retry: the
+    same model and settings fail the same way on every attempt. A problem of one host is a :class:`HostSetupError`.
+    """
+
+
+class HostSetupError(SetupError):
+    """A setup problem of this instance's host, not of the model or settings (a full disk, a pool that could
+    not start): the job exits 4, and its files are retried on a next attempt like a lost instance's."""
+
+    permanent = False
+
+
+class ModelIntegrityError(SetupError):
+    """The model artifact does not match its pinned sha256."""
+
+
+# The classes a FILE or SHARD item's error_class can name, by that name.
+RECORDED: dict[str, type[ShardlineError]] = {cls.__name__: cls for cls in (
+    InputSchemaError, CorruptInputError, InputFormatError, PredictionError, PoisonFileError, RowCountMismatch,
+    UnsafeKeyError, LateInputError, UnvouchedOutputError, SetupError, HostSetupError, ModelIntegrityError,
+)}
+
+
+def is_permanent_file_failure(error_class: str | None) -> bool:
+    """Whether a file recorded FAILED as ``error_class`` will fail the same way again (so no attempt retries it).
+    A name this vocabulary does not hold as a file's failure (a throttle, a library's own error, an instance's
+    setup error, which fails the step by itself) is worth a retry."""
+    known = RECORDED.get(error_class or "")
+    return bool(known and issubclass(known, FileError) and known.permanent)
+
+
+class Refused(PermanentError):
+    """Shardline will not do what was asked, as asked (a plan no instance could run, a key outside its box)."""
+
+
+class Unavailable(ShardlineError):
+    """Something Shardline needs did not answer or is not there yet (a job that would not stop, a service)."""
