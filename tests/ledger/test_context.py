@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shardline.ledger import LedgerConfigError, LedgerContext
-from shardline.ledger.keys import failures_pk, file_sk, file_sk_prefix, run_pk, shard_sk, shard_sk_prefix, step_sk
+from shardline.ledger.keys import failures_pk, file_sk, file_sk_prefix, run_pk, shard_sk, step_sk
+from tests.support.helpers import shard_sk_prefix
 
 FULL = {
     "SHARDLINE_LEDGER_TABLE": "ledger",

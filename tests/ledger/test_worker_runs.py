@@ -9,9 +9,18 @@ import pytest
 
 from examples import synthetic
 from shardline.ledger import bind_ledger
-from shardline.ledger.keys import failures_pk, file_sk_prefix, run_pk, shard_sk, shard_sk_prefix, step_sk
+from shardline.ledger.keys import failures_pk, file_sk_prefix, run_pk, shard_sk, step_sk
 from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
-from tests.support.helpers import HOST, clean_env, describe, load_manifest, reports_by_input, run_worker, sha256_file
+from tests.support.helpers import (
+    HOST,
+    clean_env,
+    describe,
+    load_manifest,
+    reports_by_input,
+    run_worker,
+    sha256_file,
+    shard_sk_prefix,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -212,7 +212,8 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     from shardline.contract import deal as dealt
     from shardline.ledger.orchestrator import FILE_ATTRIBUTES, read_step
     from shardline.orchestration import services
-    from shardline.planning.inputs import S3Object, makespan
+    from shardline.planning.inputs import S3Object
+    from tests.support.helpers import makespan
 
     spec, bucket = pipeline
     s3 = boto3.client("s3")

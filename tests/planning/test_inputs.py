@@ -14,12 +14,12 @@ from shardline.planning.inputs import (
     S3Object,
     choose_instance_count,
     list_inputs,
-    makespan,
     manifest_body,
     parse_s3_uri,
     selected,
     write_manifest,
 )
+from tests.support.helpers import makespan
 
 
 def test_parse_s3_uri():

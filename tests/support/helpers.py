@@ -224,3 +224,15 @@ def write_inference_script(model_dir: Path, source: str) -> Path:
     path.write_text(textwrap.dedent(source))
     return path
 
+
+
+def makespan(shards) -> int:
+    """Bytes on the busiest instance of a deal (lists of S3Objects): what the step's wall time follows."""
+    return max((sum(o.size for o in shard) for shard in shards), default=0)
+
+
+def shard_sk_prefix(step: str) -> str:
+    """The sort-key prefix of a step's SHARD items, for tests that read them straight from the table."""
+    from shardline.ledger.keys import step_sk
+
+    return f"{step_sk(step)}SHARD#"

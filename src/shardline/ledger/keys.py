@@ -41,10 +41,6 @@ def failures_pk(pipeline: str) -> str:
     return f"FAILED#{pipeline}"
 
 
-def shard_sk_prefix(step: str) -> str:
-    return f"{step_sk(step)}SHARD#"
-
-
 def runs_pk(pipeline: str) -> str:
     """One pipeline's runs, so listing them never reads the other pipelines'."""
     return f"{RUNS_PK}#{pipeline}"

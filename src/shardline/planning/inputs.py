@@ -354,11 +354,6 @@ def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> li
     return [b[rnd] for rnd in range(per + 1) for b in bins if rnd < len(b)]
 
 
-def makespan(shards: Sequence[Sequence[S3Object]]) -> int:
-    """Bytes on the busiest instance: what the step's wall time follows."""
-    return max((sum(o.size for o in shard) for shard in shards), default=0)
-
-
 def choose_instance_count(requested: int, files: int) -> int:
     """Never more instances than files: an instance with no input would only cost money."""
     return max(1, min(requested, files))
