@@ -35,8 +35,9 @@ browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get,
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	else echo "warning: no chromium/chromedriver and no apt-get: tests/ui will fail; install Chromium and ChromeDriver"; fi
 
-test: $(STAMP) browser  ## lint, the docs site (--strict: no broken link or page), then the test suite
+test: $(STAMP) browser  ## lint and format check, the docs site (--strict: no broken link or page), then the test suite
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest
 
@@ -52,8 +53,9 @@ test-stack: $(STAMP) browser  ## build and run the worker image and the compose 
 	if [ $$rc -eq 0 ]; then $(PY) -m tests.stack.engine summary --seconds $$(( $$(date +%s) - start )); \
 	else echo "make test-stack: failed (exit $$rc)"; fi; exit $$rc
 
-test-fast: $(STAMP)  ## lint, then the unit tests: no server, no end-to-end run (under a minute)
+test-fast: $(STAMP)  ## lint and format check, then the unit tests: no server, no end-to-end run (under a minute)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -m "not integration and not slow"
 
 test-under-load: $(STAMP) browser  ## the test suite with two busy loops beside it (no test may depend on timing)
@@ -61,8 +63,9 @@ test-under-load: $(STAMP) browser  ## the test suite with two busy loops beside 
 	start=$$(date +%s); $(PY) -m pytest -q; rc=$$?; \
 	echo "make test-under-load: exit $$rc after $$(( $$(date +%s) - start )) s with two busy loops"; exit $$rc
 
-lint: $(STAMP)  ## ruff
+lint: $(STAMP)  ## ruff: lint and format check (`.venv/bin/ruff format .` formats)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 docs: $(STAMP)  ## the spec reference from the spec's schema, then the docs site into build/site
 	$(PY) tools/spec_reference.py

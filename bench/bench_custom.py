@@ -142,10 +142,30 @@ def subset(data: Path, rows: int) -> Path:
 
 def run(name: str, model_dir: Path, data: Path, scratch: Path) -> dict:
     out = Path(tempfile.mkdtemp(dir=scratch))
-    command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data), "--output-dir", str(out),
-               "--model-dir", str(model_dir), "--passthrough", "id", "--host", "bench", "--features", TRAINED,
-               "--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json"),
-               "--progress-interval", "3600", *VARIANTS[name][1]]
+    command = [
+        sys.executable,
+        "-m",
+        "shardline.worker",
+        "--input-dir",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--model-dir",
+        str(model_dir),
+        "--passthrough",
+        "id",
+        "--host",
+        "bench",
+        "--features",
+        TRAINED,
+        "--scratch-dir",
+        str(scratch / "model"),
+        "--summary-json",
+        str(out / "summary.json"),
+        "--progress-interval",
+        "3600",
+        *VARIANTS[name][1],
+    ]
     measured = run_measured(command)
     summary = json.loads((out / "summary.json").read_text())
     first = sorted(data.glob("*.parquet"))[0].name
@@ -153,9 +173,15 @@ def run(name: str, model_dir: Path, data: Path, scratch: Path) -> dict:
     column = "proba_1" if name == "builtin" else "prediction"
     predictions = table.column(column).to_numpy()
     shutil.rmtree(out)
-    return {"rows": summary["rows_out"], "failed": summary["failed"], "seconds": measured["wall"],
-            "startup": summary["startup_seconds"], "rate": summary["rows_out"] / measured["wall"],
-            "peak_rss": measured["peak_rss"], "first_file": predictions}
+    return {
+        "rows": summary["rows_out"],
+        "failed": summary["failed"],
+        "seconds": measured["wall"],
+        "startup": summary["startup_seconds"],
+        "rate": summary["rows_out"] / measured["wall"],
+        "peak_rss": measured["peak_rss"],
+        "first_file": predictions,
+    }
 
 
 def main() -> int:
@@ -164,8 +190,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="100k rows, one round")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--single-rows", type=int, default=100_000, help="rows of the single-record run")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help="comma-separated subset to run (builtin always runs: it is the reference)")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma-separated subset to run (builtin always runs: it is the reference)",
+    )
     args = parser.parse_args()
     from examples import synthetic
 
@@ -184,16 +213,22 @@ def main() -> int:
     single_rows = min(rows, args.single_rows)
     inputs = {name: data for name in VARIANTS}
     inputs["csv-single"] = data if single_rows == rows else subset(data, single_rows)
-    print(f"machine: {os.cpu_count()} cores; {rows:,} rows in 8 parquet files; scikit-learn HistGradientBoosting; "
-          f"{rounds} round(s), interleaved", flush=True)
+    print(
+        f"machine: {os.cpu_count()} cores; {rows:,} rows in 8 parquet files; scikit-learn HistGradientBoosting; "
+        f"{rounds} round(s), interleaved",
+        flush=True,
+    )
     chosen = ["builtin", *(v for v in args.variants.split(",") if v in VARIANTS and v != "builtin")]
     results: dict[str, list[dict]] = {name: [] for name in chosen}
     for round_no in range(1, rounds + 1):
         for name in chosen:
             r = run(name, dirs[name], inputs[name], scratch)
             results[name].append(r)
-            print(f"  round {round_no} {name:12s} {fmt_rate(r['rate']):>7s} rows/s  {r['seconds']:6.1f}s  "
-                  f"startup {r['startup']:.2f}s", flush=True)
+            print(
+                f"  round {round_no} {name:12s} {fmt_rate(r['rate']):>7s} rows/s  {r['seconds']:6.1f}s  "
+                f"startup {r['startup']:.2f}s",
+                flush=True,
+            )
     reference = results["builtin"][0]["first_file"]
     table = []
     builtin_rate = statistics.median(r["rate"] for r in results["builtin"])
@@ -204,16 +239,26 @@ def main() -> int:
         expected = single_rows if name == "csv-single" else rows
         assert all(r["rows"] == expected and r["failed"] == 0 for r in runs), f"{name}: not every row was written"
         assert worst <= 1e-12, f"{name}: predictions differ from the built-in path by {worst}"
-        table.append({"variant": name, "rows": expected, "rows_per_s": round(rate),
-                      "vs_builtin": round(rate / builtin_rate, 3),
-                      "startup_s": round(statistics.median(r["startup"] for r in runs), 2),
-                      "max_abs_diff_vs_builtin": worst,
-                      "peak_rss_mib": round(max(r["peak_rss"] for r in runs) / 2**20)})
-    print(f"\n{'variant':12s} {'rows':>9s} {'rows/s':>8s} {'vs builtin':>10s} {'startup':>8s} {'RSS MiB':>8s}"
-          "  same predictions")
+        table.append(
+            {
+                "variant": name,
+                "rows": expected,
+                "rows_per_s": round(rate),
+                "vs_builtin": round(rate / builtin_rate, 3),
+                "startup_s": round(statistics.median(r["startup"] for r in runs), 2),
+                "max_abs_diff_vs_builtin": worst,
+                "peak_rss_mib": round(max(r["peak_rss"] for r in runs) / 2**20),
+            }
+        )
+    print(
+        f"\n{'variant':12s} {'rows':>9s} {'rows/s':>8s} {'vs builtin':>10s} {'startup':>8s} {'RSS MiB':>8s}"
+        "  same predictions"
+    )
     for row in table:
-        print(f"{row['variant']:12s} {row['rows']:>9,d} {fmt_rate(row['rows_per_s']):>8s} {row['vs_builtin']:>9.2f}x "
-              f"{row['startup_s']:>7.2f}s {row['peak_rss_mib']:>8d}  max |diff| {row['max_abs_diff_vs_builtin']:.1e}")
+        print(
+            f"{row['variant']:12s} {row['rows']:>9,d} {fmt_rate(row['rows_per_s']):>8s} {row['vs_builtin']:>9.2f}x "
+            f"{row['startup_s']:>7.2f}s {row['peak_rss_mib']:>8d}  max |diff| {row['max_abs_diff_vs_builtin']:.1e}"
+        )
     by_name = {r["variant"]: r for r in table}
     if "csv-single" in by_name and "csv-multi" in by_name:
         ratio = by_name["csv-multi"]["rows_per_s"] / by_name["csv-single"]["rows_per_s"]

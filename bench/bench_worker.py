@@ -158,8 +158,9 @@ def _ceiling_worker(args):
             x = np.empty((batch.num_rows, len(FEATURES)), dtype=np.float32)
             for j, name in enumerate(FEATURES):
                 x[:, j] = batch.column(name).to_numpy()
-            out_batch = pa.record_batch([batch.column("id"), pa.array(np.full(batch.num_rows, 0.5))],
-                                        names=["id", "prediction"])
+            out_batch = pa.record_batch(
+                [batch.column("id"), pa.array(np.full(batch.num_rows, 0.5))], names=["id", "prediction"]
+            )
             if writer is None:
                 writer = pq.ParquetWriter(str(Path(out) / Path(f).name), out_batch.schema, use_dictionary=False)
             writer.write_batch(out_batch)
@@ -206,8 +207,9 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
     peak = 0
     stop = threading.Event()
     started = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
+    )
 
     def sample():
         nonlocal peak
@@ -231,8 +233,15 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
     return {"wall": wall, "peak_rss": peak, "stdout": stdout, "stderr": stderr}
 
 
-def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path, extra: list[str] = (),
-            baseline_src: Path | None = None) -> dict:
+def run_one(
+    variant: str,
+    kind: str,
+    model_path: Path,
+    data: Path,
+    scratch: Path,
+    extra: list[str] = (),
+    baseline_src: Path | None = None,
+) -> dict:
     out = Path(tempfile.mkdtemp(dir=scratch))
     if variant in ("shardline", "baseline"):
         env, module = None, "shardline.worker"
@@ -241,22 +250,47 @@ def run_one(variant: str, kind: str, model_path: Path, data: Path, scratch: Path
             env = {"PYTHONPATH": str(baseline_src / ("inference_container" if old_layout else "src"))}
             module = "shardline_worker" if old_layout else module
         launched = time.time()
-        command = [sys.executable, "-m", module, "--input-dir", str(data), "--output-dir", str(out),
-                   "--model-dir", str(model_path.parent), "--passthrough", "id", "--features", TRAINED,
-                   "--host", "bench", "--scratch-dir", str(scratch / "model"),
-                   "--summary-json", str(out / "summary.json"), "--progress-interval", "3600", *extra]
+        command = [
+            sys.executable,
+            "-m",
+            module,
+            "--input-dir",
+            str(data),
+            "--output-dir",
+            str(out),
+            "--model-dir",
+            str(model_path.parent),
+            "--passthrough",
+            "id",
+            "--features",
+            TRAINED,
+            "--host",
+            "bench",
+            "--scratch-dir",
+            str(scratch / "model"),
+            "--summary-json",
+            str(out / "summary.json"),
+            "--progress-interval",
+            "3600",
+            *extra,
+        ]
         measured = run_measured(command, env)
         summary = json.loads((out / "summary.json").read_text())
         rows, work_seconds = summary["rows_out"], measured["wall"]
-        result = {"rows": rows, "seconds": work_seconds, "startup": summary["startup_seconds"],
-                  "worker_seconds": summary["seconds"]}
+        result = {
+            "rows": rows,
+            "seconds": work_seconds,
+            "startup": summary["startup_seconds"],
+            "worker_seconds": summary["seconds"],
+        }
         breakdown = summary.get("startup")  # absent from workers before the breakdown existed
         if isinstance(breakdown, dict) and breakdown.get("first_prediction_at"):
             result["breakdown"] = breakdown
             result["first_prediction_s"] = breakdown["first_prediction_at"] - launched
     else:
-        measured = run_measured([sys.executable, __file__, "_variant", variant, kind, str(model_path), str(data),
-                                 str(out)])
+        measured = run_measured(
+            [sys.executable, __file__, "_variant", variant, kind, str(model_path), str(data), str(out)]
+        )
         result = json.loads(measured["stdout"].strip().splitlines()[-1])
     subprocess.run(["rm", "-rf", str(out)], check=True)
     result.update(rate=result["rows"] / result["seconds"], peak_rss=measured["peak_rss"], wall=measured["wall"])
@@ -286,8 +320,11 @@ def checkout(ref: str, scratch: Path) -> Path:
     """A detached worktree of ``ref``, for the baseline worker."""
     root = Path(__file__).resolve().parents[1]
     dest = scratch / f"baseline-{ref.replace('/', '_')}"
-    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "--force", str(dest), ref], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(root), "worktree", "add", "--detach", "--force", str(dest), ref],
+        check=True,
+        capture_output=True,
+    )
     return dest
 
 
@@ -318,19 +355,25 @@ def main() -> int:
     data, models = prepare(args.out, files, rows)
     variants = VARIANTS + (("baseline",) if args.baseline else ())
     baseline_src = checkout(args.baseline, scratch) if args.baseline else None
-    print(f"machine: {os.cpu_count()} cores; data: {files} files, {rows:,} rows, 32 float32 features + id; "
-          f"{rounds} round(s), interleaved", flush=True)
+    print(
+        f"machine: {os.cpu_count()} cores; data: {files} files, {rows:,} rows, 32 float32 features + id; "
+        f"{rounds} round(s), interleaved",
+        flush=True,
+    )
 
     if args.only_startup:
-        report = startup_section(args.out, models, kinds, scratch, baseline_src, args.baseline, rounds=rounds,
-                                 quick=args.quick)
-        report["large_tarball"] = tarball_section(args.out, scratch, baseline_src, args.baseline, rounds=rounds,
-                                                  quick=args.quick)
+        report = startup_section(
+            args.out, models, kinds, scratch, baseline_src, args.baseline, rounds=rounds, quick=args.quick
+        )
+        report["large_tarball"] = tarball_section(
+            args.out, scratch, baseline_src, args.baseline, rounds=rounds, quick=args.quick
+        )
         (args.out / "bench_startup.json").write_text(json.dumps(report, indent=2))
         print(f"\nwrote {args.out / 'bench_startup.json'}")
         if baseline_src is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(baseline_src)], check=False,
-                           capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(baseline_src)], check=False, capture_output=True
+            )
         return 0
     results: dict[str, dict[str, list[dict]]] = {k: {v: [] for v in variants} for k in kinds}
     for round_no in range(1, rounds + 1):
@@ -338,8 +381,11 @@ def main() -> int:
             for variant in variants:
                 r = run_one(variant, kind, models[kind], data, scratch, baseline_src=baseline_src)
                 results[kind][variant].append(r)
-                print(f"  round {round_no} {kind:8s} {variant:10s} {fmt_rate(r['rate']):>7s} rows/s "
-                      f"peak RSS {r['peak_rss'] / 2**20:,.0f} MiB", flush=True)
+                print(
+                    f"  round {round_no} {kind:8s} {variant:10s} {fmt_rate(r['rate']):>7s} rows/s "
+                    f"peak RSS {r['peak_rss'] / 2**20:,.0f} MiB",
+                    flush=True,
+                )
 
     table = []
     for kind in kinds:
@@ -348,46 +394,66 @@ def main() -> int:
         startup = statistics.median(r["startup"] for r in results[kind]["shardline"])
         steady = statistics.median(r["rows"] / (r["seconds"] - r["startup"]) for r in results[kind]["shardline"])
         ceiling = 1 / (1 / med["compute"] + 1 / med["io"])
-        table.append({
-            "model": kind, **{f"{v}_rows_per_s": round(med[v]) for v in variants},
-            "pipeline_ceiling_rows_per_s": round(ceiling),
-            "shardline_vs_ceiling": round(med["shardline"] / ceiling, 3),
-            "shardline_steady_vs_ceiling": round(steady / ceiling, 3),
-            "shardline_vs_naive": round(med["shardline"] / med["naive"], 3),
-            "shardline_vs_sequential": round(med["shardline"] / med["sequential"], 3),
-            "shardline_startup_s": round(startup, 3),
-            **{f"{v}_peak_rss_mib": round(rss[v] / 2**20) for v in variants},
-        })
+        table.append(
+            {
+                "model": kind,
+                **{f"{v}_rows_per_s": round(med[v]) for v in variants},
+                "pipeline_ceiling_rows_per_s": round(ceiling),
+                "shardline_vs_ceiling": round(med["shardline"] / ceiling, 3),
+                "shardline_steady_vs_ceiling": round(steady / ceiling, 3),
+                "shardline_vs_naive": round(med["shardline"] / med["naive"], 3),
+                "shardline_vs_sequential": round(med["shardline"] / med["sequential"], 3),
+                "shardline_startup_s": round(startup, 3),
+                **{f"{v}_peak_rss_mib": round(rss[v] / 2**20) for v in variants},
+            }
+        )
         if args.baseline:
             table[-1]["shardline_vs_baseline"] = round(med["shardline"] / med["baseline"], 3)
 
     print("\nrows/s end to end (median of rounds); ratios from the same run")
-    header = (f"{'model':8s} {'seq':>7s} {'naive':>7s} {'shardln':>7s} {'compute':>8s} {'io':>7s} {'ceiling':>8s}"
-              f" {'vs ceil':>8s} {'steady':>7s} {'vs naive':>9s} {'startup':>8s} {'RSS MiB':>8s}")
+    header = (
+        f"{'model':8s} {'seq':>7s} {'naive':>7s} {'shardln':>7s} {'compute':>8s} {'io':>7s} {'ceiling':>8s}"
+        f" {'vs ceil':>8s} {'steady':>7s} {'vs naive':>9s} {'startup':>8s} {'RSS MiB':>8s}"
+    )
     print(header)
     for row in table:
-        print(f"{row['model']:8s} {fmt_rate(row['sequential_rows_per_s']):>7s} {fmt_rate(row['naive_rows_per_s']):>7s}"
-              f" {fmt_rate(row['shardline_rows_per_s']):>7s} {fmt_rate(row['compute_rows_per_s']):>8s}"
-              f" {fmt_rate(row['io_rows_per_s']):>7s} {fmt_rate(row['pipeline_ceiling_rows_per_s']):>8s}"
-              f" {row['shardline_vs_ceiling']:>7.2f}x {row['shardline_steady_vs_ceiling']:>6.2f}x"
-              f" {row['shardline_vs_naive']:>8.2f}x {row['shardline_startup_s']:>7.2f}s"
-              f" {row['shardline_peak_rss_mib']:>8d}")
-    print("  vs ceil: shardline end to end (startup included) / pipeline ceiling; steady: the same with the "
-          "worker's pool start + model load taken out")
+        print(
+            f"{row['model']:8s} {fmt_rate(row['sequential_rows_per_s']):>7s} {fmt_rate(row['naive_rows_per_s']):>7s}"
+            f" {fmt_rate(row['shardline_rows_per_s']):>7s} {fmt_rate(row['compute_rows_per_s']):>8s}"
+            f" {fmt_rate(row['io_rows_per_s']):>7s} {fmt_rate(row['pipeline_ceiling_rows_per_s']):>8s}"
+            f" {row['shardline_vs_ceiling']:>7.2f}x {row['shardline_steady_vs_ceiling']:>6.2f}x"
+            f" {row['shardline_vs_naive']:>8.2f}x {row['shardline_startup_s']:>7.2f}s"
+            f" {row['shardline_peak_rss_mib']:>8d}"
+        )
+    print(
+        "  vs ceil: shardline end to end (startup included) / pipeline ceiling; steady: the same with the "
+        "worker's pool start + model load taken out"
+    )
     for row in table if args.baseline else ():
-        print(f"  {row['model']}: this worker {fmt_rate(row['shardline_rows_per_s'])} rows/s, the worker of "
-              f"{args.baseline} {fmt_rate(row['baseline_rows_per_s'])}: {row['shardline_vs_baseline']:.2f}x")
+        print(
+            f"  {row['model']}: this worker {fmt_rate(row['shardline_rows_per_s'])} rows/s, the worker of "
+            f"{args.baseline} {fmt_rate(row['baseline_rows_per_s'])}: {row['shardline_vs_baseline']:.2f}x"
+        )
 
     startup_report = None
     if not args.skip_startup:
-        startup_report = startup_section(args.out, models, kinds, scratch, baseline_src, args.baseline,
-                                         rounds=rounds, quick=args.quick)
-        startup_report["large_tarball"] = tarball_section(args.out, scratch, baseline_src, args.baseline,
-                                                          rounds=rounds, quick=args.quick)
-    report = {"machine_cores": os.cpu_count(), "files": files, "rows": rows, "rounds": rounds, "table": table,
-              "startup": startup_report,
-              "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()}
-                      for k, vs in results.items()}}
+        startup_report = startup_section(
+            args.out, models, kinds, scratch, baseline_src, args.baseline, rounds=rounds, quick=args.quick
+        )
+        startup_report["large_tarball"] = tarball_section(
+            args.out, scratch, baseline_src, args.baseline, rounds=rounds, quick=args.quick
+        )
+    report = {
+        "machine_cores": os.cpu_count(),
+        "files": files,
+        "rows": rows,
+        "rounds": rounds,
+        "table": table,
+        "startup": startup_report,
+        "raw": {
+            k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()} for k, vs in results.items()
+        },
+    }
     if not args.skip_memory:
         report["memory"] = memory_run(args.out, models, kinds, scratch, 1_000_000 if args.quick else 5_000_000)
     if not args.skip_sweep:
@@ -457,23 +523,37 @@ def floor_run(kind: str, model_path: Path, data: Path, serial: bool) -> dict:
     first_file = sorted(data.glob("*.parquet"))[0]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     launched = time.time()
-    done = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, kind, str(model_path), str(first_file),
-                           "1" if serial else "0"], capture_output=True, text=True, check=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", FLOOR_SCRIPT, kind, str(model_path), str(first_file), "1" if serial else "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     imported_at, loaded_at, first_at = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"imported_s": imported_at - launched, "loaded_s": loaded_at - launched,
-            "first_prediction_s": first_at - launched if first_at else None}
+    return {
+        "imported_s": imported_at - launched,
+        "loaded_s": loaded_at - launched,
+        "first_prediction_s": first_at - launched if first_at else None,
+    }
 
 
 def print_stages(rows) -> None:
     """rows: (model, method, breakdown, first prediction from launch, target or None)."""
-    print("\nwhere the start-up goes: when each stage ended, median seconds from launch. main: the main process "
-          "reached the pool; loader: our code began where the model loads (the forkserver, or each spawned "
-          "worker); import: the model's library imported; load: the model loaded; ready: every worker ready")
-    print(f"{'model':16s} {'method':7s} {'main':>6s} {'loader':>7s} {'import':>7s} {'load':>6s} {'ready':>6s} "
-          f"{'first pred':>11s} {'target':>7s}")
+    print(
+        "\nwhere the start-up goes: when each stage ended, median seconds from launch. main: the main process "
+        "reached the pool; loader: our code began where the model loads (the forkserver, or each spawned "
+        "worker); import: the model's library imported; load: the model loaded; ready: every worker ready"
+    )
+    print(
+        f"{'model':16s} {'method':7s} {'main':>6s} {'loader':>7s} {'import':>7s} {'load':>6s} {'ready':>6s} "
+        f"{'first pred':>11s} {'target':>7s}"
+    )
     for model, method, b, first, target in rows:
-        cells = " ".join(f"{b[stage]:{w}.2f}" if b.get(stage) is not None else f"{'-':>{w}s}"
-                         for stage, w in zip(STAGES, (6, 7, 7, 6, 6), strict=True))
+        cells = " ".join(
+            f"{b[stage]:{w}.2f}" if b.get(stage) is not None else f"{'-':>{w}s}"
+            for stage, w in zip(STAGES, (6, 7, 7, 6, 6), strict=True)
+        )
         print(f"{model:16s} {method:7s} {cells} {first:10.2f}s " + (f"{target:6.1f}s" if target else f"{'':>7s}"))
 
 
@@ -508,8 +588,9 @@ def large_tarball_model(out: Path) -> Path:
     return dest
 
 
-def tarball_section(out: Path, scratch: Path, baseline_src: Path | None, baseline_ref: str | None, *,
-                    rounds: int, quick: bool) -> dict:
+def tarball_section(
+    out: Path, scratch: Path, baseline_src: Path | None, baseline_ref: str | None, *, rounds: int, quick: bool
+) -> dict:
     """First prediction and wall time with a large model in a model.tar.gz: auto, spawn and the baseline."""
     tarball = large_tarball_model(out)
     files, rows = (8, 400_000) if quick else (8, 1_600_000)
@@ -517,35 +598,66 @@ def tarball_section(out: Path, scratch: Path, baseline_src: Path | None, baselin
     variants = ["spawn", "auto"] + (["baseline"] if baseline_src else [])
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     size = tarball.stat().st_size / 2**20
-    print(f"\nstart-up with a large model: a {size:,.0f} MiB model.tar.gz (scikit-learn random forest), {files} files, "
-          f"{rows:,} rows; {rounds} round(s), interleaved")
+    print(
+        f"\nstart-up with a large model: a {size:,.0f} MiB model.tar.gz (scikit-learn random forest), {files} files, "
+        f"{rows:,} rows; {rounds} round(s), interleaved"
+    )
     for round_no in range(1, rounds + 1):
         for variant in variants:
             extra = ["--start-method", variant] if variant != "baseline" else []
-            r = run_one("shardline" if variant != "baseline" else "baseline", "sklearn", tarball, data, scratch, extra,
-                        baseline_src=baseline_src)
+            r = run_one(
+                "shardline" if variant != "baseline" else "baseline",
+                "sklearn",
+                tarball,
+                data,
+                scratch,
+                extra,
+                baseline_src=baseline_src,
+            )
             runs[variant].append(r)
-            print(f"  round {round_no} {variant:8s} wall {r['wall']:.2f}s, first prediction "
-                  f"{r.get('first_prediction_s', float('nan')):.2f}s", flush=True)
+            print(
+                f"  round {round_no} {variant:8s} wall {r['wall']:.2f}s, first prediction "
+                f"{r.get('first_prediction_s', float('nan')):.2f}s",
+                flush=True,
+            )
     summary = {"tarball_mib": round(size, 1), "files": files, "rows": rows, "rounds": rounds}
     for variant in variants:
         summary[f"{variant}_wall_s"] = round(statistics.median(r["wall"] for r in runs[variant]), 3)
         firsts = [r["first_prediction_s"] for r in runs[variant] if "first_prediction_s" in r]
         summary[f"{variant}_first_prediction_s"] = round(statistics.median(firsts), 3) if firsts else None
         if variant != "baseline":
-            summary[f"{variant}_breakdown"] = {stage: statistics.median(r["breakdown"][stage] for r in runs[variant])
-                                               for stage in STAGES}
-    print_stages([("sklearn tarball", v, summary[f"{v}_breakdown"], summary[f"{v}_first_prediction_s"], None)
-                  for v in ("spawn", "auto")])
-    print(f"{'':16s} " + "  ".join(f"{v}: wall {summary[f'{v}_wall_s']:.2f}s, first prediction "
-                                   f"{summary[f'{v}_first_prediction_s']:.2f}s" for v in variants))
+            summary[f"{variant}_breakdown"] = {
+                stage: statistics.median(r["breakdown"][stage] for r in runs[variant]) for stage in STAGES
+            }
+    print_stages(
+        [
+            ("sklearn tarball", v, summary[f"{v}_breakdown"], summary[f"{v}_first_prediction_s"], None)
+            for v in ("spawn", "auto")
+        ]
+    )
+    print(
+        f"{'':16s} "
+        + "  ".join(
+            f"{v}: wall {summary[f'{v}_wall_s']:.2f}s, first prediction {summary[f'{v}_first_prediction_s']:.2f}s"
+            for v in variants
+        )
+    )
     if baseline_ref:
         print(f"  baseline: the worker of {baseline_ref}")
     return summary
 
 
-def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path | None, baseline_ref: str | None,
-                    *, rounds: int, quick: bool) -> dict:
+def startup_section(
+    out: Path,
+    models,
+    kinds,
+    scratch: Path,
+    baseline_src: Path | None,
+    baseline_ref: str | None,
+    *,
+    rounds: int,
+    quick: bool,
+) -> dict:
     """Start-up, and what it costs end to end, on a set small enough for start-up to matter.
 
     One run, interleaved round by round, per model kind: the pipeline ceiling's two halves
@@ -574,8 +686,11 @@ def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path 
                 f = floor_run(kind, models[kind], data, serial=floor == "serial")
                 floors[kind][floor].append(f)
                 first = f", first prediction {f['first_prediction_s']:.2f}s" if f["first_prediction_s"] else ""
-                print(f"  round {round_no} {kind:8s} floor {floor}: library imported {f['imported_s']:.2f}s, model "
-                      f"loaded {f['loaded_s']:.2f}s{first}", flush=True)
+                print(
+                    f"  round {round_no} {kind:8s} floor {floor}: library imported {f['imported_s']:.2f}s, model "
+                    f"loaded {f['loaded_s']:.2f}s{first}",
+                    flush=True,
+                )
 
     def med(values):
         values = [v for v in values if v is not None]
@@ -584,10 +699,15 @@ def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path 
     table = []
     for kind in kinds:
         runs = found[kind]
-        ceiling = 1 / (1 / statistics.median(r["rate"] for r in runs["compute"])
-                       + 1 / statistics.median(r["rate"] for r in runs["io"]))
-        row = {"model": kind, "pipeline_ceiling_rows_per_s": round(ceiling),
-               "first_prediction_target_s": STARTUP_TARGETS[kind]}
+        ceiling = 1 / (
+            1 / statistics.median(r["rate"] for r in runs["compute"])
+            + 1 / statistics.median(r["rate"] for r in runs["io"])
+        )
+        row = {
+            "model": kind,
+            "pipeline_ceiling_rows_per_s": round(ceiling),
+            "first_prediction_target_s": STARTUP_TARGETS[kind],
+        }
         for variant in [v for v in variants if v not in ("compute", "io")]:
             rate = statistics.median(r["rate"] for r in runs[variant])
             row[f"{variant}_rows_per_s"] = round(rate)
@@ -595,32 +715,57 @@ def startup_section(out: Path, models, kinds, scratch: Path, baseline_src: Path 
             if variant in ("spawn", "auto"):
                 row[f"{variant}_first_prediction_s"] = med(r.get("first_prediction_s") for r in runs[variant])
                 row[f"{variant}_breakdown"] = {
-                    stage: med(r["breakdown"].get(stage) for r in runs[variant]) for stage in STAGES}
+                    stage: med(r["breakdown"].get(stage) for r in runs[variant]) for stage in STAGES
+                }
         table.append(row)
 
-    print_stages([(row["model"], variant, row[f"{variant}_breakdown"], row[f"{variant}_first_prediction_s"],
-                   row["first_prediction_target_s"]) for row in table for variant in ("spawn", "auto")])
-    floor_table = {kind: {floor: {stage: med(f[stage] for f in runs) for stage in runs[0]}
-                          for floor, runs in floors[kind].items()} for kind in kinds}
-    print("\nthe floor of a cold start: a fresh interpreter doing only what a first prediction needs, median "
-          "seconds from launch. library: import the model's library, load the model (what the predicting process "
-          "cannot skip, whatever the design); serial: import pyarrow too, then read and predict one 65,536-row batch")
+    print_stages(
+        [
+            (
+                row["model"],
+                variant,
+                row[f"{variant}_breakdown"],
+                row[f"{variant}_first_prediction_s"],
+                row["first_prediction_target_s"],
+            )
+            for row in table
+            for variant in ("spawn", "auto")
+        ]
+    )
+    floor_table = {
+        kind: {floor: {stage: med(f[stage] for f in runs) for stage in runs[0]} for floor, runs in floors[kind].items()}
+        for kind in kinds
+    }
+    print(
+        "\nthe floor of a cold start: a fresh interpreter doing only what a first prediction needs, median "
+        "seconds from launch. library: import the model's library, load the model (what the predicting process "
+        "cannot skip, whatever the design); serial: import pyarrow too, then read and predict one 65,536-row batch"
+    )
     print(f"{'model':8s} {'library: import':>16s} {'load':>6s} {'serial: first pred':>19s} {'target':>7s}")
     for kind in kinds:
         lib, ser = floor_table[kind]["library"], floor_table[kind]["serial"]
-        print(f"{kind:8s} {lib['imported_s']:15.2f}s {lib['loaded_s']:5.2f}s {ser['first_prediction_s']:18.2f}s "
-              f"{STARTUP_TARGETS[kind]:6.1f}s")
+        print(
+            f"{kind:8s} {lib['imported_s']:15.2f}s {lib['loaded_s']:5.2f}s {ser['first_prediction_s']:18.2f}s "
+            f"{STARTUP_TARGETS[kind]:6.1f}s"
+        )
     print(f"\nend to end on {files} files, {rows:,} rows, as a fraction of the pipeline ceiling (target >= 0.9x)")
     others = [v for v in variants if v not in ("compute", "io")]
     print(f"{'model':8s} {'ceiling':>8s} " + " ".join(f"{v:>14s}" for v in others))
     for row in table:
-        print(f"{row['model']:8s} {fmt_rate(row['pipeline_ceiling_rows_per_s']):>8s} " + " ".join(
-            f"{fmt_rate(row[f'{v}_rows_per_s']):>7s} {row[f'{v}_vs_ceiling']:5.2f}x" for v in others))
+        print(
+            f"{row['model']:8s} {fmt_rate(row['pipeline_ceiling_rows_per_s']):>8s} "
+            + " ".join(f"{fmt_rate(row[f'{v}_rows_per_s']):>7s} {row[f'{v}_vs_ceiling']:5.2f}x" for v in others)
+        )
     if baseline_ref:
         print(f"  baseline: the worker of {baseline_ref}")
-    return {"files": files, "rows": rows, "rounds": rounds, "table": table, "floor": floor_table,
-            "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()}
-                    for k, vs in found.items()}}
+    return {
+        "files": files,
+        "rows": rows,
+        "rounds": rounds,
+        "table": table,
+        "floor": floor_table,
+        "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()} for k, vs in found.items()},
+    }
 
 
 def memory_run(out: Path, models, kinds, scratch: Path, rows: int) -> list[dict]:
@@ -635,8 +780,14 @@ def memory_run(out: Path, models, kinds, scratch: Path, rows: int) -> list[dict]
     found = []
     for kind in kinds:
         r = run_one("shardline", kind, models[kind], data, scratch)
-        found.append({"model": kind, "rows": r["rows"], "peak_rss_mib": round(r["peak_rss"] / 2**20),
-                      "rows_per_s": round(r["rate"])})
+        found.append(
+            {
+                "model": kind,
+                "rows": r["rows"],
+                "peak_rss_mib": round(r["peak_rss"] / 2**20),
+                "rows_per_s": round(r["rate"]),
+            }
+        )
         print(f"  {kind:8s} {r['peak_rss'] / 2**30:.2f} GiB  {fmt_rate(r['rate'])} rows/s", flush=True)
     return found
 
@@ -653,12 +804,21 @@ def sweep(out: Path, models, data: Path, scratch: Path, quick: bool) -> list[dic
     print("\nsweep: shardline worker, xgboost, batch rows x workers")
     for w in workers:
         for b in batches:
-            r = run_one("shardline", "xgboost", models["xgboost"], data, scratch,
-                        ["--batch-rows", str(b), "--workers", str(w)])
-            points.append({"workers": w, "batch_rows": b, "rows_per_s": round(r["rate"]),
-                           "peak_rss_mib": round(r["peak_rss"] / 2**20)})
-            print(f"  workers {w} batch {b:>7d}: {fmt_rate(r['rate'])} rows/s, "
-                  f"peak RSS {r['peak_rss'] / 2**20:,.0f} MiB", flush=True)
+            r = run_one(
+                "shardline", "xgboost", models["xgboost"], data, scratch, ["--batch-rows", str(b), "--workers", str(w)]
+            )
+            points.append(
+                {
+                    "workers": w,
+                    "batch_rows": b,
+                    "rows_per_s": round(r["rate"]),
+                    "peak_rss_mib": round(r["peak_rss"] / 2**20),
+                }
+            )
+            print(
+                f"  workers {w} batch {b:>7d}: {fmt_rate(r['rate'])} rows/s, peak RSS {r['peak_rss'] / 2**20:,.0f} MiB",
+                flush=True,
+            )
     fig, ax = plt.subplots(figsize=(6, 4))
     for w in workers:
         xs = [p["batch_rows"] for p in points if p["workers"] == w]

@@ -53,8 +53,11 @@ def kill_one_instance(local_root: Path, host: str, stop: threading.Event) -> Non
 
                 name = container_name(log.parent.parent.name, host)
                 if subprocess.run(["docker", "kill", name], capture_output=True, check=False).returncode == 0:
-                    print(f"\n!!! demo: killed instance {host} of attempt 1 (container {name}) to show the "
-                          "resubmission\n", flush=True)
+                    print(
+                        f"\n!!! demo: killed instance {host} of attempt 1 (container {name}) to show the "
+                        "resubmission\n",
+                        flush=True,
+                    )
                     return
                 continue
             marker = str(log.parent)
@@ -65,24 +68,38 @@ def kill_one_instance(local_root: Path, host: str, stop: threading.Event) -> Non
                     victims = [proc, *proc.children(recursive=True)]
                     for victim in victims:
                         victim.kill()
-                    print(f"\n!!! demo: killed instance {host} of attempt 1 (pid {proc.pid}, "
-                          f"{len(victims)} process(es)) to show the resubmission\n", flush=True)
+                    print(
+                        f"\n!!! demo: killed instance {host} of attempt 1 (pid {proc.pid}, "
+                        f"{len(victims)} process(es)) to show the resubmission\n",
+                        flush=True,
+                    )
                     return
         time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.airflow_demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.airflow_demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--workdir", type=Path, default=REPO / ".shardline" / "demo-airflow")
     parser.add_argument("--no-failure", action="store_true", help="skip the killed-instance injection")
     parser.add_argument("--corrupt", type=int, default=0, help="also upload N corrupt parquet files")
-    parser.add_argument("--dags-folder", type=Path, default=REPO / "dags",
-                        help="DAG folder to load the pipeline from (default: the repo's dags/)")
+    parser.add_argument(
+        "--dags-folder",
+        type=Path,
+        default=REPO / "dags",
+        help="DAG folder to load the pipeline from (default: the repo's dags/)",
+    )
     parser.add_argument("--files", type=int, default=FILES)
     parser.add_argument("--rows", type=int, default=ROWS)
-    parser.add_argument("--pipeline", choices=(PIPELINE, CHURN), default=PIPELINE,
-                        help=f"{PIPELINE} (one step, an instance killed) or {CHURN} (two steps: score, calibrate)")
+    parser.add_argument(
+        "--pipeline",
+        choices=(PIPELINE, CHURN),
+        default=PIPELINE,
+        help=f"{PIPELINE} (one step, an instance killed) or {CHURN} (two steps: score, calibrate)",
+    )
     args = parser.parse_args(argv)
     work = args.workdir.resolve()
     if work.exists():
@@ -94,21 +111,30 @@ def main(argv: list[str] | None = None) -> int:
     with embedded_aws(work / "moto_server.log") as env:
         apply_env(env)
         print(f"    {env['AWS_ENDPOINT_URL']}")
-        os.environ.update({
-            "AIRFLOW_HOME": str(work / "airflow"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            # The pipeline runs from a copy of the DAG folder that pins the model the demo trains.
-            "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
-            "SHARDLINE_LOCAL_ROOT": str(work / "local"),
-        })
+        os.environ.update(
+            {
+                "AIRFLOW_HOME": str(work / "airflow"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                # The pipeline runs from a copy of the DAG folder that pins the model the demo trains.
+                "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
+                "SHARDLINE_LOCAL_ROOT": str(work / "local"),
+            }
+        )
         say("preparing Airflow's metadata database (airflow db migrate)")
         airflow = Path(sys.executable).with_name("airflow")
-        subprocess.run([str(airflow), "db", "migrate"], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [str(airflow), "db", "migrate"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         if args.pipeline == CHURN:
             return run_churn(work, args.dags_folder, files=min(args.files, 8), rows=min(args.rows, 400_000))
-        return run_pipeline(work, args.dags_folder, inject_failure=not args.no_failure, corrupt=args.corrupt,
-                            files=args.files, rows=args.rows)
+        return run_pipeline(
+            work,
+            args.dags_folder,
+            inject_failure=not args.no_failure,
+            corrupt=args.corrupt,
+            files=args.files,
+            rows=args.rows,
+        )
 
 
 def pin_model(dags: Path, copy: Path, pins: dict[int, str], pipeline: str = PIPELINE) -> Path:
@@ -191,8 +217,10 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     calibration_sha = synthetic.pack(synthetic.calibration_model(work / "calibration"), work / "calibration.tar.gz")
     s3.upload_file(str(work / "calibration.tar.gz"), BUCKET, "models/calibration/v1/model.tar.gz")
     dags = pin_model(dags, work / "dags", {0: score_sha, 1: calibration_sha}, CHURN)
-    print(f"    pinned score {score_sha[:12]}... and calibrate {calibration_sha[:12]}... in "
-          f"{dags / 'pipelines' / f'{CHURN}.yaml'}")
+    print(
+        f"    pinned score {score_sha[:12]}... and calibrate {calibration_sha[:12]}... in "
+        f"{dags / 'pipelines' / f'{CHURN}.yaml'}"
+    )
 
     say(f"running DAG {CHURN} for the day {DAY:%Y-%m-%d} with dag.test() on the local backend")
     ran = run_dag(dags, CHURN, DAY + dt.timedelta(days=1))  # its data interval: DAY
@@ -205,7 +233,7 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     def column(out_prefix: str, name: str) -> dict[int, float]:
         values: dict[int, float] = {}
         for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=out_prefix).get("Contents", []):
-            if "/_" not in "/" + item["Key"][len(out_prefix):]:
+            if "/_" not in "/" + item["Key"][len(out_prefix) :]:
                 table = pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()))
                 values.update(zip(table.column("id").to_pylist(), table.column(name).to_pylist(), strict=True))
         return values
@@ -213,16 +241,24 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     scored = column(f"churn/scores/dt={DAY:%Y-%m-%d}/", "proba_1")
     calibrated = column(f"churn/calibrated/dt={DAY:%Y-%m-%d}/", "prediction")
     joined = sorted(scored) == sorted(calibrated)
-    right = joined and bool(np.allclose([calibrated[i] for i in sorted(scored)],
-                                        synthetic.calibrate(np.array([scored[i] for i in sorted(scored)])),
-                                        rtol=1e-5))
+    right = joined and bool(
+        np.allclose(
+            [calibrated[i] for i in sorted(scored)],
+            synthetic.calibrate(np.array([scored[i] for i in sorted(scored)])),
+            rtol=1e-5,
+        )
+    )
     say("summary")
     print(f"  DAG run          {run.run_id}: {run.state} in {wall:.1f}s")
     for s in summaries:
-        print(f"  step {s['step']:<11} {s['succeeded']}/{s['files']} files, rows in / out {s['rows_in']:,} / "
-              f"{s['rows_out']:,}, attempts {s['attempts']}")
-    print(f"  joined on id     {len(calibrated):,} calibrated rows for {len(scored):,} scored customers: "
-          f"{'each the calibration of its own score' if right else 'MISMATCH'}")
+        print(
+            f"  step {s['step']:<11} {s['succeeded']}/{s['files']} files, rows in / out {s['rows_in']:,} / "
+            f"{s['rows_out']:,}, attempts {s['attempts']}"
+        )
+    print(
+        f"  joined on id     {len(calibrated):,} calibrated rows for {len(scored):,} scored customers: "
+        f"{'each the calibration of its own score' if right else 'MISMATCH'}"
+    )
     print(f"  output           s3://{BUCKET}/churn/calibrated/dt={DAY:%Y-%m-%d}/")
     ok = str(run.state) == "success" and right and len(scored) == rows
     return 0 if ok else 1
@@ -251,8 +287,10 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     if inject_failure:
         threading.Thread(target=kill_one_instance, args=(work / "local", "algo-2", stop), daemon=True).start()
 
-    say(f"running DAG {PIPELINE} for the hour {HOUR:%Y-%m-%d %H:00}-{LOGICAL_DATE:%H:00} with dag.test() on the local "
-        "backend")
+    say(
+        f"running DAG {PIPELINE} for the hour {HOUR:%Y-%m-%d %H:00}-{LOGICAL_DATE:%H:00} with dag.test() on the local "
+        "backend"
+    )
     ran = run_dag(dags, PIPELINE, LOGICAL_DATE)
     if ran is None:
         return 1
@@ -270,9 +308,16 @@ def _task_span(dag_id: str, run_id: str) -> tuple[float, float]:
     with create_session() as session:
         tis = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id).all()
         ends = [ti.end_date.timestamp() for ti in tis if ti.end_date]
-        plan = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-                                               XComModel.task_id == "plan_score", XComModel.key == "return_value"
-                                               ).one()
+        plan = (
+            session.query(XComModel)
+            .filter(
+                XComModel.dag_id == dag_id,
+                XComModel.run_id == run_id,
+                XComModel.task_id == "plan_score",
+                XComModel.key == "return_value",
+            )
+            .one()
+        )
         value = plan.value if isinstance(plan.value, dict) else json.loads(plan.value)
     return value["planning"]["started_at"], max(ends)
 
@@ -316,10 +361,16 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
         ("rows in / out", f"{summary['rows_in']:,} / {summary['rows_out']:,}"),
         ("attempts", f"{summary['attempts']} ({len(jobs)} processing job(s))"),
         ("rows/s (in jobs)", f"{summary['rows_in'] / worker_seconds:,.0f} over {worker_seconds:.1f}s of job time"),
-        ("wall time", f"{wall:.1f}s for the whole DAG run: {wall - tasks:.1f}s of dag.test() start-up, then "
-                      f"{tasks:.1f}s from the plan task's start to the last task's end"),
-        ("orchestration", f"{overhead:.1f}s of those {tasks:.1f}s beyond job time "
-                          f"({overhead / worker_seconds:.0%} of job time): planning, submits, polls, backoff, report"),
+        (
+            "wall time",
+            f"{wall:.1f}s for the whole DAG run: {wall - tasks:.1f}s of dag.test() start-up, then "
+            f"{tasks:.1f}s from the plan task's start to the last task's end",
+        ),
+        (
+            "orchestration",
+            f"{overhead:.1f}s of those {tasks:.1f}s beyond job time "
+            f"({overhead / worker_seconds:.0%} of job time): planning, submits, polls, backoff, report",
+        ),
         ("output", out),
         ("report", report_path),
     ]

@@ -63,8 +63,15 @@ def write_table(table: pa.Table, path: Path, fmt: str, *, row_group_rows: int = 
 
 
 def make_dataset(
-    out: Path, *, files: int, rows: int, fmt: str = "parquet", gzip: bool = False, seed: int = 0,
-    row_group_rows: int = 65536, sizes: list[int] | None = None,
+    out: Path,
+    *,
+    files: int,
+    rows: int,
+    fmt: str = "parquet",
+    gzip: bool = False,
+    seed: int = 0,
+    row_group_rows: int = 65536,
+    sizes: list[int] | None = None,
 ) -> list[Path]:
     """Write ``rows`` rows over ``files`` files (or explicit per-file ``sizes``); ids are unique."""
     counts = sizes or [rows // files + (1 if i < rows % files else 0) for i in range(files)]
@@ -101,7 +108,8 @@ def train_xgboost(dest: Path) -> Path:
     booster = xgboost.train(
         {"objective": "binary:logistic", "max_depth": 6, "eta": 0.3, "nthread": 2},
         # Named, as a model trained on a DataFrame is: the worker then picks its columns by name.
-        xgboost.DMatrix(x, label=y, feature_names=feature_names(x.shape[1])), num_boost_round=100,
+        xgboost.DMatrix(x, label=y, feature_names=feature_names(x.shape[1])),
+        num_boost_round=100,
     )
     dest.mkdir(parents=True, exist_ok=True)
     booster.save_model(dest / "model.json")
@@ -114,9 +122,12 @@ def train_torch(dest: Path, epochs: int = 30) -> Path:
     torch.manual_seed(0)
     x, y = training_data()
     model = torch.nn.Sequential(
-        torch.nn.Linear(N_FEATURES, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 1), torch.nn.Sigmoid(),
+        torch.nn.Linear(N_FEATURES, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 1),
+        torch.nn.Sigmoid(),
     )
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.float32)).unsqueeze(1)
@@ -197,8 +208,9 @@ def pack(model_dir: Path, tarball: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.synthetic", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.synthetic", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     data = sub.add_parser("data", help="write a synthetic dataset")
     data.add_argument("--out", type=Path, required=True)
@@ -213,8 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     models.add_argument("--tarball", action="store_true", help="also write <kind>/model.tar.gz + sha256")
     args = parser.parse_args(argv)
     if args.command == "data":
-        paths = make_dataset(args.out, files=args.files, rows=args.rows, fmt=args.format, gzip=args.gzip,
-                             row_group_rows=args.row_group_rows)
+        paths = make_dataset(
+            args.out,
+            files=args.files,
+            rows=args.rows,
+            fmt=args.format,
+            gzip=args.gzip,
+            row_group_rows=args.row_group_rows,
+        )
         print(f"wrote {args.rows:,} rows in {len(paths)} {args.format} file(s) under {args.out}")
         return 0
     shas = {}

@@ -23,8 +23,9 @@ FILES, ROWS = 24, 1_200_000
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.worker_demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.worker_demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workdir", type=Path, default=Path(".shardline/demo"))
     args = parser.parse_args(argv)
     work = args.workdir.resolve()
@@ -40,9 +41,25 @@ def main(argv: list[str] | None = None) -> int:
 
     step("3/4", "running: python -m shardline.worker (progress and summary lines below)")
     command = [
-        sys.executable, "-m", "shardline.worker", "--input-dir", str(data), "--output-dir", str(out),
-        "--model-dir", str(model_dir), "--model-sha256", sha, "--passthrough", "id", "--host", "algo-1",
-        "--scratch-dir", str(work / "scratch"), "--progress-interval", "2",
+        sys.executable,
+        "-m",
+        "shardline.worker",
+        "--input-dir",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--model-dir",
+        str(model_dir),
+        "--model-sha256",
+        sha,
+        "--passthrough",
+        "id",
+        "--host",
+        "algo-1",
+        "--scratch-dir",
+        str(work / "scratch"),
+        "--progress-interval",
+        "2",
     ]
     print("      " + " ".join(command[1:]))
     started = time.monotonic()
@@ -55,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("files", f"{manifest['files']} ({manifest['succeeded']} succeeded, {manifest['failed']} failed)"),
         ("rows in / out", f"{manifest['rows_in']:,} / {manifest['rows_out']:,}"),
-        ("throughput", f"{manifest['rows_per_second']:,.0f} rows/s over {manifest['seconds']:.1f}s "
-                       f"(process wall {wall:.1f}s)"),
+        (
+            "throughput",
+            f"{manifest['rows_per_second']:,.0f} rows/s over {manifest['seconds']:.1f}s (process wall {wall:.1f}s)",
+        ),
         ("workers", f"{len(manifest['workers'])} x {manifest['workers'][0]['threads']} thread(s)"),
         ("model", f"{manifest['model']['kind']} sha256 {manifest['model']['sha256'][:16]}..."),
         ("output", str(out)),

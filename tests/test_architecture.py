@@ -30,8 +30,7 @@ def _rooms() -> dict[str, dict[str, set[str]]]:
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and (m := re.fullmatch(r"`(\w+)`", cells[0])):
-            rooms[m.group(1)] = {"may": set(re.findall(r"\w+", cells[2])),
-                                 "never": set(re.findall(r"\w+", cells[3]))}
+            rooms[m.group(1)] = {"may": set(re.findall(r"\w+", cells[2])), "never": set(re.findall(r"\w+", cells[3]))}
     return rooms
 
 
@@ -63,15 +62,28 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_rooms_table_parses():
-    assert {"spec", "planning", "ledger", "decision", "backends", "worker", "orchestration", "local", "oncall",
-            "airflow"} <= set(ROOMS), ROOMS
+    assert {
+        "spec",
+        "planning",
+        "ledger",
+        "decision",
+        "backends",
+        "worker",
+        "orchestration",
+        "local",
+        "oncall",
+        "airflow",
+    } <= set(ROOMS), ROOMS
     for room, rule in ROOMS.items():
         assert rule["may"] <= set(ROOMS), f"{room} may import {rule['may'] - set(ROOMS)}, which are no rooms"
 
 
 def test_the_tree_has_exactly_the_rooms_of_architecture_md():
-    present = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
-               if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py")}
+    present = {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py")
+    }
     assert present - TOP_LEVEL == set(ROOMS), (present - TOP_LEVEL) ^ set(ROOMS)
 
 
@@ -85,16 +97,23 @@ def _room_imports():
 
 
 def test_every_import_goes_one_way():
-    wrong = [f"{module} imports {name} ({room} may import {sorted(ROOMS[room]['may'])})"
-             for module, room, name in _room_imports()
-             if name.startswith("shardline.") and (target := name.split(".")[1]) in ROOMS and target != room
-             and target not in ROOMS[room]["may"]]
+    wrong = [
+        f"{module} imports {name} ({room} may import {sorted(ROOMS[room]['may'])})"
+        for module, room, name in _room_imports()
+        if name.startswith("shardline.")
+        and (target := name.split(".")[1]) in ROOMS
+        and target != room
+        and target not in ROOMS[room]["may"]
+    ]
     assert not wrong, "\n".join(wrong)
 
 
 def test_the_rooms_import_none_of_their_forbidden_libraries_in_source():
-    wrong = [f"{module} imports {name}" for module, room, name in _room_imports()
-             if name.split(".")[0] in ROOMS[room]["never"]]
+    wrong = [
+        f"{module} imports {name}"
+        for module, room, name in _room_imports()
+        if name.split(".")[0] in ROOMS[room]["never"]
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -102,9 +121,11 @@ def test_the_rooms_import_none_of_their_forbidden_libraries_in_source():
 def test_importing_a_room_loads_none_of_its_forbidden_libraries(room):
     """What the source checks miss: a module of another room, imported here, that loads one."""
     modules = sorted(m for m in _modules() if _room_of(m) == room and not m.endswith("__main__"))
-    code = ("import importlib, json, sys\n"
-            f"for name in {modules!r}:\n    importlib.import_module(name)\n"
-            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(ROOMS[room]['never'])!r})))")
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(ROOMS[room]['never'])!r})))"
+    )
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
@@ -113,9 +134,11 @@ def test_importing_a_room_loads_none_of_its_forbidden_libraries(room):
 
 def test_the_top_level_stays_small():
     """`shardline --version` and Airflow's provider discovery import only these: no AWS client, no Airflow."""
-    code = ("import json, sys, shardline, shardline.provider_info\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('airflow', 'boto3', 'botocore', 'pynamodb', 'pyarrow', 'numpy'))))")
+    code = (
+        "import json, sys, shardline, shardline.provider_info\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('airflow', 'boto3', 'botocore', 'pynamodb', 'pyarrow', 'numpy'))))"
+    )
     result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert json.loads(result.stdout) == []
 
@@ -135,12 +158,19 @@ AGREEMENTS = re.compile(r"/opt/ml/|\.shardline-tmp|algo-(\d|$)")
 
 def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
     """String constants and f-string parts, docstrings left out."""
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-                  and node.body and isinstance(node.body[0], ast.Expr)
-                  and isinstance(node.body[0].value, ast.Constant)}
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
 
 
 def test_what_the_orchestrator_and_the_worker_agree_on_is_written_once():

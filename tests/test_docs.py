@@ -24,8 +24,13 @@ def test_the_readme_is_read_in_five_minutes():
 
 
 def test_the_spec_reference_is_regenerated_whenever_a_field_changes():
-    done = subprocess.run([sys.executable, str(REPO / "tools" / "spec_reference.py"), "--check"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "spec_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -61,7 +66,11 @@ def test_the_readmes_pipeline_spec_is_a_valid_spec():
 @pytest.mark.parametrize("page", USER_DOCS, ids=lambda p: p.name)
 def test_user_docs_carry_no_lab_notebook_text(page):
     text = page.read_text()
-    for pattern in (r"\bthis session\b", r"\bissue \d+\b", r"\bstop \d+\b",
-                    r"(?<!sha256 )(?<![0-9a-z-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,12}(?![0-9a-z-])"):
+    for pattern in (
+        r"\bthis session\b",
+        r"\bissue \d+\b",
+        r"\bstop \d+\b",
+        r"(?<!sha256 )(?<![0-9a-z-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,12}(?![0-9a-z-])",
+    ):
         found = re.search(pattern, text, re.IGNORECASE if "session" in pattern else 0)
         assert not found, f"{page.name}: {found.group(0)!r} is lab-notebook text, not user docs"

@@ -31,12 +31,21 @@ def test_no_module_names_an_error_class_in_a_string():
     for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text())
         # A package's lazy export table names what it exports, as `__all__` does: that is no use of the name.
-        exported = {id(key) for node in ast.walk(tree) if isinstance(node, ast.Assign)
-                    and [getattr(t, "id", None) for t in node.targets] == ["_EXPORTS"]
-                    and isinstance(node.value, ast.Dict) for key in node.value.keys}
+        exported = {
+            id(key)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["_EXPORTS"]
+            and isinstance(node.value, ast.Dict)
+            for key in node.value.keys
+        }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in classes \
-                    and id(node) not in exported:
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in classes
+                and id(node) not in exported
+            ):
                 wrong.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}")
     assert not wrong, "\n".join(wrong)
 
@@ -45,24 +54,44 @@ def test_every_class_a_record_can_name_is_defined_once():
     classes = _exception_classes()
     for name in errors.RECORDED:
         assert classes[name] == PACKAGE / "errors.py", name
-    duplicates = [p for p in PACKAGE.rglob("*.py") if p.name != "errors.py" and p.parent == PACKAGE / "worker"
-                  and any(isinstance(n, ast.ClassDef) and n.name in errors.RECORDED
-                          for n in ast.walk(ast.parse(p.read_text())))]
+    duplicates = [
+        p
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "errors.py"
+        and p.parent == PACKAGE / "worker"
+        and any(isinstance(n, ast.ClassDef) and n.name in errors.RECORDED for n in ast.walk(ast.parse(p.read_text())))
+    ]
     assert not duplicates
 
 
 def test_the_permanent_file_failures_are_the_ones_the_policy_never_retries():
     permanent = {name for name in errors.RECORDED if errors.is_permanent_file_failure(name)}
-    assert permanent == {"CorruptInputError", "InputSchemaError", "PoisonFileError", "RowCountMismatch",
-                         "UnsafeKeyError"}
+    assert permanent == {
+        "CorruptInputError",
+        "InputSchemaError",
+        "PoisonFileError",
+        "RowCountMismatch",
+        "UnsafeKeyError",
+    }
     # An instance's setup error fails the step by itself; as a file's error it is retried like a lost instance's.
-    for name in ("SetupError", "HostSetupError", "ModelIntegrityError", "InputFormatError", "PredictionError",
-                 "LateInputError", "UnvouchedOutputError", "ThrottlingError", None, ""):
+    for name in (
+        "SetupError",
+        "HostSetupError",
+        "ModelIntegrityError",
+        "InputFormatError",
+        "PredictionError",
+        "LateInputError",
+        "UnvouchedOutputError",
+        "ThrottlingError",
+        None,
+        "",
+    ):
         assert not errors.is_permanent_file_failure(name), name
 
 
-@pytest.mark.parametrize("cls", [errors.SetupError, errors.ModelIntegrityError, errors.CorruptInputError,
-                                 errors.Refused])
+@pytest.mark.parametrize(
+    "cls", [errors.SetupError, errors.ModelIntegrityError, errors.CorruptInputError, errors.Refused]
+)
 def test_a_permanent_error_says_so(cls):
     assert issubclass(cls, errors.PermanentError) and cls.permanent and issubclass(cls, errors.ShardlineError)
 

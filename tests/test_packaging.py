@@ -22,8 +22,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PACKAGES = {"shardline"}
-ROOMS = {"spec.py", "planning", "backends", "worker", "ledger", "decision", "orchestration", "airflow", "oncall",
-         "local"}
+ROOMS = {
+    "spec.py",
+    "planning",
+    "backends",
+    "worker",
+    "ledger",
+    "decision",
+    "orchestration",
+    "airflow",
+    "oncall",
+    "local",
+}
 # What the images' wheel stage copies (inference_container/Dockerfile, infra/compose/airflow.Dockerfile).
 BUILD_INPUTS = ["pyproject.toml", "README.md", "src"]
 
@@ -41,9 +51,18 @@ def built(tmp_path_factory) -> dict[str, Path]:
     dist = tmp_path_factory.mktemp("dist")
     # The PEP 517 hooks themselves, each in a fresh process, as `python -m build` and `pip wheel` call them.
     for hook in ("build_wheel", "build_sdist"):
-        subprocess.run([sys.executable, "-c", f"import sys; from setuptools import build_meta; "
-                        f"build_meta.{hook}(sys.argv[1])", str(dist)],
-                       cwd=source, check=True, capture_output=True, text=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import sys; from setuptools import build_meta; build_meta.{hook}(sys.argv[1])",
+                str(dist),
+            ],
+            cwd=source,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     (wheel,) = dist.glob("shardline-*.whl")
     (sdist,) = dist.glob("shardline-*.tar.gz")
     return {"wheel": wheel, "sdist": sdist}
@@ -78,7 +97,13 @@ def test_the_metadata_declares_ranges_extras_and_entry_points(built):
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     core = [r for r in requires if "extra ==" not in r]
     assert {r.split("<")[0].split(">")[0].split("=")[0].strip().lower() for r in core} >= {
-        "boto3", "pynamodb", "pydantic", "pyyaml", "httpx", "rich"}, core
+        "boto3",
+        "pynamodb",
+        "pydantic",
+        "pyyaml",
+        "httpx",
+        "rich",
+    }, core
     assert not [r for r in requires if "==" in r.split(";")[0]], "exact pins belong in constraints.txt, not here"
     assert not [r for r in core if "airflow" in r or "torch" in r or "xgboost" in r], core
     extras = {line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Provides-Extra:")}
@@ -90,8 +115,11 @@ def test_the_metadata_declares_ranges_extras_and_entry_points(built):
 
 
 def test_every_pin_the_extras_need_is_in_constraints():
-    pins = {line.split("==")[0].strip().lower().replace("_", "-")
-            for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line}
+    pins = {
+        line.split("==")[0].strip().lower().replace("_", "-")
+        for line in (REPO / "constraints.txt").read_text().splitlines()
+        if "==" in line
+    }
     for extra, requirements in PROJECT["project"]["optional-dependencies"].items():
         for requirement in [*PROJECT["project"]["dependencies"], *requirements]:
             name = requirement.split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip().lower()
@@ -124,23 +152,39 @@ def test_a_fresh_virtualenv_with_the_core_runs_the_cli_without_airflow(built, tm
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"),
-                              str(built["wheel"])], check=False, capture_output=True, text=True, timeout=900)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"), str(built["wheel"])],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    version = subprocess.run([str(venv / "bin" / "shardline"), "--version"], check=False, capture_output=True,
-                             text=True, env=env)
+    version = subprocess.run(
+        [str(venv / "bin" / "shardline"), "--version"], check=False, capture_output=True, text=True, env=env
+    )
     assert version.returncode == 0 and version.stdout.strip() == "shardline " + _version(built["wheel"]), version
-    helped = subprocess.run([str(venv / "bin" / "shardline"), "--help"], check=False, capture_output=True,
-                            text=True, env=env)
+    helped = subprocess.run(
+        [str(venv / "bin" / "shardline"), "--help"], check=False, capture_output=True, text=True, env=env
+    )
     assert helped.returncode == 0 and "resubmit" in helped.stdout, helped.stderr
-    module = subprocess.run([str(python), "-m", "shardline", "--version"], check=False, capture_output=True,
-                             text=True, env=env)
+    module = subprocess.run(
+        [str(python), "-m", "shardline", "--version"], check=False, capture_output=True, text=True, env=env
+    )
     assert module.returncode == 0 and module.stdout.startswith("shardline "), module.stderr
     # The core is the core: no Airflow, no model libraries came with it.
-    absent = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('airflow', "
-                             "'xgboost', 'torch', 'moto') if u.find_spec(m)])"], check=False,
-                            capture_output=True, text=True, env=env)
+    absent = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util as u; print([m for m in ('airflow', 'xgboost', 'torch', 'moto') if u.find_spec(m)])",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert absent.stdout.strip() == "[]", absent.stdout + absent.stderr
 
 
@@ -152,10 +196,16 @@ def _version(wheel: Path) -> str:
 def test_airflow_lists_shardline_as_a_provider(tmp_path):
     """The editable install in .venv registers the same entry points as the wheel."""
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    listed = subprocess.run([str(Path(sys.executable).with_name("airflow")), "providers", "list", "-o", "json"],
-                            check=False, capture_output=True, text=True, env=env, timeout=300)
+    listed = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "providers", "list", "-o", "json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert listed.returncode == 0, listed.stderr[-3000:]
-    providers = {p["package_name"]: p for p in json.loads(listed.stdout[listed.stdout.index("["):])}
+    providers = {p["package_name"]: p for p in json.loads(listed.stdout[listed.stdout.index("[") :])}
     from shardline import __version__
 
     assert providers["shardline"]["version"] == __version__, providers.get("shardline")

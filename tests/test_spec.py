@@ -46,23 +46,40 @@ def test_spec_file_round_trip(tmp_path):
 @pytest.mark.parametrize(
     ("mutate", "field", "words"),
     [
-        (lambda s: s["steps"][0]["resources"].__setitem__("instance_count", 0)
-         if "resources" in s["steps"][0] else s["steps"][0].__setitem__("resources", {"instance_count": 0}),
-         "steps[0].resources.instance_count", "greater than or equal to 1"),
+        (
+            lambda s: (
+                s["steps"][0]["resources"].__setitem__("instance_count", 0)
+                if "resources" in s["steps"][0]
+                else s["steps"][0].__setitem__("resources", {"instance_count": 0})
+            ),
+            "steps[0].resources.instance_count",
+            "greater than or equal to 1",
+        ),
         (lambda s: s["steps"][0]["model"].__setitem__("sha256", "abc"), "steps[0].model.sha256", "pattern"),
         (lambda s: s["steps"][0].__setitem__("retyr", {}), "steps[0].retyr", "Extra inputs"),
         (lambda s: s.__setitem__("schedule", "@sometimes"), "schedule", "unknown preset"),
-        (lambda s: s["steps"][0]["input"].__setitem__("prefix", "/local/path"), "steps[0].input",
-         "s3:// URI"),
+        (lambda s: s["steps"][0]["input"].__setitem__("prefix", "/local/path"), "steps[0].input", "s3:// URI"),
         (lambda s: s.__setitem__("pipeline", "Bad Name!"), "pipeline", "pattern"),
-        (lambda s: s["steps"][0]["model"].__setitem__("batch_strategy", "SingleRecord"),
-         "steps[0].model.batch_strategy", "'multi_record' or 'single_record'"),
-        (lambda s: s["steps"][0]["model"].__setitem__("content_type", "text/plain"),
-         "steps[0].model.content_type", "text/csv"),
-        (lambda s: s["steps"][0]["model"].__setitem__("json_layout", "split"), "steps[0].model.json_layout",
-         "'records', 'instances', 'inputs' or 'array'"),
-        (lambda s: s["steps"][0]["model"].__setitem__("max_payload_mb", 0), "steps[0].model.max_payload_mb",
-         "greater than 0"),
+        (
+            lambda s: s["steps"][0]["model"].__setitem__("batch_strategy", "SingleRecord"),
+            "steps[0].model.batch_strategy",
+            "'multi_record' or 'single_record'",
+        ),
+        (
+            lambda s: s["steps"][0]["model"].__setitem__("content_type", "text/plain"),
+            "steps[0].model.content_type",
+            "text/csv",
+        ),
+        (
+            lambda s: s["steps"][0]["model"].__setitem__("json_layout", "split"),
+            "steps[0].model.json_layout",
+            "'records', 'instances', 'inputs' or 'array'",
+        ),
+        (
+            lambda s: s["steps"][0]["model"].__setitem__("max_payload_mb", 0),
+            "steps[0].model.max_payload_mb",
+            "greater than 0",
+        ),
     ],
 )
 def test_a_bad_field_is_named_with_the_file(mutate, field, words):
@@ -78,10 +95,14 @@ def test_a_bad_field_is_named_with_the_file(mutate, field, words):
 
 def test_from_step_must_name_an_earlier_step():
     data = minimal()
-    data["steps"].append({
-        "name": "post", "model": {"uri": "s3://m/x.tar.gz", "sha256": SHA}, "input": {"from_step": "nope"},
-        "output": {"prefix": "s3://data/post/"},
-    })
+    data["steps"].append(
+        {
+            "name": "post",
+            "model": {"uri": "s3://m/x.tar.gz", "sha256": SHA},
+            "input": {"from_step": "nope"},
+            "output": {"prefix": "s3://data/post/"},
+        }
+    )
     with pytest.raises(SpecError, match="reads from_step 'nope', which is not an earlier step"):
         parse_spec(data, "p.yaml")
 
@@ -92,8 +113,13 @@ def test_sagemaker_backend_requires_role_and_image():
 
 
 def test_sagemaker_backend_requires_the_kms_key_that_encrypts_job_volumes_and_outputs():
-    data = minimal(backend="sagemaker", sagemaker={"role_arn": "arn:aws:iam::123456789012:role/r",
-                                                   "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1"})
+    data = minimal(
+        backend="sagemaker",
+        sagemaker={
+            "role_arn": "arn:aws:iam::123456789012:role/r",
+            "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1",
+        },
+    )
     with pytest.raises(SpecError, match=r"(?s)p\.yaml.*sagemaker\.kms_key_id: the ARN of the KMS key"):
         parse_spec(data, "p.yaml")
     data["sagemaker"]["kms_key_id"] = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -130,24 +156,45 @@ def test_an_unpinned_model_is_an_import_error_naming_the_field():
 def test_allow_unpinned_is_accepted_on_the_local_backend_only():
     data = _model(uri="s3://models/xgb/model.tar.gz", allow_unpinned=True)
     assert parse_spec(data, "p.yaml").steps[0].model.pin_for(None) is None
-    data.update(backend="sagemaker", sagemaker={"role_arn": "arn:aws:iam::123456789012:role/r",
-                                                "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1",
-                                                "kms_key_id": "arn:aws:kms:us-east-1:123456789012:key/k"})
-    with pytest.raises(SpecError, match=r"steps\[0\]\.model\.allow_unpinned: an unpinned model is accepted on "
-                                        r"the local backend only"):
+    data.update(
+        backend="sagemaker",
+        sagemaker={
+            "role_arn": "arn:aws:iam::123456789012:role/r",
+            "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1",
+            "kms_key_id": "arn:aws:kms:us-east-1:123456789012:key/k",
+        },
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"steps\[0\]\.model\.allow_unpinned: an unpinned model is accepted on "
+        r"the local backend only",
+    ):
         parse_spec(data, "p.yaml")
 
 
-@pytest.mark.parametrize(("model", "words"), [
-    ({"uri": "s3://m/{{ params.model_version }}/model.tar.gz", "sha256": SHA}, "cannot pin it"),
-    ({"uri": "s3://m/model.tar.gz", "versions": {"v1": SHA}}, "needs a model.uri that uses"),
-    ({"uri": "s3://m/{{ params.model_version }}/model.tar.gz", "version": "v3", "versions": {"v1": SHA}},
-     "model.version 'v3' has no digest"),
-    ({"uri": "s3://m/{{ params.model_version }}/m.tar.gz", "version": "v1", "versions": {"v1": SHA, "../x": SHA}},
-     "steps[0].model.versions"),
-    ({"uri": "s3://m/{{ params.model_version }}/m.tar.gz", "version": "..", "allow_unpinned": True},
-     "steps[0].model.version"),
-])
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        ({"uri": "s3://m/{{ params.model_version }}/model.tar.gz", "sha256": SHA}, "cannot pin it"),
+        ({"uri": "s3://m/model.tar.gz", "versions": {"v1": SHA}}, "needs a model.uri that uses"),
+        (
+            {"uri": "s3://m/{{ params.model_version }}/model.tar.gz", "version": "v3", "versions": {"v1": SHA}},
+            "model.version 'v3' has no digest",
+        ),
+        (
+            {
+                "uri": "s3://m/{{ params.model_version }}/m.tar.gz",
+                "version": "v1",
+                "versions": {"v1": SHA, "../x": SHA},
+            },
+            "steps[0].model.versions",
+        ),
+        (
+            {"uri": "s3://m/{{ params.model_version }}/m.tar.gz", "version": "..", "allow_unpinned": True},
+            "steps[0].model.version",
+        ),
+    ],
+)
 def test_a_model_pin_that_cannot_hold_is_an_import_error(model, words):
     with pytest.raises(SpecError) as err:
         parse_spec(_model(**model), "p.yaml")
@@ -155,8 +202,16 @@ def test_a_model_pin_that_cannot_hold_is_an_import_error(model, words):
 
 
 def test_the_model_version_param_picks_its_pinned_digest():
-    model = parse_spec(_model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1",
-                              versions={"v1": SHA, "v2": OTHER}), "p.yaml").steps[0].model
+    model = (
+        parse_spec(
+            _model(
+                uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1", versions={"v1": SHA, "v2": OTHER}
+            ),
+            "p.yaml",
+        )
+        .steps[0]
+        .model
+    )
     assert (model.pin_for(None), model.pin_for("v1"), model.pin_for("v2")) == (SHA, SHA, OTHER)
     with pytest.raises(ValueError, match=r"model_version 'v9' is not pinned in model.versions \(pinned: v1, v2\)"):
         model.pin_for("v9")
@@ -169,20 +224,23 @@ def _first_step(prefix: str, **model):
     return parse_spec(data, "p.yaml").steps[0]
 
 
-@pytest.mark.parametrize(("override", "allowed"), [
-    ("s3://data/events/", True),
-    ("s3://data/events/dt=2026-11-01/hour=03/", True),
-    ("s3://data/events/backfill", True),
-    ("s3://data/events/a..b/", True),  # ".." inside a name is just a name
-    ("s3://data/eventsX/", False),
-    ("s3://other-bucket/events/", False),
-    ("s3://data/events/../models/", False),
-    ("s3://data/events/./x/", False),
-    ("s3://data/events//tmp/x", False),
-    ("s3://data/events/..", False),
-    ("s3://data/events/a b/", False),
-    ("/local/path", False),
-])
+@pytest.mark.parametrize(
+    ("override", "allowed"),
+    [
+        ("s3://data/events/", True),
+        ("s3://data/events/dt=2026-11-01/hour=03/", True),
+        ("s3://data/events/backfill", True),
+        ("s3://data/events/a..b/", True),  # ".." inside a name is just a name
+        ("s3://data/eventsX/", False),
+        ("s3://other-bucket/events/", False),
+        ("s3://data/events/../models/", False),
+        ("s3://data/events/./x/", False),
+        ("s3://data/events//tmp/x", False),
+        ("s3://data/events/..", False),
+        ("s3://data/events/a b/", False),
+        ("/local/path", False),
+    ],
+)
 def test_input_override_path_escape_is_refused_by_the_param_and_at_plan_time(override, allowed):
     from airflow.sdk.definitions.param import ParamValidationError
 
@@ -200,18 +258,27 @@ def test_input_override_path_escape_is_refused_by_the_param_and_at_plan_time(ove
             param.resolve(override)
 
 
-@pytest.mark.parametrize(("version", "allowed"), [
-    ("v1", True), ("2026-11-01.3", True), ("..", False), ("../../other/model", False), ("v1/../../x", False),
-    (".hidden", False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("version", "allowed"),
+    [
+        ("v1", True),
+        ("2026-11-01.3", True),
+        ("..", False),
+        ("../../other/model", False),
+        ("v1/../../x", False),
+        (".hidden", False),
+        ("", False),
+    ],
+)
 def test_model_version_param_refuses_path_segments(version, allowed):
     from airflow.sdk.definitions.param import ParamValidationError
 
     from shardline.airflow.dag_factory import params_for
     from shardline.spec import model_version_problem
 
-    spec = parse_spec(_model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1",
-                             allow_unpinned=True), "p.yaml")
+    spec = parse_spec(
+        _model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1", allow_unpinned=True), "p.yaml"
+    )
     assert (model_version_problem(spec.steps[0], version) is None) is allowed
     param = params_for(spec)["model_version"]
     if allowed:
@@ -227,8 +294,10 @@ def test_a_pinned_versions_table_makes_the_model_version_param_a_choice():
     from shardline.airflow.dag_factory import params_for
     from shardline.spec import model_version_problem
 
-    spec = parse_spec(_model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1",
-                             versions={"v1": SHA, "v2": OTHER}), "p.yaml")
+    spec = parse_spec(
+        _model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1", versions={"v1": SHA, "v2": OTHER}),
+        "p.yaml",
+    )
     param = params_for(spec)["model_version"]
     assert param.resolve("v2") == "v2"
     with pytest.raises(ParamValidationError):
@@ -242,8 +311,10 @@ def test_an_unknown_trigger_conf_key_is_named_with_the_key_it_was_probably_meant
     assert unknown_conf_problem(None) is None and unknown_conf_problem({}) is None
     assert unknown_conf_problem({"instance_count": 1, "dry_run": True}) is None
     said = unknown_conf_problem({"instance_cnt": 1, "colour": "red"})
-    assert said.startswith("the trigger conf has unknown key(s) 'colour', 'instance_cnt' (did you mean "
-                           "'instance_count'?); this pipeline reads only " + ", ".join(TRIGGER_PARAMS)), said
+    assert said.startswith(
+        "the trigger conf has unknown key(s) 'colour', 'instance_cnt' (did you mean "
+        "'instance_count'?); this pipeline reads only " + ", ".join(TRIGGER_PARAMS)
+    ), said
     assert "unknown_conf: warn" in said
     assert parse_spec(minimal(), "p.yaml").unknown_conf == "fail"
     with pytest.raises(SpecError, match="unknown_conf"):
@@ -252,19 +323,25 @@ def test_an_unknown_trigger_conf_key_is_named_with_the_key_it_was_probably_meant
 
 def test_a_missing_input_waits_for_scheduled_runs_and_fails_manual_ones_unless_the_spec_says():
     step = parse_spec(minimal(), "p.yaml").steps[0]
-    assert (step.input.missing_input_action("scheduled"), step.input.missing_input_action("manual"),
-            step.input.missing_input_action("backfill")) == ("wait", "fail", "fail")
+    assert (
+        step.input.missing_input_action("scheduled"),
+        step.input.missing_input_action("manual"),
+        step.input.missing_input_action("backfill"),
+    ) == ("wait", "fail", "fail")
     data = minimal()
     data["steps"][0]["input"].update(when_missing="skip", ready_marker="_SUCCESS", wait_timeout_seconds=600)
     step = parse_spec(data, "p.yaml").steps[0]
     assert step.input.missing_input_action("scheduled") == "skip" and step.input.ready_marker == "_SUCCESS"
 
 
-@pytest.mark.parametrize(("field", "value", "words"), [
-    ("when_missing", "later", "when_missing"),
-    ("ready_marker", "../_SUCCESS", "an object name under the prefix"),
-    ("wait_timeout_seconds", 5, "wait_timeout_seconds"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("when_missing", "later", "when_missing"),
+        ("ready_marker", "../_SUCCESS", "an object name under the prefix"),
+        ("wait_timeout_seconds", 5, "wait_timeout_seconds"),
+    ],
+)
 def test_a_bad_missing_input_setting_is_an_import_error_naming_the_field(field, value, words):
     data = minimal()
     data["steps"][0]["input"][field] = value
@@ -272,11 +349,14 @@ def test_a_bad_missing_input_setting_is_an_import_error_naming_the_field(field, 
         parse_spec(data, "p.yaml")
 
 
-@pytest.mark.parametrize(("meta", "words"), [
-    ("/local/meta/_shardline/", "must be an s3:// URI"),
-    ("s3://data/meta/scores/", "must end in a folder named _shardline"),
-    ("s3://data/scores/dt={{ ds }}/meta/_shardline/", "is inside output.prefix"),
-])
+@pytest.mark.parametrize(
+    ("meta", "words"),
+    [
+        ("/local/meta/_shardline/", "must be an s3:// URI"),
+        ("s3://data/meta/scores/", "must end in a folder named _shardline"),
+        ("s3://data/scores/dt={{ ds }}/meta/_shardline/", "is inside output.prefix"),
+    ],
+)
 def test_a_metadata_prefix_must_be_outside_the_data_and_recognisably_shardlines(meta, words):
     data = minimal()
     data["steps"][0]["output"] = {"prefix": "s3://data/scores/dt={{ ds }}/", "metadata_prefix": meta}
@@ -294,12 +374,19 @@ def test_settle_seconds_is_for_a_prefix_input_only():
         InputSpec(from_step="score", settle_seconds=60)
 
 
-@pytest.mark.parametrize(("conf", "problem"), [
-    ({}, None), ({"instance_count": None, "dry_run": True, "model_version": "v1", "input_prefix": ""}, None),
-    ({"instance_count": 0}, "instance_count 0"), ({"instance_count": 101}, "instance_count 101"),
-    ({"instance_count": True}, "instance_count True"), ({"instance_count": "3"}, "instance_count '3'"),
-    ({"dry_run": "yes"}, "dry_run 'yes'"), ({"model_version": 2}, "model_version 2"),
-])
+@pytest.mark.parametrize(
+    ("conf", "problem"),
+    [
+        ({}, None),
+        ({"instance_count": None, "dry_run": True, "model_version": "v1", "input_prefix": ""}, None),
+        ({"instance_count": 0}, "instance_count 0"),
+        ({"instance_count": 101}, "instance_count 101"),
+        ({"instance_count": True}, "instance_count True"),
+        ({"instance_count": "3"}, "instance_count '3'"),
+        ({"dry_run": "yes"}, "dry_run 'yes'"),
+        ({"model_version": 2}, "model_version 2"),
+    ],
+)
 def test_a_conf_is_checked_as_the_trigger_forms_params_check_it(conf, problem):
     from shardline.spec import param_type_problem
 
@@ -312,8 +399,13 @@ def test_two_steps_may_not_share_an_output_folder(field):
     first = {**minimal()["steps"][0]}
     value = "s3://data/meta/dt={{ ds }}/_shardline/" if field == "metadata_prefix" else "s3://data/scores/"
     first["output"] = {"prefix": "s3://data/a/", field: value} if field == "metadata_prefix" else {"prefix": value}
-    second = {**first, "name": "again", "output": {**first["output"], "prefix": "s3://data/b/"}
-              if field == "metadata_prefix" else {"prefix": value.rstrip("/")}}
+    second = {
+        **first,
+        "name": "again",
+        "output": {**first["output"], "prefix": "s3://data/b/"}
+        if field == "metadata_prefix"
+        else {"prefix": value.rstrip("/")},
+    }
     with pytest.raises(SpecError, match=f"steps 'score' and 'again' have the same output.{field}"):
         parse_spec(minimal(steps=[first, second]), "p.yaml")
 
@@ -325,9 +417,10 @@ def test_an_input_prefix_is_a_folder_with_or_without_its_slash(written):
     assert spec.steps[0].input.prefix == "s3://raw/events/dt={{ ds }}/"
 
 
-@pytest.mark.parametrize(("rendered", "expected"), [
-    (None, (3, None)), ("None", (3, None)), ("", (3, None)), ("7", (7, None)), (" 100 ", (100, None)), (5, (5, None)),
-])
+@pytest.mark.parametrize(
+    ("rendered", "expected"),
+    [(None, (3, None)), ("None", (3, None)), ("", (3, None)), ("7", (7, None)), (" 100 ", (100, None)), (5, (5, None))],
+)
 def test_the_plan_task_takes_an_instance_count_param_within_bounds(rendered, expected):
     from shardline.spec import instance_count_override
 

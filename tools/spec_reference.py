@@ -42,18 +42,22 @@ def _type(prop: dict, defs: dict) -> str:
         return f"`{prop['const']}`"
     if "anyOf" in prop:
         kinds = [_type(p, defs) for p in prop["anyOf"] if p.get("type") != "null"]
-        return " \\| ".join(dict.fromkeys(kinds)) + (" or null" if any(p.get("type") == "null" for p in
-                                                                      prop["anyOf"]) else "")
+        return " \\| ".join(dict.fromkeys(kinds)) + (
+            " or null" if any(p.get("type") == "null" for p in prop["anyOf"]) else ""
+        )
     kind = prop.get("type", "any")
     if kind == "array":
         return "list"
     if kind == "object":
         return "mapping"
-    bounds = [f"{word} {prop[key]}" for key, word in (("minimum", ">="), ("exclusiveMinimum", ">"),
-                                                      ("maximum", "<="), ("exclusiveMaximum", "<"))
-              if key in prop]
-    return {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean"}.get(kind, kind) + \
-        (f" ({', '.join(bounds)})" if bounds else "")
+    bounds = [
+        f"{word} {prop[key]}"
+        for key, word in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+        if key in prop
+    ]
+    return {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean"}.get(kind, kind) + (
+        f" ({', '.join(bounds)})" if bounds else ""
+    )
 
 
 def _default(prop: dict) -> str:
@@ -77,10 +81,14 @@ def render() -> str:
     schema = PipelineSpec.model_json_schema()
     defs = schema.get("$defs", {})
     models = {"PipelineSpec": schema, **defs}
-    out = ["# Pipeline spec reference", "",
-           "Every field of a pipeline spec (`dags/pipelines/*.yaml`), generated from the spec's own schema",
-           "(`tools/spec_reference.py`; a test fails when this page is stale). A spec with an unknown or bad",
-           "field is an import error in Airflow's UI that names the file and the field.", ""]
+    out = [
+        "# Pipeline spec reference",
+        "",
+        "Every field of a pipeline spec (`dags/pipelines/*.yaml`), generated from the spec's own schema",
+        "(`tools/spec_reference.py`; a test fails when this page is stale). A spec with an unknown or bad",
+        "field is an import error in Airflow's UI that names the file and the field.",
+        "",
+    ]
     for name, title, path in SECTIONS:
         model = models[name]
         out += [f"## {title}", ""]

@@ -73,14 +73,26 @@ def main() -> int:
             # The engineer's shell has Airflow's settings (AIRFLOW_HOME: where the local backend's jobs live, the
             # DAGs folder, the AWS endpoint), as docs/pipelines.md's recipe exports them, and logs in once.
             shell = {k: v for k, v in stack.cli_env().items() if not k.startswith("SHARDLINE_AIRFLOW_")}
-            cli_env = {**shell, "AIRFLOW_HOME": str(stack.home), "PATH": f"{Path(sys.executable).parent}:"
-                       f"{os.environ['PATH']}", "COLUMNS": "130", "HOME": str(work / "user"),
-                       "XDG_CONFIG_HOME": str(work / "user" / ".config")}
+            cli_env = {
+                **shell,
+                "AIRFLOW_HOME": str(stack.home),
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                "COLUMNS": "130",
+                "HOME": str(work / "user"),
+                "XDG_CONFIG_HOME": str(work / "user" / ".config"),
+            }
 
             def shardline(*words: str, stdin: str | None = None) -> str:
                 shown = " ".join(words)
-                done = subprocess.run(["shardline", *words], env=cli_env, input=stdin, capture_output=True,
-                                      text=True, timeout=600, check=False)
+                done = subprocess.run(
+                    ["shardline", *words],
+                    env=cli_env,
+                    input=stdin,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    check=False,
+                )
                 say(f"$ shardline {shown}\n{done.stdout}{done.stderr}".rstrip() + "\n")
                 return done.stdout
 
@@ -103,9 +115,10 @@ def main() -> int:
             say(f"# DAG run {final['state']} {time.monotonic() - started:.0f} s after the resubmission\n")
             shardline("status", ref)
             shardline("runs")
-            listing = sorted(o["Key"].removeprefix(f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/")
-                             for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"scores/dt={hour:%Y-%m-%d}/")
-                             ["Contents"])
+            listing = sorted(
+                o["Key"].removeprefix(f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/")
+                for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"scores/dt={hour:%Y-%m-%d}/")["Contents"]
+            )
             say("# the output prefix:\n" + "\n".join(listing) + "\n")
     if args.out:
         args.out.write_text("\n".join(transcript))

@@ -46,8 +46,9 @@ def wait_for_endpoints(timeout: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipelines-dir", type=Path,
-                        default=Path(os.environ.get("SHARDLINE_PIPELINES_DIR", DEFAULT_PIPELINES_DIR)))
+    parser.add_argument(
+        "--pipelines-dir", type=Path, default=Path(os.environ.get("SHARDLINE_PIPELINES_DIR", DEFAULT_PIPELINES_DIR))
+    )
     parser.add_argument("--bucket", action="append", default=[], help="another bucket to create (repeatable)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the endpoints")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; create nothing")
@@ -62,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tables: {', '.join(plan.tables)}\nbuckets: {', '.join(plan.buckets)}", flush=True)
     if args.dry_run:
         return 0
-    print(f"S3 at {os.environ.get('AWS_ENDPOINT_URL_S3') or os.environ.get('AWS_ENDPOINT_URL') or 'AWS'}, "
-          f"DynamoDB at {os.environ.get('AWS_ENDPOINT_URL_DYNAMODB') or os.environ.get('AWS_ENDPOINT_URL') or 'AWS'}",
-          flush=True)
+    print(
+        f"S3 at {os.environ.get('AWS_ENDPOINT_URL_S3') or os.environ.get('AWS_ENDPOINT_URL') or 'AWS'}, "
+        f"DynamoDB at {os.environ.get('AWS_ENDPOINT_URL_DYNAMODB') or os.environ.get('AWS_ENDPOINT_URL') or 'AWS'}",
+        flush=True,
+    )
     wait_for_endpoints(args.timeout)
     for line in apply(plan):
         print(line, flush=True)

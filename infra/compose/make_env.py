@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
     args = parser.parse_args(argv)
     if args.output.exists() and not args.force:
-        print(f"{args.output} exists; keeping it (use --force to replace it, which changes every secret)",
-              file=sys.stderr)
+        print(
+            f"{args.output} exists; keeping it (use --force to replace it, which changes every secret)", file=sys.stderr
+        )
         return 1
     args.output.write_text(fill(EXAMPLE.read_text()))
     args.output.chmod(0o600)

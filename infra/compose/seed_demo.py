@@ -30,8 +30,10 @@ def targets(spec_path: Path, logical_date: dt.datetime) -> tuple[str, str]:
     step = spec.steps[0]
     if step.input.prefix is None:
         raise SystemExit(f"{spec_path.name}: the first step reads from_step, so there is nothing to seed")
-    return (render_template(step.input.prefix, spec, step, logical_date),
-            render_template(step.model.uri, spec, step, logical_date))
+    return (
+        render_template(step.input.prefix, spec, step, logical_date),
+        render_template(step.model.uri, spec, step, logical_date),
+    )
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -42,11 +44,15 @@ def split_uri(uri: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipeline", default="tabular_scoring_hourly", help="spec name in the pipelines dir")
-    parser.add_argument("--pipelines-dir", type=Path,
-                        default=Path(os.environ.get("SHARDLINE_PIPELINES_DIR", DEFAULT_PIPELINES_DIR)))
-    parser.add_argument("--logical-date", required=True, type=dt.datetime.fromisoformat,
-                        help="the run to seed, e.g. 2026-11-22T11:00:00+00:00 for the hour 10:00-11:00 "
-                             "(UTC when no offset is given)")
+    parser.add_argument(
+        "--pipelines-dir", type=Path, default=Path(os.environ.get("SHARDLINE_PIPELINES_DIR", DEFAULT_PIPELINES_DIR))
+    )
+    parser.add_argument(
+        "--logical-date",
+        required=True,
+        type=dt.datetime.fromisoformat,
+        help="the run to seed, e.g. 2026-11-22T11:00:00+00:00 for the hour 10:00-11:00 (UTC when no offset is given)",
+    )
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--rows", type=int, default=200_000)
     args = parser.parse_args(argv)
@@ -71,11 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         s3.head_object(Bucket=model_bucket, Key=model_key)
         print(f"the model the spec pins is at {model_uri}")
     except s3.exceptions.ClientError:
-        print(f"no model at {model_uri}: the init service uploads the demo model the spec pins; run it again "
-              "(docker compose up shardline-init), or upload your own and pin its sha256 in the spec")
+        print(
+            f"no model at {model_uri}: the init service uploads the demo model the spec pins; run it again "
+            "(docker compose up shardline-init), or upload your own and pin its sha256 in the spec"
+        )
         return 1
-    print(f"now: airflow dags unpause {args.pipeline} && "
-          f"airflow dags trigger {args.pipeline} --logical-date {logical_date.isoformat()}")
+    print(
+        f"now: airflow dags unpause {args.pipeline} && "
+        f"airflow dags trigger {args.pipeline} --logical-date {logical_date.isoformat()}"
+    )
     return 0
 
 

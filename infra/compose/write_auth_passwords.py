@@ -45,8 +45,11 @@ def write_passwords(env: Mapping[str, str]) -> Path:
 
 def main() -> int:
     path = write_passwords(os.environ)
-    print(f"simple auth manager: passwords for {', '.join(usernames(os.environ.get(USERS_VAR, 'admin:admin')))} "
-          f"written to {path}", file=sys.stderr)
+    print(
+        f"simple auth manager: passwords for {', '.join(usernames(os.environ.get(USERS_VAR, 'admin:admin')))} "
+        f"written to {path}",
+        file=sys.stderr,
+    )
     return 0
 
 

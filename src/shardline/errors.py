@@ -93,10 +93,23 @@ class ModelIntegrityError(SetupError):
 
 
 # The classes a FILE or SHARD item's error_class can name, by that name.
-RECORDED: dict[str, type[ShardlineError]] = {cls.__name__: cls for cls in (
-    InputSchemaError, CorruptInputError, InputFormatError, PredictionError, PoisonFileError, RowCountMismatch,
-    UnsafeKeyError, LateInputError, UnvouchedOutputError, SetupError, HostSetupError, ModelIntegrityError,
-)}
+RECORDED: dict[str, type[ShardlineError]] = {
+    cls.__name__: cls
+    for cls in (
+        InputSchemaError,
+        CorruptInputError,
+        InputFormatError,
+        PredictionError,
+        PoisonFileError,
+        RowCountMismatch,
+        UnsafeKeyError,
+        LateInputError,
+        UnvouchedOutputError,
+        SetupError,
+        HostSetupError,
+        ModelIntegrityError,
+    )
+}
 
 
 def is_permanent_file_failure(error_class: str | None) -> bool:

@@ -17,8 +17,8 @@ def get_provider_info() -> dict:
         "package-name": "shardline",
         "name": "Shardline",
         "description": "Batch ML inference at scale: sharded SageMaker Processing jobs (or a local emulator), "
-                       "a job-metadata ledger in DynamoDB, and the operators, sensor and on-call page that "
-                       "drive them.",
+        "a job-metadata ledger in DynamoDB, and the operators, sensor and on-call page that "
+        "drive them.",
         "versions": [__version__],
         "integrations": [{"integration-name": INTEGRATION, "tags": ["aws", "ml"]}],
         "operators": [{"integration-name": INTEGRATION, "python-modules": ["shardline.airflow.operators.step"]}],

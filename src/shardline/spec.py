@@ -40,26 +40,37 @@ class ModelRef(_Strict):
     sha256: Annotated[str, Field(pattern=SHA256_PATTERN)] | None = Field(
         default=None, description="pinned digest of the artifact; the worker refuses anything else"
     )
-    versions: dict[Annotated[str, Field(pattern=VERSION_PATTERN)], Annotated[str, Field(pattern=SHA256_PATTERN)]] = \
+    versions: dict[Annotated[str, Field(pattern=VERSION_PATTERN)], Annotated[str, Field(pattern=SHA256_PATTERN)]] = (
         Field(default={}, description="model_version -> pinned sha256, when model.uri uses {{ params.model_version }}")
+    )
     version: Annotated[str, Field(pattern=VERSION_PATTERN)] = Field(
-        default="latest", description="default of the model_version Param")
+        default="latest", description="default of the model_version Param"
+    )
     allow_unpinned: bool = Field(
-        default=False, description="run a model with no pin (local backend only): anyone who can write the "
-                                   "model prefix then chooses the code that runs")
+        default=False,
+        description="run a model with no pin (local backend only): anyone who can write the "
+        "model prefix then chooses the code that runs",
+    )
     content_type: Literal["text/csv", "application/json", "application/jsonlines", "application/x-npy"] = Field(
-        default="text/csv", description="request body the script's input_fn gets")
+        default="text/csv", description="request body the script's input_fn gets"
+    )
     accept: Literal["text/csv", "application/json", "application/jsonlines", "application/x-npy"] | None = Field(
-        default=None, description="what output_fn is asked for, and how its response is read (default: "
-                                  "application/json, as SageMaker's inference toolkit asks for when a request names "
-                                  "no Accept)")
+        default=None,
+        description="what output_fn is asked for, and how its response is read (default: "
+        "application/json, as SageMaker's inference toolkit asks for when a request names "
+        "no Accept)",
+    )
     batch_strategy: Literal["multi_record", "single_record"] = Field(
-        default="multi_record", description="records per call: as many as fit, or one (Batch Transform's strategy)")
+        default="multi_record", description="records per call: as many as fit, or one (Batch Transform's strategy)"
+    )
     json_layout: Literal["records", "instances", "inputs", "array"] = Field(
-        default="records", description="JSON bodies: objects keyed by column name, {'instances': [[...]]}, "
-                                       "{'inputs': [[...]]} (Hugging Face-style handlers), or [[...]]")
+        default="records",
+        description="JSON bodies: objects keyed by column name, {'instances': [[...]]}, "
+        "{'inputs': [[...]]} (Hugging Face-style handlers), or [[...]]",
+    )
     max_payload_mb: Annotated[float, Field(gt=0, le=100)] = Field(
-        default=6.0, description="largest request body (Batch Transform's MaxPayloadInMB)")
+        default=6.0, description="largest request body (Batch Transform's MaxPayloadInMB)"
+    )
     csv_header: bool = Field(default=False, description="start each text/csv body with a header line")
     allow_nan_predictions: bool = Field(default=False, description="write NaN predictions instead of failing the file")
 
@@ -73,17 +84,23 @@ class ModelRef(_Strict):
         if self.sha256 and self.versions:
             raise ValueError("give model.sha256 (one artifact) or model.versions (one digest per version), not both")
         if self.versioned and self.sha256:
-            raise ValueError("model.uri picks its version with {{ params.model_version }}, so one model.sha256 "
-                             "cannot pin it: list each version's digest under model.versions instead")
+            raise ValueError(
+                "model.uri picks its version with {{ params.model_version }}, so one model.sha256 "
+                "cannot pin it: list each version's digest under model.versions instead"
+            )
         if self.versions and not self.versioned:
             raise ValueError("model.versions needs a model.uri that uses {{ params.model_version }}")
         if self.versions and self.version not in self.versions:
-            raise ValueError(f"model.version {self.version!r} has no digest in model.versions "
-                             f"(pinned: {', '.join(sorted(self.versions))})")
+            raise ValueError(
+                f"model.version {self.version!r} has no digest in model.versions "
+                f"(pinned: {', '.join(sorted(self.versions))})"
+            )
         if not (self.sha256 or self.versions or self.allow_unpinned):
             where = "model.versions (a sha256 per version)" if self.versioned else "model.sha256"
-            raise ValueError(f"the model is not pinned: give {where}, e.g. from `sha256sum model.tar.gz`. "
-                             "Only a trial on the local backend may set model.allow_unpinned: true")
+            raise ValueError(
+                f"the model is not pinned: give {where}, e.g. from `sha256sum model.tar.gz`. "
+                "Only a trial on the local backend may set model.allow_unpinned: true"
+            )
         return self
 
     def pin_for(self, version: str | None) -> str | None:
@@ -97,8 +114,10 @@ class ModelRef(_Strict):
             return None
         chosen = version or self.version
         if chosen not in self.versions:
-            raise ValueError(f"model_version {chosen!r} is not pinned in model.versions "
-                             f"(pinned: {', '.join(sorted(self.versions))}); add its sha256 to the spec")
+            raise ValueError(
+                f"model_version {chosen!r} is not pinned in model.versions "
+                f"(pinned: {', '.join(sorted(self.versions))}); add its sha256 to the spec"
+            )
         return self.versions[chosen]
 
 
@@ -106,9 +125,11 @@ class InputSpec(_Strict):
     prefix: str | None = Field(default=None, description="S3 prefix to list; Jinja-templated ({{ ds }})")
     from_step: str | None = Field(default=None, description="read the output of an earlier step instead")
     format: Literal["parquet", "csv", "jsonl"] | None = Field(
-        default=None, description="read every input as this format: a file whose name says no format (part-00000, "
-                                  ".txt, .json) is read as it, one whose name says another fails with the reason. "
-                                  "Unset: each file's format from its name (.parquet, .csv, .jsonl, optionally .gz)")
+        default=None,
+        description="read every input as this format: a file whose name says no format (part-00000, "
+        ".txt, .json) is read as it, one whose name says another fails with the reason. "
+        "Unset: each file's format from its name (.parquet, .csv, .jsonl, optionally .gz)",
+    )
     include: tuple[str, ...] = ("*",)
     """glob patterns of the keys (relative to the prefix) to read"""
     exclude: tuple[str, ...] = ()
@@ -122,19 +143,26 @@ class InputSpec(_Strict):
     passthrough: tuple[str, ...] = ()
     """columns copied from each input row to its output row (an id, say)"""
     when_missing: Literal["wait", "fail", "skip"] | None = Field(
-        default=None, description="no input yet: wait for it (up to wait_timeout_seconds), fail the run naming the "
-                                  "prefix, or skip the run (recorded SKIPPED). Unset: wait for scheduled runs, fail "
-                                  "for manual ones")
+        default=None,
+        description="no input yet: wait for it (up to wait_timeout_seconds), fail the run naming the "
+        "prefix, or skip the run (recorded SKIPPED). Unset: wait for scheduled runs, fail "
+        "for manual ones",
+    )
     wait_timeout_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = Field(
-        default=6 * 3600, description="with when_missing: wait, how long to wait for the input before failing")
+        default=6 * 3600, description="with when_missing: wait, how long to wait for the input before failing"
+    )
     ready_marker: str | None = Field(
-        default=None, description="an object under the prefix whose presence means the partition is complete "
-                                  "(e.g. _SUCCESS, an upstream writer's marker). Unset: a scheduled run's partition "
-                                  "is complete settle_seconds after its data interval ends")
+        default=None,
+        description="an object under the prefix whose presence means the partition is complete "
+        "(e.g. _SUCCESS, an upstream writer's marker). Unset: a scheduled run's partition "
+        "is complete settle_seconds after its data interval ends",
+    )
     settle_seconds: Annotated[int, Field(ge=0, le=86400)] = Field(
-        default=300, description="a scheduled run plans no earlier than this long after its data interval ends, so "
-                                 "files still being written for the interval land first (not used with "
-                                 "ready_marker, which says when the partition is complete)")
+        default=300,
+        description="a scheduled run plans no earlier than this long after its data interval ends, so "
+        "files still being written for the interval land first (not used with "
+        "ready_marker, which says when the partition is complete)",
+    )
 
     @field_validator("prefix")
     @classmethod
@@ -149,13 +177,17 @@ class InputSpec(_Strict):
             raise ValueError("give exactly one of input.prefix or input.from_step")
         if self.prefix is not None and not self.prefix.startswith("s3://"):
             raise ValueError(f"input.prefix must be an s3:// URI, got {self.prefix!r}")
-        if self.from_step is not None and (self.when_missing or self.ready_marker
-                                           or "settle_seconds" in self.model_fields_set):
-            raise ValueError("input.when_missing, input.ready_marker and input.settle_seconds are for input.prefix; "
-                             "a from_step input is there once the earlier step has ended")
+        if self.from_step is not None and (
+            self.when_missing or self.ready_marker or "settle_seconds" in self.model_fields_set
+        ):
+            raise ValueError(
+                "input.when_missing, input.ready_marker and input.settle_seconds are for input.prefix; "
+                "a from_step input is there once the earlier step has ended"
+            )
         if self.ready_marker is not None and ("/" in self.ready_marker or self.ready_marker in ("", ".", "..")):
-            raise ValueError(f"input.ready_marker is an object name under the prefix (like _SUCCESS), got "
-                             f"{self.ready_marker!r}")
+            raise ValueError(
+                f"input.ready_marker is an object name under the prefix (like _SUCCESS), got {self.ready_marker!r}"
+            )
         return self
 
     def missing_input_action(self, run_type: str | None) -> str:
@@ -168,8 +200,10 @@ class OutputSpec(_Strict):
     prefix: str
     """S3 prefix of the outputs: one per input, at the same relative path; Jinja-templated like input.prefix"""
     metadata_prefix: str | None = Field(
-        default=None, description="where Shardline's own files (manifests) go instead of <prefix>/_shardline/, for "
-                                  "readers that take every object under the data prefix; Jinja-templated like prefix")
+        default=None,
+        description="where Shardline's own files (manifests) go instead of <prefix>/_shardline/, for "
+        "readers that take every object under the data prefix; Jinja-templated like prefix",
+    )
 
     @field_validator("prefix")
     @classmethod
@@ -187,11 +221,15 @@ class OutputSpec(_Strict):
             raise ValueError(f"output.metadata_prefix must be an s3:// URI, got {meta!r}")
         if meta.rstrip("/").rsplit("/", 1)[-1] != "_shardline":
             # infra/'s IAM recognises Shardline's files by this folder name (jobs may not rewrite the manifests).
-            raise ValueError(f"output.metadata_prefix must end in a folder named _shardline, e.g. "
-                             f"s3://bucket/meta/scores/dt={{{{ ds }}}}/_shardline/; got {meta!r}")
+            raise ValueError(
+                f"output.metadata_prefix must end in a folder named _shardline, e.g. "
+                f"s3://bucket/meta/scores/dt={{{{ ds }}}}/_shardline/; got {meta!r}"
+            )
         if meta.startswith(self.prefix.rstrip("/") + "/"):
-            raise ValueError("output.metadata_prefix is inside output.prefix, where the files would go anyway; "
-                             "leave it unset, or put it outside the data prefix")
+            raise ValueError(
+                "output.metadata_prefix is inside output.prefix, where the files would go anyway; "
+                "leave it unset, or put it outside the data prefix"
+            )
         return self
 
 
@@ -228,22 +266,30 @@ class DriftPolicy(_Strict):
     """How far this step's predictions may move from the previous successful run's before anyone is told."""
 
     max_psi: Annotated[float, Field(gt=0)] = Field(
-        default=0.2, description="the population stability index (over 10 bins of the previous run's predictions) "
-                                "above which the predictions have drifted; 0.1-0.2 is commonly read as moderate")
+        default=0.2,
+        description="the population stability index (over 10 bins of the previous run's predictions) "
+        "above which the predictions have drifted; 0.1-0.2 is commonly read as moderate",
+    )
     action: Literal["warn", "fail"] = Field(
-        default="warn", description="warn: a warning in the task log and the report; fail: the step fails with the "
-                                    "PSI in its message, and no _SUCCESS marker is written")
+        default="warn",
+        description="warn: a warning in the task log and the report; fail: the step fails with the "
+        "PSI in its message, and no _SUCCESS marker is written",
+    )
 
 
 class CostSettings(_Strict):
     """Prices the run report's cost uses (USD per instance-hour)."""
 
     prices: dict[str, Annotated[float, Field(ge=0)]] = Field(
-        default={}, description="instance type -> USD per hour, over the table shipped with Shardline "
-                                "(SageMaker Processing, on demand, us-east-1)")
+        default={},
+        description="instance type -> USD per hour, over the table shipped with Shardline "
+        "(SageMaker Processing, on demand, us-east-1)",
+    )
     local_price_per_hour: Annotated[float, Field(ge=0)] | None = Field(
-        default=None, description="what an hour of the local backend costs; unset: the step's instance type's price, "
-                                  "as if it ran on SageMaker")
+        default=None,
+        description="what an hour of the local backend costs; unset: the step's instance type's price, "
+        "as if it ran on SageMaker",
+    )
 
 
 class StepSpec(_Strict):
@@ -316,14 +362,17 @@ class PipelineSpec(_Strict):
     ledger_table: str = "shardline-jobs"
     """the DynamoDB table of the job metadata (the ledger)"""
     ledger_retention_days: Annotated[int, Field(ge=1, le=3650)] = Field(
-        default=90, description="ledger items (error text included) expire this many days after their last write")
+        default=90, description="ledger items (error text included) expire this many days after their last write"
+    )
     cost: CostSettings = CostSettings()
     """prices the run report's cost uses"""
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 15.0
     """how often the trigger polls the ledger and the job"""
     unknown_conf: Literal["fail", "warn"] = Field(
-        default="fail", description="a trigger conf key that is not a Param fails the run at its plan task, or "
-                                    "with `warn` is logged and ignored")
+        default="fail",
+        description="a trigger conf key that is not a Param fails the run at its plan task, or "
+        "with `warn` is logged and ignored",
+    )
     steps: Annotated[tuple[StepSpec, ...], Field(min_length=1)]
     """the steps, run in order; a step may read an earlier one's outputs (input.from_step)"""
     sagemaker: SageMakerSettings = SageMakerSettings()
@@ -364,8 +413,10 @@ class PipelineSpec(_Strict):
                 if folder in places:
                     # Their instances' manifests (attempt-N/manifest-HOST.json) and outputs would overwrite each
                     # other's, and each step's check before _SUCCESS would read the other's.
-                    raise ValueError(f"steps {places[folder]!r} and {step.name!r} have the same output.{field} "
-                                     f"{value!r}: give each step its own")
+                    raise ValueError(
+                        f"steps {places[folder]!r} and {step.name!r} have the same output.{field} "
+                        f"{value!r}: give each step its own"
+                    )
                 places[folder] = step.name
         if self.sagemaker.network_isolation:
             # AWS quirk: an isolated container has no network at all, so the worker could not
@@ -376,15 +427,19 @@ class PipelineSpec(_Strict):
             )
         unpinned = [f"steps[{i}].model.allow_unpinned" for i, s in enumerate(self.steps) if s.model.allow_unpinned]
         if unpinned and self.backend != "local":
-            raise ValueError(f"{', '.join(unpinned)}: an unpinned model is accepted on the local backend only; "
-                             "pin it with model.sha256 or model.versions")
+            raise ValueError(
+                f"{', '.join(unpinned)}: an unpinned model is accepted on the local backend only; "
+                "pin it with model.sha256 or model.versions"
+            )
         if self.backend == "sagemaker" and not (self.sagemaker.role_arn and self.sagemaker.image_uri):
             raise ValueError("backend 'sagemaker' needs sagemaker.role_arn and sagemaker.image_uri")
         if self.backend == "sagemaker" and not self.sagemaker.kms_key_id:
             # Job volumes and outputs hold input rows and predictions: they are encrypted with the
             # deployment's own key, and infra/'s Airflow role may create no job without it.
-            raise ValueError("backend 'sagemaker' needs sagemaker.kms_key_id: the ARN of the KMS key that encrypts "
-                             "job volumes and outputs (the stack's KmsKeyArn output, see infra/README.md)")
+            raise ValueError(
+                "backend 'sagemaker' needs sagemaker.kms_key_id: the ARN of the KMS key that encrypts "
+                "job volumes and outputs (the stack's KmsKeyArn output, see infra/README.md)"
+            )
         return self
 
     def step(self, name: str) -> StepSpec:
@@ -412,8 +467,13 @@ def data_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.d
 
 
 # Airflow's cron presets, as cron expressions.
-CRON_PRESETS = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *",
-                "@yearly": "0 0 1 1 *"}
+CRON_PRESETS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+}
 
 
 def static_prefix(uri: str) -> str:
@@ -440,13 +500,17 @@ def input_override_problem(step: StepSpec, uri: str) -> str | None:
     """Why ``uri`` may not replace the step's input prefix, or None when it may (the Param's rule, in Python)."""
     allowed = static_prefix(step.input.prefix or "")
     if not uri.startswith(allowed):
-        return f"Param input_prefix {uri!r} is outside this pipeline's input folder {allowed}; the spec allows " \
-               "only prefixes under it"
-    rest = uri[len(allowed):]
+        return (
+            f"Param input_prefix {uri!r} is outside this pipeline's input folder {allowed}; the spec allows "
+            "only prefixes under it"
+        )
+    rest = uri[len(allowed) :]
     parts = rest.split("/")
     if any(p in ("", ".", "..") for p in parts[:-1]) or parts[-1] in (".", "..") or re.search(r"\s", rest):
-        return f"Param input_prefix {uri!r} has an empty, '.' or '..' segment or white space; give a plain folder " \
-               f"under {allowed}"
+        return (
+            f"Param input_prefix {uri!r} has an empty, '.' or '..' segment or white space; give a plain folder "
+            f"under {allowed}"
+        )
     return None
 
 
@@ -461,8 +525,10 @@ def unknown_conf_problem(conf: dict | None, known: tuple[str, ...] = TRIGGER_PAR
     for key in unknown:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
-    return (f"the trigger conf has unknown key(s) {', '.join(hints)}; this pipeline reads only "
-            f"{', '.join(known)} (`unknown_conf: warn` in the spec ignores unknown keys)")
+    return (
+        f"the trigger conf has unknown key(s) {', '.join(hints)}; this pipeline reads only "
+        f"{', '.join(known)} (`unknown_conf: warn` in the spec ignores unknown keys)"
+    )
 
 
 MAX_INSTANCE_COUNT = 100  # the instance_count Param's maximum (dag_factory.params_for)
@@ -472,8 +538,9 @@ def param_type_problem(conf: dict) -> str | None:
     """Why a conf's values would be refused by the trigger form's Params' types and bounds (the schema
     ``dag_factory.params_for`` gives Airflow), or None."""
     count = conf.get("instance_count")
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
-                              or not 1 <= count <= MAX_INSTANCE_COUNT):
+    if count is not None and (
+        isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCE_COUNT
+    ):
         return f"Param instance_count {count!r} must be null or a whole number from 1 to {MAX_INSTANCE_COUNT}"
     if "dry_run" in conf and not isinstance(conf["dry_run"], bool):
         return f"Param dry_run {conf['dry_run']!r} must be true or false"
@@ -503,8 +570,10 @@ def model_version_problem(step: StepSpec, version: str) -> str | None:
     if not re.fullmatch(VERSION_PATTERN, version):
         return f"Param model_version {version!r} must match {VERSION_PATTERN} (one plain path segment)"
     if step.model.versions and version not in step.model.versions:
-        return f"Param model_version {version!r} is not pinned in model.versions of step {step.name} " \
-               f"(pinned: {', '.join(sorted(step.model.versions))})"
+        return (
+            f"Param model_version {version!r} is not pinned in model.versions of step {step.name} "
+            f"(pinned: {', '.join(sorted(step.model.versions))})"
+        )
     return None
 
 

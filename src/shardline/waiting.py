@@ -14,8 +14,15 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(poll: Callable[[], T], done: Callable[[T], bool] = bool, *, timeout: float, interval: float = 0.1,
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> T:
+def wait_for(
+    poll: Callable[[], T],
+    done: Callable[[T], bool] = bool,
+    *,
+    timeout: float,
+    interval: float = 0.1,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """Call ``poll`` until ``done`` holds for its answer or ``timeout`` seconds have passed.
 
     Returns the last answer, done or not: the caller checks ``done`` again to tell a timeout

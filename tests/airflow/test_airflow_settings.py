@@ -15,8 +15,11 @@ def test_flags_win_over_the_environment_and_the_environment_over_the_login_file(
     assert find_settings(env=env) is None
     save_login("http://saved:8080/", "saved-token", env)
     saved = find_settings(env=env)
-    assert (saved.url, saved.token, saved.source) == ("http://saved:8080", "saved-token",
-                                                      str(tmp_path / "shardline" / "airflow.json"))
+    assert (saved.url, saved.token, saved.source) == (
+        "http://saved:8080",
+        "saved-token",
+        str(tmp_path / "shardline" / "airflow.json"),
+    )
     env |= {"SHARDLINE_AIRFLOW_URL": "http://env:8080", "SHARDLINE_AIRFLOW_TOKEN": "env-token"}
     assert (find_settings(env=env).url, find_settings(env=env).source) == ("http://env:8080", "SHARDLINE_AIRFLOW_URL")
     flags = find_settings("http://flag:8080", "flag-token", env=env)

@@ -27,10 +27,20 @@ print(json.dumps({"dags": {d: sorted(t.task_id for t in dag.tasks) for d, dag in
 
 
 def parse(dag_folder: Path, tmp_path: Path) -> dict:
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__DAGS_FOLDER": str(dag_folder)}
-    result = subprocess.run([sys.executable, "-c", PARSE, str(dag_folder)], env=env, capture_output=True, text=True,
-                            timeout=180, check=False)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dag_folder),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", PARSE, str(dag_folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -40,8 +50,8 @@ def test_every_dag_in_the_repo_imports(tmp_path):
     assert parsed["errors"] == {}
     assert parsed["dags"]["tabular_scoring_hourly"] == ["plan_score", "report", "submit_score", "watch_score"]
     assert parsed["dags"]["daily_churn"] == sorted(
-        ["plan_score", "submit_score", "watch_score", "plan_calibrate", "submit_calibrate", "watch_calibrate",
-         "report"])
+        ["plan_score", "submit_score", "watch_score", "plan_calibrate", "submit_calibrate", "watch_calibrate", "report"]
+    )
     assert parsed["params"]["daily_churn"] == ["dry_run", "input_prefix", "instance_count", "model_version"]
 
 
@@ -75,8 +85,15 @@ def test_a_scheduled_pipeline_scores_whole_intervals_and_the_cli_renders_the_sam
     assert type(timetable_for(schedule)).__name__ == "CronDataIntervalTimetable"
     assert timetable_for(None) is None
     core = CronDataIntervalTimetable(schedule, timezone="UTC")
-    for when in ("2026-11-22T11:00:00", "2026-11-22T11:34:10", "2026-11-23T00:00:00", "2026-11-29T07:15:00",
-                 "2027-01-01T00:00:00", "2026-11-22T11:00:30", "2026-11-22T11:00:00.250000"):
+    for when in (
+        "2026-11-22T11:00:00",
+        "2026-11-22T11:34:10",
+        "2026-11-23T00:00:00",
+        "2026-11-29T07:15:00",
+        "2027-01-01T00:00:00",
+        "2026-11-22T11:00:30",
+        "2026-11-22T11:00:00.250000",
+    ):
         logical = dt.datetime.fromisoformat(when).replace(tzinfo=dt.UTC)
         airflow_interval = core.infer_manual_data_interval(run_after=pendulum.instance(logical))
         assert data_interval(schedule, logical) == (airflow_interval.start, airflow_interval.end), (schedule, when)

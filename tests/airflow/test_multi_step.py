@@ -47,7 +47,8 @@ def churn(airflow_stack, sklearn_model, tmp_path, monkeypatch):
         "def predict_fn(data, params):\n",
         "def predict_fn(data, params):\n"
         f"    if os.path.exists({str(flag)!r}) and len(data) == {FAILING_ROWS}:\n"
-        "        raise ValueError('the calibration refuses this batch (the test switched it on)')\n")
+        "        raise ValueError('the calibration refuses this batch (the test switched it on)')\n",
+    )
     synthetic.pack(synthetic.calibration_model(tmp_path / "calibration", script=script), tmp_path / "cal.tar.gz")
     s3.upload_file(str(tmp_path / "cal.tar.gz"), BUCKET, "models/calibration/v1/model.tar.gz")
     return {"s3": s3, "flag": flag}
@@ -57,10 +58,9 @@ def _rows(s3, prefix: str, columns: list[str]) -> dict[str, list]:
     """Every data file's rows under ``prefix`` (not _SUCCESS, not _shardline/), one column list per name."""
     found: dict[str, list] = {c: [] for c in columns}
     for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", []):
-        if "/_" in "/" + item["Key"][len(prefix):] or item["Key"].endswith("-old.parquet"):
+        if "/_" in "/" + item["Key"][len(prefix) :] or item["Key"].endswith("-old.parquet"):
             continue  # markers, Shardline's own files, and the stale output the test planted
-        table = pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()),
-                              columns=columns)
+        table = pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()), columns=columns)
         for c in columns:
             found[c] += table.column(c).to_pylist()
     return found
@@ -77,8 +77,11 @@ def test_daily_churn_runs_both_steps_and_a_step_two_failure_is_resubmitted_alone
         first += rows
     # An older run's output in step 1's prefix, for an input this partition no longer has: step 2 must not read it.
     stale = f"churn/scores/dt={day:%Y-%m-%d}/customers-old.parquet"
-    s3.copy_object(Bucket=BUCKET, Key=stale, CopySource={"Bucket": BUCKET,
-                                                         "Key": f"customers/dt={day:%Y-%m-%d}/customers-0.parquet"})
+    s3.copy_object(
+        Bucket=BUCKET,
+        Key=stale,
+        CopySource={"Bucket": BUCKET, "Key": f"customers/dt={day:%Y-%m-%d}/customers-0.parquet"},
+    )
     churn["flag"].touch()  # step 2 refuses the 777-row file
 
     run_id = f"manual__{day:%Y%m%d}-{uuid.uuid4().hex[:6]}"
@@ -107,6 +110,5 @@ def test_daily_churn_runs_both_steps_and_a_step_two_failure_is_resubmitted_alone
     by_id = dict(zip(scored["id"], scored["proba_1"], strict=True))
     expected = synthetic.calibrate(np.array([by_id[i] for i in calibrated["id"]]))
     np.testing.assert_allclose(np.array(calibrated["prediction"]), expected, rtol=1e-5)
-    marker = json.loads(s3.get_object(Bucket=BUCKET, Key=f"churn/calibrated/dt={day:%Y-%m-%d}/_SUCCESS")["Body"]
-                        .read())
+    marker = json.loads(s3.get_object(Bucket=BUCKET, Key=f"churn/calibrated/dt={day:%Y-%m-%d}/_SUCCESS")["Body"].read())
     assert (marker["step"], marker["outputs"], marker["rows_out"]) == ("calibrate", 3, total), marker

@@ -47,8 +47,13 @@ def _dags_with_tolerance(tmp_path, max_failed_files: int):
 
 def _demo(tmp_path, *args):
     """`python -m examples.airflow_demo` with ``args``, in its own work folder."""
-    return subprocess.run([sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"), *args],
-                          capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "examples.airflow_demo", "--workdir", str(tmp_path / "demo"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def _run_demo(tmp_path, dags, *args):

@@ -50,23 +50,36 @@ def minutely(airflow_stack, tmp_path, monkeypatch):
     create_ledger_table(table, "us-east-1", env["AWS_ENDPOINT_URL"])
     minute = "{{ data_interval_start.strftime('%Y%m%dT%H%M') }}"
     spec = {
-        "pipeline": PIPELINE, "schedule": "* * * * *", "start_date": "2026-11-01", "catchup": False,
-        "backend": "local", "ledger_table": table, "poll_interval_seconds": 1,
-        "steps": [{
-            "name": "score",
-            "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
-            # Minutes with no input (every one but the test's) skip once they are complete.
-            "input": {"prefix": f"s3://{bucket}/events/{minute}/", "passthrough": ["id"], "settle_seconds": SETTLE,
-                      "when_missing": "skip", "features": synthetic.feature_names()},
-            "output": {"prefix": f"s3://{bucket}/scores/{minute}/"},
-            "resources": {"instance_count": 1, "workers_per_instance": 1},
-            "retry": {"max_attempts": 3, "backoff_seconds": 0},
-        }],
+        "pipeline": PIPELINE,
+        "schedule": "* * * * *",
+        "start_date": "2026-11-01",
+        "catchup": False,
+        "backend": "local",
+        "ledger_table": table,
+        "poll_interval_seconds": 1,
+        "steps": [
+            {
+                "name": "score",
+                "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
+                # Minutes with no input (every one but the test's) skip once they are complete.
+                "input": {
+                    "prefix": f"s3://{bucket}/events/{minute}/",
+                    "passthrough": ["id"],
+                    "settle_seconds": SETTLE,
+                    "when_missing": "skip",
+                    "features": synthetic.feature_names(),
+                },
+                "output": {"prefix": f"s3://{bucket}/scores/{minute}/"},
+                "resources": {"instance_count": 1, "workers_per_instance": 1},
+                "retry": {"max_attempts": 3, "backoff_seconds": 0},
+            }
+        ],
     }
     (airflow_stack.dags / "pipelines" / f"{PIPELINE}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     dag_file = airflow_stack.dags / f"{PIPELINE}.py"
-    dag_file.write_text(f"from shardline.airflow.dag_factory import dag_from_spec\n\n"
-                        f"dag = dag_from_spec(__file__, '{PIPELINE}.yaml')\n")
+    dag_file.write_text(
+        f"from shardline.airflow.dag_factory import dag_from_spec\n\ndag = dag_from_spec(__file__, '{PIPELINE}.yaml')\n"
+    )
     client = airflow_stack.client()
     deadline = time.monotonic() + 120
     while True:
@@ -127,8 +140,9 @@ def test_a_scheduled_run_scores_its_whole_interval_and_a_file_that_lands_after_t
     plan = _wait_task(airflow_stack, run_id, "plan_score", ("success",))
     complete = start + dt.timedelta(minutes=1, seconds=SETTLE)
     assert _utc(plan["end_date"]) >= complete, (plan["end_date"], complete)
-    attempt = airflow_stack.client()._call("GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/plan_score/"
-                                           "xcomEntries/return_value")["value"]
+    attempt = airflow_stack.client()._call(
+        "GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/plan_score/xcomEntries/return_value"
+    )["value"]
     assert attempt["files"] == 3, attempt  # every file of the minute, not the first to land
 
     # A file lands after the plan, while attempt 1's job is held on the gate: it is scored by attempt 2.

@@ -55,15 +55,23 @@ def test_an_unreachable_endpoint_is_told_apart_from_other_errors():
     assert not watch.is_unreachable(KeyError("step"))
     from shardline.planning.attempt import Attempt
 
-    attempt = Attempt(pipeline="p", run_id="r1", step="score", number=1, input_prefix="s3://b/in/",
-                      output_prefix="s3://b/out/", model_uri="s3://b/m.tar.gz")
+    attempt = Attempt(
+        pipeline="p",
+        run_id="r1",
+        step="score",
+        number=1,
+        input_prefix="s3://b/in/",
+        output_prefix="s3://b/out/",
+        model_uri="s3://b/m.tar.gz",
+    )
     reason = watch.unreachable_reason(attempt, 61, refused)
     assert "unreachable for 61s" in reason and f"job {attempt.job_name} may still be running" in reason
     assert reason.endswith("shardline resubmit p/r1 --step score --all-failed")
 
 
 def test_the_input_trigger_fires_when_the_input_lands_and_says_what_is_missing_at_its_deadline(
-        aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
+):
     import boto3
     import yaml
 
@@ -102,8 +110,17 @@ def test_a_step_event_travels_as_json_and_comes_back_the_same():
     from shardline.ledger.states import FileStatus
     from shardline.planning.attempt import Attempt
 
-    attempt = Attempt(pipeline="p", run_id="r1", step="score", number=2, input_prefix="s3://b/in/",
-                      output_prefix="s3://b/out/", model_uri="s3://b/m.tar.gz", file_count=2, submitted_at=5.0)
+    attempt = Attempt(
+        pipeline="p",
+        run_id="r1",
+        step="score",
+        number=2,
+        input_prefix="s3://b/in/",
+        output_prefix="s3://b/out/",
+        model_uri="s3://b/m.tar.gz",
+        file_count=2,
+        submitted_at=5.0,
+    )
     bad = FileState("s3://b/in/a.parquet", FileStatus.FAILED, 2, "CorruptInputError", "x" * 900)
     decision = Decision(Action.FAIL, "1 of 2 file(s) failed", failed_files=(bad,), stop_job=True)
     event = StepEvent.of(decision, attempt)
@@ -134,10 +151,20 @@ def test_the_triggers_serialize_json_values_only_and_come_back_the_same():
 
     aws = AwsSettings("sagemaker", "aws_prod", "shardline-ledger", 30, "/opt/airflow/shardline-local")
     policy = Policy(4, 30.0, 2.0, 1, 2.5, 600.0, 7200.0)
-    attempt = Attempt(pipeline="p", run_id="r1", step="score", number=2, input_prefix="s3://b/in/",
-                      output_prefix="s3://b/out/", model_uri="s3://b/m.tar.gz", file_count=3, submitted_at=5.0)
-    step = StepTrigger(attempt.to_xcom(), StepWatch(aws, policy).to_json(), poll_interval=7.5, deadline=99.0,
-                       not_before=12.0)
+    attempt = Attempt(
+        pipeline="p",
+        run_id="r1",
+        step="score",
+        number=2,
+        input_prefix="s3://b/in/",
+        output_prefix="s3://b/out/",
+        model_uri="s3://b/m.tar.gz",
+        file_count=3,
+        submitted_at=5.0,
+    )
+    step = StepTrigger(
+        attempt.to_xcom(), StepWatch(aws, policy).to_json(), poll_interval=7.5, deadline=99.0, not_before=12.0
+    )
     back = _as_airflow_stores_it(step)
     assert back.serialize() == step.serialize()
     assert StepWatch.from_json(back.watch) == StepWatch(aws, policy)
@@ -156,7 +183,8 @@ def test_the_triggers_serialize_json_values_only_and_come_back_the_same():
 
 
 def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_while_it_runs(
-        aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
+):
     """A step that tolerates no failed file is being watched; meanwhile someone raises its tolerance in the spec.
     The running attempt still fails on its corrupt file; an attempt watched from the edited spec would not."""
     import yaml
@@ -169,8 +197,11 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
 
     monkeypatch.setenv(SETTLE_ENV, "0")
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    inputs = {"part-0.parquet": parquet_bytes(200, 0), "part-1.parquet": parquet_bytes(200, 200),
-              "part-2.parquet": b"PAR1 truncated upload"}
+    inputs = {
+        "part-0.parquet": parquet_bytes(200, 0),
+        "part-1.parquet": parquet_bytes(200, 200),
+        "part-2.parquet": b"PAR1 truncated upload",
+    }
     staged, bucket = stage_step("policy_test", ledger_table, xgboost_model.parent, tmp_path, inputs)
     path = tmp_path / "policy_test.yaml"
     data = staged.model_dump(mode="json", exclude_defaults=True)
@@ -178,8 +209,9 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
     spec = load_spec(path)
     assert spec.step("score").tolerance.max_failed_files == 0
     attempt = steps.submit(spec, steps.plan(spec, "score", "run-edit", **plan_args(bucket)))
-    trigger = _as_airflow_stores_it(StepTrigger(attempt.to_xcom(), watch.StepWatch.of(spec, "score").to_json(),
-                                                poll_interval=0.2))
+    trigger = _as_airflow_stores_it(
+        StepTrigger(attempt.to_xcom(), watch.StepWatch.of(spec, "score").to_json(), poll_interval=0.2)
+    )
 
     async def edit_between_polls():
         events = trigger.run()

@@ -58,20 +58,35 @@ def job(aws_env, ledger_table, xgboost_model, tmp_path):
     sha = _upload_model(s3, xgboost_model.parent, models, "xgb/model.tar.gz")
 
     def build(run_id="run-1", model_key="xgb/model.tar.gz", model_sha=sha, instances=2):
-        spec = parse_spec({
-            "pipeline": "scoring", "ledger_table": ledger_table,
-            "steps": [{"name": "score", "model": {"uri": f"s3://{models}/{model_key}", "sha256": model_sha},
-                       "input": {"prefix": f"s3://{raw}/dt=2026-11-22/", "passthrough": ["id"]},
-                       "output": {"prefix": f"s3://{out}/{run_id}/"},
-                       "resources": {"instance_count": instances}}],
-        }, "test.yaml")
+        spec = parse_spec(
+            {
+                "pipeline": "scoring",
+                "ledger_table": ledger_table,
+                "steps": [
+                    {
+                        "name": "score",
+                        "model": {"uri": f"s3://{models}/{model_key}", "sha256": model_sha},
+                        "input": {"prefix": f"s3://{raw}/dt=2026-11-22/", "passthrough": ["id"]},
+                        "output": {"prefix": f"s3://{out}/{run_id}/"},
+                        "resources": {"instance_count": instances},
+                    }
+                ],
+            },
+            "test.yaml",
+        )
         objects = list_inputs(s3, f"s3://{raw}/dt=2026-11-22/")
-        attempt = Attempt(pipeline="scoring", run_id=run_id, step="score", number=1,
-                          input_prefix=f"s3://{raw}/dt=2026-11-22/", output_prefix=f"s3://{out}/{run_id}/",
-                          model_uri=f"s3://{models}/{model_key}", requested_instances=instances,
-                          file_count=len(objects))
-        write_manifest(s3, attempt.manifest_uri,
-                       manifest_body(f"s3://{raw}/dt=2026-11-22/", [o.key for o in objects]))
+        attempt = Attempt(
+            pipeline="scoring",
+            run_id=run_id,
+            step="score",
+            number=1,
+            input_prefix=f"s3://{raw}/dt=2026-11-22/",
+            output_prefix=f"s3://{out}/{run_id}/",
+            model_uri=f"s3://{models}/{model_key}",
+            requested_instances=instances,
+            file_count=len(objects),
+        )
+        write_manifest(s3, attempt.manifest_uri, manifest_body(f"s3://{raw}/dt=2026-11-22/", [o.key for o in objects]))
         return build_processing_request(spec, attempt, image_uri=IMAGE, role_arn=ROLE)
 
     build.buckets = {"raw": raw, "out": out, "models": models}
@@ -154,15 +169,19 @@ def test_local_job_shards_by_key_runs_every_instance_and_uploads_outputs(job, tm
     outputs = [k for k in keys if k.endswith(".parquet")]
     assert outputs == [f"run-e2e/part-{i}.parquet" for i in range(6)]
     # Each attempt's instances write their own manifests: a resubmission never overwrites attempt 1's.
-    assert {"run-e2e/_shardline/attempt-0001/manifest-algo-1.json",
-            "run-e2e/_shardline/attempt-0001/manifest-algo-2.json"} <= set(keys)
+    assert {
+        "run-e2e/_shardline/attempt-0001/manifest-algo-1.json",
+        "run-e2e/_shardline/attempt-0001/manifest-algo-2.json",
+    } <= set(keys)
     ids = []
     for key in outputs:
         table = pq.read_table(io.BytesIO(s3.get_object(Bucket=out, Key=key)["Body"].read()))
         ids.extend(table.column("id").to_pylist())
     assert sorted(ids) == list(range(6 * ROWS_PER_FILE))  # no row lost or duplicated
-    manifests = [json.loads(s3.get_object(Bucket=out, Key=f"run-e2e/_shardline/attempt-0001/manifest-{h}.json")
-                            ["Body"].read()) for h in ("algo-1", "algo-2")]
+    manifests = [
+        json.loads(s3.get_object(Bucket=out, Key=f"run-e2e/_shardline/attempt-0001/manifest-{h}.json")["Body"].read())
+        for h in ("algo-1", "algo-2")
+    ]
     assert [m["files"] for m in manifests] == [3, 3]  # ShardedByS3Key: keys[i::2]
     assert not any(".shardline-tmp" in k for k in keys)
 
@@ -316,15 +335,21 @@ def _files(root):
 
 @pytest.mark.slow
 def test_path_escape_keys_in_a_manifest_and_a_model_prefix_are_refused_and_the_rest_processed(
-        job, local_backend, tmp_path):
+    job, local_backend, tmp_path
+):
     s3 = boto3.client("s3")
     raw, models, out = job.buckets["raw"], job.buckets["models"], job.buckets["out"]
     request = job(run_id="run-escape")
     # The job dir is tmp_path/lb/jobs/NAME, and each input dir four levels below it: seven '..' reach tmp_path.
     up = "../" * 7
-    crafted = [str(tmp_path / "escaped-absolute.parquet"),  # the key has '//': the path is absolute
-               f"{up}escaped-dotdot.parquet", f"sub/{up}../escaped-sub.parquet", "./dot.parquet",
-               "sub//inner.parquet", "../../x"]
+    crafted = [
+        str(tmp_path / "escaped-absolute.parquet"),  # the key has '//': the path is absolute
+        f"{up}escaped-dotdot.parquet",
+        f"sub/{up}../escaped-sub.parquet",
+        "./dot.parquet",
+        "sub//inner.parquet",
+        "../../x",
+    ]
     body = io.BytesIO()
     pq.write_table(synthetic.make_table(10, first_id=10_000, seed=9), body)
     for rel in crafted:  # real parquet files: downloaded, each would be processed too
@@ -395,8 +420,9 @@ SECRETS = {
 
 
 @pytest.mark.slow
-def test_local_job_gives_the_model_no_airflow_secret_only_its_own_environment(job, local_backend, tmp_path,
-                                                                              monkeypatch):
+def test_local_job_gives_the_model_no_airflow_secret_only_its_own_environment(
+    job, local_backend, tmp_path, monkeypatch
+):
     for secret, value in SECRETS.items():
         monkeypatch.setenv(secret, value)  # as in the Airflow process that submits the job
     model_dir = tmp_path / "env-probe"
@@ -426,7 +452,7 @@ def test_an_unpinned_model_is_refused_as_a_process_unless_the_developer_allows_i
 
     request = job(run_id="run-unpinned")
     args = request["AppSpecification"]["ContainerArguments"]
-    del args[args.index("--model-sha256"):args.index("--model-sha256") + 2]
+    del args[args.index("--model-sha256") : args.index("--model-sha256") + 2]
     backend = LocalBackend(tmp_path / "unpinned")
     monkeypatch.delenv("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS", raising=False)
     with pytest.raises(ContainerRuntimeError) as refused:

@@ -27,30 +27,40 @@ REQUEST = {
         {"InputName": "data", "S3Input": {"S3Uri": "s3://b/m.json", "LocalPath": contract.DATA_DIR}},
         {"InputName": "model", "S3Input": {"S3Uri": "s3://b/model.tar.gz", "LocalPath": contract.MODEL_DIR}},
     ],
-    "ProcessingOutputConfig": {"Outputs": [
-        {"OutputName": "predictions", "S3Output": {"S3Uri": "s3://b/out/", "LocalPath": contract.OUTPUT_DIR}},
-        {"OutputName": "metadata", "S3Output": {"S3Uri": "s3://b/meta/", "LocalPath": contract.METADATA_DIR}},
-    ]},
+    "ProcessingOutputConfig": {
+        "Outputs": [
+            {"OutputName": "predictions", "S3Output": {"S3Uri": "s3://b/out/", "LocalPath": contract.OUTPUT_DIR}},
+            {"OutputName": "metadata", "S3Output": {"S3Uri": "s3://b/meta/", "LocalPath": contract.METADATA_DIR}},
+        ]
+    },
 }
 
 
 def test_an_instance_runs_the_requests_image_arguments_environment_and_paths(tmp_path):
     instance = tmp_path / "algo-1"
     mounts = local_container.instance_mounts(REQUEST, instance, local_path)
-    command = local_container.container_command(REQUEST, instance, "algo-1", environment={"AWS_REGION": "us-east-1"},
-                                                network="jobs-net", mounts=mounts)
+    command = local_container.container_command(
+        REQUEST, instance, "algo-1", environment={"AWS_REGION": "us-east-1"}, network="jobs-net", mounts=mounts
+    )
 
     # The image's own entrypoint, given exactly the request's ContainerArguments (no host path, no python -m).
     image_at = command.index("shardline-worker:local")
-    assert command[image_at + 1:] == REQUEST["AppSpecification"]["ContainerArguments"]
+    assert command[image_at + 1 :] == REQUEST["AppSpecification"]["ContainerArguments"]
     assert "--entrypoint" not in command and "--user" not in command  # the image's entrypoint and user
     assert command[command.index("--network") + 1] == "jobs-net"
     assert {"--cap-drop", "ALL"} <= set(command)
     # Inputs read-only at their LocalPaths, outputs writable, the resource config read-only.
-    binds = {m.split("target=")[1].split(",")[0]: m for m in
-             (command[i + 1] for i, arg in enumerate(command) if arg == "--mount")}
-    assert set(binds) == {contract.DATA_DIR, contract.MODEL_DIR, contract.OUTPUT_DIR, contract.METADATA_DIR,
-                          contract.RESOURCE_CONFIG}
+    binds = {
+        m.split("target=")[1].split(",")[0]: m
+        for m in (command[i + 1] for i, arg in enumerate(command) if arg == "--mount")
+    }
+    assert set(binds) == {
+        contract.DATA_DIR,
+        contract.MODEL_DIR,
+        contract.OUTPUT_DIR,
+        contract.METADATA_DIR,
+        contract.RESOURCE_CONFIG,
+    }
     read_only = (contract.DATA_DIR, contract.MODEL_DIR, contract.RESOURCE_CONFIG)
     assert all(binds[path].endswith(",readonly") for path in read_only)
     assert not binds[contract.OUTPUT_DIR].endswith(",readonly")
@@ -62,25 +72,34 @@ def test_an_instance_runs_the_requests_image_arguments_environment_and_paths(tmp
 
 def test_a_request_that_asks_for_network_isolation_gets_no_network(tmp_path):
     isolated = {**REQUEST, "NetworkConfig": {"EnableNetworkIsolation": True}}
-    command = local_container.container_command(isolated, tmp_path, "algo-1", environment={}, network="jobs-net",
-                                                mounts=[])
+    command = local_container.container_command(
+        isolated, tmp_path, "algo-1", environment={}, network="jobs-net", mounts=[]
+    )
     assert command[command.index("--network") + 1] == "none"
 
 
-@pytest.mark.parametrize(("asked", "docker", "image", "runtime"), [
-    ("process", True, True, "process"),
-    ("auto", False, False, "process"),
-    ("auto", True, False, "process"),  # no image: processes, and a warning
-    ("auto", True, True, "docker"),
-    ("docker", True, True, "docker"),
-])
+@pytest.mark.parametrize(
+    ("asked", "docker", "image", "runtime"),
+    [
+        ("process", True, True, "process"),
+        ("auto", False, False, "process"),
+        ("auto", True, False, "process"),  # no image: processes, and a warning
+        ("auto", True, True, "docker"),
+        ("docker", True, True, "docker"),
+    ],
+)
 def test_the_runtime_is_docker_whenever_it_can_be_unless_told(asked, docker, image, runtime):
     assert local_container.runtime_for(asked, "img:tag", engine_answers=docker, has_image=image) == runtime
 
 
-@pytest.mark.parametrize(("asked", "docker", "image", "says"), [("docker", False, False, "no Docker engine answers"),
-                                                                ("docker", True, False, "has no image img:tag"),
-                                                                ("podman", True, True, "expected one of")])
+@pytest.mark.parametrize(
+    ("asked", "docker", "image", "says"),
+    [
+        ("docker", False, False, "no Docker engine answers"),
+        ("docker", True, False, "has no image img:tag"),
+        ("podman", True, True, "expected one of"),
+    ],
+)
 def test_asking_for_docker_where_it_cannot_run_names_why(asked, docker, image, says):
     with pytest.raises(local_container.ContainerRuntimeError, match=says):
         local_container.runtime_for(asked, "img:tag", engine_answers=docker, has_image=image)
@@ -92,12 +111,31 @@ def test_asking_for_docker_where_it_cannot_run_names_why(asked, docker, image, s
 def test_a_sample_runs_in_the_image_with_its_folders_mapped_and_no_network(tmp_path):
     root = tmp_path / "preview"
     root.mkdir()
-    command = ["/venv/bin/python", "-m", "shardline.worker", "--input-dir", str(root / "data"), "--host", "preview",
-               "--preview-json", str(root / "preview.json"), "--model-sha256", "ab" * 32]
+    command = [
+        "/venv/bin/python",
+        "-m",
+        "shardline.worker",
+        "--input-dir",
+        str(root / "data"),
+        "--host",
+        "preview",
+        "--preview-json",
+        str(root / "preview.json"),
+        "--model-sha256",
+        "ab" * 32,
+    ]
     boxed = local_container.worker_in_image(command, "shardline-worker:local", {root: "/opt/ml/preview"})
     image_at = boxed.index("shardline-worker:local")
-    assert boxed[image_at + 1:] == ["--input-dir", "/opt/ml/preview/data", "--host", "preview", "--preview-json",
-                                    "/opt/ml/preview/preview.json", "--model-sha256", "ab" * 32]
+    assert boxed[image_at + 1 :] == [
+        "--input-dir",
+        "/opt/ml/preview/data",
+        "--host",
+        "preview",
+        "--preview-json",
+        "/opt/ml/preview/preview.json",
+        "--model-sha256",
+        "ab" * 32,
+    ]
     assert boxed[boxed.index("--network") + 1] == "none"
     assert f"type=bind,source={root},target=/opt/ml/preview" in boxed
 
@@ -113,8 +151,12 @@ def test_the_forwarder_carries_a_loopback_endpoint_and_only_it(tmp_path):
             conn.sendall(b"echo:" + conn.recv(100))
 
     threading.Thread(target=echo_once, daemon=True).start()
-    environ = {"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}", "AWS_ENDPOINT_URL_DYNAMODB": f"http://localhost:{port}",
-               "AWS_ENDPOINT_URL_STS": "https://sts.eu-west-1.amazonaws.com", "AWS_REGION": "eu-west-1"}
+    environ = {
+        "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}",
+        "AWS_ENDPOINT_URL_DYNAMODB": f"http://localhost:{port}",
+        "AWS_ENDPOINT_URL_STS": "https://sts.eu-west-1.amazonaws.com",
+        "AWS_REGION": "eu-west-1",
+    }
     with local_container.endpoint_routes(environ, "127.0.0.2") as routes:
         assert set(routes) == {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_STS"}
         assert routes["AWS_ENDPOINT_URL_STS"] == environ["AWS_ENDPOINT_URL_STS"]
@@ -143,12 +185,17 @@ def test_process_workers_get_credentials_as_values_and_a_home_of_their_own(tmp_p
     assert Path(env["HOME"]) == tmp_path / "algo-1" / "home" and Path(env["HOME"]).is_dir()
 
 
-@pytest.mark.parametrize(("environ", "network"), [
-    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}, local_container.JOB_NETWORK),
-    ({"AWS_ENDPOINT_URL_DYNAMODB": "http://localhost:8000", "AWS_ENDPOINT_URL": "https://elsewhere"},
-     local_container.JOB_NETWORK),
-    ({"AWS_ENDPOINT_URL_DYNAMODB": "https://dynamodb.eu-west-1.amazonaws.com"}, None),
-    ({}, None),  # AWS itself: Docker's default network
-])
+@pytest.mark.parametrize(
+    ("environ", "network"),
+    [
+        ({"AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}, local_container.JOB_NETWORK),
+        (
+            {"AWS_ENDPOINT_URL_DYNAMODB": "http://localhost:8000", "AWS_ENDPOINT_URL": "https://elsewhere"},
+            local_container.JOB_NETWORK,
+        ),
+        ({"AWS_ENDPOINT_URL_DYNAMODB": "https://dynamodb.eu-west-1.amazonaws.com"}, None),
+        ({}, None),  # AWS itself: Docker's default network
+    ],
+)
 def test_the_internal_network_is_used_when_the_ledgers_endpoint_is_on_this_machine(environ, network):
     assert local_container.network_for(environ) == network

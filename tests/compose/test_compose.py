@@ -31,8 +31,13 @@ ENV_EXAMPLE = COMPOSE_DIR / ".env.example"
 AIRFLOW_DOCKERFILE = COMPOSE_DIR / "airflow.Dockerfile"
 PIPELINES = REPO / "dags" / "pipelines"
 
-AIRFLOW_SERVICES = {"airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer"}
+AIRFLOW_SERVICES = {
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+}
 REQUIRED_SERVICES = AIRFLOW_SERVICES | {"postgres", "aws", "shardline-init", "worker-image"}
 # The embedded endpoint accepts any keys: the stack's AWS key pair is a fixed, public placeholder, not a secret.
 PLACEHOLDER_KEYS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
@@ -75,12 +80,13 @@ def example_env() -> dict[str, str]:
 
 def interpolate(value: str, env: dict[str, str]) -> str:
     """Compose's variable substitution, enough for these tests: defaults, required values, ``$$``."""
+
     def replace(match: re.Match) -> str:
         token = match.group(1)
         if token == "$":
             return "$"
         name = match.group("braced") or match.group("bare")
-        rest = token[len(name) + 1:-1] if match.group("braced") else ""
+        rest = token[len(name) + 1 : -1] if match.group("braced") else ""
         current = env.get(name, "")
         if rest.startswith(":-") and not current:
             return rest[2:]
@@ -105,8 +111,12 @@ def depends_on(service: dict) -> dict[str, str]:
 
 
 def one_shot_services(services: dict) -> set[str]:
-    return {target for svc in services.values() for target, cond in depends_on(svc).items()
-            if cond == "service_completed_successfully"}
+    return {
+        target
+        for svc in services.values()
+        for target, cond in depends_on(svc).items()
+        if cond == "service_completed_successfully"
+    }
 
 
 def build_only_services(services: dict) -> set[str]:
@@ -183,9 +193,13 @@ def test_required_services_exist(services):
 
 def test_airflow_services_share_the_common_anchor(services):
     """Same image, environment and mounts everywhere, and the command each Airflow component needs."""
-    expected_commands = {"airflow-init": "db migrate", "airflow-apiserver": "airflow api-server",
-                         "airflow-scheduler": "scheduler", "airflow-dag-processor": "dag-processor",
-                         "airflow-triggerer": "triggerer"}
+    expected_commands = {
+        "airflow-init": "db migrate",
+        "airflow-apiserver": "airflow api-server",
+        "airflow-scheduler": "scheduler",
+        "airflow-dag-processor": "dag-processor",
+        "airflow-triggerer": "triggerer",
+    }
     reference = services["airflow-scheduler"]
     for name in AIRFLOW_SERVICES | {"shardline-init"}:
         svc = services[name]
@@ -215,8 +229,11 @@ WORKER_DOCKERFILES = [REPO / "inference_container" / "Dockerfile", REPO / "infer
 def test_dockerfiles_copy_existing_files_their_dockerignore_lets_through(dockerfile):
     ignore = (dockerfile.parent / f"{dockerfile.name}.dockerignore").read_text().splitlines()
     allowed = [line[1:].rstrip("/") for line in ignore if line.startswith("!")]
-    copies = [line for line in dockerfile_lines(dockerfile) if line.upper().startswith(("COPY", "ADD"))
-              and "--from=" not in line]  # a copy from an earlier stage reads no build context
+    copies = [
+        line
+        for line in dockerfile_lines(dockerfile)
+        if line.upper().startswith(("COPY", "ADD")) and "--from=" not in line
+    ]  # a copy from an earlier stage reads no build context
     assert copies
     for line in copies:
         args = [a for a in line.split()[1:] if not a.startswith("--")]
@@ -224,7 +241,8 @@ def test_dockerfiles_copy_existing_files_their_dockerignore_lets_through(dockerf
             path = source.rstrip("/")
             assert (REPO / path).exists(), f"{dockerfile.name} copies {source}, which does not exist"
             assert any(path == a or path.startswith(a + "/") for a in allowed), (
-                f"{dockerfile.name} copies {source}, but {dockerfile.name}.dockerignore keeps it out of the context")
+                f"{dockerfile.name} copies {source}, but {dockerfile.name}.dockerignore keeps it out of the context"
+            )
     assert "**" in ignore, "the dockerignore must exclude everything by default (.venv, .env, .git)"
 
 
@@ -238,8 +256,13 @@ def test_images_install_shardline_from_the_wheel_they_build(dockerfile):
     lines = dockerfile_lines(dockerfile)
     assert lines[0].upper().startswith("FROM ") and lines[0].rstrip().endswith(" AS wheel"), lines[0]
     assert "pip wheel --no-deps --wheel-dir /dist ." in text
-    copied = {a.rstrip("/") for line in lines if line.upper().startswith("COPY") and "--from=" not in line
-              for a in line.split()[1:-1] if not a.startswith("--")}
+    copied = {
+        a.rstrip("/")
+        for line in lines
+        if line.upper().startswith("COPY") and "--from=" not in line
+        for a in line.split()[1:-1]
+        if not a.startswith("--")
+    }
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     roots = set(project["tool"]["setuptools"]["packages"]["find"]["where"])
     assert {"pyproject.toml", "README.md"} <= copied, copied
@@ -273,7 +296,8 @@ def test_service_healthy_targets_have_healthchecks(services):
         for target, condition in depends_on(svc).items():
             if condition == "service_healthy":
                 assert services[target].get("healthcheck", {}).get("test"), (
-                    f"{name} waits for {target} to be healthy, but {target} has no healthcheck")
+                    f"{name} waits for {target} to be healthy, but {target} has no healthcheck"
+                )
 
 
 def test_one_shot_services_run_once_and_dependencies_are_not_behind_a_profile(services):
@@ -282,17 +306,25 @@ def test_one_shot_services_run_once_and_dependencies_are_not_behind_a_profile(se
     for name, svc in services.items():
         for target in depends_on(svc):
             assert not services[target].get("profiles"), (
-                f"{name} depends on {target}, which only runs in profiles {services[target]['profiles']}")
+                f"{name} depends on {target}, which only runs in profiles {services[target]['profiles']}"
+            )
 
 
 def test_every_long_running_service_has_a_healthcheck(services):
     long_running = set(services) - one_shot_services(services) - build_only_services(services)
-    assert {"postgres", "aws", "airflow-apiserver", "airflow-scheduler",
-            "airflow-dag-processor", "airflow-triggerer"} <= long_running
+    assert {
+        "postgres",
+        "aws",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    } <= long_running
     for name in long_running:
         check = services[name].get("healthcheck") or {}
         assert check.get("test") and check["test"] != ["NONE"] and not check.get("disable"), (
-            f"{name} runs for good but has no healthcheck")
+            f"{name} runs for good but has no healthcheck"
+        )
 
 
 def test_images_are_pinned(services):
@@ -362,7 +394,8 @@ def test_defaults_agree_with_env_example(example_env):
     for match in re.finditer(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}", COMPOSE_FILE.read_text()):
         name, default = match.groups()
         assert example_env.get(name) == default, (
-            f"docker-compose.yaml defaults {name} to {default!r}, .env.example sets {example_env.get(name)!r}")
+            f"docker-compose.yaml defaults {name} to {default!r}, .env.example sets {example_env.get(name)!r}"
+        )
 
 
 def test_no_literal_secrets(services, compose):
@@ -386,8 +419,13 @@ def test_no_literal_secrets(services, compose):
 
 def test_env_example_commits_no_secret(example_env):
     secrets_ = {k: v for k, v in example_env.items() if SECRET_NAME.search(k)}
-    assert {"POSTGRES_PASSWORD", "AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET",
-            "AIRFLOW_API_SECRET_KEY"} <= set(secrets_)
+    assert {
+        "POSTGRES_PASSWORD",
+        "AIRFLOW_ADMIN_PASSWORD",
+        "AIRFLOW_FERNET_KEY",
+        "AIRFLOW_JWT_SECRET",
+        "AIRFLOW_API_SECRET_KEY",
+    } <= set(secrets_)
     filled = {k: v for k, v in secrets_.items() if v.strip()}
     assert not filled, f".env.example must leave secrets empty, has values for {sorted(filled)}"
     for key in secrets_:
@@ -411,7 +449,8 @@ def test_aws_endpoints_point_at_services_on_their_ports(services):
             assert url.port in container_ports(services[target]), f"{name}: {var} port {url.port} is not served"
             assert str(url.port) in command_text(services[target]), f"{target} does not listen on {url.port}"
             assert target in depends_on(services[name]) or name not in {"shardline-init", "airflow-scheduler"}, (
-                f"{name} uses {target} but does not wait for it")
+                f"{name} uses {target} but does not wait for it"
+            )
         api = urlsplit(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
         assert api.hostname == "airflow-apiserver" and api.port in container_ports(services["airflow-apiserver"])
         assert api.path == "/execution/"
@@ -421,8 +460,15 @@ def test_aws_endpoints_point_at_services_on_their_ports(services):
 
 def test_aws_and_shardline_environment_is_the_same_everywhere(services):
     names = sorted(AIRFLOW_SERVICES | {"shardline-init"})
-    shared = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_DEFAULT_REGION", "AWS_REGION",
-              "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "SHARDLINE_LOCAL_ROOT")
+    shared = (
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "SHARDLINE_LOCAL_ROOT",
+    )
     for var in shared:
         values = {name: environment(services[name]).get(var) for name in names}
         assert None not in values.values(), f"{var} is missing from {[n for n, v in values.items() if v is None]}"
@@ -434,7 +480,7 @@ def test_local_backend_root_is_a_shared_named_volume(services):
     for name in ("airflow-scheduler", "airflow-triggerer"):
         mounts = {target: (kind, source) for kind, source, target in volume_entries(services[name])}
         assert root in mounts and mounts[root][0] == "volume", f"{name}: {root} is not on a named volume"
-    assert (volume_entries(services["airflow-scheduler"]) == volume_entries(services["airflow-triggerer"]))
+    assert volume_entries(services["airflow-scheduler"]) == volume_entries(services["airflow-triggerer"])
     dockerfile = AIRFLOW_DOCKERFILE.read_text()
     assert f"SHARDLINE_LOCAL_ROOT={root}" in dockerfile, "the image must create the job root (volume ownership)"
     # Jobs start in the scheduler (tasks) and the API server (a resubmit from the page); each needs room
@@ -447,8 +493,11 @@ def test_python_path_matches_the_code_mounts(services):
     match = re.search(r"PYTHONPATH=(\S+)", AIRFLOW_DOCKERFILE.read_text())
     assert match
     entries = match.group(1).split(":")
-    mounts = {source.lstrip("./"): target for kind, source, target in volume_entries(services["airflow-scheduler"])
-              if kind == "bind"}
+    mounts = {
+        source.lstrip("./"): target
+        for kind, source, target in volume_entries(services["airflow-scheduler"])
+        if kind == "bind"
+    }
     assert mounts.get("src") in entries, "src/ is mounted somewhere PYTHONPATH does not look"
     # examples/ is imported as the package `examples` (seed_demo.py): its parent must be on PYTHONPATH.
     assert str(Path(mounts.get("examples", "/nowhere")).parent) in entries, "examples/ is mounted off PYTHONPATH"
@@ -646,14 +695,19 @@ def test_docker_compose_config_accepts_the_file(tmp_path, example_env):
     env_file = tmp_path / "compose.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in filled.items()))
     base = [*cli, "--project-directory", str(REPO), "-f", str(COMPOSE_FILE), "--env-file", str(env_file)]
-    result = subprocess.run([*base, "--profile", "build", "config", "--format", "json"], capture_output=True,
-                            text=True, check=False)
+    result = subprocess.run(
+        [*base, "--profile", "build", "config", "--format", "json"], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr
     model = json.loads(result.stdout)
     assert set(model["services"]) >= REQUIRED_SERVICES
 
     missing = tmp_path / "missing.env"
     missing.write_text("".join(f"{k}={v}\n" for k, v in filled.items() if k != "POSTGRES_PASSWORD"))
-    result = subprocess.run([*cli, "--project-directory", str(REPO), "-f", str(COMPOSE_FILE), "--env-file",
-                             str(missing), "config", "-q"], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [*cli, "--project-directory", str(REPO), "-f", str(COMPOSE_FILE), "--env-file", str(missing), "config", "-q"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode != 0 and "POSTGRES_PASSWORD" in result.stderr

@@ -20,22 +20,34 @@ from shardline.decision.policy import (
 )
 from shardline.ledger.states import FileStatus
 
-POLICY = Policy(max_attempts=3, backoff_seconds=60, backoff_multiplier=2.0, max_failed_files=0,
-                max_failed_percent=0.0, heartbeat_timeout_seconds=300)
+POLICY = Policy(
+    max_attempts=3,
+    backoff_seconds=60,
+    backoff_multiplier=2.0,
+    max_failed_files=0,
+    max_failed_percent=0.0,
+    heartbeat_timeout_seconds=300,
+)
 S, F, R, P = FileStatus.SUCCEEDED, FileStatus.FAILED, FileStatus.RUNNING, FileStatus.PENDING
 
 
 def files(*statuses, error_class="PredictionError", attempt=1):
     return tuple(
-        FileState(f"s3://b/in/{i:03d}.parquet", st, attempt,
-                  error_class=error_class if st is F else None, error_message="boom" if st is F else None)
+        FileState(
+            f"s3://b/in/{i:03d}.parquet",
+            st,
+            attempt,
+            error_class=error_class if st is F else None,
+            error_message="boom" if st is F else None,
+        )
         for i, st in enumerate(statuses)
     )
 
 
 def snap(job, fs, attempt=1, shards=(), age=10.0, reason=None):
-    return StepSnapshot(attempt=attempt, job_status=job, job_age_seconds=age, files=fs, shards=shards,
-                        job_failure_reason=reason)
+    return StepSnapshot(
+        attempt=attempt, job_status=job, job_age_seconds=age, files=fs, shards=shards, job_failure_reason=reason
+    )
 
 
 def test_in_progress_with_fresh_heartbeats_waits():
@@ -53,8 +65,9 @@ def test_stale_heartbeat_stops_the_job_and_resubmits_everything_it_would_not_upl
     # A stopped job uploads none of its outputs: the file it finished goes again with the unfinished ones,
     # or its rows would be missing while the ledger counts them. A file an earlier attempt finished stays.
     fs = (*files(S, R, P, attempt=2), FileState("s3://b/in/earlier.parquet", S, 1))
-    d = decide(snap(JobStatus.IN_PROGRESS, fs, attempt=2,
-                    shards=[ShardState("algo-1", 5), ShardState("algo-2", 301)]), POLICY)
+    d = decide(
+        snap(JobStatus.IN_PROGRESS, fs, attempt=2, shards=[ShardState("algo-1", 5), ShardState("algo-2", 301)]), POLICY
+    )
     assert d.action is Action.RESUBMIT
     assert d.stop_job
     assert d.retry_files == (fs[0].input_key, fs[1].input_key, fs[2].input_key)
@@ -77,14 +90,17 @@ def test_no_heartbeat_ever_counts_as_lost_after_the_timeout():
 
 def unread(job, *, shards=(), age=10.0, cancelled=False, attempt=1):
     """A snapshot whose FILE items were not read (what a poll of a running step takes)."""
-    return StepSnapshot(attempt=attempt, job_status=job, job_age_seconds=age, files=None, shards=shards,
-                        cancelled=cancelled)
+    return StepSnapshot(
+        attempt=attempt, job_status=job, job_age_seconds=age, files=None, shards=shards, cancelled=cancelled
+    )
 
 
 def test_a_running_step_with_every_instance_heard_from_needs_no_file_read():
-    shards = [ShardState("algo-1", 12, files_assigned=6, files_done=4, files_failed=1),
-              ShardState("algo-2", 3, files_assigned=5, files_done=2),
-              ShardState("algo-3", 900, finished=True, files_assigned=4, files_done=4)]
+    shards = [
+        ShardState("algo-1", 12, files_assigned=6, files_done=4, files_failed=1),
+        ShardState("algo-2", 3, files_assigned=5, files_done=2),
+        ShardState("algo-3", 900, finished=True, files_assigned=4, files_done=4),
+    ]
     for job in (JobStatus.IN_PROGRESS, JobStatus.STOPPING):
         assert not needs_files(unread(job, shards=shards, attempt=2), POLICY)
     d = decide(unread(JobStatus.IN_PROGRESS, shards=shards, attempt=2), POLICY)
@@ -94,14 +110,18 @@ def test_a_running_step_with_every_instance_heard_from_needs_no_file_read():
     assert decide(snap(JobStatus.IN_PROGRESS, files(S, F, R), shards=shards), POLICY).action is Action.WAIT
 
 
-@pytest.mark.parametrize("snapshot", [
-    unread(JobStatus.COMPLETED, shards=[ShardState("algo-1", 1, finished=True)]),
-    unread(JobStatus.FAILED),
-    unread(JobStatus.STOPPED),
-    unread(JobStatus.IN_PROGRESS, shards=[ShardState("algo-1", 1)], cancelled=True),
-    unread(JobStatus.IN_PROGRESS, shards=[ShardState("algo-1", 1), ShardState("algo-2", 301)]),  # a stale one
-    unread(JobStatus.IN_PROGRESS, age=301),  # no instance ever heard from, past the timeout
-], ids=["completed", "failed", "stopped", "cancelled", "stale", "never-heard"])
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        unread(JobStatus.COMPLETED, shards=[ShardState("algo-1", 1, finished=True)]),
+        unread(JobStatus.FAILED),
+        unread(JobStatus.STOPPED),
+        unread(JobStatus.IN_PROGRESS, shards=[ShardState("algo-1", 1)], cancelled=True),
+        unread(JobStatus.IN_PROGRESS, shards=[ShardState("algo-1", 1), ShardState("algo-2", 301)]),  # a stale one
+        unread(JobStatus.IN_PROGRESS, age=301),  # no instance ever heard from, past the timeout
+    ],
+    ids=["completed", "failed", "stopped", "cancelled", "stale", "never-heard"],
+)
 def test_the_files_are_read_when_the_job_ended_an_instance_went_silent_or_an_operator_cancelled(snapshot):
     assert needs_files(snapshot, POLICY)
     with pytest.raises(ValueError, match="not read"):

@@ -24,16 +24,23 @@ def test_a_run_a_person_chose_plans_at_once(run_type):
 
 
 def test_a_ready_marker_replaces_the_settle_time():
-    assert readiness.ready_at(run_type="scheduled", interval_end=END, settle_seconds=300,
-                              ready_marker="_SUCCESS") is None
+    assert (
+        readiness.ready_at(run_type="scheduled", interval_end=END, settle_seconds=300, ready_marker="_SUCCESS") is None
+    )
 
 
 def test_no_settle_time_means_the_interval_end_itself():
     assert readiness.ready_at(run_type="scheduled", interval_end=END, settle_seconds=0, ready_marker=None) == END
 
 
-POLICY = Policy(max_attempts=3, backoff_seconds=0, backoff_multiplier=1, max_failed_files=5,
-                max_failed_percent=50, heartbeat_timeout_seconds=60)
+POLICY = Policy(
+    max_attempts=3,
+    backoff_seconds=0,
+    backoff_multiplier=1,
+    max_failed_files=5,
+    max_failed_percent=50,
+    heartbeat_timeout_seconds=60,
+)
 LATE = ["s3://b/in/late-2.parquet", "s3://b/in/late-1.parquet"]
 
 

@@ -109,8 +109,13 @@ REQUIRED_EXAMPLES = {"Pipeline": "churn"}
 
 def example_values(template: dict, **parameters) -> dict:
     """What each Ref / GetAtt evaluates to in a deployment with the parameter defaults (or ``parameters``)."""
-    values: dict = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT,
-                    "AWS::StackName": "sl", "AWS::URLSuffix": "amazonaws.com"}
+    values: dict = {
+        "AWS::Partition": "aws",
+        "AWS::Region": REGION,
+        "AWS::AccountId": ACCOUNT,
+        "AWS::StackName": "sl",
+        "AWS::URLSuffix": "amazonaws.com",
+    }
     for name, param in template["Parameters"].items():
         value = parameters.pop(name, param.get("Default", REQUIRED_EXAMPLES.get(name, "")))
         if param["Type"] == "CommaDelimitedList" and isinstance(value, str):
@@ -178,8 +183,10 @@ def iam_match(pattern: str, value: str) -> bool:
 
 
 def action_match(pattern: str, action: str) -> bool:
-    return re.fullmatch(
-        "".join(".*" if c == "*" else re.escape(c) for c in pattern), action, flags=re.IGNORECASE) is not None
+    return (
+        re.fullmatch("".join(".*" if c == "*" else re.escape(c) for c in pattern), action, flags=re.IGNORECASE)
+        is not None
+    )
 
 
 def allows(template: dict, role: str, action: str, resource: str) -> bool:
@@ -187,8 +194,9 @@ def allows(template: dict, role: str, action: str, resource: str) -> bool:
     values = example_values(template)
 
     def matches(statement: dict) -> bool:
-        return (any(action_match(a, action) for a in as_list(statement["Action"]))
-                and any(iam_match(r, resource) for r in as_list(resolve(statement["Resource"], values))))
+        return any(action_match(a, action) for a in as_list(statement["Action"])) and any(
+            iam_match(r, resource) for r in as_list(resolve(statement["Resource"], values))
+        )
 
     matching = [s for s in statements(template, role) if matches(s)]
     return any(s["Effect"] == "Allow" for s in matching) and not any(s["Effect"] == "Deny" for s in matching)
@@ -244,13 +252,18 @@ def condition_holds(condition: dict, context: dict) -> bool:
 def decide(template: dict, role: str, action: str, resource: str, context: dict, **parameters) -> bool:
     """Whether the role's policies allow the request, conditions included, in a deployment with ``parameters``."""
     values = example_values(template, **parameters)
-    found = [s for policy in template["Resources"][role]["Properties"]["Policies"]
-             for s in resolve(policy["PolicyDocument"]["Statement"], values)]
+    found = [
+        s
+        for policy in template["Resources"][role]["Properties"]["Policies"]
+        for s in resolve(policy["PolicyDocument"]["Statement"], values)
+    ]
 
     def applies(statement: dict) -> bool:
-        return (any(action_match(a, action) for a in as_list(statement["Action"]))
-                and any(iam_match(r, resource) for r in as_list(statement["Resource"]))
-                and condition_holds(statement.get("Condition", {}), context))
+        return (
+            any(action_match(a, action) for a in as_list(statement["Action"]))
+            and any(iam_match(r, resource) for r in as_list(statement["Resource"]))
+            and condition_holds(statement.get("Condition", {}), context)
+        )
 
     matching = [s for s in found if applies(s)]
     return any(s["Effect"] == "Allow" for s in matching) and not any(s["Effect"] == "Deny" for s in matching)
@@ -260,9 +273,13 @@ def trusts(template: dict, role: str, principal: dict, action: str, context: dic
     """Whether the role's trust policy lets ``principal`` perform ``action`` (sts:...) in this request."""
     values = example_values(template, **parameters)
     trust = resolve(template["Resources"][role]["Properties"]["AssumeRolePolicyDocument"]["Statement"], values)
-    return any(s["Effect"] == "Allow" and s["Principal"] == principal
-               and any(action_match(a, action) for a in as_list(s["Action"]))
-               and condition_holds(s.get("Condition", {}), context) for s in trust)
+    return any(
+        s["Effect"] == "Allow"
+        and s["Principal"] == principal
+        and any(action_match(a, action) for a in as_list(s["Action"]))
+        and condition_holds(s.get("Condition", {}), context)
+        for s in trust
+    )
 
 
 # -- cfn-lint -----------------------------------------------------------------------------------------------
@@ -278,7 +295,10 @@ def test_cfn_lint_finds_nothing():
         pytest.fail(f"cfn-lint is not installed next to {sys.executable}; install the pinned requirements")
     proc = subprocess.run(
         [str(cfn_lint), "--format", "json", "--regions", *LINT_REGIONS, "--", *map(str, TEMPLATES)],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     try:
         findings = json.loads(proc.stdout or "[]")
@@ -287,7 +307,8 @@ def test_cfn_lint_finds_nothing():
     serious = [f for f in findings if f["Level"] in {"Error", "Warning"}]
     report = "\n".join(
         f"{f['Filename']}:{f['Location']['Start']['LineNumber']} {f['Rule']['Id']} [{f['Level']}] {f['Message']}"
-        for f in serious)
+        for f in serious
+    )
     assert not serious, f"cfn-lint findings:\n{report}"
     assert proc.returncode in {0, 8}, proc.stderr  # 8: informational findings only
 
@@ -308,21 +329,23 @@ def test_ledger_table_matches_the_model(template):
 
     assert table["BillingMode"] == LedgerItem.Meta.billing_mode == "PAY_PER_REQUEST"
     assert _sorted_pairs(table["KeySchema"], "AttributeName", "KeyType") == _sorted_pairs(
-        schema["key_schema"], "AttributeName", "KeyType")
+        schema["key_schema"], "AttributeName", "KeyType"
+    )
     assert _sorted_pairs(table["AttributeDefinitions"], "AttributeName", "AttributeType") == _sorted_pairs(
-        schema["attribute_definitions"], "AttributeName", "AttributeType")
+        schema["attribute_definitions"], "AttributeName", "AttributeType"
+    )
 
     expected = {i["index_name"]: i for i in schema["global_secondary_indexes"]}
     actual = {i["IndexName"]: i for i in table["GlobalSecondaryIndexes"]}
     assert set(actual) == set(expected) == {FAILURES_INDEX_NAME}
     for name, index in actual.items():
         assert _sorted_pairs(index["KeySchema"], "AttributeName", "KeyType") == _sorted_pairs(
-            expected[name]["key_schema"], "AttributeName", "KeyType")
+            expected[name]["key_schema"], "AttributeName", "KeyType"
+        )
         assert index["Projection"] == expected[name]["projection"]
     assert not schema["local_secondary_indexes"] and "LocalSecondaryIndexes" not in table
 
-    assert table["TimeToLiveSpecification"] == {"AttributeName": LedgerItem._ttl_attribute().attr_name,
-                                                "Enabled": True}
+    assert table["TimeToLiveSpecification"] == {"AttributeName": LedgerItem._ttl_attribute().attr_name, "Enabled": True}
 
 
 def test_ledger_table_is_protected(template):
@@ -347,22 +370,29 @@ def test_default_table_name_is_the_spec_default(template):
 
 def test_every_bucket_is_encrypted_private_tls_only_and_retained(template):
     buckets = resources_of(template, "AWS::S3::Bucket")
-    policies = {p["Properties"]["Bucket"]["Ref"]: p["Properties"]["PolicyDocument"]
-                for p in resources_of(template, "AWS::S3::BucketPolicy").values()}
+    policies = {
+        p["Properties"]["Bucket"]["Ref"]: p["Properties"]["PolicyDocument"]
+        for p in resources_of(template, "AWS::S3::BucketPolicy").values()
+    }
     assert "DataBucket" in buckets
     for name, bucket in buckets.items():
         props = bucket["Properties"]
         rules = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-        assert rules and all(r["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"aws:kms", "AES256"}
-                             for r in rules), name
+        assert rules and all(
+            r["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"aws:kms", "AES256"} for r in rules
+        ), name
         assert props["PublicAccessBlockConfiguration"] == dict.fromkeys(
-            ["BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"], True), name
+            ["BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"], True
+        ), name
         assert props["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}], name
         assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain", name
 
         deny_plain_http = [
-            s for s in policies[name]["Statement"]
-            if s["Effect"] == "Deny" and s["Principal"] == "*" and s["Action"] == "s3:*"
+            s
+            for s in policies[name]["Statement"]
+            if s["Effect"] == "Deny"
+            and s["Principal"] == "*"
+            and s["Action"] == "s3:*"
             and s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
         ]
         assert len(deny_plain_http) == 1, f"{name} has no policy denying non-TLS requests"
@@ -372,8 +402,10 @@ def test_every_bucket_is_encrypted_private_tls_only_and_retained(template):
 def test_data_bucket_uses_the_kms_key_with_a_bucket_key(template):
     props = template["Resources"]["DataBucket"]["Properties"]
     (rule,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-    assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "aws:kms",
-                                                     "KMSMasterKeyID": {"Fn::GetAtt": ["Key", "Arn"]}}
+    assert rule["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "aws:kms",
+        "KMSMasterKeyID": {"Fn::GetAtt": ["Key", "Arn"]},
+    }
     assert rule["BucketKeyEnabled"] is True
     assert props["LoggingConfiguration"]["DestinationBucketName"] == {"Ref": "AccessLogBucket"}
 
@@ -435,22 +467,31 @@ def test_vpc_permissions_only_with_vpc_access(template):
 
 
 def test_metrics_star_is_limited_to_the_processing_namespace(template):
-    (metrics,) = [s for s in statements(template, "SageMakerExecutionRole")
-                  if "cloudwatch:PutMetricData" in as_list(s["Action"])]
+    (metrics,) = [
+        s for s in statements(template, "SageMakerExecutionRole") if "cloudwatch:PutMetricData" in as_list(s["Action"])
+    ]
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/ProcessingJobs"}}
 
 
 def test_pass_role_is_the_execution_role_to_sagemaker_only(template):
-    passing = [s for role in ROLES for s in statements(template, role)
-               if any(action_match(a, "iam:PassRole") for a in as_list(s["Action"]))]
+    passing = [
+        s
+        for role in ROLES
+        for s in statements(template, role)
+        if any(action_match(a, "iam:PassRole") for a in as_list(s["Action"]))
+    ]
     assert len(passing) == 1
     (statement,) = passing
     assert statement in statements(template, "AirflowRole")
     assert statement["Action"] == "iam:PassRole"
     assert statement["Resource"] == {"Fn::GetAtt": ["SageMakerExecutionRole", "Arn"]}
     assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
-    assert not [s for role in ROLES for s in statements(template, role)
-                if any(a.startswith("iam:") and a != "iam:PassRole" for a in as_list(s["Action"]))]
+    assert not [
+        s
+        for role in ROLES
+        for s in statements(template, role)
+        if any(a.startswith("iam:") and a != "iam:PassRole" for a in as_list(s["Action"]))
+    ]
 
 
 def test_execution_role_trusts_sagemaker_only(template):
@@ -477,8 +518,9 @@ def test_execution_role_is_assumed_only_for_this_accounts_shardline_processing_j
     assert ours == ours.lower()  # SageMaker ARNs carry the job name lower-cased
 
     def assumable(source_arn: str, account: str = ACCOUNT) -> bool:
-        return trusts(template, SM, sagemaker, "sts:AssumeRole",
-                      {"aws:SourceAccount": account, "aws:SourceArn": source_arn})
+        return trusts(
+            template, SM, sagemaker, "sts:AssumeRole", {"aws:SourceAccount": account, "aws:SourceArn": source_arn}
+        )
 
     assert assumable(f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/{ours}")
     assert not assumable(f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{ours}")
@@ -487,10 +529,12 @@ def test_execution_role_is_assumed_only_for_this_accounts_shardline_processing_j
     assert not trusts(template, SM, sagemaker, "sts:AssumeRole", {})
 
 
-POD_TAGS = {"aws:SourceAccount": ACCOUNT,
-            "aws:RequestTag/eks-cluster-arn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/ml",
-            "aws:RequestTag/kubernetes-namespace": "airflow",
-            "aws:RequestTag/kubernetes-service-account": "airflow-worker"}
+POD_TAGS = {
+    "aws:SourceAccount": ACCOUNT,
+    "aws:RequestTag/eks-cluster-arn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/ml",
+    "aws:RequestTag/kubernetes-namespace": "airflow",
+    "aws:RequestTag/kubernetes-service-account": "airflow-worker",
+}
 
 
 def test_pod_identity_trust_is_airflows_cluster_namespace_and_service_accounts(template):
@@ -502,22 +546,32 @@ def test_pod_identity_trust_is_airflows_cluster_namespace_and_service_accounts(t
         for account in example_values(template)["AirflowServiceAccounts"]:
             tags = {**POD_TAGS, "aws:RequestTag/kubernetes-service-account": account}
             assert trusts(template, AF, pods, action, tags, **deployment), (action, account)
-        for tag, other in [("eks-cluster-arn", f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/sandbox"),
-                           ("kubernetes-namespace", "default"), ("kubernetes-service-account", "default")]:
-            assert not trusts(template, AF, pods, action, {**POD_TAGS, f"aws:RequestTag/{tag}": other},
-                              **deployment), (action, tag)
+        for tag, other in [
+            ("eks-cluster-arn", f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/sandbox"),
+            ("kubernetes-namespace", "default"),
+            ("kubernetes-service-account", "default"),
+        ]:
+            assert not trusts(template, AF, pods, action, {**POD_TAGS, f"aws:RequestTag/{tag}": other}, **deployment), (
+                action,
+                tag,
+            )
         # An association with session tags disabled sends none, and is refused rather than trusted blindly.
         assert not trusts(template, AF, pods, action, {"aws:SourceAccount": ACCOUNT}, **deployment)
-        assert not trusts(template, AF, pods, action, POD_TAGS,
-                          AirflowPrincipalArn=f"arn:aws:iam::{ACCOUNT}:role/airflow")
+        assert not trusts(
+            template, AF, pods, action, POD_TAGS, AirflowPrincipalArn=f"arn:aws:iam::{ACCOUNT}:role/airflow"
+        )
 
 
 def _refused(template: dict, **parameters) -> list[str]:
     """The template Rules' assertions a deployment with ``parameters`` fails."""
     values = example_values(template, **parameters)
-    return [assertion["AssertDescription"] for rule in template["Rules"].values()
-            if resolve(rule.get("RuleCondition", True), values)
-            for assertion in rule["Assertions"] if not resolve(assertion["Assert"], values)]
+    return [
+        assertion["AssertDescription"]
+        for rule in template["Rules"].values()
+        if resolve(rule.get("RuleCondition", True), values)
+        for assertion in rule["Assertions"]
+        if not resolve(assertion["Assert"], values)
+    ]
 
 
 def test_rules_refuse_a_trust_or_network_left_open(template):
@@ -525,12 +579,19 @@ def test_rules_refuse_a_trust_or_network_left_open(template):
     assert not _refused(template, **principal)
     assert _refused(template) == ["AirflowTrust `principal` needs AirflowPrincipalArn."]
     assert _refused(template, AirflowTrust="eks-pod-identity") == [
-        "AirflowTrust `eks-pod-identity` needs EksClusterArn."]
-    assert not _refused(template, AirflowTrust="eks-pod-identity",
-                        EksClusterArn=POD_TAGS["aws:RequestTag/eks-cluster-arn"])
+        "AirflowTrust `eks-pod-identity` needs EksClusterArn."
+    ]
+    assert not _refused(
+        template, AirflowTrust="eks-pod-identity", EksClusterArn=POD_TAGS["aws:RequestTag/eks-cluster-arn"]
+    )
     assert len(_refused(template, **principal, SageMakerVpcAccess="true")) == 2
-    assert not _refused(template, **principal, SageMakerVpcAccess="true", SageMakerSubnetIds=["subnet-0abc1234"],
-                        SageMakerSecurityGroupIds=["sg-0abc1234"])
+    assert not _refused(
+        template,
+        **principal,
+        SageMakerVpcAccess="true",
+        SageMakerSubnetIds=["subnet-0abc1234"],
+        SageMakerSecurityGroupIds=["sg-0abc1234"],
+    )
 
 
 # The services each role's key use may go through: where its data lies under the key (S3 objects, the
@@ -544,8 +605,11 @@ def test_kms_key_is_used_only_through_aws_services(template, role):
     so code running as the role cannot decrypt or encrypt data of its own choosing with it."""
     values = example_values(template)
     key = values["Key.Arn"]
-    kms = [s for s in resolve(statements(template, role), values)
-           if any(a.startswith("kms:") for a in as_list(s["Action"]))]
+    kms = [
+        s
+        for s in resolve(statements(template, role), values)
+        if any(a.startswith("kms:") for a in as_list(s["Action"]))
+    ]
     assert kms
     for statement in kms:
         via = as_list(statement["Condition"]["StringEquals"]["kms:ViaService"])
@@ -593,27 +657,49 @@ def test_airflow_creates_jobs_only_with_the_stack_key_and_network(template, vpc_
     from shardline.spec import SpecError, parse_spec
 
     subnets, groups = ["subnet-0abc1234", "subnet-0def5678"], ["sg-0abc1234"]
-    deployment = (dict(SageMakerVpcAccess="true", SageMakerSubnetIds=subnets, SageMakerSecurityGroupIds=groups)
-                  if vpc_access else {})
+    deployment = (
+        dict(SageMakerVpcAccess="true", SageMakerSubnetIds=subnets, SageMakerSecurityGroupIds=groups)
+        if vpc_access
+        else {}
+    )
     values = example_values(template, **deployment)
     key, bucket = values["Key.Arn"], values["DataBucket"]
     name = job_name("daily_churn", "run-1", "score", 1)
-    attempt = Attempt(pipeline="daily_churn", run_id="run-1", step="score", number=1,
-                      input_prefix=f"s3://{bucket}/inputs/x/", output_prefix=f"s3://{bucket}/outputs/x/",
-                      model_uri=f"s3://{bucket}/models/m.tar.gz", requested_instances=2, file_count=2)
+    attempt = Attempt(
+        pipeline="daily_churn",
+        run_id="run-1",
+        step="score",
+        number=1,
+        input_prefix=f"s3://{bucket}/inputs/x/",
+        output_prefix=f"s3://{bucket}/outputs/x/",
+        model_uri=f"s3://{bucket}/models/m.tar.gz",
+        requested_instances=2,
+        file_count=2,
+    )
     assert attempt.job_name == name
     job_arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/{name}"
 
     def may_create(**sagemaker) -> bool:
-        spec = parse_spec({
-            "pipeline": "daily_churn", "backend": "sagemaker",
-            "steps": [{"name": "score", "model": {"uri": attempt.model_uri, "sha256": "0" * 64},
-                       "input": {"prefix": attempt.input_prefix}, "output": {"prefix": attempt.output_prefix}}],
-            "sagemaker": {"role_arn": values["SageMakerExecutionRole.Arn"], "image_uri": "repo:tag", **sagemaker},
-        }, "p.yaml")
+        spec = parse_spec(
+            {
+                "pipeline": "daily_churn",
+                "backend": "sagemaker",
+                "steps": [
+                    {
+                        "name": "score",
+                        "model": {"uri": attempt.model_uri, "sha256": "0" * 64},
+                        "input": {"prefix": attempt.input_prefix},
+                        "output": {"prefix": attempt.output_prefix},
+                    }
+                ],
+                "sagemaker": {"role_arn": values["SageMakerExecutionRole.Arn"], "image_uri": "repo:tag", **sagemaker},
+            },
+            "p.yaml",
+        )
         request = build_processing_request(spec, attempt, image_uri="repo:tag", role_arn=spec.sagemaker.role_arn)
-        return decide(template, AF, "sagemaker:CreateProcessingJob", job_arn, _create_job_context(request),
-                      **deployment)
+        return decide(
+            template, AF, "sagemaker:CreateProcessingJob", job_arn, _create_job_context(request), **deployment
+        )
 
     allowed_network = {"vpc": {"subnets": subnets[:1], "security_group_ids": groups}} if vpc_access else {}
     assert may_create(kms_key_id=key, **allowed_network)
@@ -637,8 +723,12 @@ def test_airflow_may_run_exactly_the_jobs_shardline_names(template):
     values = example_values(template)
     arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:processing-job/"
     name = job_name("daily_churn", "scheduled__2026-11-22T00:00:00+00:00", "calibrate", 3)
-    for action in ["sagemaker:CreateProcessingJob", "sagemaker:DescribeProcessingJob",
-                   "sagemaker:StopProcessingJob", "sagemaker:AddTags"]:  # AddTags: the request carries Tags
+    for action in [
+        "sagemaker:CreateProcessingJob",
+        "sagemaker:DescribeProcessingJob",
+        "sagemaker:StopProcessingJob",
+        "sagemaker:AddTags",
+    ]:  # AddTags: the request carries Tags
         assert allows(template, "AirflowRole", action, arn + name), action
         assert not allows(template, "AirflowRole", action, arn + "someone-elses-job"), action
     assert not allows(template, "AirflowRole", "sagemaker:CreateTrainingJob", arn + name)
@@ -674,7 +764,8 @@ def test_s3_access_follows_the_data_layout(template, output_rest):
     manifest = manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score", 2)
     assert manifest.startswith(output_prefix)
     input_arn, model_arn, prediction_arn, report_arn, manifest_arn = (
-        _object_arn(values, u) for u in (input_uri, model_uri, prediction, worker_report, manifest))
+        _object_arn(values, u) for u in (input_uri, model_uri, prediction, worker_report, manifest)
+    )
 
     sm, af = "SageMakerExecutionRole", "AirflowRole"
     for arn in (input_arn, model_arn, manifest_arn, prediction_arn):  # prediction: read by from_step steps
@@ -784,8 +875,11 @@ def test_shardline_metadata_expires_by_the_tag_the_code_puts_on_it(template):
 
     values = example_values(template)
     prefix = f"s3://{values['DataBucket']}/{values['OutputPrefix']}churn/scores/"
-    for uri in (naming.report_key(prefix, "r", "score"), naming.manifest_key(prefix, "r", "score", 1),
-                naming.outputs_manifest_key(prefix, "r", "score")):
+    for uri in (
+        naming.report_key(prefix, "r", "score"),
+        naming.manifest_key(prefix, "r", "score", 1),
+        naming.outputs_manifest_key(prefix, "r", "score"),
+    ):
         assert decide(template, AF, "s3:PutObjectTagging", f"arn:aws:s3:::{uri.removeprefix('s3://')}", {}), uri
 
 
@@ -835,8 +929,12 @@ def test_airflow_ledger_index_is_the_models_index(template):
 # -- DynamoDB permissions against the calls the ledger code makes --------------------------------------------
 
 
-PER_TRANSACT_ITEM = {"ConditionCheck": "ConditionCheckItem", "Put": "PutItem", "Update": "UpdateItem",
-                     "Delete": "DeleteItem"}
+PER_TRANSACT_ITEM = {
+    "ConditionCheck": "ConditionCheckItem",
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+}
 
 
 def dynamodb_requests(calls: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
@@ -853,9 +951,25 @@ def dynamodb_requests(calls: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
     return requests
 
 
-EXPRESSION_WORDS = {"SET", "REMOVE", "ADD", "DELETE", "AND", "OR", "NOT", "BETWEEN", "IN", "attribute_exists",
-                    "attribute_not_exists", "attribute_type", "begins_with", "contains", "size", "if_not_exists",
-                    "list_append"}
+EXPRESSION_WORDS = {
+    "SET",
+    "REMOVE",
+    "ADD",
+    "DELETE",
+    "AND",
+    "OR",
+    "NOT",
+    "BETWEEN",
+    "IN",
+    "attribute_exists",
+    "attribute_not_exists",
+    "attribute_type",
+    "begins_with",
+    "contains",
+    "size",
+    "if_not_exists",
+    "list_append",
+}
 
 
 def _dynamodb_context(body: dict) -> dict:
@@ -902,9 +1016,13 @@ def record_ledger_calls(monkeypatch):
 
 def _granted(template: dict, role: str, resource: str) -> set[str]:
     values = example_values(template)
-    return {a for s in statements(template, role) if s["Effect"] == "Allow"
-            for a in as_list(s["Action"]) if a.startswith("dynamodb:")
-            and any(iam_match(r, resource) for r in as_list(resolve(s["Resource"], values)))}
+    return {
+        a
+        for s in statements(template, role)
+        if s["Effect"] == "Allow"
+        for a in as_list(s["Action"])
+        if a.startswith("dynamodb:") and any(iam_match(r, resource) for r in as_list(resolve(s["Resource"], values)))
+    }
 
 
 @dataclasses.dataclass
@@ -941,13 +1059,24 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
     planned = list(calls)
     calls.clear()
 
-    ctx = LedgerContext(table=ledger_table, pipeline="p", run_id="run-1", step="score", attempt=1,
-                        input_uri="s3://b/in/")
+    ctx = LedgerContext(
+        table=ledger_table, pipeline="p", run_id="run-1", step="score", attempt=1, input_uri="s3://b/in/"
+    )
     worker = WorkerLedger(ctx, "algo-1")
     worker.heartbeat(ShardStatus.RUNNING, files_assigned=2, files_done=0, files_failed=0, rows_done=0)
     worker.claim_file("part-0.parquet")
-    worker.finish_file("part-0.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1, bytes_in=9,
-                                                     bytes_out=7, seconds=0.5, output_key="out/part-0.parquet"))
+    worker.finish_file(
+        "part-0.parquet",
+        FileOutcome(
+            FileStatus.SUCCEEDED,
+            rows_in=1,
+            rows_out=1,
+            bytes_in=9,
+            bytes_out=7,
+            seconds=0.5,
+            output_key="out/part-0.parquet",
+        ),
+    )
     worker.claim_file("part-1.parquet")
     worker.finish_file("part-1.parquet", FileOutcome(FileStatus.FAILED, error_class="E", error_message="x"))
     worker.heartbeat(ShardStatus.SUCCEEDED, files_assigned=2, files_done=1, files_failed=1, rows_done=1)
@@ -986,8 +1115,14 @@ def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_sessi
     assert _granted(template, SM, table_arn) == worker_needs
 
     orchestrator_needs = _iam_actions(ledger_session.planned + ledger_session.read)
-    assert orchestrator_needs >= {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem",
-                                  "dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem"}
+    assert orchestrator_needs >= {
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:Query",
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+    }
     missing = orchestrator_needs - _granted(template, AF, table_arn)
     assert not missing, f"the Airflow role lacks {sorted(missing)}"
 
@@ -998,11 +1133,13 @@ def test_every_worker_call_passes_the_execution_roles_conditions(template, ledge
     write pipeline B's ledger items."""
     table_arn = example_values(template)["LedgerTable.Arn"]
     requests = dynamodb_requests(ledger_session.worker)
-    denied = [(action, context) for action, context in requests
-              if not decide(template, SM, action, table_arn, context, Pipeline="p")]
+    denied = [
+        (action, context)
+        for action, context in requests
+        if not decide(template, SM, action, table_arn, context, Pipeline="p")
+    ]
     assert not denied, "the execution role would refuse the worker's own calls:\n" + "\n".join(map(str, denied))
-    assert not any(decide(template, SM, action, table_arn, context, Pipeline="other")
-                   for action, context in requests)
+    assert not any(decide(template, SM, action, table_arn, context, Pipeline="other") for action, context in requests)
 
 
 def _granted_attributes(template: dict, action: str) -> set[str]:
@@ -1020,8 +1157,14 @@ def _worker_code_attributes() -> set[str]:
 
     attributes = LedgerItem.get_attributes()
     tree = ast.parse(Path(job_writes.__file__).read_text())
-    named = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-             and isinstance(node.value, ast.Name) and node.value.id == "m" and node.attr in attributes}
+    named = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "m"
+        and node.attr in attributes
+    }
     assert {"status", "attempt", "heartbeat_at"} <= named  # the scan still sees the worker's writes
     return {attributes[name].attr_name for name in named}
 
@@ -1033,11 +1176,11 @@ def test_worker_may_update_exactly_the_attributes_the_worker_code_writes(templat
 
     requests = dynamodb_requests(ledger_session.worker)
     updated = {a for action, c in requests if action == "dynamodb:UpdateItem" for a in c["dynamodb:Attributes"]}
-    checked = {a for action, c in requests if action == "dynamodb:ConditionCheckItem"
-               for a in c["dynamodb:Attributes"]}
+    checked = {a for action, c in requests if action == "dynamodb:ConditionCheckItem" for a in c["dynamodb:Attributes"]}
     granted = _granted_attributes(template, "dynamodb:UpdateItem")
     assert granted == updated, (
-        f"granted but never written: {sorted(granted - updated)}; written but not granted: {sorted(updated - granted)}")
+        f"granted but never written: {sorted(granted - updated)}; written but not granted: {sorted(updated - granted)}"
+    )
     assert LedgerItem._ttl_attribute().attr_name in updated  # every worker write sets the expiry
     assert _worker_code_attributes() <= granted, sorted(_worker_code_attributes() - granted)
     assert _granted_attributes(template, "dynamodb:ConditionCheckItem") == checked == {"pk", "sk", "oat"}
@@ -1053,8 +1196,9 @@ def test_worker_may_not_ask_for_whole_items_back(template, ledger_session):
     """ReturnValues: never ALL_OLD; ALL_NEW only as long as the worker's pynamodb calls send it."""
     (update,) = [s for s in statements(template, SM) if "dynamodb:UpdateItem" in as_list(s["Action"])]
     granted = set(update["Condition"]["StringEqualsIfExists"]["dynamodb:ReturnValues"])
-    sent = {c["dynamodb:ReturnValues"] for _, c in dynamodb_requests(ledger_session.worker)
-            if "dynamodb:ReturnValues" in c}
+    sent = {
+        c["dynamodb:ReturnValues"] for _, c in dynamodb_requests(ledger_session.worker) if "dynamodb:ReturnValues" in c
+    }
     assert "ALL_OLD" not in granted
     whole_items = granted - {"NONE", "UPDATED_OLD", "UPDATED_NEW"}
     assert whole_items <= sent, f"{sorted(whole_items - sent)} is granted but the worker no longer sends it: drop it"
@@ -1071,8 +1215,9 @@ def _forge(model, calls: list, write) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("pipeline", ["*", "p"])
-def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(template, ledger_session, record_ledger_calls,
-                                                                   pipeline):
+def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(
+    template, ledger_session, record_ledger_calls, pipeline
+):
     from shardline.ledger.keys import RUN_SK, RUNS_PK, file_sk, run_pk, runs_pk, step_sk
 
     m, calls = ledger_session.model, record_ledger_calls
@@ -1082,9 +1227,11 @@ def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(template, ledg
     forgeries = {
         # The plan the CLI and the UI resubmit from, and the messages on-call reads.
         "rewrite the plan": lambda: m.Control(pk, step_sk("score")).update(
-            actions=[m.Control.plan_json.set('{"files": []}')]),
+            actions=[m.Control.plan_json.set('{"files": []}')]
+        ),
         "rewrite a step message": lambda: m.Control(pk, step_sk("score")).update(
-            actions=[m.Control.message.set("all good")]),
+            actions=[m.Control.message.set("all good")]
+        ),
         "rewrite a run message": lambda: m.Control(pk, RUN_SK).update(actions=[m.Control.message.set("all good")]),
         # The run index the CLI and the UI list from.
         "touch the run index": lambda: m(runs_pk("p"), "x").update(actions=[m.status.set("SUCCEEDED")]),
@@ -1095,7 +1242,8 @@ def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(template, ledg
         "read the step": lambda: m.get(pk, step_sk("score")),
         "query the run": lambda: list(m.query(pk)),
         "update returning the old item": lambda: connection.update_item(
-            *file_item, actions=[m.status.set("SUCCEEDED")], return_values="ALL_OLD"),
+            *file_item, actions=[m.status.set("SUCCEEDED")], return_values="ALL_OLD"
+        ),
     }
     allowed = {}
     for what, write in forgeries.items():
@@ -1106,8 +1254,9 @@ def test_worker_role_cannot_rewrite_plans_messages_or_whole_items(template, ledg
 
     # Another pipeline's items: refused by a stack serving one pipeline; a stack for every pipeline
     # cannot tell them apart (infra/README.md says so).
-    other = _forge(m, calls, lambda: m(run_pk("other", "run-1"), file_item[1]).update(
-        actions=[m.status.set("SUCCEEDED")]))
+    other = _forge(
+        m, calls, lambda: m(run_pk("other", "run-1"), file_item[1]).update(actions=[m.status.set("SUCCEEDED")])
+    )
     assert all(decide(template, SM, a, table_arn, c, Pipeline=pipeline) == (pipeline == "*") for a, c in other)
 
 
@@ -1151,8 +1300,14 @@ def test_no_hard_coded_accounts_or_regions():
 
 
 def test_outputs_are_exported(template):
-    wanted = {"LedgerTableName", "DataBucketName", "SageMakerExecutionRoleArn", "AirflowRoleArn",
-              "WorkerRepositoryUri", "KmsKeyArn"}
+    wanted = {
+        "LedgerTableName",
+        "DataBucketName",
+        "SageMakerExecutionRoleArn",
+        "AirflowRoleArn",
+        "WorkerRepositoryUri",
+        "KmsKeyArn",
+    }
     assert wanted <= set(template["Outputs"])
     for name, output in template["Outputs"].items():
         assert output["Export"]["Name"] == {"Fn::Sub": f"${{AWS::StackName}}-{name}"}, name

@@ -24,8 +24,15 @@ def test_no_table_means_no_ledger():
 
 def test_full_environment():
     context = LedgerContext.from_env({**FULL, "SHARDLINE_INPUT_URI": "s3://b/in/", "SHARDLINE_OUTPUT_URI": "s3://b/o"})
-    assert context == LedgerContext(table="ledger", pipeline="nightly", run_id="2024-06-01", step="score",
-                                    attempt=3, input_uri="s3://b/in/", output_uri="s3://b/o")
+    assert context == LedgerContext(
+        table="ledger",
+        pipeline="nightly",
+        run_id="2024-06-01",
+        step="score",
+        attempt=3,
+        input_uri="s3://b/in/",
+        output_uri="s3://b/o",
+    )
     assert context.input_key("d/a.parquet") == "s3://b/in/d/a.parquet"
     assert context.output_key("d/a.parquet") == "s3://b/o/d/a.parquet"
     bare = LedgerContext.from_env(FULL)
@@ -85,8 +92,16 @@ def test_keys():
 
 def test_a_context_writes_the_environment_it_reads_back():
     """The request builder sets a job's environment through to_env, so both sides spell the names once."""
-    ctx = LedgerContext(table="t", pipeline="p", run_id="manual__2026-11-22T10:00:00+00:00", step="score",
-                        attempt=3, input_uri="s3://b/in/", output_uri="s3://b/out/", retention_days=30)
+    ctx = LedgerContext(
+        table="t",
+        pipeline="p",
+        run_id="manual__2026-11-22T10:00:00+00:00",
+        step="score",
+        attempt=3,
+        input_uri="s3://b/in/",
+        output_uri="s3://b/out/",
+        retention_days=30,
+    )
     assert LedgerContext.from_env(ctx.to_env()) == ctx
 
 
@@ -97,4 +112,8 @@ def test_the_job_request_environment_is_what_the_worker_reads():
     request = build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE)
     ctx = LedgerContext.from_env(request["Environment"])
     assert (ctx.pipeline, ctx.step, ctx.attempt, ctx.input_uri) == (
-        attempt().pipeline, attempt().step, attempt().number, attempt().input_prefix)
+        attempt().pipeline,
+        attempt().step,
+        attempt().number,
+        attempt().input_prefix,
+    )

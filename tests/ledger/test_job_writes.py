@@ -34,13 +34,26 @@ def test_claim_and_finish(ledger_table):
     ledger.claim_file("d/a.parquet")
     item = _file(ledger, "s3://bucket/in/d/a.parquet")
     assert (item.status, item.attempt, item.host, item.input_key) == (
-        "RUNNING", 1, "algo-1", "s3://bucket/in/d/a.parquet")
+        "RUNNING",
+        1,
+        "algo-1",
+        "s3://bucket/in/d/a.parquet",
+    )
     assert item.started_at is not None and item.finished_at is None
-    ledger.finish_file("d/a.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=10, rows_out=10, bytes_in=1000,
-                                                  bytes_out=200, seconds=1.23456, output_key="s3://bucket/out/a"))
+    ledger.finish_file(
+        "d/a.parquet",
+        FileOutcome(
+            FileStatus.SUCCEEDED,
+            rows_in=10,
+            rows_out=10,
+            bytes_in=1000,
+            bytes_out=200,
+            seconds=1.23456,
+            output_key="s3://bucket/out/a",
+        ),
+    )
     item = _file(ledger, "s3://bucket/in/d/a.parquet")
-    assert (item.status, item.rows_in, item.rows_out, item.bytes_in, item.bytes_out) == (
-        "SUCCEEDED", 10, 10, 1000, 200)
+    assert (item.status, item.rows_in, item.rows_out, item.bytes_in, item.bytes_out) == ("SUCCEEDED", 10, 10, 1000, 200)
     assert item.seconds == pytest.approx(1.235)
     assert item.output_key == "s3://bucket/out/a"
     assert item.finished_at is not None
@@ -50,8 +63,10 @@ def test_claim_and_finish(ledger_table):
 def test_failed_file_lands_in_the_failures_index_and_a_retry_clears_it(ledger_table):
     first, second = _ledger(ledger_table, 1), _ledger(ledger_table, 2)
     first.claim_file("bad.parquet")
-    first.finish_file("bad.parquet", FileOutcome(FileStatus.FAILED, error_class="CorruptInputError",
-                                                 error_message="x" * (MAX_ERROR_CHARS + 500)))
+    first.finish_file(
+        "bad.parquet",
+        FileOutcome(FileStatus.FAILED, error_class="CorruptInputError", error_message="x" * (MAX_ERROR_CHARS + 500)),
+    )
     item = _file(first, "bad.parquet")
     assert (item.status, item.error_class) == ("FAILED", "CorruptInputError")
     assert len(item.error_message) == MAX_ERROR_CHARS
@@ -95,7 +110,13 @@ def test_heartbeat_writes_the_shard_item(ledger_table):
     ledger.heartbeat(ShardStatus.SUCCEEDED, files_assigned=4, files_done=4, files_failed=0, rows_done=400)
     item = ledger.model.get(run_pk("nightly", "r1"), shard_sk("score", 1, "algo-1"))
     assert (item.status, item.attempt, item.host, item.files_assigned, item.files_done, item.rows_done) == (
-        "SUCCEEDED", 1, "algo-1", 4, 4, 400)
+        "SUCCEEDED",
+        1,
+        "algo-1",
+        4,
+        4,
+        400,
+    )
     assert item.heartbeat_at is not None
 
 

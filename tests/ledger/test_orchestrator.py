@@ -32,14 +32,16 @@ def test_plan_then_worker_updates_then_read(ledger_table):
     start_attempt(model, "p", "run-1", "score", 1)
     assert read_step(model, "p", "run-1", "score").files == []  # the plan writes no FILE item
 
-    ctx = LedgerContext(table=ledger_table, pipeline="p", run_id="run-1", step="score", attempt=1,
-                        input_uri="s3://raw/in/")
+    ctx = LedgerContext(
+        table=ledger_table, pipeline="p", run_id="run-1", step="score", attempt=1, input_uri="s3://raw/in/"
+    )
     worker = WorkerLedger(ctx, "algo-1")
     worker.claim_file("part-000.parquet")  # the claim creates the item
     worker.finish_file("part-000.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
     worker.claim_file("part-001.parquet")
-    worker.finish_file("part-001.parquet", FileOutcome(FileStatus.FAILED, error_class="CorruptInputError",
-                                                       error_message="cannot read"))
+    worker.finish_file(
+        "part-001.parquet", FileOutcome(FileStatus.FAILED, error_class="CorruptInputError", error_message="cannot read")
+    )
 
     records = read_step(model, "p", "run-1", "score")
     assert records.step.attempt == 1
@@ -65,15 +67,20 @@ def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_noth
     assert start_attempt(model, "p", "run-6", "score", 2, keys) == 260
     files = list(model.query("RUN#p#run-6", model.sk.startswith("FILE#score#")))
     assert sorted((f.input_key, int(f.bytes_in), f.status, int(f.attempt)) for f in files) == [
-        (key, size, "PENDING", 2) for key, size in keys]
+        (key, size, "PENDING", 2) for key, size in keys
+    ]
     assert all(f.sk == f"FILE#score#{f.input_key}" and f.expires_at for f in files)
 
     # The same attempt planned again (a retried task) is fenced off before any FILE write ...
     with pytest.raises(StaleOrchestratorError):
         start_attempt(model, "p", "run-6", "score", 2, keys)
     # ... and a re-plan of the attempt (its job never started) rewrites only what is still PENDING, to the same.
-    worker = WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-6", step="score", attempt=2,
-                                        input_uri="s3://raw/in/"), "algo-1")
+    worker = WorkerLedger(
+        LedgerContext(
+            table=ledger_table, pipeline="p", run_id="run-6", step="score", attempt=2, input_uri="s3://raw/in/"
+        ),
+        "algo-1",
+    )
     worker.claim_file("dt=1/part-0000.parquet")
     worker.claim_file("dt=1/part-0001.parquet")
     worker.finish_file("dt=1/part-0001.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
@@ -90,17 +97,27 @@ def test_a_finish_whose_claim_was_dropped_lands_but_a_zombie_s_is_refused_by_the
     attempt's. Once a retry planned the file, its PENDING item fences the older attempt's finish off."""
     model = bind_ledger(ledger_table)
     start_attempt(model, "p", "run-0", "score", 1)
-    first = WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id="run-0", step="score", attempt=1,
-                                       input_uri="s3://raw/in/"), "algo-1")
+    first = WorkerLedger(
+        LedgerContext(
+            table=ledger_table, pipeline="p", run_id="run-0", step="score", attempt=1, input_uri="s3://raw/in/"
+        ),
+        "algo-1",
+    )
     first.finish_file("a.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=3, rows_out=3))
     [item] = read_step(model, "p", "run-0", "score").files
-    assert (item.input_key, item.status, int(item.attempt), int(item.rows_out)) == ("s3://raw/in/a.parquet",
-                                                                                   "SUCCEEDED", 1, 3)
+    assert (item.input_key, item.status, int(item.attempt), int(item.rows_out)) == (
+        "s3://raw/in/a.parquet",
+        "SUCCEEDED",
+        1,
+        3,
+    )
     start_attempt(model, "p", "run-0", "score", 2, [("s3://raw/in/b.parquet", 1)])
     with pytest.raises(StaleAttemptError):
         first.finish_file("b.parquet", FileOutcome(FileStatus.SUCCEEDED))
     assert {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, "p", "run-0", "score").files} == {
-        "s3://raw/in/a.parquet": ("SUCCEEDED", 1), "s3://raw/in/b.parquet": ("PENDING", 2)}
+        "s3://raw/in/a.parquet": ("SUCCEEDED", 1),
+        "s3://raw/in/b.parquet": ("PENDING", 2),
+    }
 
 
 def test_each_attempt_s_plan_file_is_recorded_with_it_and_a_re_plan_replaces_only_its_own(ledger_table):
@@ -109,9 +126,13 @@ def test_each_attempt_s_plan_file_is_recorded_with_it_and_a_re_plan_replaces_onl
     model = bind_ledger(ledger_table)
     start_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.aaa.files.json.gz")
     continue_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.bbb.files.json.gz")
-    start_attempt(model, "p", "run-7", "score", 2, [("s3://raw/a", 1)], plan_file="s3://m/attempt-0002.ccc.files.json.gz")
+    start_attempt(
+        model, "p", "run-7", "score", 2, [("s3://raw/a", 1)], plan_file="s3://m/attempt-0002.ccc.files.json.gz"
+    )
     assert recorded_plan_files(read_step(model, "p", "run-7", "score").step) == {
-        1: "s3://m/attempt-0001.bbb.files.json.gz", 2: "s3://m/attempt-0002.ccc.files.json.gz"}
+        1: "s3://m/attempt-0001.bbb.files.json.gz",
+        2: "s3://m/attempt-0002.ccc.files.json.gz",
+    }
     with pytest.raises(StaleOrchestratorError):  # a late planner of attempt 1 records nothing
         continue_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.zzz.files.json.gz")
     assert recorded_plan_files(read_step(model, "p", "run-7", "score").step)[1].endswith(".bbb.files.json.gz")
@@ -178,8 +199,16 @@ def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(le
         def plan(n: int, run: str = run, start: threading.Barrier = start, wins: list = wins) -> None:
             start.wait()
             try:
-                start_attempt(model, "p", run, "score", 2, [(f"s3://raw/{n}", 1)], after=1,
-                              plan_file=plan_file.format(run=run, n=n))
+                start_attempt(
+                    model,
+                    "p",
+                    run,
+                    "score",
+                    2,
+                    [(f"s3://raw/{n}", 1)],
+                    after=1,
+                    plan_file=plan_file.format(run=run, n=n),
+                )
                 wins.append(n)
             except StaleOrchestratorError:
                 pass
@@ -226,8 +255,12 @@ def test_fencing_cancel_is_conditional_on_the_attempt_seen(ledger_table):
 
 
 def _finish(ledger_table: str, run_id: str, name: str, attempt: int) -> None:
-    worker = WorkerLedger(LedgerContext(table=ledger_table, pipeline="p", run_id=run_id, step="score",
-                                        attempt=attempt, input_uri="s3://raw/"), f"algo-{attempt}")
+    worker = WorkerLedger(
+        LedgerContext(
+            table=ledger_table, pipeline="p", run_id=run_id, step="score", attempt=attempt, input_uri="s3://raw/"
+        ),
+        f"algo-{attempt}",
+    )
     worker.claim_file(name)
     worker.finish_file(name, FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
 
@@ -256,8 +289,10 @@ def test_an_input_planned_again_reads_pending_under_the_newer_attempt_until_clai
         _item("s3://b/d", "SUCCEEDED", 1),  # a zombie of attempt 1 finished it after 2 planned it
         _item("s3://b/z", "FAILED", 1, error_class="UnsafeKeyError"),  # refused by the planner: in no plan file
     )
-    planned = {1: [("s3://b/a", 10), ("s3://b/b", 20), ("s3://b/c", 30), ("s3://b/d", 40), ("s3://b/e", 50)],
-               2: [("s3://b/b", 20), ("s3://b/c", 30), ("s3://b/d", 40)]}
+    planned = {
+        1: [("s3://b/a", 10), ("s3://b/b", 20), ("s3://b/c", 30), ("s3://b/d", 40), ("s3://b/e", 50)],
+        2: [("s3://b/b", 20), ("s3://b/c", 30), ("s3://b/d", 40)],
+    }
     seen = {f.input_key: (f.status, f.attempt) for f in with_unclaimed(records, planned).files}
     assert seen == {
         "s3://b/a": ("SUCCEEDED", 1),
@@ -283,8 +318,13 @@ def test_put_items_is_idempotent_and_the_same_whatever_the_threads(ledger_table)
     from shardline.ledger.orchestrator import put_items
 
     model = bind_ledger(ledger_table)
-    items = [model(f"RUN#p#run-{threads}", f"FILE#score#k{i:03d}", status="PENDING", attempt=1,
-                   input_key=f"k{i:03d}").serialize() for threads in (1, 8) for i in range(60)]
+    items = [
+        model(
+            f"RUN#p#run-{threads}", f"FILE#score#k{i:03d}", status="PENDING", attempt=1, input_key=f"k{i:03d}"
+        ).serialize()
+        for threads in (1, 8)
+        for i in range(60)
+    ]
     put_items(model, items[:60], threads=1)
     put_items(model, items[60:], threads=8)
     put_items(model, items[60:], threads=8)  # sent again: the same items, not more of them
@@ -352,15 +392,36 @@ def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(l
     set_run_status(model, "p", "run-late", StepStatus.FAILED, "step score failed")
     dag_run_ended = dt.datetime.now(dt.UTC)
     set_run_status(model, "p", "run-late", StepStatus.RUNNING, reopened=True)  # the resubmission
-    assert not set_run_status(model, "p", "run-late", StepStatus.FAILED, "DAG run failed", only_if_running=True,
-                              unless_reopened_since=dag_run_ended)
+    assert not set_run_status(
+        model,
+        "p",
+        "run-late",
+        StepStatus.FAILED,
+        "DAG run failed",
+        only_if_running=True,
+        unless_reopened_since=dag_run_ended,
+    )
     assert model.Control.get(run_pk("p", "run-late"), RUN_SK, consistent_read=True).status == "RUNNING"
 
     # The resubmitted attempt's own DAG run fails later: its callback (after the reopening) applies.
-    assert set_run_status(model, "p", "run-late", StepStatus.FAILED, "DAG run failed", only_if_running=True,
-                          unless_reopened_since=dt.datetime.now(dt.UTC))
+    assert set_run_status(
+        model,
+        "p",
+        "run-late",
+        StepStatus.FAILED,
+        "DAG run failed",
+        only_if_running=True,
+        unless_reopened_since=dt.datetime.now(dt.UTC),
+    )
     assert model.Control.get(run_pk("p", "run-late"), RUN_SK, consistent_read=True).status == "FAILED"
 
     ensure_run(model, "p", "run-never-reopened")
-    assert set_run_status(model, "p", "run-never-reopened", StepStatus.FAILED, "DAG run failed",
-                          only_if_running=True, unless_reopened_since=dag_run_ended)
+    assert set_run_status(
+        model,
+        "p",
+        "run-never-reopened",
+        StepStatus.FAILED,
+        "DAG run failed",
+        only_if_running=True,
+        unless_reopened_since=dag_run_ended,
+    )

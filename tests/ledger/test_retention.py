@@ -17,8 +17,11 @@ from shardline.ledger.table import bind_ledger
 
 
 def _expires_in_days(item, before: dt.datetime, after: dt.datetime, days: int) -> bool:
-    return before + dt.timedelta(days=days) - dt.timedelta(seconds=1) <= item.expires_at \
+    return (
+        before + dt.timedelta(days=days) - dt.timedelta(seconds=1)
+        <= item.expires_at
         <= after + dt.timedelta(days=days) + dt.timedelta(seconds=1)
+    )
 
 
 def test_retention_every_item_the_orchestrator_and_the_worker_write_expires(ledger_table):
@@ -26,12 +29,17 @@ def test_retention_every_item_the_orchestrator_and_the_worker_write_expires(ledg
     model = bind_ledger(ledger_table, retention_days=7)
     ensure_run(model, "p", "r1")
     start_attempt(model, "p", "r1", "score", 1, [("s3://b/in/a.parquet", 10)])
-    context = LedgerContext(table=ledger_table, pipeline="p", run_id="r1", step="score", attempt=1,
-                            input_uri="s3://b/in", retention_days=7)
+    context = LedgerContext(
+        table=ledger_table, pipeline="p", run_id="r1", step="score", attempt=1, input_uri="s3://b/in", retention_days=7
+    )
     worker = WorkerLedger(context, "algo-1")
     worker.claim_file("a.parquet")
-    worker.finish_file("a.parquet", FileOutcome(FileStatus.FAILED, error_class="InputSchemaError",
-                                                error_message="row 3: ssn=123-45-6789 is not a number"))
+    worker.finish_file(
+        "a.parquet",
+        FileOutcome(
+            FileStatus.FAILED, error_class="InputSchemaError", error_message="row 3: ssn=123-45-6789 is not a number"
+        ),
+    )
     worker.heartbeat(ShardStatus.PARTIAL, files_assigned=1, files_done=1, files_failed=1, rows_done=0)
     finish_step(model, "p", "r1", "score", 1, StepStatus.FAILED, "1 file failed")
     after = dt.datetime.now(dt.UTC)
@@ -43,8 +51,13 @@ def test_retention_every_item_the_orchestrator_and_the_worker_write_expires(ledg
 
 
 def test_retention_reaches_the_worker_from_its_environment():
-    env = {"SHARDLINE_LEDGER_TABLE": "t", "SHARDLINE_PIPELINE": "p", "SHARDLINE_RUN_ID": "r",
-           "SHARDLINE_STEP": "s", "SHARDLINE_ATTEMPT": "1"}
+    env = {
+        "SHARDLINE_LEDGER_TABLE": "t",
+        "SHARDLINE_PIPELINE": "p",
+        "SHARDLINE_RUN_ID": "r",
+        "SHARDLINE_STEP": "s",
+        "SHARDLINE_ATTEMPT": "1",
+    }
     assert LedgerContext.from_env(env).retention_days == 90
     assert LedgerContext.from_env({**env, "SHARDLINE_LEDGER_RETENTION_DAYS": "14"}).retention_days == 14
     with pytest.raises(LedgerConfigError, match="SHARDLINE_LEDGER_RETENTION_DAYS"):

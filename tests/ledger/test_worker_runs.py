@@ -54,8 +54,9 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
 
     model = bind_ledger(ledger_table, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
     files = _items(model, file_sk_prefix(STEP))
-    assert sorted(files) == [f"{file_sk_prefix(STEP)}{name}" for name in
-                             ("part-00000.parquet", "part-00001.parquet", "zz-corrupt.parquet")]
+    assert sorted(files) == [
+        f"{file_sk_prefix(STEP)}{name}" for name in ("part-00000.parquet", "part-00001.parquet", "zz-corrupt.parquet")
+    ]
     assert not (out / "_shardline" / "manifest-algo-1.json").exists()  # per attempt: never overwritten by the next
     reports = reports_by_input(load_manifest(out, attempt=1))
     for name in ("part-00000.parquet", "part-00001.parquet"):
@@ -79,15 +80,27 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
     assert list(shards) == [shard_sk(STEP, 1, HOST)]
     shard = shards[shard_sk(STEP, 1, HOST)]
     assert (shard.status, shard.attempt, shard.host, shard.pipeline, shard.run_id, shard.step) == (
-        "PARTIAL", 1, HOST, PIPELINE, RUN_ID, STEP)
+        "PARTIAL",
+        1,
+        HOST,
+        PIPELINE,
+        RUN_ID,
+        STEP,
+    )
     assert (shard.files_assigned, shard.files_done, shard.files_failed, shard.rows_done) == (3, 3, 1, 3000)
     assert shard.heartbeat_at is not None
 
     # The orchestrator retries the step as attempt 2 after the bad file was replaced.
     model.Control(run_pk(PIPELINE, RUN_ID), step_sk(STEP), attempt=2, status="RUNNING").save()
     synthetic.write_table(synthetic.make_table(500, first_id=3000), inputs / "zz-corrupt.parquet", "parquet")
-    retry = run_worker(inputs, tmp_path / "out2", xgboost_model.parent, "--passthrough", "id",
-                       env=_ledger_env(aws_env, ledger_table, 2))
+    retry = run_worker(
+        inputs,
+        tmp_path / "out2",
+        xgboost_model.parent,
+        "--passthrough",
+        "id",
+        env=_ledger_env(aws_env, ledger_table, 2),
+    )
     assert retry.returncode == EXIT_OK, describe(retry)
     files = _items(model, file_sk_prefix(STEP))
     assert {(item.status, item.attempt) for item in files.values()} == {("SUCCEEDED", 2)}
@@ -96,7 +109,9 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
     assert list(model.failures.query(failures_pk(PIPELINE))) == []
     shards = _items(model, shard_sk_prefix(STEP))
     assert [(item.sk, item.status) for item in shards.values()] == [
-        (shard_sk(STEP, 1, HOST), "PARTIAL"), (shard_sk(STEP, 2, HOST), "SUCCEEDED")]
+        (shard_sk(STEP, 1, HOST), "PARTIAL"),
+        (shard_sk(STEP, 2, HOST), "SUCCEEDED"),
+    ]
 
 
 def test_a_stale_attempt_is_fenced_out_and_exits_5(tmp_path, aws_env, ledger_table, xgboost_model):
@@ -104,8 +119,9 @@ def test_a_stale_attempt_is_fenced_out_and_exits_5(tmp_path, aws_env, ledger_tab
     synthetic.make_dataset(inputs, files=3, rows=1500)
     model = bind_ledger(ledger_table, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
     model.Control(run_pk(PIPELINE, RUN_ID), step_sk(STEP), attempt=2, status="RUNNING").save()
-    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id",
-                        env=_ledger_env(aws_env, ledger_table, 1))
+    result = run_worker(
+        inputs, out, xgboost_model.parent, "--passthrough", "id", env=_ledger_env(aws_env, ledger_table, 1)
+    )
     assert result.returncode == EXIT_FENCED, describe(result)
     assert "fenced" in result.stderr
     # The zombie's first write is its heartbeat, which the STEP item rejects; nothing after it is sent.
@@ -132,9 +148,14 @@ def test_without_a_ledger_table_the_worker_makes_no_aws_calls(tmp_path, xgboost_
         sentinel.listen(16)
         sentinel.setblocking(False)
         endpoint = f"http://127.0.0.1:{sentinel.getsockname()[1]}"
-        env = clean_env(AWS_ENDPOINT_URL=endpoint, AWS_ENDPOINT_URL_DYNAMODB=endpoint, AWS_ACCESS_KEY_ID="testing",
-                        AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-                        AWS_EC2_METADATA_DISABLED="true")
+        env = clean_env(
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_ENDPOINT_URL_DYNAMODB=endpoint,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_EC2_METADATA_DISABLED="true",
+        )
         result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", env=env)
         assert result.returncode == EXIT_OK, describe(result)
         with pytest.raises(BlockingIOError):

@@ -55,28 +55,46 @@ def test_stale_attempt_zombie_outputs_are_withdrawn_and_its_records_refused(ledg
     inputs = tmp_path / "in"
     inputs.mkdir()
     for name, x, first_id in (("a.parquet", 1.0, 0), ("b.parquet", 2.0, 100)):
-        pq.write_table(pa.table({"id": pa.array(range(first_id, first_id + 100), pa.int64()),
-                                 "x": pa.array([x] * 100, pa.float64())}), inputs / name)
+        pq.write_table(
+            pa.table(
+                {"id": pa.array(range(first_id, first_id + 100), pa.int64()), "x": pa.array([x] * 100, pa.float64())}
+            ),
+            inputs / name,
+        )
     model_dir = tmp_path / "model"
     release = tmp_path / "release"
     write_inference_script(model_dir, SCRIPT.format(release=str(release)))
     model = bind_ledger(ledger_table)
     keys = [("s3://b/in/a.parquet", 1), ("s3://b/in/b.parquet", 1)]
     start_attempt(model, "p", "r1", "score", 1, keys)
-    env = clean_env(**aws_env, SHARDLINE_LEDGER_TABLE=ledger_table, SHARDLINE_PIPELINE="p", SHARDLINE_RUN_ID="r1",
-                    SHARDLINE_STEP="score", SHARDLINE_ATTEMPT="1", SHARDLINE_INPUT_URI="s3://b/in",
-                    SHARDLINE_OUTPUT_URI="s3://b/out")
+    env = clean_env(
+        **aws_env,
+        SHARDLINE_LEDGER_TABLE=ledger_table,
+        SHARDLINE_PIPELINE="p",
+        SHARDLINE_RUN_ID="r1",
+        SHARDLINE_STEP="score",
+        SHARDLINE_ATTEMPT="1",
+        SHARDLINE_INPUT_URI="s3://b/in",
+        SHARDLINE_OUTPUT_URI="s3://b/out",
+    )
     out = tmp_path / "out"
     command = worker_command(inputs, out, model_dir, "--passthrough", "id", "--features", "x", workers=2)
     worker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+
         def statuses() -> dict[str, tuple[str, int]]:
-            return {f.input_key.rsplit("/", 1)[1]: (f.status, int(f.attempt))
-                    for f in read_step(model, "p", "r1", "score").files}
+            return {
+                f.input_key.rsplit("/", 1)[1]: (f.status, int(f.attempt))
+                for f in read_step(model, "p", "r1", "score").files
+            }
 
         # a is done and committed at attempt 1; b is being worked on, blocked in the model.
-        _wait_for(lambda: statuses() == {"a.parquet": ("SUCCEEDED", 1), "b.parquet": ("RUNNING", 1)},
-                  "a committed and b claimed by attempt 1", worker, release)
+        _wait_for(
+            lambda: statuses() == {"a.parquet": ("SUCCEEDED", 1), "b.parquet": ("RUNNING", 1)},
+            "a committed and b claimed by attempt 1",
+            worker,
+            release,
+        )
         # The orchestrator gives up on attempt 1 (say its heartbeat looked lost) and plans b as attempt 2.
         start_attempt(model, "p", "r1", "score", 2, [keys[1]], after=1)
         release.touch()  # the zombie finishes b late

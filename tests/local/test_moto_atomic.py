@@ -72,8 +72,9 @@ def test_a_stalled_upload_is_read_before_the_lock_so_it_holds_up_no_other_reques
 
     call = one_at_a_time(app, lock)
     arrived, reading = threading.Event(), threading.Event()
-    stalled = threading.Thread(target=call, args=(
-        {"wsgi.input": _SlowUpload(b"x" * 10, arrived, reading), "CONTENT_LENGTH": "10"}, None))
+    stalled = threading.Thread(
+        target=call, args=({"wsgi.input": _SlowUpload(b"x" * 10, arrived, reading), "CONTENT_LENGTH": "10"}, None)
+    )
     stalled.start()
     reading.wait()
     # While its body has not arrived, the lock is free: another request runs its whole call.
@@ -96,13 +97,13 @@ def test_a_body_over_the_cap_is_refused_unread_with_413():
     call = one_at_a_time(app, lock, max_body=100)
     stream = io.BytesIO(b"y" * 1000)
     with lock:  # another request holds the endpoint: the refusal does not wait for it
-        reply = call({"wsgi.input": stream, "CONTENT_LENGTH": "1000"},
-                     lambda status, headers: answered.append(status))
+        reply = call({"wsgi.input": stream, "CONTENT_LENGTH": "1000"}, lambda status, headers: answered.append(status))
     assert answered == ["413 Request Entity Too Large"] and b"cap" in b"".join(reply)
     assert not called and stream.tell() == 0  # never read, never passed on
-    chunked = one_at_a_time(app, lock, max_body=100)({"wsgi.input": io.BytesIO(b"z" * 101),
-                                                       "wsgi.input_terminated": True},
-                                                      lambda status, headers: answered.append(status))
+    chunked = one_at_a_time(app, lock, max_body=100)(
+        {"wsgi.input": io.BytesIO(b"z" * 101), "wsgi.input_terminated": True},
+        lambda status, headers: answered.append(status),
+    )
     assert answered[-1].startswith("413") and not called and b"cap" in b"".join(chunked)
 
 

@@ -33,9 +33,11 @@ def test_every_model_a_shipped_spec_names_is_pinned_to_a_shipped_demo_model():
         for uri, digest in pins:
             assert digest in seeds, f"{path.name}: {uri} is pinned to {digest}, which no shipped demo model has"
     planned = {uri for uri, _ in make_plan(PIPELINES).models}
-    assert planned == {"s3://shardline-demo/models/xgboost/v1/model.tar.gz",
-                       "s3://shardline-demo/models/sklearn/v1/model.tar.gz",
-                       "s3://shardline-demo/models/calibration/v1/model.tar.gz"}
+    assert planned == {
+        "s3://shardline-demo/models/xgboost/v1/model.tar.gz",
+        "s3://shardline-demo/models/sklearn/v1/model.tar.gz",
+        "s3://shardline-demo/models/calibration/v1/model.tar.gz",
+    }
 
 
 def test_the_calibration_model_is_what_the_examples_pack_byte_for_byte(tmp_path):
@@ -46,8 +48,10 @@ def test_the_calibration_model_is_what_the_examples_pack_byte_for_byte(tmp_path)
 def test_an_unpinned_model_or_one_pinned_elsewhere_is_never_seeded(tmp_path):
     folder = tmp_path / "pipelines"
     folder.mkdir()
-    base = {"pipeline": "p", "steps": [{"name": "score", "input": {"prefix": "s3://b/in/"},
-                                        "output": {"prefix": "s3://b/out/"}}]}
+    base = {
+        "pipeline": "p",
+        "steps": [{"name": "score", "input": {"prefix": "s3://b/in/"}, "output": {"prefix": "s3://b/out/"}}],
+    }
     specs = {
         "unpinned": {"uri": "s3://b/models/xgboost/v1/model.tar.gz", "allow_unpinned": True},
         "elsewhere": {"uri": "s3://b/models/xgboost/v1/model.tar.gz", "sha256": "0" * 64},

@@ -22,12 +22,20 @@ def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subproc
     # Without FORCE_COLOR (a developer's shell may set it) rich writes no styles into a pipe, so any ESC in the
     # output came from the data.
     here = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
-    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=120, check=False,
-                          env={**here, "COLUMNS": "160", **(env or {})}, cwd=cwd)
+    return subprocess.run(
+        [str(CLI), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**here, "COLUMNS": "160", **(env or {})},
+        cwd=cwd,
+    )
 
 
-@pytest.mark.parametrize("command", ["runs", "status", "failed", "report", "resubmit", "cancel", "preview", "tune",
-                                     "local"])
+@pytest.mark.parametrize(
+    "command", ["runs", "status", "failed", "report", "resubmit", "cancel", "preview", "tune", "local"]
+)
 def test_every_command_has_help(command):
     result = run(command, "--help")
     assert result.returncode == 0, result.stderr
@@ -54,11 +62,13 @@ def test_resubmit_needs_exactly_one_selection():
 
 def test_version_and_help_start_without_the_aws_clients_airflow_or_the_service():
     """What the first command a person types costs: no boto3, pynamodb, Airflow or HTTP client is imported."""
-    code = ("import json, sys\nfrom shardline.oncall import cli\n"
-            "codes = [cli.main(argv) for argv in (['--help'], ['resubmit', '--help'], ['local', '--help'], "
-            "['--version'])]\n"
-            "print(json.dumps([codes, sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('boto3', 'botocore', 'pynamodb', 'airflow', 'httpx') or m == 'shardline.oncall.service')]))")
+    code = (
+        "import json, sys\nfrom shardline.oncall import cli\n"
+        "codes = [cli.main(argv) for argv in (['--help'], ['resubmit', '--help'], ['local', '--help'], "
+        "['--version'])]\n"
+        "print(json.dumps([codes, sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('boto3', 'botocore', 'pynamodb', 'airflow', 'httpx') or m == 'shardline.oncall.service')]))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [[0, 0, 0, 0], []]
     assert "shardline " in run("--version").stdout and run("-h").stdout == run("--help").stdout
@@ -71,11 +81,19 @@ def test_a_bad_logical_date_is_a_usage_error_that_shows_the_form():
 
 
 def test_cancel_without_a_terminal_asks_for_yes_and_changes_nothing():
-    result = subprocess.run([str(CLI), "--dags-folder", str(REPO / "dags"), "cancel", "daily_churn/run-1"],
-                            input="y\n", capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [str(CLI), "--dags-folder", str(REPO / "dags"), "cancel", "daily_churn/run-1"],
+        input="y\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 2
-    assert result.stderr.strip() == ("shardline cancel: refusing to cancel daily_churn/run-1 without a terminal to "
-                                     "confirm on; pass --yes to cancel it anyway")
+    assert result.stderr.strip() == (
+        "shardline cancel: refusing to cancel daily_churn/run-1 without a terminal to "
+        "confirm on; pass --yes to cancel it anyway"
+    )
 
 
 @pytest.mark.integration  # starts its own moto_server
@@ -94,11 +112,21 @@ def test_local_up_creates_what_the_specs_name_and_down_stops_it_from_any_directo
         assert "ledger table shardline-jobs: created" in up.stdout
         again = run("--dags-folder", str(REPO / "dags"), "local", "up", env=user, cwd=elsewhere)
         assert "already up" in again.stdout  # a second `up`, anywhere, adopts the running stack
-        s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         assert "shardline-demo" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
-        dynamodb = boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                                aws_secret_access_key="testing")
+        dynamodb = boto3.client(
+            "dynamodb",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         assert "shardline-jobs" in dynamodb.list_tables()["TableNames"]
         assert run("local", "status", env=user, cwd=elsewhere).returncode == 0
     finally:
@@ -122,7 +150,8 @@ def write_spec(dags: Path, ledger_table: str) -> None:
     (dags / "pipelines" / "p.yaml").write_text(
         f"pipeline: p\nledger_table: {ledger_table}\nsteps:\n  - name: score\n"
         f"    model: {{uri: s3://b/m.tar.gz, sha256: {PIN}}}\n"
-        "    input: {prefix: s3://b/in/}\n    output: {prefix: s3://b/out/}\n")
+        "    input: {prefix: s3://b/in/}\n    output: {prefix: s3://b/out/}\n"
+    )
 
 
 def test_an_unknown_run_says_how_to_find_the_right_one(aws_env, ledger_table, tmp_path):
@@ -183,14 +212,30 @@ def hostile_run(aws_env, ledger_table, tmp_path):
     model = bind_ledger(ledger_table)
     key = "s3://b/in/" + HOSTILE["key_name"]
     ensure_run(model, "p", "run-1")
-    start_attempt(model, "p", "run-1", "score", 1, [(key, 10), ("s3://b/in/good.parquet", 10)],
-                  plan_json=json.dumps({"input_prefix": "s3://b/in/", "output_prefix": "s3://b/out/",
-                                        "model_uri": "s3://b/model.tar.gz", "requested_instances": 1}))
-    worker = WorkerLedger(LedgerContext(ledger_table, "p", "run-1", "score", 1, input_uri="s3://b/in/"),
-                          HOSTILE["host"])
+    start_attempt(
+        model,
+        "p",
+        "run-1",
+        "score",
+        1,
+        [(key, 10), ("s3://b/in/good.parquet", 10)],
+        plan_json=json.dumps(
+            {
+                "input_prefix": "s3://b/in/",
+                "output_prefix": "s3://b/out/",
+                "model_uri": "s3://b/model.tar.gz",
+                "requested_instances": 1,
+            }
+        ),
+    )
+    worker = WorkerLedger(
+        LedgerContext(ledger_table, "p", "run-1", "score", 1, input_uri="s3://b/in/"), HOSTILE["host"]
+    )
     worker.claim_file(HOSTILE["key_name"])
-    worker.finish_file(HOSTILE["key_name"], FileOutcome(FileStatus.FAILED, error_class=HOSTILE["error_class"],
-                                                        error_message=HOSTILE["error_message"]))
+    worker.finish_file(
+        HOSTILE["key_name"],
+        FileOutcome(FileStatus.FAILED, error_class=HOSTILE["error_class"], error_message=HOSTILE["error_message"]),
+    )
     finish_step(model, "p", "run-1", "score", 1, StepStatus.FAILED, HOSTILE["step_message"])
     set_run_status(model, "p", "run-1", StepStatus.FAILED, HOSTILE["run_message"])
     # A second run, still going, with a STEP item of a hostile name: what `cancel` lists.
@@ -213,14 +258,26 @@ def test_ledger_text_is_printed_as_written_never_as_markup_or_terminal_controls(
 
     failed = run(*folder, "failed", "p/run-1", env=env)
     assert failed.returncode == 0, failed.stderr
-    printed_key = key.replace("\x1b", "\\x1b").replace("\x07", "\\x07").replace("\r", "\\r") \
-        .replace("\b", "\\x08").replace("\u202e", "\\u202e")
+    printed_key = (
+        key.replace("\x1b", "\\x1b")
+        .replace("\x07", "\\x07")
+        .replace("\r", "\\r")
+        .replace("\b", "\\x08")
+        .replace("\u202e", "\\u202e")
+    )
     # (the ERROR cell may wrap at a space: its parts are looked for one by one)
-    assert_printed_as_written(failed.stdout, printed_key, f"Corrupt{MARKUP}Error: row 7: {LINK}", "\\x1b[2J\\x1b]8;;",
-                              ":warning:", "algo-1\\x1b[2J")
+    assert_printed_as_written(
+        failed.stdout,
+        printed_key,
+        f"Corrupt{MARKUP}Error: row 7: {LINK}",
+        "\\x1b[2J\\x1b]8;;",
+        ":warning:",
+        "algo-1\\x1b[2J",
+    )
 
-    resubmit = run(*folder, "resubmit", "p/run-1", "--step", "score", "--all-failed", "--dry-run", "--ledger-only",
-                   env=env)
+    resubmit = run(
+        *folder, "resubmit", "p/run-1", "--step", "score", "--all-failed", "--dry-run", "--ledger-only", env=env
+    )
     assert resubmit.returncode == 0, resubmit.stderr
     assert_printed_as_written(resubmit.stdout, f"  {printed_key}")
 
@@ -236,7 +293,11 @@ def test_json_output_keeps_ledger_text_exact_and_escaped(hostile_run):
     assert "\x1b" not in failed.stdout and "\r" not in failed.stdout  # JSON writes them as \u001b, \r
     [row] = [r for r in json.loads(failed.stdout) if r["status"] == "FAILED"]
     assert (row["input_key"], row["host"], row["error_class"], row["error_message"]) == (
-        key, HOSTILE["host"], HOSTILE["error_class"], HOSTILE["error_message"])
+        key,
+        HOSTILE["host"],
+        HOSTILE["error_class"],
+        HOSTILE["error_message"],
+    )
     status = json.loads(run(*folder, "status", "p/run-1", "--json", env=env).stdout)
     assert (status["message"], status["steps"][0]["message"]) == (HOSTILE["run_message"], HOSTILE["step_message"])
 
@@ -254,21 +315,29 @@ def test_a_malformed_run_name_is_a_usage_error():
 
 
 def test_login_never_takes_a_secret_from_the_command_line(tmp_path):
-    refused = run("login", "https://airflow.example.com", "--token", "eyJsecret",
-                  env={"SHARDLINE_AIRFLOW_CONFIG": str(tmp_path / "login.json")})
+    refused = run(
+        "login",
+        "https://airflow.example.com",
+        "--token",
+        "eyJsecret",
+        env={"SHARDLINE_AIRFLOW_CONFIG": str(tmp_path / "login.json")},
+    )
     assert refused.returncode == 2, refused.stderr
     assert "--token-stdin" in refused.stderr and "ps" in refused.stderr
     assert not (tmp_path / "login.json").exists()
 
 
-@pytest.mark.parametrize(("url", "warned"), [
-    ("http://airflow.example.com:8080", True),
-    ("http://10.0.0.7:8080", True),
-    ("https://airflow.example.com", False),
-    ("http://localhost:8080", False),
-    ("http://127.0.0.1:8080", False),
-    ("http://[::1]:8080", False),
-])
+@pytest.mark.parametrize(
+    ("url", "warned"),
+    [
+        ("http://airflow.example.com:8080", True),
+        ("http://10.0.0.7:8080", True),
+        ("https://airflow.example.com", False),
+        ("http://localhost:8080", False),
+        ("http://127.0.0.1:8080", False),
+        ("http://[::1]:8080", False),
+    ],
+)
 def test_login_warns_before_sending_secrets_over_plain_http_to_another_host(url, warned):
     from shardline.oncall.cli import plain_http_warning
 
@@ -280,7 +349,9 @@ def test_login_warns_before_sending_secrets_over_plain_http_to_another_host(url,
 
 def test_the_core_install_runs_the_cli_without_the_report_libraries():
     """`pip install shardline` (no extras) has no numpy or matplotlib: every command still imports."""
-    code = ("import sys; sys.modules['numpy'] = None; sys.modules['matplotlib'] = None; "
-            "import shardline.oncall.cli, shardline.oncall.service")
+    code = (
+        "import sys; sys.modules['numpy'] = None; sys.modules['matplotlib'] = None; "
+        "import shardline.oncall.cli, shardline.oncall.service"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr

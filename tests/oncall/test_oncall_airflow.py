@@ -32,8 +32,12 @@ pytestmark = pytest.mark.slow
 def shardline(stack, *args: str, airflow: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the CLI as an engineer would; ``airflow`` replaces its SHARDLINE_AIRFLOW_* settings (``{}``: none)."""
     cli = Path(sys.executable).with_name("shardline")
-    env = {**stack.cli_env(), "PATH": str(cli.parent), "COLUMNS": "200",
-           "SHARDLINE_AIRFLOW_CONFIG": str(stack.home / "no-shardline-login.json")}  # never a developer's own
+    env = {
+        **stack.cli_env(),
+        "PATH": str(cli.parent),
+        "COLUMNS": "200",
+        "SHARDLINE_AIRFLOW_CONFIG": str(stack.home / "no-shardline-login.json"),
+    }  # never a developer's own
     if airflow is not None:
         env = {k: v for k, v in env.items() if not k.startswith("SHARDLINE_AIRFLOW_")} | airflow
         env.setdefault("SHARDLINE_AIRFLOW_CONFIG", str(stack.home / "no-shardline-login.json"))
@@ -41,8 +45,11 @@ def shardline(stack, *args: str, airflow: dict[str, str] | None = None) -> subpr
 
 
 def _password_env(url: str, stack) -> dict[str, str]:
-    return {"SHARDLINE_AIRFLOW_URL": url, "SHARDLINE_AIRFLOW_USERNAME": stack.username,
-            "SHARDLINE_AIRFLOW_PASSWORD": stack.password}
+    return {
+        "SHARDLINE_AIRFLOW_URL": url,
+        "SHARDLINE_AIRFLOW_USERNAME": stack.username,
+        "SHARDLINE_AIRFLOW_PASSWORD": stack.password,
+    }
 
 
 def _failed_and_fixed(stack, staged, hour: dt.datetime) -> tuple[str, str]:
@@ -115,13 +122,21 @@ def _task_log(stack, run_id: str, task_id: str) -> str:
     assert task_id in tis, tis
     try_number = tis[task_id]["try_number"]
     assert try_number >= 1, [(t["task_id"], t["state"], t["try_number"]) for t in tis.values()]
-    return str(client._call("GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-                            params={"full_content": "true"}))
+    return str(
+        client._call(
+            "GET",
+            f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true"},
+        )
+    )
 
 
 def _keys(s3, prefix: str) -> list[str]:
-    return [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
-            for o in page.get("Contents", [])]
+    return [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
 
 
 def _output_rows(s3, hour: dt.datetime) -> list[int]:
@@ -155,11 +170,17 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     failed = shardline(airflow_stack, "failed", ref, "--json")
     assert failed.returncode == 0, failed.stderr
     rows = json.loads(failed.stdout)
-    assert [(Path(r["input_key"]).name, r["error_class"]) for r in rows] == [("late-arrival.parquet",
-                                                                             "CorruptInputError")]
+    assert [(Path(r["input_key"]).name, r["error_class"]) for r in rows] == [
+        ("late-arrival.parquet", "CorruptInputError")
+    ]
     runs = shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json")
-    assert any(r["run_id"] == run_id and r["status"] == "FAILED" and r["airflow_state"] == "failed"
-               and r["disagreement"] is None for r in json.loads(runs.stdout)), runs.stdout
+    assert any(
+        r["run_id"] == run_id
+        and r["status"] == "FAILED"
+        and r["airflow_state"] == "failed"
+        and r["disagreement"] is None
+        for r in json.loads(runs.stdout)
+    ), runs.stdout
     out_prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
     assert not _keys(staged["s3"], out_prefix + "_SUCCESS")  # a failed step never marks its prefix complete
 
@@ -181,16 +202,21 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     said = again.stdout + again.stderr
     # Which refusal depends on how far attempt 2 got meanwhile (running, ended but not yet recorded by its
     # sensor, or recorded): each one submits nothing.
-    assert ("is still InProgress" in said and again.returncode == 0) or \
-        ("has not ended yet" in said and again.returncode == 1) or \
-        ("has not recorded the outcome yet" in said and again.returncode == 1) or "nothing to resubmit" in said, said
+    assert (
+        ("is still InProgress" in said and again.returncode == 0)
+        or ("has not ended yet" in said and again.returncode == 1)
+        or ("has not recorded the outcome yet" in said and again.returncode == 1)
+        or "nothing to resubmit" in said
+    ), said
     assert json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)["steps"][0]["attempt"] == 2
 
     run = airflow_stack.wait_for_run(PIPELINE, run_id)
     assert run["state"] == "success", airflow_stack.tail()
     # Reported, not asserted (no test depends on timing): the README quotes this figure.
-    print(f"on-call loop: from the failed DAG run to green in {time.monotonic() - failed_at:.0f} s "
-          "(reading the failure, the status and failed views, fixing the input, a dry run, the resubmission)")
+    print(
+        f"on-call loop: from the failed DAG run to green in {time.monotonic() - failed_at:.0f} s "
+        "(reading the failure, the status and failed views, fixing the input, a dry run, the resubmission)"
+    )
 
     ids = _output_rows(staged["s3"], hour)
     expected = 20_000 + 5_000  # four files of 5,000 rows, and the fixed file (a copy of the first)
@@ -204,8 +230,11 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     # What downstream readers trust: _SUCCESS now, each attempt's instance manifests (attempt 2's did not
     # overwrite attempt 1's) covering every output, and the step's outputs manifest naming each one's attempt.
     s3 = staged["s3"]
-    outputs = {k.removeprefix(out_prefix) for k in _keys(s3, out_prefix) if "/_" not in "/" + k.removeprefix(
-        out_prefix) and k.endswith(".parquet")}
+    outputs = {
+        k.removeprefix(out_prefix)
+        for k in _keys(s3, out_prefix)
+        if "/_" not in "/" + k.removeprefix(out_prefix) and k.endswith(".parquet")
+    }
     assert len(outputs) == 5
     marker = json.loads(s3.get_object(Bucket=BUCKET, Key=out_prefix + "_SUCCESS")["Body"].read())
     assert (marker["run_id"], marker["attempts"], marker["outputs"], marker["rows_out"]) == (run_id, 2, 5, expected)
@@ -220,7 +249,9 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     outputs_manifest = marker["manifest"].removeprefix(f"s3://{BUCKET}/")
     manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=outputs_manifest)["Body"].read())
     assert {Path(o["output"]).name: o["attempt"] for o in manifest["outputs"]} == {
-        **{name: 1 for name in outputs - {"late-arrival.parquet"}}, "late-arrival.parquet": 2}
+        **{name: 1 for name in outputs - {"late-arrival.parquet"}},
+        "late-arrival.parquet": 2,
+    }
     # The Asset event says the same.
     events = airflow_stack.client()._call("GET", "/assets/events", params={"source_run_id": run_id})
     extras = [e["extra"] for e in events["asset_events"] if e["source_run_id"] == run_id]
@@ -232,8 +263,9 @@ def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, stage
     hour = dt.datetime(2026, 11, 22, 4, tzinfo=dt.UTC)
     prefix = staged["upload_hour"](hour, corrupt=False)
     client = airflow_stack.client()
-    run_id = _trigger(airflow_stack, hour, {"input_prefix": f"s3://{BUCKET}/{prefix}", "instance_count": 3,
-                                            "dry_run": True})
+    run_id = _trigger(
+        airflow_stack, hour, {"input_prefix": f"s3://{BUCKET}/{prefix}", "instance_count": 3, "dry_run": True}
+    )
     run = airflow_stack.wait_for_run(PIPELINE, run_id)
     assert run["conf"]["instance_count"] == 3
     states = {t["task_id"]: t["state"] for t in client.task_instances(PIPELINE, run_id)}
@@ -246,18 +278,21 @@ def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, stage
     assert "prediction: rows 20, NaN 0" in text and "preview of s3://" in text, text[-3000:]
 
 
-@pytest.mark.parametrize(("conf", "field"), [
-    ({"instance_count": 0}, "instance_count"),
-    ({"input_prefix": "/local/path"}, "input_prefix"),
-    ({"dry_run": "maybe"}, "dry_run"),
-    # Trust boundary: a conf may not point the job at another bucket or climb out of the spec's prefix,
-    ({"input_prefix": "s3://someone-elses-bucket/events/"}, "input_prefix"),
-    ({"input_prefix": f"s3://{BUCKET}/events/../models/"}, "input_prefix"),
-    ({"input_prefix": f"s3://{BUCKET}/events//tmp/"}, "input_prefix"),
-    # nor pick a model outside the model prefix.
-    ({"model_version": "../../other-team/model"}, "model_version"),
-    ({"model_version": ".."}, "model_version"),
-])
+@pytest.mark.parametrize(
+    ("conf", "field"),
+    [
+        ({"instance_count": 0}, "instance_count"),
+        ({"input_prefix": "/local/path"}, "input_prefix"),
+        ({"dry_run": "maybe"}, "dry_run"),
+        # Trust boundary: a conf may not point the job at another bucket or climb out of the spec's prefix,
+        ({"input_prefix": "s3://someone-elses-bucket/events/"}, "input_prefix"),
+        ({"input_prefix": f"s3://{BUCKET}/events/../models/"}, "input_prefix"),
+        ({"input_prefix": f"s3://{BUCKET}/events//tmp/"}, "input_prefix"),
+        # nor pick a model outside the model prefix.
+        ({"model_version": "../../other-team/model"}, "model_version"),
+        ({"model_version": ".."}, "model_version"),
+    ],
+)
 def test_the_trigger_form_refuses_a_bad_conf_and_names_the_field(airflow_stack, conf, field):
     with pytest.raises(AirflowApiError) as err:
         airflow_stack.client().trigger(PIPELINE, conf, logical_date=None)
@@ -274,7 +309,9 @@ def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_p
         staged["s3"].upload_file(str(path), BUCKET, prefix + path.name)
     # A model that never loads: the job is certainly still running when it is cancelled, however busy
     # the machine (a big input that is merely slow can finish first).
-    write_inference_script(tmp_path / "endless", """
+    write_inference_script(
+        tmp_path / "endless",
+        """
         import time
 
         def model_fn(model_dir):
@@ -283,7 +320,8 @@ def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_p
 
         def predict_fn(data, model):
             return data[:, 0]
-    """)
+    """,
+    )
     synthetic.pack(tmp_path / "endless", tmp_path / "endless.tar.gz")
     staged["s3"].upload_file(str(tmp_path / "endless.tar.gz"), BUCKET, "models/xgboost/endless/model.tar.gz")
     run_id = _trigger(airflow_stack, hour, {"model_version": "endless"})
@@ -291,8 +329,11 @@ def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_p
     deadline = time.monotonic() + 180
     while True:  # wait until the job runs
         status = shardline(airflow_stack, "status", ref, "--json")
-        if status.returncode == 0 and json.loads(status.stdout)["steps"] and \
-                json.loads(status.stdout)["steps"][0]["job_status"] == "InProgress":
+        if (
+            status.returncode == 0
+            and json.loads(status.stdout)["steps"]
+            and json.loads(status.stdout)["steps"][0]["job_status"] == "InProgress"
+        ):
             break
         assert time.monotonic() < deadline, status.stdout + status.stderr + airflow_stack.tail()
         time.sleep(1)
@@ -324,20 +365,32 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
     assert "Airflow is not configured, so nothing was submitted" in bare.stderr, bare.stderr
     assert "shardline login URL" in bare.stderr and "SHARDLINE_AIRFLOW_URL" in bare.stderr, bare.stderr
     # A user who may read but not clear tasks: Airflow's own answer to a dry-run clear refuses it up front.
-    viewer = shardline(airflow_stack, *command, airflow={
-        "SHARDLINE_AIRFLOW_URL": airflow_stack.url,
-        "SHARDLINE_AIRFLOW_TOKEN": airflow_stack.token_for("viewer", "viewer")})
+    viewer = shardline(
+        airflow_stack,
+        *command,
+        airflow={
+            "SHARDLINE_AIRFLOW_URL": airflow_stack.url,
+            "SHARDLINE_AIRFLOW_TOKEN": airflow_stack.token_for("viewer", "viewer"),
+        },
+    )
     assert viewer.returncode == 1, viewer.stdout + viewer.stderr
     assert "would not let this caller clear watch_score" in viewer.stderr and "403" in viewer.stderr, viewer.stderr
     assert "nothing was submitted" in viewer.stderr and "Op role" in viewer.stderr, viewer.stderr
     # A token that is missing, cut short, or expired: each refusal names its own fix, and none blames a role.
     admin = airflow_stack.token_for(airflow_stack.username, "admin")
     for case, token, expected in [
-            ("missing", None, "needs a token, and none was sent"),
-            ("cut short", admin[:-12], "cannot read the token"),
-            ("expired", airflow_stack.token_for(airflow_stack.username, "admin", expires_in=-60), "has expired")]:
-        answer = shardline(airflow_stack, *command, airflow={"SHARDLINE_AIRFLOW_URL": airflow_stack.url,
-                                                             **({"SHARDLINE_AIRFLOW_TOKEN": token} if token else {})})
+        ("missing", None, "needs a token, and none was sent"),
+        ("cut short", admin[:-12], "cannot read the token"),
+        ("expired", airflow_stack.token_for(airflow_stack.username, "admin", expires_in=-60), "has expired"),
+    ]:
+        answer = shardline(
+            airflow_stack,
+            *command,
+            airflow={
+                "SHARDLINE_AIRFLOW_URL": airflow_stack.url,
+                **({"SHARDLINE_AIRFLOW_TOKEN": token} if token else {}),
+            },
+        )
         assert answer.returncode == 1, (case, answer.stdout + answer.stderr)
         assert expected in answer.stderr and "nothing was submitted" in answer.stderr, (case, answer.stderr)
         assert "Op role" not in answer.stderr and "admin for it" not in answer.stderr, (case, answer.stderr)
@@ -347,9 +400,15 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
     cli = Path(sys.executable).with_name("shardline")
     env = {k: v for k, v in airflow_stack.cli_env().items() if not k.startswith("SHARDLINE_AIRFLOW_")}
     env |= {"PATH": str(cli.parent), "SHARDLINE_AIRFLOW_CONFIG": str(login_file)}
-    logged_in = subprocess.run([str(cli), "login", airflow_stack.url, "--username", airflow_stack.username,
-                                "--password-stdin"], input=airflow_stack.password + "\n", env=env,
-                               capture_output=True, text=True, timeout=120, check=False)
+    logged_in = subprocess.run(
+        [str(cli), "login", airflow_stack.url, "--username", airflow_stack.username, "--password-stdin"],
+        input=airflow_stack.password + "\n",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert logged_in.returncode == 0 and "logged in to" in logged_in.stdout, logged_in.stdout + logged_in.stderr
     dry = shardline(airflow_stack, *command, "--dry-run", airflow={"SHARDLINE_AIRFLOW_CONFIG": str(login_file)})
     assert dry.returncode == 0 and "would submit attempt 2" in dry.stdout, dry.stdout + dry.stderr
@@ -378,7 +437,11 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
     assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
     view = _attempt(airflow_stack, ref)
     assert (view["status"], view["steps"][0]["attempt"], view["airflow_state"], view["disagreement"]) == (
-        "SUCCEEDED", 2, "success", None)
+        "SUCCEEDED",
+        2,
+        "success",
+        None,
+    )
     _assert_every_row_once(staged, hour)
 
 
@@ -425,16 +488,19 @@ def test_an_unknown_conf_key_fails_the_run_at_plan_naming_the_key(airflow_stack,
     assert command == ["rerun", f"{PIPELINE}/{run_id}", "--conf", "{...}"], command
     # A conf the trigger form would refuse is refused before anything is deleted.
     refused = shardline(airflow_stack, *command[:-1], '{"instance_count": 0}')
-    assert refused.returncode != 0 and "instance_count 0 must be null or a whole number" in refused.stderr, \
+    assert refused.returncode != 0 and "instance_count 0 must be null or a whole number" in refused.stderr, (
         refused.stdout + refused.stderr
+    )
     assert airflow_stack.client().dag_run(PIPELINE, run_id)["state"] == "failed"  # still there
     again = shardline(airflow_stack, *command[:-1], '{"instance_count": 1}')
     assert again.returncode == 0, again.stdout + again.stderr
     new_run = re.search(r"triggered it again as (\S+) with conf", again.stdout).group(1)
     assert airflow_stack.wait_for_run(PIPELINE, new_run)["state"] == "success", airflow_stack.tail()
     rerun = airflow_stack.client().dag_run(PIPELINE, new_run)
-    assert (rerun["data_interval_start"], rerun["conf"]) == (hour.isoformat().replace("+00:00", "Z"),
-                                                             {"instance_count": 1}), rerun
+    assert (rerun["data_interval_start"], rerun["conf"]) == (
+        hour.isoformat().replace("+00:00", "Z"),
+        {"instance_count": 1},
+    ), rerun
     with pytest.raises(AirflowApiError, match="404"):  # the failed run made way for it (one run per logical date)
         airflow_stack.client().dag_run(PIPELINE, run_id)
 
@@ -511,8 +577,10 @@ def test_a_model_that_is_not_there_fails_the_plan_at_once_naming_the_uri_with_no
     plan = airflow_stack.client().task_instance(PIPELINE, run_id, "plan_score")
     assert plan["state"] == "failed" and plan["try_number"] == 1, plan  # a setup error is not retried
     # Reported, not asserted (no test depends on timing).
-    print(f"missing model: plan_score failed {(_utc(plan['end_date']) - _utc(plan['start_date'])).total_seconds():.1f}"
-          " s after it started")
+    print(
+        f"missing model: plan_score failed {(_utc(plan['end_date']) - _utc(plan['start_date'])).total_seconds():.1f}"
+        " s after it started"
+    )
     uri = f"s3://{BUCKET}/models/xgboost/v9/model.tar.gz"
     log = _task_log(airflow_stack, run_id, "plan_score")
     # It names what is there instead (v1, and any version another test uploaded).
@@ -526,8 +594,11 @@ def test_a_model_that_is_not_there_fails_the_plan_at_once_naming_the_uri_with_no
     command = _printed_commands(log, "rerun")[0]
     assert command == ["rerun", f"{PIPELINE}/{run_id}"], command
     s3 = staged["s3"]
-    s3.copy_object(Bucket=BUCKET, Key="models/xgboost/v9/model.tar.gz",
-                   CopySource={"Bucket": BUCKET, "Key": "models/xgboost/v1/model.tar.gz"})
+    s3.copy_object(
+        Bucket=BUCKET,
+        Key="models/xgboost/v9/model.tar.gz",
+        CopySource={"Bucket": BUCKET, "Key": "models/xgboost/v1/model.tar.gz"},
+    )
     try:
         again = shardline(airflow_stack, *command)
         assert again.returncode == 0 and "cleared plan_score" in again.stdout, again.stdout + again.stderr

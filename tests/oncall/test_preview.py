@@ -57,15 +57,29 @@ def bucket(aws_env):
 def _spec(bucket: str, **model) -> object:
     if not (model.get("versions") or model.get("sha256")):
         model.setdefault("allow_unpinned", True)  # these tests train a fresh model each time
-    return parse_spec({
-        "pipeline": "preview_test", "schedule": "@hourly",
-        "steps": [{"name": "score",
-                   "model": {"uri": f"s3://{bucket}/models/{{{{ params.model_version }}}}/model.tar.gz",
-                             "version": "v1", **model},
-                   "input": {"prefix": f"s3://{bucket}/in/dt={{{{ ds }}}}/", "passthrough": ["id"],
-                             "features": synthetic.feature_names()},
-                   "output": {"prefix": f"s3://{bucket}/out/dt={{{{ ds }}}}/"}}],
-    }, "preview_test.yaml")
+    return parse_spec(
+        {
+            "pipeline": "preview_test",
+            "schedule": "@hourly",
+            "steps": [
+                {
+                    "name": "score",
+                    "model": {
+                        "uri": f"s3://{bucket}/models/{{{{ params.model_version }}}}/model.tar.gz",
+                        "version": "v1",
+                        **model,
+                    },
+                    "input": {
+                        "prefix": f"s3://{bucket}/in/dt={{{{ ds }}}}/",
+                        "passthrough": ["id"],
+                        "features": synthetic.feature_names(),
+                    },
+                    "output": {"prefix": f"s3://{bucket}/out/dt={{{{ ds }}}}/"},
+                }
+            ],
+        },
+        "preview_test.yaml",
+    )
 
 
 def _upload_model(s3, bucket: str, model_dir: Path, tmp_path: Path, version: str = "v1") -> str:
@@ -122,8 +136,14 @@ def test_the_preview_samples_text_inputs_by_their_first_lines(bucket, sklearn_mo
     _upload_model(s3, bucket_name, sklearn_model.parent, tmp_path)
     spec = _spec(bucket_name)
 
-    result = preview_step(spec, "score", s3, model_uri=f"s3://{bucket_name}/models/v1/model.tar.gz",
-                          input_uri=f"s3://{bucket_name}/in/{name}", rows=5)
+    result = preview_step(
+        spec,
+        "score",
+        s3,
+        model_uri=f"s3://{bucket_name}/models/v1/model.tar.gz",
+        input_uri=f"s3://{bucket_name}/in/{name}",
+        rows=5,
+    )
 
     assert result.ok, result.render() + result.log
     import joblib
@@ -167,8 +187,10 @@ def test_the_sample_reads_a_bounded_number_of_bytes_and_lines(bucket, tmp_path):
     assert sample.read_bytes().count(b"\n") == 21
     with pytest.raises(SampleTooLarge, match="are over"):
         fetch_sample(s3, name, "in/bomb.csv.gz", 10 * cap, tmp_path / "bomb2", max_bytes=cap)
-    assert fetch_sample(s3, name, "in/fine.csv", 20, tmp_path / "fine", max_bytes=cap).read_bytes() \
+    assert (
+        fetch_sample(s3, name, "in/fine.csv", 20, tmp_path / "fine", max_bytes=cap).read_bytes()
         == b"a,b\n" + b"1,2\n" * 20
+    )
 
 
 @pytest.mark.slow
@@ -183,13 +205,20 @@ def test_a_script_that_takes_one_record_fails_the_preview_naming_the_setting(buc
     pq.write_table(synthetic.make_table(100, seed=1), buf)
     s3.put_object(Bucket=name, Key="in/a.parquet", Body=buf.getvalue())
 
-    refused = preview_step(_spec(name), "score", s3, model_uri=f"s3://{name}/models/v1/model.tar.gz",
-                           input_uri=f"s3://{name}/in/", rows=5)
+    refused = preview_step(
+        _spec(name), "score", s3, model_uri=f"s3://{name}/models/v1/model.tar.gz", input_uri=f"s3://{name}/in/", rows=5
+    )
     assert refused.exit_code == 3
     assert "FAILS:" in refused.text and "batch_strategy: single_record" in refused.text, refused.text
 
-    fixed = preview_step(_spec(name, batch_strategy="single_record"), "score", s3,
-                         model_uri=f"s3://{name}/models/v1/model.tar.gz", input_uri=f"s3://{name}/in/", rows=5)
+    fixed = preview_step(
+        _spec(name, batch_strategy="single_record"),
+        "score",
+        s3,
+        model_uri=f"s3://{name}/models/v1/model.tar.gz",
+        input_uri=f"s3://{name}/in/",
+        rows=5,
+    )
     assert fixed.ok, fixed.render() + fixed.log
     assert "calls agree on all 5 rows" not in fixed.text  # multi-record breaks this script: said as a note
     assert "with batch_strategy multi_record the script fails" in fixed.text, fixed.text
@@ -198,8 +227,13 @@ def test_a_script_that_takes_one_record_fails_the_preview_naming_the_setting(buc
 def test_no_input_is_a_clear_error(bucket):
     s3, name = bucket
     with pytest.raises(PreviewError, match=r"no input files under s3://.*/in/dt=2026-11-23/.*--input"):
-        preview_step(_spec(name), "score", s3, model_uri=f"s3://{name}/models/v1/model.tar.gz",
-                     input_uri=f"s3://{name}/in/dt=2026-11-23/")
+        preview_step(
+            _spec(name),
+            "score",
+            s3,
+            model_uri=f"s3://{name}/models/v1/model.tar.gz",
+            input_uri=f"s3://{name}/in/dt=2026-11-23/",
+        )
 
 
 @pytest.mark.slow
@@ -213,20 +247,51 @@ def test_shardline_preview_on_the_command_line(bucket, xgboost_model, tmp_path, 
     sink = io.BytesIO()
     pacsv.write_csv(pa.table(synthetic.make_table(50, seed=2)), sink)
     s3.put_object(Bucket=name, Key="in/dt=2026-11-22/x.csv", Body=sink.getvalue())
-    command = [sys.executable, "-m", "shardline.oncall.cli", "--dags-folder", str(dags), "preview", "preview_test",
-               "--rows", "4", "--model-version", "v2", "--logical-date", "2026-11-22T10:00"]
-    done = subprocess.run(command, env=aws_env | {"PATH": str(Path(sys.executable).parent)}, capture_output=True,
-                          text=True, timeout=300, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "shardline.oncall.cli",
+        "--dags-folder",
+        str(dags),
+        "preview",
+        "preview_test",
+        "--rows",
+        "4",
+        "--model-version",
+        "v2",
+        "--logical-date",
+        "2026-11-22T10:00",
+    ]
+    done = subprocess.run(
+        command,
+        env=aws_env | {"PATH": str(Path(sys.executable).parent)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"model s3://{name}/models/v2/model.tar.gz, sample s3://{name}/in/dt=2026-11-22/x.csv" in done.stdout
     assert "4 row(s), model xgboost" in done.stdout
 
-    as_json = subprocess.run([*command, "--json"], env=aws_env | {"PATH": str(Path(sys.executable).parent)},
-                             capture_output=True, text=True, timeout=300, check=False)
+    as_json = subprocess.run(
+        [*command, "--json"],
+        env=aws_env | {"PATH": str(Path(sys.executable).parent)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert json.loads(as_json.stdout)["report"]["rows"] == 4
 
-    missing = subprocess.run([*command[:-2], "--logical-date", "2026-11-23"], capture_output=True, text=True,
-                             env=aws_env | {"PATH": str(Path(sys.executable).parent)}, timeout=300, check=False)
+    missing = subprocess.run(
+        [*command[:-2], "--logical-date", "2026-11-23"],
+        capture_output=True,
+        text=True,
+        env=aws_env | {"PATH": str(Path(sys.executable).parent)},
+        timeout=300,
+        check=False,
+    )
     assert missing.returncode == 1
     assert "no input files under" in missing.stderr and "--logical-date" in missing.stderr
 
@@ -241,6 +306,11 @@ def test_an_unpinned_model_is_not_previewed_as_a_process(bucket, xgboost_model, 
     monkeypatch.setenv("SHARDLINE_LOCAL_RUNTIME", "process")
     monkeypatch.delenv("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS")
     with pytest.raises(PreviewError) as refused:
-        preview_step(spec, "score", s3, model_uri=f"s3://{name}/models/v1/model.tar.gz",
-                     input_uri=f"s3://{name}/in/dt=2026-11-22/")
+        preview_step(
+            spec,
+            "score",
+            s3,
+            model_uri=f"s3://{name}/models/v1/model.tar.gz",
+            input_uri=f"s3://{name}/in/dt=2026-11-22/",
+        )
     assert "model.sha256 or model.versions" in str(refused.value) and "Docker" in str(refused.value)

@@ -24,23 +24,36 @@ PIPELINE = "report_cli"
 
 def run(*args: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     here = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "BROWSER")}
-    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=120, check=False,
-                          env={**here, "COLUMNS": "160", **env}, cwd=cwd)
+    return subprocess.run(
+        [str(CLI), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**here, "COLUMNS": "160", **env},
+        cwd=cwd,
+    )
 
 
 def write_dags(spec, folder: Path) -> list[str]:
     """The spec as a DAGs folder's YAML, where the CLI finds it; the CLI's --dags-folder arguments."""
     (folder / "pipelines").mkdir(parents=True)
     (folder / "pipelines" / f"{spec.pipeline}.yaml").write_text(
-        yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False))
+        yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    )
     return ["--dags-folder", str(folder)]
 
 
 @pytest.fixture
 def staged(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    spec, bucket = stage_step(PIPELINE, ledger_table, xgboost_model.parent, tmp_path,
-                              {f"part-{i}.parquet": parquet_bytes(300, i * 300) for i in range(3)})
+    spec, bucket = stage_step(
+        PIPELINE,
+        ledger_table,
+        xgboost_model.parent,
+        tmp_path,
+        {f"part-{i}.parquet": parquet_bytes(300, i * 300) for i in range(3)},
+    )
     work = tmp_path / "cwd"
     work.mkdir()
     return spec, bucket, write_dags(spec, tmp_path / "dags"), aws_env, work
@@ -94,8 +107,18 @@ def test_report_fetches_a_finished_step_s_report_to_a_local_file(staged, tmp_pat
     fake_browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
     fake_browser.chmod(0o755)
     out = tmp_path / "elsewhere" / "r.html"
-    chosen = run(*dags, "report", f"{PIPELINE}/run-1", "--step", "score", "--out", str(out), "--open",
-                 env={**env, "BROWSER": f"{fake_browser} %s"}, cwd=cwd)
+    chosen = run(
+        *dags,
+        "report",
+        f"{PIPELINE}/run-1",
+        "--step",
+        "score",
+        "--out",
+        str(out),
+        "--open",
+        env={**env, "BROWSER": f"{fake_browser} %s"},
+        cwd=cwd,
+    )
     assert chosen.returncode == 0, chosen.stderr
     assert chosen.stdout.splitlines() == [str(out)] and out.read_bytes() == html
     assert opened.read_text() == out.resolve().as_uri()
@@ -134,15 +157,23 @@ def test_report_open_never_runs_a_script_someone_wrote_to_the_bucket(staged, tmp
     script = "<script>document.title='RAN'; window.ran = true</script>"
     s3.put_object(Bucket=bucket, Key=folder + "report.html", Body=f"<html><head><title>page</title>{script}".encode())
     report = json.loads(s3_body(bucket, folder + "report.json"))
-    report["notes"].append(f"</p>{script}<img src=x onerror=\"window.ran=true\">")
+    report["notes"].append(f'</p>{script}<img src=x onerror="window.ran=true">')
     s3.put_object(Bucket=bucket, Key=folder + "report.json", Body=json.dumps(report).encode())
 
     # `--open` hands the page's URI to the web browser ($BROWSER): recorded here, then opened in Chromium.
     opened, fake_browser = tmp_path / "opened.txt", tmp_path / "browser.sh"
     fake_browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
     fake_browser.chmod(0o755)
-    fetched = run(*dags, "report", f"{PIPELINE}/run-h", "--step", "score", "--open",
-                  env={**env, "BROWSER": f"{fake_browser} %s"}, cwd=cwd)
+    fetched = run(
+        *dags,
+        "report",
+        f"{PIPELINE}/run-h",
+        "--step",
+        "score",
+        "--open",
+        env={**env, "BROWSER": f"{fake_browser} %s"},
+        cwd=cwd,
+    )
     assert fetched.returncode == 0, fetched.stderr
     out = Path(fetched.stdout.splitlines()[0])
     assert opened.read_text() == out.resolve().as_uri()

@@ -10,8 +10,16 @@ from shardline.oncall.views import Next, choose_next, disagreement
 
 
 def choose(*, job_running=False, step="FAILED", watch="failed", files=1, force=False):
-    return choose_next(attempt=2, job="sl-p-2", job_running=job_running, step_status=step, watch_state=watch,
-                       files=files, force=force, watch="watch_score")
+    return choose_next(
+        attempt=2,
+        job="sl-p-2",
+        job_running=job_running,
+        step_status=step,
+        watch_state=watch,
+        files=files,
+        force=force,
+        watch="watch_score",
+    )
 
 
 def test_a_failed_step_gets_a_new_attempt_and_its_finished_watch_task_is_cleared():
@@ -59,10 +67,19 @@ def test_without_airflow_ledger_only_submits_and_clears_nothing():
     assert choose(job_running=True, step="RUNNING", watch=None).next is Next.NOTHING
 
 
-@pytest.mark.parametrize(("ledger", "airflow"), [
-    ("SUCCEEDED", "success"), ("PARTIAL", "success"), ("FAILED", "failed"), ("CANCELLED", "failed"),
-    ("RUNNING", "running"), ("PLANNED", "queued"), ("RUNNING", None), ("UNKNOWN", "failed"),
-])
+@pytest.mark.parametrize(
+    ("ledger", "airflow"),
+    [
+        ("SUCCEEDED", "success"),
+        ("PARTIAL", "success"),
+        ("FAILED", "failed"),
+        ("CANCELLED", "failed"),
+        ("RUNNING", "running"),
+        ("PLANNED", "queued"),
+        ("RUNNING", None),
+        ("UNKNOWN", "failed"),
+    ],
+)
 def test_agreeing_states_are_not_flagged(ledger, airflow):
     assert disagreement(ledger, airflow, "p/r1", "score") is None
 

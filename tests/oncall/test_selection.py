@@ -40,8 +40,9 @@ FILES = [
 
 def test_all_failed_takes_every_file_that_has_not_succeeded_in_any_attempt():
     plan = selection.choose_files(REF, STEP, 2, FILES, all_failed=True)
-    assert plan.files == [PREFIX + n for n in ("b.parquet", "d.parquet", "e.parquet", "f.parquet", "g.parquet",
-                                               "h.parquet")]
+    assert plan.files == [
+        PREFIX + n for n in ("b.parquet", "d.parquet", "e.parquet", "f.parquet", "g.parquet", "h.parquet")
+    ]
     assert (plan.ref, plan.step, plan.reason) == (REF, STEP, "every file that has not succeeded")
 
 
@@ -55,25 +56,49 @@ def test_a_shard_takes_the_unfinished_or_failed_files_its_instance_had_in_the_ne
 
 
 def test_a_shard_takes_the_files_the_manifest_dealt_it_that_it_never_claimed():
-    attempt = Attempt(pipeline="p", run_id="run-1", step=STEP, number=2, input_prefix=PREFIX,
-                      output_prefix="s3://b/out/", model_uri="s3://b/m.tar.gz", requested_instances=3)
+    attempt = Attempt(
+        pipeline="p",
+        run_id="run-1",
+        step=STEP,
+        number=2,
+        input_prefix=PREFIX,
+        output_prefix="s3://b/out/",
+        model_uri="s3://b/m.tar.gz",
+        requested_instances=3,
+    )
     keys = [f"in/{n}.parquet" for n in "bdefgh"]  # the order the planner dealt them in
     manifest = json.loads(manifest_body(PREFIX, keys))
     dealt = selection.dealt_hosts(manifest, attempt)
     # Round robin over 3 instances: entry j goes to algo-(j % 3 + 1).
-    assert dealt == {PREFIX + "b.parquet": "algo-1", PREFIX + "d.parquet": "algo-2", PREFIX + "e.parquet": "algo-3",
-                     PREFIX + "f.parquet": "algo-1", PREFIX + "g.parquet": "algo-2", PREFIX + "h.parquet": "algo-3"}
+    assert dealt == {
+        PREFIX + "b.parquet": "algo-1",
+        PREFIX + "d.parquet": "algo-2",
+        PREFIX + "e.parquet": "algo-3",
+        PREFIX + "f.parquet": "algo-1",
+        PREFIX + "g.parquet": "algo-2",
+        PREFIX + "h.parquet": "algo-3",
+    }
     assert selection.needs_deal(FILES, 2)
     # h.parquet was never claimed, and the deal gave it to algo-3; a host the ledger recorded wins over the deal.
     plan = selection.choose_files(REF, STEP, 2, FILES, shard="algo-3", dealt=dealt)
     assert plan.files == [PREFIX + "g.parquet", PREFIX + "h.parquet"]
     assert selection.choose_files(REF, STEP, 2, FILES, shard="algo-2", dealt=dealt).files == [
-        PREFIX + "d.parquet", PREFIX + "e.parquet"]
+        PREFIX + "d.parquet",
+        PREFIX + "e.parquet",
+    ]
 
 
 def test_the_deal_never_counts_more_instances_than_the_attempt_had_files():
-    attempt = Attempt(pipeline="p", run_id="run-1", step=STEP, number=1, input_prefix=PREFIX,
-                      output_prefix="s3://b/out/", model_uri="s3://b/m.tar.gz", requested_instances=8)
+    attempt = Attempt(
+        pipeline="p",
+        run_id="run-1",
+        step=STEP,
+        number=1,
+        input_prefix=PREFIX,
+        output_prefix="s3://b/out/",
+        model_uri="s3://b/m.tar.gz",
+        requested_instances=8,
+    )
     dealt = selection.dealt_hosts(json.loads(manifest_body(PREFIX, ["in/x", "in/y"])), attempt)
     assert dealt == {PREFIX + "x": "algo-1", PREFIX + "y": "algo-2"}
 
@@ -96,8 +121,10 @@ def test_chosen_files_are_named_by_uri_or_by_key_under_the_input_prefix_and_succ
 def test_a_file_that_is_no_input_of_the_step_is_a_bad_request_that_says_where_to_look():
     with pytest.raises(BadRequest) as err:
         selection.choose_files(REF, STEP, 2, FILES, keys=["d.parquet", "nope.parquet"])
-    assert str(err.value) == ("'nope.parquet' is not an input of step score; `shardline failed p/run-1 --step score` "
-                              "lists the files that can be resubmitted (pass one as --file, or use --all-failed)")
+    assert str(err.value) == (
+        "'nope.parquet' is not an input of step score; `shardline failed p/run-1 --step score` "
+        "lists the files that can be resubmitted (pass one as --file, or use --all-failed)"
+    )
     assert (err.value.http_status, err.value.exit_code) == (400, 2)
     with pytest.raises(BadRequest, match=r"^'x', 's3://other/d.parquet' are not an input of step score"):
         selection.choose_files(REF, STEP, 2, FILES, keys=["x", "s3://other/d.parquet"])
@@ -108,17 +135,26 @@ def test_a_relative_key_that_two_inputs_end_with_names_neither():
     with pytest.raises(BadRequest, match=r"'part\.parquet' is not an input"):
         selection.choose_files(REF, STEP, 1, files, keys=["part.parquet"])
     assert selection.choose_files(REF, STEP, 1, files, keys=["day=2/part.parquet"]).files == [
-        PREFIX + "day=2/part.parquet"]
+        PREFIX + "day=2/part.parquet"
+    ]
 
 
-@pytest.mark.parametrize("choice", [{}, {"all_failed": True, "shard": "algo-1"}, {"shard": "algo-1", "keys": ["x"]},
-                                    {"all_failed": True, "keys": ["x"]}])
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {},
+        {"all_failed": True, "shard": "algo-1"},
+        {"shard": "algo-1", "keys": ["x"]},
+        {"all_failed": True, "keys": ["x"]},
+    ],
+)
 def test_exactly_one_way_of_choosing_is_taken(choice):
     with pytest.raises(BadRequest, match="exactly one of --all-failed, --shard HOST or --file KEY"):
         selection.choose_files(REF, STEP, 2, FILES, **choice)
     with pytest.raises(BadRequest):
-        selection.check_one_choice(shard=choice.get("shard"), files=choice.get("keys", ()),
-                                   all_failed=choice.get("all_failed", False))
+        selection.check_one_choice(
+            shard=choice.get("shard"), files=choice.get("keys", ()), all_failed=choice.get("all_failed", False)
+        )
 
 
 def test_nothing_left_to_choose_is_an_empty_plan_not_an_error():

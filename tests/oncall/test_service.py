@@ -91,8 +91,7 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
     assert "shardline resubmit oncall_test/run-1 --step score --all-failed" in step.message
 
     failed = oncall.failed(ref)
-    assert [(f.input_key, f.error_class) for f in failed] == [(f"s3://{bucket}/in/part-9.parquet",
-                                                               "CorruptInputError")]
+    assert [(f.input_key, f.error_class) for f in failed] == [(f"s3://{bucket}/in/part-9.parquet", "CorruptInputError")]
     # Selections: never a file that succeeded; a relative key is accepted; unknown keys are refused.
     assert oncall.plan_resubmission(ref, "score", all_failed=True).files == [f"s3://{bucket}/in/part-9.parquet"]
     assert oncall.plan_resubmission(ref, "score", files=["part-0.parquet"]).files == []
@@ -115,13 +114,17 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
     assert second.attempt is None
     wait_for_job(spec, steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score"))
     last = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)
-    assert (last.attempt, last.action, last.airflow) == (None, "nothing", "nothing to resubmit: every chosen file "
-                                                                          "has succeeded")
+    assert (last.attempt, last.action, last.airflow) == (
+        None,
+        "nothing",
+        "nothing to resubmit: every chosen file has succeeded",
+    )
 
     step = oncall.status(ref).steps[0]
     assert (step.attempt, step.succeeded, step.failed, step.rows_in, step.rows_out) == (2, 5, 0, 1250, 1250)
-    outputs = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]
-               if o["Key"].endswith(".parquet")]
+    outputs = [
+        o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"] if o["Key"].endswith(".parquet")
+    ]
     assert sorted(outputs) == [f"out/part-{i}.parquet" for i in (0, 1, 2, 3, 9)]
 
 
@@ -159,17 +162,36 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
     s3.create_bucket(Bucket=bucket)
     for i in range(7):
         s3.put_object(Bucket=bucket, Key=f"in/part-{i}.parquet", Body=b"x" * (100 + i))
-    spec = parse_spec({
-        "pipeline": "shard_test", "ledger_table": ledger_table,
-        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/m.tar.gz", "sha256": "a" * 64},
-                   "input": {"prefix": f"s3://{bucket}/in/"}, "output": {"prefix": f"s3://{bucket}/out/"},
-                   "resources": {"instance_count": 3}, "sharding": "by_size"}],
-    }, "shard_test.yaml")
-    attempt = steps.plan(spec, "score", "run-1", input_prefix=f"s3://{bucket}/in/",
-                         output_prefix=f"s3://{bucket}/out/", model_uri=f"s3://{bucket}/m.tar.gz", instance_count=3)
+    spec = parse_spec(
+        {
+            "pipeline": "shard_test",
+            "ledger_table": ledger_table,
+            "steps": [
+                {
+                    "name": "score",
+                    "model": {"uri": f"s3://{bucket}/m.tar.gz", "sha256": "a" * 64},
+                    "input": {"prefix": f"s3://{bucket}/in/"},
+                    "output": {"prefix": f"s3://{bucket}/out/"},
+                    "resources": {"instance_count": 3},
+                    "sharding": "by_size",
+                }
+            ],
+        },
+        "shard_test.yaml",
+    )
+    attempt = steps.plan(
+        spec,
+        "score",
+        "run-1",
+        input_prefix=f"s3://{bucket}/in/",
+        output_prefix=f"s3://{bucket}/out/",
+        model_uri=f"s3://{bucket}/m.tar.gz",
+        instance_count=3,
+    )
     finish_step(bind_ledger(ledger_table), "shard_test", "run-1", "score", 1, StepStatus.FAILED, "lost")
-    body = __import__("json").loads(s3.get_object(Bucket=bucket, Key=parse_s3_uri(attempt.manifest_uri)[1])["Body"]
-                                    .read())
+    body = __import__("json").loads(
+        s3.get_object(Bucket=bucket, Key=parse_s3_uri(attempt.manifest_uri)[1])["Body"].read()
+    )
     expected = [body[0]["prefix"] + e for e in dealt(body[1:], attempt.instance_count)[1]]  # algo-2's share
     oncall = OnCall({spec.pipeline: spec})
     chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", shard="algo-2").files
@@ -183,9 +205,11 @@ def test_a_dag_run_that_fails_outside_the_sensor_shows_as_failed(aws_env, ledger
     from shardline.airflow.operators.step import mark_run_failed
 
     spec_path = tmp_path / "p.yaml"
-    spec_path.write_text(f"pipeline: p\nledger_table: {ledger_table}\nsteps:\n  - name: score\n"
-                         f"    model: {{uri: s3://b/m.tar.gz, sha256: {'a' * 64}}}\n    input: {{prefix: s3://b/in/}}\n"
-                         "    output: {prefix: s3://b/out/}\n")
+    spec_path.write_text(
+        f"pipeline: p\nledger_table: {ledger_table}\nsteps:\n  - name: score\n"
+        f"    model: {{uri: s3://b/m.tar.gz, sha256: {'a' * 64}}}\n    input: {{prefix: s3://b/in/}}\n"
+        "    output: {prefix: s3://b/out/}\n"
+    )
     oncall = OnCall({"p": load_spec(spec_path)})
     model = bind_ledger(ledger_table)
     ensure_run(model, "p", "crashed")
@@ -213,14 +237,15 @@ def test_a_cli_that_looks_in_another_local_root_submits_nothing_beside_airflows_
     assert not (tmp_path / "another-shell").exists()
 
 
-def test_a_run_skipped_for_missing_input_is_listed_skipped_with_its_reason(aws_env, ledger_table, xgboost_model,
-                                                                           tmp_path):
+def test_a_run_skipped_for_missing_input_is_listed_skipped_with_its_reason(
+    aws_env, ledger_table, xgboost_model, tmp_path
+):
     from shardline.ledger.states import StepStatus
 
     spec, bucket = stage_step("skips_test", ledger_table, xgboost_model.parent, tmp_path, {})
-    reason = (f"step score: skipped: no input file under s3://{bucket}/in/ (matching ['*']) "
-              "(input.when_missing: skip)")
+    reason = f"step score: skipped: no input file under s3://{bucket}/in/ (matching ['*']) (input.when_missing: skip)"
     steps.record_run_status(spec, "scheduled__2026-11-22T10:00:00+00:00", StepStatus.SKIPPED, reason)
     rows = OnCall({spec.pipeline: spec}).runs(spec.pipeline)
     assert [(r.run_id, r.status, r.message) for r in rows] == [
-        ("scheduled__2026-11-22T10:00:00+00:00", "SKIPPED", reason)]
+        ("scheduled__2026-11-22T10:00:00+00:00", "SKIPPED", reason)
+    ]

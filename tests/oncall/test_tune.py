@@ -30,14 +30,26 @@ def _dags(tmp_path, spec) -> str:
     return str(folder)
 
 
-def test_tune_samples_the_latest_runs_inputs_and_prints_the_table_the_snippet_and_the_plot(staged, aws_env,
-                                                                                         tmp_path):
+def test_tune_samples_the_latest_runs_inputs_and_prints_the_table_the_snippet_and_the_plot(staged, aws_env, tmp_path):
     spec, bucket = staged
     steps.plan(spec, "score", "run-1", **plan_args(bucket))  # the ledger now knows the step's input prefix
     out = tmp_path / "tuned"
 
-    result = run("--dags-folder", _dags(tmp_path, spec), "tune", "tune_test", "--rows", "20000", "--repeat", "1",
-                 "--max-batch-rows", "8192", "--out", str(out), env=aws_env)
+    result = run(
+        "--dags-folder",
+        _dags(tmp_path, spec),
+        "tune",
+        "tune_test",
+        "--rows",
+        "20000",
+        "--repeat",
+        "1",
+        "--max-batch-rows",
+        "8192",
+        "--out",
+        str(out),
+        env=aws_env,
+    )
 
     assert result.returncode == 0, result.stdout + result.stderr
     text = result.stdout
@@ -58,8 +70,15 @@ def test_the_worker_refuses_a_model_that_is_not_the_pinned_one(staged, aws_env, 
     data["steps"][0]["model"]["sha256"] = "b" * 64
     wrong = parse_spec(data, "tune_test.yaml")
 
-    result = tune_step(wrong, "score", boto3.client("s3"), out_dir=tmp_path / "t", input_prefix=f"s3://{bucket}/in/",
-                       rows=5000, extra_args=("--tune-repeat", "1", "--tune-max-batch-rows", "4096"))
+    result = tune_step(
+        wrong,
+        "score",
+        boto3.client("s3"),
+        out_dir=tmp_path / "t",
+        input_prefix=f"s3://{bucket}/in/",
+        rows=5000,
+        extra_args=("--tune-repeat", "1", "--tune-max-batch-rows", "4096"),
+    )
 
     assert result.exit_code == 4 and not result.ok
     assert "is pinned. Refusing to load it" in result.render()
@@ -75,7 +94,14 @@ def test_a_step_no_run_has_planned_needs_an_input_prefix(staged, aws_env, tmp_pa
 def test_tune_help_and_a_prefix_that_is_no_s3_uri():
     result = run("tune", "--help")
     assert result.returncode == 0 and "usage: shardline tune" in result.stdout and "--input-prefix" in result.stdout
-    bad = run("--dags-folder", str(REPO / "dags"), "tune", "daily_churn", "--input-prefix", "data/in/",
-              env={"AWS_DEFAULT_REGION": "us-east-1"})
+    bad = run(
+        "--dags-folder",
+        str(REPO / "dags"),
+        "tune",
+        "daily_churn",
+        "--input-prefix",
+        "data/in/",
+        env={"AWS_DEFAULT_REGION": "us-east-1"},
+    )
     assert bad.returncode == 2
     assert bad.stderr.strip() == "shardline tune: --input-prefix must be an s3:// URI, got 'data/in/'"

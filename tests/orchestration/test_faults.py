@@ -70,9 +70,12 @@ def point_aws_at(monkeypatch, tmp_path: Path, url: str) -> None:
     """This process, and every job it submits (they inherit it), reach AWS at ``url`` only."""
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
-    for name, value in {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": url,
-                        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-                        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials")}.items():
+    for name, value in {
+        **AWS_TEST_ENV,
+        "AWS_ENDPOINT_URL": url,
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+    }.items():
         monkeypatch.setenv(name, value)
 
 
@@ -81,7 +84,8 @@ def summing_model(directory: Path, wait: str) -> Path:
     line of Python) for each (one-batch) file."""
     code = directory / "code"
     code.mkdir(parents=True)
-    (code / "inference.py").write_text(textwrap.dedent("""
+    (code / "inference.py").write_text(
+        textwrap.dedent("""
         import io
         import os
         import time
@@ -97,7 +101,8 @@ def summing_model(directory: Path, wait: str) -> Path:
         def predict_fn(data, model):
             WAIT
             return data.sum(axis=1)
-    """).replace("WAIT", wait))
+    """).replace("WAIT", wait)
+    )
     return directory
 
 
@@ -112,8 +117,9 @@ def gated_model(directory: Path, gate: Path) -> Path:
     return summing_model(directory, f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)")
 
 
-def stage(tmp_path: Path, url: str, model_dir: Path, *, rows_per_file: int = ROWS_PER_FILE,
-          **step_settings) -> tuple[Path, PipelineSpec, str, int]:
+def stage(
+    tmp_path: Path, url: str, model_dir: Path, *, rows_per_file: int = ROWS_PER_FILE, **step_settings
+) -> tuple[Path, PipelineSpec, str, int]:
     """A ledger table, a bucket with FILES parquet inputs and the packed model, and a spec file over them.
 
     Returns (spec path, spec, bucket, total input rows). Row ids are 0 .. total-1, each once.
@@ -124,8 +130,9 @@ def stage(tmp_path: Path, url: str, model_dir: Path, *, rows_per_file: int = ROW
     bucket = f"faults-{uuid.uuid4().hex[:10]}"
     s3.create_bucket(Bucket=bucket)
     for i in range(FILES):
-        s3.put_object(Bucket=bucket, Key=f"in/part-{i:02d}.parquet",
-                      Body=parquet_bytes(rows_per_file, i * rows_per_file))
+        s3.put_object(
+            Bucket=bucket, Key=f"in/part-{i:02d}.parquet", Body=parquet_bytes(rows_per_file, i * rows_per_file)
+        )
     tarball = tmp_path / "model.tar.gz"
     sha = synthetic.pack(model_dir, tarball)
     s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
@@ -145,12 +152,19 @@ def stage(tmp_path: Path, url: str, model_dir: Path, *, rows_per_file: int = ROW
     return path, load_spec(path), bucket, FILES * rows_per_file
 
 
-def plan_and_submit(spec: PipelineSpec, bucket: str, run_id: str, *, job_endpoint: str | None = None,
-                    monkeypatch=None) -> dict:
+def plan_and_submit(
+    spec: PipelineSpec, bucket: str, run_id: str, *, job_endpoint: str | None = None, monkeypatch=None
+) -> dict:
     """Plan attempt 1 and submit its job; with ``job_endpoint``, the job (only) reaches AWS there."""
-    attempt = steps.plan(spec, STEP, run_id, input_prefix=f"s3://{bucket}/in/", output_prefix=f"s3://{bucket}/out/",
-                         model_uri=f"s3://{bucket}/model/model.tar.gz",
-                         instance_count=spec.step(STEP).resources.instance_count)
+    attempt = steps.plan(
+        spec,
+        STEP,
+        run_id,
+        input_prefix=f"s3://{bucket}/in/",
+        output_prefix=f"s3://{bucket}/out/",
+        model_uri=f"s3://{bucket}/model/model.tar.gz",
+        instance_count=spec.step(STEP).resources.instance_count,
+    )
     assert attempt is not None and attempt.file_count == FILES
     if job_endpoint is None:
         return steps.submit(spec, attempt)
@@ -192,10 +206,11 @@ def drive_to_the_end(spec: PipelineSpec, attempt: dict) -> tuple[dict, list[str]
             attempt = steps.resubmit(spec, attempt, list(decision.retry_files))
             continue
         if decision.action is not Action.WAIT:
-            pytest.fail(f"attempt {attempt.number}: {decision.action.value}: {decision.reason}; "
-                        f"so far: {history}")
-        assert time.monotonic() < deadline, (f"the step did not end within {STEP_DEADLINE_SECONDS}s (safety "
-                                             f"deadline): {decision.reason}; so far: {history}")
+            pytest.fail(f"attempt {attempt.number}: {decision.action.value}: {decision.reason}; so far: {history}")
+        assert time.monotonic() < deadline, (
+            f"the step did not end within {STEP_DEADLINE_SECONDS}s (safety "
+            f"deadline): {decision.reason}; so far: {history}"
+        )
         time.sleep(POLL_SECONDS)
 
 
@@ -203,8 +218,10 @@ def wait_for_job_end(spec: PipelineSpec, job_name: str):
     backend = services.backend_for(spec)
     deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS
     while not (state := backend.describe(job_name)).status.is_terminal:
-        assert time.monotonic() < deadline, (f"job {job_name} is still {state.status.value} after "
-                                             f"{JOB_END_DEADLINE_SECONDS}s (safety deadline): it hangs")
+        assert time.monotonic() < deadline, (
+            f"job {job_name} is still {state.status.value} after "
+            f"{JOB_END_DEADLINE_SECONDS}s (safety deadline): it hangs"
+        )
         time.sleep(1)
     return state
 
@@ -232,20 +249,29 @@ def assert_every_row_once(bucket: str, total: int) -> None:
     counts = collections.Counter(ids)
     twice = sorted(i for i, n in counts.items() if n > 1)
     missing = sorted(set(range(total)) - counts.keys())
-    assert not twice and not missing, (f"{len(ids)} output rows for {total} input rows: {len(twice)} id(s) more "
-                                       f"than once (e.g. {twice[:5]}), {len(missing)} missing (e.g. {missing[:5]})")
+    assert not twice and not missing, (
+        f"{len(ids)} output rows for {total} input rows: {len(twice)} id(s) more "
+        f"than once (e.g. {twice[:5]}), {len(missing)} missing (e.g. {missing[:5]})"
+    )
     assert len(ids) == total
 
 
 def assert_ledger_reconciles(spec: PipelineSpec, run_id: str, total: int) -> None:
     files = file_items(spec, run_id)
     assert len(files) == FILES
-    wrong = [(f.input_key, f.status, f.rows_in, f.rows_out) for f in files
-             if f.status != FileStatus.SUCCEEDED or f.rows_in != f.rows_out]
+    wrong = [
+        (f.input_key, f.status, f.rows_in, f.rows_out)
+        for f in files
+        if f.status != FileStatus.SUCCEEDED or f.rows_in != f.rows_out
+    ]
     assert not wrong, f"files not SUCCEEDED with rows_in == rows_out: {wrong}"
     summary = steps.report(spec, spec.pipeline, run_id, STEP)
     assert (summary["succeeded"], summary["failed"], summary["rows_in"], summary["rows_out"]) == (
-        FILES, 0, total, total), summary
+        FILES,
+        0,
+        total,
+        total,
+    ), summary
 
 
 def job_logs(root: Path) -> str:
@@ -259,14 +285,20 @@ def job_logs(root: Path) -> str:
 # -- the tests ------------------------------------------------------------------------------------------------
 
 
-def test_a_poll_of_a_running_step_reads_no_file_item_and_its_end_reads_them(own_moto: MotoServer, local_root,
-                                                                            tmp_path, monkeypatch):
+def test_a_poll_of_a_running_step_reads_no_file_item_and_its_end_reads_them(
+    own_moto: MotoServer, local_root, tmp_path, monkeypatch
+):
     """While the job runs and its instances send heartbeats, a poll is one DynamoDB request (the STEP and
     SHARD items), however many files the step has; once the job has ended, the poll reads every file."""
     point_aws_at(monkeypatch, tmp_path, own_moto.url)
     gate = tmp_path / "gate"
-    _, spec, bucket, total = stage(tmp_path, own_moto.url, gated_model(tmp_path / "model", gate), rows_per_file=500,
-                                   input={"features": ["f0", "f1"]})
+    _, spec, bucket, total = stage(
+        tmp_path,
+        own_moto.url,
+        gated_model(tmp_path / "model", gate),
+        rows_per_file=500,
+        input={"features": ["f0", "f1"]},
+    )
     run_id = "poll-1"
     attempt = plan_and_submit(spec, bucket, run_id)
     deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS
@@ -287,8 +319,9 @@ def test_a_poll_of_a_running_step_reads_no_file_item_and_its_end_reads_them(own_
     assert_every_row_once(bucket, total)
 
 
-def test_endpoint_frozen_30s_mid_job_the_run_succeeds_with_every_row_once(own_moto: MotoServer, local_root,
-                                                                          xgboost_model, tmp_path, monkeypatch):
+def test_endpoint_frozen_30s_mid_job_the_run_succeeds_with_every_row_once(
+    own_moto: MotoServer, local_root, xgboost_model, tmp_path, monkeypatch
+):
     point_aws_at(monkeypatch, tmp_path, own_moto.url)
     _, spec, bucket, total = stage(tmp_path, own_moto.url, xgboost_model.parent)
     run_id = "frozen-1"
@@ -309,7 +342,8 @@ def test_endpoint_frozen_30s_mid_job_the_run_succeeds_with_every_row_once(own_mo
 
 
 def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_no_status_is_lost(
-        own_moto: MotoServer, local_root, tmp_path, monkeypatch):
+    own_moto: MotoServer, local_root, tmp_path, monkeypatch
+):
     """The endpoint goes down for longer than every retry budget (the sensor's and the job's), then comes
     back. The sensor fails the step saying so; the job drops the writes it could not land, withdraws the
     outputs they were for and ends; on-call resubmits what did not finish, and every row comes out once."""
@@ -319,9 +353,14 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
     with TcpProxy(("127.0.0.1", own_moto.port)) as proxy:
         # Every client goes through the proxy, the job's supervisor and workers included.
         point_aws_at(monkeypatch, tmp_path, proxy.url)
-        _spec_path, spec, bucket, total = stage(tmp_path, proxy.url, gated_model(tmp_path / "model", gate),
-                                               rows_per_file=500, heartbeat_timeout_seconds=30,
-                                               input={"features": ["f0", "f1"]})
+        _spec_path, spec, bucket, total = stage(
+            tmp_path,
+            proxy.url,
+            gated_model(tmp_path / "model", gate),
+            rows_per_file=500,
+            heartbeat_timeout_seconds=30,
+            input={"features": ["f0", "f1"]},
+        )
         run_id = "down-1"
         attempt = plan_and_submit(spec, bucket, run_id)
         wait_until_a_file_is_claimed(spec, attempt, run_id)
@@ -329,9 +368,11 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
         proxy.refuse()  # new connections refused, open ones reset: every client fails fast
         gate.touch()  # only now can any file finish, so no file's SUCCEEDED record can have landed
         try:
+
             async def first_event():
-                async for event in StepTrigger(attempt.to_xcom(), watch.StepWatch.of(spec, STEP).to_json(),
-                                                   poll_interval=1).run():
+                async for event in StepTrigger(
+                    attempt.to_xcom(), watch.StepWatch.of(spec, STEP).to_json(), poll_interval=1
+                ).run():
                     return event
                 return None
 
@@ -370,10 +411,13 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
             status = FileStatus(item.status)
             assert status not in (FileStatus.FAILED, FileStatus.SUCCEEDED), (
                 f"{key} was recorded {status.value} ({item.error_class}: {item.error_message}) while the "
-                "endpoint was down")
+                "endpoint was down"
+            )
         assert output_ids(bucket) == [], "outputs whose SUCCEEDED record never landed were not withdrawn"
-        print(f"job {attempt.job_name}: {ended.status.value} ({ended.failure_reason}); all {FILES} file(s) "
-              f"unfinished; proxy accepted {proxy.accepted} connection(s), cut {proxy.cut}")
+        print(
+            f"job {attempt.job_name}: {ended.status.value} ({ended.failure_reason}); all {FILES} file(s) "
+            f"unfinished; proxy accepted {proxy.accepted} connection(s), cut {proxy.cut}"
+        )
 
         # What on-call does next, as the message says: resubmit what did not finish; the sensor drives the
         # step to its end.
@@ -391,16 +435,22 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
 
 
 def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lost(
-        own_moto: MotoServer, local_root, tmp_path, monkeypatch):
+    own_moto: MotoServer, local_root, tmp_path, monkeypatch
+):
     """Only the job loses the endpoint (the sensor still reaches it): its heartbeat goes stale, the sensor
     stops it and resubmits. Every row must still come out exactly once: the stopped job uploads nothing, so
     the files it had recorded SUCCEEDED go again too (before decide() knew that, their rows were lost)."""
     point_aws_at(monkeypatch, tmp_path, own_moto.url)
     with TcpProxy(("127.0.0.1", own_moto.port)) as proxy:
-        _, spec, bucket, total = stage(tmp_path, own_moto.url, slow_model(tmp_path / "model", 3), rows_per_file=500,
-                                       heartbeat_timeout_seconds=30,
-                                       resources={"instance_count": 1},
-                                       input={"features": ["f0", "f1"]})
+        _, spec, bucket, total = stage(
+            tmp_path,
+            own_moto.url,
+            slow_model(tmp_path / "model", 3),
+            rows_per_file=500,
+            heartbeat_timeout_seconds=30,
+            resources={"instance_count": 1},
+            input={"features": ["f0", "f1"]},
+        )
         run_id = "cut-1"
         attempt = plan_and_submit(spec, bucket, run_id, job_endpoint=proxy.url, monkeypatch=monkeypatch)
         deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS

@@ -24,13 +24,21 @@ from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_f
 @pytest.fixture
 def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    return stage_step("report_test", ledger_table, xgboost_model.parent, tmp_path,
-                      {f"part-{i}.parquet": parquet_bytes(400, i * 400) for i in range(4)})
+    return stage_step(
+        "report_test",
+        ledger_table,
+        xgboost_model.parent,
+        tmp_path,
+        {f"part-{i}.parquet": parquet_bytes(400, i * 400) for i in range(4)},
+    )
 
 
 def _run(spec, bucket, run_id, action="ADVANCE", input_folder="in"):
-    args = {**plan_args(bucket), "input_prefix": f"s3://{bucket}/{input_folder}/",
-            "output_prefix": f"s3://{bucket}/out/{run_id}/"}
+    args = {
+        **plan_args(bucket),
+        "input_prefix": f"s3://{bucket}/{input_folder}/",
+        "output_prefix": f"s3://{bucket}/out/{run_id}/",
+    }
     attempt = steps.submit(spec, steps.plan(spec, "score", run_id, **args))
     wait_for_job(spec, attempt)
     return attempt, steps.finish(spec, attempt, action, "all 4 files succeeded")
@@ -65,10 +73,13 @@ def test_the_report_of_a_run_agrees_with_its_ledger_and_the_next_run_compares_wi
     assert first.drift.current_histogram["count"] == 1600
     assert (first.drift.verdict, first.drift.reference_run_id) == ("n/a", None)
     html = boto3.client("s3").get_object(
-        Bucket=bucket, Key=f"out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html")
+        Bucket=bucket, Key=f"out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html"
+    )
     assert html["ContentType"].startswith("text/html") and b"<img" in html["Body"].read()
-    assert steps.report(spec, spec.pipeline, "run-a", "score")["report"] == \
-        f"s3://{bucket}/out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html"
+    assert (
+        steps.report(spec, spec.pipeline, "run-a", "score")["report"]
+        == f"s3://{bucket}/out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html"
+    )
 
     _run(spec, bucket, "run-b")  # the same inputs again
     second = _report(bucket, "run-b")
@@ -82,8 +93,12 @@ def _drifted_inputs(bucket: str) -> None:
     s3 = boto3.client("s3")
     for i in range(4):
         table = synthetic.make_table(400, first_id=i * 400, seed=i * 400)
-        shifted = pa.table({name: (table[name] if name == "id" else pa.array(table[name].to_numpy() * 3 + 2))
-                            for name in table.column_names})
+        shifted = pa.table(
+            {
+                name: (table[name] if name == "id" else pa.array(table[name].to_numpy() * 3 + 2))
+                for name in table.column_names
+            }
+        )
         buf = io.BytesIO()
         pq.write_table(shifted, buf)
         s3.put_object(Bucket=bucket, Key=f"in-shifted/part-{i}.parquet", Body=buf.getvalue())
@@ -116,9 +131,14 @@ def test_drift_with_warn_keeps_the_step_green_and_says_so_in_the_report(pipeline
     assert status.value == "SUCCEEDED"
     report = _report(bucket, "run-shifted")
     assert report.drift.verdict == "drift"
-    html = boto3.client("s3").get_object(
-        Bucket=bucket, Key=f"out/run-shifted/_shardline/reports/{run_folder('run-shifted')}/score/report.html",
-    )["Body"].read().decode()
+    html = (
+        boto3.client("s3")
+        .get_object(
+            Bucket=bucket, Key=f"out/run-shifted/_shardline/reports/{run_folder('run-shifted')}/score/report.html"
+        )["Body"]
+        .read()
+        .decode()
+    )
     assert f"{report.drift.psi:.3f}" in html or f"{report.drift.psi:.2f}" in html
     assert json.loads(report.to_json())["drift"]["reference_run_id"] == "run-ref"
 
@@ -127,10 +147,19 @@ def _forge(spec, bucket, run_id, input_key: str, **attributes) -> None:
     """Write a FILE item as anything but the worker could: straight to the table, in its stored names."""
     from shardline.ledger.keys import file_sk, run_pk
 
-    item = {"pk": run_pk(spec.pipeline, run_id), "sk": file_sk("score", input_key), "st": "SUCCEEDED", "at": 1,
-            "ik": input_key, "ho": "algo-1", **attributes}
-    boto3.client("dynamodb").put_item(TableName=spec.ledger_table, Item={
-        name: {"N": str(value)} if isinstance(value, int) else {"S": value} for name, value in item.items()})
+    item = {
+        "pk": run_pk(spec.pipeline, run_id),
+        "sk": file_sk("score", input_key),
+        "st": "SUCCEEDED",
+        "at": 1,
+        "ik": input_key,
+        "ho": "algo-1",
+        **attributes,
+    }
+    boto3.client("dynamodb").put_item(
+        TableName=spec.ledger_table,
+        Item={name: {"N": str(value)} if isinstance(value, int) else {"S": value} for name, value in item.items()},
+    )
 
 
 @pytest.mark.parametrize("forgery", ["a file the job never wrote", "rows the worker did not write"])
@@ -156,8 +185,11 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     step = read_step(services.ledger_model(spec), spec.pipeline, run_id, "score", file_attributes=None).step
     assert "not what the worker's own manifest says it wrote" in step.message
     assert step.message.count("shardline resubmit") == 1 and "--all-failed" in step.message
-    assert "part-0.parquet" in step.message if forgery != "a file the job never wrote" else \
-        "part-9.parquet" in step.message
+    assert (
+        "part-0.parquet" in step.message
+        if forgery != "a file the job never wrote"
+        else "part-9.parquet" in step.message
+    )
     # The forged file is FAILED now, so `shardline failed` shows it and `resubmit --all-failed` takes it.
     from shardline.oncall.selection import resubmittable
     from shardline.oncall.views import file_view

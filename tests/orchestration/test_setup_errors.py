@@ -23,8 +23,13 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    return stage_step("setup_errors", ledger_table, xgboost_model.parent, tmp_path,
-                      {f"part-{i}.parquet": parquet_bytes(200, 200 * i) for i in range(3)})
+    return stage_step(
+        "setup_errors",
+        ledger_table,
+        xgboost_model.parent,
+        tmp_path,
+        {f"part-{i}.parquet": parquet_bytes(200, 200 * i) for i in range(3)},
+    )
 
 
 def _decide_until_not_waiting(spec, attempt, timeout: float = 300):

@@ -20,8 +20,13 @@ SIZES = {f"part-{i}.parquet": 300 + 100 * i for i in range(4)}
 @pytest.fixture
 def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    return stage_step("plan_files", ledger_table, xgboost_model.parent, tmp_path,
-                      {name: parquet_bytes(rows, rows) for name, rows in SIZES.items()})
+    return stage_step(
+        "plan_files",
+        ledger_table,
+        xgboost_model.parent,
+        tmp_path,
+        {name: parquet_bytes(rows, rows) for name, rows in SIZES.items()},
+    )
 
 
 def _file_items(spec, run_id: str) -> list:
@@ -45,7 +50,8 @@ def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_in
     records = read_step_files(spec, spec.pipeline, "run-1", "score")
     assert all(isinstance(f, UnclaimedFile) for f in records.files)
     assert sorted((f.input_key, f.status, f.attempt, f.bytes_in) for f in records.files) == sorted(
-        (key, "PENDING", 1, size) for key, size in planned)
+        (key, "PENDING", 1, size) for key, size in planned
+    )
     assert steps.latest_attempt(spec, spec.pipeline, "run-1", "score").file_count == 4
 
     view = OnCall({spec.pipeline: spec}).status(RunRef(spec.pipeline, "run-1"))
@@ -61,16 +67,22 @@ def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
 
     spec, bucket = pipeline
     steps.plan(spec, "score", "run-2", **plan_args(bucket))
-    worker = WorkerLedger(LedgerContext(spec.ledger_table, spec.pipeline, "run-2", "score", 1,
-                                        input_uri=f"s3://{bucket}/in/"), "algo-1")
+    worker = WorkerLedger(
+        LedgerContext(spec.ledger_table, spec.pipeline, "run-2", "score", 1, input_uri=f"s3://{bucket}/in/"), "algo-1"
+    )
     worker.claim_file("part-0.parquet")
     worker.claim_file("part-1.parquet")
     worker.finish_file("part-1.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=400, rows_out=400))
     assert len(_file_items(spec, "run-2")) == 2
-    seen = {f.input_key.rsplit("/", 1)[1]: f.status for f in read_step_files(spec, spec.pipeline, "run-2",
-                                                                               "score").files}
-    assert seen == {"part-0.parquet": "RUNNING", "part-1.parquet": "SUCCEEDED", "part-2.parquet": "PENDING",
-                    "part-3.parquet": "PENDING"}
+    seen = {
+        f.input_key.rsplit("/", 1)[1]: f.status for f in read_step_files(spec, spec.pipeline, "run-2", "score").files
+    }
+    assert seen == {
+        "part-0.parquet": "RUNNING",
+        "part-1.parquet": "SUCCEEDED",
+        "part-2.parquet": "PENDING",
+        "part-3.parquet": "PENDING",
+    }
 
 
 def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipeline):

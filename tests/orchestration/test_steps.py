@@ -15,8 +15,13 @@ from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_f
 @pytest.fixture
 def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    return stage_step("steps_test", ledger_table, xgboost_model.parent, tmp_path,
-                      {f"part-{i}.parquet": parquet_bytes(300, i * 300) for i in range(4)})
+    return stage_step(
+        "steps_test",
+        ledger_table,
+        xgboost_model.parent,
+        tmp_path,
+        {f"part-{i}.parquet": parquet_bytes(300, i * 300) for i in range(4)},
+    )
 
 
 def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
@@ -33,8 +38,18 @@ def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
 
 def test_plan_skips_an_empty_prefix(pipeline):
     spec, bucket = pipeline
-    assert steps.plan(spec, "score", "run-2", input_prefix=f"s3://{bucket}/nothing/",
-                      output_prefix=f"s3://{bucket}/out/", model_uri="s3://x/y", instance_count=2) is None
+    assert (
+        steps.plan(
+            spec,
+            "score",
+            "run-2",
+            input_prefix=f"s3://{bucket}/nothing/",
+            output_prefix=f"s3://{bucket}/out/",
+            model_uri="s3://x/y",
+            instance_count=2,
+        )
+        is None
+    )
 
 
 def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
@@ -47,7 +62,8 @@ def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
     assert steps.resume(spec, second) == second
     steps.stop(spec, second)
     assert sorted(j.name for j in (tmp_path / "local" / "jobs").glob("sl-*")) == sorted(
-        [first.job_name, second.job_name])  # adopted, not submitted twice
+        [first.job_name, second.job_name]
+    )  # adopted, not submitted twice
 
 
 def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
@@ -140,8 +156,9 @@ def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipe
     assert refused.input_key == f"s3://{bucket}/in//tmp/evil.parquet" and refused.error_class == "UnsafeKeyError"
     assert "absolute path" in refused.error_message and "input.exclude" in refused.error_message
     assert sorted(_output_ids(bucket)) == list(range(4 * 300))  # the other four files ran
-    plan = OnCall({spec.pipeline: spec}).plan_resubmission(RunRef(spec.pipeline, "run-unsafe"), "score",
-                                                            all_failed=True)
+    plan = OnCall({spec.pipeline: spec}).plan_resubmission(
+        RunRef(spec.pipeline, "run-unsafe"), "score", all_failed=True
+    )
     assert plan.files == []  # it can never run: listed as failed, never resubmitted
 
 
@@ -162,7 +179,11 @@ def test_a_step_that_succeeds_writes_its_outputs_manifest_and_success_marker_and
     for entry in manifest["outputs"]:
         stored = listed[entry["output"].removeprefix(f"s3://{bucket}/")]
         assert (entry["attempt"], entry["rows_out"], entry["bytes"], entry["etag"]) == (
-            1, 300, stored["Size"], stored["ETag"].strip('"'))
+            1,
+            300,
+            stored["Size"],
+            stored["ETag"].strip('"'),
+        )
     # The same prefix planned again (another run of the partition): it is not complete any more.
     steps.plan(spec, "score", "run-again", **plan_args(bucket))
     assert "out/_SUCCESS" not in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
@@ -190,16 +211,21 @@ def test_with_a_metadata_prefix_the_data_prefix_holds_only_data_and_its_marker(p
     data["steps"][0]["output"]["metadata_prefix"] = f"s3://{bucket}/meta/_shardline/"
     spec = parse_spec(data, "steps_test.yaml")
     s3 = boto3.client("s3")
-    first = steps.submit(spec, steps.plan(spec, "score", "run-meta", **plan_args(bucket),
-                                          metadata_prefix=f"s3://{bucket}/meta/_shardline/"))
+    first = steps.submit(
+        spec,
+        steps.plan(spec, "score", "run-meta", **plan_args(bucket), metadata_prefix=f"s3://{bucket}/meta/_shardline/"),
+    )
     wait_for_job(spec, first)
     assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
     data_keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"])
     assert data_keys == ["out/_SUCCESS", *(f"out/part-{i}.parquet" for i in range(4))]
     meta_keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="meta/")["Contents"]}
-    assert {"meta/_shardline/attempt-0001/manifest-algo-1.json", "meta/_shardline/attempt-0001/manifest-algo-2.json",
-            f"meta/_shardline/manifests/{run_folder('run-meta')}/score/attempt-0001.manifest",
-            f"meta/_shardline/manifests/{run_folder('run-meta')}/score/outputs.json"} <= meta_keys, meta_keys
+    assert {
+        "meta/_shardline/attempt-0001/manifest-algo-1.json",
+        "meta/_shardline/attempt-0001/manifest-algo-2.json",
+        f"meta/_shardline/manifests/{run_folder('run-meta')}/score/attempt-0001.manifest",
+        f"meta/_shardline/manifests/{run_folder('run-meta')}/score/outputs.json",
+    } <= meta_keys, meta_keys
     marker = json.loads(s3.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
     assert marker["manifest"] == f"s3://{bucket}/meta/_shardline/manifests/{run_folder('run-meta')}/score/outputs.json"
 
@@ -218,8 +244,12 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     spec, bucket = pipeline
     s3 = boto3.client("s3")
     # Blind to sizes, the planner fills each instance's bin in key order: both big files on the first one.
-    bodies = {"retry-a.parquet": parquet_bytes(20_000, 10_000), "retry-b.parquet": parquet_bytes(20_000, 40_000),
-              "retry-c.parquet": parquet_bytes(50, 70_000), "retry-d.parquet": parquet_bytes(50, 80_000)}
+    bodies = {
+        "retry-a.parquet": parquet_bytes(20_000, 10_000),
+        "retry-b.parquet": parquet_bytes(20_000, 40_000),
+        "retry-c.parquet": parquet_bytes(50, 70_000),
+        "retry-d.parquet": parquet_bytes(50, 80_000),
+    }
     for name, body in bodies.items():
         s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)
     first = steps.plan(spec, "score", "run-sized", **plan_args(bucket))  # planned, never submitted
@@ -235,7 +265,8 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     small = max(len(bodies["retry-c.parquet"]), len(bodies["retry-d.parquet"]))
     assert second.instance_count == 2 and makespan(deal) <= big + small, [[o.key for o in s] for s in deal]
 
-    records = read_step(services.ledger_model(spec), spec.pipeline, "run-sized", "score",
-                        file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
+    records = read_step(
+        services.ledger_model(spec), spec.pipeline, "run-sized", "score", file_attributes=[*FILE_ATTRIBUTES, "bytes_in"]
+    )
     recorded = {f.input_key: (int(f.attempt), int(f.bytes_in or 0)) for f in records.files if f.input_key in retry}
     assert recorded == {f"s3://{bucket}/{key}": (2, size) for key, size in sizes.items()}

@@ -13,10 +13,18 @@ from shardline.planning.inputs import S3Object
 
 
 def _attempt(**overrides) -> Attempt:
-    fields = dict(pipeline="tabular_scoring_hourly", run_id="manual__2026-11-22T10:00:00+00:00", step="score",
-                  number=2, input_prefix="s3://b/events/hour=10/", output_prefix="s3://b/scores/hour=10/",
-                  model_uri="s3://b/models/v1/model.tar.gz", model_version="v1", requested_instances=4,
-                  file_count=3)
+    fields = dict(
+        pipeline="tabular_scoring_hourly",
+        run_id="manual__2026-11-22T10:00:00+00:00",
+        step="score",
+        number=2,
+        input_prefix="s3://b/events/hour=10/",
+        output_prefix="s3://b/scores/hour=10/",
+        model_uri="s3://b/models/v1/model.tar.gz",
+        model_version="v1",
+        requested_instances=4,
+        file_count=3,
+    )
     return Attempt(**{**fields, **overrides})
 
 
@@ -36,18 +44,35 @@ def test_it_round_trips_through_xcom_as_the_json_the_tasks_have_always_passed():
     assert json.loads(json.dumps(data)) == data
     # The shape earlier releases wrote, derived fields included, so runs in flight across an upgrade go on.
     assert (data["attempt"], data["files"], data["job_name"], data["instance_count"], data["manifest_uri"]) == (
-        2, 3, attempt.job_name, 3, attempt.manifest_uri)
+        2,
+        3,
+        attempt.job_name,
+        3,
+        attempt.manifest_uri,
+    )
     back = Attempt.from_xcom(data)
     assert back == attempt.model_copy(update={"files": ()})  # the list stays in the manifest and the ledger
 
 
 def test_an_attempt_from_an_earlier_releases_xcom_is_read():
-    old = {"pipeline": "p", "run_id": "r", "step": "score", "attempt": 1,
-           "job_name": naming.job_name("p", "r", "score", 1),
-           "manifest_uri": naming.manifest_key("s3://b/out/", "r", "score", 1),
-           "input_prefix": "s3://b/in/", "output_prefix": "s3://b/out/", "metadata_prefix": None,
-           "model_uri": "s3://b/m.tar.gz", "model_version": None, "requested_instances": 2, "instance_count": 2,
-           "files": 5, "submitted_at": 12.0, "planning": {"list_seconds": 0.1}}
+    old = {
+        "pipeline": "p",
+        "run_id": "r",
+        "step": "score",
+        "attempt": 1,
+        "job_name": naming.job_name("p", "r", "score", 1),
+        "manifest_uri": naming.manifest_key("s3://b/out/", "r", "score", 1),
+        "input_prefix": "s3://b/in/",
+        "output_prefix": "s3://b/out/",
+        "metadata_prefix": None,
+        "model_uri": "s3://b/m.tar.gz",
+        "model_version": None,
+        "requested_instances": 2,
+        "instance_count": 2,
+        "files": 5,
+        "submitted_at": 12.0,
+        "planning": {"list_seconds": 0.1},
+    }
     attempt = Attempt.from_xcom(old)
     assert (attempt.number, attempt.file_count, attempt.instance_count, attempt.submitted_at) == (1, 5, 2, 12.0)
 
@@ -61,21 +86,33 @@ def test_an_xcom_whose_job_name_no_longer_derives_the_same_is_refused():
 
 def test_it_is_rebuilt_from_the_ledgers_plan_alone():
     attempt = _attempt()
-    again = Attempt.from_plan(attempt.plan_json(), 2, 3, pipeline=attempt.pipeline, run_id=attempt.run_id,
-                              step="score")
+    again = Attempt.from_plan(attempt.plan_json(), 2, 3, pipeline=attempt.pipeline, run_id=attempt.run_id, step="score")
     assert again == attempt
     with pytest.raises(ValueError, match="lacks input_prefix, model_uri"):
         Attempt.from_plan(json.dumps({"output_prefix": "s3://b/out/"}), 1, 1, pipeline="p", run_id="r", step="s")
-    assert set(json.loads(attempt.plan_json())) == {"pipeline", "run_id", "step", "input_prefix", "output_prefix",
-                                                     "metadata_prefix", "model_uri", "model_version",
-                                                     "requested_instances"}
+    assert set(json.loads(attempt.plan_json())) == {
+        "pipeline",
+        "run_id",
+        "step",
+        "input_prefix",
+        "output_prefix",
+        "metadata_prefix",
+        "model_uri",
+        "model_version",
+        "requested_instances",
+    }
 
 
 def test_the_next_attempt_keeps_the_plan_and_takes_its_files_with_their_sizes():
     files = [PlannedFile.of(S3Object("events/hour=10/b.parquet", 700)), PlannedFile(key="events/hour=10/c", size=5)]
     nxt = _attempt(submitted_at=9.0, planning={"list_seconds": 1}).next(3, files)
     assert (nxt.number, nxt.file_count, sum(f.size for f in nxt.files), nxt.submitted_at, nxt.planning) == (
-        3, 2, 705, None, None)
+        3,
+        2,
+        705,
+        None,
+        None,
+    )
     assert nxt.job_name.endswith("-a3") and nxt.requested_instances == 4
 
 

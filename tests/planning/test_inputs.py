@@ -204,9 +204,18 @@ def test_parallel_listing_of_nested_sub_prefixes_equals_the_sequential_listing(a
     for threads in (2, 8):
         assert list_inputs_and_refusals(s3, uri, threads=threads) == sequential  # same set, same order
     found, refused = sequential
-    assert [o.key for o in found] == sorted(f"in/{k}" for k in NESTED_KEYS if k not in {
-        "dt=2026-11-21/_SUCCESS", "dt=2026-11-22/folder/", "dt=2026-11-22//tmp/escape.parquet",
-        "dt=2026-11-22/x/../../escape.parquet", "dt=2026-11-22/./dot.parquet"})
+    assert [o.key for o in found] == sorted(
+        f"in/{k}"
+        for k in NESTED_KEYS
+        if k
+        not in {
+            "dt=2026-11-21/_SUCCESS",
+            "dt=2026-11-22/folder/",
+            "dt=2026-11-22//tmp/escape.parquet",
+            "dt=2026-11-22/x/../../escape.parquet",
+            "dt=2026-11-22/./dot.parquet",
+        }
+    )
     # Unsafe keys are still refused, each with its reason, in key order: the walk reached them through '//'
     # and '..' folders of their own.
     assert [(o.key, reason.split(" ")[0]) for o, reason in refused] == [
@@ -215,8 +224,9 @@ def test_parallel_listing_of_nested_sub_prefixes_equals_the_sequential_listing(a
         ("in/dt=2026-11-22/x/../../escape.parquet", "'..'"),
     ]
     with_filters = {"include": ("*.parquet",), "exclude": ("part-1*",)}
-    assert (list_inputs_and_refusals(s3, uri, **with_filters)
-            == list_inputs_and_refusals(s3, uri, **with_filters, threads=1))
+    assert list_inputs_and_refusals(s3, uri, **with_filters) == list_inputs_and_refusals(
+        s3, uri, **with_filters, threads=1
+    )
 
 
 def test_the_walk_lists_each_level_with_a_delimiter_and_each_key_once(aws_env):
@@ -260,9 +270,25 @@ def test_flat_keys_are_one_listing_at_no_extra_cost(aws_env):
 # -- a prefix longer than a page: split by key range -------------------------------------------------------
 
 ODD_KEYS = [
-    "", "0.parquet", "00.parquet", "9-last.csv", "A.parquet", "Z z.parquet", "_under.parquet", "a.parquet",
-    "a/b.parquet", "a/c/d.parquet", "ab.parquet", "b~.parquet", "z.parquet", "~tilde.parquet", "é.parquet",
-    "éa.parquet", "日本/x.parquet", "日本語.parquet", "\U0001f600.parquet",
+    "",
+    "0.parquet",
+    "00.parquet",
+    "9-last.csv",
+    "A.parquet",
+    "Z z.parquet",
+    "_under.parquet",
+    "a.parquet",
+    "a/b.parquet",
+    "a/c/d.parquet",
+    "ab.parquet",
+    "b~.parquet",
+    "z.parquet",
+    "~tilde.parquet",
+    "é.parquet",
+    "éa.parquet",
+    "日本/x.parquet",
+    "日本語.parquet",
+    "\U0001f600.parquet",
 ]
 
 
@@ -300,7 +326,8 @@ def test_a_split_listing_of_odd_keys_equals_the_sequential_one(aws_env, page_key
         walked = list_keys(s3, bucket, "in/", threads=threads, page_keys=page_keys)
         assert walked.objects == sequential.objects, threads
     assert list_inputs_and_refusals(s3, f"s3://{bucket}/in/") == list_inputs_and_refusals(
-        s3, f"s3://{bucket}/in/", threads=1)
+        s3, f"s3://{bucket}/in/", threads=1
+    )
 
 
 @pytest.mark.parametrize("page_keys", [2, 4, 9])
@@ -326,8 +353,11 @@ def test_a_plan_file_gives_back_every_input_and_its_size_as_full_uris():
 
     objects = [S3Object("in/dt=1/part-0.parquet", 10), S3Object("in/ü/ä b.parquet", 0), S3Object("in/x", 2**40)]
     body = plan_file_body("s3://bkt/in", objects)
-    assert parse_plan_file(body, "s3://bkt/m") == [("s3://bkt/in/dt=1/part-0.parquet", 10),
-                                                    ("s3://bkt/in/ü/ä b.parquet", 0), ("s3://bkt/in/x", 2**40)]
+    assert parse_plan_file(body, "s3://bkt/m") == [
+        ("s3://bkt/in/dt=1/part-0.parquet", 10),
+        ("s3://bkt/in/ü/ä b.parquet", 0),
+        ("s3://bkt/in/x", 2**40),
+    ]
     assert plan_file_body("s3://bkt/in/", objects) == body  # deterministic: a re-plan of the same writes the same
 
 
@@ -338,9 +368,16 @@ def test_a_plan_file_refuses_a_key_outside_its_prefix():
         plan_file_body("s3://bkt/in/", [S3Object("other/a.parquet", 1)])
 
 
-@pytest.mark.parametrize("body", [b"", b"not gzip", __import__("gzip").compress(b"[1, 2]"),
-                                  __import__("gzip").compress(b'{"version": 9, "prefix": "s3://b/", "files": []}'),
-                                  __import__("gzip").compress(b'{"version": 1, "prefix": "s3://b/", "files": [1]}')])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not gzip",
+        __import__("gzip").compress(b"[1, 2]"),
+        __import__("gzip").compress(b'{"version": 9, "prefix": "s3://b/", "files": []}'),
+        __import__("gzip").compress(b'{"version": 1, "prefix": "s3://b/", "files": [1]}'),
+    ],
+)
 def test_a_damaged_plan_file_is_an_error_that_names_it(body):
     from shardline.planning.inputs import parse_plan_file
 
@@ -348,12 +385,15 @@ def test_a_damaged_plan_file_is_an_error_that_names_it(body):
         parse_plan_file(body, "s3://b/m/attempt-0001.files.json.gz")
 
 
-@pytest.mark.parametrize(("key", "why"), [
-    ("n" * 256 + "/a.parquet", "a folder name of 256 bytes"),
-    ("a/" + "n" * 256 + ".parquet", "a file name of 264 bytes"),
-    ("é" * 110 + ".csv", "a file name of 224 bytes"),  # 114 characters: bytes count, not characters
-    ("/".join(["d" * 200] * 21), "over the 4000 a file path may have"),
-])
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("n" * 256 + "/a.parquet", "a folder name of 256 bytes"),
+        ("a/" + "n" * 256 + ".parquet", "a file name of 264 bytes"),
+        ("é" * 110 + ".csv", "a file name of 224 bytes"),  # 114 characters: bytes count, not characters
+        ("/".join(["d" * 200] * 21), "over the 4000 a file path may have"),
+    ],
+)
 def test_a_key_no_file_system_can_hold_is_unsafe(key, why):
     from shardline.planning.inputs import MAX_FILE_NAME_BYTES, unsafe_key_reason
 
@@ -361,7 +401,7 @@ def test_a_key_no_file_system_can_hold_is_unsafe(key, why):
     # A file name of the longest length planned still fits on disk as the worker's temporary name.
     name = "n" * (MAX_FILE_NAME_BYTES - len(".csv.gz")) + ".csv.gz"
     assert unsafe_key_reason(f"{'d' * 255}/{name}") is None
-    assert len(f".{name[:-len('.csv.gz')]}.parquet.gz.part0000.shardline-tmp".encode()) <= 255
+    assert len(f".{name[: -len('.csv.gz')]}.parquet.gz.part0000.shardline-tmp".encode()) <= 255
 
 
 def test_a_key_that_is_also_a_folder_is_refused_alone_and_the_rest_are_planned(aws_env):

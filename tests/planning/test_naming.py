@@ -33,10 +33,20 @@ def test_manifest_key_sits_under_a_reserved_prefix():
 def test_run_ids_that_differ_never_share_s3_keys():
     from shardline.planning.naming import outputs_manifest_key, report_key, run_folder
 
-    ids = ["run-1", "Run-1", "run+1", "run 1", "manual__2026-11-22T10:00:00", "manual__2026-11-22T10-00-00",
-           "x" * 80 + "a", "x" * 80 + "b"]
-    for key_of in (lambda r: manifest_key("s3://b/out/", r, "score", 1),
-                   lambda r: outputs_manifest_key("s3://b/out/", r, "score"),
-                   lambda r: report_key("s3://b/out/", r, "score")):
+    ids = [
+        "run-1",
+        "Run-1",
+        "run+1",
+        "run 1",
+        "manual__2026-11-22T10:00:00",
+        "manual__2026-11-22T10-00-00",
+        "x" * 80 + "a",
+        "x" * 80 + "b",
+    ]
+    for key_of in (
+        lambda r: manifest_key("s3://b/out/", r, "score", 1),
+        lambda r: outputs_manifest_key("s3://b/out/", r, "score"),
+        lambda r: report_key("s3://b/out/", r, "score"),
+    ):
         assert len({key_of(r) for r in ids}) == len(ids)
     assert run_folder("run-1").startswith("run-1-") and "/" not in run_folder("a/../b")

@@ -23,9 +23,15 @@ def input_shape():
 
 def attempt(**overrides) -> Attempt:
     fields = dict(
-        pipeline="tabular_scoring", run_id="scheduled__2026-11-22T10:00:00+00:00", step="score", number=2,
-        input_prefix="s3://data/raw/dt=2026-11-22/", output_prefix="s3://data/scores/dt=2026-11-22/",
-        model_uri="s3://models/xgb/model.tar.gz", requested_instances=4, file_count=12,
+        pipeline="tabular_scoring",
+        run_id="scheduled__2026-11-22T10:00:00+00:00",
+        step="score",
+        number=2,
+        input_prefix="s3://data/raw/dt=2026-11-22/",
+        output_prefix="s3://data/scores/dt=2026-11-22/",
+        model_uri="s3://models/xgb/model.tar.gz",
+        requested_instances=4,
+        file_count=12,
     )
     fields.update(overrides)
     return Attempt(**fields)
@@ -33,10 +39,15 @@ def attempt(**overrides) -> Attempt:
 
 def full_spec():
     data = minimal()
-    data["steps"][0].update(resources={"instance_count": 4, "instance_type": "ml.c5.2xlarge",
-                                       "workers_per_instance": 8}, max_runtime_seconds=7200)
+    data["steps"][0].update(
+        resources={"instance_count": 4, "instance_type": "ml.c5.2xlarge", "workers_per_instance": 8},
+        max_runtime_seconds=7200,
+    )
     data["sagemaker"] = {
-        "role_arn": ROLE, "image_uri": IMAGE, "tags": {"team": "ml"}, "kms_key_id": "alias/shardline",
+        "role_arn": ROLE,
+        "image_uri": IMAGE,
+        "tags": {"team": "ml"},
+        "kms_key_id": "alias/shardline",
         "vpc": {"subnets": ["subnet-0abc"], "security_group_ids": ["sg-0abc"]},
     }
     return parse_spec(data, "p.yaml")
@@ -61,8 +72,18 @@ def test_request_shards_the_manifest_by_key_and_replicates_the_model():
     assert env["SHARDLINE_ATTEMPT"] == "2" and "SHARDLINE_MODEL_SHA256" not in env  # the pin is an argument
     assert env["SHARDLINE_INPUT_URI"] == "s3://data/raw/dt=2026-11-22/"
     assert request["AppSpecification"]["ContainerArguments"] == [
-        "--exit-zero-on-file-failures", "--heartbeat-interval", "30", "--ledger-retry-seconds", "600",
-        "--passthrough", "id", "--workers", "8", "--model-sha256", "0" * 64]
+        "--exit-zero-on-file-failures",
+        "--heartbeat-interval",
+        "30",
+        "--ledger-retry-seconds",
+        "600",
+        "--passthrough",
+        "id",
+        "--workers",
+        "8",
+        "--model-sha256",
+        "0" * 64,
+    ]
     assert {"Key": "team", "Value": "ml"} in request["Tags"]
 
 
@@ -81,11 +102,14 @@ def test_network_isolation_is_refused_with_the_reason():
 
 
 def test_the_worker_writes_to_the_ledger_in_the_orchestrators_region():
-    env = build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE,
-                                   region="eu-west-1")["Environment"]
+    env = build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE, region="eu-west-1")[
+        "Environment"
+    ]
     assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == "eu-west-1"
-    assert "AWS_REGION" not in build_processing_request(full_spec(), attempt(), image_uri=IMAGE,
-                                                        role_arn=ROLE)["Environment"]
+    assert (
+        "AWS_REGION"
+        not in build_processing_request(full_spec(), attempt(), image_uri=IMAGE, role_arn=ROLE)["Environment"]
+    )
 
 
 def test_custom_code_settings_reach_the_worker_as_flags_it_accepts():
@@ -93,13 +117,23 @@ def test_custom_code_settings_reach_the_worker_as_flags_it_accepts():
     from shardline.worker.cli import build_parser
 
     data = minimal()
-    data["steps"][0]["model"].update(content_type="application/json", accept="text/csv",
-                                     batch_strategy="single_record", json_layout="instances", max_payload_mb=2,
-                                     csv_header=True, allow_nan_predictions=True)
+    data["steps"][0]["model"].update(
+        content_type="application/json",
+        accept="text/csv",
+        batch_strategy="single_record",
+        json_layout="instances",
+        max_payload_mb=2,
+        csv_header=True,
+        allow_nan_predictions=True,
+    )
     args = worker_arguments(parse_spec(data, "p.yaml").steps[0])
     parsed = build_parser().parse_args(args)  # the worker's own parser takes them as they are
-    assert (parsed.content_type, parsed.accept, parsed.batch_strategy, parsed.json_layout) == \
-        ("application/json", "text/csv", "single-record", "instances")
+    assert (parsed.content_type, parsed.accept, parsed.batch_strategy, parsed.json_layout) == (
+        "application/json",
+        "text/csv",
+        "single-record",
+        "instances",
+    )
     assert (parsed.max_payload_mb, parsed.csv_header, parsed.allow_nan_predictions) == (2.0, True, True)
 
 
@@ -122,13 +156,17 @@ def test_default_model_settings_add_no_flags():
 
 def test_the_job_carries_the_digest_pinned_for_the_runs_model_version():
     data = minimal()
-    data["steps"][0]["model"] = {"uri": "s3://models/xgb/{{ params.model_version }}/model.tar.gz", "version": "v1",
-                                 "versions": {"v1": "1" * 64, "v2": "2" * 64}}
+    data["steps"][0]["model"] = {
+        "uri": "s3://models/xgb/{{ params.model_version }}/model.tar.gz",
+        "version": "v1",
+        "versions": {"v1": "1" * 64, "v2": "2" * 64},
+    }
     spec = parse_spec(data, "p.yaml")
 
     def pinned(version):
-        arguments = build_processing_request(spec, attempt(model_version=version), image_uri=IMAGE,
-                                             role_arn=ROLE)["AppSpecification"]["ContainerArguments"]
+        arguments = build_processing_request(spec, attempt(model_version=version), image_uri=IMAGE, role_arn=ROLE)[
+            "AppSpecification"
+        ]["ContainerArguments"]
         return arguments[arguments.index("--model-sha256") + 1]
 
     assert (pinned("v2"), pinned("v1"), pinned(None)) == ("2" * 64, "1" * 64, "1" * 64)
@@ -147,16 +185,18 @@ def test_an_unpinned_local_model_sends_no_digest():
 def test_the_worker_beats_four_times_within_the_steps_heartbeat_timeout():
     data = minimal()
     data["steps"][0]["heartbeat_timeout_seconds"] = 30
-    args = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE,
-                                    role_arn=ROLE)["AppSpecification"]["ContainerArguments"]
+    args = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE, role_arn=ROLE)[
+        "AppSpecification"
+    ]["ContainerArguments"]
     assert args[args.index("--heartbeat-interval") + 1] == "7.5"
 
 
 def test_the_worker_holds_ledger_writes_through_an_outage_until_the_sensor_would_give_up_on_it():
     data = minimal()
     data["steps"][0]["heartbeat_timeout_seconds"] = 45
-    args = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE,
-                                    role_arn=ROLE)["AppSpecification"]["ContainerArguments"]
+    args = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE, role_arn=ROLE)[
+        "AppSpecification"
+    ]["ContainerArguments"]
     assert args[args.index("--ledger-retry-seconds") + 1] == "45"
 
 
@@ -164,8 +204,7 @@ def test_a_metadata_prefix_gets_its_own_output_and_the_worker_writes_its_manifes
 
     spec = full_spec()
     meta = "s3://data/meta/scores/dt=2026-11-22/_shardline/"
-    request = build_processing_request(spec, attempt(metadata_prefix=meta), image_uri=IMAGE,
-                                       role_arn=ROLE)
+    request = build_processing_request(spec, attempt(metadata_prefix=meta), image_uri=IMAGE, role_arn=ROLE)
     report = ParamValidator().validate(request, input_shape)
     assert not report.has_errors(), report.generate_report()
     outputs = {o["OutputName"]: o["S3Output"] for o in request["ProcessingOutputConfig"]["Outputs"]}

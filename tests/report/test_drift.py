@@ -25,7 +25,7 @@ def test_psi_of_four_bins_by_hand():
     reference, current = [0.25, 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]
     # -0.15 ln(0.4) - 0.05 ln(0.8) + 0.05 ln(1.2) + 0.15 ln(1.6)
     # = 0.137444 + 0.011157 + 0.009116 + 0.070501 = 0.228218
-    expected = (-0.15 * math.log(0.4) - 0.05 * math.log(0.8) + 0.05 * math.log(1.2) + 0.15 * math.log(1.6))
+    expected = -0.15 * math.log(0.4) - 0.05 * math.log(0.8) + 0.05 * math.log(1.2) + 0.15 * math.log(1.6)
     assert expected == pytest.approx(0.228218, abs=1e-6)
     assert psi(reference, current) == pytest.approx(expected, rel=1e-12)
     assert psi(current, reference) == pytest.approx(expected, rel=1e-12)  # symmetric
@@ -41,12 +41,19 @@ def test_an_empty_bin_counts_as_epsilon():
     # a bin empty on both sides adds nothing; a larger epsilon softens an empty bin
     assert psi([0.5, 0.5, 0.0], [0.5, 0.5, 0.0]) == 0.0
     assert psi([0.5, 0.5, 0.0], [0.4, 0.5, 0.1], epsilon=0.01) == pytest.approx(
-        (0.4 - 0.5) * math.log(0.8) + (0.1 - 0.01) * math.log(0.1 / 0.01), rel=1e-12)
+        (0.4 - 0.5) * math.log(0.8) + (0.1 - 0.01) * math.log(0.1 / 0.01), rel=1e-12
+    )
 
 
-@pytest.mark.parametrize(("reference", "current", "message"), [
-    ([0.5, 0.5], [1.0], "equal"), ([0.5, 0.6], [0.5, 0.5], "sum to 1"), ([1.5, -0.5], [0.5, 0.5], ">= 0"),
-    ([], [], "non-empty")])
+@pytest.mark.parametrize(
+    ("reference", "current", "message"),
+    [
+        ([0.5, 0.5], [1.0], "equal"),
+        ([0.5, 0.6], [0.5, 0.5], "sum to 1"),
+        ([1.5, -0.5], [0.5, 0.5], ">= 0"),
+        ([], [], "non-empty"),
+    ],
+)
 def test_psi_refuses_what_is_not_two_distributions(reference, current, message):
     with pytest.raises(ValueError, match=message):
         psi(reference, current)
@@ -127,5 +134,12 @@ def test_empty_histograms_and_bad_bins_are_refused():
 
 def test_verdict():
     assert [verdict(v) for v in (None, 0.0, 0.099, 0.1, 0.19, 0.2, 3.0)] == [
-        "n/a", "stable", "stable", "moderate", "moderate", "drift", "drift"]
+        "n/a",
+        "stable",
+        "stable",
+        "moderate",
+        "moderate",
+        "drift",
+        "drift",
+    ]
     assert verdict(0.06, max_psi=0.05) == "drift" and verdict(0.04, max_psi=0.05) == "stable"

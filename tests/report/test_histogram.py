@@ -13,9 +13,16 @@ RNG = np.random.default_rng(7)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("make", [
-    lambda n: RNG.normal(size=n), RNG.random, lambda n: RNG.lognormal(3, 2, size=n),
-    lambda n: -RNG.exponential(size=n)], ids=["normal", "uniform", "lognormal", "negative"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: RNG.normal(size=n),
+        RNG.random,
+        lambda n: RNG.lognormal(3, 2, size=n),
+        lambda n: -RNG.exponential(size=n),
+    ],
+    ids=["normal", "uniform", "lognormal", "negative"],
+)
 def test_quantiles_are_within_the_relative_accuracy(make, dtype):
     values = make(200_000).astype(dtype)
     histogram = Histogram().add(values)
@@ -89,8 +96,12 @@ def test_merging_shards_gives_the_histogram_of_all_their_values():
 
 
 def test_to_dict_round_trips_through_json_and_stays_small():
-    for values in (RNG.random(100_000).astype(np.float32), RNG.normal(size=100_000), np.array([1, 2, 2]),
-                   np.array([np.nan, np.inf, -1e300, 0.0])):
+    for values in (
+        RNG.random(100_000).astype(np.float32),
+        RNG.normal(size=100_000),
+        np.array([1, 2, 2]),
+        np.array([np.nan, np.inf, -1e300, 0.0]),
+    ):
         histogram = Histogram().add(values)
         text = json.dumps(histogram.to_dict(), allow_nan=False)  # strict JSON: no NaN or Infinity literals
         again = Histogram.from_dict(json.loads(text))

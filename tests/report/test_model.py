@@ -34,20 +34,34 @@ def at(seconds: float) -> dt.datetime:
 
 def small_step() -> tuple[list[FileRecord], list[InstanceRecord]]:
     """4 instances of ml.m5.xlarge; algo-2 is slow, algo-3 has no files, file c loses 2 rows, file e fails."""
+
     def ok(key, host, rows_in, rows_out, start, end):
-        return FileRecord(key, "SUCCEEDED", host, rows_in=rows_in, rows_out=rows_out, bytes_in=10 * rows_in,
-                          started_at=at(start), finished_at=at(end))
+        return FileRecord(
+            key,
+            "SUCCEEDED",
+            host,
+            rows_in=rows_in,
+            rows_out=rows_out,
+            bytes_in=10 * rows_in,
+            started_at=at(start),
+            finished_at=at(end),
+        )
 
     files = [
-        ok("in/a", "algo-1", 100, 100, 0, 10), ok("in/b", "algo-1", 300, 300, 10, 20),
-        ok("in/c", "algo-2", 400, 398, 0, 40), ok("in/d", "algo-4", 200, 200, 0, 20),
-        FileRecord("in/e", "FAILED", "algo-4", bytes_in=500, started_at=at(0), finished_at=at(1),
-                   error="ValueError: bad row"),
+        ok("in/a", "algo-1", 100, 100, 0, 10),
+        ok("in/b", "algo-1", 300, 300, 10, 20),
+        ok("in/c", "algo-2", 400, 398, 0, 40),
+        ok("in/d", "algo-4", 200, 200, 0, 20),
+        FileRecord(
+            "in/e", "FAILED", "algo-4", bytes_in=500, started_at=at(0), finished_at=at(1), error="ValueError: bad row"
+        ),
     ]
-    instances = [InstanceRecord("algo-1", "ml.m5.xlarge", started_at=at(0), ended_at=at(20)),
-                 InstanceRecord("algo-2", "ml.m5.xlarge", started_at=at(0), ended_at=at(40)),
-                 InstanceRecord("algo-3", "ml.m5.xlarge", started_at=at(0), ended_at=at(20)),
-                 InstanceRecord("algo-4", "ml.m5.xlarge", started_at=at(0), ended_at=at(20))]
+    instances = [
+        InstanceRecord("algo-1", "ml.m5.xlarge", started_at=at(0), ended_at=at(20)),
+        InstanceRecord("algo-2", "ml.m5.xlarge", started_at=at(0), ended_at=at(40)),
+        InstanceRecord("algo-3", "ml.m5.xlarge", started_at=at(0), ended_at=at(20)),
+        InstanceRecord("algo-4", "ml.m5.xlarge", started_at=at(0), ended_at=at(20)),
+    ]
     return files, instances
 
 
@@ -94,10 +108,17 @@ def test_an_instances_counts_are_its_own_even_when_a_later_attempt_took_over_its
     """algo-4 of attempt 1 was given 2 files and failed one (its manifest says 2 and 1); attempt 2 then ran that
     file on algo-1, so its FILE item is attempt 2's now. The report still counts algo-4's 2 files, 1 failed."""
     files, instances = small_step()
-    files = [f if f.key != "in/e" else FileRecord("in/e", "SUCCEEDED", "algo-1", attempt=2, rows_in=5, rows_out=5,
-                                                  started_at=at(300), finished_at=at(301)) for f in files]
-    instances[3] = InstanceRecord("algo-4", "ml.m5.xlarge", started_at=at(0), ended_at=at(20), files_assigned=2,
-                                  files_done=2, files_failed=1)
+    files = [
+        f
+        if f.key != "in/e"
+        else FileRecord(
+            "in/e", "SUCCEEDED", "algo-1", attempt=2, rows_in=5, rows_out=5, started_at=at(300), finished_at=at(301)
+        )
+        for f in files
+    ]
+    instances[3] = InstanceRecord(
+        "algo-4", "ml.m5.xlarge", started_at=at(0), ended_at=at(20), files_assigned=2, files_done=2, files_failed=1
+    )
     shards = {s.instance: s for s in build_report(IDENTITY, files, instances).shards}
     four = shards["algo-4 (attempt 1)"]
     assert (four.files, four.files_succeeded, four.files_failed) == (2, 1, 1)
@@ -105,8 +126,11 @@ def test_an_instances_counts_are_its_own_even_when_a_later_attempt_took_over_its
 
 def test_a_resubmission_is_compared_with_its_own_attempt_and_a_missing_instance_is_derived_from_its_files():
     files, instances = small_step()
-    files.append(FileRecord("in/f", "SUCCEEDED", "algo-1", attempt=2, rows_in=50, rows_out=50, started_at=at(300),
-                            finished_at=at(305)))
+    files.append(
+        FileRecord(
+            "in/f", "SUCCEEDED", "algo-1", attempt=2, rows_in=50, rows_out=50, started_at=at(300), finished_at=at(305)
+        )
+    )
     report = build_report(IDENTITY, files, instances)
     labels = [s.instance for s in report.shards]
     assert labels[-1] == "algo-1 (attempt 2)" and "algo-1 (attempt 1)" in labels
@@ -127,11 +151,15 @@ def test_cost_and_cost_per_million_by_hand():
     assert cost.predictions == 998 and cost.cost_per_million == pytest.approx(6.4017, abs=1e-4)
     assert [(line.instance_type, line.instances, line.seconds) for line in cost.by_type] == [("ml.m5.xlarge", 4, 100)]
     assert [(p.run_id, p.cost_per_million, p.current) for p in cost.trend] == [
-        ("r5", 6.1, False), ("r6", None, False), ("r7", cost.cost_per_million, True)]
+        ("r5", 6.1, False),
+        ("r6", None, False),
+        ("r7", cost.cost_per_million, True),
+    ]
     # the local backend at its own price: 100 s at $0.36/h = $0.01
     local = StepIdentity(pipeline="scores", run_id="r7", step="score", backend="local")
-    assert build_report(local, files, instances, prices=Prices.default(local_per_hour=0.36)).cost.total == \
-        pytest.approx(0.01)
+    assert build_report(
+        local, files, instances, prices=Prices.default(local_per_hour=0.36)
+    ).cost.total == pytest.approx(0.01)
 
 
 def test_an_unknown_instance_type_leaves_the_cost_empty_and_says_where_to_price_it():
@@ -165,18 +193,25 @@ def test_drift_against_the_reference_with_both_histograms():
     files, instances = small_step()
     current = Histogram().add(np.array([0] * 2 + [1] * 4 + [2] * 4))
     reference = Histogram().add(np.array([0] * 4 + [1] * 4 + [2] * 2))
-    drift = build_report(IDENTITY, files, instances, current, reference=reference, reference_run_id="r6",
-                         max_psi=0.2).drift
+    drift = build_report(
+        IDENTITY, files, instances, current, reference=reference, reference_run_id="r6", max_psi=0.2
+    ).drift
     # (0.2-0.4) ln(0.2/0.4) + 0 + (0.4-0.2) ln(0.4/0.2) = 0.4 ln 2 = 0.2773 >= 0.2
     assert drift.psi == pytest.approx(0.4 * math.log(2)) and drift.verdict == "drift" and drift.reference_run_id == "r6"
     assert drift.bins.labels == ["= 0", "= 1", "= 2", "other"]
     assert drift.density.kind == "values" and drift.density.edges == [0, 1, 2]
     assert drift.density.reference == pytest.approx([0.4, 0.4, 0.2]) and drift.density.current == pytest.approx(
-        [0.2, 0.4, 0.4])
+        [0.2, 0.4, 0.4]
+    )
     assert Histogram.from_dict(drift.current_histogram) == current
     assert drift.current_quantiles["p50"] == 1.0 and drift.reference_quantiles["p50"] == 1.0
-    continuous = build_report(IDENTITY, files, instances, Histogram().add(np.linspace(0, 1, 1000)),
-                              reference=Histogram().add(np.linspace(0, 1, 1000))).drift
+    continuous = build_report(
+        IDENTITY,
+        files,
+        instances,
+        Histogram().add(np.linspace(0, 1, 1000)),
+        reference=Histogram().add(np.linspace(0, 1, 1000)),
+    ).drift
     assert continuous.psi == 0.0 and continuous.verdict == "stable" and continuous.density.kind == "intervals"
     assert sum(continuous.density.current) == pytest.approx(1.0)
 
@@ -192,8 +227,14 @@ def test_without_a_reference_or_a_histogram_drift_is_na_with_a_reason():
 
 def test_to_json_is_the_whole_report_and_reads_back():
     identity, files, instances = example_records()
-    report = build_report(identity, files, instances, Histogram().add(np.random.default_rng(1).random(1000)),
-                          reference=Histogram().add(np.random.default_rng(2).random(1000)), generated_at=T)
+    report = build_report(
+        identity,
+        files,
+        instances,
+        Histogram().add(np.random.default_rng(1).random(1000)),
+        reference=Histogram().add(np.random.default_rng(2).random(1000)),
+        generated_at=T,
+    )
     data = json.loads(report.to_json())
     assert data["format"] == "shardline.report/1" and data["run_id"] == identity.run_id
     assert len(data["reconciliation"]["rows"]) == 100 and len(data["shards"]) == 5
@@ -208,9 +249,12 @@ def test_an_empty_step_still_reports():
 
 
 def test_unfinished_files_and_files_without_times():
-    files = [FileRecord("in/p", "PENDING"), FileRecord("in/r", "RUNNING", "algo-1", started_at=at(0)),
-             FileRecord("in/s", "SUCCEEDED", "algo-1", rows_in=10, rows_out=10, finished_at=at(8), seconds=4.0),
-             FileRecord("in/t", "SUCCEEDED", "algo-1", rows_in=10, rows_out=10)]
+    files = [
+        FileRecord("in/p", "PENDING"),
+        FileRecord("in/r", "RUNNING", "algo-1", started_at=at(0)),
+        FileRecord("in/s", "SUCCEEDED", "algo-1", rows_in=10, rows_out=10, finished_at=at(8), seconds=4.0),
+        FileRecord("in/t", "SUCCEEDED", "algo-1", rows_in=10, rows_out=10),
+    ]
     instances = [InstanceRecord("algo-1", "ml.m5.xlarge", started_at=at(0), ended_at=at(10))]
     report = build_report(IDENTITY, files, instances, timeline_buckets=10)
     assert report.reconciliation.unfinished == 2
@@ -225,24 +269,81 @@ def test_unfinished_files_and_files_without_times():
 def ledger_items():
     """The items as the ledger holds them: the real pynamodb classes, with the attributes its writers set."""
     pk = run_pk("scores", "r7")
-    step = ControlItem(pk, step_sk("score"), pipeline="scores", run_id="r7", step="score", attempt=2,
-                       status="RUNNING", started_at=at(-30))
+    step = ControlItem(
+        pk,
+        step_sk("score"),
+        pipeline="scores",
+        run_id="r7",
+        step="score",
+        attempt=2,
+        status="RUNNING",
+        started_at=at(-30),
+    )
     files = [
-        LedgerItem(pk, file_sk("score", "in/a"), status="SUCCEEDED", attempt=1, input_key="in/a", host="algo-1",
-                   rows_in=100, rows_out=100, bytes_in=1000, bytes_out=500, seconds=9.5, started_at=at(2),
-                   finished_at=at(12)),
-        LedgerItem(pk, file_sk("score", "in/b"), status="FAILED", attempt=2, input_key="in/b", host="algo-2",
-                   rows_in=0, rows_out=0, bytes_in=2000, seconds=0.2, started_at=at(60), finished_at=at(61),
-                   error_class="SchemaError", error_message="column f07 is missing"),
+        LedgerItem(
+            pk,
+            file_sk("score", "in/a"),
+            status="SUCCEEDED",
+            attempt=1,
+            input_key="in/a",
+            host="algo-1",
+            rows_in=100,
+            rows_out=100,
+            bytes_in=1000,
+            bytes_out=500,
+            seconds=9.5,
+            started_at=at(2),
+            finished_at=at(12),
+        ),
+        LedgerItem(
+            pk,
+            file_sk("score", "in/b"),
+            status="FAILED",
+            attempt=2,
+            input_key="in/b",
+            host="algo-2",
+            rows_in=0,
+            rows_out=0,
+            bytes_in=2000,
+            seconds=0.2,
+            started_at=at(60),
+            finished_at=at(61),
+            error_class="SchemaError",
+            error_message="column f07 is missing",
+        ),
         LedgerItem(pk, file_sk("score", "in/c"), status="PENDING", attempt=2, input_key="in/c", bytes_in=300),
     ]
     shards = [
-        LedgerItem(pk, shard_sk("score", 1, "algo-1"), status="SUCCEEDED", attempt=1, host="algo-1",
-                   pipeline="scores", run_id="r7", step="score", heartbeat_at=at(15), files_assigned=1, files_done=1,
-                   files_failed=0, rows_done=100),
-        LedgerItem(pk, shard_sk("score", 2, "algo-2"), status="PARTIAL", attempt=2, host="algo-2",
-                   pipeline="scores", run_id="r7", step="score", heartbeat_at=at(64), files_assigned=1, files_done=0,
-                   files_failed=1, rows_done=0),
+        LedgerItem(
+            pk,
+            shard_sk("score", 1, "algo-1"),
+            status="SUCCEEDED",
+            attempt=1,
+            host="algo-1",
+            pipeline="scores",
+            run_id="r7",
+            step="score",
+            heartbeat_at=at(15),
+            files_assigned=1,
+            files_done=1,
+            files_failed=0,
+            rows_done=100,
+        ),
+        LedgerItem(
+            pk,
+            shard_sk("score", 2, "algo-2"),
+            status="PARTIAL",
+            attempt=2,
+            host="algo-2",
+            pipeline="scores",
+            run_id="r7",
+            step="score",
+            heartbeat_at=at(64),
+            files_assigned=1,
+            files_done=0,
+            files_failed=1,
+            rows_done=0,
+        ),
     ]
     return step, files, shards
 
@@ -253,24 +354,47 @@ def test_records_from_ledger_items():
     assert records.identity == StepIdentity(pipeline="scores", run_id="r7", step="score", attempt=2)
     a, b, c = records.files
     assert (a.key, a.status, a.host, a.attempt, a.rows_in, a.rows_out, a.bytes_in, a.bytes_out, a.seconds) == (
-        "in/a", "SUCCEEDED", "algo-1", 1, 100, 100, 1000, 500, 9.5)
+        "in/a",
+        "SUCCEEDED",
+        "algo-1",
+        1,
+        100,
+        100,
+        1000,
+        500,
+        9.5,
+    )
     assert (a.started_at, a.finished_at, a.error) == (at(2), at(12), None)
     assert (b.status, b.attempt, b.error) == ("FAILED", 2, "SchemaError: column f07 is missing")
     assert (c.status, c.host, c.started_at, c.bytes_in) == ("PENDING", None, None, 300)
     one, two = records.instances
     # the ledger has no instance start: its first file's claim stands in; its last heartbeat is its end
     assert (one.host, one.attempt, one.instance_type, one.started_at, one.ended_at, one.status) == (
-        "algo-1", 1, "ml.c5.xlarge", at(2), at(15), "SUCCEEDED")
+        "algo-1",
+        1,
+        "ml.c5.xlarge",
+        at(2),
+        at(15),
+        "SUCCEEDED",
+    )
     assert (two.host, two.attempt, two.started_at, two.ended_at) == ("algo-2", 2, at(60), at(64))
 
 
 def test_a_file_claimed_but_never_finished_takes_its_bytes_from_the_plan():
     """A claim writes no size (the plan file has it): the report still counts the file's bytes on its shard."""
     step, files, shards = ledger_items()
-    running = LedgerItem(run_pk("scores", "r7"), file_sk("score", "in/d"), status="RUNNING", attempt=2,
-                         input_key="in/d", host="algo-2", started_at=at(62))
-    records = records_from_ledger(step, [*files, running], shards, instance_type="ml.c5.xlarge",
-                                  planned_sizes={"in/d": 4096, "in/a": 1})
+    running = LedgerItem(
+        run_pk("scores", "r7"),
+        file_sk("score", "in/d"),
+        status="RUNNING",
+        attempt=2,
+        input_key="in/d",
+        host="algo-2",
+        started_at=at(62),
+    )
+    records = records_from_ledger(
+        step, [*files, running], shards, instance_type="ml.c5.xlarge", planned_sizes={"in/d": 4096, "in/a": 1}
+    )
     by_key = {f.key: f.bytes_in for f in records.files}
     assert by_key["in/d"] == 4096 and by_key["in/a"] == 1000  # what an instance read comes first
 
@@ -282,8 +406,9 @@ def test_records_from_attribute_dicts_and_iso_strings_match():
     def plain(item):
         return {k: v.isoformat() if isinstance(v, dt.datetime) else v for k, v in item.attribute_values.items()}
 
-    from_dicts = records_from_ledger(plain(step), [plain(f) for f in files], [plain(s) for s in shards],
-                                     instance_type="ml.c5.xlarge")
+    from_dicts = records_from_ledger(
+        plain(step), [plain(f) for f in files], [plain(s) for s in shards], instance_type="ml.c5.xlarge"
+    )
     assert from_dicts == from_items
 
 

@@ -27,8 +27,12 @@ def example():
 
 
 def images(page: str) -> dict[str, bytes]:
-    return {name: base64.b64decode(data) for name, data in
-            re.findall(r"<img class='chart' id='chart-(\w+)' alt='[^']*' src='data:image/png;base64,([^']+)'>", page)}
+    return {
+        name: base64.b64decode(data)
+        for name, data in re.findall(
+            r"<img class='chart' id='chart-(\w+)' alt='[^']*' src='data:image/png;base64,([^']+)'>", page
+        )
+    }
 
 
 def test_the_page_holds_every_section_and_chart_inline(example):
@@ -80,17 +84,23 @@ def test_a_16_instance_400_file_report_renders_with_every_chart():
 
 
 def test_importing_the_room_loads_no_matplotlib_and_its_package_no_numpy():
-    code = ("import json, sys\nimport shardline.report\nfirst = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('numpy', 'matplotlib'))\nimport shardline.report.model, shardline.report.render\n"
-            "print(json.dumps([first, sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'pynamodb', "
-            "'boto3', 'airflow'})]))")
+    code = (
+        "import json, sys\nimport shardline.report\nfirst = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('numpy', 'matplotlib'))\nimport shardline.report.model, shardline.report.render\n"
+        "print(json.dumps([first, sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'pynamodb', "
+        "'boto3', 'airflow'})]))"
+    )
     result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert json.loads(result.stdout) == [[], []]
 
 
 def test_the_charts_alone_for_a_look(tmp_path):
-    report = build_report(StepIdentity(pipeline="p", run_id="r", step="s"), [], [],
-                          Histogram().add(np.random.default_rng(0).normal(size=10_000)))
+    report = build_report(
+        StepIdentity(pipeline="p", run_id="r", step="s"),
+        [],
+        [],
+        Histogram().add(np.random.default_rng(0).normal(size=10_000)),
+    )
     charts = render_charts(report)
     assert set(charts) == {"drift"}  # this run's histogram alone; no cost per 1M without predictions, no trend
     assert charts["drift"].startswith(PNG)
@@ -103,7 +113,8 @@ def test_the_page_opens_in_headless_chromium_with_its_charts_drawn(example, brow
     path.write_text(page, encoding="utf-8")
     browser.get(path.as_uri())
     drawn = browser.execute_script(
-        "return [...document.images].map(i => [i.id, i.complete, i.naturalWidth, i.naturalHeight])")
+        "return [...document.images].map(i => [i.id, i.complete, i.naturalWidth, i.naturalHeight])"
+    )
     assert len(drawn) == 4 and all(done and width > 500 and height > 200 for _, done, width, height in drawn), drawn
     assert browser.title.startswith("Shardline report: scores")
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

@@ -113,8 +113,9 @@ def image_exists(tag: str) -> bool:
 
 
 def image_size_mb(tag: str) -> int:
-    out = subprocess.run(["docker", "image", "inspect", tag, "--format", "{{.Size}}"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["docker", "image", "inspect", tag, "--format", "{{.Size}}"], capture_output=True, text=True, check=True
+    ).stdout
     return round(int(out) / 1e6)
 
 
@@ -122,8 +123,9 @@ def ca_bundle() -> Path:
     """The CA bundle pip trusts here: a registry behind a TLS-inspecting proxy is verified with it."""
     configured = os.environ.get("PIP_CERT")
     if not configured:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             check=False).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+        ).stdout
         for line in out.splitlines():
             if line.split("=", 1)[0].endswith(".cert"):
                 configured = line.split("=", 1)[1].strip().strip("'\"")
@@ -138,8 +140,14 @@ def ensure_base_image() -> None:
         install_debian_packages("debootstrap")
     with tempfile.TemporaryDirectory(prefix="shardline-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
-        run("debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}", "bookworm", str(root),
-            stdout=subprocess.DEVNULL)
+        run(
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(DEBIAN_PACKAGES)}",
+            "bookworm",
+            str(root),
+            stdout=subprocess.DEVNULL,
+        )
         shutil.copyfile(ca_bundle(), root / "etc/ssl/certs/ca-certificates.crt")
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         run("docker", "import", "-", BASE_IMAGE, stdin=tar.stdout, stdout=subprocess.DEVNULL)
@@ -160,8 +168,17 @@ def ensure_official(tag: str) -> str:
         for path in STANDINS.iterdir():
             shutil.copy2(path, context / path.name)
         shutil.copyfile(REPO / "constraints.txt", context / "constraints.txt")
-        run("docker", "build", "--quiet", "-t", tag, "-f", str(context / STANDIN_FOR[tag]), str(context),
-            stdout=subprocess.DEVNULL)
+        run(
+            "docker",
+            "build",
+            "--quiet",
+            "-t",
+            tag,
+            "-f",
+            str(context / STANDIN_FOR[tag]),
+            str(context),
+            stdout=subprocess.DEVNULL,
+        )
     return "stand-in"
 
 
@@ -200,8 +217,19 @@ def build(tag: str, dockerfile: str, **build_args: str) -> float:
     started = time.monotonic()
     args = [f"--build-arg={k}={v}" for k, v in build_args.items()]
     # --network host: pip reaches the registries, and the loopback torch index, as it does on this machine.
-    run("docker", "build", "--network", "host", *args, "-t", tag, "-f", str(REPO / dockerfile), str(REPO),
-        stdout=subprocess.DEVNULL)
+    run(
+        "docker",
+        "build",
+        "--network",
+        "host",
+        *args,
+        "-t",
+        tag,
+        "-f",
+        str(REPO / dockerfile),
+        str(REPO),
+        stdout=subprocess.DEVNULL,
+    )
     return time.monotonic() - started
 
 
@@ -238,9 +266,11 @@ def summary(seconds: int) -> str:
     measured = json.loads((STATE / "figures.json").read_text())
     equal = sum(v for k, v in measured.items() if k.startswith("equal_predictions_"))
     kinds = sum(1 for k in measured if k.startswith("equal_predictions_"))
-    return (f"stack ok: worker image {engine['worker_image_mb']} MB, {equal:,} predictions equal ({kinds} model "
-            f"kinds); compose up in {measured['compose_up_s']:.0f} s, DAG run green in "
-            f"{measured['dag_run_green_s']:.0f} s; images ready in {engine['images_s']:.0f} s, {seconds} s in all")
+    return (
+        f"stack ok: worker image {engine['worker_image_mb']} MB, {equal:,} predictions equal ({kinds} model "
+        f"kinds); compose up in {measured['compose_up_s']:.0f} s, DAG run green in "
+        f"{measured['dag_run_green_s']:.0f} s; images ready in {engine['images_s']:.0f} s, {seconds} s in all"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -44,15 +44,27 @@ class Stack:
     env: dict[str, str]
 
     def compose(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-        command = [str(Path(sys.executable).with_name("docker-compose")), "--project-directory", str(REPO),
-                   "-f", str(REPO / "docker-compose.yaml"), "--env-file", str(STATE / "compose.env"),
-                   "-p", PROJECT, *args]
+        command = [
+            str(Path(sys.executable).with_name("docker-compose")),
+            "--project-directory",
+            str(REPO),
+            "-f",
+            str(REPO / "docker-compose.yaml"),
+            "--env-file",
+            str(STATE / "compose.env"),
+            "-p",
+            PROJECT,
+            *args,
+        ]
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         if check and result.returncode != 0:
-            logs = subprocess.run([*command[:-len(args)], "logs", "--tail", "60"], capture_output=True, text=True,
-                                  check=False).stdout
-            raise AssertionError(f"docker compose {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
-                                 f"\n{result.stdout}\n--- logs ---\n{logs[-6000:]}")
+            logs = subprocess.run(
+                [*command[: -len(args)], "logs", "--tail", "60"], capture_output=True, text=True, check=False
+            ).stdout
+            raise AssertionError(
+                f"docker compose {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
+                f"\n{result.stdout}\n--- logs ---\n{logs[-6000:]}"
+            )
         return result
 
     def exec(self, *command: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -60,11 +72,15 @@ class Stack:
         return self.compose("exec", "-T", *extra, "airflow-scheduler", *command)
 
     def api(self) -> httpx.Client:
-        token = httpx.post(f"{self.url}/auth/token", json={"username": self.username, "password": self.password},
-                           timeout=30)
+        token = httpx.post(
+            f"{self.url}/auth/token", json={"username": self.username, "password": self.password}, timeout=30
+        )
         assert token.status_code in (200, 201), token.text
-        return httpx.Client(base_url=f"{self.url}/api/v2", timeout=60,
-                            headers={"Authorization": f"Bearer {token.json()['access_token']}"})
+        return httpx.Client(
+            base_url=f"{self.url}/api/v2",
+            timeout=60,
+            headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+        )
 
 
 def _env_file() -> dict[str, str]:
@@ -82,10 +98,14 @@ def _env_file() -> dict[str, str]:
 def _leftovers() -> dict[str, list[str]]:
     label = f"label=com.docker.compose.project={PROJECT}"
     found = {}
-    for kind, command in (("containers", ["docker", "ps", "-aq"]), ("volumes", ["docker", "volume", "ls", "-q"]),
-                          ("networks", ["docker", "network", "ls", "-q"])):
-        found[kind] = subprocess.run([*command, "--filter", label], capture_output=True, text=True,
-                                     check=True).stdout.split()
+    for kind, command in (
+        ("containers", ["docker", "ps", "-aq"]),
+        ("volumes", ["docker", "volume", "ls", "-q"]),
+        ("networks", ["docker", "network", "ls", "-q"]),
+    ):
+        found[kind] = subprocess.run(
+            [*command, "--filter", label], capture_output=True, text=True, check=True
+        ).stdout.split()
     return found
 
 
@@ -128,8 +148,14 @@ def _wait_for_run(api: httpx.Client, run_id: str, timeout: float = 900) -> str:
 def test_every_service_is_healthy_and_the_ui_answers(stack):
     listed = stack.compose("ps", "--format", "{{.Service}} {{.State}} {{.Health}}").stdout.split("\n")
     services = dict(line.split(" ", 1) for line in listed if line.strip())
-    long_running = {"postgres", "aws", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer"}
+    long_running = {
+        "postgres",
+        "aws",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    }
     assert long_running <= set(services), services
     assert all(services[name] == "running healthy" for name in long_running), services
     assert httpx.get(f"{UI}/api/v2/monitor/health", timeout=30).json()["metadatabase"]["status"] == "healthy"
@@ -138,8 +164,16 @@ def test_every_service_is_healthy_and_the_ui_answers(stack):
 
 def test_the_hourly_dag_runs_green_through_the_rest_api(stack, figures):
     hour = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
-    seeded = stack.exec("python", "/opt/shardline/compose/seed_demo.py", "--logical-date", hour.isoformat(),
-                        "--files", "4", "--rows", "20000")
+    seeded = stack.exec(
+        "python",
+        "/opt/shardline/compose/seed_demo.py",
+        "--logical-date",
+        hour.isoformat(),
+        "--files",
+        "4",
+        "--rows",
+        "20000",
+    )
     assert "uploaded 4 parquet files" in seeded.stdout, seeded.stdout + seeded.stderr
     with stack.api() as api:
         assert api.patch(f"/dags/{PIPELINE}", json={"is_paused": False}).status_code == 200
@@ -147,26 +181,51 @@ def test_the_hourly_dag_runs_green_through_the_rest_api(stack, figures):
         _trigger(api, "stack-green", hour)
         assert _wait_for_run(api, "stack-green") == "success"
         figures(dag_run_green_s=round(time.monotonic() - started, 1))
-    s3 = boto3.client("s3", endpoint_url=AWS, region_name="us-east-1", aws_access_key_id="shardline-local",
-                      aws_secret_access_key="shardline-local")
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="shardline-demo", Prefix="scores/dt=2026-11-22/hour=10/")
-            ["Contents"]]
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=AWS,
+        region_name="us-east-1",
+        aws_access_key_id="shardline-local",
+        aws_secret_access_key="shardline-local",
+    )
+    keys = [
+        o["Key"]
+        for o in s3.list_objects_v2(Bucket="shardline-demo", Prefix="scores/dt=2026-11-22/hour=10/")["Contents"]
+    ]
     assert "scores/dt=2026-11-22/hour=10/_SUCCESS" in keys
     outputs = [k for k in keys if k.endswith(".parquet")]
-    rows = sum(pq.read_table(io.BytesIO(s3.get_object(Bucket="shardline-demo", Key=k)["Body"].read())).num_rows
-               for k in outputs)
+    rows = sum(
+        pq.read_table(io.BytesIO(s3.get_object(Bucket="shardline-demo", Key=k)["Body"].read())).num_rows
+        for k in outputs
+    )
     assert len(outputs) == 4 and rows == 20_000  # --rows is the partition's total
 
 
 @pytest.mark.usefixtures("browser")
-def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_green(stack, browser,  # noqa: F811
-                                                                                    screenshot):  # noqa: F811
+def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_green(
+    stack,
+    browser,  # noqa: F811
+    screenshot,  # noqa: F811
+):
     hour = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
-    seeded = stack.exec("python", "/opt/shardline/compose/seed_demo.py", "--logical-date", hour.isoformat(),
-                        "--files", "3", "--rows", "5000")
+    seeded = stack.exec(
+        "python",
+        "/opt/shardline/compose/seed_demo.py",
+        "--logical-date",
+        hour.isoformat(),
+        "--files",
+        "3",
+        "--rows",
+        "5000",
+    )
     assert seeded.returncode == 0, seeded.stderr
-    s3 = boto3.client("s3", endpoint_url=AWS, region_name="us-east-1", aws_access_key_id="shardline-local",
-                      aws_secret_access_key="shardline-local")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=AWS,
+        region_name="us-east-1",
+        aws_access_key_id="shardline-local",
+        aws_secret_access_key="shardline-local",
+    )
     bucket, prefix = _partition(hour)
     s3.put_object(Bucket=bucket, Key=f"{prefix}late-arrival.parquet", Body=b"PAR1 cut short by a crashed writer")
     with stack.api() as api:
@@ -183,8 +242,11 @@ def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_g
         _wait(driver, lambda d: d.find_elements(*_css(row)), message="the run is not listed")
         _click(driver, f"{row} a.run-link")
         step = "section.step[data-step=score]"
-        bad = _wait(driver, lambda d: d.find_elements(*_css(f"{step} tr.file-row[data-status=FAILED]")),
-                    message="the failed file is not shown")[0]
+        bad = _wait(
+            driver,
+            lambda d: d.find_elements(*_css(f"{step} tr.file-row[data-status=FAILED]")),
+            message="the failed file is not shown",
+        )[0]
         assert bad.get_attribute("data-key").endswith("/late-arrival.parquet")
         assert _text(driver, f"{step} tr.file-row[data-status=FAILED] .err-class") == "CorruptInputError"
         screenshot("compose-stack-failed-run")
@@ -194,8 +256,9 @@ def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_g
         pq.write_table(synthetic.make_table(5000, first_id=900_000), good)
         s3.put_object(Bucket=bucket, Key=f"{prefix}late-arrival.parquet", Body=good.getvalue())
         login = {"SHARDLINE_AIRFLOW_USERNAME": stack.username, "SHARDLINE_AIRFLOW_PASSWORD": stack.password}
-        done = stack.exec("shardline", "resubmit", f"{PIPELINE}/stack-corrupt", "--step", "score", "--all-failed",
-                          env=login)
+        done = stack.exec(
+            "shardline", "resubmit", f"{PIPELINE}/stack-corrupt", "--step", "score", "--all-failed", env=login
+        )
         assert "cleared" in done.stdout, done.stdout + done.stderr
         assert api.get(f"/dags/{PIPELINE}/dagRuns/stack-corrupt").json()["state"] != "failed"  # cleared: running
         assert _wait_for_run(api, "stack-corrupt") == "success"

@@ -26,10 +26,21 @@ def unpinned(aws_env, ledger_table, xgboost_model, tmp_path, worker_image):
     s3.put_object(Bucket=bucket, Key="in/a.parquet", Body=buf.getvalue())
     synthetic.pack(xgboost_model.parent, tmp_path / "model.tar.gz")
     s3.upload_file(str(tmp_path / "model.tar.gz"), bucket, "model/model.tar.gz")
-    spec = parse_spec({"pipeline": "stack_preview", "ledger_table": ledger_table, "steps": [{
-        "name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "allow_unpinned": True},
-        "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
-        "output": {"prefix": f"s3://{bucket}/out/"}}]}, "stack_preview.yaml")
+    spec = parse_spec(
+        {
+            "pipeline": "stack_preview",
+            "ledger_table": ledger_table,
+            "steps": [
+                {
+                    "name": "score",
+                    "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "allow_unpinned": True},
+                    "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"]},
+                    "output": {"prefix": f"s3://{bucket}/out/"},
+                }
+            ],
+        },
+        "stack_preview.yaml",
+    )
     return spec, s3, bucket
 
 
@@ -49,12 +60,18 @@ def test_preview_and_tune_run_an_unpinned_model_in_the_image_only(unpinned, tmp_
     monkeypatch.setenv("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS", "1")
     here = preview_step(spec, "score", s3, rows=50, **uris)
     column = boxed.report["columns"].index("prediction")
-    np.testing.assert_array_equal([r[column] for r in boxed.report["table"]],
-                                  [r[column] for r in here.report["table"]])
+    np.testing.assert_array_equal([r[column] for r in boxed.report["table"]], [r[column] for r in here.report["table"]])
 
     monkeypatch.setenv("SHARDLINE_LOCAL_RUNTIME", "docker")
     monkeypatch.delenv("SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS")
-    tuned = tune_step(spec, "score", s3, out_dir=tmp_path / "tune", input_prefix=f"s3://{bucket}/in/", rows=20_000,
-                      extra_args=("--tune-repeat", "1", "--tune-max-batch-rows", "8192"))
+    tuned = tune_step(
+        spec,
+        "score",
+        s3,
+        out_dir=tmp_path / "tune",
+        input_prefix=f"s3://{bucket}/in/",
+        rows=20_000,
+        extra_args=("--tune-repeat", "1", "--tune-max-batch-rows", "8192"),
+    )
     assert tuned.ok, tuned.render() + tuned.log
     assert (tmp_path / "tune" / "tune.json").is_file() and tuned.figures

@@ -88,9 +88,15 @@ def _decide(spec, attempt, timeout: float = 600):
 def _run(spec, bucket: str, runtime: str, monkeypatch, *, count: int = 2):
     """Plan, submit and wait for one attempt whose instances run as ``runtime``; its decision and outputs."""
     monkeypatch.setenv("SHARDLINE_LOCAL_RUNTIME", runtime)
-    attempt = steps.plan(spec, "score", f"run-{runtime}", input_prefix=f"s3://{bucket}/in/",
-                         output_prefix=f"s3://{bucket}/out-{runtime}/", model_uri=f"s3://{bucket}/model/model.tar.gz",
-                         instance_count=count)
+    attempt = steps.plan(
+        spec,
+        "score",
+        f"run-{runtime}",
+        input_prefix=f"s3://{bucket}/in/",
+        output_prefix=f"s3://{bucket}/out-{runtime}/",
+        model_uri=f"s3://{bucket}/model/model.tar.gz",
+        instance_count=count,
+    )
     attempt = steps.submit(spec, attempt)
     decision = _decide(spec, attempt)
     job_dir = services.backend_for(spec).job_dir(attempt.job_name)
@@ -116,10 +122,15 @@ def local_root(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["scikit-learn", "xgboost", "torch", "inference.py"])
-def test_the_worker_image_scores_every_row_as_the_host_does(kind, aws_env, ledger_table, local_root, tmp_path,
-                                                            monkeypatch, worker_image, figures, request):
-    model_dir = {"scikit-learn": "sklearn_model", "xgboost": "xgboost_model", "torch": "torch_model",
-                 "inference.py": "sklearn_model"}[kind]
+def test_the_worker_image_scores_every_row_as_the_host_does(
+    kind, aws_env, ledger_table, local_root, tmp_path, monkeypatch, worker_image, figures, request
+):
+    model_dir = {
+        "scikit-learn": "sklearn_model",
+        "xgboost": "xgboost_model",
+        "torch": "torch_model",
+        "inference.py": "sklearn_model",
+    }[kind]
     model_dir = request.getfixturevalue(model_dir).parent
     if kind == "inference.py":
         write_inference_script(model_dir, CUSTOM_SCRIPT)
@@ -127,8 +138,14 @@ def test_the_worker_image_scores_every_row_as_the_host_does(kind, aws_env, ledge
         inputs = {f"part-{i}.parquet": parquet_bytes(ROWS, ROWS * i) for i in range(FILES)}
         inputs["corrupt.parquet"] = b"PAR1 this was cut short by a crashed writer"
         # Only the XGBoost model records its feature names: the others are told the training order.
-        spec, bucket = stage_step(f"image_{kind.replace('.', '_').replace('-', '_')}", ledger_table, model_dir,
-                                  tmp_path, inputs, features=None if kind == "xgboost" else FEATURES)
+        spec, bucket = stage_step(
+            f"image_{kind.replace('.', '_').replace('-', '_')}",
+            ledger_table,
+            model_dir,
+            tmp_path,
+            inputs,
+            features=None if kind == "xgboost" else FEATURES,
+        )
     finally:
         if kind == "inference.py":
             (model_dir / "code" / "inference.py").unlink()
@@ -153,9 +170,9 @@ def test_the_worker_image_scores_every_row_as_the_host_does(kind, aws_env, ledge
     figures(**{f"equal_predictions_{kind}": FILES * ROWS})
 
 
-def test_model_code_in_the_image_finds_no_airflow_secret_and_no_credentials(aws_env, ledger_table, local_root,
-                                                                            tmp_path, monkeypatch, worker_image,
-                                                                            figures):
+def test_model_code_in_the_image_finds_no_airflow_secret_and_no_credentials(
+    aws_env, ledger_table, local_root, tmp_path, monkeypatch, worker_image, figures
+):
     """An inference.py that reads every /proc/*/environ it can and every ~/.aws it can find.
 
     Beside the job runs a process with Airflow's secrets in its environment, as the scheduler is, and this
@@ -164,18 +181,26 @@ def test_model_code_in_the_image_finds_no_airflow_secret_and_no_credentials(aws_
     fernet, jwt = "fernet-probe-9f1c2d", "jwt-probe-77ab3e"
     home = tmp_path / "airflow-home"
     (home / ".aws").mkdir(parents=True)
-    (home / ".aws" / "credentials").write_text("[default]\naws_access_key_id = AKIAPROBEHOMEKEY\n"
-                                               "aws_secret_access_key = probe-home-secret\n")
+    (home / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = AKIAPROBEHOMEKEY\naws_secret_access_key = probe-home-secret\n"
+    )
     monkeypatch.setenv("HOME", str(home))
-    airflow_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                                    env={"AIRFLOW__CORE__FERNET_KEY": fernet, "AIRFLOW__API_AUTH__JWT_SECRET": jwt,
-                                         "HOME": str(home), "PATH": "/usr/bin:/bin"})
+    airflow_like = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env={
+            "AIRFLOW__CORE__FERNET_KEY": fernet,
+            "AIRFLOW__API_AUTH__JWT_SECRET": jwt,
+            "HOME": str(home),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     try:
         model_dir = tmp_path / "probe-model"
         model_dir.mkdir()
         write_inference_script(model_dir, PROBE_SCRIPT)
-        spec, bucket = stage_step("image_probe", ledger_table, model_dir, tmp_path,
-                                  {"part-0.parquet": parquet_bytes(50, 0)})
+        spec, bucket = stage_step(
+            "image_probe", ledger_table, model_dir, tmp_path, {"part-0.parquet": parquet_bytes(50, 0)}
+        )
         findings = {}
         for runtime in ("process", "docker"):
             _, _, job_dir = _run(spec, bucket, runtime, monkeypatch, count=1)
@@ -187,8 +212,11 @@ def test_model_code_in_the_image_finds_no_airflow_secret_and_no_credentials(aws_
 
     def leaked(found: dict) -> set[str]:
         text = json.dumps(found)
-        return {name for name, secret in (("fernet key", fernet), ("jwt secret", jwt),
-                                           ("home credentials", "AKIAPROBEHOMEKEY")) if secret in text}
+        return {
+            name
+            for name, secret in (("fernet key", fernet), ("jwt secret", jwt), ("home credentials", "AKIAPROBEHOMEKEY"))
+            if secret in text
+        }
 
     assert leaked(findings["process"]) == {"fernet key", "jwt secret", "home credentials"}  # the control
     image = findings["docker"]

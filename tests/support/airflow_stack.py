@@ -46,8 +46,13 @@ class AirflowStack:
         """An S3 client on the same endpoint as Airflow's."""
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def token_for(self, username: str, role: str, expires_in: int | None = None) -> str:
         """A JWT for a simple-auth-manager user with ``role`` (e.g. "viewer"), signed by this Airflow's own
@@ -60,17 +65,27 @@ class AirflowStack:
             f"print(create_auth_manager().generate_jwt(SimpleAuthManagerUser(username={username!r}, "
             f"role={role!r}){expiry}))\n"
         )
-        env = {"PATH": str(Path(sys.executable).parent), "AIRFLOW_HOME": str(self.home),
-               "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                              check=False)
+        env = {
+            "PATH": str(Path(sys.executable).parent),
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout.strip().splitlines()[-1]
 
     def cli_env(self) -> dict[str, str]:
         """Environment for a `shardline` subprocess talking to this Airflow and the same AWS endpoint."""
-        return {**self.env, "SHARDLINE_AIRFLOW_URL": self.url, "SHARDLINE_AIRFLOW_USERNAME": self.username,
-                "SHARDLINE_AIRFLOW_PASSWORD": self.password, "SHARDLINE_DAGS_FOLDER": str(self.dags)}
+        return {
+            **self.env,
+            "SHARDLINE_AIRFLOW_URL": self.url,
+            "SHARDLINE_AIRFLOW_USERNAME": self.username,
+            "SHARDLINE_AIRFLOW_PASSWORD": self.password,
+            "SHARDLINE_DAGS_FOLDER": str(self.dags),
+        }
 
     def wait_for_run(self, dag_id: str, run_id: str, states=("success", "failed"), timeout: float = 240) -> dict:
         client = self.client()
@@ -82,8 +97,10 @@ class AirflowStack:
                 return run
             time.sleep(2)
         tis = client.task_instances(dag_id, run_id)
-        raise AssertionError(f"run {run_id} still {run.get('state')} after {timeout}s: "
-                             f"{[(t['task_id'], t['state']) for t in tis]}\n{self.tail()}")
+        raise AssertionError(
+            f"run {run_id} still {run.get('state')} after {timeout}s: "
+            f"{[(t['task_id'], t['state']) for t in tis]}\n{self.tail()}"
+        )
 
     def tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
@@ -95,8 +112,10 @@ def _healthy(url: str) -> bool:
         body = answer.json()
     except (httpx.HTTPError, ValueError):
         return False
-    return all(body.get(part, {}).get("status") == "healthy" for part in ("metadatabase", "scheduler", "triggerer",
-                                                                            "dag_processor"))
+    return all(
+        body.get(part, {}).get("status") == "healthy"
+        for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    )
 
 
 @contextlib.contextmanager
@@ -104,7 +123,9 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
     port = free_port()
     venv_bin = Path(sys.executable).parent
     env = {
-        **os.environ, **aws_env, **(extra_env or {}),
+        **os.environ,
+        **aws_env,
+        **(extra_env or {}),
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
@@ -128,8 +149,14 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
     home.mkdir(parents=True, exist_ok=True)
     log = home / "standalone.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([str(venv_bin / "airflow"), "standalone"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=home)
+        proc = subprocess.Popen(
+            [str(venv_bin / "airflow"), "standalone"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=home,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -137,13 +164,21 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
             if proc.poll() is not None:
                 raise RuntimeError(f"airflow standalone exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"airflow standalone not healthy after {STARTUP_TIMEOUT}s:\n"
-                                   f"{log.read_text()[-4000:]}")
+                raise RuntimeError(
+                    f"airflow standalone not healthy after {STARTUP_TIMEOUT}s:\n{log.read_text()[-4000:]}"
+                )
             time.sleep(2)
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
         username, password = next(iter(passwords.items()))
-        yield AirflowStack(url, home, dags, {k: v for k, v in env.items() if k.startswith(("AWS_", "SHARDLINE_"))},
-                           username, password, log)
+        yield AirflowStack(
+            url,
+            home,
+            dags,
+            {k: v for k, v in env.items() if k.startswith(("AWS_", "SHARDLINE_"))},
+            username,
+            password,
+            log,
+        )
     finally:
         _stop(proc)
         stop_local_jobs(home / "shardline-local")

@@ -188,8 +188,7 @@ class TcpProxy:
         listener.listen(128)
         self._stop_accepting.clear()
         self._listener = listener
-        self._acceptor = threading.Thread(target=self._accept_loop, args=(listener,), name="proxy-accept",
-                                          daemon=True)
+        self._acceptor = threading.Thread(target=self._accept_loop, args=(listener,), name="proxy-accept", daemon=True)
         self._acceptor.start()
 
     def refuse(self) -> None:
@@ -302,8 +301,9 @@ class ClearDenyingProxy:
                         self._answer(403, b'{"detail": "Forbidden (denied by the test\'s proxy)"}')
                         return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                answer = httpx.request(self.command, proxy.upstream + self.path, headers=headers, content=body,
-                                       timeout=60)
+                answer = httpx.request(
+                    self.command, proxy.upstream + self.path, headers=headers, content=body, timeout=60
+                )
                 self._answer(answer.status_code, answer.content, answer.headers.get("content-type"))
 
             def _answer(self, status: int, body: bytes, content_type: str | None = "application/json") -> None:

@@ -42,25 +42,55 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def worker_command(input_dir: Path, output_dir: Path, model_dir: Path, *args: str, scratch: Path | None = None,
-                   host: str = HOST, workers: int | None = 2) -> list[str]:
+def worker_command(
+    input_dir: Path,
+    output_dir: Path,
+    model_dir: Path,
+    *args: str,
+    scratch: Path | None = None,
+    host: str = HOST,
+    workers: int | None = 2,
+) -> list[str]:
     """The worker's command line; ``workers=None`` leaves the worker count to the worker itself."""
     scratch = scratch or output_dir.parent / f"{output_dir.name}-scratch"
     # Later options win in argparse, so callers may override defaults in args.
     return [
-        *WORKER, "--input-dir", str(input_dir), "--output-dir", str(output_dir), "--model-dir", str(model_dir),
-        "--host", host, "--scratch-dir", str(scratch), "--progress-interval", "1",
+        *WORKER,
+        "--input-dir",
+        str(input_dir),
+        "--output-dir",
+        str(output_dir),
+        "--model-dir",
+        str(model_dir),
+        "--host",
+        host,
+        "--scratch-dir",
+        str(scratch),
+        "--progress-interval",
+        "1",
         *(["--workers", str(workers)] if workers is not None else []),
         *args,
     ]
 
 
-def run_worker(input_dir: Path, output_dir: Path, model_dir: Path, *args: str, env: dict[str, str] | None = None,
-               timeout: float = 300, host: str = HOST, workers: int | None = 2) -> subprocess.CompletedProcess:
+def run_worker(
+    input_dir: Path,
+    output_dir: Path,
+    model_dir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    host: str = HOST,
+    workers: int | None = 2,
+) -> subprocess.CompletedProcess:
     """Run ``python -m shardline.worker`` to completion and return its result (stderr holds the log)."""
     return subprocess.run(
         worker_command(input_dir, output_dir, model_dir, *args, host=host, workers=workers),
-        env=env if env is not None else clean_env(), capture_output=True, text=True, timeout=timeout, check=False,
+        env=env if env is not None else clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -209,8 +239,9 @@ def check_outputs(
         if exact:
             np.testing.assert_array_equal(got, want, err_msg=rel)
         else:
-            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
-                                       err_msg=rel)
+            np.testing.assert_allclose(
+                got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, err_msg=rel
+            )
 
 
 def no_temp_files(output_dir: Path) -> list[Path]:
@@ -223,7 +254,6 @@ def write_inference_script(model_dir: Path, source: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(source))
     return path
-
 
 
 def makespan(shards) -> int:

@@ -27,8 +27,14 @@ def parquet_bytes(rows: int, first_id: int) -> bytes:
     return buf.getvalue()
 
 
-def stage_step(pipeline: str, ledger_table: str, model_dir: Path, tmp_path: Path,
-               inputs: dict[str, bytes], features: Sequence[str] | None = None) -> tuple[PipelineSpec, str]:
+def stage_step(
+    pipeline: str,
+    ledger_table: str,
+    model_dir: Path,
+    tmp_path: Path,
+    inputs: dict[str, bytes],
+    features: Sequence[str] | None = None,
+) -> tuple[PipelineSpec, str]:
     """A fresh bucket with ``inputs`` under ``in/``, the packed model, and a one-step spec over them.
 
     ``features``: input.features, which a model that records no feature names needs."""
@@ -40,20 +46,37 @@ def stage_step(pipeline: str, ledger_table: str, model_dir: Path, tmp_path: Path
     tarball = tmp_path / "model.tar.gz"
     sha = synthetic.pack(model_dir, tarball)
     s3.upload_file(str(tarball), bucket, "model/model.tar.gz")
-    spec = parse_spec({
-        "pipeline": pipeline, "ledger_table": ledger_table,
-        "steps": [{"name": "score", "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
-                   "input": {"prefix": f"s3://{bucket}/in/", "passthrough": ["id"],
-                             **({"features": list(features)} if features else {})},
-                   "output": {"prefix": f"s3://{bucket}/out/"}, "resources": {"instance_count": 2}}],
-    }, f"{pipeline}.yaml")
+    spec = parse_spec(
+        {
+            "pipeline": pipeline,
+            "ledger_table": ledger_table,
+            "steps": [
+                {
+                    "name": "score",
+                    "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
+                    "input": {
+                        "prefix": f"s3://{bucket}/in/",
+                        "passthrough": ["id"],
+                        **({"features": list(features)} if features else {}),
+                    },
+                    "output": {"prefix": f"s3://{bucket}/out/"},
+                    "resources": {"instance_count": 2},
+                }
+            ],
+        },
+        f"{pipeline}.yaml",
+    )
     return spec, bucket
 
 
 def plan_args(bucket: str) -> dict:
     """The keyword arguments `steps.plan` takes for a staged step."""
-    return {"input_prefix": f"s3://{bucket}/in/", "output_prefix": f"s3://{bucket}/out/",
-            "model_uri": f"s3://{bucket}/model/model.tar.gz", "instance_count": 2}
+    return {
+        "input_prefix": f"s3://{bucket}/in/",
+        "output_prefix": f"s3://{bucket}/out/",
+        "model_uri": f"s3://{bucket}/model/model.tar.gz",
+        "instance_count": 2,
+    }
 
 
 def wait_for_job(spec: PipelineSpec, attempt: dict, timeout: float = 120) -> None:

@@ -10,20 +10,32 @@ import pytest
 
 CHROMIUM = Path(os.environ.get("SHARDLINE_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("SHARDLINE_CHROMEDRIVER", "/usr/bin/chromedriver"))
-INSTALL_HINT = ("install Debian's Chromium and its driver: `apt-get update && apt-get install -y chromium "
-                "chromium-driver` (or point SHARDLINE_CHROMIUM / SHARDLINE_CHROMEDRIVER at them)")
+INSTALL_HINT = (
+    "install Debian's Chromium and its driver: `apt-get update && apt-get install -y chromium "
+    "chromium-driver` (or point SHARDLINE_CHROMIUM / SHARDLINE_CHROMEDRIVER at them)"
+)
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1440,1100", "--force-device-scale-factor=1", "--lang=en-US",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1440,1100",
+    "--force-device-scale-factor=1",
+    "--lang=en-US",
 )
 SCREENSHOTS: list[Path] = []
 
 
 def artifacts_dir() -> Path:
     """``$SHARDLINE_ARTIFACTS``, else ``.shardline/artifacts`` in the repository (git-ignored)."""
-    folder = Path(os.environ.get("SHARDLINE_ARTIFACTS") or Path(__file__).resolve().parents[2] / ".shardline"
-                  / "artifacts")
+    folder = Path(
+        os.environ.get("SHARDLINE_ARTIFACTS") or Path(__file__).resolve().parents[2] / ".shardline" / "artifacts"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -58,8 +70,9 @@ def browser(tmp_path_factory):
         from selenium.webdriver.chrome.options import Options
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        pytest.fail("selenium is not installed: run `make venv` (pip install -c constraints.txt -e '.[dev]')",
-                    pytrace=False)
+        pytest.fail(
+            "selenium is not installed: run `make venv` (pip install -c constraints.txt -e '.[dev]')", pytrace=False
+        )
     work = tmp_path_factory.mktemp("chromium")
     options = Options()
     options.binary_location = str(CHROMIUM)
@@ -85,4 +98,3 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "Shardline UI screenshots")
         for path in SCREENSHOTS:
             terminalreporter.write_line(str(path))
-

@@ -58,34 +58,56 @@ def api(tmp_path_factory, moto_endpoint):
     (dags / "pipelines" / f"{PIPELINE}.yaml").write_text(
         f"pipeline: {PIPELINE}\nledger_table: {table}\nsteps:\n  - name: score\n"
         f"    model: {{uri: s3://b/m.tar.gz, sha256: {'a' * 64}}}\n"
-        "    input: {prefix: s3://b/in/}\n    output: {prefix: s3://b/out/}\n")
+        "    input: {prefix: s3://b/in/}\n    output: {prefix: s3://b/out/}\n"
+    )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     venv_bin = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SHARDLINE_AIRFLOW_"))}
-    env.update({
-        **AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_CONFIG_FILE": str(root / "no-aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(root / "no-aws-creds"),
-        "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}", "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": url,
-    })
+    env.update(
+        {
+            **AWS_TEST_ENV,
+            "AWS_ENDPOINT_URL": moto_endpoint,
+            "AWS_CONFIG_FILE": str(root / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(root / "no-aws-creds"),
+            "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": url,
+        }
+    )
     home.mkdir()
-    migrated = subprocess.run([str(venv_bin / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True,
-                              timeout=300, check=False, cwd=home)
+    migrated = subprocess.run(
+        [str(venv_bin / "airflow"), "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=home,
+    )
     assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
     log = home / "api-server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([str(venv_bin / "airflow"), "api-server", "--port", str(port)], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=home)
+        proc = subprocess.Popen(
+            [str(venv_bin / "airflow"), "api-server", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=home,
+        )
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while not _answers(url):
             assert proc.poll() is None, f"the API server exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
             assert time.monotonic() < deadline, f"no API server after {STARTUP_TIMEOUT}s:\n{log.read_text()[-4000:]}"
             time.sleep(1)
-        username, password = next(iter(json.loads(
-            (home / "simple_auth_manager_passwords.json.generated").read_text()).items()))
+        username, password = next(
+            iter(json.loads((home / "simple_auth_manager_passwords.json.generated").read_text()).items())
+        )
         answer = httpx.post(f"{url}/auth/token", json={"username": username, "password": password})
         answer.raise_for_status()
         yield Api(f"{url}/shardline", {"Authorization": f"Bearer {answer.json()['access_token']}"}, log, table, dags)
@@ -107,8 +129,11 @@ def test_the_page_may_be_framed_by_airflow_only_and_runs_only_its_own_script(api
     assert csp["frame-ancestors"] == "'self'"
     nonce = re.search(r'<script nonce="([A-Za-z0-9_-]{16,})">', page.text).group(1)
     assert f'<style nonce="{nonce}">' in page.text
-    assert (csp["default-src"], csp["script-src"], csp["style-src"]) == ("'none'", f"'nonce-{nonce}'",
-                                                                        f"'nonce-{nonce}'")
+    assert (csp["default-src"], csp["script-src"], csp["style-src"]) == (
+        "'none'",
+        f"'nonce-{nonce}'",
+        f"'nonce-{nonce}'",
+    )
     assert csp["connect-src"] == "'self'" and csp["base-uri"] == "'none'"
     assert "unsafe" not in page.headers["content-security-policy"]
     assert page.headers["x-content-type-options"] == "nosniff"
@@ -130,33 +155,39 @@ def test_every_other_answer_may_be_framed_by_airflow_only_and_is_never_sniffed(a
         assert policy(answer) == {"default-src": "'none'", "frame-ancestors": "'self'"}, what
 
 
-@pytest.mark.parametrize("content_type", [
-    "text/plain",  # what a cross-site form or a "simple" fetch sends without a CORS preflight
-    "text/plain; application/json",
-    "application/x-www-form-urlencoded",
-    "multipart/form-data; boundary=x",
-    "application/jsonp",
-    "application/json; charset=latin-1",
-    "application/json; charset=utf-8; x=y",
-    None,
-])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/plain",  # what a cross-site form or a "simple" fetch sends without a CORS preflight
+        "text/plain; application/json",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonp",
+        "application/json; charset=latin-1",
+        "application/json; charset=utf-8; x=y",
+        None,
+    ],
+)
 def test_a_resubmission_is_refused_unless_its_body_is_declared_json_exactly(api, content_type):
     answer = api.resubmit(content_type)
     assert answer.status_code == 415, answer.text
     assert "Content-Type: application/json" in answer.json()["detail"]
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
-                                          "Application/JSON;charset=UTF-8"])
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8"]
+)
 def test_a_resubmission_declared_json_gets_past_the_check(api, content_type):
     # The pipeline's ledger table does not exist: past the check, the resubmission fails on AWS.
     assert api.resubmit(content_type).status_code == 502
 
 
 def test_an_aws_failure_shows_the_reader_a_reference_not_aws_s_message(api):
-    for answer in (httpx.get(f"{api.base}/runs", params={"pipeline": PIPELINE}, headers=api.auth),
-                   httpx.get(f"{api.base}/runs/{PIPELINE}/run-1", headers=api.auth),
-                   api.resubmit("application/json")):
+    for answer in (
+        httpx.get(f"{api.base}/runs", params={"pipeline": PIPELINE}, headers=api.auth),
+        httpx.get(f"{api.base}/runs/{PIPELINE}/run-1", headers=api.auth),
+        api.resubmit("application/json"),
+    ):
         assert answer.status_code == 502, answer.text
         detail = answer.json()["detail"]
         ref = re.search(r"ref ([0-9a-f]{12})\b", detail).group(1)
@@ -172,9 +203,11 @@ def test_an_aws_failure_shows_the_reader_a_reference_not_aws_s_message(api):
 # --- a step's run report ---------------------------------------------------------------------------------------
 
 # A report as a step's end writes it, with what a page must never run: the answer's policy keeps it inert.
-REPORT_HTML = (b"<!DOCTYPE html><html><head><meta charset='utf-8'><style>h1{color:#1f6fb2}</style></head><body>"
-               b"<h1>Run report</h1><img alt='chart' src='data:image/png;base64,iVBORw0KGgo='>"
-               b"<script>document.title='ran'</script></body></html>")
+REPORT_HTML = (
+    b"<!DOCTYPE html><html><head><meta charset='utf-8'><style>h1{color:#1f6fb2}</style></head><body>"
+    b"<h1>Run report</h1><img alt='chart' src='data:image/png;base64,iVBORw0KGgo='>"
+    b"<script>document.title='ran'</script></body></html>"
+)
 
 
 @pytest.fixture
@@ -193,20 +226,38 @@ def reported(api, aws_env, ledger_table):
     (api.dags / "pipelines" / "r.yaml").write_text(
         f"pipeline: r\nledger_table: {ledger_table}\nsteps:\n  - name: score\n"
         f"    model: {{uri: s3://{bucket}/m.tar.gz, sha256: {'a' * 64}}}\n"
-        f"    input: {{prefix: s3://{bucket}/in/}}\n    output: {{prefix: s3://{bucket}/out/}}\n")
+        f"    input: {{prefix: s3://{bucket}/in/}}\n    output: {{prefix: s3://{bucket}/out/}}\n"
+    )
     model = bind_ledger(ledger_table)
     for run_id in ("run-1", "run-2"):
         ensure_run(model, "r", run_id)
-        start_attempt(model, "r", run_id, "score", 1, [(f"s3://{bucket}/in/a.parquet", 1)],
-                      plan_json=json.dumps({"input_prefix": f"s3://{bucket}/in/", "output_prefix":
-                                            f"s3://{bucket}/out/{run_id}/", "model_uri": f"s3://{bucket}/m.tar.gz",
-                                            "requested_instances": 1}))
+        start_attempt(
+            model,
+            "r",
+            run_id,
+            "score",
+            1,
+            [(f"s3://{bucket}/in/a.parquet", 1)],
+            plan_json=json.dumps(
+                {
+                    "input_prefix": f"s3://{bucket}/in/",
+                    "output_prefix": f"s3://{bucket}/out/{run_id}/",
+                    "model_uri": f"s3://{bucket}/m.tar.gz",
+                    "requested_instances": 1,
+                }
+            ),
+        )
     finish_step(model, "r", "run-1", "score", 1, StepStatus.SUCCEEDED)
-    s3.put_object(Bucket=bucket, Key=f"out/run-1/_shardline/reports/{run_folder('run-1')}/score/report.html",
-                  Body=REPORT_HTML, ContentType="text/html; charset=utf-8")
+    s3.put_object(
+        Bucket=bucket,
+        Key=f"out/run-1/_shardline/reports/{run_folder('run-1')}/score/report.html",
+        Body=REPORT_HTML,
+        ContentType="text/html; charset=utf-8",
+    )
     # Another run's report where a crafted run id could point, were the key taken from the request.
-    s3.put_object(Bucket=bucket, Key=f"out/run-2/_shardline/reports/{run_folder('run-1')}/score/report.html",
-                  Body=b"not this one")
+    s3.put_object(
+        Bucket=bucket, Key=f"out/run-2/_shardline/reports/{run_folder('run-1')}/score/report.html", Body=b"not this one"
+    )
     yield bucket
     (api.dags / "pipelines" / "r.yaml").unlink()
 
@@ -226,7 +277,11 @@ def test_a_step_s_report_is_streamed_from_s3_under_a_policy_that_lets_nothing_ru
     assert csp["default-src"] == "'none'" and "script-src" not in csp  # no script, whatever the page holds
     assert "sandbox" in csp and csp["frame-ancestors"] == "'self'"
     assert (csp["img-src"], csp["style-src"], csp["base-uri"], csp["form-action"]) == (
-        "data:", "'unsafe-inline'", "'none'", "'none'")
+        "data:",
+        "'unsafe-inline'",
+        "'none'",
+        "'none'",
+    )
     assert httpx.get(f"{api.base}/{step['report_url']}").status_code == 401  # Airflow's auth, as every route
 
 
@@ -240,13 +295,16 @@ def test_a_report_that_is_not_there_is_a_404_that_says_when_reports_are_written(
     assert policy(answer) == {"default-src": "'none'", "frame-ancestors": "'self'"}
 
 
-@pytest.mark.parametrize("path", [
-    "runs/r/nope/steps/score/report",  # no such run in the ledger
-    "runs/r/RUN-1/steps/score/report",  # names the same folder once slugged, but is not a run
-    "runs/r/..%2Frun-1/steps/score/report",
-    "runs/r/run-1/steps/other/report",  # not a step of the spec
-    "runs/nope/run-1/steps/score/report",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "runs/r/nope/steps/score/report",  # no such run in the ledger
+        "runs/r/RUN-1/steps/score/report",  # names the same folder once slugged, but is not a run
+        "runs/r/..%2Frun-1/steps/score/report",
+        "runs/r/run-1/steps/other/report",  # not a step of the spec
+        "runs/nope/run-1/steps/score/report",
+    ],
+)
 def test_a_report_is_found_only_through_the_ledger_never_by_a_path_from_the_request(api, reported, path):
     answer = httpx.get(f"{api.base}/{path}", headers=api.auth, params={"key": "out/run-2/_shardline/x"})
     assert answer.status_code == 404, answer.text

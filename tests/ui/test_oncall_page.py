@@ -44,8 +44,11 @@ def ui(airflow_stack):
     plugins = airflow_stack.client()._call("GET", "/plugins", params={"limit": 100})["plugins"]
     names = [p["name"] for p in plugins]
     if "shardline_ui" not in names:
-        pytest.fail(f"Airflow did not load the shardline_ui plugin (plugins: {names}): the `airflow.plugins` entry "
-                    "point of pyproject.toml registers it; reinstall the package (`make venv`)", pytrace=False)
+        pytest.fail(
+            f"Airflow did not load the shardline_ui plugin (plugins: {names}): the `airflow.plugins` entry "
+            "point of pyproject.toml registers it; reinstall the package (`make venv`)",
+            pytrace=False,
+        )
     return airflow_stack
 
 
@@ -60,8 +63,13 @@ def failed_run(ui, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("ui")
     env = ui.env
-    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     spec = load_spec(ui.dags / "pipelines" / f"{PIPELINE}.yaml")
     s3.create_bucket(Bucket=BUCKET)
     patch = pytest.MonkeyPatch()
@@ -117,8 +125,11 @@ def test_a_viewer_may_read_but_not_resubmit(ui, failed_run):
     assert listed.status_code == 200 and PIPELINE in [p["pipeline"] for p in listed.json()], listed.text
     run = httpx.get(f"{base}/runs/{PIPELINE}/{failed_run['run_id']}", headers=viewer)
     assert run.status_code == 200, run.text
-    refused = httpx.post(f"{base}/runs/{PIPELINE}/{failed_run['run_id']}/steps/score/resubmit", headers=viewer,
-                         json={"all_failed": True, "dry_run": True})
+    refused = httpx.post(
+        f"{base}/runs/{PIPELINE}/{failed_run['run_id']}/steps/score/resubmit",
+        headers=viewer,
+        json={"all_failed": True, "dry_run": True},
+    )
     assert refused.status_code == 403, refused.text
 
 
@@ -176,19 +187,28 @@ def _log_in(driver, stack) -> None:
     driver.find_element(*_css("input[name=username]")).send_keys(stack.username)
     driver.find_element(*_css("input[name=password]")).send_keys(stack.password)
     driver.find_element(*_css("button[type=submit]")).click()
-    _wait(driver, lambda d: d.get_cookie("_token") is not None and "/auth/login" not in d.current_url,
-          message="login did not set Airflow's _token cookie")
+    _wait(
+        driver,
+        lambda d: d.get_cookie("_token") is not None and "/auth/login" not in d.current_url,
+        message="login did not set Airflow's _token cookie",
+    )
 
 
 def _open_from_airflow_nav(driver, stack) -> None:
     """Follow the "Shardline" entry of Airflow's navigation; then work inside the page's iframe."""
     from selenium.webdriver.support import expected_conditions as ec
 
-    link = _wait(driver, ec.element_to_be_clickable(_css("a[href$='plugin/shardline']")),
-                 message="no Shardline entry in Airflow's navigation")
+    link = _wait(
+        driver,
+        ec.element_to_be_clickable(_css("a[href$='plugin/shardline']")),
+        message="no Shardline entry in Airflow's navigation",
+    )
     link.click()
-    frame = _wait(driver, ec.presence_of_element_located(_css("iframe[title=Shardline]")),
-                  message="the Shardline view did not open in Airflow")
+    frame = _wait(
+        driver,
+        ec.presence_of_element_located(_css("iframe[title=Shardline]")),
+        message="the Shardline view did not open in Airflow",
+    )
     driver.switch_to.frame(frame)
 
 
@@ -254,8 +274,11 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
         _wait(driver, ec.visibility_of_element_located(_css("#confirm-dialog")))
         screenshot("confirm-resubmit")
         _click(driver, "#confirm-ok")
-        _wait(driver, lambda d: d.find_element(*_css("#notice")).get_attribute("data-kind") in ("ok", "error"),
-              message="no answer to the resubmission")
+        _wait(
+            driver,
+            lambda d: d.find_element(*_css("#notice")).get_attribute("data-kind") in ("ok", "error"),
+            message="no answer to the resubmission",
+        )
         notice = _text(driver, "#notice")
         assert driver.find_element(*_css("#notice")).get_attribute("data-kind") == "ok", notice
         assert "Submitted attempt 2" in notice and "cleared" in notice, notice
@@ -264,10 +287,18 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
         assert run["state"] == "success", ui.tail()
 
         # The page follows the new attempt on its own (it refreshes while a step has not ended).
-        _wait(driver, lambda d: d.find_element(*_css(step)).get_attribute("data-status") == "SUCCEEDED",
-              timeout=120, message="the page did not show the step succeeding")
-        _wait(driver, lambda d: d.find_element(*_css("#run-header")).get_attribute("data-status") == "SUCCEEDED",
-              timeout=60, message="the page did not show the run succeeding")
+        _wait(
+            driver,
+            lambda d: d.find_element(*_css(step)).get_attribute("data-status") == "SUCCEEDED",
+            timeout=120,
+            message="the page did not show the step succeeding",
+        )
+        _wait(
+            driver,
+            lambda d: d.find_element(*_css("#run-header")).get_attribute("data-status") == "SUCCEEDED",
+            timeout=60,
+            message="the page did not show the run succeeding",
+        )
         assert _text(driver, f"{step} .attempt") == "attempt 2"
         assert len(driver.find_elements(*_css(f"{step} tr.file-row[data-status=SUCCEEDED]"))) == 5
         assert not driver.find_element(*_css(f"{step} button.resubmit")).is_enabled()
@@ -277,8 +308,11 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
         # The step's run report (its end wrote it), from the page's link, in the same frame, charts drawn under
         # the report's own policy; Back returns to the page.
         _click(driver, f"{step} a.report-link")
-        _wait(driver, lambda d: d.find_element(*_css("h1")).text.startswith("Run report"),
-              message="the run report did not open")
+        _wait(
+            driver,
+            lambda d: d.find_element(*_css("h1")).text.startswith("Run report"),
+            message="the run report did not open",
+        )
         charts = driver.find_elements(*_css("img.chart"))
         assert charts and all(driver.execute_script("return arguments[0].naturalWidth", c) > 100 for c in charts)
         refused = [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e["message"]]
@@ -292,8 +326,11 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
         # From the page back to Airflow's own view of the same DAG run.
         _click(driver, "#airflow-run-link")
         driver.switch_to.default_content()
-        _wait(driver, lambda d: d.current_url.endswith(f"/dags/{PIPELINE}/runs/{run_id}"),
-              message="the link did not open the DAG run in Airflow")
+        _wait(
+            driver,
+            lambda d: d.current_url.endswith(f"/dags/{PIPELINE}/runs/{run_id}"),
+            message="the link did not open the DAG run in Airflow",
+        )
     except Exception:
         print(_dump(driver))
         raise

@@ -12,19 +12,13 @@ from examples import synthetic
 from shardline.worker import __version__
 from shardline.worker.cli import build_parser, resolve_host
 from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
-from tests.support.helpers import (
-    WORKER,
-    clean_env,
-    describe,
-    load_manifest,
-    run_worker,
-    write_inference_script,
-)
+from tests.support.helpers import WORKER, clean_env, describe, load_manifest, run_worker, write_inference_script
 
 
 def _cli(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([*WORKER, *args], env=env or clean_env(), capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [*WORKER, *args], env=env or clean_env(), capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_help_exits_0_and_documents_the_exit_codes():
@@ -99,10 +93,13 @@ def test_a_model_that_cannot_load_in_the_workers_exits_4(tmp_path):
     inputs = tmp_path / "in"
     synthetic.make_dataset(inputs, files=2, rows=200)
     model_dir = tmp_path / "model"
-    write_inference_script(model_dir, """
+    write_inference_script(
+        model_dir,
+        """
         def model_fn(model_dir):
             raise RuntimeError("weights are missing")
-    """)
+    """,
+    )
     result = run_worker(inputs, tmp_path / "out", model_dir, "--passthrough", "id")
     assert result.returncode == EXIT_SETUP_ERROR, describe(result)
     assert "weights are missing" in result.stderr
@@ -132,10 +129,26 @@ def test_empty_input_dir_is_nothing_to_do(tmp_path, sklearn_model):
     config.write_text(json.dumps({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}))
     summary = tmp_path / "reports" / "summary.json"
     result = subprocess.run(
-        [*WORKER, "--input-dir", str(inputs), "--output-dir", str(out), "--model-dir", str(sklearn_model.parent),
-         "--resource-config", str(config), "--scratch-dir", str(tmp_path / "scratch"), "--summary-json",
-         str(summary)],
-        env=clean_env(), capture_output=True, text=True, timeout=120, check=False,
+        [
+            *WORKER,
+            "--input-dir",
+            str(inputs),
+            "--output-dir",
+            str(out),
+            "--model-dir",
+            str(sklearn_model.parent),
+            "--resource-config",
+            str(config),
+            "--scratch-dir",
+            str(tmp_path / "scratch"),
+            "--summary-json",
+            str(summary),
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == EXIT_OK, describe(result)
     assert "nothing to do" in result.stderr

@@ -50,13 +50,15 @@ ULP = 1e-12
 
 def _frame(rows: int, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "age": rng.integers(18, 80, rows),  # int64, the others float64
-        "income": rng.normal(3.0, 1.0, rows),
-        "balance": rng.normal(0.0, 2.0, rows),
-        "tenure": rng.uniform(0.0, 10.0, rows),
-        "segment": rng.choice(SEGMENTS, rows),
-    })
+    return pd.DataFrame(
+        {
+            "age": rng.integers(18, 80, rows),  # int64, the others float64
+            "income": rng.normal(3.0, 1.0, rows),
+            "balance": rng.normal(0.0, 2.0, rows),
+            "tenure": rng.uniform(0.0, 10.0, rows),
+            "segment": rng.choice(SEGMENTS, rows),
+        }
+    )
 
 
 def _target(frame: pd.DataFrame, seed: int) -> np.ndarray:
@@ -164,8 +166,9 @@ def torch_net(model_root):
 # -- running the worker and checking its outputs --------------------------------------------------------------
 
 
-def _model_dir(tmp_path: Path, script: str, files: dict[str, Path] | None = None,
-               siblings: dict[str, str] | None = None) -> Path:
+def _model_dir(
+    tmp_path: Path, script: str, files: dict[str, Path] | None = None, siblings: dict[str, str] | None = None
+) -> Path:
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     for name, source in (files or {}).items():
@@ -247,8 +250,9 @@ def preview(inputs: Path, tmp_path: Path, model_dir: Path, *args: str, rows: int
     """Run ``--preview``; return its JSON report and printed text. It must write nothing to the output dir."""
     out = tmp_path / "preview-out"
     report_path = tmp_path / "preview.json"
-    result = run_worker(inputs, out, model_dir, "--passthrough", "id", "--preview", str(rows),
-                        "--preview-json", str(report_path), *args)
+    result = run_worker(
+        inputs, out, model_dir, "--passthrough", "id", "--preview", str(rows), "--preview-json", str(report_path), *args
+    )
     assert result.returncode in (EXIT_OK, EXIT_FILES_FAILED), describe(result)
     assert not out.exists() or not any(out.rglob("*")), "a preview must not write outputs"
     return json.loads(report_path.read_text()), result.stdout
@@ -607,8 +611,7 @@ ECHO_SCRIPT = """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("content_type", ["text/csv", "application/json", "application/jsonlines",
-                                          "application/x-npy"])
+@pytest.mark.parametrize("content_type", ["text/csv", "application/json", "application/jsonlines", "application/x-npy"])
 def test_the_script_receives_the_files_values_exactly(inputs, tmp_path, classifier_file, content_type):
     model_dir = _model_dir(tmp_path, ECHO_SCRIPT, {"model.joblib": classifier_file})
     manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--content-type", content_type)
@@ -625,7 +628,8 @@ def test_pandas_script_with_named_json_records(inputs, tmp_path, classifier, cla
     assert manifest["model"]["kind"] == "custom"
     # The model's own names chose the columns, in its order; label and segment were left out.
     assert [(f["source"], f["columns"], f["unused"]) for f in manifest["features"]] == [
-        ("model", FEATURES, ["label", "segment"])]
+        ("model", FEATURES, ["label", "segment"])
+    ]
     check_predictions(inputs, out, manifest, _proba(classifier), rtol=ULP)
     # The preview of this setup finds nothing to warn about.
     report, text = preview(inputs, tmp_path, model_dir, "--content-type", "application/json")
@@ -639,8 +643,9 @@ def test_pandas_script_with_named_json_records(inputs, tmp_path, classifier, cla
 @pytest.mark.slow
 def test_numpy_script_with_instances_and_predictions(inputs, tmp_path, classifier, classifier_file):
     model_dir = _model_dir(tmp_path, NUMPY_INSTANCES_SCRIPT, {"model.joblib": classifier_file})
-    manifest, out, log = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/json",
-                                 "--json-layout", "instances")
+    manifest, out, log = _run_ok(
+        inputs, tmp_path, model_dir, "--content-type", "application/json", "--json-layout", "instances"
+    )
     check_predictions(inputs, out, manifest, _proba(classifier), rtol=ULP)
     # The bare array lost the names, which scikit-learn notes; the columns were in the model's order anyway.
     assert "does not have valid feature names" in log
@@ -663,9 +668,7 @@ def test_csv_script_returning_one_joined_line(inputs, tmp_path, regressor, regre
     result, out = _run(inputs, tmp_path / "default", model_dir)
     assert_failed(result, out, "The same records work with model.accept: text/csv (--accept text/csv)")
     manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--accept", "text/csv")
-    check_predictions(inputs, out, manifest,
-                      lambda frame: {"prediction": regressor.predict(frame[FEATURES])},
-                      rtol=ULP)
+    check_predictions(inputs, out, manifest, lambda frame: {"prediction": regressor.predict(frame[FEATURES])}, rtol=ULP)
 
 
 # -- d. one record per request ----------------------------------------------------------------------------------
@@ -675,14 +678,17 @@ def test_csv_script_returning_one_joined_line(inputs, tmp_path, regressor, regre
 def test_single_record_script(small_inputs, tmp_path, classifier, classifier_file):
     model_dir = _model_dir(tmp_path, SINGLE_RECORD_SCRIPT, {"model.joblib": classifier_file})
     manifest, out, _ = _run_ok(small_inputs, tmp_path, model_dir, "--batch-strategy", "single-record")
-    check_predictions(small_inputs, out, manifest,
-                      lambda frame: {"prediction": classifier.predict_proba(frame[FEATURES])[:, 1]},
-                      rtol=ULP)
+    check_predictions(
+        small_inputs,
+        out,
+        manifest,
+        lambda frame: {"prediction": classifier.predict_proba(frame[FEATURES])[:, 1]},
+        rtol=ULP,
+    )
 
 
 @pytest.mark.slow
-def test_single_record_script_sent_many_records_fails_naming_batch_strategy(small_inputs, tmp_path,
-                                                                            classifier_file):
+def test_single_record_script_sent_many_records_fails_naming_batch_strategy(small_inputs, tmp_path, classifier_file):
     model_dir = _model_dir(tmp_path, SINGLE_RECORD_SCRIPT, {"model.joblib": classifier_file})
     result, out = _run(small_inputs, tmp_path, model_dir)
     assert_failed(result, out, "batch_strategy: single_record", "--batch-strategy single-record")
@@ -698,15 +704,17 @@ def test_json_objects_with_extra_fields_become_columns(inputs, tmp_path, classif
 
     def expected(frame):
         p = classifier.predict_proba(frame[FEATURES])[:, 1]
-        return {"probability": p, "label": (p > 0.5).astype(np.int64),
-                "model_version": np.array(["v3"] * len(frame), dtype=object)}
+        return {
+            "probability": p,
+            "label": (p > 0.5).astype(np.int64),
+            "model_version": np.array(["v3"] * len(frame), dtype=object),
+        }
 
     check_predictions(inputs, out, manifest, expected, rtol=ULP)
 
 
 @pytest.mark.slow
-def test_an_output_field_named_like_a_passthrough_column_fails_naming_passthrough(inputs, tmp_path,
-                                                                                 classifier_file):
+def test_an_output_field_named_like_a_passthrough_column_fails_naming_passthrough(inputs, tmp_path, classifier_file):
     model_dir = _model_dir(tmp_path, OBJECTS_SCRIPT, {"model.joblib": classifier_file})
     result, out = _run(inputs, tmp_path, model_dir, "--content-type", "application/json", passthrough="id,label")
     assert_failed(result, out, "input.passthrough", "label")
@@ -731,8 +739,17 @@ def test_torch_script(inputs, tmp_path, torch_net):
     net, path = torch_net
     model_dir = _model_dir(tmp_path, TORCH_SCRIPT, {"model.pth": path})
     # A torch module records no column names: the spec names them, in training order.
-    manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/x-npy",
-                               "--accept", "application/x-npy", "--features", ",".join(FEATURES))
+    manifest, out, _ = _run_ok(
+        inputs,
+        tmp_path,
+        model_dir,
+        "--content-type",
+        "application/x-npy",
+        "--accept",
+        "application/x-npy",
+        "--features",
+        ",".join(FEATURES),
+    )
     assert [f["source"] for f in manifest["features"]] == ["spec"]
     check_predictions(inputs, out, manifest, _torch_expected(net), rtol=1e-6)
 
@@ -778,9 +795,7 @@ def test_torch_nan_predictions_fail_naming_allow_nan_predictions(inputs_with_nul
 def test_transform_fn_only(inputs, tmp_path, regressor, regressor_file):
     model_dir = _model_dir(tmp_path, TRANSFORM_FN_SCRIPT, {"model.joblib": regressor_file})
     manifest, out, _ = _run_ok(inputs, tmp_path, model_dir)
-    check_predictions(inputs, out, manifest,
-                      lambda frame: {"prediction": regressor.predict(frame[FEATURES])},
-                      rtol=ULP)
+    check_predictions(inputs, out, manifest, lambda frame: {"prediction": regressor.predict(frame[FEATURES])}, rtol=ULP)
 
 
 @pytest.mark.slow
@@ -792,8 +807,9 @@ def test_handlers_taking_context_with_a_csv_header(inputs, tmp_path, classifier,
 
 @pytest.mark.slow
 def test_script_importing_a_sibling_module(inputs, tmp_path, classifier, classifier_file):
-    model_dir = _model_dir(tmp_path, SIBLING_IMPORT_SCRIPT, {"model.joblib": classifier_file},
-                           {"preprocess.py": SIBLING_PREPROCESS})
+    model_dir = _model_dir(
+        tmp_path, SIBLING_IMPORT_SCRIPT, {"model.joblib": classifier_file}, {"preprocess.py": SIBLING_PREPROCESS}
+    )
     manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/json")
     check_predictions(inputs, out, manifest, _proba(classifier), rtol=ULP)
 
@@ -818,13 +834,17 @@ def wrapped_model(model_root, classifier) -> Path:
 
 @pytest.mark.slow
 def test_model_pickling_a_class_from_a_sibling_module(inputs, tmp_path, classifier, wrapped_model):
-    model_dir = _model_dir(tmp_path, WRAPPER_SCRIPT, {"wrapped.joblib": wrapped_model},
-                           {"scaled.py": WRAPPER_MODULE})
-    manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/json",
-                               "--features", ",".join(FEATURES))
-    check_predictions(inputs, out, manifest,
-                      lambda frame: {"prediction": classifier.predict_proba(frame[FEATURES])[:, 1] * 100.0},
-                      rtol=ULP)
+    model_dir = _model_dir(tmp_path, WRAPPER_SCRIPT, {"wrapped.joblib": wrapped_model}, {"scaled.py": WRAPPER_MODULE})
+    manifest, out, _ = _run_ok(
+        inputs, tmp_path, model_dir, "--content-type", "application/json", "--features", ",".join(FEATURES)
+    )
+    check_predictions(
+        inputs,
+        out,
+        manifest,
+        lambda frame: {"prediction": classifier.predict_proba(frame[FEATURES])[:, 1] * 100.0},
+        rtol=ULP,
+    )
 
 
 @pytest.mark.slow
@@ -832,7 +852,8 @@ def test_requirements_txt_is_reported_not_installed(inputs, tmp_path, classifier
     model_dir = _model_dir(tmp_path, PANDAS_JSON_SCRIPT, {"model.joblib": classifier_file})
     (model_dir / "code" / "requirements.txt").write_text(
         "# what the model was developed with\nscikit-learn\nnumpy>=1.20\nshardline-no-such-package==1.0\n"
-        "pandas==0.1.0\n")
+        "pandas==0.1.0\n"
+    )
     manifest, out, log = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/json")
     assert "requirements.txt is not installed at run time" in log
     assert "shardline-no-such-package==1.0 (not installed)" in log
@@ -842,11 +863,13 @@ def test_requirements_txt_is_reported_not_installed(inputs, tmp_path, classifier
 
 
 @pytest.mark.slow
-def test_a_line_printed_for_every_batch_is_logged_once_per_file_with_a_count(inputs, tmp_path, classifier,
-                                                                              classifier_file):
+def test_a_line_printed_for_every_batch_is_logged_once_per_file_with_a_count(
+    inputs, tmp_path, classifier, classifier_file
+):
     model_dir = _model_dir(tmp_path, PRINTING_SCRIPT, {"model.joblib": classifier_file})
-    manifest, out, log = _run_ok(inputs, tmp_path, model_dir, "--content-type", "application/json",
-                                 "--batch-rows", "500")
+    manifest, out, log = _run_ok(
+        inputs, tmp_path, model_dir, "--content-type", "application/json", "--batch-rows", "500"
+    )
     check_predictions(inputs, out, manifest, _proba(classifier), rtol=ULP)
     said = [line for line in log.splitlines() if "Invoked with" in line]
     # 2000 rows in batches of 500 is 4 calls; 1500 rows is 3: one log line per file, with the count.
@@ -897,18 +920,19 @@ def test_script_reading_a_header_fails_naming_csv_header(inputs, tmp_path, regre
     assert_failed(result, out, "model.csv_header: true")
     # As the message says, with a header line it works (and the first row is not lost).
     manifest, out, _ = _run_ok(inputs, tmp_path / "fixed", model_dir, "--csv-header")
-    check_predictions(inputs, out, manifest,
-                      lambda frame: {"prediction": regressor.predict(frame[FEATURES])},
-                      rtol=ULP)
+    check_predictions(inputs, out, manifest, lambda frame: {"prediction": regressor.predict(frame[FEATURES])}, rtol=ULP)
 
 
 WRONG_SETTINGS = {
     # a header line sent to a script that reads every line as a record
     "csv_header": (CSV_JOINED_LINE_SCRIPT, "regressor_file", ("--csv-header",), "model.csv_header: false"),
     # one record per call sent to a script that parses a list of records
-    "single_record": (PANDAS_JSON_SCRIPT, "classifier_file",
-                      ("--content-type", "application/json", "--batch-strategy", "single-record"),
-                      "model.batch_strategy: multi_record (--batch-strategy multi-record)"),
+    "single_record": (
+        PANDAS_JSON_SCRIPT,
+        "classifier_file",
+        ("--content-type", "application/json", "--batch-strategy", "single-record"),
+        "model.batch_strategy: multi_record (--batch-strategy multi-record)",
+    ),
 }
 
 
@@ -973,26 +997,40 @@ def inputs_renamed(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_without_balance, tmp_path,
-                                                                   classifier_file):
+def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_without_balance, tmp_path, classifier_file):
     model_dir = _model_dir(tmp_path, FILLING_SCRIPT, {"model.joblib": classifier_file})
     report, text = preview(inputs_without_balance, tmp_path, model_dir, "--content-type", "application/json")
     assert "recorded feature names the file lacks (balance;" in report["error"], text
     assert "input.features" in report["error"], text
     # The job fails every file the same way, naming the missing column and the setting.
-    job = run_worker(inputs_without_balance, tmp_path / "out", model_dir, "--passthrough", "id",
-                     "--content-type", "application/json")
+    job = run_worker(
+        inputs_without_balance, tmp_path / "out", model_dir, "--passthrough", "id", "--content-type", "application/json"
+    )
     assert job.returncode == EXIT_FILES_FAILED, describe(job)
     failed = list(reports_by_input(load_manifest(tmp_path / "out")).values())
-    assert failed and all(f["error_class"] == "InputSchemaError" and "lacks (balance;" in f["error_message"]
-                          and "input.features" in f["error_message"] for f in failed), describe(job)
+    assert failed and all(
+        f["error_class"] == "InputSchemaError"
+        and "lacks (balance;" in f["error_message"]
+        and "input.features" in f["error_message"]
+        for f in failed
+    ), describe(job)
     # Asked to take the file's order, it does, and says so as a warning in the preview and the log.
-    report, text = preview(inputs_without_balance, tmp_path, model_dir, "--content-type", "application/json",
-                           "--features", "file_order")
+    report, text = preview(
+        inputs_without_balance, tmp_path, model_dir, "--content-type", "application/json", "--features", "file_order"
+    )
     assert report["error"] is None, text
     assert any("nothing checks" in w for w in report["warnings"]), text
-    job = run_worker(inputs_without_balance, tmp_path / "out2", model_dir, "--passthrough", "id",
-                     "--content-type", "application/json", "--features", "file_order")
+    job = run_worker(
+        inputs_without_balance,
+        tmp_path / "out2",
+        model_dir,
+        "--passthrough",
+        "id",
+        "--content-type",
+        "application/json",
+        "--features",
+        "file_order",
+    )
     lines = [line for line in job.stderr.splitlines() if "the model gets" in line]
     assert lines and all(" WARNING " in line and "file_order" in line for line in lines), describe(job)
 
@@ -1000,8 +1038,9 @@ def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_withou
 @pytest.mark.slow
 def test_script_filling_every_feature_is_caught_by_the_preview(inputs_renamed, tmp_path, classifier_file):
     model_dir = _model_dir(tmp_path, FILLING_SCRIPT, {"model.joblib": classifier_file})
-    _, text = preview(inputs_renamed, tmp_path, model_dir, "--content-type", "application/json",
-                      "--features", "file_order")
+    _, text = preview(
+        inputs_renamed, tmp_path, model_dir, "--content-type", "application/json", "--features", "file_order"
+    )
     assert "WARNING: prediction is the same for all 20 rows of the sample" in text, text
     assert "WARNING: no feature column changes any prediction" in text, text
 
@@ -1145,8 +1184,11 @@ def test_sklearn_linear_model_fitted_on_a_dataframe(inputs, tmp_path, classifier
 
     def expected(frame):
         proba = classifier.predict_proba(frame[FEATURES])
-        return {"prediction": classifier.predict(frame[FEATURES]), "proba_False": proba[:, 0],
-                "proba_True": proba[:, 1]}
+        return {
+            "prediction": classifier.predict(frame[FEATURES]),
+            "proba_False": proba[:, 0],
+            "proba_True": proba[:, 1],
+        }
 
     check_predictions(inputs, out, manifest, expected, rtol=ULP)
 
@@ -1166,8 +1208,9 @@ def pipeline(train):
     from sklearn.preprocessing import OneHotEncoder
 
     columns = ["segment", *FEATURES]
-    encode = ColumnTransformer([("segment", OneHotEncoder(handle_unknown="ignore"), ["segment"])],
-                               remainder="passthrough")
+    encode = ColumnTransformer(
+        [("segment", OneHotEncoder(handle_unknown="ignore"), ["segment"])], remainder="passthrough"
+    )
     model = Pipeline([("encode", encode), ("model", LogisticRegression(max_iter=2000))])
     return model.fit(train[columns], _target(train, 4) > 0)
 
@@ -1179,21 +1222,25 @@ def test_sklearn_pipeline_with_a_column_transformer(inputs, tmp_path, model_root
     model_dir = _builtin_dir(tmp_path, "model.joblib", path)
     manifest, out, _ = _run_ok(inputs, tmp_path, model_dir, "--probabilities")
     assert [(f["source"], f["columns"]) for f in manifest["features"]] == [("model", ["segment", *FEATURES])]
-    check_predictions(inputs, out, manifest, lambda frame: {
-        "prediction": pipeline.predict(frame[["segment", *FEATURES]]),
-        "proba_False": pipeline.predict_proba(frame[["segment", *FEATURES]])[:, 0],
-        "proba_True": pipeline.predict_proba(frame[["segment", *FEATURES]])[:, 1],
-    }, rtol=ULP)
+    check_predictions(
+        inputs,
+        out,
+        manifest,
+        lambda frame: {
+            "prediction": pipeline.predict(frame[["segment", *FEATURES]]),
+            "proba_False": pipeline.predict_proba(frame[["segment", *FEATURES]])[:, 0],
+            "proba_True": pipeline.predict_proba(frame[["segment", *FEATURES]])[:, 1],
+        },
+        rtol=ULP,
+    )
 
 
 @pytest.mark.slow
 def test_xgboost_booster_trained_with_feature_names(inputs, tmp_path, model_root, train):
     import xgboost
 
-    dtrain = xgboost.DMatrix(train[FEATURES].to_numpy(np.float32), label=_target(train, 5) > 0,
-                             feature_names=FEATURES)
-    booster = xgboost.train({"objective": "binary:logistic", "max_depth": 3, "nthread": 1}, dtrain,
-                            num_boost_round=20)
+    dtrain = xgboost.DMatrix(train[FEATURES].to_numpy(np.float32), label=_target(train, 5) > 0, feature_names=FEATURES)
+    booster = xgboost.train({"objective": "binary:logistic", "max_depth": 3, "nthread": 1}, dtrain, num_boost_round=20)
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     booster.save_model(model_dir / "model.json")
@@ -1201,8 +1248,14 @@ def test_xgboost_booster_trained_with_feature_names(inputs, tmp_path, model_root
     assert manifest["model"]["kind"] == "xgboost"
     assert [(f["source"], f["columns"]) for f in manifest["features"]] == [("model", FEATURES)]
     loaded = xgboost.Booster(model_file=str(model_dir / "model.json"))
-    check_predictions(inputs, out, manifest, lambda frame: {"prediction": loaded.predict(
-        xgboost.DMatrix(frame[FEATURES].to_numpy(np.float32), feature_names=FEATURES))})
+    check_predictions(
+        inputs,
+        out,
+        manifest,
+        lambda frame: {
+            "prediction": loaded.predict(xgboost.DMatrix(frame[FEATURES].to_numpy(np.float32), feature_names=FEATURES))
+        },
+    )
 
 
 @pytest.mark.slow
@@ -1241,8 +1294,9 @@ def test_model_without_names_and_an_extra_column_needs_input_features(inputs, tm
     result, out = _run(inputs, tmp_path, model_dir)
     assert_failed(result, out, "input.features", "records no feature names", "Name its 4 features")
 
-    manifest, out, _ = _run_ok(inputs, tmp_path / "named", model_dir, "--features", ",".join(FEATURES),
-                               "--probabilities")
+    manifest, out, _ = _run_ok(
+        inputs, tmp_path / "named", model_dir, "--features", ",".join(FEATURES), "--probabilities"
+    )
     assert [f["source"] for f in manifest["features"]] == ["spec"]
 
     def expected(frame):
@@ -1259,18 +1313,24 @@ def test_probabilities_is_never_silently_ignored(inputs, tmp_path, regressor_fil
     XGBoost model or a regressor, the job fails at setup naming the setting, instead of writing outputs
     without the columns the spec asked for."""
     script = tmp_path / "script"
-    write_inference_script(script, """
+    write_inference_script(
+        script,
+        """
         def model_fn(model_dir):
             return None
 
         def predict_fn(data, model):
             return [0.5] * len(data)
-    """)
+    """,
+    )
     (tmp_path / "reg").mkdir()
     from examples import synthetic
 
-    cases = {"custom": script, "xgboost": synthetic.train_xgboost(tmp_path / "xgb").parent,
-             "regressor": _builtin_dir(tmp_path / "reg", "model.joblib", regressor_file)}
+    cases = {
+        "custom": script,
+        "xgboost": synthetic.train_xgboost(tmp_path / "xgb").parent,
+        "regressor": _builtin_dir(tmp_path / "reg", "model.joblib", regressor_file),
+    }
     for name, model_dir in cases.items():
         (tmp_path / name).mkdir()
         result, out = _run(inputs, tmp_path / name, model_dir, "--probabilities")

@@ -99,9 +99,12 @@ def test_no_gpu_or_hidden_gpus_fall_back_to_cpu_slots():
 def test_explicit_workers_and_threads():
     assert plan_slots(cpu_count=8, gpus=[], model_kind="sklearn", workers=2) == [WorkerSlot(0, 4), WorkerSlot(1, 4)]
     assert plan_slots(cpu_count=8, gpus=[], model_kind="sklearn", threads_per_worker=3) == [
-        WorkerSlot(0, 3), WorkerSlot(1, 3)]
+        WorkerSlot(0, 3),
+        WorkerSlot(1, 3),
+    ]
     assert plan_slots(cpu_count=8, gpus=[], model_kind="sklearn", workers=3, threads_per_worker=2) == [
-        WorkerSlot(i, 2) for i in range(3)]
+        WorkerSlot(i, 2) for i in range(3)
+    ]
 
 
 def test_workers_times_threads_never_exceeds_the_cores():
@@ -121,8 +124,9 @@ def test_workers_times_threads_never_exceeds_the_cores():
         if not on_gpu:
             choices += [(None, t) for t in range(1, cpus + 1)]
         for workers, threads in choices:
-            slots = plan_slots(cpu_count=cpus, gpus=gpus, model_kind=kind, workers=workers,
-                               threads_per_worker=threads, use_gpu=use_gpu)
+            slots = plan_slots(
+                cpu_count=cpus, gpus=gpus, model_kind=kind, workers=workers, threads_per_worker=threads, use_gpu=use_gpu
+            )
             assert slots, (cpus, gpus, kind, workers, threads)
             assert len(slots) * slots[0].threads <= cpus, (cpus, gpus, kind, workers, threads, slots)
             assert [s.index for s in slots] == list(range(len(slots)))
@@ -186,8 +190,18 @@ def test_simulated_gpus_pin_one_worker_per_device(tmp_path):
     # The largest unit starts first and keeps one worker busy for about 30 batches (~1.5 s), so the
     # small files go to the other worker: both devices get work whichever worker starts first.
     synthetic.make_dataset(inputs, files=8, rows=0, sizes=[15_000] + [500] * 7, row_group_rows=500)
-    result = run_worker(inputs, out, model_path.parent, *SYNTHETIC_COLUMNS, "--batch-rows", "500",
-                        "--inflight-per-worker", "1", env=clean_env(**{ENV_SIMULATED_GPUS: "2"}), workers=None)
+    result = run_worker(
+        inputs,
+        out,
+        model_path.parent,
+        *SYNTHETIC_COLUMNS,
+        "--batch-rows",
+        "500",
+        "--inflight-per-worker",
+        "1",
+        env=clean_env(**{ENV_SIMULATED_GPUS: "2"}),
+        workers=None,
+    )
     assert result.returncode == EXIT_OK, describe(result)
     assert "2 GPU worker(s)" in result.stderr
     manifest = load_manifest(out)

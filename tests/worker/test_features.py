@@ -15,15 +15,17 @@ from shardline.worker.features import (
     choose_features,
 )
 
-SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("name", pa.string()),
-    ("f0", pa.float32()),
-    ("flag", pa.bool_()),
-    ("amount", pa.decimal128(10, 2)),
-    ("count", pa.int32()),
-    ("when", pa.timestamp("s")),
-])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("f0", pa.float32()),
+        ("flag", pa.bool_()),
+        ("amount", pa.decimal128(10, 2)),
+        ("count", pa.int32()),
+        ("when", pa.timestamp("s")),
+    ]
+)
 NO_NAMES = ModelInputs()
 
 

@@ -35,9 +35,12 @@ from tests.support.helpers import (
 
 def test_to_matrix_converts_types_and_nulls():
     batch = pa.record_batch(
-        [pa.array([1.5, None], pa.float32()), pa.array([True, False]),
-         pa.array([decimal.Decimal("2.25"), decimal.Decimal("-1.00")], pa.decimal128(5, 2)),
-         pa.array([7, 8], pa.int64())],
+        [
+            pa.array([1.5, None], pa.float32()),
+            pa.array([True, False]),
+            pa.array([decimal.Decimal("2.25"), decimal.Decimal("-1.00")], pa.decimal128(5, 2)),
+            pa.array([7, 8], pa.int64()),
+        ],
         names=["a", "b", "c", "d"],
     )
     matrix = formats.to_matrix(batch, ["d", "a", "b", "c"], np.dtype(np.float64))
@@ -45,8 +48,21 @@ def test_to_matrix_converts_types_and_nulls():
     np.testing.assert_array_equal(matrix, [[7, 1.5, 1, 2.25], [8, np.nan, 0, -1.0]])
 
 
-@pytest.mark.parametrize("arrow_type", [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(),
-                                        pa.uint64(), pa.float16(), pa.float32(), pa.float64()])
+@pytest.mark.parametrize(
+    "arrow_type",
+    [
+        pa.int8(),
+        pa.int16(),
+        pa.int32(),
+        pa.int64(),
+        pa.uint8(),
+        pa.uint32(),
+        pa.uint64(),
+        pa.float16(),
+        pa.float32(),
+        pa.float64(),
+    ],
+)
 def test_column_values_match_arrows_own_conversion(arrow_type):
     """The worker's conversion (no pandas) gives Arrow's to_numpy values: slices, nulls and large integers."""
     rng = np.random.default_rng(7)
@@ -120,8 +136,9 @@ def format_run(tmp_path_factory, xgboost_model):
     first = 0
     for i, (name, (fmt, _)) in enumerate(FORMAT_FILES.items()):
         rows = 700 + 100 * i
-        synthetic.write_table(synthetic.make_table(rows, first_id=first, seed=i), inputs / name, fmt,
-                              row_group_rows=300)
+        synthetic.write_table(
+            synthetic.make_table(rows, first_id=first, seed=i), inputs / name, fmt, row_group_rows=300
+        )
         first += rows
     # --batch-rows smaller than the files: several batches per file, across text blocks and row groups
     result = run_worker(inputs, out, xgboost_model.parent, *SYNTHETIC_COLUMNS, "--batch-rows", "256")
@@ -133,8 +150,9 @@ def test_every_format_succeeds_with_correct_predictions(format_run, xgboost_mode
     inputs, out, result = format_run
     assert result.returncode == EXIT_OK, describe(result)
     manifest = load_manifest(out)
-    check_outputs(inputs, out, manifest, xgboost_predict(xgboost_model),
-                  expected_output=lambda rel: FORMAT_FILES[rel][1])
+    check_outputs(
+        inputs, out, manifest, xgboost_predict(xgboost_model), expected_output=lambda rel: FORMAT_FILES[rel][1]
+    )
     assert no_temp_files(out) == []
 
 
@@ -168,8 +186,7 @@ def _with_extras(table: pa.Table, prefix: str) -> pa.Table:
     """id, a string column, an extra numeric column that is not a feature, then the features."""
     names = pa.array([f"{prefix}-{i}" for i in table.column("id").to_pylist()])
     extra = pa.array(np.arange(table.num_rows, dtype=np.float64) * 1000)
-    return pa.table({"id": table.column("id"), "name": names, "extra": extra,
-                     **{f: table.column(f) for f in FEATURES}})
+    return pa.table({"id": table.column("id"), "name": names, "extra": extra, **{f: table.column(f) for f in FEATURES}})
 
 
 SCHEMA_GOOD = ("good.parquet", "good.csv", "good.jsonl.gz")
@@ -180,17 +197,18 @@ def schema_run(tmp_path_factory, xgboost_model):
     root = tmp_path_factory.mktemp("schema")
     inputs, out = root / "in", root / "out"
     synthetic.write_table(_with_extras(synthetic.make_table(900, seed=1), "p"), inputs / "good.parquet", "parquet")
-    synthetic.write_table(_with_extras(synthetic.make_table(800, first_id=900, seed=2), "c"), inputs / "good.csv",
-                          "csv")
-    synthetic.write_table(_with_extras(synthetic.make_table(700, first_id=1700, seed=3), "j"),
-                          inputs / "good.jsonl.gz", "jsonl")
+    synthetic.write_table(
+        _with_extras(synthetic.make_table(800, first_id=900, seed=2), "c"), inputs / "good.csv", "csv"
+    )
+    synthetic.write_table(
+        _with_extras(synthetic.make_table(700, first_id=1700, seed=3), "j"), inputs / "good.jsonl.gz", "jsonl"
+    )
     missing = _with_extras(synthetic.make_table(500, first_id=2400, seed=4), "m").drop_columns(["f7"])
     synthetic.write_table(missing, inputs / "missing_feature.parquet", "parquet")
     text = _with_extras(synthetic.make_table(500, first_id=2900, seed=5), "t")
     text = text.set_column(text.schema.get_field_index("f3"), "f3", pa.array([f"x{i}" for i in range(500)]))
     synthetic.write_table(text, inputs / "text_feature.csv", "csv")
-    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id,name",
-                        "--features", ",".join(FEATURES))
+    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id,name", "--features", ",".join(FEATURES))
     return inputs, out, result
 
 
@@ -206,8 +224,9 @@ def test_schema_errors_fail_their_file_and_exit_3(schema_run):
 def test_passthrough_and_explicit_features(schema_run, xgboost_model):
     inputs, out, _ = schema_run
     # "extra" is numeric but not in --features: were it used, the 32-feature booster would refuse the file.
-    check_outputs(inputs, out, load_manifest(out), xgboost_predict(xgboost_model), passthrough=("id", "name"),
-                  only=SCHEMA_GOOD)
+    check_outputs(
+        inputs, out, load_manifest(out), xgboost_predict(xgboost_model), passthrough=("id", "name"), only=SCHEMA_GOOD
+    )
     table = read_table(out / "good.csv")
     assert table.column("name").to_pylist()[:2] == ["c-900", "c-901"]
 
@@ -264,8 +283,14 @@ def test_corrupt_files_fail_alone(corrupt_run, sklearn_model):
         assert report["error_class"] == "CorruptInputError", report
         assert name in report["error_message"] and "cannot read" in report["error_message"]
         assert not (out / name).exists()
-    check_outputs(inputs, out, manifest, sklearn_predict(sklearn_model), exact=True,
-                  only=("good.parquet", "good.csv.gz", "empty.parquet", "header_only.csv"))
+    check_outputs(
+        inputs,
+        out,
+        manifest,
+        sklearn_predict(sklearn_model),
+        exact=True,
+        only=("good.parquet", "good.csv.gz", "empty.parquet", "header_only.csv"),
+    )
     assert no_temp_files(out) == []
 
 
@@ -289,8 +314,9 @@ def test_explicit_output_format_converts(tmp_path, xgboost_model):
     result = run_worker(inputs, out, xgboost_model.parent, *SYNTHETIC_COLUMNS, "--output-format", "csv")
     assert result.returncode == EXIT_OK, describe(result)
     renamed = {"a.parquet.gz": "a.csv", "d/b.jsonl": "d/b.csv", "c.csv.gz": "c.csv"}
-    check_outputs(inputs, out, load_manifest(out), xgboost_predict(xgboost_model),
-                  expected_output=lambda rel: renamed[rel])
+    check_outputs(
+        inputs, out, load_manifest(out), xgboost_predict(xgboost_model), expected_output=lambda rel: renamed[rel]
+    )
     assert not any(is_gzip(out / name) for name in renamed.values())
 
 

@@ -35,7 +35,10 @@ def test_without_a_format_each_name_says_its_format_and_others_are_ignored_outsi
     _touch(tmp_path, "a.parquet", "b.csv.gz", "c.ndjson", "part-00000", "notes.txt")
     files, ignored = discover_inputs(tmp_path)
     assert [(f.relative_path, f.fmt, f.gzipped, f.refusal) for f in files] == [
-        ("a.parquet", "parquet", False, None), ("b.csv.gz", "csv", True, None), ("c.ndjson", "jsonl", False, None)]
+        ("a.parquet", "parquet", False, None),
+        ("b.csv.gz", "csv", True, None),
+        ("c.ndjson", "jsonl", False, None),
+    ]
     assert ignored == ["notes.txt", "part-00000"]
 
 
@@ -54,7 +57,11 @@ def test_a_declared_format_reads_names_without_one_and_refuses_names_that_say_an
     assert ignored == []
     by_name = {f.relative_path: f for f in files}
     assert {n: (f.fmt, f.gzipped) for n, f in by_name.items() if f.refusal is None} == {
-        "part-00000": ("csv", False), "part-00001.gz": ("csv", True), "x.txt": ("csv", False), "y.csv": ("csv", False)}
+        "part-00000": ("csv", False),
+        "part-00001.gz": ("csv", True),
+        "x.txt": ("csv", False),
+        "y.csv": ("csv", False),
+    }
     reason = by_name["z.parquet"].refusal
     assert "parquet by its name" in reason and "input.format: parquet" in reason
 

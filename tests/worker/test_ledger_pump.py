@@ -65,6 +65,7 @@ def test_a_long_outage_costs_one_budget_not_one_per_queued_write():
         def write():
             tries.append((name, clock.now))
             raise ConnectionError("connection refused")
+
         return write
 
     pump = LedgerPump(retry_budget_seconds=30, clock=clock, sleep=clock.sleep)
@@ -88,6 +89,7 @@ def test_a_write_that_lands_ends_the_outage_so_the_next_one_gets_a_whole_budget_
             if failures[name] > 0:
                 failures[name] -= 1
                 raise ConnectionError("throttled")
+
         return write
 
     pump = LedgerPump(retry_budget_seconds=30, clock=clock, sleep=clock.sleep)

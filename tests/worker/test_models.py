@@ -128,8 +128,7 @@ def test_prepare_model_refuses_a_tarball_before_unpacking_it(tmp_path, xgboost_m
     assert not (tmp_path / "scratch").exists() or not any((tmp_path / "scratch").iterdir())
 
 
-def test_prepare_model_never_loads_a_prefilled_extraction_dir_and_unpacks_into_a_private_one(tmp_path,
-                                                                                          xgboost_model):
+def test_prepare_model_never_loads_a_prefilled_extraction_dir_and_unpacks_into_a_private_one(tmp_path, xgboost_model):
     model_dir, scratch = tmp_path / "model", tmp_path / "scratch"
     digest = synthetic.pack(xgboost_model.parent, model_dir / "model.tar.gz")
     # Another user of a shared scratch dir plants code where the digest says the model would be unpacked.
@@ -178,8 +177,9 @@ def inputs(tmp_path_factory) -> Path:
     """Three parquet files, one in a subdirectory, with unique ids."""
     root = tmp_path_factory.mktemp("model-inputs")
     synthetic.make_dataset(root, files=2, rows=3000, seed=10)
-    synthetic.write_table(synthetic.make_table(1500, first_id=3000, seed=99), root / "sub" / "late.parquet",
-                          "parquet", row_group_rows=500)
+    synthetic.write_table(
+        synthetic.make_table(1500, first_id=3000, seed=99), root / "sub" / "late.parquet", "parquet", row_group_rows=500
+    )
     return root
 
 
@@ -270,8 +270,9 @@ def test_custom_inference_script_with_all_four_functions(inputs, tmp_path, sklea
     manifest = _run_ok(inputs, tmp_path / "out", model_dir, "--content-type", "text/csv", "--accept", "text/csv")
     assert manifest["model"]["kind"] == "custom"
     model = joblib.load(sklearn_model)
-    check_outputs(inputs, tmp_path / "out", manifest,
-                  lambda table: model.predict_proba(feature_matrix(table))[:, 1], rtol=1e-9)
+    check_outputs(
+        inputs, tmp_path / "out", manifest, lambda table: model.predict_proba(feature_matrix(table))[:, 1], rtol=1e-9
+    )
 
 
 @pytest.mark.slow
@@ -342,18 +343,17 @@ def test_sha256_mismatch_from_the_environment_is_refused(inputs, tmp_path, xgboo
     out = tmp_path / "out"
     model_dir = tmp_path / "model"
     synthetic.pack(xgboost_model.parent, model_dir / "model.tar.gz")
-    result = run_worker(inputs, out, model_dir, *SYNTHETIC_COLUMNS,
-                        env=clean_env(SHARDLINE_MODEL_SHA256="ab" * 32))
+    result = run_worker(inputs, out, model_dir, *SYNTHETIC_COLUMNS, env=clean_env(SHARDLINE_MODEL_SHA256="ab" * 32))
     _assert_refused(result, out)
 
 
 @pytest.mark.slow
 def test_sha256_pin_through_the_environment_accepts_the_right_model(inputs, tmp_path, sklearn_model):
-    manifest = _run_ok(inputs, tmp_path / "out", sklearn_model.parent,
-                       env=clean_env(SHARDLINE_MODEL_SHA256=sha256_of(sklearn_model)))
+    manifest = _run_ok(
+        inputs, tmp_path / "out", sklearn_model.parent, env=clean_env(SHARDLINE_MODEL_SHA256=sha256_of(sklearn_model))
+    )
     assert manifest["model"]["sha256"] == sha256_of(sklearn_model)
     assert manifest["succeeded"] == 3
-
 
 
 def _tar_with(tmp_path, name: str, add) -> Path:

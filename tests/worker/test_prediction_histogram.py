@@ -50,8 +50,9 @@ def test_a_float_prediction_keeps_its_quantiles_within_the_sketch_accuracy(tmp_p
     result = run_worker(data, out, xgboost_model.parent, *SYNTHETIC_COLUMNS, "--batch-rows", "1000")
     assert result.returncode == 0, describe(result)
     manifest = load_manifest(out)
-    written = np.concatenate([read_table(out / r["output"]).column("prediction").to_numpy()
-                              for r in manifest["file_reports"]])
+    written = np.concatenate(
+        [read_table(out / r["output"]).column("prediction").to_numpy() for r in manifest["file_reports"]]
+    )
     kept = Histogram.from_dict(manifest["prediction_histogram"])
     assert kept.count == len(written)
     for q in (0.1, 0.5, 0.9):

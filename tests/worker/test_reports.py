@@ -15,12 +15,41 @@ def test_every_figure_the_ledger_records_comes_from_the_report():
 
 
 def test_a_report_becomes_its_ledger_outcome():
-    report = FileReport("dt=1/a.parquet", FileStatus.FAILED, None, rows_in=7, rows_out=0, bytes_in=900,
-                        seconds=0.25, tries=2, error_class="CorruptInputError", error_message="bad footer")
-    assert report.ledger_outcome(None) == FileOutcome(FileStatus.FAILED, rows_in=7, bytes_in=900, seconds=0.25,
-                                                      error_class="CorruptInputError", error_message="bad footer")
-    done = dataclasses.replace(report, status=FileStatus.SUCCEEDED, output="dt=1/a.parquet", rows_out=7,
-                               bytes_out=300, error_class=None, error_message=None)
+    report = FileReport(
+        "dt=1/a.parquet",
+        FileStatus.FAILED,
+        None,
+        rows_in=7,
+        rows_out=0,
+        bytes_in=900,
+        seconds=0.25,
+        tries=2,
+        error_class="CorruptInputError",
+        error_message="bad footer",
+    )
+    assert report.ledger_outcome(None) == FileOutcome(
+        FileStatus.FAILED,
+        rows_in=7,
+        bytes_in=900,
+        seconds=0.25,
+        error_class="CorruptInputError",
+        error_message="bad footer",
+    )
+    done = dataclasses.replace(
+        report,
+        status=FileStatus.SUCCEEDED,
+        output="dt=1/a.parquet",
+        rows_out=7,
+        bytes_out=300,
+        error_class=None,
+        error_message=None,
+    )
     assert done.ledger_outcome("s3://b/out/dt=1/a.parquet") == FileOutcome(
-        FileStatus.SUCCEEDED, rows_in=7, rows_out=7, bytes_in=900, bytes_out=300, seconds=0.25,
-        output_key="s3://b/out/dt=1/a.parquet")
+        FileStatus.SUCCEEDED,
+        rows_in=7,
+        rows_out=7,
+        bytes_in=900,
+        bytes_out=300,
+        seconds=0.25,
+        output_key="s3://b/out/dt=1/a.parquet",
+    )

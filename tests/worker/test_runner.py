@@ -82,8 +82,11 @@ def _pool_workers(cli_pid: int) -> list[psutil.Process]:
             parent = " ".join(child.parent().cmdline())
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, AttributeError):
             continue
-        if "multiprocessing" in cmdline and ("spawn_main" in cmdline or "forkserver" in parent) \
-                and "resource_tracker" not in cmdline:
+        if (
+            "multiprocessing" in cmdline
+            and ("spawn_main" in cmdline or "forkserver" in parent)
+            and "resource_tracker" not in cmdline
+        ):
             found.append(child)
     return found
 
@@ -106,7 +109,9 @@ def _start_slow_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, Path,
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             worker_command(inputs, out, model_dir, *SYNTHETIC_COLUMNS, "--batch-rows", "100"),
-            env=clean_env(TEST_PROGRESS_DIR=str(progress)), stdout=log, stderr=subprocess.STDOUT,
+            env=clean_env(TEST_PROGRESS_DIR=str(progress)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     return proc, inputs, out, progress, log_path
 
@@ -175,8 +180,9 @@ def test_a_poison_file_fails_alone(tmp_path):
     table = read_table(inputs / poison)
     f0 = table.column("f0").to_numpy().copy()
     f0[250] = 666.0
-    synthetic.write_table(table.set_column(table.schema.get_field_index("f0"), "f0", pa.array(f0)),
-                          inputs / poison, "parquet")
+    synthetic.write_table(
+        table.set_column(table.schema.get_field_index("f0"), "f0", pa.array(f0)), inputs / poison, "parquet"
+    )
 
     result = run_worker(inputs, out, model_dir, *SYNTHETIC_COLUMNS)
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
@@ -195,7 +201,6 @@ def test_a_poison_file_fails_alone(tmp_path):
     good = [rel for rel in reports if rel != poison]
     check_outputs(inputs, out, manifest, _row_sums, rtol=1e-12, only=good)
     assert "PoisonFileError" in result.stderr
-
 
 
 def test_sigterm_stops_the_job_cleanly(tmp_path):

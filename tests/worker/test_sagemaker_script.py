@@ -79,13 +79,15 @@ F32 = np.array([0.1, -1.7], dtype=np.float32)
 
 
 def _batch() -> pa.RecordBatch:
-    return pa.record_batch({
-        "a": pa.array(F32),  # float32: sent as the exact float64 of each value
-        "b": pa.array([1.5, None], pa.float64()),
-        "c": pa.array([7, -2], pa.int64()),
-        "d": pa.array([True, False]),  # booleans: 1 / 0
-        "s": pa.array(["north", "south"]),
-    })
+    return pa.record_batch(
+        {
+            "a": pa.array(F32),  # float32: sent as the exact float64 of each value
+            "b": pa.array([1.5, None], pa.float64()),
+            "c": pa.array([7, -2], pa.int64()),
+            "d": pa.array([True, False]),  # booleans: 1 / 0
+            "s": pa.array(["north", "south"]),
+        }
+    )
 
 
 A0, A1 = repr(float(F32[0])), repr(float(F32[1]))  # '0.10000000149011612', '-1.7000000476837158'
@@ -97,13 +99,19 @@ def test_float32_values_are_sent_as_their_exact_float64():
 
 
 def _protocol(content_type: str, layout: str = "records", single: bool = False, **extra) -> ScriptProtocol:
-    return ScriptProtocol(content_type=content_type, json_layout=layout,
-                          batch_strategy="single_record" if single else "multi_record", **extra)
+    return ScriptProtocol(
+        content_type=content_type,
+        json_layout=layout,
+        batch_strategy="single_record" if single else "multi_record",
+        **extra,
+    )
 
 
 CSV_LINES = [f"{A0},1.5,7,1,north", f"{A1},,-2,0,south"]
-RECORDS = [{"a": float(F32[0]), "b": 1.5, "c": 7, "d": 1, "s": "north"},
-           {"a": float(F32[1]), "b": None, "c": -2, "d": 0, "s": "south"}]
+RECORDS = [
+    {"a": float(F32[0]), "b": 1.5, "c": 7, "d": 1, "s": "north"},
+    {"a": float(F32[1]), "b": None, "c": -2, "d": 0, "s": "south"},
+]
 ROWS = [[float(F32[0]), 1.5, 7, 1, "north"], [float(F32[1]), None, -2, 0, "south"]]
 
 
@@ -182,13 +190,16 @@ def test_jsonlines_bodies(layout, rows):
 
 
 def test_json_values_of_other_types():
-    batch = pa.record_batch({
-        "when": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5)]),
-        "amount": pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2)),
-        "segment": pa.array(["east"]).dictionary_encode(),
-    })
+    batch = pa.record_batch(
+        {
+            "when": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5)]),
+            "amount": pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2)),
+            "segment": pa.array(["east"]).dictionary_encode(),
+        }
+    )
     assert json.loads(encode_records(batch, _protocol(JSON)).body(0, 1)) == [
-        {"when": "2024-01-02T03:04:05", "amount": 1.25, "segment": "east"}]
+        {"when": "2024-01-02T03:04:05", "amount": 1.25, "segment": "east"}
+    ]
     with pytest.raises(RecordEncodingError, match="binary values cannot be sent as JSON"):
         encode_records(pa.record_batch({"blob": pa.array([b"\x00"])}), _protocol(JSON))
 
@@ -250,15 +261,31 @@ def _decoded(response, content_type, records):
         # JSON
         ("[1, 2, 3]", JSON, 3, [("prediction", [1, 2, 3])]),
         ('{"predictions": [0.1, 0.2]}', JSON, 2, [("prediction", [0.1, 0.2])]),
-        ('{"outputs": [[0.1, 0.9], [0.2, 0.8]]}', JSON, 2,
-         [("prediction_0", [0.1, 0.2]), ("prediction_1", [0.9, 0.8])]),
-        ('{"predictions": [{"probability": 0.9, "label": 1}, {"probability": 0.2, "label": 0}]}', JSON, 2,
-         [("probability", [0.9, 0.2]), ("label", [1, 0])]),
-        ('[{"probability": 0.9, "label": "yes", "model_version": "v3"}, '
-         '{"probability": 0.2, "label": "no", "model_version": "v3"}]', JSON, 2,
-         [("probability", [0.9, 0.2]), ("label", ["yes", "no"]), ("model_version", ["v3", "v3"])]),
-        ('[{"scores": [0.1, 0.9]}, {"scores": [0.7, 0.3]}]', JSON, 2,
-         [("scores_0", [0.1, 0.7]), ("scores_1", [0.9, 0.3])]),
+        (
+            '{"outputs": [[0.1, 0.9], [0.2, 0.8]]}',
+            JSON,
+            2,
+            [("prediction_0", [0.1, 0.2]), ("prediction_1", [0.9, 0.8])],
+        ),
+        (
+            '{"predictions": [{"probability": 0.9, "label": 1}, {"probability": 0.2, "label": 0}]}',
+            JSON,
+            2,
+            [("probability", [0.9, 0.2]), ("label", [1, 0])],
+        ),
+        (
+            '[{"probability": 0.9, "label": "yes", "model_version": "v3"}, '
+            '{"probability": 0.2, "label": "no", "model_version": "v3"}]',
+            JSON,
+            2,
+            [("probability", [0.9, 0.2]), ("label", ["yes", "no"]), ("model_version", ["v3", "v3"])],
+        ),
+        (
+            '[{"scores": [0.1, 0.9]}, {"scores": [0.7, 0.3]}]',
+            JSON,
+            2,
+            [("scores_0", [0.1, 0.7]), ("scores_1", [0.9, 0.3])],
+        ),
         # an object of columns
         ('{"score": [0.5, 0.7], "label": ["a", "b"]}', JSON, 2, [("score", [0.5, 0.7]), ("label", ["a", "b"])]),
         # one record: an object is its fields, a flat list its values
@@ -269,8 +296,12 @@ def _decoded(response, content_type, records):
         (b'{"p": 0.1}\n{"p": 0.2}\n', JSONLINES, 2, [("p", [0.1, 0.2])]),
         ("0.1\n0.2\n", JSONLINES, 2, [("prediction", [0.1, 0.2])]),
         ('{"p": 0.1}\n{"p": 0.2}\n', JSON, 2, [("p", [0.1, 0.2])]),
-        ('[0.1, 0.9]\n[0.2, 0.8]\n', "application/x-ndjson", 2,
-         [("prediction_0", [0.1, 0.2]), ("prediction_1", [0.9, 0.8])]),
+        (
+            "[0.1, 0.9]\n[0.2, 0.8]\n",
+            "application/x-ndjson",
+            2,
+            [("prediction_0", [0.1, 0.2]), ("prediction_1", [0.9, 0.8])],
+        ),
         # Python values, when there is no output_fn
         (np.array([1.0, 2.0]), CSV, 2, [("prediction", [1.0, 2.0])]),
         (np.array([[1.0, 2.0], [3.0, 4.0]]), JSON, 2, [("prediction_0", [1.0, 3.0]), ("prediction_1", [2.0, 4.0])]),
@@ -304,7 +335,9 @@ def test_decode_torch_tensors():
     assert name == "prediction" and values.tolist() == [0.25, 0.5]
     assert _decoded(torch.tensor([1.0, 2.0, 3.0]), CSV, 3) == [("prediction", [1.0, 2.0, 3.0])]
     assert _decoded(torch.tensor([[0.1, 0.9], [0.6, 0.4]], dtype=torch.float64), CSV, 2) == [
-        ("prediction_0", [0.1, 0.6]), ("prediction_1", [0.9, 0.4])]
+        ("prediction_0", [0.1, 0.6]),
+        ("prediction_1", [0.9, 0.4]),
+    ]
 
 
 def test_decode_a_pandas_dataframe_keeps_its_column_names():
@@ -318,8 +351,14 @@ def test_decode_a_pandas_dataframe_keeps_its_column_names():
     ("response", "content_type", "records", "message"),
     [
         # a JSON body read as text/csv: says to set model.accept
-        ("[0.1, 0.2]", CSV, 2, re.escape("looks like JSON but is read as text/csv (model.accept): set "
-                                         "model.accept: application/json (--accept)")),
+        (
+            "[0.1, 0.2]",
+            CSV,
+            2,
+            re.escape(
+                "looks like JSON but is read as text/csv (model.accept): set model.accept: application/json (--accept)"
+            ),
+        ),
         ('{"predictions": [0.1]}', CSV, 1, "model.accept: application/json"),
         # a CSV body read as JSON
         ("0.1,0.2,0.3", JSON, 3, "set model.accept: text/csv"),
@@ -387,9 +426,11 @@ def test_protocol_normalises_media_types():
     assert media_type("application/jsonl") == JSONLINES
     assert media_type("text/json") == JSON
     assert ScriptProtocol(content_type=JSON, json_layout="instances").describe() == (
-        "content_type application/json, accept application/json, multi_record, json_layout instances")
+        "content_type application/json, accept application/json, multi_record, json_layout instances"
+    )
     assert ScriptProtocol(csv_header=True, batch_strategy="single_record").describe() == (
-        "content_type text/csv, accept application/json, single_record, with a header line")
+        "content_type text/csv, accept application/json, single_record, with a header line"
+    )
 
 
 # -- check_requirements ----------------------------------------------------------------------------------------------
@@ -402,7 +443,8 @@ def test_check_requirements(tmp_path):
     assert check_requirements(str(script)) == []  # no requirements.txt
     assert requirements_hint(str(script)) == ""
     numpy_version = metadata.version("numpy")
-    (script.parent / "requirements.txt").write_text(textwrap.dedent("""\
+    (script.parent / "requirements.txt").write_text(
+        textwrap.dedent("""\
         # pinned when the model was trained
         numpy
         numpy>=1.0  # a comment after a met line
@@ -413,7 +455,8 @@ def test_check_requirements(tmp_path):
         --extra-index-url https://example.invalid/simple
         pywin32>=300; sys_platform == "win32"
         this is not a requirement
-    """))
+    """)
+    )
     assert check_requirements(str(script)) == [
         f"numpy<1.0 (the image has {numpy_version})",
         "shardline-no-such-package==1.0 (not installed)",
@@ -468,7 +511,9 @@ def test_a_script_that_handles_one_record_per_call(script_dir):
 
 
 def test_a_script_that_returns_one_value_too_many_is_not_told_to_use_single_record(script_dir):
-    predictor = _predictor(script_dir, """
+    predictor = _predictor(
+        script_dir,
+        """
         import io
         import numpy as np
 
@@ -480,7 +525,8 @@ def test_a_script_that_returns_one_value_too_many_is_not_told_to_use_single_reco
 
         def predict_fn(data, model):
             return np.append(data.sum(axis=1), 0.0)
-    """)
+    """,
+    )
     with pytest.raises(ResponseShapeError) as info:
         predictor.predict(NUMBERS)
     message = str(info.value)
@@ -490,7 +536,9 @@ def test_a_script_that_returns_one_value_too_many_is_not_told_to_use_single_reco
 
 
 def test_a_script_for_another_content_type_is_named(script_dir):
-    predictor = _predictor(script_dir, """
+    predictor = _predictor(
+        script_dir,
+        """
         import json
 
         def model_fn(model_dir):
@@ -501,14 +549,17 @@ def test_a_script_for_another_content_type_is_named(script_dir):
 
         def predict_fn(data, model):
             return data
-    """)
+    """,
+    )
     with pytest.raises(ScriptError) as info:
         predictor.predict(NUMBERS)
     assert "model.content_type: application/json (--content-type application/json)" in str(info.value)
 
 
 def test_handlers_with_context_and_a_tuple_response(script_dir):
-    predictor = _predictor(script_dir, """
+    predictor = _predictor(
+        script_dir,
+        """
         def model_fn(model_dir, context):
             assert context.system_properties["model_dir"] == model_dir
             return 2.0
@@ -516,7 +567,9 @@ def test_handlers_with_context_and_a_tuple_response(script_dir):
         def transform_fn(model, body, content_type, accept, context):
             lines = body.strip().splitlines()
             return "\\n".join(str(model * float(line.split(",")[0])) for line in lines), "text/csv"
-    """, accept=JSON)  # the tuple's content type wins over accept
+    """,
+        accept=JSON,
+    )  # the tuple's content type wins over accept
     assert predictor.predict(NUMBERS)[0][1].tolist() == [2.0, 4.0, 6.0, 8.0]
 
 
@@ -524,10 +577,15 @@ def test_handlers_with_context_and_a_tuple_response(script_dir):
     ("source", "message"),
     [
         ("def predict_fn(data, model):\n    return data\n", "defines no model_fn"),
-        ("def model_fn(model_dir):\n    return 1\n\ndef transform_fn(m, b, c, a):\n    return b\n\n"
-         "def input_fn(b, c):\n    return b\n", "defines transform_fn and also input_fn"),
-        ("def model_fn(model_dir, a, b):\n    return 1\n",
-         r"takes 3 argument\(s\); SageMaker passes 1 \(or 2 with context\)"),
+        (
+            "def model_fn(model_dir):\n    return 1\n\ndef transform_fn(m, b, c, a):\n    return b\n\n"
+            "def input_fn(b, c):\n    return b\n",
+            "defines transform_fn and also input_fn",
+        ),
+        (
+            "def model_fn(model_dir, a, b):\n    return 1\n",
+            r"takes 3 argument\(s\); SageMaker passes 1 \(or 2 with context\)",
+        ),
         ("import shardline_no_such_module\n", "importing .* failed: ModuleNotFoundError"),
         ("def model_fn(model_dir):\n    raise FileNotFoundError('model.pth')\n", "model_fn in .* failed"),
     ],
@@ -540,26 +598,32 @@ def test_script_setup_errors(script_dir, source, message):
 def test_messages_name_what_the_script_was_really_given_and_what_really_ran(script_dir):
     """No "Sent as: text/csv" for a script without input_fn (its predict_fn gets a matrix, not a body), and no
     "raised in predict_fn" for a script without predict_fn (the toolkit's default, model.predict, ran)."""
-    no_input_fn = _predictor(script_dir, """
+    no_input_fn = _predictor(
+        script_dir,
+        """
         def model_fn(model_dir):
             return None
 
         def predict_fn(data, model):
             return list(data.sum(axis=1)) + [0.0]  # one value too many, which no other setting fixes
-    """)
+    """,
+    )
     with pytest.raises(ResponseShapeError) as info:
         no_input_fn.predict(NUMBERS)
     said = str(info.value)
     assert "Sent as" not in said and "No input_fn: predict_fn got a float64 matrix of the feature columns" in said
 
-    no_predict_fn = _predictor(script_dir, """
+    no_predict_fn = _predictor(
+        script_dir,
+        """
         class Model:
             def predict(self, data):
                 raise ValueError("bad input")
 
         def model_fn(model_dir):
             return Model()
-    """)
+    """,
+    )
     with pytest.raises(ScriptError) as info:
         no_predict_fn.predict(NUMBERS)
     said = str(info.value)

@@ -43,8 +43,7 @@ def _summary(tmp_path) -> dict:
 
 @pytest.mark.parametrize(("workers", "threads"), [(2, 1), (1, 2)], ids=["2x1", "1x2"])
 @pytest.mark.parametrize("kind", ["sklearn", "xgboost", "torch"])
-def test_cpu_workers_start_from_the_preloaded_model_under_their_thread_cap(tmp_path, kind, workers, threads,
-                                                                          request):
+def test_cpu_workers_start_from_the_preloaded_model_under_their_thread_cap(tmp_path, kind, workers, threads, request):
     """Both splits of the cores: a worker forked from a process whose OpenMP had started threads would hang
     in its first parallel region (XGBoost's load runs one), so the forkserver must stay single-threaded and
     each worker must still get its own thread count."""
@@ -52,8 +51,18 @@ def test_cpu_workers_start_from_the_preloaded_model_under_their_thread_cap(tmp_p
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=3, rows=3000)
 
-    result = run_worker(data, out, model.parent, *SYNTHETIC_COLUMNS, "--threads-per-worker", str(threads),
-                        "--summary-json", str(tmp_path / "summary.json"), workers=workers, timeout=180)
+    result = run_worker(
+        data,
+        out,
+        model.parent,
+        *SYNTHETIC_COLUMNS,
+        "--threads-per-worker",
+        str(threads),
+        "--summary-json",
+        str(tmp_path / "summary.json"),
+        workers=workers,
+        timeout=180,
+    )
     assert result.returncode == 0, describe(result)
     check_outputs(data, out, load_manifest(out), PREDICT[kind](model), **TOLERANCE[kind])
     startup = _summary(tmp_path)["startup"]
@@ -84,8 +93,17 @@ def test_a_model_tarball_is_verified_then_preloaded_by_the_forkserver_started_ea
     synthetic.make_dataset(data, files=2, rows=2000)
     model_dir.mkdir()
     digest = synthetic.pack(sklearn_model.parent, model_dir / "model.tar.gz")
-    result = run_worker(data, out, model_dir, *SYNTHETIC_COLUMNS, "--model-sha256", digest,
-                        "--summary-json", str(tmp_path / "summary.json"), workers=2)
+    result = run_worker(
+        data,
+        out,
+        model_dir,
+        *SYNTHETIC_COLUMNS,
+        "--model-sha256",
+        digest,
+        "--summary-json",
+        str(tmp_path / "summary.json"),
+        workers=2,
+    )
     assert result.returncode == 0, describe(result)
     check_outputs(data, out, load_manifest(out), sklearn_predict(sklearn_model))
     startup = _summary(tmp_path)["startup"]
@@ -99,8 +117,7 @@ def test_a_forkserver_started_early_ends_with_a_main_process_that_never_made_a_p
     data = tmp_path / "in"
     synthetic.make_dataset(data, files=1, rows=100)
     command = worker_command(data, tmp_path / "out", xgboost_model.parent, "--model-sha256", "0" * 64)
-    with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as main:
+    with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as main:
         _, stderr = main.communicate(timeout=120)
     assert main.returncode == EXIT_SETUP_ERROR, stderr
     assert "sha256" in stderr
@@ -125,7 +142,9 @@ def test_a_custom_inference_script_is_loaded_by_each_worker_never_by_the_forkser
     synthetic.make_dataset(data, files=2, rows=500)
     marker = tmp_path / "loaded-by"
     marker.mkdir()
-    write_inference_script(model_dir, f"""
+    write_inference_script(
+        model_dir,
+        f"""
 import os
 
 
@@ -136,9 +155,11 @@ def model_fn(model_dir):
 
 def predict_fn(data, model):
     return data.sum(axis=1)
-""")
-    result = run_worker(data, out, model_dir, *SYNTHETIC_COLUMNS, "--summary-json",
-                        str(tmp_path / "summary.json"), workers=2)
+""",
+    )
+    result = run_worker(
+        data, out, model_dir, *SYNTHETIC_COLUMNS, "--summary-json", str(tmp_path / "summary.json"), workers=2
+    )
     assert result.returncode == 0, describe(result)
     startup = _summary(tmp_path)["startup"]
     assert startup["start_method"] == "forkserver"
@@ -152,8 +173,16 @@ def predict_fn(data, model):
 def test_torch_gpu_workers_spawn_a_clean_interpreter(tmp_path, torch_model):
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=2, rows=1000)
-    result = run_worker(data, out, torch_model.parent, *SYNTHETIC_COLUMNS, "--summary-json",
-                        str(tmp_path / "summary.json"), env=clean_env(**{ENV_SIMULATED_GPUS: "1"}), workers=None)
+    result = run_worker(
+        data,
+        out,
+        torch_model.parent,
+        *SYNTHETIC_COLUMNS,
+        "--summary-json",
+        str(tmp_path / "summary.json"),
+        env=clean_env(**{ENV_SIMULATED_GPUS: "1"}),
+        workers=None,
+    )
     assert result.returncode == 0, describe(result)
     summary = _summary(tmp_path)
     assert any(w["gpu"] is not None for w in summary["workers"]), summary["workers"]
@@ -165,8 +194,17 @@ def test_torch_gpu_workers_spawn_a_clean_interpreter(tmp_path, torch_model):
 def test_start_method_spawn_makes_each_worker_load_the_model_itself(tmp_path, xgboost_model):
     data, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(data, files=2, rows=1000)
-    result = run_worker(data, out, xgboost_model.parent, *SYNTHETIC_COLUMNS, "--start-method", "spawn",
-                        "--summary-json", str(tmp_path / "summary.json"), workers=2)
+    result = run_worker(
+        data,
+        out,
+        xgboost_model.parent,
+        *SYNTHETIC_COLUMNS,
+        "--start-method",
+        "spawn",
+        "--summary-json",
+        str(tmp_path / "summary.json"),
+        workers=2,
+    )
     assert result.returncode == 0, describe(result)
     startup = _summary(tmp_path)["startup"]
     assert (startup["start_method"], startup["model_preloaded"], startup["threads_in_use"]) == ("spawn", False, 1)

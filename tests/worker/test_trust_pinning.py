@@ -25,5 +25,6 @@ def test_an_unpinned_model_is_named_in_a_warning(one_file, xgboost_model, tmp_pa
     if pinned:
         assert warned == [], describe(result)
     else:
-        assert len(warned) == 1 and digest in warned[0] and "model.sha256 or model.versions" in warned[0], \
-            describe(result)
+        assert len(warned) == 1 and digest in warned[0] and "model.sha256 or model.versions" in warned[0], describe(
+            result
+        )

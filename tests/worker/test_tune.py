@@ -27,12 +27,15 @@ from shardline.worker.work_units import discover_inputs
 from tests.support.helpers import WORKER, clean_env, describe
 
 
-@pytest.mark.parametrize(("cores", "splits"), [
-    (1, [(1, 1)]),
-    (2, [(2, 1), (1, 2)]),
-    (6, [(6, 1), (3, 2), (2, 3), (1, 6)]),
-    (16, [(16, 1), (8, 2), (4, 4), (2, 8), (1, 16)]),
-])
+@pytest.mark.parametrize(
+    ("cores", "splits"),
+    [
+        (1, [(1, 1)]),
+        (2, [(2, 1), (1, 2)]),
+        (6, [(6, 1), (3, 2), (2, 3), (1, 6)]),
+        (16, [(16, 1), (8, 2), (4, 4), (2, 8), (1, 16)]),
+    ],
+)
 def test_the_splits_are_every_divisor_of_the_cores(cores, splits):
     assert core_splits(cores) == splits
     assert all(w * t == cores for w, t in core_splits(cores))
@@ -96,8 +99,11 @@ def test_the_snippet_uses_the_spec_fields_and_parses_with_the_spec_parser():
     text = spec_snippet("score", workers=4, batch_rows=131072, cores=16)
     assert "batch_rows: 131072" in text and "workers_per_instance: 4" in text and "16 // 4 = 4" in text
     pasted = yaml.safe_load(text)["steps"][0]
-    step = {"model": {"uri": "s3://b/m/model.tar.gz", "allow_unpinned": True}, "input": {"prefix": "s3://b/in/"},
-            "output": {"prefix": "s3://b/out/"}}
+    step = {
+        "model": {"uri": "s3://b/m/model.tar.gz", "allow_unpinned": True},
+        "input": {"prefix": "s3://b/in/"},
+        "output": {"prefix": "s3://b/out/"},
+    }
     step.update({k: v for k, v in pasted.items() if k != "resources"}, resources=pasted["resources"])
     spec = parse_spec({"pipeline": "p", "steps": [step]}, "p.yaml")
     assert spec.steps[0].name == "score"
@@ -121,9 +127,14 @@ def test_the_sample_takes_the_first_files_up_to_the_rows_and_cuts_the_last(tmp_p
     # Fewer files than the widest split's workers need: the sample is laid out again, the same bytes.
     more = take_sample(files, 15_000, tmp_path / "sample4", min_files=4)
     assert more.copies == 2 and more.rows_per_run == 30_000
-    assert sorted(p.relative_to(tmp_path / "sample4").as_posix() for p in (tmp_path / "sample4").rglob("*.parquet")) \
-        == ["copy-0/part-00000.parquet", "copy-0/part-00001.parquet", "copy-1/part-00000.parquet",
-            "copy-1/part-00001.parquet"]
+    assert sorted(
+        p.relative_to(tmp_path / "sample4").as_posix() for p in (tmp_path / "sample4").rglob("*.parquet")
+    ) == [
+        "copy-0/part-00000.parquet",
+        "copy-0/part-00001.parquet",
+        "copy-1/part-00000.parquet",
+        "copy-1/part-00001.parquet",
+    ]
 
 
 def test_a_text_sample_keeps_its_format_and_cuts_by_lines(tmp_path):
@@ -145,15 +156,40 @@ def test_a_tune_run_of_the_real_worker_writes_the_table_the_json_the_plot_and_th
     synthetic.make_dataset(data, files=4, rows=20_000)
     out = tmp_path / "tune"
     result = subprocess.run(
-        [*WORKER, "--input-dir", str(data), "--model-dir", str(xgboost_model.parent), "--passthrough", "id",
-         "--output-dir", str(tmp_path / "never"), "--tune", "--tune-rows", "20000", "--tune-repeat", "1",
-         "--tune-max-batch-rows", "8192", "--tune-out", str(out), "--tune-step", "score"],
-        env=clean_env(), capture_output=True, text=True, timeout=120, check=False)
+        [
+            *WORKER,
+            "--input-dir",
+            str(data),
+            "--model-dir",
+            str(xgboost_model.parent),
+            "--passthrough",
+            "id",
+            "--output-dir",
+            str(tmp_path / "never"),
+            "--tune",
+            "--tune-rows",
+            "20000",
+            "--tune-repeat",
+            "1",
+            "--tune-max-batch-rows",
+            "8192",
+            "--tune-out",
+            str(out),
+            "--tune-step",
+            "score",
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, describe(result)
     figures = json.loads((out / "tune.json").read_text())
     assert (out / "tune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert figures["points"] and all(p["median_rows_per_s"] > 0 and all(r > 0 for r in p["rows_per_s"])
-                                     for p in figures["points"])
+    assert figures["points"] and all(
+        p["median_rows_per_s"] > 0 and all(r > 0 for r in p["rows_per_s"]) for p in figures["points"]
+    )
     assert figures["sample"]["rows"] == 20_000
     assert figures["machine"]["cores"] >= 1
     phases = {p["phase"] for p in figures["points"]}
@@ -167,17 +203,37 @@ def test_a_tune_run_of_the_real_worker_writes_the_table_the_json_the_plot_and_th
 
 
 @pytest.mark.slow
-def test_on_gpu_workers_the_tune_sweeps_the_gpu_batch_rows_and_says_the_spec_has_no_field_for_it(tmp_path,
-                                                                                                 xgboost_model):
+def test_on_gpu_workers_the_tune_sweeps_the_gpu_batch_rows_and_says_the_spec_has_no_field_for_it(
+    tmp_path, xgboost_model
+):
     import subprocess
 
     data = tmp_path / "data"
     synthetic.make_dataset(data, files=2, rows=10_000)
     out = tmp_path / "tune"
     result = subprocess.run(
-        [*WORKER, "--input-dir", str(data), "--model-dir", str(xgboost_model.parent), "--tune", "--tune-rows",
-         "10000", "--tune-repeat", "1", "--tune-max-batch-rows", "4096", "--tune-out", str(out)],
-        env=clean_env(SHARDLINE_SIMULATED_GPUS="1"), capture_output=True, text=True, timeout=120, check=False)
+        [
+            *WORKER,
+            "--input-dir",
+            str(data),
+            "--model-dir",
+            str(xgboost_model.parent),
+            "--tune",
+            "--tune-rows",
+            "10000",
+            "--tune-repeat",
+            "1",
+            "--tune-max-batch-rows",
+            "4096",
+            "--tune-out",
+            str(out),
+        ],
+        env=clean_env(SHARDLINE_SIMULATED_GPUS="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, describe(result)
     figures = json.loads((out / "tune.json").read_text())
     assert figures["on_gpu"] and figures["machine"]["simulated_gpus"]

@@ -42,8 +42,14 @@ NAMES_A_SETTING = re.compile(r"input\.features|model\.(content_type|accept|json_
 
 def _training(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    x = np.column_stack([rng.uniform(18, 80, 2000), rng.lognormal(10, 0.5, 2000), rng.normal(5000, 2000, 2000),
-                         rng.integers(0, 120, 2000).astype(np.float64)])
+    x = np.column_stack(
+        [
+            rng.uniform(18, 80, 2000),
+            rng.lognormal(10, 0.5, 2000),
+            rng.normal(5000, 2000, 2000),
+            rng.integers(0, 120, 2000).astype(np.float64),
+        ]
+    )
     y = 0.3 * x[:, 0] + 0.0001 * x[:, 1] - 0.002 * x[:, 2] + 0.05 * x[:, 3] + rng.normal(0, 0.1, 2000)
     return x, y
 
@@ -52,9 +58,15 @@ def _file_table() -> pa.Table:
     """The scoring file: the trained columns shuffled, an id, and an extra string and numeric column."""
     x, _ = _training(seed=7)
     x = x[:ROWS]
-    columns = {"segment": pa.array([f"s{i % 3}" for i in range(ROWS)]), "tenure": x[:, 3],
-               "id": pa.array(np.arange(ROWS, dtype=np.int64)), "balance": x[:, 2],
-               "extra": np.linspace(-1, 1, ROWS), "age": x[:, 0], "income": x[:, 1]}
+    columns = {
+        "segment": pa.array([f"s{i % 3}" for i in range(ROWS)]),
+        "tenure": x[:, 3],
+        "id": pa.array(np.arange(ROWS, dtype=np.int64)),
+        "balance": x[:, 2],
+        "extra": np.linspace(-1, 1, ROWS),
+        "age": x[:, 0],
+        "income": x[:, 1],
+    }
     return pa.table(columns)
 
 
@@ -163,10 +175,12 @@ def models(tmp_path_factory) -> dict[str, tuple[Path, object]]:
     found["xgboost"] = (root / "xgboost", lambda m: booster.predict(xgboost.DMatrix(m)))
     torch.jit.script(net).save(str(folder("torch") / "model.pt"))
     found["torch"] = (root / "torch", torch_expected)
-    for name, script, artefact in (("script-csv", CSV_SCRIPT, "model.joblib"),
-                                   ("script-json", JSON_SCRIPT, "model.joblib"),
-                                   ("script-npy", NPY_SCRIPT, "weights.pth"),
-                                   ("script-inputs", INPUTS_SCRIPT, "weights.pth")):
+    for name, script, artefact in (
+        ("script-csv", CSV_SCRIPT, "model.joblib"),
+        ("script-json", JSON_SCRIPT, "model.joblib"),
+        ("script-npy", NPY_SCRIPT, "weights.pth"),
+        ("script-inputs", INPUTS_SCRIPT, "weights.pth"),
+    ):
         path = folder(name)
         (path / "code").mkdir()
         (path / "code" / "inference.py").write_text(textwrap.dedent(script))
@@ -179,18 +193,29 @@ def models(tmp_path_factory) -> dict[str, tuple[Path, object]]:
     return found
 
 
-def _score(model_dir: Path, scratch: Path, table: pa.Table, features, passthrough, protocol: dict
-           ) -> tuple[str, object]:
+def _score(
+    model_dir: Path, scratch: Path, table: pa.Table, features, passthrough, protocol: dict
+) -> tuple[str, object]:
     """One file through the worker's per-file path: ("ok", predictions) or ("failed", message)."""
     artifact = prepare_model(model_dir, None, scratch)
     try:
-        predictor = load_predictor(artifact, threads=1, device="cpu", probabilities=False,
-                                   protocol=ScriptProtocol(**protocol))
+        predictor = load_predictor(
+            artifact, threads=1, device="cpu", probabilities=False, protocol=ScriptProtocol(**protocol)
+        )
     except SetupError as err:  # a setting combination the worker refuses before any file
         return "failed", f"SetupError: {err}"
-    settings = JobSettings(artifact=artifact, output_dir=str(scratch), scratch_dir=str(scratch), features=features,
-                           passthrough=passthrough, batch_rows=ROWS, gpu_batch_rows=ROWS, output_format="same",
-                           probabilities=False, protocol=predictor_protocol(predictor))
+    settings = JobSettings(
+        artifact=artifact,
+        output_dir=str(scratch),
+        scratch_dir=str(scratch),
+        features=features,
+        passthrough=passthrough,
+        batch_rows=ROWS,
+        gpu_batch_rows=ROWS,
+        output_format="same",
+        probabilities=False,
+        protocol=predictor_protocol(predictor),
+    )
     choice = None
     try:
         choice = choose_features(table.schema, predictor.inputs, features, passthrough, "part-0.parquet")
@@ -209,10 +234,16 @@ def predictor_protocol(predictor) -> ScriptProtocol:
 
 
 PASSTHROUGH = [("id",), ("id", "extra"), ("id", "segment", "extra")]
-SCRIPT_PROTOCOLS = [{}, {"content_type": "text/csv"}, {"content_type": "application/x-npy"},
-                    *[{"content_type": ct, **({"json_layout": layout} if layout else {})}
-                      for ct in ("application/json", "application/jsonlines")
-                      for layout in (None, "records", "instances", "inputs", "array")]]
+SCRIPT_PROTOCOLS = [
+    {},
+    {"content_type": "text/csv"},
+    {"content_type": "application/x-npy"},
+    *[
+        {"content_type": ct, **({"json_layout": layout} if layout else {})}
+        for ct in ("application/json", "application/jsonlines")
+        for layout in (None, "records", "instances", "inputs", "array")
+    ],
+]
 
 
 def _matrix():
@@ -220,8 +251,7 @@ def _matrix():
         for features, passthrough in itertools.product((None, tuple(TRAINED)), PASSTHROUGH):
             yield kind, features, passthrough, {}
     for kind in ("script-csv", "script-json", "script-npy", "script-inputs"):
-        for features, passthrough, protocol in itertools.product((None, tuple(TRAINED)), PASSTHROUGH,
-                                                                 SCRIPT_PROTOCOLS):
+        for features, passthrough, protocol in itertools.product((None, tuple(TRAINED)), PASSTHROUGH, SCRIPT_PROTOCOLS):
             yield kind, features, passthrough, protocol
 
 
@@ -284,8 +314,10 @@ def test_the_routes_that_gave_wrong_numbers_now_fail_naming_input_features(model
         # a script with the extra column moved to passthrough
         "script, extras as passthrough": ("script-csv", ("--passthrough", "id,segment,extra")),
         # a torch script that asks for x-npy, and only that is set
-        "torch script, only the content type": ("script-npy", ("--passthrough", "id",
-                                                               "--content-type", "application/x-npy")),
+        "torch script, only the content type": (
+            "script-npy",
+            ("--passthrough", "id", "--content-type", "application/x-npy"),
+        ),
     }
     for route, (kind, args) in routes.items():
         out = tmp_path / route.replace(" ", "-").replace(",", "")
@@ -307,13 +339,25 @@ def test_one_failed_run_names_the_features_and_the_script_settings_together(mode
     [report] = load_manifest(tmp_path / "out")["file_reports"]
     message = report["error_message"]
     assert "input.features" in message, message
-    assert "the script also needs model.content_type: application/json (--content-type application/json) and " \
-           "model.json_layout: inputs (--json-layout inputs)" in message, message
+    assert (
+        "the script also needs model.content_type: application/json (--content-type application/json) and "
+        "model.json_layout: inputs (--json-layout inputs)" in message
+    ), message
     # Both set, with the features in training order: right row for row.
     table = _file_table()
-    result = run_worker(inputs, tmp_path / "fixed", models["script-inputs"][0], "--passthrough", "id",
-                        "--features", ",".join(TRAINED), "--content-type", "application/json",
-                        "--json-layout", "inputs")
+    result = run_worker(
+        inputs,
+        tmp_path / "fixed",
+        models["script-inputs"][0],
+        "--passthrough",
+        "id",
+        "--features",
+        ",".join(TRAINED),
+        "--content-type",
+        "application/json",
+        "--json-layout",
+        "inputs",
+    )
     assert result.returncode == EXIT_OK, describe(result)
     got = pq.read_table(tmp_path / "fixed" / "part-0.parquet").column("prediction").to_numpy()
     trained = np.column_stack([table.column(name).to_numpy() for name in TRAINED])
@@ -323,19 +367,28 @@ def test_one_failed_run_names_the_features_and_the_script_settings_together(mode
 @pytest.mark.slow
 def test_file_order_end_to_end_warns_in_the_log_and_the_preview(models, tmp_path):
     inputs = _write(_file_table().select(["id", *TRAINED]), tmp_path / "in")
-    result = run_worker(inputs, tmp_path / "out", models["sklearn"][0], "--passthrough", "id",
-                        "--features", "file_order")
+    result = run_worker(
+        inputs, tmp_path / "out", models["sklearn"][0], "--passthrough", "id", "--features", "file_order"
+    )
     assert result.returncode == EXIT_OK, describe(result)
     [line] = [line for line in result.stderr.splitlines() if "the model gets" in line]
     assert " WARNING " in line and "input.features is file_order" in line, line
-    preview = run_worker(inputs, tmp_path / "preview", models["sklearn"][0], "--passthrough", "id",
-                         "--features", "file_order", "--preview", "10")
+    preview = run_worker(
+        inputs,
+        tmp_path / "preview",
+        models["sklearn"][0],
+        "--passthrough",
+        "id",
+        "--features",
+        "file_order",
+        "--preview",
+        "10",
+    )
     assert preview.returncode == EXIT_OK, describe(preview)
     assert "WARNING: the model gets 4 feature column(s), in the file's own order" in preview.stdout, preview.stdout
     assert "no warnings" not in preview.stdout
     # Unasked, the preview fails naming input.features (it used to end with "no warnings").
-    preview = run_worker(inputs, tmp_path / "preview2", models["sklearn"][0], "--passthrough", "id",
-                         "--preview", "10")
+    preview = run_worker(inputs, tmp_path / "preview2", models["sklearn"][0], "--passthrough", "id", "--preview", "10")
     assert preview.returncode == EXIT_FILES_FAILED, describe(preview)
     assert "FAILS: InputSchemaError" in preview.stdout and "input.features" in preview.stdout, preview.stdout
 
@@ -373,25 +426,43 @@ def _keyed_model(models, tmp_path, key: str) -> Path:
 @pytest.mark.slow
 def test_a_script_looking_for_a_key_the_worker_cannot_send_is_told_the_layouts_it_can(models, tmp_path):
     inputs = _write(_file_table(), tmp_path / "in")
-    result = run_worker(inputs, tmp_path / "out", _keyed_model(models, tmp_path, "features"), "--passthrough", "id",
-                        "--features", ",".join(TRAINED), "--content-type", "application/json")
+    result = run_worker(
+        inputs,
+        tmp_path / "out",
+        _keyed_model(models, tmp_path, "features"),
+        "--passthrough",
+        "id",
+        "--features",
+        ",".join(TRAINED),
+        "--content-type",
+        "application/json",
+    )
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
     [report] = load_manifest(tmp_path / "out")["file_reports"]
     message = report["error_message"]
     # Sent records (a list), the script's ["features"] is a TypeError; sent {"instances": ...}, a KeyError.
     assert "raised in input_fn: TypeError: list indices must be integers" in message, message
-    assert 'the JSON layouts the worker can send are records' in message and '{"inputs": [[...], ...]}' in message
+    assert "the JSON layouts the worker can send are records" in message and '{"inputs": [[...], ...]}' in message
 
 
 @pytest.mark.slow
 def test_a_script_reading_inputs_gets_them_and_its_routine_logs_are_notes_not_warnings(models, tmp_path):
     inputs = _write(_file_table(), tmp_path / "in")
     model_dir = _keyed_model(models, tmp_path, "inputs")
-    args = ("--passthrough", "id", "--features", ",".join(TRAINED), "--content-type", "application/json",
-            "--json-layout", "inputs")
+    args = (
+        "--passthrough",
+        "id",
+        "--features",
+        ",".join(TRAINED),
+        "--content-type",
+        "application/json",
+        "--json-layout",
+        "inputs",
+    )
     preview_json = tmp_path / "preview.json"
-    preview = run_worker(inputs, tmp_path / "preview", model_dir, *args, "--preview", "5",
-                         "--preview-json", str(preview_json))
+    preview = run_worker(
+        inputs, tmp_path / "preview", model_dir, *args, "--preview", "5", "--preview-json", str(preview_json)
+    )
     assert preview.returncode == EXIT_OK, describe(preview)
     report = json.loads(preview_json.read_text())
     assert report["warnings"] == [], report["warnings"]

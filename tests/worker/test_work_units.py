@@ -60,8 +60,18 @@ def test_classify(name, expected):
 
 
 def test_discover_inputs_walks_sorted_and_skips_hidden_and_underscore(tmp_path):
-    for name in ["b.csv", "a.parquet", "sub/c.jsonl.gz", "notes.txt", "_SUCCESS", ".hidden.csv",
-                 "_shardline/manifest.json", ".cache/x.parquet", "sub/_tmp/y.csv", "z/readme.md"]:
+    for name in [
+        "b.csv",
+        "a.parquet",
+        "sub/c.jsonl.gz",
+        "notes.txt",
+        "_SUCCESS",
+        ".hidden.csv",
+        "_shardline/manifest.json",
+        ".cache/x.parquet",
+        "sub/_tmp/y.csv",
+        "z/readme.md",
+    ]:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"12345")
@@ -233,8 +243,9 @@ BIG_ROWS = 210_000  # ~28 MB of random float32: over 1.5 x MIN_SPLIT_BYTES, so i
 @pytest.mark.slow
 def test_large_parquet_file_is_split_and_merged(tmp_path, xgboost_model):
     inputs, out = tmp_path / "in", tmp_path / "out"
-    synthetic.write_table(synthetic.make_table(BIG_ROWS, first_id=1000, seed=3), inputs / "big.parquet", "parquet",
-                          row_group_rows=10_000)
+    synthetic.write_table(
+        synthetic.make_table(BIG_ROWS, first_id=1000, seed=3), inputs / "big.parquet", "parquet", row_group_rows=10_000
+    )
     synthetic.write_table(synthetic.make_table(1000, seed=4), inputs / "small.parquet", "parquet")
     big_meta = pq.read_metadata(inputs / "big.parquet")
     assert big_meta.num_row_groups == 21

@@ -44,20 +44,32 @@ def params_for(spec: PipelineSpec) -> dict[str, Param]:
     version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
     params = {
         "input_prefix": Param(
-            "", type="string", title="Input prefix",
+            "",
+            type="string",
+            title="Input prefix",
             description=f"a folder under {static_prefix(first.input.prefix or '')} to read instead of the spec's "
-                        f"({first.input.prefix}); empty keeps it",
+            f"({first.input.prefix}); empty keeps it",
             pattern=input_override_pattern(first),
         ),
-        "model_version": Param(first.model.version, type="string", title="Model version",
-                               description="used where the model URI says {{ params.model_version }}"
-                                           + ("; one of the versions the spec pins" if first.model.versions else ""),
-                               **version_schema),
-        "instance_count": Param(None, type=["null", "integer"], minimum=1, maximum=MAX_INSTANCE_COUNT,
-                                title="Instance count",
-                                description="overrides every step's resources.instance_count"),
-        "dry_run": Param(False, type="boolean", title="Dry run",
-                         description="list the inputs and show the plan; submit nothing"),
+        "model_version": Param(
+            first.model.version,
+            type="string",
+            title="Model version",
+            description="used where the model URI says {{ params.model_version }}"
+            + ("; one of the versions the spec pins" if first.model.versions else ""),
+            **version_schema,
+        ),
+        "instance_count": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            maximum=MAX_INSTANCE_COUNT,
+            title="Instance count",
+            description="overrides every step's resources.instance_count",
+        ),
+        "dry_run": Param(
+            False, type="boolean", title="Dry run", description="list the inputs and show the plan; submit nothing"
+        ),
     }
     assert tuple(params) == TRIGGER_PARAMS  # the plan task refuses any other conf key
     return params
@@ -86,8 +98,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
         default_args={"owner": spec.owner, "retries": 2, "retry_delay": dt.timedelta(seconds=30)},
         max_active_runs=4,
         on_failure_callback=functools.partial(mark_run_failed, str(spec_path)),
-        doc_md=f"Generated from `{spec_path.name}` by Shardline. Steps: "
-               + " -> ".join(s.name for s in spec.steps),
+        doc_md=f"Generated from `{spec_path.name}` by Shardline. Steps: " + " -> ".join(s.name for s in spec.steps),
     ) as dag:
         previous = None
         watch_ids = []
@@ -95,17 +106,27 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
         for step in spec.steps:
             input_prefix = outputs[step.input.from_step] if step.input.from_step else step.input.prefix
             plan = PlanStepOperator(
-                task_id=f"plan_{step.name}", spec_path=str(spec_path), step=step.name,
-                input_prefix=input_prefix, output_prefix=step.output.prefix,
-                metadata_prefix=step.output.metadata_prefix or "", model_uri=step.model.uri,
+                task_id=f"plan_{step.name}",
+                spec_path=str(spec_path),
+                step=step.name,
+                input_prefix=input_prefix,
+                output_prefix=step.output.prefix,
+                metadata_prefix=step.output.metadata_prefix or "",
+                model_uri=step.model.uri,
                 model_version="{{ params.model_version }}",
                 input_override="{{ params.input_prefix }}" if previous is None else "",
-                instances_override="{{ params.instance_count }}", dry_run="{{ params.dry_run }}",
+                instances_override="{{ params.instance_count }}",
+                dry_run="{{ params.dry_run }}",
             )
-            submit = SubmitStepOperator(task_id=f"submit_{step.name}", spec_path=str(spec_path),
-                                        plan_task_id=plan.task_id)
-            watch = WatchStepOperator(task_id=f"watch_{step.name}", spec_path=str(spec_path),
-                                      submit_task_id=submit.task_id, poll_interval=spec.poll_interval_seconds)
+            submit = SubmitStepOperator(
+                task_id=f"submit_{step.name}", spec_path=str(spec_path), plan_task_id=plan.task_id
+            )
+            watch = WatchStepOperator(
+                task_id=f"watch_{step.name}",
+                spec_path=str(spec_path),
+                submit_task_id=submit.task_id,
+                poll_interval=spec.poll_interval_seconds,
+            )
             plan >> submit >> watch
             if previous is not None:
                 previous >> plan
@@ -113,8 +134,12 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
             watch_ids.append(watch.task_id)
             outputs[step.name] = step.output.prefix
         last = spec.steps[-1]
-        report = ReportOperator(task_id="report", spec_path=str(spec_path), watch_task_ids=watch_ids,
-                                outlets=[Asset(static_prefix(last.output.prefix))])
+        report = ReportOperator(
+            task_id="report",
+            spec_path=str(spec_path),
+            watch_task_ids=watch_ids,
+            outlets=[Asset(static_prefix(last.output.prefix))],
+        )
         previous >> report
     return dag
 
@@ -123,4 +148,3 @@ def dag_from_spec(dag_file: str, spec_name: str) -> DAG:
     """Load ``pipelines/<spec_name>`` next to ``dag_file`` and build its DAG (import error if invalid)."""
     path = Path(dag_file).resolve().parent / SPEC_DIR / spec_name
     return build_dag(load_spec(path), path)
-

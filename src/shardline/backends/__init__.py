@@ -25,7 +25,6 @@ class JobStatus(enum.StrEnum):
         return self in {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED}
 
 
-
 @dataclasses.dataclass(frozen=True)
 class JobState:
     name: str

@@ -37,18 +37,46 @@ REQUEST_FILE = "request.json"
 # In the process runtime a job's model code runs as the same user, so this is no sandbox: it stops
 # the leak that needs no effort (a model that logs or ships its environment), not a determined one.
 # The container runtime (local_container) is the box: the image's own user, nothing of this machine.
-PASSED_ENV = frozenset({
-    # Who the job is, and how it reaches AWS: the worker reads S3 and writes the ledger.
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
-    "AWS_ENDPOINT_URL", "AWS_CA_BUNDLE", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_EC2_METADATA_DISABLED", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-    # How to run: PYTHONPATH is how the compose image finds shardline.worker (it is not pip-installed there).
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH",
-    "CUDA_VISIBLE_DEVICES",  # which GPUs this machine lends the job
-})
+PASSED_ENV = frozenset(
+    {
+        # Who the job is, and how it reaches AWS: the worker reads S3 and writes the ledger.
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ENDPOINT_URL",
+        "AWS_CA_BUNDLE",
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_EC2_METADATA_DISABLED",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_ROLE_SESSION_NAME",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        # How to run: PYTHONPATH is how the compose image finds shardline.worker (it is not pip-installed there).
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "PYTHONPATH",
+        "CUDA_VISIBLE_DEVICES",  # which GPUs this machine lends the job
+    }
+)
 PASSED_PREFIXES = ("AWS_ENDPOINT_URL_", "LC_")
 
 
@@ -127,10 +155,16 @@ class LocalBackend:
             local_container.refuse_unpinned_process(request["AppSpecification"]["ImageUri"], pinned, f"job {name}")
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir.parent))
         (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2))
-        write_json_atomic(staging / STATE_FILE, {
-            "name": name, "status": JobStatus.IN_PROGRESS.value, "created_at": time.time(), "pid": None,
-            "runtime": runtime,
-        })
+        write_json_atomic(
+            staging / STATE_FILE,
+            {
+                "name": name,
+                "status": JobStatus.IN_PROGRESS.value,
+                "created_at": time.time(),
+                "pid": None,
+                "runtime": runtime,
+            },
+        )
         try:
             staging.rename(job_dir)
         except OSError:
@@ -142,7 +176,10 @@ class LocalBackend:
             # Its environment is the job's too (readable in /proc by the model's code): no Airflow secrets.
             subprocess.Popen(
                 [sys.executable, "-m", "shardline.backends.local_supervisor", str(job_dir)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
                 env=job_environment(os.environ),
             )
         return name
@@ -160,8 +197,13 @@ class LocalBackend:
         if status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) and pid and _here(state) and not _alive(pid):
             # The supervisor died without recording an end (killed with -9, machine reboot).
             status, reason = JobStatus.FAILED, "the local job supervisor died before the job ended"
-        return JobState(name=name, status=status, failure_reason=reason, created_at=state.get("created_at"),
-                        ended_at=state.get("ended_at"))
+        return JobState(
+            name=name,
+            status=status,
+            failure_reason=reason,
+            created_at=state.get("created_at"),
+            ended_at=state.get("ended_at"),
+        )
 
     def stop(self, name: str, grace_seconds: float = 10.0) -> None:
         state = self.describe(name)
@@ -187,5 +229,12 @@ class LocalBackend:
         if read_state(job_dir).get("runtime") == "docker":  # containers outlive a killed client
             local_container.remove_job_containers(name)
         if read_state(job_dir)["status"] == JobStatus.IN_PROGRESS.value:  # the supervisor had no time to say
-            write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "status": JobStatus.STOPPED.value,
-                                                     "failure_reason": "stopped", "ended_at": time.time()})
+            write_json_atomic(
+                job_dir / STATE_FILE,
+                {
+                    **read_state(job_dir),
+                    "status": JobStatus.STOPPED.value,
+                    "failure_reason": "stopped",
+                    "ended_at": time.time(),
+                },
+            )

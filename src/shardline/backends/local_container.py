@@ -48,16 +48,27 @@ def docker_answers(timeout: float = 10.0) -> bool:
     if not shutil.which("docker"):
         return False
     try:
-        return subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                              timeout=timeout, check=False).returncode == 0
+        return (
+            subprocess.run(
+                ["docker", "version", "--format", "{{.Server.Version}}"],
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
 
 def image_present(image: str) -> bool:
     try:
-        return subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30,
-                              check=False).returncode == 0
+        return (
+            subprocess.run(
+                ["docker", "image", "inspect", image], capture_output=True, timeout=30, check=False
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -86,7 +97,8 @@ def runtime_for(asked: str, image: str, *, engine_answers: bool, has_image: bool
         if asked == "docker":
             raise ContainerRuntimeError(
                 f"{ENV_RUNTIME}=docker, but the engine has no image {image}: build it with "
-                f"`docker build -f inference_container/Dockerfile -t {image} .`")
+                f"`docker build -f inference_container/Dockerfile -t {image} .`"
+            )
         log.warning("no image %s in the Docker engine: running the job's instances as processes", image)
         return "process"
     return "docker"
@@ -105,8 +117,9 @@ def ensure_job_network() -> str:
     inspect = ["docker", "network", "inspect", JOB_NETWORK, "--format", "{{(index .IPAM.Config 0).Gateway}}"]
     found = subprocess.run(inspect, capture_output=True, text=True, check=False)
     if found.returncode != 0:
-        created = subprocess.run(["docker", "network", "create", "--internal", JOB_NETWORK],
-                                 capture_output=True, text=True, check=False)
+        created = subprocess.run(
+            ["docker", "network", "create", "--internal", JOB_NETWORK], capture_output=True, text=True, check=False
+        )
         if created.returncode != 0 and "already exists" not in created.stderr:  # another job made it meanwhile
             raise ContainerRuntimeError(f"cannot create the jobs' network {JOB_NETWORK}: {created.stderr.strip()}")
         found = subprocess.run(inspect, capture_output=True, text=True, check=True)
@@ -202,22 +215,46 @@ def container_name(job: str, host: str) -> str:
     return f"{job}-{host}"[:120]
 
 
-def container_command(request: dict, instance_dir: Path, host: str, *, environment: Mapping[str, str],
-                      network: str, mounts: list[tuple[Path, str, bool]]) -> list[str]:
+def container_command(
+    request: dict,
+    instance_dir: Path,
+    host: str,
+    *,
+    environment: Mapping[str, str],
+    network: str,
+    mounts: list[tuple[Path, str, bool]],
+) -> list[str]:
     """``docker run`` for one instance: the request's image, entrypoint, ContainerArguments and Environment,
     each of ``mounts`` (host path, container path, read-only) bound, under the image's own user."""
     job = request["ProcessingJobName"]
     isolated = bool(request.get("NetworkConfig", {}).get("EnableNetworkIsolation"))
-    command = ["docker", "run", "--rm", "--name", container_name(job, host), "--label", f"{JOB_LABEL}={job}",
-               "--network", "none" if isolated else network,
-               # The worker's process pool shares batches through /dev/shm; Docker's default 64 MB is too small.
-               "--shm-size", "1g", "--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
+    command = [
+        "docker",
+        "run",
+        "--rm",
+        "--name",
+        container_name(job, host),
+        "--label",
+        f"{JOB_LABEL}={job}",
+        "--network",
+        "none" if isolated else network,
+        # The worker's process pool shares batches through /dev/shm; Docker's default 64 MB is too small.
+        "--shm-size",
+        "1g",
+        "--security-opt",
+        "no-new-privileges",
+        "--cap-drop",
+        "ALL",
+    ]
     for source, target, read_only in mounts:
         command += ["--mount", f"type=bind,source={source},target={target}" + (",readonly" if read_only else "")]
     for name, value in {**environment, **request.get("Environment", {})}.items():
         command += ["--env", f"{name}={value}"]
-    return [*command, request["AppSpecification"]["ImageUri"],
-            *request["AppSpecification"].get("ContainerArguments", [])]
+    return [
+        *command,
+        request["AppSpecification"]["ImageUri"],
+        *request["AppSpecification"].get("ContainerArguments", []),
+    ]
 
 
 def instance_mounts(request: dict, instance_dir: Path, local_path) -> list[tuple[Path, str, bool]]:
@@ -245,8 +282,13 @@ def remove_container(name: str) -> None:
 def remove_job_containers(job: str) -> None:
     """Force-remove whatever containers of ``job`` are left (a stop, or a supervisor that died)."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}={job}"],
-                                capture_output=True, text=True, timeout=60, check=False)
+        listed = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}={job}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         ids = listed.stdout.split()
         if ids:
             subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=120, check=False)
@@ -258,15 +300,29 @@ def worker_in_image(command: list[str], image: str, folders: Mapping[Path, str])
 
     For ``shardline preview``, ``shardline tune`` and the ``dry_run`` Param: model code on a sample, which
     needs no AWS (the caller fetched the model and the sample), so it gets nothing at all of this machine."""
+
     def inside(arg: str) -> str:
         for host, target in folders.items():
             if arg == str(host) or arg.startswith(f"{host}/"):
-                return target + arg[len(str(host)):]
+                return target + arg[len(str(host)) :]
         return arg
 
-    mapped = [inside(arg) for arg in command[command.index("shardline.worker") + 1:]]
-    run = ["docker", "run", "--rm", "--network", "none", "--shm-size", "1g", "--security-opt", "no-new-privileges",
-           "--cap-drop", "ALL", "--env", "PYTHONUNBUFFERED=1"]
+    mapped = [inside(arg) for arg in command[command.index("shardline.worker") + 1 :]]
+    run = [
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--shm-size",
+        "1g",
+        "--security-opt",
+        "no-new-privileges",
+        "--cap-drop",
+        "ALL",
+        "--env",
+        "PYTHONUNBUFFERED=1",
+    ]
     if os.geteuid() != 0:
         # As the caller's uid, so that the caller can read and delete what the worker wrote (its own temp
         # folders). The box is the container: its own PID namespace and filesystem, no network, no capabilities.
@@ -290,7 +346,8 @@ def refuse_unpinned_process(image: str, pinned: bool, what: str) -> None:
     raise ContainerRuntimeError(
         f"the model is not pinned (model.allow_unpinned), and without Docker its code would run in {what} as "
         f"this machine's user. Pin it with model.sha256 or model.versions, or build the worker image ({image}) "
-        f"where a Docker engine runs; on a machine of your own, {ENV_ALLOW_UNPINNED}=1 allows it")
+        f"where a Docker engine runs; on a machine of your own, {ENV_ALLOW_UNPINNED}=1 allows it"
+    )
 
 
 def sandbox_for(image: str, pinned: bool, what: str) -> bool:

@@ -43,7 +43,7 @@ def _on_sigterm(signum, _frame):
 
 def local_path(instance_dir: Path, sm_path: str) -> Path:
     """Map a container path (/opt/ml/processing/...) into this instance's directory."""
-    relative = sm_path[len(SM_ROOT):] if sm_path.startswith(SM_ROOT) else sm_path.lstrip("/")
+    relative = sm_path[len(SM_ROOT) :] if sm_path.startswith(SM_ROOT) else sm_path.lstrip("/")
     if reason := unsafe_key_reason(relative.rstrip("/")):
         raise Refused(f"LocalPath {sm_path!r} does not name a directory under {SM_ROOT}: {reason}")
     return instance_dir / "processing" / relative
@@ -57,7 +57,7 @@ def list_prefix(s3, uri: str) -> list[tuple[str, str, str]]:
     found = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
-            found.append((bucket, item["Key"], item["Key"][len(base):]))
+            found.append((bucket, item["Key"], item["Key"][len(base) :]))
     return sorted(found, key=lambda t: t[1])
 
 
@@ -66,7 +66,7 @@ def manifest_entries(s3, uri: str) -> list[tuple[str, str, str]]:
     bucket, key = parse_s3_uri(uri)
     entries = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
-        raise Refused(f"{uri} is not a manifest: expected [{{\"prefix\": ...}}, entries...]")
+        raise Refused(f'{uri} is not a manifest: expected [{{"prefix": ...}}, entries...]')
     prefix_bucket, prefix = parse_s3_uri(entries[0]["prefix"])
     found = []
     # Manifest order is kept: entries are dealt round robin in the order they are listed.
@@ -115,8 +115,13 @@ def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
             target.mkdir(parents=True, exist_ok=True)
             for bucket, key, relative in share:
                 download(s3, bucket, key, relative, target)
-        log.info("input %s: %d object(s) dealt %s over %d instance(s)", spec.get("InputName"), len(objects),
-                 s3_input.get("S3DataDistributionType"), len(instance_dirs))
+        log.info(
+            "input %s: %d object(s) dealt %s over %d instance(s)",
+            spec.get("InputName"),
+            len(objects),
+            s3_input.get("S3DataDistributionType"),
+            len(instance_dirs),
+        )
 
 
 def upload_outputs(s3, request: dict, instance_dirs: list[Path]) -> int:
@@ -137,9 +142,15 @@ def upload_outputs(s3, request: dict, instance_dirs: list[Path]) -> int:
 def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
     inputs = {i["InputName"]: i["S3Input"]["LocalPath"] for i in request.get("ProcessingInputs", [])}
     outputs = request.get("ProcessingOutputConfig", {}).get("Outputs", [])
-    command = [sys.executable, "-m", "shardline.worker",
-               "--resource-config", str(instance_dir / "config" / "resourceconfig.json"),
-               "--scratch-dir", str(instance_dir / "scratch")]
+    command = [
+        sys.executable,
+        "-m",
+        "shardline.worker",
+        "--resource-config",
+        str(instance_dir / "config" / "resourceconfig.json"),
+        "--scratch-dir",
+        str(instance_dir / "scratch"),
+    ]
     if "data" in inputs:
         command += ["--input-dir", str(local_path(instance_dir, inputs["data"]))]
     if "model" in inputs:
@@ -147,8 +158,10 @@ def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
     if outputs:
         command += ["--output-dir", str(local_path(instance_dir, outputs[0]["S3Output"]["LocalPath"]))]
     # The container sees /opt/ml/processing/...: so do its arguments (e.g. --manifest-dir).
-    arguments = [str(local_path(instance_dir, a)) if a.startswith(SM_ROOT) else a
-                 for a in request.get("AppSpecification", {}).get("ContainerArguments", [])]
+    arguments = [
+        str(local_path(instance_dir, a)) if a.startswith(SM_ROOT) else a
+        for a in request.get("AppSpecification", {}).get("ContainerArguments", [])
+    ]
     return command + arguments
 
 
@@ -163,14 +176,16 @@ def worker_environment(request: dict, instance_dir: Path) -> dict[str, str]:
     return {**env, **local_container.aws_environment(os.environ), "HOME": str(home)}
 
 
-def start_instances(request: dict, job_dir: Path, hosts: list[str], instance_dirs: list[Path], runtime: str,
-                    stack: contextlib.ExitStack) -> dict[str, subprocess.Popen]:
+def start_instances(
+    request: dict, job_dir: Path, hosts: list[str], instance_dirs: list[Path], runtime: str, stack: contextlib.ExitStack
+) -> dict[str, subprocess.Popen]:
     """One worker per instance: a process here, or a container of the request's image (``runtime``)."""
     if runtime == "docker":
         network = local_container.network_for(os.environ)
         if network:  # the endpoint is on this machine: the instances reach it, and nothing else
-            routes = stack.enter_context(local_container.endpoint_routes(os.environ,
-                                                                         local_container.ensure_job_network()))
+            routes = stack.enter_context(
+                local_container.endpoint_routes(os.environ, local_container.ensure_job_network())
+            )
         else:  # the instances write to AWS itself, over Docker's default network
             network, routes = "bridge", {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
             log.info("the ledger's endpoint is not on this machine: instances use Docker's default network")
@@ -182,14 +197,16 @@ def start_instances(request: dict, job_dir: Path, hosts: list[str], instance_dir
         (config / "resourceconfig.json").write_text(json.dumps({"current_host": host, "hosts": hosts}))
         if runtime == "docker":
             mounts = local_container.instance_mounts(request, instance_dir, local_path)
-            command = local_container.container_command(request, instance_dir, host, environment=container_env,
-                                                        network=network, mounts=mounts)
+            command = local_container.container_command(
+                request, instance_dir, host, environment=container_env, network=network, mounts=mounts
+            )
             env = job_environment(os.environ)  # the docker CLI's own: how to reach the engine
         else:
             command, env = worker_command(request, instance_dir, host), worker_environment(request, instance_dir)
         with open(instance_dir / "worker.log", "ab") as out:
-            procs[host] = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL)
+            procs[host] = subprocess.Popen(
+                command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         log.info("%s: worker pid %d (%s)", host, procs[host].pid, runtime)
     return procs
 
@@ -215,8 +232,9 @@ def run(job_dir: Path) -> dict:
                 if runtime == "docker":  # a client that died leaves its container running: an instance is gone whole
                     for host in [h for h, p in procs.items() if p.poll() is not None and h not in ended]:
                         ended.add(host)
-                        local_container.remove_container(local_container.container_name(
-                            request["ProcessingJobName"], host))
+                        local_container.remove_container(
+                            local_container.container_name(request["ProcessingJobName"], host)
+                        )
                 if (job_dir / "STOP").exists():  # stop() was asked before it knew our pid
                     raise _Stop("stop requested")
                 if time.monotonic() - started > max_runtime:
@@ -247,13 +265,15 @@ def job_outcome(codes: dict[str, int], elapsed: float, max_runtime: float) -> di
     would have stopped it, even if its workers exited a moment after the limit, between two polls.
     """
     if elapsed > max_runtime:
-        return {"status": JobStatus.STOPPED.value, "failure_reason": f"MaxRuntimeInSeconds ({max_runtime}) exceeded",
-                "exit_codes": codes}
+        return {
+            "status": JobStatus.STOPPED.value,
+            "failure_reason": f"MaxRuntimeInSeconds ({max_runtime}) exceeded",
+            "exit_codes": codes,
+        }
     failed = {h: c for h, c in codes.items() if c != 0}
     if failed:
         detail = ", ".join(f"{h} exited with code {c}" for h, c in sorted(failed.items()))
-        return {"status": JobStatus.FAILED.value, "failure_reason": f"AlgorithmError: {detail}",
-                "exit_codes": codes}
+        return {"status": JobStatus.FAILED.value, "failure_reason": f"AlgorithmError: {detail}", "exit_codes": codes}
     return {"status": JobStatus.COMPLETED.value, "exit_codes": codes}
 
 

@@ -65,9 +65,15 @@ class Policy:
 
     @classmethod
     def from_json(cls, data: dict[str, float]) -> Policy:
-        return cls(int(data["max_attempts"]), float(data["backoff_seconds"]), float(data["backoff_multiplier"]),
-                   int(data["max_failed_files"]), float(data["max_failed_percent"]),
-                   float(data["heartbeat_timeout_seconds"]), float(data["max_runtime_seconds"]))
+        return cls(
+            int(data["max_attempts"]),
+            float(data["backoff_seconds"]),
+            float(data["backoff_multiplier"]),
+            int(data["max_failed_files"]),
+            float(data["max_failed_percent"]),
+            float(data["heartbeat_timeout_seconds"]),
+            float(data["max_runtime_seconds"]),
+        )
 
 
 # After the job's own limit and the heartbeat timeout, the time SageMaker takes to end a job it stops.
@@ -82,9 +88,11 @@ def attempt_deadline(policy: Policy, watched_from: float) -> float:
 
 def deadline_reason(policy: Policy, last_seen: str) -> str:
     """Why the watch gave up on an attempt past its :func:`attempt_deadline` (its job is stopped)."""
-    return (f"the attempt did not finish by its deadline ({policy.max_runtime_seconds:.0f}s of max_runtime_seconds "
-            f"plus {policy.heartbeat_timeout_seconds:.0f}s of heartbeat_timeout_seconds plus "
-            f"{DEADLINE_GRACE_SECONDS}s to stop it), so its job is stopped; last seen: {last_seen}")
+    return (
+        f"the attempt did not finish by its deadline ({policy.max_runtime_seconds:.0f}s of max_runtime_seconds "
+        f"plus {policy.heartbeat_timeout_seconds:.0f}s of heartbeat_timeout_seconds plus "
+        f"{DEADLINE_GRACE_SECONDS}s to stop it), so its job is stopped; last seen: {last_seen}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +133,9 @@ def tolerated(policy: Policy, failed: int, total: int) -> bool:
 
 def _silent_instances(snapshot: StepSnapshot, policy: Policy) -> tuple[list[ShardState], bool]:
     """The attempt's instances whose heartbeat is older than the timeout, and whether none was ever heard."""
-    stale = [s for s in snapshot.shards
-             if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds]
+    stale = [
+        s for s in snapshot.shards if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds
+    ]
     silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
     return stale, silent
 
@@ -151,13 +160,14 @@ def _running_reason(snapshot: StepSnapshot) -> str:
     """A running step's progress as its instances' last heartbeats count it (no FILE item read)."""
     shards = snapshot.shards
     if not shards:
-        return (f"job {snapshot.job_status.value}: no instance of attempt {snapshot.attempt} has sent a heartbeat "
-                "yet")
+        return f"job {snapshot.job_status.value}: no instance of attempt {snapshot.attempt} has sent a heartbeat yet"
     assigned = sum(s.files_assigned for s in shards)
     done = sum(s.files_done for s in shards)
     failed = sum(s.files_failed for s in shards)
-    return (f"job {snapshot.job_status.value}: attempt {snapshot.attempt}'s {len(shards)} instance(s) report "
-            f"{done}/{assigned} file(s) finished" + (f", {failed} failed" if failed else ""))
+    return (
+        f"job {snapshot.job_status.value}: attempt {snapshot.attempt}'s {len(shards)} instance(s) report "
+        f"{done}/{assigned} file(s) finished" + (f", {failed} failed" if failed else "")
+    )
 
 
 def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
@@ -173,27 +183,38 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     job = snapshot.job_status
 
     if snapshot.cancelled:
-        return Decision(Action.FAIL, f"cancelled by an operator (`shardline cancel`) with {len(succeeded)}/{total} "
-                                     "files succeeded",
-                        failed_files=tuple(failed), stop_job=not job.is_terminal)
+        return Decision(
+            Action.FAIL,
+            f"cancelled by an operator (`shardline cancel`) with {len(succeeded)}/{total} files succeeded",
+            failed_files=tuple(failed),
+            stop_job=not job.is_terminal,
+        )
     broken = [s for s in snapshot.shards if s.setup_error]
     if broken:
         # The model (or the job's arguments) cannot be set up: every attempt would fail the same way.
         first = broken[0]
-        return Decision(Action.FAIL, f"instance {first.host} of attempt {snapshot.attempt} could not start, so "
-                                     f"nothing was processed: {first.setup_error}. This is not retried: fix the "
-                                     "model (model.uri, the Param model_version) or the step's settings",
-                        failed_files=tuple(dataclasses.replace(f, error_class=SETUP_ERROR,
-                                                               error_message=first.setup_error)
-                                           for f in unfinished),
-                        stop_job=not job.is_terminal)
+        return Decision(
+            Action.FAIL,
+            f"instance {first.host} of attempt {snapshot.attempt} could not start, so "
+            f"nothing was processed: {first.setup_error}. This is not retried: fix the "
+            "model (model.uri, the Param model_version) or the step's settings",
+            failed_files=tuple(
+                dataclasses.replace(f, error_class=SETUP_ERROR, error_message=first.setup_error) for f in unfinished
+            ),
+            stop_job=not job.is_terminal,
+        )
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
         stale, silent = _silent_instances(snapshot, policy)
         if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
             # The job is stopped, and a stopped job uploads nothing: what it finished goes again too.
             return _retry_or_finish(
-                snapshot, policy, failed, [*unfinished, *_unconfirmed(snapshot, succeeded)], total,
-                why=_silence(stale, policy.heartbeat_timeout_seconds), stop_job=True,
+                snapshot,
+                policy,
+                failed,
+                [*unfinished, *_unconfirmed(snapshot, succeeded)],
+                total,
+                why=_silence(stale, policy.heartbeat_timeout_seconds),
+                stop_job=True,
             )
         return Decision(Action.WAIT, f"job {job.value}: {len(succeeded)}/{total} files succeeded")
 
@@ -212,8 +233,9 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
 def _silence(stale: Sequence[ShardState], timeout: float) -> str:
     """Why the job is taken for lost: which instances went silent, and the spec field that bounds it."""
     if stale:
-        return (f"no heartbeat from {', '.join(s.host for s in stale)} for over {timeout:.0f}s "
-                "(heartbeat_timeout_seconds)")
+        return (
+            f"no heartbeat from {', '.join(s.host for s in stale)} for over {timeout:.0f}s (heartbeat_timeout_seconds)"
+        )
     return f"no instance sent a heartbeat within {timeout:.0f}s of the job's start (heartbeat_timeout_seconds)"
 
 
@@ -245,9 +267,12 @@ def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, s
         )
     # Out of attempts (or nothing worth retrying): whatever is not SUCCEEDED now counts as failed.
     lost = tuple(
-        dataclasses.replace(f, error_class=f.error_class or "Unfinished",
-                            error_message=f.error_message or f"not finished by attempt {snapshot.attempt}, the "
-                                                             "last that retry.max_attempts allows")
+        dataclasses.replace(
+            f,
+            error_class=f.error_class or "Unfinished",
+            error_message=f.error_message
+            or f"not finished by attempt {snapshot.attempt}, the last that retry.max_attempts allows",
+        )
         for f in retry
     )
     all_failed = (*permanent, *lost)
@@ -255,8 +280,10 @@ def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, s
         return Decision(Action.ADVANCE, _all_succeeded(total), stop_job=stop_job)
     within = tolerated(policy, len(all_failed), total)
     action = Action.PARTIAL if within else Action.FAIL
-    budget = (f"tolerance of {policy.max_failed_files} file(s) or {policy.max_failed_percent:g}% "
-              "(tolerance.max_failed_files, tolerance.max_failed_percent)")
+    budget = (
+        f"tolerance of {policy.max_failed_files} file(s) or {policy.max_failed_percent:g}% "
+        "(tolerance.max_failed_files, tolerance.max_failed_percent)"
+    )
     return Decision(
         action,
         f"{why}: {len(all_failed)} of {total} file(s) failed after {snapshot.attempt} attempt(s), "
@@ -277,11 +304,16 @@ def for_late_inputs(late_keys: Sequence[str], attempt: int, policy: Policy, inpu
     shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
     why = f"{len(keys)} input file(s) landed under {input_prefix} after the step was planned ({shown})"
     if attempt < policy.max_attempts:
-        return Decision(Action.RESUBMIT, f"{why}: they go to attempt {attempt + 1} of {policy.max_attempts}",
-                        retry_files=keys)
-    message = (f"landed under the input prefix after the step was planned, and attempt {attempt} was the last "
-               "that retry.max_attempts allows; resubmit it, or hold the run back until its input is complete "
-               "(input.settle_seconds, input.ready_marker)")
-    return Decision(Action.FAIL, f"{why}, and attempt {attempt} was the last that retry.max_attempts allows",
-                    failed_files=tuple(FileState(k, FileStatus.FAILED, attempt, LATE_INPUT_ERROR, message)
-                                       for k in keys))
+        return Decision(
+            Action.RESUBMIT, f"{why}: they go to attempt {attempt + 1} of {policy.max_attempts}", retry_files=keys
+        )
+    message = (
+        f"landed under the input prefix after the step was planned, and attempt {attempt} was the last "
+        "that retry.max_attempts allows; resubmit it, or hold the run back until its input is complete "
+        "(input.settle_seconds, input.ready_marker)"
+    )
+    return Decision(
+        Action.FAIL,
+        f"{why}, and attempt {attempt} was the last that retry.max_attempts allows",
+        failed_files=tuple(FileState(k, FileStatus.FAILED, attempt, LATE_INPUT_ERROR, message) for k in keys),
+    )

@@ -17,8 +17,9 @@ import datetime as dt
 SCHEDULED = "scheduled"
 
 
-def ready_at(*, run_type: str, interval_end: dt.datetime | None, settle_seconds: int,
-             ready_marker: str | None) -> dt.datetime | None:
+def ready_at(
+    *, run_type: str, interval_end: dt.datetime | None, settle_seconds: int, ready_marker: str | None
+) -> dt.datetime | None:
     """The moment before which the run must not plan, or None when no time has to pass first."""
     if ready_marker or run_type != SCHEDULED or interval_end is None:
         return None
@@ -28,6 +29,8 @@ def ready_at(*, run_type: str, interval_end: dt.datetime | None, settle_seconds:
 def not_ready_reason(interval_end: dt.datetime, ready: dt.datetime) -> str:
     """Why a scheduled run does not plan yet: which interval, and the spec field that sets the wait."""
     settle = int((ready - interval_end).total_seconds())
-    return (f"the partition's data interval ended at {interval_end:%Y-%m-%d %H:%M:%S} UTC and files may still be "
-            f"landing: it is planned from {ready:%H:%M:%S} UTC, {settle}s later (input.settle_seconds; or name "
-            "input.ready_marker, the object the writer puts last)")
+    return (
+        f"the partition's data interval ended at {interval_end:%Y-%m-%d %H:%M:%S} UTC and files may still be "
+        f"landing: it is planned from {ready:%H:%M:%S} UTC, {settle}s later (input.settle_seconds; or name "
+        "input.ready_marker, the object the writer puts last)"
+    )

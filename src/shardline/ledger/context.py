@@ -81,9 +81,16 @@ class LedgerContext:
 
     def to_env(self) -> dict[str, str]:
         """The environment :meth:`from_env` reads back: what a job's request sets for its instances."""
-        return {ENV_TABLE: self.table, ENV_PIPELINE: self.pipeline, ENV_RUN_ID: self.run_id, ENV_STEP: self.step,
-                ENV_ATTEMPT: str(self.attempt), ENV_INPUT_URI: self.input_uri, ENV_OUTPUT_URI: self.output_uri,
-                ENV_RETENTION_DAYS: str(self.retention_days)}
+        return {
+            ENV_TABLE: self.table,
+            ENV_PIPELINE: self.pipeline,
+            ENV_RUN_ID: self.run_id,
+            ENV_STEP: self.step,
+            ENV_ATTEMPT: str(self.attempt),
+            ENV_INPUT_URI: self.input_uri,
+            ENV_OUTPUT_URI: self.output_uri,
+            ENV_RETENTION_DAYS: str(self.retention_days),
+        }
 
     def input_key(self, relative_path: str) -> str:
         return join_uri(self.input_uri, relative_path)

@@ -19,17 +19,12 @@ from pynamodb.transactions import TransactWrite
 from shardline.ledger.context import LedgerContext, StaleAttemptError
 from shardline.ledger.keys import failures_pk, file_sk, run_pk, shard_sk, step_sk
 from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus
-from shardline.ledger.table import (
-    CLIENT_SETTINGS,
-    MAX_ERROR_CHARS,
-    bind_ledger,
-    endpoint_from_env,
-    region_from_env,
-)
+from shardline.ledger.table import CLIENT_SETTINGS, MAX_ERROR_CHARS, bind_ledger, endpoint_from_env, region_from_env
 
 log = logging.getLogger(__name__)
 
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
+
 
 @dataclasses.dataclass(frozen=True)
 class FileOutcome:

@@ -49,8 +49,7 @@ BATCH_TRIES = 10
 BACKOFF_SECONDS = 0.05
 BACKOFF_CAP_SECONDS = 5.0
 # Only what the sensor needs; keeps each Query page small.
-FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in",
-                   "rows_out"]
+FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in", "rows_out"]
 # What the CLI and the UI show besides: which instance had the file.
 FILE_DETAIL_ATTRIBUTES = [*FILE_ATTRIBUTES, "host"]
 
@@ -75,9 +74,16 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
     the run scores (its data interval's start), shown by `shardline runs`.
     """
     control = model.Control
-    item = control(run_pk(pipeline, run_id), RUN_SK, pipeline=pipeline, run_id=run_id,
-                   status=StepStatus.RUNNING.value, started_at=_now(), expires_at=control.expiry(),
-                   partition=partition)
+    item = control(
+        run_pk(pipeline, run_id),
+        RUN_SK,
+        pipeline=pipeline,
+        run_id=run_id,
+        status=StepStatus.RUNNING.value,
+        started_at=_now(),
+        expires_at=control.expiry(),
+        partition=partition,
+    )
     try:
         item.save(condition=control.pk.does_not_exist())
     except PutError as err:
@@ -87,14 +93,18 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
     sk = runs_index_sk(item.started_at.isoformat(), pipeline, run_id)
     with model.batch_write() as batch:  # all runs, and this pipeline's runs
         for index in (RUNS_PK, runs_pk(pipeline)):
-            batch.save(model(index, sk, pipeline=pipeline, run_id=run_id, started_at=item.started_at,
-                             expires_at=model.expiry()))
+            batch.save(
+                model(
+                    index, sk, pipeline=pipeline, run_id=run_id, started_at=item.started_at, expires_at=model.expiry()
+                )
+            )
 
 
 def list_runs(model: type[LedgerItem], pipeline: str | None = None, limit: int = 20) -> list[LedgerItem]:
     """The newest runs first, of every pipeline or of one: one Query on the run index."""
-    found = model.query(runs_pk(pipeline) if pipeline else RUNS_PK, scan_index_forward=False, limit=limit,
-                        page_size=limit)
+    found = model.query(
+        runs_pk(pipeline) if pipeline else RUNS_PK, scan_index_forward=False, limit=limit, page_size=limit
+    )
     return list(found)
 
 
@@ -118,8 +128,9 @@ def read_run(model: type[LedgerItem], pipeline: str, run_id: str) -> RunRecords:
     return RunRecords(run=run, steps=steps, shards=shards)
 
 
-def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int, status: StepStatus,
-                message: str = "") -> bool:
+def finish_step(
+    model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int, status: StepStatus, message: str = ""
+) -> bool:
     """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten.
 
     Returns False when a newer attempt owns the step (someone resubmitted meanwhile) or an
@@ -130,8 +141,12 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     c = model.Control
     try:
         c(run_pk(pipeline, run_id), step_sk(step)).update(
-            actions=[c.status.set(status.value), c.message.set(message[:2000] or None),
-                     c.finished_at.set(_now()), c.expires_at.set(c.expiry())],
+            actions=[
+                c.status.set(status.value),
+                c.message.set(message[:2000] or None),
+                c.finished_at.set(_now()),
+                c.expires_at.set(c.expiry()),
+            ],
             condition=(c.attempt == attempt) & (c.status != StepStatus.CANCELLED.value),
         )
     except UpdateError as err:
@@ -141,9 +156,17 @@ def finish_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     return True
 
 
-def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: StepStatus, message: str = "",
-                   *, only_if_running: bool = False, reopened: bool = False,
-                   unless_reopened_since: dt.datetime | None = None) -> bool:
+def set_run_status(
+    model: type[LedgerItem],
+    pipeline: str,
+    run_id: str,
+    status: StepStatus,
+    message: str = "",
+    *,
+    only_if_running: bool = False,
+    reopened: bool = False,
+    unless_reopened_since: dt.datetime | None = None,
+) -> bool:
     """Record the run's status. ``only_if_running``: leave a run that already ended (or never started) alone.
 
     ``reopened``: a resubmission takes the run up again (RUNNING), and the time is recorded.
@@ -152,9 +175,12 @@ def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: 
     resubmitted, and the callback must not mark the reopened run failed again.
     """
     c = model.Control
-    actions = [c.status.set(status.value), c.message.set(message[:2000] or None),
-               c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
-               c.expires_at.set(c.expiry())]
+    actions = [
+        c.status.set(status.value),
+        c.message.set(message[:2000] or None),
+        c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
+        c.expires_at.set(c.expiry()),
+    ]
     if reopened:
         actions.append(c.reopened_at.set(_now()))
     condition = None
@@ -171,9 +197,19 @@ def set_run_status(model: type[LedgerItem], pipeline: str, run_id: str, status: 
     return True
 
 
-def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                  input_keys: Iterable[tuple[str, int]] = (), plan_json: str | None = None, *,
-                  after: int | None = None, reopen_cancelled: bool = False, plan_file: str | None = None) -> int:
+def start_attempt(
+    model: type[LedgerItem],
+    pipeline: str,
+    run_id: str,
+    step: str,
+    attempt: int,
+    input_keys: Iterable[tuple[str, int]] = (),
+    plan_json: str | None = None,
+    *,
+    after: int | None = None,
+    reopen_cancelled: bool = False,
+    plan_file: str | None = None,
+) -> int:
     """Move the STEP item from attempt ``after`` to ``attempt``; for a retry, fence its inputs.
 
     Strictly forward and exclusive: attempt 1 needs a step never planned, attempt N needs the
@@ -234,31 +270,65 @@ def start_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str
     # cost the planner seconds of CPU for nothing).
     same = _attributes(model, pk=pk, status=FileStatus.PENDING.value, attempt=attempt, expires_at=model.expiry())
     sk, input_key, bytes_in = (getattr(model, name) for name in ("sk", "input_key", "bytes_in"))
-    items = [{**same, sk.attr_name: {"S": file_sk(step, key)}, input_key.attr_name: {"S": key},
-              bytes_in.attr_name: {"N": bytes_in.serialize(size)}} for key, size in input_keys]
+    items = [
+        {
+            **same,
+            sk.attr_name: {"S": file_sk(step, key)},
+            input_key.attr_name: {"S": key},
+            bytes_in.attr_name: {"N": bytes_in.serialize(size)},
+        }
+        for key, size in input_keys
+    ]
     put_items(model, items)
     return len(items)
 
 
-def record_refused(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                   refused: Iterable[tuple[str, int, str]], error_class: str = UnsafeKeyError.__name__) -> int:
+def record_refused(
+    model: type[LedgerItem],
+    pipeline: str,
+    run_id: str,
+    step: str,
+    attempt: int,
+    refused: Iterable[tuple[str, int, str]],
+    error_class: str = UnsafeKeyError.__name__,
+) -> int:
     """Write a FAILED FILE item for each input the planner refused: (key, size, reason).
 
     No job ever sees these keys; the items make each one show in `shardline failed` with its
     reason and count against the step's tolerance, instead of vanishing from the run.
     """
     pk, now, expires = run_pk(pipeline, run_id), _now(), model.expiry()
-    items = [model(pk, file_sk(step, key), status=FileStatus.FAILED.value, attempt=attempt, input_key=key,
-                   bytes_in=size, error_class=error_class, error_message=reason[:MAX_ERROR_CHARS],
-                   failed_pk=failures_pk(pipeline), failed_at=f"{now.isoformat()}#{run_id}#{step}",
-                   finished_at=now, expires_at=expires)
-             for key, size, reason in refused]
+    items = [
+        model(
+            pk,
+            file_sk(step, key),
+            status=FileStatus.FAILED.value,
+            attempt=attempt,
+            input_key=key,
+            bytes_in=size,
+            error_class=error_class,
+            error_message=reason[:MAX_ERROR_CHARS],
+            failed_pk=failures_pk(pipeline),
+            failed_at=f"{now.isoformat()}#{run_id}#{step}",
+            finished_at=now,
+            expires_at=expires,
+        )
+        for key, size, reason in refused
+    ]
     put_items(model, [item.serialize() for item in items])
     return len(items)
 
 
-def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                     input_keys: Iterable[tuple[str, int]] = (), *, plan_file: str | None = None) -> int:
+def continue_attempt(
+    model: type[LedgerItem],
+    pipeline: str,
+    run_id: str,
+    step: str,
+    attempt: int,
+    input_keys: Iterable[tuple[str, int]] = (),
+    *,
+    plan_file: str | None = None,
+) -> int:
     """Take up planning ``attempt`` again: the STEP item holds it, but its job never started.
 
     A planner that died between its STEP update and its job submission leaves this for its
@@ -279,13 +349,13 @@ def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: 
         condition &= files_condition
     try:  # still this attempt's, and not cancelled
         c(pk, step_sk(step)).update(
-            actions=[c.started_at.set(_now()), c.expires_at.set(c.expiry()), *files_action],
-            condition=condition,
+            actions=[c.started_at.set(_now()), c.expires_at.set(c.expiry()), *files_action], condition=condition
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
             raise StaleOrchestratorError(
-                f"step {step} of run {run_id} is no longer a planned attempt {attempt}: not re-planning it") from err
+                f"step {step} of run {run_id} is no longer a planned attempt {attempt}: not re-planning it"
+            ) from err
         raise
     if attempt == 1:
         return 0
@@ -295,10 +365,15 @@ def continue_attempt(model: type[LedgerItem], pipeline: str, run_id: str, step: 
         key, size = key_and_size
         try:
             model(pk, file_sk(step, key)).update(
-                actions=[model.status.set(FileStatus.PENDING.value), model.attempt.set(attempt),
-                         model.input_key.set(key), *([model.bytes_in.set(size)] if size else []),
-                         model.expires_at.set(model.expiry())],
-                condition=model.attempt.does_not_exist() | (model.attempt < attempt)
+                actions=[
+                    model.status.set(FileStatus.PENDING.value),
+                    model.attempt.set(attempt),
+                    model.input_key.set(key),
+                    *([model.bytes_in.set(size)] if size else []),
+                    model.expires_at.set(model.expiry()),
+                ],
+                condition=model.attempt.does_not_exist()
+                | (model.attempt < attempt)
                 | ((model.attempt == attempt) & (model.status == FileStatus.PENDING.value)),
             )
             written.append(key)
@@ -323,8 +398,7 @@ def _plan_files_update(model: type[LedgerItem], pk: str, step: str, attempt: int
     if plan_file is None:
         return [], None
     try:
-        recorded = c.get(pk, step_sk(step), consistent_read=True,
-                         attributes_to_get=[c.plan_files.attr_name]).plan_files
+        recorded = c.get(pk, step_sk(step), consistent_read=True, attributes_to_get=[c.plan_files.attr_name]).plan_files
     except c.DoesNotExist:
         recorded = None
     files = {**json.loads(recorded or "{}"), str(attempt): plan_file}
@@ -337,8 +411,7 @@ def recorded_plan_files(step_item) -> dict[int, str]:
     return {int(attempt): uri for attempt, uri in json.loads(getattr(step_item, "plan_files", None) or "{}").items()}
 
 
-def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int,
-                reason: str) -> bool:
+def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int, reason: str) -> bool:
     """Mark the step CANCELLED, fenced on the attempt the operator saw, if it has not ended.
 
     Returns False when the step moved to another attempt or ended meanwhile: that state stands,
@@ -347,10 +420,13 @@ def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
     c = model.Control
     try:
         c(run_pk(pipeline, run_id), step_sk(step)).update(
-            actions=[c.status.set(StepStatus.CANCELLED.value), c.message.set(reason[:2000] or None),
-                     c.finished_at.set(_now()), c.expires_at.set(c.expiry())],
-            condition=(c.attempt == attempt) & c.status.is_in(
-                *[s.value for s in StepStatus if s not in STEP_TERMINAL]),
+            actions=[
+                c.status.set(StepStatus.CANCELLED.value),
+                c.message.set(reason[:2000] or None),
+                c.finished_at.set(_now()),
+                c.expires_at.set(c.expiry()),
+            ],
+            condition=(c.attempt == attempt) & c.status.is_in(*[s.value for s in StepStatus if s not in STEP_TERMINAL]),
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
@@ -361,8 +437,10 @@ def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, 
 
 def _attributes(model: type[LedgerItem], **values) -> dict[str, dict[str, str]]:
     """Attribute values as DynamoDB takes them, under their stored names: ``{"st": {"S": "PENDING"}, ...}``."""
-    return {getattr(model, name).attr_name: {getattr(model, name).attr_type: getattr(model, name).serialize(value)}
-            for name, value in values.items()}
+    return {
+        getattr(model, name).attr_name: {getattr(model, name).attr_type: getattr(model, name).serialize(value)}
+        for name, value in values.items()
+    }
 
 
 def put_items(model: type[LedgerItem], items: list[dict], *, threads: int = WRITE_THREADS) -> None:
@@ -376,10 +454,12 @@ def put_items(model: type[LedgerItem], items: list[dict], *, threads: int = WRIT
 
     def send(batch: list[dict]) -> list[dict]:
         answer = connection.batch_write_item(put_items=batch) or {}
-        return [request["PutRequest"]["Item"]
-                for request in answer.get("UnprocessedItems", {}).get(model.Meta.table_name, [])]
+        return [
+            request["PutRequest"]["Item"]
+            for request in answer.get("UnprocessedItems", {}).get(model.Meta.table_name, [])
+        ]
 
-    batches = [items[i:i + BATCH_ITEMS] for i in range(0, len(items), BATCH_ITEMS)]
+    batches = [items[i : i + BATCH_ITEMS] for i in range(0, len(items), BATCH_ITEMS)]
     if len(batches) <= 1 or threads <= 1:
         for batch in batches:
             write_batch(send, batch)
@@ -390,8 +470,13 @@ def put_items(model: type[LedgerItem], items: list[dict], *, threads: int = WRIT
         list(pool.map(lambda batch: write_batch(send, batch), batches))
 
 
-def write_batch(send: Callable[[list[dict]], list[dict]], batch: list[dict], *,
-                sleep: Callable[[float], None] = time.sleep, jitter: Callable[[], float] = random.random) -> int:
+def write_batch(
+    send: Callable[[list[dict]], list[dict]],
+    batch: list[dict],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    jitter: Callable[[], float] = random.random,
+) -> int:
     """Send one batch until nothing is left unprocessed; returns the calls it took.
 
     ``send`` makes one BatchWriteItem call and returns the items DynamoDB left unprocessed
@@ -404,18 +489,23 @@ def write_batch(send: Callable[[list[dict]], list[dict]], batch: list[dict], *,
         if not batch:
             return calls
         if calls < BATCH_TRIES:
-            log.info("ledger write: %d item(s) unprocessed (throttled), sending them again (call %d of %d)",
-                     len(batch), calls + 1, BATCH_TRIES)
+            log.info(
+                "ledger write: %d item(s) unprocessed (throttled), sending them again (call %d of %d)",
+                len(batch),
+                calls + 1,
+                BATCH_TRIES,
+            )
             sleep(backoff_seconds(calls, jitter()))
     raise LedgerThrottledError(
         f"{len(batch)} ledger item(s) still unprocessed after {BATCH_TRIES} BatchWriteItem calls: the table is "
         "throttling writes. Retry the task; if it keeps happening, raise the table's on-demand maximum or warm "
-        "throughput (DynamoDB's UpdateTable), or plan fewer files per step")
+        "throughput (DynamoDB's UpdateTable), or plan fewer files per step"
+    )
 
 
 def backoff_seconds(calls: int, jitter: float) -> float:
     """The pause after the ``calls``-th call left items unprocessed: full jitter (``jitter`` in [0, 1))."""
-    return jitter * min(BACKOFF_CAP_SECONDS, BACKOFF_SECONDS * 2 ** calls)
+    return jitter * min(BACKOFF_CAP_SECONDS, BACKOFF_SECONDS * 2**calls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,8 +564,15 @@ def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[st
     return dataclasses.replace(records, files=files, planned_sizes=sizes)
 
 
-def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, *,
-              file_attributes: list[str] = FILE_ATTRIBUTES, files: bool = True) -> StepRecords:
+def read_step(
+    model: type[LedgerItem],
+    pipeline: str,
+    run_id: str,
+    step: str,
+    *,
+    file_attributes: list[str] = FILE_ATTRIBUTES,
+    files: bool = True,
+) -> StepRecords:
     """The STEP item, its SHARD items and its FILE items: two Queries on the run partition.
 
     With ``files=False``, the STEP and SHARD items only: one Query (a page holds thousands of
@@ -489,8 +586,15 @@ def read_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, *,
     return with_file_items(model, pipeline, run_id, step, head, file_attributes=file_attributes) if files else head
 
 
-def with_file_items(model: type[LedgerItem], pipeline: str, run_id: str, step: str, head: StepRecords, *,
-                    file_attributes: list[str] = FILE_ATTRIBUTES) -> StepRecords:
+def with_file_items(
+    model: type[LedgerItem],
+    pipeline: str,
+    run_id: str,
+    step: str,
+    head: StepRecords,
+    *,
+    file_attributes: list[str] = FILE_ATTRIBUTES,
+) -> StepRecords:
     """``head`` (a ``read_step(..., files=False)``) with the step's FILE items read now: one Query."""
     file_items, file_pages = _query(model, run_pk(pipeline, run_id), file_sk_prefix(step), file_attributes)
     return dataclasses.replace(head, files=file_items, requests=head.requests + file_pages)
@@ -501,12 +605,15 @@ def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tupl
     items, pages, start = [], 0, None
     while True:
         stored = [getattr(model, name).attr_name for name in attributes] if attributes else None
-        result = model.query(pk, model.sk.startswith(sk_prefix), attributes_to_get=stored,
-                             last_evaluated_key=start, consistent_read=True)
+        result = model.query(
+            pk, model.sk.startswith(sk_prefix), attributes_to_get=stored, last_evaluated_key=start, consistent_read=True
+        )
         page = next(result.page_iter)
         pages += 1
-        items.extend((model.Control if is_control_sk(raw["sk"]["S"]) else model).from_raw_data(raw)
-                     for raw in page.get("Items", []))
+        items.extend(
+            (model.Control if is_control_sk(raw["sk"]["S"]) else model).from_raw_data(raw)
+            for raw in page.get("Items", [])
+        )
         start = result.page_iter.last_evaluated_key
         if start is None:
             return items, pages

@@ -40,9 +40,7 @@ class StepStatus(StrEnum):
 
 
 FILE_TERMINAL = frozenset({FileStatus.SUCCEEDED, FileStatus.FAILED})
-SHARD_TERMINAL = frozenset(
-    {ShardStatus.SUCCEEDED, ShardStatus.PARTIAL, ShardStatus.FAILED, ShardStatus.FENCED}
-)
+SHARD_TERMINAL = frozenset({ShardStatus.SUCCEEDED, ShardStatus.PARTIAL, ShardStatus.FAILED, ShardStatus.FENCED})
 STEP_TERMINAL = frozenset(
     {StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.CANCELLED}
 )

@@ -13,12 +13,7 @@ import datetime as dt
 import functools
 import os
 
-from pynamodb.attributes import (
-    NumberAttribute,
-    TTLAttribute,
-    UnicodeAttribute,
-    UTCDateTimeAttribute,
-)
+from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute, UTCDateTimeAttribute
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
@@ -34,8 +29,11 @@ DEFAULT_RETENTION_DAYS = 90
 CONNECT_TIMEOUT_SECONDS = 5
 READ_TIMEOUT_SECONDS = 20
 MAX_RETRY_ATTEMPTS = 4
-CLIENT_SETTINGS = {"connect_timeout_seconds": CONNECT_TIMEOUT_SECONDS, "read_timeout_seconds": READ_TIMEOUT_SECONDS,
-                   "max_retry_attempts": MAX_RETRY_ATTEMPTS}
+CLIENT_SETTINGS = {
+    "connect_timeout_seconds": CONNECT_TIMEOUT_SECONDS,
+    "read_timeout_seconds": READ_TIMEOUT_SECONDS,
+    "max_retry_attempts": MAX_RETRY_ATTEMPTS,
+}
 
 
 class _Expiring:
@@ -145,8 +143,9 @@ def region_from_env() -> str:
 
 
 @functools.cache
-def bind_ledger(table_name: str, region: str | None = None, host: str | None = None,
-                retention_days: int = DEFAULT_RETENTION_DAYS) -> type[LedgerItem]:
+def bind_ledger(
+    table_name: str, region: str | None = None, host: str | None = None, retention_days: int = DEFAULT_RETENTION_DAYS
+) -> type[LedgerItem]:
     """Return a :class:`LedgerItem` subclass bound to ``table_name`` at ``host``.
 
     ``region`` and ``host`` default to the AWS environment variables, so code inside a
@@ -167,16 +166,29 @@ def bind_ledger(table_name: str, region: str | None = None, host: str | None = N
     meta = type(
         "Meta",
         (),
-        {"table_name": table_name, "region": region, "host": host, "billing_mode": "PAY_PER_REQUEST",
-         **CLIENT_SETTINGS},
+        {
+            "table_name": table_name,
+            "region": region,
+            "host": host,
+            "billing_mode": "PAY_PER_REQUEST",
+            **CLIENT_SETTINGS,
+        },
     )
-    control = type(f"ControlItem[{table_name}]", (ControlItem,),
-                   {"Meta": meta, "retention_days": retention_days, "__module__": __name__})
+    control = type(
+        f"ControlItem[{table_name}]",
+        (ControlItem,),
+        {"Meta": meta, "retention_days": retention_days, "__module__": __name__},
+    )
     bound = type(
         f"LedgerItem[{table_name}]",
         (LedgerItem,),
-        {"Meta": meta, "failures": FailuresIndex(), "retention_days": retention_days, "Control": control,
-         "__module__": __name__},
+        {
+            "Meta": meta,
+            "failures": FailuresIndex(),
+            "retention_days": retention_days,
+            "Control": control,
+            "__module__": __name__,
+        },
     )
     return bound
 

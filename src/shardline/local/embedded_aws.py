@@ -80,8 +80,7 @@ def start_moto(log_path: Path, *, port: int | None = None, timeout: float = 60.0
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(moto_server_command(port), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(moto_server_command(port), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
 
     def answered() -> bool:

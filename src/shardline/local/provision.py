@@ -45,8 +45,11 @@ def pinned_models(spec) -> list[tuple[str, str]]:
     found = []
     for step in spec.steps:
         model = step.model
-        pins = {VERSION_TEMPLATE.sub(v, model.uri): d for v, d in model.versions.items()} if model.versions else \
-            ({model.uri: model.sha256} if model.sha256 else {})
+        pins = (
+            {VERSION_TEMPLATE.sub(v, model.uri): d for v, d in model.versions.items()}
+            if model.versions
+            else ({model.uri: model.sha256} if model.sha256 else {})
+        )
         found += [(uri, digest) for uri, digest in pins.items() if "{" not in uri]
     return found
 
@@ -97,8 +100,12 @@ def make_plan(pipelines_dir: Path, extra_buckets: Iterable[str] = ()) -> Plan:
         if not BUCKET_NAME.match(name):
             problems.append(f"skipped bucket {name!r}: not a valid S3 bucket name")
             buckets.discard(name)
-    return Plan(tables=tuple(sorted(tables)), buckets=tuple(sorted(buckets)), problems=tuple(problems),
-                models=tuple(sorted(models)))
+    return Plan(
+        tables=tuple(sorted(tables)),
+        buckets=tuple(sorted(buckets)),
+        problems=tuple(problems),
+        models=tuple(sorted(models)),
+    )
 
 
 def ensure_bucket(s3, name: str, region: str) -> str:
@@ -152,9 +159,14 @@ def ensure_model(s3, uri: str, path: Path) -> str:
         return f"uploaded the demo model {path.name}"
     seed = path.read_bytes()
     # Read back only an object of the seed's size (an unrelated model there may be large).
-    if size == len(seed) and hashlib.sha256(s3.get_object(Bucket=bucket, Key=key)["Body"].read()).digest() == \
-            hashlib.sha256(seed).digest():
+    if (
+        size == len(seed)
+        and hashlib.sha256(s3.get_object(Bucket=bucket, Key=key)["Body"].read()).digest()
+        == hashlib.sha256(seed).digest()
+    ):
         return "exists"
     # Never overwritten (it may be someone's own model), but said: the job would refuse it as not pinned.
-    return (f"exists, but is not the model the spec pins ({path.name}), so its jobs will refuse it: delete it to "
-            "have the demo model uploaded, or pin the sha256 of your own in the spec")
+    return (
+        f"exists, but is not the model the spec pins ({path.name}), so its jobs will refuse it: delete it to "
+        "have the demo model uploaded, or pin the sha256 of your own in the spec"
+    )

@@ -31,22 +31,28 @@ ENV_USERNAME = "SHARDLINE_AIRFLOW_USERNAME"
 ENV_PASSWORD = "SHARDLINE_AIRFLOW_PASSWORD"
 ENV_CONFIG = "SHARDLINE_AIRFLOW_CONFIG"  # another path for the login file (tests, several Airflows)
 
-HOW_TO_CONFIGURE = (f"run `shardline login URL` once (it asks for a user and password and keeps a token), or set "
-                    f"{ENV_URL} and {ENV_TOKEN} (or {ENV_USERNAME} and {ENV_PASSWORD})")
+HOW_TO_CONFIGURE = (
+    f"run `shardline login URL` once (it asks for a user and password and keeps a token), or set "
+    f"{ENV_URL} and {ENV_TOKEN} (or {ENV_USERNAME} and {ENV_PASSWORD})"
+)
+
 
 def login_refused(base_url: str, username: str, status: int, text: str) -> str:
     """Why ``POST /auth/token`` gave no token, and what to check."""
-    return (f"logging in to Airflow at {base_url} as {username} failed ({status}: {text.strip() or 'no detail'}); "
-            f"check the user name and password ({ENV_USERNAME} and {ENV_PASSWORD}, or what `shardline login` "
-            "asked for)")
+    return (
+        f"logging in to Airflow at {base_url} as {username} failed ({status}: {text.strip() or 'no detail'}); "
+        f"check the user name and password ({ENV_USERNAME} and {ENV_PASSWORD}, or what `shardline login` "
+        "asked for)"
+    )
 
 
 # What Airflow 3's API server answers for each kind of bad token (airflow.api_fastapi.core_api.security).
 NOT_AUTHENTICATED, TOKEN_EXPIRED, INVALID_TOKEN = "Not authenticated", "Token Expired", "Invalid JWT token"
 
 
-def api_refused(base_url: str, source: str, method: str, path: str, status: int, detail: object, *,
-                sent_token: bool = True) -> str:
+def api_refused(
+    base_url: str, source: str, method: str, path: str, status: int, detail: object, *, sent_token: bool = True
+) -> str:
     """An error answer of the REST API in words, with what to do about it.
 
     A token that is missing, malformed, expired, or valid but without the permission are four different fixes,
@@ -54,21 +60,29 @@ def api_refused(base_url: str, source: str, method: str, path: str, status: int,
     tells them apart by its detail.
     """
     if status == 401 and (not sent_token or str(detail) == NOT_AUTHENTICATED):
-        return (f"Airflow at {base_url} needs a token, and none was sent (settings from {source}; 401: {detail}): "
-                f"{HOW_TO_CONFIGURE}")
+        return (
+            f"Airflow at {base_url} needs a token, and none was sent (settings from {source}; 401: {detail}): "
+            f"{HOW_TO_CONFIGURE}"
+        )
     if status == 401 and str(detail) == TOKEN_EXPIRED:
-        return (f"the token from {source} has expired (Airflow at {base_url} answered 401: {detail}): get a new "
-                f"one: {HOW_TO_CONFIGURE}")
+        return (
+            f"the token from {source} has expired (Airflow at {base_url} answered 401: {detail}): get a new "
+            f"one: {HOW_TO_CONFIGURE}"
+        )
     if status == 401:
         return f"Airflow at {base_url} refused the token from {source} (401: {detail}): {HOW_TO_CONFIGURE}"
     if status == 403 and str(detail) == INVALID_TOKEN:
-        return (f"Airflow at {base_url} cannot read the token from {source} (403: {detail}): it is cut short, "
-                "mistyped, or issued by another Airflow (another [api_auth] jwt_secret). Copy it again, or "
-                f"{HOW_TO_CONFIGURE}")
+        return (
+            f"Airflow at {base_url} cannot read the token from {source} (403: {detail}): it is cut short, "
+            "mistyped, or issued by another Airflow (another [api_auth] jwt_secret). Copy it again, or "
+            f"{HOW_TO_CONFIGURE}"
+        )
     said = f"Airflow at {base_url}: {method} /api/v2{path} answered {status}: {detail}"
     if status == 403:
-        return (f"{said}; the token from {source} is valid, but its user lacks that permission in Airflow: ask an "
-                "Airflow admin for it, or `shardline login` as a user who has it")
+        return (
+            f"{said}; the token from {source} is valid, but its user lacks that permission in Airflow: ask an "
+            "Airflow admin for it, or `shardline login` as a user who has it"
+        )
     if status >= 500:
         return f"{said}; check the API server's log"
     return said
@@ -102,20 +116,26 @@ class AirflowSettings:
     source: str = "flags"
 
     def client(self) -> AirflowClient:
-        return AirflowClient(self.url, token=self.token, username=self.username, password=self.password,
-                             source=self.source)
+        return AirflowClient(
+            self.url, token=self.token, username=self.username, password=self.password, source=self.source
+        )
 
 
-def find_settings(url: str | None = None, token: str | None = None,
-                  env: dict[str, str] | None = None) -> AirflowSettings | None:
+def find_settings(
+    url: str | None = None, token: str | None = None, env: dict[str, str] | None = None
+) -> AirflowSettings | None:
     """Flags, then the environment, then the login file; ``None`` when none says where Airflow is."""
     env = os.environ if env is None else env
     if url:
         return AirflowSettings(url.strip(), token=token or env.get(ENV_TOKEN) or None, source="--airflow-url")
     if env.get(ENV_URL, "").strip():
-        return AirflowSettings(env[ENV_URL].strip(), token=token or env.get(ENV_TOKEN) or None,
-                               username=env.get(ENV_USERNAME) or None, password=env.get(ENV_PASSWORD) or None,
-                               source=ENV_URL)
+        return AirflowSettings(
+            env[ENV_URL].strip(),
+            token=token or env.get(ENV_TOKEN) or None,
+            username=env.get(ENV_USERNAME) or None,
+            password=env.get(ENV_PASSWORD) or None,
+            source=ENV_URL,
+        )
     path = config_path(env)
     if not path.exists():
         return None
@@ -138,8 +158,16 @@ def save_login(url: str, token: str, env: dict[str, str] | None = None) -> Path:
 
 
 class AirflowClient:
-    def __init__(self, base_url: str, *, token: str | None = None, username: str | None = None,
-                 password: str | None = None, timeout: float = 30.0, source: str = "the caller"):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 30.0,
+        source: str = "the caller",
+    ):
         self.base_url = base_url.rstrip("/")
         self.source = source  # where the URL and token came from, for messages
         self._token = token
@@ -163,39 +191,51 @@ class AirflowClient:
         if self._token is None and self._credentials is not None:
             username, password = self._credentials
             try:
-                answer = self._http.post(f"{self.base_url}/auth/token",
-                                         json={"username": username, "password": password})
+                answer = self._http.post(
+                    f"{self.base_url}/auth/token", json={"username": username, "password": password}
+                )
                 if answer.status_code >= 400:
-                    raise AirflowApiError(login_refused(self.base_url, username, answer.status_code,
-                                                       answer.text[:300]), answer.status_code)
+                    raise AirflowApiError(
+                        login_refused(self.base_url, username, answer.status_code, answer.text[:300]),
+                        answer.status_code,
+                    )
                 self._token = answer.json()["access_token"]
             except (httpx.HTTPError, ValueError, KeyError) as err:
-                raise AirflowApiError(f"cannot log in to Airflow at {self.base_url} (from {self.source}): {err!r}; "
-                                      "check that Airflow's API server answers at that URL (--airflow-url or "
-                                      f"{ENV_URL} picks another)") from err
+                raise AirflowApiError(
+                    f"cannot log in to Airflow at {self.base_url} (from {self.source}): {err!r}; "
+                    "check that Airflow's API server answers at that URL (--airflow-url or "
+                    f"{ENV_URL} picks another)"
+                ) from err
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
     def _call(self, method: str, path: str, **kwargs) -> Any:
         try:
-            answer = self._http.request(method, f"{self.base_url}/api/v2{path}", headers=self._auth_header(),
-                                        **kwargs)
+            answer = self._http.request(method, f"{self.base_url}/api/v2{path}", headers=self._auth_header(), **kwargs)
         except httpx.HTTPError as err:
-            raise AirflowApiError(f"cannot reach Airflow at {self.base_url} (from {self.source}): {err!r}; check "
-                                  "that its API server is up at that URL (--airflow-url or "
-                                  f"{ENV_URL} picks another)") from err
+            raise AirflowApiError(
+                f"cannot reach Airflow at {self.base_url} (from {self.source}): {err!r}; check "
+                "that its API server is up at that URL (--airflow-url or "
+                f"{ENV_URL} picks another)"
+            ) from err
         if answer.status_code >= 400:
             try:
                 detail = answer.json().get("detail", answer.text)
             except (ValueError, AttributeError):
                 detail = answer.text
-            raise AirflowApiError(api_refused(self.base_url, self.source, method, path, answer.status_code, detail,
-                                              sent_token=bool(self._token)), answer.status_code)
+            raise AirflowApiError(
+                api_refused(
+                    self.base_url, self.source, method, path, answer.status_code, detail, sent_token=bool(self._token)
+                ),
+                answer.status_code,
+            )
         try:
             return answer.json() if answer.content else None
         except ValueError as err:
-            raise AirflowApiError(f"Airflow at {self.base_url}: {method} /api/v2{path} answered something that is "
-                                  f"not JSON ({answer.text[:200]!r}); check that {self.base_url} (from "
-                                  f"{self.source}) is Airflow's API server") from err
+            raise AirflowApiError(
+                f"Airflow at {self.base_url}: {method} /api/v2{path} answered something that is "
+                f"not JSON ({answer.text[:200]!r}); check that {self.base_url} (from "
+                f"{self.source}) is Airflow's API server"
+            ) from err
 
     @staticmethod
     def _q(value: str) -> str:
@@ -208,8 +248,16 @@ class AirflowClient:
     def dag_run(self, dag_id: str, run_id: str) -> dict:
         return self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}")
 
-    def trigger(self, dag_id: str, conf: dict, *, run_id: str | None = None, logical_date: str | None = None,
-                data_interval: tuple[str, str] | None = None, note: str | None = None) -> dict:
+    def trigger(
+        self,
+        dag_id: str,
+        conf: dict,
+        *,
+        run_id: str | None = None,
+        logical_date: str | None = None,
+        data_interval: tuple[str, str] | None = None,
+        note: str | None = None,
+    ) -> dict:
         """A new DAG run. ``data_interval`` (start, end) gives it that partition whatever the logical date infers."""
         body: dict[str, Any] = {"conf": conf, "logical_date": logical_date}
         if run_id:
@@ -223,17 +271,26 @@ class AirflowClient:
     def delete_run(self, dag_id: str, run_id: str) -> None:
         self._call("DELETE", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}")
 
-    def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str], *, include_downstream: bool = True,
-                    dry_run: bool = False) -> list:
+    def clear_tasks(
+        self, dag_id: str, run_id: str, task_ids: list[str], *, include_downstream: bool = True, dry_run: bool = False
+    ) -> list:
         """Clear these tasks (and what follows them) in one run, so the scheduler runs them again.
 
         With ``dry_run`` nothing changes, but Airflow checks the same permission (PUT on the DAG's
         task instances), so it tells beforehand whether the real clear would be allowed.
         """
-        answer = self._call("POST", f"/dags/{self._q(dag_id)}/clearTaskInstances", json={
-            "dry_run": dry_run, "dag_run_id": run_id, "task_ids": task_ids, "only_failed": False,
-            "include_downstream": include_downstream, "reset_dag_runs": True,
-        })
+        answer = self._call(
+            "POST",
+            f"/dags/{self._q(dag_id)}/clearTaskInstances",
+            json={
+                "dry_run": dry_run,
+                "dag_run_id": run_id,
+                "task_ids": task_ids,
+                "only_failed": False,
+                "include_downstream": include_downstream,
+                "reset_dag_runs": True,
+            },
+        )
         return answer.get("task_instances", []) if answer else []
 
     def set_run_state(self, dag_id: str, run_id: str, state: str, note: str | None = None) -> dict:

@@ -76,8 +76,7 @@ def default_state_dir() -> Path:
     else ~/.local/state/shardline/local)."""
     if os.environ.get("SHARDLINE_STATE_DIR"):
         return Path(os.environ["SHARDLINE_STATE_DIR"])
-    base = Path(os.environ["XDG_STATE_HOME"]) if os.environ.get("XDG_STATE_HOME") else \
-        Path.home() / ".local" / "state"
+    base = Path(os.environ["XDG_STATE_HOME"]) if os.environ.get("XDG_STATE_HOME") else Path.home() / ".local" / "state"
     return base / "shardline" / "local"
 
 
@@ -108,20 +107,24 @@ def printable(value: object, *, newlines: bool = False) -> str:
     if text.isprintable():
         return text
     keep = "\n\t" if newlines else ""
-    return "".join(ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
+    return "".join(ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
-        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+        if seconds >= 60
+        else f"{seconds}s"
+    )
 
 
 def _when(iso: str | None, seconds: bool = True) -> str:
-    return iso[:19 if seconds else 16].replace("T", " ") if iso else "-"
+    return iso[: 19 if seconds else 16].replace("T", " ") if iso else "-"
 
 
 def _rate(value: float | None) -> str:
@@ -130,8 +133,15 @@ def _rate(value: float | None) -> str:
     return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.0f}k" if value >= 1e3 else f"{value:.0f}"
 
 
-STATUS_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "PARTIAL": "yellow", "CANCELLED": "magenta",
-                "RUNNING": "cyan", "PLANNED": "cyan", "PENDING": "dim"}
+STATUS_STYLE = {
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "PARTIAL": "yellow",
+    "CANCELLED": "magenta",
+    "RUNNING": "cyan",
+    "PLANNED": "cyan",
+    "PENDING": "dim",
+}
 
 
 def _styled(status: str | None) -> Text:
@@ -196,8 +206,10 @@ def _pipeline_step(options, pipeline: str, step: str | None):
 
 
 def preview_no_pipeline(pipeline: str, dags_folder: Path, known: list[str]) -> str:
-    return (f"no pipeline {pipeline!r} in {dags_folder}/pipelines (known: {', '.join(known) or 'none'}); check the "
-            "name, or pass --dags-folder with the folder that holds its spec")
+    return (
+        f"no pipeline {pipeline!r} in {dags_folder}/pipelines (known: {', '.join(known) or 'none'}); check the "
+        "name, or pass --dags-folder with the folder that holds its spec"
+    )
 
 
 def preview_no_step(pipeline: str, step: str, names: list[str]) -> str:
@@ -208,15 +220,20 @@ def aws_error_text(command: str, err: str, env, dags_folder: Path) -> str:
     """AWS refused or could not be reached: where the CLI looked, and what to check."""
     endpoint = env.get("AWS_ENDPOINT_URL")
     if endpoint:
-        where = (f"the endpoint {endpoint} (AWS_ENDPOINT_URL; for the embedded stack, `shardline local status` "
-                 "says whether it is up)")
+        where = (
+            f"the endpoint {endpoint} (AWS_ENDPOINT_URL; for the embedded stack, `shardline local status` "
+            "says whether it is up)"
+        )
     else:
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-        where = (f"AWS (profile {env.get('AWS_PROFILE') or 'default'}, "
-                 + (f"region {region})" if region else "the profile's region)"))
-    return (f"shardline {command}: AWS refused or could not be reached: {err}\n"
-            f"  it talked to {where}; check AWS_PROFILE / AWS_REGION / AWS_ENDPOINT_URL and the ledger table's name "
-            f"in the pipeline specs under {dags_folder}")
+        where = f"AWS (profile {env.get('AWS_PROFILE') or 'default'}, " + (
+            f"region {region})" if region else "the profile's region)"
+        )
+    return (
+        f"shardline {command}: AWS refused or could not be reached: {err}\n"
+        f"  it talked to {where}; check AWS_PROFILE / AWS_REGION / AWS_ENDPOINT_URL and the ledger table's name "
+        f"in the pipeline specs under {dags_folder}"
+    )
 
 
 # --- what each command shows a person ------------------------------------------------------------
@@ -236,8 +253,9 @@ def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, ai
     status_width = max(len("STATUS"), *(len(printable(r.status)) for r in rows))
     # Airflow's DAG run state beside the ledger's, when the CLI can ask; "!" marks a disagreement.
     with_airflow = any(r.airflow_state for r in rows)
-    airflow_width = max(len("AIRFLOW"), *(len(printable(r.airflow_state or "-")) + 2 for r in rows)) \
-        if with_airflow else 0
+    airflow_width = (
+        max(len("AIRFLOW"), *(len(printable(r.airflow_state or "-")) + 2 for r in rows)) if with_airflow else 0
+    )
     room = max(20, console.width - name_width - status_width - airflow_width - 3 * 16 - 12)
     header = f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  "
     header += f"{'AIRFLOW':<{airflow_width}}  " if with_airflow else ""
@@ -249,11 +267,17 @@ def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, ai
         if with_airflow:
             airflow = printable(r.airflow_state or "-") + (" !" if r.disagreement else "")
             airflow = f"  {airflow:<{airflow_width}}"
-        console.print(Text.assemble(f"{name:<{name_width}}  ", status, airflow,
-                                    f"  {printable(_when(r.partition, False)):<16}  "
-                                    f"{printable(_when(r.started_at, False)):<16}  "
-                                    f"{printable(_when(r.finished_at, False)):<16}  "
-                                    f"{printable(textwrap.shorten(r.message or '', room))}"))
+        console.print(
+            Text.assemble(
+                f"{name:<{name_width}}  ",
+                status,
+                airflow,
+                f"  {printable(_when(r.partition, False)):<16}  "
+                f"{printable(_when(r.started_at, False)):<16}  "
+                f"{printable(_when(r.finished_at, False)):<16}  "
+                f"{printable(textwrap.shorten(r.message or '', room))}",
+            )
+        )
     for name, r in zip(names, rows, strict=True):
         if r.disagreement:
             console.print(f"! {name}: {printable(r.disagreement)}")
@@ -266,9 +290,18 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
     from rich.text import Text
 
     console = _console()
-    console.print(Text.assemble("run ", (printable(view.ref), "bold"), ": ", _styled(view.status),
-                                printable(f", started {_when(view.started_at)}"
-                                          + (f", finished {_when(view.finished_at)}" if view.finished_at else ""))))
+    console.print(
+        Text.assemble(
+            "run ",
+            (printable(view.ref), "bold"),
+            ": ",
+            _styled(view.status),
+            printable(
+                f", started {_when(view.started_at)}"
+                + (f", finished {_when(view.finished_at)}" if view.finished_at else "")
+            ),
+        )
+    )
     if view.message:
         console.print(f"  {printable(view.message)}")
     if view.airflow_state:
@@ -278,13 +311,36 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
     if airflow_warning:
         console.print(f"  {printable(airflow_warning)}")
     table = Table()
-    for column in ("STEP", "STATUS", "ATTEMPT", "JOB", "FILES", "OK", "FAILED", "RUNNING", "PENDING", "ROWS OUT",
-                   "ROWS/S", "ETA"):
+    for column in (
+        "STEP",
+        "STATUS",
+        "ATTEMPT",
+        "JOB",
+        "FILES",
+        "OK",
+        "FAILED",
+        "RUNNING",
+        "PENDING",
+        "ROWS OUT",
+        "ROWS/S",
+        "ETA",
+    ):
         table.add_column(column, justify="right" if column not in ("STEP", "STATUS", "JOB") else "left")
     for s in view.steps:
-        table.add_row(printable(s.name), _styled(s.status), str(s.attempt), printable(s.job_status or "-"),
-                      str(s.files), str(s.succeeded), str(s.failed), str(s.running), str(s.pending),
-                      f"{s.rows_out:,}", _rate(s.rows_per_second), _duration(s.eta_seconds))
+        table.add_row(
+            printable(s.name),
+            _styled(s.status),
+            str(s.attempt),
+            printable(s.job_status or "-"),
+            str(s.files),
+            str(s.succeeded),
+            str(s.failed),
+            str(s.running),
+            str(s.pending),
+            f"{s.rows_out:,}",
+            _rate(s.rows_per_second),
+            _duration(s.eta_seconds),
+        )
     console.print(table)
     for s in view.steps:
         if s.job_name:
@@ -293,8 +349,9 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
         if s.message and s.status in ("FAILED", "PARTIAL", "CANCELLED"):
             console.print(printable(f"step {s.name}: {s.message}"))
         if s.failed:
-            console.print(printable(f"  see the {s.failed} failed file(s) and why: shardline failed {view.ref} "
-                                    f"--step {s.name}"))
+            console.print(
+                printable(f"  see the {s.failed} failed file(s) and why: shardline failed {view.ref} --step {s.name}")
+            )
 
 
 def show_failed(files: list[FileView], *, ref: RunRef, step: str | None) -> None:
@@ -305,16 +362,25 @@ def show_failed(files: list[FileView], *, ref: RunRef, step: str | None) -> None
 
     console = _console()
     if not files:
-        console.print(printable(f"no failed or unfinished files in {ref}"
-                                + (f", step {step}" if step else "") + ": nothing to resubmit"))
+        console.print(
+            printable(
+                f"no failed or unfinished files in {ref}" + (f", step {step}" if step else "") + ": nothing to resubmit"
+            )
+        )
         return
     table = Table(title=Text(printable(f"files of {ref} that did not succeed")))
     for column in ("STEP", "FILE", "STATUS", "ATTEMPT", "HOST", "ERROR"):
         table.add_column(column, overflow="fold")
     for f in files:
         error = error_text(f.error_class, f.error_message)
-        table.add_row(printable(f.step), printable(f.input_key), _styled(f.status), str(f.attempt),
-                      printable(f.host or "-"), printable(textwrap.shorten(error, 160)))
+        table.add_row(
+            printable(f.step),
+            printable(f.input_key),
+            _styled(f.status),
+            str(f.attempt),
+            printable(f.host or "-"),
+            printable(textwrap.shorten(error, 160)),
+        )
     console.print(table)
     for name in sorted({f.step for f in files}):
         console.print(printable(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, name)}"))
@@ -347,24 +413,42 @@ def show_resubmit(result: ResubmitResult, *, dry_run: bool) -> None:
 
 def resubmit_reply(result: ResubmitResult, *, dry_run: bool) -> Reply:
     """A resubmission left half done exits 1, whichever way it is printed."""
-    return Reply(result, functools.partial(show_resubmit, result, dry_run=dry_run),
-                 EXIT_OK if result.complete else EXIT_ERROR)
+    return Reply(
+        result, functools.partial(show_resubmit, result, dry_run=dry_run), EXIT_OK if result.complete else EXIT_ERROR
+    )
 
 
 def preview_reply(result: PreviewResult) -> Reply:
-    data = {"step": result.step, "model_uri": result.model_uri, "sample_uri": result.sample_uri,
-            "exit_code": result.exit_code, "report": result.report}
+    data = {
+        "step": result.step,
+        "model_uri": result.model_uri,
+        "sample_uri": result.sample_uri,
+        "exit_code": result.exit_code,
+        "report": result.report,
+    }
     # The sample's values are the input's own: printed escaped, line breaks kept.
-    return Reply(data, functools.partial(print, printable(result.render(), newlines=True), end=""),
-                 EXIT_OK if result.ok else EXIT_ERROR)
+    return Reply(
+        data,
+        functools.partial(print, printable(result.render(), newlines=True), end=""),
+        EXIT_OK if result.ok else EXIT_ERROR,
+    )
 
 
 def tune_reply(result: TuneResult) -> Reply:
-    data = {"step": result.step, "model_uri": result.model_uri, "input_uri": result.input_uri,
-            "sample": result.sample_keys, "exit_code": result.exit_code, "plot": result.plot,
-            "figures": result.figures}
-    return Reply(data, functools.partial(print, printable(result.render(), newlines=True), end=""),
-                 EXIT_OK if result.ok else EXIT_ERROR)
+    data = {
+        "step": result.step,
+        "model_uri": result.model_uri,
+        "input_uri": result.input_uri,
+        "sample": result.sample_keys,
+        "exit_code": result.exit_code,
+        "plot": result.plot,
+        "figures": result.figures,
+    }
+    return Reply(
+        data,
+        functools.partial(print, printable(result.render(), newlines=True), end=""),
+        EXIT_OK if result.ok else EXIT_ERROR,
+    )
 
 
 # --- the command line ----------------------------------------------------------------------------
@@ -428,16 +512,29 @@ class _Globals:
         return OnCall.from_folder(self.dags_folder, airflow=settings.client() if settings else None)
 
 
-@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]},
-             help="On-call commands for Shardline pipelines: see runs, find what failed and why, resubmit exactly "
-                  "the failed files, cancel a run, and run the embedded AWS stack.")
+@click.group(
+    cls=_Group,
+    epilog=EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="On-call commands for Shardline pipelines: see runs, find what failed and why, resubmit exactly "
+    "the failed files, cancel a run, and run the embedded AWS stack.",
+)
 @click.version_option(__version__, "--version", prog_name="shardline", message="%(prog)s %(version)s")
-@click.option("--dags-folder", cls=_ShownDefault, type=click.Path(path_type=Path), default=default_dags_folder,
-              show_default=True, help="folder holding pipelines/*.yaml")
-@click.option("--airflow-url", help="Airflow's API server (default: $SHARDLINE_AIRFLOW_URL, else the URL "
-                                    "`shardline login` kept)")
-@click.option("--airflow-token", help="a bearer token for it (default: $SHARDLINE_AIRFLOW_TOKEN, else the one "
-                                      "`shardline login` kept)")
+@click.option(
+    "--dags-folder",
+    cls=_ShownDefault,
+    type=click.Path(path_type=Path),
+    default=default_dags_folder,
+    show_default=True,
+    help="folder holding pipelines/*.yaml",
+)
+@click.option(
+    "--airflow-url", help="Airflow's API server (default: $SHARDLINE_AIRFLOW_URL, else the URL `shardline login` kept)"
+)
+@click.option(
+    "--airflow-token",
+    help="a bearer token for it (default: $SHARDLINE_AIRFLOW_TOKEN, else the one `shardline login` kept)",
+)
 @click.pass_context
 def shardline(ctx: click.Context, dags_folder: Path, airflow_url: str | None, airflow_token: str | None) -> None:
     ctx.obj = _Globals(dags_folder, airflow_url, airflow_token)
@@ -490,13 +587,20 @@ _run_argument = click.argument("run", metavar="RUN")
 def runs(options: _Globals, pipeline: str | None, limit: int) -> Reply:
     oncall = options.oncall()
     rows = oncall.runs(pipeline, limit)
-    return Reply(rows, functools.partial(show_runs, rows, pipeline=pipeline, dags_folder=options.dags_folder,
-                                         airflow_warning=oncall.airflow_warning))
+    return Reply(
+        rows,
+        functools.partial(
+            show_runs, rows, pipeline=pipeline, dags_folder=options.dags_folder, airflow_warning=oncall.airflow_warning
+        ),
+    )
 
 
-@_command("status", "a run's steps: attempts, file counts, rows/s and ETA",
-          "A run's steps: status, attempt and job, file counts, rows out, rows/s and ETA of the running attempt. "
-          "RUN is PIPELINE/RUN_ID as `shardline runs` prints it.")
+@_command(
+    "status",
+    "a run's steps: attempts, file counts, rows/s and ETA",
+    "A run's steps: status, attempt and job, file counts, rows out, rows/s and ETA of the running attempt. "
+    "RUN is PIPELINE/RUN_ID as `shardline runs` prints it.",
+)
 @_run_argument
 @click.pass_obj
 def status(options: _Globals, run: str) -> Reply:
@@ -520,12 +624,15 @@ def failed(options: _Globals, run: str, step: str | None) -> Reply:
     return Reply(files, functools.partial(show_failed, files, ref=ref, step=step))
 
 
-@_command("report", "fetch a step's run report (HTML) to a local file and print its path",
-          "Fetch the run report of a step (throughput per shard, cost per 1M predictions, drift against the previous "
-          "successful run, rows in against rows out), which is written beside the step's outputs when the step ends, "
-          "to .shardline/reports/PIPELINE/RUN/STEP/report.html under the current directory (or --out), and print "
-          "its path. Without --step: every step of the run that has a report. --json prints report.json, the same "
-          "data (one object with --step, else a list).")
+@_command(
+    "report",
+    "fetch a step's run report (HTML) to a local file and print its path",
+    "Fetch the run report of a step (throughput per shard, cost per 1M predictions, drift against the previous "
+    "successful run, rows in against rows out), which is written beside the step's outputs when the step ends, "
+    "to .shardline/reports/PIPELINE/RUN/STEP/report.html under the current directory (or --out), and print "
+    "its path. Without --step: every step of the run that has a report. --json prints report.json, the same "
+    "data (one object with --step, else a list).",
+)
 @_run_argument
 @click.option("--step", help="only this step (default: every step of the run that has a report)")
 @click.option("--open", "open_page", is_flag=True, help="open it in the web browser")
@@ -542,8 +649,10 @@ def report(options: _Globals, run: str, step: str | None, open_page: bool, out: 
     if open_page:
         for page in saved:
             if not webbrowser.open(Path(page.path).resolve().as_uri()):
-                print(printable(f"shardline report: no web browser to open {page.path} with; open the file "
-                                "yourself"), file=sys.stderr)
+                print(
+                    printable(f"shardline report: no web browser to open {page.path} with; open the file yourself"),
+                    file=sys.stderr,
+                )
     data = [page.report for page in saved]
     return Reply(data[0] if step else data, functools.partial(_print_lines, [page.path for page in saved]))
 
@@ -551,24 +660,44 @@ def report(options: _Globals, run: str, step: str | None, open_page: bool, out: 
 SELECTIONS = ("--all-failed", "--shard", "--file")
 
 
-@_command("resubmit", "start a new attempt with only the chosen files",
-          "Start a new attempt of a step with only the chosen files (never ones that succeeded). When the DAG run "
-          "has already finished, its watch task is cleared through Airflow's REST API so the run follows the new "
-          "attempt and turns green when it succeeds. Running it twice is safe: a second call finds the attempt "
-          "running, or nothing left to resubmit.")
+@_command(
+    "resubmit",
+    "start a new attempt with only the chosen files",
+    "Start a new attempt of a step with only the chosen files (never ones that succeeded). When the DAG run "
+    "has already finished, its watch task is cleared through Airflow's REST API so the run follows the new "
+    "attempt and turns green when it succeeds. Running it twice is safe: a second call finds the attempt "
+    "running, or nothing left to resubmit.",
+)
 @_run_argument
 @click.option("--step", required=True, help="the step to resubmit")
 @click.option("--all-failed", is_flag=True, help="every file of the step that has not succeeded")
 @click.option("--shard", metavar="HOST", help="the unfinished or failed files of one instance (algo-N)")
-@click.option("--file", "keys", metavar="KEY", multiple=True,
-              help="one file (s3:// URI or key relative to the input prefix); repeatable")
+@click.option(
+    "--file",
+    "keys",
+    metavar="KEY",
+    multiple=True,
+    help="one file (s3:// URI or key relative to the input prefix); repeatable",
+)
 @click.option("--dry-run", is_flag=True, help="show what would be resubmitted; change nothing")
 @click.option("--force", is_flag=True, help="resubmit even though the step's sensor has not ended")
-@click.option("--ledger-only", is_flag=True,
-              help="leave Airflow out: for a step not run by an Airflow DAG (no DAG run follows the attempt)")
+@click.option(
+    "--ledger-only",
+    is_flag=True,
+    help="leave Airflow out: for a step not run by an Airflow DAG (no DAG run follows the attempt)",
+)
 @click.pass_obj
-def resubmit(options: _Globals, run: str, step: str, all_failed: bool, shard: str | None, keys: tuple[str, ...],
-             dry_run: bool, force: bool, ledger_only: bool) -> Reply:
+def resubmit(
+    options: _Globals,
+    run: str,
+    step: str,
+    all_failed: bool,
+    shard: str | None,
+    keys: tuple[str, ...],
+    dry_run: bool,
+    force: bool,
+    ledger_only: bool,
+) -> Reply:
     # Exactly one of the three, as a usage error (exit 2) before anything is read.
     given = [flag for flag, value in zip(SELECTIONS, (all_failed, shard, keys), strict=True) if value]
     if not given:
@@ -578,22 +707,37 @@ def resubmit(options: _Globals, run: str, step: str, all_failed: bool, shard: st
     from shardline.oncall.views import RunRef
 
     oncall = options.oncall()
-    result = oncall.resubmit(RunRef.parse(run), step, shard=shard, files=keys, all_failed=all_failed,
-                             dry_run=dry_run, force=force, ledger_only=ledger_only)
+    result = oncall.resubmit(
+        RunRef.parse(run),
+        step,
+        shard=shard,
+        files=keys,
+        all_failed=all_failed,
+        dry_run=dry_run,
+        force=force,
+        ledger_only=ledger_only,
+    )
     return resubmit_reply(result, dry_run=dry_run)
 
 
-@_command("login", "keep Airflow's URL and a token for later commands",
-          "Log in to Airflow's API server once: exchange a user and password for a token (or take one with "
-          "--token-stdin), check it, and keep the URL and token in ~/.config/shardline/airflow.json (mode 0600; "
-          "$XDG_CONFIG_HOME or $SHARDLINE_AIRFLOW_CONFIG moves it). resubmit and cancel then find Airflow without "
-          "flags or environment. Secrets are read from standard input or a prompt, never from the command line, "
-          "where ps and shell history would keep them.", with_json=False)
+@_command(
+    "login",
+    "keep Airflow's URL and a token for later commands",
+    "Log in to Airflow's API server once: exchange a user and password for a token (or take one with "
+    "--token-stdin), check it, and keep the URL and token in ~/.config/shardline/airflow.json (mode 0600; "
+    "$XDG_CONFIG_HOME or $SHARDLINE_AIRFLOW_CONFIG moves it). resubmit and cancel then find Airflow without "
+    "flags or environment. Secrets are read from standard input or a prompt, never from the command line, "
+    "where ps and shell history would keep them.",
+    with_json=False,
+)
 @click.argument("url", metavar="URL")
 @click.option("--username", help="the Airflow user (default: ask)")
 @click.option("--password-stdin", is_flag=True, help="read the password from standard input")
-@click.option("--token-stdin", is_flag=True, help="read a token you already have from standard input, instead of a "
-                                                 "user and password")
+@click.option(
+    "--token-stdin",
+    is_flag=True,
+    help="read a token you already have from standard input, instead of a user and password",
+)
 @click.option("--token", hidden=True, help="refused: a token on the command line is visible to other users")
 def login(url: str, username: str | None, password_stdin: bool, token_stdin: bool, token: str | None) -> Reply:
     import getpass
@@ -601,8 +745,11 @@ def login(url: str, username: str | None, password_stdin: bool, token_stdin: boo
     from shardline.oncall.airflow_client import AirflowClient, save_login
 
     if token is not None:
-        raise click.BadParameter("a token on the command line is visible in ps and kept in shell history: pipe it "
-                                 "to `shardline login URL --token-stdin` instead", param_hint="--token")
+        raise click.BadParameter(
+            "a token on the command line is visible in ps and kept in shell history: pipe it "
+            "to `shardline login URL --token-stdin` instead",
+            param_hint="--token",
+        )
     warning = plain_http_warning(url)
     if warning:
         click.echo(warning, err=True)
@@ -615,14 +762,19 @@ def login(url: str, username: str | None, password_stdin: bool, token_stdin: boo
         who = "with the given token"
     else:
         username = username or input("Airflow user: ").strip()
-        password = sys.stdin.readline().rstrip("\n") if password_stdin else getpass.getpass(
-            f"password for {username}: ")
+        password = (
+            sys.stdin.readline().rstrip("\n") if password_stdin else getpass.getpass(f"password for {username}: ")
+        )
         token, who = client.login(username, password), f"as {username}"
     client.dags_page()  # the token works: it reads at least the DAG list
     path = save_login(url, token)
-    return lines_reply([f"logged in to {client.base_url} {who}; the URL and token are kept in {path} (mode 0600) "
-                        "for later commands. Airflow's tokens expire ([api_auth] jwt_expiration_time): run "
-                        f"`shardline login {client.base_url}` again when a command says the token was refused."])
+    return lines_reply(
+        [
+            f"logged in to {client.base_url} {who}; the URL and token are kept in {path} (mode 0600) "
+            "for later commands. Airflow's tokens expire ([api_auth] jwt_expiration_time): run "
+            f"`shardline login {client.base_url}` again when a command says the token was refused."
+        ]
+    )
 
 
 def plain_http_warning(url: str) -> str | None:
@@ -641,19 +793,25 @@ def plain_http_warning(url: str) -> str | None:
         loopback = host == "localhost" or host.endswith(".localhost")
     if loopback:
         return None
-    return (f"WARNING: {url} is plain http://: the password and the token cross the network to {host} unencrypted. "
-            "Use https:// for an Airflow that is not on this machine")
+    return (
+        f"WARNING: {url} is plain http://: the password and the token cross the network to {host} unencrypted. "
+        "Use https:// for an Airflow that is not on this machine"
+    )
 
 
-@_command("rerun", "run a finished DAG run's partition again: its failed tasks, or all of it with a new conf",
-          "Run a finished DAG run's partition again. Without --conf, its failed tasks and everything after them "
-          "are cleared, so the same run plans again with its own conf: after input that landed late, or a model "
-          "uploaded since. With --conf (a JSON object of the trigger form's Params), the run is deleted and "
-          "triggered again at the same logical date and data interval with that conf, since a run's conf cannot "
-          "change and Airflow refuses a second run at one logical date. The conf is checked first.")
+@_command(
+    "rerun",
+    "run a finished DAG run's partition again: its failed tasks, or all of it with a new conf",
+    "Run a finished DAG run's partition again. Without --conf, its failed tasks and everything after them "
+    "are cleared, so the same run plans again with its own conf: after input that landed late, or a model "
+    "uploaded since. With --conf (a JSON object of the trigger form's Params), the run is deleted and "
+    "triggered again at the same logical date and data interval with that conf, since a run's conf cannot "
+    "change and Airflow refuses a second run at one logical date. The conf is checked first.",
+)
 @_run_argument
-@click.option("--conf", "conf_json", metavar="JSON", help="a new conf for the partition, e.g. '{\"model_version\": "
-                                                          "\"v2\"}'")
+@click.option(
+    "--conf", "conf_json", metavar="JSON", help='a new conf for the partition, e.g. \'{"model_version": "v2"}\''
+)
 @click.option("--dry-run", is_flag=True, help="say what would be done; change nothing")
 @click.pass_obj
 def rerun(options: _Globals, run: str, conf_json: str | None, dry_run: bool) -> Reply:
@@ -683,31 +841,48 @@ def cancel(options: _Globals, run: str, reason: str, yes: bool) -> Reply:
     ref = RunRef.parse(run)
     if not yes:
         if not sys.stdin.isatty():
-            raise BadRequest(f"refusing to cancel {ref} without a terminal to confirm on; pass --yes to cancel it "
-                             "anyway")
+            raise BadRequest(
+                f"refusing to cancel {ref} without a terminal to confirm on; pass --yes to cancel it anyway"
+            )
         answer = input(printable(f"cancel {ref}: stop its jobs, mark it CANCELLED and fail its DAG run? [y/N] "))
         if answer.strip().lower() not in ("y", "yes"):
             return lines_reply(["not cancelled: nothing was changed"], EXIT_ERROR)
     return lines_reply(oncall.cancel(ref, reason))
 
 
-@_command("preview", "run a step's model on the first rows of one input, locally, before launch",
-          "Run a step's model, with exactly the settings its job would use, on the first rows of one input file, "
-          "here and now: print the passthrough columns, the features as the model gets them, the predictions and "
-          "a summary, and warn on signs of a wrong setup (constant or NaN predictions, lines the script printed, "
-          "columns dropped, a script that breaks when batched). Writes nothing.")
+@_command(
+    "preview",
+    "run a step's model on the first rows of one input, locally, before launch",
+    "Run a step's model, with exactly the settings its job would use, on the first rows of one input file, "
+    "here and now: print the passthrough columns, the features as the model gets them, the predictions and "
+    "a summary, and warn on signs of a wrong setup (constant or NaN predictions, lines the script printed, "
+    "columns dropped, a script that breaks when batched). Writes nothing.",
+)
 @click.argument("pipeline", metavar="PIPELINE")
 @click.option("--step", help="the step (default: the first)")
 @click.option("--rows", type=int, default=20, show_default=True, help="rows of the sample")
-@click.option("--input", "input_uri", metavar="URI", help="an s3:// file or prefix to sample (default: the step's "
-                                                          "input)")
+@click.option(
+    "--input", "input_uri", metavar="URI", help="an s3:// file or prefix to sample (default: the step's input)"
+)
 @click.option("--model-uri", metavar="URI", help="the model artifact (default: the step's model.uri)")
 @click.option("--model-version", help="the model_version Param (default: the spec's model.version)")
-@click.option("--logical-date", type=_IsoDate(), default=None,
-              help="the run's logical date for the spec's templates, e.g. 2026-11-22T10:00 (default: now, UTC)")
+@click.option(
+    "--logical-date",
+    type=_IsoDate(),
+    default=None,
+    help="the run's logical date for the spec's templates, e.g. 2026-11-22T10:00 (default: now, UTC)",
+)
 @click.pass_obj
-def preview(options: _Globals, pipeline: str, step: str | None, rows: int, input_uri: str | None,
-            model_uri: str | None, model_version: str | None, logical_date: dt.datetime | None) -> Reply:
+def preview(
+    options: _Globals,
+    pipeline: str,
+    step: str | None,
+    rows: int,
+    input_uri: str | None,
+    model_uri: str | None,
+    model_version: str | None,
+    logical_date: dt.datetime | None,
+) -> Reply:
     """Run a step's model on a sample of its input, locally, with the job's own settings."""
     from shardline.oncall.preview import preview_step, step_uris
     from shardline.orchestration import services
@@ -716,42 +891,79 @@ def preview(options: _Globals, pipeline: str, step: str | None, rows: int, input
     chosen = spec.step(name)
     params = {"model_version": model_version} if model_version else None
     spec_model_uri, spec_input_uri = step_uris(spec, chosen, logical_date or dt.datetime.now(dt.UTC), params)
-    result = preview_step(spec, chosen.name, services.s3_client(spec), model_uri=model_uri or spec_model_uri,
-                          input_uri=input_uri or spec_input_uri, rows=rows, model_version=model_version)
+    result = preview_step(
+        spec,
+        chosen.name,
+        services.s3_client(spec),
+        model_uri=model_uri or spec_model_uri,
+        input_uri=input_uri or spec_input_uri,
+        rows=rows,
+        model_version=model_version,
+    )
     return preview_reply(result)
 
 
-@_command("tune", "measure this machine's rows/s per workers x threads and batch rows on a step's inputs",
-          "Auto-tune a step, here: fetch its model (verified against the spec's pinned sha256, as the job does) and "
-          "the first input files up to --rows rows (the latest run's input prefix from the ledger, or "
-          "--input-prefix), then run the worker on them repeatedly (`python -m shardline.worker --tune`): every "
-          "split of the cores into workers x threads, then rows per batch doubling until throughput falls (GPU "
-          "batch rows on a GPU). Prints rows/s per setting with the spread of the runs, the spec snippet to paste, "
-          "and where the plot and the figures went. Figures hold for the machine it runs on: run it on the "
-          "instance type the step uses.")
+@_command(
+    "tune",
+    "measure this machine's rows/s per workers x threads and batch rows on a step's inputs",
+    "Auto-tune a step, here: fetch its model (verified against the spec's pinned sha256, as the job does) and "
+    "the first input files up to --rows rows (the latest run's input prefix from the ledger, or "
+    "--input-prefix), then run the worker on them repeatedly (`python -m shardline.worker --tune`): every "
+    "split of the cores into workers x threads, then rows per batch doubling until throughput falls (GPU "
+    "batch rows on a GPU). Prints rows/s per setting with the spread of the runs, the spec snippet to paste, "
+    "and where the plot and the figures went. Figures hold for the machine it runs on: run it on the "
+    "instance type the step uses.",
+)
 @click.argument("pipeline", metavar="PIPELINE")
 @click.option("--step", help="the step (default: the first)")
-@click.option("--input-prefix", metavar="S3URI", help="an s3:// prefix of inputs to sample (default: the input "
-                                                      "prefix of the latest run that planned the step)")
+@click.option(
+    "--input-prefix",
+    metavar="S3URI",
+    help="an s3:// prefix of inputs to sample (default: the input prefix of the latest run that planned the step)",
+)
 @click.option("--rows", type=click.IntRange(min=1), default=200_000, show_default=True, help="rows of the sample")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="where tune.png and tune.json go (default: ./shardline-tune/PIPELINE/STEP)")
-@click.option("--repeat", type=click.IntRange(min=1), default=2, show_default=True,
-              help="runs of each setting, to show the noise")
-@click.option("--max-batch-rows", type=click.IntRange(min=1), default=1 << 20, show_default=True,
-              help="the largest rows per batch tried")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="where tune.png and tune.json go (default: ./shardline-tune/PIPELINE/STEP)",
+)
+@click.option(
+    "--repeat", type=click.IntRange(min=1), default=2, show_default=True, help="runs of each setting, to show the noise"
+)
+@click.option(
+    "--max-batch-rows",
+    type=click.IntRange(min=1),
+    default=1 << 20,
+    show_default=True,
+    help="the largest rows per batch tried",
+)
 @click.pass_obj
-def tune(options: _Globals, pipeline: str, step: str | None, input_prefix: str | None, rows: int, out: Path | None,
-         repeat: int, max_batch_rows: int) -> Reply:
+def tune(
+    options: _Globals,
+    pipeline: str,
+    step: str | None,
+    input_prefix: str | None,
+    rows: int,
+    out: Path | None,
+    repeat: int,
+    max_batch_rows: int,
+) -> Reply:
     """Sweep a step's worker settings on a sample of its inputs, locally, and say what to put in the spec."""
     from shardline.oncall.tune import tune_step
     from shardline.orchestration import services
 
     spec, chosen = _pipeline_step(options, pipeline, step)
-    result = tune_step(spec, chosen, services.s3_client(spec), input_prefix=input_prefix, rows=rows,
-                       out_dir=out or Path.cwd() / "shardline-tune" / pipeline / chosen,
-                       extra_args=("--tune-repeat", str(repeat), "--tune-max-batch-rows", str(max_batch_rows)),
-                       echo=lambda line: print(printable(line), file=sys.stderr))
+    result = tune_step(
+        spec,
+        chosen,
+        services.s3_client(spec),
+        input_prefix=input_prefix,
+        rows=rows,
+        out_dir=out or Path.cwd() / "shardline-tune" / pipeline / chosen,
+        extra_args=("--tune-repeat", str(repeat), "--tune-max-batch-rows", str(max_batch_rows)),
+        echo=lambda line: print(printable(line), file=sys.stderr),
+    )
     return tune_reply(result)
 
 
@@ -777,8 +989,10 @@ def _is_moto(pid: int) -> bool:
 def _exports(url: str) -> list[str]:
     from shardline.local import embedded_aws
 
-    return ["point this shell at it with:", *(f"  export {name}={value}"
-                                              for name, value in embedded_aws.env_for(url).items())]
+    return [
+        "point this shell at it with:",
+        *(f"  export {name}={value}" for name, value in embedded_aws.env_for(url).items()),
+    ]
 
 
 def _create_resources(dags_folder: Path) -> list[str]:
@@ -788,13 +1002,23 @@ def _create_resources(dags_folder: Path) -> list[str]:
     return apply(make_plan(dags_folder / "pipelines"))
 
 
-@_command("local", "start or stop the embedded AWS stack (moto_server) for local runs",
-          "Start, stop or check the embedded AWS endpoint (moto_server on loopback), with the buckets and ledger "
-          "tables the pipeline specs name.", with_json=False)
+@_command(
+    "local",
+    "start or stop the embedded AWS stack (moto_server) for local runs",
+    "Start, stop or check the embedded AWS endpoint (moto_server on loopback), with the buckets and ledger "
+    "tables the pipeline specs name.",
+    with_json=False,
+)
 @click.argument("action", type=click.Choice(["up", "down", "status"]))
 @click.option("--port", type=int, default=None, help="port for moto_server (default: a free one)")
-@click.option("--state-dir", cls=_ShownDefault, type=click.Path(path_type=Path), default=default_state_dir,
-              show_default=True, help="where its pid, endpoint and log are kept")
+@click.option(
+    "--state-dir",
+    cls=_ShownDefault,
+    type=click.Path(path_type=Path),
+    default=default_state_dir,
+    show_default=True,
+    help="where its pid, endpoint and log are kept",
+)
 @click.pass_obj
 def local(options: _Globals, action: str, port: int | None, state_dir: Path) -> Reply:
     from shardline.local import embedded_aws
@@ -804,16 +1028,25 @@ def local(options: _Globals, action: str, port: int | None, state_dir: Path) -> 
         if state_file.exists():
             state = json.loads(state_file.read_text())
             if embedded_aws.answers(state["url"]):
-                return lines_reply([f"the embedded stack is already up at {state['url']} (pid {state['pid']})",
-                                    *_exports(state["url"])])
+                return lines_reply(
+                    [
+                        f"the embedded stack is already up at {state['url']} (pid {state['pid']})",
+                        *_exports(state["url"]),
+                    ]
+                )
         proc, url = embedded_aws.start_moto(state_dir / "moto.log", port=port)
         state_dir.mkdir(parents=True, exist_ok=True)
         state_file.write_text(json.dumps({"pid": proc.pid, "url": url}))
         embedded_aws.apply_env(embedded_aws.env_for(url))
         created = _create_resources(options.dags_folder)
-        return lines_reply([f"embedded AWS endpoint (moto_server) up at {url}, pid {proc.pid}, log "
-                            f"{state_dir / 'moto.log'}", *(f"  {line}" for line in created), *_exports(url),
-                            "stop it with: shardline local down"])
+        return lines_reply(
+            [
+                f"embedded AWS endpoint (moto_server) up at {url}, pid {proc.pid}, log {state_dir / 'moto.log'}",
+                *(f"  {line}" for line in created),
+                *_exports(url),
+                "stop it with: shardline local down",
+            ]
+        )
     if action == "down":
         if not state_file.exists():
             return lines_reply(["no embedded stack recorded as running; nothing to stop"])
@@ -831,8 +1064,9 @@ def local(options: _Globals, action: str, port: int | None, state_dir: Path) -> 
         return lines_reply(["the embedded stack is down; start it with: shardline local up"], EXIT_ERROR)
     state = json.loads(state_file.read_text())
     up = embedded_aws.answers(state["url"])
-    said = (f"embedded stack at {state['url']}: {'up' if up else 'not answering'} (pid {state['pid']})"
-            + ("" if up else "; restart it with: shardline local down && shardline local up"))
+    said = f"embedded stack at {state['url']}: {'up' if up else 'not answering'} (pid {state['pid']})" + (
+        "" if up else "; restart it with: shardline local down && shardline local up"
+    )
     return lines_reply([said, *(_exports(state["url"]) if up else [])], EXIT_OK if up else EXIT_ERROR)
 
 

@@ -66,43 +66,72 @@ def _setup_error(log: str) -> str:
     return "\n".join(lines[-5:]) or log[-2000:]
 
 
-def render_template(template: str, spec: PipelineSpec, step: StepSpec, logical_date: dt.datetime,
-                    params: dict | None = None) -> str:
+def render_template(
+    template: str, spec: PipelineSpec, step: StepSpec, logical_date: dt.datetime, params: dict | None = None
+) -> str:
     """Render a spec URI as a manual DAG run would, for a logical date and the Params' defaults: the data
     interval is the last whole period of the spec's schedule before the logical date, as in Airflow."""
     import jinja2
 
-    values = {"model_version": spec.steps[0].model.version, "input_prefix": "", "instance_count": None,
-              "dry_run": True, **(params or {})}
+    values = {
+        "model_version": spec.steps[0].model.version,
+        "input_prefix": "",
+        "instance_count": None,
+        "dry_run": True,
+        **(params or {}),
+    }
     start, end = data_interval(spec.schedule, logical_date)
     context = {
-        "ds": logical_date.strftime("%Y-%m-%d"), "ds_nodash": logical_date.strftime("%Y%m%d"),
-        "ts": logical_date.isoformat(), "logical_date": logical_date, "data_interval_start": start,
-        "data_interval_end": end, "params": values,
+        "ds": logical_date.strftime("%Y-%m-%d"),
+        "ds_nodash": logical_date.strftime("%Y%m%d"),
+        "ts": logical_date.isoformat(),
+        "logical_date": logical_date,
+        "data_interval_start": start,
+        "data_interval_end": end,
+        "params": values,
     }
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     # Airflow's own filters, so `{{ data_interval_start | ds }}` renders here as in a task.
-    env.filters.update({"ds": lambda d: d.strftime("%Y-%m-%d"), "ds_nodash": lambda d: d.strftime("%Y%m%d"),
-                        "ts": lambda d: d.isoformat(), "ts_nodash": lambda d: d.strftime("%Y%m%dT%H%M%S")})
+    env.filters.update(
+        {
+            "ds": lambda d: d.strftime("%Y-%m-%d"),
+            "ds_nodash": lambda d: d.strftime("%Y%m%d"),
+            "ts": lambda d: d.isoformat(),
+            "ts_nodash": lambda d: d.strftime("%Y%m%dT%H%M%S"),
+        }
+    )
     try:
         return env.from_string(template).render(**context)
     except jinja2.TemplateError as err:
-        raise PreviewError(f"cannot render {template!r} of step {step.name} for a preview ({err}); pass the "
-                           "URIs with --input and --model-uri") from err
+        raise PreviewError(
+            f"cannot render {template!r} of step {step.name} for a preview ({err}); pass the "
+            "URIs with --input and --model-uri"
+        ) from err
 
 
-def step_uris(spec: PipelineSpec, step: StepSpec, logical_date: dt.datetime, params: dict | None = None
-              ) -> tuple[str, str]:
+def step_uris(
+    spec: PipelineSpec, step: StepSpec, logical_date: dt.datetime, params: dict | None = None
+) -> tuple[str, str]:
     """(model URI, input prefix) of a step, rendered. A step that reads an earlier step's output gets that
     step's output prefix."""
     source = spec.step(step.input.from_step).output.prefix if step.input.from_step else step.input.prefix
-    return (render_template(step.model.uri, spec, step, logical_date, params),
-            render_template(source, spec, step, logical_date, params))
+    return (
+        render_template(step.model.uri, spec, step, logical_date, params),
+        render_template(source, spec, step, logical_date, params),
+    )
 
 
-def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, input_uri: str,
-                 rows: int = DEFAULT_ROWS, objects: list[S3Object] | None = None,
-                 model_version: str | None = None) -> PreviewResult:
+def preview_step(
+    spec: PipelineSpec,
+    step_name: str,
+    s3,
+    *,
+    model_uri: str,
+    input_uri: str,
+    rows: int = DEFAULT_ROWS,
+    objects: list[S3Object] | None = None,
+    model_version: str | None = None,
+) -> PreviewResult:
     """Run the step's model on the first ``rows`` rows of the first input under ``input_uri`` (a prefix,
     or one object's URI). ``objects``: the prefix's listing, when the caller has it already.
     ``model_version``: the run's ``model_version`` Param, which picks the pinned digest."""
@@ -123,19 +152,50 @@ def preview_step(spec: PipelineSpec, step_name: str, s3, *, model_uri: str, inpu
         except SampleTooLarge as err:
             raise PreviewError(str(err)) from err
         report_path = root / "preview.json"
-        command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data_dir),
-                   "--output-dir", str(root / "out"), "--model-dir", str(model_dir),
-                   "--scratch-dir", str(root / "scratch"), "--host", "preview",
-                   *worker_arguments(step), *pin_arguments(step, model_version), "--preview", str(rows),
-                   "--preview-json", str(report_path)]
+        command = [
+            sys.executable,
+            "-m",
+            "shardline.worker",
+            "--input-dir",
+            str(data_dir),
+            "--output-dir",
+            str(root / "out"),
+            "--model-dir",
+            str(model_dir),
+            "--scratch-dir",
+            str(root / "scratch"),
+            "--host",
+            "preview",
+            *worker_arguments(step),
+            *pin_arguments(step, model_version),
+            "--preview",
+            str(rows),
+            "--preview-json",
+            str(report_path),
+        ]
         command = in_sandbox(command, image, {root: contract.SAMPLE_DIR})
         env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
         env["PYTHONUNBUFFERED"] = "1"
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=600,
-                              cwd=root, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            command,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+        )
         report = json.loads(report_path.read_text()) if report_path.is_file() else None
-    return PreviewResult(step=step_name, model_uri=model_uri, sample_uri=f"s3://{bucket}/{key}",
-                         exit_code=done.returncode, text=done.stdout, report=report, log=done.stderr)
+    return PreviewResult(
+        step=step_name,
+        model_uri=model_uri,
+        sample_uri=f"s3://{bucket}/{key}",
+        exit_code=done.returncode,
+        text=done.stdout,
+        report=report,
+        log=done.stderr,
+    )
 
 
 def sandbox_image(spec: PipelineSpec, step: StepSpec, model_version: str | None, what: str) -> str | None:
@@ -164,8 +224,10 @@ def _first_input(s3, step: StepSpec, input_uri: str, objects: list[S3Object] | N
             return bucket, key  # one object, named
         objects = list_inputs(s3, input_uri, step.input.include, step.input.exclude)
     if not objects:
-        raise PreviewError(f"no input files under {input_uri} to preview (step {step.name}); pass --input with a "
-                           "file or prefix that has data, or --logical-date for another partition")
+        raise PreviewError(
+            f"no input files under {input_uri} to preview (step {step.name}); pass --input with a "
+            "file or prefix that has data, or --logical-date for another partition"
+        )
     return bucket, objects[0].key
 
 
@@ -220,9 +282,11 @@ def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path, max_bytes
         if gzipped:  # not seekable: the whole object, if it is small enough
             size = s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
             if size > max_bytes:
-                raise SampleTooLarge(f"{where} is a gzipped parquet file of {size / 2**20:.0f} MiB: a preview reads it "
-                                     f"whole, and reads at most {max_bytes / 2**20:.0f} MiB; preview another file "
-                                     "(--input)")
+                raise SampleTooLarge(
+                    f"{where} is a gzipped parquet file of {size / 2**20:.0f} MiB: a preview reads it "
+                    f"whole, and reads at most {max_bytes / 2**20:.0f} MiB; preview another file "
+                    "(--input)"
+                )
             s3.download_file(bucket, key, str(dest))
             return dest
         _parquet_head(s3, bucket, key, rows, dest, max_bytes)
@@ -241,8 +305,10 @@ def fetch_sample(s3, bucket: str, key: str, rows: int, data_dir: Path, max_bytes
                 if not line:
                     break
                 if len(line) > MAX_SAMPLE_LINE_BYTES:
-                    raise SampleTooLarge(f"line {count + 1} of {where} is longer than {MAX_SAMPLE_LINE_BYTES >> 20} "
-                                         "MiB: not a CSV or JSON lines file a preview can sample")
+                    raise SampleTooLarge(
+                        f"line {count + 1} of {where} is longer than {MAX_SAMPLE_LINE_BYTES >> 20} "
+                        "MiB: not a CSV or JSON lines file a preview can sample"
+                    )
                 read += len(line)
                 if read > max_bytes:
                     raise SampleTooLarge(f"the first {rows} rows of {where} are over {max_bytes >> 20} MiB")
@@ -309,11 +375,12 @@ class _RangedObject(io.RawIOBase):
         end = min(self.size, self.position + len(buffer)) - 1
         self.fetched += end - self.position + 1
         if self.fetched > self.max_bytes:
-            raise SampleTooLarge(f"the sample of s3://{self.bucket}/{self.key} needs more than "
-                                 f"{self.max_bytes >> 20} MiB of it (its footer and first row group): a preview "
-                                 "reads no more; preview another file (--input)")
-        data = self.s3.get_object(Bucket=self.bucket, Key=self.key,
-                                  Range=f"bytes={self.position}-{end}")["Body"].read()
+            raise SampleTooLarge(
+                f"the sample of s3://{self.bucket}/{self.key} needs more than "
+                f"{self.max_bytes >> 20} MiB of it (its footer and first row group): a preview "
+                "reads no more; preview another file (--input)"
+            )
+        data = self.s3.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.position}-{end}")["Body"].read()
         buffer[: len(data)] = data
         self.position += len(data)
         return len(data)

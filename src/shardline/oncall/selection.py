@@ -47,8 +47,11 @@ def dealt_hosts(manifest: Sequence[Any], attempt: Attempt) -> dict[str, str]:
     """
     prefix, entries = manifest[0]["prefix"], list(manifest[1:])
     instances = attempt.model_copy(update={"file_count": len(entries)}).instance_count
-    return {prefix + entry: contract.host_name(i)
-            for i, share in enumerate(contract.deal(entries, instances)) for entry in share}
+    return {
+        prefix + entry: contract.host_name(i)
+        for i, share in enumerate(contract.deal(entries, instances))
+        for entry in share
+    }
 
 
 def full_key(known: Iterable[str], key: str) -> str:
@@ -59,9 +62,17 @@ def full_key(known: Iterable[str], key: str) -> str:
     return matches[0] if len(matches) == 1 else key
 
 
-def choose_files(ref: str, step: str, attempt: int, files: Sequence[FileView], *, shard: str | None = None,
-                 keys: Sequence[str] = (), all_failed: bool = False,
-                 dealt: Mapping[str, str] | None = None) -> ResubmitPlan:
+def choose_files(
+    ref: str,
+    step: str,
+    attempt: int,
+    files: Sequence[FileView],
+    *,
+    shard: str | None = None,
+    keys: Sequence[str] = (),
+    all_failed: bool = False,
+    dealt: Mapping[str, str] | None = None,
+) -> ResubmitPlan:
     """Which of the step's ``files`` a resubmission takes, and why.
 
     ``attempt`` is the step's newest; ``dealt`` says where that attempt's manifest dealt each file
@@ -85,9 +96,11 @@ def choose_files(ref: str, step: str, attempt: int, files: Sequence[FileView], *
         wanted = [full_key(known, key) for key in keys]
         unknown = [k for k, w in zip(keys, wanted, strict=True) if w not in known]
         if unknown:
-            raise BadRequest(f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not an "
-                             f"input of step {step}; `shardline failed {ref} --step {step}` lists the files "
-                             "that can be resubmitted (pass one as --file, or use --all-failed)")
+            raise BadRequest(
+                f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not an "
+                f"input of step {step}; `shardline failed {ref} --step {step}` lists the files "
+                "that can be resubmitted (pass one as --file, or use --all-failed)"
+            )
         chosen = sorted(w for w in wanted if w in not_done)
         why = "the chosen files that have not succeeded"
     return ResubmitPlan(ref, step, chosen, why)

@@ -108,14 +108,18 @@ def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
 
 
 def rerun_not_finished_text(ref: RunRef, state: str | None) -> str:
-    return (f"DAG run {ref.run_id} is {state or 'in no known state'}, not finished, so nothing was rerun: wait for it "
-            f"to end (`shardline status {ref}`), or stop it with `shardline cancel {ref}` first")
+    return (
+        f"DAG run {ref.run_id} is {state or 'in no known state'}, not finished, so nothing was rerun: wait for it "
+        f"to end (`shardline status {ref}`), or stop it with `shardline cancel {ref}` first"
+    )
 
 
 def rerun_conf_text(ref: RunRef, problem: str, *, given: bool) -> str:
     whose = "the conf given" if given else f"the conf of DAG run {ref.run_id}"
-    return (f"{whose} would fail the plan task again ({problem}), so nothing was rerun: pass a valid one with "
-            f"`shardline rerun {ref} --conf '{{...}}'`")
+    return (
+        f"{whose} would fail the plan task again ({problem}), so nothing was rerun: pass a valid one with "
+        f"`shardline rerun {ref} --conf '{{...}}'`"
+    )
 
 
 def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
@@ -131,7 +135,6 @@ def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
     return specs
 
 
-
 def _read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, **kwargs):
     """A step's files (``orchestration.step_files``); a plan file gone or damaged is a :class:`Conflict` that
     says which, instead of a traceback."""
@@ -140,14 +143,23 @@ def _read_step_files(spec: PipelineSpec, pipeline: str, run_id: str, step: str, 
     except PlanFileError as err:
         raise Conflict(f"step {step} of {pipeline}/{run_id}: {err}") from err
 
+
 class OnCall:
     """On-call actions over the pipelines in one DAGs folder."""
 
-    def __init__(self, specs: dict[str, PipelineSpec], *, airflow: AirflowClient | None = None,
-                 now=lambda: dt.datetime.now(dt.UTC), sleep=time.sleep):
+    def __init__(
+        self,
+        specs: dict[str, PipelineSpec],
+        *,
+        airflow: AirflowClient | None = None,
+        now=lambda: dt.datetime.now(dt.UTC),
+        sleep=time.sleep,
+    ):
         if not specs:
-            raise NotFound("no pipeline specs found; pass --dags-folder (or set SHARDLINE_DAGS_FOLDER) to the "
-                           "folder that holds pipelines/*.yaml")
+            raise NotFound(
+                "no pipeline specs found; pass --dags-folder (or set SHARDLINE_DAGS_FOLDER) to the "
+                "folder that holds pipelines/*.yaml"
+            )
         self.specs = specs
         self.airflow = airflow
         self.airflow_warning: str | None = None  # why Airflow's side is missing from the views, if it is
@@ -160,8 +172,10 @@ class OnCall:
 
     def spec(self, pipeline: str) -> PipelineSpec:
         if pipeline not in self.specs:
-            raise NotFound(f"no pipeline {pipeline!r} among the specs found ({', '.join(sorted(self.specs))}); "
-                           "check the name, or pass --dags-folder with the folder that holds its spec")
+            raise NotFound(
+                f"no pipeline {pipeline!r} among the specs found ({', '.join(sorted(self.specs))}); "
+                "check the name, or pass --dags-folder with the folder that holds its spec"
+            )
         return self.specs[pipeline]
 
     # --- reads ---------------------------------------------------------------------------
@@ -197,11 +211,17 @@ class OnCall:
         model = services.ledger_model(spec)
         records = read_run(model, ref.pipeline, ref.run_id)
         if records.run is None:
-            raise NotFound(f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
-                           f"{ref.pipeline}` lists the recent ones")
+            raise NotFound(
+                f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
+                f"{ref.pipeline}` lists the recent ones"
+            )
         steps = [self._step_view(spec, ref, s.name, with_files) for s in spec.steps]
-        return run_view(ref, RunRecord.of(records.run), [s for s in steps if s is not None],
-                        self._airflow_run_state(ref.pipeline, ref.run_id))
+        return run_view(
+            ref,
+            RunRecord.of(records.run),
+            [s for s in steps if s is not None],
+            self._airflow_run_state(ref.pipeline, ref.run_id),
+        )
 
     def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
         records = _read_step_files(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
@@ -216,8 +236,16 @@ class OnCall:
                 job_status = services.backend_for(spec).describe(job_name).status.value
             except JobNotFound:
                 job_status = missing_job_status(shards, record.attempt)
-        return step_view(step, record, [file_view(step, f) for f in records.files], shards, job_name=job_name,
-                         job_status=job_status, now=self._now(), with_files=with_files)
+        return step_view(
+            step,
+            record,
+            [file_view(step, f) for f in records.files],
+            shards,
+            job_name=job_name,
+            job_status=job_status,
+            now=self._now(),
+            with_files=with_files,
+        )
 
     def failed(self, ref: RunRef, step: str | None = None) -> list[FileView]:
         """Every file that did not succeed, with its error class, message and attempt."""
@@ -227,17 +255,21 @@ class OnCall:
             self._known_step(spec, step)
         found, planned = [], 0
         for name in names:
-            records = _read_step_files(spec, ref.pipeline, ref.run_id, name,
-                                      file_attributes=FILE_DETAIL_ATTRIBUTES)
+            records = _read_step_files(spec, ref.pipeline, ref.run_id, name, file_attributes=FILE_DETAIL_ATTRIBUTES)
             planned += records.step is not None
             # An instance that could not start recorded why on its SHARD item: its files show that reason.
             setup = {int(s.attempt or 0): s.error_message for s in records.shards if s.error_class == SETUP_ERROR}
-            found += [with_setup_error(v, setup.get(v.attempt)) for v in (file_view(name, f) for f in records.files)
-                      if v.status != FileStatus.SUCCEEDED]
+            found += [
+                with_setup_error(v, setup.get(v.attempt))
+                for v in (file_view(name, f) for f in records.files)
+                if v.status != FileStatus.SUCCEEDED
+            ]
         if not planned:
-            raise NotFound(f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
-                           f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "
-                           "lists the recent ones")
+            raise NotFound(
+                f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
+                f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "
+                "lists the recent ones"
+            )
         return found
 
     @staticmethod
@@ -258,8 +290,10 @@ class OnCall:
             self._known_step(spec, step)
         records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
         if records.run is None:
-            raise NotFound(f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
-                           f"{ref.pipeline}` lists the recent ones")
+            raise NotFound(
+                f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
+                f"{ref.pipeline}` lists the recent ones"
+            )
         items = {item.step: item for item in records.steps}
         found = []
         for name in [step] if step else [s.name for s in spec.steps]:
@@ -269,8 +303,9 @@ class OnCall:
                     raise NotFound(report_not_planned_text(ref, name))
                 continue
             try:
-                attempt = Attempt.from_plan(item.plan_json, int(item.attempt or 1), 0, pipeline=ref.pipeline,
-                                            run_id=ref.run_id, step=name)
+                attempt = Attempt.from_plan(
+                    item.plan_json, int(item.attempt or 1), 0, pipeline=ref.pipeline, run_id=ref.run_id, step=name
+                )
             except ValueError as err:
                 raise Conflict(f"{err}, so where its run report is cannot be told") from err
             found.append(StepReportRef(name, item.status, attempt.report_uri("html"), attempt.report_uri("json")))
@@ -295,8 +330,9 @@ class OnCall:
         finally:
             body.close()
 
-    def save_reports(self, ref: RunRef, step: str | None = None, *, root: Path, out: Path | None = None,
-                     with_json: bool = False) -> list[SavedReport]:
+    def save_reports(
+        self, ref: RunRef, step: str | None = None, *, root: Path, out: Path | None = None, with_json: bool = False
+    ) -> list[SavedReport]:
         """Fetch the run report of ``step`` (or of every step of the run that has one) to local files.
 
         Each goes to ``<root>/.shardline/reports/<pipeline>/<run>/<step>/report.html``, or to ``out`` (one
@@ -313,8 +349,9 @@ class OnCall:
                 missing.append(str(err))
         if not pages:
             planned = {r.step for r in refs}
-            missing += [report_not_planned_text(ref, s.name) for s in self.spec(ref.pipeline).steps
-                        if s.name not in planned]
+            missing += [
+                report_not_planned_text(ref, s.name) for s in self.spec(ref.pipeline).steps if s.name not in planned
+            ]
             raise NotFound(no_reports_text(ref, missing))
         if out is not None and len(pages) > 1:
             raise BadRequest(out_needs_step_text(ref, [r.step for r, _ in pages]))
@@ -326,14 +363,17 @@ class OnCall:
             try:
                 data = json.loads(raw)
             except ValueError as err:
-                raise Conflict(f"{report.json_uri} is not a run report ({type(err).__name__}: {err}), so no page "
-                               "was rendered from it") from err
+                raise Conflict(
+                    f"{report.json_uri} is not a run report ({type(err).__name__}: {err}), so no page "
+                    "was rendered from it"
+                ) from err
             page = self._page(ref, report, raw)
             path = out if out is not None else local_report_path(root, ref.pipeline, ref.run_id, report.step)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(page)
-            saved.append(SavedReport(report.step, report.status, report.html_uri, str(path),
-                                     data if with_json else None))
+            saved.append(
+                SavedReport(report.step, report.status, report.html_uri, str(path), data if with_json else None)
+            )
         return saved
 
     def _page(self, ref: RunRef, report: StepReportRef, raw: bytes) -> bytes:
@@ -348,13 +388,15 @@ class OnCall:
         try:
             return render_html(RunReport.from_json(raw)).encode()
         except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise Conflict(f"{report.json_uri} is not a run report ({type(err).__name__}: {err}), so no page "
-                           "was rendered from it") from err
+            raise Conflict(
+                f"{report.json_uri} is not a run report ({type(err).__name__}: {err}), so no page was rendered from it"
+            ) from err
 
     # --- actions -------------------------------------------------------------------------
 
-    def plan_resubmission(self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (),
-                          all_failed: bool = False) -> ResubmitPlan:
+    def plan_resubmission(
+        self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (), all_failed: bool = False
+    ) -> ResubmitPlan:
         """Which files a resubmission would take (:func:`selection.choose_files`). Succeeded files are never
         taken again."""
         spec = self.spec(ref.pipeline)
@@ -362,21 +404,25 @@ class OnCall:
         selection.check_one_choice(shard=shard, files=files, all_failed=all_failed)
         records = _read_step_files(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
         if records.step is None:
-            raise Conflict(f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
-                           f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
-                           "the run is")
+            raise Conflict(
+                f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
+                f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
+                "the run is"
+            )
         latest = StepRecord.of(records.step).attempt
         views = [file_view(step, f) for f in records.files]
         dealt = self._dealt_hosts(spec, ref, step, latest) if shard and selection.needs_deal(views, latest) else None
-        return selection.choose_files(str(ref), step, latest, views, shard=shard, keys=files, all_failed=all_failed,
-                                      dealt=dealt)
+        return selection.choose_files(
+            str(ref), step, latest, views, shard=shard, keys=files, all_failed=all_failed, dealt=dealt
+        )
 
     def _dealt_hosts(self, spec: PipelineSpec, ref: RunRef, step: str, attempt: int) -> dict[str, str]:
         """Which instance each entry of an attempt's manifest went to: the manifest, read from S3."""
         then = self._plan(spec, ref, step).model_copy(update={"number": attempt})
         bucket, key = parse_s3_uri(then.manifest_uri)
-        return selection.dealt_hosts(json.loads(services.s3_client(spec).get_object(Bucket=bucket,
-                                                                                    Key=key)["Body"].read()), then)
+        return selection.dealt_hosts(
+            json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read()), then
+        )
 
     def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> Attempt:
         from shardline.orchestration import steps
@@ -384,16 +430,28 @@ class OnCall:
         try:
             attempt = steps.latest_attempt(spec, ref.pipeline, ref.run_id, step)
         except ValueError as err:
-            raise Conflict(f"{err}, so it cannot be resubmitted from here; clear its plan_{step} task in Airflow "
-                           "instead") from err
+            raise Conflict(
+                f"{err}, so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
+            ) from err
         if attempt is None:
-            raise Conflict(f"step {step} of {ref} has no recorded plan (was it planned by an older Shardline?), "
-                           f"so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead")
+            raise Conflict(
+                f"step {step} of {ref} has no recorded plan (was it planned by an older Shardline?), "
+                f"so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
+            )
         return attempt
 
-    def resubmit(self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (),
-                 all_failed: bool = False, dry_run: bool = False, force: bool = False,
-                 ledger_only: bool = False) -> ResubmitResult:
+    def resubmit(
+        self,
+        ref: RunRef,
+        step: str,
+        *,
+        shard: str | None = None,
+        files: Sequence[str] = (),
+        all_failed: bool = False,
+        dry_run: bool = False,
+        force: bool = False,
+        ledger_only: bool = False,
+    ) -> ResubmitResult:
         """Start a new attempt of ``step`` with only the chosen files, and let the DAG run follow it.
 
         All or nothing: Airflow is asked first (the watch task's state, and whether this caller may
@@ -418,10 +476,16 @@ class OnCall:
                 raise Conflict(local_root_mismatch(latest.job_name, latest.number, services.local_root())) from None
         watch = f"watch_{step}"
         watch_state = None if ledger_only else self._watch_state(ref, watch)
-        choice = choose_next(attempt=latest.number, job=latest.job_name,
-                             job_running=job is not None and not job.is_terminal,
-                             step_status=records.step.status if records.step else None, watch_state=watch_state,
-                             files=len(plan.files), force=force, watch=watch)
+        choice = choose_next(
+            attempt=latest.number,
+            job=latest.job_name,
+            job_running=job is not None and not job.is_terminal,
+            step_status=records.step.status if records.step else None,
+            watch_state=watch_state,
+            files=len(plan.files),
+            force=force,
+            watch=watch,
+        )
         if choice.next is Next.SUBMIT:  # otherwise the reason is what the result says: printed once, not twice
             plan = dataclasses.replace(plan, reason=f"{plan.reason}; {choice.reason}")
         if choice.next is Next.REFUSE:
@@ -432,28 +496,44 @@ class OnCall:
             return ResubmitResult(plan, None, None, choice.reason, action=choice.next.value)
         if dry_run:
             if choice.next is Next.TAKE_UP:
-                return ResubmitResult(plan, None, None, dry_run_text(choice, watch, ref.run_id, None, watch_state),
-                                      action=choice.next.value)
+                return ResubmitResult(
+                    plan,
+                    None,
+                    None,
+                    dry_run_text(choice, watch, ref.run_id, None, watch_state),
+                    action=choice.next.value,
+                )
             nxt = latest.number + 1
-            return ResubmitResult(plan, nxt, naming.job_name(ref.pipeline, ref.run_id, step, nxt),
-                                  dry_run_text(choice, watch, ref.run_id, nxt, watch_state))
+            return ResubmitResult(
+                plan,
+                nxt,
+                naming.job_name(ref.pipeline, ref.run_id, step, nxt),
+                dry_run_text(choice, watch, ref.run_id, nxt, watch_state),
+            )
         attempt = job_name = None
         if choice.next is Next.SUBMIT:
             try:
                 nxt = steps.resubmit(spec, latest, plan.files, by_operator=True)
             except StaleOrchestratorError as err:
-                raise Conflict(f"someone else (the sensor, or another operator) moved step {step} of {ref} past "
-                               f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "
-                               f"status {ref}` shows where it is now") from err
+                raise Conflict(
+                    f"someone else (the sensor, or another operator) moved step {step} of {ref} past "
+                    f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "
+                    f"status {ref}` shows where it is now"
+                ) from err
             attempt, job_name = nxt.number, nxt.job_name
         if not choice.clear_watch:
-            return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state),
-                                  action=choice.next.value)
+            return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state), action=choice.next.value)
         try:
             said = self._rerun_watch(ref, watch)
         except (AirflowApiError, OnCallError) as err:
-            return ResubmitResult(plan, attempt, job_name, half_done_text(attempt, job_name, watch, err, again),
-                                  complete=False, action=choice.next.value)
+            return ResubmitResult(
+                plan,
+                attempt,
+                job_name,
+                half_done_text(attempt, job_name, watch, err, again),
+                complete=False,
+                action=choice.next.value,
+            )
         return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value)
 
     def _watch_state(self, ref: RunRef, watch: str) -> str:
@@ -461,22 +541,28 @@ class OnCall:
         cannot be asked (a resubmission must be able to let the DAG run follow it)."""
         nothing = "nothing was submitted"
         if self.airflow is None:
-            raise Unavailable(f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
-                              f"{watch} task must be cleared so the run follows it. To give the CLI access, "
-                              f"{HOW_TO_CONFIGURE}; then run the same command again. (For a step not run by "
-                              "Airflow, pass --ledger-only.)")
+            raise Unavailable(
+                f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
+                f"{watch} task must be cleared so the run follows it. To give the CLI access, "
+                f"{HOW_TO_CONFIGURE}; then run the same command again. (For a step not run by "
+                "Airflow, pass --ledger-only.)"
+            )
         try:
             answer = self.airflow.task_instance(ref.pipeline, ref.run_id, watch)
         except AirflowApiError as err:
             if err.status == 404:
-                raise NotFound(f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
-                               f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
-                               f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
-                               "for a step not run by Airflow, pass --ledger-only.") from err
+                raise NotFound(
+                    f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
+                    f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
+                    f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
+                    "for a step not run by Airflow, pass --ledger-only."
+                ) from err
             if err.status in (401, 403):  # the token: the error says which fix (missing, expired, unreadable, role)
                 raise Refused(f"Airflow would not answer about DAG run {ref.run_id}, so {nothing}: {err}") from err
-            raise Unavailable(f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}. Run the same "
-                              "command again once Airflow answers.") from err
+            raise Unavailable(
+                f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}. Run the same "
+                "command again once Airflow answers."
+            ) from err
         return answer.get("state") or "none"
 
     def _may_clear(self, ref: RunRef, watch: str) -> None:
@@ -485,11 +571,17 @@ class OnCall:
         try:
             self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
         except AirflowApiError as err:
-            hint = ("" if err.status == 401 or INVALID_TOKEN in str(err)  # the token itself: the error says
-                    else f" (clearing task instances of DAG {ref.pipeline} takes Airflow's Op role, or an admin)"
-                    if err.status == 403 else ". Run the same command again once Airflow answers")
-            raise Refused(f"Airflow would not let this caller clear {watch} of DAG run {ref.run_id}, so nothing "
-                          f"was submitted: {err}{hint}") from err
+            hint = (
+                ""
+                if err.status == 401 or INVALID_TOKEN in str(err)  # the token itself: the error says
+                else f" (clearing task instances of DAG {ref.pipeline} takes Airflow's Op role, or an admin)"
+                if err.status == 403
+                else ". Run the same command again once Airflow answers"
+            )
+            raise Refused(
+                f"Airflow would not let this caller clear {watch} of DAG run {ref.run_id}, so nothing "
+                f"was submitted: {err}{hint}"
+            ) from err
 
     def _rerun_watch(self, ref: RunRef, watch: str, wait_seconds: float = WATCH_WAIT_SECONDS) -> str:
         """Let the DAG run follow the step again: clear its watch task once it has finished.
@@ -500,9 +592,13 @@ class OnCall:
         """
         assert self.airflow is not None
         airflow = self.airflow
-        state = wait_for(lambda: airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state"),
-                         lambda answer: answer in FINISHED_TASK_STATES, timeout=wait_seconds,
-                         interval=WATCH_POLL_SECONDS, sleep=self._sleep)
+        state = wait_for(
+            lambda: airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state"),
+            lambda answer: answer in FINISHED_TASK_STATES,
+            timeout=wait_seconds,
+            interval=WATCH_POLL_SECONDS,
+            sleep=self._sleep,
+        )
         if state not in FINISHED_TASK_STATES:
             raise Conflict(not_finished_text(watch, wait_seconds, state))
         cleared = airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
@@ -521,8 +617,9 @@ class OnCall:
         """
         spec = self.spec(ref.pipeline)
         if self.airflow is None:
-            raise Unavailable(f"Airflow is not configured, so nothing was rerun: {HOW_TO_CONFIGURE}; then run the "
-                              "same command again")
+            raise Unavailable(
+                f"Airflow is not configured, so nothing was rerun: {HOW_TO_CONFIGURE}; then run the same command again"
+            )
         run = self.airflow.dag_run(ref.pipeline, ref.run_id)
         state = run.get("state")
         if state not in ("failed", "success"):
@@ -532,21 +629,32 @@ class OnCall:
             raise BadRequest(rerun_conf_text(ref, problem, given=conf is not None))
         running = self._running_jobs(spec, ref)
         if running:
-            raise Conflict(f"job(s) {', '.join(running)} of {ref} still run, so nothing was rerun (a new run's outputs "
-                           f"would mix with theirs): stop them with `shardline cancel {ref}`, then run this again")
+            raise Conflict(
+                f"job(s) {', '.join(running)} of {ref} still run, so nothing was rerun (a new run's outputs "
+                f"would mix with theirs): stop them with `shardline cancel {ref}`, then run this again"
+            )
         if conf is None:
             return self._rerun_in_place(spec, ref, state, dry_run=dry_run)
         interval = (run.get("data_interval_start"), run.get("data_interval_end"))
-        old = (f"DAG run {ref.run_id} (logical date {run.get('logical_date')}, data interval {interval[0]} to "
-               f"{interval[1]}, conf {json.dumps(run.get('conf') or {}, sort_keys=True)})")
+        old = (
+            f"DAG run {ref.run_id} (logical date {run.get('logical_date')}, data interval {interval[0]} to "
+            f"{interval[1]}, conf {json.dumps(run.get('conf') or {}, sort_keys=True)})"
+        )
         if dry_run:
-            return [f"dry run, nothing was changed: for real, it would delete {old} and trigger that partition "
-                    f"again with conf {json.dumps(conf, sort_keys=True)}"]
+            return [
+                f"dry run, nothing was changed: for real, it would delete {old} and trigger that partition "
+                f"again with conf {json.dumps(conf, sort_keys=True)}"
+            ]
         self.airflow.delete_run(ref.pipeline, ref.run_id)
 
         def trigger(with_conf: dict, note: str) -> dict:
-            return self.airflow.trigger(ref.pipeline, with_conf, logical_date=run.get("logical_date"),
-                                        data_interval=interval if all(interval) else None, note=note)
+            return self.airflow.trigger(
+                ref.pipeline,
+                with_conf,
+                logical_date=run.get("logical_date"),
+                data_interval=interval if all(interval) else None,
+                note=note,
+            )
 
         try:
             new = trigger(conf, f"rerun of {ref.run_id} with a new conf (shardline rerun)")
@@ -554,32 +662,44 @@ class OnCall:
             try:  # the partition must not be left without a run: put the old one's conf back
                 back = trigger(run.get("conf") or {}, f"{ref.run_id} put back: a rerun's trigger failed")
             except AirflowApiError as again:
-                raise Unavailable(f"deleted {old}, but Airflow refused the new run ({err}) and the old conf too "
-                                  f"({again}): trigger that logical date and data interval by hand") from again
-            raise BadRequest(f"Airflow refused the new run ({err}); {old} was put back as "
-                             f"{back['dag_run_id']} with its own conf") from err
+                raise Unavailable(
+                    f"deleted {old}, but Airflow refused the new run ({err}) and the old conf too "
+                    f"({again}): trigger that logical date and data interval by hand"
+                ) from again
+            raise BadRequest(
+                f"Airflow refused the new run ({err}); {old} was put back as {back['dag_run_id']} with its own conf"
+            ) from err
         new_ref = RunRef(ref.pipeline, new["dag_run_id"])
-        return [f"deleted {old} and triggered it again as {new['dag_run_id']} with conf "
-                f"{json.dumps(conf, sort_keys=True)}; follow it with `shardline status {new_ref}`"]
+        return [
+            f"deleted {old} and triggered it again as {new['dag_run_id']} with conf "
+            f"{json.dumps(conf, sort_keys=True)}; follow it with `shardline status {new_ref}`"
+        ]
 
     def _rerun_in_place(self, spec: PipelineSpec, ref: RunRef, state: str, *, dry_run: bool) -> list[str]:
         """Clear the plan task of the run's first failed step and everything after it."""
         assert self.airflow is not None
-        failed = {t["task_id"] for t in self.airflow.task_instances(ref.pipeline, ref.run_id)
-                  if t.get("state") in ("failed", "upstream_failed")}
-        step = next((s.name for s in spec.steps
-                     if failed & {f"plan_{s.name}", f"submit_{s.name}", f"watch_{s.name}"}), None)
+        failed = {
+            t["task_id"]
+            for t in self.airflow.task_instances(ref.pipeline, ref.run_id)
+            if t.get("state") in ("failed", "upstream_failed")
+        }
+        step = next(
+            (s.name for s in spec.steps if failed & {f"plan_{s.name}", f"submit_{s.name}", f"watch_{s.name}"}), None
+        )
         start = f"plan_{step}" if step else ("report" if "report" in failed else None)
         if start is None:
-            raise Conflict(f"DAG run {ref.run_id} has no failed task to run again (it is {state}); to score its "
-                           f"partition again with another conf: `shardline rerun {ref} --conf '{{...}}'`")
-        cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [start], include_downstream=True,
-                                           dry_run=dry_run)
+            raise Conflict(
+                f"DAG run {ref.run_id} has no failed task to run again (it is {state}); to score its "
+                f"partition again with another conf: `shardline rerun {ref} --conf '{{...}}'`"
+            )
+        cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [start], include_downstream=True, dry_run=dry_run)
         names = ", ".join(sorted({t["task_id"] for t in cleared}))
         if dry_run:
             return [f"dry run, nothing was changed: for real, it would clear {names} of DAG run {ref.run_id}"]
-        return [f"cleared {names} of DAG run {ref.run_id}: it plans again from {start} with its own conf (the files "
-                f"that succeeded are kept); follow it with `shardline status {ref}`"]
+        return [
+            f"cleared {names} of DAG run {ref.run_id}: it plans again from {start} with its own conf (the files "
+            f"that succeeded are kept); follow it with `shardline status {ref}`"
+        ]
 
     def _running_jobs(self, spec: PipelineSpec, ref: RunRef) -> list[str]:
         """The jobs of the run's steps that have not ended."""
@@ -602,11 +722,15 @@ class OnCall:
         model = services.ledger_model(spec)
         records = read_run(model, ref.pipeline, ref.run_id)
         if records.run is None:
-            raise NotFound(f"no run {ref} in table {spec.ledger_table}, so there is nothing to cancel; check the "
-                           f"run name: `shardline runs --pipeline {ref.pipeline}` lists the recent ones")
+            raise NotFound(
+                f"no run {ref} in table {spec.ledger_table}, so there is nothing to cancel; check the "
+                f"run name: `shardline runs --pipeline {ref.pipeline}` lists the recent ones"
+            )
         if records.run.status in STEP_TERMINAL:
-            raise Conflict(f"run {ref} already ended {records.run.status}, so there is nothing to cancel; "
-                           f"`shardline status {ref}` shows how it ended")
+            raise Conflict(
+                f"run {ref} already ended {records.run.status}, so there is nothing to cancel; "
+                f"`shardline status {ref}` shows how it ended"
+            )
         done = []
         backend = services.backend_for(spec)
         for item in records.steps:

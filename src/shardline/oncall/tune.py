@@ -63,12 +63,18 @@ class TuneResult:
         return self.exit_code == 0
 
     def render(self) -> str:
-        head = (f"tune of step {self.step}: model {self.model_uri}\n"
-                f"sample: the first {len(self.sample_keys)} file(s) under {self.input_uri} ({self.source})\n")
+        head = (
+            f"tune of step {self.step}: model {self.model_uri}\n"
+            f"sample: the first {len(self.sample_keys)} file(s) under {self.input_uri} ({self.source})\n"
+        )
         if not self.ok:
             lines = [line for line in self.log.splitlines() if " ERROR " in line or "setup failed" in line]
-            return head + f"the tune could not run (worker exit {self.exit_code}):\n" + (
-                "\n".join(lines[-5:]) or self.log[-2000:]) + "\n"
+            return (
+                head
+                + f"the tune could not run (worker exit {self.exit_code}):\n"
+                + ("\n".join(lines[-5:]) or self.log[-2000:])
+                + "\n"
+            )
         return head + self.text
 
 
@@ -82,9 +88,18 @@ def latest_attempt(spec: PipelineSpec, step: str) -> Attempt | None:
     return None
 
 
-def tune_step(spec: PipelineSpec, step_name: str, s3, *, out_dir: Path, input_prefix: str | None = None,
-              rows: int = DEFAULT_ROWS, extra_args: tuple[str, ...] = (), echo: Callable[[str], None] | None = None,
-              now: dt.datetime | None = None) -> TuneResult:
+def tune_step(
+    spec: PipelineSpec,
+    step_name: str,
+    s3,
+    *,
+    out_dir: Path,
+    input_prefix: str | None = None,
+    rows: int = DEFAULT_ROWS,
+    extra_args: tuple[str, ...] = (),
+    echo: Callable[[str], None] | None = None,
+    now: dt.datetime | None = None,
+) -> TuneResult:
     """Tune ``step_name`` on this machine. ``input_prefix``: sample it instead of the latest run's input.
     ``extra_args``: more worker flags (``--tune-repeat 1``). ``echo`` gets each line of the worker's log as it
     comes (the sweep takes minutes)."""
@@ -102,16 +117,20 @@ def tune_step(spec: PipelineSpec, step_name: str, s3, *, out_dir: Path, input_pr
     if input_prefix:
         input_uri, source = input_prefix, "--input-prefix"
     elif attempt is None:
-        raise NotFound(f"no run of pipeline {spec.pipeline} has planned step {step.name} yet, so there is no input "
-                       "to sample; pass --input-prefix s3://... with a prefix of real inputs of this step")
+        raise NotFound(
+            f"no run of pipeline {spec.pipeline} has planned step {step.name} yet, so there is no input "
+            "to sample; pass --input-prefix s3://... with a prefix of real inputs of this step"
+        )
     try:
         step.model.pin_for(model_version)  # an unpinned version is refused before anything is fetched
     except ValueError as err:
         raise PreviewError(str(err)) from err
     objects = list_inputs(s3, input_uri, step.input.include, step.input.exclude)
     if not objects:
-        raise NotFound(f"no input files under {input_uri} (step {step.name}, {source}); pass --input-prefix with a "
-                       "prefix that has data")
+        raise NotFound(
+            f"no input files under {input_uri} (step {step.name}, {source}); pass --input-prefix with a "
+            "prefix that has data"
+        )
     image = sandbox_image(spec, step, model_version, "shardline tune")
     out_dir = out_dir.resolve()  # mapped into the worker image by its absolute path
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -120,20 +139,47 @@ def tune_step(spec: PipelineSpec, step_name: str, s3, *, out_dir: Path, input_pr
         model_dir, data_dir = root / "model", root / "data"
         fetch_model(s3, model_uri, model_dir)
         keys = fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data_dir)
-        command = [sys.executable, "-m", "shardline.worker", "--input-dir", str(data_dir),
-                   "--output-dir", str(root / "out"), "--model-dir", str(model_dir),
-                   "--scratch-dir", str(root / "scratch"), "--host", "tune",
-                   *worker_arguments(step), *pin_arguments(step, model_version),
-                   "--tune", "--tune-rows", str(rows), "--tune-out", str(out_dir), "--tune-step", step.name,
-                   *extra_args]
+        command = [
+            sys.executable,
+            "-m",
+            "shardline.worker",
+            "--input-dir",
+            str(data_dir),
+            "--output-dir",
+            str(root / "out"),
+            "--model-dir",
+            str(model_dir),
+            "--scratch-dir",
+            str(root / "scratch"),
+            "--host",
+            "tune",
+            *worker_arguments(step),
+            *pin_arguments(step, model_version),
+            "--tune",
+            "--tune-rows",
+            str(rows),
+            "--tune-out",
+            str(out_dir),
+            "--tune-step",
+            step.name,
+            *extra_args,
+        ]
         command = in_sandbox(command, image, {root: contract.SAMPLE_DIR, out_dir: contract.TUNE_OUT_DIR})
         code, text, log = _run(command, root, echo)
     figures_path, plot_path = out_dir / "tune.json", out_dir / "tune.png"
     figures = json.loads(figures_path.read_text()) if code == 0 and figures_path.is_file() else None
-    return TuneResult(step=step.name, model_uri=model_uri, input_uri=input_uri, source=source,
-                      sample_keys=[f"s3://{parse_s3_uri(input_uri)[0]}/{k}" for k in keys], exit_code=code,
-                      text=text, figures=figures, plot=str(plot_path) if code == 0 and plot_path.is_file() else None,
-                      log=log)
+    return TuneResult(
+        step=step.name,
+        model_uri=model_uri,
+        input_uri=input_uri,
+        source=source,
+        sample_keys=[f"s3://{parse_s3_uri(input_uri)[0]}/{k}" for k in keys],
+        exit_code=code,
+        text=text,
+        figures=figures,
+        plot=str(plot_path) if code == 0 and plot_path.is_file() else None,
+        log=log,
+    )
 
 
 def fetch_inputs(s3, input_uri: str, keys: list[str], rows: int, data_dir: Path) -> list[str]:
@@ -146,7 +192,7 @@ def fetch_inputs(s3, input_uri: str, keys: list[str], rows: int, data_dir: Path)
     for key in keys:
         if total >= rows:
             break
-        relative = key[len(base):] if key.startswith(base) else key.rsplit("/", 1)[-1]
+        relative = key[len(base) :] if key.startswith(base) else key.rsplit("/", 1)[-1]
         # list_inputs has refused every key that could leave the folder, so the relative path stays inside it.
         folder = data_dir / posixpath.dirname(relative)
         sample = fetch_sample(s3, bucket, key, rows - total, folder, max_bytes=TUNE_MAX_SAMPLE_BYTES)
@@ -177,9 +223,12 @@ def _run(command: list[str], cwd: Path, echo: Callable[[str], None] | None) -> t
     """Run the worker; hand each line of its log to ``echo`` as it comes; (exit code, stdout, log)."""
     env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
     env["PYTHONUNBUFFERED"] = "1"
-    with tempfile.TemporaryFile("w+") as out, subprocess.Popen(
-            command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE,
-            text=True) as proc:
+    with (
+        tempfile.TemporaryFile("w+") as out,
+        subprocess.Popen(
+            command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE, text=True
+        ) as proc,
+    ):
         log = []
         try:
             for line in proc.stderr:

@@ -37,8 +37,10 @@ class RunRef:
     def parse(cls, text: str) -> RunRef:
         pipeline, sep, run_id = text.partition("/")
         if not sep or not pipeline or not run_id:
-            raise BadRequest(f"{text!r} is not a run name: a run is named PIPELINE/RUN_ID; copy it from the RUN "
-                             "column of `shardline runs`")
+            raise BadRequest(
+                f"{text!r} is not a run name: a run is named PIPELINE/RUN_ID; copy it from the RUN "
+                "column of `shardline runs`"
+            )
         return cls(pipeline, run_id)
 
     def __str__(self) -> str:
@@ -93,9 +95,16 @@ class ShardRecord:
 
     @classmethod
     def of(cls, item: Any) -> ShardRecord:
-        return cls(item.host, int(item.attempt or 0), item.status, int(item.files_assigned or 0),
-                   int(item.files_done or 0), int(item.files_failed or 0), int(item.rows_done or 0),
-                   item.heartbeat_at)
+        return cls(
+            item.host,
+            int(item.attempt or 0),
+            item.status,
+            int(item.files_assigned or 0),
+            int(item.files_done or 0),
+            int(item.files_failed or 0),
+            int(item.rows_done or 0),
+            item.heartbeat_at,
+        )
 
 
 # --- views (plain data: the CLI prints them, the UI serves them as JSON) ---------------------
@@ -215,9 +224,17 @@ def iso(value: dt.datetime | None) -> str | None:
 
 def file_view(step: str, item: Any) -> FileView:
     """A FILE item of ``step`` as the views show it."""
-    return FileView(step, item.input_key, item.status, int(item.attempt or 0), item.host,
-                    int(item.rows_in) if item.rows_in is not None else None,
-                    int(item.rows_out) if item.rows_out is not None else None, item.error_class, item.error_message)
+    return FileView(
+        step,
+        item.input_key,
+        item.status,
+        int(item.attempt or 0),
+        item.host,
+        int(item.rows_in) if item.rows_in is not None else None,
+        int(item.rows_out) if item.rows_out is not None else None,
+        item.error_class,
+        item.error_message,
+    )
 
 
 def with_setup_error(view: FileView, setup_error: str | None) -> FileView:
@@ -231,15 +248,18 @@ def run_row(pipeline: str, run_id: str, started_at: dt.datetime | None, run: Run
     """A line of `shardline runs`: the run index's entry, with its RUN item when there is one."""
     if run is None:
         return RunRow(pipeline, run_id, "UNKNOWN", iso(started_at), None)
-    return RunRow(pipeline, run_id, run.status, iso(started_at), iso(run.finished_at), run.message,
-                  partition=run.partition)
+    return RunRow(
+        pipeline, run_id, run.status, iso(started_at), iso(run.finished_at), run.message, partition=run.partition
+    )
 
 
 def with_airflow(row: RunRow, airflow_state: str | None) -> RunRow:
     """``row`` with the DAG run's state beside the ledger's, and what to do when they disagree."""
-    return dataclasses.replace(row, airflow_state=airflow_state,
-                               disagreement=disagreement(row.status, airflow_state,
-                                                         naming.run_ref(row.pipeline, row.run_id)))
+    return dataclasses.replace(
+        row,
+        airflow_state=airflow_state,
+        disagreement=disagreement(row.status, airflow_state, naming.run_ref(row.pipeline, row.run_id)),
+    )
 
 
 def missing_job_status(shards: Sequence[ShardRecord], attempt: int) -> str:
@@ -248,8 +268,17 @@ def missing_job_status(shards: Sequence[ShardRecord], attempt: int) -> str:
     return "NotFoundHere" if any(s.attempt == attempt for s in shards) else "NotSubmitted"
 
 
-def step_view(step: str, record: StepRecord, files: Sequence[FileView], shards: Sequence[ShardRecord], *,
-              job_name: str | None, job_status: str | None, now: dt.datetime, with_files: bool = False) -> StepView:
+def step_view(
+    step: str,
+    record: StepRecord,
+    files: Sequence[FileView],
+    shards: Sequence[ShardRecord],
+    *,
+    job_name: str | None,
+    job_status: str | None,
+    now: dt.datetime,
+    with_files: bool = False,
+) -> StepView:
     """A step of `shardline status`: file counts, rows, and the current attempt's throughput and ETA."""
     attempt = record.attempt
     by_status = {s: [f for f in files if f.status == s] for s in FileStatus}
@@ -268,13 +297,39 @@ def step_view(step: str, record: StepRecord, files: Sequence[FileView], shards: 
     rows_done_now = sum(f.rows_out or 0 for f in done_now)
     rate = rows_done_now / elapsed if elapsed and rows_done_now else None
     eta = remaining / (len(done_now) / elapsed) if elapsed and done_now and remaining else None
-    shard_views = [ShardView(s.host or "?", s.attempt, s.status or "?", s.files_assigned, s.files_done,
-                             s.files_failed, s.rows_done,
-                             (now - s.heartbeat_at).total_seconds() if s.heartbeat_at else None) for s in shards]
-    return StepView(step, status, attempt, job_name, job_status, len(files), len(succeeded),
-                    len(by_status[FileStatus.FAILED]), len(by_status[FileStatus.RUNNING]),
-                    len(by_status[FileStatus.PENDING]), int(sum(f.rows_in or 0 for f in succeeded)), rows_out,
-                    rate, eta, iso(started), record.message, shard_views, list(files) if with_files else [])
+    shard_views = [
+        ShardView(
+            s.host or "?",
+            s.attempt,
+            s.status or "?",
+            s.files_assigned,
+            s.files_done,
+            s.files_failed,
+            s.rows_done,
+            (now - s.heartbeat_at).total_seconds() if s.heartbeat_at else None,
+        )
+        for s in shards
+    ]
+    return StepView(
+        step,
+        status,
+        attempt,
+        job_name,
+        job_status,
+        len(files),
+        len(succeeded),
+        len(by_status[FileStatus.FAILED]),
+        len(by_status[FileStatus.RUNNING]),
+        len(by_status[FileStatus.PENDING]),
+        int(sum(f.rows_in or 0 for f in succeeded)),
+        rows_out,
+        rate,
+        eta,
+        iso(started),
+        record.message,
+        shard_views,
+        list(files) if with_files else [],
+    )
 
 
 def run_view(ref: RunRef, run: RunRecord, steps: Sequence[StepView], airflow_state: str | None) -> RunView:
@@ -282,8 +337,18 @@ def run_view(ref: RunRef, run: RunRecord, steps: Sequence[StepView], airflow_sta
     status = run.status or "UNKNOWN"
     # The step to take up: the first one not ended, or else the last one.
     behind = next((s.name for s in steps if s.status not in STEP_TERMINAL), steps[-1].name if steps else None)
-    return RunView(str(ref), ref.pipeline, ref.run_id, status, iso(run.started_at), iso(run.finished_at),
-                   run.message, list(steps), airflow_state, disagreement(status, airflow_state, str(ref), behind))
+    return RunView(
+        str(ref),
+        ref.pipeline,
+        ref.run_id,
+        status,
+        iso(run.started_at),
+        iso(run.finished_at),
+        run.message,
+        list(steps),
+        airflow_state,
+        disagreement(status, airflow_state, str(ref), behind),
+    )
 
 
 # --- the resubmit policy and the ledger-vs-Airflow comparison ------------------------------------
@@ -291,9 +356,14 @@ def run_view(ref: RunRef, run: RunRecord, steps: Sequence[StepView], airflow_sta
 
 # The ledger's run status, and the DAG run states that tell the same story.
 _AGREEING_RUN_STATES = {
-    StepStatus.PLANNED: {"queued", "running"}, StepStatus.SUBMITTED: {"queued", "running"},
-    StepStatus.RUNNING: {"queued", "running"}, StepStatus.SUCCEEDED: {"success"}, StepStatus.PARTIAL: {"success"},
-    StepStatus.SKIPPED: {"success"}, StepStatus.FAILED: {"failed"}, StepStatus.CANCELLED: {"failed"},
+    StepStatus.PLANNED: {"queued", "running"},
+    StepStatus.SUBMITTED: {"queued", "running"},
+    StepStatus.RUNNING: {"queued", "running"},
+    StepStatus.SUCCEEDED: {"success"},
+    StepStatus.PARTIAL: {"success"},
+    StepStatus.SKIPPED: {"success"},
+    StepStatus.FAILED: {"failed"},
+    StepStatus.CANCELLED: {"failed"},
 }
 
 
@@ -303,18 +373,27 @@ def disagreement(ledger_status: str | None, airflow_state: str | None, ref: str,
         return None
     if airflow_state in _AGREEING_RUN_STATES[StepStatus(ledger_status)]:
         return None
-    fix = (f"`{shlex.join(['shardline', 'resubmit', ref, '--step', step, '--all-failed'])}`" if step
-           else f"`shardline resubmit {ref} --step STEP --all-failed` (for the step `shardline status {ref}` "
-                "shows unfinished)")
+    fix = (
+        f"`{shlex.join(['shardline', 'resubmit', ref, '--step', step, '--all-failed'])}`"
+        if step
+        else f"`shardline resubmit {ref} --step STEP --all-failed` (for the step `shardline status {ref}` "
+        "shows unfinished)"
+    )
     if airflow_state in FINISHED_RUN_STATES and ledger_status not in STEP_TERMINAL:
-        return (f"the DAG run's state is {airflow_state} but the ledger says {ledger_status}: no task drives this "
-                f"run now; {fix} takes it up again")
+        return (
+            f"the DAG run's state is {airflow_state} but the ledger says {ledger_status}: no task drives this "
+            f"run now; {fix} takes it up again"
+        )
     if airflow_state == "failed" and ledger_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
-        return (f"the DAG run failed but the ledger says {ledger_status}: its watch task ended before the last "
-                f"attempt did; {fix} clears it, so the run turns green")
-    return (f"the DAG run's state is {airflow_state}, the ledger says {ledger_status}; this can last a moment "
-            f"while the DAG run's last tasks end: wait a minute and check again with `shardline status {ref}`, and "
-            "if they still differ, check the DAG run's task logs in Airflow")
+        return (
+            f"the DAG run failed but the ledger says {ledger_status}: its watch task ended before the last "
+            f"attempt did; {fix} clears it, so the run turns green"
+        )
+    return (
+        f"the DAG run's state is {airflow_state}, the ledger says {ledger_status}; this can last a moment "
+        f"while the DAG run's last tasks end: wait a minute and check again with `shardline status {ref}`, and "
+        "if they still differ, check the DAG run's task logs in Airflow"
+    )
 
 
 def task_state(state: str | None) -> str:
@@ -332,12 +411,23 @@ def _ended_without_files(step_status: str | None) -> str:
 
 
 # Where a key the planner refused (an unsafe path) is dealt with: it is never resubmitted.
-_UNSAFE_HINT = ("`shardline failed` lists the files that did not succeed, and why (a key refused as an unsafe path "
-                "never runs: rename the object or exclude it with input.exclude)")
+_UNSAFE_HINT = (
+    "`shardline failed` lists the files that did not succeed, and why (a key refused as an unsafe path "
+    "never runs: rename the object or exclude it with input.exclude)"
+)
 
 
-def choose_next(*, attempt: int, job: str, job_running: bool, step_status: str | None, watch_state: str | None,
-                files: int, force: bool, watch: str) -> NextStep:
+def choose_next(
+    *,
+    attempt: int,
+    job: str,
+    job_running: bool,
+    step_status: str | None,
+    watch_state: str | None,
+    files: int,
+    force: bool,
+    watch: str,
+) -> NextStep:
     """What a resubmission does, from the latest attempt's job, the ledger's step status and the
     Airflow watch task's state (``None``: Airflow is not asked). Pure, so every case is tested.
 
@@ -351,39 +441,71 @@ def choose_next(*, attempt: int, job: str, job_running: bool, step_status: str |
     if job_running:
         if sensor_in_charge or watch_state is None:
             follows = f" and its sensor ({watch}, {task_state(watch_state)}) follows it" if sensor_in_charge else ""
-            return NextStep(Next.NOTHING, False, f"attempt {attempt} ({job}) is still running{follows}: nothing to "
-                                                 "resubmit while it runs; wait for it to end (`shardline status` "
-                                                 "shows its progress)")
-        return NextStep(Next.TAKE_UP, True, f"attempt {attempt} ({job}) is running, but the DAG run's {watch} has "
-                                            f"ended ({watch_state}), so nothing in Airflow follows it: clearing "
-                                            f"{watch} lets the DAG run follow it again")
+            return NextStep(
+                Next.NOTHING,
+                False,
+                f"attempt {attempt} ({job}) is still running{follows}: nothing to "
+                "resubmit while it runs; wait for it to end (`shardline status` "
+                "shows its progress)",
+            )
+        return NextStep(
+            Next.TAKE_UP,
+            True,
+            f"attempt {attempt} ({job}) is running, but the DAG run's {watch} has "
+            f"ended ({watch_state}), so nothing in Airflow follows it: clearing "
+            f"{watch} lets the DAG run follow it again",
+        )
     if not step_ended:
         if sensor_in_charge:
             if force and files:
-                return NextStep(Next.SUBMIT, False, f"--force: {watch} is {task_state(watch_state)} and follows "
-                                                    "the new attempt")
-            waiting = (f"attempt {attempt} has ended, but its sensor ({watch}, now {task_state(watch_state)}) has "
-                       "not recorded the outcome yet; it resubmits on its own while retry.max_attempts allows")
+                return NextStep(
+                    Next.SUBMIT, False, f"--force: {watch} is {task_state(watch_state)} and follows the new attempt"
+                )
+            waiting = (
+                f"attempt {attempt} has ended, but its sensor ({watch}, now {task_state(watch_state)}) has "
+                "not recorded the outcome yet; it resubmits on its own while retry.max_attempts allows"
+            )
             if force:
-                return NextStep(Next.REFUSE, False, f"{waiting}, and no chosen file is left to resubmit: wait for "
-                                                    "it (`shardline status` shows when it has)")
-            return NextStep(Next.REFUSE, False, f"{waiting}. Wait for it (`shardline status` shows when it has), "
-                                                "or pass --force to resubmit now")
+                return NextStep(
+                    Next.REFUSE,
+                    False,
+                    f"{waiting}, and no chosen file is left to resubmit: wait for "
+                    "it (`shardline status` shows when it has)",
+                )
+            return NextStep(
+                Next.REFUSE,
+                False,
+                f"{waiting}. Wait for it (`shardline status` shows when it has), or pass --force to resubmit now",
+            )
         if files:
-            return NextStep(Next.SUBMIT, watch_state is not None,
-                            f"attempt {attempt} has ended and no watch task recorded its outcome")
+            return NextStep(
+                Next.SUBMIT,
+                watch_state is not None,
+                f"attempt {attempt} has ended and no watch task recorded its outcome",
+            )
         if watch_state is None:
             return NextStep(Next.NOTHING, False, "nothing to resubmit: every chosen file has succeeded")
-        return NextStep(Next.TAKE_UP, True, f"every chosen file has succeeded, but no watch task recorded attempt "
-                                            f"{attempt}'s outcome: clearing {watch} lets the DAG run record it "
-                                            "and go on")
+        return NextStep(
+            Next.TAKE_UP,
+            True,
+            f"every chosen file has succeeded, but no watch task recorded attempt "
+            f"{attempt}'s outcome: clearing {watch} lets the DAG run record it "
+            "and go on",
+        )
     if files:
         return NextStep(Next.SUBMIT, watch_state is not None, f"the step ended {step_status}")
-    if step_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and watch_state in FINISHED_TASK_STATES \
-            and watch_state != "success":
-        return NextStep(Next.TAKE_UP, True, f"{_ended_without_files(step_status)}, but the DAG run's {watch} ended "
-                                            f"{watch_state} before the last attempt did: clearing it lets the run "
-                                            "turn green")
+    if (
+        step_status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL)
+        and watch_state in FINISHED_TASK_STATES
+        and watch_state != "success"
+    ):
+        return NextStep(
+            Next.TAKE_UP,
+            True,
+            f"{_ended_without_files(step_status)}, but the DAG run's {watch} ended "
+            f"{watch_state} before the last attempt did: clearing it lets the run "
+            "turn green",
+        )
     if step_status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED):
         return NextStep(Next.NOTHING, False, f"nothing to resubmit: {_ended_without_files(step_status)}")
     return NextStep(Next.NOTHING, False, f"nothing to resubmit: {_ended_without_files(step_status)}; {_UNSAFE_HINT}")
@@ -397,10 +519,14 @@ def dry_run_text(choice: NextStep, watch: str, run_id: str, attempt: int | None,
     if attempt is None:
         return f"dry run, nothing was changed: {choice.reason}"
     if choice.clear_watch:
-        return (f"dry run, nothing was changed: for real, it would submit attempt {attempt}, then clear {watch} of "
-                f"DAG run {run_id} so the run follows it")
-    return (f"dry run, nothing was changed: for real, it would submit attempt {attempt} and clear nothing in "
-            f"Airflow ({followed_text(watch, watch_state)})")
+        return (
+            f"dry run, nothing was changed: for real, it would submit attempt {attempt}, then clear {watch} of "
+            f"DAG run {run_id} so the run follows it"
+        )
+    return (
+        f"dry run, nothing was changed: for real, it would submit attempt {attempt} and clear nothing in "
+        f"Airflow ({followed_text(watch, watch_state)})"
+    )
 
 
 def followed_text(watch: str, watch_state: str | None) -> str:
@@ -416,14 +542,18 @@ def half_done_text(attempt: int | None, job_name: str | None, watch: str, err: E
         done = f"attempt {attempt} is submitted as job {job_name}, but the DAG run does not follow it yet"
     else:
         done = "nothing was submitted, and the DAG run does not follow the step yet"
-    return (f"{done}: clearing {watch} failed: {err}. To finish, run the same command again once Airflow lets "
-            f"you; it clears {watch} and submits nothing twice: {again}")
+    return (
+        f"{done}: clearing {watch} failed: {err}. To finish, run the same command again once Airflow lets "
+        f"you; it clears {watch} and submits nothing twice: {again}"
+    )
 
 
 def cleared_text(watch: str, state: str, cleared: int) -> str:
     """What clearing a finished watch task did."""
-    return (f"{watch} had ended ({state}): cleared it and what follows it ({cleared} task instance(s)), so the DAG "
-            "run follows the step again and turns green when it succeeds")
+    return (
+        f"{watch} had ended ({state}): cleared it and what follows it ({cleared} task instance(s)), so the DAG "
+        "run follows the step again and turns green when it succeeds"
+    )
 
 
 def not_finished_text(watch: str, wait_seconds: float, state: str | None) -> str:
@@ -442,13 +572,16 @@ def unknown_step(pipeline: str, step: str, steps: Sequence[str]) -> str:
 
 def local_root_mismatch(job: str, attempt: int, local_root: object) -> str:
     """The local backend's jobs live in a directory; a CLI that looks in another one must not submit."""
-    return (f"job {job} of attempt {attempt} ran, but not under {local_root}, where this shell's local "
-            "backend looks, so nothing was submitted (a job started here would run beside Airflow's). Run the "
-            "command with the same AIRFLOW_HOME (or SHARDLINE_LOCAL_ROOT) as the Airflow that runs the pipeline")
+    return (
+        f"job {job} of attempt {attempt} ran, but not under {local_root}, where this shell's local "
+        "backend looks, so nothing was submitted (a job started here would run beside Airflow's). Run the "
+        "command with the same AIRFLOW_HOME (or SHARDLINE_LOCAL_ROOT) as the Airflow that runs the pipeline"
+    )
 
 
-def resubmit_command(ref: RunRef, step: str, *, shard: str | None, files: Sequence[str], all_failed: bool,
-                     force: bool) -> str:
+def resubmit_command(
+    ref: RunRef, step: str, *, shard: str | None, files: Sequence[str], all_failed: bool, force: bool
+) -> str:
     """The resubmit command that repeats this call, to print when something is left half done."""
     words = ["shardline", "resubmit", str(ref), "--step", step]
     if all_failed:
@@ -466,12 +599,12 @@ def resubmit_command(ref: RunRef, step: str, *, shard: str | None, files: Sequen
 CANCEL_LINES = {
     "already": "step {step}: already {status}, left as it is",
     "moved_on": "step {step}: moved on while being cancelled (resubmitted, or ended), so it was left as it is; "
-                "`shardline status {ref}` shows where it is now",
+    "`shardline status {ref}` shows where it is now",
     "stopped": "step {step}: stopped {job}",
     "cancelled": "step {step}: CANCELLED",
     "dag_run_failed": "Airflow: DAG run {run_id} marked failed",
     "airflow_error": "Airflow: DAG run {run_id} was not marked failed ({err}); the ledger says CANCELLED, so no "
-                     "sensor resubmits; mark the DAG run failed in Airflow's UI",
+    "sensor resubmits; mark the DAG run failed in Airflow's UI",
 }
 
 
@@ -522,18 +655,24 @@ REPORTS_WHEN = "a step's run report is written when the step ends"
 
 
 def report_not_planned_text(ref: RunRef, step: str) -> str:
-    return (f"step {step} of {ref} was never planned, so it has no run report ({REPORTS_WHEN}); `shardline status "
-            f"{ref}` shows where the run is")
+    return (
+        f"step {step} of {ref} was never planned, so it has no run report ({REPORTS_WHEN}); `shardline status "
+        f"{ref}` shows where the run is"
+    )
 
 
 def report_missing_text(ref: RunRef, step: str, status: str | None, uri: str) -> str:
     """A planned step whose report is not (yet) on S3: still running, or ended without one."""
     if status not in STEP_TERMINAL:
-        return (f"step {step} of {ref} has not ended ({status or 'no status'}), so it has no run report yet: "
-                f"{REPORTS_WHEN}; `shardline status {ref}` shows its progress")
-    return (f"step {step} of {ref} ended {status}, but its run report is not at {uri}: {REPORTS_WHEN}, so a run "
-            f"from before Shardline wrote reports has none, and if writing it failed the step's watch_{step} task "
-            "log says why")
+        return (
+            f"step {step} of {ref} has not ended ({status or 'no status'}), so it has no run report yet: "
+            f"{REPORTS_WHEN}; `shardline status {ref}` shows its progress"
+        )
+    return (
+        f"step {step} of {ref} ended {status}, but its run report is not at {uri}: {REPORTS_WHEN}, so a run "
+        f"from before Shardline wrote reports has none, and if writing it failed the step's watch_{step} task "
+        "log says why"
+    )
 
 
 def no_reports_text(ref: RunRef, missing: Sequence[str]) -> str:
@@ -542,5 +681,4 @@ def no_reports_text(ref: RunRef, missing: Sequence[str]) -> str:
 
 
 def out_needs_step_text(ref: RunRef, steps: Sequence[str]) -> str:
-    return (f"--out names one file, and run {ref} has reports for steps {', '.join(steps)}: pass --step with "
-            "--out")
+    return f"--out names one file, and run {ref} has reports for steps {', '.join(steps)}: pass --step with --out"

@@ -43,8 +43,10 @@ class WrittenReport:
 
     def drift_message(self) -> str:
         drift = self.report.drift
-        return (f"predictions drifted from run {drift.reference_run_id}: PSI {drift.psi:.3f} > drift.max_psi "
-                f"{drift.max_psi:g} (report: {self.html_uri})")
+        return (
+            f"predictions drifted from run {drift.reference_run_id}: PSI {drift.psi:.3f} > drift.max_psi "
+            f"{drift.max_psi:g} (report: {self.html_uri})"
+        )
 
 
 def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
@@ -68,31 +70,46 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt) -> RunReport:
     """The step's report from what its run recorded, against the pipeline's earlier runs."""
     records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=None)
     step_spec = spec.step(attempt.step)
-    found = records_from_ledger(records.step, records.files, records.shards,
-                                instance_type=step_spec.resources.instance_type, backend=spec.backend,
-                                pipeline=attempt.pipeline, run_id=attempt.run_id, step=attempt.step,
-                                planned_sizes=records.planned_sizes)
+    found = records_from_ledger(
+        records.step,
+        records.files,
+        records.shards,
+        instance_type=step_spec.resources.instance_type,
+        backend=spec.backend,
+        pipeline=attempt.pipeline,
+        run_id=attempt.run_id,
+        step=attempt.step,
+        planned_sizes=records.planned_sizes,
+    )
     histogram, missing = current_histogram(spec, attempt, records.files)
     previous = previous_reports(spec, attempt)
     prices, price_note = prices_for(spec, attempt.step)
     reference = next(((run_id, r) for run_id, r in previous if r.drift.current_histogram), None)
     report = build_report(
-        found.identity, found.files, found.instances, histogram,
+        found.identity,
+        found.files,
+        found.instances,
+        histogram,
         reference=Histogram.from_dict(reference[1].drift.current_histogram) if reference else None,
         reference_run_id=reference[0] if reference else None,
         previous_runs=[PreviousRun(run_id, r.cost.cost_per_million, r.ended_at) for run_id, r in reversed(previous)],
-        prices=prices, max_psi=step_spec.drift.max_psi)
+        prices=prices,
+        max_psi=step_spec.drift.max_psi,
+    )
     if price_note:
         report.notes.append(price_note)
     if missing:
-        report.notes.append(f"{missing} instance manifest(s) were not found, so their files' predictions are not in "
-                            "the distribution (an instance that stopped before uploading)")
+        report.notes.append(
+            f"{missing} instance manifest(s) were not found, so their files' predictions are not in "
+            "the distribution (an instance that stopped before uploading)"
+        )
     if step_spec.input.from_step:
         from shardline.orchestration.upstream import UpstreamError, upstream_outputs
 
         try:
             tolerated = upstream_outputs(spec, attempt.step, attempt.run_id, attempt.input_prefix).tolerated_text(
-                attempt.step)
+                attempt.step
+            )
         except UpstreamError as err:
             tolerated = f"the outputs manifest of step {step_spec.input.from_step} could not be read: {err}"
         if tolerated:
@@ -111,8 +128,9 @@ def current_histogram(spec: PipelineSpec, attempt: Attempt, files) -> tuple[Hist
     merged, missing = None, 0
     prefix_len = len(attempt.input_prefix.rstrip("/")) + 1
     for (number, host), keys in sorted(wanted.items()):
-        bucket, key = parse_s3_uri(naming.worker_manifest_key(attempt.output_prefix, number, host,
-                                                              attempt.metadata_prefix))
+        bucket, key = parse_s3_uri(
+            naming.worker_manifest_key(attempt.output_prefix, number, host, attempt.metadata_prefix)
+        )
         try:
             manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         except s3.exceptions.NoSuchKey:
@@ -145,8 +163,14 @@ def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, Ru
         if step.status != StepStatus.SUCCEEDED or not step.plan_json:
             continue
         try:
-            earlier = Attempt.from_plan(step.plan_json, int(step.attempt or 1), 0, pipeline=attempt.pipeline,
-                                        run_id=run.run_id, step=attempt.step)
+            earlier = Attempt.from_plan(
+                step.plan_json,
+                int(step.attempt or 1),
+                0,
+                pipeline=attempt.pipeline,
+                run_id=run.run_id,
+                step=attempt.step,
+            )
             bucket, key = parse_s3_uri(earlier.report_uri("json"))
             found.append((run.run_id, RunReport.from_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())))
         except s3.exceptions.NoSuchKey:
@@ -163,8 +187,10 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt) -> WrittenReport:
     report = build_step_report(spec, attempt)
     s3 = services.s3_client(spec)
     uris = {}
-    for suffix, body, content_type in (("json", report.to_json(indent=1), "application/json"),
-                                       ("html", render_html(report), "text/html; charset=utf-8")):
+    for suffix, body, content_type in (
+        ("json", report.to_json(indent=1), "application/json"),
+        ("html", render_html(report), "text/html; charset=utf-8"),
+    ):
         uri = attempt.report_uri(suffix)
         put_metadata(s3, uri, body.encode(), content_type)
         uris[suffix] = uri

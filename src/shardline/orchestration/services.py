@@ -52,16 +52,22 @@ class AwsSettings:
 
     @classmethod
     def of(cls, spec: PipelineSpec) -> AwsSettings:
-        return cls(spec.backend, spec.sagemaker.aws_conn_id, spec.ledger_table, spec.ledger_retention_days,
-                   str(local_root()))
+        return cls(
+            spec.backend, spec.sagemaker.aws_conn_id, spec.ledger_table, spec.ledger_retention_days, str(local_root())
+        )
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AwsSettings:
-        return cls(str(data["backend"]), str(data["aws_conn_id"]), str(data["ledger_table"]),
-                   int(data["retention_days"]), str(data["local_root"]))
+        return cls(
+            str(data["backend"]),
+            str(data["aws_conn_id"]),
+            str(data["ledger_table"]),
+            int(data["retention_days"]),
+            str(data["local_root"]),
+        )
 
 
 # What a call names its pipeline by: its spec, or the settings taken from one (a trigger has no spec).
@@ -95,8 +101,9 @@ class PipelineServices:
             return boto3.client(service, config=client_config())
         from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-        return AwsBaseHook(aws_conn_id=self.settings.aws.aws_conn_id, client_type=service,
-                           config=client_config()).get_conn()
+        return AwsBaseHook(
+            aws_conn_id=self.settings.aws.aws_conn_id, client_type=service, config=client_config()
+        ).get_conn()
 
     @functools.cached_property
     def s3(self):

@@ -32,9 +32,15 @@ _cache: collections.OrderedDict[str, list[tuple[str, int]]] = collections.Ordere
 _cache_lock = threading.Lock()
 
 
-def read_step_files(spec: services.Source, pipeline: str, run_id: str, step: str, *,
-                    file_attributes: list[str] | None = FILE_ATTRIBUTES, head: StepRecords | None = None
-                    ) -> StepRecords:
+def read_step_files(
+    spec: services.Source,
+    pipeline: str,
+    run_id: str,
+    step: str,
+    *,
+    file_attributes: list[str] | None = FILE_ATTRIBUTES,
+    head: StepRecords | None = None,
+) -> StepRecords:
     """The STEP, SHARD and FILE items of a step, with every input planned but not yet claimed added as
     PENDING under the attempt that planned it (``ledger.orchestrator.UnclaimedFile``).
 
@@ -73,15 +79,18 @@ def _plan_file(spec: services.Source, uri: str, *, keep: set[str]) -> list[tuple
         found = s3.get_object(Bucket=bucket, Key=key)
         if found.get("ContentLength", 0) > MAX_PLAN_FILE_BYTES:
             found["Body"].close()
-            raise PlanFileError(f"{uri} is {found['ContentLength'] >> 20} MiB, over the "
-                                f"{MAX_PLAN_FILE_BYTES >> 20} MiB a plan file can be (a million inputs take about "
-                                "2 MiB): it is not one the plan task wrote")
+            raise PlanFileError(
+                f"{uri} is {found['ContentLength'] >> 20} MiB, over the "
+                f"{MAX_PLAN_FILE_BYTES >> 20} MiB a plan file can be (a million inputs take about "
+                "2 MiB): it is not one the plan task wrote"
+            )
         body = found["Body"].read(MAX_PLAN_FILE_BYTES + 1)
     except (s3.exceptions.NoSuchKey, s3.exceptions.NoSuchBucket) as err:
         raise PlanFileError(
             f"{uri} is gone: the step's ledger record names it as the list of the inputs one attempt planned, so "
             "the files of that attempt no instance has claimed cannot be counted. Restore it (or keep lifecycle "
-            "rules off the metadata prefix's manifests/ folder while a run is in flight)") from err
+            "rules off the metadata prefix's manifests/ folder while a run is in flight)"
+        ) from err
     inputs = parse_plan_file(body, uri)
     with _cache_lock:
         _cache[uri] = inputs

@@ -14,12 +14,7 @@ import time
 import uuid
 
 from shardline import contract
-from shardline.decision.policy import (
-    UNSAFE_KEY_ERROR,
-    Decision,
-    JobStatus,
-    Policy,
-)
+from shardline.decision.policy import UNSAFE_KEY_ERROR, Decision, JobStatus, Policy
 from shardline.errors import Refused, Unavailable, UnvouchedOutputError
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.orchestrator import (
@@ -57,12 +52,24 @@ log = logging.getLogger(__name__)
 
 
 # How the sensor's outcome is recorded on the STEP item.
-OUTCOME_STATUS = {"ADVANCE": StepStatus.SUCCEEDED, "PARTIAL": StepStatus.PARTIAL, "FAIL": StepStatus.FAILED,
-                  "TIMEOUT": StepStatus.FAILED}
+OUTCOME_STATUS = {
+    "ADVANCE": StepStatus.SUCCEEDED,
+    "PARTIAL": StepStatus.PARTIAL,
+    "FAIL": StepStatus.FAILED,
+    "TIMEOUT": StepStatus.FAILED,
+}
 
 
-def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S3Object], *,
-                 after: int | None = None, reopen_cancelled: bool = False, replan: bool = False) -> Attempt:
+def _new_attempt(
+    spec: PipelineSpec,
+    base: Attempt,
+    number: int,
+    objects: list[S3Object],
+    *,
+    after: int | None = None,
+    reopen_cancelled: bool = False,
+    replan: bool = False,
+) -> Attempt:
     """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
 
     ``base``: the step's plan (an earlier attempt, or attempt 1 before its files are known).
@@ -85,9 +92,18 @@ def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S
     if replan:
         continue_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys, plan_file=plan_file)
     else:
-        start_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys,
-                      plan_json=attempt.plan_json(), after=after, reopen_cancelled=reopen_cancelled,
-                      plan_file=plan_file)
+        start_attempt(
+            model,
+            attempt.pipeline,
+            attempt.run_id,
+            attempt.step,
+            number,
+            keys,
+            plan_json=attempt.plan_json(),
+            after=after,
+            reopen_cancelled=reopen_cancelled,
+            plan_file=plan_file,
+        )
     if number == 1 and not replan:
         withdraw_success_marker(spec, attempt.output_prefix)
     write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
@@ -96,9 +112,19 @@ def _new_attempt(spec: PipelineSpec, base: Attempt, number: int, objects: list[S
     return attempt
 
 
-def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, output_prefix: str, model_uri: str,
-         instance_count: int, model_version: str | None = None, metadata_prefix: str | None = None,
-         partition: str | None = None) -> Attempt | None:
+def plan(
+    spec: PipelineSpec,
+    step: str,
+    run_id: str,
+    *,
+    input_prefix: str,
+    output_prefix: str,
+    model_uri: str,
+    instance_count: int,
+    model_version: str | None = None,
+    metadata_prefix: str | None = None,
+    partition: str | None = None,
+) -> Attempt | None:
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process.
 
     ``partition``: what the run scores (its data interval's start), recorded on the RUN item."""
@@ -110,46 +136,87 @@ def plan(spec: PipelineSpec, step: str, run_id: str, *, input_prefix: str, outpu
 
         upstream = upstream_outputs(spec, step, run_id, input_prefix)
         objects, refused = upstream.objects, []
-        log.info("step %s of run %s reads the %d output(s) step %s committed (%s)", step, run_id, len(objects),
-                 upstream.step, upstream.manifest_uri)
+        log.info(
+            "step %s of run %s reads the %d output(s) step %s committed (%s)",
+            step,
+            run_id,
+            len(objects),
+            upstream.step,
+            upstream.manifest_uri,
+        )
         if tolerated := upstream.tolerated_text(step):
             log.warning("%s", tolerated)
     else:
-        objects, refused = list_inputs_and_refusals(services.s3_listing_client(spec), input_prefix,
-                                                    s.input.include, s.input.exclude)
+        objects, refused = list_inputs_and_refusals(
+            services.s3_listing_client(spec), input_prefix, s.input.include, s.input.exclude
+        )
     listed = time.monotonic()
     if not objects and refused:
-        raise Refused(f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
-                         f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
-                         "input.exclude")
+        raise Refused(
+            f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
+            f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
+            "input.exclude"
+        )
     if not objects:
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
     ensure_run(services.ledger_model(spec), spec.pipeline, run_id, partition)
     if spec.steps[0].name == step:  # running now: no longer waiting, or run again after it ended (a rerun)
         set_run_status(services.ledger_model(spec), spec.pipeline, run_id, StepStatus.RUNNING)
-    base = Attempt(pipeline=spec.pipeline, run_id=run_id, step=step, number=1, input_prefix=_dir(input_prefix),
-                   output_prefix=_dir(output_prefix), model_uri=model_uri, model_version=model_version,
-                   metadata_prefix=_dir(metadata_prefix) if metadata_prefix else None,
-                   requested_instances=instance_count)
+    base = Attempt(
+        pipeline=spec.pipeline,
+        run_id=run_id,
+        step=step,
+        number=1,
+        input_prefix=_dir(input_prefix),
+        output_prefix=_dir(output_prefix),
+        model_uri=model_uri,
+        model_version=model_version,
+        metadata_prefix=_dir(metadata_prefix) if metadata_prefix else None,
+        requested_instances=instance_count,
+    )
     number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:
         attempt = _new_attempt(spec, base, number, todo, after=number - 1, replan=replan)
         if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
             bucket, _ = parse_s3_uri(input_prefix)
-            record_refused(services.ledger_model(spec), spec.pipeline, run_id, step, attempt.number,
-                           [(f"s3://{bucket}/{o.key}", o.size, f"not processed: the key is an unsafe path "
-                             f"({reason}); rename the object or exclude it with input.exclude")
-                            for o, reason in refused], error_class=UNSAFE_KEY_ERROR)
+            record_refused(
+                services.ledger_model(spec),
+                spec.pipeline,
+                run_id,
+                step,
+                attempt.number,
+                [
+                    (
+                        f"s3://{bucket}/{o.key}",
+                        o.size,
+                        f"not processed: the key is an unsafe path "
+                        f"({reason}); rename the object or exclude it with input.exclude",
+                    )
+                    for o, reason in refused
+                ],
+                error_class=UNSAFE_KEY_ERROR,
+            )
     else:  # planned before, and every input has succeeded since: adopt that attempt
         attempt = latest_attempt(spec, spec.pipeline, run_id, step)
         log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
-    timing = {"started_at": time.time() - (time.monotonic() - started), "list_seconds": round(listed - started, 3),
-              "record_seconds": round(time.monotonic() - listed, 3)}
-    log.info("step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, ordered "
-             "and recorded (plan file, manifest, ledger) in %.1fs", step, run_id, len(objects),
-             sum(o.size for o in objects) / 2**20, attempt.instance_count, s.sharding, timing["list_seconds"],
-             timing["record_seconds"])
+    timing = {
+        "started_at": time.time() - (time.monotonic() - started),
+        "list_seconds": round(listed - started, 3),
+        "record_seconds": round(time.monotonic() - listed, 3),
+    }
+    log.info(
+        "step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, ordered "
+        "and recorded (plan file, manifest, ledger) in %.1fs",
+        step,
+        run_id,
+        len(objects),
+        sum(o.size for o in objects) / 2**20,
+        attempt.instance_count,
+        s.sharding,
+        timing["list_seconds"],
+        timing["record_seconds"],
+    )
     return attempt.model_copy(update={"planning": timing})
 
 
@@ -188,8 +255,7 @@ def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     backend = services.backend_for(spec)
     backend.submit(request)
     state = backend.describe(attempt.job_name)
-    log.info("job %s (attempt %d of step %s): %s", attempt.job_name, attempt.number, attempt.step,
-             state.status.value)
+    log.info("job %s (attempt %d of step %s): %s", attempt.job_name, attempt.number, attempt.step, state.status.value)
     return attempt.submitted(state.created_at or time.time())
 
 
@@ -200,8 +266,14 @@ def stop(spec: PipelineSpec, attempt: Attempt) -> None:
         backend.stop(attempt.job_name)
 
 
-def resubmit(spec: PipelineSpec, attempt: Attempt, retry_keys: list[str], *, by_operator: bool = False,
-             sizes: dict[str, int] | None = None) -> Attempt:
+def resubmit(
+    spec: PipelineSpec,
+    attempt: Attempt,
+    retry_keys: list[str],
+    *,
+    by_operator: bool = False,
+    sizes: dict[str, int] | None = None,
+) -> Attempt:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
     Fenced on ``attempt``: the step must still be at it, so a sensor and an operator cannot
@@ -212,13 +284,13 @@ def resubmit(spec: PipelineSpec, attempt: Attempt, retry_keys: list[str], *, by_
     """
     stop_and_wait(spec, attempt)
     objects = sized_objects(spec, attempt, retry_keys, known=sizes)
-    nxt = _new_attempt(spec, attempt, attempt.number + 1, objects, after=attempt.number,
-                       reopen_cancelled=by_operator)
+    nxt = _new_attempt(spec, attempt, attempt.number + 1, objects, after=attempt.number, reopen_cancelled=by_operator)
     return submit(spec, nxt)
 
 
-def sized_objects(spec: PipelineSpec, attempt: Attempt, keys: list[str], known: dict[str, int] | None = None
-                  ) -> list[S3Object]:
+def sized_objects(
+    spec: PipelineSpec, attempt: Attempt, keys: list[str], known: dict[str, int] | None = None
+) -> list[S3Object]:
     """The inputs ``keys`` (full s3:// URIs) with their sizes, for the next attempt's plan.
 
     A later attempt deals its files by size like the first (``sharding: by_size``) and records
@@ -226,26 +298,29 @@ def sized_objects(spec: PipelineSpec, attempt: Attempt, keys: list[str], known: 
     read (FILE items), else from the plan files, and from S3 for any neither has.
     """
     bucket, _ = parse_s3_uri(attempt.input_prefix)
-    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step,
-                              file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
-    recorded = {**(known or {}), **records.planned_sizes,
-                **{f.input_key: int(f.bytes_in) for f in records.files if f.bytes_in}}
+    records = read_step_files(
+        spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"]
+    )
+    recorded = {
+        **(known or {}),
+        **records.planned_sizes,
+        **{f.input_key: int(f.bytes_in) for f in records.files if f.bytes_in},
+    }
     s3 = None
     objects = []
     for key in keys:
         size = recorded.get(key, 0)
         if not size:
             s3 = s3 or services.s3_client(spec)
-            size = s3.head_object(Bucket=bucket, Key=key[len(f"s3://{bucket}/"):])["ContentLength"]
-        objects.append(S3Object(key[len(f"s3://{bucket}/"):], size))
+            size = s3.head_object(Bucket=bucket, Key=key[len(f"s3://{bucket}/") :])["ContentLength"]
+        objects.append(S3Object(key[len(f"s3://{bucket}/") :], size))
     return objects
 
 
 STOP_WAIT_SECONDS = 900.0  # SageMaker takes a minute or two to stop a job
 
 
-def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WAIT_SECONDS,
-                  poll: float = 5.0) -> None:
+def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WAIT_SECONDS, poll: float = 5.0) -> None:
     """Stop the attempt's job if it still runs, and return once it has ended.
 
     Raises :class:`~shardline.errors.Unavailable` if it has not ended by ``timeout``: the next attempt must not start
@@ -260,19 +335,21 @@ def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WA
         return
     if state.status.is_terminal:
         return
-    log.warning("stopping job %s (attempt %d) before the next attempt starts", attempt.job_name,
-                attempt.number)
+    log.warning("stopping job %s (attempt %d) before the next attempt starts", attempt.job_name, attempt.number)
     backend.stop(attempt.job_name)
-    state = wait_for(lambda: backend.describe(attempt.job_name), lambda s: s.status.is_terminal, timeout=timeout,
-                     interval=poll)
+    state = wait_for(
+        lambda: backend.describe(attempt.job_name), lambda s: s.status.is_terminal, timeout=timeout, interval=poll
+    )
     if not state.status.is_terminal:
         raise Unavailable(stop_timeout_text(attempt.job_name, state.status.value, timeout))
 
 
 def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:
-    return (f"job {job_name} is still {status} {timeout:.0f}s after it was asked to stop, so the next attempt has "
-            "not started (two attempts never run at once): the task's retry tries again later; if the job never "
-            "stops, check it in the backend's console")
+    return (
+        f"job {job_name} is still {status} {timeout:.0f}s after it was asked to stop, so the next attempt has "
+        "not started (two attempts never run at once): the task's retry tries again later; if the job never "
+        "stops, check it in the backend's console"
+    )
 
 
 def file_error(error_class: str | None, error_message: str | None) -> str:
@@ -305,8 +382,9 @@ def report_uri(step_item, pipeline: str, run_id: str, step: str) -> str | None:
     """Where a step's run report is (None before its plan exists)."""
     if step_item is None or not step_item.plan_json:
         return None
-    return Attempt.from_plan(step_item.plan_json, int(step_item.attempt or 1), 0, pipeline=pipeline,
-                             run_id=run_id, step=step).report_uri()
+    return Attempt.from_plan(
+        step_item.plan_json, int(step_item.attempt or 1), 0, pipeline=pipeline, run_id=run_id, step=step
+    ).report_uri()
 
 
 def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
@@ -326,16 +404,17 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     try:
         state = services.backend_for(spec).describe(name)
     except JobNotFound:
-        unfinished = [f.input_key for f in records.files
-                      if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal]
-        log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest,
-                    attempt.step)
+        unfinished = [
+            f.input_key for f in records.files if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal
+        ]
+        log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest, attempt.step)
         objects = sized_objects(spec, attempt, unfinished)
         return submit(spec, _new_attempt(spec, attempt, latest, objects, replan=True))
     log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
     files = sum(1 for f in records.files if int(f.attempt or 0) == latest)
-    return attempt.model_copy(update={"number": latest, "file_count": files, "files": (),
-                                      "submitted_at": state.created_at or time.time()})
+    return attempt.model_copy(
+        update={"number": latest, "file_count": files, "files": (), "submitted_at": state.created_at or time.time()}
+    )
 
 
 def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> StepStatus | None:
@@ -349,28 +428,34 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
         unvouched = unvouched_outputs(spec, attempt)
         if unvouched:
             status = StepStatus.FAILED
-            reason = (f"{len(unvouched)} file(s) the ledger records as SUCCEEDED are not what the worker's own "
-                      f"manifest says it wrote, e.g. {'; '.join(u.reason for u in unvouched[:3])}. Either something "
-                      "other than the worker wrote these ledger items or outputs (check who can write the ledger "
-                      "table and the output prefix: infra/README.md), or an instance ended before writing its "
-                      f"manifest. No {contract.SUCCESS_MARKER} was written, and these files are now FAILED "
-                      f"({UNVOUCHED_OUTPUT_ERROR}), so a resubmission with --all-failed scores them again")
+            reason = (
+                f"{len(unvouched)} file(s) the ledger records as SUCCEEDED are not what the worker's own "
+                f"manifest says it wrote, e.g. {'; '.join(u.reason for u in unvouched[:3])}. Either something "
+                "other than the worker wrote these ledger items or outputs (check who can write the ledger "
+                "table and the output prefix: infra/README.md), or an instance ended before writing its "
+                f"manifest. No {contract.SUCCESS_MARKER} was written, and these files are now FAILED "
+                f"({UNVOUCHED_OUTPUT_ERROR}), so a resubmission with --all-failed scores them again"
+            )
             log.error("step %s: %s", attempt.step, reason)
     status, reason = check_run_report(spec, attempt, status, reason)
     reason = outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
-    if not finish_step(model, attempt.pipeline, attempt.run_id, attempt.step, attempt.number, status,
-                       reason):
+    if not finish_step(model, attempt.pipeline, attempt.run_id, attempt.step, attempt.number, status, reason):
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
         return None
     if unvouched:  # FAILED now, so `failed` shows them and `resubmit --all-failed` takes them
         for number in sorted({u.attempt for u in unvouched}):
-            record_refused(model, attempt.pipeline, attempt.run_id, attempt.step, number,
-                           [(u.input_key, 0, u.reason) for u in unvouched if u.attempt == number],
-                           error_class=UNVOUCHED_OUTPUT_ERROR)
+            record_refused(
+                model,
+                attempt.pipeline,
+                attempt.run_id,
+                attempt.step,
+                number,
+                [(u.input_key, 0, u.reason) for u in unvouched if u.attempt == number],
+                error_class=UNVOUCHED_OUTPUT_ERROR,
+            )
     if status is StepStatus.FAILED:
-        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED,
-                       run_outcome_message(attempt, reason))
+        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED, run_outcome_message(attempt, reason))
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
         commit_outputs(spec, attempt, status)
     return status
@@ -391,8 +476,10 @@ def check_run_report(spec: PipelineSpec, attempt: Attempt, status: StepStatus, r
     except Exception as err:
         log.exception("step %s: the run report could not be written", attempt.step)
         if policy.action == "fail" and status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
-            return StepStatus.FAILED, (f"the drift check (drift.action: fail) could not run: the run report failed: "
-                                       f"{watch.describe_error(err)}")
+            return StepStatus.FAILED, (
+                f"the drift check (drift.action: fail) could not run: the run report failed: "
+                f"{watch.describe_error(err)}"
+            )
         return status, reason
     log.info("step %s: run report %s", attempt.step, written.html_uri)
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and written.drifted:
@@ -416,8 +503,9 @@ def outcome_message(attempt: Attempt, status: StepStatus, reason: str) -> str:
     """The STEP item's message for the sensor's outcome: a step that did not succeed says how to retry it."""
     if status is StepStatus.SUCCEEDED:
         return reason
-    return reason + "; after fixing the cause: " + naming.resubmit_command(attempt.pipeline, attempt.run_id,
-                                                                           attempt.step)
+    return (
+        reason + "; after fixing the cause: " + naming.resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
+    )
 
 
 def run_outcome_message(attempt: Attempt, step_message: str) -> str:
@@ -446,8 +534,9 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt) -> list[UnvouchedFil
     forged by anything but the worker (another job's role, a hand edit) never makes a run green. An output
     whose object is missing is left to :func:`commit_outputs`, which names it and writes no ``_SUCCESS``.
     """
-    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step,
-                              file_attributes=[*FILE_ATTRIBUTES, "output_key", "host"])
+    records = read_step_files(
+        spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=[*FILE_ATTRIBUTES, "output_key", "host"]
+    )
     succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
     if not succeeded:
         return []
@@ -472,10 +561,13 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt) -> list[UnvouchedFil
         elif not f.input_key.endswith("/" + str(written.get("input"))):
             # The worker names its input relative to where SageMaker put it: a suffix of the input's key.
             why = f"the worker wrote {f.output_key} for another input, {written.get('input')}"
-        elif _count(written.get("rows_out")) != _count(f.rows_out) \
-                or _count(written.get("bytes_out")) != _count(stored.get("Size")):
-            why = (f"the ledger says {_count(f.rows_out)} rows and S3 holds {stored.get('Size')} bytes, the worker "
-                   f"wrote {written.get('rows_out')} rows, {written.get('bytes_out')} bytes")
+        elif _count(written.get("rows_out")) != _count(f.rows_out) or _count(written.get("bytes_out")) != _count(
+            stored.get("Size")
+        ):
+            why = (
+                f"the ledger says {_count(f.rows_out)} rows and S3 holds {stored.get('Size')} bytes, the worker "
+                f"wrote {written.get('rows_out')} rows, {written.get('bytes_out')} bytes"
+            )
         if why:
             problems.append(UnvouchedFile(f.input_key, where[0], f"{f.input_key}: {why}"))
     return problems
@@ -501,8 +593,7 @@ def _listed_outputs(s3, output_prefix: str) -> dict[str, dict]:
 def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, dict] | None:
     """What one instance's manifest says it wrote, by output path (relative to the output prefix); None when
     there is no such manifest."""
-    bucket, key = parse_s3_uri(naming.worker_manifest_key(attempt.output_prefix, number, host,
-                                                          attempt.metadata_prefix))
+    bucket, key = parse_s3_uri(naming.worker_manifest_key(attempt.output_prefix, number, host, attempt.metadata_prefix))
     from botocore.exceptions import ClientError
 
     try:
@@ -516,8 +607,11 @@ def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, d
     reports = manifest.get("file_reports") if isinstance(manifest, dict) else None
     if not isinstance(reports, list):
         return None
-    return {r["output"]: r for r in reports
-            if isinstance(r, dict) and r.get("status") == FileStatus.SUCCEEDED and isinstance(r.get("output"), str)}
+    return {
+        r["output"]: r
+        for r in reports
+        if isinstance(r, dict) and r.get("status") == FileStatus.SUCCEEDED and isinstance(r.get("output"), str)
+    }
 
 
 def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> dict:
@@ -527,51 +621,96 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> 
 
     Idempotent: a retried watch task writes the same manifest again. Returns the manifest.
     """
-    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step,
-                              file_attributes=[*FILE_ATTRIBUTES, "output_key"])
+    records = read_step_files(
+        spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=[*FILE_ATTRIBUTES, "output_key"]
+    )
     s3 = services.s3_client(spec)
     listed = _listed_outputs(s3, attempt.output_prefix)
     outputs, failed = [], []
     for f in sorted(records.files, key=lambda f: f.input_key):
         if f.status == FileStatus.SUCCEEDED:
             stored = listed.get(f.output_key or "", {})
-            outputs.append({"input": f.input_key, "output": f.output_key, "attempt": int(f.attempt or 0),
-                            "rows_in": int(f.rows_in or 0), "rows_out": int(f.rows_out or 0),
-                            "bytes": stored.get("Size"), "etag": (stored.get("ETag") or "").strip('"') or None})
+            outputs.append(
+                {
+                    "input": f.input_key,
+                    "output": f.output_key,
+                    "attempt": int(f.attempt or 0),
+                    "rows_in": int(f.rows_in or 0),
+                    "rows_out": int(f.rows_out or 0),
+                    "bytes": stored.get("Size"),
+                    "etag": (stored.get("ETag") or "").strip('"') or None,
+                }
+            )
         else:
-            failed.append({"input": f.input_key, "status": f.status, "attempt": int(f.attempt or 0),
-                           "error_class": f.error_class})
+            failed.append(
+                {"input": f.input_key, "status": f.status, "attempt": int(f.attempt or 0), "error_class": f.error_class}
+            )
     missing = [o["output"] for o in outputs if o["bytes"] is None]
     # The last look at the input prefix before _SUCCESS: the sensor looked when the step ended, and a file may
     # have landed while the run report was written.
     late = [] if missing or status is not StepStatus.SUCCEEDED else sorted(late_inputs(spec, attempt))
     manifest = {
-        "pipeline": attempt.pipeline, "run_id": attempt.run_id, "step": attempt.step,
-        "status": status.value, "attempts": attempt.number, "output_prefix": attempt.output_prefix,
-        "files": len(records.files), "rows_out": sum(o["rows_out"] for o in outputs),
-        "outputs": outputs, "not_succeeded": failed, "outputs_missing": missing, "inputs_not_planned": late,
+        "pipeline": attempt.pipeline,
+        "run_id": attempt.run_id,
+        "step": attempt.step,
+        "status": status.value,
+        "attempts": attempt.number,
+        "output_prefix": attempt.output_prefix,
+        "files": len(records.files),
+        "rows_out": sum(o["rows_out"] for o in outputs),
+        "outputs": outputs,
+        "not_succeeded": failed,
+        "outputs_missing": missing,
+        "inputs_not_planned": late,
         "written_at": dt.datetime.now(dt.UTC).isoformat(),
     }
-    bucket, key = parse_s3_uri(naming.outputs_manifest_key(attempt.output_prefix, attempt.run_id,
-                                                           attempt.step, attempt.metadata_prefix))
+    bucket, key = parse_s3_uri(
+        naming.outputs_manifest_key(attempt.output_prefix, attempt.run_id, attempt.step, attempt.metadata_prefix)
+    )
     put_metadata(s3, f"s3://{bucket}/{key}", json.dumps(manifest, indent=1).encode(), "application/json")
     if missing:
         # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
-        log.error("step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "
-                  "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
-                  "failed uploads and the write access to that prefix", attempt.step, len(missing),
-                  attempt.output_prefix, missing[:3], contract.SUCCESS_MARKER)
+        log.error(
+            "step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "
+            "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
+            "failed uploads and the write access to that prefix",
+            attempt.step,
+            len(missing),
+            attempt.output_prefix,
+            missing[:3],
+            contract.SUCCESS_MARKER,
+        )
     elif late:
-        log.error("step %s: %d input(s) landed under %s after the step's last look, e.g. %s, so no %s was written: "
-                  "this run did not score them; `shardline rerun %s/%s --conf '{}'` scores the whole partition "
-                  "again", attempt.step, len(late), attempt.input_prefix, late[:3], contract.SUCCESS_MARKER,
-                  attempt.pipeline, attempt.run_id)
+        log.error(
+            "step %s: %d input(s) landed under %s after the step's last look, e.g. %s, so no %s was written: "
+            "this run did not score them; `shardline rerun %s/%s --conf '{}'` scores the whole partition "
+            "again",
+            attempt.step,
+            len(late),
+            attempt.input_prefix,
+            late[:3],
+            contract.SUCCESS_MARKER,
+            attempt.pipeline,
+            attempt.run_id,
+        )
     elif status is StepStatus.SUCCEEDED:
         marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt.output_prefix))
-        s3.put_object(Bucket=marker_bucket, Key=marker_key, ContentType="application/json", Body=json.dumps({
-            "pipeline": attempt.pipeline, "run_id": attempt.run_id, "step": attempt.step,
-            "attempts": attempt.number, "outputs": len(outputs), "rows_out": manifest["rows_out"],
-            "manifest": f"s3://{bucket}/{key}"}).encode())
+        s3.put_object(
+            Bucket=marker_bucket,
+            Key=marker_key,
+            ContentType="application/json",
+            Body=json.dumps(
+                {
+                    "pipeline": attempt.pipeline,
+                    "run_id": attempt.run_id,
+                    "step": attempt.step,
+                    "attempts": attempt.number,
+                    "outputs": len(outputs),
+                    "rows_out": manifest["rows_out"],
+                    "manifest": f"s3://{bucket}/{key}",
+                }
+            ).encode(),
+        )
     return manifest
 
 
@@ -581,16 +720,18 @@ def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
     s = spec.step(attempt.step)
     if s.input.from_step:
         return {}  # an earlier step's outputs are read from its manifest, complete once it has ended
-    objects, _refused = list_inputs_and_refusals(services.s3_listing_client(spec), attempt.input_prefix,
-                                                 s.input.include, s.input.exclude)
+    objects, _refused = list_inputs_and_refusals(
+        services.s3_listing_client(spec), attempt.input_prefix, s.input.include, s.input.exclude
+    )
     known = {f.input_key for f in read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step).files}
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     listed = {f"s3://{bucket}/{o.key}": o.size for o in objects}
     return {uri: size for uri, size in listed.items() if uri not in known}
 
 
-def late_inputs_decision(spec: PipelineSpec, attempt: Attempt, policy: Policy | None = None
-                         ) -> tuple[Decision, dict[str, int]] | None:
+def late_inputs_decision(
+    spec: PipelineSpec, attempt: Attempt, policy: Policy | None = None
+) -> tuple[Decision, dict[str, int]] | None:
     """What a step that is about to end does about inputs that landed after planning (None: there are none),
     and their sizes from the listing (a resubmission then reads no object for them).
 
@@ -602,13 +743,21 @@ def late_inputs_decision(spec: PipelineSpec, attempt: Attempt, policy: Policy | 
     late = late_inputs(spec, attempt)
     if not late:
         return None
-    decision = for_late_inputs(list(late), attempt.number, policy or watch.policy_for(spec, attempt.step),
-                                attempt.input_prefix)
+    decision = for_late_inputs(
+        list(late), attempt.number, policy or watch.policy_for(spec, attempt.step), attempt.input_prefix
+    )
     log.warning("step %s: %s", attempt.step, decision.reason)
     if decision.failed_files:
         message = decision.failed_files[0].error_message or ""
-        record_refused(services.ledger_model(spec), attempt.pipeline, attempt.run_id, attempt.step, attempt.number,
-                       [(uri, size, message) for uri, size in late.items()], error_class=LATE_INPUT_ERROR)
+        record_refused(
+            services.ledger_model(spec),
+            attempt.pipeline,
+            attempt.run_id,
+            attempt.step,
+            attempt.number,
+            [(uri, size, message) for uri, size in late.items()],
+            error_class=LATE_INPUT_ERROR,
+        )
     return decision, late
 
 
@@ -627,8 +776,9 @@ def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
         if code in ("403", "AccessDenied", "Forbidden"):
             # The orchestrator's role need not read models (infra/'s does not): the job checks it, and a model
             # it cannot set up fails the step at once with its reason (a setup error, recorded by the worker).
-            log.info("step %s: the model at %s cannot be checked from here (%s); its job checks it", step,
-                     model_uri, code)
+            log.info(
+                "step %s: the model at %s cannot be checked from here (%s); its job checks it", step, model_uri, code
+            )
             return None
         if code not in ("404", "NoSuchKey", "NotFound"):
             raise
@@ -637,20 +787,20 @@ def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
     try:
         if s3.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1).get("KeyCount", 0):
             return None  # a folder of model files
-        found = s3.list_objects_v2(Bucket=bucket, Prefix=parent, Delimiter="/", MaxKeys=20).get("CommonPrefixes",
-                                                                                                 [])
+        found = s3.list_objects_v2(Bucket=bucket, Prefix=parent, Delimiter="/", MaxKeys=20).get("CommonPrefixes", [])
     except ClientError as err:  # no list permission there: the 404 alone says the object is missing
         log.info("step %s: cannot list beside %s (%s)", step, model_uri, err.response.get("Error", {}).get("Code"))
         found = []
-    there = ", ".join(p["Prefix"][len(parent):].rstrip("/") for p in found)
+    there = ", ".join(p["Prefix"][len(parent) :].rstrip("/") for p in found)
     hint = f"; under s3://{bucket}/{parent} there are: {there}" if there else ""
     s = spec.step(step)
     field = "the Param model_version or model.uri" if s.model.versioned else "model.uri"
     return f"no model at {model_uri} (check {field}){hint}"
 
 
-def record_run_status(spec: PipelineSpec, run_id: str, status: StepStatus, message: str,
-                      partition: str | None = None) -> None:
+def record_run_status(
+    spec: PipelineSpec, run_id: str, status: StepStatus, message: str, partition: str | None = None
+) -> None:
     """A run that ends (skipped or failed) before anything was planned, or waits for its input (RUNNING), is
     still listed, with why."""
     model = services.ledger_model(spec)

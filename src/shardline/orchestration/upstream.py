@@ -36,8 +36,10 @@ class UpstreamOutputs:
             return None
         shown = ", ".join(f"{f['input']} ({f.get('error_class') or f.get('status')})" for f in self.not_succeeded[:5])
         more = f" and {len(self.not_succeeded) - 5} more" if len(self.not_succeeded) > 5 else ""
-        return (f"step {self.step} ended {self.status} with {len(self.not_succeeded)} input(s) failed within its "
-                f"tolerance, so step {step} has no rows for them: {shown}{more}")
+        return (
+            f"step {self.step} ended {self.status} with {len(self.not_succeeded)} input(s) failed within its "
+            f"tolerance, so step {step} has no rows for them: {shown}{more}"
+        )
 
 
 def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: str) -> UpstreamOutputs:
@@ -50,8 +52,9 @@ def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: s
     assert source is not None
     earlier = latest_attempt(spec, spec.pipeline, run_id, source)
     if earlier is None:
-        raise UpstreamError(f"step {step} reads step {source}'s outputs, and step {source} was never planned in run "
-                            f"{run_id}")
+        raise UpstreamError(
+            f"step {step} reads step {source}'s outputs, and step {source} was never planned in run {run_id}"
+        )
     manifest_uri = naming.outputs_manifest_key(earlier.output_prefix, run_id, source, earlier.metadata_prefix)
     bucket, key = parse_s3_uri(manifest_uri)
     try:
@@ -59,21 +62,29 @@ def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: s
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
             raise
-        raise UpstreamError(f"step {source} has not committed its outputs (no {manifest_uri}): step {step} starts "
-                            f"only once step {source} has ended SUCCEEDED or PARTIAL") from err
+        raise UpstreamError(
+            f"step {source} has not committed its outputs (no {manifest_uri}): step {step} starts "
+            f"only once step {source} has ended SUCCEEDED or PARTIAL"
+        ) from err
     if manifest.get("status") not in ("SUCCEEDED", "PARTIAL") or manifest.get("run_id") != run_id:
-        raise UpstreamError(f"{manifest_uri} says step {source} ended {manifest.get('status')} in run "
-                            f"{manifest.get('run_id')}: step {step} reads only the outputs of a step of this run that "
-                            "ended SUCCEEDED or PARTIAL")
+        raise UpstreamError(
+            f"{manifest_uri} says step {source} ended {manifest.get('status')} in run "
+            f"{manifest.get('run_id')}: step {step} reads only the outputs of a step of this run that "
+            "ended SUCCEEDED or PARTIAL"
+        )
     if manifest.get("outputs_missing"):
-        raise UpstreamError(f"step {source}'s outputs manifest {manifest_uri} lists outputs missing from S3 (e.g. "
-                            f"{manifest['outputs_missing'][0]}): resubmit step {source}'s files first")
+        raise UpstreamError(
+            f"step {source}'s outputs manifest {manifest_uri} lists outputs missing from S3 (e.g. "
+            f"{manifest['outputs_missing'][0]}): resubmit step {source}'s files first"
+        )
     want_bucket, want_key = parse_s3_uri(input_prefix)
     objects = []
     for output in manifest.get("outputs", []):
         out_bucket, out_key = parse_s3_uri(output["output"])
         if out_bucket != want_bucket or not out_key.startswith(want_key):
-            raise UpstreamError(f"{manifest_uri} lists {output['output']}, outside {input_prefix} where step {step} "
-                                "reads: the spec's output prefix changed under this run; trigger a new run")
+            raise UpstreamError(
+                f"{manifest_uri} lists {output['output']}, outside {input_prefix} where step {step} "
+                "reads: the spec's output prefix changed under this run; trigger a new run"
+            )
         objects.append(S3Object(out_key, int(output.get("bytes") or 0)))
     return UpstreamOutputs(source, manifest["status"], manifest_uri, objects, list(manifest.get("not_succeeded", [])))

@@ -12,15 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
-from shardline.decision.policy import (
-    Decision,
-    FileState,
-    Policy,
-    ShardState,
-    StepSnapshot,
-    decide,
-    needs_files,
-)
+from shardline.decision.policy import Decision, FileState, Policy, ShardState, StepSnapshot, decide, needs_files
 from shardline.ledger.orchestrator import read_step
 from shardline.ledger.states import SETUP_ERROR, SHARD_TERMINAL, FileStatus, StepStatus
 from shardline.orchestration import services
@@ -36,9 +28,12 @@ def policy_for(spec: PipelineSpec, step: str) -> Policy:
     """The decision policy a step's spec sets: its retries, tolerance, heartbeat timeout and runtime limit."""
     s = spec.step(step)
     return Policy(
-        max_attempts=s.retry.max_attempts, backoff_seconds=s.retry.backoff_seconds,
-        backoff_multiplier=s.retry.backoff_multiplier, max_failed_files=s.tolerance.max_failed_files,
-        max_failed_percent=s.tolerance.max_failed_percent, heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
+        max_attempts=s.retry.max_attempts,
+        backoff_seconds=s.retry.backoff_seconds,
+        backoff_multiplier=s.retry.backoff_multiplier,
+        max_failed_files=s.tolerance.max_failed_files,
+        max_failed_percent=s.tolerance.max_failed_percent,
+        heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
         max_runtime_seconds=s.max_runtime_seconds,
     )
 
@@ -79,13 +74,23 @@ class InputWatch:
         return cls(AwsSettings.of(spec), input_prefix, s.ready_marker, tuple(s.include), tuple(s.exclude))
 
     def to_json(self) -> dict[str, Any]:
-        return {"aws": self.aws.to_json(), "input_prefix": self.input_prefix, "ready_marker": self.ready_marker,
-                "include": list(self.include), "exclude": list(self.exclude)}
+        return {
+            "aws": self.aws.to_json(),
+            "input_prefix": self.input_prefix,
+            "ready_marker": self.ready_marker,
+            "include": list(self.include),
+            "exclude": list(self.exclude),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> InputWatch:
-        return cls(AwsSettings.from_json(data["aws"]), str(data["input_prefix"]), data.get("ready_marker"),
-                   tuple(data["include"]), tuple(data["exclude"]))
+        return cls(
+            AwsSettings.from_json(data["aws"]),
+            str(data["input_prefix"]),
+            data.get("ready_marker"),
+            tuple(data["include"]),
+            tuple(data["exclude"]),
+        )
 
 
 def _watch(source: PipelineSpec | StepWatch, step: str) -> StepWatch:
@@ -114,20 +119,37 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
 
 def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:
     shards = [
-        ShardState(s.host, now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
-                   finished=s.status in SHARD_TERMINAL, files_assigned=int(s.files_assigned or 0),
-                   files_done=int(s.files_done or 0), files_failed=int(s.files_failed or 0),
-                   setup_error=f"{s.error_message} (model {attempt.model_uri})" if s.error_class == SETUP_ERROR
-                   else None)
-        for s in records.shards if int(s.attempt or 0) == attempt.number
+        ShardState(
+            s.host,
+            now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
+            finished=s.status in SHARD_TERMINAL,
+            files_assigned=int(s.files_assigned or 0),
+            files_done=int(s.files_done or 0),
+            files_failed=int(s.files_failed or 0),
+            setup_error=f"{s.error_message} (model {attempt.model_uri})" if s.error_class == SETUP_ERROR else None,
+        )
+        for s in records.shards
+        if int(s.attempt or 0) == attempt.number
     ]
-    file_states = [FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class,
-                             f.error_message) for f in records.files] if files else None
+    file_states = (
+        [
+            FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class, f.error_message)
+            for f in records.files
+        ]
+        if files
+        else None
+    )
     cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
-    return StepSnapshot(attempt=attempt.number, job_status=state.status,
-                        job_age_seconds=now - attempt.submitted_at, files=file_states, shards=shards,
-                        job_failure_reason=state.failure_reason, cancelled=cancelled,
-                        ledger_requests=records.requests)
+    return StepSnapshot(
+        attempt=attempt.number,
+        job_status=state.status,
+        job_age_seconds=now - attempt.submitted_at,
+        files=file_states,
+        shards=shards,
+        job_failure_reason=state.failure_reason,
+        cancelled=cancelled,
+        ledger_requests=records.requests,
+    )
 
 
 def decide_now(source: PipelineSpec | StepWatch, attempt: Attempt) -> Decision:
@@ -178,10 +200,11 @@ def describe_error(err: BaseException) -> str:
 
 def unreachable_reason(attempt: Attempt, seconds: float, err: BaseException) -> str:
     """Why a step's watch gave up on an endpoint outage, and what the on-call engineer does next."""
-    return (f"the AWS endpoint (DynamoDB/S3/the job API) was unreachable for {seconds:.0f}s, past the step's "
-            f"heartbeat_timeout_seconds (last error: {describe_error(err)}). Nothing was recorded as failed: each "
-            f"file keeps the status it last reached, and job {attempt.job_name} may still be running. Once the "
-            "endpoint answers again, check with `shardline status "
-            f"{attempt.pipeline}/{attempt.run_id}` and resubmit what did not finish (this also lets the DAG "
-            "run take the step up again): "
-            + naming.resubmit_command(attempt.pipeline, attempt.run_id, attempt.step))
+    return (
+        f"the AWS endpoint (DynamoDB/S3/the job API) was unreachable for {seconds:.0f}s, past the step's "
+        f"heartbeat_timeout_seconds (last error: {describe_error(err)}). Nothing was recorded as failed: each "
+        f"file keeps the status it last reached, and job {attempt.job_name} may still be running. Once the "
+        "endpoint answers again, check with `shardline status "
+        f"{attempt.pipeline}/{attempt.run_id}` and resubmit what did not finish (this also lets the DAG "
+        "run take the step up again): " + naming.resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
+    )

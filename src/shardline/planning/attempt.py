@@ -18,15 +18,24 @@ from shardline.planning import naming
 from shardline.planning.inputs import S3Object, choose_instance_count
 
 # What a step was planned with, as the STEP item keeps it: enough to build any later attempt without XCom.
-PLAN_FIELDS = ("pipeline", "run_id", "step", "input_prefix", "output_prefix", "metadata_prefix", "model_uri",
-               "model_version", "requested_instances")
+PLAN_FIELDS = (
+    "pipeline",
+    "run_id",
+    "step",
+    "input_prefix",
+    "output_prefix",
+    "metadata_prefix",
+    "model_uri",
+    "model_version",
+    "requested_instances",
+)
 # Derived, so written to XCom for readers (logs, the UI) but never read back as facts.
 DERIVED_FIELDS = ("job_name", "manifest_uri", "instance_count")
 
 
-
 class AttemptRecordError(PermanentError, ValueError):
     """An attempt's XCom or ledger record that does not describe the attempt it names."""
+
 
 class PlannedFile(BaseModel):
     """An input of an attempt: its key under the bucket, and its size (what ``sharding: by_size`` deals by)."""
@@ -74,8 +83,9 @@ class Attempt(BaseModel):
 
     def plan_file_uri(self, stamp: str) -> str:
         """The s3:// URI of one plan of this attempt (``stamp`` names the plan): its inputs and their sizes."""
-        return naming.plan_file_key(self.output_prefix, self.run_id, self.step, self.number, stamp,
-                                    self.metadata_prefix)
+        return naming.plan_file_key(
+            self.output_prefix, self.run_id, self.step, self.number, stamp, self.metadata_prefix
+        )
 
     def report_uri(self, suffix: str = "html") -> str:
         """The s3:// URI of this step's run report (``report.html``, or ``report.json`` with ``suffix="json"``)."""
@@ -91,8 +101,15 @@ class Attempt(BaseModel):
 
     def next(self, number: int, files: list[PlannedFile]) -> Attempt:
         """Another attempt of the same step with ``files`` (not yet submitted)."""
-        return self.model_copy(update={"number": number, "files": tuple(files), "file_count": len(files),
-                                       "submitted_at": None, "planning": None})
+        return self.model_copy(
+            update={
+                "number": number,
+                "files": tuple(files),
+                "file_count": len(files),
+                "submitted_at": None,
+                "planning": None,
+            }
+        )
 
     def submitted(self, at: float) -> Attempt:
         return self.model_copy(update={"submitted_at": at})
@@ -100,8 +117,12 @@ class Attempt(BaseModel):
     def to_xcom(self) -> dict[str, Any]:
         """A JSON dict, keyed as XCom, trigger kwargs and events have always carried an attempt."""
         data = self.model_dump(mode="json", exclude={"files", "number", "file_count"})
-        return {**data, "attempt": self.number, "files": self.file_count,
-                **{name: getattr(self, name) for name in DERIVED_FIELDS}}
+        return {
+            **data,
+            "attempt": self.number,
+            "files": self.file_count,
+            **{name: getattr(self, name) for name in DERIVED_FIELDS},
+        }
 
     @classmethod
     def from_xcom(cls, data: dict[str, Any]) -> Attempt:
@@ -113,20 +134,24 @@ class Attempt(BaseModel):
         # sensor watch, or the submit task start, another job than the one this attempt is: refuse.
         for name in ("job_name", "manifest_uri"):
             if name in data and data[name] != getattr(attempt, name):
-                raise AttemptRecordError(f"attempt {attempt.number} of step {attempt.step} of run {attempt.run_id}: "
-                                         f"its {name} {data[name]!r} is not the {getattr(attempt, name)!r} it derives")
+                raise AttemptRecordError(
+                    f"attempt {attempt.number} of step {attempt.step} of run {attempt.run_id}: "
+                    f"its {name} {data[name]!r} is not the {getattr(attempt, name)!r} it derives"
+                )
         return attempt
 
     @classmethod
-    def from_plan(cls, plan_json: str, number: int, file_count: int, *, pipeline: str, run_id: str,
-                  step: str) -> Attempt:
+    def from_plan(
+        cls, plan_json: str, number: int, file_count: int, *, pipeline: str, run_id: str, step: str
+    ) -> Attempt:
         """An attempt rebuilt from the ledger alone: the STEP item's plan, its attempt and its file count.
 
         Raises :class:`AttemptRecordError` naming what a plan lacks (one written by hand, or by a much older Shardline).
         """
         plan = {k: v for k, v in json.loads(plan_json).items() if k in PLAN_FIELDS}
-        plan.update(pipeline=pipeline, run_id=run_id, step=step,
-                    requested_instances=int(plan.get("requested_instances") or 1))
+        plan.update(
+            pipeline=pipeline, run_id=run_id, step=step, requested_instances=int(plan.get("requested_instances") or 1)
+        )
         missing = [name for name in ("input_prefix", "output_prefix", "model_uri") if not plan.get(name)]
         if missing:
             raise AttemptRecordError(f"the recorded plan of step {step} of run {run_id} lacks {', '.join(missing)}")

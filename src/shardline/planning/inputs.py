@@ -94,12 +94,16 @@ def unsafe_key_reason(relative_key: str) -> str | None:
         return "'.' segment"
     longest = max(parts[:-1], key=lambda part: len(part.encode()), default="")
     if len(longest.encode()) > MAX_NAME_BYTES:
-        return (f"a folder name of {len(longest.encode())} bytes ({longest[:40]}...), over the {MAX_NAME_BYTES} a "
-                "name may have on the instance's disk")
+        return (
+            f"a folder name of {len(longest.encode())} bytes ({longest[:40]}...), over the {MAX_NAME_BYTES} a "
+            "name may have on the instance's disk"
+        )
     if len(parts[-1].encode()) > MAX_FILE_NAME_BYTES:
-        return (f"a file name of {len(parts[-1].encode())} bytes ({parts[-1][:40]}...), over the "
-                f"{MAX_FILE_NAME_BYTES} the worker can write (the disk's {MAX_NAME_BYTES}, less room for its "
-                "temporary name and another output extension)")
+        return (
+            f"a file name of {len(parts[-1].encode())} bytes ({parts[-1][:40]}...), over the "
+            f"{MAX_FILE_NAME_BYTES} the worker can write (the disk's {MAX_NAME_BYTES}, less room for its "
+            "temporary name and another output extension)"
+        )
     if len(relative_key.encode()) > MAX_PATH_BYTES:
         return f"a key of {len(relative_key.encode())} bytes, over the {MAX_PATH_BYTES} a file path may have"
     return None
@@ -114,8 +118,11 @@ def folder_clashes(relative_keys: Sequence[str]) -> dict[str, str]:
         parts = key.split("/")
         for depth in range(1, len(parts)):
             under.setdefault("/".join(parts[:depth]), key)
-    return {key: f"both a file and a folder: {under[key]} is under it, and a file cannot be a folder on the "
-                 "instance's disk" for key in relative_keys if key in under}
+    return {
+        key: f"both a file and a folder: {under[key]} is under it, and a file cannot be a folder on the instance's disk"
+        for key in relative_keys
+        if key in under
+    }
 
 
 def _matches(relative_key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -133,8 +140,9 @@ def selected(relative_key: str, include: Sequence[str], exclude: Sequence[str]) 
     return _matches(relative_key, include, exclude)
 
 
-def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = (), *,
-                threads: int = LIST_THREADS) -> list[S3Object]:
+def list_inputs(
+    s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = (), *, threads: int = LIST_THREADS
+) -> list[S3Object]:
     """Every selected object under the prefix, sorted by key. Follows ListObjectsV2 to the last page.
 
     A key that would land outside the input directory (see :func:`unsafe_key_reason`) is
@@ -144,8 +152,9 @@ def list_inputs(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: S
     return list_inputs_and_refusals(s3, prefix_uri, include, exclude, threads=threads)[0]
 
 
-def list_inputs_and_refusals(s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = (), *,
-                             threads: int = LIST_THREADS) -> tuple[list[S3Object], list[tuple[S3Object, str]]]:
+def list_inputs_and_refusals(
+    s3, prefix_uri: str, include: Sequence[str] = ("*",), exclude: Sequence[str] = (), *, threads: int = LIST_THREADS
+) -> tuple[list[S3Object], list[tuple[S3Object, str]]]:
     """:func:`list_inputs`, plus the selected keys refused as unsafe paths, each with its reason (by key)."""
     bucket, prefix = parse_s3_uri(prefix_uri)
     if prefix and not prefix.endswith("/"):
@@ -154,24 +163,34 @@ def list_inputs_and_refusals(s3, prefix_uri: str, include: Sequence[str] = ("*",
     found: list[S3Object] = []
     refused: list[tuple[S3Object, str]] = []
     for obj in listing.objects:
-        relative = obj.key[len(prefix):]
+        relative = obj.key[len(prefix) :]
         if selected(relative, include, exclude):
             found.append(obj)
-        elif (relative and not relative.endswith("/")  # folder markers are no inputs, and no news
-              and (reason := unsafe_key_reason(relative)) and _matches(relative, include, exclude)):
+        elif (
+            relative
+            and not relative.endswith("/")  # folder markers are no inputs, and no news
+            and (reason := unsafe_key_reason(relative))
+            and _matches(relative, include, exclude)
+        ):
             refused.append((obj, reason))
-    clashes = folder_clashes([obj.key[len(prefix):] for obj in found])
+    clashes = folder_clashes([obj.key[len(prefix) :] for obj in found])
     if clashes:
-        refused += [(obj, clashes[obj.key[len(prefix):]]) for obj in found if obj.key[len(prefix):] in clashes]
-        found = [obj for obj in found if obj.key[len(prefix):] not in clashes]
+        refused += [(obj, clashes[obj.key[len(prefix) :]]) for obj in found if obj.key[len(prefix) :] in clashes]
+        found = [obj for obj in found if obj.key[len(prefix) :] not in clashes]
         refused.sort(key=lambda pair: pair[0].key)
     for obj, reason in refused[:NAMED_REFUSALS]:
         log.warning("not planning s3://%s/%s: %s", bucket, obj.key, reason)
     if refused:
-        log.warning("%d input key(s) under %s refused as unsafe paths and left out of the plan", len(refused),
-                    prefix_uri)
-    log.info("listed %d key(s) under %s: %d ListObjectsV2 request(s) over %d prefix(es)", len(listing.objects),
-             prefix_uri, listing.requests, listing.prefixes)
+        log.warning(
+            "%d input key(s) under %s refused as unsafe paths and left out of the plan", len(refused), prefix_uri
+        )
+    log.info(
+        "listed %d key(s) under %s: %d ListObjectsV2 request(s) over %d prefix(es)",
+        len(listing.objects),
+        prefix_uri,
+        listing.requests,
+        listing.prefixes,
+    )
     return found, refused
 
 
@@ -182,8 +201,17 @@ class Listing:
     prefixes: int  # prefixes listed to the end without a delimiter: how wide the listing fanned out
 
 
-def list_keys(s3, bucket: str, prefix: str, *, threads: int = LIST_THREADS, fanout: int = FANOUT,
-              max_depth: int = MAX_DEPTH, max_prefixes: int = MAX_PREFIXES, page_keys: int = PAGE_KEYS) -> Listing:
+def list_keys(
+    s3,
+    bucket: str,
+    prefix: str,
+    *,
+    threads: int = LIST_THREADS,
+    fanout: int = FANOUT,
+    max_depth: int = MAX_DEPTH,
+    max_prefixes: int = MAX_PREFIXES,
+    page_keys: int = PAGE_KEYS,
+) -> Listing:
     """Every object under ``bucket``/``prefix``, sorted by key: the sub-prefixes listed in parallel.
 
     One prefix lists one page (1,000 keys) per round trip, because each page names the next:
@@ -229,16 +257,18 @@ def list_keys(s3, bucket: str, prefix: str, *, threads: int = LIST_THREADS, fano
     return Listing(objects, requests, leaves)
 
 
-def _list_prefix(s3, bucket: str, prefix: str, delimiter: str | None, *, threads: int,
-                 page_keys: int) -> tuple[list[S3Object], list[str], int]:
+def _list_prefix(
+    s3, bucket: str, prefix: str, delimiter: str | None, *, threads: int, page_keys: int
+) -> tuple[list[S3Object], list[str], int]:
     """One prefix to its last page: its objects (all, or only those right under it with a delimiter), its
     sub-prefixes (with a delimiter), and the calls it took.
 
     A prefix longer than a page is split by key range (:func:`_ranges_after`) and the ranges are listed
     side by side: flat keys (``part-0000001`` ... ``part-1000000``) have no folders to split them by.
     """
-    first = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=page_keys,
-                               **({"Delimiter": delimiter} if delimiter else {}))
+    first = s3.list_objects_v2(
+        Bucket=bucket, Prefix=prefix, MaxKeys=page_keys, **({"Delimiter": delimiter} if delimiter else {})
+    )
     objects = [S3Object(item["Key"], item["Size"]) for item in first.get("Contents", [])]
     subs = [common["Prefix"] for common in first.get("CommonPrefixes", [])]
     calls = 1
@@ -263,10 +293,15 @@ def _list_prefix(s3, bucket: str, prefix: str, delimiter: str | None, *, threads
     return objects, sorted(set(subs)), calls
 
 
-def _list_range(s3, bucket: str, prefix: str, start_after: str | None, delimiter: str | None,
-                page_keys: int) -> tuple[list[S3Object], list[str], int]:
-    kwargs = {"Bucket": bucket, "Prefix": prefix, **({"Delimiter": delimiter} if delimiter else {}),
-              **({"StartAfter": start_after} if start_after else {})}
+def _list_range(
+    s3, bucket: str, prefix: str, start_after: str | None, delimiter: str | None, page_keys: int
+) -> tuple[list[S3Object], list[str], int]:
+    kwargs = {
+        "Bucket": bucket,
+        "Prefix": prefix,
+        **({"Delimiter": delimiter} if delimiter else {}),
+        **({"StartAfter": start_after} if start_after else {}),
+    }
     objects: list[S3Object] = []
     subs: list[str] = []
     calls = 0
@@ -277,8 +312,9 @@ def _list_range(s3, bucket: str, prefix: str, start_after: str | None, delimiter
     return objects, subs, calls
 
 
-def _ranges_after(s3, bucket: str, prefix: str, seen: list[str], last: str,
-                  resume: str) -> tuple[list[tuple[str, str | None]] | None, int]:
+def _ranges_after(
+    s3, bucket: str, prefix: str, seen: list[str], last: str, resume: str
+) -> tuple[list[tuple[str, str | None]] | None, int]:
     """Split the keys under ``prefix`` after ``last`` into ranges that list side by side; and the probes it took.
 
     Each range is a longer prefix, ``shared + c``: ``shared`` is the longest prefix every key under
@@ -321,7 +357,7 @@ def _ranges_after(s3, bucket: str, prefix: str, seen: list[str], last: str,
     ranges: list[tuple[str, str | None]] = []
     for char in chars:
         child = shared + char
-        head = last[:len(child)]
+        head = last[: len(child)]
         if child < head:
             continue  # every key of it sorts before `last`: all on the first page
         ranges.append((child, resume if child == head else None))
@@ -344,8 +380,7 @@ def manifest_order(objects: Iterable[S3Object], instances: int, mode: str) -> li
     loads = [0] * instances
     full_extra = 0  # bins that took one more file than `per`; only `extra` may
     for obj in sorted(ordered, key=lambda o: (-o.size, o.key)):
-        room = [i for i in range(instances)
-                if len(bins[i]) < per or (len(bins[i]) == per and full_extra < extra)]
+        room = [i for i in range(instances) if len(bins[i]) < per or (len(bins[i]) == per and full_extra < extra)]
         target = min(room, key=lambda i: (loads[i], i))
         full_extra += len(bins[target]) == per
         bins[target].append(obj)
@@ -372,7 +407,7 @@ def manifest_body(prefix_uri: str, keys: Iterable[str]) -> str:
     for key in keys:
         if not key.startswith(prefix):
             raise PlanError(f"{key!r} is not under {prefix_uri!r}")
-        relative = key[len(prefix):]
+        relative = key[len(prefix) :]
         # list_inputs never plans such a key; one arriving here is a bug, and must not reach a manifest.
         if reason := unsafe_key_reason(relative):
             raise PlanError(f"{key!r} cannot be a manifest entry: {reason}")
@@ -395,8 +430,12 @@ def put_metadata(s3, uri: str, body: bytes, content_type: str) -> None:
         if getattr(err, "response", {}).get("Error", {}).get("Code") != "AccessDenied":
             raise
         s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
-        log.warning("wrote %s without its lifecycle tag (%s): this role may not s3:PutObjectTagging there, so the "
-                    "bucket's expire-shardline-metadata rule will not remove it", uri, contract.METADATA_TAGGING)
+        log.warning(
+            "wrote %s without its lifecycle tag (%s): this role may not s3:PutObjectTagging there, so the "
+            "bucket's expire-shardline-metadata rule will not remove it",
+            uri,
+            contract.METADATA_TAGGING,
+        )
 
 
 PLAN_FILE_VERSION = 1
@@ -421,7 +460,7 @@ def plan_file_body(prefix_uri: str, objects: Sequence[S3Object]) -> bytes:
     for o in objects:
         if not o.key.startswith(prefix):
             raise PlanError(f"{o.key!r} is not under {prefix_uri!r}")
-        files.append([o.key[len(prefix):], o.size])
+        files.append([o.key[len(prefix) :], o.size])
     body = {"version": PLAN_FILE_VERSION, "prefix": f"s3://{bucket}/{prefix}", "files": files}
     # Level 1: a tenth of level 6's time for about the same size on keys this alike.
     return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), compresslevel=1, mtime=0)
@@ -445,8 +484,10 @@ def parse_plan_file(body: bytes, where: str, max_inflated: int = MAX_PLAN_FILE_I
             raise ValueError("unknown layout")
         return [(prefix + str(key), int(size)) for key, size in files]
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise PlanFileError(f"{where} is not a Shardline plan file ({err}); it is written by the step's plan "
-                         "task beside the attempt's manifest and never edited") from err
+        raise PlanFileError(
+            f"{where} is not a Shardline plan file ({err}); it is written by the step's plan "
+            "task beside the attempt's manifest and never edited"
+        ) from err
 
 
 def write_plan_file(s3, plan_file_uri: str, body: bytes) -> None:

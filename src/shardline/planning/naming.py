@@ -51,15 +51,18 @@ def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metad
     return f"{root}/manifests/{run_folder(run_id)}/{step}/attempt-{attempt:04d}.manifest"
 
 
-def plan_file_key(output_prefix: str, run_id: str, step: str, attempt: int, stamp: str,
-                  metadata_prefix: str | None = None) -> str:
+def plan_file_key(
+    output_prefix: str, run_id: str, step: str, attempt: int, stamp: str, metadata_prefix: str | None = None
+) -> str:
     """Where one plan of an attempt keeps its inputs and their sizes (``planning.inputs.plan_file_body``).
 
     ``stamp`` is unique to each plan (a re-plan of the attempt writes a new file), so a planner
     that lost its race, or wakes late, never overwrites the file the STEP item names.
     """
-    return manifest_key(output_prefix, run_id, step, attempt, metadata_prefix).removesuffix(".manifest") \
+    return (
+        manifest_key(output_prefix, run_id, step, attempt, metadata_prefix).removesuffix(".manifest")
         + f".{stamp}.files.json.gz"
+    )
 
 
 def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None) -> str:
@@ -73,8 +76,9 @@ def worker_manifest_key(output_prefix: str, attempt: int, host: str, metadata_pr
     return f"{metadata_root(output_prefix, metadata_prefix)}/attempt-{attempt:04d}/manifest-{host}.json"
 
 
-def report_key(output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None,
-               suffix: str = "html") -> str:
+def report_key(
+    output_prefix: str, run_id: str, step: str, metadata_prefix: str | None = None, suffix: str = "html"
+) -> str:
     """Where a step's run report goes (``report.html``, and the same data as ``report.json``)."""
     root = metadata_root(output_prefix, metadata_prefix)
     return f"{root}/reports/{run_folder(run_id)}/{step}/report.{suffix}"

@@ -42,9 +42,13 @@ def model_arguments(step: StepSpec) -> list[str]:
     """The custom-code request settings, only where they differ from the worker's defaults."""
     model, defaults = step.model, type(step.model).model_fields
     args: list[str] = []
-    for field, flag in (("content_type", "--content-type"), ("accept", "--accept"),
-                        ("batch_strategy", "--batch-strategy"), ("json_layout", "--json-layout"),
-                        ("max_payload_mb", "--max-payload-mb")):
+    for field, flag in (
+        ("content_type", "--content-type"),
+        ("accept", "--accept"),
+        ("batch_strategy", "--batch-strategy"),
+        ("json_layout", "--json-layout"),
+        ("max_payload_mb", "--max-payload-mb"),
+    ):
         value = getattr(model, field)
         if value != defaults[field].default:
             args += [flag, str(value).replace("_", "-") if field == "batch_strategy" else str(value)]
@@ -64,24 +68,36 @@ def pin_arguments(step: StepSpec, model_version: str | None) -> list[str]:
 def job_arguments(step: StepSpec, attempt: Attempt) -> list[str]:
     """Everything the worker is told for one attempt travels as an argument: the step's settings, the
     pinned digest and, with ``output.metadata_prefix``, where the instances' manifests go."""
-    return (worker_arguments(step) + pin_arguments(step, attempt.model_version)
-            + (["--manifest-dir", contract.METADATA_DIR] if attempt.metadata_prefix else []))
+    return (
+        worker_arguments(step)
+        + pin_arguments(step, attempt.model_version)
+        + (["--manifest-dir", contract.METADATA_DIR] if attempt.metadata_prefix else [])
+    )
 
 
-def worker_environment(spec: PipelineSpec, step: StepSpec, attempt: Attempt, region: str | None = None
-                       ) -> dict[str, str]:
+def worker_environment(
+    spec: PipelineSpec, step: StepSpec, attempt: Attempt, region: str | None = None
+) -> dict[str, str]:
     """The instances' environment: which ledger, run, step and attempt they write as (the ledger's own
     agreement, written by :class:`LedgerContext`), and the ledger's region."""
-    env = LedgerContext(table=spec.ledger_table, pipeline=attempt.pipeline, run_id=attempt.run_id,
-                        step=attempt.step, attempt=attempt.number, input_uri=attempt.input_prefix,
-                        output_uri=attempt.output_prefix, retention_days=spec.ledger_retention_days).to_env()
+    env = LedgerContext(
+        table=spec.ledger_table,
+        pipeline=attempt.pipeline,
+        run_id=attempt.run_id,
+        step=attempt.step,
+        attempt=attempt.number,
+        input_uri=attempt.input_prefix,
+        output_uri=attempt.output_prefix,
+        retention_days=spec.ledger_retention_days,
+    ).to_env()
     if region:  # the worker writes to the ledger in the orchestrator's region, whatever the container assumes
         env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = region
     return env
 
 
-def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri: str, role_arn: str,
-                             region: str | None = None) -> dict:
+def build_processing_request(
+    spec: PipelineSpec, attempt: Attempt, *, image_uri: str, role_arn: str, region: str | None = None
+) -> dict:
     """The CreateProcessingJob parameters for one attempt."""
     step = spec.step(attempt.step)
     sm = spec.sagemaker
@@ -125,15 +141,28 @@ def build_processing_request(spec: PipelineSpec, attempt: Attempt, *, image_uri:
             "Outputs": [
                 {
                     "OutputName": "predictions",
-                    "S3Output": {"S3Uri": attempt.output_prefix, "LocalPath": contract.OUTPUT_DIR,
-                                 "S3UploadMode": "EndOfJob"},
+                    "S3Output": {
+                        "S3Uri": attempt.output_prefix,
+                        "LocalPath": contract.OUTPUT_DIR,
+                        "S3UploadMode": "EndOfJob",
+                    },
                 },
                 # Shardline's own files, kept outside the data prefix when the spec asks.
-                *([{"OutputName": "metadata", "S3Output": {"S3Uri": attempt.metadata_prefix,
-                                                           "LocalPath": contract.METADATA_DIR,
-                                                           "S3UploadMode": "EndOfJob"}}]
-                  if attempt.metadata_prefix else []),
-            ],
+                *(
+                    [
+                        {
+                            "OutputName": "metadata",
+                            "S3Output": {
+                                "S3Uri": attempt.metadata_prefix,
+                                "LocalPath": contract.METADATA_DIR,
+                                "S3UploadMode": "EndOfJob",
+                            },
+                        }
+                    ]
+                    if attempt.metadata_prefix
+                    else []
+                ),
+            ]
         },
         "ProcessingResources": {"ClusterConfig": cluster},
         "StoppingCondition": {"MaxRuntimeInSeconds": step.max_runtime_seconds},

@@ -26,25 +26,52 @@ BACKENDS = ("sagemaker", "local")
 # Source: https://aws.amazon.com/sagemaker/pricing/ (on-demand, "Processing", US East (N. Virginia)),
 # as listed in 2024-2025. Written down by hand, not fetched: check the page, and override what differs.
 PRICES_SOURCE = "aws.amazon.com/sagemaker/pricing, on-demand SageMaker Processing, us-east-1, 2024-2025 list prices"
-SAGEMAKER_PROCESSING_PRICES: Mapping[str, float] = MappingProxyType({
-    # burstable
-    "ml.t3.medium": 0.05, "ml.t3.large": 0.10, "ml.t3.xlarge": 0.20, "ml.t3.2xlarge": 0.399,
-    # general purpose
-    "ml.m5.large": 0.115, "ml.m5.xlarge": 0.23, "ml.m5.2xlarge": 0.461, "ml.m5.4xlarge": 0.922,
-    "ml.m5.12xlarge": 2.765, "ml.m5.24xlarge": 5.53,
-    # compute optimised
-    "ml.c5.xlarge": 0.204, "ml.c5.2xlarge": 0.408, "ml.c5.4xlarge": 0.816, "ml.c5.9xlarge": 1.836,
-    "ml.c5.18xlarge": 3.672,
-    # memory optimised
-    "ml.r5.large": 0.151, "ml.r5.xlarge": 0.302, "ml.r5.2xlarge": 0.605, "ml.r5.4xlarge": 1.21,
-    "ml.r5.8xlarge": 2.419, "ml.r5.12xlarge": 3.629, "ml.r5.16xlarge": 4.838, "ml.r5.24xlarge": 7.258,
-    # GPU
-    "ml.g4dn.xlarge": 0.736, "ml.g4dn.2xlarge": 0.94, "ml.g4dn.4xlarge": 1.505, "ml.g4dn.8xlarge": 2.72,
-    "ml.g4dn.12xlarge": 4.89, "ml.g4dn.16xlarge": 5.44,
-    "ml.g5.xlarge": 1.408, "ml.g5.2xlarge": 1.515, "ml.g5.4xlarge": 2.03, "ml.g5.8xlarge": 3.06,
-    "ml.g5.12xlarge": 7.09,
-    "ml.p3.2xlarge": 3.825, "ml.p3.8xlarge": 14.688, "ml.p3.16xlarge": 28.152,
-})
+SAGEMAKER_PROCESSING_PRICES: Mapping[str, float] = MappingProxyType(
+    {
+        # burstable
+        "ml.t3.medium": 0.05,
+        "ml.t3.large": 0.10,
+        "ml.t3.xlarge": 0.20,
+        "ml.t3.2xlarge": 0.399,
+        # general purpose
+        "ml.m5.large": 0.115,
+        "ml.m5.xlarge": 0.23,
+        "ml.m5.2xlarge": 0.461,
+        "ml.m5.4xlarge": 0.922,
+        "ml.m5.12xlarge": 2.765,
+        "ml.m5.24xlarge": 5.53,
+        # compute optimised
+        "ml.c5.xlarge": 0.204,
+        "ml.c5.2xlarge": 0.408,
+        "ml.c5.4xlarge": 0.816,
+        "ml.c5.9xlarge": 1.836,
+        "ml.c5.18xlarge": 3.672,
+        # memory optimised
+        "ml.r5.large": 0.151,
+        "ml.r5.xlarge": 0.302,
+        "ml.r5.2xlarge": 0.605,
+        "ml.r5.4xlarge": 1.21,
+        "ml.r5.8xlarge": 2.419,
+        "ml.r5.12xlarge": 3.629,
+        "ml.r5.16xlarge": 4.838,
+        "ml.r5.24xlarge": 7.258,
+        # GPU
+        "ml.g4dn.xlarge": 0.736,
+        "ml.g4dn.2xlarge": 0.94,
+        "ml.g4dn.4xlarge": 1.505,
+        "ml.g4dn.8xlarge": 2.72,
+        "ml.g4dn.12xlarge": 4.89,
+        "ml.g4dn.16xlarge": 5.44,
+        "ml.g5.xlarge": 1.408,
+        "ml.g5.2xlarge": 1.515,
+        "ml.g5.4xlarge": 2.03,
+        "ml.g5.8xlarge": 3.06,
+        "ml.g5.12xlarge": 7.09,
+        "ml.p3.2xlarge": 3.825,
+        "ml.p3.8xlarge": 14.688,
+        "ml.p3.16xlarge": 28.152,
+    }
+)
 
 
 class UnknownPriceError(KeyError):
@@ -65,13 +92,18 @@ class Prices:
     @classmethod
     def default(cls, overrides: Mapping[str, float] | None = None, *, local_per_hour: float = 0.0) -> Prices:
         """The shipped table with ``overrides`` (instance type -> USD per hour) on top."""
-        for setting, price in [*((f"{PRICE_SETTING}.{k}", v) for k, v in (overrides or {}).items()),
-                               (LOCAL_PRICE_SETTING, local_per_hour)]:
+        for setting, price in [
+            *((f"{PRICE_SETTING}.{k}", v) for k, v in (overrides or {}).items()),
+            (LOCAL_PRICE_SETTING, local_per_hour),
+        ]:
             if isinstance(price, bool) or not (isinstance(price, int | float) and math.isfinite(price) and price >= 0):
                 raise ValueError(f"{setting} must be a number of USD per instance-hour >= 0, got {price!r}")
         source = PRICES_SOURCE + (f"; {len(overrides)} overridden by {PRICE_SETTING}" if overrides else "")
-        return cls(per_hour=MappingProxyType({**SAGEMAKER_PROCESSING_PRICES, **(overrides or {})}),
-                   local_per_hour=float(local_per_hour), source=source)
+        return cls(
+            per_hour=MappingProxyType({**SAGEMAKER_PROCESSING_PRICES, **(overrides or {})}),
+            local_per_hour=float(local_per_hour),
+            source=source,
+        )
 
     def hourly(self, instance_type: str, backend: str = "sagemaker") -> float:
         """USD per hour of one instance of ``instance_type`` on ``backend`` (the local backend: its own price)."""
@@ -85,7 +117,8 @@ class Prices:
             raise UnknownPriceError(
                 f"no price for instance type {instance_type!r}: give one in the pipeline spec's {PRICE_SETTING} "
                 f"(e.g. `{PRICE_SETTING}: {{{instance_type}: 1.23}}`, USD per instance-hour); the shipped table "
-                f"has {len(self.per_hour)} types, e.g. {', '.join(sorted(self.per_hour)[:3])}") from None
+                f"has {len(self.per_hour)} types, e.g. {', '.join(sorted(self.per_hour)[:3])}"
+            ) from None
 
 
 @dataclasses.dataclass(frozen=True)

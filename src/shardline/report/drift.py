@@ -32,8 +32,11 @@ MODERATE_PSI = 0.1  # below: no real change, by the usual reading
 _SUM_TOLERANCE = 1e-6
 
 
-def psi(reference_fractions: Sequence[float] | np.ndarray, current_fractions: Sequence[float] | np.ndarray,
-        epsilon: float = DEFAULT_EPSILON) -> float:
+def psi(
+    reference_fractions: Sequence[float] | np.ndarray,
+    current_fractions: Sequence[float] | np.ndarray,
+    epsilon: float = DEFAULT_EPSILON,
+) -> float:
     """The PSI of two runs' fractions over the same bins; each side sums to 1.
 
     A fraction of 0 counts as ``epsilon`` (see the module's docstring). Raises ValueError when
@@ -77,8 +80,9 @@ class Drift:
         return dataclasses.asdict(self) | {"edges": [_json_float(e) for e in self.edges]}
 
 
-def psi_between(reference: Histogram, current: Histogram, bins: int = DEFAULT_BINS,
-                epsilon: float = DEFAULT_EPSILON) -> Drift:
+def psi_between(
+    reference: Histogram, current: Histogram, bins: int = DEFAULT_BINS, epsilon: float = DEFAULT_EPSILON
+) -> Drift:
     """The PSI of ``current`` over bins fixed by ``reference``: its quantiles at 1/bins, 2/bins, ...
 
     Quantiles that coincide (a discrete output, or a mass at one value) are merged, so there
@@ -115,9 +119,15 @@ def psi_between(reference: Histogram, current: Histogram, bins: int = DEFAULT_BI
         labels.append("NaN")
     ref_fractions = ref_binned / reference.count
     cur_fractions = cur_binned / current.count
-    return Drift(psi=psi(ref_fractions, cur_fractions, epsilon), kind=kind, edges=tuple(float(e) for e in edges),
-                 labels=tuple(labels), reference_fractions=tuple(ref_fractions.tolist()),
-                 current_fractions=tuple(cur_fractions.tolist()), epsilon=epsilon)
+    return Drift(
+        psi=psi(ref_fractions, cur_fractions, epsilon),
+        kind=kind,
+        edges=tuple(float(e) for e in edges),
+        labels=tuple(labels),
+        reference_fractions=tuple(ref_fractions.tolist()),
+        current_fractions=tuple(cur_fractions.tolist()),
+        epsilon=epsilon,
+    )
 
 
 def verdict(psi_value: float | None, max_psi: float = DEFAULT_MAX_PSI) -> str:

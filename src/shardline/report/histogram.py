@@ -183,7 +183,8 @@ class Histogram:
         if other.relative_accuracy != self.relative_accuracy:
             raise HistogramFormatError(
                 f"cannot merge histograms of relative accuracy {other.relative_accuracy} and "
-                f"{self.relative_accuracy}: every shard of a step must keep the same accuracy")
+                f"{self.relative_accuracy}: every shard of a step must keep the same accuracy"
+            )
         if self._exact is not None and other._exact is not None:
             for value, n in other._exact.items():
                 self._exact[value] = self._exact.get(value, 0) + n
@@ -204,8 +205,7 @@ class Histogram:
         return self
 
     @classmethod
-    def merged(cls, histograms: Iterable[Histogram],
-               relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> Histogram:
+    def merged(cls, histograms: Iterable[Histogram], relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> Histogram:
         """One histogram of every value the given ones counted (e.g. a step's shards)."""
         result = cls(relative_accuracy)
         for histogram in histograms:
@@ -300,8 +300,12 @@ class Histogram:
     def to_dict(self) -> dict[str, Any]:
         """A compact JSON-ready dict: runs of adjacent buckets as ``[first_key, [counts...]]``."""
         data: dict[str, Any] = {
-            "format": FORMAT, "relative_accuracy": self.relative_accuracy, "count": self.count,
-            "nan": self.nan_count, "zero": self.zero_count, "pos_inf": self.pos_inf_count,
+            "format": FORMAT,
+            "relative_accuracy": self.relative_accuracy,
+            "count": self.count,
+            "nan": self.nan_count,
+            "zero": self.zero_count,
+            "pos_inf": self.pos_inf_count,
             "neg_inf": self.neg_inf_count,
             "min": self.min if math.isfinite(self.min) else None,
             "max": self.max if math.isfinite(self.max) else None,
@@ -369,8 +373,10 @@ def _runs(counts: np.ndarray, k0: int) -> list[list[Any]]:
     breaks = np.flatnonzero(np.diff(nonzero) > _RUN_GAP)
     starts = np.concatenate([[0], breaks + 1])
     ends = np.concatenate([breaks, [nonzero.size - 1]])
-    return [[int(nonzero[s]) + k0, counts[nonzero[s]: nonzero[e] + 1].tolist()]
-            for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    return [
+        [int(nonzero[s]) + k0, counts[nonzero[s] : nonzero[e] + 1].tolist()]
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
 
 
 def _from_runs(runs: list[list[Any]], k0: int) -> np.ndarray:
@@ -382,5 +388,5 @@ def _from_runs(runs: list[list[Any]], k0: int) -> np.ndarray:
         index = int(key) - k0
         if index < 1:
             raise ValueError(f"bucket key {key} is inside the zero bucket")
-        out[index: index + len(counts)] += np.asarray(counts, dtype=np.int64)
+        out[index : index + len(counts)] += np.asarray(counts, dtype=np.int64)
     return out

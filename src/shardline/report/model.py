@@ -268,13 +268,24 @@ class RunReport(_Model):
 # -- building --------------------------------------------------------------------------------------------
 
 
-def build_report(identity: StepIdentity, files: Sequence[FileRecord], instances: Sequence[InstanceRecord],
-                 histogram: Histogram | None = None, *, reference: Histogram | None = None,
-                 reference_run_id: str | None = None, previous_runs: Sequence[PreviousRun] = (),
-                 prices: Prices | None = None, max_psi: float = DEFAULT_MAX_PSI, drift_bins: int = DEFAULT_BINS,
-                 timeline_buckets: int = TIMELINE_BUCKETS, straggler_factor: float = STRAGGLER_FACTOR,
-                 straggler_min_seconds: float = STRAGGLER_MIN_SECONDS, idle_fraction: float = IDLE_FRACTION,
-                 generated_at: dt.datetime | None = None) -> RunReport:
+def build_report(
+    identity: StepIdentity,
+    files: Sequence[FileRecord],
+    instances: Sequence[InstanceRecord],
+    histogram: Histogram | None = None,
+    *,
+    reference: Histogram | None = None,
+    reference_run_id: str | None = None,
+    previous_runs: Sequence[PreviousRun] = (),
+    prices: Prices | None = None,
+    max_psi: float = DEFAULT_MAX_PSI,
+    drift_bins: int = DEFAULT_BINS,
+    timeline_buckets: int = TIMELINE_BUCKETS,
+    straggler_factor: float = STRAGGLER_FACTOR,
+    straggler_min_seconds: float = STRAGGLER_MIN_SECONDS,
+    idle_fraction: float = IDLE_FRACTION,
+    generated_at: dt.datetime | None = None,
+) -> RunReport:
     """The report of one step from its records. Pure: the same records give the same report.
 
     ``instances`` should hold one record per host and attempt; a host that had files but no
@@ -301,14 +312,28 @@ def build_report(identity: StepIdentity, files: Sequence[FileRecord], instances:
     cost = _cost(identity, instances, windows, prices, reconciliation.rows_out, previous_runs)
     drift = _drift(histogram, reference, reference_run_id, max_psi, drift_bins)
     if timeline.files_without_times:
-        notes.append(f"{timeline.files_without_times} file(s) have no recorded times and are left out of the "
-                     f"throughput chart")
+        notes.append(
+            f"{timeline.files_without_times} file(s) have no recorded times and are left out of the throughput chart"
+        )
     return RunReport(
-        pipeline=identity.pipeline, run_id=identity.run_id, step=identity.step, attempt=identity.attempt,
-        backend=identity.backend, generated_at=generated_at, started_at=start, ended_at=end,
-        seconds=(end - start).total_seconds() if start and end else None, shards=shards,
-        stragglers=[s.instance for s in shards if s.straggler], idle=[s.instance for s in shards if s.idle],
-        timeline=timeline, cost=cost, drift=drift, reconciliation=reconciliation, notes=notes)
+        pipeline=identity.pipeline,
+        run_id=identity.run_id,
+        step=identity.step,
+        attempt=identity.attempt,
+        backend=identity.backend,
+        generated_at=generated_at,
+        started_at=start,
+        ended_at=end,
+        seconds=(end - start).total_seconds() if start and end else None,
+        shards=shards,
+        stragglers=[s.instance for s in shards if s.straggler],
+        idle=[s.instance for s in shards if s.idle],
+        timeline=timeline,
+        cost=cost,
+        drift=drift,
+        reconciliation=reconciliation,
+        notes=notes,
+    )
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -317,16 +342,19 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
-def _complete_instances(files: Sequence[FileRecord], instances: Sequence[InstanceRecord],
-                        notes: list[str]) -> list[InstanceRecord]:
+def _complete_instances(
+    files: Sequence[FileRecord], instances: Sequence[InstanceRecord], notes: list[str]
+) -> list[InstanceRecord]:
     known = {(i.host, i.attempt) for i in instances}
     missing = sorted({(f.host, f.attempt) for f in files if f.host is not None} - known, key=lambda k: (k[1], k[0]))
     if not missing:
         return sorted(instances, key=lambda i: (i.attempt, _host_order(i.host)))
     types = Counter(i.instance_type for i in instances)
     instance_type = types.most_common(1)[0][0] if types else "unknown"
-    notes.append(f"no instance record for {', '.join(f'{h} (attempt {a})' for h, a in missing)}: its time is "
-                 f"taken from its files, as a {instance_type}")
+    notes.append(
+        f"no instance record for {', '.join(f'{h} (attempt {a})' for h, a in missing)}: its time is "
+        f"taken from its files, as a {instance_type}"
+    )
     added = [InstanceRecord(host=h, attempt=a, instance_type=instance_type) for h, a in missing]
     return sorted([*instances, *added], key=lambda i: (i.attempt, _host_order(i.host)))
 
@@ -371,9 +399,15 @@ def _nice_width(span: float, buckets: int) -> float:
     return float(next((w for w in NICE_SECONDS if w >= raw), math.ceil(raw / 86400) * 86400))
 
 
-def _timeline(files: Sequence[FileRecord], instances: Sequence[InstanceRecord], labels: Mapping[tuple[str, int], str],
-              windows: Mapping[tuple[str, int], tuple[dt.datetime | None, dt.datetime | None]],
-              start: dt.datetime | None, end: dt.datetime | None, buckets: int) -> Timeline:
+def _timeline(
+    files: Sequence[FileRecord],
+    instances: Sequence[InstanceRecord],
+    labels: Mapping[tuple[str, int], str],
+    windows: Mapping[tuple[str, int], tuple[dt.datetime | None, dt.datetime | None]],
+    start: dt.datetime | None,
+    end: dt.datetime | None,
+    buckets: int,
+) -> Timeline:
     intervals: dict[tuple[str, int], list[tuple[float, float, int]]] = defaultdict(list)
     without = 0
     for record in files:
@@ -400,8 +434,9 @@ def _timeline(files: Sequence[FileRecord], instances: Sequence[InstanceRecord], 
             alive = (edges[1:] > (began - start).total_seconds()) & (edges[:-1] < (ended - start).total_seconds())
             points = [p if a else None for p, a in zip(points, alive.tolist(), strict=True)]
         series.append(Series(instance=labels[key], rows_per_second=points))
-    return Timeline(start=start, bucket_seconds=width, offsets=edges[:-1].tolist(), series=series,
-                    files_without_times=without)
+    return Timeline(
+        start=start, bucket_seconds=width, offsets=edges[:-1].tolist(), series=series, files_without_times=without
+    )
 
 
 def _rates(intervals: Sequence[tuple[float, float, int]], edges: np.ndarray) -> np.ndarray:
@@ -444,10 +479,15 @@ def _busy_seconds(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
-def _shards(identity: StepIdentity, instances: Sequence[InstanceRecord], labels: Mapping[tuple[str, int], str],
-            by_instance: Mapping[tuple[str, int], list[FileRecord]],
-            windows: Mapping[tuple[str, int], tuple[dt.datetime | None, dt.datetime | None]],
-            start: dt.datetime | None, prices: Prices) -> list[Shard]:
+def _shards(
+    identity: StepIdentity,
+    instances: Sequence[InstanceRecord],
+    labels: Mapping[tuple[str, int], str],
+    by_instance: Mapping[tuple[str, int], list[FileRecord]],
+    windows: Mapping[tuple[str, int], tuple[dt.datetime | None, dt.datetime | None]],
+    start: dt.datetime | None,
+    prices: Prices,
+) -> list[Shard]:
     shards = []
     for instance in instances:
         key = (instance.host, instance.attempt)
@@ -469,15 +509,32 @@ def _shards(identity: StepIdentity, instances: Sequence[InstanceRecord], labels:
         if instance.files_assigned:
             files, failed = instance.files_assigned, instance.files_failed or 0
             succeeded = (instance.files_done or 0) - failed
-        shards.append(Shard(
-            instance=labels[key], host=instance.host, attempt=instance.attempt, instance_type=instance.instance_type,
-            status=instance.status, files=files, files_succeeded=succeeded, files_failed=failed, rows_out=rows,
-            bytes_in=sum(r.bytes_in for r in records), bytes_out=sum(r.bytes_out for r in records),
-            started_at=began, ended_at=ended, seconds=seconds, busy_seconds=busy,
-            busy_fraction=busy / seconds if seconds else None, rows_per_second=rows / seconds if seconds else None,
-            started_after_seconds=(began - start).total_seconds() if began and start else None,
-            finished_after_seconds=(ended - start).total_seconds() if ended and start else None, cost=cost,
-            straggler=False, idle=False))
+        shards.append(
+            Shard(
+                instance=labels[key],
+                host=instance.host,
+                attempt=instance.attempt,
+                instance_type=instance.instance_type,
+                status=instance.status,
+                files=files,
+                files_succeeded=succeeded,
+                files_failed=failed,
+                rows_out=rows,
+                bytes_in=sum(r.bytes_in for r in records),
+                bytes_out=sum(r.bytes_out for r in records),
+                started_at=began,
+                ended_at=ended,
+                seconds=seconds,
+                busy_seconds=busy,
+                busy_fraction=busy / seconds if seconds else None,
+                rows_per_second=rows / seconds if seconds else None,
+                started_after_seconds=(began - start).total_seconds() if began and start else None,
+                finished_after_seconds=(ended - start).total_seconds() if ended and start else None,
+                cost=cost,
+                straggler=False,
+                idle=False,
+            )
+        )
     return shards
 
 
@@ -491,42 +548,65 @@ def _flag(shards: list[Shard], factor: float, min_seconds: float, idle_fraction:
     since: dict[int, float] = {}  # each attempt's first start, in the step's seconds
     for attempt in {s.attempt for s in shards}:
         mine = [s for s in shards if s.attempt == attempt]
-        since[attempt] = min((s.started_after_seconds for s in mine if s.started_after_seconds is not None),
-                             default=0.0)
-        finishes = [s.finished_after_seconds - since[attempt] for s in mine
-                    if s.files and s.finished_after_seconds is not None]
+        since[attempt] = min(
+            (s.started_after_seconds for s in mine if s.started_after_seconds is not None), default=0.0
+        )
+        finishes = [
+            s.finished_after_seconds - since[attempt] for s in mine if s.files and s.finished_after_seconds is not None
+        ]
         if len(finishes) >= 2:
             median[attempt] = statistics.median(finishes)
     flagged = []
     for shard in shards:
         middle = median.get(shard.attempt)
         finish = None if shard.finished_after_seconds is None else shard.finished_after_seconds - since[shard.attempt]
-        late = (middle is not None and finish is not None and finish > factor * middle
-                and finish - middle >= min_seconds)
+        late = middle is not None and finish is not None and finish > factor * middle and finish - middle >= min_seconds
         idle = shard.files == 0 or (shard.busy_fraction is not None and shard.busy_fraction < idle_fraction)
         flagged.append(shard.model_copy(update={"straggler": late, "idle": idle}))
     return flagged
 
 
 def _reconcile(files: Sequence[FileRecord]) -> Reconciliation:
-    rows = [FileRow(key=f.key, host=f.host, attempt=f.attempt, status=f.status, rows_in=f.rows_in,
-                    rows_out=f.rows_out,
-                    balanced=f.status != FileStatus.SUCCEEDED.value or f.rows_in == f.rows_out, error=f.error)
-            for f in sorted(files, key=lambda f: f.key)]
+    rows = [
+        FileRow(
+            key=f.key,
+            host=f.host,
+            attempt=f.attempt,
+            status=f.status,
+            rows_in=f.rows_in,
+            rows_out=f.rows_out,
+            balanced=f.status != FileStatus.SUCCEEDED.value or f.rows_in == f.rows_out,
+            error=f.error,
+        )
+        for f in sorted(files, key=lambda f: f.key)
+    ]
     succeeded = [r for r in rows if r.status == FileStatus.SUCCEEDED.value]
     failures = [r for r in rows if r.status == FileStatus.FAILED.value]
     mismatched = [r.key for r in rows if not r.balanced]
     return Reconciliation(
-        files=len(rows), succeeded=len(succeeded), failed=len(failures),
-        unfinished=sum(r.status in _UNFINISHED for r in rows), rows_in=sum(r.rows_in for r in succeeded),
-        rows_out=sum(r.rows_out for r in succeeded), balanced=not mismatched, mismatched=mismatched,
-        retried=sum(r.attempt > 1 for r in rows), max_attempt=max((r.attempt for r in rows), default=0),
-        failures=failures, rows=rows)
+        files=len(rows),
+        succeeded=len(succeeded),
+        failed=len(failures),
+        unfinished=sum(r.status in _UNFINISHED for r in rows),
+        rows_in=sum(r.rows_in for r in succeeded),
+        rows_out=sum(r.rows_out for r in succeeded),
+        balanced=not mismatched,
+        mismatched=mismatched,
+        retried=sum(r.attempt > 1 for r in rows),
+        max_attempt=max((r.attempt for r in rows), default=0),
+        failures=failures,
+        rows=rows,
+    )
 
 
-def _cost(identity: StepIdentity, instances: Sequence[InstanceRecord],
-          windows: Mapping[tuple[str, int], tuple[dt.datetime | None, dt.datetime | None]], prices: Prices,
-          predictions: int, previous_runs: Sequence[PreviousRun]) -> Cost:
+def _cost(
+    identity: StepIdentity,
+    instances: Sequence[InstanceRecord],
+    windows: Mapping[tuple[str, int], tuple[dt.datetime | None, dt.datetime | None]],
+    prices: Prices,
+    predictions: int,
+    previous_runs: Sequence[PreviousRun],
+) -> Cost:
     seconds_by_type: dict[str, list[float]] = defaultdict(list)
     for instance in instances:
         began, ended = windows[(instance.host, instance.attempt)]
@@ -538,17 +618,31 @@ def _cost(identity: StepIdentity, instances: Sequence[InstanceRecord],
         except UnknownPriceError as err:
             error = str(err)
             continue
-        lines.append(CostLine(instance_type=instance_type, instances=len(seconds), seconds=sum(seconds),
-                              price_per_hour=price,
-                              cost=instance_cost(InstanceUsage(instance_type, sum(seconds)), prices, identity.backend)))
+        lines.append(
+            CostLine(
+                instance_type=instance_type,
+                instances=len(seconds),
+                seconds=sum(seconds),
+                price_per_hour=price,
+                cost=instance_cost(InstanceUsage(instance_type, sum(seconds)), prices, identity.backend),
+            )
+        )
     total = None if error else sum(line.cost for line in lines)
     per_million = cost_per_million(total, predictions) if total is not None else None
     trend = [TrendPoint(run_id=p.run_id, cost_per_million=p.cost_per_million, current=False) for p in previous_runs]
     trend.append(TrendPoint(run_id=identity.run_id, cost_per_million=per_million, current=True))
     source = f"local backend at {prices.local_per_hour:g} USD/h" if identity.backend == "local" else prices.source
-    return Cost(backend=identity.backend, total=total, cost_per_million=per_million, predictions=predictions,
-                instance_seconds=sum(sum(s) for s in seconds_by_type.values()), by_type=lines, prices_source=source,
-                trend=trend, error=error)
+    return Cost(
+        backend=identity.backend,
+        total=total,
+        cost_per_million=per_million,
+        predictions=predictions,
+        instance_seconds=sum(sum(s) for s in seconds_by_type.values()),
+        by_type=lines,
+        prices_source=source,
+        trend=trend,
+        error=error,
+    )
 
 
 QUANTILES = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
@@ -564,8 +658,9 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _drift(current: Histogram | None, reference: Histogram | None, reference_run_id: str | None, max_psi: float,
-           bins: int) -> DriftReport:
+def _drift(
+    current: Histogram | None, reference: Histogram | None, reference_run_id: str | None, max_psi: float, bins: int
+) -> DriftReport:
     note, result, density = None, None, None
     if current is None or current.count == 0:
         note = "this run recorded no prediction histogram"
@@ -575,14 +670,25 @@ def _drift(current: Histogram | None, reference: Histogram | None, reference_run
         result = psi_between(reference, current, bins=bins)
         density = _density(reference, current)
     return DriftReport(
-        reference_run_id=reference_run_id if result else None, psi=result.psi if result else None, max_psi=max_psi,
-        verdict=verdict(result.psi if result else None, max_psi), note=note,
-        bins=Bins(kind=result.kind, labels=list(result.labels), reference=list(result.reference_fractions),
-                  current=list(result.current_fractions)) if result else None,
+        reference_run_id=reference_run_id if result else None,
+        psi=result.psi if result else None,
+        max_psi=max_psi,
+        verdict=verdict(result.psi if result else None, max_psi),
+        note=note,
+        bins=Bins(
+            kind=result.kind,
+            labels=list(result.labels),
+            reference=list(result.reference_fractions),
+            current=list(result.current_fractions),
+        )
+        if result
+        else None,
         density=density if density is not None else (_density(None, current) if current and current.count else None),
-        current_quantiles=_quantiles(current), reference_quantiles=_quantiles(reference),
+        current_quantiles=_quantiles(current),
+        reference_quantiles=_quantiles(reference),
         current_histogram=current.to_dict() if current is not None else None,
-        reference_histogram=reference.to_dict() if reference is not None else None)
+        reference_histogram=reference.to_dict() if reference is not None else None,
+    )
 
 
 def _density(reference: Histogram | None, current: Histogram) -> Density | None:
@@ -611,19 +717,33 @@ def _density(reference: Histogram | None, current: Histogram) -> Density | None:
         return (out / histogram.count).tolist()
 
     if exact and union.size <= DENSITY_BINS:
-        return Density(kind="values", edges=union.tolist(), reference=fractions(reference, union, "values"),
-                       current=fractions(current, union, "values"))
+        return Density(
+            kind="values",
+            edges=union.tolist(),
+            reference=fractions(reference, union, "values"),
+            current=fractions(current, union, "values"),
+        )
     lows = [h.quantile(0.005) for h in sides]
     highs = [h.quantile(0.995) for h in sides]
-    lo = min(v for v in lows if v is not None and math.isfinite(v)) if any(
-        v is not None and math.isfinite(v) for v in lows) else float(union[0])
-    hi = max(v for v in highs if v is not None and math.isfinite(v)) if any(
-        v is not None and math.isfinite(v) for v in highs) else float(union[-1])
+    lo = (
+        min(v for v in lows if v is not None and math.isfinite(v))
+        if any(v is not None and math.isfinite(v) for v in lows)
+        else float(union[0])
+    )
+    hi = (
+        max(v for v in highs if v is not None and math.isfinite(v))
+        if any(v is not None and math.isfinite(v) for v in highs)
+        else float(union[-1])
+    )
     if hi <= lo:
         lo, hi = lo - 0.5, hi + 0.5
     bins = np.linspace(lo, hi, DENSITY_BINS + 1)
-    return Density(kind="intervals", edges=bins.tolist(), reference=fractions(reference, bins, "intervals"),
-                   current=fractions(current, bins, "intervals"))
+    return Density(
+        kind="intervals",
+        edges=bins.tolist(),
+        reference=fractions(reference, bins, "intervals"),
+        current=fractions(current, bins, "intervals"),
+    )
 
 
 # -- from the ledger ------------------------------------------------------------------------------------
@@ -645,10 +765,18 @@ def _int(value: Any) -> int:
     return int(value) if value is not None else 0
 
 
-def records_from_ledger(step_item: Any, file_items: Iterable[Any], shard_items: Iterable[Any], *,
-                        instance_type: str, backend: Literal["sagemaker", "local"] = "sagemaker",
-                        pipeline: str | None = None, run_id: str | None = None,
-                        step: str | None = None, planned_sizes: Mapping[str, int] | None = None) -> ReportRecords:
+def records_from_ledger(
+    step_item: Any,
+    file_items: Iterable[Any],
+    shard_items: Iterable[Any],
+    *,
+    instance_type: str,
+    backend: Literal["sagemaker", "local"] = "sagemaker",
+    pipeline: str | None = None,
+    run_id: str | None = None,
+    step: str | None = None,
+    planned_sizes: Mapping[str, int] | None = None,
+) -> ReportRecords:
     """The report's records from one step's ledger items (pynamodb items or their attribute dicts).
 
     ``step_item``, ``file_items`` and ``shard_items`` are what
@@ -664,22 +792,29 @@ def records_from_ledger(step_item: Any, file_items: Iterable[Any], shard_items: 
         run_id=_get(step_item, "run_id") or run_id or "",
         step=_get(step_item, "step") or step or "",
         attempt=_int(_get(step_item, "attempt")) or 1,
-        backend=backend)
+        backend=backend,
+    )
     files = []
     for item in file_items:
         error_class, error_message = _get(item, "error_class"), _get(item, "error_message")
         error = ": ".join(x for x in (error_class, error_message) if x) or None
         key = _get(item, "input_key") or str(_get(item, "sk") or "").split("#", 2)[-1]
-        files.append(FileRecord(
-            key=key,
-            status=str(_get(item, "status") or FileStatus.PENDING.value), host=_get(item, "host"),
-            attempt=_int(_get(item, "attempt")) or 1, rows_in=_int(_get(item, "rows_in")),
-            rows_out=_int(_get(item, "rows_out")),
-            bytes_in=_int(_get(item, "bytes_in")) or (planned_sizes or {}).get(key, 0),
-            bytes_out=_int(_get(item, "bytes_out")), started_at=_time(_get(item, "started_at")),
-            finished_at=_time(_get(item, "finished_at")),
-            seconds=float(s) if (s := _get(item, "seconds")) is not None else None,
-            error=error if _get(item, "status") == FileStatus.FAILED.value else None))
+        files.append(
+            FileRecord(
+                key=key,
+                status=str(_get(item, "status") or FileStatus.PENDING.value),
+                host=_get(item, "host"),
+                attempt=_int(_get(item, "attempt")) or 1,
+                rows_in=_int(_get(item, "rows_in")),
+                rows_out=_int(_get(item, "rows_out")),
+                bytes_in=_int(_get(item, "bytes_in")) or (planned_sizes or {}).get(key, 0),
+                bytes_out=_int(_get(item, "bytes_out")),
+                started_at=_time(_get(item, "started_at")),
+                finished_at=_time(_get(item, "finished_at")),
+                seconds=float(s) if (s := _get(item, "seconds")) is not None else None,
+                error=error if _get(item, "status") == FileStatus.FAILED.value else None,
+            )
+        )
     first_claim: dict[tuple[str, int], dt.datetime] = {}
     for record in files:
         if record.host and record.started_at:
@@ -690,9 +825,17 @@ def records_from_ledger(step_item: Any, file_items: Iterable[Any], shard_items: 
         host, attempt = _get(item, "host"), _int(_get(item, "attempt")) or 1
         if not host:
             continue
-        instances.append(InstanceRecord(
-            host=host, attempt=attempt, instance_type=instance_type, status=_get(item, "status"),
-            started_at=first_claim.get((host, attempt)) or _time(_get(step_item, "started_at")),
-            ended_at=_time(_get(item, "heartbeat_at")), files_assigned=_int(_get(item, "files_assigned")),
-            files_done=_int(_get(item, "files_done")), files_failed=_int(_get(item, "files_failed"))))
+        instances.append(
+            InstanceRecord(
+                host=host,
+                attempt=attempt,
+                instance_type=instance_type,
+                status=_get(item, "status"),
+                started_at=first_claim.get((host, attempt)) or _time(_get(step_item, "started_at")),
+                ended_at=_time(_get(item, "heartbeat_at")),
+                files_assigned=_int(_get(item, "files_assigned")),
+                files_done=_int(_get(item, "files_done")),
+                files_failed=_int(_get(item, "files_failed")),
+            )
+        )
     return ReportRecords(identity=identity, files=files, instances=instances)

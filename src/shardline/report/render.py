@@ -56,11 +56,16 @@ def render_html(report: RunReport, *, max_file_rows: int = MAX_FILE_ROWS) -> str
         _chart(charts, "shards", "files and bytes per instance"),
         _shard_table(report.shards),
         "</section>",
-        "<section id='cost'><h2>Cost</h2>", _cost(report), _chart(charts, "cost", "cost per instance and trend"),
+        "<section id='cost'><h2>Cost</h2>",
+        _cost(report),
+        _chart(charts, "cost", "cost per instance and trend"),
         "</section>",
-        "<section id='drift'><h2>Predictions against the previous successful run</h2>", _drift(report),
-        _chart(charts, "drift", "prediction histograms, this run and the reference"), "</section>",
-        "<section id='reconciliation'><h2>Reconciliation</h2>", _reconciliation(report, max_file_rows),
+        "<section id='drift'><h2>Predictions against the previous successful run</h2>",
+        _drift(report),
+        _chart(charts, "drift", "prediction histograms, this run and the reference"),
+        "</section>",
+        "<section id='reconciliation'><h2>Reconciliation</h2>",
+        _reconciliation(report, max_file_rows),
         "</section>",
         "</body></html>",
     ]
@@ -72,7 +77,11 @@ def render_charts(report: RunReport) -> dict[str, bytes]:
     from matplotlib.figure import Figure  # lazily: a second or so to import, and only the page needs it
 
     drawers: dict[str, Callable[[Any, RunReport], bool]] = {
-        "throughput": _draw_throughput, "shards": _draw_shards, "cost": _draw_cost, "drift": _draw_drift}
+        "throughput": _draw_throughput,
+        "shards": _draw_shards,
+        "cost": _draw_cost,
+        "drift": _draw_drift,
+    }
     charts = {}
     for name, draw in drawers.items():
         figure = Figure(figsize=(10, 3.6), dpi=_DPI, layout="constrained")
@@ -98,16 +107,24 @@ def _draw_throughput(figure, report: RunReport) -> bool:
     for series in timeline.series:
         straggler, idle = series.instance in report.stragglers, series.instance in report.idle
         label = series.instance + (" (straggler)" if straggler else "") + (" (idle)" if idle else "")
-        style = {"linewidth": 2.4, "color": _ALERT if straggler else _IDLE, "zorder": 3} if (straggler or idle) \
+        style = (
+            {"linewidth": 2.4, "color": _ALERT if straggler else _IDLE, "zorder": 3}
+            if (straggler or idle)
             else {"linewidth": 1.2, "alpha": 0.8 if flagged else 0.9}
+        )
         # Markers too: a bucket between two empty ones (a short run, one file) is a point with no line to draw.
         ax.plot(x, series.rows_per_second, label=label, marker="o", markersize=2.5, **style)
     ax.set_xlabel(f"{unit} since the first instance started (buckets of {_duration(timeline.bucket_seconds)})")
     ax.set_ylabel("rows / s")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, ncols=1 if len(timeline.series) <= 16 else 2,
-              frameon=False)
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=7,
+        ncols=1 if len(timeline.series) <= 16 else 2,
+        frameon=False,
+    )
     return True
 
 
@@ -139,8 +156,11 @@ def _draw_cost(figure, report: RunReport) -> bool:
     left, right = figure.subplots(1, 2)
     if priced:
         positions = list(range(len(priced)))
-        left.bar(positions, [s.cost for s in priced],
-                 color=[_ALERT if s.straggler else _IDLE if s.idle else _CURRENT for s in priced])
+        left.bar(
+            positions,
+            [s.cost for s in priced],
+            color=[_ALERT if s.straggler else _IDLE if s.idle else _CURRENT for s in priced],
+        )
         _instance_ticks(left, [s.instance for s in priced])
     left.set_title("USD per instance", fontsize=10)
     left.grid(axis="y", alpha=0.3)
@@ -169,8 +189,13 @@ def _draw_drift(figure, report: RunReport) -> bool:
         width = 0.4 if has_reference else 0.8
         if has_reference:
             left.bar([p - width / 2 for p in positions], density.reference, width, label="reference", color=_REFERENCE)
-        left.bar([p + width / 2 if has_reference else p for p in positions], density.current, width,
-                 label="this run", color=_CURRENT)
+        left.bar(
+            [p + width / 2 if has_reference else p for p in positions],
+            density.current,
+            width,
+            label="this run",
+            color=_CURRENT,
+        )
         left.set_xticks(positions, [_num(v) for v in density.edges], fontsize=7)
     else:
         edges = density.edges
@@ -195,8 +220,14 @@ def _draw_drift(figure, report: RunReport) -> bool:
 def _instance_ticks(ax, names: list[str]) -> None:
     """One tick per instance, slanted when the names would run into each other."""
     crowded = len(names) * max((len(n) for n in names), default=0) > 60
-    ax.set_xticks(range(len(names)), names, rotation=45 if crowded else 0, ha="right" if crowded else "center",
-                  fontsize=7, rotation_mode="anchor" if crowded else "default")
+    ax.set_xticks(
+        range(len(names)),
+        names,
+        rotation=45 if crowded else 0,
+        ha="right" if crowded else "center",
+        fontsize=7,
+        rotation_mode="anchor" if crowded else "default",
+    )
 
 
 # -- HTML parts -------------------------------------------------------------------------------------------
@@ -210,14 +241,22 @@ def _summary(report: RunReport) -> str:
         ("predictions", f"{c.predictions:,}", "" if r.balanced else "alert"),
         ("cost", _usd(c.total) if c.total is not None else "n/a", "alert" if c.error else ""),
         ("per 1M predictions", _usd(c.cost_per_million) if c.cost_per_million is not None else "n/a", ""),
-        ("drift (PSI)", f"{d.psi:.3f} {d.verdict}" if d.psi is not None else "n/a",
-         {"drift": "alert", "moderate": "warn"}.get(d.verdict, "")),
+        (
+            "drift (PSI)",
+            f"{d.psi:.3f} {d.verdict}" if d.psi is not None else "n/a",
+            {"drift": "alert", "moderate": "warn"}.get(d.verdict, ""),
+        ),
         ("stragglers", ", ".join(report.stragglers) or "none", "alert" if report.stragglers else ""),
         ("idle", ", ".join(report.idle) or "none", "warn" if report.idle else ""),
     ]
-    return "<div class='cards'>" + "".join(
-        f"<div class='card {cls}'><div class='label'>{_e(label)}</div><div class='value'>{_e(value)}</div></div>"
-        for label, value, cls in cards) + "</div>"
+    return (
+        "<div class='cards'>"
+        + "".join(
+            f"<div class='card {cls}'><div class='label'>{_e(label)}</div><div class='value'>{_e(value)}</div></div>"
+            for label, value, cls in cards
+        )
+        + "</div>"
+    )
 
 
 def _flags(report: RunReport) -> str:
@@ -229,12 +268,17 @@ def _flags(report: RunReport) -> str:
         since = min(s.started_after_seconds for s in peers if s.started_after_seconds is not None)
         finishes = sorted(s.finished_after_seconds - since for s in peers if s.finished_after_seconds is not None)
         took, median = shard.finished_after_seconds - since, statistics.median(finishes)
-        lines.append(f"<li class='alert'><b>{_e(name)}</b> finished {_e(_duration(took))} after its attempt began, "
-                     f"the median instance {_e(_duration(median))}: the step waited on it.</li>")
+        lines.append(
+            f"<li class='alert'><b>{_e(name)}</b> finished {_e(_duration(took))} after its attempt began, "
+            f"the median instance {_e(_duration(median))}: the step waited on it.</li>"
+        )
     for name in report.idle:
         shard = by_name[name]
-        why = "had no files" if shard.files == 0 else \
-            f"had a file in flight {shard.busy_fraction:.0%} of its {_duration(shard.seconds)}"
+        why = (
+            "had no files"
+            if shard.files == 0
+            else f"had a file in flight {shard.busy_fraction:.0%} of its {_duration(shard.seconds)}"
+        )
         lines.append(f"<li class='warn'><b>{_e(name)}</b> {_e(why)}.</li>")
     return "<ul class='flags'>" + "".join(lines) + "</ul>" if lines else ""
 
@@ -244,11 +288,19 @@ def _shard_table(shards: list[Shard]) -> str:
     rows = []
     for s in shards:
         cls = "alert" if s.straggler else "warn" if s.idle else ""
-        cells = (s.instance, s.instance_type, f"{s.files:,}", f"{s.files_failed:,}", f"{s.rows_out:,}",
-                 _bytes(s.bytes_in), _bytes(s.bytes_out), _duration(s.seconds),
-                 f"{s.busy_fraction:.0%}" if s.busy_fraction is not None else "n/a",
-                 f"{s.rows_per_second:,.0f}" if s.rows_per_second is not None else "n/a",
-                 _usd(s.cost) if s.cost is not None else "n/a")
+        cells = (
+            s.instance,
+            s.instance_type,
+            f"{s.files:,}",
+            f"{s.files_failed:,}",
+            f"{s.rows_out:,}",
+            _bytes(s.bytes_in),
+            _bytes(s.bytes_out),
+            _duration(s.seconds),
+            f"{s.busy_fraction:.0%}" if s.busy_fraction is not None else "n/a",
+            f"{s.rows_per_second:,.0f}" if s.rows_per_second is not None else "n/a",
+            _usd(s.cost) if s.cost is not None else "n/a",
+        )
         rows.append(f"<tr class='{cls}'>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     return _table(head, rows)
 
@@ -259,15 +311,20 @@ def _cost(report: RunReport) -> str:
     if c.error:
         parts.append(f"<p class='alert'>{_e(c.error)}</p>")
     head = ("instance type", "instances", "instance-seconds", "USD per hour", "USD")
-    rows = [f"<tr><td>{_e(line.instance_type)}</td><td>{line.instances}</td><td>{line.seconds:,.1f}</td>"
-            f"<td>{_e(_usd(line.price_per_hour))}</td><td>{_e(_usd(line.cost))}</td></tr>" for line in c.by_type]
+    rows = [
+        f"<tr><td>{_e(line.instance_type)}</td><td>{line.instances}</td><td>{line.seconds:,.1f}</td>"
+        f"<td>{_e(_usd(line.price_per_hour))}</td><td>{_e(_usd(line.cost))}</td></tr>"
+        for line in c.by_type
+    ]
     parts.append(_table(head, rows))
     per_million = _usd(c.cost_per_million) if c.cost_per_million is not None else "n/a (no predictions)"
-    parts.append(f"<p>{_e(_usd(c.total) if c.total is not None else 'n/a')} for "
-                 f"{c.instance_seconds:,.0f} instance-seconds and {c.predictions:,} predictions: "
-                 f"<b>{_e(per_million)} per 1M predictions</b>. "
-                 f"<span class='muted'>Prices: {_e(c.prices_source)}. Counted from each instance's first file to "
-                 f"its last heartbeat: start-up is billed too, so the bill is somewhat higher.</span></p>")
+    parts.append(
+        f"<p>{_e(_usd(c.total) if c.total is not None else 'n/a')} for "
+        f"{c.instance_seconds:,.0f} instance-seconds and {c.predictions:,} predictions: "
+        f"<b>{_e(per_million)} per 1M predictions</b>. "
+        f"<span class='muted'>Prices: {_e(c.prices_source)}. Counted from each instance's first file to "
+        f"its last heartbeat: start-up is billed too, so the bill is somewhat higher.</span></p>"
+    )
     return "\n".join(parts)
 
 
@@ -276,28 +333,40 @@ def _drift(report: RunReport) -> str:
     if d.psi is None:
         return f"<p class='muted'>No drift statistic: {_e(d.note or 'nothing to compare')}.</p>"
     cls = {"drift": "alert", "moderate": "warn"}.get(d.verdict, "ok")
-    meaning = {"stable": "no real change", "moderate": "a moderate shift",
-               "drift": f"at or above this pipeline's limit of {d.max_psi:g}"}[d.verdict]
-    text = (f"<p class='{cls}'>PSI <b>{d.psi:.3f}</b> against run <b>{_e(d.reference_run_id or '?')}</b>: "
-            f"{_e(d.verdict)} ({_e(meaning)}). <span class='muted'>PSI below 0.1 is usually read as no change, "
-            f"0.1 to 0.25 as moderate, above 0.25 as large; an empty bin counts as 0.0001.</span></p>")
+    meaning = {
+        "stable": "no real change",
+        "moderate": "a moderate shift",
+        "drift": f"at or above this pipeline's limit of {d.max_psi:g}",
+    }[d.verdict]
+    text = (
+        f"<p class='{cls}'>PSI <b>{d.psi:.3f}</b> against run <b>{_e(d.reference_run_id or '?')}</b>: "
+        f"{_e(d.verdict)} ({_e(meaning)}). <span class='muted'>PSI below 0.1 is usually read as no change, "
+        f"0.1 to 0.25 as moderate, above 0.25 as large; an empty bin counts as 0.0001.</span></p>"
+    )
     quantiles = [k for k in d.current_quantiles if k in d.reference_quantiles]
     if quantiles:
         head = ("", *quantiles)
-        rows = [f"<tr><td>{_e(name)}</td>" + "".join(f"<td>{_e(_num(values.get(q)))}</td>" for q in quantiles)
-                + "</tr>" for name, values in (("reference", d.reference_quantiles), ("this run", d.current_quantiles))]
+        rows = [
+            f"<tr><td>{_e(name)}</td>" + "".join(f"<td>{_e(_num(values.get(q)))}</td>" for q in quantiles) + "</tr>"
+            for name, values in (("reference", d.reference_quantiles), ("this run", d.current_quantiles))
+        ]
         text += _table(head, rows)
     return text
 
 
 def _reconciliation(report: RunReport, max_rows: int) -> str:
     r = report.reconciliation
-    balance = ("every succeeded file wrote one row out per row in" if r.balanced else
-               f"{len(r.mismatched)} succeeded file(s) wrote a different number of rows than they read")
-    parts = [f"<p class='{'ok' if r.balanced and not r.failed else 'alert'}'>{r.files:,} files: {r.succeeded:,} "
-             f"succeeded, {r.failed:,} failed, {r.unfinished:,} unfinished; {r.rows_in:,} rows in, "
-             f"{r.rows_out:,} rows out ({_e(balance)}). {r.retried:,} file(s) needed more than one attempt "
-             f"(up to {r.max_attempt}).</p>"]
+    balance = (
+        "every succeeded file wrote one row out per row in"
+        if r.balanced
+        else f"{len(r.mismatched)} succeeded file(s) wrote a different number of rows than they read"
+    )
+    parts = [
+        f"<p class='{'ok' if r.balanced and not r.failed else 'alert'}'>{r.files:,} files: {r.succeeded:,} "
+        f"succeeded, {r.failed:,} failed, {r.unfinished:,} unfinished; {r.rows_in:,} rows in, "
+        f"{r.rows_out:,} rows out ({_e(balance)}). {r.retried:,} file(s) needed more than one attempt "
+        f"(up to {r.max_attempt}).</p>"
+    ]
     problem = [row.status != "SUCCEEDED" or not row.balanced or row.attempt > 1 for row in r.rows]
     problems = [row for row, bad in zip(r.rows, problem, strict=True) if bad]
     others = [row for row, bad in zip(r.rows, problem, strict=True) if not bad] if len(problems) < max_rows else []
@@ -306,19 +375,33 @@ def _reconciliation(report: RunReport, max_rows: int) -> str:
     rows = []
     for row in shown:
         cls = "alert" if row.status == "FAILED" or not row.balanced else "warn" if row.status != "SUCCEEDED" else ""
-        cells = (row.key, row.host or "", row.attempt, row.status, f"{row.rows_in:,}", f"{row.rows_out:,}",
-                 row.error or ("" if row.balanced else "rows out differ from rows in"))
+        cells = (
+            row.key,
+            row.host or "",
+            row.attempt,
+            row.status,
+            f"{row.rows_in:,}",
+            f"{row.rows_out:,}",
+            row.error or ("" if row.balanced else "rows out differ from rows in"),
+        )
         rows.append(f"<tr class='{cls}'>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     parts.append(_table(head, rows, cls="files"))
     if len(shown) < len(r.rows):
-        parts.append(f"<p class='muted'>{len(r.rows) - len(shown):,} more file(s) succeeded with rows balanced; "
-                     f"report.json lists every file.</p>")
+        parts.append(
+            f"<p class='muted'>{len(r.rows) - len(shown):,} more file(s) succeeded with rows balanced; "
+            f"report.json lists every file.</p>"
+        )
     return "\n".join(parts)
 
 
 def _table(head: tuple[str, ...], rows: list[str], cls: str = "") -> str:
-    return (f"<table class='{cls}'><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+    return (
+        f"<table class='{cls}'><thead><tr>"
+        + "".join(f"<th>{_e(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
 
 
 def _chart(charts: dict[str, str], name: str, alt: str) -> str:

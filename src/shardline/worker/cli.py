@@ -67,111 +67,221 @@ def build_parser() -> argparse.ArgumentParser:
     io = p.add_argument_group("locations (SageMaker Processing defaults)")
     io.add_argument("--input-dir", type=Path, default=Path(SM_INPUT), help=f"input files (default {SM_INPUT})")
     io.add_argument("--output-dir", type=Path, default=Path(SM_OUTPUT), help=f"outputs (default {SM_OUTPUT})")
-    io.add_argument("--manifest-dir", type=Path, default=None,
-                    help=f"where this instance's manifest goes (default: {MANIFEST_DIR}/ under the output dir); "
-                         "pipelines with output.metadata_prefix set it, to keep it out of the data prefix")
-    io.add_argument("--model-dir", type=Path, default=Path(SM_MODEL),
-                    help=f"the model or model.tar.gz (default {SM_MODEL})")
-    io.add_argument("--resource-config", type=Path, default=Path(SM_RESOURCE_CONFIG),
-                    help=f"host identity (default {SM_RESOURCE_CONFIG}; the hostname when absent)")
+    io.add_argument(
+        "--manifest-dir",
+        type=Path,
+        default=None,
+        help=f"where this instance's manifest goes (default: {MANIFEST_DIR}/ under the output dir); "
+        "pipelines with output.metadata_prefix set it, to keep it out of the data prefix",
+    )
+    io.add_argument(
+        "--model-dir", type=Path, default=Path(SM_MODEL), help=f"the model or model.tar.gz (default {SM_MODEL})"
+    )
+    io.add_argument(
+        "--resource-config",
+        type=Path,
+        default=Path(SM_RESOURCE_CONFIG),
+        help=f"host identity (default {SM_RESOURCE_CONFIG}; the hostname when absent)",
+    )
     io.add_argument("--host", help="this instance's name, overriding the resource config")
-    io.add_argument("--scratch-dir", type=Path, default=Path(tempfile.gettempdir()) / "shardline",
-                    help="where model.tar.gz is unpacked (default %(default)s)")
+    io.add_argument(
+        "--scratch-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "shardline",
+        help="where model.tar.gz is unpacked (default %(default)s)",
+    )
 
     data = p.add_argument_group("data")
-    data.add_argument("--input-format", choices=["parquet", "csv", "jsonl"], default=None,
-                      help="read every input as this format (spec: input.format): a file whose name says no format "
-                           "(part-00000, .txt, .json) is read as it, one whose name says another fails with the reason "
-                           "(default: each file's format from its name)")
-    data.add_argument("--features", type=_features, default=None,
-                      help="comma-separated feature columns, in training order (spec: input.features). Needed for "
-                           "a model that records no feature names; 'file_order' takes each file's numeric "
-                           "non-passthrough columns in the file's order, with a warning")
-    data.add_argument("--passthrough", type=_columns, default=(),
-                      help="comma-separated columns copied to the output beside the prediction, e.g. id")
-    data.add_argument("--output-format", choices=["same", "parquet", "csv", "jsonl"], default="same",
-                      help="output format (default: the input's own format and compression)")
-    data.add_argument("--probabilities", action="store_true",
-                      help="also write proba_<class> columns (classifiers with predict_proba)")
-    data.add_argument("--batch-rows", type=_positive, default=65536,
-                      help="rows per record batch on CPU (default %(default)s)")
-    data.add_argument("--gpu-batch-rows", type=_positive, default=262144,
-                      help="rows per record batch on a GPU (default %(default)s)")
+    data.add_argument(
+        "--input-format",
+        choices=["parquet", "csv", "jsonl"],
+        default=None,
+        help="read every input as this format (spec: input.format): a file whose name says no format "
+        "(part-00000, .txt, .json) is read as it, one whose name says another fails with the reason "
+        "(default: each file's format from its name)",
+    )
+    data.add_argument(
+        "--features",
+        type=_features,
+        default=None,
+        help="comma-separated feature columns, in training order (spec: input.features). Needed for "
+        "a model that records no feature names; 'file_order' takes each file's numeric "
+        "non-passthrough columns in the file's order, with a warning",
+    )
+    data.add_argument(
+        "--passthrough",
+        type=_columns,
+        default=(),
+        help="comma-separated columns copied to the output beside the prediction, e.g. id",
+    )
+    data.add_argument(
+        "--output-format",
+        choices=["same", "parquet", "csv", "jsonl"],
+        default="same",
+        help="output format (default: the input's own format and compression)",
+    )
+    data.add_argument(
+        "--probabilities", action="store_true", help="also write proba_<class> columns (classifiers with predict_proba)"
+    )
+    data.add_argument(
+        "--batch-rows", type=_positive, default=65536, help="rows per record batch on CPU (default %(default)s)"
+    )
+    data.add_argument(
+        "--gpu-batch-rows", type=_positive, default=262144, help="rows per record batch on a GPU (default %(default)s)"
+    )
 
     model = p.add_argument_group("model")
-    model.add_argument("--model-sha256", default=os.environ.get("SHARDLINE_MODEL_SHA256"),
-                       help="refuse the model unless its artifact has this sha256 (env SHARDLINE_MODEL_SHA256)")
-    model.add_argument("--allow-nan-predictions", action="store_true",
-                       help="write NaN predictions instead of failing the file (spec: model.allow_nan_predictions)")
+    model.add_argument(
+        "--model-sha256",
+        default=os.environ.get("SHARDLINE_MODEL_SHA256"),
+        help="refuse the model unless its artifact has this sha256 (env SHARDLINE_MODEL_SHA256)",
+    )
+    model.add_argument(
+        "--allow-nan-predictions",
+        action="store_true",
+        help="write NaN predictions instead of failing the file (spec: model.allow_nan_predictions)",
+    )
 
     script = p.add_argument_group(
-        "custom inference.py (SageMaker-style code/inference.py; see docs/worker.md, 'Bring your own inference.py')")
-    script.add_argument("--content-type", default=None,
-                        help="request body given to input_fn: text/csv (default), application/json, "
-                             "application/jsonlines or application/x-npy (spec: model.content_type)")
-    script.add_argument("--accept", default=None,
-                        help="accept type given to output_fn, and how its response is read (default: "
-                             "application/json, as SageMaker's inference toolkit; spec: model.accept)")
-    script.add_argument("--batch-strategy", choices=["multi-record", "single-record"], default=None,
-                        help="records per call: as many as fit --batch-rows and --max-payload-mb (multi-record, "
-                             "default) or one (single-record), like Batch Transform's BatchStrategy "
-                             "(spec: model.batch_strategy)")
-    script.add_argument("--json-layout", choices=list(JSON_LAYOUTS), default=None,
-                        help="application/json bodies: records (default; objects keyed by column name), "
-                             "instances ({\"instances\": [[...]]}), inputs ({\"inputs\": [[...]]}, as Hugging "
-                             "Face-style handlers read) or array ([[...]]) (spec: model.json_layout)")
-    script.add_argument("--max-payload-mb", type=float, default=None,
-                        help="largest request body, like Batch Transform's MaxPayloadInMB (default 6; "
-                             "spec: model.max_payload_mb)")
-    script.add_argument("--csv-header", action="store_true", default=None,
-                        help="start each text/csv body with a header line of column names (spec: model.csv_header)")
+        "custom inference.py (SageMaker-style code/inference.py; see docs/worker.md, 'Bring your own inference.py')"
+    )
+    script.add_argument(
+        "--content-type",
+        default=None,
+        help="request body given to input_fn: text/csv (default), application/json, "
+        "application/jsonlines or application/x-npy (spec: model.content_type)",
+    )
+    script.add_argument(
+        "--accept",
+        default=None,
+        help="accept type given to output_fn, and how its response is read (default: "
+        "application/json, as SageMaker's inference toolkit; spec: model.accept)",
+    )
+    script.add_argument(
+        "--batch-strategy",
+        choices=["multi-record", "single-record"],
+        default=None,
+        help="records per call: as many as fit --batch-rows and --max-payload-mb (multi-record, "
+        "default) or one (single-record), like Batch Transform's BatchStrategy "
+        "(spec: model.batch_strategy)",
+    )
+    script.add_argument(
+        "--json-layout",
+        choices=list(JSON_LAYOUTS),
+        default=None,
+        help="application/json bodies: records (default; objects keyed by column name), "
+        'instances ({"instances": [[...]]}), inputs ({"inputs": [[...]]}, as Hugging '
+        "Face-style handlers read) or array ([[...]]) (spec: model.json_layout)",
+    )
+    script.add_argument(
+        "--max-payload-mb",
+        type=float,
+        default=None,
+        help="largest request body, like Batch Transform's MaxPayloadInMB (default 6; spec: model.max_payload_mb)",
+    )
+    script.add_argument(
+        "--csv-header",
+        action="store_true",
+        default=None,
+        help="start each text/csv body with a header line of column names (spec: model.csv_header)",
+    )
 
     par = p.add_argument_group("parallelism")
-    par.add_argument("--workers", type=_positive, default=None,
-                     help="worker processes (default: one per core, or one per GPU for GPU models)")
-    par.add_argument("--threads-per-worker", type=_positive, default=None,
-                     help="native threads per worker (default: cores / workers)")
+    par.add_argument(
+        "--workers",
+        type=_positive,
+        default=None,
+        help="worker processes (default: one per core, or one per GPU for GPU models)",
+    )
+    par.add_argument(
+        "--threads-per-worker",
+        type=_positive,
+        default=None,
+        help="native threads per worker (default: cores / workers)",
+    )
     par.add_argument("--no-gpu", action="store_true", help="ignore GPUs even if present")
-    par.add_argument("--start-method", choices=["auto", "forkserver", "spawn"], default="auto",
-                     help="how the pool starts its workers. auto (default): CPU workers fork from a forkserver that "
-                          "loaded the model once, GPU workers spawn; spawn: each worker imports the library and "
-                          "loads the model itself (slower to start; for a model library that misbehaves after fork)")
-    par.add_argument("--inflight-per-worker", type=_positive, default=2,
-                     help="work units queued per worker (default %(default)s)")
-    par.add_argument("--max-worker-crashes", type=_positive, default=2,
-                     help="a file that kills its worker this many times is failed as poison (default %(default)s)")
+    par.add_argument(
+        "--start-method",
+        choices=["auto", "forkserver", "spawn"],
+        default="auto",
+        help="how the pool starts its workers. auto (default): CPU workers fork from a forkserver that "
+        "loaded the model once, GPU workers spawn; spawn: each worker imports the library and "
+        "loads the model itself (slower to start; for a model library that misbehaves after fork)",
+    )
+    par.add_argument(
+        "--inflight-per-worker", type=_positive, default=2, help="work units queued per worker (default %(default)s)"
+    )
+    par.add_argument(
+        "--max-worker-crashes",
+        type=_positive,
+        default=2,
+        help="a file that kills its worker this many times is failed as poison (default %(default)s)",
+    )
 
     ops = p.add_argument_group("reporting")
-    ops.add_argument("--progress-interval", type=float, default=5.0,
-                     help="seconds between progress lines (default %(default)s)")
-    ops.add_argument("--heartbeat-interval", type=float, default=30.0,
-                     help="seconds between ledger heartbeats (default %(default)s)")
-    ops.add_argument("--ledger-retry-seconds", type=float, default=RETRY_BUDGET_SECONDS,
-                     help="while the ledger's endpoint fails, keep its writes this long before dropping them "
-                          "(the files stay unfinished and the sensor retries them; default %(default)s)")
+    ops.add_argument(
+        "--progress-interval", type=float, default=5.0, help="seconds between progress lines (default %(default)s)"
+    )
+    ops.add_argument(
+        "--heartbeat-interval", type=float, default=30.0, help="seconds between ledger heartbeats (default %(default)s)"
+    )
+    ops.add_argument(
+        "--ledger-retry-seconds",
+        type=float,
+        default=RETRY_BUDGET_SECONDS,
+        help="while the ledger's endpoint fails, keep its writes this long before dropping them "
+        "(the files stay unfinished and the sensor retries them; default %(default)s)",
+    )
     ops.add_argument("--summary-json", type=Path, help="also write the job summary to this file")
-    ops.add_argument("--exit-zero-on-file-failures", action="store_true",
-                     help=f"exit {EXIT_OK} instead of {EXIT_FILES_FAILED} when only some files failed. Pipelines set "
-                          "it: a SageMaker job that exits non-zero is Failed, and its outputs may not be uploaded, "
-                          "while the failed files are already recorded in the ledger and the manifest")
-    ops.add_argument("--preview", type=_positive, default=None, metavar="ROWS",
-                     help="run the model on the first ROWS rows of the first input file and print the features as "
-                          "the model gets them, the predictions and warnings about the setup; writes no output")
+    ops.add_argument(
+        "--exit-zero-on-file-failures",
+        action="store_true",
+        help=f"exit {EXIT_OK} instead of {EXIT_FILES_FAILED} when only some files failed. Pipelines set "
+        "it: a SageMaker job that exits non-zero is Failed, and its outputs may not be uploaded, "
+        "while the failed files are already recorded in the ledger and the manifest",
+    )
+    ops.add_argument(
+        "--preview",
+        type=_positive,
+        default=None,
+        metavar="ROWS",
+        help="run the model on the first ROWS rows of the first input file and print the features as "
+        "the model gets them, the predictions and warnings about the setup; writes no output",
+    )
     ops.add_argument("--preview-json", type=Path, default=None, help="with --preview: also write it as JSON here")
 
     tune = p.add_argument_group("auto-tune (--tune; see docs/auto-tune.md)")
-    tune.add_argument("--tune", action="store_true",
-                      help="instead of the job: run the worker repeatedly on a sample of the inputs (the first files "
-                           "up to --tune-rows rows), sweeping workers x threads and rows per batch (GPU batch rows on "
-                           "a GPU); print rows/s per setting and the spec snippet to paste; writes no output")
-    tune.add_argument("--tune-rows", type=_positive, default=200_000, metavar="N",
-                      help="rows of the sample (default %(default)s)")
-    tune.add_argument("--tune-out", type=Path, default=Path("shardline-tune"), metavar="DIR",
-                      help="where the plot (tune.png) and the figures (tune.json) go (default %(default)s)")
-    tune.add_argument("--tune-repeat", type=_positive, default=2, metavar="K",
-                      help="runs of each setting, to show the noise (default %(default)s)")
-    tune.add_argument("--tune-max-batch-rows", type=_positive, default=1 << 20, metavar="N",
-                      help="the largest rows per batch tried (default %(default)s)")
+    tune.add_argument(
+        "--tune",
+        action="store_true",
+        help="instead of the job: run the worker repeatedly on a sample of the inputs (the first files "
+        "up to --tune-rows rows), sweeping workers x threads and rows per batch (GPU batch rows on "
+        "a GPU); print rows/s per setting and the spec snippet to paste; writes no output",
+    )
+    tune.add_argument(
+        "--tune-rows", type=_positive, default=200_000, metavar="N", help="rows of the sample (default %(default)s)"
+    )
+    tune.add_argument(
+        "--tune-out",
+        type=Path,
+        default=Path("shardline-tune"),
+        metavar="DIR",
+        help="where the plot (tune.png) and the figures (tune.json) go (default %(default)s)",
+    )
+    tune.add_argument(
+        "--tune-repeat",
+        type=_positive,
+        default=2,
+        metavar="K",
+        help="runs of each setting, to show the noise (default %(default)s)",
+    )
+    tune.add_argument(
+        "--tune-max-batch-rows",
+        type=_positive,
+        default=1 << 20,
+        metavar="N",
+        help="the largest rows per batch tried (default %(default)s)",
+    )
     tune.add_argument("--tune-step", default=None, metavar="NAME", help="the step's name, for the spec snippet")
     ops.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"shardline-worker {__version__}")
@@ -211,8 +321,11 @@ def resolve_host(resource_config: Path, override: str | None) -> tuple[str, list
 
 
 def log_format(host: str, context: LedgerContext | None) -> str:
-    tag = host if context is None else f"{host} {context.pipeline}/{context.run_id} step={context.step} " \
-                                      f"attempt={context.attempt}"
+    tag = (
+        host
+        if context is None
+        else f"{host} {context.pipeline}/{context.run_id} step={context.step} attempt={context.attempt}"
+    )
     return f"%(asctime)s %(levelname)s [{tag}] %(message)s"
 
 
@@ -245,8 +358,9 @@ def record_setup_error(context: LedgerContext, host: str, error: str) -> None:
     from shardline.ledger.states import ShardStatus
 
     try:
-        WorkerLedger(context, host).heartbeat(ShardStatus.FAILED, files_assigned=0, files_done=0, files_failed=0,
-                                              rows_done=0, setup_error=error)
+        WorkerLedger(context, host).heartbeat(
+            ShardStatus.FAILED, files_assigned=0, files_done=0, files_failed=0, rows_done=0, setup_error=error
+        )
     except (PynamoDBException, BotoCoreError, StaleAttemptError) as err:  # the exit code still tells
         log.warning("could not record the setup error in the ledger: %s", err)
 
@@ -256,9 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.preview or args.tune):
         # First, before this process imports pyarrow and the rest: the forkserver's own imports (the
         # model's library among them) then run beside ours, on the other core.
-        forkserver.start_early(model_dir=args.model_dir, pinned_sha256=args.model_sha256,
-                               start_method=args.start_method, use_gpu=not args.no_gpu)
+        forkserver.start_early(
+            model_dir=args.model_dir,
+            pinned_sha256=args.model_sha256,
+            start_method=args.start_method,
+            use_gpu=not args.no_gpu,
+        )
     from shardline.worker.job import run_job
+
     # Turn SIGTERM into an exception, so the pool is stopped and temp files are swept.
     signal.signal(signal.SIGTERM, _terminate)
     host, hosts = resolve_host(args.resource_config, args.host)
@@ -277,6 +396,5 @@ def main(argv: list[str] | None = None) -> int:
             record_setup_error(context, host, str(err))
         return EXIT_SETUP_ERROR
     except Terminated as err:
-        log.error("stopped: %s. Outputs already renamed into place are complete; no partial output remains.",
-                  err)
+        log.error("stopped: %s. Outputs already renamed into place are complete; no partial output remains.", err)
         return EXIT_TERMINATED

@@ -56,9 +56,7 @@ def detect_gpu_count() -> int:
     if shutil.which("nvidia-smi") is None:
         return 0
     try:
-        listing = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True
-        ).stdout
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))

@@ -42,7 +42,7 @@ WHY = {
     FROM_MODEL: "by the names the model recorded when it was fitted, in its order",
     FROM_SPEC: "from input.features (--features), in that order",
     FROM_FILE_ORDER: "in the file's own order, as input.features is file_order (nothing checks that this is the "
-                     "order the model was trained with): every {kind} column",
+    "order the model was trained with): every {kind} column",
 }
 
 
@@ -156,8 +156,7 @@ def choose_features(
     else:
         kind = "" if model.raw_columns else "numeric "
         candidates = tuple(
-            f.name for f in schema
-            if f.name not in passthrough and (model.raw_columns or is_numeric(f.type))
+            f.name for f in schema if f.name not in passthrough and (model.raw_columns or is_numeric(f.type))
         )
         if not file_order:
             error = InputSchemaError(unnamed_model_message(model, where, candidates, lacking))
@@ -191,8 +190,9 @@ def choose_features(
     return FeatureChoice(columns=columns, source=source, unused=unused, raw_columns=model.raw_columns)
 
 
-def unnamed_model_message(model: ModelInputs, where: str, candidates: Sequence[str],
-                          lacking: Sequence[str] = ()) -> str:
+def unnamed_model_message(
+    model: ModelInputs, where: str, candidates: Sequence[str], lacking: Sequence[str] = ()
+) -> str:
     """Why a model that records no feature names cannot read a file until input.features names them.
 
     Suggests only the fix that cannot give wrong numbers: naming the features in training order.
@@ -200,8 +200,10 @@ def unnamed_model_message(model: ModelInputs, where: str, candidates: Sequence[s
     the model's.)
     """
     if lacking:
-        recorded = (f"{_capital(model.described_as)} recorded feature names the file lacks "
-                    f"({_listing(lacking)}; the script may make them itself), so they cannot choose the columns")
+        recorded = (
+            f"{_capital(model.described_as)} recorded feature names the file lacks "
+            f"({_listing(lacking)}; the script may make them itself), so they cannot choose the columns"
+        )
     else:
         recorded = f"{_capital(model.described_as)} records no feature names"
     wanted = f"its {model.count} features" if model.count is not None else "its features"

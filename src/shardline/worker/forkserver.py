@@ -108,5 +108,11 @@ def _prepare_environment(model_dir: Path, pinned_sha256: str | None) -> None:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     atexit.register(_give_up)  # runs first: atexit goes in reverse
     _handover = folder / "model.json"
-    os.environ.update({HANDOVER_ENV: str(_handover), MODEL_DIR_ENV: str(model_dir), PARENT_ENV: str(os.getpid()),
-                       PIN_ENV: (pinned_sha256 or "").strip()})
+    os.environ.update(
+        {
+            HANDOVER_ENV: str(_handover),
+            MODEL_DIR_ENV: str(model_dir),
+            PARENT_ENV: str(os.getpid()),
+            PIN_ENV: (pinned_sha256 or "").strip(),
+        }
+    )

@@ -75,8 +75,12 @@ def values_to_arrow(values: np.ndarray) -> pa.Array:
 
 def _as_float_ready(column: pa.Array) -> pa.Array:
     dtype = column.type
-    if pa.types.is_decimal(dtype) or pa.types.is_null(dtype) or pa.types.is_boolean(dtype) or \
-            pa.types.is_dictionary(dtype):
+    if (
+        pa.types.is_decimal(dtype)
+        or pa.types.is_null(dtype)
+        or pa.types.is_boolean(dtype)
+        or pa.types.is_dictionary(dtype)
+    ):
         return column.cast(pa.float64())  # a null stays a null, and becomes NaN in to_numpy
     return column
 
@@ -107,13 +111,7 @@ def _is_empty_text(file: InputFile) -> bool:
 
 
 def iter_batches(
-    unit: WorkUnit,
-    columns: Sequence[str],
-    features: Sequence[str],
-    batch_rows: int,
-    scratch: Path,
-    *,
-    threads: int = 1,
+    unit: WorkUnit, columns: Sequence[str], features: Sequence[str], batch_rows: int, scratch: Path, *, threads: int = 1
 ) -> Iterator[pa.RecordBatch]:
     """Stream the unit's rows as record batches holding only ``columns``."""
     file = unit.file
@@ -134,9 +132,7 @@ def iter_batches(
                 reader = pacsv.open_csv(
                     stream,
                     read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK_BYTES, use_threads=threads > 1),
-                    convert_options=pacsv.ConvertOptions(
-                        include_columns=list(columns), column_types=float_features
-                    ),
+                    convert_options=pacsv.ConvertOptions(include_columns=list(columns), column_types=float_features),
                 )
             else:
                 schema = read_schema(file, scratch)
@@ -146,9 +142,7 @@ def iter_batches(
                 reader = pajson.open_json(
                     stream,
                     read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES, use_threads=threads > 1),
-                    parse_options=pajson.ParseOptions(
-                        explicit_schema=explicit, unexpected_field_behavior="ignore"
-                    ),
+                    parse_options=pajson.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="ignore"),
                 )
             for batch in reader:
                 # Text readers yield one batch per block; re-slice to the requested size.
@@ -232,13 +226,9 @@ class OutputWriter:
                 str(path), schema, compression="snappy", use_dictionary=False, write_statistics=stats
             )
             return
-        self._stream = self._stack.enter_context(
-            pa.output_stream(str(path), compression="gzip" if gzipped else None)
-        )
+        self._stream = self._stack.enter_context(pa.output_stream(str(path), compression="gzip" if gzipped else None))
         if fmt == "csv":
-            self._csv = pacsv.CSVWriter(
-                self._stream, schema, write_options=pacsv.WriteOptions(include_header=header)
-            )
+            self._csv = pacsv.CSVWriter(self._stream, schema, write_options=pacsv.WriteOptions(include_header=header))
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self.fmt == "parquet":

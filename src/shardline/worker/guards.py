@@ -67,8 +67,9 @@ class OutputTally:
             times = f" ({count} times)" if count > 1 else ""
             log.info("%s said%s while processing %s: %s", source, times, where, example[:500])
         if self.dropped:
-            log.info("%s said %d more line(s) of other shapes while processing %s (not shown)", source,
-                     self.dropped, where)
+            log.info(
+                "%s said %d more line(s) of other shapes while processing %s (not shown)", source, self.dropped, where
+            )
         self.lines.clear()
         self.dropped = 0
 
@@ -113,8 +114,11 @@ def captured(tally: OutputTally) -> Iterator[list[warnings.WarningMessage]]:
     root.handlers[:] = [handler]
     root.setLevel(min(saved_level, logging.INFO) if saved_level else logging.INFO)
     try:
-        with warnings.catch_warnings(record=True) as caught, \
-                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             warnings.simplefilter("always")
             yield caught
     finally:
@@ -128,16 +132,16 @@ def _is_feature_name_warning(w: warnings.WarningMessage) -> bool:
     # scikit-learn raises these as plain UserWarnings, so the text is the only thing that
     # tells them apart: "X does not have valid feature names, but ... was fitted with feature
     # names" and "X has feature names, but ... was fitted without feature names".
-    return issubclass(w.category, UserWarning) and "feature names" in str(w.message) \
-        and "sklearn" in (w.filename or "")
+    return issubclass(w.category, UserWarning) and "feature names" in str(w.message) and "sklearn" in (w.filename or "")
 
 
 def _category_name(w: warnings.WarningMessage) -> str:
     return getattr(w.category, "__name__", str(w.category))
 
 
-def raise_for_wrong_input(caught: list[warnings.WarningMessage], tally: OutputTally, *, order_vouched: bool,
-                          script: bool) -> None:
+def raise_for_wrong_input(
+    caught: list[warnings.WarningMessage], tally: OutputTally, *, order_vouched: bool, script: bool
+) -> None:
     """Fail on warnings that mean the model got the wrong input; tally the rest.
 
     ``order_vouched``: the feature columns were put in the model's order by its recorded names
@@ -154,13 +158,18 @@ def raise_for_wrong_input(caught: list[warnings.WarningMessage], tally: OutputTa
             raise PredictionError(
                 f"scikit-learn warned: {w.message}. It cannot check that the columns are in the order the model "
                 "was fitted with, so the predictions may be wrong. "
-                + ("Name the model's features in training order with input.features (--features), or have the "
-                   "script pass a DataFrame with the model's column names to predict()" if script else
-                   "Name the model's features in training order with input.features (--features)")
+                + (
+                    "Name the model's features in training order with input.features (--features), or have the "
+                    "script pass a DataFrame with the model's column names to predict()"
+                    if script
+                    else "Name the model's features in training order with input.features (--features)"
+                )
             )
         if name == "DataConversionWarning":
-            raise PredictionError(f"scikit-learn warned that the input was converted: {w.message}. "
-                                  "Check the feature columns' types and input.features (--features)")
+            raise PredictionError(
+                f"scikit-learn warned that the input was converted: {w.message}. "
+                "Check the feature columns' types and input.features (--features)"
+            )
         tally.add(f"warning {name}: {w.message}")
 
 

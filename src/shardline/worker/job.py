@@ -41,8 +41,9 @@ from shardline.worker.work_units import InputFile, WorkUnit, discover_inputs, pl
 log = logging.getLogger("shardline.worker")
 
 
-def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: LedgerContext | None,
-            log_format: str) -> int:
+def run_job(
+    args: argparse.Namespace, host: str, hosts: list[str], context: LedgerContext | None, log_format: str
+) -> int:
     """Run every input file of this instance and return the worker's exit code."""
     launched_at = process_started_at()
     started_wall = dt.datetime.now(dt.UTC)
@@ -53,14 +54,20 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
     # cannot read fails with its reason instead of being skipped (and retried as never claimed).
     files, ignored = discover_inputs(args.input_dir, args.input_format, refuse_unknown=context is not None)
     if ignored:
-        log.warning("ignoring %d file(s) of unknown format, e.g. %s (readable: .parquet, .csv, .jsonl, "
-                    "each optionally .gz; or name the format with --input-format)", len(ignored),
-                    ", ".join(ignored[:3]))
+        log.warning(
+            "ignoring %d file(s) of unknown format, e.g. %s (readable: .parquet, .csv, .jsonl, "
+            "each optionally .gz; or name the format with --input-format)",
+            len(ignored),
+            ", ".join(ignored[:3]),
+        )
     artifact = prepare_model(args.model_dir, args.model_sha256, args.scratch_dir)
     if not (args.model_sha256 or "").strip():
-        log.warning("the model is NOT pinned (no --model-sha256 / SHARDLINE_MODEL_SHA256; its sha256 is %s): "
-                    "whoever can write the model's S3 prefix chooses the code this job runs. Pin it in the spec "
-                    "with model.sha256 or model.versions", artifact.sha256)
+        log.warning(
+            "the model is NOT pinned (no --model-sha256 / SHARDLINE_MODEL_SHA256; its sha256 is %s): "
+            "whoever can write the model's S3 prefix chooses the code this job runs. Pin it in the spec "
+            "with model.sha256 or model.versions",
+            artifact.sha256,
+        )
     check_probabilities(artifact.kind, args.probabilities)  # here, before any worker starts
     protocol = script_protocol(args, artifact.kind)
     if artifact.kind == "custom":
@@ -78,13 +85,22 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
         return run_tune(args, files, artifact, job_settings(args, artifact, protocol, log_format))
     gpus = [] if args.no_gpu else devices.visible_gpus(os.environ, devices.detect_gpu_count())
     slots = devices.plan_slots(
-        cpu_count=devices.cpu_count(), gpus=gpus, model_kind=artifact.kind, workers=args.workers,
-        threads_per_worker=args.threads_per_worker, use_gpu=not args.no_gpu,
+        cpu_count=devices.cpu_count(),
+        gpus=gpus,
+        model_kind=artifact.kind,
+        workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        use_gpu=not args.no_gpu,
     )
     settings = job_settings(args, artifact, protocol, log_format)
-    runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
-                    max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval,
-                    start_method=args.start_method)
+    runner = Runner(
+        settings,
+        slots,
+        inflight_per_worker=args.inflight_per_worker,
+        max_crashes=args.max_worker_crashes,
+        progress_interval=args.progress_interval,
+        start_method=args.start_method,
+    )
     if files:
         # The workers load the model while this process reads the footers and opens the ledger.
         runner.start()
@@ -106,8 +122,7 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
             else:
                 log.warning("no input files under %s: nothing to do", args.input_dir)
         except Stopped as err:
-            log.error("stopping: %s. Outputs already renamed into place are complete; nothing else was "
-                      "written.", err)
+            log.error("stopping: %s. Outputs already renamed into place are complete; nothing else was written.", err)
             return EXIT_FENCED
         except SetupError:
             hooks.beat(ShardStatus.FAILED)
@@ -119,15 +134,24 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
     if hooks.fenced:
         return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
 
-    summary = build_summary(reports, seconds=time.monotonic() - started, slots=slots, artifact=artifact, host=host,
-                            hosts=hosts, runner=runner, started_wall=started_wall,
-                            launched_at=launched_at)
+    summary = build_summary(
+        reports,
+        seconds=time.monotonic() - started,
+        slots=slots,
+        artifact=artifact,
+        host=host,
+        hosts=hosts,
+        runner=runner,
+        started_wall=started_wall,
+        launched_at=launched_at,
+    )
     withdrawn = hooks.withdrawn_outputs()
     if withdrawn is not None:
         summary["withdrawn_outputs"] = withdrawn
     summary["attempt"] = context.attempt if context else None  # the manifest and --summary-json say the same
-    manifest = write_manifest(args.manifest_dir or args.output_dir / contract.METADATA_FOLDER, host, summary,
-                              summary["attempt"])
+    manifest = write_manifest(
+        args.manifest_dir or args.output_dir / contract.METADATA_FOLDER, host, summary, summary["attempt"]
+    )
     log_summary(summary, failed, manifest)
     if args.summary_json:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)
@@ -138,20 +162,34 @@ def run_job(args: argparse.Namespace, host: str, hosts: list[str], context: Ledg
     return EXIT_FILES_FAILED if failed else EXIT_OK
 
 
-def job_settings(args: argparse.Namespace, artifact: ModelArtifact, protocol: ScriptProtocol,
-                 log_format: str) -> JobSettings:
+def job_settings(
+    args: argparse.Namespace, artifact: ModelArtifact, protocol: ScriptProtocol, log_format: str
+) -> JobSettings:
     """What every pool process of this job is told (``--tune`` builds its runs from the same)."""
     return JobSettings(
-        artifact=artifact, output_dir=str(args.output_dir), scratch_dir=str(args.scratch_dir),
-        features=args.features, passthrough=args.passthrough, batch_rows=args.batch_rows,
-        gpu_batch_rows=args.gpu_batch_rows, output_format=args.output_format,
-        probabilities=args.probabilities, protocol=protocol, allow_nan_predictions=args.allow_nan_predictions,
+        artifact=artifact,
+        output_dir=str(args.output_dir),
+        scratch_dir=str(args.scratch_dir),
+        features=args.features,
+        passthrough=args.passthrough,
+        batch_rows=args.batch_rows,
+        gpu_batch_rows=args.gpu_batch_rows,
+        output_format=args.output_format,
+        probabilities=args.probabilities,
+        protocol=protocol,
+        allow_nan_predictions=args.allow_nan_predictions,
         log_format=log_format,
     )
 
 
-def _prepare(args: argparse.Namespace, files: list[InputFile], slots: list[devices.WorkerSlot], kind: str,
-             context: LedgerContext | None, host: str) -> tuple[list[WorkUnit], int | None, Hooks]:
+def _prepare(
+    args: argparse.Namespace,
+    files: list[InputFile],
+    slots: list[devices.WorkerSlot],
+    kind: str,
+    context: LedgerContext | None,
+    host: str,
+) -> tuple[list[WorkUnit], int | None, Hooks]:
     """The work units, the rows they hold when every footer says, and the hooks of the ledger (if any)."""
     args.output_dir.mkdir(parents=True, exist_ok=True)
     removed = sweep_temp_files(args.output_dir)
@@ -164,16 +202,26 @@ def _prepare(args: argparse.Namespace, files: list[InputFile], slots: list[devic
         known_rows = sum(m[0] for m in metadata.values())
     units = plan_units(files, len(slots), lambda f: (metadata.get(f.relative_path) or (0, []))[1])
     split = sorted({u.file.relative_path for u in units if u.is_split})
-    log.info("%d input file(s), %s, %d work unit(s)%s; %s; model %s", len(files), human_bytes(
-        sum(f.size for f in files)), len(units), f" ({len(split)} large file(s) split by row group)" if split
-        else "", describe_slots(slots), kind)
+    log.info(
+        "%d input file(s), %s, %d work unit(s)%s; %s; model %s",
+        len(files),
+        human_bytes(sum(f.size for f in files)),
+        len(units),
+        f" ({len(split)} large file(s) split by row group)" if split else "",
+        describe_slots(slots),
+        kind,
+    )
     hooks = Hooks()
     if context:
         from shardline.ledger.job_writes import WorkerLedger  # pynamodb loads only when a ledger is configured
 
-        hooks = LedgerHooks(WorkerLedger(context, host), files_assigned=len(files),
-                            heartbeat_interval=args.heartbeat_interval,
-                            retry_budget_seconds=args.ledger_retry_seconds, output_dir=args.output_dir)
+        hooks = LedgerHooks(
+            WorkerLedger(context, host),
+            files_assigned=len(files),
+            heartbeat_interval=args.heartbeat_interval,
+            retry_budget_seconds=args.ledger_retry_seconds,
+            output_dir=args.output_dir,
+        )
     return units, known_rows, hooks
 
 
@@ -190,8 +238,12 @@ def script_protocol(args: argparse.Namespace, kind: str) -> ScriptProtocol:
     given = {name: value for name, value in given.items() if value is not None}
     protocol = ScriptProtocol(**given)
     if kind != "custom" and given:
-        log.warning("%s appl%s only to a custom inference.py; ignored for this %s model",
-                    ", ".join(f"--{n.replace('_', '-')}" for n in given), "ies" if len(given) == 1 else "y", kind)
+        log.warning(
+            "%s appl%s only to a custom inference.py; ignored for this %s model",
+            ", ".join(f"--{n.replace('_', '-')}" for n in given),
+            "ies" if len(given) == 1 else "y",
+            kind,
+        )
     if kind == "custom":
         log.info("custom inference.py: requests are %s", protocol.describe())
     return protocol
@@ -204,9 +256,12 @@ def report_requirements(script: Path) -> None:
         return
     unmet = check_requirements(str(script))
     if unmet:
-        log.warning("%s is not installed at run time (the worker image is the pinned environment), and the image "
-                    "does not meet: %s. Build these into the image (inference_container/Dockerfile) and pin it",
-                    requirements, "; ".join(unmet))
+        log.warning(
+            "%s is not installed at run time (the worker image is the pinned environment), and the image "
+            "does not meet: %s. Build these into the image (inference_container/Dockerfile) and pin it",
+            requirements,
+            "; ".join(unmet),
+        )
     else:
         log.info("%s is not installed at run time; the image already meets every line of it", requirements)
 

@@ -51,9 +51,18 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def build_summary(reports: list[FileReport], *, seconds: float, slots: list[devices.WorkerSlot],
-                  artifact: ModelArtifact, host: str, hosts: list[str], runner: Runner,
-                  started_wall: dt.datetime, launched_at: float) -> dict:
+def build_summary(
+    reports: list[FileReport],
+    *,
+    seconds: float,
+    slots: list[devices.WorkerSlot],
+    artifact: ModelArtifact,
+    host: str,
+    hosts: list[str],
+    runner: Runner,
+    started_wall: dt.datetime,
+    launched_at: float,
+) -> dict:
     """The job's summary: what the manifest holds and ``--summary-json`` writes."""
     rows_in = sum(r.rows_in for r in reports)
     rows_out = sum(r.rows_out for r in reports if r.status is FileStatus.SUCCEEDED)
@@ -70,8 +79,11 @@ def build_summary(reports: list[FileReport], *, seconds: float, slots: list[devi
         "workers": [dataclasses.asdict(s) for s in slots],
         "pool_starts": runner.pool_starts,
         "startup_seconds": None if runner.startup_seconds is None else round(runner.startup_seconds, 3),
-        "startup": {"launched_at": round(launched_at, 3), "job_started_at": round(started_wall.timestamp(), 3),
-                    **(runner.startup_breakdown(launched_at) or {})},
+        "startup": {
+            "launched_at": round(launched_at, 3),
+            "job_started_at": round(started_wall.timestamp(), 3),
+            **(runner.startup_breakdown(launched_at) or {}),
+        },
         "files": len(reports),
         "succeeded": sum(r.status is FileStatus.SUCCEEDED for r in reports),
         "failed": sum(r.status is FileStatus.FAILED for r in reports),
@@ -79,9 +91,7 @@ def build_summary(reports: list[FileReport], *, seconds: float, slots: list[devi
         "rows_out": rows_out,
         "rows_per_second": round(rows_in / seconds, 1) if seconds > 0 else 0.0,
         "prediction_histogram": _merged_histogram(r.histogram for r in reports if r.status is FileStatus.SUCCEEDED),
-        "file_reports": [
-            {**dataclasses.asdict(r), "status": r.status.value} for r in reports
-        ],
+        "file_reports": [{**dataclasses.asdict(r), "status": r.status.value} for r in reports],
     }
 
 
@@ -116,10 +126,16 @@ def log_summary(summary: dict, failed: list[FileReport], manifest: Path) -> None
     log.info(
         "summary: %d file(s): %d succeeded, %d failed | rows in %s, rows out %s | %.1fs, %s rows/s | "
         "startup %s | pool started %d time(s) | manifest %s",
-        summary["files"], summary["succeeded"], summary["failed"], f"{summary['rows_in']:,}",
-        f"{summary['rows_out']:,}", summary["seconds"], f"{summary['rows_per_second']:,.0f}",
+        summary["files"],
+        summary["succeeded"],
+        summary["failed"],
+        f"{summary['rows_in']:,}",
+        f"{summary['rows_out']:,}",
+        summary["seconds"],
+        f"{summary['rows_per_second']:,.0f}",
         "n/a" if summary["startup_seconds"] is None else f"{summary['startup_seconds']:.2f}s",
-        summary["pool_starts"], manifest,
+        summary["pool_starts"],
+        manifest,
     )
     for report in failed:
         log.error("failed: %s: %s: %s", report.input, report.error_class, report.error_message)

@@ -23,8 +23,9 @@ log = logging.getLogger("shardline.worker")
 class LedgerHooks(Hooks):
     """Mirrors file status and heartbeats into the ledger (``ledger`` is a ``WorkerLedger``)."""
 
-    def __init__(self, ledger, *, files_assigned: int, heartbeat_interval: float, retry_budget_seconds: float,
-                 output_dir: Path):
+    def __init__(
+        self, ledger, *, files_assigned: int, heartbeat_interval: float, retry_budget_seconds: float, output_dir: Path
+    ):
         self.ledger = ledger
         self.files_assigned = files_assigned
         self.interval = heartbeat_interval
@@ -83,15 +84,19 @@ class LedgerHooks(Hooks):
                 (self.output_dir / output).unlink()
                 withdrawn += 1
         if withdrawn:
-            log.warning("withdrew %d output(s) whose success the ledger did not accept (%s); the files stay "
-                        "unfinished or belong to a newer attempt, which writes them", withdrawn,
-                        self.pump.fenced_reason or f"{self.pump.errors} ledger write(s) failed")
+            log.warning(
+                "withdrew %d output(s) whose success the ledger did not accept (%s); the files stay "
+                "unfinished or belong to a newer attempt, which writes them",
+                withdrawn,
+                self.pump.fenced_reason or f"{self.pump.errors} ledger write(s) failed",
+            )
         return withdrawn
 
     def beat(self, status: ShardStatus) -> None:
         rows = self.runner.rows_done.value if self.runner else 0
-        counts = dict(files_assigned=self.files_assigned, files_done=self.done, files_failed=self.failed,
-                      rows_done=rows)
+        counts = dict(
+            files_assigned=self.files_assigned, files_done=self.done, files_failed=self.failed, rows_done=rows
+        )
         self.pump.put(lambda: self.ledger.heartbeat(status, **counts), "heartbeat")
 
     def poll(self) -> str | None:

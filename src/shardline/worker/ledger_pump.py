@@ -29,8 +29,14 @@ RETRY_BUDGET_SECONDS = 120.0
 
 
 class LedgerPump:
-    def __init__(self, name: str = "ledger", retry_budget_seconds: float = RETRY_BUDGET_SECONDS, *,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        name: str = "ledger",
+        retry_budget_seconds: float = RETRY_BUDGET_SECONDS,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.retry_budget_seconds = retry_budget_seconds
         self._clock, self._sleep = clock, sleep
         self._failing_since: float | None = None  # when the current outage began; None while writes land
@@ -86,11 +92,18 @@ class LedgerPump:
                     self._failing_since = now
                 if now + delay > self._failing_since + self.retry_budget_seconds:
                     self.errors += 1
-                    log.error("ledger write dropped (%s): the ledger has failed for %.0fs (budget %.0fs): %s: %s; "
-                              "the file stays unfinished in the ledger and the sensor retries it", what,
-                              now - self._failing_since, self.retry_budget_seconds, type(err).__name__, err)
+                    log.error(
+                        "ledger write dropped (%s): the ledger has failed for %.0fs (budget %.0fs): %s: %s; "
+                        "the file stays unfinished in the ledger and the sensor retries it",
+                        what,
+                        now - self._failing_since,
+                        self.retry_budget_seconds,
+                        type(err).__name__,
+                        err,
+                    )
                     return
-                log.warning("ledger write failed (%s): %s: %s; trying again in %.0fs", what, type(err).__name__,
-                            err, delay)
+                log.warning(
+                    "ledger write failed (%s): %s: %s; trying again in %.0fs", what, type(err).__name__, err, delay
+                )
                 self._sleep(delay)
                 delay = min(delay * 2, 15.0)

@@ -37,11 +37,7 @@ from shardline.worker.features import ModelInputs
 log = logging.getLogger(__name__)
 
 TARBALL = "model.tar.gz"
-KIND_SUFFIXES = {
-    "torch": (".pt", ".pth", ".torchscript"),
-    "xgboost": (".json", ".ubj"),
-    "sklearn": (".joblib", ".pkl"),
-}
+KIND_SUFFIXES = {"torch": (".pt", ".pth", ".torchscript"), "xgboost": (".json", ".ubj"), "sklearn": (".joblib", ".pkl")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,14 +246,19 @@ def recorded_inputs(model: Any) -> ModelInputs:
     record ``feature_names_in_``; an XGBoost Booster trained on named data keeps ``feature_names``.
     """
     label = f"the model ({type(model).__name__})"
-    if type(model).__module__.startswith("xgboost") and hasattr(model, "num_features") and \
-            hasattr(model, "feature_names"):  # a Booster
+    if (
+        type(model).__module__.startswith("xgboost")
+        and hasattr(model, "num_features")
+        and hasattr(model, "feature_names")
+    ):  # a Booster
         names = model.feature_names
         types = model.feature_types or []
         if "c" in types:
             categorical = [n for n, t in zip(names or [], types, strict=False) if t == "c"]
-            raise SetupError(f"{label} has categorical features ({', '.join(categorical) or 'unnamed'}); Shardline "
-                             "passes numbers only. Encode them as numbers before training")
+            raise SetupError(
+                f"{label} has categorical features ({', '.join(categorical) or 'unnamed'}); Shardline "
+                "passes numbers only. Encode them as numbers before training"
+            )
         return ModelInputs(names=tuple(names) if names else None, count=model.num_features(), described_as=label)
     names = getattr(model, "feature_names_in_", None)
     count = getattr(model, "n_features_in_", None)
@@ -284,9 +285,11 @@ class SklearnPredictor:
         self.set_threads(threads)
         self.probabilities = probabilities and hasattr(self.model, "predict_proba")
         if probabilities and not self.probabilities:  # never silently ignored: the outputs would lack the columns
-            raise SetupError(f"probabilities (--probabilities) asks for proba_<class> columns, but the model "
-                             f"({type(self.model).__name__}) has no predict_proba: remove probabilities from the "
-                             "step, or ship a classifier")
+            raise SetupError(
+                f"probabilities (--probabilities) asks for proba_<class> columns, but the model "
+                f"({type(self.model).__name__}) has no predict_proba: remove probabilities from the "
+                "step, or ship a classifier"
+            )
         # scikit-learn converts to float64 internally; xgboost's wrapper wants float32.
         is_xgb = type(self.model).__module__.startswith("xgboost")
         self.dtype = np.dtype(np.float32 if is_xgb else np.float64)
@@ -446,21 +449,21 @@ def check_probabilities(kind: str, probabilities: bool) -> None:
     silently ignored."""
     if not probabilities or kind == "sklearn":
         return
-    own = ("a custom script's predict_fn and output_fn decide what it returns: return the probabilities from "
-           "them" if kind == "custom" else f"an {kind} model's prediction is what the model outputs "
-                                           "(a binary:logistic booster's is the probability already)")
-    raise SetupError(f"probabilities (--probabilities) adds proba_<class> columns from a scikit-learn "
-                     f"classifier's predict_proba, and this model is {kind}: {own}. Remove probabilities from "
-                     "the step")
+    own = (
+        "a custom script's predict_fn and output_fn decide what it returns: return the probabilities from them"
+        if kind == "custom"
+        else f"an {kind} model's prediction is what the model outputs "
+        "(a binary:logistic booster's is the probability already)"
+    )
+    raise SetupError(
+        f"probabilities (--probabilities) adds proba_<class> columns from a scikit-learn "
+        f"classifier's predict_proba, and this model is {kind}: {own}. Remove probabilities from "
+        "the step"
+    )
 
 
 def load_predictor(
-    artifact: ModelArtifact,
-    *,
-    threads: int,
-    device: str,
-    probabilities: bool,
-    protocol=None,
+    artifact: ModelArtifact, *, threads: int, device: str, probabilities: bool, protocol=None
 ) -> Predictor:
     check_probabilities(artifact.kind, probabilities)
     if artifact.kind == "sklearn":

@@ -157,5 +157,6 @@ def _load() -> Preloaded | None:
         import_library(artifact.kind)
         imported_at = handed_over_at = time.time()
     predictor = load_predictor(artifact, threads=1, device="cpu", probabilities=probabilities)
-    return Preloaded(request, predictor, started_at, imported_at, handed_over_at, time.time(),
-                     native_threads() - threads_before)
+    return Preloaded(
+        request, predictor, started_at, imported_at, handed_over_at, time.time(), native_threads() - threads_before
+    )

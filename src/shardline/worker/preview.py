@@ -66,20 +66,30 @@ class PreviewReport:
     error: str | None = None  # the file would fail in the job, with this reason
 
 
-def run_preview(args: argparse.Namespace, files: list[InputFile], artifact: ModelArtifact, protocol: ScriptProtocol,
-                log_format: str) -> int:
+def run_preview(
+    args: argparse.Namespace, files: list[InputFile], artifact: ModelArtifact, protocol: ScriptProtocol, log_format: str
+) -> int:
     """Preview ``args.preview`` rows of the first input file; print the report; exit 0, or 3 if the file fails."""
     if not files:
         raise SetupError(f"no input files under {args.input_dir} to preview")
     threads = max(1, os.cpu_count() or 1)
     settings = JobSettings(
-        artifact=artifact, output_dir=str(args.output_dir), scratch_dir=str(args.scratch_dir),
-        features=args.features, passthrough=args.passthrough, batch_rows=args.preview,
-        gpu_batch_rows=args.preview, output_format=args.output_format, probabilities=args.probabilities,
-        protocol=protocol, allow_nan_predictions=True, log_format=log_format,
+        artifact=artifact,
+        output_dir=str(args.output_dir),
+        scratch_dir=str(args.scratch_dir),
+        features=args.features,
+        passthrough=args.passthrough,
+        batch_rows=args.preview,
+        gpu_batch_rows=args.preview,
+        output_format=args.output_format,
+        probabilities=args.probabilities,
+        protocol=protocol,
+        allow_nan_predictions=True,
+        log_format=log_format,
     )
-    predictor = load_predictor(artifact, threads=threads, device="cpu", probabilities=args.probabilities,
-                               protocol=protocol)
+    predictor = load_predictor(
+        artifact, threads=threads, device="cpu", probabilities=args.probabilities, protocol=protocol
+    )
     check_spec_against_model(args.features, predictor.inputs)
     report = preview_file(files[0], predictor, settings, args.preview, allow_nan=args.allow_nan_predictions)
     report.model = {"kind": artifact.kind, "sha256": artifact.sha256}
@@ -101,12 +111,17 @@ def preview_file(file: InputFile, predictor, settings: JobSettings, rows: int, *
     try:
         schema = formats.read_schema(file, scratch)
         try:
-            choice = choose_features(schema, predictor.inputs, settings.features, settings.passthrough,
-                                     file.relative_path)
+            choice = choose_features(
+                schema, predictor.inputs, settings.features, settings.passthrough, file.relative_path
+            )
         except InputSchemaError as err:
             raise with_script_settings(err, predictor, file, schema, scratch) from err
-        report.features = {"source": choice.source, "columns": list(choice.columns), "unused": list(choice.unused),
-                           "why": choice.describe()}
+        report.features = {
+            "source": choice.source,
+            "columns": list(choice.columns),
+            "unused": list(choice.unused),
+            "why": choice.describe(),
+        }
         if choice.source == FROM_FILE_ORDER:
             report.warnings.append(f"the model gets {choice.describe()}")
         columns = list(dict.fromkeys([*settings.passthrough, *choice.columns]))
@@ -125,7 +140,7 @@ def preview_file(file: InputFile, predictor, settings: JobSettings, rows: int, *
         _add_said(report, tally)
         return report
     report.rows = batch.num_rows
-    report.outputs = [name for name in out.schema.names[len(settings.passthrough):]]
+    report.outputs = [name for name in out.schema.names[len(settings.passthrough) :]]
     report.columns = [*settings.passthrough, *choice.columns, *report.outputs]
     values = {name: batch.column(name) for name in [*settings.passthrough, *choice.columns]}
     values.update({name: out.column(name) for name in report.outputs})
@@ -151,10 +166,13 @@ def _summarise(name: str, column: pa.Array) -> dict:
     if pa.types.is_floating(column.type) or pa.types.is_integer(column.type) or pa.types.is_boolean(column.type):
         numbers = values.astype(np.float64)
         finite = numbers[~np.isnan(numbers)]
-        entry.update(nans=int(np.isnan(numbers).sum()), distinct=len(np.unique(finite)),
-                     min=float(finite.min()) if len(finite) else None,
-                     mean=float(finite.mean()) if len(finite) else None,
-                     max=float(finite.max()) if len(finite) else None)
+        entry.update(
+            nans=int(np.isnan(numbers).sum()),
+            distinct=len(np.unique(finite)),
+            min=float(finite.min()) if len(finite) else None,
+            mean=float(finite.mean()) if len(finite) else None,
+            max=float(finite.max()) if len(finite) else None,
+        )
     else:
         entry.update(nans=int(column.null_count), distinct=len({str(v) for v in values}))
     return entry
@@ -165,10 +183,14 @@ def _check_predictions(report: PreviewReport, allow_nan: bool) -> None:
         if entry["rows"] > 1 and entry["distinct"] == 1 and not entry["nans"]:
             report.warnings.append(
                 f"{entry['column']} is the same for all {entry['rows']} rows of the sample: check that the model gets "
-                "the columns it expects (for a script: the column names and the content type it parses)")
+                "the columns it expects (for a script: the column names and the content type it parses)"
+            )
         if entry["nans"]:
-            job = "the job writes them as NaN (model.allow_nan_predictions)" if allow_nan else \
-                "the job would fail this file (set model.allow_nan_predictions: true if NaN is valid)"
+            job = (
+                "the job writes them as NaN (model.allow_nan_predictions)"
+                if allow_nan
+                else "the job would fail this file (set model.allow_nan_predictions: true if NaN is valid)"
+            )
             report.warnings.append(f"{entry['column']} is NaN for {entry['nans']} of {entry['rows']} rows: {job}")
 
 
@@ -182,8 +204,9 @@ def _check_inputs(report: PreviewReport, batch: pa.RecordBatch, choice: FeatureC
         missing = pc.is_null(column, nan_is_null=True) if pa.types.is_floating(column.type) else pc.is_null(column)
         count = int(pc.sum(missing).as_py() or 0)
         if count:
-            report.warnings.append(f"feature {name} is missing (null or NaN) in {count} of {batch.num_rows} rows: "
-                                   "the model gets NaN there")
+            report.warnings.append(
+                f"feature {name} is missing (null or NaN) in {count} of {batch.num_rows} rows: the model gets NaN there"
+            )
 
 
 def _add_said(report: PreviewReport, tally: guards.OutputTally) -> None:
@@ -202,8 +225,10 @@ def _compare_strategies(report: PreviewReport, predictor, features: pa.RecordBat
         with guards.captured(guards.OutputTally()):
             columns = predictor.run(features, protocol.replace(batch_strategy=other))
     except Exception as err:  # noqa: BLE001 - reported, not raised: the configured strategy works
-        report.notes.append(f"with batch_strategy {other} the script fails ({type(err).__name__}: "
-                            f"{str(err)[:200]}); it needs {protocol.batch_strategy}, as configured")
+        report.notes.append(
+            f"with batch_strategy {other} the script fails ({type(err).__name__}: "
+            f"{str(err)[:200]}); it needs {protocol.batch_strategy}, as configured"
+        )
         return
     mine = {name: out.column(name).to_numpy(zero_copy_only=False) for name in out.schema.names}
     differing = 0
@@ -214,7 +239,8 @@ def _compare_strategies(report: PreviewReport, predictor, features: pa.RecordBat
         report.warnings.append(
             f"single-record and multi-record calls disagree on the same {features.num_rows} rows: the script gives "
             f"different predictions when records are {'batched' if other == MULTI_RECORD else 'sent one by one'}. "
-            "Check how input_fn splits a body into records, and model.batch_strategy")
+            "Check how input_fn splits a body into records, and model.batch_strategy"
+        )
     else:
         report.notes.append(f"single-record and multi-record calls agree on all {features.num_rows} rows")
 
@@ -247,19 +273,25 @@ def _check_sensitivity(report: PreviewReport, predictor, features: pa.RecordBatc
         if all(_same(before, np.asarray(after)) for before, (_, after) in zip(baseline, columns, strict=False)):
             ignored.append(name)
     if ignored and len(ignored) == features.num_columns:
-        report.warnings.append("no feature column changes any prediction: the script ignores every column it is "
-                               "sent. Does it expect other column names (and fill the ones it misses)?")
+        report.warnings.append(
+            "no feature column changes any prediction: the script ignores every column it is "
+            "sent. Does it expect other column names (and fill the ones it misses)?"
+        )
     elif ignored:
-        report.notes.append(f"changing these columns changed no prediction of the sample: {', '.join(ignored)} "
-                            "(the model may not use them, or the script expects other names)")
+        report.notes.append(
+            f"changing these columns changed no prediction of the sample: {', '.join(ignored)} "
+            "(the model may not use them, or the script expects other names)"
+        )
 
 
 # -- rendering --------------------------------------------------------------------------------------------------
 
 
 def render(report: PreviewReport) -> str:
-    lines = [f"preview of {report.file}: {report.rows} row(s), model {report.model.get('kind')} "
-             f"(sha256 {str(report.model.get('sha256'))[:12]})"]
+    lines = [
+        f"preview of {report.file}: {report.rows} row(s), model {report.model.get('kind')} "
+        f"(sha256 {str(report.model.get('sha256'))[:12]})"
+    ]
     if report.protocol:
         lines.append(f"requests: {report.protocol}")
     if report.features:

@@ -149,8 +149,13 @@ def _load(state: _WorkerState, device: str) -> Predictor:
     timing.started_at = timing.entered_at
     import_library(settings.artifact.kind)
     timing.imported_at = time.time()
-    predictor = load_predictor(settings.artifact, threads=state.slot.threads, device=device,
-                               probabilities=settings.probabilities, protocol=settings.protocol)
+    predictor = load_predictor(
+        settings.artifact,
+        threads=state.slot.threads,
+        device=device,
+        probabilities=settings.probabilities,
+        protocol=settings.protocol,
+    )
     timing.loaded_at = time.time()
     return predictor
 
@@ -165,7 +170,10 @@ def _preloaded_predictor(state: _WorkerState, device: str) -> Predictor | None:
         return None
     loaded.predictor.set_threads(state.slot.threads)  # it was loaded single-threaded (see preload.py)
     state.timing.started_at, state.timing.imported_at, state.timing.loaded_at = (
-        loaded.started_at, loaded.imported_at, loaded.loaded_at)
+        loaded.started_at,
+        loaded.imported_at,
+        loaded.loaded_at,
+    )
     state.timing.handed_over_at = loaded.handed_over_at
     state.timing.preloaded = True
     state.timing.forkserver_threads_started = loaded.threads_started
@@ -186,10 +194,16 @@ def warm_up() -> UnitResult:
     """A no-op task that makes the pool start its workers before the first file is ready to send."""
     state = _state
     assert state is not None, "warm_up called outside a worker process"
-    return UnitResult(None, ok=state.setup_error is None,
-                      error_class=SetupError.__name__ if state.setup_error else None,
-                      error_message=state.setup_error, worker=state.label, fatal=state.setup_error is not None,
-                      ready_at=state.ready_at, timing=state.timing)
+    return UnitResult(
+        None,
+        ok=state.setup_error is None,
+        error_class=SetupError.__name__ if state.setup_error else None,
+        error_message=state.setup_error,
+        worker=state.label,
+        fatal=state.setup_error is not None,
+        ready_at=state.ready_at,
+        timing=state.timing,
+    )
 
 
 def _resolve_device(slot: WorkerSlot, kind: str) -> str:
@@ -216,11 +230,24 @@ def run_unit(unit: WorkUnit) -> UnitResult:
     state = _state
     assert state is not None, "run_unit called outside a worker process"
     if state.setup_error is not None:
-        return UnitResult(unit, ok=False, error_class=SetupError.__name__, error_message=state.setup_error,
-                          worker=state.label, fatal=True)
+        return UnitResult(
+            unit,
+            ok=False,
+            error_class=SetupError.__name__,
+            error_message=state.setup_error,
+            worker=state.label,
+            fatal=True,
+        )
     if unit.file.refusal:
-        return UnitResult(unit, ok=False, error_class=InputFormatError.__name__, error_message=unit.file.refusal,
-                          worker=state.label, ready_at=state.ready_at, timing=state.timing)
+        return UnitResult(
+            unit,
+            ok=False,
+            error_class=InputFormatError.__name__,
+            error_message=unit.file.refusal,
+            worker=state.label,
+            ready_at=state.ready_at,
+            timing=state.timing,
+        )
     settings = state.settings
     started = time.perf_counter()
     out_rel, out_fmt, out_gz = formats.output_target(unit.file, settings.output_format)
@@ -236,15 +263,21 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
         if schema.names:
             try:
-                choice = choose_features(schema, state.predictor.inputs, settings.features, settings.passthrough,
-                                         unit.file.relative_path)
+                choice = choose_features(
+                    schema, state.predictor.inputs, settings.features, settings.passthrough, unit.file.relative_path
+                )
             except InputSchemaError as err:
                 raise with_script_settings(err, state.predictor, unit.file, schema, scratch) from err
         features = list(choice.columns) if choice else []
         columns = list(dict.fromkeys([*settings.passthrough, *features]))
         batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
-        batches = formats.iter_batches(unit, columns, numeric_features(schema, features), batch_rows, scratch,
-                                       threads=state.slot.threads) if schema.names else ()
+        batches = (
+            formats.iter_batches(
+                unit, columns, numeric_features(schema, features), batch_rows, scratch, threads=state.slot.threads
+            )
+            if schema.names
+            else ()
+        )
         spread, histogram = _Spread(), PredictionHistogram()
         for batch in batches:
             out = predict_batch(state.predictor, batch, choice, settings, tally)
@@ -263,51 +296,90 @@ def run_unit(unit: WorkUnit) -> UnitResult:
             with state.rows_counter.get_lock():
                 state.rows_counter.value += batch.num_rows
         if writer is None:  # an empty input still gets an (empty) output
-            writer = formats.OutputWriter(tmp, out_fmt, out_gz, _empty_schema(schema, settings.passthrough),
-                                          header=unit.part == 0)
+            writer = formats.OutputWriter(
+                tmp, out_fmt, out_gz, _empty_schema(schema, settings.passthrough), header=unit.part == 0
+            )
         writer.close()
         writer = None
         tally.emit(unit.label, _source_name(state.predictor))
         spread.warn_if_constant(unit.label)
         if unit.is_split:
-            return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=tmp.stat().st_size,
-                              seconds=time.perf_counter() - started, output=str(tmp), worker=state.label,
-                              ready_at=state.ready_at, timing=state.timing, features=choice,
-                              histogram=histogram.to_dict())
+            return UnitResult(
+                unit,
+                ok=True,
+                rows_in=rows_in,
+                rows_out=rows_out,
+                bytes_out=tmp.stat().st_size,
+                seconds=time.perf_counter() - started,
+                output=str(tmp),
+                worker=state.label,
+                ready_at=state.ready_at,
+                timing=state.timing,
+                features=choice,
+                histogram=histogram.to_dict(),
+            )
         digest = sha256_of(tmp)
         os.replace(tmp, final)
-        return UnitResult(unit, ok=True, rows_in=rows_in, rows_out=rows_out, bytes_out=final.stat().st_size,
-                          seconds=time.perf_counter() - started, output=str(final), sha256=digest,
-                          worker=state.label, ready_at=state.ready_at, timing=state.timing, features=choice,
-                          histogram=histogram.to_dict())
+        return UnitResult(
+            unit,
+            ok=True,
+            rows_in=rows_in,
+            rows_out=rows_out,
+            bytes_out=final.stat().st_size,
+            seconds=time.perf_counter() - started,
+            output=str(final),
+            sha256=digest,
+            worker=state.label,
+            ready_at=state.ready_at,
+            timing=state.timing,
+            features=choice,
+            histogram=histogram.to_dict(),
+        )
     except Exception as err:  # noqa: BLE001 - the file fails alone, with its reason
         if writer is not None:
             writer.abort()
         tmp.unlink(missing_ok=True)
         tally.emit(unit.label, _source_name(state.predictor))
         if isinstance(err, SetupError):  # a script's setup problem met while predicting: the job cannot go on
-            return UnitResult(unit, ok=False, error_class=SetupError.__name__, error_message=str(err),
-                              worker=state.label, fatal=True)
+            return UnitResult(
+                unit, ok=False, error_class=SetupError.__name__, error_message=str(err), worker=state.label, fatal=True
+            )
         err = file_failure(err, unit.label, choice, state.predictor)
-        return UnitResult(unit, ok=False, rows_in=rows_in, seconds=time.perf_counter() - started,
-                          error_class=type(err).__name__, error_message=str(err), worker=state.label,
-                          ready_at=state.ready_at, timing=state.timing, features=choice)
+        return UnitResult(
+            unit,
+            ok=False,
+            rows_in=rows_in,
+            seconds=time.perf_counter() - started,
+            error_class=type(err).__name__,
+            error_message=str(err),
+            worker=state.label,
+            ready_at=state.ready_at,
+            timing=state.timing,
+            features=choice,
+        )
 
 
 def file_failure(err: Exception, label: str, choice: FeatureChoice | None, predictor: Predictor) -> FileError:
     """What a file fails with, and the hint that fixes it: the same for the job and for the preview."""
     if not isinstance(err, FileError):
         err = PredictionError(f"{type(err).__name__} while predicting {label}: {err}" + _feature_hint(choice))
-    if isinstance(err, PredictionError) and predictor.kind == "custom" and choice is not None \
-            and choice.source == FROM_FILE_ORDER:
+    if (
+        isinstance(err, PredictionError)
+        and predictor.kind == "custom"
+        and choice is not None
+        and choice.source == FROM_FILE_ORDER
+    ):
         # The script failed on columns taken in the file's order: say which it got, and how to send others.
-        err = type(err)(f"{err}. The script got {choice.describe()}. If it expects other columns, or another "
-                        "order, name them with input.features (--features)")
+        err = type(err)(
+            f"{err}. The script got {choice.describe()}. If it expects other columns, or another "
+            "order, name them with input.features (--features)"
+        )
     return err
 
 
-def with_script_settings(err: InputSchemaError, predictor: Predictor, file: InputFile, schema: pa.Schema,
-                         scratch: Path) -> InputSchemaError:
+def with_script_settings(
+    err: InputSchemaError, predictor: Predictor, file: InputFile, schema: pa.Schema, scratch: Path
+) -> InputSchemaError:
     """A custom script stopped because nothing names its features: also name the request settings it needs,
     found by trying its first records, so that one failed run names every setting to change."""
     candidates = getattr(err, "candidates", None)
@@ -355,8 +427,11 @@ class PredictionHistogram:
         name, column = out.schema.names[skip], out.column(skip)
         if self.column is None:
             self.column = name
-            numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type) \
+            numeric = (
+                pa.types.is_integer(column.type)
+                or pa.types.is_floating(column.type)
                 or pa.types.is_boolean(column.type)
+            )
             self.histogram = Histogram() if numeric else None  # string labels: no histogram
         if self.histogram is not None and name == self.column:
             self.histogram.add(formats.column_values(column))
@@ -394,9 +469,14 @@ class _Spread:
     def warn_if_constant(self, where: str) -> None:
         constant = [name for name, (low, high) in self.ranges.items() if low == high]
         if self.rows >= self.MIN_ROWS and constant and len(constant) == len(self.ranges):
-            log.warning("%s: every prediction (%s) is %s over all %d rows: check that the model gets the columns "
-                        "it expects (run `shardline preview` on this step)", where, ", ".join(constant),
-                        self.ranges[constant[0]][0], self.rows)
+            log.warning(
+                "%s: every prediction (%s) is %s over all %d rows: check that the model gets the columns "
+                "it expects (run `shardline preview` on this step)",
+                where,
+                ", ".join(constant),
+                self.ranges[constant[0]][0],
+                self.rows,
+            )
 
 
 def _source_name(predictor: Predictor | None) -> str:
@@ -409,8 +489,9 @@ def _feature_hint(choice: FeatureChoice | None) -> str:
     return f" (the model got {choice.describe()})"
 
 
-def predict_batch(predictor: Predictor, batch: pa.RecordBatch, choice: FeatureChoice, settings: JobSettings,
-                  tally: guards.OutputTally) -> pa.RecordBatch:
+def predict_batch(
+    predictor: Predictor, batch: pa.RecordBatch, choice: FeatureChoice, settings: JobSettings, tally: guards.OutputTally
+) -> pa.RecordBatch:
     """Predict one record batch: the output's passthrough columns, then the model's output columns.
 
     What the model library or script prints, logs or warns goes to ``tally``; a warning that
@@ -419,12 +500,13 @@ def predict_batch(predictor: Predictor, batch: pa.RecordBatch, choice: FeatureCh
     passthrough = settings.passthrough
     with guards.captured(tally) as caught:
         predicted = predictor.predict(batch.select(list(choice.columns)))
-    guards.raise_for_wrong_input(caught, tally, order_vouched=choice.order_vouched,
-                                 script=predictor.kind == "custom")
+    guards.raise_for_wrong_input(caught, tally, order_vouched=choice.order_vouched, script=predictor.kind == "custom")
     clashes = [name for name, _ in predicted if name in passthrough]
     if clashes:
-        raise PredictionError(f"the model's output column(s) {clashes} have the name of passthrough column(s); "
-                              "rename them in the script, or change input.passthrough")
+        raise PredictionError(
+            f"the model's output column(s) {clashes} have the name of passthrough column(s); "
+            "rename them in the script, or change input.passthrough"
+        )
     arrays = [_to_arrow(values) for _, values in predicted]
     if not settings.allow_nan_predictions:
         for (name, _), array in zip(predicted, arrays, strict=True):
@@ -433,10 +515,15 @@ def predict_batch(predictor: Predictor, batch: pa.RecordBatch, choice: FeatureCh
                 rows_with_nulls = _rows_with_missing_features(batch, choice.columns)
                 raise PredictionError(
                     f"the model returned NaN for {nans} of {batch.num_rows} row(s) in column {name!r}"
-                    + (f"; {rows_with_nulls} row(s) of this batch have a missing (null or NaN) feature, which the "
-                       "model does not handle" if rows_with_nulls else "")
+                    + (
+                        f"; {rows_with_nulls} row(s) of this batch have a missing (null or NaN) feature, which the "
+                        "model does not handle"
+                        if rows_with_nulls
+                        else ""
+                    )
                     + ". Fill or drop the missing values upstream, or set model.allow_nan_predictions: true "
-                    "(--allow-nan-predictions) if NaN is a valid prediction")
+                    "(--allow-nan-predictions) if NaN is a valid prediction"
+                )
     names = [*passthrough, *(name for name, _ in predicted)]
     columns = [batch.column(name) for name in passthrough] + arrays
     return pa.RecordBatch.from_arrays(columns, names=names)
@@ -497,10 +584,22 @@ def merge_file(file: InputFile, parts: list[str], output_format: str, output_dir
         os.replace(tmp, final)
     except Exception as err:  # noqa: BLE001 - the file fails alone
         tmp.unlink(missing_ok=True)
-        return UnitResult(unit, ok=False, seconds=time.perf_counter() - started,
-                          error_class=type(err).__name__, error_message=f"merging parts failed: {err}",
-                          worker=label)
+        return UnitResult(
+            unit,
+            ok=False,
+            seconds=time.perf_counter() - started,
+            error_class=type(err).__name__,
+            error_message=f"merging parts failed: {err}",
+            worker=label,
+        )
     for part in parts:
         Path(part).unlink(missing_ok=True)
-    return UnitResult(unit, ok=True, bytes_out=final.stat().st_size, seconds=time.perf_counter() - started,
-                      output=str(final), sha256=digest, worker=label)
+    return UnitResult(
+        unit,
+        ok=True,
+        bytes_out=final.stat().st_size,
+        seconds=time.perf_counter() - started,
+        output=str(final),
+        sha256=digest,
+        worker=label,
+    )

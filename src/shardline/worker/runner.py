@@ -153,8 +153,10 @@ class Runner:
         if start_method == "auto":
             start_method = "spawn" if uses_gpu or "forkserver" not in mp.get_all_start_methods() else "forkserver"
         elif start_method == "forkserver" and uses_gpu:
-            raise SetupError("--start-method forkserver is for CPU workers: GPU workers spawn, so that CUDA starts "
-                             "after CUDA_VISIBLE_DEVICES is set; use --start-method auto")
+            raise SetupError(
+                "--start-method forkserver is for CPU workers: GPU workers spawn, so that CUDA starts "
+                "after CUDA_VISIBLE_DEVICES is set; use --start-method auto"
+            )
         self._ctx = mp.get_context(start_method)
         if self._ctx.get_start_method() == "forkserver":
             forkserver.hand_over(settings.artifact, settings.probabilities)
@@ -198,8 +200,9 @@ class Runner:
             self._starter.join()
             self._starter = None
         if self._start_error is not None:
-            raise HostSetupError(f"the worker pool could not start: {type(self._start_error).__name__}: "
-                                 f"{self._start_error}")
+            raise HostSetupError(
+                f"the worker pool could not start: {type(self._start_error).__name__}: {self._start_error}"
+            )
 
     def close(self) -> None:
         """Stop a pool that :meth:`start` started and :meth:`run` never used (nothing to do after all)."""
@@ -252,8 +255,15 @@ class Runner:
                         report.tries += 1
                         inflight[pool.submit(process.run_unit, task)] = task
                     else:
-                        inflight[pool.submit(process.merge_file, task.file, list(task.parts),
-                                             self.settings.output_format, self.settings.output_dir)] = task
+                        inflight[
+                            pool.submit(
+                                process.merge_file,
+                                task.file,
+                                list(task.parts),
+                                self.settings.output_format,
+                                self.settings.output_dir,
+                            )
+                        ] = task
                 done, _ = wait(list(inflight), timeout=0.5, return_when=FIRST_COMPLETED)
                 broken: list[Task] = []
                 for future in done:
@@ -415,8 +425,9 @@ class Runner:
             report = reports[task.file.relative_path]
             report.crashes += 1
             if crashes[task] >= self.max_crashes:
-                log.error("%s%s killed its worker %d times: failing it as poison", self.prefix, task.label,
-                          crashes[task])
+                log.error(
+                    "%s%s killed its worker %d times: failing it as poison", self.prefix, task.label, crashes[task]
+                )
                 self._fail(
                     report,
                     PoisonFileError.__name__,
@@ -424,12 +435,22 @@ class Runner:
                     "(killed by a signal, or out of memory); the file is skipped as poison",
                 )
                 return
-            log.warning("%sworker died on %s (crash %d of %d allowed); retrying it alone", self.prefix,
-                        task.label, crashes[task], self.max_crashes)
+            log.warning(
+                "%sworker died on %s (crash %d of %d allowed); retrying it alone",
+                self.prefix,
+                task.label,
+                crashes[task],
+                self.max_crashes,
+            )
             suspects.appendleft(task)
             return
-        log.warning("%sa worker process died with %d unit(s) in flight (%s); rebuilding the pool and "
-                    "retrying them one at a time", self.prefix, len(broken), labels)
+        log.warning(
+            "%sa worker process died with %d unit(s) in flight (%s); rebuilding the pool and "
+            "retrying them one at a time",
+            self.prefix,
+            len(broken),
+            labels,
+        )
         for task in broken:
             reports[task.file.relative_path].crashes += 1
         suspects.extend(broken)
@@ -443,8 +464,7 @@ class Runner:
             # Never leave an output that disagrees with its input under a final name.
             (Path(self.settings.output_dir) / report.output).unlink(missing_ok=True)
             report.output = None
-            self._fail(report, RowCountMismatch.__name__,
-                       f"read {report.rows_in} rows but wrote {report.rows_out}")
+            self._fail(report, RowCountMismatch.__name__, f"read {report.rows_in} rows but wrote {report.rows_out}")
             return
         self.hooks.file_finished(report)
 
@@ -475,6 +495,7 @@ class Runner:
         else:
             fraction = sum(r.bytes_in for r in done) / self._total_bytes if self._total_bytes else 1.0
         eta = f"{elapsed * (1 - fraction) / fraction:.0f}s" if fraction > 0 else "unknown"
-        return (f"files {len(done)}/{len(reports)} ({failed} failed), rows {rows:,}, "
-                f"{rate:,.0f} rows/s, {fraction:.0%} done, ETA {eta}")
-
+        return (
+            f"files {len(done)}/{len(reports)} ({failed} failed), rows {rows:,}, "
+            f"{rate:,.0f} rows/s, {fraction:.0%} done, ETA {eta}"
+        )

@@ -62,8 +62,13 @@ JSONLINES = "application/jsonlines"
 NPY = "application/x-npy"
 CONTENT_TYPES = (CSV, JSON, JSONLINES, NPY)
 DEFAULT_ACCEPT = JSON  # what the inference toolkit asks output_fn for when the request names no Accept
-_ALIASES = {"application/x-jsonlines": JSONLINES, "application/jsonl": JSONLINES, "application/x-ndjson": JSONLINES,
-            "application/json-lines": JSONLINES, "text/json": JSON}
+_ALIASES = {
+    "application/x-jsonlines": JSONLINES,
+    "application/jsonl": JSONLINES,
+    "application/x-ndjson": JSONLINES,
+    "application/json-lines": JSONLINES,
+    "text/json": JSON,
+}
 
 MULTI_RECORD = "multi_record"
 SINGLE_RECORD = "single_record"
@@ -95,21 +100,31 @@ class ScriptProtocol:
         if self.accept is not None:
             object.__setattr__(self, "accept", media_type(self.accept))
         if self.content_type not in CONTENT_TYPES:
-            raise SetupError(f"unsupported content type {self.content_type!r} (model.content_type, --content-type); "
-                             f"use one of {', '.join(CONTENT_TYPES)}")
+            raise SetupError(
+                f"unsupported content type {self.content_type!r} (model.content_type, --content-type); "
+                f"use one of {', '.join(CONTENT_TYPES)}"
+            )
         if self.response_type not in CONTENT_TYPES:
-            raise SetupError(f"unsupported accept type {self.response_type!r} (model.accept, --accept); "
-                             f"use one of {', '.join(CONTENT_TYPES)}")
+            raise SetupError(
+                f"unsupported accept type {self.response_type!r} (model.accept, --accept); "
+                f"use one of {', '.join(CONTENT_TYPES)}"
+            )
         if self.batch_strategy not in (MULTI_RECORD, SINGLE_RECORD):
-            raise SetupError(f"unknown batch strategy {self.batch_strategy!r} (model.batch_strategy, "
-                             "--batch-strategy): use multi_record or single_record")
+            raise SetupError(
+                f"unknown batch strategy {self.batch_strategy!r} (model.batch_strategy, "
+                "--batch-strategy): use multi_record or single_record"
+            )
         if self.json_layout not in JSON_LAYOUTS:
-            raise SetupError(f"unknown JSON layout {self.json_layout!r} (model.json_layout, --json-layout): "
-                             f"use one of {', '.join(JSON_LAYOUTS)}")
+            raise SetupError(
+                f"unknown JSON layout {self.json_layout!r} (model.json_layout, --json-layout): "
+                f"use one of {', '.join(JSON_LAYOUTS)}"
+            )
         if self.content_type == JSONLINES and self.json_layout in WRAPPED_JSON_LAYOUTS:
-            raise SetupError(f"model.json_layout (--json-layout) {self.json_layout!r} is one JSON document; with "
-                             "model.content_type application/jsonlines use 'records' (an object per line) or 'array' "
-                             "(an array per line), or model.content_type: application/json")
+            raise SetupError(
+                f"model.json_layout (--json-layout) {self.json_layout!r} is one JSON document; with "
+                "model.content_type application/jsonlines use 'records' (an object per line) or 'array' "
+                "(an array per line), or model.content_type: application/json"
+            )
         if not self.max_payload_mb > 0:
             raise SetupError("max_payload_mb (--max-payload-mb) must be greater than 0")
 
@@ -198,8 +213,7 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot send a {type(value).__name__} as JSON")
 
 
-def encode_records(table: pa.RecordBatch, protocol: ScriptProtocol, matrix: np.ndarray | None = None
-                   ) -> EncodedRecords:
+def encode_records(table: pa.RecordBatch, protocol: ScriptProtocol, matrix: np.ndarray | None = None) -> EncodedRecords:
     """Serialise every record of ``table`` (the feature columns, in order) once."""
     names = table.schema.names
     ct = protocol.content_type
@@ -223,14 +237,17 @@ def encode_records(table: pa.RecordBatch, protocol: ScriptProtocol, matrix: np.n
         if len(lines) != table.num_rows:
             raise RecordEncodingError(
                 "a text column holds line breaks, which text/csv records cannot carry (Batch Transform splits "
-                "CSV on lines too); use model.content_type application/json or application/jsonlines")
+                "CSV on lines too); use model.content_type application/json or application/jsonlines"
+            )
         header = ",".join(_csv_field(n) for n in names) + "\n" if protocol.csv_header else ""
         return EncodedRecords(protocol, [len(line) + 1 for line in raw], lines, header)  # bytes, not characters
     columns = [column.to_pylist() for column in text.columns]
     try:
         if protocol.json_layout == "records":
-            pieces = [json.dumps(dict(zip(names, values, strict=True)), default=_json_default)
-                      for values in zip(*columns, strict=True)]
+            pieces = [
+                json.dumps(dict(zip(names, values, strict=True)), default=_json_default)
+                for values in zip(*columns, strict=True)
+            ]
         else:
             pieces = [json.dumps(list(values), default=_json_default) for values in zip(*columns, strict=True)]
     except TypeError as err:
@@ -250,14 +267,16 @@ def request_ranges(sizes: Sequence[int], max_rows: int, max_bytes: int, single: 
         if too_big:
             raise RecordEncodingError(
                 f"record {too_big[0]} is {sizes[too_big[0]] / 2**20:.1f} MB, over max_payload_mb "
-                f"({max_bytes / 2**20:g} MB): raise model.max_payload_mb (--max-payload-mb)")
+                f"({max_bytes / 2**20:g} MB): raise model.max_payload_mb (--max-payload-mb)"
+            )
         return [(i, i + 1) for i in range(n)]
     ranges, start, total = [], 0, 0
     for i, size in enumerate(sizes):
         if size > max_bytes:
             raise RecordEncodingError(
                 f"record {i} is {size / 2**20:.1f} MB, over max_payload_mb ({max_bytes / 2**20:g} MB): raise "
-                "model.max_payload_mb (--max-payload-mb)")
+                "model.max_payload_mb (--max-payload-mb)"
+            )
         if i > start and (i - start >= max_rows or total + size > max_bytes):
             ranges.append((start, i))
             start, total = i, 0
@@ -292,16 +311,22 @@ def decode_response(response: Any, content_type: str, records: int) -> Columns:
             except ValueError as err:
                 raise ResponseShapeError(f"the response is not a .npy array ({err}); check model.accept") from err
         if ct not in (CSV, JSON, JSONLINES):
-            raise ResponseShapeError(f"cannot read a response of content type {ct!r}; use one of "
-                                     f"{', '.join(CONTENT_TYPES)} (model.accept), or return (body, content_type)")
+            raise ResponseShapeError(
+                f"cannot read a response of content type {ct!r}; use one of "
+                f"{', '.join(CONTENT_TYPES)} (model.accept), or return (body, content_type)"
+            )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             npy = raw.startswith(b"\x93NUMPY")
             raise ResponseShapeError(
                 f"the response is binary, not UTF-8 text, but is read as {ct} (model.accept)"
-                + (": it is a .npy array, so set model.accept: application/x-npy (--accept application/x-npy)"
-                   if npy else f" ({err})")) from err
+                + (
+                    ": it is a .npy array, so set model.accept: application/x-npy (--accept application/x-npy)"
+                    if npy
+                    else f" ({err})"
+                )
+            ) from err
         if ct == CSV:
             return _from_csv(text, records)
         if ct == JSON:
@@ -318,11 +343,18 @@ def _from_json_text(text: str, records: int) -> Columns:
         try:
             value = _json_lines(stripped)  # several JSON documents, one per line: JSON lines
         except json.JSONDecodeError:
-            looks_csv = stripped[:1] not in "[{\"" and "," in stripped
-            hint = (" It looks like CSV: set model.accept: text/csv (--accept), or return (body, 'text/csv') from "
-                    "output_fn") if looks_csv else ""
-            raise ResponseShapeError(f"the response is not valid JSON ({err}), but is read as {JSON} "
-                                     f"(model.accept).{hint}") from err
+            looks_csv = stripped[:1] not in '[{"' and "," in stripped
+            hint = (
+                (
+                    " It looks like CSV: set model.accept: text/csv (--accept), or return (body, 'text/csv') from "
+                    "output_fn"
+                )
+                if looks_csv
+                else ""
+            )
+            raise ResponseShapeError(
+                f"the response is not valid JSON ({err}), but is read as {JSON} (model.accept).{hint}"
+            ) from err
     return _from_value(value, records)
 
 
@@ -335,12 +367,15 @@ def _from_csv(text: str, records: int) -> Columns:
     if stripped[:1] in ("[", "{"):
         raise ResponseShapeError(
             f"the response looks like JSON but is read as {CSV} (model.accept): set model.accept: application/json "
-            "(--accept), or return (body, 'application/json') from output_fn")
+            "(--accept), or return (body, 'application/json') from output_fn"
+        )
     rows = list(csv.reader(line for line in text.splitlines() if line.strip()))
     widths = sorted({len(r) for r in rows})
     if len(widths) > 1:
-        raise ResponseShapeError(f"the CSV response has lines of {widths[0]} to {widths[-1]} values; expected the "
-                                 "same number of values on every line")
+        raise ResponseShapeError(
+            f"the CSV response has lines of {widths[0]} to {widths[-1]} values; expected the "
+            "same number of values on every line"
+        )
     header = None
     if len(rows) == records + 1 and records >= 1 and not any(_is_number(v) for v in rows[0]):
         header, rows = [v.strip() for v in rows[0]], rows[1:]  # one line more than records: a header line
@@ -348,8 +383,9 @@ def _from_csv(text: str, records: int) -> Columns:
         rows = [[value] for value in rows[0]]  # N values joined on one line, as many endpoint scripts return
     if len(rows) != records:
         got = len(rows) * (widths[0] if widths and len(rows) == 1 else 1)
-        raise ResponseShapeError(f"the CSV response has {len(rows)} line(s) for {records} record(s)",
-                                 got=got, records=records)
+        raise ResponseShapeError(
+            f"the CSV response has {len(rows)} line(s) for {records} record(s)", got=got, records=records
+        )
     columns = list(zip(*rows, strict=True)) if rows else []
     arrays = [_text_column(values) for values in columns]
     if header is not None:
@@ -394,8 +430,11 @@ def _from_value(value: Any, records: int) -> Columns:
     module = type(value).__module__
     if module.startswith("pandas") and type(value).__name__ == "DataFrame":
         if len(value) != records:
-            raise ResponseShapeError(f"the response is a DataFrame of {len(value)} row(s) for {records} record(s)",
-                                     got=len(value), records=records)
+            raise ResponseShapeError(
+                f"the response is a DataFrame of {len(value)} row(s) for {records} record(s)",
+                got=len(value),
+                records=records,
+            )
         return [(str(name), value[name].to_numpy()) for name in value.columns]
     if isinstance(value, dict):
         return _from_dict(value, records)
@@ -407,14 +446,18 @@ def _from_value(value: Any, records: int) -> Columns:
         try:
             value = np.asarray(value)
         except ValueError as err:
-            raise ResponseShapeError(f"the response is a ragged list ({err}); expected one prediction, or the same "
-                                     "number of values, per record") from err
+            raise ResponseShapeError(
+                f"the response is a ragged list ({err}); expected one prediction, or the same "
+                "number of values, per record"
+            ) from err
     if isinstance(value, np.ndarray):
         return _from_array(value, records)
     if isinstance(value, (int, float, str, bool, np.generic)):
         return _from_array(np.asarray([value]), records)
-    raise ResponseShapeError(f"cannot read predictions from a {type(value).__name__}; return a list, an array or "
-                             "an encoded body from output_fn")
+    raise ResponseShapeError(
+        f"cannot read predictions from a {type(value).__name__}; return a list, an array or "
+        "an encoded body from output_fn"
+    )
 
 
 def _from_array(array: np.ndarray, records: int) -> Columns:
@@ -424,14 +467,16 @@ def _from_array(array: np.ndarray, records: int) -> Columns:
         array = array.reshape(1, -1)
     if array.shape[0] != records:
         got = array.shape[0] if array.ndim <= 2 else None
-        raise ResponseShapeError(f"the response holds {array.shape[0]} prediction(s) for {records} record(s)",
-                                 got=got, records=records)
+        raise ResponseShapeError(
+            f"the response holds {array.shape[0]} prediction(s) for {records} record(s)", got=got, records=records
+        )
     if array.ndim == 1:
         return [("prediction", _plain(array))]
     if array.ndim == 2:
         return _named([_plain(array[:, k]) for k in range(array.shape[1])])
-    raise ResponseShapeError(f"the response is an array of shape {array.shape}; expected one value, or one row of "
-                             "values, per record")
+    raise ResponseShapeError(
+        f"the response is an array of shape {array.shape}; expected one value, or one row of values, per record"
+    )
 
 
 def _plain(array: np.ndarray) -> np.ndarray:
@@ -447,20 +492,26 @@ def _from_dict(value: dict, records: int) -> Columns:
     if len(keys) > 1:
         raise ResponseShapeError(f"the response has both {keys[0]!r} and {keys[1]!r}; return one of them")
     # A column may be a list, or (from a predict_fn without output_fn) an array, tensor or Series.
-    lists = {k: c for k, c in ((k, _to_python(v)) for k, v in value.items())
-             if isinstance(c, (list, tuple)) or (isinstance(c, np.ndarray) and c.ndim >= 1)}
+    lists = {
+        k: c
+        for k, c in ((k, _to_python(v)) for k, v in value.items())
+        if isinstance(c, (list, tuple)) or (isinstance(c, np.ndarray) and c.ndim >= 1)
+    }
     if value and len(lists) == len(value) and all(len(v) == records for v in lists.values()):
         columns: Columns = []
         for key, column in lists.items():  # an object of columns: {"label": [...], "score": [...]}
-            columns += [(f"{key}{name.removeprefix('prediction')}", array)
-                        for name, array in _from_value(list(column), records)]
+            columns += [
+                (f"{key}{name.removeprefix('prediction')}", array) for name, array in _from_value(list(column), records)
+            ]
         return columns
     if records == 1:
         return _from_objects([value])
     raise ResponseShapeError(
         f"the response is a JSON object with keys {sorted(value)[:10]} for {records} record(s); expected a list of "
-        "predictions, {\"predictions\": [...]}, a list of objects, or an object of equally long lists",
-        got=1, records=records)
+        'predictions, {"predictions": [...]}, a list of objects, or an object of equally long lists',
+        got=1,
+        records=records,
+    )
 
 
 def _from_objects(objects: Sequence[dict]) -> Columns:
@@ -537,8 +588,10 @@ class InferenceScript:
         self.predict_fn = getattr(module, "predict_fn", None)
         self.output_fn = getattr(module, "output_fn", None)
         if self.transform_fn and (self.input_fn or self.predict_fn or self.output_fn):
-            raise SetupError(f"{path} defines transform_fn and also input_fn/predict_fn/output_fn; SageMaker refuses "
-                             "that too: keep transform_fn alone, or the other three")
+            raise SetupError(
+                f"{path} defines transform_fn and also input_fn/predict_fn/output_fn; SageMaker refuses "
+                "that too: keep transform_fn alone, or the other three"
+            )
         if not hasattr(module, "model_fn"):
             raise SetupError(f"{path} defines no model_fn(model_dir)")
         self.context = ScriptContext({"model_dir": model_dir, "gpu_id": 0 if device.startswith("cuda") else None})
@@ -547,8 +600,9 @@ class InferenceScript:
         except SetupError:
             raise
         except Exception as err:
-            raise SetupError(f"model_fn in {path} failed: {type(err).__name__}: {err}"
-                             f"{requirements_hint(path)}") from err
+            raise SetupError(
+                f"model_fn in {path} failed: {type(err).__name__}: {err}{requirements_hint(path)}"
+            ) from err
 
     @property
     def takes_body(self) -> bool:
@@ -561,8 +615,10 @@ class InferenceScript:
         if arity == len(args) + 1:
             return function(*args, self.context)
         if arity not in (-1, len(args)):
-            raise SetupError(f"{function.__name__} in {self.path} takes {arity} argument(s); SageMaker passes "
-                             f"{len(args)} (or {len(args) + 1} with context)")
+            raise SetupError(
+                f"{function.__name__} in {self.path} takes {arity} argument(s); SageMaker passes "
+                f"{len(args)} (or {len(args) + 1} with context)"
+            )
         return function(*args)
 
     def handle(self, body: Any, data: Any, protocol: ScriptProtocol) -> tuple[Any, str]:
@@ -578,8 +634,11 @@ class InferenceScript:
                     data = self.call(self.input_fn, body, ct)
                 # Named as what ran: a script without predict_fn gets the toolkit's default, model.predict(data).
                 stage = "predict_fn" if self.predict_fn else "the default predict_fn (model.predict(data))"
-                prediction = self.call(self.predict_fn, data, self.model) if self.predict_fn \
+                prediction = (
+                    self.call(self.predict_fn, data, self.model)
+                    if self.predict_fn
                     else default_predict(self.model, data)
+                )
                 if not self.output_fn:
                     return prediction, accept
                 stage = "output_fn"
@@ -606,16 +665,20 @@ def default_predict(model: Any, data: Any) -> Any:
             return model(tensor)
     if callable(model):
         return model(data)
-    raise ScriptError(f"the model model_fn returned is a {type(model).__name__}, with no predict() and not callable: "
-                      "define predict_fn(data, model)")
+    raise ScriptError(
+        f"the model model_fn returned is a {type(model).__name__}, with no predict() and not callable: "
+        "define predict_fn(data, model)"
+    )
 
 
 def requirements_hint(script_path: str) -> str:
     requirements = Path(script_path).parent / "requirements.txt"
     if not requirements.is_file():
         return ""
-    return (f". Note: {requirements} is not installed at run time (the worker image is the pinned environment); "
-            "build those packages into the image")
+    return (
+        f". Note: {requirements} is not installed at run time (the worker image is the pinned environment); "
+        "build those packages into the image"
+    )
 
 
 def check_requirements(script_path: str) -> list[str]:
@@ -656,8 +719,13 @@ def model_inputs_of_script(script: InferenceScript, protocol: ScriptProtocol) ->
 
     recorded = recorded_inputs(script.model)
     raw = protocol.content_type != NPY and script.takes_body
-    return ModelInputs(names=recorded.names, count=None, raw_columns=raw, names_are_hints=True,
-                       described_as=f"the model that {Path(script.path).name}'s model_fn returned")
+    return ModelInputs(
+        names=recorded.names,
+        count=None,
+        raw_columns=raw,
+        names_are_hints=True,
+        described_as=f"the model that {Path(script.path).name}'s model_fn returned",
+    )
 
 
 class ScriptPredictor:
@@ -688,8 +756,12 @@ class ScriptPredictor:
         needs_matrix = protocol.content_type == NPY or not self.script.takes_body
         matrix = None
         if needs_matrix:
-            _require_numeric(batch, "application/x-npy" if self.script.takes_body else
-                             "a script without input_fn (predict_fn gets a float64 matrix)")
+            _require_numeric(
+                batch,
+                "application/x-npy"
+                if self.script.takes_body
+                else "a script without input_fn (predict_fn gets a float64 matrix)",
+            )
             matrix = to_matrix(batch, batch.schema.names, self.dtype, "C")
         if self.script.takes_body:
             encoded = encode_records(batch, protocol, matrix)
@@ -713,26 +785,42 @@ class ScriptPredictor:
         many = isinstance(err, ResponseShapeError) and err.got is not None and err.got > 1
         found = self.settings_that_work(batch, single=not many)
         if found:
-            return (f"The same records work with {found}: this script seems to expect that; set it in the "
-                    "step's model settings")
+            return (
+                f"The same records work with {found}: this script seems to expect that; set it in the "
+                "step's model settings"
+            )
         # What the script was really given: a body when it has input_fn (or transform_fn), else the matrix.
         given = f"a float64 matrix of the feature columns ({self.protocol.batch_strategy})"
-        hints = [f"Sent as: {self.protocol.describe()}" if self.script.takes_body else
-                 f"No input_fn: predict_fn got {given}"]
+        hints = [
+            f"Sent as: {self.protocol.describe()}" if self.script.takes_body else f"No input_fn: predict_fn got {given}"
+        ]
         if isinstance(err, ResponseShapeError) and err.got == 1 and err.records > 1:
-            hints.append("one value came back for several records: a script that handles one record per request "
-                         "needs model.batch_strategy: single_record (--batch-strategy single-record)")
-        if isinstance(err, ResponseShapeError) and err.got is not None and err.got == err.records - 1 \
-                and self.protocol.content_type == CSV and not self.protocol.csv_header:
-            hints.append("one prediction short: did the script read the first line as a header? Read with "
-                         "header=None, or set model.csv_header: true (--csv-header)")
+            hints.append(
+                "one value came back for several records: a script that handles one record per request "
+                "needs model.batch_strategy: single_record (--batch-strategy single-record)"
+            )
+        if (
+            isinstance(err, ResponseShapeError)
+            and err.got is not None
+            and err.got == err.records - 1
+            and self.protocol.content_type == CSV
+            and not self.protocol.csv_header
+        ):
+            hints.append(
+                "one prediction short: did the script read the first line as a header? Read with "
+                "header=None, or set model.csv_header: true (--csv-header)"
+            )
         if isinstance(err, ResponseShapeError) and err.got is not None and err.got == err.records + 1:
-            hints.append("one prediction too many: does the script predict on the empty line after a body's last "
-                         "line break, or add a header or summary value to its response?")
+            hints.append(
+                "one prediction too many: does the script predict on the empty line after a body's last "
+                "line break, or add a header or summary value to its response?"
+            )
         if (self.script.takes_body and _names_a_missing_key(err)) or _is_bare_assertion(err):
-            hints.append(f"the script looks for a key or shape in the request that is not there: the JSON layouts "
-                         f"the worker can send are {JSON_LAYOUT_SHAPES} (model.json_layout, --json-layout, with "
-                         "model.content_type: application/json)")
+            hints.append(
+                f"the script looks for a key or shape in the request that is not there: the JSON layouts "
+                f"the worker can send are {JSON_LAYOUT_SHAPES} (model.json_layout, --json-layout, with "
+                "model.content_type: application/json)"
+            )
         return "; ".join(hints)
 
     def other_settings_needed(self, batch: pa.RecordBatch) -> str:
@@ -747,8 +835,11 @@ class ScriptPredictor:
         except Exception:  # noqa: BLE001 - the settings as they are do not work: look for others
             pass
         found = self.settings_that_work(batch)
-        return (f"Tried on the first records (in the file's column order), the script also needs {found}: set that "
-                "too") if found else ""
+        return (
+            (f"Tried on the first records (in the file's column order), the script also needs {found}: set that too")
+            if found
+            else ""
+        )
 
     def settings_that_work(self, batch: pa.RecordBatch, single: bool = True) -> str | None:
         """The fewest setting changes (one, else two) under which the script handles the first few records of
@@ -777,27 +868,43 @@ class ScriptPredictor:
         setting with each accept type (a script whose output_fn ignores accept needs both)."""
         requests = self._request_alternatives(rows, single)
         accepts = [(f"model.accept: {a} (--accept {a})", a) for a in CONTENT_TYPES if a != self.protocol.response_type]
-        both = [(f"{setting} and {accept_setting}", alternative.replace(accept=accept))
-                for setting, alternative in requests for accept_setting, accept in accepts]
+        both = [
+            (f"{setting} and {accept_setting}", alternative.replace(accept=accept))
+            for setting, alternative in requests
+            for accept_setting, accept in accepts
+        ]
         return [*requests, *[(setting, self.protocol.replace(accept=a)) for setting, a in accepts], *both]
 
     def _request_alternatives(self, rows: int, single: bool = True) -> list[tuple[str, ScriptProtocol]]:
         p, options = self.protocol, []
         if p.content_type == CSV:
-            options.append(("model.csv_header: true (--csv-header)" if not p.csv_header else
-                            "model.csv_header: false", p.replace(csv_header=not p.csv_header)))
+            options.append(
+                (
+                    "model.csv_header: true (--csv-header)" if not p.csv_header else "model.csv_header: false",
+                    p.replace(csv_header=not p.csv_header),
+                )
+            )
         if p.content_type in (JSON, JSONLINES):
             for layout in JSON_LAYOUTS:
                 if layout != p.json_layout and not (p.content_type == JSONLINES and layout in WRAPPED_JSON_LAYOUTS):
-                    options.append((f"model.json_layout: {layout} (--json-layout {layout})",
-                                    p.replace(json_layout=layout)))
+                    options.append(
+                        (f"model.json_layout: {layout} (--json-layout {layout})", p.replace(json_layout=layout))
+                    )
         if not p.single:
             if single:
-                options.append(("model.batch_strategy: single_record (--batch-strategy single-record)",
-                                p.replace(batch_strategy=SINGLE_RECORD)))
+                options.append(
+                    (
+                        "model.batch_strategy: single_record (--batch-strategy single-record)",
+                        p.replace(batch_strategy=SINGLE_RECORD),
+                    )
+                )
         elif rows > 1:
-            options.append(("model.batch_strategy: multi_record (--batch-strategy multi-record)",
-                            p.replace(batch_strategy=MULTI_RECORD)))
+            options.append(
+                (
+                    "model.batch_strategy: multi_record (--batch-strategy multi-record)",
+                    p.replace(batch_strategy=MULTI_RECORD),
+                )
+            )
         if self.script.takes_body:  # another content type (and its layouts), for a script that parses the body
             for content_type in CONTENT_TYPES:
                 if content_type == p.content_type:
@@ -809,9 +916,14 @@ class ScriptPredictor:
                 for layout in JSON_LAYOUTS:
                     if content_type == JSONLINES and layout in WRAPPED_JSON_LAYOUTS:
                         continue
-                    options.append((setting if layout == "records" else
-                                    f"{setting} and model.json_layout: {layout} (--json-layout {layout})",
-                                    p.replace(content_type=content_type, json_layout=layout)))
+                    options.append(
+                        (
+                            setting
+                            if layout == "records"
+                            else f"{setting} and model.json_layout: {layout} (--json-layout {layout})",
+                            p.replace(content_type=content_type, json_layout=layout),
+                        )
+                    )
         return options
 
 
@@ -825,8 +937,10 @@ def _is_bare_assertion(err: Exception) -> bool:
     return isinstance(err.__cause__, AssertionError)
 
 
-JSON_LAYOUT_SHAPES = ('records [{"column": value, ...}, ...], instances {"instances": [[...], ...]}, '
-                      'inputs {"inputs": [[...], ...]} and array [[...], ...]')
+JSON_LAYOUT_SHAPES = (
+    'records [{"column": value, ...}, ...], instances {"instances": [[...], ...]}, '
+    'inputs {"inputs": [[...], ...]} and array [[...], ...]'
+)
 
 
 def _require_numeric(batch: pa.RecordBatch, what: str) -> None:
@@ -834,8 +948,10 @@ def _require_numeric(batch: pa.RecordBatch, what: str) -> None:
 
     bad = [f"{f.name} ({f.type})" for f in batch.schema if not is_numeric(f.type)]
     if bad:
-        raise RecordEncodingError(f"{what} carries numbers only, but these feature columns are not numeric: "
-                                  f"{', '.join(bad)}. Leave them out with input.features, or use a text content type")
+        raise RecordEncodingError(
+            f"{what} carries numbers only, but these feature columns are not numeric: "
+            f"{', '.join(bad)}. Leave them out with input.features, or use a text content type"
+        )
 
 
 def _concatenate(parts: list[Columns]) -> Columns:
@@ -844,8 +960,9 @@ def _concatenate(parts: list[Columns]) -> Columns:
     names = [name for name, _ in parts[0]]
     for part in parts[1:]:
         if [name for name, _ in part] != names:
-            raise ResponseShapeError(f"the responses of one batch have different output columns: {names} vs "
-                                     f"{[name for name, _ in part]}")
+            raise ResponseShapeError(
+                f"the responses of one batch have different output columns: {names} vs {[name for name, _ in part]}"
+            )
     return [(name, _join([part[k][1] for part in parts])) for k, name in enumerate(names)]
 
 

@@ -91,9 +91,15 @@ class Point:
         return spread(self.rates)
 
     def to_dict(self) -> dict:
-        return {"phase": self.phase, **dataclasses.asdict(self.setting), "rows_per_run": self.rows,
-                "rows_per_s": [round(r, 1) for r in self.rates], "median_rows_per_s": round(self.median, 1),
-                "spread": round(self.spread, 4), "startup_s": [round(s, 3) for s in self.startup_s]}
+        return {
+            "phase": self.phase,
+            **dataclasses.asdict(self.setting),
+            "rows_per_run": self.rows,
+            "rows_per_s": [round(r, 1) for r in self.rates],
+            "median_rows_per_s": round(self.median, 1),
+            "spread": round(self.spread, 4),
+            "startup_s": [round(s, 3) for s in self.startup_s],
+        }
 
 
 def spread(rates: list[float]) -> float:
@@ -123,8 +129,9 @@ def fell(previous: list[float], current: list[float], tolerance: float = TOLERAN
     return statistics.median(current) < statistics.median(previous) * (1 - tolerance) and max(current) < min(previous)
 
 
-def doubling_sweep(measure: Callable[[int], list[float]], first: int, cap: int, tolerance: float = TOLERANCE,
-                   ) -> tuple[list[tuple[int, list[float]]], str]:
+def doubling_sweep(
+    measure: Callable[[int], list[float]], first: int, cap: int, tolerance: float = TOLERANCE
+) -> tuple[list[tuple[int, list[float]]], str]:
     """Measure rows per batch from ``first``, doubling, until throughput falls beyond the noise against the
     previous size (that point is measured, and kept) or the cap is reached. ``measure`` returns the rows/s
     of each run of one size.
@@ -137,8 +144,10 @@ def doubling_sweep(measure: Callable[[int], list[float]], first: int, cap: int, 
         if len(points) >= 2 and fell(points[-2][1], points[-1][1], tolerance):
             (before, was), (_, now) = points[-2], points[-1]
             change = statistics.median(now) / statistics.median(was) - 1
-            return points, (f"stopped at {rows:,}: {change:+.1%} against {before:,}, a fall beyond the noise "
-                            f"(more than {tolerance:.0%}, and every run slower)")
+            return points, (
+                f"stopped at {rows:,}: {change:+.1%} against {before:,}, a fall beyond the noise "
+                f"(more than {tolerance:.0%}, and every run slower)"
+            )
     return points, f"reached the cap of {cap:,} rows without a fall beyond the noise"
 
 
@@ -150,32 +159,42 @@ def best_point(points: list[Point]) -> Point:
 def within_noise(points: list[Point], best: Point, tolerance: float = TOLERANCE) -> list[Point]:
     """The other points as good as the best, as far as the runs can tell: within ``tolerance`` of its median, or
     with a run as fast as its slowest."""
-    return [p for p in points if p is not best
-            and (p.median >= best.median * (1 - tolerance) or max(p.rates) >= min(best.rates))]
+    return [
+        p
+        for p in points
+        if p is not best and (p.median >= best.median * (1 - tolerance) or max(p.rates) >= min(best.rates))
+    ]
 
 
 def spec_snippet(step: str, *, workers: int, batch_rows: int, cores: int) -> str:
     """The spec lines to paste (YAML: ``steps[].batch_rows`` and ``steps[].resources.workers_per_instance``)."""
     threads = max(1, cores // workers)
-    return (f"steps:\n"
-            f"  - name: {step}\n"
-            f"    batch_rows: {batch_rows}\n"
-            f"    resources:\n"
-            f"      workers_per_instance: {workers}  # threads per worker = cores // workers = {cores} // {workers} "
-            f"= {threads} here\n")
+    return (
+        f"steps:\n"
+        f"  - name: {step}\n"
+        f"    batch_rows: {batch_rows}\n"
+        f"    resources:\n"
+        f"      workers_per_instance: {workers}  # threads per worker = cores // workers = {cores} // {workers} "
+        f"= {threads} here\n"
+    )
 
 
 def snippet_notes(*, workers: int, threads: int, cores: int, gpu_batch_rows: int | None) -> list[str]:
     """What the snippet cannot say, and what does not transfer."""
-    notes = [f"the spec has no threads field: each worker gets cores // workers_per_instance threads ({cores} // "
-             f"{workers} = {threads} on this machine); the worker's --threads-per-worker flag would set it apart",
-             "workers_per_instance is a count, not a share of the cores: on an instance type with other cores the "
-             "split changes (2 workers on 8 vCPUs get 4 threads each). Tune on the instance type the step runs on: "
-             "figures from a laptop do not transfer to an ml.* instance"]
+    notes = [
+        f"the spec has no threads field: each worker gets cores // workers_per_instance threads ({cores} // "
+        f"{workers} = {threads} on this machine); the worker's --threads-per-worker flag would set it apart",
+        "workers_per_instance is a count, not a share of the cores: on an instance type with other cores the "
+        "split changes (2 workers on 8 vCPUs get 4 threads each). Tune on the instance type the step runs on: "
+        "figures from a laptop do not transfer to an ml.* instance",
+    ]
     if gpu_batch_rows is not None:
-        notes.insert(0, f"GPU batch rows {gpu_batch_rows:,}: the spec has no field for it; the pipeline's worker "
-                        "runs with its default --gpu-batch-rows (262,144), and --gpu-batch-rows is the flag that "
-                        "sets it")
+        notes.insert(
+            0,
+            f"GPU batch rows {gpu_batch_rows:,}: the spec has no field for it; the pipeline's worker "
+            "runs with its default --gpu-batch-rows (262,144), and --gpu-batch-rows is the flag that "
+            "sets it",
+        )
     return notes
 
 
@@ -211,8 +230,9 @@ def count_rows(file: InputFile) -> int:
     if file.fmt == "parquet" and not file.gzipped:
         meta = parquet_meta(file)
         if meta is None:
-            raise SetupError(f"--tune: cannot read the parquet footer of {file.relative_path}; run --preview to see "
-                             "why")
+            raise SetupError(
+                f"--tune: cannot read the parquet footer of {file.relative_path}; run --preview to see why"
+            )
         return meta[0]
     if file.fmt == "parquet":
         return _read_gzipped_parquet(file).num_rows
@@ -321,29 +341,52 @@ class _Clock(Hooks):
         self.finished_at = time.time()
 
 
-def run_once(args: argparse.Namespace, base: JobSettings, sample: Sample, setting: Setting, gpus: list[str],
-             input_format: str | None) -> Run:
+def run_once(
+    args: argparse.Namespace,
+    base: JobSettings,
+    sample: Sample,
+    setting: Setting,
+    gpus: list[str],
+    input_format: str | None,
+) -> Run:
     """One job over the sample with ``setting``, as run_job runs it, into a temporary output folder."""
-    slots = devices.plan_slots(cpu_count=devices.cpu_count(), gpus=gpus, model_kind=base.artifact.kind,
-                               workers=setting.workers, threads_per_worker=setting.threads, use_gpu=not args.no_gpu)
+    slots = devices.plan_slots(
+        cpu_count=devices.cpu_count(),
+        gpus=gpus,
+        model_kind=base.artifact.kind,
+        workers=setting.workers,
+        threads_per_worker=setting.threads,
+        use_gpu=not args.no_gpu,
+    )
     files, _ = discover_inputs(sample.folder, input_format)
-    units = plan_units(files, len(slots), lambda f: (parquet_meta(f) or (0, []))[1]
-                       if f.fmt == "parquet" and not f.gzipped else [])
+    units = plan_units(
+        files, len(slots), lambda f: (parquet_meta(f) or (0, []))[1] if f.fmt == "parquet" and not f.gzipped else []
+    )
     with tempfile.TemporaryDirectory(prefix="shardline-tune-out-") as out:
-        settings = dataclasses.replace(base, output_dir=out, batch_rows=setting.batch_rows,
-                                       gpu_batch_rows=setting.gpu_batch_rows)
+        settings = dataclasses.replace(
+            base, output_dir=out, batch_rows=setting.batch_rows, gpu_batch_rows=setting.gpu_batch_rows
+        )
         clock = _Clock()
-        runner = Runner(settings, slots, inflight_per_worker=args.inflight_per_worker,
-                        max_crashes=args.max_worker_crashes, progress_interval=args.progress_interval,
-                        hooks=clock, log_prefix="tune: ", start_method=args.start_method)
+        runner = Runner(
+            settings,
+            slots,
+            inflight_per_worker=args.inflight_per_worker,
+            max_crashes=args.max_worker_crashes,
+            progress_interval=args.progress_interval,
+            hooks=clock,
+            log_prefix="tune: ",
+            start_method=args.start_method,
+        )
         started = time.time()
         reports = runner.run(units)
         ended = clock.finished_at or time.time()
     failed = [r for r in reports if r.status is not FileStatus.SUCCEEDED]
     if failed:
-        raise SetupError(f"--tune: the sample's file {failed[0].input} failed ({failed[0].error_class}: "
-                         f"{failed[0].error_message}); the tune needs a sample that runs clean: run --preview "
-                         "to see why")
+        raise SetupError(
+            f"--tune: the sample's file {failed[0].input} failed ({failed[0].error_class}: "
+            f"{failed[0].error_message}); the tune needs a sample that runs clean: run --preview "
+            "to see why"
+        )
     breakdown = runner.startup_breakdown(started) or {}
     ready = started
     if breakdown.get("workers_ready_at") is not None:
@@ -368,17 +411,28 @@ def describe_machine(gpus: list[str]) -> dict:
     if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
         memory = round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30, 1)
     load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
-    return {"cores": devices.cpu_count(), "cpu": model, "memory_gib": memory, "load_average_1m": load,
-            "gpus": _gpu_names(gpus),
-            "simulated_gpus": bool(os.environ.get(devices.ENV_SIMULATED_GPUS)), "python": platform.python_version()}
+    return {
+        "cores": devices.cpu_count(),
+        "cpu": model,
+        "memory_gib": memory,
+        "load_average_1m": load,
+        "gpus": _gpu_names(gpus),
+        "simulated_gpus": bool(os.environ.get(devices.ENV_SIMULATED_GPUS)),
+        "python": platform.python_version(),
+    }
 
 
 def _gpu_names(gpus: list[str]) -> list[str]:
     if not gpus or os.environ.get(devices.ENV_SIMULATED_GPUS) or shutil.which("nvidia-smi") is None:
         return [f"GPU {g}" for g in gpus]
     try:
-        listing = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20, check=True).stdout
+        listing = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return [f"GPU {g}" for g in gpus]
     return [line.strip() for line in listing.splitlines() if line.split(",", 1)[0].strip() in gpus]
@@ -389,8 +443,11 @@ def machine_line(machine: dict) -> str:
     if machine["simulated_gpus"]:
         gpus += " (simulated: computing on the CPU)"
     memory = f", {machine['memory_gib']} GiB" if machine["memory_gib"] else ""
-    load = f", load average {machine['load_average_1m']} as it started (other work skews the figures)" \
-        if machine.get("load_average_1m") is not None else ""
+    load = (
+        f", load average {machine['load_average_1m']} as it started (other work skews the figures)"
+        if machine.get("load_average_1m") is not None
+        else ""
+    )
     return f"{machine['cores']} cores ({machine['cpu']}){memory}, {gpus}{load}"
 
 
@@ -401,8 +458,14 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
     """Sample, sweep, print the table and the snippet, write the plot and the JSON; exit 0."""
     cores = devices.cpu_count()
     gpus = [] if args.no_gpu else devices.visible_gpus(os.environ, devices.detect_gpu_count())
-    default_slots = devices.plan_slots(cpu_count=cores, gpus=gpus, model_kind=artifact.kind, workers=args.workers,
-                                       threads_per_worker=args.threads_per_worker, use_gpu=not args.no_gpu)
+    default_slots = devices.plan_slots(
+        cpu_count=cores,
+        gpus=gpus,
+        model_kind=artifact.kind,
+        workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        use_gpu=not args.no_gpu,
+    )
     on_gpu = any(slot.gpu is not None for slot in default_slots)
     machine = describe_machine(gpus if on_gpu else [])
     repeat, tolerance = args.tune_repeat, TOLERANCE
@@ -411,8 +474,13 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
         widest = len(default_slots) if on_gpu else cores
         sample = take_sample(files, args.tune_rows, Path(folder), min_files=UNITS_PER_WORKER * widest)
         largest = max(rows for _, rows in sample.source_files)
-        log.info("tune: sample of %d file(s), %d rows (x%d a run), on %s", len(sample.source_files), sample.rows,
-                 sample.copies, machine_line(machine))
+        log.info(
+            "tune: sample of %d file(s), %d rows (x%d a run), on %s",
+            len(sample.source_files),
+            sample.rows,
+            sample.copies,
+            machine_line(machine),
+        )
 
         def measure(phase: str, setting: Setting) -> Point:
             point = points.get(setting)
@@ -423,9 +491,16 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
                     point.rates.append(run.rate)
                     point.startup_s.append(run.startup_s)
                     point.rows = run.rows
-                    log.info("tune: %s, batch %d, gpu batch %d: %.0f rows/s (run %d of %d; start-up %.2fs "
-                             "excluded)", setting.split, setting.batch_rows, setting.gpu_batch_rows, run.rate, i + 1,
-                             repeat, run.startup_s)
+                    log.info(
+                        "tune: %s, batch %d, gpu batch %d: %.0f rows/s (run %d of %d; start-up %.2fs excluded)",
+                        setting.split,
+                        setting.batch_rows,
+                        setting.gpu_batch_rows,
+                        run.rate,
+                        i + 1,
+                        repeat,
+                        run.startup_s,
+                    )
             return point
 
         cap = min(args.tune_max_batch_rows, largest)
@@ -434,37 +509,58 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
             split_points: list[Point] = []
             _, stopped = doubling_sweep(
                 lambda rows: measure("gpu batch", Setting(workers, threads, args.batch_rows, rows)).rates,
-                FIRST_BATCH_ROWS, cap, tolerance)
+                FIRST_BATCH_ROWS,
+                cap,
+                tolerance,
+            )
         else:
-            split_points = [measure("split", Setting(w, t, args.batch_rows, args.gpu_batch_rows))
-                            for w, t in core_splits(cores)]
+            split_points = [
+                measure("split", Setting(w, t, args.batch_rows, args.gpu_batch_rows)) for w, t in core_splits(cores)
+            ]
             top = best_point(split_points).setting
             workers, threads = top.workers, top.threads
             _, stopped = doubling_sweep(
                 lambda rows: measure("batch", Setting(workers, threads, rows, args.gpu_batch_rows)).rates,
-                FIRST_BATCH_ROWS, cap, tolerance)
+                FIRST_BATCH_ROWS,
+                cap,
+                tolerance,
+            )
     # The split sweep's point of this split (at the step's batch rows) competes too.
     candidates = [p for p in points.values() if (p.setting.workers, p.setting.threads) == (workers, threads)]
     chosen = best_point(candidates)
     candidates.sort(key=lambda p: p.setting.gpu_batch_rows if on_gpu else p.setting.batch_rows)
     step = args.tune_step or "STEP"
     snippet = spec_snippet(step, workers=chosen.setting.workers, batch_rows=chosen.setting.batch_rows, cores=cores)
-    notes = snippet_notes(workers=chosen.setting.workers, threads=chosen.setting.threads, cores=cores,
-                          gpu_batch_rows=chosen.setting.gpu_batch_rows if on_gpu else None)
+    notes = snippet_notes(
+        workers=chosen.setting.workers,
+        threads=chosen.setting.threads,
+        cores=cores,
+        gpu_batch_rows=chosen.setting.gpu_batch_rows if on_gpu else None,
+    )
     if on_gpu:
         notes.append(f"on GPU workers the CPU batch_rows ({args.batch_rows:,}) is not used; the snippet keeps it")
     if largest < args.tune_max_batch_rows and not stopped.startswith("stopped"):
-        notes.append(f"the largest sample file has {largest:,} rows and a batch never spans files, so no larger "
-                     "batch was tried: on files of this size a larger batch_rows changes nothing")
+        notes.append(
+            f"the largest sample file has {largest:,} rows and a batch never spans files, so no larger "
+            "batch was tried: on files of this size a larger batch_rows changes nothing"
+        )
     result = {
         "machine": machine,
         "model": {"kind": artifact.kind, "sha256": artifact.sha256},
-        "sample": {"files": [{"input": name, "rows": rows} for name, rows in sample.source_files],
-                   "rows": sample.rows, "copies": sample.copies, "rows_per_run": sample.rows_per_run},
-        "repeat": repeat, "tolerance": tolerance, "on_gpu": on_gpu,
+        "sample": {
+            "files": [{"input": name, "rows": rows} for name, rows in sample.source_files],
+            "rows": sample.rows,
+            "copies": sample.copies,
+            "rows_per_run": sample.rows_per_run,
+        },
+        "repeat": repeat,
+        "tolerance": tolerance,
+        "on_gpu": on_gpu,
         "points": [p.to_dict() for p in points.values()],
-        "best": chosen.to_dict(), "batch_sweep": stopped,
-        "snippet": snippet, "notes": notes,
+        "best": chosen.to_dict(),
+        "batch_sweep": stopped,
+        "snippet": snippet,
+        "notes": notes,
     }
     args.tune_out.mkdir(parents=True, exist_ok=True)
     (args.tune_out / JSON_NAME).write_text(json.dumps(result, indent=2))
@@ -477,8 +573,11 @@ def run_tune(args: argparse.Namespace, files: list[InputFile], artifact: ModelAr
 
 def render(result: dict, points: list[Point], chosen: Point, *, on_gpu: bool, plot: Path | None, out: Path) -> str:
     sample, machine = result["sample"], result["machine"]
-    laid = f", laid out {sample['copies']} times ({sample['rows_per_run']:,} rows a run) so every worker has " \
-           "files" if sample["copies"] > 1 else ""
+    laid = (
+        f", laid out {sample['copies']} times ({sample['rows_per_run']:,} rows a run) so every worker has files"
+        if sample["copies"] > 1
+        else ""
+    )
     lines = [
         f"auto-tune on {machine_line(machine)}",
         f"model {result['model']['kind']} (sha256 {result['model']['sha256'][:12]}...); sample: the first "
@@ -489,32 +588,49 @@ def render(result: dict, points: list[Point], chosen: Point, *, on_gpu: bool, pl
         *render_table(points, chosen, gpu=on_gpu),
         "",
         f"best: {chosen.setting.split} (workers x threads), "
-        + (f"gpu batch rows {chosen.setting.gpu_batch_rows:,}" if on_gpu else
-           f"batch_rows {chosen.setting.batch_rows:,}") + f": {chosen.median:,.0f} rows/s",
+        + (
+            f"gpu batch rows {chosen.setting.gpu_batch_rows:,}"
+            if on_gpu
+            else f"batch_rows {chosen.setting.batch_rows:,}"
+        )
+        + f": {chosen.median:,.0f} rows/s",
         f"{'gpu ' if on_gpu else ''}batch sweep: {result['batch_sweep']}",
     ]
     close = within_noise(points, chosen, result["tolerance"])
     if close:
-        lines.append(f"as good as the best, as far as the runs tell (within {result['tolerance']:.0%}, or a run as "
-                     "fast as its slowest): "
-                     + ", ".join(f"{p.setting.split} batch {p.setting.batch_rows:,}" +
-                                 (f" gpu {p.setting.gpu_batch_rows:,}" if on_gpu else "") for p in close))
-    lines += ["", "paste into the step's entry in the pipeline spec:", "",
-              *(f"  {line}" for line in result["snippet"].splitlines()), ""]
+        lines.append(
+            f"as good as the best, as far as the runs tell (within {result['tolerance']:.0%}, or a run as "
+            "fast as its slowest): "
+            + ", ".join(
+                f"{p.setting.split} batch {p.setting.batch_rows:,}"
+                + (f" gpu {p.setting.gpu_batch_rows:,}" if on_gpu else "")
+                for p in close
+            )
+        )
+    lines += [
+        "",
+        "paste into the step's entry in the pipeline spec:",
+        "",
+        *(f"  {line}" for line in result["snippet"].splitlines()),
+        "",
+    ]
     lines += [f"- {note}" for note in result["notes"]]
-    lines += ["", f"figures: {out / JSON_NAME}",
-              f"plot: {plot}" if plot else "plot: none (matplotlib is not installed here: pip install matplotlib)"]
+    lines += [
+        "",
+        f"figures: {out / JSON_NAME}",
+        f"plot: {plot}" if plot else "plot: none (matplotlib is not installed here: pip install matplotlib)",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def draw_plot(split_points: list[Point], batch_points: list[Point], chosen: Point, path: Path, machine: dict, *,
-              on_gpu: bool) -> Path | None:
+def draw_plot(
+    split_points: list[Point], batch_points: list[Point], chosen: Point, path: Path, machine: dict, *, on_gpu: bool
+) -> Path | None:
     """rows/s per split and per batch size (each run a dot, the median a line); None without matplotlib."""
     try:
         from matplotlib.figure import Figure  # Agg through Figure.savefig: no pyplot, no display
     except ImportError:
-        log.warning("tune: matplotlib is not installed, so no plot is drawn (the table and %s are written)",
-                    JSON_NAME)
+        log.warning("tune: matplotlib is not installed, so no plot is drawn (the table and %s are written)", JSON_NAME)
         return None
     panels = [p for p in (split_points, batch_points) if p]
     figure = Figure(figsize=(5.5 * len(panels), 4), dpi=100, layout="constrained")
@@ -549,7 +665,10 @@ def draw_plot(split_points: list[Point], batch_points: list[Point], chosen: Poin
         axis.set_ylim(bottom=0)
         axis.yaxis.set_major_formatter(lambda value, _pos: f"{value / 1e3:,.0f}k")
         axis.grid(alpha=0.3)
-    figure.suptitle(f"shardline --tune on {machine['cores']} cores"
-                    + (f", {', '.join(machine['gpus'])}" if machine["gpus"] else ", no GPU"), fontsize=10)
+    figure.suptitle(
+        f"shardline --tune on {machine['cores']} cores"
+        + (f", {', '.join(machine['gpus'])}" if machine["gpus"] else ", no GPU"),
+        fontsize=10,
+    )
     figure.savefig(path, format="png")
     return path

@@ -62,8 +62,9 @@ def classify(name: str) -> tuple[str, bool] | None:
     return (fmt, gzipped) if fmt else None
 
 
-def discover_inputs(input_dir: Path, input_format: str | None = None, *, refuse_unknown: bool = False,
-                    ) -> tuple[list[InputFile], list[str]]:
+def discover_inputs(
+    input_dir: Path, input_format: str | None = None, *, refuse_unknown: bool = False
+) -> tuple[list[InputFile], list[str]]:
     """Every input under ``input_dir``, sorted, plus the names that were ignored.
 
     Hidden files and names starting with ``_`` (``_SUCCESS``, our own manifests) are skipped
@@ -98,16 +99,20 @@ def _format_of(name: str, input_format: str | None) -> tuple[tuple[str, bool] | 
     by_name = classify(name)
     if input_format is None:
         if by_name is None:
-            return None, (f"{name} has no extension the worker reads by name (.parquet, .csv, .jsonl, each "
-                          "optionally .gz): set input.format (--input-format) to read it as parquet, csv or "
-                          "jsonl, or leave it out with input.exclude")
+            return None, (
+                f"{name} has no extension the worker reads by name (.parquet, .csv, .jsonl, each "
+                "optionally .gz): set input.format (--input-format) to read it as parquet, csv or "
+                "jsonl, or leave it out with input.exclude"
+            )
         return by_name, None
     if by_name is None:
         return (input_format, name.lower().endswith(".gz")), None
     if by_name[0] != input_format:
-        return by_name, (f"{name} is {by_name[0]} by its name, but the step reads {input_format} (input.format, "
-                         f"--input-format): set input.format: {by_name[0]} if the step's files are {by_name[0]}, "
-                         "or leave this file out with input.exclude")
+        return by_name, (
+            f"{name} is {by_name[0]} by its name, but the step reads {input_format} (input.format, "
+            f"--input-format): set input.format: {by_name[0]} if the step's files are {by_name[0]}, "
+            "or leave this file out with input.exclude"
+        )
     return by_name, None
 
 
@@ -135,9 +140,7 @@ def plan_units(
             continue
         ranges = split_row_groups(groups, min(len(groups), math.ceil(f.size / target)))
         for i, rg in enumerate(ranges):
-            units.append(
-                WorkUnit(f, part=i, parts=len(ranges), row_groups=rg, est_bytes=sum(groups[g] for g in rg))
-            )
+            units.append(WorkUnit(f, part=i, parts=len(ranges), row_groups=rg, est_bytes=sum(groups[g] for g in rg)))
     # Longest-processing-time first: big units start early, small ones fill the gaps.
     units.sort(key=lambda u: (-u.est_bytes, u.file.relative_path, u.part))
     return units

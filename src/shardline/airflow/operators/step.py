@@ -80,12 +80,32 @@ class _SpecMixin:
 class PlanStepOperator(_SpecMixin, BaseOperator):
     """List a step's inputs, write attempt 1's manifest, plan file and STEP item. Skips on empty input."""
 
-    template_fields = ("input_prefix", "output_prefix", "metadata_prefix", "model_uri", "model_version",
-                       "input_override", "instances_override", "dry_run")
+    template_fields = (
+        "input_prefix",
+        "output_prefix",
+        "metadata_prefix",
+        "model_uri",
+        "model_version",
+        "input_override",
+        "instances_override",
+        "dry_run",
+    )
 
-    def __init__(self, *, spec_path: str, step: str, input_prefix: str, output_prefix: str, model_uri: str,
-                 model_version: str = "", input_override: str = "", instances_override: Any = None,
-                 dry_run: Any = False, metadata_prefix: str = "", **kwargs):
+    def __init__(
+        self,
+        *,
+        spec_path: str,
+        step: str,
+        input_prefix: str,
+        output_prefix: str,
+        model_uri: str,
+        model_version: str = "",
+        input_override: str = "",
+        instances_override: Any = None,
+        dry_run: Any = False,
+        metadata_prefix: str = "",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.spec_path, self.step = spec_path, step
         self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
@@ -106,14 +126,20 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         version = (self.model_version or "").strip() or step.model.version
         # The Params' own schema refuses these at trigger time; checked again here, where they are used,
         # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
-        problem = (input_override_problem(step, override) if override else None) or \
-            model_version_problem(step, version) or instance_count_override(self.instances_override, 1)[1]
+        problem = (
+            (input_override_problem(step, override) if override else None)
+            or model_version_problem(step, version)
+            or instance_count_override(self.instances_override, 1)[1]
+        )
         if problem:
             raise AirflowFailException(param_problem_text(problem, _ref(spec, context)))
         if not (step.model.sha256 or step.model.versions):
-            self.log.warning("step %s: the model is NOT pinned (model.allow_unpinned): whoever can write %s "
-                             "chooses the code this job runs; pin it with model.sha256 or model.versions",
-                             self.step, self.model_uri)
+            self.log.warning(
+                "step %s: the model is NOT pinned (model.allow_unpinned): whoever can write %s "
+                "chooses the code this job runs; pin it with model.sha256 or model.versions",
+                self.step,
+                self.model_uri,
+            )
         input_prefix = override or self.input_prefix
         if str(self.dry_run).lower() == "true":
             self._dry_run(context, spec, input_prefix, self._instances(step), version)
@@ -141,8 +167,12 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         step = self.spec.step(self.step)
         if step.input.from_step:
             return None
-        return readiness.ready_at(run_type=_run_type(context), interval_end=context.get("data_interval_end"),
-                                  settle_seconds=step.input.settle_seconds, ready_marker=step.input.ready_marker)
+        return readiness.ready_at(
+            run_type=_run_type(context),
+            interval_end=context.get("data_interval_end"),
+            settle_seconds=step.input.settle_seconds,
+            ready_marker=step.input.ready_marker,
+        )
 
     def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
         spec, step = self.spec, self.spec.step(self.step)
@@ -164,14 +194,25 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             if not ready:
                 self._missing(context, input_prefix, why, waited=waited)
         # An earlier step's outputs that are not there to read (UpstreamError) are permanent: no retry finds them.
-        attempt = _steps().plan(spec, self.step, context["run_id"], input_prefix=input_prefix,
-                                output_prefix=self.output_prefix, model_uri=self.model_uri,
-                                instance_count=self._instances(step), model_version=version,
-                                metadata_prefix=(self.metadata_prefix or "").strip() or None,
-                                partition=_partition(context))
+        attempt = _steps().plan(
+            spec,
+            self.step,
+            context["run_id"],
+            input_prefix=input_prefix,
+            output_prefix=self.output_prefix,
+            model_uri=self.model_uri,
+            instance_count=self._instances(step),
+            model_version=version,
+            metadata_prefix=(self.metadata_prefix or "").strip() or None,
+            partition=_partition(context),
+        )
         if attempt is None:
-            self._missing(context, input_prefix, f"no input file under {input_prefix} (matching "
-                                                 f"{list(step.input.include)})", waited=waited)
+            self._missing(
+                context,
+                input_prefix,
+                f"no input file under {input_prefix} (matching {list(step.input.include)})",
+                waited=waited,
+            )
         return attempt.to_xcom()
 
     def _wait_until_complete(self, context, input_prefix: str, ready: dt.datetime):
@@ -181,26 +222,40 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         step = self.spec.step(self.step)
         why = readiness.not_ready_reason(context["data_interval_end"], ready)
         self.log.info("step %s: %s", self.step, why)
-        _steps().record_run_status(self.spec, context["run_id"], StepStatus.RUNNING,
-                                   f"step {self.step}: waiting: {why}", _partition(context))
+        _steps().record_run_status(
+            self.spec, context["run_id"], StepStatus.RUNNING, f"step {self.step}: waiting: {why}", _partition(context)
+        )
         waits = step.input.missing_input_action(_run_type(context)) == "wait"
         deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
-        self.defer(trigger=InputTrigger(self._input_watch(input_prefix), deadline,
-                                        poll_interval=self.spec.poll_interval_seconds, not_before=settle_until(),
-                                        ready_at=ready.timestamp()),
-                   method_name="execute_after_wait",
-                   timeout=dt.timedelta(seconds=deadline - time.time() + 600))
+        self.defer(
+            trigger=InputTrigger(
+                self._input_watch(input_prefix),
+                deadline,
+                poll_interval=self.spec.poll_interval_seconds,
+                not_before=settle_until(),
+                ready_at=ready.timestamp(),
+            ),
+            method_name="execute_after_wait",
+            timeout=dt.timedelta(seconds=deadline - time.time() + 600),
+        )
 
     def _wait_for_marker(self, context, input_prefix: str, why: str):
         """A scheduled run waits for its partition's ready marker up to input.wait_timeout_seconds. Defers."""
         step = self.spec.step(self.step)
         self.log.info("step %s: %s; waiting up to %ds for it", self.step, why, step.input.wait_timeout_seconds)
-        _steps().record_run_status(self.spec, context["run_id"], StepStatus.RUNNING,
-                                   f"step {self.step}: waiting: {why}", _partition(context))
-        self.defer(trigger=InputTrigger(self._input_watch(input_prefix), time.time() + step.input.wait_timeout_seconds,
-                                        poll_interval=self.spec.poll_interval_seconds, not_before=settle_until()),
-                   method_name="execute_after_wait",
-                   timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
+        _steps().record_run_status(
+            self.spec, context["run_id"], StepStatus.RUNNING, f"step {self.step}: waiting: {why}", _partition(context)
+        )
+        self.defer(
+            trigger=InputTrigger(
+                self._input_watch(input_prefix),
+                time.time() + step.input.wait_timeout_seconds,
+                poll_interval=self.spec.poll_interval_seconds,
+                not_before=settle_until(),
+            ),
+            method_name="execute_after_wait",
+            timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600),
+        )
 
     def _input_watch(self, input_prefix: str) -> dict:
         return _polls().InputWatch.of(self.spec, self.step, input_prefix).to_json()
@@ -213,9 +268,16 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
             raise AirflowSkipException(f"{why}: the earlier step wrote nothing, so there is nothing to do")
         run_type = _run_type(context)
         action = step.input.missing_input_action(run_type)
-        message = missing_input_text(self.step, _ref(spec, context), why, action, waited=waited,
-                                     wait_seconds=step.input.wait_timeout_seconds,
-                                     chosen=bool(step.input.when_missing), run_type=run_type)
+        message = missing_input_text(
+            self.step,
+            _ref(spec, context),
+            why,
+            action,
+            waited=waited,
+            wait_seconds=step.input.wait_timeout_seconds,
+            chosen=bool(step.input.when_missing),
+            run_type=run_type,
+        )
         if action == "skip":
             _steps().record_run_status(spec, context["run_id"], StepStatus.SKIPPED, message, _partition(context))
             raise AirflowSkipException(message)
@@ -226,10 +288,16 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         self.log.warning("%s", message)
         # Listed by `shardline runs` while it waits: RUNNING, with what it waits for.
         _steps().record_run_status(spec, context["run_id"], StepStatus.RUNNING, message, _partition(context))
-        self.defer(trigger=InputTrigger(self._input_watch(input_prefix), deadline,
-                                        poll_interval=spec.poll_interval_seconds, not_before=settle_until()),
-                   method_name="execute_after_wait",
-                   timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600))
+        self.defer(
+            trigger=InputTrigger(
+                self._input_watch(input_prefix),
+                deadline,
+                poll_interval=spec.poll_interval_seconds,
+                not_before=settle_until(),
+            ),
+            method_name="execute_after_wait",
+            timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600),
+        )
 
     def _dry_run(self, context, spec, input_prefix: str, instances: int, model_version: str) -> None:
         """List the inputs and preview the model on a sample of the first one; submit nothing."""
@@ -240,32 +308,46 @@ class PlanStepOperator(_SpecMixin, BaseOperator):
         s = spec.step(self.step)
         s3 = services.s3_client(spec)
         objects = list_inputs(s3, input_prefix, s.input.include, s.input.exclude)
-        plan = (f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
-                f"{input_prefix}; would run {choose_instance_count(instances, len(objects))} instance(s) of "
-                f"{s.resources.instance_type}; nothing submitted")
+        plan = (
+            f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
+            f"{input_prefix}; would run {choose_instance_count(instances, len(objects))} instance(s) of "
+            f"{s.resources.instance_type}; nothing submitted"
+        )
         if not objects:
             # As a real run would: skip only where input.when_missing says so; else fail, naming the prefix.
             action = s.input.missing_input_action(_run_type(context))
             if action == "skip":
                 raise AirflowSkipException(f"{plan} (input.when_missing: skip)")
-            raise AirflowFailException(dry_run_empty_text(input_prefix, list(s.input.include), action,
-                                                          s.input.wait_timeout_seconds))
+            raise AirflowFailException(
+                dry_run_empty_text(input_prefix, list(s.input.include), action, s.input.wait_timeout_seconds)
+            )
         try:
-            preview = preview_step(spec, self.step, s3, model_uri=self.model_uri, input_uri=input_prefix,
-                                   objects=objects, model_version=model_version)
+            preview = preview_step(
+                spec,
+                self.step,
+                s3,
+                model_uri=self.model_uri,
+                input_uri=input_prefix,
+                objects=objects,
+                model_version=model_version,
+            )
         except PreviewError as err:
-            raise AirflowFailException(f"{plan}. The preview could not run: {err}. Fix that, then run the dry run "
-                                       f"again: `shardline rerun {_ref(spec, context)}`") from err
+            raise AirflowFailException(
+                f"{plan}. The preview could not run: {err}. Fix that, then run the dry run "
+                f"again: `shardline rerun {_ref(spec, context)}`"
+            ) from err
         self.log.info("%s", preview.render())
         if not preview.ok:
             raise AirflowFailException(
                 f"{plan}. The preview shows the job would fail on {preview.sample_uri}: see the preview above; fix "
-                f"the model settings or the input, then run the dry run again: `shardline rerun {_ref(spec, context)}`")
+                f"the model settings or the input, then run the dry run again: `shardline rerun {_ref(spec, context)}`"
+            )
         for warning in preview.warnings:
             self.log.warning("preview: %s", warning)
-        raise AirflowSkipException(f"{plan}; preview of {preview.sample_uri}: "
-                                   + (f"{len(preview.warnings)} warning(s), see the log" if preview.warnings
-                                      else "no warnings"))
+        raise AirflowSkipException(
+            f"{plan}; preview of {preview.sample_uri}: "
+            + (f"{len(preview.warnings)} warning(s), see the log" if preview.warnings else "no warnings")
+        )
 
 
 class SubmitStepOperator(_SpecMixin, BaseOperator):
@@ -306,9 +388,16 @@ class WatchStepOperator(_SpecMixin, BaseOperator):
         decision = _polls().decide_now(watch, attempt)
         if decision.action is not Action.WAIT:
             return self.execute_complete(context, StepEvent.of(decision, attempt, watch.policy).to_event())
-        self.defer(trigger=StepTrigger(attempt.to_xcom(), watch.to_json(), self.poll_interval,
-                                       attempt_deadline(watch.policy, time.time()), not_before=settle_until()),
-                   method_name="execute_complete")
+        self.defer(
+            trigger=StepTrigger(
+                attempt.to_xcom(),
+                watch.to_json(),
+                self.poll_interval,
+                attempt_deadline(watch.policy, time.time()),
+                not_before=settle_until(),
+            ),
+            method_name="execute_complete",
+        )
 
     @fails_fast
     def execute_complete(self, context, event: dict):
@@ -344,12 +433,17 @@ class WatchStepOperator(_SpecMixin, BaseOperator):
             return {**summary, "outcome": action}
         if action == "RESUBMIT":
             self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, reason, step_event.delay_seconds)
-            payload = {"attempt": attempt.to_xcom(), "retry_files": list(step_event.retry_files),
-                       "retry_sizes": late_sizes}
+            payload = {
+                "attempt": attempt.to_xcom(),
+                "retry_files": list(step_event.retry_files),
+                "retry_sizes": late_sizes,
+            }
             if step_event.delay_seconds > 0:
                 # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
-                self.defer(trigger=BackoffTrigger(step_event.delay_seconds, payload,
-                                                  not_before=settle_until()), method_name="resubmit")
+                self.defer(
+                    trigger=BackoffTrigger(step_event.delay_seconds, payload, not_before=settle_until()),
+                    method_name="resubmit",
+                )
             return self.resubmit(context, payload)
         raise AirflowFailException(step_failed_text(attempt, action, reason, failed))
 
@@ -397,9 +491,15 @@ def mark_run_failed(spec_path: str, context) -> None:
     spec = load_spec(Path(spec_path))
     run = context["dag_run"]
     # The callback runs a while after the run failed: a resubmission meanwhile has reopened the run, and stands.
-    set_run_status(services.ledger_model(spec), spec.pipeline, run.run_id, StepStatus.FAILED,
-                   run_failed_text(context.get("reason")), only_if_running=True,
-                   unless_reopened_since=getattr(run, "end_date", None) or getattr(run, "start_date", None))
+    set_run_status(
+        services.ledger_model(spec),
+        spec.pipeline,
+        run.run_id,
+        StepStatus.FAILED,
+        run_failed_text(context.get("reason")),
+        only_if_running=True,
+        unless_reopened_since=getattr(run, "end_date", None) or getattr(run, "start_date", None),
+    )
 
 
 # --- messages (pure: tests/oncall/test_messages.py renders each) -------------------------------
@@ -422,57 +522,79 @@ def step_failed_text(attempt: Attempt, action: str, reason: str, failed_files: l
         return f"{where}: {reason}"
     fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
     if action == "TIMEOUT":
-        return (f"{where} failed: {reason}. If the step needs longer, raise max_runtime_seconds in the spec; then "
-                f"resubmit what did not finish (the run turns green when it succeeds): {fix}")
+        return (
+            f"{where} failed: {reason}. If the step needs longer, raise max_runtime_seconds in the spec; then "
+            f"resubmit what did not finish (the run turns green when it succeeds): {fix}"
+        )
     if not failed_files:
-        return (f"{where} failed: {reason}. Fix the cause, then resubmit what did not finish (the run turns green "
-                f"when it succeeds): {fix}")
-    return (f"{where} failed: {reason}. Failed files: {_list(failed_files)}. Fix the inputs or the model, then "
-            f"resubmit just these files (the run turns green when they succeed): {fix}")
+        return (
+            f"{where} failed: {reason}. Fix the cause, then resubmit what did not finish (the run turns green "
+            f"when it succeeds): {fix}"
+        )
+    return (
+        f"{where} failed: {reason}. Failed files: {_list(failed_files)}. Fix the inputs or the model, then "
+        f"resubmit just these files (the run turns green when they succeed): {fix}"
+    )
 
 
 def partial_text(step: str, reason: str, failed_files: list[dict], fix: str) -> str:
-    return (f"step {step} ended PARTIAL: {reason}; failed: {_list(failed_files)}. To retry them after fixing the "
-            f"cause: {fix}")
+    return (
+        f"step {step} ended PARTIAL: {reason}; failed: {_list(failed_files)}. To retry them after fixing the "
+        f"cause: {fix}"
+    )
 
 
-def missing_input_text(step: str, ref: str, why: str, action: str, *, waited: bool, wait_seconds: int,
-                       chosen: bool, run_type: str) -> str:
+def missing_input_text(
+    step: str, ref: str, why: str, action: str, *, waited: bool, wait_seconds: int, chosen: bool, run_type: str
+) -> str:
     """What a plan task says when its input is not there: ``action`` is what ``input.when_missing`` chose
     (``chosen``: the spec set it; else the default for ``run_type``)."""
     kind = run_type or "manual"
     default = "" if chosen else f", the default for {'an' if kind[:1] in 'aeiou' else 'a'} {kind} run"
-    again = (f"once the input is there, `shardline rerun {ref}` plans this run again; input.when_missing and "
-             "input.wait_timeout_seconds in the spec choose what a run without input does")
+    again = (
+        f"once the input is there, `shardline rerun {ref}` plans this run again; input.when_missing and "
+        "input.wait_timeout_seconds in the spec choose what a run without input does"
+    )
     if action == "skip":
         return f"step {step}: skipped: {why} (input.when_missing: skip)"
     if waited:
         return f"step {step}: waited {wait_seconds}s for its input and gave up: {why}. Nothing was processed; {again}"
     if action == "fail":
-        return (f"step {step}: {why}, so nothing was processed (input.when_missing: {action}{default}). Check the "
-                f"partition's prefix; {again}")
+        return (
+            f"step {step}: {why}, so nothing was processed (input.when_missing: {action}{default}). Check the "
+            f"partition's prefix; {again}"
+        )
     return f"step {step}: {why}; waiting up to {wait_seconds}s for its input (input.when_missing: wait{default})"
 
 
 def model_missing_text(step: str, problem: str, ref: str) -> str:
     """A plan that found no model: the same on every try, so no retry; how to run the partition once it is there."""
-    return (f"step {step}: {problem}. Nothing was planned or submitted: upload the model there and run "
-            f"`shardline rerun {ref}`, or `shardline rerun {ref} --conf '{{\"model_version\": \"...\"}}'` for "
-            "another version")
+    return (
+        f"step {step}: {problem}. Nothing was planned or submitted: upload the model there and run "
+        f'`shardline rerun {ref}`, or `shardline rerun {ref} --conf \'{{"model_version": "..."}}\'` for '
+        "another version"
+    )
 
 
 def dry_run_empty_text(input_prefix: str, include: list[str], action: str, wait_seconds: int) -> str:
     """A dry run that found no input: what a real run would have done instead of going green."""
-    real = (f"a real run would wait up to {wait_seconds}s for it" if action == "wait"
-            else "a real run would fail the same way")
-    return (f"dry run: no input file under {input_prefix} (matching {include}), so nothing could be checked; {real} "
-            f"(input.when_missing: {action}). Check the partition's prefix, or the Param input_prefix")
+    real = (
+        f"a real run would wait up to {wait_seconds}s for it"
+        if action == "wait"
+        else "a real run would fail the same way"
+    )
+    return (
+        f"dry run: no input file under {input_prefix} (matching {include}), so nothing could be checked; {real} "
+        f"(input.when_missing: {action}). Check the partition's prefix, or the Param input_prefix"
+    )
 
 
 def param_problem_text(problem: str, ref: str) -> str:
     """A conf the run cannot use (the spec's check says why): nothing was planned; how to run the partition again."""
-    return (f"{problem}. Nothing was planned: `shardline rerun {ref} --conf '{{...}}'` runs this partition again "
-            "with a valid conf (or change the spec to allow this one)")
+    return (
+        f"{problem}. Nothing was planned: `shardline rerun {ref} --conf '{{...}}'` runs this partition again "
+        "with a valid conf (or change the spec to allow this one)"
+    )
 
 
 def run_failed_text(reason: object) -> str:
@@ -496,14 +618,25 @@ class ReportOperator(_SpecMixin, BaseOperator):
         results = [context["ti"].xcom_pull(task_ids=t) for t in self.watch_task_ids]
         summaries = [r for r in results if r]
         for s in summaries:
-            self.log.info("step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, attempts %d",
-                          s["step"], s["succeeded"], s["files"], s["failed"], s["rows_in"], s["rows_out"],
-                          s["attempts"])
+            self.log.info(
+                "step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, attempts %d",
+                s["step"],
+                s["succeeded"],
+                s["files"],
+                s["failed"],
+                s["rows_in"],
+                s["rows_out"],
+                s["attempts"],
+            )
             if s.get("report"):
                 from shardline.oncall.views import report_command
 
-                self.log.info("step %s: run report %s (%s)", s["step"], s["report"],
-                              report_command(self.spec.pipeline, context["run_id"], s["step"]))
+                self.log.info(
+                    "step %s: run report %s (%s)",
+                    s["step"],
+                    s["report"],
+                    report_command(self.spec.pipeline, context["run_id"], s["step"]),
+                )
         outcome = run_outcome(results)
         if outcome.steps_skipped:
             self.log.info("%d step(s) skipped (no input)", outcome.steps_skipped)
@@ -525,14 +658,26 @@ class ReportOperator(_SpecMixin, BaseOperator):
         for s in summaries:
             attempt = _steps().latest_attempt(self.spec, self.spec.pipeline, context["run_id"], s["step"])
             prefix = attempt.output_prefix if attempt else None
-            steps.append({
-                "step": s["step"], "outcome": s.get("outcome"), "files": s["files"], "succeeded": s["succeeded"],
-                "failed": s["failed"], "rows_out": s["rows_out"], "attempts": s["attempts"], "output_prefix": prefix,
-                "outputs_manifest": naming.outputs_manifest_key(prefix, context["run_id"], s["step"],
-                                                                attempt.metadata_prefix) if prefix else None,
-                "success_marker": naming.success_marker_key(prefix) if prefix and s.get("outcome") == "ADVANCE"
-                else None,
-            })
+            steps.append(
+                {
+                    "step": s["step"],
+                    "outcome": s.get("outcome"),
+                    "files": s["files"],
+                    "succeeded": s["succeeded"],
+                    "failed": s["failed"],
+                    "rows_out": s["rows_out"],
+                    "attempts": s["attempts"],
+                    "output_prefix": prefix,
+                    "outputs_manifest": naming.outputs_manifest_key(
+                        prefix, context["run_id"], s["step"], attempt.metadata_prefix
+                    )
+                    if prefix
+                    else None,
+                    "success_marker": naming.success_marker_key(prefix)
+                    if prefix and s.get("outcome") == "ADVANCE"
+                    else None,
+                }
+            )
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {"run_id": context["run_id"], "status": status, "steps": steps}
 

@@ -52,8 +52,14 @@ class StepTrigger(BaseTrigger):
     triggerer needs no DAGs folder and an attempt keeps its policy if the spec is edited while it runs.
     """
 
-    def __init__(self, attempt: dict[str, Any], watch: dict[str, Any], poll_interval: float = 15.0,
-                 deadline: float | None = None, not_before: float | None = None):
+    def __init__(
+        self,
+        attempt: dict[str, Any],
+        watch: dict[str, Any],
+        poll_interval: float = 15.0,
+        deadline: float | None = None,
+        not_before: float | None = None,
+    ):
         super().__init__()
         self.attempt = attempt
         self.watch = watch
@@ -62,10 +68,16 @@ class StepTrigger(BaseTrigger):
         self.not_before = not_before  # epoch seconds; no event before it (see SETTLE_SECONDS)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("shardline.airflow.triggers.step.StepTrigger", {
-            "attempt": self.attempt, "watch": self.watch, "poll_interval": self.poll_interval,
-            "deadline": self.deadline, "not_before": self.not_before,
-        })
+        return (
+            "shardline.airflow.triggers.step.StepTrigger",
+            {
+                "attempt": self.attempt,
+                "watch": self.watch,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "not_before": self.not_before,
+            },
+        )
 
     async def run(self):
         from shardline.orchestration import watch as polls  # AWS clients load in the triggerer, not at DAG parse
@@ -85,13 +97,20 @@ class StepTrigger(BaseTrigger):
                 unreachable_since = unreachable_since or time.time()
                 down = time.time() - unreachable_since
                 if time.monotonic() - last_logged >= LOG_EVERY_SECONDS:
-                    self.log.warning("%s: the AWS endpoint is unreachable (%.0fs so far): %s", attempt.job_name,
-                                     down, polls.describe_error(err))
+                    self.log.warning(
+                        "%s: the AWS endpoint is unreachable (%.0fs so far): %s",
+                        attempt.job_name,
+                        down,
+                        polls.describe_error(err),
+                    )
                     last_logged, last_reason = time.monotonic(), None
                 if down > outage_budget:
                     await _settle(self.not_before)
-                    yield TriggerEvent(StepEvent(UNREACHABLE, polls.unreachable_reason(attempt, down, err),
-                                                 attempt, policy=watch.policy).to_event())
+                    yield TriggerEvent(
+                        StepEvent(
+                            UNREACHABLE, polls.unreachable_reason(attempt, down, err), attempt, policy=watch.policy
+                        ).to_event()
+                    )
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
@@ -109,8 +128,15 @@ class StepTrigger(BaseTrigger):
                 last_reason, last_logged = decision.reason, time.monotonic()
             if self.deadline is not None and time.time() > self.deadline:
                 await _settle(self.not_before)
-                yield TriggerEvent(StepEvent(TIMEOUT, deadline_reason(watch.policy, decision.reason), attempt,
-                                             stop_job=True, policy=watch.policy).to_event())
+                yield TriggerEvent(
+                    StepEvent(
+                        TIMEOUT,
+                        deadline_reason(watch.policy, decision.reason),
+                        attempt,
+                        stop_job=True,
+                        policy=watch.policy,
+                    ).to_event()
+                )
                 return
             await asyncio.sleep(self.poll_interval)
 
@@ -139,24 +165,45 @@ class StepEvent:
 
     @classmethod
     def of(cls, decision, attempt: Attempt, policy: Policy | None = None) -> StepEvent:
-        return cls(decision.action.value, decision.reason, attempt, tuple(decision.retry_files),
-                   tuple({"input": f.input_key, "error_class": f.error_class,
-                          "error_message": (f.error_message or "")[:500]} for f in decision.failed_files),
-                   decision.delay_seconds, decision.stop_job, policy)
+        return cls(
+            decision.action.value,
+            decision.reason,
+            attempt,
+            tuple(decision.retry_files),
+            tuple(
+                {"input": f.input_key, "error_class": f.error_class, "error_message": (f.error_message or "")[:500]}
+                for f in decision.failed_files
+            ),
+            decision.delay_seconds,
+            decision.stop_job,
+            policy,
+        )
 
     def to_event(self) -> dict[str, Any]:
-        return {"action": self.action, "reason": self.reason, "attempt": self.attempt.to_xcom(),
-                "retry_files": list(self.retry_files), "failed_files": list(self.failed_files),
-                "delay_seconds": self.delay_seconds, "stop_job": self.stop_job,
-                "policy": self.policy.to_json() if self.policy else None}
+        return {
+            "action": self.action,
+            "reason": self.reason,
+            "attempt": self.attempt.to_xcom(),
+            "retry_files": list(self.retry_files),
+            "failed_files": list(self.failed_files),
+            "delay_seconds": self.delay_seconds,
+            "stop_job": self.stop_job,
+            "policy": self.policy.to_json() if self.policy else None,
+        }
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> StepEvent:
         policy = event.get("policy")
-        return cls(event["action"], event["reason"], Attempt.from_xcom(event["attempt"]),
-                   tuple(event.get("retry_files") or ()), tuple(event.get("failed_files") or ()),
-                   float(event.get("delay_seconds") or 0.0), bool(event.get("stop_job")),
-                   Policy.from_json(policy) if policy else None)
+        return cls(
+            event["action"],
+            event["reason"],
+            Attempt.from_xcom(event["attempt"]),
+            tuple(event.get("retry_files") or ()),
+            tuple(event.get("failed_files") or ()),
+            float(event.get("delay_seconds") or 0.0),
+            bool(event.get("stop_job")),
+            Policy.from_json(policy) if policy else None,
+        )
 
 
 class BackoffTrigger(BaseTrigger):
@@ -169,8 +216,10 @@ class BackoffTrigger(BaseTrigger):
         self.not_before = not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("shardline.airflow.triggers.step.BackoffTrigger",
-                {"delay_seconds": self.delay_seconds, "payload": self.payload, "not_before": self.not_before})
+        return (
+            "shardline.airflow.triggers.step.BackoffTrigger",
+            {"delay_seconds": self.delay_seconds, "payload": self.payload, "not_before": self.not_before},
+        )
 
     async def run(self):
         await asyncio.sleep(self.delay_seconds)
@@ -184,17 +233,30 @@ class InputTrigger(BaseTrigger):
     seconds); hands back ``{"ready": bool, "reason": str}``. With ``ready_at`` (epoch seconds: a scheduled
     partition's interval end plus its settle time) it looks at nothing before then."""
 
-    def __init__(self, watch: dict[str, Any], deadline: float, poll_interval: float = 30.0,
-                 not_before: float | None = None, ready_at: float | None = None):
+    def __init__(
+        self,
+        watch: dict[str, Any],
+        deadline: float,
+        poll_interval: float = 30.0,
+        not_before: float | None = None,
+        ready_at: float | None = None,
+    ):
         super().__init__()
         self.watch = watch
         self.deadline, self.poll_interval, self.not_before = deadline, poll_interval, not_before
         self.ready_at = ready_at
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("shardline.airflow.triggers.step.InputTrigger", {
-            "watch": self.watch, "deadline": self.deadline, "poll_interval": self.poll_interval,
-            "not_before": self.not_before, "ready_at": self.ready_at})
+        return (
+            "shardline.airflow.triggers.step.InputTrigger",
+            {
+                "watch": self.watch,
+                "deadline": self.deadline,
+                "poll_interval": self.poll_interval,
+                "not_before": self.not_before,
+                "ready_at": self.ready_at,
+            },
+        )
 
     async def run(self):
         from shardline.orchestration import watch as polls
@@ -202,8 +264,11 @@ class InputTrigger(BaseTrigger):
 
         watch = InputWatch.from_json(self.watch)
         if self.ready_at is not None and time.time() < self.ready_at:
-            self.log.info("%s: the partition is complete at %s UTC; looking for its input then", watch.input_prefix,
-                          time.strftime("%H:%M:%S", time.gmtime(self.ready_at)))
+            self.log.info(
+                "%s: the partition is complete at %s UTC; looking for its input then",
+                watch.input_prefix,
+                time.strftime("%H:%M:%S", time.gmtime(self.ready_at)),
+            )
             await asyncio.sleep(self.ready_at - time.time())
         while True:
             try:

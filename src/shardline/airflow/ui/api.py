@@ -56,16 +56,20 @@ FRAME_ANCESTORS = "frame-ancestors 'self'"
 API_CSP = f"default-src 'none'; {FRAME_ANCESTORS}"
 # The page: only its own inline script and style (they carry the per-answer nonce), fetches to this origin.
 # No 'unsafe-inline': text from the ledger that ever reached the DOM as markup could not run or restyle it.
-PAGE_CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
-            f"img-src 'self'; base-uri 'none'; form-action 'none'; {FRAME_ANCESTORS}")
+PAGE_CSP = (
+    "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+    f"img-src 'self'; base-uri 'none'; form-action 'none'; {FRAME_ANCESTORS}"
+)
 
 # A run report: a page Shardline rendered (every string from the ledger escaped), with its charts as data: PNGs and
 # one <style> element, and no script. Its policy lets it show just that: no script at all, no request anywhere
 # (a CSS url() included), and `sandbox` makes it a unique origin without scripts, forms or popups even if text in
 # it ever reached the page as markup. Inline style is allowed because the page is stored, not templated here:
 # it has no nonce to carry, and with nothing else loadable, style alone can neither run nor send anything.
-REPORT_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
-              f"sandbox; {FRAME_ANCESTORS}")
+REPORT_CSP = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    f"sandbox; {FRAME_ANCESTORS}"
+)
 REPORT_CHUNK_BYTES = 64 * 1024
 
 _bearer = HTTPBearer(auto_error=False)
@@ -149,26 +153,45 @@ def json_body(request: Request) -> None:
     parameters = parameters.replace(" ", "").lower()
     if media.strip().lower() != "application/json" or parameters not in ("", "charset=utf-8", 'charset="utf-8"'):
         got = ", ".join(declared)[:100] or "none"
-        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                            f"send the body as JSON with the header Content-Type: application/json (got {got!r})")
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"send the body as JSON with the header Content-Type: application/json (got {got!r})",
+        )
 
 
 def unknown_pipeline_detail(pipeline: str) -> str:
-    return (f"no pipeline {pipeline!r} among the specs in Airflow's DAGs folder; check the pipeline's name in the "
-            "address, or pick it from the list of pipelines")
+    return (
+        f"no pipeline {pipeline!r} among the specs in Airflow's DAGs folder; check the pipeline's name in the "
+        "address, or pick it from the list of pipelines"
+    )
 
 
 # AWS error codes that say what went wrong without saying where (the codes are AWS's documented names; the
 # messages that come with them carry ARNs, account ids and resource names, and stay in the server's log).
 _AWS_SUMMARIES = {
     "could not find a table, bucket or job the pipeline spec names (check its names)": {
-        "ResourceNotFoundException", "NoSuchBucket", "NoSuchKey", "TableNotFoundException"},
+        "ResourceNotFoundException",
+        "NoSuchBucket",
+        "NoSuchKey",
+        "TableNotFoundException",
+    },
     "refused the API server's AWS credentials (whoever runs this Airflow must fix them)": {
-        "AccessDenied", "AccessDeniedException", "UnrecognizedClientException", "InvalidClientTokenId",
-        "ExpiredToken", "ExpiredTokenException", "InvalidSignatureException", "SignatureDoesNotMatch"},
+        "AccessDenied",
+        "AccessDeniedException",
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+    },
     "is throttling the API server; try again shortly": {
-        "ThrottlingException", "Throttling", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
-        "SlowDown"},
+        "ThrottlingException",
+        "Throttling",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "SlowDown",
+    },
 }
 
 
@@ -185,8 +208,10 @@ def _aws_summary(err: Exception) -> str:
 
 def aws_error_detail(summary: str, ref: str) -> str:
     """What the page says when AWS failed: the kind of failure, and the reference to the server's log."""
-    return (f"AWS (the ledger table or the job backend) {summary}. The API server's log has the details under ref "
-            f"{ref}: give it to whoever runs this Airflow")
+    return (
+        f"AWS (the ledger table or the job backend) {summary}. The API server's log has the details under ref "
+        f"{ref}: give it to whoever runs this Airflow"
+    )
 
 
 def _file_part(text: str) -> str:
@@ -213,7 +238,9 @@ def create_app() -> FastAPI:
     app = FastAPI(
         title="Shardline on-call",
         description="Pipelines, runs, steps, shards and files from Shardline's ledger; resubmit failed files.",
-        docs_url=None, redoc_url=None, openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
 
     @app.exception_handler(OnCallError)
@@ -228,10 +255,12 @@ def create_app() -> FastAPI:
         # AWS's message names ARNs, account ids and roles: it goes to the server's log, where the operator of
         # this Airflow finds it by the reference; the reader gets what kind of failure it was.
         ref = secrets.token_hex(6)
-        log.error("Shardline on-call %s %r: AWS failed (ref %s): %s", request.method, request.url.path, ref, err,
-                  exc_info=err)
-        return JSONResponse({"detail": aws_error_detail(_aws_summary(err), ref)},
-                            status_code=status.HTTP_502_BAD_GATEWAY)
+        log.error(
+            "Shardline on-call %s %r: AWS failed (ref %s): %s", request.method, request.url.path, ref, err, exc_info=err
+        )
+        return JSONResponse(
+            {"detail": aws_error_detail(_aws_summary(err), ref)}, status_code=status.HTTP_502_BAD_GATEWAY
+        )
 
     @app.middleware("http")
     async def _security_headers(request: Request, call_next) -> Response:
@@ -250,21 +279,28 @@ def create_app() -> FastAPI:
             await get_user(request, None, bearer)
         except HTTPException:
             # Not logged in (or the token expired): Airflow's login page, then back here.
-            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)),
-                                    status_code=status.HTTP_307_TEMPORARY_REDIRECT)
+            return RedirectResponse(
+                get_auth_manager().get_url_login(next_url=str(request.url)),
+                status_code=status.HTTP_307_TEMPORARY_REDIRECT,
+            )
         base = request.scope.get("root_path", "").rstrip("/") + "/"
         nonce = secrets.token_urlsafe(18)  # new for each answer, so a page cannot guess it
         body = PAGE.read_text(encoding="utf-8")
         body = body.replace("__SHARDLINE_BASE__", html.escape(base, quote=True))
         body = body.replace("__AIRFLOW_ROOT__", html.escape(_airflow_ui_root() + "/", quote=True))
         body = body.replace("__CSP_NONCE__", nonce)
-        return HTMLResponse(body, headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
-                                           "Content-Security-Policy": PAGE_CSP.format(nonce=nonce)})
+        return HTMLResponse(
+            body,
+            headers={
+                "Cache-Control": "no-store",
+                "X-Content-Type-Options": "nosniff",
+                "Content-Security-Policy": PAGE_CSP.format(nonce=nonce),
+            },
+        )
 
     @app.get("/icon.svg", include_in_schema=False)
     def icon() -> Response:
-        return Response(ICON.read_bytes(), media_type="image/svg+xml",
-                        headers={"Cache-Control": "max-age=3600"})
+        return Response(ICON.read_bytes(), media_type="image/svg+xml", headers={"Cache-Control": "max-age=3600"})
 
     # --- reads ---
 
@@ -274,14 +310,23 @@ def create_app() -> FastAPI:
         specs = load_specs(_dags_folder())
         readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
         return [
-            {"pipeline": s.pipeline, "description": s.description, "owner": s.owner, "schedule": s.schedule,
-             "backend": s.backend, "ledger_table": s.ledger_table, "steps": [step.name for step in s.steps]}
-            for name, s in sorted(specs.items()) if name in readable
+            {
+                "pipeline": s.pipeline,
+                "description": s.description,
+                "owner": s.owner,
+                "schedule": s.schedule,
+                "backend": s.backend,
+                "ledger_table": s.ledger_table,
+                "steps": [step.name for step in s.steps],
+            }
+            for name, s in sorted(specs.items())
+            if name in readable
         ]
 
     @app.get("/runs")
-    def runs(_user: ReaderDep, pipeline: Annotated[str, Query(min_length=1)],
-             limit: Annotated[int, Query(ge=1, le=200)] = 25) -> list[dict]:
+    def runs(
+        _user: ReaderDep, pipeline: Annotated[str, Query(min_length=1)], limit: Annotated[int, Query(ge=1, le=200)] = 25
+    ) -> list[dict]:
         """The pipeline's recent runs, newest first, from its ledger table."""
         oncall = _oncall()
         _known(oncall, pipeline)
@@ -300,8 +345,11 @@ def create_app() -> FastAPI:
         view["airflow_run_url"] = f"{root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
         for step in view["steps"]:
             # Relative to the app's root; a report is written when its step ends.
-            step["report_url"] = (f"runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/steps/"
-                                  f"{quote(step['name'], safe='')}/report") if step["ended"] else None
+            step["report_url"] = (
+                (f"runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/steps/{quote(step['name'], safe='')}/report")
+                if step["ended"]
+                else None
+            )
         return view
 
     @app.get("/runs/{dag_id}/{run_id}/steps/{step}/report", response_class=HTMLResponse)
@@ -324,19 +372,38 @@ def create_app() -> FastAPI:
             finally:
                 body.close()
 
-        return StreamingResponse(chunks(), media_type="text/html; charset=utf-8", headers={
-            "Content-Security-Policy": REPORT_CSP, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
-            "Content-Disposition": f"inline; filename=\"report-{_file_part(dag_id)}-{_file_part(step)}.html\""})
+        return StreamingResponse(
+            chunks(),
+            media_type="text/html; charset=utf-8",
+            headers={
+                "Content-Security-Policy": REPORT_CSP,
+                "Cache-Control": "no-store",
+                "Referrer-Policy": "no-referrer",
+                "Content-Disposition": f'inline; filename="report-{_file_part(dag_id)}-{_file_part(step)}.html"',
+            },
+        )
 
     # --- the action ---
 
-    @app.post("/runs/{dag_id}/{run_id}/steps/{step}/resubmit",
-              # Authorized first, then the body's type checked, then written to Airflow's audit log (FastAPI
-              # resolves can_clear_tasks once): a request refused by either is not in the audit log.
-              dependencies=[Depends(can_clear_tasks), Depends(json_body),
-                            Depends(action_logging(event="shardline_resubmit"))])
-    def resubmit(request: Request, user: ResubmitterDep, bearer: BearerDep, dag_id: str, run_id: str, step: str,
-                 body: ResubmitBody) -> dict:
+    @app.post(
+        "/runs/{dag_id}/{run_id}/steps/{step}/resubmit",
+        # Authorized first, then the body's type checked, then written to Airflow's audit log (FastAPI
+        # resolves can_clear_tasks once): a request refused by either is not in the audit log.
+        dependencies=[
+            Depends(can_clear_tasks),
+            Depends(json_body),
+            Depends(action_logging(event="shardline_resubmit")),
+        ],
+    )
+    def resubmit(
+        request: Request,
+        user: ResubmitterDep,
+        bearer: BearerDep,
+        dag_id: str,
+        run_id: str,
+        step: str,
+        body: ResubmitBody,
+    ) -> dict:
         """Start a new attempt of ``step`` with the chosen files (a dry run only says which).
 
         When the DAG run had already finished, the step's watch task is cleared through
@@ -347,8 +414,9 @@ def create_app() -> FastAPI:
         client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
         oncall = _oncall(airflow=client)
         _known(oncall, dag_id)
-        result = oncall.resubmit(RunRef(dag_id, run_id), step, files=body.files, all_failed=body.all_failed,
-                                 dry_run=body.dry_run)
+        result = oncall.resubmit(
+            RunRef(dag_id, run_id), step, files=body.files, all_failed=body.all_failed, dry_run=body.dry_run
+        )
         return {**_plain(result), "user": user.get_name()}
 
     return app

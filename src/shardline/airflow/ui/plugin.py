@@ -37,11 +37,13 @@ class LazyOnCallApp:
 class ShardlineUiPlugin(AirflowPlugin):
     name = "shardline_ui"
     fastapi_apps = [{"app": LazyOnCallApp(), "url_prefix": URL_PREFIX, "name": "Shardline on-call"}]
-    external_views = [{
-        "name": "Shardline",
-        "href": f"{_root_path()}{URL_PREFIX}/",
-        "icon": f"{_root_path()}{URL_PREFIX}/icon.svg",
-        "url_route": "shardline",
-        "destination": "nav",
-        "nav_top_level": True,  # its own entry in the navigation rail, not under "Plugins"
-    }]
+    external_views = [
+        {
+            "name": "Shardline",
+            "href": f"{_root_path()}{URL_PREFIX}/",
+            "icon": f"{_root_path()}{URL_PREFIX}/icon.svg",
+            "url_route": "shardline",
+            "destination": "nav",
+            "nav_top_level": True,  # its own entry in the navigation rail, not under "Plugins"
+        }
+    ]
