@@ -75,7 +75,8 @@ def poke_cost(files: int, instances: int = 16) -> dict:
     """A poll of a running step (STEP and SHARD items, what ``watch.snapshot`` reads while the job runs and every
     instance is heard from) and the read once the job has ended (every FILE item too), on a step of ``files``."""
     from shardline.ledger.keys import shard_sk
-    from shardline.ledger.orchestrator import read_step, start_attempt
+    from shardline.ledger.step_reads import read_step
+    from shardline.ledger.step_writes import start_attempt
     from shardline.ledger.table import bind_ledger, create_ledger_table
 
     create_ledger_table("bench-ledger")

@@ -11,8 +11,8 @@ from shardline.ledger import FileStatus, LedgerContext, ShardStatus, WorkerLedge
 from shardline.ledger.context import LedgerConfigError
 from shardline.ledger.job_writes import FileOutcome
 from shardline.ledger.keys import RUN_SK, file_sk, run_pk, shard_sk, step_sk
-from shardline.ledger.orchestrator import ensure_run, finish_step, start_attempt
 from shardline.ledger.states import StepStatus
+from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
 from shardline.ledger.table import bind_ledger
 
 

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.ledger import bind_ledger
-from shardline.ledger.orchestrator import read_step, start_attempt
+from shardline.ledger.step_reads import read_step
+from shardline.ledger.step_writes import start_attempt
 from shardline.worker.errors import EXIT_FENCED
 from tests.support.helpers import clean_env, describe, worker_command, write_inference_script
 

@@ -205,8 +205,8 @@ def hostile_run(aws_env, ledger_table, tmp_path):
     from shardline.ledger import bind_ledger
     from shardline.ledger.context import LedgerContext
     from shardline.ledger.job_writes import FileOutcome, WorkerLedger
-    from shardline.ledger.orchestrator import ensure_run, finish_step, set_run_status, start_attempt
     from shardline.ledger.states import FileStatus, StepStatus
+    from shardline.ledger.step_writes import ensure_run, finish_step, set_run_status, start_attempt
 
     write_spec(tmp_path / "dags", ledger_table)
     model = bind_ledger(ledger_table)

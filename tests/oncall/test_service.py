@@ -13,15 +13,9 @@ import pytest
 
 from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot, decide
 from shardline.ledger import bind_ledger
-from shardline.ledger.orchestrator import (
-    StaleOrchestratorError,
-    ensure_run,
-    finish_step,
-    list_runs,
-    read_step,
-    start_attempt,
-)
 from shardline.ledger.states import StepStatus
+from shardline.ledger.step_reads import list_runs, read_step
+from shardline.ledger.step_writes import StaleOrchestratorError, ensure_run, finish_step, start_attempt
 from shardline.oncall.service import OnCall, OnCallError, RunRef
 from shardline.orchestration import steps
 from shardline.planning.inputs import parse_s3_uri

@@ -25,8 +25,8 @@ from examples import synthetic
 from shardline.backends.local import LocalBackend
 from shardline.decision.policy import Action, Decision, decide
 from shardline.ledger import create_ledger_table
-from shardline.ledger.orchestrator import FILE_ATTRIBUTES
 from shardline.ledger.states import FileStatus
+from shardline.ledger.step_reads import FILE_ATTRIBUTES
 from shardline.orchestration import services, steps, watch
 from shardline.orchestration.step_files import read_step_files
 from shardline.spec import PipelineSpec, load_spec

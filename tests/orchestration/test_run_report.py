@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import synthetic
-from shardline.ledger.orchestrator import read_step
+from shardline.ledger.step_reads import read_step
 from shardline.orchestration import services, steps, watch
 from shardline.planning.naming import run_folder
 from shardline.report.cost import Prices

@@ -7,7 +7,7 @@ import boto3
 import pytest
 
 from shardline.ledger.keys import file_sk_prefix, run_pk
-from shardline.ledger.orchestrator import UnclaimedFile, recorded_plan_files
+from shardline.ledger.step_reads import UnclaimedFile, recorded_plan_files
 from shardline.oncall.service import OnCall, RunRef
 from shardline.orchestration import services, steps
 from shardline.orchestration.step_files import PlanFileError, read_step_files

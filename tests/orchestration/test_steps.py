@@ -103,7 +103,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     """Two on-call engineers (or an engineer and the sensor) resubmit the same failed step at the same moment."""
     import threading
 
-    from shardline.ledger.orchestrator import StaleOrchestratorError
+    from shardline.ledger.step_writes import StaleOrchestratorError
 
     spec, bucket = pipeline
     s3 = boto3.client("s3")
@@ -236,7 +236,7 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     import json
 
     from shardline.contract import deal as dealt
-    from shardline.ledger.orchestrator import FILE_ATTRIBUTES, read_step
+    from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
     from shardline.orchestration import services
     from shardline.planning.inputs import S3Object
     from tests.support.helpers import makespan

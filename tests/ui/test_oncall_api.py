@@ -217,8 +217,8 @@ def reported(api, aws_env, ledger_table):
     import boto3
 
     from shardline.ledger import bind_ledger
-    from shardline.ledger.orchestrator import ensure_run, finish_step, start_attempt
     from shardline.ledger.states import StepStatus
+    from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
 
     bucket = f"r-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3")

@@ -125,7 +125,7 @@ class ControlItem(_Expiring, Model):
     # RUN items: when an operator's resubmission last reopened the run (see set_run_status).
     reopened_at = UTCDateTimeAttribute(null=True, attr_name="ora")
     plan_json = UnicodeAttribute(null=True, attr_name="pj")
-    # STEP items: each attempt's plan file, as JSON {"1": "s3://...", ...}; see ledger.orchestrator.start_attempt.
+    # STEP items: each attempt's plan file, as JSON {"1": "s3://...", ...}; see ledger.step_writes.start_attempt.
     plan_files = UnicodeAttribute(null=True, attr_name="opf")
     message = UnicodeAttribute(null=True, attr_name="msg")
     # RUN items: the partition the run scores (its data interval's start, UTC), for `shardline runs`.

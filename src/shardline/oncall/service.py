@@ -22,16 +22,9 @@ from pathlib import Path
 
 from shardline.backends import JobNotFound
 from shardline.ledger.keys import RUN_SK, run_pk
-from shardline.ledger.orchestrator import (
-    FILE_DETAIL_ATTRIBUTES,
-    StaleOrchestratorError,
-    cancel_step,
-    list_runs,
-    read_run,
-    read_step,
-    set_run_status,
-)
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
+from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run, read_step
+from shardline.ledger.step_writes import StaleOrchestratorError, cancel_step, set_run_status
 from shardline.oncall import selection
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, INVALID_TOKEN, AirflowApiError, AirflowClient
 from shardline.oncall.errors import BadRequest, Conflict, NotFound, OnCallError, Refused, Unavailable

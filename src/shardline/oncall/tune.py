@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shardline import contract
-from shardline.ledger.orchestrator import list_runs
+from shardline.ledger.step_reads import list_runs
 from shardline.oncall.errors import BadRequest, NotFound
 from shardline.oncall.preview import (
     PASSED_ENV,

@@ -13,8 +13,8 @@ import json
 import logging
 
 from shardline.ledger.keys import run_pk, step_sk
-from shardline.ledger.orchestrator import list_runs
 from shardline.ledger.states import FileStatus, StepStatus
+from shardline.ledger.step_reads import list_runs
 from shardline.orchestration import services
 from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming

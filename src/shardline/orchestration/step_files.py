@@ -1,9 +1,9 @@
 """A step's files as every reader sees them: its FILE items, and the inputs planned but never claimed.
 
-A step's first attempt writes no FILE item at plan time (``ledger.orchestrator.start_attempt``);
+A step's first attempt writes no FILE item at plan time (``ledger.step_writes.start_attempt``);
 an instance's first claim does. So the sensor, the CLI, the page and the run report read the step
 through :func:`read_step_files`: the ledger's Query, plus the plan file of each attempt that the
-STEP item records (its inputs and sizes, in S3), merged by ``ledger.orchestrator.with_unclaimed``.
+STEP item records (its inputs and sizes, in S3), merged by ``ledger.step_reads.with_unclaimed``.
 
 Each plan file has a name of its own and is never rewritten (a re-plan writes a new one), so plan
 files are kept in memory between reads: a trigger polls the same step every few seconds.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from shardline.ledger.orchestrator import (
+from shardline.ledger.step_reads import (
     FILE_ATTRIBUTES,
     StepRecords,
     read_step,
@@ -42,7 +42,7 @@ def read_step_files(
     head: StepRecords | None = None,
 ) -> StepRecords:
     """The STEP, SHARD and FILE items of a step, with every input planned but not yet claimed added as
-    PENDING under the attempt that planned it (``ledger.orchestrator.UnclaimedFile``).
+    PENDING under the attempt that planned it (``ledger.step_reads.UnclaimedFile``).
 
     ``head``: the step's STEP and SHARD items read already (``read_step(..., files=False)``); only the
     FILE items are read then.

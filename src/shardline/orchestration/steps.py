@@ -17,17 +17,16 @@ from shardline import contract
 from shardline.decision.policy import UNSAFE_KEY_ERROR, Decision, JobStatus, Policy
 from shardline.errors import Refused, Unavailable, UnvouchedOutputError
 from shardline.ledger.keys import run_pk, step_sk
-from shardline.ledger.orchestrator import (
-    FILE_ATTRIBUTES,
+from shardline.ledger.states import FileStatus, StepStatus
+from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
+from shardline.ledger.step_writes import (
     continue_attempt,
     ensure_run,
     finish_step,
-    read_step,
     record_refused,
     set_run_status,
     start_attempt,
 )
-from shardline.ledger.states import FileStatus, StepStatus
 from shardline.orchestration import services, watch
 from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from shardline.decision.policy import Decision, FileState, Policy, ShardState, StepSnapshot, decide, needs_files
-from shardline.ledger.orchestrator import read_step
 from shardline.ledger.states import SETUP_ERROR, SHARD_TERMINAL, FileStatus, StepStatus
+from shardline.ledger.step_reads import read_step
 from shardline.orchestration import services
 from shardline.orchestration.services import AwsSettings
 from shardline.orchestration.step_files import read_step_files

@@ -780,7 +780,7 @@ def records_from_ledger(
     """The report's records from one step's ledger items (pynamodb items or their attribute dicts).
 
     ``step_item``, ``file_items`` and ``shard_items`` are what
-    ``shardline.ledger.orchestrator.read_step(model, pipeline, run_id, step, file_attributes=None)``
+    ``shardline.ledger.step_reads.read_step(model, pipeline, run_id, step, file_attributes=None)``
     returns (the default attributes leave out the files' hosts, bytes and times). The ledger
     does not record an instance's type (the spec's ``resources.instance_type`` does), nor when an
     instance started: its first file's claim is taken for that, and its last heartbeat for its end.

@@ -449,7 +449,7 @@ class WatchStepOperator(_SpecMixin, BaseOperator):
 
     @fails_fast
     def resubmit(self, context, event: dict):
-        from shardline.ledger.orchestrator import StaleOrchestratorError
+        from shardline.ledger.step_writes import StaleOrchestratorError
 
         attempt = Attempt.from_xcom(event["attempt"])
         try:
@@ -485,7 +485,7 @@ def _partition(context) -> str | None:
 def mark_run_failed(spec_path: str, context) -> None:
     """DAG ``on_failure_callback``: a run that failed outside the sensor (say, in planning) shows as FAILED
     in `shardline runs` and the page too, unless something already recorded how it ended."""
-    from shardline.ledger.orchestrator import set_run_status
+    from shardline.ledger.step_writes import set_run_status
     from shardline.orchestration import services
 
     spec = load_spec(Path(spec_path))

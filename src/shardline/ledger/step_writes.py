@@ -1,57 +1,49 @@
-"""What the orchestrator writes and reads: plans, attempts, and the step's state.
+"""What the orchestrator writes to the ledger: runs, attempts, a step's end, refusals and cancellations.
 
-The sensor, the CLI and the UI all read a step through :func:`read_step` (one way into the
-table), with the inputs its plan files name but no instance has claimed added by
-:func:`with_unclaimed` (``orchestration.step_files.read_step_files`` does both). Reads are
-Queries on the run's partition with a sort-key prefix, never Scans.
-"""
+Every write that moves a step on is conditional on the attempt the writer knows (attempt fencing): two
+resubmissions at once start one attempt, and a zombie writer's late write is refused. Reads are in
+:mod:`shardline.ledger.step_reads`; what an instance writes is in :mod:`shardline.ledger.job_writes`."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from pynamodb.exceptions import PutError, UpdateError
 
 from shardline.errors import ShardlineError, UnsafeKeyError
-from shardline.ledger.keys import (
-    RUN_SK,
-    RUNS_PK,
-    failures_pk,
-    file_sk,
-    file_sk_prefix,
-    is_control_sk,
-    run_pk,
-    runs_index_sk,
-    runs_pk,
-    step_sk,
-    step_sk_prefix,
-)
+from shardline.ledger.keys import RUN_SK, RUNS_PK, failures_pk, file_sk, run_pk, runs_index_sk, runs_pk, step_sk
 from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
 
 log = logging.getLogger(__name__)
 
+
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
+
+
 # Batch writes (a retry's fence, the refused keys' FAILED items): BatchWriteItem calls of 25 items (its limit) over this
 # many threads, within the client's pool of 10 connections. What a call leaves unprocessed (the table
 # throttled it) is sent again after a backoff with full jitter, doubling from BACKOFF_SECONDS up to
 # BACKOFF_CAP_SECONDS, at most BATCH_TRIES calls in all.
 BATCH_ITEMS = 25
+
+
 WRITE_THREADS = 8
+
+
 BATCH_TRIES = 10
+
+
 BACKOFF_SECONDS = 0.05
+
+
 BACKOFF_CAP_SECONDS = 5.0
-# Only what the sensor needs; keeps each Query page small.
-FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in", "rows_out"]
-# What the CLI and the UI show besides: which instance had the file.
-FILE_DETAIL_ATTRIBUTES = [*FILE_ATTRIBUTES, "host"]
 
 
 class StaleOrchestratorError(ShardlineError):
@@ -98,34 +90,6 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
                     index, sk, pipeline=pipeline, run_id=run_id, started_at=item.started_at, expires_at=model.expiry()
                 )
             )
-
-
-def list_runs(model: type[LedgerItem], pipeline: str | None = None, limit: int = 20) -> list[LedgerItem]:
-    """The newest runs first, of every pipeline or of one: one Query on the run index."""
-    found = model.query(
-        runs_pk(pipeline) if pipeline else RUNS_PK, scan_index_forward=False, limit=limit, page_size=limit
-    )
-    return list(found)
-
-
-@dataclasses.dataclass(frozen=True)
-class RunRecords:
-    run: LedgerItem | None
-    steps: list[LedgerItem]  # STEP items in step-name order
-    shards: list[LedgerItem]
-
-
-def read_run(model: type[LedgerItem], pipeline: str, run_id: str) -> RunRecords:
-    """The RUN item, every STEP item and every SHARD heartbeat: one Query (FILE items are per step)."""
-    pk = run_pk(pipeline, run_id)
-    items, _ = _query(model, pk, step_sk_prefix(), None)
-    try:
-        run = model.Control.get(pk, RUN_SK, consistent_read=True)
-    except model.Control.DoesNotExist:
-        run = None
-    steps = [i for i in items if "#SHARD#" not in i.sk]
-    shards = [i for i in items if "#SHARD#" in i.sk]
-    return RunRecords(run=run, steps=steps, shards=shards)
 
 
 def finish_step(
@@ -406,11 +370,6 @@ def _plan_files_update(model: type[LedgerItem], pk: str, step: str, attempt: int
     return [c.plan_files.set(json.dumps(files, sort_keys=True))], condition
 
 
-def recorded_plan_files(step_item) -> dict[int, str]:
-    """Each attempt's plan file as the STEP item records it; empty for a step planned before plan files."""
-    return {int(attempt): uri for attempt, uri in json.loads(getattr(step_item, "plan_files", None) or "{}").items()}
-
-
 def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int, reason: str) -> bool:
     """Mark the step CANCELLED, fenced on the attempt the operator saw, if it has not ended.
 
@@ -506,114 +465,3 @@ def write_batch(
 def backoff_seconds(calls: int, jitter: float) -> float:
     """The pause after the ``calls``-th call left items unprocessed: full jitter (``jitter`` in [0, 1))."""
     return jitter * min(BACKOFF_CAP_SECONDS, BACKOFF_SECONDS * 2**calls)
-
-
-@dataclasses.dataclass(frozen=True)
-class StepRecords:
-    step: LedgerItem | None
-    files: list  # FILE items (LedgerItem), and UnclaimedFile records once with_unclaimed has added them
-    shards: list[LedgerItem]
-    requests: int  # DynamoDB requests this read cost (Query pages)
-    # From the attempts' plan files (with_unclaimed): each planned input's size.
-    planned_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class UnclaimedFile:
-    """An input an attempt planned that no instance has claimed yet: PENDING under that attempt.
-
-    It has no FILE item (the first claim writes one); it reads like one, with every field the
-    worker would have written left None.
-    """
-
-    input_key: str
-    attempt: int
-    bytes_in: int
-    status: str = FileStatus.PENDING.value
-    host: None = None
-    output_key: None = None
-    rows_in: None = None
-    rows_out: None = None
-    bytes_out: None = None
-    seconds: None = None
-    error_class: None = None
-    error_message: None = None
-    started_at: None = None
-    finished_at: None = None
-
-
-def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[str, int]]]) -> StepRecords:
-    """``records`` with every input planned but never claimed, as each attempt's plan file names them.
-
-    ``planned`` maps an attempt to its inputs (full s3:// URI, size). An input's newest planning
-    attempt owns it: when its FILE item is older than that (or there is none), no instance of that
-    attempt has claimed it yet, so it reads as PENDING there (an :class:`UnclaimedFile`), whatever
-    an older attempt wrote. This is what a PENDING item written at plan time used to say.
-    """
-    by_key = {f.input_key: f for f in records.files}
-    sizes: dict[str, int] = {}
-    added = False
-    for attempt in sorted(planned):
-        for key, size in planned[attempt]:
-            sizes[key] = size
-            item = by_key.get(key)
-            if item is None or int(item.attempt or 0) < attempt:
-                by_key[key] = UnclaimedFile(key, attempt, size)
-                added = True
-    files = sorted(by_key.values(), key=lambda f: f.input_key) if added else records.files
-    return dataclasses.replace(records, files=files, planned_sizes=sizes)
-
-
-def read_step(
-    model: type[LedgerItem],
-    pipeline: str,
-    run_id: str,
-    step: str,
-    *,
-    file_attributes: list[str] = FILE_ATTRIBUTES,
-    files: bool = True,
-) -> StepRecords:
-    """The STEP item, its SHARD items and its FILE items: two Queries on the run partition.
-
-    With ``files=False``, the STEP and SHARD items only: one Query (a page holds thousands of
-    heartbeats), however many files the step has.
-    """
-    pk = run_pk(pipeline, run_id)
-    step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
-    step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
-    shards = [item for item in step_and_shards if item.sk != step_sk(step)]
-    head = StepRecords(step=step_item, files=[], shards=shards, requests=step_pages)
-    return with_file_items(model, pipeline, run_id, step, head, file_attributes=file_attributes) if files else head
-
-
-def with_file_items(
-    model: type[LedgerItem],
-    pipeline: str,
-    run_id: str,
-    step: str,
-    head: StepRecords,
-    *,
-    file_attributes: list[str] = FILE_ATTRIBUTES,
-) -> StepRecords:
-    """``head`` (a ``read_step(..., files=False)``) with the step's FILE items read now: one Query."""
-    file_items, file_pages = _query(model, run_pk(pipeline, run_id), file_sk_prefix(step), file_attributes)
-    return dataclasses.replace(head, files=file_items, requests=head.requests + file_pages)
-
-
-def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tuple[list, int]:
-    """Every item under a sort-key prefix, one Query page (<= 1 MB) at a time; counts the pages."""
-    items, pages, start = [], 0, None
-    while True:
-        stored = [getattr(model, name).attr_name for name in attributes] if attributes else None
-        result = model.query(
-            pk, model.sk.startswith(sk_prefix), attributes_to_get=stored, last_evaluated_key=start, consistent_read=True
-        )
-        page = next(result.page_iter)
-        pages += 1
-        items.extend(
-            (model.Control if is_control_sk(raw["sk"]["S"]) else model).from_raw_data(raw)
-            for raw in page.get("Items", [])
-        )
-        start = result.page_iter.last_evaluated_key
-        if start is None:
-            return items, pages

@@ -9,19 +9,15 @@ import pytest
 from shardline.ledger import bind_ledger
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
-from shardline.ledger.orchestrator import (
+from shardline.ledger.states import FileStatus
+from shardline.ledger.step_reads import StepRecords, UnclaimedFile, read_step, recorded_plan_files, with_unclaimed
+from shardline.ledger.step_writes import (
     StaleOrchestratorError,
-    StepRecords,
-    UnclaimedFile,
     cancel_step,
     continue_attempt,
     ensure_run,
-    read_step,
-    recorded_plan_files,
     start_attempt,
-    with_unclaimed,
 )
-from shardline.ledger.states import FileStatus
 
 
 def test_plan_then_worker_updates_then_read(ledger_table):
@@ -121,7 +117,7 @@ def test_a_finish_whose_claim_was_dropped_lands_but_a_zombie_s_is_refused_by_the
 
 
 def test_each_attempt_s_plan_file_is_recorded_with_it_and_a_re_plan_replaces_only_its_own(ledger_table):
-    from shardline.ledger.orchestrator import recorded_plan_files
+    from shardline.ledger.step_reads import recorded_plan_files
 
     model = bind_ledger(ledger_table)
     start_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.aaa.files.json.gz")
@@ -143,7 +139,8 @@ def test_of_two_planners_that_read_the_same_record_only_one_records_its_plan_fil
     """The record is written in the fenced update, conditioned on what the planner read: a planner that read it
     before another one's update loses, even for the same attempt (two tries of one plan task)."""
     from shardline.ledger.keys import run_pk
-    from shardline.ledger.orchestrator import _plan_files_update, recorded_plan_files
+    from shardline.ledger.step_reads import recorded_plan_files
+    from shardline.ledger.step_writes import _plan_files_update
 
     model = bind_ledger(ledger_table)
     start_attempt(model, "p", "run-8", "score", 1, plan_file="s3://m/one")
@@ -315,7 +312,7 @@ def test_without_plan_files_the_items_are_all_there_is():
 
 
 def test_put_items_is_idempotent_and_the_same_whatever_the_threads(ledger_table):
-    from shardline.ledger.orchestrator import put_items
+    from shardline.ledger.step_writes import put_items
 
     model = bind_ledger(ledger_table)
     items = [
@@ -351,7 +348,7 @@ class _Throttling:
 
 
 def test_unprocessed_items_are_sent_again_after_a_growing_jittered_backoff():
-    from shardline.ledger.orchestrator import BACKOFF_SECONDS, write_batch
+    from shardline.ledger.step_writes import BACKOFF_SECONDS, write_batch
 
     send, slept = _Throttling(keep=3, times=2), []
     batch = [{"sk": {"S": f"k{i}"}} for i in range(25)]
@@ -361,7 +358,7 @@ def test_unprocessed_items_are_sent_again_after_a_growing_jittered_backoff():
 
 
 def test_a_table_that_keeps_throttling_fails_the_write_and_says_what_to_do():
-    from shardline.ledger.orchestrator import (
+    from shardline.ledger.step_writes import (
         BACKOFF_CAP_SECONDS,
         BATCH_TRIES,
         LedgerThrottledError,
@@ -384,8 +381,8 @@ def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(l
     import datetime as dt
 
     from shardline.ledger.keys import RUN_SK, run_pk
-    from shardline.ledger.orchestrator import set_run_status
     from shardline.ledger.states import StepStatus
+    from shardline.ledger.step_writes import set_run_status
 
     model = bind_ledger(ledger_table)
     ensure_run(model, "p", "run-late")

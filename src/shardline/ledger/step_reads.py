@@ -1,0 +1,175 @@
+"""How every reader sees a run and its steps: the sensor, the CLI, the page and the run report.
+
+They all read a step through :func:`read_step` (one way into the table), with the inputs its plan files
+name but no instance has claimed added by :func:`with_unclaimed` (``orchestration.step_files.read_step_files``
+does both). Reads are Queries on the run's partition with a sort-key prefix, never Scans."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+
+from shardline.ledger.keys import (
+    RUN_SK,
+    RUNS_PK,
+    file_sk_prefix,
+    is_control_sk,
+    run_pk,
+    runs_pk,
+    step_sk,
+    step_sk_prefix,
+)
+from shardline.ledger.states import FileStatus
+from shardline.ledger.table import LedgerItem
+
+# Only what the sensor needs; keeps each Query page small.
+FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in", "rows_out"]
+
+
+# What the CLI and the UI show besides: which instance had the file.
+FILE_DETAIL_ATTRIBUTES = [*FILE_ATTRIBUTES, "host"]
+
+
+def list_runs(model: type[LedgerItem], pipeline: str | None = None, limit: int = 20) -> list[LedgerItem]:
+    """The newest runs first, of every pipeline or of one: one Query on the run index."""
+    found = model.query(
+        runs_pk(pipeline) if pipeline else RUNS_PK, scan_index_forward=False, limit=limit, page_size=limit
+    )
+    return list(found)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecords:
+    run: LedgerItem | None
+    steps: list[LedgerItem]  # STEP items in step-name order
+    shards: list[LedgerItem]
+
+
+def read_run(model: type[LedgerItem], pipeline: str, run_id: str) -> RunRecords:
+    """The RUN item, every STEP item and every SHARD heartbeat: one Query (FILE items are per step)."""
+    pk = run_pk(pipeline, run_id)
+    items, _ = _query(model, pk, step_sk_prefix(), None)
+    try:
+        run = model.Control.get(pk, RUN_SK, consistent_read=True)
+    except model.Control.DoesNotExist:
+        run = None
+    steps = [i for i in items if "#SHARD#" not in i.sk]
+    shards = [i for i in items if "#SHARD#" in i.sk]
+    return RunRecords(run=run, steps=steps, shards=shards)
+
+
+def recorded_plan_files(step_item) -> dict[int, str]:
+    """Each attempt's plan file as the STEP item records it; empty for a step planned before plan files."""
+    return {int(attempt): uri for attempt, uri in json.loads(getattr(step_item, "plan_files", None) or "{}").items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecords:
+    step: LedgerItem | None
+    files: list  # FILE items (LedgerItem), and UnclaimedFile records once with_unclaimed has added them
+    shards: list[LedgerItem]
+    requests: int  # DynamoDB requests this read cost (Query pages)
+    # From the attempts' plan files (with_unclaimed): each planned input's size.
+    planned_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnclaimedFile:
+    """An input an attempt planned that no instance has claimed yet: PENDING under that attempt.
+
+    It has no FILE item (the first claim writes one); it reads like one, with every field the
+    worker would have written left None.
+    """
+
+    input_key: str
+    attempt: int
+    bytes_in: int
+    status: str = FileStatus.PENDING.value
+    host: None = None
+    output_key: None = None
+    rows_in: None = None
+    rows_out: None = None
+    bytes_out: None = None
+    seconds: None = None
+    error_class: None = None
+    error_message: None = None
+    started_at: None = None
+    finished_at: None = None
+
+
+def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[str, int]]]) -> StepRecords:
+    """``records`` with every input planned but never claimed, as each attempt's plan file names them.
+
+    ``planned`` maps an attempt to its inputs (full s3:// URI, size). An input's newest planning
+    attempt owns it: when its FILE item is older than that (or there is none), no instance of that
+    attempt has claimed it yet, so it reads as PENDING there (an :class:`UnclaimedFile`), whatever
+    an older attempt wrote. This is what a PENDING item written at plan time used to say.
+    """
+    by_key = {f.input_key: f for f in records.files}
+    sizes: dict[str, int] = {}
+    added = False
+    for attempt in sorted(planned):
+        for key, size in planned[attempt]:
+            sizes[key] = size
+            item = by_key.get(key)
+            if item is None or int(item.attempt or 0) < attempt:
+                by_key[key] = UnclaimedFile(key, attempt, size)
+                added = True
+    files = sorted(by_key.values(), key=lambda f: f.input_key) if added else records.files
+    return dataclasses.replace(records, files=files, planned_sizes=sizes)
+
+
+def read_step(
+    model: type[LedgerItem],
+    pipeline: str,
+    run_id: str,
+    step: str,
+    *,
+    file_attributes: list[str] = FILE_ATTRIBUTES,
+    files: bool = True,
+) -> StepRecords:
+    """The STEP item, its SHARD items and its FILE items: two Queries on the run partition.
+
+    With ``files=False``, the STEP and SHARD items only: one Query (a page holds thousands of
+    heartbeats), however many files the step has.
+    """
+    pk = run_pk(pipeline, run_id)
+    step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
+    step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
+    shards = [item for item in step_and_shards if item.sk != step_sk(step)]
+    head = StepRecords(step=step_item, files=[], shards=shards, requests=step_pages)
+    return with_file_items(model, pipeline, run_id, step, head, file_attributes=file_attributes) if files else head
+
+
+def with_file_items(
+    model: type[LedgerItem],
+    pipeline: str,
+    run_id: str,
+    step: str,
+    head: StepRecords,
+    *,
+    file_attributes: list[str] = FILE_ATTRIBUTES,
+) -> StepRecords:
+    """``head`` (a ``read_step(..., files=False)``) with the step's FILE items read now: one Query."""
+    file_items, file_pages = _query(model, run_pk(pipeline, run_id), file_sk_prefix(step), file_attributes)
+    return dataclasses.replace(head, files=file_items, requests=head.requests + file_pages)
+
+
+def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tuple[list, int]:
+    """Every item under a sort-key prefix, one Query page (<= 1 MB) at a time; counts the pages."""
+    items, pages, start = [], 0, None
+    while True:
+        stored = [getattr(model, name).attr_name for name in attributes] if attributes else None
+        result = model.query(
+            pk, model.sk.startswith(sk_prefix), attributes_to_get=stored, last_evaluated_key=start, consistent_read=True
+        )
+        page = next(result.page_iter)
+        pages += 1
+        items.extend(
+            (model.Control if is_control_sk(raw["sk"]["S"]) else model).from_raw_data(raw)
+            for raw in page.get("Items", [])
+        )
+        start = result.page_iter.last_evaluated_key
+        if start is None:
+            return items, pages
