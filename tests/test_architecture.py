@@ -184,3 +184,82 @@ def test_what_the_orchestrator_and_the_worker_agree_on_is_written_once():
             if AGREEMENTS.search(text):
                 copies.append(f"{module}:{line}: {text!r}")
     assert not copies, "\n".join(copies)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each module of the package and the package modules it imports (any import statement, those inside
+    functions too); ``from package import module`` counts as importing that module."""
+    modules = _modules()
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for imported in _imports(path):
+            name = imported
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module and modules[name].name != "__init__.py":
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_two_modules_import_each_other_however_indirectly():
+    cycles = _cycles(_module_graph())
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 600, 80
+
+
+def test_no_source_file_is_too_long_to_read_at_one_sitting():
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES
+    }
+    assert not long, f"over {MAX_FILE_LINES} lines: {long}"
+
+
+def test_no_function_is_too_long_to_read_at_one_sitting():
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            lines = node.end_lineno - node.lineno + 1 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else 0
+            if lines > MAX_FUNCTION_LINES:
+                long.append(f"{path.relative_to(PACKAGE)}: {node.name} ({lines} lines)")
+    assert not long, f"over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(sorted(long))

@@ -245,7 +245,7 @@ def test_input_override_path_escape_is_refused_by_the_param_and_at_plan_time(ove
     from airflow.sdk.definitions.param import ParamValidationError
 
     from shardline.airflow.dag_factory import params_for
-    from shardline.spec import input_override_problem
+    from shardline.spec.conf import input_override_problem
 
     step = _first_step("s3://data/events/dt={{ ds }}/hour={{ logical_date.strftime('%H') }}/")
     spec_with_step = parse_spec({**minimal(), "steps": [step.model_dump()]}, "p.yaml")
@@ -274,7 +274,7 @@ def test_model_version_param_refuses_path_segments(version, allowed):
     from airflow.sdk.definitions.param import ParamValidationError
 
     from shardline.airflow.dag_factory import params_for
-    from shardline.spec import model_version_problem
+    from shardline.spec.conf import model_version_problem
 
     spec = parse_spec(
         _model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1", allow_unpinned=True), "p.yaml"
@@ -292,7 +292,7 @@ def test_a_pinned_versions_table_makes_the_model_version_param_a_choice():
     from airflow.sdk.definitions.param import ParamValidationError
 
     from shardline.airflow.dag_factory import params_for
-    from shardline.spec import model_version_problem
+    from shardline.spec.conf import model_version_problem
 
     spec = parse_spec(
         _model(uri="s3://m/{{ params.model_version }}/model.tar.gz", version="v1", versions={"v1": SHA, "v2": OTHER}),
@@ -306,7 +306,8 @@ def test_a_pinned_versions_table_makes_the_model_version_param_a_choice():
 
 
 def test_an_unknown_trigger_conf_key_is_named_with_the_key_it_was_probably_meant_to_be():
-    from shardline.spec import TRIGGER_PARAMS, unknown_conf_problem
+    from shardline.spec import TRIGGER_PARAMS
+    from shardline.spec.conf import unknown_conf_problem
 
     assert unknown_conf_problem(None) is None and unknown_conf_problem({}) is None
     assert unknown_conf_problem({"instance_count": 1, "dry_run": True}) is None
@@ -388,7 +389,7 @@ def test_settle_seconds_is_for_a_prefix_input_only():
     ],
 )
 def test_a_conf_is_checked_as_the_trigger_forms_params_check_it(conf, problem):
-    from shardline.spec import param_type_problem
+    from shardline.spec.conf import param_type_problem
 
     said = param_type_problem(conf)
     assert (said is None) if problem is None else (problem in said), said
@@ -422,14 +423,14 @@ def test_an_input_prefix_is_a_folder_with_or_without_its_slash(written):
     [(None, (3, None)), ("None", (3, None)), ("", (3, None)), ("7", (7, None)), (" 100 ", (100, None)), (5, (5, None))],
 )
 def test_the_plan_task_takes_an_instance_count_param_within_bounds(rendered, expected):
-    from shardline.spec import instance_count_override
+    from shardline.spec.conf import instance_count_override
 
     assert instance_count_override(rendered, 3) == expected
 
 
 @pytest.mark.parametrize("rendered", ["0", "-2", "101", "1000000", "2.5", "seven", "{{ params.instance_count }}"])
 def test_the_plan_task_refuses_an_instance_count_param_out_of_bounds_naming_it(rendered):
-    from shardline.spec import instance_count_override
+    from shardline.spec.conf import instance_count_override
 
     count, problem = instance_count_override(rendered, 3)
     assert count == 3 and problem.startswith(f"Param instance_count {rendered!r} must be null or a whole number")

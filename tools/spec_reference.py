@@ -3,7 +3,7 @@
     .venv/bin/python tools/spec_reference.py          # write it
     .venv/bin/python tools/spec_reference.py --check  # exit 1 if it is stale (a test runs this)
 
-Every field's description is its docstring or ``Field(description=...)`` in ``src/shardline/spec.py``:
+Every field's description is its docstring or ``Field(description=...)`` in ``src/shardline/spec/__init__.py``:
 change it there, then run this.
 """
 

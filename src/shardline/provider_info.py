@@ -17,12 +17,21 @@ def get_provider_info() -> dict:
         "package-name": "shardline",
         "name": "Shardline",
         "description": "Batch ML inference at scale: sharded SageMaker Processing jobs (or a local emulator), "
-        "a job-metadata ledger in DynamoDB, and the operators, sensor and on-call page that "
+        "a job-metadata ledger in DynamoDB, and the operators, triggers and on-call page that "
         "drive them.",
         "versions": [__version__],
         "integrations": [{"integration-name": INTEGRATION, "tags": ["aws", "ml"]}],
-        "operators": [{"integration-name": INTEGRATION, "python-modules": ["shardline.airflow.operators.step"]}],
-        "sensors": [{"integration-name": INTEGRATION, "python-modules": ["shardline.airflow.operators.step"]}],
+        # The step's watch is a deferrable operator (its trigger polls), so the provider lists no sensor module.
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "shardline.airflow.operators.plan",
+                    "shardline.airflow.operators.step",
+                    "shardline.airflow.operators.report",
+                ],
+            }
+        ],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["shardline.airflow.triggers.step"]}],
         # Jobs reach AWS through the Amazon provider's `aws` connection (spec: sagemaker.aws_conn_id);
         # Shardline defines no connection type of its own.

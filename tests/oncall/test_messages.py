@@ -497,7 +497,7 @@ def test_every_decision_reason_reads_well_and_a_failure_says_what_to_do():
         for f in decision.failed_files:
             said(f"decide: {name}: failed file", steps.file_error(f.error_class, f.error_message))
         if decision.action in (Action.FAIL, Action.PARTIAL):
-            from shardline.airflow.operators.step import partial_text, step_failed_text
+            from shardline.airflow.operators.messages import partial_text, step_failed_text
             from shardline.airflow.triggers.step import StepEvent
 
             event = StepEvent.of(decision, ATTEMPT).to_event()
@@ -551,7 +551,7 @@ def test_the_step_functions_and_the_trigger_say_what_to_do():
     assert "600s of heartbeat_timeout_seconds" in reason and "max_runtime_seconds" in reason
     said("trigger: unreachable event", polls.unreachable_reason(ATTEMPT, 601, inner), failure=True)
 
-    from shardline.airflow.operators.step import step_failed_text
+    from shardline.airflow.operators.messages import step_failed_text
 
     said("sensor fails: timeout", step_failed_text(ATTEMPT, "TIMEOUT", reason, []), failure=True)
     said("sensor fails: unreachable", step_failed_text(ATTEMPT, "UNREACHABLE", text, []), failure=True)
@@ -564,8 +564,8 @@ def test_the_step_functions_and_the_trigger_say_what_to_do():
 
 
 def test_the_operators_say_what_happened_and_what_to_do():
-    from shardline.airflow.operators import step as step_operators
-    from shardline.spec import unknown_conf_problem
+    from shardline.airflow.operators import messages as step_operators
+    from shardline.spec.conf import unknown_conf_problem
 
     why = "no input file under s3://shardline-demo/events/dt=2026-11-22/hour=10/ (matching ['*.parquet']) yet"
     for action, waited, chosen, run_type in itertools.product(
@@ -650,7 +650,7 @@ def test_readiness_and_late_inputs_say_what_to_set():
         for f in decision.failed_files:
             said("late input: failed file", steps.file_error(f.error_class, f.error_message), failure=True)
         if decision.action is Action.FAIL:
-            from shardline.airflow.operators.step import step_failed_text
+            from shardline.airflow.operators.messages import step_failed_text
             from shardline.airflow.triggers.step import StepEvent
 
             event = StepEvent.of(decision, ATTEMPT).to_event()

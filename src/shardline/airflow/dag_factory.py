@@ -17,22 +17,11 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
-from shardline.airflow.operators.step import (
-    PlanStepOperator,
-    ReportOperator,
-    SubmitStepOperator,
-    WatchStepOperator,
-    mark_run_failed,
-)
-from shardline.spec import (
-    MAX_INSTANCE_COUNT,
-    TRIGGER_PARAMS,
-    VERSION_PATTERN,
-    PipelineSpec,
-    input_override_pattern,
-    load_spec,
-    static_prefix,
-)
+from shardline.airflow.operators.plan import PlanStepOperator
+from shardline.airflow.operators.report import ReportOperator
+from shardline.airflow.operators.step import SubmitStepOperator, WatchStepOperator, mark_run_failed
+from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, PipelineSpec, load_spec, static_prefix
+from shardline.spec.conf import MAX_INSTANCE_COUNT, input_override_pattern
 
 SPEC_DIR = "pipelines"
 

@@ -230,6 +230,13 @@ def start_attempt(
         raise
     if attempt == 1:
         return 0
+    return _fence_retried_files(model, pk, step, attempt, input_keys)
+
+
+def _fence_retried_files(
+    model: type[LedgerItem], pk: str, step: str, attempt: int, input_keys: Iterable[tuple[str, int]]
+) -> int:
+    """A PENDING FILE item at ``attempt`` for each input a retry takes (see :func:`start_attempt`)."""
     # The items differ only in their key, input and bytes: serialize the rest once (100k pynamodb models would
     # cost the planner seconds of CPU for nothing).
     same = _attributes(model, pk=pk, status=FileStatus.PENDING.value, attempt=attempt, expires_at=model.expiry())

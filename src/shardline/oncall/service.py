@@ -85,7 +85,12 @@ WATCH_POLL_SECONDS = 1.0
 def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
     """Why a run with this conf would be refused by the trigger form's Params or fail at its plan task (the
     checks ``PlanStepOperator`` makes), or None."""
-    from shardline.spec import input_override_problem, model_version_problem, param_type_problem, unknown_conf_problem
+    from shardline.spec.conf import (
+        input_override_problem,
+        model_version_problem,
+        param_type_problem,
+        unknown_conf_problem,
+    )
 
     conf = conf or {}
     if spec.unknown_conf == "fail" and (unknown := unknown_conf_problem(conf)):

@@ -23,6 +23,7 @@ from shardline.ledger.step_reads import (
     with_unclaimed,
 )
 from shardline.orchestration import services
+from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import MAX_PLAN_FILE_BYTES, PlanFileError, parse_plan_file, parse_s3_uri
 
 # About 200 bytes of memory a key: 1M keys in all (one 1M-file step, or many small ones), beyond what one read
@@ -100,3 +101,13 @@ def _plan_file(spec: services.Source, uri: str, *, keep: set[str]) -> list[tuple
                 break
             total -= len(_cache.pop(old))
     return inputs
+
+
+def latest_attempt(spec: services.Source, pipeline: str, run_id: str, step: str) -> Attempt | None:
+    """The step's newest attempt, rebuilt from the ledger and its plan files (for the CLI and UI)."""
+    records = read_step_files(spec, pipeline, run_id, step)
+    if records.step is None or not records.step.plan_json:
+        return None
+    number = int(records.step.attempt or 1)
+    files = sum(1 for f in records.files if int(f.attempt or 0) == number)
+    return Attempt.from_plan(records.step.plan_json, number, files, pipeline=pipeline, run_id=run_id, step=step)

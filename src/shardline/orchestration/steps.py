@@ -6,16 +6,14 @@ Operators and the trigger call these and hold no policy of their own. An attempt
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import json
 import logging
 import time
 import uuid
 
 from shardline import contract
-from shardline.decision.policy import UNSAFE_KEY_ERROR, Decision, JobStatus, Policy
-from shardline.errors import Refused, Unavailable, UnvouchedOutputError
+from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
+from shardline.errors import Refused, Unavailable
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
@@ -27,8 +25,8 @@ from shardline.ledger.step_writes import (
     set_run_status,
     start_attempt,
 )
-from shardline.orchestration import services, watch
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration import outputs, services, watch
+from shardline.orchestration.step_files import latest_attempt, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt, PlannedFile
 from shardline.planning.inputs import (
@@ -39,7 +37,6 @@ from shardline.planning.inputs import (
     manifest_order,
     parse_s3_uri,
     plan_file_body,
-    put_metadata,
     write_manifest,
     write_plan_file,
 )
@@ -129,33 +126,8 @@ def plan(
     ``partition``: what the run scores (its data interval's start), recorded on the RUN item."""
     s = spec.step(step)
     started = time.monotonic()
-    if s.input.from_step:
-        # Exactly what the earlier step committed, per its outputs manifest: never a listing of its prefix.
-        from shardline.orchestration.upstream import upstream_outputs
-
-        upstream = upstream_outputs(spec, step, run_id, input_prefix)
-        objects, refused = upstream.objects, []
-        log.info(
-            "step %s of run %s reads the %d output(s) step %s committed (%s)",
-            step,
-            run_id,
-            len(objects),
-            upstream.step,
-            upstream.manifest_uri,
-        )
-        if tolerated := upstream.tolerated_text(step):
-            log.warning("%s", tolerated)
-    else:
-        objects, refused = list_inputs_and_refusals(
-            services.s3_listing_client(spec), input_prefix, s.input.include, s.input.exclude
-        )
+    objects, refused = _step_inputs(spec, step, run_id, input_prefix)
     listed = time.monotonic()
-    if not objects and refused:
-        raise Refused(
-            f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
-            f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
-            "input.exclude"
-        )
     if not objects:
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
@@ -178,24 +150,7 @@ def plan(
     if todo:
         attempt = _new_attempt(spec, base, number, todo, after=number - 1, replan=replan)
         if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
-            bucket, _ = parse_s3_uri(input_prefix)
-            record_refused(
-                services.ledger_model(spec),
-                spec.pipeline,
-                run_id,
-                step,
-                attempt.number,
-                [
-                    (
-                        f"s3://{bucket}/{o.key}",
-                        o.size,
-                        f"not processed: the key is an unsafe path "
-                        f"({reason}); rename the object or exclude it with input.exclude",
-                    )
-                    for o, reason in refused
-                ],
-                error_class=UNSAFE_KEY_ERROR,
-            )
+            _record_unsafe_keys(spec, attempt, refused)
     else:  # planned before, and every input has succeeded since: adopt that attempt
         attempt = latest_attempt(spec, spec.pipeline, run_id, step)
         log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
@@ -217,6 +172,59 @@ def plan(
         timing["record_seconds"],
     )
     return attempt.model_copy(update={"planning": timing})
+
+
+def _step_inputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: str) -> tuple[list[S3Object], list]:
+    """The inputs a step plans, and the keys refused as unsafe paths (each with its reason). Raises
+    :class:`~shardline.errors.Refused` when every input was refused."""
+    s = spec.step(step)
+    if s.input.from_step:
+        # Exactly what the earlier step committed, per its outputs manifest: never a listing of its prefix.
+        from shardline.orchestration.upstream import upstream_outputs
+
+        upstream = upstream_outputs(spec, step, run_id, input_prefix)
+        log.info(
+            "step %s of run %s reads the %d output(s) step %s committed (%s)",
+            step,
+            run_id,
+            len(upstream.objects),
+            upstream.step,
+            upstream.manifest_uri,
+        )
+        if tolerated := upstream.tolerated_text(step):
+            log.warning("%s", tolerated)
+        return upstream.objects, []
+    objects, refused = list_inputs_and_refusals(
+        services.s3_listing_client(spec), input_prefix, s.input.include, s.input.exclude
+    )
+    if not objects and refused:
+        raise Refused(
+            f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
+            f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
+            "input.exclude"
+        )
+    return objects, refused
+
+
+def _record_unsafe_keys(spec: PipelineSpec, attempt: Attempt, refused: list) -> None:
+    bucket, _ = parse_s3_uri(attempt.input_prefix)
+    record_refused(
+        services.ledger_model(spec),
+        attempt.pipeline,
+        attempt.run_id,
+        attempt.step,
+        attempt.number,
+        [
+            (
+                f"s3://{bucket}/{o.key}",
+                o.size,
+                f"not processed: the key is an unsafe path ({reason}); rename the object or exclude it with "
+                "input.exclude",
+            )
+            for o, reason in refused
+        ],
+        error_class=UNSAFE_KEY_ERROR,
+    )
 
 
 def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) -> tuple[int, list[S3Object], bool]:
@@ -422,9 +430,11 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
     Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
     """
     status = OUTCOME_STATUS[action]
-    unvouched: list[UnvouchedFile] = []
+    unvouched: list[outputs.UnvouchedFile] = []
+    seen = None
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
-        unvouched = unvouched_outputs(spec, attempt)
+        seen = outputs.read_outputs(spec, attempt)
+        unvouched = outputs.unvouched_outputs(spec, attempt, seen)
         if unvouched:
             status = StepStatus.FAILED
             reason = (
@@ -433,7 +443,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
                 "other than the worker wrote these ledger items or outputs (check who can write the ledger "
                 "table and the output prefix: infra/README.md), or an instance ended before writing its "
                 f"manifest. No {contract.SUCCESS_MARKER} was written, and these files are now FAILED "
-                f"({UNVOUCHED_OUTPUT_ERROR}), so a resubmission with --all-failed scores them again"
+                f"({outputs.UNVOUCHED_OUTPUT_ERROR}), so a resubmission with --all-failed scores them again"
             )
             log.error("step %s: %s", attempt.step, reason)
     status, reason = check_run_report(spec, attempt, status, reason)
@@ -451,12 +461,13 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
                 attempt.step,
                 number,
                 [(u.input_key, 0, u.reason) for u in unvouched if u.attempt == number],
-                error_class=UNVOUCHED_OUTPUT_ERROR,
+                error_class=outputs.UNVOUCHED_OUTPUT_ERROR,
             )
     if status is StepStatus.FAILED:
         set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED, run_outcome_message(attempt, reason))
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
-        commit_outputs(spec, attempt, status)
+        # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
+        outputs.commit_outputs(spec, attempt, status, seen)
     return status
 
 
@@ -510,254 +521,6 @@ def outcome_message(attempt: Attempt, status: StepStatus, reason: str) -> str:
 def run_outcome_message(attempt: Attempt, step_message: str) -> str:
     """The RUN item's message when one of its steps failed."""
     return f"step {attempt.step} failed: {step_message}"
-
-
-UNVOUCHED_OUTPUT_ERROR = UnvouchedOutputError.__name__  # a SUCCEEDED file its instance's manifest does not vouch for
-MAX_INSTANCE_MANIFEST_BYTES = 256 << 20  # a manifest lists each file once: far below this for any real job
-
-
-@dataclasses.dataclass(frozen=True)
-class UnvouchedFile:
-    input_key: str
-    attempt: int
-    reason: str
-
-
-def unvouched_outputs(spec: PipelineSpec, attempt: Attempt) -> list[UnvouchedFile]:
-    """The SUCCEEDED files whose ledger item the worker's own output manifest does not vouch for, and why.
-
-    The worker that wrote a file records it in its instance's manifest (``_shardline/attempt-N/manifest-HOST.json``):
-    the input, the output's path, rows and bytes. A FILE item counts only when the manifest of its attempt and
-    host lists the same output for the same input with the same rows, and the object under the output prefix
-    has that size. So a ledger item
-    forged by anything but the worker (another job's role, a hand edit) never makes a run green. An output
-    whose object is missing is left to :func:`commit_outputs`, which names it and writes no ``_SUCCESS``.
-    """
-    records = read_step_files(
-        spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=[*FILE_ATTRIBUTES, "output_key", "host"]
-    )
-    succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
-    if not succeeded:
-        return []
-    s3 = services.s3_client(spec)
-    listed = _listed_outputs(s3, attempt.output_prefix)
-    manifests: dict[tuple[int, str], dict[str, dict] | None] = {}
-    prefix = attempt.output_prefix.rstrip("/") + "/"
-    problems = []
-    for f in sorted(succeeded, key=lambda f: f.input_key):
-        stored = listed.get(f.output_key or "")
-        if stored is None:
-            continue  # missing: commit_outputs names it
-        where = (int(f.attempt or 0), f.host or "")
-        if where not in manifests:
-            manifests[where] = _worker_outputs(s3, attempt, *where)
-        written = (manifests[where] or {}).get((f.output_key or "").removeprefix(prefix))
-        why = None
-        if manifests[where] is None:
-            why = f"no readable manifest of attempt {where[0]} on {where[1] or 'no host'}"
-        elif written is None:
-            why = f"no output {f.output_key} in the manifest of attempt {where[0]} on {where[1] or 'no host'}"
-        elif not f.input_key.endswith("/" + str(written.get("input"))):
-            # The worker names its input relative to where SageMaker put it: a suffix of the input's key.
-            why = f"the worker wrote {f.output_key} for another input, {written.get('input')}"
-        elif _count(written.get("rows_out")) != _count(f.rows_out) or _count(written.get("bytes_out")) != _count(
-            stored.get("Size")
-        ):
-            why = (
-                f"the ledger says {_count(f.rows_out)} rows and S3 holds {stored.get('Size')} bytes, the worker "
-                f"wrote {written.get('rows_out')} rows, {written.get('bytes_out')} bytes"
-            )
-        if why:
-            problems.append(UnvouchedFile(f.input_key, where[0], f"{f.input_key}: {why}"))
-    return problems
-
-
-def _count(value) -> int | None:
-    """A row or byte count as recorded, or None when it is not a whole number (which then matches nothing)."""
-    try:
-        return int(value) if value is not None and not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _listed_outputs(s3, output_prefix: str) -> dict[str, dict]:
-    bucket, key = parse_s3_uri(output_prefix)
-    listed: dict[str, dict] = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
-        for item in page.get("Contents", []):
-            listed[f"s3://{bucket}/{item['Key']}"] = item
-    return listed
-
-
-def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, dict] | None:
-    """What one instance's manifest says it wrote, by output path (relative to the output prefix); None when
-    there is no such manifest."""
-    bucket, key = parse_s3_uri(naming.worker_manifest_key(attempt.output_prefix, number, host, attempt.metadata_prefix))
-    from botocore.exceptions import ClientError
-
-    try:
-        found = s3.get_object(Bucket=bucket, Key=key)
-        if found.get("ContentLength", 0) > MAX_INSTANCE_MANIFEST_BYTES:
-            found["Body"].close()
-            return None
-        manifest = json.loads(found["Body"].read(MAX_INSTANCE_MANIFEST_BYTES + 1))
-    except (ClientError, ValueError):  # missing, unreadable or not JSON: vouches for nothing
-        return None
-    reports = manifest.get("file_reports") if isinstance(manifest, dict) else None
-    if not isinstance(reports, list):
-        return None
-    return {
-        r["output"]: r
-        for r in reports
-        if isinstance(r, dict) and r.get("status") == FileStatus.SUCCEEDED and isinstance(r.get("output"), str)
-    }
-
-
-def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus) -> dict:
-    """Write what downstream readers trust once a step has ended: the step-level manifest of every
-    output (its input, attempt, rows and S3 ETag and size), and the ``_SUCCESS`` marker when, and
-    only when, the step SUCCEEDED (a PARTIAL step has failed files, so it writes none).
-
-    Idempotent: a retried watch task writes the same manifest again. Returns the manifest.
-    """
-    records = read_step_files(
-        spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=[*FILE_ATTRIBUTES, "output_key"]
-    )
-    s3 = services.s3_client(spec)
-    listed = _listed_outputs(s3, attempt.output_prefix)
-    outputs, failed = [], []
-    for f in sorted(records.files, key=lambda f: f.input_key):
-        if f.status == FileStatus.SUCCEEDED:
-            stored = listed.get(f.output_key or "", {})
-            outputs.append(
-                {
-                    "input": f.input_key,
-                    "output": f.output_key,
-                    "attempt": int(f.attempt or 0),
-                    "rows_in": int(f.rows_in or 0),
-                    "rows_out": int(f.rows_out or 0),
-                    "bytes": stored.get("Size"),
-                    "etag": (stored.get("ETag") or "").strip('"') or None,
-                }
-            )
-        else:
-            failed.append(
-                {"input": f.input_key, "status": f.status, "attempt": int(f.attempt or 0), "error_class": f.error_class}
-            )
-    missing = [o["output"] for o in outputs if o["bytes"] is None]
-    # The last look at the input prefix before _SUCCESS: the sensor looked when the step ended, and a file may
-    # have landed while the run report was written.
-    late = [] if missing or status is not StepStatus.SUCCEEDED else sorted(late_inputs(spec, attempt))
-    manifest = {
-        "pipeline": attempt.pipeline,
-        "run_id": attempt.run_id,
-        "step": attempt.step,
-        "status": status.value,
-        "attempts": attempt.number,
-        "output_prefix": attempt.output_prefix,
-        "files": len(records.files),
-        "rows_out": sum(o["rows_out"] for o in outputs),
-        "outputs": outputs,
-        "not_succeeded": failed,
-        "outputs_missing": missing,
-        "inputs_not_planned": late,
-        "written_at": dt.datetime.now(dt.UTC).isoformat(),
-    }
-    bucket, key = parse_s3_uri(
-        naming.outputs_manifest_key(attempt.output_prefix, attempt.run_id, attempt.step, attempt.metadata_prefix)
-    )
-    put_metadata(s3, f"s3://{bucket}/{key}", json.dumps(manifest, indent=1).encode(), "application/json")
-    if missing:
-        # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
-        log.error(
-            "step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "
-            "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
-            "failed uploads and the write access to that prefix",
-            attempt.step,
-            len(missing),
-            attempt.output_prefix,
-            missing[:3],
-            contract.SUCCESS_MARKER,
-        )
-    elif late:
-        log.error(
-            "step %s: %d input(s) landed under %s after the step's last look, e.g. %s, so no %s was written: "
-            "this run did not score them; `shardline rerun %s/%s --conf '{}'` scores the whole partition "
-            "again",
-            attempt.step,
-            len(late),
-            attempt.input_prefix,
-            late[:3],
-            contract.SUCCESS_MARKER,
-            attempt.pipeline,
-            attempt.run_id,
-        )
-    elif status is StepStatus.SUCCEEDED:
-        marker_bucket, marker_key = parse_s3_uri(naming.success_marker_key(attempt.output_prefix))
-        s3.put_object(
-            Bucket=marker_bucket,
-            Key=marker_key,
-            ContentType="application/json",
-            Body=json.dumps(
-                {
-                    "pipeline": attempt.pipeline,
-                    "run_id": attempt.run_id,
-                    "step": attempt.step,
-                    "attempts": attempt.number,
-                    "outputs": len(outputs),
-                    "rows_out": manifest["rows_out"],
-                    "manifest": f"s3://{bucket}/{key}",
-                }
-            ).encode(),
-        )
-    return manifest
-
-
-def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
-    """Input files under the step's prefix that no attempt of it planned (they landed after planning): each
-    full s3:// URI and its size."""
-    s = spec.step(attempt.step)
-    if s.input.from_step:
-        return {}  # an earlier step's outputs are read from its manifest, complete once it has ended
-    objects, _refused = list_inputs_and_refusals(
-        services.s3_listing_client(spec), attempt.input_prefix, s.input.include, s.input.exclude
-    )
-    known = {f.input_key for f in read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step).files}
-    bucket, _ = parse_s3_uri(attempt.input_prefix)
-    listed = {f"s3://{bucket}/{o.key}": o.size for o in objects}
-    return {uri: size for uri, size in listed.items() if uri not in known}
-
-
-def late_inputs_decision(
-    spec: PipelineSpec, attempt: Attempt, policy: Policy | None = None
-) -> tuple[Decision, dict[str, int]] | None:
-    """What a step that is about to end does about inputs that landed after planning (None: there are none),
-    and their sizes from the listing (a resubmission then reads no object for them).
-
-    They go to the next attempt; when no attempt is left they are recorded FAILED (``LateInputError``), so
-    ``shardline failed`` names them and ``shardline resubmit --all-failed`` takes them, and the step fails.
-    """
-    from shardline.decision.policy import LATE_INPUT_ERROR, for_late_inputs
-
-    late = late_inputs(spec, attempt)
-    if not late:
-        return None
-    decision = for_late_inputs(
-        list(late), attempt.number, policy or watch.policy_for(spec, attempt.step), attempt.input_prefix
-    )
-    log.warning("step %s: %s", attempt.step, decision.reason)
-    if decision.failed_files:
-        message = decision.failed_files[0].error_message or ""
-        record_refused(
-            services.ledger_model(spec),
-            attempt.pipeline,
-            attempt.run_id,
-            attempt.step,
-            attempt.number,
-            [(uri, size, message) for uri, size in late.items()],
-            error_class=LATE_INPUT_ERROR,
-        )
-    return decision, late
 
 
 def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
@@ -815,16 +578,6 @@ def withdraw_success_marker(spec: PipelineSpec, output_prefix: str) -> None:
 
 def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:
     set_run_status(services.ledger_model(spec), pipeline, run_id, status, message)
-
-
-def latest_attempt(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> Attempt | None:
-    """The step's newest attempt, rebuilt from the ledger and its plan files (for the CLI and UI)."""
-    records = read_step_files(spec, pipeline, run_id, step)
-    if records.step is None or not records.step.plan_json:
-        return None
-    number = int(records.step.attempt or 1)
-    files = sum(1 for f in records.files if int(f.attempt or 0) == number)
-    return Attempt.from_plan(records.step.plan_json, number, files, pipeline=pipeline, run_id=run_id, step=step)
 
 
 def job_status(spec: PipelineSpec, attempt: Attempt) -> JobStatus:

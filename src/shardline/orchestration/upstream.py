@@ -1,7 +1,7 @@
 """A step that reads an earlier step's output (``input.from_step``) reads exactly what that step committed.
 
 The earlier step's outputs manifest (written when it ended SUCCEEDED or PARTIAL, see
-``steps.commit_outputs``) names each output it wrote and which attempt wrote it. The later step plans
+``outputs.commit_outputs``) names each output it wrote and which attempt wrote it. The later step plans
 those objects, never a listing of the prefix: a listing would also find outputs of an older run of the
 partition, or of inputs the earlier step no longer has, and score them as if they were this run's.
 """
@@ -46,7 +46,7 @@ def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: s
     """The outputs ``step``'s ``from_step`` committed in run ``run_id``, as this step's inputs."""
     from botocore.exceptions import ClientError
 
-    from shardline.orchestration.steps import latest_attempt
+    from shardline.orchestration.step_files import latest_attempt
 
     source = spec.step(step).input.from_step
     assert source is not None

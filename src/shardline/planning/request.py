@@ -113,57 +113,8 @@ def build_processing_request(
         "RoleArn": role_arn,
         "AppSpecification": {"ImageUri": image_uri, "ContainerArguments": job_arguments(step, attempt)},
         "Environment": worker_environment(spec, step, attempt, region),
-        "ProcessingInputs": [
-            {
-                "InputName": "data",
-                "S3Input": {
-                    # The manifest lists exactly this attempt's files; SageMaker deals them out
-                    # by key across instances and keeps their paths relative to its prefix.
-                    "S3Uri": attempt.manifest_uri,
-                    "LocalPath": contract.DATA_DIR,
-                    "S3DataType": "ManifestFile",
-                    "S3InputMode": "File",
-                    "S3DataDistributionType": "ShardedByS3Key",
-                },
-            },
-            {
-                "InputName": "model",
-                "S3Input": {
-                    "S3Uri": attempt.model_uri,
-                    "LocalPath": contract.MODEL_DIR,
-                    "S3DataType": "S3Prefix",
-                    "S3InputMode": "File",
-                    "S3DataDistributionType": "FullyReplicated",
-                },
-            },
-        ],
-        "ProcessingOutputConfig": {
-            "Outputs": [
-                {
-                    "OutputName": "predictions",
-                    "S3Output": {
-                        "S3Uri": attempt.output_prefix,
-                        "LocalPath": contract.OUTPUT_DIR,
-                        "S3UploadMode": "EndOfJob",
-                    },
-                },
-                # Shardline's own files, kept outside the data prefix when the spec asks.
-                *(
-                    [
-                        {
-                            "OutputName": "metadata",
-                            "S3Output": {
-                                "S3Uri": attempt.metadata_prefix,
-                                "LocalPath": contract.METADATA_DIR,
-                                "S3UploadMode": "EndOfJob",
-                            },
-                        }
-                    ]
-                    if attempt.metadata_prefix
-                    else []
-                ),
-            ]
-        },
+        "ProcessingInputs": _processing_inputs(attempt),
+        "ProcessingOutputConfig": {"Outputs": _processing_outputs(attempt)},
         "ProcessingResources": {"ClusterConfig": cluster},
         "StoppingCondition": {"MaxRuntimeInSeconds": step.max_runtime_seconds},
         "Tags": [
@@ -186,3 +137,52 @@ def build_processing_request(
     if network:
         request["NetworkConfig"] = network
     return request
+
+
+def _processing_inputs(attempt: Attempt) -> list[dict]:
+    """The attempt's files, dealt out by key across its instances (the manifest lists exactly them, and SageMaker
+    keeps their paths relative to its prefix), and the model, copied to every instance."""
+    return [
+        {
+            "InputName": "data",
+            "S3Input": {
+                "S3Uri": attempt.manifest_uri,
+                "LocalPath": contract.DATA_DIR,
+                "S3DataType": "ManifestFile",
+                "S3InputMode": "File",
+                "S3DataDistributionType": "ShardedByS3Key",
+            },
+        },
+        {
+            "InputName": "model",
+            "S3Input": {
+                "S3Uri": attempt.model_uri,
+                "LocalPath": contract.MODEL_DIR,
+                "S3DataType": "S3Prefix",
+                "S3InputMode": "File",
+                "S3DataDistributionType": "FullyReplicated",
+            },
+        },
+    ]
+
+
+def _processing_outputs(attempt: Attempt) -> list[dict]:
+    """The predictions, and Shardline's own files, kept outside the data prefix when the spec asks."""
+    outputs = [
+        {
+            "OutputName": "predictions",
+            "S3Output": {"S3Uri": attempt.output_prefix, "LocalPath": contract.OUTPUT_DIR, "S3UploadMode": "EndOfJob"},
+        }
+    ]
+    if attempt.metadata_prefix:
+        outputs.append(
+            {
+                "OutputName": "metadata",
+                "S3Output": {
+                    "S3Uri": attempt.metadata_prefix,
+                    "LocalPath": contract.METADATA_DIR,
+                    "S3UploadMode": "EndOfJob",
+                },
+            }
+        )
+    return outputs

@@ -1,0 +1,75 @@
+"""What the step operators share: the spec a task reads once, the step functions imported when a task runs
+(DAG parsing loads no AWS client), and failing fast on an error no retry can mend."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from pathlib import Path
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from shardline.errors import PermanentError
+from shardline.spec import load_spec
+
+
+def step_functions():
+    """The step functions, imported when a task runs: DAG parsing never loads boto3 or pynamodb."""
+    from shardline.orchestration import steps
+
+    return steps
+
+
+def fails_fast(method):
+    """An operator method whose :class:`~shardline.errors.PermanentError` fails the task at once, with its message:
+    the same input or settings would fail every retry the same way. Any other error is Airflow's to retry."""
+
+    @functools.wraps(method)
+    def run(self, context, *args, **kwargs):
+        try:
+            return method(self, context, *args, **kwargs)
+        except PermanentError as err:
+            raise AirflowFailException(str(err)) from err
+
+    return run
+
+
+def output_functions():
+    """What a step's end checks and commits (:mod:`shardline.orchestration.outputs`), imported when a task runs."""
+    from shardline.orchestration import outputs
+
+    return outputs
+
+
+def poll_functions():
+    """What a poll reads and the values a trigger carries (:mod:`shardline.orchestration.watch`), imported when a
+    task runs, as :func:`_steps` is."""
+    from shardline.orchestration import watch
+
+    return watch
+
+
+class SpecMixin:
+    spec_path: str
+
+    @functools.cached_property
+    def spec(self):
+        """The pipeline spec, parsed once per task: its services (shardline.orchestration.services) are then
+        built once too."""
+        return load_spec(Path(self.spec_path))
+
+
+def run_ref(spec, context) -> str:
+    """The run as the `shardline` commands name it: PIPELINE/RUN_ID."""
+    return f"{spec.pipeline}/{context['run_id']}"
+
+
+def run_type_of(context) -> str:
+    run_type = getattr(context.get("dag_run"), "run_type", None) or ""
+    return str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
+
+
+def partition_of(context) -> str | None:
+    """What the run scores, as `shardline runs` shows it: its data interval's start (UTC), else its logical date."""
+    when = context.get("data_interval_start") or context.get("logical_date")
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") if when else None

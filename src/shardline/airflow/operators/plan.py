@@ -1,0 +1,310 @@
+"""The plan task: check the run's conf and model, wait for a partition to be complete or its input to land,
+and plan attempt 1 (or, with dry_run, preview the step and submit nothing)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from shardline.airflow.operators.base import (
+    SpecMixin,
+    fails_fast,
+    partition_of,
+    poll_functions,
+    run_ref,
+    run_type_of,
+    step_functions,
+)
+from shardline.airflow.operators.messages import (
+    dry_run_empty_text,
+    missing_input_text,
+    model_missing_text,
+    param_problem_text,
+)
+from shardline.airflow.triggers.step import InputTrigger, settle_until
+from shardline.decision import readiness
+from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
+from shardline.spec.conf import (
+    input_override_problem,
+    instance_count_override,
+    model_version_problem,
+    unknown_conf_problem,
+)
+
+
+class PlanStepOperator(SpecMixin, BaseOperator):
+    """List a step's inputs, write attempt 1's manifest, plan file and STEP item. Skips on empty input."""
+
+    template_fields = (
+        "input_prefix",
+        "output_prefix",
+        "metadata_prefix",
+        "model_uri",
+        "model_version",
+        "input_override",
+        "instances_override",
+        "dry_run",
+    )
+
+    def __init__(
+        self,
+        *,
+        spec_path: str,
+        step: str,
+        input_prefix: str,
+        output_prefix: str,
+        model_uri: str,
+        model_version: str = "",
+        input_override: str = "",
+        instances_override: Any = None,
+        dry_run: Any = False,
+        metadata_prefix: str = "",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.spec_path, self.step = spec_path, step
+        self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
+        self.metadata_prefix = metadata_prefix
+        self.model_version = model_version
+        self.input_override, self.instances_override, self.dry_run = input_override, instances_override, dry_run
+
+    @fails_fast
+    def execute(self, context):
+        spec = self.spec
+        step = spec.step(self.step)
+        unknown = unknown_conf_problem(getattr(context.get("dag_run"), "conf", None))
+        if unknown and spec.unknown_conf == "fail":
+            raise AirflowFailException(param_problem_text(unknown, run_ref(spec, context)))
+        if unknown:
+            self.log.warning("%s", unknown)
+        override = (self.input_override or "").strip()
+        version = (self.model_version or "").strip() or step.model.version
+        # The Params' own schema refuses these at trigger time; checked again here, where they are used,
+        # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
+        problem = (
+            (input_override_problem(step, override) if override else None)
+            or model_version_problem(step, version)
+            or instance_count_override(self.instances_override, 1)[1]
+        )
+        if problem:
+            raise AirflowFailException(param_problem_text(problem, run_ref(spec, context)))
+        if not (step.model.sha256 or step.model.versions):
+            self.log.warning(
+                "step %s: the model is NOT pinned (model.allow_unpinned): whoever can write %s "
+                "chooses the code this job runs; pin it with model.sha256 or model.versions",
+                self.step,
+                self.model_uri,
+            )
+        input_prefix = override or self.input_prefix
+        if str(self.dry_run).lower() == "true":
+            self._dry_run(context, spec, input_prefix, self._instances(step), version)
+        return self._plan(context, input_prefix, version, waited=False)
+
+    @fails_fast
+    def execute_after_wait(self, context, event: dict):
+        """Back from :class:`InputTrigger`: plan now that the input is there, or fail naming the prefix."""
+        input_prefix = (self.input_override or "").strip() or self.input_prefix
+        version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
+        if not event["ready"]:
+            # It waited for the input (when_missing: wait) or for the ready marker, or only for the partition's
+            # settle time (fail, skip): then when_missing decides now.
+            step = self.spec.step(self.step)
+            waited = step.input.missing_input_action(run_type_of(context)) == "wait" or bool(step.input.ready_marker)
+            self._missing(context, input_prefix, event["reason"], waited=waited)
+        self.log.info("step %s: %s", self.step, event["reason"])
+        return self._plan(context, input_prefix, version, waited=True)
+
+    def _record(self, context, status: StepStatus, message: str) -> None:
+        """How the run stands, as `shardline runs` and the page show it while (or because) this task waits or ends."""
+        step_functions().record_run_status(self.spec, context["run_id"], status, message, partition_of(context))
+
+    def _instances(self, step) -> int:
+        return instance_count_override(self.instances_override, step.resources.instance_count)[0]
+
+    def _ready_at(self, context) -> dt.datetime | None:
+        """When a scheduled run's partition is complete (its interval's end plus input.settle_seconds)."""
+        step = self.spec.step(self.step)
+        if step.input.from_step:
+            return None
+        return readiness.ready_at(
+            run_type=run_type_of(context),
+            interval_end=context.get("data_interval_end"),
+            settle_seconds=step.input.settle_seconds,
+            ready_marker=step.input.ready_marker,
+        )
+
+    def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
+        spec, step = self.spec, self.spec.step(self.step)
+        problem = step_functions().model_problem(spec, self.step, self.model_uri)
+        if problem:
+            # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
+            message = model_missing_text(self.step, problem, run_ref(spec, context))
+            self._record(context, StepStatus.FAILED, message)
+            raise AirflowFailException(message)
+        ready = self._ready_at(context)
+        if ready is not None and dt.datetime.now(dt.UTC) < ready:
+            self._wait_until_complete(context, input_prefix, ready)
+        if step.input.ready_marker:
+            ready, why = poll_functions().input_ready(poll_functions().InputWatch.of(spec, self.step, input_prefix))
+            if not ready and not waited and run_type_of(context) == readiness.SCHEDULED:
+                # The marker is when a scheduled partition is complete, whatever when_missing says: wait for it
+                # (up to input.wait_timeout_seconds); when_missing decides only if it never comes.
+                self._wait_for_marker(context, input_prefix, why)
+            if not ready:
+                self._missing(context, input_prefix, why, waited=waited)
+        # An earlier step's outputs that are not there to read (UpstreamError) are permanent: no retry finds them.
+        attempt = step_functions().plan(
+            spec,
+            self.step,
+            context["run_id"],
+            input_prefix=input_prefix,
+            output_prefix=self.output_prefix,
+            model_uri=self.model_uri,
+            instance_count=self._instances(step),
+            model_version=version,
+            metadata_prefix=(self.metadata_prefix or "").strip() or None,
+            partition=partition_of(context),
+        )
+        if attempt is None:
+            self._missing(
+                context,
+                input_prefix,
+                f"no input file under {input_prefix} (matching {list(step.input.include)})",
+                waited=waited,
+            )
+        return attempt.to_xcom()
+
+    def _wait_until_complete(self, context, input_prefix: str, ready: dt.datetime):
+        """A scheduled run whose partition is not complete yet waits until it is, whatever input.when_missing
+        says (the partition is not missing, it is still being written); then, with when_missing: wait, up to
+        input.wait_timeout_seconds more for its first file. Never returns: it defers."""
+        step = self.spec.step(self.step)
+        why = readiness.not_ready_reason(context["data_interval_end"], ready)
+        self.log.info("step %s: %s", self.step, why)
+        self._record(context, StepStatus.RUNNING, f"step {self.step}: waiting: {why}")
+        waits = step.input.missing_input_action(run_type_of(context)) == "wait"
+        deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
+        self.defer(
+            trigger=InputTrigger(
+                self._input_watch(input_prefix),
+                deadline,
+                poll_interval=self.spec.poll_interval_seconds,
+                not_before=settle_until(),
+                ready_at=ready.timestamp(),
+            ),
+            method_name="execute_after_wait",
+            timeout=dt.timedelta(seconds=deadline - time.time() + 600),
+        )
+
+    def _wait_for_marker(self, context, input_prefix: str, why: str):
+        """A scheduled run waits for its partition's ready marker up to input.wait_timeout_seconds. Defers."""
+        step = self.spec.step(self.step)
+        self.log.info("step %s: %s; waiting up to %ds for it", self.step, why, step.input.wait_timeout_seconds)
+        self._record(context, StepStatus.RUNNING, f"step {self.step}: waiting: {why}")
+        self.defer(
+            trigger=InputTrigger(
+                self._input_watch(input_prefix),
+                time.time() + step.input.wait_timeout_seconds,
+                poll_interval=self.spec.poll_interval_seconds,
+                not_before=settle_until(),
+            ),
+            method_name="execute_after_wait",
+            timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600),
+        )
+
+    def _input_watch(self, input_prefix: str) -> dict:
+        return poll_functions().InputWatch.of(self.spec, self.step, input_prefix).to_json()
+
+    def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
+        """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
+        Never returns: it defers, or raises."""
+        spec, step = self.spec, self.spec.step(self.step)
+        if step.input.from_step:
+            raise AirflowSkipException(f"{why}: the earlier step wrote nothing, so there is nothing to do")
+        run_type = run_type_of(context)
+        action = step.input.missing_input_action(run_type)
+        message = missing_input_text(
+            self.step,
+            run_ref(spec, context),
+            why,
+            action,
+            waited=waited,
+            wait_seconds=step.input.wait_timeout_seconds,
+            chosen=bool(step.input.when_missing),
+            run_type=run_type,
+        )
+        if action == "skip":
+            self._record(context, StepStatus.SKIPPED, message)
+            raise AirflowSkipException(message)
+        if action == "fail" or waited:
+            self._record(context, StepStatus.FAILED, message)
+            raise AirflowFailException(message)
+        deadline = time.time() + step.input.wait_timeout_seconds
+        self.log.warning("%s", message)
+        # Listed by `shardline runs` while it waits: RUNNING, with what it waits for.
+        self._record(context, StepStatus.RUNNING, message)
+        self.defer(
+            trigger=InputTrigger(
+                self._input_watch(input_prefix),
+                deadline,
+                poll_interval=spec.poll_interval_seconds,
+                not_before=settle_until(),
+            ),
+            method_name="execute_after_wait",
+            timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600),
+        )
+
+    def _dry_run(self, context, spec, input_prefix: str, instances: int, model_version: str) -> None:
+        """List the inputs and preview the model on a sample of the first one; submit nothing."""
+        from shardline.oncall.preview import PreviewError, preview_step
+        from shardline.orchestration import services
+        from shardline.planning.inputs import choose_instance_count, list_inputs
+
+        s = spec.step(self.step)
+        s3 = services.s3_client(spec)
+        objects = list_inputs(s3, input_prefix, s.input.include, s.input.exclude)
+        plan = (
+            f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
+            f"{input_prefix}; would run {choose_instance_count(instances, len(objects))} instance(s) of "
+            f"{s.resources.instance_type}; nothing submitted"
+        )
+        if not objects:
+            # As a real run would: skip only where input.when_missing says so; else fail, naming the prefix.
+            action = s.input.missing_input_action(run_type_of(context))
+            if action == "skip":
+                raise AirflowSkipException(f"{plan} (input.when_missing: skip)")
+            raise AirflowFailException(
+                dry_run_empty_text(input_prefix, list(s.input.include), action, s.input.wait_timeout_seconds)
+            )
+        try:
+            preview = preview_step(
+                spec,
+                self.step,
+                s3,
+                model_uri=self.model_uri,
+                input_uri=input_prefix,
+                objects=objects,
+                model_version=model_version,
+            )
+        except PreviewError as err:
+            raise AirflowFailException(
+                f"{plan}. The preview could not run: {err}. Fix that, then run the dry run "
+                f"again: `shardline rerun {run_ref(spec, context)}`"
+            ) from err
+        self.log.info("%s", preview.render())
+        if not preview.ok:
+            raise AirflowFailException(
+                f"{plan}. The preview shows the job would fail on {preview.sample_uri}: see the preview above; fix "
+                "the model settings or the input, then run the dry run again: "
+                f"`shardline rerun {run_ref(spec, context)}`"
+            )
+        for warning in preview.warnings:
+            self.log.warning("preview: %s", warning)
+        raise AirflowSkipException(
+            f"{plan}; preview of {preview.sample_uri}: "
+            + (f"{len(preview.warnings)} warning(s), see the log" if preview.warnings else "no warnings")
+        )

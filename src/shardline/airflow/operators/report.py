@@ -1,0 +1,93 @@
+"""The report task: reconcile every step's rows in against rows out, record how the run ended (decided by
+:func:`shardline.orchestration.outcome.run_outcome`), and tell downstream DAGs through the Asset event."""
+
+from __future__ import annotations
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from shardline.airflow.operators.base import SpecMixin, fails_fast, step_functions
+from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
+from shardline.orchestration.outcome import run_outcome  # pure, as the line above
+
+
+class ReportOperator(SpecMixin, BaseOperator):
+    """Reconcile every step's rows in against rows out; the summary goes to the log and XCom."""
+
+    def __init__(self, *, spec_path: str, watch_task_ids: list[str], **kwargs):
+        # A failed step leaves this task upstream_failed, so the DAG run fails; a step skipped
+        # for empty input still lets the others be reported.
+        kwargs.setdefault("trigger_rule", "none_failed")
+        super().__init__(**kwargs)
+        self.spec_path, self.watch_task_ids = spec_path, watch_task_ids
+
+    @fails_fast
+    def execute(self, context):
+        results = [context["ti"].xcom_pull(task_ids=t) for t in self.watch_task_ids]
+        summaries = [r for r in results if r]
+        for s in summaries:
+            self.log.info(
+                "step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, attempts %d",
+                s["step"],
+                s["succeeded"],
+                s["files"],
+                s["failed"],
+                s["rows_in"],
+                s["rows_out"],
+                s["attempts"],
+            )
+            if s.get("report"):
+                from shardline.oncall.views import report_command
+
+                self.log.info(
+                    "step %s: run report %s (%s)",
+                    s["step"],
+                    s["report"],
+                    report_command(self.spec.pipeline, context["run_id"], s["step"]),
+                )
+        outcome = run_outcome(results)
+        if outcome.steps_skipped:
+            self.log.info("%d step(s) skipped (no input)", outcome.steps_skipped)
+        if outcome.status is None:
+            raise AirflowSkipException(outcome.message)
+        self._finish_run(context, outcome.status, outcome.message)
+        if outcome.status is StepStatus.FAILED:
+            raise AirflowFailException(outcome.message)
+        status = outcome.status.value
+        self._tell_downstream(context, status, summaries)
+        return {"steps": summaries}
+
+    def _tell_downstream(self, context, status: str, summaries: list[dict]) -> None:
+        """The Asset event carries what the output prefix's own markers say: per step, whether it
+        SUCCEEDED (and so wrote ``_SUCCESS``), its rows, and where its outputs manifest is."""
+        from shardline.planning import naming
+
+        steps = []
+        for s in summaries:
+            attempt = step_functions().latest_attempt(self.spec, self.spec.pipeline, context["run_id"], s["step"])
+            prefix = attempt.output_prefix if attempt else None
+            steps.append(
+                {
+                    "step": s["step"],
+                    "outcome": s.get("outcome"),
+                    "files": s["files"],
+                    "succeeded": s["succeeded"],
+                    "failed": s["failed"],
+                    "rows_out": s["rows_out"],
+                    "attempts": s["attempts"],
+                    "output_prefix": prefix,
+                    "outputs_manifest": naming.outputs_manifest_key(
+                        prefix, context["run_id"], s["step"], attempt.metadata_prefix
+                    )
+                    if prefix
+                    else None,
+                    "success_marker": naming.success_marker_key(prefix)
+                    if prefix and s.get("outcome") == "ADVANCE"
+                    else None,
+                }
+            )
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = {"run_id": context["run_id"], "status": status, "steps": steps}
+
+    def _finish_run(self, context, status: StepStatus, message: str) -> None:
+        step_functions().finish_run(self.spec, self.spec.pipeline, context["run_id"], status, message)

@@ -1,0 +1,104 @@
+"""What a run's conf (the trigger form's Params, or `shardline rerun --conf`) may hold, checked in Python
+as the Params' own schema checks it in the form: the DAG factory builds the Params from these, the plan task
+and the on-call CLI check a conf with them, and each problem names the Param and what it allows."""
+
+from __future__ import annotations
+
+import re
+
+from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, StepSpec, static_prefix
+
+
+def _regex_literal(text: str) -> str:
+    # Escapes only what JSON Schema's (ECMA) and Python's regexes both read as special.
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
+
+
+def input_override_pattern(step: StepSpec) -> str:
+    """The JSON-schema pattern of the ``input_prefix`` Param: empty, or a folder under the step's own prefix.
+
+    No segment may be empty, ``.`` or ``..``, so the override cannot climb out of that folder.
+    """
+    segment = r"(?!\.\.?(?:/|$))[^/\s]+"
+    return rf"^$|^{_regex_literal(static_prefix(step.input.prefix or ''))}(?:{segment}/)*(?:{segment})?$"
+
+
+def input_override_problem(step: StepSpec, uri: str) -> str | None:
+    """Why ``uri`` may not replace the step's input prefix, or None when it may (the Param's rule, in Python)."""
+    allowed = static_prefix(step.input.prefix or "")
+    if not uri.startswith(allowed):
+        return (
+            f"Param input_prefix {uri!r} is outside this pipeline's input folder {allowed}; the spec allows "
+            "only prefixes under it"
+        )
+    rest = uri[len(allowed) :]
+    parts = rest.split("/")
+    if any(p in ("", ".", "..") for p in parts[:-1]) or parts[-1] in (".", "..") or re.search(r"\s", rest):
+        return (
+            f"Param input_prefix {uri!r} has an empty, '.' or '..' segment or white space; give a plain folder "
+            f"under {allowed}"
+        )
+    return None
+
+
+def unknown_conf_problem(conf: dict | None, known: tuple[str, ...] = TRIGGER_PARAMS) -> str | None:
+    """Why a trigger conf has keys no Param reads (a typo is silently ignored otherwise), or None."""
+    import difflib
+
+    unknown = sorted(set(conf or {}) - set(known))
+    if not unknown:
+        return None
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    return (
+        f"the trigger conf has unknown key(s) {', '.join(hints)}; this pipeline reads only "
+        f"{', '.join(known)} (`unknown_conf: warn` in the spec ignores unknown keys)"
+    )
+
+
+MAX_INSTANCE_COUNT = 100  # the instance_count Param's maximum (dag_factory.params_for)
+
+
+def param_type_problem(conf: dict) -> str | None:
+    """Why a conf's values would be refused by the trigger form's Params' types and bounds (the schema
+    ``dag_factory.params_for`` gives Airflow), or None."""
+    count = conf.get("instance_count")
+    if count is not None and (
+        isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCE_COUNT
+    ):
+        return f"Param instance_count {count!r} must be null or a whole number from 1 to {MAX_INSTANCE_COUNT}"
+    if "dry_run" in conf and not isinstance(conf["dry_run"], bool):
+        return f"Param dry_run {conf['dry_run']!r} must be true or false"
+    for name in ("input_prefix", "model_version"):
+        if name in conf and not isinstance(conf[name], str):
+            return f"Param {name} {conf[name]!r} must be a string"
+    return None
+
+
+def instance_count_override(rendered: object, default: int) -> tuple[int, str | None]:
+    """The instance_count Param as a task gets it (Jinja renders it: ``'7'``, ``'None'``, ``''``): the count to
+    use, and why the value is refused (then the count is ``default``), or None. Checked again where it is used,
+    as the Param's schema is checked only at trigger time."""
+    text = str(rendered if rendered is not None else "").strip()
+    if text in ("", "None"):
+        return default, None
+    problem = f"Param instance_count {rendered!r} must be null or a whole number from 1 to {MAX_INSTANCE_COUNT}"
+    try:
+        count = int(text)
+    except ValueError:
+        return default, problem
+    return (count, None) if 1 <= count <= MAX_INSTANCE_COUNT else (default, problem)
+
+
+def model_version_problem(step: StepSpec, version: str) -> str | None:
+    """Why ``version`` may not be the run's ``model_version`` Param, or None when it may."""
+    if not re.fullmatch(VERSION_PATTERN, version):
+        return f"Param model_version {version!r} must match {VERSION_PATTERN} (one plain path segment)"
+    if step.model.versions and version not in step.model.versions:
+        return (
+            f"Param model_version {version!r} is not pinned in model.versions of step {step.name} "
+            f"(pinned: {', '.join(sorted(step.model.versions))})"
+        )
+    return None
