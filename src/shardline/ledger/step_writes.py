@@ -174,26 +174,15 @@ def start_attempt(
     reopen_cancelled: bool = False,
     plan_file: str | None = None,
 ) -> int:
-    """Move the STEP item from attempt ``after`` to ``attempt``; for a retry, fence its inputs.
+    """Move the STEP item from attempt ``after`` (default ``attempt - 1``) to ``attempt``; for a retry, fence its
+    inputs. Of two planners racing for one attempt exactly one wins; the other gets
+    :class:`StaleOrchestratorError` and writes nothing (ARCHITECTURE.md, "Fencing", has the whole design).
 
-    Strictly forward and exclusive: attempt 1 needs a step never planned, attempt N needs the
-    step still at ``after`` (default N-1). Of two planners racing for one attempt (a sensor and
-    an operator's resubmission, two tries of one task) exactly one wins; the other gets
-    :class:`StaleOrchestratorError` and writes nothing, not even the attempt's plan file.
-
-    Attempt 1 writes no FILE item: an input's item appears when an instance claims it
-    (``WorkerLedger.claim_file`` is an upsert fenced on the attempt), and readers take the inputs
-    planned but never claimed from the plan file (:func:`with_unclaimed`). So a step of 1M files
-    plans with one write. A retry (attempt N > 1) writes a PENDING item at N for each of its
-    ``input_keys``, in parallel BatchWriteItem calls (:func:`put_items`): the fence that refuses a
-    late finish from an instance of an older attempt still running (a zombie), so its output is
-    withdrawn instead of replacing the newer attempt's. No attempt-N item can exist before this
-    STEP update, and claims only move forward, so the plain puts overwrite nothing of attempt N.
-
-    A cancelled step stays cancelled unless ``reopen_cancelled`` (an operator's resubmission).
-    ``plan_json`` records what the step was planned with; ``plan_file`` the attempt's plan file
-    (written before, under a name of its own), in the same fenced update (:func:`_plan_files_update`).
-    Returns the number of FILE items written.
+    Attempt 1 writes no FILE item (an instance's claim creates it; readers take the unclaimed inputs from the
+    plan file). A retry writes a PENDING item at ``attempt`` for each of its ``input_keys``, in parallel batches
+    (:func:`put_items`): the fence that refuses a zombie's late finish. A cancelled step stays cancelled unless
+    ``reopen_cancelled`` (an operator's resubmission). ``plan_json`` records what the step was planned with;
+    ``plan_file`` the attempt's plan file, in the same fenced update. Returns the number of FILE items written.
     """
     after = attempt - 1 if after is None else after
     c = model.Control
