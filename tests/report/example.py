@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from shardline.ledger.states import FileStatus, ShardStatus
+from shardline.report.build import build_report
 from shardline.report.cost import Prices
 from shardline.report.histogram import Histogram
-from shardline.report.model import FileRecord, InstanceRecord, PreviousRun, RunReport, StepIdentity, build_report
+from shardline.report.model import RunReport
+from shardline.report.records import FileRecord, InstanceRecord, PreviousRun, StepIdentity
 
 START = dt.datetime(2026, 11, 20, 10, 0, 0, tzinfo=dt.UTC)
 INSTANCE_TYPE = "ml.m5.xlarge"

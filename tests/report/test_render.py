@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
+from shardline.report.build import build_report
 from shardline.report.histogram import Histogram
-from shardline.report.model import StepIdentity, build_report
+from shardline.report.records import StepIdentity
 from shardline.report.render import render_charts, render_html
 from tests.report.example import example_histograms, example_records, example_report
 from tests.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
@@ -86,7 +87,8 @@ def test_a_16_instance_400_file_report_renders_with_every_chart():
 def test_importing_the_room_loads_no_matplotlib_and_its_package_no_numpy():
     code = (
         "import json, sys\nimport shardline.report\nfirst = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('numpy', 'matplotlib'))\nimport shardline.report.model, shardline.report.render\n"
+        "('numpy', 'matplotlib'))\n"
+        "import shardline.report.records, shardline.report.model, shardline.report.build, shardline.report.render\n"
         "print(json.dumps([first, sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'pynamodb', "
         "'boto3', 'airflow'})]))"
     )

@@ -20,9 +20,11 @@ from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri, put_metadata
+from shardline.report.build import build_report
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
-from shardline.report.model import PreviousRun, RunReport, build_report, records_from_ledger
+from shardline.report.model import RunReport
+from shardline.report.records import PreviousRun, records_from_ledger
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)

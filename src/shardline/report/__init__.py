@@ -3,7 +3,9 @@
 - ``histogram``: the mergeable prediction histogram a worker keeps while it writes (DDSketch-style).
 - ``drift``: the population stability index of a run's predictions against a reference run's.
 - ``cost``: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
-- ``model``: ``build_report`` (records in, a typed ``RunReport`` out, ``to_json``) and ``records_from_ledger``.
+- ``records``: the plain records a report is built from, and ``records_from_ledger``.
+- ``model``: the typed ``RunReport`` and its JSON (``to_json``, ``from_json``).
+- ``build``: ``build_report``, records in, a ``RunReport`` out.
 - ``render``: ``render_html``, the self-contained page (matplotlib, imported only when a page is drawn).
 
 Names are resolved lazily, so importing the package loads neither numpy nor matplotlib.
@@ -20,13 +22,13 @@ _EXPORTS = {
     "UnknownPriceError": "shardline.report.cost",
     "run_cost": "shardline.report.cost",
     "cost_per_million": "shardline.report.cost",
-    "FileRecord": "shardline.report.model",
-    "InstanceRecord": "shardline.report.model",
-    "StepIdentity": "shardline.report.model",
-    "PreviousRun": "shardline.report.model",
+    "FileRecord": "shardline.report.records",
+    "InstanceRecord": "shardline.report.records",
+    "StepIdentity": "shardline.report.records",
+    "PreviousRun": "shardline.report.records",
     "RunReport": "shardline.report.model",
-    "build_report": "shardline.report.model",
-    "records_from_ledger": "shardline.report.model",
+    "build_report": "shardline.report.build",
+    "records_from_ledger": "shardline.report.records",
     "render_html": "shardline.report.render",
 }
 

@@ -33,13 +33,13 @@ from airflow.api_fastapi.core_api.security import GetUserDep, get_user, requires
 from airflow.api_fastapi.logging.decorators import action_logging
 from airflow.configuration import conf
 from botocore.exceptions import BotoCoreError, ClientError
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from pynamodb.exceptions import PynamoDBException
 
-from shardline.airflow.ui.plugin import _root_path
+from shardline.airflow.ui.root import airflow_root_path
 from shardline.ledger.states import STEP_TERMINAL
 from shardline.oncall.airflow_client import ENV_URL, AirflowClient
 from shardline.oncall.service import OnCall, OnCallError, RunRef, load_specs
@@ -116,10 +116,6 @@ def _airflow_url(_request: Request) -> str:
     if configured:
         return configured.rstrip("/")
     return f"http://127.0.0.1:{conf.get('api', 'port', fallback='8080')}"
-
-
-def _airflow_ui_root() -> str:
-    return _root_path()
 
 
 # --- the service layer ---------------------------------------------------------------------------
@@ -235,6 +231,7 @@ class ResubmitBody(BaseModel):
 
 
 def create_app() -> FastAPI:
+    """The app Airflow mounts: the routes below, behind the error answers and the security headers."""
     app = FastAPI(
         title="Shardline on-call",
         description="Pipelines, runs, steps, shards and files from Shardline's ledger; resubmit failed files.",
@@ -242,181 +239,191 @@ def create_app() -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-
-    @app.exception_handler(OnCallError)
-    async def _oncall_error(_request: Request, err: OnCallError) -> JSONResponse:
-        # The error's kind says the answer (not found, conflict, bad request, refused, unavailable).
-        return JSONResponse({"detail": str(err)}, status_code=err.http_status)
-
-    @app.exception_handler(PynamoDBException)
-    @app.exception_handler(BotoCoreError)
-    @app.exception_handler(ClientError)
-    async def _aws_error(request: Request, err: Exception) -> JSONResponse:
-        # AWS's message names ARNs, account ids and roles: it goes to the server's log, where the operator of
-        # this Airflow finds it by the reference; the reader gets what kind of failure it was.
-        ref = secrets.token_hex(6)
-        log.error(
-            "Shardline on-call %s %r: AWS failed (ref %s): %s", request.method, request.url.path, ref, err, exc_info=err
-        )
-        return JSONResponse(
-            {"detail": aws_error_detail(_aws_summary(err), ref)}, status_code=status.HTTP_502_BAD_GATEWAY
-        )
-
-    @app.middleware("http")
-    async def _security_headers(request: Request, call_next) -> Response:
-        response = await call_next(request)
-        # Every answer, errors too: a browser must never read a JSON answer as HTML or script.
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Content-Security-Policy", API_CSP)
-        response.headers.setdefault("X-Frame-Options", "SAMEORIGIN")  # frame-ancestors, for older browsers
-        return response
-
-    # --- the page (no data in it: it fetches the endpoints below) ---
-
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def page(request: Request, bearer: BearerDep) -> Response:
-        try:
-            await get_user(request, None, bearer)
-        except HTTPException:
-            # Not logged in (or the token expired): Airflow's login page, then back here.
-            return RedirectResponse(
-                get_auth_manager().get_url_login(next_url=str(request.url)),
-                status_code=status.HTTP_307_TEMPORARY_REDIRECT,
-            )
-        base = request.scope.get("root_path", "").rstrip("/") + "/"
-        nonce = secrets.token_urlsafe(18)  # new for each answer, so a page cannot guess it
-        body = PAGE.read_text(encoding="utf-8")
-        body = body.replace("__SHARDLINE_BASE__", html.escape(base, quote=True))
-        body = body.replace("__AIRFLOW_ROOT__", html.escape(_airflow_ui_root() + "/", quote=True))
-        body = body.replace("__CSP_NONCE__", nonce)
-        return HTMLResponse(
-            body,
-            headers={
-                "Cache-Control": "no-store",
-                "X-Content-Type-Options": "nosniff",
-                "Content-Security-Policy": PAGE_CSP.format(nonce=nonce),
-            },
-        )
-
-    @app.get("/icon.svg", include_in_schema=False)
-    def icon() -> Response:
-        return Response(ICON.read_bytes(), media_type="image/svg+xml", headers={"Cache-Control": "max-age=3600"})
-
-    # --- reads ---
-
-    @app.get("/pipelines")
-    def pipelines(user: Annotated[BaseUser, Depends(dag_access("GET"))]) -> list[dict]:
-        """The pipelines in Airflow's DAGs folder that the caller may read."""
-        specs = load_specs(_dags_folder())
-        readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-        return [
-            {
-                "pipeline": s.pipeline,
-                "description": s.description,
-                "owner": s.owner,
-                "schedule": s.schedule,
-                "backend": s.backend,
-                "ledger_table": s.ledger_table,
-                "steps": [step.name for step in s.steps],
-            }
-            for name, s in sorted(specs.items())
-            if name in readable
-        ]
-
-    @app.get("/runs")
-    def runs(
-        _user: ReaderDep, pipeline: Annotated[str, Query(min_length=1)], limit: Annotated[int, Query(ge=1, le=200)] = 25
-    ) -> list[dict]:
-        """The pipeline's recent runs, newest first, from its ledger table."""
-        oncall = _oncall()
-        _known(oncall, pipeline)
-        return [_plain(row) for row in oncall.runs(pipeline, limit)]
-
-    @app.get("/runs/{dag_id}/{run_id}")
-    def run(_user: ReaderDep, dag_id: str, run_id: str) -> dict:
-        """One run: its steps, each with its shards and files."""
-        oncall = _oncall()
-        _known(oncall, dag_id)
-        view = _plain(oncall.status(RunRef(dag_id, run_id), with_files=True))
-        for step in view["steps"]:
-            step["not_succeeded"] = step["files"] - step["succeeded"]
-            step["ended"] = step["status"] in STEP_TERMINAL
-        root = _airflow_ui_root()
-        view["airflow_run_url"] = f"{root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
-        for step in view["steps"]:
-            # Relative to the app's root; a report is written when its step ends.
-            step["report_url"] = (
-                (f"runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/steps/{quote(step['name'], safe='')}/report")
-                if step["ended"]
-                else None
-            )
-        return view
-
-    @app.get("/runs/{dag_id}/{run_id}/steps/{step}/report", response_class=HTMLResponse)
-    def step_report(_user: ReaderDep, dag_id: str, run_id: str, step: str) -> Response:
-        """A step's run report (report.html), streamed from S3.
-
-        The run and step name what to look up, never where: the key is derived from the step's plan
-        as the ledger recorded it, so a request can only reach the report of a run of a pipeline
-        whose runs the caller may read.
-        """
-        oncall = _oncall()
-        _known(oncall, dag_id)
-        ref = RunRef(dag_id, run_id)
-        [found] = oncall.report_refs(ref, step)  # NotFound (404) for an unknown step or run, or one never planned
-        body = oncall.open_report(ref, found)  # NotFound when its step has not written it
-
-        def chunks():
-            try:
-                yield from body.iter_chunks(REPORT_CHUNK_BYTES)
-            finally:
-                body.close()
-
-        return StreamingResponse(
-            chunks(),
-            media_type="text/html; charset=utf-8",
-            headers={
-                "Content-Security-Policy": REPORT_CSP,
-                "Cache-Control": "no-store",
-                "Referrer-Policy": "no-referrer",
-                "Content-Disposition": f'inline; filename="report-{_file_part(dag_id)}-{_file_part(step)}.html"',
-            },
-        )
-
-    # --- the action ---
-
-    @app.post(
-        "/runs/{dag_id}/{run_id}/steps/{step}/resubmit",
-        # Authorized first, then the body's type checked, then written to Airflow's audit log (FastAPI
-        # resolves can_clear_tasks once): a request refused by either is not in the audit log.
-        dependencies=[
-            Depends(can_clear_tasks),
-            Depends(json_body),
-            Depends(action_logging(event="shardline_resubmit")),
-        ],
-    )
-    def resubmit(
-        request: Request,
-        user: ResubmitterDep,
-        bearer: BearerDep,
-        dag_id: str,
-        run_id: str,
-        step: str,
-        body: ResubmitBody,
-    ) -> dict:
-        """Start a new attempt of ``step`` with the chosen files (a dry run only says which).
-
-        When the DAG run had already finished, the step's watch task is cleared through
-        Airflow's REST API as the caller, so the run follows the new attempt.
-        """
-        if body.all_failed == bool(body.files):
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, CHOOSE_FILES_DETAIL)
-        client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
-        oncall = _oncall(airflow=client)
-        _known(oncall, dag_id)
-        result = oncall.resubmit(
-            RunRef(dag_id, run_id), step, files=body.files, all_failed=body.all_failed, dry_run=body.dry_run
-        )
-        return {**_plain(result), "user": user.get_name()}
-
+    app.add_exception_handler(OnCallError, _oncall_error)
+    for aws_error in (ClientError, BotoCoreError, PynamoDBException):
+        app.add_exception_handler(aws_error, _aws_error)
+    app.middleware("http")(_security_headers)
+    app.include_router(page_routes)
+    app.include_router(read_routes)
+    app.include_router(action_routes)
     return app
+
+
+# --- what every answer gets ----------------------------------------------------------------------
+
+
+async def _oncall_error(_request: Request, err: OnCallError) -> JSONResponse:
+    # The error's kind says the answer (not found, conflict, bad request, refused, unavailable).
+    return JSONResponse({"detail": str(err)}, status_code=err.http_status)
+
+
+async def _aws_error(request: Request, err: Exception) -> JSONResponse:
+    # AWS's message names ARNs, account ids and roles: it goes to the server's log, where the operator of
+    # this Airflow finds it by the reference; the reader gets what kind of failure it was.
+    ref = secrets.token_hex(6)
+    log.error(
+        "Shardline on-call %s %r: AWS failed (ref %s): %s", request.method, request.url.path, ref, err, exc_info=err
+    )
+    return JSONResponse({"detail": aws_error_detail(_aws_summary(err), ref)}, status_code=status.HTTP_502_BAD_GATEWAY)
+
+
+async def _security_headers(request: Request, call_next) -> Response:
+    response = await call_next(request)
+    # Every answer, errors too: a browser must never read a JSON answer as HTML or script.
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Content-Security-Policy", API_CSP)
+    response.headers.setdefault("X-Frame-Options", "SAMEORIGIN")  # frame-ancestors, for older browsers
+    return response
+
+
+# --- the page (no data in it: it fetches the endpoints below) -----------------------------------
+
+page_routes = APIRouter()
+
+
+@page_routes.get("/", response_class=HTMLResponse, include_in_schema=False)
+async def page(request: Request, bearer: BearerDep) -> Response:
+    try:
+        await get_user(request, None, bearer)
+    except HTTPException:
+        # Not logged in (or the token expired): Airflow's login page, then back here.
+        return RedirectResponse(
+            get_auth_manager().get_url_login(next_url=str(request.url)), status_code=status.HTTP_307_TEMPORARY_REDIRECT
+        )
+    base = request.scope.get("root_path", "").rstrip("/") + "/"
+    nonce = secrets.token_urlsafe(18)  # new for each answer, so a page cannot guess it
+    body = PAGE.read_text(encoding="utf-8")
+    body = body.replace("__SHARDLINE_BASE__", html.escape(base, quote=True))
+    body = body.replace("__AIRFLOW_ROOT__", html.escape(airflow_root_path() + "/", quote=True))
+    body = body.replace("__CSP_NONCE__", nonce)
+    return HTMLResponse(
+        body,
+        headers={
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": PAGE_CSP.format(nonce=nonce),
+        },
+    )
+
+
+@page_routes.get("/icon.svg", include_in_schema=False)
+def icon() -> Response:
+    return Response(ICON.read_bytes(), media_type="image/svg+xml", headers={"Cache-Control": "max-age=3600"})
+
+
+# --- reads ---------------------------------------------------------------------------------------
+
+read_routes = APIRouter()
+
+
+@read_routes.get("/pipelines")
+def pipelines(user: Annotated[BaseUser, Depends(dag_access("GET"))]) -> list[dict]:
+    """The pipelines in Airflow's DAGs folder that the caller may read."""
+    specs = load_specs(_dags_folder())
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+    return [
+        {
+            "pipeline": s.pipeline,
+            "description": s.description,
+            "owner": s.owner,
+            "schedule": s.schedule,
+            "backend": s.backend,
+            "ledger_table": s.ledger_table,
+            "steps": [step.name for step in s.steps],
+        }
+        for name, s in sorted(specs.items())
+        if name in readable
+    ]
+
+
+@read_routes.get("/runs")
+def runs(
+    _user: ReaderDep, pipeline: Annotated[str, Query(min_length=1)], limit: Annotated[int, Query(ge=1, le=200)] = 25
+) -> list[dict]:
+    """The pipeline's recent runs, newest first, from its ledger table."""
+    oncall = _oncall()
+    _known(oncall, pipeline)
+    return [_plain(row) for row in oncall.runs(pipeline, limit)]
+
+
+@read_routes.get("/runs/{dag_id}/{run_id}")
+def run(_user: ReaderDep, dag_id: str, run_id: str) -> dict:
+    """One run: its steps, each with its shards and files."""
+    oncall = _oncall()
+    _known(oncall, dag_id)
+    view = _plain(oncall.status(RunRef(dag_id, run_id), with_files=True))
+    for step in view["steps"]:
+        step["not_succeeded"] = step["files"] - step["succeeded"]
+        step["ended"] = step["status"] in STEP_TERMINAL
+    root = airflow_root_path()
+    view["airflow_run_url"] = f"{root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+    for step in view["steps"]:
+        # Relative to the app's root; a report is written when its step ends.
+        step["report_url"] = (
+            (f"runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/steps/{quote(step['name'], safe='')}/report")
+            if step["ended"]
+            else None
+        )
+    return view
+
+
+@read_routes.get("/runs/{dag_id}/{run_id}/steps/{step}/report", response_class=HTMLResponse)
+def step_report(_user: ReaderDep, dag_id: str, run_id: str, step: str) -> Response:
+    """A step's run report (report.html), streamed from S3.
+
+    The run and step name what to look up, never where: the key is derived from the step's plan
+    as the ledger recorded it, so a request can only reach the report of a run of a pipeline
+    whose runs the caller may read.
+    """
+    oncall = _oncall()
+    _known(oncall, dag_id)
+    ref = RunRef(dag_id, run_id)
+    [found] = oncall.report_refs(ref, step)  # NotFound (404) for an unknown step or run, or one never planned
+    body = oncall.open_report(ref, found)  # NotFound when its step has not written it
+
+    def chunks():
+        try:
+            yield from body.iter_chunks(REPORT_CHUNK_BYTES)
+        finally:
+            body.close()
+
+    return StreamingResponse(
+        chunks(),
+        media_type="text/html; charset=utf-8",
+        headers={
+            "Content-Security-Policy": REPORT_CSP,
+            "Cache-Control": "no-store",
+            "Referrer-Policy": "no-referrer",
+            "Content-Disposition": f'inline; filename="report-{_file_part(dag_id)}-{_file_part(step)}.html"',
+        },
+    )
+
+
+# --- the action ----------------------------------------------------------------------------------
+
+action_routes = APIRouter()
+
+
+@action_routes.post(
+    "/runs/{dag_id}/{run_id}/steps/{step}/resubmit",
+    # Authorized first, then the body's type checked, then written to Airflow's audit log (FastAPI
+    # resolves can_clear_tasks once): a request refused by either is not in the audit log.
+    dependencies=[Depends(can_clear_tasks), Depends(json_body), Depends(action_logging(event="shardline_resubmit"))],
+)
+def resubmit(
+    request: Request, user: ResubmitterDep, bearer: BearerDep, dag_id: str, run_id: str, step: str, body: ResubmitBody
+) -> dict:
+    """Start a new attempt of ``step`` with the chosen files (a dry run only says which).
+
+    When the DAG run had already finished, the step's watch task is cleared through
+    Airflow's REST API as the caller, so the run follows the new attempt.
+    """
+    if body.all_failed == bool(body.files):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, CHOOSE_FILES_DETAIL)
+    client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
+    oncall = _oncall(airflow=client)
+    _known(oncall, dag_id)
+    result = oncall.resubmit(
+        RunRef(dag_id, run_id), step, files=body.files, all_failed=body.all_failed, dry_run=body.dry_run
+    )
+    return {**_plain(result), "user": user.get_name()}

@@ -7,17 +7,11 @@ FastAPI app is only built on its first request, in the API server.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
-from airflow.configuration import conf
 from airflow.plugins_manager import AirflowPlugin
 
+from shardline.airflow.ui.root import airflow_root_path
+
 URL_PREFIX = "/shardline"
-
-
-def _root_path() -> str:
-    """The path Airflow is served under (``[api] base_url``), without a trailing slash."""
-    return urlsplit(conf.get("api", "base_url", fallback="") or "/").path.rstrip("/")
 
 
 class LazyOnCallApp:
@@ -40,8 +34,8 @@ class ShardlineUiPlugin(AirflowPlugin):
     external_views = [
         {
             "name": "Shardline",
-            "href": f"{_root_path()}{URL_PREFIX}/",
-            "icon": f"{_root_path()}{URL_PREFIX}/icon.svg",
+            "href": f"{airflow_root_path()}{URL_PREFIX}/",
+            "icon": f"{airflow_root_path()}{URL_PREFIX}/icon.svg",
             "url_route": "shardline",
             "destination": "nav",
             "nav_top_level": True,  # its own entry in the navigation rail, not under "Plugins"
