@@ -192,7 +192,7 @@ def pack(model_dir: Path, tarball: Path) -> str:
     """
     import gzip
 
-    from shardline.worker.models import sha256_of
+    from shardline.worker.model.loading import sha256_of
 
     tarball.parent.mkdir(parents=True, exist_ok=True)
     raw = io.BytesIO()

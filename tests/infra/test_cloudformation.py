@@ -758,7 +758,7 @@ def test_s3_access_follows_the_data_layout(template, output_rest):
     model_uri = _uri_key(values, "ModelPrefix", "sklearn/v1/model.tar.gz")
     output_prefix = _uri_key(values, "OutputPrefix", output_rest)
     prediction = output_prefix + "part-000.parquet"
-    worker_report = output_prefix + "_shardline/attempt-0002/manifest-algo-1.json"  # shardline.worker.job_report
+    worker_report = output_prefix + "_shardline/attempt-0002/manifest-algo-1.json"  # shardline.worker.job.report
     success_marker = success_marker_key(output_prefix)  # outputs.commit_outputs writes and withdraws it
     outputs_manifest = outputs_manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score")
     manifest = manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score", 2)

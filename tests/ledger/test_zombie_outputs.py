@@ -15,7 +15,7 @@ import pytest
 from shardline.ledger import bind_ledger
 from shardline.ledger.step_reads import read_step
 from shardline.ledger.step_writes import start_attempt
-from shardline.worker.errors import EXIT_FENCED
+from shardline.worker.job.exit_codes import EXIT_FENCED
 from tests.support.helpers import clean_env, describe, worker_command, write_inference_script
 
 # Blocks on any batch of the second file (x == 2.0) until the test drops the release file.

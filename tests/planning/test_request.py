@@ -114,7 +114,7 @@ def test_the_worker_writes_to_the_ledger_in_the_orchestrators_region():
 
 def test_custom_code_settings_reach_the_worker_as_flags_it_accepts():
     from shardline.planning.request import worker_arguments
-    from shardline.worker.cli import build_parser
+    from shardline.worker.job.cli import build_parser
 
     data = minimal()
     data["steps"][0]["model"].update(
@@ -139,7 +139,7 @@ def test_custom_code_settings_reach_the_worker_as_flags_it_accepts():
 
 def test_input_format_reaches_the_worker_as_a_flag_it_accepts():
     from shardline.planning.request import worker_arguments
-    from shardline.worker.cli import build_parser
+    from shardline.worker.job.cli import build_parser
 
     data = minimal()
     assert "--input-format" not in worker_arguments(parse_spec(data, "p.yaml").steps[0])  # unset: by each name

@@ -13,7 +13,8 @@ import pytest
 
 from examples import synthetic
 from shardline.errors import SetupError
-from shardline.worker.devices import (
+from shardline.worker.job.exit_codes import EXIT_OK
+from shardline.worker.pool.devices import (
     ENV_SIMULATED_GPUS,
     GPU_CAPABLE_KINDS,
     WorkerSlot,
@@ -22,7 +23,6 @@ from shardline.worker.devices import (
     thread_cap_env,
     visible_gpus,
 )
-from shardline.worker.errors import EXIT_OK
 from tests.support.helpers import (
     FEATURES,
     SYNTHETIC_COLUMNS,

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from shardline.errors import InputSchemaError, SetupError
-from shardline.worker.features import (
+from shardline.worker.model.features import (
     FROM_FILE_ORDER,
     FROM_MODEL,
     FROM_SPEC,

@@ -1,4 +1,4 @@
-"""The forkserver's side of the early start (worker/preload.py): which library it imports before the model is
+"""The forkserver's side of the early start (worker/pool/preload.py): which library it imports before the model is
 verified, and how it waits for the verified model. Pure file-system checks; the whole flow runs in
 test_startup.py."""
 
@@ -8,7 +8,7 @@ import io
 import os
 import tarfile
 
-from shardline.worker.preload import await_handover, guess_kind
+from shardline.worker.pool.preload import await_handover, guess_kind
 
 
 def _tarball(path, *names: str) -> None:
@@ -43,7 +43,7 @@ def test_a_custom_script_anywhere_among_the_first_members_means_no_library(tmp_p
 
 
 def test_a_pinned_tarball_is_read_only_if_it_has_the_pinned_digest(tmp_path):
-    from shardline.worker.models import sha256_of
+    from shardline.worker.model.loading import sha256_of
 
     _tarball(tmp_path / "m", "model.joblib")
     digest = sha256_of(tmp_path / "m" / "model.tar.gz")

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import synthetic
-from shardline.worker import formats
-from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK
-from shardline.worker.work_units import InputFile
+from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
+from shardline.worker.model import formats
+from shardline.worker.pool.work_units import InputFile
 from tests.support.helpers import (
     FEATURES,
     SYNTHETIC_COLUMNS,

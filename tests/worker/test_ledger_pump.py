@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shardline.ledger.context import StaleAttemptError
-from shardline.worker.ledger_pump import LedgerPump
+from shardline.worker.job.ledger_pump import LedgerPump
 
 
 def test_a_write_that_fails_for_a_while_is_retried_until_it_lands():

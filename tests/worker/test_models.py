@@ -1,4 +1,4 @@
-"""models.py: model detection and integrity (unit), and every model kind end to end through the CLI."""
+"""model/loading.py: model detection and integrity (unit), and every model kind end to end through the CLI."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from examples import synthetic
 from shardline.errors import ModelIntegrityError, SetupError
-from shardline.worker.errors import EXIT_OK, EXIT_SETUP_ERROR
-from shardline.worker.models import detect_kind, prepare_model, sha256_of
+from shardline.worker.job.exit_codes import EXIT_OK, EXIT_SETUP_ERROR
+from shardline.worker.model.loading import detect_kind, prepare_model, sha256_of
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     check_outputs,
@@ -371,7 +371,7 @@ def test_without_tarfiles_data_filter_the_same_members_are_refused(tmp_path):
     import io
     import tarfile
 
-    from shardline.worker.models import _data_members
+    from shardline.worker.model.loading import _data_members
 
     def member(name: str, **fields) -> tarfile.TarInfo:
         info = tarfile.TarInfo(name)

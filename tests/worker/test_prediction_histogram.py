@@ -7,7 +7,7 @@ import pytest
 
 from examples import synthetic
 from shardline.report.histogram import Histogram
-from shardline.worker.runner import FileReport
+from shardline.worker.pool.runner import FileReport
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     describe,

@@ -6,7 +6,7 @@ import dataclasses
 
 from shardline.ledger.job_writes import FileOutcome
 from shardline.ledger.states import FileStatus
-from shardline.worker.runner import FileReport
+from shardline.worker.pool.runner import FileReport
 
 
 def test_every_figure_the_ledger_records_comes_from_the_report():

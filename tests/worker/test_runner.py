@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from examples import synthetic
-from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
+from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     check_outputs,

@@ -1,4 +1,5 @@
-"""sagemaker_script.py: request bodies, response decoding and settings, as pure functions (no subprocess).
+"""script_codec.py and script_runner.py: request bodies, response decoding and settings, as pure functions
+(no subprocess).
 
 The end-to-end runs of real scripts are in test_custom_scripts.py.
 """
@@ -21,23 +22,20 @@ import pyarrow as pa
 import pytest
 
 from shardline.errors import SetupError
-from shardline.worker.sagemaker_script import (
+from shardline.worker.model.script_codec import (
     CSV,
     JSON,
     JSONLINES,
     NPY,
     RecordEncodingError,
     ResponseShapeError,
-    ScriptError,
-    ScriptPredictor,
     ScriptProtocol,
-    check_requirements,
     decode_response,
     encode_records,
     media_type,
     request_ranges,
-    requirements_hint,
 )
+from shardline.worker.model.script_runner import ScriptError, ScriptPredictor, check_requirements, requirements_hint
 
 # -- request_ranges ------------------------------------------------------------------------------------------
 

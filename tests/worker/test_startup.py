@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 from examples import synthetic
-from shardline.worker.devices import ENV_SIMULATED_GPUS
-from shardline.worker.errors import EXIT_SETUP_ERROR
-from shardline.worker.forkserver import PARENT_ENV
+from shardline.worker.job.exit_codes import EXIT_SETUP_ERROR
+from shardline.worker.pool.devices import ENV_SIMULATED_GPUS
+from shardline.worker.pool.forkserver import PARENT_ENV
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     check_outputs,

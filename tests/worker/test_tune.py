@@ -1,4 +1,4 @@
-"""worker/tune.py: the sweep's decisions as pure functions (no process), the sample, and one real --tune run."""
+"""worker/tools/tune*.py: the sweep's decisions as pure functions (no process), the sample, and one real --tune run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import yaml
 
 from examples import synthetic
 from shardline.spec import parse_spec
-from shardline.worker.tune import (
+from shardline.worker.pool.work_units import discover_inputs
+from shardline.worker.tools.tune_decisions import (
     Point,
     Setting,
     batch_ladder,
@@ -20,10 +21,9 @@ from shardline.worker.tune import (
     fell,
     spec_snippet,
     spread,
-    take_sample,
     within_noise,
 )
-from shardline.worker.work_units import discover_inputs
+from shardline.worker.tools.tune_sample import take_sample
 from tests.support.helpers import WORKER, clean_env, describe
 
 

@@ -20,9 +20,10 @@ from shardline import contract
 from shardline.contract import FEATURES_FILE_ORDER, JSON_LAYOUTS
 from shardline.errors import SetupError
 from shardline.ledger.context import LedgerConfigError, LedgerContext
-from shardline.worker import __version__, forkserver
-from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR, EXIT_TERMINATED
-from shardline.worker.ledger_pump import RETRY_BUDGET_SECONDS
+from shardline.worker import __version__
+from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR, EXIT_TERMINATED
+from shardline.worker.job.ledger_pump import RETRY_BUDGET_SECONDS
+from shardline.worker.pool import forkserver
 
 log = logging.getLogger("shardline.worker")
 
@@ -64,6 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_locations(p)
+    _add_data(p)
+    _add_model(p)
+    _add_script(p)
+    _add_parallelism(p)
+    ops = _add_reporting(p)
+    _add_tune(p)
+    # --log-level is of the reporting group, added last: the usage line lists the flags in this order.
+    ops.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--version", action="version", version=f"shardline-worker {__version__}")
+    return p
+
+
+def _add_locations(p: argparse.ArgumentParser) -> None:
+    """Where the inputs, outputs, model and scratch space are: SageMaker Processing's paths by default."""
     io = p.add_argument_group("locations (SageMaker Processing defaults)")
     io.add_argument("--input-dir", type=Path, default=Path(SM_INPUT), help=f"input files (default {SM_INPUT})")
     io.add_argument("--output-dir", type=Path, default=Path(SM_OUTPUT), help=f"outputs (default {SM_OUTPUT})")
@@ -91,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="where model.tar.gz is unpacked (default %(default)s)",
     )
 
+
+def _add_data(p: argparse.ArgumentParser) -> None:
+    """How the inputs are read and the outputs written."""
     data = p.add_argument_group("data")
     data.add_argument(
         "--input-format",
@@ -130,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-batch-rows", type=_positive, default=262144, help="rows per record batch on a GPU (default %(default)s)"
     )
 
+
+def _add_model(p: argparse.ArgumentParser) -> None:
+    """The model's pin, and whether a NaN prediction is an answer."""
     model = p.add_argument_group("model")
     model.add_argument(
         "--model-sha256",
@@ -142,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="write NaN predictions instead of failing the file (spec: model.allow_nan_predictions)",
     )
 
+
+def _add_script(p: argparse.ArgumentParser) -> None:
+    """How records travel to a custom inference.py and back (the spec's model.* settings)."""
     script = p.add_argument_group(
         "custom inference.py (SageMaker-style code/inference.py; see docs/worker.md, 'Bring your own inference.py')"
     )
@@ -186,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="start each text/csv body with a header line of column names (spec: model.csv_header)",
     )
 
+
+def _add_parallelism(p: argparse.ArgumentParser) -> None:
+    """Workers, threads, GPUs, how the pool starts, and when a file is poison."""
     par = p.add_argument_group("parallelism")
     par.add_argument(
         "--workers",
@@ -218,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file that kills its worker this many times is failed as poison (default %(default)s)",
     )
 
+
+def _add_reporting(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Progress, heartbeats, the summary, the exit code, the preview; the group, for --log-level."""
     ops = p.add_argument_group("reporting")
     ops.add_argument(
         "--progress-interval", type=float, default=5.0, help="seconds between progress lines (default %(default)s)"
@@ -249,7 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the model gets them, the predictions and warnings about the setup; writes no output",
     )
     ops.add_argument("--preview-json", type=Path, default=None, help="with --preview: also write it as JSON here")
+    return ops
 
+
+def _add_tune(p: argparse.ArgumentParser) -> None:
+    """``--tune`` and its settings."""
     tune = p.add_argument_group("auto-tune (--tune; see docs/auto-tune.md)")
     tune.add_argument(
         "--tune",
@@ -283,9 +318,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="the largest rows per batch tried (default %(default)s)",
     )
     tune.add_argument("--tune-step", default=None, metavar="NAME", help="the step's name, for the spec snippet")
-    ops.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--version", action="version", version=f"shardline-worker {__version__}")
-    return p
 
 
 def _columns(value: str) -> tuple[str, ...]:
@@ -376,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             start_method=args.start_method,
             use_gpu=not args.no_gpu,
         )
-    from shardline.worker.job import run_job
+    from shardline.worker.job.run import run_job
 
     # Turn SIGTERM into an exception, so the pool is stopped and temp files are swept.
     signal.signal(signal.SIGTERM, _terminate)

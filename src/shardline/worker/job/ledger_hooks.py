@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from shardline.ledger.states import FileStatus, ShardStatus
-from shardline.worker.ledger_pump import LedgerPump
-from shardline.worker.runner import FileReport, Hooks, Runner
+from shardline.worker.job.ledger_pump import LedgerPump
+from shardline.worker.pool.runner import FileReport, Hooks, Runner
 
 log = logging.getLogger("shardline.worker")
 

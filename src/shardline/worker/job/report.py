@@ -16,9 +16,10 @@ from pathlib import Path
 
 from shardline.ledger.states import FileStatus
 from shardline.report.histogram import Histogram
-from shardline.worker import devices, formats
-from shardline.worker.models import ModelArtifact
-from shardline.worker.runner import FileReport, Runner
+from shardline.worker.model import formats
+from shardline.worker.model.loading import ModelArtifact
+from shardline.worker.pool import devices
+from shardline.worker.pool.runner import FileReport, Runner
 
 log = logging.getLogger("shardline.worker")
 

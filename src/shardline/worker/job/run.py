@@ -1,8 +1,8 @@
 """One instance's job: find its files, load the model, run them over the pool, report.
 
 :func:`run_job` is what ``python -m shardline.worker`` runs once its arguments are parsed and
-its logging is set up (``worker/cli.py``); the pool itself is ``worker/runner.py``, the
-summary and manifest ``worker/job_report.py``, the ledger's side ``worker/ledger_hooks.py``.
+its logging is set up (``worker/job/cli.py``); the pool itself is ``worker/pool/runner.py``, the
+summary and manifest ``worker/job/report.py``, the ledger's side ``worker/job/ledger_hooks.py``.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ import os
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from shardline import contract
 from shardline.errors import SetupError
 from shardline.ledger.context import LedgerContext
 from shardline.ledger.states import FileStatus, ShardStatus
-from shardline.worker import devices, formats
-from shardline.worker.errors import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
-from shardline.worker.job_report import (
+from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
+from shardline.worker.job.ledger_hooks import LedgerHooks
+from shardline.worker.job.report import (
     build_summary,
     describe_slots,
     human_bytes,
@@ -31,12 +29,14 @@ from shardline.worker.job_report import (
     process_started_at,
     write_manifest,
 )
-from shardline.worker.ledger_hooks import LedgerHooks
-from shardline.worker.models import ModelArtifact, check_probabilities, prepare_model
-from shardline.worker.process import JobSettings
-from shardline.worker.runner import FileReport, Hooks, Runner, Stopped
-from shardline.worker.sagemaker_script import ScriptProtocol, check_requirements
-from shardline.worker.work_units import InputFile, WorkUnit, discover_inputs, plan_units
+from shardline.worker.model import formats
+from shardline.worker.model.loading import ModelArtifact, check_probabilities, prepare_model
+from shardline.worker.model.script_codec import ScriptProtocol
+from shardline.worker.model.script_runner import check_requirements
+from shardline.worker.pool import devices
+from shardline.worker.pool.process import JobSettings
+from shardline.worker.pool.runner import FileReport, Hooks, Runner, Stopped
+from shardline.worker.pool.work_units import InputFile, WorkUnit, discover_inputs, plan_units
 
 log = logging.getLogger("shardline.worker")
 
@@ -48,39 +48,16 @@ def run_job(
     launched_at = process_started_at()
     started_wall = dt.datetime.now(dt.UTC)
     started = time.monotonic()
-    if not args.input_dir.is_dir():
-        raise SetupError(f"input directory {args.input_dir} does not exist; pass --input-dir")
-    # In a pipeline every file in the input dir was planned for this instance, so one the worker
-    # cannot read fails with its reason instead of being skipped (and retried as never claimed).
-    files, ignored = discover_inputs(args.input_dir, args.input_format, refuse_unknown=context is not None)
-    if ignored:
-        log.warning(
-            "ignoring %d file(s) of unknown format, e.g. %s (readable: .parquet, .csv, .jsonl, "
-            "each optionally .gz; or name the format with --input-format)",
-            len(ignored),
-            ", ".join(ignored[:3]),
-        )
-    artifact = prepare_model(args.model_dir, args.model_sha256, args.scratch_dir)
-    if not (args.model_sha256 or "").strip():
-        log.warning(
-            "the model is NOT pinned (no --model-sha256 / SHARDLINE_MODEL_SHA256; its sha256 is %s): "
-            "whoever can write the model's S3 prefix chooses the code this job runs. Pin it in the spec "
-            "with model.sha256 or model.versions",
-            artifact.sha256,
-        )
-    check_probabilities(artifact.kind, args.probabilities)  # here, before any worker starts
-    protocol = script_protocol(args, artifact.kind)
-    if artifact.kind == "custom":
-        report_requirements(Path(artifact.path))
+    files, artifact, protocol = _inputs_and_model(args, context)
     if args.preview:
-        from shardline.worker.preview import run_preview
+        from shardline.worker.tools.preview import run_preview
 
         readable = [f for f in files if not f.refusal]
         if files and not readable:
             raise SetupError(f"no input file to preview can be read: {files[0].refusal}")
         return run_preview(args, readable, artifact, protocol, log_format)
     if args.tune:
-        from shardline.worker.tune import run_tune
+        from shardline.worker.tools.tune import run_tune
 
         return run_tune(args, files, artifact, job_settings(args, artifact, protocol, log_format))
     gpus = [] if args.no_gpu else devices.visible_gpus(os.environ, devices.detect_gpu_count())
@@ -113,24 +90,9 @@ def run_job(
     if isinstance(hooks, LedgerHooks):
         hooks.runner = runner
 
-    reports: list[FileReport] = []
-    # Leaving this block flushes the ledger's writes and withdraws the outputs it refused, on every path.
-    with hooks:
-        try:
-            if units:
-                reports = runner.run(units, total_rows=known_rows)
-            else:
-                log.warning("no input files under %s: nothing to do", args.input_dir)
-        except Stopped as err:
-            log.error("stopping: %s. Outputs already renamed into place are complete; nothing else was written.", err)
-            return EXIT_FENCED
-        except SetupError:
-            hooks.beat(ShardStatus.FAILED)
-            raise
-        finally:
-            sweep_temp_files(args.output_dir)
-        failed = [r for r in reports if r.status is FileStatus.FAILED]
-        hooks.beat(ShardStatus.PARTIAL if failed else ShardStatus.SUCCEEDED)
+    reports = _run_units(args, runner, units, known_rows, hooks)
+    if reports is None:
+        return EXIT_FENCED  # told to stop: the log says why
     if hooks.fenced:
         return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
 
@@ -145,6 +107,75 @@ def run_job(
         started_wall=started_wall,
         launched_at=launched_at,
     )
+    return _report(args, summary, reports, hooks, context, host)
+
+
+def _inputs_and_model(
+    args: argparse.Namespace, context: LedgerContext | None
+) -> tuple[list[InputFile], ModelArtifact, ScriptProtocol]:
+    """This instance's input files, its verified model, and how a custom script gets its records."""
+    if not args.input_dir.is_dir():
+        raise SetupError(f"input directory {args.input_dir} does not exist; pass --input-dir")
+    # In a pipeline every file in the input dir was planned for this instance, so one the worker
+    # cannot read fails with its reason instead of being skipped (and retried as never claimed).
+    files, ignored = discover_inputs(args.input_dir, args.input_format, refuse_unknown=context is not None)
+    if ignored:
+        log.warning(
+            "ignoring %d file(s) of unknown format, e.g. %s (readable: .parquet, .csv, .jsonl, "
+            "each optionally .gz; or name the format with --input-format)",
+            len(ignored),
+            ", ".join(ignored[:3]),
+        )
+    artifact = prepare_model(args.model_dir, args.model_sha256, args.scratch_dir)
+    if not (args.model_sha256 or "").strip():
+        log.warning(
+            "the model is NOT pinned (no --model-sha256 / SHARDLINE_MODEL_SHA256; its sha256 is %s): "
+            "whoever can write the model's S3 prefix chooses the code this job runs. Pin it in the spec "
+            "with model.sha256 or model.versions",
+            artifact.sha256,
+        )
+    check_probabilities(artifact.kind, args.probabilities)  # here, before any worker starts
+    protocol = script_protocol(args, artifact.kind)
+    if artifact.kind == "custom":
+        report_requirements(Path(artifact.path))
+    return files, artifact, protocol
+
+
+def _run_units(
+    args: argparse.Namespace, runner: Runner, units: list[WorkUnit], known_rows: int | None, hooks: Hooks
+) -> list[FileReport] | None:
+    """Run the units over the pool: each file's report, or None when the job was told to stop."""
+    reports: list[FileReport] = []
+    # Leaving this block flushes the ledger's writes and withdraws the outputs it refused, on every path.
+    with hooks:
+        try:
+            if units:
+                reports = runner.run(units, total_rows=known_rows)
+            else:
+                log.warning("no input files under %s: nothing to do", args.input_dir)
+        except Stopped as err:
+            log.error("stopping: %s. Outputs already renamed into place are complete; nothing else was written.", err)
+            return None
+        except SetupError:
+            hooks.beat(ShardStatus.FAILED)
+            raise
+        finally:
+            sweep_temp_files(args.output_dir)
+        failed = [r for r in reports if r.status is FileStatus.FAILED]
+        hooks.beat(ShardStatus.PARTIAL if failed else ShardStatus.SUCCEEDED)
+    return reports
+
+
+def _report(
+    args: argparse.Namespace,
+    summary: dict,
+    reports: list[FileReport],
+    hooks: Hooks,
+    context: LedgerContext | None,
+    host: str,
+) -> int:
+    """Write the manifest (and --summary-json), log the summary, and return the exit code."""
+    failed = [r for r in reports if r.status is FileStatus.FAILED]
     withdrawn = hooks.withdrawn_outputs()
     if withdrawn is not None:
         summary["withdrawn_outputs"] = withdrawn
@@ -196,7 +227,7 @@ def _prepare(
     if removed:
         log.info("removed %d incomplete output(s) left by an earlier run", removed)
     # Parquet footers give exact row counts (for the ETA) and row-group sizes (for splitting).
-    metadata = {f.relative_path: parquet_meta(f) for f in files if f.fmt == "parquet" and not f.gzipped}
+    metadata = {f.relative_path: formats.parquet_meta(f) for f in files if f.fmt == "parquet" and not f.gzipped}
     known_rows = None
     if files and len(metadata) == len(files) and all(m is not None for m in metadata.values()):
         known_rows = sum(m[0] for m in metadata.values())
@@ -273,14 +304,3 @@ def sweep_temp_files(output_dir: Path) -> int:
         path.unlink(missing_ok=True)
         removed += 1
     return removed
-
-
-def parquet_meta(file: InputFile) -> tuple[int, list[int]] | None:
-    """(rows, row-group sizes) from a parquet footer; None if unreadable (the worker reports why)."""
-    if file.refusal:
-        return None
-    try:
-        meta = pq.read_metadata(file.path)
-    except (OSError, ValueError):
-        return None
-    return meta.num_rows, [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]

@@ -21,12 +21,15 @@ is 1.0 or 0.0, a decimal its nearest float); a null becomes NaN, which tree mode
 missing and other models refuse. Any other type (string, timestamp, binary) is refused as a
 feature unless the model takes raw columns (a scikit-learn pipeline, a custom script with a
 text body), which then receives it unchanged.
+
+:func:`recorded_inputs` reads what a fitted model recorded of its features (rule 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -223,3 +226,39 @@ def _listing(names: Sequence[str], limit: int = 20) -> str:
 
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def _is_sklearn_composite(model: Any) -> bool:
+    """A scikit-learn Pipeline or ColumnTransformer: it takes a DataFrame's raw columns, strings included."""
+    return type(model).__module__.startswith("sklearn") and type(model).__name__ in ("Pipeline", "ColumnTransformer")
+
+
+def recorded_inputs(model: Any) -> ModelInputs:
+    """The feature names and count a fitted model recorded, when it did.
+
+    scikit-learn estimators and pipelines (and xgboost's sklearn wrappers) fitted on a DataFrame
+    record ``feature_names_in_``; an XGBoost Booster trained on named data keeps ``feature_names``.
+    """
+    label = f"the model ({type(model).__name__})"
+    if (
+        type(model).__module__.startswith("xgboost")
+        and hasattr(model, "num_features")
+        and hasattr(model, "feature_names")
+    ):  # a Booster
+        names = model.feature_names
+        types = model.feature_types or []
+        if "c" in types:
+            categorical = [n for n, t in zip(names or [], types, strict=False) if t == "c"]
+            raise SetupError(
+                f"{label} has categorical features ({', '.join(categorical) or 'unnamed'}); Shardline "
+                "passes numbers only. Encode them as numbers before training"
+            )
+        return ModelInputs(names=tuple(names) if names else None, count=model.num_features(), described_as=label)
+    names = getattr(model, "feature_names_in_", None)
+    count = getattr(model, "n_features_in_", None)
+    return ModelInputs(
+        names=tuple(str(n) for n in names) if names is not None else None,
+        count=int(count) if count is not None else None,
+        raw_columns=_is_sklearn_composite(model),
+        described_as=label,
+    )

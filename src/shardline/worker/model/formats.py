@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from shardline import contract
 from shardline.errors import CorruptInputError
-from shardline.worker.work_units import InputFile, WorkUnit
+from shardline.worker.pool.work_units import InputFile, WorkUnit
 
 TEMP_MARKER = contract.TEMP_MARKER
 # Arrow's CSV/JSON readers infer types from the first block; 1 MiB blocks keep memory low
@@ -103,6 +103,17 @@ def read_schema(file: InputFile, scratch: Path) -> pa.Schema:
             return pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
         raise CorruptInputError(f"cannot read {file.relative_path} as {_describe(file)}: {err}") from err
+
+
+def parquet_meta(file: InputFile) -> tuple[int, list[int]] | None:
+    """(rows, row-group sizes) from a parquet footer; None if unreadable (the worker reports why)."""
+    if file.refusal:
+        return None
+    try:
+        meta = pq.read_metadata(file.path)
+    except (OSError, ValueError):
+        return None
+    return meta.num_rows, [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
 
 
 def _is_empty_text(file: InputFile) -> bool:

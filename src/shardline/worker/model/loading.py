@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.errors import HostSetupError, ModelIntegrityError, PredictionError, SetupError
-from shardline.worker.features import ModelInputs
+from shardline.worker.model.features import ModelInputs, recorded_inputs
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def detect_kind(root: Path) -> tuple[str, Path]:
 
 class Predictor(Protocol):
     """A loaded model. ``predict`` gets the feature columns, by name, in the order the model wants
-    (see :mod:`shardline.worker.features`) and returns named output columns, one value per row."""
+    (see :mod:`shardline.worker.model.features`) and returns named output columns, one value per row."""
 
     kind: str
     inputs: ModelInputs
@@ -234,49 +234,13 @@ def output_columns(values: Any, rows: int, name: str = "prediction") -> list[tup
     raise PredictionError(f"the model returned an array of shape {array.shape}; expected 1 or 2 dimensions")
 
 
-def _is_sklearn_composite(model: Any) -> bool:
-    """A scikit-learn Pipeline or ColumnTransformer: it takes a DataFrame's raw columns, strings included."""
-    return type(model).__module__.startswith("sklearn") and type(model).__name__ in ("Pipeline", "ColumnTransformer")
-
-
-def recorded_inputs(model: Any) -> ModelInputs:
-    """The feature names and count a fitted model recorded, when it did.
-
-    scikit-learn estimators and pipelines (and xgboost's sklearn wrappers) fitted on a DataFrame
-    record ``feature_names_in_``; an XGBoost Booster trained on named data keeps ``feature_names``.
-    """
-    label = f"the model ({type(model).__name__})"
-    if (
-        type(model).__module__.startswith("xgboost")
-        and hasattr(model, "num_features")
-        and hasattr(model, "feature_names")
-    ):  # a Booster
-        names = model.feature_names
-        types = model.feature_types or []
-        if "c" in types:
-            categorical = [n for n, t in zip(names or [], types, strict=False) if t == "c"]
-            raise SetupError(
-                f"{label} has categorical features ({', '.join(categorical) or 'unnamed'}); Shardline "
-                "passes numbers only. Encode them as numbers before training"
-            )
-        return ModelInputs(names=tuple(names) if names else None, count=model.num_features(), described_as=label)
-    names = getattr(model, "feature_names_in_", None)
-    count = getattr(model, "n_features_in_", None)
-    return ModelInputs(
-        names=tuple(str(n) for n in names) if names is not None else None,
-        count=int(count) if count is not None else None,
-        raw_columns=_is_sklearn_composite(model),
-        described_as=label,
-    )
-
-
 class SklearnPredictor:
     kind = "sklearn"
 
     def __init__(self, path: str, threads: int, probabilities: bool):
         import joblib
 
-        from shardline.worker.guards import strict_model_load
+        from shardline.worker.pool.guards import strict_model_load
 
         with strict_model_load(path):
             self.model = joblib.load(path)
@@ -306,8 +270,8 @@ class SklearnPredictor:
             self.model.set_params(n_jobs=threads)
 
     def _model_input(self, batch: pa.RecordBatch):
-        from shardline.worker.features import is_numeric
-        from shardline.worker.formats import to_matrix
+        from shardline.worker.model.features import is_numeric
+        from shardline.worker.model.formats import to_matrix
 
         names = batch.schema.names
         if self.inputs.names is None:
@@ -371,7 +335,7 @@ class XGBoostPredictor:
         self.booster.set_param({"nthread": threads})
 
     def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
-        from shardline.worker.formats import to_matrix
+        from shardline.worker.model.formats import to_matrix
 
         # The columns are already the model's, in its order (by name when it recorded names).
         # inplace_predict skips building a DMatrix: one less copy of the batch.
@@ -410,7 +374,7 @@ class TorchScriptPredictor:
         self.torch.set_num_threads(threads)
 
     def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
-        from shardline.worker.formats import to_matrix
+        from shardline.worker.model.formats import to_matrix
 
         torch = self.torch
         features = to_matrix(batch, batch.schema.names, self.dtype, self.order)
@@ -473,7 +437,8 @@ def load_predictor(
     if artifact.kind == "torch":
         return TorchScriptPredictor(artifact.path, threads, device)
     if artifact.kind == "custom":
-        from shardline.worker.sagemaker_script import ScriptPredictor, ScriptProtocol
+        from shardline.worker.model.script_codec import ScriptProtocol
+        from shardline.worker.model.script_runner import ScriptPredictor
 
         return ScriptPredictor(artifact.path, artifact.root, protocol or ScriptProtocol(), device)
     raise SetupError(f"unknown model kind {artifact.kind!r}")

@@ -1,7 +1,7 @@
 """The CPU pool's forkserver, started by the main process as its first act.
 
 CPU workers fork from a forkserver that imported the worker's code and the model's library and
-loaded the verified model once (``worker/preload.py``). Started when the pool is created, all of
+loaded the verified model once (``worker/pool/preload.py``). Started when the pool is created, all of
 that waited for the main process's own start-up: its imports, the model's verification, the
 input's footers. Started right after the command line is parsed (:func:`start_early`), the two
 run side by side, one core each. The library is chosen from the model directory's file names, so
@@ -34,7 +34,12 @@ PARENT_ENV = "SHARDLINE_WORKER_PARENT"  # the main process: the forkserver stops
 PIN_ENV = "SHARDLINE_WORKER_PIN"  # the pinned sha256: the forkserver reads a tarball's names only if it has it
 # What the forkserver imports before it forks the first worker: the worker's code (pyarrow with it),
 # the compute functions and threadpoolctl its first batch uses, then the library and the model.
-PRELOAD_MODULES = ["shardline.worker.process", "pyarrow.compute", "threadpoolctl", "shardline.worker.preload_now"]
+PRELOAD_MODULES = [
+    "shardline.worker.pool.process",
+    "pyarrow.compute",
+    "threadpoolctl",
+    "shardline.worker.pool.preload_now",
+]
 
 _handover: Path | None = None  # set once the forkserver's environment names it
 _handed_over = False
@@ -54,7 +59,7 @@ def start_early(*, model_dir: Path, pinned_sha256: str | None, start_method: str
     pool starts its own forkserver or spawns, as it decides then.
     """
     global _started_early
-    from shardline.worker import devices
+    from shardline.worker.pool import devices
 
     if _started_early or start_method == "spawn" or "forkserver" not in mp.get_all_start_methods():
         return _started_early

@@ -13,10 +13,10 @@ model runs one). So the forkserver imports and loads with every thread pool capp
 (it never starts a thread), and each worker then sets its own count (``set_threads``, and
 threadpoolctl's caps). ``threads_started`` records how many OS threads the import and the load
 started in the forkserver: a test holds it at 0 for every model kind. (pyarrow's own threads,
-started when ``shardline.worker.process`` is imported, are fork-safe: Arrow re-creates its pools in
+started when ``shardline.worker.pool.process`` is imported, are fork-safe: Arrow re-creates its pools in
 a forked child.) GPU pools still spawn.
 
-The forkserver learns what to load from the main process (``worker/forkserver.py``): the model
+The forkserver learns what to load from the main process (``worker/pool/forkserver.py``): the model
 directory, to guess the library from and import it at once, and then, in a file of the main
 process's own, the verified artifact. A worker uses the preloaded model only if it is the very
 artifact, thread count and options its job verified; anything else is loaded afresh.
@@ -30,7 +30,7 @@ import os
 import time
 from pathlib import Path, PurePosixPath
 
-from shardline.worker.forkserver import HANDOVER_ENV, MODEL_DIR_ENV, PARENT_ENV, PIN_ENV
+from shardline.worker.pool.forkserver import HANDOVER_ENV, MODEL_DIR_ENV, PARENT_ENV, PIN_ENV
 
 PRELOADABLE = ("sklearn", "xgboost", "torch")  # a custom inference.py's model_fn runs in each worker
 
@@ -61,7 +61,7 @@ def guess_kind(model_dir: str, pinned_sha256: str = "") -> str | None:
     """The model's kind from file names, before the main process has verified anything: the directory's, or
     a model.tar.gz's first members (nothing is extracted). A pinned tarball is read only if it has the pinned
     digest, as the main process reads it. None when no name tells."""
-    from shardline.worker.models import TARBALL, detect_kind, sha256_of
+    from shardline.worker.model.loading import TARBALL, detect_kind, sha256_of
 
     root = Path(model_dir)
     try:
@@ -79,7 +79,7 @@ def _guess_from_tarball(path: Path, members: int = 32, large: int = 8 << 20) -> 
     else the kind of the first model file; reading stops before the data of a large member."""
     import tarfile
 
-    from shardline.worker.models import kind_of_name
+    from shardline.worker.model.loading import kind_of_name
 
     guess = None
     with tarfile.open(path, "r|gz") as archive:  # a stream: the next header is read after this member's data
@@ -116,7 +116,7 @@ def await_handover(path: Path, parent: int, timeout: float = HANDOVER_TIMEOUT_SE
     return None
 
 
-preloaded: Preloaded | None = None  # set in the forkserver only (worker/preload_now.py); forked workers inherit it
+preloaded: Preloaded | None = None  # set in the forkserver only (worker/pool/preload_now.py); forked workers inherit it
 
 
 def load_in_forkserver() -> Preloaded | None:
@@ -135,8 +135,8 @@ def _load() -> Preloaded | None:
     if not handover or not parent or int(parent) == os.getpid():
         return None  # not in a forkserver of the worker's: nothing to load
     started_at = time.time()
-    from shardline.worker.devices import thread_cap_env
-    from shardline.worker.models import ModelArtifact, import_library, load_predictor
+    from shardline.worker.model.loading import ModelArtifact, import_library, load_predictor
+    from shardline.worker.pool.devices import thread_cap_env
 
     # One thread everywhere, before any library reads its setting: nothing here may start a thread.
     os.environ.update(thread_cap_env(1))

@@ -1,9 +1,9 @@
 """Imported by the CPU pool's forkserver only (``forkserver.PRELOAD_MODULES``): load the model there.
 
-Importing :mod:`shardline.worker.preload` loads nothing, so the main process and spawned
+Importing :mod:`shardline.worker.pool.preload` loads nothing, so the main process and spawned
 workers can import it freely; the forkserver imports this module, once, before it forks a worker.
 """
 
-from shardline.worker import preload
+from shardline.worker.pool import preload
 
 preload.preloaded = preload.load_in_forkserver()

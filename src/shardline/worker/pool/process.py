@@ -1,7 +1,8 @@
 """What runs inside each worker process of the pool.
 
 The initializer loads the model once per process and caps its threads; ``run_unit``
-then streams one work unit from input to a temporary output and renames it into place.
+then streams one work unit from input to a temporary output (each batch through the model as
+``worker/model/predict.py`` runs it) and renames it into place.
 Only small result records cross the process boundary; data never does.
 """
 
@@ -15,23 +16,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from shardline.errors import FileError, InputFormatError, InputSchemaError, PredictionError, SetupError
-from shardline.report.histogram import Histogram
-from shardline.worker import formats, guards
-from shardline.worker.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
-from shardline.worker.features import (
-    FROM_FILE_ORDER,
-    FeatureChoice,
-    check_spec_against_model,
-    choose_features,
-    is_numeric,
+from shardline.errors import InputFormatError, InputSchemaError, PredictionError, SetupError
+from shardline.worker.model import formats
+from shardline.worker.model.features import FeatureChoice, check_spec_against_model, choose_features
+from shardline.worker.model.loading import ModelArtifact, Predictor, import_library, load_predictor, sha256_of
+from shardline.worker.model.predict import (
+    PredictionHistogram,
+    PredictionSpread,
+    file_failure,
+    numeric_features,
+    predict_batch,
+    with_script_settings,
 )
-from shardline.worker.models import ModelArtifact, Predictor, import_library, load_predictor, sha256_of
-from shardline.worker.sagemaker_script import ScriptProtocol
-from shardline.worker.work_units import InputFile, WorkUnit
+from shardline.worker.model.script_codec import ScriptProtocol
+from shardline.worker.pool import guards
+from shardline.worker.pool.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
+from shardline.worker.pool.work_units import InputFile, WorkUnit
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +164,8 @@ def _load(state: _WorkerState, device: str) -> Predictor:
 
 def _preloaded_predictor(state: _WorkerState, device: str) -> Predictor | None:
     """The model the forkserver loaded before forking this worker, if it is exactly this job's."""
-    from shardline.worker import preload
-    from shardline.worker.forkserver import preload_key
+    from shardline.worker.pool import preload
+    from shardline.worker.pool.forkserver import preload_key
 
     loaded, settings = preload.preloaded, state.settings
     if device != "cpu" or loaded is None or loaded.key != preload_key(settings.artifact, settings.probabilities):
@@ -219,16 +221,49 @@ def _resolve_device(slot: WorkerSlot, kind: str) -> str:
             return "cpu"
         return "cuda:0" if torch.cuda.is_available() else "cpu"
     if kind == "xgboost":
-        from shardline.worker.models import import_xgboost_without_sklearn
+        from shardline.worker.model.loading import import_xgboost_without_sklearn
 
         return "cuda:0" if import_xgboost_without_sklearn().build_info().get("USE_CUDA") else "cpu"
     return "cpu"
+
+
+@dataclasses.dataclass
+class _UnitProgress:
+    """How far a unit got: what its result reports, and the open writer a failure aborts."""
+
+    writer: formats.OutputWriter | None = None
+    rows_in: int = 0
+    rows_out: int = 0
+    choice: FeatureChoice | None = None
+    histogram: PredictionHistogram = dataclasses.field(default_factory=PredictionHistogram)
+    spread: PredictionSpread = dataclasses.field(default_factory=PredictionSpread)
 
 
 def run_unit(unit: WorkUnit) -> UnitResult:
     """Process one unit: stream, predict, write to a temp name, rename when complete."""
     state = _state
     assert state is not None, "run_unit called outside a worker process"
+    refused = _refused(state, unit)
+    if refused is not None:
+        return refused
+    settings = state.settings
+    started = time.perf_counter()
+    out_rel, out_fmt, out_gz = formats.output_target(unit.file, settings.output_format)
+    final = Path(settings.output_dir) / out_rel
+    tmp = formats.temp_path(final, unit.part if unit.is_split else None)
+    progress = _UnitProgress()
+    tally = guards.OutputTally()
+    try:
+        _predict_into(state, unit, tmp, out_fmt, out_gz, progress, tally)
+        tally.emit(unit.label, _source_name(state.predictor))
+        progress.spread.warn_if_constant(unit.label)
+        return _written(state, unit, tmp, final, progress, started)
+    except Exception as err:  # noqa: BLE001 - the file fails alone, with its reason
+        return _failed(state, unit, tmp, progress, tally, err, started)
+
+
+def _refused(state: _WorkerState, unit: WorkUnit) -> UnitResult | None:
+    """The result of a unit this worker cannot run at all: its model did not load, or its file is refused."""
     if state.setup_error is not None:
         return UnitResult(
             unit,
@@ -248,311 +283,139 @@ def run_unit(unit: WorkUnit) -> UnitResult:
             ready_at=state.ready_at,
             timing=state.timing,
         )
+    return None
+
+
+def _predict_into(
+    state: _WorkerState,
+    unit: WorkUnit,
+    tmp: Path,
+    out_fmt: str,
+    out_gz: bool,
+    progress: _UnitProgress,
+    tally: guards.OutputTally,
+) -> None:
+    """Stream the unit's batches through the model into ``tmp``, and close it."""
     settings = state.settings
-    started = time.perf_counter()
-    out_rel, out_fmt, out_gz = formats.output_target(unit.file, settings.output_format)
-    final = Path(settings.output_dir) / out_rel
-    tmp = formats.temp_path(final, unit.part if unit.is_split else None)
-    writer: formats.OutputWriter | None = None
-    rows_in = rows_out = 0
-    choice: FeatureChoice | None = None
-    tally = guards.OutputTally()
-    try:
-        scratch = Path(settings.scratch_dir)
-        schema = formats.read_schema(unit.file, scratch)
-        # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
-        if schema.names:
-            try:
-                choice = choose_features(
-                    schema, state.predictor.inputs, settings.features, settings.passthrough, unit.file.relative_path
-                )
-            except InputSchemaError as err:
-                raise with_script_settings(err, state.predictor, unit.file, schema, scratch) from err
-        features = list(choice.columns) if choice else []
-        columns = list(dict.fromkeys([*settings.passthrough, *features]))
-        batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
-        batches = (
-            formats.iter_batches(
-                unit, columns, numeric_features(schema, features), batch_rows, scratch, threads=state.slot.threads
+    scratch = Path(settings.scratch_dir)
+    schema = formats.read_schema(unit.file, scratch)
+    # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
+    if schema.names:
+        try:
+            progress.choice = choose_features(
+                schema, state.predictor.inputs, settings.features, settings.passthrough, unit.file.relative_path
             )
-            if schema.names
-            else ()
+        except InputSchemaError as err:
+            raise with_script_settings(err, state.predictor, unit.file, schema, scratch) from err
+    choice = progress.choice
+    features = list(choice.columns) if choice else []
+    columns = list(dict.fromkeys([*settings.passthrough, *features]))
+    batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
+    batches = (
+        formats.iter_batches(
+            unit, columns, numeric_features(schema, features), batch_rows, scratch, threads=state.slot.threads
         )
-        spread, histogram = _Spread(), PredictionHistogram()
-        for batch in batches:
-            out = predict_batch(state.predictor, batch, choice, settings, tally)
-            histogram.add(out, len(settings.passthrough))
-            if not state.timing.first_prediction_at:
-                state.timing.first_prediction_at = time.time()
-            spread.add(out, len(settings.passthrough))
-            if writer is None:
-                writer_schema = out.schema
-                writer = formats.OutputWriter(tmp, out_fmt, out_gz, writer_schema, header=unit.part == 0)
-            elif out.schema != writer_schema:
-                out = _conform(out, writer_schema, unit)
-            writer.write(out)
-            rows_in += batch.num_rows
-            rows_out += out.num_rows
-            with state.rows_counter.get_lock():
-                state.rows_counter.value += batch.num_rows
-        if writer is None:  # an empty input still gets an (empty) output
-            writer = formats.OutputWriter(
-                tmp, out_fmt, out_gz, _empty_schema(schema, settings.passthrough), header=unit.part == 0
-            )
-        writer.close()
-        writer = None
-        tally.emit(unit.label, _source_name(state.predictor))
-        spread.warn_if_constant(unit.label)
-        if unit.is_split:
-            return UnitResult(
-                unit,
-                ok=True,
-                rows_in=rows_in,
-                rows_out=rows_out,
-                bytes_out=tmp.stat().st_size,
-                seconds=time.perf_counter() - started,
-                output=str(tmp),
-                worker=state.label,
-                ready_at=state.ready_at,
-                timing=state.timing,
-                features=choice,
-                histogram=histogram.to_dict(),
-            )
-        digest = sha256_of(tmp)
-        os.replace(tmp, final)
+        if schema.names
+        else ()
+    )
+    for batch in batches:
+        out = predict_batch(state.predictor, batch, choice, settings, tally)
+        progress.histogram.add(out, len(settings.passthrough))
+        if not state.timing.first_prediction_at:
+            state.timing.first_prediction_at = time.time()
+        progress.spread.add(out, len(settings.passthrough))
+        if progress.writer is None:
+            writer_schema = out.schema
+            progress.writer = formats.OutputWriter(tmp, out_fmt, out_gz, writer_schema, header=unit.part == 0)
+        elif out.schema != writer_schema:
+            out = _conform(out, writer_schema, unit)
+        progress.writer.write(out)
+        progress.rows_in += batch.num_rows
+        progress.rows_out += out.num_rows
+        with state.rows_counter.get_lock():
+            state.rows_counter.value += batch.num_rows
+    if progress.writer is None:  # an empty input still gets an (empty) output
+        progress.writer = formats.OutputWriter(
+            tmp, out_fmt, out_gz, _empty_schema(schema, settings.passthrough), header=unit.part == 0
+        )
+    progress.writer.close()
+    progress.writer = None
+
+
+def _written(
+    state: _WorkerState, unit: WorkUnit, tmp: Path, final: Path, progress: _UnitProgress, started: float
+) -> UnitResult:
+    """A written unit's result: a split unit's part stays at its temp name for the merge; a whole file's output
+    is renamed into place."""
+    if unit.is_split:
         return UnitResult(
             unit,
             ok=True,
-            rows_in=rows_in,
-            rows_out=rows_out,
-            bytes_out=final.stat().st_size,
+            rows_in=progress.rows_in,
+            rows_out=progress.rows_out,
+            bytes_out=tmp.stat().st_size,
             seconds=time.perf_counter() - started,
-            output=str(final),
-            sha256=digest,
+            output=str(tmp),
             worker=state.label,
             ready_at=state.ready_at,
             timing=state.timing,
-            features=choice,
-            histogram=histogram.to_dict(),
+            features=progress.choice,
+            histogram=progress.histogram.to_dict(),
         )
-    except Exception as err:  # noqa: BLE001 - the file fails alone, with its reason
-        if writer is not None:
-            writer.abort()
-        tmp.unlink(missing_ok=True)
-        tally.emit(unit.label, _source_name(state.predictor))
-        if isinstance(err, SetupError):  # a script's setup problem met while predicting: the job cannot go on
-            return UnitResult(
-                unit, ok=False, error_class=SetupError.__name__, error_message=str(err), worker=state.label, fatal=True
-            )
-        err = file_failure(err, unit.label, choice, state.predictor)
+    digest = sha256_of(tmp)
+    os.replace(tmp, final)
+    return UnitResult(
+        unit,
+        ok=True,
+        rows_in=progress.rows_in,
+        rows_out=progress.rows_out,
+        bytes_out=final.stat().st_size,
+        seconds=time.perf_counter() - started,
+        output=str(final),
+        sha256=digest,
+        worker=state.label,
+        ready_at=state.ready_at,
+        timing=state.timing,
+        features=progress.choice,
+        histogram=progress.histogram.to_dict(),
+    )
+
+
+def _failed(
+    state: _WorkerState,
+    unit: WorkUnit,
+    tmp: Path,
+    progress: _UnitProgress,
+    tally: guards.OutputTally,
+    err: Exception,
+    started: float,
+) -> UnitResult:
+    """A failed unit leaves no output behind; its result says why, with the hint that fixes it."""
+    if progress.writer is not None:
+        progress.writer.abort()
+    tmp.unlink(missing_ok=True)
+    tally.emit(unit.label, _source_name(state.predictor))
+    if isinstance(err, SetupError):  # a script's setup problem met while predicting: the job cannot go on
         return UnitResult(
-            unit,
-            ok=False,
-            rows_in=rows_in,
-            seconds=time.perf_counter() - started,
-            error_class=type(err).__name__,
-            error_message=str(err),
-            worker=state.label,
-            ready_at=state.ready_at,
-            timing=state.timing,
-            features=choice,
+            unit, ok=False, error_class=SetupError.__name__, error_message=str(err), worker=state.label, fatal=True
         )
-
-
-def file_failure(err: Exception, label: str, choice: FeatureChoice | None, predictor: Predictor) -> FileError:
-    """What a file fails with, and the hint that fixes it: the same for the job and for the preview."""
-    if not isinstance(err, FileError):
-        err = PredictionError(f"{type(err).__name__} while predicting {label}: {err}" + _feature_hint(choice))
-    if (
-        isinstance(err, PredictionError)
-        and predictor.kind == "custom"
-        and choice is not None
-        and choice.source == FROM_FILE_ORDER
-    ):
-        # The script failed on columns taken in the file's order: say which it got, and how to send others.
-        err = type(err)(
-            f"{err}. The script got {choice.describe()}. If it expects other columns, or another "
-            "order, name them with input.features (--features)"
-        )
-    return err
-
-
-def with_script_settings(
-    err: InputSchemaError, predictor: Predictor, file: InputFile, schema: pa.Schema, scratch: Path
-) -> InputSchemaError:
-    """A custom script stopped because nothing names its features: also name the request settings it needs,
-    found by trying its first records, so that one failed run names every setting to change."""
-    candidates = getattr(err, "candidates", None)
-    if predictor.kind != "custom" or not candidates:
-        return err
-    try:
-        batch = first_rows(file, list(candidates), numeric_features(schema, list(candidates)), 3, scratch)
-        hint = predictor.other_settings_needed(batch) if batch.num_rows else ""
-    except Exception:  # noqa: BLE001 - the hint is a courtesy: the error stands without it
-        return err
-    return InputSchemaError(f"{err}. {hint}") if hint else err
-
-
-def first_rows(file: InputFile, columns: list[str], features: list[str], rows: int, scratch: Path) -> pa.RecordBatch:
-    """The first ``rows`` rows of ``file`` (``columns`` only), read as a job reads them."""
-    unit = WorkUnit(file, est_bytes=file.size)
-    collected, have = [], 0
-    for batch in formats.iter_batches(unit, columns, features, rows, scratch):
-        collected.append(batch.slice(0, rows - have))
-        have += collected[-1].num_rows
-        if have >= rows:
-            break
-    if not collected:
-        return pa.RecordBatch.from_pylist([], schema=pa.schema([]))
-    return pa.Table.from_batches(collected).combine_chunks().to_batches()[0]
-
-
-def numeric_features(schema: pa.Schema, features: list[str]) -> list[str]:
-    """The features that text readers read as float64: the numeric ones. A string feature (a pipeline's
-    category, a script's text column) stays a string."""
-    return [name for name in features if is_numeric(schema.field(name).type)]
-
-
-class PredictionHistogram:
-    """The distribution of a file's first prediction column, kept batch by batch as it is written (no second
-    pass over the output): the run report compares it with the previous run's (drift)."""
-
-    def __init__(self) -> None:
-        self.column: str | None = None
-        self.histogram: Histogram | None = None
-
-    def add(self, out: pa.RecordBatch, skip: int) -> None:
-        if out.num_columns <= skip:
-            return
-        name, column = out.schema.names[skip], out.column(skip)
-        if self.column is None:
-            self.column = name
-            numeric = (
-                pa.types.is_integer(column.type)
-                or pa.types.is_floating(column.type)
-                or pa.types.is_boolean(column.type)
-            )
-            self.histogram = Histogram() if numeric else None  # string labels: no histogram
-        if self.histogram is not None and name == self.column:
-            self.histogram.add(formats.column_values(column))
-
-    def to_dict(self) -> dict | None:
-        if self.histogram is None:
-            return None
-        return {"column": self.column, **self.histogram.to_dict()}
-
-
-class _Spread:
-    """Min and max of each float output column over a file: a float prediction that never varies over many
-    rows is the mark of a model that does not see its inputs (a script filling columns it misses)."""
-
-    MIN_ROWS = 100
-
-    def __init__(self) -> None:
-        self.rows = 0
-        self.ranges: dict[str, list[float]] = {}
-
-    def add(self, out: pa.RecordBatch, skip: int) -> None:
-        import pyarrow.compute as pc
-
-        self.rows += out.num_rows
-        for name, column in zip(out.schema.names[skip:], out.columns[skip:], strict=True):
-            if not pa.types.is_floating(column.type) or not len(column):
-                continue
-            low, high = pc.min_max(column).values()
-            low, high = low.as_py(), high.as_py()
-            if low is None:
-                continue
-            seen = self.ranges.setdefault(name, [low, high])
-            seen[0], seen[1] = min(seen[0], low), max(seen[1], high)
-
-    def warn_if_constant(self, where: str) -> None:
-        constant = [name for name, (low, high) in self.ranges.items() if low == high]
-        if self.rows >= self.MIN_ROWS and constant and len(constant) == len(self.ranges):
-            log.warning(
-                "%s: every prediction (%s) is %s over all %d rows: check that the model gets the columns "
-                "it expects (run `shardline preview` on this step)",
-                where,
-                ", ".join(constant),
-                self.ranges[constant[0]][0],
-                self.rows,
-            )
+    err = file_failure(err, unit.label, progress.choice, state.predictor)
+    return UnitResult(
+        unit,
+        ok=False,
+        rows_in=progress.rows_in,
+        seconds=time.perf_counter() - started,
+        error_class=type(err).__name__,
+        error_message=str(err),
+        worker=state.label,
+        ready_at=state.ready_at,
+        timing=state.timing,
+        features=progress.choice,
+    )
 
 
 def _source_name(predictor: Predictor | None) -> str:
     return "inference.py" if predictor is not None and predictor.kind == "custom" else "the model library"
-
-
-def _feature_hint(choice: FeatureChoice | None) -> str:
-    if choice is None:
-        return ""
-    return f" (the model got {choice.describe()})"
-
-
-def predict_batch(
-    predictor: Predictor, batch: pa.RecordBatch, choice: FeatureChoice, settings: JobSettings, tally: guards.OutputTally
-) -> pa.RecordBatch:
-    """Predict one record batch: the output's passthrough columns, then the model's output columns.
-
-    What the model library or script prints, logs or warns goes to ``tally``; a warning that
-    means the model got the wrong input fails the file, and so does a NaN prediction.
-    """
-    passthrough = settings.passthrough
-    with guards.captured(tally) as caught:
-        predicted = predictor.predict(batch.select(list(choice.columns)))
-    guards.raise_for_wrong_input(caught, tally, order_vouched=choice.order_vouched, script=predictor.kind == "custom")
-    clashes = [name for name, _ in predicted if name in passthrough]
-    if clashes:
-        raise PredictionError(
-            f"the model's output column(s) {clashes} have the name of passthrough column(s); "
-            "rename them in the script, or change input.passthrough"
-        )
-    arrays = [_to_arrow(values) for _, values in predicted]
-    if not settings.allow_nan_predictions:
-        for (name, _), array in zip(predicted, arrays, strict=True):
-            nans = _nan_count(array)
-            if nans:
-                rows_with_nulls = _rows_with_missing_features(batch, choice.columns)
-                raise PredictionError(
-                    f"the model returned NaN for {nans} of {batch.num_rows} row(s) in column {name!r}"
-                    + (
-                        f"; {rows_with_nulls} row(s) of this batch have a missing (null or NaN) feature, which the "
-                        "model does not handle"
-                        if rows_with_nulls
-                        else ""
-                    )
-                    + ". Fill or drop the missing values upstream, or set model.allow_nan_predictions: true "
-                    "(--allow-nan-predictions) if NaN is a valid prediction"
-                )
-    names = [*passthrough, *(name for name, _ in predicted)]
-    columns = [batch.column(name) for name in passthrough] + arrays
-    return pa.RecordBatch.from_arrays(columns, names=names)
-
-
-def _nan_count(array: pa.Array) -> int:
-    if pa.types.is_floating(array.type):
-        import pyarrow.compute as pc
-
-        return int(pc.sum(pc.is_nan(array)).as_py() or 0) + array.null_count
-    return array.null_count
-
-
-def _rows_with_missing_features(batch: pa.RecordBatch, features) -> int:
-    import pyarrow.compute as pc
-
-    missing = None
-    for name in features:
-        column = batch.column(name)
-        flags = pc.is_null(column, nan_is_null=True) if pa.types.is_floating(column.type) else pc.is_null(column)
-        missing = flags if missing is None else pc.or_(missing, flags)
-    return int(pc.sum(missing).as_py() or 0) if missing is not None else 0
-
-
-def _to_arrow(values: Any) -> pa.Array:
-    array = np.asarray(values)
-    if array.dtype == object:
-        return pa.array(array.tolist())
-    return formats.values_to_arrow(array)
 
 
 def _conform(out: pa.RecordBatch, schema: pa.Schema, unit: WorkUnit) -> pa.RecordBatch:

@@ -1,4 +1,8 @@
-"""The scheduler: feeds work units to a process pool and survives worker crashes.
+"""The pool: feeds work units to worker processes and survives their crashes.
+
+Which task runs next, and what a crash means (suspects retried alone, poison), is decided by the
+pure :class:`~shardline.worker.pool.scheduler.Scheduler`; the :class:`Runner` does what it says with a
+process pool, and keeps each file's report:
 
 - At most ``workers x inflight_per_worker`` units are in flight; more are submitted as
   each completes (pull-based backpressure).
@@ -16,7 +20,6 @@ import logging
 import multiprocessing as mp
 import threading
 import time
-from collections import deque
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -24,11 +27,24 @@ from pathlib import Path
 from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
-from shardline.worker import forkserver, process
-from shardline.worker.devices import WorkerSlot
-from shardline.worker.features import FROM_FILE_ORDER
-from shardline.worker.process import JobSettings, UnitResult
-from shardline.worker.work_units import InputFile, WorkUnit
+from shardline.worker.model.features import FROM_FILE_ORDER
+from shardline.worker.pool import forkserver, process
+from shardline.worker.pool.devices import WorkerSlot
+from shardline.worker.pool.process import JobSettings, UnitResult
+from shardline.worker.pool.scheduler import (
+    Crashed,
+    FailAsPoison,
+    FileFailed,
+    Finished,
+    Merge,
+    PartWritten,
+    RetryAlone,
+    RetryOneByOne,
+    RoomToStart,
+    Scheduler,
+    Task,
+)
+from shardline.worker.pool.work_units import WorkUnit
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +88,6 @@ class FileReport:
 
         shared = {f.name for f in dataclasses.fields(FileOutcome)} & {f.name for f in dataclasses.fields(self)}
         return FileOutcome(**{name: getattr(self, name) for name in shared}, output_key=output_key)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Merge:
-    file: InputFile
-    parts: tuple[str, ...]
-
-    @property
-    def label(self) -> str:
-        return f"{self.file.relative_path} [merge]"
-
-
-Task = WorkUnit | _Merge
 
 
 class Stopped(Exception):
@@ -146,9 +149,9 @@ class Runner:
         # CUDA state must not leak into a worker. GPU workers spawn a clean interpreter each (CUDA
         # must start after CUDA_VISIBLE_DEVICES is set). CPU workers fork from a forkserver, a clean
         # single-threaded process that imports the model's library and loads the model once, before
-        # the first fork (worker/preload.py): a pool, and each rebuild of it, starts in milliseconds
+        # the first fork (worker/pool/preload.py): a pool, and each rebuild of it, starts in milliseconds
         # instead of a second per worker. The command line starts that forkserver first thing
-        # (worker/forkserver.py); here it is handed the verified model, or started with the pool.
+        # (worker/pool/forkserver.py); here it is handed the verified model, or started with the pool.
         uses_gpu = any(slot.gpu is not None for slot in slots)
         if start_method == "auto":
             start_method = "spawn" if uses_gpu or "forkserver" not in mp.get_all_start_methods() else "forkserver"
@@ -170,6 +173,7 @@ class Runner:
         self._first_pool_ready: dict[str, float] = {}
         self._first_pool_timing: dict[str, process.WorkerTiming] = {}  # the latest report of each worker
         self.feature_choices: dict = {}  # FeatureChoice -> files that used it; each new one is logged once
+        self._scheduler = Scheduler(self.max_inflight, max_crashes)  # run() sets up each run's own
 
     # -- public -----------------------------------------------------------------------
 
@@ -216,15 +220,9 @@ class Runner:
     def run(self, units: list[WorkUnit], total_rows: int | None = None) -> list[FileReport]:
         files = {u.file.relative_path: u.file for u in units}
         reports = {rel: FileReport(rel, bytes_in=f.size) for rel, f in files.items()}
-        parts_left = {rel: 0 for rel in files}
-        part_outputs: dict[str, dict[int, str]] = {rel: {} for rel in files}
-        for u in units:
-            parts_left[u.file.relative_path] += 1
-        crashes: dict[Task, int] = {}
-        queue: deque[Task] = deque(units)
-        suspects: deque[Task] = deque()
-        suspect_set: set[Task] = set()  # suspects not yet finished, queued or in flight
-        inflight: dict[Future, Task] = {}
+        scheduler = Scheduler.for_units(units, max_inflight=self.max_inflight, max_crashes=self.max_crashes)
+        self._scheduler = scheduler
+        in_flight: dict[Future, Task] = {}
         self._started = time.monotonic()
         self._last_progress = self._started
         self._total_bytes = sum(f.size for f in files.values())
@@ -233,52 +231,26 @@ class Runner:
         self._await_start()
         pool, self._pool = self._pool, None
         try:
-            while queue or suspects or inflight:
+            while scheduler.busy:
                 self._check_warm_ups()
                 stop_reason = self.hooks.poll()
                 if stop_reason:
                     raise Stopped(stop_reason)
-                # Isolation mode: after a crash, suspects run alone so the next crash has one culprit,
-                # including the last one: nothing else starts until it has finished.
-                isolating = bool(suspects) or any(t in suspect_set for t in inflight.values())
-                source = suspects if isolating else queue
-                limit = 1 if isolating else self.max_inflight
-                while source and len(inflight) < limit:
-                    task = source.popleft()
-                    if isinstance(task, WorkUnit):
-                        report = reports[task.file.relative_path]
-                        if report.status is FileStatus.FAILED:
-                            continue  # another part already failed the file
-                        if report.status is FileStatus.PENDING:
-                            report.status = FileStatus.RUNNING
-                            self.hooks.file_started(report)
-                        report.tries += 1
-                        inflight[pool.submit(process.run_unit, task)] = task
-                    else:
-                        inflight[
-                            pool.submit(
-                                process.merge_file,
-                                task.file,
-                                list(task.parts),
-                                self.settings.output_format,
-                                self.settings.output_dir,
-                            )
-                        ] = task
-                done, _ = wait(list(inflight), timeout=0.5, return_when=FIRST_COMPLETED)
+                for action in scheduler.handle(RoomToStart()):
+                    in_flight[self._submit(pool, action.task, reports)] = action.task
+                done, _ = wait(list(in_flight), timeout=0.5, return_when=FIRST_COMPLETED)
                 broken: list[Task] = []
                 for future in done:
-                    task = inflight.pop(future)
-                    if self._collect(future, task, broken, reports, parts_left, part_outputs, queue):
-                        suspect_set.discard(task)
+                    task = in_flight.pop(future)
+                    if not self._collect(future, task, reports):
+                        broken.append(task)
                 if broken:
                     pool.shutdown(wait=True, cancel_futures=True)
                     # Units still in flight died with the pool, unless their result made it out first.
-                    for future, task in list(inflight.items()):
-                        if self._collect(future, task, broken, reports, parts_left, part_outputs, queue):
-                            suspect_set.discard(task)
-                    inflight.clear()
-                    suspect_set.update(broken)
-                    self._on_crash(broken, isolating, crashes, reports, suspects)
+                    broken += [task for future, task in in_flight.items() if not self._collect(future, task, reports)]
+                    in_flight.clear()
+                    for action in scheduler.handle(Crashed(tuple(broken))):
+                        self._on_crash(action, reports)
                     pool = self._new_pool()
                 self._maybe_log_progress(reports)
         except BaseException:
@@ -288,6 +260,19 @@ class Runner:
             self._warm_ups.clear()
             pool.shutdown(wait=True, cancel_futures=True)
         return [reports[rel] for rel in sorted(reports)]
+
+    def _submit(self, pool: ProcessPoolExecutor, task: Task, reports: dict[str, FileReport]) -> Future:
+        """Hand a task the scheduler started to the pool; a unit's file is RUNNING from its first try."""
+        if isinstance(task, Merge):
+            return pool.submit(
+                process.merge_file, task.file, list(task.parts), self.settings.output_format, self.settings.output_dir
+            )
+        report = reports[task.file.relative_path]
+        if report.status is FileStatus.PENDING:
+            report.status = FileStatus.RUNNING
+            self.hooks.file_started(report)
+        report.tries += 1
+        return pool.submit(process.run_unit, task)
 
     # -- internals --------------------------------------------------------------------
 
@@ -362,18 +347,18 @@ class Runner:
             child.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
 
-    def _collect(self, future: Future, task: Task, broken: list[Task], *state) -> bool:
+    def _collect(self, future: Future, task: Task, reports: dict[str, FileReport]) -> bool:
         """Handle a finished future; True if it produced a result, False if its worker died."""
         error = future.exception() if future.done() else BrokenProcessPool("worker died")
         if isinstance(error, (BrokenProcessPool, CancelledError)):
-            broken.append(task)
             return False
         if error is not None:  # a bug in our own code, not a file's fault
             raise error
-        self._on_result(future.result(), task, *state)
+        self._on_result(future.result(), task, reports)
+        self._scheduler.handle(Finished(task))
         return True
 
-    def _on_result(self, result: UnitResult, task: Task, reports, parts_left, part_outputs, queue) -> None:
+    def _on_result(self, result: UnitResult, task: Task, reports: dict[str, FileReport]) -> None:
         if self.pool_starts == 1 and result.ready_at:
             self._first_pool_ready.setdefault(result.worker, result.ready_at)
             if result.timing is not None:
@@ -392,7 +377,7 @@ class Runner:
             self.feature_choices[result.features] += 1
         if result.worker and result.worker not in report.workers:
             report.workers.append(result.worker)
-        if isinstance(task, _Merge):
+        if isinstance(task, Merge):
             if result.ok:
                 self._finish(report, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
             else:
@@ -408,52 +393,43 @@ class Runner:
         report.rows_in += result.rows_in
         report.rows_out += result.rows_out
         report.add_histogram(result.histogram)
-        parts_left[rel] -= 1
         if not task.is_split:
             self._finish(report, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
             return
-        part_outputs[rel][task.part] = result.output
-        if parts_left[rel] == 0:
-            parts = tuple(part_outputs[rel][i] for i in range(task.parts))
-            queue.appendleft(_Merge(task.file, parts))  # merge promptly: it frees disk and finishes the file
+        self._scheduler.handle(PartWritten(task, result.output))
 
-    def _on_crash(self, broken: list[Task], isolating: bool, crashes, reports, suspects) -> None:
-        labels = ", ".join(t.label for t in broken)
-        if isolating and len(broken) == 1:
-            task = broken[0]
-            crashes[task] = crashes.get(task, 0) + 1
-            report = reports[task.file.relative_path]
-            report.crashes += 1
-            if crashes[task] >= self.max_crashes:
-                log.error(
-                    "%s%s killed its worker %d times: failing it as poison", self.prefix, task.label, crashes[task]
-                )
-                self._fail(
-                    report,
-                    PoisonFileError.__name__,
-                    f"the worker process died {crashes[task]} times while processing {task.label} alone "
-                    "(killed by a signal, or out of memory); the file is skipped as poison",
-                )
-                return
+    def _on_crash(self, action: RetryOneByOne | RetryAlone | FailAsPoison, reports: dict[str, FileReport]) -> None:
+        """Count the crash against the files that were in flight, and say what happens to them."""
+        if isinstance(action, RetryOneByOne):
+            log.warning(
+                "%sa worker process died with %d unit(s) in flight (%s); rebuilding the pool and "
+                "retrying them one at a time",
+                self.prefix,
+                len(action.tasks),
+                ", ".join(t.label for t in action.tasks),
+            )
+            for task in action.tasks:
+                reports[task.file.relative_path].crashes += 1
+            return
+        task = action.task
+        report = reports[task.file.relative_path]
+        report.crashes += 1
+        if isinstance(action, RetryAlone):
             log.warning(
                 "%sworker died on %s (crash %d of %d allowed); retrying it alone",
                 self.prefix,
                 task.label,
-                crashes[task],
-                self.max_crashes,
+                action.crash,
+                action.allowed,
             )
-            suspects.appendleft(task)
             return
-        log.warning(
-            "%sa worker process died with %d unit(s) in flight (%s); rebuilding the pool and "
-            "retrying them one at a time",
-            self.prefix,
-            len(broken),
-            labels,
+        log.error("%s%s killed its worker %d times: failing it as poison", self.prefix, task.label, action.crashes)
+        self._fail(
+            report,
+            PoisonFileError.__name__,
+            f"the worker process died {action.crashes} times while processing {task.label} alone "
+            "(killed by a signal, or out of memory); the file is skipped as poison",
         )
-        for task in broken:
-            reports[task.file.relative_path].crashes += 1
-        suspects.extend(broken)
 
     def _finish(self, report: FileReport, *, output, sha256, bytes_out) -> None:
         report.status = FileStatus.SUCCEEDED
@@ -472,6 +448,7 @@ class Runner:
         if report.status is FileStatus.FAILED:
             return
         report.status = FileStatus.FAILED
+        self._scheduler.handle(FileFailed(report.input))
         report.error_class = error_class or "Error"
         report.error_message = message or ""
         log.error("%sFAILED %s: %s: %s", self.prefix, report.input, report.error_class, report.error_message)

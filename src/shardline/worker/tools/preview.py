@@ -28,20 +28,21 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.errors import InputSchemaError, SetupError
-from shardline.worker import formats, guards
-from shardline.worker.errors import EXIT_FILES_FAILED, EXIT_OK
-from shardline.worker.features import FROM_FILE_ORDER, FeatureChoice, check_spec_against_model, choose_features
-from shardline.worker.models import ModelArtifact, load_predictor
-from shardline.worker.process import (
-    JobSettings,
+from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
+from shardline.worker.model import formats
+from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, check_spec_against_model, choose_features
+from shardline.worker.model.loading import ModelArtifact, load_predictor
+from shardline.worker.model.predict import (
     file_failure,
     first_rows,
     numeric_features,
     predict_batch,
     with_script_settings,
 )
-from shardline.worker.sagemaker_script import MULTI_RECORD, SINGLE_RECORD, ScriptProtocol
-from shardline.worker.work_units import InputFile
+from shardline.worker.model.script_codec import MULTI_RECORD, SINGLE_RECORD, ScriptProtocol
+from shardline.worker.pool import guards
+from shardline.worker.pool.process import JobSettings
+from shardline.worker.pool.work_units import InputFile
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,230 @@
+"""One record batch through the model, and what its output is checked for.
+
+:func:`predict_batch` is what a pool process runs on each batch of a file (``worker/pool/process.py``) and
+what the preview runs on its sample (``worker/tools/preview.py``): the same columns, the same checks (the
+model's warnings, NaN predictions, output names), the same failure and its hint (:func:`file_failure`).
+The per-file statistics of the output live here too: the histogram the run report compares between runs,
+and the spread that tells a model that does not see its inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from shardline.errors import FileError, InputSchemaError, PredictionError
+from shardline.report.histogram import Histogram
+from shardline.worker.model import formats
+from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, is_numeric
+from shardline.worker.model.loading import Predictor
+from shardline.worker.pool import guards
+from shardline.worker.pool.work_units import InputFile, WorkUnit
+
+log = logging.getLogger(__name__)
+
+
+class OutputSettings(Protocol):
+    """What :func:`predict_batch` reads of the job's settings (``process.JobSettings`` has them)."""
+
+    passthrough: tuple[str, ...]
+    allow_nan_predictions: bool
+
+
+def file_failure(err: Exception, label: str, choice: FeatureChoice | None, predictor: Predictor) -> FileError:
+    """What a file fails with, and the hint that fixes it: the same for the job and for the preview."""
+    if not isinstance(err, FileError):
+        err = PredictionError(f"{type(err).__name__} while predicting {label}: {err}" + _feature_hint(choice))
+    if (
+        isinstance(err, PredictionError)
+        and predictor.kind == "custom"
+        and choice is not None
+        and choice.source == FROM_FILE_ORDER
+    ):
+        # The script failed on columns taken in the file's order: say which it got, and how to send others.
+        err = type(err)(
+            f"{err}. The script got {choice.describe()}. If it expects other columns, or another "
+            "order, name them with input.features (--features)"
+        )
+    return err
+
+
+def with_script_settings(
+    err: InputSchemaError, predictor: Predictor, file: InputFile, schema: pa.Schema, scratch: Path
+) -> InputSchemaError:
+    """A custom script stopped because nothing names its features: also name the request settings it needs,
+    found by trying its first records, so that one failed run names every setting to change."""
+    candidates = getattr(err, "candidates", None)
+    if predictor.kind != "custom" or not candidates:
+        return err
+    try:
+        batch = first_rows(file, list(candidates), numeric_features(schema, list(candidates)), 3, scratch)
+        hint = predictor.other_settings_needed(batch) if batch.num_rows else ""
+    except Exception:  # noqa: BLE001 - the hint is a courtesy: the error stands without it
+        return err
+    return InputSchemaError(f"{err}. {hint}") if hint else err
+
+
+def first_rows(file: InputFile, columns: list[str], features: list[str], rows: int, scratch: Path) -> pa.RecordBatch:
+    """The first ``rows`` rows of ``file`` (``columns`` only), read as a job reads them."""
+    unit = WorkUnit(file, est_bytes=file.size)
+    collected, have = [], 0
+    for batch in formats.iter_batches(unit, columns, features, rows, scratch):
+        collected.append(batch.slice(0, rows - have))
+        have += collected[-1].num_rows
+        if have >= rows:
+            break
+    if not collected:
+        return pa.RecordBatch.from_pylist([], schema=pa.schema([]))
+    return pa.Table.from_batches(collected).combine_chunks().to_batches()[0]
+
+
+def numeric_features(schema: pa.Schema, features: list[str]) -> list[str]:
+    """The features that text readers read as float64: the numeric ones. A string feature (a pipeline's
+    category, a script's text column) stays a string."""
+    return [name for name in features if is_numeric(schema.field(name).type)]
+
+
+class PredictionHistogram:
+    """The distribution of a file's first prediction column, kept batch by batch as it is written (no second
+    pass over the output): the run report compares it with the previous run's (drift)."""
+
+    def __init__(self) -> None:
+        self.column: str | None = None
+        self.histogram: Histogram | None = None
+
+    def add(self, out: pa.RecordBatch, skip: int) -> None:
+        if out.num_columns <= skip:
+            return
+        name, column = out.schema.names[skip], out.column(skip)
+        if self.column is None:
+            self.column = name
+            numeric = (
+                pa.types.is_integer(column.type)
+                or pa.types.is_floating(column.type)
+                or pa.types.is_boolean(column.type)
+            )
+            self.histogram = Histogram() if numeric else None  # string labels: no histogram
+        if self.histogram is not None and name == self.column:
+            self.histogram.add(formats.column_values(column))
+
+    def to_dict(self) -> dict | None:
+        if self.histogram is None:
+            return None
+        return {"column": self.column, **self.histogram.to_dict()}
+
+
+class PredictionSpread:
+    """Min and max of each float output column over a file: a float prediction that never varies over many
+    rows is the mark of a model that does not see its inputs (a script filling columns it misses)."""
+
+    MIN_ROWS = 100
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.ranges: dict[str, list[float]] = {}
+
+    def add(self, out: pa.RecordBatch, skip: int) -> None:
+        import pyarrow.compute as pc
+
+        self.rows += out.num_rows
+        for name, column in zip(out.schema.names[skip:], out.columns[skip:], strict=True):
+            if not pa.types.is_floating(column.type) or not len(column):
+                continue
+            low, high = pc.min_max(column).values()
+            low, high = low.as_py(), high.as_py()
+            if low is None:
+                continue
+            seen = self.ranges.setdefault(name, [low, high])
+            seen[0], seen[1] = min(seen[0], low), max(seen[1], high)
+
+    def warn_if_constant(self, where: str) -> None:
+        constant = [name for name, (low, high) in self.ranges.items() if low == high]
+        if self.rows >= self.MIN_ROWS and constant and len(constant) == len(self.ranges):
+            log.warning(
+                "%s: every prediction (%s) is %s over all %d rows: check that the model gets the columns "
+                "it expects (run `shardline preview` on this step)",
+                where,
+                ", ".join(constant),
+                self.ranges[constant[0]][0],
+                self.rows,
+            )
+
+
+def _feature_hint(choice: FeatureChoice | None) -> str:
+    if choice is None:
+        return ""
+    return f" (the model got {choice.describe()})"
+
+
+def predict_batch(
+    predictor: Predictor,
+    batch: pa.RecordBatch,
+    choice: FeatureChoice,
+    settings: OutputSettings,
+    tally: guards.OutputTally,
+) -> pa.RecordBatch:
+    """Predict one record batch: the output's passthrough columns, then the model's output columns.
+
+    What the model library or script prints, logs or warns goes to ``tally``; a warning that
+    means the model got the wrong input fails the file, and so does a NaN prediction.
+    """
+    passthrough = settings.passthrough
+    with guards.captured(tally) as caught:
+        predicted = predictor.predict(batch.select(list(choice.columns)))
+    guards.raise_for_wrong_input(caught, tally, order_vouched=choice.order_vouched, script=predictor.kind == "custom")
+    clashes = [name for name, _ in predicted if name in passthrough]
+    if clashes:
+        raise PredictionError(
+            f"the model's output column(s) {clashes} have the name of passthrough column(s); "
+            "rename them in the script, or change input.passthrough"
+        )
+    arrays = [_to_arrow(values) for _, values in predicted]
+    if not settings.allow_nan_predictions:
+        for (name, _), array in zip(predicted, arrays, strict=True):
+            nans = _nan_count(array)
+            if nans:
+                rows_with_nulls = _rows_with_missing_features(batch, choice.columns)
+                raise PredictionError(
+                    f"the model returned NaN for {nans} of {batch.num_rows} row(s) in column {name!r}"
+                    + (
+                        f"; {rows_with_nulls} row(s) of this batch have a missing (null or NaN) feature, which the "
+                        "model does not handle"
+                        if rows_with_nulls
+                        else ""
+                    )
+                    + ". Fill or drop the missing values upstream, or set model.allow_nan_predictions: true "
+                    "(--allow-nan-predictions) if NaN is a valid prediction"
+                )
+    names = [*passthrough, *(name for name, _ in predicted)]
+    columns = [batch.column(name) for name in passthrough] + arrays
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def _nan_count(array: pa.Array) -> int:
+    if pa.types.is_floating(array.type):
+        import pyarrow.compute as pc
+
+        return int(pc.sum(pc.is_nan(array)).as_py() or 0) + array.null_count
+    return array.null_count
+
+
+def _rows_with_missing_features(batch: pa.RecordBatch, features) -> int:
+    import pyarrow.compute as pc
+
+    missing = None
+    for name in features:
+        column = batch.column(name)
+        flags = pc.is_null(column, nan_is_null=True) if pa.types.is_floating(column.type) else pc.is_null(column)
+        missing = flags if missing is None else pc.or_(missing, flags)
+    return int(pc.sum(missing).as_py() or 0) if missing is not None else 0
+
+
+def _to_arrow(values: Any) -> pa.Array:
+    array = np.asarray(values)
+    if array.dtype == object:
+        return pa.array(array.tolist())
+    return formats.values_to_arrow(array)
