@@ -22,18 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PACKAGES = {"shardline"}
-ROOMS = {
-    "spec",
-    "planning",
-    "backends",
-    "worker",
-    "ledger",
-    "decision",
-    "orchestration",
-    "airflow",
-    "oncall",
-    "local",
-}
+ROOMS = {"spec", "planning", "backends", "worker", "ledger", "decision", "orchestration", "airflow", "oncall", "local"}
 # What the images' wheel stage copies (inference_container/Dockerfile, infra/compose/airflow.Dockerfile).
 BUILD_INPUTS = ["pyproject.toml", "README.md", "src"]
 

@@ -1,12 +1,9 @@
-"""What a resubmit command does, decided before anything changes (``views.choose_next``), and how the
-ledger and Airflow are compared (``views.disagreement``). Pure: every case of the on-call loop that
-once half-worked is pinned here."""
+"""What a resubmit command does, decided before anything changes (``decision.resubmit.choose_next``). Pure:
+every case of the on-call loop that once half-worked is pinned here."""
 
 from __future__ import annotations
 
-import pytest
-
-from shardline.oncall.views import Next, choose_next, disagreement
+from shardline.decision.resubmit import Next, choose_next
 
 
 def choose(*, job_running=False, step="FAILED", watch="failed", files=1, force=False):
@@ -65,39 +62,3 @@ def test_without_airflow_ledger_only_submits_and_clears_nothing():
     assert (choose(watch=None).next, choose(watch=None).clear_watch) == (Next.SUBMIT, False)
     assert choose(step="PLANNED", watch=None, files=0).next is Next.NOTHING
     assert choose(job_running=True, step="RUNNING", watch=None).next is Next.NOTHING
-
-
-@pytest.mark.parametrize(
-    ("ledger", "airflow"),
-    [
-        ("SUCCEEDED", "success"),
-        ("PARTIAL", "success"),
-        ("FAILED", "failed"),
-        ("CANCELLED", "failed"),
-        ("RUNNING", "running"),
-        ("PLANNED", "queued"),
-        ("RUNNING", None),
-        ("UNKNOWN", "failed"),
-    ],
-)
-def test_agreeing_states_are_not_flagged(ledger, airflow):
-    assert disagreement(ledger, airflow, "p/r1", "score") is None
-
-
-def test_a_run_no_task_drives_is_flagged_with_the_command_that_takes_it_up():
-    said = disagreement("RUNNING", "failed", "p/r1", "score")
-    assert said.startswith("the DAG run's state is failed but the ledger says RUNNING: no task drives this run now")
-    assert "`shardline resubmit p/r1 --step score --all-failed` takes it up again" in said
-    said = disagreement("SUCCEEDED", "failed", "p/r1")
-    assert "clears it, so the run turns green" in said and "shardline status p/r1" in said
-
-
-def test_each_kind_of_on_call_error_says_how_the_page_answers_and_the_cli_exits():
-    from shardline.oncall.errors import BadRequest, Conflict, NotFound, OnCallError, Refused, Unavailable
-    from shardline.oncall.views import RunRef
-
-    kinds = {NotFound: (404, 1), Conflict: (409, 1), BadRequest: (400, 2), Refused: (403, 1), Unavailable: (503, 1)}
-    for kind, (http_status, exit_code) in kinds.items():
-        assert issubclass(kind, OnCallError) and (kind.http_status, kind.exit_code) == (http_status, exit_code)
-    with pytest.raises(BadRequest):
-        RunRef.parse("no-slash")

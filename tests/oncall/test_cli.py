@@ -7,10 +7,8 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import boto3
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,54 +94,6 @@ def test_cancel_without_a_terminal_asks_for_yes_and_changes_nothing():
     )
 
 
-@pytest.mark.integration  # starts its own moto_server
-def test_local_up_creates_what_the_specs_name_and_down_stops_it_from_any_directory(tmp_path):
-    # The stack's state is the user's (XDG_STATE_HOME), not the directory's: `down` works from anywhere.
-    user = {"XDG_STATE_HOME": str(tmp_path / "xdg-state"), "SHARDLINE_STATE_DIR": ""}
-    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
-    here.mkdir()
-    elsewhere.mkdir()
-    up = run("--dags-folder", str(REPO / "dags"), "local", "up", env=user, cwd=here)
-    assert up.returncode == 0, up.stderr
-    url = re.search(r"export AWS_ENDPOINT_URL=(\S+)", up.stdout).group(1)
-    assert (tmp_path / "xdg-state" / "shardline" / "local" / "stack.json").exists()
-    try:
-        assert "bucket s3://shardline-demo: created" in up.stdout
-        assert "ledger table shardline-jobs: created" in up.stdout
-        again = run("--dags-folder", str(REPO / "dags"), "local", "up", env=user, cwd=elsewhere)
-        assert "already up" in again.stdout  # a second `up`, anywhere, adopts the running stack
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=url,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        assert "shardline-demo" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
-        dynamodb = boto3.client(
-            "dynamodb",
-            endpoint_url=url,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        assert "shardline-jobs" in dynamodb.list_tables()["TableNames"]
-        assert run("local", "status", env=user, cwd=elsewhere).returncode == 0
-    finally:
-        down = run("local", "down", env=user, cwd=elsewhere)
-    assert down.returncode == 0 and "stopped the embedded stack" in down.stdout
-    deadline = time.monotonic() + 10
-    from shardline.local.embedded_aws import answers
-
-    while answers(url) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not answers(url)
-    status = run("local", "status", env=user, cwd=here)
-    assert status.returncode == 1 and "shardline local up" in status.stdout
-    # A state dir given explicitly still wins.
-    assert "is down" in run("local", "status", "--state-dir", str(tmp_path / "other"), env=user).stdout
-
-
 def write_spec(dags: Path, ledger_table: str) -> None:
     """A one-step pipeline ``p`` over ``ledger_table``."""
     (dags / "pipelines").mkdir(parents=True)
@@ -171,142 +121,6 @@ def test_preview_of_an_unknown_pipeline_or_step_lists_the_known_ones():
     assert "no pipeline 'no_such_pipeline'" in result.stderr and "tabular_scoring_hourly" in result.stderr
     result = run("--dags-folder", str(REPO / "dags"), "preview", "daily_churn", "--step", "nope")
     assert result.returncode == 1 and "(steps: score, calibrate)" in result.stderr
-
-
-# --- text from the ledger is printed as written --------------------------------------------------------------
-
-# What a crafted S3 key, a worker's error message echoing an input row, or a step message could hold: rich
-# markup (a fake status, a link), and terminal controls (clear screen, an OSC 8 link, a window title, a cursor
-# move, carriage return and backspace that overwrite what was printed, a bidi override that reorders it).
-MARKUP = "[bold red]FAKE OK[/bold red]"
-LINK = "[link=file:///etc]x[/link]"
-CONTROLS = "\x1b[2J\x1b]8;;file:///etc\x1b\\click\x1b]8;;\x1b\\\x1b]0;pwned\x07\x1b[1A\r\b\u202e"
-HOSTILE = {
-    "key_name": f"part-{MARKUP}{CONTROLS}.parquet",
-    "error_class": f"Corrupt{MARKUP}Error",
-    "error_message": f"row 7: {LINK} {CONTROLS} :warning:",
-    "host": f"algo-1{CONTROLS}",
-    "step_message": f"{MARKUP} {LINK}{CONTROLS}",
-    "run_message": f"{LINK}{CONTROLS}",
-    "step_name": f"sc{MARKUP}{CONTROLS}ore",
-}
-
-
-def assert_printed_as_written(text: str, *expected: str) -> None:
-    """No terminal control reached the output, and each expected text is there verbatim (markup not read)."""
-    assert not [ch for ch in text if not ch.isprintable() and ch not in "\n"], repr(text)
-    for part in expected:
-        assert part in text, (part, text)
-
-
-@pytest.fixture
-def hostile_run(aws_env, ledger_table, tmp_path):
-    """A failed run whose ledger holds hostile text: written with the ledger's own functions, as a worker would."""
-    from shardline.ledger import bind_ledger
-    from shardline.ledger.context import LedgerContext
-    from shardline.ledger.job_writes import FileOutcome, WorkerLedger
-    from shardline.ledger.states import FileStatus, StepStatus
-    from shardline.ledger.step_writes import ensure_run, finish_step, set_run_status, start_attempt
-
-    write_spec(tmp_path / "dags", ledger_table)
-    model = bind_ledger(ledger_table)
-    key = "s3://b/in/" + HOSTILE["key_name"]
-    ensure_run(model, "p", "run-1")
-    start_attempt(
-        model,
-        "p",
-        "run-1",
-        "score",
-        1,
-        [(key, 10), ("s3://b/in/good.parquet", 10)],
-        plan_json=json.dumps(
-            {
-                "input_prefix": "s3://b/in/",
-                "output_prefix": "s3://b/out/",
-                "model_uri": "s3://b/model.tar.gz",
-                "requested_instances": 1,
-            }
-        ),
-    )
-    worker = WorkerLedger(
-        LedgerContext(ledger_table, "p", "run-1", "score", 1, input_uri="s3://b/in/"), HOSTILE["host"]
-    )
-    worker.claim_file(HOSTILE["key_name"])
-    worker.finish_file(
-        HOSTILE["key_name"],
-        FileOutcome(FileStatus.FAILED, error_class=HOSTILE["error_class"], error_message=HOSTILE["error_message"]),
-    )
-    finish_step(model, "p", "run-1", "score", 1, StepStatus.FAILED, HOSTILE["step_message"])
-    set_run_status(model, "p", "run-1", StepStatus.FAILED, HOSTILE["run_message"])
-    # A second run, still going, with a STEP item of a hostile name: what `cancel` lists.
-    ensure_run(model, "p", "run-2")
-    start_attempt(model, "p", "run-2", HOSTILE["step_name"], 1, [])
-    env = {**aws_env, "SHARDLINE_LOCAL_ROOT": str(tmp_path / "local"), "COLUMNS": "400"}  # wide: no cell folds
-    return ["--dags-folder", str(tmp_path / "dags")], env, key
-
-
-def test_ledger_text_is_printed_as_written_never_as_markup_or_terminal_controls(hostile_run):
-    folder, env, key = hostile_run
-    runs = run(*folder, "runs", env=env)
-    assert runs.returncode == 0, runs.stderr
-    # The column is shortened to fit, which turns whitespace (\r too) into single spaces.
-    assert_printed_as_written(runs.stdout, LINK, "\\x1b[2J", " \\x08\\u202e")
-
-    status = run(*folder, "status", "p/run-1", env=env)
-    assert status.returncode == 0, status.stderr
-    assert_printed_as_written(status.stdout, f"  {LINK}\\x1b[2J", f"step score: {MARKUP} {LINK}\\x1b[2J")
-
-    failed = run(*folder, "failed", "p/run-1", env=env)
-    assert failed.returncode == 0, failed.stderr
-    printed_key = (
-        key.replace("\x1b", "\\x1b")
-        .replace("\x07", "\\x07")
-        .replace("\r", "\\r")
-        .replace("\b", "\\x08")
-        .replace("\u202e", "\\u202e")
-    )
-    # (the ERROR cell may wrap at a space: its parts are looked for one by one)
-    assert_printed_as_written(
-        failed.stdout,
-        printed_key,
-        f"Corrupt{MARKUP}Error: row 7: {LINK}",
-        "\\x1b[2J\\x1b]8;;",
-        ":warning:",
-        "algo-1\\x1b[2J",
-    )
-
-    resubmit = run(
-        *folder, "resubmit", "p/run-1", "--step", "score", "--all-failed", "--dry-run", "--ledger-only", env=env
-    )
-    assert resubmit.returncode == 0, resubmit.stderr
-    assert_printed_as_written(resubmit.stdout, f"  {printed_key}")
-
-    cancel = run(*folder, "cancel", "p/run-2", "--yes", env=env)
-    assert cancel.returncode == 0, cancel.stderr
-    assert_printed_as_written(cancel.stdout, f"step sc{MARKUP}\\x1b[2J")
-
-
-def test_json_output_keeps_ledger_text_exact_and_escaped(hostile_run):
-    folder, env, key = hostile_run
-    failed = run(*folder, "failed", "p/run-1", "--json", env=env)
-    assert failed.returncode == 0, failed.stderr
-    assert "\x1b" not in failed.stdout and "\r" not in failed.stdout  # JSON writes them as \u001b, \r
-    [row] = [r for r in json.loads(failed.stdout) if r["status"] == "FAILED"]
-    assert (row["input_key"], row["host"], row["error_class"], row["error_message"]) == (
-        key,
-        HOSTILE["host"],
-        HOSTILE["error_class"],
-        HOSTILE["error_message"],
-    )
-    status = json.loads(run(*folder, "status", "p/run-1", "--json", env=env).stdout)
-    assert (status["message"], status["steps"][0]["message"]) == (HOSTILE["run_message"], HOSTILE["step_message"])
-
-
-def test_an_error_message_prints_terminal_controls_escaped(hostile_run):
-    folder, env, _ = hostile_run
-    result = run(*folder, "status", f"p/nope{CONTROLS}", env=env)
-    assert result.returncode == 1
-    assert_printed_as_written(result.stderr, "no run p/nope\\x1b[2J")
 
 
 def test_a_malformed_run_name_is_a_usage_error():
@@ -339,7 +153,7 @@ def test_login_never_takes_a_secret_from_the_command_line(tmp_path):
     ],
 )
 def test_login_warns_before_sending_secrets_over_plain_http_to_another_host(url, warned):
-    from shardline.oncall.cli import plain_http_warning
+    from shardline.oncall.messages import plain_http_warning
 
     warning = plain_http_warning(url)
     assert bool(warning) == warned, (url, warning)

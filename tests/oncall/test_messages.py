@@ -24,13 +24,14 @@ import pytest
 
 from shardline.decision import policy
 from shardline.decision.policy import Action, FileState, JobStatus, Policy, ShardState, StepSnapshot
+from shardline.decision.resubmit import Next, NextStep, choose_next
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.oncall import cli
-from shardline.oncall import views as oncall
+from shardline.oncall import messages, printing, views
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient, api_refused, find_settings, login_refused
 from shardline.oncall.errors import OnCallError
+from shardline.oncall.messages import CANCEL_LINES
+from shardline.oncall.records import ResubmitPlan, ResubmitResult, RunRef
 from shardline.oncall.service import OnCall
-from shardline.oncall.views import CANCEL_LINES, Next, NextStep, RunRef, choose_next
 from shardline.orchestration import steps
 from shardline.orchestration import watch as polls
 from shardline.orchestration.outcome import rows_mismatch_text
@@ -191,7 +192,7 @@ def test_a_disagreement_between_airflow_and_the_ledger_says_how_to_settle_it():
         ("queued", "running", "success", "failed"),
         (STEP, None),
     ):
-        text = oncall.disagreement(ledger, airflow, REF, step)
+        text = views.disagreement(ledger, airflow, REF, step)
         if text is not None:
             said(f"disagreement ledger={ledger} airflow={airflow} step={step}", text, failure=True)
             assert "shardline" in text and REF in text, text
@@ -264,7 +265,7 @@ def test_the_on_call_service_says_what_went_wrong_and_what_to_do():
     raised("OnCall.spec of an unknown pipeline", lambda: OnCall(specs).spec("tabular_scoring"), OnCallError)
     said(
         "unknown step",
-        oncall.unknown_step("tabular_scoring_hourly", "postprocess", ["score", "calibrate"]),
+        messages.unknown_step("tabular_scoring_hourly", "postprocess", ["score", "calibrate"]),
         failure=True,
     )
 
@@ -296,19 +297,19 @@ def test_the_on_call_service_says_what_went_wrong_and_what_to_do():
         failure=False,
     )
 
-    again = oncall.resubmit_command(ref, STEP, shard=None, files=(), all_failed=True, force=False)
+    again = messages.repeat_resubmit_command(ref, STEP, shard=None, files=(), all_failed=True, force=False)
     for attempt, job in ((3, "sl-tabular-scoring-hourly-score-0123456789-a3"), (None, None)):
         for err in (_refused(403), OnCallError(stuck)):
             text = said(
                 f"resubmit half done (attempt {attempt})",
-                oncall.half_done_text(attempt, job, "watch_score", err, again),
+                messages.half_done_text(attempt, job, "watch_score", err, again),
                 failure=True,
             )
             assert text.endswith(again) and "the same command again" in text
-    said("ResubmitResult: Airflow follows", oncall.followed_text("watch_score", "deferred"))
-    said("ResubmitResult: Airflow not started yet", oncall.followed_text("watch_score", "none"))
-    said("ResubmitResult: --ledger-only", oncall.followed_text("watch_score", None))
-    said("ResubmitResult: cleared", oncall.cleared_text("watch_score", "failed", 2))
+    said("ResubmitResult: Airflow follows", messages.followed_text("watch_score", "deferred"))
+    said("ResubmitResult: Airflow not started yet", messages.followed_text("watch_score", "none"))
+    said("ResubmitResult: --ledger-only", messages.followed_text("watch_score", None))
+    said("ResubmitResult: cleared", messages.cleared_text("watch_score", "failed", 2))
     take_up = NextStep(
         Next.TAKE_UP,
         True,
@@ -323,14 +324,14 @@ def test_the_on_call_service_says_what_went_wrong_and_what_to_do():
             watch="watch_score",
         ).reason,
     )
-    said("dry run: take up", oncall.dry_run_text(take_up, "watch_score", RUN_ID, None, "failed"))
+    said("dry run: take up", messages.dry_run_text(take_up, "watch_score", RUN_ID, None, "failed"))
     for clear, state in ((True, "failed"), (False, "deferred"), (False, None)):
         text = said(
             f"dry run: submit (clear={clear}, watch={state})",
-            oncall.dry_run_text(NextStep(Next.SUBMIT, clear, "x"), "watch_score", RUN_ID, 3, state),
+            messages.dry_run_text(NextStep(Next.SUBMIT, clear, "x"), "watch_score", RUN_ID, 3, state),
         )
         assert "nothing was changed" in text and "attempt 3" in text
-    said("Airflow left out of runs/status", oncall.airflow_left_out(_refused(500, "Internal Server Error")))
+    said("Airflow left out of runs/status", messages.airflow_left_out(_refused(500, "Internal Server Error")))
 
     lines = {
         "already": {"step": STEP, "status": "SUCCEEDED"},
@@ -357,11 +358,25 @@ def _client(handler, **kwargs) -> AirflowClient:
 def test_a_cli_looking_in_another_local_root_is_told_what_to_set():
     said(
         "resubmit: the job ran under another local root",
-        oncall.local_root_mismatch(
+        messages.local_root_mismatch(
             "sl-tabular-scoring-hourly-score-0123456789-a1", 1, "/home/oncall/airflow/shardline-local"
         ),
         failure=True,
     )
+
+
+def test_a_half_done_resubmission_prints_the_command_that_repeats_it():
+    ref = RunRef("p", "manual__2026-11-22T10:00:00+00:00")
+    assert (
+        messages.repeat_resubmit_command(ref, "score", shard=None, files=(), all_failed=True, force=False)
+        == "shardline resubmit p/manual__2026-11-22T10:00:00+00:00 --step score --all-failed"
+    )
+    assert messages.repeat_resubmit_command(
+        ref, "score", shard=None, files=["a b.parquet", "c"], all_failed=False, force=True
+    ).endswith("--file 'a b.parquet' --file c --force")
+    assert messages.repeat_resubmit_command(
+        ref, "score", shard="algo-2", files=(), all_failed=False, force=False
+    ).endswith("--step score --shard algo-2")
 
 
 def test_every_airflow_api_error_names_airflow_and_what_to_do(tmp_path):
@@ -615,14 +630,12 @@ def test_the_operators_say_what_happened_and_what_to_do():
         ),
         failure=True,
     )
-    from shardline.oncall import service
-
-    said("rerun: not finished", service.rerun_not_finished_text(oncall.RunRef.parse(REF), "running"), failure=True)
+    said("rerun: not finished", messages.rerun_not_finished_text(RunRef.parse(REF), "running"), failure=True)
     for given in (False, True):
         said(
             f"rerun: bad conf (given={given})",
-            service.rerun_conf_text(
-                oncall.RunRef.parse(REF), "Param model_version '..' must match a plain segment", given=given
+            messages.rerun_conf_text(
+                RunRef.parse(REF), "Param model_version '..' must match a plain segment", given=given
             ),
             failure=True,
         )
@@ -667,21 +680,25 @@ def test_readiness_and_late_inputs_say_what_to_set():
 
 def test_the_cli_says_what_happened_and_what_to_do():
     dags = Path("/opt/airflow/dags")
-    said("runs: none yet", cli.no_runs_text(None, dags))
-    said("runs: none yet for a pipeline", cli.no_runs_text("tabular_scoring_hourly", dags))
-    said("failed: error cell", cli.error_text("CorruptInputError", None))
-    assert cli.error_text(None, None) == "-"
-    said("preview: no such pipeline", cli.preview_no_pipeline("tabular_scoring", dags, ["daily_churn"]), failure=True)
-    said("preview: no pipeline at all", cli.preview_no_pipeline("tabular_scoring", dags, []), failure=True)
+    said("runs: none yet", messages.no_runs_text(None, dags))
+    said("runs: none yet for a pipeline", messages.no_runs_text("tabular_scoring_hourly", dags))
+    said("failed: error cell", messages.error_text("CorruptInputError", None))
+    assert messages.error_text(None, None) == "-"
+    said(
+        "preview: no such pipeline",
+        messages.preview_no_pipeline("tabular_scoring", dags, ["daily_churn"]),
+        failure=True,
+    )
+    said("preview: no pipeline at all", messages.preview_no_pipeline("tabular_scoring", dags, []), failure=True)
     said(
         "preview: no such step",
-        cli.preview_no_step("tabular_scoring_hourly", "rank", ["score", "calibrate"]),
+        messages.preview_no_step("tabular_scoring_hourly", "rank", ["score", "calibrate"]),
         failure=True,
     )
     for env in ({"AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}, {"AWS_PROFILE": "prod", "AWS_REGION": "eu-west-1"}, {}):
         said(
             f"AWS error ({', '.join(env) or 'no settings'})",
-            cli.aws_error_text(
+            messages.aws_error_text(
                 "runs",
                 "An error occurred (ResourceNotFoundException) when calling the Query "
                 "operation: Requested resource not found",
@@ -731,7 +748,7 @@ def test_the_page_notices_say_what_to_do():
             watch="watch_score",
         ).reason
     )
-    half_done = json.dumps(oncall.half_done_text(2, "j-a2", "watch_score", _refused(403), FIX))
+    half_done = json.dumps(messages.half_done_text(2, "j-a2", "watch_score", _refused(403), FIX))
     render = (
         said_block
         + f"""
@@ -799,66 +816,62 @@ def test_the_cli_commands_print_whole_sentences(monkeypatch):
     )
     cases = {
         "dry run, submit": (
-            oncall.ResubmitResult(
-                oncall.ResubmitPlan(REF, STEP, [key], f"{why}; {submit.reason}"),
+            ResubmitResult(
+                ResubmitPlan(REF, STEP, [key], f"{why}; {submit.reason}"),
                 2,
                 job,
-                oncall.dry_run_text(submit, "watch_score", RUN_ID, 2, "failed"),
+                messages.dry_run_text(submit, "watch_score", RUN_ID, 2, "failed"),
             ),
             {"dry_run": True},
         ),
         "submit": (
-            oncall.ResubmitResult(
-                oncall.ResubmitPlan(REF, STEP, [key], f"{why}; {submit.reason}"),
+            ResubmitResult(
+                ResubmitPlan(REF, STEP, [key], f"{why}; {submit.reason}"),
                 2,
                 job,
-                oncall.cleared_text("watch_score", "failed", 2),
+                messages.cleared_text("watch_score", "failed", 2),
             ),
             {},
         ),
         "take up, dry run": (
-            oncall.ResubmitResult(
-                oncall.ResubmitPlan(REF, STEP, [], f"{why}; {take_up.reason}"),
+            ResubmitResult(
+                ResubmitPlan(REF, STEP, [], f"{why}; {take_up.reason}"),
                 None,
                 None,
-                oncall.dry_run_text(take_up, "watch_score", RUN_ID, None, "failed"),
+                messages.dry_run_text(take_up, "watch_score", RUN_ID, None, "failed"),
                 action="take_up",
             ),
             {"dry_run": True},
         ),
         "take up": (
-            oncall.ResubmitResult(
-                oncall.ResubmitPlan(REF, STEP, [], f"{why}; {take_up.reason}"),
+            ResubmitResult(
+                ResubmitPlan(REF, STEP, [], f"{why}; {take_up.reason}"),
                 None,
                 None,
-                oncall.cleared_text("watch_score", "failed", 2),
+                messages.cleared_text("watch_score", "failed", 2),
                 action="take_up",
             ),
             {},
         ),
         "nothing": (
-            oncall.ResubmitResult(
-                oncall.ResubmitPlan(REF, STEP, [], f"{why}; {nothing.reason}"),
-                None,
-                None,
-                nothing.reason,
-                action="nothing",
+            ResubmitResult(
+                ResubmitPlan(REF, STEP, [], f"{why}; {nothing.reason}"), None, None, nothing.reason, action="nothing"
             ),
             {},
         ),
         "half done": (
-            oncall.ResubmitResult(
-                oncall.ResubmitPlan(REF, STEP, [key], f"{why}; {submit.reason}"),
+            ResubmitResult(
+                ResubmitPlan(REF, STEP, [key], f"{why}; {submit.reason}"),
                 2,
                 job,
-                oncall.half_done_text(2, job, "watch_score", _refused(403), FIX),
+                messages.half_done_text(2, job, "watch_score", _refused(403), FIX),
                 complete=False,
             ),
             {},
         ),
     }
     for name, (result, overrides) in cases.items():
-        reply = cli.resubmit_reply(result, dry_run=overrides.get("dry_run", False))
+        reply = printing.resubmit_reply(result, dry_run=overrides.get("dry_run", False))
         assert reply.code == (1 if name == "half done" else 0), name
         assert reply.data is result  # what --json prints
         text = said(f"shardline resubmit: {name}", _printed(reply.show), failure=name != "nothing")
@@ -874,9 +887,11 @@ def test_the_cli_commands_print_whole_sentences(monkeypatch):
         CANCEL_LINES["cancelled"].format(step=STEP),
         CANCEL_LINES["dag_run_failed"].format(run_id=RUN_ID),
     ]
-    said("shardline cancel", _printed(cli.lines_reply(lines).show))
-    said("shardline failed: nothing failed", _printed(lambda: cli.show_failed([], ref=RunRef.parse(REF), step=STEP)))
+    said("shardline cancel", _printed(printing.lines_reply(lines).show))
+    said(
+        "shardline failed: nothing failed", _printed(lambda: printing.show_failed([], ref=RunRef.parse(REF), step=STEP))
+    )
     said(
         "shardline runs: none",
-        _printed(lambda: cli.show_runs([], pipeline=None, dags_folder=Path("dags"), airflow_warning=None)),
+        _printed(lambda: printing.show_runs([], pipeline=None, dags_folder=Path("dags"), airflow_warning=None)),
     )

@@ -189,7 +189,7 @@ def test_report_open_never_runs_a_script_someone_wrote_to_the_bucket(staged, tmp
 
     # Without the report's libraries (a core install: no numpy, no matplotlib) the stored page is served behind
     # the same policy, placed first: the script in it does not run either.
-    from shardline.oncall.service import no_script_page
+    from shardline.oncall.run_reports import no_script_page
 
     fallback = tmp_path / "fallback.html"
     fallback.write_bytes(no_script_page(s3_body(bucket, folder + "report.html")))

@@ -1,6 +1,7 @@
 """What `shardline runs`, `status` and `failed` show (``shardline.oncall.views``), built from the ledger's
-records as values, with the clock passed in. Pure: no server, no AWS, no Airflow. And the pure on-call
-modules stay pure: importing them loads no AWS client library, no Airflow and no HTTP client."""
+records as values, with the clock passed in, and how the ledger and Airflow are compared
+(``views.disagreement``). Pure: no server, no AWS, no Airflow. And the pure on-call modules stay pure:
+importing them loads no AWS client library, no Airflow and no HTTP client."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import sys
 import pytest
 
 from shardline.oncall import views
-from shardline.oncall.errors import BadRequest
-from shardline.oncall.views import FileView, RunRecord, RunRef, ShardRecord, StepRecord
+from shardline.oncall.records import FileView, RunRecord, RunRef, ShardRecord, StepRecord
 
 NOW = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
 STARTED = NOW - dt.timedelta(seconds=100)
@@ -148,59 +148,44 @@ def test_a_run_row_without_its_run_item_is_unknown_and_airflow_is_set_beside_the
     assert views.with_airflow(done, None) == done
 
 
-def test_the_ledger_items_are_copied_as_they_were_read():
-    """The records the service reads are pynamodb items; the views get plain copies of them (no table needed)."""
-    from shardline.ledger.table import ControlItem, LedgerItem
-
-    control = ControlItem(pk="RUN#p#run-1", sk="STEP#score", status="PARTIAL", attempt=2, started_at=STARTED)
-    assert StepRecord.of(control) == StepRecord("PARTIAL", 2, STARTED, None, None)
-    assert RunRecord.of(ControlItem(pk="x", sk="RUN", status="FAILED")).status == "FAILED"
-    shard = LedgerItem(pk="x", sk="SHARD#2#algo-2", host="algo-2", attempt=2, files_assigned=4, heartbeat_at=NOW)
-    assert ShardRecord.of(shard) == ShardRecord("algo-2", 2, None, 4, 0, 0, 0, NOW)
-    item = LedgerItem(
-        pk="x",
-        sk="FILE#a",
-        input_key="s3://b/in/a",
-        status="FAILED",
-        attempt=3,
-        rows_in=10,
-        error_class="CorruptInputError",
-        error_message="bad",
-    )
-    assert views.file_view("score", item) == FileView(
-        "score", "s3://b/in/a", "FAILED", 3, None, 10, None, "CorruptInputError", "bad"
-    )
+@pytest.mark.parametrize(
+    ("ledger", "airflow"),
+    [
+        ("SUCCEEDED", "success"),
+        ("PARTIAL", "success"),
+        ("FAILED", "failed"),
+        ("CANCELLED", "failed"),
+        ("RUNNING", "running"),
+        ("PLANNED", "queued"),
+        ("RUNNING", None),
+        ("UNKNOWN", "failed"),
+    ],
+)
+def test_agreeing_states_are_not_flagged(ledger, airflow):
+    assert views.disagreement(ledger, airflow, "p/r1", "score") is None
 
 
-def test_a_run_is_named_pipeline_slash_run_id():
-    ref = RunRef.parse("p/scheduled__2026-11-22T10:00:00+00:00")
-    assert (
-        ref == RunRef("p", "scheduled__2026-11-22T10:00:00+00:00")
-        and str(ref) == "p/scheduled__2026-11-22T10:00:00+00:00"
-    )
-    for text in ("no-slash", "/r", "p/"):
-        with pytest.raises(BadRequest, match="PIPELINE/RUN_ID"):
-            RunRef.parse(text)
-
-
-def test_a_half_done_resubmission_prints_the_command_that_repeats_it():
-    ref = RunRef("p", "manual__2026-11-22T10:00:00+00:00")
-    assert (
-        views.resubmit_command(ref, "score", shard=None, files=(), all_failed=True, force=False)
-        == "shardline resubmit p/manual__2026-11-22T10:00:00+00:00 --step score --all-failed"
-    )
-    assert views.resubmit_command(
-        ref, "score", shard=None, files=["a b.parquet", "c"], all_failed=False, force=True
-    ).endswith("--file 'a b.parquet' --file c --force")
-    assert views.resubmit_command(ref, "score", shard="algo-2", files=(), all_failed=False, force=False).endswith(
-        "--step score --shard algo-2"
-    )
+def test_a_run_no_task_drives_is_flagged_with_the_command_that_takes_it_up():
+    said = views.disagreement("RUNNING", "failed", "p/r1", "score")
+    assert said.startswith("the DAG run's state is failed but the ledger says RUNNING: no task drives this run now")
+    assert "`shardline resubmit p/r1 --step score --all-failed` takes it up again" in said
+    said = views.disagreement("SUCCEEDED", "failed", "p/r1")
+    assert "clears it, so the run turns green" in said and "shardline status p/r1" in said
 
 
 FORBIDDEN = ("boto3", "botocore", "pynamodb", "airflow", "httpx")
 
 
-@pytest.mark.parametrize("module", ["shardline.oncall.views", "shardline.oncall.selection", "shardline.oncall.errors"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "shardline.oncall.views",
+        "shardline.oncall.records",
+        "shardline.oncall.messages",
+        "shardline.oncall.selection",
+        "shardline.oncall.errors",
+    ],
+)
 def test_the_pure_on_call_modules_load_no_aws_client_no_airflow_and_no_http(module):
     code = (
         f"import json, sys, {module}\n"

@@ -8,7 +8,8 @@ import pytest
 
 from shardline.ledger.keys import file_sk_prefix, run_pk
 from shardline.ledger.step_reads import UnclaimedFile, recorded_plan_files
-from shardline.oncall.service import OnCall, RunRef
+from shardline.oncall.records import RunRef
+from shardline.oncall.service import OnCall
 from shardline.orchestration import services, steps
 from shardline.orchestration.step_files import PlanFileError, read_step_files
 from shardline.planning.inputs import parse_plan_file, parse_s3_uri

@@ -4,42 +4,44 @@ It reads the same ledger table and backends as the pipelines (found from the spe
 the DAGs folder), so it works against real AWS and the embedded stack alike: boto3's
 usual settings (profile, region, ``AWS_ENDPOINT_URL``) decide where.
 
-Each command returns a :class:`Reply`: its value, and how to show that value to a person. One place,
-:func:`_command`, prints it (as JSON with ``--json``) and turns an on-call error into its message and
-exit code. Start-up stays fast: the AWS client libraries, the service and rich are imported only
-when a command runs, never for ``--help``.
+The click commands only: each returns a :class:`~shardline.oncall.printing.Reply` (its value, and how
+:mod:`~shardline.oncall.printing` shows it to a person). One place, :func:`_command`, prints it (as JSON with
+``--json``) and turns an on-call error into its message and exit code; `shardline local` is
+:mod:`~shardline.oncall.local_stack`. Start-up stays fast: the AWS client libraries, the service and rich are
+imported only when a command runs, never for ``--help``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import functools
 import json
 import os
-import shutil
-import signal
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
 
 from shardline import __version__
-
-if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.text import Text
-
-    from shardline.oncall.preview import PreviewResult
-    from shardline.oncall.service import OnCall
-    from shardline.oncall.tune import TuneResult
-    from shardline.oncall.views import FileView, ResubmitResult, RunRef, RunRow, RunView
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-ENV_DAGS_FOLDER = "SHARDLINE_DAGS_FOLDER"
+from shardline.oncall import local_stack
+from shardline.oncall.cli_base import Globals, Group, IsoDate, ShownDefault, default_dags_folder
+from shardline.oncall.messages import aws_error_text, plain_http_warning
+from shardline.oncall.printing import (
+    EXIT_ERROR,
+    EXIT_OK,
+    Reply,
+    lines_reply,
+    preview_reply,
+    print_json,
+    print_lines,
+    printable,
+    resubmit_reply,
+    show_failed,
+    show_runs,
+    show_status,
+    tune_reply,
+)
 
 EPILOG = """\
 environment:
@@ -63,457 +65,8 @@ before launch:
 """
 
 
-def default_dags_folder() -> Path:
-    for candidate in (os.environ.get(ENV_DAGS_FOLDER), os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")):
-        if candidate:
-            return Path(candidate)
-    return Path.cwd() / "dags"
-
-
-def default_state_dir() -> Path:
-    """Where `shardline local` keeps the stack's pid, URL and log: one place per user, so `down` and
-    `status` find the stack from any directory ($SHARDLINE_STATE_DIR, else $XDG_STATE_HOME/shardline/local,
-    else ~/.local/state/shardline/local)."""
-    if os.environ.get("SHARDLINE_STATE_DIR"):
-        return Path(os.environ["SHARDLINE_STATE_DIR"])
-    base = Path(os.environ["XDG_STATE_HOME"]) if os.environ.get("XDG_STATE_HOME") else Path.home() / ".local" / "state"
-    return base / "shardline" / "local"
-
-
-# --- printing ----------------------------------------------------------------------------------
-
-
-def _console() -> Console:
-    from rich.console import Console
-
-    # soft_wrap: long lines (commands to copy) are never broken in the middle.
-    width = shutil.get_terminal_size(fallback=(120, 40)).columns  # honours COLUMNS, also when piped
-    # markup and emoji off: what is printed comes from the ledger, AWS and Airflow (file keys, error messages
-    # that echo input rows), and a key holding "[link=...]" or ":warning:" must print as it is written, not
-    # as a link or an icon. Styles are given as Text objects instead.
-    return Console(width=max(100, width), highlight=False, soft_wrap=True, markup=False, emoji=False)
-
-
-def printable(value: object, *, newlines: bool = False) -> str:
-    """``value`` as text that cannot drive the terminal: each non-printable character as its Python escape.
-
-    A file key or error message holding ESC (``\\x1b[2J`` clears the screen, ``\\x1b]8;;...`` makes a link),
-    a carriage return or a backspace (which overwrite what was printed), or a bidi override (which reorders
-    it) would otherwise let whoever wrote it hide or fake output. Escaping (``\\x1b``, ``\\r``, ``\\u202e``)
-    rather than dropping shows the operator that the text holds such a character, and which.
-    ``newlines`` keeps line breaks and tabs, for text that is made of lines (a preview's report).
-    """
-    text = "" if value is None else str(value)
-    if text.isprintable():
-        return text
-    keep = "\n\t" if newlines else ""
-    return "".join(ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape").decode("ascii") for ch in text)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-        if seconds >= 3600
-        else f"{seconds // 60}m{seconds % 60:02d}s"
-        if seconds >= 60
-        else f"{seconds}s"
-    )
-
-
-def _when(iso: str | None, seconds: bool = True) -> str:
-    return iso[: 19 if seconds else 16].replace("T", " ") if iso else "-"
-
-
-def _rate(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.0f}k" if value >= 1e3 else f"{value:.0f}"
-
-
-STATUS_STYLE = {
-    "SUCCEEDED": "green",
-    "FAILED": "red",
-    "PARTIAL": "yellow",
-    "CANCELLED": "magenta",
-    "RUNNING": "cyan",
-    "PLANNED": "cyan",
-    "PENDING": "dim",
-}
-
-
-def _styled(status: str | None) -> Text:
-    from rich.text import Text
-
-    return Text(printable(status), style=STATUS_STYLE.get(status or "", ""))
-
-
-def _print_json(payload: Any) -> None:
-    def plain(value):
-        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
-
-    print(json.dumps([plain(v) for v in payload] if isinstance(payload, list) else plain(payload), indent=2))
-
-
-def _print_lines(lines: list[str]) -> None:
-    for line in lines:
-        print(printable(line))
-
-
-@dataclasses.dataclass(frozen=True)
-class Reply:
-    """What a command answered: ``data`` is what ``--json`` prints, ``show`` prints it for a person, and
-    ``code`` is the exit status either way."""
-
-    data: Any
-    show: Callable[[], None]
-    code: int = EXIT_OK
-
-
-def lines_reply(lines: list[str], code: int = EXIT_OK) -> Reply:
-    """A command that says what it did, a line per thing (``--json``: the lines as a list)."""
-    return Reply(lines, functools.partial(_print_lines, lines), code)
-
-
-# --- messages (pure: tests/oncall/test_messages.py renders each) -------------------------------
-
-
-def no_runs_text(pipeline: str | None, dags_folder: Path) -> str:
-    if pipeline:
-        return f"no runs recorded yet for pipeline {pipeline} in its ledger table"
-    return f"no runs recorded yet in the ledger tables of the pipelines under {dags_folder}"
-
-
-def error_text(error_class: str | None, error_message: str | None) -> str:
-    """A file's error in one line: class and message, either of which may be missing."""
-    return ": ".join(x for x in (error_class, error_message) if x) or "-"
-
-
-def _pipeline_step(options, pipeline: str, step: str | None):
-    """The pipeline's spec and the named step (default: its first); NotFound naming what exists otherwise."""
-    from shardline.oncall.errors import NotFound
-    from shardline.oncall.service import load_specs
-
-    specs = load_specs(options.dags_folder)
-    if pipeline not in specs:
-        raise NotFound(preview_no_pipeline(pipeline, options.dags_folder, sorted(specs)))
-    names = [s.name for s in specs[pipeline].steps]
-    if step and step not in names:
-        raise NotFound(preview_no_step(pipeline, step, names))
-    return specs[pipeline], step or names[0]
-
-
-def preview_no_pipeline(pipeline: str, dags_folder: Path, known: list[str]) -> str:
-    return (
-        f"no pipeline {pipeline!r} in {dags_folder}/pipelines (known: {', '.join(known) or 'none'}); check the "
-        "name, or pass --dags-folder with the folder that holds its spec"
-    )
-
-
-def preview_no_step(pipeline: str, step: str, names: list[str]) -> str:
-    return f"pipeline {pipeline} has no step {step!r} (steps: {', '.join(names)}); pass one of them as --step"
-
-
-def aws_error_text(command: str, err: str, env, dags_folder: Path) -> str:
-    """AWS refused or could not be reached: where the CLI looked, and what to check."""
-    endpoint = env.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        where = (
-            f"the endpoint {endpoint} (AWS_ENDPOINT_URL; for the embedded stack, `shardline local status` "
-            "says whether it is up)"
-        )
-    else:
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-        where = f"AWS (profile {env.get('AWS_PROFILE') or 'default'}, " + (
-            f"region {region})" if region else "the profile's region)"
-        )
-    return (
-        f"shardline {command}: AWS refused or could not be reached: {err}\n"
-        f"  it talked to {where}; check AWS_PROFILE / AWS_REGION / AWS_ENDPOINT_URL and the ledger table's name "
-        f"in the pipeline specs under {dags_folder}"
-    )
-
-
-# --- what each command shows a person ------------------------------------------------------------
-
-
-def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, airflow_warning: str | None) -> None:
-    from rich.text import Text
-
-    console = _console()
-    if not rows:
-        console.print(printable(no_runs_text(pipeline, dags_folder)))
-        return
-    # Plain columns: the run name is copied into the next command, so it is never shortened; the message
-    # gets what width is left (`shardline status RUN` prints it whole).
-    names = [printable(f"{r.pipeline}/{r.run_id}") for r in rows]
-    name_width = max(len("RUN"), *(len(n) for n in names))
-    status_width = max(len("STATUS"), *(len(printable(r.status)) for r in rows))
-    # Airflow's DAG run state beside the ledger's, when the CLI can ask; "!" marks a disagreement.
-    with_airflow = any(r.airflow_state for r in rows)
-    airflow_width = (
-        max(len("AIRFLOW"), *(len(printable(r.airflow_state or "-")) + 2 for r in rows)) if with_airflow else 0
-    )
-    room = max(20, console.width - name_width - status_width - airflow_width - 3 * 16 - 12)
-    header = f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  "
-    header += f"{'AIRFLOW':<{airflow_width}}  " if with_airflow else ""
-    console.print(header + f"{'PARTITION':<16}  {'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
-    for name, r in zip(names, rows, strict=True):
-        status = _styled(r.status)
-        status.pad_right(status_width - len(status))
-        airflow = ""
-        if with_airflow:
-            airflow = printable(r.airflow_state or "-") + (" !" if r.disagreement else "")
-            airflow = f"  {airflow:<{airflow_width}}"
-        console.print(
-            Text.assemble(
-                f"{name:<{name_width}}  ",
-                status,
-                airflow,
-                f"  {printable(_when(r.partition, False)):<16}  "
-                f"{printable(_when(r.started_at, False)):<16}  "
-                f"{printable(_when(r.finished_at, False)):<16}  "
-                f"{printable(textwrap.shorten(r.message or '', room))}",
-            )
-        )
-    for name, r in zip(names, rows, strict=True):
-        if r.disagreement:
-            console.print(f"! {name}: {printable(r.disagreement)}")
-    if airflow_warning:
-        console.print(printable(airflow_warning))
-
-
-def show_status(view: RunView, *, airflow_warning: str | None) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    console = _console()
-    console.print(
-        Text.assemble(
-            "run ",
-            (printable(view.ref), "bold"),
-            ": ",
-            _styled(view.status),
-            printable(
-                f", started {_when(view.started_at)}"
-                + (f", finished {_when(view.finished_at)}" if view.finished_at else "")
-            ),
-        )
-    )
-    if view.message:
-        console.print(f"  {printable(view.message)}")
-    if view.airflow_state:
-        console.print(printable(f"  Airflow: DAG run {view.airflow_state}"))
-    if view.disagreement:
-        console.print(printable(f"  ! {view.disagreement}"))
-    if airflow_warning:
-        console.print(f"  {printable(airflow_warning)}")
-    table = Table()
-    for column in (
-        "STEP",
-        "STATUS",
-        "ATTEMPT",
-        "JOB",
-        "FILES",
-        "OK",
-        "FAILED",
-        "RUNNING",
-        "PENDING",
-        "ROWS OUT",
-        "ROWS/S",
-        "ETA",
-    ):
-        table.add_column(column, justify="right" if column not in ("STEP", "STATUS", "JOB") else "left")
-    for s in view.steps:
-        table.add_row(
-            printable(s.name),
-            _styled(s.status),
-            str(s.attempt),
-            printable(s.job_status or "-"),
-            str(s.files),
-            str(s.succeeded),
-            str(s.failed),
-            str(s.running),
-            str(s.pending),
-            f"{s.rows_out:,}",
-            _rate(s.rows_per_second),
-            _duration(s.eta_seconds),
-        )
-    console.print(table)
-    for s in view.steps:
-        if s.job_name:
-            console.print(printable(f"step {s.name}, attempt {s.attempt}: job {s.job_name}"))
-    for s in view.steps:
-        if s.message and s.status in ("FAILED", "PARTIAL", "CANCELLED"):
-            console.print(printable(f"step {s.name}: {s.message}"))
-        if s.failed:
-            console.print(
-                printable(f"  see the {s.failed} failed file(s) and why: shardline failed {view.ref} --step {s.name}")
-            )
-
-
-def show_failed(files: list[FileView], *, ref: RunRef, step: str | None) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from shardline.planning.naming import resubmit_command
-
-    console = _console()
-    if not files:
-        console.print(
-            printable(
-                f"no failed or unfinished files in {ref}" + (f", step {step}" if step else "") + ": nothing to resubmit"
-            )
-        )
-        return
-    table = Table(title=Text(printable(f"files of {ref} that did not succeed")))
-    for column in ("STEP", "FILE", "STATUS", "ATTEMPT", "HOST", "ERROR"):
-        table.add_column(column, overflow="fold")
-    for f in files:
-        error = error_text(f.error_class, f.error_message)
-        table.add_row(
-            printable(f.step),
-            printable(f.input_key),
-            _styled(f.status),
-            str(f.attempt),
-            printable(f.host or "-"),
-            printable(textwrap.shorten(error, 160)),
-        )
-    console.print(table)
-    for name in sorted({f.step for f in files}):
-        console.print(printable(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, name)}"))
-
-
-def show_resubmit(result: ResubmitResult, *, dry_run: bool) -> None:
-    console = _console()
-    plan = result.plan
-    if plan.files:
-        console.print(printable(f"{len(plan.files)} file(s) of step {plan.step} selected ({plan.reason}):"))
-    elif result.action == "take_up":  # with no file to run, "nothing" says why in the line below
-        console.print(printable(f"no file of step {plan.step} needs to run again, so nothing is submitted"))
-    for key in plan.files[:20]:
-        console.print(f"  {printable(key)}")
-    if len(plan.files) > 20:
-        console.print(f"  ... and {len(plan.files) - 20} more (--json lists them all)")
-    if result.job_name and not dry_run:
-        console.print(printable(f"submitted attempt {result.attempt} as job {result.job_name}"))
-    elif result.job_name:
-        console.print(printable(f"would submit attempt {result.attempt} as job {result.job_name}"))
-    if not result.complete:
-        print(printable(f"shardline resubmit: {result.airflow}"), file=sys.stderr)
-        return
-    console.print(printable(result.airflow))
-    if dry_run and result.action != "nothing":
-        console.print("to do it, run the same command without --dry-run")
-    if (result.job_name or result.action == "take_up") and not dry_run:
-        console.print(printable(f"follow it with: shardline status {plan.ref}"))
-
-
-def resubmit_reply(result: ResubmitResult, *, dry_run: bool) -> Reply:
-    """A resubmission left half done exits 1, whichever way it is printed."""
-    return Reply(
-        result, functools.partial(show_resubmit, result, dry_run=dry_run), EXIT_OK if result.complete else EXIT_ERROR
-    )
-
-
-def preview_reply(result: PreviewResult) -> Reply:
-    data = {
-        "step": result.step,
-        "model_uri": result.model_uri,
-        "sample_uri": result.sample_uri,
-        "exit_code": result.exit_code,
-        "report": result.report,
-    }
-    # The sample's values are the input's own: printed escaped, line breaks kept.
-    return Reply(
-        data,
-        functools.partial(print, printable(result.render(), newlines=True), end=""),
-        EXIT_OK if result.ok else EXIT_ERROR,
-    )
-
-
-def tune_reply(result: TuneResult) -> Reply:
-    data = {
-        "step": result.step,
-        "model_uri": result.model_uri,
-        "input_uri": result.input_uri,
-        "sample": result.sample_keys,
-        "exit_code": result.exit_code,
-        "plot": result.plot,
-        "figures": result.figures,
-    }
-    return Reply(
-        data,
-        functools.partial(print, printable(result.render(), newlines=True), end=""),
-        EXIT_OK if result.ok else EXIT_ERROR,
-    )
-
-
-# --- the command line ----------------------------------------------------------------------------
-
-
-class _Command(click.Command):
-    """A command whose usage line reads ``usage: shardline COMMAND ...``, as the README and scripts quote it."""
-
-    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage(ctx.command_path, " ".join(self.collect_usage_pieces(ctx)), prefix="usage: ")
-
-
-class _Group(click.Group):
-    command_class = _Command
-
-    format_usage = _Command.format_usage
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)  # in the on-call flow's order, not the alphabet's
-
-    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        if self.epilog:  # as written: its columns line up
-            formatter.write_paragraph()
-            formatter.write(self.epilog)
-
-
-class _ShownDefault(click.Option):
-    """An option whose help shows its default as it resolves now, from the environment."""
-
-    def get_help_extra(self, ctx: click.Context):
-        extra = super().get_help_extra(ctx)
-        extra["default"] = str(self.get_default(ctx, call=True))
-        return extra
-
-
-class _IsoDate(click.ParamType):
-    name = "DATE"
-
-    def convert(self, value, param, ctx) -> dt.datetime:
-        if isinstance(value, dt.datetime):
-            return value
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError:
-            self.fail(f"expected an ISO date or time like 2026-11-22T10:00, got {value!r}", param, ctx)
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Globals:
-    dags_folder: Path
-    airflow_url: str | None
-    airflow_token: str | None
-
-    def oncall(self) -> OnCall:
-        """The service over the specs of the DAGs folder, with Airflow when the CLI can find it."""
-        from shardline.oncall.airflow_client import find_settings
-        from shardline.oncall.service import OnCall
-
-        settings = find_settings(self.airflow_url, self.airflow_token)
-        return OnCall.from_folder(self.dags_folder, airflow=settings.client() if settings else None)
-
-
 @click.group(
-    cls=_Group,
+    cls=Group,
     epilog=EPILOG,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="On-call commands for Shardline pipelines: see runs, find what failed and why, resubmit exactly "
@@ -522,7 +75,7 @@ class _Globals:
 @click.version_option(__version__, "--version", prog_name="shardline", message="%(prog)s %(version)s")
 @click.option(
     "--dags-folder",
-    cls=_ShownDefault,
+    cls=ShownDefault,
     type=click.Path(path_type=Path),
     default=default_dags_folder,
     show_default=True,
@@ -537,7 +90,7 @@ class _Globals:
 )
 @click.pass_context
 def shardline(ctx: click.Context, dags_folder: Path, airflow_url: str | None, airflow_token: str | None) -> None:
-    ctx.obj = _Globals(dags_folder, airflow_url, airflow_token)
+    ctx.obj = Globals(dags_folder, airflow_url, airflow_token)
 
 
 def _command(name: str, short_help: str, description: str = "", *, with_json: bool = True):
@@ -561,11 +114,11 @@ def _command(name: str, short_help: str, description: str = "", *, with_json: bo
                 print(f"shardline {name}: {printable(err)}", file=sys.stderr)
                 return getattr(err, "exit_code", EXIT_ERROR)  # a malformed request exits 2, as a usage error does
             except (BotoCoreError, ClientError, PynamoDBException) as err:
-                dags_folder = click.get_current_context().find_object(_Globals).dags_folder
+                dags_folder = click.get_current_context().find_object(Globals).dags_folder
                 print(aws_error_text(name, printable(err), os.environ, dags_folder), file=sys.stderr)
                 return EXIT_ERROR
             if as_json:
-                _print_json(reply.data)
+                print_json(reply.data)
             else:
                 reply.show()
             return reply.code
@@ -584,7 +137,7 @@ _run_argument = click.argument("run", metavar="RUN")
 @click.option("--pipeline", help="only this pipeline")
 @click.option("--limit", type=int, default=20, show_default=True, help="how many")
 @click.pass_obj
-def runs(options: _Globals, pipeline: str | None, limit: int) -> Reply:
+def runs(options: Globals, pipeline: str | None, limit: int) -> Reply:
     oncall = options.oncall()
     rows = oncall.runs(pipeline, limit)
     return Reply(
@@ -603,8 +156,8 @@ def runs(options: _Globals, pipeline: str | None, limit: int) -> Reply:
 )
 @_run_argument
 @click.pass_obj
-def status(options: _Globals, run: str) -> Reply:
-    from shardline.oncall.views import RunRef
+def status(options: Globals, run: str) -> Reply:
+    from shardline.oncall.records import RunRef
 
     oncall = options.oncall()
     view = oncall.status(RunRef.parse(run))
@@ -615,8 +168,8 @@ def status(options: _Globals, run: str) -> Reply:
 @_run_argument
 @click.option("--step", help="only this step")
 @click.pass_obj
-def failed(options: _Globals, run: str, step: str | None) -> Reply:
-    from shardline.oncall.views import RunRef
+def failed(options: Globals, run: str, step: str | None) -> Reply:
+    from shardline.oncall.records import RunRef
 
     oncall = options.oncall()
     ref = RunRef.parse(run)
@@ -638,10 +191,10 @@ def failed(options: _Globals, run: str, step: str | None) -> Reply:
 @click.option("--open", "open_page", is_flag=True, help="open it in the web browser")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="write it to this file (one step)")
 @click.pass_obj
-def report(options: _Globals, run: str, step: str | None, open_page: bool, out: Path | None) -> Reply:
+def report(options: Globals, run: str, step: str | None, open_page: bool, out: Path | None) -> Reply:
     import webbrowser
 
-    from shardline.oncall.views import RunRef
+    from shardline.oncall.records import RunRef
 
     # --json is the wrapper's option: read here only to fetch report.json as well.
     with_json = bool(click.get_current_context().params.get("as_json"))
@@ -654,7 +207,7 @@ def report(options: _Globals, run: str, step: str | None, open_page: bool, out: 
                     file=sys.stderr,
                 )
     data = [page.report for page in saved]
-    return Reply(data[0] if step else data, functools.partial(_print_lines, [page.path for page in saved]))
+    return Reply(data[0] if step else data, functools.partial(print_lines, [page.path for page in saved]))
 
 
 SELECTIONS = ("--all-failed", "--shard", "--file")
@@ -688,7 +241,7 @@ SELECTIONS = ("--all-failed", "--shard", "--file")
 )
 @click.pass_obj
 def resubmit(
-    options: _Globals,
+    options: Globals,
     run: str,
     step: str,
     all_failed: bool,
@@ -704,7 +257,7 @@ def resubmit(
         raise click.UsageError(f"one of the arguments {' '.join(SELECTIONS)} is required")
     if len(given) > 1:
         raise click.UsageError(f"argument {given[1]}: not allowed with argument {given[0]}")
-    from shardline.oncall.views import RunRef
+    from shardline.oncall.records import RunRef
 
     oncall = options.oncall()
     result = oncall.resubmit(
@@ -777,28 +330,6 @@ def login(url: str, username: str | None, password_stdin: bool, token_stdin: boo
     )
 
 
-def plain_http_warning(url: str) -> str | None:
-    """A warning for plain http:// to a host other than this machine: the password and the token would cross
-    the network unencrypted. None for https:// and for loopback (the local stack)."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "http":
-        return None
-    host = (parts.hostname or "").lower()
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost" or host.endswith(".localhost")
-    if loopback:
-        return None
-    return (
-        f"WARNING: {url} is plain http://: the password and the token cross the network to {host} unencrypted. "
-        "Use https:// for an Airflow that is not on this machine"
-    )
-
-
 @_command(
     "rerun",
     "run a finished DAG run's partition again: its failed tasks, or all of it with a new conf",
@@ -814,8 +345,8 @@ def plain_http_warning(url: str) -> str | None:
 )
 @click.option("--dry-run", is_flag=True, help="say what would be done; change nothing")
 @click.pass_obj
-def rerun(options: _Globals, run: str, conf_json: str | None, dry_run: bool) -> Reply:
-    from shardline.oncall.views import RunRef
+def rerun(options: Globals, run: str, conf_json: str | None, dry_run: bool) -> Reply:
+    from shardline.oncall.records import RunRef
 
     conf = None
     if conf_json is not None:
@@ -833,9 +364,9 @@ def rerun(options: _Globals, run: str, conf_json: str | None, dry_run: bool) -> 
 @click.option("--reason", default="cancelled by an operator", show_default=True, help="recorded on the run")
 @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
 @click.pass_obj
-def cancel(options: _Globals, run: str, reason: str, yes: bool) -> Reply:
+def cancel(options: Globals, run: str, reason: str, yes: bool) -> Reply:
     from shardline.oncall.errors import BadRequest
-    from shardline.oncall.views import RunRef
+    from shardline.oncall.records import RunRef
 
     oncall = options.oncall()
     ref = RunRef.parse(run)
@@ -868,13 +399,13 @@ def cancel(options: _Globals, run: str, reason: str, yes: bool) -> Reply:
 @click.option("--model-version", help="the model_version Param (default: the spec's model.version)")
 @click.option(
     "--logical-date",
-    type=_IsoDate(),
+    type=IsoDate(),
     default=None,
     help="the run's logical date for the spec's templates, e.g. 2026-11-22T10:00 (default: now, UTC)",
 )
 @click.pass_obj
 def preview(
-    options: _Globals,
+    options: Globals,
     pipeline: str,
     step: str | None,
     rows: int,
@@ -887,7 +418,7 @@ def preview(
     from shardline.oncall.preview import preview_step, step_uris
     from shardline.orchestration import services
 
-    spec, name = _pipeline_step(options, pipeline, step)
+    spec, name = options.pipeline_step(pipeline, step)
     chosen = spec.step(name)
     params = {"model_version": model_version} if model_version else None
     spec_model_uri, spec_input_uri = step_uris(spec, chosen, logical_date or dt.datetime.now(dt.UTC), params)
@@ -940,7 +471,7 @@ def preview(
 )
 @click.pass_obj
 def tune(
-    options: _Globals,
+    options: Globals,
     pipeline: str,
     step: str | None,
     input_prefix: str | None,
@@ -953,7 +484,7 @@ def tune(
     from shardline.oncall.tune import tune_step
     from shardline.orchestration import services
 
-    spec, chosen = _pipeline_step(options, pipeline, step)
+    spec, chosen = options.pipeline_step(pipeline, step)
     result = tune_step(
         spec,
         chosen,
@@ -967,41 +498,6 @@ def tune(
     return tune_reply(result)
 
 
-# --- the embedded stack ------------------------------------------------------------------------
-
-
-def _stack_file(state_dir: Path) -> Path:
-    return state_dir / "stack.json"
-
-
-def _is_moto(pid: int) -> bool:
-    """Whether ``pid`` is still the moto_server we started (a pid can be reused after a reboot)."""
-    import psutil
-
-    from shardline.local.embedded_aws import is_moto_command
-
-    try:
-        return is_moto_command(psutil.Process(pid).cmdline())
-    except psutil.Error:
-        return False
-
-
-def _exports(url: str) -> list[str]:
-    from shardline.local import embedded_aws
-
-    return [
-        "point this shell at it with:",
-        *(f"  export {name}={value}" for name, value in embedded_aws.env_for(url).items()),
-    ]
-
-
-def _create_resources(dags_folder: Path) -> list[str]:
-    """The buckets and ledger tables every pipeline spec refers to."""
-    from shardline.local.provision import apply, make_plan
-
-    return apply(make_plan(dags_folder / "pipelines"))
-
-
 @_command(
     "local",
     "start or stop the embedded AWS stack (moto_server) for local runs",
@@ -1013,61 +509,19 @@ def _create_resources(dags_folder: Path) -> list[str]:
 @click.option("--port", type=int, default=None, help="port for moto_server (default: a free one)")
 @click.option(
     "--state-dir",
-    cls=_ShownDefault,
+    cls=ShownDefault,
     type=click.Path(path_type=Path),
-    default=default_state_dir,
+    default=local_stack.default_state_dir,
     show_default=True,
     help="where its pid, endpoint and log are kept",
 )
 @click.pass_obj
-def local(options: _Globals, action: str, port: int | None, state_dir: Path) -> Reply:
-    from shardline.local import embedded_aws
-
-    state_file = _stack_file(state_dir)
+def local(options: Globals, action: str, port: int | None, state_dir: Path) -> Reply:
     if action == "up":
-        if state_file.exists():
-            state = json.loads(state_file.read_text())
-            if embedded_aws.answers(state["url"]):
-                return lines_reply(
-                    [
-                        f"the embedded stack is already up at {state['url']} (pid {state['pid']})",
-                        *_exports(state["url"]),
-                    ]
-                )
-        proc, url = embedded_aws.start_moto(state_dir / "moto.log", port=port)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        state_file.write_text(json.dumps({"pid": proc.pid, "url": url}))
-        embedded_aws.apply_env(embedded_aws.env_for(url))
-        created = _create_resources(options.dags_folder)
-        return lines_reply(
-            [
-                f"embedded AWS endpoint (moto_server) up at {url}, pid {proc.pid}, log {state_dir / 'moto.log'}",
-                *(f"  {line}" for line in created),
-                *_exports(url),
-                "stop it with: shardline local down",
-            ]
-        )
+        return local_stack.up(state_dir, port, options.dags_folder)
     if action == "down":
-        if not state_file.exists():
-            return lines_reply(["no embedded stack recorded as running; nothing to stop"])
-        state = json.loads(state_file.read_text())
-        said = f"the embedded stack (pid {state['pid']}) had already stopped"
-        if _is_moto(state["pid"]):
-            try:
-                os.killpg(state["pid"], signal.SIGTERM)
-                said = f"stopped the embedded stack at {state['url']} (pid {state['pid']})"
-            except ProcessLookupError:
-                pass
-        state_file.unlink()
-        return lines_reply([said])
-    if not state_file.exists():
-        return lines_reply(["the embedded stack is down; start it with: shardline local up"], EXIT_ERROR)
-    state = json.loads(state_file.read_text())
-    up = embedded_aws.answers(state["url"])
-    said = f"embedded stack at {state['url']}: {'up' if up else 'not answering'} (pid {state['pid']})" + (
-        "" if up else "; restart it with: shardline local down && shardline local up"
-    )
-    return lines_reply([said, *(_exports(state["url"]) if up else [])], EXIT_OK if up else EXIT_ERROR)
+        return local_stack.down(state_dir)
+    return local_stack.status(state_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

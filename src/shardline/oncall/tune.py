@@ -38,7 +38,7 @@ from shardline.orchestration import services, steps
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, parse_s3_uri
 from shardline.planning.request import pin_arguments, worker_arguments
-from shardline.spec import PipelineSpec
+from shardline.spec import PipelineSpec, StepSpec
 
 DEFAULT_ROWS = 200_000
 TUNE_MAX_SAMPLE_BYTES = 1 << 30  # a tuning sample is larger than a preview's, and still bounded
@@ -104,23 +104,7 @@ def tune_step(
     ``extra_args``: more worker flags (``--tune-repeat 1``). ``echo`` gets each line of the worker's log as it
     comes (the sweep takes minutes)."""
     step = spec.step(step_name)
-    if input_prefix is not None and not input_prefix.startswith("s3://"):
-        raise BadRequest(f"--input-prefix must be an s3:// URI, got {input_prefix!r}")
-    attempt = latest_attempt(spec, step.name)
-    if attempt is not None:
-        model_uri, model_version = attempt.model_uri, attempt.model_version
-        source = f"run {attempt.run_id}"
-        input_uri = attempt.input_prefix
-    else:
-        model_uri, input_uri = step_uris(spec, step, now or dt.datetime.now(dt.UTC))
-        model_version, source = None, "the spec"
-    if input_prefix:
-        input_uri, source = input_prefix, "--input-prefix"
-    elif attempt is None:
-        raise NotFound(
-            f"no run of pipeline {spec.pipeline} has planned step {step.name} yet, so there is no input "
-            "to sample; pass --input-prefix s3://... with a prefix of real inputs of this step"
-        )
+    model_uri, model_version, input_uri, source = _what_to_sample(spec, step, input_prefix, now)
     try:
         step.model.pin_for(model_version)  # an unpinned version is refused before anything is fetched
     except ValueError as err:
@@ -139,31 +123,7 @@ def tune_step(
         model_dir, data_dir = root / "model", root / "data"
         fetch_model(s3, model_uri, model_dir)
         keys = fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data_dir)
-        command = [
-            sys.executable,
-            "-m",
-            "shardline.worker",
-            "--input-dir",
-            str(data_dir),
-            "--output-dir",
-            str(root / "out"),
-            "--model-dir",
-            str(model_dir),
-            "--scratch-dir",
-            str(root / "scratch"),
-            "--host",
-            "tune",
-            *worker_arguments(step),
-            *pin_arguments(step, model_version),
-            "--tune",
-            "--tune-rows",
-            str(rows),
-            "--tune-out",
-            str(out_dir),
-            "--tune-step",
-            step.name,
-            *extra_args,
-        ]
+        command = _worker_command(root, step, model_version, rows, out_dir, extra_args)
         command = in_sandbox(command, image, {root: contract.SAMPLE_DIR, out_dir: contract.TUNE_OUT_DIR})
         code, text, log = _run(command, root, echo)
     figures_path, plot_path = out_dir / "tune.json", out_dir / "tune.png"
@@ -180,6 +140,61 @@ def tune_step(
         plot=str(plot_path) if code == 0 and plot_path.is_file() else None,
         log=log,
     )
+
+
+def _what_to_sample(
+    spec: PipelineSpec, step: StepSpec, input_prefix: str | None, now: dt.datetime | None
+) -> tuple[str, str | None, str, str]:
+    """(model URI, model version, input URI, where that input came from): the latest run's, or ``input_prefix``."""
+    if input_prefix is not None and not input_prefix.startswith("s3://"):
+        raise BadRequest(f"--input-prefix must be an s3:// URI, got {input_prefix!r}")
+    attempt = latest_attempt(spec, step.name)
+    if attempt is not None:
+        model_uri, model_version = attempt.model_uri, attempt.model_version
+        source = f"run {attempt.run_id}"
+        input_uri = attempt.input_prefix
+    else:
+        model_uri, input_uri = step_uris(spec, step, now or dt.datetime.now(dt.UTC))
+        model_version, source = None, "the spec"
+    if input_prefix:
+        input_uri, source = input_prefix, "--input-prefix"
+    elif attempt is None:
+        raise NotFound(
+            f"no run of pipeline {spec.pipeline} has planned step {step.name} yet, so there is no input "
+            "to sample; pass --input-prefix s3://... with a prefix of real inputs of this step"
+        )
+    return model_uri, model_version, input_uri, source
+
+
+def _worker_command(
+    root: Path, step: StepSpec, model_version: str | None, rows: int, out_dir: Path, extra_args: tuple[str, ...]
+) -> list[str]:
+    """``python -m shardline.worker --tune`` over the model and the sample fetched under ``root``."""
+    return [
+        sys.executable,
+        "-m",
+        "shardline.worker",
+        "--input-dir",
+        str(root / "data"),
+        "--output-dir",
+        str(root / "out"),
+        "--model-dir",
+        str(root / "model"),
+        "--scratch-dir",
+        str(root / "scratch"),
+        "--host",
+        "tune",
+        *worker_arguments(step),
+        *pin_arguments(step, model_version),
+        "--tune",
+        "--tune-rows",
+        str(rows),
+        "--tune-out",
+        str(out_dir),
+        "--tune-step",
+        step.name,
+        *extra_args,
+    ]
 
 
 def fetch_inputs(s3, input_uri: str, keys: list[str], rows: int, data_dir: Path) -> list[str]:

@@ -37,7 +37,7 @@ class ReportOperator(SpecMixin, BaseOperator):
                 s["attempts"],
             )
             if s.get("report"):
-                from shardline.oncall.views import report_command
+                from shardline.oncall.messages import report_command
 
                 self.log.info(
                     "step %s: run report %s (%s)",

@@ -42,7 +42,10 @@ from pynamodb.exceptions import PynamoDBException
 from shardline.airflow.ui.root import airflow_root_path
 from shardline.ledger.states import STEP_TERMINAL
 from shardline.oncall.airflow_client import ENV_URL, AirflowClient
-from shardline.oncall.service import OnCall, OnCallError, RunRef, load_specs
+from shardline.oncall.errors import OnCallError
+from shardline.oncall.reads import load_specs
+from shardline.oncall.records import RunRef
+from shardline.oncall.service import OnCall
 
 PAGE = Path(__file__).with_name("static") / "oncall.html"
 ICON = Path(__file__).with_name("static") / "icon.svg"

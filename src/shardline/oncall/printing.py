@@ -1,0 +1,340 @@
+"""What the `shardline` commands print: the tables and lines a person reads, and JSON with ``--json``.
+
+Each command returns a :class:`Reply` (its value, and how to show it to a person); ``shardline.oncall.cli``
+prints it. Everything printed from the ledger, AWS or Airflow goes through :func:`printable`. rich is imported
+only when something is printed, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import shutil
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from shardline.oncall.preview import PreviewResult
+    from shardline.oncall.records import FileView, ResubmitResult, RunRef, RunRow, RunView
+    from shardline.oncall.tune import TuneResult
+
+from shardline.oncall.messages import error_text, no_runs_text
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    # soft_wrap: long lines (commands to copy) are never broken in the middle.
+    width = shutil.get_terminal_size(fallback=(120, 40)).columns  # honours COLUMNS, also when piped
+    # markup and emoji off: what is printed comes from the ledger, AWS and Airflow (file keys, error messages
+    # that echo input rows), and a key holding "[link=...]" or ":warning:" must print as it is written, not
+    # as a link or an icon. Styles are given as Text objects instead.
+    return Console(width=max(100, width), highlight=False, soft_wrap=True, markup=False, emoji=False)
+
+
+def printable(value: object, *, newlines: bool = False) -> str:
+    """``value`` as text that cannot drive the terminal: each non-printable character as its Python escape.
+
+    A file key or error message holding ESC (``\\x1b[2J`` clears the screen, ``\\x1b]8;;...`` makes a link),
+    a carriage return or a backspace (which overwrite what was printed), or a bidi override (which reorders
+    it) would otherwise let whoever wrote it hide or fake output. Escaping (``\\x1b``, ``\\r``, ``\\u202e``)
+    rather than dropping shows the operator that the text holds such a character, and which.
+    ``newlines`` keeps line breaks and tabs, for text that is made of lines (a preview's report).
+    """
+    text = "" if value is None else str(value)
+    if text.isprintable():
+        return text
+    keep = "\n\t" if newlines else ""
+    return "".join(ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+        if seconds >= 60
+        else f"{seconds}s"
+    )
+
+
+def _when(iso: str | None, seconds: bool = True) -> str:
+    return iso[: 19 if seconds else 16].replace("T", " ") if iso else "-"
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.0f}k" if value >= 1e3 else f"{value:.0f}"
+
+
+STATUS_STYLE = {
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "PARTIAL": "yellow",
+    "CANCELLED": "magenta",
+    "RUNNING": "cyan",
+    "PLANNED": "cyan",
+    "PENDING": "dim",
+}
+
+
+def _styled(status: str | None) -> Text:
+    from rich.text import Text
+
+    return Text(printable(status), style=STATUS_STYLE.get(status or "", ""))
+
+
+def print_json(payload: Any) -> None:
+    def plain(value):
+        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+    print(json.dumps([plain(v) for v in payload] if isinstance(payload, list) else plain(payload), indent=2))
+
+
+def print_lines(lines: list[str]) -> None:
+    for line in lines:
+        print(printable(line))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """What a command answered: ``data`` is what ``--json`` prints, ``show`` prints it for a person, and
+    ``code`` is the exit status either way."""
+
+    data: Any
+    show: Callable[[], None]
+    code: int = EXIT_OK
+
+
+def lines_reply(lines: list[str], code: int = EXIT_OK) -> Reply:
+    """A command that says what it did, a line per thing (``--json``: the lines as a list)."""
+    return Reply(lines, functools.partial(print_lines, lines), code)
+
+
+# --- what each command shows a person ------------------------------------------------------------
+
+
+def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, airflow_warning: str | None) -> None:
+    from rich.text import Text
+
+    console = _console()
+    if not rows:
+        console.print(printable(no_runs_text(pipeline, dags_folder)))
+        return
+    # Plain columns: the run name is copied into the next command, so it is never shortened; the message
+    # gets what width is left (`shardline status RUN` prints it whole).
+    names = [printable(f"{r.pipeline}/{r.run_id}") for r in rows]
+    name_width = max(len("RUN"), *(len(n) for n in names))
+    status_width = max(len("STATUS"), *(len(printable(r.status)) for r in rows))
+    # Airflow's DAG run state beside the ledger's, when the CLI can ask; "!" marks a disagreement.
+    with_airflow = any(r.airflow_state for r in rows)
+    airflow_width = (
+        max(len("AIRFLOW"), *(len(printable(r.airflow_state or "-")) + 2 for r in rows)) if with_airflow else 0
+    )
+    room = max(20, console.width - name_width - status_width - airflow_width - 3 * 16 - 12)
+    header = f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  "
+    header += f"{'AIRFLOW':<{airflow_width}}  " if with_airflow else ""
+    console.print(header + f"{'PARTITION':<16}  {'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
+    for name, r in zip(names, rows, strict=True):
+        status = _styled(r.status)
+        status.pad_right(status_width - len(status))
+        airflow = ""
+        if with_airflow:
+            airflow = printable(r.airflow_state or "-") + (" !" if r.disagreement else "")
+            airflow = f"  {airflow:<{airflow_width}}"
+        console.print(
+            Text.assemble(
+                f"{name:<{name_width}}  ",
+                status,
+                airflow,
+                f"  {printable(_when(r.partition, False)):<16}  "
+                f"{printable(_when(r.started_at, False)):<16}  "
+                f"{printable(_when(r.finished_at, False)):<16}  "
+                f"{printable(textwrap.shorten(r.message or '', room))}",
+            )
+        )
+    for name, r in zip(names, rows, strict=True):
+        if r.disagreement:
+            console.print(f"! {name}: {printable(r.disagreement)}")
+    if airflow_warning:
+        console.print(printable(airflow_warning))
+
+
+def show_status(view: RunView, *, airflow_warning: str | None) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
+    console.print(
+        Text.assemble(
+            "run ",
+            (printable(view.ref), "bold"),
+            ": ",
+            _styled(view.status),
+            printable(
+                f", started {_when(view.started_at)}"
+                + (f", finished {_when(view.finished_at)}" if view.finished_at else "")
+            ),
+        )
+    )
+    if view.message:
+        console.print(f"  {printable(view.message)}")
+    if view.airflow_state:
+        console.print(printable(f"  Airflow: DAG run {view.airflow_state}"))
+    if view.disagreement:
+        console.print(printable(f"  ! {view.disagreement}"))
+    if airflow_warning:
+        console.print(f"  {printable(airflow_warning)}")
+    table = Table()
+    for column in (
+        "STEP",
+        "STATUS",
+        "ATTEMPT",
+        "JOB",
+        "FILES",
+        "OK",
+        "FAILED",
+        "RUNNING",
+        "PENDING",
+        "ROWS OUT",
+        "ROWS/S",
+        "ETA",
+    ):
+        table.add_column(column, justify="right" if column not in ("STEP", "STATUS", "JOB") else "left")
+    for s in view.steps:
+        table.add_row(
+            printable(s.name),
+            _styled(s.status),
+            str(s.attempt),
+            printable(s.job_status or "-"),
+            str(s.files),
+            str(s.succeeded),
+            str(s.failed),
+            str(s.running),
+            str(s.pending),
+            f"{s.rows_out:,}",
+            _rate(s.rows_per_second),
+            _duration(s.eta_seconds),
+        )
+    console.print(table)
+    for s in view.steps:
+        if s.job_name:
+            console.print(printable(f"step {s.name}, attempt {s.attempt}: job {s.job_name}"))
+    for s in view.steps:
+        if s.message and s.status in ("FAILED", "PARTIAL", "CANCELLED"):
+            console.print(printable(f"step {s.name}: {s.message}"))
+        if s.failed:
+            console.print(
+                printable(f"  see the {s.failed} failed file(s) and why: shardline failed {view.ref} --step {s.name}")
+            )
+
+
+def show_failed(files: list[FileView], *, ref: RunRef, step: str | None) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from shardline.planning.naming import resubmit_command
+
+    console = _console()
+    if not files:
+        console.print(
+            printable(
+                f"no failed or unfinished files in {ref}" + (f", step {step}" if step else "") + ": nothing to resubmit"
+            )
+        )
+        return
+    table = Table(title=Text(printable(f"files of {ref} that did not succeed")))
+    for column in ("STEP", "FILE", "STATUS", "ATTEMPT", "HOST", "ERROR"):
+        table.add_column(column, overflow="fold")
+    for f in files:
+        error = error_text(f.error_class, f.error_message)
+        table.add_row(
+            printable(f.step),
+            printable(f.input_key),
+            _styled(f.status),
+            str(f.attempt),
+            printable(f.host or "-"),
+            printable(textwrap.shorten(error, 160)),
+        )
+    console.print(table)
+    for name in sorted({f.step for f in files}):
+        console.print(printable(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, name)}"))
+
+
+def show_resubmit(result: ResubmitResult, *, dry_run: bool) -> None:
+    console = _console()
+    plan = result.plan
+    if plan.files:
+        console.print(printable(f"{len(plan.files)} file(s) of step {plan.step} selected ({plan.reason}):"))
+    elif result.action == "take_up":  # with no file to run, "nothing" says why in the line below
+        console.print(printable(f"no file of step {plan.step} needs to run again, so nothing is submitted"))
+    for key in plan.files[:20]:
+        console.print(f"  {printable(key)}")
+    if len(plan.files) > 20:
+        console.print(f"  ... and {len(plan.files) - 20} more (--json lists them all)")
+    if result.job_name and not dry_run:
+        console.print(printable(f"submitted attempt {result.attempt} as job {result.job_name}"))
+    elif result.job_name:
+        console.print(printable(f"would submit attempt {result.attempt} as job {result.job_name}"))
+    if not result.complete:
+        print(printable(f"shardline resubmit: {result.airflow}"), file=sys.stderr)
+        return
+    console.print(printable(result.airflow))
+    if dry_run and result.action != "nothing":
+        console.print("to do it, run the same command without --dry-run")
+    if (result.job_name or result.action == "take_up") and not dry_run:
+        console.print(printable(f"follow it with: shardline status {plan.ref}"))
+
+
+def resubmit_reply(result: ResubmitResult, *, dry_run: bool) -> Reply:
+    """A resubmission left half done exits 1, whichever way it is printed."""
+    return Reply(
+        result, functools.partial(show_resubmit, result, dry_run=dry_run), EXIT_OK if result.complete else EXIT_ERROR
+    )
+
+
+def preview_reply(result: PreviewResult) -> Reply:
+    data = {
+        "step": result.step,
+        "model_uri": result.model_uri,
+        "sample_uri": result.sample_uri,
+        "exit_code": result.exit_code,
+        "report": result.report,
+    }
+    # The sample's values are the input's own: printed escaped, line breaks kept.
+    return Reply(
+        data,
+        functools.partial(print, printable(result.render(), newlines=True), end=""),
+        EXIT_OK if result.ok else EXIT_ERROR,
+    )
+
+
+def tune_reply(result: TuneResult) -> Reply:
+    data = {
+        "step": result.step,
+        "model_uri": result.model_uri,
+        "input_uri": result.input_uri,
+        "sample": result.sample_keys,
+        "exit_code": result.exit_code,
+        "plot": result.plot,
+        "figures": result.figures,
+    }
+    return Reply(
+        data,
+        functools.partial(print, printable(result.render(), newlines=True), end=""),
+        EXIT_OK if result.ok else EXIT_ERROR,
+    )

@@ -1,0 +1,190 @@
+"""What an on-call engineer reads about a run: runs, status, failed. The CLI and the page call these.
+
+Everything is read from the ledger (Queries on a run's partition, never Scans), the backend's job state and,
+when the CLI can ask, Airflow's DAG run states; the pipeline specs under the DAGs folder say which table and
+backend a pipeline uses. :class:`OnCallReads` is the base the run reports and the actions build on
+(:class:`shardline.oncall.service.OnCall` is all of them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Self
+
+from shardline.backends import JobNotFound
+from shardline.ledger.keys import RUN_SK, run_pk
+from shardline.ledger.states import SETUP_ERROR, FileStatus
+from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run
+from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
+from shardline.oncall.errors import Conflict, NotFound
+from shardline.oncall.messages import airflow_left_out, unknown_step
+from shardline.oncall.records import FileView, RunRecord, RunRef, RunRow, RunView, ShardRecord, StepRecord, StepView
+from shardline.oncall.views import (
+    file_view,
+    missing_job_status,
+    run_row,
+    run_view,
+    step_view,
+    with_airflow,
+    with_setup_error,
+)
+from shardline.orchestration import services
+from shardline.orchestration.step_files import PlanFileError, read_step_files
+from shardline.planning import naming
+from shardline.spec import PipelineSpec, SpecError, load_spec
+
+
+def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
+    """Every valid pipeline spec under ``dags_folder/pipelines``, by pipeline name."""
+    folder = dags_folder / "pipelines"
+    specs = {}
+    for path in sorted(folder.glob("*.y*ml")):
+        try:
+            spec = load_spec(path)
+        except SpecError:
+            continue  # Airflow shows it as an import error; it has no runs to act on
+        specs[spec.pipeline] = spec
+    return specs
+
+
+def read_step_records(spec: PipelineSpec, pipeline: str, run_id: str, step: str, **kwargs):
+    """A step's files (``orchestration.step_files``); a plan file gone or damaged is a :class:`Conflict` that
+    says which, instead of a traceback."""
+    try:
+        return read_step_files(spec, pipeline, run_id, step, **kwargs)
+    except PlanFileError as err:
+        raise Conflict(f"step {step} of {pipeline}/{run_id}: {err}") from err
+
+
+class OnCallReads:
+    """The pipelines of one DAGs folder, and what is read about their runs."""
+
+    def __init__(
+        self,
+        specs: dict[str, PipelineSpec],
+        *,
+        airflow: AirflowClient | None = None,
+        now=lambda: dt.datetime.now(dt.UTC),
+        sleep=time.sleep,
+    ):
+        if not specs:
+            raise NotFound(
+                "no pipeline specs found; pass --dags-folder (or set SHARDLINE_DAGS_FOLDER) to the "
+                "folder that holds pipelines/*.yaml"
+            )
+        self.specs = specs
+        self.airflow = airflow
+        self.airflow_warning: str | None = None  # why Airflow's side is missing from the views, if it is
+        self._now = now
+        self._sleep = sleep  # the one seam a test may replace: waiting for a watch task to end
+
+    @classmethod
+    def from_folder(cls, dags_folder: Path, airflow: AirflowClient | None = None) -> Self:
+        return cls(load_specs(dags_folder), airflow=airflow)
+
+    def spec(self, pipeline: str) -> PipelineSpec:
+        if pipeline not in self.specs:
+            raise NotFound(
+                f"no pipeline {pipeline!r} among the specs found ({', '.join(sorted(self.specs))}); "
+                "check the name, or pass --dags-folder with the folder that holds its spec"
+            )
+        return self.specs[pipeline]
+
+    def runs(self, pipeline: str | None = None, limit: int = 20) -> list[RunRow]:
+        """Recent runs, newest first, from every ledger table the pipelines use."""
+        specs = [self.spec(pipeline)] if pipeline else list(self.specs.values())
+        rows = []
+        for table in sorted({s.ledger_table for s in specs}):
+            model = services.ledger_model(next(s for s in specs if s.ledger_table == table))
+            entries = list_runs(model, pipeline, limit)
+            keys = [(run_pk(e.pipeline, e.run_id), RUN_SK) for e in entries]
+            runs = {(r.pipeline, r.run_id): RunRecord.of(r) for r in model.Control.batch_get(keys)} if keys else {}
+            rows += [run_row(e.pipeline, e.run_id, e.started_at, runs.get((e.pipeline, e.run_id))) for e in entries]
+        rows.sort(key=lambda r: r.started_at or "", reverse=True)
+        return [with_airflow(r, self._airflow_run_state(r.pipeline, r.run_id)) for r in rows[:limit]]
+
+    def _airflow_run_state(self, pipeline: str, run_id: str) -> str | None:
+        """The DAG run's state, or None when Airflow is not configured, has no such run, or cannot be
+        asked (then :attr:`airflow_warning` says why, once)."""
+        if self.airflow is None or self.airflow_warning is not None:
+            return None
+        try:
+            return self.airflow.dag_run(pipeline, run_id).get("state")
+        except AirflowApiError as err:
+            if err.status == 404:
+                return None
+            self.airflow_warning = airflow_left_out(err)
+            return None
+
+    def status(self, ref: RunRef, *, with_files: bool = False) -> RunView:
+        spec = self.spec(ref.pipeline)
+        model = services.ledger_model(spec)
+        records = read_run(model, ref.pipeline, ref.run_id)
+        if records.run is None:
+            raise NotFound(
+                f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
+                f"{ref.pipeline}` lists the recent ones"
+            )
+        steps = [self._step_view(spec, ref, s.name, with_files) for s in spec.steps]
+        return run_view(
+            ref,
+            RunRecord.of(records.run),
+            [s for s in steps if s is not None],
+            self._airflow_run_state(ref.pipeline, ref.run_id),
+        )
+
+    def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
+        records = read_step_records(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
+        if records.step is None:
+            return None
+        record = StepRecord.of(records.step)
+        shards = [ShardRecord.of(s) for s in records.shards]
+        job_name = naming.job_name(ref.pipeline, ref.run_id, step, record.attempt) if record.attempt else None
+        job_status = None
+        if job_name:
+            try:
+                job_status = services.backend_for(spec).describe(job_name).status.value
+            except JobNotFound:
+                job_status = missing_job_status(shards, record.attempt)
+        return step_view(
+            step,
+            record,
+            [file_view(step, f) for f in records.files],
+            shards,
+            job_name=job_name,
+            job_status=job_status,
+            now=self._now(),
+            with_files=with_files,
+        )
+
+    def failed(self, ref: RunRef, step: str | None = None) -> list[FileView]:
+        """Every file that did not succeed, with its error class, message and attempt."""
+        spec = self.spec(ref.pipeline)
+        names = [step] if step else [s.name for s in spec.steps]
+        if step:
+            self._known_step(spec, step)
+        found, planned = [], 0
+        for name in names:
+            records = read_step_records(spec, ref.pipeline, ref.run_id, name, file_attributes=FILE_DETAIL_ATTRIBUTES)
+            planned += records.step is not None
+            # An instance that could not start recorded why on its SHARD item: its files show that reason.
+            setup = {int(s.attempt or 0): s.error_message for s in records.shards if s.error_class == SETUP_ERROR}
+            found += [
+                with_setup_error(v, setup.get(v.attempt))
+                for v in (file_view(name, f) for f in records.files)
+                if v.status != FileStatus.SUCCEEDED
+            ]
+        if not planned:
+            raise NotFound(
+                f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
+                f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "
+                "lists the recent ones"
+            )
+        return found
+
+    @staticmethod
+    def _known_step(spec: PipelineSpec, step: str) -> None:
+        if step not in {s.name for s in spec.steps}:
+            raise NotFound(unknown_step(spec.pipeline, step, [s.name for s in spec.steps]))

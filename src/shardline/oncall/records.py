@@ -1,0 +1,210 @@
+"""The on-call values, as plain data: a run's name (:class:`RunRef`), the ledger's records the service copies
+from the items it read, and the views built from them (the CLI prints them, the page serves them as JSON).
+
+What the views show is built in :mod:`shardline.oncall.views`; what is said, in :mod:`shardline.oncall.messages`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from shardline.decision.resubmit import Next
+from shardline.oncall.errors import BadRequest
+from shardline.planning import naming
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRef:
+    pipeline: str
+    run_id: str
+
+    @classmethod
+    def parse(cls, text: str) -> RunRef:
+        pipeline, sep, run_id = text.partition("/")
+        if not sep or not pipeline or not run_id:
+            raise BadRequest(
+                f"{text!r} is not a run name: a run is named PIPELINE/RUN_ID; copy it from the RUN "
+                "column of `shardline runs`"
+            )
+        return cls(pipeline, run_id)
+
+    def __str__(self) -> str:
+        return naming.run_ref(self.pipeline, self.run_id)
+
+
+# --- the ledger's records, as plain values (the service copies them from the items it read) ----------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """A run's RUN item."""
+
+    status: str | None
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    message: str | None = None
+    partition: str | None = None
+
+    @classmethod
+    def of(cls, item: Any) -> RunRecord:
+        return cls(item.status, item.started_at, item.finished_at, item.message, getattr(item, "partition", None))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    """A step's STEP item: its latest attempt, and how that ended."""
+
+    status: str | None
+    attempt: int
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    message: str | None = None
+
+    @classmethod
+    def of(cls, item: Any) -> StepRecord:
+        return cls(item.status, int(item.attempt or 0), item.started_at, item.finished_at, item.message)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRecord:
+    """One instance of one attempt, as it reported itself (its SHARD item)."""
+
+    host: str | None
+    attempt: int
+    status: str | None = None
+    files_assigned: int = 0
+    files_done: int = 0
+    files_failed: int = 0
+    rows_done: int = 0
+    heartbeat_at: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, item: Any) -> ShardRecord:
+        return cls(
+            item.host,
+            int(item.attempt or 0),
+            item.status,
+            int(item.files_assigned or 0),
+            int(item.files_done or 0),
+            int(item.files_failed or 0),
+            int(item.rows_done or 0),
+            item.heartbeat_at,
+        )
+
+
+# --- views (plain data: the CLI prints them, the UI serves them as JSON) ---------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    pipeline: str
+    run_id: str
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    message: str | None = None
+    airflow_state: str | None = None  # the DAG run's state in Airflow, when the CLI can ask
+    disagreement: str | None = None  # set when Airflow and the ledger tell different stories
+    partition: str | None = None  # what the run scores: its data interval's start (UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardView:
+    host: str
+    attempt: int
+    status: str
+    files_assigned: int
+    files_done: int
+    files_failed: int
+    rows_done: int
+    heartbeat_age_seconds: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class FileView:
+    step: str
+    input_key: str
+    status: str
+    attempt: int
+    host: str | None
+    rows_in: int | None
+    rows_out: int | None
+    error_class: str | None
+    error_message: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepView:
+    name: str
+    status: str
+    attempt: int
+    job_name: str | None
+    job_status: str | None
+    files: int
+    succeeded: int
+    failed: int
+    running: int
+    pending: int
+    rows_in: int
+    rows_out: int
+    rows_per_second: float | None
+    eta_seconds: float | None
+    started_at: str | None
+    message: str | None
+    shards: list[ShardView]
+    file_rows: list[FileView]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunView:
+    ref: str
+    pipeline: str
+    run_id: str
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    message: str | None
+    steps: list[StepView]
+    airflow_state: str | None = None
+    disagreement: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ResubmitPlan:
+    ref: str
+    step: str
+    files: list[str]
+    reason: str  # why these files (or why none)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResubmitResult:
+    plan: ResubmitPlan
+    attempt: int | None
+    job_name: str | None
+    airflow: str  # what happened on the Airflow side, in words
+    complete: bool = True  # False: something is left half done; ``airflow`` says what, and how to finish it
+    action: str = Next.SUBMIT.value  # what was (or, in a dry run, would be) done: a Next value
+
+
+@dataclasses.dataclass(frozen=True)
+class StepReportRef:
+    """Where one step's run report is on S3: derived from the STEP item's plan, never given by a caller."""
+
+    step: str
+    status: str | None
+    html_uri: str
+    json_uri: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedReport:
+    """A step's report fetched to a local file (``report`` holds report.json's content when it was asked for)."""
+
+    step: str
+    status: str | None
+    uri: str
+    path: str
+    report: dict | None = None

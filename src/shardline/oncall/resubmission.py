@@ -1,0 +1,273 @@
+"""Resubmitting a step: a new fenced attempt with exactly the chosen files and, when the DAG run had already
+finished, its watch task cleared through Airflow's REST API so the run's state follows the resubmission.
+
+What it does is decided first by :func:`shardline.decision.resubmit.choose_next`, and which files it takes by
+:mod:`shardline.oncall.selection`; this module reads, asks them, and acts on the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+from shardline.backends import JobNotFound, JobStatus
+from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
+from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, read_step
+from shardline.ledger.step_writes import StaleOrchestratorError
+from shardline.oncall import selection
+from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, INVALID_TOKEN, AirflowApiError
+from shardline.oncall.errors import Conflict, NotFound, OnCallError, Refused, Unavailable
+from shardline.oncall.messages import (
+    cleared_text,
+    dry_run_text,
+    followed_text,
+    half_done_text,
+    local_root_mismatch,
+    not_finished_text,
+    repeat_resubmit_command,
+)
+from shardline.oncall.reads import OnCallReads, read_step_records
+from shardline.oncall.records import ResubmitPlan, ResubmitResult, RunRef, StepRecord
+from shardline.oncall.views import file_view
+from shardline.orchestration import services
+from shardline.planning import naming
+from shardline.planning.attempt import Attempt
+from shardline.planning.inputs import parse_s3_uri
+from shardline.spec import PipelineSpec
+from shardline.waiting import wait_for
+
+# How long a resubmission waits for a watch task that is about to end before it clears it, and how often
+# it asks Airflow meanwhile.
+WATCH_WAIT_SECONDS = 60.0
+WATCH_POLL_SECONDS = 1.0
+
+
+class Resubmission(OnCallReads):
+    """``resubmit``: which files, what to do (decided before anything changes), then doing it."""
+
+    def plan_resubmission(
+        self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (), all_failed: bool = False
+    ) -> ResubmitPlan:
+        """Which files a resubmission would take (:func:`selection.choose_files`). Succeeded files are never
+        taken again."""
+        spec = self.spec(ref.pipeline)
+        self._known_step(spec, step)
+        selection.check_one_choice(shard=shard, files=files, all_failed=all_failed)
+        records = read_step_records(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
+        if records.step is None:
+            raise Conflict(
+                f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
+                f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
+                "the run is"
+            )
+        latest = StepRecord.of(records.step).attempt
+        views = [file_view(step, f) for f in records.files]
+        dealt = self._dealt_hosts(spec, ref, step, latest) if shard and selection.needs_deal(views, latest) else None
+        return selection.choose_files(
+            str(ref), step, latest, views, shard=shard, keys=files, all_failed=all_failed, dealt=dealt
+        )
+
+    def _dealt_hosts(self, spec: PipelineSpec, ref: RunRef, step: str, attempt: int) -> dict[str, str]:
+        """Which instance each entry of an attempt's manifest went to: the manifest, read from S3."""
+        then = self._plan(spec, ref, step).model_copy(update={"number": attempt})
+        bucket, key = parse_s3_uri(then.manifest_uri)
+        return selection.dealt_hosts(
+            json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read()), then
+        )
+
+    def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> Attempt:
+        from shardline.orchestration import steps
+
+        try:
+            attempt = steps.latest_attempt(spec, ref.pipeline, ref.run_id, step)
+        except ValueError as err:
+            raise Conflict(
+                f"{err}, so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
+            ) from err
+        if attempt is None:
+            raise Conflict(
+                f"step {step} of {ref} has no recorded plan (was it planned by an older Shardline?), "
+                f"so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
+            )
+        return attempt
+
+    def resubmit(
+        self,
+        ref: RunRef,
+        step: str,
+        *,
+        shard: str | None = None,
+        files: Sequence[str] = (),
+        all_failed: bool = False,
+        dry_run: bool = False,
+        force: bool = False,
+        ledger_only: bool = False,
+    ) -> ResubmitResult:
+        """Start a new attempt of ``step`` with only the chosen files, and let the DAG run follow it.
+
+        All or nothing: Airflow is asked first (the watch task's state, and whether this caller may
+        clear it), and if it cannot be asked or would refuse, nothing is submitted. Safe to repeat:
+        the same call again finds the attempt running, or completes a resubmission whose clear
+        failed, or finds nothing left. ``force`` resubmits while the step's sensor is still in
+        charge (it follows the new attempt). ``ledger_only`` leaves Airflow out (a step not run by
+        an Airflow DAG): the new attempt runs, and no DAG run follows it.
+        """
+        spec = self.spec(ref.pipeline)
+        plan = self.plan_resubmission(ref, step, shard=shard, files=files, all_failed=all_failed)
+        again = repeat_resubmit_command(ref, step, shard=shard, files=files, all_failed=all_failed, force=force)
+        latest = self._plan(spec, ref, step)
+        records = read_step(services.ledger_model(spec), ref.pipeline, ref.run_id, step)
+        job = self._latest_job(spec, latest, records.shards)
+        watch = f"watch_{step}"
+        watch_state = None if ledger_only else self._watch_state(ref, watch)
+        choice = choose_next(
+            attempt=latest.number,
+            job=latest.job_name,
+            job_running=job is not None and not job.is_terminal,
+            step_status=records.step.status if records.step else None,
+            watch_state=watch_state,
+            files=len(plan.files),
+            force=force,
+            watch=watch,
+        )
+        if choice.next is Next.SUBMIT:  # otherwise the reason is what the result says: printed once, not twice
+            plan = dataclasses.replace(plan, reason=f"{plan.reason}; {choice.reason}")
+        if choice.next is Next.REFUSE:
+            raise Conflict(f"step {step} of {ref}: {choice.reason}")
+        if choice.clear_watch:
+            self._may_clear(ref, watch)
+        if choice.next is Next.NOTHING:
+            return ResubmitResult(plan, None, None, choice.reason, action=choice.next.value)
+        if dry_run:
+            return _dry_run_result(plan, choice, ref, step, latest.number, watch_state)
+        attempt = job_name = None
+        if choice.next is Next.SUBMIT:
+            nxt = _submit(spec, ref, step, latest, plan.files)
+            attempt, job_name = nxt.number, nxt.job_name
+        if not choice.clear_watch:
+            return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state), action=choice.next.value)
+        try:
+            said = self._rerun_watch(ref, watch)
+        except (AirflowApiError, OnCallError) as err:
+            return ResubmitResult(
+                plan,
+                attempt,
+                job_name,
+                half_done_text(attempt, job_name, watch, err, again),
+                complete=False,
+                action=choice.next.value,
+            )
+        return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value)
+
+    @staticmethod
+    def _latest_job(spec: PipelineSpec, latest: Attempt, shards) -> JobStatus | None:
+        """The latest attempt's job as the backend sees it (None: it knows no such job). A local job it does not
+        know, whose instances reported, ran under another local root: a Conflict, as a job started here would
+        run beside Airflow's."""
+        try:
+            return services.backend_for(spec).describe(latest.job_name).status
+        except JobNotFound:
+            if spec.backend == "local" and any(int(s.attempt or 0) == latest.number for s in shards):
+                raise Conflict(local_root_mismatch(latest.job_name, latest.number, services.local_root())) from None
+            return None
+
+    def _watch_state(self, ref: RunRef, watch: str) -> str:
+        """The watch task's state in Airflow; raises OnCallError, before anything changed, if Airflow
+        cannot be asked (a resubmission must be able to let the DAG run follow it)."""
+        nothing = "nothing was submitted"
+        if self.airflow is None:
+            raise Unavailable(
+                f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
+                f"{watch} task must be cleared so the run follows it. To give the CLI access, "
+                f"{HOW_TO_CONFIGURE}; then run the same command again. (For a step not run by "
+                "Airflow, pass --ledger-only.)"
+            )
+        try:
+            answer = self.airflow.task_instance(ref.pipeline, ref.run_id, watch)
+        except AirflowApiError as err:
+            if err.status == 404:
+                raise NotFound(
+                    f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
+                    f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
+                    f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
+                    "for a step not run by Airflow, pass --ledger-only."
+                ) from err
+            if err.status in (401, 403):  # the token: the error says which fix (missing, expired, unreadable, role)
+                raise Refused(f"Airflow would not answer about DAG run {ref.run_id}, so {nothing}: {err}") from err
+            raise Unavailable(
+                f"cannot ask Airflow about DAG run {ref.run_id}, so {nothing}: {err}. Run the same "
+                "command again once Airflow answers."
+            ) from err
+        return answer.get("state") or "none"
+
+    def _may_clear(self, ref: RunRef, watch: str) -> None:
+        """Ask Airflow to clear the watch task as a dry run: the same permission check, no change."""
+        assert self.airflow is not None
+        try:
+            self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
+        except AirflowApiError as err:
+            hint = (
+                ""
+                if err.status == 401 or INVALID_TOKEN in str(err)  # the token itself: the error says
+                else f" (clearing task instances of DAG {ref.pipeline} takes Airflow's Op role, or an admin)"
+                if err.status == 403
+                else ". Run the same command again once Airflow answers"
+            )
+            raise Refused(
+                f"Airflow would not let this caller clear {watch} of DAG run {ref.run_id}, so nothing "
+                f"was submitted: {err}{hint}"
+            ) from err
+
+    def _rerun_watch(self, ref: RunRef, watch: str, wait_seconds: float = WATCH_WAIT_SECONDS) -> str:
+        """Let the DAG run follow the step again: clear its watch task once it has finished.
+
+        The sensor records the step's outcome a moment before its task ends, so a watch task
+        still running here is about to end: wait for it, then clear it (and what follows it).
+        Raises AirflowApiError or OnCallError if it cannot.
+        """
+        assert self.airflow is not None
+        airflow = self.airflow
+        state = wait_for(
+            lambda: airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state"),
+            lambda answer: answer in FINISHED_TASK_STATES,
+            timeout=wait_seconds,
+            interval=WATCH_POLL_SECONDS,
+            sleep=self._sleep,
+        )
+        if state not in FINISHED_TASK_STATES:
+            raise Conflict(not_finished_text(watch, wait_seconds, state))
+        cleared = airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
+        return cleared_text(watch, state, len(cleared))
+
+
+def _dry_run_result(
+    plan: ResubmitPlan, choice: NextStep, ref: RunRef, step: str, latest: int, watch_state: str | None
+) -> ResubmitResult:
+    """What a dry run says it would do: take the step up, or submit attempt ``latest + 1``."""
+    watch = f"watch_{step}"
+    if choice.next is Next.TAKE_UP:
+        return ResubmitResult(
+            plan, None, None, dry_run_text(choice, watch, ref.run_id, None, watch_state), action=choice.next.value
+        )
+    nxt = latest + 1
+    return ResubmitResult(
+        plan,
+        nxt,
+        naming.job_name(ref.pipeline, ref.run_id, step, nxt),
+        dry_run_text(choice, watch, ref.run_id, nxt, watch_state),
+    )
+
+
+def _submit(spec: PipelineSpec, ref: RunRef, step: str, latest: Attempt, files: list[str]) -> Attempt:
+    """Start the attempt after ``latest`` with ``files``, fenced: a Conflict if someone moved the step on."""
+    from shardline.orchestration import steps
+
+    try:
+        return steps.resubmit(spec, latest, files, by_operator=True)
+    except StaleOrchestratorError as err:
+        raise Conflict(
+            f"someone else (the sensor, or another operator) moved step {step} of {ref} past "
+            f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "
+            f"status {ref}` shows where it is now"
+        ) from err

@@ -1,0 +1,205 @@
+"""What an on-call engineer does to a whole run: ``rerun`` (its partition again, through Airflow) and
+``cancel`` (stop its jobs, mark it CANCELLED, fail its DAG run).
+"""
+
+from __future__ import annotations
+
+import json
+
+from shardline.backends import JobNotFound
+from shardline.ledger.states import STEP_TERMINAL, StepStatus
+from shardline.ledger.step_reads import read_run
+from shardline.ledger.step_writes import cancel_step, set_run_status
+from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, AirflowApiError
+from shardline.oncall.errors import BadRequest, Conflict, NotFound, Unavailable
+from shardline.oncall.messages import CANCEL_LINES, rerun_conf_text, rerun_not_finished_text
+from shardline.oncall.reads import OnCallReads
+from shardline.oncall.records import RunRef
+from shardline.oncall.views import FINISHED_RUN_STATES
+from shardline.orchestration import services
+from shardline.planning import naming
+from shardline.spec import PipelineSpec
+
+
+def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
+    """Why a run with this conf would be refused by the trigger form's Params or fail at its plan task (the
+    checks ``PlanStepOperator`` makes), or None."""
+    from shardline.spec.conf import (
+        input_override_problem,
+        model_version_problem,
+        param_type_problem,
+        unknown_conf_problem,
+    )
+
+    conf = conf or {}
+    if spec.unknown_conf == "fail" and (unknown := unknown_conf_problem(conf)):
+        return unknown
+    if problem := param_type_problem(conf):
+        return problem
+    first = spec.steps[0]
+    override = str(conf.get("input_prefix") or "").strip()
+    if override and (problem := input_override_problem(first, override)):
+        return problem
+    version = str(conf.get("model_version") or "").strip() or first.model.version
+    return model_version_problem(first, version)
+
+
+class RunActions(OnCallReads):
+    """``rerun`` and ``cancel``: a whole run, through Airflow and the ledger."""
+
+    def rerun(self, ref: RunRef, conf: dict | None = None, *, dry_run: bool = False) -> list[str]:
+        """Run a finished DAG run's partition again, as Airflow 3.3 allows it.
+
+        Without ``conf``: the run plans again from its first failed step (that step's plan task and everything
+        after it are cleared), with its own conf: after input that landed late, a model uploaded since, or a
+        setup error fixed. With ``conf``: a run's conf cannot change, and Airflow refuses a second run at the
+        same logical date (409), so the run is deleted and triggered again at the same logical date and data
+        interval with the new conf, under a new run id; if that trigger fails, the old conf is put back.
+        The conf is checked first as the trigger form and the plan task check it, and no job of the run may
+        still be running (its outputs would mix with the new run's).
+        """
+        spec = self.spec(ref.pipeline)
+        if self.airflow is None:
+            raise Unavailable(
+                f"Airflow is not configured, so nothing was rerun: {HOW_TO_CONFIGURE}; then run the same command again"
+            )
+        run = self.airflow.dag_run(ref.pipeline, ref.run_id)
+        state = run.get("state")
+        if state not in ("failed", "success"):
+            raise Conflict(rerun_not_finished_text(ref, state))
+        problem = conf_problem(spec, run.get("conf") if conf is None else conf)
+        if problem:
+            raise BadRequest(rerun_conf_text(ref, problem, given=conf is not None))
+        running = self._running_jobs(spec, ref)
+        if running:
+            raise Conflict(
+                f"job(s) {', '.join(running)} of {ref} still run, so nothing was rerun (a new run's outputs "
+                f"would mix with theirs): stop them with `shardline cancel {ref}`, then run this again"
+            )
+        if conf is None:
+            return self._rerun_in_place(spec, ref, state, dry_run=dry_run)
+        interval = (run.get("data_interval_start"), run.get("data_interval_end"))
+        old = (
+            f"DAG run {ref.run_id} (logical date {run.get('logical_date')}, data interval {interval[0]} to "
+            f"{interval[1]}, conf {json.dumps(run.get('conf') or {}, sort_keys=True)})"
+        )
+        if dry_run:
+            return [
+                f"dry run, nothing was changed: for real, it would delete {old} and trigger that partition "
+                f"again with conf {json.dumps(conf, sort_keys=True)}"
+            ]
+        self.airflow.delete_run(ref.pipeline, ref.run_id)
+
+        def trigger(with_conf: dict, note: str) -> dict:
+            return self.airflow.trigger(
+                ref.pipeline,
+                with_conf,
+                logical_date=run.get("logical_date"),
+                data_interval=interval if all(interval) else None,
+                note=note,
+            )
+
+        try:
+            new = trigger(conf, f"rerun of {ref.run_id} with a new conf (shardline rerun)")
+        except AirflowApiError as err:
+            try:  # the partition must not be left without a run: put the old one's conf back
+                back = trigger(run.get("conf") or {}, f"{ref.run_id} put back: a rerun's trigger failed")
+            except AirflowApiError as again:
+                raise Unavailable(
+                    f"deleted {old}, but Airflow refused the new run ({err}) and the old conf too "
+                    f"({again}): trigger that logical date and data interval by hand"
+                ) from again
+            raise BadRequest(
+                f"Airflow refused the new run ({err}); {old} was put back as {back['dag_run_id']} with its own conf"
+            ) from err
+        new_ref = RunRef(ref.pipeline, new["dag_run_id"])
+        return [
+            f"deleted {old} and triggered it again as {new['dag_run_id']} with conf "
+            f"{json.dumps(conf, sort_keys=True)}; follow it with `shardline status {new_ref}`"
+        ]
+
+    def _rerun_in_place(self, spec: PipelineSpec, ref: RunRef, state: str, *, dry_run: bool) -> list[str]:
+        """Clear the plan task of the run's first failed step and everything after it."""
+        assert self.airflow is not None
+        failed = {
+            t["task_id"]
+            for t in self.airflow.task_instances(ref.pipeline, ref.run_id)
+            if t.get("state") in ("failed", "upstream_failed")
+        }
+        step = next(
+            (s.name for s in spec.steps if failed & {f"plan_{s.name}", f"submit_{s.name}", f"watch_{s.name}"}), None
+        )
+        start = f"plan_{step}" if step else ("report" if "report" in failed else None)
+        if start is None:
+            raise Conflict(
+                f"DAG run {ref.run_id} has no failed task to run again (it is {state}); to score its "
+                f"partition again with another conf: `shardline rerun {ref} --conf '{{...}}'`"
+            )
+        cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [start], include_downstream=True, dry_run=dry_run)
+        names = ", ".join(sorted({t["task_id"] for t in cleared}))
+        if dry_run:
+            return [f"dry run, nothing was changed: for real, it would clear {names} of DAG run {ref.run_id}"]
+        return [
+            f"cleared {names} of DAG run {ref.run_id}: it plans again from {start} with its own conf (the files "
+            f"that succeeded are kept); follow it with `shardline status {ref}`"
+        ]
+
+    def _running_jobs(self, spec: PipelineSpec, ref: RunRef) -> list[str]:
+        """The jobs of the run's steps that have not ended."""
+        records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
+        backend, running = services.backend_for(spec), []
+        for item in records.steps:
+            if not item.attempt or not item.step:
+                continue
+            name = naming.job_name(ref.pipeline, ref.run_id, item.step, int(item.attempt))
+            try:
+                if not backend.describe(name).status.is_terminal:
+                    running.append(name)
+            except JobNotFound:
+                continue
+        return running
+
+    def cancel(self, ref: RunRef, reason: str = "cancelled by an operator") -> list[str]:
+        """Mark every step CANCELLED (so no sensor resubmits), stop their jobs, fail the DAG run."""
+        spec = self.spec(ref.pipeline)
+        model = services.ledger_model(spec)
+        records = read_run(model, ref.pipeline, ref.run_id)
+        if records.run is None:
+            raise NotFound(
+                f"no run {ref} in table {spec.ledger_table}, so there is nothing to cancel; check the "
+                f"run name: `shardline runs --pipeline {ref.pipeline}` lists the recent ones"
+            )
+        if records.run.status in STEP_TERMINAL:
+            raise Conflict(
+                f"run {ref} already ended {records.run.status}, so there is nothing to cancel; "
+                f"`shardline status {ref}` shows how it ended"
+            )
+        done = []
+        backend = services.backend_for(spec)
+        for item in records.steps:
+            step = item.step
+            if item.status in STEP_TERMINAL:
+                done.append(CANCEL_LINES["already"].format(step=step, status=item.status))
+                continue
+            attempt = int(item.attempt or 1)
+            if not cancel_step(model, ref.pipeline, ref.run_id, step, attempt, reason):
+                done.append(CANCEL_LINES["moved_on"].format(step=step, ref=ref))
+                continue
+            name = naming.job_name(ref.pipeline, ref.run_id, step, attempt)
+            try:
+                if not backend.describe(name).status.is_terminal:
+                    backend.stop(name)
+                    done.append(CANCEL_LINES["stopped"].format(step=step, job=name))
+            except JobNotFound:
+                pass
+            done.append(CANCEL_LINES["cancelled"].format(step=step))
+        set_run_status(model, ref.pipeline, ref.run_id, StepStatus.CANCELLED, reason)
+        if self.airflow is not None:
+            try:
+                state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
+                if state not in FINISHED_RUN_STATES:
+                    self.airflow.set_run_state(ref.pipeline, ref.run_id, "failed", note=reason)
+                    done.append(CANCEL_LINES["dag_run_failed"].format(run_id=ref.run_id))
+            except AirflowApiError as err:
+                done.append(CANCEL_LINES["airflow_error"].format(run_id=ref.run_id, err=err))
+        return done
