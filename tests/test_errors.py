@@ -90,7 +90,7 @@ def test_the_permanent_file_failures_are_the_ones_the_policy_never_retries():
 
 
 @pytest.mark.parametrize(
-    "cls", [errors.SetupError, errors.ModelIntegrityError, errors.CorruptInputError, errors.Refused]
+    "cls", [errors.SetupError, errors.ModelIntegrityError, errors.CorruptInputError, errors.InputRefused]
 )
 def test_a_permanent_error_says_so(cls):
     assert issubclass(cls, errors.PermanentError) and cls.permanent and issubclass(cls, errors.ShardlineError)
@@ -98,7 +98,7 @@ def test_a_permanent_error_says_so(cls):
 
 def test_a_host_problem_is_worth_another_attempt():
     assert issubclass(errors.HostSetupError, errors.SetupError) and not errors.HostSetupError.permanent
-    assert not errors.Unavailable.permanent and not errors.PredictionError.permanent
+    assert not errors.GaveUpWaiting.permanent and not errors.PredictionError.permanent
 
 
 def test_the_layers_raise_shardline_errors_that_old_callers_still_catch():
@@ -106,7 +106,9 @@ def test_the_layers_raise_shardline_errors_that_old_callers_still_catch():
     from shardline.planning.attempt import AttemptRecordError
     from shardline.planning.inputs import InvalidS3Uri, PlanError, PlanFileError, parse_s3_uri
 
-    for cls in (InvalidS3Uri, PlanError, PlanFileError, AttemptRecordError):
+    for cls in (InvalidS3Uri, PlanError, AttemptRecordError):
         assert issubclass(cls, errors.PermanentError) and issubclass(cls, ValueError), cls
+    # A plan file gone or damaged was never a ValueError: no caller may read it as a bad argument of its own.
+    assert issubclass(PlanFileError, errors.PermanentError) and not issubclass(PlanFileError, ValueError)
     with pytest.raises(InvalidS3Uri, match="not an s3:// URI"):
         parse_s3_uri("/local/path")

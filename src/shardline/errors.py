@@ -4,6 +4,9 @@ Every error Shardline raises on purpose is a :class:`ShardlineError`. A :class:`
 same input or settings will raise again: Airflow's operators fail such a task at once instead of retrying it,
 and the step's decision policy never spends an attempt on such a file. Everything else may pass on a retry.
 
+Whether an error is permanent is its ``permanent`` attribute, which every check reads (a subclass may turn it
+off: :class:`HostSetupError` is a :class:`SetupError` a next attempt on another host may not meet).
+
 A file's failure is recorded in the ledger by its class's name (a FILE item's ``error_class``), so the worker
 that records it and the policy that reads it agree through these classes, never through names written out:
 :func:`is_permanent_file_failure` answers for a recorded name. Renaming a class here renames it for both.
@@ -92,6 +95,12 @@ class ModelIntegrityError(SetupError):
     """The model artifact does not match its pinned sha256."""
 
 
+def error_line(error_class: str | None, error_message: str | None) -> str:
+    """A recorded failure in one line, ``Class: message`` (either part may be missing; "" when both are): how the
+    sensor, the run report, the on-call views and the page all show one."""
+    return ": ".join(x for x in (error_class, error_message) if x)
+
+
 # The classes a FILE or SHARD item's error_class can name, by that name.
 RECORDED: dict[str, type[ShardlineError]] = {
     cls.__name__: cls
@@ -120,9 +129,11 @@ def is_permanent_file_failure(error_class: str | None) -> bool:
     return bool(known and issubclass(known, FileError) and known.permanent)
 
 
-class Refused(PermanentError):
-    """Shardline will not do what was asked, as asked (a plan no instance could run, a key outside its box)."""
+class InputRefused(PermanentError):
+    """An input Shardline will not take as given (a plan whose every key is an unsafe path, a manifest entry or
+    local path outside its box): the message names it and what to change."""
 
 
-class Unavailable(ShardlineError):
-    """Something Shardline needs did not answer or is not there yet (a job that would not stop, a service)."""
+class GaveUpWaiting(ShardlineError):
+    """Something did not happen in the time Shardline waits for it (a job that would not stop): a retry may see it
+    done."""

@@ -149,7 +149,7 @@ def test_the_triggers_serialize_json_values_only_and_come_back_the_same():
     from shardline.orchestration.watch import InputWatch, StepWatch
     from shardline.planning.attempt import Attempt
 
-    aws = AwsSettings("sagemaker", "aws_prod", "shardline-ledger", 30, "/opt/airflow/shardline-local")
+    aws = AwsSettings("sagemaker", "aws_prod", "shardline-ledger", 30)
     policy = Policy(4, 30.0, 2.0, 1, 2.5, 600.0, 7200.0)
     attempt = Attempt(
         pipeline="p",

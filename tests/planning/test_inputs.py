@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from shardline.planning.inputs import (
+    PlanFileError,
     S3Object,
     choose_instance_count,
     list_inputs,
@@ -381,7 +382,7 @@ def test_a_plan_file_refuses_a_key_outside_its_prefix():
 def test_a_damaged_plan_file_is_an_error_that_names_it(body):
     from shardline.planning.inputs import parse_plan_file
 
-    with pytest.raises(ValueError, match=r"s3://b/m/attempt-0001.files.json.gz is not a Shardline plan file"):
+    with pytest.raises(PlanFileError, match=r"s3://b/m/attempt-0001.files.json.gz is not a Shardline plan file"):
         parse_plan_file(body, "s3://b/m/attempt-0001.files.json.gz")
 
 
@@ -429,7 +430,7 @@ def test_a_plan_file_is_read_within_bounds_so_a_gzip_bomb_is_refused():
 
     bomb = gzip.compress(b'{"version": 1, "prefix": "s3://b/", "files": [' + b" " * (8 << 20) + b"]}")
     assert len(bomb) < 64 << 10
-    with pytest.raises(ValueError, match="inflates past 1 MiB"):
+    with pytest.raises(PlanFileError, match="inflates past 1 MiB"):
         inputs.parse_plan_file(bomb, "s3://b/m/attempt-0001.files.json.gz", max_inflated=1 << 20)
     assert inputs.MAX_PLAN_FILE_INFLATED >= 256 << 20  # the real bound leaves a million inputs room
     fine = inputs.plan_file_body("s3://b/in/", [inputs.S3Object("in/a.parquet", 7)])

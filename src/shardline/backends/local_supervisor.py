@@ -24,7 +24,7 @@ import boto3
 from shardline import contract
 from shardline.backends import JobStatus, local_container
 from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
-from shardline.errors import Refused
+from shardline.errors import InputRefused
 from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def local_path(instance_dir: Path, sm_path: str) -> Path:
     """Map a container path (/opt/ml/processing/...) into this instance's directory."""
     relative = sm_path[len(SM_ROOT) :] if sm_path.startswith(SM_ROOT) else sm_path.lstrip("/")
     if reason := unsafe_key_reason(relative.rstrip("/")):
-        raise Refused(f"LocalPath {sm_path!r} does not name a directory under {SM_ROOT}: {reason}")
+        raise InputRefused(f"LocalPath {sm_path!r} does not name a directory under {SM_ROOT}: {reason}")
     return instance_dir / "processing" / relative
 
 
@@ -66,7 +66,7 @@ def manifest_entries(s3, uri: str) -> list[tuple[str, str, str]]:
     bucket, key = parse_s3_uri(uri)
     entries = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
-        raise Refused(f'{uri} is not a manifest: expected [{{"prefix": ...}}, entries...]')
+        raise InputRefused(f'{uri} is not a manifest: expected [{{"prefix": ...}}, entries...]')
     prefix_bucket, prefix = parse_s3_uri(entries[0]["prefix"])
     found = []
     # Manifest order is kept: entries are dealt round robin in the order they are listed.

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shardline.decision.resubmit import NextStep, task_state
+from shardline.errors import error_line
 from shardline.ledger.states import STEP_TERMINAL
 from shardline.oncall.records import RunRef
 from shardline.planning import naming
@@ -183,7 +184,7 @@ def no_runs_text(pipeline: str | None, dags_folder: Path) -> str:
 
 def error_text(error_class: str | None, error_message: str | None) -> str:
     """A file's error in one line: class and message, either of which may be missing."""
-    return ": ".join(x for x in (error_class, error_message) if x) or "-"
+    return error_line(error_class, error_message) or "-"
 
 
 def preview_no_pipeline(pipeline: str, dags_folder: Path, known: list[str]) -> str:

@@ -41,20 +41,17 @@ def client_config():
 class AwsSettings:
     """Which clients a pipeline's calls use, as JSON values: what a trigger carries instead of a spec path.
 
-    No credentials: those come from the environment of the process that builds the clients (boto3's default
-    chain, or the Airflow connection named here)."""
+    No credentials and no local path: those come from the environment of the process that builds the clients
+    (boto3's default chain or the Airflow connection named here; the local backend's root, :func:`local_root`)."""
 
     backend: str
     aws_conn_id: str
     ledger_table: str
     retention_days: int
-    local_root: str
 
     @classmethod
     def of(cls, spec: PipelineSpec) -> AwsSettings:
-        return cls(
-            spec.backend, spec.sagemaker.aws_conn_id, spec.ledger_table, spec.ledger_retention_days, str(local_root())
-        )
+        return cls(spec.backend, spec.sagemaker.aws_conn_id, spec.ledger_table, spec.ledger_retention_days)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -62,11 +59,7 @@ class AwsSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AwsSettings:
         return cls(
-            str(data["backend"]),
-            str(data["aws_conn_id"]),
-            str(data["ledger_table"]),
-            int(data["retention_days"]),
-            str(data["local_root"]),
+            str(data["backend"]), str(data["aws_conn_id"]), str(data["ledger_table"]), int(data["retention_days"])
         )
 
 
@@ -76,16 +69,18 @@ Source = PipelineSpec | AwsSettings
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What a pipeline's clients depend on: its AWS settings and the process's AWS environment (boto3
-    reads the endpoint, region and credentials when a client is built)."""
+    """What a pipeline's clients depend on: its AWS settings and this process's environment (boto3 reads the
+    endpoint, region and credentials when a client is built; the local backend's jobs live under its root)."""
 
     aws: AwsSettings
     aws_environment: tuple[tuple[str, str], ...]
+    local_root: str
 
     @classmethod
     def of(cls, source: Source) -> Settings:
         aws = source if isinstance(source, AwsSettings) else AwsSettings.of(source)
-        return cls(aws, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+        environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+        return cls(aws, environment, str(local_root()))
 
 
 class PipelineServices:
@@ -131,7 +126,7 @@ class PipelineServices:
         if self.settings.aws.backend == "local":
             from shardline.backends.local import LocalBackend
 
-            return LocalBackend(Path(self.settings.aws.local_root))
+            return LocalBackend(Path(self.settings.local_root))
         from shardline.backends.sagemaker import SageMakerBackend
 
         return SageMakerBackend(self._aws_client("sagemaker"))

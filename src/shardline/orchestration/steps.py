@@ -13,7 +13,7 @@ import uuid
 
 from shardline import contract
 from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
-from shardline.errors import Refused, Unavailable
+from shardline.errors import GaveUpWaiting, InputRefused, error_line
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
@@ -176,7 +176,7 @@ def plan(
 
 def _step_inputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: str) -> tuple[list[S3Object], list]:
     """The inputs a step plans, and the keys refused as unsafe paths (each with its reason). Raises
-    :class:`~shardline.errors.Refused` when every input was refused."""
+    :class:`~shardline.errors.InputRefused` when every input was refused."""
     s = spec.step(step)
     if s.input.from_step:
         # Exactly what the earlier step committed, per its outputs manifest: never a listing of its prefix.
@@ -198,7 +198,7 @@ def _step_inputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: str) 
         services.s3_listing_client(spec), input_prefix, s.input.include, s.input.exclude
     )
     if not objects and refused:
-        raise Refused(
+        raise InputRefused(
             f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
             f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
             "input.exclude"
@@ -330,7 +330,7 @@ STOP_WAIT_SECONDS = 900.0  # SageMaker takes a minute or two to stop a job
 def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WAIT_SECONDS, poll: float = 5.0) -> None:
     """Stop the attempt's job if it still runs, and return once it has ended.
 
-    Raises :class:`~shardline.errors.Unavailable` if it has not ended by ``timeout``: the next attempt must not start
+    Raises :class:`~shardline.errors.GaveUpWaiting` if it has not ended by ``timeout``: the next attempt must not start
     beside it (the task's retry tries again later).
     """
     from shardline.backends import JobNotFound
@@ -348,7 +348,7 @@ def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WA
         lambda: backend.describe(attempt.job_name), lambda s: s.status.is_terminal, timeout=timeout, interval=poll
     )
     if not state.status.is_terminal:
-        raise Unavailable(stop_timeout_text(attempt.job_name, state.status.value, timeout))
+        raise GaveUpWaiting(stop_timeout_text(attempt.job_name, state.status.value, timeout))
 
 
 def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:
@@ -361,7 +361,7 @@ def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:
 
 def file_error(error_class: str | None, error_message: str | None) -> str:
     """A file's error in one line: class and message, either of which may be missing."""
-    return ": ".join(x for x in (error_class, error_message) if x) or "no error recorded"
+    return error_line(error_class, error_message) or "no error recorded"
 
 
 def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:

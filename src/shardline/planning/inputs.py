@@ -50,7 +50,7 @@ class PlanError(PermanentError, ValueError):
     """A manifest or plan file that would not say what was planned (a key outside its prefix, an unsafe one)."""
 
 
-class PlanFileError(PermanentError, ValueError):
+class PlanFileError(PermanentError):
     """A plan file the STEP item records is gone or damaged: the step's inputs cannot all be accounted for."""
 
 

@@ -72,7 +72,7 @@ def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_pr
 
 
 def worker_manifest_key(output_prefix: str, attempt: int, host: str, metadata_prefix: str | None = None) -> str:
-    """Where an instance's own manifest lands (``worker/job_report.py`` writes it under the metadata folder)."""
+    """Where an instance's own manifest lands (``worker/job/report.py`` writes it under the metadata folder)."""
     return f"{metadata_root(output_prefix, metadata_prefix)}/attempt-{attempt:04d}/manifest-{host}.json"
 
 

@@ -14,6 +14,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from shardline.errors import error_line
 from shardline.ledger.states import FileStatus
 
 # -- what goes in ----------------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ def records_from_ledger(
     files = []
     for item in file_items:
         error_class, error_message = _get(item, "error_class"), _get(item, "error_message")
-        error = ": ".join(x for x in (error_class, error_message) if x) or None
+        error = error_line(error_class, error_message) or None
         key = _get(item, "input_key") or str(_get(item, "sk") or "").split("#", 2)[-1]
         files.append(
             FileRecord(

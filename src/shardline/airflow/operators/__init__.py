@@ -1,1 +1,2 @@
-"""Operators and the watch sensor of a pipeline step (the tasks ``dag_from_spec`` creates)."""
+"""The tasks of a pipeline step that ``dag_from_spec`` creates: plan, submit, watch (a deferrable operator whose
+trigger polls), and the run's report."""

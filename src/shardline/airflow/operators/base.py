@@ -9,7 +9,7 @@ from pathlib import Path
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from shardline.errors import PermanentError
+from shardline.errors import ShardlineError
 from shardline.spec import load_spec
 
 
@@ -21,14 +21,17 @@ def step_functions():
 
 
 def fails_fast(method):
-    """An operator method whose :class:`~shardline.errors.PermanentError` fails the task at once, with its message:
-    the same input or settings would fail every retry the same way. Any other error is Airflow's to retry."""
+    """An operator method whose permanent :class:`~shardline.errors.ShardlineError` (a ``PermanentError``, unless
+    its class turns ``permanent`` off) fails the task at once, with its message: the same input or settings would
+    fail every retry the same way. Any other error is Airflow's to retry."""
 
     @functools.wraps(method)
     def run(self, context, *args, **kwargs):
         try:
             return method(self, context, *args, **kwargs)
-        except PermanentError as err:
+        except ShardlineError as err:
+            if not err.permanent:
+                raise
             raise AirflowFailException(str(err)) from err
 
     return run
@@ -43,7 +46,7 @@ def output_functions():
 
 def poll_functions():
     """What a poll reads and the values a trigger carries (:mod:`shardline.orchestration.watch`), imported when a
-    task runs, as :func:`_steps` is."""
+    task runs, as :func:`step_functions` is."""
     from shardline.orchestration import watch
 
     return watch

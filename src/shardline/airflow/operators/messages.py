@@ -3,13 +3,14 @@ that fixes it. Pure: tests/oncall/test_messages.py renders each."""
 
 from __future__ import annotations
 
+from shardline.errors import error_line
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
 
 
 def _list(failed: list[dict], limit: int = 10) -> str:
     def one(f: dict) -> str:
-        error = ": ".join(x for x in (f.get("error_class"), f.get("error_message")) if x)
+        error = error_line(f.get("error_class"), f.get("error_message"))
         return f"{f['input']} ({error})" if error else f["input"]
 
     shown = "; ".join(one(f) for f in failed[:limit])

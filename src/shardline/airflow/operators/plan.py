@@ -156,19 +156,23 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 self._wait_for_marker(context, input_prefix, why)
             if not ready:
                 self._missing(context, input_prefix, why, waited=waited)
-        # An earlier step's outputs that are not there to read (UpstreamError) are permanent: no retry finds them.
-        attempt = step_functions().plan(
-            spec,
-            self.step,
-            context["run_id"],
-            input_prefix=input_prefix,
-            output_prefix=self.output_prefix,
-            model_uri=self.model_uri,
-            instance_count=self._instances(step),
-            model_version=version,
-            metadata_prefix=(self.metadata_prefix or "").strip() or None,
-            partition=partition_of(context),
-        )
+        from shardline.orchestration.upstream import UpstreamError
+
+        try:
+            attempt = step_functions().plan(
+                spec,
+                self.step,
+                context["run_id"],
+                input_prefix=input_prefix,
+                output_prefix=self.output_prefix,
+                model_uri=self.model_uri,
+                instance_count=self._instances(step),
+                model_version=version,
+                metadata_prefix=(self.metadata_prefix or "").strip() or None,
+                partition=partition_of(context),
+            )
+        except UpstreamError as err:  # the earlier step's outputs are not there to read: no retry finds them
+            raise AirflowFailException(f"step {self.step}: {err}") from err
         if attempt is None:
             self._missing(
                 context,

@@ -46,13 +46,14 @@ class ReportOperator(SpecMixin, BaseOperator):
                     report_command(self.spec.pipeline, context["run_id"], s["step"]),
                 )
         outcome = run_outcome(results)
+        if outcome.status is StepStatus.FAILED:
+            self._finish_run(context, outcome.status, outcome.message)
+            raise AirflowFailException(outcome.message)
         if outcome.steps_skipped:
             self.log.info("%d step(s) skipped (no input)", outcome.steps_skipped)
         if outcome.status is None:
             raise AirflowSkipException(outcome.message)
         self._finish_run(context, outcome.status, outcome.message)
-        if outcome.status is StepStatus.FAILED:
-            raise AirflowFailException(outcome.message)
         status = outcome.status.value
         self._tell_downstream(context, status, summaries)
         return {"steps": summaries}

@@ -1,6 +1,7 @@
-"""Thin Airflow operators for a pipeline step: plan, submit, watch, and the final report.
+"""The submit and watch tasks of a pipeline step, and the DAG's failure callback.
 
-Each calls into :mod:`shardline.orchestration.steps` (plain functions) and holds no policy of its own.
+Each calls into :mod:`shardline.orchestration` (plain functions) and holds no policy of its own: the watch
+defers to :class:`~shardline.airflow.triggers.step.StepTrigger` and acts on the decision it brings back.
 """
 
 from __future__ import annotations
@@ -155,6 +156,3 @@ def mark_run_failed(spec_path: str, context) -> None:
         only_if_running=True,
         unless_reopened_since=getattr(run, "end_date", None) or getattr(run, "start_date", None),
     )
-
-
-# --- messages (pure: tests/oncall/test_messages.py renders each) -------------------------------
