@@ -25,6 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from shardline.ledger.keys import StepRef
+
 PARTS = ("poke", "planning", "cost", "sharding", "demo")
 # A realistic input layout: hourly partitions of a day, 1,000 files an hour (100,000 keys span 4 days and 4
 # hours); `flat` puts every key right under the prefix, where listing stays one chain of pages.
@@ -82,7 +84,7 @@ def poke_cost(files: int, instances: int = 16) -> dict:
     create_ledger_table("bench-ledger")
     model = bind_ledger("bench-ledger")
     keys = [(f"s3://raw/events/dt=2026-11-22/hour=10/part-{i:06d}.parquet", 48_000_000) for i in range(files)]
-    start_attempt(model, "bench", "run-1", "score", 1)
+    start_attempt(model, StepRef("bench", "run-1", "score"), 1)
     # Give every item the attributes a finished file (and a heartbeat) carries, so pages are as full as in
     # production.
     now = dt.datetime.now(dt.UTC)
@@ -125,10 +127,10 @@ def poke_cost(files: int, instances: int = 16) -> dict:
                 )
             )
     started = time.perf_counter()
-    running = read_step(model, "bench", "run-1", "score", files=False)
+    running = read_step(model, StepRef("bench", "run-1", "score"), files=False)
     running_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    ended = read_step(model, "bench", "run-1", "score")
+    ended = read_step(model, StepRef("bench", "run-1", "score"))
     ended_seconds = time.perf_counter() - started
     print(
         f"sensor poll on a step of {files:,} files, {instances} instances: while the job runs, "

@@ -28,6 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+from shardline.ledger.keys import StepRef
+
 REPO = Path(__file__).resolve().parents[1]
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
@@ -228,7 +230,7 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
         return 1
     run, wall = ran
     spec = load_spec(dags / "pipelines" / f"{CHURN}.yaml")
-    summaries = [steps.report(spec, CHURN, run.run_id, s.name) for s in spec.steps]
+    summaries = [steps.report(spec, StepRef(CHURN, run.run_id, s.name)) for s in spec.steps]
 
     def column(out_prefix: str, name: str) -> dict[int, float]:
         values: dict[int, float] = {}
@@ -341,7 +343,7 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
     from shardline.orchestration import steps
 
     run_id = run.run_id
-    summary = steps.report(spec, spec.pipeline, run_id, "score")
+    summary = steps.report(spec, StepRef(spec.pipeline, run_id, "score"))
     jobs = sorted((work / "local" / "jobs").glob("sl-*"))
     worker_seconds = 0.0
     for job in jobs:

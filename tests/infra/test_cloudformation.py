@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shardline.ledger.keys import StepRef
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = ROOT / "infra" / "cloudformation"
 TEMPLATES = sorted(TEMPLATE_DIR.glob("*.yaml"))
@@ -1048,7 +1050,7 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
     model = bind_ledger(ledger_table)
     ensure_run(model, "p", "run-1")
     ensure_run(model, "p", "run-1")
-    start_attempt(model, "p", "run-1", "score", 1, [(f"s3://b/in/part-{i}.parquet", 10) for i in range(30)])
+    start_attempt(model, StepRef("p", "run-1", "score"), 1, [(f"s3://b/in/part-{i}.parquet", 10) for i in range(30)])
     planned = list(calls)
     calls.clear()
 
@@ -1077,7 +1079,7 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
     calls.clear()
 
     # A retry: part-2 moves to attempt 2, and the attempt-1 worker is now a zombie.
-    start_attempt(model, "p", "run-1", "score", 2, [("s3://b/in/part-2.parquet", 10)])
+    start_attempt(model, StepRef("p", "run-1", "score"), 2, [("s3://b/in/part-2.parquet", 10)])
     planned += calls
     calls.clear()
     with pytest.raises(StaleAttemptError):  # the fenced paths make the same calls
@@ -1087,9 +1089,9 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
     worker_calls += calls
     calls.clear()
 
-    read_step(model, "p", "run-1", "score")
+    read_step(model, StepRef("p", "run-1", "score"))
     # What the sensor records at the end, and what the CLI and the UI page read and write.
-    finish_step(model, "p", "run-1", "score", 2, StepStatus.FAILED, "1 file failed")
+    finish_step(model, StepRef("p", "run-1", "score"), 2, StepStatus.FAILED, "1 file failed")
     set_run_status(model, "p", "run-1", StepStatus.FAILED, "step score failed")
     list_runs(model)
     list_runs(model, "p")

@@ -10,7 +10,7 @@ import pytest
 from shardline.ledger import FileStatus, LedgerContext, ShardStatus, WorkerLedger
 from shardline.ledger.context import LedgerConfigError
 from shardline.ledger.job_writes import FileOutcome
-from shardline.ledger.keys import RUN_SK, file_sk, run_pk, shard_sk, step_sk
+from shardline.ledger.keys import RUN_SK, StepRef, file_sk, run_pk, shard_sk, step_sk
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
 from shardline.ledger.table import bind_ledger
@@ -28,7 +28,7 @@ def test_retention_every_item_the_orchestrator_and_the_worker_write_expires(ledg
     before = dt.datetime.now(dt.UTC)
     model = bind_ledger(ledger_table, retention_days=7)
     ensure_run(model, "p", "r1")
-    start_attempt(model, "p", "r1", "score", 1, [("s3://b/in/a.parquet", 10)])
+    start_attempt(model, StepRef("p", "r1", "score"), 1, [("s3://b/in/a.parquet", 10)])
     context = LedgerContext(
         table=ledger_table, pipeline="p", run_id="r1", step="score", attempt=1, input_uri="s3://b/in", retention_days=7
     )
@@ -41,7 +41,7 @@ def test_retention_every_item_the_orchestrator_and_the_worker_write_expires(ledg
         ),
     )
     worker.heartbeat(ShardStatus.PARTIAL, files_assigned=1, files_done=1, files_failed=1, rows_done=0)
-    finish_step(model, "p", "r1", "score", 1, StepStatus.FAILED, "1 file failed")
+    finish_step(model, StepRef("p", "r1", "score"), 1, StepStatus.FAILED, "1 file failed")
     after = dt.datetime.now(dt.UTC)
     pk = run_pk("p", "r1")
     for sk in (RUN_SK, step_sk("score"), file_sk("score", "s3://b/in/a.parquet"), shard_sk("score", 1, "algo-1")):

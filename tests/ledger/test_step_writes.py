@@ -9,6 +9,7 @@ import pytest
 from shardline.ledger import bind_ledger
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
+from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import StepRecords, UnclaimedFile, read_step, recorded_plan_files, with_unclaimed
 from shardline.ledger.step_writes import (
@@ -25,8 +26,8 @@ def test_plan_then_worker_updates_then_read(ledger_table):
     ensure_run(model, "p", "run-1")
     ensure_run(model, "p", "run-1")  # idempotent
     keys = [(f"s3://raw/in/part-{i:03d}.parquet", 100 + i) for i in range(60)]
-    start_attempt(model, "p", "run-1", "score", 1)
-    assert read_step(model, "p", "run-1", "score").files == []  # the plan writes no FILE item
+    start_attempt(model, StepRef("p", "run-1", "score"), 1)
+    assert read_step(model, StepRef("p", "run-1", "score")).files == []  # the plan writes no FILE item
 
     ctx = LedgerContext(
         table=ledger_table, pipeline="p", run_id="run-1", step="score", attempt=1, input_uri="s3://raw/in/"
@@ -39,7 +40,7 @@ def test_plan_then_worker_updates_then_read(ledger_table):
         "part-001.parquet", FileOutcome(FileStatus.FAILED, error_class="CorruptInputError", error_message="cannot read")
     )
 
-    records = read_step(model, "p", "run-1", "score")
+    records = read_step(model, StepRef("p", "run-1", "score"))
     assert records.step.attempt == 1
     assert records.requests == 2  # one page for the step and its shards, one of files
     assert [f.input_key for f in records.files] == [keys[0][0], keys[1][0]]
@@ -58,9 +59,9 @@ def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_noth
     attempt still running cannot finish it (its output is withdrawn); a re-plan rewrites only what is PENDING."""
     model = bind_ledger(ledger_table)
     keys = [(f"s3://raw/in/dt=1/part-{i:04d}.parquet", 1000 + i) for i in range(260)]  # 11 calls over 8 threads
-    assert start_attempt(model, "p", "run-6", "score", 1, keys) == 0
+    assert start_attempt(model, StepRef("p", "run-6", "score"), 1, keys) == 0
     assert list(model.query("RUN#p#run-6", model.sk.startswith("FILE#score#"))) == []
-    assert start_attempt(model, "p", "run-6", "score", 2, keys) == 260
+    assert start_attempt(model, StepRef("p", "run-6", "score"), 2, keys) == 260
     files = list(model.query("RUN#p#run-6", model.sk.startswith("FILE#score#")))
     assert sorted((f.input_key, int(f.bytes_in), f.status, int(f.attempt)) for f in files) == [
         (key, size, "PENDING", 2) for key, size in keys
@@ -69,7 +70,7 @@ def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_noth
 
     # The same attempt planned again (a retried task) is fenced off before any FILE write ...
     with pytest.raises(StaleOrchestratorError):
-        start_attempt(model, "p", "run-6", "score", 2, keys)
+        start_attempt(model, StepRef("p", "run-6", "score"), 2, keys)
     # ... and a re-plan of the attempt (its job never started) rewrites only what is still PENDING, to the same.
     worker = WorkerLedger(
         LedgerContext(
@@ -80,7 +81,7 @@ def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_noth
     worker.claim_file("dt=1/part-0000.parquet")
     worker.claim_file("dt=1/part-0001.parquet")
     worker.finish_file("dt=1/part-0001.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
-    assert continue_attempt(model, "p", "run-6", "score", 2, keys) == 258
+    assert continue_attempt(model, StepRef("p", "run-6", "score"), 2, keys) == 258
     after = {f.sk: f for f in model.query("RUN#p#run-6", model.sk.startswith("FILE#score#"))}
     assert len(after) == 260  # no file twice
     assert after["FILE#score#s3://raw/in/dt=1/part-0000.parquet"].status == "RUNNING"  # the claim stands
@@ -92,7 +93,7 @@ def test_a_finish_whose_claim_was_dropped_lands_but_a_zombie_s_is_refused_by_the
     """A claim the pump dropped (the endpoint was down past its budget) leaves no item: the finish is still this
     attempt's. Once a retry planned the file, its PENDING item fences the older attempt's finish off."""
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-0", "score", 1)
+    start_attempt(model, StepRef("p", "run-0", "score"), 1)
     first = WorkerLedger(
         LedgerContext(
             table=ledger_table, pipeline="p", run_id="run-0", step="score", attempt=1, input_uri="s3://raw/in/"
@@ -100,39 +101,38 @@ def test_a_finish_whose_claim_was_dropped_lands_but_a_zombie_s_is_refused_by_the
         "algo-1",
     )
     first.finish_file("a.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=3, rows_out=3))
-    [item] = read_step(model, "p", "run-0", "score").files
+    [item] = read_step(model, StepRef("p", "run-0", "score")).files
     assert (item.input_key, item.status, int(item.attempt), int(item.rows_out)) == (
         "s3://raw/in/a.parquet",
         "SUCCEEDED",
         1,
         3,
     )
-    start_attempt(model, "p", "run-0", "score", 2, [("s3://raw/in/b.parquet", 1)])
+    start_attempt(model, StepRef("p", "run-0", "score"), 2, [("s3://raw/in/b.parquet", 1)])
     with pytest.raises(StaleAttemptError):
         first.finish_file("b.parquet", FileOutcome(FileStatus.SUCCEEDED))
-    assert {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, "p", "run-0", "score").files} == {
-        "s3://raw/in/a.parquet": ("SUCCEEDED", 1),
-        "s3://raw/in/b.parquet": ("PENDING", 2),
-    }
+    assert {
+        f.input_key: (f.status, int(f.attempt)) for f in read_step(model, StepRef("p", "run-0", "score")).files
+    } == {"s3://raw/in/a.parquet": ("SUCCEEDED", 1), "s3://raw/in/b.parquet": ("PENDING", 2)}
 
 
 def test_each_attempt_s_plan_file_is_recorded_with_it_and_a_re_plan_replaces_only_its_own(ledger_table):
     from shardline.ledger.step_reads import recorded_plan_files
 
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.aaa.files.json.gz")
-    continue_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.bbb.files.json.gz")
+    start_attempt(model, StepRef("p", "run-7", "score"), 1, plan_file="s3://m/attempt-0001.aaa.files.json.gz")
+    continue_attempt(model, StepRef("p", "run-7", "score"), 1, plan_file="s3://m/attempt-0001.bbb.files.json.gz")
     start_attempt(
-        model, "p", "run-7", "score", 2, [("s3://raw/a", 1)], plan_file="s3://m/attempt-0002.ccc.files.json.gz"
+        model, StepRef("p", "run-7", "score"), 2, [("s3://raw/a", 1)], plan_file="s3://m/attempt-0002.ccc.files.json.gz"
     )
-    assert recorded_plan_files(read_step(model, "p", "run-7", "score").step) == {
+    assert recorded_plan_files(read_step(model, StepRef("p", "run-7", "score")).step) == {
         1: "s3://m/attempt-0001.bbb.files.json.gz",
         2: "s3://m/attempt-0002.ccc.files.json.gz",
     }
     with pytest.raises(StaleOrchestratorError):  # a late planner of attempt 1 records nothing
-        continue_attempt(model, "p", "run-7", "score", 1, plan_file="s3://m/attempt-0001.zzz.files.json.gz")
-    assert recorded_plan_files(read_step(model, "p", "run-7", "score").step)[1].endswith(".bbb.files.json.gz")
-    assert recorded_plan_files(read_step(model, "p", "nope", "score").step) == {}
+        continue_attempt(model, StepRef("p", "run-7", "score"), 1, plan_file="s3://m/attempt-0001.zzz.files.json.gz")
+    assert recorded_plan_files(read_step(model, StepRef("p", "run-7", "score")).step)[1].endswith(".bbb.files.json.gz")
+    assert recorded_plan_files(read_step(model, StepRef("p", "nope", "score")).step) == {}
 
 
 def test_of_two_planners_that_read_the_same_record_only_one_records_its_plan_file(ledger_table):
@@ -143,41 +143,41 @@ def test_of_two_planners_that_read_the_same_record_only_one_records_its_plan_fil
     from shardline.ledger.step_writes import _plan_files_update
 
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-8", "score", 1, plan_file="s3://m/one")
+    start_attempt(model, StepRef("p", "run-8", "score"), 1, plan_file="s3://m/one")
     stale_action, stale_condition = _plan_files_update(model, run_pk("p", "run-8"), "score", 1, "s3://m/late")
-    continue_attempt(model, "p", "run-8", "score", 1, plan_file="s3://m/two")  # the other try, first
+    continue_attempt(model, StepRef("p", "run-8", "score"), 1, plan_file="s3://m/two")  # the other try, first
     from pynamodb.exceptions import UpdateError
 
     c = model.Control
     with pytest.raises(UpdateError):
         c(run_pk("p", "run-8"), "STEP#score#").update(actions=stale_action, condition=stale_condition)
-    assert recorded_plan_files(read_step(model, "p", "run-8", "score").step) == {1: "s3://m/two"}
+    assert recorded_plan_files(read_step(model, StepRef("p", "run-8", "score")).step) == {1: "s3://m/two"}
 
 
 def test_attempts_only_move_forward(ledger_table):
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-2", "score", 1)
-    start_attempt(model, "p", "run-2", "score", 2)
+    start_attempt(model, StepRef("p", "run-2", "score"), 1)
+    start_attempt(model, StepRef("p", "run-2", "score"), 2)
     with pytest.raises(StaleOrchestratorError, match=r"no longer at attempt 0"):
-        start_attempt(model, "p", "run-2", "score", 1)
+        start_attempt(model, StepRef("p", "run-2", "score"), 1)
     # An operator's resubmission names the attempt it saw as the newest; if that moved, it loses.
     with pytest.raises(StaleOrchestratorError, match=r"no longer at attempt 1"):
-        start_attempt(model, "p", "run-2", "score", 3, after=1)
-    start_attempt(model, "p", "run-2", "score", 3, after=2)
-    assert read_step(model, "p", "run-2", "score").step.attempt == 3
+        start_attempt(model, StepRef("p", "run-2", "score"), 3, after=1)
+    start_attempt(model, StepRef("p", "run-2", "score"), 3, after=2)
+    assert read_step(model, StepRef("p", "run-2", "score")).step.attempt == 3
 
 
 def test_fencing_two_planners_of_one_attempt_only_one_wins(ledger_table):
     """The sensor's resubmission and an operator's forced one both saw attempt 1: exactly one plans attempt 2."""
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-3", "score", 1)
-    start_attempt(model, "p", "run-3", "score", 2, after=1)
+    start_attempt(model, StepRef("p", "run-3", "score"), 1)
+    start_attempt(model, StepRef("p", "run-3", "score"), 2, after=1)
     _finish(ledger_table, "run-3", "a", attempt=2)  # attempt 2's job finishes a file
     with pytest.raises(StaleOrchestratorError):  # the sensor, planning the attempt after the one it watched
-        start_attempt(model, "p", "run-3", "score", 2)
-    statuses = {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, "p", "run-3", "score").files}
+        start_attempt(model, StepRef("p", "run-3", "score"), 2)
+    statuses = {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, StepRef("p", "run-3", "score")).files}
     assert statuses == {"s3://raw/a": ("SUCCEEDED", 2)}  # the loser reset nothing
-    assert read_step(model, "p", "run-3", "score").step.status == "PLANNED"
+    assert read_step(model, StepRef("p", "run-3", "score")).step.status == "PLANNED"
 
 
 def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(ledger_table):
@@ -190,7 +190,7 @@ def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(le
     plan_file = "s3://b/_shardline/manifests/p/{run}/score/attempt-0002.{n}.files.json.gz"
     for round_no in range(25):
         run = f"race-{round_no}"
-        start_attempt(model, "p", run, "score", 1, plan_file=f"s3://b/{run}/attempt-0001.files.json.gz")
+        start_attempt(model, StepRef("p", run, "score"), 1, plan_file=f"s3://b/{run}/attempt-0001.files.json.gz")
         start, wins = threading.Barrier(4), []
 
         def plan(n: int, run: str = run, start: threading.Barrier = start, wins: list = wins) -> None:
@@ -198,9 +198,7 @@ def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(le
             try:
                 start_attempt(
                     model,
-                    "p",
-                    run,
-                    "score",
+                    StepRef("p", run, "score"),
                     2,
                     [(f"s3://raw/{n}", 1)],
                     after=1,
@@ -217,38 +215,38 @@ def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(le
             racer.join()
         assert len(wins) == 1, f"round {round_no}: {len(wins)} planners won attempt 2"
         (winner,) = wins
-        recorded = read_step(model, "p", run, "score").step
+        recorded = read_step(model, StepRef("p", run, "score")).step
         assert recorded_plan_files(recorded)[2] == plan_file.format(run=run, n=winner)
-        assert {f.input_key for f in read_step(model, "p", run, "score").files} == {f"s3://raw/{winner}"}
+        assert {f.input_key for f in read_step(model, StepRef("p", run, "score")).files} == {f"s3://raw/{winner}"}
 
 
 def test_fencing_a_late_replan_never_resets_a_file_the_attempt_finished(ledger_table):
     """A planner retry that takes up its never-submitted attempt writes no FILE item, so it resets nothing."""
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-4", "score", 1)
-    first = read_step(model, "p", "run-4", "score").step.started_at
+    start_attempt(model, StepRef("p", "run-4", "score"), 1)
+    first = read_step(model, StepRef("p", "run-4", "score")).step.started_at
     _finish(ledger_table, "run-4", "a", attempt=1)
-    continue_attempt(model, "p", "run-4", "score", 1)
-    records = read_step(model, "p", "run-4", "score")
+    continue_attempt(model, StepRef("p", "run-4", "score"), 1)
+    records = read_step(model, StepRef("p", "run-4", "score"))
     assert {f.input_key: f.status for f in records.files} == {"s3://raw/a": "SUCCEEDED"}
     assert records.step.started_at > first  # what tells readers the attempt's plan file may have changed
-    start_attempt(model, "p", "run-4", "score", 2)
+    start_attempt(model, StepRef("p", "run-4", "score"), 2)
     with pytest.raises(StaleOrchestratorError, match="no longer a planned attempt 1"):
-        continue_attempt(model, "p", "run-4", "score", 1)
+        continue_attempt(model, StepRef("p", "run-4", "score"), 1)
 
 
 def test_fencing_cancel_is_conditional_on_the_attempt_seen(ledger_table):
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-5", "score", 1)
-    start_attempt(model, "p", "run-5", "score", 2)
-    assert not cancel_step(model, "p", "run-5", "score", 1, "stale view")  # someone resubmitted meanwhile
-    assert cancel_step(model, "p", "run-5", "score", 2, "wrong model")
-    step = read_step(model, "p", "run-5", "score").step
+    start_attempt(model, StepRef("p", "run-5", "score"), 1)
+    start_attempt(model, StepRef("p", "run-5", "score"), 2)
+    assert not cancel_step(model, StepRef("p", "run-5", "score"), 1, "stale view")  # someone resubmitted meanwhile
+    assert cancel_step(model, StepRef("p", "run-5", "score"), 2, "wrong model")
+    step = read_step(model, StepRef("p", "run-5", "score")).step
     assert (step.status, step.message) == ("CANCELLED", "wrong model")
-    assert not cancel_step(model, "p", "run-5", "score", 2, "again")  # already ended: left as it is
+    assert not cancel_step(model, StepRef("p", "run-5", "score"), 2, "again")  # already ended: left as it is
     with pytest.raises(StaleOrchestratorError):  # and the sensor cannot reopen it
-        start_attempt(model, "p", "run-5", "score", 3)
-    start_attempt(model, "p", "run-5", "score", 3, reopen_cancelled=True)  # an operator may
+        start_attempt(model, StepRef("p", "run-5", "score"), 3)
+    start_attempt(model, StepRef("p", "run-5", "score"), 3, reopen_cancelled=True)  # an operator may
 
 
 def _finish(ledger_table: str, run_id: str, name: str, attempt: int) -> None:
@@ -263,7 +261,7 @@ def _finish(ledger_table: str, run_id: str, name: str, attempt: int) -> None:
 
 
 def test_reading_a_step_that_was_never_planned(ledger_table):
-    records = read_step(bind_ledger(ledger_table), "p", "nope", "score")
+    records = read_step(bind_ledger(ledger_table), StepRef("p", "nope", "score"))
     assert records.step is None and records.files == [] and records.shards == []
 
 

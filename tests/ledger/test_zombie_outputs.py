@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.ledger import bind_ledger
+from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import read_step
 from shardline.ledger.step_writes import start_attempt
 from shardline.worker.job.exit_codes import EXIT_FENCED
@@ -67,7 +68,7 @@ def test_stale_attempt_zombie_outputs_are_withdrawn_and_its_records_refused(ledg
     write_inference_script(model_dir, SCRIPT.format(release=str(release)))
     model = bind_ledger(ledger_table)
     keys = [("s3://b/in/a.parquet", 1), ("s3://b/in/b.parquet", 1)]
-    start_attempt(model, "p", "r1", "score", 1, keys)
+    start_attempt(model, StepRef("p", "r1", "score"), 1, keys)
     env = clean_env(
         **aws_env,
         SHARDLINE_LEDGER_TABLE=ledger_table,
@@ -86,7 +87,7 @@ def test_stale_attempt_zombie_outputs_are_withdrawn_and_its_records_refused(ledg
         def statuses() -> dict[str, tuple[str, int]]:
             return {
                 f.input_key.rsplit("/", 1)[1]: (f.status, int(f.attempt))
-                for f in read_step(model, "p", "r1", "score").files
+                for f in read_step(model, StepRef("p", "r1", "score")).files
             }
 
         # a is done and committed at attempt 1; b is being worked on, blocked in the model.
@@ -97,7 +98,7 @@ def test_stale_attempt_zombie_outputs_are_withdrawn_and_its_records_refused(ledg
             release,
         )
         # The orchestrator gives up on attempt 1 (say its heartbeat looked lost) and plans b as attempt 2.
-        start_attempt(model, "p", "r1", "score", 2, [keys[1]], after=1)
+        start_attempt(model, StepRef("p", "r1", "score"), 2, [keys[1]], after=1)
         release.touch()  # the zombie finishes b late
         stdout, stderr = worker.communicate(timeout=300)
     finally:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from shardline.ledger.keys import StepRef
 from tests.oncall.test_cli import run, write_spec
 
 # What a crafted S3 key, a worker's error message echoing an input row, or a step message could hold: rich
@@ -48,9 +49,7 @@ def hostile_run(aws_env, ledger_table, tmp_path):
     ensure_run(model, "p", "run-1")
     start_attempt(
         model,
-        "p",
-        "run-1",
-        "score",
+        StepRef("p", "run-1", "score"),
         1,
         [(key, 10), ("s3://b/in/good.parquet", 10)],
         plan_json=json.dumps(
@@ -70,11 +69,11 @@ def hostile_run(aws_env, ledger_table, tmp_path):
         HOSTILE["key_name"],
         FileOutcome(FileStatus.FAILED, error_class=HOSTILE["error_class"], error_message=HOSTILE["error_message"]),
     )
-    finish_step(model, "p", "run-1", "score", 1, StepStatus.FAILED, HOSTILE["step_message"])
+    finish_step(model, StepRef("p", "run-1", "score"), 1, StepStatus.FAILED, HOSTILE["step_message"])
     set_run_status(model, "p", "run-1", StepStatus.FAILED, HOSTILE["run_message"])
     # A second run, still going, with a STEP item of a hostile name: what `cancel` lists.
     ensure_run(model, "p", "run-2")
-    start_attempt(model, "p", "run-2", HOSTILE["step_name"], 1, [])
+    start_attempt(model, StepRef("p", "run-2", HOSTILE["step_name"]), 1, [])
     env = {**aws_env, "SHARDLINE_LOCAL_ROOT": str(tmp_path / "local"), "COLUMNS": "400"}  # wide: no cell folds
     return ["--dags-folder", str(tmp_path / "dags")], env, key
 

@@ -13,6 +13,7 @@ import pytest
 
 from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot, decide
 from shardline.ledger import bind_ledger
+from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import list_runs, read_step
 from shardline.ledger.step_writes import StaleOrchestratorError, ensure_run, finish_step, start_attempt
@@ -60,12 +61,12 @@ def test_runs_are_listed_newest_first_and_indexed_once(ledger_table):
 
 def test_a_step_outcome_is_fenced_on_its_attempt(ledger_table):
     model = bind_ledger(ledger_table)
-    start_attempt(model, "p", "run-9", "score", 1, [("s3://b/in/a", 1)])
-    start_attempt(model, "p", "run-9", "score", 2, [("s3://b/in/a", 1)])  # someone resubmitted
-    assert not finish_step(model, "p", "run-9", "score", 1, StepStatus.FAILED, "old news")
-    assert read_step(model, "p", "run-9", "score").step.status == StepStatus.PLANNED
-    assert finish_step(model, "p", "run-9", "score", 2, StepStatus.SUCCEEDED)
-    assert read_step(model, "p", "run-9", "score").step.status == StepStatus.SUCCEEDED
+    start_attempt(model, StepRef("p", "run-9", "score"), 1, [("s3://b/in/a", 1)])
+    start_attempt(model, StepRef("p", "run-9", "score"), 2, [("s3://b/in/a", 1)])  # someone resubmitted
+    assert not finish_step(model, StepRef("p", "run-9", "score"), 1, StepStatus.FAILED, "old news")
+    assert read_step(model, StepRef("p", "run-9", "score")).step.status == StepStatus.PLANNED
+    assert finish_step(model, StepRef("p", "run-9", "score"), 2, StepStatus.SUCCEEDED)
+    assert read_step(model, StepRef("p", "run-9", "score")).step.status == StepStatus.SUCCEEDED
 
 
 def test_a_cancelled_step_is_failed_by_the_sensor_not_resubmitted():
@@ -101,14 +102,14 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
     # Without a way to let the DAG run follow the new attempt, nothing is submitted at all.
     with pytest.raises(OnCallError, match=r"Airflow is not configured, so nothing was submitted.*shardline login"):
         oncall.resubmit(ref, "score", all_failed=True)
-    assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score").number == 1
+    assert steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     # A step not run by Airflow says so explicitly.
     result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
     assert (result.attempt, result.plan.files, result.complete) == (2, [f"s3://{bucket}/in/part-9.parquet"], True)
     assert "Airflow was left out (--ledger-only)" in result.airflow
     second = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)  # while 2 runs, or after
     assert second.attempt is None
-    wait_for_job(spec, steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score"))
+    wait_for_job(spec, steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")))
     last = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)
     assert (last.attempt, last.action, last.airflow) == (
         None,
@@ -130,8 +131,8 @@ def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_
     oncall = OnCall({spec.pipeline: spec})
     model = bind_ledger(spec.ledger_table)
     # The sensor is retrying on its own: attempt 2 runs every file again.
-    latest = steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score")
-    keys = [f.input_key for f in read_step(model, ref.pipeline, ref.run_id, "score").files]
+    latest = steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score"))
+    keys = [f.input_key for f in read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).files]
     running = steps.resubmit(spec, latest, keys)
     result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # an operator, while attempt 2 runs
     assert result.attempt is None and "is still running" in result.airflow
@@ -139,11 +140,11 @@ def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_
     assert f"step score: stopped {running.job_name}" in lines and "step score: CANCELLED" in lines
     assert steps.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)
     assert oncall.status(ref).status == "CANCELLED"
-    assert read_step(model, ref.pipeline, ref.run_id, "score").step.status == StepStatus.CANCELLED
+    assert read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).step.status == StepStatus.CANCELLED
     # The sensor's late verdict, and its own retries, never undo the operator's cancel.
     assert steps.finish(spec, running, "FAIL", "job Stopped") is None
     with pytest.raises(StaleOrchestratorError):
-        start_attempt(model, ref.pipeline, ref.run_id, "score", 3, [(keys[0], 1)])
+        start_attempt(model, StepRef(ref.pipeline, ref.run_id, "score"), 3, [(keys[0], 1)])
     with pytest.raises(OnCallError, match="already ended CANCELLED"):
         oncall.cancel(ref)
 
@@ -184,7 +185,7 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
         model_uri=f"s3://{bucket}/m.tar.gz",
         instance_count=3,
     )
-    finish_step(bind_ledger(ledger_table), "shard_test", "run-1", "score", 1, StepStatus.FAILED, "lost")
+    finish_step(bind_ledger(ledger_table), StepRef("shard_test", "run-1", "score"), 1, StepStatus.FAILED, "lost")
     body = __import__("json").loads(
         s3.get_object(Bucket=bucket, Key=parse_s3_uri(attempt.manifest_uri)[1])["Body"].read()
     )
@@ -229,7 +230,7 @@ def test_a_cli_that_looks_in_another_local_root_submits_nothing_beside_airflows_
     assert oncall.status(ref).steps[0].job_status == "NotFoundHere"
     with pytest.raises(OnCallError, match=r"ran, but not under .*another-shell.*nothing was submitted.*AIRFLOW_HOME"):
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
-    assert steps.latest_attempt(spec, ref.pipeline, ref.run_id, "score").number == 1
+    assert steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     assert not (tmp_path / "another-shell").exists()
 
 

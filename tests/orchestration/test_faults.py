@@ -25,6 +25,7 @@ from examples import synthetic
 from shardline.backends.local import LocalBackend
 from shardline.decision.policy import Action, Decision, decide
 from shardline.ledger import create_ledger_table
+from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES
 from shardline.orchestration import services, steps, watch
@@ -175,7 +176,9 @@ def plan_and_submit(
 
 def file_items(spec: PipelineSpec, run_id: str) -> list:
     """The step's files as the sensor and on-call see them: FILE items, and planned inputs not yet claimed."""
-    records = read_step_files(spec, spec.pipeline, run_id, STEP, file_attributes=[*FILE_ATTRIBUTES, "output_key"])
+    records = read_step_files(
+        spec, StepRef(spec.pipeline, run_id, STEP), file_attributes=[*FILE_ATTRIBUTES, "output_key"]
+    )
     return records.files
 
 
@@ -265,7 +268,7 @@ def assert_ledger_reconciles(spec: PipelineSpec, run_id: str, total: int) -> Non
         if f.status != FileStatus.SUCCEEDED or f.rows_in != f.rows_out
     ]
     assert not wrong, f"files not SUCCEEDED with rows_in == rows_out: {wrong}"
-    summary = steps.report(spec, spec.pipeline, run_id, STEP)
+    summary = steps.report(spec, StepRef(spec.pipeline, run_id, STEP))
     assert (summary["succeeded"], summary["failed"], summary["rows_in"], summary["rows_out"]) == (
         FILES,
         0,
@@ -421,7 +424,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
 
         # What on-call does next, as the message says: resubmit what did not finish; the sensor drives the
         # step to its end.
-        latest = steps.latest_attempt(spec, spec.pipeline, run_id, STEP)
+        latest = steps.latest_attempt(spec, StepRef(spec.pipeline, run_id, STEP))
         assert latest is not None and latest.number == attempt.number
         current = steps.resubmit(spec, latest, sorted(files), by_operator=True)
         try:

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import synthetic
+from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import read_step
 from shardline.orchestration import services, steps, watch
 from shardline.planning.naming import run_folder
@@ -56,7 +57,7 @@ def test_the_report_of_a_run_agrees_with_its_ledger_and_the_next_run_compares_wi
     assert status.value == "SUCCEEDED"
     first = _report(bucket, "run-a")
 
-    records = read_step(services.ledger_model(spec), spec.pipeline, "run-a", "score", file_attributes=None)
+    records = read_step(services.ledger_model(spec), StepRef(spec.pipeline, "run-a", "score"), file_attributes=None)
     assert first.reconciliation.files == len(records.files) == 4
     assert first.reconciliation.rows_out == sum(int(f.rows_out) for f in records.files) == 1600
     assert first.reconciliation.balanced
@@ -77,7 +78,7 @@ def test_the_report_of_a_run_agrees_with_its_ledger_and_the_next_run_compares_wi
     )
     assert html["ContentType"].startswith("text/html") and b"<img" in html["Body"].read()
     assert (
-        steps.report(spec, spec.pipeline, "run-a", "score")["report"]
+        steps.report(spec, StepRef(spec.pipeline, "run-a", "score"))["report"]
         == f"s3://{bucket}/out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html"
     )
 
@@ -182,7 +183,7 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     assert status is not None and status.value == "FAILED"
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"out/{run_id}/").get("Contents", [])
     assert not [o["Key"] for o in listed if o["Key"].endswith("_SUCCESS")]
-    step = read_step(services.ledger_model(spec), spec.pipeline, run_id, "score", file_attributes=None).step
+    step = read_step(services.ledger_model(spec), StepRef(spec.pipeline, run_id, "score"), file_attributes=None).step
     assert "not what the worker's own manifest says it wrote" in step.message
     assert step.message.count("shardline resubmit") == 1 and "--all-failed" in step.message
     assert (
@@ -194,7 +195,7 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     from shardline.oncall.selection import resubmittable
     from shardline.oncall.views import file_view
 
-    files = read_step(services.ledger_model(spec), spec.pipeline, run_id, "score", file_attributes=None).files
+    files = read_step(services.ledger_model(spec), StepRef(spec.pipeline, run_id, "score"), file_attributes=None).files
     forged = f"s3://{bucket}/in/part-{'9' if forgery == 'a file the job never wrote' else '0'}.parquet"
     [item] = [f for f in files if f.input_key == forged]
     assert (item.status, item.error_class) == ("FAILED", "UnvouchedOutputError")

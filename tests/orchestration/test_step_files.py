@@ -6,7 +6,7 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from shardline.ledger.keys import file_sk_prefix, run_pk
+from shardline.ledger.keys import StepRef, file_sk_prefix, run_pk
 from shardline.ledger.step_reads import UnclaimedFile, recorded_plan_files
 from shardline.oncall.records import RunRef
 from shardline.oncall.service import OnCall
@@ -41,24 +41,24 @@ def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_in
     assert _file_items(spec, "run-1") == []  # one STEP write planned the step
 
     s3 = boto3.client("s3")
-    [(number, uri)] = recorded_plan_files(read_step_files(spec, spec.pipeline, "run-1", "score").step).items()
+    [(number, uri)] = recorded_plan_files(read_step_files(spec, StepRef(spec.pipeline, "run-1", "score")).step).items()
     assert number == 1 and uri.startswith(attempt.manifest_uri.removesuffix(".manifest"))
     plan_bucket, plan_key = parse_s3_uri(uri)
     planned = parse_plan_file(s3.get_object(Bucket=plan_bucket, Key=plan_key)["Body"].read(), uri)
     stored = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="in/")["Contents"]}
     assert sorted(planned) == sorted((f"s3://{bucket}/{key}", size) for key, size in stored.items())
 
-    records = read_step_files(spec, spec.pipeline, "run-1", "score")
+    records = read_step_files(spec, StepRef(spec.pipeline, "run-1", "score"))
     assert all(isinstance(f, UnclaimedFile) for f in records.files)
     assert sorted((f.input_key, f.status, f.attempt, f.bytes_in) for f in records.files) == sorted(
         (key, "PENDING", 1, size) for key, size in planned
     )
-    assert steps.latest_attempt(spec, spec.pipeline, "run-1", "score").file_count == 4
+    assert steps.latest_attempt(spec, StepRef(spec.pipeline, "run-1", "score")).file_count == 4
 
     view = OnCall({spec.pipeline: spec}).status(RunRef(spec.pipeline, "run-1"))
     [step] = view.steps
     assert (step.files, step.pending, step.succeeded) == (4, 4, 0)
-    assert steps.report(spec, spec.pipeline, "run-1", "score")["files"] == 4
+    assert steps.report(spec, StepRef(spec.pipeline, "run-1", "score"))["files"] == 4
 
 
 def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
@@ -76,7 +76,8 @@ def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
     worker.finish_file("part-1.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=400, rows_out=400))
     assert len(_file_items(spec, "run-2")) == 2
     seen = {
-        f.input_key.rsplit("/", 1)[1]: f.status for f in read_step_files(spec, spec.pipeline, "run-2", "score").files
+        f.input_key.rsplit("/", 1)[1]: f.status
+        for f in read_step_files(spec, StepRef(spec.pipeline, "run-2", "score")).files
     }
     assert seen == {
         "part-0.parquet": "RUNNING",
@@ -91,12 +92,12 @@ def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipel
     into a plan file of its own: the one it replaces is left as it was, for no reader."""
     spec, bucket = pipeline
     steps.plan(spec, "score", "run-3", **plan_args(bucket))
-    before = read_step_files(spec, spec.pipeline, "run-3", "score")
+    before = read_step_files(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert len(before.files) == 4  # now in the reader's cache
     boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(10, 9000))
     again = steps.plan(spec, "score", "run-3", **plan_args(bucket))
     assert (again.number, again.file_count) == (1, 5)
-    after = read_step_files(spec, spec.pipeline, "run-3", "score")
+    after = read_step_files(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert len(after.files) == 5
     assert recorded_plan_files(after.step)[1] != recorded_plan_files(before.step)[1]
 
@@ -104,13 +105,13 @@ def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipel
 def test_a_recorded_plan_file_that_is_gone_is_an_error_that_names_it_not_a_smaller_step(pipeline):
     spec, bucket = pipeline
     steps.plan(spec, "score", "run-5", **plan_args(bucket))
-    uri = recorded_plan_files(read_step_files(spec, spec.pipeline, "run-5", "score").step)[1]
+    uri = recorded_plan_files(read_step_files(spec, StepRef(spec.pipeline, "run-5", "score")).step)[1]
     boto3.client("s3").delete_object(Bucket=bucket, Key=parse_s3_uri(uri)[1])
     from shardline.orchestration import step_files
 
     step_files._cache.pop(uri, None)  # another process: the API server, the CLI
     with pytest.raises(PlanFileError, match=uri.replace(".", r"\.") + " is gone"):
-        read_step_files(spec, spec.pipeline, "run-5", "score")
+        read_step_files(spec, StepRef(spec.pipeline, "run-5", "score"))
     from shardline.oncall.errors import Conflict
 
     with pytest.raises(Conflict, match="is gone"):  # what `shardline status` and the page say, not a traceback

@@ -6,6 +6,7 @@ import boto3
 import pytest
 
 from shardline.decision.policy import JobStatus
+from shardline.ledger.keys import StepRef
 from shardline.orchestration import steps, watch
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import run_folder
@@ -81,7 +82,7 @@ def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     late = steps.plan(spec, "score", "run-3", **kwargs)
     assert (late.number, late.file_count) == (2, 1)  # only the new input, as the next attempt
     wait_for_job(spec, steps.submit(spec, late))
-    summary = steps.report(spec, spec.pipeline, "run-3", "score")
+    summary = steps.report(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert (summary["files"], summary["succeeded"], summary["rows_in"], summary["rows_out"]) == (5, 5, 1500, 1500)
 
 
@@ -138,7 +139,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     assert decision.action.value == "ADVANCE", decision
     ids = _output_ids(bucket)
     assert sorted(ids) == list(range(4 * 300)) + list(range(9 * 300, 10 * 300)), len(ids)  # every row once
-    summary = steps.report(spec, spec.pipeline, "run-race", "score")
+    summary = steps.report(spec, StepRef(spec.pipeline, "run-race", "score"))
     assert (summary["succeeded"], summary["attempts"], summary["rows_in"]) == (5, 2, 1500), summary
 
 
@@ -267,7 +268,9 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     assert second.instance_count == 2 and makespan(deal) <= big + small, [[o.key for o in s] for s in deal]
 
     records = read_step(
-        services.ledger_model(spec), spec.pipeline, "run-sized", "score", file_attributes=[*FILE_ATTRIBUTES, "bytes_in"]
+        services.ledger_model(spec),
+        StepRef(spec.pipeline, "run-sized", "score"),
+        file_attributes=[*FILE_ATTRIBUTES, "bytes_in"],
     )
     recorded = {f.input_key: (int(f.attempt), int(f.bytes_in or 0)) for f in records.files if f.input_key in retry}
     assert recorded == {f"s3://{bucket}/{key}": (2, size) for key, size in sizes.items()}

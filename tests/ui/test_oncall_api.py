@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from shardline.ledger.keys import StepRef
 from shardline.local.embedded_aws import free_port
 from shardline.planning.naming import run_folder
 from tests.conftest import AWS_TEST_ENV
@@ -233,9 +234,7 @@ def reported(api, aws_env, ledger_table):
         ensure_run(model, "r", run_id)
         start_attempt(
             model,
-            "r",
-            run_id,
-            "score",
+            StepRef("r", run_id, "score"),
             1,
             [(f"s3://{bucket}/in/a.parquet", 1)],
             plan_json=json.dumps(
@@ -247,7 +246,7 @@ def reported(api, aws_env, ledger_table):
                 }
             ),
         )
-    finish_step(model, "r", "run-1", "score", 1, StepStatus.SUCCEEDED)
+    finish_step(model, StepRef("r", "run-1", "score"), 1, StepStatus.SUCCEEDED)
     s3.put_object(
         Bucket=bucket,
         Key=f"out/run-1/_shardline/reports/{run_folder('run-1')}/score/report.html",

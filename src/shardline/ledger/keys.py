@@ -10,10 +10,24 @@ A step's SHARD items sort right after its STEP item, so one Query on the prefix
 the query returns them in order.
 """
 
+from typing import NamedTuple
+
 RUN_SK = "RUN"
 # One partition indexes every run by start time. Runs start a few times an hour per
 # pipeline, far below a partition's write limit, and listing recent runs is one Query.
 RUNS_PK = "RUNS"
+
+
+class StepRef(NamedTuple):
+    """One step of one run of one pipeline: what the ledger keys a step's items by, and how every layer names a
+    step (an :class:`~shardline.planning.attempt.Attempt`'s ``ref``)."""
+
+    pipeline: str
+    run_id: str
+    step: str
+
+    def __str__(self) -> str:
+        return f"step {self.step} of {self.pipeline}/{self.run_id}"
 
 
 def run_pk(pipeline: str, run_id: str) -> str:

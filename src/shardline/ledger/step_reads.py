@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from shardline.ledger.keys import (
     RUN_SK,
     RUNS_PK,
+    StepRef,
     file_sk_prefix,
     is_control_sk,
     run_pk,
@@ -121,37 +122,27 @@ def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[st
 
 
 def read_step(
-    model: type[LedgerItem],
-    pipeline: str,
-    run_id: str,
-    step: str,
-    *,
-    file_attributes: list[str] = FILE_ATTRIBUTES,
-    files: bool = True,
+    model: type[LedgerItem], ref: StepRef, *, file_attributes: list[str] = FILE_ATTRIBUTES, files: bool = True
 ) -> StepRecords:
     """The STEP item, its SHARD items and its FILE items: two Queries on the run partition.
 
     With ``files=False``, the STEP and SHARD items only: one Query (a page holds thousands of
     heartbeats), however many files the step has.
     """
+    pipeline, run_id, step = ref
     pk = run_pk(pipeline, run_id)
     step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
     step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
     shards = [item for item in step_and_shards if item.sk != step_sk(step)]
     head = StepRecords(step=step_item, files=[], shards=shards, requests=step_pages)
-    return with_file_items(model, pipeline, run_id, step, head, file_attributes=file_attributes) if files else head
+    return with_file_items(model, ref, head, file_attributes=file_attributes) if files else head
 
 
 def with_file_items(
-    model: type[LedgerItem],
-    pipeline: str,
-    run_id: str,
-    step: str,
-    head: StepRecords,
-    *,
-    file_attributes: list[str] = FILE_ATTRIBUTES,
+    model: type[LedgerItem], ref: StepRef, head: StepRecords, *, file_attributes: list[str] = FILE_ATTRIBUTES
 ) -> StepRecords:
     """``head`` (a ``read_step(..., files=False)``) with the step's FILE items read now: one Query."""
+    pipeline, run_id, step = ref
     file_items, file_pages = _query(model, run_pk(pipeline, run_id), file_sk_prefix(step), file_attributes)
     return dataclasses.replace(head, files=file_items, requests=head.requests + file_pages)
 

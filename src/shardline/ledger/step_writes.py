@@ -17,7 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pynamodb.exceptions import PutError, UpdateError
 
 from shardline.errors import ShardlineError, UnsafeKeyError
-from shardline.ledger.keys import RUN_SK, RUNS_PK, failures_pk, file_sk, run_pk, runs_index_sk, runs_pk, step_sk
+from shardline.ledger.keys import (
+    RUN_SK,
+    RUNS_PK,
+    StepRef,
+    failures_pk,
+    file_sk,
+    run_pk,
+    runs_index_sk,
+    runs_pk,
+    step_sk,
+)
 from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
 
@@ -92,14 +102,13 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
             )
 
 
-def finish_step(
-    model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int, status: StepStatus, message: str = ""
-) -> bool:
+def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: StepStatus, message: str = "") -> bool:
     """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten.
 
     Returns False when a newer attempt owns the step (someone resubmitted meanwhile) or an
     operator cancelled it: their state stands.
     """
+    pipeline, run_id, step = ref
     if status not in STEP_TERMINAL:
         raise ValueError(f"{status} is not a terminal step status")
     c = model.Control
@@ -163,9 +172,7 @@ def set_run_status(
 
 def start_attempt(
     model: type[LedgerItem],
-    pipeline: str,
-    run_id: str,
-    step: str,
+    ref: StepRef,
     attempt: int,
     input_keys: Iterable[tuple[str, int]] = (),
     plan_json: str | None = None,
@@ -184,6 +191,7 @@ def start_attempt(
     ``reopen_cancelled`` (an operator's resubmission). ``plan_json`` records what the step was planned with;
     ``plan_file`` the attempt's plan file, in the same fenced update. Returns the number of FILE items written.
     """
+    pipeline, run_id, step = ref
     after = attempt - 1 if after is None else after
     c = model.Control
     pk = run_pk(pipeline, run_id)
@@ -245,9 +253,7 @@ def _fence_retried_files(
 
 def record_refused(
     model: type[LedgerItem],
-    pipeline: str,
-    run_id: str,
-    step: str,
+    ref: StepRef,
     attempt: int,
     refused: Iterable[tuple[str, int, str]],
     error_class: str = UnsafeKeyError.__name__,
@@ -257,6 +263,7 @@ def record_refused(
     No job ever sees these keys; the items make each one show in `shardline failed` with its
     reason and count against the step's tolerance, instead of vanishing from the run.
     """
+    pipeline, run_id, step = ref
     pk, now, expires = run_pk(pipeline, run_id), _now(), model.expiry()
     items = [
         model(
@@ -281,9 +288,7 @@ def record_refused(
 
 def continue_attempt(
     model: type[LedgerItem],
-    pipeline: str,
-    run_id: str,
-    step: str,
+    ref: StepRef,
     attempt: int,
     input_keys: Iterable[tuple[str, int]] = (),
     *,
@@ -301,6 +306,7 @@ def continue_attempt(
     already claimed or finished, so only a missing item, an older attempt's item, or this
     attempt's PENDING item is written. Returns the number of FILE items written.
     """
+    pipeline, run_id, step = ref
     pk = run_pk(pipeline, run_id)
     c = model.Control
     files_action, files_condition = _plan_files_update(model, pk, step, attempt, plan_file)
@@ -366,12 +372,13 @@ def _plan_files_update(model: type[LedgerItem], pk: str, step: str, attempt: int
     return [c.plan_files.set(json.dumps(files, sort_keys=True))], condition
 
 
-def cancel_step(model: type[LedgerItem], pipeline: str, run_id: str, step: str, attempt: int, reason: str) -> bool:
+def cancel_step(model: type[LedgerItem], ref: StepRef, attempt: int, reason: str) -> bool:
     """Mark the step CANCELLED, fenced on the attempt the operator saw, if it has not ended.
 
     Returns False when the step moved to another attempt or ended meanwhile: that state stands,
     and the operator looks again.
     """
+    pipeline, run_id, step = ref
     c = model.Control
     try:
         c(run_pk(pipeline, run_id), step_sk(step)).update(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Self
 
 from shardline.backends import JobNotFound
-from shardline.ledger.keys import RUN_SK, run_pk
+from shardline.ledger.keys import RUN_SK, StepRef, run_pk
 from shardline.ledger.states import SETUP_ERROR, FileStatus
 from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
@@ -49,11 +49,12 @@ def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
     return specs
 
 
-def read_step_records(spec: PipelineSpec, pipeline: str, run_id: str, step: str, **kwargs):
+def read_step_records(spec: PipelineSpec, ref: StepRef, **kwargs):
     """A step's files (``orchestration.step_files``); a plan file gone or damaged is a :class:`Conflict` that
     says which, instead of a traceback."""
+    pipeline, run_id, step = ref
     try:
-        return read_step_files(spec, pipeline, run_id, step, **kwargs)
+        return read_step_files(spec, ref, **kwargs)
     except PlanFileError as err:
         raise Conflict(f"step {step} of {pipeline}/{run_id}: {err}") from err
 
@@ -136,7 +137,9 @@ class OnCallReads:
         )
 
     def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
-        records = read_step_records(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
+        records = read_step_records(
+            spec, StepRef(ref.pipeline, ref.run_id, step), file_attributes=FILE_DETAIL_ATTRIBUTES
+        )
         if records.step is None:
             return None
         record = StepRecord.of(records.step)
@@ -167,7 +170,9 @@ class OnCallReads:
             self._known_step(spec, step)
         found, planned = [], 0
         for name in names:
-            records = read_step_records(spec, ref.pipeline, ref.run_id, name, file_attributes=FILE_DETAIL_ATTRIBUTES)
+            records = read_step_records(
+                spec, StepRef(ref.pipeline, ref.run_id, name), file_attributes=FILE_DETAIL_ATTRIBUTES
+            )
             planned += records.step is not None
             # An instance that could not start recorded why on its SHARD item: its files show that reason.
             setup = {int(s.attempt or 0): s.error_message for s in records.shards if s.error_class == SETUP_ERROR}

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
+from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, read_step
 from shardline.ledger.step_writes import StaleOrchestratorError
 from shardline.oncall import selection
@@ -54,7 +55,9 @@ class Resubmission(OnCallReads):
         spec = self.spec(ref.pipeline)
         self._known_step(spec, step)
         selection.check_one_choice(shard=shard, files=files, all_failed=all_failed)
-        records = read_step_records(spec, ref.pipeline, ref.run_id, step, file_attributes=FILE_DETAIL_ATTRIBUTES)
+        records = read_step_records(
+            spec, StepRef(ref.pipeline, ref.run_id, step), file_attributes=FILE_DETAIL_ATTRIBUTES
+        )
         if records.step is None:
             raise Conflict(
                 f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
@@ -80,7 +83,7 @@ class Resubmission(OnCallReads):
         from shardline.orchestration import steps
 
         try:
-            attempt = steps.latest_attempt(spec, ref.pipeline, ref.run_id, step)
+            attempt = steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, step))
         except ValueError as err:
             raise Conflict(
                 f"{err}, so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
@@ -117,7 +120,7 @@ class Resubmission(OnCallReads):
         plan = self.plan_resubmission(ref, step, shard=shard, files=files, all_failed=all_failed)
         again = repeat_resubmit_command(ref, step, shard=shard, files=files, all_failed=all_failed, force=force)
         latest = self._plan(spec, ref, step)
-        records = read_step(services.ledger_model(spec), ref.pipeline, ref.run_id, step)
+        records = read_step(services.ledger_model(spec), StepRef(ref.pipeline, ref.run_id, step))
         job = self._latest_job(spec, latest, records.shards)
         watch = f"watch_{step}"
         watch_state = None if ledger_only else self._watch_state(ref, watch)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from shardline.backends import JobNotFound
+from shardline.ledger.keys import StepRef
 from shardline.ledger.states import STEP_TERMINAL, StepStatus
 from shardline.ledger.step_reads import read_run
 from shardline.ledger.step_writes import cancel_step, set_run_status
@@ -182,7 +183,7 @@ class RunActions(OnCallReads):
                 done.append(CANCEL_LINES["already"].format(step=step, status=item.status))
                 continue
             attempt = int(item.attempt or 1)
-            if not cancel_step(model, ref.pipeline, ref.run_id, step, attempt, reason):
+            if not cancel_step(model, StepRef(ref.pipeline, ref.run_id, step), attempt, reason):
                 done.append(CANCEL_LINES["moved_on"].format(step=step, ref=ref))
                 continue
             name = naming.job_name(ref.pipeline, ref.run_id, step, attempt)

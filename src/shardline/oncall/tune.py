@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shardline import contract
+from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import list_runs
 from shardline.oncall.errors import BadRequest, NotFound
 from shardline.oncall.preview import (
@@ -82,7 +83,7 @@ def latest_attempt(spec: PipelineSpec, step: str) -> Attempt | None:
     """The newest attempt of ``step`` in the newest run that planned it (from the ledger), or None."""
     model = services.ledger_model(spec)
     for entry in list_runs(model, spec.pipeline, RUNS_SEARCHED):
-        attempt = steps.latest_attempt(spec, spec.pipeline, entry.run_id, step)
+        attempt = steps.latest_attempt(spec, StepRef(spec.pipeline, entry.run_id, step))
         if attempt is not None:
             return attempt
     return None

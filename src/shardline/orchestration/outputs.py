@@ -42,9 +42,7 @@ class StepOutputs:
 
 
 def read_outputs(spec: PipelineSpec, attempt: Attempt) -> StepOutputs:
-    records = read_step_files(
-        spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=[*FILE_ATTRIBUTES, "output_key", "host"]
-    )
+    records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "output_key", "host"])
     return StepOutputs(records, _listed_outputs(services.s3_client(spec), attempt.output_prefix))
 
 
@@ -260,7 +258,7 @@ def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
     objects, _refused = list_inputs_and_refusals(
         services.s3_listing_client(spec), attempt.input_prefix, s.input.include, s.input.exclude
     )
-    known = {f.input_key for f in read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step).files}
+    known = {f.input_key for f in read_step_files(spec, attempt.ref).files}
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     listed = {f"s3://{bucket}/{o.key}": o.size for o in objects}
     return {uri: size for uri, size in listed.items() if uri not in known}
@@ -288,9 +286,7 @@ def late_inputs_decision(
         message = decision.failed_files[0].error_message or ""
         record_refused(
             services.ledger_model(spec),
-            attempt.pipeline,
-            attempt.run_id,
-            attempt.step,
+            attempt.ref,
             attempt.number,
             [(uri, size, message) for uri, size in late.items()],
             error_class=LATE_INPUT_ERROR,

@@ -70,7 +70,7 @@ def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
 
 def build_step_report(spec: PipelineSpec, attempt: Attempt) -> RunReport:
     """The step's report from what its run recorded, against the pipeline's earlier runs."""
-    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=None)
+    records = read_step_files(spec, attempt.ref, file_attributes=None)
     step_spec = spec.step(attempt.step)
     found = records_from_ledger(
         records.step,

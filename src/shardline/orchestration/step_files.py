@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import (
     FILE_ATTRIBUTES,
     StepRecords,
@@ -35,9 +36,7 @@ _cache_lock = threading.Lock()
 
 def read_step_files(
     spec: services.Source,
-    pipeline: str,
-    run_id: str,
-    step: str,
+    ref: StepRef,
     *,
     file_attributes: list[str] | None = FILE_ATTRIBUTES,
     head: StepRecords | None = None,
@@ -50,9 +49,9 @@ def read_step_files(
     """
     model = services.ledger_model(spec)
     if head is None:
-        records = read_step(model, pipeline, run_id, step, file_attributes=file_attributes)
+        records = read_step(model, ref, file_attributes=file_attributes)
     else:
-        records = with_file_items(model, pipeline, run_id, step, head, file_attributes=file_attributes)
+        records = with_file_items(model, ref, head, file_attributes=file_attributes)
     if records.step is None:
         return records
     return with_unclaimed(records, planned_inputs(spec, records.step))
@@ -103,9 +102,10 @@ def _plan_file(spec: services.Source, uri: str, *, keep: set[str]) -> list[tuple
     return inputs
 
 
-def latest_attempt(spec: services.Source, pipeline: str, run_id: str, step: str) -> Attempt | None:
+def latest_attempt(spec: services.Source, ref: StepRef) -> Attempt | None:
     """The step's newest attempt, rebuilt from the ledger and its plan files (for the CLI and UI)."""
-    records = read_step_files(spec, pipeline, run_id, step)
+    pipeline, run_id, step = ref
+    records = read_step_files(spec, ref)
     if records.step is None or not records.step.plan_json:
         return None
     number = int(records.step.attempt or 1)

@@ -14,7 +14,7 @@ import uuid
 from shardline import contract
 from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
 from shardline.errors import GaveUpWaiting, InputRefused, error_line
-from shardline.ledger.keys import run_pk, step_sk
+from shardline.ledger.keys import StepRef, run_pk, step_sk
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
 from shardline.ledger.step_writes import (
@@ -86,13 +86,11 @@ def _new_attempt(
     plan_file = attempt.plan_file_uri(uuid.uuid4().hex[:12])
     write_plan_file(s3, plan_file, plan_file_body(attempt.input_prefix, attempt.files))
     if replan:
-        continue_attempt(model, attempt.pipeline, attempt.run_id, attempt.step, number, keys, plan_file=plan_file)
+        continue_attempt(model, attempt.ref, number, keys, plan_file=plan_file)
     else:
         start_attempt(
             model,
-            attempt.pipeline,
-            attempt.run_id,
-            attempt.step,
+            attempt.ref,
             number,
             keys,
             plan_json=attempt.plan_json(),
@@ -152,7 +150,7 @@ def plan(
         if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
             _record_unsafe_keys(spec, attempt, refused)
     else:  # planned before, and every input has succeeded since: adopt that attempt
-        attempt = latest_attempt(spec, spec.pipeline, run_id, step)
+        attempt = latest_attempt(spec, StepRef(spec.pipeline, run_id, step))
         log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
     timing = {
         "started_at": time.time() - (time.monotonic() - started),
@@ -210,9 +208,7 @@ def _record_unsafe_keys(spec: PipelineSpec, attempt: Attempt, refused: list) -> 
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     record_refused(
         services.ledger_model(spec),
-        attempt.pipeline,
-        attempt.run_id,
-        attempt.step,
+        attempt.ref,
         attempt.number,
         [
             (
@@ -237,7 +233,7 @@ def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) ->
     """
     from shardline.backends import JobNotFound
 
-    records = read_step(services.ledger_model(spec), base.pipeline, base.run_id, base.step)
+    records = read_step(services.ledger_model(spec), base.ref)
     latest = int(records.step.attempt or 0) if records.step else 0
     if latest == 0:
         return 1, objects, False
@@ -305,9 +301,7 @@ def sized_objects(
     read (FILE items), else from the plan files, and from S3 for any neither has.
     """
     bucket, _ = parse_s3_uri(attempt.input_prefix)
-    records = read_step_files(
-        spec, attempt.pipeline, attempt.run_id, attempt.step, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"]
-    )
+    records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
     recorded = {
         **(known or {}),
         **records.planned_sizes,
@@ -364,9 +358,10 @@ def file_error(error_class: str | None, error_message: str | None) -> str:
     return error_line(error_class, error_message) or "no error recorded"
 
 
-def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
+def report(spec: PipelineSpec, ref: StepRef) -> dict:
     """Reconcile rows in against rows out for every file of a step."""
-    records = read_step_files(spec, pipeline, run_id, step)
+    step = ref.step
+    records = read_step_files(spec, ref)
     succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
     failed = [f for f in records.files if f.status == FileStatus.FAILED]
     mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0)]
@@ -380,13 +375,14 @@ def report(spec: PipelineSpec, pipeline: str, run_id: str, step: str) -> dict:
         "attempts": int((records.step.attempt if records.step else 0) or 0),
         "rows_mismatched_files": mismatched,
         "failed_files": [{"input": f.input_key, "error": file_error(f.error_class, f.error_message)} for f in failed],
-        "report": report_uri(records.step, pipeline, run_id, step),
+        "report": report_uri(records.step, ref),
         "reported_at": dt.datetime.now(dt.UTC).isoformat(),
     }
 
 
-def report_uri(step_item, pipeline: str, run_id: str, step: str) -> str | None:
+def report_uri(step_item, ref: StepRef) -> str | None:
     """Where a step's run report is (None before its plan exists)."""
+    pipeline, run_id, step = ref
     if step_item is None or not step_item.plan_json:
         return None
     return Attempt.from_plan(
@@ -403,7 +399,7 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     """
     from shardline.backends import JobNotFound
 
-    records = read_step_files(spec, attempt.pipeline, attempt.run_id, attempt.step)
+    records = read_step_files(spec, attempt.ref)
     latest = int(records.step.attempt or 0) if records.step else 0
     if latest <= attempt.number:
         return attempt
@@ -449,16 +445,14 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
     status, reason = check_run_report(spec, attempt, status, reason)
     reason = outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
-    if not finish_step(model, attempt.pipeline, attempt.run_id, attempt.step, attempt.number, status, reason):
+    if not finish_step(model, attempt.ref, attempt.number, status, reason):
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
         return None
     if unvouched:  # FAILED now, so `failed` shows them and `resubmit --all-failed` takes them
         for number in sorted({u.attempt for u in unvouched}):
             record_refused(
                 model,
-                attempt.pipeline,
-                attempt.run_id,
-                attempt.step,
+                attempt.ref,
                 number,
                 [(u.input_key, 0, u.reason) for u in unvouched if u.attempt == number],
                 error_class=outputs.UNVOUCHED_OUTPUT_ERROR,

@@ -12,6 +12,7 @@ import dataclasses
 import json
 
 from shardline.errors import PermanentError
+from shardline.ledger.keys import StepRef
 from shardline.orchestration import services
 from shardline.planning import naming
 from shardline.planning.inputs import S3Object, parse_s3_uri
@@ -50,7 +51,7 @@ def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: s
 
     source = spec.step(step).input.from_step
     assert source is not None
-    earlier = latest_attempt(spec, spec.pipeline, run_id, source)
+    earlier = latest_attempt(spec, StepRef(spec.pipeline, run_id, source))
     if earlier is None:
         raise UpstreamError(
             f"step {step} reads step {source}'s outputs, and step {source} was never planned in run {run_id}"

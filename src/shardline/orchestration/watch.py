@@ -109,11 +109,11 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
     watch = _watch(source, attempt.step)
     now = now if now is not None else time.time()
     state = services.backend_for(watch.aws).describe(attempt.job_name)
-    head = read_step(services.ledger_model(watch.aws), attempt.pipeline, attempt.run_id, attempt.step, files=False)
+    head = read_step(services.ledger_model(watch.aws), attempt.ref, files=False)
     taken = _snapshot(attempt, state, head, now, files=False)
     if not needs_files(taken, watch.policy):
         return taken
-    records = read_step_files(watch.aws, attempt.pipeline, attempt.run_id, attempt.step, head=head)
+    records = read_step_files(watch.aws, attempt.ref, head=head)
     return _snapshot(attempt, state, records, now, files=True)
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardline.errors import PermanentError
+from shardline.ledger.keys import StepRef
 from shardline.planning import naming
 from shardline.planning.inputs import S3Object, choose_instance_count
 
@@ -71,6 +72,11 @@ class Attempt(BaseModel):
     files: tuple[PlannedFile, ...] = ()
     submitted_at: float | None = None  # epoch seconds, once the job was submitted or adopted
     planning: dict[str, Any] | None = None  # how long listing and recording took (the plan task logs it)
+
+    @property
+    def ref(self) -> StepRef:
+        """The step this attempt is of."""
+        return StepRef(self.pipeline, self.run_id, self.step)
 
     @property
     def job_name(self) -> str:

@@ -7,6 +7,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardline.airflow.operators.base import SpecMixin, fails_fast, step_functions
+from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.orchestration.outcome import run_outcome  # pure, as the line above
 
@@ -65,7 +66,9 @@ class ReportOperator(SpecMixin, BaseOperator):
 
         steps = []
         for s in summaries:
-            attempt = step_functions().latest_attempt(self.spec, self.spec.pipeline, context["run_id"], s["step"])
+            attempt = step_functions().latest_attempt(
+                self.spec, StepRef(self.spec.pipeline, context["run_id"], s["step"])
+            )
             prefix = attempt.output_prefix if attempt else None
             steps.append(
                 {

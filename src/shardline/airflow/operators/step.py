@@ -97,7 +97,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
         failed = list(step_event.failed_files)
         if action in ("ADVANCE", "PARTIAL"):
-            summary = step_functions().report(spec, attempt.pipeline, attempt.run_id, attempt.step)
+            summary = step_functions().report(spec, attempt.ref)
             if action == "PARTIAL":
                 self.log.warning("%s", partial_text(attempt.step, reason, failed, fix))
             else:
