@@ -129,6 +129,11 @@ def is_permanent_file_failure(error_class: str | None) -> bool:
     return bool(known and issubclass(known, FileError) and known.permanent)
 
 
+class InvalidArgument(PermanentError, ValueError):
+    """A value a Shardline function cannot work with (a price that is no number, a quantile outside 0..1, a
+    misuse by a caller): the message names it. Still a ValueError, as callers of the builtin expect."""
+
+
 class InputRefused(PermanentError):
     """An input Shardline will not take as given (a plan whose every key is an unsafe path, a manifest entry or
     local path outside its box): the message names it and what to change."""

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from shardline.backends import JobStatus
-from shardline.errors import LateInputError, UnsafeKeyError, is_permanent_file_failure
+from shardline.errors import InvalidArgument, LateInputError, UnsafeKeyError, is_permanent_file_failure
 from shardline.ledger.states import SETUP_ERROR, FileStatus
 
 
@@ -173,7 +173,7 @@ def _running_reason(snapshot: StepSnapshot) -> str:
 def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     if snapshot.files is None:
         if needs_files(snapshot, policy):
-            raise ValueError("this snapshot's decision depends on the step's files, and they were not read")
+            raise InvalidArgument("this snapshot's decision depends on the step's files, and they were not read")
         return Decision(Action.WAIT, _running_reason(snapshot))
     files = snapshot.files
     succeeded = [f for f in files if f.status is FileStatus.SUCCEEDED]

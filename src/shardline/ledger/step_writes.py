@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pynamodb.exceptions import PutError, UpdateError
 
-from shardline.errors import ShardlineError, UnsafeKeyError
+from shardline.errors import InvalidArgument, ShardlineError, UnsafeKeyError
 from shardline.ledger.keys import (
     RUN_SK,
     RUNS_PK,
@@ -110,7 +110,7 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
     """
     pipeline, run_id, step = ref
     if status not in STEP_TERMINAL:
-        raise ValueError(f"{status} is not a terminal step status")
+        raise InvalidArgument(f"{status} is not a terminal step status")
     c = model.Control
     try:
         c(run_pk(pipeline, run_id), step_sk(step)).update(

@@ -18,6 +18,8 @@ import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from shardline.errors import InvalidArgument, ShardlineError
+
 # The setting a DAG author changes to price an instance type (named in every error).
 PRICE_SETTING = "cost.prices"
 LOCAL_PRICE_SETTING = "cost.local_price_per_hour"
@@ -74,7 +76,7 @@ SAGEMAKER_PROCESSING_PRICES: Mapping[str, float] = MappingProxyType(
 )
 
 
-class UnknownPriceError(KeyError):
+class UnknownPriceError(ShardlineError, KeyError):
     """No price for an instance type: the message names the setting that gives one."""
 
     def __str__(self) -> str:  # KeyError would print the message in quotes
@@ -97,7 +99,7 @@ class Prices:
             (LOCAL_PRICE_SETTING, local_per_hour),
         ]:
             if isinstance(price, bool) or not (isinstance(price, int | float) and math.isfinite(price) and price >= 0):
-                raise ValueError(f"{setting} must be a number of USD per instance-hour >= 0, got {price!r}")
+                raise InvalidArgument(f"{setting} must be a number of USD per instance-hour >= 0, got {price!r}")
         source = PRICES_SOURCE + (f"; {len(overrides)} overridden by {PRICE_SETTING}" if overrides else "")
         return cls(
             per_hour=MappingProxyType({**SAGEMAKER_PROCESSING_PRICES, **(overrides or {})}),
@@ -108,7 +110,7 @@ class Prices:
     def hourly(self, instance_type: str, backend: str = "sagemaker") -> float:
         """USD per hour of one instance of ``instance_type`` on ``backend`` (the local backend: its own price)."""
         if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
+            raise InvalidArgument(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
         if backend == "local":
             return self.local_per_hour
         try:
@@ -132,7 +134,7 @@ class InstanceUsage:
 def instance_cost(usage: InstanceUsage, prices: Prices, backend: str = "sagemaker") -> float:
     """USD for one instance: seconds x price per hour / 3600."""
     if usage.seconds < 0:
-        raise ValueError(f"an instance cannot run {usage.seconds} s")
+        raise InvalidArgument(f"an instance cannot run {usage.seconds} s")
     return usage.seconds * prices.hourly(usage.instance_type, backend) / 3600.0
 
 
@@ -144,5 +146,5 @@ def run_cost(usages: Iterable[InstanceUsage], prices: Prices, backend: str = "sa
 def cost_per_million(cost: float, predictions: int) -> float | None:
     """USD per 1,000,000 predictions (cost / rows x 1e6); None when there were no predictions."""
     if predictions < 0:
-        raise ValueError(f"a run cannot make {predictions} predictions")
+        raise InvalidArgument(f"a run cannot make {predictions} predictions")
     return cost / predictions * 1_000_000 if predictions else None

@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+from shardline.errors import InvalidArgument
 from shardline.report.histogram import Histogram
 
 DEFAULT_EPSILON = 1e-4
@@ -43,16 +44,16 @@ def psi(
     the two have different lengths, a fraction is negative, or a side does not sum to 1.
     """
     if not epsilon > 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        raise InvalidArgument(f"epsilon must be > 0, got {epsilon}")
     ref = np.asarray(reference_fractions, dtype=np.float64)
     cur = np.asarray(current_fractions, dtype=np.float64)
     if ref.ndim != 1 or ref.shape != cur.shape or ref.size == 0:
-        raise ValueError(f"psi needs two equal, non-empty lists of fractions, got {ref.shape} and {cur.shape}")
+        raise InvalidArgument(f"psi needs two equal, non-empty lists of fractions, got {ref.shape} and {cur.shape}")
     for name, side in (("reference", ref), ("current", cur)):
         if (side < 0).any() or not np.isfinite(side).all():
-            raise ValueError(f"the {name} fractions must be finite and >= 0: {side.tolist()}")
+            raise InvalidArgument(f"the {name} fractions must be finite and >= 0: {side.tolist()}")
         if abs(side.sum() - 1.0) > _SUM_TOLERANCE:
-            raise ValueError(f"the {name} fractions must sum to 1, they sum to {side.sum()!r}")
+            raise InvalidArgument(f"the {name} fractions must sum to 1, they sum to {side.sum()!r}")
     ref = np.where(ref == 0, epsilon, ref)
     cur = np.where(cur == 0, epsilon, cur)
     return float(np.sum((cur - ref) * np.log(cur / ref)))
@@ -94,10 +95,10 @@ def psi_between(
     through the sketch (within its relative accuracy). Raises ValueError when either is empty.
     """
     if bins < 1:
-        raise ValueError(f"bins must be >= 1, got {bins}")
+        raise InvalidArgument(f"bins must be >= 1, got {bins}")
     for name, histogram in (("reference", reference), ("current", current)):
         if histogram.count == 0:
-            raise ValueError(f"the {name} histogram is empty: there is nothing to compare")
+            raise InvalidArgument(f"the {name} histogram is empty: there is nothing to compare")
     exact = reference.is_exact and current.is_exact
     ref_values, ref_counts = reference.buckets(exact=exact)
     cur_values, cur_counts = current.buckets(exact=exact)

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from shardline.errors import InvalidArgument, PermanentError
+
 FORMAT = "shardline.ddsketch/1"
 DEFAULT_RELATIVE_ACCURACY = 0.01
 # |x| below about this counts as 0: it bounds the number of buckets (~1,400 per sign per 12 decades at 1%).
@@ -36,7 +38,7 @@ _FLOAT32_SAFE_MAX = 1e37
 _RUN_GAP = 4  # zeros inside a run cost 2 characters each; a longer gap starts a new run in to_dict
 
 
-class HistogramFormatError(ValueError):
+class HistogramFormatError(PermanentError, ValueError):
     """A stored histogram this version cannot read, or two histograms that cannot be merged."""
 
 
@@ -50,7 +52,7 @@ class Histogram:
 
     def __init__(self, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY):
         if not 0 < relative_accuracy < 1:
-            raise ValueError(f"relative_accuracy must be between 0 and 1, got {relative_accuracy}")
+            raise InvalidArgument(f"relative_accuracy must be between 0 and 1, got {relative_accuracy}")
         self.relative_accuracy = float(relative_accuracy)
         self._gamma = (1 + self.relative_accuracy) / (1 - self.relative_accuracy)
         self._inv_ln_gamma = 1.0 / math.log(self._gamma)
@@ -243,7 +245,7 @@ class Histogram:
         """
         exact = self.is_exact if exact is None else exact
         if exact and not self.is_exact:
-            raise ValueError("this histogram is a sketch now: its exact values are gone")
+            raise InvalidArgument("this histogram is a sketch now: its exact values are gone")
         parts_v: list[np.ndarray] = []
         parts_c: list[np.ndarray] = []
         if self.neg_inf_count:
@@ -280,7 +282,7 @@ class Histogram:
     def quantile(self, q: float) -> float | None:
         """The ``q``-quantile (0 <= q <= 1) of the non-NaN values, within the relative accuracy; None if none."""
         if not 0 <= q <= 1:
-            raise ValueError(f"a quantile is between 0 and 1, got {q}")
+            raise InvalidArgument(f"a quantile is between 0 and 1, got {q}")
         values, counts = self.buckets()
         if counts.size == 0:
             return None
@@ -387,6 +389,6 @@ def _from_runs(runs: list[list[Any]], k0: int) -> np.ndarray:
     for key, counts in runs:
         index = int(key) - k0
         if index < 1:
-            raise ValueError(f"bucket key {key} is inside the zero bucket")
+            raise InvalidArgument(f"bucket key {key} is inside the zero bucket")
         out[index : index + len(counts)] += np.asarray(counts, dtype=np.int64)
     return out
