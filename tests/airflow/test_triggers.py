@@ -106,7 +106,8 @@ def test_a_step_event_travels_as_json_and_comes_back_the_same():
     import json
 
     from shardline.airflow.triggers.step import TIMEOUT, StepEvent
-    from shardline.decision.policy import Action, Decision, FileState
+    from shardline.decision.policy import Action, Decision
+    from shardline.ledger.records import FileRecord
     from shardline.ledger.states import FileStatus
     from shardline.planning.attempt import Attempt
 
@@ -121,7 +122,9 @@ def test_a_step_event_travels_as_json_and_comes_back_the_same():
         file_count=2,
         submitted_at=5.0,
     )
-    bad = FileState("s3://b/in/a.parquet", FileStatus.FAILED, 2, "CorruptInputError", "x" * 900)
+    bad = FileRecord(
+        "s3://b/in/a.parquet", FileStatus.FAILED, 2, error_class="CorruptInputError", error_message="x" * 900
+    )
     decision = Decision(Action.FAIL, "1 of 2 file(s) failed", failed_files=(bad,), stop_job=True)
     event = StepEvent.of(decision, attempt)
     payload = json.loads(json.dumps(event.to_event()))  # as Airflow stores it

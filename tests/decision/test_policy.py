@@ -6,19 +6,10 @@ import dataclasses
 
 import pytest
 
-from shardline.decision.policy import (
-    Action,
-    FileState,
-    JobStatus,
-    Policy,
-    ShardState,
-    StepSnapshot,
-    backoff,
-    decide,
-    needs_files,
-    tolerated,
-)
+from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot, backoff, decide, needs_files, tolerated
+from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus
+from tests.support.records import POLL_AT, heard
 
 POLICY = Policy(
     max_attempts=3,
@@ -33,7 +24,7 @@ S, F, R, P = FileStatus.SUCCEEDED, FileStatus.FAILED, FileStatus.RUNNING, FileSt
 
 def files(*statuses, error_class="PredictionError", attempt=1):
     return tuple(
-        FileState(
+        FileRecord(
             f"s3://b/in/{i:03d}.parquet",
             st,
             attempt,
@@ -46,28 +37,32 @@ def files(*statuses, error_class="PredictionError", attempt=1):
 
 def snap(job, fs, attempt=1, shards=(), age=10.0, reason=None):
     return StepSnapshot(
-        attempt=attempt, job_status=job, job_age_seconds=age, files=fs, shards=shards, job_failure_reason=reason
+        attempt=attempt,
+        job_status=job,
+        job_age_seconds=age,
+        files=fs,
+        shards=shards,
+        job_failure_reason=reason,
+        now=POLL_AT,
     )
 
 
 def test_in_progress_with_fresh_heartbeats_waits():
-    d = decide(snap(JobStatus.IN_PROGRESS, files(S, R, P), shards=[ShardState("algo-1", 12)]), POLICY)
+    d = decide(snap(JobStatus.IN_PROGRESS, files(S, R, P), shards=[heard("algo-1", 12)]), POLICY)
     assert d.action is Action.WAIT
     assert "1/3" in d.reason
 
 
 def test_in_progress_with_every_file_done_still_waits_for_the_upload():
-    d = decide(snap(JobStatus.IN_PROGRESS, files(S, S), shards=[ShardState("algo-1", 1)]), POLICY)
+    d = decide(snap(JobStatus.IN_PROGRESS, files(S, S), shards=[heard("algo-1", 1)]), POLICY)
     assert d.action is Action.WAIT
 
 
 def test_stale_heartbeat_stops_the_job_and_resubmits_everything_it_would_not_upload():
     # A stopped job uploads none of its outputs: the file it finished goes again with the unfinished ones,
     # or its rows would be missing while the ledger counts them. A file an earlier attempt finished stays.
-    fs = (*files(S, R, P, attempt=2), FileState("s3://b/in/earlier.parquet", S, 1))
-    d = decide(
-        snap(JobStatus.IN_PROGRESS, fs, attempt=2, shards=[ShardState("algo-1", 5), ShardState("algo-2", 301)]), POLICY
-    )
+    fs = (*files(S, R, P, attempt=2), FileRecord("s3://b/in/earlier.parquet", S, 1))
+    d = decide(snap(JobStatus.IN_PROGRESS, fs, attempt=2, shards=[heard("algo-1", 5), heard("algo-2", 301)]), POLICY)
     assert d.action is Action.RESUBMIT
     assert d.stop_job
     assert d.retry_files == (fs[0].input_key, fs[1].input_key, fs[2].input_key)
@@ -75,7 +70,7 @@ def test_stale_heartbeat_stops_the_job_and_resubmits_everything_it_would_not_upl
 
 
 def test_an_instance_that_finished_may_fall_silent():
-    shards = [ShardState("algo-1", 900, finished=True), ShardState("algo-2", 5)]
+    shards = [heard("algo-1", 900, finished=True), heard("algo-2", 5)]
     assert decide(snap(JobStatus.IN_PROGRESS, files(S, R), shards=shards), POLICY).action is Action.WAIT
 
 
@@ -91,15 +86,21 @@ def test_no_heartbeat_ever_counts_as_lost_after_the_timeout():
 def unread(job, *, shards=(), age=10.0, cancelled=False, attempt=1):
     """A snapshot whose FILE items were not read (what a poll of a running step takes)."""
     return StepSnapshot(
-        attempt=attempt, job_status=job, job_age_seconds=age, files=None, shards=shards, cancelled=cancelled
+        attempt=attempt,
+        job_status=job,
+        job_age_seconds=age,
+        files=None,
+        shards=shards,
+        cancelled=cancelled,
+        now=POLL_AT,
     )
 
 
 def test_a_running_step_with_every_instance_heard_from_needs_no_file_read():
     shards = [
-        ShardState("algo-1", 12, files_assigned=6, files_done=4, files_failed=1),
-        ShardState("algo-2", 3, files_assigned=5, files_done=2),
-        ShardState("algo-3", 900, finished=True, files_assigned=4, files_done=4),
+        heard("algo-1", 12, files_assigned=6, files_done=4, files_failed=1),
+        heard("algo-2", 3, files_assigned=5, files_done=2),
+        heard("algo-3", 900, finished=True, files_assigned=4, files_done=4),
     ]
     for job in (JobStatus.IN_PROGRESS, JobStatus.STOPPING):
         assert not needs_files(unread(job, shards=shards, attempt=2), POLICY)
@@ -113,11 +114,11 @@ def test_a_running_step_with_every_instance_heard_from_needs_no_file_read():
 @pytest.mark.parametrize(
     "snapshot",
     [
-        unread(JobStatus.COMPLETED, shards=[ShardState("algo-1", 1, finished=True)]),
+        unread(JobStatus.COMPLETED, shards=[heard("algo-1", 1, finished=True)]),
         unread(JobStatus.FAILED),
         unread(JobStatus.STOPPED),
-        unread(JobStatus.IN_PROGRESS, shards=[ShardState("algo-1", 1)], cancelled=True),
-        unread(JobStatus.IN_PROGRESS, shards=[ShardState("algo-1", 1), ShardState("algo-2", 301)]),  # a stale one
+        unread(JobStatus.IN_PROGRESS, shards=[heard("algo-1", 1)], cancelled=True),
+        unread(JobStatus.IN_PROGRESS, shards=[heard("algo-1", 1), heard("algo-2", 301)]),  # a stale one
         unread(JobStatus.IN_PROGRESS, age=301),  # no instance ever heard from, past the timeout
     ],
     ids=["completed", "failed", "stopped", "cancelled", "stale", "never-heard"],
@@ -149,7 +150,7 @@ def test_completed_with_unfinished_files_is_a_lost_shard_and_resubmits_them():
 
 @pytest.mark.parametrize("job", [JobStatus.FAILED, JobStatus.STOPPED])
 def test_failed_or_stopped_job_resubmits_what_is_not_done_and_what_it_may_not_have_uploaded(job):
-    fs = (*files(S, R, attempt=2), FileState("s3://b/in/earlier.parquet", S, 1))
+    fs = (*files(S, R, attempt=2), FileRecord("s3://b/in/earlier.parquet", S, 1))
     d = decide(snap(job, fs, attempt=2, reason="AlgorithmError: exit 137"), POLICY)
     assert d.action is Action.RESUBMIT
     assert d.retry_files == (fs[0].input_key, fs[1].input_key)  # not the file attempt 1's completed job uploaded
@@ -164,7 +165,7 @@ def test_out_of_attempts_a_stopped_jobs_finished_files_count_as_failed_not_as_wr
 
 def test_transient_failures_are_retried_permanent_ones_are_not():
     transient = files(F)[0]
-    corrupt = FileState("s3://b/in/bad.parquet", F, 1, "CorruptInputError", "cannot read")
+    corrupt = FileRecord("s3://b/in/bad.parquet", F, 1, error_class="CorruptInputError", error_message="cannot read")
     d = decide(snap(JobStatus.COMPLETED, (transient, corrupt, files(S)[0])), POLICY)
     assert d.action is Action.RESUBMIT
     assert d.retry_files == (transient.input_key,)
@@ -189,7 +190,7 @@ def test_out_of_attempts_past_tolerance_fails_and_lists_every_file():
 
 def test_permanent_failures_within_tolerance_end_partial_without_retrying():
     policy = Policy(3, 60, 2.0, max_failed_files=1, max_failed_percent=0, heartbeat_timeout_seconds=300)
-    corrupt = FileState("s3://b/in/bad.parquet", F, 1, "CorruptInputError", "cannot read")
+    corrupt = FileRecord("s3://b/in/bad.parquet", F, 1, error_class="CorruptInputError", error_message="cannot read")
     d = decide(snap(JobStatus.COMPLETED, (corrupt, *files(S, S))), policy)
     assert d.action is Action.PARTIAL
     assert d.failed_files == (corrupt,)
@@ -216,8 +217,8 @@ def test_empty_step_advances():
 
 @pytest.mark.parametrize("job", [JobStatus.IN_PROGRESS, JobStatus.FAILED])
 def test_an_instance_that_could_not_start_fails_the_step_at_once_with_its_reason(job):
-    broken = ShardState("algo-2", 3, finished=True, setup_error="no model file under /opt/ml/processing/input/model")
-    snapshot = snap(job, files(S, R, P), shards=[ShardState("algo-1", 3), broken])
+    broken = heard("algo-2", 3, finished=True, setup_error="no model file under /opt/ml/processing/input/model")
+    snapshot = snap(job, files(S, R, P), shards=[heard("algo-1", 3), broken])
     assert needs_files(dataclasses.replace(snapshot, files=None), POLICY)  # its files are read to name them
     d = decide(snapshot, POLICY)
     assert d.action is Action.FAIL  # not RESUBMIT, though two attempts are left: the same model fails again

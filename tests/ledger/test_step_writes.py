@@ -10,8 +10,9 @@ from shardline.ledger import bind_ledger
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
+from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus
-from shardline.ledger.step_reads import StepRecords, UnclaimedFile, read_step, recorded_plan_files, with_unclaimed
+from shardline.ledger.step_reads import StepRecords, read_step, recorded_plan_files, with_unclaimed
 from shardline.ledger.step_writes import (
     StaleOrchestratorError,
     cancel_step,
@@ -268,8 +269,8 @@ def test_reading_a_step_that_was_never_planned(ledger_table):
 # -- never claimed: what each attempt's plan file adds to the FILE items (pure) ------------------------------
 
 
-def _item(key: str, status: str, attempt: int, **more):
-    return SimpleNamespace(input_key=key, status=status, attempt=attempt, **more)
+def _item(key: str, status: str, attempt: int, **more) -> FileRecord:
+    return FileRecord.of(SimpleNamespace(input_key=key, status=status, attempt=attempt, **more))
 
 
 def _records(*files) -> StepRecords:
@@ -298,7 +299,7 @@ def test_an_input_planned_again_reads_pending_under_the_newer_attempt_until_clai
         "s3://b/z": ("FAILED", 1),
     }
     pending = next(f for f in with_unclaimed(records, planned).files if f.input_key == "s3://b/b")
-    assert isinstance(pending, UnclaimedFile) and pending.bytes_in == 20 and pending.error_class is None
+    assert pending == FileRecord.unclaimed("s3://b/b", 2, 20) and pending.bytes_in == 20 and pending.error_class is None
     assert pending.host is None and pending.rows_out is None  # reads like an item no worker wrote to
 
 

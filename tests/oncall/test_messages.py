@@ -23,8 +23,9 @@ import httpx
 import pytest
 
 from shardline.decision import policy
-from shardline.decision.policy import Action, FileState, JobStatus, Policy, ShardState, StepSnapshot
+from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot
 from shardline.decision.resubmit import Next, NextStep, choose_next
+from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.oncall import messages, printing, views
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient, api_refused, find_settings, login_refused
@@ -36,6 +37,7 @@ from shardline.orchestration import steps
 from shardline.orchestration import watch as polls
 from shardline.orchestration.outcome import rows_mismatch_text
 from shardline.planning.attempt import Attempt
+from tests.support.records import POLL_AT, heard
 
 PAGE = Path(__file__).resolve().parents[2] / "src" / "shardline" / "airflow" / "ui" / "static" / "oncall.html"
 RUN_ID, STEP = "manual__2026-11-22T10:00:00+00:00", "score"
@@ -445,7 +447,7 @@ POLICY = Policy(
 )
 
 
-def _files(statuses: str, attempt: int = 1) -> list[FileState]:
+def _files(statuses: str, attempt: int = 1) -> list[FileRecord]:
     codes = {
         "S": (FileStatus.SUCCEEDED, None, None),
         "P": (FileStatus.PENDING, None, None),
@@ -455,43 +457,49 @@ def _files(statuses: str, attempt: int = 1) -> list[FileState]:
         "N": (FileStatus.FAILED, None, None),
     }
     return [
-        FileState(f"s3://b/in/part-{i}.parquet", codes[c][0], attempt, codes[c][1], codes[c][2])
+        FileRecord(
+            f"s3://b/in/part-{i}.parquet", codes[c][0], attempt, error_class=codes[c][1], error_message=codes[c][2]
+        )
         for i, c in enumerate(statuses)
     ]
 
 
+def _snapshot(*args, **kwargs) -> StepSnapshot:
+    return StepSnapshot(*args, **kwargs, now=POLL_AT)
+
+
 SNAPSHOTS = {
-    "waiting": StepSnapshot(1, JobStatus.IN_PROGRESS, 30, _files("SSRP"), (ShardState("algo-1", 5),)),
-    "waiting, files not read": StepSnapshot(
+    "waiting": _snapshot(1, JobStatus.IN_PROGRESS, 30, _files("SSRP"), (heard("algo-1", 5),)),
+    "waiting, files not read": _snapshot(
         2,
         JobStatus.IN_PROGRESS,
         30,
         None,
         (
-            ShardState("algo-1", 5, files_assigned=3, files_done=2, files_failed=1),
-            ShardState("algo-2", 9, files_assigned=3, files_done=1),
+            heard("algo-1", 5, files_assigned=3, files_done=2, files_failed=1),
+            heard("algo-2", 9, files_assigned=3, files_done=1),
         ),
     ),
-    "waiting, no heartbeat yet": StepSnapshot(1, JobStatus.IN_PROGRESS, 30, None),
-    "one file, done": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("S")),
-    "all done": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("SSSS")),
-    "cancelled": StepSnapshot(1, JobStatus.IN_PROGRESS, 300, _files("SSRP"), cancelled=True),
-    "stale instance": StepSnapshot(
-        1, JobStatus.IN_PROGRESS, 900, _files("SSRP"), (ShardState("algo-1", 5), ShardState("algo-2", 700))
+    "waiting, no heartbeat yet": _snapshot(1, JobStatus.IN_PROGRESS, 30, None),
+    "one file, done": _snapshot(1, JobStatus.COMPLETED, 300, _files("S")),
+    "all done": _snapshot(1, JobStatus.COMPLETED, 300, _files("SSSS")),
+    "cancelled": _snapshot(1, JobStatus.IN_PROGRESS, 300, _files("SSRP"), cancelled=True),
+    "stale instance": _snapshot(
+        1, JobStatus.IN_PROGRESS, 900, _files("SSRP"), (heard("algo-1", 5), heard("algo-2", 700))
     ),
-    "no heartbeat at all": StepSnapshot(1, JobStatus.IN_PROGRESS, 900, _files("PPPP")),
-    "transient failure": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("SSTS")),
-    "job failed": StepSnapshot(2, JobStatus.FAILED, 300, _files("SSPP", attempt=2), job_failure_reason="exit 137"),
-    "corrupt, past the tolerance": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("CCSSSS")),
-    "corrupt, within the tolerance": StepSnapshot(1, JobStatus.COMPLETED, 300, _files("CSSSSS")),
-    "out of attempts": StepSnapshot(3, JobStatus.COMPLETED, 300, _files("SPNS", attempt=3)),
-    "an instance could not start": StepSnapshot(
+    "no heartbeat at all": _snapshot(1, JobStatus.IN_PROGRESS, 900, _files("PPPP")),
+    "transient failure": _snapshot(1, JobStatus.COMPLETED, 300, _files("SSTS")),
+    "job failed": _snapshot(2, JobStatus.FAILED, 300, _files("SSPP", attempt=2), job_failure_reason="exit 137"),
+    "corrupt, past the tolerance": _snapshot(1, JobStatus.COMPLETED, 300, _files("CCSSSS")),
+    "corrupt, within the tolerance": _snapshot(1, JobStatus.COMPLETED, 300, _files("CSSSSS")),
+    "out of attempts": _snapshot(3, JobStatus.COMPLETED, 300, _files("SPNS", attempt=3)),
+    "an instance could not start": _snapshot(
         1,
         JobStatus.FAILED,
         60,
         _files("PPPP"),
         (
-            ShardState(
+            heard(
                 "algo-1",
                 5,
                 finished=True,

@@ -71,7 +71,9 @@ def test_a_step_outcome_is_fenced_on_its_attempt(ledger_table):
 
 def test_a_cancelled_step_is_failed_by_the_sensor_not_resubmitted():
     policy = Policy(3, 1, 2, 0, 0, 60)
-    snap = StepSnapshot(attempt=1, job_status=JobStatus.STOPPED, job_age_seconds=10, files=[], cancelled=True)
+    snap = StepSnapshot(
+        attempt=1, job_status=JobStatus.STOPPED, job_age_seconds=10, files=[], cancelled=True, now=time.time()
+    )
     decision = decide(snap, policy)
     assert decision.action is Action.FAIL and "cancelled" in decision.reason
 

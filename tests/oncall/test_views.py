@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
+from shardline.ledger.records import RunRecord, ShardRecord, StepRecord
 from shardline.oncall import views
-from shardline.oncall.records import FileView, RunRecord, RunRef, ShardRecord, StepRecord
+from shardline.oncall.records import FileView, RunRef
 
 NOW = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
 STARTED = NOW - dt.timedelta(seconds=100)

@@ -7,7 +7,8 @@ import boto3
 import pytest
 
 from shardline.ledger.keys import StepRef, file_sk_prefix, run_pk
-from shardline.ledger.step_reads import UnclaimedFile, recorded_plan_files
+from shardline.ledger.records import FileRecord
+from shardline.ledger.step_reads import recorded_plan_files
 from shardline.oncall.records import RunRef
 from shardline.oncall.service import OnCall
 from shardline.orchestration import services, steps
@@ -49,7 +50,7 @@ def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_in
     assert sorted(planned) == sorted((f"s3://{bucket}/{key}", size) for key, size in stored.items())
 
     records = read_step_files(spec, StepRef(spec.pipeline, "run-1", "score"))
-    assert all(isinstance(f, UnclaimedFile) for f in records.files)
+    assert all(f == FileRecord.unclaimed(f.input_key, 1, f.bytes_in) for f in records.files)
     assert sorted((f.input_key, f.status, f.attempt, f.bytes_in) for f in records.files) == sorted(
         (key, "PENDING", 1, size) for key, size in planned
     )

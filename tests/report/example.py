@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.build import build_report
 from shardline.report.cost import Prices
 from shardline.report.histogram import Histogram
 from shardline.report.model import RunReport
-from shardline.report.records import FileRecord, InstanceRecord, PreviousRun, StepIdentity
+from shardline.report.records import InstanceRecord, PreviousRun, StepIdentity
 
 START = dt.datetime(2026, 11, 20, 10, 0, 0, tzinfo=dt.UTC)
 INSTANCE_TYPE = "ml.m5.xlarge"
@@ -55,7 +56,7 @@ def example_records(
             status, rows_out, error, attempt = FileStatus.SUCCEEDED.value, rows, None, 1
             if number == 17:
                 status, rows_out = FileStatus.FAILED.value, 0
-                error = "SchemaError: column 'f07' is missing <script>alert(1)</script>"
+                error = ("SchemaError", "column 'f07' is missing <script>alert(1)</script>")
             if number == 42:
                 attempt = 2
             if number == 63:
@@ -64,7 +65,7 @@ def example_records(
                 key = "features/dt=2026-11-20/<b>odd & name</b>.parquet"
             files.append(
                 FileRecord(
-                    key=key,
+                    input_key=key,
                     status=status,
                     host=host,
                     attempt=attempt,
@@ -75,7 +76,8 @@ def example_records(
                     started_at=claimed,
                     finished_at=finished,
                     seconds=seconds,
-                    error=error,
+                    error_class=error[0] if error else None,
+                    error_message=error[1] if error else None,
                 )
             )
         ended = began + dt.timedelta(seconds=max(slots) + 1.5)
@@ -95,7 +97,7 @@ def example_records(
     again = START + dt.timedelta(seconds=400)
     files.append(
         FileRecord(
-            key=retried.key,
+            input_key=retried.input_key,
             status=retried.status,
             host="algo-1",
             attempt=2,

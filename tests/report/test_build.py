@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from shardline.ledger.records import FileRecord
 from shardline.report.build import build_report
 from shardline.report.cost import Prices
 from shardline.report.histogram import Histogram
-from shardline.report.records import FileRecord, InstanceRecord, PreviousRun, StepIdentity
+from shardline.report.records import InstanceRecord, PreviousRun, StepIdentity
 
 T = dt.datetime(2026, 11, 20, 10, 0, 0, tzinfo=dt.UTC)
 IDENTITY = StepIdentity(pipeline="scores", run_id="r7", step="score", attempt=1)
@@ -28,7 +29,7 @@ def small_step() -> tuple[list[FileRecord], list[InstanceRecord]]:
         return FileRecord(
             key,
             "SUCCEEDED",
-            host,
+            host=host,
             rows_in=rows_in,
             rows_out=rows_out,
             bytes_in=10 * rows_in,
@@ -42,7 +43,14 @@ def small_step() -> tuple[list[FileRecord], list[InstanceRecord]]:
         ok("in/c", "algo-2", 400, 398, 0, 40),
         ok("in/d", "algo-4", 200, 200, 0, 20),
         FileRecord(
-            "in/e", "FAILED", "algo-4", bytes_in=500, started_at=at(0), finished_at=at(1), error="ValueError: bad row"
+            "in/e",
+            "FAILED",
+            host="algo-4",
+            bytes_in=500,
+            started_at=at(0),
+            finished_at=at(1),
+            error_class="ValueError",
+            error_message="bad row",
         ),
     ]
     instances = [
@@ -71,7 +79,9 @@ def test_throughput_per_instance_over_time_by_hand():
 
 def test_a_file_across_buckets_is_spread_by_its_overlap():
     # one file of 90 rows from 5 s to 35 s: 3 rows/s; buckets of 10 s see 5, 10, 10 and 5 s of it
-    files = [FileRecord("in/x", "SUCCEEDED", "algo-1", rows_in=90, rows_out=90, started_at=at(5), finished_at=at(35))]
+    files = [
+        FileRecord("in/x", "SUCCEEDED", host="algo-1", rows_in=90, rows_out=90, started_at=at(5), finished_at=at(35))
+    ]
     instances = [InstanceRecord("algo-1", "ml.m5.xlarge", started_at=at(0), ended_at=at(40))]
     rates = build_report(IDENTITY, files, instances, timeline_buckets=4).timeline.series[0].rows_per_second
     assert rates == pytest.approx([1.5, 3.0, 3.0, 1.5])
@@ -99,9 +109,16 @@ def test_an_instances_counts_are_its_own_even_when_a_later_attempt_took_over_its
     files, instances = small_step()
     files = [
         f
-        if f.key != "in/e"
+        if f.input_key != "in/e"
         else FileRecord(
-            "in/e", "SUCCEEDED", "algo-1", attempt=2, rows_in=5, rows_out=5, started_at=at(300), finished_at=at(301)
+            "in/e",
+            "SUCCEEDED",
+            host="algo-1",
+            attempt=2,
+            rows_in=5,
+            rows_out=5,
+            started_at=at(300),
+            finished_at=at(301),
         )
         for f in files
     ]
@@ -117,7 +134,14 @@ def test_a_resubmission_is_compared_with_its_own_attempt_and_a_missing_instance_
     files, instances = small_step()
     files.append(
         FileRecord(
-            "in/f", "SUCCEEDED", "algo-1", attempt=2, rows_in=50, rows_out=50, started_at=at(300), finished_at=at(305)
+            "in/f",
+            "SUCCEEDED",
+            host="algo-1",
+            attempt=2,
+            rows_in=50,
+            rows_out=50,
+            started_at=at(300),
+            finished_at=at(305),
         )
     )
     report = build_report(IDENTITY, files, instances)
@@ -161,7 +185,7 @@ def test_an_unknown_instance_type_leaves_the_cost_empty_and_says_where_to_price_
 
 
 def test_no_predictions_is_no_cost_per_million():
-    files = [FileRecord("in/e", "FAILED", "algo-1", started_at=at(0), finished_at=at(1), error="x")]
+    files = [FileRecord("in/e", "FAILED", host="algo-1", started_at=at(0), finished_at=at(1), error_message="x")]
     instances = [InstanceRecord("algo-1", "ml.m5.xlarge", started_at=at(0), ended_at=at(36))]
     cost = build_report(IDENTITY, files, instances).cost
     assert cost.total == pytest.approx(36 * 0.23 / 3600) and cost.cost_per_million is None
@@ -174,7 +198,7 @@ def test_reconciliation():
     assert (r.rows_in, r.rows_out, r.balanced, r.mismatched) == (1000, 998, False, ["in/c"])
     assert [(f.key, f.host, f.error) for f in r.failures] == [("in/e", "algo-4", "ValueError: bad row")]
     assert [row.key for row in r.rows] == ["in/a", "in/b", "in/c", "in/d", "in/e"]
-    balanced = build_report(IDENTITY, [f for f in files if f.key != "in/c"], instances).reconciliation
+    balanced = build_report(IDENTITY, [f for f in files if f.input_key != "in/c"], instances).reconciliation
     assert balanced.balanced and balanced.mismatched == []
 
 
@@ -223,9 +247,9 @@ def test_an_empty_step_still_reports():
 def test_unfinished_files_and_files_without_times():
     files = [
         FileRecord("in/p", "PENDING"),
-        FileRecord("in/r", "RUNNING", "algo-1", started_at=at(0)),
-        FileRecord("in/s", "SUCCEEDED", "algo-1", rows_in=10, rows_out=10, finished_at=at(8), seconds=4.0),
-        FileRecord("in/t", "SUCCEEDED", "algo-1", rows_in=10, rows_out=10),
+        FileRecord("in/r", "RUNNING", host="algo-1", started_at=at(0)),
+        FileRecord("in/s", "SUCCEEDED", host="algo-1", rows_in=10, rows_out=10, finished_at=at(8), seconds=4.0),
+        FileRecord("in/t", "SUCCEEDED", host="algo-1", rows_in=10, rows_out=10),
     ]
     instances = [InstanceRecord("algo-1", "ml.m5.xlarge", started_at=at(0), ended_at=at(10))]
     report = build_report(IDENTITY, files, instances, timeline_buckets=10)

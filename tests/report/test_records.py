@@ -105,7 +105,7 @@ def test_records_from_ledger_items():
     records = records_from_ledger(step, files, shards, instance_type="ml.c5.xlarge")
     assert records.identity == StepIdentity(pipeline="scores", run_id="r7", step="score", attempt=2)
     a, b, c = records.files
-    assert (a.key, a.status, a.host, a.attempt, a.rows_in, a.rows_out, a.bytes_in, a.bytes_out, a.seconds) == (
+    assert (a.input_key, a.status, a.host, a.attempt, a.rows_in, a.rows_out, a.bytes_in, a.bytes_out, a.seconds) == (
         "in/a",
         "SUCCEEDED",
         "algo-1",
@@ -116,8 +116,8 @@ def test_records_from_ledger_items():
         500,
         9.5,
     )
-    assert (a.started_at, a.finished_at, a.error) == (at(2), at(12), None)
-    assert (b.status, b.attempt, b.error) == ("FAILED", 2, "SchemaError: column f07 is missing")
+    assert (a.started_at, a.finished_at, a.error_line()) == (at(2), at(12), "")
+    assert (b.status, b.attempt, b.error_line()) == ("FAILED", 2, "SchemaError: column f07 is missing")
     assert (c.status, c.host, c.started_at, c.bytes_in) == ("PENDING", None, None, 300)
     one, two = records.instances
     # the ledger has no instance start: its first file's claim stands in; its last heartbeat is its end
@@ -147,7 +147,7 @@ def test_a_file_claimed_but_never_finished_takes_its_bytes_from_the_plan():
     records = records_from_ledger(
         step, [*files, running], shards, instance_type="ml.c5.xlarge", planned_sizes={"in/d": 4096, "in/a": 1}
     )
-    by_key = {f.key: f.bytes_in for f in records.files}
+    by_key = {f.input_key: f.bytes_in for f in records.files}
     assert by_key["in/d"] == 4096 and by_key["in/a"] == 1000  # what an instance read comes first
 
 

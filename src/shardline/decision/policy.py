@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from shardline.backends import JobStatus
 from shardline.errors import InvalidArgument, LateInputError, UnsafeKeyError, is_permanent_file_failure
+from shardline.ledger.records import FileRecord, ShardRecord
 from shardline.ledger.states import SETUP_ERROR, FileStatus
 
 
@@ -26,27 +27,6 @@ class Action(enum.StrEnum):
 
 
 UNSAFE_KEY_ERROR = UnsafeKeyError.__name__  # recorded by the planner for a key no download could write safely
-
-
-@dataclasses.dataclass(frozen=True)
-class FileState:
-    input_key: str
-    status: FileStatus
-    attempt: int
-    error_class: str | None = None
-    error_message: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardState:
-    host: str
-    heartbeat_age_seconds: float
-    finished: bool = False  # the instance reported a terminal status; silence after that is expected
-    # What the instance's last heartbeat counted: the files it was given, finished (failed included), failed.
-    files_assigned: int = 0
-    files_done: int = 0
-    files_failed: int = 0
-    setup_error: str | None = None  # the instance could not start: its model or arguments (the worker's words)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,11 +84,19 @@ class StepSnapshot:
     attempt: int
     job_status: JobStatus
     job_age_seconds: float  # since this attempt's job was submitted
-    files: Sequence[FileState] | None
-    shards: Sequence[ShardState] = ()
+    files: Sequence[FileRecord] | None
+    shards: Sequence[ShardRecord] = ()  # the attempt's instances' SHARD items
     job_failure_reason: str | None = None
     cancelled: bool = False  # an on-call engineer ran `shardline cancel`
     ledger_requests: int = 0  # the DynamoDB requests the poll made (what it cost; no input to the policy)
+    model_uri: str | None = None  # the attempt's model: an instance's setup error names it
+    now: float = dataclasses.field(kw_only=True)  # when the poll was taken (epoch seconds): heartbeats age from it
+
+    def setup_error(self, shard: ShardRecord) -> str | None:
+        """Why ``shard`` could not start, with the attempt's model; None when it started."""
+        if shard.setup_error is None:
+            return None
+        return f"{shard.setup_error} (model {self.model_uri})" if self.model_uri else shard.setup_error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +104,7 @@ class Decision:
     action: Action
     reason: str
     retry_files: tuple[str, ...] = ()
-    failed_files: tuple[FileState, ...] = ()
+    failed_files: tuple[FileRecord, ...] = ()
     delay_seconds: float = 0.0
     stop_job: bool = False  # the current job must be stopped before anything else
 
@@ -131,11 +119,10 @@ def tolerated(policy: Policy, failed: int, total: int) -> bool:
     return failed <= allowed
 
 
-def _silent_instances(snapshot: StepSnapshot, policy: Policy) -> tuple[list[ShardState], bool]:
+def _silent_instances(snapshot: StepSnapshot, policy: Policy) -> tuple[list[ShardRecord], bool]:
     """The attempt's instances whose heartbeat is older than the timeout, and whether none was ever heard."""
-    stale = [
-        s for s in snapshot.shards if not s.finished and s.heartbeat_age_seconds > policy.heartbeat_timeout_seconds
-    ]
+    timeout = policy.heartbeat_timeout_seconds
+    stale = [s for s in snapshot.shards if not s.finished and s.heartbeat_age(snapshot.now) > timeout]
     silent = not snapshot.shards and snapshot.job_age_seconds > policy.heartbeat_timeout_seconds
     return stale, silent
 
@@ -193,14 +180,13 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     if broken:
         # The model (or the job's arguments) cannot be set up: every attempt would fail the same way.
         first = broken[0]
+        why = snapshot.setup_error(first)
         return Decision(
             Action.FAIL,
             f"instance {first.host} of attempt {snapshot.attempt} could not start, so "
-            f"nothing was processed: {first.setup_error}. This is not retried: fix the "
+            f"nothing was processed: {why}. This is not retried: fix the "
             "model (model.uri, the Param model_version) or the step's settings",
-            failed_files=tuple(
-                dataclasses.replace(f, error_class=SETUP_ERROR, error_message=first.setup_error) for f in unfinished
-            ),
+            failed_files=tuple(dataclasses.replace(f, error_class=SETUP_ERROR, error_message=why) for f in unfinished),
             stop_job=not job.is_terminal,
         )
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
@@ -230,7 +216,7 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     return _retry_or_finish(snapshot, policy, failed, [*unfinished, *unconfirmed], total, why=why)
 
 
-def _silence(stale: Sequence[ShardState], timeout: float) -> str:
+def _silence(stale: Sequence[ShardRecord], timeout: float) -> str:
     """Why the job is taken for lost: which instances went silent, and the spec field that bounds it."""
     if stale:
         return (
@@ -315,5 +301,7 @@ def for_late_inputs(late_keys: Sequence[str], attempt: int, policy: Policy, inpu
     return Decision(
         Action.FAIL,
         f"{why}, and attempt {attempt} was the last that retry.max_attempts allows",
-        failed_files=tuple(FileState(k, FileStatus.FAILED, attempt, LATE_INPUT_ERROR, message) for k in keys),
+        failed_files=tuple(
+            FileRecord(k, FileStatus.FAILED, attempt, error_class=LATE_INPUT_ERROR, error_message=message) for k in keys
+        ),
     )

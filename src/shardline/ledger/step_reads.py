@@ -21,7 +21,7 @@ from shardline.ledger.keys import (
     step_sk,
     step_sk_prefix,
 )
-from shardline.ledger.states import FileStatus
+from shardline.ledger.records import FileRecord, ShardRecord
 from shardline.ledger.table import LedgerItem
 
 # Only what the sensor needs; keeps each Query page small.
@@ -68,35 +68,11 @@ def recorded_plan_files(step_item) -> dict[int, str]:
 @dataclasses.dataclass(frozen=True)
 class StepRecords:
     step: LedgerItem | None
-    files: list  # FILE items (LedgerItem), and UnclaimedFile records once with_unclaimed has added them
-    shards: list[LedgerItem]
+    files: list[FileRecord]  # the FILE items; with_unclaimed adds the inputs planned but never claimed
+    shards: list[ShardRecord]
     requests: int  # DynamoDB requests this read cost (Query pages)
     # From the attempts' plan files (with_unclaimed): each planned input's size.
     planned_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class UnclaimedFile:
-    """An input an attempt planned that no instance has claimed yet: PENDING under that attempt.
-
-    It has no FILE item (the first claim writes one); it reads like one, with every field the
-    worker would have written left None.
-    """
-
-    input_key: str
-    attempt: int
-    bytes_in: int
-    status: str = FileStatus.PENDING.value
-    host: None = None
-    output_key: None = None
-    rows_in: None = None
-    rows_out: None = None
-    bytes_out: None = None
-    seconds: None = None
-    error_class: None = None
-    error_message: None = None
-    started_at: None = None
-    finished_at: None = None
 
 
 def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[str, int]]]) -> StepRecords:
@@ -104,7 +80,7 @@ def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[st
 
     ``planned`` maps an attempt to its inputs (full s3:// URI, size). An input's newest planning
     attempt owns it: when its FILE item is older than that (or there is none), no instance of that
-    attempt has claimed it yet, so it reads as PENDING there (an :class:`UnclaimedFile`), whatever
+    attempt has claimed it yet, so it reads as PENDING there (``FileRecord.unclaimed``), whatever
     an older attempt wrote. This is what a PENDING item written at plan time used to say.
     """
     by_key = {f.input_key: f for f in records.files}
@@ -114,8 +90,8 @@ def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[st
         for key, size in planned[attempt]:
             sizes[key] = size
             item = by_key.get(key)
-            if item is None or int(item.attempt or 0) < attempt:
-                by_key[key] = UnclaimedFile(key, attempt, size)
+            if item is None or item.attempt < attempt:
+                by_key[key] = FileRecord.unclaimed(key, attempt, size)
                 added = True
     files = sorted(by_key.values(), key=lambda f: f.input_key) if added else records.files
     return dataclasses.replace(records, files=files, planned_sizes=sizes)
@@ -124,7 +100,8 @@ def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[st
 def read_step(
     model: type[LedgerItem], ref: StepRef, *, file_attributes: list[str] = FILE_ATTRIBUTES, files: bool = True
 ) -> StepRecords:
-    """The STEP item, its SHARD items and its FILE items: two Queries on the run partition.
+    """The STEP item, its SHARD and FILE items (as :class:`FileRecord` and :class:`ShardRecord`): two Queries on
+    the run partition.
 
     With ``files=False``, the STEP and SHARD items only: one Query (a page holds thousands of
     heartbeats), however many files the step has.
@@ -133,7 +110,7 @@ def read_step(
     pk = run_pk(pipeline, run_id)
     step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
     step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
-    shards = [item for item in step_and_shards if item.sk != step_sk(step)]
+    shards = [ShardRecord.of(item) for item in step_and_shards if item.sk != step_sk(step)]
     head = StepRecords(step=step_item, files=[], shards=shards, requests=step_pages)
     return with_file_items(model, ref, head, file_attributes=file_attributes) if files else head
 
@@ -144,7 +121,8 @@ def with_file_items(
     """``head`` (a ``read_step(..., files=False)``) with the step's FILE items read now: one Query."""
     pipeline, run_id, step = ref
     file_items, file_pages = _query(model, run_pk(pipeline, run_id), file_sk_prefix(step), file_attributes)
-    return dataclasses.replace(head, files=file_items, requests=head.requests + file_pages)
+    files = [FileRecord.of(item) for item in file_items]
+    return dataclasses.replace(head, files=files, requests=head.requests + file_pages)
 
 
 def _query(model, pk: str, sk_prefix: str, attributes: list[str] | None) -> tuple[list, int]:

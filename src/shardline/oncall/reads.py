@@ -15,12 +15,13 @@ from typing import Self
 
 from shardline.backends import JobNotFound
 from shardline.ledger.keys import RUN_SK, StepRef, run_pk
-from shardline.ledger.states import SETUP_ERROR, FileStatus
+from shardline.ledger.records import RunRecord, StepRecord
+from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
 from shardline.oncall.errors import Conflict, NotFound
 from shardline.oncall.messages import airflow_left_out, unknown_step
-from shardline.oncall.records import FileView, RunRecord, RunRef, RunRow, RunView, ShardRecord, StepRecord, StepView
+from shardline.oncall.records import FileView, RunRef, RunRow, RunView, StepView
 from shardline.oncall.views import (
     file_view,
     missing_job_status,
@@ -143,7 +144,7 @@ class OnCallReads:
         if records.step is None:
             return None
         record = StepRecord.of(records.step)
-        shards = [ShardRecord.of(s) for s in records.shards]
+        shards = records.shards
         job_name = naming.job_name(ref.pipeline, ref.run_id, step, record.attempt) if record.attempt else None
         job_status = None
         if job_name:
@@ -175,7 +176,7 @@ class OnCallReads:
             )
             planned += records.step is not None
             # An instance that could not start recorded why on its SHARD item: its files show that reason.
-            setup = {int(s.attempt or 0): s.error_message for s in records.shards if s.error_class == SETUP_ERROR}
+            setup = {s.attempt: s.setup_error for s in records.shards if s.setup_error}
             found += [
                 with_setup_error(v, setup.get(v.attempt))
                 for v in (file_view(name, f) for f in records.files)

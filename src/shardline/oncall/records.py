@@ -1,5 +1,5 @@
-"""The on-call values, as plain data: a run's name (:class:`RunRef`), the ledger's records the service copies
-from the items it read, and the views built from them (the CLI prints them, the page serves them as JSON).
+"""The on-call values, as plain data: a run's name (:class:`RunRef`) and the views built from the ledger's
+records (:mod:`shardline.ledger.records`; the CLI prints the views, the page serves them as JSON).
 
 What the views show is built in :mod:`shardline.oncall.views`; what is said, in :mod:`shardline.oncall.messages`.
 """
@@ -7,8 +7,6 @@ What the views show is built in :mod:`shardline.oncall.views`; what is said, in 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-from typing import Any
 
 from shardline.decision.resubmit import Next
 from shardline.oncall.errors import BadRequest
@@ -32,66 +30,6 @@ class RunRef:
 
     def __str__(self) -> str:
         return naming.run_ref(self.pipeline, self.run_id)
-
-
-# --- the ledger's records, as plain values (the service copies them from the items it read) ----------
-
-
-@dataclasses.dataclass(frozen=True)
-class RunRecord:
-    """A run's RUN item."""
-
-    status: str | None
-    started_at: dt.datetime | None = None
-    finished_at: dt.datetime | None = None
-    message: str | None = None
-    partition: str | None = None
-
-    @classmethod
-    def of(cls, item: Any) -> RunRecord:
-        return cls(item.status, item.started_at, item.finished_at, item.message, getattr(item, "partition", None))
-
-
-@dataclasses.dataclass(frozen=True)
-class StepRecord:
-    """A step's STEP item: its latest attempt, and how that ended."""
-
-    status: str | None
-    attempt: int
-    started_at: dt.datetime | None = None
-    finished_at: dt.datetime | None = None
-    message: str | None = None
-
-    @classmethod
-    def of(cls, item: Any) -> StepRecord:
-        return cls(item.status, int(item.attempt or 0), item.started_at, item.finished_at, item.message)
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardRecord:
-    """One instance of one attempt, as it reported itself (its SHARD item)."""
-
-    host: str | None
-    attempt: int
-    status: str | None = None
-    files_assigned: int = 0
-    files_done: int = 0
-    files_failed: int = 0
-    rows_done: int = 0
-    heartbeat_at: dt.datetime | None = None
-
-    @classmethod
-    def of(cls, item: Any) -> ShardRecord:
-        return cls(
-            item.host,
-            int(item.attempt or 0),
-            item.status,
-            int(item.files_assigned or 0),
-            int(item.files_done or 0),
-            int(item.files_failed or 0),
-            int(item.rows_done or 0),
-            item.heartbeat_at,
-        )
 
 
 # --- views (plain data: the CLI prints them, the UI serves them as JSON) ---------------------

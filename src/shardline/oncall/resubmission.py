@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
 from shardline.ledger.keys import StepRef
+from shardline.ledger.records import StepRecord
 from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, read_step
 from shardline.ledger.step_writes import StaleOrchestratorError
 from shardline.oncall import selection
@@ -29,7 +30,7 @@ from shardline.oncall.messages import (
     repeat_resubmit_command,
 )
 from shardline.oncall.reads import OnCallReads, read_step_records
-from shardline.oncall.records import ResubmitPlan, ResubmitResult, RunRef, StepRecord
+from shardline.oncall.records import ResubmitPlan, ResubmitResult, RunRef
 from shardline.oncall.views import file_view
 from shardline.orchestration import services
 from shardline.planning import naming
@@ -171,7 +172,7 @@ class Resubmission(OnCallReads):
         try:
             return services.backend_for(spec).describe(latest.job_name).status
         except JobNotFound:
-            if spec.backend == "local" and any(int(s.attempt or 0) == latest.number for s in shards):
+            if spec.backend == "local" and any(s.attempt == latest.number for s in shards):
                 raise Conflict(local_root_mismatch(latest.job_name, latest.number, services.local_root())) from None
             return None
 

@@ -12,21 +12,11 @@ import dataclasses
 import datetime as dt
 import shlex
 from collections.abc import Sequence
-from typing import Any
 
 from shardline.backends import JobStatus
+from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
-from shardline.oncall.records import (
-    FileView,
-    RunRecord,
-    RunRef,
-    RunRow,
-    RunView,
-    ShardRecord,
-    ShardView,
-    StepRecord,
-    StepView,
-)
+from shardline.oncall.records import FileView, RunRef, RunRow, RunView, ShardView, StepView
 from shardline.planning import naming
 
 # DAG run states in which no task will run again unless something is cleared.
@@ -37,18 +27,18 @@ def iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def file_view(step: str, item: Any) -> FileView:
-    """A FILE item of ``step`` as the views show it."""
+def file_view(step: str, record: FileRecord) -> FileView:
+    """A file of ``step`` as the views show it."""
     return FileView(
         step,
-        item.input_key,
-        item.status,
-        int(item.attempt or 0),
-        item.host,
-        int(item.rows_in) if item.rows_in is not None else None,
-        int(item.rows_out) if item.rows_out is not None else None,
-        item.error_class,
-        item.error_message,
+        record.input_key,
+        record.status,
+        record.attempt,
+        record.host,
+        record.rows_in,
+        record.rows_out,
+        record.error_class,
+        record.error_message,
     )
 
 

@@ -15,7 +15,7 @@ from shardline import contract
 from shardline.decision.policy import Decision, Policy
 from shardline.errors import UnvouchedOutputError
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
+from shardline.ledger.step_reads import StepRecords
 from shardline.ledger.step_writes import record_refused
 from shardline.orchestration import services, watch
 from shardline.orchestration.step_files import read_step_files
@@ -34,15 +34,17 @@ MAX_INSTANCE_MANIFEST_BYTES = 256 << 20  # a manifest lists each file once: far 
 
 @dataclasses.dataclass(frozen=True)
 class StepOutputs:
-    """One reading of an ended step: its FILE items (with each output's key and host) and the objects under its
-    output prefix, by s3:// URI. The vouching check and the commit share it, so a step's end lists its prefix once."""
+    """One reading of an ended step: its files (every attribute of their FILE items) and the objects under its
+    output prefix, by s3:// URI. The vouching check, the run report and the commit share it, so a step's end
+    reads its FILE items and lists its prefix once."""
 
     records: StepRecords
     listed: dict[str, dict]
 
 
 def read_outputs(spec: PipelineSpec, attempt: Attempt) -> StepOutputs:
-    records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "output_key", "host"])
+    # Every attribute: the run report reads this same reading (its files' bytes and times).
+    records = read_step_files(spec, attempt.ref, file_attributes=None)
     return StepOutputs(records, _listed_outputs(services.s3_client(spec), attempt.output_prefix))
 
 
@@ -75,7 +77,7 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | 
         stored = listed.get(f.output_key or "")
         if stored is None:
             continue  # missing: commit_outputs names it
-        where = (int(f.attempt or 0), f.host or "")
+        where = (f.attempt, f.host or "")
         if where not in manifests:
             manifests[where] = _worker_outputs(s3, attempt, *where)
         written = (manifests[where] or {}).get((f.output_key or "").removeprefix(prefix))
@@ -201,7 +203,7 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
                 {
                     "input": f.input_key,
                     "output": f.output_key,
-                    "attempt": int(f.attempt or 0),
+                    "attempt": f.attempt,
                     "rows_in": int(f.rows_in or 0),
                     "rows_out": int(f.rows_out or 0),
                     "bytes": stored.get("Size"),
@@ -210,7 +212,7 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
             )
         else:
             failed.append(
-                {"input": f.input_key, "status": f.status, "attempt": int(f.attempt or 0), "error_class": f.error_class}
+                {"input": f.input_key, "status": f.status, "attempt": f.attempt, "error_class": f.error_class}
             )
     return {
         "pipeline": attempt.pipeline,

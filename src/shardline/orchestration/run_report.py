@@ -14,7 +14,7 @@ import logging
 
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import list_runs
+from shardline.ledger.step_reads import StepRecords, list_runs
 from shardline.orchestration import services
 from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
@@ -68,9 +68,13 @@ def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
         return prices, f"the local run is priced at 0: {err} (or set cost.local_price_per_hour)"
 
 
-def build_step_report(spec: PipelineSpec, attempt: Attempt) -> RunReport:
-    """The step's report from what its run recorded, against the pipeline's earlier runs."""
-    records = read_step_files(spec, attempt.ref, file_attributes=None)
+def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | None = None) -> RunReport:
+    """The step's report from what its run recorded, against the pipeline's earlier runs.
+
+    ``records``: the step's files read already, with every attribute (``outputs.read_outputs``); else read here.
+    """
+    if records is None:
+        records = read_step_files(spec, attempt.ref, file_attributes=None)
     step_spec = spec.step(attempt.step)
     found = records_from_ledger(
         records.step,
@@ -182,11 +186,12 @@ def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, Ru
     return found[:TREND_RUNS]
 
 
-def write_step_report(spec: PipelineSpec, attempt: Attempt) -> WrittenReport:
-    """Build the step's report and write report.html and report.json beside its outputs."""
+def write_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | None = None) -> WrittenReport:
+    """Build the step's report (from ``records`` when the step's files were read already, with every
+    attribute) and write report.html and report.json beside its outputs."""
     from shardline.report.render import render_html
 
-    report = build_step_report(spec, attempt)
+    report = build_step_report(spec, attempt, records)
     s3 = services.s3_client(spec)
     uris = {}
     for suffix, body, content_type in (

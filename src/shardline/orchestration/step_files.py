@@ -109,5 +109,5 @@ def latest_attempt(spec: services.Source, ref: StepRef) -> Attempt | None:
     if records.step is None or not records.step.plan_json:
         return None
     number = int(records.step.attempt or 1)
-    files = sum(1 for f in records.files if int(f.attempt or 0) == number)
+    files = sum(1 for f in records.files if f.attempt == number)
     return Attempt.from_plan(records.step.plan_json, number, files, pipeline=pipeline, run_id=run_id, step=step)

@@ -16,7 +16,7 @@ from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
 from shardline.errors import GaveUpWaiting, InputRefused, error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
+from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
 from shardline.ledger.step_writes import (
     continue_attempt,
     ensure_run,
@@ -305,7 +305,7 @@ def sized_objects(
     recorded = {
         **(known or {}),
         **records.planned_sizes,
-        **{f.input_key: int(f.bytes_in) for f in records.files if f.bytes_in},
+        **{f.input_key: f.bytes_in for f in records.files if f.bytes_in},
     }
     s3 = None
     objects = []
@@ -407,14 +407,12 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     try:
         state = services.backend_for(spec).describe(name)
     except JobNotFound:
-        unfinished = [
-            f.input_key for f in records.files if int(f.attempt or 0) == latest and not FileStatus(f.status).is_terminal
-        ]
+        unfinished = [f.input_key for f in records.files if f.attempt == latest and not f.status.is_terminal]
         log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest, attempt.step)
         objects = sized_objects(spec, attempt, unfinished)
         return submit(spec, _new_attempt(spec, attempt, latest, objects, replan=True))
     log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
-    files = sum(1 for f in records.files if int(f.attempt or 0) == latest)
+    files = sum(1 for f in records.files if f.attempt == latest)
     return attempt.model_copy(
         update={"number": latest, "file_count": files, "files": (), "submitted_at": state.created_at or time.time()}
     )
@@ -442,7 +440,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
                 f"({outputs.UNVOUCHED_OUTPUT_ERROR}), so a resubmission with --all-failed scores them again"
             )
             log.error("step %s: %s", attempt.step, reason)
-    status, reason = check_run_report(spec, attempt, status, reason)
+    status, reason = check_run_report(spec, attempt, status, reason, seen.records if seen else None)
     reason = outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
     if not finish_step(model, attempt.ref, attempt.number, status, reason):
@@ -465,8 +463,13 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
     return status
 
 
-def check_run_report(spec: PipelineSpec, attempt: Attempt, status: StepStatus, reason: str) -> tuple[StepStatus, str]:
+def check_run_report(
+    spec: PipelineSpec, attempt: Attempt, status: StepStatus, reason: str, records: StepRecords | None = None
+) -> tuple[StepStatus, str]:
     """Write the step's run report, and apply its drift policy to a step that produced outputs.
+
+    ``records``: the step's files as its end read them already (``outputs.read_outputs``), so they are not read
+    again; else the report reads them.
 
     A drift beyond ``drift.max_psi`` is a warning, or with ``drift.action: fail`` the step's failure (so no
     ``_SUCCESS``). A report that cannot be written never fails a step, unless the step asked for the drift
@@ -476,7 +479,7 @@ def check_run_report(spec: PipelineSpec, attempt: Attempt, status: StepStatus, r
 
     policy = spec.step(attempt.step).drift
     try:
-        written = write_step_report(spec, attempt)
+        written = write_step_report(spec, attempt, records)
     except Exception as err:
         log.exception("step %s: the run report could not be written", attempt.step)
         if policy.action == "fail" and status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):

@@ -12,8 +12,8 @@ import dataclasses
 import time
 from typing import Any
 
-from shardline.decision.policy import Decision, FileState, Policy, ShardState, StepSnapshot, decide, needs_files
-from shardline.ledger.states import SETUP_ERROR, SHARD_TERMINAL, FileStatus, StepStatus
+from shardline.decision.policy import Decision, Policy, StepSnapshot, decide, needs_files
+from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import read_step
 from shardline.orchestration import services
 from shardline.orchestration.services import AwsSettings
@@ -118,37 +118,18 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
 
 
 def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:
-    shards = [
-        ShardState(
-            s.host,
-            now - s.heartbeat_at.timestamp() if s.heartbeat_at else float("inf"),
-            finished=s.status in SHARD_TERMINAL,
-            files_assigned=int(s.files_assigned or 0),
-            files_done=int(s.files_done or 0),
-            files_failed=int(s.files_failed or 0),
-            setup_error=f"{s.error_message} (model {attempt.model_uri})" if s.error_class == SETUP_ERROR else None,
-        )
-        for s in records.shards
-        if int(s.attempt or 0) == attempt.number
-    ]
-    file_states = (
-        [
-            FileState(f.input_key, FileStatus(f.status), int(f.attempt or 0), f.error_class, f.error_message)
-            for f in records.files
-        ]
-        if files
-        else None
-    )
     cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
     return StepSnapshot(
         attempt=attempt.number,
         job_status=state.status,
         job_age_seconds=now - attempt.submitted_at,
-        files=file_states,
-        shards=shards,
+        files=records.files if files else None,
+        shards=[s for s in records.shards if s.attempt == attempt.number],
         job_failure_reason=state.failure_reason,
         cancelled=cancelled,
         ledger_requests=records.requests,
+        model_uri=attempt.model_uri,
+        now=now,
     )
 
 

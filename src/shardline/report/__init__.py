@@ -22,7 +22,7 @@ _EXPORTS = {
     "UnknownPriceError": "shardline.report.cost",
     "run_cost": "shardline.report.cost",
     "cost_per_million": "shardline.report.cost",
-    "FileRecord": "shardline.report.records",
+    "FileRecord": "shardline.ledger.records",
     "InstanceRecord": "shardline.report.records",
     "StepIdentity": "shardline.report.records",
     "PreviousRun": "shardline.report.records",

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus
 from shardline.report.cost import InstanceUsage, Prices, UnknownPriceError, cost_per_million, instance_cost
 from shardline.report.drift import DEFAULT_BINS, DEFAULT_MAX_PSI, psi_between, verdict
@@ -36,7 +37,7 @@ from shardline.report.model import (
     Timeline,
     TrendPoint,
 )
-from shardline.report.records import FileRecord, InstanceRecord, PreviousRun, StepIdentity, utc
+from shardline.report.records import InstanceRecord, PreviousRun, StepIdentity, counted, utc
 
 TIMELINE_BUCKETS = 60  # about this many points per instance's throughput line
 NICE_SECONDS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400)
@@ -72,6 +73,7 @@ def build_report(
     A price missing from ``prices`` leaves the cost empty with ``cost.error`` saying where to set it.
     """
     prices = prices or Prices.default()
+    files = [counted(f) for f in files]
     notes: list[str] = []
     instances = _complete_instances(files, instances, notes)
     labels = _labels(instances)
@@ -342,16 +344,16 @@ def _flag(shards: list[Shard], factor: float, min_seconds: float, idle_fraction:
 def _reconcile(files: Sequence[FileRecord]) -> Reconciliation:
     rows = [
         FileRow(
-            key=f.key,
+            key=f.input_key,
             host=f.host,
             attempt=f.attempt,
             status=f.status,
             rows_in=f.rows_in,
             rows_out=f.rows_out,
             balanced=f.status != FileStatus.SUCCEEDED.value or f.rows_in == f.rows_out,
-            error=f.error,
+            error=(f.error_line() or None) if f.status == FileStatus.FAILED else None,
         )
-        for f in sorted(files, key=lambda f: f.key)
+        for f in sorted(files, key=lambda f: f.input_key)
     ]
     succeeded = [r for r in rows if r.status == FileStatus.SUCCEEDED.value]
     failures = [r for r in rows if r.status == FileStatus.FAILED.value]

@@ -1,0 +1,188 @@
+"""The ledger's items as every reader sees them: one record type per item (FILE, SHARD, STEP, RUN).
+
+The sensor's decision, the run report, on-call's views and the page all read these, never a pynamodb
+item: :func:`shardline.ledger.step_reads.read_step` hands out :class:`FileRecord` and :class:`ShardRecord`
+values, and the readers copy a STEP or RUN item with :meth:`StepRecord.of` / :meth:`RunRecord.of`. Each
+record says its own failure with ``error_line()`` ("Class: message", :func:`shardline.errors.error_line`).
+
+``of`` takes a pynamodb item or its attribute dict (what a Query with ``attributes_to_get`` returns,
+or a test's literal): a field the read did not fetch is None. Pure: no IO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from shardline.errors import error_line
+from shardline.ledger.states import SETUP_ERROR, SHARD_TERMINAL, FileStatus, StepStatus
+
+
+def _get(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
+def _time(value: Any) -> dt.datetime | None:
+    """A UTC time from an item's attribute: a datetime (naive is taken as UTC) or its ISO text."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, dt.datetime):
+        value = dt.datetime.fromisoformat(str(value))
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileRecord:
+    """One input file of a step: its FILE item, or (never claimed yet) a PENDING line of an attempt's plan file.
+
+    The figures are None until the worker writes them: a file still PENDING or RUNNING has none.
+    """
+
+    input_key: str
+    status: FileStatus
+    attempt: int = 0
+    host: str | None = None  # the instance that had it (algo-N)
+    rows_in: int | None = None
+    rows_out: int | None = None
+    bytes_in: int | None = None
+    bytes_out: int | None = None
+    seconds: float | None = None  # the worker's own measure of the file's time
+    output_key: str | None = None
+    started_at: dt.datetime | None = None  # claimed
+    finished_at: dt.datetime | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+
+    @classmethod
+    def of(cls, item: Any) -> FileRecord:
+        key = _get(item, "input_key") or str(_get(item, "sk") or "").split("#", 2)[-1]
+        seconds = _get(item, "seconds")
+        return cls(
+            input_key=key,
+            status=FileStatus(_get(item, "status") or FileStatus.PENDING),
+            attempt=_int(_get(item, "attempt")) or 0,
+            host=_get(item, "host"),
+            rows_in=_int(_get(item, "rows_in")),
+            rows_out=_int(_get(item, "rows_out")),
+            bytes_in=_int(_get(item, "bytes_in")),
+            bytes_out=_int(_get(item, "bytes_out")),
+            seconds=float(seconds) if seconds is not None else None,
+            output_key=_get(item, "output_key"),
+            started_at=_time(_get(item, "started_at")),
+            finished_at=_time(_get(item, "finished_at")),
+            error_class=_get(item, "error_class"),
+            error_message=_get(item, "error_message"),
+        )
+
+    @classmethod
+    def unclaimed(cls, input_key: str, attempt: int, size: int) -> FileRecord:
+        """An input ``attempt`` planned that no instance has claimed yet: PENDING, with only its size known."""
+        return cls(input_key, FileStatus.PENDING, attempt, bytes_in=size)
+
+    def error_line(self) -> str:
+        """ "Class: message" of the file's failure; empty when it has none."""
+        return error_line(self.error_class, self.error_message)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ShardRecord:
+    """One instance of one attempt, as its last heartbeat (its SHARD item) reported it."""
+
+    host: str | None
+    attempt: int
+    status: str | None = None  # a ShardStatus value
+    files_assigned: int = 0
+    files_done: int = 0  # failed ones included
+    files_failed: int = 0
+    rows_done: int = 0
+    heartbeat_at: dt.datetime | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+
+    @classmethod
+    def of(cls, item: Any) -> ShardRecord:
+        return cls(
+            host=_get(item, "host"),
+            attempt=_int(_get(item, "attempt")) or 0,
+            status=_get(item, "status"),
+            files_assigned=_int(_get(item, "files_assigned")) or 0,
+            files_done=_int(_get(item, "files_done")) or 0,
+            files_failed=_int(_get(item, "files_failed")) or 0,
+            rows_done=_int(_get(item, "rows_done")) or 0,
+            heartbeat_at=_time(_get(item, "heartbeat_at")),
+            error_class=_get(item, "error_class"),
+            error_message=_get(item, "error_message"),
+        )
+
+    @property
+    def finished(self) -> bool:
+        """The instance reported a terminal status: silence after that is expected."""
+        return self.status in SHARD_TERMINAL
+
+    @property
+    def setup_error(self) -> str | None:
+        """Why the instance could not start (its model or its arguments, in the worker's words), if it could not."""
+        return self.error_message if self.error_class == SETUP_ERROR else None
+
+    def heartbeat_age(self, now: float) -> float:
+        """Seconds since its last heartbeat at ``now`` (epoch seconds); infinite when it never sent one."""
+        return now - self.heartbeat_at.timestamp() if self.heartbeat_at else float("inf")
+
+    def error_line(self) -> str:
+        return error_line(self.error_class, self.error_message)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A step's STEP item: its latest attempt, and how that ended (``message`` says why)."""
+
+    status: str | None
+    attempt: int
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    message: str | None = None
+
+    @classmethod
+    def of(cls, item: Any) -> StepRecord:
+        return cls(
+            _get(item, "status"),
+            _int(_get(item, "attempt")) or 0,
+            _time(_get(item, "started_at")),
+            _time(_get(item, "finished_at")),
+            _get(item, "message"),
+        )
+
+    def error_line(self) -> str:
+        """Why the step failed, as its STEP item records it; empty unless it FAILED."""
+        return (self.message or "") if self.status == StepStatus.FAILED else ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run's RUN item."""
+
+    status: str | None
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    message: str | None = None
+    partition: str | None = None  # what a scheduled run scores: its data interval's start (UTC)
+
+    @classmethod
+    def of(cls, item: Any) -> RunRecord:
+        return cls(
+            _get(item, "status"),
+            _time(_get(item, "started_at")),
+            _time(_get(item, "finished_at")),
+            _get(item, "message"),
+            _get(item, "partition"),
+        )
+
+    def error_line(self) -> str:
+        """Why the run failed, as its RUN item records it; empty unless it FAILED."""
+        return (self.message or "") if self.status == StepStatus.FAILED else ""
