@@ -139,6 +139,19 @@ class InputRefused(PermanentError):
     local path outside its box): the message names it and what to change."""
 
 
+class SubmitRefused(ShardlineError):
+    """AWS said "not now" to a job's submit (its quota of the instance type in use, a throttle, a service blip):
+    the submit waits and tries again (``decision.fleet.submit_wait``); the wait is no attempt and no failure.
+
+    ``code`` is AWS's error code, ``message`` its words; ``planned`` is the attempt the submit was for (its XCom
+    form), planned already and recorded in the ledger: the next try submits that same attempt.
+    """
+
+    def __init__(self, code: str, message: str, job_name: str, planned: dict | None = None):
+        super().__init__(f"{code}: {message} (job {job_name})")
+        self.code, self.message, self.job_name, self.planned = code, message, job_name, planned
+
+
 class GaveUpWaiting(ShardlineError):
     """Something did not happen in the time Shardline waits for it (a job that would not stop): a retry may see it
     done."""

@@ -92,3 +92,53 @@ def test_the_churn_demo_runs_both_steps_and_joins_every_row(tmp_path):
     assert "step score       2/2 files, rows in / out 8,000 / 8,000, attempts 1" in out
     assert "step calibrate   2/2 files, rows in / out 8,000 / 8,000, attempts 1" in out
     assert "8,000 calibrated rows for 8,000 scored customers: each the calibration of its own score" in out
+
+
+@pytest.mark.slow
+def test_refused_submits_and_capacity_failures_never_fail_a_run_nor_spend_an_attempt(tmp_path, monkeypatch):
+    """With retry.max_attempts: 1, every job's first two submit calls refused (a quota in use, a throttle) and the
+    step's own instance type never provisioned, the run ends green: twice on its type, then on its fallback."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    from shardline.backends.local_fleet import FLEET_ENV, read_record
+
+    repo = Path(__file__).resolve().parents[2]
+    dags = tmp_path / "dags"
+    shutil.copytree(repo / "dags", dags)
+    path = dags / "pipelines" / "tabular_scoring_hourly.yaml"
+    spec = yaml.safe_load(path.read_text())
+    step = spec["steps"][0]
+    step["resources"]["fallback_instance_types"] = ["ml.m5.2xlarge"]
+    step["retry"]["max_attempts"] = 1
+    path.write_text(yaml.safe_dump(spec))
+    fleet = {
+        "refuse_first": {"ResourceLimitExceeded": 1, "ThrottlingException": 1},
+        "capacity_errors": {"ml.c5.2xlarge": 1},
+    }
+    monkeypatch.setenv(FLEET_ENV, json.dumps(fleet))
+    monkeypatch.setenv("SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS", "1")
+    result = _run_demo(tmp_path, dags)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    assert ": success" in out and "files             6 (6 succeeded, 0 failed)" in out
+    assert "attempts          3 (3 processing job(s))" in out
+    # Each of the 3 jobs: refused twice, then submitted; none of it an attempt.
+    assert len(re.findall(r"not submitted yet: the account's quota of this instance type is in use", out)) == 3
+    assert len(re.findall(r"not submitted yet: SageMaker throttled the request", out)) == 3
+    assert "This wait is not an attempt and fails nothing" in out
+    assert out.count("not counted against retry.max_attempts; resubmitting") == 2
+    assert "the files go again on 2 ml.m5.2xlarge (resources.fallback_instance_types, 16 vCPUs as planned)" in out
+    # The emulator's own record: each job took its instances once and gave them back.
+    record = read_record(tmp_path / "demo" / "local")
+    assert [(e["type"], e["delta"]) for e in record] == [
+        ("ml.c5.2xlarge", 2),
+        ("ml.c5.2xlarge", -2),
+        ("ml.c5.2xlarge", 2),
+        ("ml.c5.2xlarge", -2),
+        ("ml.m5.2xlarge", 2),
+        ("ml.m5.2xlarge", -2),
+    ]

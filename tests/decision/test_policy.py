@@ -225,3 +225,45 @@ def test_an_instance_that_could_not_start_fails_the_step_at_once_with_its_reason
     assert d.stop_job is (job is JobStatus.IN_PROGRESS)
     assert "algo-2" in d.reason and "no model file under" in d.reason
     assert [(f.status, f.error_class) for f in d.failed_files] == [(R, "SetupError"), (P, "SetupError")]
+
+
+# -- capacity: SageMaker could not provision the job ----------------------------------------------------------
+
+CAPACITY = "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML"
+
+
+@pytest.mark.parametrize(
+    ("attempt", "uncounted", "job", "reason", "action", "capacity"),
+    [
+        (1, 0, JobStatus.FAILED, CAPACITY, Action.RESUBMIT, True),
+        (3, 0, JobStatus.FAILED, CAPACITY, Action.RESUBMIT, True),  # the last counted attempt: still goes again
+        (9, 8, JobStatus.FAILED, CAPACITY, Action.RESUBMIT, True),
+        (3, 0, JobStatus.FAILED, "AlgorithmError: exit code 1", Action.FAIL, False),  # a real failure: spent
+        (3, 2, JobStatus.FAILED, "AlgorithmError: exit code 1", Action.RESUBMIT, False),  # 1 of 3 counted
+        (5, 2, JobStatus.FAILED, "AlgorithmError: exit code 1", Action.FAIL, False),  # 3 of 3 counted
+        (3, 0, JobStatus.STOPPED, CAPACITY, Action.FAIL, False),  # only a job that FAILED for capacity
+    ],
+)
+def test_a_capacity_failure_goes_again_uncounted_and_earlier_ones_are_not_counted(
+    attempt, uncounted, job, reason, action, capacity
+):
+    snapshot = dataclasses.replace(
+        snap(job, files(S, F, P, R, error_class="TimeoutError", attempt=attempt), attempt=attempt, reason=reason),
+        uncounted_attempts=uncounted,
+    )
+    d = decide(snapshot, POLICY)
+    assert (d.action, d.capacity) == (action, capacity)
+    if capacity:
+        assert "not counted against retry.max_attempts" in d.reason and d.delay_seconds == POLICY.backoff_seconds
+        assert d.retry_files == tuple(sorted(f.input_key for f in snapshot.files if f.status is not S))
+
+
+def test_after_a_capacity_failure_a_permanent_failure_stays_failed_and_the_message_counts_honestly():
+    corrupt = FileRecord("s3://b/in/bad.parquet", F, 1, error_class="CorruptInputError", error_message="cannot read")
+    d = decide(snap(JobStatus.FAILED, (*files(S, P), corrupt), reason=CAPACITY), POLICY)
+    assert d.action is Action.RESUBMIT and d.capacity
+    assert d.retry_files == ("s3://b/in/001.parquet",) and d.failed_files == (corrupt,)
+    later = dataclasses.replace(
+        snap(JobStatus.FAILED, files(S, P, attempt=3), attempt=3, reason="AlgorithmError: x"), uncounted_attempts=2
+    )
+    assert "go to attempt 4 (2 counted) of 3" in decide(later, POLICY).reason

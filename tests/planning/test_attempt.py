@@ -100,6 +100,8 @@ def test_it_is_rebuilt_from_the_ledgers_plan_alone():
         "model_uri",
         "model_version",
         "requested_instances",
+        "instance_type",
+        "capacity_failures",
     }
 
 
@@ -124,3 +126,18 @@ def test_it_is_frozen_and_refuses_what_it_does_not_know():
         Attempt(**{**attempt.model_dump(), "instances": 2})
     with pytest.raises(ValidationError):
         _attempt(number=0)
+
+
+def test_an_attempt_after_capacity_failures_keeps_its_instance_type_and_is_counted_without_them():
+    """The STEP item's plan carries the fallback type and the capacity failures: a resumed watch counts the same."""
+    moved = _attempt().model_copy(
+        update={"number": 4, "instance_type": "ml.m5.2xlarge", "capacity_failures": {"ml.c5.2xlarge": 2}}
+    )
+    assert moved.counted_number == 2 and _attempt().counted_number == _attempt().number
+    again = Attempt.from_plan(moved.plan_json(), 4, 3, pipeline=moved.pipeline, run_id=moved.run_id, step="score")
+    assert (again.instance_type, again.capacity_failures, again.counted_number) == (
+        "ml.m5.2xlarge",
+        {"ml.c5.2xlarge": 2},
+        2,
+    )
+    assert Attempt.from_xcom(moved.to_xcom()) == moved

@@ -34,10 +34,12 @@ def stage_step(
     tmp_path: Path,
     inputs: dict[str, bytes],
     features: Sequence[str] | None = None,
+    step_settings: dict | None = None,
 ) -> tuple[PipelineSpec, str]:
     """A fresh bucket with ``inputs`` under ``in/``, the packed model, and a one-step spec over them.
 
-    ``features``: input.features, which a model that records no feature names needs."""
+    ``features``: input.features, which a model that records no feature names needs. ``step_settings``: more of
+    the step's fields (``resources`` replaces the default 2 instances)."""
     s3 = boto3.client("s3")
     bucket = f"b-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
@@ -61,6 +63,7 @@ def stage_step(
                     },
                     "output": {"prefix": f"s3://{bucket}/out/"},
                     "resources": {"instance_count": 2},
+                    **(step_settings or {}),
                 }
             ],
         },

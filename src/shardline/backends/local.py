@@ -24,10 +24,18 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from shardline.backends import JobNotFound, JobState, JobStatus, local_container
+from shardline.backends import JobNotFound, JobState, JobStatus, local_container, local_fleet
 from shardline.waiting import wait_for
 
 STATE_FILE = "state.json"
+# What SageMaker says with each refusal the emulator injects (see local_fleet).
+_REFUSALS = {
+    "ResourceLimitExceeded": "The account-level service limit for processing job usage is reached (a refusal the "
+    "local emulator's fleet settings inject)",
+    "ThrottlingException": "Rate exceeded",
+    "ServiceUnavailable": "Service Unavailable",
+    "InternalFailure": "We encountered an internal error. Please try again.",
+}
 REQUEST_FILE = "request.json"
 
 # What a local job's processes take from the environment of whoever submitted it. The
@@ -146,6 +154,16 @@ class LocalBackend:
         job_dir.parent.mkdir(parents=True, exist_ok=True)
         if job_dir.exists():
             return name  # a retried task adopts the job its earlier try started
+        # The emulated account: its injected refusals, then its instance quota, as SageMaker answers them.
+        fleet = local_fleet.EmulatedFleet.load(self.root)
+        resources = request["ProcessingResources"]["ClusterConfig"]
+        if fleet.active:
+            refused = fleet.refusal(name, local_fleet.submit_call(self.root, name))
+            if refused:
+                raise local_fleet.client_error(refused, _REFUSALS.get(refused, "Rate exceeded"))
+            local_fleet.take(
+                self.root, fleet, name, resources["InstanceType"], int(resources["InstanceCount"]), self._ended
+            )
         # Build the job directory aside and rename it into place: a job dir always has its state,
         # and of two racing submits exactly one wins the rename.
         # The instances run as containers of the request's image whenever Docker can (local_container).
@@ -163,13 +181,15 @@ class LocalBackend:
                 "created_at": time.time(),
                 "pid": None,
                 "runtime": runtime,
+                # Decided here, where the fleet settings are; the supervisor ends such a job before it starts.
+                "capacity_error": fleet.capacity_error(name, resources["InstanceType"]),
             },
         )
         try:
             staging.rename(job_dir)
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
-            return name
+            return name  # a racing submit created it (and holds its instances, under the same name)
         with open(job_dir / "supervisor.log", "ab") as log:
             # Its own session and process group: stop() signals the whole tree at once. The
             # supervisor records its pid in state.json itself, so no write here races with it.
@@ -183,6 +203,12 @@ class LocalBackend:
                 env=job_environment(os.environ),
             )
         return name
+
+    def _ended(self, name: str) -> bool:
+        try:
+            return self.describe(name).status.is_terminal
+        except JobNotFound:
+            return True  # never created (its submit failed after the quota admitted it): it holds nothing
 
     def describe(self, name: str) -> JobState:
         job_dir = self.job_dir(name)
@@ -238,3 +264,4 @@ class LocalBackend:
                     "ended_at": time.time(),
                 },
             )
+            local_fleet.give_back(self.root, name)

@@ -22,7 +22,7 @@ from pathlib import Path
 import boto3
 
 from shardline import contract
-from shardline.backends import JobStatus, local_container
+from shardline.backends import JobStatus, local_container, local_fleet
 from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
 from shardline.errors import InputRefused
 from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
@@ -295,7 +295,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "pid": os.getpid(), "host": socket.gethostname()})
     try:
-        outcome = run(job_dir)
+        if read_state(job_dir).get("capacity_error"):  # the emulated account had no instances to give (local_fleet)
+            outcome = {"status": JobStatus.FAILED.value, "failure_reason": local_fleet.CAPACITY_REASON}
+        else:
+            outcome = run(job_dir)
     except _Stop as err:
         outcome = {"status": JobStatus.STOPPED.value, "failure_reason": f"stopped ({err})"}
     except Exception as err:  # recorded as the job's failure reason, like SageMaker's
@@ -305,6 +308,7 @@ def main(argv: list[str]) -> int:
     if (job_dir / "STOP").exists() and outcome["status"] != JobStatus.COMPLETED.value:
         outcome = {**outcome, "status": JobStatus.STOPPED.value}
     write_json_atomic(job_dir / STATE_FILE, {**state, **outcome, "ended_at": time.time()})
+    local_fleet.give_back(job_dir.parent.parent, job_dir.name)  # its instances are free for the next job
     return 0
 
 

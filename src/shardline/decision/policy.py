@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 
 from shardline.backends import JobStatus
+from shardline.decision.fleet import is_capacity_failure
 from shardline.errors import InvalidArgument, LateInputError, UnsafeKeyError, is_permanent_file_failure
 from shardline.ledger.records import FileRecord, ShardRecord
 from shardline.ledger.states import SETUP_ERROR, FileStatus
@@ -90,6 +91,8 @@ class StepSnapshot:
     cancelled: bool = False  # an on-call engineer ran `shardline cancel`
     ledger_requests: int = 0  # the DynamoDB requests the poll made (what it cost; no input to the policy)
     model_uri: str | None = None  # the attempt's model: an instance's setup error names it
+    # Attempts before this one that followed a capacity failure: retry.max_attempts does not count them.
+    uncounted_attempts: int = 0
     now: float = dataclasses.field(kw_only=True)  # when the poll was taken (epoch seconds): heartbeats age from it
 
     def setup_error(self, shard: ShardRecord) -> str | None:
@@ -107,6 +110,7 @@ class Decision:
     failed_files: tuple[FileRecord, ...] = ()
     delay_seconds: float = 0.0
     stop_job: bool = False  # the current job must be stopped before anything else
+    capacity: bool = False  # a RESUBMIT after SageMaker could not provision the job: not counted as an attempt
 
 
 def backoff(policy: Policy, attempt: int) -> float:
@@ -189,6 +193,8 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
             failed_files=tuple(dataclasses.replace(f, error_class=SETUP_ERROR, error_message=why) for f in unfinished),
             stop_job=not job.is_terminal,
         )
+    if job is JobStatus.FAILED and is_capacity_failure(snapshot.job_failure_reason):
+        return _after_capacity_failure(snapshot, policy, failed, unfinished)
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
         stale, silent = _silent_instances(snapshot, policy)
         if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
@@ -216,6 +222,22 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     return _retry_or_finish(snapshot, policy, failed, [*unfinished, *unconfirmed], total, why=why)
 
 
+def _after_capacity_failure(snapshot: StepSnapshot, policy: Policy, failed: list, unfinished: list) -> Decision:
+    """SageMaker had no instances to give: nothing ran, so nothing is spent. The files go again (on the step's
+    next instance type, if it has fallbacks), whatever retry.max_attempts says; permanent failures stay failed."""
+    permanent = [f for f in failed if is_permanent_file_failure(f.error_class)]
+    retry = [*unfinished, *[f for f in failed if not is_permanent_file_failure(f.error_class)]]
+    return Decision(
+        Action.RESUBMIT,
+        f"job Failed ({snapshot.job_failure_reason}): its {len(retry)} file(s) go again, not counted against "
+        "retry.max_attempts",
+        retry_files=tuple(sorted(f.input_key for f in retry)),
+        failed_files=tuple(permanent),
+        delay_seconds=policy.backoff_seconds,
+        capacity=True,
+    )
+
+
 def _silence(stale: Sequence[ShardRecord], timeout: float) -> str:
     """Why the job is taken for lost: which instances went silent, and the spec field that bounds it."""
     if stale:
@@ -241,14 +263,17 @@ def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, s
     transient = [f for f in failed if not is_permanent_file_failure(f.error_class)]
     permanent = [f for f in failed if is_permanent_file_failure(f.error_class)]
     retry = [*unfinished, *transient]
-    if retry and snapshot.attempt < policy.max_attempts:
+    counted = snapshot.attempt - snapshot.uncounted_attempts  # what retry.max_attempts counts
+    if retry and counted < policy.max_attempts:
         return Decision(
             Action.RESUBMIT,
             f"{why}: {len(unfinished)} unfinished and {len(transient)} transiently failed file(s) go to attempt "
-            f"{snapshot.attempt + 1} of {policy.max_attempts}",
+            f"{snapshot.attempt + 1}"
+            + (f" ({counted + 1} counted)" if snapshot.uncounted_attempts else "")
+            + f" of {policy.max_attempts}",
             retry_files=tuple(sorted(f.input_key for f in retry)),
             failed_files=tuple(permanent),
-            delay_seconds=backoff(policy, snapshot.attempt),
+            delay_seconds=backoff(policy, counted),
             stop_job=stop_job,
         )
     # Out of attempts (or nothing worth retrying): whatever is not SUCCEEDED now counts as failed.

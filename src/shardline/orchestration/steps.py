@@ -11,9 +11,12 @@ import logging
 import time
 import uuid
 
+import botocore.exceptions
+
 from shardline import contract
+from shardline.decision import fleet
 from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
-from shardline.errors import GaveUpWaiting, InputRefused, error_line
+from shardline.errors import GaveUpWaiting, InputRefused, SubmitRefused, error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
@@ -25,7 +28,7 @@ from shardline.ledger.step_writes import (
     set_run_status,
     start_attempt,
 )
-from shardline.orchestration import outputs, services, watch
+from shardline.orchestration import capacity_moves, outputs, services, watch
 from shardline.orchestration.step_files import latest_attempt, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt, PlannedFile
@@ -256,7 +259,14 @@ def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     image, role = services.image_and_role(spec)
     request = build_processing_request(spec, attempt, image_uri=image, role_arn=role, region=services.region(spec))
     backend = services.backend_for(spec)
-    backend.submit(request)
+    try:
+        backend.submit(request)
+    except botocore.exceptions.ClientError as err:
+        error = err.response.get("Error", {})
+        if fleet.refusal_of(error.get("Code")) is None:
+            raise
+        # "Not now", not "not this": the task waits and submits this same attempt again.
+        raise SubmitRefused(error["Code"], error.get("Message", ""), attempt.job_name, attempt.to_xcom()) from err
     state = backend.describe(attempt.job_name)
     log.info("job %s (attempt %d of step %s): %s", attempt.job_name, attempt.number, attempt.step, state.status.value)
     return attempt.submitted(state.created_at or time.time())
@@ -276,6 +286,7 @@ def resubmit(
     *,
     by_operator: bool = False,
     sizes: dict[str, int] | None = None,
+    capacity: bool = False,
 ) -> Attempt:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
@@ -283,11 +294,13 @@ def resubmit(
     both plan the next one (the loser gets StaleOrchestratorError). ``attempt``'s job is stopped,
     and waited for, before the next one is planned: two attempts never run at once.
     ``by_operator``: a cancelled step may be reopened. ``sizes``: sizes the caller already knows (the listing
-    that found inputs landed after planning), so no object is read for them.
+    that found inputs landed after planning), so no object is read for them. ``capacity``: SageMaker could not
+    provision ``attempt``'s job, so the next one may move to a fallback instance type (``after_capacity_failure``).
     """
     stop_and_wait(spec, attempt)
     objects = sized_objects(spec, attempt, retry_keys, known=sizes)
-    nxt = _new_attempt(spec, attempt, attempt.number + 1, objects, after=attempt.number, reopen_cancelled=by_operator)
+    base = capacity_moves.after_capacity_failure(spec, attempt) if capacity else attempt
+    nxt = _new_attempt(spec, base, attempt.number + 1, objects, after=attempt.number, reopen_cancelled=by_operator)
     return submit(spec, nxt)
 
 

@@ -129,6 +129,7 @@ def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> S
         cancelled=cancelled,
         ledger_requests=records.requests,
         model_uri=attempt.model_uri,
+        uncounted_attempts=attempt.number - attempt.counted_number,
         now=now,
     )
 

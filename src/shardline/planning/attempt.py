@@ -29,6 +29,8 @@ PLAN_FIELDS = (
     "model_uri",
     "model_version",
     "requested_instances",
+    "instance_type",
+    "capacity_failures",
 )
 # Derived, so written to XCom for readers (logs, the UI) but never read back as facts.
 DERIVED_FIELDS = ("job_name", "manifest_uri", "instance_count")
@@ -70,6 +72,11 @@ class Attempt(BaseModel):
     # The attempt's inputs and their sizes where the planner has them; XCom carries only their count
     # (the manifest and the ledger hold the list, which can be 100,000 keys).
     files: tuple[PlannedFile, ...] = ()
+    # The instance type this attempt runs on, when it is not the step's own (a fallback after capacity failures).
+    instance_type: str | None = None
+    # The jobs of this step that SageMaker could not provision before this attempt, per instance type: each was
+    # followed by an attempt that retry.max_attempts does not count.
+    capacity_failures: dict[str, int] = Field(default_factory=dict)
     submitted_at: float | None = None  # epoch seconds, once the job was submitted or adopted
     planning: dict[str, Any] | None = None  # how long listing and recording took (the plan task logs it)
 
@@ -96,6 +103,12 @@ class Attempt(BaseModel):
     def report_uri(self, suffix: str = "html") -> str:
         """The s3:// URI of this step's run report (``report.html``, or ``report.json`` with ``suffix="json"``)."""
         return naming.report_key(self.output_prefix, self.run_id, self.step, self.metadata_prefix, suffix)
+
+    @property
+    def counted_number(self) -> int:
+        """This attempt's number as retry.max_attempts counts it: the attempts that followed a capacity failure
+        are not counted (SageMaker had no instances; nothing was tried)."""
+        return self.number - sum(self.capacity_failures.values())
 
     @property
     def instance_count(self) -> int:

@@ -21,6 +21,8 @@ VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 # The keys a trigger conf may carry: each pipeline DAG's Params (see dag_factory.params_for).
 TRIGGER_PARAMS = ("input_prefix", "model_version", "instance_count", "dry_run")
 VERSION_TEMPLATE = "params.model_version"
+# A SageMaker instance type: ml.FAMILY.SIZE (decision.fleet.vcpus reads its vCPUs from the size).
+INSTANCE_TYPE_PATTERN = r"^ml\.[a-z0-9-]+\.(\d*xlarge|medium|large)$"
 
 
 class SpecError(ValueError):
@@ -236,8 +238,11 @@ class OutputSpec(_Strict):
 class Resources(_Strict):
     instance_count: Annotated[int, Field(ge=1, le=100)] = 1
     """instances of the processing job (the Param instance_count overrides it)"""
-    instance_type: str = "ml.m5.xlarge"
+    instance_type: Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)] = "ml.m5.xlarge"
     """the SageMaker instance type (also what the local backend's cost is priced as)"""
+    fallback_instance_types: list[Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)]] = []
+    """instance types to move to, in order, when SageMaker cannot provision instance_type (CapacityError); the
+    instance count is re-planned to keep the vCPUs. Such a retry is not counted against retry.max_attempts"""
     volume_size_gb: Annotated[int, Field(ge=1, le=16384)] = 30
     """each instance's storage volume, GB"""
     workers_per_instance: Annotated[int, Field(ge=1)] | None = None

@@ -6,6 +6,8 @@ defers to :class:`~shardline.airflow.triggers.step.StepTrigger` and acts on the 
 
 from __future__ import annotations
 
+import os
+import random
 import time
 from pathlib import Path
 
@@ -15,15 +17,21 @@ from airflow.sdk.exceptions import AirflowFailException
 from shardline.airflow.operators.base import SpecMixin, fails_fast, output_functions, poll_functions, step_functions
 from shardline.airflow.operators.messages import partial_text, run_failed_text, step_failed_text
 from shardline.airflow.triggers.step import UNREACHABLE, BackoffTrigger, StepEvent, StepTrigger, settle_until
+from shardline.decision.fleet import SUBMIT_WAIT_FIRST_SECONDS, submit_wait, submit_wait_text
 from shardline.decision.policy import Action, attempt_deadline
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
 from shardline.spec import load_spec
 
+# The first wait after AWS refuses a submit, in seconds (later ones double): the tests and the fleet benchmark
+# shorten it; in production the default (decision.fleet.SUBMIT_WAIT_FIRST_SECONDS) suits a quota's pace.
+SUBMIT_WAIT_ENV = "SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS"
+
 
 class SubmitStepOperator(SpecMixin, BaseOperator):
-    """Submit the planned attempt; a retried try adopts the job its earlier try started."""
+    """Submit the planned attempt; a retried try adopts the job its earlier try started. AWS's "not now" (a quota
+    in use, a throttle) is waited out in a deferral, holding no worker slot: no attempt, no task failure."""
 
     def __init__(self, *, spec_path: str, plan_task_id: str, **kwargs):
         super().__init__(**kwargs)
@@ -32,7 +40,49 @@ class SubmitStepOperator(SpecMixin, BaseOperator):
     @fails_fast
     def execute(self, context):
         attempt = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
-        return step_functions().submit(self.spec, attempt).to_xcom()
+        return submit_or_wait(self, attempt.to_xcom(), refusals=0, waited=0.0, then="submit_again")
+
+    @fails_fast
+    def submit_again(self, context, event: dict):
+        return submit_or_wait(
+            self, event["attempt"], refusals=event["refusals"], waited=event["waited"], then="submit_again"
+        )
+
+
+def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: float, then: str) -> dict:
+    """Submit the ``planned`` attempt (its XCom form) and return it submitted; on AWS's "not now", wait
+    (:func:`wait_to_submit`) and go on in the task's method ``then``."""
+    from shardline.errors import SubmitRefused
+
+    try:
+        return step_functions().submit(task.spec, Attempt.from_xcom(planned)).to_xcom()
+    except SubmitRefused as err:
+        wait_to_submit(task, err, refusals=refusals, waited=waited, then=then)
+
+
+def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float, then: str) -> None:
+    """Log why AWS refused the submit and when it is tried again (on the page too), and defer until then: a
+    deferral holds no worker slot. ``refusals`` in a row so far, ``waited`` seconds in all; past a day of
+    refusals the task fails with AWS's answer."""
+    first = float(os.environ.get(SUBMIT_WAIT_ENV) or SUBMIT_WAIT_FIRST_SECONDS)
+    wait = submit_wait(
+        refused.code, refused.message, refusals + 1, random.random(), waited_seconds=waited, first_seconds=first
+    )
+    if wait is None:
+        raise refused
+    attempt = Attempt.from_xcom(refused.planned)
+    text = submit_wait_text(attempt.job_name, wait)
+    task.log.warning("%s", text)
+    from shardline.orchestration.capacity_moves import note_waiting  # at run time: no boto3 at DAG parse
+
+    note_waiting(task.spec, attempt, text)
+    task.defer(
+        trigger=BackoffTrigger(
+            wait.delay_seconds,
+            {"attempt": refused.planned, "refusals": wait.refusals, "waited": waited + wait.delay_seconds},
+        ),
+        method_name=then,
+    )
 
 
 class WatchStepOperator(SpecMixin, BaseOperator):
@@ -109,6 +159,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
                 "attempt": attempt.to_xcom(),
                 "retry_files": list(step_event.retry_files),
                 "retry_sizes": late_sizes,
+                "capacity": step_event.capacity,
             }
             if step_event.delay_seconds > 0:
                 # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
@@ -121,15 +172,34 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
     @fails_fast
     def resubmit(self, context, event: dict):
+        from shardline.errors import SubmitRefused
         from shardline.ledger.step_writes import StaleOrchestratorError
 
         attempt = Attempt.from_xcom(event["attempt"])
         try:
-            nxt = step_functions().resubmit(self.spec, attempt, event["retry_files"], sizes=event.get("retry_sizes"))
+            nxt = step_functions().resubmit(
+                self.spec,
+                attempt,
+                event["retry_files"],
+                sizes=event.get("retry_sizes"),
+                capacity=bool(event.get("capacity")),
+            )
         except StaleOrchestratorError as err:
             # An operator resubmitted (or cancelled) first: follow the step where it is now.
             self.log.warning("%s; following the step where it is now", err)
             return self._watch(context, step_functions().resume(self.spec, attempt))
+        except SubmitRefused as err:  # the next attempt is planned; AWS said "not now" to its job
+            wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned")
+        self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
+        return self._watch(context, nxt)
+
+    @fails_fast
+    def submit_planned(self, context, event: dict):
+        """A planned attempt whose submit AWS refused, tried again after the wait; then watched."""
+        submitted = submit_or_wait(
+            self, event["attempt"], refusals=event["refusals"], waited=event["waited"], then="submit_planned"
+        )
+        nxt = Attempt.from_xcom(submitted)
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
         return self._watch(context, nxt)
 

@@ -162,6 +162,7 @@ class StepEvent:
     delay_seconds: float = 0.0
     stop_job: bool = False
     policy: Policy | None = None  # the policy the attempt was watched with: the sensor acts on the event by it
+    capacity: bool = False  # a RESUBMIT after SageMaker could not provision the job (not counted as an attempt)
 
     @classmethod
     def of(cls, decision, attempt: Attempt, policy: Policy | None = None) -> StepEvent:
@@ -177,6 +178,7 @@ class StepEvent:
             decision.delay_seconds,
             decision.stop_job,
             policy,
+            decision.capacity,
         )
 
     def to_event(self) -> dict[str, Any]:
@@ -189,6 +191,7 @@ class StepEvent:
             "delay_seconds": self.delay_seconds,
             "stop_job": self.stop_job,
             "policy": self.policy.to_json() if self.policy else None,
+            "capacity": self.capacity,
         }
 
     @classmethod
@@ -203,6 +206,7 @@ class StepEvent:
             float(event.get("delay_seconds") or 0.0),
             bool(event.get("stop_job")),
             Policy.from_json(policy) if policy else None,
+            bool(event.get("capacity")),
         )
 
 

@@ -1,0 +1,99 @@
+"""AWS's ordinary refusals against the local emulator's account (moto_server, the local backend, real boto3):
+a refused submit is no attempt and goes through later, the quota holds in the emulator's own record, and a job
+SageMaker could not provision goes again, uncounted, on the step's fallback instance type."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardline.backends.local_fleet import FLEET_ENV, peak_in_use, read_record
+from shardline.decision.policy import Action, JobStatus
+from shardline.errors import SubmitRefused
+from shardline.ledger.records import StepRecord
+from shardline.ledger.step_reads import read_step
+from shardline.orchestration import capacity_moves, services, steps, watch
+from shardline.planning.attempt import Attempt
+from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+
+
+def _stage(tmp_path, ledger_table, model, monkeypatch, fleet: dict, **step_settings):
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    monkeypatch.setenv(FLEET_ENV, json.dumps(fleet))
+    inputs = {f"part-{i}.parquet": parquet_bytes(200, i * 200) for i in range(4)}
+    return stage_step("fleet_test", ledger_table, model.parent, tmp_path, inputs, step_settings=step_settings)
+
+
+def _instance_type(tmp_path, attempt: Attempt) -> str:
+    request = json.loads((tmp_path / "local" / "jobs" / attempt.job_name / "request.json").read_text())
+    return request["ProcessingResources"]["ClusterConfig"]["InstanceType"]
+
+
+def test_a_refused_submit_is_no_attempt_and_the_same_attempt_goes_through_later(
+    aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
+):
+    spec, bucket = _stage(
+        tmp_path, ledger_table, xgboost_model, monkeypatch, {"refuse_first": {"ThrottlingException": 1}}
+    )
+    attempt = steps.plan(spec, "score", "run-1", **plan_args(bucket))
+    with pytest.raises(SubmitRefused) as refused:
+        steps.submit(spec, attempt)
+    assert (refused.value.code, refused.value.message) == ("ThrottlingException", "Rate exceeded")
+    assert refused.value.planned == attempt.to_xcom()
+    capacity_moves.note_waiting(spec, attempt, "job not submitted yet: SageMaker throttled the request")
+    step = StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step)
+    assert (step.attempt, step.message) == (1, "job not submitted yet: SageMaker throttled the request")
+    submitted = steps.submit(spec, Attempt.from_xcom(refused.value.planned))  # the next try, after the wait
+    wait_for_job(spec, submitted)
+    assert watch.decide_now(spec, submitted).action is Action.ADVANCE
+    assert submitted.number == 1 and not (tmp_path / "local" / "jobs" / f"{submitted.job_name[:-1]}2").exists()
+
+
+def test_the_emulators_quota_refuses_past_it_and_its_record_never_exceeds_it(
+    aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
+):
+    spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, {"quotas": {"ml.m5.xlarge": 3}})
+    first = steps.submit(spec, steps.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
+    second = steps.plan(spec, "score", "run-b", **plan_args(bucket))  # 2 more: 4 > 3
+    with pytest.raises(SubmitRefused) as refused:
+        steps.submit(spec, second)
+    assert refused.value.code == "ResourceLimitExceeded"
+    assert "is 3 Instances, with current utilization of 2 Instances and a request delta of 2" in refused.value.message
+    wait_for_job(spec, first)  # its supervisor gives its instances back as it ends
+    wait_for_job(spec, steps.submit(spec, second))
+    assert peak_in_use(read_record(tmp_path / "local")) == {"ml.m5.xlarge": 2}
+
+
+def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
+    aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
+):
+    spec, bucket = _stage(
+        tmp_path,
+        ledger_table,
+        xgboost_model,
+        monkeypatch,
+        {"capacity_errors": {"ml.m5.xlarge": 1.0}},
+        resources={"instance_count": 2, "instance_type": "ml.m5.xlarge", "fallback_instance_types": ["ml.c5.2xlarge"]},
+        retry={"max_attempts": 1, "backoff_seconds": 0},
+    )
+    attempt = steps.submit(spec, steps.plan(spec, "score", "run-1", **plan_args(bucket)))
+    seen = []
+    for _ in range(3):
+        wait_for_job(spec, attempt)
+        decision = watch.decide_now(spec, attempt)
+        seen.append((attempt.number, _instance_type(tmp_path, attempt), steps.job_status(spec, attempt)))
+        if decision.action is not Action.RESUBMIT:
+            break
+        assert decision.capacity and "not counted against retry.max_attempts" in decision.reason
+        attempt = steps.resubmit(spec, attempt, list(decision.retry_files), capacity=True)
+    # Twice on the step's own type, then on the fallback: 1 instance of 8 vCPUs for 2 of 4.
+    assert seen == [
+        (1, "ml.m5.xlarge", JobStatus.FAILED),
+        (2, "ml.m5.xlarge", JobStatus.FAILED),
+        (3, "ml.c5.2xlarge", JobStatus.COMPLETED),
+    ]
+    assert decision.action is Action.ADVANCE  # with retry.max_attempts: 1, after 3 jobs
+    assert (attempt.instance_type, attempt.instance_count, attempt.counted_number) == ("ml.c5.2xlarge", 1, 1)
+    assert attempt.capacity_failures == {"ml.m5.xlarge": 2}
+    assert steps.resume(spec, attempt) == attempt  # a retried watch counts the same, from the ledger
