@@ -97,3 +97,64 @@ def test_a_scheduled_pipeline_scores_whole_intervals_and_the_cli_renders_the_sam
         logical = dt.datetime.fromisoformat(when).replace(tzinfo=dt.UTC)
         airflow_interval = core.infer_manual_data_interval(run_after=pendulum.instance(logical))
         assert data_interval(schedule, logical) == (airflow_interval.start, airflow_interval.end), (schedule, when)
+
+
+ADMISSION = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+print(json.dumps({"errors": bag.import_errors,
+                  "tasks": {d: {t.task_id: [t.pool, t.pool_slots, t.priority_weight, str(t.weight_rule)]
+                                for t in dag.tasks} for d, dag in bag.dags.items()},
+                  "max_instances": {d: dag.params.get_param("instance_count").schema.get("maximum")
+                                    for d, dag in bag.dags.items()}}))
+"""
+
+
+def _parse_admission(dags: Path, tmp_path: Path) -> dict:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    result = subprocess.run(
+        [sys.executable, "-c", ADMISSION, str(dags)], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_quota_in_fleet_yaml_admits_a_steps_tasks_through_its_pool_with_its_pipelines_priority(tmp_path):
+    dags = tmp_path / "dags"
+    shutil.copytree(REPO / "dags", dags)
+    (dags / "fleet.yaml").write_text("quotas:\n  ml.c5.2xlarge: 6\n")  # the hourly pipeline's type
+    hourly = dags / "pipelines" / "tabular_scoring_hourly.yaml"
+    spec = yaml.safe_load(hourly.read_text())
+    spec["priority"] = "high"
+    hourly.write_text(yaml.safe_dump(spec))
+    parsed = _parse_admission(dags, tmp_path)
+    assert parsed["errors"] == {}
+    tasks = parsed["tasks"]["tabular_scoring_hourly"]
+    # The submit and the watch hold one slot per instance (2) of the type's pool; the plan and report need none.
+    assert tasks["submit_score"] == ["sagemaker-ml.c5.2xlarge", 2, 100, "absolute"]
+    assert tasks["watch_score"] == ["sagemaker-ml.c5.2xlarge", 2, 100, "absolute"]
+    assert tasks["plan_score"][:2] == ["default_pool", 1] and tasks["report"][:2] == ["default_pool", 1]
+    assert parsed["max_instances"]["tabular_scoring_hourly"] == 6  # the Param stays within the quota
+    # A type without a quota: the default pool, at the default priority (normal).
+    assert {tuple(t[:3]) for t in parsed["tasks"]["daily_churn"].values()} == {("default_pool", 1, 10)}
+
+
+@pytest.mark.parametrize(
+    ("fleet", "expected"),
+    [
+        ("quotas:\n  ml.c5.2xlarge: 1\n", "steps.score.resources.instance_count is 2, over the quota of 1"),
+        ("quotas:\n  c5.2xlarge: 4\n", "quotas.c5.2xlarge"),
+        ("quotas:\n  ml.c5.2xlarge: 0\n", "quotas.ml.c5.2xlarge"),
+        ("quota:\n  ml.c5.2xlarge: 4\n", "quota"),
+        ("- ml.c5.2xlarge\n", "a fleet file must be a YAML mapping"),
+    ],
+)
+def test_a_bad_fleet_file_is_an_import_error_naming_the_file_and_the_field(tmp_path, fleet, expected):
+    dags = tmp_path / "dags"
+    shutil.copytree(REPO / "dags", dags)
+    (dags / "fleet.yaml").write_text(fleet)
+    errors = _parse_admission(dags, tmp_path)["errors"]
+    hourly = next(text for path, text in errors.items() if path.endswith("tabular_scoring_hourly.py"))
+    assert expected in hourly, hourly
+    assert "fleet.yaml" in hourly

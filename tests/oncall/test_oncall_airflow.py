@@ -619,3 +619,32 @@ def test_a_dry_run_of_an_empty_partition_fails_naming_the_prefix(airflow_stack, 
 
 def _utc(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_fleet_sync_keeps_a_pool_per_quota_that_counts_deferred_tasks(airflow_stack, tmp_path):
+    """`shardline fleet sync` against the real API server: created, then unchanged, then updated to a new quota."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "fleet.yaml").write_text("quotas:\n  ml.c5.2xlarge: 20\n  ml.g5.xlarge: 2\n")
+    client = airflow_stack.client()
+    try:
+        first = shardline(airflow_stack, "--dags-folder", str(dags), "fleet", "sync")
+        assert first.returncode == 0, first.stderr
+        assert "pool sagemaker-ml.c5.2xlarge: 20 slot(s), deferred tasks counted (created)" in first.stdout
+        pool = client.pool("sagemaker-ml.c5.2xlarge")
+        assert (pool["slots"], pool["include_deferred"]) == (20, True)
+        again = shardline(airflow_stack, "--dags-folder", str(dags), "fleet", "sync", "--json")
+        assert [c["action"] for c in json.loads(again.stdout)] == ["unchanged", "unchanged"]
+        (dags / "fleet.yaml").write_text("quotas:\n  ml.c5.2xlarge: 24\n")
+        dry = shardline(airflow_stack, "--dags-folder", str(dags), "fleet", "sync", "--dry-run")
+        assert "(would be updated; it had 20)" in dry.stdout and client.pool("sagemaker-ml.c5.2xlarge")["slots"] == 20
+        done = shardline(airflow_stack, "--dags-folder", str(dags), "fleet", "sync")
+        assert "24 slot(s), deferred tasks counted (updated; it had 20)" in done.stdout
+        assert client.pool("sagemaker-ml.c5.2xlarge")["slots"] == 24
+        assert client.pool("sagemaker-ml.g5.xlarge")["slots"] == 2  # no longer in the file: left alone
+    finally:
+        for name in ("sagemaker-ml.c5.2xlarge", "sagemaker-ml.g5.xlarge"):
+            if client.pool(name) is not None:
+                client._call("DELETE", f"/pools/{name}")
+    unset = shardline(airflow_stack, "--dags-folder", str(dags), "fleet", "sync", airflow={})
+    assert unset.returncode != 0 and "Airflow is not configured, so no pool was synced" in unset.stderr

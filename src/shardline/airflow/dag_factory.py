@@ -20,16 +20,20 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 from shardline.airflow.operators.plan import PlanStepOperator
 from shardline.airflow.operators.report import ReportOperator
 from shardline.airflow.operators.step import SubmitStepOperator, WatchStepOperator, mark_run_failed
-from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, PipelineSpec, load_spec, static_prefix
+from shardline.decision.fleet import PRIORITY_WEIGHTS, pool_name
+from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, PipelineSpec, SpecError, StepSpec, load_spec, static_prefix
 from shardline.spec.conf import MAX_INSTANCE_COUNT, input_override_pattern
+from shardline.spec.fleet import FLEET_FILE, FleetSpec, load_fleet
 
 SPEC_DIR = "pipelines"
 
 
-def params_for(spec: PipelineSpec) -> dict[str, Param]:
+def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, Param]:
     """The trigger form. Each Param's schema allows only what the spec allows, so a bad conf is a 400
-    at trigger time that names the field, before anything runs."""
+    at trigger time that names the field, before anything runs (an instance count within every step's quota,
+    too)."""
     first = spec.steps[0]
+    quotas = [q for s in spec.steps if (q := _quota(s, fleet)) is not None]
     version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
     params = {
         "input_prefix": Param(
@@ -52,7 +56,7 @@ def params_for(spec: PipelineSpec) -> dict[str, Param]:
             None,
             type=["null", "integer"],
             minimum=1,
-            maximum=MAX_INSTANCE_COUNT,
+            maximum=min([MAX_INSTANCE_COUNT, *quotas]),
             title="Instance count",
             description="overrides every step's resources.instance_count",
         ),
@@ -74,7 +78,26 @@ def timetable_for(schedule: str | None):
     return CronDataIntervalTimetable(schedule, timezone="UTC")
 
 
-def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
+def _quota(step: StepSpec, fleet: FleetSpec | None) -> int | None:
+    return fleet.quotas.get(step.resources.instance_type) if fleet else None
+
+
+def admission(step: StepSpec, fleet: FleetSpec | None, spec_path: Path) -> dict:
+    """The pool arguments of a step's submit and watch tasks: its instance type's pool (``dags/fleet.yaml``),
+    holding one slot per instance, so Airflow admits steps within the quota; none when the type has no quota."""
+    quota = _quota(step, fleet)
+    if quota is None:
+        return {}
+    if step.resources.instance_count > quota:
+        raise SpecError(
+            f"{spec_path}: steps.{step.name}.resources.instance_count is {step.resources.instance_count}, over the "
+            f"quota of {quota} {step.resources.instance_type} instances in {FLEET_FILE}: no job of it could ever start"
+        )
+    return {"pool": pool_name(step.resources.instance_type), "pool_slots": step.resources.instance_count}
+
+
+def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = None) -> DAG:
+    """The pipeline's DAG; ``fleet``: the account's quotas (``dags/fleet.yaml``), which admit its steps."""
     start = dt.datetime.fromisoformat(spec.start_date).replace(tzinfo=dt.UTC)
     with DAG(
         dag_id=spec.pipeline,
@@ -82,9 +105,16 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
         schedule=timetable_for(spec.schedule),
         start_date=start,
         catchup=spec.catchup,
-        params=params_for(spec),
+        params=params_for(spec, fleet),
         tags=["shardline", spec.backend],
-        default_args={"owner": spec.owner, "retries": 2, "retry_delay": dt.timedelta(seconds=30)},
+        default_args={
+            "owner": spec.owner,
+            "retries": 2,
+            "retry_delay": dt.timedelta(seconds=30),
+            # Absolute: a step's weight is its pipeline's priority, not summed over the tasks after it.
+            "priority_weight": PRIORITY_WEIGHTS[spec.priority],
+            "weight_rule": "absolute",
+        },
         max_active_runs=4,
         on_failure_callback=functools.partial(mark_run_failed, str(spec_path)),
         doc_md=f"Generated from `{spec_path.name}` by Shardline. Steps: " + " -> ".join(s.name for s in spec.steps),
@@ -107,14 +137,16 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
                 instances_override="{{ params.instance_count }}",
                 dry_run="{{ params.dry_run }}",
             )
+            admitted = admission(step, fleet, spec_path)
             submit = SubmitStepOperator(
-                task_id=f"submit_{step.name}", spec_path=str(spec_path), plan_task_id=plan.task_id
+                task_id=f"submit_{step.name}", spec_path=str(spec_path), plan_task_id=plan.task_id, **admitted
             )
             watch = WatchStepOperator(
                 task_id=f"watch_{step.name}",
                 spec_path=str(spec_path),
                 submit_task_id=submit.task_id,
                 poll_interval=spec.poll_interval_seconds,
+                **admitted,
             )
             plan >> submit >> watch
             if previous is not None:
@@ -134,6 +166,8 @@ def build_dag(spec: PipelineSpec, spec_path: Path) -> DAG:
 
 
 def dag_from_spec(dag_file: str, spec_name: str) -> DAG:
-    """Load ``pipelines/<spec_name>`` next to ``dag_file`` and build its DAG (import error if invalid)."""
-    path = Path(dag_file).resolve().parent / SPEC_DIR / spec_name
-    return build_dag(load_spec(path), path)
+    """Load ``pipelines/<spec_name>`` next to ``dag_file`` and build its DAG (import error if invalid), its steps
+    admitted within the quotas of ``fleet.yaml`` beside it, if there is one."""
+    folder = Path(dag_file).resolve().parent
+    path = folder / SPEC_DIR / spec_name
+    return build_dag(load_spec(path), path, load_fleet(folder))

@@ -302,6 +302,23 @@ class AirflowClient:
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
         return self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances/{self._q(task_id)}")
 
+    def pool(self, name: str) -> dict | None:
+        """An Airflow pool (its slots, occupied slots, include_deferred...), or None when there is none."""
+        try:
+            return self._call("GET", f"/pools/{self._q(name)}")
+        except AirflowApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def put_pool(self, name: str, slots: int, description: str, *, create: bool) -> dict:
+        """Create the pool, or set its slots and description; deferred tasks always count against it."""
+        body = {"slots": slots, "description": description, "include_deferred": True}
+        if create:
+            return self._call("POST", "/pools", json={"name": name, **body})
+        # The API checks a patch as a whole pool: its name (as "pool") goes with it.
+        return self._call("PATCH", f"/pools/{self._q(name)}", json={"pool": name, **body})
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         answer = self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances")
         return answer.get("task_instances", [])

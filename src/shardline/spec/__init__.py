@@ -373,6 +373,9 @@ class PipelineSpec(_Strict):
     """prices the run report's cost uses"""
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 15.0
     """how often the trigger polls the ledger and the job"""
+    priority: Literal["high", "normal", "low"] = "normal"
+    """which pipeline's steps Airflow admits first when their instance type's quota is short (dags/fleet.yaml):
+    its tasks' priority weight (high 100, normal 10, low 1); an SLA pipeline is high, a backfill low"""
     unknown_conf: Literal["fail", "warn"] = Field(
         default="fail",
         description="a trigger conf key that is not a Param fails the run at its plan task, or "
@@ -504,16 +507,21 @@ def parse_spec(data: object, source: str) -> PipelineSpec:
     try:
         return PipelineSpec.model_validate(data)
     except ValidationError as err:
-        lines = []
-        problems = err.errors()
-        nested = {problem["loc"][:depth] for problem in problems for depth in range(1, len(problem["loc"]))}
-        for problem in problems:
-            if problem["type"] == "too_short" and problem["loc"] in nested:
-                continue  # "steps: at least 1 item" only echoes that the steps listed above are invalid
-            field = _field_path(problem["loc"])
-            message = re.sub(r"^Value error, ", "", problem["msg"])
-            lines.append(f"  {field}: {message}")
-        raise SpecError(f"{source}: invalid pipeline spec\n" + "\n".join(lines)) from err
+        raise SpecError(f"{source}: invalid pipeline spec\n" + "\n".join(problem_lines(err))) from err
+
+
+def problem_lines(err: ValidationError) -> list[str]:
+    """One line per bad field of a validation error, named by its path in the YAML."""
+    lines = []
+    problems = err.errors()
+    nested = {problem["loc"][:depth] for problem in problems for depth in range(1, len(problem["loc"]))}
+    for problem in problems:
+        if problem["type"] == "too_short" and problem["loc"] in nested:
+            continue  # "steps: at least 1 item" only echoes that the steps listed above are invalid
+        field = _field_path(problem["loc"])
+        message = re.sub(r"^Value error, ", "", problem["msg"])
+        lines.append(f"  {field}: {message}")
+    return lines
 
 
 def load_spec(path: Path) -> PipelineSpec:

@@ -1,0 +1,50 @@
+"""The fleet file, ``dags/fleet.yaml``: the account's SageMaker quotas, declared once for every pipeline.
+
+::
+
+    quotas:                 # instances of a type that may run at once, account-wide: the Service Quota
+      ml.c5.2xlarge: 20     # "<type> for processing job usage"
+
+Each quota is an Airflow pool (``sagemaker-<type>``, its slots the quota, deferred tasks counted), which
+``shardline fleet sync`` creates and keeps in step with this file. A step on that type holds its instances'
+worth of slots while it is submitted and watched, so Airflow admits steps within the quota, highest
+``priority`` first. Without the file, or for a type it does not name, nothing is admitted by Airflow (AWS's
+own refusals are still waited out). A bad file is an import error that names the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import Field, ValidationError
+
+from shardline.spec import INSTANCE_TYPE_PATTERN, SpecError, _Strict, problem_lines
+
+FLEET_FILE = "fleet.yaml"
+
+
+class FleetSpec(_Strict):
+    quotas: dict[Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)], Annotated[int, Field(ge=1, le=100_000)]] = {}
+    """instances of each SageMaker instance type the account may run at once (its Service Quota for processing
+    jobs): steps on that type are admitted within it, through an Airflow pool"""
+
+
+def load_fleet(dags_folder: Path) -> FleetSpec:
+    """``dags_folder/fleet.yaml``, or an empty fleet (no quotas) when there is none."""
+    path = Path(dags_folder) / FLEET_FILE
+    if not path.is_file():
+        return FleetSpec()
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: not valid YAML: {err}") from err
+    if data is None:
+        return FleetSpec()
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a fleet file must be a YAML mapping (quotas: {{TYPE: N}}), got {type(data).__name__}")
+    try:
+        return FleetSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(f"{path}: invalid fleet file\n" + "\n".join(problem_lines(err))) from err
