@@ -21,6 +21,7 @@ from shardline.local.embedded_aws import free_port
 from shardline.oncall.airflow_client import AirflowClient
 
 STARTUP_TIMEOUT = 240
+REPO_ROOT = Path(__file__).resolve().parents[2]  # tests.support.sqlite_args is imported from there
 
 
 @dataclasses.dataclass
@@ -125,7 +126,6 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
     env = {
         **os.environ,
         **aws_env,
-        **(extra_env or {}),
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
@@ -137,11 +137,15 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+        # SQLite waits for its write lock instead of failing a busy process (tests/support/sqlite_args.py).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "tests.support.sqlite_args.SQLITE_CONNECT_ARGS",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
         "SHARDLINE_LOCAL_ROOT": str(home / "shardline-local"),
         # The test specs are unpinned (conftest), so tests can swap models; their instances run as processes.
         "SHARDLINE_LOCAL_RUNTIME": "process",
         "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS": "1",
     }
+    env.update(extra_env or {})  # last: a caller may also change Airflow's settings above
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
         env.pop(name, None)
     for name in [n for n in env if n.startswith("SHARDLINE_AIRFLOW_")]:

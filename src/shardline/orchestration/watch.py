@@ -12,6 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
+from shardline.decision import fleet
 from shardline.decision.policy import Decision, Policy, StepSnapshot, decide, needs_files
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import read_step
@@ -168,6 +169,27 @@ def is_unreachable(err: BaseException) -> bool:
         seen.add(id(err))
         if isinstance(err, BotoConnectionError | HTTPClientError | ConnectionError | TimeoutError):
             return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+# AWS's "slow down" answers to a poll's calls (DynamoDB's and SageMaker's): the next poll asks again.
+THROTTLED_CODES = frozenset(
+    {"ThrottlingException", "Throttling", "RequestLimitExceeded", "ProvisionedThroughputExceededException"}
+)
+
+
+def is_throttled(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) is AWS asking the caller to slow down (or a passing service error):
+    a poll that meets one is taken again at the next poll, however long that goes on."""
+    from botocore.exceptions import ClientError
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ClientError):
+            code = err.response.get("Error", {}).get("Code")
+            return code in THROTTLED_CODES or fleet.refusal_of(code) not in (None, fleet.SubmitRefusal.QUOTA)
         err = err.__cause__ or err.__context__
     return False
 

@@ -92,6 +92,12 @@ class StepTrigger(BaseTrigger):
             try:
                 snap = await asyncio.to_thread(polls.snapshot, watch, attempt)
             except Exception as err:
+                if polls.is_throttled(err):  # AWS is there and asks to slow down: the next poll asks again
+                    if time.monotonic() - last_logged >= LOG_EVERY_SECONDS:
+                        self.log.warning("%s: a poll was throttled: %s", attempt.job_name, polls.describe_error(err))
+                        last_logged, last_reason = time.monotonic(), None
+                    await asyncio.sleep(self.poll_interval)
+                    continue
                 if not polls.is_unreachable(err):
                     raise
                 unreachable_since = unreachable_since or time.time()
