@@ -119,6 +119,30 @@ def ledger_table(aws_env) -> str:
 # -- a real Airflow (standalone: API server, scheduler, DAG processor, triggerer) ---------------------------
 
 
+PRIORITY_TYPE = "ml.m5.large"  # only the two pipelines below run on it: its pool is theirs
+PRIORITY_PIPELINES = {"priority_high": "high", "priority_low": "low"}
+
+
+def add_priority_pipelines(dags: Path) -> None:
+    """Two copies of the hourly pipeline, one high priority and one low, on an instance type of their own with a
+    quota of 1 in ``fleet.yaml``: tests/airflow/test_admission.py opens their pool and watches who goes first."""
+    import yaml
+
+    base = yaml.safe_load((dags / "pipelines" / "tabular_scoring_hourly.yaml").read_text())
+    (dags / "fleet.yaml").write_text(yaml.safe_dump({"quotas": {PRIORITY_TYPE: 1}}))
+    for name, priority in PRIORITY_PIPELINES.items():
+        spec = {**base, "pipeline": name, "priority": priority, "schedule": None, "poll_interval_seconds": 1}
+        step = spec["steps"][0]
+        step["input"] = {**step["input"], "prefix": f"s3://shardline-demo/priority/{name}/"}
+        step["input"].pop("when_missing", None)
+        step["output"] = {**step["output"], "prefix": f"s3://shardline-demo/priority-out/{name}/{{{{ run_id }}}}/"}
+        step["resources"] = {**step["resources"], "instance_type": PRIORITY_TYPE, "instance_count": 1}
+        (dags / "pipelines" / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        (dags / f"{name}.py").write_text(
+            f'from shardline.airflow.dag_factory import dag_from_spec\n\ndag = dag_from_spec(__file__, "{name}.yaml")\n'
+        )
+
+
 @pytest.fixture(scope="session")
 def airflow_stack(tmp_path_factory, moto_endpoint):
     """``airflow standalone`` on a free port over a copy of ``dags/``, talking to the session's moto_server.
@@ -154,6 +178,7 @@ def airflow_stack(tmp_path_factory, moto_endpoint):
             spec["steps"][1]["retry"] = {"max_attempts": 1}
             spec["poll_interval_seconds"] = 1
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    add_priority_pipelines(dags)
     aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
     try:
         with airflow_standalone(root / "home", dags, aws) as stack:

@@ -319,6 +319,13 @@ class AirflowClient:
         # The API checks a patch as a whole pool: its name (as "pool") goes with it.
         return self._call("PATCH", f"/pools/{self._q(name)}", json={"pool": name, **body})
 
+    def pool_task_instances(self, pool: str, states: list[str]) -> list[dict]:
+        """The task instances of every DAG run that hold (or wait for) slots of ``pool``, in these states."""
+        answer = self._call(
+            "GET", "/dags/~/dagRuns/~/taskInstances", params={"pool": [pool], "state": states, "limit": 1000}
+        )
+        return answer.get("task_instances", [])
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         answer = self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances")
         return answer.get("task_instances", [])

@@ -93,7 +93,7 @@ def shardline(ctx: click.Context, dags_folder: Path, airflow_url: str | None, ai
     ctx.obj = Globals(dags_folder, airflow_url, airflow_token)
 
 
-def _command(name: str, short_help: str, description: str = "", *, with_json: bool = True, parent=None):
+def _command(name: str, short_help: str, description: str = "", *, with_json: bool = True):
     """Register a command whose body returns a :class:`Reply`: the one place that prints it (as JSON with
     ``--json``) and turns an error into ``shardline NAME: message`` on stderr and its exit code."""
 
@@ -125,7 +125,7 @@ def _command(name: str, short_help: str, description: str = "", *, with_json: bo
 
         if with_json:
             run = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")(run)
-        return (parent or shardline).command(name, short_help=short_help, help=description or short_help)(run)
+        return shardline.command(name, short_help=short_help, help=description or short_help)(run)
 
     return register
 
@@ -524,36 +524,37 @@ def local(options: Globals, action: str, port: int | None, state_dir: Path) -> R
     return local_stack.status(state_dir)
 
 
-@shardline.group("fleet", cls=Group, short_help="the account's instance quotas (dags/fleet.yaml), as Airflow pools")
-def fleet() -> None:
-    """The account's SageMaker instance quotas, declared in dags/fleet.yaml: each is an Airflow pool that admits
-    the steps on its instance type, highest priority first."""
-
-
 @_command(
-    "sync",
-    "create or update an Airflow pool per quota of dags/fleet.yaml",
-    "Create or update an Airflow pool per quota of dags/fleet.yaml (sagemaker-TYPE, its slots the quota, deferred "
-    "tasks counted), through Airflow's REST API. Run it after editing the file: a step whose pool is missing is "
-    "never scheduled.",
-    parent=fleet,
+    "fleet",
+    "the account's instance quotas (dags/fleet.yaml): what is in use and waiting, or sync their pools",
+    "The account's SageMaker instance quotas, declared in dags/fleet.yaml; each is an Airflow pool that admits "
+    "the steps on its instance type, highest priority first. `shardline fleet` shows, per instance type, the "
+    "instances in use against the quota and the steps running and waiting; `shardline fleet sync` creates or "
+    "updates the pools (sagemaker-TYPE, slots = the quota, deferred tasks counted) through Airflow's REST API: run "
+    "it after editing the file, as a step whose pool is missing is never scheduled.",
 )
-@click.option("--dry-run", is_flag=True, help="say what would change; change nothing")
+@click.argument("action", type=click.Choice(["show", "sync"]), default="show")
+@click.option("--dry-run", is_flag=True, help="sync: say what would change; change nothing")
 @click.pass_obj
-def fleet_sync(options: Globals, dry_run: bool) -> Reply:
+def fleet(options: Globals, action: str, dry_run: bool) -> Reply:
     import dataclasses
 
     from shardline.oncall.airflow_client import find_settings
     from shardline.oncall.errors import Unavailable
-    from shardline.oncall.fleet import sync_pools
+    from shardline.oncall.fleet import fleet_lines, fleet_view, sync_pools
 
     settings = find_settings(options.airflow_url, options.airflow_token)
     if settings is None:
         raise Unavailable(
-            "Airflow is not configured, so no pool was synced: `shardline login URL` or SHARDLINE_AIRFLOW_URL "
-            "gives the CLI access (or create each pool by hand: `airflow pools set sagemaker-TYPE QUOTA "
-            "'Shardline' --include-deferred`)"
+            f"Airflow is not configured, so no pool was {'synced' if action == 'sync' else 'read'}: `shardline "
+            "login URL` or SHARDLINE_AIRFLOW_URL gives the CLI access (or create each pool by hand: `airflow pools "
+            "set sagemaker-TYPE QUOTA 'Shardline' --include-deferred`)"
         )
+    if action == "show":
+        views = fleet_view(options.dags_folder, settings.client(), dt.datetime.now(dt.UTC))
+        lines = fleet_lines(views) or [f"no quota in {options.dags_folder / 'fleet.yaml'}: no fleet to show"]
+        data = [{**dataclasses.asdict(v), "oldest_wait_seconds": v.oldest_wait_seconds} for v in views]
+        return Reply(data, functools.partial(print_lines, lines))
     changes = sync_pools(options.dags_folder, settings.client(), dry_run=dry_run)
     lines = [
         f"pool {c.pool}: {c.slots} slot(s), deferred tasks counted ({c.action}"

@@ -1,0 +1,105 @@
+"""Admission within a quota, in the real `airflow standalone`: two pipelines of one instance type with a quota of
+1 (tests/conftest.py adds them and their fleet.yaml), a low-priority run triggered first and a high-priority one
+after it, both waiting on their closed pool; once `shardline fleet sync` opens it, the high one goes first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shardline.decision.fleet import pool_name
+from tests.conftest import PRIORITY_TYPE
+
+pytestmark = pytest.mark.slow
+BUCKET = "shardline-demo"
+
+
+def _states(client, dag_id: str, run_id: str) -> dict[str, dict]:
+    return {t["task_id"]: t for t in client.task_instances(dag_id, run_id)}
+
+
+def _cli_env(stack) -> dict[str, str]:
+    """The CLI's environment: the stack's, and this interpreter's module path (a checkout run without install)."""
+    return {**stack.cli_env(), **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})}
+
+
+def _wait_until(what, check, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not {what} after {timeout:.0f}s"
+        time.sleep(2)
+
+
+def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_stack, tmp_path):
+    from examples import synthetic
+    from shardline.ledger.table import create_ledger_table
+
+    stack, client = airflow_stack, airflow_stack.client()
+    patch = pytest.MonkeyPatch()
+    stack.use_aws(patch)
+    s3 = stack.s3()
+    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=BUCKET)
+    create_ledger_table("shardline-jobs", "us-east-1", stack.env["AWS_ENDPOINT_URL"])
+    model = synthetic.train_xgboost(tmp_path / "model")
+    synthetic.pack(model.parent, tmp_path / "model.tar.gz")
+    s3.upload_file(str(tmp_path / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
+    for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=2_000):
+        for name in ("priority_low", "priority_high"):
+            s3.upload_file(str(path), BUCKET, f"priority/{name}/{path.name}")
+    pool = pool_name(PRIORITY_TYPE)
+    client.put_pool(pool, 0, "closed until the test opens it", create=client.pool(pool) is None)
+    try:
+        client.trigger("priority_low", {}, run_id="backfill-1")  # first: it has waited longer
+        client.trigger("priority_high", {}, run_id="sla-1")
+
+        def both_waiting() -> bool:
+            tis = [_states(client, d, r) for d, r in (("priority_low", "backfill-1"), ("priority_high", "sla-1"))]
+            return all(t["plan_score"]["state"] == "success" and t["submit_score"]["state"] == "scheduled" for t in tis)
+
+        _wait_until("both steps planned and waiting on their pool", both_waiting)
+        waiting = _states(client, "priority_low", "backfill-1")["submit_score"]
+        assert (waiting["pool"], waiting["pool_slots"]) == (pool, 1)
+        cli = Path(sys.executable).with_name("shardline")
+        # `shardline fleet` says who waits on the type, the longest waiting first.
+        shown = subprocess.run(
+            [str(cli), "--dags-folder", str(stack.dags), "fleet", "--json"],
+            env=_cli_env(stack),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        [view] = json.loads(shown.stdout)
+        assert (view["instance_type"], view["quota"], view["in_use"], view["running"]) == (PRIORITY_TYPE, 1, 0, [])
+        assert [w["step"] for w in view["waiting"]] == [
+            "priority_low/backfill-1 submit_score",
+            "priority_high/sla-1 submit_score",
+        ]
+        assert view["oldest_wait_seconds"] == view["waiting"][0]["seconds"] > 0
+        opened = subprocess.run(
+            [str(cli), "--dags-folder", str(stack.dags), "fleet", "sync"],
+            env=_cli_env(stack),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert opened.returncode == 0 and f"pool {pool}: 1 slot(s)" in opened.stdout, opened.stderr
+        assert stack.wait_for_run("priority_high", "sla-1")["state"] == "success", stack.tail()
+        assert stack.wait_for_run("priority_low", "backfill-1")["state"] == "success", stack.tail()
+    finally:
+        client._call("DELETE", f"/pools/{pool}")
+        patch.undo()
+    high, low = _states(client, "priority_high", "sla-1"), _states(client, "priority_low", "backfill-1")
+    # The high-priority step took the one slot first, and kept it through its watch (the backfill's submit, which
+    # competed with that watch for the slot, weighs less); only then did the backfill start.
+    assert high["submit_score"]["start_date"] < high["watch_score"]["start_date"] < low["submit_score"]["start_date"]
+    assert (high["submit_score"]["priority_weight"], low["submit_score"]["priority_weight"]) == (100, 1)
