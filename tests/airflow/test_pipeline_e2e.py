@@ -131,7 +131,8 @@ def test_refused_submits_and_capacity_failures_never_fail_a_run_nor_spend_an_att
     assert len(re.findall(r"not submitted yet: SageMaker throttled the request", out)) == 3
     assert "This wait is not an attempt and fails nothing" in out
     assert out.count("not counted against retry.max_attempts; resubmitting") == 2
-    assert "the files go again on 2 ml.m5.2xlarge (resources.fallback_instance_types, 16 vCPUs as planned)" in out
+    fallback = "the files go again on 2 ml.m5.2xlarge (resources.fallback_instance_types: 16 vCPUs for the 16 planned)"
+    assert fallback in out
     # The emulator's own record: each job took its instances once and gave them back.
     record = read_record(tmp_path / "demo" / "local")
     assert [(e["type"], e["delta"]) for e in record] == [

@@ -254,7 +254,9 @@ def test_a_capacity_failure_goes_again_uncounted_and_earlier_ones_are_not_counte
     d = decide(snapshot, POLICY)
     assert (d.action, d.capacity) == (action, capacity)
     if capacity:
-        assert "not counted against retry.max_attempts" in d.reason and d.delay_seconds == POLICY.backoff_seconds
+        assert "not counted against retry.max_attempts" in d.reason
+        # 60 s, doubling with each capacity retry in a row, at most the longest submit wait (900 s)
+        assert d.delay_seconds == min(900, 60 * 2**uncounted)
         assert d.retry_files == tuple(sorted(f.input_key for f in snapshot.files if f.status is not S))
 
 

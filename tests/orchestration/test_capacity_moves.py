@@ -41,10 +41,12 @@ def test_a_refused_submit_is_no_attempt_and_the_same_attempt_goes_through_later(
         steps.submit(spec, attempt)
     assert (refused.value.code, refused.value.message) == ("ThrottlingException", "Rate exceeded")
     assert refused.value.planned == attempt.to_xcom()
-    capacity_moves.note_waiting(spec, attempt, "job not submitted yet: SageMaker throttled the request")
+    assert capacity_moves.note_waiting(spec, attempt, "job not submitted yet: SageMaker throttled the request")
     step = StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step)
     assert (step.attempt, step.message) == (1, "job not submitted yet: SageMaker throttled the request")
     submitted = steps.submit(spec, Attempt.from_xcom(refused.value.planned))  # the next try, after the wait
+    assert capacity_moves.note_waiting(spec, attempt, "")  # submitted: the note goes
+    assert StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step).message is None
     wait_for_job(spec, submitted)
     assert watch.decide_now(spec, submitted).action is Action.ADVANCE
     assert submitted.number == 1 and not (tmp_path / "local" / "jobs" / f"{submitted.job_name[:-1]}2").exists()
@@ -77,7 +79,7 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
         resources={"instance_count": 2, "instance_type": "ml.m5.xlarge", "fallback_instance_types": ["ml.c5.2xlarge"]},
         retry={"max_attempts": 1, "backoff_seconds": 0},
     )
-    attempt = steps.submit(spec, steps.plan(spec, "score", "run-1", **plan_args(bucket)))
+    attempt = first = steps.submit(spec, steps.plan(spec, "score", "run-1", **plan_args(bucket)))
     seen = []
     for _ in range(3):
         wait_for_job(spec, attempt)
@@ -95,5 +97,16 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
     ]
     assert decision.action is Action.ADVANCE  # with retry.max_attempts: 1, after 3 jobs
     assert (attempt.instance_type, attempt.instance_count, attempt.counted_number) == ("ml.c5.2xlarge", 1, 1)
-    assert attempt.capacity_failures == {"ml.m5.xlarge": 2}
-    assert steps.resume(spec, attempt) == attempt  # a retried watch counts the same, from the ledger
+    assert (attempt.capacity_failures, attempt.planned_instances) == ({"ml.m5.xlarge": 2}, 2)
+    # A retried watch knows only attempt 1 (its submit task's XCom): it resumes at attempt 3 as it is, from the
+    # STEP item's plan, so it counts the same and the next capacity failure is charged to the right type.
+    resumed = steps.resume(spec, first)
+    assert (resumed.number, resumed.instance_type, resumed.capacity_failures, resumed.counted_number) == (
+        3,
+        "ml.c5.2xlarge",
+        {"ml.m5.xlarge": 2},
+        1,
+    )
+    assert (resumed.instance_count, resumed.planned_instances) == (1, 2)
+    # The step has moved on from attempt 1: a wait of attempt 1's submit would say nothing, and stop.
+    assert not capacity_moves.note_waiting(spec, first, "job not submitted yet")

@@ -102,6 +102,7 @@ def test_it_is_rebuilt_from_the_ledgers_plan_alone():
         "requested_instances",
         "instance_type",
         "capacity_failures",
+        "planned_instances",
     }
 
 

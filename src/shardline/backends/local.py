@@ -154,16 +154,13 @@ class LocalBackend:
         job_dir.parent.mkdir(parents=True, exist_ok=True)
         if job_dir.exists():
             return name  # a retried task adopts the job its earlier try started
-        # The emulated account: its injected refusals, then its instance quota, as SageMaker answers them.
+        # The emulated account: its injected refusals first, as SageMaker answers them.
         fleet = local_fleet.EmulatedFleet.load(self.root)
         resources = request["ProcessingResources"]["ClusterConfig"]
         if fleet.active:
             refused = fleet.refusal(name, local_fleet.submit_call(self.root, name))
             if refused:
                 raise local_fleet.client_error(refused, _REFUSALS.get(refused, "Rate exceeded"))
-            local_fleet.take(
-                self.root, fleet, name, resources["InstanceType"], int(resources["InstanceCount"]), self._ended
-            )
         # Build the job directory aside and rename it into place: a job dir always has its state,
         # and of two racing submits exactly one wins the rename.
         # The instances run as containers of the request's image whenever Docker can (local_container).
@@ -185,6 +182,16 @@ class LocalBackend:
                 "capacity_error": fleet.capacity_error(name, resources["InstanceType"]),
             },
         )
+        if fleet.active:
+            # The quota, once the staging folder exists: while it does, another submit's admission sees this job
+            # as being created (``_ended``), never as ended, so its instances are not given back under it.
+            try:
+                local_fleet.take(
+                    self.root, fleet, name, resources["InstanceType"], int(resources["InstanceCount"]), self._ended
+                )
+            except Exception:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
         try:
             staging.rename(job_dir)
         except OSError:
@@ -205,10 +212,13 @@ class LocalBackend:
         return name
 
     def _ended(self, name: str) -> bool:
+        """Whether a job that holds instances in the emulator's record has ended (and so holds none)."""
         try:
             return self.describe(name).status.is_terminal
         except JobNotFound:
-            return True  # never created (its submit failed after the quota admitted it): it holds nothing
+            # Being created (its staging folder is there: its submit has taken its instances and is about to
+            # rename it into place), or never created (that submit failed): it holds instances only in the first.
+            return not any(self.job_dir(name).parent.glob(f".{name}.*"))
 
     def describe(self, name: str) -> JobState:
         job_dir = self.job_dir(name)

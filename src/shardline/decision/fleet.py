@@ -165,7 +165,12 @@ def capacity_choice(
     reason = (
         f"SageMaker could not provision the instances ({CAPACITY_ERROR}; so far: {failed_on or 'none'}): the files "
         f"go again on {count} {chosen}"
-        + (f" (resources.fallback_instance_types, {count * vcpus(chosen)} vCPUs as planned)" if moved else "")
+        + (
+            f" (resources.fallback_instance_types: {count * vcpus(chosen)} vCPUs for the "
+            f"{planned_count * vcpus(instance_types[0])} planned)"
+            if moved
+            else ""
+        )
         + "; this is not counted against retry.max_attempts"
     )
     return CapacityChoice(chosen, count, reason)
@@ -188,5 +193,5 @@ def admission_text(instance_type: str, needed: int, in_use: int, quota: int, hol
     return (
         f"waiting for {needed} {instance_type} instance(s): {in_use} of {quota} in use"
         + (f" by {shown}" if shown else "")
-        + f" (the quota is fleet.quotas[{instance_type}] in dags/pipelines/_fleet.yaml)"
+        + f" (the quota is quotas.{instance_type} in dags/fleet.yaml)"
     )

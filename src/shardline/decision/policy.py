@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from shardline.backends import JobStatus
-from shardline.decision.fleet import is_capacity_failure
+from shardline.decision.fleet import SUBMIT_WAIT_MAX_SECONDS, is_capacity_failure
 from shardline.errors import InvalidArgument, LateInputError, UnsafeKeyError, is_permanent_file_failure
 from shardline.ledger.records import FileRecord, ShardRecord
 from shardline.ledger.states import SETUP_ERROR, FileStatus
@@ -222,6 +222,12 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     return _retry_or_finish(snapshot, policy, failed, [*unfinished, *unconfirmed], total, why=why)
 
 
+def capacity_backoff(policy: Policy, earlier_capacity_retries: int) -> float:
+    """The wait before a capacity retry: capacity comes back in minutes, so each retry in a row waits longer,
+    from ``retry.backoff_seconds`` up to the longest wait of a refused submit."""
+    return min(SUBMIT_WAIT_MAX_SECONDS, policy.backoff_seconds * policy.backoff_multiplier**earlier_capacity_retries)
+
+
 def _after_capacity_failure(snapshot: StepSnapshot, policy: Policy, failed: list, unfinished: list) -> Decision:
     """SageMaker had no instances to give: nothing ran, so nothing is spent. The files go again (on the step's
     next instance type, if it has fallbacks), whatever retry.max_attempts says; permanent failures stay failed."""
@@ -233,7 +239,7 @@ def _after_capacity_failure(snapshot: StepSnapshot, policy: Policy, failed: list
         "retry.max_attempts",
         retry_files=tuple(sorted(f.input_key for f in retry)),
         failed_files=tuple(permanent),
-        delay_seconds=policy.backoff_seconds,
+        delay_seconds=capacity_backoff(policy, snapshot.uncounted_attempts),
         capacity=True,
     )
 

@@ -130,13 +130,14 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
 
 
 def note_step(model: type[LedgerItem], ref: StepRef, attempt: int, message: str) -> bool:
-    """Say on the STEP item what its attempt is waiting for (``shardline status`` and the page show it), fenced
-    like :func:`finish_step`: only while that attempt owns the step and it has not ended. False otherwise."""
+    """Say on the STEP item what its attempt is waiting for (``shardline status`` and the page show it; ``""``
+    clears it), fenced like :func:`finish_step`: only while that attempt owns the step and it has not ended.
+    False otherwise."""
     pipeline, run_id, step = ref
     c = model.Control
     try:
         c(run_pk(pipeline, run_id), step_sk(step)).update(
-            actions=[c.message.set(message[:2000] or None)],
+            actions=[c.message.set(message[:2000]) if message else c.message.remove()],
             condition=(c.attempt == attempt) & c.status.is_in(*(s.value for s in StepStatus if s not in STEP_TERMINAL)),
         )
     except UpdateError as err:

@@ -51,9 +51,10 @@ def sync_pools(dags_folder: Path, client, *, dry_run: bool = False) -> list[Pool
     return changes
 
 
-# A step holds its pool's slots in these task states (running or deferred), or waits for them (scheduled, queued).
-HOLDING = ("running", "deferred")
-WAITING = ("scheduled", "queued")
+# A step holds its pool's slots in these task states (queued ones count against the pool already), or waits for
+# them (scheduled: the scheduler has not found room).
+HOLDING = ("queued", "running", "deferred")
+WAITING = ("scheduled",)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,9 +16,10 @@ from shardline.spec import PipelineSpec
 log = logging.getLogger(__name__)
 
 
-def note_waiting(spec: PipelineSpec, attempt: Attempt, text: str) -> None:
-    """Record on the step's STEP item why its attempt waits (a refused submit), for the CLI and the page."""
-    note_step(services.ledger_model(spec), attempt.ref, attempt.number, text)
+def note_waiting(spec: PipelineSpec, attempt: Attempt, text: str) -> bool:
+    """Record on the step's STEP item why its attempt waits (a refused submit), for the CLI and the page; ``""``
+    clears it once the attempt is submitted. False: the attempt no longer owns the step (it moved on)."""
+    return note_step(services.ledger_model(spec), attempt.ref, attempt.number, text)
 
 
 def after_capacity_failure(spec: PipelineSpec, attempt: Attempt) -> Attempt:
@@ -27,11 +28,18 @@ def after_capacity_failure(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     failed_on = attempt.instance_type or resources.instance_type
     failures = {**attempt.capacity_failures, failed_on: attempt.capacity_failures.get(failed_on, 0) + 1}
     types = (resources.instance_type, *resources.fallback_instance_types)
-    # The instances planned on the step's own type, from what this attempt asked for on its type.
-    planned = math.ceil(attempt.requested_instances * fleet.vcpus(failed_on) / fleet.vcpus(types[0]))
+    # The instances planned on the step's own type: kept from the first move on, so rounding never compounds.
+    planned = attempt.planned_instances or math.ceil(
+        attempt.requested_instances * fleet.vcpus(failed_on) / fleet.vcpus(types[0])
+    )
     choice = fleet.capacity_choice(types, planned, failures)
     log.warning("step %s, attempt %d: %s", attempt.step, attempt.number, choice.reason)
     chosen = None if choice.instance_type == resources.instance_type else choice.instance_type
     return attempt.model_copy(
-        update={"instance_type": chosen, "requested_instances": choice.instance_count, "capacity_failures": failures}
+        update={
+            "instance_type": chosen,
+            "requested_instances": choice.instance_count,
+            "capacity_failures": failures,
+            "planned_instances": planned,
+        }
     )

@@ -31,7 +31,7 @@ from shardline.ledger.step_writes import (
 from shardline.orchestration import capacity_moves, outputs, services, watch
 from shardline.orchestration.step_files import latest_attempt, read_step_files
 from shardline.planning import naming
-from shardline.planning.attempt import Attempt, PlannedFile
+from shardline.planning.attempt import CHANGED_BY_CAPACITY, Attempt, PlannedFile
 from shardline.planning.inputs import (
     S3Object,
     choose_instance_count,
@@ -416,6 +416,11 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     latest = int(records.step.attempt or 0) if records.step else 0
     if latest <= attempt.number:
         return attempt
+    # A capacity fallback's type and count are in the STEP item's plan, which the newest attempt wrote.
+    newest = Attempt.from_plan(
+        records.step.plan_json, latest, 0, pipeline=attempt.pipeline, run_id=attempt.run_id, step=attempt.step
+    )
+    attempt = attempt.model_copy(update={name: getattr(newest, name) for name in CHANGED_BY_CAPACITY})
     name = naming.job_name(attempt.pipeline, attempt.run_id, attempt.step, latest)
     try:
         state = services.backend_for(spec).describe(name)

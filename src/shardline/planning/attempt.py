@@ -31,7 +31,11 @@ PLAN_FIELDS = (
     "requested_instances",
     "instance_type",
     "capacity_failures",
+    "planned_instances",
 )
+# What a capacity failure changes in the attempts after it (orchestration.capacity_moves): a resumed watch takes
+# these from the STEP item's plan, not from the first attempt's XCom.
+CHANGED_BY_CAPACITY = ("instance_type", "capacity_failures", "requested_instances", "planned_instances")
 # Derived, so written to XCom for readers (logs, the UI) but never read back as facts.
 DERIVED_FIELDS = ("job_name", "manifest_uri", "instance_count")
 
@@ -77,6 +81,9 @@ class Attempt(BaseModel):
     # The jobs of this step that SageMaker could not provision before this attempt, per instance type: each was
     # followed by an attempt that retry.max_attempts does not count.
     capacity_failures: dict[str, int] = Field(default_factory=dict)
+    # The instances the step planned on its own type, kept once a capacity failure moves it to another: each move
+    # re-plans from this, so rounding up never compounds over a round trip of the fallbacks.
+    planned_instances: int | None = None
     submitted_at: float | None = None  # epoch seconds, once the job was submitted or adopted
     planning: dict[str, Any] | None = None  # how long listing and recording took (the plan task logs it)
 

@@ -53,17 +53,39 @@ def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: 
     """Submit the ``planned`` attempt (its XCom form) and return it submitted; on AWS's "not now", wait
     (:func:`wait_to_submit`) and go on in the task's method ``then``."""
     from shardline.errors import SubmitRefused
+    from shardline.orchestration.capacity_moves import note_waiting
 
+    attempt = Attempt.from_xcom(planned)
     try:
-        return step_functions().submit(task.spec, Attempt.from_xcom(planned)).to_xcom()
+        submitted = step_functions().submit(task.spec, attempt).to_xcom()
     except SubmitRefused as err:
-        wait_to_submit(task, err, refusals=refusals, waited=waited, then=then)
+        if not wait_to_submit(task, err, refusals=refusals, waited=waited, then=then):
+            raise StepMovedOn(moved_on_text(attempt)) from err
+    if refusals:
+        note_waiting(task.spec, attempt, "")  # it waits no more: the STEP item says nothing stale
+    return submitted
 
 
-def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float, then: str) -> None:
+class StepMovedOn(AirflowFailException):
+    """An operator resubmitted or cancelled the step while an attempt's submit waited: that attempt is not to be
+    submitted. The submit task fails with this (the step is the operator's now); the watch follows the step."""
+
+
+def moved_on_text(attempt: Attempt) -> str:
+    return (
+        f"step {attempt.step} moved on while attempt {attempt.number}'s submit waited for AWS (an operator "
+        f"resubmitted or cancelled it), so that attempt was not submitted; `shardline status "
+        f"{attempt.pipeline}/{attempt.run_id}` shows where the step is"
+    )
+
+
+def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float, then: str) -> bool:
     """Log why AWS refused the submit and when it is tried again (on the page too), and defer until then: a
     deferral holds no worker slot. ``refusals`` in a row so far, ``waited`` seconds in all; past a day of
-    refusals the task fails with AWS's answer."""
+    refusals the task fails with AWS's answer. Returns False, without waiting, when the step has moved on (the
+    attempt no longer owns it): nothing is to be submitted."""
+    from shardline.orchestration.capacity_moves import note_waiting  # at run time: no boto3 at DAG parse
+
     first = float(os.environ.get(SUBMIT_WAIT_ENV) or SUBMIT_WAIT_FIRST_SECONDS)
     wait = submit_wait(
         refused.code, refused.message, refusals + 1, random.random(), waited_seconds=waited, first_seconds=first
@@ -73,16 +95,17 @@ def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float,
     attempt = Attempt.from_xcom(refused.planned)
     text = submit_wait_text(attempt.job_name, wait)
     task.log.warning("%s", text)
-    from shardline.orchestration.capacity_moves import note_waiting  # at run time: no boto3 at DAG parse
-
-    note_waiting(task.spec, attempt, text)
+    if not note_waiting(task.spec, attempt, text):
+        return False
     task.defer(
         trigger=BackoffTrigger(
             wait.delay_seconds,
             {"attempt": refused.planned, "refusals": wait.refusals, "waited": waited + wait.delay_seconds},
+            not_before=settle_until(),
         ),
         method_name=then,
     )
+    return True  # not reached: defer raises
 
 
 class WatchStepOperator(SpecMixin, BaseOperator):
@@ -98,7 +121,17 @@ class WatchStepOperator(SpecMixin, BaseOperator):
     def execute(self, context):
         attempt = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.submit_task_id))
         # A retried watch task picks up the newest attempt, not the one its submit task started.
-        return self._watch(context, step_functions().resume(self.spec, attempt))
+        return self._resume(context, attempt)
+
+    def _resume(self, context, attempt: Attempt):
+        """Watch the step's newest attempt; one planned but never submitted is submitted (or waited for)."""
+        from shardline.errors import SubmitRefused
+
+        try:
+            return self._watch(context, step_functions().resume(self.spec, attempt))
+        except SubmitRefused as err:
+            if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
+                raise StepMovedOn(moved_on_text(Attempt.from_xcom(err.planned))) from err
 
     def _watch(self, context, attempt: Attempt):
         self._attempt = attempt
@@ -187,18 +220,23 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         except StaleOrchestratorError as err:
             # An operator resubmitted (or cancelled) first: follow the step where it is now.
             self.log.warning("%s; following the step where it is now", err)
-            return self._watch(context, step_functions().resume(self.spec, attempt))
+            return self._resume(context, attempt)
         except SubmitRefused as err:  # the next attempt is planned; AWS said "not now" to its job
-            wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned")
+            if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
+                return self._resume(context, attempt)  # an operator moved the step on meanwhile: follow it
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
         return self._watch(context, nxt)
 
     @fails_fast
     def submit_planned(self, context, event: dict):
         """A planned attempt whose submit AWS refused, tried again after the wait; then watched."""
-        submitted = submit_or_wait(
-            self, event["attempt"], refusals=event["refusals"], waited=event["waited"], then="submit_planned"
-        )
+        try:
+            submitted = submit_or_wait(
+                self, event["attempt"], refusals=event["refusals"], waited=event["waited"], then="submit_planned"
+            )
+        except StepMovedOn as moved:
+            self.log.warning("%s; following the step where it is now", moved)
+            return self._resume(context, Attempt.from_xcom(event["attempt"]))
         nxt = Attempt.from_xcom(submitted)
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
         return self._watch(context, nxt)

@@ -96,8 +96,14 @@ class StepTrigger(BaseTrigger):
                     if time.monotonic() - last_logged >= LOG_EVERY_SECONDS:
                         self.log.warning("%s: a poll was throttled: %s", attempt.job_name, polls.describe_error(err))
                         last_logged, last_reason = time.monotonic(), None
-                    await asyncio.sleep(self.poll_interval)
-                    continue
+                    if self.deadline is None or time.time() <= self.deadline:
+                        await asyncio.sleep(self.poll_interval)
+                        continue
+                    # Past the deadline, throttled or not, the attempt is given up on (its job is stopped).
+                    await _settle(self.not_before)
+                    why = deadline_reason(watch.policy, f"a poll throttled ({polls.describe_error(err)})")
+                    yield TriggerEvent(StepEvent(TIMEOUT, why, attempt, stop_job=True, policy=watch.policy).to_event())
+                    return
                 if not polls.is_unreachable(err):
                     raise
                 unreachable_since = unreachable_since or time.time()
