@@ -56,14 +56,19 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
     pool = pool_name(PRIORITY_TYPE)
     client.put_pool(pool, 0, "closed until the test opens it", create=client.pool(pool) is None)
     try:
-        client.trigger("priority_low", {}, run_id="backfill-1")  # first: it has waited longer
-        client.trigger("priority_high", {}, run_id="sla-1")
 
-        def both_waiting() -> bool:
-            tis = [_states(client, d, r) for d, r in (("priority_low", "backfill-1"), ("priority_high", "sla-1"))]
+        def all_waiting(*runs: tuple[str, str]) -> bool:
+            tis = [_states(client, dag_id, run_id) for dag_id, run_id in runs]
             return all(t["plan_score"]["state"] == "success" and t["submit_score"]["state"] == "scheduled" for t in tis)
 
-        _wait_until("both steps planned and waiting on their pool", both_waiting)
+        # The backfill waits on the pool first, so it has waited longer when the high-priority run joins it.
+        client.trigger("priority_low", {}, run_id="backfill-1")
+        _wait_until("the backfill planned and waiting on its pool", lambda: all_waiting(("priority_low", "backfill-1")))
+        client.trigger("priority_high", {}, run_id="sla-1")
+        _wait_until(
+            "both steps planned and waiting on their pool",
+            lambda: all_waiting(("priority_low", "backfill-1"), ("priority_high", "sla-1")),
+        )
         waiting = _states(client, "priority_low", "backfill-1")["submit_score"]
         assert (waiting["pool"], waiting["pool_slots"]) == (pool, 1)
         cli = Path(sys.executable).with_name("shardline")
