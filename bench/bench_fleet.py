@@ -15,7 +15,7 @@ It prints one line:
 - peak in use: the most instances of the type in use at any moment, from the emulator's own record (not from
   Airflow);
 - quota busy: instance-seconds in use over Q x the makespan (first job start to last job end);
-- admission wait: from a step's plan task ending to its submit task starting (its pool had no room);
+- admission wait: from a step's plan task ending to its watch task (it submits the job) starting (its pool had no room);
 - scheduler overhead per job: a run's wall time less its admission wait and its jobs' own time, per job.
 
     python bench/bench_fleet.py [--pipelines 6] [--runs 2] [--quota 2] [--out bench-results] [--workdir DIR]
@@ -173,7 +173,7 @@ def measure(client, states: dict[tuple[str, str], str], record: list[dict], quot
     waits, overheads = [], []
     for name, run_id in states:
         tis = {t["task_id"]: t for t in client.task_instances(name, run_id)}
-        plan_end, submit_start = _seconds(tis["plan_score"]["end_date"]), _seconds(tis["submit_score"]["start_date"])
+        plan_end, submit_start = _seconds(tis["plan_score"]["end_date"]), _seconds(tis["watch_score"]["start_date"])
         wait = max(0.0, submit_start - plan_end) if plan_end and submit_start else 0.0
         waits.append(wait)
         run = client.dag_run(name, run_id)

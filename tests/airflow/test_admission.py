@@ -59,7 +59,7 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
 
         def all_waiting(*runs: tuple[str, str]) -> bool:
             tis = [_states(client, dag_id, run_id) for dag_id, run_id in runs]
-            return all(t["plan_score"]["state"] == "success" and t["submit_score"]["state"] == "scheduled" for t in tis)
+            return all(t["plan_score"]["state"] == "success" and t["watch_score"]["state"] == "scheduled" for t in tis)
 
         # The backfill waits on the pool first, so it has waited longer when the high-priority run joins it.
         client.trigger("priority_low", {}, run_id="backfill-1")
@@ -69,7 +69,7 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
             "both steps planned and waiting on their pool",
             lambda: all_waiting(("priority_low", "backfill-1"), ("priority_high", "sla-1")),
         )
-        waiting = _states(client, "priority_low", "backfill-1")["submit_score"]
+        waiting = _states(client, "priority_low", "backfill-1")["watch_score"]
         assert (waiting["pool"], waiting["pool_slots"]) == (pool, 1)
         cli = Path(sys.executable).with_name("shardline")
         # `shardline fleet` says who waits on the type, the longest waiting first.
@@ -85,8 +85,8 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
         [view] = json.loads(shown.stdout)
         assert (view["instance_type"], view["quota"], view["in_use"], view["running"]) == (PRIORITY_TYPE, 1, 0, [])
         assert [w["step"] for w in view["waiting"]] == [
-            "priority_low/backfill-1 submit_score",
-            "priority_high/sla-1 submit_score",
+            "priority_low/backfill-1 watch_score",
+            "priority_high/sla-1 watch_score",
         ]
         assert view["oldest_wait_seconds"] == view["waiting"][0]["seconds"] > 0
         opened = subprocess.run(
@@ -104,7 +104,7 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
         client._call("DELETE", f"/pools/{pool}")
         patch.undo()
     high, low = _states(client, "priority_high", "sla-1"), _states(client, "priority_low", "backfill-1")
-    # The high-priority step took the one slot first, and kept it through its watch (the backfill's submit, which
-    # competed with that watch for the slot, weighs less); only then did the backfill start.
-    assert high["submit_score"]["start_date"] < high["watch_score"]["start_date"] < low["submit_score"]["start_date"]
-    assert (high["submit_score"]["priority_weight"], low["submit_score"]["priority_weight"]) == (100, 1)
+    # The high-priority step took the one slot first, and held it from its submit until it ended; only then did
+    # the backfill start.
+    assert high["watch_score"]["end_date"] <= low["watch_score"]["start_date"]
+    assert (high["watch_score"]["priority_weight"], low["watch_score"]["priority_weight"]) == (100, 1)

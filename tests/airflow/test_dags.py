@@ -48,9 +48,9 @@ def parse(dag_folder: Path, tmp_path: Path) -> dict:
 def test_every_dag_in_the_repo_imports(tmp_path):
     parsed = parse(REPO / "dags", tmp_path)
     assert parsed["errors"] == {}
-    assert parsed["dags"]["tabular_scoring_hourly"] == ["plan_score", "report", "submit_score", "watch_score"]
+    assert parsed["dags"]["tabular_scoring_hourly"] == ["plan_score", "report", "watch_score"]
     assert parsed["dags"]["daily_churn"] == sorted(
-        ["plan_score", "submit_score", "watch_score", "plan_calibrate", "submit_calibrate", "watch_calibrate", "report"]
+        ["plan_score", "watch_score", "plan_calibrate", "watch_calibrate", "report"]
     )
     assert parsed["params"]["daily_churn"] == ["dry_run", "input_prefix", "instance_count", "model_version"]
 
@@ -131,8 +131,8 @@ def test_a_quota_in_fleet_yaml_admits_a_steps_tasks_through_its_pool_with_its_pi
     parsed = _parse_admission(dags, tmp_path)
     assert parsed["errors"] == {}
     tasks = parsed["tasks"]["tabular_scoring_hourly"]
-    # The submit and the watch hold one slot per instance (2) of the type's pool; the plan and report need none.
-    assert tasks["submit_score"] == ["sagemaker-ml.c5.2xlarge", 2, 100, "absolute"]
+    # The watch (it submits the step's jobs) holds one slot per instance (2) of the type's pool, from the submit
+    # until the step ends; the plan and report need none.
     assert tasks["watch_score"] == ["sagemaker-ml.c5.2xlarge", 2, 100, "absolute"]
     assert tasks["plan_score"][:2] == ["default_pool", 1] and tasks["report"][:2] == ["default_pool", 1]
     assert parsed["max_instances"]["tabular_scoring_hourly"] == 6  # the Param stays within the quota

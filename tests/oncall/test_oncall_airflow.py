@@ -269,7 +269,7 @@ def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, stage
     run = airflow_stack.wait_for_run(PIPELINE, run_id)
     assert run["conf"]["instance_count"] == 3
     states = {t["task_id"]: t["state"] for t in client.task_instances(PIPELINE, run_id)}
-    assert states["plan_score"] == "skipped" and states["submit_score"] == "skipped", states
+    assert states["plan_score"] == "skipped" and states["watch_score"] == "skipped", states
     text = _task_log(airflow_stack, run_id, "plan_score")
     assert "dry run: 4 file(s)" in text and "would run 3 instance(s)" in text, text[-3000:]
     # The data engineer sees sample predictions before anything is submitted: the preview's table and summary.
@@ -479,7 +479,7 @@ def test_an_unknown_conf_key_fails_the_run_at_plan_naming_the_key(airflow_stack,
     run_id = _trigger(airflow_stack, hour, {"instance_cnt": 1})  # a typo: the form's schema lets extra keys in
     assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
     states = {t["task_id"]: t["state"] for t in airflow_stack.client().task_instances(PIPELINE, run_id)}
-    assert states["plan_score"] == "failed" and states["submit_score"] == "upstream_failed", states
+    assert states["plan_score"] == "failed" and states["watch_score"] == "upstream_failed", states
     log = _task_log(airflow_stack, run_id, "plan_score")
     assert "unknown key(s) 'instance_cnt' (did you mean 'instance_count'?)" in log, log[-3000:]
 

@@ -19,7 +19,7 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
 from shardline.airflow.operators.plan import PlanStepOperator
 from shardline.airflow.operators.report import ReportOperator
-from shardline.airflow.operators.step import SubmitStepOperator, WatchStepOperator, mark_run_failed
+from shardline.airflow.operators.step import WatchStepOperator, mark_run_failed
 from shardline.decision.fleet import PRIORITY_WEIGHTS, pool_name
 from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, PipelineSpec, SpecError, StepSpec, load_spec, static_prefix
 from shardline.spec.conf import MAX_INSTANCE_COUNT, input_override_pattern
@@ -83,8 +83,9 @@ def _quota(step: StepSpec, fleet: FleetSpec | None) -> int | None:
 
 
 def admission(step: StepSpec, fleet: FleetSpec | None, spec_path: Path) -> dict:
-    """The pool arguments of a step's submit and watch tasks: its instance type's pool (``dags/fleet.yaml``),
-    holding one slot per instance, so Airflow admits steps within the quota; none when the type has no quota."""
+    """The pool arguments of a step's watch task (it submits the step's jobs and watches them to the step's end):
+    its instance type's pool (``dags/fleet.yaml``), holding one slot per instance, so Airflow admits steps within
+    the quota; none when the type has no quota."""
     quota = _quota(step, fleet)
     if quota is None:
         return {}
@@ -137,18 +138,14 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
                 instances_override="{{ params.instance_count }}",
                 dry_run="{{ params.dry_run }}",
             )
-            admitted = admission(step, fleet, spec_path)
-            submit = SubmitStepOperator(
-                task_id=f"submit_{step.name}", spec_path=str(spec_path), plan_task_id=plan.task_id, **admitted
-            )
             watch = WatchStepOperator(
                 task_id=f"watch_{step.name}",
                 spec_path=str(spec_path),
-                submit_task_id=submit.task_id,
+                plan_task_id=plan.task_id,
                 poll_interval=spec.poll_interval_seconds,
-                **admitted,
+                **admission(step, fleet, spec_path),
             )
-            plan >> submit >> watch
+            plan >> watch
             if previous is not None:
                 previous >> plan
             previous = watch

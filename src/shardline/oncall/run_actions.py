@@ -127,9 +127,7 @@ class RunActions(OnCallReads):
             for t in self.airflow.task_instances(ref.pipeline, ref.run_id)
             if t.get("state") in ("failed", "upstream_failed")
         }
-        step = next(
-            (s.name for s in spec.steps if failed & {f"plan_{s.name}", f"submit_{s.name}", f"watch_{s.name}"}), None
-        )
+        step = next((s.name for s in spec.steps if failed & {f"plan_{s.name}", f"watch_{s.name}"}), None)
         start = f"plan_{step}" if step else ("report" if "report" in failed else None)
         if start is None:
             raise Conflict(

@@ -1,7 +1,8 @@
-"""The submit and watch tasks of a pipeline step, and the DAG's failure callback.
+"""The task that runs a pipeline step's jobs, and the DAG's failure callback.
 
-Each calls into :mod:`shardline.orchestration` (plain functions) and holds no policy of its own: the watch
-defers to :class:`~shardline.airflow.triggers.step.StepTrigger` and acts on the decision it brings back.
+It calls into :mod:`shardline.orchestration` (plain functions) and holds no policy of its own: it submits the
+planned attempt, defers to :class:`~shardline.airflow.triggers.step.StepTrigger` and acts on the decision it
+brings back.
 """
 
 from __future__ import annotations
@@ -29,26 +30,6 @@ from shardline.spec import load_spec
 SUBMIT_WAIT_ENV = "SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS"
 
 
-class SubmitStepOperator(SpecMixin, BaseOperator):
-    """Submit the planned attempt; a retried try adopts the job its earlier try started. AWS's "not now" (a quota
-    in use, a throttle) is waited out in a deferral, holding no worker slot: no attempt, no task failure."""
-
-    def __init__(self, *, spec_path: str, plan_task_id: str, **kwargs):
-        super().__init__(**kwargs)
-        self.spec_path, self.plan_task_id = spec_path, plan_task_id
-
-    @fails_fast
-    def execute(self, context):
-        attempt = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
-        return submit_or_wait(self, attempt.to_xcom(), refusals=0, waited=0.0, then="submit_again")
-
-    @fails_fast
-    def submit_again(self, context, event: dict):
-        return submit_or_wait(
-            self, event["attempt"], refusals=event["refusals"], waited=event["waited"], then="submit_again"
-        )
-
-
 def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: float, then: str) -> dict:
     """Submit the ``planned`` attempt (its XCom form) and return it submitted; on AWS's "not now", wait
     (:func:`wait_to_submit`) and go on in the task's method ``then``."""
@@ -68,7 +49,7 @@ def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: 
 
 class StepMovedOn(AirflowFailException):
     """An operator resubmitted or cancelled the step while an attempt's submit waited: that attempt is not to be
-    submitted. The submit task fails with this (the step is the operator's now); the watch follows the step."""
+    submitted. The task follows the step where it is now."""
 
 
 def moved_on_text(attempt: Attempt) -> str:
@@ -109,29 +90,39 @@ def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float,
 
 
 class WatchStepOperator(SpecMixin, BaseOperator):
-    """The step's sensor, as a deferrable operator: defers to :class:`StepTrigger` (all polling happens there)
-    and acts on its decision: advance, resubmit, or fail."""
+    """A step's jobs, from the planned attempt's submit to the step's end, as one deferrable task: it submits
+    the attempt (a retried try adopts the job an earlier try started), defers to :class:`StepTrigger` (all
+    polling happens there) and acts on its decision: advance, resubmit, or fail. AWS's "not now" at a submit (a
+    quota in use, a throttle) is waited out in a deferral: no attempt, no task failure.
 
-    def __init__(self, *, spec_path: str, submit_task_id: str, poll_interval: float = 15.0, **kwargs):
+    One task, so that under a fleet quota it holds its pool's slots from the submit until the step ends, with no
+    gap between a submit and its watch in which another step could take the instances its job is using."""
+
+    def __init__(self, *, spec_path: str, plan_task_id: str, poll_interval: float = 15.0, **kwargs):
         super().__init__(**kwargs)
-        self.spec_path, self.submit_task_id, self.poll_interval = spec_path, submit_task_id, poll_interval
+        self.spec_path, self.plan_task_id, self.poll_interval = spec_path, plan_task_id, poll_interval
         self._attempt: Attempt | None = None
 
     @fails_fast
     def execute(self, context):
-        attempt = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.submit_task_id))
-        # A retried watch task picks up the newest attempt, not the one its submit task started.
-        return self._resume(context, attempt)
+        planned = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
+        # A retried task picks up the step's newest attempt; the planned one is submitted, or its job adopted.
+        return self._resume(context, planned, submit_it=True)
 
-    def _resume(self, context, attempt: Attempt):
-        """Watch the step's newest attempt; one planned but never submitted is submitted (or waited for)."""
+    def _resume(self, context, attempt: Attempt, *, submit_it: bool = False):
+        """Watch the step's newest attempt; one planned but never submitted is submitted (or waited for), and so
+        is ``attempt`` itself when ``submit_it`` and the step is still at it."""
         from shardline.errors import SubmitRefused
 
         try:
-            return self._watch(context, step_functions().resume(self.spec, attempt))
+            newest = step_functions().resume(self.spec, attempt)
         except SubmitRefused as err:
             if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
                 raise StepMovedOn(moved_on_text(Attempt.from_xcom(err.planned))) from err
+            raise  # not reached: wait_to_submit defers
+        if submit_it and newest.number == attempt.number:
+            return self.submit_planned(context, {"attempt": attempt.to_xcom(), "refusals": 0, "waited": 0.0})
+        return self._watch(context, newest)
 
     def _watch(self, context, attempt: Attempt):
         self._attempt = attempt
