@@ -82,7 +82,7 @@ bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, wr
 	$(PY) bench/bench_worker.py --out bench-results
 	$(PY) bench/bench_orchestration.py --out bench-results
 
-bench-fleet: $(STAMP)  ## 6 pipelines x 2 runs at once in airflow standalone, within a quota of 2 instances, with injected refusals
+bench-fleet: $(STAMP)  ## 6 pipelines x 2 runs at once in airflow standalone, within a quota of 4 instances, with injected refusals
 	$(PY) bench/bench_fleet.py --out bench-results
 
 bench-quick: $(STAMP)  ## a smaller, faster run of the benchmarks

@@ -6,6 +6,9 @@ triggered at once: the demand is P x R jobs against a quota of Q instances. dags
 `shardline fleet sync` makes its pool; the emulator enforces the same quota itself, refuses a share of the submit
 calls (ThrottlingException) and fails a share of the jobs for capacity (the fallback is ml.c5.2xlarge). Every
 pipeline has retry.max_attempts: 1, so a refusal or a capacity failure counted as an attempt would fail its run.
+Each job's instances take ``--startup-seconds`` to start (the emulator's ``startup_seconds``), as SageMaker's
+provisioning takes minutes: the scheduling around a job (its task's start-up, the last poll, the step's end) is
+then as small a share of the job as it is on AWS. The tiny model scores its rows in a second or two.
 
 It prints one line:
 
@@ -14,11 +17,14 @@ It prints one line:
 
 - peak in use: the most instances of the type in use at any moment, from the emulator's own record (not from
   Airflow);
-- quota busy: instance-seconds in use over Q x the makespan (first job start to last job end);
+- quota busy: instance-seconds in use over Q x the time, while steps wait for the quota (at least one step's
+  plan has ended and its watch, which submits the job, has not started); the share of the whole makespan
+  (first job start to last job end) is printed below it;
 - admission wait: from a step's plan task ending to its watch task (it submits the job) starting (its pool had no room);
 - scheduler overhead per job: a run's wall time less its admission wait and its jobs' own time, per job.
 
-    python bench/bench_fleet.py [--pipelines 6] [--runs 2] [--quota 2] [--out bench-results] [--workdir DIR]
+    python bench/bench_fleet.py [--pipelines 6] [--runs 2] [--quota 4] [--startup-seconds 120]
+                                [--out bench-results] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -162,6 +168,22 @@ def run_all(client, names: list[str], runs: int, timeout: float) -> dict[tuple[s
     return states
 
 
+def merged(windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of time windows, as disjoint windows in order."""
+    union: list[tuple[float, float]] = []
+    for start, end in sorted(w for w in windows if w[1] > w[0]):
+        if union and start <= union[-1][1]:
+            union[-1] = (union[-1][0], max(union[-1][1], end))
+        else:
+            union.append((start, end))
+    return union
+
+
+def busy_within(spans, windows: list[tuple[float, float]]) -> float:
+    """Instance-seconds of ``spans`` ((start, end, instances)) inside the disjoint ``windows``."""
+    return sum(n * max(0.0, min(e, b) - max(s, a)) for s, e, n in spans for a, b in windows)
+
+
 def measure(client, states: dict[tuple[str, str], str], record: list[dict], quota: int) -> dict:
     from shardline.backends.local_fleet import peak_in_use
     from shardline.planning import naming
@@ -170,17 +192,22 @@ def measure(client, states: dict[tuple[str, str], str], record: list[dict], quot
     first = min(s for s, _, _, _ in spans.values())
     last = max(e for _, e, _, _ in spans.values())
     busy = sum((e - s) * n for s, e, n, t in spans.values() if t == TYPE)
-    waits, overheads = [], []
+    waits, overheads, waiting = [], [], []
     for name, run_id in states:
         tis = {t["task_id"]: t for t in client.task_instances(name, run_id)}
         plan_end, submit_start = _seconds(tis["plan_score"]["end_date"]), _seconds(tis["watch_score"]["start_date"])
         wait = max(0.0, submit_start - plan_end) if plan_end and submit_start else 0.0
         waits.append(wait)
+        if wait:
+            waiting.append((plan_end, submit_start))
         run = client.dag_run(name, run_id)
         wall = _seconds(run["end_date"]) - _seconds(run["start_date"])
         jobs = [spans[j] for n in range(1, 10) if (j := naming.job_name(name, run_id, "score", n)) in spans]
         overheads.append((wall - wait - sum(e - s for s, e, _, _ in jobs)) / max(1, len(jobs)))
     peaks = peak_in_use(record)
+    waited = merged(waiting)
+    waited_s = sum(b - a for a, b in waited)
+    busy_waiting = busy_within([(s, e, n) for s, e, n, t in spans.values() if t == TYPE], waited)
     return {
         "runs": len(states),
         "failed": sum(1 for s in states.values() if s == "failed"),
@@ -188,6 +215,9 @@ def measure(client, states: dict[tuple[str, str], str], record: list[dict], quot
         "peak": peaks.get(TYPE, 0),
         "peak_fallback": peaks.get(FALLBACK, 0),
         "busy_percent": 100 * busy / (quota * (last - first)),
+        "busy_while_waiting_percent": 100 * busy_waiting / (quota * waited_s) if waited_s else None,
+        "waiting_s": waited_s,
+        "job_median_s": statistics.median(e - s for s, e, _, _ in spans.values()),
         "makespan_s": last - first,
         "median_wait_s": statistics.median(waits),
         "overhead_per_job_s": statistics.median(overheads),
@@ -198,7 +228,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipelines", type=int, default=6)
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--quota", type=int, default=2)
+    parser.add_argument("--quota", type=int, default=4)
+    parser.add_argument(
+        "--startup-seconds",
+        type=float,
+        default=120,
+        help="each job's emulated instance start-up (SageMaker's: minutes)",
+    )
     parser.add_argument("--throttle-share", type=float, default=0.2, help="share of submit calls throttled")
     parser.add_argument("--capacity-share", type=float, default=0.1, help="share of jobs failed for capacity")
     parser.add_argument("--timeout", type=float, default=900)
@@ -216,6 +252,7 @@ def main() -> int:
         "quotas": {TYPE: args.quota, FALLBACK: args.quota},
         "refuse": {"ThrottlingException": args.throttle_share},
         "capacity_errors": {TYPE: args.capacity_share},
+        "startup_seconds": args.startup_seconds,
         "seed": "bench-fleet",
     }
     with contextlib.ExitStack() as cleanup:
@@ -242,16 +279,21 @@ def main() -> int:
             states = run_all(client, names, args.runs, args.timeout)
             figures = measure(client, states, read_record(root / "home" / "shardline-local"), args.quota)
     figures.update(pipelines=args.pipelines, runs_per_pipeline=args.runs, quota=args.quota, emulated=emulated)
+    busy = figures["busy_while_waiting_percent"]
+    busy_text = "n/a (no step waited)" if busy is None else f"{busy:.0f}%"
     line = (
         f"fleet: {args.pipelines} pipelines, {args.runs} runs, quota {args.quota}: {figures['failed']} runs failed, "
-        f"peak in use {figures['peak']} <= {args.quota}, quota busy {figures['busy_percent']:.0f}% of the makespan, "
+        f"peak in use {figures['peak']} <= {args.quota}, quota busy {busy_text} of the makespan while steps wait, "
         f"median admission wait {figures['median_wait_s']:.0f} s, scheduler overhead per job "
         f"{figures['overhead_per_job_s']:.1f} s"
     )
     print(line)
     print(
-        f"  {figures['jobs']} jobs ({figures['jobs'] - figures['runs']} resubmitted for capacity), makespan "
-        f"{figures['makespan_s']:.0f} s, peak on the fallback {FALLBACK}: {figures['peak_fallback']}"
+        f"  {figures['jobs']} jobs ({figures['jobs'] - figures['runs']} resubmitted for capacity), each holding its "
+        f"instances a median {figures['job_median_s']:.0f} s ({args.startup_seconds:.0f} s of it emulated "
+        f"start-up); makespan {figures['makespan_s']:.0f} s, steps waiting for {figures['waiting_s']:.0f} s of it; "
+        f"quota busy {figures['busy_percent']:.0f}% of the whole makespan; peak on the fallback {FALLBACK}: "
+        f"{figures['peak_fallback']}"
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fleet.json").write_text(json.dumps({**figures, "line": line}, indent=1))

@@ -67,6 +67,28 @@ def test_the_emulators_quota_refuses_past_it_and_its_record_never_exceeds_it(
     assert peak_in_use(read_record(tmp_path / "local")) == {"ml.m5.xlarge": 2}
 
 
+def test_a_job_holds_its_instances_while_they_start_up_and_a_stop_then_gives_them_back(
+    aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
+):
+    """The emulator's ``startup_seconds`` stands for SageMaker's provisioning: the job is in progress, and counted
+    against the quota, before its container runs."""
+    fleet = {"quotas": {"ml.m5.xlarge": 2}, "startup_seconds": 3600}
+    spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, fleet)
+    first = steps.submit(spec, steps.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
+    assert steps.job_status(spec, first) is JobStatus.IN_PROGRESS
+    second = steps.plan(spec, "score", "run-b", **plan_args(bucket))
+    with pytest.raises(SubmitRefused) as refused:
+        steps.submit(spec, second)
+    assert refused.value.code == "ResourceLimitExceeded"
+    steps.stop(spec, first)
+    wait_for_job(spec, first)
+    assert steps.job_status(spec, first) is JobStatus.STOPPED
+    assert not list((tmp_path / "local" / "jobs" / first.job_name).glob("algo-*"))  # no instance ever ran
+    steps.submit(spec, second)  # the stopped job's instances are free again
+    assert peak_in_use(read_record(tmp_path / "local")) == {"ml.m5.xlarge": 2}
+    steps.stop(spec, second)
+
+
 def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
     aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
 ):

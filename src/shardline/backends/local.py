@@ -180,6 +180,7 @@ class LocalBackend:
                 "runtime": runtime,
                 # Decided here, where the fleet settings are; the supervisor ends such a job before it starts.
                 "capacity_error": fleet.capacity_error(name, resources["InstanceType"]),
+                "startup_seconds": fleet.startup_seconds,
             },
         )
         if fleet.active:

@@ -12,10 +12,14 @@ wins)::
      "refuse": {"ThrottlingException": 0.2},          # share of submit calls refused, per error code
      "refuse_first": {"ThrottlingException": 2},      # or a schedule: each job's first 2 submit calls refused
      "capacity_errors": {"ml.c5.2xlarge": 0.5},       # share of jobs of a type ended for capacity
+     "startup_seconds": 60,                           # each job's instances start this long before it runs
      "seed": "any text"}                               # which calls and jobs those shares pick
 
 The shares pick calls by a hash of the seed, the job's name and the call's number, so a run is repeatable.
 ``refuse_first`` takes the codes in name order: ``{"A": 1, "B": 2}`` refuses call 1 with A, calls 2 and 3 with B.
+``startup_seconds`` stands for SageMaker's provisioning, minutes on AWS: the job is InProgress and its instances
+count against the quota for that long before its container starts (a benchmark of admission needs jobs as long,
+against the scheduling around them, as they are on AWS).
 The instances in use are kept in ``<local root>/fleet/record.jsonl``, one line per job start (+n) and end (-n),
 written under a lock by the submit and by the job's supervisor: that file is the emulator's own record, from
 which a test checks that the quota was never exceeded. With no settings, the emulator writes nothing.
@@ -55,6 +59,7 @@ class EmulatedFleet:
     refuse: Mapping[str, float] = dataclasses.field(default_factory=dict)
     refuse_first: Mapping[str, int] = dataclasses.field(default_factory=dict)
     capacity_errors: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    startup_seconds: float = 0.0
     seed: str = ""
 
     @classmethod
@@ -75,6 +80,7 @@ class EmulatedFleet:
                 refuse={str(k): float(v) for k, v in (data.get("refuse") or {}).items()},
                 refuse_first={str(k): int(v) for k, v in (data.get("refuse_first") or {}).items()},
                 capacity_errors={str(k): float(v) for k, v in (data.get("capacity_errors") or {}).items()},
+                startup_seconds=float(data.get("startup_seconds") or 0),
                 seed=str(data.get("seed", "")),
             )
         except (ValueError, TypeError, AttributeError) as err:
@@ -88,7 +94,7 @@ class EmulatedFleet:
     @property
     def active(self) -> bool:
         """Whether any setting is made: without one, the backend neither counts nor refuses anything."""
-        return bool(self.quotas or self.refuse or self.refuse_first or self.capacity_errors)
+        return bool(self.quotas or self.refuse or self.refuse_first or self.capacity_errors or self.startup_seconds)
 
     def _picked(self, share: float, *parts: object) -> bool:
         digest = hashlib.sha256("\0".join(map(str, (self.seed, *parts))).encode()).digest()

@@ -289,15 +289,27 @@ def _terminate(procs) -> None:
             proc.kill()
 
 
+def _start_up(job_dir: Path, seconds: float) -> None:
+    """The emulated instances' provisioning (local_fleet's ``startup_seconds``): the job is InProgress and holds
+    its instances, and a stop ends it."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if (job_dir / "STOP").exists():
+            raise _Stop("stopped while its instances started")
+        time.sleep(min(0.5, left))
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [local-job] %(message)s")
     job_dir = Path(argv[0])
     signal.signal(signal.SIGTERM, _on_sigterm)
     write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "pid": os.getpid(), "host": socket.gethostname()})
     try:
-        if read_state(job_dir).get("capacity_error"):  # the emulated account had no instances to give (local_fleet)
+        state = read_state(job_dir)
+        if state.get("capacity_error"):  # the emulated account had no instances to give (local_fleet)
             outcome = {"status": JobStatus.FAILED.value, "failure_reason": local_fleet.CAPACITY_REASON}
         else:
+            _start_up(job_dir, float(state.get("startup_seconds") or 0))
             outcome = run(job_dir)
     except _Stop as err:
         outcome = {"status": JobStatus.STOPPED.value, "failure_reason": f"stopped ({err})"}
