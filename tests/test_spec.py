@@ -80,6 +80,11 @@ def test_spec_file_round_trip(tmp_path):
             "steps[0].model.max_payload_mb",
             "greater than 0",
         ),
+        (
+            lambda s: s["steps"][0].__setitem__("resources", {"instance_count": 3, "max_concurrent_instances": 2}),
+            "steps[0].resources",
+            "max_concurrent_instances (2) is below instance_count (3): no job of this step could ever start",
+        ),
     ],
 )
 def test_a_bad_field_is_named_with_the_file(mutate, field, words):

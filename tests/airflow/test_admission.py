@@ -4,6 +4,7 @@ after it, both waiting on their closed pool; once `shardline fleet sync` opens i
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from shardline.decision.fleet import pool_name
@@ -27,6 +29,25 @@ def _states(client, dag_id: str, run_id: str) -> dict[str, dict]:
 def _cli_env(stack) -> dict[str, str]:
     """The CLI's environment: the stack's, and this interpreter's module path (a checkout run without install)."""
     return {**stack.cli_env(), **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})}
+
+
+def _shardline(stack, *args: str) -> subprocess.CompletedProcess:
+    """The `shardline` CLI against the stack, as an on-call engineer runs it."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("shardline")), "--dags-folder", str(stack.dags), *args],
+        env=_cli_env(stack),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _fleet(stack) -> dict:
+    shown = _shardline(stack, "fleet", "--json")
+    assert shown.returncode == 0, shown.stderr
+    [view] = json.loads(shown.stdout)
+    return view
 
 
 def _wait_until(what, check, timeout: float = 240) -> None:
@@ -71,35 +92,33 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
         )
         waiting = _states(client, "priority_low", "backfill-1")["watch_score"]
         assert (waiting["pool"], waiting["pool_slots"]) == (pool, 1)
-        cli = Path(sys.executable).with_name("shardline")
-        # `shardline fleet` says who waits on the type, the longest waiting first.
-        shown = subprocess.run(
-            [str(cli), "--dags-folder", str(stack.dags), "fleet", "--json"],
-            env=_cli_env(stack),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert shown.returncode == 0, shown.stderr
-        [view] = json.loads(shown.stdout)
+        # `shardline fleet` says who waits on the type, the longest waiting first; neither has a job yet.
+        view = _fleet(stack)
         assert (view["instance_type"], view["quota"], view["in_use"], view["running"]) == (PRIORITY_TYPE, 1, 0, [])
         assert [w["step"] for w in view["waiting"]] == [
             "priority_low/backfill-1 watch_score",
             "priority_high/sla-1 watch_score",
         ]
         assert view["oldest_wait_seconds"] == view["waiting"][0]["seconds"] > 0
-        opened = subprocess.run(
-            [str(cli), "--dags-folder", str(stack.dags), "fleet", "sync"],
-            env=_cli_env(stack),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        day = dt.datetime.now(dt.UTC).date()
+        assert view["today"] == {"succeeded": 0, "resubmitted_for_capacity": 0, "failed": 0, "running": 0}
+        opened = _shardline(stack, "fleet", "sync")
         assert opened.returncode == 0 and f"pool {pool}: 1 slot(s)" in opened.stdout, opened.stderr
         assert stack.wait_for_run("priority_high", "sla-1")["state"] == "success", stack.tail()
         assert stack.wait_for_run("priority_low", "backfill-1")["state"] == "success", stack.tail()
+        if dt.datetime.now(dt.UTC).date() == day:  # today's jobs are those of runs started since midnight (UTC)
+            assert _fleet(stack)["today"] == {"succeeded": 2, "resubmitted_for_capacity": 0, "failed": 0, "running": 0}
+        # The on-call page's fleet panel reads the same, through its API, as the logged-in user.
+        token = httpx.post(f"{stack.url}/auth/token", json={"username": stack.username, "password": stack.password})
+        token.raise_for_status()
+        paneled = httpx.get(
+            f"{stack.url}/shardline/fleet", headers={"Authorization": f"Bearer {token.json()['access_token']}"}
+        )
+        assert paneled.status_code == 200, paneled.text
+        [panel] = paneled.json()
+        shown = _fleet(stack)
+        for field in ("instance_type", "pool", "quota", "in_use", "running", "waiting", "today"):
+            assert panel[field] == shown[field], field
     finally:
         client._call("DELETE", f"/pools/{pool}")
         patch.undo()

@@ -104,7 +104,8 @@ import json, sys
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 print(json.dumps({"errors": bag.import_errors,
-                  "tasks": {d: {t.task_id: [t.pool, t.pool_slots, t.priority_weight, str(t.weight_rule)]
+                  "tasks": {d: {t.task_id: [t.pool, t.pool_slots, t.priority_weight, str(t.weight_rule),
+                                            t.max_active_tis_per_dag]
                                 for t in dag.tasks} for d, dag in bag.dags.items()},
                   "max_instances": {d: dag.params.get_param("instance_count").schema.get("maximum")
                                     for d, dag in bag.dags.items()}}))
@@ -127,17 +128,21 @@ def test_a_quota_in_fleet_yaml_admits_a_steps_tasks_through_its_pool_with_its_pi
     hourly = dags / "pipelines" / "tabular_scoring_hourly.yaml"
     spec = yaml.safe_load(hourly.read_text())
     spec["priority"] = "high"
+    spec["steps"][0]["resources"]["max_concurrent_instances"] = 5
     hourly.write_text(yaml.safe_dump(spec))
     parsed = _parse_admission(dags, tmp_path)
     assert parsed["errors"] == {}
     tasks = parsed["tasks"]["tabular_scoring_hourly"]
     # The watch (it submits the step's jobs) holds one slot per instance (2) of the type's pool, from the submit
-    # until the step ends; the plan and report need none.
-    assert tasks["watch_score"] == ["sagemaker-ml.c5.2xlarge", 2, 100, "absolute"]
+    # until the step ends, and at most 5 // 2 of its runs' watches hold instances at once; the plan and report
+    # need none.
+    assert tasks["watch_score"] == ["sagemaker-ml.c5.2xlarge", 2, 100, "absolute", 2]
     assert tasks["plan_score"][:2] == ["default_pool", 1] and tasks["report"][:2] == ["default_pool", 1]
-    assert parsed["max_instances"]["tabular_scoring_hourly"] == 6  # the Param stays within the quota
+    # The Param stays within the quota (6) and the step's own cap (5).
+    assert parsed["max_instances"]["tabular_scoring_hourly"] == 5
     # A type without a quota: the default pool, at the default priority (normal).
     assert {tuple(t[:3]) for t in parsed["tasks"]["daily_churn"].values()} == {("default_pool", 1, 10)}
+    assert {t[4] for t in parsed["tasks"]["daily_churn"].values()} == {None}  # no cap but the quota
 
 
 @pytest.mark.parametrize(

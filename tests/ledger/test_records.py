@@ -19,6 +19,17 @@ def test_the_ledger_items_are_copied_as_they_were_read():
     """The reads return pynamodb items; every reader gets plain records of them (no table needed)."""
     control = ControlItem(pk="RUN#p#run-1", sk="STEP#score", status="PARTIAL", attempt=2, started_at=STARTED)
     assert StepRecord.of(control) == StepRecord("PARTIAL", 2, STARTED, None, None)
+    planned = ControlItem(
+        pk="RUN#p#run-1",
+        sk="STEP#score",
+        status="RUNNING",
+        attempt=3,
+        plan_json='{"instance_type": "ml.c5.4xlarge", "capacity_failures": {"ml.c5.2xlarge": 2}, "run_id": "run-1"}',
+    )
+    # The newest attempt's instance type, and its step's jobs SageMaker could not provision, by type.
+    assert StepRecord.of(planned) == StepRecord("RUNNING", 3, None, None, None, "ml.c5.4xlarge", {"ml.c5.2xlarge": 2})
+    for no_plan in (None, "", "not json", "[1, 2]"):
+        assert StepRecord.of({"status": "RUNNING", "attempt": 1, "plan_json": no_plan}).instance_type is None
     assert RunRecord.of(ControlItem(pk="x", sk="RUN", status="FAILED")).status == "FAILED"
     shard = LedgerItem(pk="x", sk="SHARD#2#algo-2", host="algo-2", attempt=2, files_assigned=4, heartbeat_at=NOW)
     assert ShardRecord.of(shard) == ShardRecord("algo-2", 2, None, 4, 0, 0, 0, NOW)

@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import PRIORITY_TYPE
+
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
 HOUR = dt.datetime(2026, 11, 22, 5, tzinfo=dt.UTC)  # test_oncall_airflow uses hours 3 and 4
@@ -322,6 +324,18 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
         driver.switch_to.default_content()
         driver.switch_to.frame(driver.find_element(*_css("iframe[title=Shardline]")))
         _wait(driver, ec.presence_of_element_located(_css(step)), message="Back did not return to the page")
+
+        # The fleet panel: each instance type of dags/fleet.yaml with its quota (tests/conftest.py declares one).
+        _click(driver, "#fleet-link")
+        fleet_type = f"section.fleet-type[data-type='{PRIORITY_TYPE}']"
+        _wait(driver, ec.presence_of_element_located(_css(fleet_type)), message="the fleet panel did not show")
+        assert _text(driver, f"{fleet_type} [data-tile='in use'] .v").endswith(" of 1")
+        assert _text(driver, f"{fleet_type} [data-tile='today: failed'] .v").isdigit()
+        screenshot("fleet")
+        driver.back()
+        driver.switch_to.default_content()
+        driver.switch_to.frame(driver.find_element(*_css("iframe[title=Shardline]")))
+        _wait(driver, ec.presence_of_element_located(_css(step)), message="Back did not return to the run")
 
         # From the page back to Airflow's own view of the same DAG run.
         _click(driver, "#airflow-run-link")

@@ -30,10 +30,11 @@ SPEC_DIR = "pipelines"
 
 def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, Param]:
     """The trigger form. Each Param's schema allows only what the spec allows, so a bad conf is a 400
-    at trigger time that names the field, before anything runs (an instance count within every step's quota,
-    too)."""
+    at trigger time that names the field, before anything runs (an instance count within every step's quota
+    and resources.max_concurrent_instances, too)."""
     first = spec.steps[0]
     quotas = [q for s in spec.steps if (q := _quota(s, fleet)) is not None]
+    caps = [c for s in spec.steps if (c := s.resources.max_concurrent_instances) is not None]
     version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
     params = {
         "input_prefix": Param(
@@ -56,7 +57,7 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
             None,
             type=["null", "integer"],
             minimum=1,
-            maximum=min([MAX_INSTANCE_COUNT, *quotas]),
+            maximum=min([MAX_INSTANCE_COUNT, *quotas, *caps]),
             title="Instance count",
             description="overrides every step's resources.instance_count",
         ),
@@ -83,18 +84,23 @@ def _quota(step: StepSpec, fleet: FleetSpec | None) -> int | None:
 
 
 def admission(step: StepSpec, fleet: FleetSpec | None, spec_path: Path) -> dict:
-    """The pool arguments of a step's watch task (it submits the step's jobs and watches them to the step's end):
-    its instance type's pool (``dags/fleet.yaml``), holding one slot per instance, so Airflow admits steps within
-    the quota; none when the type has no quota."""
+    """The admission arguments of a step's watch task (it submits the step's jobs and watches them to the step's
+    end): its instance type's pool (``dags/fleet.yaml``), holding one slot per instance, so Airflow admits steps
+    within the quota (none when the type has no quota); and, with ``resources.max_concurrent_instances``, how
+    many of the step's tasks may hold instances at once over all the pipeline's runs (deferred ones count)."""
+    resources = step.resources
+    admitted: dict = {}
+    if resources.max_concurrent_instances is not None:
+        admitted["max_active_tis_per_dag"] = resources.max_concurrent_instances // resources.instance_count
     quota = _quota(step, fleet)
     if quota is None:
-        return {}
-    if step.resources.instance_count > quota:
+        return admitted
+    if resources.instance_count > quota:
         raise SpecError(
-            f"{spec_path}: steps.{step.name}.resources.instance_count is {step.resources.instance_count}, over the "
-            f"quota of {quota} {step.resources.instance_type} instances in {FLEET_FILE}: no job of it could ever start"
+            f"{spec_path}: steps.{step.name}.resources.instance_count is {resources.instance_count}, over the "
+            f"quota of {quota} {resources.instance_type} instances in {FLEET_FILE}: no job of it could ever start"
         )
-    return {"pool": pool_name(step.resources.instance_type), "pool_slots": step.resources.instance_count}
+    return {**admitted, "pool": pool_name(resources.instance_type), "pool_slots": resources.instance_count}
 
 
 def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = None) -> DAG:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -147,20 +148,34 @@ class StepRecord:
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     message: str | None = None
+    instance_type: str | None = None  # the newest attempt's, from the step's plan
+    capacity_failures: Mapping[str, int] = dataclasses.field(default_factory=dict)  # jobs per type, all attempts
 
     @classmethod
     def of(cls, item: Any) -> StepRecord:
+        plan = _plan(_get(item, "plan_json"))
         return cls(
             _get(item, "status"),
             _int(_get(item, "attempt")) or 0,
             _time(_get(item, "started_at")),
             _time(_get(item, "finished_at")),
             _get(item, "message"),
+            plan.get("instance_type") or None,
+            {str(k): int(v) for k, v in (plan.get("capacity_failures") or {}).items()},
         )
 
     def error_line(self) -> str:
         """Why the step failed, as its STEP item records it; empty unless it FAILED."""
         return (self.message or "") if self.status == StepStatus.FAILED else ""
+
+
+def _plan(text: Any) -> dict:
+    """A STEP item's plan (planning.attempt.PLAN_FIELDS), or {} when it has none or is not a plan."""
+    try:
+        plan = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return plan if isinstance(plan, dict) else {}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -40,6 +40,12 @@ def list_runs(model: type[LedgerItem], pipeline: str | None = None, limit: int =
     return list(found)
 
 
+def runs_started_since(model: type[LedgerItem], since: str) -> list[LedgerItem]:
+    """Every run started at or after ``since`` (ISO-8601 UTC), of every pipeline, oldest first: one Query on the
+    run index, paged through."""
+    return list(model.query(RUNS_PK, model.sk >= since))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunRecords:
     run: LedgerItem | None

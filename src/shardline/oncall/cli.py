@@ -541,7 +541,7 @@ def fleet(options: Globals, action: str, dry_run: bool) -> Reply:
 
     from shardline.oncall.airflow_client import find_settings
     from shardline.oncall.errors import Unavailable
-    from shardline.oncall.fleet import fleet_lines, fleet_view, sync_pools
+    from shardline.oncall.fleet import fleet_lines, fleet_report, sync_pools, view_json
 
     settings = find_settings(options.airflow_url, options.airflow_token)
     if settings is None:
@@ -551,9 +551,9 @@ def fleet(options: Globals, action: str, dry_run: bool) -> Reply:
             "set sagemaker-TYPE QUOTA 'Shardline' --include-deferred`)"
         )
     if action == "show":
-        views = fleet_view(options.dags_folder, settings.client(), dt.datetime.now(dt.UTC))
+        views = fleet_report(options.dags_folder, settings.client(), options.oncall(), dt.datetime.now(dt.UTC))
         lines = fleet_lines(views) or [f"no quota in {options.dags_folder / 'fleet.yaml'}: no fleet to show"]
-        data = [{**dataclasses.asdict(v), "oldest_wait_seconds": v.oldest_wait_seconds} for v in views]
+        data = [view_json(v) for v in views]
         return Reply(data, functools.partial(print_lines, lines))
     changes = sync_pools(options.dags_folder, settings.client(), dry_run=dry_run)
     lines = [

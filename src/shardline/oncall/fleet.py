@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from shardline.decision.fleet import pool_name
+from shardline.ledger.records import StepRecord
+from shardline.ledger.states import StepStatus
 from shardline.spec.fleet import FLEET_FILE, load_fleet
 
 
@@ -65,6 +68,36 @@ class StepInPool:
 
 
 @dataclasses.dataclass(frozen=True)
+class JobsToday:
+    """A type's jobs of the steps that started today (UTC), from the ledger: the steps whose last job ran on it,
+    by how they ended, and the jobs SageMaker could not provision there, each of which went again."""
+
+    succeeded: int = 0  # the step succeeded (or ended partial, within its tolerance)
+    resubmitted_for_capacity: int = 0
+    failed: int = 0  # the step failed (or was cancelled)
+    running: int = 0
+
+
+_ENDED_WELL = (StepStatus.SUCCEEDED, StepStatus.PARTIAL)
+_ENDED_BADLY = (StepStatus.FAILED, StepStatus.CANCELLED)
+
+
+def jobs_by_type(steps: Iterable[StepRecord]) -> dict[str, JobsToday]:
+    """Count :class:`JobsToday` per instance type from the steps' STEP records. Pure."""
+    counts: dict[str, dict[str, int]] = {}
+    for step in steps:
+        for instance_type, failures in step.capacity_failures.items():
+            of_type = counts.setdefault(instance_type, {})
+            of_type["resubmitted_for_capacity"] = of_type.get("resubmitted_for_capacity", 0) + failures
+        if step.instance_type is None or step.status in (StepStatus.SKIPPED, StepStatus.PLANNED):
+            continue  # no job yet (it waits for its pool), none at all (an empty input), or a plan without the type
+        status = "succeeded" if step.status in _ENDED_WELL else "failed" if step.status in _ENDED_BADLY else "running"
+        of_type = counts.setdefault(step.instance_type, {})
+        of_type[status] = of_type.get(status, 0) + 1
+    return {instance_type: JobsToday(**c) for instance_type, c in counts.items()}
+
+
+@dataclasses.dataclass(frozen=True)
 class TypeView:
     instance_type: str
     pool: str
@@ -72,6 +105,7 @@ class TypeView:
     in_use: int  # the slots held now: the instances of the steps submitted and watched
     running: list[StepInPool]
     waiting: list[StepInPool]  # the longest waiting first
+    today: JobsToday = JobsToday()
 
     @property
     def oldest_wait_seconds(self) -> float | None:
@@ -82,8 +116,11 @@ def _since(text: str | None, now: dt.datetime) -> float | None:
     return (now - dt.datetime.fromisoformat(text)).total_seconds() if text else None
 
 
-def fleet_view(dags_folder: Path, client, now: dt.datetime) -> list[TypeView]:
-    """Per instance type with a quota: its pool's slots in use, and the steps holding and waiting for them."""
+def fleet_view(
+    dags_folder: Path, client, now: dt.datetime, today: Mapping[str, JobsToday] | None = None
+) -> list[TypeView]:
+    """Per instance type with a quota: its pool's slots in use, the steps holding and waiting for them, and
+    ``today``'s jobs (:func:`jobs_by_type`)."""
     views = []
     for instance_type, quota in sorted(load_fleet(dags_folder).quotas.items()):
         name = pool_name(instance_type)
@@ -96,7 +133,9 @@ def fleet_view(dags_folder: Path, client, now: dt.datetime) -> list[TypeView]:
         running = [step(t, _since(t.get("start_date"), now)) for t in tis if t["state"] in HOLDING]
         waiting = [step(t, _since(t.get("scheduled_when"), now)) for t in tis if t["state"] in WAITING]
         waiting.sort(key=lambda s: -(s.seconds or 0))
-        views.append(TypeView(instance_type, name, quota, int(found.get("occupied_slots") or 0), running, waiting))
+        in_use = int(found.get("occupied_slots") or 0)
+        jobs = (today or {}).get(instance_type, JobsToday())
+        views.append(TypeView(instance_type, name, quota, in_use, running, waiting, jobs))
     return views
 
 
@@ -110,9 +149,26 @@ def fleet_lines(views: list[TypeView]) -> list[str]:
             f"{len(view.running)} step task(s) running, {len(view.waiting)} waiting"
             + (f", the oldest for {oldest:.0f}s" if oldest is not None else "")
         )
+        jobs = view.today
+        lines.append(
+            f"  today    {jobs.succeeded} succeeded, {jobs.resubmitted_for_capacity} resubmitted for capacity, "
+            f"{jobs.failed} failed, {jobs.running} running"
+        )
         lines += [f"  running  {s.step} ({s.instances} instance(s))" for s in view.running]
         lines += [
             f"  waiting  {s.step} ({s.instances} instance(s))" + (f" for {s.seconds:.0f}s" if s.seconds else "")
             for s in view.waiting
         ]
     return lines
+
+
+def fleet_report(dags_folder: Path, client, reads, now: dt.datetime) -> list[TypeView]:
+    """What `shardline fleet` and the on-call page's fleet panel show: :func:`fleet_view`, with the jobs of the
+    steps started today (UTC) read from the ledger (``reads``: :class:`~shardline.oncall.reads.OnCallReads`)."""
+    midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return fleet_view(dags_folder, client, now, jobs_by_type(reads.steps_started_since(midnight)))
+
+
+def view_json(view: TypeView) -> dict:
+    """A type's view as `--json` and the page get it."""
+    return {**dataclasses.asdict(view), "oldest_wait_seconds": view.oldest_wait_seconds}

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Self
 
 from shardline.backends import JobNotFound
-from shardline.ledger.keys import RUN_SK, StepRef, run_pk
+from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
 from shardline.ledger.records import RunRecord, StepRecord
 from shardline.ledger.states import FileStatus
-from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run
+from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run, runs_started_since
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
 from shardline.oncall.errors import Conflict, NotFound
 from shardline.oncall.messages import airflow_left_out, unknown_step
@@ -106,6 +106,21 @@ class OnCallReads:
             rows += [run_row(e.pipeline, e.run_id, e.started_at, runs.get((e.pipeline, e.run_id))) for e in entries]
         rows.sort(key=lambda r: r.started_at or "", reverse=True)
         return [with_airflow(r, self._airflow_run_state(r.pipeline, r.run_id)) for r in rows[:limit]]
+
+    def steps_started_since(self, since: dt.datetime) -> list[StepRecord]:
+        """The STEP items of every run of these pipelines started at or after ``since``: one Query of each ledger
+        table's run index, and batched reads of the steps."""
+        records = []
+        for table in sorted({s.ledger_table for s in self.specs.values()}):
+            model = services.ledger_model(next(s for s in self.specs.values() if s.ledger_table == table))
+            keys = [
+                (run_pk(entry.pipeline, entry.run_id), step_sk(step.name))
+                for entry in runs_started_since(model, since.astimezone(dt.UTC).isoformat())
+                if (spec := self.specs.get(entry.pipeline)) is not None and spec.ledger_table == table
+                for step in spec.steps
+            ]
+            records += [StepRecord.of(item) for item in model.Control.batch_get(keys)] if keys else []
+        return records
 
     def _airflow_run_state(self, pipeline: str, run_id: str) -> str | None:
         """The DAG run's state, or None when Airflow is not configured, has no such run, or cannot be

@@ -247,6 +247,18 @@ class Resources(_Strict):
     """each instance's storage volume, GB"""
     workers_per_instance: Annotated[int, Field(ge=1)] | None = None
     """worker processes per instance (unset: one per core, or per GPU)"""
+    max_concurrent_instances: Annotated[int, Field(ge=1)] | None = None
+    """the most instances this step's jobs use at once, over all the pipeline's runs (unset: only the fleet
+    quota limits them); its watch task runs at most max_concurrent_instances // instance_count at once"""
+
+    @model_validator(mode="after")
+    def _cap_fits_a_job(self) -> Resources:
+        if self.max_concurrent_instances is not None and self.max_concurrent_instances < self.instance_count:
+            raise ValueError(
+                f"max_concurrent_instances ({self.max_concurrent_instances}) is below instance_count "
+                f"({self.instance_count}): no job of this step could ever start"
+            )
+        return self
 
 
 class RetryPolicy(_Strict):

@@ -17,6 +17,7 @@ Airflow runs, and AWS is reached with the API server's own settings.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import html
 import logging
 import os
@@ -337,6 +338,16 @@ def pipelines(user: Annotated[BaseUser, Depends(dag_access("GET"))]) -> list[dic
         for name, s in sorted(specs.items())
         if name in readable
     ]
+
+
+@read_routes.get("/fleet")
+def fleet(request: Request, _user: Annotated[BaseUser, Depends(dag_access("GET"))], bearer: BearerDep) -> list[dict]:
+    """Per instance type with a quota (``dags/fleet.yaml``): its instances in use, the steps running and waiting
+    on its pool (read from Airflow as the caller), and today's jobs (from the ledger), as `shardline fleet`."""
+    from shardline.oncall.fleet import fleet_report, view_json
+
+    client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
+    return [view_json(v) for v in fleet_report(_dags_folder(), client, _oncall(), dt.datetime.now(dt.UTC))]
 
 
 @read_routes.get("/runs")

@@ -1,0 +1,50 @@
+"""`shardline fleet`'s counts and lines (``shardline.oncall.fleet``), from records and views. Pure; the pools
+themselves are read from a real Airflow in tests/airflow/test_admission.py."""
+
+from __future__ import annotations
+
+from shardline.ledger.records import StepRecord
+from shardline.oncall.fleet import JobsToday, StepInPool, TypeView, fleet_lines, jobs_by_type
+
+C5, C5_4X = "ml.c5.2xlarge", "ml.c5.4xlarge"
+
+
+def test_todays_jobs_are_counted_on_the_type_each_step_last_ran_on():
+    steps = [
+        StepRecord("SUCCEEDED", 1, instance_type=C5),
+        StepRecord("PARTIAL", 2, instance_type=C5),  # ended within its tolerance: it succeeded
+        StepRecord("FAILED", 3, instance_type=C5),
+        StepRecord("CANCELLED", 1, instance_type=C5),
+        StepRecord("RUNNING", 1, instance_type=C5),
+        # Two jobs SageMaker could not provision on the first type; the third ran on the fallback and succeeded.
+        StepRecord("SUCCEEDED", 3, instance_type=C5_4X, capacity_failures={C5: 2}),
+        StepRecord("SUBMITTED", 2, instance_type=C5_4X, capacity_failures={C5: 1}),
+        StepRecord("SKIPPED", 1, instance_type=C5),  # an empty input: no job
+        StepRecord("PLANNED", 1, instance_type=C5),  # waiting for its pool: no job yet
+        StepRecord("RUNNING", 1),  # a plan without the type: not counted anywhere
+    ]
+    assert jobs_by_type(steps) == {
+        C5: JobsToday(succeeded=2, resubmitted_for_capacity=3, failed=2, running=1),
+        C5_4X: JobsToday(succeeded=1, running=1),
+    }
+    assert jobs_by_type([]) == {}
+
+
+def test_the_lines_say_the_quota_who_holds_it_who_waits_and_todays_jobs():
+    view = TypeView(
+        C5,
+        "sagemaker-ml.c5.2xlarge",
+        4,
+        3,
+        [StepInPool("hourly/run-1 watch_score", 3, 120.0)],
+        [StepInPool("backfill/run-9 watch_score", 2, 41.0), StepInPool("hourly/run-2 watch_score", 2, 5.0)],
+        JobsToday(succeeded=12, resubmitted_for_capacity=1, failed=0, running=1),
+    )
+    assert fleet_lines([view]) == [
+        "ml.c5.2xlarge: 3 of 4 in use (pool sagemaker-ml.c5.2xlarge); 1 step task(s) running, 2 waiting, the oldest "
+        "for 41s",
+        "  today    12 succeeded, 1 resubmitted for capacity, 0 failed, 1 running",
+        "  running  hourly/run-1 watch_score (3 instance(s))",
+        "  waiting  backfill/run-9 watch_score (2 instance(s)) for 41s",
+        "  waiting  hourly/run-2 watch_score (2 instance(s)) for 5s",
+    ]
