@@ -17,9 +17,10 @@ It prints one line:
 
 - peak in use: the most instances of the type in use at any moment, from the emulator's own record (not from
   Airflow);
-- quota busy: instance-seconds in use over Q x the time, while steps wait for the quota (at least one step's
-  plan has ended and its watch, which submits the job, has not started); the share of the whole makespan
-  (first job start to last job end) is printed below it;
+- quota busy: instance-seconds in use over Q x the time while steps wait (at least one step's plan has ended and
+  its watch, which submits the job, has not started), within the makespan (first job start to last job end:
+  before the first job, the runs are still being planned and the quota is free for them); the share of the whole
+  makespan is printed below it;
 - admission wait: from a step's plan task ending to its watch task (it submits the job) starting (its pool had no room);
 - scheduler overhead per job: a run's wall time less its admission wait and its jobs' own time, per job.
 
@@ -205,7 +206,7 @@ def measure(client, states: dict[tuple[str, str], str], record: list[dict], quot
         jobs = [spans[j] for n in range(1, 10) if (j := naming.job_name(name, run_id, "score", n)) in spans]
         overheads.append((wall - wait - sum(e - s for s, e, _, _ in jobs)) / max(1, len(jobs)))
     peaks = peak_in_use(record)
-    waited = merged(waiting)
+    waited = [(max(a, first), min(b, last)) for a, b in merged(waiting) if min(b, last) > max(a, first)]
     waited_s = sum(b - a for a, b in waited)
     busy_waiting = busy_within([(s, e, n) for s, e, n, t in spans.values() if t == TYPE], waited)
     return {
@@ -217,6 +218,7 @@ def measure(client, states: dict[tuple[str, str], str], record: list[dict], quot
         "busy_percent": 100 * busy / (quota * (last - first)),
         "busy_while_waiting_percent": 100 * busy_waiting / (quota * waited_s) if waited_s else None,
         "waiting_s": waited_s,
+        "waiting_windows": [(round(a - first, 1), round(b - first, 1)) for a, b in waited],  # from the first job
         "job_median_s": statistics.median(e - s for s, e, _, _ in spans.values()),
         "makespan_s": last - first,
         "median_wait_s": statistics.median(waits),
