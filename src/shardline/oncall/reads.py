@@ -8,6 +8,7 @@ backend a pipeline uses. :class:`OnCallReads` is the base the run reports and th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from pathlib import Path
@@ -113,13 +114,19 @@ class OnCallReads:
         records = []
         for table in sorted({s.ledger_table for s in self.specs.values()}):
             model = services.ledger_model(next(s for s in self.specs.values() if s.ledger_table == table))
-            keys = [
-                (run_pk(entry.pipeline, entry.run_id), step_sk(step.name))
+            # Each STEP item's key, and its step's instance type: a plan names a type only once a capacity
+            # failure moved the step off the spec's.
+            types = {
+                (run_pk(entry.pipeline, entry.run_id), step_sk(step.name)): step.resources.instance_type
                 for entry in runs_started_since(model, since.astimezone(dt.UTC).isoformat())
                 if (spec := self.specs.get(entry.pipeline)) is not None and spec.ledger_table == table
                 for step in spec.steps
-            ]
-            records += [StepRecord.of(item) for item in model.Control.batch_get(keys)] if keys else []
+            }
+            for item in model.Control.batch_get(list(types)) if types else []:
+                record = StepRecord.of(item)
+                if record.instance_type is None:
+                    record = dataclasses.replace(record, instance_type=types[(item.pk, item.sk)])
+                records.append(record)
         return records
 
     def _airflow_run_state(self, pipeline: str, run_id: str) -> str | None:
