@@ -100,6 +100,12 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
             "priority_high/sla-1 watch_score",
         ]
         assert view["oldest_wait_seconds"] == view["waiting"][0]["seconds"] > 0
+        # Each says so where on-call looks first: its step's line in `shardline status` (and the page).
+        for ref in ("priority_low/backfill-1", "priority_high/sla-1"):
+            status = _shardline(stack, "status", ref, "--json")
+            assert status.returncode == 0, status.stderr
+            [step] = json.loads(status.stdout)["steps"]
+            assert step["message"].startswith(f"waiting for 1 {PRIORITY_TYPE} instance(s) within the account's quota")
         day = dt.datetime.now(dt.UTC).date()
         assert view["today"] == {"succeeded": 0, "resubmitted_for_capacity": 0, "failed": 0, "running": 0}
         opened = _shardline(stack, "fleet", "sync")
@@ -116,6 +122,8 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
         )
         assert paneled.status_code == 200, paneled.text
         [panel] = paneled.json()
+        status = _shardline(stack, "status", "priority_low/backfill-1", "--json")
+        assert "waiting for" not in (json.loads(status.stdout)["steps"][0]["message"] or "")  # admitted: cleared
         shown = _fleet(stack)
         for field in ("instance_type", "pool", "quota", "in_use", "running", "waiting", "today"):
             assert panel[field] == shown[field], field

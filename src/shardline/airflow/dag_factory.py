@@ -20,7 +20,7 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 from shardline.airflow.operators.plan import PlanStepOperator
 from shardline.airflow.operators.report import ReportOperator
 from shardline.airflow.operators.step import WatchStepOperator, mark_run_failed
-from shardline.decision.fleet import PRIORITY_WEIGHTS, pool_name
+from shardline.decision.fleet import PRIORITY_WEIGHTS, admission_text, pool_name
 from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, PipelineSpec, SpecError, StepSpec, load_spec, static_prefix
 from shardline.spec.conf import MAX_INSTANCE_COUNT, input_override_pattern
 from shardline.spec.fleet import FLEET_FILE, FleetSpec, load_fleet
@@ -131,6 +131,12 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
         outputs = {}
         for step in spec.steps:
             input_prefix = outputs[step.input.from_step] if step.input.from_step else step.input.prefix
+            admitted = admission(step, fleet, spec_path)
+            note = (
+                admission_text(step.resources.instance_type, admitted["pool_slots"], _quota(step, fleet) or 0)
+                if "pool" in admitted
+                else ""
+            )
             plan = PlanStepOperator(
                 task_id=f"plan_{step.name}",
                 spec_path=str(spec_path),
@@ -143,13 +149,15 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
                 input_override="{{ params.input_prefix }}" if previous is None else "",
                 instances_override="{{ params.instance_count }}",
                 dry_run="{{ params.dry_run }}",
+                admission_note=note,
             )
             watch = WatchStepOperator(
                 task_id=f"watch_{step.name}",
                 spec_path=str(spec_path),
                 plan_task_id=plan.task_id,
                 poll_interval=spec.poll_interval_seconds,
-                **admission(step, fleet, spec_path),
+                admission_note=note,
+                **admitted,
             )
             plan >> watch
             if previous is not None:

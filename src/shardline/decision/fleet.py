@@ -187,11 +187,10 @@ def pool_name(instance_type: str) -> str:
     return POOL_PREFIX + instance_type
 
 
-def admission_text(instance_type: str, needed: int, in_use: int, quota: int, holders: list[str]) -> str:
-    """Why a step waits to be admitted, e.g. "waiting for 4 ml.c5.2xlarge instances: 18 of 20 in use by ..."."""
-    shown = ", ".join(holders[:5]) + (f" and {len(holders) - 5} more" if len(holders) > 5 else "")
+def admission_text(instance_type: str, needed: int, quota: int) -> str:
+    """What a planned step says (on its STEP item: `shardline status`, the page) until its pool admits it."""
     return (
-        f"waiting for {needed} {instance_type} instance(s): {in_use} of {quota} in use"
-        + (f" by {shown}" if shown else "")
-        + f" (the quota is quotas.{instance_type} in dags/fleet.yaml)"
+        f"waiting for {needed} {instance_type} instance(s) within the account's quota of {quota} (pool "
+        f"{pool_name(instance_type)}, quotas.{instance_type} in dags/fleet.yaml); `shardline fleet` shows the "
+        "steps holding them and those waiting"
     )

@@ -63,9 +63,11 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         instances_override: Any = None,
         dry_run: Any = False,
         metadata_prefix: str = "",
+        admission_note: str = "",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.admission_note = admission_note  # what the step says until its watch task's pool admits it
         self.spec_path, self.step = spec_path, step
         self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
         self.metadata_prefix = metadata_prefix
@@ -180,6 +182,10 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 f"no input file under {input_prefix} (matching {list(step.input.include)})",
                 waited=waited,
             )
+        if self.admission_note:
+            from shardline.orchestration.capacity_moves import note_waiting
+
+            note_waiting(spec, attempt, self.admission_note)
         return attempt.to_xcom()
 
     def _wait_until_complete(self, context, input_prefix: str, ready: dt.datetime):

@@ -98,14 +98,21 @@ class WatchStepOperator(SpecMixin, BaseOperator):
     One task, so that under a fleet quota it holds its pool's slots from the submit until the step ends, with no
     gap between a submit and its watch in which another step could take the instances its job is using."""
 
-    def __init__(self, *, spec_path: str, plan_task_id: str, poll_interval: float = 15.0, **kwargs):
+    def __init__(
+        self, *, spec_path: str, plan_task_id: str, poll_interval: float = 15.0, admission_note: str = "", **kwargs
+    ):
         super().__init__(**kwargs)
         self.spec_path, self.plan_task_id, self.poll_interval = spec_path, plan_task_id, poll_interval
+        self.admission_note = admission_note  # the plan wrote it on the STEP item; this task clears it
         self._attempt: Attempt | None = None
 
     @fails_fast
     def execute(self, context):
         planned = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
+        if self.admission_note:  # admitted by its pool: the plan's "waiting for N instances" is stale
+            from shardline.orchestration.capacity_moves import note_waiting
+
+            note_waiting(self.spec, planned, "")
         # A retried task picks up the step's newest attempt; the planned one is submitted, or its job adopted.
         return self._resume(context, planned, submit_it=True)
 
