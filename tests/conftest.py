@@ -137,6 +137,8 @@ def add_priority_pipelines(dags: Path) -> None:
         step["input"].pop("when_missing", None)
         step["output"] = {**step["output"], "prefix": f"s3://shardline-demo/priority-out/{name}/{{{{ run_id }}}}/"}
         step["resources"] = {**step["resources"], "instance_type": PRIORITY_TYPE, "instance_count": 1}
+        if name == "priority_low":
+            step["retry"] = {"max_attempts": 1, "backoff_seconds": 1}  # a refusal counted as an attempt would fail it
         (dags / "pipelines" / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
         (dags / f"{name}.py").write_text(
             f'from shardline.airflow.dag_factory import dag_from_spec\n\ndag = dag_from_spec(__file__, "{name}.yaml")\n'
@@ -181,7 +183,8 @@ def airflow_stack(tmp_path_factory, moto_endpoint):
     add_priority_pipelines(dags)
     aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
     try:
-        with airflow_standalone(root / "home", dags, aws) as stack:
+        # A submit AWS refuses (tests/airflow/test_admission.py has the emulator refuse some) waits 1 s, not 30.
+        with airflow_standalone(root / "home", dags, aws, {"SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS": "1"}) as stack:
             yield stack
     except RuntimeError as err:
         pytest.fail(str(err))

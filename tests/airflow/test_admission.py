@@ -1,6 +1,8 @@
 """Admission within a quota, in the real `airflow standalone`: two pipelines of one instance type with a quota of
 1 (tests/conftest.py adds them and their fleet.yaml), a low-priority run triggered first and a high-priority one
-after it, both waiting on their closed pool; once `shardline fleet sync` opens it, the high one goes first."""
+after it, both waiting on their closed pool; once `shardline fleet sync` opens it, the high one goes first. Then
+AWS's refusals at submit, injected by the emulator, which a run waits out without spending an attempt or failing a
+task (a capacity failure's fallback is run through Airflow in tests/airflow/test_pipeline_e2e.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import httpx
 import pytest
 
 from shardline.decision.fleet import pool_name
+from shardline.planning.naming import job_name
 from tests.conftest import PRIORITY_TYPE
 
 pytestmark = pytest.mark.slow
@@ -135,3 +138,52 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
     # the backfill start.
     assert high["watch_score"]["end_date"] <= low["watch_score"]["start_date"]
     assert (high["watch_score"]["priority_weight"], low["watch_score"]["priority_weight"]) == (100, 1)
+
+
+def _stage_inputs(stack, tmp_path, names: tuple[str, ...]):
+    from examples import synthetic
+    from shardline.ledger.table import create_ledger_table
+
+    s3 = stack.s3()
+    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=BUCKET)
+    create_ledger_table("shardline-jobs", "us-east-1", stack.env["AWS_ENDPOINT_URL"])
+    model = synthetic.train_xgboost(tmp_path / "model")
+    synthetic.pack(model.parent, tmp_path / "model.tar.gz")
+    s3.upload_file(str(tmp_path / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
+    for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=2_000):
+        for name in names:
+            s3.upload_file(str(path), BUCKET, f"priority/{name}/{path.name}")
+
+
+def test_refused_submits_are_waited_out_in_the_real_scheduler_and_spend_no_attempt(airflow_stack, tmp_path):
+    """The job's first submit is refused for the quota (ResourceLimitExceeded), its second throttled: with
+    retry.max_attempts 1, the run still ends green, in one try of its watch task, at attempt 1."""
+    from shardline.backends.local_fleet import FLEET_DIR, FLEET_FILE, read_record
+
+    stack, client = airflow_stack, airflow_stack.client()
+    patch = pytest.MonkeyPatch()
+    stack.use_aws(patch)
+    _stage_inputs(stack, tmp_path, ("priority_low",))
+    local_root = Path(stack.env["SHARDLINE_LOCAL_ROOT"])
+    local_root.mkdir(parents=True, exist_ok=True)
+    refusals = {"ResourceLimitExceeded": 1, "ThrottlingException": 1}
+    (local_root / FLEET_FILE).write_text(json.dumps({"refuse_first": refusals}))
+    pool = pool_name(PRIORITY_TYPE)
+    client.put_pool(pool, 1, "the fleet file's quota", create=client.pool(pool) is None)
+    try:
+        client.trigger("priority_low", {}, run_id="refused-1")
+        assert stack.wait_for_run("priority_low", "refused-1")["state"] == "success", stack.tail()
+    finally:
+        (local_root / FLEET_FILE).unlink()
+        client._call("DELETE", f"/pools/{pool}")
+        patch.undo()
+    first, second = (job_name("priority_low", "refused-1", "score", n) for n in (1, 2))
+    held = {e["job"]: e["type"] for e in read_record(local_root) if e["delta"] > 0}
+    assert held.get(first) == PRIORITY_TYPE and second not in held, held  # one job: no attempt was spent
+    assert int((local_root / FLEET_DIR / "calls" / first).read_text()) == 3  # submitted at the third call
+    watch = _states(client, "priority_low", "refused-1")["watch_score"]
+    assert (watch["state"], watch["try_number"]) == ("success", 1)  # no refusal failed a try
+    status = _shardline(stack, "status", "priority_low/refused-1", "--json")
+    [step] = json.loads(status.stdout)["steps"]
+    assert (step["status"], step["attempt"]) == ("SUCCEEDED", 1), step
