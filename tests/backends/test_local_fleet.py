@@ -99,3 +99,21 @@ def test_the_settings_come_from_the_environment_or_the_local_root(tmp_path):
     for bad in ("not json", json.dumps({"quota": {TYPE: 4}}), json.dumps({"quotas": {TYPE: "many"}})):
         with pytest.raises(FleetConfigError, match=local_fleet.FLEET_ENV):
             EmulatedFleet.load(tmp_path, {local_fleet.FLEET_ENV: bad})
+
+
+def test_a_job_whose_submit_died_while_creating_it_holds_no_instances_past_the_staging_age(tmp_path):
+    """A submit killed between taking its instances and renaming its staging folder into place: the folder
+    stays. While it is young the job is being created; once it is older than any submit takes, it has ended."""
+    import os
+    import time
+
+    from shardline.backends.local import STAGING_MAX_AGE_SECONDS, LocalBackend
+
+    backend = LocalBackend(tmp_path)
+    staging = tmp_path / "jobs" / ".job-a.x1y2"
+    staging.mkdir(parents=True)
+    assert not backend._ended("job-a")  # being created
+    old = time.time() - STAGING_MAX_AGE_SECONDS - 60
+    os.utime(staging, (old, old))
+    assert backend._ended("job-a")  # its submit died
+    assert backend._ended("job-b")  # never created at all

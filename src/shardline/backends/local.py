@@ -139,6 +139,10 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+# A submit renames its staging folder into place within a second or two; one this old belongs to a dead submit.
+STAGING_MAX_AGE_SECONDS = 120.0
+
+
 class LocalBackend:
     """Runs processing jobs on this machine, one worker process tree per instance."""
 
@@ -219,7 +223,9 @@ class LocalBackend:
         except JobNotFound:
             # Being created (its staging folder is there: its submit has taken its instances and is about to
             # rename it into place), or never created (that submit failed): it holds instances only in the first.
-            return not any(self.job_dir(name).parent.glob(f".{name}.*"))
+            # A staging folder older than a submit takes is a submit that died before its rename.
+            alive_since = time.time() - STAGING_MAX_AGE_SECONDS
+            return not any(p.stat().st_mtime > alive_since for p in self.job_dir(name).parent.glob(f".{name}.*"))
 
     def describe(self, name: str) -> JobState:
         job_dir = self.job_dir(name)
