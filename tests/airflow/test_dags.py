@@ -138,8 +138,8 @@ def test_a_quota_in_fleet_yaml_admits_a_steps_tasks_through_its_pool_with_its_pi
     # need none.
     assert tasks["watch_score"] == ["sagemaker-ml.c5.2xlarge", 2, 100, "absolute", 2]
     assert tasks["plan_score"][:2] == ["default_pool", 1] and tasks["report"][:2] == ["default_pool", 1]
-    # The Param stays within the quota (6) and the step's own cap (5).
-    assert parsed["max_instances"]["tabular_scoring_hourly"] == 5
+    # The Param stays within the quota (6), and at the capped step's own count (2): its cap counts 2 a job.
+    assert parsed["max_instances"]["tabular_scoring_hourly"] == 2
     # A type without a quota: the default pool, at the default priority (normal).
     assert {tuple(t[:3]) for t in parsed["tasks"]["daily_churn"].values()} == {("default_pool", 1, 10)}
     assert {t[4] for t in parsed["tasks"]["daily_churn"].values()} == {None}  # no cap but the quota

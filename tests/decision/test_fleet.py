@@ -162,3 +162,7 @@ def test_a_pool_per_instance_type_and_priorities_in_order():
     text = admission_text("ml.c5.2xlarge", 4, 20)
     assert text.startswith("waiting for 4 ml.c5.2xlarge instance(s) within the account's quota of 20 (pool ")
     assert "sagemaker-ml.c5.2xlarge" in text and "`shardline fleet`" in text
+    both = admission_text("ml.c5.2xlarge", 4, 20, cap=8)
+    assert "quota of 20 (pool" in both and "and the step's resources.max_concurrent_instances of 8;" in both
+    capped = admission_text("ml.c5.2xlarge", 4, None, cap=8)
+    assert capped == "waiting for 4 ml.c5.2xlarge instance(s) within the step's resources.max_concurrent_instances of 8"

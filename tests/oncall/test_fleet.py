@@ -15,17 +15,16 @@ def test_todays_jobs_are_counted_on_the_type_each_step_last_ran_on():
         StepRecord("PARTIAL", 2, instance_type=C5),  # ended within its tolerance: it succeeded
         StepRecord("FAILED", 3, instance_type=C5),
         StepRecord("CANCELLED", 1, instance_type=C5),
-        StepRecord("RUNNING", 1, instance_type=C5),
+        StepRecord("PLANNED", 1, instance_type=C5),  # running: its STEP item says PLANNED until it ends
         # Two jobs SageMaker could not provision on the first type; the third ran on the fallback and succeeded.
         StepRecord("SUCCEEDED", 3, instance_type=C5_4X, capacity_failures={C5: 2}),
-        StepRecord("SUBMITTED", 2, instance_type=C5_4X, capacity_failures={C5: 1}),
+        StepRecord("PLANNED", 2, instance_type=C5_4X, capacity_failures={C5: 1}),  # running on the fallback
         StepRecord("SKIPPED", 1, instance_type=C5),  # an empty input: no job
-        StepRecord("PLANNED", 1, instance_type=C5),  # waiting for its pool: no job yet
-        StepRecord("RUNNING", 1),  # a plan without the type: not counted anywhere
+        StepRecord("SUCCEEDED", 1),  # a plan without the type: not counted anywhere
     ]
     assert jobs_by_type(steps) == {
-        C5: JobsToday(succeeded=2, resubmitted_for_capacity=3, failed=2, running=1),
-        C5_4X: JobsToday(succeeded=1, running=1),
+        C5: JobsToday(succeeded=2, resubmitted_for_capacity=3, failed=2),
+        C5_4X: JobsToday(succeeded=1),
     }
     assert jobs_by_type([]) == {}
 
@@ -38,13 +37,18 @@ def test_the_lines_say_the_quota_who_holds_it_who_waits_and_todays_jobs():
         3,
         [StepInPool("hourly/run-1 watch_score", 3, 120.0)],
         [StepInPool("backfill/run-9 watch_score", 2, 41.0), StepInPool("hourly/run-2 watch_score", 2, 5.0)],
-        JobsToday(succeeded=12, resubmitted_for_capacity=1, failed=0, running=1),
+        JobsToday(succeeded=12, resubmitted_for_capacity=1, failed=0),
     )
     assert fleet_lines([view]) == [
         "ml.c5.2xlarge: 3 of 4 in use (pool sagemaker-ml.c5.2xlarge); 1 step task(s) running, 2 waiting, the oldest "
         "for 41s",
-        "  today    12 succeeded, 1 resubmitted for capacity, 0 failed, 1 running",
+        "  today    12 succeeded, 1 resubmitted for capacity, 0 failed",
         "  running  hourly/run-1 watch_score (3 instance(s))",
         "  waiting  backfill/run-9 watch_score (2 instance(s)) for 41s",
         "  waiting  hourly/run-2 watch_score (2 instance(s)) for 5s",
     ]
+
+
+def test_when_the_ledger_cannot_be_read_the_lines_say_so_and_still_show_the_pool():
+    view = TypeView(C5, "sagemaker-ml.c5.2xlarge", 4, 0, [], [], None, "the ledger could not be read (ClientError)")
+    assert fleet_lines([view])[1] == "  today    unknown: the ledger could not be read (ClientError)"

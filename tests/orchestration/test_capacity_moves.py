@@ -120,7 +120,7 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
     assert decision.action is Action.ADVANCE  # with retry.max_attempts: 1, after 3 jobs
     assert (attempt.instance_type, attempt.instance_count, attempt.counted_number) == ("ml.c5.2xlarge", 1, 1)
     assert (attempt.capacity_failures, attempt.planned_instances) == ({"ml.m5.xlarge": 2}, 2)
-    # A retried watch knows only attempt 1 (its submit task's XCom): it resumes at attempt 3 as it is, from the
+    # A retried watch knows only attempt 1 (its plan task's XCom): it resumes at attempt 3 as it is, from the
     # STEP item's plan, so it counts the same and the next capacity failure is charged to the right type.
     resumed = steps.resume(spec, first)
     assert (resumed.number, resumed.instance_type, resumed.capacity_failures, resumed.counted_number) == (

@@ -1,4 +1,4 @@
-"""One DAG per pipeline spec: plan -> submit -> watch for each step, then a report.
+"""One DAG per pipeline spec: plan -> watch (it submits and follows the step's jobs) for each step, then a report.
 
 A DAG file in ``dags/`` is two lines::
 
@@ -30,11 +30,13 @@ SPEC_DIR = "pipelines"
 
 def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, Param]:
     """The trigger form. Each Param's schema allows only what the spec allows, so a bad conf is a 400
-    at trigger time that names the field, before anything runs (an instance count within every step's quota
-    and resources.max_concurrent_instances, too)."""
+    at trigger time that names the field, before anything runs (an instance count within every step's quota,
+    and no more than a step with resources.max_concurrent_instances plans, too)."""
     first = spec.steps[0]
     quotas = [q for s in spec.steps if (q := _quota(s, fleet)) is not None]
-    caps = [c for s in spec.steps if (c := s.resources.max_concurrent_instances) is not None]
+    # A capped step's watch may run max_concurrent_instances // instance_count times at once, counted with the
+    # spec's instance_count: a run may ask for fewer instances, never more.
+    capped = [s.resources.instance_count for s in spec.steps if s.resources.max_concurrent_instances is not None]
     version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
     params = {
         "input_prefix": Param(
@@ -57,7 +59,7 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
             None,
             type=["null", "integer"],
             minimum=1,
-            maximum=min([MAX_INSTANCE_COUNT, *quotas, *caps]),
+            maximum=min([MAX_INSTANCE_COUNT, *quotas, *capped]),
             title="Instance count",
             description="overrides every step's resources.instance_count",
         ),
@@ -132,9 +134,10 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
         for step in spec.steps:
             input_prefix = outputs[step.input.from_step] if step.input.from_step else step.input.prefix
             admitted = admission(step, fleet, spec_path)
+            cap = step.resources.max_concurrent_instances
             note = (
-                admission_text(step.resources.instance_type, admitted["pool_slots"], _quota(step, fleet) or 0)
-                if "pool" in admitted
+                admission_text(step.resources.instance_type, step.resources.instance_count, _quota(step, fleet), cap)
+                if "pool" in admitted or cap is not None
                 else ""
             )
             plan = PlanStepOperator(

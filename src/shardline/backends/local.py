@@ -143,6 +143,14 @@ def _group_alive(pgid: int) -> bool:
 STAGING_MAX_AGE_SECONDS = 120.0
 
 
+def _modified_since(path: Path, since: float) -> bool:
+    """Whether ``path`` changed after ``since``; one renamed away meanwhile (its submit finished) did."""
+    try:
+        return path.stat().st_mtime > since
+    except FileNotFoundError:
+        return True
+
+
 class LocalBackend:
     """Runs processing jobs on this machine, one worker process tree per instance."""
 
@@ -225,7 +233,7 @@ class LocalBackend:
             # rename it into place), or never created (that submit failed): it holds instances only in the first.
             # A staging folder older than a submit takes is a submit that died before its rename.
             alive_since = time.time() - STAGING_MAX_AGE_SECONDS
-            return not any(p.stat().st_mtime > alive_since for p in self.job_dir(name).parent.glob(f".{name}.*"))
+            return not any(_modified_since(p, alive_since) for p in self.job_dir(name).parent.glob(f".{name}.*"))
 
     def describe(self, name: str) -> JobState:
         job_dir = self.job_dir(name)

@@ -187,10 +187,16 @@ def pool_name(instance_type: str) -> str:
     return POOL_PREFIX + instance_type
 
 
-def admission_text(instance_type: str, needed: int, quota: int) -> str:
-    """What a planned step says (on its STEP item: `shardline status`, the page) until its pool admits it."""
-    return (
-        f"waiting for {needed} {instance_type} instance(s) within the account's quota of {quota} (pool "
-        f"{pool_name(instance_type)}, quotas.{instance_type} in dags/fleet.yaml); `shardline fleet` shows the "
-        "steps holding them and those waiting"
+def admission_text(instance_type: str, needed: int, quota: int | None, cap: int | None = None) -> str:
+    """What a planned step says (on its STEP item: `shardline status`, the page) until Airflow admits it: within
+    the account's ``quota`` of the type (its pool), and the step's own ``cap`` (resources.max_concurrent_instances)."""
+    limits = []
+    if quota is not None:
+        pool = pool_name(instance_type)
+        limits.append(f"the account's quota of {quota} (pool {pool}, quotas.{instance_type} in dags/fleet.yaml)")
+    if cap is not None:
+        limits.append(f"the step's resources.max_concurrent_instances of {cap}")
+    where = "`shardline fleet` shows the steps holding them and those waiting" if quota is not None else ""
+    return f"waiting for {needed} {instance_type} instance(s) within {' and '.join(limits)}" + (
+        f"; {where}" if where else ""
     )

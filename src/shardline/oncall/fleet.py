@@ -69,13 +69,13 @@ class StepInPool:
 
 @dataclasses.dataclass(frozen=True)
 class JobsToday:
-    """A type's jobs of the steps that started today (UTC), from the ledger: the steps whose last job ran on it,
-    by how they ended, and the jobs SageMaker could not provision there, each of which went again."""
+    """A type's jobs of the runs started today (UTC), from the ledger: the steps that ended with their last job on
+    it, by how they ended, and the jobs SageMaker could not provision there, each of which went again. A step
+    still going is not counted here: the pool's running steps are (its STEP item says PLANNED until it ends)."""
 
     succeeded: int = 0  # the step succeeded (or ended partial, within its tolerance)
     resubmitted_for_capacity: int = 0
     failed: int = 0  # the step failed (or was cancelled)
-    running: int = 0
 
 
 _ENDED_WELL = (StepStatus.SUCCEEDED, StepStatus.PARTIAL)
@@ -89,11 +89,11 @@ def jobs_by_type(steps: Iterable[StepRecord]) -> dict[str, JobsToday]:
         for instance_type, failures in step.capacity_failures.items():
             of_type = counts.setdefault(instance_type, {})
             of_type["resubmitted_for_capacity"] = of_type.get("resubmitted_for_capacity", 0) + failures
-        if step.instance_type is None or step.status in (StepStatus.SKIPPED, StepStatus.PLANNED):
-            continue  # no job yet (it waits for its pool), none at all (an empty input), or a plan without the type
-        status = "succeeded" if step.status in _ENDED_WELL else "failed" if step.status in _ENDED_BADLY else "running"
+        ended = "succeeded" if step.status in _ENDED_WELL else "failed" if step.status in _ENDED_BADLY else None
+        if step.instance_type is None or ended is None:
+            continue  # not ended (planned, waiting or running), no job at all (an empty input), or no type
         of_type = counts.setdefault(step.instance_type, {})
-        of_type[status] = of_type.get(status, 0) + 1
+        of_type[ended] = of_type.get(ended, 0) + 1
     return {instance_type: JobsToday(**c) for instance_type, c in counts.items()}
 
 
@@ -105,7 +105,8 @@ class TypeView:
     in_use: int  # the slots held now: the instances of the steps submitted and watched
     running: list[StepInPool]
     waiting: list[StepInPool]  # the longest waiting first
-    today: JobsToday = JobsToday()
+    today: JobsToday | None = JobsToday()  # None: the ledger could not be read (``today_error`` says why)
+    today_error: str | None = None
 
     @property
     def oldest_wait_seconds(self) -> float | None:
@@ -117,10 +118,14 @@ def _since(text: str | None, now: dt.datetime) -> float | None:
 
 
 def fleet_view(
-    dags_folder: Path, client, now: dt.datetime, today: Mapping[str, JobsToday] | None = None
+    dags_folder: Path,
+    client,
+    now: dt.datetime,
+    today: Mapping[str, JobsToday] | None = None,
+    today_error: str | None = None,
 ) -> list[TypeView]:
     """Per instance type with a quota: its pool's slots in use, the steps holding and waiting for them, and
-    ``today``'s jobs (:func:`jobs_by_type`)."""
+    ``today``'s jobs (:func:`jobs_by_type`; ``today_error``: why they could not be read)."""
     views = []
     for instance_type, quota in sorted(load_fleet(dags_folder).quotas.items()):
         name = pool_name(instance_type)
@@ -134,8 +139,8 @@ def fleet_view(
         waiting = [step(t, _since(t.get("scheduled_when"), now)) for t in tis if t["state"] in WAITING]
         waiting.sort(key=lambda s: -(s.seconds or 0))
         in_use = int(found.get("occupied_slots") or 0)
-        jobs = (today or {}).get(instance_type, JobsToday())
-        views.append(TypeView(instance_type, name, quota, in_use, running, waiting, jobs))
+        jobs = None if today_error else (today or {}).get(instance_type, JobsToday())
+        views.append(TypeView(instance_type, name, quota, in_use, running, waiting, jobs, today_error))
     return views
 
 
@@ -152,7 +157,9 @@ def fleet_lines(views: list[TypeView]) -> list[str]:
         jobs = view.today
         lines.append(
             f"  today    {jobs.succeeded} succeeded, {jobs.resubmitted_for_capacity} resubmitted for capacity, "
-            f"{jobs.failed} failed, {jobs.running} running"
+            f"{jobs.failed} failed"
+            if jobs is not None
+            else f"  today    unknown: {view.today_error}"
         )
         lines += [f"  running  {s.step} ({s.instances} instance(s))" for s in view.running]
         lines += [
@@ -164,9 +171,25 @@ def fleet_lines(views: list[TypeView]) -> list[str]:
 
 def fleet_report(dags_folder: Path, client, reads, now: dt.datetime) -> list[TypeView]:
     """What `shardline fleet` and the on-call page's fleet panel show: :func:`fleet_view`, with the jobs of the
-    steps started today (UTC) read from the ledger (``reads``: :class:`~shardline.oncall.reads.OnCallReads`)."""
+    runs started today (UTC) read from the ledger (``reads``: :class:`~shardline.oncall.reads.OnCallReads`). The
+    pools still show when the ledger cannot be read."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from pynamodb.exceptions import PynamoDBException
+
+    from shardline.oncall.airflow_client import AirflowApiError
+    from shardline.oncall.errors import Refused, Unavailable
+
     midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    return fleet_view(dags_folder, client, now, jobs_by_type(reads.steps_started_since(midnight)))
+    try:
+        today, error = jobs_by_type(reads.steps_started_since(midnight)), None
+    except (PynamoDBException, BotoCoreError, ClientError) as err:
+        today, error = None, f"the ledger could not be read ({type(err).__name__}); the pools above are Airflow's"
+    try:
+        return fleet_view(dags_folder, client, now, today, error)
+    except AirflowApiError as err:
+        if err.status in (401, 403):
+            raise Refused(f"Airflow would not show its pools to this user ({err}): it needs Pool read access") from err
+        raise Unavailable(f"Airflow's pools could not be read ({err})") from err
 
 
 def view_json(view: TypeView) -> dict:

@@ -157,7 +157,7 @@ class Attempt(BaseModel):
         values = {k: v for k, v in data.items() if k in known}
         attempt = cls(**values, number=int(data["attempt"]), file_count=int(data.get("files") or 0))
         # A name that no longer derives the same (naming changed under a run in flight) would have the
-        # sensor watch, or the submit task start, another job than the one this attempt is: refuse.
+        # watch task follow, or submit, another job than the one this attempt is: refuse.
         for name in ("job_name", "manifest_uri"):
             if name in data and data[name] != getattr(attempt, name):
                 raise AttemptRecordError(

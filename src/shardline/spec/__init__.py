@@ -249,7 +249,8 @@ class Resources(_Strict):
     """worker processes per instance (unset: one per core, or per GPU)"""
     max_concurrent_instances: Annotated[int, Field(ge=1)] | None = None
     """the most instances this step's jobs use at once, over all the pipeline's runs (unset: only the fleet
-    quota limits them); its watch task runs at most max_concurrent_instances // instance_count at once"""
+    quota limits them); its watch task runs at most max_concurrent_instances // instance_count at once, and the
+    instance_count Param may not raise the count"""
 
     @model_validator(mode="after")
     def _cap_fits_a_job(self) -> Resources:

@@ -1,2 +1,2 @@
-"""The tasks of a pipeline step that ``dag_from_spec`` creates: plan, submit, watch (a deferrable operator whose
-trigger polls), and the run's report."""
+"""The tasks of a pipeline step that ``dag_from_spec`` creates: plan, and watch (a deferrable operator that submits
+the step's jobs and whose trigger polls them), and the run's report."""

@@ -37,14 +37,16 @@ def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: 
     from shardline.orchestration.capacity_moves import note_waiting
 
     attempt = Attempt.from_xcom(planned)
+    # After a wait, the attempt must still own the step (an operator may have resubmitted or cancelled it
+    # meanwhile): the note's fenced clear checks that before anything is submitted.
+    if refusals and not note_waiting(task.spec, attempt, ""):
+        raise StepMovedOn(moved_on_text(attempt))
     try:
-        submitted = step_functions().submit(task.spec, attempt).to_xcom()
+        return step_functions().submit(task.spec, attempt).to_xcom()
     except SubmitRefused as err:
         if not wait_to_submit(task, err, refusals=refusals, waited=waited, then=then):
             raise StepMovedOn(moved_on_text(attempt)) from err
-    if refusals:
-        note_waiting(task.spec, attempt, "")  # it waits no more: the STEP item says nothing stale
-    return submitted
+        raise  # not reached: wait_to_submit defers
 
 
 class StepMovedOn(AirflowFailException):

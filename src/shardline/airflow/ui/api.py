@@ -341,13 +341,17 @@ def pipelines(user: Annotated[BaseUser, Depends(dag_access("GET"))]) -> list[dic
 
 
 @read_routes.get("/fleet")
-def fleet(request: Request, _user: Annotated[BaseUser, Depends(dag_access("GET"))], bearer: BearerDep) -> list[dict]:
+def fleet(request: Request, user: Annotated[BaseUser, Depends(dag_access("GET"))], bearer: BearerDep) -> list[dict]:
     """Per instance type with a quota (``dags/fleet.yaml``): its instances in use, the steps running and waiting
-    on its pool (read from Airflow as the caller), and today's jobs (from the ledger), as `shardline fleet`."""
+    on its pool (read from Airflow as the caller), and today's jobs of the pipelines the caller may read (from the
+    ledger), as `shardline fleet`."""
     from shardline.oncall.fleet import fleet_report, view_json
 
     client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
-    return [view_json(v) for v in fleet_report(_dags_folder(), client, _oncall(), dt.datetime.now(dt.UTC))]
+    oncall = _oncall()
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+    oncall.specs = {name: spec for name, spec in oncall.specs.items() if name in readable}
+    return [view_json(v) for v in fleet_report(_dags_folder(), client, oncall, dt.datetime.now(dt.UTC))]
 
 
 @read_routes.get("/runs")
