@@ -272,6 +272,9 @@ def main() -> int:
             # scheduler and the triggerer.
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
+            # A task's calls to the API server wait out SQLite's lock (60 s, tests/support/sqlite_args.py) instead
+            # of failing the try after 5 s and costing a 30 s retry (seen when a dozen plans start at once).
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "90",
         }
         with airflow_standalone(root / "home", dags, env, extra_env=extra) as stack:
             client = stack.client()
