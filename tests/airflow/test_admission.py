@@ -60,13 +60,11 @@ def _wait_until(what, check, timeout: float = 240) -> None:
         time.sleep(2)
 
 
-def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_stack, tmp_path):
+def _stage_inputs(stack, tmp_path, names: tuple[str, ...]) -> None:
+    """The bucket, the ledger table, a tiny model, and two input files for each of the named pipelines."""
     from examples import synthetic
     from shardline.ledger.table import create_ledger_table
 
-    stack, client = airflow_stack, airflow_stack.client()
-    patch = pytest.MonkeyPatch()
-    stack.use_aws(patch)
     s3 = stack.s3()
     if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
         s3.create_bucket(Bucket=BUCKET)
@@ -75,8 +73,15 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
     synthetic.pack(model.parent, tmp_path / "model.tar.gz")
     s3.upload_file(str(tmp_path / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
     for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=2_000):
-        for name in ("priority_low", "priority_high"):
+        for name in names:
             s3.upload_file(str(path), BUCKET, f"priority/{name}/{path.name}")
+
+
+def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_stack, tmp_path):
+    stack, client = airflow_stack, airflow_stack.client()
+    patch = pytest.MonkeyPatch()
+    stack.use_aws(patch)
+    _stage_inputs(stack, tmp_path, ("priority_low", "priority_high"))
     pool = pool_name(PRIORITY_TYPE)
     client.put_pool(pool, 0, "closed until the test opens it", create=client.pool(pool) is None)
     try:
@@ -151,22 +156,6 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
     # the backfill start.
     assert high["watch_score"]["end_date"] <= low["watch_score"]["start_date"]
     assert (high["watch_score"]["priority_weight"], low["watch_score"]["priority_weight"]) == (100, 1)
-
-
-def _stage_inputs(stack, tmp_path, names: tuple[str, ...]):
-    from examples import synthetic
-    from shardline.ledger.table import create_ledger_table
-
-    s3 = stack.s3()
-    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
-        s3.create_bucket(Bucket=BUCKET)
-    create_ledger_table("shardline-jobs", "us-east-1", stack.env["AWS_ENDPOINT_URL"])
-    model = synthetic.train_xgboost(tmp_path / "model")
-    synthetic.pack(model.parent, tmp_path / "model.tar.gz")
-    s3.upload_file(str(tmp_path / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
-    for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=2_000):
-        for name in names:
-            s3.upload_file(str(path), BUCKET, f"priority/{name}/{path.name}")
 
 
 def test_refused_submits_are_waited_out_in_the_real_scheduler_and_spend_no_attempt(airflow_stack, tmp_path):

@@ -133,11 +133,10 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
         outputs = {}
         for step in spec.steps:
             input_prefix = outputs[step.input.from_step] if step.input.from_step else step.input.prefix
-            admitted = admission(step, fleet, spec_path)
-            cap = step.resources.max_concurrent_instances
-            note = (
-                admission_text(step.resources.instance_type, step.resources.instance_count, _quota(step, fleet), cap)
-                if "pool" in admitted or cap is not None
+            quota, cap = _quota(step, fleet), step.resources.max_concurrent_instances
+            note = (  # what the step says while Airflow holds it back for the quota or its cap
+                admission_text(step.resources.instance_type, step.resources.instance_count, quota, cap)
+                if quota is not None or cap is not None
                 else ""
             )
             plan = PlanStepOperator(
@@ -160,7 +159,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
                 plan_task_id=plan.task_id,
                 poll_interval=spec.poll_interval_seconds,
                 admission_note=note,
-                **admitted,
+                **admission(step, fleet, spec_path),
             )
             plan >> watch
             if previous is not None:
