@@ -18,6 +18,7 @@ The hourly pipeline, by default:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -43,22 +44,53 @@ def say(text: str) -> None:
     print(f"\n==> {text}", flush=True)
 
 
-def kill_one_instance(local_root: Path, host: str, stop: threading.Event) -> None:
-    """Failure injection: SIGKILL one instance's worker tree of attempt 1 as soon as it runs."""
+@dataclasses.dataclass
+class Kill:
+    """What the failure injection did: the instance it killed and how far that instance had got."""
+
+    host: str
+    finished: int = 0  # its files recorded SUCCEEDED (each output in S3 already) when it was killed
+    share: int = 0  # the files dealt to it
+    done: bool = False
+
+
+def kill_one_instance(local_root: Path, spec, kill: Kill, stop: threading.Event) -> None:
+    try:
+        _kill_one_instance(local_root, spec, kill, stop)
+    except Exception as err:  # noqa: BLE001 - a thread's error would vanish in the log: say it, the summary fails
+        print(f"\n!!! demo: the failure injection failed: {type(err).__name__}: {err}", flush=True)
+
+
+def _kill_one_instance(local_root: Path, spec, kill: Kill, stop: threading.Event) -> None:
+    """Failure injection: SIGKILL one instance of attempt 1 once a quarter of its files are durable, as a machine
+    lost mid-job: its finished files must be kept, and only its unfinished ones scored again."""
     import psutil
 
+    from shardline.ledger.states import FileStatus
+    from shardline.ledger.step_reads import read_step
+    from shardline.orchestration import services
+
+    model = services.ledger_model(spec)
     while not stop.is_set():
-        for log in local_root.glob(f"jobs/*-a1/{host}/worker.log"):
-            if json.loads((log.parent.parent / "state.json").read_text()).get("runtime") == "docker":
+        for log in local_root.glob(f"jobs/*-a1/{kill.host}/worker.log"):
+            job = log.parent.parent
+            run_id = json.loads((job / "request.json").read_text())["Environment"]["SHARDLINE_RUN_ID"]
+            share = sum(1 for _ in (log.parent / "processing" / "input" / "data").rglob("*.parquet"))
+            records = read_step(model, StepRef(spec.pipeline, run_id, "score"), file_attributes=None)
+            finished = sum(
+                f.status is FileStatus.SUCCEEDED and f.host == kill.host and f.attempt == 1 for f in records.files
+            )
+            if not share or finished < share // 4:
+                continue
+            if json.loads((job / "state.json").read_text()).get("runtime") == "docker":
                 # The instance is a container of the worker image: kill it whole, as a lost machine.
                 from shardline.backends.local_container import container_name
 
-                name = container_name(log.parent.parent.name, host)
+                name = container_name(job.name, kill.host)
                 if subprocess.run(["docker", "kill", name], capture_output=True, check=False).returncode == 0:
+                    kill.finished, kill.share, kill.done = finished, share, True
                     print(
-                        f"\n!!! demo: killed instance {host} of attempt 1 (container {name}) to show the "
-                        "resubmission\n",
-                        flush=True,
+                        f"\n!!! demo: killed instance {kill.host} of attempt 1 (container {name}) {_when(kill, share)}"
                     )
                     return
                 continue
@@ -66,17 +98,20 @@ def kill_one_instance(local_root: Path, host: str, stop: threading.Event) -> Non
             for proc in psutil.process_iter(["cmdline"]):
                 cmd = proc.info["cmdline"] or []
                 if "shardline.worker" in cmd and any(marker in part for part in cmd):
-                    time.sleep(0.5)  # mid-run: well before its share of 50k-row files can be done
                     victims = [proc, *proc.children(recursive=True)]
                     for victim in victims:
                         victim.kill()
-                    print(
-                        f"\n!!! demo: killed instance {host} of attempt 1 (pid {proc.pid}, "
-                        f"{len(victims)} process(es)) to show the resubmission\n",
-                        flush=True,
-                    )
+                    kill.finished, kill.share, kill.done = finished, share, True
+                    print(f"\n!!! demo: killed instance {kill.host} of attempt 1 (pid {proc.pid}) {_when(kill, share)}")
                     return
-        time.sleep(0.1)
+        time.sleep(0.2)
+
+
+def _when(kill: Kill, share: int) -> str:
+    return (
+        f"with {kill.finished} of its {share} files recorded SUCCEEDED (their outputs are in S3 already): "
+        "only its unfinished files should be scored again\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,8 +321,9 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     print(f"    sha256 {sha}, pinned as model.versions.v1 in {dags / 'pipelines' / f'{PIPELINE}.yaml'}")
 
     stop = threading.Event()
-    if inject_failure:
-        threading.Thread(target=kill_one_instance, args=(work / "local", "algo-2", stop), daemon=True).start()
+    kill = Kill("algo-2") if inject_failure else None
+    if kill:
+        threading.Thread(target=kill_one_instance, args=(work / "local", spec, kill, stop), daemon=True).start()
 
     say(
         f"running DAG {PIPELINE} for the hour {HOUR:%Y-%m-%d %H:00}-{LOGICAL_DATE:%H:00} with dag.test() on the local "
@@ -298,7 +334,7 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
         return 1
     run, wall = ran
     stop.set()
-    return summarize(spec, run, wall, work, expected_rows=rows)
+    return summarize(spec, run, wall, work, expected_rows=rows, kill=kill)
 
 
 def _task_span(dag_id: str, run_id: str) -> tuple[float, float]:
@@ -339,8 +375,9 @@ def fetch_report(spec, run_id: str, step: str) -> tuple[str, bool]:
     return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path), True
 
 
-def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
+def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill | None = None) -> int:
     from shardline.orchestration import steps
+    from shardline.orchestration.step_files import read_step_files
 
     run_id = run.run_id
     summary = steps.report(spec, StepRef(spec.pipeline, run_id, "score"))
@@ -376,13 +413,36 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int) -> int:
         ("output", out),
         ("report", report_path),
     ]
+    redone_ok = True
+    if kill is not None:
+        files = read_step_files(spec, StepRef(spec.pipeline, run_id, "score")).files
+        redone = sum(f.attempt > 1 for f in files)
+        share = kill.share
+        unfinished = share - kill.finished
+        redone_ok = kill.done and redone <= unfinished
+        rows.insert(
+            4,
+            (
+                "recovery",
+                f"attempt 2 scored {redone} file(s) again: {kill.host} was killed with {kill.finished} of its "
+                f"{share} files durable, so at most its {unfinished} unfinished ones go again; the other "
+                f"{len(files) - redone} file(s) were kept"
+                if kill.done
+                else "the failure injection did not fire (the job ended first)",
+            ),
+        )
     say("summary")
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
     for failed in summary["failed_files"]:
         print(f"  failed file       {failed['input']}: {failed['error']}")
-    ok = str(run.state) == "success" and summary["rows_in"] == summary["rows_out"] == expected_rows and reported
+    ok = (
+        str(run.state) == "success"
+        and summary["rows_in"] == summary["rows_out"] == expected_rows
+        and reported
+        and redone_ok
+    )
     return 0 if ok else 1
 
 

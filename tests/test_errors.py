@@ -82,6 +82,7 @@ def test_the_permanent_file_failures_are_the_ones_the_policy_never_retries():
         "PredictionError",
         "LateInputError",
         "UnvouchedOutputError",
+        "OutputUploadError",
         "ThrottlingError",
         None,
         "",

@@ -69,8 +69,13 @@ class LateInputError(FileError):
 
 
 class UnvouchedOutputError(FileError):
-    """Recorded at the step's end: the ledger says SUCCEEDED, but the instance's own manifest does not vouch for
-    the output (``resubmit --all-failed`` scores the file again)."""
+    """Recorded at the step's end: the ledger says SUCCEEDED, but the object in S3 is missing or is not the one the
+    worker uploaded (its size or sha256 differ from the ledger's), so ``resubmit --all-failed`` scores it again."""
+
+
+class OutputUploadError(FileError):
+    """The worker wrote the file's output but could not upload it (S3 refused or did not answer within the
+    client's retries): a next attempt scores it again."""
 
 
 # --- an instance that could not start ----------------------------------------------------------------------
@@ -114,6 +119,7 @@ RECORDED: dict[str, type[ShardlineError]] = {
         UnsafeKeyError,
         LateInputError,
         UnvouchedOutputError,
+        OutputUploadError,
         SetupError,
         HostSetupError,
         ModelIntegrityError,

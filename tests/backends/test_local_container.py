@@ -20,19 +20,13 @@ REQUEST = {
     "ProcessingJobName": "sl-p-score-abc-a1",
     "AppSpecification": {
         "ImageUri": "shardline-worker:local",
-        "ContainerArguments": ["--exit-zero-on-file-failures", "--manifest-dir", contract.METADATA_DIR],
+        "ContainerArguments": ["--exit-zero-on-file-failures"],
     },
     "Environment": {"SHARDLINE_LEDGER_TABLE": "t", "AWS_REGION": "eu-west-1"},
     "ProcessingInputs": [
         {"InputName": "data", "S3Input": {"S3Uri": "s3://b/m.json", "LocalPath": contract.DATA_DIR}},
         {"InputName": "model", "S3Input": {"S3Uri": "s3://b/model.tar.gz", "LocalPath": contract.MODEL_DIR}},
     ],
-    "ProcessingOutputConfig": {
-        "Outputs": [
-            {"OutputName": "predictions", "S3Output": {"S3Uri": "s3://b/out/", "LocalPath": contract.OUTPUT_DIR}},
-            {"OutputName": "metadata", "S3Output": {"S3Uri": "s3://b/meta/", "LocalPath": contract.METADATA_DIR}},
-        ]
-    },
 }
 
 
@@ -49,7 +43,8 @@ def test_an_instance_runs_the_requests_image_arguments_environment_and_paths(tmp
     assert "--entrypoint" not in command and "--user" not in command  # the image's entrypoint and user
     assert command[command.index("--network") + 1] == "jobs-net"
     assert {"--cap-drop", "ALL"} <= set(command)
-    # Inputs read-only at their LocalPaths, outputs writable, the resource config read-only.
+    # Inputs read-only at their LocalPaths, the worker's output folder writable (its outputs wait there for their
+    # upload; the request declares no output, since each instance uploads its own), the resource config read-only.
     binds = {
         m.split("target=")[1].split(",")[0]: m
         for m in (command[i + 1] for i, arg in enumerate(command) if arg == "--mount")
@@ -58,7 +53,6 @@ def test_an_instance_runs_the_requests_image_arguments_environment_and_paths(tmp
         contract.DATA_DIR,
         contract.MODEL_DIR,
         contract.OUTPUT_DIR,
-        contract.METADATA_DIR,
         contract.RESOURCE_CONFIG,
     }
     read_only = (contract.DATA_DIR, contract.MODEL_DIR, contract.RESOURCE_CONFIG)

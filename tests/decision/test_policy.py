@@ -58,14 +58,14 @@ def test_in_progress_with_every_file_done_still_waits_for_the_upload():
     assert d.action is Action.WAIT
 
 
-def test_stale_heartbeat_stops_the_job_and_resubmits_everything_it_would_not_upload():
-    # A stopped job uploads none of its outputs: the file it finished goes again with the unfinished ones,
-    # or its rows would be missing while the ledger counts them. A file an earlier attempt finished stays.
+def test_stale_heartbeat_stops_the_job_and_resubmits_only_its_unfinished_files():
+    # Each output is uploaded before its file is recorded SUCCEEDED: what the lost job finished is durable and
+    # stays, whichever attempt finished it; only the unfinished files go again.
     fs = (*files(S, R, P, attempt=2), FileRecord("s3://b/in/earlier.parquet", S, 1))
     d = decide(snap(JobStatus.IN_PROGRESS, fs, attempt=2, shards=[heard("algo-1", 5), heard("algo-2", 301)]), POLICY)
     assert d.action is Action.RESUBMIT
     assert d.stop_job
-    assert d.retry_files == (fs[0].input_key, fs[1].input_key, fs[2].input_key)
+    assert d.retry_files == (fs[1].input_key, fs[2].input_key)
     assert "algo-2" in d.reason
 
 
@@ -149,18 +149,18 @@ def test_completed_with_unfinished_files_is_a_lost_shard_and_resubmits_them():
 
 
 @pytest.mark.parametrize("job", [JobStatus.FAILED, JobStatus.STOPPED])
-def test_failed_or_stopped_job_resubmits_what_is_not_done_and_what_it_may_not_have_uploaded(job):
+def test_failed_or_stopped_job_resubmits_only_what_is_not_done(job):
     fs = (*files(S, R, attempt=2), FileRecord("s3://b/in/earlier.parquet", S, 1))
     d = decide(snap(job, fs, attempt=2, reason="AlgorithmError: exit 137"), POLICY)
     assert d.action is Action.RESUBMIT
-    assert d.retry_files == (fs[0].input_key, fs[1].input_key)  # not the file attempt 1's completed job uploaded
-    assert "exit 137" in d.reason and "may not have been uploaded" in d.reason
+    assert d.retry_files == (fs[1].input_key,)  # the files it finished were uploaded as they finished
+    assert "exit 137" in d.reason and "2 finished file(s) are kept" in d.reason
 
 
-def test_out_of_attempts_a_stopped_jobs_finished_files_count_as_failed_not_as_written():
-    fs = files(S, S, attempt=3)
+def test_out_of_attempts_a_stopped_jobs_finished_files_are_kept_and_its_unfinished_ones_fail():
+    fs = files(S, R, attempt=3)
     d = decide(snap(JobStatus.STOPPED, fs, attempt=3, reason="MaxRuntimeInSeconds (60) exceeded"), POLICY)
-    assert d.action is Action.FAIL and len(d.failed_files) == 2
+    assert d.action is Action.FAIL and [f.input_key for f in d.failed_files] == [fs[1].input_key]
 
 
 def test_transient_failures_are_retried_permanent_ones_are_not():
@@ -204,11 +204,11 @@ def test_percent_tolerance():
     assert decide(snap(JobStatus.COMPLETED, files(F, F, *([S] * 8))), policy).action is Action.FAIL
 
 
-def test_job_failed_after_every_file_succeeded_reruns_them():
+def test_job_failed_after_every_file_succeeded_keeps_them():
+    # Every output went up before its file was recorded, and the step's end checks each against S3.
     fs = files(S, S)
-    d = decide(snap(JobStatus.FAILED, fs, reason="upload failed"), POLICY)
-    assert d.action is Action.RESUBMIT
-    assert set(d.retry_files) == {f.input_key for f in fs}
+    d = decide(snap(JobStatus.FAILED, fs, reason="AlgorithmError: exit 1"), POLICY)
+    assert d.action is Action.ADVANCE and not d.retry_files
 
 
 def test_empty_step_advances():

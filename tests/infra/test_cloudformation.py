@@ -639,7 +639,7 @@ def _create_job_context(request: dict) -> dict:
     cluster, network = request["ProcessingResources"]["ClusterConfig"], request.get("NetworkConfig", {})
     if "VolumeKmsKeyId" in cluster:
         context["sagemaker:VolumeKmsKey"] = cluster["VolumeKmsKeyId"]
-    if "KmsKeyId" in request["ProcessingOutputConfig"]:
+    if "KmsKeyId" in request.get("ProcessingOutputConfig", {}):
         context["sagemaker:OutputKmsKey"] = request["ProcessingOutputConfig"]["KmsKeyId"]
     if "VpcConfig" in network:
         context["sagemaker:VpcSubnets"] = network["VpcConfig"]["Subnets"]
@@ -826,7 +826,7 @@ def test_a_job_writes_under_shardline_only_its_instances_manifests(template):
     for pipeline in ("daily_churn", "weekly_ltv"):
         prefix = f"s3://{bucket}/{values['OutputPrefix']}{pipeline}/scores/dt=2026-11-22/"
         written = {
-            "instance manifest": naming.worker_manifest_key(prefix, 2, "algo-1"),
+            "instance manifest": naming.worker_manifest_key(prefix, run, "score", 2, "algo-1"),
             "input manifest": naming.manifest_key(prefix, run, "score", 2),
             "outputs manifest": naming.outputs_manifest_key(prefix, run, "score"),
             "report.html": naming.report_key(prefix, run, "score"),
@@ -858,7 +858,7 @@ def test_airflow_reads_and_writes_exactly_the_report_keys_it_uses_and_reads_the_
     reports = arn(naming.report_key(prefix, run, "score")).rsplit("/", 1)[0]
     for other in ("report.js", "index.html", "report.html.bak"):
         assert not decide(template, AF, "s3:PutObject", f"{reports}/{other}", {}), other
-    instance = arn(naming.worker_manifest_key(prefix, 2, "algo-1"))
+    instance = arn(naming.worker_manifest_key(prefix, run, "score", 2, "algo-1"))
     assert decide(template, AF, "s3:GetObject", instance, {})
     assert not decide(template, AF, "s3:PutObject", instance, {})
 

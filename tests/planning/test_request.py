@@ -67,8 +67,11 @@ def test_request_shards_the_manifest_by_key_and_replicates_the_model():
     assert request["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 4
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200}
     assert request["NetworkConfig"]["VpcConfig"]["Subnets"] == ["subnet-0abc"]
-    assert request["ProcessingOutputConfig"]["KmsKeyId"] == "alias/shardline"
+    # No EndOfJob upload: each instance uploads each output as its file finishes, with the spec's KMS key.
+    assert "ProcessingOutputConfig" not in request
     env = request["Environment"]
+    assert env["SHARDLINE_OUTPUT_URI"] == attempt().output_prefix
+    assert env["SHARDLINE_OUTPUT_KMS_KEY_ID"] == "alias/shardline"
     assert env["SHARDLINE_ATTEMPT"] == "2" and "SHARDLINE_MODEL_SHA256" not in env  # the pin is an argument
     assert env["SHARDLINE_INPUT_URI"] == "s3://data/raw/dt=2026-11-22/"
     assert request["AppSpecification"]["ContainerArguments"] == [
@@ -200,17 +203,17 @@ def test_the_worker_holds_ledger_writes_through_an_outage_until_the_sensor_would
     assert args[args.index("--ledger-retry-seconds") + 1] == "45"
 
 
-def test_a_metadata_prefix_gets_its_own_output_and_the_worker_writes_its_manifest_there(input_shape):
-
+def test_the_instances_manifests_go_to_a_folder_of_their_run_step_and_attempt(input_shape):
+    """Two runs of one partition write one output prefix: their instances' manifests never share a key."""
     spec = full_spec()
     meta = "s3://data/meta/scores/dt=2026-11-22/_shardline/"
     request = build_processing_request(spec, attempt(metadata_prefix=meta), image_uri=IMAGE, role_arn=ROLE)
     report = ParamValidator().validate(request, input_shape)
     assert not report.has_errors(), report.generate_report()
-    outputs = {o["OutputName"]: o["S3Output"] for o in request["ProcessingOutputConfig"]["Outputs"]}
-    assert outputs["metadata"]["S3Uri"] == meta and outputs["predictions"]["S3Uri"] == attempt().output_prefix
-    args = request["AppSpecification"]["ContainerArguments"]
-    assert args[args.index("--manifest-dir") + 1] == outputs["metadata"]["LocalPath"]
-    plain = build_processing_request(spec, attempt(), image_uri=IMAGE, role_arn=ROLE)
-    assert "--manifest-dir" not in plain["AppSpecification"]["ContainerArguments"]
-    assert [o["OutputName"] for o in plain["ProcessingOutputConfig"]["Outputs"]] == ["predictions"]
+    folder = request["Environment"]["SHARDLINE_MANIFEST_URI"]
+    assert folder.startswith(meta.rstrip("/") + "/instances/") and folder.endswith("/score/attempt-0002")
+    assert "--manifest-dir" not in request["AppSpecification"]["ContainerArguments"]
+    plain = build_processing_request(spec, attempt(), image_uri=IMAGE, role_arn=ROLE)["Environment"]
+    other_run = build_processing_request(spec, attempt(run_id="manual__other"), image_uri=IMAGE, role_arn=ROLE)
+    assert plain["SHARDLINE_MANIFEST_URI"].startswith(attempt().output_prefix.rstrip("/") + "/_shardline/instances/")
+    assert plain["SHARDLINE_MANIFEST_URI"] != other_run["Environment"]["SHARDLINE_MANIFEST_URI"]

@@ -258,18 +258,17 @@ def container_command(
 
 
 def instance_mounts(request: dict, instance_dir: Path, local_path) -> list[tuple[Path, str, bool]]:
-    """Each input at its LocalPath (read-only), each output's LocalPath (written by the image's user) and the
-    resource config, mapped from this instance's directory."""
+    """Each input at its LocalPath (read-only), the worker's output folder (written by the image's user; its
+    outputs wait there for their upload, and nothing on this side ever reads it) and the resource config,
+    mapped from this instance's directory."""
     mounts = [(instance_dir / "config" / "resourceconfig.json", contract.RESOURCE_CONFIG, True)]
     for item in request.get("ProcessingInputs", []):
         path = item["S3Input"]["LocalPath"]
         mounts.append((local_path(instance_dir, path), path, True))
-    for item in request.get("ProcessingOutputConfig", {}).get("Outputs", []):
-        path = item["S3Output"]["LocalPath"]
-        source = local_path(instance_dir, path)
-        source.mkdir(parents=True, exist_ok=True)
-        source.chmod(0o777)  # the image's user is not the supervisor's: SageMaker, too, hands it a writable folder
-        mounts.append((source, path, False))
+    source = local_path(instance_dir, contract.OUTPUT_DIR)
+    source.mkdir(parents=True, exist_ok=True)
+    source.chmod(0o777)  # the image's user is not the supervisor's: SageMaker, too, hands it a writable volume
+    mounts.append((source, contract.OUTPUT_DIR, False))
     return mounts
 
 

@@ -2,7 +2,9 @@
 
 Started detached by :class:`shardline.backends.local.LocalBackend`. It plays the part of
 SageMaker Processing for one request: deal out the inputs per instance, run one worker
-per instance, enforce the runtime limit, upload the outputs, record the final state.
+per instance, enforce the runtime limit, record the final state. It uploads nothing: each instance
+uploads its own outputs as its files finish (``worker/job/uploads.py``), with the job's credentials, as on
+SageMaker, so nothing a container wrote is ever read back on this machine (a symlink it left points nowhere).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
 log = logging.getLogger(__name__)
 
 SM_ROOT = contract.CONTAINER_ROOT + "/"
-TEMP_MARKER = contract.TEMP_MARKER  # the worker's incomplete outputs; never uploaded
 
 
 class _Stop(Exception):
@@ -124,24 +125,8 @@ def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
         )
 
 
-def upload_outputs(s3, request: dict, instance_dirs: list[Path]) -> int:
-    uploaded = 0
-    for spec in request.get("ProcessingOutputConfig", {}).get("Outputs", []):
-        bucket, prefix = parse_s3_uri(spec["S3Output"]["S3Uri"])
-        prefix = prefix.rstrip("/") + "/" if prefix else ""
-        for instance_dir in instance_dirs:
-            source = local_path(instance_dir, spec["S3Output"]["LocalPath"])
-            if not source.is_dir():
-                continue
-            for path in sorted(p for p in source.rglob("*") if p.is_file() and TEMP_MARKER not in p.name):
-                s3.upload_file(str(path), bucket, prefix + path.relative_to(source).as_posix())
-                uploaded += 1
-    return uploaded
-
-
 def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
     inputs = {i["InputName"]: i["S3Input"]["LocalPath"] for i in request.get("ProcessingInputs", [])}
-    outputs = request.get("ProcessingOutputConfig", {}).get("Outputs", [])
     command = [
         sys.executable,
         "-m",
@@ -155,8 +140,8 @@ def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
         command += ["--input-dir", str(local_path(instance_dir, inputs["data"]))]
     if "model" in inputs:
         command += ["--model-dir", str(local_path(instance_dir, inputs["model"]))]
-    if outputs:
-        command += ["--output-dir", str(local_path(instance_dir, outputs[0]["S3Output"]["LocalPath"]))]
+    # The worker's default output folder, on this instance's volume: its outputs wait there for their upload.
+    command += ["--output-dir", str(local_path(instance_dir, contract.OUTPUT_DIR))]
     # The container sees /opt/ml/processing/...: so do its arguments (e.g. --manifest-dir).
     arguments = [
         str(local_path(instance_dir, a)) if a.startswith(SM_ROOT) else a
@@ -249,12 +234,7 @@ def run(job_dir: Path) -> dict:
                 local_container.remove_job_containers(request["ProcessingJobName"])
     codes = {host: p.wait() for host, p in procs.items()}
     outcome = job_outcome(codes, time.monotonic() - started, max_runtime)
-    if outcome["status"] == JobStatus.STOPPED.value:
-        # As for a stop on request: EndOfJob outputs go up "after the job completes", and it did not.
-        log.info("exit codes %s; stopped, so no output is uploaded", codes)
-        return outcome
-    uploaded = upload_outputs(s3, request, instance_dirs)
-    log.info("exit codes %s; uploaded %d output file(s)", codes, uploaded)
+    log.info("exit codes %s; %s", codes, outcome["status"])
     return outcome
 
 

@@ -198,12 +198,13 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
         stale, silent = _silent_instances(snapshot, policy)
         if job is JobStatus.IN_PROGRESS and unfinished and (stale or silent):
-            # The job is stopped, and a stopped job uploads nothing: what it finished goes again too.
+            # The job is stopped. What it finished is in S3 already (an instance uploads each output before its
+            # file is recorded SUCCEEDED): only its unfinished files go again.
             return _retry_or_finish(
                 snapshot,
                 policy,
                 failed,
-                [*unfinished, *_unconfirmed(snapshot, succeeded)],
+                unfinished,
                 total,
                 why=_silence(stale, policy.heartbeat_timeout_seconds),
                 stop_job=True,
@@ -212,14 +213,12 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
 
     if len(succeeded) == total and job is JobStatus.COMPLETED:
         return Decision(Action.ADVANCE, _all_succeeded(total))
-    # A job that did not complete (stopped, failed, lost its upload) may have uploaded none of its
-    # outputs: the files this attempt recorded SUCCEEDED go again with the unfinished ones, or their
-    # rows would be missing while the ledger counts them.
-    unconfirmed = _unconfirmed(snapshot, succeeded)
+    # A job that did not complete (stopped, failed, an instance lost) keeps what it finished: each SUCCEEDED
+    # file's output was uploaded before it was recorded, and the step's end checks every one against S3.
     why = f"job {job.value}" + (f" ({snapshot.job_failure_reason})" if snapshot.job_failure_reason else "")
-    if unconfirmed:
-        why += f"; the outputs of the {len(unconfirmed)} file(s) it finished may not have been uploaded"
-    return _retry_or_finish(snapshot, policy, failed, [*unfinished, *unconfirmed], total, why=why)
+    if succeeded:
+        why += f"; its {len(succeeded)} finished file(s) are kept"
+    return _retry_or_finish(snapshot, policy, failed, unfinished, total, why=why)
 
 
 def capacity_backoff(policy: Policy, earlier_capacity_retries: int) -> float:
@@ -255,13 +254,6 @@ def _silence(stale: Sequence[ShardRecord], timeout: float) -> str:
 
 def _all_succeeded(total: int) -> str:
     return "its 1 file succeeded" if total == 1 else f"all {total} files succeeded"
-
-
-def _unconfirmed(snapshot: StepSnapshot, succeeded: list) -> list:
-    """Files the current attempt recorded SUCCEEDED, whose outputs only a COMPLETED job is sure to have uploaded."""
-    if snapshot.job_status is JobStatus.COMPLETED:
-        return []
-    return [f for f in succeeded if f.attempt == snapshot.attempt]
 
 
 def _retry_or_finish(snapshot, policy, failed, unfinished, total, *, why: str, stop_job: bool = False) -> Decision:

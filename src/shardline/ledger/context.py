@@ -20,6 +20,10 @@ ENV_STEP = "SHARDLINE_STEP"
 ENV_ATTEMPT = "SHARDLINE_ATTEMPT"
 ENV_INPUT_URI = "SHARDLINE_INPUT_URI"
 ENV_OUTPUT_URI = "SHARDLINE_OUTPUT_URI"
+# Where the instance puts its own manifest (a folder keyed by run, step and attempt), and the KMS key its uploads
+# use: the instance uploads each output itself as its file finishes (worker/job/uploads.py).
+ENV_MANIFEST_URI = "SHARDLINE_MANIFEST_URI"
+ENV_OUTPUT_KMS_KEY_ID = "SHARDLINE_OUTPUT_KMS_KEY_ID"
 ENV_RETENTION_DAYS = "SHARDLINE_LEDGER_RETENTION_DAYS"
 DEFAULT_RETENTION_DAYS = 90  # as shardline.ledger.table's; repeated here to keep this module import-free
 REQUIRED_ENV = (ENV_PIPELINE, ENV_RUN_ID, ENV_STEP, ENV_ATTEMPT)
@@ -45,6 +49,8 @@ class LedgerContext:
     input_uri: str = ""  # S3 prefix the instance's input dir mirrors; prefixes file keys
     output_uri: str = ""
     retention_days: int = DEFAULT_RETENTION_DAYS  # the items it writes expire this long after
+    manifest_uri: str = ""  # the S3 folder of this attempt's instance manifests
+    output_kms_key_id: str = ""  # SSE-KMS for what the instance uploads ("" = the bucket's default)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LedgerContext | None:
@@ -77,6 +83,8 @@ class LedgerContext:
             input_uri=env.get(ENV_INPUT_URI, ""),
             output_uri=env.get(ENV_OUTPUT_URI, ""),
             retention_days=int(retention),
+            manifest_uri=env.get(ENV_MANIFEST_URI, ""),
+            output_kms_key_id=env.get(ENV_OUTPUT_KMS_KEY_ID, ""),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -90,6 +98,8 @@ class LedgerContext:
             ENV_INPUT_URI: self.input_uri,
             ENV_OUTPUT_URI: self.output_uri,
             ENV_RETENTION_DAYS: str(self.retention_days),
+            ENV_MANIFEST_URI: self.manifest_uri,
+            **({ENV_OUTPUT_KMS_KEY_ID: self.output_kms_key_id} if self.output_kms_key_id else {}),
         }
 
     def input_key(self, relative_path: str) -> str:

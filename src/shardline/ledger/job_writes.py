@@ -37,6 +37,7 @@ class FileOutcome:
     bytes_out: int = 0
     seconds: float = 0.0
     output_key: str | None = None
+    sha256: str | None = None  # the output's sha256 (hex), as uploaded
     error_class: str | None = None
     error_message: str | None = None
 
@@ -79,6 +80,7 @@ class WorkerLedger:
             m.host.set(self.host),
             m.started_at.set(_now()),
             m.finished_at.remove(),
+            m.output_sha256.remove(),  # an earlier attempt's output is not this claim's
             m.error_class.remove(),
             m.error_message.remove(),
             m.failed_pk.remove(),
@@ -114,6 +116,8 @@ class WorkerLedger:
         ]
         if outcome.output_key:
             actions.append(m.output_key.set(outcome.output_key))
+        if outcome.sha256 and outcome.output_key:
+            actions.append(m.output_sha256.set(outcome.sha256))
         if outcome.status is FileStatus.FAILED:
             actions += [
                 m.error_class.set(outcome.error_class or "Error"),

@@ -55,6 +55,7 @@ class FileRecord:
     bytes_out: int | None = None
     seconds: float | None = None  # the worker's own measure of the file's time
     output_key: str | None = None
+    output_sha256: str | None = None  # the output's sha256 as uploaded (hex)
     started_at: dt.datetime | None = None  # claimed
     finished_at: dt.datetime | None = None
     error_class: str | None = None
@@ -75,6 +76,7 @@ class FileRecord:
             bytes_out=_int(_get(item, "bytes_out")),
             seconds=float(seconds) if seconds is not None else None,
             output_key=_get(item, "output_key"),
+            output_sha256=_get(item, "output_sha256"),
             started_at=_time(_get(item, "started_at")),
             finished_at=_time(_get(item, "finished_at")),
             error_class=_get(item, "error_class"),

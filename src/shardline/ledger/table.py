@@ -77,6 +77,9 @@ class LedgerItem(_Expiring, Model):
     rows_out = NumberAttribute(null=True, attr_name="rout")
     bytes_in = NumberAttribute(null=True, attr_name="bin")
     bytes_out = NumberAttribute(null=True, attr_name="bout")
+    # The output's sha256 (hex) as the worker uploaded it: the check before _SUCCESS compares it with S3's own
+    # checksum of the object, so an object another run or writer put at that key never passes for this one.
+    output_sha256 = UnicodeAttribute(null=True, attr_name="osha")
     seconds = NumberAttribute(null=True, attr_name="sec")
     error_class = UnicodeAttribute(null=True, attr_name="ec")
     error_message = UnicodeAttribute(null=True, attr_name="em")

@@ -6,10 +6,12 @@ are not all there and vouched for, or whose input prefix holds files no attempt 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from shardline import contract
 from shardline.decision.policy import Decision, Policy
@@ -21,15 +23,18 @@ from shardline.orchestration import services, watch
 from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import list_inputs_and_refusals, parse_s3_uri, put_metadata
+from shardline.planning.inputs import (
+    MAX_PLAN_FILE_BYTES,
+    list_inputs_and_refusals,
+    parse_plan_file_versions,
+    parse_s3_uri,
+    put_metadata,
+)
 from shardline.spec import PipelineSpec
 
-UNVOUCHED_OUTPUT_ERROR = UnvouchedOutputError.__name__  # a SUCCEEDED file its instance's manifest does not vouch for
+UNVOUCHED_OUTPUT_ERROR = UnvouchedOutputError.__name__  # a SUCCEEDED file whose object in S3 is missing or another
 
 log = logging.getLogger(__name__)
-
-
-MAX_INSTANCE_MANIFEST_BYTES = 256 << 20  # a manifest lists each file once: far below this for any real job
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,15 @@ def read_outputs(spec: PipelineSpec, attempt: Attempt) -> StepOutputs:
     return StepOutputs(records, _listed_outputs(services.s3_client(spec), attempt.output_prefix))
 
 
+class LateInputsFound(Exception):
+    """A step's end looked at its input prefix one last time and found inputs no attempt planned as they are now:
+    the step is not done; its watch sends them to a next attempt (``late_inputs_decision``)."""
+
+    def __init__(self, late: dict[str, int]):
+        super().__init__(f"{len(late)} input(s) landed or changed after planning, e.g. {sorted(late)[:3]}")
+        self.late = late
+
+
 @dataclasses.dataclass(frozen=True)
 class UnvouchedFile:
     input_key: str
@@ -55,50 +69,81 @@ class UnvouchedFile:
     reason: str
 
 
-def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | None = None) -> list[UnvouchedFile]:
-    """The SUCCEEDED files whose ledger item the worker's own output manifest does not vouch for, and why.
+CHECK_THREADS = 16  # HEAD requests in flight at once while a step's end checks its outputs
 
-    The worker that wrote a file records it in its instance's manifest (``_shardline/attempt-N/manifest-HOST.json``):
-    the input, the output's path, rows and bytes. A FILE item counts only when the manifest of its attempt and
-    host lists the same output for the same input with the same rows, and the object under the output prefix
-    has that size. So a ledger item
-    forged by anything but the worker (another job's role, a hand edit) never makes a run green. An output
-    whose object is missing is left to :func:`commit_outputs`, which names it and writes no ``_SUCCESS``.
+
+def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | None = None) -> list[UnvouchedFile]:
+    """The SUCCEEDED files whose object in S3 is not the one the ledger records, and why.
+
+    The worker records a file SUCCEEDED only once S3 has its output, with the output's size and sha256. Here each
+    such object must be there, under the prefix this step writes, with that size and that sha256 (S3's own
+    checksum of the body; for a multipart object, the sha256 its uploader stored beside it). So an object that
+    another run of the same partition, a zombie of an older attempt or a hand wrote at that key, a missing one,
+    or a ledger item forged by anything but the worker never makes a run green.
     """
     seen = seen or read_outputs(spec, attempt)
-    succeeded = [f for f in seen.records.files if f.status == FileStatus.SUCCEEDED]
+    succeeded = sorted((f for f in seen.records.files if f.status == FileStatus.SUCCEEDED), key=lambda f: f.input_key)
     if not succeeded:
         return []
-    s3, listed = services.s3_client(spec), seen.listed
-    manifests: dict[tuple[int, str], dict[str, dict] | None] = {}
+    s3 = services.s3_client(spec)
     prefix = attempt.output_prefix.rstrip("/") + "/"
-    problems = []
-    for f in sorted(succeeded, key=lambda f: f.input_key):
-        stored = listed.get(f.output_key or "")
-        if stored is None:
-            continue  # missing: commit_outputs names it
-        where = (f.attempt, f.host or "")
-        if where not in manifests:
-            manifests[where] = _worker_outputs(s3, attempt, *where)
-        written = (manifests[where] or {}).get((f.output_key or "").removeprefix(prefix))
-        why = None
-        if manifests[where] is None:
-            why = f"no readable manifest of attempt {where[0]} on {where[1] or 'no host'}"
-        elif written is None:
-            why = f"no output {f.output_key} in the manifest of attempt {where[0]} on {where[1] or 'no host'}"
-        elif not f.input_key.endswith("/" + str(written.get("input"))):
-            # The worker names its input relative to where SageMaker put it: a suffix of the input's key.
-            why = f"the worker wrote {f.output_key} for another input, {written.get('input')}"
-        elif _count(written.get("rows_out")) != _count(f.rows_out) or _count(written.get("bytes_out")) != _count(
-            stored.get("Size")
-        ):
-            why = (
-                f"the ledger says {_count(f.rows_out)} rows and S3 holds {stored.get('Size')} bytes, the worker "
-                f"wrote {written.get('rows_out')} rows, {written.get('bytes_out')} bytes"
-            )
-        if why:
-            problems.append(UnvouchedFile(f.input_key, where[0], f"{f.input_key}: {why}"))
-    return problems
+
+    def check(f) -> UnvouchedFile | None:
+        why = _why_unvouched(s3, f, seen.listed.get(f.output_key or ""), prefix)
+        return UnvouchedFile(f.input_key, f.attempt, f"{f.input_key}: {why}") if why else None
+
+    with ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
+        return [u for u in pool.map(check, succeeded) if u is not None]
+
+
+def unvouched_text(unvouched: list[UnvouchedFile]) -> str:
+    """Why a step whose outputs are not all vouched for fails, and what happens to those files."""
+    return (
+        f"{len(unvouched)} file(s) the ledger records as SUCCEEDED have no output in S3 that is the one the worker "
+        f"uploaded, e.g. {'; '.join(u.reason for u in unvouched[:3])}. Something other than this run's worker "
+        "wrote these outputs or ledger items (another run of the same partition, a job of an older attempt, a "
+        "hand: check who can write the ledger table and the output prefix, infra/README.md), or deleted them. "
+        f"No {contract.SUCCESS_MARKER} was written, and these files are now FAILED ({UNVOUCHED_OUTPUT_ERROR}), so "
+        "a resubmission with --all-failed scores them again"
+    )
+
+
+def _why_unvouched(s3, f, listed: dict | None, prefix: str) -> str | None:
+    """Why one SUCCEEDED file's object is not the one its FILE item records (None: it is)."""
+    if not f.output_key or not f.output_key.startswith(prefix):
+        return f"its recorded output {f.output_key or '(none)'} is not under the step's output prefix {prefix}"
+    if listed is None:
+        return f"its output {f.output_key} is not in S3"
+    if _count(listed.get("Size")) != _count(f.bytes_out):
+        return f"the ledger says {f.bytes_out} bytes and S3 holds {listed.get('Size')} at {f.output_key}"
+    if not f.output_sha256:
+        return f"the ledger records no sha256 for {f.output_key}"
+    bucket, key = parse_s3_uri(f.output_key)
+    from botocore.exceptions import ClientError
+
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    except ClientError as err:
+        return f"its output {f.output_key} cannot be read: {err}"
+    stored = object_sha256(head)
+    if stored != f.output_sha256:
+        return (
+            f"S3 holds another object at {f.output_key} (sha256 {stored or 'not recorded'}) than the one the worker "
+            f"uploaded (sha256 {f.output_sha256})"
+        )
+    return None
+
+
+def object_sha256(head: dict) -> str | None:
+    """An object's sha256 (hex) from its HeadObject answer: S3's own full-object checksum when it has one, else
+    the digest its uploader stored in its metadata (a multipart object's checksum is of its parts)."""
+    checksum = head.get("ChecksumSHA256") or ""
+    if checksum and "-" not in checksum and head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT":
+        try:
+            return base64.b64decode(checksum).hex()
+        except ValueError:
+            return None
+    return (head.get("Metadata") or {}).get("sha256")
 
 
 def _count(value) -> int | None:
@@ -118,74 +163,32 @@ def _listed_outputs(s3, output_prefix: str) -> dict[str, dict]:
     return listed
 
 
-def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, dict] | None:
-    """What one instance's manifest says it wrote, by output path (relative to the output prefix); None when
-    there is no such manifest."""
-    bucket, key = parse_s3_uri(naming.worker_manifest_key(attempt.output_prefix, number, host, attempt.metadata_prefix))
-    from botocore.exceptions import ClientError
-
-    try:
-        found = s3.get_object(Bucket=bucket, Key=key)
-        if found.get("ContentLength", 0) > MAX_INSTANCE_MANIFEST_BYTES:
-            found["Body"].close()
-            return None
-        manifest = json.loads(found["Body"].read(MAX_INSTANCE_MANIFEST_BYTES + 1))
-    except (ClientError, ValueError):  # missing, unreadable or not JSON: vouches for nothing
-        return None
-    reports = manifest.get("file_reports") if isinstance(manifest, dict) else None
-    if not isinstance(reports, list):
-        return None
-    return {
-        r["output"]: r
-        for r in reports
-        if isinstance(r, dict) and r.get("status") == FileStatus.SUCCEEDED and isinstance(r.get("output"), str)
-    }
-
-
 def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus, seen: StepOutputs | None = None) -> dict:
     """Write what downstream readers trust once a step has ended: the step-level manifest of every
-    output (its input, attempt, rows and S3 ETag and size), and the ``_SUCCESS`` marker when, and
+    output (its input, attempt, rows, sha256, and S3 ETag and size), and the ``_SUCCESS`` marker when, and
     only when, the step SUCCEEDED (a PARTIAL step has failed files, so it writes none).
 
-    ``seen``: the reading the vouching check made (read again when not given). Idempotent: a retried watch
+    The step's end has decided already (``orchestration/steps.py: finish``): every SUCCEEDED file's object was
+    checked against the ledger, and the input prefix was looked at one last time, so what is committed here is
+    complete. ``seen``: the reading that check made (read again when not given). Idempotent: a retried watch
     task writes the same manifest again. Returns the manifest.
     """
     seen = seen or read_outputs(spec, attempt)
     manifest = outputs_manifest(attempt, status, seen)
-    # The last look at the input prefix before _SUCCESS: the sensor looked when the step ended, and a file may
-    # have landed while the run report was written.
-    if not manifest["outputs_missing"] and status is StepStatus.SUCCEEDED:
-        manifest["inputs_not_planned"] = sorted(late_inputs(spec, attempt))
     s3 = services.s3_client(spec)
     manifest_uri = naming.outputs_manifest_key(
         attempt.output_prefix, attempt.run_id, attempt.step, attempt.metadata_prefix
     )
     put_metadata(s3, manifest_uri, json.dumps(manifest, indent=1).encode(), "application/json")
-    missing, late = manifest["outputs_missing"], manifest["inputs_not_planned"]
-    if missing:
-        # The ledger says SUCCEEDED but the object is not there: never mark such a prefix complete.
+    if manifest["outputs_missing"]:
+        # Only a step whose end check was skipped gets here: never mark such a prefix complete.
         log.error(
-            "step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s "
-            "was written; the outputs manifest lists them under outputs_missing: check the job's log for "
-            "failed uploads and the write access to that prefix",
+            "step %s: %d output(s) the ledger records as written are missing under %s (e.g. %s), so no %s was written",
             attempt.step,
-            len(missing),
+            len(manifest["outputs_missing"]),
             attempt.output_prefix,
-            missing[:3],
+            manifest["outputs_missing"][:3],
             contract.SUCCESS_MARKER,
-        )
-    elif late:
-        log.error(
-            "step %s: %d input(s) landed under %s after the step's last look, e.g. %s, so no %s was written: "
-            "this run did not score them; `shardline rerun %s/%s --conf '{}'` scores the whole partition "
-            "again",
-            attempt.step,
-            len(late),
-            attempt.input_prefix,
-            late[:3],
-            contract.SUCCESS_MARKER,
-            attempt.pipeline,
-            attempt.run_id,
         )
     elif status is StepStatus.SUCCEEDED:
         _write_success_marker(s3, attempt, manifest, manifest_uri)
@@ -194,7 +197,7 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus, see
 
 def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) -> dict:
     """The step-level outputs manifest: every succeeded file's output (with its S3 size and ETag), what did not
-    succeed, and the outputs the ledger names that S3 lacks. ``inputs_not_planned`` is filled by the commit."""
+    succeed, and the outputs the ledger names that S3 lacks."""
     outputs, failed = [], []
     for f in sorted(seen.records.files, key=lambda f: f.input_key):
         if f.status == FileStatus.SUCCEEDED:
@@ -207,6 +210,7 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
                     "rows_in": int(f.rows_in or 0),
                     "rows_out": int(f.rows_out or 0),
                     "bytes": stored.get("Size"),
+                    "sha256": f.output_sha256,
                     "etag": (stored.get("ETag") or "").strip('"') or None,
                 }
             )
@@ -226,7 +230,6 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
         "outputs": outputs,
         "not_succeeded": failed,
         "outputs_missing": [o["output"] for o in outputs if o["bytes"] is None],
-        "inputs_not_planned": [],
         "written_at": dt.datetime.now(dt.UTC).isoformat(),
     }
 
@@ -252,22 +255,46 @@ def _write_success_marker(s3, attempt: Attempt, manifest: dict, manifest_uri: st
 
 
 def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
-    """Input files under the step's prefix that no attempt of it planned (they landed after planning): each
-    full s3:// URI and its size."""
+    """Input files under the step's prefix that no attempt of it planned as they are now: each full s3:// URI and
+    its size. That is a file that landed after planning, and one replaced under its key since (its size, or its
+    ETag where the plan recorded one, differs from the newest plan of it): its predictions would be of the old
+    content."""
     s = spec.step(attempt.step)
     if s.input.from_step:
         return {}  # an earlier step's outputs are read from its manifest, complete once it has ended
     objects, _refused = list_inputs_and_refusals(
         services.s3_listing_client(spec), attempt.input_prefix, s.input.include, s.input.exclude
     )
-    known = {f.input_key for f in read_step_files(spec, attempt.ref).files}
+    records = read_step_files(spec, attempt.ref)
+    known = {f.input_key for f in records.files}
+    planned = planned_versions(spec, records.step) if records.step is not None else {}
     bucket, _ = parse_s3_uri(attempt.input_prefix)
-    listed = {f"s3://{bucket}/{o.key}": o.size for o in objects}
-    return {uri: size for uri, size in listed.items() if uri not in known}
+    late: dict[str, int] = {}
+    for o in objects:
+        uri = f"s3://{bucket}/{o.key}"
+        size, etag = planned.get(uri, (records.planned_sizes.get(uri), ""))
+        replaced = size is not None and (size != o.size or (etag and o.etag and etag != o.etag))
+        if uri not in known or replaced:
+            late[uri] = o.size
+    return late
+
+
+def planned_versions(spec: PipelineSpec, step_item) -> dict[str, tuple[int, str]]:
+    """Each planned input's (size, ETag) as the newest plan that names it recorded them."""
+    from shardline.ledger.step_reads import recorded_plan_files
+
+    s3 = services.s3_client(spec)
+    versions: dict[str, tuple[int, str]] = {}
+    for _number, uri in sorted(recorded_plan_files(step_item).items()):
+        bucket, key = parse_s3_uri(uri)
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_PLAN_FILE_BYTES + 1)
+        for input_uri, size, etag in parse_plan_file_versions(body, uri):
+            versions[input_uri] = (size, etag)
+    return versions
 
 
 def late_inputs_decision(
-    spec: PipelineSpec, attempt: Attempt, policy: Policy | None = None
+    spec: PipelineSpec, attempt: Attempt, policy: Policy | None = None, late: dict[str, int] | None = None
 ) -> tuple[Decision, dict[str, int]] | None:
     """What a step that is about to end does about inputs that landed after planning (None: there are none),
     and their sizes from the listing (a resubmission then reads no object for them).
@@ -277,7 +304,7 @@ def late_inputs_decision(
     """
     from shardline.decision.policy import LATE_INPUT_ERROR, for_late_inputs
 
-    late = late_inputs(spec, attempt)
+    late = late if late is not None else late_inputs(spec, attempt)
     if not late:
         return None
     decision = for_late_inputs(

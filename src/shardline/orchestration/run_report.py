@@ -135,7 +135,9 @@ def current_histogram(spec: PipelineSpec, attempt: Attempt, files) -> tuple[Hist
     prefix_len = len(attempt.input_prefix.rstrip("/")) + 1
     for (number, host), keys in sorted(wanted.items()):
         bucket, key = parse_s3_uri(
-            naming.worker_manifest_key(attempt.output_prefix, number, host, attempt.metadata_prefix)
+            naming.worker_manifest_key(
+                attempt.output_prefix, attempt.run_id, attempt.step, number, host, attempt.metadata_prefix
+            )
         )
         try:
             manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())

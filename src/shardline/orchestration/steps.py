@@ -13,7 +13,6 @@ import uuid
 
 import botocore.exceptions
 
-from shardline import contract
 from shardline.decision import fleet
 from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
 from shardline.errors import GaveUpWaiting, InputRefused, SubmitRefused, error_line
@@ -316,9 +315,9 @@ def sized_objects(
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
     recorded = {
-        **(known or {}),
         **records.planned_sizes,
         **{f.input_key: f.bytes_in for f in records.files if f.bytes_in},
+        **(known or {}),  # a listing's size is the newest: an input replaced since it was planned is that size now
     }
     s3 = None
     objects = []
@@ -449,16 +448,16 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
         unvouched = outputs.unvouched_outputs(spec, attempt, seen)
         if unvouched:
             status = StepStatus.FAILED
-            reason = (
-                f"{len(unvouched)} file(s) the ledger records as SUCCEEDED are not what the worker's own "
-                f"manifest says it wrote, e.g. {'; '.join(u.reason for u in unvouched[:3])}. Either something "
-                "other than the worker wrote these ledger items or outputs (check who can write the ledger "
-                "table and the output prefix: infra/README.md), or an instance ended before writing its "
-                f"manifest. No {contract.SUCCESS_MARKER} was written, and these files are now FAILED "
-                f"({outputs.UNVOUCHED_OUTPUT_ERROR}), so a resubmission with --all-failed scores them again"
-            )
+            reason = outputs.unvouched_text(unvouched)
             log.error("step %s: %s", attempt.step, reason)
     status, reason = check_run_report(spec, attempt, status, reason, seen.records if seen else None)
+    if status is StepStatus.SUCCEEDED:
+        # The last look at the input prefix, after the run report and just before the step is recorded as
+        # ended: a file that landed (or was replaced) since the watch's look goes to a next attempt, never under
+        # a _SUCCESS that does not cover it.
+        late = outputs.late_inputs(spec, attempt)
+        if late:
+            raise outputs.LateInputsFound(late)
     reason = outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
     if not finish_step(model, attempt.ref, attempt.number, status, reason):

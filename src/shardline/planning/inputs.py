@@ -40,6 +40,7 @@ MAX_CHAR = "\U0010ffff"  # sorts after every character a key may hold
 class S3Object:
     key: str  # the full object key
     size: int
+    etag: str = ""  # as the listing gave it, unquoted: a plan file keeps it, so a replaced input is told apart
 
 
 class InvalidS3Uri(PermanentError, ValueError):
@@ -269,7 +270,7 @@ def _list_prefix(
     first = s3.list_objects_v2(
         Bucket=bucket, Prefix=prefix, MaxKeys=page_keys, **({"Delimiter": delimiter} if delimiter else {})
     )
-    objects = [S3Object(item["Key"], item["Size"]) for item in first.get("Contents", [])]
+    objects = [_object(item) for item in first.get("Contents", [])]
     subs = [common["Prefix"] for common in first.get("CommonPrefixes", [])]
     calls = 1
     if not first.get("IsTruncated"):
@@ -293,6 +294,10 @@ def _list_prefix(
     return objects, sorted(set(subs)), calls
 
 
+def _object(item: dict) -> S3Object:
+    return S3Object(item["Key"], item["Size"], (item.get("ETag") or "").strip('"'))
+
+
 def _list_range(
     s3, bucket: str, prefix: str, start_after: str | None, delimiter: str | None, page_keys: int
 ) -> tuple[list[S3Object], list[str], int]:
@@ -307,7 +312,7 @@ def _list_range(
     calls = 0
     for page in s3.get_paginator("list_objects_v2").paginate(**kwargs, PaginationConfig={"PageSize": page_keys}):
         calls += 1
-        objects.extend(S3Object(item["Key"], item["Size"]) for item in page.get("Contents", []))
+        objects.extend(_object(item) for item in page.get("Contents", []))
         subs.extend(common["Prefix"] for common in page.get("CommonPrefixes", []))
     return objects, subs, calls
 
@@ -456,12 +461,15 @@ def plan_file_body(prefix_uri: str, objects: Sequence[S3Object]) -> bytes:
     bucket, prefix = parse_s3_uri(prefix_uri)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
-    files = []
+    files, etags = [], []
     for o in objects:
         if not o.key.startswith(prefix):
             raise PlanError(f"{o.key!r} is not under {prefix_uri!r}")
         files.append([o.key[len(prefix) :], o.size])
+        etags.append(getattr(o, "etag", "") or "")
     body = {"version": PLAN_FILE_VERSION, "prefix": f"s3://{bucket}/{prefix}", "files": files}
+    if any(etags):  # each input's ETag as listed: an input replaced under its key after planning is late input
+        body["etags"] = etags
     # Level 1: a tenth of level 6's time for about the same size on keys this alike.
     return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), compresslevel=1, mtime=0)
 
@@ -471,6 +479,14 @@ def parse_plan_file(body: bytes, where: str, max_inflated: int = MAX_PLAN_FILE_I
 
     Raises :class:`PlanFileError` naming ``where`` (the file's URI) for a body that is not such a file.
     """
+    return [(uri, size) for uri, size, _etag in parse_plan_file_versions(body, where, max_inflated)]
+
+
+def parse_plan_file_versions(
+    body: bytes, where: str, max_inflated: int = MAX_PLAN_FILE_INFLATED
+) -> list[tuple[str, int, str]]:
+    """The inputs of a plan file as (full s3:// URI, size, ETag) triples; the ETag is "" where the plan did not
+    record one (an attempt planned from another attempt's files, or a plan file written before ETags were)."""
     try:
         if len(body) > MAX_PLAN_FILE_BYTES:
             raise ValueError(f"{len(body)} bytes, over the {MAX_PLAN_FILE_BYTES} a plan file can be")
@@ -482,7 +498,10 @@ def parse_plan_file(body: bytes, where: str, max_inflated: int = MAX_PLAN_FILE_I
         prefix, files = data["prefix"], data["files"]
         if data.get("version") != PLAN_FILE_VERSION or not isinstance(prefix, str) or not isinstance(files, list):
             raise ValueError("unknown layout")
-        return [(prefix + str(key), int(size)) for key, size in files]
+        etags = data.get("etags") or [""] * len(files)
+        if not isinstance(etags, list) or len(etags) != len(files):
+            raise ValueError("its etags do not match its files")
+        return [(prefix + str(key), int(size), str(etag or "")) for (key, size), etag in zip(files, etags, strict=True)]
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as err:
         raise PlanFileError(
             f"{where} is not a Shardline plan file ({err}); it is written by the step's plan "

@@ -71,9 +71,20 @@ def outputs_manifest_key(output_prefix: str, run_id: str, step: str, metadata_pr
     return f"{root}/manifests/{run_folder(run_id)}/{step}/outputs.json"
 
 
-def worker_manifest_key(output_prefix: str, attempt: int, host: str, metadata_prefix: str | None = None) -> str:
-    """Where an instance's own manifest lands (``worker/job/report.py`` writes it under the metadata folder)."""
-    return f"{metadata_root(output_prefix, metadata_prefix)}/attempt-{attempt:04d}/manifest-{host}.json"
+def worker_manifest_folder(
+    output_prefix: str, run_id: str, step: str, attempt: int, metadata_prefix: str | None = None
+) -> str:
+    """Where one attempt's instances upload their own manifests (the job's environment tells them): keyed by run
+    and step, so two runs of one partition never read each other's."""
+    root = metadata_root(output_prefix, metadata_prefix)
+    return f"{root}/instances/{run_folder(run_id)}/{step}/attempt-{attempt:04d}"
+
+
+def worker_manifest_key(
+    output_prefix: str, run_id: str, step: str, attempt: int, host: str, metadata_prefix: str | None = None
+) -> str:
+    """Where an instance's own manifest lands (``worker/job/report.py`` writes it, the instance uploads it)."""
+    return f"{worker_manifest_folder(output_prefix, run_id, step, attempt, metadata_prefix)}/manifest-{host}.json"
 
 
 def report_key(

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from shardline import contract
 from shardline.ledger.context import LedgerContext
+from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec, StepSpec
 
 
 def worker_arguments(step: StepSpec) -> list[str]:
-    # File failures are the ledger's business; the job itself must complete so SageMaker
-    # uploads every output that did succeed.
+    # File failures are the ledger's business (each output is uploaded as its file finishes): an exit code
+    # other than 0 is kept for what fails the instance itself.
     args = ["--exit-zero-on-file-failures"]
     # Four beats fit in the step's heartbeat timeout, so one late write never makes a healthy instance look lost.
     args += ["--heartbeat-interval", f"{min(30.0, step.heartbeat_timeout_seconds / 4):g}"]
@@ -66,20 +67,17 @@ def pin_arguments(step: StepSpec, model_version: str | None) -> list[str]:
 
 
 def job_arguments(step: StepSpec, attempt: Attempt) -> list[str]:
-    """Everything the worker is told for one attempt travels as an argument: the step's settings, the
-    pinned digest and, with ``output.metadata_prefix``, where the instances' manifests go."""
-    return (
-        worker_arguments(step)
-        + pin_arguments(step, attempt.model_version)
-        + (["--manifest-dir", contract.METADATA_DIR] if attempt.metadata_prefix else [])
-    )
+    """Everything the worker is told for one attempt travels as an argument: the step's settings and the
+    pinned digest. Where its outputs and manifests go is the job's environment (:func:`worker_environment`)."""
+    return worker_arguments(step) + pin_arguments(step, attempt.model_version)
 
 
 def worker_environment(
     spec: PipelineSpec, step: StepSpec, attempt: Attempt, region: str | None = None
 ) -> dict[str, str]:
     """The instances' environment: which ledger, run, step and attempt they write as (the ledger's own
-    agreement, written by :class:`LedgerContext`), and the ledger's region."""
+    agreement, written by :class:`LedgerContext`), where each output and the instances' manifests go (the
+    instances upload them as their files finish), and the ledger's region."""
     env = LedgerContext(
         table=spec.ledger_table,
         pipeline=attempt.pipeline,
@@ -89,6 +87,10 @@ def worker_environment(
         input_uri=attempt.input_prefix,
         output_uri=attempt.output_prefix,
         retention_days=spec.ledger_retention_days,
+        manifest_uri=naming.worker_manifest_folder(
+            attempt.output_prefix, attempt.run_id, attempt.step, attempt.number, attempt.metadata_prefix
+        ),
+        output_kms_key_id=spec.sagemaker.kms_key_id or "",
     ).to_env()
     if region:  # the worker writes to the ledger in the orchestrator's region, whatever the container assumes
         env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = region
@@ -114,7 +116,9 @@ def build_processing_request(
         "AppSpecification": {"ImageUri": image_uri, "ContainerArguments": job_arguments(step, attempt)},
         "Environment": worker_environment(spec, step, attempt, region),
         "ProcessingInputs": _processing_inputs(attempt),
-        "ProcessingOutputConfig": {"Outputs": _processing_outputs(attempt)},
+        # No ProcessingOutputConfig: SageMaker's EndOfJob upload would make the whole job the unit of durability.
+        # Each instance uploads each output itself as its file finishes (worker/job/uploads.py), before the
+        # ledger records the file SUCCEEDED, so a lost instance costs only its own unfinished files.
         "ProcessingResources": {"ClusterConfig": cluster},
         "StoppingCondition": {"MaxRuntimeInSeconds": step.max_runtime_seconds},
         "Tags": [
@@ -128,8 +132,6 @@ def build_processing_request(
             }.items()
         ],
     }
-    if sm.kms_key_id:
-        request["ProcessingOutputConfig"]["KmsKeyId"] = sm.kms_key_id
     network: dict = {}
     if sm.vpc:
         network["VpcConfig"] = {"SecurityGroupIds": list(sm.vpc.security_group_ids), "Subnets": list(sm.vpc.subnets)}
@@ -164,25 +166,3 @@ def _processing_inputs(attempt: Attempt) -> list[dict]:
             },
         },
     ]
-
-
-def _processing_outputs(attempt: Attempt) -> list[dict]:
-    """The predictions, and Shardline's own files, kept outside the data prefix when the spec asks."""
-    outputs = [
-        {
-            "OutputName": "predictions",
-            "S3Output": {"S3Uri": attempt.output_prefix, "LocalPath": contract.OUTPUT_DIR, "S3UploadMode": "EndOfJob"},
-        }
-    ]
-    if attempt.metadata_prefix:
-        outputs.append(
-            {
-                "OutputName": "metadata",
-                "S3Output": {
-                    "S3Uri": attempt.metadata_prefix,
-                    "LocalPath": contract.METADATA_DIR,
-                    "S3UploadMode": "EndOfJob",
-                },
-            }
-        )
-    return outputs

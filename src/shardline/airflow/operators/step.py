@@ -173,7 +173,15 @@ class WatchStepOperator(SpecMixin, BaseOperator):
                 step_event, late_sizes = StepEvent.of(late[0], attempt, step_event.policy), late[1]
                 action, reason = step_event.action, step_event.reason
         if action != "RESUBMIT":
-            status = step_functions().finish(spec, attempt, action, reason)
+            try:
+                status = step_functions().finish(spec, attempt, action, reason)
+            except output_functions().LateInputsFound as found:
+                # The step's last look found inputs that landed (or changed) after planning: a next attempt
+                # scores them, or the step fails naming them; it is not green without them.
+                late = output_functions().late_inputs_decision(spec, attempt, step_event.policy, found.late)
+                step_event, late_sizes = StepEvent.of(late[0], attempt, step_event.policy), late[1]
+                action, reason = step_event.action, step_event.reason
+                status = None if action == "RESUBMIT" else step_functions().finish(spec, attempt, action, reason)
             if action in ("ADVANCE", "PARTIAL") and status == "FAILED":
                 # The outputs are there, but the run report's drift check (drift.action: fail) failed the step.
                 raise AirflowFailException(step_functions().step_message(spec, attempt))

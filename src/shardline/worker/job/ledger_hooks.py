@@ -1,20 +1,26 @@
-"""The instance's side of the ledger during a job: file claims and outcomes, heartbeats, fencing.
+"""The instance's side of the ledger during a job: file claims and outcomes, heartbeats, fencing, and each
+output's upload before its file is recorded SUCCEEDED.
 
 Every write goes through the background :class:`LedgerPump`, so the scheduler never waits on
-DynamoDB. ``with LedgerHooks(...) as hooks:`` around the run guarantees the end of it on every
-path (success, a failed setup, fencing, SIGTERM): queued writes are flushed, then the outputs
-whose success the ledger never accepted are deleted, so they are never uploaded.
+DynamoDB. In a pipeline each finished output first goes to S3 (``worker/job/uploads.py``) and only then is
+its FILE item marked SUCCEEDED with the output's sha256: a SUCCEEDED file is durable, whatever becomes of the
+instance afterwards. ``with LedgerHooks(...) as hooks:`` around the run guarantees the end of it on every
+path (success, a failed setup, fencing, SIGTERM): the uploads in flight end, queued writes are flushed, then
+the local outputs whose success the ledger never accepted are deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from pathlib import Path
 
+from shardline.errors import OutputUploadError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker.job.ledger_pump import LedgerPump
+from shardline.worker.job.uploads import OutputUploader, Uploaded
 from shardline.worker.pool.runner import FileReport, Hooks, Runner
 
 log = logging.getLogger("shardline.worker")
@@ -24,9 +30,18 @@ class LedgerHooks(Hooks):
     """Mirrors file status and heartbeats into the ledger (``ledger`` is a ``WorkerLedger``)."""
 
     def __init__(
-        self, ledger, *, files_assigned: int, heartbeat_interval: float, retry_budget_seconds: float, output_dir: Path
+        self,
+        ledger,
+        *,
+        files_assigned: int,
+        heartbeat_interval: float,
+        retry_budget_seconds: float,
+        output_dir: Path,
+        uploader: OutputUploader | None = None,
     ):
         self.ledger = ledger
+        self.uploader = uploader  # None: outputs stay in output_dir (a worker run outside SageMaker's layout)
+        self._count_lock = threading.Lock()  # upload threads count failures too
         self.files_assigned = files_assigned
         self.interval = heartbeat_interval
         self.retry_budget_seconds = retry_budget_seconds
@@ -42,9 +57,12 @@ class LedgerHooks(Hooks):
 
     def __enter__(self) -> LedgerHooks:
         self.pump = LedgerPump(retry_budget_seconds=self.retry_budget_seconds).__enter__()
+        if self.uploader:
+            self.uploader.stopped = self.pump.fenced  # once fenced, nothing more goes up
         return self
 
     def __exit__(self, *exc) -> None:
+        self.drain()  # every upload in flight ends and queues its file's record
         self.pump.__exit__(*exc)  # flush what finished, on every way out (an error, SIGTERM, fencing)
         self.withdraw_uncommitted()
 
@@ -56,27 +74,70 @@ class LedgerHooks(Hooks):
         self.pump.put(lambda: self.ledger.claim_file(report.input), f"claim {report.input}")
 
     def file_finished(self, report: FileReport) -> None:
-        self.done += 1
-        self.failed += report.status is FileStatus.FAILED
-        outcome = report.ledger_outcome(self.ledger.context.output_key(report.output) if report.output else None)
+        with self._count_lock:
+            self.done += 1
+            self.failed += report.status is FileStatus.FAILED
         if report.output:
             self.outputs[report.input] = report.output
+        if self.uploader and report.status is FileStatus.SUCCEEDED and report.output:
+            # Recorded SUCCEEDED only once S3 has the output (or FAILED when it could not go up).
+            self.uploader.submit(report.output, report.sha256 or "", lambda up, err: self._uploaded(report, up, err))
+            return
+        output_key = self.ledger.context.output_key(report.output) if report.output else None
+        self._record(report, report.ledger_outcome(output_key))
 
+    def drain(self) -> None:
+        if self.uploader:
+            self.uploader.close()
+
+    def _uploaded(self, report: FileReport, uploaded: Uploaded | None, error: OutputUploadError | None) -> None:
+        """On an upload thread: record the file's end now that its output is in S3, or that it is not."""
+        if uploaded is not None:
+            self._record(report, report.ledger_outcome(uploaded.key))
+            return
+        with contextlib.suppress(FileNotFoundError):
+            (self.output_dir / report.output).unlink()  # never recorded: nothing of it stays
+        self.outputs.pop(report.input, None)
+        report.status, report.output = FileStatus.FAILED, None
+        report.error_class, report.error_message = type(error).__name__, str(error)
+        with self._count_lock:
+            self.failed += 1
+        log.error("FAILED %s: %s: %s", report.input, report.error_class, report.error_message)
+        self._record(report, report.ledger_outcome(None))
+
+    def _record(self, report: FileReport, outcome) -> None:
         def finish() -> None:
             self.ledger.finish_file(report.input, outcome)
             self.committed.add(report.input)
 
         self.pump.put(finish, f"finish {report.input}")
 
+    def put_manifest(self, path: Path) -> str | None:
+        """Upload this instance's manifest to the folder the step's plan gave it (run, step and attempt in its
+        key); returns its URI, or None when there is nowhere to put it or it could not go up (it is the run
+        report's source of the predictions' distribution, never what makes a file count as written)."""
+        folder = self.ledger.context.manifest_uri
+        if not (self.uploader and folder) or self.fenced:
+            return None
+        uri = f"{folder.rstrip('/')}/{path.name}"
+        try:
+            self.uploader.put_bytes(uri, path.read_bytes())
+        except Exception as err:  # noqa: BLE001 - the files are recorded already; the report notes a missing manifest
+            log.warning("the instance's manifest could not be uploaded to %s: %s: %s", uri, type(err).__name__, err)
+            return None
+        return uri
+
     def withdrawn_outputs(self) -> list[str]:
         return sorted(output for source, output in self.outputs.items() if source not in self.committed)
 
     def withdraw_uncommitted(self) -> int:
-        """Delete the outputs whose success the ledger never accepted, so they are never uploaded.
+        """Delete the local outputs whose success the ledger never accepted.
 
         Their files are either owned by a newer attempt (this instance was fenced: a zombie's
         output must not replace the newer attempt's) or still unfinished in the ledger (the
-        endpoint was unreachable), and the sensor retries them. Returns how many were withdrawn.
+        endpoint was unreachable), and the sensor retries them. One that went up already stays in S3 (its key may
+        be a newer attempt's output by now); the check before ``_SUCCESS`` compares the object with the ledger's
+        sha256, so it never passes for another attempt's. Returns how many local copies were withdrawn.
         """
         withdrawn = 0
         for output in self.withdrawn_outputs():

@@ -123,7 +123,7 @@ def write_manifest(folder: Path, host: str, summary: dict, attempt: int | None) 
     return path
 
 
-def log_summary(summary: dict, failed: list[FileReport], manifest: Path) -> None:
+def log_summary(summary: dict, failed: list[FileReport], manifest: Path | str) -> None:
     log.info(
         "summary: %d file(s): %d succeeded, %d failed | rows in %s, rows out %s | %.1fs, %s rows/s | "
         "startup %s | pool started %d time(s) | manifest %s",

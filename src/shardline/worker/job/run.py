@@ -161,6 +161,7 @@ def _run_units(
             raise
         finally:
             sweep_temp_files(args.output_dir)
+        hooks.drain()  # an output that could not go up has failed its file by now
         failed = [r for r in reports if r.status is FileStatus.FAILED]
         hooks.beat(ShardStatus.PARTIAL if failed else ShardStatus.SUCCEEDED)
     return reports
@@ -183,6 +184,8 @@ def _report(
     manifest = write_manifest(
         args.manifest_dir or args.output_dir / contract.METADATA_FOLDER, host, summary, summary["attempt"]
     )
+    if isinstance(hooks, LedgerHooks) and (uploaded := hooks.put_manifest(manifest)):
+        manifest = uploaded
     log_summary(summary, failed, manifest)
     if args.summary_json:
         args.summary_json.parent.mkdir(parents=True, exist_ok=True)
@@ -246,12 +249,19 @@ def _prepare(
     if context:
         from shardline.ledger.job_writes import WorkerLedger  # pynamodb loads only when a ledger is configured
 
+        uploader = None
+        if context.output_uri.startswith("s3://"):
+            from shardline.worker.job.uploads import OutputUploader
+
+            # Each output goes up as its file finishes, before the ledger calls it SUCCEEDED.
+            uploader = OutputUploader(args.output_dir, context.output_uri, kms_key_id=context.output_kms_key_id or None)
         hooks = LedgerHooks(
             WorkerLedger(context, host),
             files_assigned=len(files),
             heartbeat_interval=args.heartbeat_interval,
             retry_budget_seconds=args.ledger_retry_seconds,
             output_dir=args.output_dir,
+            uploader=uploader,
         )
     return units, known_rows, hooks
 

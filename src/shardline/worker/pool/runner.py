@@ -113,6 +113,9 @@ class Hooks:
 
     def file_finished(self, report: FileReport) -> None: ...
 
+    def drain(self) -> None:
+        """Wait until every finished file's end is settled (a ledger's hooks: its output uploaded, or failed)."""
+
     def beat(self, status: ShardStatus) -> None:
         """The instance's own status (running, or how it ended)."""
 

@@ -1,0 +1,158 @@
+"""Each output durable as its file finishes: the instance uploads it to the step's output prefix itself.
+
+SageMaker's ``EndOfJob`` upload made the job the unit of durability: one lost instance and nothing the job had
+finished was safe. Here a file's output goes to S3 as soon as it is renamed into place, with S3's own SHA-256
+checksum of the body (``ChecksumAlgorithm=SHA256``: S3 checks the bytes it received against it and keeps it),
+and only then is its FILE item marked SUCCEEDED, with the sha256 the pool process computed as it wrote the file.
+The check before ``_SUCCESS`` compares the two, so an object another run put at that key never passes for this
+run's.
+
+Uploads run on a few threads beside the pool, at most ``max_pending`` at once: when S3 is slower than the model,
+the scheduler waits for a slot (backpressure), so the local copies waiting to go up stay bounded. An uploaded
+output's local copy is deleted: a job's disk holds only the outputs in flight.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from shardline.errors import OutputUploadError
+
+log = logging.getLogger("shardline.worker")
+
+UPLOAD_THREADS = 4
+MAX_PENDING_UPLOADS = 16  # outputs written and not yet uploaded, at most, before the scheduler waits
+# Below this an output goes up in one PUT, so S3's checksum is of the whole object (a multipart upload's is a
+# checksum of its parts' checksums, and the check falls back to the sha256 the object's metadata carries).
+SINGLE_PART_LIMIT = 4 << 30
+SHA256_METADATA = "sha256"  # x-amz-meta-sha256: the worker's hex digest, also for multipart objects
+
+
+@dataclasses.dataclass(frozen=True)
+class Uploaded:
+    """Where an output went, and the sha256 recorded for it."""
+
+    key: str  # s3://bucket/key
+    sha256: str
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/prefix`` -> (bucket, prefix without a trailing slash)."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    return bucket, prefix.rstrip("/")
+
+
+def hex_to_checksum(sha256_hex: str) -> str:
+    """S3's ChecksumSHA256 form (base64 of the digest) of a hex sha256."""
+    return base64.b64encode(bytes.fromhex(sha256_hex)).decode()
+
+
+def s3_client():
+    """An S3 client for the job's role (the container's credentials, ``AWS_ENDPOINT_URL`` where one is set), with
+    the standard retry mode: throttles and 5xx are retried with backoff before a file's upload fails."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", config=Config(retries={"max_attempts": 8, "mode": "standard"}))
+
+
+class OutputUploader:
+    """Uploads outputs from ``output_dir`` to ``output_uri`` on a few threads, at most ``max_pending`` at once."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        output_uri: str,
+        *,
+        client=None,
+        kms_key_id: str | None = None,
+        threads: int = UPLOAD_THREADS,
+        max_pending: int = MAX_PENDING_UPLOADS,
+    ):
+        self.output_dir = Path(output_dir)
+        self.bucket, self.prefix = split_uri(output_uri)
+        self.client = client if client is not None else s3_client()
+        self.kms_key_id = kms_key_id
+        self._slots = threading.BoundedSemaphore(max_pending)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="upload")
+        self.stopped = threading.Event()  # fenced: nothing more goes up
+        self.uploaded = 0
+        self.bytes = 0
+
+    def key_for(self, relative: str) -> str:
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+    def submit(
+        self, relative: str, sha256: str, then: Callable[[Uploaded | None, OutputUploadError | None], None]
+    ) -> Future:
+        """Upload ``output_dir/relative``; then call ``then(uploaded, None)``, or ``then(None, error)`` when it
+        could not go up. Waits for a slot while ``max_pending`` uploads are in flight."""
+        self._slots.acquire()
+        try:
+            return self._pool.submit(self._run, relative, sha256, then)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _run(self, relative: str, sha256: str, then) -> None:
+        try:
+            if self.stopped.is_set():
+                then(None, OutputUploadError("not uploaded: a newer attempt owns this step"))
+                return
+            try:
+                uploaded = self.upload(relative, sha256)
+            except OutputUploadError as err:
+                then(None, err)
+                return
+            then(uploaded, None)
+        finally:
+            self._slots.release()
+
+    def upload(self, relative: str, sha256: str) -> Uploaded:
+        """One output, now, on this thread. Its local copy is deleted once S3 has it."""
+        from boto3.s3.transfer import TransferConfig
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        path = self.output_dir / relative
+        key = self.key_for(relative)
+        extra: dict = {"ChecksumAlgorithm": "SHA256", "Metadata": {SHA256_METADATA: sha256}}
+        if self.kms_key_id:
+            extra.update(ServerSideEncryption="aws:kms", SSEKMSKeyId=self.kms_key_id)
+        try:
+            size = path.stat().st_size
+            self.client.upload_file(
+                str(path),
+                self.bucket,
+                key,
+                ExtraArgs=extra,
+                Config=TransferConfig(multipart_threshold=SINGLE_PART_LIMIT, use_threads=False),
+            )
+        except (BotoCoreError, ClientError, OSError) as err:
+            raise OutputUploadError(
+                f"the output {relative} could not be uploaded to s3://{self.bucket}/{key}: {type(err).__name__}: "
+                f"{err}. Check that the job's role may s3:PutObject under the step's output.uri (and use its "
+                "KMS key, sagemaker.kms_key_id), and that the instance reaches S3 (a VPC endpoint for S3 with "
+                "sagemaker.vpc); a next attempt scores the file again"
+            ) from err
+        path.unlink(missing_ok=True)
+        self.uploaded += 1
+        self.bytes += size
+        return Uploaded(f"s3://{self.bucket}/{key}", sha256)
+
+    def put_bytes(self, uri: str, body: bytes, content_type: str = "application/json") -> None:
+        """A small file of the instance's own (its manifest), in one PUT."""
+        bucket, key = split_uri(uri)
+        extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self.kms_key_id} if self.kms_key_id else {}
+        self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type, **extra)
+
+    def close(self) -> None:
+        """Wait for every upload in flight (each ends with its callback)."""
+        self._pool.shutdown(wait=True)
