@@ -18,10 +18,7 @@ from shardline.backends.local_supervisor import local_path
 
 REQUEST = {
     "ProcessingJobName": "sl-p-score-abc-a1",
-    "AppSpecification": {
-        "ImageUri": "shardline-worker:local",
-        "ContainerArguments": ["--exit-zero-on-file-failures"],
-    },
+    "AppSpecification": {"ImageUri": "shardline-worker:local", "ContainerArguments": ["--exit-zero-on-file-failures"]},
     "Environment": {"SHARDLINE_LEDGER_TABLE": "t", "AWS_REGION": "eu-west-1"},
     "ProcessingInputs": [
         {"InputName": "data", "S3Input": {"S3Uri": "s3://b/m.json", "LocalPath": contract.DATA_DIR}},
@@ -49,12 +46,7 @@ def test_an_instance_runs_the_requests_image_arguments_environment_and_paths(tmp
         m.split("target=")[1].split(",")[0]: m
         for m in (command[i + 1] for i, arg in enumerate(command) if arg == "--mount")
     }
-    assert set(binds) == {
-        contract.DATA_DIR,
-        contract.MODEL_DIR,
-        contract.OUTPUT_DIR,
-        contract.RESOURCE_CONFIG,
-    }
+    assert set(binds) == {contract.DATA_DIR, contract.MODEL_DIR, contract.OUTPUT_DIR, contract.RESOURCE_CONFIG}
     read_only = (contract.DATA_DIR, contract.MODEL_DIR, contract.RESOURCE_CONFIG)
     assert all(binds[path].endswith(",readonly") for path in read_only)
     assert not binds[contract.OUTPUT_DIR].endswith(",readonly")

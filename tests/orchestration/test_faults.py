@@ -112,6 +112,15 @@ def slow_model(directory: Path, seconds_per_file: float) -> Path:
     return summing_model(directory, f"time.sleep({seconds_per_file})")
 
 
+def stalling_model(directory: Path, files_before_stalling: int) -> Path:
+    """Each worker process finishes its first ``files_before_stalling`` files, then hangs on the next: the test
+    knows which files an instance finished before it is lost, without racing it."""
+    return summing_model(
+        directory,
+        f"globals().setdefault('DONE', [0])[0] += 1\n    while DONE[0] > {files_before_stalling}: time.sleep(1)",
+    )
+
+
 def gated_model(directory: Path, gate: Path) -> Path:
     """Predicts nothing until the file ``gate`` exists: the test decides when the job's first file can
     finish, so it can cut the endpoint off first without racing the job."""
@@ -441,8 +450,8 @@ def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lo
     own_moto: MotoServer, local_root, tmp_path, monkeypatch
 ):
     """Only the job loses the endpoint (the sensor still reaches it): its heartbeat goes stale, the sensor
-    stops it and resubmits. Every row must still come out exactly once: the stopped job uploads nothing, so
-    the files it had recorded SUCCEEDED go again too (before decide() knew that, their rows were lost)."""
+    stops it and resubmits. Every row must still come out exactly once: the files it had recorded SUCCEEDED were
+    uploaded before they were recorded, so they stay, and only the rest go again."""
     point_aws_at(monkeypatch, tmp_path, own_moto.url)
     with TcpProxy(("127.0.0.1", own_moto.port)) as proxy:
         _, spec, bucket, total = stage(
@@ -468,6 +477,7 @@ def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lo
         assert decision.action is Action.RESUBMIT and decision.stop_job, decision
         assert "heartbeat_timeout_seconds" in decision.reason, decision.reason
         succeeded_before = sorted(f.input_key for f in file_items(spec, run_id) if f.status == FileStatus.SUCCEEDED)
+        assert not set(succeeded_before) & set(decision.retry_files), decision  # what it finished is kept
         nxt = steps.resubmit(spec, attempt, list(decision.retry_files))  # stops attempt 1's job first
         print(f"attempt 1 stopped with {len(succeeded_before)} file(s) SUCCEEDED: {succeeded_before}")
 
@@ -479,3 +489,68 @@ def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lo
     print("\n".join(history))
     assert_ledger_reconciles(spec, run_id, total)  # the ledger says every row came out...
     assert_every_row_once(bucket, total)  # ...and so must the outputs
+
+
+def test_a_lost_instance_costs_only_its_unfinished_files_and_no_row_is_lost_or_doubled(
+    own_moto: MotoServer, local_root, tmp_path, monkeypatch
+):
+    """Each output goes to S3 before its file is recorded SUCCEEDED, so an instance lost mid-job (SIGKILL, as a
+    lost machine) keeps every file it finished: the next attempt takes exactly the unfinished ones, and the run's
+    rows come out once each. (With SageMaker's EndOfJob upload every file the job had finished went again.)"""
+    import psutil
+
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    _, spec, bucket, total = stage(
+        tmp_path,
+        own_moto.url,
+        stalling_model(tmp_path / "model", 2),
+        rows_per_file=500,
+        heartbeat_timeout_seconds=30,
+        input={"features": ["f0", "f1"]},
+    )
+    run_id = "lost-1"
+    attempt = plan_and_submit(spec, bucket, run_id)
+    deadline = time.monotonic() + JOB_END_DEADLINE_SECONDS
+    # Two instances of four files each: both finish two, then hang.
+    while True:
+        files = file_items(spec, run_id)
+        if sum(f.status == FileStatus.SUCCEEDED for f in files) >= 4:
+            break
+        assert time.monotonic() < deadline, f"not 4 files SUCCEEDED (safety deadline): {files}"
+        time.sleep(0.2)
+    finished = {f.input_key for f in files if f.status == FileStatus.SUCCEEDED}
+    s3 = boto3.client("s3")
+    for f in files:  # durable already, while the job still runs: in S3, with the sha256 the ledger records
+        if f.input_key in finished:
+            head = s3.head_object(Bucket=bucket, Key=parse_s3(f.output_key)[1], ChecksumMode="ENABLED")
+            assert head["ChecksumSHA256"]
+
+    instance_dir = next((local_root / "jobs").glob("sl-*-a1")) / "algo-2"
+    lost = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "shardline.worker" in (p.info["cmdline"] or []) and any(str(instance_dir) in a for a in p.info["cmdline"])
+    ]
+    assert lost, "no worker process of algo-2 found"
+    for proc in lost:
+        for victim in [proc, *proc.children(recursive=True)]:
+            victim.kill()
+
+    while (decision := watch.decide_now(spec, attempt)).action is Action.WAIT:
+        assert time.monotonic() < deadline, f"the sensor never gave up on the lost instance: {decision.reason}"
+        time.sleep(POLL_SECONDS)
+    assert decision.action is Action.RESUBMIT, decision
+    planned = {f.input_key for f in files}
+    assert set(decision.retry_files) == planned - finished, decision  # exactly the unfinished files
+    nxt = steps.resubmit(spec, attempt, list(decision.retry_files))
+    try:
+        _, history = drive_to_the_end(spec, nxt)
+    except BaseException:
+        print(job_logs(local_root))
+        raise
+    print("\n".join(history))
+    assert steps.finish(spec, nxt, "ADVANCE", "all files succeeded").value == "SUCCEEDED"
+    kept = {f.input_key: f.attempt for f in file_items(spec, run_id) if f.input_key in finished}
+    assert set(kept.values()) == {1}, kept  # never scored again
+    assert_ledger_reconciles(spec, run_id, total)
+    assert_every_row_once(bucket, total)

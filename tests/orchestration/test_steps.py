@@ -223,8 +223,8 @@ def test_with_a_metadata_prefix_the_data_prefix_holds_only_data_and_its_marker(p
     assert data_keys == ["out/_SUCCESS", *(f"out/part-{i}.parquet" for i in range(4))]
     meta_keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="meta/")["Contents"]}
     assert {
-        "meta/_shardline/attempt-0001/manifest-algo-1.json",
-        "meta/_shardline/attempt-0001/manifest-algo-2.json",
+        f"meta/_shardline/instances/{run_folder('run-meta')}/score/attempt-0001/manifest-algo-1.json",
+        f"meta/_shardline/instances/{run_folder('run-meta')}/score/attempt-0001/manifest-algo-2.json",
         f"meta/_shardline/manifests/{run_folder('run-meta')}/score/attempt-0001.manifest",
         f"meta/_shardline/manifests/{run_folder('run-meta')}/score/outputs.json",
     } <= meta_keys, meta_keys

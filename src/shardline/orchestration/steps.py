@@ -86,7 +86,7 @@ def _new_attempt(
     # first, under a name of its own; the fenced STEP update then records it, so a reader never finds the
     # STEP item naming a file not there yet, and a planner that loses the race leaves only an unread file.
     plan_file = attempt.plan_file_uri(uuid.uuid4().hex[:12])
-    write_plan_file(s3, plan_file, plan_file_body(attempt.input_prefix, attempt.files))
+    write_plan_file(s3, plan_file, plan_file_body(attempt.input_prefix, ordered))  # with their ETags
     if replan:
         continue_attempt(model, attempt.ref, number, keys, plan_file=plan_file)
     else:
