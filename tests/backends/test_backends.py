@@ -27,6 +27,7 @@ from shardline.backends.sagemaker import SageMakerBackend
 from shardline.decision.policy import JobStatus
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, manifest_body, write_manifest
+from shardline.planning.naming import run_folder
 from shardline.planning.request import build_processing_request
 from shardline.spec import parse_spec
 from tests.support.helpers import FEATURES_ARG, write_inference_script
@@ -168,18 +169,17 @@ def test_local_job_shards_by_key_runs_every_instance_and_uploads_outputs(job, tm
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=out, Prefix="run-e2e/")["Contents"])
     outputs = [k for k in keys if k.endswith(".parquet")]
     assert outputs == [f"run-e2e/part-{i}.parquet" for i in range(6)]
-    # Each attempt's instances write their own manifests: a resubmission never overwrites attempt 1's.
-    assert {
-        "run-e2e/_shardline/attempt-0001/manifest-algo-1.json",
-        "run-e2e/_shardline/attempt-0001/manifest-algo-2.json",
-    } <= set(keys)
+    # Each attempt's instances upload their own manifests, keyed by run and step: a resubmission never overwrites
+    # attempt 1's, and another run of the same output prefix never reads them.
+    folder = f"run-e2e/_shardline/instances/{run_folder('run-e2e')}/score/attempt-0001"
+    assert {f"{folder}/manifest-algo-1.json", f"{folder}/manifest-algo-2.json"} <= set(keys)
     ids = []
     for key in outputs:
         table = pq.read_table(io.BytesIO(s3.get_object(Bucket=out, Key=key)["Body"].read()))
         ids.extend(table.column("id").to_pylist())
     assert sorted(ids) == list(range(6 * ROWS_PER_FILE))  # no row lost or duplicated
     manifests = [
-        json.loads(s3.get_object(Bucket=out, Key=f"run-e2e/_shardline/attempt-0001/manifest-{h}.json")["Body"].read())
+        json.loads(s3.get_object(Bucket=out, Key=f"{folder}/manifest-{h}.json")["Body"].read())
         for h in ("algo-1", "algo-2")
     ]
     assert [m["files"] for m in manifests] == [3, 3]  # ShardedByS3Key: keys[i::2]
@@ -269,15 +269,19 @@ def test_local_stop_kills_the_whole_process_tree(endless_job, local_backend):
 
 
 @pytest.mark.slow
-def test_local_max_runtime_stops_the_job_and_uploads_no_output(endless_job, local_backend, job):
+def test_local_max_runtime_stops_the_job_and_keeps_only_complete_outputs(endless_job, local_backend, job):
     request = endless_job(run_id="run-timeout")
     request["StoppingCondition"]["MaxRuntimeInSeconds"] = 5
     name = local_backend.submit(request)
     state = wait_terminal(local_backend, name, timeout=120)
     assert state.status is JobStatus.STOPPED, state
     assert "MaxRuntimeInSeconds (5) exceeded" in state.failure_reason
-    # Files that ended before the limit stay on the instance: a stopped job's outputs are not uploaded.
-    assert _uploaded(job.buckets["out"], "run-timeout/") == []
+    # Each output went up as its file ended (a stopped job keeps them); the file still in the model did not.
+    outputs = [k for k in _uploaded(job.buckets["out"], "run-timeout/") if k.endswith(".parquet")]
+    assert len(outputs) <= 2 and not any(".shardline-tmp" in k for k in outputs), outputs
+    for key in outputs:
+        body = boto3.client("s3").get_object(Bucket=job.buckets["out"], Key=key)["Body"].read()
+        assert pq.read_table(io.BytesIO(body)).num_rows == ROWS_PER_FILE
 
 
 def _exited(pid):
@@ -308,7 +312,10 @@ def test_local_job_whose_end_is_seen_past_max_runtime_is_stopped_not_completed(e
     state = wait_terminal(local_backend, name)
     assert state.status is JobStatus.STOPPED, state
     assert state.failure_reason == "MaxRuntimeInSeconds (10) exceeded"
-    assert _uploaded(job.buckets["out"], "run-late/") == []
+    # Every file ended (released) before the limit passed, each output uploaded as it ended: the Stopped job
+    # keeps them all (with EndOfJob uploads it kept none).
+    outputs = [k for k in _uploaded(job.buckets["out"], "run-late/") if k.endswith(".parquet")]
+    assert outputs == [f"run-late/part-{i}.parquet" for i in range(6)], outputs
 
 
 @pytest.mark.parametrize(

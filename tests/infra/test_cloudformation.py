@@ -753,14 +753,14 @@ def _object_arn(values: dict, uri: str) -> str:
 @pytest.mark.parametrize("output_rest", ["churn/", "churn/scores/dt=2026-11-22/"])
 def test_s3_access_follows_the_data_layout(template, output_rest):
     """Who may read and write inputs, models, outputs and manifests, at the keys the code uses."""
-    from shardline.planning.naming import manifest_key, outputs_manifest_key, success_marker_key
+    from shardline.planning.naming import manifest_key, outputs_manifest_key, success_marker_key, worker_manifest_key
 
     values = example_values(template)
     input_uri = _uri_key(values, "InputPrefix", "customers/dt=2026-11-22/part-000.parquet")
     model_uri = _uri_key(values, "ModelPrefix", "sklearn/v1/model.tar.gz")
     output_prefix = _uri_key(values, "OutputPrefix", output_rest)
     prediction = output_prefix + "part-000.parquet"
-    worker_report = output_prefix + "_shardline/attempt-0002/manifest-algo-1.json"  # shardline.worker.job.report
+    worker_report = worker_manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score", 2, "algo-1")
     success_marker = success_marker_key(output_prefix)  # outputs.commit_outputs writes and withdraws it
     outputs_manifest = outputs_manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score")
     manifest = manifest_key(output_prefix, "scheduled__2026-11-22T00:00:00+00:00", "score", 2)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import socket
 
+import boto3
 import pytest
 
 from examples import synthetic
 from shardline.ledger import bind_ledger
 from shardline.ledger.keys import failures_pk, file_sk_prefix, run_pk, shard_sk, step_sk
+from shardline.orchestration.outputs import object_sha256
 from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from tests.support.helpers import (
     HOST,
@@ -18,13 +20,13 @@ from tests.support.helpers import (
     load_manifest,
     reports_by_input,
     run_worker,
-    sha256_file,
     shard_sk_prefix,
 )
 
 pytestmark = pytest.mark.slow
 
 PIPELINE, RUN_ID, STEP = "nightly", "run-42", "score"
+BUCKET = "worker-runs"
 
 
 def _ledger_env(aws_env: dict, table: str, attempt: int, **extra: str) -> dict[str, str]:
@@ -47,7 +49,15 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
     inputs, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(inputs, files=2, rows=3000)
     (inputs / "zz-corrupt.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
-    env = _ledger_env(aws_env, ledger_table, 1, SHARDLINE_OUTPUT_URI="s3://bucket/out/")
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    env = _ledger_env(
+        aws_env,
+        ledger_table,
+        1,
+        SHARDLINE_OUTPUT_URI=f"s3://{BUCKET}/out/",
+        SHARDLINE_MANIFEST_URI=f"s3://{BUCKET}/out/_shardline/instances/run-42/score/attempt-0001",
+    )
     result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", env=env)
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
     assert "ledger write failed" not in result.stderr
@@ -58,18 +68,23 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
         f"{file_sk_prefix(STEP)}{name}" for name in ("part-00000.parquet", "part-00001.parquet", "zz-corrupt.parquet")
     ]
     assert not (out / "_shardline" / "manifest-algo-1.json").exists()  # per attempt: never overwritten by the next
+    # The instance's manifest goes to the folder its job names (its run, step and attempt).
+    s3.head_object(Bucket=BUCKET, Key=f"out/_shardline/instances/run-42/score/attempt-0001/manifest-{HOST}.json")
     reports = reports_by_input(load_manifest(out, attempt=1))
     for name in ("part-00000.parquet", "part-00001.parquet"):
         item = files[file_sk_prefix(STEP) + name]
         assert (item.status, item.attempt, item.host) == ("SUCCEEDED", 1, HOST)
         assert item.rows_in == item.rows_out == 1500
         assert item.bytes_in == (inputs / name).stat().st_size
-        assert item.bytes_out == (out / name).stat().st_size == reports[name]["bytes_out"]
+        # Uploaded as it finished, with S3's checksum; its local copy is gone.
+        head = s3.head_object(Bucket=BUCKET, Key=f"out/{name}", ChecksumMode="ENABLED")
+        assert item.bytes_out == head["ContentLength"] == reports[name]["bytes_out"]
+        assert item.output_sha256 == reports[name]["sha256"] == object_sha256(head)
+        assert not (out / name).exists()
         assert item.seconds is not None and item.seconds >= 0
-        assert item.output_key == f"s3://bucket/out/{name}"
+        assert item.output_key == f"s3://{BUCKET}/out/{name}"
         assert item.started_at is not None and item.finished_at is not None
         assert item.error_class is None and item.error_message is None
-        assert reports[name]["sha256"] == sha256_file(out / name)
     bad = files[file_sk_prefix(STEP) + "zz-corrupt.parquet"]
     assert (bad.status, bad.attempt, bad.error_class) == ("FAILED", 1, "CorruptInputError")
     assert "zz-corrupt.parquet" in bad.error_message
@@ -99,7 +114,7 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
         xgboost_model.parent,
         "--passthrough",
         "id",
-        env=_ledger_env(aws_env, ledger_table, 2),
+        env=_ledger_env(aws_env, ledger_table, 2, SHARDLINE_OUTPUT_URI=f"s3://{BUCKET}/out/"),
     )
     assert retry.returncode == EXIT_OK, describe(retry)
     files = _items(model, file_sk_prefix(STEP))
@@ -164,3 +179,19 @@ def test_without_a_ledger_table_the_worker_makes_no_aws_calls(tmp_path, xgboost_
             pytest.fail(f"the worker connected to the AWS endpoint from {peer} without a ledger configured")
     assert load_manifest(out)["succeeded"] == 2
     assert "ledger write failed" not in result.stderr
+
+
+def test_an_output_that_cannot_be_uploaded_fails_its_file_with_what_to_check(
+    tmp_path, aws_env, ledger_table, xgboost_model
+):
+    """The ledger never calls a file SUCCEEDED whose output is not in S3: here its bucket does not exist."""
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    synthetic.make_dataset(inputs, files=2, rows=1000)
+    env = _ledger_env(aws_env, ledger_table, 1, SHARDLINE_OUTPUT_URI="s3://no-such-bucket-here/out/")
+    result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", env=env)
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    model = bind_ledger(ledger_table, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
+    files = list(_items(model, file_sk_prefix(STEP)).values())
+    assert [(f.status, f.error_class, f.output_key) for f in files] == [("FAILED", "OutputUploadError", None)] * 2
+    assert "s3:PutObject" in files[0].error_message and "NoSuchBucket" in files[0].error_message
+    assert [p for p in out.rglob("*.parquet")] == []  # nothing of them stays

@@ -1,6 +1,6 @@
-"""A zombie instance (its attempt superseded while it still runs) finishes late: the ledger refuses its
-records, and the outputs whose success the ledger did not accept are withdrawn before any upload, so they
-can never replace what the newer attempt writes. Outputs it committed before it was superseded stay."""
+"""A zombie instance (its attempt superseded while it still runs) finishes late: asked just before its upload,
+the ledger refuses it, so its output never goes up where the newer attempt's goes, and its local copy is
+withdrawn. Outputs it uploaded and committed before it was superseded stay."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -67,7 +68,9 @@ def test_stale_attempt_zombie_outputs_are_withdrawn_and_its_records_refused(ledg
     release = tmp_path / "release"
     write_inference_script(model_dir, SCRIPT.format(release=str(release)))
     model = bind_ledger(ledger_table)
-    keys = [("s3://b/in/a.parquet", 1), ("s3://b/in/b.parquet", 1)]
+    keys = [("s3://zombie-data/in/a.parquet", 1), ("s3://zombie-data/in/b.parquet", 1)]
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="zombie-data")
     start_attempt(model, StepRef("p", "r1", "score"), 1, keys)
     env = clean_env(
         **aws_env,
@@ -76,8 +79,8 @@ def test_stale_attempt_zombie_outputs_are_withdrawn_and_its_records_refused(ledg
         SHARDLINE_RUN_ID="r1",
         SHARDLINE_STEP="score",
         SHARDLINE_ATTEMPT="1",
-        SHARDLINE_INPUT_URI="s3://b/in",
-        SHARDLINE_OUTPUT_URI="s3://b/out",
+        SHARDLINE_INPUT_URI="s3://zombie-data/in",
+        SHARDLINE_OUTPUT_URI="s3://zombie-data/out",
     )
     out = tmp_path / "out"
     command = worker_command(inputs, out, model_dir, "--passthrough", "id", "--features", "x", workers=2)
@@ -109,6 +112,9 @@ def test_stale_attempt_zombie_outputs_are_withdrawn_and_its_records_refused(ledg
     assert worker.returncode == EXIT_FENCED, describe(result)
     assert statuses() == {"a.parquet": ("SUCCEEDED", 1), "b.parquet": ("PENDING", 2)}, describe(result)
     written = sorted(p.relative_to(out).as_posix() for p in Path(out).rglob("*") if p.is_file())
-    assert written == ["a.parquet"], (written, describe(result))  # b's late output withdrawn; no manifest
+    assert written == [], (written, describe(result))  # a went up; b's late output withdrawn; no manifest
     assert "withdrew 1 output(s)" in stderr, describe(result)
-    assert pq.read_table(out / "a.parquet").column("prediction").to_pylist() == [10.0] * 100
+    uploaded = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="zombie-data", Prefix="out/").get("Contents", []))
+    assert uploaded == ["out/a.parquet"], uploaded  # the zombie never put b where attempt 2's goes
+    body = s3.get_object(Bucket="zombie-data", Key="out/a.parquet")["Body"].read()
+    assert pq.read_table(pa.BufferReader(body)).column("prediction").to_pylist() == [10.0] * 100

@@ -239,10 +239,10 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     marker = json.loads(s3.get_object(Bucket=BUCKET, Key=out_prefix + "_SUCCESS")["Body"].read())
     assert (marker["run_id"], marker["attempts"], marker["outputs"], marker["rows_out"]) == (run_id, 2, 5, expected)
     by_attempt: dict[str, set[str]] = {}
-    for key in _keys(s3, out_prefix + "_shardline/attempt-"):
+    for key in _keys(s3, out_prefix + "_shardline/instances/"):
         body = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
         done = {r["output"] for r in body["file_reports"] if r["status"] == "SUCCEEDED"}
-        by_attempt.setdefault(key.removeprefix(out_prefix).split("/")[1], set()).update(done)
+        by_attempt.setdefault(key.rsplit("/", 2)[1], set()).update(done)
     assert sorted(by_attempt) == ["attempt-0001", "attempt-0002"], by_attempt
     assert set().union(*by_attempt.values()) == outputs, by_attempt
     assert by_attempt["attempt-0002"] == {"late-arrival.parquet"}

@@ -171,11 +171,15 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     attempt = steps.submit(spec, steps.plan(spec, "score", run_id, **args))
     wait_for_job(spec, attempt)
     real_output = f"s3://{bucket}/out/{run_id}/part-0.parquet"
+    real = read_step(services.ledger_model(spec), attempt.ref, file_attributes=None).files
+    [genuine] = [f for f in real if f.output_key == real_output]
+    # The forger copies the real item's bytes and sha256, so the object in S3 matches: only that no other file
+    # may claim the output, and the instance's own manifest, can tell.
+    copied = {"ok": real_output, "bout": genuine.bytes_out, "osha": genuine.output_sha256}
     if forgery == "a file the job never wrote":
-        # It points at an output that is there (another file's), so only the worker's manifest can tell.
-        _forge(spec, bucket, run_id, f"s3://{bucket}/in/part-9.parquet", ok=real_output, rout=400)
+        _forge(spec, bucket, run_id, f"s3://{bucket}/in/part-9.parquet", rout=400, **copied)
     else:
-        _forge(spec, bucket, run_id, f"s3://{bucket}/in/part-0.parquet", ok=real_output, rout=4000)
+        _forge(spec, bucket, run_id, f"s3://{bucket}/in/part-0.parquet", rout=4000, **copied)
     decision = watch.decide_now(spec, attempt)
     assert decision.action == "ADVANCE"  # the policy, reading the ledger alone, calls it green
 
@@ -184,7 +188,7 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"out/{run_id}/").get("Contents", [])
     assert not [o["Key"] for o in listed if o["Key"].endswith("_SUCCESS")]
     step = read_step(services.ledger_model(spec), StepRef(spec.pipeline, run_id, "score"), file_attributes=None).step
-    assert "not what the worker's own manifest says it wrote" in step.message
+    assert "have no output in S3 that is the one the worker uploaded" in step.message
     assert step.message.count("shardline resubmit") == 1 and "--all-failed" in step.message
     assert (
         "part-0.parquet" in step.message
@@ -212,7 +216,7 @@ def test_a_run_the_worker_vouches_for_is_green(pipeline):
     assert [o["Key"] for o in listed if o["Key"].endswith("_SUCCESS")] == ["out/run-vouched/_SUCCESS"]
     # What the orchestrator wrote under _shardline/ carries the tag the bucket's lifecycle rule expires by.
     s3 = boto3.client("s3")
-    written = [o["Key"] for o in listed if "/_shardline/" in o["Key"] and "/_shardline/attempt-" not in o["Key"]]
+    written = [o["Key"] for o in listed if "/_shardline/" in o["Key"] and "/_shardline/instances/" not in o["Key"]]
     assert {k.rsplit("/", 1)[-1] for k in written} >= {"report.html", "report.json", "outputs.json"}
     for key in written:
         tags = s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]

@@ -91,6 +91,17 @@ class WorkerLedger:
         condition = m.attempt.does_not_exist() | (m.attempt <= ctx.attempt)
         self._update(item, actions, condition, what=f"claim {input_key}")
 
+    def confirm_claim(self, relative_path: str) -> None:
+        """Raise :class:`StaleAttemptError` unless this attempt still owns the file: asked just before its output
+        is uploaded, so an instance of an older attempt (a zombie) never puts its output where a newer attempt's
+        goes. It writes only the host, which the claim wrote already. As the claim's, the condition is "no newer
+        attempt": the claim itself may still be queued behind this check."""
+        m, ctx = self.model, self.context
+        input_key = ctx.input_key(relative_path)
+        item = m(self.pk, file_sk(ctx.step, input_key))
+        condition = m.attempt.does_not_exist() | (m.attempt <= ctx.attempt)
+        self._update(item, [m.host.set(self.host)], condition, what=f"upload of {input_key}'s output")
+
     def finish_file(self, relative_path: str, outcome: FileOutcome) -> None:
         """Record a file's terminal status, if this attempt still owns it.
 

@@ -7,6 +7,7 @@ are not all there and vouched for, or whose input prefix holds files no attempt 
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import datetime as dt
 import json
@@ -70,6 +71,7 @@ class UnvouchedFile:
 
 
 CHECK_THREADS = 16  # HEAD requests in flight at once while a step's end checks its outputs
+MAX_INSTANCE_MANIFEST_BYTES = 256 << 20  # a manifest lists each file once: far below this for any real job
 
 
 def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | None = None) -> list[UnvouchedFile]:
@@ -77,9 +79,11 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | 
 
     The worker records a file SUCCEEDED only once S3 has its output, with the output's size and sha256. Here each
     such object must be there, under the prefix this step writes, with that size and that sha256 (S3's own
-    checksum of the body; for a multipart object, the sha256 its uploader stored beside it). So an object that
-    another run of the same partition, a zombie of an older attempt or a hand wrote at that key, a missing one,
-    or a ledger item forged by anything but the worker never makes a run green.
+    checksum of the body; for a multipart object, the sha256 its uploader stored beside it), and be no other
+    file's output. Where the instance's own manifest is there (an instance that ended normally uploads one), it
+    must list the same output with the same rows and sha256. So an object that another run of the same
+    partition, a zombie of an older attempt or a hand wrote at that key, a missing one, or a ledger item forged
+    by anything but the worker never makes a run green.
     """
     seen = seen or read_outputs(spec, attempt)
     succeeded = sorted((f for f in seen.records.files if f.status == FileStatus.SUCCEEDED), key=lambda f: f.input_key)
@@ -87,13 +91,60 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | 
         return []
     s3 = services.s3_client(spec)
     prefix = attempt.output_prefix.rstrip("/") + "/"
+    claimed = collections.Counter(f.output_key for f in succeeded)
+    manifests = {
+        where: _worker_outputs(s3, attempt, *where) for where in sorted({(f.attempt, f.host or "") for f in succeeded})
+    }
 
     def check(f) -> UnvouchedFile | None:
         why = _why_unvouched(s3, f, seen.listed.get(f.output_key or ""), prefix)
+        if why is None and claimed[f.output_key] > 1:
+            why = f"its output {f.output_key} is recorded for {claimed[f.output_key]} inputs"
+        written = manifests[(f.attempt, f.host or "")]
+        if why is None and written is not None:
+            entry = written.get((f.output_key or "").removeprefix(prefix))
+            if (
+                entry is None
+                or _count(entry.get("rows_out")) != _count(f.rows_out)
+                or entry.get("sha256") != (f.output_sha256)
+            ):
+                why = f"the manifest of attempt {f.attempt} on {f.host} does not list {f.output_key} as recorded"
         return UnvouchedFile(f.input_key, f.attempt, f"{f.input_key}: {why}") if why else None
 
     with ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
         return [u for u in pool.map(check, succeeded) if u is not None]
+
+
+def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, dict] | None:
+    """What one instance's manifest says it wrote, by output path (relative to the output prefix); None when it
+    left none (an instance lost mid-job uploads no manifest: its files stand on their objects alone)."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = parse_s3_uri(
+        naming.worker_manifest_key(
+            attempt.output_prefix, attempt.run_id, attempt.step, number, host, attempt.metadata_prefix
+        )
+    )
+    try:
+        found = s3.get_object(Bucket=bucket, Key=key)
+        if found.get("ContentLength", 0) > MAX_INSTANCE_MANIFEST_BYTES:
+            found["Body"].close()
+            return {}
+        manifest = json.loads(found["Body"].read(MAX_INSTANCE_MANIFEST_BYTES + 1))
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise
+    except ValueError:  # not JSON: it vouches for nothing
+        return {}
+    reports = manifest.get("file_reports") if isinstance(manifest, dict) else None
+    if not isinstance(reports, list):
+        return {}
+    return {
+        r["output"]: r
+        for r in reports
+        if isinstance(r, dict) and r.get("status") == FileStatus.SUCCEEDED and isinstance(r.get("output"), str)
+    }
 
 
 def unvouched_text(unvouched: list[UnvouchedFile]) -> str:

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from shardline.errors import OutputUploadError
+from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker.job.ledger_pump import LedgerPump
 from shardline.worker.job.uploads import OutputUploader, Uploaded
@@ -81,7 +81,12 @@ class LedgerHooks(Hooks):
             self.outputs[report.input] = report.output
         if self.uploader and report.status is FileStatus.SUCCEEDED and report.output:
             # Recorded SUCCEEDED only once S3 has the output (or FAILED when it could not go up).
-            self.uploader.submit(report.output, report.sha256 or "", lambda up, err: self._uploaded(report, up, err))
+            self.uploader.submit(
+                report.output,
+                report.sha256 or "",
+                lambda up, err: self._uploaded(report, up, err),
+                first=lambda: self._still_owned(report.input),
+            )
             return
         output_key = self.ledger.context.output_key(report.output) if report.output else None
         self._record(report, report.ledger_outcome(output_key))
@@ -90,11 +95,25 @@ class LedgerHooks(Hooks):
         if self.uploader:
             self.uploader.close()
 
-    def _uploaded(self, report: FileReport, uploaded: Uploaded | None, error: OutputUploadError | None) -> None:
+    def _still_owned(self, relative_path: str) -> None:
+        """Before an output goes up: a zombie (its attempt superseded) must not put it where the newer attempt's
+        goes. Only a refusal stops the upload; an endpoint that does not answer does not (the file's record
+        waits in the pump, and the step's end compares every object with the ledger's sha256 anyway)."""
+        try:
+            self.ledger.confirm_claim(relative_path)
+        except StaleAttemptError as err:
+            self.pump.fence(str(err))
+            raise
+        except Exception as err:  # noqa: BLE001 - see the docstring
+            log.warning("could not confirm %s is still this attempt's before its upload: %s", relative_path, err)
+
+    def _uploaded(self, report: FileReport, uploaded: Uploaded | None, error: Exception | None) -> None:
         """On an upload thread: record the file's end now that its output is in S3, or that it is not."""
         if uploaded is not None:
             self._record(report, report.ledger_outcome(uploaded.key))
             return
+        if isinstance(error, StaleAttemptError) or self.fenced:
+            return  # a newer attempt owns it: nothing is recorded, and its local copy is withdrawn on the way out
         with contextlib.suppress(FileNotFoundError):
             (self.output_dir / report.output).unlink()  # never recorded: nothing of it stays
         self.outputs.pop(report.input, None)

@@ -53,6 +53,13 @@ class LedgerPump:
     def __exit__(self, *_exc) -> None:
         self.close()  # on every way out: what was queued is flushed, within its retry budget
 
+    def fence(self, reason: str) -> None:
+        """A newer attempt owns the step: drop every write from now on, and say why."""
+        if not self.fenced.is_set():
+            self.fenced_reason = reason
+            self.fenced.set()
+            log.error("fenced: %s", reason)
+
     def put(self, write: Callable[[], None], what: str) -> None:
         if not self.fenced.is_set():
             self._queue.put((write, what))
@@ -82,9 +89,7 @@ class LedgerPump:
                 self._failing_since = None
                 return
             except StaleAttemptError as err:
-                self.fenced_reason = str(err)
-                self.fenced.set()
-                log.error("fenced: %s", err)
+                self.fence(str(err))
                 return
             except Exception as err:  # noqa: BLE001 - a lost status write is retried by the sensor, not fatal here
                 now = self._clock()

@@ -91,25 +91,32 @@ class OutputUploader:
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
     def submit(
-        self, relative: str, sha256: str, then: Callable[[Uploaded | None, OutputUploadError | None], None]
+        self,
+        relative: str,
+        sha256: str,
+        then: Callable[[Uploaded | None, Exception | None], None],
+        first: Callable[[], None] | None = None,
     ) -> Future:
         """Upload ``output_dir/relative``; then call ``then(uploaded, None)``, or ``then(None, error)`` when it
-        could not go up. Waits for a slot while ``max_pending`` uploads are in flight."""
+        could not go up (or ``first``, run on the upload thread before it, raised). Waits for a slot while
+        ``max_pending`` uploads are in flight."""
         self._slots.acquire()
         try:
-            return self._pool.submit(self._run, relative, sha256, then)
+            return self._pool.submit(self._run, relative, sha256, then, first)
         except BaseException:
             self._slots.release()
             raise
 
-    def _run(self, relative: str, sha256: str, then) -> None:
+    def _run(self, relative: str, sha256: str, then, first) -> None:
         try:
             if self.stopped.is_set():
                 then(None, OutputUploadError("not uploaded: a newer attempt owns this step"))
                 return
             try:
+                if first is not None:
+                    first()
                 uploaded = self.upload(relative, sha256)
-            except OutputUploadError as err:
+            except Exception as err:  # noqa: BLE001 - the callback records it: the file fails, nothing is lost
                 then(None, err)
                 return
             then(uploaded, None)
@@ -118,6 +125,7 @@ class OutputUploader:
 
     def upload(self, relative: str, sha256: str) -> Uploaded:
         """One output, now, on this thread. Its local copy is deleted once S3 has it."""
+        from boto3.exceptions import Boto3Error
         from boto3.s3.transfer import TransferConfig
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -135,7 +143,7 @@ class OutputUploader:
                 ExtraArgs=extra,
                 Config=TransferConfig(multipart_threshold=SINGLE_PART_LIMIT, use_threads=False),
             )
-        except (BotoCoreError, ClientError, OSError) as err:
+        except (Boto3Error, BotoCoreError, ClientError, OSError) as err:
             raise OutputUploadError(
                 f"the output {relative} could not be uploaded to s3://{self.bucket}/{key}: {type(err).__name__}: "
                 f"{err}. Check that the job's role may s3:PutObject under the step's output.uri (and use its "
