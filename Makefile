@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv browser test test-stack test-fast test-under-load lint docs demo demo-worker bench bench-fleet bench-quick package-check clean
+.PHONY: help venv browser test test-stack test-fast test-under-load lint docs demo demo-worker bench bench-fleet bench-recovery bench-quick package-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -80,10 +80,14 @@ demo-worker: $(STAMP)  ## just the inference worker on generated data (no Airflo
 
 bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, write bench-results/
 	$(PY) bench/bench_worker.py --out bench-results
+	$(PY) bench/bench_worker.py --out bench-results --only-uploads --kinds xgboost
 	$(PY) bench/bench_orchestration.py --out bench-results
 
 bench-fleet: $(STAMP)  ## 6 pipelines x 2 runs at once in airflow standalone, within a quota of 4 instances, with injected refusals
 	$(PY) bench/bench_fleet.py --out bench-results
+
+bench-recovery: $(STAMP)  ## one step of 8 instances over 400 files, one instance killed at half its work: what it costs
+	$(PY) bench/bench_recovery.py --out bench-results
 
 bench-quick: $(STAMP)  ## a smaller, faster run of the benchmarks
 	$(PY) bench/bench_worker.py --out bench-results --quick

@@ -241,13 +241,14 @@ def run_one(
     scratch: Path,
     extra: list[str] = (),
     baseline_src: Path | None = None,
+    env: dict | None = None,
 ) -> dict:
     out = Path(tempfile.mkdtemp(dir=scratch))
     if variant in ("shardline", "baseline"):
-        env, module = None, "shardline.worker"
+        module = "shardline.worker"
         if variant == "baseline":  # an older commit's worker: before the src/ layout it was `shardline_worker`
             old_layout = not (baseline_src / "src" / "shardline" / "worker").is_dir()
-            env = {"PYTHONPATH": str(baseline_src / ("inference_container" if old_layout else "src"))}
+            env = {**(env or {}), "PYTHONPATH": str(baseline_src / ("inference_container" if old_layout else "src"))}
             module = "shardline_worker" if old_layout else module
         launched = time.time()
         command = [
@@ -345,6 +346,11 @@ def main() -> int:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-startup", action="store_true")
     parser.add_argument("--only-startup", action="store_true", help="just the start-up section")
+    parser.add_argument(
+        "--only-uploads",
+        action="store_true",
+        help="just per-file uploads to the embedded endpoint against local files only (both with the ledger)",
+    )
     parser.add_argument("--baseline", metavar="REF", help="also time the worker of this git commit, interleaved")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -361,6 +367,11 @@ def main() -> int:
         flush=True,
     )
 
+    if args.only_uploads:
+        report = uploads_section(models, kinds, data, scratch, rounds=rounds)
+        (args.out / "bench_uploads.json").write_text(json.dumps(report, indent=2))
+        print(f"\nwrote {args.out / 'bench_uploads.json'}")
+        return 0
     if args.only_startup:
         report = startup_section(
             args.out, models, kinds, scratch, baseline_src, args.baseline, rounds=rounds, quick=args.quick
@@ -766,6 +777,59 @@ def startup_section(
         "floor": floor_table,
         "raw": {k: {v: [{x: y for x, y in r.items()} for r in rs] for v, rs in vs.items()} for k, vs in found.items()},
     }
+
+
+def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) -> list[dict]:
+    """The worker as a pipeline runs it (the ledger on the embedded moto_server), with each output uploaded to S3
+    as its file finishes, against the same run keeping its outputs as local files; interleaved, in one run."""
+    import uuid
+
+    from shardline.ledger import create_ledger_table
+    from shardline.local.embedded_aws import embedded_aws
+
+    print("\nuploads: per-file uploads to the embedded endpoint vs local files only (both write the ledger)")
+    rows = []
+    with embedded_aws(scratch / "moto.log") as aws:
+        import boto3
+
+        table, bucket = f"bench-{uuid.uuid4().hex[:8]}", f"bench-uploads-{uuid.uuid4().hex[:8]}"
+        create_ledger_table(table, "us-east-1", aws["AWS_ENDPOINT_URL"])
+        boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=bucket)
+        measured: dict[str, dict[str, list[float]]] = {k: {"local": [], "uploads": []} for k in kinds}
+        for round_no in range(1, rounds + 1):
+            for kind in kinds:
+                for mode in ("local", "uploads"):
+                    run_id = f"{kind}-{mode}-{round_no}"
+                    env = {
+                        **aws,
+                        "SHARDLINE_LEDGER_TABLE": table,
+                        "SHARDLINE_PIPELINE": "bench",
+                        "SHARDLINE_RUN_ID": run_id,
+                        "SHARDLINE_STEP": "score",
+                        "SHARDLINE_ATTEMPT": "1",
+                        "SHARDLINE_INPUT_URI": f"s3://{bucket}/in",
+                        # Without an s3:// output URI the worker keeps its outputs as local files.
+                        "SHARDLINE_OUTPUT_URI": f"s3://{bucket}/out/{run_id}" if mode == "uploads" else "",
+                    }
+                    r = run_one("shardline", kind, models[kind], data, scratch, env=env)
+                    measured[kind][mode].append(r["rate"])
+                    print(f"  round {round_no} {kind:8s} {mode:8s} {fmt_rate(r['rate']):>7s} rows/s", flush=True)
+        for kind in kinds:
+            local = statistics.median(measured[kind]["local"])
+            uploads = statistics.median(measured[kind]["uploads"])
+            rows.append(
+                {
+                    "model": kind,
+                    "local_rows_per_s": round(local),
+                    "uploads_rows_per_s": round(uploads),
+                    "ratio": round(uploads / local, 3),
+                }
+            )
+            print(
+                f"uploads: {kind} local files only {fmt_rate(local)} rows/s, per-file uploads "
+                f"{fmt_rate(uploads)} rows/s: {uploads / local:.2f}x (median of {rounds})"
+            )
+    return rows
 
 
 def memory_run(out: Path, models, kinds, scratch: Path, rows: int) -> list[dict]:

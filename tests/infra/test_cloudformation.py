@@ -789,6 +789,8 @@ def test_s3_access_follows_the_data_layout(template, output_rest):
         assert not allows(template, af, "s3:PutObject", arn), arn
         assert not allows(template, af, "s3:DeleteObject", arn), arn
     assert not allows(template, af, "s3:GetObject", input_arn)
+    # Before _SUCCESS the orchestrator checks each output's size and checksum (HeadObject needs s3:GetObject).
+    assert allows(template, af, "s3:GetObject", prediction_arn)
 
 
 def test_a_pipeline_stack_reads_and_writes_only_its_own_outputs(template):

@@ -132,6 +132,22 @@ def test_records_from_ledger_items():
     assert (two.host, two.attempt, two.started_at, two.ended_at) == ("algo-2", 2, at(60), at(64))
 
 
+def test_each_attempts_instances_are_priced_at_the_type_its_job_ran_on():
+    """After a capacity move attempt 2 ran on a fallback type: its instance-seconds cost that type's price."""
+    from shardline.report.cost import Prices
+
+    step, files, shards = ledger_items()
+    spec_type = records_from_ledger(step, files, shards, instance_type="ml.c5.xlarge")
+    moved = records_from_ledger(step, files, shards, instance_type="ml.c5.xlarge", instance_types={2: "ml.m5.4xlarge"})
+    assert [i.instance_type for i in moved.instances] == ["ml.c5.xlarge", "ml.m5.4xlarge"]
+    prices = Prices.default({"ml.c5.xlarge": 1.0, "ml.m5.4xlarge": 10.0})
+    cost = {
+        name: build_report(r.identity, r.files, r.instances, prices=prices).cost.total
+        for name, r in (("spec", spec_type), ("moved", moved))
+    }
+    assert cost["moved"] > cost["spec"]
+
+
 def test_a_file_claimed_but_never_finished_takes_its_bytes_from_the_plan():
     """A claim writes no size (the plan file has it): the report still counts the file's bytes on its shard."""
     step, files, shards = ledger_items()

@@ -32,6 +32,7 @@ class JobState:
     failure_reason: str | None = None
     created_at: float | None = None  # epoch seconds
     ended_at: float | None = None
+    instance_type: str | None = None  # what the job's instances are (its request's), for pricing what ran
 
 
 class Backend(Protocol):

@@ -104,6 +104,14 @@ def read_state(job_dir: Path) -> dict:
     return json.loads((job_dir / STATE_FILE).read_text())
 
 
+def _instance_type(job_dir: Path) -> str | None:
+    """The instance type the job's request asked for (None when its request cannot be read)."""
+    try:
+        return json.loads((job_dir / REQUEST_FILE).read_text())["ProcessingResources"]["ClusterConfig"]["InstanceType"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _here(state: dict) -> bool:
     """Whether the job's supervisor runs on this host, so its pid means something here.
 
@@ -254,6 +262,7 @@ class LocalBackend:
             failure_reason=reason,
             created_at=state.get("created_at"),
             ended_at=state.get("ended_at"),
+            instance_type=_instance_type(job_dir),
         )
 
     def stop(self, name: str, grace_seconds: float = 10.0) -> None:

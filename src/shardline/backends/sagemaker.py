@@ -49,6 +49,7 @@ class SageMakerBackend:
             failure_reason=job.get("FailureReason"),
             created_at=created.timestamp() if created else None,
             ended_at=ended.timestamp() if ended else None,
+            instance_type=job.get("ProcessingResources", {}).get("ClusterConfig", {}).get("InstanceType"),
         )
 
     def stop(self, name: str) -> None:

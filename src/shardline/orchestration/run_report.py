@@ -86,6 +86,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         run_id=attempt.run_id,
         step=attempt.step,
         planned_sizes=records.planned_sizes,
+        instance_types=attempt_instance_types(spec, attempt, {int(s.attempt or 1) for s in records.shards}),
     )
     histogram, missing = current_histogram(spec, attempt, records.files)
     previous = previous_reports(spec, attempt)
@@ -121,6 +122,25 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         if tolerated:
             report.notes.append(tolerated)
     return report
+
+
+def attempt_instance_types(spec: PipelineSpec, attempt: Attempt, numbers: set[int]) -> dict[int, str]:
+    """The instance type each attempt's job really ran on, from the backend (a capacity move runs an attempt on a
+    fallback type, so the spec's type would price it wrong); an attempt whose job cannot be described is left
+    out, and priced at the spec's type."""
+    from shardline.backends import JobNotFound
+    from shardline.planning.naming import job_name
+
+    backend = services.backend_for(spec)
+    found: dict[int, str] = {}
+    for number in sorted(numbers):
+        try:
+            state = backend.describe(job_name(attempt.pipeline, attempt.run_id, attempt.step, number))
+        except JobNotFound:
+            continue
+        if state.instance_type:
+            found[number] = state.instance_type
+    return found
 
 
 def current_histogram(spec: PipelineSpec, attempt: Attempt, files) -> tuple[Histogram | None, int]:

@@ -106,6 +106,7 @@ def records_from_ledger(
     run_id: str | None = None,
     step: str | None = None,
     planned_sizes: Mapping[str, int] | None = None,
+    instance_types: Mapping[int, str] | None = None,
 ) -> ReportRecords:
     """The report's records from one step's ledger records (or its items, or their attribute dicts).
 
@@ -116,6 +117,8 @@ def records_from_ledger(
     instance started: its first file's claim is taken for that, and its last heartbeat for its end.
     ``pipeline``/``run_id``/``step`` fill what a missing STEP item cannot tell. ``planned_sizes`` (input key ->
     bytes, from the plan files) gives the bytes of a file claimed but never finished, whose item has none.
+    ``instance_types``: the type each attempt's job really ran on (after a capacity move, not the spec's), by
+    attempt number; an attempt missing from it is taken to have run on ``instance_type``.
     """
     step_record = StepRecord.of(step_item) if step_item is not None else None
     identity = StepIdentity(
@@ -142,7 +145,7 @@ def records_from_ledger(
             InstanceRecord(
                 host=shard.host,
                 attempt=attempt,
-                instance_type=instance_type,
+                instance_type=(instance_types or {}).get(attempt, instance_type),
                 status=shard.status,
                 started_at=first_claim.get((shard.host, attempt)) or step_started,
                 ended_at=shard.heartbeat_at,
