@@ -19,8 +19,38 @@ def test_a_scheduled_run_plans_its_settle_time_after_its_interval_ends():
 
 
 @pytest.mark.parametrize("run_type", ["manual", "backfill", "asset_triggered", ""])
-def test_a_run_a_person_chose_plans_at_once(run_type):
-    assert readiness.ready_at(run_type=run_type, interval_end=END, settle_seconds=300, ready_marker=None) is None
+def test_a_run_a_person_chose_waits_for_its_interval_to_settle_too(run_type):
+    # A partition is as incomplete for a manual run as for the scheduled one until it has settled; a manual run
+    # of a long-past interval finds that moment passed and plans at once.
+    at = readiness.ready_at(run_type=run_type, interval_end=END, settle_seconds=300, ready_marker=None)
+    assert at == END + dt.timedelta(minutes=5)
+
+
+@pytest.mark.parametrize("run_type", ["manual", "asset_triggered"])
+def test_a_run_of_an_unscheduled_pipeline_plans_at_once(run_type):
+    assert (
+        readiness.ready_at(
+            run_type=run_type, interval_end=END, settle_seconds=300, ready_marker=None, scheduled_pipeline=False
+        )
+        is None
+    )
+
+
+def test_a_manual_run_at_an_interval_boundary_with_the_interval_before_blocks_the_next_scheduled_run():
+    blocks = readiness.blocks_the_next_interval
+    hour = dt.timedelta(hours=1)
+    # Airflow's own inference: a manual run at 11:00 scores 10:00-11:00 and holds 11:00, the next run's date.
+    assert blocks(run_type="manual", scheduled_pipeline=True, logical_date=END, interval_end=END)
+    # `shardline trigger --partition 10:00`: logical date 10:00, interval 10:00-11:00, as the scheduled run's.
+    assert not blocks(run_type="manual", scheduled_pipeline=True, logical_date=END - hour, interval_end=END)
+    # The UI form's default, now: off any boundary.
+    assert not blocks(
+        run_type="manual", scheduled_pipeline=True, logical_date=END + dt.timedelta(minutes=34), interval_end=END
+    )
+    assert not blocks(run_type="scheduled", scheduled_pipeline=True, logical_date=END - hour, interval_end=END)
+    assert not blocks(run_type="manual", scheduled_pipeline=False, logical_date=END, interval_end=END)
+    text = readiness.blocks_text("hourly", "manual__x", END, END - hour)
+    assert "shardline trigger hourly --partition 2026-11-22T10:00" in text and "MISSING" in text
 
 
 def test_a_ready_marker_replaces_the_settle_time():

@@ -131,7 +131,16 @@ def _partition(logical_date: dt.datetime) -> tuple[str, str]:
 
 
 def _trigger(api: httpx.Client, run_id: str, logical_date: dt.datetime) -> None:
-    made = api.post(f"/dags/{PIPELINE}/dagRuns", json={"dag_run_id": run_id, "logical_date": logical_date.isoformat()})
+    """A manual run of the hour that ends at ``logical_date``, as the docs trigger one: named by its start (logical
+    date and data interval as its scheduled run's), so it takes no other interval's logical date."""
+    start = logical_date - dt.timedelta(hours=1)
+    body = {
+        "dag_run_id": run_id,
+        "logical_date": start.isoformat(),
+        "data_interval_start": start.isoformat(),
+        "data_interval_end": logical_date.isoformat(),
+    }
+    made = api.post(f"/dags/{PIPELINE}/dagRuns", json=body)
     assert made.status_code in (200, 201), made.text
 
 

@@ -6,8 +6,9 @@ being written. So a scheduled run plans only once ``input.settle_seconds`` have 
 interval ended, or, when the spec names ``input.ready_marker``, once that marker is there (the
 marker is the writer's own word that the partition is complete, so no time is waited for it).
 
-A manual or backfill run names a partition that a person chose: it plans at once, as it finds
-the input (a spec that needs a guarantee names ``input.ready_marker``, which every run waits for).
+A manual or backfill run of a scheduled pipeline waits the same way when its interval has not settled yet (a
+partition a person names is as incomplete as a scheduled one until then), and plans at once for an interval
+that has. Every run waits for ``input.ready_marker``. A run of an unscheduled pipeline plans at once.
 """
 
 from __future__ import annotations
@@ -18,12 +19,46 @@ SCHEDULED = "scheduled"
 
 
 def ready_at(
-    *, run_type: str, interval_end: dt.datetime | None, settle_seconds: int, ready_marker: str | None
+    *,
+    run_type: str,
+    interval_end: dt.datetime | None,
+    settle_seconds: int,
+    ready_marker: str | None,
+    scheduled_pipeline: bool = True,
 ) -> dt.datetime | None:
     """The moment before which the run must not plan, or None when no time has to pass first."""
-    if ready_marker or run_type != SCHEDULED or interval_end is None:
+    if ready_marker or interval_end is None or (run_type != SCHEDULED and not scheduled_pipeline):
         return None
     return interval_end + dt.timedelta(seconds=settle_seconds)
+
+
+def blocks_the_next_interval(
+    *, run_type: str, scheduled_pipeline: bool, logical_date: dt.datetime | None, interval_end: dt.datetime | None
+) -> bool:
+    """Whether a manual run holds the logical date of the next interval's scheduled run: Airflow's own inference
+    gives a manual run at an interval boundary L the interval that ends at L, while the scheduled run of the
+    interval that starts at L has the logical date L too. The scheduler then never creates that run (it logs
+    "run already exists" and keeps trying), and the interval is never scored."""
+    return (
+        run_type == "manual"
+        and scheduled_pipeline
+        and logical_date is not None
+        and interval_end is not None
+        and logical_date == interval_end
+    )
+
+
+def blocks_text(pipeline: str, run_id: str, logical_date: dt.datetime, start: dt.datetime) -> str:
+    """What such a run does to the next interval, and how to trigger a partition instead."""
+    return (
+        f"manual run {run_id} has the logical date {logical_date:%Y-%m-%dT%H:%M}Z and scores the interval that ends "
+        f"then, so it holds the logical date of the scheduled run of the interval that starts at "
+        f"{logical_date:%H:%M}, which Airflow does not create while this run exists (`shardline runs` shows that "
+        f"interval MISSING once it is due). Once this run has ended, delete it (the Airflow UI, or DELETE "
+        f"/api/v2/dags/{pipeline}/dagRuns/{run_id}) so the scheduler goes on. Trigger a partition by its start "
+        f"instead: `shardline trigger {pipeline} --partition {start:%Y-%m-%dT%H:%M}` (logical date {start:%H:%M}, "
+        "that data interval), as its scheduled run would be"
+    )
 
 
 def not_ready_reason(interval_end: dt.datetime, ready: dt.datetime) -> str:

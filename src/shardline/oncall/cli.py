@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -25,7 +24,7 @@ import click
 
 from shardline import __version__
 from shardline.oncall import local_stack
-from shardline.oncall.cli_base import Globals, Group, IsoDate, ShownDefault, default_dags_folder
+from shardline.oncall.cli_base import Globals, Group, IsoDate, JsonObject, ShownDefault, default_dags_folder
 from shardline.oncall.messages import aws_error_text, plain_http_warning
 from shardline.oncall.printing import (
     EXIT_ERROR,
@@ -341,22 +340,32 @@ def login(url: str, username: str | None, password_stdin: bool, token_stdin: boo
 )
 @_run_argument
 @click.option(
-    "--conf", "conf_json", metavar="JSON", help='a new conf for the partition, e.g. \'{"model_version": "v2"}\''
+    "--conf", type=JsonObject(), metavar="JSON", help='a new conf for the partition, e.g. \'{"model_version": "v2"}\''
 )
 @click.option("--dry-run", is_flag=True, help="say what would be done; change nothing")
 @click.pass_obj
-def rerun(options: Globals, run: str, conf_json: str | None, dry_run: bool) -> Reply:
+def rerun(options: Globals, run: str, conf: dict | None, dry_run: bool) -> Reply:
     from shardline.oncall.records import RunRef
 
-    conf = None
-    if conf_json is not None:
-        try:
-            conf = json.loads(conf_json)
-        except ValueError as err:
-            raise click.BadParameter(f"not JSON ({err}): give an object such as '{{}}'", param_hint="--conf") from err
-        if not isinstance(conf, dict):
-            raise click.BadParameter("give a JSON object, such as '{}'", param_hint="--conf")
     return lines_reply(options.oncall().rerun(RunRef.parse(run), conf, dry_run=dry_run))
+
+
+@_command(
+    "trigger",
+    "score one interval of a scheduled pipeline, named by its start",
+    "Trigger a manual run of the interval that starts at --partition (UTC): its logical date is that start and "
+    "its data interval that interval, as its scheduled run's would be, so it never takes the logical date of "
+    "another interval's scheduled run (a manual run at 11:00 of an hourly pipeline with Airflow's own inference "
+    "scores 10:00-11:00 and holds the logical date of the 11:00-12:00 run, which the scheduler then never "
+    "creates). A partition that already has a run is refused: `shardline rerun` that run.",
+)
+@click.argument("pipeline")
+@click.option("--partition", type=IsoDate(), required=True, help="the interval's start, e.g. 2026-11-22T10:00")
+@click.option("--conf", type=JsonObject(), default="{}", metavar="JSON", help="the trigger form's Params")
+@click.option("--dry-run", is_flag=True, help="say what would be done; change nothing")
+@click.pass_obj
+def trigger(options: Globals, pipeline: str, partition: dt.datetime, conf: dict, dry_run: bool) -> Reply:
+    return lines_reply(options.oncall().trigger(pipeline, partition, conf, dry_run=dry_run))
 
 
 @_command("cancel", "stop a run's jobs, mark it CANCELLED, fail its DAG run")

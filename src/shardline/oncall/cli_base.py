@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +70,23 @@ class IsoDate(click.ParamType):
         except ValueError:
             self.fail(f"expected an ISO date or time like 2026-11-22T10:00, got {value!r}", param, ctx)
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+class JsonObject(click.ParamType):
+    """A JSON object given on the command line (a run's conf)."""
+
+    name = "JSON"
+
+    def convert(self, value, param, ctx) -> dict:
+        if isinstance(value, dict):
+            return value
+        try:
+            parsed = json.loads(value)
+        except ValueError as err:
+            self.fail(f"not JSON ({err}): give an object such as '{{}}'", param, ctx)
+        if not isinstance(parsed, dict):
+            self.fail("give a JSON object, such as '{}'", param, ctx)
+        return parsed
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,7 @@ from shardline.oncall.records import FileView, RunRef, RunRow, RunView, StepView
 from shardline.oncall.views import (
     file_view,
     missing_job_status,
+    missing_rows,
     run_row,
     run_view,
     step_view,
@@ -96,7 +97,8 @@ class OnCallReads:
         return self.specs[pipeline]
 
     def runs(self, pipeline: str | None = None, limit: int = 20) -> list[RunRow]:
-        """Recent runs, newest first, from every ledger table the pipelines use."""
+        """Recent runs, newest first, from every ledger table the pipelines use; first, the intervals their
+        schedules owe over the listed runs' span that no run scores (MISSING rows, with the command)."""
         specs = [self.spec(pipeline)] if pipeline else list(self.specs.values())
         rows = []
         for table in sorted({s.ledger_table for s in specs}):
@@ -106,7 +108,10 @@ class OnCallReads:
             runs = {(r.pipeline, r.run_id): RunRecord.of(r) for r in model.Control.batch_get(keys)} if keys else {}
             rows += [run_row(e.pipeline, e.run_id, e.started_at, runs.get((e.pipeline, e.run_id))) for e in entries]
         rows.sort(key=lambda r: r.started_at or "", reverse=True)
-        return [with_airflow(r, self._airflow_run_state(r.pipeline, r.run_id)) for r in rows[:limit]]
+        listed = [with_airflow(r, self._airflow_run_state(r.pipeline, r.run_id)) for r in rows[:limit]]
+        now = dt.datetime.now(dt.UTC)
+        missing = [row for spec in specs for row in missing_rows(spec, listed, now, limit)]
+        return sorted(missing, key=lambda r: (r.partition or "", r.pipeline), reverse=True) + listed
 
     def steps_started_since(self, since: dt.datetime) -> list[StepRecord]:
         """The STEP items of every run of these pipelines started at or after ``since``: one Query of each ledger

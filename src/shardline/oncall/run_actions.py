@@ -1,9 +1,11 @@
-"""What an on-call engineer does to a whole run: ``rerun`` (its partition again, through Airflow) and
-``cancel`` (stop its jobs, mark it CANCELLED, fail its DAG run).
+"""What an on-call engineer does to a whole run: ``trigger`` (a manual run of one interval, named by its start),
+``rerun`` (its partition again, through Airflow) and ``cancel`` (stop its jobs, mark it CANCELLED, fail its DAG
+run).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from shardline.backends import JobNotFound
@@ -19,7 +21,7 @@ from shardline.oncall.records import RunRef
 from shardline.oncall.views import FINISHED_RUN_STATES
 from shardline.orchestration import services
 from shardline.planning import naming
-from shardline.spec import PipelineSpec
+from shardline.spec import PipelineSpec, SpecError, partition_interval
 
 
 def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
@@ -45,8 +47,52 @@ def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
     return model_version_problem(first, version)
 
 
+def _same_instant(a: str, b: str) -> bool:
+    """Whether two ISO-8601 times Airflow gave name the same instant ("Z" or "+00:00" alike)."""
+    try:
+        return dt.datetime.fromisoformat(a.replace("Z", "+00:00")) == dt.datetime.fromisoformat(
+            b.replace("Z", "+00:00")
+        )
+    except ValueError:
+        return False
+
+
 class RunActions(OnCallReads):
-    """``rerun`` and ``cancel``: a whole run, through Airflow and the ledger."""
+    """``trigger``, ``rerun`` and ``cancel``: a whole run, through Airflow and the ledger."""
+
+    def trigger(self, pipeline: str, start: dt.datetime, conf: dict, *, dry_run: bool = False) -> list[str]:
+        """A manual run of the interval that starts at ``start``: logical date ``start``, data interval that
+        interval, as the interval's scheduled run would have. So it takes no other interval's logical date, and
+        the scheduler, finding the interval's run there, moves on to the next; a partition that has a run
+        already is refused (Airflow answers 409), naming ``shardline rerun``."""
+        spec = self.spec(pipeline)
+        try:
+            begin, end = partition_interval(spec.schedule, start)
+        except SpecError as err:
+            raise BadRequest(f"nothing was triggered: {err}") from err
+        if problem := conf_problem(spec, conf):
+            raise BadRequest(f"nothing was triggered: {problem}")
+        if self.airflow is None:
+            raise Unavailable(f"Airflow is not configured, so nothing was triggered: {HOW_TO_CONFIGURE}")
+        interval = (begin.isoformat(), end.isoformat())
+        what = f"{pipeline} for {begin:%Y-%m-%d %H:%M}-{end:%Y-%m-%d %H:%M} UTC (logical date {interval[0]})"
+        if dry_run:
+            return [f"dry run, nothing was changed: for real, it would trigger {what} with conf {json.dumps(conf)}"]
+        try:
+            run = self.airflow.trigger(pipeline, conf, logical_date=interval[0], data_interval=interval)
+        except AirflowApiError as err:
+            if err.status == 409:
+                raise Conflict(
+                    f"nothing was triggered: a run of {pipeline} has the logical date {interval[0]} already: its "
+                    f"scheduled run or an earlier trigger of that partition (`shardline runs --pipeline {pipeline}` "
+                    "lists it; `shardline rerun PIPELINE/RUN_ID` scores it again, with --conf for another conf), or "
+                    "a manual run of the interval before, triggered at that logical date with Airflow's own "
+                    "inference: once it has ended, delete it and trigger again"
+                ) from err
+            raise
+        return [
+            f"triggered {what} as {run['dag_run_id']}; follow it with `shardline status {pipeline}/{run['dag_run_id']}`"
+        ]
 
     def rerun(self, ref: RunRef, conf: dict | None = None, *, dry_run: bool = False) -> list[str]:
         """Run a finished DAG run's partition again, as Airflow 3.3 allows it.
@@ -91,11 +137,17 @@ class RunActions(OnCallReads):
             ]
         self.airflow.delete_run(ref.pipeline, ref.run_id)
 
+        # A manual run that Airflow's inference gave the interval ending at its logical date holds the next
+        # interval's logical date: its rerun takes the interval's start instead, as `shardline trigger` does.
+        logical_date = run.get("logical_date")
+        if all(interval) and logical_date and _same_instant(logical_date, interval[1]):
+            logical_date = interval[0]
+
         def trigger(with_conf: dict, note: str) -> dict:
             return self.airflow.trigger(
                 ref.pipeline,
                 with_conf,
-                logical_date=run.get("logical_date"),
+                logical_date=logical_date,
                 data_interval=interval if all(interval) else None,
                 note=note,
             )

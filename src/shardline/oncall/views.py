@@ -18,6 +18,7 @@ from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRec
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
 from shardline.oncall.records import FileView, RunRef, RunRow, RunView, ShardView, StepView
 from shardline.planning import naming
+from shardline.spec import PipelineSpec, interval_starts
 
 # DAG run states in which no task will run again unless something is cleared.
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
@@ -56,6 +57,48 @@ def run_row(pipeline: str, run_id: str, started_at: dt.datetime | None, run: Run
     return RunRow(
         pipeline, run_id, run.status, iso(started_at), iso(run.finished_at), run.message, partition=run.partition
     )
+
+
+MISSING = "MISSING"  # the status of a row for an interval its schedule owes and no run scores
+# A scheduled run records itself (its RUN item) when its plan task starts, at its interval's end: past the
+# partition's settle time and this grace, an interval with no run is missing, not merely queued.
+MISSING_GRACE_SECONDS = 300
+
+
+def missing_rows(spec: PipelineSpec, rows: Sequence[RunRow], now: dt.datetime, limit: int = 20) -> list[RunRow]:
+    """The intervals of a scheduled pipeline, from its oldest listed run's partition to the last one past its
+    settle time, that no listed run scores: each a MISSING row with the command that scores it. Whatever the
+    cause (a paused DAG, a manual run that took an interval's logical date, a scheduler outage), an owed
+    partition is never silently skipped. The newest ``limit`` are listed; the last one says how many more."""
+    if spec.schedule in (None, "@once"):
+        return []
+    seen = {r.partition for r in rows if r.pipeline == spec.pipeline and r.partition}
+    if not seen:
+        return []
+    oldest = min(dt.datetime.fromisoformat(p).replace(tzinfo=dt.UTC) for p in seen)
+    settle = max((s.input.settle_seconds for s in spec.steps if not s.input.from_step), default=0)
+    until = now - dt.timedelta(seconds=settle + MISSING_GRACE_SECONDS)
+    missing = []
+    owed = [s for s in interval_starts(spec.schedule, oldest, until) if s.strftime("%Y-%m-%dT%H:%M:%S") not in seen]
+    for start in sorted(owed, reverse=True)[:limit]:
+        key = start.strftime("%Y-%m-%dT%H:%M:%S")
+        command = f"shardline trigger {spec.pipeline} --partition {start:%Y-%m-%dT%H:%M}"
+        missing.append(
+            RunRow(
+                spec.pipeline,
+                "-",
+                MISSING,
+                None,
+                None,
+                f"no run scores the interval starting {key}Z, past its settle time: score it with `{command}`",
+                partition=key,
+            )
+        )
+    if len(owed) > limit:
+        last = missing[-1]
+        more = f" ({len(owed) - limit} more interval(s) before it are missing too)"
+        missing[-1] = dataclasses.replace(last, message=(last.message or "") + more)
+    return missing
 
 
 def with_airflow(row: RunRow, airflow_state: str | None) -> RunRow:

@@ -487,6 +487,49 @@ def data_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.d
     return start.replace(tzinfo=dt.UTC), end.replace(tzinfo=dt.UTC)
 
 
+def partition_interval(schedule: str | None, start: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """The interval of a scheduled pipeline that starts at ``start`` (UTC): what its scheduled run with that
+    logical date scores, and what a manual run of that partition must name (logical date ``start``, this data
+    interval) so that it never takes the logical date of another interval's scheduled run. Raises
+    :class:`SpecError` when ``start`` is no start of an interval of the schedule."""
+    if schedule is None or schedule == "@once":
+        raise SpecError(f"the pipeline has no schedule ({schedule!r}), so it has no intervals to name")
+    from croniter import croniter
+
+    cron = CRON_PRESETS.get(schedule, schedule)
+    naive = start.astimezone(dt.UTC).replace(tzinfo=None)
+    if naive.second or naive.microsecond or not croniter.match(cron, naive):
+        before = croniter(cron, naive).get_prev(dt.datetime)
+        raise SpecError(
+            f"{start.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S}Z starts no interval of the schedule {schedule!r}: the "
+            f"interval around it starts at {before:%Y-%m-%dT%H:%M:%S}Z"
+        )
+    end = croniter(cron, naive).get_next(dt.datetime)
+    return start.astimezone(dt.UTC), end.replace(tzinfo=dt.UTC)
+
+
+def interval_starts(schedule: str | None, since: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
+    """The starts (UTC) of the schedule's intervals that start at or after ``since`` and end at or before
+    ``until``: the partitions a scheduled pipeline owes for that span."""
+    if schedule is None or schedule == "@once" or since >= until:
+        return []
+    from croniter import croniter
+
+    cron = CRON_PRESETS.get(schedule, schedule)
+    naive_since = since.astimezone(dt.UTC).replace(tzinfo=None)
+    naive_until = until.astimezone(dt.UTC).replace(tzinfo=None)
+    on_time = naive_since.second == 0 and naive_since.microsecond == 0 and croniter.match(cron, naive_since)
+    it = croniter(cron, naive_since if on_time else croniter(cron, naive_since).get_next(dt.datetime))
+    start = naive_since if on_time else it.get_current(dt.datetime)
+    starts = []
+    while True:
+        end = it.get_next(dt.datetime)
+        if end > naive_until:
+            return starts
+        starts.append(start.replace(tzinfo=dt.UTC))
+        start = end
+
+
 # Airflow's cron presets, as cron expressions.
 CRON_PRESETS = {
     "@hourly": "0 * * * *",

@@ -94,6 +94,20 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         )
         if problem:
             raise AirflowFailException(param_problem_text(problem, run_ref(spec, context)))
+        if readiness.blocks_the_next_interval(
+            run_type=run_type_of(context),
+            scheduled_pipeline=spec.schedule not in (None, "@once"),
+            logical_date=context.get("logical_date"),
+            interval_end=context.get("data_interval_end"),
+        ):
+            # This run scores its interval; the harm is to the next one, whose scheduled run the scheduler will not
+            # create while this run exists. Said loudly here, and `shardline runs` shows that interval MISSING.
+            self.log.warning(
+                "%s",
+                readiness.blocks_text(
+                    spec.pipeline, context["run_id"], context["logical_date"], context["data_interval_start"]
+                ),
+            )
         if not (step.model.sha256 or step.model.versions):
             self.log.warning(
                 "step %s: the model is NOT pinned (model.allow_unpinned): whoever can write %s "
@@ -128,7 +142,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         return instance_count_override(self.instances_override, step.resources.instance_count)[0]
 
     def _ready_at(self, context) -> dt.datetime | None:
-        """When a scheduled run's partition is complete (its interval's end plus input.settle_seconds)."""
+        """When the run's partition is complete (its interval's end plus input.settle_seconds)."""
         step = self.spec.step(self.step)
         if step.input.from_step:
             return None
@@ -137,6 +151,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             interval_end=context.get("data_interval_end"),
             settle_seconds=step.input.settle_seconds,
             ready_marker=step.input.ready_marker,
+            scheduled_pipeline=self.spec.schedule not in (None, "@once"),
         )
 
     def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
@@ -152,9 +167,10 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             self._wait_until_complete(context, input_prefix, ready)
         if step.input.ready_marker:
             ready, why = poll_functions().input_ready(poll_functions().InputWatch.of(spec, self.step, input_prefix))
-            if not ready and not waited and run_type_of(context) == readiness.SCHEDULED:
-                # The marker is when a scheduled partition is complete, whatever when_missing says: wait for it
-                # (up to input.wait_timeout_seconds); when_missing decides only if it never comes.
+            if not ready and not waited:
+                # The marker is when a partition is complete, whatever when_missing says, for a scheduled run and
+                # a manual one alike: wait for it (up to input.wait_timeout_seconds); when_missing decides only if
+                # it never comes.
                 self._wait_for_marker(context, input_prefix, why)
             if not ready:
                 self._missing(context, input_prefix, why, waited=waited)
@@ -189,7 +205,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         return attempt.to_xcom()
 
     def _wait_until_complete(self, context, input_prefix: str, ready: dt.datetime):
-        """A scheduled run whose partition is not complete yet waits until it is, whatever input.when_missing
+        """A run whose partition is not complete yet waits until it is, whatever input.when_missing
         says (the partition is not missing, it is still being written); then, with when_missing: wait, up to
         input.wait_timeout_seconds more for its first file. Never returns: it defers."""
         step = self.spec.step(self.step)
@@ -211,7 +227,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         )
 
     def _wait_for_marker(self, context, input_prefix: str, why: str):
-        """A scheduled run waits for its partition's ready marker up to input.wait_timeout_seconds. Defers."""
+        """A run waits for its partition's ready marker up to input.wait_timeout_seconds. Defers."""
         step = self.spec.step(self.step)
         self.log.info("step %s: %s; waiting up to %ds for it", self.step, why, step.input.wait_timeout_seconds)
         self._record(context, StepStatus.RUNNING, f"step {self.step}: waiting: {why}")
