@@ -134,6 +134,10 @@ class OutputUploader:
         extra: dict = {"ChecksumAlgorithm": "SHA256", "Metadata": {SHA256_METADATA: sha256}}
         if self.kms_key_id:
             extra.update(ServerSideEncryption="aws:kms", SSEKMSKeyId=self.kms_key_id)
+        if path.is_symlink() or not path.is_file():
+            # The worker renamed a regular file into place: anything else was put there by other code in the job
+            # (a model's), and a link would upload whatever it points at.
+            raise OutputUploadError(f"the output {relative} is not the regular file the worker wrote; not uploaded")
         try:
             size = path.stat().st_size
             self.client.upload_file(
