@@ -18,7 +18,7 @@ from shardline import contract
 from shardline.decision.policy import Decision, Policy
 from shardline.errors import UnvouchedOutputError
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import StepRecords
+from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
 from shardline.orchestration import services, watch
 from shardline.orchestration.step_files import read_step_files
@@ -306,42 +306,45 @@ def _write_success_marker(s3, attempt: Attempt, manifest: dict, manifest_uri: st
 
 
 def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
-    """Input files under the step's prefix that no attempt of it planned as they are now: each full s3:// URI and
-    its size. That is a file that landed after planning, and one replaced under its key since (its size, or its
-    ETag where the plan recorded one, differs from the newest plan of it): its predictions would be of the old
-    content."""
+    """Input files under the step's prefix that this step has not scored as they are now: each full s3:// URI and
+    its size. That is a file that landed after planning, and a file scored (SUCCEEDED) whose object was replaced
+    under its key since: its size differs from the bytes its instance read, or its ETag from the one the plan
+    of the attempt that scored it recorded. Its predictions would be of the old content."""
     s = spec.step(attempt.step)
     if s.input.from_step:
         return {}  # an earlier step's outputs are read from its manifest, complete once it has ended
     objects, _refused = list_inputs_and_refusals(
         services.s3_listing_client(spec), attempt.input_prefix, s.input.include, s.input.exclude
     )
-    records = read_step_files(spec, attempt.ref)
-    known = {f.input_key for f in records.files}
-    planned = planned_versions(spec, records.step) if records.step is not None else {}
+    records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
+    files = {f.input_key: f for f in records.files}
+    etags = planned_etags(spec, records.step) if records.step is not None else {}
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     late: dict[str, int] = {}
     for o in objects:
         uri = f"s3://{bucket}/{o.key}"
-        size, etag = planned.get(uri, (records.planned_sizes.get(uri), ""))
-        replaced = size is not None and (size != o.size or (etag and o.etag and etag != o.etag))
-        if uri not in known or replaced:
+        f = files.get(uri)
+        if f is None:
             late[uri] = o.size
+        elif f.status == FileStatus.SUCCEEDED:
+            etag = etags.get(f.attempt, {}).get(uri, "")
+            if (f.bytes_in is not None and f.bytes_in != o.size) or (etag and o.etag and etag != o.etag):
+                late[uri] = o.size
     return late
 
 
-def planned_versions(spec: PipelineSpec, step_item) -> dict[str, tuple[int, str]]:
-    """Each planned input's (size, ETag) as the newest plan that names it recorded them."""
+def planned_etags(spec: PipelineSpec, step_item) -> dict[int, dict[str, str]]:
+    """Each attempt's planned inputs' ETags, as its plan file recorded them (none for an input planned from
+    another attempt's files)."""
     from shardline.ledger.step_reads import recorded_plan_files
 
     s3 = services.s3_client(spec)
-    versions: dict[str, tuple[int, str]] = {}
-    for _number, uri in sorted(recorded_plan_files(step_item).items()):
+    found: dict[int, dict[str, str]] = {}
+    for number, uri in sorted(recorded_plan_files(step_item).items()):
         bucket, key = parse_s3_uri(uri)
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_PLAN_FILE_BYTES + 1)
-        for input_uri, size, etag in parse_plan_file_versions(body, uri):
-            versions[input_uri] = (size, etag)
-    return versions
+        found[number] = {input_uri: etag for input_uri, _size, etag in parse_plan_file_versions(body, uri) if etag}
+    return found
 
 
 def late_inputs_decision(

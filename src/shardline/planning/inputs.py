@@ -40,7 +40,9 @@ MAX_CHAR = "\U0010ffff"  # sorts after every character a key may hold
 class S3Object:
     key: str  # the full object key
     size: int
-    etag: str = ""  # as the listing gave it, unquoted: a plan file keeps it, so a replaced input is told apart
+    # As the listing gave it, unquoted: a plan file keeps it, so a replaced input is told apart. Not part of an
+    # object's identity: the same key and size from another reading (a manifest, a record) is the same input.
+    etag: str = dataclasses.field(default="", compare=False)
 
 
 class InvalidS3Uri(PermanentError, ValueError):
