@@ -785,13 +785,14 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
     import uuid
 
     from shardline.ledger import create_ledger_table
-    from shardline.local.embedded_aws import embedded_aws
+    from shardline.local.embedded_aws import apply_env, embedded_aws
 
     print("\nuploads: per-file uploads to the embedded endpoint vs local files only (both write the ledger)")
     rows = []
     with embedded_aws(scratch / "moto.log") as aws:
         import boto3
 
+        apply_env(aws)  # this process's clients too (the ledger table)
         table, bucket = f"bench-{uuid.uuid4().hex[:8]}", f"bench-uploads-{uuid.uuid4().hex[:8]}"
         create_ledger_table(table, "us-east-1", aws["AWS_ENDPOINT_URL"])
         boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=bucket)
