@@ -34,6 +34,7 @@ def spec(schedule: str | None = "@hourly", settle: int = 300):
 
 
 def row(partition: str, run_id: str = "scheduled__x") -> RunRow:
+    """A run of the listing: a scheduled one unless ``run_id`` says otherwise."""
     return RunRow("hourly", run_id, "SUCCEEDED", None, None, partition=partition)
 
 
@@ -50,6 +51,14 @@ def test_a_long_gap_lists_the_newest_missing_intervals_and_says_how_many_more():
     missing = missing_rows(spec(settle=0), [row("2026-11-22T10:00:00")], now, limit=3)
     assert [m.partition for m in missing] == ["2026-11-23T09:00:00", "2026-11-23T08:00:00", "2026-11-23T07:00:00"]
     assert "(20 more interval(s) before it are missing too)" in missing[-1].message
+
+
+def test_a_manual_run_of_an_old_partition_does_not_stretch_the_span():
+    # A rerun of the partition three days back is among the newest runs: the hours between it and the
+    # scheduled runs are not owed by this listing (their runs are further down it).
+    now = dt.datetime(2026, 11, 22, 13, 0, tzinfo=U) + dt.timedelta(seconds=300 + MISSING_GRACE_SECONDS)
+    rows = [row("2026-11-19T10:00:00", "manual__rerun"), row("2026-11-22T11:00:00"), row("2026-11-22T12:00:00")]
+    assert missing_rows(spec(), rows, now) == []
 
 
 def test_an_interval_still_settling_or_just_queued_is_not_missing():
@@ -73,6 +82,13 @@ def test_a_partition_is_named_by_its_start_and_never_takes_the_next_intervals_lo
         partition_interval("@hourly", dt.datetime(2026, 11, 22, 10, 30, tzinfo=U))
     with pytest.raises(SpecError, match="no schedule"):
         partition_interval(None, begin)
+
+
+def test_interval_starts_keeps_the_newest_when_the_span_is_long():
+    starts = interval_starts(
+        "* * * * *", dt.datetime(2025, 1, 1, tzinfo=U), dt.datetime(2026, 11, 22, 10, 0, tzinfo=U), max_count=3
+    )
+    assert [s.minute for s in starts] == [57, 58, 59] and starts[-1].hour == 9
 
 
 def test_interval_starts_lists_whole_intervals_only():

@@ -100,7 +100,9 @@ class WorkerLedger:
         input_key = ctx.input_key(relative_path)
         item = m(self.pk, file_sk(ctx.step, input_key))
         condition = m.attempt.does_not_exist() | (m.attempt <= ctx.attempt)
-        self._update(item, [m.host.set(self.host)], condition, what=f"upload of {input_key}'s output")
+        # The expiry too: should the claim queued behind this check never land, the item still expires.
+        actions = [m.host.set(self.host), m.expires_at.set(m.expiry())]
+        self._update(item, actions, condition, what=f"upload of {input_key}'s output")
 
     def finish_file(self, relative_path: str, outcome: FileOutcome) -> None:
         """Record a file's terminal status, if this attempt still owns it.

@@ -143,20 +143,19 @@ class RunActions(OnCallReads):
         if all(interval) and logical_date and _same_instant(logical_date, interval[1]):
             logical_date = interval[0]
 
-        def trigger(with_conf: dict, note: str) -> dict:
+        def trigger(with_conf: dict, note: str, at: str | None) -> dict:
             return self.airflow.trigger(
-                ref.pipeline,
-                with_conf,
-                logical_date=logical_date,
-                data_interval=interval if all(interval) else None,
-                note=note,
+                ref.pipeline, with_conf, logical_date=at, data_interval=interval if all(interval) else None, note=note
             )
 
         try:
-            new = trigger(conf, f"rerun of {ref.run_id} with a new conf (shardline rerun)")
+            new = trigger(conf, f"rerun of {ref.run_id} with a new conf (shardline rerun)", logical_date)
         except AirflowApiError as err:
             try:  # the partition must not be left without a run: put the old one's conf back
-                back = trigger(run.get("conf") or {}, f"{ref.run_id} put back: a rerun's trigger failed")
+                # At its own logical date: the interval's start may be another run's (its scheduled run's).
+                back = trigger(
+                    run.get("conf") or {}, f"{ref.run_id} put back: a rerun's trigger failed", run.get("logical_date")
+                )
             except AirflowApiError as again:
                 raise Unavailable(
                     f"deleted {old}, but Airflow refused the new run ({err}) and the old conf too "

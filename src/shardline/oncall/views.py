@@ -59,6 +59,7 @@ def run_row(pipeline: str, run_id: str, started_at: dt.datetime | None, run: Run
     )
 
 
+SCHEDULED_RUN_PREFIX = "scheduled__"  # Airflow's run ids of scheduled runs
 MISSING = "MISSING"  # the status of a row for an interval its schedule owes and no run scores
 # A scheduled run records itself (its RUN item) when its plan task starts, at its interval's end: past the
 # partition's settle time and this grace, an interval with no run is missing, not merely queued.
@@ -72,10 +73,14 @@ def missing_rows(spec: PipelineSpec, rows: Sequence[RunRow], now: dt.datetime, l
     partition is never silently skipped. The newest ``limit`` are listed; the last one says how many more."""
     if spec.schedule in (None, "@once"):
         return []
-    seen = {r.partition for r in rows if r.pipeline == spec.pipeline and r.partition}
-    if not seen:
+    mine = [r for r in rows if r.pipeline == spec.pipeline and r.partition]
+    seen = {r.partition for r in mine}
+    # The span is the scheduled runs' own: a manual run of an old partition (a rerun, a backfill) listed among the
+    # newest says nothing of the intervals between it and them.
+    scheduled = [r.partition for r in mine if r.run_id.startswith(SCHEDULED_RUN_PREFIX)]
+    if not scheduled:
         return []
-    oldest = min(dt.datetime.fromisoformat(p).replace(tzinfo=dt.UTC) for p in seen)
+    oldest = min(dt.datetime.fromisoformat(p).replace(tzinfo=dt.UTC) for p in scheduled)
     settle = max((s.input.settle_seconds for s in spec.steps if not s.input.from_step), default=0)
     until = now - dt.timedelta(seconds=settle + MISSING_GRACE_SECONDS)
     missing = []

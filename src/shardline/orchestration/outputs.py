@@ -175,7 +175,9 @@ def _why_unvouched(s3, f, listed: dict | None, prefix: str) -> str | None:
     try:
         head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     except ClientError as err:
-        return f"its output {f.output_key} cannot be read: {err}"
+        if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return f"its output {f.output_key} is not in S3"
+        raise  # a refusal or an outage says nothing of the object: the watch task's retry asks again
     stored = object_sha256(head)
     if stored != f.output_sha256:
         return (

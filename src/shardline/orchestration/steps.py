@@ -322,11 +322,13 @@ def sized_objects(
     s3 = None
     objects = []
     for key in keys:
-        size = recorded.get(key, 0)
-        if not size:
+        size, etag = recorded.get(key, 0), ""
+        if not size or key in (known or {}):
+            # Landed or changed since planning: its ETag goes in the plan, so a same-size replacement shows.
             s3 = s3 or services.s3_client(spec)
-            size = s3.head_object(Bucket=bucket, Key=key[len(f"s3://{bucket}/") :])["ContentLength"]
-        objects.append(S3Object(key[len(f"s3://{bucket}/") :], size))
+            head = s3.head_object(Bucket=bucket, Key=key[len(f"s3://{bucket}/") :])
+            size, etag = head["ContentLength"], (head.get("ETag") or "").strip('"')
+        objects.append(S3Object(key[len(f"s3://{bucket}/") :], size, etag))
     return objects
 
 

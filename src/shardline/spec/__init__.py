@@ -508,26 +508,27 @@ def partition_interval(schedule: str | None, start: dt.datetime) -> tuple[dt.dat
     return start.astimezone(dt.UTC), end.replace(tzinfo=dt.UTC)
 
 
-def interval_starts(schedule: str | None, since: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
-    """The starts (UTC) of the schedule's intervals that start at or after ``since`` and end at or before
-    ``until``: the partitions a scheduled pipeline owes for that span."""
+def interval_starts(
+    schedule: str | None, since: dt.datetime, until: dt.datetime, max_count: int = 10_000
+) -> list[dt.datetime]:
+    """The starts (UTC), oldest first, of the schedule's intervals that start at or after ``since`` and end at or
+    before ``until``: the partitions a scheduled pipeline owes for that span (the newest ``max_count`` of them)."""
     if schedule is None or schedule == "@once" or since >= until:
         return []
     from croniter import croniter
 
     cron = CRON_PRESETS.get(schedule, schedule)
-    naive_since = since.astimezone(dt.UTC).replace(tzinfo=None)
-    naive_until = until.astimezone(dt.UTC).replace(tzinfo=None)
-    on_time = naive_since.second == 0 and naive_since.microsecond == 0 and croniter.match(cron, naive_since)
-    it = croniter(cron, naive_since if on_time else croniter(cron, naive_since).get_next(dt.datetime))
-    start = naive_since if on_time else it.get_current(dt.datetime)
-    starts = []
-    while True:
-        end = it.get_next(dt.datetime)
-        if end > naive_until:
-            return starts
+    floor = since.astimezone(dt.UTC).replace(tzinfo=None)
+    end = until.astimezone(dt.UTC).replace(tzinfo=None)
+    on_time = end.second == 0 and end.microsecond == 0 and croniter.match(cron, end)
+    it = croniter(cron, end if on_time else croniter(cron, end).get_prev(dt.datetime))
+    starts: list[dt.datetime] = []
+    while len(starts) < max_count:
+        start = it.get_prev(dt.datetime)
+        if start < floor:
+            break
         starts.append(start.replace(tzinfo=dt.UTC))
-        start = end
+    return starts[::-1]
 
 
 # Airflow's cron presets, as cron expressions.

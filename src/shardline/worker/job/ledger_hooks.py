@@ -62,9 +62,11 @@ class LedgerHooks(Hooks):
         return self
 
     def __exit__(self, *exc) -> None:
-        self.drain()  # every upload in flight ends and queues its file's record
-        self.pump.__exit__(*exc)  # flush what finished, on every way out (an error, SIGTERM, fencing)
-        self.withdraw_uncommitted()
+        try:
+            self.drain()  # every upload in flight ends and queues its file's record
+        finally:
+            self.pump.__exit__(*exc)  # flush what finished, on every way out (an error, SIGTERM, fencing)
+            self.withdraw_uncommitted()
 
     @property
     def fenced(self) -> bool:
@@ -114,7 +116,7 @@ class LedgerHooks(Hooks):
             return
         if isinstance(error, StaleAttemptError) or self.fenced:
             return  # a newer attempt owns it: nothing is recorded, and its local copy is withdrawn on the way out
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             (self.output_dir / report.output).unlink()  # never recorded: nothing of it stays
         self.outputs.pop(report.input, None)
         report.status, report.output = FileStatus.FAILED, None
@@ -160,7 +162,7 @@ class LedgerHooks(Hooks):
         """
         withdrawn = 0
         for output in self.withdrawn_outputs():
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone already (uploaded), or not a file the worker wrote
                 (self.output_dir / output).unlink()
                 withdrawn += 1
         if withdrawn:

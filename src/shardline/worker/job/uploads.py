@@ -15,6 +15,7 @@ output's local copy is deleted: a job's disk holds only the outputs in flight.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -84,6 +85,7 @@ class OutputUploader:
         self._slots = threading.BoundedSemaphore(max_pending)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="upload")
         self.stopped = threading.Event()  # fenced: nothing more goes up
+        self._count_lock = threading.Lock()
         self.uploaded = 0
         self.bytes = 0
 
@@ -110,16 +112,18 @@ class OutputUploader:
     def _run(self, relative: str, sha256: str, then, first) -> None:
         try:
             if self.stopped.is_set():
-                then(None, OutputUploadError("not uploaded: a newer attempt owns this step"))
-                return
+                outcome = (None, OutputUploadError("not uploaded: a newer attempt owns this step"))
+            else:
+                try:
+                    if first is not None:
+                        first()
+                    outcome = (self.upload(relative, sha256), None)
+                except Exception as err:  # noqa: BLE001 - the callback records it: the file fails, nothing is lost
+                    outcome = (None, err)
             try:
-                if first is not None:
-                    first()
-                uploaded = self.upload(relative, sha256)
-            except Exception as err:  # noqa: BLE001 - the callback records it: the file fails, nothing is lost
-                then(None, err)
-                return
-            then(uploaded, None)
+                then(*outcome)
+            except Exception:  # a Future nobody reads would swallow it: the file would never be recorded
+                log.exception("recording the upload of %s failed; the file stays unfinished in the ledger", relative)
         finally:
             self._slots.release()
 
@@ -154,9 +158,11 @@ class OutputUploader:
                 "KMS key, sagemaker.kms_key_id), and that the instance reaches S3 (a VPC endpoint for S3 with "
                 "sagemaker.vpc); a next attempt scores the file again"
             ) from err
-        path.unlink(missing_ok=True)
-        self.uploaded += 1
-        self.bytes += size
+        with contextlib.suppress(OSError):
+            path.unlink()
+        with self._count_lock:
+            self.uploaded += 1
+            self.bytes += size
         return Uploaded(f"s3://{self.bucket}/{key}", sha256)
 
     def put_bytes(self, uri: str, body: bytes, content_type: str = "application/json") -> None:
