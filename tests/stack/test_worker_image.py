@@ -5,7 +5,7 @@ request builder; the local backend then runs that request twice, once with its i
 on this machine and once as containers of the request's image (``SHARDLINE_LOCAL_RUNTIME=docker``):
 the image's entrypoint with the request's ContainerArguments and Environment, inputs and model mounted
 at the request's LocalPaths, the image's non-root user, an internal network whose only way out is the
-AWS endpoint, and /opt/ml/processing/output uploaded at the end as SageMaker's EndOfJob upload does.
+AWS endpoint, and each output uploaded by the instance itself, through that endpoint, as its file finishes.
 """
 
 from __future__ import annotations
