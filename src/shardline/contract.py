@@ -31,6 +31,9 @@ METADATA_FOLDER = "_shardline"  # Shardline's own files beside (or, with metadat
 METADATA_TAGGING = "shardline-retention=metadata"
 SUCCESS_MARKER = "_SUCCESS"  # Hadoop's convention: Spark, Hive and most readers wait for it
 TEMP_MARKER = ".shardline-tmp"  # an output still being written: never uploaded, never counted
+# The user metadata an uploaded output carries its sha256 (hex) in (x-amz-meta-sha256): the worker sets it, the
+# step's end reads it where S3's own checksum is of parts (a multipart upload), not of the whole object.
+OUTPUT_SHA256_METADATA = "sha256"
 
 # How a SageMaker-style script's JSON request lays out its rows (the worker's --json-layout): objects keyed by
 # column name, {"instances": rows} (TF Serving, the SageMaker containers), {"inputs": rows} (Hugging Face-style

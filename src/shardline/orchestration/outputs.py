@@ -21,16 +21,10 @@ from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
 from shardline.orchestration import services, watch
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration.step_files import planned_etags, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import (
-    MAX_PLAN_FILE_BYTES,
-    list_inputs_and_refusals,
-    parse_plan_file_versions,
-    parse_s3_uri,
-    put_metadata,
-)
+from shardline.planning.inputs import list_inputs_and_refusals, parse_s3_uri, put_metadata
 from shardline.spec import PipelineSpec
 
 UNVOUCHED_OUTPUT_ERROR = UnvouchedOutputError.__name__  # a SUCCEEDED file whose object in S3 is missing or another
@@ -106,7 +100,7 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | 
             if (
                 entry is None
                 or _count(entry.get("rows_out")) != _count(f.rows_out)
-                or entry.get("sha256") != (f.output_sha256)
+                or entry.get("sha256") != f.output_sha256
             ):
                 why = f"the manifest of attempt {f.attempt} on {f.host} does not list {f.output_key} as recorded"
         return UnvouchedFile(f.input_key, f.attempt, f"{f.input_key}: {why}") if why else None
@@ -196,7 +190,7 @@ def object_sha256(head: dict) -> str | None:
             return base64.b64decode(checksum).hex()
         except ValueError:
             return None
-    return (head.get("Metadata") or {}).get("sha256")
+    return (head.get("Metadata") or {}).get(contract.OUTPUT_SHA256_METADATA)
 
 
 def _count(value) -> int | None:
@@ -333,20 +327,6 @@ def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
             if (f.bytes_in is not None and f.bytes_in != o.size) or (etag and o.etag and etag != o.etag):
                 late[uri] = o.size
     return late
-
-
-def planned_etags(spec: PipelineSpec, step_item) -> dict[int, dict[str, str]]:
-    """Each attempt's planned inputs' ETags, as its plan file recorded them (none for an input planned from
-    another attempt's files)."""
-    from shardline.ledger.step_reads import recorded_plan_files
-
-    s3 = services.s3_client(spec)
-    found: dict[int, dict[str, str]] = {}
-    for number, uri in sorted(recorded_plan_files(step_item).items()):
-        bucket, key = parse_s3_uri(uri)
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_PLAN_FILE_BYTES + 1)
-        found[number] = {input_uri: etag for input_uri, _size, etag in parse_plan_file_versions(body, uri) if etag}
-    return found
 
 
 def late_inputs_decision(

@@ -25,7 +25,13 @@ from shardline.ledger.step_reads import (
 )
 from shardline.orchestration import services
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import MAX_PLAN_FILE_BYTES, PlanFileError, parse_plan_file, parse_s3_uri
+from shardline.planning.inputs import (
+    MAX_PLAN_FILE_BYTES,
+    PlanFileError,
+    parse_plan_file,
+    parse_plan_file_versions,
+    parse_s3_uri,
+)
 
 # About 200 bytes of memory a key: 1M keys in all (one 1M-file step, or many small ones), beyond what one read
 # needs at once (those are never evicted while it runs).
@@ -68,11 +74,35 @@ def planned_inputs(spec: services.Source, step_item) -> dict[int, list[tuple[str
     return {attempt: _plan_file(spec, uri, keep=set(files.values())) for attempt, uri in sorted(files.items())}
 
 
+def planned_etags(spec: services.Source, step_item) -> dict[int, dict[str, str]]:
+    """Each attempt's planned inputs' ETags (full s3:// URI -> ETag), as its plan file recorded them; an input
+    planned from another attempt's records has none. Read once, at a step's end (not cached: a poll never
+    needs them)."""
+    found: dict[int, dict[str, str]] = {}
+    for attempt, uri in sorted(recorded_plan_files(step_item).items()):
+        versions = parse_plan_file_versions(_plan_file_body(spec, uri), uri)
+        found[attempt] = {input_uri: etag for input_uri, _size, etag in versions if etag}
+    return found
+
+
 def _plan_file(spec: services.Source, uri: str, *, keep: set[str]) -> list[tuple[str, int]]:
     with _cache_lock:
         if uri in _cache:
             _cache.move_to_end(uri)
             return _cache[uri]
+    inputs = parse_plan_file(_plan_file_body(spec, uri), uri)
+    with _cache_lock:
+        _cache[uri] = inputs
+        total = sum(len(v) for v in _cache.values())
+        for old in [u for u in _cache if u not in keep]:
+            if total <= MAX_CACHED_KEYS:
+                break
+            total -= len(_cache.pop(old))
+    return inputs
+
+
+def _plan_file_body(spec: services.Source, uri: str) -> bytes:
+    """A plan file's bytes, within the bound a plan file can be; a recorded file that is gone is an error."""
     s3 = services.s3_client(spec)
     bucket, key = parse_s3_uri(uri)
     try:
@@ -84,22 +114,13 @@ def _plan_file(spec: services.Source, uri: str, *, keep: set[str]) -> list[tuple
                 f"{MAX_PLAN_FILE_BYTES >> 20} MiB a plan file can be (a million inputs take about "
                 "2 MiB): it is not one the plan task wrote"
             )
-        body = found["Body"].read(MAX_PLAN_FILE_BYTES + 1)
+        return found["Body"].read(MAX_PLAN_FILE_BYTES + 1)
     except (s3.exceptions.NoSuchKey, s3.exceptions.NoSuchBucket) as err:
         raise PlanFileError(
             f"{uri} is gone: the step's ledger record names it as the list of the inputs one attempt planned, so "
             "the files of that attempt no instance has claimed cannot be counted. Restore it (or keep lifecycle "
             "rules off the metadata prefix's manifests/ folder while a run is in flight)"
         ) from err
-    inputs = parse_plan_file(body, uri)
-    with _cache_lock:
-        _cache[uri] = inputs
-        total = sum(len(v) for v in _cache.values())
-        for old in [u for u in _cache if u not in keep]:
-            if total <= MAX_CACHED_KEYS:
-                break
-            total -= len(_cache.pop(old))
-    return inputs
 
 
 def latest_attempt(spec: services.Source, ref: StepRef) -> Attempt | None:

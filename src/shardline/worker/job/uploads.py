@@ -14,7 +14,6 @@ output's local copy is deleted: a job's disk holds only the outputs in flight.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import logging
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from shardline import contract
 from shardline.errors import OutputUploadError
 
 log = logging.getLogger("shardline.worker")
@@ -32,7 +32,6 @@ MAX_PENDING_UPLOADS = 16  # outputs written and not yet uploaded, at most, befor
 # Below this an output goes up in one PUT, so S3's checksum is of the whole object (a multipart upload's is a
 # checksum of its parts' checksums, and the check falls back to the sha256 the object's metadata carries).
 SINGLE_PART_LIMIT = 4 << 30
-SHA256_METADATA = "sha256"  # x-amz-meta-sha256: the worker's hex digest, also for multipart objects
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +48,6 @@ def split_uri(uri: str) -> tuple[str, str]:
         raise ValueError(f"not an s3:// URI: {uri!r}")
     bucket, _, prefix = uri[len("s3://") :].partition("/")
     return bucket, prefix.rstrip("/")
-
-
-def hex_to_checksum(sha256_hex: str) -> str:
-    """S3's ChecksumSHA256 form (base64 of the digest) of a hex sha256."""
-    return base64.b64encode(bytes.fromhex(sha256_hex)).decode()
 
 
 def s3_client():
@@ -135,7 +129,7 @@ class OutputUploader:
 
         path = self.output_dir / relative
         key = self.key_for(relative)
-        extra: dict = {"ChecksumAlgorithm": "SHA256", "Metadata": {SHA256_METADATA: sha256}}
+        extra: dict = {"ChecksumAlgorithm": "SHA256", "Metadata": {contract.OUTPUT_SHA256_METADATA: sha256}}
         if self.kms_key_id:
             extra.update(ServerSideEncryption="aws:kms", SSEKMSKeyId=self.kms_key_id)
         if path.is_symlink() or not path.is_file():
