@@ -57,7 +57,7 @@ def test_the_emulators_quota_refuses_past_it_and_its_record_never_exceeds_it(
 ):
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, {"quotas": {"ml.m5.xlarge": 3}})
     first = steps.submit(spec, steps.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
-    second = steps.plan(spec, "score", "run-b", **plan_args(bucket))  # 2 more: 4 > 3
+    second = steps.plan(spec, "score", "run-b", **plan_args(bucket, "out-b"))  # 2 more: 4 > 3
     with pytest.raises(SubmitRefused) as refused:
         steps.submit(spec, second)
     assert refused.value.code == "ResourceLimitExceeded"
@@ -76,7 +76,7 @@ def test_a_job_holds_its_instances_while_they_start_up_and_a_stop_then_gives_the
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, fleet)
     first = steps.submit(spec, steps.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
     assert steps.job_status(spec, first) is JobStatus.IN_PROGRESS
-    second = steps.plan(spec, "score", "run-b", **plan_args(bucket))
+    second = steps.plan(spec, "score", "run-b", **plan_args(bucket, "out-b"))
     with pytest.raises(SubmitRefused) as refused:
         steps.submit(spec, second)
     assert refused.value.code == "ResourceLimitExceeded"

@@ -15,9 +15,9 @@ import pytest
 from examples import synthetic
 from shardline.decision.policy import Action
 from shardline.ledger.keys import StepRef
-from shardline.ledger.states import FileStatus
+from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import read_step
-from shardline.orchestration import outputs, services, steps
+from shardline.orchestration import outputs, partitions, services, steps
 from shardline.orchestration.step_files import read_step_files
 from shardline.spec import parse_spec
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
@@ -56,26 +56,41 @@ def test_every_succeeded_file_records_the_sha256_s3_holds_for_its_output(pipelin
         assert outputs.object_sha256(head) == f.output_sha256 and head["ContentLength"] == f.bytes_out
 
 
-def test_two_runs_of_one_partition_never_vouch_for_each_other(pipeline, sklearn_model, tmp_path):
-    """A manual run beside the scheduled one, with another model, writes the same output keys: the first run's
-    end finds objects that are not the ones its worker uploaded and fails naming them; the second run, whose
-    outputs they are, ends green. Their instances' manifests never share a key."""
-    spec, bucket = pipeline
-    first = run_job(spec, bucket, "run-a")
+def other_model_spec(spec, bucket: str, sklearn_model, tmp_path):
+    """The same step with another model (a manual run beside the scheduled one, say)."""
     sha = synthetic.pack(sklearn_model.parent, tmp_path / "other.tar.gz")
     boto3.client("s3").upload_file(str(tmp_path / "other.tar.gz"), bucket, "model-b/model.tar.gz")
     data = spec.model_dump(mode="json", exclude_defaults=True)
     data["steps"][0]["model"] = {"uri": f"s3://{bucket}/model-b/model.tar.gz", "sha256": sha}
     data["steps"][0]["input"]["features"] = synthetic.feature_names()  # this model records none
-    other_spec = parse_spec(data, "integrity.yaml")
-    second = run_job(other_spec, bucket, "run-b", model_uri=f"s3://{bucket}/model-b/model.tar.gz")
+    return parse_spec(data, "integrity.yaml")
 
-    assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "FAILED"
-    assert "out/_SUCCESS" not in keys(bucket)
-    failed = read_step_files(spec, StepRef(spec.pipeline, "run-a", "score"), file_attributes=None).files
-    assert {(f.status, f.error_class) for f in failed} == {(FileStatus.FAILED, outputs.UNVOUCHED_OUTPUT_ERROR)}
-    assert "S3 holds" in steps.step_message(spec, first)
 
+def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(pipeline, sklearn_model, tmp_path):
+    """A second run of the partition (another model) is refused the output prefix while the first holds it, and
+    writes nothing; once the first has ended green it plans, withdraws the first's _SUCCESS before writing, and
+    ends green with its own. Their instances' manifests never share a key."""
+    spec, bucket = pipeline
+    other_spec = other_model_spec(spec, bucket, sklearn_model, tmp_path)
+    first = run_job(spec, bucket, "run-a")
+
+    with pytest.raises(partitions.PartitionHeld) as held:
+        steps.plan(
+            other_spec, "score", "run-b", **{**plan_args(bucket), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"}
+        )
+    assert held.value.holder.run_id == "run-a" and held.value.output_prefix == f"s3://{bucket}/out/"
+    assert read_step(services.ledger_model(spec), StepRef(spec.pipeline, "run-b", "score"), files=False).step is None
+
+    assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
+    steps.finish_run(spec, spec.pipeline, "run-a", StepStatus.SUCCEEDED)
+    assert partitions.holder_of(spec, f"s3://{bucket}/out/") is None  # released at the run's end
+
+    second = steps.plan(
+        other_spec, "score", "run-b", **{**plan_args(bucket), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"}
+    )
+    assert "out/_SUCCESS" not in keys(bucket)  # the prefix is being written again: not complete
+    second = steps.submit(other_spec, second)
+    wait_for_job(other_spec, second)
     assert steps.finish(other_spec, second, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
     marker = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
     assert marker["run_id"] == "run-b"
@@ -83,13 +98,49 @@ def test_two_runs_of_one_partition_never_vouch_for_each_other(pipeline, sklearn_
     assert len(manifests) == 4 and len({k.split("/")[3] for k in manifests}) == 2, manifests  # a folder per run
 
 
-def test_an_output_deleted_after_it_was_recorded_fails_the_step_naming_it(pipeline):
+def test_a_run_whose_hold_ran_out_is_taken_over_and_marks_nothing_complete(
+    pipeline, sklearn_model, tmp_path, monkeypatch
+):
+    """A run whose Airflow side went away stops renewing its hold; once the lease runs out the next run of the
+    partition takes the prefix over (fenced). The old run's end then fails, naming the new holder, and writes no
+    _SUCCESS; the new run's is the partition's."""
     spec, bucket = pipeline
-    attempt = run_job(spec, bucket, "run-gone")
-    boto3.client("s3").delete_object(Bucket=bucket, Key="out/part-2.parquet")
-    assert steps.finish(spec, attempt, "ADVANCE", "all 4 files succeeded").value == "FAILED"
-    assert "out/part-2.parquet is not in S3" in steps.step_message(spec, attempt)
+    other_spec = other_model_spec(spec, bucket, sklearn_model, tmp_path)
+    monkeypatch.setenv(partitions.LEASE_ENV, "-1")  # every hold taken now has run out already
+    first = run_job(spec, bucket, "run-a")
+    monkeypatch.delenv(partitions.LEASE_ENV)
+    second = run_job(other_spec, bucket, "run-b", model_uri=f"s3://{bucket}/model-b/model.tar.gz")
+    holder = partitions.holder_of(spec, f"s3://{bucket}/out/")
+    assert (holder.run_id, holder.fence) == ("run-b", 2)
+
+    assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "FAILED"
+    assert "being written by run integrity/run-b" in steps.step_message(spec, first)
     assert "out/_SUCCESS" not in keys(bucket)
+    with pytest.raises(partitions.PartitionLost, match="run integrity/run-b"):
+        partitions.keep(spec, first)
+    assert steps.finish(other_spec, second, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
+    marker = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
+    assert marker["run_id"] == "run-b"
+
+
+@pytest.mark.parametrize("change", ["deleted", "replaced by another writer"])
+def test_an_output_changed_after_it_was_recorded_fails_the_step_naming_it(pipeline, change):
+    """The check before _SUCCESS compares each object with the ledger's size and sha256: an object another writer
+    put at the output's key (same size, other bytes) is not this run's."""
+    spec, bucket = pipeline
+    attempt = run_job(spec, bucket, "run-changed")
+    s3 = boto3.client("s3")
+    if change == "deleted":
+        s3.delete_object(Bucket=bucket, Key="out/part-2.parquet")
+    else:
+        body = s3.get_object(Bucket=bucket, Key="out/part-2.parquet")["Body"].read()
+        s3.put_object(Bucket=bucket, Key="out/part-2.parquet", Body=body[:-1] + bytes([body[-1] ^ 1]))
+    assert steps.finish(spec, attempt, "ADVANCE", "all 4 files succeeded").value == "FAILED"
+    said = "out/part-2.parquet is not in S3" if change == "deleted" else "S3 holds"
+    assert said in steps.step_message(spec, attempt)
+    assert "out/_SUCCESS" not in keys(bucket)
+    failed = read_step_files(spec, attempt.ref, file_attributes=None).files
+    assert {f.error_class for f in failed if f.status is FileStatus.FAILED} == {outputs.UNVOUCHED_OUTPUT_ERROR}
 
 
 @pytest.mark.parametrize("change", ["another size", "same size, other bytes"])

@@ -7,6 +7,7 @@ import pytest
 
 from shardline.decision.policy import JobStatus
 from shardline.ledger.keys import StepRef
+from shardline.ledger.states import StepStatus
 from shardline.orchestration import steps, watch
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import run_folder
@@ -186,7 +187,8 @@ def test_a_step_that_succeeds_writes_its_outputs_manifest_and_success_marker_and
             stored["Size"],
             stored["ETag"].strip('"'),
         )
-    # The same prefix planned again (another run of the partition): it is not complete any more.
+    # The same prefix planned again by another run of the partition, once the first has ended: not complete any more.
+    steps.finish_run(spec, spec.pipeline, "run-ok", StepStatus.SUCCEEDED)
     steps.plan(spec, "score", "run-again", **plan_args(bucket))
     assert "out/_SUCCESS" not in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
 

@@ -72,11 +72,12 @@ def stage_step(
     return spec, bucket
 
 
-def plan_args(bucket: str) -> dict:
-    """The keyword arguments `steps.plan` takes for a staged step."""
+def plan_args(bucket: str, output: str = "out") -> dict:
+    """The keyword arguments `steps.plan` takes for a staged step. Two runs that are to run at once write two
+    ``output`` prefixes: one prefix is written by one run at a time (its partition lock)."""
     return {
         "input_prefix": f"s3://{bucket}/in/",
-        "output_prefix": f"s3://{bucket}/out/",
+        "output_prefix": f"s3://{bucket}/{output}/",
         "model_uri": f"s3://{bucket}/model/model.tar.gz",
         "instance_count": 2,
     }

@@ -5,6 +5,8 @@
 
     pk = RUNS | RUNS#{pipeline}   sk = {started_at}#{pipeline}#{run_id}   (the run index the CLI and UI list)
 
+    pk = PARTITION#{output_prefix}   sk = LOCK   (which run writes an output prefix now: ledger.partitions)
+
 A step's SHARD items sort right after its STEP item, so one Query on the prefix
 ``STEP#{step}#`` returns the step and every heartbeat. Attempts are zero-padded so that
 the query returns them in order.
@@ -73,3 +75,11 @@ def is_control_sk(sk: str) -> bool:
 def step_sk_prefix() -> str:
     """Every step of a run and their shards (not the FILE items)."""
     return "STEP#"
+
+
+PARTITION_LOCK_SK = "LOCK"
+
+
+def partition_lock_pk(output_prefix: str) -> str:
+    """The lock item of one output prefix (``s3://bucket/prefix/``): one run writes it at a time."""
+    return f"PARTITION#{output_prefix}"

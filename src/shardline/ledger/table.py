@@ -133,6 +133,10 @@ class ControlItem(_Expiring, Model):
     message = UnicodeAttribute(null=True, attr_name="msg")
     # RUN items: the partition the run scores (its data interval's start, UTC), for `shardline runs`.
     partition = UnicodeAttribute(null=True, attr_name="opt")
+    # PARTITION lock items (ledger.partitions): taken over only by raising the fence; the lease says until when the
+    # holder vouched for itself.
+    fence = NumberAttribute(null=True, attr_name="ofn")
+    lease_until = UTCDateTimeAttribute(null=True, attr_name="olu")
     expires_at = TTLAttribute(null=True, attr_name="ttl")  # one TTL attribute per table
 
 

@@ -20,6 +20,7 @@ from shardline.oncall.reads import OnCallReads
 from shardline.oncall.records import RunRef
 from shardline.oncall.views import FINISHED_RUN_STATES
 from shardline.orchestration import services
+from shardline.orchestration.partitions import release_run
 from shardline.planning import naming
 from shardline.spec import PipelineSpec, SpecError, partition_interval
 
@@ -244,6 +245,7 @@ class RunActions(OnCallReads):
                 pass
             done.append(CANCEL_LINES["cancelled"].format(step=step))
         set_run_status(model, ref.pipeline, ref.run_id, StepStatus.CANCELLED, reason)
+        release_run(spec, ref.pipeline, ref.run_id)  # the next run of the partition may write its prefixes now
         if self.airflow is not None:
             try:
                 state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")

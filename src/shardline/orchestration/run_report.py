@@ -15,7 +15,7 @@ import logging
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs
-from shardline.orchestration import services
+from shardline.orchestration import services, watch
 from shardline.orchestration.step_files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
@@ -224,3 +224,34 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         put_metadata(s3, uri, body.encode(), content_type)
         uris[suffix] = uri
     return WrittenReport(report, uris["html"], uris["json"])
+
+
+def check_run_report(
+    spec: PipelineSpec, attempt: Attempt, status: StepStatus, reason: str, records: StepRecords | None = None
+) -> tuple[StepStatus, str]:
+    """Write the step's run report, and apply its drift policy to a step that produced outputs.
+
+    ``records``: the step's files as its end read them already (``outputs.read_outputs``), so they are not read
+    again; else the report reads them.
+
+    A drift beyond ``drift.max_psi`` is a warning, or with ``drift.action: fail`` the step's failure (so no
+    ``_SUCCESS``). A report that cannot be written never fails a step, unless the step asked for the drift
+    check to decide.
+    """
+    policy = spec.step(attempt.step).drift
+    try:
+        written = write_step_report(spec, attempt, records)
+    except Exception as err:
+        log.exception("step %s: the run report could not be written", attempt.step)
+        if policy.action == "fail" and status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+            return StepStatus.FAILED, (
+                f"the drift check (drift.action: fail) could not run: the run report failed: "
+                f"{watch.describe_error(err)}"
+            )
+        return status, reason
+    log.info("step %s: run report %s", attempt.step, written.html_uri)
+    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and written.drifted:
+        if policy.action == "fail":
+            return StepStatus.FAILED, written.drift_message() + " (drift.action: fail)"
+        log.warning("step %s: %s (drift.action: warn)", attempt.step, written.drift_message())
+    return status, reason

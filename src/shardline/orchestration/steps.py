@@ -18,7 +18,7 @@ from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
 from shardline.errors import GaveUpWaiting, InputRefused, SubmitRefused, error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
+from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
 from shardline.ledger.step_writes import (
     continue_attempt,
     ensure_run,
@@ -27,7 +27,7 @@ from shardline.ledger.step_writes import (
     set_run_status,
     start_attempt,
 )
-from shardline.orchestration import capacity_moves, outputs, services, watch
+from shardline.orchestration import capacity_moves, outputs, partitions, run_report, services
 from shardline.orchestration.step_files import latest_attempt, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import CHANGED_BY_CAPACITY, Attempt, PlannedFile
@@ -75,6 +75,8 @@ def _new_attempt(
     ``replan``: the STEP item holds this attempt already, but its job was never submitted.
     """
     step = spec.step(base.step)
+    # Before anything is written: two runs never write one output prefix at once (PartitionHeld names the other).
+    partitions.hold(spec, base.ref, base.output_prefix)
     instances = choose_instance_count(base.requested_instances, len(objects))
     ordered = manifest_order(objects, instances, step.sharding)
     attempt = base.next(number, [PlannedFile.of(o) for o in ordered])
@@ -101,7 +103,7 @@ def _new_attempt(
             plan_file=plan_file,
         )
     if number == 1 and not replan:
-        withdraw_success_marker(spec, attempt.output_prefix)
+        partitions.withdraw_success_marker(spec, attempt.output_prefix)
     write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
     if number > 1:  # a resubmission reopens a run that may already have been marked failed
         set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.RUNNING, reopened=True)
@@ -445,6 +447,9 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
     status = OUTCOME_STATUS[action]
     unvouched: list[outputs.UnvouchedFile] = []
     seen = None
+    lost = partitions.lost(spec, attempt) if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) else None
+    if lost:  # another run writes the prefix now (this run's hold ran out): this one vouches for nothing there
+        status, reason = StepStatus.FAILED, lost
     if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
         seen = outputs.read_outputs(spec, attempt)
         unvouched = outputs.unvouched_outputs(spec, attempt, seen)
@@ -452,7 +457,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
             status = StepStatus.FAILED
             reason = outputs.unvouched_text(unvouched)
             log.error("step %s: %s", attempt.step, reason)
-    status, reason = check_run_report(spec, attempt, status, reason, seen.records if seen else None)
+    status, reason = run_report.check_run_report(spec, attempt, status, reason, seen.records if seen else None)
     if status is StepStatus.SUCCEEDED:
         # The last look at the input prefix, after the run report and just before the step is recorded as
         # ended: a file that landed (or was replaced) since the watch's look goes to a next attempt, never under
@@ -480,39 +485,6 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
         # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
         outputs.commit_outputs(spec, attempt, status, seen)
     return status
-
-
-def check_run_report(
-    spec: PipelineSpec, attempt: Attempt, status: StepStatus, reason: str, records: StepRecords | None = None
-) -> tuple[StepStatus, str]:
-    """Write the step's run report, and apply its drift policy to a step that produced outputs.
-
-    ``records``: the step's files as its end read them already (``outputs.read_outputs``), so they are not read
-    again; else the report reads them.
-
-    A drift beyond ``drift.max_psi`` is a warning, or with ``drift.action: fail`` the step's failure (so no
-    ``_SUCCESS``). A report that cannot be written never fails a step, unless the step asked for the drift
-    check to decide.
-    """
-    from shardline.orchestration.run_report import write_step_report
-
-    policy = spec.step(attempt.step).drift
-    try:
-        written = write_step_report(spec, attempt, records)
-    except Exception as err:
-        log.exception("step %s: the run report could not be written", attempt.step)
-        if policy.action == "fail" and status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
-            return StepStatus.FAILED, (
-                f"the drift check (drift.action: fail) could not run: the run report failed: "
-                f"{watch.describe_error(err)}"
-            )
-        return status, reason
-    log.info("step %s: run report %s", attempt.step, written.html_uri)
-    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and written.drifted:
-        if policy.action == "fail":
-            return StepStatus.FAILED, written.drift_message() + " (drift.action: fail)"
-        log.warning("step %s: %s (drift.action: warn)", attempt.step, written.drift_message())
-    return status, reason
 
 
 def step_message(spec: PipelineSpec, attempt: Attempt) -> str:
@@ -586,14 +558,10 @@ def record_run_status(
     set_run_status(model, spec.pipeline, run_id, status, message)
 
 
-def withdraw_success_marker(spec: PipelineSpec, output_prefix: str) -> None:
-    """A step about to write its prefix again is not complete: remove an earlier run's marker first."""
-    bucket, key = parse_s3_uri(naming.success_marker_key(output_prefix))
-    services.s3_client(spec).delete_object(Bucket=bucket, Key=key)  # idempotent: no error when absent
-
-
 def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:
+    """Record how the run ended, and release the output prefixes it held."""
     set_run_status(services.ledger_model(spec), pipeline, run_id, status, message)
+    partitions.release_run(spec, pipeline, run_id)
 
 
 def job_status(spec: PipelineSpec, attempt: Attempt) -> JobStatus:

@@ -14,6 +14,7 @@ from typing import Any
 
 from shardline.decision import fleet
 from shardline.decision.policy import Decision, Policy, StepSnapshot, decide, needs_files
+from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import read_step
 from shardline.orchestration import services
@@ -92,6 +93,34 @@ class InputWatch:
             tuple(data["include"]),
             tuple(data["exclude"]),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionWatch:
+    """What says whether a run's step may write ``output_prefix`` now (:mod:`shardline.ledger.partitions`)."""
+
+    aws: AwsSettings
+    output_prefix: str
+    ref: StepRef
+
+    @classmethod
+    def of(cls, spec: PipelineSpec, output_prefix: str, ref: StepRef) -> PartitionWatch:
+        return cls(AwsSettings.of(spec), output_prefix, ref)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"aws": self.aws.to_json(), "output_prefix": self.output_prefix, "ref": list(self.ref)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PartitionWatch:
+        return cls(AwsSettings.from_json(data["aws"]), str(data["output_prefix"]), StepRef(*data["ref"]))
+
+
+def partition_free(watch: PartitionWatch) -> tuple[bool, str]:
+    """Whether the step may take its output prefix now, and who holds it (or why it is free), in words."""
+    from shardline.ledger.partitions import standing
+
+    holder, free = standing(services.ledger_model(watch.aws), watch.output_prefix, watch.ref)
+    return (True, f"{watch.output_prefix}: {free}") if free else (False, f"{watch.output_prefix} is held by {holder}")
 
 
 def _watch(source: PipelineSpec | StepWatch, step: str) -> StepWatch:

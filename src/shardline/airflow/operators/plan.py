@@ -25,7 +25,7 @@ from shardline.airflow.operators.messages import (
     model_missing_text,
     param_problem_text,
 )
-from shardline.airflow.triggers.step import InputTrigger, settle_until
+from shardline.airflow.triggers.step import InputTrigger, PartitionTrigger, settle_until
 from shardline.decision import readiness
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.spec.conf import (
@@ -174,6 +174,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 self._wait_for_marker(context, input_prefix, why)
             if not ready:
                 self._missing(context, input_prefix, why, waited=waited)
+        from shardline.orchestration.partitions import PartitionHeld
         from shardline.orchestration.upstream import UpstreamError
 
         try:
@@ -191,6 +192,8 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             )
         except UpstreamError as err:  # the earlier step's outputs are not there to read: no retry finds them
             raise AirflowFailException(f"step {self.step}: {err}") from err
+        except PartitionHeld as held:  # another run writes this output prefix now: wait until it has ended
+            self._wait_for_partition(context, held)
         if attempt is None:
             self._missing(
                 context,
@@ -241,6 +244,32 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             method_name="execute_after_wait",
             timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600),
         )
+
+    def _wait_for_partition(self, context, held) -> None:
+        """Another run of this partition writes the step's output prefix: wait, visibly, until it ends (or its lease
+        runs out), then plan. Two runs never write one prefix at once. Defers."""
+        from shardline.ledger.keys import StepRef
+        from shardline.orchestration.partitions import held_text
+
+        ref = StepRef(self.spec.pipeline, context["run_id"], self.step)
+        text = held_text(held, ref)
+        self.log.warning("%s", text)
+        self._record(context, StepStatus.RUNNING, text)
+        watch = poll_functions().PartitionWatch.of(self.spec, held.output_prefix, ref)
+        self.defer(
+            trigger=PartitionTrigger(
+                watch.to_json(), poll_interval=self.spec.poll_interval_seconds, not_before=settle_until()
+            ),
+            method_name="execute_after_partition",
+        )
+
+    @fails_fast
+    def execute_after_partition(self, context, event: dict):
+        """Back from :class:`PartitionTrigger`: the run that held the output prefix has ended; plan now."""
+        self.log.info("step %s: %s", self.step, event["reason"])
+        input_prefix = (self.input_override or "").strip() or self.input_prefix
+        version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
+        return self._plan(context, input_prefix, version, waited=False)
 
     def _input_watch(self, input_prefix: str) -> dict:
         return poll_functions().InputWatch.of(self.spec, self.step, input_prefix).to_json()

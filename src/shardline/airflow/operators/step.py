@@ -80,6 +80,7 @@ def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float,
     task.log.warning("%s", text)
     if not note_waiting(task.spec, attempt, text):
         return False
+    task.keep_partition(attempt, time.time() + wait.delay_seconds)
     task.defer(
         trigger=BackoffTrigger(
             wait.delay_seconds,
@@ -143,16 +144,26 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         decision = poll_functions().decide_now(watch, attempt)
         if decision.action is not Action.WAIT:
             return self.execute_complete(context, StepEvent.of(decision, attempt, watch.policy).to_event())
+        deadline = attempt_deadline(watch.policy, time.time())
+        self.keep_partition(attempt, deadline)
         self.defer(
             trigger=StepTrigger(
-                attempt.to_xcom(),
-                watch.to_json(),
-                self.poll_interval,
-                attempt_deadline(watch.policy, time.time()),
-                not_before=settle_until(),
+                attempt.to_xcom(), watch.to_json(), self.poll_interval, deadline, not_before=settle_until()
             ),
             method_name="execute_complete",
         )
+
+    def keep_partition(self, attempt: Attempt, wait_until: float | None) -> None:
+        """Renew the step's hold on its output prefix past the wait it starts now. A step whose hold another run took
+        over (its lease ran out) stops its job and fails: that run writes the prefix now."""
+        from shardline.orchestration.partitions import PartitionLost, keep
+
+        try:
+            keep(self.spec, attempt, wait_until)
+        except PartitionLost as lost:
+            step_functions().stop(self.spec, attempt)
+            step_functions().finish(self.spec, attempt, "FAIL", str(lost))
+            raise AirflowFailException(str(lost)) from lost
 
     @fails_fast
     def execute_complete(self, context, event: dict):
@@ -203,6 +214,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
                 "capacity": step_event.capacity,
             }
             if step_event.delay_seconds > 0:
+                self.keep_partition(attempt, time.time() + step_event.delay_seconds)
                 # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
                 self.defer(
                     trigger=BackoffTrigger(step_event.delay_seconds, payload, not_before=settle_until()),
@@ -259,11 +271,12 @@ def mark_run_failed(spec_path: str, context) -> None:
     in `shardline runs` and the page too, unless something already recorded how it ended."""
     from shardline.ledger.step_writes import set_run_status
     from shardline.orchestration import services
+    from shardline.orchestration.partitions import release_run
 
     spec = load_spec(Path(spec_path))
     run = context["dag_run"]
     # The callback runs a while after the run failed: a resubmission meanwhile has reopened the run, and stands.
-    set_run_status(
+    ended = set_run_status(
         services.ledger_model(spec),
         spec.pipeline,
         run.run_id,
@@ -272,3 +285,5 @@ def mark_run_failed(spec_path: str, context) -> None:
         only_if_running=True,
         unless_reopened_since=getattr(run, "end_date", None) or getattr(run, "start_date", None),
     )
+    if ended:  # the run's output prefixes are free for the next run of its partition
+        release_run(spec, spec.pipeline, run.run_id)

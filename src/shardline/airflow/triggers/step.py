@@ -302,3 +302,41 @@ class InputTrigger(BaseTrigger):
                 yield TriggerEvent({"ready": False, "reason": reason})
                 return
             await asyncio.sleep(self.poll_interval)
+
+
+class PartitionTrigger(BaseTrigger):
+    """Waits until a run's step may write its output prefix: the run that holds it ended or released it, or its
+    lease ran out (the :class:`~shardline.orchestration.watch.PartitionWatch` it carries says which prefix and
+    step); hands back ``{"free": True, "reason": str}``. Logs who holds it at most once a minute."""
+
+    def __init__(self, watch: dict[str, Any], poll_interval: float = 30.0, not_before: float | None = None):
+        super().__init__()
+        self.watch, self.poll_interval, self.not_before = watch, poll_interval, not_before
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "shardline.airflow.triggers.step.PartitionTrigger",
+            {"watch": self.watch, "poll_interval": self.poll_interval, "not_before": self.not_before},
+        )
+
+    async def run(self):
+        from shardline.orchestration import watch as polls
+        from shardline.orchestration.watch import PartitionWatch
+
+        watch = PartitionWatch.from_json(self.watch)
+        logged = 0.0
+        while True:
+            try:
+                free, reason = await asyncio.to_thread(polls.partition_free, watch)
+            except Exception as err:
+                if not (polls.is_unreachable(err) or polls.is_throttled(err)):
+                    raise
+                free, reason = False, f"the AWS endpoint did not answer ({polls.describe_error(err)})"
+            if free:
+                await _settle(self.not_before)
+                yield TriggerEvent({"free": True, "reason": reason})
+                return
+            if time.monotonic() - logged >= LOG_EVERY_SECONDS:
+                self.log.info("%s; waiting for it", reason)
+                logged = time.monotonic()
+            await asyncio.sleep(self.poll_interval)

@@ -1,0 +1,207 @@
+"""Which run writes an output prefix now: one lock item per prefix, so two runs of one partition never write it at
+the same time (their outputs would mix, and one run's check could vouch for the other's objects).
+
+A step takes its prefix's lock when it plans, before it withdraws the prefix's ``_SUCCESS``; renews the lease as
+its watch goes on; checks it just before writing ``_SUCCESS``; and releases it when the run ends. Another run that
+finds it held waits for it (a run's plan task) or is refused (on-call's resubmit of an older run), and either way
+is told which run holds it.
+
+The lock is free when nobody holds it, when its holder's run has ended (its RUN item is no longer RUNNING: the
+run failed or was cancelled without releasing), or when the holder's lease ran out with nobody renewing it (its
+Airflow run is gone). Taking it raises the fence with a write conditional on the fence the taker read, so of two
+takers exactly one wins; an old holder's next renewal or check finds another holder and stops before it writes
+``_SUCCESS``. Only the orchestrator's role reaches these items: a job's grant covers ``RUN#{pipeline}#*`` alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+
+from pynamodb.exceptions import DoesNotExist, UpdateError
+
+from shardline.errors import PermanentError, ShardlineError
+from shardline.ledger.keys import PARTITION_LOCK_SK, RUN_SK, StepRef, partition_lock_pk, run_pk
+from shardline.ledger.states import STEP_TERMINAL
+from shardline.ledger.table import LedgerItem
+
+log = logging.getLogger(__name__)
+
+CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
+TAKE_TRIES = 3  # a lost race re-reads the lock; three losses in a row mean others hold it
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionHolder:
+    """The run step that holds an output prefix's lock, and its fence (raised by every change of holder)."""
+
+    pipeline: str
+    run_id: str
+    step: str
+    fence: int
+    lease_until: dt.datetime | None = None
+    taken_at: dt.datetime | None = None
+
+    def holds(self, ref: StepRef) -> bool:
+        return (self.pipeline, self.run_id, self.step) == tuple(ref)
+
+    def __str__(self) -> str:
+        return f"run {self.pipeline}/{self.run_id} (step {self.step})"
+
+
+class PartitionHeld(ShardlineError):
+    """Another run that has not ended writes this output prefix now."""
+
+    def __init__(self, output_prefix: str, holder: PartitionHolder):
+        self.output_prefix, self.holder = output_prefix, holder
+        lease = f", its lease runs to {holder.lease_until:%Y-%m-%d %H:%M:%S} UTC" if holder.lease_until else ""
+        super().__init__(f"{output_prefix} is being written by {holder}{lease}")
+
+
+class PartitionLost(PermanentError):
+    """The lock moved to another run while this one held it (its lease ran out): this run must not vouch for the
+    prefix, since the other run writes there now."""
+
+
+def free_reason(holder: PartitionHolder | None, holder_run_status: str | None, now: dt.datetime) -> str | None:
+    """Why the lock may be taken from ``holder`` now, or None while it holds it. Pure.
+
+    ``holder_run_status``: the status on the holder's RUN item (None when there is none yet: a run planning now)."""
+    if holder is None:
+        return "nobody holds it"
+    if holder_run_status in STEP_TERMINAL:
+        return f"{holder} ended ({holder_run_status}) without releasing it"
+    if holder.lease_until is not None and holder.lease_until < now:
+        return f"the lease of {holder} ran out at {holder.lease_until:%Y-%m-%d %H:%M:%S} UTC with nobody renewing it"
+    return None
+
+
+def read_holder(model: type[LedgerItem], output_prefix: str) -> PartitionHolder | None:
+    """Who holds the prefix's lock now (a consistent read), or None."""
+    item = _item(model, output_prefix)
+    return _holder(item) if item is not None else None
+
+
+def standing(model: type[LedgerItem], output_prefix: str, ref: StepRef) -> tuple[PartitionHolder | None, str | None]:
+    """Who holds the prefix now, and why ``ref`` may take it (None while another run holds it)."""
+    holder = read_holder(model, output_prefix)
+    if holder is not None and holder.holds(ref):
+        return holder, f"{ref} holds it"
+    return holder, free_reason(holder, _run_status(model, holder), _now())
+
+
+def take(model: type[LedgerItem], output_prefix: str, ref: StepRef, lease_until: dt.datetime) -> PartitionHolder:
+    """Hold ``output_prefix`` for ``ref`` until ``lease_until`` (renewed if ``ref`` holds it already).
+
+    Raises :class:`PartitionHeld` while another run that has not ended holds it."""
+    c = model.Control
+    for _ in range(TAKE_TRIES):
+        if renew(model, output_prefix, ref, lease_until, strict=False):
+            return read_holder(model, output_prefix)  # type: ignore[return-value]
+        item = _item(model, output_prefix)
+        holder = _holder(item) if item is not None else None
+        seen_fence = int(item.fence or 0) if item is not None else 0
+        why = free_reason(holder, _run_status(model, holder), _now())
+        if why is None:
+            raise PartitionHeld(output_prefix, holder)  # type: ignore[arg-type]
+        if holder is not None:
+            log.warning("%s: taking the lock over for %s: %s", output_prefix, ref, why)
+        condition = c.pk.does_not_exist() | (c.fence == seen_fence)
+        if item is not None and item.fence is None:
+            condition = c.fence.does_not_exist()
+        try:
+            _lock_item(model, output_prefix).update(
+                actions=[
+                    c.pipeline.set(ref.pipeline),
+                    c.run_id.set(ref.run_id),
+                    c.step.set(ref.step),
+                    c.fence.set(seen_fence + 1),
+                    c.lease_until.set(lease_until),
+                    c.started_at.set(_now()),
+                    c.expires_at.set(c.expiry()),
+                ],
+                condition=condition,
+            )
+        except UpdateError as err:
+            if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+                raise
+            continue  # another taker won the race: look again
+        return PartitionHolder(ref.pipeline, ref.run_id, ref.step, seen_fence + 1, lease_until, _now())
+    holder = read_holder(model, output_prefix)
+    if holder is None or holder.holds(ref):  # pragma: no cover - only under a storm of takers
+        raise PartitionHeld(output_prefix, PartitionHolder("?", "?", "?", 0))
+    raise PartitionHeld(output_prefix, holder)
+
+
+def renew(
+    model: type[LedgerItem], output_prefix: str, ref: StepRef, lease_until: dt.datetime, *, strict: bool = True
+) -> bool:
+    """Extend ``ref``'s lease on the prefix to ``lease_until``. When ``ref`` does not hold it (another run took
+    it over, or it was released): :class:`PartitionLost` if ``strict``, else False."""
+    c = model.Control
+    try:
+        _lock_item(model, output_prefix).update(
+            actions=[c.lease_until.set(lease_until), c.expires_at.set(c.expiry())],
+            condition=(c.pipeline == ref.pipeline) & (c.run_id == ref.run_id) & (c.step == ref.step),
+        )
+    except UpdateError as err:
+        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            raise
+        if not strict:
+            return False
+        holder = read_holder(model, output_prefix)
+        now_held = f"{holder} holds it now" if holder else "nobody holds it now"
+        raise PartitionLost(
+            f"{ref} no longer holds the lock of {output_prefix} ({now_held}): it stops here and does not mark the "
+            "prefix complete"
+        ) from err
+    return True
+
+
+def release(model: type[LedgerItem], output_prefix: str, ref: StepRef) -> bool:
+    """Let go of the prefix if ``ref`` holds it (a run's end); False when it does not (nothing to do)."""
+    c = model.Control
+    try:
+        _lock_item(model, output_prefix).update(
+            actions=[c.pipeline.remove(), c.run_id.remove(), c.step.remove(), c.lease_until.set(_now())],
+            condition=(c.pipeline == ref.pipeline) & (c.run_id == ref.run_id) & (c.step == ref.step),
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _lock_item(model: type[LedgerItem], output_prefix: str):
+    return model.Control(partition_lock_pk(output_prefix), PARTITION_LOCK_SK)
+
+
+def _item(model: type[LedgerItem], output_prefix: str):
+    try:
+        return model.Control.get(partition_lock_pk(output_prefix), PARTITION_LOCK_SK, consistent_read=True)
+    except DoesNotExist:
+        return None
+
+
+def _holder(item) -> PartitionHolder | None:
+    if not item.run_id:
+        return None  # released: the item keeps only its fence
+    return PartitionHolder(
+        item.pipeline, item.run_id, item.step, int(item.fence or 0), item.lease_until, item.started_at
+    )
+
+
+def _run_status(model: type[LedgerItem], holder: PartitionHolder | None) -> str | None:
+    if holder is None:
+        return None
+    try:
+        run = model.Control.get(run_pk(holder.pipeline, holder.run_id), RUN_SK, consistent_read=True)
+    except DoesNotExist:
+        return None
+    return run.status

@@ -1,0 +1,113 @@
+"""The output prefix's lock: one run writes a prefix at a time, a run that ended or stopped renewing gives way, and
+of two takers exactly one wins (conditional writes on moto_server's DynamoDB)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from shardline.ledger import bind_ledger
+from shardline.ledger.keys import StepRef
+from shardline.ledger.partitions import (
+    PartitionHeld,
+    PartitionHolder,
+    PartitionLost,
+    free_reason,
+    read_holder,
+    release,
+    renew,
+    standing,
+    take,
+)
+from shardline.ledger.states import StepStatus
+from shardline.ledger.step_writes import ensure_run, set_run_status
+
+PREFIX = "s3://bucket/scored/2026-11-22T10/"
+NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+A = StepRef("hourly", "scheduled__2026-11-22T10", "score")
+B = StepRef("hourly", "manual__2026-11-22T10", "score")
+
+
+def later(hours: float = 1) -> dt.datetime:
+    return dt.datetime.now(dt.UTC) + dt.timedelta(hours=hours)
+
+
+def holder(lease_hours: float) -> PartitionHolder:
+    return PartitionHolder("hourly", "r1", "score", 1, NOW + dt.timedelta(hours=lease_hours))
+
+
+def test_a_hold_stands_while_its_run_runs_and_its_lease_lasts():
+    assert free_reason(holder(1), StepStatus.RUNNING, NOW) is None
+    assert free_reason(holder(1), None, NOW) is None  # a run planning now has no RUN item yet
+
+
+@pytest.mark.parametrize("status", [StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.CANCELLED])
+def test_a_hold_whose_run_ended_is_free(status):
+    assert f"ended ({status})" in free_reason(holder(1), status, NOW)
+
+
+def test_a_hold_whose_lease_ran_out_is_free_and_says_when():
+    assert "ran out at 2026-11-22 11:00:00 UTC" in free_reason(holder(-1), StepStatus.RUNNING, NOW)
+    assert free_reason(None, None, NOW) == "nobody holds it"
+
+
+@pytest.fixture
+def model(ledger_table, aws_env):
+    m = bind_ledger(ledger_table)
+    for ref in (A, B):
+        ensure_run(m, ref.pipeline, ref.run_id)
+    return m
+
+
+def test_a_second_run_is_refused_naming_the_holder_and_the_holder_renews(model):
+    first = take(model, PREFIX, A, later())
+    with pytest.raises(PartitionHeld, match=r"being written by run hourly/scheduled__2026-11-22T10 \(step score\)"):
+        take(model, PREFIX, B, later())
+    again = take(model, PREFIX, A, later(2))  # the holder's own take renews: the fence stays
+    assert (first.fence, again.fence) == (1, 1) and again.lease_until > first.lease_until
+    assert standing(model, PREFIX, B)[1] is None
+
+
+def test_a_run_that_ended_gives_way_and_its_late_renewal_is_refused(model):
+    take(model, PREFIX, A, later())
+    set_run_status(model, A.pipeline, A.run_id, StepStatus.FAILED, "its watch failed")
+    taken = take(model, PREFIX, B, later())
+    assert (taken.run_id, taken.fence) == (B.run_id, 2)
+    with pytest.raises(PartitionLost, match=r"run hourly/manual__2026-11-22T10 .* holds it now"):
+        renew(model, PREFIX, A, later())
+    assert not release(model, PREFIX, A)  # not its to release
+    assert read_holder(model, PREFIX).run_id == B.run_id
+
+
+def test_a_hold_nobody_renewed_is_taken_over_with_a_higher_fence(model):
+    take(model, PREFIX, A, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1))
+    assert "ran out" in standing(model, PREFIX, B)[1]
+    assert take(model, PREFIX, B, later()).fence == 2
+
+
+def test_a_released_prefix_is_taken_by_the_next_run(model):
+    take(model, PREFIX, A, later())
+    assert release(model, PREFIX, A)
+    assert read_holder(model, PREFIX) is None
+    assert take(model, PREFIX, B, later()).fence == 2
+
+
+def test_of_many_runs_taking_a_free_prefix_at_once_exactly_one_wins(model):
+    refs = [StepRef("hourly", f"manual__{i}", "score") for i in range(8)]
+    for ref in refs:
+        ensure_run(model, ref.pipeline, ref.run_id)
+
+    def attempt(ref):
+        try:
+            return take(model, PREFIX, ref, later())
+        except PartitionHeld as err:
+            return err
+
+    with ThreadPoolExecutor(len(refs)) as pool:
+        results = list(pool.map(attempt, refs))
+    winners = [r for r in results if isinstance(r, PartitionHolder)]
+    assert len(winners) == 1 and winners[0].fence == 1
+    assert {r.holder.run_id for r in results if isinstance(r, PartitionHeld)} == {winners[0].run_id}
+    assert read_holder(model, PREFIX).run_id == winners[0].run_id
