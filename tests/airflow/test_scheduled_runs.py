@@ -21,6 +21,7 @@ import yaml
 
 from examples import synthetic
 from shardline.ledger.table import create_ledger_table
+from tests.oncall.test_oncall_airflow import shardline
 from tests.orchestration.test_faults import gated_model
 from tests.support.pipelines import parquet_bytes
 
@@ -95,13 +96,14 @@ def minutely(airflow_stack, tmp_path, monkeypatch):
     dag_file.unlink()
 
 
-def _run_for(client, start: dt.datetime, timeout: float = 180) -> dict:
-    """The scheduled run whose data interval starts at ``start`` (the scheduler creates it once it ends)."""
+def _run_for(client, start: dt.datetime, timeout: float = 180, run_types=("scheduled",)) -> dict:
+    """The scheduled run (or a run of ``run_types``) whose data interval starts at ``start`` (the scheduler creates
+    a scheduled one once the interval ends)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = client._call("GET", f"/dags/{PIPELINE}/dagRuns", params={"limit": 100})["dag_runs"]
         for run in runs:
-            if run["run_type"] == "scheduled" and _utc(run["data_interval_start"]) == start:
+            if run["run_type"] in run_types and _utc(run["data_interval_start"]) == start:
                 return run
         time.sleep(1)
     raise AssertionError(f"no scheduled run for the interval starting {start}")
@@ -119,8 +121,47 @@ def _wait_task(stack, run_id: str, task_id: str, states: tuple[str, ...], timeou
     raise AssertionError(f"{task_id} of {run_id} never reached {states}:\n{stack.tail()}")
 
 
-def test_a_scheduled_run_scores_its_whole_interval_and_a_file_that_lands_after_the_plan(airflow_stack, minutely):
-    s3, bucket = minutely["s3"], minutely["bucket"]
+def _ids(s3, bucket: str, out: str) -> list[int]:
+    """Every id in the outputs under ``out`` (metadata files left out), sorted."""
+    ids = []
+    for o in s3.list_objects_v2(Bucket=bucket, Prefix=out).get("Contents", []):
+        if o["Key"].endswith(".parquet") and "/_" not in o["Key"]:
+            body = s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+            ids += pq.read_table(io.BytesIO(body), columns=["id"]).column("id").to_pylist()
+    return sorted(ids)
+
+
+def _cli_until(stack, args: tuple[str, ...], text: str, timeout: float = 240, **env: str) -> str:
+    """A `shardline` command (in a wide terminal: `runs` shortens messages to the width), asked again until its
+    output shows ``text``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        said = shardline(stack, *args, env={"COLUMNS": "400", **env})
+        if text in said.stdout:
+            return said.stdout
+        assert time.monotonic() < deadline, (
+            f"`shardline {' '.join(args)}` never showed {text!r}:\n{said.stdout}{said.stderr}"
+        )
+        time.sleep(2)
+
+
+def _json(s3, bucket: str, key: str) -> dict:
+    return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_skipped(airflow_stack, minutely):
+    """One timeline of a per-minute schedule, minute S first:
+
+    1. The scheduled run of S plans only once S has ended and settled, and scores every file of it; a file that
+       lands after the plan goes to attempt 2 before ``_SUCCESS``.
+    2. A second run of S, triggered the way the docs warn against (a round logical date, S+1, with Airflow's own
+       inference), waits while the scheduled run holds S's output prefix, saying so in `shardline runs`; it plans
+       once that run has ended, and the partition's ``_SUCCESS`` is then its own.
+    3. Its logical date stops the scheduler from creating S+1's run: `shardline runs` lists S+1 MISSING with the
+       command that scores it; that command (the docs' way, once the blocking run is deleted) scores S+1, and the
+       scheduler still creates and scores S+2's run.
+    """
+    s3, bucket, client = minutely["s3"], minutely["bucket"], airflow_stack.client()
     # The interval under test: this minute if most of it is left, else the next. Its files land one by one
     # while the scheduler runs (a file that slips past the minute's end is still before its settle time).
     now = dt.datetime.now(dt.UTC)
@@ -128,35 +169,66 @@ def test_a_scheduled_run_scores_its_whole_interval_and_a_file_that_lands_after_t
     if now.second > 35:
         start += dt.timedelta(minutes=1)
         time.sleep(max(0.0, (start - dt.datetime.now(dt.UTC)).total_seconds()) + 1)
-    prefix = f"events/{start:%Y%m%dT%H%M}/"
+    minute = [start + dt.timedelta(minutes=i) for i in range(3)]
+    prefix = [f"events/{m:%Y%m%dT%H%M}/" for m in minute]
+    out = [f"scores/{m:%Y%m%dT%H%M}/" for m in minute]
     for i in range(3):
-        s3.put_object(Bucket=bucket, Key=f"{prefix}part-{i}.parquet", Body=parquet_bytes(ROWS, i * ROWS))
+        s3.put_object(Bucket=bucket, Key=f"{prefix[0]}part-{i}.parquet", Body=parquet_bytes(ROWS, i * ROWS))
         time.sleep(2)
+    s3.put_object(Bucket=bucket, Key=f"{prefix[1]}part-0.parquet", Body=parquet_bytes(ROWS, 1000))
+    s3.put_object(Bucket=bucket, Key=f"{prefix[2]}part-0.parquet", Body=parquet_bytes(ROWS, 2000))
 
-    run = _run_for(airflow_stack.client(), start)
+    # 1. The scheduled run of S.
+    run = _run_for(client, start)
     run_id = run["dag_run_id"]
     assert _utc(run["data_interval_end"]) == start + dt.timedelta(minutes=1)
     # The run starts once its minute has ended, and plans only SETTLE seconds later.
     plan = _wait_task(airflow_stack, run_id, "plan_score", ("success",))
     complete = start + dt.timedelta(minutes=1, seconds=SETTLE)
     assert _utc(plan["end_date"]) >= complete, (plan["end_date"], complete)
-    attempt = airflow_stack.client()._call(
+    attempt = client._call(
         "GET", f"/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/plan_score/xcomEntries/return_value"
     )["value"]
     assert attempt["files"] == 3, attempt  # every file of the minute, not the first to land
 
-    # A file lands after the plan, while attempt 1's job is held on the gate: it is scored by attempt 2.
-    s3.put_object(Bucket=bucket, Key=f"{prefix}part-late.parquet", Body=parquet_bytes(ROWS, 3 * ROWS))
+    # 2. A second run of S while the first's job is held on the gate: it waits for the output prefix.
+    second = client.trigger(PIPELINE, {}, logical_date=minute[1].isoformat())
+    second_id = second["dag_run_id"]
+    assert _utc(second["data_interval_start"]) == start, second  # Airflow's inference: the minute before
+    held = f"scores/{start:%Y%m%dT%H%M}/ is being written by run {PIPELINE}/{run_id}"
+    _cli_until(airflow_stack, ("status", f"{PIPELINE}/{second_id}"), held)
+    assert client.task_instance(PIPELINE, second_id, "plan_score")["state"] == "deferred"
+
+    # A file lands after the first run's plan, while attempt 1's job is held on the gate: attempt 2 scores it.
+    s3.put_object(Bucket=bucket, Key=f"{prefix[0]}part-late.parquet", Body=parquet_bytes(ROWS, 3 * ROWS))
     minutely["gate"].touch()
     assert airflow_stack.wait_for_run(PIPELINE, run_id, timeout=300)["state"] == "success", airflow_stack.tail()
+    first_outputs = _json(s3, bucket, f"{out[0]}_shardline/manifests/{run_id}/score/outputs.json")
+    assert len(first_outputs["outputs"]) == 4 and {o["attempt"] for o in first_outputs["outputs"]} == {1, 2}
+    assert airflow_stack.wait_for_run(PIPELINE, second_id, timeout=300)["state"] == "success", airflow_stack.tail()
+    second_plan = client.task_instance(PIPELINE, second_id, "plan_score")
+    first_end = client.dag_run(PIPELINE, run_id)["end_date"]
+    assert _utc(second_plan["end_date"]) >= _utc(first_end)  # it planned only once the first run had ended
+    assert _ids(s3, bucket, out[0]) == list(range(4 * ROWS))  # every row of every file, once
+    marker = _json(s3, bucket, f"{out[0]}_SUCCESS")
+    assert (marker["run_id"], marker["outputs"], marker["attempts"]) == (second_id, 4, 1), marker
 
-    ids = []
-    out = f"scores/{start:%Y%m%dT%H%M}/"
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=out).get("Contents", [])]
-    for key in keys:
-        if key.endswith(".parquet") and "/_" not in key:
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-            ids += pq.read_table(io.BytesIO(body), columns=["id"]).column("id").to_pylist()
-    assert sorted(ids) == list(range(4 * ROWS))  # every row of every file, once
-    marker = json.loads(s3.get_object(Bucket=bucket, Key=f"{out}_SUCCESS")["Body"].read())
-    assert marker["outputs"] == 4 and marker["attempts"] == 2, marker
+    # 3. S+1 has no run (the second run took its logical date): listed MISSING, with the command that scores it.
+    command = f"shardline trigger {PIPELINE} --partition {minute[1]:%Y-%m-%dT%H:%M}"
+    runs = ("runs", "--pipeline", PIPELINE)
+    listed = _cli_until(airflow_stack, runs, "MISSING", timeout=180, SHARDLINE_MISSING_GRACE_SECONDS="15")
+    assert command in listed, listed
+    said = shardline(airflow_stack, *command.split()[1:])
+    assert said.returncode != 0 and "delete it and trigger again" in said.stdout + said.stderr, said
+    client.delete_run(PIPELINE, second_id)
+    said = shardline(airflow_stack, *command.split()[1:])
+    # Refused only where the scheduler, free of the blocking run, created S+1's own run first: one run scores S+1.
+    assert said.returncode == 0 or "has the logical date" in said.stdout + said.stderr, said
+    third = _run_for(client, minute[1], run_types=("manual", "scheduled"))
+    assert airflow_stack.wait_for_run(PIPELINE, third["dag_run_id"], timeout=300)["state"] == "success"
+    assert _ids(s3, bucket, out[1]) == list(range(1000, 1000 + ROWS))
+    # The docs' way takes S+1's own logical date, so the scheduler creates S+2's run, and it scores its minute.
+    after = _run_for(client, minute[2], timeout=240)
+    assert airflow_stack.wait_for_run(PIPELINE, after["dag_run_id"], timeout=300)["state"] == "success"
+    assert _ids(s3, bucket, out[2]) == list(range(2000, 2000 + ROWS))
+    assert "MISSING" not in shardline(airflow_stack, *runs, env={"SHARDLINE_MISSING_GRACE_SECONDS": "15"}).stdout

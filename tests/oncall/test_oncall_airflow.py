@@ -29,8 +29,12 @@ BUCKET = "shardline-demo"
 pytestmark = pytest.mark.slow
 
 
-def shardline(stack, *args: str, airflow: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run the CLI as an engineer would; ``airflow`` replaces its SHARDLINE_AIRFLOW_* settings (``{}``: none)."""
+def shardline(
+    stack, *args: str, airflow: dict[str, str] | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the CLI as an engineer would; ``airflow`` replaces its SHARDLINE_AIRFLOW_* settings (``{}``: none);
+    ``env``: more settings of its own."""
+    more = env or {}
     cli = Path(sys.executable).with_name("shardline")
     env = {
         **stack.cli_env(),
@@ -41,7 +45,7 @@ def shardline(stack, *args: str, airflow: dict[str, str] | None = None) -> subpr
     if airflow is not None:
         env = {k: v for k, v in env.items() if not k.startswith("SHARDLINE_AIRFLOW_")} | airflow
         env.setdefault("SHARDLINE_AIRFLOW_CONFIG", str(stack.home / "no-shardline-login.json"))
-    return subprocess.run([str(cli), *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run([str(cli), *args], env=env | more, capture_output=True, text=True, timeout=300, check=False)
 
 
 def _password_env(url: str, stack) -> dict[str, str]:

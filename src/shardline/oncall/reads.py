@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import time
 from pathlib import Path
 from typing import Self
@@ -24,6 +25,7 @@ from shardline.oncall.errors import Conflict, NotFound
 from shardline.oncall.messages import airflow_left_out, unknown_step
 from shardline.oncall.records import FileView, RunRef, RunRow, RunView, StepView
 from shardline.oncall.views import (
+    MISSING_GRACE_SECONDS,
     file_view,
     missing_job_status,
     missing_rows,
@@ -37,6 +39,10 @@ from shardline.orchestration import services
 from shardline.orchestration.step_files import PlanFileError, read_step_files
 from shardline.planning import naming
 from shardline.spec import PipelineSpec, SpecError, load_spec
+
+# How long past its settle time an interval of a schedule may have no run before `shardline runs` and the page
+# list it MISSING (seconds; default views.MISSING_GRACE_SECONDS): the scheduler and its queue take a while.
+MISSING_GRACE_ENV = "SHARDLINE_MISSING_GRACE_SECONDS"
 
 
 def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
@@ -110,7 +116,8 @@ class OnCallReads:
         rows.sort(key=lambda r: r.started_at or "", reverse=True)
         listed = [with_airflow(r, self._airflow_run_state(r.pipeline, r.run_id)) for r in rows[:limit]]
         now = dt.datetime.now(dt.UTC)
-        missing = [row for spec in specs for row in missing_rows(spec, listed, now, limit)]
+        grace = float(os.environ.get(MISSING_GRACE_ENV) or MISSING_GRACE_SECONDS)
+        missing = [row for spec in specs for row in missing_rows(spec, listed, now, limit, grace)]
         return sorted(missing, key=lambda r: (r.partition or "", r.pipeline), reverse=True) + listed
 
     def steps_started_since(self, since: dt.datetime) -> list[StepRecord]:

@@ -66,7 +66,13 @@ MISSING = "MISSING"  # the status of a row for an interval its schedule owes and
 MISSING_GRACE_SECONDS = 300
 
 
-def missing_rows(spec: PipelineSpec, rows: Sequence[RunRow], now: dt.datetime, limit: int = 20) -> list[RunRow]:
+def missing_rows(
+    spec: PipelineSpec,
+    rows: Sequence[RunRow],
+    now: dt.datetime,
+    limit: int = 20,
+    grace_seconds: float = MISSING_GRACE_SECONDS,
+) -> list[RunRow]:
     """The intervals of a scheduled pipeline, from its oldest listed run's partition to the last one past its
     settle time, that no listed run scores: each a MISSING row with the command that scores it. Whatever the
     cause (a paused DAG, a manual run that took an interval's logical date, a scheduler outage), an owed
@@ -82,7 +88,7 @@ def missing_rows(spec: PipelineSpec, rows: Sequence[RunRow], now: dt.datetime, l
         return []
     oldest = min(dt.datetime.fromisoformat(p).replace(tzinfo=dt.UTC) for p in scheduled)
     settle = max((s.input.settle_seconds for s in spec.steps if not s.input.from_step), default=0)
-    until = now - dt.timedelta(seconds=settle + MISSING_GRACE_SECONDS)
+    until = now - dt.timedelta(seconds=settle + grace_seconds)
     missing = []
     owed = [s for s in interval_starts(spec.schedule, oldest, until) if s.strftime("%Y-%m-%dT%H:%M:%S") not in seen]
     for start in sorted(owed, reverse=True)[:limit]:
