@@ -35,11 +35,15 @@ browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get,
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	else echo "warning: no chromium/chromedriver and no apt-get: tests/ui will fail; install Chromium and ChromeDriver"; fi
 
+# Two workers (pytest-xdist): the real-Airflow tests share one `airflow standalone` on one of them (tests/conftest.py
+# schedules them as one unit), the rest run on the other while those wait on the scheduler. PYTEST_WORKERS= runs
+# everything in one process.
+PYTEST_WORKERS ?= -n 2
 test: $(STAMP) browser  ## lint and format check, the docs site (--strict: no broken link or page), then the test suite
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_WORKERS)
 
 # What users ship, built and run: the worker image as SageMaker runs it (predictions equal to the host's, no
 # secret reachable from model code), then the compose stack up, a DAG run green, the on-call page, a resubmit,
@@ -60,7 +64,7 @@ test-fast: $(STAMP)  ## lint and format check, then the unit tests: no server, n
 
 test-under-load: $(STAMP) browser  ## the test suite with two busy loops beside it (no test may depend on timing)
 	@python3 -c "while True: pass" & b1=$$!; python3 -c "while True: pass" & b2=$$!; trap "kill $$b1 $$b2" EXIT; \
-	start=$$(date +%s); $(PY) -m pytest -q; rc=$$?; \
+	start=$$(date +%s); $(PY) -m pytest -q $(PYTEST_WORKERS); rc=$$?; \
 	echo "make test-under-load: exit $$rc after $$(( $$(date +%s) - start )) s with two busy loops"; exit $$rc
 
 lint: $(STAMP)  ## ruff: lint and format check (`.venv/bin/ruff format .` formats)

@@ -6,7 +6,9 @@ exactly as the worker reaches DynamoDB in production. No in-process AWS mocks.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import uuid
 import warnings
 from pathlib import Path
@@ -34,6 +36,25 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+
+
+@functools.cache
+def _uses_airflow_stack(path: str) -> bool:
+    file = Path(__file__).resolve().parents[1] / path
+    return file.is_file() and re.search(r"def \w+\([^)]*\bairflow_stack\b", file.read_text()) is not None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs two pytest-xdist workers. Every test module of the real Airflow goes to one of them as one
+    unit, so `airflow standalone` starts once, and the other worker takes the rest, test by test, meanwhile.
+    (The scheduler sees node ids only, so a module is the Airflow's when a function of it takes the fixture.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class AirflowStackTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "airflow_stack" if _uses_airflow_stack(nodeid.split("::", 1)[0]) else nodeid
+
+    return AirflowStackTogether(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -374,10 +374,11 @@ def test_a_plan_file_refuses_a_key_outside_its_prefix():
     [
         b"",
         b"not gzip",
-        __import__("gzip").compress(b"[1, 2]"),
-        __import__("gzip").compress(b'{"version": 9, "prefix": "s3://b/", "files": []}'),
-        __import__("gzip").compress(b'{"version": 1, "prefix": "s3://b/", "files": [1]}'),
+        __import__("gzip").compress(b"[1, 2]", mtime=0),
+        __import__("gzip").compress(b'{"version": 9, "prefix": "s3://b/", "files": []}', mtime=0),
+        __import__("gzip").compress(b'{"version": 1, "prefix": "s3://b/", "files": [1]}', mtime=0),
     ],
+    ids=["empty", "not gzip", "not an object", "another version", "a file that is not a line"],
 )
 def test_a_damaged_plan_file_is_an_error_that_names_it(body):
     from shardline.planning.inputs import parse_plan_file
