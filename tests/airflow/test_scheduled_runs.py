@@ -21,6 +21,7 @@ import yaml
 
 from examples import synthetic
 from shardline.ledger.table import create_ledger_table
+from shardline.planning import naming
 from tests.oncall.test_oncall_airflow import shardline
 from tests.orchestration.test_faults import gated_model
 from tests.support.pipelines import parquet_bytes
@@ -153,7 +154,7 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     """One timeline of a per-minute schedule, minute S first:
 
     1. The scheduled run of S plans only once S has ended and settled, and scores every file of it; a file that
-       lands after the plan goes to attempt 2 before ``_SUCCESS``.
+       lands after the plan, and one replaced under its key, go to attempt 2 before ``_SUCCESS``.
     2. A second run of S, triggered the way the docs warn against (a round logical date, S+1, with Airflow's own
        inference), waits while the scheduled run holds S's output prefix, saying so in `shardline runs`; it plans
        once that run has ended, and the partition's ``_SUCCESS`` is then its own.
@@ -199,17 +200,22 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     _cli_until(airflow_stack, ("status", f"{PIPELINE}/{second_id}"), held)
     assert client.task_instance(PIPELINE, second_id, "plan_score")["state"] == "deferred"
 
-    # A file lands after the first run's plan, while attempt 1's job is held on the gate: attempt 2 scores it.
+    # While attempt 1's job is held on the gate, a file lands after the plan and another is replaced under its key
+    # (other rows): attempt 2 scores both before _SUCCESS.
     s3.put_object(Bucket=bucket, Key=f"{prefix[0]}part-late.parquet", Body=parquet_bytes(ROWS, 3 * ROWS))
+    s3.put_object(Bucket=bucket, Key=f"{prefix[0]}part-1.parquet", Body=parquet_bytes(ROWS, 5000))
     minutely["gate"].touch()
     assert airflow_stack.wait_for_run(PIPELINE, run_id, timeout=300)["state"] == "success", airflow_stack.tail()
-    first_outputs = _json(s3, bucket, f"{out[0]}_shardline/manifests/{run_id}/score/outputs.json")
-    assert len(first_outputs["outputs"]) == 4 and {o["attempt"] for o in first_outputs["outputs"]} == {1, 2}
+    manifest = naming.outputs_manifest_key(f"s3://{bucket}/{out[0]}", run_id, "score")
+    first_outputs = _json(s3, bucket, manifest.removeprefix(f"s3://{bucket}/"))
+    by_attempt = {o["input"].rsplit("/", 1)[1]: o["attempt"] for o in first_outputs["outputs"]}
+    assert by_attempt == {"part-0.parquet": 1, "part-1.parquet": 2, "part-2.parquet": 1, "part-late.parquet": 2}
     assert airflow_stack.wait_for_run(PIPELINE, second_id, timeout=300)["state"] == "success", airflow_stack.tail()
     second_plan = client.task_instance(PIPELINE, second_id, "plan_score")
     first_end = client.dag_run(PIPELINE, run_id)["end_date"]
     assert _utc(second_plan["end_date"]) >= _utc(first_end)  # it planned only once the first run had ended
-    assert _ids(s3, bucket, out[0]) == list(range(4 * ROWS))  # every row of every file, once
+    scored = [*range(ROWS), *range(5000, 5000 + ROWS), *range(2 * ROWS, 4 * ROWS)]
+    assert _ids(s3, bucket, out[0]) == sorted(scored)  # every row of every file as it is now, once
     marker = _json(s3, bucket, f"{out[0]}_SUCCESS")
     assert (marker["run_id"], marker["outputs"], marker["attempts"]) == (second_id, 4, 1), marker
 
