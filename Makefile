@@ -84,7 +84,7 @@ demo-worker: $(STAMP)  ## just the inference worker on generated data (no Airflo
 
 bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, write bench-results/
 	$(PY) bench/bench_worker.py --out bench-results
-	$(PY) bench/bench_worker.py --out bench-results --only-uploads --kinds xgboost
+	$(PY) bench/bench_worker.py --out bench-results --only-uploads --kinds xgboost --rounds 12
 	$(PY) bench/bench_orchestration.py --out bench-results
 
 bench-fleet: $(STAMP)  ## 6 pipelines x 2 runs at once in airflow standalone, within a quota of 4 instances, with injected refusals

@@ -799,7 +799,9 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
         measured: dict[str, dict[str, list[float]]] = {k: {"local": [], "uploads": []} for k in kinds}
         for round_no in range(1, rounds + 1):
             for kind in kinds:
-                for mode in ("local", "uploads"):
+                # ABBA: the order flips every round, so a machine that speeds up or slows down over the run (a
+                # neighbour's load, a cache warming) weighs on both modes alike.
+                for mode in ("local", "uploads") if round_no % 2 else ("uploads", "local"):
                     run_id = f"{kind}-{mode}-{round_no}"
                     env = {
                         **aws,
@@ -818,17 +820,22 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
         for kind in kinds:
             local = statistics.median(measured[kind]["local"])
             uploads = statistics.median(measured[kind]["uploads"])
+            # Each round's two runs ran back to back: their ratio cancels what the machine did meanwhile.
+            paired = sorted(u / lo for u, lo in zip(measured[kind]["uploads"], measured[kind]["local"], strict=True))
             rows.append(
                 {
                     "model": kind,
                     "local_rows_per_s": round(local),
                     "uploads_rows_per_s": round(uploads),
                     "ratio": round(uploads / local, 3),
+                    "paired_ratio_median": round(statistics.median(paired), 3),
+                    "paired_ratios": [round(r, 3) for r in paired],
                 }
             )
             print(
                 f"uploads: {kind} local files only {fmt_rate(local)} rows/s, per-file uploads "
-                f"{fmt_rate(uploads)} rows/s: {uploads / local:.2f}x (median of {rounds})"
+                f"{fmt_rate(uploads)} rows/s: {uploads / local:.2f}x (median of {rounds}); round by round "
+                f"{statistics.median(paired):.2f}x (median; {paired[0]:.2f}-{paired[-1]:.2f})"
             )
     return rows
 
