@@ -14,6 +14,7 @@ from shardline.ledger.partitions import (
     PartitionHeld,
     PartitionHolder,
     PartitionLost,
+    PartitionMovedOn,
     free_reason,
     read_holder,
     release,
@@ -87,11 +88,22 @@ def test_a_hold_nobody_renewed_is_taken_over_with_a_higher_fence(model):
     assert take(model, PREFIX, B, later()).fence == 2
 
 
-def test_a_released_prefix_is_taken_by_the_next_run(model):
-    take(model, PREFIX, A, later())
+def test_a_released_prefix_is_taken_by_the_next_run_and_never_again_by_the_one_before(model):
+    first = take(model, PREFIX, A, later())
     assert release(model, PREFIX, A)
-    assert read_holder(model, PREFIX) is None
-    assert take(model, PREFIX, B, later()).fence == 2
+    assert read_holder(model, PREFIX).released  # who wrote it last is kept
+    assert take(model, PREFIX, B, later(), known_fence=None).fence == 2
+    assert release(model, PREFIX, B)
+    # A held it with fence 1; B took it since: A never takes it again (its outputs there may be B's now).
+    with pytest.raises(PartitionMovedOn, match=r"written by run hourly/manual__2026-11-22T10 \(step score\) after"):
+        take(model, PREFIX, A, later(), known_fence=first.fence)
+    assert take(model, PREFIX, B, later(), known_fence=2).fence == 3  # B again: nobody came between
+
+
+def test_a_renewal_never_shortens_a_lease(model):
+    take(model, PREFIX, A, later(3))
+    assert renew(model, PREFIX, A, later(1))
+    assert read_holder(model, PREFIX).lease_until > later(2)
 
 
 def test_of_many_runs_taking_a_free_prefix_at_once_exactly_one_wins(model):

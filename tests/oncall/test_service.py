@@ -129,18 +129,20 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
 
 def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_prefix(failed_run):
     """Run 1 failed; run 2 of the same partition took the output prefix. Resubmitting run 1's failed file now would
-    mix its output with run 2's: refused, naming run 2 and what to do, with nothing submitted. Once run 2 has ended
-    the same command goes through."""
+    mix its output with run 2's: refused, naming run 2 and what to do, with nothing submitted, and run 1 stays
+    FAILED. Once run 2 has ended it is still refused: the prefix holds run 2's outputs now."""
     spec, bucket, _, ref = failed_run
     oncall = OnCall({spec.pipeline: spec})
     second = steps.plan(spec, "score", "run-2", **plan_args(bucket))
     with pytest.raises(OnCallError, match=r"not resubmitted: s3://.*/out/ is being written by run oncall_test/run-2"):
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
     assert steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
+    assert oncall.status(ref).status == "FAILED"  # not left reopened by the refused attempt
     wait_for_job(spec, steps.submit(spec, second))
     steps.finish(spec, second, "FAIL", "1 of 5 file(s) failed")
     steps.finish_run(spec, spec.pipeline, "run-2", StepStatus.FAILED)
-    assert oncall.resubmit(ref, "score", all_failed=True, ledger_only=True).attempt == 2
+    with pytest.raises(OnCallError, match=r"was written by run oncall_test/run-2 \(step score\) after"):
+        oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
 
 
 @pytest.mark.slow

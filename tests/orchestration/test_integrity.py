@@ -15,6 +15,7 @@ import pytest
 from examples import synthetic
 from shardline.decision.policy import Action
 from shardline.ledger.keys import StepRef
+from shardline.ledger.partitions import read_holder
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import read_step
 from shardline.orchestration import outputs, partitions, services, steps
@@ -83,7 +84,7 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
 
     assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
     steps.finish_run(spec, spec.pipeline, "run-a", StepStatus.SUCCEEDED)
-    assert partitions.holder_of(spec, f"s3://{bucket}/out/") is None  # released at the run's end
+    assert read_holder(services.ledger_model(spec), f"s3://{bucket}/out/").released  # at the run's end
 
     second = steps.plan(
         other_spec, "score", "run-b", **{**plan_args(bucket), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"}
@@ -110,11 +111,12 @@ def test_a_run_whose_hold_ran_out_is_taken_over_and_marks_nothing_complete(
     first = run_job(spec, bucket, "run-a")
     monkeypatch.delenv(partitions.LEASE_ENV)
     second = run_job(other_spec, bucket, "run-b", model_uri=f"s3://{bucket}/model-b/model.tar.gz")
-    holder = partitions.holder_of(spec, f"s3://{bucket}/out/")
+    holder = read_holder(services.ledger_model(spec), f"s3://{bucket}/out/")
     assert (holder.run_id, holder.fence) == ("run-b", 2)
 
     assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "FAILED"
-    assert "being written by run integrity/run-b" in steps.step_message(spec, first)
+    assert "no longer holds the lock" in steps.step_message(spec, first)
+    assert "run integrity/run-b (step score) holds it now" in steps.step_message(spec, first)
     assert "out/_SUCCESS" not in keys(bucket)
     with pytest.raises(partitions.PartitionLost, match="run integrity/run-b"):
         partitions.keep(spec, first)

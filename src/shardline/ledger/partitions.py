@@ -6,11 +6,14 @@ its watch goes on; checks it just before writing ``_SUCCESS``; and releases it w
 finds it held waits for it (a run's plan task) or is refused (on-call's resubmit of an older run), and either way
 is told which run holds it.
 
-The lock is free when nobody holds it, when its holder's run has ended (its RUN item is no longer RUNNING: the
+The lock is free when it was released, when its holder's run has ended (its RUN item is no longer RUNNING: the
 run failed or was cancelled without releasing), or when the holder's lease ran out with nobody renewing it (its
-Airflow run is gone). Taking it raises the fence with a write conditional on the fence the taker read, so of two
-takers exactly one wins; an old holder's next renewal or check finds another holder and stops before it writes
-``_SUCCESS``. Only the orchestrator's role reaches these items: a job's grant covers ``RUN#{pipeline}#*`` alone.
+Airflow run is gone). Taking it raises the fence with a write conditional on the fence and the lease the taker
+read, so of two takers exactly one wins, and a holder renewing meanwhile wins over both. A step records the fence
+it took (on its STEP item): once another run has taken the prefix since, the step never takes it again
+(:class:`PartitionMovedOn`), and its renewals and its check before ``_SUCCESS`` find another holder, or none, and
+stop. A renewal never shortens a lease. Only the orchestrator's role reaches these items: a job's grant covers
+``RUN#{pipeline}#*`` alone.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ log = logging.getLogger(__name__)
 
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
 TAKE_TRIES = 3  # a lost race re-reads the lock; three losses in a row mean others hold it
+HELD, RELEASED = "HELD", "RELEASED"  # the lock item's status; a released item keeps who held it last
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,8 +46,13 @@ class PartitionHolder:
     fence: int
     lease_until: dt.datetime | None = None
     taken_at: dt.datetime | None = None
+    released: bool = False  # it let go: the fields say who held the prefix last
 
     def holds(self, ref: StepRef) -> bool:
+        """Whether ``ref`` holds the prefix now."""
+        return not self.released and self.is_(ref)
+
+    def is_(self, ref: StepRef) -> bool:
         return (self.pipeline, self.run_id, self.step) == tuple(ref)
 
     def __str__(self) -> str:
@@ -59,6 +68,18 @@ class PartitionHeld(ShardlineError):
         super().__init__(f"{output_prefix} is being written by {holder}{lease}")
 
 
+class PartitionMovedOn(PermanentError):
+    """Another run took the prefix since this step last held it: its outputs there may be that run's now, so the
+    step never takes it again (its outputs would be mixed with the other's)."""
+
+    def __init__(self, output_prefix: str, last: PartitionHolder | None, ref: StepRef):
+        self.output_prefix, self.last = output_prefix, last
+        super().__init__(
+            f"{output_prefix} was written by {last or 'another run'} after {ref} last wrote it, so {ref} does not "
+            "write it again (its outputs would be mixed with that run's)"
+        )
+
+
 class PartitionLost(PermanentError):
     """The lock moved to another run while this one held it (its lease ran out): this run must not vouch for the
     prefix, since the other run writes there now."""
@@ -70,6 +91,8 @@ def free_reason(holder: PartitionHolder | None, holder_run_status: str | None, n
     ``holder_run_status``: the status on the holder's RUN item (None when there is none yet: a run planning now)."""
     if holder is None:
         return "nobody holds it"
+    if holder.released:
+        return f"{holder} released it"
     if holder_run_status in STEP_TERMINAL:
         return f"{holder} ended ({holder_run_status}) without releasing it"
     if holder.lease_until is not None and holder.lease_until < now:
@@ -91,28 +114,39 @@ def standing(model: type[LedgerItem], output_prefix: str, ref: StepRef) -> tuple
     return holder, free_reason(holder, _run_status(model, holder), _now())
 
 
-def take(model: type[LedgerItem], output_prefix: str, ref: StepRef, lease_until: dt.datetime) -> PartitionHolder:
+def take(
+    model: type[LedgerItem],
+    output_prefix: str,
+    ref: StepRef,
+    lease_until: dt.datetime,
+    *,
+    known_fence: int | None = None,
+) -> PartitionHolder:
     """Hold ``output_prefix`` for ``ref`` until ``lease_until`` (renewed if ``ref`` holds it already).
 
-    Raises :class:`PartitionHeld` while another run that has not ended holds it."""
+    ``known_fence``: the fence ``ref`` took the prefix with last time (None: it never held it). Raises
+    :class:`PartitionHeld` while another run that has not ended holds it, and :class:`PartitionMovedOn` when
+    another run took it after ``ref`` last did."""
     c = model.Control
     for _ in range(TAKE_TRIES):
-        if renew(model, output_prefix, ref, lease_until, strict=False):
-            return read_holder(model, output_prefix)  # type: ignore[return-value]
         item = _item(model, output_prefix)
         holder = _holder(item) if item is not None else None
-        seen_fence = int(item.fence or 0) if item is not None else 0
+        if holder is not None and holder.holds(ref):
+            if renew(model, output_prefix, ref, lease_until, strict=False):
+                return read_holder(model, output_prefix)  # type: ignore[return-value]
+            continue  # released or taken over just now: look again
         why = free_reason(holder, _run_status(model, holder), _now())
         if why is None:
             raise PartitionHeld(output_prefix, holder)  # type: ignore[arg-type]
-        if holder is not None:
-            log.warning("%s: taking the lock over for %s: %s", output_prefix, ref, why)
-        condition = c.pk.does_not_exist() | (c.fence == seen_fence)
-        if item is not None and item.fence is None:
-            condition = c.fence.does_not_exist()
+        seen_fence = int(item.fence or 0) if item is not None else 0
+        if known_fence is not None and seen_fence != known_fence:
+            raise PartitionMovedOn(output_prefix, holder, ref)
+        if holder is not None and not holder.is_(ref):
+            log.warning("%s: taking the lock for %s: %s", output_prefix, ref, why)
         try:
             _lock_item(model, output_prefix).update(
                 actions=[
+                    c.status.set(HELD),
                     c.pipeline.set(ref.pipeline),
                     c.run_id.set(ref.run_id),
                     c.step.set(ref.step),
@@ -121,29 +155,39 @@ def take(model: type[LedgerItem], output_prefix: str, ref: StepRef, lease_until:
                     c.started_at.set(_now()),
                     c.expires_at.set(c.expiry()),
                 ],
-                condition=condition,
+                condition=_unchanged(c, item),
             )
         except UpdateError as err:
             if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
                 raise
-            continue  # another taker won the race: look again
+            continue  # another taker, or the holder's renewal, came first: look again
         return PartitionHolder(ref.pipeline, ref.run_id, ref.step, seen_fence + 1, lease_until, _now())
     holder = read_holder(model, output_prefix)
-    if holder is None or holder.holds(ref):  # pragma: no cover - only under a storm of takers
-        raise PartitionHeld(output_prefix, PartitionHolder("?", "?", "?", 0))
-    raise PartitionHeld(output_prefix, holder)
+    raise PartitionHeld(output_prefix, holder or PartitionHolder("?", "?", "?", 0))
+
+
+def _unchanged(c, item):
+    """The lock item is as the taker read it: no other take, renewal or release since (or still no item)."""
+    if item is None:
+        return c.pk.does_not_exist()
+    fence = c.fence == item.fence if item.fence is not None else c.fence.does_not_exist()
+    lease = c.lease_until == item.lease_until if item.lease_until is not None else c.lease_until.does_not_exist()
+    status = c.status == item.status if item.status is not None else c.status.does_not_exist()
+    renewed = c.renewed_at == item.renewed_at if item.renewed_at is not None else c.renewed_at.does_not_exist()
+    return fence & lease & status & renewed
 
 
 def renew(
     model: type[LedgerItem], output_prefix: str, ref: StepRef, lease_until: dt.datetime, *, strict: bool = True
 ) -> bool:
-    """Extend ``ref``'s lease on the prefix to ``lease_until``. When ``ref`` does not hold it (another run took
-    it over, or it was released): :class:`PartitionLost` if ``strict``, else False."""
+    """Extend ``ref``'s lease on the prefix to ``lease_until`` (a lease already later is kept). When ``ref`` does not
+    hold it (another run took it over, or it was released): :class:`PartitionLost` if ``strict``, else False."""
     c = model.Control
+    mine = (c.status == HELD) & (c.pipeline == ref.pipeline) & (c.run_id == ref.run_id) & (c.step == ref.step)
     try:
+        # Always a change, even when the lease runs later already: a taker that read the item before it fails.
         _lock_item(model, output_prefix).update(
-            actions=[c.lease_until.set(lease_until), c.expires_at.set(c.expiry())],
-            condition=(c.pipeline == ref.pipeline) & (c.run_id == ref.run_id) & (c.step == ref.step),
+            actions=[c.renewed_at.set(_now()), c.expires_at.set(c.expiry())], condition=mine
         )
     except UpdateError as err:
         if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
@@ -151,11 +195,19 @@ def renew(
         if not strict:
             return False
         holder = read_holder(model, output_prefix)
-        now_held = f"{holder} holds it now" if holder else "nobody holds it now"
+        now_held = f"{holder} holds it now" if holder and not holder.released else "nobody holds it now"
         raise PartitionLost(
             f"{ref} no longer holds the lock of {output_prefix} ({now_held}): it stops here and does not mark the "
             "prefix complete"
         ) from err
+    try:  # a lease is never shortened
+        _lock_item(model, output_prefix).update(
+            actions=[c.lease_until.set(lease_until)],
+            condition=mine & (c.lease_until.does_not_exist() | (c.lease_until < lease_until)),
+        )
+    except UpdateError as err:
+        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            raise
     return True
 
 
@@ -164,8 +216,11 @@ def release(model: type[LedgerItem], output_prefix: str, ref: StepRef) -> bool:
     c = model.Control
     try:
         _lock_item(model, output_prefix).update(
-            actions=[c.pipeline.remove(), c.run_id.remove(), c.step.remove(), c.lease_until.set(_now())],
-            condition=(c.pipeline == ref.pipeline) & (c.run_id == ref.run_id) & (c.step == ref.step),
+            actions=[c.status.set(RELEASED), c.lease_until.set(_now()), c.expires_at.set(c.expiry())],
+            condition=(c.status == HELD)
+            & (c.pipeline == ref.pipeline)
+            & (c.run_id == ref.run_id)
+            & (c.step == ref.step),
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
@@ -191,9 +246,15 @@ def _item(model: type[LedgerItem], output_prefix: str):
 
 def _holder(item) -> PartitionHolder | None:
     if not item.run_id:
-        return None  # released: the item keeps only its fence
+        return None
     return PartitionHolder(
-        item.pipeline, item.run_id, item.step, int(item.fence or 0), item.lease_until, item.started_at
+        item.pipeline,
+        item.run_id,
+        item.step,
+        int(item.fence or 0),
+        item.lease_until,
+        item.started_at,
+        released=item.status == RELEASED,
     )
 
 

@@ -135,8 +135,9 @@ class ControlItem(_Expiring, Model):
     partition = UnicodeAttribute(null=True, attr_name="opt")
     # PARTITION lock items (ledger.partitions): taken over only by raising the fence; the lease says until when the
     # holder vouched for itself.
-    fence = NumberAttribute(null=True, attr_name="ofn")
+    fence = NumberAttribute(null=True, attr_name="ofn")  # STEP items: the fence of the take the step holds
     lease_until = UTCDateTimeAttribute(null=True, attr_name="olu")
+    renewed_at = UTCDateTimeAttribute(null=True, attr_name="orn")
     expires_at = TTLAttribute(null=True, attr_name="ttl")  # one TTL attribute per table
 
 

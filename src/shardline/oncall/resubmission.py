@@ -266,11 +266,11 @@ def _dry_run_result(
 def _submit(spec: PipelineSpec, ref: RunRef, step: str, latest: Attempt, files: list[str]) -> Attempt:
     """Start the attempt after ``latest`` with ``files``, fenced: a Conflict if someone moved the step on."""
     from shardline.orchestration import steps
-    from shardline.orchestration.partitions import PartitionHeld, refused_text
+    from shardline.orchestration.partitions import PartitionHeld, PartitionMovedOn, refused_text
 
     try:
         return steps.resubmit(spec, latest, files, by_operator=True)
-    except PartitionHeld as err:  # a newer run of the partition writes the prefix now
+    except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix
         raise Conflict(refused_text(err, StepRef(ref.pipeline, ref.run_id, step))) from err
     except StaleOrchestratorError as err:
         raise Conflict(

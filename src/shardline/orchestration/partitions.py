@@ -1,14 +1,16 @@
 """A step's hold on its output prefix through its life (:mod:`shardline.ledger.partitions` keeps the lock item).
 
-- The plan takes it before it withdraws the prefix's ``_SUCCESS``; held by another run that has not ended, the
-  plan task waits for it (:class:`~shardline.airflow.triggers.step.PartitionTrigger`), saying which run holds it.
-- Every resubmission takes it again (the step's own hold is renewed; a newer run's hold refuses an on-call
-  resubmission of an older run, naming it), and the watch renews the lease each time it defers.
+- A run's plan (attempt 1, or a rerun) and an on-call resubmission take it, before anything is written; held by
+  another run that has not ended, the plan task waits for it (the ``PartitionTrigger``)
+  and the resubmission is refused, each naming that run. The fence taken is recorded on the STEP item: once another
+  run has taken the prefix since, the step never takes it again.
+- The watch's own resubmissions, a submit and each deferral only renew it (strictly): a step that lost it stops.
+  Each renewal renews every prefix the run holds, so an earlier step's outputs stay held while a later step runs.
 - The step's end checks it just before ``_SUCCESS``: a step that lost it fails, and vouches for nothing.
-- The run's end (the report task, or the DAG's failure callback) releases every prefix the run holds.
+- The run's end (the report task, the DAG's failure callback, `shardline cancel`) releases every prefix it holds.
 
-The lease is how long the hold stands with nobody renewing it: long enough for a watch's longest wait, so only a
-run whose Airflow side is gone loses it, and a run that ended is never waited for at all.
+The lease is how long a hold stands with nobody renewing it: long enough for a pool's queue and the watch's longest
+wait, so only a run whose Airflow side is gone loses it; a run that ended is not waited for at all.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ import datetime as dt
 import logging
 import os
 
-from shardline.ledger.keys import StepRef, run_pk, step_sk
-from shardline.ledger.partitions import PartitionHeld, PartitionLost, read_holder, release, renew, take
+from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
+from shardline.ledger.partitions import PartitionHeld, PartitionLost, PartitionMovedOn, release, renew, take
+from shardline.ledger.records import RunRecord
+from shardline.ledger.states import StepStatus
+from shardline.ledger.step_writes import set_run_status
 from shardline.orchestration import services
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
@@ -27,12 +32,24 @@ from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PartitionHeld", "PartitionLost", "hold", "keep", "lost", "release_run", "withdraw_success_marker"]
+__all__ = [
+    "PartitionHeld",
+    "PartitionLost",
+    "PartitionMovedOn",
+    "hold",
+    "hold_for_attempt",
+    "keep",
+    "lost",
+    "record_fence",
+    "release_run",
+    "withdraw_success_marker",
+]
 
 # A hold stands this long past the end of the longest wait its holder announced (the watch's deadline, a backoff)
-# with nobody renewing it; then another run of the partition may take it over. The tests shorten it.
+# with nobody renewing it; then another run of the partition may take it over. Six hours: a watch task may queue
+# that long for its pool's slots (a backfill ahead of it), and it renews only once admitted. The tests shorten it.
 LEASE_ENV = "SHARDLINE_PARTITION_LEASE_SECONDS"
-DEFAULT_LEASE_SECONDS = 3600.0
+DEFAULT_LEASE_SECONDS = 6 * 3600.0
 
 
 def lease_until(wait_until: float | None = None) -> dt.datetime:
@@ -42,25 +59,98 @@ def lease_until(wait_until: float | None = None) -> dt.datetime:
     return dt.datetime.fromtimestamp(start + seconds, dt.UTC)
 
 
-def hold(spec: PipelineSpec, ref: StepRef, output_prefix: str) -> None:
-    """Take (or renew) ``ref``'s hold on ``output_prefix``. Raises :class:`PartitionHeld` naming the holder."""
-    take(services.ledger_model(spec), output_prefix, ref, lease_until())
+def hold(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, may_take: bool = True) -> int:
+    """``ref``'s hold on ``output_prefix``, taken (``may_take``: a plan, an on-call resubmission) or only renewed
+    (the watch's own resubmissions). Returns its fence, for :func:`record_fence`.
+
+    Raises :class:`PartitionHeld` naming the run that holds it, :class:`PartitionMovedOn` when another run took it
+    after this step last did, and (not ``may_take``) :class:`PartitionLost` when this step no longer holds it."""
+    model = services.ledger_model(spec)
+    if not may_take:
+        _renew_run(spec, model, ref, output_prefix, lease_until())
+        return _step_fence(model, ref) or 0
+    return take(model, output_prefix, ref, lease_until(), known_fence=_step_fence(model, ref)).fence
+
+
+def hold_for_attempt(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, number: int, may_take: bool) -> int:
+    """:func:`hold` for attempt ``number``. A later attempt reopens its RUN item (RUNNING) first, so a run looking
+    at this one's hold never finds it ended while it writes again; a hold refused puts the run's status back."""
+    if number == 1:  # the plan set the run RUNNING already
+        return hold(spec, ref, output_prefix, may_take=may_take)
+    model = services.ledger_model(spec)
+    control = model.Control
+    try:
+        before = RunRecord.of(control.get(run_pk(ref.pipeline, ref.run_id), RUN_SK, consistent_read=True))
+    except control.DoesNotExist:
+        before = RunRecord(None)
+    set_run_status(model, ref.pipeline, ref.run_id, StepStatus.RUNNING, reopened=True)
+    try:
+        return hold(spec, ref, output_prefix, may_take=may_take)
+    except (PartitionHeld, PartitionMovedOn, PartitionLost):
+        if before.status and before.status != StepStatus.RUNNING:
+            set_run_status(model, ref.pipeline, ref.run_id, StepStatus(before.status), before.message or "")
+        raise
+
+
+def record_fence(spec: PipelineSpec, ref: StepRef, fence: int) -> None:
+    """Remember on the STEP item which take of its prefix the step holds (after the STEP item is written)."""
+    c = services.ledger_model(spec).Control
+    c(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step)).update(actions=[c.fence.set(fence)])
 
 
 def keep(spec: PipelineSpec, attempt: Attempt, wait_until: float | None = None) -> None:
-    """Renew the attempt's hold past ``wait_until``. Raises :class:`PartitionLost` when another run took it."""
-    renew(services.ledger_model(spec), attempt.output_prefix, attempt.ref, lease_until(wait_until))
+    """Renew the attempt's hold past ``wait_until``, and the run's other holds with it. Raises
+    :class:`PartitionLost` when another run took the attempt's prefix."""
+    model = services.ledger_model(spec)
+    _renew_run(spec, model, attempt.ref, attempt.output_prefix, lease_until(wait_until))
 
 
-def lost(spec: PipelineSpec, attempt: Attempt) -> str | None:
-    """Why the step must not mark its prefix complete (another run holds it now), or None while it holds it.
-
-    A step planned before holds existed has none: it takes one now, unless another run writes there."""
+def lost(spec: PipelineSpec, attempt: Attempt, wait_until: float | None = None) -> str | None:
+    """Why the step must not write its prefix any more, nor mark it complete (it no longer holds it: another run took
+    it, or it was released), or None while it holds it (renewed past ``wait_until``). A step planned before holds
+    existed (no fence recorded) takes one now."""
+    model = services.ledger_model(spec)
     try:
-        hold(spec, attempt.ref, attempt.output_prefix)
-    except PartitionHeld as err:
-        return f"{err}: this run's outputs there may be replaced by that run's, so it marks nothing complete"
+        if _step_fence(model, attempt.ref) is None:
+            record_fence(spec, attempt.ref, hold(spec, attempt.ref, attempt.output_prefix))
+            return None
+        keep(spec, attempt, wait_until)
+    except (PartitionHeld, PartitionLost, PartitionMovedOn) as err:
+        return f"{err}: this run's outputs there may be another run's by now, so it marks nothing complete"
     return None
+
+
+def _renew_run(spec: PipelineSpec, model, ref: StepRef, output_prefix: str, until: dt.datetime) -> None:
+    """Renew ``output_prefix`` strictly, and every other prefix the run's steps hold, so none runs out while a later
+    step of the run goes on."""
+    renew(model, output_prefix, ref, until)
+    for step, prefix in _held_prefixes(spec, model, ref):
+        if prefix != output_prefix:
+            renew(model, prefix, StepRef(ref.pipeline, ref.run_id, step), until, strict=False)
+
+
+def _held_prefixes(spec: PipelineSpec, model, ref: StepRef) -> list[tuple[str, str]]:
+    """(step, output prefix) of each step of the run that took its prefix (a fence recorded)."""
+    control = model.Control
+    found = []
+    for step in spec.steps:
+        try:
+            item = control.get(run_pk(ref.pipeline, ref.run_id), step_sk(step.name), consistent_read=True)
+        except control.DoesNotExist:
+            continue
+        if item.fence is not None and item.plan_json:
+            step_ref = StepRef(ref.pipeline, ref.run_id, step.name)
+            found.append((step.name, Attempt.from_plan(item.plan_json, 1, 0, **step_ref._asdict()).output_prefix))
+    return found
+
+
+def _step_fence(model, ref: StepRef) -> int | None:
+    control = model.Control
+    try:
+        item = control.get(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step), consistent_read=True)
+    except control.DoesNotExist:
+        return None
+    return int(item.fence) if item.fence is not None else None
 
 
 def held_text(err: PartitionHeld, ref: StepRef) -> str:
@@ -73,35 +163,25 @@ def held_text(err: PartitionHeld, ref: StepRef) -> str:
     )
 
 
-def refused_text(err: PartitionHeld, ref: StepRef) -> str:
-    """Why an on-call resubmission of an older run is refused while a newer run writes its prefix."""
-    holder = err.holder
+def refused_text(err: PartitionHeld | PartitionMovedOn, ref: StepRef) -> str:
+    """Why an on-call resubmission of an older run is refused while (or since) a newer run writes its prefix."""
+    holder = err.holder if isinstance(err, PartitionHeld) else err.last
+    other = f"{holder.pipeline}/{holder.run_id}" if holder else "the newer run"
     return (
         f"not resubmitted: {err}. Two runs never write one prefix at once, and that run's outputs would be mixed with "
-        f"this one's. Wait for it to end (`shardline status {holder.pipeline}/{holder.run_id}`), or score the "
-        f"partition again in a new run (`shardline rerun {holder.pipeline}/{holder.run_id}` once it has ended); "
-        f"then, if this run's files are still wanted: {naming.resubmit_command(ref.pipeline, ref.run_id, ref.step)}"
+        f"this one's. Wait for it to end (`shardline status {other}`), then score the partition again in a run of "
+        f"its own (`shardline rerun {other}` scores it again whole); "
+        f"{naming.resubmit_command(ref.pipeline, ref.run_id, ref.step)} is for this run's files while it holds the "
+        "prefix"
     )
 
 
 def release_run(spec: PipelineSpec, pipeline: str, run_id: str) -> None:
     """Let go of every prefix the run's steps hold (the run ended). A prefix another run holds is left alone."""
     model = services.ledger_model(spec)
-    control = model.Control
-    for step in spec.steps:
-        try:
-            item = control.get(run_pk(pipeline, run_id), step_sk(step.name), consistent_read=True)
-        except control.DoesNotExist:
-            continue
-        ref = StepRef(pipeline, run_id, step.name)
-        prefix = Attempt.from_plan(item.plan_json, 1, 0, **ref._asdict()).output_prefix if item.plan_json else None
-        if prefix and release(model, prefix, ref):
-            log.info("step %s: released %s", step.name, prefix)
-
-
-def holder_of(spec: PipelineSpec, output_prefix: str):
-    """Who holds ``output_prefix`` now, or None (for the partition trigger and `shardline status`)."""
-    return read_holder(services.ledger_model(spec), output_prefix)
+    for step, prefix in _held_prefixes(spec, model, StepRef(pipeline, run_id, spec.steps[0].name)):
+        if release(model, prefix, StepRef(pipeline, run_id, step)):
+            log.info("step %s: released %s", step, prefix)
 
 
 def withdraw_success_marker(spec: PipelineSpec, output_prefix: str) -> None:

@@ -67,16 +67,18 @@ def _new_attempt(
     after: int | None = None,
     reopen_cancelled: bool = False,
     replan: bool = False,
+    may_take: bool = False,
 ) -> Attempt:
     """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
 
     ``base``: the step's plan (an earlier attempt, or attempt 1 before its files are known).
     ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
     ``replan``: the STEP item holds this attempt already, but its job was never submitted.
+    ``may_take``: a plan or an operator may take the output prefix; the watch's own attempts only renew it.
     """
     step = spec.step(base.step)
     # Before anything is written: two runs never write one output prefix at once (PartitionHeld names the other).
-    partitions.hold(spec, base.ref, base.output_prefix)
+    fence = partitions.hold_for_attempt(spec, base.ref, base.output_prefix, number=number, may_take=may_take)
     instances = choose_instance_count(base.requested_instances, len(objects))
     ordered = manifest_order(objects, instances, step.sharding)
     attempt = base.next(number, [PlannedFile.of(o) for o in ordered])
@@ -102,11 +104,10 @@ def _new_attempt(
             reopen_cancelled=reopen_cancelled,
             plan_file=plan_file,
         )
+    partitions.record_fence(spec, attempt.ref, fence)
     if number == 1 and not replan:
         partitions.withdraw_success_marker(spec, attempt.output_prefix)
     write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
-    if number > 1:  # a resubmission reopens a run that may already have been marked failed
-        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.RUNNING, reopened=True)
     return attempt
 
 
@@ -134,8 +135,8 @@ def plan(
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
     ensure_run(services.ledger_model(spec), spec.pipeline, run_id, partition)
-    if spec.steps[0].name == step:  # running now: no longer waiting, or run again after it ended (a rerun)
-        set_run_status(services.ledger_model(spec), spec.pipeline, run_id, StepStatus.RUNNING)
+    # Running now: no longer waiting, or run again after it ended (a rerun, from this step on).
+    set_run_status(services.ledger_model(spec), spec.pipeline, run_id, StepStatus.RUNNING)
     base = Attempt(
         pipeline=spec.pipeline,
         run_id=run_id,
@@ -150,11 +151,12 @@ def plan(
     )
     number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:
-        attempt = _new_attempt(spec, base, number, todo, after=number - 1, replan=replan)
+        attempt = _new_attempt(spec, base, number, todo, after=number - 1, replan=replan, may_take=True)
         if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
             _record_unsafe_keys(spec, attempt, refused)
-    else:  # planned before, and every input has succeeded since: adopt that attempt
+    else:  # planned before, and every input has succeeded since: adopt that attempt (and hold its prefix again)
         attempt = latest_attempt(spec, StepRef(spec.pipeline, run_id, step))
+        partitions.record_fence(spec, attempt.ref, partitions.hold(spec, attempt.ref, attempt.output_prefix))
         log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
     timing = {
         "started_at": time.time() - (time.monotonic() - started),
@@ -256,7 +258,11 @@ def _dir(uri: str) -> str:
 
 
 def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
-    """Start the attempt's job, or adopt the one an earlier try of this task started."""
+    """Start the attempt's job, or adopt the one an earlier try of this task started. Only while the step still
+    holds its output prefix (a watch task that queued past its hold's lease finds another run there)."""
+    why = partitions.lost(spec, attempt)
+    if why:
+        raise partitions.PartitionLost(why)
     image, role = services.image_and_role(spec)
     request = build_processing_request(spec, attempt, image_uri=image, role_arn=role, region=services.region(spec))
     backend = services.backend_for(spec)
@@ -301,7 +307,15 @@ def resubmit(
     stop_and_wait(spec, attempt)
     objects = sized_objects(spec, attempt, retry_keys, known=sizes)
     base = capacity_moves.after_capacity_failure(spec, attempt) if capacity else attempt
-    nxt = _new_attempt(spec, base, attempt.number + 1, objects, after=attempt.number, reopen_cancelled=by_operator)
+    nxt = _new_attempt(
+        spec,
+        base,
+        attempt.number + 1,
+        objects,
+        after=attempt.number,
+        reopen_cancelled=by_operator,
+        may_take=by_operator,
+    )
     return submit(spec, nxt)
 
 

@@ -7,6 +7,7 @@ brings back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -155,15 +156,17 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
     def keep_partition(self, attempt: Attempt, wait_until: float | None) -> None:
         """Renew the step's hold on its output prefix past the wait it starts now. A step whose hold another run took
-        over (its lease ran out) stops its job and fails: that run writes the prefix now."""
-        from shardline.orchestration.partitions import PartitionLost, keep
+        over (its lease ran out) stops its job, if it has one, and fails: that run writes the prefix now."""
+        from shardline.backends import JobNotFound
+        from shardline.orchestration.partitions import lost
 
-        try:
-            keep(self.spec, attempt, wait_until)
-        except PartitionLost as lost:
+        why = lost(self.spec, attempt, wait_until)
+        if why is None:
+            return
+        with contextlib.suppress(JobNotFound):  # a submit still waiting for AWS has no job yet
             step_functions().stop(self.spec, attempt)
-            step_functions().finish(self.spec, attempt, "FAIL", str(lost))
-            raise AirflowFailException(str(lost)) from lost
+        step_functions().finish(self.spec, attempt, "FAIL", why)
+        raise AirflowFailException(why)
 
     @fails_fast
     def execute_complete(self, context, event: dict):
@@ -227,6 +230,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
     def resubmit(self, context, event: dict):
         from shardline.errors import SubmitRefused
         from shardline.ledger.step_writes import StaleOrchestratorError
+        from shardline.orchestration.partitions import PartitionLost
 
         attempt = Attempt.from_xcom(event["attempt"])
         try:
@@ -241,6 +245,9 @@ class WatchStepOperator(SpecMixin, BaseOperator):
             # An operator resubmitted (or cancelled) first: follow the step where it is now.
             self.log.warning("%s; following the step where it is now", err)
             return self._resume(context, attempt)
+        except PartitionLost as lost:  # another run took the output prefix while this one waited to resubmit
+            step_functions().finish(self.spec, attempt, "FAIL", str(lost))
+            raise AirflowFailException(str(lost)) from lost
         except SubmitRefused as err:  # the next attempt is planned; AWS said "not now" to its job
             if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
                 return self._resume(context, attempt)  # an operator moved the step on meanwhile: follow it
