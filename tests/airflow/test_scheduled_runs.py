@@ -23,7 +23,7 @@ from examples import synthetic
 from shardline.ledger.table import create_ledger_table
 from shardline.planning import naming
 from tests.oncall.test_oncall_airflow import shardline
-from tests.orchestration.test_faults import gated_model
+from tests.orchestration.test_faults import gated_model, summing_model
 from tests.support.pipelines import parquet_bytes
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,10 @@ def minutely(airflow_stack, tmp_path, monkeypatch):
     s3.create_bucket(Bucket=bucket)
     gate = tmp_path / "gate"
     sha = synthetic.pack(gated_model(tmp_path / "model", gate), tmp_path / "model.tar.gz")
-    s3.upload_file(str(tmp_path / "model.tar.gz"), bucket, "model/model.tar.gz")
+    s3.upload_file(str(tmp_path / "model.tar.gz"), bucket, "model/v1/model.tar.gz")
+    # Version v2 (a manual run's conf can choose it) predicts twice what v1 does: whose outputs these are shows.
+    sha2 = synthetic.pack(summing_model(tmp_path / "model-v2", "data = data * 2"), tmp_path / "model-v2.tar.gz")
+    s3.upload_file(str(tmp_path / "model-v2.tar.gz"), bucket, "model/v2/model.tar.gz")
     table = f"shardline-minutely-{uuid.uuid4().hex[:8]}"
     create_ledger_table(table, "us-east-1", env["AWS_ENDPOINT_URL"])
     minute = "{{ data_interval_start.strftime('%Y%m%dT%H%M') }}"
@@ -62,7 +65,11 @@ def minutely(airflow_stack, tmp_path, monkeypatch):
         "steps": [
             {
                 "name": "score",
-                "model": {"uri": f"s3://{bucket}/model/model.tar.gz", "sha256": sha},
+                "model": {
+                    "uri": f"s3://{bucket}/model/{{{{ params.model_version }}}}/model.tar.gz",
+                    "version": "v1",
+                    "versions": {"v1": sha, "v2": sha2},
+                },
                 # Minutes with no input (every one but the test's) skip once they are complete.
                 "input": {
                     "prefix": f"s3://{bucket}/events/{minute}/",
@@ -146,6 +153,24 @@ def _cli_until(stack, args: tuple[str, ...], text: str, timeout: float = 240, **
         time.sleep(2)
 
 
+def _predictions_are(s3, bucket: str, inputs: str, outputs: str, factor: float) -> bool:
+    """Whether every output row's prediction is ``factor`` times its input row's feature sum (the test models)."""
+    features = synthetic.feature_names()
+    sums: dict[int, float] = {}
+    for o in s3.list_objects_v2(Bucket=bucket, Prefix=inputs)["Contents"]:
+        table = pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()))
+        rows = table.select(["id", *features]).to_pylist()
+        sums.update({r["id"]: sum(r[f] for f in features) for r in rows})
+    predicted = {}
+    for o in s3.list_objects_v2(Bucket=bucket, Prefix=outputs)["Contents"]:
+        if o["Key"].endswith(".parquet") and "/_" not in o["Key"]:
+            table = pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()))
+            predicted.update(zip(table.column("id").to_pylist(), table.column("prediction").to_pylist(), strict=True))
+    return predicted.keys() == sums.keys() and all(
+        abs(predicted[i] - factor * sums[i]) <= 1e-3 * max(1.0, abs(sums[i])) for i in sums
+    )
+
+
 def _json(s3, bucket: str, key: str) -> dict:
     return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
 
@@ -155,9 +180,10 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
 
     1. The scheduled run of S plans only once S has ended and settled, and scores every file of it; a file that
        lands after the plan, and one replaced under its key, go to attempt 2 before ``_SUCCESS``.
-    2. A second run of S, triggered the way the docs warn against (a round logical date, S+1, with Airflow's own
-       inference), waits while the scheduled run holds S's output prefix, saying so in `shardline runs`; it plans
-       once that run has ended, and the partition's ``_SUCCESS`` is then its own.
+    2. A second run of S with another model version, triggered the way the docs warn against (a round logical date,
+       S+1, with Airflow's own inference), waits while the scheduled run holds S's output prefix, saying so in
+       `shardline status`; it plans once that run has ended, each run's manifest lists only its own objects, and
+       the partition's outputs and ``_SUCCESS`` are then the second run's.
     3. Its logical date stops the scheduler from creating S+1's run: `shardline runs` lists S+1 MISSING with the
        command that scores it; that command (the docs' way, once the blocking run is deleted) scores S+1, and the
        scheduler still creates and scores S+2's run.
@@ -193,7 +219,7 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     assert attempt["files"] == 3, attempt  # every file of the minute, not the first to land
 
     # 2. A second run of S while the first's job is held on the gate: it waits for the output prefix.
-    second = client.trigger(PIPELINE, {}, logical_date=minute[1].isoformat())
+    second = client.trigger(PIPELINE, {"model_version": "v2"}, logical_date=minute[1].isoformat())
     second_id = second["dag_run_id"]
     assert _utc(second["data_interval_start"]) == start, second  # Airflow's inference: the minute before
     held = f"scores/{start:%Y%m%dT%H%M}/ is being written by run {PIPELINE}/{run_id}"
@@ -218,6 +244,17 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     assert _ids(s3, bucket, out[0]) == sorted(scored)  # every row of every file as it is now, once
     marker = _json(s3, bucket, f"{out[0]}_SUCCESS")
     assert (marker["run_id"], marker["outputs"], marker["attempts"]) == (second_id, 4, 1), marker
+    # Each run's manifest lists its own objects (another model: other bytes), and S3 holds the second's, whose
+    # predictions are v2's: twice each row's feature sum.
+    manifest = naming.outputs_manifest_key(f"s3://{bucket}/{out[0]}", second_id, "score")
+    second_outputs = _json(s3, bucket, manifest.removeprefix(f"s3://{bucket}/"))
+    first_sha = {o["output"]: o["sha256"] for o in first_outputs["outputs"]}
+    second_sha = {o["output"]: o["sha256"] for o in second_outputs["outputs"]}
+    assert first_sha.keys() == second_sha.keys() and all(first_sha[k] != second_sha[k] for k in first_sha)
+    for key, sha256 in second_sha.items():
+        head = s3.head_object(Bucket=bucket, Key=key.removeprefix(f"s3://{bucket}/"))
+        assert head["Metadata"]["sha256"] == sha256
+    assert _predictions_are(s3, bucket, prefix[0], out[0], factor=2.0)
 
     # 3. S+1 has no run (the second run took its logical date): listed MISSING, with the command that scores it.
     command = f"shardline trigger {PIPELINE} --partition {minute[1]:%Y-%m-%dT%H:%M}"

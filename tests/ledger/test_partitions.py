@@ -80,6 +80,8 @@ def test_a_run_that_ended_gives_way_and_its_late_renewal_is_refused(model):
         renew(model, PREFIX, A, later())
     assert not release(model, PREFIX, A)  # not its to release
     assert read_holder(model, PREFIX).run_id == B.run_id
+    with pytest.raises(PartitionMovedOn):  # A resubmitted now: refused at once, not left waiting for B
+        take(model, PREFIX, A, later(), known_fence=1)
 
 
 def test_a_hold_nobody_renewed_is_taken_over_with_a_higher_fence(model):

@@ -134,7 +134,7 @@ def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_
     spec, bucket, _, ref = failed_run
     oncall = OnCall({spec.pipeline: spec})
     second = steps.plan(spec, "score", "run-2", **plan_args(bucket))
-    with pytest.raises(OnCallError, match=r"not resubmitted: s3://.*/out/ is being written by run oncall_test/run-2"):
+    with pytest.raises(OnCallError, match=r"not resubmitted: s3://.*/out/ was written by run oncall_test/run-2"):
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
     assert steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     assert oncall.status(ref).status == "FAILED"  # not left reopened by the refused attempt

@@ -135,12 +135,12 @@ def take(
             if renew(model, output_prefix, ref, lease_until, strict=False):
                 return read_holder(model, output_prefix)  # type: ignore[return-value]
             continue  # released or taken over just now: look again
+        seen_fence = int(item.fence or 0) if item is not None else 0
+        if known_fence is not None and seen_fence != known_fence:  # whether or not that run still holds it
+            raise PartitionMovedOn(output_prefix, holder, ref)
         why = free_reason(holder, _run_status(model, holder), _now())
         if why is None:
             raise PartitionHeld(output_prefix, holder)  # type: ignore[arg-type]
-        seen_fence = int(item.fence or 0) if item is not None else 0
-        if known_fence is not None and seen_fence != known_fence:
-            raise PartitionMovedOn(output_prefix, holder, ref)
         if holder is not None and not holder.is_(ref):
             log.warning("%s: taking the lock for %s: %s", output_prefix, ref, why)
         try:
