@@ -117,6 +117,7 @@ def test_a_run_whose_hold_ran_out_is_taken_over_and_marks_nothing_complete(
     assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "FAILED"
     assert "no longer holds the lock" in steps.step_message(spec, first)
     assert "run integrity/run-b (step score) holds it now" in steps.step_message(spec, first)
+    assert "shardline resubmit" not in steps.step_message(spec, first)  # it would be refused: run-b writes there
     assert "out/_SUCCESS" not in keys(bucket)
     with pytest.raises(partitions.PartitionLost, match="run integrity/run-b"):
         partitions.keep(spec, first)

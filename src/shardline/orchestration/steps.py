@@ -479,7 +479,8 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
         late = outputs.late_inputs(spec, attempt)
         if late:
             raise outputs.LateInputsFound(late)
-    reason = outcome_message(attempt, status, reason)
+    # A step that lost its prefix has nothing to resubmit: the run that holds it writes it now.
+    reason = reason if lost else outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
     if not finish_step(model, attempt.ref, attempt.number, status, reason):
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
