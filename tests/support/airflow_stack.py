@@ -145,9 +145,9 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
         "SHARDLINE_LOCAL_RUNTIME": "process",
         "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS": "1",
     }
-    env.update(extra_env or {})  # last: a caller may also change Airflow's settings above
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
-        env.pop(name, None)
+        env.pop(name, None)  # a developer's own endpoints must not leak into the test's (a caller may set them)
+    env.update(extra_env or {})  # last: a caller may also change Airflow's settings above
     for name in [n for n in env if n.startswith("SHARDLINE_AIRFLOW_")]:
         env.pop(name)  # a developer's own Airflow settings must not leak into the test's
     home.mkdir(parents=True, exist_ok=True)

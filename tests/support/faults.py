@@ -19,7 +19,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from shardline.local.embedded_aws import start_moto
@@ -139,10 +139,18 @@ class TcpProxy:
 
     ``refuse()``: stop listening (new connections are refused by the kernel) and reset every open one.
     ``accept()``: listen again on the same port. Counts what it did in ``accepted`` and ``cut``.
+    ``before_forwarding``: called with each chunk a client sends, before the chunk goes upstream (a test's
+    hook to act at the moment a request is made, e.g. to change what the endpoint holds first).
     """
 
-    def __init__(self, upstream: tuple[str, int], port: int | None = None):
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        port: int | None = None,
+        before_forwarding: Callable[[bytes], None] | None = None,
+    ):
         self.upstream = upstream
+        self.before_forwarding = before_forwarding
         self.port = port or _port_outside_ephemeral_range()
         self.accepted = 0
         self.cut = 0
@@ -239,12 +247,14 @@ class TcpProxy:
             _reset(client)
             _reset(upstream)
             return
-        threading.Thread(target=self._pump, args=(pair, client, upstream), name="proxy-up", daemon=True).start()
+        threading.Thread(target=self._pump, args=(pair, client, upstream, True), name="proxy-up", daemon=True).start()
         self._pump(pair, upstream, client)
 
-    def _pump(self, pair: _Pair, source: socket.socket, dest: socket.socket) -> None:
+    def _pump(self, pair: _Pair, source: socket.socket, dest: socket.socket, from_client: bool = False) -> None:
         try:
             while data := source.recv(65536):
+                if from_client and (hook := self.before_forwarding) is not None:
+                    hook(data)
                 dest.sendall(data)
             dest.shutdown(socket.SHUT_WR)  # pass the half-close on
         except OSError:

@@ -169,10 +169,10 @@ def refused_text(err: PartitionHeld | PartitionMovedOn, ref: StepRef) -> str:
     other = f"{holder.pipeline}/{holder.run_id}" if holder else "the newer run"
     return (
         f"not resubmitted: {err}. Two runs never write one prefix at once, and that run's outputs would be mixed with "
-        f"this one's. Wait for it to end (`shardline status {other}`), then score the partition again in a run of "
-        f"its own (`shardline rerun {other}` scores it again whole); "
-        f"{naming.resubmit_command(ref.pipeline, ref.run_id, ref.step)} is for this run's files while it holds the "
-        "prefix"
+        f"this one's. Wait for it to end (`shardline status {other}`): the partition's outputs are then that run's. "
+        f"To score the partition again after that, rerun that run: `shardline rerun {other} --conf '{{...}}'` scores "
+        f"it whole with that conf; {naming.resubmit_command(ref.pipeline, ref.run_id, ref.step)} is for this run's "
+        "files while it holds the prefix"
     )
 
 

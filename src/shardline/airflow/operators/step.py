@@ -192,6 +192,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
             except output_functions().LateInputsFound as found:
                 # The step's last look found inputs that landed (or changed) after planning: a next attempt
                 # scores them, or the step fails naming them; it is not green without them.
+                self.log.warning("step %s: its last look before _SUCCESS found that %s", attempt.step, found)
                 late = output_functions().late_inputs_decision(spec, attempt, step_event.policy, found.late)
                 step_event, late_sizes = StepEvent.of(late[0], attempt, step_event.policy), late[1]
                 action, reason = step_event.action, step_event.reason
