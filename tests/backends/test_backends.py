@@ -447,8 +447,12 @@ def test_local_job_gives_the_model_no_airflow_secret_only_its_own_environment(
         for env in (dump["model"], dump["supervisor"]):
             assert not set(SECRETS) & set(env), sorted(set(SECRETS) & set(env))
             assert not [v for v in SECRETS.values() if v in json.dumps(env)]
-            assert env["AWS_ENDPOINT_URL"] == os.environ["AWS_ENDPOINT_URL"]  # the job still reaches AWS
             assert env["PATH"] == os.environ["PATH"]
+        assert dump["supervisor"]["AWS_ENDPOINT_URL"] == os.environ["AWS_ENDPOINT_URL"]
+        # The model reaches AWS only through its job's grant: another endpoint on loopback, for every service.
+        proxy = dump["model"]["AWS_ENDPOINT_URL"]
+        assert proxy.startswith("http://127.0.0.1:") and proxy != os.environ["AWS_ENDPOINT_URL"]
+        assert dump["model"]["AWS_ENDPOINT_URL_S3"] == dump["model"]["AWS_ENDPOINT_URL_DYNAMODB"] == proxy
         assert {k: dump["model"].get(k) for k in request["Environment"]} == request["Environment"]
 
 

@@ -17,8 +17,11 @@ import threading
 from pathlib import Path
 
 import pytest
-import yaml
 
+from shardline.grant import template as grant_template
+from shardline.grant.policy import action_match, condition_holds, iam_match
+from shardline.grant.requests import dynamodb_requests as grant_requests
+from shardline.grant.template import as_list, resolve, statements, with_conditions
 from shardline.ledger.keys import StepRef
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,29 +53,8 @@ VPC_ACTIONS = {a for a in RESOURCE_STAR_ALLOWED if a.startswith("ec2:")}
 # -- loading ------------------------------------------------------------------------------------------------
 
 
-class CfnLoader(yaml.SafeLoader):
-    """SafeLoader that reads CloudFormation short-form intrinsics (!Ref, !Sub, ...) as long form."""
-
-
-def _intrinsic(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict:
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    if suffix == "Ref":
-        return {"Ref": value}
-    if suffix == "GetAtt" and isinstance(value, str):
-        value = value.split(".", 1)
-    return {f"Fn::{suffix}": value}
-
-
-CfnLoader.add_multi_constructor("!", _intrinsic)
-
-
 def load(path: Path = TEMPLATE) -> dict:
-    return yaml.load(path.read_text(), Loader=CfnLoader)  # a SafeLoader subclass: safe
+    return grant_template.load(path)
 
 
 @pytest.fixture(scope="module")
@@ -84,27 +66,9 @@ def resources_of(template: dict, kind: str) -> dict[str, dict]:
     return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
 
 
-def as_list(value) -> list:
-    return value if isinstance(value, list) else [value]
-
-
-def statements(template: dict, role: str) -> list[dict]:
-    """Every statement of the role's inline policies; both branches of an Fn::If are included."""
-    found = []
-    for policy in template["Resources"][role]["Properties"]["Policies"]:
-        for statement in policy["PolicyDocument"]["Statement"]:
-            if "Fn::If" in statement:
-                _, yes, no = statement["Fn::If"]
-                found += [s for s in (yes, no) if s != {"Ref": "AWS::NoValue"}]
-            else:
-                found.append(statement)
-    return found
-
-
 # -- resolving intrinsics against an example deployment -----------------------------------------------------
 
 ACCOUNT, REGION = "123456789012", "eu-west-1"
-CONDITIONS = "::conditions"  # where example_values keeps the template's Conditions, evaluated
 # Values of the required parameters (those without a default) in the example deployment.
 REQUIRED_EXAMPLES = {"Pipeline": "churn"}
 
@@ -136,59 +100,7 @@ def example_values(template: dict, **parameters) -> dict:
         "SageMakerExecutionRole.Arn": f"arn:aws:iam::{ACCOUNT}:role/{name}-sagemaker-execution-{REGION}",
         "WorkerRepository.Arn": f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/{values['WorkerRepositoryName']}",
     }
-    values[CONDITIONS] = {}
-    for condition, expression in template.get("Conditions", {}).items():
-        values[CONDITIONS][condition] = resolve(expression, values)
-    return values
-
-
-def resolve(node, values: dict):
-    """Evaluate Ref, GetAtt, Sub, If and the condition functions; anything unknown raises, so a
-    typo cannot pass silently. A branch that is AWS::NoValue disappears from lists."""
-    if isinstance(node, list):
-        resolved = [resolve(n, values) for n in node]
-        return [n for n in resolved if n is not NO_VALUE]
-    if not isinstance(node, dict):
-        return node
-    if "Ref" in node:
-        return NO_VALUE if node["Ref"] == "AWS::NoValue" else values[node["Ref"]]
-    if "Fn::If" in node:
-        condition, yes, no = node["Fn::If"]
-        return resolve(yes if values[CONDITIONS][condition] else no, values)
-    if "Fn::Equals" in node:
-        left, right = resolve(node["Fn::Equals"], values)
-        return left == right
-    if "Fn::Not" in node:
-        (operand,) = resolve(node["Fn::Not"], values)
-        return not operand
-    if "Fn::EachMemberEquals" in node:  # a Rules function
-        members, value = resolve(node["Fn::EachMemberEquals"], values)
-        return all(member == value for member in members)
-    if "Fn::GetAtt" in node:
-        return values[".".join(node["Fn::GetAtt"])]
-    if "Fn::Sub" in node:
-        text, extra = (node["Fn::Sub"], {}) if isinstance(node["Fn::Sub"], str) else node["Fn::Sub"]
-        scope = values | {k: resolve(v, values) for k, v in extra.items()}
-        return re.sub(r"\$\{([^}!]+)\}", lambda m: scope[m.group(1)], text)
-    assert not any(k.startswith("Fn::") for k in node), f"resolve does not know {list(node)}"
-    resolved = {k: resolve(v, values) for k, v in node.items()}
-    return {k: v for k, v in resolved.items() if v is not NO_VALUE}
-
-
-NO_VALUE = object()  # what AWS::NoValue resolves to
-
-
-def iam_match(pattern: str, value: str) -> bool:
-    """IAM's wildcard match: ``*`` is any run of characters (slashes included), ``?`` one character."""
-    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, value) is not None
-
-
-def action_match(pattern: str, action: str) -> bool:
-    return (
-        re.fullmatch("".join(".*" if c == "*" else re.escape(c) for c in pattern), action, flags=re.IGNORECASE)
-        is not None
-    )
+    return with_conditions(template, values)
 
 
 def allows(template: dict, role: str, action: str, resource: str) -> bool:
@@ -209,46 +121,6 @@ def allows(template: dict, role: str, action: str, resource: str) -> bool:
 # AWS evaluates Condition blocks against the request; moto does not. So the conditions are evaluated
 # here, against the request contexts of calls the code really makes, with IAM's documented semantics.
 # An operator this evaluator does not know raises rather than passing.
-
-MATCHERS = {
-    "StringEquals": lambda wanted, got: wanted == got,
-    "StringLike": iam_match,
-    "ArnEquals": iam_match,  # both ARN operators accept wildcards
-    "ArnLike": iam_match,
-    "Bool": lambda wanted, got: wanted.lower() == got.lower(),
-}
-
-
-def condition_holds(condition: dict, context: dict) -> bool:
-    """Every operator and key must hold (AND); a key's values are alternatives (OR). ForAllValues holds
-    when each request value is allowed (also when there is none), ForAnyValue when one is; IfExists
-    holds when the request lacks the key; Null "true" wants the key absent, "false" present."""
-    for operator, keys in condition.items():
-        qualifier, _, base = operator.rpartition(":")
-        if_exists = base.endswith("IfExists")
-        base = base.removesuffix("IfExists")
-        for key, policy_values in keys.items():
-            wanted = [str(w).lower() if isinstance(w, bool) else str(w) for w in as_list(policy_values)]
-            if base == "Null":
-                (flag,) = wanted
-                if (key not in context) != (flag == "true"):
-                    return False
-                continue
-            match = MATCHERS[base]
-            if qualifier == "ForAllValues":
-                holds = all(any(match(w, g) for w in wanted) for g in as_list(context.get(key, [])))
-            elif qualifier == "ForAnyValue":
-                holds = any(any(match(w, g) for w in wanted) for g in as_list(context.get(key, [])))
-            elif qualifier:
-                raise ValueError(f"unknown qualifier {operator}")
-            elif key not in context:
-                holds = if_exists
-            else:
-                assert not isinstance(context[key], list), f"{key} is multivalued: {operator} needs a qualifier"
-                holds = any(match(w, str(context[key])) for w in wanted)
-            if not holds:
-                return False
-    return True
 
 
 def decide(template: dict, role: str, action: str, resource: str, context: dict, **parameters) -> bool:
@@ -933,67 +805,11 @@ def test_airflow_ledger_index_is_the_models_index(template):
 # -- DynamoDB permissions against the calls the ledger code makes --------------------------------------------
 
 
-PER_TRANSACT_ITEM = {
-    "ConditionCheck": "ConditionCheckItem",
-    "Put": "PutItem",
-    "Update": "UpdateItem",
-    "Delete": "DeleteItem",
-}
-
-
 def dynamodb_requests(calls: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    """The calls as IAM authorizes them: (action, condition context) each. TransactWriteItems has no
-    action of its own: each of its items is authorized as the single-item action."""
-    requests = []
-    for operation, kwargs in calls:
-        if operation == "TransactWriteItems":
-            for item in kwargs["TransactItems"]:
-                ((kind, body),) = item.items()
-                requests.append((f"dynamodb:{PER_TRANSACT_ITEM[kind]}", _dynamodb_context(body)))
-        else:
-            requests.append((f"dynamodb:{operation}", _dynamodb_context(kwargs)))
-    return requests
-
-
-EXPRESSION_WORDS = {
-    "SET",
-    "REMOVE",
-    "ADD",
-    "DELETE",
-    "AND",
-    "OR",
-    "NOT",
-    "BETWEEN",
-    "IN",
-    "attribute_exists",
-    "attribute_not_exists",
-    "attribute_type",
-    "begins_with",
-    "contains",
-    "size",
-    "if_not_exists",
-    "list_append",
-}
-
-
-def _dynamodb_context(body: dict) -> dict:
-    """dynamodb:LeadingKeys, :Attributes (every top-level attribute the request names: keys, items,
-    expressions), :ReturnValues and :Select of one request."""
-    for expression in ("UpdateExpression", "ConditionExpression", "ProjectionExpression", "FilterExpression"):
-        # A name written bare in an expression would escape ExpressionAttributeNames, and this context.
-        bare = set(re.findall(r"(?<![#:\w])[A-Za-z_]\w*", body.get(expression, ""))) - EXPRESSION_WORDS
-        assert not bare, f"{expression} names {bare} without a placeholder: {body[expression]}"
-    key = body.get("Key") or body.get("Item") or {}
-    attributes = set(key) | set(body.get("ExpressionAttributeNames", {}).values())
-    attributes |= set(body.get("AttributeUpdates", {})) | set(body.get("Expected", {}))
-    attributes |= set(body.get("AttributesToGet", []))
-    context: dict = {"dynamodb:Attributes": sorted(attributes)}
-    if "pk" in key:
-        context["dynamodb:LeadingKeys"] = [key["pk"]["S"]]
-    for parameter in ("ReturnValues", "Select"):
-        if parameter in body:
-            context[f"dynamodb:{parameter}"] = body[parameter]
-    return context
+    """The calls as IAM authorizes them (``shardline.grant.requests``, which the local grant proxy uses too):
+    (action, condition context) each. TransactWriteItems has no action of its own: each of its items is
+    authorized as the single-item action."""
+    return [(r.action, r.context) for operation, kwargs in calls for r in grant_requests(operation, kwargs, REGION)]
 
 
 def _iam_actions(calls: list[tuple[str, dict]]) -> set[str]:

@@ -314,3 +314,24 @@ def test_an_unpinned_model_is_not_previewed_as_a_process(bucket, xgboost_model, 
             input_uri=f"s3://{name}/in/dt=2026-11-22/",
         )
     assert "model.sha256 or model.versions" in str(refused.value) and "Docker" in str(refused.value)
+
+
+def test_what_the_worker_left_for_the_caller_is_read_only_as_a_regular_file_of_its_own(tmp_path):
+    """The preview's and tune's output folder is one the model's code could write too: a link left there (to a
+    credentials file, the Airflow config) is never followed, a FIFO never blocks the caller, and an oversized or
+    non-JSON file reads as no report."""
+    import os
+
+    from shardline.oncall.preview import read_written_json
+
+    secret = tmp_path / "credentials.json"
+    secret.write_text(json.dumps({"aws_secret_access_key": "from-the-host"}))
+    (tmp_path / "report.json").write_text(json.dumps({"rows": 3}))
+    assert read_written_json(tmp_path / "report.json") == {"rows": 3}
+    (tmp_path / "linked.json").symlink_to(secret)
+    assert read_written_json(tmp_path / "linked.json") is None
+    os.mkfifo(tmp_path / "fifo.json")
+    assert read_written_json(tmp_path / "fifo.json") is None  # returns at once: never opened for a writer
+    (tmp_path / "text.json").write_text("not json")
+    assert read_written_json(tmp_path / "text.json") is None
+    assert read_written_json(tmp_path / "absent.json") is None

@@ -161,20 +161,61 @@ def worker_environment(request: dict, instance_dir: Path) -> dict[str, str]:
     return {**env, **local_container.aws_environment(os.environ), "HOME": str(home)}
 
 
+def grant_proxy(job_dir: Path, host: str, stack: contextlib.ExitStack) -> str | None:
+    """The URL of the job's one way to AWS when the endpoints are emulated: a proxy on ``host`` that lets through
+    what the job role's grant allows and refuses the rest as AWS would (``shardline.grant``), in a process of its
+    own in the job's process group (stopping the job stops it). None when the endpoints are AWS's own, where IAM
+    enforces the job role itself."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardline.grant.proxy", str(job_dir / REQUEST_FILE), host],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=job_environment(os.environ),
+        text=True,
+    )
+    stack.callback(_end_proxy, proc)
+    url = (proc.stdout.readline() if proc.stdout else "").strip()
+    if url == "none":
+        log.info("the endpoints are AWS's own: the job role's grant is IAM's to enforce")
+        return None
+    if not url.startswith("http://"):
+        raise RuntimeError(f"the job's grant proxy did not start (exit code {proc.wait()}); see supervisor.log")
+    log.info("the instances reach AWS through %s: only what the job role's grant allows goes on", url)
+    return url
+
+
+def _end_proxy(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _routed(proxy: str) -> dict[str, str]:
+    """The instances' endpoint variables: the proxy for every service, and no per-service way around it."""
+    return {"AWS_ENDPOINT_URL": proxy, "AWS_ENDPOINT_URL_S3": proxy, "AWS_ENDPOINT_URL_DYNAMODB": proxy}
+
+
 def start_instances(
     request: dict, job_dir: Path, hosts: list[str], instance_dirs: list[Path], runtime: str, stack: contextlib.ExitStack
 ) -> dict[str, subprocess.Popen]:
     """One worker per instance: a process here, or a container of the request's image (``runtime``)."""
     if runtime == "docker":
         network = local_container.network_for(os.environ)
-        if network:  # the endpoint is on this machine: the instances reach it, and nothing else
-            routes = stack.enter_context(
-                local_container.endpoint_routes(os.environ, local_container.ensure_job_network())
+        if network:  # the endpoint is on this machine: the instances reach it through the grant, and nothing else
+            gateway = local_container.ensure_job_network()
+            proxy = grant_proxy(job_dir, gateway, stack)
+            routes = (
+                _routed(proxy) if proxy else stack.enter_context(local_container.endpoint_routes(os.environ, gateway))
             )
         else:  # the instances write to AWS itself, over Docker's default network
             network, routes = "bridge", {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
             log.info("the ledger's endpoint is not on this machine: instances use Docker's default network")
         container_env = {**local_container.aws_environment(os.environ), **routes}
+    else:
+        proxy = grant_proxy(job_dir, "127.0.0.1", stack)
     procs: dict[str, subprocess.Popen] = {}
     for host, instance_dir in zip(hosts, instance_dirs, strict=True):
         config = instance_dir / "config"
@@ -188,6 +229,8 @@ def start_instances(
             env = job_environment(os.environ)  # the docker CLI's own: how to reach the engine
         else:
             command, env = worker_command(request, instance_dir, host), worker_environment(request, instance_dir)
+            if proxy:
+                env.update(_routed(proxy))
         with open(instance_dir / "worker.log", "ab") as out:
             procs[host] = subprocess.Popen(
                 command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -61,6 +61,31 @@ class PreviewResult:
         return head + self.text
 
 
+WRITTEN_JSON_LIMIT = 16 << 20  # a preview's report or tune's figures: kilobytes; anything larger is not ours
+
+
+def read_written_json(path: Path) -> dict | None:
+    """A JSON file the worker (in its image, or as a process) wrote for the caller, or None when there is none.
+
+    The folder is one the model's code could write too: a link there (to a credentials file, the Airflow
+    config, a FIFO) is not followed, and only a regular file of at most 16 MiB is read."""
+    import stat
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None  # absent, or a link (ELOOP)
+    with os.fdopen(descriptor, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > WRITTEN_JSON_LIMIT:
+            return None
+        try:
+            found = json.loads(file.read(WRITTEN_JSON_LIMIT))
+        except ValueError:
+            return None
+    return found if isinstance(found, dict) else None
+
+
 def _setup_error(log: str) -> str:
     lines = [line for line in log.splitlines() if " ERROR " in line or "setup failed" in line]
     return "\n".join(lines[-5:]) or log[-2000:]
@@ -186,7 +211,7 @@ def preview_step(
             cwd=root,
             stdin=subprocess.DEVNULL,
         )
-        report = json.loads(report_path.read_text()) if report_path.is_file() else None
+        report = read_written_json(report_path)
     return PreviewResult(
         step=step_name,
         model_uri=model_uri,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import os
 import posixpath
 import subprocess
@@ -32,6 +31,7 @@ from shardline.oncall.preview import (
     fetch_model,
     fetch_sample,
     in_sandbox,
+    read_written_json,
     sandbox_image,
     step_uris,
 )
@@ -128,7 +128,7 @@ def tune_step(
         command = in_sandbox(command, image, {root: contract.SAMPLE_DIR, out_dir: contract.TUNE_OUT_DIR})
         code, text, log = _run(command, root, echo)
     figures_path, plot_path = out_dir / "tune.json", out_dir / "tune.png"
-    figures = json.loads(figures_path.read_text()) if code == 0 and figures_path.is_file() else None
+    figures = read_written_json(figures_path) if code == 0 else None
     return TuneResult(
         step=step.name,
         model_uri=model_uri,
@@ -138,7 +138,7 @@ def tune_step(
         exit_code=code,
         text=text,
         figures=figures,
-        plot=str(plot_path) if code == 0 and plot_path.is_file() else None,
+        plot=str(plot_path) if code == 0 and plot_path.is_file() and not plot_path.is_symlink() else None,
         log=log,
     )
 

@@ -1,0 +1,142 @@
+"""One local job's grant: the template's job-role statements with this job's own prefixes, table and pipeline.
+
+On AWS a deployment has one data bucket and lays a pipeline's outputs out as ``<OutputPrefix><Pipeline>/``. A
+local job's prefixes are its spec's own, in any bucket. So for S3 every ARN is read in one bucket-wide namespace
+(``arn:aws:s3:::<namespace>/<bucket>/<key>``; a listing's ``s3:prefix`` is ``<bucket>/<prefix>``), and the
+template's prefix parameters are the job's: ``InputPrefix`` its input, ``ModelPrefix`` its model, and
+``OutputPrefix`` + ``Pipeline`` its output prefix exactly (so "its pipeline's outputs" becomes "its own output
+prefix"). For DynamoDB ``Pipeline`` is the pipeline's name and the table is the ledger's. Nothing else is
+written twice: what a job may do is what the template says, evaluated as IAM does (``policy``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shardline.grant.policy import IamRequest, allowed
+from shardline.grant.requests import LOCAL_ACCOUNT, table_arn
+from shardline.grant.template import JOB_ROLE, resolved_statements, shipped, with_conditions
+
+S3_NAMESPACE = "shardline-local"  # the one bucket every local S3 ARN is read in (see the module's docstring)
+
+
+def _s3_path(uri: str) -> str:
+    """``s3://bucket/key`` as ``bucket/key`` (the namespace's view of it)."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an S3 URI: {uri!r}")
+    return uri[len("s3://") :]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobScope:
+    """What one job works on: the values its grant is resolved with."""
+
+    pipeline: str
+    table: str
+    region: str
+    input_uri: str
+    model_uri: str
+    output_uri: str
+
+    @classmethod
+    def of_request(cls, request: dict, environ) -> JobScope:
+        """The scope of a CreateProcessingJob request Shardline built: its ledger identity and prefixes travel in
+        its Environment, its model is its ``model`` input. ``environ``: the region when the request has none."""
+        from shardline.ledger.context import ENV_INPUT_URI, ENV_OUTPUT_URI, ENV_PIPELINE, ENV_TABLE
+
+        env = request.get("Environment", {})
+        models = [i["S3Input"]["S3Uri"] for i in request.get("ProcessingInputs", []) if i.get("InputName") == "model"]
+        missing = [n for n in (ENV_PIPELINE, ENV_TABLE, ENV_INPUT_URI, ENV_OUTPUT_URI) if not env.get(n)]
+        if missing or not models:
+            raise ValueError(
+                f"job {request.get('ProcessingJobName')}: no grant can be resolved for a request without "
+                f"{', '.join(missing) or 'a model input'} (only requests Shardline builds run locally)"
+            )
+        region = env.get("AWS_REGION") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        return cls(env[ENV_PIPELINE], env[ENV_TABLE], region, env[ENV_INPUT_URI], models[0], env[ENV_OUTPUT_URI])
+
+
+def _template_values(template: dict, scope: JobScope, *, for_s3: bool) -> dict:
+    values: dict = {
+        "AWS::Partition": "aws",
+        "AWS::Region": scope.region,
+        "AWS::AccountId": LOCAL_ACCOUNT,
+        "AWS::StackName": "local",
+        "AWS::URLSuffix": "amazonaws.com",
+    }
+    for name, parameter in template["Parameters"].items():
+        value = parameter.get("Default", "")
+        values[name] = value.split(",") if parameter["Type"] == "CommaDelimitedList" else str(value)
+    output = _s3_path(scope.output_uri).rstrip("/")
+    parent, _, last = output.rpartition("/")
+    if for_s3:
+        # <OutputPrefix><Pipeline>/ is the job's output prefix, exactly.
+        values |= {"OutputPrefix": f"{parent}/" if parent else "", "Pipeline": last}
+    else:
+        values |= {"OutputPrefix": "", "Pipeline": scope.pipeline}
+    values |= {
+        "InputPrefix": _s3_path(scope.input_uri),
+        "ModelPrefix": _s3_path(scope.model_uri),
+        "LedgerTableName": scope.table,
+        "DataBucket": S3_NAMESPACE,
+        "DataBucket.Arn": f"arn:aws:s3:::{S3_NAMESPACE}",
+        "AccessLogBucket.Arn": f"arn:aws:s3:::{S3_NAMESPACE}-logs",
+        "LedgerTable": scope.table,
+        "LedgerTable.Arn": table_arn(scope.region, scope.table),
+        "Key.Arn": f"arn:aws:kms:{scope.region}:{LOCAL_ACCOUNT}:key/local",
+        "SageMakerExecutionRole.Arn": f"arn:aws:iam::{LOCAL_ACCOUNT}:role/local-job",
+        "WorkerRepository.Arn": f"arn:aws:ecr:{scope.region}:{LOCAL_ACCOUNT}:repository/local",
+    }
+    return with_conditions(template, values)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobGrant:
+    """The job role's statements, resolved for one job: ``allows`` answers for each request as IAM would."""
+
+    scope: JobScope
+    s3_statements: tuple[dict, ...]
+    dynamodb_statements: tuple[dict, ...]
+
+    @classmethod
+    def of(cls, scope: JobScope, template: dict | None = None) -> JobGrant:
+        template = template or shipped()
+        return cls(
+            scope,
+            tuple(resolved_statements(template, JOB_ROLE, _template_values(template, scope, for_s3=True))),
+            tuple(resolved_statements(template, JOB_ROLE, _template_values(template, scope, for_s3=False))),
+        )
+
+    @property
+    def buckets(self) -> frozenset[str]:
+        """The buckets the job's prefixes are in: the only ones a bucket-level call may name."""
+        uris = (self.scope.input_uri, self.scope.model_uri, self.scope.output_uri)
+        return frozenset(_s3_path(u).split("/", 1)[0] for u in uris)
+
+    def allows(self, request: IamRequest) -> bool:
+        if request.action.lower().startswith("s3:"):
+            return allowed(list(self.s3_statements), _in_namespace(request, self.buckets))
+        if request.action.lower().startswith("dynamodb:"):
+            return allowed(list(self.dynamodb_statements), request)
+        return False  # a job reaches S3 and the ledger only
+
+
+def _in_namespace(request: IamRequest, buckets: frozenset[str]) -> IamRequest:
+    """An S3 request with its ARN (and listing prefix) read in the one local namespace. A bucket-level call on
+    another bucket than the job's stays as it is: no statement of the job's names it."""
+    prefix = "arn:aws:s3:::"
+    if not request.resource.startswith(prefix):
+        return request  # "*" (ListAllMyBuckets): no statement of the job's names it
+    bucket, slash, key = request.resource[len(prefix) :].partition("/")
+    if slash:
+        return dataclasses.replace(request, resource=f"{prefix}{S3_NAMESPACE}/{bucket}/{key}")
+    if bucket not in buckets:
+        return request
+    context = dict(request.context)
+    if "s3:prefix" in context:
+        context["s3:prefix"] = f"{bucket}/{context['s3:prefix']}"
+    else:
+        # A bucket-level call names the bucket only by its ARN: here that is its listing prefix, so the grant's
+        # conditions on s3:prefix still see which bucket it is (a listing with no prefix lists the whole bucket).
+        context["s3:prefix"] = f"{bucket}/"
+    return dataclasses.replace(request, resource=f"{prefix}{S3_NAMESPACE}", context=context)

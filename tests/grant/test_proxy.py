@@ -1,0 +1,184 @@
+"""A job's grant proxy in front of the session's moto_server, reached by the real boto3 and pynamodb clients and
+the worker's own ledger code: what the job role allows goes through (streamed, multipart too), everything else
+is refused as AWS refuses it, and a refused request changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+
+import boto3
+import httpx
+import pytest
+from botocore.exceptions import ClientError
+
+from shardline.grant.job import JobGrant, JobScope
+from shardline.grant.proxy import GrantProxy
+from shardline.ledger import bind_ledger
+from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
+from shardline.ledger.keys import StepRef
+from shardline.ledger.states import FileStatus
+from shardline.ledger.step_writes import ensure_run, start_attempt
+
+PIPELINE, RUN = "daily_churn", "run-1"
+
+
+@pytest.fixture
+def job(aws_env, ledger_table):
+    """Buckets with an input, the job's model, another pipeline's output and a secret; a planned attempt in the
+    ledger; and the job's grant proxy in front of moto_server."""
+    s3 = boto3.client("s3")
+    data, models, secrets = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("data", "models", "secrets"))
+    for bucket in (data, models, secrets):
+        s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=data, Key="events/dt=1/part-0.csv", Body=b"a,b\n1,2\n")
+    s3.put_object(Bucket=data, Key="scores/weekly_ltv/dt=1/part-0.parquet", Body=b"the other pipeline's rows")
+    s3.put_object(Bucket=models, Key="churn/model.tar.gz", Body=b"model")
+    s3.put_object(Bucket=secrets, Key="airflow.cfg", Body=b"fernet_key = secret")
+    model = bind_ledger(ledger_table)
+    ensure_run(model, PIPELINE, RUN)
+    start_attempt(model, StepRef(PIPELINE, RUN, "score"), 1, [(f"s3://{data}/events/dt=1/part-0.csv", 8)])
+    scope = JobScope(
+        PIPELINE,
+        ledger_table,
+        "us-east-1",
+        f"s3://{data}/events/dt=1/",
+        f"s3://{models}/churn/model.tar.gz",
+        f"s3://{data}/scores/daily_churn/dt=1/",
+    )
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    refusals: list[str] = []
+    with GrantProxy(JobGrant.of(scope), {"s3": endpoint, "dynamodb": endpoint}, on_refusal=refusals.append) as proxy:
+        yield {
+            "proxy": proxy,
+            "s3": boto3.client("s3", endpoint_url=proxy.url),  # the job's view
+            "direct": s3,  # the orchestrator's
+            "data": data,
+            "models": models,
+            "secrets": secrets,
+            "table": ledger_table,
+            "model": model,
+            "refusals": refusals,
+        }
+
+
+def _denied(call) -> str:
+    with pytest.raises(ClientError) as refused:
+        call()
+    error = refused.value.response["Error"]
+    assert error["Code"] in ("AccessDenied", "AccessDeniedException", "403"), error
+    return str(refused.value)
+
+
+def test_what_the_job_needs_goes_through(job, tmp_path):
+    s3, data = job["s3"], job["data"]
+    out = "scores/daily_churn/dt=1/"
+    s3.put_object(Bucket=data, Key=out + "part-0.parquet", Body=b"rows")
+    # A large output, in parts, with the checksum the worker asks for: streamed through, byte for byte.
+    big = tmp_path / "big.parquet"
+    big.write_bytes(os.urandom(12 << 20))
+    config = boto3.s3.transfer.TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20)
+    s3.upload_file(str(big), data, out + "part-1.parquet", ExtraArgs={"ChecksumAlgorithm": "SHA256"}, Config=config)
+    body = job["direct"].get_object(Bucket=data, Key=out + "part-1.parquet")["Body"].read()
+    assert hashlib.sha256(body).digest() == hashlib.sha256(big.read_bytes()).digest()
+    assert s3.get_object(Bucket=data, Key="events/dt=1/part-0.csv")["Body"].read() == b"a,b\n1,2\n"
+    assert s3.head_object(Bucket=job["models"], Key="churn/model.tar.gz")["ContentLength"] == 5
+    listed = s3.list_objects_v2(Bucket=data, Prefix="events/dt=1/")["Contents"]
+    assert [o["Key"] for o in listed] == ["events/dt=1/part-0.csv"]
+    assert job["refusals"] == []
+
+
+def test_the_workers_own_ledger_writes_go_through(job, monkeypatch):
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    context = LedgerContext(
+        table=job["table"],
+        pipeline=PIPELINE,
+        run_id=RUN,
+        step="score",
+        attempt=1,
+        input_uri=f"s3://{job['data']}/events/dt=1/",
+        output_uri=f"s3://{job['data']}/scores/daily_churn/dt=1/",
+    )
+    worker = WorkerLedger(context, "algo-1", endpoint=job["proxy"].url)
+    worker.claim_file("part-0.csv")
+    worker.finish_file("part-0.csv", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1, output_key="k"))
+    from shardline.ledger.step_reads import read_step
+
+    (record,) = read_step(job["model"], StepRef(PIPELINE, RUN, "score")).files
+    assert record.status is FileStatus.SUCCEEDED
+    assert job["refusals"] == []
+
+
+ATTACKS = {
+    "read another pipeline's outputs": lambda j: j["s3"].get_object(
+        Bucket=j["data"], Key="scores/weekly_ltv/dt=1/part-0.parquet"
+    ),
+    "overwrite another pipeline's outputs": lambda j: j["s3"].put_object(
+        Bucket=j["data"], Key="scores/weekly_ltv/dt=1/part-0.parquet", Body=b"forged"
+    ),
+    "write its own _SUCCESS": lambda j: j["s3"].put_object(
+        Bucket=j["data"], Key="scores/daily_churn/dt=1/_SUCCESS", Body=b"{}"
+    ),
+    "write its run report": lambda j: j["s3"].put_object(
+        Bucket=j["data"], Key="scores/daily_churn/dt=1/_shardline/reports/run-1/score/report.json", Body=b"{}"
+    ),
+    "copy a secret into its outputs": lambda j: j["s3"].copy_object(
+        Bucket=j["data"], Key="scores/daily_churn/dt=1/x", CopySource={"Bucket": j["secrets"], "Key": "airflow.cfg"}
+    ),
+    "read a secret": lambda j: j["s3"].get_object(Bucket=j["secrets"], Key="airflow.cfg"),
+    "list every bucket": lambda j: j["s3"].list_buckets(),
+    "list the whole bucket": lambda j: j["s3"].list_objects_v2(Bucket=j["data"]),
+    "delete its input": lambda j: j["s3"].delete_objects(
+        Bucket=j["data"], Delete={"Objects": [{"Key": "events/dt=1/part-0.csv"}]}
+    ),
+    "create a bucket": lambda j: j["s3"].create_bucket(Bucket="attacker-" + uuid.uuid4().hex[:6]),
+    "write another pipeline's ledger item": lambda j: boto3.client("dynamodb", endpoint_url=j["proxy"].url).put_item(
+        TableName=j["table"], Item={"pk": {"S": "RUN#weekly_ltv#run-1"}, "sk": {"S": "RUN"}}
+    ),
+    "mark its own run succeeded": lambda j: boto3.client("dynamodb", endpoint_url=j["proxy"].url).update_item(
+        TableName=j["table"],
+        Key={"pk": {"S": f"RUN#{PIPELINE}#{RUN}"}, "sk": {"S": "RUN"}},
+        UpdateExpression="SET #m = :m",
+        ExpressionAttributeNames={"#m": "msg"},
+        ExpressionAttributeValues={":m": {"S": "all good"}},
+    ),
+    "read the ledger": lambda j: boto3.client("dynamodb", endpoint_url=j["proxy"].url).scan(TableName=j["table"]),
+    "delete the ledger": lambda j: boto3.client("dynamodb", endpoint_url=j["proxy"].url).delete_table(
+        TableName=j["table"]
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_everything_else_is_refused_as_aws_refuses_it_and_changes_nothing(job, attack):
+    before = {
+        k["Key"]: k["ETag"]
+        for b in (job["data"], job["secrets"])
+        for k in job["direct"].list_objects_v2(Bucket=b).get("Contents", [])
+    }
+    message = _denied(lambda: ATTACKS[attack](job))
+    assert "not authorized to perform" in message, message
+    after = {
+        k["Key"]: k["ETag"]
+        for b in (job["data"], job["secrets"])
+        for k in job["direct"].list_objects_v2(Bucket=b).get("Contents", [])
+    }
+    assert after == before
+    assert len(job["direct"].list_buckets()["Buckets"]) >= 3
+    assert job["table"] in boto3.client("dynamodb").list_tables()["TableNames"]
+    assert len(job["refusals"]) == 1, job["refusals"]
+
+
+def test_the_emulators_own_api_is_out_of_reach(job):
+    answer = httpx.post(f"{job['proxy'].url}/moto-api/reset", timeout=30)
+    assert answer.status_code == 403 and b"moto-api" in answer.content
+    assert job["data"] in [b["Name"] for b in job["direct"].list_buckets()["Buckets"]]  # nothing was reset
+    assert job["table"] in boto3.client("dynamodb").list_tables()["TableNames"]
+
+
+def test_an_unsigned_request_is_refused(job):
+    answer = httpx.get(f"{job['proxy'].url}/{job['data']}/events/dt=1/part-0.csv", timeout=30)
+    assert answer.status_code == 403 and b"Signature Version 4" in answer.content
+    assert json.dumps(job["refusals"]).count("refused") == 1
