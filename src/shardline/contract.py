@@ -15,6 +15,7 @@ from typing import TypeVar
 # SageMaker Processing mounts inputs and collects outputs under this root; the local emulator maps
 # it into each instance's directory.
 CONTAINER_ROOT = "/opt/ml/processing"
+CONTAINER_TMP = "/tmp"  # a local instance's scratch and HOME: its image is read-only, this folder is its own
 DATA_DIR = f"{CONTAINER_ROOT}/input/data"
 MODEL_DIR = f"{CONTAINER_ROOT}/input/model"
 OUTPUT_DIR = f"{CONTAINER_ROOT}/output"

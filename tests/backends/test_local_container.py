@@ -46,14 +46,38 @@ def test_an_instance_runs_the_requests_image_arguments_environment_and_paths(tmp
         m.split("target=")[1].split(",")[0]: m
         for m in (command[i + 1] for i, arg in enumerate(command) if arg == "--mount")
     }
-    assert set(binds) == {contract.DATA_DIR, contract.MODEL_DIR, contract.OUTPUT_DIR, contract.RESOURCE_CONFIG}
+    assert set(binds) == {
+        contract.DATA_DIR,
+        contract.MODEL_DIR,
+        contract.OUTPUT_DIR,
+        contract.RESOURCE_CONFIG,
+        contract.CONTAINER_TMP,
+    }
+    # Bounded as an instance: a read-only image (its /tmp this instance's own folder), a cap on processes.
+    assert "--read-only" in command and int(command[command.index("--pids-limit") + 1]) >= 4096
+    assert f"source={instance / 'tmp'}" in binds[contract.CONTAINER_TMP]
     read_only = (contract.DATA_DIR, contract.MODEL_DIR, contract.RESOURCE_CONFIG)
     assert all(binds[path].endswith(",readonly") for path in read_only)
     assert not binds[contract.OUTPUT_DIR].endswith(",readonly")
     assert f"source={instance / 'processing' / 'output'}" in binds[contract.OUTPUT_DIR]
     # The request's Environment wins over the supervisor's AWS settings; nothing else of this machine's.
     env = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--env")
-    assert env == {"AWS_REGION": "eu-west-1", "SHARDLINE_LEDGER_TABLE": "t"}
+    assert env == {"AWS_REGION": "eu-west-1", "SHARDLINE_LEDGER_TABLE": "t", "HOME": contract.CONTAINER_TMP}
+
+
+def test_credentials_reach_the_container_by_name_never_on_its_command_line(tmp_path):
+    """A command line is readable by every user of the machine (``ps``, /proc/PID/cmdline): a credential is passed
+    by name, its value in the docker CLI's own environment."""
+    secrets = {"AWS_ACCESS_KEY_ID": "AKIAPROBE", "AWS_SECRET_ACCESS_KEY": "probe-secret", "AWS_SESSION_TOKEN": "tok"}
+    environment = {"AWS_REGION": "us-east-1", **secrets}
+    command = local_container.container_command(
+        REQUEST, tmp_path, "algo-1", environment=environment, network="jobs-net", mounts=[]
+    )
+    assert not [arg for arg in command if any(value in arg for value in secrets.values())], command
+    passed = [command[i + 1] for i, arg in enumerate(command) if arg == "--env"]
+    assert set(secrets) <= set(passed)  # by name: docker takes each value from its own environment
+    cli = local_container.cli_environment(REQUEST, environment, {"PATH": "/usr/bin", "DOCKER_HOST": "unix:///x"})
+    assert cli == {"PATH": "/usr/bin", "DOCKER_HOST": "unix:///x", **secrets}
 
 
 def test_a_request_that_asks_for_network_isolation_gets_no_network(tmp_path):
@@ -185,3 +209,22 @@ def test_process_workers_get_credentials_as_values_and_a_home_of_their_own(tmp_p
 )
 def test_the_internal_network_is_used_when_the_ledgers_endpoint_is_on_this_machine(environ, network):
     assert local_container.network_for(environ) == network
+
+
+@pytest.mark.parametrize(
+    ("inspected", "problem"),
+    [
+        ("true false 172.30.0.1", None),
+        ("false false 172.30.0.1", "not internal"),
+        ("true true 172.30.0.1", "can reach each other"),
+        ("true <no value> 172.30.0.1", "can reach each other"),  # Docker's default: containers talk
+        ("true false ", "no gateway"),
+        ("true false 0.0.0.0", "no gateway"),
+        ("", "not internal"),
+    ],
+)
+def test_the_jobs_network_is_a_box_or_refused(inspected, problem):
+    """Internal (no route out), no traffic between containers (no job reaches another's instances), and a
+    gateway for the job's endpoint to listen on (an empty one would listen on every address of this machine)."""
+    found = local_container.network_problem(inspected)
+    assert (found is None) if problem is None else (problem in found), found

@@ -224,3 +224,89 @@ def test_model_code_in_the_image_finds_no_airflow_secret_and_no_credentials(
     assert image["uid"] == 1000 and image["aws_files"] == []
     assert all("AIRFLOW__" not in environ for environ in image["environ"].values())
     figures(secrets_found_in_image=0)
+
+
+CONTAINER_ATTACKER = """\
+import json
+import os
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
+
+import boto3
+from botocore.exceptions import ClientError
+
+BUCKET, OUT, TABLE, MOTO_PORT = {targets!r}
+
+
+def _try(name, call, outcomes):
+    try:
+        call()
+        outcomes[name] = "allowed"
+    except ClientError as err:
+        outcomes[name] = err.response["Error"]["Code"]
+    except urllib.error.HTTPError as err:
+        outcomes[name] = str(err.code)
+    except OSError as err:
+        outcomes[name] = "unreachable"
+
+
+def model_fn(model_dir):
+    s3, ddb, outcomes = boto3.client("s3"), boto3.client("dynamodb"), {{}}
+    proxy = urlsplit(os.environ["AWS_ENDPOINT_URL"])
+    _try("write its _SUCCESS", lambda: s3.put_object(Bucket=BUCKET, Key=OUT + "_SUCCESS", Body=b"{{}}"), outcomes)
+    _try("read the model bucket whole", lambda: s3.list_objects_v2(Bucket=BUCKET), outcomes)
+    _try(
+        "forge another pipeline's ledger item",
+        lambda: ddb.put_item(TableName=TABLE, Item={{"pk": {{"S": "RUN#other#r"}}, "sk": {{"S": "RUN"}}}}),
+        outcomes,
+    )
+    reset = urllib.request.Request(f"http://{{proxy.netloc}}/moto-api/reset", method="POST")
+    _try("reset the emulator", lambda: urllib.request.urlopen(reset, timeout=10), outcomes)
+    for host in (proxy.hostname, "127.0.0.1", "host.docker.internal"):
+        direct = f"http://{{host}}:{{MOTO_PORT}}/moto-api/data.json"
+        _try(f"the endpoint itself at {{host}}", lambda: urllib.request.urlopen(direct, timeout=5), outcomes)
+    print("ATTACKS " + json.dumps(outcomes), flush=True)
+    return None
+
+
+def input_fn(body, content_type):
+    return body.strip().splitlines()
+
+
+def predict_fn(data, model):
+    return [0.0] * len(data)
+"""
+
+
+def test_a_hostile_model_in_the_image_reaches_aws_only_through_its_jobs_grant(
+    aws_env, ledger_table, local_root, tmp_path, monkeypatch, worker_image, figures
+):
+    """In the container runtime the job's grant proxy, on the internal network's gateway, is the one way out:
+    what the job role may not do is refused as AWS refuses it, and the endpoint itself is out of reach."""
+    import uuid
+    from urllib.parse import urlsplit
+
+    model_dir = tmp_path / "attacker"
+    model_dir.mkdir()
+    bucket = f"b-{uuid.uuid4().hex[:8]}"  # named here, so that the model's code knows it
+    moto_port = urlsplit(aws_env["AWS_ENDPOINT_URL"]).port
+    write_inference_script(
+        model_dir, CONTAINER_ATTACKER.format(targets=(bucket, "out-docker/", ledger_table, moto_port))
+    )
+    spec, staged = stage_step(
+        "image_attack", ledger_table, model_dir, tmp_path, {"part-0.parquet": parquet_bytes(50, 0)}, bucket=bucket
+    )
+    assert staged == bucket
+    _, decision, job_dir = _run(spec, bucket, "docker", monkeypatch, count=1)
+    log = (job_dir / "algo-1" / "worker.log").read_text()
+    found, _ = json.JSONDecoder().raw_decode(log, log.index("ATTACKS {") + len("ATTACKS "))
+    assert found.pop("write its _SUCCESS") == "AccessDenied", found
+    assert found.pop("read the model bucket whole") == "AccessDenied", found
+    assert found.pop("forge another pipeline's ledger item") == "AccessDeniedException", found
+    assert found.pop("reset the emulator") == "403", found
+    assert set(found.values()) == {"unreachable"}, found  # the endpoint itself, at every address tried
+    assert decision.action is Action.ADVANCE, decision  # and the job's own work landed
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert "out-docker/_SUCCESS" not in keys
+    figures(hostile_calls_refused_in_image=4)

@@ -35,13 +35,15 @@ def stage_step(
     inputs: dict[str, bytes],
     features: Sequence[str] | None = None,
     step_settings: dict | None = None,
+    bucket: str | None = None,
 ) -> tuple[PipelineSpec, str]:
     """A fresh bucket with ``inputs`` under ``in/``, the packed model, and a one-step spec over them.
 
     ``features``: input.features, which a model that records no feature names needs. ``step_settings``: more of
-    the step's fields (``resources`` replaces the default 2 instances)."""
+    the step's fields (``resources`` replaces the default 2 instances). ``bucket``: its name, when the test
+    must know it first."""
     s3 = boto3.client("s3")
-    bucket = f"b-{uuid.uuid4().hex[:8]}"
+    bucket = bucket or f"b-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     for name, body in inputs.items():
         s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)

@@ -37,6 +37,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 # The AWS settings a container gets from the supervisor: who it is and where AWS is. Nothing else of the
 # submitter's environment crosses (no PATH, HOME or PYTHONPATH: the image has its own).
 PASSED_AWS = frozenset({"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_EC2_METADATA_DISABLED", "AWS_CA_BUNDLE"})
+BY_NAME = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})  # never on a command line
 
 
 class ContainerRuntimeError(ShardlineError):
@@ -112,18 +113,52 @@ def network_for(environ: Mapping[str, str]) -> str | None:
     return JOB_NETWORK if endpoint and urlsplit(endpoint).hostname in LOOPBACK_HOSTS else None
 
 
+ICC_OPTION = "com.docker.network.bridge.enable_icc"
+_INSPECT = '{{.Internal}} {{index .Options "' + ICC_OPTION + '"}} {{(index .IPAM.Config 0).Gateway}}'
+
+
+def network_problem(inspected: str) -> str | None:
+    """What makes a network, as ``docker network inspect`` printed ``_INSPECT``, no box for the jobs: a route out
+    (not ``--internal``), traffic between containers (another job's), or no gateway (the proxy would listen on
+    every address of this machine). None when it is one."""
+    internal, icc, gateway = ([*inspected.split(), "", "", ""])[:3]
+    if internal != "true":
+        return "it is not internal (its containers have a route out)"
+    if icc != "false":
+        return "its containers can reach each other (another job's instances too): enable_icc is not false"
+    if not gateway or gateway in ("<no", "0.0.0.0"):
+        return "it has no gateway address for the jobs' endpoint to listen on"
+    return None
+
+
 def ensure_job_network() -> str:
-    """The internal network the jobs' containers join (created once); returns its gateway address."""
-    inspect = ["docker", "network", "inspect", JOB_NETWORK, "--format", "{{(index .IPAM.Config 0).Gateway}}"]
+    """The internal network the jobs' containers join (created once, with no traffic between containers: each
+    reaches only its job's endpoint at the gateway); returns its gateway address. A network of that name that is
+    no such box is made again, or refused while containers use it."""
+    inspect = ["docker", "network", "inspect", JOB_NETWORK, "--format", _INSPECT]
     found = subprocess.run(inspect, capture_output=True, text=True, check=False)
-    if found.returncode != 0:
+    problem = network_problem(found.stdout) if found.returncode == 0 else "absent"
+    if problem and problem != "absent":
+        removed = subprocess.run(["docker", "network", "rm", JOB_NETWORK], capture_output=True, text=True, check=False)
+        if removed.returncode != 0:
+            raise ContainerRuntimeError(
+                f"the jobs' network {JOB_NETWORK} is no box: {problem}, and it cannot be made again while in use "
+                f"({removed.stderr.strip()}). Stop what uses it, then `docker network rm {JOB_NETWORK}`"
+            )
+    if problem:
         created = subprocess.run(
-            ["docker", "network", "create", "--internal", JOB_NETWORK], capture_output=True, text=True, check=False
+            ["docker", "network", "create", "--internal", "-o", f"{ICC_OPTION}=false", JOB_NETWORK],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if created.returncode != 0 and "already exists" not in created.stderr:  # another job made it meanwhile
             raise ContainerRuntimeError(f"cannot create the jobs' network {JOB_NETWORK}: {created.stderr.strip()}")
         found = subprocess.run(inspect, capture_output=True, text=True, check=True)
-    return found.stdout.strip()
+    problem = network_problem(found.stdout)
+    if problem:
+        raise ContainerRuntimeError(f"the jobs' network {JOB_NETWORK} is no box: {problem}")
+    return found.stdout.split()[2]
 
 
 class Forwarder:
@@ -245,16 +280,41 @@ def container_command(
         "no-new-privileges",
         "--cap-drop",
         "ALL",
+        # Bounded as an instance is: its image read-only (what it writes goes to its own folders, /tmp among
+        # them, on this instance's directory), and a cap on processes and threads (a fork bomb stops there).
+        "--read-only",
+        "--pids-limit",
+        str(pids_limit()),
     ]
     for source, target, read_only in mounts:
         command += ["--mount", f"type=bind,source={source},target={target}" + (",readonly" if read_only else "")]
-    for name, value in {**environment, **request.get("Environment", {})}.items():
-        command += ["--env", f"{name}={value}"]
+    for name, value in _container_environment(request, environment).items():
+        # A credential goes by name (the docker CLI's environment holds it: ``cli_environment``), so that no
+        # secret is ever on a command line, which every user of this machine can read (``ps``).
+        command += ["--env", name if name in BY_NAME else f"{name}={value}"]
     return [
         *command,
         request["AppSpecification"]["ImageUri"],
         *request["AppSpecification"].get("ContainerArguments", []),
     ]
+
+
+def _container_environment(request: dict, environment: Mapping[str, str]) -> dict[str, str]:
+    # HOME on the instance's writable /tmp: the image's own home is read-only, and libraries keep caches there.
+    return {"HOME": contract.CONTAINER_TMP, **environment, **request.get("Environment", {})}
+
+
+def pids_limit() -> int:
+    """The cap on an instance's processes and threads: room for a pool process and its threads per core, and
+    for the library threads each starts (OpenMP, BLAS), far below what a fork bomb reaches."""
+    return 4096 + 256 * (os.cpu_count() or 1)
+
+
+def cli_environment(request: dict, environment: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+    """The docker CLI's own environment for ``container_command``: ``base`` (how to reach the engine) and the
+    values of the variables the command passes by name."""
+    merged = _container_environment(request, environment)
+    return {**base, **{name: merged[name] for name in BY_NAME if name in merged}}
 
 
 def instance_mounts(request: dict, instance_dir: Path, local_path) -> list[tuple[Path, str, bool]]:
@@ -269,6 +329,11 @@ def instance_mounts(request: dict, instance_dir: Path, local_path) -> list[tuple
     source.mkdir(parents=True, exist_ok=True)
     source.chmod(0o777)  # the image's user is not the supervisor's: SageMaker, too, hands it a writable volume
     mounts.append((source, contract.OUTPUT_DIR, False))
+    # The image is read-only: /tmp (the worker's scratch, HOME for library caches) is this instance's own folder.
+    tmp = instance_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    tmp.chmod(0o777)
+    mounts.append((tmp, contract.CONTAINER_TMP, False))
     return mounts
 
 

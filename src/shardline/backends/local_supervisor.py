@@ -226,7 +226,8 @@ def start_instances(
             command = local_container.container_command(
                 request, instance_dir, host, environment=container_env, network=network, mounts=mounts
             )
-            env = job_environment(os.environ)  # the docker CLI's own: how to reach the engine
+            # The docker CLI's own (how to reach the engine), and the credentials the command passes by name.
+            env = local_container.cli_environment(request, container_env, job_environment(os.environ))
         else:
             command, env = worker_command(request, instance_dir, host), worker_environment(request, instance_dir)
             if proxy:
