@@ -9,6 +9,7 @@ job's request.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -67,3 +68,30 @@ def deal(entries: Sequence[T], instances: int) -> list[list[T]]:
 def is_reserved(relative_key: str) -> bool:
     """Names that are never inputs: our own bookkeeping (``_shardline/``), ``_SUCCESS`` markers, hidden files."""
     return any(part.startswith(("_", ".")) for part in relative_key.split("/"))
+
+
+# -- an instance type's size --------------------------------------------------------------------------------
+
+_SIZE = re.compile(r"^ml\.(?P<family>[a-z]+)[0-9][a-z0-9-]*\.(?:(?P<n>\d*)xlarge|(?P<word>medium|large))$")
+# GiB of memory per vCPU, by family letter(s): c compute, m general, r memory, t burstable, g and p GPU, x large
+# memory. What SageMaker's instances have (a few sizes differ a little: this is a bound for an emulated one).
+_GIB_PER_VCPU = {"c": 2.0, "m": 4.0, "r": 8.0, "t": 4.0, "g": 4.0, "p": 7.5, "x": 16.0, "inf": 2.0, "trn": 4.0}
+
+
+def instance_vcpus(instance_type: str) -> int | None:
+    """The vCPUs of a SageMaker instance type, from its size (large: 2, xlarge: 4, Nxlarge: 4N, medium: 2); None
+    when it is no instance type (ml.FAMILY.SIZE)."""
+    match = _SIZE.match(instance_type)
+    if match is None:
+        return None
+    if match.group("word"):
+        return 2
+    return 4 * int(match.group("n") or 1)
+
+
+def instance_memory_gib(instance_type: str) -> float | None:
+    """The memory of a SageMaker instance type, about (its vCPUs times its family's GiB per vCPU)."""
+    match, vcpus = _SIZE.match(instance_type), instance_vcpus(instance_type)
+    if match is None or vcpus is None:
+        return None
+    return vcpus * _GIB_PER_VCPU.get(match.group("family"), 4.0)

@@ -6,6 +6,7 @@ That the image really runs these commands, and scores as the host does, is ``mak
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from pathlib import Path
@@ -18,6 +19,7 @@ from shardline.backends.local_supervisor import local_path
 
 REQUEST = {
     "ProcessingJobName": "sl-p-score-abc-a1",
+    "ProcessingResources": {"ClusterConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1}},
     "AppSpecification": {"ImageUri": "shardline-worker:local", "ContainerArguments": ["--exit-zero-on-file-failures"]},
     "Environment": {"SHARDLINE_LEDGER_TABLE": "t", "AWS_REGION": "eu-west-1"},
     "ProcessingInputs": [
@@ -56,6 +58,7 @@ def test_an_instance_runs_the_requests_image_arguments_environment_and_paths(tmp
     # Bounded as an instance: a read-only image (its /tmp this instance's own folder), a cap on processes.
     assert "--read-only" in command and int(command[command.index("--pids-limit") + 1]) >= 4096
     assert f"source={instance / 'tmp'}" in binds[contract.CONTAINER_TMP]
+    assert "--cpus" in command and "--memory" in command
     read_only = (contract.DATA_DIR, contract.MODEL_DIR, contract.RESOURCE_CONFIG)
     assert all(binds[path].endswith(",readonly") for path in read_only)
     assert not binds[contract.OUTPUT_DIR].endswith(",readonly")
@@ -228,3 +231,17 @@ def test_the_jobs_network_is_a_box_or_refused(inspected, problem):
     gateway for the job's endpoint to listen on (an empty one would listen on every address of this machine)."""
     found = local_container.network_problem(inspected)
     assert (found is None) if problem is None else (problem in found), found
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "vcpus", "gib"),
+    [("ml.m5.xlarge", 4, 16), ("ml.c5.2xlarge", 8, 16), ("ml.r5.large", 2, 16), ("ml.g4dn.xlarge", 4, 16)],
+)
+def test_an_instance_is_sized_as_its_type_and_never_above_this_machine(instance_type, vcpus, gib):
+    limits = local_container.size_limits(instance_type)
+    cpus, memory = float(limits[limits.index("--cpus") + 1]), int(limits[limits.index("--memory") + 1])
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert cpus == min(vcpus, os.cpu_count())
+    assert memory == min(gib << 30, machine)
+    assert limits[limits.index("--memory-swap") + 1] == str(memory)  # no swap beyond it
+    assert local_container.size_limits("not-a-type") == []

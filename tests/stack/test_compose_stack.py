@@ -23,14 +23,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import synthetic
+from shardline.local.embedded_aws import free_port
 from tests.stack.engine import REPO, STATE
 from tests.ui.conftest import browser, screenshot  # noqa: F401 - fixtures: headless Chromium, screenshots
 from tests.ui.test_oncall_page import _click, _css, _log_in, _open_from_airflow_nav, _text, _wait
 
 PROJECT = "shardline-stack"
 PIPELINE = "tabular_scoring_hourly"
-UI = "http://127.0.0.1:8080"
-AWS = "http://127.0.0.1:5000"
 UP_TIMEOUT = 600
 
 
@@ -42,6 +41,11 @@ class Stack:
     username: str
     password: str
     env: dict[str, str]
+
+    @property
+    def aws(self) -> str:
+        """The embedded AWS endpoint as the host reaches it (compose publishes it on ``AWS_PORT``)."""
+        return f"http://127.0.0.1:{self.env['AWS_PORT']}"
 
     def compose(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
         command = [
@@ -92,6 +96,10 @@ def _env_file() -> dict[str, str]:
     STATE.mkdir(parents=True, exist_ok=True)
     path = STATE / "compose.env"
     assert make_env.main(["--output", str(path), "--force"]) == 0
+    # Free ports on this machine, not 8080 and 5000: a developer's own Airflow often holds 8080 already, and its
+    # login would answer the test's (AIRFLOW_PORT and AWS_PORT move what compose publishes).
+    with path.open("a") as env:
+        env.write(f"AIRFLOW_PORT={free_port()}\nAWS_PORT={free_port()}\n")
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#")
 
 
@@ -112,7 +120,8 @@ def _leftovers() -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def stack(figures):
     env = _env_file()
-    up = Stack(UI, env["AIRFLOW_ADMIN_USERNAME"], env["AIRFLOW_ADMIN_PASSWORD"], env)
+    ui = f"http://127.0.0.1:{env['AIRFLOW_PORT']}"
+    up = Stack(ui, env["AIRFLOW_ADMIN_USERNAME"], env["AIRFLOW_ADMIN_PASSWORD"], env)
     up.compose("down", "-v", "--remove-orphans", check=False)  # what an interrupted run left
     started = time.monotonic()
     up.compose("up", "-d", "--no-build", "--wait", "--wait-timeout", str(UP_TIMEOUT), timeout=UP_TIMEOUT + 60)
@@ -167,8 +176,8 @@ def test_every_service_is_healthy_and_the_ui_answers(stack):
     }
     assert long_running <= set(services), services
     assert all(services[name] == "running healthy" for name in long_running), services
-    assert httpx.get(f"{UI}/api/v2/monitor/health", timeout=30).json()["metadatabase"]["status"] == "healthy"
-    assert httpx.get(f"{UI}/", timeout=30, follow_redirects=True).status_code == 200
+    assert httpx.get(f"{stack.url}/api/v2/monitor/health", timeout=30).json()["metadatabase"]["status"] == "healthy"
+    assert httpx.get(f"{stack.url}/", timeout=30, follow_redirects=True).status_code == 200
 
 
 def test_the_hourly_dag_runs_green_through_the_rest_api(stack, figures):
@@ -192,7 +201,7 @@ def test_the_hourly_dag_runs_green_through_the_rest_api(stack, figures):
         figures(dag_run_green_s=round(time.monotonic() - started, 1))
     s3 = boto3.client(
         "s3",
-        endpoint_url=AWS,
+        endpoint_url=stack.aws,
         region_name="us-east-1",
         aws_access_key_id="shardline-local",
         aws_secret_access_key="shardline-local",
@@ -230,7 +239,7 @@ def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_g
     assert seeded.returncode == 0, seeded.stderr
     s3 = boto3.client(
         "s3",
-        endpoint_url=AWS,
+        endpoint_url=stack.aws,
         region_name="us-east-1",
         aws_access_key_id="shardline-local",
         aws_secret_access_key="shardline-local",

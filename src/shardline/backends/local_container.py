@@ -285,6 +285,7 @@ def container_command(
         "--read-only",
         "--pids-limit",
         str(pids_limit()),
+        *size_limits(request["ProcessingResources"]["ClusterConfig"]["InstanceType"]),
     ]
     for source, target, read_only in mounts:
         command += ["--mount", f"type=bind,source={source},target={target}" + (",readonly" if read_only else "")]
@@ -302,6 +303,19 @@ def container_command(
 def _container_environment(request: dict, environment: Mapping[str, str]) -> dict[str, str]:
     # HOME on the instance's writable /tmp: the image's own home is read-only, and libraries keep caches there.
     return {"HOME": contract.CONTAINER_TMP, **environment, **request.get("Environment", {})}
+
+
+def size_limits(instance_type: str) -> list[str]:
+    """``--cpus`` and ``--memory`` of the instance type (no more than this machine has): a job sized for an
+    ml.m5.xlarge gets its 4 vCPUs and 16 GiB, as on SageMaker, and one that needs more fails here as it would
+    there, instead of taking the machine."""
+    vcpus, memory = contract.instance_vcpus(instance_type), contract.instance_memory_gib(instance_type)
+    if vcpus is None or memory is None:
+        return []
+    cpus = min(vcpus, os.cpu_count() or vcpus)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    limit = min(int(memory * (1 << 30)), total) if total else int(memory * (1 << 30))
+    return ["--cpus", str(cpus), "--memory", str(limit), "--memory-swap", str(limit)]
 
 
 def pids_limit() -> int:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import re
 
+from shardline import contract
 from shardline.errors import InvalidArgument
 
 # -- at submit ------------------------------------------------------------------------------------------
@@ -116,20 +116,15 @@ def is_capacity_failure(failure_reason: str | None) -> bool:
     return bool(failure_reason) and failure_reason.lstrip().startswith(CAPACITY_ERROR)
 
 
-_SIZE = re.compile(r"^ml\.[a-z0-9-]+\.(?:(?P<n>\d*)xlarge|(?P<word>medium|large))$")
-
-
 def vcpus(instance_type: str) -> int:
     """The vCPUs of a SageMaker instance type, from its size (large: 2, xlarge: 4, Nxlarge: 4N, medium: 2)."""
-    match = _SIZE.match(instance_type)
-    if match is None:
+    found = contract.instance_vcpus(instance_type)
+    if found is None:
         raise InvalidArgument(
             f"{instance_type!r} is not a SageMaker instance type (ml.FAMILY.SIZE, e.g. ml.c5.2xlarge): "
             "check resources.instance_type and resources.fallback_instance_types"
         )
-    if match.group("word"):
-        return 2
-    return 4 * int(match.group("n") or 1)
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
