@@ -47,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.output} exists; keeping it (use --force to replace it, which changes every secret)", file=sys.stderr
         )
         return 1
-    args.output.write_text(fill(EXAMPLE.read_text()))
-    args.output.chmod(0o600)
+    # Secrets: the file is 0600 from its first byte (a temp file created so), and renamed into place whole.
+    tmp = args.output.with_name(f".{args.output.name}.tmp-{os.getpid()}")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(fill(EXAMPLE.read_text()))
+    os.replace(tmp, args.output)
     print(f"wrote {args.output}")
     return 0
 

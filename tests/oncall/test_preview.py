@@ -335,3 +335,16 @@ def test_what_the_worker_left_for_the_caller_is_read_only_as_a_regular_file_of_i
     (tmp_path / "text.json").write_text("not json")
     assert read_written_json(tmp_path / "text.json") is None
     assert read_written_json(tmp_path / "absent.json") is None
+
+
+def test_a_preview_or_tune_as_a_process_gives_the_model_a_home_of_its_own(tmp_path, monkeypatch):
+    """As a process the model's code runs as the caller: its HOME is a fresh 0700 folder of the preview's, not
+    the caller's (with ~/.aws and the `shardline login` token). In the image, HOME is only the docker CLI's."""
+    from shardline.oncall.preview import worker_environment
+
+    monkeypatch.setenv("HOME", "/home/caller")
+    as_process = worker_environment(tmp_path, sandboxed=False)
+    assert as_process["HOME"] == str(tmp_path / "home")
+    assert (tmp_path / "home").stat().st_mode & 0o777 == 0o700
+    assert as_process["PYTHONUNBUFFERED"] == "1"
+    assert worker_environment(tmp_path, sandboxed=True)["HOME"] == "/home/caller"

@@ -199,8 +199,7 @@ def preview_step(
             str(report_path),
         ]
         command = in_sandbox(command, image, {root: contract.SAMPLE_DIR})
-        env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
-        env["PYTHONUNBUFFERED"] = "1"
+        env = worker_environment(root, sandboxed=image is not None)
         done = subprocess.run(
             command,
             env=env,
@@ -234,6 +233,19 @@ def sandbox_image(spec: PipelineSpec, step: StepSpec, model_version: str | None,
         return image if local_container.sandbox_for(image, bool(step.model.pin_for(model_version)), what) else None
     except local_container.ContainerRuntimeError as err:
         raise PreviewError(str(err)) from err
+
+
+def worker_environment(root: Path, *, sandboxed: bool) -> dict[str, str]:
+    """The environment of the worker a preview or tune runs: the caller's PATH, locale and Python. In the image
+    it is the docker CLI's (HOME holds its config); as a process the model's code gets a HOME of its own under
+    ``root``, so it finds no ``~/.aws``, no ``shardline login`` token and no other file of the caller's home."""
+    env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+    env["PYTHONUNBUFFERED"] = "1"
+    if not sandboxed:
+        home = root / "home"
+        home.mkdir(mode=0o700, exist_ok=True)
+        env["HOME"] = str(home)
+    return env
 
 
 def in_sandbox(command: list[str], image: str | None, folders: dict[Path, str]) -> list[str]:

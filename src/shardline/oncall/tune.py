@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
 import posixpath
 import subprocess
 import sys
@@ -26,7 +25,6 @@ from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import list_runs
 from shardline.oncall.errors import BadRequest, NotFound
 from shardline.oncall.preview import (
-    PASSED_ENV,
     PreviewError,
     fetch_model,
     fetch_sample,
@@ -34,6 +32,7 @@ from shardline.oncall.preview import (
     read_written_json,
     sandbox_image,
     step_uris,
+    worker_environment,
 )
 from shardline.orchestration import services, steps
 from shardline.planning.attempt import Attempt
@@ -126,7 +125,7 @@ def tune_step(
         keys = fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data_dir)
         command = _worker_command(root, step, model_version, rows, out_dir, extra_args)
         command = in_sandbox(command, image, {root: contract.SAMPLE_DIR, out_dir: contract.TUNE_OUT_DIR})
-        code, text, log = _run(command, root, echo)
+        code, text, log = _run(command, root, echo, worker_environment(root, sandboxed=image is not None))
     figures_path, plot_path = out_dir / "tune.json", out_dir / "tune.png"
     figures = read_written_json(figures_path) if code == 0 else None
     return TuneResult(
@@ -235,10 +234,10 @@ def _rows_of(path: Path) -> int:
     return max(0, lines - (1 if ".csv" in name else 0))
 
 
-def _run(command: list[str], cwd: Path, echo: Callable[[str], None] | None) -> tuple[int, str, str]:
+def _run(
+    command: list[str], cwd: Path, echo: Callable[[str], None] | None, env: dict[str, str]
+) -> tuple[int, str, str]:
     """Run the worker; hand each line of its log to ``echo`` as it comes; (exit code, stdout, log)."""
-    env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
-    env["PYTHONUNBUFFERED"] = "1"
     with (
         tempfile.TemporaryFile("w+") as out,
         subprocess.Popen(
