@@ -141,6 +141,17 @@ def test_login_never_takes_a_secret_from_the_command_line(tmp_path):
     assert not (tmp_path / "login.json").exists()
 
 
+def test_no_command_takes_an_airflow_token_on_its_command_line(tmp_path):
+    refused = run("--airflow-token", "eyJsecret", "runs")
+    assert refused.returncode == 2, refused.stderr
+    assert "--airflow-token-file" in refused.stderr and "ps" in refused.stderr
+    token = tmp_path / "token"
+    token.write_text("eyJfromafile\n")
+    # The token file is read (and the command then runs; with no Airflow there it says so, not a usage error).
+    taken = run("--airflow-token-file", str(token), "--dags-folder", str(REPO / "dags"), "runs", "--json")
+    assert taken.returncode != 2, taken.stderr
+
+
 @pytest.mark.parametrize(
     ("url", "warned"),
     [

@@ -3,7 +3,8 @@
 Where the CLI finds Airflow, first match wins, so the same command works against a laptop's
 ``airflow standalone`` and a production deployment:
 
-1. the ``--airflow-url`` and ``--airflow-token`` flags;
+1. the ``--airflow-url`` and ``--airflow-token-file`` flags (a file: a token on a command line is readable by
+   every user of the machine);
 2. the environment: ``SHARDLINE_AIRFLOW_URL`` with ``SHARDLINE_AIRFLOW_TOKEN`` (a bearer token), or
    with ``SHARDLINE_AIRFLOW_USERNAME`` and ``SHARDLINE_AIRFLOW_PASSWORD`` (exchanged for a token
    at ``POST /auth/token``, as Airflow's simple auth manager and others offer);

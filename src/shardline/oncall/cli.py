@@ -84,12 +84,28 @@ before launch:
     "--airflow-url", help="Airflow's API server (default: $SHARDLINE_AIRFLOW_URL, else the URL `shardline login` kept)"
 )
 @click.option(
-    "--airflow-token",
-    help="a bearer token for it (default: $SHARDLINE_AIRFLOW_TOKEN, else the one `shardline login` kept)",
+    "--airflow-token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="a file holding a bearer token for it (default: $SHARDLINE_AIRFLOW_TOKEN, else the one `shardline login` "
+    "kept); a file, never the token itself, since a command line is readable by every user of the machine",
 )
+@click.option("--airflow-token", hidden=True, help="refused: a token on the command line is visible to other users")
 @click.pass_context
-def shardline(ctx: click.Context, dags_folder: Path, airflow_url: str | None, airflow_token: str | None) -> None:
-    ctx.obj = Globals(dags_folder, airflow_url, airflow_token)
+def shardline(
+    ctx: click.Context,
+    dags_folder: Path,
+    airflow_url: str | None,
+    airflow_token_file: Path | None,
+    airflow_token: str | None,
+) -> None:
+    if airflow_token is not None:
+        raise click.BadParameter(
+            "a token on the command line is visible in ps and kept in shell history: put it in a file only you "
+            "can read and pass --airflow-token-file, or set SHARDLINE_AIRFLOW_TOKEN, or run `shardline login`",
+            param_hint="--airflow-token",
+        )
+    token = (airflow_token_file.read_text().strip() or None) if airflow_token_file else None
+    ctx.obj = Globals(dags_folder, airflow_url, token)
 
 
 def _command(name: str, short_help: str, description: str = "", *, with_json: bool = True):
