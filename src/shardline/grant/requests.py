@@ -99,12 +99,27 @@ def _subresource(query: list[tuple[str, str]]) -> str | None:
     return next(iter(names), None)
 
 
+def _canonical_path(path: str) -> tuple[str, str]:
+    """(bucket, key) of a path-style request target, refused unless the endpoint can read it only one way: an
+    absolute URI (its host could name another bucket), an encoded ``/`` in the bucket, or a key with an empty,
+    ``.`` or ``..`` segment (which a web framework may merge or resolve before S3 reads it) is unreadable."""
+    if not path.startswith("/"):
+        raise Unreadable("the request target is not a path (an absolute URI names its own host)")
+    raw_bucket, _, raw_key = urlsplit(path).path[1:].partition("/")
+    bucket, key = unquote(raw_bucket), unquote(raw_key)
+    if "%" in raw_bucket or "/" in bucket:
+        raise Unreadable(f"the bucket name {raw_bucket!r} is encoded")
+    segments = key.removesuffix("/").split("/") if key else []  # a trailing / names a folder: it is no segment
+    if any(segment in ("", ".", "..") for segment in segments):
+        raise Unreadable(f"the key {key!r} has an empty, . or .. segment")
+    return bucket, key
+
+
 def s3_requests(method: str, path: str, headers: Mapping[str, str], body: bytes) -> list[IamRequest]:
     """What IAM authorizes for one S3 request (path-style)."""
     split = urlsplit(path)
     query = parse_qsl(split.query, keep_blank_values=True)
-    bucket, _, raw_key = split.path.lstrip("/").partition("/")
-    bucket, key = unquote(bucket), unquote(raw_key)
+    bucket, key = _canonical_path(path)
     sub = _subresource(query)
     if not bucket:
         return [IamRequest("s3:ListAllMyBuckets", "*")]

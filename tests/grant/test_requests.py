@@ -1,0 +1,123 @@
+"""An S3 or DynamoDB HTTP request read as IAM authorizes it; what cannot be read one way only is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardline.grant.requests import Unreadable, requests_of
+
+SIGNED = {"authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/s3/aws4_request, SignedHeaders=host"}
+DYNAMO = {
+    "authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/eu-west-1/dynamodb/aws4_request",
+    "x-amz-target": "DynamoDB_20120810.TransactWriteItems",
+}
+
+
+def s3(method: str, path: str, headers: dict | None = None, body: bytes = b"") -> list[tuple[str, str, dict]]:
+    return [
+        (r.action, r.resource, r.context)
+        for r in requests_of(method, path, {**SIGNED, **(headers or {})}, body, "us-east-1")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "action", "resource"),
+    [
+        ("GET", "/b/out/part-0.parquet", "s3:GetObject", "arn:aws:s3:::b/out/part-0.parquet"),
+        ("HEAD", "/b/out/part-0.parquet?x-id=HeadObject", "s3:GetObject", "arn:aws:s3:::b/out/part-0.parquet"),
+        ("PUT", "/b/out/a%20b.parquet", "s3:PutObject", "arn:aws:s3:::b/out/a b.parquet"),
+        ("POST", "/b/out/big?uploads", "s3:PutObject", "arn:aws:s3:::b/out/big"),
+        ("PUT", "/b/out/big?partNumber=2&uploadId=u", "s3:PutObject", "arn:aws:s3:::b/out/big"),
+        ("POST", "/b/out/big?uploadId=u", "s3:PutObject", "arn:aws:s3:::b/out/big"),
+        ("DELETE", "/b/out/big?uploadId=u", "s3:AbortMultipartUpload", "arn:aws:s3:::b/out/big"),
+        ("DELETE", "/b/out/x", "s3:DeleteObject", "arn:aws:s3:::b/out/x"),
+        ("PUT", "/b/out/x?acl", "s3:PutObjectAcl", "arn:aws:s3:::b/out/x"),
+        ("GET", "/b?location", "s3:GetBucketLocation", "arn:aws:s3:::b"),
+        ("PUT", "/b", "s3:CreateBucket", "arn:aws:s3:::b"),
+        ("PUT", "/b?policy", "s3:PutBucketPolicy", "arn:aws:s3:::b"),
+        ("GET", "/", "s3:ListAllMyBuckets", "*"),
+    ],
+)
+def test_an_s3_request_is_the_action_iam_authorizes(method, path, action, resource):
+    ((found_action, found_resource, _),) = s3(method, path)
+    assert (found_action, found_resource) == (action, resource)
+
+
+def test_a_listing_carries_its_prefix_and_a_copy_reads_its_source():
+    assert s3("GET", "/b?list-type=2&prefix=in%2F2026%2F&delimiter=%2F") == [
+        ("s3:ListBucket", "arn:aws:s3:::b", {"s3:prefix": "in/2026/", "s3:delimiter": "/"})
+    ]
+    copied = s3("PUT", "/b/out/x", {"x-amz-copy-source": "/secrets/airflow.cfg"})
+    assert [(a, r) for a, r, _ in copied] == [
+        ("s3:PutObject", "arn:aws:s3:::b/out/x"),
+        ("s3:GetObject", "arn:aws:s3:::secrets/airflow.cfg"),
+    ]
+    deleted = s3(
+        "POST", "/b?delete", body=b"<Delete><Object><Key>in/a</Key></Object><Object><Key>in/b</Key></Object></Delete>"
+    )
+    assert [r for _, r, _ in deleted] == ["arn:aws:s3:::b/in/a", "arn:aws:s3:::b/in/b"]
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/b/out/dt=1/../../other/x", ". or .. segment"),
+        ("/b/out/./x", ". or .. segment"),
+        ("/b/out//x", "empty"),
+        ("/b%2Fout/x", "encoded"),
+        ("http://victim.localhost/b/out/x", "absolute URI"),
+        ("/b/out/x?uploadId=u&versionId=v", "several subresources"),
+        ("/moto-api/reset", "moto-api"),
+    ],
+)
+def test_a_request_the_endpoint_could_read_another_way_is_refused(path, reason):
+    with pytest.raises(Unreadable, match=reason):
+        s3("PUT", path)
+
+
+def test_only_signed_s3_and_dynamodb_requests_are_read():
+    with pytest.raises(Unreadable, match="Signature Version 4"):
+        requests_of("GET", "/b/k", {}, b"", "us-east-1")
+    sts = {"authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/sts/aws4_request"}
+    with pytest.raises(Unreadable, match="'sts'"):
+        requests_of("POST", "/", sts, b"", "us-east-1")
+    with pytest.raises(Unreadable, match="X-Amz-Target"):
+        requests_of("POST", "/", {**SIGNED, "x-amz-target": "AWSCognito.GetId"}, b"{}", "us-east-1")
+
+
+def test_a_transaction_is_authorized_item_by_item_in_the_signed_region():
+    body = {
+        "TransactItems": [
+            {
+                "ConditionCheck": {
+                    "TableName": "t",
+                    "Key": {"pk": {"S": "RUN#p#r"}, "sk": {"S": "STEP#s"}},
+                    "ConditionExpression": "#a = :a",
+                    "ExpressionAttributeNames": {"#a": "oat"},
+                }
+            },
+            {
+                "Update": {
+                    "TableName": "t",
+                    "Key": {"pk": {"S": "RUN#p#r"}, "sk": {"S": "SHARD#s#1#algo-1"}},
+                    "UpdateExpression": "SET #s = :s",
+                    "ExpressionAttributeNames": {"#s": "st"},
+                }
+            },
+        ]
+    }
+    found = requests_of("POST", "/", DYNAMO, json.dumps(body).encode(), "us-east-1")
+    assert [(r.action, r.resource) for r in found] == [
+        ("dynamodb:ConditionCheckItem", "arn:aws:dynamodb:eu-west-1:123456789012:table/t"),
+        ("dynamodb:UpdateItem", "arn:aws:dynamodb:eu-west-1:123456789012:table/t"),
+    ]
+    assert found[1].context == {"dynamodb:Attributes": ["pk", "sk", "st"], "dynamodb:LeadingKeys": ["RUN#p#r"]}
+
+
+def test_an_attribute_named_outside_its_placeholders_is_refused():
+    body = {"TableName": "t", "Key": {"pk": {"S": "RUN#p#r"}, "sk": {"S": "RUN"}}, "UpdateExpression": "SET msg = :m"}
+    headers = {**DYNAMO, "x-amz-target": "DynamoDB_20120810.UpdateItem"}
+    with pytest.raises(Unreadable, match="without a placeholder"):
+        requests_of("POST", "/", headers, json.dumps(body).encode(), "us-east-1")
