@@ -787,7 +787,10 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
     from shardline.ledger import create_ledger_table
     from shardline.local.embedded_aws import apply_env, embedded_aws
 
-    print("\nuploads: per-file uploads to the embedded endpoint vs local files only (both write the ledger)")
+    print(
+        "\nuploads: per-file uploads to the embedded endpoint vs local files only (both write the ledger), and "
+        "uploads through the job's grant proxy, as a local job makes them"
+    )
     rows = []
     with embedded_aws(scratch / "moto.log") as aws:
         import boto3
@@ -796,15 +799,19 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
         table, bucket = f"bench-{uuid.uuid4().hex[:8]}", f"bench-uploads-{uuid.uuid4().hex[:8]}"
         create_ledger_table(table, "us-east-1", aws["AWS_ENDPOINT_URL"])
         boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=bucket)
-        measured: dict[str, dict[str, list[float]]] = {k: {"local": [], "uploads": []} for k in kinds}
+        modes = ("local", "uploads", "grant")
+        measured: dict[str, dict[str, list[float]]] = {k: {m: [] for m in modes} for k in kinds}
         for round_no in range(1, rounds + 1):
             for kind in kinds:
-                # ABBA: the order flips every round, so a machine that speeds up or slows down over the run (a
-                # neighbour's load, a cache warming) weighs on both modes alike.
-                for mode in ("local", "uploads") if round_no % 2 else ("uploads", "local"):
+                # The order rotates every round, so a machine that speeds up or slows down over the run (a
+                # neighbour's load, a cache warming) weighs on every mode alike.
+                for mode in modes[round_no % 3 :] + modes[: round_no % 3]:
                     run_id = f"{kind}-{mode}-{round_no}"
+                    proxy = _grant_proxy(aws, table, bucket, run_id) if mode == "grant" else None
+                    endpoint = {"AWS_ENDPOINT_URL": proxy.url} if proxy else {}
                     env = {
                         **aws,
+                        **endpoint,
                         "SHARDLINE_LEDGER_TABLE": table,
                         "SHARDLINE_PIPELINE": "bench",
                         "SHARDLINE_RUN_ID": run_id,
@@ -814,12 +821,18 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
                         # Without an s3:// output URI the worker keeps its outputs as local files.
                         "SHARDLINE_OUTPUT_URI": f"s3://{bucket}/out/{run_id}" if mode == "uploads" else "",
                     }
-                    r = run_one("shardline", kind, models[kind], data, scratch, env=env)
+                    try:
+                        r = run_one("shardline", kind, models[kind], data, scratch, env=env)
+                    finally:
+                        if proxy:
+                            proxy.__exit__(None, None, None)
                     measured[kind][mode].append(r["rate"])
                     print(f"  round {round_no} {kind:8s} {mode:8s} {fmt_rate(r['rate']):>7s} rows/s", flush=True)
         for kind in kinds:
             local = statistics.median(measured[kind]["local"])
             uploads = statistics.median(measured[kind]["uploads"])
+            granted = statistics.median(measured[kind]["grant"])
+            through = sorted(g / u for g, u in zip(measured[kind]["grant"], measured[kind]["uploads"], strict=True))
             # Each round's two runs ran back to back: their ratio cancels what the machine did meanwhile.
             paired = sorted(u / lo for u, lo in zip(measured[kind]["uploads"], measured[kind]["local"], strict=True))
             rows.append(
@@ -830,6 +843,8 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
                     "ratio": round(uploads / local, 3),
                     "paired_ratio_median": round(statistics.median(paired), 3),
                     "paired_ratios": [round(r, 3) for r in paired],
+                    "grant_rows_per_s": round(granted),
+                    "grant_vs_uploads_paired_median": round(statistics.median(through), 3),
                 }
             )
             print(
@@ -837,7 +852,23 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
                 f"{fmt_rate(uploads)} rows/s: {uploads / local:.2f}x (median of {rounds}); round by round "
                 f"{statistics.median(paired):.2f}x (median; {paired[0]:.2f}-{paired[-1]:.2f})"
             )
+            print(
+                f"uploads: {kind} through the job's grant proxy {fmt_rate(granted)} rows/s: round by round "
+                f"{statistics.median(through):.2f}x the direct uploads (median; {through[0]:.2f}-{through[-1]:.2f})"
+            )
     return rows
+
+
+def _grant_proxy(aws: dict, table: str, bucket: str, run_id: str):
+    """The grant proxy a local job's instances reach AWS through, for one bench run (started)."""
+    from shardline.grant.job import JobGrant, JobScope
+    from shardline.grant.proxy import GrantProxy
+
+    scope = JobScope(
+        "bench", table, "us-east-1", f"s3://{bucket}/in", f"s3://{bucket}/model/m.tar.gz", f"s3://{bucket}/out/{run_id}"
+    )
+    upstream = aws["AWS_ENDPOINT_URL"]
+    return GrantProxy(JobGrant.of(scope), {"s3": upstream, "dynamodb": upstream}).__enter__()
 
 
 def memory_run(out: Path, models, kinds, scratch: Path, rows: int) -> list[dict]:
