@@ -182,3 +182,70 @@ def test_an_unsigned_request_is_refused(job):
     answer = httpx.get(f"{job['proxy'].url}/{job['data']}/events/dt=1/part-0.csv", timeout=30)
     assert answer.status_code == 403 and b"Signature Version 4" in answer.content
     assert json.dumps(job["refusals"]).count("refused") == 1
+
+
+def _raw(proxy_url: str, request: bytes) -> bytes:
+    """One request, byte for byte as a hostile client may write it; the proxy's answer."""
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(proxy_url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+SIG = "Signature=00"
+
+
+def test_a_request_the_endpoint_would_read_another_way_than_the_check_is_refused(job):
+    """Found by review: each of these got moto to do what the grant refuses, before the proxy read requests
+    only one way. After: refused, and nothing written."""
+    data, secrets = job["data"], job["secrets"]
+    update = json.dumps(
+        {
+            "TableName": job["table"],
+            "Key": {"pk": {"S": f"RUN#{PIPELINE}#{RUN}"}, "sk": {"S": "FILE#x"}},
+            "UpdateExpression": "SET #s = :v",
+            "ExpressionAttributeNames": {"#s": "st"},
+            "ExpressionAttributeValues": {":v": {"S": "X"}},
+        }
+    ).encode()
+    s3_auth = (
+        f"Authorization: AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/s3/aws4_request, SignedHeaders=host, {SIG}"
+    )
+    ddb_auth = s3_auth.replace("/s3/", "/dynamodb/")
+    attempts = {
+        # a DynamoDB body under an S3 signature: moto's POST upload, writing the body at ?key=
+        "service confusion": (
+            f"POST /{data}?key=scores/daily_churn/dt=1/_SUCCESS HTTP/1.1\r\nHost: x\r\n"
+            f"X-Amz-Target: DynamoDB_20120810.UpdateItem\r\n{s3_auth}\r\nContent-Length: {len(update)}\r\n\r\n"
+        ).encode()
+        + update,
+        "the emulator's API, percent-encoded": (
+            f"POST /%6Doto-api/reset HTTP/1.1\r\nHost: x\r\nX-Amz-Target: DynamoDB_20120810.UpdateItem\r\n"
+            f"{ddb_auth}\r\nContent-Length: {len(update)}\r\n\r\n"
+        ).encode()
+        + update,
+        # moto reads the first of two copy sources, the check the last
+        "a repeated copy source": (
+            f"PUT /{data}/scores/daily_churn/dt=1/stolen HTTP/1.1\r\nHost: x\r\n{s3_auth}\r\n"
+            f"x-amz-copy-source: {secrets}/airflow.cfg\r\nx-amz-copy-source: {data}/events/dt=1/part-0.csv\r\n"
+            "Content-Length: 0\r\n\r\n"
+        ).encode(),
+        "a length that is no length": (
+            f"PUT /{data}/scores/daily_churn/dt=1/x HTTP/1.1\r\nHost: x\r\n{s3_auth}\r\nContent-Length: -1\r\n\r\n"
+        ).encode(),
+    }
+    for name, request in attempts.items():
+        answer = _raw(job["proxy"].url, request)
+        status = int(answer.split(b" ", 2)[1])
+        assert status in (400, 403), (name, answer[:300])
+    keys = [o["Key"] for o in job["direct"].list_objects_v2(Bucket=data)["Contents"]]
+    assert not [k for k in keys if k.endswith(("_SUCCESS", "stolen", "/x"))], keys
+    assert data in [b["Name"] for b in job["direct"].list_buckets()["Buckets"]]  # nothing was reset
+    assert len(job["refusals"]) == len(attempts), job["refusals"]

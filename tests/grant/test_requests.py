@@ -8,18 +8,16 @@ import pytest
 
 from shardline.grant.requests import Unreadable, requests_of
 
-SIGNED = {"authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/s3/aws4_request, SignedHeaders=host"}
+SIGNATURE = ", SignedHeaders=host;x-amz-date, Signature=0f1e"
+SIGNED = {"authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/s3/aws4_request" + SIGNATURE}
 DYNAMO = {
-    "authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/eu-west-1/dynamodb/aws4_request",
+    "authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/eu-west-1/dynamodb/aws4_request" + SIGNATURE,
     "x-amz-target": "DynamoDB_20120810.TransactWriteItems",
 }
 
 
 def s3(method: str, path: str, headers: dict | None = None, body: bytes = b"") -> list[tuple[str, str, dict]]:
-    return [
-        (r.action, r.resource, r.context)
-        for r in requests_of(method, path, {**SIGNED, **(headers or {})}, body, "us-east-1")
-    ]
+    return [(r.action, r.resource, r.context) for r in requests_of(method, path, {**SIGNED, **(headers or {})}, body)]
 
 
 @pytest.mark.parametrize(
@@ -79,12 +77,12 @@ def test_a_request_the_endpoint_could_read_another_way_is_refused(path, reason):
 
 def test_only_signed_s3_and_dynamodb_requests_are_read():
     with pytest.raises(Unreadable, match="Signature Version 4"):
-        requests_of("GET", "/b/k", {}, b"", "us-east-1")
-    sts = {"authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/sts/aws4_request"}
+        requests_of("GET", "/b/k", {}, b"")
+    sts = {"authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/sts/aws4_request" + SIGNATURE}
     with pytest.raises(Unreadable, match="'sts'"):
-        requests_of("POST", "/", sts, b"", "us-east-1")
+        requests_of("POST", "/", sts, b"")
     with pytest.raises(Unreadable, match="X-Amz-Target"):
-        requests_of("POST", "/", {**SIGNED, "x-amz-target": "AWSCognito.GetId"}, b"{}", "us-east-1")
+        requests_of("POST", "/", {**DYNAMO, "x-amz-target": "AWSCognito.GetId"}, b"{}")
 
 
 def test_a_transaction_is_authorized_item_by_item_in_the_signed_region():
@@ -108,7 +106,7 @@ def test_a_transaction_is_authorized_item_by_item_in_the_signed_region():
             },
         ]
     }
-    found = requests_of("POST", "/", DYNAMO, json.dumps(body).encode(), "us-east-1")
+    found = requests_of("POST", "/", DYNAMO, json.dumps(body).encode())
     assert [(r.action, r.resource) for r in found] == [
         ("dynamodb:ConditionCheckItem", "arn:aws:dynamodb:eu-west-1:123456789012:table/t"),
         ("dynamodb:UpdateItem", "arn:aws:dynamodb:eu-west-1:123456789012:table/t"),
@@ -120,4 +118,44 @@ def test_an_attribute_named_outside_its_placeholders_is_refused():
     body = {"TableName": "t", "Key": {"pk": {"S": "RUN#p#r"}, "sk": {"S": "RUN"}}, "UpdateExpression": "SET msg = :m"}
     headers = {**DYNAMO, "x-amz-target": "DynamoDB_20120810.UpdateItem"}
     with pytest.raises(Unreadable, match="without a placeholder"):
-        requests_of("POST", "/", headers, json.dumps(body).encode(), "us-east-1")
+        requests_of("POST", "/", headers, json.dumps(body).encode())
+
+
+UPDATE = json.dumps(
+    {
+        "TableName": "t",
+        "Key": {"pk": {"S": "RUN#p#r"}, "sk": {"S": "FILE#x"}},
+        "UpdateExpression": "SET #s = :v",
+        "ExpressionAttributeNames": {"#s": "st"},
+    }
+).encode()
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "reason"),
+    [
+        # The endpoint routes by the signature's scope: a DynamoDB body under an S3 signature is S3's POST upload.
+        ("/data?key=out/_SUCCESS", {**SIGNED, "x-amz-target": "DynamoDB_20120810.UpdateItem"}, "with a 's3' signature"),
+        ("/data?key=out/_SUCCESS", {**DYNAMO, "x-amz-target": "DynamoDB_20120810.UpdateItem"}, "to / itself"),
+        ("/%6Doto-api/reset", {**DYNAMO, "x-amz-target": "DynamoDB_20120810.UpdateItem"}, "moto-api"),
+        (
+            "/",
+            {
+                "authorization": "AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/iam/aws4_request, "
+                "Credential=AK/20261128/us-east-1/dynamodb/aws4_request" + SIGNATURE,
+                "x-amz-target": "DynamoDB_20120810.UpdateItem",
+            },
+            "one AWS Signature Version 4 credential",
+        ),
+    ],
+)
+def test_a_call_the_endpoint_would_route_elsewhere_is_refused(path, headers, reason):
+    with pytest.raises(Unreadable, match=reason):
+        requests_of("POST", path, headers, UPDATE)
+
+
+def test_a_whole_item_back_on_a_failed_condition_is_refused():
+    body = {**json.loads(UPDATE), "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+    headers = {**DYNAMO, "x-amz-target": "DynamoDB_20120810.UpdateItem"}
+    with pytest.raises(Unreadable, match="whole item"):
+        requests_of("POST", "/", headers, json.dumps(body).encode())

@@ -15,6 +15,7 @@ import http.client
 import http.server
 import json
 import logging
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -99,15 +100,15 @@ class GrantProxy:
         """The service to send the request on to; :class:`Refused` when the grant does not allow it."""
         try:
             service, _ = service_of(path, headers)
-            found = requests_of(method, path, headers, body or b"", self.grant.scope.region)
+            found = requests_of(method, path, headers, body or b"")
         except Unreadable as err:
-            raise self._refuse("s3" if "x-amz-target" not in headers else "dynamodb", str(err)) from None
+            raise self.refuse("s3" if "x-amz-target" not in headers else "dynamodb", str(err)) from None
         denied = [r for r in found if not self.grant.allows(r)]
         if denied:
-            raise self._refuse(service, _not_authorized(denied[0]))
+            raise self.refuse(service, _not_authorized(denied[0]))
         return service
 
-    def _refuse(self, service: str, reason: str) -> Refused:
+    def refuse(self, service: str, reason: str) -> Refused:
         with self._lock:
             self.refusals += 1
         self.on_refusal(f"refused (the job role's grant): {reason}")
@@ -120,6 +121,29 @@ def _not_authorized(request: IamRequest) -> str:
         "because no statement of the job role (the CloudFormation template's SageMakerExecutionRole, enforced "
         "here as on AWS) allows it"
     )
+
+
+class _Unframed(Exception):
+    """A request whose headers or framing can be read more than one way."""
+
+
+def _framing(message) -> tuple[dict[str, str], bool, int]:
+    """(headers by lower-case name, chunked, Content-Length) of a request; :class:`_Unframed` when a header is
+    repeated (the endpoint may read another of its values than the check did) or the length is no plain number."""
+    names = [name.lower() for name in message]  # a Message iterates over every header, repeats too
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise _Unframed(f"the header(s) {', '.join(repeated)} given more than once")
+    headers = {k.lower(): v for k, v in message.items()}
+    encoding = headers.get("transfer-encoding", "").strip().lower()
+    if encoding not in ("", "chunked"):
+        raise _Unframed(f"a Transfer-Encoding {encoding!r} the proxy does not read")
+    declared = headers.get("content-length", "0").strip() or "0"
+    if not declared.isdigit() or not declared.isascii():
+        raise _Unframed(f"a Content-Length {declared[:20]!r} that is no length")
+    if encoding and "content-length" in headers:
+        raise _Unframed("both a Content-Length and a Transfer-Encoding")
+    return headers, encoding == "chunked", int(declared)
 
 
 def _needs_body(method: str, path: str, headers: dict[str, str]) -> bool:
@@ -150,13 +174,23 @@ class _GrantHandler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _relay(self) -> None:
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = int(headers.get("content-length") or 0)
-        body = None
-        if _needs_body(self.command, self.path, headers):
-            body = self._read_chunked() if chunked else self.rfile.read(min(length, SMALL_BODY_LIMIT))
-            chunked, length = False, len(body)
+        try:
+            headers, chunked, length = _framing(self.headers)
+            body = None
+            if _needs_body(self.command, self.path, headers):
+                body = self._read_chunked() if chunked else self._read(length)
+                chunked, length = False, len(body)
+        except _Unframed as err:
+            # The request cannot be read one way only (a repeated header, a length that is no length): refused, and
+            # the connection closed, since where its body ends is not known.
+            self.close_connection = True
+            self.proxy.refuse("s3", str(err))
+            self._answer(
+                400,
+                f"<Error><Code>BadRequest</Code><Message>{escape(str(err))}</Message></Error>".encode(),
+                {"Content-Type": "application/xml", "Connection": "close"},
+            )
+            return
         try:
             service = self.proxy.check(self.command, self.path, headers, body)
         except Refused as refused:
@@ -235,10 +269,21 @@ class _GrantHandler(http.server.BaseHTTPRequestHandler):
             upstream.send(data)
             left -= len(data)
 
-    def _chunks(self):
+    def _read(self, length: int) -> bytes:
+        if length > SMALL_BODY_LIMIT:
+            raise _Unframed(f"a body of {length} bytes, larger than any this call takes")
+        return self.rfile.read(length)
+
+    def _chunks(self, limit: int | None = None):
+        total = 0
         while True:
-            size_line = self.rfile.readline(1024)
-            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            size_text = self.rfile.readline(1024).split(b";", 1)[0].strip()
+            if not re.fullmatch(rb"[0-9A-Fa-f]{1,16}", size_text):
+                raise _Unframed(f"a chunk size {size_text[:20]!r} that is no hexadecimal length")
+            size = int(size_text, 16)
+            total += size
+            if limit is not None and total > limit:
+                raise _Unframed(f"a body of more than {limit} bytes, larger than any this call takes")
             if size == 0:
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                     pass  # trailers
@@ -248,7 +293,7 @@ class _GrantHandler(http.server.BaseHTTPRequestHandler):
             yield data
 
     def _read_chunked(self) -> bytes:
-        return b"".join(self._chunks())
+        return b"".join(self._chunks(SMALL_BODY_LIMIT))
 
     def _copy_chunked(self, upstream: http.client.HTTPConnection) -> None:
         for data in self._chunks():

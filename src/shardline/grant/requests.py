@@ -27,26 +27,41 @@ class Unreadable(Exception):
 # -- which service ------------------------------------------------------------------------------------------
 
 
-def service_of(path: str, headers: Mapping[str, str]) -> tuple[str, str | None]:
-    """(``s3`` or ``dynamodb``, the region the request is signed for), from its target header and its signature's
-    credential scope."""
-    if urlsplit(path).path.startswith("/moto-api"):
+# The one Authorization a request may carry: SigV4, one credential, its scope (date, region, service) plain.
+_AUTHORIZATION = re.compile(
+    r"AWS4-HMAC-SHA256 Credential=[A-Za-z0-9_.-]+/\d{8}/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request,"
+    r" ?SignedHeaders=[a-z0-9;-]+, ?Signature=[0-9a-f]+"
+)
+_PRESIGNED = re.compile(r"[A-Za-z0-9_.-]+/\d{8}/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request")
+
+
+def service_of(path: str, headers: Mapping[str, str]) -> tuple[str, str]:
+    """(``s3`` or ``dynamodb``, the region the request is signed for). The endpoint routes a request by its
+    signature's scope, so the scope must be exactly one, well formed, and agree with the target header; a
+    DynamoDB call must be a POST to ``/`` itself. Anything else is unreadable."""
+    if "/moto-api" in unquote(urlsplit(path).path):
         raise Unreadable("the emulator's own API (/moto-api/) is not AWS: no job may call it")
-    scope = re.search(r"Credential=[^/,\s]+/\d{8}/([^/]+)/([^/]+)/aws4_request", headers.get("authorization", ""))
-    if scope is None:
-        query = dict(parse_qsl(urlsplit(path).query))
-        scope = re.fullmatch(r"[^/]+/\d{8}/([^/]+)/([^/]+)/aws4_request", query.get("X-Amz-Credential", ""))
-    region = scope.group(1) if scope else None
-    target = headers.get("x-amz-target", "")
-    if target:
-        if target.startswith(DYNAMODB_TARGET):
-            return "dynamodb", region
-        raise Unreadable(f"the service of X-Amz-Target {target!r} is not one a job reaches (S3, DynamoDB)")
+    authorization = headers.get("authorization")
+    query = dict(parse_qsl(urlsplit(path).query, keep_blank_values=True))
+    if authorization is not None:
+        scope = _AUTHORIZATION.fullmatch(authorization.strip())
+        if scope is None or "X-Amz-Credential" in query:
+            raise Unreadable("the request's Authorization is not one AWS Signature Version 4 credential")
+    else:
+        scope = _PRESIGNED.fullmatch(query.get("X-Amz-Credential", ""))
     if scope is None:
         raise Unreadable("the request is not signed with AWS Signature Version 4")
-    if scope.group(2) != "s3":
-        raise Unreadable(f"the service {scope.group(2)!r} is not one a job reaches (S3, DynamoDB)")
-    return "s3", region
+    service = scope.group("service")
+    target = headers.get("x-amz-target")
+    if target is not None:
+        if service != "dynamodb" or not target.startswith(DYNAMODB_TARGET):
+            raise Unreadable(f"X-Amz-Target {target!r} with a {service!r} signature is no call a job makes")
+        if path != "/":
+            raise Unreadable("a DynamoDB call is made to / itself, with no query")
+        return "dynamodb", scope.group("region")
+    if service != "s3":
+        raise Unreadable(f"the service {service!r} is not one a job reaches (S3, DynamoDB)")
+    return "s3", scope.group("region")
 
 
 # -- S3 -----------------------------------------------------------------------------------------------------
@@ -222,6 +237,9 @@ def dynamodb_context(body: dict) -> dict:
     for parameter in ("ReturnValues", "Select"):
         if parameter in body:
             context[f"dynamodb:{parameter}"] = str(body[parameter])
+    if str(body.get("ReturnValuesOnConditionCheckFailure", "NONE")).upper() != "NONE":
+        # IAM has no condition key for it, and it returns the whole item: the worker never asks for it.
+        raise Unreadable("ReturnValuesOnConditionCheckFailure asks for the whole item back")
     return context
 
 
@@ -268,10 +286,10 @@ def dynamodb_requests(operation: str, body: dict, region: str) -> list[IamReques
     ]
 
 
-def requests_of(method: str, path: str, headers: Mapping[str, str], body: bytes, region: str) -> list[IamRequest]:
+def requests_of(method: str, path: str, headers: Mapping[str, str], body: bytes) -> list[IamRequest]:
     """What IAM authorizes for one HTTP request to S3 or DynamoDB; :class:`Unreadable` for anything else.
 
-    ``headers``: lower-case names. ``region``: the table's region when the request's signature names none."""
+    ``headers``: lower-case names, each once. A DynamoDB table's ARN is in the region the request is signed for."""
     service, signed_region = service_of(path, headers)
     if service == "s3":
         return s3_requests(method, path, headers, body)
@@ -283,4 +301,4 @@ def requests_of(method: str, path: str, headers: Mapping[str, str], body: bytes,
         raise Unreadable(f"a DynamoDB body that is not JSON: {err}") from err
     if not isinstance(payload, dict):
         raise Unreadable("a DynamoDB body that is not a JSON object")
-    return dynamodb_requests(headers["x-amz-target"][len(DYNAMODB_TARGET) :], payload, signed_region or region)
+    return dynamodb_requests(headers["x-amz-target"][len(DYNAMODB_TARGET) :], payload, signed_region)
