@@ -295,7 +295,13 @@ def test_a_hostile_model_in_the_image_reaches_aws_only_through_its_jobs_grant(
         model_dir, CONTAINER_ATTACKER.format(targets=(bucket, "out-docker/", ledger_table, moto_port))
     )
     spec, staged = stage_step(
-        "image_attack", ledger_table, model_dir, tmp_path, {"part-0.parquet": parquet_bytes(50, 0)}, bucket=bucket
+        "image_attack",
+        ledger_table,
+        model_dir,
+        tmp_path,
+        {"part-0.parquet": parquet_bytes(50, 0)},
+        features=FEATURES,
+        bucket=bucket,
     )
     assert staged == bucket
     _, decision, job_dir = _run(spec, bucket, "docker", monkeypatch, count=1)
