@@ -439,3 +439,27 @@ def test_the_plan_task_refuses_an_instance_count_param_out_of_bounds_naming_it(r
 
     count, problem = instance_count_override(rendered, 3)
     assert count == 3 and problem.startswith(f"Param instance_count {rendered!r} must be null or a whole number")
+
+
+@pytest.mark.parametrize(
+    ("override", "allowed"),
+    [
+        ("s3://data/events/dt=2026-11-22/hour=10/", True),  # the run's own partition
+        ("s3://data/events/dt=2026-11-22/hour=10/retry/", True),  # a folder inside it
+        ("s3://data/events/dt=2026-11-22/hour=05/", False),  # another partition: its rows under hour 10
+        ("s3://data/events/dt=2026-11-22/hour=1", False),
+        ("s3://data/events/backfill/", False),
+    ],
+)
+def test_a_partitioned_runs_input_override_stays_in_its_own_partition(override, allowed):
+    """The run writes its outputs and _SUCCESS to its partition's output prefix: an input from another partition
+    would make that partition complete with other rows."""
+    from shardline.spec.conf import partition_override_problem
+
+    step = _first_step("s3://data/events/dt={{ ds }}/hour={{ logical_date.strftime('%H') }}/")
+    found = partition_override_problem(step, override, "s3://data/events/dt=2026-11-22/hour=10/", "hourly")
+    assert (found is None) is allowed, found
+    if not allowed:
+        assert "shardline trigger hourly --partition START" in found
+    unpartitioned = _first_step("s3://data/events/")
+    assert partition_override_problem(unpartitioned, override, "s3://data/events/", "p") is None

@@ -41,6 +41,25 @@ def input_override_problem(step: StepSpec, uri: str) -> str | None:
     return None
 
 
+def partition_override_problem(step: StepSpec, uri: str, run_prefix: str, pipeline: str) -> str | None:
+    """Why ``uri`` may not replace this run's input prefix (``run_prefix``, the spec's rendered for the run), or
+    None. When the spec's prefix names a partition (it is templated), the run writes its outputs, and the
+    ``_SUCCESS`` that says the partition is complete, to that partition's output prefix: an override must stay
+    inside the run's own partition, or another's rows would be taken for this one's."""
+    spec_prefix = step.input.prefix or ""
+    if static_prefix(spec_prefix) == spec_prefix or not run_prefix:
+        return None  # one input folder for every run: no partition to mix up
+    folder = run_prefix if run_prefix.endswith("/") else run_prefix + "/"
+    if uri == run_prefix or uri.startswith(folder):
+        return None
+    return (
+        f"Param input_prefix {uri!r} is not in this run's partition {folder}: the run writes its outputs and "
+        "_SUCCESS to that partition's output prefix, which would then hold another partition's rows as if they "
+        f"were its own. Score another partition in its own run (`shardline trigger {pipeline} --partition "
+        f"START`), or give a folder under {folder}"
+    )
+
+
 def unknown_conf_problem(conf: dict | None, known: tuple[str, ...] = TRIGGER_PARAMS) -> str | None:
     """Why a trigger conf has keys no Param reads (a typo is silently ignored otherwise), or None."""
     import difflib

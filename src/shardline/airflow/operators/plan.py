@@ -32,6 +32,7 @@ from shardline.spec.conf import (
     input_override_problem,
     instance_count_override,
     model_version_problem,
+    partition_override_problem,
     unknown_conf_problem,
 )
 
@@ -89,6 +90,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
         problem = (
             (input_override_problem(step, override) if override else None)
+            or (partition_override_problem(step, override, self.input_prefix, spec.pipeline) if override else None)
             or model_version_problem(step, version)
             or instance_count_override(self.instances_override, 1)[1]
         )
