@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from shardline import __version__
-from shardline.oncall import local_stack
+from shardline.oncall import cli_base, local_stack
 from shardline.oncall.cli_base import Globals, Group, IsoDate, JsonObject, ShownDefault, default_dags_folder
 from shardline.oncall.messages import aws_error_text, plain_http_warning
 from shardline.oncall.printing import (
@@ -98,14 +98,7 @@ def shardline(
     airflow_token_file: Path | None,
     airflow_token: str | None,
 ) -> None:
-    if airflow_token is not None:
-        raise click.BadParameter(
-            "a token on the command line is visible in ps and kept in shell history: put it in a file only you "
-            "can read and pass --airflow-token-file, or set SHARDLINE_AIRFLOW_TOKEN, or run `shardline login`",
-            param_hint="--airflow-token",
-        )
-    token = (airflow_token_file.read_text().strip() or None) if airflow_token_file else None
-    ctx.obj = Globals(dags_folder, airflow_url, token)
+    ctx.obj = Globals(dags_folder, airflow_url, cli_base.airflow_token_from(airflow_token_file, airflow_token))
 
 
 def _command(name: str, short_help: str, description: str = "", *, with_json: bool = True):

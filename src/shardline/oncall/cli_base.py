@@ -115,3 +115,14 @@ class Globals:
         if step and step not in names:
             raise NotFound(preview_no_step(pipeline, step, names))
         return specs[pipeline], step or names[0]
+
+
+def airflow_token_from(token_file: Path | None, token_on_command_line: str | None) -> str | None:
+    """The global token: read from ``--airflow-token-file``; a token on the command line is refused."""
+    if token_on_command_line is not None:
+        raise click.BadParameter(
+            "a token on the command line is visible in ps and kept in shell history: put it in a file only you "
+            "can read and pass --airflow-token-file, or set SHARDLINE_AIRFLOW_TOKEN, or run `shardline login`",
+            param_hint="--airflow-token",
+        )
+    return (token_file.read_text().strip() or None) if token_file else None
