@@ -22,9 +22,8 @@ MODEL_DIR = f"{CONTAINER_ROOT}/input/model"
 OUTPUT_DIR = f"{CONTAINER_ROOT}/output"
 METADATA_DIR = f"{CONTAINER_ROOT}/shardline"  # with output.metadata_prefix: where the instances' manifests go
 RESOURCE_CONFIG = "/opt/ml/config/resourceconfig.json"  # the instance's name and the job's hosts
-# `shardline preview` / `tune` in the worker image: the sample's folder, and where tune writes its figures.
+# `shardline preview` / `tune` in the worker image: the sample's folder (tune writes its figures there too).
 SAMPLE_DIR = "/opt/ml/sample"
-TUNE_OUT_DIR = "/opt/ml/tune-out"
 
 METADATA_FOLDER = "_shardline"  # Shardline's own files beside (or, with metadata_prefix, away from) the outputs
 # The tag the orchestrator puts on the files it writes under _shardline/ (manifests, plan files, run reports), as

@@ -105,3 +105,17 @@ def test_tune_help_and_a_prefix_that_is_no_s3_uri():
     )
     assert bad.returncode == 2
     assert bad.stderr.strip() == "shardline tune: --input-prefix must be an s3:// URI, got 'data/in/'"
+
+
+def test_only_the_regular_files_the_worker_was_to_write_come_out_of_its_folder(tmp_path):
+    """The worker's folder is one the model's code can write: a link there is never followed out of it."""
+    from shardline.oncall.tune import _copy_regular
+
+    secret = tmp_path / "secret"
+    secret.write_text("from the caller's home")
+    (tmp_path / "plot.png").write_bytes(b"PNG")
+    (tmp_path / "link.png").symlink_to(secret)
+    assert _copy_regular(tmp_path / "plot.png", tmp_path / "out.png") and (tmp_path / "out.png").read_bytes() == b"PNG"
+    assert not _copy_regular(tmp_path / "link.png", tmp_path / "stolen.png")
+    assert not (tmp_path / "stolen.png").exists()
+    assert not _copy_regular(tmp_path / "plot.png", tmp_path / "big.png", limit=2)

@@ -407,7 +407,9 @@ def worker_in_image(command: list[str], image: str, folders: Mapping[Path, str])
         run += ["--user", f"{os.geteuid()}:{os.getegid()}"]
     for host, inside in folders.items():
         if os.geteuid() == 0:
-            Path(host).chmod(0o777)  # written by the image's own user, read back and removed here
+            # Written by the image's own user, read back and removed here. The callers put it in a 0700 folder of
+            # their own, so no other user of this machine reaches it.
+            Path(host).chmod(0o777)
         run += ["--mount", f"type=bind,source={host},target={inside}"]
     return [*run, image, *mapped]
 

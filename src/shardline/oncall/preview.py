@@ -168,7 +168,10 @@ def preview_step(
     image = sandbox_image(spec, step, model_version, "shardline preview")
     sample = _first_input(s3, step, input_uri, objects)
     with tempfile.TemporaryDirectory(prefix="shardline-preview-") as tmp:
-        root = Path(tmp)
+        # The sample's folder sits in a 0700 one of the caller's: when the image's user needs it writable (0777,
+        # as root), no other user of this machine can reach it.
+        root = Path(tmp) / "sample"
+        root.mkdir()
         model_dir, data_dir = root / "model", root / "data"
         fetch_model(s3, model_uri, model_dir)
         bucket, key = sample

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
+import os
 import posixpath
 import subprocess
 import sys
@@ -119,15 +121,26 @@ def tune_step(
     out_dir = out_dir.resolve()  # mapped into the worker image by its absolute path
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="shardline-tune-") as tmp:
-        root = Path(tmp)
+        # The sample's folder sits in a 0700 one of the caller's: when the image's user needs it writable (0777,
+        # as root), no other user of this machine can reach it.
+        root = Path(tmp) / "sample"
+        root.mkdir()
         model_dir, data_dir = root / "model", root / "data"
         fetch_model(s3, model_uri, model_dir)
         keys = fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data_dir)
-        command = _worker_command(root, step, model_version, rows, out_dir, extra_args)
-        command = in_sandbox(command, image, {root: contract.SAMPLE_DIR, out_dir: contract.TUNE_OUT_DIR})
+        # The worker writes its figures into the sample's folder, never into --out: that folder is yours, and the
+        # model's code runs beside the worker. Only the two files it is to write, regular files, come out.
+        written = root / "tune"
+        command = _worker_command(root, step, model_version, rows, written, extra_args)
+        command = in_sandbox(command, image, {root: contract.SAMPLE_DIR})
         code, text, log = _run(command, root, echo, worker_environment(root, sandboxed=image is not None))
-    figures_path, plot_path = out_dir / "tune.json", out_dir / "tune.png"
-    figures = read_written_json(figures_path) if code == 0 else None
+        # The worker names where it wrote (this folder, or the image's view of it): say where the files are now.
+        text = text.replace(str(written), str(out_dir)).replace(f"{contract.SAMPLE_DIR}/tune", str(out_dir))
+        figures = read_written_json(written / "tune.json") if code == 0 else None
+        plot_path = out_dir / "tune.png"
+        plotted = code == 0 and _copy_regular(written / "tune.png", plot_path)
+    if figures is not None:
+        (out_dir / "tune.json").write_text(json.dumps(figures, indent=2))
     return TuneResult(
         step=step.name,
         model_uri=model_uri,
@@ -137,7 +150,7 @@ def tune_step(
         exit_code=code,
         text=text,
         figures=figures,
-        plot=str(plot_path) if code == 0 and plot_path.is_file() and not plot_path.is_symlink() else None,
+        plot=str(plot_path) if plotted else None,
         log=log,
     )
 
@@ -232,6 +245,25 @@ def _rows_of(path: Path) -> int:
     with opener(path, "rb") as stream:
         lines = sum(1 for line in stream if line.strip())
     return max(0, lines - (1 if ".csv" in name else 0))
+
+
+def _copy_regular(source: Path, dest: Path, limit: int = 64 << 20) -> bool:
+    """Copy ``source`` to ``dest`` when it is a regular file of at most ``limit`` bytes (a link is not followed);
+    whether it was copied."""
+    import shutil
+    import stat
+
+    try:
+        descriptor = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(descriptor, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return False
+        with open(dest, "wb") as out:
+            shutil.copyfileobj(file, out)
+    return True
 
 
 def _run(
