@@ -154,7 +154,12 @@ def add_priority_pipelines(dags: Path) -> None:
     for name, priority in PRIORITY_PIPELINES.items():
         spec = {**base, "pipeline": name, "priority": priority, "schedule": None, "poll_interval_seconds": 1}
         step = spec["steps"][0]
-        step["input"] = {**step["input"], "prefix": f"s3://shardline-demo/priority/{name}/"}
+        # Named features: a test may swap in a script model (test_admission's gated one), which records none.
+        step["input"] = {
+            **step["input"],
+            "prefix": f"s3://shardline-demo/priority/{name}/",
+            "features": synthetic.feature_names(),
+        }
         step["input"].pop("when_missing", None)
         step["output"] = {**step["output"], "prefix": f"s3://shardline-demo/priority-out/{name}/{{{{ run_id }}}}/"}
         step["resources"] = {**step["resources"], "instance_type": PRIORITY_TYPE, "instance_count": 1}

@@ -60,17 +60,19 @@ def _wait_until(what, check, timeout: float = 240) -> None:
         time.sleep(2)
 
 
-def _stage_inputs(stack, tmp_path, names: tuple[str, ...]) -> None:
-    """The bucket, the ledger table, a tiny model, and two input files for each of the named pipelines."""
+def _stage_inputs(stack, tmp_path, names: tuple[str, ...], gate: Path | None = None) -> None:
+    """The bucket, the ledger table, a tiny model, and two input files for each of the named pipelines. With
+    ``gate``, the model predicts nothing until that file exists: a job holds its slot until the test has looked."""
     from examples import synthetic
     from shardline.ledger.table import create_ledger_table
+    from tests.orchestration.test_faults import gated_model
 
     s3 = stack.s3()
     if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
         s3.create_bucket(Bucket=BUCKET)
     create_ledger_table("shardline-jobs", "us-east-1", stack.env["AWS_ENDPOINT_URL"])
-    model = synthetic.train_xgboost(tmp_path / "model")
-    synthetic.pack(model.parent, tmp_path / "model.tar.gz")
+    model_dir = gated_model(tmp_path / "gated", gate) if gate else synthetic.train_xgboost(tmp_path / "model").parent
+    synthetic.pack(model_dir, tmp_path / "model.tar.gz")
     s3.upload_file(str(tmp_path / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
     for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=2_000):
         for name in names:
@@ -81,7 +83,8 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
     stack, client = airflow_stack, airflow_stack.client()
     patch = pytest.MonkeyPatch()
     stack.use_aws(patch)
-    _stage_inputs(stack, tmp_path, ("priority_low", "priority_high"))
+    gate = tmp_path / "gate"  # the high-priority job holds its slot until the test has seen it running
+    _stage_inputs(stack, tmp_path, ("priority_low", "priority_high"), gate)
     pool = pool_name(PRIORITY_TYPE)
     client.put_pool(pool, 0, "closed until the test opens it", create=client.pool(pool) is None)
     try:
@@ -133,6 +136,7 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
         busy = _fleet(stack)
         assert (busy["in_use"], [r["step"] for r in busy["running"]]) == (1, ["priority_high/sla-1 watch_score"])
         assert [w["step"] for w in busy["waiting"]] == ["priority_low/backfill-1 watch_score"]
+        gate.touch()
         assert stack.wait_for_run("priority_high", "sla-1")["state"] == "success", stack.tail()
         assert stack.wait_for_run("priority_low", "backfill-1")["state"] == "success", stack.tail()
         if dt.datetime.now(dt.UTC).date() == day:  # today's jobs are those of runs started since midnight (UTC)
@@ -149,6 +153,7 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
         for field in ("instance_type", "pool", "quota", "in_use", "running", "waiting", "today"):
             assert panel[field] == shown[field], field
     finally:
+        gate.touch()  # release any job still held
         client._call("DELETE", f"/pools/{pool}")
         patch.undo()
     high, low = _states(client, "priority_high", "sla-1"), _states(client, "priority_low", "backfill-1")

@@ -130,8 +130,28 @@ def test_the_scope_comes_from_the_request_shardline_builds():
         ],
     }
     assert JobScope.of_request(request, {}) == JobScope(
-        "p", "t", "eu-west-1", "s3://in/x/", "s3://m/model.tar.gz", "s3://out/y/"
+        "p", "t", "eu-west-1", "s3://in/x/", "s3://m/model.tar.gz", "s3://out/y/", ""
     )
     del request["Environment"]["SHARDLINE_OUTPUT_URI"]
     with pytest.raises(ValueError, match="SHARDLINE_OUTPUT_URI"):
         JobScope.of_request(request, {})
+
+
+def test_with_a_metadata_prefix_its_instances_manifests_go_there_and_nothing_else_does():
+    scope = JobScope(
+        "p",
+        "t",
+        "us-east-1",
+        "s3://data/in/",
+        "s3://m/model.tar.gz",
+        "s3://data/out/",
+        "s3://data/meta/_shardline/instances/run-1/score/attempt-0001/",
+    )
+    grant = JobGrant.of(scope)
+    folder = "arn:aws:s3:::data/meta/_shardline/instances/run-1/score/attempt-0001"
+    assert grant.allows(s3("s3:PutObject", f"{folder}/manifest-algo-1.json"))
+    assert grant.allows(s3("s3:PutObject", "arn:aws:s3:::data/out/part-0.parquet"))
+    assert not grant.allows(s3("s3:PutObject", f"{folder}/_SUCCESS"))
+    assert not grant.allows(s3("s3:PutObject", "arn:aws:s3:::data/meta/_shardline/reports/run-1/report.json"))
+    assert not grant.allows(s3("s3:PutObject", "arn:aws:s3:::data/meta/_shardline/manifests/run-1/score/a.manifest"))
+    assert not grant.allows(s3("s3:PutObject", "arn:aws:s3:::data/meta/_shardline/instances/run-2/x.json"))

@@ -37,12 +37,13 @@ class JobScope:
     input_uri: str
     model_uri: str
     output_uri: str
+    manifest_uri: str = ""  # where its instances' manifests go: under the output, or under a metadata_prefix
 
     @classmethod
     def of_request(cls, request: dict, environ) -> JobScope:
         """The scope of a CreateProcessingJob request Shardline built: its ledger identity and prefixes travel in
         its Environment, its model is its ``model`` input. ``environ``: the region when the request has none."""
-        from shardline.ledger.context import ENV_INPUT_URI, ENV_OUTPUT_URI, ENV_PIPELINE, ENV_TABLE
+        from shardline.ledger.context import ENV_INPUT_URI, ENV_MANIFEST_URI, ENV_OUTPUT_URI, ENV_PIPELINE, ENV_TABLE
 
         env = request.get("Environment", {})
         models = [i["S3Input"]["S3Uri"] for i in request.get("ProcessingInputs", []) if i.get("InputName") == "model"]
@@ -53,10 +54,18 @@ class JobScope:
                 f"{', '.join(missing) or 'a model input'} (only requests Shardline builds run locally)"
             )
         region = env.get("AWS_REGION") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return cls(env[ENV_PIPELINE], env[ENV_TABLE], region, env[ENV_INPUT_URI], models[0], env[ENV_OUTPUT_URI])
+        return cls(
+            env[ENV_PIPELINE],
+            env[ENV_TABLE],
+            region,
+            env[ENV_INPUT_URI],
+            models[0],
+            env[ENV_OUTPUT_URI],
+            env.get(ENV_MANIFEST_URI, ""),
+        )
 
 
-def _template_values(template: dict, scope: JobScope, *, for_s3: bool) -> dict:
+def _template_values(template: dict, scope: JobScope, *, for_s3: bool, output_uri: str | None = None) -> dict:
     values: dict = {
         "AWS::Partition": "aws",
         "AWS::Region": scope.region,
@@ -67,7 +76,7 @@ def _template_values(template: dict, scope: JobScope, *, for_s3: bool) -> dict:
     for name, parameter in template["Parameters"].items():
         value = parameter.get("Default", "")
         values[name] = value.split(",") if parameter["Type"] == "CommaDelimitedList" else str(value)
-    output = _s3_path(scope.output_uri).rstrip("/")
+    output = _s3_path(output_uri or scope.output_uri).rstrip("/")
     parent, _, last = output.rpartition("/")
     if for_s3:
         # <OutputPrefix><Pipeline>/ is the job's output prefix, exactly.
@@ -101,9 +110,15 @@ class JobGrant:
     @classmethod
     def of(cls, scope: JobScope, template: dict | None = None) -> JobGrant:
         template = template or shipped()
+        s3 = resolved_statements(template, JOB_ROLE, _template_values(template, scope, for_s3=True))
+        if scope.manifest_uri and not scope.manifest_uri.startswith(scope.output_uri.rstrip("/") + "/"):
+            # Its instances' manifests go under a metadata_prefix, away from the outputs: the same statements with
+            # that folder as the job's "output" (its manifests, and no _SUCCESS, report or input manifest there).
+            values = _template_values(template, scope, for_s3=True, output_uri=scope.manifest_uri)
+            s3 += resolved_statements(template, JOB_ROLE, values)
         return cls(
             scope,
-            tuple(resolved_statements(template, JOB_ROLE, _template_values(template, scope, for_s3=True))),
+            tuple(s3),
             tuple(resolved_statements(template, JOB_ROLE, _template_values(template, scope, for_s3=False))),
         )
 
