@@ -64,11 +64,11 @@ class PreviewResult:
 WRITTEN_JSON_LIMIT = 16 << 20  # a preview's report or tune's figures: kilobytes; anything larger is not ours
 
 
-def read_written_json(path: Path) -> dict | None:
-    """A JSON file the worker (in its image, or as a process) wrote for the caller, or None when there is none.
+def read_written_file(path: Path, limit: int = WRITTEN_JSON_LIMIT) -> bytes | None:
+    """The bytes of a file the worker (in its image, or as a process) wrote for the caller, or None.
 
     The folder is one the model's code could write too: a link there (to a credentials file, the Airflow
-    config, a FIFO) is not followed, and only a regular file of at most 16 MiB is read."""
+    config, a FIFO) is not followed, and only a regular file of at most ``limit`` bytes is read."""
     import stat
 
     try:
@@ -77,12 +77,19 @@ def read_written_json(path: Path) -> dict | None:
         return None  # absent, or a link (ELOOP)
     with os.fdopen(descriptor, "rb") as file:
         info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > WRITTEN_JSON_LIMIT:
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             return None
-        try:
-            found = json.loads(file.read(WRITTEN_JSON_LIMIT))
-        except ValueError:
-            return None
+        data = file.read(limit + 1)
+    return data if len(data) <= limit else None  # it grew past the limit while being read
+
+
+def read_written_json(path: Path) -> dict | None:
+    """A JSON object the worker wrote for the caller (read as ``read_written_file`` reads), or None."""
+    data = read_written_file(path)
+    try:
+        found = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
     return found if isinstance(found, dict) else None
 
 

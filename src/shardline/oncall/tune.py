@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
 import posixpath
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from shardline.oncall.preview import (
     fetch_model,
     fetch_sample,
     in_sandbox,
+    read_written_file,
     read_written_json,
     sandbox_image,
     step_uris,
@@ -250,19 +250,10 @@ def _rows_of(path: Path) -> int:
 def _copy_regular(source: Path, dest: Path, limit: int = 64 << 20) -> bool:
     """Copy ``source`` to ``dest`` when it is a regular file of at most ``limit`` bytes (a link is not followed);
     whether it was copied."""
-    import shutil
-    import stat
-
-    try:
-        descriptor = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    data = read_written_file(source, limit)
+    if data is None:
         return False
-    with os.fdopen(descriptor, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return False
-        with open(dest, "wb") as out:
-            shutil.copyfileobj(file, out)
+    dest.write_bytes(data)
     return True
 
 
