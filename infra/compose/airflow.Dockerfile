@@ -31,6 +31,10 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends libgomp1 \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
+# The uid local jobs run under (compose's shardline-jobs service): not Airflow's. It shares group 0 with airflow,
+# as the image's files do, so both reach the jobs' folders on the shared volume, and nothing else of each other's.
+RUN useradd --system --uid 50001 --gid 0 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+        shardline-job
 USER airflow
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -54,7 +58,8 @@ COPY --chown=airflow:0 examples/ /opt/shardline/examples/
 COPY --chown=airflow:0 dags/ /opt/airflow/dags/
 COPY --chown=airflow:0 infra/compose/init_stack.py infra/compose/write_auth_passwords.py infra/compose/seed_demo.py /opt/shardline/compose/
 
-# The local backend's job root: created here so the named volume mounted on it starts owned by airflow.
+# The local backend's job root: created here so the named volume mounted on it starts owned by airflow, and
+# writable by its group, which the job runner's uid is in.
 ENV PYTHONPATH=/opt/shardline/src:/opt/shardline \
     SHARDLINE_LOCAL_ROOT=/opt/airflow/shardline-local
-RUN mkdir -p "${SHARDLINE_LOCAL_ROOT}"
+RUN mkdir -p "${SHARDLINE_LOCAL_ROOT}/jobs" && chmod -R 2775 "${SHARDLINE_LOCAL_ROOT}"

@@ -38,7 +38,7 @@ AIRFLOW_SERVICES = {
     "airflow-dag-processor",
     "airflow-triggerer",
 }
-REQUIRED_SERVICES = AIRFLOW_SERVICES | {"postgres", "aws", "shardline-init", "worker-image"}
+REQUIRED_SERVICES = AIRFLOW_SERVICES | {"postgres", "aws", "shardline-init", "job-runner", "worker-image"}
 # The embedded endpoint accepts any keys: the stack's AWS key pair is a fixed, public placeholder, not a secret.
 PLACEHOLDER_KEYS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|JWT|TOKEN|(^|_)KEY($|_)", re.IGNORECASE)
@@ -477,16 +477,36 @@ def test_aws_and_shardline_environment_is_the_same_everywhere(services):
 
 def test_local_backend_root_is_a_shared_named_volume(services):
     root = environment(services["airflow-scheduler"])["SHARDLINE_LOCAL_ROOT"]
-    for name in ("airflow-scheduler", "airflow-triggerer"):
+    for name in ("airflow-scheduler", "airflow-triggerer", "job-runner"):
         mounts = {target: (kind, source) for kind, source, target in volume_entries(services[name])}
         assert root in mounts and mounts[root][0] == "volume", f"{name}: {root} is not on a named volume"
     assert volume_entries(services["airflow-scheduler"]) == volume_entries(services["airflow-triggerer"])
     dockerfile = AIRFLOW_DOCKERFILE.read_text()
     assert f"SHARDLINE_LOCAL_ROOT={root}" in dockerfile, "the image must create the job root (volume ownership)"
-    # Jobs start in the scheduler (tasks) and the API server (a resubmit from the page); each needs room
-    # for the worker pool's shared memory.
-    for name in ("airflow-scheduler", "airflow-apiserver"):
+    # Jobs run in the runner, and a dry_run preview in the scheduler: each needs room for the worker pool's
+    # shared memory.
+    for name in ("job-runner", "airflow-scheduler"):
         assert services[name].get("shm_size") == "1gb", name
+
+
+def test_model_code_runs_in_a_runner_that_holds_nothing_of_airflows(services):
+    """Every Airflow process leaves its local jobs to the job-runner service: another container, a uid that is
+    not Airflow's, no Airflow variable, no secret, no Airflow folder but the jobs' volume."""
+    from shardline.backends import local_runner
+
+    for name in AIRFLOW_SERVICES - {"airflow-init"}:
+        assert environment(services[name]).get(local_runner.RUNNER_ENV) == local_runner.RUNNER_SERVICE, name
+    runner = services["job-runner"]
+    assert runner.get("user") not in (None, "airflow", "50000", "root", "0"), runner.get("user")
+    assert "useradd --system --uid 50001" in AIRFLOW_DOCKERFILE.read_text() and "shardline-job" in runner["user"]
+    env = environment(runner)
+    assert not [k for k in env if k.startswith("AIRFLOW") or (SECRET_NAME.search(k) and k not in PLACEHOLDER_KEYS)]
+    from_env_file = {m["braced"] or m["bare"] for value in env.values() for m in VARIABLE.finditer(value)}
+    assert from_env_file <= {"AWS_DEFAULT_REGION"}, from_env_file  # no secret of .env reaches it
+    targets = {target for _, _, target in volume_entries(runner)}
+    assert targets == {"/opt/shardline/src", env["SHARDLINE_LOCAL_ROOT"]}, targets
+    assert runner.get("init") is True  # PID 1 reaps what a killed job's processes leave
+    assert "local_runner" in command_text(runner)
 
 
 def test_python_path_matches_the_code_mounts(services):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import os
 import subprocess
 import sys
@@ -47,7 +48,9 @@ class Stack:
         """The embedded AWS endpoint as the host reaches it (compose publishes it on ``AWS_PORT``)."""
         return f"http://127.0.0.1:{self.env['AWS_PORT']}"
 
-    def compose(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    def compose(
+        self, *args: str, timeout: float = 900, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess:
         command = [
             str(Path(sys.executable).with_name("docker-compose")),
             "--project-directory",
@@ -60,7 +63,7 @@ class Stack:
             PROJECT,
             *args,
         ]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, input=stdin)
         if check and result.returncode != 0:
             logs = subprocess.run(
                 [*command[: -len(args)], "logs", "--tail", "60"], capture_output=True, text=True, check=False
@@ -71,9 +74,11 @@ class Stack:
             )
         return result
 
-    def exec(self, *command: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def exec(
+        self, *command: str, env: dict[str, str] | None = None, stdin: str | None = None
+    ) -> subprocess.CompletedProcess:
         extra = [arg for name, value in (env or {}).items() for arg in ("-e", f"{name}={value}")]
-        return self.compose("exec", "-T", *extra, "airflow-scheduler", *command)
+        return self.compose("exec", "-T", *extra, "airflow-scheduler", *command, stdin=stdin)
 
     def api(self) -> httpx.Client:
         token = httpx.post(
@@ -173,6 +178,7 @@ def test_every_service_is_healthy_and_the_ui_answers(stack):
         "airflow-scheduler",
         "airflow-dag-processor",
         "airflow-triggerer",
+        "job-runner",
     }
     assert long_running <= set(services), services
     assert all(services[name] == "running healthy" for name in long_running), services
@@ -280,6 +286,55 @@ def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_g
         assert "cleared" in done.stdout, done.stdout + done.stderr
         assert api.get(f"/dags/{PIPELINE}/dagRuns/stack-corrupt").json()["state"] != "failed"  # cleared: running
         assert _wait_for_run(api, "stack-corrupt") == "success"
+
+
+def test_a_hostile_model_in_a_compose_job_finds_nothing_of_airflows_and_is_refused_by_its_grant(stack, figures):
+    """A pinned inference.py, submitted from the scheduler as its tasks submit jobs, tries what a hostile model
+    would: every /proc/*/environ and cmdline it can read, links from its output folder to Airflow's files, and
+    calls outside its job's grant. It runs in the job-runner, under a uid that is not Airflow's."""
+    probe = (Path(__file__).with_name("compose_probe.py")).read_text()
+    done = stack.exec("python", "-", "shardline-jobs", stdin=probe)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout[done.stdout.index("FINDINGS ") + len("FINDINGS ") :])
+    job = found.pop("job")
+    assert job["status"] == "Completed", job["reason"]
+    # Another container (the runner claimed it) and another uid than Airflow's 50000.
+    assert job["claimed_by"] and job["claimed_by"] != job["scheduler_host"], job
+    assert found["uid"] == 50001, found["uid"]
+    # The probe reads what it can (its runner's environment: how to reach AWS) ...
+    readable = [text for text in found["environ"].values() if not text.startswith("unreadable")]
+    assert any("AWS_ENDPOINT_URL" in text for text in readable), found["environ"]
+    # ... and no secret of the stack's .env, no Airflow variable, no Airflow process is among it.
+    secrets = {
+        name: stack.env[name]
+        for name in (
+            "AIRFLOW_FERNET_KEY",
+            "AIRFLOW_JWT_SECRET",
+            "AIRFLOW_API_SECRET_KEY",
+            "POSTGRES_PASSWORD",
+            "AIRFLOW_ADMIN_PASSWORD",
+        )
+    }
+    seen = json.dumps(found)
+    assert [name for name, value in secrets.items() if value in seen] == []
+    assert "AIRFLOW__" not in seen
+    commands = " ".join(found["cmdlines"].values())
+    assert not [word for word in ("scheduler", "api-server", "triggerer", "dag-processor") if word in commands]
+    # Its links out of the output folder were made, and nothing read through them left the box.
+    assert set(found["links"].values()) <= {"made", "FileExistsError"}, found["links"]
+    uploaded = {key: bytes.fromhex(body) for key, body in job["uploaded"].items()}
+    assert not [k for k in uploaded if "leak-" in k or k.endswith("_SUCCESS")], list(uploaded)
+    assert not [k for k, body in uploaded.items() for v in secrets.values() if v.encode() in body]
+    assert [k for k in uploaded if k.endswith(".parquet")] == ["out/part-0.parquet"]  # its own work landed
+    # What the job role may not do, refused as AWS refuses it, and named in the job's log.
+    assert found["attacks"] == {
+        "read another pipeline's outputs": "AccessDenied",
+        "write its _SUCCESS": "AccessDenied",
+        "forge another pipeline's ledger item": "AccessDeniedException",
+        "reset the emulator": "403",
+    }, found["attacks"]
+    assert job["refusals_logged"] >= 4, job
+    figures(compose_job_secrets_found=0, compose_job_uid=found["uid"])
 
 
 def test_down_leaves_nothing_behind(stack):

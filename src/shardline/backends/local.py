@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from shardline.backends import JobNotFound, JobState, JobStatus, local_container, local_fleet
+from shardline.backends import JobNotFound, JobState, JobStatus, local_container, local_fleet, local_runner
 from shardline.waiting import wait_for
 
 STATE_FILE = "state.json"
@@ -98,6 +98,21 @@ def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2))
     os.replace(tmp, path)
+
+
+def start_supervisor(job_dir: Path) -> subprocess.Popen:
+    """Start the job's supervisor, detached: its own session and process group, so stop() signals the whole
+    tree at once. It records its pid in state.json itself, so no write here races with it. Its environment is
+    the job's too (readable in /proc by the model's code): no Airflow secrets."""
+    with open(job_dir / "supervisor.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "shardline.backends.local_supervisor", str(job_dir)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=job_environment(os.environ),
+        )
 
 
 def read_state(job_dir: Path) -> dict:
@@ -189,6 +204,9 @@ class LocalBackend:
             pinned = "--model-sha256" in request["AppSpecification"].get("ContainerArguments", [])
             local_container.refuse_unpinned_process(request["AppSpecification"]["ImageUri"], pinned, f"job {name}")
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir.parent))
+        handed_off = local_runner.handed_off()
+        if handed_off:  # the runner's uid shares the folder's group, never the submitter's uid
+            staging.chmod(0o2770)
         (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2))
         write_json_atomic(
             staging / STATE_FILE,
@@ -201,6 +219,8 @@ class LocalBackend:
                 # Decided here, where the fleet settings are; the supervisor ends such a job before it starts.
                 "capacity_error": fleet.capacity_error(name, resources["InstanceType"]),
                 "startup_seconds": fleet.startup_seconds,
+                # Left to a runner service of its own uid (local_runner), or started here.
+                "runner": local_runner.RUNNER_SERVICE if handed_off else None,
             },
         )
         if fleet.active:
@@ -218,18 +238,8 @@ class LocalBackend:
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
             return name  # a racing submit created it (and holds its instances, under the same name)
-        with open(job_dir / "supervisor.log", "ab") as log:
-            # Its own session and process group: stop() signals the whole tree at once. The
-            # supervisor records its pid in state.json itself, so no write here races with it.
-            # Its environment is the job's too (readable in /proc by the model's code): no Airflow secrets.
-            subprocess.Popen(
-                [sys.executable, "-m", "shardline.backends.local_supervisor", str(job_dir)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=job_environment(os.environ),
-            )
+        if not handed_off:
+            start_supervisor(job_dir)
         return name
 
     def _ended(self, name: str) -> bool:
@@ -255,7 +265,12 @@ class LocalBackend:
             status = JobStatus.STOPPING  # as SageMaker reports a stop that is under way
         if status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) and pid and _here(state) and not _alive(pid):
             # The supervisor died without recording an end (killed with -9, machine reboot).
-            status, reason = JobStatus.FAILED, "the local job supervisor died before the job ended"
+            status, reason = JobStatus.FAILED, local_runner.DIED_REASON
+        if not status.is_terminal and (unclaimed := local_runner.unclaimed_reason(job_dir, state, time.time())):
+            ended = {"status": JobStatus.FAILED.value, "failure_reason": unclaimed, "ended_at": time.time()}
+            write_json_atomic(job_dir / STATE_FILE, {**state, **ended})
+            local_fleet.give_back(self.root, name)
+            status, reason = JobStatus.FAILED, unclaimed
         return JobState(
             name=name,
             status=status,
