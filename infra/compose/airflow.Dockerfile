@@ -62,4 +62,8 @@ COPY --chown=airflow:0 infra/compose/init_stack.py infra/compose/write_auth_pass
 # writable by its group, which the job runner's uid is in.
 ENV PYTHONPATH=/opt/shardline/src:/opt/shardline \
     SHARDLINE_LOCAL_ROOT=/opt/airflow/shardline-local
-RUN mkdir -p "${SHARDLINE_LOCAL_ROOT}/jobs" && chmod -R 2775 "${SHARDLINE_LOCAL_ROOT}"
+# The grants folder: written by Airflow's processes only, read by the grant service (group 0), never mounted in
+# the job runner.
+RUN mkdir -p "${SHARDLINE_LOCAL_ROOT}/jobs" /opt/shardline/grants \
+    && chmod -R 2775 "${SHARDLINE_LOCAL_ROOT}" \
+    && chmod 2750 /opt/shardline/grants

@@ -122,3 +122,39 @@ def test_the_health_check_reads_the_runners_last_pass(tmp_path):
     later = time.time() + local_runner.HEARTBEAT_SECONDS + 1
     assert not local_runner.healthy(tmp_path, now=later)
     assert local_runner.main(["--check", str(tmp_path)]) == 0
+
+
+@pytest.mark.slow
+def test_a_runner_whose_one_way_out_is_a_grant_service_runs_the_job_signed_as_itself(
+    handed_off,
+    monkeypatch,
+    tmp_path,
+    aws_env,
+    job,  # noqa: F811
+    local_backend,  # noqa: F811
+):
+    """As in compose: the submitter files the job's grant; the runner's jobs reach S3 and DynamoDB only through
+    one grant endpoint for all jobs, each request signed with its job's name, and the job completes."""
+    from shardline.grant import book
+    from shardline.grant.proxy import GrantProxy
+
+    monkeypatch.setenv(book.GRANTS_ENV, str(tmp_path / "grants"))
+    request = job()
+    name = local_backend.submit(request)
+    endpoint = aws_env["AWS_ENDPOINT_URL"]
+    refusals: list[str] = []
+    grants = book.GrantBook(tmp_path / "grants", os.environ)
+    with GrantProxy(
+        None, {"s3": endpoint, "dynamodb": endpoint}, grant_for=grants.grant_for, on_refusal=refusals.append
+    ) as service:
+        # The runner's environment: the grant service is its endpoint, its own keys placeholders.
+        for variable in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_DYNAMODB", book.ENDPOINT_ENV):
+            monkeypatch.setenv(variable, service.url)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "shardline-job")
+        runner = local_runner.Runner(local_backend.root, "runner-a")
+        assert runner.start_waiting() == [name]
+        assert wait_terminal(local_backend, name).status is JobStatus.COMPLETED
+        runner.children[name].wait(timeout=60)
+    assert refusals == []  # everything the job did, its grant allowed
+    log = (local_backend.job_dir(name) / "supervisor.log").read_text()
+    assert "through the grant service" in log, log[-2000:]

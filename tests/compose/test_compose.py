@@ -38,7 +38,7 @@ AIRFLOW_SERVICES = {
     "airflow-dag-processor",
     "airflow-triggerer",
 }
-REQUIRED_SERVICES = AIRFLOW_SERVICES | {"postgres", "aws", "shardline-init", "job-runner", "worker-image"}
+REQUIRED_SERVICES = AIRFLOW_SERVICES | {"postgres", "aws", "shardline-init", "job-runner", "grant", "worker-image"}
 # The embedded endpoint accepts any keys: the stack's AWS key pair is a fixed, public placeholder, not a secret.
 PLACEHOLDER_KEYS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|JWT|TOKEN|(^|_)KEY($|_)", re.IGNORECASE)
@@ -507,6 +507,28 @@ def test_model_code_runs_in_a_runner_that_holds_nothing_of_airflows(services):
     assert targets == {"/opt/shardline/src", env["SHARDLINE_LOCAL_ROOT"]}, targets
     assert runner.get("init") is True  # PID 1 reaps what a killed job's processes leave
     assert "local_runner" in command_text(runner)
+
+
+def test_the_jobs_one_way_out_is_the_grant_service(compose, services):
+    """The runner is on the internal jobs network alone, its endpoint the grant service, which is on both; the
+    grants that service reads are filed by Airflow's processes on a volume the runner never mounts."""
+    from shardline.grant import book
+
+    assert compose["networks"]["jobs"].get("internal") is True
+    runner, grant = services["job-runner"], services["grant"]
+    assert runner["networks"] == ["jobs"]
+    assert set(grant["networks"]) == {"default", "jobs"}
+    env = environment(runner)
+    assert env["AWS_ENDPOINT_URL_S3"] == env["AWS_ENDPOINT_URL_DYNAMODB"] == env[book.ENDPOINT_ENV]
+    assert env[book.ENDPOINT_ENV] == "http://grant:5000" and "AWS_ENDPOINT_URL" not in env
+    grants = environment(services["airflow-scheduler"])[book.GRANTS_ENV]
+    for name in AIRFLOW_SERVICES - {"airflow-init"}:
+        assert environment(services[name])[book.GRANTS_ENV] == grants, name
+        assert grants in {target for _, _, target in volume_entries(services[name])}, name
+    assert grants not in {target for _, _, target in volume_entries(runner)}
+    mounted = [v for v in grant["volumes"] if isinstance(v, str) and v.split(":")[1] == grants]
+    assert mounted and mounted[0].endswith(":ro"), grant["volumes"]
+    assert grants in " ".join(grant["entrypoint"])
 
 
 def test_python_path_matches_the_code_mounts(services):

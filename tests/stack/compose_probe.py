@@ -95,6 +95,7 @@ def model_fn(model_dir):
         lambda: ddb.put_item(TableName=t["table"], Item={"pk": {"S": "RUN#other#r"}, "sk": {"S": "RUN"}})
     )
     attacks["reset the emulator"] = _try(_reset)
+    attacks["reach the endpoint itself"] = _try(lambda: urllib.request.urlopen("http://aws:5000/moto-api/", timeout=10))
     print("PROBE " + json.dumps(found), flush=True)
     return None
 
@@ -173,7 +174,8 @@ def main() -> int:
         "claimed_by": (job_dir / "CLAIMED").read_text() if (job_dir / "CLAIMED").exists() else None,
         "scheduler_host": os.uname().nodename,
         "uploaded": {o["Key"]: s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read().hex() for o in objects},
-        "refusals_logged": (job_dir / "supervisor.log").read_text().count("refused (the job role's grant)"),
+        "name": name,
+        "supervisor_log": (job_dir / "supervisor.log").read_text()[-4000:],
     }
     print("FINDINGS " + json.dumps(found), flush=True)
     return 0

@@ -291,7 +291,8 @@ def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_g
 def test_a_hostile_model_in_a_compose_job_finds_nothing_of_airflows_and_is_refused_by_its_grant(stack, figures):
     """A pinned inference.py, submitted from the scheduler as its tasks submit jobs, tries what a hostile model
     would: every /proc/*/environ and cmdline it can read, links from its output folder to Airflow's files, and
-    calls outside its job's grant. It runs in the job-runner, under a uid that is not Airflow's."""
+    calls outside its job's grant, and the endpoint itself. It runs in the job-runner, under a uid that is not
+    Airflow's, on a network whose one way out is the grant service."""
     probe = (Path(__file__).with_name("compose_probe.py")).read_text()
     done = stack.exec("python", "-", "shardline-jobs", stdin=probe)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -332,8 +333,11 @@ def test_a_hostile_model_in_a_compose_job_finds_nothing_of_airflows_and_is_refus
         "write its _SUCCESS": "AccessDenied",
         "forge another pipeline's ledger item": "AccessDeniedException",
         "reset the emulator": "403",
+        "reach the endpoint itself": "URLError",  # the jobs' network has no route to it, nor its name
     }, found["attacks"]
-    assert job["refusals_logged"] >= 4, job
+    assert "through the grant service" in job["supervisor_log"], job["supervisor_log"]
+    refused = [line for line in stack.compose("logs", "grant").stdout.splitlines() if f"job {job['name']}: " in line]
+    assert len(refused) >= 3, refused  # the grant service names the job in each refusal
     figures(compose_job_secrets_found=0, compose_job_uid=found["uid"])
 
 

@@ -316,3 +316,63 @@ def test_a_hostile_model_in_the_image_reaches_aws_only_through_its_jobs_grant(
     keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert "out-docker/_SUCCESS" not in keys
     figures(hostile_calls_refused_in_image=4)
+
+
+LISTENER = """
+import socket, sys
+server = socket.create_server(("0.0.0.0", 8000))
+print("listening", flush=True)
+while True:
+    connection, _ = server.accept()
+    connection.sendall(b"reached")
+    connection.close()
+"""
+
+DIALER = """
+import socket, sys
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5) as s:
+        print(s.recv(16).decode() or "reached")
+except OSError as err:
+    print(type(err).__name__)
+"""
+
+
+def test_no_traffic_crosses_between_containers_on_the_jobs_network(worker_image, tmp_path):
+    """Every job's instances share one internal network with traffic between containers off: an instance cannot
+    reach another's listening port, another job's or its own job's, while the gateway (where its job's grant
+    proxy listens) answers it (the control: the dialer and its network work)."""
+    import socket
+    import threading
+    import uuid
+
+    from shardline.backends import local_container
+
+    gateway = local_container.ensure_job_network()
+    tag = uuid.uuid4().hex[:8]
+    listener = f"shardline-icc-listener-{tag}"
+    run = ["docker", "run", "--rm", "--network", local_container.JOB_NETWORK, "--entrypoint", "python"]
+    started = subprocess.Popen([*run, "--name", listener, worker_image, "-c", LISTENER], stdout=subprocess.PIPE)
+    host_side = socket.create_server((gateway, 0))
+    threading.Thread(target=lambda: host_side.accept()[0].sendall(b"reached"), daemon=True).start()
+    try:
+        assert started.stdout.readline().strip() == b"listening"
+        address = subprocess.run(
+            ["docker", "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", listener],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+        def dial(host: str, port: int) -> str:
+            done = subprocess.run(
+                [*run, worker_image, "-c", DIALER, host, str(port)], capture_output=True, text=True, check=True
+            )
+            return done.stdout.strip()
+
+        assert dial(gateway, host_side.getsockname()[1]) == "reached"  # the control
+        assert dial(address, 8000) in ("TimeoutError", "ConnectionRefusedError", "OSError"), address
+    finally:
+        subprocess.run(["docker", "rm", "-f", listener], capture_output=True, check=False)
+        started.wait(timeout=60)
+        host_side.close()

@@ -24,7 +24,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from shardline.backends import JobNotFound, JobState, JobStatus, local_container, local_fleet, local_runner
+from shardline.backends import JobNotFound, JobState, JobStatus, local_container, local_fleet
+from shardline.grant import book as grant_book
 from shardline.waiting import wait_for
 
 STATE_FILE = "state.json"
@@ -83,6 +84,7 @@ PASSED_ENV = frozenset(
         "TMPDIR",
         "PYTHONPATH",
         "CUDA_VISIBLE_DEVICES",  # which GPUs this machine lends the job
+        "SHARDLINE_GRANT_ENDPOINT",  # where jobs reach AWS through one grant service (compose's job runner)
     }
 )
 PASSED_PREFIXES = ("AWS_ENDPOINT_URL_", "LC_")
@@ -98,6 +100,49 @@ def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2))
     os.replace(tmp, path)
+
+
+# -- a job left to a runner service of its own uid (local_runner: compose's job-runner) --------------------
+
+RUNNER_ENV = "SHARDLINE_LOCAL_RUNNER"  # "service": submitters leave their jobs to this runner
+RUNNER_SERVICE = "service"
+CLAIM_FILE = "CLAIMED"  # created exclusively: by the runner that starts the job, or by whoever declares it unclaimed
+CLAIM_SECONDS = 300.0  # a job no runner claimed in this long fails, naming the service to start
+DIED_REASON = "the local job supervisor died before the job ended"
+
+
+def handed_off(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process leaves the jobs it submits to a runner service rather than starting them itself."""
+    value = (environ if environ is not None else os.environ).get(RUNNER_ENV, "").strip().lower()
+    return value == RUNNER_SERVICE
+
+
+def claim(job_dir: Path, by: str) -> bool:
+    """Take the job for ``by``, exactly once whoever else tries: whether this call took it."""
+    try:
+        descriptor = os.open(job_dir / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o664)
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, "w") as file:
+        file.write(by)
+    return True
+
+
+def unclaimed_reason(job_dir: Path, state: dict, now: float) -> str | None:
+    """The failure to record for a job left to a runner that none claimed in time (None: not such a job).
+
+    The claim file decides between a runner's late claim and this verdict, so the job is never both."""
+    if state.get("runner") != RUNNER_SERVICE or state.get("pid") is not None:
+        return None
+    if now - float(state.get("created_at") or now) < CLAIM_SECONDS or (job_dir / CLAIM_FILE).exists():
+        return None
+    if not claim(job_dir, "unclaimed"):
+        return None  # a runner took it a moment ago
+    return (
+        f"no job runner started this job within {CLAIM_SECONDS:.0f}s: the local backend leaves its jobs to a "
+        f"runner service ({RUNNER_ENV}={RUNNER_SERVICE}); in the compose stack that is the job-runner "
+        "service (`docker compose ps job-runner`, `docker compose logs job-runner`)"
+    )
 
 
 def start_supervisor(job_dir: Path) -> subprocess.Popen:
@@ -204,8 +249,8 @@ class LocalBackend:
             pinned = "--model-sha256" in request["AppSpecification"].get("ContainerArguments", [])
             local_container.refuse_unpinned_process(request["AppSpecification"]["ImageUri"], pinned, f"job {name}")
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=job_dir.parent))
-        handed_off = local_runner.handed_off()
-        if handed_off:  # the runner's uid shares the folder's group, never the submitter's uid
+        left_to_runner = handed_off()
+        if left_to_runner:  # the runner's uid shares the folder's group, never the submitter's uid
             staging.chmod(0o2770)
         (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2))
         write_json_atomic(
@@ -220,7 +265,7 @@ class LocalBackend:
                 "capacity_error": fleet.capacity_error(name, resources["InstanceType"]),
                 "startup_seconds": fleet.startup_seconds,
                 # Left to a runner service of its own uid (local_runner), or started here.
-                "runner": local_runner.RUNNER_SERVICE if handed_off else None,
+                "runner": RUNNER_SERVICE if left_to_runner else None,
             },
         )
         if fleet.active:
@@ -233,12 +278,15 @@ class LocalBackend:
             except Exception:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
+        if left_to_runner and os.environ.get(grant_book.GRANTS_ENV):
+            # Where jobs reach AWS through a grant service, the job's grant is filed where its code cannot write.
+            grant_book.file_grant(Path(os.environ[grant_book.GRANTS_ENV]), request)
         try:
             staging.rename(job_dir)
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
             return name  # a racing submit created it (and holds its instances, under the same name)
-        if not handed_off:
+        if not left_to_runner:
             start_supervisor(job_dir)
         return name
 
@@ -265,8 +313,8 @@ class LocalBackend:
             status = JobStatus.STOPPING  # as SageMaker reports a stop that is under way
         if status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) and pid and _here(state) and not _alive(pid):
             # The supervisor died without recording an end (killed with -9, machine reboot).
-            status, reason = JobStatus.FAILED, local_runner.DIED_REASON
-        if not status.is_terminal and (unclaimed := local_runner.unclaimed_reason(job_dir, state, time.time())):
+            status, reason = JobStatus.FAILED, DIED_REASON
+        if not status.is_terminal and (unclaimed := unclaimed_reason(job_dir, state, time.time())):
             ended = {"status": JobStatus.FAILED.value, "failure_reason": unclaimed, "ended_at": time.time()}
             write_json_atomic(job_dir / STATE_FILE, {**state, **ended})
             local_fleet.give_back(self.root, name)

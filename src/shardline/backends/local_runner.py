@@ -22,52 +22,42 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
+
+from shardline.backends import JobStatus, local_fleet
+from shardline.backends.local import (
+    CLAIM_FILE,
+    CLAIM_SECONDS,
+    DIED_REASON,
+    RUNNER_ENV,
+    RUNNER_SERVICE,
+    STATE_FILE,
+    claim,
+    handed_off,
+    read_state,
+    start_supervisor,
+    unclaimed_reason,
+    write_json_atomic,
+)
+
+__all__ = [
+    "CLAIM_FILE",
+    "CLAIM_SECONDS",
+    "DIED_REASON",
+    "RUNNER_ENV",
+    "RUNNER_SERVICE",
+    "Runner",
+    "claim",
+    "handed_off",
+    "healthy",
+    "record_died",
+    "unclaimed_reason",
+]
 
 log = logging.getLogger("shardline.local.runner")
 
-RUNNER_ENV = "SHARDLINE_LOCAL_RUNNER"  # "service": submitters leave their jobs to this runner
-RUNNER_SERVICE = "service"
-CLAIM_FILE = "CLAIMED"  # created exclusively: by the runner that starts the job, or by whoever declares it unclaimed
-CLAIM_SECONDS = 300.0  # a job no runner claimed in this long fails, naming the service to start
 HEARTBEAT_FILE = "runner-alive"  # touched each pass: compose's health check reads its age
 HEARTBEAT_SECONDS = 60.0
-DIED_REASON = "the local job supervisor died before the job ended"
-
-
-def handed_off(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this process leaves the jobs it submits to a runner service rather than starting them itself."""
-    value = (environ if environ is not None else os.environ).get(RUNNER_ENV, "").strip().lower()
-    return value == RUNNER_SERVICE
-
-
-def claim(job_dir: Path, by: str) -> bool:
-    """Take the job for ``by``, exactly once whoever else tries: whether this call took it."""
-    try:
-        descriptor = os.open(job_dir / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o664)
-    except FileExistsError:
-        return False
-    with os.fdopen(descriptor, "w") as file:
-        file.write(by)
-    return True
-
-
-def unclaimed_reason(job_dir: Path, state: dict, now: float) -> str | None:
-    """The failure to record for a job left to a runner that none claimed in time (None: not such a job).
-
-    The claim file decides between a runner's late claim and this verdict, so the job is never both."""
-    if state.get("runner") != RUNNER_SERVICE or state.get("pid") is not None:
-        return None
-    if now - float(state.get("created_at") or now) < CLAIM_SECONDS or (job_dir / CLAIM_FILE).exists():
-        return None
-    if not claim(job_dir, "unclaimed"):
-        return None  # a runner took it a moment ago
-    return (
-        f"no job runner started this job within {CLAIM_SECONDS:.0f}s: the local backend leaves its jobs to a "
-        f"runner service ({RUNNER_ENV}={RUNNER_SERVICE}); in the compose stack that is the job-runner "
-        "service (`docker compose ps job-runner`, `docker compose logs job-runner`)"
-    )
 
 
 class Runner:
@@ -80,8 +70,6 @@ class Runner:
 
     def waiting(self) -> list[Path]:
         """Job folders left to a runner that none has claimed yet, oldest name first."""
-        from shardline.backends.local import STATE_FILE, read_state
-
         jobs = self.root / "jobs"
         found = []
         for job_dir in sorted(jobs.iterdir()) if jobs.is_dir() else []:
@@ -94,8 +82,6 @@ class Runner:
 
     def start_waiting(self) -> list[str]:
         """Claim and start every waiting job; the names started."""
-        from shardline.backends.local import start_supervisor
-
         started = []
         for job_dir in self.waiting():
             if claim(job_dir, self.host):
@@ -137,9 +123,6 @@ class Runner:
 
 def record_died(job_dir: Path) -> bool:
     """Record that the job's supervisor is gone when its state still says it runs; whether it had to."""
-    from shardline.backends import JobStatus, local_fleet
-    from shardline.backends.local import read_state, write_json_atomic
-
     try:
         state = read_state(job_dir)
     except (OSError, ValueError):
@@ -147,7 +130,7 @@ def record_died(job_dir: Path) -> bool:
     if JobStatus(state["status"]).is_terminal:
         return False
     write_json_atomic(
-        job_dir / "state.json",
+        job_dir / STATE_FILE,
         {**state, "status": JobStatus.FAILED.value, "failure_reason": DIED_REASON, "ended_at": time.time()},
     )
     local_fleet.give_back(job_dir.parent.parent, job_dir.name)

@@ -27,6 +27,7 @@ from shardline import contract
 from shardline.backends import JobStatus, local_container, local_fleet
 from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
 from shardline.errors import InputRefused
+from shardline.grant import book as grant_book
 from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,9 @@ def grant_proxy(job_dir: Path, host: str, stack: contextlib.ExitStack) -> str | 
     what the job role's grant allows and refuses the rest as AWS would (``shardline.grant``), in a process of its
     own in the job's process group (stopping the job stops it). None when the endpoints are AWS's own, where IAM
     enforces the job role itself."""
+    if shared := os.environ.get(grant_book.ENDPOINT_ENV):
+        log.info("the instances reach AWS through the grant service at %s, signed as this job", shared)
+        return shared
     proc = subprocess.Popen(
         [sys.executable, "-m", "shardline.grant.proxy", str(job_dir / REQUEST_FILE), host],
         stdout=subprocess.PIPE,
@@ -328,6 +332,9 @@ def main(argv: list[str]) -> int:
     job_dir = Path(argv[0])
     signal.signal(signal.SIGTERM, _on_sigterm)
     write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "pid": os.getpid(), "host": socket.gethostname()})
+    if os.environ.get(grant_book.ENDPOINT_ENV):
+        # A grant service knows a job by the access key its requests carry: this job's name, here and in its workers.
+        os.environ["AWS_ACCESS_KEY_ID"] = job_dir.name
     try:
         state = read_state(job_dir)
         if state.get("capacity_error"):  # the emulated account had no instances to give (local_fleet)

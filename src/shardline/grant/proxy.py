@@ -24,7 +24,7 @@ from xml.sax.saxutils import escape
 
 from shardline.grant.job import JobGrant
 from shardline.grant.policy import IamRequest
-from shardline.grant.requests import Unreadable, requests_of, service_of
+from shardline.grant.requests import Unreadable, access_key_of, requests_of, service_of
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +64,30 @@ def emulated_endpoints(environ) -> dict[str, str] | None:
 
 
 class GrantProxy:
-    """One job's endpoint on ``host``:(a free port). ``upstreams``: the real endpoint per service (``s3``,
-    ``dynamodb``). ``refusals`` counts what it refused; ``on_refusal`` hears each (the job's log)."""
+    """One job's endpoint on ``host``:``port`` (0: a free one). ``upstreams``: the real endpoint per service
+    (``s3``, ``dynamodb``). ``refusals`` counts what it refused; ``on_refusal`` hears each (the job's log).
+    ``grant_for`` instead of ``grant``: many jobs' endpoint, each request checked against the grant of the job
+    whose name signs it (its access key id), refused when there is none."""
 
     def __init__(
         self,
-        grant: JobGrant,
+        grant: JobGrant | None,
         upstreams: dict[str, str],
         host: str = "127.0.0.1",
         on_refusal: Callable[[str], None] | None = None,
+        *,
+        port: int = 0,
+        grant_for: Callable[[str], JobGrant | None] | None = None,
     ):
-        self.grant = grant
+        if (grant is None) == (grant_for is None):
+            raise ValueError("a grant proxy checks one job's grant or finds each job's: give grant or grant_for")
+        self.grant_for = grant_for or (lambda _key: grant)
+        self._many = grant_for is not None
         self.upstreams = {service: urlsplit(url) for service, url in upstreams.items()}
         self.refusals = 0
         self.on_refusal = on_refusal or (lambda text: log.warning("%s", text))
         self._lock = threading.Lock()
-        self._server = http.server.ThreadingHTTPServer((host, 0), type("Handler", (_GrantHandler,), {"proxy": self}))
+        self._server = http.server.ThreadingHTTPServer((host, port), type("Handler", (_GrantHandler,), {"proxy": self}))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="grant-proxy", daemon=True)
 
@@ -100,12 +108,16 @@ class GrantProxy:
         """The service to send the request on to; :class:`Refused` when the grant does not allow it."""
         try:
             service, _ = service_of(path, headers)
+            key = access_key_of(path, headers)
             found = requests_of(method, path, headers, body or b"")
         except Unreadable as err:
             raise self.refuse("s3" if "x-amz-target" not in headers else "dynamodb", str(err)) from None
-        denied = [r for r in found if not self.grant.allows(r)]
+        grant = self.grant_for(key)
+        if grant is None:
+            raise self.refuse(service, f"no job's grant is filed for the access key {key!r}: a job signs with its name")
+        denied = [r for r in found if not grant.allows(r)]
         if denied:
-            raise self.refuse(service, _not_authorized(denied[0]))
+            raise self.refuse(service, (f"job {key}: " if self._many else "") + _not_authorized(denied[0]))
         return service
 
     def refuse(self, service: str, reason: str) -> Refused:

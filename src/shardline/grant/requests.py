@@ -29,16 +29,14 @@ class Unreadable(Exception):
 
 # The one Authorization a request may carry: SigV4, one credential, its scope (date, region, service) plain.
 _AUTHORIZATION = re.compile(
-    r"AWS4-HMAC-SHA256 Credential=[A-Za-z0-9_.-]+/\d{8}/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request,"
+    r"AWS4-HMAC-SHA256 Credential=(?P<key>[A-Za-z0-9_.-]+)/\d{8}/"
+    r"(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request,"
     r" ?SignedHeaders=[a-z0-9;-]+, ?Signature=[0-9a-f]+"
 )
-_PRESIGNED = re.compile(r"[A-Za-z0-9_.-]+/\d{8}/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request")
+_PRESIGNED = re.compile(r"(?P<key>[A-Za-z0-9_.-]+)/\d{8}/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request")
 
 
-def service_of(path: str, headers: Mapping[str, str]) -> tuple[str, str]:
-    """(``s3`` or ``dynamodb``, the region the request is signed for). The endpoint routes a request by its
-    signature's scope, so the scope must be exactly one, well formed, and agree with the target header; a
-    DynamoDB call must be a POST to ``/`` itself. Anything else is unreadable."""
+def _signature_scope(path: str, headers: Mapping[str, str]) -> re.Match:
     if "/moto-api" in unquote(urlsplit(path).path):
         raise Unreadable("the emulator's own API (/moto-api/) is not AWS: no job may call it")
     authorization = headers.get("authorization")
@@ -51,6 +49,19 @@ def service_of(path: str, headers: Mapping[str, str]) -> tuple[str, str]:
         scope = _PRESIGNED.fullmatch(query.get("X-Amz-Credential", ""))
     if scope is None:
         raise Unreadable("the request is not signed with AWS Signature Version 4")
+    return scope
+
+
+def access_key_of(path: str, headers: Mapping[str, str]) -> str:
+    """The access key id the request is signed with (its credential's first part); unreadable as ``service_of``."""
+    return _signature_scope(path, headers).group("key")
+
+
+def service_of(path: str, headers: Mapping[str, str]) -> tuple[str, str]:
+    """(``s3`` or ``dynamodb``, the region the request is signed for). The endpoint routes a request by its
+    signature's scope, so the scope must be exactly one, well formed, and agree with the target header; a
+    DynamoDB call must be a POST to ``/`` itself. Anything else is unreadable."""
+    scope = _signature_scope(path, headers)
     service = scope.group("service")
     target = headers.get("x-amz-target")
     if target is not None:
