@@ -97,6 +97,12 @@ def test_a_hostile_models_calls_are_refused_and_the_jobs_own_work_lands(job, loc
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=out, Prefix="run-attack/").get("Contents", [])]
     assert "run-attack/_SUCCESS" not in keys and not any("/reports/" in k for k in keys)
     assert len([k for k in keys if k.endswith(".parquet")]) == 6  # the job's own outputs, all there
+    # Its instances' manifests carry the lifecycle rule's tag, set through the grant with each object.
+    manifests = [k for k in keys if "/_shardline/instances/" in k]
+    assert manifests
+    for key in manifests:
+        tags = s3.get_object_tagging(Bucket=out, Key=key)["TagSet"]
+        assert tags == [{"Key": "shardline-retention", "Value": "metadata"}], (key, tags)
     assert out in [b["Name"] for b in s3.list_buckets()["Buckets"]]  # nothing was reset
     supervisor_log = (local_backend.job_dir(name) / "supervisor.log").read_text()
     assert supervisor_log.count("refused (the job role's grant)") >= 5, supervisor_log[-3000:]

@@ -127,6 +127,12 @@ ATTACKS = {
     "copy a secret into its outputs": lambda j: j["s3"].copy_object(
         Bucket=j["data"], Key="scores/daily_churn/dt=1/x", CopySource={"Bucket": j["secrets"], "Key": "airflow.cfg"}
     ),
+    "tag its own output for expiry": lambda j: j["s3"].put_object(
+        Bucket=j["data"],
+        Key="scores/daily_churn/dt=1/part-9.parquet",
+        Body=b"rows",
+        Tagging="shardline-retention=metadata",
+    ),
     "read a secret": lambda j: j["s3"].get_object(Bucket=j["secrets"], Key="airflow.cfg"),
     "list every bucket": lambda j: j["s3"].list_buckets(),
     "list the whole bucket": lambda j: j["s3"].list_objects_v2(Bucket=j["data"]),

@@ -369,8 +369,28 @@ def test_pass_role_is_the_execution_role_to_sagemaker_only(template):
 
 
 def test_execution_role_trusts_sagemaker_only(template):
+    """By default; a local-jobs principal only when the stack names one (the next test)."""
     trust = template["Resources"]["SageMakerExecutionRole"]["Properties"]["AssumeRolePolicyDocument"]
-    assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "sagemaker.amazonaws.com"}]
+    resolved = resolve(trust["Statement"], example_values(template))
+    assert [s["Principal"] for s in resolved] == [{"Service": "sagemaker.amazonaws.com"}]
+
+
+def test_a_named_local_jobs_principal_assumes_the_execution_role_only_for_sessions_named_as_jobs(template):
+    from shardline.planning.naming import job_name
+
+    local = f"arn:aws:iam::{ACCOUNT}:role/ml-dev"
+    ours = job_name("daily_churn", "manual__2026-11-22T00:00:00+00:00", "score", 1)
+
+    def assumable(session: str, **parameters) -> bool:
+        context = {"sts:RoleSessionName": session}
+        return trusts(template, SM, {"AWS": local}, "sts:AssumeRole", context, **parameters)
+
+    assert not assumable(ours)  # not unless the stack names it
+    assert assumable(ours, LocalJobsPrincipalArn=local)
+    assert not assumable("someone-elses-session", LocalJobsPrincipalArn=local)
+    assert not trusts(
+        template, SM, {"AWS": local}, "sts:AssumeRole", {"sts:RoleSessionName": ours}, LocalJobsPrincipalArn=""
+    )
 
 
 def test_airflow_role_trusts_the_configured_principal(template):
@@ -711,7 +731,12 @@ def test_a_job_writes_under_shardline_only_its_instances_manifests(template):
             arn = f"arn:aws:s3:::{uri.removeprefix('s3://')}"
             may = what == "instance manifest" and pipeline == "daily_churn"
             assert decide(template, SM, "s3:PutObject", arn, {}, Pipeline="daily_churn") == may, (pipeline, what)
+            # Tagged with the lifecycle rule's tag as it is written (the worker's put_bytes): that manifest only.
+            assert decide(template, SM, "s3:PutObjectTagging", arn, {}, Pipeline="daily_churn") == may, what
             assert not decide(template, SM, "s3:DeleteObject", arn, {}, Pipeline="daily_churn"), (pipeline, what)
+        # An output may never be tagged: the lifecycle rule would expire it.
+        output = f"arn:aws:s3:::{prefix.removeprefix('s3://')}part-0.parquet"
+        assert not decide(template, SM, "s3:PutObjectTagging", output, {}, Pipeline="daily_churn")
 
 
 def test_airflow_reads_and_writes_exactly_the_report_keys_it_uses_and_reads_the_instances_manifests(template):

@@ -151,11 +151,40 @@ def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
     return command + arguments
 
 
+# Where the submitter's own credentials come from besides their values: a profile, a web identity (EKS, where the
+# model would re-assume Airflow's role), a container-credentials endpoint. None of them reaches a job.
+SUBMITTERS_CREDENTIAL_SOURCES = (
+    "AWS_PROFILE",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+)
+
+
+def instance_credentials(request: dict, proxied: bool, sts=None) -> dict[str, str]:
+    """The credentials a job's instances hold. Behind its grant proxy (emulated endpoints) the endpoint's own
+    placeholders: the proxy is the check. Against AWS itself, the request's role, assumed with a session policy
+    that narrows it to the job (``shardline.grant.session``): never the credentials of whoever submitted it."""
+    if proxied:
+        return {}
+    from shardline.backends.local_credentials import assume_job_role
+
+    credentials = assume_job_role(request, sts or boto3.client("sts"), os.environ)
+    log.info("the instances hold %s, assumed for this job and narrowed to it", request["RoleArn"])
+    return credentials.environment()
+
+
 def worker_environment(request: dict, instance_dir: Path) -> dict[str, str]:
     """A process-runtime worker's environment: the allow-listed part of ours with the job's own, credentials as
     values (never the files they came from) and a HOME of its own, so the model's code finds no ``~/.aws``."""
     env = job_environment(os.environ, request.get("Environment", {}))
-    for name in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+    for name in SUBMITTERS_CREDENTIAL_SOURCES:
         env.pop(name, None)
     home = instance_dir / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -217,9 +246,12 @@ def start_instances(
         else:  # the instances write to AWS itself, over Docker's default network
             network, routes = "bridge", {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
             log.info("the ledger's endpoint is not on this machine: instances use Docker's default network")
-        container_env = {**local_container.aws_environment(os.environ), **routes}
+        # On the jobs' network the endpoint is this machine's own (emulated): AWS's own gets the job role's session.
+        credentials = instance_credentials(request, proxied=network != "bridge")
+        container_env = {**local_container.aws_environment(os.environ), **routes, **credentials}
     else:
         proxy = grant_proxy(job_dir, "127.0.0.1", stack)
+        credentials = instance_credentials(request, proxied=proxy is not None)
     procs: dict[str, subprocess.Popen] = {}
     for host, instance_dir in zip(hosts, instance_dirs, strict=True):
         config = instance_dir / "config"
@@ -234,6 +266,7 @@ def start_instances(
             env = local_container.cli_environment(request, container_env, job_environment(os.environ))
         else:
             command, env = worker_command(request, instance_dir, host), worker_environment(request, instance_dir)
+            env.update(credentials)
             if proxy:
                 env.update(_routed(proxy))
         with open(instance_dir / "worker.log", "ab") as out:

@@ -156,6 +156,8 @@ def s3_requests(method: str, path: str, headers: Mapping[str, str], body: bytes)
     if action is None:
         raise Unreadable(f"{method} on an object with ?{sub} is no S3 operation a job makes")
     found = [IamRequest(action, f"{bucket_arn}/{key}")]
+    if "x-amz-tagging" in headers and action == "s3:PutObject":  # tags set with the object: IAM asks for both
+        found.append(IamRequest("s3:PutObjectTagging", f"{bucket_arn}/{key}"))
     copy_source = headers.get("x-amz-copy-source")
     if copy_source and method == "PUT":  # CopyObject or UploadPartCopy: it reads the source as well
         source = unquote(copy_source.split("?", 1)[0]).lstrip("/")

@@ -160,10 +160,27 @@ class OutputUploader:
         return Uploaded(f"s3://{self.bucket}/{key}", sha256)
 
     def put_bytes(self, uri: str, body: bytes, content_type: str = "application/json") -> None:
-        """A small file of the instance's own (its manifest), in one PUT."""
+        """A small file of the instance's own (its manifest), in one PUT, with the lifecycle rule's tag that every
+        file under ``_shardline/`` carries. A role that may not tag it (a stack deployed before the job role could)
+        still writes it, untagged, and a WARNING says the bucket's rule will not expire it."""
+        from botocore.exceptions import ClientError
+
         bucket, key = split_uri(uri)
         extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self.kms_key_id} if self.kms_key_id else {}
-        self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type, **extra)
+        try:
+            self.client.put_object(
+                Bucket=bucket, Key=key, Body=body, ContentType=content_type, Tagging=contract.METADATA_TAGGING, **extra
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") != "AccessDenied":
+                raise
+            self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type, **extra)
+            log.warning(
+                "wrote %s without its lifecycle tag (%s): the job's role may not s3:PutObjectTagging there (update "
+                "the stack's template), so the bucket's expire-shardline-metadata rule will not remove it",
+                uri,
+                contract.METADATA_TAGGING,
+            )
 
     def close(self) -> None:
         """Wait for every upload in flight (each ends with its callback)."""
