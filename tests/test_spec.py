@@ -441,6 +441,19 @@ def test_the_plan_task_refuses_an_instance_count_param_out_of_bounds_naming_it(r
     assert count == 3 and problem.startswith(f"Param instance_count {rendered!r} must be null or a whole number")
 
 
+def test_a_run_of_a_step_admitted_by_its_count_may_ask_fewer_instances_never_more():
+    """A pooled or capped step's watch is admitted by the spec's instance_count (its pool's slots): a run of more
+    would use instances no slot admitted, past the account's quota."""
+    from shardline.spec.conf import admitted_count_problem
+
+    step = _first_step("s3://data/events/")
+    assert admitted_count_problem(step, 5, None) is None  # nothing counts this step's instances
+    assert admitted_count_problem(step, 2, 2) is None and admitted_count_problem(step, 1, 2) is None
+    problem = admitted_count_problem(step, 3, 2)
+    assert problem.startswith("Param instance_count 3 is above steps.score.resources.instance_count (2)")
+    assert "raise resources.instance_count in the spec" in problem
+
+
 @pytest.mark.parametrize(
     ("override", "allowed"),
     [

@@ -145,6 +145,19 @@ def test_a_quota_in_fleet_yaml_admits_a_steps_tasks_through_its_pool_with_its_pi
     assert {t[4] for t in parsed["tasks"]["daily_churn"].values()} == {None}  # no cap but the quota
 
 
+def test_a_pooled_steps_instance_count_param_stops_at_the_slots_its_watch_holds(tmp_path):
+    """Its watch holds the spec's count of its pool's slots: the Param may lower the count, never raise it to
+    the quota (the job would run on instances no slot admitted)."""
+    dags = tmp_path / "dags"
+    shutil.copytree(REPO / "dags", dags)
+    (dags / "fleet.yaml").write_text("quotas:\n  ml.c5.2xlarge: 20\n")  # the hourly pipeline's type
+    parsed = _parse_admission(dags, tmp_path)
+    assert parsed["errors"] == {}
+    assert parsed["tasks"]["tabular_scoring_hourly"]["watch_score"][:2] == ["sagemaker-ml.c5.2xlarge", 2]
+    assert parsed["max_instances"]["tabular_scoring_hourly"] == 2  # was the quota, 20
+    assert parsed["max_instances"]["daily_churn"] == 100  # a type without a quota: nothing counts its instances
+
+
 @pytest.mark.parametrize(
     ("fleet", "expected"),
     [

@@ -33,10 +33,10 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
     at trigger time that names the field, before anything runs (an instance count within every step's quota,
     and no more than a step with resources.max_concurrent_instances plans, too)."""
     first = spec.steps[0]
-    quotas = [q for s in spec.steps if (q := _quota(s, fleet)) is not None]
-    # A capped step's watch may run max_concurrent_instances // instance_count times at once, counted with the
-    # spec's instance_count: a run may ask for fewer instances, never more.
-    capped = [s.resources.instance_count for s in spec.steps if s.resources.max_concurrent_instances is not None]
+    # A pooled step's watch holds the spec's instance_count of its pool's slots, and a capped step's watch may run
+    # max_concurrent_instances // instance_count times at once: for both a run may ask for fewer instances, never
+    # more, or its job would use instances no slot admitted.
+    bounded = [s.resources.instance_count for s in spec.steps if admitted_count(s, fleet) is not None]
     version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
     params = {
         "input_prefix": Param(
@@ -59,7 +59,7 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
             None,
             type=["null", "integer"],
             minimum=1,
-            maximum=min([MAX_INSTANCE_COUNT, *quotas, *capped]),
+            maximum=min([MAX_INSTANCE_COUNT, *bounded]),
             title="Instance count",
             description="overrides every step's resources.instance_count",
         ),
@@ -83,6 +83,13 @@ def timetable_for(schedule: str | None):
 
 def _quota(step: StepSpec, fleet: FleetSpec | None) -> int | None:
     return fleet.quotas.get(step.resources.instance_type) if fleet else None
+
+
+def admitted_count(step: StepSpec, fleet: FleetSpec | None) -> int | None:
+    """The most instances a run of ``step`` may use: the spec's instance_count when Airflow admits the step by
+    it (a pool of its type's quota, or resources.max_concurrent_instances); None when nothing counts them."""
+    counted = _quota(step, fleet) is not None or step.resources.max_concurrent_instances is not None
+    return step.resources.instance_count if counted else None
 
 
 def admission(step: StepSpec, fleet: FleetSpec | None, spec_path: Path) -> dict:
@@ -152,6 +159,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
                 instances_override="{{ params.instance_count }}",
                 dry_run="{{ params.dry_run }}",
                 admission_note=note,
+                max_instances=admitted_count(step, fleet),
             )
             watch = WatchStepOperator(
                 task_id=f"watch_{step.name}",

@@ -111,6 +111,19 @@ def instance_count_override(rendered: object, default: int) -> tuple[int, str | 
     return (count, None) if 1 <= count <= MAX_INSTANCE_COUNT else (default, problem)
 
 
+def admitted_count_problem(step: StepSpec, count: int, admitted: int | None) -> str | None:
+    """Why a run may not use ``count`` instances of ``step``, whose watch Airflow admits by ``admitted`` (the spec's
+    instance_count, held as pool slots or counted against resources.max_concurrent_instances), or None."""
+    if admitted is None or count <= admitted:
+        return None
+    return (
+        f"Param instance_count {count} is above steps.{step.name}.resources.instance_count ({admitted}), the "
+        f"number of {step.resources.instance_type} instances its watch task is admitted by (its pool's slots, or "
+        "resources.max_concurrent_instances): a run may ask for fewer instances, never more; raise "
+        "resources.instance_count in the spec instead"
+    )
+
+
 def model_version_problem(step: StepSpec, version: str) -> str | None:
     """Why ``version`` may not be the run's ``model_version`` Param, or None when it may."""
     if not re.fullmatch(VERSION_PATTERN, version):

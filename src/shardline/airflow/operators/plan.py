@@ -29,6 +29,7 @@ from shardline.airflow.triggers.step import InputTrigger, PartitionTrigger, sett
 from shardline.decision import readiness
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.spec.conf import (
+    admitted_count_problem,
     input_override_problem,
     instance_count_override,
     model_version_problem,
@@ -65,10 +66,12 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         dry_run: Any = False,
         metadata_prefix: str = "",
         admission_note: str = "",
+        max_instances: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.admission_note = admission_note  # what the step says until its watch task's pool admits it
+        self.max_instances = max_instances  # the count its watch is admitted by (dag_factory.admitted_count)
         self.spec_path, self.step = spec_path, step
         self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
         self.metadata_prefix = metadata_prefix
@@ -93,6 +96,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             or (partition_override_problem(step, override, self.input_prefix, spec.pipeline) if override else None)
             or model_version_problem(step, version)
             or instance_count_override(self.instances_override, 1)[1]
+            or admitted_count_problem(step, self._instances(step), self.max_instances)
         )
         if problem:
             raise AirflowFailException(param_problem_text(problem, run_ref(spec, context)))
