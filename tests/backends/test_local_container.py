@@ -83,6 +83,25 @@ def test_credentials_reach_the_container_by_name_never_on_its_command_line(tmp_p
     assert cli == {"PATH": "/usr/bin", "DOCKER_HOST": "unix:///x", **secrets}
 
 
+def test_a_ca_bundle_of_this_machine_is_mounted_where_the_container_reads_it(tmp_path):
+    """AWS_CA_BUNDLE names a file here: the container gets that file, read-only, and the path it has there;
+    a bundle that is not a readable file here is left out rather than pointing at nothing."""
+    bundle = tmp_path / "corp-ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    env, mounts = local_container.with_ca_bundle({"AWS_REGION": "us-east-1", "AWS_CA_BUNDLE": str(bundle)})
+    assert env == {"AWS_REGION": "us-east-1", "AWS_CA_BUNDLE": local_container.CONTAINER_CA_BUNDLE}
+    assert mounts == [(bundle.resolve(), local_container.CONTAINER_CA_BUNDLE, True)]
+    command = local_container.container_command(
+        REQUEST, tmp_path, "algo-1", environment=env, network="jobs-net", mounts=mounts
+    )
+    assert f"type=bind,source={bundle.resolve()},target={local_container.CONTAINER_CA_BUNDLE},readonly" in command
+    assert f"AWS_CA_BUNDLE={local_container.CONTAINER_CA_BUNDLE}" in command and str(bundle) not in " ".join(
+        a for a in command if a.startswith("AWS_CA_BUNDLE")
+    )
+    assert local_container.with_ca_bundle({"AWS_CA_BUNDLE": str(tmp_path / "absent.pem")}) == ({}, [])
+    assert local_container.with_ca_bundle({"AWS_REGION": "us-east-1"}) == ({"AWS_REGION": "us-east-1"}, [])
+
+
 def test_a_request_that_asks_for_network_isolation_gets_no_network(tmp_path):
     isolated = {**REQUEST, "NetworkConfig": {"EnableNetworkIsolation": True}}
     command = local_container.container_command(

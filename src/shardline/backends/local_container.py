@@ -351,6 +351,25 @@ def instance_mounts(request: dict, instance_dir: Path, local_path) -> list[tuple
     return mounts
 
 
+CONTAINER_CA_BUNDLE = "/etc/ssl/shardline/aws-ca-bundle.pem"  # where a container finds the bundle AWS_CA_BUNDLE names
+
+
+def with_ca_bundle(environment: Mapping[str, str]) -> tuple[dict[str, str], list[tuple[Path, str, bool]]]:
+    """AWS_CA_BUNDLE names a file of this machine (a proxy's or a company's CA): in a container that path means
+    nothing, so the file is mounted read-only at ``CONTAINER_CA_BUNDLE`` and the variable names that. A bundle
+    that is not a readable file here is left out, with a WARNING: the instances then trust their image's CAs.
+    Returns (``environment`` so amended, the mounts to add)."""
+    env = dict(environment)
+    named = env.pop("AWS_CA_BUNDLE", "")
+    if not named:
+        return env, []
+    path = Path(named)
+    if not path.is_file() or not os.access(path, os.R_OK):
+        log.warning("AWS_CA_BUNDLE %s is not a readable file here: the instances trust their image's CAs", named)
+        return env, []
+    return {**env, "AWS_CA_BUNDLE": CONTAINER_CA_BUNDLE}, [(path.resolve(), CONTAINER_CA_BUNDLE, True)]
+
+
 def remove_container(name: str) -> None:
     """Force-remove one container, if it is there (``--rm`` has removed it when it exited by itself)."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):

@@ -248,7 +248,9 @@ def start_instances(
             log.info("the ledger's endpoint is not on this machine: instances use Docker's default network")
         # On the jobs' network the endpoint is this machine's own (emulated): AWS's own gets the job role's session.
         credentials = instance_credentials(request, proxied=network != "bridge")
-        container_env = {**local_container.aws_environment(os.environ), **routes, **credentials}
+        container_env, bundle_mounts = local_container.with_ca_bundle(
+            {**local_container.aws_environment(os.environ), **routes, **credentials}
+        )
     else:
         proxy = grant_proxy(job_dir, "127.0.0.1", stack)
         credentials = instance_credentials(request, proxied=proxy is not None)
@@ -258,7 +260,7 @@ def start_instances(
         config.mkdir(parents=True, exist_ok=True)
         (config / "resourceconfig.json").write_text(json.dumps({"current_host": host, "hosts": hosts}))
         if runtime == "docker":
-            mounts = local_container.instance_mounts(request, instance_dir, local_path)
+            mounts = local_container.instance_mounts(request, instance_dir, local_path) + bundle_mounts
             command = local_container.container_command(
                 request, instance_dir, host, environment=container_env, network=network, mounts=mounts
             )
