@@ -348,3 +348,31 @@ def test_a_preview_or_tune_as_a_process_gives_the_model_a_home_of_its_own(tmp_pa
     assert (tmp_path / "home").stat().st_mode & 0o777 == 0o700
     assert as_process["PYTHONUNBUFFERED"] == "1"
     assert worker_environment(tmp_path, sandboxed=True)["HOME"] == "/home/caller"
+
+
+@pytest.mark.slow
+def test_a_role_that_may_not_read_the_model_gets_a_preview_denied_not_a_crash(bucket, xgboost_model, tmp_path):
+    """On AWS Airflow's role lists the inputs and the job's role reads them and the model: a preview under a role
+    that may not read the model says so (PreviewDenied, which the dry run reports beside its plan)."""
+    import os
+
+    from shardline.grant.job import JobGrant, JobScope
+    from shardline.grant.proxy import GrantProxy
+    from shardline.oncall.preview import PreviewDenied
+
+    s3, name = bucket
+    buf = io.BytesIO()
+    pq.write_table(synthetic.make_table(100), buf)
+    s3.put_object(Bucket=name, Key="in/dt=2026-11-22/a.parquet", Body=buf.getvalue())
+    _upload_model(s3, name, xgboost_model.parent, tmp_path)
+    spec = _spec(name)
+    model_uri, input_uri = f"s3://{name}/models/v1/model.tar.gz", f"s3://{name}/in/dt=2026-11-22/"
+    # A role that reads the inputs and another model, never this one.
+    scope = JobScope(
+        "preview_test", "t", "us-east-1", input_uri, f"s3://{name}/models/v0/model.tar.gz", f"s3://{name}/out/"
+    )
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    with GrantProxy(JobGrant.of(scope), {"s3": endpoint, "dynamodb": endpoint}) as proxy:
+        denied = boto3.client("s3", endpoint_url=proxy.url)
+        with pytest.raises(PreviewDenied, match=r"this role may not read s3://.*/models/v1/model\.tar\.gz"):
+            preview_step(spec, "score", denied, model_uri=model_uri, input_uri=input_uri, rows=5)

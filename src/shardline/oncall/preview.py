@@ -36,6 +36,15 @@ class PreviewError(ShardlineError):
     """The preview could not run: no input, no model, a template it cannot render."""
 
 
+class PreviewDenied(PreviewError):
+    """The caller's role may not read the model or the sample: on AWS the job role reads them, Airflow's does not."""
+
+
+def _denied(err: Exception) -> bool:
+    code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
+    return code in ("AccessDenied", "403", "Forbidden")
+
+
 @dataclasses.dataclass(frozen=True)
 class PreviewResult:
     step: str
@@ -180,12 +189,18 @@ def preview_step(
         root = Path(tmp) / "sample"
         root.mkdir()
         model_dir, data_dir = root / "model", root / "data"
-        fetch_model(s3, model_uri, model_dir)
         bucket, key = sample
         try:
+            fetch_model(s3, model_uri, model_dir)
             fetch_sample(s3, bucket, key, rows, data_dir)
         except SampleTooLarge as err:
             raise PreviewError(str(err)) from err
+        except Exception as err:
+            if not _denied(err):
+                raise
+            raise PreviewDenied(
+                f"this role may not read {model_uri} or s3://{bucket}/{key} ({type(err).__name__}: {err})"
+            ) from err
         report_path = root / "preview.json"
         command = [
             sys.executable,

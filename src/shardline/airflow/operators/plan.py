@@ -321,7 +321,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
 
     def _dry_run(self, context, spec, input_prefix: str, instances: int, model_version: str) -> None:
         """List the inputs and preview the model on a sample of the first one; submit nothing."""
-        from shardline.oncall.preview import PreviewError, preview_step
+        from shardline.oncall.preview import PreviewDenied, PreviewError, preview_step
         from shardline.orchestration import services
         from shardline.planning.inputs import choose_instance_count, list_inputs
 
@@ -351,6 +351,13 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 objects=objects,
                 model_version=model_version,
             )
+        except PreviewDenied as err:
+            # On AWS the job role reads models and inputs; Airflow's role lists them only. The plan stands.
+            raise AirflowSkipException(
+                f"{plan}. The model was not previewed: {err}. Airflow's role lists the inputs, the job's role reads "
+                f"them: preview the model where your own role reads both (`shardline preview {spec.pipeline} "
+                f"--step {self.step}`)"
+            ) from err
         except PreviewError as err:
             raise AirflowFailException(
                 f"{plan}. The preview could not run: {err}. Fix that, then run the dry run "
