@@ -264,3 +264,45 @@ def test_an_instance_is_sized_as_its_type_and_never_above_this_machine(instance_
     assert memory == min(gib << 30, machine)
     assert limits[limits.index("--memory-swap") + 1] == str(memory)  # no swap beyond it
     assert local_container.size_limits("not-a-type") == []
+
+
+def _held_connection(address: tuple[str, int]) -> socket.socket:
+    return socket.create_connection(address, timeout=30)
+
+
+def _closed_at_once(sock: socket.socket) -> bool:
+    """Whether the other end closed ``sock`` without a word (what a connection past a cap gets)."""
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, TimeoutError):
+        return False
+
+
+def test_the_forwarder_holds_at_most_its_cap_of_connections_and_frees_a_slot_when_one_ends():
+    """A model that opens connections without end gets at most the cap's worth of forwarded connections (two
+    threads each): the next is closed as it comes, and a slot is free again once a connection ends."""
+    from shardline.waiting import wait_for
+
+    upstream = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: [accepted.append(upstream.accept()[0]) for _ in range(3)], daemon=True).start()
+    forwarder = local_container.Forwarder("127.0.0.1", upstream.getsockname()[:2], connections=2)
+    try:
+        first, second = _held_connection(forwarder.address), _held_connection(forwarder.address)
+        assert wait_for(lambda: len(accepted), lambda n: n == 2, timeout=30) == 2  # both forwarded, and held
+        third = _held_connection(forwarder.address)
+        assert _closed_at_once(third)  # past the cap
+        first.close()
+        accepted[0].close()
+        # The slot comes back once the first connection's two pipes end; then a new connection is forwarded.
+        fourth = wait_for(
+            lambda: _held_connection(forwarder.address),
+            lambda sock: wait_for(lambda: len(accepted), lambda n: n == 3, timeout=2) == 3,
+            timeout=30,
+        )
+        assert len(accepted) == 3
+        for sock in (second, third, fourth, *accepted):
+            sock.close()
+    finally:
+        forwarder.close()
+        upstream.close()

@@ -255,3 +255,29 @@ def test_a_request_the_endpoint_would_read_another_way_than_the_check_is_refused
     assert not [k for k in keys if k.endswith(("_SUCCESS", "stolen", "/x"))], keys
     assert data in [b["Name"] for b in job["direct"].list_buckets()["Buckets"]]  # nothing was reset
     assert len(job["refusals"]) == len(attempts), job["refusals"]
+
+
+def test_the_proxy_serves_at_most_its_cap_of_connections_and_frees_a_slot_when_one_ends():
+    """A thread per connection, and at most the cap at once: one past it is closed as it comes; once a connection
+    ends its slot serves the next (here an unsigned request, answered with the refusal, no endpoint needed)."""
+    import socket
+
+    from shardline.waiting import wait_for
+
+    scope = JobScope("p", "t", "us-east-1", "s3://b/in/", "s3://b/model.tar.gz", "s3://b/out/")
+    dead = "http://127.0.0.1:9"
+    with GrantProxy(JobGrant.of(scope), {"s3": dead, "dynamodb": dead}, connections=1) as proxy:
+        address = ("127.0.0.1", int(proxy.url.rsplit(":", 1)[1]))
+        held = socket.create_connection(address, timeout=30)  # idle: its thread waits for a request line
+        past = socket.create_connection(address, timeout=30)
+        assert past.recv(1) == b""  # closed at once: the cap is taken
+        past.close()
+        held.close()
+
+        def answer() -> int | None:
+            try:
+                return httpx.get(f"{proxy.url}/b/in/x", timeout=5).status_code
+            except httpx.TransportError:
+                return None  # the slot is not free yet
+
+        assert wait_for(answer, lambda code: code is not None, timeout=30) == 403

@@ -162,10 +162,13 @@ def ensure_job_network() -> str:
 
 
 class Forwarder:
-    """A TCP forwarder from ``listen_host``:(a free port) to ``target``: the containers' one way to the endpoint."""
+    """A TCP forwarder from ``listen_host``:(a free port) to ``target``: the containers' one way to the endpoint.
+    At most ``connections`` at once (two threads each): one past that is closed as it comes, so a model that opens
+    connections without end costs this machine no more than that."""
 
-    def __init__(self, listen_host: str, target: tuple[str, int]):
+    def __init__(self, listen_host: str, target: tuple[str, int], connections: int = 256):
         self.target = target
+        self._slots = threading.BoundedSemaphore(connections)
         self._server = socket.create_server((listen_host, 0))
         self.address = self._server.getsockname()[:2]
         self._thread = threading.Thread(target=self._serve, name="endpoint-forwarder", daemon=True)
@@ -177,17 +180,27 @@ class Forwarder:
                 client, _ = self._server.accept()
             except OSError:
                 return  # closed
+            if not self._slots.acquire(blocking=False):
+                client.close()  # at the cap: the client sees its connection end, and retries as it would
+                continue
             threading.Thread(target=self._pair, args=(client,), daemon=True).start()
 
     def _pair(self, client: socket.socket) -> None:
         try:
-            upstream = socket.create_connection(self.target, timeout=10)
-        except OSError:
-            client.close()
-            return
-        upstream.settimeout(None)
-        for source, sink in ((client, upstream), (upstream, client)):
-            threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                return
+            upstream.settimeout(None)
+            back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
+            back.start()
+            _pipe(client, upstream)
+            back.join()
+            for sock in (client, upstream):
+                sock.close()
+        finally:
+            self._slots.release()
 
     def close(self) -> None:
         # shutdown() wakes the thread blocked in accept(); close() alone would leave it accepting.

@@ -42,6 +42,7 @@ HOP_BY_HOP = {
     "content-length",
 }
 COPY_CHUNK = 1 << 20
+CONNECTION_LIMIT = 512  # at once, per proxy: a job's pool opens a few per process
 SMALL_BODY_LIMIT = 32 << 20  # a DynamoDB call's JSON or a DeleteObjects' XML: far above AWS's own limits
 
 
@@ -78,6 +79,7 @@ class GrantProxy:
         *,
         port: int = 0,
         grant_for: Callable[[str], JobGrant | None] | None = None,
+        connections: int = CONNECTION_LIMIT,
     ):
         if (grant is None) == (grant_for is None):
             raise ValueError("a grant proxy checks one job's grant or finds each job's: give grant or grant_for")
@@ -87,8 +89,8 @@ class GrantProxy:
         self.refusals = 0
         self.on_refusal = on_refusal or (lambda text: log.warning("%s", text))
         self._lock = threading.Lock()
-        self._server = http.server.ThreadingHTTPServer((host, port), type("Handler", (_GrantHandler,), {"proxy": self}))
-        self._server.daemon_threads = True
+        handler = type("Handler", (_GrantHandler,), {"proxy": self})
+        self._server = _BoundedServer((host, port), handler, connections)
         self._thread = threading.Thread(target=self._server.serve_forever, name="grant-proxy", daemon=True)
 
     @property
@@ -125,6 +127,33 @@ class GrantProxy:
             self.refusals += 1
         self.on_refusal(f"refused (the job role's grant): {reason}")
         return Refused(service, reason)
+
+
+class _BoundedServer(http.server.ThreadingHTTPServer):
+    """A thread per connection, at most ``connections`` at once: one past that is closed as it comes (the client
+    retries as it would), so a model that opens connections without end costs this machine no more than that."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler, connections: int = CONNECTION_LIMIT):
+        self._slots = threading.BoundedSemaphore(connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def _not_authorized(request: IamRequest) -> str:
