@@ -24,7 +24,7 @@ from pathlib import Path
 import boto3
 
 from shardline import contract
-from shardline.backends import JobStatus, local_container, local_fleet
+from shardline.backends import JobStatus, local_container, local_egress, local_fleet
 from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
 from shardline.errors import InputRefused
 from shardline.grant import book as grant_book
@@ -248,11 +248,15 @@ def start_instances(
             routes = (
                 _routed(proxy) if proxy else stack.enter_context(local_container.endpoint_routes(os.environ, gateway))
             )
-        else:  # the instances write to AWS itself, over Docker's default network
-            network, routes = "bridge", {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
-            log.info("the ledger's endpoint is not on this machine: instances use Docker's default network")
-        # On the jobs' network the endpoint is this machine's own (emulated): AWS's own gets the job role's session.
-        credentials = instance_credentials(request, proxied=network != "bridge")
+        else:  # the instances write to AWS itself: still on the jobs' network, whose one way out is a tunnel to AWS
+            gateway, network = local_container.ensure_job_network(), local_container.JOB_NETWORK
+            egress = local_egress.EgressProxy(gateway, local_egress.aws_destinations(os.environ))
+            stack.callback(egress.close)
+            routes = {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
+            routes |= {"HTTPS_PROXY": egress.url, "https_proxy": egress.url, "NO_PROXY": "", "no_proxy": ""}
+            log.info("the endpoints are AWS's own: the instances reach them only, through %s", egress.url)
+        # An endpoint on this machine is the emulated one (its proxy checks the grant): AWS's own gets the job role.
+        credentials = instance_credentials(request, proxied=local_container.network_for(os.environ) is not None)
         container_env, bundle_mounts = local_container.with_ca_bundle(
             {**local_container.aws_environment(os.environ), **routes, **credentials}
         )
