@@ -189,18 +189,7 @@ def preview_step(
         root = Path(tmp) / "sample"
         root.mkdir()
         model_dir, data_dir = root / "model", root / "data"
-        bucket, key = sample
-        try:
-            fetch_model(s3, model_uri, model_dir)
-            fetch_sample(s3, bucket, key, rows, data_dir)
-        except SampleTooLarge as err:
-            raise PreviewError(str(err)) from err
-        except Exception as err:
-            if not _denied(err):
-                raise
-            raise PreviewDenied(
-                f"this role may not read {model_uri} or s3://{bucket}/{key} ({type(err).__name__}: {err})"
-            ) from err
+        _fetch(s3, model_uri, sample, rows, model_dir, data_dir)
         report_path = root / "preview.json"
         command = [
             sys.executable,
@@ -239,7 +228,7 @@ def preview_step(
     return PreviewResult(
         step=step_name,
         model_uri=model_uri,
-        sample_uri=f"s3://{bucket}/{key}",
+        sample_uri=f"s3://{sample[0]}/{sample[1]}",
         exit_code=done.returncode,
         text=done.stdout,
         report=report,
@@ -301,6 +290,22 @@ def _exists(s3, bucket: str, key: str) -> bool:
     except ClientError:
         return False
     return True
+
+
+def _fetch(s3, model_uri: str, sample: tuple[str, str], rows: int, model_dir: Path, data_dir: Path) -> None:
+    """The model and the sample's first ``rows`` rows, here; PreviewDenied when this role may not read them."""
+    bucket, key = sample
+    try:
+        fetch_model(s3, model_uri, model_dir)
+        fetch_sample(s3, bucket, key, rows, data_dir)
+    except SampleTooLarge as err:
+        raise PreviewError(str(err)) from err
+    except Exception as err:
+        if not _denied(err):
+            raise
+        raise PreviewDenied(
+            f"this role may not read {model_uri} or s3://{bucket}/{key} ({type(err).__name__}: {err})"
+        ) from err
 
 
 def fetch_model(s3, model_uri: str, model_dir: Path) -> None:
