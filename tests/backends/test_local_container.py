@@ -306,3 +306,11 @@ def test_the_forwarder_holds_at_most_its_cap_of_connections_and_frees_a_slot_whe
     finally:
         forwarder.close()
         upstream.close()
+
+
+def test_each_job_gets_a_network_name_of_its_own():
+    names = {local_container.job_network_name(f"sl-daily-churn-score-{i:04d}-a1") for i in range(1000)}
+    assert len(names) == 1000  # no two jobs share one
+    assert local_container.job_network_name("sl-x") == local_container.job_network_name("sl-x")  # a retry finds it
+    assert all(len(n) <= 64 and n.startswith("shardline-job-") for n in names)
+    assert local_container.JOB_NETWORK not in names

@@ -253,10 +253,19 @@ def up() -> dict:
 
 def down() -> None:
     """Remove what the tests made in the engine (the jobs' network), then stop the engine if ``up`` started it."""
-    from shardline.backends.local_container import JOB_NETWORK
+    from shardline.backends.local_container import JOB_LABEL, JOB_NETWORK
 
     if answers("docker", "version"):
         answers("docker", "network", "rm", JOB_NETWORK)
+        # A job's own network is removed with its job; one an interrupted run left goes here.
+        listed = subprocess.run(
+            ["docker", "network", "ls", "-q", "--filter", f"label={JOB_LABEL}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for network in listed.stdout.split():
+            answers("docker", "network", "rm", network)
     stop_engine()
 
 

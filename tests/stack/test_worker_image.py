@@ -20,6 +20,7 @@ import boto3
 import pyarrow.parquet as pq
 import pytest
 
+from shardline.backends import local_container
 from shardline.backends.local import read_state
 from shardline.decision.policy import Action
 from shardline.orchestration import services, steps, watch
@@ -101,6 +102,12 @@ def _run(spec, bucket: str, runtime: str, monkeypatch, *, count: int = 2):
     decision = _decide(spec, attempt)
     job_dir = services.backend_for(spec).job_dir(attempt.job_name)
     assert read_state(job_dir)["runtime"] == runtime
+    if runtime == "docker":  # its instances ran on a network of the job's own, gone with the job
+        log = (job_dir / "supervisor.log").read_text()
+        network = local_container.job_network_name(attempt.job_name)
+        assert "network " + network in log, log[-2000:]
+        inspected = subprocess.run(["docker", "network", "inspect", network], capture_output=True, check=False)
+        assert inspected.returncode != 0, f"the job's network {network} outlived it"
     return attempt, decision, job_dir
 
 
@@ -345,8 +352,6 @@ def test_no_traffic_crosses_between_containers_on_the_jobs_network(worker_image,
     import socket
     import threading
     import uuid
-
-    from shardline.backends import local_container
 
     gateway = local_container.ensure_job_network()
     tag = uuid.uuid4().hex[:8]

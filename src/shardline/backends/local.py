@@ -349,8 +349,9 @@ class LocalBackend:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         _alive(pid)  # reaps the supervisor if this process started it
-        if read_state(job_dir).get("runtime") == "docker":  # containers outlive a killed client
+        if read_state(job_dir).get("runtime") == "docker":  # containers outlive a killed client, and so does a network
             local_container.remove_job_containers(name)
+            local_container.remove_job_network(name)
         if read_state(job_dir)["status"] == JobStatus.IN_PROGRESS.value:  # the supervisor had no time to say
             write_json_atomic(
                 job_dir / STATE_FILE,

@@ -14,6 +14,7 @@ is the one way out, to that endpoint alone. A request with ``EnableNetworkIsolat
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -131,34 +132,68 @@ def network_problem(inspected: str) -> str | None:
     return None
 
 
-def ensure_job_network() -> str:
-    """The internal network the jobs' containers join (created once, with no traffic between containers: each
-    reaches only its job's endpoint at the gateway); returns its gateway address. A network of that name that is
-    no such box is made again, or refused while containers use it."""
-    inspect = ["docker", "network", "inspect", JOB_NETWORK, "--format", _INSPECT]
+def ensure_job_network(name: str = JOB_NETWORK, job: str | None = None) -> str:
+    """The internal network ``name`` a job's containers join (created when absent, with no traffic between
+    containers: each reaches only its job's endpoint at the gateway); returns its gateway address. A network of
+    that name that is no such box is made again, or refused while containers use it."""
+    inspect = ["docker", "network", "inspect", name, "--format", _INSPECT]
     found = subprocess.run(inspect, capture_output=True, text=True, check=False)
     problem = network_problem(found.stdout) if found.returncode == 0 else "absent"
     if problem and problem != "absent":
-        removed = subprocess.run(["docker", "network", "rm", JOB_NETWORK], capture_output=True, text=True, check=False)
+        removed = subprocess.run(["docker", "network", "rm", name], capture_output=True, text=True, check=False)
         if removed.returncode != 0:
             raise ContainerRuntimeError(
-                f"the jobs' network {JOB_NETWORK} is no box: {problem}, and it cannot be made again while in use "
-                f"({removed.stderr.strip()}). Stop what uses it, then `docker network rm {JOB_NETWORK}`"
+                f"the jobs' network {name} is no box: {problem}, and it cannot be made again while in use "
+                f"({removed.stderr.strip()}). Stop what uses it, then `docker network rm {name}`"
             )
     if problem:
+        labels = ["--label", f"{JOB_LABEL}={job}"] if job else []
         created = subprocess.run(
-            ["docker", "network", "create", "--internal", "-o", f"{ICC_OPTION}=false", JOB_NETWORK],
+            ["docker", "network", "create", "--internal", "-o", f"{ICC_OPTION}=false", *labels, name],
             capture_output=True,
             text=True,
             check=False,
         )
         if created.returncode != 0 and "already exists" not in created.stderr:  # another job made it meanwhile
-            raise ContainerRuntimeError(f"cannot create the jobs' network {JOB_NETWORK}: {created.stderr.strip()}")
+            raise ContainerRuntimeError(f"cannot create the jobs' network {name}: {created.stderr.strip()}")
         found = subprocess.run(inspect, capture_output=True, text=True, check=True)
     problem = network_problem(found.stdout)
     if problem:
-        raise ContainerRuntimeError(f"the jobs' network {JOB_NETWORK} is no box: {problem}")
+        raise ContainerRuntimeError(f"the jobs' network {name} is no box: {problem}")
     return found.stdout.split()[2]
+
+
+def job_network_name(job: str) -> str:
+    """The network of one job's own: named for it (Docker's names are short; a digest keeps them apart)."""
+    return f"shardline-job-{hashlib.sha256(job.encode()).hexdigest()[:16]}"
+
+
+@contextlib.contextmanager
+def job_network(job: str) -> Iterator[tuple[str, str]]:
+    """(name, gateway) of an internal network of ``job``'s own, removed when the job ends: no other job's container
+    is ever on it. Where Docker has no address range left for one more network (its default pools hold about
+    thirty), the job joins the shared jobs' network instead, where traffic between containers is off too."""
+    name = job_network_name(job)
+    try:
+        gateway = ensure_job_network(name, job)
+    except ContainerRuntimeError as err:
+        if "address pool" not in str(err) and "address space" not in str(err):
+            raise
+        log.warning("no address range left for a network of job %s's own (%s): it joins %s", job, err, JOB_NETWORK)
+        yield JOB_NETWORK, ensure_job_network()
+        return
+    try:
+        yield name, gateway
+    finally:
+        remove_job_network(job)
+
+
+def remove_job_network(job: str) -> None:
+    """Remove the network of ``job``'s own, if it is there (its containers are gone first)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            ["docker", "network", "rm", job_network_name(job)], capture_output=True, timeout=120, check=False
+        )
 
 
 class Forwarder:

@@ -241,15 +241,15 @@ def start_instances(
 ) -> dict[str, subprocess.Popen]:
     """One worker per instance: a process here, or a container of the request's image (``runtime``)."""
     if runtime == "docker":
-        network = local_container.network_for(os.environ)
-        if network:  # the endpoint is on this machine: the instances reach it through the grant, and nothing else
-            gateway = local_container.ensure_job_network()
+        # The job's own internal network (removed at its end): no other job's container is on it.
+        network, gateway = stack.enter_context(local_container.job_network(request["ProcessingJobName"]))
+        log.info("the instances run on network %s (internal, no traffic between containers)", network)
+        if local_container.network_for(os.environ):  # the endpoint is this machine's: through the grant, and only
             proxy = grant_proxy(job_dir, gateway, stack)
             routes = (
                 _routed(proxy) if proxy else stack.enter_context(local_container.endpoint_routes(os.environ, gateway))
             )
-        else:  # the instances write to AWS itself: still on the jobs' network, whose one way out is a tunnel to AWS
-            gateway, network = local_container.ensure_job_network(), local_container.JOB_NETWORK
+        else:  # the instances write to AWS itself: still on their network, whose one way out is a tunnel to AWS
             egress = local_egress.EgressProxy(gateway, local_egress.aws_destinations(os.environ))
             stack.callback(egress.close)
             routes = {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
