@@ -11,8 +11,16 @@ from shardline.backends import local_supervisor
 from tests.backends.test_backends import job  # noqa: F401
 
 
-def test_behind_the_grant_proxy_the_instances_keep_the_endpoints_placeholders(job):  # noqa: F811
-    assert local_supervisor.instance_credentials(job(), proxied=True) == {}
+def test_behind_the_grant_proxy_the_instances_hold_placeholders_never_this_machines_keys(job, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIADEVELOPERSOWNKEY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "the-developers-own-secret")
+    monkeypatch.delenv("SHARDLINE_GRANT_ENDPOINT", raising=False)
+    held = local_supervisor.instance_credentials(job(), proxied=True)
+    assert held == {k: "shardline-job" for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
+    # Behind a grant service (compose) the key is the job's name, which the supervisor set as its own.
+    monkeypatch.setenv("SHARDLINE_GRANT_ENDPOINT", "http://grant:5000")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "sl-job-a1")
+    assert local_supervisor.instance_credentials(job(), proxied=True)["AWS_ACCESS_KEY_ID"] == "sl-job-a1"
 
 
 @pytest.mark.slow

@@ -58,6 +58,7 @@ def model_fn(model_dir):
         except urllib.error.HTTPError as err:
             raise ClientError({"Error": {"Code": str(err.code)}}, "reset") from None
     _try("reset the emulator", reset, outcomes)
+    outcomes["the key it holds"] = os.environ.get("AWS_ACCESS_KEY_ID")
     Path(os.environ["PROBE_DIR"], f"outcomes-{os.getpid()}.json").write_text(json.dumps(outcomes))
     return None
 
@@ -68,7 +69,12 @@ def predict_fn(data, model):
 
 
 @pytest.mark.slow
-def test_a_hostile_models_calls_are_refused_and_the_jobs_own_work_lands(job, local_backend, tmp_path):  # noqa: F811
+def test_a_hostile_models_calls_are_refused_and_the_jobs_own_work_lands(
+    job,  # noqa: F811
+    local_backend,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
     s3 = boto3.client("s3")
     out = job.buckets["out"]
     s3.put_object(Bucket=out, Key="other-run/part-0.parquet", Body=b"another run's rows")
@@ -82,11 +88,14 @@ def test_a_hostile_models_calls_are_refused_and_the_jobs_own_work_lands(job, loc
     request["Environment"]["PROBE_DIR"] = str(probe)
     request["Environment"]["TARGETS"] = json.dumps({"out": out, "prefix": "run-attack/", "table": table})
     request["AppSpecification"]["ContainerArguments"] += ["--features", FEATURES_ARG]
+    # This machine's own keys (a developer's real ones, say): the model holds placeholders instead.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIASUBMITTERSOWNKEY")
     name = local_backend.submit(request)
     assert wait_terminal(local_backend, name).status is JobStatus.COMPLETED
     outcomes = [json.loads(p.read_text()) for p in probe.glob("outcomes-*.json")]
     assert outcomes, "the model never loaded"
     for found in outcomes:
+        assert found.pop("the key it holds") == "shardline-job", found
         assert found == {
             "read another run's outputs": "AccessDenied",
             "write its _SUCCESS": "AccessDenied",

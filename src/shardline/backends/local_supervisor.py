@@ -167,12 +167,18 @@ SUBMITTERS_CREDENTIAL_SOURCES = (
 )
 
 
+PLACEHOLDER = "shardline-job"  # what a job behind its grant proxy signs with: the emulated endpoint takes any keys
+
+
 def instance_credentials(request: dict, proxied: bool, sts=None) -> dict[str, str]:
-    """The credentials a job's instances hold. Behind its grant proxy (emulated endpoints) the endpoint's own
-    placeholders: the proxy is the check. Against AWS itself, the request's role, assumed with a session policy
-    that narrows it to the job (``shardline.grant.session``): never the credentials of whoever submitted it."""
+    """The credentials a job's instances hold, never those of whoever submitted it. Behind its grant proxy
+    (emulated endpoints) placeholders: the proxy is the check, and this machine's own keys (a developer's real
+    ones, say) would be the model's to write into its outputs. Where a grant service finds the job by the key it
+    signs with (compose), that key is the job's name. Against AWS itself, the request's role, assumed with a
+    session policy that narrows it to the job (``shardline.grant.session``)."""
     if proxied:
-        return {}
+        key = os.environ["AWS_ACCESS_KEY_ID"] if os.environ.get(grant_book.ENDPOINT_ENV) else PLACEHOLDER
+        return {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": PLACEHOLDER, "AWS_SESSION_TOKEN": PLACEHOLDER}
     from shardline.backends.local_credentials import assume_job_role
 
     credentials = assume_job_role(request, sts or boto3.client("sts"), os.environ)
