@@ -142,10 +142,14 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
         if dt.datetime.now(dt.UTC).date() == day:  # today's jobs are those of runs started since midnight (UTC)
             assert _fleet(stack)["today"] == {"succeeded": 2, "resubmitted_for_capacity": 0, "failed": 0}
         # The on-call page's fleet panel reads the same, through its API, as the logged-in user.
-        token = httpx.post(f"{stack.url}/auth/token", json={"username": stack.username, "password": stack.password})
+        # A generous timeout: on a busy machine the API server can take longer than httpx's default 5 s to answer.
+        login = {"username": stack.username, "password": stack.password}
+        token = httpx.post(f"{stack.url}/auth/token", json=login, timeout=120)
         token.raise_for_status()
         paneled = httpx.get(
-            f"{stack.url}/shardline/fleet", headers={"Authorization": f"Bearer {token.json()['access_token']}"}
+            f"{stack.url}/shardline/fleet",
+            headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+            timeout=120,
         )
         assert paneled.status_code == 200, paneled.text
         [panel] = paneled.json()
