@@ -24,6 +24,7 @@ from shardline.ledger.keys import StepRef
 from shardline.local.embedded_aws import free_port
 from shardline.planning.naming import run_folder
 from tests.conftest import AWS_TEST_ENV
+from tests.support import http
 from tests.support.airflow_stack import _stop
 
 PIPELINE = "p"
@@ -40,12 +41,12 @@ class Api:
 
     def resubmit(self, content_type: str | None, body: bytes = b'{"all_failed": true, "dry_run": true}'):
         headers = {**self.auth, **({"Content-Type": content_type} if content_type else {})}
-        return httpx.post(f"{self.base}/runs/{PIPELINE}/run-1/steps/score/resubmit", content=body, headers=headers)
+        return http.post(f"{self.base}/runs/{PIPELINE}/run-1/steps/score/resubmit", content=body, headers=headers)
 
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/api/v2/monitor/health", timeout=2).status_code == 200
+        return http.get(f"{url}/api/v2/monitor/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -109,7 +110,7 @@ def api(tmp_path_factory, moto_endpoint):
         username, password = next(
             iter(json.loads((home / "simple_auth_manager_passwords.json.generated").read_text()).items())
         )
-        answer = httpx.post(f"{url}/auth/token", json={"username": username, "password": password})
+        answer = http.post(f"{url}/auth/token", json={"username": username, "password": password})
         answer.raise_for_status()
         yield Api(f"{url}/shardline", {"Authorization": f"Bearer {answer.json()['access_token']}"}, log, table, dags)
     finally:
@@ -123,7 +124,7 @@ def policy(answer: httpx.Response) -> dict[str, str]:
 
 
 def test_the_page_may_be_framed_by_airflow_only_and_runs_only_its_own_script(api):
-    page = httpx.get(f"{api.base}/", headers=api.auth)
+    page = http.get(f"{api.base}/", headers=api.auth)
     assert page.status_code == 200, page.text
     csp = policy(page)
     # Airflow's UI frames the page from the API server's own origin: 'self', and nothing else.
@@ -138,17 +139,17 @@ def test_the_page_may_be_framed_by_airflow_only_and_runs_only_its_own_script(api
     assert csp["connect-src"] == "'self'" and csp["base-uri"] == "'none'"
     assert "unsafe" not in page.headers["content-security-policy"]
     assert page.headers["x-content-type-options"] == "nosniff"
-    again = httpx.get(f"{api.base}/", headers=api.auth)
+    again = http.get(f"{api.base}/", headers=api.auth)
     assert policy(again)["script-src"] != csp["script-src"]  # a nonce per answer, never a fixed one
 
 
 def test_every_other_answer_may_be_framed_by_airflow_only_and_is_never_sniffed(api):
     answers = {
-        "pipelines": httpx.get(f"{api.base}/pipelines", headers=api.auth),
-        "icon": httpx.get(f"{api.base}/icon.svg"),
-        "unknown pipeline": httpx.get(f"{api.base}/runs", params={"pipeline": "nope"}, headers=api.auth),
-        "no token": httpx.get(f"{api.base}/pipelines"),
-        "aws failure": httpx.get(f"{api.base}/runs", params={"pipeline": PIPELINE}, headers=api.auth),
+        "pipelines": http.get(f"{api.base}/pipelines", headers=api.auth),
+        "icon": http.get(f"{api.base}/icon.svg"),
+        "unknown pipeline": http.get(f"{api.base}/runs", params={"pipeline": "nope"}, headers=api.auth),
+        "no token": http.get(f"{api.base}/pipelines"),
+        "aws failure": http.get(f"{api.base}/runs", params={"pipeline": PIPELINE}, headers=api.auth),
     }
     assert [a.status_code for a in answers.values()] == [200, 200, 404, 401, 502]
     for what, answer in answers.items():
@@ -185,8 +186,8 @@ def test_a_resubmission_declared_json_gets_past_the_check(api, content_type):
 
 def test_an_aws_failure_shows_the_reader_a_reference_not_aws_s_message(api):
     for answer in (
-        httpx.get(f"{api.base}/runs", params={"pipeline": PIPELINE}, headers=api.auth),
-        httpx.get(f"{api.base}/runs/{PIPELINE}/run-1", headers=api.auth),
+        http.get(f"{api.base}/runs", params={"pipeline": PIPELINE}, headers=api.auth),
+        http.get(f"{api.base}/runs/{PIPELINE}/run-1", headers=api.auth),
         api.resubmit("application/json"),
     ):
         assert answer.status_code == 502, answer.text
@@ -262,12 +263,12 @@ def reported(api, aws_env, ledger_table):
 
 
 def test_a_step_s_report_is_streamed_from_s3_under_a_policy_that_lets_nothing_run(api, reported):
-    run = httpx.get(f"{api.base}/runs/r/run-1", headers=api.auth)
+    run = http.get(f"{api.base}/runs/r/run-1", headers=api.auth)
     assert run.status_code == 200, run.text
     [step] = run.json()["steps"]
     assert step["report_url"] == "runs/r/run-1/steps/score/report"  # relative to the app, as the page links it
 
-    answer = httpx.get(f"{api.base}/{step['report_url']}", headers=api.auth)
+    answer = http.get(f"{api.base}/{step['report_url']}", headers=api.auth)
     assert answer.status_code == 200, answer.text
     assert answer.content == REPORT_HTML
     assert answer.headers["content-type"] == "text/html; charset=utf-8"
@@ -281,13 +282,13 @@ def test_a_step_s_report_is_streamed_from_s3_under_a_policy_that_lets_nothing_ru
         "'none'",
         "'none'",
     )
-    assert httpx.get(f"{api.base}/{step['report_url']}").status_code == 401  # Airflow's auth, as every route
+    assert http.get(f"{api.base}/{step['report_url']}").status_code == 401  # Airflow's auth, as every route
 
 
 def test_a_report_that_is_not_there_is_a_404_that_says_when_reports_are_written(api, reported):
-    running = httpx.get(f"{api.base}/runs/r/run-2", headers=api.auth).json()["steps"][0]
+    running = http.get(f"{api.base}/runs/r/run-2", headers=api.auth).json()["steps"][0]
     assert running["report_url"] is None  # not ended: the page shows no link
-    answer = httpx.get(f"{api.base}/runs/r/run-2/steps/score/report", headers=api.auth)
+    answer = http.get(f"{api.base}/runs/r/run-2/steps/score/report", headers=api.auth)
     assert answer.status_code == 404, answer.text
     assert "has not ended (PLANNED)" in answer.json()["detail"]
     assert "a step's run report is written when the step ends" in answer.json()["detail"]
@@ -305,6 +306,6 @@ def test_a_report_that_is_not_there_is_a_404_that_says_when_reports_are_written(
     ],
 )
 def test_a_report_is_found_only_through_the_ledger_never_by_a_path_from_the_request(api, reported, path):
-    answer = httpx.get(f"{api.base}/{path}", headers=api.auth, params={"key": "out/run-2/_shardline/x"})
+    answer = http.get(f"{api.base}/{path}", headers=api.auth, params={"key": "out/run-2/_shardline/x"})
     assert answer.status_code == 404, answer.text
     assert b"not this one" not in answer.content and REPORT_HTML not in answer.content

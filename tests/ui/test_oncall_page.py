@@ -14,10 +14,10 @@ import json
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import PRIORITY_TYPE
+from tests.support import http
 
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
@@ -30,7 +30,7 @@ WAIT = 60
 
 
 def _token(stack) -> str:
-    answer = httpx.post(f"{stack.url}/auth/token", json={"username": stack.username, "password": stack.password})
+    answer = http.post(f"{stack.url}/auth/token", json={"username": stack.username, "password": stack.password})
     answer.raise_for_status()
     return answer.json()["access_token"]
 
@@ -106,15 +106,15 @@ def failed_run(ui, tmp_path_factory):
 @pytest.mark.slow
 def test_the_api_refuses_requests_without_a_valid_token(ui):
     base = f"{ui.url}/shardline"
-    assert httpx.get(f"{base}/pipelines").status_code == 401
-    assert httpx.get(f"{base}/runs", params={"pipeline": PIPELINE}).status_code == 401
+    assert http.get(f"{base}/pipelines").status_code == 401
+    assert http.get(f"{base}/runs", params={"pipeline": PIPELINE}).status_code == 401
     bad = {"Authorization": "Bearer not-a-jwt"}
-    assert httpx.get(f"{base}/pipelines", headers=bad).status_code == 403
-    assert httpx.get(f"{base}/pipelines", cookies={"_token": "not-a-jwt"}).status_code == 403
-    posted = httpx.post(f"{base}/runs/{PIPELINE}/any-run/steps/score/resubmit", json={"all_failed": True})
+    assert http.get(f"{base}/pipelines", headers=bad).status_code == 403
+    assert http.get(f"{base}/pipelines", cookies={"_token": "not-a-jwt"}).status_code == 403
+    posted = http.post(f"{base}/runs/{PIPELINE}/any-run/steps/score/resubmit", json={"all_failed": True})
     assert posted.status_code == 401
     # The page itself sends an anonymous visitor to Airflow's login page, and back.
-    page = httpx.get(f"{base}/", follow_redirects=False)
+    page = http.get(f"{base}/", follow_redirects=False)
     assert page.status_code == 307 and "/auth/login" in page.headers["location"], page.headers
     assert "next=" in page.headers["location"]
 
@@ -123,11 +123,11 @@ def test_the_api_refuses_requests_without_a_valid_token(ui):
 def test_a_viewer_may_read_but_not_resubmit(ui, failed_run):
     base = f"{ui.url}/shardline"
     viewer = {"Authorization": f"Bearer {_viewer_token(ui)}"}
-    listed = httpx.get(f"{base}/pipelines", headers=viewer)
+    listed = http.get(f"{base}/pipelines", headers=viewer)
     assert listed.status_code == 200 and PIPELINE in [p["pipeline"] for p in listed.json()], listed.text
-    run = httpx.get(f"{base}/runs/{PIPELINE}/{failed_run['run_id']}", headers=viewer)
+    run = http.get(f"{base}/runs/{PIPELINE}/{failed_run['run_id']}", headers=viewer)
     assert run.status_code == 200, run.text
-    refused = httpx.post(
+    refused = http.post(
         f"{base}/runs/{PIPELINE}/{failed_run['run_id']}/steps/score/resubmit",
         headers=viewer,
         json={"all_failed": True, "dry_run": True},
