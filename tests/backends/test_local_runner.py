@@ -158,3 +158,12 @@ def test_a_runner_whose_one_way_out_is_a_grant_service_runs_the_job_signed_as_it
     assert refusals == []  # everything the job did, its grant allowed
     log = (local_backend.job_dir(name) / "supervisor.log").read_text()
     assert "through the grant service" in log, log[-2000:]
+
+
+def test_a_runner_leaves_alone_the_jobs_their_submitter_started(tmp_path):
+    _left_job(tmp_path, "started-here", runner=None, pid=4242)
+    _left_job(tmp_path, "left")
+    runner = local_runner.Runner(tmp_path, "runner-a")
+    assert [p.name for p in runner.waiting()] == ["left"]
+    assert [p.name for p in runner.waiting()] == ["left"]  # and on the next pass too, without reading it again
+    assert not (tmp_path / "jobs" / "started-here" / local_runner.CLAIM_FILE).exists()

@@ -46,7 +46,24 @@ REQUEST_FILE = "request.json"
 # In the process runtime a job's model code runs as the same user, so this is no sandbox: it stops
 # the leak that needs no effort (a model that logs or ships its environment), not a determined one.
 # The container runtime (local_container) is the box: the image's own user, nothing of this machine.
-PASSED_ENV = frozenset(
+# Where the submitter's credentials come from besides their values: a profile, a web identity (EKS), a
+# container-credentials endpoint. The supervisor resolves its own through them; a worker never gets one (there the
+# model could re-assume Airflow's role): local_supervisor.worker_environment drops them.
+CREDENTIAL_SOURCES = frozenset(
+    {
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_ROLE_SESSION_NAME",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    }
+)
+PASSED_ENV = CREDENTIAL_SOURCES | frozenset(
     {
         # Who the job is, and how it reaches AWS: the worker reads S3 and writes the ledger.
         "AWS_ACCESS_KEY_ID",
@@ -56,17 +73,7 @@ PASSED_ENV = frozenset(
         "AWS_DEFAULT_REGION",
         "AWS_ENDPOINT_URL",
         "AWS_CA_BUNDLE",
-        "AWS_PROFILE",
-        "AWS_CONFIG_FILE",
-        "AWS_SHARED_CREDENTIALS_FILE",
         "AWS_EC2_METADATA_DISABLED",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_ROLE_ARN",
-        "AWS_ROLE_SESSION_NAME",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        "AWS_CONTAINER_AUTHORIZATION_TOKEN",
-        "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
         "HTTP_PROXY",
         "HTTPS_PROXY",
         "NO_PROXY",

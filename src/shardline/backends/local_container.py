@@ -196,18 +196,21 @@ def remove_job_network(job: str) -> None:
         )
 
 
-class Forwarder:
-    """A TCP forwarder from ``listen_host``:(a free port) to ``target``: the containers' one way to the endpoint.
-    At most ``connections`` at once (two threads each): one past that is closed as it comes, so a model that opens
-    connections without end costs this machine no more than that."""
+class CappedTcpServer:
+    """A TCP server on ``listen_host``:(a free port) that handles each connection on a thread of its own, at most
+    ``connections`` at once: one past that is closed as it comes (the client sees its connection end, and retries
+    as it would), so a model that opens connections without end costs this machine no more than that. A subclass
+    says what a connection gets (``handle``); the connection is closed and its slot freed after."""
 
-    def __init__(self, listen_host: str, target: tuple[str, int], connections: int = 256):
-        self.target = target
+    def __init__(self, listen_host: str, connections: int = 256):
         self._slots = threading.BoundedSemaphore(connections)
         self._server = socket.create_server((listen_host, 0))
         self.address = self._server.getsockname()[:2]
-        self._thread = threading.Thread(target=self._serve, name="endpoint-forwarder", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=type(self).__name__, daemon=True)
         self._thread.start()
+
+    def handle(self, client: socket.socket) -> None:
+        raise NotImplementedError
 
     def _serve(self) -> None:
         while True:
@@ -216,25 +219,17 @@ class Forwarder:
             except OSError:
                 return  # closed
             if not self._slots.acquire(blocking=False):
-                client.close()  # at the cap: the client sees its connection end, and retries as it would
+                client.close()  # at the cap
                 continue
-            threading.Thread(target=self._pair, args=(client,), daemon=True).start()
+            threading.Thread(target=self._handled, args=(client,), daemon=True).start()
 
-    def _pair(self, client: socket.socket) -> None:
+    def _handled(self, client: socket.socket) -> None:
         try:
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                client.close()
-                return
-            upstream.settimeout(None)
-            back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
-            back.start()
-            _pipe(client, upstream)
-            back.join()
-            for sock in (client, upstream):
-                sock.close()
+            self.handle(client)
+        except OSError:
+            pass  # the client or the far end went away: nothing to answer
         finally:
+            client.close()
             self._slots.release()
 
     def close(self) -> None:
@@ -243,6 +238,29 @@ class Forwarder:
             self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         self._thread.join(timeout=5)
+
+
+class Forwarder(CappedTcpServer):
+    """A TCP forwarder from ``listen_host``:(a free port) to ``target``: the containers' one way to the endpoint,
+    at most ``connections`` at once (two threads each)."""
+
+    def __init__(self, listen_host: str, target: tuple[str, int], connections: int = 256):
+        self.target = target
+        super().__init__(listen_host, connections)
+
+    def handle(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self.target, timeout=10)
+        upstream.settimeout(None)
+        splice(client, upstream)
+
+
+def splice(client: socket.socket, upstream: socket.socket) -> None:
+    """Carry bytes both ways until both directions end; then close ``upstream`` (the caller closes ``client``)."""
+    back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
+    back.start()
+    _pipe(client, upstream)
+    back.join()
+    upstream.close()
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:

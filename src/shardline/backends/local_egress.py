@@ -4,18 +4,20 @@ Against emulated endpoints the job's grant proxy is its way out (``shardline.gra
 instances speak TLS to AWS, which no proxy here can read, and IAM checks each request against the job role's
 session (``local_credentials``). What is left to this machine is where the instances may connect at all: an HTTP
 ``CONNECT`` proxy on the network's gateway that opens a tunnel to AWS's own endpoints on port 443 (and to an
-endpoint the job was given), and to nothing else, so model code cannot send what it reads anywhere but AWS.
+endpoint the job was given), and to nothing else, so model code cannot send what it reads anywhere but AWS. AWS
+includes other accounts' buckets: the tunnel cannot tell whose bucket a request names (TLS hides it), so this bounds
+where the bytes go, not whose account receives them (on AWS, a VPC endpoint policy for S3 does that).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import socket
-import threading
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
+
+from shardline.backends import local_container
 
 log = logging.getLogger(__name__)
 
@@ -42,74 +44,43 @@ def aws_destinations(environ: Mapping[str, str]) -> Callable[[str, int], bool]:
     return allowed
 
 
-class EgressProxy:
+class EgressProxy(local_container.CappedTcpServer):
     """A ``CONNECT``-only proxy on ``listen_host``:(a free port) that tunnels to the destinations ``allowed`` admits
     and answers 403 to the rest (405 to anything but CONNECT); at most ``connections`` tunnels at once."""
 
     def __init__(self, listen_host: str, allowed: Callable[[str, int], bool], connections: int = 256):
         self.allowed = allowed
         self.refusals: list[str] = []
-        self._slots = threading.BoundedSemaphore(connections)
-        self._server = socket.create_server((listen_host, 0))
-        self.address = self._server.getsockname()[:2]
-        self._thread = threading.Thread(target=self._serve, name="egress-proxy", daemon=True)
-        self._thread.start()
+        super().__init__(listen_host, connections)
 
     @property
     def url(self) -> str:
         return f"http://{self.address[0]}:{self.address[1]}"
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return  # closed
-            if not self._slots.acquire(blocking=False):
-                client.close()
-                continue
-            threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
-
-    def _tunnel(self, client: socket.socket) -> None:
+    def handle(self, client: socket.socket) -> None:
+        client.settimeout(30)
+        head, early = _read_head(client)
+        found = _CONNECT.match(head)
+        if found is None:
+            client.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            return
+        host, port = found.group(1).decode(), int(found.group(2))
+        if not self.allowed(host, port):
+            self.refusals.append(f"{host}:{port}")
+            log.warning("refused a tunnel to %s:%d: the instances reach AWS's endpoints only", host, port)
+            client.sendall(b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            return
         try:
-            client.settimeout(30)
-            head, early = _read_head(client)
-            found = _CONNECT.match(head)
-            if found is None:
-                client.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-                return
-            host, port = found.group(1).decode(), int(found.group(2))
-            if not self.allowed(host, port):
-                self.refusals.append(f"{host}:{port}")
-                log.warning("refused a tunnel to %s:%d: the instances reach AWS's endpoints only", host, port)
-                client.sendall(b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-                return
-            try:
-                upstream = socket.create_connection((host, port), timeout=10)
-            except OSError:
-                client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-                return
-            client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-            if early:  # what the client sent before it heard the answer belongs to the tunnel
-                upstream.sendall(early)
-            client.settimeout(None)
-            upstream.settimeout(None)
-            back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
-            back.start()
-            _pipe(client, upstream)
-            back.join()
-            upstream.close()
+            upstream = socket.create_connection((host, port), timeout=10)
         except OSError:
-            pass
-        finally:
-            client.close()
-            self._slots.release()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._server.shutdown(socket.SHUT_RDWR)
-        self._server.close()
-        self._thread.join(timeout=5)
+            client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            return
+        client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        if early:  # what the client sent before it heard the answer belongs to the tunnel
+            upstream.sendall(early)
+        client.settimeout(None)
+        upstream.settimeout(None)
+        local_container.splice(client, upstream)
 
 
 def _read_head(client: socket.socket) -> tuple[bytes, bytes]:
@@ -123,12 +94,3 @@ def _read_head(client: socket.socket) -> tuple[bytes, bytes]:
         data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
     return head + b"\r\n\r\n", rest
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while chunk := source.recv(65536):
-            sink.sendall(chunk)
-    for sock in (source, sink):
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)

@@ -67,17 +67,22 @@ class Runner:
         self.root = Path(root)
         self.host = host or socket.gethostname()
         self.children: dict[str, subprocess.Popen] = {}
+        self._not_left: set[str] = set()  # jobs whose submitter started them itself: never read again on each pass
 
     def waiting(self) -> list[Path]:
         """Job folders left to a runner that none has claimed yet, oldest name first."""
         jobs = self.root / "jobs"
         found = []
         for job_dir in sorted(jobs.iterdir()) if jobs.is_dir() else []:
-            if job_dir.name.startswith(".") or (job_dir / CLAIM_FILE).exists():
+            if job_dir.name.startswith(".") or job_dir.name in self._not_left or (job_dir / CLAIM_FILE).exists():
                 continue
             with contextlib.suppress(OSError, ValueError):
-                if (job_dir / STATE_FILE).exists() and read_state(job_dir).get("runner") == RUNNER_SERVICE:
+                if not (job_dir / STATE_FILE).exists():
+                    continue
+                if read_state(job_dir).get("runner") == RUNNER_SERVICE:
                     found.append(job_dir)
+                else:
+                    self._not_left.add(job_dir.name)
         return found
 
     def start_waiting(self) -> list[str]:

@@ -25,7 +25,14 @@ import boto3
 
 from shardline import contract
 from shardline.backends import JobStatus, local_container, local_egress, local_fleet
-from shardline.backends.local import REQUEST_FILE, STATE_FILE, job_environment, read_state, write_json_atomic
+from shardline.backends.local import (
+    CREDENTIAL_SOURCES,
+    REQUEST_FILE,
+    STATE_FILE,
+    job_environment,
+    read_state,
+    write_json_atomic,
+)
 from shardline.errors import InputRefused
 from shardline.grant import book as grant_book
 from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
@@ -151,22 +158,6 @@ def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
     return command + arguments
 
 
-# Where the submitter's own credentials come from besides their values: a profile, a web identity (EKS, where the
-# model would re-assume Airflow's role), a container-credentials endpoint. None of them reaches a job.
-SUBMITTERS_CREDENTIAL_SOURCES = (
-    "AWS_PROFILE",
-    "AWS_CONFIG_FILE",
-    "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_ROLE_ARN",
-    "AWS_ROLE_SESSION_NAME",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
-    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-)
-
-
 PLACEHOLDER = "shardline-job"  # what a job behind its grant proxy signs with: the emulated endpoint takes any keys
 
 
@@ -190,7 +181,7 @@ def worker_environment(request: dict, instance_dir: Path) -> dict[str, str]:
     """A process-runtime worker's environment: the allow-listed part of ours with the job's own, credentials as
     values (never the files they came from) and a HOME of its own, so the model's code finds no ``~/.aws``."""
     env = job_environment(os.environ, request.get("Environment", {}))
-    for name in SUBMITTERS_CREDENTIAL_SOURCES:
+    for name in CREDENTIAL_SOURCES:  # a model with one would re-assume the submitter's role
         env.pop(name, None)
     home = instance_dir / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -247,10 +238,12 @@ def start_instances(
 ) -> dict[str, subprocess.Popen]:
     """One worker per instance: a process here, or a container of the request's image (``runtime``)."""
     if runtime == "docker":
+        # An endpoint on this machine is the emulated one (its proxy checks the grant): AWS's own gets the job role.
+        emulated = local_container.network_for(os.environ) is not None
         # The job's own internal network (removed at its end): no other job's container is on it.
         network, gateway = stack.enter_context(local_container.job_network(request["ProcessingJobName"]))
         log.info("the instances run on network %s (internal, no traffic between containers)", network)
-        if local_container.network_for(os.environ):  # the endpoint is this machine's: through the grant, and only
+        if emulated:  # the endpoint is this machine's: through the grant, and nothing else
             proxy = grant_proxy(job_dir, gateway, stack)
             routes = (
                 _routed(proxy) if proxy else stack.enter_context(local_container.endpoint_routes(os.environ, gateway))
@@ -261,8 +254,7 @@ def start_instances(
             routes = {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
             routes |= {"HTTPS_PROXY": egress.url, "https_proxy": egress.url, "NO_PROXY": "", "no_proxy": ""}
             log.info("the endpoints are AWS's own: the instances reach them only, through %s", egress.url)
-        # An endpoint on this machine is the emulated one (its proxy checks the grant): AWS's own gets the job role.
-        credentials = instance_credentials(request, proxied=local_container.network_for(os.environ) is not None)
+        credentials = instance_credentials(request, proxied=emulated)
         container_env, bundle_mounts = local_container.with_ca_bundle(
             {**local_container.aws_environment(os.environ), **routes, **credentials}
         )
