@@ -476,3 +476,33 @@ def test_a_partitioned_runs_input_override_stays_in_its_own_partition(override, 
         assert "shardline trigger hourly --partition START" in found
     unpartitioned = _first_step("s3://data/events/")
     assert partition_override_problem(unpartitioned, override, "s3://data/events/", "p") is None
+
+
+@pytest.mark.parametrize(
+    ("input_settings", "words"),
+    [
+        ({"csv_header": False}, "input.csv_header: false needs input.features naming the files' columns"),
+        ({"csv_header": False, "features": "file_order"}, "file_order has no names to take"),
+        ({"csv_header": False, "features": ["a", "b"]}, r"input.passthrough \['id'\] not in input.features"),
+        ({"csv_header": False, "features": ["id", "a"], "format": "parquet"}, "input.csv_header is for CSV"),
+        ({"features": "file_order", "format": "jsonl"}, "a JSON object has no column order"),
+    ],
+)
+def test_a_headerless_csv_or_file_order_on_json_lines_is_checked_at_import(input_settings, words):
+    data = minimal()
+    data["steps"][0]["input"].update(input_settings)
+    with pytest.raises(SpecError, match=words):
+        parse_spec(data, "p.yaml")
+
+
+def test_a_headerless_csv_and_a_deriving_script_reach_the_worker_as_flags():
+    from shardline.planning.request import worker_arguments
+
+    data = minimal()
+    data["steps"][0]["input"].update({"csv_header": False, "features": ["id", "a", "b"]})
+    data["steps"][0]["model"]["derives_features"] = True
+    args = worker_arguments(parse_spec(data, "p.yaml").steps[0])
+    assert args[args.index("--input-csv-header") + 1] == "false"
+    assert args[args.index("--features") + 1] == "id,a,b"
+    assert "--derives-features" in args
+    assert "--input-csv-header" not in worker_arguments(parse_spec(minimal(), "p.yaml").steps[0])

@@ -997,12 +997,15 @@ def inputs_renamed(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_without_balance, tmp_path, classifier_file):
+def test_script_filling_a_missing_feature_is_refused_naming_the_models_order(
+    inputs_without_balance, tmp_path, classifier_file
+):
     model_dir = _model_dir(tmp_path, FILLING_SCRIPT, {"model.joblib": classifier_file})
     report, text = preview(inputs_without_balance, tmp_path, model_dir, "--content-type", "application/json")
-    assert "recorded feature names the file lacks (balance;" in report["error"], text
-    assert "input.features" in report["error"], text
-    # The job fails every file the same way, naming the missing column and the setting.
+    assert "lacks column(s) balance, which the model" in report["error"], text
+    assert "The model's recorded order: age, income, balance, tenure" in report["error"], text
+    assert "finds no key 'balance'" in report["error"], text
+    # The job fails every file the same way, naming the missing column and the settings.
     job = run_worker(
         inputs_without_balance, tmp_path / "out", model_dir, "--passthrough", "id", "--content-type", "application/json"
     )
@@ -1010,16 +1013,29 @@ def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_withou
     failed = list(reports_by_input(load_manifest(tmp_path / "out")).values())
     assert failed and all(
         f["error_class"] == "InputSchemaError"
-        and "lacks (balance;" in f["error_message"]
-        and "input.features" in f["error_message"]
+        and "lacks column(s) balance" in f["error_message"]
+        and "model.derives_features" in f["error_message"]
         for f in failed
     ), describe(job)
-    # Asked to take the file's order, it does, and says so as a warning in the preview and the log.
+    # file_order cannot stand in for a recorded name; nor can the file's columns pasted as input.features.
     report, text = preview(
         inputs_without_balance, tmp_path, model_dir, "--content-type", "application/json", "--features", "file_order"
     )
-    assert report["error"] is None, text
-    assert any("nothing checks" in w for w in report["warnings"]), text
+    assert "lacks column(s) balance" in report["error"], text
+    pasted = run_worker(
+        inputs_without_balance,
+        tmp_path / "out-pasted",
+        model_dir,
+        "--passthrough",
+        "id",
+        "--content-type",
+        "application/json",
+        "--features",
+        "age,income,tenure,label",
+    )
+    assert pasted.returncode == EXIT_SETUP_ERROR, describe(pasted)
+    assert "missing: balance; not in the model: label" in pasted.stderr, describe(pasted)
+    # Said out loud that the script makes the model's features itself, file_order runs, with its WARNING.
     job = run_worker(
         inputs_without_balance,
         tmp_path / "out2",
@@ -1030,6 +1046,7 @@ def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_withou
         "application/json",
         "--features",
         "file_order",
+        "--derives-features",
     )
     lines = [line for line in job.stderr.splitlines() if "the model gets" in line]
     assert lines and all(" WARNING " in line and "file_order" in line for line in lines), describe(job)
@@ -1038,8 +1055,20 @@ def test_script_filling_a_missing_feature_is_caught_by_the_preview(inputs_withou
 @pytest.mark.slow
 def test_script_filling_every_feature_is_caught_by_the_preview(inputs_renamed, tmp_path, classifier_file):
     model_dir = _model_dir(tmp_path, FILLING_SCRIPT, {"model.joblib": classifier_file})
-    _, text = preview(
+    report, _ = preview(
         inputs_renamed, tmp_path, model_dir, "--content-type", "application/json", "--features", "file_order"
+    )
+    assert "lacks column(s) age, income, balance, tenure" in report["error"]
+    # Even where the spec says the script derives its features, the preview shows that nothing reaches the model.
+    _, text = preview(
+        inputs_renamed,
+        tmp_path,
+        model_dir,
+        "--content-type",
+        "application/json",
+        "--features",
+        "file_order",
+        "--derives-features",
     )
     assert "WARNING: prediction is the same for all 20 rows of the sample" in text, text
     assert "WARNING: no feature column changes any prediction" in text, text

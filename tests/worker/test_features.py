@@ -13,6 +13,7 @@ from shardline.worker.model.features import (
     ModelInputs,
     check_spec_against_model,
     choose_features,
+    trial_columns,
 )
 
 SCHEMA = pa.schema(
@@ -177,22 +178,64 @@ def test_spec_features_must_match_the_count_a_model_without_names_wants():
         check_spec_against_model(["a", "b", "c"], ModelInputs(count=2))
 
 
-# -- a custom script's model: names are hints -------------------------------------------------------------------
+# -- a custom script's model: its recorded names decide, unless the script derives its features ----------------
 
 
-HINTS = ModelInputs(names=("count", "f0"), raw_columns=True, names_are_hints=True)
+SCRIPT = ModelInputs(names=("count", "f0"), raw_columns=True, from_script=True, width=2)
+DERIVES = ModelInputs(names=("count", "f0"), raw_columns=True, from_script=True, names_are_hints=True)
 
 
 def test_script_model_names_order_the_request_when_the_file_has_them_all():
-    choice = choose(model=HINTS)
-    assert (choice.columns, choice.source) == (("count", "f0"), FROM_MODEL)
+    for model in (SCRIPT, DERIVES):
+        choice = choose(model=model)
+        assert (choice.columns, choice.source) == (("count", "f0"), FROM_MODEL)
+        assert choice.order_note() == "Shardline sent the columns in the order the model recorded"
+    assert choose(model=SCRIPT, features="file_order").columns == ("count", "f0")  # the names win over file_order
 
 
-def test_script_model_names_are_ignored_when_the_file_lacks_one_or_the_spec_names_features():
-    # the script may engineer the model's inputs from other columns itself
-    schema = pa.schema([("id", pa.int64()), ("f0", pa.float32()), ("raw", pa.string())])
-    with pytest.raises(InputSchemaError, match=r"recorded feature names the file lacks \(count; the script may"):
-        choose(schema, model=HINTS)
-    assert choose(schema, model=HINTS, features="file_order").columns == ("f0", "raw")
-    assert choose(model=HINTS, features=["f0", "name"]).source == FROM_SPEC
-    check_spec_against_model(["anything"], HINTS)  # no setup error for scripts
+def test_script_input_features_in_another_order_than_the_model_recorded_is_refused_naming_both_orders():
+    with pytest.raises(SetupError) as info:
+        check_spec_against_model(["f0", "count"], SCRIPT)
+    message = str(info.value)
+    assert "input.features: f0, count; the model's recorded order: count, f0" in message
+    check_spec_against_model(["count", "f0"], SCRIPT)  # the same order is fine
+    assert choose(model=SCRIPT, features=["count", "f0"]).order_note().startswith("Shardline sent the columns in the")
+
+
+def test_script_input_features_naming_another_set_is_refused_unless_the_script_derives_features():
+    # The candidate list of a file with a renamed column, pasted as input.features.
+    with pytest.raises(SetupError) as info:
+        check_spec_against_model(["COUNT", "f0"], SCRIPT)
+    message = str(info.value)
+    assert "missing: count; not in the model: COUNT" in message
+    assert "The model's recorded order: count, f0" in message
+    assert "finds no key" in message and "model.derives_features: true" in message
+    check_spec_against_model(["anything"], DERIVES)  # the script computes the model's columns itself
+    choice = choose(model=DERIVES, features=["f0", "name"])
+    assert (choice.source, choice.derived) == (FROM_SPEC, True)
+    assert "the order the model gets them in is the script's" in choice.order_note()
+
+
+def test_script_file_lacking_a_recorded_name_is_refused_with_the_models_order_and_the_way_out():
+    schema = pa.schema([("id", pa.int64()), ("F0", pa.float32()), ("count", pa.int32()), ("raw", pa.string())])
+    with pytest.raises(InputSchemaError) as info:
+        choose(schema, model=SCRIPT)
+    message = str(info.value)
+    assert "lacks column(s) f0, which the model recorded as feature names" in message
+    assert "The model's recorded order: count, f0" in message
+    assert "finds no key 'f0'" in message and "model.derives_features: true" in message
+    assert "the model's names first in its order: count, F0, raw" in message
+    assert info.value.candidates == ("F0", "count", "raw")
+    with pytest.raises(InputSchemaError, match="lacks column"):
+        choose(schema, model=SCRIPT, features="file_order")  # file_order cannot stand in for a recorded name
+    # A script that derives its features: the names are hints, and input.features or file_order decide.
+    with pytest.raises(InputSchemaError, match=r"recorded feature names the file lacks \(f0; the script may"):
+        choose(schema, model=DERIVES)
+    assert choose(schema, model=DERIVES, features="file_order").columns == ("F0", "count", "raw")
+
+
+def test_the_settings_trial_sends_as_many_columns_as_the_model_takes_its_names_first():
+    candidates = ("extra", "F0", "count", "raw")
+    assert trial_columns(SCRIPT, candidates) == ["count", "extra"]
+    assert trial_columns(ModelInputs(width=3), candidates) == ["extra", "F0", "count"]
+    assert trial_columns(ModelInputs(), candidates) == list(candidates)  # the width unknown: every candidate

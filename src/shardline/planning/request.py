@@ -24,6 +24,8 @@ def worker_arguments(step: StepSpec) -> list[str]:
     args += ["--ledger-retry-seconds", f"{step.heartbeat_timeout_seconds:g}"]
     if step.input.format:
         args += ["--input-format", step.input.format]
+    if not step.input.csv_header:
+        args += ["--input-csv-header", "false"]
     if step.input.passthrough:
         args += ["--passthrough", ",".join(step.input.passthrough)]
     if step.input.features == contract.FEATURES_FILE_ORDER:
@@ -55,6 +57,8 @@ def model_arguments(step: StepSpec) -> list[str]:
             args += [flag, str(value).replace("_", "-") if field == "batch_strategy" else str(value)]
     if model.csv_header:
         args.append("--csv-header")
+    if model.derives_features:
+        args.append("--derives-features")
     if model.allow_nan_predictions:
         args.append("--allow-nan-predictions")
     return args

@@ -128,6 +128,13 @@ def _add_data(p: argparse.ArgumentParser) -> None:
         "non-passthrough columns in the file's order, with a warning",
     )
     data.add_argument(
+        "--input-csv-header",
+        choices=["true", "false"],
+        default="true",
+        help="whether input CSV files start with a header line (spec: input.csv_header). With false, --features "
+        "names every column of the file by position, passthrough columns included",
+    )
+    data.add_argument(
         "--passthrough",
         type=_columns,
         default=(),
@@ -209,6 +216,13 @@ def _add_script(p: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="start each text/csv body with a header line of column names (spec: model.csv_header)",
+    )
+    script.add_argument(
+        "--derives-features",
+        action="store_true",
+        default=None,
+        help="the script computes the model's features itself from the columns --features names, so those need "
+        "not be the names the model recorded (spec: model.derives_features)",
     )
 
 

@@ -110,6 +110,29 @@ def run_job(
     return _report(args, summary, reports, hooks, context, host)
 
 
+def headerless_csv_names(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """For CSV files without a header line (--input-csv-header false): their columns' names by position, which
+    --features gives, passthrough columns included. ``args.features`` then keeps only the model's features."""
+    if args.input_csv_header != "false":
+        return None
+    names = args.features
+    if not isinstance(names, tuple):
+        raise SetupError(
+            "input.csv_header is false (--input-csv-header false), so nothing in the files names their columns: "
+            "name them, in order, with input.features (--features a,b,c; file_order has no names to take)"
+        )
+    strays = [name for name in args.passthrough if name not in names]
+    if strays:
+        raise SetupError(
+            f"passthrough column(s) {', '.join(strays)} are not in input.features, which names a headerless CSV's "
+            "columns by position: list them there too, in their places"
+        )
+    args.features = tuple(name for name in names if name not in args.passthrough)
+    if not args.features:
+        raise SetupError("input.features names only passthrough columns: name the model's features too")
+    return names
+
+
 def _inputs_and_model(
     args: argparse.Namespace, context: LedgerContext | None
 ) -> tuple[list[InputFile], ModelArtifact, ScriptProtocol]:
@@ -118,7 +141,10 @@ def _inputs_and_model(
         raise SetupError(f"input directory {args.input_dir} does not exist; pass --input-dir")
     # In a pipeline every file in the input dir was planned for this instance, so one the worker
     # cannot read fails with its reason instead of being skipped (and retried as never claimed).
-    files, ignored = discover_inputs(args.input_dir, args.input_format, refuse_unknown=context is not None)
+    args.csv_names = headerless_csv_names(args)
+    files, ignored = discover_inputs(
+        args.input_dir, args.input_format, refuse_unknown=context is not None, csv_names=args.csv_names
+    )
     if ignored:
         log.warning(
             "ignoring %d file(s) of unknown format, e.g. %s (readable: .parquet, .csv, .jsonl, "
@@ -275,6 +301,7 @@ def script_protocol(args: argparse.Namespace, kind: str) -> ScriptProtocol:
         "json_layout": args.json_layout,
         "max_payload_mb": args.max_payload_mb,
         "csv_header": args.csv_header,
+        "derives_features": args.derives_features,
     }
     given = {name: value for name, value in given.items() if value is not None}
     protocol = ScriptProtocol(**given)

@@ -6,7 +6,9 @@ The rule, in order of precedence:
    (scikit-learn's ``feature_names_in_``, an XGBoost Booster's ``feature_names``, a pipeline
    whose first step recorded them, or the object a custom ``model_fn`` returned) gets exactly
    those columns, by name, in its order, whatever the file's column order and whatever extra
-   columns the file has. A missing one fails the file.
+   columns the file has. A missing one fails the file. ``input.features``, when set, must be
+   that set in that order. Only a custom script that computes the model's features itself
+   from other columns (``model.derives_features: true``) is sent ``input.features`` instead.
 2. **The spec's** ``input.features`` (``--features``), in the order given.
 3. **Nothing else.** A model that records no names (fitted on a numpy array, a torch module,
    most custom scripts) and no ``input.features`` fails each file with an error naming that
@@ -56,11 +58,20 @@ class ModelInputs:
     names: tuple[str, ...] | None = None  # recorded feature names, in the model's order
     count: int | None = None  # how many features it wants, when it knows
     raw_columns: bool = False  # takes non-numeric columns as they are (pipelines, text bodies)
-    # For a custom script the names come from the object its model_fn returned, which its own code may
-    # feed engineered columns: the names then decide only when the file has every one of them, and
-    # input.features, when set, wins.
+    # A custom script whose spec says it computes the model's features itself (model.derives_features): the
+    # recorded names then decide only when the file has every one of them, and input.features, when set, wins.
     names_are_hints: bool = False
+    from_script: bool = False  # the names are those of the object a custom script's model_fn returned
+    width: int | None = None  # how many features the model itself takes, when known (count may be None for scripts)
     described_as: str = "the model"  # how messages name it, e.g. "the model (HistGradientBoostingClassifier)"
+
+    @property
+    def known_width(self) -> int | None:
+        if self.count is not None:
+            return self.count
+        if self.width is not None:
+            return self.width
+        return len(self.names) if self.names is not None else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +83,24 @@ class FeatureChoice:
     unused: tuple[str, ...] = ()  # columns of the file that are neither features nor passthrough
     raw_columns: bool = False  # non-numeric columns were allowed (a pipeline, a script with a text body)
 
+    derived: bool = False  # a custom script computes the model's features from these (model.derives_features)
+
     @property
     def order_vouched(self) -> bool:
         """True when something other than the file's own column order fixed the feature order."""
         return self.source in (FROM_MODEL, FROM_SPEC)
+
+    def order_note(self) -> str:
+        """What is true of the order the columns were sent in, for a script whose model warns that it got no
+        feature names (the script passed it an array)."""
+        if self.derived:
+            return (
+                "the script derives the model's features from input.features (model.derives_features): the order "
+                "the model gets them in is the script's"
+            )
+        if self.source == FROM_MODEL:
+            return "Shardline sent the columns in the order the model recorded"
+        return "Shardline sent the columns in input.features' order, which the spec says is the training order"
 
     def describe(self) -> str:
         why = WHY[self.source].format(kind="non-passthrough" if self.raw_columns else "numeric non-passthrough")
@@ -96,7 +121,8 @@ def is_numeric(dtype: pa.DataType) -> bool:
 
 
 def check_spec_against_model(spec_features: Sequence[str] | None, model: ModelInputs) -> None:
-    """A spec that names other features than the model recorded is a setup error: every file would fail."""
+    """A spec that names other features than the model recorded is a setup error: every file would fail, or
+    (a script's model, which Shardline cannot see fed) every file would be scored on the wrong columns."""
     if model.names_are_hints:
         return
     if spec_features == FEATURES_FILE_ORDER:
@@ -114,7 +140,23 @@ def check_spec_against_model(spec_features: Sequence[str] | None, model: ModelIn
         raise SetupError(
             f"input.features (--features) does not match the feature names {model.described_as} recorded when "
             f"it was fitted (missing: {_listing(missing) or 'none'}; not in the model: {_listing(extra) or 'none'}). "
-            "The model's names decide the columns and their order: remove input.features, or make it the same set"
+            f"The model's recorded order: {_listing(model.names)}. "
+            + (
+                "A script fed JSON records finds no key for a name it is not sent (and may fill it with a default, "
+                "which gives wrong numbers): make input.features that set in that order, or remove it. If the "
+                "script computes the model's features itself from other columns, say so with "
+                "model.derives_features: true (--derives-features)"
+                if model.from_script
+                else "The model's names decide the columns and their order: remove input.features, or make it "
+                "the same set"
+            )
+        )
+    if model.from_script and tuple(spec_features) != tuple(model.names):
+        # A script may pass the model an array: the columns' order is then all that says which is which.
+        raise SetupError(
+            f"input.features (--features) names the features {model.described_as} recorded, in another order: "
+            f"input.features: {_listing(spec_features)}; the model's recorded order: {_listing(model.names)}. "
+            "Put input.features in the model's order (or remove it: the model's names then choose the columns)"
         )
 
 
@@ -124,8 +166,12 @@ def choose_features(
     spec_features: Sequence[str] | str | None,
     passthrough: Sequence[str],
     where: str,
+    *,
+    fmt: str | None = None,
 ) -> FeatureChoice:
-    """The feature columns of a file with this schema, or an InputSchemaError naming what to change."""
+    """The feature columns of a file with this schema, or an InputSchemaError naming what to change.
+
+    ``fmt`` is the file's format: JSON lines have no column order for file_order to take."""
     present = schema.names
     for name in passthrough:
         if name not in present:
@@ -134,6 +180,12 @@ def choose_features(
                 "Fix input.passthrough (--passthrough)"
             )
     file_order = spec_features == FEATURES_FILE_ORDER
+    if file_order and fmt == "jsonl" and not (model.names is not None and not model.names_are_hints):
+        raise InputSchemaError(
+            f"input.features is file_order, but {where} is JSON lines: a JSON object has no column order, so each "
+            "file's first record would decide it (and may differ from file to file). Name the features, in "
+            "training order, with input.features (--features)"
+        )
     listed = None if file_order or not spec_features else tuple(spec_features)
     names = model.names
     lacking: tuple[str, ...] = ()
@@ -141,13 +193,7 @@ def choose_features(
         lacking = tuple(n for n in names if n not in present)
         names = None
     if names is not None:
-        missing = [name for name in names if name not in present]
-        if missing:
-            raise InputSchemaError(
-                f"{where} lacks column(s) {_listing(missing)} that {model.described_as} was fitted with; "
-                f"columns present: {_listing(present)}. The model's feature names: {_listing(names)}"
-            )
-        columns, source = tuple(names), FROM_MODEL
+        columns, source = _recorded_columns(schema, model, names, passthrough, where), FROM_MODEL
     elif listed:
         for name in listed:
             if name not in present:
@@ -166,20 +212,7 @@ def choose_features(
             error.candidates = candidates  # for a script, the worker tries them to name its other settings too
             raise error
         columns, source = candidates, FROM_FILE_ORDER
-        if not columns:
-            raise InputSchemaError(
-                f"{where} has no {kind}columns besides the passthrough ones; columns present: {_listing(present)}. "
-                "Name the features with input.features (--features)"
-            )
-        if model.count is not None and len(columns) != model.count:
-            skipped = [f.name for f in schema if f.name not in passthrough and f.name not in columns]
-            raise InputSchemaError(
-                f"{model.described_as} expects {model.count} features, but {where} has {len(columns)} {kind}"
-                f"column(s) besides the passthrough ones: {_listing(columns)}"
-                + (f" (skipped, not numeric: {_listing(skipped)})" if skipped else "")
-                + f". input.features is file_order, which takes them all: name the model's {model.count} features, "
-                "in training order, with input.features (--features)"
-            )
+        _check_file_order(schema, model, columns, passthrough, where, kind)
     if not model.raw_columns:
         for name in columns:
             dtype = schema.field(name).type
@@ -190,7 +223,73 @@ def choose_features(
                 )
     used = set(columns) | set(passthrough)
     unused = tuple(name for name in present if name not in used)
-    return FeatureChoice(columns=columns, source=source, unused=unused, raw_columns=model.raw_columns)
+    derived = model.names_are_hints and source != FROM_MODEL
+    return FeatureChoice(columns=columns, source=source, unused=unused, raw_columns=model.raw_columns, derived=derived)
+
+
+def _recorded_columns(
+    schema: pa.Schema, model: ModelInputs, names: Sequence[str], passthrough: Sequence[str], where: str
+) -> tuple[str, ...]:
+    """The model's recorded names, when the file has every one of them."""
+    present = schema.names
+    missing = [name for name in names if name not in present]
+    if missing and model.from_script:
+        candidates = tuple(f.name for f in schema if f.name not in passthrough)
+        error = InputSchemaError(script_lacks_message(model, where, missing, candidates))
+        error.candidates = candidates  # the worker tries the first records to name the other settings too
+        raise error
+    if missing:
+        raise InputSchemaError(
+            f"{where} lacks column(s) {_listing(missing)} that {model.described_as} was fitted with; "
+            f"columns present: {_listing(present)}. The model's feature names: {_listing(names)}"
+        )
+    return tuple(names)
+
+
+def _check_file_order(
+    schema: pa.Schema, model: ModelInputs, columns: Sequence[str], passthrough: Sequence[str], where: str, kind: str
+) -> None:
+    """file_order took ``columns``: there must be some, and as many as the model takes when it says."""
+    if not columns:
+        raise InputSchemaError(
+            f"{where} has no {kind}columns besides the passthrough ones; columns present: {_listing(schema.names)}. "
+            "Name the features with input.features (--features)"
+        )
+    if model.count is not None and len(columns) != model.count:
+        skipped = [f.name for f in schema if f.name not in passthrough and f.name not in columns]
+        raise InputSchemaError(
+            f"{model.described_as} expects {model.count} features, but {where} has {len(columns)} {kind}"
+            f"column(s) besides the passthrough ones: {_listing(columns)}"
+            + (f" (skipped, not numeric: {_listing(skipped)})" if skipped else "")
+            + f". input.features is file_order, which takes them all: name the model's {model.count} features, "
+            "in training order, with input.features (--features)"
+        )
+
+
+def script_lacks_message(model: ModelInputs, where: str, missing: Sequence[str], candidates: Sequence[str]) -> str:
+    """A custom script's model recorded feature names that a file lacks: say which, in the model's order, and
+    why guessing is unsafe (a script fed JSON records looks each name up, and finds no such key)."""
+    present_in_order = [name for name in model.names or () if name in candidates]
+    others = [name for name in candidates if name not in present_in_order]
+    return (
+        f"{where} lacks column(s) {_listing(missing)}, which {model.described_as} recorded as feature names when "
+        "it was fitted. "
+        f"The model's recorded order: {_listing(model.names or ())}. A script fed JSON records finds no key "
+        f"{missing[0]!r} in them (and one that fills a missing key with a default gives wrong numbers with no "
+        "error): rename the column upstream so the file has every recorded name. If the script computes the "
+        "model's features itself from other columns, name those with input.features (--features) and set "
+        "model.derives_features: true (--derives-features). Columns of the file (not passthrough), the model's "
+        f"names first in its order: {_listing([*present_in_order, *others])}"
+    )
+
+
+def trial_columns(model: ModelInputs, candidates: Sequence[str]) -> list[str]:
+    """The columns the settings trial sends a script: as many as the model takes when it says (its recorded
+    names first, in its order), so an extra column in the file does not hide the other settings."""
+    width = model.known_width
+    named = [name for name in model.names or () if name in candidates]
+    ordered = [*named, *(name for name in candidates if name not in named)]
+    return ordered[:width] if width else ordered
 
 
 def unnamed_model_message(

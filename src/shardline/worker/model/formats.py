@@ -21,7 +21,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from shardline import contract
-from shardline.errors import CorruptInputError
+from shardline.errors import CorruptInputError, InputSchemaError
 from shardline.worker.pool.work_units import InputFile, WorkUnit
 
 TEMP_MARKER = contract.TEMP_MARKER
@@ -98,11 +98,55 @@ def read_schema(file: InputFile, scratch: Path) -> pa.Schema:
             return pa.schema([])  # a 0-byte CSV or JSON lines file is a valid, empty input
         if file.fmt == "csv":
             with pa.input_stream(file.path, compression=_compression(file)) as stream:
-                return pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
+                schema = pacsv.open_csv(stream, read_options=_csv_read_options(file)).schema
+            if file.csv_names is None:
+                _refuse_a_data_line_as_header(file, schema.names)
+            return schema
         with pa.input_stream(file.path, compression=_compression(file)) as stream:
             return pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
-        raise CorruptInputError(f"cannot read {file.relative_path} as {_describe(file)}: {err}") from err
+        what = f"cannot read {file.relative_path} as {_describe(file)}"
+        raise CorruptInputError(f"{what}: {err}{_names_hint(file)}") from err
+
+
+def _csv_read_options(file: InputFile, threads: int = 1) -> pacsv.ReadOptions:
+    """A CSV with a header line names its own columns; one without (input.csv_header: false) is named by
+    position, and its first line is data."""
+    names = list(file.csv_names) if file.csv_names is not None else None
+    return pacsv.ReadOptions(block_size=TEXT_BLOCK_BYTES, use_threads=threads > 1, column_names=names)
+
+
+def _names_hint(file: InputFile) -> str:
+    if file.csv_names is None:
+        return ""
+    return (
+        f". input.csv_header is false, so input.features names this file's {len(file.csv_names)} column(s) by "
+        "position: every line must have exactly that many fields"
+    )
+
+
+def _looks_like_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in ("nan", "inf", "-inf", "infinity", "-infinity", "+inf")
+
+
+def _refuse_a_data_line_as_header(file: InputFile, names: Sequence[str]) -> None:
+    """A CSV whose header line reads as numbers has no header: its first data line would be lost and every
+    column misnamed. pandas' default names (0, 1, ..., n-1, from ``to_csv`` of an unnamed frame) are a header."""
+    if not names or not all(_looks_like_number(name) for name in names):
+        return
+    if list(names) == [str(i) for i in range(len(names))]:
+        return
+    shown = ", ".join(list(names)[:6]) + (", ..." if len(names) > 6 else "")
+    raise InputSchemaError(
+        f"the first line of {file.relative_path} reads as numbers ({shown}), not column names: it looks like a "
+        "data line, and reading it as the header would lose that row and misname every column. For a CSV without "
+        "a header line, set input.csv_header: false (--input-csv-header false) and name its columns, in order, "
+        "with input.features"
+    )
 
 
 def parquet_meta(file: InputFile) -> tuple[int, list[int]] | None:
@@ -142,7 +186,7 @@ def iter_batches(
             if file.fmt == "csv":
                 reader = pacsv.open_csv(
                     stream,
-                    read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK_BYTES, use_threads=threads > 1),
+                    read_options=_csv_read_options(file, threads),
                     convert_options=pacsv.ConvertOptions(include_columns=list(columns), column_types=float_features),
                 )
             else:
@@ -159,7 +203,7 @@ def iter_batches(
                 # Text readers yield one batch per block; re-slice to the requested size.
                 yield from _rebatch(batch, batch_rows)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
-        raise CorruptInputError(f"cannot read {unit.label} as {_describe(file)}: {err}") from err
+        raise CorruptInputError(f"cannot read {unit.label} as {_describe(file)}: {err}{_names_hint(file)}") from err
 
 
 def _rebatch(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:

@@ -19,7 +19,7 @@ import pyarrow as pa
 from shardline.errors import FileError, InputSchemaError, PredictionError
 from shardline.report.histogram import Histogram
 from shardline.worker.model import formats
-from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, is_numeric
+from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, is_numeric, trial_columns
 from shardline.worker.model.loading import Predictor
 from shardline.worker.pool import guards
 from shardline.worker.pool.work_units import InputFile, WorkUnit
@@ -60,8 +60,9 @@ def with_script_settings(
     candidates = getattr(err, "candidates", None)
     if predictor.kind != "custom" or not candidates:
         return err
+    columns = trial_columns(predictor.inputs, candidates)
     try:
-        batch = first_rows(file, list(candidates), numeric_features(schema, list(candidates)), 3, scratch)
+        batch = first_rows(file, columns, numeric_features(schema, columns), 3, scratch)
         hint = predictor.other_settings_needed(batch) if batch.num_rows else ""
     except Exception:  # noqa: BLE001 - the hint is a courtesy: the error stands without it
         return err
@@ -175,7 +176,8 @@ def predict_batch(
     passthrough = settings.passthrough
     with guards.captured(tally) as caught:
         predicted = predictor.predict(batch.select(list(choice.columns)))
-    guards.raise_for_wrong_input(caught, tally, order_vouched=choice.order_vouched, script=predictor.kind == "custom")
+    order_note = choice.order_note() if caught and choice.order_vouched else None  # only read when it warned
+    guards.raise_for_wrong_input(caught, tally, order_note, script=predictor.kind == "custom")
     clashes = [name for name, _ in predicted if name in passthrough]
     if clashes:
         raise PredictionError(

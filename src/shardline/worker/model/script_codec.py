@@ -81,6 +81,9 @@ class ScriptProtocol:
     json_layout: str = "records"
     max_payload_mb: float = 6.0
     csv_header: bool = False
+    # The script computes the model's features itself from the columns it is sent (model.derives_features): the
+    # names the model recorded are then not the columns to send.
+    derives_features: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "content_type", media_type(self.content_type))

@@ -151,17 +151,55 @@ class InferenceScript:
                     if self.predict_fn
                     else default_predict(self.model, data)
                 )
+                check_row_order(prediction, data, stage)
                 if not self.output_fn:
                     return prediction, accept
                 stage = "output_fn"
                 result = self.call(self.output_fn, prediction, accept)
-        except SetupError:
+        except (SetupError, RowOrderError):
             raise
         except Exception as err:
             raise ScriptError(f"{Path(self.path).name} raised in {stage}: {type(err).__name__}: {err}") from err
         if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], str):
             return result[0], result[1]  # (body, content_type), as the toolkit allows
         return result, accept
+
+
+class RowOrderError(PredictionError):
+    """The script returned its predictions in another order than the request's records."""
+
+
+def check_row_order(prediction: Any, data: Any, stage: str) -> None:
+    """Refuse a pandas DataFrame or Series whose index says its rows are not in the request's order.
+
+    A predict_fn that groups, sorts or concatenates rows keeps each row's original position in the index;
+    output_fn then writes the values in the new order, and every prediction would land on another record.
+    The index must be the request's positions (0 to n-1) or the index of the DataFrame the script was given.
+    """
+    if not type(prediction).__module__.startswith("pandas") or not hasattr(prediction, "index"):
+        return
+    index, rows = prediction.index, len(prediction)
+    if index.equals(_positions(rows)):
+        return
+    given = getattr(data, "index", None)
+    if type(data).__module__.startswith("pandas") and given is not None and len(given) == rows and index.equals(given):
+        return
+    if type(data).__module__.startswith("pandas") and given is not None and len(given) != rows:
+        return  # another length: refused by the response's row count, with its own message
+    shown = ", ".join(str(value) for value in list(index[:5]))
+    raise RowOrderError(
+        f"{stage} returned a {type(prediction).__name__} whose rows are not in the request's order: its index "
+        f"begins {shown}, where the request's records are 0 to {rows - 1}. The script reordered the rows (a "
+        "groupby, sort or concat keeps each row's original position in the index), so each prediction would be "
+        "written against another record. Return the predictions in the request's order, e.g. with .sort_index() "
+        "or .reindex(data.index) before returning them"
+    )
+
+
+def _positions(rows: int) -> Any:
+    import pandas as pd
+
+    return pd.RangeIndex(rows)
 
 
 def default_predict(model: Any, data: Any) -> Any:
@@ -231,9 +269,13 @@ def model_inputs_of_script(script: InferenceScript, protocol: ScriptProtocol) ->
     raw = protocol.content_type != NPY and script.takes_body
     return ModelInputs(
         names=recorded.names,
+        # The script sits between the file and the model: what the model takes is not what the script is sent,
+        # so the model's own count is only a width for the settings trial.
         count=None,
+        width=recorded.count,
         raw_columns=raw,
-        names_are_hints=True,
+        names_are_hints=protocol.derives_features,
+        from_script=True,
         described_as=f"the model that {Path(script.path).name}'s model_fn returned",
     )
 

@@ -61,11 +61,17 @@ class OutputTally:
         """Each distinct line, its count, and whether it may signal a problem."""
         return [(example, count, notable) for example, count, notable in self.lines.values()]
 
+    def warnings(self) -> int:
+        """How many of the lines may signal a problem (each occurrence counted)."""
+        return sum(count for _, count, notable in self.lines.values() if notable)
+
     def emit(self, where: str, source: str = "inference.py") -> None:
-        """Log each distinct line once, with how often it came, then forget them."""
-        for example, count in self.summary():
+        """Log each distinct line once, with how often it came, then forget them. A notable line (a warning, a
+        WARNING log record, a line on stderr) is logged at WARNING: the script's own warning stays one."""
+        for example, count, notable in self.notable():
             times = f" ({count} times)" if count > 1 else ""
-            log.info("%s said%s while processing %s: %s", source, times, where, example[:500])
+            level = logging.WARNING if notable else logging.INFO
+            log.log(level, "%s said%s while processing %s: %s", source, times, where, example[:500])
         if self.dropped:
             log.info(
                 "%s said %d more line(s) of other shapes while processing %s (not shown)", source, self.dropped, where
@@ -140,20 +146,19 @@ def _category_name(w: warnings.WarningMessage) -> str:
 
 
 def raise_for_wrong_input(
-    caught: list[warnings.WarningMessage], tally: OutputTally, *, order_vouched: bool, script: bool
+    caught: list[warnings.WarningMessage], tally: OutputTally, order_note: str | None, *, script: bool
 ) -> None:
     """Fail on warnings that mean the model got the wrong input; tally the rest.
 
-    ``order_vouched``: the feature columns were put in the model's order by its recorded names
-    or by input.features. Then a script that passes a bare numpy array to a model fitted on a
-    DataFrame (scikit-learn warns that X has no feature names) did get the right columns, and
-    the warning is only noted.
+    ``order_note``: what fixed the feature order (the model's recorded names or input.features), or None when
+    nothing did. Then a script that passes a bare numpy array to a model fitted on a DataFrame (scikit-learn
+    warns that X has no feature names) did get the columns in that order, and the warning is noted with it.
     """
     for w in caught:
         name = _category_name(w)
         if _is_feature_name_warning(w):
-            if order_vouched and script:
-                tally.add(f"warning {name}: {w.message} (expected: Shardline sent the columns in the model's order)")
+            if order_note and script:
+                tally.add(f"warning {name}: {w.message} ({order_note})")
                 continue
             raise PredictionError(
                 f"scikit-learn warned: {w.message}. It cannot check that the columns are in the order the model "

@@ -303,7 +303,12 @@ def _predict_into(
     if schema.names:
         try:
             progress.choice = choose_features(
-                schema, state.predictor.inputs, settings.features, settings.passthrough, unit.file.relative_path
+                schema,
+                state.predictor.inputs,
+                settings.features,
+                settings.passthrough,
+                unit.file.relative_path,
+                fmt=unit.file.fmt,
             )
         except InputSchemaError as err:
             raise with_script_settings(err, state.predictor, unit.file, schema, scratch) from err

@@ -32,6 +32,8 @@ class InputFile:
     # Why this file is not read (a name that says another format than the step's input.format, or
     # none the worker knows): it fails alone with this reason, naming the setting to change.
     refusal: str | None = None
+    # A CSV without a header line (input.csv_header: false): its columns' names, by position (input.features).
+    csv_names: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +65,11 @@ def classify(name: str) -> tuple[str, bool] | None:
 
 
 def discover_inputs(
-    input_dir: Path, input_format: str | None = None, *, refuse_unknown: bool = False
+    input_dir: Path,
+    input_format: str | None = None,
+    *,
+    refuse_unknown: bool = False,
+    csv_names: tuple[str, ...] | None = None,
 ) -> tuple[list[InputFile], list[str]]:
     """Every input under ``input_dir``, sorted, plus the names that were ignored.
 
@@ -74,6 +80,7 @@ def discover_inputs(
     whose name says another format is refused: reading it either way could be silently wrong.
     A name that says no format, without ``input_format``, is ignored (returned, so the caller
     can warn), or refused with ``refuse_unknown`` (in a pipeline, where every file was planned).
+    ``csv_names`` names the columns of CSV files that have no header line, by position.
     """
     found: list[InputFile] = []
     ignored: list[str] = []
@@ -89,7 +96,8 @@ def discover_inputs(
                 ignored.append(relative)
                 continue
             fmt, gzipped = kind or ("parquet", name.lower().endswith(".gz"))
-            found.append(InputFile(relative, str(path), fmt, gzipped, path.stat().st_size, refusal))
+            names = csv_names if fmt == "csv" else None
+            found.append(InputFile(relative, str(path), fmt, gzipped, path.stat().st_size, refusal, names))
     found.sort(key=lambda f: f.relative_path)
     return found, ignored
 

@@ -113,7 +113,7 @@ def preview_file(file: InputFile, predictor, settings: JobSettings, rows: int, *
         schema = formats.read_schema(file, scratch)
         try:
             choice = choose_features(
-                schema, predictor.inputs, settings.features, settings.passthrough, file.relative_path
+                schema, predictor.inputs, settings.features, settings.passthrough, file.relative_path, fmt=file.fmt
             )
         except InputSchemaError as err:
             raise with_script_settings(err, predictor, file, schema, scratch) from err

@@ -104,7 +104,7 @@ def run_once(
         threads_per_worker=setting.threads,
         use_gpu=not args.no_gpu,
     )
-    files, _ = discover_inputs(sample.folder, input_format)
+    files, _ = discover_inputs(sample.folder, input_format, csv_names=args.csv_names)
     units = plan_units(
         files,
         len(slots),

@@ -37,7 +37,11 @@ def count_rows(file: InputFile) -> int:
         return _read_gzipped_parquet(file).num_rows
     with _open_text(file.path, file.gzipped, "rb") as stream:
         lines = sum(1 for line in stream if line.strip())
-    return max(0, lines - (1 if file.fmt == "csv" else 0))
+    return max(0, lines - _header_lines(file))
+
+
+def _header_lines(file: InputFile) -> int:
+    return 1 if file.fmt == "csv" and file.csv_names is None else 0
 
 
 def _open_text(path: str | Path, gzipped: bool, mode: str):
@@ -71,7 +75,7 @@ def copy_head(file: InputFile, rows: int, dest: Path) -> None:
         table = pa.Table.from_batches([batch]) if batch is not None else parquet.schema_arrow.empty_table()
         pq.write_table(table, dest, row_group_size=max(1, group_rows))
         return
-    header = 1 if file.fmt == "csv" else 0
+    header = _header_lines(file)
     with _open_text(file.path, file.gzipped, "rb") as source, _open_text(dest, file.gzipped, "wb") as out:
         taken = 0
         for line in source:
