@@ -50,6 +50,14 @@ FEATURES_FILE_ORDER = "file_order"
 T = TypeVar("T")
 
 
+def rows_allowed(limit: float, rows: int) -> int:
+    """How many of ``rows`` may be rejected under ``tolerance.rows``: a count (1 or more), or a fraction below 1 of
+    the rows (the worker applies it to each file, the step's end to all of the step's)."""
+    if limit <= 0:
+        return 0
+    return int(limit * rows) if limit < 1 else int(limit)
+
+
 def host_name(index: int) -> str:
     """The name of a job's instance ``index`` (from 0), as SageMaker names them: algo-1, algo-2, ..."""
     return f"algo-{index + 1}"

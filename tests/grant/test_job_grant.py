@@ -19,7 +19,23 @@ SCOPE = JobScope(
 )
 OUT = "arn:aws:s3:::data/scores/daily_churn/dt=2026-11-22"
 TABLE = table_arn("us-east-1", "shardline-jobs")
-WORKER_ATTRIBUTES = ["at", "bout", "ho", "ik", "ok", "osha", "pk", "rin", "rout", "sk", "st", "ttl"]
+WORKER_ATTRIBUTES = [
+    "at",
+    "bout",
+    "ho",
+    "ik",
+    "mw",
+    "ok",
+    "osha",
+    "pk",
+    "rin",
+    "rjk",
+    "rout",
+    "rrej",
+    "sk",
+    "st",
+    "ttl",
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +58,9 @@ ALLOWED = {
     "its output, a multipart part": s3("s3:AbortMultipartUpload", f"{OUT}/part-00.parquet"),
     "its instance manifest": s3(
         "s3:PutObject", f"{OUT}/_shardline/instances/run-1/score/attempt-0001/manifest-algo-1.json"
+    ),
+    "a file's rejects list, tagged as Shardline's own": s3(
+        "s3:PutObjectTagging", f"{OUT}/_shardline/instances/run-1/score/attempt-0001/rejects/part-00.csv.jsonl"
     ),
     "its input": s3("s3:GetObject", "arn:aws:s3:::data/events/dt=2026-11-22/part-00.parquet"),
     "its model": s3("s3:GetObject", "arn:aws:s3:::models/churn/v3/model.tar.gz"),

@@ -18,7 +18,7 @@ def test_a_run_of_succeeded_steps_succeeds_and_a_partial_step_makes_it_partial()
 def test_rows_out_unlike_rows_in_fail_the_run_naming_the_files_whatever_the_outcomes():
     outcome = run_outcome([_summary("a", "PARTIAL"), _summary("b", mismatched=("s3://b/in/x.parquet",))])
     assert outcome.status is StepStatus.FAILED
-    assert "rows in != rows out for 1 succeeded file(s): ['s3://b/in/x.parquet']" in outcome.message
+    assert "rows in != rows out + rows rejected for 1 succeeded file(s): ['s3://b/in/x.parquet']" in outcome.message
 
 
 def test_skipped_steps_count_for_nothing_and_a_run_of_skipped_steps_has_no_status():

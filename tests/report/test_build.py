@@ -202,6 +202,24 @@ def test_reconciliation():
     assert balanced.balanced and balanced.mismatched == []
 
 
+def test_rejected_rows_balance_a_file_and_are_listed_and_warnings_are_counted():
+    import dataclasses
+
+    from shardline.report.model import RejectRow
+    from shardline.report.render import render_html
+
+    files, instances = small_step()
+    files = [dataclasses.replace(f, rows_rejected=2, model_warnings=3) if f.input_key == "in/c" else f for f in files]
+    listed = {"in/c": [RejectRow(key="in/c", where="line 12 (id=11)", reason="column 'x': 'n.a.' is not a number")]}
+    report = build_report(IDENTITY, files, instances, rejects=listed)
+    r = report.reconciliation
+    assert (r.rows_in, r.rows_out, r.rows_rejected, r.balanced, r.mismatched) == (1000, 998, 2, True, [])
+    assert [(x.key, x.where) for x in r.rejects] == [("in/c", "line 12 (id=11)")]
+    assert r.model_warnings == 3
+    html = render_html(report)
+    assert "2 rows rejected" in html and "line 12 (id=11)" in html and "3 warning line(s)" in html
+
+
 def test_drift_against_the_reference_with_both_histograms():
     files, instances = small_step()
     current = Histogram().add(np.array([0] * 2 + [1] * 4 + [2] * 4))

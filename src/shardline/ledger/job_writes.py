@@ -33,6 +33,9 @@ class FileOutcome:
     status: FileStatus
     rows_in: int = 0
     rows_out: int = 0
+    rows_rejected: int = 0  # tolerance.rows: rows in = rows out + rows rejected
+    rejects_key: str | None = None  # s3:// URI of the list of its rejected rows
+    model_warnings: int = 0  # lines the model code said that may signal a problem
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
@@ -120,6 +123,9 @@ class WorkerLedger:
             m.status.set(outcome.status.value),
             m.rows_in.set(outcome.rows_in),
             m.rows_out.set(outcome.rows_out),
+            m.rows_rejected.set(outcome.rows_rejected),
+            m.model_warnings.set(outcome.model_warnings),
+            m.rejects_key.set(outcome.rejects_key) if outcome.rejects_key else m.rejects_key.remove(),
             m.bytes_in.set(outcome.bytes_in),
             m.bytes_out.set(outcome.bytes_out),
             m.seconds.set(round(outcome.seconds, 3)),

@@ -51,6 +51,9 @@ class FileRecord:
     host: str | None = None  # the instance that had it (algo-N)
     rows_in: int | None = None
     rows_out: int | None = None
+    rows_rejected: int | None = None  # tolerance.rows: rows in = rows out + rows rejected
+    rejects_key: str | None = None  # s3:// URI of its rejected rows' list
+    model_warnings: int | None = None  # lines the model code said that may signal a problem
     bytes_in: int | None = None
     bytes_out: int | None = None
     seconds: float | None = None  # the worker's own measure of the file's time
@@ -72,6 +75,9 @@ class FileRecord:
             host=_get(item, "host"),
             rows_in=_int(_get(item, "rows_in")),
             rows_out=_int(_get(item, "rows_out")),
+            rows_rejected=_int(_get(item, "rows_rejected")),
+            rejects_key=_get(item, "rejects_key"),
+            model_warnings=_int(_get(item, "model_warnings")),
             bytes_in=_int(_get(item, "bytes_in")),
             bytes_out=_int(_get(item, "bytes_out")),
             seconds=float(seconds) if seconds is not None else None,

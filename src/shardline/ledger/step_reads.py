@@ -25,7 +25,19 @@ from shardline.ledger.records import FileRecord, ShardRecord
 from shardline.ledger.table import LedgerItem
 
 # Only what the sensor needs; keeps each Query page small.
-FILE_ATTRIBUTES = ["pk", "sk", "status", "attempt", "input_key", "error_class", "error_message", "rows_in", "rows_out"]
+FILE_ATTRIBUTES = [
+    "pk",
+    "sk",
+    "status",
+    "attempt",
+    "input_key",
+    "error_class",
+    "error_message",
+    "rows_in",
+    "rows_out",
+    "rows_rejected",
+    "rejects_key",
+]
 
 
 # What the CLI and the UI show besides: which instance had the file.

@@ -75,6 +75,9 @@ class LedgerItem(_Expiring, Model):
     output_key = UnicodeAttribute(null=True, attr_name="ok")
     rows_in = NumberAttribute(null=True, attr_name="rin")
     rows_out = NumberAttribute(null=True, attr_name="rout")
+    rows_rejected = NumberAttribute(null=True, attr_name="rrej")  # tolerance.rows: rows in = out + rejected
+    rejects_key = UnicodeAttribute(null=True, attr_name="rjk")  # s3:// URI of the file's rejects list
+    model_warnings = NumberAttribute(null=True, attr_name="mw")  # warning lines the model code said
     bytes_in = NumberAttribute(null=True, attr_name="bin")
     bytes_out = NumberAttribute(null=True, attr_name="bout")
     # The output's sha256 (hex) as the worker uploaded it: the check before _SUCCESS compares it with S3's own

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from shardline.oncall.records import FileView, ResubmitResult, RunRef, RunRow, RunView
     from shardline.oncall.tune import TuneResult
 
+from shardline.ledger.states import FileStatus
 from shardline.oncall.messages import error_text, no_runs_text
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -211,6 +212,7 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
         "RUNNING",
         "PENDING",
         "ROWS OUT",
+        "REJECTED",
         "ROWS/S",
         "ETA",
     ):
@@ -227,6 +229,7 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
             str(s.running),
             str(s.pending),
             f"{s.rows_out:,}",
+            f"{s.rows_rejected:,}",
             _rate(s.rows_per_second),
             _duration(s.eta_seconds),
         )
@@ -240,6 +243,13 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
         if s.failed:
             console.print(
                 printable(f"  see the {s.failed} failed file(s) and why: shardline failed {view.ref} --step {s.name}")
+            )
+        if s.rows_rejected:
+            console.print(
+                printable(
+                    f"  step {s.name}: rows in {s.rows_in:,} = rows out {s.rows_out:,} + rows rejected "
+                    f"{s.rows_rejected:,}; see them and why: shardline failed {view.ref} --step {s.name}"
+                )
             )
 
 
@@ -257,6 +267,12 @@ def show_failed(files: list[FileView], *, ref: RunRef, step: str | None) -> None
             )
         )
         return
+    rejected = [f for f in files if f.status == FileStatus.SUCCEEDED]
+    files = [f for f in files if f.status != FileStatus.SUCCEEDED]
+    if rejected:
+        _show_rejects(console, rejected, ref)
+    if not files:
+        return
     table = Table(title=Text(printable(f"files of {ref} that did not succeed")))
     for column in ("STEP", "FILE", "STATUS", "ATTEMPT", "HOST", "ERROR"):
         table.add_column(column, overflow="fold")
@@ -273,6 +289,30 @@ def show_failed(files: list[FileView], *, ref: RunRef, step: str | None) -> None
     console.print(table)
     for name in sorted({f.step for f in files}):
         console.print(printable(f"after fixing the cause: {resubmit_command(ref.pipeline, ref.run_id, name)}"))
+
+
+def _show_rejects(console, files: list[FileView], ref: RunRef) -> None:
+    """Files that succeeded with rows rejected (tolerance.rows): each rejected row, with where and why."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from shardline.report.records import reject_where
+
+    total = sum(f.rows_rejected for f in files)
+    table = Table(title=Text(printable(f"{total:,} row(s) of {ref} rejected (tolerance.rows)")))
+    for column in ("STEP", "FILE", "WHERE", "WHY"):
+        table.add_column(column, overflow="fold")
+    for f in files:
+        for row in f.rejects:
+            where = reject_where(row)
+            table.add_row(printable(f.step), printable(f.input_key), printable(where), printable(row.get("reason", "")))
+        if f.rows_rejected > len(f.rejects) or not f.rejects:
+            shown = f"{len(f.rejects)} of {f.rows_rejected:,} shown" if f.rejects else f"{f.rows_rejected:,} rejected"
+            table.add_row(printable(f.step), printable(f.input_key), shown, printable(f.error_message or ""))
+    console.print(table)
+    for f in files:
+        if f.rejects_key:
+            console.print(printable(f"{f.input_key}: every rejected row is listed in {f.rejects_key}"))
 
 
 def show_resubmit(result: ResubmitResult, *, dry_run: bool) -> None:

@@ -198,7 +198,8 @@ class OnCallReads:
         )
 
     def failed(self, ref: RunRef, step: str | None = None) -> list[FileView]:
-        """Every file that did not succeed, with its error class, message and attempt."""
+        """Every file that did not succeed, with its error class, message and attempt; and every file that
+        succeeded with rows rejected (tolerance.rows), with the first of them (line or row, and reason)."""
         spec = self.spec(ref.pipeline)
         names = [step] if step else [s.name for s in spec.steps]
         if step:
@@ -216,6 +217,11 @@ class OnCallReads:
                 for v in (file_view(name, f) for f in records.files)
                 if v.status != FileStatus.SUCCEEDED
             ]
+            found += [
+                with_rejects(file_view(name, f), spec)
+                for f in records.files
+                if f.status == FileStatus.SUCCEEDED and f.rows_rejected
+            ]
         if not planned:
             raise NotFound(
                 f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
@@ -228,3 +234,27 @@ class OnCallReads:
     def _known_step(spec: PipelineSpec, step: str) -> None:
         if step not in {s.name for s in spec.steps}:
             raise NotFound(unknown_step(spec.pipeline, step, [s.name for s in spec.steps]))
+
+
+REJECTS_SHOWN = 100  # rows of a file's rejects list that `failed` shows; the list itself has them all
+
+
+def with_rejects(view: FileView, spec: PipelineSpec) -> FileView:
+    """A file that succeeded with rows rejected, with the first of them (line or row number, and reason) read
+    from its rejects list."""
+    if not view.rejects_key:
+        return view
+    import itertools
+    import json
+
+    from shardline.planning.inputs import parse_s3_uri
+
+    try:
+        bucket, key = parse_s3_uri(view.rejects_key)
+        body = services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"]
+        rows = [json.loads(line) for line in itertools.islice(body.iter_lines(), REJECTS_SHOWN)]
+    except Exception as err:  # noqa: BLE001 - the count stands; say why the rows are not shown
+        return dataclasses.replace(
+            view, error_message=f"its rejects list {view.rejects_key} could not be read: {type(err).__name__}: {err}"
+        )
+    return dataclasses.replace(view, rejects=rows)

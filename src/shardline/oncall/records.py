@@ -71,6 +71,9 @@ class FileView:
     rows_out: int | None
     error_class: str | None
     error_message: str | None
+    rows_rejected: int = 0  # tolerance.rows: rows in = rows out + rows rejected
+    rejects_key: str | None = None  # s3:// URI of its rejected rows' list
+    rejects: list[dict] = dataclasses.field(default_factory=list)  # the first of them, as `failed` shows them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +96,7 @@ class StepView:
     message: str | None
     shards: list[ShardView]
     file_rows: list[FileView]
+    rows_rejected: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,6 +40,8 @@ def file_view(step: str, record: FileRecord) -> FileView:
         record.rows_out,
         record.error_class,
         record.error_message,
+        rows_rejected=record.rows_rejected or 0,
+        rejects_key=record.rejects_key,
     )
 
 
@@ -188,6 +190,7 @@ def step_view(
         record.message,
         shard_views,
         list(files) if with_files else [],
+        rows_rejected=int(sum(f.rows_rejected or 0 for f in succeeded)),
     )
 
 

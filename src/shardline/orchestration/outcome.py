@@ -38,7 +38,7 @@ def run_outcome(summaries: Sequence[dict | None]) -> RunOutcome:
 def rows_mismatch_text(mismatched: list[list[str]]) -> str:
     files = [key for keys in mismatched for key in keys]
     return (
-        f"rows in != rows out for {len(files)} succeeded file(s): {files[:10]}"
+        f"rows in != rows out + rows rejected for {len(files)} succeeded file(s): {files[:10]}"
         + (f" and {len(files) - 10} more" if len(files) > 10 else "")
         + "; the model must return one prediction per input row: check its script, and the job's log for "
         "these files"

@@ -141,6 +141,25 @@ def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, d
     }
 
 
+def rejects_over_limit(spec: PipelineSpec, attempt: Attempt, records: StepRecords) -> str | None:
+    """Why a step whose files rejected more rows between them than ``tolerance.rows`` allows fails (None: they
+    did not). Each file kept within the limit on its own; the step's total is held to it too."""
+    limit = spec.step(attempt.step).tolerance.rows
+    succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
+    rejected = sum(f.rows_rejected or 0 for f in succeeded)
+    rows = sum(f.rows_in or 0 for f in succeeded)
+    if not rejected or rejected <= contract.rows_allowed(limit, rows):
+        return None
+    worst = sorted(succeeded, key=lambda f: -(f.rows_rejected or 0))[:3]
+    shown = ", ".join(f"{f.input_key} ({f.rows_rejected})" for f in worst if f.rows_rejected)
+    allows = f"{limit:g} of the rows" if limit < 1 else f"{int(limit)} row(s)"
+    return (
+        f"the step's files rejected {rejected:,} of {rows:,} row(s) between them, more than tolerance.rows allows "
+        f"({allows}), e.g. {shown}. No {contract.SUCCESS_MARKER} was written. `shardline failed` lists the rejected "
+        "rows; fix them (or the script) and resubmit"
+    )
+
+
 def unvouched_text(unvouched: list[UnvouchedFile]) -> str:
     """Why a step whose outputs are not all vouched for fails, and what happens to those files."""
     return (
@@ -256,6 +275,8 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
                     "attempt": f.attempt,
                     "rows_in": int(f.rows_in or 0),
                     "rows_out": int(f.rows_out or 0),
+                    "rows_rejected": int(f.rows_rejected or 0),
+                    "rejects": f.rejects_key,
                     "bytes": stored.get("Size"),
                     "sha256": f.output_sha256,
                     "etag": (stored.get("ETag") or "").strip('"') or None,
@@ -274,6 +295,7 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
         "output_prefix": attempt.output_prefix,
         "files": len(seen.records.files),
         "rows_out": sum(o["rows_out"] for o in outputs),
+        "rows_rejected": sum(o["rows_rejected"] for o in outputs),
         "outputs": outputs,
         "not_succeeded": failed,
         "outputs_missing": [o["output"] for o in outputs if o["bytes"] is None],

@@ -9,6 +9,7 @@ for its cost trend and its drift reference, so nothing else has to be stored.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 
@@ -23,8 +24,8 @@ from shardline.planning.inputs import parse_s3_uri, put_metadata
 from shardline.report.build import build_report
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
-from shardline.report.model import RunReport
-from shardline.report.records import PreviousRun, records_from_ledger
+from shardline.report.model import RejectRow, RunReport
+from shardline.report.records import PreviousRun, records_from_ledger, reject_where
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,30 @@ def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
         return prices, f"the local run is priced at 0: {err} (or set cost.local_price_per_hour)"
 
 
+REJECTS_IN_REPORT = 200  # rejected rows the report lists, over all files; each file's rejects list has them all
+
+
+def rejected_rows(spec: PipelineSpec, files) -> dict[str, list[RejectRow]]:
+    """The first rejected rows of the step's files that rejected some, read from their rejects lists."""
+    found: dict[str, list[RejectRow]] = {}
+    left = REJECTS_IN_REPORT
+    for f in sorted(files, key=lambda f: f.input_key):
+        if not (f.rejects_key and f.rows_rejected and f.status == FileStatus.SUCCEEDED) or left <= 0:
+            continue
+        try:
+            bucket, key = parse_s3_uri(f.rejects_key)
+            body = services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"]
+            rows = [json.loads(line) for line in itertools.islice(body.iter_lines(), left)]
+        except Exception as err:  # noqa: BLE001 - the counts stand; the report says the list was not read
+            log.warning("the rejects list %s could not be read: %s: %s", f.rejects_key, type(err).__name__, err)
+            continue
+        found[f.input_key] = [
+            RejectRow(key=f.input_key, where=reject_where(r), reason=r.get("reason", "")) for r in rows
+        ]
+        left -= len(rows)
+    return found
+
+
 def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | None = None) -> RunReport:
     """The step's report from what its run recorded, against the pipeline's earlier runs.
 
@@ -102,6 +127,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         previous_runs=[PreviousRun(run_id, r.cost.cost_per_million, r.ended_at) for run_id, r in reversed(previous)],
         prices=prices,
         max_psi=step_spec.drift.max_psi,
+        rejects=rejected_rows(spec, records.files),
     )
     if price_note:
         report.notes.append(price_note)

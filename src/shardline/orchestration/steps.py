@@ -394,7 +394,7 @@ def report(spec: PipelineSpec, ref: StepRef) -> dict:
     records = read_step_files(spec, ref)
     succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
     failed = [f for f in records.files if f.status == FileStatus.FAILED]
-    mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0)]
+    mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0) + (f.rows_rejected or 0)]
     return {
         "step": step,
         "files": len(records.files),
@@ -402,6 +402,7 @@ def report(spec: PipelineSpec, ref: StepRef) -> dict:
         "failed": len(failed),
         "rows_in": int(sum(f.rows_in or 0 for f in succeeded)),
         "rows_out": int(sum(f.rows_out or 0 for f in succeeded)),
+        "rows_rejected": int(sum(f.rows_rejected or 0 for f in succeeded)),
         "attempts": int((records.step.attempt if records.step else 0) or 0),
         "rows_mismatched_files": mismatched,
         "failed_files": [{"input": f.input_key, "error": file_error(f.error_class, f.error_message)} for f in failed],
@@ -471,6 +472,8 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> St
             status = StepStatus.FAILED
             reason = outputs.unvouched_text(unvouched)
             log.error("step %s: %s", attempt.step, reason)
+        elif over := outputs.rejects_over_limit(spec, attempt, seen.records):
+            status, reason = StepStatus.FAILED, over
     status, reason = run_report.check_run_report(spec, attempt, status, reason, seen.records if seen else None)
     if status is StepStatus.SUCCEEDED:
         # The last look at the input prefix, after the run report and just before the step is recorded as

@@ -34,6 +34,8 @@ def worker_arguments(step: StepSpec) -> list[str]:
         args += ["--features", ",".join(step.input.features)]
     if step.resources.workers_per_instance:
         args += ["--workers", str(step.resources.workers_per_instance)]
+    if step.tolerance.rows:
+        args += ["--tolerate-rows", f"{step.tolerance.rows:g}"]
     if step.batch_rows:
         args += ["--batch-rows", str(step.batch_rows)]
     if step.probabilities:

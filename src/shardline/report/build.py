@@ -31,6 +31,7 @@ from shardline.report.model import (
     DriftReport,
     FileRow,
     Reconciliation,
+    RejectRow,
     RunReport,
     Series,
     Shard,
@@ -65,12 +66,15 @@ def build_report(
     straggler_min_seconds: float = STRAGGLER_MIN_SECONDS,
     idle_fraction: float = IDLE_FRACTION,
     generated_at: dt.datetime | None = None,
+    rejects: Mapping[str, Sequence[RejectRow]] | None = None,
 ) -> RunReport:
     """The report of one step from its records. Pure: the same records give the same report.
 
     ``instances`` should hold one record per host and attempt; a host that had files but no
     record is added from its files' times (typed like the step's other instances) with a note.
     A price missing from ``prices`` leaves the cost empty with ``cost.error`` saying where to set it.
+    ``rejects``: the first rejected rows of each file that rejected some (input key -> rows), as read from their
+    rejects lists.
     """
     prices = prices or Prices.default()
     files = [counted(f) for f in files]
@@ -89,7 +93,7 @@ def build_report(
     timeline = _timeline(files, instances, labels, windows, start, end, timeline_buckets)
     shards = _shards(identity, instances, labels, by_instance, windows, start, prices)
     shards = _flag(shards, straggler_factor, straggler_min_seconds, idle_fraction)
-    reconciliation = _reconcile(files)
+    reconciliation = _reconcile(files, rejects or {})
     cost = _cost(identity, instances, windows, prices, reconciliation.rows_out, previous_runs)
     drift = _drift(histogram, reference, reference_run_id, max_psi, drift_bins)
     if timeline.files_without_times:
@@ -341,7 +345,7 @@ def _flag(shards: list[Shard], factor: float, min_seconds: float, idle_fraction:
     return flagged
 
 
-def _reconcile(files: Sequence[FileRecord]) -> Reconciliation:
+def _reconcile(files: Sequence[FileRecord], rejects: Mapping[str, Sequence[RejectRow]]) -> Reconciliation:
     rows = [
         FileRow(
             key=f.input_key,
@@ -350,7 +354,8 @@ def _reconcile(files: Sequence[FileRecord]) -> Reconciliation:
             status=f.status,
             rows_in=f.rows_in,
             rows_out=f.rows_out,
-            balanced=f.status != FileStatus.SUCCEEDED.value or f.rows_in == f.rows_out,
+            rows_rejected=f.rows_rejected or 0,
+            balanced=f.status != FileStatus.SUCCEEDED.value or f.rows_in == f.rows_out + (f.rows_rejected or 0),
             error=(f.error_line() or None) if f.status == FileStatus.FAILED else None,
         )
         for f in sorted(files, key=lambda f: f.input_key)
@@ -371,6 +376,9 @@ def _reconcile(files: Sequence[FileRecord]) -> Reconciliation:
         max_attempt=max((r.attempt for r in rows), default=0),
         failures=failures,
         rows=rows,
+        rows_rejected=sum(r.rows_rejected for r in succeeded),
+        rejects=[row for r in succeeded for row in rejects.get(r.key, ())],
+        model_warnings=sum(f.model_warnings or 0 for f in files),
     )
 
 

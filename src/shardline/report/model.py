@@ -122,8 +122,17 @@ class FileRow(_Model):
     status: str
     rows_in: int
     rows_out: int
-    balanced: bool  # a succeeded file wrote a row out per row in
+    balanced: bool  # a succeeded file wrote a row out per row in, or rejected it (tolerance.rows)
     error: str | None
+    rows_rejected: int = 0
+
+
+class RejectRow(_Model):
+    """A row a file rejected (tolerance.rows): where it is, and why."""
+
+    key: str  # the input file
+    where: str  # "line 4687 (id=4685)", "row 12"
+    reason: str
 
 
 class Reconciliation(_Model):
@@ -133,11 +142,14 @@ class Reconciliation(_Model):
     unfinished: int
     rows_in: int  # of the succeeded files
     rows_out: int
-    balanced: bool  # every succeeded file: rows in == rows out
+    balanced: bool  # every succeeded file: rows in == rows out + rows rejected
     mismatched: list[str]
     retried: int  # files whose last attempt is not the first
     max_attempt: int
     failures: list[FileRow]
+    rows_rejected: int = 0  # of the succeeded files
+    rejects: list[RejectRow] = []  # the first rejected rows, file by file
+    model_warnings: int = 0  # lines the model code said that may signal a problem (WARNING in the job's log)
     rows: list[FileRow]
 
 

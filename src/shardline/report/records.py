@@ -90,6 +90,7 @@ def counted(item: Any, planned_sizes: Mapping[str, int] | None = None) -> FileRe
         attempt=record.attempt or 1,
         rows_in=record.rows_in or 0,
         rows_out=record.rows_out or 0,
+        rows_rejected=record.rows_rejected or 0,
         bytes_in=record.bytes_in or planned_sizes.get(record.input_key, 0),
         bytes_out=record.bytes_out or 0,
     )
@@ -155,3 +156,10 @@ def records_from_ledger(
             )
         )
     return ReportRecords(identity=identity, files=files, instances=instances)
+
+
+def reject_where(row: Mapping[str, Any]) -> str:
+    """Where a rejected row is, from its line in a rejects list: "line 4687 (id=4685)", "row 12"."""
+    place = f"line {row['line']}" if row.get("line") else f"row {row.get('row', '?')}"
+    ids = row.get("ids") or {}
+    return place + (" (" + ", ".join(f"{k}={v}" for k, v in ids.items()) + ")" if ids else "")

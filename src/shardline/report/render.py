@@ -357,17 +357,20 @@ def _drift(report: RunReport) -> str:
 def _reconciliation(report: RunReport, max_rows: int) -> str:
     r = report.reconciliation
     balance = (
-        "every succeeded file wrote one row out per row in"
+        ("every succeeded file wrote one row out per row in" if not r.rows_rejected else "rows in = out + rejected")
         if r.balanced
         else f"{len(r.mismatched)} succeeded file(s) wrote a different number of rows than they read"
     )
+    rejected = f"{r.rows_rejected:,} rows rejected, " if r.rows_rejected else ""
     parts = [
         f"<p class='{'ok' if r.balanced and not r.failed else 'alert'}'>{r.files:,} files: {r.succeeded:,} "
         f"succeeded, {r.failed:,} failed, {r.unfinished:,} unfinished; {r.rows_in:,} rows in, "
-        f"{r.rows_out:,} rows out ({_e(balance)}). {r.retried:,} file(s) needed more than one attempt "
+        f"{r.rows_out:,} rows out, {rejected}({_e(balance)}). {r.retried:,} file(s) needed more than one attempt "
         f"(up to {r.max_attempt}).</p>"
     ]
-    problem = [row.status != "SUCCEEDED" or not row.balanced or row.attempt > 1 for row in r.rows]
+    problem = [
+        row.status != "SUCCEEDED" or not row.balanced or row.attempt > 1 or row.rows_rejected > 0 for row in r.rows
+    ]
     problems = [row for row, bad in zip(r.rows, problem, strict=True) if bad]
     others = [row for row, bad in zip(r.rows, problem, strict=True) if not bad] if len(problems) < max_rows else []
     shown = (problems + others)[:max_rows]
@@ -382,7 +385,9 @@ def _reconciliation(report: RunReport, max_rows: int) -> str:
             row.status,
             f"{row.rows_in:,}",
             f"{row.rows_out:,}",
-            row.error or ("" if row.balanced else "rows out differ from rows in"),
+            row.error
+            or ("" if row.balanced else "rows out differ from rows in")
+            or (f"{row.rows_rejected:,} row(s) rejected" if row.rows_rejected else ""),
         )
         rows.append(f"<tr class='{cls}'>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     parts.append(_table(head, rows, cls="files"))
@@ -391,6 +396,15 @@ def _reconciliation(report: RunReport, max_rows: int) -> str:
             f"<p class='muted'>{len(r.rows) - len(shown):,} more file(s) succeeded with rows balanced; "
             f"report.json lists every file.</p>"
         )
+    if r.model_warnings:
+        parts.append(
+            f"<p class='warn'>The model code said {r.model_warnings:,} warning line(s) (warnings, WARNING logs, "
+            "stderr): each is a WARNING in the job's log, once per distinct line per file.</p>"
+        )
+    if r.rejects:
+        parts.append(f"<h3>Rejected rows (tolerance.rows): the first {len(r.rejects):,} of {r.rows_rejected:,}</h3>")
+        cells = [f"<tr><td>{_e(x.key)}</td><td>{_e(x.where)}</td><td>{_e(x.reason)}</td></tr>" for x in r.rejects]
+        parts.append(_table(("file", "where", "why"), cells, cls="files"))
     return "\n".join(parts)
 
 

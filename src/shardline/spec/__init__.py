@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 
 # Re-exported: the spec's parts and patterns are imported from shardline.spec.
 from shardline.spec.base import (  # noqa: F401
@@ -71,6 +71,18 @@ class FailureTolerance(_Strict):
     """how many files may fail with the step still ending PARTIAL (not FAILED)"""
     max_failed_percent: Annotated[float, Field(ge=0.0, le=100.0)] = 0.0
     """the same, as a percentage of the step's files (the larger of the two allows)"""
+    rows: Annotated[float, Field(ge=0)] = 0
+    """rows a file, and the step, may reject with a reason instead of failing: a count (100), or a fraction below
+    1 of the rows (0.001). A rejected row (a line that does not parse, a record the model or script raises on) is
+    listed with its line or row number and the reason; rows in = rows out + rows rejected. Over it, the file
+    fails naming its first rejects (the step: it fails). 0: one bad row fails its file"""
+
+    @field_validator("rows")
+    @classmethod
+    def _count_or_fraction(cls, value: float) -> float:
+        if value >= 1 and not float(value).is_integer():
+            raise ValueError("tolerance.rows is a count of rows (1, 2, ...) or a fraction below 1 (0.001)")
+        return value
 
 
 class DriftPolicy(_Strict):
@@ -118,8 +130,11 @@ class StepSpec(_Strict):
     """how inputs are dealt to instances: by_size (balance bytes) or by_key (SageMaker's ShardedByS3Key)"""
     retry: RetryPolicy = RetryPolicy()
     """how often, and how soon, unfinished and transiently failed files go again"""
-    tolerance: FailureTolerance = FailureTolerance()
-    """how many failed files still end the step PARTIAL"""
+    tolerance: FailureTolerance = Field(
+        default=FailureTolerance(), validation_alias=AliasChoices("tolerance", "tolerate")
+    )
+    """how many failed files still end the step PARTIAL, and how many rows may be rejected (also spelled
+    ``tolerate``)"""
     heartbeat_timeout_seconds: Annotated[int, Field(ge=30)] = 600
     """an instance silent this long counts as lost, and its files go again"""
     max_runtime_seconds: Annotated[int, Field(ge=60, le=432000)] = 3600

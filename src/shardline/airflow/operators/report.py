@@ -28,13 +28,14 @@ class ReportOperator(SpecMixin, BaseOperator):
         summaries = [r for r in results if r]
         for s in summaries:
             self.log.info(
-                "step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, attempts %d",
+                "step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, rows rejected %d, attempts %d",
                 s["step"],
                 s["succeeded"],
                 s["files"],
                 s["failed"],
                 s["rows_in"],
                 s["rows_out"],
+                s.get("rows_rejected", 0),
                 s["attempts"],
             )
             if s.get("report"):
@@ -78,6 +79,7 @@ class ReportOperator(SpecMixin, BaseOperator):
                     "succeeded": s["succeeded"],
                     "failed": s["failed"],
                     "rows_out": s["rows_out"],
+                    "rows_rejected": s.get("rows_rejected", 0),
                     "attempts": s["attempts"],
                     "output_prefix": prefix,
                     "outputs_manifest": naming.outputs_manifest_key(

@@ -166,6 +166,13 @@ def _add_model(p: argparse.ArgumentParser) -> None:
         help="refuse the model unless its artifact has this sha256 (env SHARDLINE_MODEL_SHA256)",
     )
     model.add_argument(
+        "--tolerate-rows",
+        type=_tolerance,
+        default=0,
+        help="rows each file may reject, with their line numbers and reasons, instead of failing: a count, or a "
+        "fraction below 1 (spec: tolerance.rows; default 0: one bad row fails its file)",
+    )
+    model.add_argument(
         "--allow-nan-predictions",
         action="store_true",
         help="write NaN predictions instead of failing the file (spec: model.allow_nan_predictions)",
@@ -339,6 +346,16 @@ def _columns(value: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("expected a comma-separated list of column names")
     return names
+
+
+def _tolerance(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1
+    if number < 0 or (number >= 1 and not number.is_integer()):
+        raise argparse.ArgumentTypeError("expected a count of rows (0, 1, 2, ...) or a fraction below 1")
+    return number
 
 
 def _features(value: str) -> tuple[str, ...] | str:

@@ -82,12 +82,20 @@ class LedgerHooks(Hooks):
         if report.output:
             self.outputs[report.input] = report.output
         if self.uploader and report.status is FileStatus.SUCCEEDED and report.output:
-            # Recorded SUCCEEDED only once S3 has the output (or FAILED when it could not go up).
+            # Recorded SUCCEEDED only once S3 has the output and its rejects list (or FAILED when either could not
+            # go up): a rejected row is accounted for only where the on-call engineer can read it.
+            rejects: list[str] = []
+
+            def first() -> None:
+                self._still_owned(report.input)
+                if report.rejects_file:
+                    rejects.append(self._put_rejects(report))
+
             self.uploader.submit(
                 report.output,
                 report.sha256 or "",
-                lambda up, err: self._uploaded(report, up, err),
-                first=lambda: self._still_owned(report.input),
+                lambda up, err: self._uploaded(report, up, err, rejects[0] if rejects else None),
+                first=first,
             )
             return
         output_key = self.ledger.context.output_key(report.output) if report.output else None
@@ -109,10 +117,31 @@ class LedgerHooks(Hooks):
         except Exception as err:  # noqa: BLE001 - see the docstring
             log.warning("could not confirm %s is still this attempt's before its upload: %s", relative_path, err)
 
-    def _uploaded(self, report: FileReport, uploaded: Uploaded | None, error: Exception | None) -> None:
+    def _put_rejects(self, report: FileReport) -> str:
+        """Upload a file's rejects list beside its instance's manifest; its URI. Raises when it cannot go up."""
+        from shardline.errors import OutputUploadError
+
+        folder = self.ledger.context.manifest_uri
+        local = self.output_dir / report.rejects_file
+        if not folder:
+            raise OutputUploadError(f"{report.input}: the job names no manifest folder to put its rejects list in")
+        uri = f"{folder.rstrip('/')}/rejects/{report.input}.jsonl"
+        try:
+            self.uploader.put_bytes(uri, local.read_bytes(), content_type="application/x-ndjson")
+        except Exception as err:
+            raise OutputUploadError(
+                f"the rejects list of {report.input} could not be uploaded to {uri}: {type(err).__name__}: {err}"
+            ) from err
+        with contextlib.suppress(OSError):
+            local.unlink()
+        return uri
+
+    def _uploaded(
+        self, report: FileReport, uploaded: Uploaded | None, error: Exception | None, rejects_key: str | None = None
+    ) -> None:
         """On an upload thread: record the file's end now that its output is in S3, or that it is not."""
         if uploaded is not None:
-            self._record(report, report.ledger_outcome(uploaded.key))
+            self._record(report, report.ledger_outcome(uploaded.key, rejects_key))
             return
         if isinstance(error, StaleAttemptError) or self.fenced:
             return  # a newer attempt owns it: nothing is recorded, and its local copy is withdrawn on the way out

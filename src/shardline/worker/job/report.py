@@ -90,9 +90,11 @@ def build_summary(
         "failed": sum(r.status is FileStatus.FAILED for r in reports),
         "rows_in": rows_in,
         "rows_out": rows_out,
+        "rows_rejected": sum(r.rows_rejected for r in reports if r.status is FileStatus.SUCCEEDED),
         "rows_per_second": round(rows_in / seconds, 1) if seconds > 0 else 0.0,
         "prediction_histogram": _merged_histogram(r.histogram for r in reports if r.status is FileStatus.SUCCEEDED),
-        "file_reports": [{**dataclasses.asdict(r), "status": r.status.value} for r in reports],
+        # Each file's rejects are listed in its rejects file, not here: a manifest stays small.
+        "file_reports": [{**dataclasses.asdict(r), "status": r.status.value, "rejects": None} for r in reports],
     }
 
 
@@ -125,13 +127,14 @@ def write_manifest(folder: Path, host: str, summary: dict, attempt: int | None) 
 
 def log_summary(summary: dict, failed: list[FileReport], manifest: Path | str) -> None:
     log.info(
-        "summary: %d file(s): %d succeeded, %d failed | rows in %s, rows out %s | %.1fs, %s rows/s | "
+        "summary: %d file(s): %d succeeded, %d failed | rows in %s, rows out %s%s | %.1fs, %s rows/s | "
         "startup %s | pool started %d time(s) | manifest %s",
         summary["files"],
         summary["succeeded"],
         summary["failed"],
         f"{summary['rows_in']:,}",
         f"{summary['rows_out']:,}",
+        f", rows rejected {summary['rows_rejected']:,}" if summary.get("rows_rejected") else "",
         summary["seconds"],
         f"{summary['rows_per_second']:,.0f}",
         "n/a" if summary["startup_seconds"] is None else f"{summary['startup_seconds']:.2f}s",

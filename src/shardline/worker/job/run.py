@@ -238,6 +238,7 @@ def job_settings(
         probabilities=args.probabilities,
         protocol=protocol,
         allow_nan_predictions=args.allow_nan_predictions,
+        tolerate_rows=args.tolerate_rows,
         log_format=log_format,
     )
 

@@ -22,12 +22,16 @@ import pyarrow.parquet as pq
 
 from shardline import contract
 from shardline.errors import CorruptInputError, InputSchemaError
+from shardline.worker.model.rejects import RejectLog
 from shardline.worker.pool.work_units import InputFile, WorkUnit
 
 TEMP_MARKER = contract.TEMP_MARKER
 # Arrow's CSV/JSON readers infer types from the first block; 1 MiB blocks keep memory low
 # while amortising per-block overhead.
 TEXT_BLOCK_BYTES = 1 << 20
+# A column the tolerant reader adds to each batch: the row's number among the rows the reader parsed (from 0), for
+# the line numbers of rows rejected later. Never written: outputs hold the passthrough and prediction columns only.
+ROW_COLUMN = "__shardline_row__"
 
 
 # -- columns ---------------------------------------------------------------------------
@@ -88,8 +92,14 @@ def _as_float_ready(column: pa.Array) -> pa.Array:
 # -- reading ---------------------------------------------------------------------------
 
 
-def read_schema(file: InputFile, scratch: Path) -> pa.Schema:
-    """The file's schema (inferred from the first block for CSV and JSON lines)."""
+def read_schema(file: InputFile, scratch: Path, *, tolerant: bool = False) -> pa.Schema:
+    """The file's schema (inferred from the first block for CSV and JSON lines).
+
+    ``tolerant`` (``tolerance.rows``): a CSV's lines that do not split into its columns are left out of the
+    inference, and a column whose values are mostly numbers is a float64 column even if a few are not (they are
+    rejected as they are read), as it would be without them."""
+    if tolerant and file.fmt == "csv" and not _is_empty_text(file):
+        return _tolerant_csv_schema(file)
     try:
         if file.fmt == "parquet":
             with _parquet_path(file, scratch) as path:
@@ -107,6 +117,37 @@ def read_schema(file: InputFile, scratch: Path) -> pa.Schema:
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
         what = f"cannot read {file.relative_path} as {_describe(file)}"
         raise CorruptInputError(f"{what}: {err}{_names_hint(file)}") from err
+
+
+_NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$|^\s*[-+]?(inf|infinity|nan)\s*$"
+
+
+def _tolerant_csv_schema(file: InputFile) -> pa.Schema:
+    import pyarrow.compute as pc
+
+    try:
+        with pa.input_stream(file.path, compression=_compression(file)) as stream:
+            reader = pacsv.open_csv(
+                stream,
+                read_options=_csv_read_options(file),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=lambda row: "skip"),
+            )
+            schema = reader.schema
+            first = reader.read_next_batch() if schema.names else None
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError, StopIteration) as err:
+        raise CorruptInputError(f"cannot read {file.relative_path} as {_describe(file)}: {err}") from err
+    if file.csv_names is None:
+        _refuse_a_data_line_as_header(file, schema.names)
+    fields = []
+    for field in schema:
+        mostly_numbers = False
+        if first is not None and pa.types.is_string(field.type):
+            text = _as_text_values(first.column(field.name))
+            values = len(text) - text.null_count
+            numbers = pc.sum(pc.match_substring_regex(text, _NUMBER, ignore_case=True)).as_py() or 0
+            mostly_numbers = values > 0 and numbers * 2 > values  # a numeric column with some bad values
+        fields.append(field.with_type(pa.float64()) if mostly_numbers else field)
+    return pa.schema(fields)
 
 
 def _csv_read_options(file: InputFile, threads: int = 1) -> pacsv.ReadOptions:
@@ -166,9 +207,36 @@ def _is_empty_text(file: InputFile) -> bool:
 
 
 def iter_batches(
-    unit: WorkUnit, columns: Sequence[str], features: Sequence[str], batch_rows: int, scratch: Path, *, threads: int = 1
+    unit: WorkUnit,
+    columns: Sequence[str],
+    features: Sequence[str],
+    batch_rows: int,
+    scratch: Path,
+    *,
+    threads: int = 1,
+    rejects: RejectLog | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream the unit's rows as record batches holding only ``columns``."""
+    """Stream the unit's rows as record batches holding only ``columns``.
+
+    With ``rejects`` (``tolerance.rows``), a CSV file the fast reader cannot read is read again, from where it
+    stopped, row by row where it must (:func:`_tolerant_csv`): a line it cannot split and a
+    value that does not parse are rejected with their line numbers, and its batches carry each row's number among
+    the parsed rows in :data:`ROW_COLUMN`. Clean files never leave the fast reader."""
+    yielded = 0
+    try:
+        for batch in _batches(unit, columns, features, batch_rows, scratch, threads):
+            yielded += batch.num_rows
+            yield batch
+        return
+    except CorruptInputError as err:
+        if rejects is None or unit.file.fmt != "csv" or not isinstance(err.__cause__, pa.ArrowInvalid):
+            raise
+    yield from _tolerant_csv(unit, columns, features, batch_rows, scratch, rejects, skip=yielded)
+
+
+def _batches(
+    unit: WorkUnit, columns: Sequence[str], features: Sequence[str], batch_rows: int, scratch: Path, threads: int
+) -> Iterator[pa.RecordBatch]:
     file = unit.file
     try:
         if file.fmt == "parquet":
@@ -204,6 +272,131 @@ def iter_batches(
                 yield from _rebatch(batch, batch_rows)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
         raise CorruptInputError(f"cannot read {unit.label} as {_describe(file)}: {err}{_names_hint(file)}") from err
+
+
+def _tolerant_csv(
+    unit: WorkUnit,
+    columns: Sequence[str],
+    features: Sequence[str],
+    batch_rows: int,
+    scratch: Path,
+    rejects: RejectLog,
+    *,
+    skip: int,
+) -> Iterator[pa.RecordBatch]:
+    """A CSV file read again with every column as text, on one thread (so the reader numbers the lines it cannot
+    split), skipping the ``skip`` rows the fast reader already gave; each column then becomes the type the fast
+    reader gave it (a feature: float64), and a row with a value that does not convert is rejected."""
+    file = unit.file
+    schema = read_schema(file, scratch, tolerant=True)
+    wanted = {name: pa.float64() if name in features else schema.field(name).type for name in columns}
+    ids = [name for name in columns if name not in features]  # the passthrough columns
+
+    def unsplittable(row) -> str:
+        rejects.unparsed(
+            row.number, row.text, f"{row.actual_columns} field(s) where the file has {row.expected_columns} column(s)"
+        )
+        return "skip"
+
+    parsed = 0
+    try:
+        with pa.input_stream(file.path, compression=_compression(file)) as stream:
+            reader = pacsv.open_csv(
+                stream,
+                read_options=_csv_read_options(file),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=unsplittable),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=list(columns), column_types={name: pa.string() for name in columns}
+                ),
+            )
+            for block in reader:
+                start, parsed = parsed, parsed + block.num_rows
+                if parsed <= skip:
+                    continue
+                new = block.slice(skip - start) if start < skip else block
+                good = _typed_rows(new, wanted, ids, max(start, skip), rejects)
+                rejects.check()
+                yield from _rebatch(good, batch_rows)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
+        raise CorruptInputError(f"cannot read {unit.label} as {_describe(file)}: {err}{_names_hint(file)}") from err
+
+
+_NULLS = pa.array(pacsv.ConvertOptions().null_values)  # what the CSV reader reads as null in a number column
+
+
+def _as_text_values(column: pa.Array) -> pa.Array:
+    import pyarrow.compute as pc
+
+    trimmed = pc.utf8_trim_whitespace(column)
+    return pc.if_else(pc.is_in(trimmed, value_set=_NULLS), pa.scalar(None, pa.string()), trimmed)
+
+
+def _bad_values(column: pa.Array, dtype: pa.DataType, name: str) -> dict[int, str]:
+    """The rows of a text column whose values do not convert to ``dtype``, with the reason."""
+    import pyarrow.compute as pc
+
+    try:
+        pc.cast(column, dtype)
+        return {}
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    numeric = pa.types.is_floating(dtype) or pa.types.is_integer(dtype)
+    kind = "a number" if numeric else f"a {dtype} value"
+    suspects = range(len(column))
+    if numeric:  # only the values that do not look like numbers need a look of their own
+        looks = pc.fill_null(pc.match_substring_regex(column, _NUMBER, ignore_case=True), True)
+        suspects = pc.indices_nonzero(pc.invert(looks)).to_pylist()
+    bad = {}
+    values = column.to_pylist() if suspects else []
+    for index in suspects:
+        value = values[index]
+        if value is None:
+            continue
+        try:
+            pc.cast(pa.array([value]), dtype)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            bad[index] = f"column {name!r}: {value[:80]!r} is not {kind}"
+    return bad
+
+
+def _typed_value(text: str | None, dtype: pa.DataType):
+    """A rejected row's passthrough value as its column's type, or as written when it does not convert."""
+    if text is None or pa.types.is_string(dtype):
+        return text
+    try:
+        return pa.array([text.strip()]).cast(dtype)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return text
+
+
+def _typed_rows(
+    batch: pa.RecordBatch, wanted: dict[str, pa.DataType], ids: Sequence[str], start: int, rejects: RejectLog
+) -> pa.RecordBatch:
+    """``batch`` (all text) with each column of its wanted type, less the rows whose values do not convert (each
+    rejected with its first such value and its ``ids`` columns as text), plus :data:`ROW_COLUMN`."""
+    import pyarrow.compute as pc
+
+    converted, bad = {}, {}
+    for name, dtype in wanted.items():
+        column = batch.column(name)
+        if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+            converted[name] = column
+            continue
+        converted[name] = _as_text_values(column)
+        for index, reason in _bad_values(converted[name], dtype, name).items():
+            bad.setdefault(index, reason)
+    for index, reason in sorted(bad.items()):
+        values = {name: _typed_value(batch.column(name)[index].as_py(), wanted[name]) for name in ids}
+        rejects.add(start + index, "read", reason, values, text_file=True)
+    rows = pa.array(range(start, start + batch.num_rows), pa.int64())
+    if bad:
+        keep = pa.array([index not in bad for index in range(batch.num_rows)])
+        converted = {name: pc.filter(column, keep) for name, column in converted.items()}
+        rows = pc.filter(rows, keep)
+    arrays = [
+        column if wanted[name] == column.type else pc.cast(column, wanted[name]) for name, column in converted.items()
+    ]
+    return pa.RecordBatch.from_arrays([*arrays, rows], names=[*wanted, ROW_COLUMN])
 
 
 def _rebatch(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
@@ -271,7 +464,7 @@ class OutputWriter:
     """Writes record batches to one output file in the unit's output format."""
 
     def __init__(self, path: Path, fmt: str, gzipped: bool, schema: pa.Schema, *, header: bool = True):
-        self.path, self.fmt = path, fmt
+        self.path, self.fmt, self.schema = path, fmt, schema
         self._stack = ExitStack()
         path.parent.mkdir(parents=True, exist_ok=True)
         if fmt == "parquet":

@@ -16,15 +16,20 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from shardline.errors import FileError, InputSchemaError, PredictionError
+from shardline.errors import FileError, InputSchemaError, PredictionError, SetupError
 from shardline.report.histogram import Histogram
 from shardline.worker.model import formats
 from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, is_numeric, trial_columns
 from shardline.worker.model.loading import Predictor
+from shardline.worker.model.rejects import PREDICT, RejectLog
 from shardline.worker.pool import guards
 from shardline.worker.pool.work_units import InputFile, WorkUnit
 
 log = logging.getLogger(__name__)
+
+
+class NanPredictionError(PredictionError):
+    """The model returned NaN, and model.allow_nan_predictions is false."""
 
 
 class OutputSettings(Protocol):
@@ -190,7 +195,7 @@ def predict_batch(
             nans = _nan_count(array)
             if nans:
                 rows_with_nulls = _rows_with_missing_features(batch, choice.columns)
-                raise PredictionError(
+                raise NanPredictionError(
                     f"the model returned NaN for {nans} of {batch.num_rows} row(s) in column {name!r}"
                     + (
                         f"; {rows_with_nulls} row(s) of this batch have a missing (null or NaN) feature, which the "
@@ -204,6 +209,82 @@ def predict_batch(
     names = [*passthrough, *(name for name, _ in predicted)]
     columns = [batch.column(name) for name in passthrough] + arrays
     return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def is_row_level(err: Exception) -> bool:
+    """Whether an error may come from one record: the script or the model library raised, or returned NaN. A
+    setting's error (a response of another length, a record that cannot be encoded, rows returned out of order, a
+    warning that the columns may be wrong) is never a row's, and fails the file as it is."""
+    from shardline.worker.model.script_runner import ScriptError
+
+    if isinstance(err, (ScriptError, NanPredictionError)):
+        return True
+    return not isinstance(err, (FileError, SetupError, MemoryError))
+
+
+def predict_rows(
+    predictor: Predictor,
+    batch: pa.RecordBatch,
+    choice: FeatureChoice,
+    settings: OutputSettings,
+    tally: guards.OutputTally,
+    rejects: RejectLog | None,
+    first_row: int,
+    text_file: bool,
+) -> list[pa.RecordBatch]:
+    """:func:`predict_batch`, or with ``rejects`` (``tolerance.rows``): when the batch fails with an error that may
+    be one record's, it is split in halves until each record that fails alone is found and rejected, and the
+    outputs of the rest are returned, in order. About log2(batch rows) extra calls per rejected row. When the
+    halves keep failing with no record succeeding (a setting's error, not a row's), the batch's error stands.
+
+    ``first_row``: the batch's first row's number among the rows the reader parsed, when the batch carries no
+    :data:`formats.ROW_COLUMN`."""
+    try:
+        return [predict_batch(predictor, batch, choice, settings, tally)]
+    except Exception as err:
+        if rejects is None or not is_row_level(err):
+            raise
+        batch_error = err
+    ids = [name for name in settings.passthrough]
+    numbers = (
+        batch.column(formats.ROW_COLUMN).to_pylist()
+        if formats.ROW_COLUMN in batch.schema.names
+        else list(range(first_row, first_row + batch.num_rows))
+    )
+    outputs: list[pa.RecordBatch] = []
+    # Failing calls allowed before any part succeeds: a row's error leaves the other half of a batch working at
+    # once; a setting's error fails every part, all the way down to single rows.
+    failures_left = 2 * max(1, batch.num_rows.bit_length()) + 8
+    succeeded = False
+
+    def split(part: pa.RecordBatch, offset: int) -> None:
+        nonlocal failures_left, succeeded
+        try:
+            outputs.append(predict_batch(predictor, part, choice, settings, tally))
+            succeeded = True
+            return
+        except Exception as err:
+            if not is_row_level(err):
+                raise
+            failures_left -= 1
+            if not succeeded and failures_left < 0:
+                raise batch_error from err
+            if part.num_rows == 1:
+                values = {name: part.column(name)[0].as_py() for name in ids}
+                rejects.add(numbers[offset], PREDICT, f"{type(err).__name__}: {err}", values, text_file=text_file)
+                rejects.check()
+                return
+        half = part.num_rows // 2
+        split(part.slice(0, half), offset)
+        split(part.slice(half), offset + half)
+
+    if batch.num_rows == 1:
+        split(batch, 0)
+    else:
+        half = batch.num_rows // 2
+        split(batch.slice(0, half), 0)
+        split(batch.slice(half), half)
+    return outputs
 
 
 def _nan_count(array: pa.Array) -> int:

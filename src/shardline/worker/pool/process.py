@@ -27,9 +27,10 @@ from shardline.worker.model.predict import (
     PredictionSpread,
     file_failure,
     numeric_features,
-    predict_batch,
+    predict_rows,
     with_script_settings,
 )
+from shardline.worker.model.rejects import Reject, RejectLog
 from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.pool import guards
 from shardline.worker.pool.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
@@ -53,6 +54,7 @@ class JobSettings:
     probabilities: bool
     protocol: ScriptProtocol  # how a custom inference.py gets its records
     allow_nan_predictions: bool = False
+    tolerate_rows: float = 0  # tolerance.rows: rows a file may reject (a count, or a fraction below 1); 0: none
     log_format: str = "%(asctime)s %(levelname)s %(message)s"
 
 
@@ -74,6 +76,8 @@ class UnitResult:
     timing: WorkerTiming | None = None  # how this worker process started (the first pool's report it)
     histogram: dict | None = None  # the first prediction column's histogram (report/histogram.py, as a dict)
     features: FeatureChoice | None = None  # the columns the model got, and why
+    rejects: tuple[Reject, ...] = ()  # rows rejected (tolerance.rows), in the order found
+    model_warnings: int = 0  # lines the model code said that may signal a problem (warnings, WARNING logs, stderr)
 
 
 @dataclasses.dataclass
@@ -234,6 +238,8 @@ class _UnitProgress:
     writer: formats.OutputWriter | None = None
     rows_in: int = 0
     rows_out: int = 0
+    rejects: RejectLog | None = None
+    model_warnings: int = 0
     choice: FeatureChoice | None = None
     histogram: PredictionHistogram = dataclasses.field(default_factory=PredictionHistogram)
     spread: PredictionSpread = dataclasses.field(default_factory=PredictionSpread)
@@ -255,6 +261,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
     tally = guards.OutputTally()
     try:
         _predict_into(state, unit, tmp, out_fmt, out_gz, progress, tally)
+        progress.model_warnings = tally.warnings()
         tally.emit(unit.label, _source_name(state.predictor))
         progress.spread.warn_if_constant(unit.label)
         return _written(state, unit, tmp, final, progress, started)
@@ -298,7 +305,7 @@ def _predict_into(
     """Stream the unit's batches through the model into ``tmp``, and close it."""
     settings = state.settings
     scratch = Path(settings.scratch_dir)
-    schema = formats.read_schema(unit.file, scratch)
+    schema = formats.read_schema(unit.file, scratch, tolerant=settings.tolerate_rows > 0)
     # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
     if schema.names:
         try:
@@ -316,35 +323,74 @@ def _predict_into(
     features = list(choice.columns) if choice else []
     columns = list(dict.fromkeys([*settings.passthrough, *features]))
     batch_rows = settings.gpu_batch_rows if state.predictor.device != "cpu" else settings.batch_rows
+    rejects = progress.rejects = _reject_log(settings, unit)
     batches = (
         formats.iter_batches(
-            unit, columns, numeric_features(schema, features), batch_rows, scratch, threads=state.slot.threads
+            unit,
+            columns,
+            numeric_features(schema, features),
+            batch_rows,
+            scratch,
+            threads=state.slot.threads,
+            rejects=rejects,
         )
         if schema.names
         else ()
     )
+    text_file = unit.file.fmt != "parquet"
     for batch in batches:
-        out = predict_batch(state.predictor, batch, choice, settings, tally)
-        progress.histogram.add(out, len(settings.passthrough))
-        if not state.timing.first_prediction_at:
-            state.timing.first_prediction_at = time.time()
-        progress.spread.add(out, len(settings.passthrough))
-        if progress.writer is None:
-            writer_schema = out.schema
-            progress.writer = formats.OutputWriter(tmp, out_fmt, out_gz, writer_schema, header=unit.part == 0)
-        elif out.schema != writer_schema:
-            out = _conform(out, writer_schema, unit)
-        progress.writer.write(out)
+        first_row = progress.rows_in  # the rows read before this batch (before the reader rejected any)
+        for out in predict_rows(state.predictor, batch, choice, settings, tally, rejects, first_row, text_file):
+            _write(state, unit, tmp, out_fmt, out_gz, progress, out)
         progress.rows_in += batch.num_rows
-        progress.rows_out += out.num_rows
         with state.rows_counter.get_lock():
             state.rows_counter.value += batch.num_rows
+    if rejects is not None:
+        progress.rows_in += rejects.read_count  # lines the reader could not use are rows in, and rejected
+        rejects.check(rows=progress.rows_in)
     if progress.writer is None:  # an empty input still gets an (empty) output
         progress.writer = formats.OutputWriter(
             tmp, out_fmt, out_gz, _empty_schema(schema, settings.passthrough), header=unit.part == 0
         )
     progress.writer.close()
     progress.writer = None
+
+
+def _reject_log(settings: JobSettings, unit: WorkUnit) -> RejectLog | None:
+    """Where a unit's rejects are kept, when tolerance.rows allows some."""
+    if settings.tolerate_rows <= 0:
+        return None
+    header = 1 if unit.file.fmt == "csv" and unit.file.csv_names is None else 0
+    offset = 0
+    if unit.file.fmt == "parquet" and unit.row_groups:
+        import pyarrow.parquet as pq
+
+        meta = pq.read_metadata(unit.file.path)
+        offset = sum(meta.row_group(i).num_rows for i in range(unit.row_groups[0]))
+    return RejectLog(settings.tolerate_rows, header_lines=header, row_offset=offset)
+
+
+def _write(
+    state: _WorkerState,
+    unit: WorkUnit,
+    tmp: Path,
+    out_fmt: str,
+    out_gz: bool,
+    progress: _UnitProgress,
+    out: pa.RecordBatch,
+) -> None:
+    """One batch of predictions into the unit's output (opened with the first batch's columns)."""
+    skip = len(state.settings.passthrough)
+    progress.histogram.add(out, skip)
+    if not state.timing.first_prediction_at:
+        state.timing.first_prediction_at = time.time()
+    progress.spread.add(out, skip)
+    if progress.writer is None:
+        progress.writer = formats.OutputWriter(tmp, out_fmt, out_gz, out.schema, header=unit.part == 0)
+    elif out.schema != progress.writer.schema:
+        out = _conform(out, progress.writer.schema, unit)
+    progress.writer.write(out)
+    progress.rows_out += out.num_rows
 
 
 def _written(
@@ -366,6 +412,8 @@ def _written(
             timing=state.timing,
             features=progress.choice,
             histogram=progress.histogram.to_dict(),
+            rejects=_rejects_of(progress),
+            model_warnings=progress.model_warnings,
         )
     digest = sha256_of(tmp)
     os.replace(tmp, final)
@@ -383,7 +431,13 @@ def _written(
         timing=state.timing,
         features=progress.choice,
         histogram=progress.histogram.to_dict(),
+        rejects=_rejects_of(progress),
+        model_warnings=progress.model_warnings,
     )
+
+
+def _rejects_of(progress: _UnitProgress) -> tuple[Reject, ...]:
+    return tuple(progress.rejects.rejects) if progress.rejects is not None else ()
 
 
 def _failed(

@@ -24,10 +24,12 @@ from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessP
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from shardline import contract
 from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
 from shardline.worker.model.features import FROM_FILE_ORDER
+from shardline.worker.model.rejects import Reject
 from shardline.worker.pool import forkserver, process
 from shardline.worker.pool.devices import WorkerSlot
 from shardline.worker.pool.process import JobSettings, UnitResult
@@ -58,6 +60,9 @@ class FileReport:
     output: str | None = None  # relative to the output dir
     rows_in: int = 0
     rows_out: int = 0
+    rows_rejected: int = 0  # rows in = rows out + rows rejected (tolerance.rows)
+    rejects_file: str | None = None  # where its rejects are listed, relative to the output dir
+    model_warnings: int = 0  # lines the model code said that may signal a problem
     bytes_in: int = 0
     bytes_out: int = 0
     sha256: str | None = None
@@ -70,6 +75,7 @@ class FileReport:
     # The first prediction column's distribution (report/histogram.py's dict, with its "column"): the run
     # report reads it from the manifest to compare runs, without reading the outputs again.
     histogram: dict | None = None
+    rejects: list[Reject] = dataclasses.field(default_factory=list, repr=False)
 
     def add_histogram(self, part: dict | None) -> None:
         """Merge one unit's histogram into the file's (a split file has one per part)."""
@@ -81,13 +87,29 @@ class FileReport:
         merged = Histogram.from_dict(self.histogram).merge(Histogram.from_dict(part))
         self.histogram = {"column": self.histogram["column"], **merged.to_dict()}
 
-    def ledger_outcome(self, output_key: str | None):
-        """What the ledger records of this file: every figure both records share, by name, and where its
-        output went (``output_key``, the S3 key the instance's output dir maps to)."""
+    def ledger_outcome(self, output_key: str | None, rejects_key: str | None = None):
+        """What the ledger records of this file: every figure both records share, by name, where its output
+        went (``output_key``, the S3 key the instance's output dir maps to) and its rejects list."""
         from shardline.ledger.job_writes import FileOutcome
 
         shared = {f.name for f in dataclasses.fields(FileOutcome)} & {f.name for f in dataclasses.fields(self)}
-        return FileOutcome(**{name: getattr(self, name) for name in shared}, output_key=output_key)
+        return FileOutcome(
+            **{name: getattr(self, name) for name in shared}, output_key=output_key, rejects_key=rejects_key
+        )
+
+
+def rejects_path(input_relative: str) -> str:
+    """Where a file's rejects are listed, relative to the output dir (and, uploaded, to its instance's manifest
+    folder): one JSON object per rejected row."""
+    return f"{contract.METADATA_FOLDER}/rejects/{input_relative}.jsonl"
+
+
+def write_rejects(output_dir: Path, input_relative: str, rejects: list[Reject]) -> str:
+    relative = rejects_path(input_relative)
+    path = output_dir / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes("".join(r.to_json() + "\n" for r in rejects).encode())
+    return relative
 
 
 class Stopped(Exception):
@@ -395,6 +417,9 @@ class Runner:
             return
         report.rows_in += result.rows_in
         report.rows_out += result.rows_out
+        report.rows_rejected += len(result.rejects)
+        report.rejects.extend(result.rejects)
+        report.model_warnings += result.model_warnings
         report.add_histogram(result.histogram)
         if not task.is_split:
             self._finish(report, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
@@ -439,12 +464,27 @@ class Runner:
         report.output = Path(output).relative_to(self.settings.output_dir).as_posix()
         report.sha256 = sha256
         report.bytes_out = bytes_out
-        if report.rows_in != report.rows_out:
+        if report.rows_in != report.rows_out + report.rows_rejected:
             # Never leave an output that disagrees with its input under a final name.
             (Path(self.settings.output_dir) / report.output).unlink(missing_ok=True)
             report.output = None
-            self._fail(report, RowCountMismatch.__name__, f"read {report.rows_in} rows but wrote {report.rows_out}")
+            rejected = f" and rejected {report.rows_rejected}" if report.rows_rejected else ""
+            self._fail(
+                report, RowCountMismatch.__name__, f"read {report.rows_in} rows but wrote {report.rows_out}{rejected}"
+            )
             return
+        if report.rejects:
+            report.rejects.sort(key=Reject.sort_key)
+            report.rejects_file = write_rejects(Path(self.settings.output_dir), report.input, report.rejects)
+            log.warning(
+                "%s%s: %d row(s) rejected (tolerance.rows), first %s: %s; all listed in %s",
+                self.prefix,
+                report.input,
+                report.rows_rejected,
+                report.rejects[0].where(),
+                report.rejects[0].reason,
+                report.rejects_file,
+            )
         self.hooks.file_finished(report)
 
     def _fail(self, report: FileReport, error_class: str | None, message: str | None) -> None:

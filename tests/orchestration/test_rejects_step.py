@@ -1,0 +1,118 @@
+"""tolerance.rows through a whole step: the local backend runs the worker on moto_server, the step ends, and the
+rejected rows are accounted for in the FILE item, the step's summary, `shardline status`, `shardline failed`, the
+outputs manifest and the run report (rows in = rows out + rows rejected everywhere)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import boto3
+import numpy as np
+import pyarrow.csv as pacsv
+import pytest
+
+from examples import synthetic
+from shardline.ledger.keys import StepRef
+from shardline.oncall.records import RunRef
+from shardline.oncall.service import OnCall
+from shardline.orchestration import steps, watch
+from shardline.planning.inputs import parse_s3_uri
+from tests.support.pipelines import plan_args, stage_step, wait_for_job
+
+ROWS, BAD = 200_000, 37
+
+
+def csv_with_bad_lines(rows: int, bad: int, seed: int = 5) -> tuple[bytes, list[int]]:
+    """A CSV export of ``rows`` rows in which ``bad`` lines are broken the ways exports break: an extra field, a
+    missing one, or text where a number goes. Returns the bytes and the broken lines (1-based, header line 1)."""
+    buf = io.BytesIO()
+    pacsv.write_csv(synthetic.make_table(rows, seed=seed), buf)
+    lines = buf.getvalue().decode().splitlines()
+    broken = sorted(int(n) for n in np.random.default_rng(seed).choice(np.arange(2, rows + 2), bad, replace=False))
+    for k, line in enumerate(broken):
+        fields = lines[line - 1].split(",")
+        if k % 3 == 0:
+            fields.append("9.5")
+        elif k % 3 == 1:
+            fields.pop()
+        else:
+            fields[1] = "n.a."
+        lines[line - 1] = ",".join(fields)
+    return ("\n".join(lines) + "\n").encode(), broken
+
+
+@pytest.fixture(scope="module")
+def export() -> tuple[bytes, list[int]]:
+    return csv_with_bad_lines(ROWS, BAD)
+
+
+@pytest.fixture(scope="module")
+def small_export() -> tuple[bytes, list[int]]:
+    return csv_with_bad_lines(20_000, BAD)
+
+
+def _staged(export, ledger_table, xgboost_model, tmp_path, rows_tolerated: int):
+    body, _ = export
+    return stage_step(
+        "rejects_test",
+        ledger_table,
+        xgboost_model.parent,
+        tmp_path,
+        {"part-0.csv": body},
+        step_settings={"tolerance": {"rows": rows_tolerated}, "resources": {"instance_count": 1}},
+    )
+
+
+@pytest.mark.slow
+def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
+    aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch, export
+):
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    spec, bucket = _staged(export, ledger_table, xgboost_model, tmp_path, 100)
+    s3 = boto3.client("s3")
+    attempt = steps.submit(spec, steps.plan(spec, "score", "run-rj", **{**plan_args(bucket), "instance_count": 1}))
+    wait_for_job(spec, attempt, timeout=600)
+    decision = watch.decide_now(spec, attempt)
+    assert decision.action.value == "ADVANCE", decision
+    assert steps.finish(spec, attempt, "ADVANCE", decision.reason).value == "SUCCEEDED"
+    summary = steps.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    assert (summary["rows_in"], summary["rows_out"], summary["rows_rejected"]) == (ROWS, ROWS - BAD, BAD)
+    assert summary["rows_mismatched_files"] == []
+    assert "out/_SUCCESS" in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
+
+    _, broken = export
+    oncall = OnCall({spec.pipeline: spec})
+    ref = RunRef(spec.pipeline, "run-rj")
+    step = oncall.status(ref).steps[0]
+    assert (step.rows_in, step.rows_out, step.rows_rejected) == (ROWS, ROWS - BAD, BAD)
+    (listed,) = oncall.failed(ref)
+    assert (listed.status, listed.rows_rejected) == ("SUCCEEDED", BAD)
+    assert [r["line"] for r in listed.rejects] == broken
+    assert all(r["reason"] for r in listed.rejects)
+
+    report = json.loads(s3.get_object(Bucket=bucket, Key=parse_s3_uri(attempt.report_uri("json"))[1])["Body"].read())[
+        "reconciliation"
+    ]
+    assert (report["rows_in"], report["rows_out"], report["rows_rejected"], report["balanced"]) == (
+        ROWS,
+        ROWS - BAD,
+        BAD,
+        True,
+    )
+    assert [r["where"].split(" (")[0] for r in report["rejects"]] == [f"line {n}" for n in broken]
+
+
+@pytest.mark.slow
+def test_over_the_limit_the_file_fails_naming_its_first_rejects(
+    aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch, small_export
+):
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    spec, bucket = _staged(small_export, ledger_table, xgboost_model, tmp_path, 10)
+    attempt = steps.submit(spec, steps.plan(spec, "score", "run-rj10", **{**plan_args(bucket), "instance_count": 1}))
+    wait_for_job(spec, attempt, timeout=600)
+    (failed,) = OnCall({spec.pipeline: spec}).failed(RunRef(spec.pipeline, "run-rj10"))
+    _, broken = small_export
+    assert failed.error_class == "TooManyRejects"
+    assert "more than tolerance.rows allows (10 row(s))" in failed.error_message
+    assert f"line {broken[0]}" in failed.error_message
