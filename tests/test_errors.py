@@ -71,6 +71,7 @@ def test_the_permanent_file_failures_are_the_ones_the_policy_never_retries():
         "InputSchemaError",
         "PoisonFileError",
         "RowCountMismatch",
+        "TooManyRejectsError",
         "UnsafeKeyError",
     }
     # An instance's setup error fails the step by itself; as a file's error it is retried like a lost instance's.

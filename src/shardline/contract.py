@@ -9,6 +9,7 @@ job's request.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import TypeVar
@@ -55,7 +56,8 @@ def rows_allowed(limit: float, rows: int) -> int:
     the rows (the worker applies it to each file, the step's end to all of the step's)."""
     if limit <= 0:
         return 0
-    return int(limit * rows) if limit < 1 else int(limit)
+    # The epsilon: 0.29 * 100 is 28.999999999999996 in floating point, and allows 29.
+    return math.floor(limit * rows + 1e-9) if limit < 1 else int(limit)
 
 
 def host_name(index: int) -> str:

@@ -52,6 +52,10 @@ class PredictionError(FileError):
     """The model raised, or returned something that cannot be written, for this file."""
 
 
+class TooManyRejectsError(FileError, PermanentError):
+    """The file rejected more rows than ``tolerance.rows`` allows (the message names its first rejects)."""
+
+
 class PoisonFileError(FileError, PermanentError):
     """The file took down the worker process that held it, on its own, twice: it is not tried a third time."""
 
@@ -115,6 +119,7 @@ RECORDED: dict[str, type[ShardlineError]] = {
         InputFormatError,
         PredictionError,
         PoisonFileError,
+        TooManyRejectsError,
         RowCountMismatch,
         UnsafeKeyError,
         LateInputError,

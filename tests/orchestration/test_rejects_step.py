@@ -113,6 +113,6 @@ def test_over_the_limit_the_file_fails_naming_its_first_rejects(
     wait_for_job(spec, attempt, timeout=600)
     (failed,) = OnCall({spec.pipeline: spec}).failed(RunRef(spec.pipeline, "run-rj10"))
     _, broken = small_export
-    assert failed.error_class == "TooManyRejects"
+    assert failed.error_class == "TooManyRejectsError"
     assert "more than tolerance.rows allows (10 row(s))" in failed.error_message
     assert f"line {broken[0]}" in failed.error_message

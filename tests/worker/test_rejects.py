@@ -17,8 +17,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from shardline.errors import TooManyRejectsError
 from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
-from shardline.worker.model.rejects import RejectLog, TooManyRejects, allowed
+from shardline.worker.model.rejects import RejectLog, allowed
 from tests.support.helpers import (
     describe,
     load_manifest,
@@ -57,7 +58,7 @@ def test_over_the_limit_names_the_first_rejects_in_file_order():
     log.unparsed(3, "1,2", "2 field(s) where the file has 3 column(s)")
     log.check()
     log.add(20, "predict", "ValueError: bad", {"id": 21}, text_file=True)
-    with pytest.raises(TooManyRejects) as info:
+    with pytest.raises(TooManyRejectsError) as info:
         log.check()
     message = str(info.value)
     assert message.startswith("3 row(s) rejected, more than tolerance.rows allows (2 row(s)): line 3: 2 field(s)")
@@ -65,7 +66,7 @@ def test_over_the_limit_names_the_first_rejects_in_file_order():
     fraction = RejectLog(0.01)
     fraction.add(0, "predict", "ValueError: bad", {}, text_file=False)
     fraction.check()  # a fraction waits for the file's row count
-    with pytest.raises(TooManyRejects, match=r"0\.01 of the file's rows"):
+    with pytest.raises(TooManyRejectsError, match=r"0\.01 of the file's rows"):
         fraction.check(rows=50)
     fraction.check(rows=100)
 
@@ -156,7 +157,7 @@ def test_over_the_limit_the_file_fails_naming_its_first_rejects(malformed, model
     result = _run(inputs, tmp_path / "out", model_dir, "--tolerate-rows", "5")
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
     report = reports_by_input(load_manifest(tmp_path / "out"))["part-0.csv"]
-    assert report["error_class"] == "TooManyRejects"
+    assert report["error_class"] == "TooManyRejectsError"
     # Counted as each block of the file is read: more than 5, at most the 9 there are.
     assert re.match(
         r"[6-9] row\(s\) rejected, more than tolerance.rows allows \(5 row\(s\)\): line 3: 5 field",
@@ -246,3 +247,59 @@ def test_a_setting_that_fails_every_record_fails_the_file_not_row_by_row(parquet
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
     report = reports_by_input(load_manifest(tmp_path / "out"))["part-0.parquet"]
     assert report["error_class"] == "ScriptError" and "a is out of range" in report["error_message"]
+
+
+def test_a_bad_line_past_the_first_block_loses_and_doubles_no_row(model_dir, tmp_path):
+    """The fast reader gives the first blocks, fails at a later one, and the tolerant reader picks up after them."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(rng.normal(size=(60_000, 3)), columns=FEATURES)
+    frame.insert(0, "id", np.arange(60_000))
+    lines = frame.to_csv(index=False, float_format="%.17g").splitlines()
+    assert len("\n".join(lines[:40_000])) > 2 << 20  # past the reader's first 1 MiB blocks
+    lines[40_000] += ",extra"  # line 40,001
+    lines[55_000] = lines[55_000].replace(lines[55_000].split(",")[1], "?", 1)  # line 55,001
+    (inputs / "part-0.csv").write_text("\n".join(lines) + "\n")
+    result = _run(inputs, tmp_path / "out", model_dir, "--tolerate-rows", "10")
+    assert result.returncode == EXIT_OK, describe(result)
+    report = reports_by_input(load_manifest(tmp_path / "out"))["part-0.csv"]
+    assert (report["rows_in"], report["rows_out"], report["rows_rejected"]) == (60_000, 59_998, 2)
+    written = read_table(tmp_path / "out" / report["output"]).to_pandas()
+    assert written["id"].is_unique and sorted(written["id"]) == sorted(set(range(60_000)) - {39_999, 54_999})
+    listed = [json.loads(line) for line in (tmp_path / "out" / report["rejects_file"]).read_text().splitlines()]
+    assert [r["line"] for r in listed] == [40_001, 55_001]
+
+
+def test_a_setting_error_on_small_batches_still_fails_the_file(parquet_inputs, model_dir, tmp_path):
+    inputs, _ = parquet_inputs
+    script_dir = tmp_path / "script"
+    script_dir.mkdir()
+    (script_dir / "model.joblib").write_bytes((model_dir / "model.joblib").read_bytes())
+    write_inference_script(script_dir, PICKY_SCRIPT.replace("(data[:, 0] > 3.0).any()", "True"))
+    result = _run(
+        inputs, tmp_path / "out", script_dir, "--features", "a,b,c", "--tolerate-rows", "100000", "--batch-rows", "4"
+    )
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    report = reports_by_input(load_manifest(tmp_path / "out"))["part-0.parquet"]
+    assert report["error_class"] == "ScriptError" and report["rows_rejected"] == 0
+
+
+def test_a_header_alone_is_an_empty_input_and_a_file_no_line_of_which_splits_fails_saying_so(model_dir, tmp_path):
+    empty, shifted = tmp_path / "empty", tmp_path / "shifted"
+    empty.mkdir()
+    shifted.mkdir()
+    (empty / "part-0.csv").write_text("id,a,b,c\n")
+    result = _run(empty, tmp_path / "out-empty", model_dir, "--tolerate-rows", "100")
+    assert result.returncode == EXIT_OK, describe(result)
+    assert reports_by_input(load_manifest(tmp_path / "out-empty"))["part-0.csv"]["rows_out"] == 0
+    # A headerless file named with one column too few: every line has a field more. The names are wrong, not
+    # the rows, and the file fails saying so instead of rejecting all 50.
+    (shifted / "part-0.csv").write_text("".join(f"{i},1.0,2.0,3.0,4.0\n" for i in range(50)))
+    args = ("--tolerate-rows", "100", "--input-csv-header", "false", "--features", "id,a,b,c")
+    result = _run(shifted, tmp_path / "out-shifted", model_dir, *args)
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    report = reports_by_input(load_manifest(tmp_path / "out-shifted"))["part-0.csv"]
+    assert report["error_class"] == "CorruptInputError", report
+    assert "no line of part-0.csv splits into the file's columns" in report["error_message"]
+    assert "input.csv_header is false" in report["error_message"]

@@ -279,6 +279,24 @@ def test_a_headerless_csv_with_another_column_count_fails_naming_the_setting(hea
     assert_failed(result, out, "input.csv_header is false", "exactly that many fields")
 
 
+def test_a_header_of_decimals_is_refused_and_one_of_years_passes_or_is_vouched_for(tmp_path):
+    from shardline.errors import InputSchemaError
+    from shardline.worker.model import formats
+    from shardline.worker.pool.work_units import discover_inputs
+
+    (tmp_path / "decimals.csv").write_text("A12,0.53,1.5e-3\nB7,0.1,0.2\n")  # a data line with a text id
+    (tmp_path / "years.csv").write_text("id,2019,2020\n1,0.1,0.2\n")
+    (tmp_path / "numbers.csv").write_text("7,3,5\n1,2,3\n")
+    files = {f.relative_path: f for f in discover_inputs(tmp_path)[0]}
+    with pytest.raises(InputSchemaError, match=r"reads as numbers \(A12, 0.53, 1.5e-3\)"):
+        formats.read_schema(files["decimals.csv"], tmp_path)
+    assert formats.read_schema(files["years.csv"], tmp_path).names == ["id", "2019", "2020"]
+    with pytest.raises(InputSchemaError, match=r"if these really are its column names, set input\.csv_header: true"):
+        formats.read_schema(files["numbers.csv"], tmp_path)
+    vouched = {f.relative_path: f for f in discover_inputs(tmp_path, trust_header=True)[0]}
+    assert formats.read_schema(vouched["numbers.csv"], tmp_path).names == ["7", "3", "5"]
+
+
 def test_pandas_default_names_are_a_header_and_other_numbers_are_not(tmp_path):
     from shardline.errors import InputSchemaError
     from shardline.worker.model import formats
@@ -376,3 +394,22 @@ def test_row_order_check_accepts_the_requests_positions_or_the_given_index():
         check_row_order(pd.Series([0.3, 0.1, 0.2], index=[12, 10, 11]), data, "predict_fn")
     with pytest.raises(RowOrderError, match="begins 2, 0, 1"):
         check_row_order(pd.DataFrame({"p": [1, 2, 3]}, index=[2, 0, 1]), np.zeros((3, 1)), "predict_fn")
+    # An index of the script's own (ids it set) says nothing of the order.
+    check_row_order(pd.Series([0.1, 0.2, 0.3], index=["c", "a", "b"]), data, "predict_fn")
+
+
+@pytest.mark.slow
+def test_a_headerless_csv_for_a_script_is_named_by_position_and_sent_in_the_models_order(
+    headerless, tmp_path, classifier, classifier_file
+):
+    root, frame = headerless
+    model_dir = _model_dir(tmp_path, LOADTXT_SCRIPT, {"model.joblib": classifier_file})
+    out = tmp_path / "out"
+    args = ("--input-csv-header", "false", "--features", "id,tenure,balance,income,age", "--passthrough", "id")
+    result = run_worker(root, out, model_dir, *args)
+    assert result.returncode == EXIT_OK, describe(result)
+    manifest = load_manifest(out)
+    assert [(f["source"], f["columns"]) for f in manifest["features"]] == [("model", FEATURES)]
+    written = pd.concat([read_table(out / r["output"]).to_pandas() for r in reports_by_input(manifest).values()])
+    got = written.set_index("id").loc[frame["id"], "prediction"].to_numpy()
+    np.testing.assert_allclose(got, classifier.predict_proba(frame[FEATURES])[:, 1], rtol=ULP, atol=0)

@@ -24,8 +24,8 @@ def worker_arguments(step: StepSpec) -> list[str]:
     args += ["--ledger-retry-seconds", f"{step.heartbeat_timeout_seconds:g}"]
     if step.input.format:
         args += ["--input-format", step.input.format]
-    if not step.input.csv_header:
-        args += ["--input-csv-header", "false"]
+    if step.input.csv_header is not None:
+        args += ["--input-csv-header", "true" if step.input.csv_header else "false"]
     if step.input.passthrough:
         args += ["--passthrough", ",".join(step.input.passthrough)]
     if step.input.features == contract.FEATURES_FILE_ORDER:
@@ -35,7 +35,8 @@ def worker_arguments(step: StepSpec) -> list[str]:
     if step.resources.workers_per_instance:
         args += ["--workers", str(step.resources.workers_per_instance)]
     if step.tolerance.rows:
-        args += ["--tolerate-rows", f"{step.tolerance.rows:g}"]
+        rows = step.tolerance.rows
+        args += ["--tolerate-rows", str(int(rows)) if rows >= 1 else repr(float(rows))]
     if step.batch_rows:
         args += ["--batch-rows", str(step.batch_rows)]
     if step.probabilities:

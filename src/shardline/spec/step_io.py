@@ -125,10 +125,11 @@ class InputSpec(_Strict):
     known to be in training order"""
     passthrough: tuple[str, ...] = ()
     """columns copied from each input row to its output row (an id, say)"""
-    csv_header: bool = True
-    """whether CSV inputs start with a header line. ``false``: input.features names every column of the file by
-    position (passthrough columns included, in their places), and the first line is data. A header line that
-    reads as numbers is refused either way, never taken as names"""
+    csv_header: bool | None = None
+    """whether CSV inputs start with a header line. Unset: they do, and a first line that reads as numbers (a data
+    line) is refused rather than taken as names. ``true``: they do, even one of numbers (years, say).
+    ``false``: none; input.features names every column of the file by position (passthrough columns included, in
+    their places), and the first line is data"""
     when_missing: Literal["wait", "fail", "skip"] | None = Field(
         default=None,
         description="no input yet: wait for it (up to wait_timeout_seconds), fail the run naming the "
@@ -184,7 +185,7 @@ class InputSpec(_Strict):
                 "input.features: file_order is refused for JSON lines: a JSON object has no column order, so each "
                 "file's first record would decide it. Name the features, in training order, with input.features"
             )
-        if self.csv_header:
+        if self.csv_header is not False:
             return
         if self.format in ("parquet", "jsonl"):
             raise ValueError(f"input.csv_header is for CSV inputs; input.format is {self.format}")

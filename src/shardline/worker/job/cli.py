@@ -129,9 +129,11 @@ def _add_data(p: argparse.ArgumentParser) -> None:
     )
     data.add_argument(
         "--input-csv-header",
-        choices=["true", "false"],
-        default="true",
-        help="whether input CSV files start with a header line (spec: input.csv_header). With false, --features "
+        choices=["auto", "true", "false"],
+        default="auto",
+        help="whether input CSV files start with a header line (spec: input.csv_header). auto: they do, and a "
+        "first line that reads as numbers is refused as a data line; true: they do, whatever it reads like; "
+        "false: none, and --features "
         "names every column of the file by position, passthrough columns included",
     )
     data.add_argument(

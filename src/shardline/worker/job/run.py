@@ -143,7 +143,11 @@ def _inputs_and_model(
     # cannot read fails with its reason instead of being skipped (and retried as never claimed).
     args.csv_names = headerless_csv_names(args)
     files, ignored = discover_inputs(
-        args.input_dir, args.input_format, refuse_unknown=context is not None, csv_names=args.csv_names
+        args.input_dir,
+        args.input_format,
+        refuse_unknown=context is not None,
+        csv_names=args.csv_names,
+        trust_header=args.input_csv_header == "true",
     )
     if ignored:
         log.warning(
@@ -231,6 +235,7 @@ def job_settings(
         output_dir=str(args.output_dir),
         scratch_dir=str(args.scratch_dir),
         features=args.features,
+        features_by_position=args.csv_names is not None,
         passthrough=args.passthrough,
         batch_rows=args.batch_rows,
         gpu_batch_rows=args.gpu_batch_rows,

@@ -120,9 +120,14 @@ def is_numeric(dtype: pa.DataType) -> bool:
     )
 
 
-def check_spec_against_model(spec_features: Sequence[str] | None, model: ModelInputs) -> None:
+def check_spec_against_model(
+    spec_features: Sequence[str] | None, model: ModelInputs, *, by_position: bool = False
+) -> None:
     """A spec that names other features than the model recorded is a setup error: every file would fail, or
-    (a script's model, which Shardline cannot see fed) every file would be scored on the wrong columns."""
+    (a script's model, which Shardline cannot see fed) every file would be scored on the wrong columns.
+
+    ``by_position``: input.features names a headerless CSV's columns in the file's order (input.csv_header:
+    false), so its order is the file's, and the model's names pick the columns by name whatever it is."""
     if model.names_are_hints:
         return
     if spec_features == FEATURES_FILE_ORDER:
@@ -151,7 +156,7 @@ def check_spec_against_model(spec_features: Sequence[str] | None, model: ModelIn
                 "the same set"
             )
         )
-    if model.from_script and tuple(spec_features) != tuple(model.names):
+    if model.from_script and not by_position and tuple(spec_features) != tuple(model.names):
         # A script may pass the model an array: the columns' order is then all that says which is which.
         raise SetupError(
             f"input.features (--features) names the features {model.described_as} recorded, in another order: "

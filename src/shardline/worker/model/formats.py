@@ -7,10 +7,11 @@ name and renamed into place only when complete.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -92,14 +93,17 @@ def _as_float_ready(column: pa.Array) -> pa.Array:
 # -- reading ---------------------------------------------------------------------------
 
 
-def read_schema(file: InputFile, scratch: Path, *, tolerant: bool = False) -> pa.Schema:
+def read_schema(
+    file: InputFile, scratch: Path, *, tolerant: bool = False, keep_types: Collection[str] | None = ()
+) -> pa.Schema:
     """The file's schema (inferred from the first block for CSV and JSON lines).
 
     ``tolerant`` (``tolerance.rows``): a CSV's lines that do not split into its columns are left out of the
     inference, and a column whose values are mostly numbers is a float64 column even if a few are not (they are
-    rejected as they are read), as it would be without them."""
+    rejected as they are read), as it would be without them; except the columns of ``keep_types`` (passthrough
+    columns), and any column when ``keep_types`` is None (a model that takes raw text columns)."""
     if tolerant and file.fmt == "csv" and not _is_empty_text(file):
-        return _tolerant_csv_schema(file)
+        return _tolerant_csv_schema(file, keep_types)
     try:
         if file.fmt == "parquet":
             with _parquet_path(file, scratch) as path:
@@ -122,9 +126,10 @@ def read_schema(file: InputFile, scratch: Path, *, tolerant: bool = False) -> pa
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$|^\s*[-+]?(inf|infinity|nan)\s*$"
 
 
-def _tolerant_csv_schema(file: InputFile) -> pa.Schema:
+def _tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None) -> pa.Schema:
     import pyarrow.compute as pc
 
+    first = None
     try:
         with pa.input_stream(file.path, compression=_compression(file)) as stream:
             reader = pacsv.open_csv(
@@ -133,15 +138,23 @@ def _tolerant_csv_schema(file: InputFile) -> pa.Schema:
                 parse_options=pacsv.ParseOptions(invalid_row_handler=lambda row: "skip"),
             )
             schema = reader.schema
-            first = reader.read_next_batch() if schema.names else None
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError, StopIteration) as err:
-        raise CorruptInputError(f"cannot read {file.relative_path} as {_describe(file)}: {err}") from err
+            with contextlib.suppress(StopIteration):  # a header line alone: an empty input
+                first = reader.read_next_batch() if schema.names else None
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
+        raise CorruptInputError(
+            f"cannot read {file.relative_path} as {_describe(file)}: {err}{_names_hint(file)}"
+        ) from err
     if file.csv_names is None:
         _refuse_a_data_line_as_header(file, schema.names)
     fields = []
     for field in schema:
         mostly_numbers = False
-        if first is not None and pa.types.is_string(field.type):
+        if (
+            first is not None
+            and keep_types is not None
+            and field.name not in keep_types
+            and pa.types.is_string(field.type)
+        ):
             text = _as_text_values(first.column(field.name))
             values = len(text) - text.null_count
             numbers = pc.sum(pc.match_substring_regex(text, _NUMBER, ignore_case=True)).as_py() or 0
@@ -176,17 +189,21 @@ def _looks_like_number(text: str) -> bool:
 
 def _refuse_a_data_line_as_header(file: InputFile, names: Sequence[str]) -> None:
     """A CSV whose header line reads as numbers has no header: its first data line would be lost and every
-    column misnamed. pandas' default names (0, 1, ..., n-1, from ``to_csv`` of an unnamed frame) are a header."""
-    if not names or not all(_looks_like_number(name) for name in names):
+    column misnamed. Refused: a line of numbers only, or one of which most names are decimals (``0.53``, ``1e-3``:
+    no one names a column so; an id beside them does not make it a header). pandas' default names (0, 1, ...,
+    n-1, from ``to_csv`` of an unnamed frame) are a header, and ``input.csv_header: true`` vouches for any."""
+    if not names or file.trust_header or list(names) == [str(i) for i in range(len(names))]:
         return
-    if list(names) == [str(i) for i in range(len(names))]:
+    numbers = [name for name in names if _looks_like_number(name)]
+    decimals = [name for name in numbers if not name.strip().lstrip("+-").isdigit()]
+    if len(numbers) < len(names) and len(decimals) * 2 <= len(names):
         return
     shown = ", ".join(list(names)[:6]) + (", ..." if len(names) > 6 else "")
     raise InputSchemaError(
         f"the first line of {file.relative_path} reads as numbers ({shown}), not column names: it looks like a "
         "data line, and reading it as the header would lose that row and misname every column. For a CSV without "
         "a header line, set input.csv_header: false (--input-csv-header false) and name its columns, in order, "
-        "with input.features"
+        "with input.features; if these really are its column names, set input.csv_header: true"
     )
 
 
@@ -215,13 +232,15 @@ def iter_batches(
     *,
     threads: int = 1,
     rejects: RejectLog | None = None,
+    schema: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the unit's rows as record batches holding only ``columns``.
 
     With ``rejects`` (``tolerance.rows``), a CSV file the fast reader cannot read is read again, from where it
     stopped, row by row where it must (:func:`_tolerant_csv`): a line it cannot split and a
     value that does not parse are rejected with their line numbers, and its batches carry each row's number among
-    the parsed rows in :data:`ROW_COLUMN`. Clean files never leave the fast reader."""
+    the parsed rows in :data:`ROW_COLUMN`, and each column the type ``schema`` (the file's, as read for the job)
+    gives it. Clean files never leave the fast reader."""
     yielded = 0
     try:
         for batch in _batches(unit, columns, features, batch_rows, scratch, threads):
@@ -231,7 +250,9 @@ def iter_batches(
     except CorruptInputError as err:
         if rejects is None or unit.file.fmt != "csv" or not isinstance(err.__cause__, pa.ArrowInvalid):
             raise
-    yield from _tolerant_csv(unit, columns, features, batch_rows, scratch, rejects, skip=yielded)
+    if schema is None:
+        schema = read_schema(unit.file, scratch, tolerant=True)
+    yield from _tolerant_csv(unit, columns, features, batch_rows, schema, rejects, skip=yielded)
 
 
 def _batches(
@@ -279,7 +300,7 @@ def _tolerant_csv(
     columns: Sequence[str],
     features: Sequence[str],
     batch_rows: int,
-    scratch: Path,
+    schema: pa.Schema,
     rejects: RejectLog,
     *,
     skip: int,
@@ -288,7 +309,6 @@ def _tolerant_csv(
     split), skipping the ``skip`` rows the fast reader already gave; each column then becomes the type the fast
     reader gave it (a feature: float64), and a row with a value that does not convert is rejected."""
     file = unit.file
-    schema = read_schema(file, scratch, tolerant=True)
     wanted = {name: pa.float64() if name in features else schema.field(name).type for name in columns}
     ids = [name for name in columns if name not in features]  # the passthrough columns
 
@@ -311,6 +331,7 @@ def _tolerant_csv(
             )
             for block in reader:
                 start, parsed = parsed, parsed + block.num_rows
+                _refuse_a_file_no_line_of_which_splits(unit, parsed, rejects)
                 if parsed <= skip:
                     continue
                 new = block.slice(skip - start) if start < skip else block
@@ -319,6 +340,19 @@ def _tolerant_csv(
                 yield from _rebatch(good, batch_rows)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
         raise CorruptInputError(f"cannot read {unit.label} as {_describe(file)}: {err}{_names_hint(file)}") from err
+    _refuse_a_file_no_line_of_which_splits(unit, parsed, rejects)
+
+
+def _refuse_a_file_no_line_of_which_splits(unit: WorkUnit, parsed: int, rejects: RejectLog) -> None:
+    """Not one line splits into the file's columns: its settings are wrong (a headerless file's names, a delimiter),
+    not its rows. The file fails saying so, rather than rejecting every row."""
+    if parsed or rejects.read_count < 2:
+        return
+    first = rejects.rejects[0]
+    raise CorruptInputError(
+        f"no line of {unit.label} splits into the file's columns: {first.where()}: {first.reason}"
+        f"{_names_hint(unit.file)}"
+    )
 
 
 _NULLS = pa.array(pacsv.ConvertOptions().null_values)  # what the CSV reader reads as null in a number column
@@ -341,11 +375,11 @@ def _bad_values(column: pa.Array, dtype: pa.DataType, name: str) -> dict[int, st
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     numeric = pa.types.is_floating(dtype) or pa.types.is_integer(dtype)
-    kind = "a number" if numeric else f"a {dtype} value"
+    kind = "an integer" if pa.types.is_integer(dtype) else "a number" if numeric else f"a {dtype} value"
     suspects = range(len(column))
-    if numeric:  # only the values that do not look like numbers need a look of their own
+    if pa.types.is_floating(dtype):  # only the values that do not look like numbers need a look of their own
         looks = pc.fill_null(pc.match_substring_regex(column, _NUMBER, ignore_case=True), True)
-        suspects = pc.indices_nonzero(pc.invert(looks)).to_pylist()
+        suspects = pc.indices_nonzero(pc.invert(looks)).to_pylist() or range(len(column))
     bad = {}
     values = column.to_pylist() if suspects else []
     for index in suspects:

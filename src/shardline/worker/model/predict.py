@@ -28,10 +28,6 @@ from shardline.worker.pool.work_units import InputFile, WorkUnit
 log = logging.getLogger(__name__)
 
 
-class NanPredictionError(PredictionError):
-    """The model returned NaN, and model.allow_nan_predictions is false."""
-
-
 class OutputSettings(Protocol):
     """What :func:`predict_batch` reads of the job's settings (``process.JobSettings`` has them)."""
 
@@ -195,20 +191,28 @@ def predict_batch(
             nans = _nan_count(array)
             if nans:
                 rows_with_nulls = _rows_with_missing_features(batch, choice.columns)
-                raise NanPredictionError(
-                    f"the model returned NaN for {nans} of {batch.num_rows} row(s) in column {name!r}"
-                    + (
-                        f"; {rows_with_nulls} row(s) of this batch have a missing (null or NaN) feature, which the "
-                        "model does not handle"
-                        if rows_with_nulls
-                        else ""
+                raise _row_level(
+                    PredictionError(
+                        f"the model returned NaN for {nans} of {batch.num_rows} row(s) in column {name!r}"
+                        + (
+                            f"; {rows_with_nulls} row(s) of this batch have a missing (null or NaN) feature, which the "
+                            "model does not handle"
+                            if rows_with_nulls
+                            else ""
+                        )
+                        + ". Fill or drop the missing values upstream, or set model.allow_nan_predictions: true "
+                        "(--allow-nan-predictions) if NaN is a valid prediction"
                     )
-                    + ". Fill or drop the missing values upstream, or set model.allow_nan_predictions: true "
-                    "(--allow-nan-predictions) if NaN is a valid prediction"
                 )
     names = [*passthrough, *(name for name, _ in predicted)]
     columns = [batch.column(name) for name in passthrough] + arrays
     return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def _row_level(err: PredictionError) -> PredictionError:
+    """Mark an error that a record may cause alone (a NaN prediction): isolating the record can reject it."""
+    err.row_level = True
+    return err
 
 
 def is_row_level(err: Exception) -> bool:
@@ -217,7 +221,7 @@ def is_row_level(err: Exception) -> bool:
     warning that the columns may be wrong) is never a row's, and fails the file as it is."""
     from shardline.worker.model.script_runner import ScriptError
 
-    if isinstance(err, (ScriptError, NanPredictionError)):
+    if isinstance(err, ScriptError) or getattr(err, "row_level", False):
         return True
     return not isinstance(err, (FileError, SetupError, MemoryError))
 
@@ -234,8 +238,10 @@ def predict_rows(
 ) -> list[pa.RecordBatch]:
     """:func:`predict_batch`, or with ``rejects`` (``tolerance.rows``): when the batch fails with an error that may
     be one record's, it is split in halves until each record that fails alone is found and rejected, and the
-    outputs of the rest are returned, in order. About log2(batch rows) extra calls per rejected row. When the
-    halves keep failing with no record succeeding (a setting's error, not a row's), the batch's error stands.
+    outputs of the rest are returned, in order. About log2(batch rows) extra calls per rejected row.
+
+    A setting's error fails every record: when the first, middle and last records each fail alone, or no record
+    of the batch succeeds, the batch's own error stands and the file fails with it, as without ``rejects``.
 
     ``first_row``: the batch's first row's number among the rows the reader parsed, when the batch carries no
     :data:`formats.ROW_COLUMN`."""
@@ -245,32 +251,26 @@ def predict_rows(
         if rejects is None or not is_row_level(err):
             raise
         batch_error = err
-    ids = [name for name in settings.passthrough]
+    rows = batch.num_rows
+    probes = (0, rows // 2, rows - 1)
+    if rows >= 3 and not any(_succeeds(predictor, batch.slice(i, 1), choice, settings) for i in probes):
+        raise batch_error
     numbers = (
         batch.column(formats.ROW_COLUMN).to_pylist()
         if formats.ROW_COLUMN in batch.schema.names
-        else list(range(first_row, first_row + batch.num_rows))
+        else list(range(first_row, first_row + rows))
     )
     outputs: list[pa.RecordBatch] = []
-    # Failing calls allowed before any part succeeds: a row's error leaves the other half of a batch working at
-    # once; a setting's error fails every part, all the way down to single rows.
-    failures_left = 2 * max(1, batch.num_rows.bit_length()) + 8
-    succeeded = False
 
     def split(part: pa.RecordBatch, offset: int) -> None:
-        nonlocal failures_left, succeeded
         try:
             outputs.append(predict_batch(predictor, part, choice, settings, tally))
-            succeeded = True
             return
         except Exception as err:
             if not is_row_level(err):
                 raise
-            failures_left -= 1
-            if not succeeded and failures_left < 0:
-                raise batch_error from err
             if part.num_rows == 1:
-                values = {name: part.column(name)[0].as_py() for name in ids}
+                values = {name: part.column(name)[0].as_py() for name in settings.passthrough}
                 rejects.add(numbers[offset], PREDICT, f"{type(err).__name__}: {err}", values, text_file=text_file)
                 rejects.check()
                 return
@@ -278,13 +278,22 @@ def predict_rows(
         split(part.slice(0, half), offset)
         split(part.slice(half), offset + half)
 
-    if batch.num_rows == 1:
-        split(batch, 0)
-    else:
-        half = batch.num_rows // 2
-        split(batch.slice(0, half), 0)
+    half = max(1, rows // 2)
+    split(batch.slice(0, half), 0)
+    if half < rows:
         split(batch.slice(half), half)
+    if not outputs and rows > 1:
+        raise batch_error  # no record of the batch works alone: a setting's error, not the rows'
     return outputs
+
+
+def _succeeds(predictor: Predictor, row: pa.RecordBatch, choice: FeatureChoice, settings: OutputSettings) -> bool:
+    """Whether one record goes through the model alone (a probe: its output and what it says are not kept)."""
+    try:
+        predict_batch(predictor, row, choice, settings, guards.OutputTally())
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "this record fails too"
+        return False
 
 
 def _nan_count(array: pa.Array) -> int:

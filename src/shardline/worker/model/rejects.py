@@ -16,15 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardline import contract
-from shardline.errors import FileError
+from shardline.errors import TooManyRejectsError
 
 READ = "read"  # the reader could not parse the row
 PREDICT = "predict"  # the model or the script raised on the record, alone
 SHOWN_IN_MESSAGES = 5
-
-
-class TooManyRejects(FileError):
-    """A file rejected more rows than ``tolerance.rows`` allows."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +110,7 @@ class RejectLog:
         self.rejects.append(Reject(row=row, line=line, stage=stage, reason=reason[:1000], ids=dict(ids)))
 
     def check(self, rows: int | None = None) -> None:
-        """Raise :class:`TooManyRejects` when the rejects are over the limit: a count at once, a fraction of
+        """Raise :class:`TooManyRejectsError` when the rejects are over the limit: a count at once, a fraction of
         ``rows`` once the unit's rows are known."""
         if self.limit >= 1:
             over = self.count > int(self.limit)
@@ -123,7 +119,7 @@ class RejectLog:
         else:
             over = self.count > allowed(self.limit, rows)
         if over:
-            raise TooManyRejects(self.over_limit_message())
+            raise TooManyRejectsError(self.over_limit_message())
 
     def over_limit_message(self) -> str:
         ordered = sorted(self.rejects, key=Reject.sort_key)

@@ -173,27 +173,33 @@ def check_row_order(prediction: Any, data: Any, stage: str) -> None:
     """Refuse a pandas DataFrame or Series whose index says its rows are not in the request's order.
 
     A predict_fn that groups, sorts or concatenates rows keeps each row's original position in the index;
-    output_fn then writes the values in the new order, and every prediction would land on another record.
-    The index must be the request's positions (0 to n-1) or the index of the DataFrame the script was given.
+    output_fn then writes the values in the new order, and every prediction would land on another record. An index
+    that holds the request's positions (0 to n-1), or the index of the DataFrame the script was given, in another
+    order is refused. An index of the script's own (it set ids as the index) says nothing of the order, and passes.
     """
     if not type(prediction).__module__.startswith("pandas") or not hasattr(prediction, "index"):
         return
     index, rows = prediction.index, len(prediction)
-    if index.equals(_positions(rows)):
+    positions = _positions(rows)
+    given = getattr(data, "index", None) if type(data).__module__.startswith("pandas") else None
+    if index.equals(positions) or (given is not None and index.equals(given)):
         return
-    given = getattr(data, "index", None)
-    if type(data).__module__.startswith("pandas") and given is not None and len(given) == rows and index.equals(given):
-        return
-    if type(data).__module__.startswith("pandas") and given is not None and len(given) != rows:
-        return  # another length: refused by the response's row count, with its own message
-    shown = ", ".join(str(value) for value in list(index[:5]))
-    raise RowOrderError(
-        f"{stage} returned a {type(prediction).__name__} whose rows are not in the request's order: its index "
-        f"begins {shown}, where the request's records are 0 to {rows - 1}. The script reordered the rows (a "
-        "groupby, sort or concat keeps each row's original position in the index), so each prediction would be "
-        "written against another record. Return the predictions in the request's order, e.g. with .sort_index() "
-        "or .reindex(data.index) before returning them"
-    )
+    for reference in (positions, given):
+        if reference is None or len(reference) != rows or not index.is_unique:
+            continue
+        try:
+            moved = index.sort_values().equals(reference.sort_values())
+        except TypeError:  # values that do not sort together are not the same rows
+            moved = False
+        if moved:
+            shown = ", ".join(str(value) for value in list(index[:5]))
+            raise RowOrderError(
+                f"{stage} returned a {type(prediction).__name__} whose rows are not in the request's order: its "
+                f"index begins {shown}, where the request's records are 0 to {rows - 1}. The script reordered the rows "
+                "(a groupby, sort or concat keeps each row's original position in the index), so each prediction "
+                "would be written against another record. Return the predictions in the request's order, e.g. with "
+                ".sort_index() or .reindex(data.index) before returning them"
+            )
 
 
 def _positions(rows: int) -> Any:

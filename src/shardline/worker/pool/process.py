@@ -54,6 +54,7 @@ class JobSettings:
     probabilities: bool
     protocol: ScriptProtocol  # how a custom inference.py gets its records
     allow_nan_predictions: bool = False
+    features_by_position: bool = False  # input.features names a headerless CSV's columns, in the file's order
     tolerate_rows: float = 0  # tolerance.rows: rows a file may reject (a count, or a fraction below 1); 0: none
     log_format: str = "%(asctime)s %(levelname)s %(message)s"
 
@@ -137,7 +138,7 @@ def init_worker(settings: JobSettings, slots: Any, rows_counter: Any) -> None:
             f" (CUDA_VISIBLE_DEVICES={slot.gpu})" if slot.gpu is not None else ""
         )
         state.predictor = _preloaded_predictor(state, device) or _load(state, device)
-        check_spec_against_model(settings.features, state.predictor.inputs)
+        check_spec_against_model(settings.features, state.predictor.inputs, by_position=settings.features_by_position)
         from threadpoolctl import threadpool_limits
 
         state.limits = threadpool_limits(limits=slot.threads)
@@ -305,7 +306,10 @@ def _predict_into(
     """Stream the unit's batches through the model into ``tmp``, and close it."""
     settings = state.settings
     scratch = Path(settings.scratch_dir)
-    schema = formats.read_schema(unit.file, scratch, tolerant=settings.tolerate_rows > 0)
+    # With tolerance.rows a mostly-numbers column stays a number column despite a few bad values; a passthrough
+    # column keeps its type, and a model that takes raw text columns gets them as they are.
+    keep_types = None if state.predictor.inputs.raw_columns else settings.passthrough
+    schema = formats.read_schema(unit.file, scratch, tolerant=settings.tolerate_rows > 0, keep_types=keep_types)
     # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
     if schema.names:
         try:
@@ -333,6 +337,7 @@ def _predict_into(
             scratch,
             threads=state.slot.threads,
             rejects=rejects,
+            schema=schema,
         )
         if schema.names
         else ()

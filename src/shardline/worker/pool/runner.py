@@ -25,11 +25,12 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from shardline import contract
-from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError
+from shardline.contract import rows_allowed
+from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError, TooManyRejectsError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
 from shardline.worker.model.features import FROM_FILE_ORDER
-from shardline.worker.model.rejects import Reject
+from shardline.worker.model.rejects import Reject, RejectLog
 from shardline.worker.pool import forkserver, process
 from shardline.worker.pool.devices import WorkerSlot
 from shardline.worker.pool.process import JobSettings, UnitResult
@@ -475,6 +476,13 @@ class Runner:
             return
         if report.rejects:
             report.rejects.sort(key=Reject.sort_key)
+            over = RejectLog(self.settings.tolerate_rows)
+            over.rejects = report.rejects
+            if over.count > rows_allowed(over.limit, report.rows_in):  # a split file's parts, together
+                (Path(self.settings.output_dir) / report.output).unlink(missing_ok=True)
+                report.output = None
+                self._fail(report, TooManyRejectsError.__name__, over.over_limit_message())
+                return
             report.rejects_file = write_rejects(Path(self.settings.output_dir), report.input, report.rejects)
             log.warning(
                 "%s%s: %d row(s) rejected (tolerance.rows), first %s: %s; all listed in %s",

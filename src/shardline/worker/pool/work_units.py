@@ -34,6 +34,7 @@ class InputFile:
     refusal: str | None = None
     # A CSV without a header line (input.csv_header: false): its columns' names, by position (input.features).
     csv_names: tuple[str, ...] | None = None
+    trust_header: bool = False  # input.csv_header: true: a header line of numbers is names all the same
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +71,7 @@ def discover_inputs(
     *,
     refuse_unknown: bool = False,
     csv_names: tuple[str, ...] | None = None,
+    trust_header: bool = False,
 ) -> tuple[list[InputFile], list[str]]:
     """Every input under ``input_dir``, sorted, plus the names that were ignored.
 
@@ -97,7 +99,9 @@ def discover_inputs(
                 continue
             fmt, gzipped = kind or ("parquet", name.lower().endswith(".gz"))
             names = csv_names if fmt == "csv" else None
-            found.append(InputFile(relative, str(path), fmt, gzipped, path.stat().st_size, refusal, names))
+            found.append(
+                InputFile(relative, str(path), fmt, gzipped, path.stat().st_size, refusal, names, trust_header)
+            )
     found.sort(key=lambda f: f.relative_path)
     return found, ignored
 

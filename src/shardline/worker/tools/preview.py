@@ -91,7 +91,7 @@ def run_preview(
     predictor = load_predictor(
         artifact, threads=threads, device="cpu", probabilities=args.probabilities, protocol=protocol
     )
-    check_spec_against_model(args.features, predictor.inputs)
+    check_spec_against_model(args.features, predictor.inputs, by_position=args.csv_names is not None)
     report = preview_file(files[0], predictor, settings, args.preview, allow_nan=args.allow_nan_predictions)
     report.model = {"kind": artifact.kind, "sha256": artifact.sha256}
     sys.stdout.write(render(report))

@@ -104,7 +104,9 @@ def run_once(
         threads_per_worker=setting.threads,
         use_gpu=not args.no_gpu,
     )
-    files, _ = discover_inputs(sample.folder, input_format, csv_names=args.csv_names)
+    files, _ = discover_inputs(
+        sample.folder, input_format, csv_names=args.csv_names, trust_header=args.input_csv_header == "true"
+    )
     units = plan_units(
         files,
         len(slots),
