@@ -10,7 +10,8 @@ from shardline.worker.pool.runner import FileReport
 
 
 def test_every_figure_the_ledger_records_comes_from_the_report():
-    recorded = {f.name for f in dataclasses.fields(FileOutcome)} - {"output_key"}
+    # Where the output and the rejects list went is known once they are uploaded, not from the report.
+    recorded = {f.name for f in dataclasses.fields(FileOutcome)} - {"output_key", "rejects_key"}
     assert recorded <= {f.name for f in dataclasses.fields(FileReport)}, recorded
 
 
@@ -52,4 +53,17 @@ def test_a_report_becomes_its_ledger_outcome():
         bytes_out=300,
         seconds=0.25,
         output_key="s3://b/out/dt=1/a.parquet",
+    )
+    rejected = dataclasses.replace(done, rows_out=5, rows_rejected=2, model_warnings=1)
+    assert rejected.ledger_outcome("s3://b/out/dt=1/a.parquet", "s3://b/r.jsonl") == FileOutcome(
+        FileStatus.SUCCEEDED,
+        rows_in=7,
+        rows_out=5,
+        rows_rejected=2,
+        model_warnings=1,
+        bytes_in=900,
+        bytes_out=300,
+        seconds=0.25,
+        output_key="s3://b/out/dt=1/a.parquet",
+        rejects_key="s3://b/r.jsonl",
     )
