@@ -8,6 +8,7 @@ name and renamed into place only when complete.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
@@ -355,14 +356,18 @@ def _refuse_a_file_no_line_of_which_splits(unit: WorkUnit, parsed: int, rejects:
     )
 
 
-_NULLS = pa.array(pacsv.ConvertOptions().null_values)  # what the CSV reader reads as null in a number column
+@functools.cache
+def _nulls() -> pa.Array:
+    """What the CSV reader reads as null in a number column. Made on first use: ``pa.array`` of a list imports
+    pandas (0.2 s and about 100 MiB in every worker), which a clean file never needs."""
+    return pa.array(pacsv.ConvertOptions().null_values, pa.string())
 
 
 def _as_text_values(column: pa.Array) -> pa.Array:
     import pyarrow.compute as pc
 
     trimmed = pc.utf8_trim_whitespace(column)
-    return pc.if_else(pc.is_in(trimmed, value_set=_NULLS), pa.scalar(None, pa.string()), trimmed)
+    return pc.if_else(pc.is_in(trimmed, value_set=_nulls()), pa.scalar(None, pa.string()), trimmed)
 
 
 def _bad_values(column: pa.Array, dtype: pa.DataType, name: str) -> dict[int, str]:
