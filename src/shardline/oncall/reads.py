@@ -244,15 +244,10 @@ def with_rejects(view: FileView, spec: PipelineSpec) -> FileView:
     from its rejects list."""
     if not view.rejects_key:
         return view
-    import itertools
-    import json
-
-    from shardline.planning.inputs import parse_s3_uri
+    from shardline.orchestration.run_report import read_rejects
 
     try:
-        bucket, key = parse_s3_uri(view.rejects_key)
-        body = services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"]
-        rows = [json.loads(line) for line in itertools.islice(body.iter_lines(), REJECTS_SHOWN)]
+        rows = read_rejects(spec, view.rejects_key, REJECTS_SHOWN)
     except Exception as err:  # noqa: BLE001 - the count stands; say why the rows are not shown
         return dataclasses.replace(
             view, error_message=f"its rejects list {view.rejects_key} could not be read: {type(err).__name__}: {err}"

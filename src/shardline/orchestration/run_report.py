@@ -72,6 +72,13 @@ def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
 REJECTS_IN_REPORT = 200  # rejected rows the report lists, over all files; each file's rejects list has them all
 
 
+def read_rejects(spec: PipelineSpec, uri: str, limit: int) -> list[dict]:
+    """The first ``limit`` rows of a file's rejects list (one JSON object per rejected row)."""
+    bucket, key = parse_s3_uri(uri)
+    body = services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"]
+    return [json.loads(line) for line in itertools.islice(body.iter_lines(), limit)]
+
+
 def rejected_rows(spec: PipelineSpec, files) -> dict[str, list[RejectRow]]:
     """The first rejected rows of the step's files that rejected some, read from their rejects lists."""
     found: dict[str, list[RejectRow]] = {}
@@ -80,9 +87,7 @@ def rejected_rows(spec: PipelineSpec, files) -> dict[str, list[RejectRow]]:
         if not (f.rejects_key and f.rows_rejected and f.status == FileStatus.SUCCEEDED) or left <= 0:
             continue
         try:
-            bucket, key = parse_s3_uri(f.rejects_key)
-            body = services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"]
-            rows = [json.loads(line) for line in itertools.islice(body.iter_lines(), left)]
+            rows = read_rejects(spec, f.rejects_key, left)
         except Exception as err:  # noqa: BLE001 - the counts stand; the report says the list was not read
             log.warning("the rejects list %s could not be read: %s: %s", f.rejects_key, type(err).__name__, err)
             continue

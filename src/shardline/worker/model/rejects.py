@@ -17,6 +17,7 @@ from typing import Any
 
 from shardline import contract
 from shardline.errors import TooManyRejectsError
+from shardline.report.records import reject_where
 
 READ = "read"  # the reader could not parse the row
 PREDICT = "predict"  # the model or the script raised on the record, alone
@@ -35,15 +36,7 @@ class Reject:
     text: str | None = None  # the line as written, for a line the reader could not split
 
     def where(self) -> str:
-        if self.line is not None:
-            place = f"line {self.line}"
-        elif self.row is not None:
-            place = f"row {self.row}"
-        else:
-            place = "a row"
-        if self.ids:
-            place += " (" + ", ".join(f"{k}={v}" for k, v in self.ids.items()) + ")"
-        return place
+        return reject_where(dataclasses.asdict(self))
 
     def sort_key(self) -> tuple[int, int]:
         return (self.line or 0, self.row or 0)
