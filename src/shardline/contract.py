@@ -47,6 +47,9 @@ WRAPPED_JSON_LAYOUTS = ("instances", "inputs")
 # known to be in training order: take every (numeric) non-passthrough column in the file's order. Never
 # the default: a file whose columns move would get wrong numbers and no error.
 FEATURES_FILE_ORDER = "file_order"
+# An input file's format by its extension (after an optional .gz): what the worker reads it as, and what
+# `resubmit --rejects` picks its rows as.
+INPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 T = TypeVar("T")
 

@@ -149,7 +149,7 @@ def test_a_relative_key_that_two_inputs_end_with_names_neither():
     ],
 )
 def test_exactly_one_way_of_choosing_is_taken(choice):
-    with pytest.raises(BadRequest, match="exactly one of --all-failed, --shard HOST or --file KEY"):
+    with pytest.raises(BadRequest, match="exactly one of --all-failed, --shard HOST, --file KEY or --rejects"):
         selection.choose_files(REF, STEP, 2, FILES, **choice)
     with pytest.raises(BadRequest):
         selection.check_one_choice(

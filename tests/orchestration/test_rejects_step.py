@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import boto3
 import numpy as np
@@ -14,9 +15,11 @@ import pytest
 
 from examples import synthetic
 from shardline.ledger.keys import StepRef
+from shardline.oncall.errors import Conflict
 from shardline.oncall.records import RunRef
 from shardline.oncall.service import OnCall
 from shardline.orchestration import steps, watch
+from shardline.planning import naming
 from shardline.planning.inputs import parse_s3_uri
 from tests.support.pipelines import plan_args, stage_step, wait_for_job
 
@@ -101,6 +104,52 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
         True,
     )
     assert [r["where"].split(" (")[0] for r in report["rejects"]] == [f"line {n}" for n in broken]
+
+    # resubmit --rejects picks rows by number: a "fix" that drops a line would shift them, and is refused.
+    key = listed.input_key.removeprefix(f"s3://{bucket}/")
+    lines = export[0].decode().splitlines(keepends=True)
+    s3.put_object(Bucket=bucket, Key=key, Body="".join(lines[:-1]).encode())
+    with pytest.raises(Conflict, match=f"now has {ROWS - 1:,} data rows; it had {ROWS:,}"):
+        oncall.resubmit(ref, "score", rejects=True, ledger_only=True)
+
+    # Mended in place, the 37 rows are scored again, exactly them, as one more part of the same file.
+    table = synthetic.make_table(ROWS, seed=5)
+    mended = io.BytesIO()
+    pacsv.write_csv(table, mended)
+    s3.put_object(Bucket=bucket, Key=key, Body=mended.getvalue())
+    result = oncall.resubmit(ref, "score", rejects=True, ledger_only=True)
+    assert (result.attempt, result.plan.files) == (2, [listed.input_key]), result
+    second = steps.latest_attempt(spec, StepRef(spec.pipeline, "run-rj", "score")).submitted(time.time())
+    wait_for_job(spec, second, timeout=600)
+    decision = watch.decide_now(spec, second)
+    assert decision.action.value == "ADVANCE", decision
+    assert steps.finish(spec, second, "ADVANCE", decision.reason).value == "SUCCEEDED"
+
+    summary = steps.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    assert (summary["files"], summary["rows_in"], summary["rows_out"], summary["rows_rejected"]) == (1, ROWS, ROWS, 0)
+    assert oncall.failed(ref) == []
+    step = oncall.status(ref).steps[0]
+    assert (step.rows_in, step.rows_out, step.rows_rejected) == (ROWS, ROWS, 0)
+    part = pacsv.read_csv(io.BytesIO(s3.get_object(Bucket=bucket, Key="out/part-0.rejects-a2.csv")["Body"].read()))
+    assert part["id"].to_pylist() == [line - 2 for line in broken]  # id n is on line n + 2
+    import xgboost as xgb
+
+    booster = xgb.Booster(model_file=str(xgboost_model))
+    expected = booster.predict(xgb.DMatrix(table.take([line - 2 for line in broken]).drop(["id"]).to_pandas()))
+    assert np.allclose(part["prediction"].to_numpy(), expected, rtol=1e-6, atol=1e-6)
+    main = pacsv.read_csv(io.BytesIO(s3.get_object(Bucket=bucket, Key="out/part-0.csv")["Body"].read()))
+    assert set(main["id"].to_pylist()).isdisjoint(part["id"].to_pylist())
+    assert main.num_rows + part.num_rows == ROWS  # no row lost, none written twice
+
+    listed_outputs = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
+    assert {"out/_SUCCESS", "out/part-0.csv", "out/part-0.rejects-a2.csv"} <= listed_outputs
+    where = naming.outputs_manifest_key(second.output_prefix, "run-rj", "score", second.metadata_prefix)
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=parse_s3_uri(where)[1])["Body"].read())
+    assert (manifest["files"], manifest["rows_out"], manifest["rows_rejected"]) == (1, ROWS, 0)
+    assert sorted((o["output"], o.get("part_of")) for o in manifest["outputs"]) == [
+        (f"s3://{bucket}/out/part-0.csv", None),
+        (f"s3://{bucket}/out/part-0.rejects-a2.csv", listed.input_key),
+    ]
 
 
 @pytest.mark.slow

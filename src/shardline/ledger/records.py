@@ -63,6 +63,9 @@ class FileRecord:
     finished_at: dt.datetime | None = None
     error_class: str | None = None
     error_message: str | None = None
+    part_of: str | None = None  # a rejects part's source file (its input key); None for a file of the input
+    source_etag: str | None = None  # the ETag of the source a rejects part's rows were picked from
+    parts: tuple[str, ...] = ()  # a source's rejects parts' outputs (settled by :func:`settle_parts`)
 
     @classmethod
     def of(cls, item: Any) -> FileRecord:
@@ -87,6 +90,8 @@ class FileRecord:
             finished_at=_time(_get(item, "finished_at")),
             error_class=_get(item, "error_class"),
             error_message=_get(item, "error_message"),
+            part_of=_get(item, "part_of"),
+            source_etag=_get(item, "source_etag"),
         )
 
     @classmethod
@@ -97,6 +102,49 @@ class FileRecord:
     def error_line(self) -> str:
         """ "Class: message" of the file's failure; empty when it has none."""
         return error_line(self.error_class, self.error_message)
+
+
+def settle_parts(files: list[FileRecord]) -> list[FileRecord]:
+    """The step's files as a reader counts them: each source file with its rejects parts folded in.
+
+    ``shardline resubmit --rejects`` scores a file's rejected rows again as a file of their own, a *rejects part*
+    (``part_of``). Each part takes exactly the rows its source still had rejected, so once a part SUCCEEDED its
+    source's rows out grow by the part's rows out, and what stays rejected is what the newest part rejected
+    (listed in its rejects list): rows in = rows out + rows rejected still holds for the source. A part that did
+    not succeed stays in the list as a file of its own (its failure is the step's) until a later part of the same
+    source succeeds (``resubmit --rejects`` takes its rows again), and changes nothing.
+    """
+    parts: dict[str, list[FileRecord]] = {}
+    for f in files:
+        if f.part_of and f.status == FileStatus.SUCCEEDED:
+            parts.setdefault(f.part_of, []).append(f)
+    if not parts:
+        return list(files)
+    sources = {f.input_key for f in files if not f.part_of}
+    settled = []
+    for f in files:
+        if f.part_of:
+            newest = max((p.attempt for p in parts.get(f.part_of, [])), default=0)
+            if f.part_of not in sources or (f.status != FileStatus.SUCCEEDED and f.attempt > newest):
+                settled.append(f)  # a part not (yet) succeeded and not followed by one that did, or an orphan
+            continue
+        mine = sorted(parts.get(f.input_key, []), key=lambda p: p.attempt)
+        if not mine or f.status != FileStatus.SUCCEEDED:
+            settled.append(f)
+            continue
+        newest = mine[-1]
+        settled.append(
+            dataclasses.replace(
+                f,
+                rows_out=(f.rows_out or 0) + sum(p.rows_out or 0 for p in mine),
+                rows_rejected=newest.rows_rejected or 0,
+                rejects_key=newest.rejects_key,
+                model_warnings=(f.model_warnings or 0) + sum(p.model_warnings or 0 for p in mine) or f.model_warnings,
+                bytes_out=(f.bytes_out or 0) + sum(p.bytes_out or 0 for p in mine) if f.bytes_out is not None else None,
+                parts=tuple(p.output_key for p in mine if p.output_key),
+            )
+        )
+    return settled
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

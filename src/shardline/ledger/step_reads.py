@@ -37,6 +37,8 @@ FILE_ATTRIBUTES = [
     "rows_out",
     "rows_rejected",
     "rejects_key",
+    "part_of",
+    "source_etag",
 ]
 
 

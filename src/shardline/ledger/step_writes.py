@@ -11,7 +11,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from pynamodb.exceptions import PutError, UpdateError
@@ -198,6 +198,7 @@ def start_attempt(
     after: int | None = None,
     reopen_cancelled: bool = False,
     plan_file: str | None = None,
+    parts: Mapping[str, tuple[str, str]] | None = None,
 ) -> int:
     """Move the STEP item from attempt ``after`` (default ``attempt - 1``) to ``attempt``; for a retry, fence its
     inputs. Of two planners racing for one attempt exactly one wins; the other gets
@@ -207,7 +208,9 @@ def start_attempt(
     plan file). A retry writes a PENDING item at ``attempt`` for each of its ``input_keys``, in parallel batches
     (:func:`put_items`): the fence that refuses a zombie's late finish. A cancelled step stays cancelled unless
     ``reopen_cancelled`` (an operator's resubmission). ``plan_json`` records what the step was planned with;
-    ``plan_file`` the attempt's plan file, in the same fenced update. Returns the number of FILE items written.
+    ``plan_file`` the attempt's plan file, in the same fenced update. ``parts``: for an attempt that scores
+    rejected rows again, each input's source file and the source's ETag (``part_of``, ``source_etag``).
+    Returns the number of FILE items written.
     """
     pipeline, run_id, step = ref
     after = attempt - 1 if after is None else after
@@ -245,11 +248,16 @@ def start_attempt(
         raise
     if attempt == 1:
         return 0
-    return _fence_retried_files(model, pk, step, attempt, input_keys)
+    return _fence_retried_files(model, pk, step, attempt, input_keys, parts or {})
 
 
 def _fence_retried_files(
-    model: type[LedgerItem], pk: str, step: str, attempt: int, input_keys: Iterable[tuple[str, int]]
+    model: type[LedgerItem],
+    pk: str,
+    step: str,
+    attempt: int,
+    input_keys: Iterable[tuple[str, int]],
+    parts: Mapping[str, tuple[str, str]],
 ) -> int:
     """A PENDING FILE item at ``attempt`` for each input a retry takes (see :func:`start_attempt`)."""
     # The items differ only in their key, input and bytes: serialize the rest once (100k pynamodb models would
@@ -262,6 +270,7 @@ def _fence_retried_files(
             sk.attr_name: {"S": file_sk(step, key)},
             input_key.attr_name: {"S": key},
             bytes_in.attr_name: {"N": bytes_in.serialize(size)},
+            **(_attributes(model, part_of=parts[key][0], source_etag=parts[key][1]) if key in parts else {}),
         }
         for key, size in input_keys
     ]

@@ -78,6 +78,11 @@ class LedgerItem(_Expiring, Model):
     rows_rejected = NumberAttribute(null=True, attr_name="rrej")  # tolerance.rows: rows in = out + rejected
     rejects_key = UnicodeAttribute(null=True, attr_name="rjk")  # s3:// URI of the file's rejects list
     model_warnings = NumberAttribute(null=True, attr_name="mw")  # warning lines the model code said
+    # A rejects part (`shardline resubmit --rejects`): the rows its source rejected, picked again into a file of
+    # their own. part_of is the source's input key, source_etag the ETag of the source the rows were picked from.
+    # The orchestrator writes both when it plans the part; no worker write touches them.
+    part_of = UnicodeAttribute(null=True, attr_name="pof")
+    source_etag = UnicodeAttribute(null=True, attr_name="setag")
     bytes_in = NumberAttribute(null=True, attr_name="bin")
     bytes_out = NumberAttribute(null=True, attr_name="bout")
     # The output's sha256 (hex) as the worker uploaded it: the check before _SUCCESS compares it with S3's own

@@ -57,6 +57,7 @@ on-call flow:
   shardline report tabular_scoring_hourly/RUN_ID --open   # throughput, cost, drift: the run report
   # fix the cause (the input, the model), then:
   shardline resubmit tabular_scoring_hourly/RUN_ID --step score --all-failed
+  shardline resubmit tabular_scoring_hourly/RUN_ID --step score --rejects   # rows rejected, mended in place
 
 before launch:
   shardline preview tabular_scoring_hourly --rows 20     # the model on a sample, with the job's settings
@@ -141,6 +142,12 @@ def _command(name: str, short_help: str, description: str = "", *, with_json: bo
 _run_argument = click.argument("run", metavar="RUN")
 
 
+def _run_ref(run: str):
+    from shardline.oncall.records import RunRef  # when a command runs: --help imports nothing it needs
+
+    return RunRef.parse(run)
+
+
 @_command("runs", "list recent runs, newest first")
 @click.option("--pipeline", help="only this pipeline")
 @click.option("--limit", type=int, default=20, show_default=True, help="how many")
@@ -165,10 +172,8 @@ def runs(options: Globals, pipeline: str | None, limit: int) -> Reply:
 @_run_argument
 @click.pass_obj
 def status(options: Globals, run: str) -> Reply:
-    from shardline.oncall.records import RunRef
-
     oncall = options.oncall()
-    view = oncall.status(RunRef.parse(run))
+    view = oncall.status(_run_ref(run))
     return Reply(view, functools.partial(show_status, view, airflow_warning=oncall.airflow_warning))
 
 
@@ -177,10 +182,8 @@ def status(options: Globals, run: str) -> Reply:
 @click.option("--step", help="only this step")
 @click.pass_obj
 def failed(options: Globals, run: str, step: str | None) -> Reply:
-    from shardline.oncall.records import RunRef
-
     oncall = options.oncall()
-    ref = RunRef.parse(run)
+    ref = _run_ref(run)
     files = oncall.failed(ref, step)
     return Reply(files, functools.partial(show_failed, files, ref=ref, step=step))
 
@@ -202,11 +205,9 @@ def failed(options: Globals, run: str, step: str | None) -> Reply:
 def report(options: Globals, run: str, step: str | None, open_page: bool, out: Path | None) -> Reply:
     import webbrowser
 
-    from shardline.oncall.records import RunRef
-
     # --json is the wrapper's option: read here only to fetch report.json as well.
     with_json = bool(click.get_current_context().params.get("as_json"))
-    saved = options.oncall().save_reports(RunRef.parse(run), step, root=Path.cwd(), out=out, with_json=with_json)
+    saved = options.oncall().save_reports(_run_ref(run), step, root=Path.cwd(), out=out, with_json=with_json)
     if open_page:
         for page in saved:
             if not webbrowser.open(Path(page.path).resolve().as_uri()):
@@ -218,13 +219,14 @@ def report(options: Globals, run: str, step: str | None, open_page: bool, out: P
     return Reply(data[0] if step else data, functools.partial(print_lines, [page.path for page in saved]))
 
 
-SELECTIONS = ("--all-failed", "--shard", "--file")
+SELECTIONS = ("--all-failed", "--shard", "--file", "--rejects")
 
 
 @_command(
     "resubmit",
     "start a new attempt with only the chosen files",
-    "Start a new attempt of a step with only the chosen files (never ones that succeeded). When the DAG run "
+    "Start a new attempt of a step with only the chosen files (never ones that succeeded; --rejects takes "
+    "the rows succeeded files rejected, picked by number from their sources once fixed). When the DAG run "
     "has already finished, its watch task is cleared through Airflow's REST API so the run follows the new "
     "attempt and turns green when it succeeds. Running it twice is safe: a second call finds the attempt "
     "running, or nothing left to resubmit.",
@@ -232,6 +234,7 @@ SELECTIONS = ("--all-failed", "--shard", "--file")
 @_run_argument
 @click.option("--step", required=True, help="the step to resubmit")
 @click.option("--all-failed", is_flag=True, help="every file of the step that has not succeeded")
+@click.option("--rejects", is_flag=True, help="score the rows the step's files rejected again, once fixed in place")
 @click.option("--shard", metavar="HOST", help="the unfinished or failed files of one instance (algo-N)")
 @click.option(
     "--file",
@@ -253,27 +256,26 @@ def resubmit(
     run: str,
     step: str,
     all_failed: bool,
+    rejects: bool,
     shard: str | None,
     keys: tuple[str, ...],
     dry_run: bool,
     force: bool,
     ledger_only: bool,
 ) -> Reply:
-    # Exactly one of the three, as a usage error (exit 2) before anything is read.
-    given = [flag for flag, value in zip(SELECTIONS, (all_failed, shard, keys), strict=True) if value]
-    if not given:
-        raise click.UsageError(f"one of the arguments {' '.join(SELECTIONS)} is required")
-    if len(given) > 1:
-        raise click.UsageError(f"argument {given[1]}: not allowed with argument {given[0]}")
-    from shardline.oncall.records import RunRef
-
+    # Exactly one way of choosing, as a usage error (exit 2) before anything is read.
+    given = [flag for flag, value in zip(SELECTIONS, (all_failed, shard, keys, rejects), strict=True) if value]
+    if len(given) != 1:
+        many = f"argument {given[1]}: not allowed with argument {given[0]}" if given else ""
+        raise click.UsageError(many or f"one of the arguments {' '.join(SELECTIONS)} is required")
     oncall = options.oncall()
     result = oncall.resubmit(
-        RunRef.parse(run),
+        _run_ref(run),
         step,
         shard=shard,
         files=keys,
         all_failed=all_failed,
+        rejects=rejects,
         dry_run=dry_run,
         force=force,
         ledger_only=ledger_only,
@@ -354,9 +356,7 @@ def login(url: str, username: str | None, password_stdin: bool, token_stdin: boo
 @click.option("--dry-run", is_flag=True, help="say what would be done; change nothing")
 @click.pass_obj
 def rerun(options: Globals, run: str, conf: dict | None, dry_run: bool) -> Reply:
-    from shardline.oncall.records import RunRef
-
-    return lines_reply(options.oncall().rerun(RunRef.parse(run), conf, dry_run=dry_run))
+    return lines_reply(options.oncall().rerun(_run_ref(run), conf, dry_run=dry_run))
 
 
 @_command(
@@ -384,10 +384,9 @@ def trigger(options: Globals, pipeline: str, partition: dt.datetime, conf: dict,
 @click.pass_obj
 def cancel(options: Globals, run: str, reason: str, yes: bool) -> Reply:
     from shardline.oncall.errors import BadRequest
-    from shardline.oncall.records import RunRef
 
     oncall = options.oncall()
-    ref = RunRef.parse(run)
+    ref = _run_ref(run)
     if not yes:
         if not sys.stdin.isatty():
             raise BadRequest(

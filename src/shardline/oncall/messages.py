@@ -85,13 +85,22 @@ def local_root_mismatch(job: str, attempt: int, local_root: object) -> str:
 
 
 def repeat_resubmit_command(
-    ref: RunRef, step: str, *, shard: str | None, files: Sequence[str], all_failed: bool, force: bool
+    ref: RunRef,
+    step: str,
+    *,
+    shard: str | None,
+    files: Sequence[str],
+    all_failed: bool,
+    force: bool,
+    rejects: bool = False,
 ) -> str:
     """The resubmit command that repeats this call, its selection and --force included, to print when something
     is left half done (``naming.resubmit_command`` is the plain ``--all-failed`` one a failed step prints)."""
     words = ["shardline", "resubmit", str(ref), "--step", step]
     if all_failed:
         words.append("--all-failed")
+    elif rejects:
+        words.append("--rejects")
     elif shard:
         words += ["--shard", shard]
     for key in files:

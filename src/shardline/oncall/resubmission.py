@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
 from shardline.ledger.keys import StepRef
-from shardline.ledger.records import StepRecord
+from shardline.ledger.records import StepRecord, settle_parts
 from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, read_step
 from shardline.ledger.step_writes import StaleOrchestratorError
 from shardline.oncall import selection
@@ -49,13 +49,21 @@ class Resubmission(OnCallReads):
     """``resubmit``: which files, what to do (decided before anything changes), then doing it."""
 
     def plan_resubmission(
-        self, ref: RunRef, step: str, *, shard: str | None = None, files: Sequence[str] = (), all_failed: bool = False
+        self,
+        ref: RunRef,
+        step: str,
+        *,
+        shard: str | None = None,
+        files: Sequence[str] = (),
+        all_failed: bool = False,
+        rejects: bool = False,
     ) -> ResubmitPlan:
         """Which files a resubmission would take (:func:`selection.choose_files`). Succeeded files are never
-        taken again."""
+        taken again; with ``rejects``, the rows succeeded files rejected are (:mod:`~shardline.orchestration.
+        rejects_parts`)."""
         spec = self.spec(ref.pipeline)
         self._known_step(spec, step)
-        selection.check_one_choice(shard=shard, files=files, all_failed=all_failed)
+        selection.check_one_choice(shard=shard, files=files, all_failed=all_failed, rejects=rejects)
         records = read_step_records(
             spec, StepRef(ref.pipeline, ref.run_id, step), file_attributes=FILE_DETAIL_ATTRIBUTES
         )
@@ -65,8 +73,11 @@ class Resubmission(OnCallReads):
                 f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
                 "the run is"
             )
+        if rejects:
+            return _rejects_plan(str(ref), step, records.files)
         latest = StepRecord.of(records.step).attempt
-        views = [file_view(step, f) for f in records.files]
+        # A rejects part that failed is taken again by --rejects, with the rows it had.
+        views = [file_view(step, f) for f in settle_parts(records.files) if not f.part_of]
         dealt = self._dealt_hosts(spec, ref, step, latest) if shard and selection.needs_deal(views, latest) else None
         return selection.choose_files(
             str(ref), step, latest, views, shard=shard, keys=files, all_failed=all_failed, dealt=dealt
@@ -104,6 +115,7 @@ class Resubmission(OnCallReads):
         shard: str | None = None,
         files: Sequence[str] = (),
         all_failed: bool = False,
+        rejects: bool = False,
         dry_run: bool = False,
         force: bool = False,
         ledger_only: bool = False,
@@ -118,8 +130,10 @@ class Resubmission(OnCallReads):
         an Airflow DAG): the new attempt runs, and no DAG run follows it.
         """
         spec = self.spec(ref.pipeline)
-        plan = self.plan_resubmission(ref, step, shard=shard, files=files, all_failed=all_failed)
-        again = repeat_resubmit_command(ref, step, shard=shard, files=files, all_failed=all_failed, force=force)
+        plan = self.plan_resubmission(ref, step, shard=shard, files=files, all_failed=all_failed, rejects=rejects)
+        again = repeat_resubmit_command(
+            ref, step, shard=shard, files=files, all_failed=all_failed, force=force, rejects=rejects
+        )
         latest = self._plan(spec, ref, step)
         records = read_step(services.ledger_model(spec), StepRef(ref.pipeline, ref.run_id, step))
         job = self._latest_job(spec, latest, records.shards)
@@ -147,7 +161,7 @@ class Resubmission(OnCallReads):
             return _dry_run_result(plan, choice, ref, step, latest.number, watch_state)
         attempt = job_name = None
         if choice.next is Next.SUBMIT:
-            nxt = _submit(spec, ref, step, latest, plan.files)
+            nxt = _submit(spec, ref, step, latest, plan.files, rejects=rejects)
             attempt, job_name = nxt.number, nxt.job_name
         if not choice.clear_watch:
             return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state), action=choice.next.value)
@@ -263,13 +277,34 @@ def _dry_run_result(
     )
 
 
-def _submit(spec: PipelineSpec, ref: RunRef, step: str, latest: Attempt, files: list[str]) -> Attempt:
-    """Start the attempt after ``latest`` with ``files``, fenced: a Conflict if someone moved the step on."""
-    from shardline.orchestration import steps
+def _rejects_plan(ref: str, step: str, files: Sequence) -> ResubmitPlan:
+    """What ``--rejects`` takes: every file of the step that still has rows rejected."""
+    from shardline.orchestration.rejects_parts import with_rejects
+
+    sources = with_rejects(files)
+    rows = sum(f.rows_rejected or 0 for f in sources)
+    reason = (
+        f"{rows:,} rejected row(s) of {len(sources)} file(s), picked from their sources as they are now"
+        if sources
+        else f"no file of step {step} has rows rejected"
+    )
+    return ResubmitPlan(ref, step, [f.input_key for f in sources], reason)
+
+
+def _submit(
+    spec: PipelineSpec, ref: RunRef, step: str, latest: Attempt, files: list[str], *, rejects: bool = False
+) -> Attempt:
+    """Start the attempt after ``latest`` with ``files`` (with ``rejects``: their rejected rows), fenced: a Conflict
+    if someone moved the step on."""
+    from shardline.orchestration import rejects_parts, steps
     from shardline.orchestration.partitions import PartitionHeld, PartitionMovedOn, refused_text
 
     try:
+        if rejects:
+            return rejects_parts.resubmit_rejects(spec, latest, files)
         return steps.resubmit(spec, latest, files, by_operator=True)
+    except rejects_parts.RejectsPartError as err:
+        raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
     except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix
         raise Conflict(refused_text(err, StepRef(ref.pipeline, ref.run_id, step))) from err
     except StaleOrchestratorError as err:

@@ -19,12 +19,12 @@ from shardline.oncall.errors import BadRequest
 from shardline.oncall.records import FileView, ResubmitPlan
 from shardline.planning.attempt import Attempt
 
-ONE_CHOICE = "choose what to resubmit with exactly one of --all-failed, --shard HOST or --file KEY"
+ONE_CHOICE = "choose what to resubmit with exactly one of --all-failed, --shard HOST, --file KEY or --rejects"
 
 
-def check_one_choice(*, shard: str | None, files: Sequence[str], all_failed: bool) -> None:
+def check_one_choice(*, shard: str | None, files: Sequence[str], all_failed: bool, rejects: bool = False) -> None:
     """A resubmission names its files one way: raises :class:`BadRequest` otherwise."""
-    if sum(bool(x) for x in (shard, files, all_failed)) != 1:
+    if sum(bool(x) for x in (shard, files, all_failed, rejects)) != 1:
         raise BadRequest(ONE_CHOICE)
 
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from shardline import contract
 from shardline.decision.policy import Decision, Policy
 from shardline.errors import UnvouchedOutputError
+from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
@@ -145,7 +146,7 @@ def rejects_over_limit(spec: PipelineSpec, attempt: Attempt, records: StepRecord
     """Why a step whose files rejected more rows between them than ``tolerance.rows`` allows fails (None: they
     did not). Each file kept within the limit on its own; the step's total is held to it too."""
     limit = spec.step(attempt.step).tolerance.rows
-    succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
+    succeeded = [f for f in settle_parts(records.files) if f.status == FileStatus.SUCCEEDED]
     rejected = sum(f.rows_rejected or 0 for f in succeeded)
     rows = sum(f.rows_in or 0 for f in succeeded)
     if not rejected or rejected <= contract.rows_allowed(limit, rows):
@@ -277,6 +278,7 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
                     "rows_out": int(f.rows_out or 0),
                     "rows_rejected": int(f.rows_rejected or 0),
                     "rejects": f.rejects_key,
+                    **({"part_of": f.part_of} if f.part_of else {}),  # a rejects part: more rows of that file
                     "bytes": stored.get("Size"),
                     "sha256": f.output_sha256,
                     "etag": (stored.get("ETag") or "").strip('"') or None,
@@ -286,6 +288,7 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
             failed.append(
                 {"input": f.input_key, "status": f.status, "attempt": f.attempt, "error_class": f.error_class}
             )
+    settled = settle_parts(seen.records.files)  # a file's rejects parts count as the file's rows
     return {
         "pipeline": attempt.pipeline,
         "run_id": attempt.run_id,
@@ -293,9 +296,9 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
         "status": status.value,
         "attempts": attempt.number,
         "output_prefix": attempt.output_prefix,
-        "files": len(seen.records.files),
+        "files": len(settled),
         "rows_out": sum(o["rows_out"] for o in outputs),
-        "rows_rejected": sum(o["rows_rejected"] for o in outputs),
+        "rows_rejected": sum(f.rows_rejected or 0 for f in settled if f.status == FileStatus.SUCCEEDED),
         "outputs": outputs,
         "not_succeeded": failed,
         "outputs_missing": [o["output"] for o in outputs if o["bytes"] is None],
@@ -337,6 +340,9 @@ def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
     records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
     files = {f.input_key: f for f in records.files}
     etags = planned_etags(spec, records.step) if records.step is not None else {}
+    # A source whose rejected rows a part took again (resubmit --rejects) was mended in place: the version the
+    # rows were picked from is the one scored.
+    picked = {f.part_of: f.source_etag for f in sorted(records.files, key=lambda f: f.attempt) if f.part_of}
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     late: dict[str, int] = {}
     for o in objects:
@@ -344,6 +350,8 @@ def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
         f = files.get(uri)
         if f is None:
             late[uri] = o.size
+        elif uri in picked and picked[uri] and picked[uri] == o.etag:
+            continue
         elif f.status == FileStatus.SUCCEEDED:
             etag = etags.get(f.attempt, {}).get(uri, "")
             if (f.bytes_in is not None and f.bytes_in != o.size) or (etag and o.etag and etag != o.etag):

@@ -14,6 +14,7 @@ import json
 import logging
 
 from shardline.ledger.keys import run_pk, step_sk
+from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs
 from shardline.orchestration import services, watch
@@ -106,9 +107,10 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
     if records is None:
         records = read_step_files(spec, attempt.ref, file_attributes=None)
     step_spec = spec.step(attempt.step)
+    files = settle_parts(records.files)  # a file's rejects parts count as the file's rows
     found = records_from_ledger(
         records.step,
-        records.files,
+        files,
         records.shards,
         instance_type=step_spec.resources.instance_type,
         backend=spec.backend,
@@ -132,7 +134,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         previous_runs=[PreviousRun(run_id, r.cost.cost_per_million, r.ended_at) for run_id, r in reversed(previous)],
         prices=prices,
         max_psi=step_spec.drift.max_psi,
-        rejects=rejected_rows(spec, records.files),
+        rejects=rejected_rows(spec, files),
     )
     if price_note:
         report.notes.append(price_note)

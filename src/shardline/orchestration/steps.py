@@ -17,6 +17,7 @@ from shardline.decision import fleet
 from shardline.decision.policy import UNSAFE_KEY_ERROR, JobStatus
 from shardline.errors import GaveUpWaiting, InputRefused, SubmitRefused, error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
+from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
 from shardline.ledger.step_writes import (
@@ -68,6 +69,7 @@ def _new_attempt(
     reopen_cancelled: bool = False,
     replan: bool = False,
     may_take: bool = False,
+    parts: dict[str, tuple[str, str]] | None = None,
 ) -> Attempt:
     """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
 
@@ -75,6 +77,7 @@ def _new_attempt(
     ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
     ``replan``: the STEP item holds this attempt already, but its job was never submitted.
     ``may_take``: a plan or an operator may take the output prefix; the watch's own attempts only renew it.
+    ``parts``: an attempt of rejects parts (``base.parts_prefix``): each part's source and the source's ETag.
     """
     step = spec.step(base.step)
     # Before anything is written: two runs never write one output prefix at once (PartitionHeld names the other).
@@ -82,7 +85,7 @@ def _new_attempt(
     instances = choose_instance_count(base.requested_instances, len(objects))
     ordered = manifest_order(objects, instances, step.sharding)
     attempt = base.next(number, [PlannedFile.of(o) for o in ordered])
-    bucket, _ = parse_s3_uri(attempt.input_prefix)
+    bucket, _ = parse_s3_uri(attempt.data_prefix)
     model = services.ledger_model(spec)
     s3 = services.s3_client(spec)
     keys = [(f"s3://{bucket}/{f.key}", f.size) for f in attempt.files]
@@ -90,7 +93,7 @@ def _new_attempt(
     # first, under a name of its own; the fenced STEP update then records it, so a reader never finds the
     # STEP item naming a file not there yet, and a planner that loses the race leaves only an unread file.
     plan_file = attempt.plan_file_uri(uuid.uuid4().hex[:12])
-    write_plan_file(s3, plan_file, plan_file_body(attempt.input_prefix, ordered))  # with their ETags
+    write_plan_file(s3, plan_file, plan_file_body(attempt.data_prefix, ordered))  # with their ETags
     if replan:
         continue_attempt(model, attempt.ref, number, keys, plan_file=plan_file)
     else:
@@ -103,11 +106,12 @@ def _new_attempt(
             after=after,
             reopen_cancelled=reopen_cancelled,
             plan_file=plan_file,
+            parts=parts,
         )
     partitions.record_fence(spec, attempt.ref, fence)
     if number == 1 and not replan:
         partitions.withdraw_success_marker(spec, attempt.output_prefix)
-    write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.input_prefix, [f.key for f in attempt.files]))
+    write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.data_prefix, [f.key for f in attempt.files]))
     return attempt
 
 
@@ -307,6 +311,11 @@ def resubmit(
     stop_and_wait(spec, attempt)
     objects = sized_objects(spec, attempt, retry_keys, known=sizes)
     base = capacity_moves.after_capacity_failure(spec, attempt) if capacity else attempt
+    # A retry of rejects parts takes parts again (their sources and ETags from their FILE items); any other takes
+    # inputs of the step's prefix, whatever attempt it follows.
+    parts = _recorded_parts(spec, attempt, retry_keys) if attempt.parts_prefix else None
+    if not parts:
+        base, parts = base.model_copy(update={"parts_prefix": None}), None
     nxt = _new_attempt(
         spec,
         base,
@@ -315,6 +324,27 @@ def resubmit(
         after=attempt.number,
         reopen_cancelled=by_operator,
         may_take=by_operator,
+        parts=parts,
+    )
+    return submit(spec, nxt)
+
+
+def _recorded_parts(spec: PipelineSpec, attempt: Attempt, keys: list[str]) -> dict[str, tuple[str, str]]:
+    """Each of ``keys`` that is a rejects part: its source and the source's ETag, as its FILE item recorded them."""
+    records = read_step_files(spec, attempt.ref)
+    recorded = {f.input_key: (f.part_of, f.source_etag or "") for f in records.files if f.part_of}
+    return {key: recorded[key] for key in keys if key in recorded}
+
+
+def submit_parts(
+    spec: PipelineSpec, latest: Attempt, parts_prefix: str, objects: list[S3Object], parts: dict[str, tuple[str, str]]
+) -> Attempt:
+    """Plan and submit the attempt after ``latest`` over rejects parts (``objects``, under ``parts_prefix``), fenced
+    on ``latest`` as an operator's resubmission is (:mod:`shardline.orchestration.rejects_parts` picks them)."""
+    stop_and_wait(spec, latest)
+    base = latest.model_copy(update={"parts_prefix": parts_prefix})
+    nxt = _new_attempt(
+        spec, base, latest.number + 1, objects, after=latest.number, reopen_cancelled=True, may_take=True, parts=parts
     )
     return submit(spec, nxt)
 
@@ -328,7 +358,7 @@ def sized_objects(
     each file's bytes in its plan file, so the sizes matter: they come from the bytes an instance
     read (FILE items), else from the plan files, and from S3 for any neither has.
     """
-    bucket, _ = parse_s3_uri(attempt.input_prefix)
+    bucket, _ = parse_s3_uri(attempt.data_prefix)
     records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
     recorded = {
         **records.planned_sizes,
@@ -392,12 +422,13 @@ def report(spec: PipelineSpec, ref: StepRef) -> dict:
     """Reconcile rows in against rows out for every file of a step."""
     step = ref.step
     records = read_step_files(spec, ref)
-    succeeded = [f for f in records.files if f.status == FileStatus.SUCCEEDED]
-    failed = [f for f in records.files if f.status == FileStatus.FAILED]
+    files = settle_parts(records.files)  # a file's rejects parts count as the file's rows
+    succeeded = [f for f in files if f.status == FileStatus.SUCCEEDED]
+    failed = [f for f in files if f.status == FileStatus.FAILED]
     mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0) + (f.rows_rejected or 0)]
     return {
         "step": step,
-        "files": len(records.files),
+        "files": len(files),
         "succeeded": len(succeeded),
         "failed": len(failed),
         "rows_in": int(sum(f.rows_in or 0 for f in succeeded)),
@@ -527,43 +558,6 @@ def outcome_message(attempt: Attempt, status: StepStatus, reason: str) -> str:
 def run_outcome_message(attempt: Attempt, step_message: str) -> str:
     """The RUN item's message when one of its steps failed."""
     return f"step {attempt.step} failed: {step_message}"
-
-
-def model_problem(spec: PipelineSpec, step: str, model_uri: str) -> str | None:
-    """Why the step's model cannot be fetched (no object, nor folder, at its URI), naming the URI and what is
-    there instead; None when it is there. A setup error like this is the same on every try."""
-    from botocore.exceptions import ClientError
-
-    bucket, key = parse_s3_uri(model_uri)
-    s3 = services.s3_client(spec)
-    try:
-        s3.head_object(Bucket=bucket, Key=key)
-        return None
-    except ClientError as err:
-        code = err.response.get("Error", {}).get("Code")
-        if code in ("403", "AccessDenied", "Forbidden"):
-            # The orchestrator's role need not read models (infra/'s does not): the job checks it, and a model
-            # it cannot set up fails the step at once with its reason (a setup error, recorded by the worker).
-            log.info(
-                "step %s: the model at %s cannot be checked from here (%s); its job checks it", step, model_uri, code
-            )
-            return None
-        if code not in ("404", "NoSuchKey", "NotFound"):
-            raise
-    # Name what is there one level up (the versions, when the URI is versioned), so the fix is obvious.
-    parent = key.rstrip("/").rsplit("/", 2)[0] + "/" if key.count("/") >= 2 else ""
-    try:
-        if s3.list_objects_v2(Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1).get("KeyCount", 0):
-            return None  # a folder of model files
-        found = s3.list_objects_v2(Bucket=bucket, Prefix=parent, Delimiter="/", MaxKeys=20).get("CommonPrefixes", [])
-    except ClientError as err:  # no list permission there: the 404 alone says the object is missing
-        log.info("step %s: cannot list beside %s (%s)", step, model_uri, err.response.get("Error", {}).get("Code"))
-        found = []
-    there = ", ".join(p["Prefix"][len(parent) :].rstrip("/") for p in found)
-    hint = f"; under s3://{bucket}/{parent} there are: {there}" if there else ""
-    s = spec.step(step)
-    field = "the Param model_version or model.uri" if s.model.versioned else "model.uri"
-    return f"no model at {model_uri} (check {field}){hint}"
 
 
 def record_run_status(

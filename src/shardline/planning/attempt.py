@@ -24,6 +24,7 @@ PLAN_FIELDS = (
     "run_id",
     "step",
     "input_prefix",
+    "parts_prefix",
     "output_prefix",
     "metadata_prefix",
     "model_uri",
@@ -66,7 +67,7 @@ class Attempt(BaseModel):
     run_id: str
     step: str
     number: Annotated[int, Field(ge=1)]
-    input_prefix: str  # the prefix the manifest's keys are relative to
+    input_prefix: str  # the step's input prefix: the manifest's keys are relative to it (see parts_prefix)
     output_prefix: str
     model_uri: str
     requested_instances: Annotated[int, Field(ge=1)] = 1
@@ -78,6 +79,10 @@ class Attempt(BaseModel):
     files: tuple[PlannedFile, ...] = ()
     # The instance type this attempt runs on, when it is not the step's own (a fallback after capacity failures).
     instance_type: str | None = None
+    # An attempt that scores rejected rows again (`shardline resubmit --rejects`) reads rejects parts, files of the
+    # rows picked from their sources, under this prefix (the orchestrator's, under _shardline/manifests/): its
+    # manifest's keys are relative to it, and its instances name their files by it.
+    parts_prefix: str | None = None
     # The jobs of this step that SageMaker could not provision before this attempt, per instance type: each was
     # followed by an attempt that retry.max_attempts does not count.
     capacity_failures: dict[str, int] = Field(default_factory=dict)
@@ -91,6 +96,11 @@ class Attempt(BaseModel):
     def ref(self) -> StepRef:
         """The step this attempt is of."""
         return StepRef(self.pipeline, self.run_id, self.step)
+
+    @property
+    def data_prefix(self) -> str:
+        """The prefix this attempt's inputs are under: its parts' for an attempt of rejects parts, else the step's."""
+        return self.parts_prefix or self.input_prefix
 
     @property
     def job_name(self) -> str:

@@ -51,6 +51,26 @@ def manifest_key(output_prefix: str, run_id: str, step: str, attempt: int, metad
     return f"{root}/manifests/{run_folder(run_id)}/{step}/attempt-{attempt:04d}.manifest"
 
 
+def rejects_parts_prefix(
+    output_prefix: str, run_id: str, step: str, attempt: int, metadata_prefix: str | None = None
+) -> str:
+    """Where the rejects parts an attempt scores (rows picked from their sources by ``resubmit --rejects``) lie:
+    beside its manifest, which the orchestrator writes and its job may read but never write."""
+    root = metadata_root(output_prefix, metadata_prefix)
+    return f"{root}/manifests/{run_folder(run_id)}/{step}/attempt-{attempt:04d}.rejects/"
+
+
+def rejects_part_name(relative_path: str, attempt: int) -> str:
+    """A rejects part's path relative to its attempt's parts prefix: its source's, marked with the attempt
+    (``day/x.csv.gz`` -> ``day/x.rejects-a3.csv``; a part is written uncompressed). Its output is named from it,
+    so it lands beside its source's output as one more part of the same file."""
+    base = relative_path[:-3] if relative_path.lower().endswith(".gz") else relative_path
+    folder, _, name = base.rpartition("/")
+    stem, dot, ext = name.rpartition(".")
+    marked = f"{stem}.rejects-a{attempt}.{ext}" if dot and stem else f"{name}.rejects-a{attempt}"
+    return f"{folder}/{marked}" if folder else marked
+
+
 def plan_file_key(
     output_prefix: str, run_id: str, step: str, attempt: int, stamp: str, metadata_prefix: str | None = None
 ) -> str:

@@ -12,8 +12,12 @@ from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec, StepSpec
 
+# A rejects part's rows were all rejected once and their source stayed within tolerance.rows with them: rejecting
+# any of them again costs the source nothing it had not lost already, so a part never fails for its rejects alone.
+EVERY_ROW = 2**53
 
-def worker_arguments(step: StepSpec) -> list[str]:
+
+def worker_arguments(step: StepSpec, *, rejects_part: bool = False) -> list[str]:
     # File failures are the ledger's business (each output is uploaded as its file finishes): an exit code
     # other than 0 is kept for what fails the instance itself.
     args = ["--exit-zero-on-file-failures"]
@@ -34,7 +38,9 @@ def worker_arguments(step: StepSpec) -> list[str]:
         args += ["--features", ",".join(step.input.features)]
     if step.resources.workers_per_instance:
         args += ["--workers", str(step.resources.workers_per_instance)]
-    if step.tolerance.rows:
+    if rejects_part:
+        args += ["--tolerate-rows", str(EVERY_ROW)]
+    elif step.tolerance.rows:
         rows = step.tolerance.rows
         args += ["--tolerate-rows", str(int(rows)) if rows >= 1 else repr(float(rows))]
     if step.batch_rows:
@@ -76,7 +82,9 @@ def pin_arguments(step: StepSpec, model_version: str | None) -> list[str]:
 def job_arguments(step: StepSpec, attempt: Attempt) -> list[str]:
     """Everything the worker is told for one attempt travels as an argument: the step's settings and the
     pinned digest. Where its outputs and manifests go is the job's environment (:func:`worker_environment`)."""
-    return worker_arguments(step) + pin_arguments(step, attempt.model_version)
+    return worker_arguments(step, rejects_part=attempt.parts_prefix is not None) + pin_arguments(
+        step, attempt.model_version
+    )
 
 
 def worker_environment(
@@ -91,7 +99,7 @@ def worker_environment(
         run_id=attempt.run_id,
         step=attempt.step,
         attempt=attempt.number,
-        input_uri=attempt.input_prefix,
+        input_uri=attempt.data_prefix,
         output_uri=attempt.output_prefix,
         retention_days=spec.ledger_retention_days,
         manifest_uri=naming.worker_manifest_folder(

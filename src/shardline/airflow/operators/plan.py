@@ -162,7 +162,9 @@ class PlanStepOperator(SpecMixin, BaseOperator):
 
     def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
         spec, step = self.spec, self.spec.step(self.step)
-        problem = step_functions().model_problem(spec, self.step, self.model_uri)
+        from shardline.orchestration.model_check import model_problem  # at run time: parsing loads no boto3
+
+        problem = model_problem(spec, self.step, self.model_uri)
         if problem:
             # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
             message = model_missing_text(self.step, problem, run_ref(spec, context))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from shardline import contract
 
-FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+FORMATS = contract.INPUT_FORMATS
 # Below this size a file is never split: the merge would cost more than it saves.
 MIN_SPLIT_BYTES = 16 * 1024 * 1024
 # Aim for about this many units per worker when sizing split parts.

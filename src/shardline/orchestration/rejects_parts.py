@@ -1,0 +1,201 @@
+"""Scoring a file's rejected rows again: ``shardline resubmit --rejects``.
+
+A file scored under ``tolerance.rows`` may end SUCCEEDED with rows rejected, each listed with its row number in the
+file's rejects list. Once their cause is fixed (the source's lines mended in place, or the script), the rows are
+picked from the source as it is now, by number, into a file of their own: a *rejects part*, under the attempt's
+parts prefix beside its manifest (the orchestrator writes there; a job may read it, never write it). The next
+attempt scores the parts like any input; each part's output lands beside its source's (``x.rejects-a2.csv``), and
+readers fold a part into its source (:func:`shardline.ledger.records.settle_parts`), so rows in = rows out + rows
+rejected still holds for the source, with what the part rejected again as its rejects.
+
+Rows are picked by number, so the source must hold them where it held them: a source with another number of data
+rows than it was scored with is refused, naming it. The picking is pure (:func:`pick_lines`, :func:`pick_parquet`);
+the rest reads and writes S3.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+
+from shardline import contract
+from shardline.errors import PermanentError
+from shardline.ledger.records import FileRecord, settle_parts
+from shardline.ledger.states import FileStatus
+from shardline.orchestration import services, steps
+from shardline.orchestration.run_report import read_rejects
+from shardline.orchestration.step_files import read_step_files
+from shardline.planning import naming
+from shardline.planning.attempt import Attempt
+from shardline.planning.inputs import S3Object, parse_s3_uri, put_metadata
+from shardline.spec import PipelineSpec
+
+_PARTS_FOLDER = re.compile(r"^(?P<prefix>.*/attempt-\d{4}\.rejects)/")
+
+
+class RejectsPartError(PermanentError):
+    """A file's rejected rows cannot be picked again: its source moved them, or its rejects list does not number
+    them."""
+
+
+def with_rejects(files: Sequence[FileRecord]) -> list[FileRecord]:
+    """The source files that still have rows rejected (as the newest of their parts left them): what
+    ``resubmit --rejects`` takes."""
+    return [
+        f
+        for f in settle_parts(list(files))
+        if not f.part_of and f.status == FileStatus.SUCCEEDED and f.rows_rejected and f.rejects_key
+    ]
+
+
+def pick_lines(lines: Iterable[bytes], rows: Sequence[int], *, header: bool) -> tuple[bytes, int]:
+    """The header line (when the file has one) and the data rows numbered ``rows`` (from 1, blank lines not
+    counted, as the worker numbers them) of a text file, in the file's order; and how many data rows it has."""
+    wanted = set(rows)
+    picked: list[bytes] = []
+    seen = 0
+    want_header = header
+    for line in lines:
+        if not line.rstrip(b"\r\n"):
+            continue
+        if want_header:
+            want_header = False
+            picked.append(line if line.endswith(b"\n") else line + b"\n")
+            continue
+        seen += 1
+        if seen in wanted:
+            picked.append(line if line.endswith(b"\n") else line + b"\n")
+    return b"".join(picked), seen
+
+
+def pick_parquet(path: str, rows: Sequence[int]) -> tuple[bytes, int]:
+    """The rows numbered ``rows`` (from 1) of a parquet file, as a parquet file; and how many rows it has."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(path)
+    wanted = sorted(set(rows))
+    tables, start, i = [], 0, 0
+    for group in range(source.num_row_groups):
+        size = source.metadata.row_group(group).num_rows
+        mine = []
+        while i < len(wanted) and wanted[i] <= start + size:
+            mine.append(wanted[i] - 1 - start)
+            i += 1
+        if mine:
+            tables.append(source.read_row_group(group).take(pa.array(mine)))
+        start += size
+    out = io.BytesIO()
+    table = pa.concat_tables(tables) if tables else source.schema_arrow.empty_table()
+    pq.write_table(table, out)
+    return out.getvalue(), source.metadata.num_rows
+
+
+def rows_map_key(parts_prefix: str) -> str:
+    """Where an attempt's parts record which source rows each holds, in order (a part's row n is its source's
+    ``rows[n - 1]``): beside the parts."""
+    return parts_prefix.rstrip("/") + ".json"
+
+
+def _format_of(key: str, input_format: str | None) -> tuple[str, bool]:
+    lower = key.lower()
+    gzipped = lower.endswith(".gz")
+    fmt = contract.INPUT_FORMATS.get(os.path.splitext(lower[:-3] if gzipped else lower)[1]) or input_format
+    if fmt is None:
+        raise RejectsPartError(f"{key}: its name says no format the worker reads, and input.format is not set")
+    return fmt, gzipped
+
+
+def rows_still_rejected(spec: PipelineSpec, source: FileRecord, parts: Sequence[FileRecord]) -> list[int]:
+    """The source's row numbers still rejected: its newest succeeded part's rejects, through that part's rows
+    map; with no such part, the source's own rejects list."""
+    done = sorted((p for p in parts if p.status == FileStatus.SUCCEEDED), key=lambda p: p.attempt)
+    if not done:
+        return _numbered(source.input_key, read_rejects(spec, source.rejects_key, None) if source.rejects_key else [])
+    newest = done[-1]
+    rejected = _numbered(newest.input_key, read_rejects(spec, newest.rejects_key, None) if newest.rejects_key else [])
+    found = _PARTS_FOLDER.match(newest.input_key)
+    if found is None:
+        raise RejectsPartError(f"{newest.input_key} is not where rejects parts are kept")
+    bucket, key = parse_s3_uri(rows_map_key(found["prefix"]))
+    mapping = json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
+    rows = mapping.get(newest.input_key)
+    if not isinstance(rows, list) or any(n > len(rows) for n in rejected):
+        raise RejectsPartError(f"the rows map {rows_map_key(found['prefix'])} does not number {newest.input_key}")
+    return [rows[n - 1] for n in rejected]
+
+
+def _numbered(key: str, rejects: list[dict]) -> list[int]:
+    rows = [r.get("row") for r in rejects]
+    if any(not isinstance(n, int) or n < 1 for n in rows):
+        raise RejectsPartError(f"{key}: its rejects list has rows without a row number, so they cannot be picked")
+    return sorted(set(rows))
+
+
+def write_parts(spec: PipelineSpec, latest: Attempt, sources: Sequence[FileRecord], all_files: Sequence[FileRecord]):
+    """Pick each source's rejected rows into a part for attempt ``latest.number + 1``; return its parts prefix,
+    the parts (as the attempt's inputs) and each part's source and the source's ETag."""
+    number = latest.number + 1
+    prefix = naming.rejects_parts_prefix(
+        latest.output_prefix, latest.run_id, latest.step, number, latest.metadata_prefix
+    )
+    bucket, key_prefix = parse_s3_uri(prefix)
+    step = spec.step(latest.step)
+    s3 = services.s3_client(spec)
+    objects: list[S3Object] = []
+    parts: dict[str, tuple[str, str]] = {}
+    rows_map: dict[str, list[int]] = {}
+    for source in sources:
+        rows = rows_still_rejected(spec, source, [f for f in all_files if f.part_of == source.input_key])
+        relative = source.input_key.removeprefix(latest.input_prefix.rstrip("/") + "/")
+        body, etag = _picked(s3, source, rows, step.input.format, header=step.input.csv_header is not False)
+        key = key_prefix + naming.rejects_part_name(relative, number)
+        put_metadata(s3, f"s3://{bucket}/{key}", body, "application/octet-stream")
+        objects.append(S3Object(key, len(body), ""))
+        parts[f"s3://{bucket}/{key}"] = (source.input_key, etag)
+        rows_map[f"s3://{bucket}/{key}"] = rows
+    put_metadata(s3, rows_map_key(prefix), json.dumps(rows_map).encode(), "application/json")
+    return prefix, objects, parts
+
+
+def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *, header: bool) -> tuple[bytes, str]:
+    """The part's bytes and the source's ETag, the source read once from S3 (through a temporary file: a source
+    may be far larger than memory)."""
+    fmt, gzipped = _format_of(source.input_key, input_format)
+    bucket, key = parse_s3_uri(source.input_key)
+    with tempfile.NamedTemporaryFile(prefix="shardline-rejects-") as local:
+        found = s3.get_object(Bucket=bucket, Key=key)
+        for chunk in found["Body"].iter_chunks(1 << 20):
+            local.write(chunk)
+        local.flush()
+        etag = (found.get("ETag") or "").strip('"')
+        if fmt == "parquet":
+            body, seen = pick_parquet(local.name, rows)
+        else:
+            local.seek(0)
+            stream = gzip.GzipFile(fileobj=local) if gzipped else local
+            body, seen = pick_lines(stream, rows, header=header and fmt == "csv")
+    if seen != source.rows_in:
+        raise RejectsPartError(
+            f"{source.input_key} now has {seen:,} data rows; it had {source.rows_in or 0:,} when it was scored. "
+            "Its rejected rows are picked by number, so mend them in place (one line for one line) and run "
+            "the same command again"
+        )
+    return body, etag
+
+
+def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str]) -> Attempt:
+    """Submit the attempt after ``latest`` over the rejected rows of the files ``keys`` (input keys), each picked
+    from its source as it is now into a part. Fenced on ``latest`` as any operator's resubmission is."""
+    records = read_step_files(spec, latest.ref)
+    chosen = set(keys)
+    sources = [f for f in with_rejects(records.files) if f.input_key in chosen]
+    if not sources:
+        raise RejectsPartError("none of the chosen files has rows rejected any more")
+    prefix, objects, parts = write_parts(spec, latest, sources, records.files)
+    return steps.submit_parts(spec, latest, prefix, objects, parts)
