@@ -271,6 +271,41 @@ def test_a_bad_line_past_the_first_block_loses_and_doubles_no_row(model_dir, tmp
     assert [r["line"] for r in listed] == [40_001, 55_001]
 
 
+@pytest.mark.parametrize("name", ["part-0.jsonl", "part-0.jsonl.gz"])
+def test_json_lines_that_are_no_object_and_values_that_are_no_number_are_rejected_with_their_lines(
+    model_dir, tmp_path, name
+):
+    """JSON lines as exports break them: a line cut short, a stray non-object, text where a number goes; one in the
+    first block (so the schema is inferred without it) and the rest past the fast reader's first blocks."""
+    import gzip
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame(rng.normal(size=(40_000, 3)), columns=FEATURES)
+    frame.insert(0, "id", np.arange(40_000))
+    lines = frame.to_json(orient="records", lines=True, double_precision=15).splitlines()
+    lines[5] = lines[5][:20]  # line 6: cut short
+    lines[30_000] = "[1, 2, 3]"  # line 30,001: an array, not an object
+    lines[35_000] = lines[35_000].replace('"b":', '"b":"twelve","was":', 1)  # line 35,001
+    body = ("\n".join(lines) + "\n").encode()
+    (inputs / name).write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    result = _run(inputs, tmp_path / "out", model_dir, "--tolerate-rows", "10")
+    assert result.returncode == EXIT_OK, describe(result)
+    report = reports_by_input(load_manifest(tmp_path / "out"))[name]
+    assert (report["rows_in"], report["rows_out"], report["rows_rejected"]) == (40_000, 39_997, 3)
+    written = read_table(tmp_path / "out" / report["output"]).to_pandas().set_index("id")
+    good = frame[~frame.id.isin([5, 30_000, 35_000])]
+    assert written.index.is_unique and sorted(written.index) == sorted(good.id)
+    expected = joblib.load(model_dir / "model.joblib").predict(good[FEATURES])
+    # the values were written with 15 significant digits
+    np.testing.assert_allclose(written.loc[good.id, "prediction"].to_numpy(), expected, rtol=1e-9, atol=1e-12)
+    listed = [json.loads(line) for line in (tmp_path / "out" / report["rejects_file"]).read_text().splitlines()]
+    assert [(r["line"], r["row"]) for r in listed] == [(6, 6), (30_001, 30_001), (35_001, 35_001)]
+    assert listed[0]["reason"].startswith("not valid JSON") and listed[1]["reason"] == "a JSON list, not an object"
+    assert listed[2]["reason"] == "column 'b': 'twelve' is not a number" and listed[2]["ids"] == {"id": 35_000}
+
+
 def test_a_setting_error_on_small_batches_still_fails_the_file(parquet_inputs, model_dir, tmp_path):
     inputs, _ = parquet_inputs
     script_dir = tmp_path / "script"

@@ -22,6 +22,7 @@ from shardline.worker.model import formats
 from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, is_numeric, trial_columns
 from shardline.worker.model.loading import Predictor
 from shardline.worker.model.rejects import PREDICT, RejectLog
+from shardline.worker.model.tolerant import ROW_COLUMN
 from shardline.worker.pool import guards
 from shardline.worker.pool.work_units import InputFile, WorkUnit
 
@@ -244,7 +245,7 @@ def predict_rows(
     of the batch succeeds, the batch's own error stands and the file fails with it, as without ``rejects``.
 
     ``first_row``: the batch's first row's number among the rows the reader parsed, when the batch carries no
-    :data:`formats.ROW_COLUMN`."""
+    :data:`tolerant.ROW_COLUMN`."""
     try:
         return [predict_batch(predictor, batch, choice, settings, tally)]
     except Exception as err:
@@ -256,8 +257,8 @@ def predict_rows(
     if rows >= 3 and not any(_succeeds(predictor, batch.slice(i, 1), choice, settings) for i in probes):
         raise batch_error
     numbers = (
-        batch.column(formats.ROW_COLUMN).to_pylist()
-        if formats.ROW_COLUMN in batch.schema.names
+        batch.column(ROW_COLUMN).to_pylist()
+        if ROW_COLUMN in batch.schema.names
         else list(range(first_row, first_row + rows))
     )
     outputs: list[pa.RecordBatch] = []
