@@ -52,7 +52,7 @@ def test_top_level_help_shows_the_on_call_flow():
 def test_resubmit_needs_exactly_one_selection():
     result = run("resubmit", "p/r", "--step", "score")
     assert result.returncode == 2
-    assert "one of the arguments --all-failed --shard --file is required" in result.stderr
+    assert "one of the arguments --all-failed --shard --file --rejects is required" in result.stderr
     both = run("resubmit", "p/r", "--step", "score", "--all-failed", "--file", "a.parquet")
     assert both.returncode == 2 and "argument --file: not allowed with argument --all-failed" in both.stderr
     assert "usage: shardline resubmit" in both.stderr

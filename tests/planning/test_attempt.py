@@ -95,6 +95,7 @@ def test_it_is_rebuilt_from_the_ledgers_plan_alone():
         "run_id",
         "step",
         "input_prefix",
+        "parts_prefix",
         "output_prefix",
         "metadata_prefix",
         "model_uri",
