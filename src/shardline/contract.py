@@ -63,6 +63,11 @@ def rows_allowed(limit: float, rows: int) -> int:
     return math.floor(limit * rows + 1e-9) if limit < 1 else int(limit)
 
 
+def rows_limit_text(limit: float, of: str = "the file's rows") -> str:
+    """``tolerance.rows`` in words, as the messages of a file or step over it say it."""
+    return f"{limit:g} of {of}" if 0 < limit < 1 else f"{int(limit)} row(s)"
+
+
 def host_name(index: int) -> str:
     """The name of a job's instance ``index`` (from 0), as SageMaker names them: algo-1, algo-2, ..."""
     return f"algo-{index + 1}"

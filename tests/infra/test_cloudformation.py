@@ -722,6 +722,8 @@ def test_a_job_writes_under_shardline_only_its_instances_manifests(template):
         written = {
             "instance manifest": naming.worker_manifest_key(prefix, run, "score", 2, "algo-1"),
             "input manifest": naming.manifest_key(prefix, run, "score", 2),
+            "rejects part": naming.rejects_parts_prefix(prefix, run, "score", 2) + "part-0.rejects-a2.csv",
+            "rejects parts' rows": naming.rejects_parts_prefix(prefix, run, "score", 2).rstrip("/") + ".json",
             "outputs manifest": naming.outputs_manifest_key(prefix, run, "score"),
             "report.html": naming.report_key(prefix, run, "score"),
             "report.json": naming.report_key(prefix, run, "score", suffix="json"),
@@ -776,12 +778,17 @@ def test_shardline_metadata_expires_by_the_tag_the_code_puts_on_it(template):
 
     values = example_values(template)
     prefix = f"s3://{values['DataBucket']}/{values['OutputPrefix']}churn/scores/"
+    part = naming.rejects_parts_prefix(prefix, "r", "score", 2) + "x.rejects-a2.csv"
     for uri in (
         naming.report_key(prefix, "r", "score"),
         naming.manifest_key(prefix, "r", "score", 1),
         naming.outputs_manifest_key(prefix, "r", "score"),
+        part,
     ):
         assert decide(template, AF, "s3:PutObjectTagging", f"arn:aws:s3:::{uri.removeprefix('s3://')}", {}), uri
+    # `resubmit --rejects` writes a part where the orchestrator writes the input manifests; the job reads it.
+    assert decide(template, AF, "s3:PutObject", f"arn:aws:s3:::{part.removeprefix('s3://')}", {})
+    assert decide(template, SM, "s3:GetObject", f"arn:aws:s3:::{part.removeprefix('s3://')}", {}, Pipeline="churn")
 
 
 def test_pipeline_parameter_is_required_and_takes_exactly_the_specs_pipeline_names(template):

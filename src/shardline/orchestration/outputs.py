@@ -153,7 +153,7 @@ def rejects_over_limit(spec: PipelineSpec, attempt: Attempt, records: StepRecord
         return None
     worst = sorted(succeeded, key=lambda f: -(f.rows_rejected or 0))[:3]
     shown = ", ".join(f"{f.input_key} ({f.rows_rejected})" for f in worst if f.rows_rejected)
-    allows = f"{limit:g} of the rows" if limit < 1 else f"{int(limit)} row(s)"
+    allows = contract.rows_limit_text(limit, "the rows")
     return (
         f"the step's files rejected {rejected:,} of {rows:,} row(s) between them, more than tolerance.rows allows "
         f"({allows}), e.g. {shown}. No {contract.SUCCESS_MARKER} was written. `shardline failed` lists the rejected "

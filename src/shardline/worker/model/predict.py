@@ -265,7 +265,9 @@ def predict_rows(
 
     def split(part: pa.RecordBatch, offset: int) -> None:
         try:
-            outputs.append(predict_batch(predictor, part, choice, settings, tally))
+            # What the model says here, it said already on the whole batch (in ``tally``): counted once, not once
+            # per half.
+            outputs.append(predict_batch(predictor, part, choice, settings, guards.OutputTally()))
             return
         except Exception as err:
             if not is_row_level(err):

@@ -53,10 +53,6 @@ class Reject:
 allowed = contract.rows_allowed
 
 
-def describe_limit(limit: float) -> str:
-    return f"{limit:g} of the file's rows" if 0 < limit < 1 else f"{int(limit)} row(s)"
-
-
 class RejectLog:
     """The rejects of one work unit, in the order they were found, and the line numbers of rows the reader
     dropped, to number the rows it kept."""
@@ -119,7 +115,7 @@ class RejectLog:
         first = "; ".join(f"{r.where()}: {r.reason}" for r in ordered[:SHOWN_IN_MESSAGES])
         more = f" (and {self.count - SHOWN_IN_MESSAGES} more)" if self.count > SHOWN_IN_MESSAGES else ""
         return (
-            f"{self.count} row(s) rejected, more than tolerance.rows allows ({describe_limit(self.limit)}): "
+            f"{self.count} row(s) rejected, more than tolerance.rows allows ({contract.rows_limit_text(self.limit)}): "
             f"{first}{more}. Fix the rows (or the script), or raise tolerance.rows"
         )
 
