@@ -1,7 +1,7 @@
 """Orchestration benchmark (`make bench` runs it after the worker benchmark).
 
 Against the embedded endpoint (moto_server over HTTP, started here):
-  - the DynamoDB requests of a sensor poll on a step of 10,000 files: while its job runs (target <= 5),
+  - the DynamoDB requests of a watch poll on a step of 10,000 files: while its job runs (target <= 5),
     and once it has ended;
   - planning a step of 100,000 input keys: listing, plan file, manifest, STEP item (target < 60 s), with the
     keys in date/hour partitions (sub-prefixes listed in parallel) and flat (one listing);
@@ -35,7 +35,7 @@ FILES_PER_HOUR = 1000
 # million request units. A write request unit writes 1 KB of item; a strongly consistent read unit reads 4 KB.
 USD_PER_MILLION_WRU = 0.625
 USD_PER_MILLION_RRU = 0.125
-POLL_SECONDS = 15  # the sensor's default poll_interval_seconds
+POLL_SECONDS = 15  # the watch's default poll_interval_seconds
 POKE_INSTANCES_PER_1M = 100  # the heartbeats a 1M-file step's poll reads: 10,000 files an instance
 
 
@@ -133,7 +133,7 @@ def poke_cost(files: int, instances: int = 16) -> dict:
     ended = read_step(model, StepRef("bench", "run-1", "score"))
     ended_seconds = time.perf_counter() - started
     print(
-        f"sensor poll on a step of {files:,} files, {instances} instances: while the job runs, "
+        f"watch poll on a step of {files:,} files, {instances} instances: while the job runs, "
         f"{running.requests} DynamoDB request(s) ({len(running.shards)} heartbeats read in {running_seconds:.2f}s, "
         f"no FILE item; target <= 5); once it has ended, {ended.requests} request(s), once "
         f"({len(ended.files):,} file items read in {ended_seconds:.2f}s)"
@@ -273,7 +273,7 @@ def ledger_cost(poke: dict, files: int = 1_000_000) -> dict:
     plan_wru = 4  # RUN, 2 run-index entries, STEP
     worker_calls = 2 * files  # job_writes: claim_file (UpdateItem: creates the item, RUNNING) and finish_file
     worker_wru = 2 * files * wru_per_item
-    # The sensor's poll while the job runs: one Query of the STEP and SHARD items (strongly consistent, billed
+    # The watch's poll while the job runs: one Query of the STEP and SHARD items (strongly consistent, billed
     # on the summed item size rounded up to 4 KB), whatever the step's size. Once the job has ended (or an
     # instance went silent) it reads every FILE item, once: 1 MB a page. A plan file (one S3 GET) is read then,
     # and kept in the trigger's memory (up to 1M keys in all).

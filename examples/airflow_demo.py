@@ -9,7 +9,7 @@ The hourly pipeline, by default:
 2. creates the bucket and the ledger table;
 3. generates 160 parquet files (8M rows), trains an XGBoost model, uploads model.tar.gz;
 4. runs the `tabular_scoring_hourly` DAG with Airflow's `dag.test()` on the local
-   backend with 2 instances, and kills one instance mid-run so the sensor's
+   backend with 2 instances, and kills one instance mid-run so the watch's
    resubmission shows in the log;
 5. prints a summary table, with the path of the step's run report fetched to
    .shardline/reports/, and stops every server it started.

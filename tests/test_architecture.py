@@ -263,3 +263,16 @@ def test_no_function_is_too_long_to_read_at_one_sitting():
             if lines > MAX_FUNCTION_LINES:
                 long.append(f"{path.relative_to(PACKAGE)}: {node.name} ({lines} lines)")
     assert not long, f"over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(sorted(long))
+
+
+def test_the_watch_is_called_the_watch_everywhere():
+    """ARCHITECTURE.md's words: the step's watch task is never called a sensor, in the code or the docs."""
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for root in (PACKAGE, REPO / "docs")
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.suffix in (".py", ".md", ".html", ".yaml", ".json", ".js", ".css")
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if "sensor" in line.lower()
+    ]
+    assert found == [], found

@@ -106,7 +106,7 @@ class ModelIntegrityError(SetupError):
 
 def error_line(error_class: str | None, error_message: str | None) -> str:
     """A recorded failure in one line, ``Class: message`` (either part may be missing; "" when both are): how the
-    sensor, the run report, the on-call views and the page all show one."""
+    watch task, the run report, the on-call views and the page all show one."""
     return ": ".join(x for x in (error_class, error_message) if x)
 
 

@@ -21,7 +21,7 @@ def get_provider_info() -> dict:
         "drive them.",
         "versions": [__version__],
         "integrations": [{"integration-name": INTEGRATION, "tags": ["aws", "ml"]}],
-        # The step's watch is a deferrable operator (its trigger polls), so the provider lists no sensor module.
+        # The step's watch is a deferrable operator (its trigger polls), so provider_info lists it with the operators.
         "operators": [
             {
                 "integration-name": INTEGRATION,

@@ -1,7 +1,7 @@
 """End to end through real Airflow (dag.test) on moto_server and the local backend.
 
 `python -m examples.airflow_demo` is what `make demo` runs: it kills one instance of the first
-attempt, and the sensor must resubmit exactly the unfinished files and finish green
+attempt, and the watch task must resubmit exactly the unfinished files and finish green
 with every row accounted for.
 """
 

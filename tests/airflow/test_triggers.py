@@ -227,7 +227,7 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
     event = StepEvent.from_event(asyncio.run(edit_between_polls()).payload)
     assert event.action == Action.FAIL, event
     assert [f["input"] for f in event.failed_files] == [f"s3://{bucket}/in/part-2.parquet"]
-    assert event.policy is not None and event.policy.max_failed_files == 0  # what the sensor acts by
+    assert event.policy is not None and event.policy.max_failed_files == 0  # what the watch task acts by
     edited = load_spec(path)
     assert edited.step("score").tolerance.max_failed_files == 5
     assert watch.decide_now(edited, attempt).action is Action.PARTIAL  # the edit would have changed the answer

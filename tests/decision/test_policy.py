@@ -1,4 +1,4 @@
-"""The sensor's state table: every (job state x file states x attempts) combination."""
+"""The watch's state table: every (job state x file states x attempts) combination."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ def test_a_failed_step_gets_a_new_attempt_and_its_finished_watch_task_is_cleared
     assert (got.next, got.clear_watch) == (Next.SUBMIT, True)
 
 
-def test_a_running_attempt_that_a_sensor_follows_is_left_alone_even_with_force():
+def test_a_running_attempt_that_a_watch_task_follows_is_left_alone_even_with_force():
     for force in (False, True):
         got = choose(job_running=True, step="RUNNING", watch="deferred", force=force)
         assert (got.next, got.clear_watch) == (Next.NOTHING, False)
@@ -43,7 +43,7 @@ def test_a_half_done_resubmission_is_completed_by_clearing_the_watch_task_not_by
     assert (got.next, got.clear_watch) == (Next.SUBMIT, True)
 
 
-def test_while_the_sensor_is_in_charge_a_plain_resubmit_is_refused_and_force_needs_no_clear():
+def test_while_the_watch_task_is_in_charge_a_plain_resubmit_is_refused_and_force_needs_no_clear():
     got = choose(step="RUNNING", watch="deferred")
     assert got.next is Next.REFUSE and "--force" in got.reason and "deferred" in got.reason
     got = choose(step="RUNNING", watch="up_for_retry", force=True)

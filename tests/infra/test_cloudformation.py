@@ -884,7 +884,7 @@ class LedgerSession:
     model: type
     planned: list  # the orchestrator planning and retrying (Airflow)
     worker: list  # a processing instance, on every path (SageMaker execution role)
-    read: list  # the sensor finishing, the CLI and the UI page (Airflow)
+    read: list  # the watch task finishing, the CLI and the UI page (Airflow)
 
 
 @pytest.fixture
@@ -940,7 +940,7 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
     calls.clear()
 
     read_step(model, StepRef("p", "run-1", "score"))
-    # What the sensor records at the end, and what the CLI and the UI page read and write.
+    # What the watch task records at the end, and what the CLI and the UI page read and write.
     finish_step(model, StepRef("p", "run-1", "score"), 2, StepStatus.FAILED, "1 file failed")
     set_run_status(model, "p", "run-1", StepStatus.FAILED, "step score failed")
     list_runs(model)

@@ -169,12 +169,12 @@ def test_attempts_only_move_forward(ledger_table):
 
 
 def test_fencing_two_planners_of_one_attempt_only_one_wins(ledger_table):
-    """The sensor's resubmission and an operator's forced one both saw attempt 1: exactly one plans attempt 2."""
+    """The watch's resubmission and an operator's forced one both saw attempt 1: exactly one plans attempt 2."""
     model = bind_ledger(ledger_table)
     start_attempt(model, StepRef("p", "run-3", "score"), 1)
     start_attempt(model, StepRef("p", "run-3", "score"), 2, after=1)
     _finish(ledger_table, "run-3", "a", attempt=2)  # attempt 2's job finishes a file
-    with pytest.raises(StaleOrchestratorError):  # the sensor, planning the attempt after the one it watched
+    with pytest.raises(StaleOrchestratorError):  # the watch task, planning the attempt after the one it watched
         start_attempt(model, StepRef("p", "run-3", "score"), 2)
     statuses = {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, StepRef("p", "run-3", "score")).files}
     assert statuses == {"s3://raw/a": ("SUCCEEDED", 2)}  # the loser reset nothing
@@ -245,7 +245,7 @@ def test_fencing_cancel_is_conditional_on_the_attempt_seen(ledger_table):
     step = read_step(model, StepRef("p", "run-5", "score")).step
     assert (step.status, step.message) == ("CANCELLED", "wrong model")
     assert not cancel_step(model, StepRef("p", "run-5", "score"), 2, "again")  # already ended: left as it is
-    with pytest.raises(StaleOrchestratorError):  # and the sensor cannot reopen it
+    with pytest.raises(StaleOrchestratorError):  # and the watch task cannot reopen it
         start_attempt(model, StepRef("p", "run-5", "score"), 3)
     start_attempt(model, StepRef("p", "run-5", "score"), 3, reopen_cancelled=True)  # an operator may
 

@@ -1,6 +1,6 @@
 """Every message an on-call engineer reads, rendered from sample inputs and read as a stranger at 3 a.m. would.
 
-The CLI's prints, the resubmit policy's reasons, the sensor's and operators' exceptions and warnings, the
+The CLI's prints, the resubmit policy's reasons, the watch's and operators' exceptions and warnings, the
 REST client's errors and the on-call page's notices are rendered here through the same pure functions the
 code uses, and each is checked against plain rules: no doubled words, no "no every"-style garble, no doubled
 spaces, no unfilled ``{placeholder}``, no ``None`` leaking, and every failure or refusal says what to do next
@@ -434,7 +434,7 @@ def test_every_airflow_api_error_names_airflow_and_what_to_do(tmp_path):
     said("login_refused", login_refused("http://airflow.internal:8080", "oncall", 403, "Forbidden"), failure=True)
 
 
-# --- the sensor's policy, the step functions and the trigger -------------------------------------------
+# --- the watch's policy, the step functions and the trigger -------------------------------------------
 
 
 POLICY = Policy(
@@ -526,7 +526,7 @@ def test_every_decision_reason_reads_well_and_a_failure_says_what_to_do():
             event = StepEvent.of(decision, ATTEMPT).to_event()
             if decision.action is Action.FAIL:
                 text = said(
-                    f"sensor fails: {name}",
+                    f"watch fails: {name}",
                     step_failed_text(ATTEMPT, "FAIL", decision.reason, event["failed_files"]),
                     failure=True,
                     lists=True,
@@ -534,7 +534,7 @@ def test_every_decision_reason_reads_well_and_a_failure_says_what_to_do():
                 assert text.endswith(FIX), text
             else:
                 said(
-                    f"sensor warns: {name}",
+                    f"watch warns: {name}",
                     partial_text(STEP, decision.reason, event["failed_files"], FIX),
                     failure=True,
                     lists=True,
@@ -576,11 +576,9 @@ def test_the_step_functions_and_the_trigger_say_what_to_do():
 
     from shardline.airflow.operators.messages import step_failed_text
 
-    said("sensor fails: timeout", step_failed_text(ATTEMPT, "TIMEOUT", reason, []), failure=True)
-    said("sensor fails: unreachable", step_failed_text(ATTEMPT, "UNREACHABLE", text, []), failure=True)
-    said(
-        "sensor fails: no file failed", step_failed_text(ATTEMPT, "FAIL", "cancelled by an operator", []), failure=True
-    )
+    said("watch fails: timeout", step_failed_text(ATTEMPT, "TIMEOUT", reason, []), failure=True)
+    said("watch fails: unreachable", step_failed_text(ATTEMPT, "UNREACHABLE", text, []), failure=True)
+    said("watch fails: no file failed", step_failed_text(ATTEMPT, "FAIL", "cancelled by an operator", []), failure=True)
 
 
 # --- the operators ---------------------------------------------------------------------------------------
@@ -676,7 +674,7 @@ def test_readiness_and_late_inputs_say_what_to_set():
 
             event = StepEvent.of(decision, ATTEMPT).to_event()
             said(
-                "sensor fails: late inputs",
+                "watch fails: late inputs",
                 step_failed_text(ATTEMPT, "FAIL", decision.reason, event["failed_files"]),
                 failure=True,
                 lists=True,

@@ -164,7 +164,7 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     assert run["state"] == "failed", airflow_stack.tail()
     failed_at = time.monotonic()
 
-    # The sensor's failure names the file, the reason and the exact command that fixes it.
+    # The watch's failure names the file, the reason and the exact command that fixes it.
     fix = f"shardline resubmit {ref} --step score --all-failed"
     log = _task_log(airflow_stack, run_id, "watch_score")
     assert "late-arrival.parquet (CorruptInputError" in log and fix in log, log[-3000:]
@@ -205,7 +205,7 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     assert "submitted attempt" not in again.stdout  # safe twice: no third attempt
     said = again.stdout + again.stderr
     # Which refusal depends on how far attempt 2 got meanwhile (running, ended but not yet recorded by its
-    # sensor, or recorded): each one submits nothing.
+    # watch task, or recorded): each one submits nothing.
     assert (
         ("is still InProgress" in said and again.returncode == 0)
         or ("has not ended yet" in said and again.returncode == 1)

@@ -69,7 +69,7 @@ def test_a_step_outcome_is_fenced_on_its_attempt(ledger_table):
     assert read_step(model, StepRef("p", "run-9", "score")).step.status == StepStatus.SUCCEEDED
 
 
-def test_a_cancelled_step_is_failed_by_the_sensor_not_resubmitted():
+def test_a_cancelled_step_is_failed_by_the_watch_task_not_resubmitted():
     policy = Policy(3, 1, 2, 0, 0, 60)
     snap = StepSnapshot(
         attempt=1, job_status=JobStatus.STOPPED, job_age_seconds=10, files=[], cancelled=True, now=time.time()
@@ -146,11 +146,11 @@ def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_
 
 
 @pytest.mark.slow
-def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_run):
+def test_a_resubmission_waits_for_the_watch_task_and_cancel_stops_everything(failed_run):
     spec, _, _, ref = failed_run
     oncall = OnCall({spec.pipeline: spec})
     model = bind_ledger(spec.ledger_table)
-    # The sensor is retrying on its own: attempt 2 runs every file again.
+    # The watch task is retrying on its own: attempt 2 runs every file again.
     latest = steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score"))
     keys = [f.input_key for f in read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).files]
     running = steps.resubmit(spec, latest, keys)
@@ -161,7 +161,7 @@ def test_a_resubmission_waits_for_the_sensor_and_cancel_stops_everything(failed_
     assert steps.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)
     assert oncall.status(ref).status == "CANCELLED"
     assert read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).step.status == StepStatus.CANCELLED
-    # The sensor's late verdict, and its own retries, never undo the operator's cancel.
+    # The watch's late verdict, and its own retries, never undo the operator's cancel.
     assert steps.finish(spec, running, "FAIL", "job Stopped") is None
     with pytest.raises(StaleOrchestratorError):
         start_attempt(model, StepRef(ref.pipeline, ref.run_id, "score"), 3, [(keys[0], 1)])
@@ -215,7 +215,7 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
     assert chosen == sorted(expected) and 2 <= len(chosen) <= 3
 
 
-def test_a_dag_run_that_fails_outside_the_sensor_shows_as_failed(aws_env, ledger_table, tmp_path):
+def test_a_dag_run_that_fails_outside_the_watch_task_shows_as_failed(aws_env, ledger_table, tmp_path):
     """The DAG's on_failure_callback: planning crashed, say. A run that already ended keeps its status."""
     import types
 
@@ -243,7 +243,7 @@ def test_a_dag_run_that_fails_outside_the_sensor_shows_as_failed(aws_env, ledger
 @pytest.mark.slow
 def test_a_cli_that_looks_in_another_local_root_submits_nothing_beside_airflows_job(failed_run, tmp_path, monkeypatch):
     """The local backend's jobs live under a directory (AIRFLOW_HOME/shardline-local). A shell with another one
-    would start attempt 2 beside the one Airflow's sensor starts: it is refused, and status says where to look."""
+    would start attempt 2 beside the one Airflow's watch task starts: it is refused, and status says where to look."""
     spec, _, _, ref = failed_run
     oncall = OnCall({spec.pipeline: spec})
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "another-shell"))

@@ -3,7 +3,7 @@
 Each test has a moto_server of its own (the session's one is never disturbed): one is frozen
 with SIGSTOP for 30 s; in the others every client, or only the job, reaches it through a TCP
 proxy that refuses connections and cuts the open ones. The step is then driven to its end the
-way the sensor does, and every input row must come out exactly once.
+way the watch task does, and every input row must come out exactly once.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def plan_and_submit(
 
 
 def file_items(spec: PipelineSpec, run_id: str) -> list:
-    """The step's files as the sensor and on-call see them: FILE items, and planned inputs not yet claimed."""
+    """The step's files as the watch task and on-call see them: FILE items, and planned inputs not yet claimed."""
     records = read_step_files(
         spec, StepRef(spec.pipeline, run_id, STEP), file_attributes=[*FILE_ATTRIBUTES, "output_key"]
     )
@@ -204,7 +204,7 @@ def wait_until_a_file_is_claimed(spec: PipelineSpec, attempt: dict, run_id: str)
 
 
 def drive_to_the_end(spec: PipelineSpec, attempt: dict) -> tuple[dict, list[str]]:
-    """What the sensor does: poll, resubmit on RESUBMIT, stop on ADVANCE; anything else fails the test."""
+    """What the watch task does: poll, resubmit on RESUBMIT, stop on ADVANCE; anything else fails the test."""
     deadline = time.monotonic() + STEP_DEADLINE_SECONDS
     history: list[str] = []
     while True:
@@ -357,8 +357,8 @@ def test_endpoint_frozen_30s_mid_job_the_run_succeeds_with_every_row_once(
 def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_no_status_is_lost(
     own_moto: MotoServer, local_root, tmp_path, monkeypatch
 ):
-    """The endpoint goes down for longer than every retry budget (the sensor's and the job's), then comes
-    back. The sensor fails the step saying so; the job drops the writes it could not land, withdraws the
+    """The endpoint goes down for longer than every retry budget (the watch's and the job's), then comes
+    back. The watch task fails the step saying so; the job drops the writes it could not land, withdraws the
     outputs they were for and ends; on-call resubmits what did not finish, and every row comes out once."""
     from shardline.airflow.triggers.step import StepTrigger
 
@@ -432,7 +432,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
             f"unfinished; proxy accepted {proxy.accepted} connection(s), cut {proxy.cut}"
         )
 
-        # What on-call does next, as the message says: resubmit what did not finish; the sensor drives the
+        # What on-call does next, as the message says: resubmit what did not finish; the watch task drives the
         # step to its end.
         latest = steps.latest_attempt(spec, StepRef(spec.pipeline, run_id, STEP))
         assert latest is not None and latest.number == attempt.number
@@ -450,7 +450,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
 def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lost(
     own_moto: MotoServer, local_root, tmp_path, monkeypatch
 ):
-    """Only the job loses the endpoint (the sensor still reaches it): its heartbeat goes stale, the sensor
+    """Only the job loses the endpoint (the watch task still reaches it): its heartbeat goes stale, the watch task
     stops it and resubmits. Every row must still come out exactly once: the files it had recorded SUCCEEDED were
     uploaded before they were recorded, so they stay, and only the rest go again."""
     point_aws_at(monkeypatch, tmp_path, own_moto.url)
@@ -471,9 +471,9 @@ def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lo
             assert time.monotonic() < deadline, "no file succeeded (safety deadline)"
             time.sleep(0.2)
 
-        proxy.refuse()  # the job's ledger writes and heartbeats fail from now on; the sensor's do not
+        proxy.refuse()  # the job's ledger writes and heartbeats fail from now on; the watch's do not
         while (decision := watch.decide_now(spec, attempt)).action is Action.WAIT:
-            assert time.monotonic() < deadline, f"the sensor never gave up on the cut-off job: {decision.reason}"
+            assert time.monotonic() < deadline, f"the watch task never gave up on the cut-off job: {decision.reason}"
             time.sleep(POLL_SECONDS)
         assert decision.action is Action.RESUBMIT and decision.stop_job, decision
         assert "heartbeat_timeout_seconds" in decision.reason, decision.reason
@@ -538,7 +538,7 @@ def test_a_lost_instance_costs_only_its_unfinished_files_and_no_row_is_lost_or_d
             victim.kill()
 
     while (decision := watch.decide_now(spec, attempt)).action is Action.WAIT:
-        assert time.monotonic() < deadline, f"the sensor never gave up on the lost instance: {decision.reason}"
+        assert time.monotonic() < deadline, f"the watch task never gave up on the lost instance: {decision.reason}"
         time.sleep(POLL_SECONDS)
     assert decision.action is Action.RESUBMIT, decision
     planned = {f.input_key for f in files}

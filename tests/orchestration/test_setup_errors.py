@@ -1,7 +1,7 @@
 """A model that cannot be set up fails its step at once, in the worker's own words, and is never retried.
 
 Real jobs on the local backend against moto_server: the worker finds its model broken (a digest that is not
-the pinned one, a file no library can load), records why on its SHARD item, and exits. The sensor's decision
+the pinned one, a file no library can load), records why on its SHARD item, and exits. The watch's decision
 is FAIL on the first attempt with that reason, and `shardline failed` shows it against every file.
 """
 

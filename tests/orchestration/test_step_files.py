@@ -1,4 +1,4 @@
-"""No FILE items at plan time: a step's first attempt writes its plan file, and every reader (the sensor's
+"""No FILE items at plan time: a step's first attempt writes its plan file, and every reader (the watch's
 snapshot, the CLI and page, a resubmission, the report) still sees each planned input, PENDING until claimed."""
 
 from __future__ import annotations

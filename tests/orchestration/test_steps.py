@@ -102,7 +102,7 @@ def _output_ids(bucket: str) -> list[int]:
 
 
 def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row_once(pipeline):
-    """Two on-call engineers (or an engineer and the sensor) resubmit the same failed step at the same moment."""
+    """Two on-call engineers (or an engineer and the watch task) resubmit the same failed step at the same moment."""
     import threading
 
     from shardline.ledger.step_writes import StaleOrchestratorError
@@ -125,7 +125,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
         except StaleOrchestratorError as err:
             results.append(err)
 
-    # The sensor's own retry and an operator's forced resubmission, both from attempt 1.
+    # The watch's own retry and an operator's forced resubmission, both from attempt 1.
     racers = [threading.Thread(target=resubmit, args=(by_operator,)) for by_operator in (False, True)]
     for racer in racers:
         racer.start()

@@ -194,7 +194,7 @@ def test_the_worker_beats_four_times_within_the_steps_heartbeat_timeout():
     assert args[args.index("--heartbeat-interval") + 1] == "7.5"
 
 
-def test_the_worker_holds_ledger_writes_through_an_outage_until_the_sensor_would_give_up_on_it():
+def test_the_worker_holds_ledger_writes_through_an_outage_until_the_watch_task_would_give_up_on_it():
     data = minimal()
     data["steps"][0]["heartbeat_timeout_seconds"] = 45
     args = build_processing_request(parse_spec(data, "p.yaml"), attempt(), image_uri=IMAGE, role_arn=ROLE)[

@@ -3,7 +3,7 @@
 SageMaker refuses a CreateProcessingJob whose instances would take the account past its quota for their type
 (``ResourceLimitExceeded``), throttles (``ThrottlingException``), and sometimes ends a job for want of
 capacity (``CapacityError``). The local backend does the same, as botocore ``ClientError``s of the same shape,
-so the orchestration, the sensor and the benchmark meet them as they would on AWS.
+so the orchestration, the watch task and the benchmark meet them as they would on AWS.
 
 Set by ``<local root>/fleet.json``, or the environment variable ``SHARDLINE_LOCAL_FLEET`` (the same JSON; it
 wins)::

@@ -1,7 +1,7 @@
-"""The sensor's policy: given what the ledger and the backend say, what happens next.
+"""The watch's policy: given what the ledger and the backend say, what happens next.
 
 Pure: no IO, no clock reads (``now`` is an argument), so the whole state table is
-unit-tested with plain data. The trigger gathers a :class:`StepSnapshot`; the sensor
+unit-tested with plain data. The trigger gathers a :class:`StepSnapshot`; the watch task
 acts on the :class:`Decision`.
 """
 

@@ -21,7 +21,7 @@ class Next(enum.StrEnum):
     SUBMIT = "submit"  # start attempt N+1 with the chosen files
     TAKE_UP = "take_up"  # submit nothing; clear the watch task so the DAG run takes the step up again
     NOTHING = "nothing"  # submit nothing, clear nothing: all is in hand or done
-    REFUSE = "refuse"  # the step's sensor is in charge; wait for it, or pass --force
+    REFUSE = "refuse"  # the step's watch task is in charge; wait for it, or pass --force
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,18 +71,18 @@ def choose_next(
     finished in a way the ledger has since overtaken, left the DAG run behind: clearing it lets the
     run take the step up again (this also completes a resubmission whose clear failed).
     """
-    sensor_in_charge = watch_state is not None and watch_state not in FINISHED_TASK_STATES
+    watch_in_charge = watch_state is not None and watch_state not in FINISHED_TASK_STATES
     if job_running:
-        return _while_running(attempt, job, watch, watch_state, sensor_in_charge)
+        return _while_running(attempt, job, watch, watch_state, watch_in_charge)
     if step_status not in STEP_TERMINAL:
-        return _not_recorded(attempt, watch, watch_state, sensor_in_charge, files=files, force=force)
+        return _not_recorded(attempt, watch, watch_state, watch_in_charge, files=files, force=force)
     return _after_the_step_ended(step_status, watch, watch_state, files)
 
 
-def _while_running(attempt: int, job: str, watch: str, watch_state: str | None, sensor_in_charge: bool) -> NextStep:
+def _while_running(attempt: int, job: str, watch: str, watch_state: str | None, watch_in_charge: bool) -> NextStep:
     """The latest attempt's job still runs: nothing to submit; at most, let the DAG run follow it again."""
-    if sensor_in_charge or watch_state is None:
-        follows = f" and its sensor ({watch}, {task_state(watch_state)}) follows it" if sensor_in_charge else ""
+    if watch_in_charge or watch_state is None:
+        follows = f" and its watch task ({watch}, {task_state(watch_state)}) follows it" if watch_in_charge else ""
         return NextStep(
             Next.NOTHING,
             False,
@@ -100,16 +100,16 @@ def _while_running(attempt: int, job: str, watch: str, watch_state: str | None, 
 
 
 def _not_recorded(
-    attempt: int, watch: str, watch_state: str | None, sensor_in_charge: bool, *, files: int, force: bool
+    attempt: int, watch: str, watch_state: str | None, watch_in_charge: bool, *, files: int, force: bool
 ) -> NextStep:
     """The job has ended, and the ledger does not show the step ended yet: its outcome is not recorded."""
-    if sensor_in_charge:
+    if watch_in_charge:
         if force and files:
             return NextStep(
                 Next.SUBMIT, False, f"--force: {watch} is {task_state(watch_state)} and follows the new attempt"
             )
         waiting = (
-            f"attempt {attempt} has ended, but its sensor ({watch}, now {task_state(watch_state)}) has "
+            f"attempt {attempt} has ended, but its watch task ({watch}, now {task_state(watch_state)}) has "
             "not recorded the outcome yet; it resubmits on its own while retry.max_attempts allows"
         )
         if force:

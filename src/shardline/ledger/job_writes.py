@@ -163,7 +163,7 @@ class WorkerLedger:
 
         The STEP item is owned by the orchestrator. When it has moved to a newer attempt,
         the transaction is cancelled and this instance learns it is a zombie. ``setup_error``:
-        why the instance could not start (its model, its arguments), recorded so the sensor fails
+        why the instance could not start (its model, its arguments), recorded so the watch task fails
         the step at once with the worker's own words instead of retrying it as a lost job.
         """
         m, ctx = self.model, self.context

@@ -1,6 +1,6 @@
 """The ledger's items as every reader sees them: one record type per item (FILE, SHARD, STEP, RUN).
 
-The sensor's decision, the run report, on-call's views and the page all read these, never a pynamodb
+The watch's decision, the run report, on-call's views and the page all read these, never a pynamodb
 item: :func:`shardline.ledger.step_reads.read_step` hands out :class:`FileRecord` and :class:`ShardRecord`
 values, and the readers copy a STEP or RUN item with :meth:`StepRecord.of` / :meth:`RunRecord.of`. Each
 record says its own failure with ``error_line()`` ("Class: message", :func:`shardline.errors.error_line`).

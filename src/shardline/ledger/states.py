@@ -1,6 +1,6 @@
 """Every state a ledger record can hold, declared once.
 
-The worker, the sensor, the CLI and the UI all read these sets instead of
+The worker, the watch task, the CLI and the UI all read these sets instead of
 spelling out states in `if` chains.
 """
 
@@ -36,7 +36,7 @@ class StepStatus(StrEnum):
     PARTIAL = "PARTIAL"  # ended with failures inside the tolerance
     FAILED = "FAILED"
     SKIPPED = "SKIPPED"  # empty input
-    CANCELLED = "CANCELLED"  # stopped by `shardline cancel`; the sensor must not resubmit it
+    CANCELLED = "CANCELLED"  # stopped by `shardline cancel`; the watch task must not resubmit it
 
 
 FILE_TERMINAL = frozenset({FileStatus.SUCCEEDED, FileStatus.FAILED})

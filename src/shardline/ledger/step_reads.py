@@ -1,4 +1,4 @@
-"""How every reader sees a run and its steps: the sensor, the CLI, the page and the run report.
+"""How every reader sees a run and its steps: the watch task, the CLI, the page and the run report.
 
 They all read a step through :func:`read_step` (one way into the table), with the inputs its plan files
 name but no instance has claimed added by :func:`with_unclaimed` (``orchestration.step_files.read_step_files``
@@ -24,7 +24,7 @@ from shardline.ledger.keys import (
 from shardline.ledger.records import FileRecord, ShardRecord
 from shardline.ledger.table import LedgerItem
 
-# Only what the sensor needs; keeps each Query page small.
+# Only what the watch task needs; keeps each Query page small.
 FILE_ATTRIBUTES = [
     "pk",
     "sk",

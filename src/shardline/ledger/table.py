@@ -24,7 +24,7 @@ FAILURES_INDEX_NAME = "failures"
 # input rows does not outlive its use. A pipeline sets its own with `ledger_retention_days`.
 DEFAULT_RETENTION_DAYS = 90
 # Every DynamoDB call gives up in bounded time: an endpoint that freezes or goes away never
-# blocks a worker, the sensor or the CLI forever. 5 tries of at most 5 s to connect and 20 s
+# blocks a worker, the watch task or the CLI forever. 5 tries of at most 5 s to connect and 20 s
 # to answer ride out a pause of about a minute; longer is an outage the caller reports.
 CONNECT_TIMEOUT_SECONDS = 5
 READ_TIMEOUT_SECONDS = 20
@@ -51,7 +51,7 @@ class LedgerItem(_Expiring, Model):
     """Schema of every ledger item. Use :func:`bind_ledger` to get a class bound to a table.
 
     Stored attribute names are short on purpose: a Query page holds 1 MB of items, and
-    names count toward item size, so a sensor poke on a 10,000-file step stays a few pages.
+    names count toward item size, so a watch poll on a 10,000-file step stays a few pages.
     """
 
     class Meta:

@@ -244,7 +244,7 @@ SELECTIONS = ("--all-failed", "--shard", "--file", "--rejects")
     help="one file (s3:// URI or key relative to the input prefix); repeatable",
 )
 @click.option("--dry-run", is_flag=True, help="show what would be resubmitted; change nothing")
-@click.option("--force", is_flag=True, help="resubmit even though the step's sensor has not ended")
+@click.option("--force", is_flag=True, help="resubmit even though the step's watch task has not ended")
 @click.option(
     "--ledger-only",
     is_flag=True,

@@ -25,7 +25,7 @@ class NotFound(OnCallError):
 
 
 class Conflict(OnCallError):
-    """The request does not fit where the run is now (a sensor in charge, an attempt moved on, ended)."""
+    """The request does not fit where the run is now (a watch task in charge, an attempt moved on, ended)."""
 
     http_status = 409
 

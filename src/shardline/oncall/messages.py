@@ -119,7 +119,7 @@ CANCEL_LINES = {
     "cancelled": "step {step}: CANCELLED",
     "dag_run_failed": "Airflow: DAG run {run_id} marked failed",
     "airflow_error": "Airflow: DAG run {run_id} was not marked failed ({err}); the ledger says CANCELLED, so no "
-    "sensor resubmits; mark the DAG run failed in Airflow's UI",
+    "watch task resubmits; mark the DAG run failed in Airflow's UI",
 }
 
 

@@ -125,7 +125,7 @@ class Resubmission(OnCallReads):
         All or nothing: Airflow is asked first (the watch task's state, and whether this caller may
         clear it), and if it cannot be asked or would refuse, nothing is submitted. Safe to repeat:
         the same call again finds the attempt running, or completes a resubmission whose clear
-        failed, or finds nothing left. ``force`` resubmits while the step's sensor is still in
+        failed, or finds nothing left. ``force`` resubmits while the step's watch task is still in
         charge (it follows the new attempt). ``ledger_only`` leaves Airflow out (a step not run by
         an Airflow DAG): the new attempt runs, and no DAG run follows it.
         """
@@ -240,7 +240,7 @@ class Resubmission(OnCallReads):
     def _rerun_watch(self, ref: RunRef, watch: str, wait_seconds: float = WATCH_WAIT_SECONDS) -> str:
         """Let the DAG run follow the step again: clear its watch task once it has finished.
 
-        The sensor records the step's outcome a moment before its task ends, so a watch task
+        The watch task records the step's outcome a moment before its task ends, so a watch task
         still running here is about to end: wait for it, then clear it (and what follows it).
         Raises AirflowApiError or OnCallError if it cannot.
         """
@@ -309,7 +309,7 @@ def _submit(
         raise Conflict(refused_text(err, StepRef(ref.pipeline, ref.run_id, step))) from err
     except StaleOrchestratorError as err:
         raise Conflict(
-            f"someone else (the sensor, or another operator) moved step {step} of {ref} past "
+            f"someone else (the watch task, or another on-call engineer) moved step {step} of {ref} past "
             f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "
             f"status {ref}` shows where it is now"
         ) from err

@@ -211,7 +211,7 @@ class RunActions(OnCallReads):
         return running
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by an operator") -> list[str]:
-        """Mark every step CANCELLED (so no sensor resubmits), stop their jobs, fail the DAG run."""
+        """Mark every step CANCELLED (so no watch task resubmits), stop their jobs, fail the DAG run."""
         spec = self.spec(ref.pipeline)
         model = services.ledger_model(spec)
         records = read_run(model, ref.pipeline, ref.run_id)

@@ -1,7 +1,7 @@
 """A step's files as every reader sees them: its FILE items, and the inputs planned but never claimed.
 
 A step's first attempt writes no FILE item at plan time (``ledger.step_writes.start_attempt``);
-an instance's first claim does. So the sensor, the CLI, the page and the run report read the step
+an instance's first claim does. So the watch task, the CLI, the page and the run report read the step
 through :func:`read_step_files`: the ledger's Query, plus the plan file of each attempt that the
 STEP item records (its inputs and sizes, in S3), merged by ``ledger.step_reads.with_unclaimed``.
 

@@ -50,7 +50,7 @@ from shardline.waiting import wait_for
 log = logging.getLogger(__name__)
 
 
-# How the sensor's outcome is recorded on the STEP item.
+# How the watch's outcome is recorded on the STEP item.
 OUTCOME_STATUS = {
     "ADVANCE": StepStatus.SUCCEEDED,
     "PARTIAL": StepStatus.PARTIAL,
@@ -301,7 +301,7 @@ def resubmit(
 ) -> Attempt:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
-    Fenced on ``attempt``: the step must still be at it, so a sensor and an operator cannot
+    Fenced on ``attempt``: the step must still be at it, so a watch task and an on-call engineer cannot
     both plan the next one (the loser gets StaleOrchestratorError). ``attempt``'s job is stopped,
     and waited for, before the next one is planned: two attempts never run at once.
     ``by_operator``: a cancelled step may be reopened. ``sizes``: sizes the caller already knows (the listing
@@ -486,7 +486,7 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
 
 
 def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> StepStatus | None:
-    """Record the sensor's outcome on the STEP item (and on the RUN item when the step failed).
+    """Record the watch's outcome on the STEP item (and on the RUN item when the step failed).
 
     Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
     """
@@ -547,7 +547,7 @@ def step_message(spec: PipelineSpec, attempt: Attempt) -> str:
 
 
 def outcome_message(attempt: Attempt, status: StepStatus, reason: str) -> str:
-    """The STEP item's message for the sensor's outcome: a step that did not succeed says how to retry it."""
+    """The STEP item's message for the watch's outcome: a step that did not succeed says how to retry it."""
     if status is StepStatus.SUCCEEDED:
         return reason
     return (

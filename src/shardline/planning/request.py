@@ -23,7 +23,7 @@ def worker_arguments(step: StepSpec, *, rejects_part: bool = False) -> list[str]
     args = ["--exit-zero-on-file-failures"]
     # Four beats fit in the step's heartbeat timeout, so one late write never makes a healthy instance look lost.
     args += ["--heartbeat-interval", f"{min(30.0, step.heartbeat_timeout_seconds / 4):g}"]
-    # Past the heartbeat timeout the sensor has given up on the instance, so holding its ledger
+    # Past the heartbeat timeout the watch task has given up on the instance, so holding its ledger
     # writes through an outage any longer gains nothing; until then it loses nothing.
     args += ["--ledger-retry-seconds", f"{step.heartbeat_timeout_seconds:g}"]
     if step.input.format:

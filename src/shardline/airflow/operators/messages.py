@@ -101,6 +101,6 @@ def param_problem_text(problem: str, ref: str) -> str:
 
 
 def run_failed_text(reason: object) -> str:
-    """The ledger's message for a DAG run that failed outside the sensor (say, in planning)."""
+    """The ledger's message for a DAG run that failed outside the watch task (say, in planning)."""
     said = f"DAG run failed ({reason})" if reason else "DAG run failed"
     return f"{said}; check the failed task's log in Airflow for why"

@@ -275,7 +275,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
 
 def mark_run_failed(spec_path: str, context) -> None:
-    """DAG ``on_failure_callback``: a run that failed outside the sensor (say, in planning) shows as FAILED
+    """DAG ``on_failure_callback``: a run that failed outside the watch task (say, in planning) shows as FAILED
     in `shardline runs` and the page too, unless something already recorded how it ended."""
     from shardline.ledger.step_writes import set_run_status
     from shardline.orchestration import services

@@ -159,7 +159,7 @@ UNREACHABLE, TIMEOUT = "UNREACHABLE", "TIMEOUT"
 
 @dataclasses.dataclass(frozen=True)
 class StepEvent:
-    """What :class:`StepTrigger` hands the watch sensor: the decision on one attempt.
+    """What :class:`StepTrigger` hands the watch task: the decision on one attempt.
 
     ``action`` is an :class:`Action` other than WAIT, or ``UNREACHABLE`` (the endpoint stayed down
     past the step's heartbeat timeout) or ``TIMEOUT`` (the attempt ran past its deadline). It
@@ -173,7 +173,7 @@ class StepEvent:
     failed_files: tuple[dict[str, Any], ...] = ()  # input, error_class, error_message (at most 500 characters)
     delay_seconds: float = 0.0
     stop_job: bool = False
-    policy: Policy | None = None  # the policy the attempt was watched with: the sensor acts on the event by it
+    policy: Policy | None = None  # the policy the attempt was watched with: the watch task acts on the event by it
     capacity: bool = False  # a RESUBMIT after SageMaker could not provision the job (not counted as an attempt)
 
     @classmethod

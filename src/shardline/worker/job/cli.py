@@ -284,7 +284,7 @@ def _add_reporting(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         type=float,
         default=RETRY_BUDGET_SECONDS,
         help="while the ledger's endpoint fails, keep its writes this long before dropping them "
-        "(the files stay unfinished and the sensor retries them; default %(default)s)",
+        "(the files stay unfinished and the watch task retries them; default %(default)s)",
     )
     ops.add_argument("--summary-json", type=Path, help="also write the job summary to this file")
     ops.add_argument(

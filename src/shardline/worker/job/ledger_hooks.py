@@ -185,7 +185,7 @@ class LedgerHooks(Hooks):
 
         Their files are either owned by a newer attempt (this instance was fenced: a zombie's
         output must not replace the newer attempt's) or still unfinished in the ledger (the
-        endpoint was unreachable), and the sensor retries them. One that went up already stays in S3 (its key may
+        endpoint was unreachable), and the watch task retries them. One that went up already stays in S3 (its key may
         be a newer attempt's output by now); the check before ``_SUCCESS`` compares the object with the ledger's
         sha256, so it never passes for another attempt's. Returns how many local copies were withdrawn.
         """

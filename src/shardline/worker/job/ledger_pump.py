@@ -22,8 +22,8 @@ _STOP = object()
 # long, on top of the client's own retries: every write is idempotent. The budget is for the
 # outage, not for each write: once the endpoint has failed for this long, each queued write is
 # tried once and dropped, so a long outage ends the job in one budget, not one per queued write.
-# A dropped write leaves its file unfinished in the ledger, so the sensor retries it; nothing
-# is marked wrongly. Pipelines set it to the step's heartbeat timeout: past that the sensor
+# A dropped write leaves its file unfinished in the ledger, so the watch task retries it; nothing
+# is marked wrongly. Pipelines set it to the step's heartbeat timeout: past that the watch task
 # has given up on this instance anyway.
 RETRY_BUDGET_SECONDS = 120.0
 
@@ -70,7 +70,7 @@ class LedgerPump:
         timeout = self.retry_budget_seconds + 60 if timeout is None else timeout
         self._thread.join(timeout)
         if self._thread.is_alive():
-            log.error("ledger writes still pending after %.0fs; the sensor will see stale records", timeout)
+            log.error("ledger writes still pending after %.0fs; the watch task will see stale records", timeout)
 
     def _run(self) -> None:
         while True:
@@ -91,7 +91,7 @@ class LedgerPump:
             except StaleAttemptError as err:
                 self.fence(str(err))
                 return
-            except Exception as err:  # noqa: BLE001 - a lost status write is retried by the sensor, not fatal here
+            except Exception as err:  # noqa: BLE001 - a lost status write is retried by the watch task, not fatal here
                 now = self._clock()
                 if self._failing_since is None:
                     self._failing_since = now
@@ -99,7 +99,7 @@ class LedgerPump:
                     self.errors += 1
                     log.error(
                         "ledger write dropped (%s): the ledger has failed for %.0fs (budget %.0fs): %s: %s; "
-                        "the file stays unfinished in the ledger and the sensor retries it",
+                        "the file stays unfinished in the ledger and the watch task retries it",
                         what,
                         now - self._failing_since,
                         self.retry_budget_seconds,
