@@ -161,7 +161,7 @@ def test_attempts_only_move_forward(ledger_table):
     start_attempt(model, StepRef("p", "run-2", "score"), 2)
     with pytest.raises(StaleOrchestratorError, match=r"no longer at attempt 0"):
         start_attempt(model, StepRef("p", "run-2", "score"), 1)
-    # An operator's resubmission names the attempt it saw as the newest; if that moved, it loses.
+    # An on-call resubmission names the attempt it saw as the newest; if that moved, it loses.
     with pytest.raises(StaleOrchestratorError, match=r"no longer at attempt 1"):
         start_attempt(model, StepRef("p", "run-2", "score"), 3, after=1)
     start_attempt(model, StepRef("p", "run-2", "score"), 3, after=2)
@@ -169,7 +169,7 @@ def test_attempts_only_move_forward(ledger_table):
 
 
 def test_fencing_two_planners_of_one_attempt_only_one_wins(ledger_table):
-    """The watch's resubmission and an operator's forced one both saw attempt 1: exactly one plans attempt 2."""
+    """The watch's resubmission and an on-call engineer's forced one both saw attempt 1: exactly one plans attempt 2."""
     model = bind_ledger(ledger_table)
     start_attempt(model, StepRef("p", "run-3", "score"), 1)
     start_attempt(model, StepRef("p", "run-3", "score"), 2, after=1)
@@ -247,7 +247,7 @@ def test_fencing_cancel_is_conditional_on_the_attempt_seen(ledger_table):
     assert not cancel_step(model, StepRef("p", "run-5", "score"), 2, "again")  # already ended: left as it is
     with pytest.raises(StaleOrchestratorError):  # and the watch task cannot reopen it
         start_attempt(model, StepRef("p", "run-5", "score"), 3)
-    start_attempt(model, StepRef("p", "run-5", "score"), 3, reopen_cancelled=True)  # an operator may
+    start_attempt(model, StepRef("p", "run-5", "score"), 3, reopen_cancelled=True)  # on-call may
 
 
 def _finish(ledger_table: str, run_id: str, name: str, attempt: int) -> None:
@@ -295,7 +295,7 @@ def test_an_input_planned_again_reads_pending_under_the_newer_attempt_until_clai
         "s3://b/b": ("PENDING", 2),
         "s3://b/c": ("RUNNING", 2),
         "s3://b/d": ("PENDING", 2),  # attempt 1's late write does not count for attempt 2
-        "s3://b/e": ("PENDING", 1),  # planned by 1, never claimed, and left out of 2 (an operator chose files)
+        "s3://b/e": ("PENDING", 1),  # planned by 1, never claimed, and left out of 2 (on-call chose files)
         "s3://b/z": ("FAILED", 1),
     }
     pending = next(f for f in with_unclaimed(records, planned).files if f.input_key == "s3://b/b")

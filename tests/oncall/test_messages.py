@@ -578,7 +578,7 @@ def test_the_step_functions_and_the_trigger_say_what_to_do():
 
     said("watch fails: timeout", step_failed_text(ATTEMPT, "TIMEOUT", reason, []), failure=True)
     said("watch fails: unreachable", step_failed_text(ATTEMPT, "UNREACHABLE", text, []), failure=True)
-    said("watch fails: no file failed", step_failed_text(ATTEMPT, "FAIL", "cancelled by an operator", []), failure=True)
+    said("watch fails: no file failed", step_failed_text(ATTEMPT, "FAIL", "cancelled by on-call", []), failure=True)
 
 
 # --- the operators ---------------------------------------------------------------------------------------

@@ -154,14 +154,14 @@ def test_a_resubmission_waits_for_the_watch_task_and_cancel_stops_everything(fai
     latest = steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score"))
     keys = [f.input_key for f in read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).files]
     running = steps.resubmit(spec, latest, keys)
-    result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # an operator, while attempt 2 runs
+    result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # on-call, while attempt 2 runs
     assert result.attempt is None and "is still running" in result.airflow
     lines = oncall.cancel(ref, "bad model version")
     assert f"step score: stopped {running.job_name}" in lines and "step score: CANCELLED" in lines
     assert steps.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)
     assert oncall.status(ref).status == "CANCELLED"
     assert read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).step.status == StepStatus.CANCELLED
-    # The watch's late verdict, and its own retries, never undo the operator's cancel.
+    # The watch's late verdict, and its own retries, never undo on-call's cancel.
     assert steps.finish(spec, running, "FAIL", "job Stopped") is None
     with pytest.raises(StaleOrchestratorError):
         start_attempt(model, StepRef(ref.pipeline, ref.run_id, "score"), 3, [(keys[0], 1)])

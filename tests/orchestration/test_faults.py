@@ -436,7 +436,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
         # step to its end.
         latest = steps.latest_attempt(spec, StepRef(spec.pipeline, run_id, STEP))
         assert latest is not None and latest.number == attempt.number
-        current = steps.resubmit(spec, latest, sorted(files), by_operator=True)
+        current = steps.resubmit(spec, latest, sorted(files), by_oncall=True)
         try:
             _, history = drive_to_the_end(spec, current)
         except BaseException:

@@ -118,15 +118,15 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     failed = [f"s3://{bucket}/in/part-9.parquet"]
     start, results = threading.Barrier(2), []
 
-    def resubmit(by_operator: bool) -> None:
+    def resubmit(by_oncall: bool) -> None:
         start.wait()
         try:
-            results.append(steps.resubmit(spec, first, failed, by_operator=by_operator))
+            results.append(steps.resubmit(spec, first, failed, by_oncall=by_oncall))
         except StaleOrchestratorError as err:
             results.append(err)
 
-    # The watch's own retry and an operator's forced resubmission, both from attempt 1.
-    racers = [threading.Thread(target=resubmit, args=(by_operator,)) for by_operator in (False, True)]
+    # The watch's own retry and an on-call engineer's forced resubmission, both from attempt 1.
+    racers = [threading.Thread(target=resubmit, args=(by_oncall,)) for by_oncall in (False, True)]
     for racer in racers:
         racer.start()
     for racer in racers:

@@ -197,7 +197,7 @@ def test_an_aws_failure_shows_the_reader_a_reference_not_aws_s_message(api):
         for leak in ("arn:", "botocore", "pynamodb", "Error", "Exception", "An error occurred", "Requested resource"):
             assert leak not in answer.text, (leak, answer.text)
         assert not re.search(r"\d{12}", answer.text.replace(ref, "")), answer.text  # an account id
-        # The operator finds AWS's own message in the server's log by the reference (written before the answer).
+        # Whoever runs the server finds AWS's own message in its log by the reference (written before the answer).
         logged = [line for line in api.log.read_text(errors="replace").splitlines() if f"ref {ref}" in line]
         assert logged and "ResourceNotFoundException" in "\n".join(logged), api.log.read_text()[-3000:]
 

@@ -136,7 +136,7 @@ def needs_files(snapshot: StepSnapshot, policy: Policy) -> bool:
 
     It does not while the job runs (or stops) with every instance heard from: that is WAIT, whatever
     the files say. So a poll of a running step reads no FILE item, and a step's FILE items are read
-    when its job has ended, an instance went silent, or an operator cancelled it.
+    when its job has ended, an instance went silent, or an on-call engineer cancelled it.
     """
     job = snapshot.job_status
     if snapshot.cancelled or not (job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING):
@@ -176,7 +176,7 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     if snapshot.cancelled:
         return Decision(
             Action.FAIL,
-            f"cancelled by an operator (`shardline cancel`) with {len(succeeded)}/{total} files succeeded",
+            f"cancelled by on-call (`shardline cancel`) with {len(succeeded)}/{total} files succeeded",
             failed_files=tuple(failed),
             stop_job=not job.is_terminal,
         )

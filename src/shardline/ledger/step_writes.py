@@ -207,7 +207,7 @@ def start_attempt(
     Attempt 1 writes no FILE item (an instance's claim creates it; readers take the unclaimed inputs from the
     plan file). A retry writes a PENDING item at ``attempt`` for each of its ``input_keys``, in parallel batches
     (:func:`put_items`): the fence that refuses a zombie's late finish. A cancelled step stays cancelled unless
-    ``reopen_cancelled`` (an operator's resubmission). ``plan_json`` records what the step was planned with;
+    ``reopen_cancelled`` (an on-call resubmission). ``plan_json`` records what the step was planned with;
     ``plan_file`` the attempt's plan file, in the same fenced update. ``parts``: for an attempt that scores
     rejected rows again, each input's source file and the source's ETag (``part_of``, ``source_etag``).
     Returns the number of FILE items written.
@@ -400,10 +400,10 @@ def _plan_files_update(model: type[LedgerItem], pk: str, step: str, attempt: int
 
 
 def cancel_step(model: type[LedgerItem], ref: StepRef, attempt: int, reason: str) -> bool:
-    """Mark the step CANCELLED, fenced on the attempt the operator saw, if it has not ended.
+    """Mark the step CANCELLED, fenced on the attempt the on-call engineer saw, if it has not ended.
 
     Returns False when the step moved to another attempt or ended meanwhile: that state stands,
-    and the operator looks again.
+    and the on-call engineer looks again.
     """
     pipeline, run_id, step = ref
     c = model.Control

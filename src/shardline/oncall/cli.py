@@ -379,7 +379,7 @@ def trigger(options: Globals, pipeline: str, partition: dt.datetime, conf: dict,
 
 @_command("cancel", "stop a run's jobs, mark it CANCELLED, fail its DAG run")
 @_run_argument
-@click.option("--reason", default="cancelled by an operator", show_default=True, help="recorded on the run")
+@click.option("--reason", default="cancelled by on-call", show_default=True, help="recorded on the run")
 @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
 @click.pass_obj
 def cancel(options: Globals, run: str, reason: str, yes: bool) -> Reply:

@@ -8,7 +8,7 @@ from shardline.errors import ShardlineError
 
 
 class OnCallError(ShardlineError):
-    """Something the operator can fix; the message says what to do next.
+    """Something the on-call engineer can fix; the message says what to do next.
 
     Its kind says how the page answers (``http_status``) and how the CLI exits (``exit_code``), so
     neither reads the message to decide.

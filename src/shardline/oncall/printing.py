@@ -49,7 +49,7 @@ def printable(value: object, *, newlines: bool = False) -> str:
     A file key or error message holding ESC (``\\x1b[2J`` clears the screen, ``\\x1b]8;;...`` makes a link),
     a carriage return or a backspace (which overwrite what was printed), or a bidi override (which reorders
     it) would otherwise let whoever wrote it hide or fake output. Escaping (``\\x1b``, ``\\r``, ``\\u202e``)
-    rather than dropping shows the operator that the text holds such a character, and which.
+    rather than dropping shows the on-call engineer that the text holds such a character, and which.
     ``newlines`` keeps line breaks and tabs, for text that is made of lines (a preview's report).
     """
     text = "" if value is None else str(value)

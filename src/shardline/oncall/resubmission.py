@@ -302,7 +302,7 @@ def _submit(
     try:
         if rejects:
             return rejects_parts.resubmit_rejects(spec, latest, files)
-        return steps.resubmit(spec, latest, files, by_operator=True)
+        return steps.resubmit(spec, latest, files, by_oncall=True)
     except rejects_parts.RejectsPartError as err:
         raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
     except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix

@@ -210,7 +210,7 @@ class RunActions(OnCallReads):
                 continue
         return running
 
-    def cancel(self, ref: RunRef, reason: str = "cancelled by an operator") -> list[str]:
+    def cancel(self, ref: RunRef, reason: str = "cancelled by on-call") -> list[str]:
         """Mark every step CANCELLED (so no watch task resubmits), stop their jobs, fail the DAG run."""
         spec = self.spec(ref.pipeline)
         model = services.ledger_model(spec)

@@ -191,7 +191,7 @@ def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *
 
 def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str]) -> Attempt:
     """Submit the attempt after ``latest`` over the rejected rows of the files ``keys`` (input keys), each picked
-    from its source as it is now into a part. Fenced on ``latest`` as any operator's resubmission is."""
+    from its source as it is now into a part. Fenced on ``latest`` as any on-call resubmission is."""
     records = read_step_files(spec, latest.ref)
     chosen = set(keys)
     sources = [f for f in with_rejects(records.files) if f.input_key in chosen]

@@ -76,7 +76,7 @@ def _new_attempt(
     ``base``: the step's plan (an earlier attempt, or attempt 1 before its files are known).
     ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
     ``replan``: the STEP item holds this attempt already, but its job was never submitted.
-    ``may_take``: a plan or an operator may take the output prefix; the watch's own attempts only renew it.
+    ``may_take``: a plan or an on-call engineer may take the output prefix; the watch's own attempts only renew it.
     ``parts``: an attempt of rejects parts (``base.parts_prefix``): each part's source and the source's ETag.
     """
     step = spec.step(base.step)
@@ -295,7 +295,7 @@ def resubmit(
     attempt: Attempt,
     retry_keys: list[str],
     *,
-    by_operator: bool = False,
+    by_oncall: bool = False,
     sizes: dict[str, int] | None = None,
     capacity: bool = False,
 ) -> Attempt:
@@ -304,7 +304,7 @@ def resubmit(
     Fenced on ``attempt``: the step must still be at it, so a watch task and an on-call engineer cannot
     both plan the next one (the loser gets StaleOrchestratorError). ``attempt``'s job is stopped,
     and waited for, before the next one is planned: two attempts never run at once.
-    ``by_operator``: a cancelled step may be reopened. ``sizes``: sizes the caller already knows (the listing
+    ``by_oncall``: a cancelled step may be reopened. ``sizes``: sizes the caller already knows (the listing
     that found inputs landed after planning), so no object is read for them. ``capacity``: SageMaker could not
     provision ``attempt``'s job, so the next one may move to a fallback instance type (``after_capacity_failure``).
     """
@@ -322,8 +322,8 @@ def resubmit(
         attempt.number + 1,
         objects,
         after=attempt.number,
-        reopen_cancelled=by_operator,
-        may_take=by_operator,
+        reopen_cancelled=by_oncall,
+        may_take=by_oncall,
         parts=parts,
     )
     return submit(spec, nxt)
@@ -340,7 +340,7 @@ def submit_parts(
     spec: PipelineSpec, latest: Attempt, parts_prefix: str, objects: list[S3Object], parts: dict[str, tuple[str, str]]
 ) -> Attempt:
     """Plan and submit the attempt after ``latest`` over rejects parts (``objects``, under ``parts_prefix``), fenced
-    on ``latest`` as an operator's resubmission is (:mod:`shardline.orchestration.rejects_parts` picks them)."""
+    on ``latest`` as an on-call resubmission is (:mod:`shardline.orchestration.rejects_parts` picks them)."""
     stop_and_wait(spec, latest)
     base = latest.model_copy(update={"parts_prefix": parts_prefix})
     nxt = _new_attempt(
@@ -488,7 +488,7 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
 def finish(spec: PipelineSpec, attempt: Attempt, action: str, reason: str) -> StepStatus | None:
     """Record the watch's outcome on the STEP item (and on the RUN item when the step failed).
 
-    Fenced on the attempt: if an operator resubmitted meanwhile, the newer attempt's state stands.
+    Fenced on the attempt: if an on-call engineer resubmitted meanwhile, the newer attempt's state stands.
     """
     status = OUTCOME_STATUS[action]
     unvouched: list[outputs.UnvouchedFile] = []

@@ -38,7 +38,7 @@ def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: 
     from shardline.orchestration.capacity_moves import note_waiting
 
     attempt = Attempt.from_xcom(planned)
-    # After a wait, the attempt must still own the step (an operator may have resubmitted or cancelled it
+    # After a wait, the attempt must still own the step (an on-call engineer may have resubmitted or cancelled it
     # meanwhile): the note's fenced clear checks that before anything is submitted.
     if refusals and not note_waiting(task.spec, attempt, ""):
         raise StepMovedOn(moved_on_text(attempt))
@@ -51,13 +51,13 @@ def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: 
 
 
 class StepMovedOn(AirflowFailException):
-    """An operator resubmitted or cancelled the step while an attempt's submit waited: that attempt is not to be
+    """An on-call engineer resubmitted or cancelled the step while an attempt's submit waited: that attempt is not to be
     submitted. The task follows the step where it is now."""
 
 
 def moved_on_text(attempt: Attempt) -> str:
     return (
-        f"step {attempt.step} moved on while attempt {attempt.number}'s submit waited for AWS (an operator "
+        f"step {attempt.step} moved on while attempt {attempt.number}'s submit waited for AWS (an on-call engineer "
         f"resubmitted or cancelled it), so that attempt was not submitted; `shardline status "
         f"{attempt.pipeline}/{attempt.run_id}` shows where the step is"
     )
@@ -243,7 +243,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
                 capacity=bool(event.get("capacity")),
             )
         except StaleOrchestratorError as err:
-            # An operator resubmitted (or cancelled) first: follow the step where it is now.
+            # An on-call engineer resubmitted (or cancelled) first: follow the step where it is now.
             self.log.warning("%s; following the step where it is now", err)
             return self._resume(context, attempt)
         except PartitionLost as lost:  # another run took the output prefix while this one waited to resubmit
@@ -251,7 +251,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
             raise AirflowFailException(str(lost)) from lost
         except SubmitRefused as err:  # the next attempt is planned; AWS said "not now" to its job
             if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
-                return self._resume(context, attempt)  # an operator moved the step on meanwhile: follow it
+                return self._resume(context, attempt)  # an on-call engineer moved the step on meanwhile: follow it
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
         return self._watch(context, nxt)
 

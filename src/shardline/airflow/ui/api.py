@@ -262,7 +262,7 @@ async def _oncall_error(_request: Request, err: OnCallError) -> JSONResponse:
 
 
 async def _aws_error(request: Request, err: Exception) -> JSONResponse:
-    # AWS's message names ARNs, account ids and roles: it goes to the server's log, where the operator of
+    # AWS's message names ARNs, account ids and roles: it goes to the server's log, where whoever runs
     # this Airflow finds it by the reference; the reader gets what kind of failure it was.
     ref = secrets.token_hex(6)
     log.error(
