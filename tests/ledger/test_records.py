@@ -8,7 +8,7 @@ import datetime as dt
 from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord
 from shardline.ledger.states import SETUP_ERROR, FileStatus
 from shardline.ledger.table import ControlItem, LedgerItem
-from shardline.oncall.records import FileView
+from shardline.oncall.values import FileView
 from shardline.oncall.views import file_view
 
 NOW = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)

@@ -8,7 +8,7 @@ import pytest
 
 def test_each_kind_of_on_call_error_says_how_the_page_answers_and_the_cli_exits():
     from shardline.oncall.errors import BadRequest, Conflict, NotFound, OnCallError, Refused, Unavailable
-    from shardline.oncall.records import RunRef
+    from shardline.oncall.values import RunRef
 
     kinds = {NotFound: (404, 1), Conflict: (409, 1), BadRequest: (400, 2), Refused: (403, 1), Unavailable: (503, 1)}
     for kind, (http_status, exit_code) in kinds.items():

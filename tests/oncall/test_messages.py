@@ -31,8 +31,8 @@ from shardline.oncall import messages, printing, views
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient, api_refused, find_settings, login_refused
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.messages import CANCEL_LINES
-from shardline.oncall.records import ResubmitPlan, ResubmitResult, RunRef
 from shardline.oncall.service import OnCall
+from shardline.oncall.values import ResubmitPlan, ResubmitResult, RunRef
 from shardline.orchestration import steps
 from shardline.orchestration import watch as polls
 from shardline.orchestration.outcome import rows_mismatch_text

@@ -8,7 +8,7 @@ import datetime as dt
 
 import pytest
 
-from shardline.oncall.records import RunRow
+from shardline.oncall.values import RunRow
 from shardline.oncall.views import MISSING, MISSING_GRACE_SECONDS, missing_rows
 from shardline.spec import SpecError, data_interval, interval_starts, parse_spec, partition_interval
 

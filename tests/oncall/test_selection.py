@@ -12,7 +12,7 @@ import pytest
 from shardline.decision.policy import UNSAFE_KEY_ERROR
 from shardline.oncall import selection
 from shardline.oncall.errors import BadRequest
-from shardline.oncall.records import FileView
+from shardline.oncall.values import FileView
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import manifest_body
 

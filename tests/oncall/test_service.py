@@ -18,8 +18,8 @@ from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import list_runs, read_step
 from shardline.ledger.step_writes import StaleOrchestratorError, ensure_run, finish_step, start_attempt
 from shardline.oncall.errors import OnCallError
-from shardline.oncall.records import RunRef
 from shardline.oncall.service import OnCall
+from shardline.oncall.values import RunRef
 from shardline.orchestration import steps
 from shardline.planning.inputs import parse_s3_uri
 from shardline.spec import load_spec, parse_spec

@@ -14,7 +14,7 @@ import pytest
 
 from shardline.ledger.records import RunRecord, ShardRecord, StepRecord
 from shardline.oncall import views
-from shardline.oncall.records import FileView, RunRef
+from shardline.oncall.values import FileView, RunRef
 
 NOW = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
 STARTED = NOW - dt.timedelta(seconds=100)
@@ -181,7 +181,7 @@ FORBIDDEN = ("boto3", "botocore", "pynamodb", "airflow", "httpx")
     "module",
     [
         "shardline.oncall.views",
-        "shardline.oncall.records",
+        "shardline.oncall.values",
         "shardline.oncall.messages",
         "shardline.oncall.selection",
         "shardline.oncall.errors",

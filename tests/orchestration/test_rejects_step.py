@@ -16,8 +16,8 @@ import pytest
 from examples import synthetic
 from shardline.ledger.keys import StepRef
 from shardline.oncall.errors import Conflict
-from shardline.oncall.records import RunRef
 from shardline.oncall.service import OnCall
+from shardline.oncall.values import RunRef
 from shardline.orchestration import steps, watch
 from shardline.planning import naming
 from shardline.planning.inputs import parse_s3_uri

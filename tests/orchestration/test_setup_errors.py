@@ -13,8 +13,8 @@ import boto3
 import pytest
 
 from shardline.decision.policy import Action
-from shardline.oncall.records import RunRef
 from shardline.oncall.service import OnCall
+from shardline.oncall.values import RunRef
 from shardline.orchestration import steps, watch
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 

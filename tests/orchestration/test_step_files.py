@@ -9,8 +9,8 @@ import pytest
 from shardline.ledger.keys import StepRef, file_sk_prefix, run_pk
 from shardline.ledger.records import FileRecord
 from shardline.ledger.step_reads import recorded_plan_files
-from shardline.oncall.records import RunRef
 from shardline.oncall.service import OnCall
+from shardline.oncall.values import RunRef
 from shardline.orchestration import services, steps
 from shardline.orchestration.step_files import PlanFileError, read_step_files
 from shardline.planning.inputs import parse_plan_file, parse_s3_uri

@@ -145,8 +145,8 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
 
 
 def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipeline):
-    from shardline.oncall.records import RunRef
     from shardline.oncall.service import OnCall
+    from shardline.oncall.values import RunRef
 
     spec, bucket = pipeline
     boto3.client("s3").put_object(Bucket=bucket, Key="in//tmp/evil.parquet", Body=parquet_bytes(10, 10_000))

@@ -19,8 +19,8 @@ from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.build import build_report
 from shardline.report.cost import Prices
 from shardline.report.histogram import Histogram
+from shardline.report.inputs import InstanceRecord, PreviousRun, StepIdentity
 from shardline.report.model import RunReport
-from shardline.report.records import InstanceRecord, PreviousRun, StepIdentity
 
 START = dt.datetime(2026, 11, 20, 10, 0, 0, tzinfo=dt.UTC)
 INSTANCE_TYPE = "ml.m5.xlarge"

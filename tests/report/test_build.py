@@ -12,7 +12,7 @@ from shardline.ledger.records import FileRecord
 from shardline.report.build import build_report
 from shardline.report.cost import Prices
 from shardline.report.histogram import Histogram
-from shardline.report.records import InstanceRecord, PreviousRun, StepIdentity
+from shardline.report.inputs import InstanceRecord, PreviousRun, StepIdentity
 
 T = dt.datetime(2026, 11, 20, 10, 0, 0, tzinfo=dt.UTC)
 IDENTITY = StepIdentity(pipeline="scores", run_id="r7", step="score", attempt=1)

@@ -13,7 +13,7 @@ import pytest
 
 from shardline.report.build import build_report
 from shardline.report.histogram import Histogram
-from shardline.report.records import StepIdentity
+from shardline.report.inputs import StepIdentity
 from shardline.report.render import render_charts, render_html
 from tests.report.example import example_histograms, example_records, example_report
 from tests.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
@@ -88,7 +88,7 @@ def test_importing_the_room_loads_no_matplotlib_and_its_package_no_numpy():
     code = (
         "import json, sys\nimport shardline.report\nfirst = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('numpy', 'matplotlib'))\n"
-        "import shardline.report.records, shardline.report.model, shardline.report.build, shardline.report.render\n"
+        "import shardline.report.inputs, shardline.report.model, shardline.report.build, shardline.report.render\n"
         "print(json.dumps([first, sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'pynamodb', "
         "'boto3', 'airflow'})]))"
     )

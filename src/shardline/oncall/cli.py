@@ -143,7 +143,7 @@ _run_argument = click.argument("run", metavar="RUN")
 
 
 def _run_ref(run: str):
-    from shardline.oncall.records import RunRef  # when a command runs: --help imports nothing it needs
+    from shardline.oncall.values import RunRef  # when a command runs: --help imports nothing it needs
 
     return RunRef.parse(run)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from shardline.decision.resubmit import NextStep, task_state
 from shardline.errors import error_line
 from shardline.ledger.states import STEP_TERMINAL
-from shardline.oncall.records import RunRef
+from shardline.oncall.values import RunRef
 from shardline.planning import naming
 
 # --- what a resubmission or a cancel says, as text (tests/oncall/test_messages.py renders each) ----------

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from shardline.oncall.preview import PreviewResult
-    from shardline.oncall.records import FileView, ResubmitResult, RunRef, RunRow, RunView
     from shardline.oncall.tune import TuneResult
+    from shardline.oncall.values import FileView, ResubmitResult, RunRef, RunRow, RunView
 
 from shardline.ledger.states import FileStatus
 from shardline.oncall.messages import error_text, no_runs_text
@@ -296,7 +296,7 @@ def _show_rejects(console, files: list[FileView], ref: RunRef) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from shardline.report.records import reject_where
+    from shardline.report.inputs import reject_where
 
     total = sum(f.rows_rejected for f in files)
     table = Table(title=Text(printable(f"{total:,} row(s) of {ref} rejected (tolerance.rows)")))

@@ -23,7 +23,7 @@ from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
 from shardline.oncall.errors import Conflict, NotFound
 from shardline.oncall.messages import airflow_left_out, unknown_step
-from shardline.oncall.records import FileView, RunRef, RunRow, RunView, StepView
+from shardline.oncall.values import FileView, RunRef, RunRow, RunView, StepView
 from shardline.oncall.views import (
     MISSING_GRACE_SECONDS,
     file_view,

@@ -30,7 +30,7 @@ from shardline.oncall.messages import (
     repeat_resubmit_command,
 )
 from shardline.oncall.reads import OnCallReads, read_step_records
-from shardline.oncall.records import ResubmitPlan, ResubmitResult, RunRef
+from shardline.oncall.values import ResubmitPlan, ResubmitResult, RunRef
 from shardline.oncall.views import file_view
 from shardline.orchestration import services
 from shardline.planning import naming

@@ -17,7 +17,7 @@ from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, AirflowApiError
 from shardline.oncall.errors import BadRequest, Conflict, NotFound, Unavailable
 from shardline.oncall.messages import CANCEL_LINES, rerun_conf_text, rerun_not_finished_text
 from shardline.oncall.reads import OnCallReads
-from shardline.oncall.records import RunRef
+from shardline.oncall.values import RunRef
 from shardline.oncall.views import FINISHED_RUN_STATES
 from shardline.orchestration import services
 from shardline.orchestration.partitions import release_run

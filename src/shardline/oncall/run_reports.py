@@ -11,7 +11,7 @@ from shardline.ledger.step_reads import read_run
 from shardline.oncall.errors import BadRequest, Conflict, NotFound
 from shardline.oncall.messages import no_reports_text, out_needs_step_text, report_missing_text, report_not_planned_text
 from shardline.oncall.reads import OnCallReads
-from shardline.oncall.records import RunRef, SavedReport, StepReportRef
+from shardline.oncall.values import RunRef, SavedReport, StepReportRef
 from shardline.orchestration import services
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri

@@ -16,7 +16,7 @@ from shardline import contract
 from shardline.decision.policy import UNSAFE_KEY_ERROR
 from shardline.ledger.states import FileStatus
 from shardline.oncall.errors import BadRequest
-from shardline.oncall.records import FileView, ResubmitPlan
+from shardline.oncall.values import FileView, ResubmitPlan
 from shardline.planning.attempt import Attempt
 
 ONE_CHOICE = "choose what to resubmit with exactly one of --all-failed, --shard HOST, --file KEY or --rejects"

@@ -1,5 +1,5 @@
 """What `shardline runs`, `status` and `failed` show, as pure functions over values already read: the ledger's
-records (:mod:`shardline.oncall.records`), the backend's job status, Airflow's states and the clock.
+records (:mod:`shardline.oncall.values`), the backend's job status, Airflow's states and the clock.
 
 No AWS client, no Airflow, no HTTP here: :mod:`shardline.oncall.service` reads and calls these, the CLI
 prints what they return and the page serves it, so every view is tested without a server
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from shardline.backends import JobStatus
 from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
-from shardline.oncall.records import FileView, RunRef, RunRow, RunView, ShardView, StepView
+from shardline.oncall.values import FileView, RunRef, RunRow, RunView, ShardView, StepView
 from shardline.planning import naming
 from shardline.spec import PipelineSpec, interval_starts
 

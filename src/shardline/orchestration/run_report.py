@@ -25,8 +25,8 @@ from shardline.planning.inputs import parse_s3_uri, put_metadata
 from shardline.report.build import build_report
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
+from shardline.report.inputs import PreviousRun, records_from_ledger, reject_where
 from shardline.report.model import RejectRow, RunReport
-from shardline.report.records import PreviousRun, records_from_ledger, reject_where
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 - ``histogram``: the mergeable prediction histogram a worker keeps while it writes (DDSketch-style).
 - ``drift``: the population stability index of a run's predictions against a reference run's.
 - ``cost``: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
-- ``records``: the plain records a report is built from, and ``records_from_ledger``.
+- ``inputs``: the plain records a report is built from, and ``records_from_ledger``.
 - ``model``: the typed ``RunReport`` and its JSON (``to_json``, ``from_json``).
 - ``build``: ``build_report``, records in, a ``RunReport`` out.
 - ``render``: ``render_html``, the self-contained page (matplotlib, imported only when a page is drawn).
@@ -23,12 +23,12 @@ _EXPORTS = {
     "run_cost": "shardline.report.cost",
     "cost_per_million": "shardline.report.cost",
     "FileRecord": "shardline.ledger.records",
-    "InstanceRecord": "shardline.report.records",
-    "StepIdentity": "shardline.report.records",
-    "PreviousRun": "shardline.report.records",
+    "InstanceRecord": "shardline.report.inputs",
+    "StepIdentity": "shardline.report.inputs",
+    "PreviousRun": "shardline.report.inputs",
     "RunReport": "shardline.report.model",
     "build_report": "shardline.report.build",
-    "records_from_ledger": "shardline.report.records",
+    "records_from_ledger": "shardline.report.inputs",
     "render_html": "shardline.report.render",
 }
 

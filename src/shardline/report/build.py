@@ -1,7 +1,7 @@
 """The run report built by one pure function from plain records. No IO.
 
 :func:`build_report` takes what the ledger knows of one step (the records of
-:mod:`shardline.report.records`), the step's prediction :class:`~shardline.report.histogram.Histogram`
+:mod:`shardline.report.inputs`), the step's prediction :class:`~shardline.report.histogram.Histogram`
 and, when there is one, the previous successful run's, and returns a
 :class:`~shardline.report.model.RunReport`: throughput over time per instance, files and bytes per
 instance, stragglers and idle instances, cost and cost per 1M predictions with the previous runs'
@@ -23,6 +23,7 @@ from shardline.ledger.states import FileStatus
 from shardline.report.cost import InstanceUsage, Prices, UnknownPriceError, cost_per_million, instance_cost
 from shardline.report.drift import DEFAULT_BINS, DEFAULT_MAX_PSI, psi_between, verdict
 from shardline.report.histogram import Histogram
+from shardline.report.inputs import InstanceRecord, PreviousRun, StepIdentity, counted, utc
 from shardline.report.model import (
     Bins,
     Cost,
@@ -38,7 +39,6 @@ from shardline.report.model import (
     Timeline,
     TrendPoint,
 )
-from shardline.report.records import InstanceRecord, PreviousRun, StepIdentity, counted, utc
 
 TIMELINE_BUCKETS = 60  # about this many points per instance's throughput line
 NICE_SECONDS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400)

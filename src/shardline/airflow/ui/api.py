@@ -45,8 +45,8 @@ from shardline.ledger.states import STEP_TERMINAL
 from shardline.oncall.airflow_client import ENV_URL, AirflowClient
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.reads import load_specs
-from shardline.oncall.records import RunRef
 from shardline.oncall.service import OnCall
+from shardline.oncall.values import RunRef
 
 PAGE = Path(__file__).with_name("static") / "oncall.html"
 ICON = Path(__file__).with_name("static") / "icon.svg"

@@ -17,7 +17,7 @@ from typing import Any
 
 from shardline import contract
 from shardline.errors import TooManyRejectsError
-from shardline.report.records import reject_where
+from shardline.report.inputs import reject_where
 
 READ = "read"  # the reader could not parse the row
 PREDICT = "predict"  # the model or the script raised on the record, alone

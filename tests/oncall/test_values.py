@@ -1,4 +1,4 @@
-"""The on-call values (``shardline.oncall.records``): a run's name. Pure: no table needed."""
+"""The on-call values (``shardline.oncall.values``): a run's name. Pure: no table needed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from shardline.oncall.errors import BadRequest
-from shardline.oncall.records import RunRef
+from shardline.oncall.values import RunRef
 
 NOW = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
 STARTED = NOW - dt.timedelta(seconds=100)

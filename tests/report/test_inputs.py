@@ -9,7 +9,7 @@ import pytest
 from shardline.ledger.keys import file_sk, run_pk, shard_sk, step_sk
 from shardline.ledger.table import ControlItem, LedgerItem
 from shardline.report.build import build_report
-from shardline.report.records import StepIdentity, records_from_ledger
+from shardline.report.inputs import StepIdentity, records_from_ledger
 
 T = dt.datetime(2026, 11, 20, 10, 0, 0, tzinfo=dt.UTC)
 
