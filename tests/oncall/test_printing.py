@@ -140,3 +140,21 @@ def test_an_error_message_prints_terminal_controls_escaped(hostile_run):
     result = run(*folder, "status", f"p/nope{CONTROLS}", env=env)
     assert result.returncode == 1
     assert_printed_as_written(result.stderr, "no run p/nope\\x1b[2J")
+
+
+def test_a_waiting_step_says_what_it_waits_for_in_status(aws_env, ledger_table, tmp_path):
+    """A step whose submit waits (the fleet's quota, a refused submit) is PLANNED with no job yet: its note on the
+    STEP item is what `status` prints for it, not only `--json`."""
+    from shardline.ledger import bind_ledger
+    from shardline.ledger.step_writes import ensure_run, note_step, start_attempt
+
+    write_spec(tmp_path / "dags", ledger_table)
+    model = bind_ledger(ledger_table)
+    ensure_run(model, "p", "run-w")
+    start_attempt(model, StepRef("p", "run-w", "score"), 1, [])
+    note = "waiting for 2 ml.m5.xlarge instance(s) within the quota of 4 (pool shardline-ml-m5-xlarge)"
+    assert note_step(model, StepRef("p", "run-w", "score"), 1, note)
+    env = {**aws_env, "SHARDLINE_LOCAL_ROOT": str(tmp_path / "local"), "COLUMNS": "400"}
+    status = run("--dags-folder", str(tmp_path / "dags"), "status", "p/run-w", env=env)
+    assert status.returncode == 0, status.stderr
+    assert f"step score: {note}" in status.stdout, status.stdout

@@ -238,7 +238,9 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
         if s.job_name:
             console.print(printable(f"step {s.name}, attempt {s.attempt}: job {s.job_name}"))
     for s in view.steps:
-        if s.message and s.status in ("FAILED", "PARTIAL", "CANCELLED"):
+        # An ended step's message says why it ended; a step still going has one only while it waits (the note a
+        # refused or held submit leaves: what it waits for). A success needs no words.
+        if s.message and s.status != "SUCCEEDED":
             console.print(printable(f"step {s.name}: {s.message}"))
         if s.failed:
             console.print(
