@@ -364,8 +364,8 @@ def fetch_report(spec, run_id: str, step: str) -> tuple[str, bool]:
     """The step's run report (written when the step ended), fetched as `shardline report` does: its local path,
     or why there is none."""
     from shardline.oncall.errors import NotFound
-    from shardline.oncall.values import RunRef
     from shardline.oncall.service import OnCall
+    from shardline.oncall.values import RunRef
 
     try:
         [saved] = OnCall({spec.pipeline: spec}).save_reports(RunRef(spec.pipeline, run_id), step, root=Path.cwd())
