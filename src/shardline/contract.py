@@ -63,6 +63,12 @@ def rows_allowed(limit: float, rows: int) -> int:
     return math.floor(limit * rows + 1e-9) if limit < 1 else int(limit)
 
 
+# The limit a rejects part is scored with (`resubmit --rejects`): each of its rows was rejected once, and its source
+# stayed within tolerance.rows with them rejected, so rejecting any again costs nothing it had not lost already; and
+# a part whose rows all fail again is rejected row by row, never failed as a file with a wrong setting.
+EVERY_ROW = 2**53
+
+
 def rows_limit_text(limit: float, of: str = "the file's rows") -> str:
     """``tolerance.rows`` in words, as the messages of a file or step over it say it."""
     return f"{limit:g} of {of}" if 0 < limit < 1 else f"{int(limit)} row(s)"

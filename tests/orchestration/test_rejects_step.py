@@ -112,25 +112,28 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     with pytest.raises(Conflict, match=f"now has {ROWS - 1:,} data rows; it had {ROWS:,}"):
         oncall.resubmit(ref, "score", rejects=True, ledger_only=True)
 
+    # Not mended yet: the 37 rows are taken again and rejected again, each alone (all of them failing again is no
+    # sign of a wrong setting), and the step stays green with the same figures.
+    s3.put_object(Bucket=bucket, Key=key, Body=export[0])
+    _rescore(spec, oncall, ref, 2, [listed.input_key])
+    summary = steps.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    assert (summary["files"], summary["rows_out"], summary["rows_rejected"]) == (1, ROWS - BAD, BAD), summary
+    (again,) = oncall.failed(ref)
+    assert (again.input_key, again.rows_rejected) == (listed.input_key, BAD)
+
     # Mended in place, the 37 rows are scored again, exactly them, as one more part of the same file.
     table = synthetic.make_table(ROWS, seed=5)
     mended = io.BytesIO()
     pacsv.write_csv(table, mended)
     s3.put_object(Bucket=bucket, Key=key, Body=mended.getvalue())
-    result = oncall.resubmit(ref, "score", rejects=True, ledger_only=True)
-    assert (result.attempt, result.plan.files) == (2, [listed.input_key]), result
-    second = steps.latest_attempt(spec, StepRef(spec.pipeline, "run-rj", "score")).submitted(time.time())
-    wait_for_job(spec, second, timeout=600)
-    decision = watch.decide_now(spec, second)
-    assert decision.action.value == "ADVANCE", decision
-    assert steps.finish(spec, second, "ADVANCE", decision.reason).value == "SUCCEEDED"
+    second = _rescore(spec, oncall, ref, 3, [listed.input_key])
 
     summary = steps.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
     assert (summary["files"], summary["rows_in"], summary["rows_out"], summary["rows_rejected"]) == (1, ROWS, ROWS, 0)
     assert oncall.failed(ref) == []
     step = oncall.status(ref).steps[0]
     assert (step.rows_in, step.rows_out, step.rows_rejected) == (ROWS, ROWS, 0)
-    part = pacsv.read_csv(io.BytesIO(s3.get_object(Bucket=bucket, Key="out/part-0.rejects-a2.csv")["Body"].read()))
+    part = pacsv.read_csv(io.BytesIO(s3.get_object(Bucket=bucket, Key="out/part-0.rejects-a3.csv")["Body"].read()))
     assert part["id"].to_pylist() == [line - 2 for line in broken]  # id n is on line n + 2
     import xgboost as xgb
 
@@ -142,13 +145,14 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     assert main.num_rows + part.num_rows == ROWS  # no row lost, none written twice
 
     listed_outputs = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
-    assert {"out/_SUCCESS", "out/part-0.csv", "out/part-0.rejects-a2.csv"} <= listed_outputs
+    assert {"out/_SUCCESS", "out/part-0.csv", "out/part-0.rejects-a3.csv"} <= listed_outputs
     where = naming.outputs_manifest_key(second.output_prefix, "run-rj", "score", second.metadata_prefix)
     manifest = json.loads(s3.get_object(Bucket=bucket, Key=parse_s3_uri(where)[1])["Body"].read())
     assert (manifest["files"], manifest["rows_out"], manifest["rows_rejected"]) == (1, ROWS, 0)
     assert sorted((o["output"], o.get("part_of")) for o in manifest["outputs"]) == [
         (f"s3://{bucket}/out/part-0.csv", None),
         (f"s3://{bucket}/out/part-0.rejects-a2.csv", listed.input_key),
+        (f"s3://{bucket}/out/part-0.rejects-a3.csv", listed.input_key),
     ]
 
 
@@ -165,3 +169,15 @@ def test_over_the_limit_the_file_fails_naming_its_first_rejects(
     assert failed.error_class == "TooManyRejectsError"
     assert "more than tolerance.rows allows (10 row(s))" in failed.error_message
     assert f"line {broken[0]}" in failed.error_message
+
+
+def _rescore(spec, oncall, ref, number: int, files: list[str]):
+    """`shardline resubmit --rejects` (no Airflow), and the attempt it submitted run to its end."""
+    result = oncall.resubmit(ref, "score", rejects=True, ledger_only=True)
+    assert (result.attempt, result.plan.files) == (number, files), result
+    attempt = steps.latest_attempt(spec, StepRef(spec.pipeline, ref.run_id, "score")).submitted(time.time())
+    wait_for_job(spec, attempt, timeout=600)
+    decision = watch.decide_now(spec, attempt)
+    assert decision.action.value == "ADVANCE", decision
+    assert steps.finish(spec, attempt, "ADVANCE", decision.reason).value == "SUCCEEDED"
+    return attempt

@@ -306,6 +306,24 @@ def test_json_lines_that_are_no_object_and_values_that_are_no_number_are_rejecte
     assert listed[2]["reason"] == "column 'b': 'twelve' is not a number" and listed[2]["ids"] == {"id": 35_000}
 
 
+def test_json_lines_the_fast_reader_read_otherwise_than_line_by_line_fail_the_file_rather_than_lose_a_row(
+    model_dir, tmp_path
+):
+    """Two objects on one line (a writer's lost newline) are two rows to the fast reader: the row-by-row reader,
+    picking up after it at a later bad line, cannot tell which rows it gave, so the file fails with its error."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    frame = pd.DataFrame(np.random.default_rng(6).normal(size=(40_000, 3)), columns=FEATURES)
+    frame.insert(0, "id", np.arange(40_000))
+    lines = frame.to_json(orient="records", lines=True).splitlines()
+    lines[10:12] = [lines[10] + lines[11]]
+    lines[35_000] = lines[35_000][:15]
+    (inputs / "part-0.jsonl").write_text("\n".join(lines) + "\n")
+    result = _run(inputs, tmp_path / "out", model_dir, "--tolerate-rows", "10")
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    assert "CorruptInputError" in result.stderr
+
+
 def test_a_setting_error_on_small_batches_still_fails_the_file(parquet_inputs, model_dir, tmp_path):
     inputs, _ = parquet_inputs
     script_dir = tmp_path / "script"

@@ -110,41 +110,57 @@ def settle_parts(files: list[FileRecord]) -> list[FileRecord]:
     ``shardline resubmit --rejects`` scores a file's rejected rows again as a file of their own, a *rejects part*
     (``part_of``). Each part takes exactly the rows its source still had rejected, so once a part SUCCEEDED its
     source's rows out grow by the part's rows out, and what stays rejected is what the newest part rejected
-    (listed in its rejects list): rows in = rows out + rows rejected still holds for the source. A part that did
-    not succeed stays in the list as a file of its own (its failure is the step's) until a later part of the same
-    source succeeds (``resubmit --rejects`` takes its rows again), and changes nothing.
+    (listed in its rejects list): rows in = rows out + rows rejected still holds for the source. The newest part of
+    a source, when it has not succeeded, stays in the list as a file of its own (its failure is the step's, until
+    the next ``--rejects`` takes its rows again); an older one that did not succeed was taken again by a newer part.
+    A part older than its source's own attempt is of an earlier version of the source, scored again whole since:
+    it counts for nothing.
     """
+    sources = {f.input_key: f for f in files if not f.part_of}
     parts: dict[str, list[FileRecord]] = {}
     for f in files:
-        if f.part_of and f.status == FileStatus.SUCCEEDED:
-            parts.setdefault(f.part_of, []).append(f)
+        source = sources.get(f.part_of or "")
+        if source is not None and f.attempt > source.attempt:
+            parts.setdefault(source.input_key, []).append(f)
     if not parts:
-        return list(files)
-    sources = {f.input_key for f in files if not f.part_of}
+        return [f for f in files if not f.part_of or f.part_of not in sources]
     settled = []
     for f in files:
         if f.part_of:
-            newest = max((p.attempt for p in parts.get(f.part_of, [])), default=0)
-            if f.part_of not in sources or (f.status != FileStatus.SUCCEEDED and f.attempt > newest):
-                settled.append(f)  # a part not (yet) succeeded and not followed by one that did, or an orphan
+            mine = parts.get(f.part_of, [])
+            if f.part_of not in sources or (
+                f in mine and f.status != FileStatus.SUCCEEDED and f.attempt == max(p.attempt for p in mine)
+            ):
+                settled.append(f)  # the newest part, not (yet) succeeded; or an orphan whose source is not read
             continue
-        mine = sorted(parts.get(f.input_key, []), key=lambda p: p.attempt)
-        if not mine or f.status != FileStatus.SUCCEEDED:
+        done = sorted((p for p in parts.get(f.input_key, []) if p.status == FileStatus.SUCCEEDED), key=_attempt)
+        if not done or f.status != FileStatus.SUCCEEDED:
             settled.append(f)
             continue
-        newest = mine[-1]
+        newest = done[-1]
         settled.append(
             dataclasses.replace(
                 f,
-                rows_out=(f.rows_out or 0) + sum(p.rows_out or 0 for p in mine),
+                rows_out=(f.rows_out or 0) + sum(p.rows_out or 0 for p in done),
                 rows_rejected=newest.rows_rejected or 0,
                 rejects_key=newest.rejects_key,
-                model_warnings=(f.model_warnings or 0) + sum(p.model_warnings or 0 for p in mine) or f.model_warnings,
-                bytes_out=(f.bytes_out or 0) + sum(p.bytes_out or 0 for p in mine) if f.bytes_out is not None else None,
-                parts=tuple(p.output_key for p in mine if p.output_key),
+                model_warnings=(f.model_warnings or 0) + sum(p.model_warnings or 0 for p in done) or f.model_warnings,
+                bytes_out=(f.bytes_out or 0) + sum(p.bytes_out or 0 for p in done) if f.bytes_out is not None else None,
+                parts=tuple(p.output_key for p in done if p.output_key),
             )
         )
     return settled
+
+
+def stale_parts(files: list[FileRecord]) -> set[str]:
+    """The rejects parts (input keys) of an earlier version of their source, scored again whole since: their
+    outputs are not the file's rows any more."""
+    attempts = {f.input_key: f.attempt for f in files if not f.part_of}
+    return {f.input_key for f in files if f.part_of and attempts.get(f.part_of, -1) >= f.attempt}
+
+
+def _attempt(f: FileRecord) -> int:
+    return f.attempt
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

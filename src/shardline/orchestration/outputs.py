@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from shardline import contract
 from shardline.decision.policy import Decision, Policy
 from shardline.errors import UnvouchedOutputError
-from shardline.ledger.records import settle_parts
+from shardline.ledger.records import settle_parts, stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
@@ -266,7 +266,12 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
     """The step-level outputs manifest: every succeeded file's output (with its S3 size and ETag), what did not
     succeed, and the outputs the ledger names that S3 lacks."""
     outputs, failed = [], []
+    settled = settle_parts(seen.records.files)  # a file's rejects parts count as the file's rows
+    shown = {f.input_key for f in settled}
+    stale = stale_parts(seen.records.files)  # their rows were scored again with their whole source
     for f in sorted(seen.records.files, key=lambda f: f.input_key):
+        if f.input_key in stale or (f.part_of and f.status != FileStatus.SUCCEEDED and f.input_key not in shown):
+            continue  # a stale part, or a failed one a newer part took the rows of
         if f.status == FileStatus.SUCCEEDED:
             stored = seen.listed.get(f.output_key or "", {})
             outputs.append(
@@ -288,7 +293,6 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
             failed.append(
                 {"input": f.input_key, "status": f.status, "attempt": f.attempt, "error_class": f.error_class}
             )
-    settled = settle_parts(seen.records.files)  # a file's rejects parts count as the file's rows
     return {
         "pipeline": attempt.pipeline,
         "run_id": attempt.run_id,

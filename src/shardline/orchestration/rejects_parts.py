@@ -19,7 +19,6 @@ import gzip
 import io
 import json
 import os
-import re
 import tempfile
 from collections.abc import Iterable, Sequence
 
@@ -34,8 +33,6 @@ from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import S3Object, parse_s3_uri, put_metadata
 from shardline.spec import PipelineSpec
-
-_PARTS_FOLDER = re.compile(r"^(?P<prefix>.*/attempt-\d{4}\.rejects)/")
 
 
 class RejectsPartError(PermanentError):
@@ -53,15 +50,16 @@ def with_rejects(files: Sequence[FileRecord]) -> list[FileRecord]:
     ]
 
 
-def pick_lines(lines: Iterable[bytes], rows: Sequence[int], *, header: bool) -> tuple[bytes, int]:
+def pick_lines(lines: Iterable[bytes], rows: Sequence[int], *, header: bool, fmt: str = "csv") -> tuple[bytes, int]:
     """The header line (when the file has one) and the data rows numbered ``rows`` (from 1, blank lines not
-    counted, as the worker numbers them) of a text file, in the file's order; and how many data rows it has."""
+    counted, as the worker numbers them: a CSV's empty lines, a JSON lines file's lines of white space) of a text
+    file, in the file's order; and how many data rows it has."""
     wanted = set(rows)
     picked: list[bytes] = []
     seen = 0
     want_header = header
     for line in lines:
-        if not line.rstrip(b"\r\n"):
+        if not (line.strip() if fmt == "jsonl" else line.rstrip(b"\r\n")):
             continue
         if want_header:
             want_header = False
@@ -119,14 +117,14 @@ def rows_still_rejected(spec: PipelineSpec, source: FileRecord, parts: Sequence[
         return _numbered(source.input_key, read_rejects(spec, source.rejects_key, None) if source.rejects_key else [])
     newest = done[-1]
     rejected = _numbered(newest.input_key, read_rejects(spec, newest.rejects_key, None) if newest.rejects_key else [])
-    found = _PARTS_FOLDER.match(newest.input_key)
-    if found is None:
+    folder = naming.rejects_parts_prefix_of(newest.input_key)
+    if folder is None:
         raise RejectsPartError(f"{newest.input_key} is not where rejects parts are kept")
-    bucket, key = parse_s3_uri(rows_map_key(found["prefix"]))
+    bucket, key = parse_s3_uri(rows_map_key(folder))
     mapping = json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
     rows = mapping.get(newest.input_key)
     if not isinstance(rows, list) or any(n > len(rows) for n in rejected):
-        raise RejectsPartError(f"the rows map {rows_map_key(found['prefix'])} does not number {newest.input_key}")
+        raise RejectsPartError(f"the rows map {rows_map_key(folder)} does not number {newest.input_key}")
     return [rows[n - 1] for n in rejected]
 
 
@@ -155,6 +153,8 @@ def write_parts(spec: PipelineSpec, latest: Attempt, sources: Sequence[FileRecor
         relative = source.input_key.removeprefix(latest.input_prefix.rstrip("/") + "/")
         body, etag = _picked(s3, source, rows, step.input.format, header=step.input.csv_header is not False)
         key = key_prefix + naming.rejects_part_name(relative, number)
+        if f"s3://{bucket}/{key}" in parts:
+            raise RejectsPartError(f"{source.input_key} and {parts[f's3://{bucket}/{key}'][0]} would share a part")
         put_metadata(s3, f"s3://{bucket}/{key}", body, "application/octet-stream")
         objects.append(S3Object(key, len(body), ""))
         parts[f"s3://{bucket}/{key}"] = (source.input_key, etag)
@@ -174,12 +174,20 @@ def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *
             local.write(chunk)
         local.flush()
         etag = (found.get("ETag") or "").strip('"')
+        local.seek(0)
         if fmt == "parquet":
-            body, seen = pick_parquet(local.name, rows)
+            with tempfile.NamedTemporaryFile(prefix="shardline-rejects-", suffix=".parquet") as plain:
+                if gzipped:  # a gzipped parquet file, as the worker reads one: unpacked first (parquet seeks)
+                    with gzip.GzipFile(fileobj=local) as packed:
+                        while chunk := packed.read(1 << 20):
+                            plain.write(chunk)
+                    plain.flush()
+                body, seen = pick_parquet(plain.name if gzipped else local.name, rows)
         else:
-            local.seek(0)
             stream = gzip.GzipFile(fileobj=local) if gzipped else local
-            body, seen = pick_lines(stream, rows, header=header and fmt == "csv")
+            body, seen = pick_lines(stream, rows, header=header and fmt == "csv", fmt=fmt)
+            if gzipped:  # its output is gzipped as its source's is
+                body = gzip.compress(body, mtime=0)
     if seen != source.rows_in:
         raise RejectsPartError(
             f"{source.input_key} now has {seen:,} data rows; it had {source.rows_in or 0:,} when it was scored. "
@@ -192,6 +200,7 @@ def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *
 def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str]) -> Attempt:
     """Submit the attempt after ``latest`` over the rejected rows of the files ``keys`` (input keys), each picked
     from its source as it is now into a part. Fenced on ``latest`` as any on-call resubmission is."""
+    steps.stop_and_wait(spec, latest)  # a part still running could succeed after its rows were picked again
     records = read_step_files(spec, latest.ref)
     chosen = set(keys)
     sources = [f for f in with_rejects(records.files) if f.input_key in chosen]

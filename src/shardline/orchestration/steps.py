@@ -309,13 +309,9 @@ def resubmit(
     provision ``attempt``'s job, so the next one may move to a fallback instance type (``after_capacity_failure``).
     """
     stop_and_wait(spec, attempt)
-    objects = sized_objects(spec, attempt, retry_keys, known=sizes)
     base = capacity_moves.after_capacity_failure(spec, attempt) if capacity else attempt
-    # A retry of rejects parts takes parts again (their sources and ETags from their FILE items); any other takes
-    # inputs of the step's prefix, whatever attempt it follows.
-    parts = _recorded_parts(spec, attempt, retry_keys) if attempt.parts_prefix else None
-    if not parts:
-        base, parts = base.model_copy(update={"parts_prefix": None}), None
+    base, retry_keys, parts = _what_a_retry_takes(spec, base, retry_keys)
+    objects = sized_objects(spec, base, retry_keys, known=sizes)
     nxt = _new_attempt(
         spec,
         base,
@@ -329,11 +325,26 @@ def resubmit(
     return submit(spec, nxt)
 
 
-def _recorded_parts(spec: PipelineSpec, attempt: Attempt, keys: list[str]) -> dict[str, tuple[str, str]]:
-    """Each of ``keys`` that is a rejects part: its source and the source's ETag, as its FILE item recorded them."""
-    records = read_step_files(spec, attempt.ref)
+def _what_a_retry_takes(
+    spec: PipelineSpec, base: Attempt, keys: list[str]
+) -> tuple[Attempt, list[str], dict[str, tuple[str, str]] | None]:
+    """An attempt reads one prefix: the step's inputs, or one folder of rejects parts. Inputs of the step go first
+    (a part not taken now keeps its status; the next ``--rejects`` takes its rows again); else the parts of the
+    first key's folder, each with its source and the source's ETag as its FILE item recorded them."""
+    folders = {key: naming.rejects_parts_prefix_of(key) for key in keys}
+    inputs = [key for key in keys if folders[key] is None]
+    dropped = [key for key in keys if folders[key] is not None and (inputs or folders[key] != folders[keys[0]])]
+    if dropped:
+        log.warning(
+            "step %s: %d rejects part(s) not retried with these files, e.g. %s", base.step, len(dropped), dropped[0]
+        )
+    if inputs or not keys:
+        return base.model_copy(update={"parts_prefix": None}), inputs, None
+    taken = [key for key in keys if key not in dropped]
+    records = read_step_files(spec, base.ref)
     recorded = {f.input_key: (f.part_of, f.source_etag or "") for f in records.files if f.part_of}
-    return {key: recorded[key] for key in keys if key in recorded}
+    parts = {key: recorded[key] for key in taken if key in recorded}
+    return base.model_copy(update={"parts_prefix": folders[keys[0]]}), taken, parts
 
 
 def submit_parts(

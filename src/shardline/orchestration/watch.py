@@ -15,6 +15,7 @@ from typing import Any
 from shardline.decision import fleet
 from shardline.decision.policy import Decision, Policy, StepSnapshot, decide, needs_files
 from shardline.ledger.keys import StepRef
+from shardline.ledger.records import settle_parts
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import read_step
 from shardline.orchestration import services
@@ -153,7 +154,8 @@ def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> S
         attempt=attempt.number,
         job_status=state.status,
         job_age_seconds=now - attempt.submitted_at,
-        files=records.files if files else None,
+        # A file's rejects parts are the file's rows: one that a newer part took again is no file of the step's.
+        files=settle_parts(records.files) if files else None,
         shards=[s for s in records.shards if s.attempt == attempt.number],
         job_failure_reason=state.failure_reason,
         cancelled=cancelled,

@@ -60,14 +60,23 @@ def rejects_parts_prefix(
     return f"{root}/manifests/{run_folder(run_id)}/{step}/attempt-{attempt:04d}.rejects/"
 
 
+def rejects_parts_prefix_of(key: str) -> str | None:
+    """The parts prefix a rejects part's key (s3:// URI) lies under; None for any other key."""
+    found = re.match(r"^(.*/attempt-\d{4}\.rejects/)", key)
+    return found[1] if found else None
+
+
 def rejects_part_name(relative_path: str, attempt: int) -> str:
     """A rejects part's path relative to its attempt's parts prefix: its source's, marked with the attempt
-    (``day/x.csv.gz`` -> ``day/x.rejects-a3.csv``; a part is written uncompressed). Its output is named from it,
-    so it lands beside its source's output as one more part of the same file."""
-    base = relative_path[:-3] if relative_path.lower().endswith(".gz") else relative_path
+    (``day/x.csv.gz`` -> ``day/x.rejects-a3.csv.gz``; a gzipped text part is gzipped as its source, a parquet part
+    never is). Its output is named from it, so it lands beside its source's output as one more part of the file."""
+    gz = relative_path.lower().endswith(".gz")
+    base = relative_path[:-3] if gz else relative_path
     folder, _, name = base.rpartition("/")
     stem, dot, ext = name.rpartition(".")
     marked = f"{stem}.rejects-a{attempt}.{ext}" if dot and stem else f"{name}.rejects-a{attempt}"
+    if gz and ext.lower() not in ("parquet", "pq"):
+        marked += relative_path[-3:]
     return f"{folder}/{marked}" if folder else marked
 
 

@@ -12,10 +12,6 @@ from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec, StepSpec
 
-# A rejects part's rows were all rejected once and their source stayed within tolerance.rows with them: rejecting
-# any of them again costs the source nothing it had not lost already, so a part never fails for its rejects alone.
-EVERY_ROW = 2**53
-
 
 def worker_arguments(step: StepSpec, *, rejects_part: bool = False) -> list[str]:
     # File failures are the ledger's business (each output is uploaded as its file finishes): an exit code
@@ -39,7 +35,7 @@ def worker_arguments(step: StepSpec, *, rejects_part: bool = False) -> list[str]
     if step.resources.workers_per_instance:
         args += ["--workers", str(step.resources.workers_per_instance)]
     if rejects_part:
-        args += ["--tolerate-rows", str(EVERY_ROW)]
+        args += ["--tolerate-rows", str(contract.EVERY_ROW)]
     elif step.tolerance.rows:
         rows = step.tolerance.rows
         args += ["--tolerate-rows", str(int(rows)) if rows >= 1 else repr(float(rows))]

@@ -33,7 +33,13 @@ from shardline.worker.model.text_files import (
     rebatch,
     refuse_a_data_line_as_header,
 )
-from shardline.worker.model.tolerant import tolerant_csv, tolerant_csv_schema, tolerant_jsonl, tolerant_jsonl_schema
+from shardline.worker.model.tolerant import (
+    numbers_but,
+    tolerant_csv,
+    tolerant_csv_schema,
+    tolerant_jsonl,
+    tolerant_jsonl_schema,
+)
 from shardline.worker.pool.work_units import InputFile, WorkUnit
 
 TEMP_MARKER = contract.TEMP_MARKER
@@ -98,7 +104,12 @@ def _as_float_ready(column: pa.Array) -> pa.Array:
 
 
 def read_schema(
-    file: InputFile, scratch: Path, *, tolerant: bool = False, keep_types: Collection[str] | None = ()
+    file: InputFile,
+    scratch: Path,
+    *,
+    tolerant: bool = False,
+    keep_types: Collection[str] | None = (),
+    retake: bool = False,
 ) -> pa.Schema:
     """The file's schema (inferred from the first block for CSV and JSON lines).
 
@@ -106,14 +117,16 @@ def read_schema(
     lines that are no JSON object, are left out of the inference, and a CSV column whose values are mostly numbers
     is a float64 column even if a few are not (they are rejected as they are read), as it would be without them;
     except the columns of ``keep_types`` (passthrough columns), and any column when ``keep_types`` is None (a model
-    that takes raw text columns)."""
+    that takes raw text columns). ``retake``: a rejects part's rows all failed once, so every column but those is
+    a number column."""
     if tolerant and file.fmt == "csv" and not is_empty_text(file):
-        return tolerant_csv_schema(file, keep_types)
+        return tolerant_csv_schema(file, keep_types, retake=retake)
     if tolerant and file.fmt == "jsonl":
         try:
-            return read_schema(file, scratch)
+            schema = read_schema(file, scratch)
         except CorruptInputError as err:  # a line of its first block is no JSON object
-            return tolerant_jsonl_schema(file, err)
+            return tolerant_jsonl_schema(file, err, keep_types, retake=retake)
+        return numbers_but(schema, keep_types) if retake else schema
     try:
         if file.fmt == "parquet":
             with _parquet_path(file, scratch) as path:

@@ -254,7 +254,8 @@ def predict_rows(
         batch_error = err
     rows = batch.num_rows
     probes = (0, rows // 2, rows - 1)
-    if rows >= 3 and not any(_succeeds(predictor, batch.slice(i, 1), choice, settings) for i in probes):
+    retake = rejects.retake  # a rejects part: rows that failed once may all fail again, each its own reject
+    if rows >= 3 and not retake and not any(_succeeds(predictor, batch.slice(i, 1), choice, settings) for i in probes):
         raise batch_error
     numbers = (
         batch.column(ROW_COLUMN).to_pylist()
@@ -285,7 +286,7 @@ def predict_rows(
     split(batch.slice(0, half), 0)
     if half < rows:
         split(batch.slice(half), half)
-    if not outputs and rows > 1:
+    if not outputs and rows > 1 and not retake:
         raise batch_error  # no record of the batch works alone: a setting's error, not the rows'
     return outputs
 

@@ -63,6 +63,9 @@ class RejectLog:
         self.row_offset = row_offset  # rows of the file before this unit (a part of a split parquet file)
         self.rejects: list[Reject] = []
         self.unparsed_lines: list[int] = []  # sorted line numbers of the lines the reader could not split
+        # A rejects part (contract.EVERY_ROW): its rows all failed once, so their failing again is no sign of a wrong
+        # setting; each is rejected again, and the file never fails for them.
+        self.retake = limit >= contract.EVERY_ROW
 
     @property
     def count(self) -> int:

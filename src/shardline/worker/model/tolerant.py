@@ -31,7 +31,7 @@ ROW_COLUMN = "__shardline_row__"
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$|^\s*[-+]?(inf|infinity|nan)\s*$"
 
 
-def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None) -> pa.Schema:
+def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None, *, retake: bool = False) -> pa.Schema:
     import pyarrow.compute as pc
 
     first = None
@@ -54,12 +54,9 @@ def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None) -> 
     fields = []
     for field in schema:
         mostly_numbers = False
-        if (
-            first is not None
-            and keep_types is not None
-            and field.name not in keep_types
-            and pa.types.is_string(field.type)
-        ):
+        if keep_types is not None and field.name not in keep_types and pa.types.is_string(field.type) and retake:
+            mostly_numbers = True  # a rejects part's rows all failed once: what they hold is no guide to the type
+        elif keep_types is not None and field.name not in keep_types and pa.types.is_string(field.type) and first:
             text = _as_text_values(first.column(field.name))
             values = len(text) - text.null_count
             numbers = pc.sum(pc.match_substring_regex(text, _NUMBER, ignore_case=True)).as_py() or 0
@@ -119,7 +116,7 @@ def tolerant_csv(
 def refuse_a_file_no_line_of_which_splits(unit: WorkUnit, parsed: int, rejects: RejectLog) -> None:
     """Not one line splits into the file's columns: its settings are wrong (a headerless file's names, a delimiter),
     not its rows. The file fails saying so, rather than rejecting every row."""
-    if parsed or rejects.read_count < 2:
+    if parsed or rejects.read_count < 2 or rejects.retake:
         return
     first = rejects.rejects[0]
     raise CorruptInputError(
@@ -210,7 +207,14 @@ def _typed_rows(
     return pa.RecordBatch.from_arrays([*arrays, rows], names=[*wanted, ROW_COLUMN])
 
 
-def tolerant_jsonl_schema(file: InputFile, error: CorruptInputError, sample_lines: int = 1000) -> pa.Schema:
+def tolerant_jsonl_schema(
+    file: InputFile,
+    error: CorruptInputError,
+    keep_types: Collection[str] | None = (),
+    *,
+    retake: bool = False,
+    sample_lines: int = 1000,
+) -> pa.Schema:
     """The schema of a JSON lines file the fast reader cannot infer one for (a bad line in its first block): from
     the first ``sample_lines`` lines that are JSON objects. A file none of whose first lines is one fails with
     ``error``, the fast reader's."""
@@ -224,7 +228,26 @@ def tolerant_jsonl_schema(file: InputFile, error: CorruptInputError, sample_line
                 records.append(record)
     if not records:
         raise error
-    return pa.Table.from_pylist(records).schema
+    try:
+        schema = pa.Table.from_pylist(records).schema
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a column of mixed types: the fast reader's error says which
+        raise error from None
+    return numbers_but(schema, keep_types) if retake else schema
+
+
+def numbers_but(schema: pa.Schema, keep_types: Collection[str] | None) -> pa.Schema:
+    """A rejects part's schema (its rows all failed once: a text value where a number goes is no guide to a
+    column's type): every text column a number column, but ``keep_types``' (None: a model of raw text columns)."""
+    if keep_types is None:
+        return schema
+    return pa.schema(
+        [
+            f.with_type(pa.float64())
+            if f.name not in keep_types and (pa.types.is_string(f.type) or pa.types.is_null(f.type))
+            else f
+            for f in schema
+        ]
+    )
 
 
 def tolerant_jsonl(
@@ -253,7 +276,12 @@ def tolerant_jsonl(
             if not raw.strip():
                 continue
             line += 1
-            if line <= skip:  # the fast reader stopped at its first bad line: every line before it was a row
+            if line <= skip:
+                # The fast reader gave ``skip`` rows before it stopped: they are these lines only when each is one
+                # JSON object (it also reads two objects on one line, or one over several); else the file fails
+                # with its error, rather than lose or double a row.
+                if not isinstance(_json_object(raw), dict):
+                    raise error
                 parsed += 1
                 continue
             record = _json_object(raw)

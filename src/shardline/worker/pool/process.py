@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from shardline import contract
 from shardline.errors import InputFormatError, InputSchemaError, PredictionError, SetupError
 from shardline.worker.model import formats
 from shardline.worker.model.features import FeatureChoice, check_spec_against_model, choose_features
@@ -309,7 +310,13 @@ def _predict_into(
     # With tolerance.rows a mostly-numbers column stays a number column despite a few bad values; a passthrough
     # column keeps its type, and a model that takes raw text columns gets them as they are.
     keep_types = None if state.predictor.inputs.raw_columns else settings.passthrough
-    schema = formats.read_schema(unit.file, scratch, tolerant=settings.tolerate_rows > 0, keep_types=keep_types)
+    schema = formats.read_schema(
+        unit.file,
+        scratch,
+        tolerant=settings.tolerate_rows > 0,
+        keep_types=keep_types,
+        retake=settings.tolerate_rows >= contract.EVERY_ROW,  # a rejects part (resubmit --rejects)
+    )
     # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
     if schema.names:
         try:
