@@ -57,7 +57,7 @@ test-stack: $(STAMP) browser  ## build and run the worker image and the compose 
 	if [ $$rc -eq 0 ]; then $(PY) -m tests.stack.engine summary --seconds $$(( $$(date +%s) - start )); \
 	else echo "make test-stack: failed (exit $$rc)"; fi; exit $$rc
 
-test-fast: $(STAMP)  ## lint and format check, then the unit tests: no server, no end-to-end run (about a minute)
+test-fast: $(STAMP)  ## lint and format check, then the unit tests: no server, no end-to-end run (under two minutes)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -m "not integration and not slow" $(PYTEST_WORKERS)
