@@ -142,9 +142,9 @@ def test_an_error_message_prints_terminal_controls_escaped(hostile_run):
     assert_printed_as_written(result.stderr, "no run p/nope\\x1b[2J")
 
 
-def test_a_waiting_step_says_what_it_waits_for_in_status(aws_env, ledger_table, tmp_path):
-    """A step whose submit waits (the fleet's quota, a refused submit) is PLANNED with no job yet: its note on the
-    STEP item is what `status` prints for it, not only `--json`."""
+def test_a_waiting_step_says_what_it_waits_for_in_status_and_runs(aws_env, ledger_table, tmp_path):
+    """A step whose submit waits (the fleet's quota, a refused submit) is PLANNED with no job yet: its note is what
+    `status` prints for it (not only `--json`), and what `runs` says of its run."""
     from shardline.ledger import bind_ledger
     from shardline.ledger.step_writes import ensure_run, note_step, start_attempt
 
@@ -158,3 +158,8 @@ def test_a_waiting_step_says_what_it_waits_for_in_status(aws_env, ledger_table, 
     status = run("--dags-folder", str(tmp_path / "dags"), "status", "p/run-w", env=env)
     assert status.returncode == 0, status.stderr
     assert f"step score: {note}" in status.stdout, status.stdout
+    runs = run("--dags-folder", str(tmp_path / "dags"), "runs", env=env)
+    assert f"step score: {note}" in runs.stdout, runs.stdout
+    # Once submitted, the note goes from both.
+    assert note_step(model, StepRef("p", "run-w", "score"), 1, "")
+    assert "waiting for" not in run("--dags-folder", str(tmp_path / "dags"), "runs", env=env).stdout

@@ -131,8 +131,8 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
 
 def note_step(model: type[LedgerItem], ref: StepRef, attempt: int, message: str) -> bool:
     """Say on the STEP item what its attempt is waiting for (``shardline status`` and the page show it; ``""``
-    clears it), fenced like :func:`finish_step`: only while that attempt owns the step and it has not ended.
-    False otherwise."""
+    clears it), fenced like :func:`finish_step`: only while that attempt owns the step and it has not ended; and on
+    the RUN item (``shardline runs``). False when the step is no longer that attempt's."""
     pipeline, run_id, step = ref
     c = model.Control
     try:
@@ -144,7 +144,26 @@ def note_step(model: type[LedgerItem], ref: StepRef, attempt: int, message: str)
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
             return False
         raise
+    _note_run(model, ref, message)
     return True
+
+
+def _note_run(model: type[LedgerItem], ref: StepRef, message: str) -> None:
+    """The same note on the RUN item, as ``step S: ...``, so `shardline runs` says why a run is not moving: only
+    while the run is RUNNING and its message is empty or this step's own note (never another's words)."""
+    pipeline, run_id, step = ref
+    c = model.Control
+    mine = f"step {step}: "
+    condition = (c.status == StepStatus.RUNNING.value) & (c.message.does_not_exist() | c.message.startswith(mine))
+    if not message:
+        condition = (c.status == StepStatus.RUNNING.value) & c.message.startswith(mine)
+    try:
+        c(run_pk(pipeline, run_id), RUN_SK).update(
+            actions=[c.message.set((mine + message)[:2000]) if message else c.message.remove()], condition=condition
+        )
+    except UpdateError as err:
+        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            raise
 
 
 def set_run_status(
