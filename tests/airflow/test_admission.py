@@ -111,12 +111,14 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
             "priority_high/sla-1 watch_score",
         ]
         assert view["oldest_wait_seconds"] == view["waiting"][0]["seconds"] > 0
+        assert view["out_of_step"] == "it has 0 slot(s), not the quota of 1", view  # closed by the test
         # Each says so where on-call looks first: its step's line in `shardline status` (and the page).
         for ref in ("priority_low/backfill-1", "priority_high/sla-1"):
             status = _shardline(stack, "status", ref, "--json")
             assert status.returncode == 0, status.stderr
             [step] = json.loads(status.stdout)["steps"]
             assert step["message"].startswith(f"waiting for 1 {PRIORITY_TYPE} instance(s) within the account's quota")
+            assert step["message"] in _shardline(stack, "status", ref).stdout.replace("\n", "")
         day = dt.datetime.now(dt.UTC).date()
         assert view["today"] == {"succeeded": 0, "resubmitted_for_capacity": 0, "failed": 0}
         opened = _shardline(stack, "fleet", "sync")

@@ -3,8 +3,10 @@ themselves are read from a real Airflow in tests/airflow/test_admission.py."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from shardline.ledger.records import StepRecord
-from shardline.oncall.fleet import JobsToday, StepInPool, TypeView, fleet_lines, jobs_by_type
+from shardline.oncall.fleet import JobsToday, StepInPool, TypeView, fleet_lines, fleet_view, jobs_by_type
 
 C5, C5_4X = "ml.c5.2xlarge", "ml.c5.4xlarge"
 
@@ -52,3 +54,35 @@ def test_the_lines_say_the_quota_who_holds_it_who_waits_and_todays_jobs():
 def test_when_the_ledger_cannot_be_read_the_lines_say_so_and_still_show_the_pool():
     view = TypeView(C5, "sagemaker-ml.c5.2xlarge", 4, 0, [], [], None, "the ledger could not be read (ClientError)")
     assert fleet_lines([view])[1] == "  today    unknown: the ledger could not be read (ClientError)"
+
+
+class _Pools:
+    """Airflow's pools as its REST API answers for them: ``pools`` by name."""
+
+    def __init__(self, pools: dict[str, dict]):
+        self.pools = pools
+
+    def pool(self, name: str):
+        return self.pools.get(name)
+
+    def pool_task_instances(self, name: str, states):
+        return []
+
+
+def test_a_pool_fleet_yaml_names_that_airflow_lacks_or_holds_otherwise_is_named_with_the_fix(tmp_path):
+    (tmp_path / "fleet.yaml").write_text("quotas:\n  ml.c5.2xlarge: 4\n  ml.m5.large: 2\n  ml.m5.xlarge: 1\n")
+    pools = _Pools(
+        {
+            "sagemaker-ml.m5.large": {"slots": 2, "include_deferred": False},
+            "sagemaker-ml.m5.xlarge": {"slots": 1, "include_deferred": True},
+        }
+    )
+    views = {v.instance_type: v for v in fleet_view(tmp_path, pools, dt.datetime(2026, 11, 29, tzinfo=dt.UTC))}
+    assert views[C5].out_of_step == "it does not exist in Airflow, so a step on this type waits for it forever"
+    assert views["ml.m5.large"].out_of_step.startswith("it does not count deferred tasks")
+    assert views["ml.m5.xlarge"].out_of_step is None
+    lines = fleet_lines([views[C5]])
+    assert lines[1] == (
+        "  ! pool sagemaker-ml.c5.2xlarge: it does not exist in Airflow, so a step on this type waits for it "
+        "forever; `shardline fleet sync` mends it"
+    )

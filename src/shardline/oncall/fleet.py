@@ -107,6 +107,9 @@ class TypeView:
     waiting: list[StepInPool]  # the longest waiting first
     today: JobsToday | None = JobsToday()  # None: the ledger could not be read (``today_error`` says why)
     today_error: str | None = None
+    # Why the pool does not admit as fleet.yaml says (None: it does): it does not exist (a step assigned to it
+    # waits forever), or it has other slots, or does not count deferred tasks. `shardline fleet sync` mends it.
+    out_of_step: str | None = None
 
     @property
     def oldest_wait_seconds(self) -> float | None:
@@ -140,8 +143,23 @@ def fleet_view(
         waiting.sort(key=lambda s: -(s.seconds or 0))
         in_use = int(found.get("occupied_slots") or 0)
         jobs = None if today_error else (today or {}).get(instance_type, JobsToday())
-        views.append(TypeView(instance_type, name, quota, in_use, running, waiting, jobs, today_error))
+        views.append(
+            TypeView(
+                instance_type, name, quota, in_use, running, waiting, jobs, today_error, _out_of_step(found, quota)
+            )
+        )
     return views
+
+
+def _out_of_step(pool: dict, quota: int) -> str | None:
+    """Why a pool does not admit as fleet.yaml says (``pool``: Airflow's answer, empty when there is none)."""
+    if not pool:
+        return "it does not exist in Airflow, so a step on this type waits for it forever"
+    if pool.get("slots") != quota:
+        return f"it has {pool.get('slots')} slot(s), not the quota of {quota}"
+    if not pool.get("include_deferred"):
+        return "it does not count deferred tasks, so watched jobs hold no slot and the quota is not kept"
+    return None
 
 
 def fleet_lines(views: list[TypeView]) -> list[str]:
@@ -154,6 +172,8 @@ def fleet_lines(views: list[TypeView]) -> list[str]:
             f"{len(view.running)} step task(s) running, {len(view.waiting)} waiting"
             + (f", the oldest for {oldest:.0f}s" if oldest is not None else "")
         )
+        if view.out_of_step:
+            lines.append(f"  ! pool {view.pool}: {view.out_of_step}; `shardline fleet sync` mends it")
         jobs = view.today
         lines.append(
             f"  today    {jobs.succeeded} succeeded, {jobs.resubmitted_for_capacity} resubmitted for capacity, "
