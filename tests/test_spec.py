@@ -250,12 +250,12 @@ def test_input_override_path_escape_is_refused_by_the_param_and_at_plan_time(ove
     from airflow.sdk.definitions.param import ParamValidationError
 
     from shardline.airflow.dag_factory import params_for
-    from shardline.spec.conf import input_override_problem
+    from shardline.spec.conf import input_prefix_param_problem
 
     step = _first_step("s3://data/events/dt={{ ds }}/hour={{ logical_date.strftime('%H') }}/")
     spec_with_step = parse_spec({**minimal(), "steps": [step.model_dump()]}, "p.yaml")
     param = params_for(spec_with_step)["input_prefix"]
-    assert (input_override_problem(step, override) is None) is allowed
+    assert (input_prefix_param_problem(step, override) is None) is allowed
     if allowed:
         assert param.resolve(override) == override
     else:

@@ -22,7 +22,7 @@ from shardline.airflow.operators.report import ReportOperator
 from shardline.airflow.operators.step import WatchStepOperator, mark_run_failed
 from shardline.decision.fleet import PRIORITY_WEIGHTS, admission_text, pool_name
 from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, PipelineSpec, SpecError, StepSpec, load_spec, static_prefix
-from shardline.spec.conf import MAX_INSTANCE_COUNT, input_override_pattern
+from shardline.spec.conf import MAX_INSTANCE_COUNT, input_prefix_param_pattern
 from shardline.spec.fleet import FLEET_FILE, FleetSpec, load_fleet
 
 SPEC_DIR = "pipelines"
@@ -45,7 +45,7 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
             title="Input prefix",
             description=f"a folder under {static_prefix(first.input.prefix or '')} to read instead of the spec's "
             f"({first.input.prefix}); empty keeps it",
-            pattern=input_override_pattern(first),
+            pattern=input_prefix_param_pattern(first),
         ),
         "model_version": Param(
             first.model.version,
@@ -155,8 +155,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
                 metadata_prefix=step.output.metadata_prefix or "",
                 model_uri=step.model.uri,
                 model_version="{{ params.model_version }}",
-                input_override="{{ params.input_prefix }}" if previous is None else "",
-                instances_override="{{ params.instance_count }}",
+                takes_input_param=previous is None,
                 dry_run="{{ params.dry_run }}",
                 admission_note=note,
                 max_instances=admitted_count(step, fleet),

@@ -29,7 +29,7 @@ def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
     """Why a run with this conf would be refused by the trigger form's Params or fail at its plan task (the
     checks ``PlanStepOperator`` makes), or None."""
     from shardline.spec.conf import (
-        input_override_problem,
+        input_prefix_param_problem,
         model_version_problem,
         param_type_problem,
         unknown_conf_problem,
@@ -42,7 +42,7 @@ def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
         return problem
     first = spec.steps[0]
     override = str(conf.get("input_prefix") or "").strip()
-    if override and (problem := input_override_problem(first, override)):
+    if override and (problem := input_prefix_param_problem(first, override)):
         return problem
     version = str(conf.get("model_version") or "").strip() or first.model.version
     return model_version_problem(first, version)

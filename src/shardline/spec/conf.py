@@ -14,7 +14,7 @@ def _regex_literal(text: str) -> str:
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
 
 
-def input_override_pattern(step: StepSpec) -> str:
+def input_prefix_param_pattern(step: StepSpec) -> str:
     """The JSON-schema pattern of the ``input_prefix`` Param: empty, or a folder under the step's own prefix.
 
     No segment may be empty, ``.`` or ``..``, so the override cannot climb out of that folder.
@@ -23,7 +23,7 @@ def input_override_pattern(step: StepSpec) -> str:
     return rf"^$|^{_regex_literal(static_prefix(step.input.prefix or ''))}(?:{segment}/)*(?:{segment})?$"
 
 
-def input_override_problem(step: StepSpec, uri: str) -> str | None:
+def input_prefix_param_problem(step: StepSpec, uri: str) -> str | None:
     """Why ``uri`` may not replace the step's input prefix, or None when it may (the Param's rule, in Python)."""
     allowed = static_prefix(step.input.prefix or "")
     if not uri.startswith(allowed):

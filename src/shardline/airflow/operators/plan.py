@@ -30,7 +30,7 @@ from shardline.decision import readiness
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.spec.conf import (
     admitted_count_problem,
-    input_override_problem,
+    input_prefix_param_problem,
     instance_count_override,
     model_version_problem,
     partition_override_problem,
@@ -38,19 +38,15 @@ from shardline.spec.conf import (
 )
 
 
+def _param(context, name: str) -> Any:
+    """A Param of the run, as its trigger (form, conf, schedule) set it; None when the run has none of that name."""
+    return (context.get("params") or {}).get(name)
+
+
 class PlanStepOperator(SpecMixin, BaseOperator):
     """List a step's inputs, write attempt 1's manifest, plan file and STEP item. Skips on empty input."""
 
-    template_fields = (
-        "input_prefix",
-        "output_prefix",
-        "metadata_prefix",
-        "model_uri",
-        "model_version",
-        "input_override",
-        "instances_override",
-        "dry_run",
-    )
+    template_fields = ("input_prefix", "output_prefix", "metadata_prefix", "model_uri", "model_version", "dry_run")
 
     def __init__(
         self,
@@ -61,8 +57,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         output_prefix: str,
         model_uri: str,
         model_version: str = "",
-        input_override: str = "",
-        instances_override: Any = None,
+        takes_input_param: bool = False,
         dry_run: Any = False,
         metadata_prefix: str = "",
         admission_note: str = "",
@@ -76,7 +71,9 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
         self.metadata_prefix = metadata_prefix
         self.model_version = model_version
-        self.input_override, self.instances_override, self.dry_run = input_override, instances_override, dry_run
+        # The first step takes the run's input_prefix Param (a later one reads its earlier step's outputs); every step
+        # takes its instance_count Param. Both are read from the run's params where used (``_param``).
+        self.takes_input_param, self.dry_run = takes_input_param, dry_run
 
     @fails_fast
     def execute(self, context):
@@ -87,16 +84,16 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             raise AirflowFailException(param_problem_text(unknown, run_ref(spec, context)))
         if unknown:
             self.log.warning("%s", unknown)
-        override = (self.input_override or "").strip()
+        override = self._input_param(context)
         version = (self.model_version or "").strip() or step.model.version
         # The Params' own schema refuses these at trigger time; checked again here, where they are used,
         # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
         problem = (
-            (input_override_problem(step, override) if override else None)
+            (input_prefix_param_problem(step, override) if override else None)
             or (partition_override_problem(step, override, self.input_prefix, spec.pipeline) if override else None)
             or model_version_problem(step, version)
-            or instance_count_override(self.instances_override, 1)[1]
-            or admitted_count_problem(step, self._instances(step), self.max_instances)
+            or instance_count_override(_param(context, "instance_count"), 1)[1]
+            or admitted_count_problem(step, self._instances(step, context), self.max_instances)
         )
         if problem:
             raise AirflowFailException(param_problem_text(problem, run_ref(spec, context)))
@@ -123,13 +120,13 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             )
         input_prefix = override or self.input_prefix
         if str(self.dry_run).lower() == "true":
-            self._dry_run(context, spec, input_prefix, self._instances(step), version)
+            self._dry_run(context, spec, input_prefix, self._instances(step, context), version)
         return self._plan(context, input_prefix, version, waited=False)
 
     @fails_fast
     def execute_after_wait(self, context, event: dict):
         """Back from :class:`InputTrigger`: plan now that the input is there, or fail naming the prefix."""
-        input_prefix = (self.input_override or "").strip() or self.input_prefix
+        input_prefix = self._input_param(context) or self.input_prefix
         version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
         if not event["ready"]:
             # It waited for the input (when_missing: wait) or for the ready marker, or only for the partition's
@@ -144,8 +141,12 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         """How the run stands, as `shardline runs` and the page show it while (or because) this task waits or ends."""
         step_functions().record_run_status(self.spec, context["run_id"], status, message, partition_of(context))
 
-    def _instances(self, step) -> int:
-        return instance_count_override(self.instances_override, step.resources.instance_count)[0]
+    def _instances(self, step, context) -> int:
+        return instance_count_override(_param(context, "instance_count"), step.resources.instance_count)[0]
+
+    def _input_param(self, context) -> str:
+        """The run's input_prefix Param, for the first step only ("" when unset)."""
+        return str(_param(context, "input_prefix") or "").strip() if self.takes_input_param else ""
 
     def _ready_at(self, context) -> dt.datetime | None:
         """When the run's partition is complete (its interval's end plus input.settle_seconds)."""
@@ -193,7 +194,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 input_prefix=input_prefix,
                 output_prefix=self.output_prefix,
                 model_uri=self.model_uri,
-                instance_count=self._instances(step),
+                instance_count=self._instances(step, context),
                 model_version=version,
                 metadata_prefix=(self.metadata_prefix or "").strip() or None,
                 partition=partition_of(context),
@@ -275,7 +276,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
     def execute_after_partition(self, context, event: dict):
         """Back from :class:`PartitionTrigger`: the run that held the output prefix has ended; plan now."""
         self.log.info("step %s: %s", self.step, event["reason"])
-        input_prefix = (self.input_override or "").strip() or self.input_prefix
+        input_prefix = self._input_param(context) or self.input_prefix
         version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
         return self._plan(context, input_prefix, version, waited=False)
 
