@@ -116,12 +116,8 @@ def settle_parts(files: list[FileRecord]) -> list[FileRecord]:
     A part older than its source's own attempt is of an earlier version of the source, scored again whole since:
     it counts for nothing.
     """
-    sources = {f.input_key: f for f in files if not f.part_of}
-    parts: dict[str, list[FileRecord]] = {}
-    for f in files:
-        source = sources.get(f.part_of or "")
-        if source is not None and f.attempt > source.attempt:
-            parts.setdefault(source.input_key, []).append(f)
+    sources = {f.input_key for f in files if not f.part_of}
+    parts = current_parts(files)
     if not parts:
         return [f for f in files if not f.part_of or f.part_of not in sources]
     settled = []
@@ -133,7 +129,7 @@ def settle_parts(files: list[FileRecord]) -> list[FileRecord]:
             ):
                 settled.append(f)  # the newest part, not (yet) succeeded; or an orphan whose source is not read
             continue
-        done = sorted((p for p in parts.get(f.input_key, []) if p.status == FileStatus.SUCCEEDED), key=_attempt)
+        done = [p for p in parts.get(f.input_key, []) if p.status == FileStatus.SUCCEEDED]
         if not done or f.status != FileStatus.SUCCEEDED:
             settled.append(f)
             continue
@@ -150,6 +146,17 @@ def settle_parts(files: list[FileRecord]) -> list[FileRecord]:
             )
         )
     return settled
+
+
+def current_parts(files: list[FileRecord]) -> dict[str, list[FileRecord]]:
+    """Each source file's rejects parts (by its input key), in attempt order: those of its version now, newer than
+    the attempt that scored it (an older one is stale: :func:`stale_parts`)."""
+    attempts = {f.input_key: f.attempt for f in files if not f.part_of}
+    parts: dict[str, list[FileRecord]] = {}
+    for f in sorted((f for f in files if f.part_of), key=_attempt):
+        if f.part_of in attempts and f.attempt > attempts[f.part_of]:
+            parts.setdefault(f.part_of, []).append(f)
+    return parts
 
 
 def stale_parts(files: list[FileRecord]) -> set[str]:

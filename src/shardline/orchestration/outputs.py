@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from shardline import contract
 from shardline.decision.policy import Decision, Policy
 from shardline.errors import UnvouchedOutputError
-from shardline.ledger.records import settle_parts, stale_parts
+from shardline.ledger.records import current_parts, settle_parts, stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
@@ -346,7 +346,7 @@ def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
     etags = planned_etags(spec, records.step) if records.step is not None else {}
     # A source whose rejected rows a part took again (resubmit --rejects) was mended in place: the version the
     # rows were picked from is the one scored.
-    picked = {f.part_of: f.source_etag for f in sorted(records.files, key=lambda f: f.attempt) if f.part_of}
+    picked = {source: parts[-1].source_etag for source, parts in current_parts(records.files).items()}
     bucket, _ = parse_s3_uri(attempt.input_prefix)
     late: dict[str, int] = {}
     for o in objects:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 from shardline import contract
 from shardline.errors import PermanentError
-from shardline.ledger.records import FileRecord, settle_parts
+from shardline.ledger.records import FileRecord, current_parts, settle_parts
 from shardline.ledger.states import FileStatus
 from shardline.orchestration import services, steps
 from shardline.orchestration.run_report import read_rejects
@@ -111,8 +111,9 @@ def _format_of(key: str, input_format: str | None) -> tuple[str, bool]:
 
 def rows_still_rejected(spec: PipelineSpec, source: FileRecord, parts: Sequence[FileRecord]) -> list[int]:
     """The source's row numbers still rejected: its newest succeeded part's rejects, through that part's rows
-    map; with no such part, the source's own rejects list."""
-    done = sorted((p for p in parts if p.status == FileStatus.SUCCEEDED), key=lambda p: p.attempt)
+    map; with no such part, the source's own rejects list. ``parts``: the source's current parts in attempt order
+    (:func:`~shardline.ledger.records.current_parts`; a stale part's rejects are not the source's)."""
+    done = [p for p in parts if p.status == FileStatus.SUCCEEDED]
     if not done:
         return _numbered(source.input_key, read_rejects(spec, source.rejects_key, None) if source.rejects_key else [])
     newest = done[-1]
@@ -148,8 +149,9 @@ def write_parts(spec: PipelineSpec, latest: Attempt, sources: Sequence[FileRecor
     objects: list[S3Object] = []
     parts: dict[str, tuple[str, str]] = {}
     rows_map: dict[str, list[int]] = {}
+    current = current_parts(list(all_files))
     for source in sources:
-        rows = rows_still_rejected(spec, source, [f for f in all_files if f.part_of == source.input_key])
+        rows = rows_still_rejected(spec, source, current.get(source.input_key, []))
         relative = source.input_key.removeprefix(latest.input_prefix.rstrip("/") + "/")
         body, etag = _picked(s3, source, rows, step.input.format, header=step.input.csv_header is not False)
         key = key_prefix + naming.rejects_part_name(relative, number)

@@ -34,7 +34,7 @@ from shardline.worker.model.text_files import (
     refuse_a_data_line_as_header,
 )
 from shardline.worker.model.tolerant import (
-    numbers_but,
+    as_numbers,
     tolerant_csv,
     tolerant_csv_schema,
     tolerant_jsonl,
@@ -109,7 +109,7 @@ def read_schema(
     *,
     tolerant: bool = False,
     keep_types: Collection[str] | None = (),
-    retake: bool = False,
+    numbers: Collection[str] = (),
 ) -> pa.Schema:
     """The file's schema (inferred from the first block for CSV and JSON lines).
 
@@ -117,16 +117,16 @@ def read_schema(
     lines that are no JSON object, are left out of the inference, and a CSV column whose values are mostly numbers
     is a float64 column even if a few are not (they are rejected as they are read), as it would be without them;
     except the columns of ``keep_types`` (passthrough columns), and any column when ``keep_types`` is None (a model
-    that takes raw text columns). ``retake``: a rejects part's rows all failed once, so every column but those is
-    a number column."""
+    that takes raw text columns). ``numbers``: columns that are number columns whatever the rows hold (a rejects
+    part's features named before it is read: its rows all failed once)."""
     if tolerant and file.fmt == "csv" and not is_empty_text(file):
-        return tolerant_csv_schema(file, keep_types, retake=retake)
+        return as_numbers(tolerant_csv_schema(file, keep_types), numbers)
     if tolerant and file.fmt == "jsonl":
         try:
             schema = read_schema(file, scratch)
         except CorruptInputError as err:  # a line of its first block is no JSON object
-            return tolerant_jsonl_schema(file, err, keep_types, retake=retake)
-        return numbers_but(schema, keep_types) if retake else schema
+            schema = tolerant_jsonl_schema(file, err)
+        return as_numbers(schema, numbers)
     try:
         if file.fmt == "parquet":
             with _parquet_path(file, scratch) as path:

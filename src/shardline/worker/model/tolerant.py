@@ -31,7 +31,7 @@ ROW_COLUMN = "__shardline_row__"
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$|^\s*[-+]?(inf|infinity|nan)\s*$"
 
 
-def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None, *, retake: bool = False) -> pa.Schema:
+def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None) -> pa.Schema:
     import pyarrow.compute as pc
 
     first = None
@@ -54,9 +54,12 @@ def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None, *, 
     fields = []
     for field in schema:
         mostly_numbers = False
-        if keep_types is not None and field.name not in keep_types and pa.types.is_string(field.type) and retake:
-            mostly_numbers = True  # a rejects part's rows all failed once: what they hold is no guide to the type
-        elif keep_types is not None and field.name not in keep_types and pa.types.is_string(field.type) and first:
+        if (
+            first is not None
+            and keep_types is not None
+            and field.name not in keep_types
+            and pa.types.is_string(field.type)
+        ):
             text = _as_text_values(first.column(field.name))
             values = len(text) - text.null_count
             numbers = pc.sum(pc.match_substring_regex(text, _NUMBER, ignore_case=True)).as_py() or 0
@@ -207,14 +210,7 @@ def _typed_rows(
     return pa.RecordBatch.from_arrays([*arrays, rows], names=[*wanted, ROW_COLUMN])
 
 
-def tolerant_jsonl_schema(
-    file: InputFile,
-    error: CorruptInputError,
-    keep_types: Collection[str] | None = (),
-    *,
-    retake: bool = False,
-    sample_lines: int = 1000,
-) -> pa.Schema:
+def tolerant_jsonl_schema(file: InputFile, error: CorruptInputError, sample_lines: int = 1000) -> pa.Schema:
     """The schema of a JSON lines file the fast reader cannot infer one for (a bad line in its first block): from
     the first ``sample_lines`` lines that are JSON objects. A file none of whose first lines is one fails with
     ``error``, the fast reader's."""
@@ -229,21 +225,20 @@ def tolerant_jsonl_schema(
     if not records:
         raise error
     try:
-        schema = pa.Table.from_pylist(records).schema
+        return pa.Table.from_pylist(records).schema
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # a column of mixed types: the fast reader's error says which
         raise error from None
-    return numbers_but(schema, keep_types) if retake else schema
 
 
-def numbers_but(schema: pa.Schema, keep_types: Collection[str] | None) -> pa.Schema:
-    """A rejects part's schema (its rows all failed once: a text value where a number goes is no guide to a
-    column's type): every text column a number column, but ``keep_types``' (None: a model of raw text columns)."""
-    if keep_types is None:
+def as_numbers(schema: pa.Schema, names: Collection[str]) -> pa.Schema:
+    """``schema`` with the text (or all-null) columns of ``names`` as number columns: a rejects part's feature
+    columns, whose rows all failed once, so that their values are no guide to the columns' types."""
+    if not names:
         return schema
     return pa.schema(
         [
             f.with_type(pa.float64())
-            if f.name not in keep_types and (pa.types.is_string(f.type) or pa.types.is_null(f.type))
+            if f.name in names and (pa.types.is_string(f.type) or pa.types.is_null(f.type))
             else f
             for f in schema
         ]

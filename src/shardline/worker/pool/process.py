@@ -315,7 +315,11 @@ def _predict_into(
         scratch,
         tolerant=settings.tolerate_rows > 0,
         keep_types=keep_types,
-        retake=settings.tolerate_rows >= contract.EVERY_ROW,  # a rejects part (resubmit --rejects)
+        # A rejects part (resubmit --rejects): its rows all failed once, so its features are number columns
+        # whatever they hold; only those known by name (a file_order feature keeps the type its values give it).
+        numbers=_features_by_name(state.predictor.inputs, settings.features)
+        if settings.tolerate_rows >= contract.EVERY_ROW
+        else (),
     )
     # A 0-byte text file has no columns at all: nothing to read, and an empty output says so.
     if schema.names:
@@ -366,6 +370,16 @@ def _predict_into(
         )
     progress.writer.close()
     progress.writer = None
+
+
+def _features_by_name(inputs, features) -> tuple[str, ...]:
+    """The feature columns known by name before a file is read: the model's recorded names (unless they are hints),
+    else input.features as listed; none for a model of raw columns, or with file_order."""
+    if inputs.raw_columns:
+        return ()
+    if inputs.names is not None and not inputs.names_are_hints:
+        return tuple(inputs.names)
+    return tuple(features) if isinstance(features, tuple) else ()
 
 
 def _reject_log(settings: JobSettings, unit: WorkUnit) -> RejectLog | None:
