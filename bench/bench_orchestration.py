@@ -173,7 +173,8 @@ def planning_time(keys: int, layout: str) -> dict:
     import boto3
 
     from shardline.ledger.table import create_ledger_table
-    from shardline.orchestration import services, steps
+    from shardline.orchestration import services
+    from shardline.orchestration.step import plan as step_plan
     from shardline.planning.inputs import list_inputs_and_refusals
     from shardline.spec import parse_spec
 
@@ -211,7 +212,7 @@ def planning_time(keys: int, layout: str) -> dict:
 
     services.s3_listing_client(spec).meta.events.register("before-call.s3.ListObjectsV2", count)
     started = time.perf_counter()
-    attempt = steps.plan(
+    attempt = step_plan.plan(
         spec,
         "score",
         "run-1",

@@ -77,7 +77,7 @@ def stage(tmp: Path, files: int, rows: int, instances: int):
 
 def files_of(spec, run_id: str):
     from shardline.ledger.keys import StepRef
-    from shardline.orchestration.step_files import read_step_files
+    from shardline.orchestration.step.files import read_step_files
 
     return read_step_files(spec, StepRef(spec.pipeline, run_id, STEP), file_attributes=None).files
 
@@ -115,16 +115,18 @@ def kill_at_half(spec, run_id: str, job_dir: Path) -> tuple[int, int]:
 def drive(spec, attempt) -> None:
     """What the watch does: poll, resubmit on RESUBMIT, end the step on ADVANCE."""
     from shardline.decision.policy import Action
-    from shardline.orchestration import steps, watch
+    from shardline.orchestration import watch
+    from shardline.orchestration.step import end as step_end
+    from shardline.orchestration.step import jobs as step_jobs
 
     while True:
         decision = watch.decide_now(spec, attempt)
         if decision.action is Action.RESUBMIT:
-            attempt = steps.resubmit(spec, attempt, list(decision.retry_files))
+            attempt = step_jobs.resubmit(spec, attempt, list(decision.retry_files))
         elif decision.action is Action.ADVANCE:
-            status = steps.finish(spec, attempt, "ADVANCE", decision.reason)
+            status = step_end.finish(spec, attempt, Action.ADVANCE, decision.reason)
             if status is None or status.value != "SUCCEEDED":
-                raise SystemExit(f"bench-recovery: the step ended {status}: {steps.step_message(spec, attempt)}")
+                raise SystemExit(f"bench-recovery: the step ended {status}: {step_end.step_message(spec, attempt)}")
             return
         elif decision.action is not Action.WAIT:
             raise SystemExit(f"bench-recovery: {decision.action.value}: {decision.reason}")
@@ -134,12 +136,14 @@ def drive(spec, attempt) -> None:
 def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool) -> dict:
     import threading
 
-    from shardline.orchestration import steps
+    from shardline.orchestration.step import end as step_end
+    from shardline.orchestration.step import jobs as step_jobs
+    from shardline.orchestration.step import plan as step_plan
 
     started = time.monotonic()
-    attempt = steps.submit(
+    attempt = step_jobs.submit(
         spec,
-        steps.plan(
+        step_plan.plan(
             spec,
             STEP,
             run_id,
@@ -162,7 +166,7 @@ def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool) ->
         injector.join()
     wall = time.monotonic() - started
     files = files_of(spec, run_id)
-    report = steps.report(spec, attempt.ref)
+    report = step_end.report(spec, attempt.ref)
     return {
         "wall_seconds": round(wall, 1),
         "files": len(files),

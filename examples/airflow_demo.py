@@ -377,7 +377,7 @@ def fetch_report(spec, run_id: str, step: str) -> tuple[str, bool]:
 
 def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill | None = None) -> int:
     from shardline.orchestration import steps
-    from shardline.orchestration.step_files import read_step_files
+    from shardline.orchestration.step.files import read_step_files
 
     run_id = run.run_id
     summary = steps.report(spec, StepRef(spec.pipeline, run_id, "score"))

@@ -105,10 +105,10 @@ def test_the_input_trigger_fires_when_the_input_lands_and_says_what_is_missing_a
 def test_a_step_event_travels_as_json_and_comes_back_the_same():
     import json
 
-    from shardline.airflow.triggers.step import TIMEOUT, StepEvent
     from shardline.decision.policy import Action, Decision
     from shardline.ledger.records import FileRecord
     from shardline.ledger.states import FileStatus
+    from shardline.orchestration.watch import StepEvent
     from shardline.planning.attempt import Attempt
 
     attempt = Attempt(
@@ -131,8 +131,10 @@ def test_a_step_event_travels_as_json_and_comes_back_the_same():
     back = StepEvent.from_event(payload)
     assert back == event and back.attempt == attempt
     assert back.failed_files[0]["error_message"] == "x" * 500  # bounded: events live in Airflow's database
-    timeout = StepEvent.from_event(StepEvent(TIMEOUT, "ran past its deadline", attempt, stop_job=True).to_event())
-    assert (timeout.action, timeout.stop_job, timeout.retry_files) == (TIMEOUT, True, ())
+    timeout = StepEvent.from_event(
+        StepEvent(Action.TIMEOUT, "ran past its deadline", attempt, stop_job=True).to_event()
+    )
+    assert (timeout.action, timeout.stop_job, timeout.retry_files) == (Action.TIMEOUT, True, ())
 
 
 def _as_airflow_stores_it(trigger):
@@ -192,9 +194,12 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
     The running attempt still fails on its corrupt file; an attempt watched from the edited spec would not."""
     import yaml
 
-    from shardline.airflow.triggers.step import StepEvent, StepTrigger
+    from shardline.airflow.triggers.step import StepTrigger
     from shardline.decision.policy import Action
-    from shardline.orchestration import steps, watch
+    from shardline.orchestration import watch
+    from shardline.orchestration.step import jobs as step_jobs
+    from shardline.orchestration.step import plan as step_plan
+    from shardline.orchestration.watch import StepEvent
     from shardline.spec import load_spec
     from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
@@ -211,7 +216,7 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
     path.write_text(yaml.safe_dump(data))
     spec = load_spec(path)
     assert spec.step("score").tolerance.max_failed_files == 0
-    attempt = steps.submit(spec, steps.plan(spec, "score", "run-edit", **plan_args(bucket)))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-edit", **plan_args(bucket)))
     trigger = _as_airflow_stores_it(
         StepTrigger(attempt.to_xcom(), watch.StepWatch.of(spec, "score").to_json(), poll_interval=0.2)
     )

@@ -20,7 +20,10 @@ from shardline.ledger.step_writes import StaleOrchestratorError, ensure_run, fin
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
-from shardline.orchestration import steps
+from shardline.orchestration.step import end as step_end
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step.files import latest_attempt
 from shardline.planning.inputs import parse_s3_uri
 from shardline.spec import load_spec, parse_spec
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
@@ -34,9 +37,9 @@ def failed_run(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     inputs["part-9.parquet"] = b"PAR1 not parquet at all"
     spec, bucket = stage_step("oncall_test", ledger_table, xgboost_model.parent, tmp_path, inputs)
     s3 = boto3.client("s3")
-    attempt = steps.submit(spec, steps.plan(spec, "score", "run-1", **plan_args(bucket)))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket)))
     wait_for_job(spec, attempt)
-    steps.finish(spec, attempt, "FAIL", "1 of 5 file(s) failed")
+    step_end.finish(spec, attempt, Action.FAIL, "1 of 5 file(s) failed")
     return spec, bucket, s3, RunRef("oncall_test", "run-1")
 
 
@@ -104,14 +107,14 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
     # Without a way to let the DAG run follow the new attempt, nothing is submitted at all.
     with pytest.raises(OnCallError, match=r"Airflow is not configured, so nothing was submitted.*shardline login"):
         oncall.resubmit(ref, "score", all_failed=True)
-    assert steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
+    assert latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     # A step not run by Airflow says so explicitly.
     result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
     assert (result.attempt, result.plan.files, result.complete) == (2, [f"s3://{bucket}/in/part-9.parquet"], True)
     assert "Airflow was left out (--ledger-only)" in result.airflow
     second = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)  # while 2 runs, or after
     assert second.attempt is None
-    wait_for_job(spec, steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")))
+    wait_for_job(spec, latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")))
     last = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)
     assert (last.attempt, last.action, last.airflow) == (
         None,
@@ -133,14 +136,14 @@ def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_
     FAILED. Once run 2 has ended it is still refused: the prefix holds run 2's outputs now."""
     spec, bucket, _, ref = failed_run
     oncall = OnCall({spec.pipeline: spec})
-    second = steps.plan(spec, "score", "run-2", **plan_args(bucket))
+    second = step_plan.plan(spec, "score", "run-2", **plan_args(bucket))
     with pytest.raises(OnCallError, match=r"not resubmitted: s3://.*/out/ was written by run oncall_test/run-2"):
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
-    assert steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
+    assert latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     assert oncall.status(ref).status == "FAILED"  # not left reopened by the refused attempt
-    wait_for_job(spec, steps.submit(spec, second))
-    steps.finish(spec, second, "FAIL", "1 of 5 file(s) failed")
-    steps.finish_run(spec, spec.pipeline, "run-2", StepStatus.FAILED)
+    wait_for_job(spec, step_jobs.submit(spec, second))
+    step_end.finish(spec, second, Action.FAIL, "1 of 5 file(s) failed")
+    step_end.finish_run(spec, spec.pipeline, "run-2", StepStatus.FAILED)
     with pytest.raises(OnCallError, match=r"was written by run oncall_test/run-2 \(step score\) after"):
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
 
@@ -151,18 +154,18 @@ def test_a_resubmission_waits_for_the_watch_task_and_cancel_stops_everything(fai
     oncall = OnCall({spec.pipeline: spec})
     model = bind_ledger(spec.ledger_table)
     # The watch task is retrying on its own: attempt 2 runs every file again.
-    latest = steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score"))
+    latest = latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score"))
     keys = [f.input_key for f in read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).files]
-    running = steps.resubmit(spec, latest, keys)
+    running = step_jobs.resubmit(spec, latest, keys)
     result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # on-call, while attempt 2 runs
     assert result.attempt is None and "is still running" in result.airflow
     lines = oncall.cancel(ref, "bad model version")
     assert f"step score: stopped {running.job_name}" in lines and "step score: CANCELLED" in lines
-    assert steps.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)
+    assert step_jobs.job_status(spec, running) in (JobStatus.STOPPED, JobStatus.STOPPING)
     assert oncall.status(ref).status == "CANCELLED"
     assert read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).step.status == StepStatus.CANCELLED
     # The watch's late verdict, and its own retries, never undo on-call's cancel.
-    assert steps.finish(spec, running, "FAIL", "job Stopped") is None
+    assert step_end.finish(spec, running, Action.FAIL, "job Stopped") is None
     with pytest.raises(StaleOrchestratorError):
         start_attempt(model, StepRef(ref.pipeline, ref.run_id, "score"), 3, [(keys[0], 1)])
     with pytest.raises(OnCallError, match="already ended CANCELLED"):
@@ -196,7 +199,7 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
         },
         "shard_test.yaml",
     )
-    attempt = steps.plan(
+    attempt = step_plan.plan(
         spec,
         "score",
         "run-1",
@@ -250,7 +253,7 @@ def test_a_cli_that_looks_in_another_local_root_submits_nothing_beside_airflows_
     assert oncall.status(ref).steps[0].job_status == "NotFoundHere"
     with pytest.raises(OnCallError, match=r"ran, but not under .*another-shell.*nothing was submitted.*AIRFLOW_HOME"):
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
-    assert steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
+    assert latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     assert not (tmp_path / "another-shell").exists()
 
 
@@ -261,7 +264,7 @@ def test_a_run_skipped_for_missing_input_is_listed_skipped_with_its_reason(
 
     spec, bucket = stage_step("skips_test", ledger_table, xgboost_model.parent, tmp_path, {})
     reason = f"step score: skipped: no input file under s3://{bucket}/in/ (matching ['*']) (input.when_missing: skip)"
-    steps.record_run_status(spec, "scheduled__2026-11-22T10:00:00+00:00", StepStatus.SKIPPED, reason)
+    step_end.record_run_status(spec, "scheduled__2026-11-22T10:00:00+00:00", StepStatus.SKIPPED, reason)
     rows = OnCall({spec.pipeline: spec}).runs(spec.pipeline)
     assert [(r.run_id, r.status, r.message) for r in rows] == [
         ("scheduled__2026-11-22T10:00:00+00:00", "SKIPPED", reason)

@@ -11,7 +11,7 @@ import yaml
 
 from shardline.oncall.errors import NotFound
 from shardline.oncall.tune import tune_step
-from shardline.orchestration import steps
+from shardline.orchestration.step import plan as step_plan
 from shardline.spec import parse_spec
 from tests.oncall.test_cli import REPO, run
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step
@@ -32,7 +32,7 @@ def _dags(tmp_path, spec) -> str:
 
 def test_tune_samples_the_latest_runs_inputs_and_prints_the_table_the_snippet_and_the_plot(staged, aws_env, tmp_path):
     spec, bucket = staged
-    steps.plan(spec, "score", "run-1", **plan_args(bucket))  # the ledger now knows the step's input prefix
+    step_plan.plan(spec, "score", "run-1", **plan_args(bucket))  # the ledger now knows the step's input prefix
     out = tmp_path / "tuned"
 
     result = run(

@@ -28,8 +28,11 @@ from shardline.ledger import create_ledger_table
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES
-from shardline.orchestration import services, steps, watch
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration import services, watch
+from shardline.orchestration.step import end as step_end
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step.files import latest_attempt, read_step_files
 from shardline.spec import PipelineSpec, load_spec
 from tests.conftest import AWS_TEST_ENV
 from tests.support.faults import MotoServer, TcpProxy, moto_server
@@ -166,7 +169,7 @@ def plan_and_submit(
     spec: PipelineSpec, bucket: str, run_id: str, *, job_endpoint: str | None = None, monkeypatch=None
 ) -> dict:
     """Plan attempt 1 and submit its job; with ``job_endpoint``, the job (only) reaches AWS there."""
-    attempt = steps.plan(
+    attempt = step_plan.plan(
         spec,
         STEP,
         run_id,
@@ -177,10 +180,10 @@ def plan_and_submit(
     )
     assert attempt is not None and attempt.file_count == FILES
     if job_endpoint is None:
-        return steps.submit(spec, attempt)
+        return step_jobs.submit(spec, attempt)
     with monkeypatch.context() as m:  # the job inherits the environment of the process that submits it
         m.setenv("AWS_ENDPOINT_URL", job_endpoint)
-        return steps.submit(spec, attempt)
+        return step_jobs.submit(spec, attempt)
 
 
 def file_items(spec: PipelineSpec, run_id: str) -> list:
@@ -215,7 +218,7 @@ def drive_to_the_end(spec: PipelineSpec, attempt: dict) -> tuple[dict, list[str]
         if decision.action is Action.RESUBMIT:
             history.append(f"attempt {attempt.number}: RESUBMIT: {decision.reason}")
             time.sleep(decision.delay_seconds)
-            attempt = steps.resubmit(spec, attempt, list(decision.retry_files))
+            attempt = step_jobs.resubmit(spec, attempt, list(decision.retry_files))
             continue
         if decision.action is not Action.WAIT:
             pytest.fail(f"attempt {attempt.number}: {decision.action.value}: {decision.reason}; so far: {history}")
@@ -277,7 +280,7 @@ def assert_ledger_reconciles(spec: PipelineSpec, run_id: str, total: int) -> Non
         if f.status != FileStatus.SUCCEEDED or f.rows_in != f.rows_out
     ]
     assert not wrong, f"files not SUCCEEDED with rows_in == rows_out: {wrong}"
-    summary = steps.report(spec, StepRef(spec.pipeline, run_id, STEP))
+    summary = step_end.report(spec, StepRef(spec.pipeline, run_id, STEP))
     assert (summary["succeeded"], summary["failed"], summary["rows_in"], summary["rows_out"]) == (
         FILES,
         0,
@@ -400,7 +403,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
             said = [e for e in logged if "the AWS endpoint is unreachable" in str(e.get("event"))]
             assert 1 <= len(said) <= 1 + waited // 60, said
             payload = event.payload
-            assert payload["action"] == "UNREACHABLE", payload
+            assert payload["action"] == Action.UNREACHABLE, payload
             reason = payload["reason"]
             assert "unreachable" in reason and "shardline resubmit" in reason and "--all-failed" in reason, reason
 
@@ -434,9 +437,9 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
 
         # What on-call does next, as the message says: resubmit what did not finish; the watch task drives the
         # step to its end.
-        latest = steps.latest_attempt(spec, StepRef(spec.pipeline, run_id, STEP))
+        latest = latest_attempt(spec, StepRef(spec.pipeline, run_id, STEP))
         assert latest is not None and latest.number == attempt.number
-        current = steps.resubmit(spec, latest, sorted(files), by_oncall=True)
+        current = step_jobs.resubmit(spec, latest, sorted(files), by_oncall=True)
         try:
             _, history = drive_to_the_end(spec, current)
         except BaseException:
@@ -479,7 +482,7 @@ def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lo
         assert "heartbeat_timeout_seconds" in decision.reason, decision.reason
         succeeded_before = sorted(f.input_key for f in file_items(spec, run_id) if f.status == FileStatus.SUCCEEDED)
         assert not set(succeeded_before) & set(decision.retry_files), decision  # what it finished is kept
-        nxt = steps.resubmit(spec, attempt, list(decision.retry_files))  # stops attempt 1's job first
+        nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files))  # stops attempt 1's job first
         print(f"attempt 1 stopped with {len(succeeded_before)} file(s) SUCCEEDED: {succeeded_before}")
 
     try:
@@ -543,14 +546,14 @@ def test_a_lost_instance_costs_only_its_unfinished_files_and_no_row_is_lost_or_d
     assert decision.action is Action.RESUBMIT, decision
     planned = {f.input_key for f in files}
     assert set(decision.retry_files) == planned - finished, decision  # exactly the unfinished files
-    nxt = steps.resubmit(spec, attempt, list(decision.retry_files))
+    nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files))
     try:
         _, history = drive_to_the_end(spec, nxt)
     except BaseException:
         print(job_logs(local_root))
         raise
     print("\n".join(history))
-    assert steps.finish(spec, nxt, "ADVANCE", "all files succeeded").value == "SUCCEEDED"
+    assert step_end.finish(spec, nxt, Action.ADVANCE, "all files succeeded").value == "SUCCEEDED"
     kept = {f.input_key: f.attempt for f in file_items(spec, run_id) if f.input_key in finished}
     assert set(kept.values()) == {1}, kept  # never scored again
     assert_ledger_reconciles(spec, run_id, total)

@@ -2,7 +2,7 @@
 
 Each test stages a real step on moto_server and the local backend, lets its job run, then changes the world the
 way a user's day does (another run of the same partition, an input replaced or landing late) and asks the
-step's end (``steps.finish``) to decide.
+step's end (``step_end.finish``) to decide.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import read_holder
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import read_step
-from shardline.orchestration import outputs, partitions, services, steps
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration import outputs, partitions, services
+from shardline.orchestration.step import end as step_end
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step.files import read_step_files
 from shardline.spec import parse_spec
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
@@ -41,7 +44,7 @@ def keys(bucket: str, prefix: str = "out/") -> set[str]:
 
 
 def run_job(spec, bucket: str, run_id: str, **plan_overrides):
-    attempt = steps.submit(spec, steps.plan(spec, "score", run_id, **{**plan_args(bucket), **plan_overrides}))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **{**plan_args(bucket), **plan_overrides}))
     wait_for_job(spec, attempt)
     return attempt
 
@@ -76,23 +79,23 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
     first = run_job(spec, bucket, "run-a")
 
     with pytest.raises(partitions.PartitionHeld) as held:
-        steps.plan(
+        step_plan.plan(
             other_spec, "score", "run-b", **{**plan_args(bucket), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"}
         )
     assert held.value.holder.run_id == "run-a" and held.value.output_prefix == f"s3://{bucket}/out/"
     assert read_step(services.ledger_model(spec), StepRef(spec.pipeline, "run-b", "score"), files=False).step is None
 
-    assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
-    steps.finish_run(spec, spec.pipeline, "run-a", StepStatus.SUCCEEDED)
+    assert step_end.finish(spec, first, Action.ADVANCE, "all 4 files succeeded").value == "SUCCEEDED"
+    step_end.finish_run(spec, spec.pipeline, "run-a", StepStatus.SUCCEEDED)
     assert read_holder(services.ledger_model(spec), f"s3://{bucket}/out/").released  # at the run's end
 
-    second = steps.plan(
+    second = step_plan.plan(
         other_spec, "score", "run-b", **{**plan_args(bucket), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"}
     )
     assert "out/_SUCCESS" not in keys(bucket)  # the prefix is being written again: not complete
-    second = steps.submit(other_spec, second)
+    second = step_jobs.submit(other_spec, second)
     wait_for_job(other_spec, second)
-    assert steps.finish(other_spec, second, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
+    assert step_end.finish(other_spec, second, Action.ADVANCE, "all 4 files succeeded").value == "SUCCEEDED"
     marker = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
     assert marker["run_id"] == "run-b"
     manifests = sorted(k for k in keys(bucket, "out/_shardline/instances/") if k.endswith(".json"))
@@ -114,14 +117,14 @@ def test_a_run_whose_hold_ran_out_is_taken_over_and_marks_nothing_complete(
     holder = read_holder(services.ledger_model(spec), f"s3://{bucket}/out/")
     assert (holder.run_id, holder.fence) == ("run-b", 2)
 
-    assert steps.finish(spec, first, "ADVANCE", "all 4 files succeeded").value == "FAILED"
-    assert "no longer holds the lock" in steps.step_message(spec, first)
-    assert "run integrity/run-b (step score) holds it now" in steps.step_message(spec, first)
-    assert "shardline resubmit" not in steps.step_message(spec, first)  # it would be refused: run-b writes there
+    assert step_end.finish(spec, first, Action.ADVANCE, "all 4 files succeeded").value == "FAILED"
+    assert "no longer holds the lock" in step_end.step_message(spec, first)
+    assert "run integrity/run-b (step score) holds it now" in step_end.step_message(spec, first)
+    assert "shardline resubmit" not in step_end.step_message(spec, first)  # it would be refused: run-b writes there
     assert "out/_SUCCESS" not in keys(bucket)
     with pytest.raises(partitions.PartitionLost, match="run integrity/run-b"):
         partitions.keep(spec, first)
-    assert steps.finish(other_spec, second, "ADVANCE", "all 4 files succeeded").value == "SUCCEEDED"
+    assert step_end.finish(other_spec, second, Action.ADVANCE, "all 4 files succeeded").value == "SUCCEEDED"
     marker = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
     assert marker["run_id"] == "run-b"
 
@@ -138,9 +141,9 @@ def test_an_output_changed_after_it_was_recorded_fails_the_step_naming_it(pipeli
     else:
         body = s3.get_object(Bucket=bucket, Key="out/part-2.parquet")["Body"].read()
         s3.put_object(Bucket=bucket, Key="out/part-2.parquet", Body=body[:-1] + bytes([body[-1] ^ 1]))
-    assert steps.finish(spec, attempt, "ADVANCE", "all 4 files succeeded").value == "FAILED"
+    assert step_end.finish(spec, attempt, Action.ADVANCE, "all 4 files succeeded").value == "FAILED"
     said = "out/part-2.parquet is not in S3" if change == "deleted" else "S3 holds"
-    assert said in steps.step_message(spec, attempt)
+    assert said in step_end.step_message(spec, attempt)
     assert "out/_SUCCESS" not in keys(bucket)
     failed = read_step_files(spec, attempt.ref, file_attributes=None).files
     assert {f.error_class for f in failed if f.status is FileStatus.FAILED} == {outputs.UNVOUCHED_OUTPUT_ERROR}
@@ -157,7 +160,7 @@ def test_an_input_replaced_after_planning_is_late_input_and_is_scored_again(pipe
     s3.put_object(Bucket=bucket, Key="in/part-1.parquet", Body=new)
 
     with pytest.raises(outputs.LateInputsFound) as found:
-        steps.finish(spec, attempt, "ADVANCE", "all 4 files succeeded")
+        step_end.finish(spec, attempt, Action.ADVANCE, "all 4 files succeeded")
     assert list(found.value.late) == [f"s3://{bucket}/in/part-1.parquet"]
     assert "out/_SUCCESS" not in keys(bucket)
     decision, sizes = outputs.late_inputs_decision(spec, attempt, late=found.value.late)
@@ -175,14 +178,14 @@ def test_a_file_that_lands_at_the_steps_last_look_goes_to_a_next_attempt_and_the
     boto3.client("s3").put_object(Bucket=bucket, Key="in/part-9.parquet", Body=parquet_bytes(300, 9000))
 
     with pytest.raises(outputs.LateInputsFound):
-        steps.finish(spec, attempt, "ADVANCE", "all 4 files succeeded")
+        step_end.finish(spec, attempt, Action.ADVANCE, "all 4 files succeeded")
     assert "out/_SUCCESS" not in keys(bucket)
     step_item = read_step(services.ledger_model(spec), attempt.ref, files=False).step
     assert step_item.status != "SUCCEEDED"  # the step is not recorded as ended
     decision, sizes = outputs.late_inputs_decision(spec, attempt)
     assert decision.action is Action.RESUBMIT
-    nxt = steps.resubmit(spec, attempt, list(decision.retry_files), sizes=sizes)
+    nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), sizes=sizes)
     wait_for_job(spec, nxt)
-    assert steps.finish(spec, nxt, "ADVANCE", "all 5 files succeeded").value == "SUCCEEDED"
+    assert step_end.finish(spec, nxt, Action.ADVANCE, "all 5 files succeeded").value == "SUCCEEDED"
     marker = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
     assert (marker["outputs"], marker["rows_out"], marker["attempts"]) == (5, 1500, 2)

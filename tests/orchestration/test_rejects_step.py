@@ -14,11 +14,16 @@ import pyarrow.csv as pacsv
 import pytest
 
 from examples import synthetic
+from shardline.decision.policy import Action
 from shardline.ledger.keys import StepRef
 from shardline.oncall.errors import Conflict
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
-from shardline.orchestration import steps, watch
+from shardline.orchestration import watch
+from shardline.orchestration.step import end as step_end
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
 from shardline.planning.inputs import parse_s3_uri
 from tests.support.pipelines import plan_args, stage_step, wait_for_job
@@ -74,12 +79,14 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
     spec, bucket = _staged(export, ledger_table, xgboost_model, tmp_path, 100)
     s3 = boto3.client("s3")
-    attempt = steps.submit(spec, steps.plan(spec, "score", "run-rj", **{**plan_args(bucket), "instance_count": 1}))
+    attempt = step_jobs.submit(
+        spec, step_plan.plan(spec, "score", "run-rj", **{**plan_args(bucket), "instance_count": 1})
+    )
     wait_for_job(spec, attempt, timeout=600)
     decision = watch.decide_now(spec, attempt)
     assert decision.action.value == "ADVANCE", decision
-    assert steps.finish(spec, attempt, "ADVANCE", decision.reason).value == "SUCCEEDED"
-    summary = steps.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    assert step_end.finish(spec, attempt, Action.ADVANCE, decision.reason).value == "SUCCEEDED"
+    summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
     assert (summary["rows_in"], summary["rows_out"], summary["rows_rejected"]) == (ROWS, ROWS - BAD, BAD)
     assert summary["rows_mismatched_files"] == []
     assert "out/_SUCCESS" in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
@@ -116,7 +123,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     # sign of a wrong setting), and the step stays green with the same figures.
     s3.put_object(Bucket=bucket, Key=key, Body=export[0])
     _rescore(spec, oncall, ref, 2, [listed.input_key])
-    summary = steps.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
     assert (summary["files"], summary["rows_out"], summary["rows_rejected"]) == (1, ROWS - BAD, BAD), summary
     (again,) = oncall.failed(ref)
     assert (again.input_key, again.rows_rejected) == (listed.input_key, BAD)
@@ -128,7 +135,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     s3.put_object(Bucket=bucket, Key=key, Body=mended.getvalue())
     second = _rescore(spec, oncall, ref, 3, [listed.input_key])
 
-    summary = steps.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
     assert (summary["files"], summary["rows_in"], summary["rows_out"], summary["rows_rejected"]) == (1, ROWS, ROWS, 0)
     assert oncall.failed(ref) == []
     step = oncall.status(ref).steps[0]
@@ -162,7 +169,9 @@ def test_over_the_limit_the_file_fails_naming_its_first_rejects(
 ):
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
     spec, bucket = _staged(small_export, ledger_table, xgboost_model, tmp_path, 10)
-    attempt = steps.submit(spec, steps.plan(spec, "score", "run-rj10", **{**plan_args(bucket), "instance_count": 1}))
+    attempt = step_jobs.submit(
+        spec, step_plan.plan(spec, "score", "run-rj10", **{**plan_args(bucket), "instance_count": 1})
+    )
     wait_for_job(spec, attempt, timeout=600)
     (failed,) = OnCall({spec.pipeline: spec}).failed(RunRef(spec.pipeline, "run-rj10"))
     _, broken = small_export
@@ -175,9 +184,9 @@ def _rescore(spec, oncall, ref, number: int, files: list[str]):
     """`shardline resubmit --rejects` (no Airflow), and the attempt it submitted run to its end."""
     result = oncall.resubmit(ref, "score", rejects=True, ledger_only=True)
     assert (result.attempt, result.plan.files) == (number, files), result
-    attempt = steps.latest_attempt(spec, StepRef(spec.pipeline, ref.run_id, "score")).submitted(time.time())
+    attempt = latest_attempt(spec, StepRef(spec.pipeline, ref.run_id, "score")).submitted(time.time())
     wait_for_job(spec, attempt, timeout=600)
     decision = watch.decide_now(spec, attempt)
     assert decision.action.value == "ADVANCE", decision
-    assert steps.finish(spec, attempt, "ADVANCE", decision.reason).value == "SUCCEEDED"
+    assert step_end.finish(spec, attempt, Action.ADVANCE, decision.reason).value == "SUCCEEDED"
     return attempt

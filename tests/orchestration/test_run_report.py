@@ -14,7 +14,10 @@ import pytest
 from examples import synthetic
 from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import read_step
-from shardline.orchestration import services, steps, watch
+from shardline.orchestration import services, watch
+from shardline.orchestration.step import end as step_end
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import plan as step_plan
 from shardline.planning.naming import run_folder
 from shardline.report.cost import Prices
 from shardline.report.model import RunReport
@@ -40,9 +43,9 @@ def _run(spec, bucket, run_id, action="ADVANCE", input_folder="in"):
         "input_prefix": f"s3://{bucket}/{input_folder}/",
         "output_prefix": f"s3://{bucket}/out/{run_id}/",
     }
-    attempt = steps.submit(spec, steps.plan(spec, "score", run_id, **args))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **args))
     wait_for_job(spec, attempt)
-    return attempt, steps.finish(spec, attempt, action, "all 4 files succeeded")
+    return attempt, step_end.finish(spec, attempt, action, "all 4 files succeeded")
 
 
 def _report(bucket, run_id) -> RunReport:
@@ -78,7 +81,7 @@ def test_the_report_of_a_run_agrees_with_its_ledger_and_the_next_run_compares_wi
     )
     assert html["ContentType"].startswith("text/html") and b"<img" in html["Body"].read()
     assert (
-        steps.report(spec, StepRef(spec.pipeline, "run-a", "score"))["report"]
+        step_end.report(spec, StepRef(spec.pipeline, "run-a", "score"))["report"]
         == f"s3://{bucket}/out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html"
     )
 
@@ -115,7 +118,7 @@ def test_drift_beyond_max_psi_fails_the_step_with_the_psi_when_the_spec_says_fai
 
     attempt, status = _run(strict, bucket, "run-shifted", input_folder="in-shifted")
     assert status.value == "FAILED"
-    message = steps.step_message(strict, attempt)
+    message = step_end.step_message(strict, attempt)
     report = _report(bucket, "run-shifted")
     assert report.drift.verdict == "drift" and report.drift.psi > 0.2
     assert f"PSI {report.drift.psi:.3f} > drift.max_psi 0.2" in message and "run-ref" in message
@@ -168,7 +171,7 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     spec, bucket = pipeline
     run_id = f"run-forged-{forgery[:6].strip().replace(' ', '-')}"
     args = {**plan_args(bucket), "output_prefix": f"s3://{bucket}/out/{run_id}/"}
-    attempt = steps.submit(spec, steps.plan(spec, "score", run_id, **args))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **args))
     wait_for_job(spec, attempt)
     real_output = f"s3://{bucket}/out/{run_id}/part-0.parquet"
     real = read_step(services.ledger_model(spec), attempt.ref, file_attributes=None).files
@@ -183,7 +186,7 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     decision = watch.decide_now(spec, attempt)
     assert decision.action == "ADVANCE"  # the policy, reading the ledger alone, calls it green
 
-    status = steps.finish(spec, attempt, decision.action, "every file succeeded")
+    status = step_end.finish(spec, attempt, decision.action, "every file succeeded")
     assert status is not None and status.value == "FAILED"
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"out/{run_id}/").get("Contents", [])
     assert not [o["Key"] for o in listed if o["Key"].endswith("_SUCCESS")]

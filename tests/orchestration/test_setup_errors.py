@@ -15,7 +15,10 @@ import pytest
 from shardline.decision.policy import Action
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
-from shardline.orchestration import steps, watch
+from shardline.orchestration import watch
+from shardline.orchestration.step import end as step_end
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import plan as step_plan
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
 pytestmark = pytest.mark.slow
@@ -72,7 +75,7 @@ def test_a_model_that_cannot_be_set_up_fails_the_first_attempt_with_the_workers_
     spec, bucket = pipeline
     spec = _break_model(spec, bucket, tmp_path, how)
     run_id = f"run-{how.split()[1]}"
-    attempt = steps.submit(spec, steps.plan(spec, "score", run_id, **plan_args(bucket)))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **plan_args(bucket)))
     decision = _decide_until_not_waiting(spec, attempt)
 
     assert decision.action is Action.FAIL, decision  # not RESUBMIT: the same model fails the same way again
@@ -84,8 +87,8 @@ def test_a_model_that_cannot_be_set_up_fails_the_first_attempt_with_the_workers_
     assert f"(model s3://{bucket}/model/model.tar.gz)" in worker_words  # the URI, beside the worker's local path
     print(f"{how}: {decision.reason}")
 
-    steps.finish(spec, attempt, decision.action.value, decision.reason)
-    assert worker_words in steps.step_message(spec, attempt)
+    step_end.finish(spec, attempt, decision.action.value, decision.reason)
+    assert worker_words in step_end.step_message(spec, attempt)
     # Each file shows the reason its own instance gave (every instance fails the same way, in its own folder).
     failed = OnCall({spec.pipeline: spec}).failed(RunRef(spec.pipeline, run_id))
     assert len(failed) == 3 and {f.error_class for f in failed} == {"SetupError"}, failed

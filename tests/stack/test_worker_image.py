@@ -23,7 +23,9 @@ import pytest
 from shardline.backends import local_container
 from shardline.backends.local import read_state
 from shardline.decision.policy import Action
-from shardline.orchestration import services, steps, watch
+from shardline.orchestration import services, watch
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import plan as step_plan
 from tests.support.helpers import FEATURES, write_inference_script
 from tests.support.pipelines import parquet_bytes, stage_step
 
@@ -89,7 +91,7 @@ def _decide(spec, attempt, timeout: float = 600):
 def _run(spec, bucket: str, runtime: str, monkeypatch, *, count: int = 2):
     """Plan, submit and wait for one attempt whose instances run as ``runtime``; its decision and outputs."""
     monkeypatch.setenv("SHARDLINE_LOCAL_RUNTIME", runtime)
-    attempt = steps.plan(
+    attempt = step_plan.plan(
         spec,
         "score",
         f"run-{runtime}",
@@ -98,7 +100,7 @@ def _run(spec, bucket: str, runtime: str, monkeypatch, *, count: int = 2):
         model_uri=f"s3://{bucket}/model/model.tar.gz",
         instance_count=count,
     )
-    attempt = steps.submit(spec, attempt)
+    attempt = step_jobs.submit(spec, attempt)
     decision = _decide(spec, attempt)
     job_dir = services.backend_for(spec).job_dir(attempt.job_name)
     assert read_state(job_dir)["runtime"] == runtime

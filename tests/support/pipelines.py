@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from examples import synthetic
 from shardline.decision.policy import JobStatus
-from shardline.orchestration import steps
+from shardline.orchestration.step import jobs as step_jobs
 from shardline.spec import PipelineSpec, parse_spec
 
 
@@ -75,7 +75,7 @@ def stage_step(
 
 
 def plan_args(bucket: str, output: str = "out") -> dict:
-    """The keyword arguments `steps.plan` takes for a staged step. Two runs that are to run at once write two
+    """The keyword arguments `step_plan.plan` takes for a staged step. Two runs that are to run at once write two
     ``output`` prefixes: one prefix is written by one run at a time (its partition lock)."""
     return {
         "input_prefix": f"s3://{bucket}/in/",
@@ -87,6 +87,17 @@ def plan_args(bucket: str, output: str = "out") -> dict:
 
 def wait_for_job(spec: PipelineSpec, attempt: dict, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while steps.job_status(spec, attempt) is JobStatus.IN_PROGRESS:
+    while step_jobs.job_status(spec, attempt) is JobStatus.IN_PROGRESS:
         assert time.monotonic() < deadline, f"job {attempt.job_name} did not finish in {timeout:.0f}s"
         time.sleep(0.5)
+
+
+def output_ids(bucket: str, prefix: str = "out/") -> list[int]:
+    """The ``id`` column of every parquet output under ``prefix`` (markers and metadata left out)."""
+    s3 = boto3.client("s3")
+    ids = []
+    for item in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []):
+        if item["Key"].endswith(".parquet") and "/_" not in item["Key"]:
+            body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            ids += pq.read_table(io.BytesIO(body), columns=["id"]).column("id").to_pylist()
+    return ids

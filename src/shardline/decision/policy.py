@@ -20,11 +20,21 @@ from shardline.ledger.states import SETUP_ERROR, FileStatus
 
 
 class Action(enum.StrEnum):
+    """What the watch decides about a step's attempt: the one outcome vocabulary, from the trigger's event to the
+    STEP item's status (``orchestration.step.end``)."""
+
     WAIT = "WAIT"
     ADVANCE = "ADVANCE"  # every file succeeded and the job is done
     PARTIAL = "PARTIAL"  # done; the failures are within the tolerance
     RESUBMIT = "RESUBMIT"  # a new attempt for the failed or unfinished files
     FAIL = "FAIL"
+    TIMEOUT = "TIMEOUT"  # the attempt ran past its deadline: its job is stopped and the step fails
+    UNREACHABLE = "UNREACHABLE"  # the endpoint stayed down past the outage budget: nothing can be recorded
+
+    @property
+    def is_done(self) -> bool:
+        """The step's job is done and its outputs are there to commit (all files, or within the tolerance)."""
+        return self in (Action.ADVANCE, Action.PARTIAL)
 
 
 UNSAFE_KEY_ERROR = UnsafeKeyError.__name__  # recorded by the planner for a key no download could write safely

@@ -1,7 +1,7 @@
 """How every reader sees a run and its steps: the watch task, the CLI, the page and the run report.
 
 They all read a step through :func:`read_step` (one way into the table), with the inputs its plan files
-name but no instance has claimed added by :func:`with_unclaimed` (``orchestration.step_files.read_step_files``
+name but no instance has claimed added by :func:`with_unclaimed` (``orchestration.step.files.read_step_files``
 does both). Reads are Queries on the run's partition with a sort-key prefix, never Scans."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from shardline.oncall.views import (
     with_setup_error,
 )
 from shardline.orchestration import services
-from shardline.orchestration.step_files import PlanFileError, read_step_files
+from shardline.orchestration.step.files import PlanFileError, read_step_files
 from shardline.planning import naming
 from shardline.spec import PipelineSpec, SpecError, load_spec
 
@@ -59,7 +59,7 @@ def load_specs(dags_folder: Path) -> dict[str, PipelineSpec]:
 
 
 def read_step_records(spec: PipelineSpec, ref: StepRef, **kwargs):
-    """A step's files (``orchestration.step_files``); a plan file gone or damaged is a :class:`Conflict` that
+    """A step's files (``orchestration.step.files``); a plan file gone or damaged is a :class:`Conflict` that
     says which, instead of a traceback."""
     pipeline, run_id, step = ref
     try:

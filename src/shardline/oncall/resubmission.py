@@ -92,10 +92,10 @@ class Resubmission(OnCallReads):
         )
 
     def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> Attempt:
-        from shardline.orchestration import steps
+        from shardline.orchestration.step.files import latest_attempt
 
         try:
-            attempt = steps.latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, step))
+            attempt = latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, step))
         except ValueError as err:
             raise Conflict(
                 f"{err}, so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
@@ -296,13 +296,14 @@ def _submit(
 ) -> Attempt:
     """Start the attempt after ``latest`` with ``files`` (with ``rejects``: their rejected rows), fenced: a Conflict
     if someone moved the step on."""
-    from shardline.orchestration import rejects_parts, steps
+    from shardline.orchestration import rejects_parts
     from shardline.orchestration.partitions import PartitionHeld, PartitionMovedOn, refused_text
+    from shardline.orchestration.step import jobs as step_jobs
 
     try:
         if rejects:
             return rejects_parts.resubmit_rejects(spec, latest, files)
-        return steps.resubmit(spec, latest, files, by_oncall=True)
+        return step_jobs.resubmit(spec, latest, files, by_oncall=True)
     except rejects_parts.RejectsPartError as err:
         raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
     except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix

@@ -36,7 +36,8 @@ from shardline.oncall.preview import (
     step_uris,
     worker_environment,
 )
-from shardline.orchestration import services, steps
+from shardline.orchestration import services
+from shardline.orchestration.step.files import latest_attempt
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, parse_s3_uri
 from shardline.planning.request import pin_arguments, worker_arguments
@@ -80,11 +81,11 @@ class TuneResult:
         return head + self.text
 
 
-def latest_attempt(spec: PipelineSpec, step: str) -> Attempt | None:
+def newest_planned_attempt(spec: PipelineSpec, step: str) -> Attempt | None:
     """The newest attempt of ``step`` in the newest run that planned it (from the ledger), or None."""
     model = services.ledger_model(spec)
     for entry in list_runs(model, spec.pipeline, RUNS_SEARCHED):
-        attempt = steps.latest_attempt(spec, StepRef(spec.pipeline, entry.run_id, step))
+        attempt = latest_attempt(spec, StepRef(spec.pipeline, entry.run_id, step))
         if attempt is not None:
             return attempt
     return None
@@ -161,7 +162,7 @@ def _what_to_sample(
     """(model URI, model version, input URI, where that input came from): the latest run's, or ``input_prefix``."""
     if input_prefix is not None and not input_prefix.startswith("s3://"):
         raise BadRequest(f"--input-prefix must be an s3:// URI, got {input_prefix!r}")
-    attempt = latest_attempt(spec, step.name)
+    attempt = newest_planned_attempt(spec, step.name)
     if attempt is not None:
         model_uri, model_version = attempt.model_uri, attempt.model_version
         source = f"run {attempt.run_id}"

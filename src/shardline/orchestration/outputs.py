@@ -22,7 +22,7 @@ from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
 from shardline.orchestration import services, watch
-from shardline.orchestration.step_files import planned_etags, read_step_files
+from shardline.orchestration.step.files import planned_etags, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs_and_refusals, parse_s3_uri, put_metadata
@@ -235,7 +235,7 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus, see
     output (its input, attempt, rows, sha256, and S3 ETag and size), and the ``_SUCCESS`` marker when, and
     only when, the step SUCCEEDED (a PARTIAL step has failed files, so it writes none).
 
-    The step's end has decided already (``orchestration/steps.py: finish``): every SUCCEEDED file's object was
+    The step's end has decided already (``orchestration/step/end.py: finish``): every SUCCEEDED file's object was
     checked against the ledger, and the input prefix was looked at one last time, so what is committed here is
     complete. ``seen``: the reading that check made (read again when not given). Idempotent: a retried watch
     task writes the same manifest again. Returns the manifest.

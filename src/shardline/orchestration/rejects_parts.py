@@ -26,9 +26,10 @@ from shardline import contract
 from shardline.errors import PermanentError
 from shardline.ledger.records import FileRecord, current_parts, settle_parts
 from shardline.ledger.states import FileStatus
-from shardline.orchestration import services, steps
+from shardline.orchestration import services
 from shardline.orchestration.run_report import read_rejects
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import S3Object, parse_s3_uri, put_metadata
@@ -202,11 +203,11 @@ def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *
 def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str]) -> Attempt:
     """Submit the attempt after ``latest`` over the rejected rows of the files ``keys`` (input keys), each picked
     from its source as it is now into a part. Fenced on ``latest`` as any on-call resubmission is."""
-    steps.stop_and_wait(spec, latest)  # a part still running could succeed after its rows were picked again
+    step_jobs.stop_and_wait(spec, latest)  # a part still running could succeed after its rows were picked again
     records = read_step_files(spec, latest.ref)
     chosen = set(keys)
     sources = [f for f in with_rejects(records.files) if f.input_key in chosen]
     if not sources:
         raise RejectsPartError("none of the chosen files has rows rejected any more")
     prefix, objects, parts = write_parts(spec, latest, sources, records.files)
-    return steps.submit_parts(spec, latest, prefix, objects, parts)
+    return step_jobs.submit_parts(spec, latest, prefix, objects, parts)

@@ -18,7 +18,7 @@ from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs
 from shardline.orchestration import services, watch
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri, put_metadata

@@ -47,7 +47,7 @@ def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: s
     """The outputs ``step``'s ``from_step`` committed in run ``run_id``, as this step's inputs."""
     from botocore.exceptions import ClientError
 
-    from shardline.orchestration.step_files import latest_attempt
+    from shardline.orchestration.step.files import latest_attempt
 
     source = spec.step(step).input.from_step
     assert source is not None

@@ -13,14 +13,14 @@ import time
 from typing import Any
 
 from shardline.decision import fleet
-from shardline.decision.policy import Decision, Policy, StepSnapshot, decide, needs_files
+from shardline.decision.policy import Action, Decision, Policy, StepSnapshot, decide, needs_files
 from shardline.ledger.keys import StepRef
 from shardline.ledger.records import settle_parts
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import read_step
 from shardline.orchestration import services
 from shardline.orchestration.services import AwsSettings
-from shardline.orchestration.step_files import read_step_files
+from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri
@@ -114,6 +114,70 @@ class PartitionWatch:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PartitionWatch:
         return cls(AwsSettings.from_json(data["aws"]), str(data["output_prefix"]), StepRef(*data["ref"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepEvent:
+    """What :class:`StepTrigger` hands the watch task: the decision on one attempt.
+
+    ``action`` is any :class:`Action` but WAIT. It travels as a JSON dict (:meth:`to_event`,
+    :meth:`from_event`): Airflow stores trigger events.
+    """
+
+    action: Action
+    reason: str
+    attempt: Attempt
+    retry_files: tuple[str, ...] = ()
+    failed_files: tuple[dict[str, Any], ...] = ()  # input, error_class, error_message (at most 500 characters)
+    delay_seconds: float = 0.0
+    stop_job: bool = False
+    policy: Policy | None = None  # the policy the attempt was watched with: the watch task acts on the event by it
+    capacity: bool = False  # a RESUBMIT after SageMaker could not provision the job (not counted as an attempt)
+
+    @classmethod
+    def of(cls, decision, attempt: Attempt, policy: Policy | None = None) -> StepEvent:
+        return cls(
+            decision.action,
+            decision.reason,
+            attempt,
+            tuple(decision.retry_files),
+            tuple(
+                {"input": f.input_key, "error_class": f.error_class, "error_message": (f.error_message or "")[:500]}
+                for f in decision.failed_files
+            ),
+            decision.delay_seconds,
+            decision.stop_job,
+            policy,
+            decision.capacity,
+        )
+
+    def to_event(self) -> dict[str, Any]:
+        return {
+            "action": self.action.value,
+            "reason": self.reason,
+            "attempt": self.attempt.to_xcom(),
+            "retry_files": list(self.retry_files),
+            "failed_files": list(self.failed_files),
+            "delay_seconds": self.delay_seconds,
+            "stop_job": self.stop_job,
+            "policy": self.policy.to_json() if self.policy else None,
+            "capacity": self.capacity,
+        }
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> StepEvent:
+        policy = event.get("policy")
+        return cls(
+            Action(event["action"]),
+            event["reason"],
+            Attempt.from_xcom(event["attempt"]),
+            tuple(event.get("retry_files") or ()),
+            tuple(event.get("failed_files") or ()),
+            float(event.get("delay_seconds") or 0.0),
+            bool(event.get("stop_job")),
+            Policy.from_json(policy) if policy else None,
+            bool(event.get("capacity")),
+        )
 
 
 def partition_free(watch: PartitionWatch) -> tuple[bool, str]:

@@ -34,7 +34,7 @@ PLAN_FIELDS = (
     "capacity_failures",
     "planned_instances",
 )
-# What a capacity failure changes in the attempts after it (orchestration.capacity_moves): a resumed watch takes
+# What a capacity failure changes in the attempts after it (orchestration.step.capacity): a resumed watch takes
 # these from the STEP item's plan, not from the first attempt's XCom.
 CHANGED_BY_CAPACITY = ("instance_type", "capacity_failures", "requested_instances", "planned_instances")
 # Derived, so written to XCom for readers (logs, the UI) but never read back as facts.

@@ -1,5 +1,7 @@
-"""What the step operators share: the spec a task reads once, the step functions imported when a task runs
-(DAG parsing loads no AWS client), and failing fast on an error no retry can mend."""
+"""What the step operators share: the spec a task reads once, and failing fast on an error no retry can mend.
+
+The operators import ``shardline.orchestration`` inside their methods, where a task runs: DAG parsing imports
+this package, and must load no boto3 or pynamodb (a parse of every DAG file, every few seconds)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from shardline.errors import ShardlineError
 from shardline.spec import load_spec
-
-
-def step_functions():
-    """The step functions, imported when a task runs: DAG parsing never loads boto3 or pynamodb."""
-    from shardline.orchestration import steps
-
-    return steps
 
 
 def fails_fast(method):
@@ -35,21 +30,6 @@ def fails_fast(method):
             raise AirflowFailException(str(err)) from err
 
     return run
-
-
-def output_functions():
-    """What a step's end checks and commits (:mod:`shardline.orchestration.outputs`), imported when a task runs."""
-    from shardline.orchestration import outputs
-
-    return outputs
-
-
-def poll_functions():
-    """What a poll reads and the values a trigger carries (:mod:`shardline.orchestration.watch`), imported when a
-    task runs, as :func:`step_functions` is."""
-    from shardline.orchestration import watch
-
-    return watch
 
 
 class SpecMixin:

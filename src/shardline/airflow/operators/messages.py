@@ -3,6 +3,7 @@ that fixes it. Pure: tests/oncall/test_messages.py renders each."""
 
 from __future__ import annotations
 
+from shardline.decision.policy import Action
 from shardline.errors import error_line
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
@@ -18,13 +19,13 @@ def _list(failed: list[dict], limit: int = 10) -> str:
     return (shown + more) or "none"
 
 
-def step_failed_text(attempt: Attempt, action: str, reason: str, failed_files: list[dict]) -> str:
+def step_failed_text(attempt: Attempt, action: Action, reason: str, failed_files: list[dict]) -> str:
     """Why the watch task fails, and the command (or spec field) that fixes it."""
     where = f"step {attempt.step} of {attempt.pipeline} run {attempt.run_id}"
-    if action == "UNREACHABLE":
+    if action is Action.UNREACHABLE:
         return f"{where}: {reason}"
     fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
-    if action == "TIMEOUT":
+    if action is Action.TIMEOUT:
         return (
             f"{where} failed: {reason}. If the step needs longer, raise max_runtime_seconds in the spec; then "
             f"resubmit what did not finish (the run turns green when it succeeds): {fix}"

@@ -10,15 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardline.airflow.operators.base import (
-    SpecMixin,
-    fails_fast,
-    partition_of,
-    poll_functions,
-    run_ref,
-    run_type_of,
-    step_functions,
-)
+from shardline.airflow.operators.base import SpecMixin, fails_fast, partition_of, run_ref, run_type_of
 from shardline.airflow.operators.messages import (
     dry_run_empty_text,
     missing_input_text,
@@ -139,7 +131,9 @@ class PlanStepOperator(SpecMixin, BaseOperator):
 
     def _record(self, context, status: StepStatus, message: str) -> None:
         """How the run stands, as `shardline runs` and the page show it while (or because) this task waits or ends."""
-        step_functions().record_run_status(self.spec, context["run_id"], status, message, partition_of(context))
+        from shardline.orchestration.step.end import record_run_status
+
+        record_run_status(self.spec, context["run_id"], status, message, partition_of(context))
 
     def _instances(self, step, context) -> int:
         return instance_count_override(_param(context, "instance_count"), step.resources.instance_count)[0]
@@ -164,6 +158,8 @@ class PlanStepOperator(SpecMixin, BaseOperator):
     def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
         spec, step = self.spec, self.spec.step(self.step)
         from shardline.orchestration.model_check import model_problem  # at run time: parsing loads no boto3
+        from shardline.orchestration.step.plan import plan
+        from shardline.orchestration.watch import InputWatch, input_ready
 
         problem = model_problem(spec, self.step, self.model_uri)
         if problem:
@@ -175,7 +171,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         if ready is not None and dt.datetime.now(dt.UTC) < ready:
             self._wait_until_complete(context, input_prefix, ready)
         if step.input.ready_marker:
-            ready, why = poll_functions().input_ready(poll_functions().InputWatch.of(spec, self.step, input_prefix))
+            ready, why = input_ready(InputWatch.of(spec, self.step, input_prefix))
             if not ready and not waited:
                 # The marker is when a partition is complete, whatever when_missing says, for a scheduled run and
                 # a manual one alike: wait for it (up to input.wait_timeout_seconds); when_missing decides only if
@@ -187,7 +183,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         from shardline.orchestration.upstream import UpstreamError
 
         try:
-            attempt = step_functions().plan(
+            attempt = plan(
                 spec,
                 self.step,
                 context["run_id"],
@@ -211,7 +207,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 waited=waited,
             )
         if self.admission_note:
-            from shardline.orchestration.capacity_moves import note_waiting
+            from shardline.orchestration.step.capacity import note_waiting
 
             note_waiting(spec, attempt, self.admission_note)
         return attempt.to_xcom()
@@ -259,12 +255,13 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         runs out), then plan. Two runs never write one prefix at once. Defers."""
         from shardline.ledger.keys import StepRef
         from shardline.orchestration.partitions import held_text
+        from shardline.orchestration.watch import PartitionWatch
 
         ref = StepRef(self.spec.pipeline, context["run_id"], self.step)
         text = held_text(held, ref)
         self.log.warning("%s", text)
         self._record(context, StepStatus.RUNNING, text)
-        watch = poll_functions().PartitionWatch.of(self.spec, held.output_prefix, ref)
+        watch = PartitionWatch.of(self.spec, held.output_prefix, ref)
         self.defer(
             trigger=PartitionTrigger(
                 watch.to_json(), poll_interval=self.spec.poll_interval_seconds, not_before=settle_until()
@@ -281,7 +278,9 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         return self._plan(context, input_prefix, version, waited=False)
 
     def _input_watch(self, input_prefix: str) -> dict:
-        return poll_functions().InputWatch.of(self.spec, self.step, input_prefix).to_json()
+        from shardline.orchestration.watch import InputWatch
+
+        return InputWatch.of(self.spec, self.step, input_prefix).to_json()
 
     def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
         """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.

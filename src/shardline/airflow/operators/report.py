@@ -1,15 +1,16 @@
 """The report task: reconcile every step's rows in against rows out, record how the run ended (decided by
-:func:`shardline.orchestration.outcome.run_outcome`), and tell downstream DAGs through the Asset event."""
+:func:`shardline.decision.run_outcome.run_outcome`), and tell downstream DAGs through the Asset event."""
 
 from __future__ import annotations
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardline.airflow.operators.base import SpecMixin, fails_fast, step_functions
+from shardline.airflow.operators.base import SpecMixin, fails_fast
+from shardline.decision.policy import Action  # pure, as the line below
+from shardline.decision.run_outcome import run_outcome  # pure, as the line above
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
-from shardline.orchestration.outcome import run_outcome  # pure, as the line above
 
 
 class ReportOperator(SpecMixin, BaseOperator):
@@ -63,13 +64,12 @@ class ReportOperator(SpecMixin, BaseOperator):
     def _tell_downstream(self, context, status: str, summaries: list[dict]) -> None:
         """The Asset event carries what the output prefix's own markers say: per step, whether it
         SUCCEEDED (and so wrote ``_SUCCESS``), its rows, and where its outputs manifest is."""
+        from shardline.orchestration.step.files import latest_attempt
         from shardline.planning import naming
 
         steps = []
         for s in summaries:
-            attempt = step_functions().latest_attempt(
-                self.spec, StepRef(self.spec.pipeline, context["run_id"], s["step"])
-            )
+            attempt = latest_attempt(self.spec, StepRef(self.spec.pipeline, context["run_id"], s["step"]))
             prefix = attempt.output_prefix if attempt else None
             steps.append(
                 {
@@ -88,7 +88,7 @@ class ReportOperator(SpecMixin, BaseOperator):
                     if prefix
                     else None,
                     "success_marker": naming.success_marker_key(prefix)
-                    if prefix and s.get("outcome") == "ADVANCE"
+                    if prefix and s.get("outcome") == Action.ADVANCE
                     else None,
                 }
             )
@@ -96,4 +96,6 @@ class ReportOperator(SpecMixin, BaseOperator):
             context["outlet_events"][outlet].extra = {"run_id": context["run_id"], "status": status, "steps": steps}
 
     def _finish_run(self, context, status: StepStatus, message: str) -> None:
-        step_functions().finish_run(self.spec, self.spec.pipeline, context["run_id"], status, message)
+        from shardline.orchestration.step.end import finish_run
+
+        finish_run(self.spec, self.spec.pipeline, context["run_id"], status, message)

@@ -16,9 +16,9 @@ from pathlib import Path
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from shardline.airflow.operators.base import SpecMixin, fails_fast, output_functions, poll_functions, step_functions
+from shardline.airflow.operators.base import SpecMixin, fails_fast
 from shardline.airflow.operators.messages import partial_text, run_failed_text, step_failed_text
-from shardline.airflow.triggers.step import UNREACHABLE, BackoffTrigger, StepEvent, StepTrigger, settle_until
+from shardline.airflow.triggers.step import BackoffTrigger, StepTrigger, settle_until
 from shardline.decision.fleet import SUBMIT_WAIT_FIRST_SECONDS, submit_wait, submit_wait_text
 from shardline.decision.policy import Action, attempt_deadline
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
@@ -35,7 +35,8 @@ def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: 
     """Submit the ``planned`` attempt (its XCom form) and return it submitted; on AWS's "not now", wait
     (:func:`wait_to_submit`) and go on in the task's method ``then``."""
     from shardline.errors import SubmitRefused
-    from shardline.orchestration.capacity_moves import note_waiting
+    from shardline.orchestration.step import jobs
+    from shardline.orchestration.step.capacity import note_waiting
 
     attempt = Attempt.from_xcom(planned)
     # After a wait, the attempt must still own the step (an on-call engineer may have resubmitted or cancelled it
@@ -43,7 +44,7 @@ def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: 
     if refusals and not note_waiting(task.spec, attempt, ""):
         raise StepMovedOn(moved_on_text(attempt))
     try:
-        return step_functions().submit(task.spec, attempt).to_xcom()
+        return jobs.submit(task.spec, attempt).to_xcom()
     except SubmitRefused as err:
         if not wait_to_submit(task, err, refusals=refusals, waited=waited, then=then):
             raise StepMovedOn(moved_on_text(attempt)) from err
@@ -68,7 +69,7 @@ def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float,
     deferral holds no worker slot. ``refusals`` in a row so far, ``waited`` seconds in all; past a day of
     refusals the task fails with AWS's answer. Returns False, without waiting, when the step has moved on (the
     attempt no longer owns it): nothing is to be submitted."""
-    from shardline.orchestration.capacity_moves import note_waiting  # at run time: no boto3 at DAG parse
+    from shardline.orchestration.step.capacity import note_waiting  # at run time: no boto3 at DAG parse
 
     first = float(os.environ.get(SUBMIT_WAIT_ENV) or SUBMIT_WAIT_FIRST_SECONDS)
     wait = submit_wait(
@@ -114,7 +115,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
     def execute(self, context):
         planned = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
         if self.admission_note:  # admitted by its pool: the plan's "waiting for N instances" is stale
-            from shardline.orchestration.capacity_moves import note_waiting
+            from shardline.orchestration.step.capacity import note_waiting
 
             note_waiting(self.spec, planned, "")
         # A retried task picks up the step's newest attempt; the planned one is submitted, or its job adopted.
@@ -124,9 +125,10 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         """Watch the step's newest attempt; one planned but never submitted is submitted (or waited for), and so
         is ``attempt`` itself when ``submit_it`` and the step is still at it."""
         from shardline.errors import SubmitRefused
+        from shardline.orchestration.step import jobs
 
         try:
-            newest = step_functions().resume(self.spec, attempt)
+            newest = jobs.resume(self.spec, attempt)
         except SubmitRefused as err:
             if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
                 raise StepMovedOn(moved_on_text(Attempt.from_xcom(err.planned))) from err
@@ -136,13 +138,15 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         return self._watch(context, newest)
 
     def _watch(self, context, attempt: Attempt):
+        from shardline.orchestration.watch import StepEvent, StepWatch, decide_now
+
         self._attempt = attempt
         # The attempt is watched with the policy the spec sets now; the trigger carries it, so an edit of the
         # spec while the attempt runs does not change it.
-        watch = poll_functions().StepWatch.of(self.spec, attempt.step)
+        watch = StepWatch.of(self.spec, attempt.step)
         # A step that has already ended (a retried watch, a job quicker than the hand-over) is acted on
         # here: deferring would only bring the answer straight back.
-        decision = poll_functions().decide_now(watch, attempt)
+        decision = decide_now(watch, attempt)
         if decision.action is not Action.WAIT:
             return self.execute_complete(context, StepEvent.of(decision, attempt, watch.policy).to_event())
         deadline = attempt_deadline(watch.policy, time.time())
@@ -159,83 +163,57 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         over (its lease ran out) stops its job, if it has one, and fails: that run writes the prefix now."""
         from shardline.backends import JobNotFound
         from shardline.orchestration.partitions import lost
+        from shardline.orchestration.step import end, jobs
 
         why = lost(self.spec, attempt, wait_until)
         if why is None:
             return
         with contextlib.suppress(JobNotFound):  # a submit still waiting for AWS has no job yet
-            step_functions().stop(self.spec, attempt)
-        step_functions().finish(self.spec, attempt, "FAIL", why)
+            jobs.stop(self.spec, attempt)
+        end.finish(self.spec, attempt, Action.FAIL, why)
         raise AirflowFailException(why)
 
     @fails_fast
     def execute_complete(self, context, event: dict):
-        spec, step_event = self.spec, StepEvent.from_event(event)
-        attempt, action, reason = step_event.attempt, step_event.action, step_event.reason
-        self._attempt = attempt
-        if action == UNREACHABLE:
-            # Neither the ledger nor the job can be reached: record nothing, fail the task with what to do.
-            raise AirflowFailException(step_failed_text(attempt, action, reason, []))
-        if step_event.stop_job:
-            step_functions().stop(spec, attempt)
-        late_sizes: dict[str, int] = {}
-        if action in ("ADVANCE", "PARTIAL"):
-            # Before the outputs are marked complete: input files that landed after planning go to a next
-            # attempt, or fail the step naming them; _SUCCESS never covers a partial set.
-            late = output_functions().late_inputs_decision(spec, attempt, step_event.policy)
-            if late is not None:
-                step_event, late_sizes = StepEvent.of(late[0], attempt, step_event.policy), late[1]
-                action, reason = step_event.action, step_event.reason
-        if action != "RESUBMIT":
-            try:
-                status = step_functions().finish(spec, attempt, action, reason)
-            except output_functions().LateInputsFound as found:
-                # The step's last look found inputs that landed (or changed) after planning: a next attempt
-                # scores them, or the step fails naming them; it is not green without them.
-                self.log.warning("step %s: its last look before _SUCCESS found that %s", attempt.step, found)
-                late = output_functions().late_inputs_decision(spec, attempt, step_event.policy, found.late)
-                step_event, late_sizes = StepEvent.of(late[0], attempt, step_event.policy), late[1]
-                action, reason = step_event.action, step_event.reason
-                status = None if action == "RESUBMIT" else step_functions().finish(spec, attempt, action, reason)
-            if action in ("ADVANCE", "PARTIAL") and status == "FAILED":
-                # The outputs are there, but the run report's drift check (drift.action: fail) failed the step.
-                raise AirflowFailException(step_functions().step_message(spec, attempt))
-        fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
-        failed = list(step_event.failed_files)
-        if action in ("ADVANCE", "PARTIAL"):
-            summary = step_functions().report(spec, attempt.ref)
-            if action == "PARTIAL":
-                self.log.warning("%s", partial_text(attempt.step, reason, failed, fix))
+        """The trigger's decision, acted on by :func:`~shardline.orchestration.step.end.conclude`: the step's
+        summary is returned, its next attempt waited for and submitted, or the task fails saying what to do."""
+        from shardline.orchestration.step import end
+        from shardline.orchestration.watch import StepEvent
+
+        step_event = StepEvent.from_event(event)
+        attempt = self._attempt = step_event.attempt
+        outcome = end.conclude(self.spec, step_event)
+        if outcome.message is not None:  # the step's end check (drift.action: fail) failed it: its message says why
+            raise AirflowFailException(outcome.message)
+        failed = list(outcome.failed_files)
+        if outcome.action.is_done:
+            if outcome.action is Action.PARTIAL:
+                fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
+                self.log.warning("%s", partial_text(attempt.step, outcome.reason, failed, fix))
             else:
-                self.log.info("step %s succeeded: %s", attempt.step, reason)
-            return {**summary, "outcome": action}
-        if action == "RESUBMIT":
-            self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, reason, step_event.delay_seconds)
-            payload = {
-                "attempt": attempt.to_xcom(),
-                "retry_files": list(step_event.retry_files),
-                "retry_sizes": late_sizes,
-                "capacity": step_event.capacity,
-            }
-            if step_event.delay_seconds > 0:
-                self.keep_partition(attempt, time.time() + step_event.delay_seconds)
-                # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
-                self.defer(
-                    trigger=BackoffTrigger(step_event.delay_seconds, payload, not_before=settle_until()),
-                    method_name="resubmit",
-                )
-            return self.resubmit(context, payload)
-        raise AirflowFailException(step_failed_text(attempt, action, reason, failed))
+                self.log.info("step %s succeeded: %s", attempt.step, outcome.reason)
+            return {**outcome.summary, "outcome": outcome.action.value}
+        if outcome.retry is None:
+            raise AirflowFailException(step_failed_text(attempt, outcome.action, outcome.reason, failed))
+        delay = outcome.retry.delay_seconds
+        self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, outcome.reason, delay)
+        payload = outcome.retry.to_json(attempt)
+        if delay > 0:
+            self.keep_partition(attempt, time.time() + delay)
+            # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.
+            self.defer(trigger=BackoffTrigger(delay, payload, not_before=settle_until()), method_name="resubmit")
+        return self.resubmit(context, payload)
 
     @fails_fast
     def resubmit(self, context, event: dict):
         from shardline.errors import SubmitRefused
         from shardline.ledger.step_writes import StaleOrchestratorError
         from shardline.orchestration.partitions import PartitionLost
+        from shardline.orchestration.step import end, jobs
 
         attempt = Attempt.from_xcom(event["attempt"])
         try:
-            nxt = step_functions().resubmit(
+            nxt = jobs.resubmit(
                 self.spec,
                 attempt,
                 event["retry_files"],
@@ -247,7 +225,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
             self.log.warning("%s; following the step where it is now", err)
             return self._resume(context, attempt)
         except PartitionLost as lost:  # another run took the output prefix while this one waited to resubmit
-            step_functions().finish(self.spec, attempt, "FAIL", str(lost))
+            end.finish(self.spec, attempt, Action.FAIL, str(lost))
             raise AirflowFailException(str(lost)) from lost
         except SubmitRefused as err:  # the next attempt is planned; AWS said "not now" to its job
             if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
@@ -271,7 +249,9 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
     def on_kill(self):
         if self._attempt is not None:
-            step_functions().stop(self.spec, self._attempt)
+            from shardline.orchestration.step import jobs
+
+            jobs.stop(self.spec, self._attempt)
 
 
 def mark_run_failed(spec_path: str, context) -> None:

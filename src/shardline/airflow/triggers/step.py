@@ -10,14 +10,13 @@ step's input to land. They act on nothing themselves, and carry JSON values only
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import time
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from shardline.decision.policy import Action, Policy, deadline_reason, decide
+from shardline.decision.policy import Action, deadline_reason, decide
 from shardline.planning.attempt import Attempt
 
 # A trigger that fires within a few seconds of its task deferring races the scheduler: the
@@ -81,7 +80,7 @@ class StepTrigger(BaseTrigger):
 
     async def run(self):
         from shardline.orchestration import watch as polls  # AWS clients load in the triggerer, not at DAG parse
-        from shardline.orchestration.watch import StepWatch
+        from shardline.orchestration.watch import StepEvent, StepWatch
 
         watch = StepWatch.from_json(self.watch)
         attempt = Attempt.from_xcom(self.attempt)
@@ -102,7 +101,9 @@ class StepTrigger(BaseTrigger):
                     # Past the deadline, throttled or not, the attempt is given up on (its job is stopped).
                     await _settle(self.not_before)
                     why = deadline_reason(watch.policy, f"a poll throttled ({polls.describe_error(err)})")
-                    yield TriggerEvent(StepEvent(TIMEOUT, why, attempt, stop_job=True, policy=watch.policy).to_event())
+                    yield TriggerEvent(
+                        StepEvent(Action.TIMEOUT, why, attempt, stop_job=True, policy=watch.policy).to_event()
+                    )
                     return
                 if not polls.is_unreachable(err):
                     raise
@@ -120,7 +121,10 @@ class StepTrigger(BaseTrigger):
                     await _settle(self.not_before)
                     yield TriggerEvent(
                         StepEvent(
-                            UNREACHABLE, polls.unreachable_reason(attempt, down, err), attempt, policy=watch.policy
+                            Action.UNREACHABLE,
+                            polls.unreachable_reason(attempt, down, err),
+                            attempt,
+                            policy=watch.policy,
                         ).to_event()
                     )
                     return
@@ -142,7 +146,7 @@ class StepTrigger(BaseTrigger):
                 await _settle(self.not_before)
                 yield TriggerEvent(
                     StepEvent(
-                        TIMEOUT,
+                        Action.TIMEOUT,
                         deadline_reason(watch.policy, decision.reason),
                         attempt,
                         stop_job=True,
@@ -151,75 +155,6 @@ class StepTrigger(BaseTrigger):
                 )
                 return
             await asyncio.sleep(self.poll_interval)
-
-
-# What the watch ends on besides the policy's own actions.
-UNREACHABLE, TIMEOUT = "UNREACHABLE", "TIMEOUT"
-
-
-@dataclasses.dataclass(frozen=True)
-class StepEvent:
-    """What :class:`StepTrigger` hands the watch task: the decision on one attempt.
-
-    ``action`` is an :class:`Action` other than WAIT, or ``UNREACHABLE`` (the endpoint stayed down
-    past the step's heartbeat timeout) or ``TIMEOUT`` (the attempt ran past its deadline). It
-    travels as a JSON dict (:meth:`to_event`, :meth:`from_event`): Airflow stores trigger events.
-    """
-
-    action: str
-    reason: str
-    attempt: Attempt
-    retry_files: tuple[str, ...] = ()
-    failed_files: tuple[dict[str, Any], ...] = ()  # input, error_class, error_message (at most 500 characters)
-    delay_seconds: float = 0.0
-    stop_job: bool = False
-    policy: Policy | None = None  # the policy the attempt was watched with: the watch task acts on the event by it
-    capacity: bool = False  # a RESUBMIT after SageMaker could not provision the job (not counted as an attempt)
-
-    @classmethod
-    def of(cls, decision, attempt: Attempt, policy: Policy | None = None) -> StepEvent:
-        return cls(
-            decision.action.value,
-            decision.reason,
-            attempt,
-            tuple(decision.retry_files),
-            tuple(
-                {"input": f.input_key, "error_class": f.error_class, "error_message": (f.error_message or "")[:500]}
-                for f in decision.failed_files
-            ),
-            decision.delay_seconds,
-            decision.stop_job,
-            policy,
-            decision.capacity,
-        )
-
-    def to_event(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "reason": self.reason,
-            "attempt": self.attempt.to_xcom(),
-            "retry_files": list(self.retry_files),
-            "failed_files": list(self.failed_files),
-            "delay_seconds": self.delay_seconds,
-            "stop_job": self.stop_job,
-            "policy": self.policy.to_json() if self.policy else None,
-            "capacity": self.capacity,
-        }
-
-    @classmethod
-    def from_event(cls, event: dict[str, Any]) -> StepEvent:
-        policy = event.get("policy")
-        return cls(
-            event["action"],
-            event["reason"],
-            Attempt.from_xcom(event["attempt"]),
-            tuple(event.get("retry_files") or ()),
-            tuple(event.get("failed_files") or ()),
-            float(event.get("delay_seconds") or 0.0),
-            bool(event.get("stop_job")),
-            Policy.from_json(policy) if policy else None,
-            bool(event.get("capacity")),
-        )
 
 
 class BackoffTrigger(BaseTrigger):

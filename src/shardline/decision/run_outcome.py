@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from shardline.decision.policy import Action
 from shardline.ledger.states import StepStatus
 
 
@@ -31,7 +32,7 @@ def run_outcome(summaries: Sequence[dict | None]) -> RunOutcome:
         return RunOutcome(StepStatus.FAILED, rows_mismatch_text(mismatched), len(reported), skipped)
     if not reported:
         return RunOutcome(None, "every step was skipped: none had input", 0, skipped)
-    partial = any(s.get("outcome") == "PARTIAL" for s in reported)
+    partial = any(s.get("outcome") == Action.PARTIAL for s in reported)
     return RunOutcome(StepStatus.PARTIAL if partial else StepStatus.SUCCEEDED, "", len(reported), skipped)
 
 

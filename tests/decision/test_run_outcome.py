@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from shardline.decision.run_outcome import run_outcome
 from shardline.ledger.states import StepStatus
-from shardline.orchestration.outcome import run_outcome
 
 
 def _summary(step: str, outcome: str = "ADVANCE", mismatched: tuple[str, ...] = ()) -> dict:

@@ -13,7 +13,10 @@ from shardline.decision.policy import Action, JobStatus
 from shardline.errors import SubmitRefused
 from shardline.ledger.records import StepRecord
 from shardline.ledger.step_reads import read_step
-from shardline.orchestration import capacity_moves, services, steps, watch
+from shardline.orchestration import services, watch
+from shardline.orchestration.step import capacity
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import plan as step_plan
 from shardline.planning.attempt import Attempt
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 
@@ -36,16 +39,16 @@ def test_a_refused_submit_is_no_attempt_and_the_same_attempt_goes_through_later(
     spec, bucket = _stage(
         tmp_path, ledger_table, xgboost_model, monkeypatch, {"refuse_first": {"ThrottlingException": 1}}
     )
-    attempt = steps.plan(spec, "score", "run-1", **plan_args(bucket))
+    attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
     with pytest.raises(SubmitRefused) as refused:
-        steps.submit(spec, attempt)
+        step_jobs.submit(spec, attempt)
     assert (refused.value.code, refused.value.message) == ("ThrottlingException", "Rate exceeded")
     assert refused.value.planned == attempt.to_xcom()
-    assert capacity_moves.note_waiting(spec, attempt, "job not submitted yet: SageMaker throttled the request")
+    assert capacity.note_waiting(spec, attempt, "job not submitted yet: SageMaker throttled the request")
     step = StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step)
     assert (step.attempt, step.message) == (1, "job not submitted yet: SageMaker throttled the request")
-    submitted = steps.submit(spec, Attempt.from_xcom(refused.value.planned))  # the next try, after the wait
-    assert capacity_moves.note_waiting(spec, attempt, "")  # submitted: the note goes
+    submitted = step_jobs.submit(spec, Attempt.from_xcom(refused.value.planned))  # the next try, after the wait
+    assert capacity.note_waiting(spec, attempt, "")  # submitted: the note goes
     assert StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step).message is None
     wait_for_job(spec, submitted)
     assert watch.decide_now(spec, submitted).action is Action.ADVANCE
@@ -56,14 +59,14 @@ def test_the_emulators_quota_refuses_past_it_and_its_record_never_exceeds_it(
     aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
 ):
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, {"quotas": {"ml.m5.xlarge": 3}})
-    first = steps.submit(spec, steps.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
-    second = steps.plan(spec, "score", "run-b", **plan_args(bucket, "out-b"))  # 2 more: 4 > 3
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
+    second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b"))  # 2 more: 4 > 3
     with pytest.raises(SubmitRefused) as refused:
-        steps.submit(spec, second)
+        step_jobs.submit(spec, second)
     assert refused.value.code == "ResourceLimitExceeded"
     assert "is 3 Instances, with current utilization of 2 Instances and a request delta of 2" in refused.value.message
     wait_for_job(spec, first)  # its supervisor gives its instances back as it ends
-    wait_for_job(spec, steps.submit(spec, second))
+    wait_for_job(spec, step_jobs.submit(spec, second))
     assert peak_in_use(read_record(tmp_path / "local")) == {"ml.m5.xlarge": 2}
 
 
@@ -74,19 +77,19 @@ def test_a_job_holds_its_instances_while_they_start_up_and_a_stop_then_gives_the
     against the quota, before its container runs."""
     fleet = {"quotas": {"ml.m5.xlarge": 2}, "startup_seconds": 3600}
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, fleet)
-    first = steps.submit(spec, steps.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
-    assert steps.job_status(spec, first) is JobStatus.IN_PROGRESS
-    second = steps.plan(spec, "score", "run-b", **plan_args(bucket, "out-b"))
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
+    assert step_jobs.job_status(spec, first) is JobStatus.IN_PROGRESS
+    second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b"))
     with pytest.raises(SubmitRefused) as refused:
-        steps.submit(spec, second)
+        step_jobs.submit(spec, second)
     assert refused.value.code == "ResourceLimitExceeded"
-    steps.stop(spec, first)
+    step_jobs.stop(spec, first)
     wait_for_job(spec, first)
-    assert steps.job_status(spec, first) is JobStatus.STOPPED
+    assert step_jobs.job_status(spec, first) is JobStatus.STOPPED
     assert not list((tmp_path / "local" / "jobs" / first.job_name).glob("algo-*"))  # no instance ever ran
-    steps.submit(spec, second)  # the stopped job's instances are free again
+    step_jobs.submit(spec, second)  # the stopped job's instances are free again
     assert peak_in_use(read_record(tmp_path / "local")) == {"ml.m5.xlarge": 2}
-    steps.stop(spec, second)
+    step_jobs.stop(spec, second)
 
 
 def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
@@ -101,16 +104,16 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
         resources={"instance_count": 2, "instance_type": "ml.m5.xlarge", "fallback_instance_types": ["ml.c5.2xlarge"]},
         retry={"max_attempts": 1, "backoff_seconds": 0},
     )
-    attempt = first = steps.submit(spec, steps.plan(spec, "score", "run-1", **plan_args(bucket)))
+    attempt = first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket)))
     seen = []
     for _ in range(3):
         wait_for_job(spec, attempt)
         decision = watch.decide_now(spec, attempt)
-        seen.append((attempt.number, _instance_type(tmp_path, attempt), steps.job_status(spec, attempt)))
+        seen.append((attempt.number, _instance_type(tmp_path, attempt), step_jobs.job_status(spec, attempt)))
         if decision.action is not Action.RESUBMIT:
             break
         assert decision.capacity and "not counted against retry.max_attempts" in decision.reason
-        attempt = steps.resubmit(spec, attempt, list(decision.retry_files), capacity=True)
+        attempt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), capacity=True)
     # Twice on the step's own type, then on the fallback: 1 instance of 8 vCPUs for 2 of 4.
     assert seen == [
         (1, "ml.m5.xlarge", JobStatus.FAILED),
@@ -122,7 +125,7 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
     assert (attempt.capacity_failures, attempt.planned_instances) == ({"ml.m5.xlarge": 2}, 2)
     # A retried watch knows only attempt 1 (its plan task's XCom): it resumes at attempt 3 as it is, from the
     # STEP item's plan, so it counts the same and the next capacity failure is charged to the right type.
-    resumed = steps.resume(spec, first)
+    resumed = step_jobs.resume(spec, first)
     assert (resumed.number, resumed.instance_type, resumed.capacity_failures, resumed.counted_number) == (
         3,
         "ml.c5.2xlarge",
@@ -131,4 +134,4 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
     )
     assert (resumed.instance_count, resumed.planned_instances) == (1, 2)
     # The step has moved on from attempt 1: a wait of attempt 1's submit would say nothing, and stop.
-    assert not capacity_moves.note_waiting(spec, first, "job not submitted yet")
+    assert not capacity.note_waiting(spec, first, "job not submitted yet")

@@ -11,8 +11,10 @@ from shardline.ledger.records import FileRecord
 from shardline.ledger.step_reads import recorded_plan_files
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
-from shardline.orchestration import services, steps
-from shardline.orchestration.step_files import PlanFileError, read_step_files
+from shardline.orchestration import services
+from shardline.orchestration.step import end as step_end
+from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step.files import PlanFileError, latest_attempt, read_step_files
 from shardline.planning.inputs import parse_plan_file, parse_s3_uri
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
@@ -38,7 +40,7 @@ def _file_items(spec, run_id: str) -> list:
 
 def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_inputs_pending(pipeline):
     spec, bucket = pipeline
-    attempt = steps.plan(spec, "score", "run-1", **plan_args(bucket))
+    attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
     assert _file_items(spec, "run-1") == []  # one STEP write planned the step
 
     s3 = boto3.client("s3")
@@ -54,12 +56,12 @@ def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_in
     assert sorted((f.input_key, f.status, f.attempt, f.bytes_in) for f in records.files) == sorted(
         (key, "PENDING", 1, size) for key, size in planned
     )
-    assert steps.latest_attempt(spec, StepRef(spec.pipeline, "run-1", "score")).file_count == 4
+    assert latest_attempt(spec, StepRef(spec.pipeline, "run-1", "score")).file_count == 4
 
     view = OnCall({spec.pipeline: spec}).status(RunRef(spec.pipeline, "run-1"))
     [step] = view.steps
     assert (step.files, step.pending, step.succeeded) == (4, 4, 0)
-    assert steps.report(spec, StepRef(spec.pipeline, "run-1", "score"))["files"] == 4
+    assert step_end.report(spec, StepRef(spec.pipeline, "run-1", "score"))["files"] == 4
 
 
 def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
@@ -68,7 +70,7 @@ def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
     from shardline.ledger.states import FileStatus
 
     spec, bucket = pipeline
-    steps.plan(spec, "score", "run-2", **plan_args(bucket))
+    step_plan.plan(spec, "score", "run-2", **plan_args(bucket))
     worker = WorkerLedger(
         LedgerContext(spec.ledger_table, spec.pipeline, "run-2", "score", 1, input_uri=f"s3://{bucket}/in/"), "algo-1"
     )
@@ -92,11 +94,11 @@ def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipel
     """A plan task retried before its job was submitted plans the same attempt again, with what landed since,
     into a plan file of its own: the one it replaces is left as it was, for no reader."""
     spec, bucket = pipeline
-    steps.plan(spec, "score", "run-3", **plan_args(bucket))
+    step_plan.plan(spec, "score", "run-3", **plan_args(bucket))
     before = read_step_files(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert len(before.files) == 4  # now in the reader's cache
     boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(10, 9000))
-    again = steps.plan(spec, "score", "run-3", **plan_args(bucket))
+    again = step_plan.plan(spec, "score", "run-3", **plan_args(bucket))
     assert (again.number, again.file_count) == (1, 5)
     after = read_step_files(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert len(after.files) == 5
@@ -105,10 +107,10 @@ def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipel
 
 def test_a_recorded_plan_file_that_is_gone_is_an_error_that_names_it_not_a_smaller_step(pipeline):
     spec, bucket = pipeline
-    steps.plan(spec, "score", "run-5", **plan_args(bucket))
+    step_plan.plan(spec, "score", "run-5", **plan_args(bucket))
     uri = recorded_plan_files(read_step_files(spec, StepRef(spec.pipeline, "run-5", "score")).step)[1]
     boto3.client("s3").delete_object(Bucket=bucket, Key=parse_s3_uri(uri)[1])
-    from shardline.orchestration import step_files
+    from shardline.orchestration.step import files as step_files
 
     step_files._cache.pop(uri, None)  # another process: the API server, the CLI
     with pytest.raises(PlanFileError, match=uri.replace(".", r"\.") + " is gone"):
@@ -123,9 +125,9 @@ def test_a_resubmission_of_never_claimed_files_takes_their_sizes_from_the_plan_f
     """Sizes deal a retry by size and are recorded on its fence items: none is asked of S3 again (an input
     deleted since the plan would fail that HEAD)."""
     spec, bucket = pipeline
-    first = steps.plan(spec, "score", "run-4", **plan_args(bucket))
+    first = step_plan.plan(spec, "score", "run-4", **plan_args(bucket))
     stored = {o["Key"]: o["Size"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="in/")["Contents"]}
     boto3.client("s3").delete_object(Bucket=bucket, Key="in/part-3.parquet")
     keys = [f"s3://{bucket}/in/{name}" for name in SIZES]
-    sized = steps.sized_objects(spec, first, keys)  # what resubmit plans the next attempt with
+    sized = step_plan.sized_objects(spec, first, keys)  # what resubmit plans the next attempt with
     assert [(o.key, o.size) for o in sized] == [(f"in/{name}", stored[f"in/{name}"]) for name in SIZES]

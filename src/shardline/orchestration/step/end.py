@@ -1,0 +1,225 @@
+"""A step's end: what the watch's decision becomes (:func:`conclude`), recorded on the STEP and RUN items with its
+message (:func:`finish`), and the step's summary of rows in and out (:func:`report`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+
+from shardline.decision.policy import Action
+from shardline.errors import error_line
+from shardline.ledger.keys import StepRef, run_pk, step_sk
+from shardline.ledger.records import settle_parts
+from shardline.ledger.states import FileStatus, StepStatus
+from shardline.ledger.step_writes import ensure_run, finish_step, record_refused, set_run_status
+from shardline.orchestration import outputs, partitions, run_report, services
+from shardline.orchestration.step import jobs
+from shardline.orchestration.step.files import read_step_files
+from shardline.orchestration.watch import StepEvent
+from shardline.planning import naming
+from shardline.planning.attempt import Attempt
+from shardline.spec import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+# How the watch's outcome is recorded on the STEP item.
+OUTCOME_STATUS = {
+    Action.ADVANCE: StepStatus.SUCCEEDED,
+    Action.PARTIAL: StepStatus.PARTIAL,
+    Action.FAIL: StepStatus.FAILED,
+    Action.TIMEOUT: StepStatus.FAILED,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Retry:
+    """The next attempt a step's end asks for: these files (full s3:// URIs), after ``delay_seconds``."""
+
+    files: tuple[str, ...]
+    sizes: dict[str, int]  # sizes a listing already knows (inputs that landed late): no object is read for them
+    capacity: bool  # SageMaker could not provision the job: the next may move to a fallback type
+    delay_seconds: float
+
+    def to_json(self, attempt: Attempt) -> dict:
+        """What the watch task carries through its backoff to :func:`jobs.resubmit`."""
+        files, sizes = list(self.files), self.sizes
+        return {"attempt": attempt.to_xcom(), "retry_files": files, "retry_sizes": sizes, "capacity": self.capacity}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepEnd:
+    """What the watch's decision became once acted on: the step is done (``summary``), a next attempt is due
+    (``retry``), or the step failed (``failed_files``; ``message`` is the step's own when its end check failed it).
+    An UNREACHABLE end recorded nothing: the ledger could not be reached."""
+
+    action: Action
+    reason: str
+    summary: dict | None = None
+    retry: Retry | None = None
+    failed_files: tuple[dict, ...] = ()
+    message: str | None = None
+
+
+def conclude(spec: PipelineSpec, event: StepEvent) -> StepEnd:
+    """Act on the watch's decision about ``event.attempt``: stop its job if asked, send inputs that landed after
+    planning to a next attempt (``_SUCCESS`` never covers a partial set), record the step's end, and say what the
+    watch task does next. Fenced like :func:`finish`: an on-call engineer's newer attempt stands."""
+    attempt, action = event.attempt, event.action
+    if action is Action.UNREACHABLE:
+        return StepEnd(action, event.reason)
+    if event.stop_job:
+        jobs.stop(spec, attempt)
+    late_sizes: dict[str, int] = {}
+    if action.is_done and (late := outputs.late_inputs_decision(spec, attempt, event.policy)) is not None:
+        event, late_sizes = StepEvent.of(late[0], attempt, event.policy), late[1]
+    if event.action is not Action.RESUBMIT:
+        try:
+            status = finish(spec, attempt, event.action, event.reason)
+        except outputs.LateInputsFound as found:
+            # The last look before _SUCCESS found inputs that landed (or changed) after planning: a next attempt
+            # scores them, or the step fails naming them; it is not green without them.
+            log.warning("step %s: its last look before _SUCCESS found that %s", attempt.step, found)
+            late = outputs.late_inputs_decision(spec, attempt, event.policy, found.late)
+            event, late_sizes = StepEvent.of(late[0], attempt, event.policy), late[1]
+            status = None if event.action is Action.RESUBMIT else finish(spec, attempt, event.action, event.reason)
+        if event.action.is_done and status is StepStatus.FAILED:
+            # The outputs are there, but the step's end check (drift.action: fail) failed the step.
+            return StepEnd(Action.FAIL, event.reason, message=step_message(spec, attempt))
+    if event.action.is_done:
+        return StepEnd(event.action, event.reason, report(spec, attempt.ref), failed_files=event.failed_files)
+    if event.action is Action.RESUBMIT:
+        retry = Retry(event.retry_files, late_sizes, event.capacity, event.delay_seconds)
+        return StepEnd(event.action, event.reason, retry=retry)
+    return StepEnd(event.action, event.reason, failed_files=event.failed_files)
+
+
+def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) -> StepStatus | None:
+    """Record the watch's outcome on the STEP item (and on the RUN item when the step failed).
+
+    Fenced on the attempt: if an on-call engineer resubmitted meanwhile, the newer attempt's state stands.
+    """
+    status = OUTCOME_STATUS[action]
+    unvouched: list[outputs.UnvouchedFile] = []
+    seen = None
+    lost = partitions.lost(spec, attempt) if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) else None
+    if lost:  # another run writes the prefix now (this run's hold ran out): this one vouches for nothing there
+        status, reason = StepStatus.FAILED, lost
+    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+        seen = outputs.read_outputs(spec, attempt)
+        unvouched = outputs.unvouched_outputs(spec, attempt, seen)
+        if unvouched:
+            status = StepStatus.FAILED
+            reason = outputs.unvouched_text(unvouched)
+            log.error("step %s: %s", attempt.step, reason)
+        elif over := outputs.rejects_over_limit(spec, attempt, seen.records):
+            status, reason = StepStatus.FAILED, over
+    status, reason = run_report.check_run_report(spec, attempt, status, reason, seen.records if seen else None)
+    if status is StepStatus.SUCCEEDED:
+        # The last look at the input prefix, after the run report and just before the step is recorded as
+        # ended: a file that landed (or was replaced) since the watch's look goes to a next attempt, never under
+        # a _SUCCESS that does not cover it.
+        late = outputs.late_inputs(spec, attempt)
+        if late:
+            raise outputs.LateInputsFound(late)
+    # A step that lost its prefix has nothing to resubmit: the run that holds it writes it now.
+    reason = reason if lost else outcome_message(attempt, status, reason)
+    model = services.ledger_model(spec)
+    if not finish_step(model, attempt.ref, attempt.number, status, reason):
+        log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
+        return None
+    if unvouched:  # FAILED now, so `failed` shows them and `resubmit --all-failed` takes them
+        for number in sorted({u.attempt for u in unvouched}):
+            record_refused(
+                model,
+                attempt.ref,
+                number,
+                [(u.input_key, 0, u.reason) for u in unvouched if u.attempt == number],
+                error_class=outputs.UNVOUCHED_OUTPUT_ERROR,
+            )
+    if status is StepStatus.FAILED:
+        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED, run_outcome_message(attempt, reason))
+    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+        # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
+        outputs.commit_outputs(spec, attempt, status, seen)
+    return status
+
+
+def file_error(error_class: str | None, error_message: str | None) -> str:
+    """A file's error in one line: class and message, either of which may be missing."""
+    return error_line(error_class, error_message) or "no error recorded"
+
+
+def report(spec: PipelineSpec, ref: StepRef) -> dict:
+    """Reconcile rows in against rows out for every file of a step."""
+    step = ref.step
+    records = read_step_files(spec, ref)
+    files = settle_parts(records.files)  # a file's rejects parts count as the file's rows
+    succeeded = [f for f in files if f.status == FileStatus.SUCCEEDED]
+    failed = [f for f in files if f.status == FileStatus.FAILED]
+    mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0) + (f.rows_rejected or 0)]
+    return {
+        "step": step,
+        "files": len(files),
+        "succeeded": len(succeeded),
+        "failed": len(failed),
+        "rows_in": int(sum(f.rows_in or 0 for f in succeeded)),
+        "rows_out": int(sum(f.rows_out or 0 for f in succeeded)),
+        "rows_rejected": int(sum(f.rows_rejected or 0 for f in succeeded)),
+        "attempts": int((records.step.attempt if records.step else 0) or 0),
+        "rows_mismatched_files": mismatched,
+        "failed_files": [{"input": f.input_key, "error": file_error(f.error_class, f.error_message)} for f in failed],
+        "report": report_uri(records.step, ref),
+        "reported_at": dt.datetime.now(dt.UTC).isoformat(),
+    }
+
+
+def report_uri(step_item, ref: StepRef) -> str | None:
+    """Where a step's run report is (None before its plan exists)."""
+    pipeline, run_id, step = ref
+    if step_item is None or not step_item.plan_json:
+        return None
+    return Attempt.from_plan(
+        step_item.plan_json, int(step_item.attempt or 1), 0, pipeline=pipeline, run_id=run_id, step=step
+    ).report_uri()
+
+
+def step_message(spec: PipelineSpec, attempt: Attempt) -> str:
+    """The STEP item's message: what its outcome was, and why."""
+    control = services.ledger_model(spec).Control
+    try:
+        item = control.get(run_pk(attempt.pipeline, attempt.run_id), step_sk(attempt.step), consistent_read=True)
+    except control.DoesNotExist:
+        item = None
+    return (item.message if item else None) or f"step {attempt.step} has no recorded outcome"
+
+
+def outcome_message(attempt: Attempt, status: StepStatus, reason: str) -> str:
+    """The STEP item's message for the watch's outcome: a step that did not succeed says how to retry it."""
+    if status is StepStatus.SUCCEEDED:
+        return reason
+    return (
+        reason + "; after fixing the cause: " + naming.resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
+    )
+
+
+def run_outcome_message(attempt: Attempt, step_message: str) -> str:
+    """The RUN item's message when one of its steps failed."""
+    return f"step {attempt.step} failed: {step_message}"
+
+
+def record_run_status(
+    spec: PipelineSpec, run_id: str, status: StepStatus, message: str, partition: str | None = None
+) -> None:
+    """A run that ends (skipped or failed) before anything was planned, or waits for its input (RUNNING), is
+    still listed, with why."""
+    model = services.ledger_model(spec)
+    ensure_run(model, spec.pipeline, run_id, partition)
+    set_run_status(model, spec.pipeline, run_id, status, message)
+
+
+def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:
+    """Record how the run ended, and release the output prefixes it held."""
+    set_run_status(services.ledger_model(spec), pipeline, run_id, status, message)
+    partitions.release_run(spec, pipeline, run_id)

@@ -1,0 +1,196 @@
+"""A step's jobs: submit (or adopt), stop, resubmit the next attempt, and resume at the newest. Two attempts of a
+step never run at once: the next is planned only after the last one's job has ended."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import botocore.exceptions
+
+from shardline.decision import fleet
+from shardline.decision.policy import JobStatus
+from shardline.errors import GaveUpWaiting, SubmitRefused
+from shardline.orchestration import partitions, services
+from shardline.orchestration.step.capacity import after_capacity_failure
+from shardline.orchestration.step.files import read_step_files
+from shardline.orchestration.step.plan import new_attempt, sized_objects
+from shardline.planning import naming
+from shardline.planning.attempt import CHANGED_BY_CAPACITY, Attempt
+from shardline.planning.inputs import S3Object
+from shardline.planning.request import build_processing_request
+from shardline.spec import PipelineSpec
+from shardline.waiting import wait_for
+
+log = logging.getLogger(__name__)
+
+
+def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
+    """Start the attempt's job, or adopt the one an earlier try of this task started. Only while the step still
+    holds its output prefix (a watch task that queued past its hold's lease finds another run there)."""
+    why = partitions.lost(spec, attempt)
+    if why:
+        raise partitions.PartitionLost(why)
+    image, role = services.image_and_role(spec)
+    request = build_processing_request(spec, attempt, image_uri=image, role_arn=role, region=services.region(spec))
+    backend = services.backend_for(spec)
+    try:
+        backend.submit(request)
+    except botocore.exceptions.ClientError as err:
+        error = err.response.get("Error", {})
+        if fleet.refusal_of(error.get("Code")) is None:
+            raise
+        # "Not now", not "not this": the task waits and submits this same attempt again.
+        raise SubmitRefused(error["Code"], error.get("Message", ""), attempt.job_name, attempt.to_xcom()) from err
+    state = backend.describe(attempt.job_name)
+    log.info("job %s (attempt %d of step %s): %s", attempt.job_name, attempt.number, attempt.step, state.status.value)
+    return attempt.submitted(state.created_at or time.time())
+
+
+def stop(spec: PipelineSpec, attempt: Attempt) -> None:
+    backend = services.backend_for(spec)
+    if not backend.describe(attempt.job_name).status.is_terminal:
+        log.warning("stopping job %s", attempt.job_name)
+        backend.stop(attempt.job_name)
+
+
+def resubmit(
+    spec: PipelineSpec,
+    attempt: Attempt,
+    retry_keys: list[str],
+    *,
+    by_oncall: bool = False,
+    sizes: dict[str, int] | None = None,
+    capacity: bool = False,
+) -> Attempt:
+    """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
+
+    Fenced on ``attempt``: the step must still be at it, so a watch task and an on-call engineer cannot
+    both plan the next one (the loser gets StaleOrchestratorError). ``attempt``'s job is stopped,
+    and waited for, before the next one is planned: two attempts never run at once.
+    ``by_oncall``: a cancelled step may be reopened. ``sizes``: sizes the caller already knows (the listing
+    that found inputs landed after planning), so no object is read for them. ``capacity``: SageMaker could not
+    provision ``attempt``'s job, so the next one may move to a fallback instance type (``after_capacity_failure``).
+    """
+    stop_and_wait(spec, attempt)
+    base = after_capacity_failure(spec, attempt) if capacity else attempt
+    base, retry_keys, parts = _what_a_retry_takes(spec, base, retry_keys)
+    objects = sized_objects(spec, base, retry_keys, known=sizes)
+    nxt = new_attempt(
+        spec,
+        base,
+        attempt.number + 1,
+        objects,
+        after=attempt.number,
+        reopen_cancelled=by_oncall,
+        may_take=by_oncall,
+        parts=parts,
+    )
+    return submit(spec, nxt)
+
+
+def _what_a_retry_takes(
+    spec: PipelineSpec, base: Attempt, keys: list[str]
+) -> tuple[Attempt, list[str], dict[str, tuple[str, str]] | None]:
+    """An attempt reads one prefix: the step's inputs, or one folder of rejects parts. Inputs of the step go first
+    (a part not taken now keeps its status; the next ``--rejects`` takes its rows again); else the parts of the
+    first key's folder, each with its source and the source's ETag as its FILE item recorded them."""
+    folders = {key: naming.rejects_parts_prefix_of(key) for key in keys}
+    inputs = [key for key in keys if folders[key] is None]
+    dropped = [key for key in keys if folders[key] is not None and (inputs or folders[key] != folders[keys[0]])]
+    if dropped:
+        log.warning(
+            "step %s: %d rejects part(s) not retried with these files, e.g. %s", base.step, len(dropped), dropped[0]
+        )
+    if inputs or not keys:
+        return base.model_copy(update={"parts_prefix": None}), inputs, None
+    taken = [key for key in keys if key not in dropped]
+    records = read_step_files(spec, base.ref)
+    recorded = {f.input_key: (f.part_of, f.source_etag or "") for f in records.files if f.part_of}
+    parts = {key: recorded[key] for key in taken if key in recorded}
+    return base.model_copy(update={"parts_prefix": folders[keys[0]]}), taken, parts
+
+
+def submit_parts(
+    spec: PipelineSpec, latest: Attempt, parts_prefix: str, objects: list[S3Object], parts: dict[str, tuple[str, str]]
+) -> Attempt:
+    """Plan and submit the attempt after ``latest`` over rejects parts (``objects``, under ``parts_prefix``), fenced
+    on ``latest`` as an on-call resubmission is (:mod:`shardline.orchestration.rejects_parts` picks them)."""
+    stop_and_wait(spec, latest)
+    base = latest.model_copy(update={"parts_prefix": parts_prefix})
+    nxt = new_attempt(
+        spec, base, latest.number + 1, objects, after=latest.number, reopen_cancelled=True, may_take=True, parts=parts
+    )
+    return submit(spec, nxt)
+
+
+STOP_WAIT_SECONDS = 900.0  # SageMaker takes a minute or two to stop a job
+
+
+def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WAIT_SECONDS, poll: float = 5.0) -> None:
+    """Stop the attempt's job if it still runs, and return once it has ended.
+
+    Raises :class:`~shardline.errors.GaveUpWaiting` if it has not ended by ``timeout``: the next attempt must not start
+    beside it (the task's retry tries again later).
+    """
+    from shardline.backends import JobNotFound
+
+    backend = services.backend_for(spec)
+    try:
+        state = backend.describe(attempt.job_name)
+    except JobNotFound:
+        return
+    if state.status.is_terminal:
+        return
+    log.warning("stopping job %s (attempt %d) before the next attempt starts", attempt.job_name, attempt.number)
+    backend.stop(attempt.job_name)
+    state = wait_for(
+        lambda: backend.describe(attempt.job_name), lambda s: s.status.is_terminal, timeout=timeout, interval=poll
+    )
+    if not state.status.is_terminal:
+        raise GaveUpWaiting(stop_timeout_text(attempt.job_name, state.status.value, timeout))
+
+
+def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:
+    return (
+        f"job {job_name} is still {status} {timeout:.0f}s after it was asked to stop, so the next attempt has "
+        "not started (two attempts never run at once): the task's retry tries again later; if the job never "
+        "stops, check it in the backend's console"
+    )
+
+
+def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
+    """The newest attempt of the step, given the one this task started from.
+
+    A watch task retried after it resubmitted only knows attempt 1 (from XCom); the STEP
+    item knows the newest. Its job is adopted, or submitted if the earlier try died
+    between planning it and submitting it.
+    """
+    from shardline.backends import JobNotFound
+
+    records = read_step_files(spec, attempt.ref)
+    latest = int(records.step.attempt or 0) if records.step else 0
+    if latest <= attempt.number:
+        return attempt
+    # A capacity fallback's type and count are in the STEP item's plan, which the newest attempt wrote.
+    newest = Attempt.from_plan(
+        records.step.plan_json, latest, 0, pipeline=attempt.pipeline, run_id=attempt.run_id, step=attempt.step
+    )
+    attempt = attempt.model_copy(update={name: getattr(newest, name) for name in CHANGED_BY_CAPACITY})
+    name = naming.job_name(attempt.pipeline, attempt.run_id, attempt.step, latest)
+    try:
+        state = services.backend_for(spec).describe(name)
+    except JobNotFound:
+        unfinished = [f.input_key for f in records.files if f.attempt == latest and not f.status.is_terminal]
+        log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest, attempt.step)
+        objects = sized_objects(spec, attempt, unfinished)
+        return submit(spec, new_attempt(spec, attempt, latest, objects, replan=True))
+    log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
+    files = sum(1 for f in records.files if f.attempt == latest)
+    return attempt.model_copy(
+        update={"number": latest, "file_count": files, "files": (), "submitted_at": state.created_at or time.time()}
+    )
+
+
+def job_status(spec: PipelineSpec, attempt: Attempt) -> JobStatus:
+    return services.backend_for(spec).describe(attempt.job_name).status

@@ -1,0 +1,265 @@
+"""A step's plan: its inputs listed, the attempt ordered over its instances, and its ledger records, plan file and
+manifest written before any job starts. Attempt 1 comes from :func:`plan`; every later attempt from
+:func:`new_attempt` too, so a retry is planned the way the first was."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from shardline.decision.policy import UNSAFE_KEY_ERROR
+from shardline.errors import InputRefused
+from shardline.ledger.keys import StepRef
+from shardline.ledger.states import FileStatus, StepStatus
+from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
+from shardline.ledger.step_writes import continue_attempt, ensure_run, record_refused, set_run_status, start_attempt
+from shardline.orchestration import partitions, services
+from shardline.orchestration.step.files import latest_attempt, read_step_files
+from shardline.planning import naming
+from shardline.planning.attempt import Attempt, PlannedFile
+from shardline.planning.inputs import (
+    S3Object,
+    choose_instance_count,
+    list_inputs_and_refusals,
+    manifest_body,
+    manifest_order,
+    parse_s3_uri,
+    plan_file_body,
+    write_manifest,
+    write_plan_file,
+)
+from shardline.spec import PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+def new_attempt(
+    spec: PipelineSpec,
+    base: Attempt,
+    number: int,
+    objects: list[S3Object],
+    *,
+    after: int | None = None,
+    reopen_cancelled: bool = False,
+    replan: bool = False,
+    may_take: bool = False,
+    parts: dict[str, tuple[str, str]] | None = None,
+) -> Attempt:
+    """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
+
+    ``base``: the step's plan (an earlier attempt, or attempt 1 before its files are known).
+    ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
+    ``replan``: the STEP item holds this attempt already, but its job was never submitted.
+    ``may_take``: a plan or an on-call engineer may take the output prefix; the watch's own attempts only renew it.
+    ``parts``: an attempt of rejects parts (``base.parts_prefix``): each part's source and the source's ETag.
+    """
+    step = spec.step(base.step)
+    # Before anything is written: two runs never write one output prefix at once (PartitionHeld names the other).
+    fence = partitions.hold_for_attempt(spec, base.ref, base.output_prefix, number=number, may_take=may_take)
+    instances = choose_instance_count(base.requested_instances, len(objects))
+    ordered = manifest_order(objects, instances, step.sharding)
+    attempt = base.next(number, [PlannedFile.of(o) for o in ordered])
+    bucket, _ = parse_s3_uri(attempt.data_prefix)
+    model = services.ledger_model(spec)
+    s3 = services.s3_client(spec)
+    keys = [(f"s3://{bucket}/{f.key}", f.size) for f in attempt.files]
+    # What readers take "planned, not yet claimed" from (step.files): attempt 1 writes no FILE item. Written
+    # first, under a name of its own; the fenced STEP update then records it, so a reader never finds the
+    # STEP item naming a file not there yet, and a planner that loses the race leaves only an unread file.
+    plan_file = attempt.plan_file_uri(uuid.uuid4().hex[:12])
+    write_plan_file(s3, plan_file, plan_file_body(attempt.data_prefix, ordered))  # with their ETags
+    if replan:
+        continue_attempt(model, attempt.ref, number, keys, plan_file=plan_file)
+    else:
+        start_attempt(
+            model,
+            attempt.ref,
+            number,
+            keys,
+            plan_json=attempt.plan_json(),
+            after=after,
+            reopen_cancelled=reopen_cancelled,
+            plan_file=plan_file,
+            parts=parts,
+        )
+    partitions.record_fence(spec, attempt.ref, fence)
+    if number == 1 and not replan:
+        partitions.withdraw_success_marker(spec, attempt.output_prefix)
+    write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.data_prefix, [f.key for f in attempt.files]))
+    return attempt
+
+
+def plan(
+    spec: PipelineSpec,
+    step: str,
+    run_id: str,
+    *,
+    input_prefix: str,
+    output_prefix: str,
+    model_uri: str,
+    instance_count: int,
+    model_version: str | None = None,
+    metadata_prefix: str | None = None,
+    partition: str | None = None,
+) -> Attempt | None:
+    """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process.
+
+    ``partition``: what the run scores (its data interval's start), recorded on the RUN item."""
+    s = spec.step(step)
+    started = time.monotonic()
+    objects, refused = _step_inputs(spec, step, run_id, input_prefix)
+    listed = time.monotonic()
+    if not objects:
+        log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
+        return None
+    ensure_run(services.ledger_model(spec), spec.pipeline, run_id, partition)
+    # Running now: no longer waiting, or run again after it ended (a rerun, from this step on).
+    set_run_status(services.ledger_model(spec), spec.pipeline, run_id, StepStatus.RUNNING)
+    base = Attempt(
+        pipeline=spec.pipeline,
+        run_id=run_id,
+        step=step,
+        number=1,
+        input_prefix=_dir(input_prefix),
+        output_prefix=_dir(output_prefix),
+        model_uri=model_uri,
+        model_version=model_version,
+        metadata_prefix=_dir(metadata_prefix) if metadata_prefix else None,
+        requested_instances=instance_count,
+    )
+    number, todo, replan = _what_to_plan(spec, base, objects)
+    if todo:
+        attempt = new_attempt(spec, base, number, todo, after=number - 1, replan=replan, may_take=True)
+        if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
+            _record_unsafe_keys(spec, attempt, refused)
+    else:  # planned before, and every input has succeeded since: adopt that attempt (and hold its prefix again)
+        attempt = latest_attempt(spec, StepRef(spec.pipeline, run_id, step))
+        partitions.record_fence(spec, attempt.ref, partitions.hold(spec, attempt.ref, attempt.output_prefix))
+        log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
+    timing = {
+        "started_at": time.time() - (time.monotonic() - started),
+        "list_seconds": round(listed - started, 3),
+        "record_seconds": round(time.monotonic() - listed, 3),
+    }
+    log.info(
+        "step %s of run %s: %d file(s), %.1f MiB, %d instance(s), sharding %s; listed in %.1fs, ordered "
+        "and recorded (plan file, manifest, ledger) in %.1fs",
+        step,
+        run_id,
+        len(objects),
+        sum(o.size for o in objects) / 2**20,
+        attempt.instance_count,
+        s.sharding,
+        timing["list_seconds"],
+        timing["record_seconds"],
+    )
+    return attempt.model_copy(update={"planning": timing})
+
+
+def _step_inputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: str) -> tuple[list[S3Object], list]:
+    """The inputs a step plans, and the keys refused as unsafe paths (each with its reason). Raises
+    :class:`~shardline.errors.InputRefused` when every input was refused."""
+    s = spec.step(step)
+    if s.input.from_step:
+        # Exactly what the earlier step committed, per its outputs manifest: never a listing of its prefix.
+        from shardline.orchestration.upstream import upstream_outputs
+
+        upstream = upstream_outputs(spec, step, run_id, input_prefix)
+        log.info(
+            "step %s of run %s reads the %d output(s) step %s committed (%s)",
+            step,
+            run_id,
+            len(upstream.objects),
+            upstream.step,
+            upstream.manifest_uri,
+        )
+        if tolerated := upstream.tolerated_text(step):
+            log.warning("%s", tolerated)
+        return upstream.objects, []
+    objects, refused = list_inputs_and_refusals(
+        services.s3_listing_client(spec), input_prefix, s.input.include, s.input.exclude
+    )
+    if not objects and refused:
+        raise InputRefused(
+            f"step {step}: every input under {input_prefix} was refused as an unsafe path, e.g. "
+            f"{refused[0][0].key} ({refused[0][1]}); rename the objects or exclude them with "
+            "input.exclude"
+        )
+    return objects, refused
+
+
+def _record_unsafe_keys(spec: PipelineSpec, attempt: Attempt, refused: list) -> None:
+    bucket, _ = parse_s3_uri(attempt.input_prefix)
+    record_refused(
+        services.ledger_model(spec),
+        attempt.ref,
+        attempt.number,
+        [
+            (
+                f"s3://{bucket}/{o.key}",
+                o.size,
+                f"not processed: the key is an unsafe path ({reason}); rename the object or exclude it with "
+                "input.exclude",
+            )
+            for o, reason in refused
+        ],
+        error_class=UNSAFE_KEY_ERROR,
+    )
+
+
+def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) -> tuple[int, list[S3Object], bool]:
+    """The attempt number to plan, the inputs it takes, and whether it re-plans an attempt never submitted.
+
+    The first plan takes every input. A plan task that runs again (retried, or cleared
+    because an upstream step was resubmitted) must not start the step over: it takes only
+    the inputs that have not succeeded yet, new ones included, as the next attempt; or the
+    same attempt again if that one was never submitted.
+    """
+    from shardline.backends import JobNotFound
+
+    records = read_step(services.ledger_model(spec), base.ref)
+    latest = int(records.step.attempt or 0) if records.step else 0
+    if latest == 0:
+        return 1, objects, False
+    bucket, _ = parse_s3_uri(base.input_prefix)
+    done = {f.input_key for f in records.files if f.status == FileStatus.SUCCEEDED}
+    todo = [o for o in objects if f"s3://{bucket}/{o.key}" not in done]
+    try:
+        services.backend_for(spec).describe(naming.job_name(base.pipeline, base.run_id, base.step, latest))
+    except JobNotFound:
+        return latest, todo, True
+    return latest + 1, todo, False
+
+
+def _dir(uri: str) -> str:
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def sized_objects(
+    spec: PipelineSpec, attempt: Attempt, keys: list[str], known: dict[str, int] | None = None
+) -> list[S3Object]:
+    """The inputs ``keys`` (full s3:// URIs) with their sizes, for the next attempt's plan.
+
+    A later attempt deals its files by size like the first (``sharding: by_size``) and records
+    each file's bytes in its plan file, so the sizes matter: they come from the bytes an instance
+    read (FILE items), else from the plan files, and from S3 for any neither has.
+    """
+    bucket, _ = parse_s3_uri(attempt.data_prefix)
+    records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
+    recorded = {
+        **records.planned_sizes,
+        **{f.input_key: f.bytes_in for f in records.files if f.bytes_in},
+        **(known or {}),  # a listing's size is the newest: an input replaced since it was planned is that size now
+    }
+    s3 = None
+    objects = []
+    for key in keys:
+        size, etag = recorded.get(key, 0), ""
+        if not size or key in (known or {}):
+            # Landed or changed since planning: its ETag goes in the plan, so a same-size replacement shows.
+            s3 = s3 or services.s3_client(spec)
+            head = s3.head_object(Bucket=bucket, Key=key[len(f"s3://{bucket}/") :])
+            size, etag = head["ContentLength"], (head.get("ETag") or "").strip('"')
+        objects.append(S3Object(key[len(f"s3://{bucket}/") :], size, etag))
+    return objects
