@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 from shardline.decision.fleet import pool_name
@@ -189,10 +189,12 @@ def fleet_lines(views: list[TypeView]) -> list[str]:
     return lines
 
 
-def fleet_report(dags_folder: Path, client, reads, now: dt.datetime) -> list[TypeView]:
+def fleet_report(
+    dags_folder: Path, client, reads, now: dt.datetime, pipelines: Collection[str] | None = None
+) -> list[TypeView]:
     """What `shardline fleet` and the on-call page's fleet panel show: :func:`fleet_view`, with the jobs of the
-    runs started today (UTC) read from the ledger (``reads``: :class:`~shardline.oncall.reads.OnCallReads`). The
-    pools still show when the ledger cannot be read."""
+    runs started today (UTC) read from the ledger (``reads``: :class:`~shardline.oncall.reads.OnCallReads`; only
+    ``pipelines``' runs, when given: the page's reader's). The pools still show when the ledger cannot be read."""
     from botocore.exceptions import BotoCoreError, ClientError
     from pynamodb.exceptions import PynamoDBException
 
@@ -201,7 +203,7 @@ def fleet_report(dags_folder: Path, client, reads, now: dt.datetime) -> list[Typ
 
     midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     try:
-        today, error = jobs_by_type(reads.steps_started_since(midnight)), None
+        today, error = jobs_by_type(reads.steps_started_since(midnight, pipelines)), None
     except (PynamoDBException, BotoCoreError, ClientError) as err:
         today, error = None, f"the ledger could not be read ({type(err).__name__}); the pools above are Airflow's"
     try:

@@ -2,8 +2,8 @@
 
 Everything is read from the ledger (Queries on a run's partition, never Scans), the backend's job state and,
 when the CLI can ask, Airflow's DAG run states; the pipeline specs under the DAGs folder say which table and
-backend a pipeline uses. :class:`OnCallReads` is the base the run reports and the actions build on
-(:class:`shardline.oncall.service.OnCall` is all of them).
+backend a pipeline uses. :class:`OnCallReads` holds the pipelines and their Airflow; the run reports, the
+resubmission and the run actions each take it (:class:`shardline.oncall.service.OnCall` holds all four).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Self
 
@@ -87,8 +88,8 @@ class OnCallReads:
         self.specs = specs
         self.airflow = airflow
         self.airflow_warning: str | None = None  # why Airflow's side is missing from the views, if it is
-        self._now = now
-        self._sleep = sleep  # the one seam a test may replace: waiting for a watch task to end
+        self.now = now
+        self.sleep = sleep  # the one seam a test may replace: waiting for a watch task to end
 
     @classmethod
     def from_folder(cls, dags_folder: Path, airflow: AirflowClient | None = None) -> Self:
@@ -120,18 +121,19 @@ class OnCallReads:
         missing = [row for spec in specs for row in missing_rows(spec, listed, now, limit, grace)]
         return sorted(missing, key=lambda r: (r.partition or "", r.pipeline), reverse=True) + listed
 
-    def steps_started_since(self, since: dt.datetime) -> list[StepRecord]:
-        """The STEP items of every run of these pipelines started at or after ``since``: one Query of each ledger
-        table's run index, and batched reads of the steps."""
+    def steps_started_since(self, since: dt.datetime, pipelines: Collection[str] | None = None) -> list[StepRecord]:
+        """The STEP items of every run of these pipelines (or of those of ``pipelines``) started at or after
+        ``since``: one Query of each ledger table's run index, and batched reads of the steps."""
+        specs = {name: s for name, s in self.specs.items() if pipelines is None or name in pipelines}
         records = []
-        for table in sorted({s.ledger_table for s in self.specs.values()}):
-            model = services.ledger_model(next(s for s in self.specs.values() if s.ledger_table == table))
+        for table in sorted({s.ledger_table for s in specs.values()}):
+            model = services.ledger_model(next(s for s in specs.values() if s.ledger_table == table))
             # Each STEP item's key, and its step's instance type: a plan names a type only once a capacity
             # failure moved the step off the spec's.
             types = {
                 (run_pk(entry.pipeline, entry.run_id), step_sk(step.name)): step.resources.instance_type
                 for entry in runs_started_since(model, since.astimezone(dt.UTC).isoformat())
-                if (spec := self.specs.get(entry.pipeline)) is not None and spec.ledger_table == table
+                if (spec := specs.get(entry.pipeline)) is not None and spec.ledger_table == table
                 for step in spec.steps
             }
             for item in model.Control.batch_get(list(types)) if types else []:
@@ -193,7 +195,7 @@ class OnCallReads:
             shards,
             job_name=job_name,
             job_status=job_status,
-            now=self._now(),
+            now=self.now(),
             with_files=with_files,
         )
 
@@ -203,7 +205,7 @@ class OnCallReads:
         spec = self.spec(ref.pipeline)
         names = [step] if step else [s.name for s in spec.steps]
         if step:
-            self._known_step(spec, step)
+            known_step(spec, step)
         found, planned = [], 0
         for name in names:
             records = read_step_records(
@@ -231,10 +233,11 @@ class OnCallReads:
             )
         return found
 
-    @staticmethod
-    def _known_step(spec: PipelineSpec, step: str) -> None:
-        if step not in {s.name for s in spec.steps}:
-            raise NotFound(unknown_step(spec.pipeline, step, [s.name for s in spec.steps]))
+
+def known_step(spec: PipelineSpec, step: str) -> None:
+    """A :class:`NotFound` naming the pipeline's steps, unless ``step`` is one of them."""
+    if step not in {s.name for s in spec.steps}:
+        raise NotFound(unknown_step(spec.pipeline, step, [s.name for s in spec.steps]))
 
 
 REJECTS_SHOWN = 100  # rows of a file's rejects list that `failed` shows; the list itself has them all

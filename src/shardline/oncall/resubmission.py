@@ -15,7 +15,7 @@ from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
 from shardline.ledger.keys import StepRef
 from shardline.ledger.records import StepRecord, settle_parts
-from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, read_step
+from shardline.ledger.step_reads import StepRecords
 from shardline.ledger.step_writes import StaleOrchestratorError
 from shardline.oncall import selection
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, INVALID_TOKEN, AirflowApiError
@@ -29,10 +29,14 @@ from shardline.oncall.messages import (
     not_finished_text,
     repeat_resubmit_command,
 )
-from shardline.oncall.reads import OnCallReads, read_step_records
+from shardline.oncall.reads import OnCallReads, known_step, read_step_records
 from shardline.oncall.values import ResubmitPlan, ResubmitResult, RunRef
 from shardline.oncall.views import file_view
-from shardline.orchestration import services
+from shardline.orchestration import rejects_parts, services
+from shardline.orchestration.partitions import PartitionHeld, PartitionMovedOn, refused_text
+from shardline.orchestration.step import jobs
+from shardline.orchestration.step.files import attempt_of
+from shardline.orchestration.step.plan import SIZED_FILE_ATTRIBUTES
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri
@@ -45,8 +49,11 @@ WATCH_WAIT_SECONDS = 60.0
 WATCH_POLL_SECONDS = 1.0
 
 
-class Resubmission(OnCallReads):
+class Resubmission:
     """``resubmit``: which files, what to do (decided before anything changes), then doing it."""
+
+    def __init__(self, reads: OnCallReads):
+        self.reads = reads  # the pipelines, their Airflow, and what is read about their runs
 
     def plan_resubmission(
         self,
@@ -61,51 +68,35 @@ class Resubmission(OnCallReads):
         """Which files a resubmission would take (:func:`selection.choose_files`). Succeeded files are never
         taken again; with ``rejects``, the rows succeeded files rejected are (:mod:`~shardline.orchestration.
         rejects_parts`)."""
-        spec = self.spec(ref.pipeline)
-        self._known_step(spec, step)
+        spec = self.reads.spec(ref.pipeline)
+        known_step(spec, step)
         selection.check_one_choice(shard=shard, files=files, all_failed=all_failed, rejects=rejects)
-        records = read_step_records(
-            spec, StepRef(ref.pipeline, ref.run_id, step), file_attributes=FILE_DETAIL_ATTRIBUTES
-        )
-        if records.step is None:
-            raise Conflict(
-                f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
-                f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
-                "the run is"
-            )
+        records = _read_step(spec, ref, step)
+        return self._choose(spec, ref, step, records, shard=shard, files=files, all_failed=all_failed, rejects=rejects)
+
+    def _choose(
+        self,
+        spec: PipelineSpec,
+        ref: RunRef,
+        step: str,
+        records: StepRecords,
+        *,
+        shard: str | None,
+        files: Sequence[str],
+        all_failed: bool,
+        rejects: bool,
+    ) -> ResubmitPlan:
         if rejects:
             return _rejects_plan(str(ref), step, records.files)
         latest = StepRecord.of(records.step).attempt
         # A rejects part that failed is taken again by --rejects, with the rows it had.
         views = [file_view(step, f) for f in settle_parts(records.files) if not f.part_of]
-        dealt = self._dealt_hosts(spec, ref, step, latest) if shard and selection.needs_deal(views, latest) else None
+        dealt = None
+        if shard and selection.needs_deal(views, latest):
+            dealt = _dealt_hosts(spec, _latest(records, ref, step).model_copy(update={"number": latest}))
         return selection.choose_files(
             str(ref), step, latest, views, shard=shard, keys=files, all_failed=all_failed, dealt=dealt
         )
-
-    def _dealt_hosts(self, spec: PipelineSpec, ref: RunRef, step: str, attempt: int) -> dict[str, str]:
-        """Which instance each entry of an attempt's manifest went to: the manifest, read from S3."""
-        then = self._plan(spec, ref, step).model_copy(update={"number": attempt})
-        bucket, key = parse_s3_uri(then.manifest_uri)
-        return selection.dealt_hosts(
-            json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read()), then
-        )
-
-    def _plan(self, spec: PipelineSpec, ref: RunRef, step: str) -> Attempt:
-        from shardline.orchestration.step.files import latest_attempt
-
-        try:
-            attempt = latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, step))
-        except ValueError as err:
-            raise Conflict(
-                f"{err}, so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
-            ) from err
-        if attempt is None:
-            raise Conflict(
-                f"step {step} of {ref} has no recorded plan (was it planned by an older Shardline?), "
-                f"so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
-            )
-        return attempt
 
     def resubmit(
         self,
@@ -129,13 +120,15 @@ class Resubmission(OnCallReads):
         charge (it follows the new attempt). ``ledger_only`` leaves Airflow out (a step not run by
         an Airflow DAG): the new attempt runs, and no DAG run follows it.
         """
-        spec = self.spec(ref.pipeline)
-        plan = self.plan_resubmission(ref, step, shard=shard, files=files, all_failed=all_failed, rejects=rejects)
+        spec = self.reads.spec(ref.pipeline)
+        known_step(spec, step)
+        selection.check_one_choice(shard=shard, files=files, all_failed=all_failed, rejects=rejects)
+        records = _read_step(spec, ref, step)  # the one read of the step's items this command makes
+        plan = self._choose(spec, ref, step, records, shard=shard, files=files, all_failed=all_failed, rejects=rejects)
         again = repeat_resubmit_command(
             ref, step, shard=shard, files=files, all_failed=all_failed, force=force, rejects=rejects
         )
-        latest = self._plan(spec, ref, step)
-        records = read_step(services.ledger_model(spec), StepRef(ref.pipeline, ref.run_id, step))
+        latest = _latest(records, ref, step)
         job = self._latest_job(spec, latest, records.shards)
         watch = f"watch_{step}"
         watch_state = None if ledger_only else self._watch_state(ref, watch)
@@ -161,7 +154,7 @@ class Resubmission(OnCallReads):
             return _dry_run_result(plan, choice, ref, step, latest.number, watch_state)
         attempt = job_name = None
         if choice.next is Next.SUBMIT:
-            nxt = _submit(spec, ref, step, latest, plan.files, rejects=rejects)
+            nxt = _submit(spec, ref, step, latest, plan.files, rejects=rejects, records=records)
             attempt, job_name = nxt.number, nxt.job_name
         if not choice.clear_watch:
             return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state), action=choice.next.value)
@@ -194,7 +187,7 @@ class Resubmission(OnCallReads):
         """The watch task's state in Airflow; raises OnCallError, before anything changed, if Airflow
         cannot be asked (a resubmission must be able to let the DAG run follow it)."""
         nothing = "nothing was submitted"
-        if self.airflow is None:
+        if self.reads.airflow is None:
             raise Unavailable(
                 f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
                 f"{watch} task must be cleared so the run follows it. To give the CLI access, "
@@ -202,13 +195,13 @@ class Resubmission(OnCallReads):
                 "Airflow, pass --ledger-only.)"
             )
         try:
-            answer = self.airflow.task_instance(ref.pipeline, ref.run_id, watch)
+            answer = self.reads.airflow.task_instance(ref.pipeline, ref.run_id, watch)
         except AirflowApiError as err:
             if err.status == 404:
                 raise NotFound(
-                    f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
+                    f"Airflow at {self.reads.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
                     f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
-                    f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
+                    f"pipeline (the URL came from {self.reads.airflow.source}; --airflow-url picks another); "
                     "for a step not run by Airflow, pass --ledger-only."
                 ) from err
             if err.status in (401, 403):  # the token: the error says which fix (missing, expired, unreadable, role)
@@ -221,9 +214,9 @@ class Resubmission(OnCallReads):
 
     def _may_clear(self, ref: RunRef, watch: str) -> None:
         """Ask Airflow to clear the watch task as a dry run: the same permission check, no change."""
-        assert self.airflow is not None
+        assert self.reads.airflow is not None
         try:
-            self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
+            self.reads.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
         except AirflowApiError as err:
             hint = (
                 ""
@@ -244,19 +237,56 @@ class Resubmission(OnCallReads):
         still running here is about to end: wait for it, then clear it (and what follows it).
         Raises AirflowApiError or OnCallError if it cannot.
         """
-        assert self.airflow is not None
-        airflow = self.airflow
+        assert self.reads.airflow is not None
+        airflow = self.reads.airflow
         state = wait_for(
             lambda: airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state"),
             lambda answer: answer in FINISHED_TASK_STATES,
             timeout=wait_seconds,
             interval=WATCH_POLL_SECONDS,
-            sleep=self._sleep,
+            sleep=self.reads.sleep,
         )
         if state not in FINISHED_TASK_STATES:
             raise Conflict(not_finished_text(watch, wait_seconds, state))
         cleared = airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True)
         return cleared_text(watch, state, len(cleared))
+
+
+def _read_step(spec: PipelineSpec, ref: RunRef, step: str) -> StepRecords:
+    """The step's STEP, SHARD and FILE items (with the sizes a next attempt deals by): a Conflict if it was never
+    planned."""
+    records = read_step_records(spec, StepRef(ref.pipeline, ref.run_id, step), file_attributes=SIZED_FILE_ATTRIBUTES)
+    if records.step is None:
+        raise Conflict(
+            f"step {step} of {ref} was never planned, so there is nothing to resubmit: it starts "
+            f"when the DAG run reaches its plan_{step} task; `shardline status {ref}` shows where "
+            "the run is"
+        )
+    return records
+
+
+def _latest(records: StepRecords, ref: RunRef, step: str) -> Attempt:
+    """The step's newest attempt, from its records: a Conflict if its plan cannot be rebuilt."""
+    try:
+        attempt = attempt_of(records, StepRef(ref.pipeline, ref.run_id, step))
+    except ValueError as err:
+        raise Conflict(
+            f"{err}, so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
+        ) from err
+    if attempt is None:
+        raise Conflict(
+            f"step {step} of {ref} has no recorded plan (was it planned by an older Shardline?), "
+            f"so it cannot be resubmitted from here; clear its plan_{step} task in Airflow instead"
+        )
+    return attempt
+
+
+def _dealt_hosts(spec: PipelineSpec, then: Attempt) -> dict[str, str]:
+    """Which instance each entry of attempt ``then``'s manifest went to: the manifest, read from S3."""
+    bucket, key = parse_s3_uri(then.manifest_uri)
+    return selection.dealt_hosts(
+        json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read()), then
+    )
 
 
 def _dry_run_result(
@@ -292,18 +322,21 @@ def _rejects_plan(ref: str, step: str, files: Sequence) -> ResubmitPlan:
 
 
 def _submit(
-    spec: PipelineSpec, ref: RunRef, step: str, latest: Attempt, files: list[str], *, rejects: bool = False
+    spec: PipelineSpec,
+    ref: RunRef,
+    step: str,
+    latest: Attempt,
+    files: list[str],
+    *,
+    rejects: bool = False,
+    records: StepRecords | None = None,
 ) -> Attempt:
     """Start the attempt after ``latest`` with ``files`` (with ``rejects``: their rejected rows), fenced: a Conflict
-    if someone moved the step on."""
-    from shardline.orchestration import rejects_parts
-    from shardline.orchestration.partitions import PartitionHeld, PartitionMovedOn, refused_text
-    from shardline.orchestration.step import jobs as step_jobs
-
+    if someone moved the step on. ``records``: the step's items as this command read them."""
     try:
         if rejects:
             return rejects_parts.resubmit_rejects(spec, latest, files)
-        return step_jobs.resubmit(spec, latest, files, by_oncall=True)
+        return jobs.resubmit(spec, latest, files, by_oncall=True, records=records)
     except rejects_parts.RejectsPartError as err:
         raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
     except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix

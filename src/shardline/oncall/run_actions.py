@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from shardline.backends import JobNotFound
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import STEP_TERMINAL, StepStatus
 from shardline.ledger.step_reads import read_run
@@ -21,6 +20,7 @@ from shardline.oncall.values import RunRef
 from shardline.oncall.views import FINISHED_RUN_STATES
 from shardline.orchestration import services
 from shardline.orchestration.partitions import release_run
+from shardline.orchestration.step.jobs import is_running, stop_job
 from shardline.planning import naming
 from shardline.spec import PipelineSpec, SpecError, partition_interval
 
@@ -58,29 +58,32 @@ def _same_instant(a: str, b: str) -> bool:
         return False
 
 
-class RunActions(OnCallReads):
+class RunActions:
     """``trigger``, ``rerun`` and ``cancel``: a whole run, through Airflow and the ledger."""
+
+    def __init__(self, reads: OnCallReads):
+        self.reads = reads  # the pipelines, their Airflow, and what is read about their runs
 
     def trigger(self, pipeline: str, start: dt.datetime, conf: dict, *, dry_run: bool = False) -> list[str]:
         """A manual run of the interval that starts at ``start``: logical date ``start``, data interval that
         interval, as the interval's scheduled run would have. So it takes no other interval's logical date, and
         the scheduler, finding the interval's run there, moves on to the next; a partition that has a run
         already is refused (Airflow answers 409), naming ``shardline rerun``."""
-        spec = self.spec(pipeline)
+        spec = self.reads.spec(pipeline)
         try:
             begin, end = partition_interval(spec.schedule, start)
         except SpecError as err:
             raise BadRequest(f"nothing was triggered: {err}") from err
         if problem := conf_problem(spec, conf):
             raise BadRequest(f"nothing was triggered: {problem}")
-        if self.airflow is None:
+        if self.reads.airflow is None:
             raise Unavailable(f"Airflow is not configured, so nothing was triggered: {HOW_TO_CONFIGURE}")
         interval = (begin.isoformat(), end.isoformat())
         what = f"{pipeline} for {begin:%Y-%m-%d %H:%M}-{end:%Y-%m-%d %H:%M} UTC (logical date {interval[0]})"
         if dry_run:
             return [f"dry run, nothing was changed: for real, it would trigger {what} with conf {json.dumps(conf)}"]
         try:
-            run = self.airflow.trigger(pipeline, conf, logical_date=interval[0], data_interval=interval)
+            run = self.reads.airflow.trigger(pipeline, conf, logical_date=interval[0], data_interval=interval)
         except AirflowApiError as err:
             if err.status == 409:
                 raise Conflict(
@@ -106,12 +109,12 @@ class RunActions(OnCallReads):
         The conf is checked first as the trigger form and the plan task check it, and no job of the run may
         still be running (its outputs would mix with the new run's).
         """
-        spec = self.spec(ref.pipeline)
-        if self.airflow is None:
+        spec = self.reads.spec(ref.pipeline)
+        if self.reads.airflow is None:
             raise Unavailable(
                 f"Airflow is not configured, so nothing was rerun: {HOW_TO_CONFIGURE}; then run the same command again"
             )
-        run = self.airflow.dag_run(ref.pipeline, ref.run_id)
+        run = self.reads.airflow.dag_run(ref.pipeline, ref.run_id)
         state = run.get("state")
         if state not in ("failed", "success"):
             raise Conflict(rerun_not_finished_text(ref, state))
@@ -136,7 +139,7 @@ class RunActions(OnCallReads):
                 f"dry run, nothing was changed: for real, it would delete {old} and trigger that partition "
                 f"again with conf {json.dumps(conf, sort_keys=True)}"
             ]
-        self.airflow.delete_run(ref.pipeline, ref.run_id)
+        self.reads.airflow.delete_run(ref.pipeline, ref.run_id)
 
         # A manual run that Airflow's inference gave the interval ending at its logical date holds the next
         # interval's logical date: its rerun takes the interval's start instead, as `shardline trigger` does.
@@ -145,7 +148,7 @@ class RunActions(OnCallReads):
             logical_date = interval[0]
 
         def trigger(with_conf: dict, note: str, at: str | None) -> dict:
-            return self.airflow.trigger(
+            return self.reads.airflow.trigger(
                 ref.pipeline, with_conf, logical_date=at, data_interval=interval if all(interval) else None, note=note
             )
 
@@ -173,10 +176,10 @@ class RunActions(OnCallReads):
 
     def _rerun_in_place(self, spec: PipelineSpec, ref: RunRef, state: str, *, dry_run: bool) -> list[str]:
         """Clear the plan task of the run's first failed step and everything after it."""
-        assert self.airflow is not None
+        assert self.reads.airflow is not None
         failed = {
             t["task_id"]
-            for t in self.airflow.task_instances(ref.pipeline, ref.run_id)
+            for t in self.reads.airflow.task_instances(ref.pipeline, ref.run_id)
             if t.get("state") in ("failed", "upstream_failed")
         }
         step = next((s.name for s in spec.steps if failed & {f"plan_{s.name}", f"watch_{s.name}"}), None)
@@ -186,7 +189,9 @@ class RunActions(OnCallReads):
                 f"DAG run {ref.run_id} has no failed task to run again (it is {state}); to score its "
                 f"partition again with another conf: `shardline rerun {ref} --conf '{{...}}'`"
             )
-        cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [start], include_downstream=True, dry_run=dry_run)
+        cleared = self.reads.airflow.clear_tasks(
+            ref.pipeline, ref.run_id, [start], include_downstream=True, dry_run=dry_run
+        )
         names = ", ".join(sorted({t["task_id"] for t in cleared}))
         if dry_run:
             return [f"dry run, nothing was changed: for real, it would clear {names} of DAG run {ref.run_id}"]
@@ -198,21 +203,16 @@ class RunActions(OnCallReads):
     def _running_jobs(self, spec: PipelineSpec, ref: RunRef) -> list[str]:
         """The jobs of the run's steps that have not ended."""
         records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
-        backend, running = services.backend_for(spec), []
-        for item in records.steps:
-            if not item.attempt or not item.step:
-                continue
-            name = naming.job_name(ref.pipeline, ref.run_id, item.step, int(item.attempt))
-            try:
-                if not backend.describe(name).status.is_terminal:
-                    running.append(name)
-            except JobNotFound:
-                continue
-        return running
+        names = [
+            naming.job_name(ref.pipeline, ref.run_id, item.step, int(item.attempt))
+            for item in records.steps
+            if item.attempt and item.step
+        ]
+        return [name for name in names if is_running(spec, name)]
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by on-call") -> list[str]:
         """Mark every step CANCELLED (so no watch task resubmits), stop their jobs, fail the DAG run."""
-        spec = self.spec(ref.pipeline)
+        spec = self.reads.spec(ref.pipeline)
         model = services.ledger_model(spec)
         records = read_run(model, ref.pipeline, ref.run_id)
         if records.run is None:
@@ -226,7 +226,6 @@ class RunActions(OnCallReads):
                 f"`shardline status {ref}` shows how it ended"
             )
         done = []
-        backend = services.backend_for(spec)
         for item in records.steps:
             step = item.step
             if item.status in STEP_TERMINAL:
@@ -237,20 +236,16 @@ class RunActions(OnCallReads):
                 done.append(CANCEL_LINES["moved_on"].format(step=step, ref=ref))
                 continue
             name = naming.job_name(ref.pipeline, ref.run_id, step, attempt)
-            try:
-                if not backend.describe(name).status.is_terminal:
-                    backend.stop(name)
-                    done.append(CANCEL_LINES["stopped"].format(step=step, job=name))
-            except JobNotFound:
-                pass
+            if stop_job(spec, name):
+                done.append(CANCEL_LINES["stopped"].format(step=step, job=name))
             done.append(CANCEL_LINES["cancelled"].format(step=step))
         set_run_status(model, ref.pipeline, ref.run_id, StepStatus.CANCELLED, reason)
         release_run(spec, ref.pipeline, ref.run_id)  # the next run of the partition may write its prefixes now
-        if self.airflow is not None:
+        if self.reads.airflow is not None:
             try:
-                state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
+                state = self.reads.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
                 if state not in FINISHED_RUN_STATES:
-                    self.airflow.set_run_state(ref.pipeline, ref.run_id, "failed", note=reason)
+                    self.reads.airflow.set_run_state(ref.pipeline, ref.run_id, "failed", note=reason)
                     done.append(CANCEL_LINES["dag_run_failed"].format(run_id=ref.run_id))
             except AirflowApiError as err:
                 done.append(CANCEL_LINES["airflow_error"].format(run_id=ref.run_id, err=err))

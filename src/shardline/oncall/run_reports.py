@@ -10,7 +10,7 @@ from pathlib import Path
 from shardline.ledger.step_reads import read_run
 from shardline.oncall.errors import BadRequest, Conflict, NotFound
 from shardline.oncall.messages import no_reports_text, out_needs_step_text, report_missing_text, report_not_planned_text
-from shardline.oncall.reads import OnCallReads
+from shardline.oncall.reads import OnCallReads, known_step
 from shardline.oncall.values import RunRef, SavedReport, StepReportRef
 from shardline.orchestration import services
 from shardline.planning.attempt import Attempt
@@ -31,8 +31,11 @@ def local_report_path(root: Path, pipeline: str, run_id: str, step: str) -> Path
     return root.joinpath(*LOCAL_REPORTS, path_part(pipeline), path_part(run_id), path_part(step), "report.html")
 
 
-class RunReports(OnCallReads):
+class RunReports:
     """Each step's run report: where it is, its bytes, the page saved to a local file."""
+
+    def __init__(self, reads: OnCallReads):
+        self.reads = reads  # the pipelines, their Airflow, and what is read about their runs
 
     def report_refs(self, ref: RunRef, step: str | None = None) -> list[StepReportRef]:
         """Where the run's step reports are, for each step planned (or ``step`` alone), in the spec's order.
@@ -40,9 +43,9 @@ class RunReports(OnCallReads):
         Each S3 key is derived from the STEP item's recorded plan (its output and metadata prefixes), never
         taken from the caller. Raises NotFound for an unknown pipeline, step or run, or a step never planned.
         """
-        spec = self.spec(ref.pipeline)
+        spec = self.reads.spec(ref.pipeline)
         if step:
-            self._known_step(spec, step)
+            known_step(spec, step)
         records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
         if records.run is None:
             raise NotFound(
@@ -69,7 +72,7 @@ class RunReports(OnCallReads):
     def open_report(self, ref: RunRef, report: StepReportRef, suffix: str = "html"):
         """The S3 object body (a stream) of a step's ``report.html`` or ``report.json``; the caller closes it.
         Raises NotFound, saying when reports are written, when it is not there."""
-        spec = self.spec(ref.pipeline)
+        spec = self.reads.spec(ref.pipeline)
         s3 = services.s3_client(spec)
         uri = report.html_uri if suffix == "html" else report.json_uri
         bucket, key = parse_s3_uri(uri)
@@ -105,7 +108,9 @@ class RunReports(OnCallReads):
         if not pages:
             planned = {r.step for r in refs}
             missing += [
-                report_not_planned_text(ref, s.name) for s in self.spec(ref.pipeline).steps if s.name not in planned
+                report_not_planned_text(ref, s.name)
+                for s in self.reads.spec(ref.pipeline).steps
+                if s.name not in planned
             ]
             raise NotFound(no_reports_text(ref, missing))
         if out is not None and len(pages) > 1:

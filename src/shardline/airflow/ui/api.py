@@ -348,10 +348,9 @@ def fleet(request: Request, user: Annotated[BaseUser, Depends(dag_access("GET"))
     from shardline.oncall.fleet import fleet_report, view_json
 
     client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
-    oncall = _oncall()
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-    oncall.specs = {name: spec for name, spec in oncall.specs.items() if name in readable}
-    return [view_json(v) for v in fleet_report(_dags_folder(), client, oncall, dt.datetime.now(dt.UTC))]
+    views = fleet_report(_dags_folder(), client, _oncall().reads, dt.datetime.now(dt.UTC), pipelines=readable)
+    return [view_json(v) for v in views]
 
 
 @read_routes.get("/runs")

@@ -125,8 +125,13 @@ def _plan_file_body(spec: services.Source, uri: str) -> bytes:
 
 def latest_attempt(spec: services.Source, ref: StepRef) -> Attempt | None:
     """The step's newest attempt, rebuilt from the ledger and its plan files (for the CLI and UI)."""
+    return attempt_of(read_step_files(spec, ref), ref)
+
+
+def attempt_of(records: StepRecords, ref: StepRef) -> Attempt | None:
+    """The step's newest attempt, rebuilt from its records as :func:`read_step_files` returns them (None before
+    its plan exists)."""
     pipeline, run_id, step = ref
-    records = read_step_files(spec, ref)
     if records.step is None or not records.step.plan_json:
         return None
     number = int(records.step.attempt or 1)

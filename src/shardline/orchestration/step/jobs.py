@@ -11,6 +11,7 @@ import botocore.exceptions
 from shardline.decision import fleet
 from shardline.decision.policy import JobStatus
 from shardline.errors import GaveUpWaiting, SubmitRefused
+from shardline.ledger.step_reads import StepRecords
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.capacity import after_capacity_failure
 from shardline.orchestration.step.files import read_step_files
@@ -48,10 +49,28 @@ def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
 
 
 def stop(spec: PipelineSpec, attempt: Attempt) -> None:
-    backend = services.backend_for(spec)
-    if not backend.describe(attempt.job_name).status.is_terminal:
-        log.warning("stopping job %s", attempt.job_name)
-        backend.stop(attempt.job_name)
+    """Stop the attempt's job if it still runs (one never submitted has nothing to stop)."""
+    stop_job(spec, attempt.job_name)
+
+
+def is_running(spec: PipelineSpec, job_name: str) -> bool:
+    """Whether the job was submitted and has not ended."""
+    from shardline.backends import JobNotFound
+
+    try:
+        return not services.backend_for(spec).describe(job_name).status.is_terminal
+    except JobNotFound:
+        return False
+
+
+def stop_job(spec: PipelineSpec, job_name: str) -> bool:
+    """Stop the job if it still runs, without waiting for it to end: True when it was stopped now. The watch
+    task and on-call's cancel both stop a job this way."""
+    if not is_running(spec, job_name):
+        return False
+    log.warning("stopping job %s", job_name)
+    services.backend_for(spec).stop(job_name)
+    return True
 
 
 def resubmit(
@@ -62,6 +81,7 @@ def resubmit(
     by_oncall: bool = False,
     sizes: dict[str, int] | None = None,
     capacity: bool = False,
+    records: StepRecords | None = None,
 ) -> Attempt:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
@@ -71,11 +91,13 @@ def resubmit(
     ``by_oncall``: a cancelled step may be reopened. ``sizes``: sizes the caller already knows (the listing
     that found inputs landed after planning), so no object is read for them. ``capacity``: SageMaker could not
     provision ``attempt``'s job, so the next one may move to a fallback instance type (``after_capacity_failure``).
+    ``records``: the step's files as the caller read them (``plan.SIZED_FILE_ATTRIBUTES``), so they are not read
+    again.
     """
     stop_and_wait(spec, attempt)
     base = after_capacity_failure(spec, attempt) if capacity else attempt
-    base, retry_keys, parts = _what_a_retry_takes(spec, base, retry_keys)
-    objects = sized_objects(spec, base, retry_keys, known=sizes)
+    base, retry_keys, parts = _what_a_retry_takes(spec, base, retry_keys, records)
+    objects = sized_objects(spec, base, retry_keys, known=sizes, records=records)
     nxt = new_attempt(
         spec,
         base,
@@ -90,7 +112,7 @@ def resubmit(
 
 
 def _what_a_retry_takes(
-    spec: PipelineSpec, base: Attempt, keys: list[str]
+    spec: PipelineSpec, base: Attempt, keys: list[str], records: StepRecords | None = None
 ) -> tuple[Attempt, list[str], dict[str, tuple[str, str]] | None]:
     """An attempt reads one prefix: the step's inputs, or one folder of rejects parts. Inputs of the step go first
     (a part not taken now keeps its status; the next ``--rejects`` takes its rows again); else the parts of the
@@ -105,7 +127,7 @@ def _what_a_retry_takes(
     if inputs or not keys:
         return base.model_copy(update={"parts_prefix": None}), inputs, None
     taken = [key for key in keys if key not in dropped]
-    records = read_step_files(spec, base.ref)
+    records = records or read_step_files(spec, base.ref)
     recorded = {f.input_key: (f.part_of, f.source_etag or "") for f in records.files if f.part_of}
     parts = {key: recorded[key] for key in taken if key in recorded}
     return base.model_copy(update={"parts_prefix": folders[keys[0]]}), taken, parts

@@ -12,7 +12,7 @@ from shardline.decision.policy import UNSAFE_KEY_ERROR
 from shardline.errors import InputRefused
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import FILE_ATTRIBUTES, read_step
+from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
 from shardline.ledger.step_writes import continue_attempt, ensure_run, record_refused, set_run_status, start_attempt
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.files import latest_attempt, read_step_files
@@ -32,6 +32,8 @@ from shardline.planning.inputs import (
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
+
+SIZED_FILE_ATTRIBUTES = [*FILE_ATTRIBUTES, "host", "bytes_in"]  # what sized_objects reads of a step's files
 
 
 def new_attempt(
@@ -237,16 +239,22 @@ def _dir(uri: str) -> str:
 
 
 def sized_objects(
-    spec: PipelineSpec, attempt: Attempt, keys: list[str], known: dict[str, int] | None = None
+    spec: PipelineSpec,
+    attempt: Attempt,
+    keys: list[str],
+    known: dict[str, int] | None = None,
+    records: StepRecords | None = None,
 ) -> list[S3Object]:
     """The inputs ``keys`` (full s3:// URIs) with their sizes, for the next attempt's plan.
 
     A later attempt deals its files by size like the first (``sharding: by_size``) and records
     each file's bytes in its plan file, so the sizes matter: they come from the bytes an instance
-    read (FILE items), else from the plan files, and from S3 for any neither has.
+    read (FILE items), else from the plan files, and from S3 for any neither has. ``records``: the step's files
+    read already by the caller, with :data:`SIZED_FILE_ATTRIBUTES` (an on-call resubmission reads the step once).
     """
     bucket, _ = parse_s3_uri(attempt.data_prefix)
-    records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
+    if records is None:
+        records = read_step_files(spec, attempt.ref, file_attributes=SIZED_FILE_ATTRIBUTES)
     recorded = {
         **records.planned_sizes,
         **{f.input_key: f.bytes_in for f in records.files if f.bytes_in},
