@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 
 ENV_DAGS_FOLDER = "SHARDLINE_DAGS_FOLDER"
 
+# How `shardline --help` lists the commands: the on-call flow first, then before launch and the machine.
+COMMAND_ORDER = (
+    "runs", "status", "failed", "report", "resubmit", "login", "rerun", "trigger", "cancel",
+    "preview", "tune", "local", "fleet",
+)  # fmt: skip
+
 
 def default_dags_folder() -> Path:
     for candidate in (os.environ.get(ENV_DAGS_FOLDER), os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")):
@@ -42,7 +48,9 @@ class Group(click.Group):
     format_usage = Command.format_usage
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)  # in the on-call flow's order, not the alphabet's
+        # In the on-call flow's order, not the alphabet's: a run's commands, then those for before launch.
+        known = [name for name in COMMAND_ORDER if name in self.commands]
+        return known + [name for name in self.commands if name not in COMMAND_ORDER]
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.epilog:  # as written: its columns line up

@@ -175,6 +175,12 @@ def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, ai
         console.print(printable(airflow_warning))
 
 
+STATUS_COLUMNS = (
+    "STEP", "STATUS", "ATTEMPT", "JOB", "FILES", "OK", "FAILED", "RUNNING", "PENDING", "ROWS OUT", "REJECTED",
+    "ROWS/S", "ETA",
+)  # fmt: skip
+
+
 def show_status(view: RunView, *, airflow_warning: str | None) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -201,21 +207,7 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
     if airflow_warning:
         console.print(f"  {printable(airflow_warning)}")
     table = Table()
-    for column in (
-        "STEP",
-        "STATUS",
-        "ATTEMPT",
-        "JOB",
-        "FILES",
-        "OK",
-        "FAILED",
-        "RUNNING",
-        "PENDING",
-        "ROWS OUT",
-        "REJECTED",
-        "ROWS/S",
-        "ETA",
-    ):
+    for column in STATUS_COLUMNS:
         table.add_column(column, justify="right" if column not in ("STEP", "STATUS", "JOB") else "left")
     for s in view.steps:
         table.add_row(

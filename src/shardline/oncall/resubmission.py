@@ -32,7 +32,7 @@ from shardline.oncall.messages import (
 from shardline.oncall.reads import OnCallReads, known_step, read_step_records
 from shardline.oncall.values import ResubmitPlan, ResubmitResult, RunRef
 from shardline.oncall.views import file_view
-from shardline.orchestration import rejects_parts, services
+from shardline.orchestration import services
 from shardline.orchestration.partitions import PartitionHeld, PartitionMovedOn, refused_text
 from shardline.orchestration.step import jobs
 from shardline.orchestration.step.files import attempt_of
@@ -333,6 +333,10 @@ def _submit(
 ) -> Attempt:
     """Start the attempt after ``latest`` with ``files`` (with ``rejects``: their rejected rows), fenced: a Conflict
     if someone moved the step on. ``records``: the step's items as this command read them."""
+    # Here, not at the top: rejects_parts reads rejects lists through the run report's module, which loads the
+    # report libraries (an optional extra); only a --rejects resubmission needs them.
+    from shardline.orchestration import rejects_parts
+
     try:
         if rejects:
             return rejects_parts.resubmit_rejects(spec, latest, files)

@@ -87,6 +87,11 @@ class StepTrigger(BaseTrigger):
         # As long as the step tolerates a silent instance, it tolerates an unreachable endpoint.
         outage_budget = watch.policy.heartbeat_timeout_seconds
         last_reason, last_logged, unreachable_since = None, -float("inf"), None
+
+        def ended(action: Action, why: str) -> TriggerEvent:  # the trigger's own ends: its job stops on a TIMEOUT
+            timed_out = action is Action.TIMEOUT
+            return TriggerEvent(StepEvent(action, why, attempt, stop_job=timed_out, policy=watch.policy).to_event())
+
         while True:
             try:
                 snap = await asyncio.to_thread(polls.snapshot, watch, attempt)
@@ -101,9 +106,7 @@ class StepTrigger(BaseTrigger):
                     # Past the deadline, throttled or not, the attempt is given up on (its job is stopped).
                     await _settle(self.not_before)
                     why = deadline_reason(watch.policy, f"a poll throttled ({polls.describe_error(err)})")
-                    yield TriggerEvent(
-                        StepEvent(Action.TIMEOUT, why, attempt, stop_job=True, policy=watch.policy).to_event()
-                    )
+                    yield ended(Action.TIMEOUT, why)
                     return
                 if not polls.is_unreachable(err):
                     raise
@@ -119,14 +122,7 @@ class StepTrigger(BaseTrigger):
                     last_logged, last_reason = time.monotonic(), None
                 if down > outage_budget:
                     await _settle(self.not_before)
-                    yield TriggerEvent(
-                        StepEvent(
-                            Action.UNREACHABLE,
-                            polls.unreachable_reason(attempt, down, err),
-                            attempt,
-                            policy=watch.policy,
-                        ).to_event()
-                    )
+                    yield ended(Action.UNREACHABLE, polls.unreachable_reason(attempt, down, err))
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
@@ -144,15 +140,7 @@ class StepTrigger(BaseTrigger):
                 last_reason, last_logged = decision.reason, time.monotonic()
             if self.deadline is not None and time.time() > self.deadline:
                 await _settle(self.not_before)
-                yield TriggerEvent(
-                    StepEvent(
-                        Action.TIMEOUT,
-                        deadline_reason(watch.policy, decision.reason),
-                        attempt,
-                        stop_job=True,
-                        policy=watch.policy,
-                    ).to_event()
-                )
+                yield ended(Action.TIMEOUT, deadline_reason(watch.policy, decision.reason))
                 return
             await asyncio.sleep(self.poll_interval)
 
