@@ -7,6 +7,7 @@ import pytest
 
 from shardline.decision.fleet import (
     PRIORITY_WEIGHTS,
+    Admission,
     SubmitRefusal,
     admission_text,
     capacity_choice,
@@ -166,3 +167,28 @@ def test_a_pool_per_instance_type_and_priorities_in_order():
     assert "quota of 20 (pool" in both and "and the step's resources.max_concurrent_instances of 8;" in both
     capped = admission_text("ml.c5.2xlarge", 4, None, cap=8)
     assert capped == "waiting for 4 ml.c5.2xlarge instance(s) within the step's resources.max_concurrent_instances of 8"
+
+
+@pytest.mark.parametrize(
+    ("quota", "cap", "arguments", "max_instances", "says"),
+    [
+        (None, None, {}, None, ""),
+        (
+            20,
+            None,
+            {"pool": "sagemaker-ml.c5.2xlarge", "pool_slots": 4},
+            4,
+            "quota of 20 (pool sagemaker-ml.c5.2xlarge",
+        ),
+        (None, 8, {"max_active_tis_per_dag": 2}, 4, "resources.max_concurrent_instances of 8"),
+        (20, 8, {"max_active_tis_per_dag": 2, "pool": "sagemaker-ml.c5.2xlarge", "pool_slots": 4}, 4, "and the step's"),
+    ],
+)
+def test_a_steps_admission_is_its_pool_and_its_cap_and_bounds_what_a_run_may_ask_for(
+    quota, cap, arguments, max_instances, says
+):
+    admission = Admission("ml.c5.2xlarge", 4, quota, cap)
+    assert admission.task_arguments() == arguments
+    assert admission.max_instances == max_instances  # a run may ask for fewer instances than it is admitted by
+    text = admission.waiting_text()
+    assert (says in text and text.startswith("waiting for 4 ml.c5.2xlarge")) if says else text == ""

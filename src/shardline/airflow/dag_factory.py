@@ -20,10 +20,18 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 from shardline.airflow.operators.plan import PlanStepOperator
 from shardline.airflow.operators.report import ReportOperator
 from shardline.airflow.operators.step import WatchStepOperator, mark_run_failed
-from shardline.decision.fleet import PRIORITY_WEIGHTS, admission_text, pool_name
-from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, PipelineSpec, SpecError, StepSpec, load_spec, static_prefix
-from shardline.spec.conf import MAX_INSTANCE_COUNT, input_prefix_param_pattern
-from shardline.spec.fleet import FLEET_FILE, FleetSpec, load_fleet
+from shardline.decision.fleet import PRIORITY_WEIGHTS, Admission
+from shardline.spec import (
+    MAX_INSTANCE_COUNT,
+    TRIGGER_PARAMS,
+    VERSION_PATTERN,
+    PipelineSpec,
+    StepSpec,
+    load_spec,
+    static_prefix,
+)
+from shardline.spec.conf import input_prefix_param_pattern
+from shardline.spec.fleet import FleetSpec, check_quotas, load_fleet, quota_of
 
 SPEC_DIR = "pipelines"
 
@@ -36,7 +44,7 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
     # A pooled step's watch holds the spec's instance_count of its pool's slots, and a capped step's watch may run
     # max_concurrent_instances // instance_count times at once: for both a run may ask for fewer instances, never
     # more, or its job would use instances no slot admitted.
-    bounded = [s.resources.instance_count for s in spec.steps if admitted_count(s, fleet) is not None]
+    bounded = [bound for s in spec.steps if (bound := admission_of(s, fleet).max_instances) is not None]
     version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
     params = {
         "input_prefix": Param(
@@ -81,39 +89,18 @@ def timetable_for(schedule: str | None):
     return CronDataIntervalTimetable(schedule, timezone="UTC")
 
 
-def _quota(step: StepSpec, fleet: FleetSpec | None) -> int | None:
-    return fleet.quotas.get(step.resources.instance_type) if fleet else None
-
-
-def admitted_count(step: StepSpec, fleet: FleetSpec | None) -> int | None:
-    """The most instances a run of ``step`` may use: the spec's instance_count when Airflow admits the step by
-    it (a pool of its type's quota, or resources.max_concurrent_instances); None when nothing counts them."""
-    counted = _quota(step, fleet) is not None or step.resources.max_concurrent_instances is not None
-    return step.resources.instance_count if counted else None
-
-
-def admission(step: StepSpec, fleet: FleetSpec | None, spec_path: Path) -> dict:
-    """The admission arguments of a step's watch task (it submits the step's jobs and watches them to the step's
-    end): its instance type's pool (``dags/fleet.yaml``), holding one slot per instance, so Airflow admits steps
-    within the quota (none when the type has no quota); and, with ``resources.max_concurrent_instances``, how
-    many of the step's tasks may hold instances at once over all the pipeline's runs (deferred ones count)."""
+def admission_of(step: StepSpec, fleet: FleetSpec | None) -> Admission:
+    """How Airflow admits the step's watch task: within its type's quota in ``dags/fleet.yaml`` and its own
+    resources.max_concurrent_instances (:class:`~shardline.decision.fleet.Admission`)."""
     resources = step.resources
-    admitted: dict = {}
-    if resources.max_concurrent_instances is not None:
-        admitted["max_active_tis_per_dag"] = resources.max_concurrent_instances // resources.instance_count
-    quota = _quota(step, fleet)
-    if quota is None:
-        return admitted
-    if resources.instance_count > quota:
-        raise SpecError(
-            f"{spec_path}: steps.{step.name}.resources.instance_count is {resources.instance_count}, over the "
-            f"quota of {quota} {resources.instance_type} instances in {FLEET_FILE}: no job of it could ever start"
-        )
-    return {**admitted, "pool": pool_name(resources.instance_type), "pool_slots": resources.instance_count}
+    return Admission(
+        resources.instance_type, resources.instance_count, quota_of(step, fleet), resources.max_concurrent_instances
+    )
 
 
 def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = None) -> DAG:
     """The pipeline's DAG; ``fleet``: the account's quotas (``dags/fleet.yaml``), which admit its steps."""
+    check_quotas(spec, fleet, spec_path)
     start = dt.datetime.fromisoformat(spec.start_date).replace(tzinfo=dt.UTC)
     with DAG(
         dag_id=spec.pipeline,
@@ -140,12 +127,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
         outputs = {}
         for step in spec.steps:
             input_prefix = outputs[step.input.from_step] if step.input.from_step else step.input.prefix
-            quota, cap = _quota(step, fleet), step.resources.max_concurrent_instances
-            note = (  # what the step says while Airflow holds it back for the quota or its cap
-                admission_text(step.resources.instance_type, step.resources.instance_count, quota, cap)
-                if quota is not None or cap is not None
-                else ""
-            )
+            admission = admission_of(step, fleet)
             plan = PlanStepOperator(
                 task_id=f"plan_{step.name}",
                 spec_path=str(spec_path),
@@ -157,16 +139,16 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
                 model_version="{{ params.model_version }}",
                 takes_input_param=previous is None,
                 dry_run="{{ params.dry_run }}",
-                admission_note=note,
-                max_instances=admitted_count(step, fleet),
+                admission_note=admission.waiting_text(),
+                max_instances=admission.max_instances,
             )
             watch = WatchStepOperator(
                 task_id=f"watch_{step.name}",
                 spec_path=str(spec_path),
                 plan_task_id=plan.task_id,
                 poll_interval=spec.poll_interval_seconds,
-                admission_note=note,
-                **admission(step, fleet, spec_path),
+                admission_note=admission.waiting_text(),
+                **admission.task_arguments(),
             )
             plan >> watch
             if previous is not None:

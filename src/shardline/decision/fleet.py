@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from typing import Any
 
 from shardline import contract
 from shardline.errors import InvalidArgument
@@ -180,6 +181,47 @@ PRIORITY_WEIGHTS = {"high": 100, "normal": 10, "low": 1}  # a spec's priority, a
 def pool_name(instance_type: str) -> str:
     """The Airflow pool that admits steps on ``instance_type``: its slots are the account's quota of it."""
     return POOL_PREFIX + instance_type
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """How Airflow admits one step's watch task (it holds the step's instances from submit to end): within the
+    account's ``quota`` of its instance type, through the type's pool, and within the step's own ``cap``
+    (resources.max_concurrent_instances), through the task's concurrency. Pure: the DAG factory builds it from the
+    spec and ``dags/fleet.yaml``; the tasks and the views read it."""
+
+    instance_type: str
+    instances: int  # the spec's resources.instance_count: the slots the watch holds
+    quota: int | None = None  # the type's quota in fleet.yaml; None: no pool admits the step
+    cap: int | None = None  # resources.max_concurrent_instances; None: no cap
+
+    @property
+    def counted(self) -> bool:
+        """Whether anything counts the step's instances (a pool, or its cap)."""
+        return self.quota is not None or self.cap is not None
+
+    @property
+    def max_instances(self) -> int | None:
+        """The most instances a run may ask for (the instance_count Param): the slots the watch was admitted by, or
+        None when nothing counts them (a run may ask for fewer instances, never more)."""
+        return self.instances if self.counted else None
+
+    def task_arguments(self) -> dict[str, Any]:
+        """The watch task's Airflow arguments: its pool and slots, and how many of the step's tasks may run at once
+        over all the pipeline's runs (deferred ones count)."""
+        arguments: dict[str, Any] = {}
+        if self.cap is not None:
+            arguments["max_active_tis_per_dag"] = self.cap // self.instances
+        if self.quota is not None:
+            arguments |= {"pool": pool_name(self.instance_type), "pool_slots": self.instances}
+        return arguments
+
+    def waiting_text(self) -> str:
+        """What a planned step says (on its STEP item: `shardline status`, the page) until Airflow admits it;
+        empty when nothing holds it back."""
+        if not self.counted:
+            return ""
+        return admission_text(self.instance_type, self.instances, self.quota, self.cap)
 
 
 def admission_text(instance_type: str, needed: int, quota: int | None, cap: int | None = None) -> str:

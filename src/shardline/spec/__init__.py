@@ -27,9 +27,11 @@ from shardline.spec.base import (  # noqa: F401
 )
 from shardline.spec.step_io import InputSpec, ModelRef, OutputSpec
 
+MAX_INSTANCE_COUNT = 100  # the most instances one job may ask for (resources.instance_count, the Param too)
+
 
 class Resources(_Strict):
-    instance_count: Annotated[int, Field(ge=1, le=100)] = 1
+    instance_count: Annotated[int, Field(ge=1, le=MAX_INSTANCE_COUNT)] = 1
     """instances of the processing job (the Param instance_count overrides it)"""
     instance_type: Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)] = "ml.m5.xlarge"
     """the SageMaker instance type (also what the local backend's cost is priced as)"""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from shardline.spec import TRIGGER_PARAMS, VERSION_PATTERN, StepSpec, static_prefix
+from shardline.spec import MAX_INSTANCE_COUNT, TRIGGER_PARAMS, VERSION_PATTERN, StepSpec, static_prefix
 
 
 def _regex_literal(text: str) -> str:
@@ -75,9 +75,6 @@ def unknown_conf_problem(conf: dict | None, known: tuple[str, ...] = TRIGGER_PAR
         f"the trigger conf has unknown key(s) {', '.join(hints)}; this pipeline reads only "
         f"{', '.join(known)} (`unknown_conf: warn` in the spec ignores unknown keys)"
     )
-
-
-MAX_INSTANCE_COUNT = 100  # the instance_count Param's maximum (dag_factory.params_for)
 
 
 def param_type_problem(conf: dict) -> str | None:

@@ -20,7 +20,7 @@ from typing import Annotated
 import yaml
 from pydantic import Field, ValidationError
 
-from shardline.spec import INSTANCE_TYPE_PATTERN, SpecError, _Strict, problem_lines
+from shardline.spec import INSTANCE_TYPE_PATTERN, PipelineSpec, SpecError, StepSpec, _Strict, problem_lines
 
 FLEET_FILE = "fleet.yaml"
 
@@ -48,3 +48,20 @@ def load_fleet(dags_folder: Path) -> FleetSpec:
         return FleetSpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(f"{path}: invalid fleet file\n" + "\n".join(problem_lines(err))) from err
+
+
+def quota_of(step: StepSpec, fleet: FleetSpec | None) -> int | None:
+    """The account's quota of the step's instance type, or None when the fleet file names none."""
+    return fleet.quotas.get(step.resources.instance_type) if fleet else None
+
+
+def check_quotas(spec: PipelineSpec, fleet: FleetSpec | None, spec_path: Path) -> None:
+    """A step that asks for more instances than its type's quota could never start: an import error naming the
+    spec, the field and the fleet file."""
+    for step in spec.steps:
+        quota, resources = quota_of(step, fleet), step.resources
+        if quota is not None and resources.instance_count > quota:
+            raise SpecError(
+                f"{spec_path}: steps.{step.name}.resources.instance_count is {resources.instance_count}, over the "
+                f"quota of {quota} {resources.instance_type} instances in {FLEET_FILE}: no job of it could ever start"
+            )

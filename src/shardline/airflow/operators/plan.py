@@ -58,7 +58,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
     ):
         super().__init__(**kwargs)
         self.admission_note = admission_note  # what the step says until its watch task's pool admits it
-        self.max_instances = max_instances  # the count its watch is admitted by (dag_factory.admitted_count)
+        self.max_instances = max_instances  # the count its watch is admitted by (decision.fleet.Admission)
         self.spec_path, self.step = spec_path, step
         self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
         self.metadata_prefix = metadata_prefix
