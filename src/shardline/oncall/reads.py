@@ -128,8 +128,8 @@ class OnCallReads:
         records = []
         for table in sorted({s.ledger_table for s in specs.values()}):
             model = services.ledger_model(next(s for s in specs.values() if s.ledger_table == table))
-            # Each STEP item's key, and its step's instance type: a plan names a type only once a capacity
-            # failure moved the step off the spec's.
+            # Each STEP item's key, and its step's instance type in the spec: the type of a step an older Shardline
+            # planned, whose plan names none unless a capacity failure moved it.
             types = {
                 (run_pk(entry.pipeline, entry.run_id), step_sk(step.name)): step.resources.instance_type
                 for entry in runs_started_since(model, since.astimezone(dt.UTC).isoformat())

@@ -77,7 +77,8 @@ class Attempt(BaseModel):
     # The attempt's inputs and their sizes where the planner has them; XCom carries only their count
     # (the manifest and the ledger hold the list, which can be 100,000 keys).
     files: tuple[PlannedFile, ...] = ()
-    # The instance type this attempt runs on, when it is not the step's own (a fallback after capacity failures).
+    # The instance type this attempt runs on: the step's own, or a fallback after capacity failures. Set when the
+    # step is planned; None only in an attempt an older Shardline planned (see runs_on).
     instance_type: str | None = None
     # An attempt that scores rejected rows again (`shardline resubmit --rejects`) reads rejects parts, files of the
     # rows picked from their sources, under this prefix (the orchestrator's, under _shardline/manifests/): its
@@ -120,6 +121,11 @@ class Attempt(BaseModel):
     def report_uri(self, suffix: str = "html") -> str:
         """The s3:// URI of this step's run report (``report.html``, or ``report.json`` with ``suffix="json"``)."""
         return naming.report_key(self.output_prefix, self.run_id, self.step, self.metadata_prefix, suffix)
+
+    def runs_on(self, spec_instance_type: str) -> str:
+        """The instance type this attempt runs on; an attempt an older Shardline planned recorded none, and runs on
+        the spec's."""
+        return self.instance_type or spec_instance_type
 
     @property
     def counted_number(self) -> int:

@@ -116,7 +116,7 @@ def build_processing_request(
     sm = spec.sagemaker
     cluster = {
         "InstanceCount": attempt.instance_count,
-        "InstanceType": attempt.instance_type or step.resources.instance_type,
+        "InstanceType": attempt.runs_on(step.resources.instance_type),
         "VolumeSizeInGB": step.resources.volume_size_gb,
     }
     if sm.kms_key_id:

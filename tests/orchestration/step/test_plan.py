@@ -34,6 +34,7 @@ def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     spec, bucket = pipeline
     kwargs = plan_args(bucket)
     first = step_plan.plan(spec, "score", "run-3", **kwargs)
+    assert first.instance_type == spec.step("score").resources.instance_type  # resolved once, at the plan
     assert step_plan.plan(spec, "score", "run-3", **kwargs).number == 1  # never submitted: the same attempt again
     wait_for_job(spec, step_jobs.submit(spec, first))
     again = step_plan.plan(spec, "score", "run-3", **kwargs)

@@ -25,7 +25,7 @@ def note_waiting(spec: PipelineSpec, attempt: Attempt, text: str) -> bool:
 def after_capacity_failure(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     """``attempt`` with its capacity failure counted, on the instance type (and count) the next job takes."""
     resources = spec.step(attempt.step).resources
-    failed_on = attempt.instance_type or resources.instance_type
+    failed_on = attempt.runs_on(resources.instance_type)
     failures = {**attempt.capacity_failures, failed_on: attempt.capacity_failures.get(failed_on, 0) + 1}
     types = (resources.instance_type, *resources.fallback_instance_types)
     # The instances planned on the step's own type: kept from the first move on, so rounding never compounds.
@@ -34,10 +34,9 @@ def after_capacity_failure(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     )
     choice = fleet.capacity_choice(types, planned, failures)
     log.warning("step %s, attempt %d: %s", attempt.step, attempt.number, choice.reason)
-    chosen = None if choice.instance_type == resources.instance_type else choice.instance_type
     return attempt.model_copy(
         update={
-            "instance_type": chosen,
+            "instance_type": choice.instance_type,
             "requested_instances": choice.instance_count,
             "capacity_failures": failures,
             "planned_instances": planned,

@@ -129,6 +129,7 @@ def plan(
         model_version=model_version,
         metadata_prefix=_dir(metadata_prefix) if metadata_prefix else None,
         requested_instances=instance_count,
+        instance_type=s.resources.instance_type,  # resolved here, once: every later attempt carries its own
     )
     number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:
