@@ -13,13 +13,7 @@ from shardline.ledger.keys import StepRef
 from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import StepRecords, read_step, recorded_plan_files, with_unclaimed
-from shardline.ledger.step_writes import (
-    StaleOrchestratorError,
-    cancel_step,
-    continue_attempt,
-    ensure_run,
-    start_attempt,
-)
+from shardline.ledger.step_writes import cancel_step, continue_attempt, ensure_run, start_attempt
 
 
 def test_plan_then_worker_updates_then_read(ledger_table):
@@ -70,7 +64,7 @@ def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_noth
     assert all(f.sk == f"FILE#score#{f.input_key}" and f.expires_at for f in files)
 
     # The same attempt planned again (a retried task) is fenced off before any FILE write ...
-    with pytest.raises(StaleOrchestratorError):
+    with pytest.raises(StaleAttemptError):
         start_attempt(model, StepRef("p", "run-6", "score"), 2, keys)
     # ... and a re-plan of the attempt (its job never started) rewrites only what is still PENDING, to the same.
     worker = WorkerLedger(
@@ -130,7 +124,7 @@ def test_each_attempt_s_plan_file_is_recorded_with_it_and_a_re_plan_replaces_onl
         1: "s3://m/attempt-0001.bbb.files.json.gz",
         2: "s3://m/attempt-0002.ccc.files.json.gz",
     }
-    with pytest.raises(StaleOrchestratorError):  # a late planner of attempt 1 records nothing
+    with pytest.raises(StaleAttemptError):  # a late planner of attempt 1 records nothing
         continue_attempt(model, StepRef("p", "run-7", "score"), 1, plan_file="s3://m/attempt-0001.zzz.files.json.gz")
     assert recorded_plan_files(read_step(model, StepRef("p", "run-7", "score")).step)[1].endswith(".bbb.files.json.gz")
     assert recorded_plan_files(read_step(model, StepRef("p", "nope", "score")).step) == {}
@@ -159,10 +153,10 @@ def test_attempts_only_move_forward(ledger_table):
     model = bind_ledger(ledger_table)
     start_attempt(model, StepRef("p", "run-2", "score"), 1)
     start_attempt(model, StepRef("p", "run-2", "score"), 2)
-    with pytest.raises(StaleOrchestratorError, match=r"no longer at attempt 0"):
+    with pytest.raises(StaleAttemptError, match=r"no longer at attempt 0"):
         start_attempt(model, StepRef("p", "run-2", "score"), 1)
     # An on-call resubmission names the attempt it saw as the newest; if that moved, it loses.
-    with pytest.raises(StaleOrchestratorError, match=r"no longer at attempt 1"):
+    with pytest.raises(StaleAttemptError, match=r"no longer at attempt 1"):
         start_attempt(model, StepRef("p", "run-2", "score"), 3, after=1)
     start_attempt(model, StepRef("p", "run-2", "score"), 3, after=2)
     assert read_step(model, StepRef("p", "run-2", "score")).step.attempt == 3
@@ -174,7 +168,7 @@ def test_fencing_two_planners_of_one_attempt_only_one_wins(ledger_table):
     start_attempt(model, StepRef("p", "run-3", "score"), 1)
     start_attempt(model, StepRef("p", "run-3", "score"), 2, after=1)
     _finish(ledger_table, "run-3", "a", attempt=2)  # attempt 2's job finishes a file
-    with pytest.raises(StaleOrchestratorError):  # the watch task, planning the attempt after the one it watched
+    with pytest.raises(StaleAttemptError):  # the watch task, planning the attempt after the one it watched
         start_attempt(model, StepRef("p", "run-3", "score"), 2)
     statuses = {f.input_key: (f.status, int(f.attempt)) for f in read_step(model, StepRef("p", "run-3", "score")).files}
     assert statuses == {"s3://raw/a": ("SUCCEEDED", 2)}  # the loser reset nothing
@@ -206,7 +200,7 @@ def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(le
                     plan_file=plan_file.format(run=run, n=n),
                 )
                 wins.append(n)
-            except StaleOrchestratorError:
+            except StaleAttemptError:
                 pass
 
         racers = [threading.Thread(target=plan, args=(n,)) for n in range(4)]
@@ -232,7 +226,7 @@ def test_fencing_a_late_replan_never_resets_a_file_the_attempt_finished(ledger_t
     assert {f.input_key: f.status for f in records.files} == {"s3://raw/a": "SUCCEEDED"}
     assert records.step.started_at > first  # what tells readers the attempt's plan file may have changed
     start_attempt(model, StepRef("p", "run-4", "score"), 2)
-    with pytest.raises(StaleOrchestratorError, match="no longer a planned attempt 1"):
+    with pytest.raises(StaleAttemptError, match="no longer a planned attempt 1"):
         continue_attempt(model, StepRef("p", "run-4", "score"), 1)
 
 
@@ -245,7 +239,7 @@ def test_fencing_cancel_is_conditional_on_the_attempt_seen(ledger_table):
     step = read_step(model, StepRef("p", "run-5", "score")).step
     assert (step.status, step.message) == ("CANCELLED", "wrong model")
     assert not cancel_step(model, StepRef("p", "run-5", "score"), 2, "again")  # already ended: left as it is
-    with pytest.raises(StaleOrchestratorError):  # and the watch task cannot reopen it
+    with pytest.raises(StaleAttemptError):  # and the watch task cannot reopen it
         start_attempt(model, StepRef("p", "run-5", "score"), 3)
     start_attempt(model, StepRef("p", "run-5", "score"), 3, reopen_cancelled=True)  # on-call may
 

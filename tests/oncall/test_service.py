@@ -13,10 +13,10 @@ import pytest
 
 from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot, decide
 from shardline.ledger import bind_ledger
+from shardline.ledger.context import StaleAttemptError, ensure_run, finish_step, start_attempt
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import list_runs, read_step
-from shardline.ledger.step_writes import StaleOrchestratorError, ensure_run, finish_step, start_attempt
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
@@ -166,7 +166,7 @@ def test_a_resubmission_waits_for_the_watch_task_and_cancel_stops_everything(fai
     assert read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).step.status == StepStatus.CANCELLED
     # The watch's late verdict, and its own retries, never undo on-call's cancel.
     assert step_end.finish(spec, running, Action.FAIL, "job Stopped") is None
-    with pytest.raises(StaleOrchestratorError):
+    with pytest.raises(StaleAttemptError):
         start_attempt(model, StepRef(ref.pipeline, ref.run_id, "score"), 3, [(keys[0], 1)])
     with pytest.raises(OnCallError, match="already ended CANCELLED"):
         oncall.cancel(ref)

@@ -34,7 +34,9 @@ class LedgerConfigError(PermanentError, ValueError):
 
 
 class StaleAttemptError(ShardlineError):
-    """A newer attempt owns this record: this instance is a zombie and must stop."""
+    """A newer attempt owns the step (or this record of it): the caller's attempt is stale. A worker of the old
+    attempt (a zombie) stops; an orchestrator that lost the fenced write (a watch's retry, or an on-call engineer
+    who resubmitted or cancelled first) follows the step where it is now."""
 
 
 @dataclasses.dataclass(frozen=True)

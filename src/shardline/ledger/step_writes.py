@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pynamodb.exceptions import PutError, UpdateError
 
 from shardline.errors import InvalidArgument, ShardlineError, UnsafeKeyError
+from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import (
     RUN_SK,
     RUNS_PK,
@@ -54,10 +55,6 @@ BACKOFF_SECONDS = 0.05
 
 
 BACKOFF_CAP_SECONDS = 5.0
-
-
-class StaleOrchestratorError(ShardlineError):
-    """Another try of the orchestrator already moved the step to a newer attempt."""
 
 
 class LedgerThrottledError(ShardlineError):
@@ -221,7 +218,7 @@ def start_attempt(
 ) -> int:
     """Move the STEP item from attempt ``after`` (default ``attempt - 1``) to ``attempt``; for a retry, fence its
     inputs. Of two planners racing for one attempt exactly one wins; the other gets
-    :class:`StaleOrchestratorError` and writes nothing (ARCHITECTURE.md, "Fencing", has the whole design).
+    :class:`StaleAttemptError` and writes nothing (ARCHITECTURE.md, "Fencing", has the whole design).
 
     Attempt 1 writes no FILE item (an instance's claim creates it; readers take the unclaimed inputs from the
     plan file). A retry writes a PENDING item at ``attempt`` for each of its ``input_keys``, in parallel batches
@@ -260,7 +257,7 @@ def start_attempt(
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
-            raise StaleOrchestratorError(
+            raise StaleAttemptError(
                 f"step {step} of run {run_id} is no longer at attempt {after} (someone planned attempt {attempt} "
                 f"or later first, or cancelled it): not planning attempt {attempt}"
             ) from err
@@ -365,7 +362,7 @@ def continue_attempt(
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
-            raise StaleOrchestratorError(
+            raise StaleAttemptError(
                 f"step {step} of run {run_id} is no longer a planned attempt {attempt}: not re-planning it"
             ) from err
         raise

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
+from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.records import StepRecord, settle_parts
 from shardline.ledger.step_reads import StepRecords
-from shardline.ledger.step_writes import StaleOrchestratorError
 from shardline.oncall import selection
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, INVALID_TOKEN, AirflowApiError
 from shardline.oncall.errors import Conflict, NotFound, OnCallError, Refused, Unavailable
@@ -345,7 +345,7 @@ def _submit(
         raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
     except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix
         raise Conflict(refused_text(err, StepRef(ref.pipeline, ref.run_id, step))) from err
-    except StaleOrchestratorError as err:
+    except StaleAttemptError as err:
         raise Conflict(
             f"someone else (the watch task, or another on-call engineer) moved step {step} of {ref} past "
             f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "

@@ -45,7 +45,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     """Two on-call engineers (or an engineer and the watch task) resubmit the same failed step at the same moment."""
     import threading
 
-    from shardline.ledger.step_writes import StaleOrchestratorError
+    from shardline.ledger.context import StaleAttemptError
 
     spec, bucket = pipeline
     s3 = boto3.client("s3")
@@ -62,7 +62,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
         start.wait()
         try:
             results.append(step_jobs.resubmit(spec, first, failed, by_oncall=by_oncall))
-        except StaleOrchestratorError as err:
+        except StaleAttemptError as err:
             results.append(err)
 
     # The watch's own retry and an on-call engineer's forced resubmission, both from attempt 1.
@@ -72,7 +72,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     for racer in racers:
         racer.join()
     won = [r for r in results if isinstance(r, Attempt)]
-    lost = [r for r in results if isinstance(r, StaleOrchestratorError)]
+    lost = [r for r in results if isinstance(r, StaleAttemptError)]
     assert len(won) == 1 and len(lost) == 1, results
     assert won[0].number == 2
     wait_for_job(spec, won[0], timeout=600)

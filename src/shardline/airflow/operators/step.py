@@ -207,7 +207,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
     @fails_fast
     def resubmit(self, context, event: dict):
         from shardline.errors import SubmitRefused
-        from shardline.ledger.step_writes import StaleOrchestratorError
+        from shardline.ledger.context import StaleAttemptError
         from shardline.orchestration.partitions import PartitionLost
         from shardline.orchestration.step import end, jobs
 
@@ -220,7 +220,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
                 sizes=event.get("retry_sizes"),
                 capacity=bool(event.get("capacity")),
             )
-        except StaleOrchestratorError as err:
+        except StaleAttemptError as err:
             # An on-call engineer resubmitted (or cancelled) first: follow the step where it is now.
             self.log.warning("%s; following the step where it is now", err)
             return self._resume(context, attempt)

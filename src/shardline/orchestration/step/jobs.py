@@ -86,7 +86,7 @@ def resubmit(
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
     Fenced on ``attempt``: the step must still be at it, so a watch task and an on-call engineer cannot
-    both plan the next one (the loser gets StaleOrchestratorError). ``attempt``'s job is stopped,
+    both plan the next one (the loser gets StaleAttemptError). ``attempt``'s job is stopped,
     and waited for, before the next one is planned: two attempts never run at once.
     ``by_oncall``: a cancelled step may be reopened. ``sizes``: sizes the caller already knows (the listing
     that found inputs landed after planning), so no object is read for them. ``capacity``: SageMaker could not
