@@ -13,10 +13,11 @@ import pytest
 
 from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot, decide
 from shardline.ledger import bind_ledger
-from shardline.ledger.context import StaleAttemptError, ensure_run, finish_step, start_attempt
+from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import list_runs, read_step
+from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
@@ -269,3 +270,41 @@ def test_a_run_skipped_for_missing_input_is_listed_skipped_with_its_reason(
     assert [(r.run_id, r.status, r.message) for r in rows] == [
         ("scheduled__2026-11-22T10:00:00+00:00", "SKIPPED", reason)
     ]
+
+
+class _AirflowWithPools:
+    """Airflow's REST API as `shardline status` asks it: a queued DAG run, and the pools by name."""
+
+    def __init__(self, pools: dict[str, dict]):
+        self.pools = pools
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict:
+        return {"state": "queued"}
+
+    def pool(self, name: str) -> dict | None:
+        return self.pools.get(name)
+
+
+def test_a_planned_step_whose_pool_airflow_lacks_says_so_with_the_fix(aws_env, ledger_table, xgboost_model, tmp_path):
+    """fleet.yaml gives the step's instance type a quota; until `shardline fleet sync` creates its pool, Airflow never
+    runs the step's watch task, so `shardline status` (and the page) names the pool and the command."""
+    from shardline.spec.fleet import FleetSpec
+
+    spec, bucket = stage_step(
+        "pooled_test", ledger_table, xgboost_model.parent, tmp_path, {"part-0.parquet": parquet_bytes(10, 0)}
+    )
+    step_plan.plan(spec, "score", "run-pool", **plan_args(bucket))
+    instance_type = spec.step("score").resources.instance_type
+    fleet, ref = FleetSpec(quotas={instance_type: 4}), RunRef("pooled_test", "run-pool")
+
+    (waiting,) = OnCall({spec.pipeline: spec}, airflow=_AirflowWithPools({}), fleet=fleet).status(ref).steps
+    assert waiting.status == "PLANNED"
+    assert waiting.message.endswith(
+        f"pool sagemaker-{instance_type} does not exist in Airflow, so this step waits for it forever: "
+        "`shardline fleet sync` creates the pools dags/fleet.yaml names"
+    ), waiting.message
+    synced = _AirflowWithPools({f"sagemaker-{instance_type}": {"slots": 4, "include_deferred": True}})
+    (admitted,) = OnCall({spec.pipeline: spec}, airflow=synced, fleet=fleet).status(ref).steps
+    assert "does not exist" not in (admitted.message or "")
+    (unpooled,) = OnCall({spec.pipeline: spec}, airflow=_AirflowWithPools({})).status(ref).steps
+    assert "does not exist" not in (unpooled.message or "")  # no quota for the type: no pool to wait for

@@ -247,3 +247,11 @@ def plain_http_warning(url: str) -> str | None:
         f"WARNING: {url} is plain http://: the password and the token cross the network to {host} unencrypted. "
         "Use https:// for an Airflow that is not on this machine"
     )
+
+
+def missing_pool_text(pool: str) -> str:
+    """A waiting step whose pool (dags/fleet.yaml names its quota) does not exist in Airflow: the fix."""
+    return (
+        f"pool {pool} does not exist in Airflow, so this step waits for it forever: `shardline fleet sync` creates "
+        "the pools dags/fleet.yaml names"
+    )

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Self
 
 from shardline.backends import JobNotFound
+from shardline.decision.fleet import pool_name
 from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
 from shardline.ledger.records import RunRecord, StepRecord, settle_parts
-from shardline.ledger.states import FileStatus
+from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run, runs_started_since
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
 from shardline.oncall.errors import Conflict, NotFound
-from shardline.oncall.messages import airflow_left_out, unknown_step
+from shardline.oncall.messages import airflow_left_out, missing_pool_text, unknown_step
 from shardline.oncall.values import FileView, RunRef, RunRow, RunView, StepView
 from shardline.oncall.views import (
     MISSING_GRACE_SECONDS,
@@ -40,6 +41,7 @@ from shardline.orchestration import services
 from shardline.orchestration.step.files import PlanFileError, read_step_files
 from shardline.planning import naming
 from shardline.spec import PipelineSpec, SpecError, load_spec
+from shardline.spec.fleet import FleetSpec, load_fleet, quota_of
 
 # How long past its settle time an interval of a schedule may have no run before `shardline runs` and the page
 # list it MISSING (seconds; default views.MISSING_GRACE_SECONDS): the scheduler and its queue take a while.
@@ -77,6 +79,7 @@ class OnCallReads:
         specs: dict[str, PipelineSpec],
         *,
         airflow: AirflowClient | None = None,
+        fleet: FleetSpec | None = None,
         now=lambda: dt.datetime.now(dt.UTC),
         sleep=time.sleep,
     ):
@@ -87,13 +90,14 @@ class OnCallReads:
             )
         self.specs = specs
         self.airflow = airflow
+        self.fleet = fleet  # dags/fleet.yaml: the quotas whose pools admit the steps
         self.airflow_warning: str | None = None  # why Airflow's side is missing from the views, if it is
         self.now = now
         self.sleep = sleep  # the one seam a test may replace: waiting for a watch task to end
 
     @classmethod
     def from_folder(cls, dags_folder: Path, airflow: AirflowClient | None = None) -> Self:
-        return cls(load_specs(dags_folder), airflow=airflow)
+        return cls(load_specs(dags_folder), airflow=airflow, fleet=load_fleet(dags_folder))
 
     def spec(self, pipeline: str) -> PipelineSpec:
         if pipeline not in self.specs:
@@ -166,12 +170,8 @@ class OnCallReads:
                 f"{ref.pipeline}` lists the recent ones"
             )
         steps = [self._step_view(spec, ref, s.name, with_files) for s in spec.steps]
-        return run_view(
-            ref,
-            RunRecord.of(records.run),
-            [s for s in steps if s is not None],
-            self._airflow_run_state(ref.pipeline, ref.run_id),
-        )
+        steps = [self._with_missing_pool(spec, s) for s in steps if s is not None]
+        return run_view(ref, RunRecord.of(records.run), steps, self._airflow_run_state(ref.pipeline, ref.run_id))
 
     def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
         records = read_step_records(
@@ -198,6 +198,22 @@ class OnCallReads:
             now=self.now(),
             with_files=with_files,
         )
+
+    def _with_missing_pool(self, spec: PipelineSpec, view: StepView) -> StepView:
+        """A planned step whose instance type has a quota in fleet.yaml waits for its pool; one that Airflow lacks
+        holds it back forever, so its line says so, with the fix. Asked only when Airflow is configured."""
+        step = spec.step(view.name)
+        quota = quota_of(step, self.fleet)
+        if view.status != StepStatus.PLANNED or quota is None or self.airflow is None:
+            return view
+        pool = pool_name(step.resources.instance_type)
+        try:
+            if self.airflow.pool(pool) is not None:
+                return view
+        except AirflowApiError:
+            return view  # Airflow's side is left out of the views; the run's line says why
+        missing = missing_pool_text(pool)
+        return dataclasses.replace(view, message=f"{view.message}; {missing}" if view.message else missing)
 
     def failed(self, ref: RunRef, step: str | None = None) -> list[FileView]:
         """Every file that did not succeed, with its error class, message and attempt; and every file that

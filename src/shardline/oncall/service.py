@@ -33,6 +33,7 @@ from shardline.oncall.values import (
     StepReportRef,
 )
 from shardline.spec import PipelineSpec
+from shardline.spec.fleet import FleetSpec, load_fleet
 
 
 class OnCall:
@@ -43,17 +44,18 @@ class OnCall:
         specs: dict[str, PipelineSpec],
         *,
         airflow: AirflowClient | None = None,
+        fleet: FleetSpec | None = None,
         now=lambda: dt.datetime.now(dt.UTC),
         sleep=time.sleep,
     ):
-        self.reads = OnCallReads(specs, airflow=airflow, now=now, sleep=sleep)
+        self.reads = OnCallReads(specs, airflow=airflow, fleet=fleet, now=now, sleep=sleep)
         self.reports = RunReports(self.reads)
         self.resubmissions = Resubmission(self.reads)
         self.actions = RunActions(self.reads)
 
     @classmethod
     def from_folder(cls, dags_folder: Path, airflow: AirflowClient | None = None) -> Self:
-        return cls(load_specs(dags_folder), airflow=airflow)
+        return cls(load_specs(dags_folder), airflow=airflow, fleet=load_fleet(dags_folder))
 
     @property
     def specs(self) -> dict[str, PipelineSpec]:

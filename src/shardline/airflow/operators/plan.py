@@ -210,6 +210,13 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             from shardline.orchestration.step.capacity import note_waiting
 
             note_waiting(spec, attempt, self.admission_note)
+            # Said in the task log too: a pool that does not exist in Airflow holds the watch task back forever.
+            self.log.info(
+                "step %s: %s. If it waits long, `shardline fleet` names a pool fleet.yaml needs that Airflow lacks "
+                "(`shardline fleet sync` creates it)",
+                self.step,
+                self.admission_note,
+            )
         return attempt.to_xcom()
 
     def _wait_until_complete(self, context, input_prefix: str, ready: dt.datetime):
