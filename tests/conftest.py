@@ -146,7 +146,7 @@ PRIORITY_PIPELINES = {"priority_high": "high", "priority_low": "low"}
 
 def add_priority_pipelines(dags: Path) -> None:
     """Two copies of the hourly pipeline, one high priority and one low, on an instance type of their own with a
-    quota of 1 in ``fleet.yaml``: tests/airflow/test_admission.py opens their pool and watches who goes first."""
+    quota of 1 in ``fleet.yaml``: tests/scenarios/test_admission.py opens their pool and watches who goes first."""
     import yaml
 
     base = yaml.safe_load((dags / "pipelines" / "tabular_scoring_hourly.yaml").read_text())
@@ -209,7 +209,7 @@ def airflow_stack(tmp_path_factory, moto_endpoint):
     add_priority_pipelines(dags)
     aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
     try:
-        # A submit AWS refuses (tests/airflow/test_admission.py has the emulator refuse some) waits 1 s, not 30.
+        # A submit AWS refuses (tests/scenarios/test_admission.py has the emulator refuse some) waits 1 s, not 30.
         with airflow_standalone(root / "home", dags, aws, {"SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS": "1"}) as stack:
             yield stack
     except RuntimeError as err:

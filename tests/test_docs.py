@@ -74,3 +74,21 @@ def test_user_docs_carry_no_lab_notebook_text(page):
     ):
         found = re.search(pattern, text, re.IGNORECASE if "session" in pattern else 0)
         assert not found, f"{page.name}: {found.group(0)!r} is lab-notebook text, not user docs"
+
+
+def test_every_test_file_the_docs_cite_exists():
+    """The docs point readers at the tests that prove a claim (docs/security.md's table, benchmarks.md): a path that
+    moved is a claim without its proof. A function named after ``::`` is checked too (a ``*`` ends a prefix)."""
+    pages = [REPO / "README.md", REPO / "ARCHITECTURE.md", *sorted((REPO / "docs").rglob("*.md"))]
+    cited = 0
+    for page in pages:
+        for path, test in re.findall(r"\b(tests/[\w/]+\.py)(?:::(\w+\*?))?", page.read_text()):
+            cited += 1
+            file = REPO / path
+            assert file.is_file(), f"{page.name} cites {path}, which does not exist"
+            if test:
+                names = re.findall(r"^(?:async )?def (\w+)", file.read_text(), re.M)
+                assert any(n == test or (test.endswith("*") and n.startswith(test[:-1])) for n in names), (
+                    f"{page.name} cites {path}::{test}, which is not a test there"
+                )
+    assert cited > 10, cited  # the check reads the citations, not nothing

@@ -5,7 +5,7 @@ standalone` on the embedded stack, through the `shardline` CLI as an engineer ru
 
 It starts moto_server and Airflow (a few minutes on 2 cores), triggers the hourly pipeline for
 10:00 with one corrupt input, and prints each command with its output (COLUMNS=130), from
-`shardline login` to the run turning green. Not a test: tests/oncall/test_oncall_airflow.py
+`shardline login` to the run turning green. Not a test: tests/scenarios/test_oncall_airflow.py
 checks the same loop.
 """
 

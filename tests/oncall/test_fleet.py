@@ -1,5 +1,5 @@
 """`shardline fleet`'s counts and lines (``shardline.oncall.fleet``), from records and views. Pure; the pools
-themselves are read from a real Airflow in tests/airflow/test_admission.py."""
+themselves are read from a real Airflow in tests/scenarios/test_admission.py."""
 
 from __future__ import annotations
 

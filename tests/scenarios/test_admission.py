@@ -2,7 +2,7 @@
 1 (tests/conftest.py adds them and their fleet.yaml), a low-priority run triggered first and a high-priority one
 after it, both waiting on their closed pool; once `shardline fleet sync` opens it, the high one goes first. Then
 AWS's refusals at submit, injected by the emulator, which a run waits out without spending an attempt or failing a
-task (a capacity failure's fallback is run through Airflow in tests/airflow/test_pipeline_e2e.py)."""
+task (a capacity failure's fallback is run through Airflow in tests/scenarios/test_pipeline_e2e.py)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _stage_inputs(stack, tmp_path, names: tuple[str, ...], gate: Path | None = N
     ``gate``, the model predicts nothing until that file exists: a job holds its slot until the test has looked."""
     from examples import synthetic
     from shardline.ledger.table import create_ledger_table
-    from tests.orchestration.test_faults import gated_model
+    from tests.scenarios.test_faults import gated_model
 
     s3 = stack.s3()
     if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:

@@ -32,7 +32,7 @@ from shardline.ledger.states import FileStatus
 from shardline.ledger.table import create_ledger_table
 from shardline.planning import naming
 from shardline.spec import load_spec
-from tests.orchestration.test_faults import file_items, stalling_model, summing_model
+from tests.scenarios.test_faults import file_items, stalling_model, summing_model
 from tests.support.faults import TcpProxy
 from tests.support.pipelines import parquet_bytes
 

@@ -22,9 +22,8 @@ import pytest
 
 from shardline.worker.job.exit_codes import EXIT_OK, EXIT_SETUP_ERROR
 from shardline.worker.model.script_runner import RowOrderError, check_row_order
-from tests.support.helpers import describe, load_manifest, read_table, reports_by_input, run_worker
-from tests.worker import test_custom_scripts as scripts
-from tests.worker.test_custom_scripts import (
+from tests.scenarios import test_custom_scripts as scripts
+from tests.scenarios.test_custom_scripts import (
     FEATURES,
     NUMPY_INSTANCES_SCRIPT,
     ULP,
@@ -38,6 +37,7 @@ from tests.worker.test_custom_scripts import (
     check_predictions,
     preview,
 )
+from tests.support.helpers import describe, load_manifest, read_table, reports_by_input, run_worker
 
 # The module-scoped fixtures (data, models) of test_custom_scripts.py, shared.
 inputs, train, classifier, classifier_file, model_root = (

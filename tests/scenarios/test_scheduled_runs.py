@@ -22,8 +22,8 @@ import yaml
 from examples import synthetic
 from shardline.ledger.table import create_ledger_table
 from shardline.planning import naming
-from tests.oncall.test_oncall_airflow import shardline
-from tests.orchestration.test_faults import gated_model, summing_model
+from tests.scenarios.test_faults import gated_model, summing_model
+from tests.scenarios.test_oncall_airflow import shardline
 from tests.support.pipelines import parquet_bytes
 
 pytestmark = pytest.mark.slow

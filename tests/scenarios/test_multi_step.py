@@ -20,7 +20,7 @@ import pytest
 from examples import synthetic
 from shardline.ledger.table import create_ledger_table
 from shardline.spec import load_spec
-from tests.oncall.test_oncall_airflow import shardline
+from tests.scenarios.test_oncall_airflow import shardline
 
 pytestmark = pytest.mark.slow
 
