@@ -15,7 +15,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from shardline import contract
-from shardline.decision.policy import Decision, Policy
+from shardline.decision.policy import LATE_INPUT_ERROR, Decision, Policy, for_late_inputs
 from shardline.errors import UnvouchedOutputError
 from shardline.ledger.records import current_parts, settle_parts, stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
@@ -372,7 +372,6 @@ def late_inputs_decision(
     They go to the next attempt; when no attempt is left they are recorded FAILED (``LateInputError``), so
     ``shardline failed`` names them and ``shardline resubmit --all-failed`` takes them, and the step fails.
     """
-    from shardline.decision.policy import LATE_INPUT_ERROR, for_late_inputs
 
     late = late if late is not None else late_inputs(spec, attempt)
     if not late:

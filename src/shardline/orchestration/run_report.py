@@ -13,15 +13,18 @@ import itertools
 import json
 import logging
 
+from shardline.backends import JobNotFound
 from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs
 from shardline.orchestration import services, watch
 from shardline.orchestration.step.files import read_step_files
+from shardline.orchestration.upstream import UpstreamError, upstream_outputs
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import parse_s3_uri, put_metadata
+from shardline.planning.naming import job_name
 from shardline.report.build import build_report
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
@@ -144,8 +147,6 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
             "the distribution (an instance that stopped before uploading)"
         )
     if step_spec.input.from_step:
-        from shardline.orchestration.upstream import UpstreamError, upstream_outputs
-
         try:
             tolerated = upstream_outputs(spec, attempt.step, attempt.run_id, attempt.input_prefix).tolerated_text(
                 attempt.step
@@ -161,8 +162,6 @@ def attempt_instance_types(spec: PipelineSpec, attempt: Attempt, numbers: set[in
     """The instance type each attempt's job really ran on, from the backend (a capacity move runs an attempt on a
     fallback type, so the spec's type would price it wrong); an attempt whose job cannot be described is left
     out, and priced at the spec's type."""
-    from shardline.backends import JobNotFound
-    from shardline.planning.naming import job_name
 
     backend = services.backend_for(spec)
     found: dict[int, str] = {}

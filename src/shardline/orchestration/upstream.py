@@ -14,6 +14,7 @@ import json
 from shardline.errors import PermanentError
 from shardline.ledger.keys import StepRef
 from shardline.orchestration import services
+from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
 from shardline.planning.inputs import S3Object, parse_s3_uri
 from shardline.spec import PipelineSpec
@@ -46,8 +47,6 @@ class UpstreamOutputs:
 def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: str) -> UpstreamOutputs:
     """The outputs ``step``'s ``from_step`` committed in run ``run_id``, as this step's inputs."""
     from botocore.exceptions import ClientError
-
-    from shardline.orchestration.step.files import latest_attempt
 
     source = spec.step(step).input.from_step
     assert source is not None

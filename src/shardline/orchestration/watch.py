@@ -15,6 +15,7 @@ from typing import Any
 from shardline.decision import fleet
 from shardline.decision.policy import Action, Decision, Policy, StepSnapshot, decide, needs_files
 from shardline.ledger.keys import StepRef
+from shardline.ledger.partitions import standing
 from shardline.ledger.records import settle_parts
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import read_step
@@ -23,7 +24,7 @@ from shardline.orchestration.services import AwsSettings
 from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import parse_s3_uri
+from shardline.planning.inputs import list_inputs, parse_s3_uri
 from shardline.spec import PipelineSpec
 
 
@@ -182,7 +183,6 @@ class StepEvent:
 
 def partition_free(watch: PartitionWatch) -> tuple[bool, str]:
     """Whether the step may take its output prefix now, and who holds it (or why it is free), in words."""
-    from shardline.ledger.partitions import standing
 
     holder, free = standing(services.ledger_model(watch.aws), watch.output_prefix, watch.ref)
     return (True, f"{watch.output_prefix}: {free}") if free else (False, f"{watch.output_prefix} is held by {holder}")
@@ -239,7 +239,6 @@ def decide_now(source: PipelineSpec | StepWatch, attempt: Attempt) -> Decision:
 def input_ready(watch: InputWatch) -> tuple[bool, str]:
     """Whether a step's input has landed: its ready marker when the spec names one, else any input
     file the step would read. Returns (ready, what was found or looked for, in words)."""
-    from shardline.planning.inputs import list_inputs
 
     s3 = services.s3_client(watch.aws)
     bucket, key = parse_s3_uri(watch.input_prefix)

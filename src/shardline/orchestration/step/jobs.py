@@ -8,6 +8,7 @@ import time
 
 import botocore.exceptions
 
+from shardline.backends import JobNotFound
 from shardline.decision import fleet
 from shardline.decision.policy import JobStatus
 from shardline.errors import GaveUpWaiting, SubmitRefused
@@ -55,7 +56,6 @@ def stop(spec: PipelineSpec, attempt: Attempt) -> None:
 
 def is_running(spec: PipelineSpec, job_name: str) -> bool:
     """Whether the job was submitted and has not ended."""
-    from shardline.backends import JobNotFound
 
     try:
         return not services.backend_for(spec).describe(job_name).status.is_terminal
@@ -155,7 +155,6 @@ def stop_and_wait(spec: PipelineSpec, attempt: Attempt, timeout: float = STOP_WA
     Raises :class:`~shardline.errors.GaveUpWaiting` if it has not ended by ``timeout``: the next attempt must not start
     beside it (the task's retry tries again later).
     """
-    from shardline.backends import JobNotFound
 
     backend = services.backend_for(spec)
     try:
@@ -188,7 +187,6 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     item knows the newest. Its job is adopted, or submitted if the earlier try died
     between planning it and submitting it.
     """
-    from shardline.backends import JobNotFound
 
     records = read_step_files(spec, attempt.ref)
     latest = int(records.step.attempt or 0) if records.step else 0

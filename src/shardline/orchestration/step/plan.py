@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 
+from shardline.backends import JobNotFound
 from shardline.decision.policy import UNSAFE_KEY_ERROR
 from shardline.errors import InputRefused
 from shardline.ledger.keys import StepRef
@@ -16,6 +17,7 @@ from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
 from shardline.ledger.step_writes import continue_attempt, ensure_run, record_refused, set_run_status, start_attempt
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.files import latest_attempt, read_step_files
+from shardline.orchestration.upstream import upstream_outputs
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt, PlannedFile
 from shardline.planning.inputs import (
@@ -166,7 +168,6 @@ def _step_inputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: str) 
     s = spec.step(step)
     if s.input.from_step:
         # Exactly what the earlier step committed, per its outputs manifest: never a listing of its prefix.
-        from shardline.orchestration.upstream import upstream_outputs
 
         upstream = upstream_outputs(spec, step, run_id, input_prefix)
         log.info(
@@ -219,7 +220,6 @@ def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) ->
     the inputs that have not succeeded yet, new ones included, as the next attempt; or the
     same attempt again if that one was never submitted.
     """
-    from shardline.backends import JobNotFound
 
     records = read_step(services.ledger_model(spec), base.ref)
     latest = int(records.step.attempt or 0) if records.step else 0
