@@ -240,7 +240,7 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     import pyarrow.parquet as pq
 
     from examples import synthetic
-    from shardline.orchestration import steps
+    from shardline.orchestration.step.end import report
     from shardline.spec import load_spec
 
     spec, s3 = create_stack(dags, CHURN)
@@ -265,7 +265,7 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
         return 1
     run, wall = ran
     spec = load_spec(dags / "pipelines" / f"{CHURN}.yaml")
-    summaries = [steps.report(spec, StepRef(CHURN, run.run_id, s.name)) for s in spec.steps]
+    summaries = [report(spec, StepRef(CHURN, run.run_id, s.name)) for s in spec.steps]
 
     def column(out_prefix: str, name: str) -> dict[int, float]:
         values: dict[int, float] = {}
@@ -376,11 +376,11 @@ def fetch_report(spec, run_id: str, step: str) -> tuple[str, bool]:
 
 
 def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill | None = None) -> int:
-    from shardline.orchestration import steps
+    from shardline.orchestration.step.end import report
     from shardline.orchestration.step.files import read_step_files
 
     run_id = run.run_id
-    summary = steps.report(spec, StepRef(spec.pipeline, run_id, "score"))
+    summary = report(spec, StepRef(spec.pipeline, run_id, "score"))
     jobs = sorted((work / "local" / "jobs").glob("sl-*"))
     worker_seconds = 0.0
     for job in jobs:
