@@ -39,7 +39,7 @@ def stage(tmp: Path, files: int, rows: int, instances: int):
     import pyarrow.parquet as pq
 
     from examples import synthetic
-    from shardline.ledger import create_ledger_table
+    from shardline.ledger.table import create_ledger_table
     from shardline.spec import parse_spec
 
     table = f"bench-recovery-{uuid.uuid4().hex[:8]}"

@@ -784,7 +784,7 @@ def uploads_section(models, kinds, data: Path, scratch: Path, *, rounds: int) ->
     as its file finishes, against the same run keeping its outputs as local files; interleaved, in one run."""
     import uuid
 
-    from shardline.ledger import create_ledger_table
+    from shardline.ledger.table import create_ledger_table
     from shardline.local.embedded_aws import apply_env, embedded_aws
 
     print(

@@ -130,7 +130,7 @@ def aws_env(monkeypatch, moto_endpoint, tmp_path) -> dict[str, str]:
 @pytest.fixture
 def ledger_table(aws_env) -> str:
     """A fresh ledger table on moto_server, created with the project's own create_ledger_table."""
-    from shardline.ledger import create_ledger_table
+    from shardline.ledger.table import create_ledger_table
 
     name = f"shardline-test-{uuid.uuid4().hex[:12]}"
     create_ledger_table(name, "us-east-1", aws_env["AWS_ENDPOINT_URL"])

@@ -16,11 +16,11 @@ from botocore.exceptions import ClientError
 
 from shardline.grant.job import JobGrant, JobScope
 from shardline.grant.proxy import GrantProxy
-from shardline.ledger import bind_ledger
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_writes import ensure_run, start_attempt
+from shardline.ledger.table import bind_ledger
 
 PIPELINE, RUN = "daily_churn", "run-1"
 

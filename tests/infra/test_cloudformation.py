@@ -889,12 +889,12 @@ class LedgerSession:
 
 @pytest.fixture
 def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
-    from shardline.ledger import bind_ledger
     from shardline.ledger.job_writes import FileOutcome, LedgerContext, StaleAttemptError, WorkerLedger
     from shardline.ledger.keys import RUN_SK, run_pk
     from shardline.ledger.states import FileStatus, ShardStatus, StepStatus
     from shardline.ledger.step_reads import list_runs, read_run, read_step
     from shardline.ledger.step_writes import ensure_run, finish_step, set_run_status, start_attempt
+    from shardline.ledger.table import bind_ledger
 
     calls = record_ledger_calls
     model = bind_ledger(ledger_table)

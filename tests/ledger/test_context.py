@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardline.ledger import LedgerConfigError, LedgerContext
+from shardline.ledger.context import LedgerConfigError, LedgerContext
 from shardline.ledger.keys import failures_pk, file_sk, file_sk_prefix, run_pk, shard_sk, step_sk
 from tests.support.helpers import shard_sk_prefix
 

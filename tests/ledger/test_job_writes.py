@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shardline.ledger import FileStatus, LedgerContext, ShardStatus, StaleAttemptError, WorkerLedger
-from shardline.ledger.job_writes import FileOutcome
+from shardline.ledger.context import LedgerContext, StaleAttemptError
+from shardline.ledger.job_writes import FileOutcome, WorkerLedger
 from shardline.ledger.keys import failures_pk, file_sk, run_pk, shard_sk, step_sk
+from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.ledger.table import MAX_ERROR_CHARS
 
 
@@ -23,7 +24,7 @@ BEAT = {"files_assigned": 4, "files_done": 1, "files_failed": 0, "rows_done": 10
 
 
 def test_create_ledger_table_is_idempotent(ledger_table, aws_env):
-    from shardline.ledger import create_ledger_table
+    from shardline.ledger.table import create_ledger_table
 
     create_ledger_table(ledger_table, "us-east-1", aws_env["AWS_ENDPOINT_URL"])
     assert _ledger(ledger_table, 1).model.exists()

@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from shardline.ledger import bind_ledger
 from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import (
     PartitionHeld,
@@ -24,6 +23,7 @@ from shardline.ledger.partitions import (
 )
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_writes import ensure_run, set_run_status
+from shardline.ledger.table import bind_ledger
 
 PREFIX = "s3://bucket/scored/2026-11-22T10/"
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)

@@ -7,11 +7,10 @@ import datetime as dt
 
 import pytest
 
-from shardline.ledger import FileStatus, LedgerContext, ShardStatus, WorkerLedger
-from shardline.ledger.context import LedgerConfigError
-from shardline.ledger.job_writes import FileOutcome
+from shardline.ledger.context import LedgerConfigError, LedgerContext
+from shardline.ledger.job_writes import FileOutcome, WorkerLedger
 from shardline.ledger.keys import RUN_SK, StepRef, file_sk, run_pk, shard_sk, step_sk
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import FileStatus, ShardStatus, StepStatus
 from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
 from shardline.ledger.table import bind_ledger
 

@@ -6,7 +6,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from shardline.ledger import bind_ledger
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
@@ -14,6 +13,7 @@ from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import StepRecords, read_step, recorded_plan_files, with_unclaimed
 from shardline.ledger.step_writes import cancel_step, continue_attempt, ensure_run, start_attempt
+from shardline.ledger.table import bind_ledger
 
 
 def test_plan_then_worker_updates_then_read(ledger_table):

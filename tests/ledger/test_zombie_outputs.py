@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardline.ledger import bind_ledger
 from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import read_step
 from shardline.ledger.step_writes import start_attempt
+from shardline.ledger.table import bind_ledger
 from shardline.worker.job.exit_codes import EXIT_FENCED
 from tests.support.helpers import clean_env, describe, worker_command, write_inference_script
 

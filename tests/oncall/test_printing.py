@@ -37,11 +37,11 @@ def assert_printed_as_written(text: str, *expected: str) -> None:
 @pytest.fixture
 def hostile_run(aws_env, ledger_table, tmp_path):
     """A failed run whose ledger holds hostile text: written with the ledger's own functions, as a worker would."""
-    from shardline.ledger import bind_ledger
     from shardline.ledger.context import LedgerContext
     from shardline.ledger.job_writes import FileOutcome, WorkerLedger
     from shardline.ledger.states import FileStatus, StepStatus
     from shardline.ledger.step_writes import ensure_run, finish_step, set_run_status, start_attempt
+    from shardline.ledger.table import bind_ledger
 
     write_spec(tmp_path / "dags", ledger_table)
     model = bind_ledger(ledger_table)
@@ -145,8 +145,8 @@ def test_an_error_message_prints_terminal_controls_escaped(hostile_run):
 def test_a_waiting_step_says_what_it_waits_for_in_status_and_runs(aws_env, ledger_table, tmp_path):
     """A step whose submit waits (the fleet's quota, a refused submit) is PLANNED with no job yet: its note is what
     `status` prints for it (not only `--json`), and what `runs` says of its run."""
-    from shardline.ledger import bind_ledger
     from shardline.ledger.step_writes import ensure_run, note_step, start_attempt
+    from shardline.ledger.table import bind_ledger
 
     write_spec(tmp_path / "dags", ledger_table)
     model = bind_ledger(ledger_table)

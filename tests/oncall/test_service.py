@@ -12,12 +12,12 @@ import boto3
 import pytest
 
 from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot, decide
-from shardline.ledger import bind_ledger
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import list_runs, read_step
 from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
+from shardline.ledger.table import bind_ledger
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef

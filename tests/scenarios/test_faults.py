@@ -24,10 +24,10 @@ import yaml
 from examples import synthetic
 from shardline.backends.local import LocalBackend
 from shardline.decision.policy import Action, Decision, decide
-from shardline.ledger import create_ledger_table
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES
+from shardline.ledger.table import create_ledger_table
 from shardline.orchestration import services, watch
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs

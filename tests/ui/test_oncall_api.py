@@ -218,9 +218,9 @@ def reported(api, aws_env, ledger_table):
     step's end writes it) and run-2 (its step planned, not ended: no report yet)."""
     import boto3
 
-    from shardline.ledger import bind_ledger
     from shardline.ledger.states import StepStatus
     from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
+    from shardline.ledger.table import bind_ledger
 
     bucket = f"r-{uuid.uuid4().hex[:8]}"
     s3 = boto3.client("s3")
