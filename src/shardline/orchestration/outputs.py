@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from shardline import contract
 from shardline.decision.policy import LATE_INPUT_ERROR, Decision, Policy, for_late_inputs
-from shardline.errors import UnvouchedOutputError
+from shardline.errors import ShardlineError, UnvouchedOutputError
 from shardline.ledger.records import current_parts, settle_parts, stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
@@ -49,7 +49,7 @@ def read_outputs(spec: PipelineSpec, attempt: Attempt) -> StepOutputs:
     return StepOutputs(records, _listed_outputs(services.s3_client(spec), attempt.output_prefix))
 
 
-class LateInputsFound(Exception):
+class LateInputsFound(ShardlineError):
     """A step's end looked at its input prefix one last time and found inputs no attempt planned as they are now:
     the step is not done; its watch sends them to a next attempt (``late_inputs_decision``)."""
 
