@@ -3,6 +3,8 @@ pools and priorities. Tables, no AWS."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shardline.decision.fleet import (
@@ -192,3 +194,9 @@ def test_a_steps_admission_is_its_pool_and_its_cap_and_bounds_what_a_run_may_ask
     assert admission.max_instances == max_instances  # a run may ask for fewer instances than it is admitted by
     text = admission.waiting_text()
     assert (says in text and text.startswith("waiting for 4 ml.c5.2xlarge")) if says else text == ""
+
+
+def test_an_admission_travels_as_json_and_comes_back_the_same():
+    admission = Admission("ml.c5.2xlarge", 4, 20, 8)
+    assert Admission.from_json(json.loads(json.dumps(admission.to_json()))) == admission
+    assert Admission.from_json(Admission("ml.m5.large", 1).to_json()) == Admission("ml.m5.large", 1, None, None)

@@ -139,15 +139,14 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
                 model_version="{{ params.model_version }}",
                 takes_input_param=previous is None,
                 dry_run="{{ params.dry_run }}",
-                admission_note=admission.waiting_text(),
-                max_instances=admission.max_instances,
+                admission=admission.to_json() if admission.counted else None,
             )
             watch = WatchStepOperator(
                 task_id=f"watch_{step.name}",
                 spec_path=str(spec_path),
                 plan_task_id=plan.task_id,
                 poll_interval=spec.poll_interval_seconds,
-                admission_note=admission.waiting_text(),
+                admission=admission.to_json() if admission.counted else None,
                 **admission.task_arguments(),
             )
             plan >> watch

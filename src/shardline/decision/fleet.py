@@ -216,6 +216,14 @@ class Admission:
             arguments |= {"pool": pool_name(self.instance_type), "pool_slots": self.instances}
         return arguments
 
+    def to_json(self) -> dict[str, Any]:
+        """The admission as the step's tasks carry it (a value, rendered to words where it is shown)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Admission:
+        return cls(str(data["instance_type"]), int(data["instances"]), data.get("quota"), data.get("cap"))
+
     def waiting_text(self) -> str:
         """What a planned step says (on its STEP item: `shardline status`, the page) until Airflow admits it;
         empty when nothing holds it back."""

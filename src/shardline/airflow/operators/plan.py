@@ -19,6 +19,7 @@ from shardline.airflow.operators.messages import (
 )
 from shardline.airflow.triggers.step import InputTrigger, PartitionTrigger, settle_until
 from shardline.decision import readiness
+from shardline.decision.fleet import Admission
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.spec.conf import (
     admitted_count_problem,
@@ -52,13 +53,13 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         takes_input_param: bool = False,
         dry_run: Any = False,
         metadata_prefix: str = "",
-        admission_note: str = "",
-        max_instances: int | None = None,
+        admission: dict | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.admission_note = admission_note  # what the step says until its watch task's pool admits it
-        self.max_instances = max_instances  # the count its watch is admitted by (decision.fleet.Admission)
+        # How Airflow admits the step's watch task (decision.fleet.Admission, as JSON), when anything counts its
+        # instances: what the step says until then, and the most instances a run may ask for.
+        self.admission = Admission.from_json(admission) if admission else None
         self.spec_path, self.step = spec_path, step
         self.input_prefix, self.output_prefix, self.model_uri = input_prefix, output_prefix, model_uri
         self.metadata_prefix = metadata_prefix
@@ -85,7 +86,9 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             or (partition_override_problem(step, override, self.input_prefix, spec.pipeline) if override else None)
             or model_version_problem(step, version)
             or instance_count_override(_param(context, "instance_count"), 1)[1]
-            or admitted_count_problem(step, self._instances(step, context), self.max_instances)
+            or admitted_count_problem(
+                step, self._instances(step, context), self.admission and self.admission.max_instances
+            )
         )
         if problem:
             raise AirflowFailException(param_problem_text(problem, run_ref(spec, context)))
@@ -206,16 +209,17 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 f"no input file under {input_prefix} (matching {list(step.input.include)})",
                 waited=waited,
             )
-        if self.admission_note:
+        if self.admission is not None:
             from shardline.orchestration.step.capacity import note_waiting
 
-            note_waiting(spec, attempt, self.admission_note)
+            waiting = self.admission.waiting_text()
+            note_waiting(spec, attempt, waiting)
             # Said in the task log too: a pool that does not exist in Airflow holds the watch task back forever.
             self.log.info(
                 "step %s: %s. If it waits long, `shardline fleet` names a pool fleet.yaml needs that Airflow lacks "
                 "(`shardline fleet sync` creates it)",
                 self.step,
-                self.admission_note,
+                waiting,
             )
         return attempt.to_xcom()
 

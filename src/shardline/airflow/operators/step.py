@@ -104,17 +104,17 @@ class WatchStepOperator(SpecMixin, BaseOperator):
     gap between a submit and its watch in which another step could take the instances its job is using."""
 
     def __init__(
-        self, *, spec_path: str, plan_task_id: str, poll_interval: float = 15.0, admission_note: str = "", **kwargs
+        self, *, spec_path: str, plan_task_id: str, poll_interval: float = 15.0, admission: dict | None = None, **kwargs
     ):
         super().__init__(**kwargs)
         self.spec_path, self.plan_task_id, self.poll_interval = spec_path, plan_task_id, poll_interval
-        self.admission_note = admission_note  # the plan wrote it on the STEP item; this task clears it
+        self.admission = admission  # decision.fleet.Admission as JSON: the plan noted the wait; this task clears it
         self._attempt: Attempt | None = None
 
     @fails_fast
     def execute(self, context):
         planned = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
-        if self.admission_note:  # admitted by its pool: the plan's "waiting for N instances" is stale
+        if self.admission:  # admitted by its pool: the plan's "waiting for N instances" is stale
             from shardline.orchestration.step.capacity import note_waiting
 
             note_waiting(self.spec, planned, "")
