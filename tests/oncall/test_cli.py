@@ -52,10 +52,14 @@ def test_top_level_help_shows_the_on_call_flow():
 def test_resubmit_needs_exactly_one_selection():
     result = run("resubmit", "p/r", "--step", "score")
     assert result.returncode == 2
-    assert "one of the arguments --all-failed --shard --file --rejects is required" in result.stderr
+    assert "one of the arguments --all-failed --instance --file --rejects is required" in result.stderr
     both = run("resubmit", "p/r", "--step", "score", "--all-failed", "--file", "a.parquet")
     assert both.returncode == 2 and "argument --file: not allowed with argument --all-failed" in both.stderr
     assert "usage: shardline resubmit" in both.stderr
+    # --shard, the old name of --instance, still chooses an instance (and is not listed in --help).
+    old = run("resubmit", "p/r", "--step", "score", "--all-failed", "--shard", "algo-1")
+    assert old.returncode == 2 and "argument --instance: not allowed with argument --all-failed" in old.stderr
+    assert "--shard" not in run("resubmit", "--help").stdout
 
 
 def test_version_and_help_start_without_the_aws_clients_airflow_or_the_service():

@@ -1,5 +1,5 @@
-"""Which files a resubmission takes (``shardline.oncall.selection``): ``--all-failed``, ``--shard HOST`` and
-``--file KEY`` over a step's files as the ledger holds them, and a shard's unclaimed files found from its
+"""Which files a resubmission takes (``shardline.oncall.selection``): ``--all-failed``, ``--instance NAME`` and
+``--file KEY`` over a step's files as the ledger holds them, and an instance's unclaimed files found from its
 attempt's manifest. Pure: the files are values, the manifest is built by the planner's own function; no
 server, no AWS."""
 
@@ -47,12 +47,12 @@ def test_all_failed_takes_every_file_that_has_not_succeeded_in_any_attempt():
 
 
 def test_a_shard_takes_the_unfinished_or_failed_files_its_instance_had_in_the_newest_attempt():
-    plan = selection.choose_files(REF, STEP, 2, FILES, shard="algo-2")
-    # b.parquet was algo-2's in attempt 1, another machine: not this shard's. c.parquet succeeded.
+    plan = selection.choose_files(REF, STEP, 2, FILES, instance="algo-2")
+    # b.parquet was algo-2's in attempt 1, another machine: not this instance's. c.parquet succeeded.
     assert plan.files == [PREFIX + "d.parquet", PREFIX + "e.parquet"]
-    assert plan.reason == "the unfinished or failed files of shard algo-2 (attempt 2)"
-    assert selection.choose_files(REF, STEP, 2, FILES, shard="algo-3").files == [PREFIX + "g.parquet"]
-    assert selection.choose_files(REF, STEP, 2, FILES, shard="algo-9").files == []
+    assert plan.reason == "the unfinished or failed files of instance algo-2 (attempt 2)"
+    assert selection.choose_files(REF, STEP, 2, FILES, instance="algo-3").files == [PREFIX + "g.parquet"]
+    assert selection.choose_files(REF, STEP, 2, FILES, instance="algo-9").files == []
 
 
 def test_a_shard_takes_the_files_the_manifest_dealt_it_that_it_never_claimed():
@@ -80,9 +80,9 @@ def test_a_shard_takes_the_files_the_manifest_dealt_it_that_it_never_claimed():
     }
     assert selection.needs_deal(FILES, 2)
     # h.parquet was never claimed, and the deal gave it to algo-3; a host the ledger recorded wins over the deal.
-    plan = selection.choose_files(REF, STEP, 2, FILES, shard="algo-3", dealt=dealt)
+    plan = selection.choose_files(REF, STEP, 2, FILES, instance="algo-3", dealt=dealt)
     assert plan.files == [PREFIX + "g.parquet", PREFIX + "h.parquet"]
-    assert selection.choose_files(REF, STEP, 2, FILES, shard="algo-2", dealt=dealt).files == [
+    assert selection.choose_files(REF, STEP, 2, FILES, instance="algo-2", dealt=dealt).files == [
         PREFIX + "d.parquet",
         PREFIX + "e.parquet",
     ]
@@ -143,22 +143,22 @@ def test_a_relative_key_that_two_inputs_end_with_names_neither():
     "choice",
     [
         {},
-        {"all_failed": True, "shard": "algo-1"},
-        {"shard": "algo-1", "keys": ["x"]},
+        {"all_failed": True, "instance": "algo-1"},
+        {"instance": "algo-1", "keys": ["x"]},
         {"all_failed": True, "keys": ["x"]},
     ],
 )
 def test_exactly_one_way_of_choosing_is_taken(choice):
-    with pytest.raises(BadRequest, match="exactly one of --all-failed, --shard HOST, --file KEY or --rejects"):
+    with pytest.raises(BadRequest, match="exactly one of --all-failed, --instance NAME, --file KEY or --rejects"):
         selection.choose_files(REF, STEP, 2, FILES, **choice)
     with pytest.raises(BadRequest):
         selection.check_one_choice(
-            shard=choice.get("shard"), files=choice.get("keys", ()), all_failed=choice.get("all_failed", False)
+            instance=choice.get("instance"), files=choice.get("keys", ()), all_failed=choice.get("all_failed", False)
         )
 
 
 def test_nothing_left_to_choose_is_an_empty_plan_not_an_error():
     done = [f("a.parquet", "SUCCEEDED", 1, "algo-1")]
     assert selection.choose_files(REF, STEP, 1, done, all_failed=True).files == []
-    assert selection.choose_files(REF, STEP, 1, done, shard="algo-1").files == []
+    assert selection.choose_files(REF, STEP, 1, done, instance="algo-1").files == []
     assert selection.choose_files(REF, STEP, 1, done, keys=["a.parquet"]).files == []

@@ -98,7 +98,7 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
     # Selections: never a file that succeeded; a relative key is accepted; unknown keys are refused.
     assert oncall.plan_resubmission(ref, "score", all_failed=True).files == [f"s3://{bucket}/in/part-9.parquet"]
     assert oncall.plan_resubmission(ref, "score", files=["part-0.parquet"]).files == []
-    assert oncall.plan_resubmission(ref, "score", shard=failed[0].host).files == [f"s3://{bucket}/in/part-9.parquet"]
+    assert oncall.plan_resubmission(ref, "score", instance=failed[0].host).files == [f"s3://{bucket}/in/part-9.parquet"]
     with pytest.raises(OnCallError, match="not an input of step score"):
         oncall.plan_resubmission(ref, "score", files=["nope.parquet"])
     with pytest.raises(OnCallError, match="has no step 'postprocess'"):
@@ -215,7 +215,7 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
     )
     expected = [body[0]["prefix"] + e for e in dealt(body[1:], attempt.instance_count)[1]]  # algo-2's share
     oncall = OnCall({spec.pipeline: spec})
-    chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", shard="algo-2").files
+    chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", instance="algo-2").files
     assert chosen == sorted(expected) and 2 <= len(chosen) <= 3
 
 

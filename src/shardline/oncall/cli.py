@@ -82,7 +82,7 @@ def failed(options: Globals, run: str, step: str | None) -> Reply:
 @command(
     "report",
     "fetch a step's run report (HTML) to a local file and print its path",
-    "Fetch the run report of a step (throughput per shard, cost per 1M predictions, drift against the previous "
+    "Fetch the run report of a step (throughput per instance, cost per 1M predictions, drift against the previous "
     "successful run, rows in against rows out), which is written beside the step's outputs when the step ends, "
     "to .shardline/reports/PIPELINE/RUN/STEP/report.html under the current directory (or --out), and print "
     "its path. Without --step: every step of the run that has a report. --json prints report.json, the same "
@@ -110,7 +110,7 @@ def report(options: Globals, run: str, step: str | None, open_page: bool, out: P
     return Reply(data[0] if step else data, functools.partial(print_lines, [page.path for page in saved]))
 
 
-SELECTIONS = ("--all-failed", "--shard", "--file", "--rejects")
+SELECTIONS = ("--all-failed", "--instance", "--file", "--rejects")
 
 
 @command(
@@ -126,7 +126,8 @@ SELECTIONS = ("--all-failed", "--shard", "--file", "--rejects")
 @click.option("--step", required=True, help="the step to resubmit")
 @click.option("--all-failed", is_flag=True, help="every file of the step that has not succeeded")
 @click.option("--rejects", is_flag=True, help="score the rows the step's files rejected again, once fixed in place")
-@click.option("--shard", metavar="HOST", help="the unfinished or failed files of one instance (algo-N)")
+@click.option("--instance", metavar="NAME", help="the unfinished or failed files of one instance (algo-N)")
+@click.option("--shard", "shard_alias", hidden=True, help="the old name of --instance")
 @click.option(
     "--file",
     "keys",
@@ -148,14 +149,16 @@ def resubmit(
     step: str,
     all_failed: bool,
     rejects: bool,
-    shard: str | None,
+    instance: str | None,
+    shard_alias: str | None,
     keys: tuple[str, ...],
     dry_run: bool,
     force: bool,
     ledger_only: bool,
 ) -> Reply:
+    instance = instance or shard_alias  # --shard, as earlier releases called it, still works
     # Exactly one way of choosing, as a usage error (exit 2) before anything is read.
-    given = [flag for flag, value in zip(SELECTIONS, (all_failed, shard, keys, rejects), strict=True) if value]
+    given = [flag for flag, value in zip(SELECTIONS, (all_failed, instance, keys, rejects), strict=True) if value]
     if len(given) != 1:
         many = f"argument {given[1]}: not allowed with argument {given[0]}" if given else ""
         raise click.UsageError(many or f"one of the arguments {' '.join(SELECTIONS)} is required")
@@ -163,7 +166,7 @@ def resubmit(
     result = oncall.resubmit(
         run_ref(run),
         step,
-        shard=shard,
+        instance=instance,
         files=keys,
         all_failed=all_failed,
         rejects=rejects,

@@ -88,7 +88,7 @@ def repeat_resubmit_command(
     ref: RunRef,
     step: str,
     *,
-    shard: str | None,
+    instance: str | None,
     files: Sequence[str],
     all_failed: bool,
     force: bool,
@@ -101,8 +101,8 @@ def repeat_resubmit_command(
         words.append("--all-failed")
     elif rejects:
         words.append("--rejects")
-    elif shard:
-        words += ["--shard", shard]
+    elif instance:
+        words += ["--instance", instance]
     for key in files:
         words += ["--file", key]
     if force:

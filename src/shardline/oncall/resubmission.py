@@ -60,7 +60,7 @@ class Resubmission:
         ref: RunRef,
         step: str,
         *,
-        shard: str | None = None,
+        instance: str | None = None,
         files: Sequence[str] = (),
         all_failed: bool = False,
         rejects: bool = False,
@@ -70,9 +70,10 @@ class Resubmission:
         rejects_parts`)."""
         spec = self.reads.spec(ref.pipeline)
         known_step(spec, step)
-        selection.check_one_choice(shard=shard, files=files, all_failed=all_failed, rejects=rejects)
+        selection.check_one_choice(instance=instance, files=files, all_failed=all_failed, rejects=rejects)
         records = _read_step(spec, ref, step)
-        return self._choose(spec, ref, step, records, shard=shard, files=files, all_failed=all_failed, rejects=rejects)
+        chosen_by = {"instance": instance, "files": files, "all_failed": all_failed, "rejects": rejects}
+        return self._choose(spec, ref, step, records, **chosen_by)
 
     def _choose(
         self,
@@ -81,7 +82,7 @@ class Resubmission:
         step: str,
         records: StepRecords,
         *,
-        shard: str | None,
+        instance: str | None,
         files: Sequence[str],
         all_failed: bool,
         rejects: bool,
@@ -92,10 +93,10 @@ class Resubmission:
         # A rejects part that failed is taken again by --rejects, with the rows it had.
         views = [file_view(step, f) for f in settle_parts(records.files) if not f.part_of]
         dealt = None
-        if shard and selection.needs_deal(views, latest):
+        if instance and selection.needs_deal(views, latest):
             dealt = _dealt_hosts(spec, _latest(records, ref, step).model_copy(update={"number": latest}))
         return selection.choose_files(
-            str(ref), step, latest, views, shard=shard, keys=files, all_failed=all_failed, dealt=dealt
+            str(ref), step, latest, views, instance=instance, keys=files, all_failed=all_failed, dealt=dealt
         )
 
     def resubmit(
@@ -103,7 +104,7 @@ class Resubmission:
         ref: RunRef,
         step: str,
         *,
-        shard: str | None = None,
+        instance: str | None = None,
         files: Sequence[str] = (),
         all_failed: bool = False,
         rejects: bool = False,
@@ -122,11 +123,12 @@ class Resubmission:
         """
         spec = self.reads.spec(ref.pipeline)
         known_step(spec, step)
-        selection.check_one_choice(shard=shard, files=files, all_failed=all_failed, rejects=rejects)
+        selection.check_one_choice(instance=instance, files=files, all_failed=all_failed, rejects=rejects)
         records = _read_step(spec, ref, step)  # the one read of the step's items this command makes
-        plan = self._choose(spec, ref, step, records, shard=shard, files=files, all_failed=all_failed, rejects=rejects)
+        chosen_by = {"instance": instance, "files": files, "all_failed": all_failed, "rejects": rejects}
+        plan = self._choose(spec, ref, step, records, **chosen_by)
         again = repeat_resubmit_command(
-            ref, step, shard=shard, files=files, all_failed=all_failed, force=force, rejects=rejects
+            ref, step, instance=instance, files=files, all_failed=all_failed, force=force, rejects=rejects
         )
         latest = _latest(records, ref, step)
         job = self._latest_job(spec, latest, records.shards)

@@ -1,7 +1,7 @@
 """Which files a resubmission takes, as pure functions over the step's files already read from the
-ledger (:class:`~shardline.oncall.views.FileView`) and, for a shard, the attempt's manifest.
+ledger (:class:`~shardline.oncall.views.FileView`) and, for an instance, the attempt's manifest.
 
-``--all-failed`` takes every file that has not succeeded; ``--shard algo-2`` the unfinished or
+``--all-failed`` takes every file that has not succeeded; ``--instance algo-2`` the unfinished or
 failed files that instance had in the newest attempt; ``--file KEY`` the named ones. A file that
 succeeded is never taken again, and neither is a key the planner refused as an unsafe path (it
 can never run). No AWS client, no Airflow: :mod:`shardline.oncall.service` reads, then asks here.
@@ -19,12 +19,12 @@ from shardline.oncall.errors import BadRequest
 from shardline.oncall.values import FileView, ResubmitPlan
 from shardline.planning.attempt import Attempt
 
-ONE_CHOICE = "choose what to resubmit with exactly one of --all-failed, --shard HOST, --file KEY or --rejects"
+ONE_CHOICE = "choose what to resubmit with exactly one of --all-failed, --instance NAME, --file KEY or --rejects"
 
 
-def check_one_choice(*, shard: str | None, files: Sequence[str], all_failed: bool, rejects: bool = False) -> None:
+def check_one_choice(*, instance: str | None, files: Sequence[str], all_failed: bool, rejects: bool = False) -> None:
     """A resubmission names its files one way: raises :class:`BadRequest` otherwise."""
-    if sum(bool(x) for x in (shard, files, all_failed, rejects)) != 1:
+    if sum(bool(x) for x in (instance, files, all_failed, rejects)) != 1:
         raise BadRequest(ONE_CHOICE)
 
 
@@ -34,7 +34,7 @@ def resubmittable(files: Iterable[FileView]) -> dict[str, FileView]:
 
 
 def needs_deal(files: Iterable[FileView], attempt: int) -> bool:
-    """Whether a shard's files can only be told from the attempt's manifest: some file of the attempt that
+    """Whether an instance's files can only be told from the attempt's manifest: some file of the attempt that
     may run again was never claimed, so the ledger does not say which instance had it."""
     return any(f.host is None for f in resubmittable(files).values() if f.attempt == attempt)
 
@@ -68,7 +68,7 @@ def choose_files(
     attempt: int,
     files: Sequence[FileView],
     *,
-    shard: str | None = None,
+    instance: str | None = None,
     keys: Sequence[str] = (),
     all_failed: bool = False,
     dealt: Mapping[str, str] | None = None,
@@ -76,21 +76,21 @@ def choose_files(
     """Which of the step's ``files`` a resubmission takes, and why.
 
     ``attempt`` is the step's newest; ``dealt`` says where that attempt's manifest dealt each file
-    (:func:`dealt_hosts`), needed for a shard only when :func:`needs_deal` says so. Raises
+    (:func:`dealt_hosts`), needed for an instance only when :func:`needs_deal` says so. Raises
     :class:`BadRequest` for a choice that is not exactly one of the three, or names a file that is no
     input of the step.
     """
-    check_one_choice(shard=shard, files=keys, all_failed=all_failed)
+    check_one_choice(instance=instance, files=keys, all_failed=all_failed)
     not_done = resubmittable(files)
     if all_failed:
         chosen, why = sorted(not_done), "every file that has not succeeded"
-    elif shard:
+    elif instance:
         # Hosts are per attempt (algo-1 of attempt 2 is another machine than algo-1 of attempt 1),
         # so only the newest attempt's files count; those never claimed went where the manifest dealt them.
         newest = {k: f for k, f in not_done.items() if f.attempt == attempt}
         dealt = dealt or {}
-        chosen = sorted(k for k, f in newest.items() if (f.host or dealt.get(k)) == shard)
-        why = f"the unfinished or failed files of shard {shard} (attempt {attempt})"
+        chosen = sorted(k for k, f in newest.items() if (f.host or dealt.get(k)) == instance)
+        why = f"the unfinished or failed files of instance {instance} (attempt {attempt})"
     else:
         known = {f.input_key for f in files}
         wanted = [full_key(known, key) for key in keys]

@@ -94,13 +94,13 @@ class OnCall:
         ref: RunRef,
         step: str,
         *,
-        shard: str | None = None,
+        instance: str | None = None,
         files: Sequence[str] = (),
         all_failed: bool = False,
         rejects: bool = False,
     ) -> ResubmitPlan:
         return self.resubmissions.plan_resubmission(
-            ref, step, shard=shard, files=files, all_failed=all_failed, rejects=rejects
+            ref, step, instance=instance, files=files, all_failed=all_failed, rejects=rejects
         )
 
     def resubmit(
@@ -108,7 +108,7 @@ class OnCall:
         ref: RunRef,
         step: str,
         *,
-        shard: str | None = None,
+        instance: str | None = None,
         files: Sequence[str] = (),
         all_failed: bool = False,
         rejects: bool = False,
@@ -119,7 +119,7 @@ class OnCall:
         return self.resubmissions.resubmit(
             ref,
             step,
-            shard=shard,
+            instance=instance,
             files=files,
             all_failed=all_failed,
             rejects=rejects,
