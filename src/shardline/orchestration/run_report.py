@@ -258,10 +258,11 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
     return WrittenReport(report, uris["html"], uris["json"])
 
 
-def check_run_report(
-    spec: PipelineSpec, attempt: Attempt, status: StepStatus, reason: str, records: StepRecords | None = None
-) -> tuple[StepStatus, str]:
-    """Write the step's run report, and apply its drift policy to a step that produced outputs.
+def drift_failure(
+    spec: PipelineSpec, attempt: Attempt, outputs: bool, records: StepRecords | None = None
+) -> str | None:
+    """Write the step's run report; for a step that produced ``outputs``, the reason its drift check fails it
+    (``drift.action: fail``), or None.
 
     ``records``: the step's files as its end read them already (``outputs.read_outputs``), so they are not read
     again; else the report reads them.
@@ -275,15 +276,15 @@ def check_run_report(
         written = write_step_report(spec, attempt, records)
     except Exception as err:
         log.exception("step %s: the run report could not be written", attempt.step)
-        if policy.action == "fail" and status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
-            return StepStatus.FAILED, (
+        if policy.action == "fail" and outputs:
+            return (
                 f"the drift check (drift.action: fail) could not run: the run report failed: "
                 f"{watch.describe_error(err)}"
             )
-        return status, reason
+        return None
     log.info("step %s: run report %s", attempt.step, written.html_uri)
-    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) and written.drifted:
+    if outputs and written.drifted:
         if policy.action == "fail":
-            return StepStatus.FAILED, written.drift_message() + " (drift.action: fail)"
+            return written.drift_message() + " (drift.action: fail)"
         log.warning("step %s: %s (drift.action: warn)", attempt.step, written.drift_message())
-    return status, reason
+    return None

@@ -8,6 +8,7 @@ import datetime as dt
 import logging
 
 from shardline.decision.policy import Action
+from shardline.decision.step_end import ENDED_WITH_OUTPUTS, EndChecks, end_status
 from shardline.errors import error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
 from shardline.ledger.records import settle_parts
@@ -102,20 +103,22 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     """
     status = OUTCOME_STATUS[action]
     unvouched: list[outputs.UnvouchedFile] = []
-    seen = None
-    lost = partitions.lost(spec, attempt) if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL) else None
-    if lost:  # another run writes the prefix now (this run's hold ran out): this one vouches for nothing there
-        status, reason = StepStatus.FAILED, lost
-    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+    seen, checks = None, EndChecks()
+    # The checks, each only where the one before it found nothing (decision.step_end orders them).
+    if status in ENDED_WITH_OUTPUTS:
+        checks = EndChecks(lost=partitions.lost(spec, attempt))
+    if status in ENDED_WITH_OUTPUTS and checks.first is None:
         seen = outputs.read_outputs(spec, attempt)
         unvouched = outputs.unvouched_outputs(spec, attempt, seen)
         if unvouched:
-            status = StepStatus.FAILED
-            reason = outputs.unvouched_text(unvouched)
-            log.error("step %s: %s", attempt.step, reason)
-        elif over := outputs.rejects_over_limit(spec, attempt, seen.records):
-            status, reason = StepStatus.FAILED, over
-    status, reason = run_report.check_run_report(spec, attempt, status, reason, seen.records if seen else None)
+            checks = EndChecks(unvouched=outputs.unvouched_text(unvouched))
+            log.error("step %s: %s", attempt.step, checks.unvouched)
+        else:
+            checks = EndChecks(over_limit=outputs.rejects_over_limit(spec, attempt, seen.records))
+    outputs_stand = status in ENDED_WITH_OUTPUTS and checks.first is None
+    drift = run_report.drift_failure(spec, attempt, outputs_stand, seen.records if seen else None)
+    checks = dataclasses.replace(checks, drift=drift)
+    status, reason = end_status(status, reason, checks)
     if status is StepStatus.SUCCEEDED:
         # The last look at the input prefix, after the run report and just before the step is recorded as
         # ended: a file that landed (or was replaced) since the watch's look goes to a next attempt, never under
@@ -124,7 +127,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         if late:
             raise outputs.LateInputsFound(late)
     # A step that lost its prefix has nothing to resubmit: the run that holds it writes it now.
-    reason = reason if lost else outcome_message(attempt, status, reason)
+    reason = reason if checks.lost else outcome_message(attempt, status, reason)
     model = services.ledger_model(spec)
     if not finish_step(model, attempt.ref, attempt.number, status, reason):
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
@@ -140,7 +143,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
             )
     if status is StepStatus.FAILED:
         set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED, run_outcome_message(attempt, reason))
-    if status in (StepStatus.SUCCEEDED, StepStatus.PARTIAL):
+    if status in ENDED_WITH_OUTPUTS:
         # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
         outputs.commit_outputs(spec, attempt, status, seen)
     return status
