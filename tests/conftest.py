@@ -31,11 +31,43 @@ os.environ["SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS"] = "1"
 SERVER_FIXTURES = {"moto_endpoint", "airflow_stack"}
 
 
+def _needs_airflow(item) -> bool:
+    return "airflow_stack" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(items):
-    """A test that reaches a server the suite starts is an integration test: `make test-fast` leaves them out."""
+    """A test that reaches a server the suite starts is an integration test: `make test-fast` leaves them out.
+    The tests of the real Airflow run first, together (in their files' order), so its one `airflow standalone`
+    is stopped as soon as they are done (:func:`pytest_runtest_teardown`), with or without xdist."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+    items[:] = [i for i in items if _needs_airflow(i)] + [i for i in items if not _needs_airflow(i)]
+
+
+# The shared `airflow standalone` while it runs: how to stop it. An idle one burns about a quarter of a core
+# (its scheduler, DAG processor and triggerer heartbeats), which the rest of the suite needs on 2 cores.
+_SHARED_AIRFLOW: dict[str, object] = {}
+
+
+def _stop_shared_airflow() -> None:
+    stop = _SHARED_AIRFLOW.pop("stop", None)
+    if stop is not None:
+        _SHARED_AIRFLOW["stopped"] = True
+        stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of the real Airflow (its module fixtures finalized first), stop the standalone."""
+    yield
+    if _needs_airflow(item) and (nextitem is None or not _needs_airflow(nextitem)):
+        _stop_shared_airflow()
+
+
+def pytest_runtest_setup(item):
+    if _needs_airflow(item) and _SHARED_AIRFLOW.get("stopped"):
+        pytest.fail("the shared airflow standalone was stopped: its tests run as one unit, first (see conftest.py)")
 
 
 @functools.cache
@@ -172,7 +204,7 @@ def add_priority_pipelines(dags: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def airflow_stack(tmp_path_factory, moto_endpoint):
+def airflow_stack(tmp_path_factory, moto_endpoint, airflow_s3_proxy):
     """``airflow standalone`` on a free port over a copy of ``dags/``, talking to the session's moto_server.
 
     The copies of the specs run only when triggered (no schedule), so the scheduler does not
@@ -208,9 +240,33 @@ def airflow_stack(tmp_path_factory, moto_endpoint):
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
     add_priority_pipelines(dags)
     aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
-    try:
+    extra = {
         # A submit AWS refuses (tests/scenarios/test_admission.py has the emulator refuse some) waits 1 s, not 30.
-        with airflow_standalone(root / "home", dags, aws, {"SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS": "1"}) as stack:
-            yield stack
+        "SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS": "1",
+        # The orchestrator's S3 calls go through the session's proxy, which a test may hook.
+        "AWS_ENDPOINT_URL_S3": airflow_s3_proxy.url,
+    }
+    standalone = airflow_standalone(root / "home", dags, aws, extra)
+    try:
+        stack = standalone.__enter__()
     except RuntimeError as err:
         pytest.fail(str(err))
+    _SHARED_AIRFLOW["stop"] = lambda: standalone.__exit__(None, None, None)
+    try:
+        yield stack
+    finally:
+        _stop_shared_airflow()  # unless the last of its tests did already
+
+
+@pytest.fixture(scope="session")
+def airflow_s3_proxy(moto_endpoint):
+    """The proxy in front of moto_server that the shared Airflow's S3 calls go through (``AWS_ENDPOINT_URL_S3``):
+    it forwards every byte, and calls its ``before_forwarding`` hook, when a test sets one, with each request
+    first (tests/scenarios/test_per_file_commit.py acts at the moment a step's end lists its outputs)."""
+    from urllib.parse import urlsplit
+
+    from tests.support.faults import TcpProxy
+
+    upstream = urlsplit(moto_endpoint)
+    with TcpProxy((upstream.hostname, upstream.port)) as proxy:
+        yield proxy

@@ -9,8 +9,8 @@
    S3 calls go through a proxy (its Airflow connection's S3 endpoint) that puts the late file in place at the
    moment the step's end lists its output prefix (only the step's end lists it), before that request goes on.
 
-The module runs an `airflow standalone` of its own, whose S3 endpoint is that proxy (``AWS_ENDPOINT_URL_S3``), so
-it can run beside the suite's shared one.
+The module runs in the suite's shared `airflow standalone`, whose S3 endpoint is that proxy
+(``AWS_ENDPOINT_URL_S3``, a session fixture of tests/conftest.py); its hook is set only while a test here needs it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import json
 import threading
 import time
 import uuid
-from urllib.parse import urlsplit
 
 import psutil
 import pyarrow.parquet as pq
@@ -33,7 +32,6 @@ from shardline.ledger.table import create_ledger_table
 from shardline.planning import naming
 from shardline.spec import load_spec
 from tests.scenarios.test_faults import file_items, stalling_model, summing_model
-from tests.support.faults import TcpProxy
 from tests.support.pipelines import parquet_bytes
 
 pytestmark = pytest.mark.slow
@@ -43,23 +41,11 @@ RUN_TIMEOUT = 420
 
 
 @pytest.fixture(scope="module")
-def proxied(tmp_path_factory, moto_endpoint):
-    """(an `airflow standalone` of this module's own, the proxy its S3 calls go through): the proxy forwards
-    everything to the session's moto_server, and calls its ``before_forwarding`` hook, when a test sets one,
-    with each request first."""
-    from tests.conftest import AWS_TEST_ENV
-    from tests.support.airflow_stack import airflow_standalone
-
-    root = tmp_path_factory.mktemp("airflow-proxied")
-    (root / "dags" / "pipelines").mkdir(parents=True)
-    upstream = urlsplit(moto_endpoint)
-    with TcpProxy((upstream.hostname, upstream.port)) as proxy:
-        aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
-        try:
-            with airflow_standalone(root / "home", root / "dags", aws, {"AWS_ENDPOINT_URL_S3": proxy.url}) as stack:
-                yield stack, proxy
-        except RuntimeError as err:
-            pytest.fail(str(err))
+def proxied(airflow_stack, airflow_s3_proxy):
+    """(the suite's `airflow standalone`, the proxy its S3 calls go through): the proxy forwards everything to the
+    session's moto_server, and calls its ``before_forwarding`` hook, when a test sets one, with each request
+    first."""
+    return airflow_stack, airflow_s3_proxy
 
 
 @pytest.fixture
