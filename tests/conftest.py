@@ -37,12 +37,14 @@ def _needs_airflow(item) -> bool:
 
 def pytest_collection_modifyitems(items):
     """A test that reaches a server the suite starts is an integration test: `make test-fast` leaves them out.
-    The tests of the real Airflow run first, together (in their files' order), so its one `airflow standalone`
-    is stopped as soon as they are done (:func:`pytest_runtest_teardown`), with or without xdist."""
+    The tests of the real Airflow run first, together (by unit, then in their files' order), so a worker's
+    `airflow standalone` is stopped as soon as they are done (:func:`pytest_runtest_teardown`), with or without
+    xdist."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
-    items[:] = [i for i in items if _needs_airflow(i)] + [i for i in items if not _needs_airflow(i)]
+    airflow = sorted((i for i in items if _needs_airflow(i)), key=lambda i: _airflow_unit(i.nodeid.split("::")[0]))
+    items[:] = airflow + [i for i in items if not _needs_airflow(i)]
 
 
 # The shared `airflow standalone` while it runs: how to stop it. An idle one burns about a quarter of a core
@@ -76,15 +78,31 @@ def _uses_airflow_stack(path: str) -> bool:
     return file.is_file() and re.search(r"def \w+\([^)]*\bairflow_stack\b", file.read_text()) is not None
 
 
+# The real-Airflow test files in two units of about equal length: under xdist each unit runs on a worker of its
+# own, with its own standalone, so one unit's waits (a scheduler's minute, a trigger's settle time) overlap the
+# other's and the rest of the suite. A file not named here joins the first unit.
+AIRFLOW_UNITS = {
+    "tests/scenarios/test_scheduled_runs.py": "airflow-2",
+    "tests/scenarios/test_admission.py": "airflow-2",
+    "tests/scenarios/test_per_file_commit.py": "airflow-2",
+}
+
+
+def _airflow_unit(path: str) -> str:
+    return AIRFLOW_UNITS.get(path, "airflow-1")
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs two pytest-xdist workers. Every test module of the real Airflow goes to one of them as one
-    unit, so `airflow standalone` starts once, and the other worker takes the rest, test by test, meanwhile.
-    (The scheduler sees node ids only, so a module is the Airflow's when a function of it takes the fixture.)"""
+    """`make test` runs pytest-xdist workers. Each unit of the real Airflow's test files goes to one worker as a
+    whole, so a worker starts `airflow standalone` once, and the other workers take the rest, test by test,
+    meanwhile. (The scheduler sees node ids only, so a module is the Airflow's when a function of it takes the
+    fixture.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class AirflowStackTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "airflow_stack" if _uses_airflow_stack(nodeid.split("::", 1)[0]) else nodeid
+            path = nodeid.split("::", 1)[0]
+            return _airflow_unit(path) if _uses_airflow_stack(path) else nodeid
 
     return AirflowStackTogether(config, log)
 
