@@ -67,9 +67,10 @@ def test_the_proxy_tunnels_to_an_admitted_destination_and_refuses_the_rest():
     try:
         # Bytes sent with the request, before the answer, belong to the tunnel too.
         sock, answer = _ask(proxy, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: x\r\n\r\nearly".encode())
-        assert answer.startswith(b"HTTP/1.1 200")
+        # The echo of "early" may come in the same read as the answer's head: it is the tunnel's first bytes.
+        head, _, received = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
         sock.sendall(b"-and-late")
-        received = b""
         while len(received) < len(b"early-and-late"):
             received += sock.recv(4096)
         assert received == b"early-and-late"
