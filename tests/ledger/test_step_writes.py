@@ -368,9 +368,9 @@ def test_a_table_that_keeps_throttling_fails_the_write_and_says_what_to_do():
 
 
 def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(ledger_table):
-    """Airflow runs a DAG's failure callback some time after the run failed. If on-call resubmitted in between
-    (the run is RUNNING again, reopened), the callback's FAILED must not overwrite it; a callback for a run
-    nobody reopened since still marks it failed."""
+    """Airflow runs a DAG's failure callback some time after the run failed. If on-call resubmitted or reran it in
+    between (the run is RUNNING again), the callback's FAILED must not overwrite it (nor, in the callback, release
+    the prefix the new life holds); a callback for a run nobody reopened since still marks it failed."""
     import datetime as dt
 
     from shardline.ledger.keys import RUN_SK, run_pk
@@ -381,7 +381,7 @@ def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(l
     ensure_run(model, "p", "run-late")
     set_run_status(model, "p", "run-late", StepStatus.FAILED, "step score failed")
     dag_run_ended = dt.datetime.now(dt.UTC)
-    set_run_status(model, "p", "run-late", StepStatus.RUNNING, reopened=True)  # the resubmission
+    set_run_status(model, "p", "run-late", StepStatus.RUNNING)  # a resubmission, or a rerun's plan
     assert not set_run_status(
         model,
         "p",
@@ -406,6 +406,8 @@ def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(l
     assert model.Control.get(run_pk("p", "run-late"), RUN_SK, consistent_read=True).status == "FAILED"
 
     ensure_run(model, "p", "run-never-reopened")
+    set_run_status(model, "p", "run-never-reopened", StepStatus.RUNNING, "step score: waiting for its input")
+    never_reopened_ended = dt.datetime.now(dt.UTC)
     assert set_run_status(
         model,
         "p",
@@ -413,5 +415,19 @@ def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(l
         StepStatus.FAILED,
         "DAG run failed",
         only_if_running=True,
-        unless_reopened_since=dag_run_ended,
+        unless_reopened_since=never_reopened_ended,
+    )
+
+    # A run that failed before it had a RUN item (a bad conf at plan), rerun: the rerun's plan creates the item
+    # after the DAG run ended, and the late callback leaves that alone too.
+    first_life_ended = dt.datetime.now(dt.UTC)
+    ensure_run(model, "p", "run-created-by-its-rerun")
+    assert not set_run_status(
+        model,
+        "p",
+        "run-created-by-its-rerun",
+        StepStatus.FAILED,
+        "DAG run failed",
+        only_if_running=True,
+        unless_reopened_since=first_life_ended,
     )

@@ -139,8 +139,8 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
         assert (busy["in_use"], [r["step"] for r in busy["running"]]) == (1, ["priority_high/sla-1 watch_score"])
         assert [w["step"] for w in busy["waiting"]] == ["priority_low/backfill-1 watch_score"]
         gate.touch()
-        assert stack.wait_for_run("priority_high", "sla-1")["state"] == "success", stack.tail()
-        assert stack.wait_for_run("priority_low", "backfill-1")["state"] == "success", stack.tail()
+        stack.assert_succeeds("priority_high", "sla-1")
+        stack.assert_succeeds("priority_low", "backfill-1")
         if dt.datetime.now(dt.UTC).date() == day:  # today's jobs are those of runs started since midnight (UTC)
             assert _fleet(stack)["today"] == {"succeeded": 2, "resubmitted_for_capacity": 0, "failed": 0}
         # The on-call page's fleet panel reads the same, through its API, as the logged-in user.
@@ -186,7 +186,7 @@ def test_refused_submits_are_waited_out_in_the_real_scheduler_and_spend_no_attem
     client.put_pool(pool, 1, "the fleet file's quota", create=client.pool(pool) is None)
     try:
         client.trigger("priority_low", {}, run_id="refused-1")
-        assert stack.wait_for_run("priority_low", "refused-1")["state"] == "success", stack.tail()
+        stack.assert_succeeds("priority_low", "refused-1")
     finally:
         (local_root / FLEET_FILE).unlink()
         client._call("DELETE", f"/pools/{pool}")

@@ -97,7 +97,7 @@ def test_daily_churn_runs_both_steps_and_a_step_two_failure_is_resubmitted_alone
     churn["flag"].unlink()
     done = shardline(airflow_stack, "resubmit", ref, "--step", "calibrate", "--all-failed")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert airflow_stack.wait_for_run(PIPELINE, run_id, timeout=600)["state"] == "success", airflow_stack.tail()
+    airflow_stack.assert_succeeds(PIPELINE, run_id, 600)
     status = json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)
     attempts = {s["name"]: (s["status"], s["attempt"], s["files"]) for s in status["steps"]}
     assert attempts == {"score": ("SUCCEEDED", 1, 3), "calibrate": ("SUCCEEDED", 2, 3)}, attempts

@@ -438,7 +438,7 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
     done = shardline(airflow_stack, *command)  # the same command, now that Airflow lets it clear
     assert done.returncode == 0, done.stdout + done.stderr
     assert "submitted attempt" not in done.stdout and "cleared" in done.stdout, done.stdout
-    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    airflow_stack.assert_succeeds(PIPELINE, run_id)
     view = _attempt(airflow_stack, ref)
     assert (view["status"], view["steps"][0]["attempt"], view["airflow_state"], view["disagreement"]) == (
         "SUCCEEDED",
@@ -473,7 +473,7 @@ def test_force_ends_green_even_when_the_forced_attempt_succeeded_unwatched(airfl
     done = shardline(airflow_stack, *command)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing to resubmit" not in done.stdout and "cleared" in done.stdout, done.stdout
-    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    airflow_stack.assert_succeeds(PIPELINE, run_id)
     _assert_every_row_once(staged, hour)
 
 
@@ -499,7 +499,7 @@ def test_an_unknown_conf_key_fails_the_run_at_plan_naming_the_key(airflow_stack,
     again = shardline(airflow_stack, *command[:-1], '{"instance_count": 1}')
     assert again.returncode == 0, again.stdout + again.stderr
     new_run = re.search(r"triggered it again as (\S+) with conf", again.stdout).group(1)
-    assert airflow_stack.wait_for_run(PIPELINE, new_run)["state"] == "success", airflow_stack.tail()
+    airflow_stack.assert_succeeds(PIPELINE, new_run)
     rerun = airflow_stack.client().dag_run(PIPELINE, new_run)
     assert (rerun["data_interval_start"], rerun["conf"]) == (
         hour.isoformat().replace("+00:00", "Z"),
@@ -538,7 +538,7 @@ def test_an_hourly_run_with_no_input_yet_waits_for_it_then_succeeds_once_it_land
     assert "PARTITION" in table and "2026-11-22 11:00" in table, table
 
     staged["upload_hour"](hour, corrupt=False)  # the data lands late
-    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    airflow_stack.assert_succeeds(PIPELINE, run_id)
     ids = _output_rows(staged["s3"], hour)
     assert sorted(ids) == list(range(20_000))
 
@@ -568,7 +568,7 @@ def test_a_run_whose_input_is_missing_fails_naming_the_prefix(airflow_stack, sta
     s3.upload_file(str(work / "calibration.tar.gz"), BUCKET, "models/calibration/v1/model.tar.gz")
     again = shardline(airflow_stack, *command)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert airflow_stack.wait_for_run("daily_churn", run_id, timeout=400)["state"] == "success", airflow_stack.tail()
+    airflow_stack.assert_succeeds("daily_churn", run_id, 400)
     runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", "daily_churn", "--json").stdout)
     assert next(r for r in runs if r["run_id"] == run_id)["status"] == "SUCCEEDED"
 
@@ -606,7 +606,7 @@ def test_a_model_that_is_not_there_fails_the_plan_at_once_naming_the_uri_with_no
     try:
         again = shardline(airflow_stack, *command)
         assert again.returncode == 0 and "cleared plan_score" in again.stdout, again.stdout + again.stderr
-        assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+        airflow_stack.assert_succeeds(PIPELINE, run_id)
     finally:
         s3.delete_object(Bucket=BUCKET, Key="models/xgboost/v9/model.tar.gz")
     assert sorted(_output_rows(s3, hour)) == list(range(20_000))

@@ -231,12 +231,12 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     s3.put_object(Bucket=bucket, Key=f"{prefix[0]}part-late.parquet", Body=parquet_bytes(ROWS, 3 * ROWS))
     s3.put_object(Bucket=bucket, Key=f"{prefix[0]}part-1.parquet", Body=parquet_bytes(ROWS, 5000))
     minutely["gate"].touch()
-    assert airflow_stack.wait_for_run(PIPELINE, run_id, timeout=300)["state"] == "success", airflow_stack.tail()
+    airflow_stack.assert_succeeds(PIPELINE, run_id, 300)
     manifest = naming.outputs_manifest_key(f"s3://{bucket}/{out[0]}", run_id, "score")
     first_outputs = _json(s3, bucket, manifest.removeprefix(f"s3://{bucket}/"))
     by_attempt = {o["input"].rsplit("/", 1)[1]: o["attempt"] for o in first_outputs["outputs"]}
     assert by_attempt == {"part-0.parquet": 1, "part-1.parquet": 2, "part-2.parquet": 1, "part-late.parquet": 2}
-    assert airflow_stack.wait_for_run(PIPELINE, second_id, timeout=300)["state"] == "success", airflow_stack.tail()
+    airflow_stack.assert_succeeds(PIPELINE, second_id, 300)
     second_plan = client.task_instance(PIPELINE, second_id, "plan_score")
     first_end = client.dag_run(PIPELINE, run_id)["end_date"]
     assert _utc(second_plan["end_date"]) >= _utc(first_end)  # it planned only once the first run had ended
@@ -268,10 +268,10 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     # Refused only where the scheduler, free of the blocking run, created S+1's own run first: one run scores S+1.
     assert said.returncode == 0 or "has the logical date" in said.stdout + said.stderr, said
     third = _run_for(client, minute[1], run_types=("manual", "scheduled"))
-    assert airflow_stack.wait_for_run(PIPELINE, third["dag_run_id"], timeout=300)["state"] == "success"
+    airflow_stack.assert_succeeds(PIPELINE, third["dag_run_id"], 300)
     assert _ids(s3, bucket, out[1]) == list(range(1000, 1000 + ROWS))
     # The docs' way takes S+1's own logical date, so the scheduler creates S+2's run, and it scores its minute.
     after = _run_for(client, minute[2], timeout=240)
-    assert airflow_stack.wait_for_run(PIPELINE, after["dag_run_id"], timeout=300)["state"] == "success"
+    airflow_stack.assert_succeeds(PIPELINE, after["dag_run_id"], 300)
     assert _ids(s3, bucket, out[2]) == list(range(2000, 2000 + ROWS))
     assert "MISSING" not in shardline(airflow_stack, *runs, env={"SHARDLINE_MISSING_GRACE_SECONDS": "15"}).stdout

@@ -103,6 +103,28 @@ class AirflowStack:
             f"{[(t['task_id'], t['state']) for t in tis]}\n{self.tail()}"
         )
 
+    def assert_succeeds(self, dag_id: str, run_id: str, timeout: float = 240) -> dict:
+        """Wait for the run to end, and fail the test unless it succeeded, with the logs of the tasks that failed."""
+        run = self.wait_for_run(dag_id, run_id, timeout=timeout)
+        assert run["state"] == "success", f"{self.failed_logs(dag_id, run_id)}\n--- standalone ---\n{self.tail()}"
+        return run
+
+    def failed_logs(self, dag_id: str, run_id: str, chars: int = 6000) -> str:
+        """The logs of the run's failed tasks (latest try each), for an assertion's message: what the task said is
+        what explains a run that failed where it should have succeeded."""
+        client = self.client()
+        parts = []
+        for ti in client.task_instances(dag_id, run_id):
+            if ti["state"] not in ("failed", "upstream_failed") or ti["try_number"] < 1:
+                continue
+            log = client._call(
+                "GET",
+                f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/{ti['try_number']}",
+                params={"full_content": "true"},
+            )
+            parts.append(f"--- {ti['task_id']} try {ti['try_number']} ---\n{str(log)[-chars:]}")
+        return "\n".join(parts) or "(no failed task has a log)"
+
     def tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 

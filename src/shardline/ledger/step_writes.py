@@ -80,6 +80,7 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
         run_id=run_id,
         status=StepStatus.RUNNING.value,
         started_at=_now(),
+        reopened_at=_now(),  # RUNNING since (see set_run_status): a late failure callback of an earlier life skips it
         expires_at=control.expiry(),
         partition=partition,
     )
@@ -171,15 +172,15 @@ def set_run_status(
     message: str = "",
     *,
     only_if_running: bool = False,
-    reopened: bool = False,
     unless_reopened_since: dt.datetime | None = None,
 ) -> bool:
     """Record the run's status. ``only_if_running``: leave a run that already ended (or never started) alone.
 
-    ``reopened``: a resubmission takes the run up again (RUNNING), and the time is recorded.
-    ``unless_reopened_since``: with ``only_if_running``, also leave alone a run reopened at or after that
-    time. Airflow runs a DAG's failure callback some time after the run failed; by then on-call may have
-    resubmitted, and the callback must not mark the reopened run failed again.
+    Every RUNNING write records its time (``reopened_at``): one after the DAG run failed is the run taken up again
+    (an on-call resubmission, or a rerun's plan). ``unless_reopened_since``: with ``only_if_running``, also leave
+    alone a run set RUNNING at or after that time. Airflow runs a DAG's failure callback some time after the run
+    failed; by then on-call may have resubmitted or rerun it, and the callback must neither mark the reopened run
+    failed again nor release the prefixes it holds again.
     """
     c = model.Control
     actions = [
@@ -188,7 +189,7 @@ def set_run_status(
         c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
         c.expires_at.set(c.expiry()),
     ]
-    if reopened:
+    if status == StepStatus.RUNNING:
         actions.append(c.reopened_at.set(_now()))
     condition = None
     if only_if_running:

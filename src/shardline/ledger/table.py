@@ -133,7 +133,7 @@ class ControlItem(_Expiring, Model):
     step = UnicodeAttribute(null=True, attr_name="osp")
     started_at = UTCDateTimeAttribute(null=True, attr_name="osa")
     finished_at = UTCDateTimeAttribute(null=True, attr_name="ofa")
-    # RUN items: when an on-call resubmission last reopened the run (see set_run_status).
+    # RUN items: when the run was last set RUNNING: after its DAG run failed, that is a reopening (set_run_status).
     reopened_at = UTCDateTimeAttribute(null=True, attr_name="ora")
     plan_json = UnicodeAttribute(null=True, attr_name="pj")
     # STEP items: each attempt's plan file, as JSON {"1": "s3://...", ...}; see ledger.step_writes.start_attempt.

@@ -83,7 +83,7 @@ def hold_for_attempt(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, nu
         before = RunRecord.of(control.get(run_pk(ref.pipeline, ref.run_id), RUN_SK, consistent_read=True))
     except control.DoesNotExist:
         before = RunRecord(None)
-    set_run_status(model, ref.pipeline, ref.run_id, StepStatus.RUNNING, reopened=True)
+    set_run_status(model, ref.pipeline, ref.run_id, StepStatus.RUNNING)
     try:
         return hold(spec, ref, output_prefix, may_take=may_take)
     except (PartitionHeld, PartitionMovedOn, PartitionLost):

@@ -263,7 +263,8 @@ def mark_run_failed(spec_path: str, context) -> None:
 
     spec = load_spec(Path(spec_path))
     run = context["dag_run"]
-    # The callback runs a while after the run failed: a resubmission meanwhile has reopened the run, and stands.
+    # The callback runs a while after the run failed: a resubmission or a rerun meanwhile has reopened the run, and
+    # stands; releasing its prefixes would fail the new life's watch (it no longer holds what it writes).
     ended = set_run_status(
         services.ledger_model(spec),
         spec.pipeline,
