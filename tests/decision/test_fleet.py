@@ -11,6 +11,7 @@ from shardline.decision.fleet import (
     PRIORITY_WEIGHTS,
     Admission,
     SubmitRefusal,
+    Waiting,
     admission_text,
     capacity_choice,
     is_capacity_failure,
@@ -200,3 +201,21 @@ def test_an_admission_travels_as_json_and_comes_back_the_same():
     admission = Admission("ml.c5.2xlarge", 4, 20, 8)
     assert Admission.from_json(json.loads(json.dumps(admission.to_json()))) == admission
     assert Admission.from_json(Admission("ml.m5.large", 1).to_json()) == Admission("ml.m5.large", 1, None, None)
+
+
+def test_a_wait_is_recorded_as_data_and_rendered_where_it_is_shown():
+    """A planned step's wait goes on its STEP item as JSON and comes back equal; the words are made from it by the
+    views, so the waiting text is never stored."""
+    admitted = Waiting(admission=Admission("ml.c5.2xlarge", 4, 20))
+    assert Waiting.from_json(admitted.to_json()) == admitted
+    assert admitted.text() == Admission("ml.c5.2xlarge", 4, 20).waiting_text()
+    wait = submit_wait("ResourceLimitExceeded", "quota", refusals=2, jitter=0.0, first_seconds=30.0)
+    refused = Waiting(submit=wait, job_name="sl-p-run-score-a1", retry_at=1_800_000_030.0)
+    assert Waiting.from_json(refused.to_json()) == refused
+    assert refused.text() == submit_wait_text("sl-p-run-score-a1", wait)
+    assert "not submitted yet: the account's quota of this instance type is in use" in refused.text()
+    # Nothing counts the step's instances: nothing to wait for, and nothing to say.
+    assert Waiting(admission=Admission("ml.m5.large", 1)).text() == ""
+    # A view never fails on what it reads: no wait, or not one.
+    for recorded in (None, "", "not json", "[1]", '{"submit": {"refusal": "Nope"}}'):
+        assert Waiting.from_json(recorded) is None or Waiting.from_json(recorded).text() == "", recorded

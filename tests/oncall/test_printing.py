@@ -145,6 +145,7 @@ def test_an_error_message_prints_terminal_controls_escaped(hostile_run):
 def test_a_waiting_step_says_what_it_waits_for_in_status_and_runs(aws_env, ledger_table, tmp_path):
     """A step whose submit waits (the fleet's quota, a refused submit) is PLANNED with no job yet: its note is what
     `status` prints for it (not only `--json`), and what `runs` says of its run."""
+    from shardline.decision.fleet import Admission, Waiting
     from shardline.ledger.step_writes import ensure_run, note_step, start_attempt
     from shardline.ledger.table import bind_ledger
 
@@ -152,8 +153,9 @@ def test_a_waiting_step_says_what_it_waits_for_in_status_and_runs(aws_env, ledge
     model = bind_ledger(ledger_table)
     ensure_run(model, "p", "run-w")
     start_attempt(model, StepRef("p", "run-w", "score"), 1, [])
-    note = "waiting for 2 ml.m5.xlarge instance(s) within the quota of 4 (pool shardline-ml-m5-xlarge)"
-    assert note_step(model, StepRef("p", "run-w", "score"), 1, note)
+    waiting = Waiting(admission=Admission("ml.m5.xlarge", 2, quota=4))
+    assert note_step(model, StepRef("p", "run-w", "score"), 1, waiting.to_json())  # data, rendered by the views
+    note = "waiting for 2 ml.m5.xlarge instance(s) within the account's quota of 4 (pool sagemaker-ml.m5.xlarge"
     env = {**aws_env, "SHARDLINE_LOCAL_ROOT": str(tmp_path / "local"), "COLUMNS": "400"}
     status = run("--dags-folder", str(tmp_path / "dags"), "status", "p/run-w", env=env)
     assert status.returncode == 0, status.stderr
@@ -161,5 +163,8 @@ def test_a_waiting_step_says_what_it_waits_for_in_status_and_runs(aws_env, ledge
     runs = run("--dags-folder", str(tmp_path / "dags"), "runs", env=env)
     assert f"step score: {note}" in runs.stdout, runs.stdout
     # Once submitted, the note goes from both.
-    assert note_step(model, StepRef("p", "run-w", "score"), 1, "")
+    assert json.loads(run("--dags-folder", str(tmp_path / "dags"), "status", "p/run-w", "--json", env=env).stdout)[
+        "steps"
+    ][0]["waiting"] == json.loads(waiting.to_json())
+    assert note_step(model, StepRef("p", "run-w", "score"), 1, None)
     assert "waiting for" not in run("--dags-folder", str(tmp_path / "dags"), "runs", env=env).stdout

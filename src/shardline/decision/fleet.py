@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import math
 from typing import Any
 
@@ -245,3 +246,53 @@ def admission_text(instance_type: str, needed: int, quota: int | None, cap: int 
     return f"waiting for {needed} {instance_type} instance(s) within {' and '.join(limits)}" + (
         f"; {where}" if where else ""
     )
+
+
+# -- while a planned step waits -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """Why a planned step's job is not running yet, as the STEP item records it: Airflow has not admitted its watch
+    task yet (``admission``), or AWS said "not now" to its job's submit (``submit``), which goes again at
+    ``retry_at`` (epoch seconds). A value; the views render it with :meth:`text`, where it is shown."""
+
+    admission: Admission | None = None
+    submit: SubmitWait | None = None
+    job_name: str | None = None
+    retry_at: float | None = None
+
+    def text(self) -> str:
+        if self.submit is not None:
+            return submit_wait_text(self.job_name or "?", self.submit)
+        return self.admission.waiting_text() if self.admission is not None else ""
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"job_name": self.job_name, "retry_at": self.retry_at}
+        if self.admission is not None:
+            data["admission"] = self.admission.to_json()
+        if self.submit is not None:
+            data["submit"] = {**dataclasses.asdict(self.submit), "refusal": self.submit.refusal.value}
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Waiting | None:
+        """The recorded wait, or None when nothing waits (or what is recorded is not one: a view never fails on
+        a note)."""
+        try:
+            data = json.loads(text) if text else None
+            if not isinstance(data, dict):
+                return None
+            admission = Admission.from_json(data["admission"]) if data.get("admission") else None
+            submit = data.get("submit")
+            if submit:
+                submit = SubmitWait(
+                    SubmitRefusal(submit["refusal"]),
+                    float(submit["delay_seconds"]),
+                    int(submit["refusals"]),
+                    str(submit["reason"]),
+                )
+            retry_at = data.get("retry_at")
+            return cls(admission, submit or None, data.get("job_name"), float(retry_at) if retry_at else None)
+        except (ValueError, KeyError, TypeError):
+            return None

@@ -229,6 +229,7 @@ class StepRecord:
     message: str | None = None
     instance_type: str | None = None  # the newest attempt's, from the step's plan
     capacity_failures: Mapping[str, int] = dataclasses.field(default_factory=dict)  # jobs per type, all attempts
+    waiting: str | None = None  # why its job is not running yet: decision.fleet.Waiting as JSON (views render it)
 
     @classmethod
     def of(cls, item: Any) -> StepRecord:
@@ -241,6 +242,7 @@ class StepRecord:
             _get(item, "message"),
             plan.get("instance_type") or None,
             {str(k): int(v) for k, v in (plan.get("capacity_failures") or {}).items()},
+            _get(item, "waiting"),
         )
 
     def error_line(self) -> str:
@@ -266,6 +268,8 @@ class RunRecord:
     finished_at: dt.datetime | None = None
     message: str | None = None
     partition: str | None = None  # what a scheduled run scores: its data interval's start (UTC)
+    waiting: str | None = None  # why a step's job is not running yet (decision.fleet.Waiting as JSON) ...
+    waiting_step: str | None = None  # ... and which step
 
     @classmethod
     def of(cls, item: Any) -> RunRecord:
@@ -275,6 +279,8 @@ class RunRecord:
             _time(_get(item, "finished_at")),
             _get(item, "message"),
             _get(item, "partition"),
+            _get(item, "waiting"),
+            _get(item, "waiting_step"),
         )
 
     def error_line(self) -> str:

@@ -115,6 +115,7 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
             actions=[
                 c.status.set(status.value),
                 c.message.set(message[:2000] or None),
+                c.waiting.remove(),
                 c.finished_at.set(_now()),
                 c.expires_at.set(c.expiry()),
             ],
@@ -127,38 +128,39 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
     return True
 
 
-def note_step(model: type[LedgerItem], ref: StepRef, attempt: int, message: str) -> bool:
-    """Say on the STEP item what its attempt is waiting for (``shardline status`` and the page show it; ``""``
-    clears it), fenced like :func:`finish_step`: only while that attempt owns the step and it has not ended; and on
-    the RUN item (``shardline runs``). False when the step is no longer that attempt's."""
+def note_step(model: type[LedgerItem], ref: StepRef, attempt: int, waiting: str | None) -> bool:
+    """Record on the STEP item why its attempt's job is not running yet (``waiting``: a ``decision.fleet.Waiting``
+    as JSON; None clears it), fenced like :func:`finish_step`: only while that attempt owns the step and it has not
+    ended; and on the RUN item (``shardline runs``). ``shardline status`` and the page render it. False when the
+    step is no longer that attempt's."""
     pipeline, run_id, step = ref
     c = model.Control
     try:
         c(run_pk(pipeline, run_id), step_sk(step)).update(
-            actions=[c.message.set(message[:2000]) if message else c.message.remove()],
+            actions=[c.waiting.set(waiting) if waiting else c.waiting.remove()],
             condition=(c.attempt == attempt) & c.status.is_in(*(s.value for s in StepStatus if s not in STEP_TERMINAL)),
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
             return False
         raise
-    _note_run(model, ref, message)
+    _note_run(model, ref, waiting)
     return True
 
 
-def _note_run(model: type[LedgerItem], ref: StepRef, message: str) -> None:
-    """The same note on the RUN item, as ``step S: ...``, so `shardline runs` says why a run is not moving: only
-    while the run is RUNNING and its message is empty or this step's own note (never another's words)."""
+def _note_run(model: type[LedgerItem], ref: StepRef, waiting: str | None) -> None:
+    """The same on the RUN item, with the step's name, so `shardline runs` says why a run is not moving: only while
+    the run is RUNNING and no other step's wait is recorded there (never another's)."""
     pipeline, run_id, step = ref
     c = model.Control
-    mine = f"step {step}: "
-    condition = (c.status == StepStatus.RUNNING.value) & (c.message.does_not_exist() | c.message.startswith(mine))
-    if not message:
-        condition = (c.status == StepStatus.RUNNING.value) & c.message.startswith(mine)
+    mine = c.waiting_step == step
+    if waiting:
+        actions = [c.waiting.set(waiting), c.waiting_step.set(step)]
+        condition = (c.status == StepStatus.RUNNING.value) & (c.waiting_step.does_not_exist() | mine)
+    else:
+        actions, condition = [c.waiting.remove(), c.waiting_step.remove()], mine
     try:
-        c(run_pk(pipeline, run_id), RUN_SK).update(
-            actions=[c.message.set((mine + message)[:2000]) if message else c.message.remove()], condition=condition
-        )
+        c(run_pk(pipeline, run_id), RUN_SK).update(actions=actions, condition=condition)
     except UpdateError as err:
         if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
             raise
@@ -191,6 +193,8 @@ def set_run_status(
     ]
     if status == StepStatus.RUNNING:
         actions.append(c.reopened_at.set(_now()))
+    else:  # a run that ended waits for no step's job
+        actions += [c.waiting.remove(), c.waiting_step.remove()]
     condition = None
     if only_if_running:
         condition = c.status == StepStatus.RUNNING.value
@@ -251,6 +255,7 @@ def start_attempt(
                 c.step.set(step),
                 c.started_at.set(_now()),
                 c.message.remove(),
+                c.waiting.remove(),  # an earlier attempt's wait is not this one's
                 c.finished_at.remove(),
                 c.expires_at.set(c.expiry()),
             ],
@@ -429,6 +434,7 @@ def cancel_step(model: type[LedgerItem], ref: StepRef, attempt: int, reason: str
             actions=[
                 c.status.set(StepStatus.CANCELLED.value),
                 c.message.set(reason[:2000] or None),
+                c.waiting.remove(),
                 c.finished_at.set(_now()),
                 c.expires_at.set(c.expiry()),
             ],

@@ -139,6 +139,10 @@ class ControlItem(_Expiring, Model):
     # STEP items: each attempt's plan file, as JSON {"1": "s3://...", ...}; see ledger.step_writes.start_attempt.
     plan_files = UnicodeAttribute(null=True, attr_name="opf")
     message = UnicodeAttribute(null=True, attr_name="msg")
+    # STEP and RUN items: why the step's planned job is not running yet (decision.fleet.Waiting as JSON), and on the
+    # RUN item which step that is; the views render it. Removed once the job is submitted.
+    waiting = UnicodeAttribute(null=True, attr_name="owt")
+    waiting_step = UnicodeAttribute(null=True, attr_name="ows")
     # RUN items: the partition the run scores (its data interval's start, UTC), for `shardline runs`.
     partition = UnicodeAttribute(null=True, attr_name="opt")
     # PARTITION lock items (ledger.partitions): taken over only by raising the fence; the lease says until when the

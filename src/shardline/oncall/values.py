@@ -97,6 +97,7 @@ class StepView:
     shards: list[ShardView]
     file_rows: list[FileView]
     rows_rejected: int = 0
+    waiting: dict | None = None  # why its job is not running yet, as data (decision.fleet.Waiting); message says it
 
 
 @dataclasses.dataclass(frozen=True)

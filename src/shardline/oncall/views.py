@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import shlex
 from collections.abc import Sequence
 
 from shardline.backends import JobStatus
+from shardline.decision.fleet import Waiting
 from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
 from shardline.oncall.values import FileView, RunRef, RunRow, RunView, ShardView, StepView
@@ -57,8 +59,24 @@ def run_row(pipeline: str, run_id: str, started_at: dt.datetime | None, run: Run
     if run is None:
         return RunRow(pipeline, run_id, "UNKNOWN", iso(started_at), None)
     return RunRow(
-        pipeline, run_id, run.status, iso(started_at), iso(run.finished_at), run.message, partition=run.partition
+        pipeline, run_id, run.status, iso(started_at), iso(run.finished_at), run_message(run), partition=run.partition
     )
+
+
+def run_message(run: RunRecord) -> str | None:
+    """What a run says: while it runs, which step's job is not running yet and why, if one waits; else its message."""
+    waiting = Waiting.from_json(run.waiting) if run.status == StepStatus.RUNNING else None
+    if waiting is not None and waiting.text():
+        return f"step {run.waiting_step}: {waiting.text()}"
+    return run.message
+
+
+def step_message(record: StepRecord) -> str | None:
+    """What a step says: an ended one, why it ended; one still going, why its job is not running yet, if it waits."""
+    waiting = Waiting.from_json(record.waiting) if record.status not in STEP_TERMINAL else None
+    if waiting is not None and waiting.text():
+        return waiting.text()
+    return record.message
 
 
 SCHEDULED_RUN_PREFIX = "scheduled__"  # Airflow's run ids of scheduled runs
@@ -187,11 +205,18 @@ def step_view(
         rate,
         eta,
         iso(started),
-        record.message,
+        step_message(record),
         shard_views,
         list(files) if with_files else [],
         rows_rejected=int(sum(f.rows_rejected or 0 for f in succeeded)),
+        waiting=_waiting_data(record),
     )
+
+
+def _waiting_data(record: StepRecord) -> dict | None:
+    """The step's wait as data, for `status --json` and the page (``message`` says it in words)."""
+    waiting = Waiting.from_json(record.waiting) if record.status not in STEP_TERMINAL else None
+    return json.loads(waiting.to_json()) if waiting is not None else None
 
 
 def run_view(ref: RunRef, run: RunRecord, steps: Sequence[StepView], airflow_state: str | None) -> RunView:
@@ -206,7 +231,7 @@ def run_view(ref: RunRef, run: RunRecord, steps: Sequence[StepView], airflow_sta
         status,
         iso(run.started_at),
         iso(run.finished_at),
-        run.message,
+        run_message(run),
         list(steps),
         airflow_state,
         disagreement(status, airflow_state, str(ref), behind),

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from shardline.backends.local_fleet import FLEET_ENV, peak_in_use, read_record
+from shardline.decision import fleet
 from shardline.decision.policy import Action, JobStatus
 from shardline.errors import SubmitRefused
 from shardline.ledger.records import StepRecord
@@ -44,12 +45,16 @@ def test_a_refused_submit_is_no_attempt_and_the_same_attempt_goes_through_later(
         step_jobs.submit(spec, attempt)
     assert (refused.value.code, refused.value.message) == ("ThrottlingException", "Rate exceeded")
     assert refused.value.planned == attempt.to_xcom()
-    assert capacity.note_waiting(spec, attempt, "job not submitted yet: SageMaker throttled the request")
+    wait = fleet.submit_wait(refused.value.code, refused.value.message, 1, 0.5)
+    waiting = fleet.Waiting(submit=wait, job_name=attempt.job_name, retry_at=1_800_000_000.0)
+    assert capacity.note_waiting(spec, attempt, waiting)
     step = StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step)
-    assert (step.attempt, step.message) == (1, "job not submitted yet: SageMaker throttled the request")
+    # Recorded as data; a view renders it.
+    assert (step.attempt, fleet.Waiting.from_json(step.waiting), step.message) == (1, waiting, None)
+    assert "not submitted yet: SageMaker throttled the request" in fleet.Waiting.from_json(step.waiting).text()
     submitted = step_jobs.submit(spec, Attempt.from_xcom(refused.value.planned))  # the next try, after the wait
-    assert capacity.note_waiting(spec, attempt, "")  # submitted: the note goes
-    assert StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step).message is None
+    assert capacity.note_waiting(spec, attempt, None)  # submitted: the wait goes
+    assert StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step).waiting is None
     wait_for_job(spec, submitted)
     assert watch.decide_now(spec, submitted).action is Action.ADVANCE
     assert submitted.number == 1 and not (tmp_path / "local" / "jobs" / f"{submitted.job_name[:-1]}2").exists()
@@ -134,4 +139,5 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
     )
     assert (resumed.instance_count, resumed.planned_instances) == (1, 2)
     # The step has moved on from attempt 1: a wait of attempt 1's submit would say nothing, and stop.
-    assert not capacity.note_waiting(spec, first, "job not submitted yet")
+    wait = fleet.submit_wait("ThrottlingException", "", 1, 0.0)
+    assert not capacity.note_waiting(spec, first, fleet.Waiting(submit=wait, job_name=first.job_name))

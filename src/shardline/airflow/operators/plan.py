@@ -19,7 +19,7 @@ from shardline.airflow.operators.messages import (
 )
 from shardline.airflow.triggers.step import InputTrigger, PartitionTrigger, settle_until
 from shardline.decision import readiness
-from shardline.decision.fleet import Admission
+from shardline.decision.fleet import Admission, Waiting
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.spec.conf import (
     admitted_count_problem,
@@ -213,7 +213,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             from shardline.orchestration.step.capacity import note_waiting
 
             waiting = self.admission.waiting_text()
-            note_waiting(spec, attempt, waiting)
+            note_waiting(spec, attempt, Waiting(admission=self.admission))
             # Said in the task log too: a pool that does not exist in Airflow holds the watch task back forever.
             self.log.info(
                 "step %s: %s. If it waits long, `shardline fleet` names a pool fleet.yaml needs that Airflow lacks "

@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from shardline.airflow.operators.base import SpecMixin, fails_fast
 from shardline.airflow.operators.messages import partial_text, run_failed_text, step_failed_text
 from shardline.airflow.triggers.step import BackoffTrigger, StepTrigger, settle_until
-from shardline.decision.fleet import SUBMIT_WAIT_FIRST_SECONDS, submit_wait, submit_wait_text
+from shardline.decision.fleet import SUBMIT_WAIT_FIRST_SECONDS, Waiting, submit_wait, submit_wait_text
 from shardline.decision.policy import Action, attempt_deadline
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.planning.attempt import Attempt
@@ -41,7 +41,7 @@ def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: 
     attempt = Attempt.from_xcom(planned)
     # After a wait, the attempt must still own the step (an on-call engineer may have resubmitted or cancelled it
     # meanwhile): the note's fenced clear checks that before anything is submitted.
-    if refusals and not note_waiting(task.spec, attempt, ""):
+    if refusals and not note_waiting(task.spec, attempt, None):
         raise StepMovedOn(moved_on_text(attempt))
     try:
         return jobs.submit(task.spec, attempt).to_xcom()
@@ -78,9 +78,9 @@ def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float,
     if wait is None:
         raise refused
     attempt = Attempt.from_xcom(refused.planned)
-    text = submit_wait_text(attempt.job_name, wait)
-    task.log.warning("%s", text)
-    if not note_waiting(task.spec, attempt, text):
+    task.log.warning("%s", submit_wait_text(attempt.job_name, wait))
+    waiting = Waiting(submit=wait, job_name=attempt.job_name, retry_at=time.time() + wait.delay_seconds)
+    if not note_waiting(task.spec, attempt, waiting):
         return False
     task.keep_partition(attempt, time.time() + wait.delay_seconds)
     task.defer(
@@ -117,7 +117,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         if self.admission:  # admitted by its pool: the plan's "waiting for N instances" is stale
             from shardline.orchestration.step.capacity import note_waiting
 
-            note_waiting(self.spec, planned, "")
+            note_waiting(self.spec, planned, None)
         # A retried task picks up the step's newest attempt; the planned one is submitted, or its job adopted.
         return self._resume(context, planned, submit_it=True)
 

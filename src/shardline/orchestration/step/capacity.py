@@ -1,4 +1,4 @@
-"""What AWS's ordinary refusals change in a step: the note a waiting submit leaves on the STEP item, and the
+"""What AWS's ordinary refusals change in a step: the wait a planned job records on the STEP item, and the
 attempt that follows a capacity failure (its instance type and count). The decisions are
 :mod:`shardline.decision.fleet`'s; this module applies them to a spec and the ledger."""
 
@@ -16,10 +16,12 @@ from shardline.spec import PipelineSpec
 log = logging.getLogger(__name__)
 
 
-def note_waiting(spec: PipelineSpec, attempt: Attempt, text: str) -> bool:
-    """Record on the step's STEP item why its attempt waits (a refused submit), for the CLI and the page; ``""``
-    clears it once the attempt is submitted. False: the attempt no longer owns the step (it moved on)."""
-    return note_step(services.ledger_model(spec), attempt.ref, attempt.number, text)
+def note_waiting(spec: PipelineSpec, attempt: Attempt, waiting: fleet.Waiting | None) -> bool:
+    """Record on the step's STEP item why its attempt's job is not running yet (Airflow's admission, a refused
+    submit), as data the CLI and the page render; None clears it once the job is submitted. False: the attempt no
+    longer owns the step (it moved on)."""
+    recorded = waiting.to_json() if waiting is not None and waiting.text() else None
+    return note_step(services.ledger_model(spec), attempt.ref, attempt.number, recorded)
 
 
 def after_capacity_failure(spec: PipelineSpec, attempt: Attempt) -> Attempt:
