@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from shardline.local.embedded_aws import free_port
+from shardline.local.tether import tethered
 from shardline.oncall.airflow_client import AirflowClient
 
 STARTUP_TIMEOUT = 240
@@ -176,7 +177,8 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
     log = home / "standalone.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(venv_bin / "airflow"), "standalone"],
+            # Tethered: a test session killed mid-way (a timeout's SIGTERM, SIGKILL) leaves no standalone behind.
+            tethered([str(venv_bin / "airflow"), "standalone"]),
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

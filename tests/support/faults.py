@@ -78,7 +78,7 @@ class MotoServer:
 def moto_server(directory: Path) -> Iterator[MotoServer]:
     """Start a dedicated moto_server logging under ``directory``; stop it (thawed first) at the end."""
     log_path = Path(directory) / "moto_server.log"
-    proc, url = start_moto(log_path)
+    proc, url = start_moto(log_path, tethered=True)  # never left running by a test killed mid-way
     server = MotoServer(proc, url, log_path)
     try:
         yield server

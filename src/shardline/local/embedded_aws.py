@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from shardline.errors import ShardlineError
+from shardline.local import tether
 from shardline.waiting import wait_for
 
 DUMMY_CREDENTIALS = {
@@ -75,12 +76,19 @@ def _installed(module: str) -> bool:
         return False
 
 
-def start_moto(log_path: Path, *, port: int | None = None, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
-    """Start moto_server in its own session and wait until it answers; returns (process, url)."""
+def start_moto(
+    log_path: Path, *, port: int | None = None, timeout: float = 60.0, tethered: bool = False
+) -> tuple[subprocess.Popen, str]:
+    """Start moto_server in its own session and wait until it answers; returns (process, url). ``tethered``: it ends
+    when this process does, however this process ends (:mod:`shardline.local.tether`); else it outlives it (`shardline
+    local up`)."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = moto_server_command(port)
+    if tethered:
+        command = tether.tethered(command)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(moto_server_command(port), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
 
     def answered() -> bool:
@@ -106,8 +114,9 @@ def env_for(url: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def embedded_aws(log_path: Path, *, port: int | None = None, timeout: float = 60.0) -> Iterator[dict[str, str]]:
-    """Run moto_server for the duration of the block; yield the environment that reaches it."""
-    proc, url = start_moto(log_path, port=port, timeout=timeout)
+    """Run moto_server for the duration of the block (and never past this process's life); yield the environment
+    that reaches it."""
+    proc, url = start_moto(log_path, port=port, timeout=timeout, tethered=True)
     try:
         yield env_for(url)
     finally:
