@@ -69,11 +69,18 @@ class Resubmission:
         taken again; with ``rejects``, the rows succeeded files rejected are (:mod:`~shardline.orchestration.
         rejects_parts`)."""
         spec = self.reads.spec(ref.pipeline)
-        known_step(spec, step)
-        selection.check_one_choice(instance=instance, files=files, all_failed=all_failed, rejects=rejects)
-        records = _read_step(spec, ref, step)
         chosen_by = {"instance": instance, "files": files, "all_failed": all_failed, "rejects": rejects}
-        return self._choose(spec, ref, step, records, **chosen_by)
+        return self._read_and_choose(spec, ref, step, chosen_by)[1]
+
+    def _read_and_choose(
+        self, spec: PipelineSpec, ref: RunRef, step: str, chosen_by: dict
+    ) -> tuple[StepRecords, ResubmitPlan]:
+        """The step's items, read once, and the files ``chosen_by`` takes. An unknown step is a NotFound before a
+        bad choice is a BadRequest, and both come before anything is read."""
+        known_step(spec, step)
+        selection.check_one_choice(**chosen_by)
+        records = _read_step(spec, ref, step)  # the one read of the step's items a command makes
+        return records, self._choose(spec, ref, step, records, **chosen_by)
 
     def _choose(
         self,
@@ -122,11 +129,8 @@ class Resubmission:
         an Airflow DAG): the new attempt runs, and no DAG run follows it.
         """
         spec = self.reads.spec(ref.pipeline)
-        known_step(spec, step)
-        selection.check_one_choice(instance=instance, files=files, all_failed=all_failed, rejects=rejects)
-        records = _read_step(spec, ref, step)  # the one read of the step's items this command makes
         chosen_by = {"instance": instance, "files": files, "all_failed": all_failed, "rejects": rejects}
-        plan = self._choose(spec, ref, step, records, **chosen_by)
+        records, plan = self._read_and_choose(spec, ref, step, chosen_by)
         again = repeat_resubmit_command(
             ref, step, instance=instance, files=files, all_failed=all_failed, force=force, rejects=rejects
         )

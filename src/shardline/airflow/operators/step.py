@@ -7,7 +7,6 @@ brings back.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import time
@@ -161,15 +160,13 @@ class WatchStepOperator(SpecMixin, BaseOperator):
     def keep_partition(self, attempt: Attempt, wait_until: float | None) -> None:
         """Renew the step's hold on its output prefix past the wait it starts now. A step whose hold another run took
         over (its lease ran out) stops its job, if it has one, and fails: that run writes the prefix now."""
-        from shardline.backends import JobNotFound
         from shardline.orchestration.partitions import lost
         from shardline.orchestration.step import end, jobs
 
         why = lost(self.spec, attempt, wait_until)
         if why is None:
             return
-        with contextlib.suppress(JobNotFound):  # a submit still waiting for AWS has no job yet
-            jobs.stop(self.spec, attempt)
+        jobs.stop(self.spec, attempt)  # nothing to stop for a submit still waiting for AWS: it has no job yet
         end.finish(self.spec, attempt, Action.FAIL, why)
         raise AirflowFailException(why)
 
