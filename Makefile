@@ -37,7 +37,8 @@ browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get,
 
 # Three workers (pytest-xdist): the real-Airflow tests run in two units (tests/conftest.py AIRFLOW_UNITS), each on
 # a worker of its own with its own `airflow standalone`, stopped when its unit is done; the rest run beside them,
-# test by test, while those wait on a scheduler: 19:48 on 2 cores, where two workers and one unit took 21:43.
+# test by test, while those wait on a scheduler: 16:38 on 2 cores from a clean clone. Four workers are no faster:
+# the CPU is busy throughout.
 # PYTEST_WORKERS= runs everything in one process, the Airflow tests first.
 PYTEST_WORKERS ?= -n 3
 test: $(STAMP) browser  ## lint and format check, the docs site (--strict: no broken link or page), then the test suite
