@@ -431,3 +431,31 @@ def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(l
         only_if_running=True,
         unless_reopened_since=first_life_ended,
     )
+
+
+def test_a_wait_is_recorded_on_its_step_and_run_and_a_next_attempt_clears_both(ledger_table):
+    """A waiting attempt's wait is on its STEP and RUN items; once the step moves on (an on-call resubmission
+    plans the next attempt), neither says the old attempt's wait any more, and the old attempt may not write one."""
+    from shardline.ledger.keys import RUN_SK, run_pk, step_sk
+    from shardline.ledger.records import RunRecord, StepRecord
+    from shardline.ledger.step_writes import note_step
+
+    model = bind_ledger(ledger_table)
+    ref = StepRef("p", "run-wait", "score")
+    ensure_run(model, "p", "run-wait")
+    start_attempt(model, ref, 1, [])
+    assert note_step(model, ref, 1, '{"job_name": "j-1"}')
+
+    def items():
+        control = model.Control
+        run = RunRecord.of(control.get(run_pk("p", "run-wait"), RUN_SK, consistent_read=True))
+        step = StepRecord.of(control.get(run_pk("p", "run-wait"), step_sk("score"), consistent_read=True))
+        return run, step
+
+    run, step = items()
+    assert (run.waiting, run.waiting_step, step.waiting) == ('{"job_name": "j-1"}', "score", '{"job_name": "j-1"}')
+    start_attempt(model, ref, 2, [("k", 1)], after=1)
+    run, step = items()
+    assert (run.waiting, run.waiting_step, step.waiting) == (None, None, None)
+    assert not note_step(model, ref, 1, '{"job_name": "j-1"}')  # attempt 1 no longer owns the step
+    assert items()[0].waiting is None

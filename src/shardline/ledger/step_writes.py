@@ -268,6 +268,7 @@ def start_attempt(
                 f"or later first, or cancelled it): not planning attempt {attempt}"
             ) from err
         raise
+    _note_run(model, ref, None)  # the RUN item's word of this step's wait was an earlier attempt's
     if attempt == 1:
         return 0
     return _fence_retried_files(model, pk, step, attempt, input_keys, parts or {})

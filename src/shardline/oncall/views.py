@@ -71,9 +71,14 @@ def run_message(run: RunRecord) -> str | None:
     return run.message
 
 
+def _step_wait(record: StepRecord) -> Waiting | None:
+    """Why a step still going has no job running yet, if it waits (an ended step waits for nothing)."""
+    return Waiting.from_json(record.waiting) if record.status not in STEP_TERMINAL else None
+
+
 def step_message(record: StepRecord) -> str | None:
     """What a step says: an ended one, why it ended; one still going, why its job is not running yet, if it waits."""
-    waiting = Waiting.from_json(record.waiting) if record.status not in STEP_TERMINAL else None
+    waiting = _step_wait(record)
     if waiting is not None and waiting.text():
         return waiting.text()
     return record.message
@@ -215,8 +220,7 @@ def step_view(
 
 def _waiting_data(record: StepRecord) -> dict | None:
     """The step's wait as data, for `status --json` and the page (``message`` says it in words)."""
-    waiting = Waiting.from_json(record.waiting) if record.status not in STEP_TERMINAL else None
-    return json.loads(waiting.to_json()) if waiting is not None else None
+    return json.loads(record.waiting) if _step_wait(record) is not None else None
 
 
 def run_view(ref: RunRef, run: RunRecord, steps: Sequence[StepView], airflow_state: str | None) -> RunView:
