@@ -33,7 +33,7 @@ browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get,
 		echo "installing Debian's chromium and chromium-driver for the UI test..."; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; \
-	else echo "warning: no chromium/chromedriver and no apt-get: tests/ui will fail; install Chromium and ChromeDriver"; fi
+	else echo "warning: no chromium/chromedriver and no apt-get: tests/airflow/ui will fail; install Chromium and ChromeDriver"; fi
 
 # Three workers (pytest-xdist): the real-Airflow tests run in two units (tests/conftest.py AIRFLOW_UNITS), each on
 # a worker of its own with its own `airflow standalone`, stopped when its unit is done; the rest run beside them,

@@ -18,8 +18,8 @@ from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.planning.naming import run_folder
+from tests.airflow.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
-from tests.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
 
 CLI = Path(sys.executable).with_name("shardline")
 PIPELINE = "report_cli"

@@ -15,8 +15,8 @@ from shardline.report.build import build_report
 from shardline.report.histogram import Histogram
 from shardline.report.inputs import StepIdentity
 from shardline.report.render import render_charts, render_html
+from tests.airflow.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
 from tests.report.example import example_histograms, example_records, example_report
-from tests.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

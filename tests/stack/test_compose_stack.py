@@ -25,9 +25,9 @@ import pytest
 
 from examples import synthetic
 from shardline.local.embedded_aws import free_port
+from tests.airflow.ui.conftest import browser, screenshot  # noqa: F401 - fixtures: headless Chromium, screenshots
+from tests.airflow.ui.test_page import _click, _css, _log_in, _open_from_airflow_nav, _text, _wait
 from tests.stack.engine import REPO, STATE
-from tests.ui.conftest import browser, screenshot  # noqa: F401 - fixtures: headless Chromium, screenshots
-from tests.ui.test_oncall_page import _click, _css, _log_in, _open_from_airflow_nav, _text, _wait
 
 PROJECT = "shardline-stack"
 PIPELINE = "tabular_scoring_hourly"

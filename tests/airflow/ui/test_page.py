@@ -55,7 +55,7 @@ def ui(airflow_stack):
 
 
 @pytest.fixture(scope="module")
-def failed_run(ui, tmp_path_factory):
+def failed_run(ui, tmp_path_factory, xgboost_model):
     """A run of HOUR that failed on a corrupt input, and a way to fix that input."""
     import boto3
 
@@ -80,8 +80,7 @@ def failed_run(ui, tmp_path_factory):
             patch.setenv(name, value)
     create_ledger_table(spec.ledger_table, "us-east-1", env["AWS_ENDPOINT_URL"])
     patch.undo()
-    model = synthetic.train_xgboost(work / "model")
-    synthetic.pack(model.parent, work / "model.tar.gz")
+    synthetic.pack(xgboost_model.parent, work / "model.tar.gz")
     s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
     files = synthetic.make_dataset(work / "data", files=4, rows=20_000)
     prefix = f"events/dt={HOUR:%Y-%m-%d}/hour={HOUR:%H}/"
