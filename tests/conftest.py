@@ -24,6 +24,10 @@ collect_ignore = [] if os.environ.get("SHARDLINE_STACK_TESTS") == "1" else ["sta
 os.environ["SHARDLINE_LOCAL_RUNTIME"] = "process"
 # Many tests swap models under unpinned specs; the refusal itself is tested with this unset.
 os.environ["SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS"] = "1"
+# Three pytest-xdist workers share 2 cores, so an OpenMP thread that spin-waits for work (libgomp's default)
+# burns CPU another test's process needs: training a reference model took 2 to 4 times the CPU. Threads that
+# sleep when idle change no result; every process the suite starts inherits this.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # -- models, trained once per session ----------------------------------------------------------------------
 
@@ -107,29 +111,43 @@ def pytest_xdist_make_scheduler(config, log):
     return AirflowStackTogether(config, log)
 
 
-@pytest.fixture(scope="session")
-def model_root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("models")
+def _trained_once(tmp_path_factory, worker_id: str, kind: str) -> Path:
+    """The synthetic ``kind`` model, trained by the first pytest-xdist worker that asks and read by the others
+    (a lock file orders them): three workers on 2 cores would otherwise train each model three times."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base if worker_id == "master" else base.parent) / "trained-models"
+    root.mkdir(parents=True, exist_ok=True)
+    done = root / f"{kind}.done"
+    with open(root / f"{kind}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script/save
+                # Few epochs for torch: the tests check plumbing, not accuracy.
+                path = synthetic.TRAINERS[kind](root / kind, **({"epochs": 3} if kind == "torch" else {}))
+            done.write_text(str(path))
+    return Path(done.read_text())
 
 
 @pytest.fixture(scope="session")
-def sklearn_model(model_root) -> Path:
-    """A HistGradientBoostingClassifier saved with joblib: ``<dir>/model.joblib``."""
-    return synthetic.train_sklearn(model_root / "sklearn")
+def sklearn_model(tmp_path_factory, worker_id) -> Path:
+    """A HistGradientBoostingClassifier saved with joblib: ``<dir>/model.joblib``. Read-only: shared by the
+    session's workers."""
+    return _trained_once(tmp_path_factory, worker_id, "sklearn")
 
 
 @pytest.fixture(scope="session")
-def xgboost_model(model_root) -> Path:
-    """An XGBoost Booster saved as JSON: ``<dir>/model.json``."""
-    return synthetic.train_xgboost(model_root / "xgboost")
+def xgboost_model(tmp_path_factory, worker_id) -> Path:
+    """An XGBoost Booster saved as JSON: ``<dir>/model.json``. Read-only: shared by the session's workers."""
+    return _trained_once(tmp_path_factory, worker_id, "xgboost")
 
 
 @pytest.fixture(scope="session")
-def torch_model(model_root) -> Path:
-    """A TorchScript MLP: ``<dir>/model.pt`` (few epochs: the tests check plumbing, not accuracy)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script/save
-        return synthetic.train_torch(model_root / "torch", epochs=3)
+def torch_model(tmp_path_factory, worker_id) -> Path:
+    """A TorchScript MLP: ``<dir>/model.pt``. Read-only: shared by the session's workers."""
+    return _trained_once(tmp_path_factory, worker_id, "torch")
 
 
 # -- moto_server --------------------------------------------------------------------------------------------

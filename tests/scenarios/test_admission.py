@@ -60,9 +60,10 @@ def _wait_until(what, check, timeout: float = 240) -> None:
         time.sleep(2)
 
 
-def _stage_inputs(stack, tmp_path, names: tuple[str, ...], gate: Path | None = None) -> None:
+def _stage_inputs(stack, tmp_path, names: tuple[str, ...], gate: Path | None = None, model: Path | None = None) -> None:
     """The bucket, the ledger table, a tiny model, and two input files for each of the named pipelines. With
-    ``gate``, the model predicts nothing until that file exists: a job holds its slot until the test has looked."""
+    ``gate``, the model predicts nothing until that file exists: a job holds its slot until the test has looked;
+    otherwise the session's XGBoost ``model``."""
     from examples import synthetic
     from shardline.ledger.table import create_ledger_table
     from tests.scenarios.test_faults import gated_model
@@ -71,7 +72,7 @@ def _stage_inputs(stack, tmp_path, names: tuple[str, ...], gate: Path | None = N
     if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
         s3.create_bucket(Bucket=BUCKET)
     create_ledger_table("shardline-jobs", "us-east-1", stack.env["AWS_ENDPOINT_URL"])
-    model_dir = gated_model(tmp_path / "gated", gate) if gate else synthetic.train_xgboost(tmp_path / "model").parent
+    model_dir = gated_model(tmp_path / "gated", gate) if gate else model.parent
     synthetic.pack(model_dir, tmp_path / "model.tar.gz")
     s3.upload_file(str(tmp_path / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
     for path in synthetic.make_dataset(tmp_path / "data", files=2, rows=2_000):
@@ -169,7 +170,9 @@ def test_a_high_priority_step_is_admitted_ahead_of_a_waiting_backfill(airflow_st
     assert (high["watch_score"]["priority_weight"], low["watch_score"]["priority_weight"]) == (100, 1)
 
 
-def test_refused_submits_are_waited_out_in_the_real_scheduler_and_spend_no_attempt(airflow_stack, tmp_path):
+def test_refused_submits_are_waited_out_in_the_real_scheduler_and_spend_no_attempt(
+    airflow_stack, tmp_path, xgboost_model
+):
     """The job's first submit is refused for the quota (ResourceLimitExceeded), its second throttled: with
     retry.max_attempts 1, the run still ends green, in one try of its watch task, at attempt 1."""
     from shardline.backends.local_fleet import FLEET_DIR, FLEET_FILE, read_record
@@ -177,7 +180,7 @@ def test_refused_submits_are_waited_out_in_the_real_scheduler_and_spend_no_attem
     stack, client = airflow_stack, airflow_stack.client()
     patch = pytest.MonkeyPatch()
     stack.use_aws(patch)
-    _stage_inputs(stack, tmp_path, ("priority_low",))
+    _stage_inputs(stack, tmp_path, ("priority_low",), model=xgboost_model)
     local_root = Path(stack.env["SHARDLINE_LOCAL_ROOT"])
     local_root.mkdir(parents=True, exist_ok=True)
     refusals = {"ResourceLimitExceeded": 1, "ThrottlingException": 1}

@@ -180,8 +180,11 @@ def _model_dir(
 
 
 def _run(inputs: Path, tmp_path: Path, model_dir: Path, *args: str, passthrough: str = "id"):
+    # One pool worker: it runs the script's model_fn once and scores both files, one after the other, so whatever
+    # a script keeps between files is exercised too. (The pool's own tests cover several workers; each worker
+    # loads a script's model itself, which cost every run here about 0.8 CPU-s.)
     out = tmp_path / "out"
-    result = run_worker(inputs, out, model_dir, "--passthrough", passthrough, *args, workers=2)
+    result = run_worker(inputs, out, model_dir, "--passthrough", passthrough, *args, workers=1)
     return result, out
 
 
@@ -1337,7 +1340,7 @@ def test_model_without_names_and_an_extra_column_needs_input_features(inputs, tm
 
 
 @pytest.mark.slow
-def test_probabilities_is_never_silently_ignored(inputs, tmp_path, regressor_file):
+def test_probabilities_is_never_silently_ignored(inputs, tmp_path, regressor_file, xgboost_model):
     """--probabilities adds a scikit-learn classifier's predict_proba columns. Asked of a custom script, an
     XGBoost model or a regressor, the job fails at setup naming the setting, instead of writing outputs
     without the columns the spec asked for."""
@@ -1353,11 +1356,9 @@ def test_probabilities_is_never_silently_ignored(inputs, tmp_path, regressor_fil
     """,
     )
     (tmp_path / "reg").mkdir()
-    from examples import synthetic
-
     cases = {
         "custom": script,
-        "xgboost": synthetic.train_xgboost(tmp_path / "xgb").parent,
+        "xgboost": xgboost_model.parent,
         "regressor": _builtin_dir(tmp_path / "reg", "model.joblib", regressor_file),
     }
     for name, model_dir in cases.items():

@@ -79,7 +79,7 @@ def _assert_every_row_once(staged, hour: dt.datetime) -> None:
 
 
 @pytest.fixture(scope="module")
-def staged(airflow_stack, tmp_path_factory):
+def staged(airflow_stack, tmp_path_factory, xgboost_model, sklearn_model):
     """The bucket, the ledger table, a packed XGBoost model, and a helper to upload an hour of inputs."""
     from examples import synthetic
     from shardline.ledger.table import create_ledger_table
@@ -93,11 +93,10 @@ def staged(airflow_stack, tmp_path_factory):
     spec = load_spec(airflow_stack.dags / "pipelines" / f"{PIPELINE}.yaml")
     s3.create_bucket(Bucket=BUCKET)
     create_ledger_table(spec.ledger_table, "us-east-1", env["AWS_ENDPOINT_URL"])
-    model = synthetic.train_xgboost(work / "model")
-    synthetic.pack(model.parent, work / "model.tar.gz")
+    synthetic.pack(xgboost_model.parent, work / "model.tar.gz")
     s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
-    churn_model = synthetic.train_sklearn(work / "churn-model")  # daily_churn's first step checks it is there
-    synthetic.pack(churn_model.parent, work / "churn-model.tar.gz")
+    # daily_churn's first step checks its model is there.
+    synthetic.pack(sklearn_model.parent, work / "churn-model.tar.gz")
     s3.upload_file(str(work / "churn-model.tar.gz"), BUCKET, "models/sklearn/v1/model.tar.gz")
     files = synthetic.make_dataset(work / "data", files=4, rows=20_000)
 
