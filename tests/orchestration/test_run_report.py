@@ -39,7 +39,7 @@ def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
 
 def _run(spec, bucket, run_id, action="ADVANCE", input_folder="in"):
     args = {
-        **plan_args(bucket),
+        **plan_args(bucket, instances=2),  # the report breaks a step down by instance
         "input_prefix": f"s3://{bucket}/{input_folder}/",
         "output_prefix": f"s3://{bucket}/out/{run_id}/",
     }

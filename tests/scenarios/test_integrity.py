@@ -76,7 +76,7 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
     ends green with its own. Their instances' manifests never share a key."""
     spec, bucket = pipeline
     other_spec = other_model_spec(spec, bucket, sklearn_model, tmp_path)
-    first = run_job(spec, bucket, "run-a")
+    first = run_job(spec, bucket, "run-a", instance_count=2)  # several instances' manifests, each run's own
 
     with pytest.raises(partitions.PartitionHeld) as held:
         step_plan.plan(
@@ -90,7 +90,10 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
     assert read_holder(services.ledger_model(spec), f"s3://{bucket}/out/").released  # at the run's end
 
     second = step_plan.plan(
-        other_spec, "score", "run-b", **{**plan_args(bucket), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"}
+        other_spec,
+        "score",
+        "run-b",
+        **{**plan_args(bucket, instances=2), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"},
     )
     assert "out/_SUCCESS" not in keys(bucket)  # the prefix is being written again: not complete
     second = step_jobs.submit(other_spec, second)

@@ -40,8 +40,8 @@ def stage_step(
     """A fresh bucket with ``inputs`` under ``in/``, the packed model, and a one-step spec over them.
 
     ``features``: input.features, which a model that records no feature names needs. ``step_settings``: more of
-    the step's fields (``resources`` replaces the default 2 instances). ``bucket``: its name, when the test
-    must know it first."""
+    the step's fields (``resources`` replaces the default of one instance: a test about several says so).
+    ``bucket``: its name, when the test must know it first."""
     s3 = boto3.client("s3")
     bucket = bucket or f"b-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
@@ -64,7 +64,7 @@ def stage_step(
                         **({"features": list(features)} if features else {}),
                     },
                     "output": {"prefix": f"s3://{bucket}/out/"},
-                    "resources": {"instance_count": 2},
+                    "resources": {"instance_count": 1},
                     **(step_settings or {}),
                 }
             ],
@@ -74,14 +74,15 @@ def stage_step(
     return spec, bucket
 
 
-def plan_args(bucket: str, output: str = "out") -> dict:
+def plan_args(bucket: str, output: str = "out", instances: int = 1) -> dict:
     """The keyword arguments `step_plan.plan` takes for a staged step. Two runs that are to run at once write two
-    ``output`` prefixes: one prefix is written by one run at a time (its partition lock)."""
+    ``output`` prefixes: one prefix is written by one run at a time (its partition lock). One instance unless the
+    test is about several: each instance is a worker, its forkserver and a supervisor, about 2 CPU-s."""
     return {
         "input_prefix": f"s3://{bucket}/in/",
         "output_prefix": f"s3://{bucket}/{output}/",
         "model_uri": f"s3://{bucket}/model/model.tar.gz",
-        "instance_count": 2,
+        "instance_count": instances,
     }
 
 

@@ -64,8 +64,10 @@ def test_the_emulators_quota_refuses_past_it_and_its_record_never_exceeds_it(
     aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch
 ):
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, {"quotas": {"ml.m5.xlarge": 3}})
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
-    second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b"))  # 2 more: 4 > 3
+    first = step_jobs.submit(
+        spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket, instances=2))
+    )  # 2 instances
+    second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b", instances=2))  # 2 more: 4 > 3
     with pytest.raises(SubmitRefused) as refused:
         step_jobs.submit(spec, second)
     assert refused.value.code == "ResourceLimitExceeded"
@@ -82,9 +84,11 @@ def test_a_job_holds_its_instances_while_they_start_up_and_a_stop_then_gives_the
     against the quota, before its container runs."""
     fleet = {"quotas": {"ml.m5.xlarge": 2}, "startup_seconds": 3600}
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, fleet)
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket)))  # 2 instances
+    first = step_jobs.submit(
+        spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket, instances=2))
+    )  # 2 instances
     assert step_jobs.job_status(spec, first) is JobStatus.IN_PROGRESS
-    second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b"))
+    second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b", instances=2))
     with pytest.raises(SubmitRefused) as refused:
         step_jobs.submit(spec, second)
     assert refused.value.code == "ResourceLimitExceeded"
@@ -109,7 +113,7 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
         resources={"instance_count": 2, "instance_type": "ml.m5.xlarge", "fallback_instance_types": ["ml.c5.2xlarge"]},
         retry={"max_attempts": 1, "backoff_seconds": 0},
     )
-    attempt = first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket)))
+    attempt = first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket, instances=2)))
     seen = []
     for _ in range(3):
         wait_for_job(spec, attempt)

@@ -69,7 +69,11 @@ def test_with_a_metadata_prefix_the_data_prefix_holds_only_data_and_its_marker(p
     first = step_jobs.submit(
         spec,
         step_plan.plan(
-            spec, "score", "run-meta", **plan_args(bucket), metadata_prefix=f"s3://{bucket}/meta/_shardline/"
+            spec,
+            "score",
+            "run-meta",
+            **plan_args(bucket, instances=2),  # each instance's manifest under the metadata prefix
+            metadata_prefix=f"s3://{bucket}/meta/_shardline/",
         ),
     )
     wait_for_job(spec, first)

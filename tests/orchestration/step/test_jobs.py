@@ -106,7 +106,7 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     }
     for name, body in bodies.items():
         s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)
-    first = step_plan.plan(spec, "score", "run-sized", **plan_args(bucket))  # planned, never submitted
+    first = step_plan.plan(spec, "score", "run-sized", **plan_args(bucket, instances=2))  # planned, never submitted
     retry = [f"s3://{bucket}/in/{name}" for name in bodies]
     second = step_jobs.resubmit(spec, first, retry)
     step_jobs.stop(spec, second)
