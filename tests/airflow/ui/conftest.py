@@ -34,7 +34,7 @@ SCREENSHOTS: list[Path] = []
 def artifacts_dir() -> Path:
     """``$SHARDLINE_ARTIFACTS``, else ``.shardline/artifacts`` in the repository (git-ignored)."""
     folder = Path(
-        os.environ.get("SHARDLINE_ARTIFACTS") or Path(__file__).resolve().parents[2] / ".shardline" / "artifacts"
+        os.environ.get("SHARDLINE_ARTIFACTS") or Path(__file__).resolve().parents[3] / ".shardline" / "artifacts"
     )
     folder.mkdir(parents=True, exist_ok=True)
     return folder

@@ -22,7 +22,7 @@ from tests.support import http
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
 HOUR = dt.datetime(2026, 11, 22, 5, tzinfo=dt.UTC)  # test_oncall_airflow uses hours 3 and 4
-PAGE = Path(__file__).resolve().parents[2] / "src" / "shardline" / "airflow" / "ui" / "static" / "oncall.html"
+PAGE = Path(__file__).resolve().parents[3] / "src" / "shardline" / "airflow" / "ui" / "static" / "oncall.html"
 WAIT = 60
 
 
