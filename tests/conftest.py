@@ -261,6 +261,9 @@ def airflow_stack(tmp_path_factory, moto_endpoint, airflow_s3_proxy):
         spec = yaml.safe_load(path.read_text())
         spec["schedule"] = None
         for step in spec["steps"]:
+            # One instance a job: these tests are about orchestration, and each instance is a worker, its forkserver
+            # and a supervisor (about 2 CPU-s). Several instances are the backends', faults' and per-file tests'.
+            step["resources"]["instance_count"] = 1
             step["model"].pop("versions", None)
             step["model"].pop("sha256", None)
             step["model"]["allow_unpinned"] = True
