@@ -267,13 +267,17 @@ class Waiting:
             return submit_wait_text(self.job_name or "?", self.submit)
         return self.admission.waiting_text() if self.admission is not None else ""
 
-    def to_json(self) -> str:
+    def to_data(self) -> dict[str, Any]:
+        """Plain data (what `shardline status --json` gives under the step's ``waiting``)."""
         data: dict[str, Any] = {"job_name": self.job_name, "retry_at": self.retry_at}
         if self.admission is not None:
             data["admission"] = self.admission.to_json()
         if self.submit is not None:
             data["submit"] = {**dataclasses.asdict(self.submit), "refusal": self.submit.refusal.value}
-        return json.dumps(data, sort_keys=True)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_data(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | None) -> Waiting | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import shlex
 from collections.abc import Sequence
 
@@ -66,9 +65,8 @@ def run_row(pipeline: str, run_id: str, started_at: dt.datetime | None, run: Run
 def run_message(run: RunRecord) -> str | None:
     """What a run says: while it runs, which step's job is not running yet and why, if one waits; else its message."""
     waiting = Waiting.from_json(run.waiting) if run.status == StepStatus.RUNNING else None
-    if waiting is not None and waiting.text():
-        return f"step {run.waiting_step}: {waiting.text()}"
-    return run.message
+    said = waiting.text() if waiting is not None else ""
+    return f"step {run.waiting_step}: {said}" if said else run.message
 
 
 def _step_wait(record: StepRecord) -> Waiting | None:
@@ -76,12 +74,11 @@ def _step_wait(record: StepRecord) -> Waiting | None:
     return Waiting.from_json(record.waiting) if record.status not in STEP_TERMINAL else None
 
 
-def step_message(record: StepRecord) -> str | None:
-    """What a step says: an ended one, why it ended; one still going, why its job is not running yet, if it waits."""
-    waiting = _step_wait(record)
-    if waiting is not None and waiting.text():
-        return waiting.text()
-    return record.message
+def step_message(record: StepRecord, waiting: Waiting | None = None) -> str | None:
+    """What a step says: an ended one, why it ended; one still going, why its job is not running yet, if it waits
+    (``waiting``: its wait, when the caller has read it already)."""
+    said = (waiting or _step_wait(record) or Waiting()).text()
+    return said or record.message
 
 
 SCHEDULED_RUN_PREFIX = "scheduled__"  # Airflow's run ids of scheduled runs
@@ -165,6 +162,7 @@ def step_view(
 ) -> StepView:
     """A step of `shardline status`: file counts, rows, and the current attempt's throughput and ETA."""
     attempt = record.attempt
+    waiting = _step_wait(record)  # read once: the message says it, `waiting` gives it as data
     by_status = {s: [f for f in files if f.status == s] for s in FileStatus}
     succeeded = by_status[FileStatus.SUCCEEDED]
     status = record.status or StepStatus.PLANNED.value
@@ -210,17 +208,12 @@ def step_view(
         rate,
         eta,
         iso(started),
-        step_message(record),
+        step_message(record, waiting),
         shard_views,
         list(files) if with_files else [],
         rows_rejected=int(sum(f.rows_rejected or 0 for f in succeeded)),
-        waiting=_waiting_data(record),
+        waiting=waiting.to_data() if waiting is not None else None,  # for `status --json` and the page
     )
-
-
-def _waiting_data(record: StepRecord) -> dict | None:
-    """The step's wait as data, for `status --json` and the page (``message`` says it in words)."""
-    return json.loads(record.waiting) if _step_wait(record) is not None else None
 
 
 def run_view(ref: RunRef, run: RunRecord, steps: Sequence[StepView], airflow_state: str | None) -> RunView:

@@ -212,14 +212,14 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         if self.admission is not None:
             from shardline.orchestration.step.capacity import note_waiting
 
-            waiting = self.admission.waiting_text()
-            note_waiting(spec, attempt, Waiting(admission=self.admission))
+            waiting = Waiting(admission=self.admission)
+            note_waiting(spec, attempt, waiting)
             # Said in the task log too: a pool that does not exist in Airflow holds the watch task back forever.
             self.log.info(
                 "step %s: %s. If it waits long, `shardline fleet` names a pool fleet.yaml needs that Airflow lacks "
                 "(`shardline fleet sync` creates it)",
                 self.step,
-                waiting,
+                waiting.text(),
             )
         return attempt.to_xcom()
 

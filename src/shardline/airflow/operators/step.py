@@ -81,7 +81,7 @@ def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float,
     waiting = Waiting(submit=wait, job_name=attempt.job_name, retry_at=time.time() + wait.delay_seconds)
     if not note_waiting(task.spec, attempt, waiting):
         return False
-    task.keep_partition(attempt, time.time() + wait.delay_seconds)
+    task.keep_partition(attempt, waiting.retry_at)
     task.defer(
         trigger=BackoffTrigger(
             wait.delay_seconds,
