@@ -27,6 +27,7 @@ SECTIONS = [
     ("RetryPolicy", "A step's retries", "steps[].retry."),
     ("FailureTolerance", "A step's tolerance", "steps[].tolerance."),
     ("DriftPolicy", "A step's drift check", "steps[].drift."),
+    ("DeadlineSpec", "The deadline", "deadline."),
     ("CostSettings", "Cost", "cost."),
     ("SageMakerSettings", "SageMaker", "sagemaker."),
     ("VpcConfig", "SageMaker's VPC", "sagemaker.vpc."),

@@ -90,3 +90,24 @@ def test_late_inputs_fail_the_step_naming_them_when_no_attempt_is_left_whatever_
     assert {f.status for f in decision.failed_files} == {FileStatus.FAILED}
     assert {f.error_class for f in decision.failed_files} == {policy.LATE_INPUT_ERROR}
     assert "retry.max_attempts" in decision.reason
+
+
+def test_a_scheduled_runs_partition_is_due_at_its_intervals_end_even_when_it_was_created_late():
+    # A scheduler that was down does not move the deadline: the partition was owed at its interval's end.
+    late = END + dt.timedelta(hours=2)
+    assert readiness.due_at(run_type="scheduled", interval_end=END, triggered_at=late) == END
+
+
+@pytest.mark.parametrize("run_type", ["manual", "backfill", "asset_triggered"])
+def test_any_other_runs_partition_is_due_when_it_was_triggered_if_that_is_later(run_type):
+    # A backfill of last week's hour is not late the moment it starts; a manual run of an hour still going is due
+    # at its end, as the scheduled run would be.
+    later = END + dt.timedelta(days=7)
+    assert readiness.due_at(run_type=run_type, interval_end=END, triggered_at=later) == later
+    earlier = END - dt.timedelta(minutes=30)
+    assert readiness.due_at(run_type=run_type, interval_end=END, triggered_at=earlier) == END
+
+
+def test_a_run_with_no_interval_is_due_when_it_was_triggered_and_one_with_neither_never():
+    assert readiness.due_at(run_type="manual", interval_end=None, triggered_at=END) == END
+    assert readiness.due_at(run_type="scheduled", interval_end=None, triggered_at=None) is None

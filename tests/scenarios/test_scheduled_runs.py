@@ -14,6 +14,7 @@ import io
 import json
 import time
 import uuid
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -29,7 +30,9 @@ from tests.support.pipelines import parquet_bytes
 pytestmark = pytest.mark.slow
 
 PIPELINE = "minutely_scoring"
+DOWNSTREAM = "minutely_downstream"
 SETTLE = 10
+DEADLINE = 30  # seconds past a minute's end by which its run must have succeeded
 ROWS = 50
 
 
@@ -62,6 +65,10 @@ def minutely(airflow_stack, tmp_path, monkeypatch):
         "backend": "local",
         "ledger_table": table,
         "poll_interval_seconds": 1,
+        # A run not green DEADLINE seconds after its minute is reported, and notify (a module of the DAG folder)
+        # writes each report down; the report's Asset event carries the minute as its partition key.
+        "deadline": {"after": f"{DEADLINE}s", "notify": "minutely_notify.record"},
+        "partitioned_asset": True,
         "steps": [
             {
                 "name": "score",
@@ -85,23 +92,60 @@ def minutely(airflow_stack, tmp_path, monkeypatch):
         ],
     }
     (airflow_stack.dags / "pipelines" / f"{PIPELINE}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    notified = tmp_path / "notified.jsonl"
+    notify_file = airflow_stack.dags / "minutely_notify.py"
+    notify_file.write_text(NOTIFY_MODULE.format(path=str(notified)))
+    downstream_file = airflow_stack.dags / f"{DOWNSTREAM}.py"
+    downstream_file.write_text(DOWNSTREAM_DAG.format(dag_id=DOWNSTREAM, asset=f"s3://{bucket}/scores/"))
     dag_file = airflow_stack.dags / f"{PIPELINE}.py"
     dag_file.write_text(
         f"from shardline.airflow.dag_factory import dag_from_spec\n\ndag = dag_from_spec(__file__, '{PIPELINE}.yaml')\n"
     )
     client = airflow_stack.client()
     deadline = time.monotonic() + 120
-    while True:
-        try:
-            client._call("GET", f"/dags/{PIPELINE}")
-            break
-        except Exception:
-            assert time.monotonic() < deadline, f"the DAG never appeared:\n{airflow_stack.tail()}"
-            time.sleep(2)
-    yield {"s3": s3, "bucket": bucket, "gate": gate}
+    for dag_id in (DOWNSTREAM, PIPELINE):
+        while True:
+            try:
+                client._call("GET", f"/dags/{dag_id}")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, f"the DAG {dag_id} never appeared:\n{airflow_stack.tail()}"
+                time.sleep(2)
+    yield {"s3": s3, "bucket": bucket, "gate": gate, "notified": notified}
     gate.touch()  # release any job still held
-    client._call("PATCH", f"/dags/{PIPELINE}", json={"is_paused": True})
-    dag_file.unlink()
+    for dag_id in (PIPELINE, DOWNSTREAM):
+        client._call("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+    for path in (dag_file, downstream_file, notify_file):
+        path.unlink()
+
+
+# What deadline.notify calls: one JSON line per missed deadline.
+NOTIFY_MODULE = """import json
+
+
+def record(missed):
+    with open({path!r}, "a") as out:
+        out.write(json.dumps({{"run_id": missed.run_id, "state": missed.state, "message": missed.message}}) + "\\n")
+"""
+
+# A downstream DAG as Airflow 3.2+ users write one: a run per partition of the pipeline's asset.
+DOWNSTREAM_DAG = """import datetime
+
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, Asset, IdentityMapper, PartitionedAssetTimetable
+
+with DAG(
+    {dag_id!r},
+    schedule=PartitionedAssetTimetable(assets=Asset({asset!r}), default_partition_mapper=IdentityMapper()),
+    start_date=datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc),
+    catchup=False,
+):
+    EmptyOperator(task_id="use_the_scores")
+"""
+
+
+def _notified(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _run_for(client, start: dt.datetime, timeout: float = 180, run_types=("scheduled",)) -> dict:
@@ -230,6 +274,8 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     # (other rows): attempt 2 scores both before _SUCCESS.
     s3.put_object(Bucket=bucket, Key=f"{prefix[0]}part-late.parquet", Body=parquet_bytes(ROWS, 3 * ROWS))
     s3.put_object(Bucket=bucket, Key=f"{prefix[0]}part-1.parquet", Body=parquet_bytes(ROWS, 5000))
+    # Held on the gate, S's run is past its deadline: the alert fires (once: checked at the end).
+    _wait_for(lambda: run_id in {n["run_id"] for n in _notified(minutely["notified"])}, "S's alert", airflow_stack)
     minutely["gate"].touch()
     airflow_stack.assert_succeeds(PIPELINE, run_id, 300)
     manifest = naming.outputs_manifest_key(f"s3://{bucket}/{out[0]}", run_id, "score")
@@ -275,3 +321,43 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     airflow_stack.assert_succeeds(PIPELINE, after["dag_run_id"], 300)
     assert _ids(s3, bucket, out[2]) == list(range(2000, 2000 + ROWS))
     assert "MISSING" not in shardline(airflow_stack, *runs, env={"SHARDLINE_MISSING_GRACE_SECONDS": "15"}).stdout
+
+    # 4. Deadlines: S's run, held past its deadline, was reported once, naming its partition, its state and the
+    # on-call command, and `shardline runs` marks it. Every run Airflow holds as late was reported once, and no other
+    # (Airflow drops the deadline of a run that succeeded in time). The second run of S was deleted, deadline and all.
+    def reported_as_airflow_holds() -> bool:
+        counts = Counter(n["run_id"] for n in _notified(minutely["notified"]))
+        counts.pop(second_id, None)
+        missed = {r for r, d in airflow_stack.deadlines(PIPELINE).items() if d["missed"]}
+        return set(counts) == missed and set(counts.values()) == {1}
+
+    _wait_for(reported_as_airflow_holds, "a report for each deadline Airflow holds as missed", airflow_stack)
+    first = [n for n in _notified(minutely["notified"]) if n["run_id"] == run_id]
+    assert len(first) == 1 and first[0]["state"] == "running", first
+    assert f"partition {start:%Y-%m-%dT%H:%M:%S}" in first[0]["message"], first
+    assert f"shardline status {PIPELINE}/{run_id}" in first[0]["message"], first
+    listed = shardline(airflow_stack, *runs, env={"COLUMNS": "400"}).stdout
+    assert any(run_id in line and "past its deadline" in line for line in listed.splitlines()), listed
+
+    # 5. Partitions: each scored minute's Asset event carries it as its partition key (and in its extra), and the
+    # downstream DAG ran once per scored minute (S at most twice: two runs scored it), for no other minute.
+    keys = [f"{m:%Y-%m-%dT%H:%M:%S}" for m in minute]
+    events = client._call(
+        "GET", "/assets/events", params={"source_dag_id": PIPELINE, "source_run_id": after["dag_run_id"]}
+    )
+    assert [(e["partition_key"], e["extra"]["partition"]) for e in events["asset_events"]] == [(keys[2], keys[2])]
+
+    def downstream_keys() -> Counter:
+        runs = client._call("GET", f"/dags/{DOWNSTREAM}/dagRuns", params={"limit": 100})["dag_runs"]
+        return Counter(r["partition_key"] for r in runs)
+
+    _wait_for(lambda: set(downstream_keys()) == set(keys), "a downstream run for each scored minute", airflow_stack)
+    got = downstream_keys()
+    assert got[keys[1]] == got[keys[2]] == 1 and got[keys[0]] in (1, 2), got
+
+
+def _wait_for(check, what: str, stack, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}\n{stack.tail()}"
+        time.sleep(2)

@@ -126,6 +126,16 @@ class AirflowStack:
             parts.append(f"--- {ti['task_id']} try {ti['try_number']} ---\n{str(log)[-chars:]}")
         return "\n".join(parts) or "(no failed task has a log)"
 
+    def deadlines(self, dag_id: str, run_id: str = "~") -> dict[str, dict]:
+        """The Airflow deadlines of the DAG's runs (``run_id``: one run's), by run id, as Airflow's UI reads them.
+        Airflow drops the deadline of a run that succeeded in time."""
+        client = self.client()
+        answer = client._http.request(
+            "GET", f"{client.base_url}/ui/dags/{dag_id}/dagRuns/{run_id}/deadlines", headers=client._auth_header()
+        )
+        answer.raise_for_status()
+        return {d["dag_run_id"]: d for d in answer.json()["deadlines"]}
+
     def tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 

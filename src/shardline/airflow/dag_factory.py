@@ -17,6 +17,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
+from shardline.airflow.deadlines import deadline_alert
 from shardline.airflow.operators.plan import PlanStepOperator
 from shardline.airflow.operators.report import ReportOperator
 from shardline.airflow.operators.step import WatchStepOperator, mark_run_failed
@@ -119,6 +120,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
             "weight_rule": "absolute",
         },
         max_active_runs=4,
+        deadline=deadline_alert(spec, spec_path),
         on_failure_callback=functools.partial(mark_run_failed, str(spec_path)),
         doc_md=f"Generated from `{spec_path.name}` by Shardline. Steps: " + " -> ".join(s.name for s in spec.steps),
     ) as dag:

@@ -69,3 +69,13 @@ def not_ready_reason(interval_end: dt.datetime, ready: dt.datetime) -> str:
         f"landing: it is planned from {ready:%H:%M:%S} UTC, {settle}s later (input.settle_seconds; or name "
         "input.ready_marker, the object the writer puts last)"
     )
+
+
+def due_at(*, run_type: str, interval_end: dt.datetime | None, triggered_at: dt.datetime | None) -> dt.datetime | None:
+    """When a run's partition is due, the moment its deadline (``deadline.after``) counts from: a scheduled run's
+    data interval's end; any other run's (a manual run, a rerun, a backfill of an old partition), the later of that
+    and the moment it was triggered, so a backfill is not late the moment it starts. None when neither is known."""
+    if run_type == SCHEDULED and interval_end is not None:
+        return interval_end
+    known = [when for when in (interval_end, triggered_at) if when is not None]
+    return max(known) if known else None

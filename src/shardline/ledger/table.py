@@ -145,6 +145,9 @@ class ControlItem(_Expiring, Model):
     waiting_step = UnicodeAttribute(null=True, attr_name="ows")
     # RUN items: the partition the run scores (its data interval's start, UTC), for `shardline runs`.
     partition = UnicodeAttribute(null=True, attr_name="opt")
+    # RUN items: the run missed its deadline (spec deadline:): what the views show, and how often the alert fired.
+    late = UnicodeAttribute(null=True, attr_name="olt")
+    deadline_misses = NumberAttribute(null=True, attr_name="odm")
     # PARTITION lock items (ledger.partitions): taken over only by raising the fence; the lease says until when the
     # holder vouched for itself.
     fence = NumberAttribute(null=True, attr_name="ofn")  # STEP items: the fence of the take the step holds

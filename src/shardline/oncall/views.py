@@ -63,10 +63,14 @@ def run_row(pipeline: str, run_id: str, started_at: dt.datetime | None, run: Run
 
 
 def run_message(run: RunRecord) -> str | None:
-    """What a run says: while it runs, which step's job is not running yet and why, if one waits; else its message."""
+    """What a run says: while it runs, which step's job is not running yet and why, if one waits; else its message.
+    A run that missed its deadline says that first."""
     waiting = Waiting.from_json(run.waiting) if run.status == StepStatus.RUNNING else None
     said = waiting.text() if waiting is not None else ""
-    return f"step {run.waiting_step}: {said}" if said else run.message
+    message = f"step {run.waiting_step}: {said}" if said else run.message
+    if run.late:
+        return f"{run.late}: {message}" if message else run.late
+    return message
 
 
 def _step_wait(record: StepRecord) -> Waiting | None:

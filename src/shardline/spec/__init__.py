@@ -25,6 +25,7 @@ from shardline.spec.base import (  # noqa: F401
     SpecError,
     _Strict,
 )
+from shardline.spec.deadline import DeadlineSpec
 from shardline.spec.step_io import InputSpec, ModelRef, OutputSpec
 
 MAX_INSTANCE_COUNT = 100  # the most instances one job may ask for (resources.instance_count, the Param too)
@@ -204,6 +205,13 @@ class PipelineSpec(_Strict):
         description="a trigger conf key that is not a Param fails the run at its plan task, or "
         "with `warn` is logged and ignored",
     )
+    deadline: DeadlineSpec | None = None
+    """by when each run's partition must be scored (an Airflow Deadline Alert); unset: no deadline"""
+    partitioned_asset: bool = False
+    """the Asset event of a run's report carries the run's partition (its data interval's start, UTC, as
+    `2026-11-22T10:00:00`) as Airflow's partition key: a DAG scheduled on the asset with a PartitionedAssetTimetable
+    gets one run per scored partition (Airflow's temporal mappers read the key as it is). Airflow starts no DAG
+    scheduled on the plain asset from such an event. Needs a schedule; unset, the key is in the event's extra only"""
     steps: Annotated[tuple[StepSpec, ...], Field(min_length=1)]
     """the steps, run in order; a step may read an earlier one's outputs (input.from_step)"""
     sagemaker: SageMakerSettings = SageMakerSettings()
@@ -249,6 +257,11 @@ class PipelineSpec(_Strict):
                         f"{value!r}: give each step its own"
                     )
                 places[folder] = step.name
+        if self.partitioned_asset and self.schedule in (None, "@once"):
+            raise ValueError(
+                "partitioned_asset needs a schedule: a run's partition is an interval of the schedule, and this "
+                f"pipeline has none ({self.schedule!r})"
+            )
         if self.sagemaker.network_isolation:
             # AWS quirk: an isolated container has no network at all, so the worker could not
             # write file status or heartbeats to DynamoDB and every shard would look lost.

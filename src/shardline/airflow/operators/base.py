@@ -54,5 +54,12 @@ def run_type_of(context) -> str:
 
 def partition_of(context) -> str | None:
     """What the run scores, as `shardline runs` shows it: its data interval's start (UTC), else its logical date."""
-    when = context.get("data_interval_start") or context.get("logical_date")
+    return partition_text(context.get("data_interval_start") or context.get("logical_date"))
+
+
+def partition_text(when: dt.datetime | str | None) -> str | None:
+    """A run's partition as Shardline names it everywhere (`shardline runs`, the Asset event's partition key):
+    ``2026-11-22T10:00:00``, UTC, the format Airflow's temporal partition mappers read."""
+    if isinstance(when, str):
+        when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") if when else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardline.airflow.operators.base import SpecMixin, fails_fast
+from shardline.airflow.operators.base import SpecMixin, fails_fast, partition_of
 from shardline.decision.policy import Action  # pure, as the line below
 from shardline.decision.run_outcome import run_outcome  # pure, as the line above
 from shardline.ledger.keys import StepRef
@@ -63,7 +63,8 @@ class ReportOperator(SpecMixin, BaseOperator):
 
     def _tell_downstream(self, context, status: str, summaries: list[dict]) -> None:
         """The Asset event carries what the output prefix's own markers say: per step, whether it
-        SUCCEEDED (and so wrote ``_SUCCESS``), its rows, and where its outputs manifest is."""
+        SUCCEEDED (and so wrote ``_SUCCESS``), its rows, and where its outputs manifest is; and the run's partition,
+        in its extra, and with ``partitioned_asset`` as its partition key too."""
         from shardline.orchestration.step.files import latest_attempt
         from shardline.planning import naming
 
@@ -92,8 +93,12 @@ class ReportOperator(SpecMixin, BaseOperator):
                     else None,
                 }
             )
+        partition = partition_of(context)
         for outlet in self.outlets:
-            context["outlet_events"][outlet].extra = {"run_id": context["run_id"], "status": status, "steps": steps}
+            event = context["outlet_events"][outlet]
+            event.extra = {"run_id": context["run_id"], "partition": partition, "status": status, "steps": steps}
+            if self.spec.partitioned_asset and partition:
+                event.add_partitions(partition)  # for PartitionedAssetTimetable DAGs (plain ones start no more)
 
     def _finish_run(self, context, status: StepStatus, message: str) -> None:
         from shardline.orchestration.step.end import finish_run

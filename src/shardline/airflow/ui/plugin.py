@@ -1,4 +1,5 @@
-"""The Airflow plugin: Shardline's on-call app in the API server, and a link to it in Airflow's navigation.
+"""The Airflow plugin: Shardline's on-call app in the API server, a link to it in Airflow's navigation, and the
+deadline reference a spec's ``deadline`` uses (Airflow finds custom references only through a plugin).
 
 Registered through the ``airflow.plugins`` entry point of the installed ``shardline`` package
 (the provider's info names it too). Every Airflow process loads plugins, tasks included, so the
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from shardline.airflow.deadlines import PartitionDue
 from shardline.airflow.ui.root import airflow_root_path
 
 URL_PREFIX = "/shardline"
@@ -30,6 +32,7 @@ class LazyOnCallApp:
 
 class ShardlineUiPlugin(AirflowPlugin):
     name = "shardline_ui"
+    deadline_references = [PartitionDue]
     fastapi_apps = [{"app": LazyOnCallApp(), "url_prefix": URL_PREFIX, "name": "Shardline on-call"}]
     external_views = [
         {
