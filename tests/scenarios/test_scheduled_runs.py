@@ -231,6 +231,9 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
     3. Its logical date stops the scheduler from creating S+1's run: `shardline runs` lists S+1 MISSING with the
        command that scores it; that command (the docs' way, once the blocking run is deleted) scores S+1, and the
        scheduler still creates and scores S+2's run.
+    4. The spec's deadline (DEADLINE seconds): S's run, held on its gate until then, is reported once by the
+       Deadline Alert's callback, and every run Airflow holds as late is reported once, no other.
+    5. With ``partitioned_asset``, a downstream DAG on a PartitionedAssetTimetable runs once per scored minute.
     """
     s3, bucket, client = minutely["s3"], minutely["bucket"], airflow_stack.client()
     # The interval under test: this minute if most of it is left, else the next. Its files land one by one
