@@ -12,7 +12,7 @@ The hourly pipeline, by default:
    backend with 2 instances, and kills one instance mid-run so the watch's
    resubmission shows in the log;
 5. prints a summary table, with the path of the step's run report fetched to
-   .shardline/reports/, and stops every server it started.
+   .shardline/reports/ and of the run's OpenLineage events, and stops every server it started.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ HOUR = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)  # the partition the demo sc
 # A run scores its data interval: triggered at 11:00, the hourly DAG's interval is the hour 10:00-11:00.
 LOGICAL_DATE = HOUR + dt.timedelta(hours=1)
 FILES, ROWS = 160, 8_000_000
+LINEAGE_FILE = "lineage.jsonl"  # under the work folder: the OpenLineage events of the run
 
 
 def say(text: str) -> None:
@@ -154,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
                 # The pipeline runs from a copy of the DAG folder that pins the model the demo trains.
                 "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
                 "SHARDLINE_LOCAL_ROOT": str(work / "local"),
+                # OpenLineage (shardline[lineage]): every task's events, one JSON line each, in this file.
+                "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                    {"type": "file", "log_file_path": str(work / LINEAGE_FILE), "append": True}
+                ),
             }
         )
         say("preparing Airflow's metadata database (airflow db migrate)")
@@ -306,6 +311,9 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
         f"{'each the calibration of its own score' if right else 'MISMATCH'}"
     )
     print(f"  output           s3://{BUCKET}/churn/calibrated/dt={DAY:%Y-%m-%d}/")
+    # The second step reads the first one's output: in the lineage, one dataset joins the two watch tasks.
+    lineage, _ = lineage_of(work / LINEAGE_FILE, CHURN, run.run_id, "watch_calibrate")
+    print(f"  lineage          {lineage}")
     ok = str(run.state) == "success" and right and len(scored) == rows
     return 0 if ok else 1
 
@@ -422,6 +430,8 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
         ("output", out),
         ("report", report_path),
     ]
+    lineage, lineage_rows = lineage_of(work / LINEAGE_FILE, spec.pipeline, run_id, "watch_score")
+    rows.append(("lineage", lineage))
     redone_ok = True
     if kill is not None:
         files = read_step_files(spec, StepRef(spec.pipeline, run_id, "score")).files
@@ -449,10 +459,35 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
     ok = (
         str(run.state) == "success"
         and summary["rows_in"] == summary["rows_out"] == expected_rows
+        and lineage_rows in (None, (summary["rows_in"], summary["rows_out"]))
         and reported
         and redone_ok
     )
     return 0 if ok else 1
+
+
+def lineage_of(path: Path, pipeline: str, run_id: str, task_id: str) -> tuple[str, tuple[int, int] | None]:
+    """The summary's lineage line: how many OpenLineage events the run wrote to ``path``, and the datasets and rows
+    the watch task's COMPLETE event names; with those rows (in, out), or None where no such event was written (the
+    OpenLineage provider is not installed)."""
+    events = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    ended = [
+        e
+        for e in events
+        if e.get("eventType") == "COMPLETE"
+        and e["job"]["name"] == f"{pipeline}.{task_id}"
+        and e["run"]["facets"].get("airflow", {}).get("dagRun", {}).get("run_id") == run_id
+    ]
+    if not ended:
+        return f"no OpenLineage event of {task_id} (pip install 'shardline[lineage]'); {path}", None
+    [source], [target] = ended[-1]["inputs"], ended[-1]["outputs"]
+    rows_in = source["inputFacets"]["inputStatistics"]["rowCount"]
+    rows_out = target["outputFacets"]["outputStatistics"]["rowCount"]
+    said = (
+        f"{len(events)} OpenLineage events in {path}; {task_id}: {source['namespace']}/{source['name']} "
+        f"({rows_in:,} rows) -> {target['namespace']}/{target['name']} ({rows_out:,} rows)"
+    )
+    return said, (rows_in, rows_out)
 
 
 if __name__ == "__main__":

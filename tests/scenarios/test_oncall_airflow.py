@@ -255,6 +255,33 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
         **{name: 1 for name in outputs - {"late-arrival.parquet"}},
         "late-arrival.parquet": 2,
     }
+    # Lineage: the watch task's first try, which failed, told OpenLineage what it had scored and FAILED; its try after
+    # the resubmission names the step's S3 datasets with the ledger's rows in and out, and the model it ran.
+    events = airflow_stack.lineage(PIPELINE, run_id, "watch_score")
+    ended = {e["eventType"]: e for e in events if e["eventType"] in ("FAIL", "COMPLETE")}
+    assert set(ended) == {"FAIL", "COMPLETE"}, [e["eventType"] for e in events]
+    for event, rows, files, status in (
+        (ended["FAIL"], 20_000, 4, "FAILED"),
+        (ended["COMPLETE"], expected, 5, "SUCCEEDED"),
+    ):
+        [source], [target] = event["inputs"], event["outputs"]
+        assert (source["namespace"], source["name"]) == (f"s3://{BUCKET}", prefix.rstrip("/")), source
+        assert (target["namespace"], target["name"]) == (f"s3://{BUCKET}", out_prefix.rstrip("/")), target
+        assert source["inputFacets"]["inputStatistics"]["rowCount"] == rows, source
+        assert target["outputFacets"]["outputStatistics"] == {
+            **target["outputFacets"]["outputStatistics"],
+            "rowCount": rows,
+            "fileCount": files,
+        }
+        facet = event["run"]["facets"]["shardline"]
+        assert (facet["status"], facet["step"], facet["modelUri"]) == (
+            status,
+            "score",
+            f"s3://{BUCKET}/models/xgboost/v1/model.tar.gz",
+        ), facet
+    assert ended["COMPLETE"]["run"]["facets"]["shardline"]["attempts"] == 2
+    assert ended["COMPLETE"]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == step["rows_out"]
+
     # The Asset event says the same.
     events = airflow_stack.client()._call("GET", "/assets/events", params={"source_run_id": run_id})
     extras = [e["extra"] for e in events["asset_events"] if e["source_run_id"] == run_id]

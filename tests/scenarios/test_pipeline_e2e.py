@@ -27,6 +27,14 @@ def test_demo_pipeline_recovers_a_killed_instance(tmp_path):
     assert "attempts          2 (2 processing job(s))" in out
     # The step's run report, fetched to a local file as `shardline report` does.
     assert re.search(r"^  report +\S*\.shardline/reports/tabular_scoring_hourly/\S+/score/report\.html$", out, re.M)
+    # Its OpenLineage events, in a file whose path it prints: the watch task names the step's datasets and the
+    # ledger's rows (the demo fails where they differ from its summary).
+    lineage = re.search(r"^  lineage +\d+ OpenLineage events in (\S+/lineage\.jsonl); watch_score: (.*)$", out, re.M)
+    assert lineage, out[-3000:]
+    assert lineage.group(2) == (
+        "s3://shardline-demo/events/dt=2026-11-22/hour=10 (1,200,000 rows) -> "
+        "s3://shardline-demo/scores/dt=2026-11-22/hour=10 (1,200,000 rows)"
+    )
 
 
 def _dags_with_tolerance(tmp_path, max_failed_files: int):
@@ -92,6 +100,8 @@ def test_the_churn_demo_runs_both_steps_and_joins_every_row(tmp_path):
     assert "step score       2/2 files, rows in / out 8,000 / 8,000, attempts 1" in out
     assert "step calibrate   2/2 files, rows in / out 8,000 / 8,000, attempts 1" in out
     assert "8,000 calibrated rows for 8,000 scored customers: each the calibration of its own score" in out
+    # In the lineage, the second step reads the dataset the first one wrote.
+    assert "watch_calibrate: s3://shardline-demo/churn/scores/dt=2026-11-22 (8,000 rows) -> " in out, out[-3000:]
 
 
 @pytest.mark.slow

@@ -136,6 +136,19 @@ class AirflowStack:
         answer.raise_for_status()
         return {d["dag_run_id"]: d for d in answer.json()["deadlines"]}
 
+    def lineage(self, dag_id: str, run_id: str, task_id: str) -> list[dict]:
+        """The OpenLineage events of a task of a run (the file transport's, oldest first)."""
+        events = []
+        for path in sorted((self.home / "lineage").glob("ol-*.json")):
+            event = json.loads(path.read_text())
+            airflow = event.get("run", {}).get("facets", {}).get("airflow", {})
+            if (
+                event.get("job", {}).get("name") == f"{dag_id}.{task_id}"
+                and airflow.get("dagRun", {}).get("run_id") == run_id
+            ):
+                events.append(event)
+        return events
+
     def tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
@@ -180,13 +193,24 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
         # The test specs are unpinned (conftest), so tests can swap models; their instances run as processes.
         "SHARDLINE_LOCAL_RUNTIME": "process",
         "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS": "1",
+        # OpenLineage (shardline[lineage]) with its file transport: one file per event under home/lineage/. Only the
+        # watch tasks emit task events (the plan and report tasks' carry no datasets of Shardline's): each event is
+        # a fork of the task's process, and the suite's Airflow runs a few hundred tasks.
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(home / "lineage" / "ol")}),
+        "AIRFLOW__OPENLINEAGE__DISABLED_FOR_OPERATORS": ";".join(
+            (
+                "shardline.airflow.operators.plan.PlanStepOperator",
+                "shardline.airflow.operators.report.ReportOperator",
+                "airflow.providers.standard.operators.empty.EmptyOperator",
+            )
+        ),
     }
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
         env.pop(name, None)  # a developer's own endpoints must not leak into the test's (a caller may set them)
     env.update(extra_env or {})  # last: a caller may also change Airflow's settings above
     for name in [n for n in env if n.startswith("SHARDLINE_AIRFLOW_")]:
         env.pop(name)  # a developer's own Airflow settings must not leak into the test's
-    home.mkdir(parents=True, exist_ok=True)
+    (home / "lineage").mkdir(parents=True, exist_ok=True)
     log = home / "standalone.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

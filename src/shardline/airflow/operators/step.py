@@ -109,6 +109,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         self.spec_path, self.plan_task_id, self.poll_interval = spec_path, plan_task_id, poll_interval
         self.admission = admission  # decision.fleet.Admission as JSON: the plan noted the wait; this task clears it
         self._attempt: Attempt | None = None
+        self._ended: tuple[str, dict] | None = None  # the step's status and summary, once it is done
 
     @fails_fast
     def execute(self, context):
@@ -189,6 +190,8 @@ class WatchStepOperator(SpecMixin, BaseOperator):
                 self.log.warning("%s", partial_text(attempt.step, outcome.reason, failed, fix))
             else:
                 self.log.info("step %s succeeded: %s", attempt.step, outcome.reason)
+            status = "PARTIAL" if outcome.action is Action.PARTIAL else "SUCCEEDED"
+            self._ended = (status, outcome.summary)
             return {**outcome.summary, "outcome": outcome.action.value}
         if outcome.retry is None:
             raise AirflowFailException(step_failed_text(attempt, outcome.action, outcome.reason, failed))
@@ -243,6 +246,37 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         nxt = Attempt.from_xcom(submitted)
         self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
         return self._watch(context, nxt)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """For Airflow's OpenLineage provider: the step's S3 datasets, rows in and out, and model
+        (:mod:`shardline.airflow.lineage`)."""
+        from shardline.airflow.lineage import step_lineage
+
+        status, summary = self._ended or ("SUCCEEDED", None)
+        return step_lineage(self.spec, self._attempt, summary or self._summary(self._attempt), status)
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        """As on complete, for a step that failed: what it had scored, and FAILED."""
+        from shardline.airflow.lineage import step_lineage
+
+        attempt = self._attempt
+        if attempt is None:  # failed before it watched anything: the plan's attempt names the datasets
+            planned = task_instance.xcom_pull(task_ids=self.plan_task_id)
+            attempt = Attempt.from_xcom(planned) if planned else None
+        return step_lineage(self.spec, attempt, self._summary(attempt), "FAILED")
+
+    def _summary(self, attempt: Attempt | None) -> dict | None:
+        """The step's rows as the ledger has them, or None when it cannot be read (the lineage still names the
+        datasets)."""
+        from shardline.orchestration.step import end
+
+        if attempt is None:
+            return None
+        try:
+            return end.report(self.spec, attempt.ref)
+        except Exception:  # lineage must never fail the task: it goes out without rows
+            self.log.warning("lineage: the step's rows could not be read from the ledger", exc_info=True)
+            return None
 
     def on_kill(self):
         if self._attempt is not None:

@@ -1,0 +1,93 @@
+"""What a step's watch task tells OpenLineage: the step's S3 datasets, its rows in and out, its model and its end.
+
+Airflow's OpenLineage provider (``shardline[lineage]``) calls the watch operator's
+``get_openlineage_facets_on_complete`` and ``..._on_failure`` when the task ends; they import this module and build
+the answer here. Only the provider calls them, so nothing imports this module where the provider is not installed.
+
+Datasets are named as the Amazon provider names S3 ones: namespace ``s3://bucket``, name the key prefix (without
+its trailing ``/``), so a step's input is the earlier step's output and the graph joins up. The row counts are the
+ledger's (:func:`shardline.orchestration.step.end.report`): rows in and out of the files that succeeded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attr
+from airflow.providers.common.compat.openlineage.facet import (
+    InputDataset,
+    OutputDataset,
+    OutputStatisticsOutputDatasetFacet,
+    RunFacet,
+)
+from airflow.providers.openlineage.extractors import OperatorLineage
+from openlineage.client.generated.input_statistics_input_dataset import InputStatisticsInputDatasetFacet
+
+from shardline.planning.attempt import Attempt
+from shardline.spec import PipelineSpec
+
+FACET_SCHEMA = "https://github.com/shardline/shardline/blob/main/docs/lineage.md#the-shardline-run-facet"
+PRODUCER = "https://github.com/shardline/shardline"
+
+
+@attr.define
+class ShardlineRunFacet(RunFacet):
+    """A Shardline step's end: its status, attempts, files, rejected rows, and the model it ran."""
+
+    pipeline: str
+    step: str
+    status: str  # SUCCEEDED, PARTIAL (within its tolerance) or FAILED
+    attempts: int
+    modelUri: str  # camelCase: OpenLineage facets are
+    modelVersion: str | None = None
+    modelSha256: str | None = None
+    filesSucceeded: int | None = None
+    filesFailed: int | None = None
+    rowsRejected: int | None = None
+
+    @staticmethod
+    def _get_schema() -> str:
+        return FACET_SCHEMA
+
+
+def s3_dataset_name(uri: str) -> tuple[str, str]:
+    """``(namespace, name)`` of an S3 prefix: ``s3://b/scores/dt=1/`` is ``("s3://b", "scores/dt=1")``."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return f"s3://{bucket}", key.rstrip("/")
+
+
+def step_facts(spec: PipelineSpec, attempt: Attempt, summary: dict | None, status: str) -> dict[str, Any]:
+    """The step's facts as the ``shardline`` run facet carries them."""
+    model = spec.step(attempt.step).model
+    pinned = model.versions.get(attempt.model_version or "", model.sha256) if model.versions else model.sha256
+    summary = summary or {}
+    return {
+        "pipeline": attempt.pipeline,
+        "step": attempt.step,
+        "status": status,
+        "attempts": int(summary.get("attempts") or attempt.number),
+        "modelUri": attempt.model_uri,
+        "modelVersion": attempt.model_version,
+        "modelSha256": pinned,
+        "filesSucceeded": summary.get("succeeded"),
+        "filesFailed": summary.get("failed"),
+        "rowsRejected": summary.get("rows_rejected"),
+    }
+
+
+def step_lineage(spec: PipelineSpec, attempt: Attempt | None, summary: dict | None, status: str) -> OperatorLineage:
+    """The lineage of a watch task that ended with the step ``status``; ``summary``: the step's report, None when it
+    could not be read (the datasets are named, without their rows); no ``attempt`` (the task failed before it had
+    one): nothing to say."""
+    if attempt is None:
+        return OperatorLineage()
+    read = written = None
+    if summary is not None:
+        read = InputStatisticsInputDatasetFacet(rowCount=summary["rows_in"], fileCount=summary["files"])
+        written = OutputStatisticsOutputDatasetFacet(rowCount=summary["rows_out"], fileCount=summary["succeeded"])
+    source, target = s3_dataset_name(attempt.input_prefix), s3_dataset_name(attempt.output_prefix)
+    return OperatorLineage(
+        inputs=[InputDataset(*source, inputFacets={"inputStatistics": read} if read else {})],
+        outputs=[OutputDataset(*target, outputFacets={"outputStatistics": written} if written else {})],
+        run_facets={"shardline": ShardlineRunFacet(**step_facts(spec, attempt, summary, status), producer=PRODUCER)},
+    )
