@@ -480,9 +480,13 @@ def lineage_of(path: Path, pipeline: str, run_id: str, task_id: str) -> tuple[st
     ]
     if not ended:
         return f"no OpenLineage event of {task_id} (pip install 'shardline[lineage]'); {path}", None
-    [source], [target] = ended[-1]["inputs"], ended[-1]["outputs"]
-    rows_in = source["inputFacets"]["inputStatistics"]["rowCount"]
-    rows_out = target["outputFacets"]["outputStatistics"]["rowCount"]
+    source, target = (ended[-1].get(side) or [{}] for side in ("inputs", "outputs"))
+    source, target = source[0], target[0]
+    rows_in = source.get("inputFacets", {}).get("inputStatistics", {}).get("rowCount")
+    rows_out = target.get("outputFacets", {}).get("outputStatistics", {}).get("rowCount")
+    if rows_in is None or rows_out is None:
+        # (-1, -1) is never the summary's rows: the demo fails, as it should for an event without them.
+        return f"{len(events)} OpenLineage events in {path}; {task_id}'s names no rows", (-1, -1)
     said = (
         f"{len(events)} OpenLineage events in {path}; {task_id}: {source['namespace']}/{source['name']} "
         f"({rows_in:,} rows) -> {target['namespace']}/{target['name']} ({rows_out:,} rows)"

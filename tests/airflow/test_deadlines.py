@@ -6,6 +6,7 @@ deadline callback), against moto_server; tests/scenarios/test_scheduled_runs.py 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from pathlib import Path
@@ -77,6 +78,11 @@ def test_a_notify_that_does_not_import_is_an_error_naming_the_file_and_the_field
     _dags(tmp_path, notify=f"{module}.page", notify_code="def other(missed):\n    pass\n")
     with pytest.raises(SpecError, match=f"deadline.notify: '{module}.page': module '{module}' has no 'page'"):
         dag_from_spec(str(tmp_path / "hourly.py"), "hourly.yaml")
+    # The module is there but imports what is not installed: the error names that, not the module.
+    module = f"alerts_{uuid.uuid4().hex[:8]}"
+    _dags(tmp_path, notify=f"{module}.page", notify_code="import pager_sdk_not_installed\n")
+    with pytest.raises(SpecError, match=f"module '{module}' imports 'pager_sdk_not_installed', which is not installed"):
+        dag_from_spec(str(tmp_path / "hourly.py"), "hourly.yaml")
 
 
 @pytest.mark.parametrize(
@@ -88,12 +94,30 @@ def test_a_notify_that_does_not_import_is_an_error_naming_the_file_and_the_field
     ],
 )
 def test_the_miss_names_the_pipeline_the_partition_the_runs_state_and_the_on_call_command(state, command):
-    missed = missed_of(load_spec(HOURLY), _context(state))
+    missed = missed_of("tabular_scoring_hourly", _context(state))
     assert (missed.partition, missed.state, missed.deadline) == ("2026-11-22T10:00:00", state, "2026-11-22T11:20:00Z")
     assert missed.message == (
         f"tabular_scoring_hourly: run {RUN_ID} had not scored partition 2026-11-22T10:00:00 by its deadline "
         f"2026-11-22T11:20:00Z (the Airflow run is {state}); on call: {command}"
     )
+
+
+def test_the_miss_reads_the_deadline_as_the_executor_hands_it_and_a_run_that_ended_late_says_so():
+    # The executor hands the deadline as a datetime; a naive one is UTC, as Airflow stores it; one missing is "?".
+    context = _context("success")
+    for when in (
+        dt.datetime(2026, 11, 22, 11, 20, tzinfo=dt.UTC),
+        dt.datetime(2026, 11, 22, 11, 20),
+        "2026-11-22T11:20:00",
+    ):
+        context["deadline"]["deadline_time"] = when
+        assert missed_of("tabular_scoring_hourly", context).deadline == "2026-11-22T11:20:00Z"
+    # It ended after its deadline, before the scheduler looked: Airflow still fires, and the message says what it is.
+    assert missed_of("tabular_scoring_hourly", context).message == (
+        f"tabular_scoring_hourly: run {RUN_ID} scored partition 2026-11-22T10:00:00 after its deadline "
+        "2026-11-22T11:20:00Z"
+    )
+    assert missed_of("p", {"dag_run": {"dag_run_id": "r", "state": "running"}}).deadline == "?"
 
 
 NOTIFY = """import json
@@ -114,14 +138,14 @@ def test_the_callback_marks_the_run_late_in_the_ledger_and_calls_notify(tmp_path
 
     deadline_missed(str(path), _context())
     run = RunRecord.of(model.Control.get(run_pk("tabular_scoring_hourly", RUN_ID), RUN_SK, consistent_read=True))
-    assert (run.late, run.deadline_misses) == ("past its deadline 2026-11-22T11:20:00Z (running then)", 1)
+    assert (run.missed_deadline, run.deadline_misses) == ("past its deadline 2026-11-22T11:20:00Z (running then)", 1)
     assert run_message(run) == "past its deadline 2026-11-22T11:20:00Z (running then)"
     [paged] = [json.loads(line) for line in out.read_text().splitlines()]
     assert paged["state"] == "running" and "partition 2026-11-22T10:00:00" in paged["message"]
     # Called again (Airflow repeating it), it is counted again, not hidden: the scenario test expects one.
     deadline_missed(str(path), _context("failed"))
     run = RunRecord.of(model.Control.get(run_pk("tabular_scoring_hourly", RUN_ID), RUN_SK, consistent_read=True))
-    assert (run.late, run.deadline_misses) == ("past its deadline 2026-11-22T11:20:00Z (failed then)", 2)
+    assert (run.missed_deadline, run.deadline_misses) == ("past its deadline 2026-11-22T11:20:00Z (failed then)", 2)
 
 
 def test_a_run_with_no_ledger_record_yet_is_still_paged_and_a_failing_notify_fails_the_callback(tmp_path, ledger_table):

@@ -98,14 +98,21 @@ def test_a_scheduled_runs_partition_is_due_at_its_intervals_end_even_when_it_was
     assert readiness.due_at(run_type="scheduled", interval_end=END, triggered_at=late) == END
 
 
-@pytest.mark.parametrize("run_type", ["manual", "backfill", "asset_triggered"])
+@pytest.mark.parametrize("run_type", ["manual", "operator_triggered", "asset_triggered"])
 def test_any_other_runs_partition_is_due_when_it_was_triggered_if_that_is_later(run_type):
-    # A backfill of last week's hour is not late the moment it starts; a manual run of an hour still going is due
-    # at its end, as the scheduled run would be.
+    # A manual run of last week's hour is not late the moment it starts; a manual run of an hour still going is
+    # due at its end, as the scheduled run would be.
     later = END + dt.timedelta(days=7)
     assert readiness.due_at(run_type=run_type, interval_end=END, triggered_at=later) == later
     earlier = END - dt.timedelta(minutes=30)
     assert readiness.due_at(run_type=run_type, interval_end=END, triggered_at=earlier) == END
+
+
+def test_a_backfill_has_no_deadline():
+    # Airflow creates a backfill's runs at once and runs max_active_runs of them at a time: counted from their
+    # creation, most would be "late" while they wait their turn.
+    later = END + dt.timedelta(days=7)
+    assert readiness.due_at(run_type="backfill", interval_end=END, triggered_at=later) is None
 
 
 def test_a_run_with_no_interval_is_due_when_it_was_triggered_and_one_with_neither_never():

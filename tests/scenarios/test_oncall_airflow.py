@@ -562,21 +562,19 @@ def test_an_hourly_run_with_no_input_yet_waits_for_it_then_succeeds_once_it_land
     assert "waiting up to" in row["message"], row
     table = shardline(airflow_stack, "runs", "--pipeline", PIPELINE).stdout
     assert "PARTITION" in table and "2026-11-22 11:00" in table, table
-    # The spec's deadline (20m): a manual run of an old hour is due when it was triggered (not at its hour's end,
-    # long past), and Airflow holds it.
+    # The spec's deadline (12h, conftest): a manual run of an old hour is due when it was triggered (not at its
+    # hour's end, long past), and Airflow holds it.
     [held] = airflow_stack.deadlines(PIPELINE, run_id).values()
     triggered = _utc(client.dag_run(PIPELINE, run_id)["run_after"])  # the trigger's own time, as created
-    due = _utc(held["deadline_time"]) - dt.timedelta(minutes=20)
+    due = _utc(held["deadline_time"]) - dt.timedelta(hours=12)
     assert not held["missed"] and abs(due - triggered) < dt.timedelta(minutes=1), (held, triggered)
 
     staged["upload_hour"](hour, corrupt=False)  # the data lands late
     airflow_stack.assert_succeeds(PIPELINE, run_id)
     ids = _output_rows(staged["s3"], hour)
     assert sorted(ids) == list(range(20_000))
-    # Green in time: Airflow dropped its deadline, so no alert can fire, and on call sees no mark.
+    # Green in time: Airflow dropped its deadline, so no alert can fire.
     assert airflow_stack.deadlines(PIPELINE, run_id) == {}
-    runs = json.loads(shardline(airflow_stack, "runs", "--pipeline", PIPELINE, "--json").stdout)
-    assert "deadline" not in (next(r for r in runs if r["run_id"] == run_id)["message"] or "")
 
 
 def test_a_run_whose_input_is_missing_fails_naming_the_prefix(airflow_stack, staged):

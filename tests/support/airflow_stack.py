@@ -131,7 +131,10 @@ class AirflowStack:
         Airflow drops the deadline of a run that succeeded in time."""
         client = self.client()
         answer = client._http.request(
-            "GET", f"{client.base_url}/ui/dags/{dag_id}/dagRuns/{run_id}/deadlines", headers=client._auth_header()
+            "GET",
+            f"{client.base_url}/ui/dags/{dag_id}/dagRuns/{run_id}/deadlines",
+            params={"limit": 1000},
+            headers=client._auth_header(),
         )
         answer.raise_for_status()
         return {d["dag_run_id"]: d for d in answer.json()["deadlines"]}

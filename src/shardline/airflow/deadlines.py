@@ -7,6 +7,8 @@
   not succeeded (Airflow drops the deadline of a run that succeeds in time; a run that failed is still late). It
   logs the miss as an error, records it on the run's RUN item (`shardline runs` and the page show it), and calls the
   spec's ``deadline.notify``.
+
+Every Airflow process loads the plugin, and so this module: it imports the spec only where a function needs it.
 """
 
 from __future__ import annotations
@@ -18,18 +20,19 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseDeadlineReference, DeadlineAlert, SyncCallback
 
-from shardline.spec import PipelineSpec, SpecError
+if TYPE_CHECKING:
+    from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
 
 
 class PartitionDue(BaseDeadlineReference):
-    """When a run's partition is due: a scheduled run's data interval's end; any other run's, the later of that and
-    the moment it was triggered."""
+    """When a run's partition is due (:func:`~shardline.decision.readiness.due_at`): a scheduled run's data
+    interval's end; a manual run's, the later of that and the moment it was triggered; a backfill's, never."""
 
     required_kwargs = {"dag_id", "run_id"}
 
@@ -47,10 +50,10 @@ class PartitionDue(BaseDeadlineReference):
         if row is None:
             return None
         run_type, interval_end, created_at, run_after = row
-        # When it was triggered: the row's creation (a backfill's run_after is its interval's, not now).
-        triggered_at = created_at or run_after
         return due_at(
-            run_type=str(getattr(run_type, "value", run_type)), interval_end=interval_end, triggered_at=triggered_at
+            run_type=str(getattr(run_type, "value", run_type)),
+            interval_end=interval_end,
+            triggered_at=created_at or run_after,  # the row's creation: when it was triggered
         )
 
 
@@ -61,27 +64,31 @@ class DeadlineMissed:
     pipeline: str
     run_id: str
     partition: str | None  # the run's data interval's start (UTC), as `shardline runs` shows it
-    state: str  # the Airflow run's state when the deadline passed: queued, running or failed
+    state: str  # the Airflow run's state when the alert fired: queued, running, failed, or success (it ended late)
     deadline: str  # the deadline, ISO 8601 UTC
     command: str  # what on call runs first
 
     @property
     def message(self) -> str:
         partition = f"partition {self.partition}" if self.partition else "its input"
+        if self.state == "success":  # it ended after the deadline, before the scheduler looked
+            return f"{self.pipeline}: run {self.run_id} scored {partition} after its deadline {self.deadline}"
         return (
             f"{self.pipeline}: run {self.run_id} had not scored {partition} by its deadline {self.deadline} "
             f"(the Airflow run is {self.state}); on call: {self.command}"
         )
 
     @property
-    def short(self) -> str:
-        """The run's mark in `shardline runs` and the page."""
+    def mark(self) -> str:
+        """The run's mark in `shardline runs`, `status` and the page."""
         return f"past its deadline {self.deadline} ({self.state} then)"
 
 
 def deadline_alert(spec: PipelineSpec, spec_path: Path) -> DeadlineAlert | None:
     """The DAG's Deadline Alert for the spec's ``deadline``, or None when it sets none. A ``notify`` that does not
-    import is a :class:`SpecError` naming the file and the field (an import error in Airflow's UI)."""
+    import is a :class:`~shardline.spec.SpecError` naming the file and the field (an import error in Airflow's UI)."""
+    from shardline.spec import SpecError
+
     if spec.deadline is None:
         return None
     if spec.deadline.notify:
@@ -105,53 +112,74 @@ def notify_function(path: str, spec_path: Path) -> Callable[[DeadlineMissed], ob
     if dags not in sys.path:
         sys.path.append(dags)  # as Airflow puts the DAG folder on a task's path
     try:
-        function = getattr(importlib.import_module(module_name), name)
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
+        if err.name != module_name:  # the module is there; something it imports is not
+            raise ImportError(f"{path!r}: module {module_name!r} imports {err.name!r}, which is not installed") from err
         raise ImportError(f"{path!r}: no module {module_name!r} in {dags} or the installed packages") from err
-    except AttributeError as err:
-        raise AttributeError(f"{path!r}: module {module_name!r} has no {name!r}") from err
+    function = getattr(module, name, None)
+    if function is None:
+        raise AttributeError(f"{path!r}: module {module_name!r} has no {name!r}")
     if not callable(function):
         raise TypeError(f"{path!r} is not a function")
     return function
 
 
-def missed_of(spec: PipelineSpec, context: dict) -> DeadlineMissed:
+def _utc_text(when: object) -> str:
+    """A deadline time from the callback's context (a datetime from the executor, or ISO text) as ISO UTC; a naive
+    one is UTC, as Airflow stores it."""
+    if when is None:
+        return "?"
+    if not isinstance(when, dt.datetime):
+        when = dt.datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return f"{when.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S}Z"
+
+
+def missed_of(pipeline: str, context: dict) -> DeadlineMissed:
     """The miss, from the context Airflow hands a deadline callback (the run as its REST API shows it)."""
     from shardline.airflow.operators.base import partition_text
 
     run = context.get("dag_run") or {}
     run_id = str(run.get("dag_run_id") or run.get("run_id") or "?")
     state = str(run.get("state") or "?")
-    when = (context.get("deadline") or {}).get("deadline_time")
-    deadline = when if isinstance(when, dt.datetime) else dt.datetime.fromisoformat(str(when).replace("Z", "+00:00"))
-    ref = f"{spec.pipeline}/{run_id}"
+    ref = f"{pipeline}/{run_id}"
     command = f"shardline failed {ref}" if state == "failed" else f"shardline status {ref}"
     return DeadlineMissed(
-        spec.pipeline,
+        pipeline,
         run_id,
         partition_text(run.get("data_interval_start") or run.get("logical_date")),
         state,
-        f"{deadline.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S}Z",
+        _utc_text((context.get("deadline") or {}).get("deadline_time")),
         command,
     )
 
 
 def deadline_missed(spec_path: str, context: dict | None = None) -> None:
-    """The Deadline Alert's callback: say the miss in the log, on the run's RUN item and through ``notify``. Each
-    is tried even when one before it fails (a ledger that cannot be reached still lets the page go out); then the
-    first failure is raised, so Airflow records the callback as failed."""
+    """The Deadline Alert's callback: say the miss in the log first, then record it on the run's RUN item and call
+    ``notify``. Each is tried even when the one before it fails (a ledger that cannot be reached still lets the page
+    go out); then the first failure is raised, so Airflow records the callback as failed."""
     from shardline.orchestration.deadlines import record_missed
     from shardline.spec import load_spec
 
-    spec = load_spec(Path(spec_path))
-    missed = missed_of(spec, context or {})
+    context = context or {}
+    missed = missed_of((context.get("dag_run") or {}).get("dag_id") or Path(spec_path).stem, context)
     log.error("deadline missed: %s", missed.message)
     failures: list[Exception] = []
-    for say in (lambda: record_missed(spec, missed.run_id, missed.short), lambda: _notify(spec, spec_path, missed)):
+    try:
+        spec = load_spec(Path(spec_path))
+    except Exception:  # the log line above still said it
+        log.exception("deadline missed: the spec %s could not be read to record and notify the miss", spec_path)
+        raise
+    for what, act in (
+        ("record the miss in the ledger", lambda: record_missed(spec, missed.run_id, missed.mark)),
+        ("call deadline.notify", lambda: _notify(spec, spec_path, missed)),
+    ):
         try:
-            say()
+            act()
         except Exception as err:  # each is tried; the first failure is raised below
-            log.exception("deadline missed: could not say it")
+            log.exception("deadline missed: could not %s", what)
             failures.append(err)
     if failures:
         raise failures[0]

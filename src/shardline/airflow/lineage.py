@@ -58,8 +58,10 @@ def s3_dataset_name(uri: str) -> tuple[str, str]:
 
 def step_facts(spec: PipelineSpec, attempt: Attempt, summary: dict | None, status: str) -> dict[str, Any]:
     """The step's facts as the ``shardline`` run facet carries them."""
-    model = spec.step(attempt.step).model
-    pinned = model.versions.get(attempt.model_version or "", model.sha256) if model.versions else model.sha256
+    try:  # the digest the worker checked the artifact against
+        pinned = spec.step(attempt.step).model.pin_for(attempt.model_version)
+    except ValueError:  # a version the spec no longer pins: the run's own record says which it was
+        pinned = None
     summary = summary or {}
     return {
         "pipeline": attempt.pipeline,

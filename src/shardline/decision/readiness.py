@@ -71,10 +71,18 @@ def not_ready_reason(interval_end: dt.datetime, ready: dt.datetime) -> str:
     )
 
 
+BACKFILL = "backfill"
+
+
 def due_at(*, run_type: str, interval_end: dt.datetime | None, triggered_at: dt.datetime | None) -> dt.datetime | None:
     """When a run's partition is due, the moment its deadline (``deadline.after``) counts from: a scheduled run's
-    data interval's end; any other run's (a manual run, a rerun, a backfill of an old partition), the later of that
-    and the moment it was triggered, so a backfill is not late the moment it starts. None when neither is known."""
+    data interval's end (a catch-up run of an old interval is late at once: its partition was owed long ago); a
+    manual run's (`shardline trigger --partition`, a rerun with a new conf, the UI's form), the later of that and
+    the moment it was triggered, so a manual run of an old partition is not late the moment it starts. A backfill
+    has none (None): Airflow creates all its runs at once and runs a few at a time, by choice. None, too, when
+    neither time is known."""
+    if run_type == BACKFILL:
+        return None
     if run_type == SCHEDULED and interval_end is not None:
         return interval_end
     known = [when for when in (interval_end, triggered_at) if when is not None]

@@ -270,7 +270,7 @@ class RunRecord:
     partition: str | None = None  # what a scheduled run scores: its data interval's start (UTC)
     waiting: str | None = None  # why a step's job is not running yet (decision.fleet.Waiting as JSON) ...
     waiting_step: str | None = None  # ... and which step
-    late: str | None = None  # the run missed its deadline: when, and the run's state then
+    missed_deadline: str | None = None  # the run missed its deadline: when, and the run's state then
     deadline_misses: int = 0  # how often its deadline alert fired (once, unless Airflow repeated it)
 
     @classmethod
@@ -283,7 +283,7 @@ class RunRecord:
             _get(item, "partition"),
             _get(item, "waiting"),
             _get(item, "waiting_step"),
-            _get(item, "late"),
+            _get(item, "missed_deadline"),
             int(_get(item, "deadline_misses") or 0),
         )
 

@@ -209,13 +209,13 @@ def set_run_status(
     return True
 
 
-def record_deadline_missed(model: type[LedgerItem], pipeline: str, run_id: str, late: str) -> bool:
-    """Count a missed deadline on the run's RUN item, with what the views show (``late``). False when the run has
+def record_deadline_missed(model: type[LedgerItem], pipeline: str, run_id: str, mark: str) -> bool:
+    """Count a missed deadline on the run's RUN item, with what the views show (``mark``). False when the run has
     no RUN item (its first plan task never started): the alert's log and notify still say it."""
     c = model.Control
     try:
         c(run_pk(pipeline, run_id), RUN_SK).update(
-            actions=[c.late.set(late[:2000]), c.deadline_misses.add(1)], condition=c.pk.exists()
+            actions=[c.missed_deadline.set(mark[:2000]), c.deadline_misses.add(1)], condition=c.pk.exists()
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:

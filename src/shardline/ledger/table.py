@@ -146,7 +146,7 @@ class ControlItem(_Expiring, Model):
     # RUN items: the partition the run scores (its data interval's start, UTC), for `shardline runs`.
     partition = UnicodeAttribute(null=True, attr_name="opt")
     # RUN items: the run missed its deadline (spec deadline:): what the views show, and how often the alert fired.
-    late = UnicodeAttribute(null=True, attr_name="olt")
+    missed_deadline = UnicodeAttribute(null=True, attr_name="olt")
     deadline_misses = NumberAttribute(null=True, attr_name="odm")
     # PARTITION lock items (ledger.partitions): taken over only by raising the fence; the lease says until when the
     # holder vouched for itself.

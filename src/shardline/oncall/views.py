@@ -68,8 +68,8 @@ def run_message(run: RunRecord) -> str | None:
     waiting = Waiting.from_json(run.waiting) if run.status == StepStatus.RUNNING else None
     said = waiting.text() if waiting is not None else ""
     message = f"step {run.waiting_step}: {said}" if said else run.message
-    if run.late:
-        return f"{run.late}: {message}" if message else run.late
+    if run.missed_deadline:
+        return f"{run.missed_deadline}: {message}" if message else run.missed_deadline
     return message
 
 

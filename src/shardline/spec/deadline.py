@@ -42,9 +42,9 @@ class DeadlineSpec(_Strict):
     becomes an Airflow Deadline Alert."""
 
     after: Duration
-    """how long after the partition is due its run must have succeeded: `20m`, `1h30m`, `90s`, or seconds. Due: a
-    scheduled run's data interval's end; any other run (a manual run, a rerun, a backfill), the later of that and
-    the moment it was triggered"""
+    """how long after the partition is due its run must have succeeded: `20m`, `1h30m`, `90s`, or seconds (at most
+    7 days). Due: a scheduled run's data interval's end; a manual run's, the later of that and the moment it was
+    triggered; a backfill has none"""
     notify: Annotated[str, Field(pattern=IMPORT_PATH_PATTERN)] | None = None
     """also call this function, `package.module.function` (a module of the DAG folder, or an installed one), with
     one argument, the `shardline.airflow.deadlines.DeadlineMissed` (its `message`, `pipeline`, `partition`,

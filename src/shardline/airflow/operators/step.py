@@ -108,12 +108,13 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         super().__init__(**kwargs)
         self.spec_path, self.plan_task_id, self.poll_interval = spec_path, plan_task_id, poll_interval
         self.admission = admission  # decision.fleet.Admission as JSON: the plan noted the wait; this task clears it
-        self._attempt: Attempt | None = None
+        self._attempt: Attempt | None = None  # the attempt watched: the one on_kill stops
+        self._planned: Attempt | None = None  # the plan's, before any is watched (the lineage of an early failure)
         self._ended: tuple[str, dict] | None = None  # the step's status and summary, once it is done
 
     @fails_fast
     def execute(self, context):
-        planned = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
+        planned = self._planned = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
         if self.admission:  # admitted by its pool: the plan's "waiting for N instances" is stale
             from shardline.orchestration.step.capacity import note_waiting
 
@@ -259,10 +260,9 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         """As on complete, for a step that failed: what it had scored, and FAILED."""
         from shardline.airflow.lineage import step_lineage
 
-        attempt = self._attempt
-        if attempt is None:  # failed before it watched anything: the plan's attempt names the datasets
-            planned = task_instance.xcom_pull(task_ids=self.plan_task_id)
-            attempt = Attempt.from_xcom(planned) if planned else None
+        # The provider asks in a fork of this process, with a time limit: everything it needs is on self already
+        # (the planned attempt from execute, or the watched one), and the ledger read is the step's one query.
+        attempt = self._attempt or self._planned
         return step_lineage(self.spec, attempt, self._summary(attempt), "FAILED")
 
     def _summary(self, attempt: Attempt | None) -> dict | None:
