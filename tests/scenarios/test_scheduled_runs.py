@@ -335,6 +335,9 @@ def test_every_interval_is_scored_whole_once_by_one_run_at_a_time_and_none_is_sk
         return set(counts) == missed and set(counts.values()) == {1}
 
     _wait_for(reported_as_airflow_holds, "a report for each deadline Airflow holds as missed", airflow_stack)
+    # A scheduled run's partition is due at its interval's end: S's deadline is DEADLINE seconds past it.
+    held = airflow_stack.deadlines(PIPELINE, run_id)[run_id]
+    assert held["missed"] and _utc(held["deadline_time"]) == start + dt.timedelta(minutes=1, seconds=DEADLINE), held
     first = [n for n in _notified(minutely["notified"]) if n["run_id"] == run_id]
     assert len(first) == 1 and first[0]["state"] == "running", first
     assert f"partition {start:%Y-%m-%dT%H:%M:%S}" in first[0]["message"], first
