@@ -89,14 +89,7 @@ def pipeline(proxied, tmp_path, monkeypatch):
             f"from shardline.airflow.dag_factory import dag_from_spec\n\ndag = dag_from_spec(__file__, '{name}.yaml')\n"
         )
         made.append((name, dag_file))
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                client._call("GET", f"/dags/{name}")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, f"the DAG never appeared:\n{stack.tail()}"
-                time.sleep(2)
+        stack.wait_for_dag(name)
         return load_spec(spec_path), bucket
 
     yield make

@@ -102,15 +102,8 @@ def minutely(airflow_stack, tmp_path, monkeypatch):
         f"from shardline.airflow.dag_factory import dag_from_spec\n\ndag = dag_from_spec(__file__, '{PIPELINE}.yaml')\n"
     )
     client = airflow_stack.client()
-    deadline = time.monotonic() + 120
     for dag_id in (DOWNSTREAM, PIPELINE):
-        while True:
-            try:
-                client._call("GET", f"/dags/{dag_id}")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, f"the DAG {dag_id} never appeared:\n{airflow_stack.tail()}"
-                time.sleep(2)
+        airflow_stack.wait_for_dag(dag_id)
     yield {"s3": s3, "bucket": bucket, "gate": gate, "notified": notified}
     gate.touch()  # release any job still held
     for dag_id in (PIPELINE, DOWNSTREAM):

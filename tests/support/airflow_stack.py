@@ -126,6 +126,18 @@ class AirflowStack:
             parts.append(f"--- {ti['task_id']} try {ti['try_number']} ---\n{str(log)[-chars:]}")
         return "\n".join(parts) or "(no failed task has a log)"
 
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+        """Wait until the DAG processor has parsed a DAG file a test just wrote (its DAG is in the API)."""
+        client = self.client()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client._call("GET", f"/dags/{dag_id}")
+                return
+            except Exception:
+                assert time.monotonic() < deadline, f"the DAG {dag_id} never appeared:\n{self.tail()}"
+                time.sleep(2)
+
     def deadlines(self, dag_id: str, run_id: str = "~") -> dict[str, dict]:
         """The Airflow deadlines of the DAG's runs (``run_id``: one run's), by run id, as Airflow's UI reads them.
         Airflow drops the deadline of a run that succeeded in time."""
