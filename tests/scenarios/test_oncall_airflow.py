@@ -287,6 +287,10 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     extras = [e["extra"] for e in events["asset_events"] if e["source_run_id"] == run_id]
     assert extras and extras[-1]["status"] == "SUCCEEDED", events
     assert extras[-1]["steps"][0]["success_marker"] == f"s3://{BUCKET}/{out_prefix}_SUCCESS", extras
+    # Without partitioned_asset the event is as before, unkeyed (DAGs on the plain asset start from it), and its
+    # extra names the partition.
+    mine = [e for e in events["asset_events"] if e["source_run_id"] == run_id]
+    assert mine[-1]["partition_key"] is None and extras[-1]["partition"] == f"{hour:%Y-%m-%dT%H:%M:%S}", mine
 
 
 def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, staged):

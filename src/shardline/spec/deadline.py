@@ -31,7 +31,14 @@ Duration = Annotated[
     int,
     BeforeValidator(duration_seconds),
     Field(ge=1, le=MAX_DEADLINE_SECONDS),
-    WithJsonSchema({"anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, {"type": "integer", "minimum": 1}]}),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": DURATION_PATTERN, "minLength": 2},
+                {"type": "integer", "minimum": 1, "maximum": MAX_DEADLINE_SECONDS},
+            ]
+        }
+    ),
 ]
 
 
