@@ -155,10 +155,12 @@ def main(argv: list[str] | None = None) -> int:
                 # The pipeline runs from a copy of the DAG folder that pins the model the demo trains.
                 "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
                 "SHARDLINE_LOCAL_ROOT": str(work / "local"),
-                # OpenLineage (shardline[lineage]): every task's events, one JSON line each, in this file.
+                # OpenLineage (shardline[lineage]): every task's events, one JSON line each, in this file; each
+                # event built in a thread of the task's process, not a fork of it (about 5 s less of this run).
                 "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
                     {"type": "file", "log_file_path": str(work / LINEAGE_FILE), "append": True}
                 ),
+                "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
             }
         )
         say("preparing Airflow's metadata database (airflow db migrate)")
@@ -479,7 +481,11 @@ def lineage_of(path: Path, pipeline: str, run_id: str, task_id: str) -> tuple[st
         and e["run"]["facets"].get("airflow", {}).get("dagRun", {}).get("run_id") == run_id
     ]
     if not ended:
-        return f"no OpenLineage event of {task_id} (pip install 'shardline[lineage]'); {path}", None
+        return (
+            f"no OpenLineage event of {task_id} (is the provider installed, pip install 'shardline[lineage]', and not "
+            f"disabled?); {path}",
+            None,
+        )
     source, target = (ended[-1].get(side) or [{}] for side in ("inputs", "outputs"))
     source, target = source[0], target[0]
     rows_in = source.get("inputFacets", {}).get("inputStatistics", {}).get("rowCount")

@@ -209,9 +209,10 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
         "SHARDLINE_LOCAL_RUNTIME": "process",
         "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS": "1",
         # OpenLineage (shardline[lineage]) with its file transport: one file per event under home/lineage/. Only the
-        # watch tasks emit task events (the plan and report tasks' carry no datasets of Shardline's): each event is
-        # a fork of the task's process, and the suite's Airflow runs a few hundred tasks.
+        # watch tasks emit task events (the plan and report tasks' carry no datasets of Shardline's), each built in a
+        # thread of the task's process rather than a fork of it: the suite's Airflow runs a few hundred tasks.
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(home / "lineage" / "ol")}),
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
         "AIRFLOW__OPENLINEAGE__DISABLED_FOR_OPERATORS": ";".join(
             (
                 "shardline.airflow.operators.plan.PlanStepOperator",
