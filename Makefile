@@ -37,7 +37,7 @@ browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get,
 
 # Three workers (pytest-xdist): the real-Airflow tests run in two units (tests/conftest.py AIRFLOW_UNITS), each on
 # a worker of its own with its own `airflow standalone`, stopped when its unit is done; the rest run beside them,
-# test by test, while those wait on a scheduler: the tests took 14:48 on 2 cores from a clean clone (16:40 for the
+# test by test, while those wait on a scheduler: the tests took 13:31 on 2 cores from a clean clone (15:13 for the
 # whole command, the install included). Four workers are no faster: the CPU is busy throughout.
 # PYTEST_WORKERS= runs everything in one process, the Airflow tests first. The sources are byte-compiled first: the
 # suite starts about 2,500 Python processes, and where PYTHONDONTWRITEBYTECODE is set (this project's build machines
