@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                     {"type": "file", "log_file_path": str(work / LINEAGE_FILE), "append": True}
                 ),
                 "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
+                # Past this the provider drops the event (10 s by default): a busy laptop keeps its lineage.
+                "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",
             }
         )
         say("preparing Airflow's metadata database (airflow db migrate)")

@@ -213,6 +213,9 @@ def airflow_standalone(home: Path, dags: Path, aws_env: dict[str, str], extra_en
         # thread of the task's process rather than a fork of it: the suite's Airflow runs a few hundred tasks.
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(home / "lineage" / "ol")}),
         "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
+        # The task waits this long for its event to be written, then drops it (10 s by default): a busy machine
+        # must not lose the events the tests read.
+        "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",
         "AIRFLOW__OPENLINEAGE__DISABLED_FOR_OPERATORS": ";".join(
             (
                 "shardline.airflow.operators.plan.PlanStepOperator",

@@ -125,33 +125,22 @@ def notify_function(path: str, spec_path: Path) -> Callable[[DeadlineMissed], ob
     return function
 
 
-def _utc_text(when: object) -> str:
-    """A deadline time from the callback's context (a datetime from the executor, or ISO text) as ISO UTC; a naive
-    one is UTC, as Airflow stores it."""
-    if when is None:
-        return "?"
-    if not isinstance(when, dt.datetime):
-        when = dt.datetime.fromisoformat(str(when).replace("Z", "+00:00"))
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return f"{when.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S}Z"
-
-
 def missed_of(pipeline: str, context: dict) -> DeadlineMissed:
     """The miss, from the context Airflow hands a deadline callback (the run as its REST API shows it)."""
-    from shardline.airflow.operators.base import partition_text
+    from shardline.airflow.operators.base import partition_text, utc_time
 
     run = context.get("dag_run") or {}
     run_id = str(run.get("dag_run_id") or run.get("run_id") or "?")
     state = str(run.get("state") or "?")
     ref = f"{pipeline}/{run_id}"
     command = f"shardline failed {ref}" if state == "failed" else f"shardline status {ref}"
+    deadline = utc_time((context.get("deadline") or {}).get("deadline_time"))
     return DeadlineMissed(
         pipeline,
         run_id,
         partition_text(run.get("data_interval_start") or run.get("logical_date")),
         state,
-        _utc_text((context.get("deadline") or {}).get("deadline_time")),
+        f"{deadline:%Y-%m-%dT%H:%M:%S}Z" if deadline else "?",
         command,
     )
 

@@ -60,6 +60,15 @@ def partition_of(context) -> str | None:
 def partition_text(when: dt.datetime | str | None) -> str | None:
     """A run's partition as Shardline names it everywhere (`shardline runs`, the Asset event's partition key):
     ``2026-11-22T10:00:00``, UTC, the format Airflow's temporal partition mappers read."""
+    when = utc_time(when)
+    return f"{when:%Y-%m-%dT%H:%M:%S}" if when else None
+
+
+def utc_time(when: dt.datetime | str | None) -> dt.datetime | None:
+    """A time as Airflow hands it (a datetime, or ISO text from its REST API), in UTC; a naive one is UTC, as Airflow
+    stores it."""
+    if not when:
+        return None
     if isinstance(when, str):
         when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") if when else None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
