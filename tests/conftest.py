@@ -239,6 +239,32 @@ def add_priority_pipelines(dags: Path) -> None:
         )
 
 
+ARRIVALS_PIPELINE = "arrivals_hourly"
+ARRIVALS_BUCKET = "shardline-arrivals"  # its own bucket: its S3 event notifications go to its queue alone
+ARRIVALS_QUEUE = "shardline-arrivals"
+
+
+def add_arrivals_pipeline(dags: Path) -> None:
+    """A copy of the hourly pipeline started on arrival (``trigger: {on: ready_marker}``), over a bucket of its own:
+    tests/scenarios/test_arrivals.py writes its markers. It keeps its @hourly schedule, which only names its
+    partitions: the scheduler starts no run of it."""
+    import yaml
+
+    spec = yaml.safe_load((dags / "pipelines" / "tabular_scoring_hourly.yaml").read_text())
+    spec.pop("deadline", None)
+    spec.update(pipeline=ARRIVALS_PIPELINE, schedule="@hourly", trigger={"on": "ready_marker", "queue": ARRIVALS_QUEUE})
+    step = spec["steps"][0]
+    hour = "dt={{ data_interval_start | ds }}/hour={{ data_interval_start.strftime('%H') }}/"
+    step["model"]["uri"] = f"s3://{ARRIVALS_BUCKET}/models/{{{{ params.model_version }}}}/model.tar.gz"
+    step["input"] = {**step["input"], "prefix": f"s3://{ARRIVALS_BUCKET}/events/{hour}", "ready_marker": "_SUCCESS"}
+    step["input"].pop("when_missing", None)
+    step["output"]["prefix"] = f"s3://{ARRIVALS_BUCKET}/scores/{hour}"
+    (dags / "pipelines" / f"{ARRIVALS_PIPELINE}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    dag_file = "from shardline.airflow.dag_factory import dag_from_spec\n\n"
+    dag_file += f'dag = dag_from_spec(__file__, "{ARRIVALS_PIPELINE}.yaml")\n'
+    (dags / f"{ARRIVALS_PIPELINE}.py").write_text(dag_file)
+
+
 @pytest.fixture(scope="session")
 def airflow_stack(tmp_path_factory, moto_endpoint, airflow_s3_proxy):
     """``airflow standalone`` on a free port over a copy of ``dags/``, talking to the session's moto_server.
@@ -281,6 +307,7 @@ def airflow_stack(tmp_path_factory, moto_endpoint, airflow_s3_proxy):
             spec["poll_interval_seconds"] = 1
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
     add_priority_pipelines(dags)
+    add_arrivals_pipeline(dags)
     aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
     extra = {
         # A submit AWS refuses (tests/scenarios/test_admission.py has the emulator refuse some) waits 1 s, not 30.

@@ -28,6 +28,7 @@ SECTIONS = [
     ("FailureTolerance", "A step's tolerance", "steps[].tolerance."),
     ("DriftPolicy", "A step's drift check", "steps[].drift."),
     ("DeadlineSpec", "The deadline", "deadline."),
+    ("ArrivalSpec", "Start on arrival", "trigger."),
     ("CostSettings", "Cost", "cost."),
     ("SageMakerSettings", "SageMaker", "sagemaker."),
     ("VpcConfig", "SageMaker's VPC", "sagemaker.vpc."),

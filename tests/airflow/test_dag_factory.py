@@ -176,3 +176,61 @@ def test_a_bad_fleet_file_is_an_import_error_naming_the_file_and_the_field(tmp_p
     hourly = next(text for path, text in errors.items() if path.endswith("tabular_scoring_hourly.py"))
     assert expected in hourly, hourly
     assert "fleet.yaml" in hourly
+
+
+ARRIVALS = """
+import json, sys
+import pendulum
+from airflow.dag_processing.dagbag import DagBag
+from airflow.serialization.serialized_objects import DagSerialization
+bag = DagBag(dag_folder=sys.argv[1])
+out = {"errors": bag.import_errors, "dags": {d: sorted(t.task_id for t in dag.tasks) for d, dag in bag.dags.items()}}
+if not bag.import_errors:
+    pipeline = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["arrivals_hourly"]))
+    timetable = pipeline.timetable
+    interval = timetable.infer_manual_data_interval(run_after=pendulum.datetime(2026, 11, 29, 17))
+    arrivals = DagSerialization.to_dict(bag.dags["arrivals_hourly__arrivals"])["dag"]
+    out.update(
+        timetable=type(timetable).__name__,
+        summary=timetable.summary,
+        next=timetable.next_dagrun_info(last_automated_data_interval=None, restriction=None),
+        interval=[interval.start.isoformat(), interval.end.isoformat()],
+        schedule=json.dumps(arrivals["timetable"]),
+        triggers=json.dumps([t for t in arrivals["tasks"] if t["__var"]["task_id"] == "start_partition"]),
+    )
+print(json.dumps(out, default=str))
+"""
+
+
+def test_a_pipeline_started_on_arrival_is_two_dags_and_the_scheduler_starts_neither_by_the_clock(tmp_path):
+    """The pipeline's own DAG keeps its schedule only to name its intervals (the scheduler creates no run of it,
+    and a run started at an interval's end gets that interval); the arrivals DAG beside it is scheduled on the
+    asset that the queue's watcher feeds, and starts the pipeline's runs without adding conf keys to them."""
+    dags = tmp_path / "dags"
+    shutil.copytree(REPO / "dags", dags)
+    spec = yaml.safe_load((dags / "pipelines" / "tabular_scoring_hourly.yaml").read_text())
+    spec["pipeline"] = "arrivals_hourly"
+    spec["trigger"] = {"on": "ready_marker", "queue": "score-markers"}
+    spec["steps"][0]["input"]["ready_marker"] = "_SUCCESS"
+    (dags / "pipelines" / "arrivals_hourly.yaml").write_text(yaml.safe_dump(spec))
+    (dags / "arrivals_hourly.py").write_text(
+        "from shardline.airflow.dag_factory import dag_from_spec\n"
+        "dag = dag_from_spec(__file__, 'arrivals_hourly.yaml')\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    result = subprocess.run(
+        [sys.executable, "-c", ARRIVALS, str(dags)], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed["errors"] == {}
+    assert parsed["dags"]["arrivals_hourly"] == ["plan_score", "report", "watch_score"]
+    assert parsed["dags"]["arrivals_hourly__arrivals"] == ["partitions", "start_partition", "unmatched_markers"]
+    assert parsed["timetable"] == "ArrivalTimetable" and parsed["summary"] == "0 * * * *, started on arrival"
+    assert parsed["next"] is None
+    assert parsed["interval"] == ["2026-11-29T16:00:00+00:00", "2026-11-29T17:00:00+00:00"]
+    schedule = parsed["schedule"]
+    assert "shardline-ready-markers-arrivals_hourly" in schedule
+    assert "shardline.airflow.triggers.arrival.ReadyMarkerTrigger" in schedule and "score-markers" in schedule
+    assert '"openlineage_inject_parent_info": false' in parsed["triggers"]
+    assert '"skip_when_already_exists": true' in parsed["triggers"]

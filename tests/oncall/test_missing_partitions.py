@@ -46,6 +46,14 @@ def test_an_interval_with_no_run_is_missing_with_the_command_that_scores_it():
     assert "shardline trigger hourly --partition 2026-11-22T12:00" in missing[0].message
 
 
+def test_a_pipeline_started_on_arrival_owes_the_intervals_between_its_arrival_runs():
+    # A marker whose message was lost starts nothing: its interval is listed as any scheduled pipeline's would be.
+    now = dt.datetime(2026, 11, 22, 14, 0, tzinfo=U) + dt.timedelta(seconds=300 + MISSING_GRACE_SECONDS)
+    rows = [row("2026-11-22T10:00:00", "arrival__2026-11-22T10:00:00"), row("2026-11-22T13:00:00", "arrival__x")]
+    missing = missing_rows(spec(), rows, now)
+    assert [m.partition for m in missing] == ["2026-11-22T12:00:00", "2026-11-22T11:00:00"]
+
+
 def test_a_long_gap_lists_the_newest_missing_intervals_and_says_how_many_more():
     now = dt.datetime(2026, 11, 23, 10, 30, tzinfo=U)
     missing = missing_rows(spec(settle=0), [row("2026-11-22T10:00:00")], now, limit=3)

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
+from shardline.airflow.arrivals import build_arrivals_dag
 from shardline.airflow.deadlines import deadline_alert
 from shardline.airflow.operators.plan import PlanStepOperator
 from shardline.airflow.operators.report import ReportOperator
 from shardline.airflow.operators.step import WatchStepOperator, mark_run_failed
+from shardline.airflow.timetables import ArrivalTimetable
 from shardline.decision.fleet import PRIORITY_WEIGHTS, Admission
 from shardline.spec import (
     MAX_INSTANCE_COUNT,
@@ -80,13 +82,16 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
     return params
 
 
-def timetable_for(schedule: str | None):
+def timetable_for(schedule: str | None, on_arrival: bool = False):
     """A scheduled pipeline gets a data-interval timetable: the run for 09:00-10:00 starts once 10:00 has
     passed, and templates read that hour as ``data_interval_start``. (Airflow 3's default for a cron string,
     ``CronTriggerTimetable``, starts the 10:00 run at 10:00 for the hour that is only beginning.) A manual
-    run of such a DAG scores the last whole interval before its logical date."""
+    run of such a DAG scores the last whole interval before its logical date. Started ``on_arrival``, the schedule
+    only names the intervals (:class:`~shardline.airflow.timetables.ArrivalTimetable`)."""
     if schedule is None or schedule == "@once":
         return schedule
+    if on_arrival:
+        return ArrivalTimetable(schedule, "UTC")
     return CronDataIntervalTimetable(schedule, timezone="UTC")
 
 
@@ -106,7 +111,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
     with DAG(
         dag_id=spec.pipeline,
         description=spec.description or f"Shardline batch inference: {spec.pipeline}",
-        schedule=timetable_for(spec.schedule),
+        schedule=timetable_for(spec.schedule, on_arrival=spec.trigger is not None),
         start_date=start,
         catchup=spec.catchup,
         params=params_for(spec, fleet),
@@ -165,6 +170,8 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
             outlets=[Asset(static_prefix(last.output.prefix))],
         )
         previous >> report
+    if spec.trigger is not None:
+        build_arrivals_dag(spec, spec_path)  # registered with Airflow by its `with DAG(...)` block
     return dag
 
 

@@ -25,6 +25,7 @@ from shardline.errors import ShardlineError
 from shardline.planning.inputs import S3Object, list_inputs, parse_s3_uri
 from shardline.planning.request import pin_arguments, worker_arguments
 from shardline.spec import PipelineSpec, StepSpec, data_interval
+from shardline.spec.templates import default_params, render_uri
 
 DEFAULT_ROWS = 20
 # What the preview's worker process may see of the caller's environment: enough to run Python,
@@ -114,35 +115,10 @@ def render_template(
     interval is the last whole period of the spec's schedule before the logical date, as in Airflow."""
     import jinja2
 
-    values = {
-        "model_version": spec.steps[0].model.version,
-        "input_prefix": "",
-        "instance_count": None,
-        "dry_run": True,
-        **(params or {}),
-    }
+    values = {**default_params(spec.steps[0].model.version), "dry_run": True, **(params or {})}
     start, end = data_interval(spec.schedule, logical_date)
-    context = {
-        "ds": logical_date.strftime("%Y-%m-%d"),
-        "ds_nodash": logical_date.strftime("%Y%m%d"),
-        "ts": logical_date.isoformat(),
-        "logical_date": logical_date,
-        "data_interval_start": start,
-        "data_interval_end": end,
-        "params": values,
-    }
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    # Airflow's own filters, so `{{ data_interval_start | ds }}` renders here as in a task.
-    env.filters.update(
-        {
-            "ds": lambda d: d.strftime("%Y-%m-%d"),
-            "ds_nodash": lambda d: d.strftime("%Y%m%d"),
-            "ts": lambda d: d.isoformat(),
-            "ts_nodash": lambda d: d.strftime("%Y%m%dT%H%M%S"),
-        }
-    )
     try:
-        return env.from_string(template).render(**context)
+        return render_uri(template, logical_date=logical_date, start=start, end=end, params=values)
     except jinja2.TemplateError as err:
         raise PreviewError(
             f"cannot render {template!r} of step {step.name} for a preview ({err}); pass the "

@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Sequence
 
 from shardline.backends import JobStatus
+from shardline.decision.arrivals import ARRIVAL_RUN_PREFIX
 from shardline.decision.fleet import Waiting
 from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
@@ -109,7 +110,8 @@ def missing_rows(
     seen = {r.partition for r in mine}
     # The span is the scheduled runs' own: a manual run of an old partition (a rerun, a backfill) listed among the
     # newest says nothing of the intervals between it and them.
-    scheduled = [r.partition for r in mine if r.run_id.startswith(SCHEDULED_RUN_PREFIX)]
+    # A run an arrival started (trigger:) is the one its schedule would have created.
+    scheduled = [r.partition for r in mine if r.run_id.startswith((SCHEDULED_RUN_PREFIX, ARRIVAL_RUN_PREFIX))]
     if not scheduled:
         return []
     oldest = min(dt.datetime.fromisoformat(p).replace(tzinfo=dt.UTC) for p in scheduled)

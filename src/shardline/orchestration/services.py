@@ -105,6 +105,11 @@ class PipelineServices:
         return self._aws_client("s3")
 
     @functools.cached_property
+    def sqs(self):
+        """The queue a pipeline's ready markers' S3 events arrive on (``trigger.queue``)."""
+        return self._aws_client("sqs")
+
+    @functools.cached_property
     def s3_listing(self):
         """An S3 client for listing a step's inputs: it leaves each object's ``LastModified`` as text.
 

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 
+from shardline.spec.arrival import ArrivalSpec
+
 # Re-exported: the spec's parts and patterns are imported from shardline.spec.
 from shardline.spec.base import (  # noqa: F401
     INSTANCE_TYPE_PATTERN,
@@ -212,6 +214,9 @@ class PipelineSpec(_Strict):
     `2026-11-22T10:00:00`) as Airflow's partition key: a DAG scheduled on the asset with a PartitionedAssetTimetable
     gets one run per scored partition (Airflow's temporal mappers read the key as it is). Airflow starts no DAG
     scheduled on the plain asset from such an event. Needs a schedule; unset, the key is in the event's extra only"""
+    trigger: ArrivalSpec | None = None
+    """start each partition's run when its ready marker's S3 event arrives on an SQS queue, not on the schedule's
+    clock (`{on: ready_marker, queue: ...}`); unset: runs start on the schedule"""
     steps: Annotated[tuple[StepSpec, ...], Field(min_length=1)]
     """the steps, run in order; a step may read an earlier one's outputs (input.from_step)"""
     sagemaker: SageMakerSettings = SageMakerSettings()
@@ -262,6 +267,7 @@ class PipelineSpec(_Strict):
                 "partitioned_asset needs a schedule: a run's partition is an interval of the schedule, and this "
                 f"pipeline has none ({self.schedule!r})"
             )
+        self._check_trigger()
         if self.sagemaker.network_isolation:
             # AWS quirk: an isolated container has no network at all, so the worker could not
             # write file status or heartbeats to DynamoDB and every shard would look lost.
@@ -285,6 +291,32 @@ class PipelineSpec(_Strict):
                 "job volumes and outputs (the stack's KmsKeyArn output, see infra/README.md)"
             )
         return self
+
+    def _check_trigger(self) -> None:
+        if self.trigger is None:
+            return
+        if self.schedule in (None, "@once"):
+            raise ValueError(
+                f"trigger needs a schedule: it names the partitions a marker completes, and this pipeline has none "
+                f"({self.schedule!r})"
+            )
+        if self.catchup:
+            raise ValueError(
+                "trigger and catchup: true cannot go together: runs start on arrival, not on the clock (score past "
+                "partitions with `shardline trigger PIPELINE --partition START`)"
+            )
+        first = self.steps[0].input
+        if not first.prefix or not first.ready_marker:
+            raise ValueError(
+                "trigger: {on: ready_marker} needs steps[0].input.prefix and steps[0].input.ready_marker: the marker "
+                "whose S3 event starts a run"
+            )
+        from shardline.spec.templates import names_partitions
+
+        start = dt.datetime.fromisoformat(self.start_date).replace(tzinfo=dt.UTC)
+        problem = names_partitions(first.prefix, self.steps[0].model.version, self.schedule, start)
+        if problem:
+            raise ValueError(f"trigger: steps[0].input.prefix {first.prefix!r} names no partition: {problem}")
 
     def step(self, name: str) -> StepSpec:
         for step in self.steps:

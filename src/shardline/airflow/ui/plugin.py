@@ -1,5 +1,6 @@
 """The Airflow plugin: Shardline's on-call app in the API server, a link to it in Airflow's navigation, and the
-deadline reference a spec's ``deadline`` uses (Airflow finds custom references only through a plugin).
+deadline reference a spec's ``deadline`` uses and the timetable of a pipeline started on arrival (Airflow finds
+custom references and timetables only through a plugin).
 
 Registered through the ``airflow.plugins`` entry point of the installed ``shardline`` package
 (the provider's info names it too). Every Airflow process loads plugins, tasks included, so the
@@ -11,6 +12,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from shardline.airflow.deadlines import PartitionDue
+from shardline.airflow.timetables import ArrivalTimetable
 from shardline.airflow.ui.root import airflow_root_path
 
 URL_PREFIX = "/shardline"
@@ -33,6 +35,7 @@ class LazyOnCallApp:
 class ShardlineUiPlugin(AirflowPlugin):
     name = "shardline_ui"
     deadline_references = [PartitionDue]
+    timetables = [ArrivalTimetable]  # a pipeline started on arrival (trigger:) names its intervals with it
     fastapi_apps = [{"app": LazyOnCallApp(), "url_prefix": URL_PREFIX, "name": "Shardline on-call"}]
     external_views = [
         {

@@ -1,0 +1,167 @@
+"""Which partitions a batch of ready-marker events starts: pure, over the spec and the events' keys and times.
+
+A pipeline with ``trigger: {on: ready_marker}`` names its partitions by its schedule, and its first step's
+``input.prefix`` template says where each partition's files are. A marker at ``<rendered prefix><ready_marker>``
+completes the interval whose prefix renders to that folder. The intervals searched are those that start within
+``trigger.lookback`` before the event, up to the one in progress when it was sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+
+from shardline.spec import PipelineSpec, SpecError, data_interval, interval_starts, partition_interval, static_prefix
+from shardline.spec.templates import render_interval
+
+PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"  # as `shardline runs` and the Asset event's partition key name it
+ARRIVAL_RUN_PREFIX = "arrival__"  # run ids of the runs an arrival starts: one per partition, so a repeat is refused
+
+
+@dataclasses.dataclass(frozen=True)
+class Marker:
+    """A ready marker's S3 event: where it landed and when (None: unknown, read as now)."""
+
+    bucket: str
+    key: str
+    event_time: dt.datetime | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionStart:
+    """A run to start: the interval a marker completed, and the marker."""
+
+    start: dt.datetime
+    end: dt.datetime
+    marker: str
+
+    @property
+    def partition(self) -> str:
+        return self.start.strftime(PARTITION_FORMAT)
+
+    @property
+    def run_id(self) -> str:
+        return ARRIVAL_RUN_PREFIX + self.partition
+
+    def trigger_arguments(self) -> dict[str, str]:
+        """What TriggerDagRunOperator takes: the run id, the logical date (the interval's start, as its scheduled run
+        would have) and run_after (its end, from which Airflow infers this data interval)."""
+        return {
+            "trigger_run_id": self.run_id,
+            "logical_date": self.start.isoformat(),
+            "run_after": self.end.isoformat(),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Unmatched:
+    """A marker event that names no partition, and why."""
+
+    uri: str
+    reason: str
+
+
+def partitions_started(
+    spec: PipelineSpec, markers: Iterable[Marker], now: dt.datetime
+) -> tuple[list[PartitionStart], list[Unmatched]]:
+    """The partitions the markers complete, each once and oldest first, and the markers that complete none."""
+    arrival = spec.trigger
+    if arrival is None:
+        raise SpecError(f"pipeline {spec.pipeline} has no trigger: nothing starts on arrival")
+    step = spec.steps[0]
+    template, marker_name = step.input.prefix or "", step.input.ready_marker or ""
+    folders: dict[str, tuple[dt.datetime, dt.datetime]] = {}
+    searched: set[dt.datetime] = set()
+    started: dict[dt.datetime, PartitionStart] = {}
+    unmatched: list[Unmatched] = []
+    for marker in markers:
+        uri = marker.uri
+        if not uri.endswith("/" + marker_name) or not uri.startswith(static_prefix(template)):
+            unmatched.append(Unmatched(uri, f"not a ready marker {template}{marker_name} (input.ready_marker)"))
+            continue
+        folder = uri[: -len(marker_name)]
+        when = marker.event_time or now
+        for start, end in _candidates(spec.schedule, when, arrival.lookback):
+            if start not in searched:
+                searched.add(start)
+                folders.setdefault(render_interval(template, step.model.version, start, end), (start, end))
+        if folder not in folders:
+            unmatched.append(
+                Unmatched(
+                    uri,
+                    f"no interval of the schedule {spec.schedule!r} that starts within trigger.lookback "
+                    f"({arrival.lookback}s) before the event at {when:%Y-%m-%dT%H:%M:%S}Z has the input prefix "
+                    f"{folder}",
+                )
+            )
+            continue
+        start, end = folders[folder]
+        started.setdefault(start, PartitionStart(start, end, uri))
+    return [started[s] for s in sorted(started)], unmatched
+
+
+def _candidates(
+    schedule: str | None, when: dt.datetime, lookback_seconds: int
+) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The intervals that start within the lookback before ``when``, up to the one in progress at ``when``."""
+    _, last_end = data_interval(schedule, when)
+    _, current_end = partition_interval(schedule, last_end)
+    starts = interval_starts(schedule, when - dt.timedelta(seconds=lookback_seconds), current_end)
+    return [partition_interval(schedule, start) for start in starts]
+
+
+def markers_in(body: str) -> list[Marker]:
+    """The objects an SQS message says were created: an S3 event notification (sent to SQS, or through SNS) or an
+    EventBridge "Object Created" event. S3's own test event names none. Raises ValueError for anything else."""
+    import json
+    from urllib.parse import unquote_plus
+
+    try:
+        message = json.loads(body)
+        if isinstance(message, dict) and message.get("Type") == "Notification" and "Message" in message:
+            message = json.loads(message["Message"])  # an S3 event sent through an SNS topic
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"not JSON ({err})") from None
+    if not isinstance(message, dict):
+        raise ValueError(f"a JSON {type(message).__name__}, not an S3 event")
+    if message.get("Event") == "s3:TestEvent":
+        return []
+    if message.get("source") == "aws.s3" and isinstance(message.get("detail"), dict):
+        if message.get("detail-type") != "Object Created":
+            return []
+        detail = message["detail"]
+        try:
+            return [Marker(detail["bucket"]["name"], detail["object"]["key"], _event_time(message.get("time")))]
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"an EventBridge S3 event without {err}") from None
+    records = message.get("Records")
+    if not isinstance(records, list):
+        raise ValueError("neither an S3 event notification (Records) nor an EventBridge S3 event")
+    markers = []
+    for record in records:
+        try:
+            if not str(record["eventName"]).startswith("ObjectCreated:"):
+                continue
+            s3 = record["s3"]
+            # S3 writes keys URL-encoded, a space as "+".
+            markers.append(
+                Marker(s3["bucket"]["name"], unquote_plus(s3["object"]["key"]), _event_time(record.get("eventTime")))
+            )
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"an S3 event record without {err}") from None
+    return markers
+
+
+def _event_time(text: object) -> dt.datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
