@@ -234,3 +234,22 @@ def test_a_pipeline_started_on_arrival_is_two_dags_and_the_scheduler_starts_neit
     assert "shardline.airflow.triggers.arrival.ReadyMarkerTrigger" in schedule and "score-markers" in schedule
     assert '"openlineage_inject_parent_info": false' in parsed["triggers"]
     assert '"skip_when_already_exists": true' in parsed["triggers"]
+
+
+def test_two_pipelines_on_one_queue_are_an_import_error_naming_both(tmp_path):
+    """Each pipeline's watcher deletes every message it reads: on one queue, each would lose the other's markers."""
+    dags = tmp_path / "dags"
+    shutil.copytree(REPO / "dags", dags)
+    base = yaml.safe_load((dags / "pipelines" / "tabular_scoring_hourly.yaml").read_text())
+    base["steps"][0]["input"]["ready_marker"] = "_SUCCESS"
+    for name in ("first_on_queue", "second_on_queue"):
+        spec = {**base, "pipeline": name, "trigger": {"on": "ready_marker", "queue": "shared-markers"}}
+        (dags / "pipelines" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+        (dags / f"{name}.py").write_text(
+            f"from shardline.airflow.dag_factory import dag_from_spec\ndag = dag_from_spec(__file__, '{name}.yaml')\n"
+        )
+    parsed = parse(dags, tmp_path)
+    assert "first_on_queue" not in parsed["dags"] and "second_on_queue" not in parsed["dags"]
+    assert "tabular_scoring_hourly" in parsed["dags"]
+    message = parsed["errors"][str(dags / "first_on_queue.py")]
+    assert "first_on_queue.yaml: trigger.queue 'shared-markers' is also the queue of second_on_queue.yaml" in message

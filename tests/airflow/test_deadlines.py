@@ -160,3 +160,32 @@ def test_a_run_with_no_ledger_record_yet_is_still_paged_and_a_failing_notify_fai
     assert len(out.read_text().splitlines()) == 1
     model = bind_ledger(ledger_table)
     assert list(model.Control.query(run_pk("tabular_scoring_hourly", RUN_ID))) == []
+
+
+class _OneRow:
+    """What Airflow's session answers for the run's row (run_type, data_interval_end, created_at, run_after)."""
+
+    def __init__(self, row):
+        self.row = row
+
+    def execute(self, statement):
+        return self
+
+    def one_or_none(self):
+        return self.row
+
+
+@pytest.mark.parametrize(
+    ("run_id", "run_type", "due"),
+    [
+        ("arrival__2026-11-22T10:00:00", "operator_triggered", "11:00"),  # its marker started it: due at the end
+        ("manual__late", "operator_triggered", "15:30"),  # another run a task started: from its trigger
+        ("scheduled__2026-11-22T10:00:00", "scheduled", "11:00"),
+    ],
+)
+def test_a_run_its_ready_marker_started_is_due_at_its_intervals_end_however_late_the_marker(run_id, run_type, due):
+    end = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
+    triggered = dt.datetime(2026, 11, 22, 15, 30, tzinfo=dt.UTC)
+    session = _OneRow((run_type, end, triggered, end))
+    answer = PartitionDue()._evaluate_with(session=session, dag_id="hourly", run_id=run_id)
+    assert answer == dt.datetime.combine(end.date(), dt.time.fromisoformat(due), dt.UTC)

@@ -58,6 +58,9 @@ def test_a_marker_older_than_the_lookback_starts_nothing_and_says_which_setting(
     assert [s.start for s in starts] == [_at(13)]
     assert len(unmatched) == 1 and "hour=11/" in unmatched[0].uri
     assert "trigger.lookback (21600s)" in unmatched[0].reason and "2026-11-29T18:30:00Z" in unmatched[0].reason
+    # The window counts from an interval's end: 12:00-13:00 ended 5.5h before the event, 11:00-12:00 6.5h.
+    starts, _ = partitions_started(_spec(lookback="6h"), [_marker(_at(12))], NOW)
+    assert [s.start for s in starts] == [_at(12)]
 
 
 def test_the_lookback_counts_from_the_event_not_from_when_the_batch_is_read():
@@ -80,11 +83,35 @@ def test_an_object_that_is_no_marker_of_a_partition_starts_nothing(marker):
     assert starts == [] and [u.uri for u in unmatched] == [marker.uri]
 
 
-def test_a_daily_pipeline_maps_its_day_folder():
-    spec = _spec(schedule="@daily", prefix="s3://shardline-demo/daily/{{ ds }}/", lookback="72h")
+def test_a_daily_pipeline_maps_its_day_folder_with_the_default_lookback():
+    spec = _spec(schedule="@daily", prefix="s3://shardline-demo/daily/{{ ds }}/", lookback=86400)
     marker = Marker("shardline-demo", "daily/2026-11-28/_SUCCESS", NOW)
     starts, unmatched = partitions_started(spec, [marker], NOW)
     assert unmatched == [] and [(s.start, s.end) for s in starts] == [(_at(0, 28), _at(0, 29))]
+
+
+def test_a_monthly_pipeline_maps_the_month_that_just_ended():
+    spec = _spec(
+        schedule="@monthly",
+        prefix="s3://shardline-demo/monthly/{{ data_interval_start.strftime('%Y-%m') }}/",
+        lookback="72h",
+    )
+    early_december = dt.datetime(2026, 12, 2, 6, tzinfo=dt.UTC)
+    starts, unmatched = partitions_started(spec, [Marker("shardline-demo", "monthly/2026-11/_SUCCESS")], early_december)
+    assert unmatched == [] and [s.start for s in starts] == [dt.datetime(2026, 11, 1, tzinfo=dt.UTC)]
+
+
+def test_a_folder_that_two_intervals_in_the_window_share_starts_neither_and_names_them():
+    # Minutes of the hour with no date: the spec's check at import renders 200 consecutive minutes, all distinct,
+    # but within 48 hours two 10:05 intervals have the folder.
+    spec = _spec(
+        schedule="* * * * *",
+        prefix="s3://shardline-demo/events/{{ data_interval_start.strftime('%H-%M') }}/",
+        lookback="48h",
+    )
+    starts, unmatched = partitions_started(spec, [Marker("shardline-demo", "events/10-05/_SUCCESS", NOW)], NOW)
+    assert starts == []
+    assert "2 intervals" in unmatched[0].reason and "2026-11-28T10:05, 2026-11-29T10:05" in unmatched[0].reason
 
 
 def _record(key: str, event: str = "ObjectCreated:Put", bucket: str = "shardline-demo") -> dict:

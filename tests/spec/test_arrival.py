@@ -62,13 +62,35 @@ def test_a_bad_trigger_is_an_error_naming_the_file_and_the_field(text, changes, 
     assert "pipelines/hourly.yaml" in message and says in message, message
 
 
-def test_a_prefix_that_two_intervals_share_names_no_partition():
+@pytest.mark.parametrize(
+    "prefix",
+    ["s3://b/events/dt={{ ds }}/", "s3://b/events/hour={{ data_interval_start.strftime('%H') }}/", "s3://b/events/"],
+)
+def test_a_prefix_that_two_intervals_share_names_no_partition(prefix):
     data = yaml.safe_load(HOURLY.read_text())
-    data["steps"][0]["input"].update(prefix="s3://b/events/dt={{ ds }}/", ready_marker="_SUCCESS")
+    data["steps"][0]["input"].update(prefix=prefix, ready_marker="_SUCCESS")
     data.update(yaml.safe_load(TRIGGER))
     with pytest.raises(SpecError) as err:
         parse_spec(data, "pipelines/hourly.yaml")
     assert "names no partition: two intervals share its folder" in str(err.value), err.value
+
+
+def test_a_prefix_may_use_what_a_task_renders_with_pendulum():
+    data = yaml.safe_load(HOURLY.read_text())
+    prefix = "s3://b/events/{{ data_interval_start.add(hours=1).format('YYYY-MM-DD/HH') }}/{{ ts_nodash }}/"
+    data["steps"][0]["input"].update(prefix=prefix, ready_marker="_SUCCESS")
+    data.update(yaml.safe_load(TRIGGER))
+    assert parse_spec(data, "pipelines/hourly.yaml").trigger is not None
+
+
+def test_a_templated_bucket_is_refused_the_watcher_reads_one_buckets_events():
+    data = yaml.safe_load(HOURLY.read_text())
+    prefix = "s3://data-{{ ds_nodash }}/events/hour={{ data_interval_start.strftime('%H') }}/"
+    data["steps"][0]["input"].update(prefix=prefix, ready_marker="_SUCCESS")
+    data.update(yaml.safe_load(TRIGGER))
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "pipelines/hourly.yaml")
+    assert "bucket" in str(err.value) and "template" in str(err.value), err.value
 
 
 def test_a_prefix_that_renders_only_in_a_task_is_refused_naming_what_it_uses():

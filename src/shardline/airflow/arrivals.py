@@ -16,6 +16,7 @@ lands, not on the schedule's clock.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 from airflow.sdk import DAG, Asset, AssetWatcher, BaseOperator
@@ -75,16 +76,22 @@ class ArrivalPartitionsOperator(SpecMixin, BaseOperator):
 
 
 def _marker_events(context) -> list:
-    """The run's marker events, and every one Airflow stored after the first of them.
+    """The run's marker events, and every one Airflow stored after the first of them, each once.
 
     Airflow gives an asset-triggered run the events stored until its queue row was made, then deletes that row: an
-    event stored in between (the rest of one batch of messages) belongs to no run, and would wait for the next
-    marker. Read at task time, those are here too; a partition read twice starts once all the same."""
-    events = [event for batch in context["triggering_asset_events"].values() for event in batch]
+    event stored in between (the rest of one batch of messages) waits for the next run, which only the next marker
+    would start. Read at task time, those are here too; a partition read twice starts once all the same."""
+    events = {_event_key(event): event for batch in context["triggering_asset_events"].values() for event in batch}
     if events:
-        since = min(event.timestamp for event in events)
-        events += list(context["inlet_events"][0].after(since.isoformat()))
-    return events
+        since = min(event.timestamp for event in events.values())
+        for event in context["inlet_events"][0].after(since.isoformat()):
+            events.setdefault(_event_key(event), event)
+    return [events[key] for key in sorted(events)]
+
+
+def _event_key(event) -> tuple[str, str]:
+    # A run's triggering events carry no id (AssetEventDagRunReferenceResult); an event is its time and its extra.
+    return event.timestamp.isoformat(), json.dumps(event.extra or {}, sort_keys=True)
 
 
 def _marker_of(event):

@@ -29,6 +29,7 @@ from shardline.spec import (
     TRIGGER_PARAMS,
     VERSION_PATTERN,
     PipelineSpec,
+    SpecError,
     StepSpec,
     load_spec,
     static_prefix,
@@ -180,4 +181,27 @@ def dag_from_spec(dag_file: str, spec_name: str) -> DAG:
     admitted within the quotas of ``fleet.yaml`` beside it, if there is one."""
     folder = Path(dag_file).resolve().parent
     path = folder / SPEC_DIR / spec_name
-    return build_dag(load_spec(path), path, load_fleet(folder))
+    spec = load_spec(path)
+    if spec.trigger is not None:
+        check_queue_alone(spec, path)
+    return build_dag(spec, path, load_fleet(folder))
+
+
+def check_queue_alone(spec: PipelineSpec, path: Path) -> None:
+    """Refuse a ``trigger.queue`` that another spec beside this one names too: each pipeline's watcher deletes every
+    message it reads, so two on one queue would each lose the other's markers."""
+    import yaml
+
+    for other in sorted(path.parent.glob("*.y*ml")):
+        if other.resolve() == path.resolve():
+            continue
+        try:
+            data = yaml.safe_load(other.read_text())
+        except (OSError, yaml.YAMLError):
+            continue  # that spec's own DAG file reports it
+        trigger = data.get("trigger") if isinstance(data, dict) else None
+        if isinstance(trigger, dict) and trigger.get("queue") == spec.trigger.queue:
+            raise SpecError(
+                f"{path}: trigger.queue {spec.trigger.queue!r} is also the queue of {other.name}: give each pipeline "
+                "a queue of its own (each deletes every message it reads)"
+            )

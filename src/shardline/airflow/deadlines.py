@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 class PartitionDue(BaseDeadlineReference):
     """When a run's partition is due (:func:`~shardline.decision.readiness.due_at`): a scheduled run's data
-    interval's end; a manual run's, the later of that and the moment it was triggered; a backfill's, never."""
+    interval's end (a run its ready marker started, too); a manual run's, the later of that and the moment it was
+    triggered; a backfill's, never."""
 
     required_kwargs = {"dag_id", "run_id"}
 
@@ -40,7 +41,8 @@ class PartitionDue(BaseDeadlineReference):
         from airflow.models import DagRun
         from sqlalchemy import select
 
-        from shardline.decision.readiness import due_at
+        from shardline.decision.arrivals import ARRIVAL_RUN_PREFIX
+        from shardline.decision.readiness import SCHEDULED, due_at
 
         row = session.execute(
             select(DagRun.run_type, DagRun.data_interval_end, DagRun.created_at, DagRun.run_after).where(
@@ -50,8 +52,11 @@ class PartitionDue(BaseDeadlineReference):
         if row is None:
             return None
         run_type, interval_end, created_at, run_after = row
+        kind = str(getattr(run_type, "value", run_type))
+        if kwargs["run_id"].startswith(ARRIVAL_RUN_PREFIX):
+            kind = SCHEDULED  # started by its marker in place of the clock: its partition is due at its interval's end
         return due_at(
-            run_type=str(getattr(run_type, "value", run_type)),
+            run_type=kind,
             interval_end=interval_end,
             triggered_at=created_at or run_after,  # the row's creation: when it was triggered
         )

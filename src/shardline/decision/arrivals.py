@@ -2,8 +2,8 @@
 
 A pipeline with ``trigger: {on: ready_marker}`` names its partitions by its schedule, and its first step's
 ``input.prefix`` template says where each partition's files are. A marker at ``<rendered prefix><ready_marker>``
-completes the interval whose prefix renders to that folder. The intervals searched are those that start within
-``trigger.lookback`` before the event, up to the one in progress when it was sent.
+completes the interval whose prefix renders to that folder. The intervals searched are those that ended within
+``trigger.lookback`` before the event, and the one in progress when it was sent.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
-from shardline.spec import PipelineSpec, SpecError, data_interval, interval_starts, partition_interval, static_prefix
+from shardline.spec import PipelineSpec, SpecError, data_interval, intervals_between, partition_interval, static_prefix
 from shardline.spec.templates import render_interval
 
 PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"  # as `shardline runs` and the Asset event's partition key name it
@@ -75,7 +75,7 @@ def partitions_started(
         raise SpecError(f"pipeline {spec.pipeline} has no trigger: nothing starts on arrival")
     step = spec.steps[0]
     template, marker_name = step.input.prefix or "", step.input.ready_marker or ""
-    folders: dict[str, tuple[dt.datetime, dt.datetime]] = {}
+    folders: dict[str, list[tuple[dt.datetime, dt.datetime]]] = {}
     searched: set[dt.datetime] = set()
     started: dict[dt.datetime, PartitionStart] = {}
     unmatched: list[Unmatched] = []
@@ -89,18 +89,24 @@ def partitions_started(
         for start, end in _candidates(spec.schedule, when, arrival.lookback):
             if start not in searched:
                 searched.add(start)
-                folders.setdefault(render_interval(template, step.model.version, start, end), (start, end))
-        if folder not in folders:
+                folders.setdefault(render_interval(template, step.model.version, start, end), []).append((start, end))
+        window = (
+            f"of the schedule {spec.schedule!r} that ended within trigger.lookback ({arrival.lookback}s) before the "
+            f"event at {when:%Y-%m-%dT%H:%M:%S}Z, or was in progress then"
+        )
+        found = folders.get(folder, [])
+        if not found:
+            unmatched.append(Unmatched(uri, f"no interval {window} has the input prefix {folder}"))
+            continue
+        if len(found) > 1:
+            # The prefix does not tell these intervals apart (hour=10/ of two days): starting either could score the
+            # wrong one, and skip the right one as already run.
+            starts = ", ".join(f"{s:%Y-%m-%dT%H:%M}" for s, _ in sorted(found))
             unmatched.append(
-                Unmatched(
-                    uri,
-                    f"no interval of the schedule {spec.schedule!r} that starts within trigger.lookback "
-                    f"({arrival.lookback}s) before the event at {when:%Y-%m-%dT%H:%M:%S}Z has the input prefix "
-                    f"{folder}",
-                )
+                Unmatched(uri, f"{len(found)} intervals {window} have the input prefix {folder} ({starts})")
             )
             continue
-        start, end = folders[folder]
+        start, end = found[0]
         started.setdefault(start, PartitionStart(start, end, uri))
     return [started[s] for s in sorted(started)], unmatched
 
@@ -108,11 +114,13 @@ def partitions_started(
 def _candidates(
     schedule: str | None, when: dt.datetime, lookback_seconds: int
 ) -> list[tuple[dt.datetime, dt.datetime]]:
-    """The intervals that start within the lookback before ``when``, up to the one in progress at ``when``."""
+    """The intervals that ended within the lookback before ``when``, and the one in progress at ``when``."""
     _, last_end = data_interval(schedule, when)
     _, current_end = partition_interval(schedule, last_end)
-    starts = interval_starts(schedule, when - dt.timedelta(seconds=lookback_seconds), current_end)
-    return [partition_interval(schedule, start) for start in starts]
+    # The first interval in the window is the one around when - lookback (it ended after it), which starts where
+    # the last whole interval before that moment ends.
+    _, since = data_interval(schedule, when - dt.timedelta(seconds=lookback_seconds))
+    return intervals_between(schedule, since, current_end)
 
 
 def markers_in(body: str) -> list[Marker]:

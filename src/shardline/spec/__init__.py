@@ -311,6 +311,12 @@ class PipelineSpec(_Strict):
                 "trigger: {on: ready_marker} needs steps[0].input.prefix and steps[0].input.ready_marker: the marker "
                 "whose S3 event starts a run"
             )
+        bucket = first.prefix.removeprefix("s3://").split("/", 1)[0]
+        if "{{" in bucket or "{%" in bucket:
+            raise ValueError(
+                f"trigger: the bucket of steps[0].input.prefix ({bucket!r}) is a template: the queue's watcher reads "
+                "the events of one bucket, so name it as it is"
+            )
         from shardline.spec.templates import names_partitions
 
         start = dt.datetime.fromisoformat(self.start_date).replace(tzinfo=dt.UTC)
@@ -384,6 +390,18 @@ def interval_starts(
             break
         starts.append(start.replace(tzinfo=dt.UTC))
     return starts[::-1]
+
+
+def intervals_between(
+    schedule: str | None, since: dt.datetime, until: dt.datetime, max_count: int = 10_000
+) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The intervals (start, end) of :func:`interval_starts`, oldest first: consecutive, so each ends where the
+    next starts."""
+    starts = interval_starts(schedule, since, until, max_count)
+    if not starts:
+        return []
+    ends = [*starts[1:], partition_interval(schedule, starts[-1])[1]]
+    return list(zip(starts, ends, strict=True))
 
 
 # Airflow's cron presets, as cron expressions.

@@ -23,12 +23,12 @@ class ArrivalSpec(_Strict):
     """what starts a run: the S3 event of the first step's input.ready_marker (the only choice)"""
     queue: Annotated[str, Field(pattern=QUEUE_PATTERN)]
     """the SQS queue the bucket's event notifications (s3:ObjectCreated:*) are sent to: its URL, or its name in the
-    Airflow connection's account and region. A queue for this pipeline alone: Shardline deletes every message it
-    reads, once Airflow has stored what it started"""
+    Airflow connection's account and region. A queue for this pipeline alone (another spec naming it is an import
+    error): Shardline deletes every message it reads, once Airflow has stored what it started"""
     lookback: Duration = 86400
-    """how far back a marker's partition may start, counted from the marker's event: `1h`, `24h`, or seconds (at
-    most 7 days; default a day). A marker for an older partition starts nothing and fails the arrivals run, naming
-    it"""
+    """how long before a marker's event its partition may have ended: `1h`, `24h`, or seconds (at most 7 days;
+    default a day). A marker of an interval that ended earlier, or of one whose folder two intervals in that window
+    share, starts nothing and fails the arrivals run, naming it"""
 
     @model_validator(mode="before")
     @classmethod

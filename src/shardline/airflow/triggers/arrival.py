@@ -29,7 +29,7 @@ LOCAL_POLL_SECONDS = 1.0
 # fails an event it has not confirmed after [triggerer] shared_stream_ack_timeout (300 s by default).
 VISIBILITY_TIMEOUT_SECONDS = 900
 RETRY_SECONDS = 5.0
-IDLE = None  # what the stream yields after an empty receive: it lets the last message read be deleted
+ERROR_EVERY_SECONDS = 300.0  # a queue that stays unreadable (missing, access denied) is logged again this often
 
 
 class ReadyMarkerTrigger(BaseEventTrigger):
@@ -67,8 +67,6 @@ class ReadyMarkerTrigger(BaseEventTrigger):
         from shardline.decision.arrivals import markers_in
 
         async for body in shared_stream:
-            if body is IDLE:
-                continue
             try:
                 markers = markers_in(body)
             except ValueError as err:
@@ -97,6 +95,7 @@ class QueueMessages(SharedStreamProducer):
         self.queue, self.aws = queue, aws
         self._client = None
         self._url: str | None = None
+        self._unsettled: set[str] = set()  # receipt handles read and neither deleted nor handed back yet
 
     def _connect(self) -> tuple[Any, str]:
         if self._client is None:
@@ -125,62 +124,70 @@ class QueueMessages(SharedStreamProducer):
     async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
         from shardline.orchestration.watch import describe_error
 
-        failing_since = None
+        failing_since, last_logged = None, -ERROR_EVERY_SECONDS
         while True:
             try:
                 messages = await asyncio.to_thread(self._receive)
-            except Exception as err:  # noqa: BLE001 - an endpoint down or throttling: the messages wait on the queue
-                if failing_since is None:
-                    log.warning(
-                        "queue %s: cannot read it (%s); retrying every %.0fs",
+            except Exception as err:  # noqa: BLE001 - an endpoint down, a queue missing: the messages wait
+                if time.monotonic() - last_logged >= ERROR_EVERY_SECONDS:
+                    # An ERROR, repeated: a queue that is missing or refused to Airflow's credentials is a
+                    # setting to change, and until then no marker starts a run.
+                    log.error(
+                        "queue %s: cannot read it (%s); retrying every %.0fs: no ready marker starts a run "
+                        "meanwhile (trigger.queue, and the Airflow connection's sqs:ReceiveMessage and "
+                        "sqs:DeleteMessage rights)",
                         self.queue,
                         describe_error(err),
                         RETRY_SECONDS,
                     )
-                    failing_since = time.monotonic()
+                    last_logged = time.monotonic()
+                failing_since = failing_since or time.monotonic()
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
             if failing_since is not None:
                 log.info("queue %s: readable again after %.0fs", self.queue, time.monotonic() - failing_since)
-                failing_since = None
-            if not messages:
-                yield IDLE, None
-                if not self._long_polls:
-                    await asyncio.sleep(LOCAL_POLL_SECONDS)
-                continue
+                failing_since, last_logged = None, -ERROR_EVERY_SECONDS
+            if not messages and not self._long_polls:
+                await asyncio.sleep(LOCAL_POLL_SECONDS)
             for message in messages:
+                self._unsettled.add(message["ReceiptHandle"])
+                # A message is resolved (and so deleted) once the filter asks for the next one and its events
+                # are stored, whether or not another message follows.
                 yield message.get("Body"), message["ReceiptHandle"]
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        # Stored (clean) or refused as no S3 event (rejected): delete. A failure (Airflow never confirmed it stored
-        # the event) keeps the message, which the queue shows again after its visibility timeout.
-        done = [
-            item.broker_payload
-            for item in batch
-            if item.broker_payload is not None
-            and (item.outcome.is_clean or (item.outcome.rejected and not item.outcome.failed))
-        ]
-        kept = sum(1 for item in batch if item.broker_payload is not None) - len(done)
+        # Stored (clean) or refused as no S3 event (rejected): delete. Otherwise (Airflow never confirmed it stored
+        # the event, or no trigger took it) the message is made visible again at once, to be read again.
+        done, kept = [], []
+        for item in batch:
+            outcome = item.outcome
+            settled = outcome.is_clean or (outcome.rejected > 0 and outcome.failed == 0)
+            (done if settled else kept).append(item.broker_payload)
+            self._unsettled.discard(item.broker_payload)
         if kept:
-            log.warning(
-                "queue %s: %d message(s) kept for redelivery: Airflow did not confirm storing them", self.queue, kept
-            )
-        for first in range(0, len(done), 10):
-            entries = [{"Id": str(i), "ReceiptHandle": handle} for i, handle in enumerate(done[first : first + 10])]
-            await asyncio.to_thread(self._delete, entries)
+            log.warning("queue %s: %d message(s) not confirmed stored by Airflow: read again", self.queue, len(kept))
+        await asyncio.to_thread(self._settle, done, kept)
 
-    def _delete(self, entries: list[dict[str, str]]) -> None:
-        # Never raises: a failed advance would end the whole stream. A message not deleted comes back after its
-        # visibility timeout, and its partition's run exists by then (the arrivals DAG starts it once).
-        try:
-            client, url = self._connect()
-            answer = client.delete_message_batch(QueueUrl=url, Entries=entries)
-        except Exception as err:  # noqa: BLE001 - see above
-            log.warning(
-                "queue %s: could not delete %d message(s) (%s); they will be read again", self.queue, len(entries), err
-            )
-            return
-        for failed in answer.get("Failed", []):
-            log.warning(
-                "queue %s: could not delete a message (%s); it will be read again", self.queue, failed.get("Message")
-            )
+    async def aclose(self) -> None:
+        # The stream ended (the trigger stopped, or the triggerer): what was read and not settled is read again
+        # now rather than after the visibility timeout.
+        unsettled, self._unsettled = sorted(self._unsettled), set()
+        if unsettled and self._client is not None:
+            await asyncio.to_thread(self._settle, [], unsettled)
+
+    def _settle(self, delete: list[str], release: list[str]) -> None:
+        # Never raises: a failed advance would end the whole stream. A message neither deleted nor released comes
+        # back after its visibility timeout, and its partition's run exists by then (started once).
+        for handles, call in ((delete, "delete_message_batch"), (release, "change_message_visibility_batch")):
+            for first in range(0, len(handles), 10):
+                entries = [{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(handles[first : first + 10])]
+                if call == "change_message_visibility_batch":
+                    entries = [{**entry, "VisibilityTimeout": 0} for entry in entries]
+                try:
+                    client, url = self._connect()
+                    answer = getattr(client, call)(QueueUrl=url, Entries=entries)
+                except Exception as err:  # noqa: BLE001 - see above
+                    log.warning("queue %s: %s of %d message(s) failed: %s", self.queue, call, len(entries), err)
+                    continue
+                for failed in answer.get("Failed", []):
+                    log.warning("queue %s: %s of a message failed: %s", self.queue, call, failed.get("Message"))
