@@ -7,7 +7,7 @@ lands, not on the schedule's clock.
 - Beside it, the DAG ``<pipeline>__arrivals`` is scheduled on an asset whose ``AssetWatcher`` is
   :class:`~shardline.airflow.triggers.arrival.ReadyMarkerTrigger`: each marker's S3 event becomes an asset event.
   Its ``partitions`` task finds the interval each marker completes
-  (:func:`shardline.decision.arrivals.partitions_started`), and ``start_partition`` starts the pipeline's run of it
+  (:func:`shardline.planning.arrivals.partitions_started`), and ``start_partition`` starts the pipeline's run of it
   with the run id ``arrival__<interval start>``, the logical date of its start and that data interval, as its
   scheduled run would have had. A partition that has a run already starts none: a duplicate or a late repeat of
   an event is a no-op. ``unmatched_markers`` fails the arrivals run for a marker that names no partition.
@@ -63,7 +63,7 @@ class ArrivalPartitionsOperator(SpecMixin, BaseOperator):
 
     @fails_fast
     def execute(self, context):
-        from shardline.decision.arrivals import partitions_started
+        from shardline.planning.arrivals import partitions_started
 
         markers = [_marker_of(event) for event in _marker_events(context)]
         starts, unmatched = partitions_started(self.spec, markers, dt.datetime.now(dt.UTC))
@@ -95,7 +95,7 @@ def _event_key(event) -> tuple[str, str]:
 
 
 def _marker_of(event):
-    from shardline.decision.arrivals import Marker
+    from shardline.planning.arrivals import Marker
 
     payload = (event.extra or {}).get("payload") or {}
     when = payload.get("event_time")

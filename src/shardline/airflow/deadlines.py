@@ -41,8 +41,8 @@ class PartitionDue(BaseDeadlineReference):
         from airflow.models import DagRun
         from sqlalchemy import select
 
-        from shardline.decision.arrivals import ARRIVAL_RUN_PREFIX
         from shardline.decision.readiness import SCHEDULED, due_at
+        from shardline.planning.arrivals import ARRIVAL_RUN_PREFIX
 
         row = session.execute(
             select(DagRun.run_type, DagRun.data_interval_end, DagRun.created_at, DagRun.run_after).where(

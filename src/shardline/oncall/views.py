@@ -14,12 +14,12 @@ import shlex
 from collections.abc import Sequence
 
 from shardline.backends import JobStatus
-from shardline.decision.arrivals import ARRIVAL_RUN_PREFIX
 from shardline.decision.fleet import Waiting
 from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
 from shardline.oncall.values import FileView, RunRef, RunRow, RunView, ShardView, StepView
 from shardline.planning import naming
+from shardline.planning.arrivals import ARRIVAL_RUN_PREFIX
 from shardline.spec import PipelineSpec, interval_starts
 
 # DAG run states in which no task will run again unless something is cleared.

@@ -64,7 +64,7 @@ class ReadyMarkerTrigger(BaseEventTrigger):
         return bucket == self.bucket and key.startswith(self.key_prefix) and key.endswith("/" + self.marker)
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
-        from shardline.decision.arrivals import markers_in
+        from shardline.planning.arrivals import markers_in
 
         async for body in shared_stream:
             try:

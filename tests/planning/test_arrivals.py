@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardline.decision.arrivals import Marker, markers_in, partitions_started
+from shardline.planning.arrivals import Marker, markers_in, partitions_started
 from shardline.spec import parse_spec
 
 HOURLY = Path(__file__).resolve().parents[2] / "dags" / "pipelines" / "tabular_scoring_hourly.yaml"
