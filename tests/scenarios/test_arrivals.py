@@ -18,18 +18,6 @@ ARRIVALS_DAG = ARRIVALS_PIPELINE + "__arrivals"
 ROWS = 2_000  # a file of each partition
 
 
-def _sqs(stack):
-    import boto3
-
-    return boto3.client(
-        "sqs",
-        endpoint_url=stack.env["AWS_ENDPOINT_URL"],
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-
-
 def _runs(stack, dag_id: str) -> list[dict]:
     return stack.client()._call("GET", f"/dags/{dag_id}/dagRuns", params={"limit": 100})["dag_runs"]
 
@@ -68,7 +56,7 @@ def arrivals(airflow_stack, tmp_path_factory, xgboost_model):
     work = tmp_path_factory.mktemp("arrivals")
     patch = pytest.MonkeyPatch()
     airflow_stack.use_aws(patch)
-    s3, sqs = airflow_stack.s3(), _sqs(airflow_stack)
+    s3, sqs = airflow_stack.s3(), airflow_stack.aws_client("sqs")
     spec = load_spec(airflow_stack.dags / "pipelines" / f"{ARRIVALS_PIPELINE}.yaml")
     create_ledger_table(spec.ledger_table, "us-east-1", airflow_stack.env["AWS_ENDPOINT_URL"])
     s3.create_bucket(Bucket=ARRIVALS_BUCKET)

@@ -46,10 +46,14 @@ class AirflowStack:
 
     def s3(self):
         """An S3 client on the same endpoint as Airflow's."""
+        return self.aws_client("s3")
+
+    def aws_client(self, service: str):
+        """A client of ``service`` on the same endpoint as Airflow's."""
         import boto3
 
         return boto3.client(
-            "s3",
+            service,
             endpoint_url=self.env["AWS_ENDPOINT_URL"],
             region_name="us-east-1",
             aws_access_key_id="testing",
