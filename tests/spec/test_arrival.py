@@ -50,6 +50,12 @@ def test_a_pipeline_without_a_trigger_has_none():
     [
         ("trigger: {on: file, queue: q}", {}, "_SUCCESS", "trigger.on: Input should be 'ready_marker'"),
         ("trigger: {on: ready_marker, queue: 'a queue'}", {}, "_SUCCESS", "trigger.queue: String should match"),
+        (
+            f"trigger: {{on: ready_marker, queue: {'q' * 76}.fifo}}",
+            {},
+            "_SUCCESS",
+            "trigger.queue: String should match",
+        ),
         ("trigger: {on: ready_marker}", {}, "_SUCCESS", "trigger.queue: Field required"),
         ("trigger: {on: ready_marker, queue: q, lookback: 9d}", {}, "_SUCCESS", "trigger.lookback"),
         (TRIGGER, {"schedule": None}, "_SUCCESS", "trigger needs a schedule"),

@@ -10,7 +10,8 @@ from shardline.spec.base import _Strict
 from shardline.spec.deadline import Duration
 
 # An SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>, or the embedded endpoint's), or a name.
-QUEUE_PATTERN = r"^(https?://[^\s/]+/[0-9A-Za-z_-]+/[A-Za-z0-9_-]{1,80}(\.fifo)?|[A-Za-z0-9_-]{1,80}(\.fifo)?)$"
+_QUEUE_NAME = r"([A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)"  # SQS: at most 80 characters, .fifo included
+QUEUE_PATTERN = rf"^(https?://[^\s/]+/[0-9A-Za-z_-]+/{_QUEUE_NAME}|{_QUEUE_NAME})$"
 
 
 class ArrivalSpec(_Strict):
