@@ -37,8 +37,8 @@ browser:  ## Debian's headless Chromium + ChromeDriver for the UI test (apt-get,
 
 # Three workers (pytest-xdist): the real-Airflow tests run in two units (tests/conftest.py AIRFLOW_UNITS), each on
 # a worker of its own with its own `airflow standalone`, stopped when its unit is done; the rest run beside them,
-# test by test, while those wait on a scheduler: the tests took 13:31 on 2 cores from a clean clone (15:13 for the
-# whole command, the install included). Four workers are no faster: the CPU is busy throughout.
+# test by test, while those wait on a scheduler: the tests took 14:32 on 2 cores from a clean clone of 5ba8bc8 (16:07
+# for the whole command, the install included). Four workers are no faster: the CPU is busy throughout.
 # PYTEST_WORKERS= runs everything in one process, the Airflow tests first. The sources are byte-compiled first: the
 # suite starts about 2,500 Python processes, and where PYTHONDONTWRITEBYTECODE is set (this project's build machines
 # set it) each would compile the modules it imports again; only stale files are compiled.
