@@ -90,6 +90,7 @@ demo-worker: $(STAMP)  ## just the inference worker on generated data (no Airflo
 bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, write bench-results/
 	$(PY) bench/bench_worker.py --out bench-results
 	$(PY) bench/bench_worker.py --out bench-results --only-uploads --kinds xgboost --rounds 12
+	$(PY) bench/bench_text.py --out bench-results
 	$(PY) bench/bench_orchestration.py --out bench-results
 
 bench-fleet: $(STAMP)  ## 6 pipelines x 2 runs at once in airflow standalone, within a quota of 4 instances, with injected refusals
@@ -100,6 +101,7 @@ bench-recovery: $(STAMP)  ## one step of 8 instances over 400 files, one instanc
 
 bench-quick: $(STAMP)  ## a smaller, faster run of the benchmarks
 	$(PY) bench/bench_worker.py --out bench-results --quick
+	$(PY) bench/bench_text.py --out bench-results --quick
 	$(PY) bench/bench_orchestration.py --out bench-results --keys 10000
 
 package-check: $(STAMP)  ## build the wheel, install it with [airflow] in a fresh venv: providers list, DAGs import
