@@ -20,7 +20,7 @@ from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, Step
 from shardline.oncall.values import FileView, RunRef, RunRow, RunView, ShardView, StepView
 from shardline.planning import naming
 from shardline.planning.arrivals import ARRIVAL_RUN_PREFIX
-from shardline.spec import PipelineSpec, interval_starts
+from shardline.spec import PARTITION_FORMAT, PipelineSpec, interval_starts
 
 # DAG run states in which no task will run again unless something is cleared.
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
@@ -118,9 +118,9 @@ def missing_rows(
     settle = max((s.input.settle_seconds for s in spec.steps if not s.input.from_step), default=0)
     until = now - dt.timedelta(seconds=settle + grace_seconds)
     missing = []
-    owed = [s for s in interval_starts(spec.schedule, oldest, until) if s.strftime("%Y-%m-%dT%H:%M:%S") not in seen]
+    owed = [s for s in interval_starts(spec.schedule, oldest, until) if s.strftime(PARTITION_FORMAT) not in seen]
     for start in sorted(owed, reverse=True)[:limit]:
-        key = start.strftime("%Y-%m-%dT%H:%M:%S")
+        key = start.strftime(PARTITION_FORMAT)
         command = f"shardline trigger {spec.pipeline} --partition {start:%Y-%m-%dT%H:%M}"
         missing.append(
             RunRow(

@@ -12,10 +12,17 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
-from shardline.spec import PipelineSpec, SpecError, data_interval, intervals_between, partition_interval, static_prefix
+from shardline.spec import (
+    PARTITION_FORMAT,
+    PipelineSpec,
+    SpecError,
+    data_interval,
+    intervals_between,
+    partition_interval,
+    static_prefix,
+)
 from shardline.spec.templates import render_interval
 
-PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"  # as `shardline runs` and the Asset event's partition key name it
 ARRIVAL_RUN_PREFIX = "arrival__"  # run ids of the runs an arrival starts: one per partition, so a repeat is refused
 
 

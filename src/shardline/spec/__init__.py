@@ -348,6 +348,11 @@ def data_interval(schedule: str | None, logical_date: dt.datetime) -> tuple[dt.d
     return start.replace(tzinfo=dt.UTC), end.replace(tzinfo=dt.UTC)
 
 
+# How Shardline names a partition everywhere (`shardline runs`, the ledger, the Asset event's partition key, the run
+# ids of arrivals): its interval's start in UTC, the format Airflow's temporal partition mappers read.
+PARTITION_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
 def partition_interval(schedule: str | None, start: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     """The interval of a scheduled pipeline that starts at ``start`` (UTC): what its scheduled run with that
     logical date scores, and what a manual run of that partition must name (logical date ``start``, this data

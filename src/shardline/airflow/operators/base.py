@@ -12,7 +12,7 @@ from pathlib import Path
 from airflow.sdk.exceptions import AirflowFailException
 
 from shardline.errors import ShardlineError
-from shardline.spec import load_spec
+from shardline.spec import PARTITION_FORMAT, load_spec
 
 
 def fails_fast(method):
@@ -61,7 +61,7 @@ def partition_text(when: dt.datetime | str | None) -> str | None:
     """A run's partition as Shardline names it everywhere (`shardline runs`, the Asset event's partition key):
     ``2026-11-22T10:00:00``, UTC, the format Airflow's temporal partition mappers read."""
     when = utc_time(when)
-    return f"{when:%Y-%m-%dT%H:%M:%S}" if when else None
+    return when.strftime(PARTITION_FORMAT) if when else None
 
 
 def utc_time(when: dt.datetime | str | None) -> dt.datetime | None:

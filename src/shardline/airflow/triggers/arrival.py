@@ -134,8 +134,8 @@ class QueueMessages(SharedStreamProducer):
                     # setting to change, and until then no marker starts a run.
                     log.error(
                         "queue %s: cannot read it (%s); retrying every %.0fs: no ready marker starts a run "
-                        "meanwhile (trigger.queue, and the Airflow connection's sqs:ReceiveMessage and "
-                        "sqs:DeleteMessage rights)",
+                        "meanwhile (trigger.queue, and the Airflow connection's sqs:ReceiveMessage, "
+                        "sqs:DeleteMessage, sqs:ChangeMessageVisibility and, for a queue named, sqs:GetQueueUrl)",
                         self.queue,
                         describe_error(err),
                         RETRY_SECONDS,

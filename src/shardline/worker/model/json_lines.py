@@ -1,9 +1,9 @@
 """JSON lines from Arrow record batches, built by Arrow's own string kernels: each value formatted once, in C.
 
 pandas' ``to_json`` (what the worker used before) formats float64 to 15 significant digits, so a prediction such as
-0.009009009009009009 came back as 0.009009009009009, and it ran at about a fifth of the reading side's pace.
-Arrow casts a float to its shortest round-trip text (float32 as float32: ``0.1``, not ``0.10000000149``), so every
-value reads back exactly as written. A batch with a column type this module does not format (timestamps, nested
+0.009009009009009009 came back as 0.009009009009009, at more than twice the CPU (docs/benchmarks.md). Arrow
+casts a float to its shortest round-trip text (float32 as float32: ``0.1``, not ``0.10000000149``), so every value
+reads back exactly as written. A batch with a column type this module does not format (timestamps, nested
 types), or a text column that needs escapes beyond ``\\`` and ``"``, is written by pandas instead.
 """
 
