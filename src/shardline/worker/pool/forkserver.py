@@ -32,9 +32,11 @@ HANDOVER_ENV = "SHARDLINE_WORKER_HANDOVER"  # the file the main process writes t
 MODEL_DIR_ENV = "SHARDLINE_WORKER_MODEL_DIR"  # where the forkserver guesses the model's library from
 PARENT_ENV = "SHARDLINE_WORKER_PARENT"  # the main process: the forkserver stops waiting when it is gone
 PIN_ENV = "SHARDLINE_WORKER_PIN"  # the pinned sha256: the forkserver reads a tarball's names only if it has it
-# What the forkserver imports before it forks the first worker: the worker's code (pyarrow with it),
-# the compute functions and threadpoolctl its first batch uses, then the library and the model.
+# What the forkserver imports before it forks the first worker: the one-thread caps (before numpy reads them),
+# the worker's code (pyarrow with it), the compute functions and threadpoolctl its first batch uses, then the
+# library and the model.
 PRELOAD_MODULES = [
+    "shardline.worker.pool.one_thread",
     "shardline.worker.pool.process",
     "pyarrow.compute",
     "threadpoolctl",

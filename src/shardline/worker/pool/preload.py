@@ -47,6 +47,7 @@ class Preloaded:
     handed_over_at: float  # the main process named the verified model
     loaded_at: float
     threads_started: int  # OS threads the library's import and the model's load started: 0, or a fork is unsafe
+    threads_before: int  # OS threads the forkserver had before that: its own and Arrow's (OpenBLAS's: capped)
 
 
 def native_threads() -> int:
@@ -158,5 +159,12 @@ def _load() -> Preloaded | None:
         imported_at = handed_over_at = time.time()
     predictor = load_predictor(artifact, threads=1, device="cpu", probabilities=probabilities)
     return Preloaded(
-        request, predictor, started_at, imported_at, handed_over_at, time.time(), native_threads() - threads_before
+        request,
+        predictor,
+        started_at,
+        imported_at,
+        handed_over_at,
+        time.time(),
+        native_threads() - threads_before,
+        threads_before,
     )

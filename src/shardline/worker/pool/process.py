@@ -96,6 +96,7 @@ class WorkerTiming:
     preloaded: bool = False  # the model came loaded from the forkserver
     threads_in_use: int = 0  # the most threads any native pool (OpenMP, BLAS, torch) of this worker may use
     forkserver_threads_started: int = 0  # OS threads the model's library started in the forkserver (0: fork-safe)
+    forkserver_threads: int = 0  # OS threads the forkserver had before it imported the model's library
 
 
 @dataclasses.dataclass
@@ -185,6 +186,7 @@ def _preloaded_predictor(state: _WorkerState, device: str) -> Predictor | None:
     state.timing.handed_over_at = loaded.handed_over_at
     state.timing.preloaded = True
     state.timing.forkserver_threads_started = loaded.threads_started
+    state.timing.forkserver_threads = loaded.threads_before
     return loaded.predictor
 
 
