@@ -116,6 +116,34 @@ def test_temp_path_is_hidden_deterministic_and_per_part(tmp_path):
     assert formats.temp_path(final, 3) == formats.temp_path(final, 3)
 
 
+def _blocks(sizes):
+    first = 0
+    for size in sizes:
+        yield pa.record_batch([pa.array(np.arange(first, first + size))], names=["id"])
+        first += size
+
+
+@pytest.mark.parametrize(
+    ("sizes", "rows", "expected"),
+    [
+        ([3, 3, 3, 3], 5, [5, 5, 2]),  # small blocks joined, across block ends
+        ([12], 5, [5, 5, 2]),  # a large one split
+        ([5, 5], 5, [5, 5]),  # blocks of the size pass as they are
+        ([0, 2, 0, 1], 5, [3]),  # empty blocks add nothing
+        ([], 5, []),
+    ],
+)
+def test_text_blocks_are_regrouped_to_the_batch_size_in_order(sizes, rows, expected):
+    """A text reader yields a batch per 1 MiB block (about 3,000 CSV rows): the model is called on batches of
+    the asked size instead, every row once, in order."""
+    from shardline.worker.model.text_files import regroup
+
+    out = list(regroup(_blocks(sizes), rows))
+    assert [batch.num_rows for batch in out] == expected
+    ids = [value for batch in out for value in batch.column("id").to_pylist()]
+    assert ids == list(range(sum(sizes)))
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_a_gzipped_text_output_is_written_fast_and_the_same_bytes_every_time(tmp_path, fmt):
     """Arrow's own gzip writes at level 9, which cost four times the model for a file of ids and predictions:

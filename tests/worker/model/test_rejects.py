@@ -310,7 +310,9 @@ def test_json_lines_the_fast_reader_read_otherwise_than_line_by_line_fail_the_fi
     model_dir, tmp_path
 ):
     """Two objects on one line (a writer's lost newline) are two rows to the fast reader: the row-by-row reader,
-    picking up after it at a later bad line, cannot tell which rows it gave, so the file fails with its error."""
+    picking up after it at a later bad line, cannot tell which rows it gave, so the file fails with its error.
+    When the fast reader gave no batch before the bad line (the file is smaller than a batch), the row-by-row
+    reader reads every line itself, and that line is rejected as what it is."""
     inputs = tmp_path / "in"
     inputs.mkdir()
     frame = pd.DataFrame(np.random.default_rng(6).normal(size=(40_000, 3)), columns=FEATURES)
@@ -319,9 +321,16 @@ def test_json_lines_the_fast_reader_read_otherwise_than_line_by_line_fail_the_fi
     lines[10:12] = [lines[10] + lines[11]]
     lines[35_000] = lines[35_000][:15]
     (inputs / "part-0.jsonl").write_text("\n".join(lines) + "\n")
-    result = _run(inputs, tmp_path / "out", model_dir, "--tolerate-rows", "10")
+    result = _run(inputs, tmp_path / "out", model_dir, "--tolerate-rows", "10", "--batch-rows", "1000")
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
     assert "CorruptInputError" in result.stderr
+
+    result = _run(inputs, tmp_path / "out-whole", model_dir, "--tolerate-rows", "10")
+    assert result.returncode == EXIT_OK, describe(result)
+    report = reports_by_input(load_manifest(tmp_path / "out-whole"))["part-0.jsonl"]
+    assert (report["rows_in"], report["rows_out"], report["rows_rejected"]) == (39_999, 39_997, 2)
+    listed = [json.loads(line) for line in (tmp_path / "out-whole" / report["rejects_file"]).read_text().splitlines()]
+    assert [r["line"] for r in listed] == [11, 35_001] and listed[0]["reason"].startswith("not valid JSON")
 
 
 def test_a_setting_error_on_small_batches_still_fails_the_file(parquet_inputs, model_dir, tmp_path):

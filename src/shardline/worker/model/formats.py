@@ -32,8 +32,8 @@ from shardline.worker.model.text_files import (
     describe,
     is_empty_text,
     names_hint,
-    rebatch,
     refuse_a_data_line_as_header,
+    regroup,
 )
 from shardline.worker.model.tolerant import (
     as_numbers,
@@ -228,9 +228,7 @@ def _batches(
                     read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES, use_threads=threads > 1),
                     parse_options=pajson.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="ignore"),
                 )
-            for batch in reader:
-                # Text readers yield one batch per block; re-slice to the requested size.
-                yield from rebatch(batch, batch_rows)
+            yield from regroup(reader, batch_rows)  # one batch per block, joined to the requested size
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
         raise CorruptInputError(f"cannot read {unit.label} as {describe(file)}: {err}{names_hint(file)}") from err
 
