@@ -9,6 +9,10 @@ For each format, interleaved round by round, with the XGBoost model:
   compute    XGBoost's own predict on preloaded float32 rows, one process per core, one thread each
 
 pipeline ceiling = 1 / (1/compute + 1/io); the worker's rate over it is the figure to watch (target >= 0.9x).
+The worker is timed with no memory sampler beside it (the ceilings run unobserved too).
+
+Then memory: one csv.gz file of 5,000,000 rows (1,000,000 with --quick), and the peak PSS of the worker's
+process tree (each page shared by forked workers split among them) while it scores it (target <= 1.5 GiB).
 
     python bench/bench_text.py --out bench-results [--quick] [--rounds 3]
 """
@@ -32,6 +36,7 @@ from bench_worker import FEATURES, fmt_rate, prepare, run_one
 
 FORMATS = ("csv", "csv.gz", "jsonl", "jsonl.gz")
 COMPUTE_ROWS = 400_000
+MEMORY_ROWS, MEMORY_ROWS_QUICK = 5_000_000, 1_000_000
 
 
 def write_formats(data: Path) -> dict[str, Path]:
@@ -60,6 +65,30 @@ def write_formats(data: Path) -> dict[str, Path]:
                         out.write(batch_lines(batch))
         (folder / "_READY").write_text("ok")
     return folders
+
+
+def write_one_large_file(data: Path, rows: int) -> Path:
+    """A folder with one csv.gz file of ``rows`` rows: the bench's rows again and again (gzip level 1: it is
+    only read)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    folder = data.parent / f"{data.name}-one-{rows}-csv-gz"
+    if (folder / "_READY").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"writing one csv.gz file of {rows:,} rows ...", flush=True)
+    written = 0
+    with gzip.open(folder / "large.csv.gz", "wb", compresslevel=1) as out:
+        while written < rows:
+            for source in sorted(data.glob("*.parquet")):
+                table = pq.read_table(source).slice(0, rows - written)
+                pacsv.write_csv(table, out, write_options=pacsv.WriteOptions(include_header=written == 0))
+                written += table.num_rows
+                if written >= rows:
+                    break
+    (folder / "_READY").write_text("ok")
+    return folder
 
 
 def _io_worker(args) -> tuple[int, float]:
@@ -163,7 +192,7 @@ def main() -> int:
     measured: dict[str, dict[str, list[float]]] = {fmt: {"shardline": [], "io": [], "compute": []} for fmt in FORMATS}
     for round_no in range(1, rounds + 1):
         for fmt in FORMATS:
-            shardline = run_one("shardline", "xgboost", models["xgboost"], folders[fmt], scratch)
+            shardline = run_one("shardline", "xgboost", models["xgboost"], folders[fmt], scratch, memory=None)
             measured[fmt]["shardline"].append(shardline["rate"])
             measured[fmt]["io"].append(ceiling("io", models["xgboost"], folders[fmt], scratch))
             measured[fmt]["compute"].append(ceiling("compute", models["xgboost"], folders[fmt], scratch))
@@ -190,7 +219,24 @@ def main() -> int:
             f" {fmt_rate(row['pipeline_ceiling_rows_per_s']):>8s} {fmt_rate(row['shardline_rows_per_s']):>8s}"
             f" {row['shardline_vs_ceiling']:>7.2f}x"
         )
-    (args.out / "bench_text.json").write_text(json.dumps({"rows": rows, "rounds": rounds, "table": table}, indent=2))
+    memory_rows = MEMORY_ROWS_QUICK if args.quick else MEMORY_ROWS
+    large = write_one_large_file(data, memory_rows)
+    measured = run_one("shardline", "xgboost", models["xgboost"], large, scratch, memory="pss")
+    memory = {
+        "rows": memory_rows,
+        "file_bytes": (large / "large.csv.gz").stat().st_size,
+        "peak_pss_mib": round(measured["peak_rss"] / 2**20),
+        "largest_process_pss_mib": round(measured["peak_largest"] / 2**20),
+        "rows_per_s": round(measured["rate"]),
+    }
+    print(
+        f"\none csv.gz file of {memory_rows:,} rows ({memory['file_bytes'] / 1e6:,.0f} MB): peak PSS of the worker's"
+        f" processes {memory['peak_pss_mib']:,} MiB, the largest one {memory['largest_process_pss_mib']:,} MiB"
+        f" (target <= 1,536 MiB); {fmt_rate(memory['rows_per_s'])} rows/s on one worker (one file is one unit)"
+    )
+    (args.out / "bench_text.json").write_text(
+        json.dumps({"rows": rows, "rounds": rounds, "table": table, "memory": memory}, indent=2)
+    )
     print(f"\nwrote {args.out / 'bench_text.json'}")
     return 0
 
