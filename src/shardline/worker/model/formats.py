@@ -179,7 +179,9 @@ def iter_batches(
     job) gives it. Clean files never leave the fast reader."""
     yielded = 0
     try:
-        for batch in _batches(unit, columns, features, batch_rows, scratch, threads):
+        # Without rejects, ``schema`` is the file's as the fast reader infers it: JSON lines need not read it again.
+        known = schema if rejects is None else None
+        for batch in _batches(unit, columns, features, batch_rows, scratch, threads, known):
             yielded += batch.num_rows
             yield batch
         return
@@ -196,7 +198,13 @@ def iter_batches(
 
 
 def _batches(
-    unit: WorkUnit, columns: Sequence[str], features: Sequence[str], batch_rows: int, scratch: Path, threads: int
+    unit: WorkUnit,
+    columns: Sequence[str],
+    features: Sequence[str],
+    batch_rows: int,
+    scratch: Path,
+    threads: int,
+    schema: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
     file = unit.file
     try:
@@ -219,7 +227,7 @@ def _batches(
                     convert_options=pacsv.ConvertOptions(include_columns=list(columns), column_types=float_features),
                 )
             else:
-                schema = read_schema(file, scratch)
+                schema = schema or read_schema(file, scratch)
                 explicit = pa.schema(
                     [pa.field(name, float_features.get(name, schema.field(name).type)) for name in columns]
                 )
