@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv browser test test-stack test-fast test-under-load lint docs demo demo-worker bench bench-fleet bench-recovery bench-quick package-check clean
+.PHONY: help venv browser test test-stack test-fast test-under-load lint docs demo demo-worker bench bench-compiled bench-fleet bench-recovery bench-quick package-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -91,7 +91,20 @@ bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, wr
 	$(PY) bench/bench_worker.py --out bench-results
 	$(PY) bench/bench_worker.py --out bench-results --only-uploads --kinds xgboost --rounds 12
 	$(PY) bench/bench_text.py --out bench-results
+	$(MAKE) bench-compiled
 	$(PY) bench/bench_orchestration.py --out bench-results
+
+# Compiled tree libraries are not the project's dependencies: their own venv, with .venv's pins for the rest.
+COMPILED_VENV := build/bench-compiled-venv
+$(COMPILED_VENV)/.installed: constraints.txt bench/requirements-compiled.txt
+	rm -rf $(COMPILED_VENV)
+	$(PYTHON) -m venv $(COMPILED_VENV)
+	$(COMPILED_VENV)/bin/pip install --quiet -c constraints.txt numpy pyarrow xgboost scikit-learn joblib \
+		threadpoolctl psutil -r bench/requirements-compiled.txt
+	@touch $@
+
+bench-compiled: $(COMPILED_VENV)/.installed  ## compiled trees (oneDAL, tl2cgen) against XGBoost's and scikit-learn's own predict
+	PYTHONPATH=src $(COMPILED_VENV)/bin/python bench/bench_compiled.py --out bench-results
 
 bench-fleet: $(STAMP)  ## 6 pipelines x 2 runs at once in airflow standalone, within a quota of 4 instances, with injected refusals
 	$(PY) bench/bench_fleet.py --out bench-results
