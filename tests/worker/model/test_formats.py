@@ -144,6 +144,20 @@ def test_text_blocks_are_regrouped_to_the_batch_size_in_order(sizes, rows, expec
     assert ids == list(range(sum(sizes)))
 
 
+def test_wide_text_rows_are_joined_by_bytes_not_only_rows():
+    """Rows of long text (documents for a model that takes raw text) reach Arrow's 2 GiB string limit before
+    --batch-rows: a joined batch also stops at a size in bytes, and every row still comes once, in order."""
+    from shardline.worker.model.text_files import regroup
+
+    blocks = [
+        pa.record_batch([pa.array([f"{i:06d}" + "x" * 994 for i in range(k, k + 10)])], ["text"])
+        for k in range(0, 100, 10)
+    ]  # ten blocks of ten 1,000-byte rows
+    out = list(regroup(blocks, rows=1000, max_bytes=25_000))
+    assert [batch.num_rows for batch in out] == [30, 30, 30, 10]
+    assert [int(text[:6]) for batch in out for text in batch.column("text").to_pylist()] == list(range(100))
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_a_gzipped_text_output_is_written_fast_and_the_same_bytes_every_time(tmp_path, fmt):
     """Arrow's own gzip writes at level 9, which cost four times the model for a file of ids and predictions:

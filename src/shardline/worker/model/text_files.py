@@ -66,31 +66,43 @@ def is_empty_text(file: InputFile) -> bool:
         return stream.read(1) == b""
 
 
-def regroup(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
-    """The reader's batches as batches of ``rows`` rows (the last one fewer).
+# A joined batch stops growing at this many bytes, whatever its rows: Arrow's string columns hold at most 2 GiB
+# (wide text rows, such as documents for a model that takes raw text, reach that well before --batch-rows), and
+# a worker's memory stays a few blocks' worth.
+GROUP_BYTES = 64 << 20
+
+
+def regroup(batches: Iterable[pa.RecordBatch], rows: int, max_bytes: int = GROUP_BYTES) -> Iterator[pa.RecordBatch]:
+    """The reader's batches as batches of ``rows`` rows (the last one fewer), or of ``max_bytes`` when rows are
+    wide.
 
     A text reader yields one batch per block: about 3,000 rows of a 1 MiB CSV block. Each batch costs the model a
     call and the worker its per-batch steps; over so few rows that was about a tenth of a csv.gz file's time.
     Blocks stay 1 MiB (larger ones read slower), and are joined here: one copy of at most ``rows`` rows.
     """
     pending: list[pa.RecordBatch] = []
-    held = 0
+    held = held_bytes = 0
     for batch in batches:
         offset = 0
         while offset < batch.num_rows:
             take = min(rows - held, batch.num_rows - offset)
-            pending.append(batch.slice(offset, take))
+            part = batch.slice(offset, take)
+            pending.append(part)
             held += take
+            held_bytes += part.nbytes
             offset += take
-            if held == rows:
+            if held == rows or held_bytes >= max_bytes:
                 yield _joined(pending)
-                pending, held = [], 0
+                pending, held, held_bytes = [], 0, 0
     if pending:
         yield _joined(pending)
 
 
 def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+    if len(batches) == 1:
+        return batches[0]
+    # Through a table, not pa.concat_batches: that needs pyarrow 19 (we allow 16), and it is slower.
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def rebatch(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:

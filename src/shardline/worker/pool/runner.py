@@ -351,7 +351,7 @@ class Runner:
             "model_load_s": round(max(t.loaded_at - max(t.imported_at, t.handed_over_at) for t in timings), 3),
             "threads_in_use": max(t.threads_in_use for t in timings),
             "forkserver_threads_started": max(t.forkserver_threads_started for t in timings),
-            "forkserver_threads": max(t.forkserver_threads for t in timings),
+            "forkserver_threads": max((t.forkserver_threads for t in timings if t.preloaded), default=None),
         }
 
     def _new_pool(self) -> ProcessPoolExecutor:
