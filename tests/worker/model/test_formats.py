@@ -158,6 +158,62 @@ def test_wide_text_rows_are_joined_by_bytes_not_only_rows():
     assert [int(text[:6]) for batch in out for text in batch.column("text").to_pylist()] == list(range(100))
 
 
+def _text_with_bad_lines(folder, fmt: str, rows: int, bad: dict[int, str]) -> InputFile:
+    """``rows`` rows of id, a 300-character pad (about 3,300 rows a 1 MiB block) and two features; the rows in
+    ``bad`` are a line that does not split ("split") or a value that is no number ("value")."""
+    import json
+
+    pad = "p" * 300
+    lines = ["id,pad,f0,f1"] if fmt == "csv" else []
+    for i in range(rows):
+        kind = bad.get(i)
+        if fmt == "csv":
+            lines.append(
+                {"split": f"{i},{pad},1.0,2.0,9", "value": f"{i},{pad},abc,2.0"}.get(kind, f"{i},{pad},{i},2.0")
+            )
+        elif kind == "split":
+            lines.append(f'{{"id": {i}, "pad": "{pad}", "f0": 1.0')
+        else:
+            lines.append(json.dumps({"id": i, "pad": pad, "f0": "abc" if kind else i * 0.5, "f1": 2.0}))
+    path = folder / f"bad.{fmt}"
+    path.write_text("\n".join(lines) + "\n")
+    return InputFile(path.name, str(path), fmt, False, path.stat().st_size)
+
+
+@pytest.mark.parametrize("kind", ["split", "value"])
+@pytest.mark.parametrize("bad_rows", [(4000,), (15_500,), (5000, 10_001)])
+@pytest.mark.parametrize("batch_rows", [1000, 7000, 65_536])
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_blocks_joined_or_not_the_row_by_row_reader_takes_over_without_losing_a_row(
+    tmp_path, fmt, batch_rows, bad_rows, kind
+):
+    """With tolerance.rows, the fast reader's blocks are joined into batches: when a bad line stops it, the rows it
+    held but had not yet given are read again by the row-by-row reader, and every good row comes once, in order,
+    with each bad line rejected by its own line number; whether the bad line falls in the first batch, inside a
+    group of blocks being joined, or after batches already given."""
+    from shardline.worker.model.rejects import RejectLog
+    from shardline.worker.pool.work_units import WorkUnit
+
+    rows = 20_000
+    file = _text_with_bad_lines(tmp_path, fmt, rows, dict.fromkeys(bad_rows, kind))
+    rejects = RejectLog(100, header_lines=1 if fmt == "csv" else 0)
+    schema = formats.read_schema(file, tmp_path, tolerant=True, keep_types=("id", "pad"))
+    ids = []
+    for batch in formats.iter_batches(
+        WorkUnit(file, est_bytes=file.size),
+        ["id", "pad", "f0", "f1"],
+        ["f0", "f1"],
+        batch_rows,
+        tmp_path,
+        rejects=rejects,
+        schema=schema,
+    ):
+        ids += batch.column("id").to_pylist()
+    assert ids == [i for i in range(rows) if i not in bad_rows]
+    header = 1 if fmt == "csv" else 0
+    assert sorted(reject.line for reject in rejects.rejects) == [row + 1 + header for row in bad_rows]
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_a_gzipped_text_output_is_written_fast_and_the_same_bytes_every_time(tmp_path, fmt):
     """Arrow's own gzip writes at level 9, which cost four times the model for a file of ids and predictions:
