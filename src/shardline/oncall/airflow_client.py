@@ -269,6 +269,15 @@ class AirflowClient:
             body["note"] = note
         return self._call("POST", f"/dags/{self._q(dag_id)}/dagRuns", json=body)
 
+    def dag(self, dag_id: str) -> dict:
+        """The DAG as the scheduler holds it: ``is_paused``, ``next_dagrun_logical_date``, ``next_dagrun_run_after``."""
+        return self._call("GET", f"/dags/{self._q(dag_id)}")
+
+    def runs_at(self, dag_id: str, logical_date: str) -> list[dict]:
+        """The DAG's runs with this logical date (Airflow keeps one at most)."""
+        params = {"logical_date_gte": logical_date, "logical_date_lte": logical_date}
+        return self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns", params=params).get("dag_runs", [])
+
     def delete_run(self, dag_id: str, run_id: str) -> None:
         self._call("DELETE", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}")
 

@@ -48,6 +48,18 @@ def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
     return model_version_problem(first, version)
 
 
+# A trigger waits this many seconds for the run the scheduler is creating of the same partition (_scheduler_run).
+SCHEDULER_WAIT_SECONDS = 60
+SCHEDULER_DUE_SLACK = dt.timedelta(seconds=5)
+
+
+def _instant(text: str | None) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
+
+
 def _same_instant(a: str, b: str) -> bool:
     """Whether two ISO-8601 times Airflow gave name the same instant ("Z" or "+00:00" alike)."""
     try:
@@ -82,6 +94,20 @@ class RunActions:
         what = f"{pipeline} for {begin:%Y-%m-%d %H:%M}-{end:%Y-%m-%d %H:%M} UTC (logical date {interval[0]})"
         if dry_run:
             return [f"dry run, nothing was changed: for real, it would trigger {what} with conf {json.dumps(conf)}"]
+        scheduled = self._scheduler_run(pipeline, begin)
+        if scheduled is not None:
+            run_id = scheduled["dag_run_id"]
+            if conf:
+                raise Conflict(
+                    f"nothing was triggered: {pipeline}'s scheduler started the partition's own run itself, {run_id} "
+                    f"(logical date {interval[0]}), with the spec's defaults; to score it with conf "
+                    f"{json.dumps(conf)}, `shardline rerun {pipeline}/{run_id} --conf '{json.dumps(conf)}'` once it "
+                    "has ended"
+                )
+            return [
+                f"{pipeline}'s scheduler started the run of {what} itself, as {run_id}, so nothing was triggered "
+                f"beside it; follow it with `shardline status {pipeline}/{run_id}`"
+            ]
         try:
             run = self.reads.airflow.trigger(pipeline, conf, logical_date=interval[0], data_interval=interval)
         except AirflowApiError as err:
@@ -97,6 +123,30 @@ class RunActions:
         return [
             f"triggered {what} as {run['dag_run_id']}; follow it with `shardline status {pipeline}/{run['dag_run_id']}`"
         ]
+
+    def _scheduler_run(self, pipeline: str, begin: dt.datetime) -> dict | None:
+        """The partition's own run, when the scheduler is creating it now; else None (trigger as asked).
+
+        Once a run holding the partition's logical date is deleted (as ``trigger``'s refusal says to do), the
+        scheduler creates the partition's run on its next loop. A trigger then races it for the logical date, and
+        Airflow's scheduler does not survive losing that race: the unique key fails its insert and its loop ends.
+        So when the DAG's next run is this partition, due, and no run holds its logical date, the trigger waits
+        for the scheduler's run instead of making one. Anything unclear, or no run within a minute: trigger."""
+        airflow = self.reads.airflow
+        try:
+            dag = airflow.dag(pipeline)
+            next_date, due = _instant(dag.get("next_dagrun_logical_date")), _instant(dag.get("next_dagrun_run_after"))
+            if dag.get("is_paused") or next_date != begin or due is None:
+                return None
+            if due > self.reads.now() + SCHEDULER_DUE_SLACK or airflow.runs_at(pipeline, begin.isoformat()):
+                return None  # not yet due (a trigger now comes first); or a run holds the date: trigger says so
+            for _ in range(SCHEDULER_WAIT_SECONDS):
+                self.reads.sleep(1)
+                for run in airflow.runs_at(pipeline, begin.isoformat()):
+                    return run if _instant(run.get("data_interval_start")) == begin else None
+        except AirflowApiError:
+            return None
+        return None
 
     def rerun(self, ref: RunRef, conf: dict | None = None, *, dry_run: bool = False) -> list[str]:
         """Run a finished DAG run's partition again, as Airflow 3.3 allows it.

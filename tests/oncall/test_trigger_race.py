@@ -1,0 +1,118 @@
+"""`shardline trigger` and the scheduler's own run of the same partition.
+
+Once a run holding a partition's logical date is deleted (as the trigger's refusal says to do), the scheduler
+creates that partition's run on its next loop; a trigger at that moment races it for the logical date, and
+Airflow's scheduler does not survive losing that race (its insert fails the unique key and its loop ends: seen in
+a real `airflow standalone`). The trigger waits for the scheduler's run instead. Airflow here is a script of what
+its REST API answers; the real one is in tests/scenarios/test_scheduled_runs.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from shardline.oncall.errors import Conflict
+from shardline.oncall.service import OnCall
+from shardline.spec import parse_spec
+
+U = dt.UTC
+START = dt.datetime(2026, 11, 22, 12, 0, tzinfo=U)
+NOW = START + dt.timedelta(hours=1, seconds=2)  # the hour has ended: its run is due
+
+
+def spec():
+    return parse_spec(
+        {
+            "pipeline": "hourly",
+            "schedule": "@hourly",
+            "steps": [
+                {
+                    "name": "score",
+                    "model": {
+                        "uri": "s3://m/{{ params.model_version }}/model.tar.gz",
+                        "version": "v1",
+                        "versions": {"v1": "0" * 64, "v2": "1" * 64},
+                    },
+                    "input": {"prefix": "s3://in/{{ ds }}/"},
+                    "output": {"prefix": "s3://out/{{ ds }}/"},
+                }
+            ],
+        },
+        "hourly.yaml",
+    )
+
+
+class ScriptedAirflow:
+    """The DAG's next run is the partition at START; the scheduler's run of it appears after ``appears_after``
+    polls (never if None); ``held`` is a run that holds the logical date already."""
+
+    def __init__(self, *, next_date=START, paused=False, appears_after=2, held=None):
+        self.next_date, self.paused, self.appears_after, self.held = next_date, paused, appears_after, held
+        self.polls, self.triggered = 0, []
+
+    def dag(self, dag_id):
+        return {
+            "is_paused": self.paused,
+            "next_dagrun_logical_date": self.next_date.isoformat().replace("+00:00", "Z"),
+            "next_dagrun_run_after": (self.next_date + dt.timedelta(hours=1)).isoformat().replace("+00:00", "Z"),
+        }
+
+    def runs_at(self, dag_id, logical_date):
+        assert dt.datetime.fromisoformat(logical_date) == START
+        if self.held:
+            return [self.held]
+        self.polls += 1
+        if self.appears_after is not None and self.polls > self.appears_after:
+            return [
+                {"dag_run_id": "scheduled__2026-11-22T13:00:00+00:00", "data_interval_start": "2026-11-22T12:00:00Z"}
+            ]
+        return []
+
+    def trigger(self, dag_id, conf, *, logical_date=None, data_interval=None):
+        self.triggered.append((logical_date, data_interval))
+        return {"dag_run_id": "manual__x"}
+
+
+def service(airflow) -> OnCall:
+    slept = []
+    oncall = OnCall({"hourly": spec()}, airflow=airflow, now=lambda: NOW, sleep=slept.append)
+    oncall.slept = slept
+    return oncall
+
+
+def test_a_trigger_of_the_partition_the_scheduler_is_creating_waits_for_its_run_and_makes_none():
+    airflow = ScriptedAirflow(appears_after=2)
+    said = service(airflow).actions.trigger("hourly", START, {})
+    assert airflow.triggered == []
+    assert "scheduler started the run" in said[0] and "scheduled__2026-11-22T13:00:00+00:00" in said[0], said
+
+
+def test_with_a_conf_it_says_how_to_score_the_schedulers_run_with_it():
+    with pytest.raises(Conflict, match=r"shardline rerun hourly/scheduled__2026-11-22T13:00:00\+00:00 --conf"):
+        service(ScriptedAirflow(appears_after=1)).actions.trigger("hourly", START, {"model_version": "v2"})
+
+
+@pytest.mark.parametrize(
+    "airflow",
+    [
+        ScriptedAirflow(paused=True),  # a paused DAG creates nothing
+        ScriptedAirflow(next_date=START + dt.timedelta(hours=3)),  # the scheduler is past it: it is MISSING
+        ScriptedAirflow(held={"dag_run_id": "manual__held", "data_interval_start": "2026-11-22T11:00:00Z"}),
+        ScriptedAirflow(appears_after=None),  # the scheduler never came (down?): trigger after the wait
+    ],
+    ids=["paused", "scheduler-past-it", "date-held", "scheduler-never-came"],
+)
+def test_otherwise_the_trigger_makes_the_run_itself(airflow):
+    oncall = service(airflow)
+    said = oncall.actions.trigger("hourly", START, {})
+    assert airflow.triggered == [
+        ("2026-11-22T12:00:00+00:00", ("2026-11-22T12:00:00+00:00", "2026-11-22T13:00:00+00:00"))
+    ]
+    assert "triggered hourly" in said[0], said
+    assert len(oncall.slept) == (
+        60
+        if airflow.appears_after is None and not airflow.paused and not airflow.held and airflow.next_date == START
+        else 0
+    )
