@@ -8,7 +8,8 @@ For the bench's XGBoost booster and scikit-learn HistGradientBoosting model, on 
              in one process, median of 5 repeats; the ratio is the figure (absolute rates are noisy)
   import     the candidate's import and conversion (the worker would pay them once per job, at start-up)
   end to end what the worker would gain on parquet input, from the share predict has of a file's time (timed
-             here through the worker's own read and conversion), at 1.6M and 6.4M rows on this machine's cores
+             here through the worker's own read and conversion) and its start-up (timed by running it), at 1.6M
+             and 6.4M rows on this machine's cores
 
 Candidates: oneDAL (daal4py, from scikit-learn-intelex) and treelite + tl2cgen (compiled with gcc). Their
 packages are not the project's dependencies: `make bench` installs them into build/bench-compiled-libs
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_worker import FEATURES, MODEL_FILES, fmt_rate
 
 ROWS, BATCH, REPEATS = 200_000, 65_536, 5
-STARTUP_S = 0.55  # the worker's own start-up to its workers being ready, 2 cores (docs/benchmarks.md)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def prepare(out: Path) -> tuple[Path, dict[str, Path]]:
@@ -147,19 +148,42 @@ def tl2cgen_compiled(kind: str, model, scratch: Path):
     return predict, time.perf_counter() - started
 
 
-def end_to_end(share: float, speedup: float, own_rate: float, fixed_s: float, rows: int) -> float:
+def worker_startup(python: str, data: Path, model: Path, scratch: Path) -> float:
+    """Seconds from the worker's launch to its workers being ready (its start-up summary), median of 3 runs of
+    one small file, by ``python``: the project's own venv, which has what the worker needs."""
+    import pyarrow.parquet as pq
+
+    small = scratch / "startup-in"
+    small.mkdir()
+    pq.write_table(pq.read_table(sorted(data.glob("*.parquet"))[0]).slice(0, 1000), small / "part.parquet")
+    seconds = []
+    for run in range(3):
+        out = scratch / f"startup-out-{run}"
+        command = [python, "-m", "shardline.worker", "--input-dir", str(small), "--output-dir", str(out)]
+        command += ["--model-dir", str(model.parent), "--passthrough", "id", "--features", ",".join(FEATURES)]
+        command += ["--scratch-dir", str(scratch / "model"), "--summary-json", str(out / "summary.json")]
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        subprocess.run(command, check=True, capture_output=True, env=env)
+        seconds.append(json.loads((out / "summary.json").read_text())["startup"]["workers_ready_s"])
+    return statistics.median(seconds)
+
+
+def end_to_end(share: float, speedup: float, own_rate: float, fixed_s: float, rows: int, startup: float) -> float:
     """The worker's projected gain on ``rows`` rows: its time per row is ``share`` predict, on every core, plus
-    its start-up; the candidate cuts predict by ``speedup`` and adds its import and conversion (``fixed_s``)."""
+    its ``startup``; the candidate cuts predict by ``speedup`` and adds its import and conversion (``fixed_s``)."""
     cores = os.cpu_count() or 1
     per_row = 1 / own_rate / share  # seconds of a file's time per row, one core
-    own = STARTUP_S + rows * per_row / cores
-    candidate = STARTUP_S + fixed_s + rows * per_row * (1 - share + share / speedup) / cores
+    own = startup + rows * per_row / cores
+    candidate = startup + fixed_s + rows * per_row * (1 - share + share / speedup) / cores
     return own / candidate
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument(
+        "--worker-python", default=str(ROOT / ".venv" / "bin" / "python"), help="runs the worker to time its start-up"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     data, models = prepare(args.out)
@@ -168,6 +192,7 @@ def main() -> int:
     x, with_nan, read_s = load_rows(data)
     scratch = Path(tempfile.mkdtemp(prefix="shardline-bench-compiled-"))
     own = own_models(models)
+    startup = worker_startup(args.worker_python, data, models["xgboost"], scratch)
     imports = {"oneDAL": import_seconds("daal4py"), "tl2cgen": import_seconds("tl2cgen, treelite")}
     candidates = {"oneDAL": onedal, "tl2cgen": lambda k, m: tl2cgen_compiled(k, m, scratch)}
     rows = []
@@ -202,12 +227,16 @@ def main() -> int:
                     "import_s": round(imported, 2),
                     "convert_s": round(converted, 2),
                     "predict_share_parquet": round(share, 2),
-                    "end_to_end_1_6m": round(end_to_end(share, rate / own_rate, own_rate, fixed, 1_600_000), 2),
-                    "end_to_end_6_4m": round(end_to_end(share, rate / own_rate, own_rate, fixed, 6_400_000), 2),
+                    "end_to_end_1_6m": round(
+                        end_to_end(share, rate / own_rate, own_rate, fixed, 1_600_000, startup), 2
+                    ),
+                    "end_to_end_6_4m": round(
+                        end_to_end(share, rate / own_rate, own_rate, fixed, 6_400_000, startup), 2
+                    ),
                 }
             )
     print(f"\ncompiled trees, one thread, {ROWS:,} rows, batches of {BATCH:,}, medians of {REPEATS} (target: >= 1.3x")
-    print("end to end with predictions equal within 1e-6)")
+    print(f"end to end with predictions equal within 1e-6; projected with the worker's start-up, {startup:.2f}s here)")
     print(
         f"{'model':8s} {'candidate':9s} {'max|diff|':>10s} {'NaN rows':>9s} {'own':>7s} {'compiled':>8s}"
         f" {'predict':>8s} {'import+conv':>11s} {'e2e 1.6M':>9s} {'e2e 6.4M':>9s}"
@@ -223,7 +252,7 @@ def main() -> int:
             f" {row['import_s'] + row['convert_s']:>10.2f}s {row['end_to_end_1_6m']:>8.2f}x"
             f" {row['end_to_end_6_4m']:>8.2f}x"
         )
-    (args.out / "bench_compiled.json").write_text(json.dumps(rows, indent=2))
+    (args.out / "bench_compiled.json").write_text(json.dumps({"worker_startup_s": startup, "rows": rows}, indent=2))
     print(f"\nwrote {args.out / 'bench_compiled.json'}")
     return 0
 

@@ -54,6 +54,7 @@ SCHEDULER_DUE_SLACK = dt.timedelta(seconds=5)
 
 
 def _instant(text: str | None) -> dt.datetime | None:
+    """An ISO-8601 time as Airflow gives it ("Z" or "+00:00"), or None when there is none or it is no time."""
     try:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
     except ValueError:
@@ -62,12 +63,8 @@ def _instant(text: str | None) -> dt.datetime | None:
 
 def _same_instant(a: str, b: str) -> bool:
     """Whether two ISO-8601 times Airflow gave name the same instant ("Z" or "+00:00" alike)."""
-    try:
-        return dt.datetime.fromisoformat(a.replace("Z", "+00:00")) == dt.datetime.fromisoformat(
-            b.replace("Z", "+00:00")
-        )
-    except ValueError:
-        return False
+    first = _instant(a)
+    return first is not None and first == _instant(b)
 
 
 class RunActions:
@@ -142,8 +139,9 @@ class RunActions:
                 return None  # not yet due (a trigger now comes first); or a run holds the date: trigger says so
             for _ in range(SCHEDULER_WAIT_SECONDS):
                 self.reads.sleep(1)
-                for run in airflow.runs_at(pipeline, begin.isoformat()):
-                    return run if _instant(run.get("data_interval_start")) == begin else None
+                if runs := airflow.runs_at(pipeline, begin.isoformat()):
+                    # the scheduler's run has the partition's interval; another (someone's trigger) is refused below
+                    return runs[0] if _instant(runs[0].get("data_interval_start")) == begin else None
         except AirflowApiError:
             return None
         return None
