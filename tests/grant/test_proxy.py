@@ -257,6 +257,46 @@ def test_a_request_the_endpoint_would_read_another_way_than_the_check_is_refused
     assert len(job["refusals"]) == len(attempts), job["refusals"]
 
 
+def test_a_copy_reads_from_the_bucket_its_grant_was_checked_for(aws_env):
+    """Found by review: ``x-amz-copy-source: //data/<secrets>/...`` was checked as bucket data, key <secrets>/...
+    (inside the job's input prefix) and copied by the endpoint from bucket <secrets>: a secret landed in the job's
+    outputs. After: refused, nothing written; a copy boto3 writes (its key percent-encoded) still goes through."""
+    direct = boto3.client("s3")
+    data, secrets = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("data", "secrets"))
+    for bucket in (data, secrets):
+        direct.create_bucket(Bucket=bucket)
+    # The job's input prefix starts with the other bucket's name: the one thing the misreading needed.
+    inputs, out = f"{secrets}/dt=1/", "scores/daily_churn/dt=1/"
+    direct.put_object(Bucket=data, Key=inputs + "a b+c.csv", Body=b"a,b\n1,2\n")
+    direct.put_object(Bucket=secrets, Key="dt=1/airflow.cfg", Body=b"fernet_key = secret")
+    scope = JobScope(
+        PIPELINE, "ledger", "us-east-1", f"s3://{data}/{inputs}", f"s3://{data}/model.tar.gz", f"s3://{data}/{out}"
+    )
+    endpoint, refusals = os.environ["AWS_ENDPOINT_URL"], []
+    with GrantProxy(JobGrant.of(scope), {"s3": endpoint, "dynamodb": endpoint}, on_refusal=refusals.append) as proxy:
+        auth = (
+            "Authorization: AWS4-HMAC-SHA256 Credential=AK/20261128/us-east-1/s3/aws4_request, "
+            f"SignedHeaders=host, {SIG}"
+        )
+        for source in (f"//{data}/{secrets}/dt=1/airflow.cfg", f"/%2F{data}/{secrets}/dt=1/airflow.cfg"):
+            answer = _raw(
+                proxy.url,
+                (
+                    f"PUT /{data}/{out}stolen HTTP/1.1\r\nHost: x\r\n{auth}\r\n"
+                    f"x-amz-copy-source: {source}\r\nContent-Length: 0\r\n\r\n"
+                ).encode(),
+            )
+            assert int(answer.split(b" ", 2)[1]) == 403, (source, answer[:300])
+        job_s3 = boto3.client("s3", endpoint_url=proxy.url)
+        job_s3.copy_object(
+            Bucket=data, Key=out + "copied.csv", CopySource={"Bucket": data, "Key": inputs + "a b+c.csv"}
+        )
+    assert direct.get_object(Bucket=data, Key=out + "copied.csv")["Body"].read() == b"a,b\n1,2\n"
+    keys = [o["Key"] for o in direct.list_objects_v2(Bucket=data)["Contents"]]
+    assert out + "stolen" not in keys, keys
+    assert len(refusals) == 2 and "bucket's name" in refusals[0], refusals
+
+
 def test_the_proxy_serves_at_most_its_cap_of_connections_and_frees_a_slot_when_one_ends():
     """A thread per connection, and at most the cap at once: one past it is closed as it comes; once a connection
     ends its slot serves the next (here an unsigned request, answered with the refusal, no endpoint needed)."""

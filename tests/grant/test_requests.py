@@ -58,6 +58,78 @@ def test_a_listing_carries_its_prefix_and_a_copy_reads_its_source():
     assert [r for _, r, _ in deleted] == ["arn:aws:s3:::b/in/a", "arn:aws:s3:::b/in/b"]
 
 
+def copy_read(source: str, path: str = "/b/out/x") -> tuple[str, str]:
+    """The (action, resource) a copy's source is authorized as."""
+    found = s3("PUT", path, {"x-amz-copy-source": source})
+    assert found[0][:2] == ("s3:PutObject", "arn:aws:s3:::b/out/x")
+    ((action, resource, _),) = found[1:]
+    return action, resource
+
+
+def endpoint_reading(source: str) -> tuple[str, str]:
+    """The (bucket, key) moto 5.2.5 copies from: its CopyObject and UploadPartCopy, word for word."""
+    from urllib.parse import unquote, urlparse
+
+    bucket, key = unquote(urlparse(source).path).lstrip("/").split("/", 1)
+    return bucket, key
+
+
+@pytest.mark.parametrize(
+    ("source", "action", "resource"),
+    [
+        ("secrets/airflow.cfg", "s3:GetObject", "arn:aws:s3:::secrets/airflow.cfg"),
+        ("/data/in/a%20b%2Bc%3Dd.csv", "s3:GetObject", "arn:aws:s3:::data/in/a b+c=d.csv"),
+        ("data/in/a%2Fb.csv", "s3:GetObject", "arn:aws:s3:::data/in/a/b.csv"),
+        ("data/in/x%3FversionId%3Dv", "s3:GetObject", "arn:aws:s3:::data/in/x?versionId=v"),
+        ("data/in/%C3%A9t%C3%A9.csv", "s3:GetObject", "arn:aws:s3:::data/in/été.csv"),
+        (
+            "/data/in/x.csv?versionId=3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrH",
+            "s3:GetObjectVersion",
+            "arn:aws:s3:::data/in/x.csv",
+        ),
+    ],
+)
+def test_a_copy_source_is_read_as_s3_and_the_endpoint_read_it(source, action, resource):
+    assert copy_read(source) == (action, resource)
+    assert copy_read(source, "/b/out/x?partNumber=1&uploadId=u") == (action, resource)  # UploadPartCopy
+    bucket, key = endpoint_reading(source.split("?versionId=")[0])
+    assert f"arn:aws:s3:::{bucket}/{key}" == resource
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        # Found by review: the check read bucket data, the endpoint bucket secrets (//data is a URL's host).
+        ("//data/secrets/airflow.cfg", "bucket's name"),
+        ("/%64ata/in/x", "bucket's name"),
+        ("%2Fsecrets/airflow.cfg", "bucket's name"),
+        ("http://data/secrets/airflow.cfg", "bucket's name"),
+        ("arn:aws:s3:us-east-1:123456789012:accesspoint/ap/object/in/x", "bucket's name"),
+        ("data", "bucket's name"),
+        ("data/", "empty"),
+        ("data/in/../../secrets/x", ". or .. segment"),
+        ("data/in//x", "empty"),
+        ("data/in/x;v=1", "percent-encoded"),
+        ("data/in/x#../../y", "percent-encoded"),
+        ("data/in/a b", "percent-encoded"),
+        ("data/in/%zz", "no escape"),
+        ("data/in/%ff", "not UTF-8"),
+        ("data/in/x?versionId=a&versionId=b", "one versionId"),
+        ("data/in/x?partNumber=1", "one versionId"),
+        ("data/in/x?versionId=", "one versionId"),
+        ("", "percent-encoded"),
+    ],
+)
+def test_a_copy_source_that_could_be_read_another_way_is_refused(source, reason):
+    with pytest.raises(Unreadable, match=reason):
+        s3("PUT", "/b/out/x", {"x-amz-copy-source": source})
+
+
+def test_a_copy_source_on_anything_but_a_put_is_refused():
+    with pytest.raises(Unreadable, match="only a PUT copies"):
+        s3("POST", "/b/out/x?uploads", {"x-amz-copy-source": "data/in/x"})
+
+
 @pytest.mark.parametrize(
     ("path", "reason"),
     [

@@ -2,7 +2,8 @@
 condition keys. What this module cannot read as one of those is refused (:class:`Unreadable`), never passed.
 
 S3 requests are read path-style (``/bucket/key?subresource``); the proxy sends every request on with the
-endpoint's own Host, so the endpoint reads them the same way. DynamoDB requests are JSON with an
+endpoint's own Host, so the endpoint reads them the same way; a copy's source is read as both S3 and the
+endpoint read it (:func:`copy_source`). DynamoDB requests are JSON with an
 ``X-Amz-Target``; a TransactWriteItems is authorized item by item, as IAM does.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, unquote_to_bytes, urlsplit
 from xml.etree import ElementTree
 
 from shardline.grant.policy import IamRequest
@@ -141,6 +142,42 @@ def _canonical_path(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+# A bucket's name as S3 allows it: never encoded, never empty. The copy source's raw characters: a URI path's,
+# less the ones a URL parser splits off (``;`` parameters, ``#`` fragment) where S3 keeps them in the key.
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_COPY_SOURCE_PATH = re.compile(r"[A-Za-z0-9._~%/!$&'()*+,=:@-]+")
+_VERSION_ID = re.compile(r"[A-Za-z0-9._~%/!$'()*+,=:@-]+")
+
+
+def copy_source(value: str) -> tuple[str, str, str | None]:
+    """(bucket, key, version id or None) of an ``x-amz-copy-source`` header, read as S3 and the endpoint both
+    read it: ``[/]bucket/key[?versionId=v]``, the key percent-decoded. Anything they could read as two different
+    sources is unreadable: ``//a/b/key`` (a URL parser takes ``a`` for a host and reads bucket ``b``), an encoded
+    or empty bucket, a ``;`` or ``#`` (split off by a URL parser, kept by S3), another query, a bad escape, or a
+    key with an empty, ``.`` or ``..`` segment."""
+    path, question, query = value.partition("?")
+    if not _COPY_SOURCE_PATH.fullmatch(path):
+        raise Unreadable(f"the copy source {value[:200]!r} has characters S3 wants percent-encoded")
+    if re.search(r"%(?![0-9A-Fa-f]{2})", path):
+        raise Unreadable(f"the copy source {value[:200]!r} has a % that is no escape")
+    raw_bucket, slash, raw_key = path.removeprefix("/").partition("/")
+    if not _BUCKET_NAME.fullmatch(raw_bucket) or not slash:
+        raise Unreadable(f"the copy source {value[:200]!r} does not start with a bucket's name: write /bucket/key")
+    try:
+        key = unquote_to_bytes(raw_key).decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unreadable(f"the copy source's key {raw_key[:200]!r} is not UTF-8") from None
+    segments = key.removesuffix("/").split("/")
+    if any(segment in ("", ".", "..") for segment in segments):
+        raise Unreadable(f"the copy source's key {key[:200]!r} is empty or has an empty, . or .. segment")
+    version = None
+    if question:
+        name, equals, version = query.partition("=")
+        if name != "versionId" or not equals or not _VERSION_ID.fullmatch(version):
+            raise Unreadable(f"the copy source's query {query[:200]!r} is not one versionId")
+    return raw_bucket, key, version
+
+
 def s3_requests(method: str, path: str, headers: Mapping[str, str], body: bytes) -> list[IamRequest]:
     """What IAM authorizes for one S3 request (path-style)."""
     split = urlsplit(path)
@@ -158,10 +195,12 @@ def s3_requests(method: str, path: str, headers: Mapping[str, str], body: bytes)
     found = [IamRequest(action, f"{bucket_arn}/{key}")]
     if "x-amz-tagging" in headers and action == "s3:PutObject":  # tags set with the object: IAM asks for both
         found.append(IamRequest("s3:PutObjectTagging", f"{bucket_arn}/{key}"))
-    copy_source = headers.get("x-amz-copy-source")
-    if copy_source and method == "PUT":  # CopyObject or UploadPartCopy: it reads the source as well
-        source = unquote(copy_source.split("?", 1)[0]).lstrip("/")
-        found.append(IamRequest("s3:GetObject", f"arn:aws:s3:::{source}"))
+    if "x-amz-copy-source" in headers:
+        if method != "PUT":
+            raise Unreadable(f"a copy source on a {method}: only a PUT copies (CopyObject, UploadPartCopy)")
+        # It reads the source as well; a version of it is GetObjectVersion, as IAM asks.
+        bucket, key, version = copy_source(headers["x-amz-copy-source"])
+        found.append(IamRequest("s3:GetObjectVersion" if version else "s3:GetObject", f"arn:aws:s3:::{bucket}/{key}"))
     return found
 
 
