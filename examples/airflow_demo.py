@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from examples import private_folder
 from shardline.ledger.keys import StepRef
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"{PIPELINE} (one step, an instance killed) or {CHURN} (two steps: score, calibrate)",
     )
     args = parser.parse_args(argv)
-    work = args.workdir.resolve()
-    if work.exists():
-        subprocess.run(["rm", "-rf", str(work)], check=True)
-    work.mkdir(parents=True)
+    work = private_folder(args.workdir.resolve(), fresh=True)  # a run's conf and Airflow's database: 0700
     from shardline.local.embedded_aws import apply_env, embedded_aws
 
     say("starting the embedded AWS endpoint (moto_server on 127.0.0.1)")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from examples import synthetic
+from examples import private_folder, synthetic
 
 FILES, ROWS = 24, 1_200_000
 
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", type=Path, default=Path(".shardline/demo"))
     args = parser.parse_args(argv)
-    work = args.workdir.resolve()
+    work = private_folder(args.workdir.resolve())
     data, model_src, model_dir, out = work / "input", work / "model-src", work / "model", work / "output"
 
     step("1/4", f"dataset: {FILES} parquet files, {ROWS:,} rows, 32 float features + id")
