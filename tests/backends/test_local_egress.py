@@ -1,5 +1,6 @@
 """The jobs' one way out when their endpoints are AWS's own: a CONNECT-only proxy on the jobs' network's gateway
-that opens tunnels to AWS's endpoints (and an endpoint the job was given) and to nothing else."""
+that opens tunnels to the endpoints of the services a job calls, in its region (and an endpoint the job was given),
+and to nothing else."""
 
 from __future__ import annotations
 
@@ -10,25 +11,68 @@ import pytest
 
 from shardline.backends import local_egress
 
+MACHINE = {"AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL_S3": "https://vpce.internal.example:8443"}
+
 
 @pytest.mark.parametrize(
     ("host", "port", "allowed"),
     [
-        ("s3.us-east-1.amazonaws.com", 443, True),
-        ("my-bucket.s3.eu-west-1.amazonaws.com", 443, True),
+        ("s3.eu-west-1.amazonaws.com", 443, True),
+        ("my-bucket.s3.eu-west-1.amazonaws.com", 443, True),  # virtual-hosted, as botocore addresses a bucket
         ("dynamodb.eu-west-1.amazonaws.com", 443, True),
-        ("s3.cn-north-1.amazonaws.com.cn", 443, True),
-        ("S3.US-EAST-1.AMAZONAWS.COM.", 443, True),
-        ("s3.us-east-1.amazonaws.com", 80, False),  # TLS only
+        ("sts.eu-west-1.amazonaws.com", 443, True),
+        ("sts.amazonaws.com", 443, True),  # older botocore's STS name
+        ("logs.eu-west-1.amazonaws.com", 443, True),
+        ("S3.EU-WEST-1.AMAZONAWS.COM.", 443, True),
+        ("vpce.internal.example", 8443, True),  # named by the job's own endpoint variable
+        ("s3.eu-west-1.amazonaws.com", 80, False),  # TLS only
+        # Found by review: any name under amazonaws.com was let through, and many are anyone's own server.
+        ("ec2-203-0-113-5.eu-west-1.compute.amazonaws.com", 443, False),
+        ("abc123.execute-api.eu-west-1.amazonaws.com", 443, False),
+        ("my-lb-1234.eu-west-1.elb.amazonaws.com", 443, False),
+        ("123456789012.dkr.ecr.eu-west-1.amazonaws.com", 443, False),
+        ("sqs.eu-west-1.amazonaws.com", 443, False),  # a service the job never calls
+        ("s3.us-east-1.amazonaws.com", 443, False),  # another region
+        ("s3.amazonaws.com", 443, False),  # S3's global name is us-east-1's
+        ("a.b.s3.eu-west-1.amazonaws.com", 443, False),  # a dotted bucket goes path-style
         ("amazonaws.com.attacker.example", 443, False),
         ("attacker.example", 443, False),
         ("169.254.169.254", 80, False),  # the instance metadata service: Airflow's own role
-        ("vpce.internal.example", 8443, True),  # named by the job's own endpoint variable
     ],
 )
-def test_tunnels_go_to_aws_and_the_jobs_own_endpoints_only(host, port, allowed):
-    destinations = local_egress.aws_destinations({"AWS_ENDPOINT_URL_S3": "https://vpce.internal.example:8443"})
-    assert destinations(host, port) is allowed
+def test_tunnels_go_to_the_jobs_services_in_its_region_and_its_own_endpoints_only(host, port, allowed):
+    assert local_egress.aws_destinations(MACHINE)(host, port) is allowed
+
+
+REQUEST = {
+    "ProcessingInputs": [{"InputName": "model", "S3Input": {"S3Uri": "s3://models/churn/model.tar.gz"}}],
+    "ProcessingOutputConfig": {"Outputs": [{"S3Output": {"S3Uri": "s3://scores/daily_churn/"}}]},
+    "Environment": {"AWS_REGION": "us-east-1", "SHARDLINE_INPUT_URI": "s3://events/dt=1/"},
+}
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("s3.amazonaws.com", True),  # us-east-1: botocore's global name
+        ("s3.us-east-1.amazonaws.com", True),
+        ("events.s3.amazonaws.com", True),
+        ("scores.s3.us-east-1.amazonaws.com", True),
+        ("models.s3.amazonaws.com", True),
+        ("dynamodb.us-east-1.amazonaws.com", True),
+        ("attacker-drop.s3.amazonaws.com", False),  # a bucket the request does not name
+        ("dynamodb.eu-west-1.amazonaws.com", False),  # the machine's region: the request's own comes first
+    ],
+)
+def test_with_its_request_a_job_reaches_its_own_buckets_by_name_in_its_own_region(host, allowed):
+    assert local_egress.aws_destinations(MACHINE, REQUEST)(host, 443) is allowed
+
+
+def test_china_regions_have_their_own_suffix():
+    destinations = local_egress.aws_destinations({"AWS_DEFAULT_REGION": "cn-north-1"})
+    assert destinations("s3.cn-north-1.amazonaws.com.cn", 443)
+    assert destinations("dynamodb.cn-north-1.amazonaws.com.cn", 443)
+    assert not destinations("s3.cn-north-1.amazonaws.com", 443)
 
 
 def _echo_server() -> socket.socket:
@@ -86,3 +130,14 @@ def test_the_proxy_tunnels_to_an_admitted_destination_and_refuses_the_rest():
     finally:
         proxy.close()
         echo.close()
+
+
+def test_the_proxy_refuses_a_server_of_anyones_under_amazonaws_com():
+    proxy = local_egress.EgressProxy("127.0.0.1", local_egress.aws_destinations(MACHINE))
+    try:
+        sock, answer = _ask(proxy, b"CONNECT ec2-203-0-113-5.eu-west-1.compute.amazonaws.com:443 HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 403") and sock.recv(1) == b""
+        sock.close()
+        assert proxy.refusals == ["ec2-203-0-113-5.eu-west-1.compute.amazonaws.com:443"]
+    finally:
+        proxy.close()

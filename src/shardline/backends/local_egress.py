@@ -3,10 +3,12 @@
 Against emulated endpoints the job's grant proxy is its way out (``shardline.grant``). Against AWS itself the
 instances speak TLS to AWS, which no proxy here can read, and IAM checks each request against the job role's
 session (``local_credentials``). What is left to this machine is where the instances may connect at all: an HTTP
-``CONNECT`` proxy on the network's gateway that opens a tunnel to AWS's own endpoints on port 443 (and to an
-endpoint the job was given), and to nothing else, so model code cannot send what it reads anywhere but AWS. AWS
-includes other accounts' buckets: the tunnel cannot tell whose bucket a request names (TLS hides it), so this bounds
-where the bytes go, not whose account receives them (on AWS, a VPC endpoint policy for S3 does that).
+``CONNECT`` proxy on the network's gateway that opens a tunnel, on port 443, to the endpoints of the services a job
+calls (S3, DynamoDB, STS, CloudWatch Logs) in the job's region (and to an endpoint the job was given), and to nothing
+else: not another service, not another region, not a name under ``amazonaws.com`` that is anyone's server (an EC2
+instance's public name, an API Gateway, a load balancer). S3 serves every account: the tunnel cannot tell whose bucket
+a path-style request names (TLS hides it), so this bounds where the bytes go, not whose account receives them (on
+AWS, a VPC endpoint policy for S3 does that).
 """
 
 from __future__ import annotations
@@ -21,25 +23,79 @@ from shardline.backends import local_container
 
 log = logging.getLogger(__name__)
 
-# AWS's own service endpoints (commercial, China, and the dual-stack api.aws names).
-_AWS_HOST = re.compile(r"(?:[a-z0-9-]+\.)+(?:amazonaws\.com|amazonaws\.com\.cn|api\.aws)")
+# The services a job's instances call: S3 (inputs, model, outputs), DynamoDB (the ledger), STS (their session) and
+# CloudWatch Logs.
+JOB_SERVICES = ("s3", "dynamodb", "sts", "logs")
 _CONNECT = re.compile(rb"CONNECT ([A-Za-z0-9.-]+):(\d{1,5}) HTTP/1\.[01]\r\n")
+# A bucket's name as a host's first label (botocore writes a bucket without dots so, virtual-hosted; one with dots
+# goes path-style to the S3 endpoint itself).
+_BUCKET_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 HEADER_LIMIT = 16 << 10
 
 
-def aws_destinations(environ: Mapping[str, str]) -> Callable[[str, int], bool]:
-    """Where a job's instances may open a tunnel to: any AWS endpoint on 443, and each endpoint its environment
-    names (``AWS_ENDPOINT_URL*``) on its own port."""
+def job_region(environ: Mapping[str, str], request: Mapping | None = None) -> str:
+    """The region the instances' clients use: the request's own, else this machine's (us-east-1 without one)."""
+    own = (request or {}).get("Environment", {})
+    for env in (own, environ):
+        if region := env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"):
+            return region.lower()
+    return "us-east-1"
+
+
+def service_hosts(region: str) -> frozenset[str]:
+    """The endpoints of :data:`JOB_SERVICES` in ``region``, as botocore names them (its older versions too): in
+    us-east-1 S3's global name, and STS's global name in AWS's commercial partition."""
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    hosts = {f"{service}.{region}.{suffix}" for service in JOB_SERVICES}
+    if region == "us-east-1":
+        hosts.add("s3.amazonaws.com")
+    if suffix == "amazonaws.com":
+        hosts.add("sts.amazonaws.com")
+    return frozenset(hosts)
+
+
+def _buckets_of(request: Mapping) -> frozenset[str]:
+    """The buckets a request names anywhere (its inputs, outputs, manifests and the URIs in its environment)."""
+    found: set[str] = set()
+
+    def walk(value) -> None:
+        if isinstance(value, str) and value.startswith("s3://"):
+            found.add(value[len("s3://") :].split("/", 1)[0])
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    walk(request)
+    return frozenset(found)
+
+
+def aws_destinations(environ: Mapping[str, str], request: Mapping | None = None) -> Callable[[str, int], bool]:
+    """Where a job's instances may open a tunnel to: on 443, the endpoints of S3, DynamoDB, STS and CloudWatch Logs in
+    the job's region (:func:`job_region`), and S3's virtual-hosted names (``<bucket>.s3.<region>.amazonaws.com``)
+    of the request's own buckets, or of any bucket without ``request`` (a path-style request names any bucket inside
+    the tunnel anyway); and each endpoint its environment names (``AWS_ENDPOINT_URL*``) on its own port."""
     named = set()
     for name, url in environ.items():
         if name == "AWS_ENDPOINT_URL" or name.startswith("AWS_ENDPOINT_URL_"):
             parts = urlsplit(url)
             if parts.hostname:
                 named.add((parts.hostname.lower(), parts.port or (443 if parts.scheme == "https" else 80)))
+    hosts = service_hosts(job_region(environ, request))
+    s3_hosts = {h for h in hosts if h.startswith("s3.")}
+    buckets = None if request is None else _buckets_of(request)
+
+    def virtual_hosted(host: str) -> bool:
+        bucket, _, rest = host.partition(".")
+        if rest not in s3_hosts or not _BUCKET_LABEL.fullmatch(bucket):
+            return False
+        return buckets is None or bucket in buckets
 
     def allowed(host: str, port: int) -> bool:
         host = host.lower().rstrip(".")
-        return (host, port) in named or (port == 443 and _AWS_HOST.fullmatch(host) is not None)
+        return (host, port) in named or (port == 443 and (host in hosts or virtual_hosted(host)))
 
     return allowed
 
