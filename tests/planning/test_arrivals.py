@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -63,10 +64,43 @@ def test_a_marker_older_than_the_lookback_starts_nothing_and_says_which_setting(
     assert [s.start for s in starts] == [_at(12)]
 
 
-def test_the_lookback_counts_from_the_event_not_from_when_the_batch_is_read():
-    late_read = NOW + dt.timedelta(days=3)
-    starts, _ = partitions_started(_spec(), [_marker(_at(17))], late_read)  # the event itself is from NOW
-    assert [s.start for s in starts] == [_at(17)]
+def test_the_lookback_counts_from_when_airflow_read_the_event_not_from_when_the_task_ran():
+    late_task = NOW + dt.timedelta(days=3)  # the arrivals DAG paused, say: its events wait in Airflow
+    marker = dataclasses.replace(_marker(_at(17)), received=NOW)
+    starts, unmatched = partitions_started(_spec(), [marker], late_task)
+    assert [s.start for s in starts] == [_at(17)] and unmatched == []
+
+
+def test_an_event_time_outside_the_lookback_starts_nothing_and_says_why():
+    """Found by review: an SQS message made by hand, with an old eventTime, started the run of a partition long
+    past trigger.lookback (any day the prefix names); a future one, the run of an interval yet to come."""
+    old_day = _at(10, day=3)
+    forged = _marker(old_day, when=old_day + dt.timedelta(hours=1, minutes=5))
+    future_day = dt.datetime(2026, 12, 25, 10, tzinfo=dt.UTC)
+    ahead = _marker(future_day, when=future_day + dt.timedelta(minutes=30))
+    held = dataclasses.replace(_marker(_at(17)), received=NOW + dt.timedelta(days=2))  # read two days late
+    starts, unmatched = partitions_started(_spec(), [forged, ahead, held], NOW)
+    assert starts == []
+    reasons = {u.uri: u.reason for u in unmatched}
+    assert "more than trigger.lookback (86400s) before Airflow read it (2026-11-29T18:30:00Z)" in reasons[forged.uri]
+    assert "2026-11-03T11:05:00Z" in reasons[forged.uri] and "starts no run" in reasons[forged.uri]
+    assert "after Airflow read it" in reasons[ahead.uri]
+    assert "more than trigger.lookback" in reasons[held.uri]
+
+
+def test_an_event_time_within_the_lookback_still_reaches_no_interval_past_it():
+    """An event time just inside the window does not stretch it: the intervals searched ended within the lookback
+    before Airflow read the event, not before the time the message gives."""
+    spec = _spec(lookback="6h")
+    forged = _marker(_at(6), when=_at(12) + dt.timedelta(minutes=31))  # 06:00-07:00 ended 5.5h before that time
+    starts, unmatched = partitions_started(spec, [forged], NOW)
+    assert starts == [] and "no interval" in unmatched[0].reason
+
+
+def test_an_event_time_a_little_after_airflows_clock_is_read_as_now():
+    marker = _marker(_at(17), when=NOW + dt.timedelta(minutes=2))  # S3's clock a little ahead
+    starts, unmatched = partitions_started(_spec(), [marker], NOW)
+    assert [s.start for s in starts] == [_at(17)] and unmatched == []
 
 
 @pytest.mark.parametrize(

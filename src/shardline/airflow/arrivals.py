@@ -10,7 +10,8 @@ lands, not on the schedule's clock.
   (:func:`shardline.planning.arrivals.partitions_started`), and ``start_partition`` starts the pipeline's run of it
   with the run id ``arrival__<interval start>``, the logical date of its start and that data interval, as its
   scheduled run would have had. A partition that has a run already starts none: a duplicate or a late repeat of
-  an event is a no-op. ``unmatched_markers`` fails the arrivals run for a marker that names no partition.
+  an event is a no-op. ``unmatched_markers`` fails the arrivals run for a marker that names no partition, or whose
+  event time is outside ``trigger.lookback`` before Airflow stored the event (a message made by hand).
 """
 
 from __future__ import annotations
@@ -99,8 +100,13 @@ def _marker_of(event):
 
     payload = (event.extra or {}).get("payload") or {}
     when = payload.get("event_time")
+    # The event's time is the message's word; when Airflow stored the event is Airflow's own clock, which the
+    # message's time is checked against (a hand-made eventTime starts no run outside trigger.lookback).
     return Marker(
-        str(payload.get("bucket")), str(payload.get("key")), dt.datetime.fromisoformat(when) if when else None
+        str(payload.get("bucket")),
+        str(payload.get("key")),
+        dt.datetime.fromisoformat(when) if when else None,
+        received=event.timestamp,  # aware: Airflow's own clock, UTC
     )
 
 

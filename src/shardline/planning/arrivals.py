@@ -4,6 +4,10 @@ A pipeline with ``trigger: {on: ready_marker}`` names its partitions by its sche
 ``input.prefix`` template says where each partition's files are. A marker at ``<rendered prefix><ready_marker>``
 completes the interval whose prefix renders to that folder. The intervals searched are those that ended within
 ``trigger.lookback`` before the event, and the one in progress when it was sent.
+
+An event's time is the message's word: anyone who may send to the queue writes it. So it must fall within
+``trigger.lookback`` before Airflow read the event (and not after it), and no interval that ended more than
+``trigger.lookback`` before that is started, whatever the message says.
 """
 
 from __future__ import annotations
@@ -24,15 +28,20 @@ from shardline.spec import (
 from shardline.spec.templates import render_interval
 
 ARRIVAL_RUN_PREFIX = "arrival__"  # run ids of the runs an arrival starts: one per partition, so a repeat is refused
+# How far after Airflow read it an event's time may be: S3's clock and Airflow's differ a little. No more: a later
+# time would start the runs of intervals yet to come.
+CLOCK_SKEW = dt.timedelta(minutes=5)
 
 
 @dataclasses.dataclass(frozen=True)
 class Marker:
-    """A ready marker's S3 event: where it landed and when (None: unknown, read as now)."""
+    """A ready marker's S3 event: where it landed and when, as the message says (None: unknown, read as when it was
+    read); ``received``: when Airflow read it off the queue, its own clock (None: now)."""
 
     bucket: str
     key: str
     event_time: dt.datetime | None = None
+    received: dt.datetime | None = None
 
     @property
     def uri(self) -> str:
@@ -82,8 +91,8 @@ def partitions_started(
         raise SpecError(f"pipeline {spec.pipeline} has no trigger: nothing starts on arrival")
     step = spec.steps[0]
     template, marker_name = step.input.prefix or "", step.input.ready_marker or ""
-    folders: dict[str, list[tuple[dt.datetime, dt.datetime]]] = {}
-    searched: set[dt.datetime] = set()
+    lookback = dt.timedelta(seconds=arrival.lookback)
+    rendered: dict[dt.datetime, str] = {}
     started: dict[dt.datetime, PartitionStart] = {}
     unmatched: list[Unmatched] = []
     for marker in markers:
@@ -91,17 +100,25 @@ def partitions_started(
         if not uri.endswith("/" + marker_name) or not uri.startswith(static_prefix(template)):
             unmatched.append(Unmatched(uri, f"not a ready marker {template}{marker_name} (input.ready_marker)"))
             continue
+        read = marker.received or now
+        when = marker.event_time or read
+        refused = _implausible(when, read, arrival.lookback)
+        if refused:
+            unmatched.append(Unmatched(uri, refused))
+            continue
+        when = min(when, read)
         folder = uri[: -len(marker_name)]
-        when = marker.event_time or now
-        for start, end in _candidates(spec.schedule, when, arrival.lookback):
-            if start not in searched:
-                searched.add(start)
-                folders.setdefault(render_interval(template, step.model.version, start, end), []).append((start, end))
+        found = []
+        for start, end in _candidates(spec.schedule, when, read - lookback):
+            if start not in rendered:
+                rendered[start] = render_interval(template, step.model.version, start, end)
+            if rendered[start] == folder:
+                found.append((start, end))
         window = (
-            f"of the schedule {spec.schedule!r} that ended within trigger.lookback ({arrival.lookback}s) before the "
-            f"event at {when:%Y-%m-%dT%H:%M:%S}Z, or was in progress then"
+            f"of the schedule {spec.schedule!r} that ended within trigger.lookback ({arrival.lookback}s) before "
+            f"Airflow read the event at {read:%Y-%m-%dT%H:%M:%S}Z, or was in progress at the event "
+            f"({when:%Y-%m-%dT%H:%M:%S}Z)"
         )
-        found = folders.get(folder, [])
         if not found:
             unmatched.append(Unmatched(uri, f"no interval {window} has the input prefix {folder}"))
             continue
@@ -118,15 +135,29 @@ def partitions_started(
     return [started[s] for s in sorted(started)], unmatched
 
 
+def _implausible(when: dt.datetime, read: dt.datetime, lookback_seconds: int) -> str | None:
+    """Why an event's time cannot be taken (a message made by hand, or one held past the lookback), or None."""
+    said = f"its event time {when:%Y-%m-%dT%H:%M:%S}Z is"
+    at = f"Airflow read it ({read:%Y-%m-%dT%H:%M:%S}Z)"
+    if when > read + CLOCK_SKEW:
+        return f"{said} after {at}: the message was not sent by S3 and starts no run"
+    if when < read - dt.timedelta(seconds=lookback_seconds):
+        return (
+            f"{said} more than trigger.lookback ({lookback_seconds}s) before {at}: a message held that long, or one "
+            "made by hand, starts no run"
+        )
+    return None
+
+
 def _candidates(
-    schedule: str | None, when: dt.datetime, lookback_seconds: int
+    schedule: str | None, when: dt.datetime, not_before: dt.datetime
 ) -> list[tuple[dt.datetime, dt.datetime]]:
-    """The intervals that ended within the lookback before ``when``, and the one in progress at ``when``."""
+    """The intervals that ended after ``not_before``, up to the one in progress at ``when``."""
     _, last_end = data_interval(schedule, when)
     _, current_end = partition_interval(schedule, last_end)
-    # The first interval in the window is the one around when - lookback (it ended after it), which starts where
-    # the last whole interval before that moment ends.
-    _, since = data_interval(schedule, when - dt.timedelta(seconds=lookback_seconds))
+    # The first interval in the window is the one around not_before (it ended after it), which starts where the last
+    # whole interval before that moment ends.
+    _, since = data_interval(schedule, not_before)
     return intervals_between(schedule, since, current_end)
 
 
