@@ -150,6 +150,12 @@ class InputRefused(PermanentError):
     local path outside its box): the message names it and what to change."""
 
 
+class LedgerRecordMissing(PermanentError):
+    """A record a step's end counts on is not in the ledger (its STEP item, or the attempt it names): absence is
+    never read as success, nor as a newer attempt that moved on. Most often the embedded endpoint lost its state
+    (restarted without its data folder). Permanent: no retry brings the record back; the message says what to run."""
+
+
 class SubmitRefused(ShardlineError):
     """AWS said "not now" to a job's submit (its quota of the instance type in use, a throttle, a service blip):
     the submit waits and tries again (``decision.fleet.submit_wait``); the wait is no attempt and no failure.

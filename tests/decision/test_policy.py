@@ -269,3 +269,15 @@ def test_after_a_capacity_failure_a_permanent_failure_stays_failed_and_the_messa
         snap(JobStatus.FAILED, files(S, P, attempt=3), attempt=3, reason="AlgorithmError: x"), uncounted_attempts=2
     )
     assert "go to attempt 4 (2 counted) of 3" in decide(later, POLICY).reason
+
+
+@pytest.mark.parametrize("job", [JobStatus.COMPLETED, JobStatus.IN_PROGRESS])
+def test_a_step_whose_ledger_record_is_gone_fails_whatever_files_it_still_sees(job):
+    """Absence is never success: with its STEP item gone, the files a poll can still see (none, or some) are not the
+    files the step planned. It fails, naming the gap, and a job still running is stopped: it can no longer be fenced."""
+    gone = "the ledger has no record of step score of run r: was the AWS endpoint's state lost?"
+    for seen in (None, (), files(S, S)):
+        lost = dataclasses.replace(snap(job, seen), record_missing=gone)
+        assert not needs_files(lost, POLICY)
+        decision = decide(lost, POLICY)
+        assert (decision.action, decision.reason, decision.stop_job) == (Action.FAIL, gone, not job.is_terminal)

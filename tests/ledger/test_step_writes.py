@@ -459,3 +459,28 @@ def test_a_wait_is_recorded_on_its_step_and_run_and_a_next_attempt_clears_both(l
     assert (run.waiting, run.waiting_step, step.waiting) == (None, None, None)
     assert not note_step(model, ref, 1, '{"job_name": "j-1"}')  # attempt 1 no longer owns the step
     assert items()[0].waiting is None
+
+
+def test_a_fenced_write_refused_for_a_step_record_that_is_gone_says_so_and_is_never_read_as_a_newer_attempt(
+    ledger_table,
+):
+    """finish_step's False means "a newer attempt or a cancel stands"; a missing STEP item (the endpoint's state lost)
+    is an error that names it, as is a next attempt planned after one the ledger never heard of."""
+    from shardline.errors import LedgerRecordMissing
+    from shardline.ledger.states import StepStatus
+    from shardline.ledger.step_writes import finish_step
+
+    model = bind_ledger(ledger_table)
+    gone = StepRef("p", "run-gone", "score")
+    with pytest.raises(LedgerRecordMissing, match="the ledger has no record of step score of run run-gone"):
+        finish_step(model, gone, 1, StepStatus.SUCCEEDED, "all 4 files succeeded")
+    with pytest.raises(LedgerRecordMissing, match="shardline rerun p/run-gone"):
+        start_attempt(model, gone, 2, after=1)
+    assert read_step(model, gone, files=False).step is None  # and nothing was made up in its place
+
+    moved = StepRef("p", "run-moved", "score")
+    start_attempt(model, moved, 1)
+    start_attempt(model, moved, 2, [("s3://raw/in/a.parquet", 1)])
+    assert finish_step(model, moved, 1, StepStatus.SUCCEEDED) is False  # a newer attempt stands
+    with pytest.raises(StaleAttemptError):
+        start_attempt(model, moved, 2, after=1)

@@ -166,7 +166,7 @@ def test_a_resubmission_waits_for_the_watch_task_and_cancel_stops_everything(fai
     assert oncall.status(ref).status == "CANCELLED"
     assert read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).step.status == StepStatus.CANCELLED
     # The watch's late verdict, and its own retries, never undo on-call's cancel.
-    assert step_end.finish(spec, running, Action.FAIL, "job Stopped") is None
+    assert step_end.finish(spec, running, Action.FAIL, "job Stopped") is StepStatus.CANCELLED  # it stands
     with pytest.raises(StaleAttemptError):
         start_attempt(model, StepRef(ref.pipeline, ref.run_id, "score"), 3, [(keys[0], 1)])
     with pytest.raises(OnCallError, match="already ended CANCELLED"):

@@ -103,6 +103,9 @@ class StepSnapshot:
     model_uri: str | None = None  # the attempt's model: an instance's setup error names it
     # Attempts before this one that followed a capacity failure: retry.max_attempts does not count them.
     uncounted_attempts: int = 0
+    # Why the ledger cannot vouch for this attempt (its STEP item gone, or older than the attempt): the step fails,
+    # whatever the files it can still see say (``ledger.step_writes.record_gap``).
+    record_missing: str | None = None
     now: float = dataclasses.field(kw_only=True)  # when the poll was taken (epoch seconds): heartbeats age from it
 
     def setup_error(self, shard: ShardRecord) -> str | None:
@@ -149,6 +152,8 @@ def needs_files(snapshot: StepSnapshot, policy: Policy) -> bool:
     when its job has ended, an instance went silent, or an on-call engineer cancelled it.
     """
     job = snapshot.job_status
+    if snapshot.record_missing:
+        return False  # the step fails on that alone
     if snapshot.cancelled or not (job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING):
         return True
     if any(s.setup_error for s in snapshot.shards):
@@ -172,6 +177,9 @@ def _running_reason(snapshot: StepSnapshot) -> str:
 
 
 def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
+    if snapshot.record_missing:
+        # Absence is never success: the files it can still see are not the files the step planned.
+        return Decision(Action.FAIL, snapshot.record_missing, stop_job=not snapshot.job_status.is_terminal)
     if snapshot.files is None:
         if needs_files(snapshot, policy):
             raise InvalidArgument("this snapshot's decision depends on the step's files, and they were not read")

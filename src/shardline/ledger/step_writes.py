@@ -10,13 +10,14 @@ import datetime as dt
 import json
 import logging
 import random
+import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from pynamodb.exceptions import PutError, UpdateError
 
-from shardline.errors import InvalidArgument, ShardlineError, UnsafeKeyError
+from shardline.errors import InvalidArgument, LedgerRecordMissing, ShardlineError, UnsafeKeyError
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import (
     RUN_SK,
@@ -100,11 +101,65 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
             )
 
 
+def record_gap(step_item, ref: StepRef, attempt: int) -> str | None:
+    """Why the ledger cannot vouch for ``attempt`` of the step, from its STEP item as read (None when it is gone):
+    the item is missing, or names an older attempt than one that was planned (the table lost its state and was
+    made again). None when the item is there at ``attempt`` or a newer one. Absence is never success, and never a
+    newer attempt that moved on."""
+    pipeline, run_id, step = ref
+    rerun = shlex.join(["shardline", "rerun", f"{pipeline}/{run_id}"])
+    if step_item is None:
+        found = "has no record of"
+    elif int(step_item.attempt or 0) < attempt:
+        found = f"records only attempt {int(step_item.attempt or 0)} of"
+    else:
+        return None
+    return (
+        f"the ledger {found} step {step} of run {run_id}, which planned attempt {attempt}: was the AWS endpoint's "
+        "state lost (the embedded endpoint restarted without its data, the table recreated)? Nothing the step did "
+        f"can be counted or vouched for without it, so it is not taken for done. Plan the run again: {rerun}"
+    )
+
+
+TABLE_GONE = "ResourceNotFoundException"
+
+
+def table_gone(err: BaseException) -> bool:
+    """Whether a pynamodb error says the ledger table itself does not exist (the endpoint lost its state and was
+    not provisioned again, or the table was deleted)."""
+    return getattr(err, "cause_response_code", None) == TABLE_GONE or type(err).__name__ == "TableDoesNotExist"
+
+
+def table_gone_text(model: type[LedgerItem], ref: StepRef) -> str:
+    """What a step's end says when the ledger table is gone: nothing it did can be counted."""
+    pipeline, run_id, step = ref
+    rerun = shlex.join(["shardline", "rerun", f"{pipeline}/{run_id}"])
+    return (
+        f"the ledger table {model.Meta.table_name} does not exist, so step {step} of run {run_id} has no record: was "
+        "the AWS endpoint's state lost (the embedded endpoint restarted without its data)? Provision it again "
+        f"(`shardline local up` does), then plan the run again: {rerun}"
+    )
+
+
+def check_refusal(model: type[LedgerItem], ref: StepRef, attempt: int) -> None:
+    """After a write fenced on ``attempt`` was refused: raise :class:`LedgerRecordMissing` when the reason is not a
+    newer attempt or a cancel but a STEP item that is gone (or older than ``attempt``); return when it is there."""
+    pipeline, run_id, step = ref
+    try:
+        item = model.Control.get(run_pk(pipeline, run_id), step_sk(step), consistent_read=True)
+    except model.Control.DoesNotExist:
+        item = None
+    gap = record_gap(item, ref, attempt)
+    if gap:
+        raise LedgerRecordMissing(gap)
+
+
 def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: StepStatus, message: str = "") -> bool:
     """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten.
 
     Returns False when a newer attempt owns the step (someone resubmitted meanwhile) or an
-    operator cancelled it: their state stands.
+    operator cancelled it: their state stands. Raises :class:`LedgerRecordMissing` when the refusal's cause is a
+    STEP item that is gone (:func:`check_refusal`).
     """
     pipeline, run_id, step = ref
     if status not in STEP_TERMINAL:
@@ -123,7 +178,10 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            check_refusal(model, ref, attempt)
             return False
+        if table_gone(err):
+            raise LedgerRecordMissing(table_gone_text(model, ref)) from err
         raise
     return True
 
@@ -278,6 +336,8 @@ def start_attempt(
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            if after:
+                check_refusal(model, ref, after)
             raise StaleAttemptError(
                 f"step {step} of run {run_id} is no longer at attempt {after} (someone planned attempt {attempt} "
                 f"or later first, or cancelled it): not planning attempt {attempt}"
@@ -384,6 +444,7 @@ def continue_attempt(
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            check_refusal(model, ref, attempt)
             raise StaleAttemptError(
                 f"step {step} of run {run_id} is no longer a planned attempt {attempt}: not re-planning it"
             ) from err

@@ -330,6 +330,22 @@ def _write_success_marker(s3, attempt: Attempt, manifest: dict, manifest_uri: st
     )
 
 
+def success_marker_of(spec: PipelineSpec, output_prefix: str) -> dict | None:
+    """The ``_SUCCESS`` marker under ``output_prefix`` as written (its run, step, attempts and counts), or None when
+    there is none."""
+    s3 = services.s3_client(spec)
+    bucket, key = parse_s3_uri(naming.success_marker_key(output_prefix))
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read(1 << 20)
+    except (s3.exceptions.NoSuchKey, s3.exceptions.NoSuchBucket):
+        return None
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
     """Input files under the step's prefix that this step has not scored as they are now: each full s3:// URI and
     its size. That is a file that landed after planning, and a file scored (SUCCEEDED) whose object was replaced

@@ -19,11 +19,14 @@ import datetime as dt
 import logging
 import os
 
+from pynamodb.exceptions import UpdateError
+
+from shardline.errors import LedgerRecordMissing
 from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
 from shardline.ledger.partitions import PartitionHeld, PartitionLost, PartitionMovedOn, release, renew, take
 from shardline.ledger.records import RunRecord
 from shardline.ledger.states import StepStatus
-from shardline.ledger.step_writes import set_run_status
+from shardline.ledger.step_writes import CONDITIONAL_CHECK_FAILED, record_gap, set_run_status
 from shardline.orchestration import services
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
@@ -93,9 +96,18 @@ def hold_for_attempt(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, nu
 
 
 def record_fence(spec: PipelineSpec, ref: StepRef, fence: int) -> None:
-    """Remember on the STEP item which take of its prefix the step holds (after the STEP item is written)."""
-    c = services.ledger_model(spec).Control
-    c(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step)).update(actions=[c.fence.set(fence)])
+    """Remember on the STEP item which take of its prefix the step holds (after the STEP item is written). Never
+    creates one: a STEP item that is gone raises :class:`~shardline.errors.LedgerRecordMissing`."""
+    model = services.ledger_model(spec)
+    c = model.Control
+    try:
+        c(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step)).update(
+            actions=[c.fence.set(fence)], condition=c.attempt.exists()
+        )
+    except UpdateError as err:
+        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            raise
+        raise LedgerRecordMissing(record_gap(None, ref, 1)) from err
 
 
 def keep(spec: PipelineSpec, attempt: Attempt, wait_until: float | None = None) -> None:
@@ -111,7 +123,7 @@ def lost(spec: PipelineSpec, attempt: Attempt, wait_until: float | None = None) 
     existed (no fence recorded) takes one now."""
     model = services.ledger_model(spec)
     try:
-        if _step_fence(model, attempt.ref) is None:
+        if _step_fence(model, attempt.ref, must_exist=True) is None:
             record_fence(spec, attempt.ref, hold(spec, attempt.ref, attempt.output_prefix))
             return None
         keep(spec, attempt, wait_until)
@@ -144,11 +156,15 @@ def _held_prefixes(spec: PipelineSpec, model, ref: StepRef) -> list[tuple[str, s
     return found
 
 
-def _step_fence(model, ref: StepRef) -> int | None:
+def _step_fence(model, ref: StepRef, *, must_exist: bool = False) -> int | None:
+    """The fence the STEP item records (None before one is). ``must_exist``: a STEP item that is gone raises
+    :class:`~shardline.errors.LedgerRecordMissing` (a step's hold is never taken again for a record that was lost)."""
     control = model.Control
     try:
         item = control.get(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step), consistent_read=True)
     except control.DoesNotExist:
+        if must_exist:
+            raise LedgerRecordMissing(record_gap(None, ref, 1)) from None
         return None
     return int(item.fence) if item.fence is not None else None
 

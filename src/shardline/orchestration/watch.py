@@ -18,7 +18,8 @@ from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import standing
 from shardline.ledger.records import settle_parts
 from shardline.ledger.states import StepStatus
-from shardline.ledger.step_reads import read_step
+from shardline.ledger.step_reads import StepRecords, read_step
+from shardline.ledger.step_writes import record_gap, table_gone, table_gone_text
 from shardline.orchestration import services
 from shardline.orchestration.services import AwsSettings
 from shardline.orchestration.step.files import read_step_files
@@ -200,11 +201,23 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
     would look unfinished, and go again). While the job runs and every instance is heard from, the
     decision is WAIT whatever the files say (``policy.needs_files``): the poll reads the STEP and
     SHARD items only, one Query. The FILE items (and plan files) are read when the decision needs them.
+
+    A STEP item that is gone (or names an older attempt than the one watched) is recorded as the snapshot's
+    ``record_missing``: the step's files cannot be counted without it, and the decision fails the step.
     """
     watch = _watch(source, attempt.step)
     now = now if now is not None else time.time()
     state = services.backend_for(watch.aws).describe(attempt.job_name)
-    head = read_step(services.ledger_model(watch.aws), attempt.ref, files=False)
+    model = services.ledger_model(watch.aws)
+    try:
+        head = read_step(model, attempt.ref, files=False)
+        gap = record_gap(head.step, attempt.ref, attempt.number)
+    except Exception as err:
+        if not table_gone(err):
+            raise
+        head, gap = StepRecords(step=None, files=[], shards=[], requests=1), table_gone_text(model, attempt.ref)
+    if gap:
+        return dataclasses.replace(_snapshot(attempt, state, head, now, files=False), record_missing=gap)
     taken = _snapshot(attempt, state, head, now, files=False)
     if not needs_files(taken, watch.policy):
         return taken

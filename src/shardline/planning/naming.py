@@ -137,3 +137,8 @@ def run_ref(pipeline: str, run_id: str) -> str:
 def resubmit_command(pipeline: str, run_id: str, step: str) -> str:
     """The exact command an on-call engineer runs to resubmit a step's failed files."""
     return shlex.join(["shardline", "resubmit", run_ref(pipeline, run_id), "--step", step, "--all-failed"])
+
+
+def rerun_command(pipeline: str, run_id: str) -> str:
+    """The exact command that plans a run again from the start (its ledger records gone or past mending)."""
+    return shlex.join(["shardline", "rerun", run_ref(pipeline, run_id)])

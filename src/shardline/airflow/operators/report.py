@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
@@ -49,6 +51,10 @@ class ReportOperator(SpecMixin, BaseOperator):
                     report_command(self.spec.pipeline, context["run_id"], s["step"]),
                 )
         outcome = run_outcome(results)
+        if outcome.status is not StepStatus.FAILED and (gaps := self._gaps(context, summaries)):
+            # What the watch tasks returned no longer stands (the ledger or the outputs lost, or changed): never green.
+            outcome = dataclasses.replace(outcome, status=StepStatus.FAILED, message="; ".join(gaps))
+            self.log.error("%s", outcome.message)
         if outcome.status is StepStatus.FAILED:
             self._finish_run(context, outcome.status, outcome.message)
             raise AirflowFailException(outcome.message)
@@ -99,6 +105,15 @@ class ReportOperator(SpecMixin, BaseOperator):
             event.extra = {"run_id": context["run_id"], "partition": partition, "status": status, "steps": steps}
             if self.spec.partitioned_asset and partition:
                 event.add_partitions(partition)  # for PartitionedAssetTimetable DAGs (plain ones start no more)
+
+    def _gaps(self, context, summaries: list[dict]) -> list[str]:
+        """Why each step's summary no longer stands (:func:`~shardline.orchestration.step.end.confirm_ended`)."""
+        from shardline.orchestration.step.end import confirm_ended
+
+        found = (
+            confirm_ended(self.spec, StepRef(self.spec.pipeline, context["run_id"], s["step"]), s) for s in summaries
+        )
+        return [gap for gap in found if gap]
 
     def _finish_run(self, context, status: StepStatus, message: str) -> None:
         from shardline.orchestration.step.end import finish_run

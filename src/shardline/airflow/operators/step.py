@@ -182,6 +182,9 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         step_event = StepEvent.from_event(event)
         attempt = self._attempt = step_event.attempt
         outcome = end.conclude(self.spec, step_event)
+        if outcome.moved_on:  # an on-call engineer's newer attempt owns the step (its STEP item says so): follow it
+            self.log.warning("%s; following the step where it is now", outcome.reason)
+            return self._resume(context, attempt)
         if outcome.message is not None:  # the step's end check (drift.action: fail) failed it: its message says why
             raise AirflowFailException(outcome.message)
         failed = list(outcome.failed_files)

@@ -9,14 +9,15 @@ import logging
 
 from shardline.decision.policy import Action
 from shardline.decision.step_end import ENDED_WITH_OUTPUTS, EndChecks, end_status
-from shardline.errors import error_line
+from shardline.errors import LedgerRecordMissing, error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
 from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_writes import ensure_run, finish_step, record_refused, set_run_status
+from shardline.ledger.step_reads import read_step
+from shardline.ledger.step_writes import ensure_run, finish_step, record_gap, record_refused, set_run_status
 from shardline.orchestration import outputs, partitions, run_report, services
 from shardline.orchestration.step import jobs
-from shardline.orchestration.step.files import read_step_files
+from shardline.orchestration.step.files import attempt_of, read_step_files
 from shardline.orchestration.watch import StepEvent
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
@@ -61,6 +62,7 @@ class StepEnd:
     retry: Retry | None = None
     failed_files: tuple[dict, ...] = ()
     message: str | None = None
+    moved_on: bool = False  # a newer attempt owns the step (an on-call resubmission): the watch follows it
 
 
 def conclude(spec: PipelineSpec, event: StepEvent) -> StepEnd:
@@ -85,6 +87,11 @@ def conclude(spec: PipelineSpec, event: StepEvent) -> StepEnd:
             late = outputs.late_inputs_decision(spec, attempt, event.policy, found.late)
             event, late_sizes = StepEvent.of(late[0], attempt, event.policy), late[1]
             status = None if event.action is Action.RESUBMIT else finish(spec, attempt, event.action, event.reason)
+        if status is None and event.action is not Action.RESUBMIT:
+            # A newer attempt owns the step (its STEP item says so: finish() checked it is there): follow it.
+            return StepEnd(event.action, f"step {attempt.step} moved on past attempt {attempt.number}", moved_on=True)
+        if status is StepStatus.CANCELLED:
+            return StepEnd(Action.FAIL, step_message(spec, attempt), failed_files=event.failed_files)
         if event.action.is_done and status is StepStatus.FAILED:
             # The outputs are there, but the step's end check (drift.action: fail) failed the step.
             return StepEnd(Action.FAIL, event.reason, message=step_message(spec, attempt))
@@ -97,11 +104,18 @@ def conclude(spec: PipelineSpec, event: StepEvent) -> StepEnd:
 
 
 def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) -> StepStatus | None:
-    """Record the watch's outcome on the STEP item (and on the RUN item when the step failed).
+    """Record the watch's outcome on the STEP item (and on the RUN item when the step failed), and return the status
+    recorded.
 
-    Fenced on the attempt: if an on-call engineer resubmitted meanwhile, the newer attempt's state stands.
+    Fenced on the attempt: if an on-call engineer resubmitted meanwhile, the newer attempt's state stands (None); if
+    they cancelled it, CANCELLED. A STEP item that is gone raises :class:`~shardline.errors.LedgerRecordMissing`:
+    absence is never read as a newer attempt.
     """
     status = OUTCOME_STATUS[action]
+    model = services.ledger_model(spec)
+    gap = record_gap(read_step(model, attempt.ref, files=False).step, attempt.ref, attempt.number)
+    if gap:  # checked first: no check, report or marker is made for a step the ledger has no record of
+        raise LedgerRecordMissing(gap)
     unvouched: list[outputs.UnvouchedFile] = []
     seen, checks = None, EndChecks()
     # The checks, each only where the one before it found nothing (decision.step_end orders them).
@@ -128,9 +142,11 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
             raise outputs.LateInputsFound(late)
     # A step that lost its prefix has nothing to resubmit: the run that holds it writes it now.
     reason = reason if checks.lost else outcome_message(attempt, status, reason)
-    model = services.ledger_model(spec)
     if not finish_step(model, attempt.ref, attempt.number, status, reason):
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
+        now = read_step(model, attempt.ref, files=False).step
+        if now is not None and now.status == StepStatus.CANCELLED.value and int(now.attempt or 0) == attempt.number:
+            return StepStatus.CANCELLED
         return None
     if unvouched:  # FAILED now, so `failed` shows them and `resubmit --all-failed` takes them
         for number in sorted({u.attempt for u in unvouched}):
@@ -158,6 +174,8 @@ def report(spec: PipelineSpec, ref: StepRef) -> dict:
     """Reconcile rows in against rows out for every file of a step."""
     step = ref.step
     records = read_step_files(spec, ref)
+    if records.step is None:  # the files it can still see are not the step's: never a summary of nothing
+        raise LedgerRecordMissing(record_gap(None, ref, 1))
     files = settle_parts(records.files)  # a file's rejects parts count as the file's rows
     succeeded = [f for f in files if f.status == FileStatus.SUCCEEDED]
     failed = [f for f in files if f.status == FileStatus.FAILED]
@@ -176,6 +194,39 @@ def report(spec: PipelineSpec, ref: StepRef) -> dict:
         "report": report_uri(records.step, ref),
         "reported_at": dt.datetime.now(dt.UTC).isoformat(),
     }
+
+
+def confirm_ended(spec: PipelineSpec, ref: StepRef, summary: dict) -> str | None:
+    """Why a step's summary (what its watch task returned) cannot be taken as the run's end, or None when its facts
+    still stand: its STEP item is there, at the attempt the summary counted, with the status its outcome recorded;
+    and a SUCCEEDED step's ``_SUCCESS`` is this run's. The report task asks before it marks a run green: a summary
+    in XCom outlives a ledger or an S3 prefix that was lost, or taken over, since."""
+    records = read_step_files(spec, ref)
+    attempts = int(summary.get("attempts") or 0)
+    gap = record_gap(records.step, ref, attempts)
+    if gap:
+        return gap
+    expected = OUTCOME_STATUS[Action(summary.get("outcome") or Action.ADVANCE)]
+    step = records.step
+    if int(step.attempt or 0) != attempts or step.status != expected.value:
+        return (
+            f"step {ref.step} returned {expected.value} at attempt {attempts}, but its ledger record now says "
+            f"{step.status} at attempt {step.attempt} (resubmitted or cancelled since): `shardline status "
+            f"{naming.run_ref(ref.pipeline, ref.run_id)}` shows where it is"
+        )
+    if expected is not StepStatus.SUCCEEDED:
+        return None
+    attempt = attempt_of(records, ref)
+    if attempt is None:  # a STEP item at its attempt always records its plan: this one was not written by a plan
+        return f"step {ref.step}'s ledger record names no plan: " + naming.rerun_command(ref.pipeline, ref.run_id)
+    marker = outputs.success_marker_of(spec, attempt.output_prefix)
+    if marker and (marker.get("run_id"), marker.get("step")) == (ref.run_id, ref.step):
+        return None
+    found = f"run {marker.get('run_id')}'s" if marker else "gone"
+    return (
+        f"step {ref.step} succeeded, but {naming.success_marker_key(attempt.output_prefix)} is {found}: its outputs "
+        "were removed or taken over since. Score the partition again: " + naming.rerun_command(ref.pipeline, ref.run_id)
+    )
 
 
 def report_uri(step_item, ref: StepRef) -> str | None:

@@ -11,8 +11,9 @@ import botocore.exceptions
 from shardline.backends import JobNotFound
 from shardline.decision import fleet
 from shardline.decision.policy import JobStatus
-from shardline.errors import GaveUpWaiting, SubmitRefused
+from shardline.errors import GaveUpWaiting, LedgerRecordMissing, SubmitRefused
 from shardline.ledger.step_reads import StepRecords
+from shardline.ledger.step_writes import record_gap
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.capacity import after_capacity_failure
 from shardline.orchestration.step.files import read_step_files
@@ -189,7 +190,10 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
     """
 
     records = read_step_files(spec, attempt.ref)
-    latest = int(records.step.attempt or 0) if records.step else 0
+    gap = record_gap(records.step, attempt.ref, attempt.number)
+    if gap:  # never "nothing newer": a missing STEP item is no attempt to resume, and resubmitting would loop
+        raise LedgerRecordMissing(gap)
+    latest = int(records.step.attempt or 0)
     if latest <= attempt.number:
         return attempt
     # A capacity fallback's type and count are in the STEP item's plan, which the newest attempt wrote.

@@ -1,0 +1,158 @@
+"""The endpoint's state lost for real: a moto_server of the test's own, stopped and started again empty on the same
+port (and provisioned again, as compose's `shardline-init` would), after a step's job ended and while it runs.
+
+Absence is never success: the watch fails the step naming what is gone, the end refuses to take a missing record for a
+newer attempt, and nothing resubmits in a loop.
+"""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from shardline.backends.local import LocalBackend
+from shardline.decision.policy import Action
+from shardline.errors import LedgerRecordMissing
+from shardline.ledger.table import create_ledger_table
+from shardline.local.embedded_aws import start_moto
+from shardline.orchestration import services, watch
+from shardline.orchestration.step import end as step_end
+from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.watch import StepEvent
+from shardline.waiting import wait_for
+from tests.scenarios.test_faults import (
+    plan_and_submit,
+    point_aws_at,
+    stage,
+    stalling_model,
+    summing_model,
+    wait_until_a_file_is_claimed,
+)
+from tests.support.faults import MotoServer, moto_server
+
+pytestmark = pytest.mark.slow
+
+ROWS_PER_FILE = 500
+JOB_END_SECONDS = 600  # a safety net only
+
+
+@pytest.fixture
+def own_moto(tmp_path, request):
+    """A moto_server of this test's own; ``own_moto.restarted()`` starts it again, empty, on the same port."""
+    with moto_server(tmp_path / "moto") as server:
+        servers = [server]
+
+        def restarted() -> MotoServer:
+            servers[-1].stop()
+            log = tmp_path / "moto" / f"moto_server.{len(servers)}.log"
+            proc, url = start_moto(log, port=server.port, tethered=True)
+            servers.append(MotoServer(proc, url, log))
+            return servers[-1]
+
+        server.restarted = restarted
+        yield server
+        for later in servers[1:]:
+            later.stop()
+
+
+@pytest.fixture
+def local_root(tmp_path, monkeypatch):
+    root = tmp_path / "local"
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(root))
+    yield root
+    backend = LocalBackend(root)
+    for job_dir in sorted((root / "jobs").glob("sl-*")):
+        if not backend.describe(job_dir.name).status.is_terminal:
+            backend.stop(job_dir.name)
+
+
+def provision_again(spec, bucket: str, url: str) -> None:
+    """What compose's `shardline-init` does on an empty endpoint: the ledger table and the bucket, no data."""
+    create_ledger_table(spec.ledger_table, "us-east-1", url)
+    boto3.client("s3").create_bucket(Bucket=bucket)
+
+
+def job_ended(spec, attempt) -> bool:
+    return services.backend_for(spec).describe(attempt.job_name).status.is_terminal
+
+
+def test_a_step_whose_ledger_is_lost_after_its_job_ended_fails_naming_it_and_never_goes_green(
+    own_moto, local_root, tmp_path, monkeypatch
+):
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    _, spec, bucket, _ = stage(tmp_path, own_moto.url, summing_model(tmp_path / "model", "pass"), rows_per_file=500)
+    attempt = plan_and_submit(spec, bucket, "run-lost")
+    assert wait_for(lambda: job_ended(spec, attempt), timeout=JOB_END_SECONDS)
+    assert watch.decide_now(spec, attempt).action is Action.ADVANCE  # the control: with its ledger, it is done
+
+    own_moto.restarted()  # empty, and not provisioned yet: the table itself is gone
+    decision = watch.decide_now(spec, attempt)
+    assert decision.action is Action.FAIL, decision
+    assert f"the ledger table {spec.ledger_table} does not exist" in decision.reason
+
+    provision_again(spec, bucket, own_moto.url)  # the table is back, empty
+    decision = watch.decide_now(spec, attempt)
+    assert decision.action is Action.FAIL, decision
+    assert "the ledger has no record of step score of run run-lost" in decision.reason
+    assert "shardline rerun faults/run-lost" in decision.reason
+    # Acting on it fails the task with that reason: never "a newer attempt moved on", never a summary of nothing.
+    with pytest.raises(LedgerRecordMissing, match="has no record of step score"):
+        step_end.conclude(spec, StepEvent.of(decision, attempt))
+    # The decision made just before the loss, acted on after it: no _SUCCESS, no summary.
+    with pytest.raises(Exception, match="has no record of step score|is gone") as ended:
+        step_end.conclude(spec, StepEvent(Action.ADVANCE, "all 8 files succeeded", attempt))
+    assert not isinstance(ended.value, AssertionError)
+    with pytest.raises(LedgerRecordMissing):
+        step_end.report(spec, attempt.ref)
+    # A retried watch task resumes at the step's newest attempt: a missing STEP item is no attempt to resume (it
+    # used to be read as attempt 0, so the task resubmitted, was refused as stale, resumed, and so on).
+    with pytest.raises(LedgerRecordMissing):
+        step_jobs.resume(spec, attempt)
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert keys == [], keys  # nothing claims to be complete
+
+
+def test_a_step_whose_ledger_is_lost_mid_run_fails_and_its_job_is_stopped(own_moto, local_root, tmp_path, monkeypatch):
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    model = stalling_model(tmp_path / "model", files_before_stalling=1)  # the job cannot end by itself
+    _, spec, bucket, _ = stage(tmp_path, own_moto.url, model, rows_per_file=ROWS_PER_FILE)
+    attempt = plan_and_submit(spec, bucket, "run-mid")
+    wait_until_a_file_is_claimed(spec, attempt, "run-mid")
+
+    own_moto.restarted()
+    provision_again(spec, bucket, own_moto.url)
+    decision = watch.decide_now(spec, attempt)
+    assert decision.action is Action.FAIL, decision
+    assert "the ledger has no record of step score of run run-mid" in decision.reason
+    assert decision.stop_job  # its job can no longer be fenced: it is stopped, not left writing
+    with pytest.raises(LedgerRecordMissing):
+        step_end.conclude(spec, StepEvent.of(decision, attempt))
+    assert wait_for(lambda: job_ended(spec, attempt), timeout=JOB_END_SECONDS)
+
+
+def test_a_run_whose_ledger_is_lost_after_its_step_ended_is_not_reported_green(
+    own_moto, local_root, tmp_path, monkeypatch
+):
+    """The report task checks each step's summary against the ledger and the _SUCCESS marker before the run is green:
+    a summary in XCom outlives the endpoint's state."""
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    _, spec, bucket, rows = stage(tmp_path, own_moto.url, summing_model(tmp_path / "model", "pass"), rows_per_file=500)
+    attempt = plan_and_submit(spec, bucket, "run-ended")
+    assert wait_for(lambda: job_ended(spec, attempt), timeout=JOB_END_SECONDS)
+    done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, attempt), attempt))
+    summary = {**done.summary, "outcome": done.action.value}
+    assert (done.action, summary["rows_out"]) == (Action.ADVANCE, rows)
+    assert step_end.confirm_ended(spec, attempt.ref, summary) is None  # the control: its facts stand
+
+    # Another run's marker over this prefix (the partition scored again since): this run's summary no longer stands.
+    marker = "out/_SUCCESS"
+    s3 = boto3.client("s3")
+    mine = s3.get_object(Bucket=bucket, Key=marker)["Body"].read()
+    s3.put_object(Bucket=bucket, Key=marker, Body=mine.replace(b'"run-ended"', b'"run-later"'))
+    assert "is run run-later's" in step_end.confirm_ended(spec, attempt.ref, summary)
+    s3.put_object(Bucket=bucket, Key=marker, Body=mine)
+
+    own_moto.restarted()
+    provision_again(spec, bucket, own_moto.url)
+    gap = step_end.confirm_ended(spec, attempt.ref, summary)
+    assert gap and "the ledger has no record of step score of run run-ended" in gap
