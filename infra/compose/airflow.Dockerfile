@@ -63,7 +63,8 @@ COPY --chown=airflow:0 infra/compose/init_stack.py infra/compose/write_auth_pass
 ENV PYTHONPATH=/opt/shardline/src:/opt/shardline \
     SHARDLINE_LOCAL_ROOT=/opt/airflow/shardline-local
 # The grants folder: written by Airflow's processes only, read by the grant service (group 0), never mounted in
-# the job runner.
-RUN mkdir -p "${SHARDLINE_LOCAL_ROOT}/jobs" /opt/shardline/grants \
+# the job runner. The aws service's state folder (its volume starts owned by airflow, readable by no one else).
+RUN mkdir -p "${SHARDLINE_LOCAL_ROOT}/jobs" /opt/shardline/grants /opt/shardline/aws-state \
     && chmod -R 2775 "${SHARDLINE_LOCAL_ROOT}" \
-    && chmod 2750 /opt/shardline/grants
+    && chmod 2750 /opt/shardline/grants \
+    && chmod 700 /opt/shardline/aws-state

@@ -54,14 +54,16 @@ def _answers_http(url: str) -> bool:
 MOTO_MODULE = "shardline.local.moto_atomic"  # moto's server, one request at a time
 
 
-def moto_server_command(port: int) -> list[str]:
-    """moto's standalone server on 127.0.0.1:``port``, one request at a time (``shardline.local.moto_atomic``)."""
+def moto_server_command(port: int, state_dir: Path | None = None) -> list[str]:
+    """moto's standalone server on 127.0.0.1:``port``, one request at a time (``shardline.local.moto_atomic``);
+    with ``state_dir``, its S3 and DynamoDB state is kept there across restarts (``shardline.local.moto_state``)."""
     if not all(_installed(name) for name in ("moto", "moto.server", "flask", "flask_cors")):
         raise EmbeddedAwsError(
             f"moto's server is not installed for {sys.executable}: install the `local` extra (pip install "
             "'shardline[local]' -c constraints.txt), or run `make venv` in a checkout"
         )
-    return [sys.executable, "-m", MOTO_MODULE, "-p", str(port), "-H", "127.0.0.1"]
+    command = [sys.executable, "-m", MOTO_MODULE, "-p", str(port), "-H", "127.0.0.1"]
+    return command + (["--state-dir", str(state_dir)] if state_dir is not None else [])
 
 
 def is_moto_command(cmdline: list[str]) -> bool:
@@ -77,14 +79,20 @@ def _installed(module: str) -> bool:
 
 
 def start_moto(
-    log_path: Path, *, port: int | None = None, timeout: float = 60.0, tethered: bool = False
+    log_path: Path,
+    *,
+    port: int | None = None,
+    timeout: float = 60.0,
+    tethered: bool = False,
+    state_dir: Path | None = None,
 ) -> tuple[subprocess.Popen, str]:
     """Start moto_server in its own session and wait until it answers; returns (process, url). ``tethered``: it ends
     when this process does, however this process ends (:mod:`shardline.local.tether`); else it outlives it (`shardline
-    local up`)."""
+    local up`). ``state_dir``: its state is put back from there and kept there; without one it starts empty and
+    keeps nothing."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    command = moto_server_command(port)
+    command = moto_server_command(port, state_dir)
     if tethered:
         command = tether.tethered(command)
     with open(log_path, "wb") as log:
@@ -113,10 +121,12 @@ def env_for(url: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def embedded_aws(log_path: Path, *, port: int | None = None, timeout: float = 60.0) -> Iterator[dict[str, str]]:
+def embedded_aws(
+    log_path: Path, *, port: int | None = None, timeout: float = 60.0, state_dir: Path | None = None
+) -> Iterator[dict[str, str]]:
     """Run moto_server for the duration of the block (and never past this process's life); yield the environment
     that reaches it."""
-    proc, url = start_moto(log_path, port=port, timeout=timeout, tethered=True)
+    proc, url = start_moto(log_path, port=port, timeout=timeout, tethered=True, state_dir=state_dir)
     try:
         yield env_for(url)
     finally:

@@ -18,7 +18,9 @@ Content-Length (an uploader that died mid-PUT) is refused with 400 ``IncompleteB
 its ``Content-MD5``, ``x-amz-content-sha256`` or ``x-amz-checksum-{crc32,sha1,sha256}`` header with 400
 ``BadDigest`` (or S3's code for that header); nothing is stored. A reader never finds half an object.
 
-    python -m shardline.local.moto_atomic -p PORT -H 127.0.0.1
+    python -m shardline.local.moto_atomic -p PORT -H 127.0.0.1 [--state-dir DIR]
+
+With ``--state-dir``, its S3 and DynamoDB state is kept in DIR and survives a restart (:mod:`moto_state`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,16 @@ import binascii
 import hashlib
 import io
 import json
+import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
+
+from shardline.local.moto_state import StateError, StateLog
 
 WsgiApp = Callable[[dict, Callable], Any]
 
@@ -41,14 +48,17 @@ MAX_BODY_BYTES = 1 << 30  # 1 GiB: boto3 uploads large objects in parts of 8 MiB
 SOCKET_TIMEOUT_SECONDS = 120  # a connection silent this long (mid-request or idle) is closed
 
 
-def one_at_a_time(app_call: WsgiApp, lock: threading.Lock, max_body: int = MAX_BODY_BYTES) -> WsgiApp:
+def one_at_a_time(
+    app_call: WsgiApp, lock: threading.Lock, max_body: int = MAX_BODY_BYTES, state: StateLog | None = None
+) -> WsgiApp:
     """``app_call`` (a WSGI ``__call__``) run under ``lock``: the backend's work for one request at a time.
 
     The request's body is read first, outside the lock, so a slow upload holds up no other client; a body
     over ``max_body`` bytes is refused with 413 before it is read, and one cut short or failing its checksum
     header is refused as S3 refuses it (:func:`check_body`), never passed on. The response is built inside the call
     (moto answers with a complete body), so holding the lock for the call holds it for the whole
-    read-check-write of a request.
+    read-check-write of a request. With a ``state`` (:mod:`shardline.local.moto_state`), what a write changed is
+    on disk before its answer goes out.
     """
 
     def call(*args: Any) -> Any:
@@ -61,7 +71,18 @@ def one_at_a_time(app_call: WsgiApp, lock: threading.Lock, max_body: int = MAX_B
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         with lock:
-            return app_call(*args)
+            if state is None:
+                return app_call(*args)
+            statuses = []
+
+            def started(status: str, headers: list, *rest: Any) -> Any:
+                statuses.append(status)
+                return start_response(status, headers, *rest)
+
+            answer = app_call(*args[:-1], started)
+            # Raised, this fails the request (500): a write not on disk is not answered as done.
+            state.after(environ, statuses[0] if statuses else "", body)
+            return answer
 
     call.one_at_a_time = True
     call.__wrapped__ = app_call
@@ -210,22 +231,39 @@ def _base64_digest(value: str, size: int) -> bytes | None:
     return digest if len(digest) == size else None
 
 
-def install() -> None:
+def install(state_dir: Path | None = None) -> None:
     """Make moto's server application handle one request at a time (idempotent), each connection with a
-    socket timeout."""
+    socket timeout; with ``state_dir``, its state is put back from that folder and kept there."""
     from moto import server
     from werkzeug import serving
 
     dispatcher = server.DomainDispatcherApplication
     if not getattr(dispatcher.__call__, "one_at_a_time", False):
-        dispatcher.__call__ = one_at_a_time(dispatcher.__call__, threading.Lock())
+        state = None
+        if state_dir is not None:
+            started = time.monotonic()
+            state = StateLog(state_dir)
+            counts = state.load()
+            took = time.monotonic() - started
+            print(f"state kept in {state_dir}: put back {counts} in {took:.3f}s", flush=True)
+        dispatcher.__call__ = one_at_a_time(dispatcher.__call__, threading.Lock(), state=state)
     serving.WSGIRequestHandler.timeout = SOCKET_TIMEOUT_SECONDS  # socketserver sets it on each connection
 
 
 def main(argv: list[str] | None = None) -> None:
+    """moto's server; ``--state-dir DIR`` (ours, taken out before moto reads the rest) keeps its state in DIR."""
     from moto import server
 
-    install()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    state_dir = None
+    if "--state-dir" in argv:
+        at = argv.index("--state-dir")
+        state_dir = Path(argv[at + 1])
+        del argv[at : at + 2]
+    try:
+        install(state_dir)
+    except StateError as err:
+        sys.exit(f"shardline: {err}")
     server.main(argv)
 
 

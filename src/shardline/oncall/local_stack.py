@@ -1,5 +1,6 @@
 """`shardline local`: the embedded AWS stack (moto_server on loopback) a laptop or CI runs the pipelines
-against: start it with the buckets and ledger tables the specs name, stop it, say whether it is up.
+against: start it with the buckets and ledger tables the specs name, stop it, say whether it is up. Its S3
+objects and ledger tables are kept on disk (:func:`aws_state_dir`): a restart finds them.
 
 Its pid and URL are kept in one place per user (:func:`default_state_dir`), so `down` and `status` find it from
 any directory. The embedded endpoint itself is :mod:`shardline.local.embedded_aws`, imported only when used.
@@ -27,6 +28,11 @@ def default_state_dir() -> Path:
 
 def _stack_file(state_dir: Path) -> Path:
     return state_dir / "stack.json"
+
+
+def aws_state_dir(state_dir: Path) -> Path:
+    """Where the endpoint keeps its S3 objects and ledger tables across restarts (wiped by deleting it)."""
+    return state_dir / "aws"
 
 
 def _is_moto(pid: int) -> bool:
@@ -68,7 +74,7 @@ def up(state_dir: Path, port: int | None, dags_folder: Path) -> Reply:
             return lines_reply(
                 [f"the embedded stack is already up at {state['url']} (pid {state['pid']})", *_exports(state["url"])]
             )
-    proc, url = embedded_aws.start_moto(state_dir / "moto.log", port=port)
+    proc, url = embedded_aws.start_moto(state_dir / "moto.log", port=port, state_dir=aws_state_dir(state_dir))
     state_dir.mkdir(parents=True, exist_ok=True)
     state_file.write_text(json.dumps({"pid": proc.pid, "url": url}))
     embedded_aws.apply_env(embedded_aws.env_for(url))
@@ -77,6 +83,8 @@ def up(state_dir: Path, port: int | None, dags_folder: Path) -> Reply:
         [
             f"embedded AWS endpoint (moto_server) up at {url}, pid {proc.pid}, log {state_dir / 'moto.log'}",
             *(f"  {line}" for line in created),
+            f"its S3 objects and ledger tables are kept in {aws_state_dir(state_dir)} across restarts; to start "
+            f"empty: shardline local down && rm -rf {aws_state_dir(state_dir)}",
             *_exports(url),
             "stop it with: shardline local down",
         ]
