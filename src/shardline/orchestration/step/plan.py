@@ -138,7 +138,8 @@ def plan(
         attempt = new_attempt(spec, base, number, todo, after=number - 1, replan=replan, may_take=True)
         if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
             _record_unsafe_keys(spec, attempt, refused)
-    else:  # planned before, and every input has succeeded since: adopt that attempt (and hold its prefix again)
+    else:  # planned before, and every input has succeeded since (or its job still runs): adopt that attempt (and hold
+        # its prefix again)
         attempt = latest_attempt(spec, StepRef(spec.pipeline, run_id, step))
         partitions.record_fence(spec, attempt.ref, partitions.hold(spec, attempt.ref, attempt.output_prefix))
         log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
@@ -228,10 +229,24 @@ def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) ->
     bucket, _ = parse_s3_uri(base.input_prefix)
     done = {f.input_key for f in records.files if f.status == FileStatus.SUCCEEDED}
     todo = [o for o in objects if f"s3://{bucket}/{o.key}" not in done]
+    name = naming.job_name(base.pipeline, base.run_id, base.step, latest)
     try:
-        services.backend_for(spec).describe(naming.job_name(base.pipeline, base.run_id, base.step, latest))
+        state = services.backend_for(spec).describe(name)
     except JobNotFound:
         return latest, todo, True
+    if not state.status.is_terminal:
+        # One attempt at a time: a plan task run again while attempt `latest` runs (a retry, a cleared task) adopts
+        # it; planning the next beside it would have two jobs write the same keys. The watch follows it to its end,
+        # and its last look sends inputs that landed since to a next attempt.
+        log.warning(
+            "step %s of run %s: attempt %d (job %s) is still %s: adopting it, not planning another beside it",
+            base.step,
+            base.run_id,
+            latest,
+            name,
+            state.status.value,
+        )
+        return latest, [], False
     return latest + 1, todo, False
 
 
