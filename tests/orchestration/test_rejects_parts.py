@@ -5,14 +5,36 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
+import re
+import uuid
 
+import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from shardline.ledger.context import LedgerContext
+from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+from shardline.ledger.keys import StepRef, file_sk, run_pk
 from shardline.ledger.records import FileRecord, settle_parts, stale_parts
 from shardline.ledger.states import FileStatus
-from shardline.orchestration.rejects_parts import pick_lines, pick_parquet, with_rejects
+from shardline.oncall.errors import Conflict
+from shardline.oncall.service import OnCall
+from shardline.oncall.values import RunRef
+from shardline.orchestration import services
+from shardline.orchestration.rejects_parts import (
+    RejectsPartError,
+    pick_lines,
+    pick_parquet,
+    resubmit_rejects,
+    with_rejects,
+)
+from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
+from shardline.planning.inputs import parse_s3_uri
+from tests.support.pipelines import plan_args, stage_step
 
 
 def test_rows_are_numbered_as_the_worker_numbers_them_blank_lines_not_counted():
@@ -102,3 +124,98 @@ def test_a_part_of_an_earlier_version_of_its_source_counts_for_nothing():
 def test_a_blank_json_line_of_white_space_is_no_row():
     picked, rows = pick_lines(io.BytesIO(b'{"a":1}\n   \n{"a":2}\n'), [2], header=False, fmt="jsonl")
     assert (picked, rows) == (b'{"a":2}\n', 2)
+
+
+# -- a FILE item the job wrote itself is no source to pick from (M-19) ------------------------------------------
+
+
+@pytest.fixture
+def planned(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    """A step planned over two CSV files (no job run), x.csv succeeded with row 2 rejected as its instance records
+    it, and another bucket the step has nothing to do with."""
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    body = b"id,a\n0,1.0\n1,oops\n2,3.0\n"
+    spec, bucket = stage_step(
+        "rejects_forged",
+        ledger_table,
+        xgboost_model.parent,
+        tmp_path,
+        {"x.csv": body, "y.csv": body},
+        step_settings={"tolerance": {"rows": 5}},
+    )
+    attempt = step_plan.plan(spec, "score", "run-f", **plan_args(bucket))
+    folder = naming.worker_manifest_folder(attempt.output_prefix, "run-f", "score", 1, attempt.metadata_prefix)
+    rejects = f"{folder}/rejects/x.csv.jsonl"
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key=parse_s3_uri(rejects)[1], Body=b'{"row": 2, "reason": "oops"}\n')
+    worker = WorkerLedger(
+        LedgerContext(spec.ledger_table, spec.pipeline, "run-f", "score", 1, input_uri=f"s3://{bucket}/in/"), "algo-1"
+    )
+    worker.claim_file("x.csv")
+    done = FileOutcome(FileStatus.SUCCEEDED, rows_in=3, rows_out=2, rows_rejected=1, rejects_key=rejects)
+    worker.finish_file("x.csv", done)
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=other)
+    s3.put_object(Bucket=other, Key="secret.csv", Body=b"id,a\n0,42.0\n")
+    s3.put_object(Bucket=other, Key="rejects.jsonl", Body=b'{"row": 1, "reason": "forged"}\n')
+    return spec, bucket, other
+
+
+def _forge(spec, input_key: str, attempt: int = 1, **attributes) -> None:
+    """A FILE item as a job's own code can write one (its role may write its pipeline's FILE items)."""
+    model = services.ledger_model(spec)
+    model(
+        run_pk(spec.pipeline, "run-f"),
+        file_sk("score", input_key),
+        status=FileStatus.SUCCEEDED.value,
+        attempt=attempt,
+        input_key=input_key,
+        rows_in=1,
+        rows_out=0,
+        rows_rejected=1,
+        **attributes,
+    ).save()
+
+
+def _every_object() -> dict[str, set[tuple[str, str]]]:
+    s3 = boto3.client("s3")
+    found = {}
+    for b in s3.list_buckets()["Buckets"]:
+        listed = s3.list_objects_v2(Bucket=b["Name"]).get("Contents", [])
+        found[b["Name"]] = {(o["Key"], o["ETag"]) for o in listed}
+    return found
+
+
+def _refused(spec, keys: list[str], named: str) -> None:
+    """``resubmit --rejects`` of ``keys`` refuses, naming ``named``, and writes no object anywhere; the on-call's
+    plan (a dry run's too) refuses alike, before Airflow is asked anything."""
+    ref = StepRef(spec.pipeline, "run-f", "score")
+    before = _every_object()
+    with pytest.raises(Conflict, match=re.escape(named)):
+        OnCall({spec.pipeline: spec}).plan_resubmission(RunRef(spec.pipeline, "run-f"), "score", rejects=True)
+    with pytest.raises(RejectsPartError, match=re.escape(named)):
+        resubmit_rejects(spec, latest_attempt(spec, ref), keys)
+    assert _every_object() == before
+    assert latest_attempt(spec, ref).number == 1  # nothing planned either
+
+
+def test_a_forged_file_of_another_bucket_is_refused_and_nothing_is_written(planned):
+    spec, bucket, other = planned
+    forged = f"s3://{other}/secret.csv"
+    _forge(spec, forged, rejects_key=f"s3://{other}/rejects.jsonl")
+    _refused(spec, [f"s3://{bucket}/in/x.csv", forged], forged)
+
+
+def test_a_planned_file_whose_rejects_list_lies_in_another_bucket_is_refused(planned):
+    spec, bucket, other = planned
+    _forge(spec, f"s3://{bucket}/in/y.csv", rejects_key=f"s3://{other}/rejects.jsonl")
+    _refused(spec, [f"s3://{bucket}/in/x.csv", f"s3://{bucket}/in/y.csv"], f"s3://{other}/rejects.jsonl")
+
+
+def test_a_forged_part_of_a_planned_file_is_refused(planned):
+    """A FILE item naming itself attempt 2's rejects part of x.csv, in another bucket, with its rows map there."""
+    spec, bucket, other = planned
+    part = f"s3://{other}/m/attempt-0002.rejects/x.rejects-a2.csv"
+    boto3.client("s3").put_object(Bucket=other, Key="m/attempt-0002.rejects.json", Body=json.dumps({part: [1, 2, 3]}))
+    _forge(spec, part, attempt=2, part_of=f"s3://{bucket}/in/x.csv", rejects_key=f"s3://{other}/rejects.jsonl")
+    _refused(spec, [f"s3://{bucket}/in/x.csv"], part)

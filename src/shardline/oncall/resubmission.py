@@ -95,7 +95,7 @@ class Resubmission:
         rejects: bool,
     ) -> ResubmitPlan:
         if rejects:
-            return _rejects_plan(str(ref), step, records.files)
+            return _rejects_plan(spec, ref, step, records)
         latest = StepRecord.of(records.step).attempt
         # A rejects part that failed is taken again by --rejects, with the rows it had.
         views = [file_view(step, f) for f in settle_parts(records.files) if not f.part_of]
@@ -313,18 +313,24 @@ def _dry_run_result(
     )
 
 
-def _rejects_plan(ref: str, step: str, files: Sequence) -> ResubmitPlan:
-    """What ``--rejects`` takes: every file of the step that still has rows rejected."""
-    from shardline.orchestration.rejects_parts import with_rejects
+def _rejects_plan(spec: PipelineSpec, ref: RunRef, step: str, records: StepRecords) -> ResubmitPlan:
+    """What ``--rejects`` takes: every file of the step that still has rows rejected, each checked to be one the
+    step planned (a Conflict naming those that are not, before Airflow is asked or anything changes)."""
+    from shardline.orchestration.rejects_parts import RejectsPartError, check_sources, with_rejects
 
-    sources = with_rejects(files)
+    sources = with_rejects(records.files)
+    if sources:
+        try:
+            check_sources(spec, _latest(records, ref, step), records, sources)
+        except RejectsPartError as err:
+            raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
     rows = sum(f.rows_rejected or 0 for f in sources)
     reason = (
         f"{rows:,} rejected row(s) of {len(sources)} file(s), picked from their sources as they are now"
         if sources
         else f"no file of step {step} has rows rejected"
     )
-    return ResubmitPlan(ref, step, [f.input_key for f in sources], reason)
+    return ResubmitPlan(str(ref), step, [f.input_key for f in sources], reason)
 
 
 def _submit(

@@ -11,14 +11,21 @@ rejected still holds for the source, with what the part rejected again as its re
 Rows are picked by number, so the source must hold them where it held them: a source with another number of data
 rows than it was scored with is refused, naming it. The picking is pure (:func:`pick_lines`, :func:`pick_parquet`);
 the rest reads and writes S3.
+
+A job's role may write its pipeline's FILE items, so what a FILE item says is no proof of where to read: each source
+must be an input the step's plan files name, under its input prefix, each part the part its attempt planned for that
+source, and each rejects list where the instances of the item's attempt put theirs
+(:func:`check_sources`). All of them are checked, and every part picked, before anything is written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 
@@ -26,10 +33,11 @@ from shardline import contract
 from shardline.errors import PermanentError
 from shardline.ledger.records import FileRecord, current_parts, settle_parts
 from shardline.ledger.states import FileStatus
+from shardline.ledger.step_reads import StepRecords
 from shardline.orchestration import services
 from shardline.orchestration.run_report import read_rejects
 from shardline.orchestration.step import jobs as step_jobs
-from shardline.orchestration.step.files import read_step_files
+from shardline.orchestration.step.files import planned_inputs, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import S3Object, parse_s3_uri, put_metadata
@@ -137,33 +145,112 @@ def _numbered(key: str, rejects: list[dict]) -> list[int]:
     return sorted(set(rows))
 
 
+def chosen_sources(spec: PipelineSpec, latest: Attempt, records: StepRecords, keys: Sequence[str]) -> list[FileRecord]:
+    """The files ``keys`` (input keys) that still have rows rejected, each checked (:func:`check_sources`)."""
+    chosen = set(keys)
+    sources = [f for f in with_rejects(records.files) if f.input_key in chosen]
+    check_sources(spec, latest, records, sources)
+    return sources
+
+
+def check_sources(spec: PipelineSpec, latest: Attempt, records: StepRecords, sources: Sequence[FileRecord]) -> None:
+    """Raise :class:`RejectsPartError` naming every item that is not what the step itself recorded: a source the
+    step's plan files do not name under its input prefix, a part that is not the part its attempt planned for its
+    source, a rejects list outside the folder of its attempt's instances. Reads only the plan files (the
+    orchestrator's, under ``manifests/``, which a job may read but never write)."""
+    planned = planned_inputs(spec, records.step) if records.step is not None else {}
+    every = {uri for inputs in planned.values() for uri, _size in inputs}
+    input_prefix = latest.input_prefix.rstrip("/") + "/"
+    own = {f.input_key: f for f in records.files if not f.part_of}  # each source's own item, its parts not folded in
+    parts = current_parts(list(records.files))
+    wrong: list[str] = []
+    for settled in sources:
+        source = own.get(settled.input_key, settled)
+        if not source.input_key.startswith(input_prefix) or source.input_key not in every:
+            wrong.append(f"{source.input_key} is not an input the step planned under {input_prefix}")
+            continue
+        wrong += _misplaced_rejects(latest, source)
+        relative = source.input_key.removeprefix(input_prefix)
+        for part in parts.get(source.input_key, []):
+            # A part keeps the key of the attempt that picked it when a later attempt retries it.
+            picked_by = _picked_by(part.input_key) or part.attempt
+            expected = _parts_prefix(latest, picked_by) + naming.rejects_part_name(relative, picked_by)
+            if part.input_key != expected or expected not in every or picked_by > part.attempt:
+                wrong.append(
+                    f"{part.input_key}, named a rejects part of {source.input_key}, is not a part the step planned "
+                    f"for it (attempt {picked_by}'s is {expected})"
+                )
+                continue
+            wrong += _misplaced_rejects(latest, part)
+    if wrong:
+        raise RejectsPartError(
+            "FILE items in the ledger name what the step's plans never did, so no row was picked and nothing was "
+            "written: "
+            + "; ".join(wrong)
+            + ". A job's own code can write its FILE items: find out what wrote these before trusting the run; "
+            f"`shardline rerun {latest.pipeline}/{latest.run_id}` scores it afresh from its inputs"
+        )
+
+
+def _misplaced_rejects(latest: Attempt, f: FileRecord) -> list[str]:
+    """Why ``f``'s rejects list is not one its attempt's instances put (none: it is, or it has none)."""
+    if not f.rejects_key:
+        return []
+    folder = naming.worker_manifest_folder(
+        latest.output_prefix, latest.run_id, latest.step, f.attempt, latest.metadata_prefix
+    )
+    if f.rejects_key.startswith(f"{folder}/rejects/"):
+        return []
+    return [f"{f.input_key}'s rejects list {f.rejects_key} is not where attempt {f.attempt}'s instances put theirs"]
+
+
+def _picked_by(key: str) -> int | None:
+    """The attempt whose parts folder ``key`` lies in (``.../attempt-0003.rejects/...``: 3); None outside one."""
+    folder = naming.rejects_parts_prefix_of(key)
+    found = re.search(r"attempt-(\d{4})\.rejects/$", folder or "")
+    return int(found[1]) if found else None
+
+
+def _parts_prefix(latest: Attempt, number: int) -> str:
+    return naming.rejects_parts_prefix(latest.output_prefix, latest.run_id, latest.step, number, latest.metadata_prefix)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Part:
+    """One source's rejected rows, picked and not yet written."""
+
+    key: str  # the part's key under the parts prefix's bucket
+    body: bytes
+    source: str
+    source_etag: str
+    rows: list[int]
+
+
 def write_parts(spec: PipelineSpec, latest: Attempt, sources: Sequence[FileRecord], all_files: Sequence[FileRecord]):
     """Pick each source's rejected rows into a part for attempt ``latest.number + 1``; return its parts prefix,
-    the parts (as the attempt's inputs) and each part's source and the source's ETag."""
+    the parts (as the attempt's inputs) and each part's source and the source's ETag. Every part is picked before
+    the first is written: a source refused halfway leaves nothing behind."""
     number = latest.number + 1
-    prefix = naming.rejects_parts_prefix(
-        latest.output_prefix, latest.run_id, latest.step, number, latest.metadata_prefix
-    )
+    prefix = _parts_prefix(latest, number)
     bucket, key_prefix = parse_s3_uri(prefix)
     step = spec.step(latest.step)
     s3 = services.s3_client(spec)
-    objects: list[S3Object] = []
-    parts: dict[str, tuple[str, str]] = {}
-    rows_map: dict[str, list[int]] = {}
     current = current_parts(list(all_files))
+    picked: dict[str, _Part] = {}
     for source in sources:
         rows = rows_still_rejected(spec, source, current.get(source.input_key, []))
         relative = source.input_key.removeprefix(latest.input_prefix.rstrip("/") + "/")
         body, etag = _picked(s3, source, rows, step.input.format, header=step.input.csv_header is not False)
         key = key_prefix + naming.rejects_part_name(relative, number)
-        if f"s3://{bucket}/{key}" in parts:
-            raise RejectsPartError(f"{source.input_key} and {parts[f's3://{bucket}/{key}'][0]} would share a part")
-        put_metadata(s3, f"s3://{bucket}/{key}", body, "application/octet-stream")
-        objects.append(S3Object(key, len(body), ""))
-        parts[f"s3://{bucket}/{key}"] = (source.input_key, etag)
-        rows_map[f"s3://{bucket}/{key}"] = rows
+        if f"s3://{bucket}/{key}" in picked:
+            raise RejectsPartError(f"{source.input_key} and {picked[f's3://{bucket}/{key}'].source} would share a part")
+        picked[f"s3://{bucket}/{key}"] = _Part(key, body, source.input_key, etag, rows)
+    for uri, part in picked.items():
+        put_metadata(s3, uri, part.body, "application/octet-stream")
+    rows_map = {uri: part.rows for uri, part in picked.items()}
     put_metadata(s3, rows_map_key(prefix), json.dumps(rows_map).encode(), "application/json")
-    return prefix, objects, parts
+    objects = [S3Object(part.key, len(part.body), "") for part in picked.values()]
+    return prefix, objects, {uri: (part.source, part.source_etag) for uri, part in picked.items()}
 
 
 def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *, header: bool) -> tuple[bytes, str]:
@@ -203,10 +290,11 @@ def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *
 def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str]) -> Attempt:
     """Submit the attempt after ``latest`` over the rejected rows of the files ``keys`` (input keys), each picked
     from its source as it is now into a part. Fenced on ``latest`` as any on-call resubmission is."""
+    # Checked before the job is stopped, and again on what is read once it has (an instance may write meanwhile).
+    chosen_sources(spec, latest, read_step_files(spec, latest.ref), keys)
     step_jobs.stop_and_wait(spec, latest)  # a part still running could succeed after its rows were picked again
     records = read_step_files(spec, latest.ref)
-    chosen = set(keys)
-    sources = [f for f in with_rejects(records.files) if f.input_key in chosen]
+    sources = chosen_sources(spec, latest, records, keys)
     if not sources:
         raise RejectsPartError("none of the chosen files has rows rejected any more")
     prefix, objects, parts = write_parts(spec, latest, sources, records.files)
