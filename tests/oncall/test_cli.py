@@ -184,3 +184,22 @@ def test_the_core_install_runs_the_cli_without_the_report_libraries():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_failed_of_a_red_run_prints_what_happened_and_the_rerun_command(aws_env, ledger_table, tmp_path):
+    from tests.oncall.test_service import _red_run
+
+    write_spec(tmp_path / "dags", ledger_table)
+    _red_run(ledger_table, "run-p", scored=False)
+    _red_run(ledger_table, "run-s", scored=True)
+    planless = run("--dags-folder", str(tmp_path / "dags"), "failed", "p/run-p", env=aws_env)
+    assert planless.returncode == 1 and "check the run name" not in planless.stderr
+    assert "no step of p/run-p was planned" in planless.stderr and "shardline rerun p/run-p" in planless.stderr
+    scored = run("--dags-folder", str(tmp_path / "dags"), "failed", "p/run-s", env=aws_env)
+    assert scored.returncode == 0, scored.stderr
+    assert "nothing to resubmit; yet the run ended FAILED" in scored.stdout
+    assert "`shardline rerun p/run-s`" in scored.stdout
+    assert (
+        json.loads(run("--dags-folder", str(tmp_path / "dags"), "failed", "p/run-s", "--json", env=aws_env).stdout)
+        == []
+    )

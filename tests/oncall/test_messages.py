@@ -26,7 +26,7 @@ from shardline.decision import policy
 from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot
 from shardline.decision.resubmit import Next, NextStep, choose_next
 from shardline.decision.run_outcome import rows_mismatch_text
-from shardline.ledger.records import FileRecord
+from shardline.ledger.records import FileRecord, RunRecord, StepRecord
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.oncall import messages, printing, views
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient, api_refused, find_settings, login_refused
@@ -908,6 +908,20 @@ def test_the_cli_commands_print_whole_sentences(monkeypatch):
     said(
         "shardline failed: nothing failed", _printed(lambda: printing.show_failed([], ref=RunRef.parse(REF), step=STEP))
     )
+    red = RunRecord("FAILED", message="DAG run failed (task_failure); check the failed task's log in Airflow for why")
+    lost = StepRecord("FAILED", 2, message="the run no longer holds the lock on its output prefix")
+    note = views.failed_note(RunRef.parse(REF), red, {STEP: lost}, [])
+    said(
+        "shardline failed: every file scored, the run red",
+        _printed(lambda: printing.show_failed([], ref=RunRef.parse(REF), step=STEP, note=note)),
+        failure=True,
+    )
+    for status in ("FAILED", "RUNNING", "SKIPPED"):
+        said(
+            f"shardline failed: no step planned, the run {status}",
+            messages.not_planned_text(RunRef.parse(REF), None, status, "model s3://b/m.tar.gz is not there"),
+            failure=status != "SKIPPED",
+        )
     said(
         "shardline runs: none",
         _printed(lambda: printing.show_runs([], pipeline=None, dags_folder=Path("dags"), airflow_warning=None)),

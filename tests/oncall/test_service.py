@@ -18,7 +18,7 @@ from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import list_runs, read_step
 from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
 from shardline.ledger.table import bind_ledger
-from shardline.oncall.errors import OnCallError
+from shardline.oncall.errors import Conflict, NotFound, OnCallError
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
 from shardline.orchestration.step import end as step_end
@@ -308,3 +308,77 @@ def test_a_planned_step_whose_pool_airflow_lacks_says_so_with_the_fix(aws_env, l
     assert "does not exist" not in (admitted.message or "")
     (unpooled,) = OnCall({spec.pipeline: spec}, airflow=_AirflowWithPools({})).status(ref).steps
     assert "does not exist" not in (unpooled.message or "")  # no quota for the type: no pool to wait for
+
+
+# --- `failed` of a run that has nothing left to resubmit ------------------------------------------------------
+
+LOST_HOLD = "the run no longer holds the lock on s3://b/out/"
+CALLBACK = "DAG run failed (task_failure); check the failed task's log in Airflow for why"
+
+
+def _red_run(ledger_table: str, run_id: str, *, scored: bool) -> OnCall:
+    """A run the failure callback marked FAILED: its plan failed (no STEP item), or (``scored``) its watch failed
+    after every file of its step succeeded."""
+    from shardline.ledger.context import LedgerContext
+    from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+    from shardline.ledger.states import FileStatus
+    from shardline.ledger.step_writes import set_run_status
+
+    spec = _spec(ledger_table)
+    model = bind_ledger(ledger_table)
+    ensure_run(model, "p", run_id)
+    if scored:
+        ref = StepRef("p", run_id, "score")
+        start_attempt(model, ref, 1, [("s3://b/in/a.parquet", 1), ("s3://b/in/b.parquet", 1)])
+        worker = WorkerLedger(LedgerContext(ledger_table, "p", run_id, "score", 1, input_uri="s3://b/in/"), "algo-1")
+        for name in ("a.parquet", "b.parquet"):
+            worker.claim_file(name)
+            worker.finish_file(name, FileOutcome(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
+        assert finish_step(model, ref, 1, StepStatus.FAILED, LOST_HOLD)
+    set_run_status(model, "p", run_id, StepStatus.FAILED, CALLBACK)
+    return OnCall({"p": spec})
+
+
+def _spec(ledger_table: str):
+    return parse_spec(
+        {
+            "pipeline": "p",
+            "ledger_table": ledger_table,
+            "steps": [
+                {
+                    "name": "score",
+                    "model": {"uri": "s3://b/m.tar.gz", "sha256": "a" * 64},
+                    "input": {"prefix": "s3://b/in/"},
+                    "output": {"prefix": "s3://b/out/"},
+                }
+            ],
+        },
+        "p.yaml",
+    )
+
+
+def test_failed_after_a_plan_failure_says_what_the_run_recorded_and_what_to_run(ledger_table):
+    oncall = _red_run(ledger_table, "run-p", scored=False)
+    with pytest.raises(Conflict) as caught:
+        oncall.failed(RunRef("p", "run-p"))
+    text = str(caught.value)
+    assert "check the run name" not in text
+    assert f"no step of p/run-p was planned, so no file failed: the run ended FAILED: {CALLBACK}" in text
+    assert "`shardline rerun p/run-p` plans it again" in text
+    with pytest.raises(Conflict, match="step score of p/run-p was never planned"):
+        oncall.failed(RunRef("p", "run-p"), "score")
+    # A run the ledger does not know is still a wrong name.
+    with pytest.raises(NotFound, match="check the run name"):
+        oncall.failed(RunRef("p", "run-nope"))
+
+
+def test_failed_of_a_red_run_whose_files_are_all_scored_says_what_is_missing(ledger_table):
+    oncall = _red_run(ledger_table, "run-s", scored=True)
+    view = oncall.failed_view(RunRef("p", "run-s"))
+    assert view.files == []
+    assert view.note.startswith("every file of p/run-s was scored, so there is nothing to resubmit; yet the run ended")
+    assert f"step score ended FAILED: {LOST_HOLD}, so its outputs are not committed" in view.note
+    assert view.note.endswith(
+        "`shardline rerun p/run-s` runs its failed tasks again, which check the outputs and commit them"
+    )
+    assert oncall.failed_view(RunRef("p", "run-s"), "score").note == view.note

@@ -194,3 +194,41 @@ def test_the_pure_on_call_modules_load_no_aws_client_no_airflow_and_no_http(modu
     )
     result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert json.loads(result.stdout) == []
+
+
+# --- what `failed` says when no file is left to resubmit --------------------------------------------------------
+
+REF = RunRef("p", "scheduled__2026-11-22T10:00:00+00:00")
+
+
+def test_a_failed_run_whose_files_are_all_scored_says_what_is_missing_and_prints_rerun():
+    """The watch failed after every file succeeded (it lost its hold on the prefix): nothing to resubmit, and yet
+    the run is red with no _SUCCESS. The note names the step's end and the command."""
+    run = RunRecord("FAILED", message="DAG run failed (task_failure); check the failed task's log in Airflow for why")
+    step = StepRecord("FAILED", 2, message="the run no longer holds the lock on s3://b/out/")
+    scored = [f("a", "SUCCEEDED", 2, 10, 10), f("b", "SUCCEEDED", 2, 10, 10)]
+    note = views.failed_note(REF, run, {"score": step}, scored)
+    assert note is not None
+    assert note.startswith(f"every file of {REF} was scored, so there is nothing to resubmit; yet the run ended FAILED")
+    assert "step score ended FAILED: the run no longer holds the lock on s3://b/out/" in note
+    assert "no _SUCCESS" in note
+    assert note.endswith(
+        f"`shardline rerun {REF}` runs its failed tasks again, which check the outputs and commit them"
+    )
+
+    # Every step ended well and the run is still red (its report task failed): the run's end is what is missing.
+    done = views.failed_note(REF, run, {"score": StepRecord("SUCCEEDED", 2)}, scored)
+    assert "the run's end (its report task) was not recorded" in done and "shardline rerun" in done
+    # A later step its run never planned is named.
+    two = views.failed_note(REF, run, {"score": StepRecord("SUCCEEDED", 1), "post": None}, scored)
+    assert "step post was never planned" in two
+
+
+def test_no_note_while_a_file_is_left_or_nothing_ended_badly():
+    run = RunRecord("FAILED")
+    step = StepRecord("FAILED", 1, message="1 of 2 file(s) failed")
+    assert views.failed_note(REF, run, {"score": step}, [f("a", "SUCCEEDED", 1), f("b", "FAILED", 1)]) is None
+    running = RunRecord("RUNNING")
+    assert views.failed_note(REF, running, {"score": StepRecord("RUNNING", 1)}, [f("a", "SUCCEEDED", 1)]) is None
+    green = RunRecord("SUCCEEDED")
+    assert views.failed_note(REF, green, {"score": StepRecord("SUCCEEDED", 1)}, [f("a", "SUCCEEDED", 1)]) is None

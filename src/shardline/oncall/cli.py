@@ -75,8 +75,9 @@ def status(options: Globals, run: str) -> Reply:
 def failed(options: Globals, run: str, step: str | None) -> Reply:
     oncall = options.oncall()
     ref = run_ref(run)
-    files = oncall.failed(ref, step)
-    return Reply(files, functools.partial(show_failed, files, ref=ref, step=step))
+    view = oncall.failed_view(ref, step)
+    # --json stays the list of files it has always been; the note is for a person.
+    return Reply(view.files, functools.partial(show_failed, view.files, ref=ref, step=step, note=view.note))
 
 
 @command(

@@ -185,6 +185,33 @@ def rerun_conf_text(ref: RunRef, problem: str, *, given: bool) -> str:
 # --- the CLI ------------------------------------------------------------------------------------------------
 
 
+def not_planned_text(ref: RunRef, step: str | None, status: str | None, message: str | None) -> str:
+    """`shardline failed` of a run that exists but planned no step (or not ``step``): what its RUN item says
+    happened, and what to run. A plan task that failed (a bad conf, a model not where the spec says) leaves this."""
+    what = f"step {step} of {ref} was never planned" if step else f"no step of {ref} was planned"
+    said = f": {message}" if message else ""
+    if status in ("FAILED", "CANCELLED"):
+        return (
+            f"{what}, so no file failed: the run ended {status}{said}. Once that is fixed (the failed task's log "
+            f"in Airflow has the details), `shardline rerun {ref}` plans it again"
+        )
+    if status in STEP_TERMINAL:
+        return f"{what}, and no file failed: the run ended {status}{said}"
+    return f"{what} yet: the run is {status or 'recorded, with no status'}{said}; `shardline status {ref}` shows it"
+
+
+def all_scored_text(ref: RunRef, missing: Sequence[str], run_status: str | None, run_message: str | None) -> str:
+    """`shardline failed` of a run whose every file was scored and which still ended badly: nothing to resubmit,
+    what is missing (``missing``: each step's end that is not there) and the command that mends it. ``run_status``:
+    the run's, when it ended FAILED or CANCELLED."""
+    how = f"the run ended {run_status}" + (f" ({run_message})" if run_message else "") + ": " if run_status else ""
+    return (
+        f"every file of {ref} was scored, so there is nothing to resubmit; yet {how}"
+        + "; ".join(missing)
+        + f". `shardline rerun {ref}` runs its failed tasks again, which check the outputs and commit them"
+    )
+
+
 def no_runs_text(pipeline: str | None, dags_folder: Path) -> str:
     if pipeline:
         return f"no runs recorded yet for pipeline {pipeline} in its ledger table"

@@ -247,24 +247,26 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
             )
 
 
-def show_failed(files: list[FileView], *, ref: RunRef, step: str | None) -> None:
+def show_failed(files: list[FileView], *, ref: RunRef, step: str | None, note: str | None = None) -> None:
+    """``note``: what is missing when no file is left to resubmit and yet the run ended badly, with the command."""
     from rich.table import Table
     from rich.text import Text
 
     from shardline.planning.naming import resubmit_command
 
     console = _console()
-    if not files:
+    rejected = [f for f in files if f.status == FileStatus.SUCCEEDED]
+    files = [f for f in files if f.status != FileStatus.SUCCEEDED]
+    if rejected:
+        _show_rejects(console, rejected, ref)
+    if note:
+        console.print(printable(note))
+    elif not files and not rejected:
         console.print(
             printable(
                 f"no failed or unfinished files in {ref}" + (f", step {step}" if step else "") + ": nothing to resubmit"
             )
         )
-        return
-    rejected = [f for f in files if f.status == FileStatus.SUCCEEDED]
-    files = [f for f in files if f.status != FileStatus.SUCCEEDED]
-    if rejected:
-        _show_rejects(console, rejected, ref)
     if not files:
         return
     table = Table(title=Text(printable(f"files of {ref} that did not succeed")))

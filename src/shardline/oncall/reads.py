@@ -24,13 +24,15 @@ from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run, runs_started_since
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
 from shardline.oncall.errors import Conflict, NotFound
-from shardline.oncall.messages import airflow_left_out, missing_pool_text, unknown_step
-from shardline.oncall.values import FileView, RunRef, RunRow, RunView, StepView
+from shardline.oncall.messages import airflow_left_out, missing_pool_text, not_planned_text, unknown_step
+from shardline.oncall.values import FailedView, FileView, RunRef, RunRow, RunView, StepView
 from shardline.oncall.views import (
     MISSING_GRACE_SECONDS,
+    failed_note,
     file_view,
     missing_job_status,
     missing_rows,
+    run_message,
     run_row,
     run_view,
     step_view,
@@ -218,16 +220,23 @@ class OnCallReads:
     def failed(self, ref: RunRef, step: str | None = None) -> list[FileView]:
         """Every file that did not succeed, with its error class, message and attempt; and every file that
         succeeded with rows rejected (tolerance.rows), with the first of them (line or row, and reason)."""
+        return self.failed_view(ref, step).files
+
+    def failed_view(self, ref: RunRef, step: str | None = None) -> FailedView:
+        """:meth:`failed`'s files, and what is missing when none is left to resubmit and yet the run ended badly. A
+        run that planned no step (its plan task failed) is a Conflict saying what its RUN item says, and what to
+        run; only a run the ledger does not know is a NotFound."""
         spec = self.spec(ref.pipeline)
         names = [step] if step else [s.name for s in spec.steps]
         if step:
             known_step(spec, step)
-        found, planned = [], 0
+        found: list[FileView] = []
+        steps: dict[str, StepRecord | None] = {}
         for name in names:
             records = read_step_records(
                 spec, StepRef(ref.pipeline, ref.run_id, name), file_attributes=FILE_DETAIL_ATTRIBUTES
             )
-            planned += records.step is not None
+            steps[name] = StepRecord.of(records.step) if records.step is not None else None
             # An instance that could not start recorded why on its SHARD item: its files show that reason.
             setup = {s.attempt: s.setup_error for s in records.shards if s.setup_error}
             files = settle_parts(records.files)  # a file's rejects parts count as the file's rows
@@ -241,13 +250,17 @@ class OnCallReads:
                 for f in files
                 if f.status == FileStatus.SUCCEEDED and f.rows_rejected
             ]
-        if not planned:
-            raise NotFound(
-                f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
-                f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "
-                "lists the recent ones"
-            )
-        return found
+        item = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id).run
+        run = RunRecord.of(item) if item is not None else None
+        if not any(steps.values()):
+            if run is None:
+                raise NotFound(
+                    f"no run {ref} with {'step ' + step if step else 'any step'} planned in table "
+                    f"{spec.ledger_table}; check the run name: `shardline runs --pipeline {ref.pipeline}` "
+                    "lists the recent ones"
+                )
+            raise Conflict(not_planned_text(ref, step, run.status, run_message(run)))
+        return FailedView(found, failed_note(ref, run, steps, found))
 
 
 def known_step(spec: PipelineSpec, step: str) -> None:

@@ -23,6 +23,7 @@ from shardline.oncall.resubmission import Resubmission
 from shardline.oncall.run_actions import RunActions
 from shardline.oncall.run_reports import RunReports
 from shardline.oncall.values import (
+    FailedView,
     FileView,
     ResubmitPlan,
     ResubmitResult,
@@ -77,6 +78,9 @@ class OnCall:
 
     def failed(self, ref: RunRef, step: str | None = None) -> list[FileView]:
         return self.reads.failed(ref, step)
+
+    def failed_view(self, ref: RunRef, step: str | None = None) -> FailedView:
+        return self.reads.failed_view(ref, step)
 
     def report_refs(self, ref: RunRef, step: str | None = None) -> list[StepReportRef]:
         return self.reports.report_refs(ref, step)

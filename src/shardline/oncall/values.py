@@ -77,6 +77,15 @@ class FileView:
 
 
 @dataclasses.dataclass(frozen=True)
+class FailedView:
+    """`shardline failed`: the files, and what is said besides them when none is left to resubmit and yet the run
+    ended badly (``views.failed_note``)."""
+
+    files: list[FileView]
+    note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class StepView:
     name: str
     status: str

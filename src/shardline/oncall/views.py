@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from shardline.backends import JobStatus
 from shardline.decision.fleet import Waiting
 from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
+from shardline.oncall.messages import all_scored_text
 from shardline.oncall.values import FileView, RunRef, RunRow, RunView, ShardView, StepView
 from shardline.planning import naming
 from shardline.planning.arrivals import ARRIVAL_RUN_PREFIX
@@ -45,6 +46,35 @@ def file_view(step: str, record: FileRecord) -> FileView:
         rows_rejected=record.rows_rejected or 0,
         rejects_key=record.rejects_key,
     )
+
+
+def failed_note(
+    ref: RunRef, run: RunRecord | None, steps: Mapping[str, StepRecord | None], files: Sequence[FileView]
+) -> str | None:
+    """What `shardline failed` says besides its files when no file is left to resubmit and yet the run, or one of
+    ``steps`` (the steps asked about, each None if never planned), ended FAILED or CANCELLED: what is missing, and
+    the command that mends it. None when a file is left to resubmit, or nothing ended badly."""
+    bad = (StepStatus.FAILED, StepStatus.CANCELLED)
+    run_status = run.status if run is not None and run.status in bad else None
+    if any(f.status != FileStatus.SUCCEEDED for f in files):
+        return None
+    if run_status is None and not any(s is not None and s.status in bad for s in steps.values()):
+        return None
+    missing = []
+    for name, step in steps.items():
+        if step is None:
+            missing.append(f"step {name} was never planned")
+        elif step.status in bad:
+            said = f": {step.message}" if step.message else ""
+            missing.append(
+                f"step {name} ended {step.status}{said}, so its outputs are not committed (no outputs manifest, "
+                "no _SUCCESS)"
+            )
+        elif step.status not in (StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.SKIPPED):
+            missing.append(f"step {name} never ended ({step.status or 'no status'}), so its outputs are not committed")
+    if not missing:
+        missing.append("every step ended well, but the run's end (its report task) was not recorded")
+    return all_scored_text(ref, missing, run_status, run.message if run_status else None)
 
 
 def with_setup_error(view: FileView, setup_error: str | None) -> FileView:
