@@ -2,22 +2,31 @@
 
 One step of 8 instances over 400 parquet files on the local backend (the embedded moto_server, the real
 orchestration functions, no Airflow), run twice on the same data: once as is (W0), once with one instance
-SIGKILLed (its whole worker process tree, as a lost machine) when about half its files are recorded SUCCEEDED.
-The step is then driven as its watch drives it (decide, resubmit, finish) until it ends. Printed:
+SIGKILLed (its whole worker process tree, as a lost machine) once the endpoint holds the outputs of half its files
+(X%: its outputs the endpoint held when it died). The step is then driven as its watch drives it (decide, resubmit,
+finish) until it ends. Printed:
 
-    recovery: 8 instances, F files, 1 instance killed at X%: files scored twice D (<= killed share S),
-    rows in = rows out R, wall W s vs W0 s without the kill
+    recovery: 8 instances, F files, 1 instance killed at X%: files retried R, files scored twice D (from the
+    endpoint's writes), rows in = rows out N (read from S3), wall W s vs W0 s without the kill (K.KKx)
 
-D counts the files some later attempt scored again; S is the killed instance's unfinished files (those not
-recorded SUCCEEDED when it was killed, the one in flight included). Each output is uploaded before its file is
-recorded SUCCEEDED, so D <= S; with SageMaker's EndOfJob upload every file the job had finished went again.
+- R, files retried: the files a later attempt ran (the watch resubmitted them; their FILE items end at attempt 2+).
+- D, files scored twice: of those R files, the ones whose output attempt 1 had already PUT before attempt 2 ran
+  them again, counted from what the endpoint stored (see :func:`endpoint_writes`), not from the ledger.
+- N: the rows of every input and every output, each file's ``id`` column read back from S3; every input id must
+  be in the outputs exactly once.
+- K.KK = W / W0.
 
-    python bench/bench_recovery.py --out bench-results [--files 400] [--instances 8] [--rows 2000]
+The script exits non-zero when K.KK > 1.25 (``--max-ratio``), when rows in != rows out, when an id is missing from
+the outputs or is there twice, or when no instance was killed.
+
+    python bench/bench_recovery.py --out bench-results [--files 400] [--instances 8] [--rows 2000] [--max-ratio 1.25]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import datetime as dt
 import io
 import json
 import sys
@@ -31,10 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, f
 STEP = "score"
 VICTIM = "algo-3"
 POLL_SECONDS = 0.5
+MAX_RATIO = 1.25  # a lost instance of 8 may cost at most this much of the step's wall time
 
 
 def stage(tmp: Path, files: int, rows: int, instances: int):
-    """A ledger table, a bucket with ``files`` parquet inputs and the packed XGBoost model, and a spec."""
+    """A ledger table, a versioned bucket with ``files`` parquet inputs and the packed XGBoost model, and a spec."""
     import boto3
     import pyarrow.parquet as pq
 
@@ -47,6 +57,8 @@ def stage(tmp: Path, files: int, rows: int, instances: int):
     s3 = boto3.client("s3")
     bucket = f"bench-recovery-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
+    # Versioned, so the endpoint keeps every PUT of an output key: see endpoint_writes.
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     for i in range(files):
         buf = io.BytesIO()
         pq.write_table(synthetic.make_table(rows, first_id=i * rows, seed=i), buf)
@@ -82,23 +94,36 @@ def files_of(spec, run_id: str):
     return read_step_files(spec, StepRef(spec.pipeline, run_id, STEP), file_attributes=None).files
 
 
-def kill_at_half(spec, run_id: str, job_dir: Path) -> tuple[int, int]:
-    """SIGKILL the victim's worker tree once half its files are SUCCEEDED; return (its share, its unfinished)."""
+def stems(keys) -> set[str]:
+    """``part-0042`` of ``.../part-0042.parquet``: an input and its output share it."""
+    return {Path(key).name.split(".")[0] for key in keys}
+
+
+def kill_at_half(spec, run_id: str, bucket: str, job_dir: Path) -> dict:
+    """SIGKILL the victim's worker tree once the endpoint holds outputs of half its files; return its share, and how
+    many of its files' outputs the endpoint held and the ledger had recorded SUCCEEDED, read once it was dead.
+
+    The trigger is the endpoint's, not the ledger's: an instance writes its FILE items through a queue behind its
+    uploads, and on a loaded machine that queue runs seconds behind, so "half recorded" could be an instance that had
+    uploaded nearly everything. Each poll is one listing of the prefix, which loads the endpoint little.
+    """
+    import boto3
     import psutil
 
     from shardline.ledger.states import FileStatus
 
+    s3 = boto3.client("s3")
     instance = job_dir / VICTIM
     while not (instance / "worker.log").exists():
         time.sleep(0.1)
-    share = sum(1 for _ in (instance / "processing" / "input" / "data").rglob("*.parquet"))
-    while True:
-        done = sum(
-            f.status is FileStatus.SUCCEEDED and f.host == VICTIM and f.attempt == 1 for f in files_of(spec, run_id)
-        )
-        if done >= share // 2:
-            break
-        time.sleep(0.1)
+    share = stems(p.name for p in (instance / "processing" / "input" / "data").rglob("*.parquet"))
+    prefix = f"out/{run_id}/"
+
+    def stored() -> int:
+        return len(share & stems(k for k in listed(s3, bucket, prefix) if is_output(k, prefix)))
+
+    while stored() < len(share) // 2:
+        time.sleep(0.2)
     victims = [
         p
         for p in psutil.process_iter(["cmdline"])
@@ -109,34 +134,103 @@ def kill_at_half(spec, run_id: str, job_dir: Path) -> tuple[int, int]:
     for proc in victims:
         for child in [proc, *proc.children(recursive=True)]:
             child.kill()
-    return share, share - done
+    psutil.wait_procs(victims, timeout=10)
+    recorded = sum(
+        f.status is FileStatus.SUCCEEDED and f.host == VICTIM and f.attempt == 1 for f in files_of(spec, run_id)
+    )
+    return {"share": len(share), "stored_at_kill": stored(), "recorded_at_kill": recorded}
 
 
-def drive(spec, attempt) -> None:
-    """What the watch does: poll, resubmit on RESUBMIT, end the step on ADVANCE."""
+def drive(spec, attempt) -> list[dict]:
+    """What the watch does: poll, resubmit on RESUBMIT, end the step on ADVANCE. Returns each resubmission: the
+    attempt it started, when (the wall clock, before its job was submitted) and the files it was given."""
     from shardline.decision.policy import Action
     from shardline.orchestration import watch
     from shardline.orchestration.step import end as step_end
     from shardline.orchestration.step import jobs as step_jobs
 
+    resubmitted: list[dict] = []
     while True:
         decision = watch.decide_now(spec, attempt)
         if decision.action is Action.RESUBMIT:
-            attempt = step_jobs.resubmit(spec, attempt, list(decision.retry_files))
+            keys = list(decision.retry_files)
+            at = dt.datetime.now(dt.UTC)
+            attempt = step_jobs.resubmit(spec, attempt, keys)
+            resubmitted.append({"attempt": attempt.number, "at": at, "files": keys})
         elif decision.action is Action.ADVANCE:
             status = step_end.finish(spec, attempt, Action.ADVANCE, decision.reason)
             if status is None or status.value != "SUCCEEDED":
                 raise SystemExit(f"bench-recovery: the step ended {status}: {step_end.step_message(spec, attempt)}")
-            return
+            return resubmitted
         elif decision.action is not Action.WAIT:
             raise SystemExit(f"bench-recovery: {decision.action.value}: {decision.reason}")
         time.sleep(POLL_SECONDS)
 
 
-def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool) -> dict:
+def is_output(key: str, prefix: str) -> bool:
+    """An output of the step under ``prefix``: not Shardline's own files (``_shardline/``) nor ``_SUCCESS``."""
+    from shardline import contract
+
+    relative = key[len(prefix) :]
+    return not (relative.startswith(contract.METADATA_FOLDER + "/") or relative == contract.SUCCESS_MARKER)
+
+
+def endpoint_writes(s3, bucket: str, prefix: str) -> dict[str, list[dt.datetime]]:
+    """Every PUT the endpoint stored of each output key under ``prefix``: its versions' times, oldest first.
+
+    Why the bucket's versions: an attempt writes a file's output under the same key as the attempt before it, so a
+    listing of the prefix shows only the last PUT of each key; the ledger's FILE item of a retried file is
+    overwritten by the next attempt; and the instances' own per-attempt records (the manifests under
+    ``_shardline/attempt-NNNN/``) are written when an instance ends, which a killed instance never does, so they
+    cannot say what it PUT before it died. A versioned bucket keeps each PUT the endpoint accepted as its own
+    version, whoever wrote it and however it died after, which is the fact "scored twice" is about.
+    """
+    writes: dict[str, list[dt.datetime]] = collections.defaultdict(list)
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        for version in page.get("Versions", []):
+            if is_output(version["Key"], prefix):
+                writes[version["Key"]].append(version["LastModified"])
+    return {key: sorted(times) for key, times in writes.items()}
+
+
+def ids_of(s3, bucket: str, keys: list[str]) -> collections.Counter:
+    """How many times each ``id`` is in the objects ``keys`` (their current versions), read from S3."""
+    import pyarrow.parquet as pq
+
+    ids: collections.Counter = collections.Counter()
+    for key in keys:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        ids.update(pq.read_table(io.BytesIO(body), columns=["id"]).column("id").to_pylist())
+    return ids
+
+
+def listed(s3, bucket: str, prefix: str) -> list[str]:
+    keys = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    return keys
+
+
+def check_rows(s3, bucket: str, prefix: str, inputs: collections.Counter) -> dict:
+    """Rows in and out, and every input id in the outputs once: read from the objects in S3, not from the ledger."""
+    outputs = ids_of(s3, bucket, [k for k in listed(s3, bucket, prefix) if is_output(k, prefix)])
+    missing = sum(1 for i in inputs if i not in outputs)
+    duplicated = sum(1 for n in outputs.values() if n > 1)
+    unknown = sum(1 for i in outputs if i not in inputs)
+    return {
+        "rows_in": sum(inputs.values()),
+        "rows_out": sum(outputs.values()),
+        "ids_missing": missing,
+        "ids_duplicated": duplicated,
+        "ids_not_in_inputs": unknown,
+    }
+
+
+def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool, inputs: collections.Counter) -> dict:
     import threading
 
-    from shardline.orchestration.step import end as step_end
+    import boto3
+
     from shardline.orchestration.step import jobs as step_jobs
     from shardline.orchestration.step import plan as step_plan
 
@@ -156,25 +250,58 @@ def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool) ->
     killed: dict = {}
 
     def inject() -> None:
-        killed["share"], killed["unfinished"] = kill_at_half(spec, run_id, local_root / "jobs" / attempt.job_name)
+        killed.update(kill_at_half(spec, run_id, bucket, local_root / "jobs" / attempt.job_name))
 
     injector = threading.Thread(target=inject, daemon=True)
     if kill:
         injector.start()
-    drive(spec, attempt)
+    resubmitted = drive(spec, attempt)
     if kill:
         injector.join()
     wall = time.monotonic() - started
+
+    s3 = boto3.client("s3")
+    prefix = f"out/{run_id}/"
     files = files_of(spec, run_id)
-    report = step_end.report(spec, attempt.ref)
+    retried = [f for f in files if int(f.attempt or 1) > 1]
+    writes = endpoint_writes(s3, bucket, prefix)
+    # LastModified is to the second: the resubmission comes after the first job has ended, long after the kill.
+    first_resubmit = resubmitted[0]["at"].replace(microsecond=0) if resubmitted else None
+
+    def writes_of(f) -> list[dt.datetime]:
+        return writes.get(f.output_key.removeprefix(f"s3://{bucket}/"), []) if f.output_key else []
+
+    def by_attempt_1(f) -> bool:
+        return first_resubmit is not None and any(t < first_resubmit for t in writes_of(f))
+
     return {
         "wall_seconds": round(wall, 1),
         "files": len(files),
-        "scored_twice": sum(int(f.attempt or 1) > 1 for f in files),
-        "rows_in": report["rows_in"],
-        "rows_out": report["rows_out"],
+        "attempts": 1 + len(resubmitted),
+        "resubmissions": [
+            {"attempt": r["attempt"], "at": r["at"].isoformat(), "files": len(r["files"])} for r in resubmitted
+        ],
+        "files_retried": len(retried),
+        "scored_twice": sum(by_attempt_1(f) for f in retried),
+        # Keys the endpoint stored more than once, however (for the files above, and any other: none expected).
+        "keys_stored_more_than_once": sum(len(t) > 1 for t in writes.values()),
+        "output_keys": len(writes),
+        "retried": [
+            {"input": f.input_key, "attempt": f.attempt, "stored": [t.isoformat() for t in writes_of(f)]}
+            for f in retried
+        ],
+        **check_rows(s3, bucket, prefix, inputs),
         **killed,
     }
+
+
+def rows_ok(result: dict) -> bool:
+    return (
+        result["rows_in"] == result["rows_out"]
+        and not result["ids_missing"]
+        and not result["ids_duplicated"]
+        and not result["ids_not_in_inputs"]
+    )
 
 
 def main() -> int:
@@ -183,6 +310,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=400)
     parser.add_argument("--instances", type=int, default=8)
     parser.add_argument("--rows", type=int, default=2000, help="rows per file")
+    parser.add_argument("--max-ratio", type=float, default=MAX_RATIO, help="the bound on W / W0")
     args = parser.parse_args()
 
     from shardline.local.embedded_aws import apply_env, embedded_aws
@@ -192,25 +320,48 @@ def main() -> int:
         apply_env(env)
         import os
 
+        import boto3
+
         os.environ["SHARDLINE_LOCAL_ROOT"] = str(tmp / "local")
         os.environ["SHARDLINE_LOCAL_RUNTIME"] = "process"
         spec, bucket = stage(tmp, args.files, args.rows, args.instances)
-        plain = run_once(spec, bucket, "run-plain", tmp / "local", kill=False)
-        killed = run_once(spec, bucket, "run-killed", tmp / "local", kill=True)
+        s3 = boto3.client("s3")
+        inputs = ids_of(s3, bucket, listed(s3, bucket, "in/"))
+        plain = run_once(spec, bucket, "run-plain", tmp / "local", kill=False, inputs=inputs)
+        killed = run_once(spec, bucket, "run-killed", tmp / "local", kill=True, inputs=inputs)
 
-    share, unfinished = killed.get("share", 0), killed.get("unfinished", 0)
-    at = 100 * (share - unfinished) / share if share else 0
+    share = killed.get("share", 0)
+    at = 100 * killed.get("stored_at_kill", 0) / share if share else 0
+    ratio = killed["wall_seconds"] / plain["wall_seconds"]
+    rows = killed["rows_out"] if rows_ok(killed) else f"NO ({killed['rows_in']} in, {killed['rows_out']} out)"
     line = (
         f"recovery: {args.instances} instances, {killed['files']} files, 1 instance killed at {at:.0f}%: "
-        f"files scored twice {killed['scored_twice']} (<= killed share {unfinished}), "
-        f"rows in = rows out {killed['rows_out'] if killed['rows_in'] == killed['rows_out'] else 'NO'}, "
-        f"wall {killed['wall_seconds']:.0f} s vs {plain['wall_seconds']:.0f} s without the kill"
+        f"files retried {killed['files_retried']}, files scored twice {killed['scored_twice']} (from the endpoint's "
+        f"writes), rows in = rows out {rows} (read from S3), "
+        f"wall {killed['wall_seconds']:.0f} s vs {plain['wall_seconds']:.0f} s without the kill ({ratio:.2f}x)"
     )
     print(line)
+    failures = []
+    if not share:
+        failures.append("no instance was killed")
+    if ratio > args.max_ratio:
+        failures.append(f"the kill cost {ratio:.2f}x the wall time, over the bound of {args.max_ratio:.2f}x")
+    for name, result in (("without the kill", plain), ("with the kill", killed)):
+        if not rows_ok(result):
+            failures.append(
+                f"{name}: rows in {result['rows_in']}, rows out {result['rows_out']}, ids missing "
+                f"{result['ids_missing']}, duplicated {result['ids_duplicated']}, not in the inputs "
+                f"{result['ids_not_in_inputs']}"
+            )
+    for failure in failures:
+        print(f"bench-recovery: FAILED: {failure}", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "recovery.json").write_text(json.dumps({"plain": plain, "killed": killed, "line": line}, indent=2))
-    ok = killed["scored_twice"] <= unfinished and killed["rows_in"] == killed["rows_out"] == args.files * args.rows
-    return 0 if ok and share else 1
+    (args.out / "recovery.json").write_text(
+        json.dumps(
+            {"plain": plain, "killed": killed, "ratio": round(ratio, 2), "line": line, "failures": failures}, indent=2
+        )
+    )
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
