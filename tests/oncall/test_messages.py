@@ -402,7 +402,9 @@ def test_every_airflow_api_error_names_airflow_and_what_to_do(tmp_path):
         (403, {"detail": "Forbidden"}),
         (500, {"detail": "Internal Server Error"}),
     ):
-        client = _client(lambda request, status=status, body=body: httpx.Response(status, json=body), token="t")
+        client = _client(
+            lambda request, status=status, body=body: httpx.Response(status, json=body), token="t", sleep=lambda _: None
+        )
         raised(f"REST API answered {status}", lambda client=client: client.dag_run("p", RUN_ID), AirflowApiError)
     for status, body in (
         (404, {"detail": "DagRun not found"}),

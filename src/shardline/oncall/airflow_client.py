@@ -18,7 +18,9 @@ import dataclasses
 import json
 import os
 import stat
+import time
 import urllib.parse
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +87,19 @@ def api_refused(
             "Airflow admin for it, or `shardline login` as a user who has it"
         )
     if status >= 500:
-        return f"{said}; check the API server's log"
+        return server_failed(base_url, f"{method} /api/v2{path}", status, detail, tries=1, waited=0.0)
     return said
+
+
+def server_failed(base_url: str, request: str, status: int, detail: object, *, tries: int, waited: float) -> str:
+    """Airflow's API server failed a request (5xx) every time it was asked: in one line, what failed and what to
+    check. ``tries``: how often it was asked, over ``waited`` seconds of waits between the tries."""
+    said = " ".join(str(detail).split())[:200] or "no detail"  # one line: an HTML error page is cut short
+    times = f"{tries} times over {waited:.0f} s" if tries > 1 else "once"
+    return (
+        f"Airflow's API server at {base_url} failed {request} {times} ({status}: {said}): check its log for the "
+        f"error, and that it and its metadata database are up ({base_url}/api/v2/monitor/health)"
+    )
 
 
 class AirflowApiError(ShardlineError):
@@ -158,6 +171,13 @@ def save_login(url: str, token: str, env: dict[str, str] | None = None) -> Path:
     return path
 
 
+# The waits (seconds) before each new try of a request Airflow's API server failed (5xx): an API server restarting,
+# or its database briefly locked or failing over, answers 500 or 503 for a few seconds. Its request is one database
+# transaction, rolled back when it fails, so asking again does not do a thing twice; a trigger that did land behind
+# a gateway's 502 or 504 is refused when asked again (its logical date is taken), and says so.
+RETRY_WAITS = (1.0, 2.0, 4.0)
+
+
 class AirflowClient:
     def __init__(
         self,
@@ -168,12 +188,28 @@ class AirflowClient:
         password: str | None = None,
         timeout: float = 30.0,
         source: str = "the caller",
+        retry_waits: Sequence[float] = RETRY_WAITS,
+        sleep: Callable[[float], None] = time.sleep,
     ):
         self.base_url = base_url.rstrip("/")
         self.source = source  # where the URL and token came from, for messages
         self._token = token
         self._credentials = (username, password) if username and password else None
         self._http = httpx.Client(timeout=timeout)
+        self._retry_waits = tuple(retry_waits)
+        self._sleep = sleep  # the seam a test replaces: no test waits for real
+
+    def _send(self, method: str, url: str, **kwargs) -> tuple[httpx.Response, int, float]:
+        """The answer to a request, asked again after each of the retry waits while the server fails it (5xx); with
+        how often it was asked and how long was waited."""
+        tries, waited = 1, 0.0
+        for wait in self._retry_waits:
+            answer = self._http.request(method, url, **kwargs)
+            if answer.status_code < 500:
+                return answer, tries, waited
+            self._sleep(wait)
+            tries, waited = tries + 1, waited + wait
+        return self._http.request(method, url, **kwargs), tries, waited
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AirflowClient | None:
@@ -192,9 +228,21 @@ class AirflowClient:
         if self._token is None and self._credentials is not None:
             username, password = self._credentials
             try:
-                answer = self._http.post(
-                    f"{self.base_url}/auth/token", json={"username": username, "password": password}
+                answer, tries, waited = self._send(
+                    "POST", f"{self.base_url}/auth/token", json={"username": username, "password": password}
                 )
+                if answer.status_code >= 500:
+                    raise AirflowApiError(
+                        server_failed(
+                            self.base_url,
+                            "POST /auth/token",
+                            answer.status_code,
+                            answer.text,
+                            tries=tries,
+                            waited=waited,
+                        ),
+                        answer.status_code,
+                    )
                 if answer.status_code >= 400:
                     raise AirflowApiError(
                         login_refused(self.base_url, username, answer.status_code, answer.text[:300]),
@@ -211,7 +259,9 @@ class AirflowClient:
 
     def _call(self, method: str, path: str, **kwargs) -> Any:
         try:
-            answer = self._http.request(method, f"{self.base_url}/api/v2{path}", headers=self._auth_header(), **kwargs)
+            answer, tries, waited = self._send(
+                method, f"{self.base_url}/api/v2{path}", headers=self._auth_header(), **kwargs
+            )
         except httpx.HTTPError as err:
             raise AirflowApiError(
                 f"cannot reach Airflow at {self.base_url} (from {self.source}): {err!r}; check "
@@ -223,6 +273,10 @@ class AirflowClient:
                 detail = answer.json().get("detail", answer.text)
             except (ValueError, AttributeError):
                 detail = answer.text
+            if answer.status_code >= 500:
+                request = f"{method} /api/v2{path}"
+                failed = server_failed(self.base_url, request, answer.status_code, detail, tries=tries, waited=waited)
+                raise AirflowApiError(failed, answer.status_code)
             raise AirflowApiError(
                 api_refused(
                     self.base_url, self.source, method, path, answer.status_code, detail, sent_token=bool(self._token)

@@ -116,6 +116,11 @@ class RunActions:
                     "a manual run of the interval before, triggered at that logical date with Airflow's own "
                     "inference: once it has ended, delete it and trigger again"
                 ) from err
+            if err.status is not None and err.status >= 500:  # asked again already (the client's retries)
+                raise Unavailable(
+                    f"Airflow did not confirm the trigger of {what}: {err}; then run the same command again (should "
+                    "the run have been made after all, it is refused, naming it)"
+                ) from err
             raise
         return [
             f"triggered {what} as {run['dag_run_id']}; follow it with `shardline status {pipeline}/{run['dag_run_id']}`"
