@@ -125,3 +125,46 @@ def test_of_many_runs_taking_a_free_prefix_at_once_exactly_one_wins(model):
     assert len(winners) == 1 and winners[0].fence == 1
     assert {r.holder.run_id for r in results if isinstance(r, PartitionHeld)} == {winners[0].run_id}
     assert read_holder(model, PREFIX).run_id == winners[0].run_id
+
+
+def test_a_run_that_ended_holds_its_prefix_until_its_job_has_ended_too(model):
+    """Whatever ended run A (its failure callback, a task marked failed, a lease run out), its job may still write: the
+    prefix is free for run B only once the backend says that job ended (``running`` asks it)."""
+    take(model, PREFIX, A, later())
+    set_run_status(model, A.pipeline, A.run_id, StepStatus.FAILED, "step score failed")
+    still_running = {"sl-a-1"}
+
+    def running(last: PartitionHolder) -> str | None:
+        assert last.is_(A)
+        return next(iter(still_running), None)
+
+    with pytest.raises(PartitionHeld, match="still being written by job sl-a-1 of run hourly/") as held:
+        take(model, PREFIX, B, later(), running=running)
+    assert held.value.running_job == "sl-a-1"
+    assert standing(model, PREFIX, B, running) == (read_holder(model, PREFIX), None)
+    assert read_holder(model, PREFIX).is_(A)  # nothing taken
+    still_running.clear()  # the backend says it ended
+    assert "ended (FAILED)" in standing(model, PREFIX, B, running)[1]
+    assert take(model, PREFIX, B, later(), running=running).is_(B)
+
+
+def test_a_failure_callback_releases_only_a_run_nobody_took_up_again(model):
+    """The release a failure callback makes is checked against the RUN item in one transaction: an on-call engineer
+    who took the run up again keeps its hold."""
+    from shardline.ledger.partitions import release_after_life
+    from shardline.ledger.step_writes import end_life
+
+    take(model, PREFIX, A, later())
+    set_run_status(model, A.pipeline, A.run_id, StepStatus.RUNNING, life=0)
+    set_run_status(model, A.pipeline, A.run_id, StepStatus.RUNNING, taken_up=True)  # the page's Resubmit, first
+    assert not end_life(model, A.pipeline, A.run_id, 0, "DAG run failed")
+    assert not release_after_life(model, PREFIX, A, 0)
+    assert read_holder(model, PREFIX).holds(A)
+
+    assert end_life(model, A.pipeline, A.run_id, 0 + 1, "DAG run failed")  # its next life fails: that one ends
+    set_run_status(model, A.pipeline, A.run_id, StepStatus.RUNNING, taken_up=True)  # ...and is taken up at once
+    assert not release_after_life(model, PREFIX, A, 1)
+    assert read_holder(model, PREFIX).holds(A)
+    assert end_life(model, A.pipeline, A.run_id, 2, "DAG run failed")
+    assert release_after_life(model, PREFIX, A, 2)
+    assert not read_holder(model, PREFIX).holds(A)

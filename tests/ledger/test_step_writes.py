@@ -367,70 +367,57 @@ def test_a_table_that_keeps_throttling_fails_the_write_and_says_what_to_do():
     assert backoff_seconds(1, 0.0) == 0.0  # full jitter: anywhere from nothing to the cap
 
 
-def test_a_late_failure_callback_leaves_a_run_reopened_after_the_dag_run_ended(ledger_table):
-    """Airflow runs a DAG's failure callback some time after the run failed. If on-call resubmitted or reran it in
-    between (the run is RUNNING again), the callback's FAILED must not overwrite it (nor, in the callback, release
-    the prefix the new life holds); a callback for a run nobody reopened since still marks it failed."""
-    import datetime as dt
-
+def test_a_late_failure_callback_ends_only_the_airflow_life_it_is_for(ledger_table):
+    """Airflow runs a DAG's failure callback some time after the run failed. If on-call took the run up again in
+    between (a resubmission, however close to the failure, or a rerun's plan in a later life), the callback ends
+    nothing: neither FAILED over the reopened run nor its holds released. Lives (the DAG run's clear_number) decide,
+    never clocks. A callback for a life nobody took up again marks the run failed, keeping a failed step's message."""
     from shardline.ledger.keys import RUN_SK, run_pk
     from shardline.ledger.states import StepStatus
-    from shardline.ledger.step_writes import set_run_status
+    from shardline.ledger.step_writes import end_life, note_life, set_run_status
 
     model = bind_ledger(ledger_table)
-    ensure_run(model, "p", "run-late")
-    set_run_status(model, "p", "run-late", StepStatus.FAILED, "step score failed")
-    dag_run_ended = dt.datetime.now(dt.UTC)
-    set_run_status(model, "p", "run-late", StepStatus.RUNNING)  # a resubmission, or a rerun's plan
-    assert not set_run_status(
-        model,
-        "p",
-        "run-late",
-        StepStatus.FAILED,
-        "DAG run failed",
-        only_if_running=True,
-        unless_reopened_since=dag_run_ended,
-    )
-    assert model.Control.get(run_pk("p", "run-late"), RUN_SK, consistent_read=True).status == "RUNNING"
 
-    # The resubmitted attempt's own DAG run fails later: its callback (after the reopening) applies.
-    assert set_run_status(
-        model,
-        "p",
-        "run-late",
-        StepStatus.FAILED,
-        "DAG run failed",
-        only_if_running=True,
-        unless_reopened_since=dt.datetime.now(dt.UTC),
-    )
-    assert model.Control.get(run_pk("p", "run-late"), RUN_SK, consistent_read=True).status == "FAILED"
+    def run(run_id: str):
+        return model.Control.get(run_pk("p", run_id), RUN_SK, consistent_read=True)
 
-    ensure_run(model, "p", "run-never-reopened")
-    set_run_status(model, "p", "run-never-reopened", StepStatus.RUNNING, "step score: waiting for its input")
-    never_reopened_ended = dt.datetime.now(dt.UTC)
-    assert set_run_status(
-        model,
-        "p",
-        "run-never-reopened",
-        StepStatus.FAILED,
-        "DAG run failed",
-        only_if_running=True,
-        unless_reopened_since=never_reopened_ended,
-    )
+    # Failed in life 0; the page's Resubmit lands before the callback: the callback is late, whenever it runs.
+    ensure_run(model, "p", "run-resubmitted")
+    set_run_status(model, "p", "run-resubmitted", StepStatus.RUNNING, life=0)
+    set_run_status(model, "p", "run-resubmitted", StepStatus.FAILED, "step score failed: 2 files")
+    set_run_status(model, "p", "run-resubmitted", StepStatus.RUNNING, taken_up=True)  # on-call's resubmission
+    assert not end_life(model, "p", "run-resubmitted", 0, "DAG run failed")
+    assert run("run-resubmitted").status == "RUNNING"
+    note_life(model, "p", "run-resubmitted", 1)  # the cleared watch task starts in life 1
+    note_life(model, "p", "run-resubmitted", 0)  # never lowered
+    assert not end_life(model, "p", "run-resubmitted", 0, "DAG run failed")
+    # That life fails too: its own callback applies, once.
+    assert end_life(model, "p", "run-resubmitted", 1, "DAG run failed")
+    assert (run("run-resubmitted").status, run("run-resubmitted").ended_life) == ("FAILED", 1)
+    assert not end_life(model, "p", "run-resubmitted", 1, "DAG run failed")
 
-    # A run that failed before it had a RUN item (a bad conf at plan), rerun: the rerun's plan creates the item
-    # after the DAG run ended, and the late callback leaves that alone too.
-    first_life_ended = dt.datetime.now(dt.UTC)
+    # Nobody took it up again: the callback ends it, and a failed step's message stays what the run says.
+    ensure_run(model, "p", "run-failed")
+    set_run_status(model, "p", "run-failed", StepStatus.RUNNING, life=0)
+    set_run_status(model, "p", "run-failed", StepStatus.FAILED, "step score failed: 2 files")
+    assert end_life(model, "p", "run-failed", 0, "DAG run failed")
+    assert (run("run-failed").status, run("run-failed").message) == ("FAILED", "step score failed: 2 files")
+    ensure_run(model, "p", "run-waiting")
+    set_run_status(model, "p", "run-waiting", StepStatus.RUNNING, life=0)
+    assert end_life(model, "p", "run-waiting", 0, "DAG run failed: the plan task timed out")
+    assert run("run-waiting").message == "DAG run failed: the plan task timed out"
+
+    # A run that failed before it had a RUN item, rerun: the rerun's plan (life 1) creates it; the late callback
+    # of life 0 leaves it alone. A cancelled or succeeded run is never ended by a callback.
     ensure_run(model, "p", "run-created-by-its-rerun")
-    assert not set_run_status(
-        model,
-        "p",
-        "run-created-by-its-rerun",
-        StepStatus.FAILED,
-        "DAG run failed",
-        only_if_running=True,
-        unless_reopened_since=first_life_ended,
-    )
+    set_run_status(model, "p", "run-created-by-its-rerun", StepStatus.RUNNING, life=1)
+    assert not end_life(model, "p", "run-created-by-its-rerun", 0, "DAG run failed")
+    assert run("run-created-by-its-rerun").status == "RUNNING"
+    for status in (StepStatus.CANCELLED, StepStatus.SUCCEEDED):
+        ensure_run(model, "p", f"run-{status.value}")
+        set_run_status(model, "p", f"run-{status.value}", status, "ended")
+        assert not end_life(model, "p", f"run-{status.value}", 0, "DAG run failed")
+        assert run(f"run-{status.value}").status == status.value
 
 
 def test_a_wait_is_recorded_on_its_step_and_run_and_a_next_attempt_clears_both(ledger_table):

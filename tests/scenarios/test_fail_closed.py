@@ -15,12 +15,16 @@ import pytest
 from shardline.backends.local import LocalBackend
 from shardline.decision.policy import Action
 from shardline.errors import LedgerRecordMissing
+from shardline.ledger.partitions import PartitionHeld
+from shardline.ledger.states import FileStatus, StepStatus
+from shardline.ledger.step_writes import set_run_status
 from shardline.ledger.table import create_ledger_table
 from shardline.local.embedded_aws import start_moto
 from shardline.orchestration import services, watch
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step.files import read_step_files
 from shardline.orchestration.watch import StepEvent
 from shardline.waiting import wait_for
 from tests.scenarios.test_faults import (
@@ -190,3 +194,64 @@ def test_a_plan_run_again_while_its_attempt_runs_adopts_it_and_never_starts_a_tw
     assert wait_for(lambda: job_ended(spec, first), timeout=JOB_END_SECONDS)
     assert watch.decide_now(spec, first).action is Action.ADVANCE
     assert sorted(output_ids(bucket)) == list(range(rows))  # every row once
+
+
+def plan_run(spec, bucket: str, run_id: str):
+    return step_plan.plan(
+        spec,
+        "score",
+        run_id,
+        input_prefix=f"s3://{bucket}/in/",
+        output_prefix=f"s3://{bucket}/out/",
+        model_uri=f"s3://{bucket}/model/model.tar.gz",
+        instance_count=spec.step("score").resources.instance_count,
+    )
+
+
+def test_a_failed_runs_job_holds_its_prefix_until_it_has_ended_and_its_callback_stops_it(
+    own_moto, local_root, tmp_path, monkeypatch
+):
+    """Run A fails while its job runs (its task marked failed, an outage past the watch): the next run of the partition
+    waits for that job's end, never writing beside it; A's failure callback stops the job, waits, then releases."""
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    gate = tmp_path / "gate"
+    _, spec, bucket, rows = stage(tmp_path, own_moto.url, gated_model(tmp_path / "model", gate), rows_per_file=200)
+    a = plan_and_submit(spec, bucket, "run-a")
+    wait_until_a_file_is_claimed(spec, a, "run-a")
+    model = services.ledger_model(spec)
+    set_run_status(model, spec.pipeline, "run-a", StepStatus.FAILED, "the watch task was marked failed")
+    with pytest.raises(PartitionHeld, match=f"still being written by job {a.job_name}"):
+        plan_run(spec, bucket, "run-b")  # the plan task would wait (PartitionTrigger) and say so
+
+    done = step_end.end_failed_life(spec, "run-a", 0, "DAG run failed")
+    assert done == f"run run-a failed; its output prefixes are released, after stopping {a.job_name}", done
+    assert job_ended(spec, a)
+    gate.touch()
+    b = step_jobs.submit(spec, plan_run(spec, bucket, "run-b"))
+    assert wait_for(lambda: job_ended(spec, b), timeout=JOB_END_SECONDS)
+    done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, b), b))
+    assert done.action is Action.ADVANCE and done.summary["rows_out"] == rows
+    assert sorted(output_ids(bucket)) == list(range(rows))
+    assert step_end.confirm_ended(spec, b.ref, {**done.summary, "outcome": done.action.value}) is None
+
+
+def test_a_resubmission_that_lands_before_the_failure_callback_stands(own_moto, local_root, tmp_path, monkeypatch):
+    """The page's Resubmit answers in a second or two, before Airflow runs the failure callback of the life that
+    failed: the callback then ends nothing (it used to release the reopened run's hold, and the run ended red)."""
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    gate = tmp_path / "gate"
+    _, spec, bucket, rows = stage(tmp_path, own_moto.url, gated_model(tmp_path / "model", gate), rows_per_file=200)
+    first = plan_and_submit(spec, bucket, "run-r")
+    wait_until_a_file_is_claimed(spec, first, "run-r")
+    step_jobs.stop_and_wait(spec, first)
+    step_end.finish(spec, first, Action.FAIL, "job Stopped")  # the watch task fails: the run is FAILED
+    keys = [f.input_key for f in read_step_files(spec, first.ref).files if f.status != FileStatus.SUCCEEDED]
+    second = step_jobs.resubmit(spec, first, keys, by_oncall=True)  # on-call, before the callback
+
+    assert "taken up again" in step_end.end_failed_life(spec, "run-r", 0, "DAG run failed")
+    assert not job_ended(spec, second)  # its job was not stopped, nor its hold released
+    gate.touch()
+    assert wait_for(lambda: job_ended(spec, second), timeout=JOB_END_SECONDS)
+    done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, second), second))
+    assert done.action is Action.ADVANCE, done
+    assert sorted(output_ids(bucket)) == list(range(rows))

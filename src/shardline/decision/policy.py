@@ -104,7 +104,7 @@ class StepSnapshot:
     # Attempts before this one that followed a capacity failure: retry.max_attempts does not count them.
     uncounted_attempts: int = 0
     # Why the ledger cannot vouch for this attempt (its STEP item gone, or older than the attempt): the step fails,
-    # whatever the files it can still see say (``ledger.step_writes.record_gap``).
+    # whatever the files it can still see say (``ledger.record_gaps.record_gap``).
     record_missing: str | None = None
     now: float = dataclasses.field(kw_only=True)  # when the poll was taken (epoch seconds): heartbeats age from it
 

@@ -21,13 +21,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Callable
 
-from pynamodb.exceptions import DoesNotExist, UpdateError
+from pynamodb.connection import Connection
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
 
 from shardline.errors import PermanentError, ShardlineError
 from shardline.ledger.keys import PARTITION_LOCK_SK, RUN_SK, StepRef, partition_lock_pk, run_pk
-from shardline.ledger.states import STEP_TERMINAL
-from shardline.ledger.table import LedgerItem
+from shardline.ledger.states import STEP_TERMINAL, StepStatus
+from shardline.ledger.table import CLIENT_SETTINGS, LedgerItem
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +63,24 @@ class PartitionHolder:
 
 
 class PartitionHeld(ShardlineError):
-    """Another run that has not ended writes this output prefix now."""
+    """Another run that has not ended writes this output prefix now, or a run that ended still has a job running
+    (``running_job``): its hold stands until the backend confirms that job's end."""
 
-    def __init__(self, output_prefix: str, holder: PartitionHolder):
-        self.output_prefix, self.holder = output_prefix, holder
+    def __init__(self, output_prefix: str, holder: PartitionHolder, running_job: str | None = None):
+        self.output_prefix, self.holder, self.running_job = output_prefix, holder, running_job
+        if running_job:
+            super().__init__(
+                f"{output_prefix} is still being written by job {running_job} of {holder}, which ended without it "
+                "(the job is being stopped, or nobody stopped it): it is free once that job has ended"
+            )
+            return
         lease = f", its lease runs to {holder.lease_until:%Y-%m-%d %H:%M:%S} UTC" if holder.lease_until else ""
         super().__init__(f"{output_prefix} is being written by {holder}{lease}")
+
+
+# Given the run step that held a prefix last, the name of its job that still runs (None when none does): a hold is
+# free only once the backend confirms its holder's jobs ended, whatever ended the run (the orchestrator asks it).
+RunningJob = Callable[[PartitionHolder], str | None]
 
 
 class PartitionMovedOn(PermanentError):
@@ -106,12 +121,26 @@ def read_holder(model: type[LedgerItem], output_prefix: str) -> PartitionHolder 
     return _holder(item) if item is not None else None
 
 
-def standing(model: type[LedgerItem], output_prefix: str, ref: StepRef) -> tuple[PartitionHolder | None, str | None]:
-    """Who holds the prefix now, and why ``ref`` may take it (None while another run holds it)."""
+def standing(
+    model: type[LedgerItem], output_prefix: str, ref: StepRef, running: RunningJob | None = None
+) -> tuple[PartitionHolder | None, str | None]:
+    """Who holds the prefix now, and why ``ref`` may take it (None while another run holds it, or while a job of the
+    run that held it last still runs: ``running``)."""
     holder = read_holder(model, output_prefix)
     if holder is not None and holder.holds(ref):
         return holder, f"{ref} holds it"
-    return holder, free_reason(holder, _run_status(model, holder), _now())
+    why = free_reason(holder, _run_status(model, holder), _now())
+    if why is not None and _still_writing(holder, ref, running):
+        return holder, None
+    return holder, why
+
+
+def _still_writing(holder: PartitionHolder | None, ref: StepRef, running: RunningJob | None) -> str | None:
+    """The job of another run that held the prefix last and still runs, or None. The step's own jobs are not asked
+    about: its attempts are fenced one at a time (a plan adopts a running attempt, a resubmission stops it first)."""
+    if holder is None or running is None or holder.is_(ref):
+        return None
+    return running(holder)
 
 
 def take(
@@ -121,10 +150,12 @@ def take(
     lease_until: dt.datetime,
     *,
     known_fence: int | None = None,
+    running: RunningJob | None = None,
 ) -> PartitionHolder:
     """Hold ``output_prefix`` for ``ref`` until ``lease_until`` (renewed if ``ref`` holds it already).
 
-    ``known_fence``: the fence ``ref`` took the prefix with last time (None: it never held it). Raises
+    ``known_fence``: the fence ``ref`` took the prefix with last time (None: it never held it). ``running``: the job
+    of the run that held it last that still runs, as the backend says (the lock is not free while one does). Raises
     :class:`PartitionHeld` while another run that has not ended holds it, and :class:`PartitionMovedOn` when
     another run took it after ``ref`` last did."""
     c = model.Control
@@ -141,6 +172,8 @@ def take(
         why = free_reason(holder, _run_status(model, holder), _now())
         if why is None:
             raise PartitionHeld(output_prefix, holder)  # type: ignore[arg-type]
+        if job := _still_writing(holder, ref, running):
+            raise PartitionHeld(output_prefix, holder, running_job=job)  # type: ignore[arg-type]
         if holder is not None and not holder.is_(ref):
             log.warning("%s: taking the lock for %s: %s", output_prefix, ref, why)
         try:
@@ -224,6 +257,35 @@ def release(model: type[LedgerItem], output_prefix: str, ref: StepRef) -> bool:
         )
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
+
+
+def release_after_life(model: type[LedgerItem], output_prefix: str, ref: StepRef, life: int) -> bool:
+    """:func:`release` for a run whose Airflow life ``life`` was ended by its failure callback: in one transaction
+    with a check that the RUN item still says so (FAILED, that life over), so an on-call engineer who took the run
+    up again a moment ago keeps the hold. False when it does not hold the prefix, or was taken up again."""
+    c = model.Control
+    connection = Connection(region=model.Meta.region, host=model.Meta.host, **CLIENT_SETTINGS)
+    try:
+        with TransactWrite(connection=connection) as transaction:
+            transaction.condition_check(
+                c,
+                run_pk(ref.pipeline, ref.run_id),
+                RUN_SK,
+                condition=(c.status == StepStatus.FAILED.value) & (c.ended_life == life),
+            )
+            transaction.update(
+                _lock_item(model, output_prefix),
+                actions=[c.status.set(RELEASED), c.lease_until.set(_now()), c.expires_at.set(c.expiry())],
+                condition=(c.status == HELD)
+                & (c.pipeline == ref.pipeline)
+                & (c.run_id == ref.run_id)
+                & (c.step == ref.step),
+            )
+    except TransactWriteError as err:
+        if any(r is not None and r.code == "ConditionalCheckFailed" for r in (err.cancellation_reasons or [])):
             return False
         raise
     return True

@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import logging
 import random
-import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from shardline.ledger.keys import (
     runs_pk,
     step_sk,
 )
+from shardline.ledger.record_gaps import check_refusal, table_gone, table_gone_text
 from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
 
@@ -99,59 +99,6 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
                     index, sk, pipeline=pipeline, run_id=run_id, started_at=item.started_at, expires_at=model.expiry()
                 )
             )
-
-
-def record_gap(step_item, ref: StepRef, attempt: int) -> str | None:
-    """Why the ledger cannot vouch for ``attempt`` of the step, from its STEP item as read (None when it is gone):
-    the item is missing, or names an older attempt than one that was planned (the table lost its state and was
-    made again). None when the item is there at ``attempt`` or a newer one. Absence is never success, and never a
-    newer attempt that moved on."""
-    pipeline, run_id, step = ref
-    rerun = shlex.join(["shardline", "rerun", f"{pipeline}/{run_id}"])
-    if step_item is None:
-        found = "has no record of"
-    elif int(step_item.attempt or 0) < attempt:
-        found = f"records only attempt {int(step_item.attempt or 0)} of"
-    else:
-        return None
-    return (
-        f"the ledger {found} step {step} of run {run_id}, which planned attempt {attempt}: was the AWS endpoint's "
-        "state lost (the embedded endpoint restarted without its data, the table recreated)? Nothing the step did "
-        f"can be counted or vouched for without it, so it is not taken for done. Plan the run again: {rerun}"
-    )
-
-
-TABLE_GONE = "ResourceNotFoundException"
-
-
-def table_gone(err: BaseException) -> bool:
-    """Whether a pynamodb error says the ledger table itself does not exist (the endpoint lost its state and was
-    not provisioned again, or the table was deleted)."""
-    return getattr(err, "cause_response_code", None) == TABLE_GONE or type(err).__name__ == "TableDoesNotExist"
-
-
-def table_gone_text(model: type[LedgerItem], ref: StepRef) -> str:
-    """What a step's end says when the ledger table is gone: nothing it did can be counted."""
-    pipeline, run_id, step = ref
-    rerun = shlex.join(["shardline", "rerun", f"{pipeline}/{run_id}"])
-    return (
-        f"the ledger table {model.Meta.table_name} does not exist, so step {step} of run {run_id} has no record: was "
-        "the AWS endpoint's state lost (the embedded endpoint restarted without its data)? Provision it again "
-        f"(`shardline local up` does), then plan the run again: {rerun}"
-    )
-
-
-def check_refusal(model: type[LedgerItem], ref: StepRef, attempt: int) -> None:
-    """After a write fenced on ``attempt`` was refused: raise :class:`LedgerRecordMissing` when the reason is not a
-    newer attempt or a cancel but a STEP item that is gone (or older than ``attempt``); return when it is there."""
-    pipeline, run_id, step = ref
-    try:
-        item = model.Control.get(run_pk(pipeline, run_id), step_sk(step), consistent_read=True)
-    except model.Control.DoesNotExist:
-        item = None
-    gap = record_gap(item, ref, attempt)
-    if gap:
-        raise LedgerRecordMissing(gap)
 
 
 def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: StepStatus, message: str = "") -> bool:
@@ -232,36 +179,81 @@ def set_run_status(
     message: str = "",
     *,
     only_if_running: bool = False,
-    unless_reopened_since: dt.datetime | None = None,
+    taken_up: bool = False,
+    life: int | None = None,
 ) -> bool:
     """Record the run's status. ``only_if_running``: leave a run that already ended (or never started) alone.
 
-    Every RUNNING write records its time (``reopened_at``): one after the DAG run failed is the run taken up again
-    (an on-call resubmission, or a rerun's plan). ``unless_reopened_since``: with ``only_if_running``, also leave
-    alone a run set RUNNING at or after that time. Airflow runs a DAG's failure callback some time after the run
-    failed; by then on-call may have resubmitted or rerun it, and the callback must neither mark the reopened run
-    failed again nor release the prefixes it holds again.
+    Every RUNNING write records its time (``reopened_at``, for the views). Airflow runs a DAG's failure callback
+    some time after the run failed; by then on-call may have resubmitted or rerun it, and the callback must neither
+    mark the reopened run failed again nor release the prefixes it holds again. So a RUNNING write that takes the
+    run up again says which of its Airflow lives is over, and :func:`end_life` compares lives, never clocks:
+    ``taken_up``: an on-call engineer takes the run up again after it failed: the life it failed in is over;
+    ``life``: a plan task of that Airflow life (its DAG run's clear_number) sets the run RUNNING.
     """
     c = model.Control
     actions = [
         c.status.set(status.value),
-        c.message.set(message[:2000] or None),
+        c.message.set(message[:2000]) if message else c.message.remove(),  # absent, not NULL: end_life keeps a message
         c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
         c.expires_at.set(c.expiry()),
     ]
     if status == StepStatus.RUNNING:
         actions.append(c.reopened_at.set(_now()))
+        if taken_up:  # the Airflow life it failed in is over: that life's failure callback, however late, ends nothing
+            actions.append(c.ended_life.set(c.airflow_life | 0))
+        if life is not None:
+            actions.append(c.airflow_life.set(life))
     else:  # a run that ended waits for no step's job
         actions += [c.waiting.remove(), c.waiting_step.remove()]
-    condition = None
-    if only_if_running:
-        condition = c.status == StepStatus.RUNNING.value
-        if unless_reopened_since is not None:
-            condition &= c.reopened_at.does_not_exist() | (c.reopened_at < unless_reopened_since)
+    condition = c.status == StepStatus.RUNNING.value if only_if_running else None
     try:
         c(run_pk(pipeline, run_id), RUN_SK).update(actions=actions, condition=condition)
     except UpdateError as err:
         if only_if_running and err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+            return False
+        raise
+    return True
+
+
+def note_life(model: type[LedgerItem], pipeline: str, run_id: str, life: int) -> None:
+    """Record that a task of the run started in Airflow life ``life`` (its DAG run's clear_number): a failure
+    callback for an earlier life is then late. Never lowers it, and never makes a RUN item up."""
+    c = model.Control
+    try:
+        c(run_pk(pipeline, run_id), RUN_SK).update(
+            actions=[c.airflow_life.set(life)],
+            condition=c.status.exists() & (c.airflow_life.does_not_exist() | (c.airflow_life < life)),
+        )
+    except UpdateError as err:
+        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            raise
+
+
+def end_life(model: type[LedgerItem], pipeline: str, run_id: str, life: int, message: str) -> bool:
+    """The run's Airflow life ``life`` failed (its DAG failure callback): mark the run FAILED (keeping the message a
+    failed step recorded) and the life over. False, writing nothing, when the run was taken up again since (by
+    on-call, or by a task of a later life), ended otherwise (SUCCEEDED, CANCELLED), or this life was ended already:
+    compare-and-set on the lives, never on clocks."""
+    c = model.Control
+    try:
+        c(run_pk(pipeline, run_id), RUN_SK).update(
+            actions=[
+                c.status.set(StepStatus.FAILED.value),
+                c.message.set(c.message | message[:2000]),
+                c.finished_at.set(_now()),
+                c.ended_life.set(life),
+                c.airflow_life.set(life),  # never lower (the condition): an on-call take-up then ends this life
+                c.waiting.remove(),
+                c.waiting_step.remove(),
+                c.expires_at.set(c.expiry()),
+            ],
+            condition=c.status.is_in(StepStatus.RUNNING.value, StepStatus.FAILED.value)
+            & (c.ended_life.does_not_exist() | (c.ended_life < life))
+            & (c.airflow_life.does_not_exist() | (c.airflow_life <= life)),
+        )
+    except UpdateError as err:
+        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
             return False
         raise
     return True

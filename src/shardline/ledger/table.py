@@ -135,6 +135,11 @@ class ControlItem(_Expiring, Model):
     finished_at = UTCDateTimeAttribute(null=True, attr_name="ofa")
     # RUN items: when the run was last set RUNNING: after its DAG run failed, that is a reopening (set_run_status).
     reopened_at = UTCDateTimeAttribute(null=True, attr_name="ora")
+    # RUN items: the run's lives in Airflow (its DAG run's clear_number): the newest one a task of the run started in,
+    # and the newest one known to be over (ended by its failure callback, or taken up again by on-call after it
+    # failed). A failure callback for a life at or below either is late, and ends nothing (step_writes.end_life).
+    airflow_life = NumberAttribute(null=True, attr_name="oal")
+    ended_life = NumberAttribute(null=True, attr_name="oel")
     plan_json = UnicodeAttribute(null=True, attr_name="pj")
     # STEP items: each attempt's plan file, as JSON {"1": "s3://...", ...}; see ledger.step_writes.start_attempt.
     plan_files = UnicodeAttribute(null=True, attr_name="opf")

@@ -21,12 +21,24 @@ import os
 
 from pynamodb.exceptions import UpdateError
 
+from shardline.backends import JobNotFound
 from shardline.errors import LedgerRecordMissing
 from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
-from shardline.ledger.partitions import PartitionHeld, PartitionLost, PartitionMovedOn, release, renew, take
+from shardline.ledger.partitions import (
+    PartitionHeld,
+    PartitionHolder,
+    PartitionLost,
+    PartitionMovedOn,
+    RunningJob,
+    release,
+    release_after_life,
+    renew,
+    take,
+)
+from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.records import RunRecord
 from shardline.ledger.states import StepStatus
-from shardline.ledger.step_writes import CONDITIONAL_CHECK_FAILED, record_gap, set_run_status
+from shardline.ledger.step_writes import CONDITIONAL_CHECK_FAILED, set_run_status
 from shardline.orchestration import services
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
@@ -72,7 +84,30 @@ def hold(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, may_take: bool
     if not may_take:
         _renew_run(spec, model, ref, output_prefix, lease_until())
         return _step_fence(model, ref) or 0
-    return take(model, output_prefix, ref, lease_until(), known_fence=_step_fence(model, ref)).fence
+    fence = _step_fence(model, ref)
+    return take(model, output_prefix, ref, lease_until(), known_fence=fence, running=running_job_of(spec)).fence
+
+
+def running_job_of(source: services.Source) -> RunningJob:
+    """What says whether a prefix's last holder still has a job running (its step's newest attempt's, as the backend
+    describes it): a hold is released by its jobs' confirmed end, not by whatever ended its run (a failure callback,
+    a task marked failed, a deleted DAG run, a lease run out)."""
+
+    def running(holder: PartitionHolder) -> str | None:
+        control = services.ledger_model(source).Control
+        try:
+            item = control.get(run_pk(holder.pipeline, holder.run_id), step_sk(holder.step), consistent_read=True)
+        except control.DoesNotExist:
+            return None  # never planned an attempt: no job
+        # Earlier attempts' jobs were stopped and waited for before the newest was planned (jobs.stop_and_wait).
+        name = naming.job_name(holder.pipeline, holder.run_id, holder.step, int(item.attempt or 1))
+        try:
+            state = services.backend_for(source).describe(name)
+        except JobNotFound:
+            return None
+        return None if state.status.is_terminal else name
+
+    return running
 
 
 def hold_for_attempt(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, number: int, may_take: bool) -> int:
@@ -86,7 +121,9 @@ def hold_for_attempt(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, nu
         before = RunRecord.of(control.get(run_pk(ref.pipeline, ref.run_id), RUN_SK, consistent_read=True))
     except control.DoesNotExist:
         before = RunRecord(None)
-    set_run_status(model, ref.pipeline, ref.run_id, StepStatus.RUNNING)
+    # An on-call engineer (may_take) takes the run up again: the Airflow life it failed in is over, so that life's
+    # failure callback, however late it runs, neither marks it failed nor releases what it holds now.
+    set_run_status(model, ref.pipeline, ref.run_id, StepStatus.RUNNING, taken_up=may_take)
     try:
         return hold(spec, ref, output_prefix, may_take=may_take)
     except (PartitionHeld, PartitionMovedOn, PartitionLost):
@@ -197,6 +234,16 @@ def release_run(spec: PipelineSpec, pipeline: str, run_id: str) -> None:
     model = services.ledger_model(spec)
     for step, prefix in _held_prefixes(spec, model, StepRef(pipeline, run_id, spec.steps[0].name)):
         if release(model, prefix, StepRef(pipeline, run_id, step)):
+            log.info("step %s: released %s", step, prefix)
+
+
+def release_ended_life(spec: PipelineSpec, pipeline: str, run_id: str, life: int) -> None:
+    """:func:`release_run` for a run its failure callback ended at Airflow life ``life``: each release is checked, in
+    one transaction, against the RUN item still saying so (an on-call engineer who took the run up again since keeps
+    its holds)."""
+    model = services.ledger_model(spec)
+    for step, prefix in _held_prefixes(spec, model, StepRef(pipeline, run_id, spec.steps[0].name)):
+        if release_after_life(model, prefix, StepRef(pipeline, run_id, step), life):
             log.info("step %s: released %s", step, prefix)
 
 

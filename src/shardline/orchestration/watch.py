@@ -16,11 +16,12 @@ from shardline.decision import fleet
 from shardline.decision.policy import Action, Decision, Policy, StepSnapshot, decide, needs_files
 from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import standing
+from shardline.ledger.record_gaps import record_gap, table_gone, table_gone_text
 from shardline.ledger.records import settle_parts
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import StepRecords, read_step
-from shardline.ledger.step_writes import record_gap, table_gone, table_gone_text
 from shardline.orchestration import services
+from shardline.orchestration.partitions import running_job_of
 from shardline.orchestration.services import AwsSettings
 from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
@@ -185,7 +186,8 @@ class StepEvent:
 def partition_free(watch: PartitionWatch) -> tuple[bool, str]:
     """Whether the step may take its output prefix now, and who holds it (or why it is free), in words."""
 
-    holder, free = standing(services.ledger_model(watch.aws), watch.output_prefix, watch.ref)
+    model = services.ledger_model(watch.aws)
+    holder, free = standing(model, watch.output_prefix, watch.ref, running_job_of(watch.aws))
     return (True, f"{watch.output_prefix}: {free}") if free else (False, f"{watch.output_prefix} is held by {holder}")
 
 

@@ -72,3 +72,18 @@ def utc_time(when: dt.datetime | str | None) -> dt.datetime | None:
     if isinstance(when, str):
         when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
     return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
+
+
+def note_life(spec, context) -> None:
+    """Record on the RUN item the Airflow life (its DAG run's clear_number) a task of the run starts in: a failure
+    callback of an earlier life is then late, and ends nothing (``ledger.step_writes.end_life``)."""
+    from shardline.ledger.step_writes import note_life as note  # at run time: no AWS client library at DAG parse
+    from shardline.orchestration import services
+
+    if context.get("dag_run") is not None:
+        note(services.ledger_model(spec), spec.pipeline, context["run_id"], life_of(context))
+
+
+def life_of(context) -> int:
+    """The run's Airflow life a task runs in: its DAG run's clear_number (0 until the run is first cleared)."""
+    return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)

@@ -10,7 +10,15 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardline.airflow.operators.base import SpecMixin, fails_fast, partition_of, run_ref, run_type_of
+from shardline.airflow.operators.base import (
+    SpecMixin,
+    fails_fast,
+    life_of,
+    note_life,
+    partition_of,
+    run_ref,
+    run_type_of,
+)
 from shardline.airflow.operators.messages import (
     dry_run_empty_text,
     missing_input_text,
@@ -72,6 +80,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
     def execute(self, context):
         spec = self.spec
         step = spec.step(self.step)
+        note_life(spec, context)  # first: a late failure callback of the run's earlier life must not end this one
         unknown = unknown_conf_problem(getattr(context.get("dag_run"), "conf", None))
         if unknown and spec.unknown_conf == "fail":
             raise AirflowFailException(param_problem_text(unknown, run_ref(spec, context)))
@@ -197,6 +206,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 model_version=version,
                 metadata_prefix=(self.metadata_prefix or "").strip() or None,
                 partition=partition_of(context),
+                life=life_of(context),
             )
         except UpstreamError as err:  # the earlier step's outputs are not there to read: no retry finds them
             raise AirflowFailException(f"step {self.step}: {err}") from err

@@ -7,6 +7,7 @@ brings back.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -15,12 +16,11 @@ from pathlib import Path
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from shardline.airflow.operators.base import SpecMixin, fails_fast
+from shardline.airflow.operators.base import SpecMixin, fails_fast, note_life
 from shardline.airflow.operators.messages import partial_text, run_failed_text, step_failed_text
 from shardline.airflow.triggers.step import BackoffTrigger, StepTrigger, settle_until
 from shardline.decision.fleet import SUBMIT_WAIT_FIRST_SECONDS, Waiting, submit_wait, submit_wait_text
 from shardline.decision.policy import Action, attempt_deadline
-from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
 from shardline.spec import load_spec
@@ -114,6 +114,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
     @fails_fast
     def execute(self, context):
+        note_life(self.spec, context)  # first: a late failure callback of the run's earlier life must not end this one
         planned = self._planned = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
         if self.admission:  # admitted by its pool: the plan's "waiting for N instances" is stale
             from shardline.orchestration.step.capacity import note_waiting
@@ -289,24 +290,14 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
 
 def mark_run_failed(spec_path: str, context) -> None:
-    """DAG ``on_failure_callback``: a run that failed outside the watch task (say, in planning) shows as FAILED
-    in `shardline runs` and the page too, unless something already recorded how it ended."""
-    from shardline.ledger.step_writes import set_run_status
-    from shardline.orchestration import services
-    from shardline.orchestration.partitions import release_run
+    """DAG ``on_failure_callback``: the run shows as FAILED in `shardline runs` and the page (a step's own message
+    kept), its jobs still running are stopped and waited for, and then its output prefixes are released. Airflow runs
+    it a while after the run failed; a resubmission or rerun that took the run up again meanwhile stands, whenever it
+    landed (:func:`~shardline.orchestration.step.end.end_failed_life` compares Airflow's lives of the run)."""
+    from shardline.orchestration.step.end import end_failed_life
 
     spec = load_spec(Path(spec_path))
     run = context["dag_run"]
-    # The callback runs a while after the run failed: a resubmission or a rerun meanwhile has reopened the run, and
-    # stands; releasing its prefixes would fail the new life's watch (it no longer holds what it writes).
-    ended = set_run_status(
-        services.ledger_model(spec),
-        spec.pipeline,
-        run.run_id,
-        StepStatus.FAILED,
-        run_failed_text(context.get("reason")),
-        only_if_running=True,
-        unless_reopened_since=getattr(run, "end_date", None) or getattr(run, "start_date", None),
-    )
-    if ended:  # the run's output prefixes are free for the next run of its partition
-        release_run(spec, spec.pipeline, run.run_id)
+    life = int(getattr(run, "clear_number", 0) or 0)
+    done = end_failed_life(spec, run.run_id, life, run_failed_text(context.get("reason")))
+    logging.getLogger(__name__).info("%s", done)

@@ -11,10 +11,11 @@ from shardline.decision.policy import Action
 from shardline.decision.step_end import ENDED_WITH_OUTPUTS, EndChecks, end_status
 from shardline.errors import LedgerRecordMissing, error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
+from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import read_step
-from shardline.ledger.step_writes import ensure_run, finish_step, record_gap, record_refused, set_run_status
+from shardline.ledger.step_writes import end_life, ensure_run, finish_step, record_refused, set_run_status
 from shardline.orchestration import outputs, partitions, run_report, services
 from shardline.orchestration.step import jobs
 from shardline.orchestration.step.files import attempt_of, read_step_files
@@ -22,6 +23,7 @@ from shardline.orchestration.watch import StepEvent
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec
+from shardline.waiting import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +273,46 @@ def record_run_status(
     model = services.ledger_model(spec)
     ensure_run(model, spec.pipeline, run_id, partition)
     set_run_status(model, spec.pipeline, run_id, status, message)
+
+
+# How long a failure callback waits for the run's stopped jobs to end before it leaves their holds to the next run's
+# check (a SageMaker job takes a minute or two to stop; the hold is free the moment the backend says it ended).
+STOP_WAIT_SECONDS = 120.0
+
+
+def end_failed_life(
+    spec: PipelineSpec, run_id: str, life: int, message: str, *, stop_wait: float = STOP_WAIT_SECONDS
+) -> str:
+    """What the DAG's failure callback does for the run's Airflow life ``life`` (its clear_number): mark the run
+    FAILED, stop every job of it that still runs and wait for them, then release its output prefixes. Nothing at all
+    when the run was taken up again since (an on-call resubmission or rerun, however close to the failure): the
+    ledger's compare-and-set on the run's lives decides, not clocks. Returns what was done, in words."""
+    model = services.ledger_model(spec)
+    if not end_life(model, spec.pipeline, run_id, life, message):
+        return f"run {run_id} was taken up again since its life {life} failed (or ended otherwise): left as it is"
+    running = [name for name in _jobs_of(spec, run_id) if jobs.stop_job(spec, name) or jobs.is_running(spec, name)]
+    if running:
+        left = wait_for(
+            lambda: [n for n in running if jobs.is_running(spec, n)], lambda n: not n, timeout=stop_wait, interval=2.0
+        )
+        if left:
+            # Its holds stand: the next run of the partition takes them once the backend says the job ended.
+            return f"run {run_id} failed; job(s) {', '.join(left)} still stopping, so its output prefixes stay held"
+    partitions.release_ended_life(spec, spec.pipeline, run_id, life)
+    stopped = f", after stopping {', '.join(running)}" if running else ""
+    return f"run {run_id} failed; its output prefixes are released{stopped}"
+
+
+def _jobs_of(spec: PipelineSpec, run_id: str) -> list[str]:
+    """The newest attempt's job of each step of the run that planned one (earlier attempts' jobs were stopped and
+    waited for before it was planned)."""
+    model = services.ledger_model(spec)
+    names = []
+    for step in spec.steps:
+        item = read_step(model, StepRef(spec.pipeline, run_id, step.name), files=False).step
+        if item is not None and item.attempt:
+            names.append(naming.job_name(spec.pipeline, run_id, step.name, int(item.attempt)))
+    return names
 
 
 def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:

@@ -12,8 +12,8 @@ from shardline.backends import JobNotFound
 from shardline.decision import fleet
 from shardline.decision.policy import JobStatus
 from shardline.errors import GaveUpWaiting, LedgerRecordMissing, SubmitRefused
+from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.step_reads import StepRecords
-from shardline.ledger.step_writes import record_gap
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.capacity import after_capacity_failure
 from shardline.orchestration.step.files import read_step_files

@@ -106,10 +106,13 @@ def plan(
     model_version: str | None = None,
     metadata_prefix: str | None = None,
     partition: str | None = None,
+    life: int | None = None,
 ) -> Attempt | None:
     """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process.
 
-    ``partition``: what the run scores (its data interval's start), recorded on the RUN item."""
+    ``partition``: what the run scores (its data interval's start), recorded on the RUN item. ``life``: the run's
+    Airflow life the plan task runs in (its DAG run's clear_number), recorded with RUNNING in one write, so a late
+    failure callback of an earlier life never ends this one."""
     s = spec.step(step)
     started = time.monotonic()
     objects, refused = _step_inputs(spec, step, run_id, input_prefix)
@@ -119,7 +122,7 @@ def plan(
         return None
     ensure_run(services.ledger_model(spec), spec.pipeline, run_id, partition)
     # Running now: no longer waiting, or run again after it ended (a rerun, from this step on).
-    set_run_status(services.ledger_model(spec), spec.pipeline, run_id, StepStatus.RUNNING)
+    set_run_status(services.ledger_model(spec), spec.pipeline, run_id, StepStatus.RUNNING, life=life)
     base = Attempt(
         pipeline=spec.pipeline,
         run_id=run_id,
