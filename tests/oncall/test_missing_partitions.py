@@ -104,3 +104,36 @@ def test_interval_starts_lists_whole_intervals_only():
         "*/10 * * * *", dt.datetime(2026, 11, 22, 9, 5, tzinfo=U), dt.datetime(2026, 11, 22, 9, 45, tzinfo=U)
     )
     assert [s.minute for s in starts] == [10, 20, 30]
+
+
+def test_runs_lists_the_missing_intervals_of_every_pipeline_not_only_the_busiest(ledger_table):
+    """Two hourly pipelines on one ledger table: the quiet one missed 11:00, and the busy one's runs since fill the
+    listing. The quiet one's MISSING row is there all the same, read from its own runs."""
+    from shardline.ledger.states import StepStatus
+    from shardline.ledger.step_writes import ensure_run, set_run_status
+    from shardline.ledger.table import bind_ledger
+    from shardline.oncall.service import OnCall
+
+    def pipeline(name: str):
+        found = spec(settle=0).model_dump()
+        return parse_spec({**found, "pipeline": name, "ledger_table": ledger_table}, f"{name}.yaml")
+
+    model = bind_ledger(ledger_table)
+    for name, hours in (("quiet", (10, 12)), ("busy", (10, 11, 12, 13))):
+        for hour in hours:
+            run_id = f"scheduled__2026-11-22T{hour}:00:00+00:00"
+            ensure_run(model, name, run_id, f"2026-11-22T{hour}:00:00")
+            set_run_status(model, name, run_id, StepStatus.SUCCEEDED)
+    now = dt.datetime(2026, 11, 22, 14, 0, tzinfo=U) + dt.timedelta(seconds=MISSING_GRACE_SECONDS + 1)
+    oncall = OnCall({"quiet": pipeline("quiet"), "busy": pipeline("busy")}, now=lambda: now)
+    rows = oncall.runs(limit=3)
+    listed = [(r.pipeline, r.partition) for r in rows if r.status != MISSING]
+    assert {p for p, _ in listed} == {"busy"}  # the newest 3 runs are the busy pipeline's
+    missing = {(r.pipeline, r.partition) for r in rows if r.status == MISSING}
+    assert ("quiet", "2026-11-22T11:00:00") in missing
+    assert ("quiet", "2026-11-22T13:00:00") in missing
+    assert not any(p == "busy" and part < "2026-11-22T14:00:00" for p, part in missing)
+    assert [(r.pipeline, r.partition) for r in oncall.runs("quiet") if r.status == MISSING] == [
+        ("quiet", "2026-11-22T13:00:00"),
+        ("quiet", "2026-11-22T11:00:00"),
+    ]

@@ -82,8 +82,8 @@ def test_ledger_text_is_printed_as_written_never_as_markup_or_terminal_controls(
     folder, env, key = hostile_run
     runs = run(*folder, "runs", env=env)
     assert runs.returncode == 0, runs.stderr
-    # The column is shortened to fit, which turns whitespace (\r too) into single spaces.
-    assert_printed_as_written(runs.stdout, LINK, "\\x1b[2J", " \\x08\\u202e")
+    # Wide enough for the message whole: every control escaped, the carriage return too.
+    assert_printed_as_written(runs.stdout, LINK, "\\x1b[2J", "\\r\\x08\\u202e")
 
     status = run(*folder, "status", "p/run-1", env=env)
     assert status.returncode == 0, status.stderr
@@ -168,3 +168,47 @@ def test_a_waiting_step_says_what_it_waits_for_in_status_and_runs(aws_env, ledge
     ][0]["waiting"] == json.loads(waiting.to_json())
     assert note_step(model, StepRef("p", "run-w", "score"), 1, None)
     assert "waiting for" not in run("--dags-folder", str(tmp_path / "dags"), "runs", env=env).stdout
+
+
+@pytest.mark.parametrize("columns", ["80", "120", "250"])
+def test_runs_never_cuts_a_command_and_names_each_in_its_row(monkeypatch, capsys, columns):
+    """A MISSING row's command (and any other a message holds) is printed whole on a line of its own under the
+    table, named by its number in the row; at 80 columns each message goes on its own lines under its row."""
+    from pathlib import Path
+
+    from shardline.oncall import printing
+    from shardline.oncall.values import RunRow
+
+    trigger = "shardline trigger tabular_scoring_hourly --partition 2026-11-22T12:00"
+    resubmit = "shardline resubmit tabular_scoring_hourly/manual__2026-11-22T11:00:00+00:00 --step score --all-failed"
+    rows = [
+        RunRow(
+            "tabular_scoring_hourly",
+            "-",
+            "MISSING",
+            None,
+            None,
+            "no run scores the interval starting 2026-11-22T12:00:00Z, past its settle time: score it with "
+            f"`{trigger}` (3 more interval(s) before it are missing too)",
+            partition="2026-11-22T12:00:00",
+        ),
+        RunRow(
+            "tabular_scoring_hourly",
+            "manual__2026-11-22T11:00:00+00:00",
+            "FAILED",
+            "2026-11-22T12:05:00+00:00",
+            "2026-11-22T12:09:00+00:00",
+            f"step score: 1 of 5 file(s) failed; after fixing the cause: `{resubmit}`",
+            partition="2026-11-22T11:00:00",
+        ),
+    ]
+    monkeypatch.setenv("COLUMNS", columns)
+    printing.show_runs(rows, pipeline=None, dags_folder=Path("dags"), airflow_warning=None)
+    lines = capsys.readouterr().out.splitlines()
+    assert f"[1] {trigger}" in lines and f"[2] {resubmit}" in lines, lines
+    text = "\n".join(lines)
+    assert text.count("shardline trigger") == 1 and text.count("shardline resubmit") == 1  # never a cut copy
+    assert "score it with [1]" in text and "after fixing the cause: [2]" in text, text
+    assert all(line == line.rstrip() for line in lines)
+    if columns == "80":
+        assert all(len(line) <= 80 for line in lines if line.startswith("    ")), lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -146,11 +147,19 @@ def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, ai
     airflow_width = (
         max(len("AIRFLOW"), *(len(printable(r.airflow_state or "-")) + 2 for r in rows)) if with_airflow else 0
     )
-    room = max(20, console.width - name_width - status_width - airflow_width - 3 * 16 - 12)
+    room = console.width - name_width - status_width - airflow_width - 3 * 16 - 12
+    # Too narrow a column (long run names, an 80-column terminal): each message goes on a line of its own instead.
+    below = room < MIN_MESSAGE_ROOM
+    # A command is never cut: the table names it by a number, and it is printed whole under the table.
+    commands: list[str] = []
+    line = max(MIN_MESSAGE_ROOM, shutil.get_terminal_size(fallback=(120, 40)).columns - 4)  # a message's own line
+    # Under its row a message may take two lines.
+    messages = [_commands_apart(r.message or "", commands, 2 * line - 8 if below else room) for r in rows]
     header = f"{'RUN':<{name_width}}  {'STATUS':<{status_width}}  "
     header += f"{'AIRFLOW':<{airflow_width}}  " if with_airflow else ""
-    console.print(header + f"{'PARTITION':<16}  {'STARTED':<16}  {'FINISHED':<16}  MESSAGE")
-    for name, r in zip(names, rows, strict=True):
+    header += f"{'PARTITION':<16}  {'STARTED':<16}  {'FINISHED':<16}  " + ("" if below else "MESSAGE")
+    console.print(header.rstrip())
+    for name, r, message in zip(names, rows, messages, strict=True):
         status = _styled(r.status)
         status.pad_right(status_width - len(status))
         airflow = ""
@@ -162,17 +171,44 @@ def show_runs(rows: list[RunRow], *, pipeline: str | None, dags_folder: Path, ai
                 f"{name:<{name_width}}  ",
                 status,
                 airflow,
-                f"  {printable(_when(r.partition, False)):<16}  "
-                f"{printable(_when(r.started_at, False)):<16}  "
-                f"{printable(_when(r.finished_at, False)):<16}  "
-                f"{printable(textwrap.shorten(r.message or '', room))}",
+                (
+                    f"  {printable(_when(r.partition, False)):<16}  "
+                    f"{printable(_when(r.started_at, False)):<16}  "
+                    f"{printable(_when(r.finished_at, False)):<16}  " + ("" if below else printable(message))
+                ).rstrip(),
             )
         )
+        if below and message:
+            for part in textwrap.wrap(printable(message), line):
+                console.print(f"    {part}")
+    for number, command in enumerate(commands, 1):
+        console.print(printable(f"[{number}] {command}"))
     for name, r in zip(names, rows, strict=True):
         if r.disagreement:
             console.print(f"! {name}: {printable(r.disagreement)}")
     if airflow_warning:
         console.print(printable(airflow_warning))
+
+
+_COMMAND = re.compile(r"`(shardline [^`]+)`")
+MIN_MESSAGE_ROOM = 40  # characters: a narrower MESSAGE column goes under each row instead
+
+
+def _commands_apart(message: str, commands: list[str], room: int) -> str:
+    """``message`` for a table cell of ``room`` characters: each command in it (`shardline ...`) taken out into
+    ``commands`` and named by its number there ([1]), the rest shortened to fit; the numbers always stay."""
+    marks = []
+
+    def take(found: re.Match) -> str:
+        commands.append(found[1])
+        marks.append(f"[{len(commands)}]")
+        return marks[-1]
+
+    text = _COMMAND.sub(take, message)
+    if len(text) <= room:
+        return text
+    shown = textwrap.shorten(text, max(10, room - sum(len(m) + 1 for m in marks)))
+    return " ".join([shown, *(m for m in marks if m not in shown)])
 
 
 STATUS_COLUMNS = (

@@ -110,21 +110,24 @@ class OnCallReads:
         return self.specs[pipeline]
 
     def runs(self, pipeline: str | None = None, limit: int = 20) -> list[RunRow]:
-        """Recent runs, newest first, from every ledger table the pipelines use; first, the intervals their
-        schedules owe over the listed runs' span that no run scores (MISSING rows, with the command)."""
+        """Recent runs, newest first, from every ledger table the pipelines use; first, the intervals each listed
+        pipeline's schedule owes over its own recent runs' span that no run scores (MISSING rows, with the
+        command). Each pipeline's from its own runs: a quiet pipeline's never hide behind a busy one's."""
         specs = [self.spec(pipeline)] if pipeline else list(self.specs.values())
         rows = []
         for table in sorted({s.ledger_table for s in specs}):
             model = services.ledger_model(next(s for s in specs if s.ledger_table == table))
-            entries = list_runs(model, pipeline, limit)
-            keys = [(run_pk(e.pipeline, e.run_id), RUN_SK) for e in entries]
-            runs = {(r.pipeline, r.run_id): RunRecord.of(r) for r in model.Control.batch_get(keys)} if keys else {}
-            rows += [run_row(e.pipeline, e.run_id, e.started_at, runs.get((e.pipeline, e.run_id))) for e in entries]
+            rows += _run_rows(model, pipeline, limit)
         rows.sort(key=lambda r: r.started_at or "", reverse=True)
         listed = [with_airflow(r, self._airflow_run_state(r.pipeline, r.run_id)) for r in rows[:limit]]
-        now = dt.datetime.now(dt.UTC)
+        now = self.now()
         grace = float(os.environ.get(MISSING_GRACE_ENV) or MISSING_GRACE_SECONDS)
-        missing = [row for spec in specs for row in missing_rows(spec, listed, now, limit, grace)]
+        missing = []
+        for spec in specs:
+            if spec.schedule in (None, "@once"):
+                continue  # owes no interval: no read
+            own = rows if pipeline else _run_rows(services.ledger_model(spec), spec.pipeline, limit)
+            missing += missing_rows(spec, own, now, limit, grace)
         return sorted(missing, key=lambda r: (r.partition or "", r.pipeline), reverse=True) + listed
 
     def steps_started_since(self, since: dt.datetime, pipelines: Collection[str] | None = None) -> list[StepRecord]:
@@ -261,6 +264,15 @@ class OnCallReads:
                 )
             raise Conflict(not_planned_text(ref, step, run.status, run_message(run)))
         return FailedView(found, failed_note(ref, run, steps, found))
+
+
+def _run_rows(model, pipeline: str | None, limit: int) -> list[RunRow]:
+    """The newest ``limit`` runs of a ledger table (of one pipeline, or of all), each with its RUN item: one Query
+    of the run index and one batched read."""
+    entries = list_runs(model, pipeline, limit)
+    keys = [(run_pk(e.pipeline, e.run_id), RUN_SK) for e in entries]
+    runs = {(r.pipeline, r.run_id): RunRecord.of(r) for r in model.Control.batch_get(keys)} if keys else {}
+    return [run_row(e.pipeline, e.run_id, e.started_at, runs.get((e.pipeline, e.run_id))) for e in entries]
 
 
 def known_step(spec: PipelineSpec, step: str) -> None:
