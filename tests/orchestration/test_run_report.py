@@ -224,3 +224,46 @@ def test_a_run_the_worker_vouches_for_is_green(pipeline):
     for key in written:
         tags = s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]
         assert tags == [{"Key": "shardline-retention", "Value": "metadata"}], (key, tags)
+
+
+def test_the_report_reads_a_rejects_list_only_where_the_steps_instances_put_it(pipeline):
+    """A job's own code can write its FILE items: a rejects_key pointing at another bucket is not read into the run
+    report (its rows would be copied into report.json), and one in the attempt's instances/ folder is."""
+    from shardline.ledger.records import FileRecord
+    from shardline.ledger.states import FileStatus
+    from shardline.orchestration.run_report import rejected_rows
+    from shardline.planning.attempt import Attempt
+    from shardline.planning.naming import worker_manifest_folder
+
+    spec, bucket = pipeline
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=f"{bucket}-secret")
+    s3.put_object(Bucket=f"{bucket}-secret", Key="rows.jsonl", Body=b'{"line": 1, "reason": "secret row"}\n')
+    attempt = Attempt(
+        pipeline=spec.pipeline,
+        run_id="run-1",
+        step="score",
+        number=1,
+        input_prefix=f"s3://{bucket}/in/",
+        output_prefix=f"s3://{bucket}/out/",
+        model_uri=f"s3://{bucket}/model/model.tar.gz",
+    )
+    own = f"{worker_manifest_folder(attempt.output_prefix, 'run-1', 'score', 1, None)}/rejects/a.jsonl"
+    body = json.dumps({"line": 3, "reason": "not a number"}).encode() + b"\n"
+    s3.put_object(Bucket=bucket, Key=own.removeprefix(f"s3://{bucket}/"), Body=body)
+
+    def succeeded(key: str, rejects_key: str) -> FileRecord:
+        return FileRecord(
+            key, FileStatus.SUCCEEDED, 1, rows_in=10, rows_out=9, rows_rejected=1, rejects_key=rejects_key
+        )
+
+    found = rejected_rows(
+        spec,
+        attempt,
+        [
+            succeeded(f"s3://{bucket}/in/a.csv", own),
+            succeeded(f"s3://{bucket}/in/b.csv", f"s3://{bucket}-secret/rows.jsonl"),
+        ],
+    )
+    assert list(found) == [f"s3://{bucket}/in/a.csv"]
+    assert [r.reason for r in found[f"s3://{bucket}/in/a.csv"]] == ["not a number"]

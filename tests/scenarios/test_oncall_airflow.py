@@ -690,3 +690,32 @@ def test_fleet_sync_keeps_a_pool_per_quota_that_counts_deferred_tasks(airflow_st
                 client._call("DELETE", f"/pools/{name}")
     unset = shardline(airflow_stack, "--dags-folder", str(dags), "fleet", "sync", airflow={})
     assert unset.returncode != 0 and "Airflow is not configured, so no pool was synced" in unset.stderr
+
+
+def test_a_hold_left_by_a_deleted_dag_run_is_ended_at_once_not_waited_out(airflow_stack, staged):
+    """A DAG run deleted while it held its partition (a killed `dag.test()` started again deletes it) never ends its
+    hold itself: the next run of the partition asks Airflow, finds the run gone and no job of it running, ends it in
+    the ledger and plans at once. It used to wait for the hold's lease: six hours."""
+    from shardline.ledger.keys import RUN_SK, StepRef, run_pk
+    from shardline.ledger.partitions import read_holder, take
+    from shardline.ledger.records import RunRecord
+    from shardline.ledger.states import StepStatus
+    from shardline.ledger.step_writes import ensure_run, set_run_status
+    from shardline.orchestration import services
+
+    hour = dt.datetime(2026, 11, 22, 14, tzinfo=dt.UTC)
+    prefix = f"s3://{BUCKET}/scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    model = services.ledger_model(staged["spec"])
+    gone = StepRef(PIPELINE, "manual__deleted-before-this-test", "score")
+    ensure_run(model, PIPELINE, gone.run_id)
+    set_run_status(model, PIPELINE, gone.run_id, StepStatus.RUNNING)
+    take(model, prefix, gone, dt.datetime.now(dt.UTC) + dt.timedelta(hours=6))
+    staged["upload_hour"](hour, corrupt=False)
+
+    run_id = _trigger(airflow_stack, hour)
+    airflow_stack.assert_succeeds(PIPELINE, run_id)
+    assert "its DAG run no longer exists in Airflow" in _task_log(airflow_stack, run_id, "plan_score")
+    assert sorted(_output_rows(staged["s3"], hour)) == list(range(20_000))
+    ended = RunRecord.of(model.Control.get(run_pk(PIPELINE, gone.run_id), RUN_SK, consistent_read=True))
+    assert ended.status == "FAILED" and "no longer exists in Airflow" in (ended.message or "")
+    assert read_holder(model, prefix).run_id == run_id

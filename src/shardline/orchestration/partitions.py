@@ -237,6 +237,16 @@ def release_run(spec: PipelineSpec, pipeline: str, run_id: str) -> None:
             log.info("step %s: released %s", step, prefix)
 
 
+def end_run_gone_from_airflow(spec: PipelineSpec, holder: PartitionHolder) -> str:
+    """The run that holds a prefix is gone from Airflow (its DAG run deleted) and no job of it runs: end it in the
+    ledger (FAILED, saying why), so its hold is free for the run that waits; says what it did."""
+    model = services.ledger_model(spec)
+    why = f"its DAG run no longer exists in Airflow (deleted), and no job of it runs: {holder} is ended"
+    if set_run_status(model, holder.pipeline, holder.run_id, StepStatus.FAILED, why, only_if_running=True):
+        return why + "; its output prefix is free"
+    return f"{holder} had ended already"
+
+
 def release_ended_life(spec: PipelineSpec, pipeline: str, run_id: str, life: int) -> None:
     """:func:`release_run` for a run its failure callback ended at Airflow life ``life``: each release is checked, in
     one transaction, against the RUN item still saying so (an on-call engineer who took the run up again since keeps

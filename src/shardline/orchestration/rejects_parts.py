@@ -35,7 +35,7 @@ from shardline.ledger.records import FileRecord, current_parts, settle_parts
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import StepRecords
 from shardline.orchestration import services
-from shardline.orchestration.run_report import read_rejects
+from shardline.orchestration.run_report import misplaced_rejects, read_rejects
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step.files import planned_inputs, read_step_files
 from shardline.planning import naming
@@ -169,7 +169,7 @@ def check_sources(spec: PipelineSpec, latest: Attempt, records: StepRecords, sou
         if not source.input_key.startswith(input_prefix) or source.input_key not in every:
             wrong.append(f"{source.input_key} is not an input the step planned under {input_prefix}")
             continue
-        wrong += _misplaced_rejects(latest, source)
+        wrong += misplaced_rejects(latest, source)
         relative = source.input_key.removeprefix(input_prefix)
         for part in parts.get(source.input_key, []):
             # A part keeps the key of the attempt that picked it when a later attempt retries it.
@@ -181,7 +181,7 @@ def check_sources(spec: PipelineSpec, latest: Attempt, records: StepRecords, sou
                     f"for it (attempt {picked_by}'s is {expected})"
                 )
                 continue
-            wrong += _misplaced_rejects(latest, part)
+            wrong += misplaced_rejects(latest, part)
     if wrong:
         raise RejectsPartError(
             "FILE items in the ledger name what the step's plans never did, so no row was picked and nothing was "
@@ -190,18 +190,6 @@ def check_sources(spec: PipelineSpec, latest: Attempt, records: StepRecords, sou
             + ". A job's own code can write its FILE items: find out what wrote these before trusting the run; "
             f"`shardline rerun {latest.pipeline}/{latest.run_id}` scores it afresh from its inputs"
         )
-
-
-def _misplaced_rejects(latest: Attempt, f: FileRecord) -> list[str]:
-    """Why ``f``'s rejects list is not one its attempt's instances put (none: it is, or it has none)."""
-    if not f.rejects_key:
-        return []
-    folder = naming.worker_manifest_folder(
-        latest.output_prefix, latest.run_id, latest.step, f.attempt, latest.metadata_prefix
-    )
-    if f.rejects_key.startswith(f"{folder}/rejects/"):
-        return []
-    return [f"{f.input_key}'s rejects list {f.rejects_key} is not where attempt {f.attempt}'s instances put theirs"]
 
 
 def _picked_by(key: str) -> int | None:

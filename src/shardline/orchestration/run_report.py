@@ -83,12 +83,29 @@ def read_rejects(spec: PipelineSpec, uri: str, limit: int) -> list[dict]:
     return [json.loads(line) for line in itertools.islice(body.iter_lines(), limit)]
 
 
-def rejected_rows(spec: PipelineSpec, files) -> dict[str, list[RejectRow]]:
-    """The first rejected rows of the step's files that rejected some, read from their rejects lists."""
+def misplaced_rejects(attempt: Attempt, f) -> list[str]:
+    """Why ``f``'s rejects list is not one its attempt's instances put (none: it is, or it has none). A job's own code
+    can write its FILE items, so a rejects list is read only from its attempt's ``instances/`` folder."""
+    if not f.rejects_key:
+        return []
+    folder = naming.worker_manifest_folder(
+        attempt.output_prefix, attempt.run_id, attempt.step, f.attempt, attempt.metadata_prefix
+    )
+    if f.rejects_key.startswith(f"{folder}/rejects/"):
+        return []
+    return [f"{f.input_key}'s rejects list {f.rejects_key} is not where attempt {f.attempt}'s instances put theirs"]
+
+
+def rejected_rows(spec: PipelineSpec, attempt: Attempt, files) -> dict[str, list[RejectRow]]:
+    """The first rejected rows of the step's files that rejected some, read from their rejects lists (only where
+    the step's instances put them: :func:`misplaced_rejects`)."""
     found: dict[str, list[RejectRow]] = {}
     left = REJECTS_IN_REPORT
     for f in sorted(files, key=lambda f: f.input_key):
         if not (f.rejects_key and f.rows_rejected and f.status == FileStatus.SUCCEEDED) or left <= 0:
+            continue
+        if misplaced := misplaced_rejects(attempt, f):
+            log.warning("not read into the run report: %s", misplaced[0])
             continue
         try:
             rows = read_rejects(spec, f.rejects_key, left)
@@ -137,7 +154,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         previous_runs=[PreviousRun(run_id, r.cost.cost_per_million, r.ended_at) for run_id, r in reversed(previous)],
         prices=prices,
         max_psi=step_spec.drift.max_psi,
-        rejects=rejected_rows(spec, files),
+        rejects=rejected_rows(spec, attempt, files),
     )
     if price_note:
         report.notes.append(price_note)

@@ -236,3 +236,30 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
     edited = load_spec(path)
     assert edited.step("score").tolerance.max_failed_files == 5
     assert watch.decide_now(edited, attempt).action is Action.PARTIAL  # the edit would have changed the answer
+
+
+def test_a_partition_wait_comes_back_to_ask_airflow_again_and_keeps_its_recheck_when_stored(aws_env, ledger_table):
+    """A trigger cannot ask Airflow whether the run holding the prefix still exists (a deleted DAG run never ends its
+    hold): after ``recheck_seconds`` it hands the task back a not-free event, and the task asks."""
+    import datetime as dt
+
+    from shardline.airflow.triggers.step import PartitionTrigger
+    from shardline.ledger.keys import StepRef
+    from shardline.ledger.partitions import take
+    from shardline.ledger.states import StepStatus
+    from shardline.ledger.step_writes import ensure_run, set_run_status
+    from shardline.ledger.table import bind_ledger
+    from shardline.orchestration.services import AwsSettings
+    from shardline.orchestration.watch import PartitionWatch
+
+    model = bind_ledger(ledger_table)
+    holder = StepRef("p", "manual__holder", "score")
+    ensure_run(model, "p", holder.run_id)
+    set_run_status(model, "p", holder.run_id, StepStatus.RUNNING)
+    take(model, "s3://b/out/", holder, dt.datetime.now(dt.UTC) + dt.timedelta(hours=6))
+    watch = PartitionWatch(AwsSettings("local", None, ledger_table, 30), "s3://b/out/", StepRef("p", "r2", "score"))
+    trigger = PartitionTrigger(watch.to_json(), poll_interval=0.1, recheck_seconds=0.0)
+    assert _as_airflow_stores_it(trigger).serialize() == trigger.serialize()
+    event, _ = asyncio.run(_first_event(trigger))
+    assert event.payload["free"] is False and event.payload["recheck"] is True
+    assert "is held by run p/manual__holder" in event.payload["reason"]

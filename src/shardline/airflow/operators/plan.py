@@ -38,6 +38,10 @@ from shardline.spec.conf import (
     unknown_conf_problem,
 )
 
+# While a plan waits for another run's hold on its output prefix, it comes back this often to ask Airflow whether
+# that run still exists (a deleted DAG run never ends its hold itself).
+RECHECK_HOLDER_SECONDS = 300.0
+
 
 def _param(context, name: str) -> Any:
     """A Param of the run, as its trigger (form, conf, schedule) set it; None when the run has none of that name."""
@@ -195,19 +199,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         from shardline.orchestration.upstream import UpstreamError
 
         try:
-            attempt = plan(
-                spec,
-                self.step,
-                context["run_id"],
-                input_prefix=input_prefix,
-                output_prefix=self.output_prefix,
-                model_uri=self.model_uri,
-                instance_count=self._instances(step, context),
-                model_version=version,
-                metadata_prefix=(self.metadata_prefix or "").strip() or None,
-                partition=partition_of(context),
-                life=life_of(context),
-            )
+            attempt = self._plan_or_retake(context, plan, input_prefix, version, step)
         except UpstreamError as err:  # the earlier step's outputs are not there to read: no retry finds them
             raise AirflowFailException(f"step {self.step}: {err}") from err
         except PartitionHeld as held:  # another run writes this output prefix now: wait until it has ended
@@ -271,6 +263,47 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600),
         )
 
+    def _plan_or_retake(self, context, plan, input_prefix: str, version: str, step):
+        """Plan attempt 1; when the run that holds the output prefix no longer exists in Airflow (its DAG run was
+        deleted: a `dag.test()` killed and started again deletes it) and no job of it runs, end that run in the
+        ledger and plan at once, instead of waiting hours for its lease."""
+        from shardline.orchestration.partitions import PartitionHeld, end_run_gone_from_airflow
+
+        def planned():
+            return plan(
+                self.spec,
+                self.step,
+                context["run_id"],
+                input_prefix=input_prefix,
+                output_prefix=self.output_prefix,
+                model_uri=self.model_uri,
+                instance_count=self._instances(step, context),
+                model_version=version,
+                metadata_prefix=(self.metadata_prefix or "").strip() or None,
+                partition=partition_of(context),
+                life=life_of(context),
+            )
+
+        try:
+            return planned()
+        except PartitionHeld as held:
+            if not self._holder_gone(context, held):
+                raise
+            ended = end_run_gone_from_airflow(self.spec, held.holder)
+            self.log.warning("step %s: %s", self.step, ended)
+            return planned()
+
+    def _holder_gone(self, context, held) -> bool:
+        """Whether the run holding the prefix is a run of this DAG that Airflow no longer has, with no job running."""
+        holder = held.holder
+        if held.running_job or holder.pipeline != self.spec.pipeline or holder.run_id == context["run_id"]:
+            return False
+        try:
+            return context["ti"].get_dr_count(dag_id=self.spec.pipeline, run_ids=[holder.run_id]) == 0
+        except Exception:  # Airflow could not say: wait, as for a run that exists
+            self.log.warning("could not ask Airflow whether DAG run %s exists", holder.run_id, exc_info=True)
+            return False
+
     def _wait_for_partition(self, context, held) -> None:
         """Another run of this partition writes the step's output prefix: wait, visibly, until it ends (or its lease
         runs out), then plan. Two runs never write one prefix at once. Defers."""
@@ -285,14 +318,18 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         watch = PartitionWatch.of(self.spec, held.output_prefix, ref)
         self.defer(
             trigger=PartitionTrigger(
-                watch.to_json(), poll_interval=self.spec.poll_interval_seconds, not_before=settle_until()
+                watch.to_json(),
+                poll_interval=self.spec.poll_interval_seconds,
+                not_before=settle_until(),
+                recheck_seconds=RECHECK_HOLDER_SECONDS,
             ),
             method_name="execute_after_partition",
         )
 
     @fails_fast
     def execute_after_partition(self, context, event: dict):
-        """Back from :class:`PartitionTrigger`: the run that held the output prefix has ended; plan now."""
+        """Back from :class:`PartitionTrigger`: the run that held the output prefix has ended, or it is time to ask
+        Airflow again whether that run still exists; plan now (or wait again)."""
         self.log.info("step %s: %s", self.step, event["reason"])
         input_prefix = self._input_param(context) or self.input_prefix
         version = (self.model_version or "").strip() or self.spec.step(self.step).model.version

@@ -230,16 +230,30 @@ class InputTrigger(BaseTrigger):
 class PartitionTrigger(BaseTrigger):
     """Waits until a run's step may write its output prefix: the run that holds it ended or released it, or its
     lease ran out (the :class:`~shardline.orchestration.watch.PartitionWatch` it carries says which prefix and
-    step); hands back ``{"free": True, "reason": str}``. Logs who holds it at most once a minute."""
+    step); hands back ``{"free": True, "reason": str}``. Logs who holds it at most once a minute. With
+    ``recheck_seconds``, it hands back ``{"free": False, "recheck": True, "reason": str}`` after that long, so the task
+    can ask Airflow whether the holding run still exists (a trigger cannot)."""
 
-    def __init__(self, watch: dict[str, Any], poll_interval: float = 30.0, not_before: float | None = None):
+    def __init__(
+        self,
+        watch: dict[str, Any],
+        poll_interval: float = 30.0,
+        not_before: float | None = None,
+        recheck_seconds: float | None = None,
+    ):
         super().__init__()
         self.watch, self.poll_interval, self.not_before = watch, poll_interval, not_before
+        self.recheck_seconds = recheck_seconds
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             "shardline.airflow.triggers.step.PartitionTrigger",
-            {"watch": self.watch, "poll_interval": self.poll_interval, "not_before": self.not_before},
+            {
+                "watch": self.watch,
+                "poll_interval": self.poll_interval,
+                "not_before": self.not_before,
+                "recheck_seconds": self.recheck_seconds,
+            },
         )
 
     async def run(self):
@@ -248,6 +262,7 @@ class PartitionTrigger(BaseTrigger):
 
         watch = PartitionWatch.from_json(self.watch)
         logged = 0.0
+        recheck_at = time.monotonic() + self.recheck_seconds if self.recheck_seconds is not None else None
         while True:
             try:
                 free, reason = await asyncio.to_thread(polls.partition_free, watch)
@@ -258,6 +273,9 @@ class PartitionTrigger(BaseTrigger):
             if free:
                 await _settle(self.not_before)
                 yield TriggerEvent({"free": True, "reason": reason})
+                return
+            if recheck_at is not None and time.monotonic() >= recheck_at:
+                yield TriggerEvent({"free": False, "recheck": True, "reason": reason})
                 return
             if time.monotonic() - logged >= LOG_EVERY_SECONDS:
                 self.log.info("%s; waiting for it", reason)
