@@ -35,8 +35,11 @@ REPO = Path(__file__).resolve().parents[1]
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
 HOUR = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)  # the partition the demo scores
-# A run scores its data interval: triggered at 11:00, the hourly DAG's interval is the hour 10:00-11:00.
-LOGICAL_DATE = HOUR + dt.timedelta(hours=1)
+# A manual run scores the last whole interval before its logical date: triggered a second after 11:00, the hourly
+# DAG's interval is the hour 10:00-11:00. Not at 11:00 itself: that is the logical date of the 11:00-12:00 scheduled
+# run, which Airflow would then never create (docs/pipelines.md, "Manual runs name their partition by its start").
+OFF_BOUNDARY = dt.timedelta(seconds=1)
+LOGICAL_DATE = HOUR + dt.timedelta(hours=1) + OFF_BOUNDARY
 FILES, ROWS = 160, 8_000_000
 LINEAGE_FILE = "lineage.jsonl"  # under the work folder: the OpenLineage events of the run
 
@@ -276,7 +279,7 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     )
 
     say(f"running DAG {CHURN} for the day {DAY:%Y-%m-%d} with dag.test() on the local backend")
-    ran = run_dag(dags, CHURN, DAY + dt.timedelta(days=1))  # its data interval: DAY
+    ran = run_dag(dags, CHURN, DAY + dt.timedelta(days=1) + OFF_BOUNDARY)  # its data interval: DAY
     if ran is None:
         return 1
     run, wall = ran

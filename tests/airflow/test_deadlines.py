@@ -19,6 +19,7 @@ from shardline.airflow.deadlines import PartitionDue, deadline_alert, deadline_m
 from shardline.airflow.ui.plugin import ShardlineUiPlugin
 from shardline.ledger.keys import RUN_SK, run_pk
 from shardline.ledger.records import RunRecord
+from shardline.ledger.step_reads import list_runs
 from shardline.ledger.step_writes import ensure_run
 from shardline.ledger.table import bind_ledger
 from shardline.oncall.views import run_message
@@ -148,18 +149,24 @@ def test_the_callback_marks_the_run_late_in_the_ledger_and_calls_notify(tmp_path
     assert (run.missed_deadline, run.deadline_misses) == ("past its deadline 2026-11-22T11:20:00Z (failed then)", 2)
 
 
-def test_a_run_with_no_ledger_record_yet_is_still_paged_and_a_failing_notify_fails_the_callback(tmp_path, ledger_table):
+def test_a_run_late_before_its_ledger_record_is_paged_recorded_late_and_a_failing_notify_fails_the_callback(
+    tmp_path, ledger_table
+):
     out = tmp_path / "paged.jsonl"
     module = f"alerts_{uuid.uuid4().hex[:8]}"
     code = NOTIFY.format(out=str(out)) + "    raise RuntimeError('the pager is down')\n"
     path = _dags(tmp_path, notify=f"{module}.page", notify_code=code, table=ledger_table)
-    # The run's plan never started (no RUN item): nothing is written for it, the page still goes out, and the
-    # notify's own failure is raised so that Airflow records the callback as failed.
+    # The run's plan never started (no RUN item): the page goes out, the notify's own failure is raised so that
+    # Airflow records the callback as failed, and the run is recorded late all the same, with its partition, so
+    # `shardline runs`, `status` and the page show it late (it used to be in this log only).
     with pytest.raises(RuntimeError, match="the pager is down"):
         deadline_missed(str(path), _context("queued"))
     assert len(out.read_text().splitlines()) == 1
     model = bind_ledger(ledger_table)
-    assert list(model.Control.query(run_pk("tabular_scoring_hourly", RUN_ID))) == []
+    run = RunRecord.of(model.Control.get(run_pk("tabular_scoring_hourly", RUN_ID), RUN_SK, consistent_read=True))
+    assert (run.status, run.partition) == ("RUNNING", "2026-11-22T10:00:00")
+    assert (run.missed_deadline, run.deadline_misses) == ("past its deadline 2026-11-22T11:20:00Z (queued then)", 1)
+    assert RUN_ID in [r.run_id for r in list_runs(model, "tabular_scoring_hourly")]
 
 
 class _OneRow:

@@ -164,3 +164,29 @@ def test_a_marker_of_no_partition_within_the_lookback_fails_the_arrivals_run_nam
     assert "unmatched_markers" in log and f"s3://{ARRIVALS_BUCKET}/{key}" in log, log
     assert "trigger.lookback" in log, log
     assert {r["dag_run_id"] for r in _runs(airflow_stack, ARRIVALS_PIPELINE)} == pipeline_runs  # it started nothing
+
+
+def test_a_marker_that_lands_before_its_files_waits_for_them_as_a_scheduled_run_does(airflow_stack, arrivals):
+    """A producer that writes its ready marker first: the run it starts waits for the partition's files (as the
+    partition's scheduled run would wait for late data), then scores them. It used to fail at once."""
+    s3 = arrivals["s3"]
+    airflow_stack.wait_for_dag(ARRIVALS_PIPELINE)
+    airflow_stack.wait_for_dag(ARRIVALS_DAG)
+    hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=3)
+    run_id = f"arrival__{hour:%Y-%m-%dT%H:%M:%S}"
+    s3.put_object(Bucket=ARRIVALS_BUCKET, Key=f"events/{_hour_prefix(hour)}_SUCCESS", Body=b"")
+    _wait(
+        f"run {run_id}",
+        lambda: run_id in {r["dag_run_id"] for r in _runs(airflow_stack, ARRIVALS_PIPELINE)},
+        airflow_stack,
+    )
+    client = airflow_stack.client()
+    _wait(
+        "plan_score waiting for the files",
+        lambda: client.task_instance(ARRIVALS_PIPELINE, run_id, "plan_score").get("state") == "deferred",
+        airflow_stack,
+    )
+    assert client.dag_run(ARRIVALS_PIPELINE, run_id)["state"] == "running"  # not failed, not green
+    s3.upload_file(str(arrivals["file"]), ARRIVALS_BUCKET, f"events/{_hour_prefix(hour)}part-0.parquet")
+    airflow_stack.assert_succeeds(ARRIVALS_PIPELINE, run_id)
+    assert sorted(_scored_ids(s3, hour)) == list(range(ROWS))

@@ -167,7 +167,7 @@ def deadline_missed(spec_path: str, context: dict | None = None) -> None:
         log.exception("deadline missed: the spec %s could not be read to record and notify the miss", spec_path)
         raise
     for what, act in (
-        ("record the miss in the ledger", lambda: record_missed(spec, missed.run_id, missed.mark)),
+        ("record the miss in the ledger", lambda: record_missed(spec, missed.run_id, missed.mark, missed.partition)),
         ("call deadline.notify", lambda: _notify(spec, spec_path, missed)),
     ):
         try:

@@ -52,6 +52,15 @@ def run_type_of(context) -> str:
     return str(getattr(run_type, "value", run_type))  # the task SDK's DagRunType is a (str, Enum)
 
 
+def input_run_type(context) -> str:
+    """The run type ``input.when_missing`` reads: a run an arrival started is its partition's scheduled run (its
+    files may land after its marker, as a scheduled run's land late), whatever type Airflow gives it."""
+    from shardline.decision.readiness import SCHEDULED
+    from shardline.planning.arrivals import ARRIVAL_RUN_PREFIX
+
+    return SCHEDULED if str(context.get("run_id") or "").startswith(ARRIVAL_RUN_PREFIX) else run_type_of(context)
+
+
 def partition_of(context) -> str | None:
     """What the run scores, as `shardline runs` shows it: its data interval's start (UTC), else its logical date."""
     return partition_text(context.get("data_interval_start") or context.get("logical_date"))

@@ -3,6 +3,7 @@ and plan attempt 1 (or, with dry_run, preview the step and submit nothing)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from shardline.airflow.operators.base import (
     SpecMixin,
     fails_fast,
+    input_run_type,
     life_of,
     note_life,
     partition_of,
@@ -140,7 +142,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             # It waited for the input (when_missing: wait) or for the ready marker, or only for the partition's
             # settle time (fail, skip): then when_missing decides now.
             step = self.spec.step(self.step)
-            waited = step.input.missing_input_action(run_type_of(context)) == "wait" or bool(step.input.ready_marker)
+            waited = step.input.missing_input_action(input_run_type(context)) == "wait" or bool(step.input.ready_marker)
             self._missing(context, input_prefix, event["reason"], waited=waited)
         self.log.info("step %s: %s", self.step, event["reason"])
         return self._plan(context, input_prefix, version, waited=True)
@@ -205,11 +207,14 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         except PartitionHeld as held:  # another run writes this output prefix now: wait until it has ended
             self._wait_for_partition(context, held)
         if attempt is None:
+            # Its ready marker (if any) is there, but no file yet (a marker written before its files): what waits
+            # now is the files.
             self._missing(
                 context,
                 input_prefix,
                 f"no input file under {input_prefix} (matching {list(step.input.include)})",
                 waited=waited,
+                files=True,
             )
         if self.admission is not None:
             from shardline.orchestration.step.capacity import note_waiting
@@ -233,7 +238,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         why = readiness.not_ready_reason(context["data_interval_end"], ready)
         self.log.info("step %s: %s", self.step, why)
         self._record(context, StepStatus.RUNNING, f"step {self.step}: waiting: {why}")
-        waits = step.input.missing_input_action(run_type_of(context)) == "wait"
+        waits = step.input.missing_input_action(input_run_type(context)) == "wait"
         deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
         self.defer(
             trigger=InputTrigger(
@@ -335,18 +340,21 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
         return self._plan(context, input_prefix, version, waited=False)
 
-    def _input_watch(self, input_prefix: str) -> dict:
+    def _input_watch(self, input_prefix: str, *, files: bool = False) -> dict:
+        """What says the input landed: its ready marker (or files, when the spec names none); ``files``: its files,
+        whatever the marker says (the marker is there already)."""
         from shardline.orchestration.watch import InputWatch
 
-        return InputWatch.of(self.spec, self.step, input_prefix).to_json()
+        watch = InputWatch.of(self.spec, self.step, input_prefix)
+        return (dataclasses.replace(watch, ready_marker=None) if files else watch).to_json()
 
-    def _missing(self, context, input_prefix: str, why: str, *, waited: bool):
-        """No input (yet): wait for it, fail naming the prefix, or skip, as ``input.when_missing`` says.
-        Never returns: it defers, or raises."""
+    def _missing(self, context, input_prefix: str, why: str, *, waited: bool, files: bool = False):
+        """No input (yet): wait for it (``files``: for its files, its marker being there), fail naming the prefix, or
+        skip, as ``input.when_missing`` says. Never returns: it defers, or raises."""
         spec, step = self.spec, self.spec.step(self.step)
         if step.input.from_step:
             raise AirflowSkipException(f"{why}: the earlier step wrote nothing, so there is nothing to do")
-        run_type = run_type_of(context)
+        run_type = input_run_type(context)
         action = step.input.missing_input_action(run_type)
         message = missing_input_text(
             self.step,
@@ -370,7 +378,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         self._record(context, StepStatus.RUNNING, message)
         self.defer(
             trigger=InputTrigger(
-                self._input_watch(input_prefix),
+                self._input_watch(input_prefix, files=files),
                 deadline,
                 poll_interval=spec.poll_interval_seconds,
                 not_before=settle_until(),
@@ -395,7 +403,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         )
         if not objects:
             # As a real run would: skip only where input.when_missing says so; else fail, naming the prefix.
-            action = s.input.missing_input_action(run_type_of(context))
+            action = s.input.missing_input_action(input_run_type(context))
             if action == "skip":
                 raise AirflowSkipException(f"{plan} (input.when_missing: skip)")
             raise AirflowFailException(
