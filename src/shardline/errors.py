@@ -82,6 +82,11 @@ class OutputUploadError(FileError):
     client's retries): a next attempt scores it again."""
 
 
+class OutputWriteError(FileError):
+    """The instance's disk was full (or its quota reached) while the file's input or output was written: nothing of
+    the model's doing, so a next attempt scores it again; the message names the volume setting."""
+
+
 # --- an instance that could not start ----------------------------------------------------------------------
 
 
@@ -125,6 +130,7 @@ RECORDED: dict[str, type[ShardlineError]] = {
         LateInputError,
         UnvouchedOutputError,
         OutputUploadError,
+        OutputWriteError,
         SetupError,
         HostSetupError,
         ModelIntegrityError,

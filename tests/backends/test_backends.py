@@ -184,6 +184,11 @@ def test_local_job_shards_by_key_runs_every_instance_and_uploads_outputs(job, tm
     ]
     assert [m["files"] for m in manifests] == [3, 3]  # ShardedByS3Key: keys[i::2]
     assert not any(".shardline-tmp" in k for k in keys)
+    # What was staged for the instances (inputs, model) is gone once the job ended, as an instance's volume is on
+    # SageMaker: a retry needs room for its own files only. The instances' logs stay.
+    job_dir = tmp_path / "lb" / "jobs" / name
+    assert [p for p in job_dir.rglob("*") if p.is_file() and "input" in p.relative_to(job_dir).parts] == []
+    assert all((job_dir / host / "worker.log").exists() for host in ("algo-1", "algo-2"))
 
 
 # Runs until stopped: with one pool process per instance, each process's first file ends and its

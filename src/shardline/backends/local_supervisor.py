@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import posixpath
+import shutil
 import signal
 import socket
 import subprocess
@@ -286,6 +287,15 @@ def start_instances(
     return procs
 
 
+def discard_inputs(request: dict, instance_dirs: list[Path]) -> None:
+    """Delete what was staged for the job's instances (its inputs and model) once they have all exited, as SageMaker
+    discards an instance's volume when its job ends: a retry stages only its own files, and never needs the disk
+    every earlier attempt took. The instances' logs and outputs' records stay."""
+    for spec in request.get("ProcessingInputs", []):
+        for instance_dir in instance_dirs:
+            shutil.rmtree(local_path(instance_dir, spec["S3Input"]["LocalPath"]), ignore_errors=True)
+
+
 def run(job_dir: Path) -> dict:
     request = json.loads((job_dir / REQUEST_FILE).read_text())
     count = request["ProcessingResources"]["ClusterConfig"]["InstanceCount"]
@@ -318,11 +328,13 @@ def run(job_dir: Path) -> dict:
                 time.sleep(0.2)
         except _Stop:
             _terminate(procs.values())  # the workers got SIGTERM too; give them time to sweep temp files
+            discard_inputs(request, instance_dirs)
             raise
         finally:
             if runtime == "docker":  # a container whose client was killed would run on
                 local_container.remove_job_containers(request["ProcessingJobName"])
     codes = {host: p.wait() for host, p in procs.items()}
+    discard_inputs(request, instance_dirs)
     outcome = job_outcome(codes, time.monotonic() - started, max_runtime)
     log.info("exit codes %s; %s", codes, outcome["status"])
     return outcome

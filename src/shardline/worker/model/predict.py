@@ -9,14 +9,16 @@ and the spread that tells a model that does not see its inputs.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from shardline.errors import FileError, InputSchemaError, PredictionError, SetupError
+from shardline.errors import FileError, InputSchemaError, OutputWriteError, PredictionError, SetupError
 from shardline.report.histogram import Histogram
 from shardline.worker.model import formats
 from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, is_numeric, trial_columns
@@ -28,6 +30,8 @@ from shardline.worker.pool.work_units import InputFile, WorkUnit
 
 log = logging.getLogger(__name__)
 
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # a write that failed for want of room, not for its data
+
 
 class OutputSettings(Protocol):
     """What :func:`predict_batch` reads of the job's settings (``process.JobSettings`` has them)."""
@@ -38,6 +42,13 @@ class OutputSettings(Protocol):
 
 def file_failure(err: Exception, label: str, choice: FeatureChoice | None, predictor: Predictor) -> FileError:
     """What a file fails with, and the hint that fixes it: the same for the job and for the preview."""
+    if isinstance(err, OSError) and err.errno in DISK_FULL:
+        # The disk, not the model: said so, with the setting that gives the instance more room.
+        return OutputWriteError(
+            f"the instance's disk is full ({os.strerror(err.errno)}) while {label} was read or its output written: "
+            f"{err}. Give each instance more room with resources.volume_size_gb (or fewer "
+            "resources.workers_per_instance, each holding a file at once); a next attempt scores it again"
+        )
     if not isinstance(err, FileError):
         err = PredictionError(f"{type(err).__name__} while predicting {label}: {err}" + _feature_hint(choice))
     if (
