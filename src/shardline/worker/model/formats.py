@@ -27,11 +27,11 @@ from shardline.worker.model.json_lines import batch_lines
 from shardline.worker.model.rejects import RejectLog
 from shardline.worker.model.text_files import (
     TEXT_BLOCK_BYTES,
-    compression,
     csv_read_options,
     describe,
     is_empty_text,
     names_hint,
+    reader_stream,
     refuse_a_data_line_as_header,
     regroup,
 )
@@ -136,12 +136,12 @@ def read_schema(
         if is_empty_text(file):
             return pa.schema([])  # a 0-byte CSV or JSON lines file is a valid, empty input
         if file.fmt == "csv":
-            with pa.input_stream(file.path, compression=compression(file)) as stream:
+            with reader_stream(file) as stream:
                 schema = pacsv.open_csv(stream, read_options=csv_read_options(file)).schema
             if file.csv_names is None:
                 refuse_a_data_line_as_header(file, schema.names)
             return schema
-        with pa.input_stream(file.path, compression=compression(file)) as stream:
+        with reader_stream(file) as stream:
             return pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
         what = f"cannot read {file.relative_path} as {describe(file)}"
@@ -219,7 +219,7 @@ def _batches(
                 )
             return
         float_features = {name: pa.float64() for name in features}
-        with pa.input_stream(file.path, compression=compression(file)) as stream:
+        with reader_stream(file) as stream:
             if file.fmt == "csv":
                 reader = pacsv.open_csv(
                     stream,

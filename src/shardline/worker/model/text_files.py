@@ -4,6 +4,7 @@ checks of a CSV's header line. Pure helpers over pyarrow; :mod:`formats` reads, 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
@@ -59,6 +60,21 @@ def refuse_a_data_line_as_header(file: InputFile, names: Sequence[str]) -> None:
         "a header line, set input.csv_header: false (--input-csv-header false) and name its columns, in order, "
         "with input.features; if these really are its column names, set input.csv_header: true"
     )
+
+
+@contextlib.contextmanager
+def reader_stream(file: InputFile) -> Iterator[pa.NativeFile]:
+    """The file's bytes, decompressed, for Arrow's CSV and JSON readers, left to Arrow to close.
+
+    Those readers read ahead on Arrow's I/O threads. Closed by hand (``with pa.input_stream(...)``) while a read
+    ahead was still in flight, as after reading only a schema or after a bad block, the file's descriptor number was
+    free again and the late read took its bytes from the next file opened under that number: the row-by-row
+    reader's, which then skipped a thousand rows. Arrow closes the file once the last read lets go of it."""
+    stream = pa.input_stream(file.path, compression=compression(file))
+    try:
+        yield stream
+    finally:
+        del stream
 
 
 def is_empty_text(file: InputFile) -> bool:

@@ -16,10 +16,10 @@ import pyarrow.csv as pacsv
 from shardline.errors import CorruptInputError
 from shardline.worker.model.rejects import RejectLog
 from shardline.worker.model.text_files import (
-    compression,
     csv_read_options,
     describe,
     names_hint,
+    reader_stream,
     rebatch,
     refuse_a_data_line_as_header,
 )
@@ -36,7 +36,7 @@ def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None) -> 
 
     first = None
     try:
-        with pa.input_stream(file.path, compression=compression(file)) as stream:
+        with reader_stream(file) as stream:
             reader = pacsv.open_csv(
                 stream,
                 read_options=csv_read_options(file),
@@ -93,7 +93,7 @@ def tolerant_csv(
 
     parsed = 0
     try:
-        with pa.input_stream(file.path, compression=compression(file)) as stream:
+        with reader_stream(file) as stream:
             reader = pacsv.open_csv(
                 stream,
                 read_options=csv_read_options(file),
