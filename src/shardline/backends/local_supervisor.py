@@ -250,7 +250,8 @@ def start_instances(
                 _routed(proxy) if proxy else stack.enter_context(local_container.endpoint_routes(os.environ, gateway))
             )
         else:  # the instances write to AWS itself: still on their network, whose one way out is a tunnel to AWS
-            egress = local_egress.EgressProxy(gateway, local_egress.aws_destinations(os.environ))
+            # Only the request's region, and S3's virtual-hosted names of its own buckets.
+            egress = local_egress.EgressProxy(gateway, local_egress.aws_destinations(os.environ, request))
             stack.callback(egress.close)
             routes = {k: v for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL")}
             routes |= {"HTTPS_PROXY": egress.url, "https_proxy": egress.url, "NO_PROXY": "", "no_proxy": ""}
