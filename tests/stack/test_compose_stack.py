@@ -225,6 +225,40 @@ def test_the_hourly_dag_runs_green_through_the_rest_api(stack, figures):
     assert len(outputs) == 4 and rows == 20_000  # --rows is the partition's total
 
 
+def _client(stack, service: str):
+    return boto3.client(
+        service,
+        endpoint_url=stack.aws,
+        region_name="us-east-1",
+        aws_access_key_id="shardline-local",
+        aws_secret_access_key="shardline-local",
+    )
+
+
+def _what_the_endpoint_holds(stack) -> tuple[dict, dict]:
+    """The green run's outputs (key -> ETag, size) and its RUN item, as the aws service answers now."""
+    s3, dynamodb = _client(stack, "s3"), _client(stack, "dynamodb")
+    listed = s3.list_objects_v2(Bucket="shardline-demo", Prefix="scores/dt=2026-11-22/hour=10/")["Contents"]
+    outputs = {o["Key"]: (o["ETag"], o["Size"]) for o in listed}
+    run = dynamodb.get_item(
+        TableName="shardline-jobs",
+        Key={"pk": {"S": f"RUN#{PIPELINE}#stack-green"}, "sk": {"S": "RUN"}},
+        ConsistentRead=True,
+    ).get("Item", {})
+    return outputs, run
+
+
+def test_the_aws_service_killed_and_started_again_keeps_the_green_runs_ledger_and_outputs(stack):
+    """The embedded endpoint's state lives on its volume: a kill -9 of the aws service and a start find the ledger
+    and the outputs of the run before unchanged (they used to be gone, and the next run's end counted nothing)."""
+    before = _what_the_endpoint_holds(stack)
+    assert before[0] and before[1].get("ost", {}).get("S") == "SUCCEEDED", before
+    stack.compose("kill", "-s", "SIGKILL", "aws")
+    stack.compose("up", "-d", "--no-build", "--wait", "--wait-timeout", str(UP_TIMEOUT), "aws", timeout=UP_TIMEOUT + 60)
+    after = _what_the_endpoint_holds(stack)
+    assert after == before
+
+
 @pytest.mark.usefixtures("browser")
 def test_a_corrupt_file_fails_its_run_and_a_resubmit_inside_the_stack_turns_it_green(
     stack,
