@@ -116,3 +116,40 @@ def test_otherwise_the_trigger_makes_the_run_itself(airflow):
         if airflow.appears_after is None and not airflow.paused and not airflow.held and airflow.next_date == START
         else 0
     )
+
+
+class HeldAirflow(ScriptedAirflow):
+    """Airflow refuses the trigger (409): ``held`` holds the partition's logical date."""
+
+    def trigger(self, dag_id, conf, *, logical_date=None, data_interval=None):
+        from shardline.oncall.airflow_client import AirflowApiError
+
+        raise AirflowApiError("REST API answered 409: conflict", status=409)
+
+
+def test_a_refused_trigger_names_the_run_that_holds_the_date_and_the_commands_that_work_as_printed():
+    """The MISSING interval's command, refused: it names the run in the way (no PIPELINE/RUN_ID placeholder) and
+    says how to move a manual run of the interval before out of it (its `rerun --conf` takes its own interval's
+    start), or, for the partition's own run, how to score it again."""
+    boundary = {
+        "dag_run_id": "manual__2026-11-22T12:00:00+00:00",
+        "data_interval_start": "2026-11-22T11:00:00Z",
+        "state": "success",
+        "conf": {"model_version": "v2"},
+    }
+    later = START + dt.timedelta(hours=3)  # the scheduler is past it: the interval is MISSING
+    with pytest.raises(Conflict) as refused:
+        service(HeldAirflow(next_date=later, held=boundary)).actions.trigger("hourly", START, {})
+    said = str(refused.value)
+    assert "PIPELINE/RUN_ID" not in said
+    assert "hourly/manual__2026-11-22T12:00:00+00:00, a manual run of the interval before" in said
+    assert '`shardline rerun hourly/manual__2026-11-22T12:00:00+00:00 --conf \'{"model_version": "v2"}\'`' in said
+    assert said.endswith("then `shardline trigger hourly --partition 2026-11-22T12:00`")
+
+    running = {**boundary, "state": "running"}
+    with pytest.raises(Conflict, match=r"\(it is running\)\. Once it has ended, move it"):
+        service(HeldAirflow(next_date=later, held=running)).actions.trigger("hourly", START, {})
+
+    own = {"dag_run_id": "scheduled__2026-11-22T12:00:00+00:00", "data_interval_start": "2026-11-22T12:00:00Z"}
+    with pytest.raises(Conflict, match=r"scores this partition; to score it again: `shardline rerun hourly/scheduled"):
+        service(HeldAirflow(next_date=later, held=own)).actions.trigger("hourly", START, {})

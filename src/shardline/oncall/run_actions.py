@@ -109,13 +109,7 @@ class RunActions:
             run = self.reads.airflow.trigger(pipeline, conf, logical_date=interval[0], data_interval=interval)
         except AirflowApiError as err:
             if err.status == 409:
-                raise Conflict(
-                    f"nothing was triggered: a run of {pipeline} has the logical date {interval[0]} already: its "
-                    f"scheduled run or an earlier trigger of that partition (`shardline runs --pipeline {pipeline}` "
-                    "lists it; `shardline rerun PIPELINE/RUN_ID` scores it again, with --conf for another conf), or "
-                    "a manual run of the interval before, triggered at that logical date with Airflow's own "
-                    "inference: once it has ended, delete it and trigger again"
-                ) from err
+                raise Conflict(self._taken_text(pipeline, interval, begin)) from err
             if err.status is not None and err.status >= 500:  # asked again already (the client's retries)
                 raise Unavailable(
                     f"Airflow did not confirm the trigger of {what}: {err}; then run the same command again (should "
@@ -125,6 +119,36 @@ class RunActions:
         return [
             f"triggered {what} as {run['dag_run_id']}; follow it with `shardline status {pipeline}/{run['dag_run_id']}`"
         ]
+
+    def _taken_text(self, pipeline: str, interval: tuple[str, str], begin: dt.datetime) -> str:
+        """Why a trigger of the interval starting ``begin`` was refused (409), naming the run that holds its logical
+        date and the exact commands that score the interval: that run is the partition's own (rerun it), or a
+        manual run of the interval before it, triggered at this logical date with Airflow's own inference (its
+        `rerun --conf` moves it to its own interval's start, which frees this one)."""
+        taken = f"nothing was triggered: a run of {pipeline} has the logical date {interval[0]} already"
+        try:
+            holders = self.reads.airflow.runs_at(pipeline, interval[0])
+        except AirflowApiError:
+            holders = []
+        if not holders:
+            return f"{taken} (`shardline runs --pipeline {pipeline}` lists it)"
+        run = holders[0]
+        ref = RunRef(pipeline, run["dag_run_id"])
+        state = run.get("state")
+        if _same_instant(run.get("data_interval_start") or "", interval[0]):  # the partition's own run
+            return f"{taken}: {ref} scores this partition; to score it again: `shardline rerun {ref}`"
+        conf = json.dumps(run.get("conf") or {}, sort_keys=True)
+        move = f"`shardline rerun {ref} --conf '{conf}'` (it keeps its conf and scores its own interval again)"
+        then = f"`shardline trigger {pipeline} --partition {begin:%Y-%m-%dT%H:%M}`"
+        if state not in ("success", "failed"):
+            return (
+                f"{taken}: {ref}, a manual run of the interval before, triggered at this interval's logical date "
+                f"(it is {state}). Once it has ended, move it to its own interval's start with {move}, then {then}"
+            )
+        return (
+            f"{taken}: {ref}, a manual run of the interval before, triggered at this interval's logical date. Move "
+            f"it to its own interval's start with {move}, then {then}"
+        )
 
     def _scheduler_run(self, pipeline: str, begin: dt.datetime) -> dict | None:
         """The partition's own run, when the scheduler is creating it now; else None (trigger as asked).
