@@ -910,7 +910,6 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
     worker = WorkerLedger(ctx, "algo-1")
     worker.heartbeat(ShardStatus.RUNNING, files_assigned=2, files_done=0, files_failed=0, rows_done=0)
     worker.claim_file("part-0.parquet")
-    worker.confirm_claim("part-0.parquet")  # before its output goes up
     worker.finish_file(
         "part-0.parquet",
         FileOutcome(
@@ -1029,7 +1028,7 @@ def test_worker_may_update_exactly_the_attributes_the_worker_code_writes(templat
     )
     assert LedgerItem._ttl_attribute().attr_name in updated  # every worker write sets the expiry
     assert _worker_code_attributes() <= granted, sorted(_worker_code_attributes() - granted)
-    assert _granted_attributes(template, "dynamodb:ConditionCheckItem") == checked == {"pk", "sk", "oat", "ost"}
+    assert _granted_attributes(template, "dynamodb:ConditionCheckItem") == checked == {"pk", "sk", "oat"}
     # What the orchestrator alone owns (every RUN and STEP attribute but the keys) is never the worker's to write.
     from shardline.ledger.table import ControlItem
 

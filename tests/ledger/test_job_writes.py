@@ -147,29 +147,3 @@ def test_finishing_a_file_another_attempt_holds_is_rejected_and_one_no_attempt_h
     new.finish_file("claim-dropped.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
     item = _file(new, "claim-dropped.parquet")
     assert (item.status, item.attempt, item.input_key) == ("SUCCEEDED", 2, "claim-dropped.parquet")
-
-
-def test_an_upload_is_refused_once_its_run_is_no_longer_running(ledger_table):
-    """The check before each upload: a job of a run that failed or was cancelled while it ran on (its failure
-    callback has not stopped it yet) never puts another output where the next run of the partition writes."""
-    from shardline.ledger.states import StepStatus
-    from shardline.ledger.step_writes import ensure_run, set_run_status
-    from shardline.ledger.table import bind_ledger
-
-    ledger = _ledger(ledger_table, 1)
-    ledger.claim_file("a.parquet")
-    ledger.confirm_claim("a.parquet")  # no RUN item (a worker driven without a plan): not refused
-    model = bind_ledger(ledger_table)
-    ensure_run(model, "nightly", "r1")
-    set_run_status(model, "nightly", "r1", StepStatus.RUNNING)
-    ledger.confirm_claim("a.parquet")
-    for ended in (StepStatus.FAILED, StepStatus.CANCELLED):
-        set_run_status(model, "nightly", "r1", ended, "ended while its job ran on")
-        with pytest.raises(StaleAttemptError, match="run r1 is no longer RUNNING"):
-            ledger.confirm_claim("a.parquet")
-    set_run_status(model, "nightly", "r1", StepStatus.RUNNING, taken_up=True)  # an on-call resubmission
-    ledger.confirm_claim("a.parquet")
-    newer = _ledger(ledger_table, 2)
-    newer.claim_file("a.parquet")
-    with pytest.raises(StaleAttemptError, match="attempt 1 no longer owns"):
-        ledger.confirm_claim("a.parquet")

@@ -17,8 +17,8 @@ from pynamodb.exceptions import PynamoDBException, TransactWriteError, UpdateErr
 from pynamodb.transactions import TransactWrite
 
 from shardline.ledger.context import LedgerContext, StaleAttemptError
-from shardline.ledger.keys import RUN_SK, failures_pk, file_sk, run_pk, shard_sk, step_sk
-from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus, StepStatus
+from shardline.ledger.keys import failures_pk, file_sk, run_pk, shard_sk, step_sk
+from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus
 from shardline.ledger.table import CLIENT_SETTINGS, MAX_ERROR_CHARS, bind_ledger, endpoint_from_env, region_from_env
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,6 @@ def _is_condition_failure(err: PynamoDBException) -> bool:
     return err.cause_response_code == CONDITIONAL_CHECK_FAILED
 
 
-RUN_RUNNING = StepStatus.RUNNING.value  # a RUN item's status while its jobs may write
-
-
 class WorkerLedger:
     """Conditional, fenced writes of one instance's progress."""
 
@@ -98,38 +95,17 @@ class WorkerLedger:
         self._update(item, actions, condition, what=f"claim {input_key}")
 
     def confirm_claim(self, relative_path: str) -> None:
-        """Raise :class:`StaleAttemptError` unless this attempt still owns the file and its run is still RUNNING: asked
-        just before its output is uploaded, so an instance of an older attempt (a zombie), or of a run that ended
-        (failed, cancelled) while its job ran on, never puts its output where a newer attempt's or the next run's
-        goes. It writes only the host, which the claim wrote already. As the claim's, the file's condition is "no
-        newer attempt": the claim itself may still be queued behind this check. A run with no RUN item (a worker
-        driven without a plan) is not refused: the watch fails a step whose records are gone."""
+        """Raise :class:`StaleAttemptError` unless this attempt still owns the file: asked just before its output
+        is uploaded, so an instance of an older attempt (a zombie) never puts its output where a newer attempt's
+        goes. It writes only the host, which the claim wrote already. As the claim's, the condition is "no newer
+        attempt": the claim itself may still be queued behind this check."""
         m, ctx = self.model, self.context
         input_key = ctx.input_key(relative_path)
         item = m(self.pk, file_sk(ctx.step, input_key))
         condition = m.attempt.does_not_exist() | (m.attempt <= ctx.attempt)
         # The expiry too: should the claim queued behind this check never land, the item still expires.
         actions = [m.host.set(self.host), m.expires_at.set(m.expiry())]
-        c = m.Control
-        connection = Connection(region=self._region, host=self._endpoint, **CLIENT_SETTINGS)
-        try:
-            with TransactWrite(connection=connection) as transaction:
-                transaction.condition_check(
-                    c, self.pk, RUN_SK, condition=c.status.does_not_exist() | (c.status == RUN_RUNNING)
-                )
-                transaction.update(item, actions=actions, condition=condition)
-        except TransactWriteError as err:
-            reasons = err.cancellation_reasons or []
-            if reasons and reasons[0] is not None and reasons[0].code == "ConditionalCheckFailed":
-                raise StaleAttemptError(
-                    f"upload of {input_key}'s output refused: run {ctx.run_id} is no longer RUNNING (it failed or was "
-                    "cancelled while this job ran on), so its outputs are not written"
-                ) from err
-            if _is_condition_failure(err):
-                raise StaleAttemptError(
-                    f"upload of {input_key}'s output rejected: attempt {ctx.attempt} no longer owns this record"
-                ) from err
-            raise
+        self._update(item, actions, condition, what=f"upload of {input_key}'s output")
 
     def finish_file(self, relative_path: str, outcome: FileOutcome) -> None:
         """Record a file's terminal status, if this attempt still owns it.

@@ -16,7 +16,9 @@ from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, ch
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.records import StepRecord, settle_parts
+from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import StepRecords
+from shardline.ledger.step_writes import set_run_status
 from shardline.oncall import selection
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, INVALID_TOKEN, AirflowApiError
 from shardline.oncall.errors import Conflict, NotFound, OnCallError, Refused, Unavailable
@@ -160,8 +162,14 @@ class Resubmission:
             return _dry_run_result(plan, choice, ref, step, latest.number, watch_state)
         attempt = job_name = None
         if choice.next is Next.SUBMIT:
-            nxt = _submit(spec, ref, step, latest, plan.files, rejects=rejects, records=records)
+            nxt = _submit(
+                spec, ref, step, latest, plan.files, rejects=rejects, records=records, taken_up=choice.clear_watch
+            )
             attempt, job_name = nxt.number, nxt.job_name
+        elif choice.clear_watch:
+            # Taken up as it stands (its job still runs, or every file is done): the life whose watch ended is over,
+            # recorded before the clear, so that life's failure callback, however late, stops and releases nothing.
+            take_up(spec, ref)
         if not choice.clear_watch:
             return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state), action=choice.next.value)
         try:
@@ -333,6 +341,11 @@ def _rejects_plan(spec: PipelineSpec, ref: RunRef, step: str, records: StepRecor
     return ResubmitPlan(str(ref), step, [f.input_key for f in sources], reason)
 
 
+def take_up(spec: PipelineSpec, ref: RunRef) -> None:
+    """The run is RUNNING again, and the Airflow life its watch task ended in is over (``ledger.step_writes``)."""
+    set_run_status(services.ledger_model(spec), ref.pipeline, ref.run_id, StepStatus.RUNNING, taken_up=True)
+
+
 def _submit(
     spec: PipelineSpec,
     ref: RunRef,
@@ -342,17 +355,19 @@ def _submit(
     *,
     rejects: bool = False,
     records: StepRecords | None = None,
+    taken_up: bool = False,
 ) -> Attempt:
     """Start the attempt after ``latest`` with ``files`` (with ``rejects``: their rejected rows), fenced: a Conflict
-    if someone moved the step on. ``records``: the step's items as this command read them."""
+    if someone moved the step on. ``records``: the step's items as this command read them. ``taken_up``: the step's
+    watch task has ended and is cleared next (a new Airflow life of the run)."""
     # Here, not at the top: rejects_parts reads rejects lists through the run report's module, which loads the
     # report libraries (an optional extra); only a --rejects resubmission needs them.
     from shardline.orchestration import rejects_parts
 
     try:
         if rejects:
-            return rejects_parts.resubmit_rejects(spec, latest, files)
-        return jobs.resubmit(spec, latest, files, by_oncall=True, records=records)
+            return rejects_parts.resubmit_rejects(spec, latest, files, taken_up=taken_up)
+        return jobs.resubmit(spec, latest, files, by_oncall=True, records=records, taken_up=taken_up)
     except rejects_parts.RejectsPartError as err:
         raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
     except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix

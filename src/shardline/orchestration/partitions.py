@@ -110,7 +110,9 @@ def running_job_of(source: services.Source) -> RunningJob:
     return running
 
 
-def hold_for_attempt(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, number: int, may_take: bool) -> int:
+def hold_for_attempt(
+    spec: PipelineSpec, ref: StepRef, output_prefix: str, *, number: int, may_take: bool, taken_up: bool = False
+) -> int:
     """:func:`hold` for attempt ``number``. A later attempt reopens its RUN item (RUNNING) first, so a run looking
     at this one's hold never finds it ended while it writes again; a hold refused puts the run's status back."""
     if number == 1:  # the plan set the run RUNNING already
@@ -121,9 +123,10 @@ def hold_for_attempt(spec: PipelineSpec, ref: StepRef, output_prefix: str, *, nu
         before = RunRecord.of(control.get(run_pk(ref.pipeline, ref.run_id), RUN_SK, consistent_read=True))
     except control.DoesNotExist:
         before = RunRecord(None)
-    # An on-call engineer (may_take) takes the run up again: the Airflow life it failed in is over, so that life's
-    # failure callback, however late it runs, neither marks it failed nor releases what it holds now.
-    set_run_status(model, ref.pipeline, ref.run_id, StepStatus.RUNNING, taken_up=may_take)
+    # ``taken_up``: an on-call engineer takes up a run whose watch task has ended (it is cleared next), so the Airflow
+    # life it failed in is over: that life's failure callback, however late it runs, neither marks it failed nor
+    # releases what it holds now. In the same write as RUNNING: a callback between the two would end the new attempt.
+    set_run_status(model, ref.pipeline, ref.run_id, StepStatus.RUNNING, taken_up=taken_up)
     try:
         return hold(spec, ref, output_prefix, may_take=may_take)
     except (PartitionHeld, PartitionMovedOn, PartitionLost):

@@ -275,7 +275,7 @@ def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *
     return body, etag
 
 
-def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str]) -> Attempt:
+def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str], *, taken_up: bool = False) -> Attempt:
     """Submit the attempt after ``latest`` over the rejected rows of the files ``keys`` (input keys), each picked
     from its source as it is now into a part. Fenced on ``latest`` as any on-call resubmission is."""
     # Checked before the job is stopped, and again on what is read once it has (an instance may write meanwhile).
@@ -286,4 +286,4 @@ def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str]) -
     if not sources:
         raise RejectsPartError("none of the chosen files has rows rejected any more")
     prefix, objects, parts = write_parts(spec, latest, sources, records.files)
-    return step_jobs.submit_parts(spec, latest, prefix, objects, parts)
+    return step_jobs.submit_parts(spec, latest, prefix, objects, parts, taken_up=taken_up)

@@ -123,3 +123,20 @@ def test_conclude_records_nothing_when_unreachable_fails_a_timed_out_step_and_su
     assert timed_out.action is Action.TIMEOUT and timed_out.summary is None and timed_out.retry is None
     step = read_step(services.ledger_model(spec), again.ref, files=False).step
     assert step.status == "FAILED" and "ran past its deadline" in step.message and "shardline resubmit" in step.message
+
+
+def test_only_on_calls_take_up_ends_an_airflow_life_a_plans_own_next_attempt_does_not(pipeline):
+    """A rerun's plan task (life 1) that plans the step's next attempt is no take-up: that life's failure callback
+    still ends the run. An on-call resubmission after the watch task ended is: the late callback ends nothing."""
+    from shardline.ledger.keys import StepRef
+    from shardline.ledger.step_writes import end_life, ensure_run, set_run_status
+    from shardline.orchestration import partitions, services
+
+    spec, bucket = pipeline
+    model = services.ledger_model(spec)
+    for run_id, taken_up, life in (("run-rerun", False, 1), ("run-resubmitted", True, 0)):
+        ref = StepRef(spec.pipeline, run_id, "score")
+        ensure_run(model, spec.pipeline, run_id)
+        set_run_status(model, spec.pipeline, run_id, StepStatus.RUNNING, life=life)
+        partitions.hold_for_attempt(spec, ref, f"s3://{bucket}/{run_id}/", number=2, may_take=True, taken_up=taken_up)
+        assert end_life(model, spec.pipeline, run_id, life, "DAG run failed") is not taken_up, run_id

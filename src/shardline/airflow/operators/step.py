@@ -297,7 +297,9 @@ def mark_run_failed(spec_path: str, context) -> None:
     from shardline.orchestration.step.end import end_failed_life
 
     spec = load_spec(Path(spec_path))
-    run = context["dag_run"]
+    run = context.get("dag_run")
+    # Airflow builds a callback's context without the DAG run when no task of it ran: its first life.
     life = int(getattr(run, "clear_number", 0) or 0)
-    done = end_failed_life(spec, run.run_id, life, run_failed_text(context.get("reason")))
+    run_id = getattr(run, "run_id", None) or context["run_id"]
+    done = end_failed_life(spec, run_id, life, run_failed_text(context.get("reason")))
     logging.getLogger(__name__).info("%s", done)

@@ -276,8 +276,11 @@ def record_run_status(
 
 
 # How long a failure callback waits for the run's stopped jobs to end before it leaves their holds to the next run's
-# check (a SageMaker job takes a minute or two to stop; the hold is free the moment the backend says it ended).
-STOP_WAIT_SECONDS = 120.0
+# check (the hold is free the moment the backend says the job ended). Well under the DAG processor's time for a
+# file's callbacks ([dag_processor] dag_file_processor_timeout, 50 s by default): past it the processor is killed,
+# and the other callbacks queued with this one are lost. A local job stops in a second or two; SageMaker's take a
+# minute or two, and their holds are then freed by that check.
+STOP_WAIT_SECONDS = 20.0
 
 
 def end_failed_life(

@@ -83,6 +83,7 @@ def resubmit(
     sizes: dict[str, int] | None = None,
     capacity: bool = False,
     records: StepRecords | None = None,
+    taken_up: bool = False,
 ) -> Attempt:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
@@ -93,7 +94,7 @@ def resubmit(
     that found inputs landed after planning), so no object is read for them. ``capacity``: SageMaker could not
     provision ``attempt``'s job, so the next one may move to a fallback instance type (``after_capacity_failure``).
     ``records``: the step's files as the caller read them (``plan.SIZED_FILE_ATTRIBUTES``), so they are not read
-    again.
+    again. ``taken_up``: on-call takes the run up after its watch task ended (``partitions.hold_for_attempt``).
     """
     stop_and_wait(spec, attempt)
     base = after_capacity_failure(spec, attempt) if capacity else attempt
@@ -107,6 +108,7 @@ def resubmit(
         after=attempt.number,
         reopen_cancelled=by_oncall,
         may_take=by_oncall,
+        taken_up=taken_up,
         parts=parts,
     )
     return submit(spec, nxt)
@@ -135,14 +137,28 @@ def _what_a_retry_takes(
 
 
 def submit_parts(
-    spec: PipelineSpec, latest: Attempt, parts_prefix: str, objects: list[S3Object], parts: dict[str, tuple[str, str]]
+    spec: PipelineSpec,
+    latest: Attempt,
+    parts_prefix: str,
+    objects: list[S3Object],
+    parts: dict[str, tuple[str, str]],
+    *,
+    taken_up: bool = False,
 ) -> Attempt:
     """Plan and submit the attempt after ``latest`` over rejects parts (``objects``, under ``parts_prefix``), fenced
     on ``latest`` as an on-call resubmission is (:mod:`shardline.orchestration.rejects_parts` picks them)."""
     stop_and_wait(spec, latest)
     base = latest.model_copy(update={"parts_prefix": parts_prefix})
     nxt = new_attempt(
-        spec, base, latest.number + 1, objects, after=latest.number, reopen_cancelled=True, may_take=True, parts=parts
+        spec,
+        base,
+        latest.number + 1,
+        objects,
+        after=latest.number,
+        reopen_cancelled=True,
+        may_take=True,
+        taken_up=taken_up,
+        parts=parts,
     )
     return submit(spec, nxt)
 

@@ -48,6 +48,7 @@ def new_attempt(
     reopen_cancelled: bool = False,
     replan: bool = False,
     may_take: bool = False,
+    taken_up: bool = False,
     parts: dict[str, tuple[str, str]] | None = None,
 ) -> Attempt:
     """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
@@ -56,11 +57,14 @@ def new_attempt(
     ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
     ``replan``: the STEP item holds this attempt already, but its job was never submitted.
     ``may_take``: a plan or an on-call engineer may take the output prefix; the watch's own attempts only renew it.
+    ``taken_up``: an on-call engineer takes the run up after its watch task ended (``partitions.hold_for_attempt``).
     ``parts``: an attempt of rejects parts (``base.parts_prefix``): each part's source and the source's ETag.
     """
     step = spec.step(base.step)
     # Before anything is written: two runs never write one output prefix at once (PartitionHeld names the other).
-    fence = partitions.hold_for_attempt(spec, base.ref, base.output_prefix, number=number, may_take=may_take)
+    fence = partitions.hold_for_attempt(
+        spec, base.ref, base.output_prefix, number=number, may_take=may_take, taken_up=taken_up
+    )
     instances = choose_instance_count(base.requested_instances, len(objects))
     ordered = manifest_order(objects, instances, step.sharding)
     attempt = base.next(number, [PlannedFile.of(o) for o in ordered])
