@@ -149,7 +149,7 @@ def plan(
         # its prefix again)
         attempt = latest_attempt(spec, StepRef(spec.pipeline, run_id, step))
         partitions.record_fence(spec, attempt.ref, partitions.hold(spec, attempt.ref, attempt.output_prefix))
-        log.info("step %s of run %s: every input already succeeded at attempt %d", step, run_id, number)
+        log.info("step %s of run %s: adopted attempt %d (its job runs, or every input succeeded)", step, run_id, number)
     timing = {
         "started_at": time.time() - (time.monotonic() - started),
         "list_seconds": round(listed - started, 3),
