@@ -216,7 +216,7 @@ def renew(
     """Extend ``ref``'s lease on the prefix to ``lease_until`` (a lease already later is kept). When ``ref`` does not
     hold it (another run took it over, or it was released): :class:`PartitionLost` if ``strict``, else False."""
     c = model.Control
-    mine = (c.status == HELD) & (c.pipeline == ref.pipeline) & (c.run_id == ref.run_id) & (c.step == ref.step)
+    mine = _held_by(c, ref)
     try:
         # Always a change, even when the lease runs later already: a taker that read the item before it fails.
         _lock_item(model, output_prefix).update(
@@ -248,13 +248,7 @@ def release(model: type[LedgerItem], output_prefix: str, ref: StepRef) -> bool:
     """Let go of the prefix if ``ref`` holds it (a run's end); False when it does not (nothing to do)."""
     c = model.Control
     try:
-        _lock_item(model, output_prefix).update(
-            actions=[c.status.set(RELEASED), c.lease_until.set(_now()), c.expires_at.set(c.expiry())],
-            condition=(c.status == HELD)
-            & (c.pipeline == ref.pipeline)
-            & (c.run_id == ref.run_id)
-            & (c.step == ref.step),
-        )
+        _lock_item(model, output_prefix).update(actions=_released(c), condition=_held_by(c, ref))
     except UpdateError as err:
         if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
             return False
@@ -276,19 +270,22 @@ def release_after_life(model: type[LedgerItem], output_prefix: str, ref: StepRef
                 RUN_SK,
                 condition=(c.status == StepStatus.FAILED.value) & (c.ended_life == life),
             )
-            transaction.update(
-                _lock_item(model, output_prefix),
-                actions=[c.status.set(RELEASED), c.lease_until.set(_now()), c.expires_at.set(c.expiry())],
-                condition=(c.status == HELD)
-                & (c.pipeline == ref.pipeline)
-                & (c.run_id == ref.run_id)
-                & (c.step == ref.step),
-            )
+            transaction.update(_lock_item(model, output_prefix), actions=_released(c), condition=_held_by(c, ref))
     except TransactWriteError as err:
         if any(r is not None and r.code == "ConditionalCheckFailed" for r in (err.cancellation_reasons or [])):
             return False
         raise
     return True
+
+
+def _held_by(c, ref: StepRef):
+    """The lock item's condition: ``ref`` holds it now."""
+    return (c.status == HELD) & (c.pipeline == ref.pipeline) & (c.run_id == ref.run_id) & (c.step == ref.step)
+
+
+def _released(c) -> list:
+    """What letting go of a prefix writes (the item keeps who held it last)."""
+    return [c.status.set(RELEASED), c.lease_until.set(_now()), c.expires_at.set(c.expiry())]
 
 
 def _now() -> dt.datetime:
