@@ -162,34 +162,49 @@ def test_a_killed_instances_finished_files_are_not_scored_again(proxied, pipelin
     assert (marker["outputs"], marker["attempts"]) == (8, 2)
 
 
+# The moments a late file lands at, each the first request of its kind to the test's bucket: while the step's end
+# lists its output prefix (after the watch's look at the inputs), and while it writes _SUCCESS (after the end's
+# last look at the inputs: the look after the marker is the fence).
+LANDING_MOMENTS = {
+    "at_the_ends_listing": lambda chunk, bucket: (
+        b"list-type=2" in chunk and b"prefix=out%2F" in chunk and f"/{bucket}?".encode() in chunk
+    ),
+    "at_the_success_marker": lambda chunk, bucket: f"PUT /{bucket}/out/_SUCCESS ".encode() in chunk,
+}
+
+
+@pytest.mark.parametrize("moment", sorted(LANDING_MOMENTS))
 def test_a_file_that_lands_at_the_steps_last_look_is_scored_by_a_next_attempt_and_the_run_ends_green(
-    proxied, pipeline, tmp_path
+    proxied, pipeline, tmp_path, moment
 ):
     stack, proxy = proxied
-    name = "last_look"
+    name = {"at_the_ends_listing": "last_look_listing", "at_the_success_marker": "last_look_marker"}[moment]
     spec, bucket = pipeline(name, summing_model(tmp_path / "model", "pass"), 4)
     direct = stack.s3()  # straight to moto_server, not through the proxy
     landed: list[str] = []
     lock = threading.Lock()
+    lands_now = LANDING_MOMENTS[moment]
 
-    def land_at_the_ends_listing(chunk: bytes) -> None:
-        # The step's end lists the output prefix (`prefix=out%2F`): the late file lands just before that request
-        # reaches the endpoint, so the watch's own look at the inputs (earlier) could not have seen it.
-        if not (b"list-type=2" in chunk and b"prefix=out%2F" in chunk and f"/{bucket}?".encode() in chunk):
+    def land(chunk: bytes) -> None:
+        # The late file lands just before that request reaches the endpoint, so the looks at the inputs before it
+        # could not have seen it.
+        if not lands_now(chunk, bucket):
             return
         with lock:
             if not landed:
                 direct.put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(ROWS, 4 * ROWS))
                 landed.append("in/part-late.parquet")
 
-    proxy.before_forwarding = land_at_the_ends_listing
+    proxy.before_forwarding = land
     run_id = f"manual__{uuid.uuid4().hex[:8]}"
     stack.client().trigger(name, {}, run_id=run_id)
     run = stack.wait_for_run(name, run_id, timeout=RUN_TIMEOUT)
-    assert landed == ["in/part-late.parquet"], "the step's end never listed its outputs"
+    assert landed == ["in/part-late.parquet"], f"the step's end never made the request {moment} names"
     assert run["state"] == "success", stack.tail()
     log = _task_log(stack, name, run_id, "watch_score", 1)
     assert "its last look before _SUCCESS found that 1 input(s) landed or changed after planning" in log, log[-3000:]
+    if moment == "at_the_success_marker":  # attempt 1's marker was written, and withdrawn at the look after it
+        assert "withdrew s3://" in log and "(attempt 1 wrote it)" in log, log[-3000:]
     by_attempt = {f.input_key.rsplit("/", 1)[1]: f.attempt for f in file_items(spec, run_id)}
     assert by_attempt == {**{f"part-{i:02d}.parquet": 1 for i in range(4)}, "part-late.parquet": 2}
     marker = json.loads(direct.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())

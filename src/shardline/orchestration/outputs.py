@@ -230,15 +230,27 @@ def _listed_outputs(s3, output_prefix: str) -> dict[str, dict]:
     return listed
 
 
-def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus, seen: StepOutputs | None = None) -> dict:
+def commit_outputs(
+    spec: PipelineSpec,
+    attempt: Attempt,
+    status: StepStatus,
+    seen: StepOutputs | None = None,
+    look: InputLook | None = None,
+) -> dict:
     """Write what downstream readers trust once a step has ended: the step-level manifest of every
     output (its input, attempt, rows, sha256, and S3 ETag and size), and the ``_SUCCESS`` marker when, and
     only when, the step SUCCEEDED (a PARTIAL step has failed files, so it writes none).
 
     The step's end has decided already (``orchestration/step/end.py: finish``): every SUCCEEDED file's object was
-    checked against the ledger, and the input prefix was looked at one last time, so what is committed here is
-    complete. ``seen``: the reading that check made (read again when not given). Idempotent: a retried watch
-    task writes the same manifest again. Returns the manifest.
+    checked against the ledger, and ``look`` found no late input, so what is committed here is complete.
+    ``seen``: the reading that check made (read again when not given). Idempotent: a retried watch task writes
+    the same manifest again. Returns the manifest.
+
+    The marker is the fence between the step and inputs still landing: the input prefix is listed once more
+    after it is written. An input that landed since ``look`` (between the step's last look and the marker) makes
+    this withdraw the marker and raise :class:`LateInputsFound`, so no file that was there before ``_SUCCESS``
+    is left unscored under it; a file landing after that listing landed after the marker, which the manifest
+    (every input it covers) tells apart.
     """
     seen = seen or read_outputs(spec, attempt)
     manifest = outputs_manifest(attempt, status, seen)
@@ -259,7 +271,31 @@ def commit_outputs(spec: PipelineSpec, attempt: Attempt, status: StepStatus, see
         )
     elif status is StepStatus.SUCCEEDED:
         _write_success_marker(s3, attempt, manifest, manifest_uri)
+        landed = landed_since(spec, attempt, look) if look is not None else {}
+        if landed:
+            withdraw_own_marker(spec, attempt)
+            # The manifest stays this run's, but no longer says the step ended: its next attempt writes it again.
+            manifest = {**manifest, "status": StepStatus.RUNNING.value, "landed_after_last_look": sorted(landed)}
+            put_metadata(s3, manifest_uri, json.dumps(manifest, indent=1).encode(), "application/json")
+            raise LateInputsFound(landed)
     return manifest
+
+
+def withdraw_own_marker(spec: PipelineSpec, attempt: Attempt) -> bool:
+    """Remove the ``_SUCCESS`` marker under the attempt's output prefix if this attempt wrote it (another run's or
+    attempt's stands). True when one was removed."""
+    marker = success_marker_of(spec, attempt.output_prefix)
+    if not marker or (marker.get("run_id"), marker.get("step"), marker.get("attempts")) != (
+        attempt.run_id,
+        attempt.step,
+        attempt.number,
+    ):
+        return False
+    marker_uri = naming.success_marker_key(attempt.output_prefix)
+    bucket, key = parse_s3_uri(marker_uri)
+    services.s3_client(spec).delete_object(Bucket=bucket, Key=key)
+    log.warning("step %s: withdrew %s (attempt %d wrote it)", attempt.step, marker_uri, attempt.number)
+    return True
 
 
 def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) -> dict:
@@ -346,37 +382,69 @@ def success_marker_of(spec: PipelineSpec, output_prefix: str) -> dict | None:
     return found if isinstance(found, dict) else {}
 
 
-def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
-    """Input files under the step's prefix that this step has not scored as they are now: each full s3:// URI and
-    its size. That is a file that landed after planning, and a file scored (SUCCEEDED) whose object was replaced
-    under its key since: its size differs from the bytes its instance read, or its ETag from the one the plan
-    of the attempt that scored it recorded. Its predictions would be of the old content."""
+@dataclasses.dataclass(frozen=True)
+class InputLook:
+    """One look at a step's input prefix as the step ends: each selected object's (size, ETag) by s3:// URI, and
+    those the step has not scored as they are now (``late``: each URI's size)."""
+
+    seen: dict[str, tuple[int, str]]
+    late: dict[str, int]
+
+
+def look_at_inputs(spec: PipelineSpec, attempt: Attempt) -> InputLook | None:
+    """Look at the step's input prefix (None for a step that reads an earlier step's outputs: they come from its
+    manifest, complete once it has ended). A file is late when it landed after planning, or was scored
+    (SUCCEEDED) but its object was replaced under its key since: its size differs from the bytes its instance
+    read, or its ETag from the one the plan of the attempt that scored it recorded. Its predictions would be of
+    the old content."""
     s = spec.step(attempt.step)
     if s.input.from_step:
-        return {}  # an earlier step's outputs are read from its manifest, complete once it has ended
-    objects, _refused = list_inputs_and_refusals(
-        services.s3_listing_client(spec), attempt.input_prefix, s.input.include, s.input.exclude
-    )
+        return None
+    seen = _list_selected_inputs(spec, attempt)
     records = read_step_files(spec, attempt.ref, file_attributes=[*FILE_ATTRIBUTES, "bytes_in"])
     files = {f.input_key: f for f in records.files}
     etags = planned_etags(spec, records.step) if records.step is not None else {}
     # A source whose rejected rows a part took again (resubmit --rejects) was mended in place: the version the
     # rows were picked from is the one scored.
     picked = {source: parts[-1].source_etag for source, parts in current_parts(records.files).items()}
-    bucket, _ = parse_s3_uri(attempt.input_prefix)
     late: dict[str, int] = {}
-    for o in objects:
-        uri = f"s3://{bucket}/{o.key}"
+    for uri, (size, etag_now) in seen.items():
         f = files.get(uri)
         if f is None:
-            late[uri] = o.size
-        elif uri in picked and picked[uri] and picked[uri] == o.etag:
+            late[uri] = size
+        elif uri in picked and picked[uri] and picked[uri] == etag_now:
             continue
         elif f.status == FileStatus.SUCCEEDED:
             etag = etags.get(f.attempt, {}).get(uri, "")
-            if (f.bytes_in is not None and f.bytes_in != o.size) or (etag and o.etag and etag != o.etag):
-                late[uri] = o.size
-    return late
+            if (f.bytes_in is not None and f.bytes_in != size) or (etag and etag_now and etag != etag_now):
+                late[uri] = size
+    return InputLook(seen, late)
+
+
+def late_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, int]:
+    """Input files under the step's prefix that this step has not scored as they are now (see
+    :func:`look_at_inputs`): each full s3:// URI and its size."""
+    look = look_at_inputs(spec, attempt)
+    return look.late if look else {}
+
+
+def landed_since(spec: PipelineSpec, attempt: Attempt, look: InputLook) -> dict[str, int]:
+    """Inputs that landed, or were replaced, under the step's prefix since ``look``: one more listing, no ledger
+    read (every file ``look`` saw was scored as it was then, or ``look`` would have found it late)."""
+    return {
+        uri: size
+        for uri, (size, etag) in _list_selected_inputs(spec, attempt).items()
+        if look.seen.get(uri) != (size, etag)
+    }
+
+
+def _list_selected_inputs(spec: PipelineSpec, attempt: Attempt) -> dict[str, tuple[int, str]]:
+    s = spec.step(attempt.step)
+    objects, _refused = list_inputs_and_refusals(
+        services.s3_listing_client(spec), attempt.input_prefix, s.input.include, s.input.exclude
+    )
+    bucket, _ = parse_s3_uri(attempt.input_prefix)
+    return {f"s3://{bucket}/{o.key}": (o.size, o.etag) for o in objects}
 
 
 def late_inputs_decision(

@@ -138,14 +138,18 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     if status is StepStatus.SUCCEEDED:
         # The last look at the input prefix, after the run report and just before the step is recorded as
         # ended: a file that landed (or was replaced) since the watch's look goes to a next attempt, never under
-        # a _SUCCESS that does not cover it.
-        late = outputs.late_inputs(spec, attempt)
-        if late:
-            raise outputs.LateInputsFound(late)
+        # a _SUCCESS that does not cover it. The marker is written before the step's end is recorded, and the
+        # prefix listed once more after it (commit_outputs): no window is left between this look and _SUCCESS.
+        look = outputs.look_at_inputs(spec, attempt)
+        if look is not None and look.late:
+            raise outputs.LateInputsFound(look.late)
+        outputs.commit_outputs(spec, attempt, status, seen, look)
     # A step that lost its prefix has nothing to resubmit: the run that holds it writes it now.
     reason = reason if checks.lost else outcome_message(attempt, status, reason)
     if not finish_step(model, attempt.ref, attempt.number, status, reason):
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
+        if status is StepStatus.SUCCEEDED:
+            outputs.withdraw_own_marker(spec, attempt)  # the newer attempt writes the prefix again
         now = read_step(model, attempt.ref, files=False).step
         if now is not None and now.status == StepStatus.CANCELLED.value and int(now.attempt or 0) == attempt.number:
             return StepStatus.CANCELLED
@@ -161,7 +165,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
             )
     if status is StepStatus.FAILED:
         set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED, run_outcome_message(attempt, reason))
-    if status in ENDED_WITH_OUTPUTS:
+    if status in ENDED_WITH_OUTPUTS and status is not StepStatus.SUCCEEDED:
         # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
         outputs.commit_outputs(spec, attempt, status, seen)
     return status
