@@ -25,12 +25,14 @@ from shardline.backends import JobNotFound
 from shardline.backends.local import LocalBackend
 from shardline.backends.sagemaker import SageMakerBackend
 from shardline.decision.policy import JobStatus
+from shardline.ledger.table import bind_ledger
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, manifest_body, write_manifest
 from shardline.planning.naming import run_folder
 from shardline.planning.request import build_processing_request
 from shardline.spec import parse_spec
 from tests.support.helpers import FEATURES_ARG, write_inference_script
+from tests.support.records import hold_run
 
 ROLE = "arn:aws:iam::123456789012:role/shardline"
 IMAGE = "shardline-worker:cpu"
@@ -88,6 +90,7 @@ def job(aws_env, ledger_table, xgboost_model, tmp_path):
             file_count=len(objects),
         )
         write_manifest(s3, attempt.manifest_uri, manifest_body(f"s3://{raw}/dt=2026-11-22/", [o.key for o in objects]))
+        hold_run(bind_ledger(ledger_table), "scoring", run_id, "score", attempt.output_prefix)
         return build_processing_request(spec, attempt, image_uri=IMAGE, role_arn=ROLE)
 
     build.buckets = {"raw": raw, "out": out, "models": models}

@@ -47,6 +47,15 @@ def s3(action: str, resource: str, **context) -> IamRequest:
     return IamRequest(action, resource, context)
 
 
+def get(pk: str, attributes: list[str], select: str = "SPECIFIC_ATTRIBUTES") -> IamRequest:
+    """A GetItem as the grant engine reads it (``dynamodb:Select``: SPECIFIC_ATTRIBUTES with a projection)."""
+    context = {"dynamodb:LeadingKeys": [pk], "dynamodb:Attributes": attributes, "dynamodb:Select": select}
+    return IamRequest("dynamodb:GetItem", TABLE, context)
+
+
+LOCK = "PARTITION#s3://data/scores/daily_churn/dt=2026-11-22/"
+
+
 def update(pk: str, attributes: list[str], **context) -> IamRequest:
     return IamRequest(
         "dynamodb:UpdateItem", TABLE, {"dynamodb:LeadingKeys": [pk], "dynamodb:Attributes": attributes, **context}
@@ -71,6 +80,8 @@ ALLOWED = {
         TABLE,
         {"dynamodb:LeadingKeys": ["RUN#daily_churn#run-1"], "dynamodb:Attributes": ["oat", "pk", "sk"]},
     ),
+    "its run's status, before an upload": get("RUN#daily_churn#run-1", ["ost", "pk", "sk"]),
+    "who holds its output prefix, before an upload": get(LOCK, ["opl", "ori", "osp", "ost", "pk", "sk"]),
 }
 REFUSED = {
     "another pipeline's outputs, read": s3(
@@ -111,6 +122,12 @@ REFUSED = {
         table_arn("us-east-1", "other"),
         {"dynamodb:LeadingKeys": ["RUN#daily_churn#r"], "dynamodb:Attributes": ["pk", "sk"]},
     ),
+    "a whole RUN item": get("RUN#daily_churn#run-1", ["pk", "sk"], select="ALL_ATTRIBUTES"),
+    "a step's plan, read": get("RUN#daily_churn#run-1", ["pj", "pk", "sk"]),
+    "another pipeline's run": get("RUN#weekly_ltv#run-1", ["ost", "pk", "sk"]),
+    "a whole partition lock": get(LOCK, ["pk", "sk"], select="ALL_ATTRIBUTES"),
+    "who holds another prefix": get("PARTITION#s3://data/scores/weekly_ltv/dt=2026-11-22/", ["ost", "pk", "sk"]),
+    "who holds another partition": get("PARTITION#s3://data/scores/daily_churn/dt=2026-11-21/", ["ost", "pk", "sk"]),
     "a partition lock": update("PARTITION#s3://data/scores/daily_churn/dt=2026-11-22/", ["pk", "sk", "st"]),
     "another service": IamRequest("sts:AssumeRole", "arn:aws:iam::123456789012:role/airflow"),
 }

@@ -48,6 +48,12 @@ def test_the_session_policy_narrows_s3_and_the_ledger_to_the_job_within_stss_lim
         IamRequest("s3:GetObject", f"arn:aws:s3:::{MODELS}/churn/v12/model.tar.gz"),
         IamRequest("s3:ListBucket", f"arn:aws:s3:::{DATA}", {"s3:prefix": "events/dt=2026-11-22/hour=10/"}),
         IamRequest("dynamodb:UpdateItem", ledger, {"dynamodb:LeadingKeys": ["RUN#daily_churn#run-1"]}),
+        IamRequest("dynamodb:GetItem", ledger, {"dynamodb:LeadingKeys": ["RUN#daily_churn#run-1"]}),
+        IamRequest(
+            "dynamodb:GetItem",
+            ledger,
+            {"dynamodb:LeadingKeys": [f"PARTITION#s3://{DATA}/scores/daily_churn/dt=2026-11-22/hour=10/"]},
+        ),
     ]
     refused_requests = [
         IamRequest("s3:PutObject", f"arn:aws:s3:::{DATA}/scores/daily_churn/dt=2026-11-21/hour=10/part-0.parquet"),
@@ -57,6 +63,11 @@ def test_the_session_policy_narrows_s3_and_the_ledger_to_the_job_within_stss_lim
         IamRequest("s3:DeleteObject", out + "part-0.parquet"),
         IamRequest("dynamodb:UpdateItem", ledger, {"dynamodb:LeadingKeys": ["RUN#weekly_ltv#run-1"]}),
         IamRequest("dynamodb:Scan", ledger),
+        IamRequest(
+            "dynamodb:GetItem",
+            ledger,
+            {"dynamodb:LeadingKeys": [f"PARTITION#s3://{DATA}/scores/daily_churn/dt=2026-11-21/hour=10/"]},
+        ),
     ]
     assert [r for r in allowed_requests if not allowed(statements, r)] == []
     assert [r for r in refused_requests if allowed(statements, r)] == []

@@ -23,6 +23,7 @@ from shardline.grant.policy import action_match, condition_holds, iam_match
 from shardline.grant.requests import dynamodb_requests as grant_requests
 from shardline.grant.template import as_list, resolve, statements, with_conditions
 from shardline.ledger.keys import StepRef
+from tests.support.records import hold_run
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = ROOT / "infra" / "cloudformation"
@@ -888,7 +889,7 @@ class LedgerSession:
 
 
 @pytest.fixture
-def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
+def ledger_session(template, ledger_table, record_ledger_calls) -> LedgerSession:
     from shardline.ledger.job_writes import FileOutcome, LedgerContext, StaleAttemptError, WorkerLedger
     from shardline.ledger.keys import RUN_SK, run_pk
     from shardline.ledger.states import FileStatus, ShardStatus, StepStatus
@@ -904,12 +905,23 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
     planned = list(calls)
     calls.clear()
 
+    values = example_values(template)
+    output_uri = f"s3://{values['DataBucket']}/{values['OutputPrefix']}p/dt=2026-11-22/"
+    hold_run(model, "p", "run-1", "score", output_uri)  # what the worker checks before each upload
+    calls.clear()
     ctx = LedgerContext(
-        table=ledger_table, pipeline="p", run_id="run-1", step="score", attempt=1, input_uri="s3://b/in/"
+        table=ledger_table,
+        pipeline="p",
+        run_id="run-1",
+        step="score",
+        attempt=1,
+        input_uri="s3://b/in/",
+        output_uri=output_uri,
     )
     worker = WorkerLedger(ctx, "algo-1")
     worker.heartbeat(ShardStatus.RUNNING, files_assigned=2, files_done=0, files_failed=0, rows_done=0)
     worker.claim_file("part-0.parquet")
+    worker.confirm_claim("part-0.parquet")  # before its upload: the file, the run and the prefix's holder
     worker.finish_file(
         "part-0.parquet",
         FileOutcome(
@@ -955,7 +967,7 @@ def ledger_session(ledger_table, record_ledger_calls) -> LedgerSession:
 def test_dynamodb_grants_match_what_the_ledger_code_calls(template, ledger_session):
     table_arn = example_values(template)["LedgerTable.Arn"]
     worker_needs = _iam_actions(ledger_session.worker)
-    assert worker_needs == {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}  # sanity of the recording
+    assert worker_needs == {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:GetItem"}  # sanity
     # Exactly what the worker uses, nothing more.
     assert _granted(template, SM, table_arn) == worker_needs
 

@@ -22,6 +22,7 @@ from tests.support.helpers import (
     run_worker,
     shard_sk_prefix,
 )
+from tests.support.records import hold_run
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +52,7 @@ def test_file_records_and_heartbeat(tmp_path, aws_env, ledger_table, xgboost_mod
     (inputs / "zz-corrupt.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket=BUCKET)
+    hold_run(bind_ledger(ledger_table), PIPELINE, RUN_ID, STEP, f"s3://{BUCKET}/out/")
     env = _ledger_env(
         aws_env,
         ledger_table,
@@ -188,6 +190,7 @@ def test_an_output_that_cannot_be_uploaded_fails_its_file_with_what_to_check(
     inputs, out = tmp_path / "in", tmp_path / "out"
     synthetic.make_dataset(inputs, files=2, rows=1000)
     env = _ledger_env(aws_env, ledger_table, 1, SHARDLINE_OUTPUT_URI="s3://no-such-bucket-here/out/")
+    hold_run(bind_ledger(ledger_table), PIPELINE, RUN_ID, STEP, "s3://no-such-bucket-here/out/")
     result = run_worker(inputs, out, xgboost_model.parent, "--passthrough", "id", env=env)
     assert result.returncode == EXIT_FILES_FAILED, describe(result)
     model = bind_ledger(ledger_table, "us-east-1", aws_env["AWS_ENDPOINT_URL"])

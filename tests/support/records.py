@@ -1,11 +1,15 @@
-"""The ledger's records as the tests write them: an instance heard from some seconds before a poll."""
+"""The ledger's records as the tests write them: an instance heard from some seconds before a poll, and a run held
+as planning holds it."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+from shardline.ledger.keys import StepRef
+from shardline.ledger.partitions import take
 from shardline.ledger.records import ShardRecord
-from shardline.ledger.states import SETUP_ERROR, ShardStatus
+from shardline.ledger.states import SETUP_ERROR, ShardStatus, StepStatus
+from shardline.ledger.step_writes import set_run_status
 
 POLL_AT = 1_800_000_000.0  # when the tests' snapshots are taken (epoch seconds)
 
@@ -35,3 +39,13 @@ def heard(
         error_class=SETUP_ERROR if setup_error else None,
         error_message=setup_error,
     )
+
+
+def hold_run(model, pipeline: str, run_id: str, step: str, output_uri: str = "") -> None:
+    """What planning writes before any job of a run starts, written with the ledger's own calls: the run RUNNING,
+    and ``step`` holding ``output_uri`` (the worker asks for both before each upload). For tests that start a
+    worker themselves, without a plan task."""
+    set_run_status(model, pipeline, run_id, StepStatus.RUNNING)
+    if output_uri:
+        until = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        take(model, output_uri, StepRef(pipeline, run_id, step), until)

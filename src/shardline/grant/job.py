@@ -5,7 +5,8 @@ local job's prefixes are its spec's own, in any bucket. So for S3 every ARN is r
 (``arn:aws:s3:::<namespace>/<bucket>/<key>``; a listing's ``s3:prefix`` is ``<bucket>/<prefix>``), and the
 template's prefix parameters are the job's: ``InputPrefix`` its input, ``ModelPrefix`` its model, and
 ``OutputPrefix`` + ``Pipeline`` its output prefix exactly (so "its pipeline's outputs" becomes "its own output
-prefix"). For DynamoDB ``Pipeline`` is the pipeline's name and the table is the ledger's. Nothing else is
+prefix"). For DynamoDB ``Pipeline`` is the pipeline's name and the table is the ledger's, but a statement about an
+output prefix's lock item (``PARTITION#s3://...``) is read as the S3 ones are. Nothing else is
 written twice: what a job may do is what the template says, evaluated as IAM does (``policy``).
 """
 
@@ -16,8 +17,10 @@ import dataclasses
 from shardline.grant.policy import IamRequest, allowed
 from shardline.grant.requests import LOCAL_ACCOUNT, table_arn
 from shardline.grant.template import JOB_ROLE, resolved_statements, shipped, with_conditions
+from shardline.ledger.keys import partition_lock_pk
 
 S3_NAMESPACE = "shardline-local"  # the one bucket every local S3 ARN is read in (see the module's docstring)
+LOCK_KEY_PREFIX = partition_lock_pk("")  # an output prefix's lock item: PARTITION#s3://bucket/key/
 
 
 def _s3_path(uri: str) -> str:
@@ -116,11 +119,13 @@ class JobGrant:
             # that folder as the job's "output" (its manifests, and no _SUCCESS, report or input manifest there).
             values = _template_values(template, scope, for_s3=True, output_uri=scope.manifest_uri)
             s3 += resolved_statements(template, JOB_ROLE, values)
-        return cls(
-            scope,
-            tuple(s3),
-            tuple(resolved_statements(template, JOB_ROLE, _template_values(template, scope, for_s3=False))),
-        )
+        by_pipeline = resolved_statements(template, JOB_ROLE, _template_values(template, scope, for_s3=False))
+        # A statement about output prefixes' lock items names the prefix as the S3 statements do: it is read with
+        # the job's own output prefix, in the namespace, as they are.
+        by_output = resolved_statements(template, JOB_ROLE, _template_values(template, scope, for_s3=True))
+        ledger = [s for s in by_pipeline if not _about_prefix_locks(s)]
+        ledger += [s for s in by_output if _about_prefix_locks(s)]
+        return cls(scope, tuple(s3), tuple(ledger))
 
     @property
     def buckets(self) -> frozenset[str]:
@@ -132,8 +137,30 @@ class JobGrant:
         if request.action.lower().startswith("s3:"):
             return allowed(list(self.s3_statements), _in_namespace(request, self.buckets))
         if request.action.lower().startswith("dynamodb:"):
-            return allowed(list(self.dynamodb_statements), request)
+            return allowed(list(self.dynamodb_statements), _lock_keys_in_namespace(request))
         return False  # a job reaches S3 and the ledger only
+
+
+def _about_prefix_locks(statement: dict) -> bool:
+    """Whether a DynamoDB statement is about output prefixes' lock items (its leading keys are theirs)."""
+    conditions = statement.get("Condition", {}).values()
+    keys = [k for c in conditions if isinstance(c, dict) for k in _as_list(c.get("dynamodb:LeadingKeys", []))]
+    return any(str(k).startswith(LOCK_KEY_PREFIX) for k in keys)
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _lock_keys_in_namespace(request: IamRequest) -> IamRequest:
+    """A DynamoDB request whose leading key is an output prefix's lock item, with the prefix read in the local
+    namespace (``PARTITION#s3://<namespace>/<bucket>/<key>``), as an S3 request's ARN is."""
+    keys = request.context.get("dynamodb:LeadingKeys") or []
+    if not any(str(k).startswith(LOCK_KEY_PREFIX) for k in keys):
+        return request
+    scheme = LOCK_KEY_PREFIX + "s3://"
+    read = [f"{scheme}{S3_NAMESPACE}/{str(k)[len(scheme) :]}" if str(k).startswith(scheme) else str(k) for k in keys]
+    return dataclasses.replace(request, context={**request.context, "dynamodb:LeadingKeys": read})
 
 
 def _in_namespace(request: IamRequest, buckets: frozenset[str]) -> IamRequest:

@@ -257,6 +257,7 @@ EXPRESSION_WORDS = {
     "if_not_exists",
     "list_append",
 }
+READS = ("GetItem", "Query", "Scan")  # a read with no Select asks for a projection, or for every attribute
 _EXPRESSIONS = ("UpdateExpression", "ConditionExpression", "ProjectionExpression", "FilterExpression")
 
 
@@ -265,7 +266,7 @@ def table_arn(region: str, table: str, index: str | None = None) -> str:
     return f"{arn}/index/{index}" if index else arn
 
 
-def dynamodb_context(body: dict) -> dict:
+def dynamodb_context(body: dict, read: bool = False) -> dict:
     """dynamodb:LeadingKeys, :Attributes (every top-level attribute the request names: keys, items,
     expressions), :ReturnValues and :Select of one request. A name written bare in an expression would escape
     ExpressionAttributeNames, and so this context: such a request is unreadable."""
@@ -289,6 +290,11 @@ def dynamodb_context(body: dict) -> dict:
     for parameter in ("ReturnValues", "Select"):
         if parameter in body:
             context[f"dynamodb:{parameter}"] = str(body[parameter])
+    if read and "Select" not in body:
+        # As IAM reads a read with no Select: a projection asks for SPECIFIC_ATTRIBUTES; none, for the whole item.
+        projected = body.get("ProjectionExpression") or body.get("AttributesToGet")
+        whole = "ALL_PROJECTED_ATTRIBUTES" if body.get("IndexName") else "ALL_ATTRIBUTES"
+        context["dynamodb:Select"] = "SPECIFIC_ATTRIBUTES" if projected else whole
     if str(body.get("ReturnValuesOnConditionCheckFailure", "NONE")).upper() != "NONE":
         # IAM has no condition key for it, and it returns the whole item: the worker never asks for it.
         raise Unreadable("ReturnValuesOnConditionCheckFailure asks for the whole item back")
@@ -320,7 +326,7 @@ def dynamodb_requests(operation: str, body: dict, region: str) -> list[IamReques
         if not gets or not all(isinstance(g, dict) for g in gets):
             raise Unreadable("a TransactGetItems entry is not one Get")
         return [
-            IamRequest("dynamodb:GetItem", table_arn(region, str(g.get("TableName", ""))), dynamodb_context(g))
+            IamRequest("dynamodb:GetItem", table_arn(region, str(g.get("TableName", ""))), dynamodb_context(g, True))
             for g in gets
         ]
     if operation in ("BatchGetItem", "BatchWriteItem"):
@@ -333,7 +339,9 @@ def dynamodb_requests(operation: str, body: dict, region: str) -> list[IamReques
         return [IamRequest(f"dynamodb:{operation}", "*")]  # ListTables and the like
     return [
         IamRequest(
-            f"dynamodb:{operation}", table_arn(region, str(table), body.get("IndexName")), dynamodb_context(body)
+            f"dynamodb:{operation}",
+            table_arn(region, str(table), body.get("IndexName")),
+            dynamodb_context(body, read=operation in READS),
         )
     ]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 from shardline.errors import ShardlineError
-from shardline.grant.job import S3_NAMESPACE, JobGrant
+from shardline.grant.job import LOCK_KEY_PREFIX, S3_NAMESPACE, JobGrant
 
 SESSION_POLICY_LIMIT = 2048  # STS refuses a longer session policy
 ROLE_SESSION_SECONDS = 3600  # an IAM role's default longest session
@@ -55,18 +55,7 @@ def session_policy(grant: JobGrant) -> str:
     for statement in grant.s3_statements:
         if statement["Effect"] == "Allow" and all(a.lower().startswith("s3:") for a in _actions(statement)):
             statements += _real_s3({k: v for k, v in statement.items() if k != "Sid"})
-    for statement in grant.dynamodb_statements:
-        if statement["Effect"] == "Allow" and all(a.lower().startswith("dynamodb:") for a in _actions(statement)):
-            table = statement["Resource"].split(":table/", 1)[1]
-            leading = statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
-            narrowed = {
-                "Effect": "Allow",
-                "Action": statement["Action"],
-                "Resource": f"arn:aws:dynamodb:{grant.scope.region}:*:table/{table}",
-            }
-            if leading:
-                narrowed["Condition"] = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": leading}}
-            statements.append(narrowed)
+    statements += _ledger_statements(grant)
     text = json.dumps({"Version": "2012-10-17", "Statement": _merged(statements)}, separators=(",", ":"))
     if len(text) > SESSION_POLICY_LIMIT:
         raise JobCredentialsError(
@@ -74,6 +63,41 @@ def session_policy(grant: JobGrant) -> str:
             "are too long to narrow the job role to them (shorten input.prefix, output.prefix or model.uri)"
         )
     return text
+
+
+def _ledger_statements(grant: JobGrant) -> list[dict]:
+    """The job's DynamoDB grants as one statement per table: every action, on the union of their leading keys (the
+    role's own statements still say which action may touch which keys and attributes, so this only narrows), with
+    an output prefix's lock key on its real bucket."""
+    by_table: dict[str, tuple[list[str], list[str]]] = {}
+    whole: list[dict] = []  # a grant with no leading key condition stays as it is
+    for statement in grant.dynamodb_statements:
+        if statement["Effect"] != "Allow" or not all(a.lower().startswith("dynamodb:") for a in _actions(statement)):
+            continue
+        table = statement["Resource"].split(":table/", 1)[1]
+        resource = f"arn:aws:dynamodb:{grant.scope.region}:*:table/{table}"
+        leading = statement.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        if not leading:
+            whole.append({"Effect": "Allow", "Action": statement["Action"], "Resource": resource})
+            continue
+        actions, keys = by_table.setdefault(resource, ([], []))
+        actions += [a for a in _actions(statement) if a not in actions]
+        keys += [k for k in map(_real_lock_key, [leading] if isinstance(leading, str) else leading) if k not in keys]
+    return whole + [
+        {
+            "Effect": "Allow",
+            "Action": actions[0] if len(actions) == 1 else actions,
+            "Resource": resource,
+            "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": keys}},
+        }
+        for resource, (actions, keys) in by_table.items()
+    ]
+
+
+def _real_lock_key(key: str) -> str:
+    """A lock item's leading key read in the local namespace, on AWS's own bucket."""
+    namespaced = f"{LOCK_KEY_PREFIX}s3://{S3_NAMESPACE}/"
+    return f"{LOCK_KEY_PREFIX}s3://{key[len(namespaced) :]}" if key.startswith(namespaced) else key
 
 
 def _merged(statements: list[dict]) -> list[dict]:

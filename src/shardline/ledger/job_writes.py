@@ -13,12 +13,22 @@ import datetime as dt
 import logging
 
 from pynamodb.connection import Connection
-from pynamodb.exceptions import PynamoDBException, TransactWriteError, UpdateError
+from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from shardline.ledger.context import LedgerContext, StaleAttemptError
-from shardline.ledger.keys import failures_pk, file_sk, run_pk, shard_sk, step_sk
-from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus
+from shardline.ledger.keys import (
+    PARTITION_LOCK_SK,
+    RUN_SK,
+    failures_pk,
+    file_sk,
+    partition_lock_pk,
+    run_pk,
+    shard_sk,
+    step_sk,
+)
+from shardline.ledger.partitions import HELD
+from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus, StepStatus
 from shardline.ledger.table import CLIENT_SETTINGS, MAX_ERROR_CHARS, bind_ledger, endpoint_from_env, region_from_env
 
 log = logging.getLogger(__name__)
@@ -106,6 +116,37 @@ class WorkerLedger:
         # The expiry too: should the claim queued behind this check never land, the item still expires.
         actions = [m.host.set(self.host), m.expires_at.set(m.expiry())]
         self._update(item, actions, condition, what=f"upload of {input_key}'s output")
+        self.confirm_run_holds(f"upload of {input_key}'s output")
+
+    def confirm_run_holds(self, what: str = "upload") -> None:
+        """Raise :class:`StaleAttemptError` unless this instance's run is RUNNING and holds its output prefix:
+        asked with :meth:`confirm_claim` before each upload, so a run that ended (its failure callback, a cancel)
+        or lost its prefix puts nothing more there, even while its job is being stopped. Two consistent reads of a
+        few attributes (the job's grant allows no more): plain reads never conflict with the orchestrator's writes
+        to those items, as a transaction over them would. A missing item is a refusal too: absence is no grant."""
+        ctx, control = self.context, self.model.Control
+        run = self._read(control, self.pk, RUN_SK, [control.status])
+        if run is None or run.status != StepStatus.RUNNING.value:
+            state = "has no RUN item in the ledger" if run is None else f"is {run.status}"
+            raise StaleAttemptError(f"{what} refused: run {ctx.run_id} {state}, so this job writes nothing more")
+        if not ctx.output_uri:
+            return
+        held = [control.status, control.pipeline, control.run_id, control.step]
+        lock = self._read(control, partition_lock_pk(ctx.output_uri), PARTITION_LOCK_SK, held)
+        holder = (lock.pipeline, lock.run_id, lock.step) if lock is not None else None
+        if lock is None or lock.status != HELD or holder != (ctx.pipeline, ctx.run_id, ctx.step):
+            now = "nobody" if lock is None or lock.status != HELD else f"run {lock.pipeline}/{lock.run_id}"
+            raise StaleAttemptError(
+                f"{what} refused: run {ctx.run_id} (step {ctx.step}) no longer holds {ctx.output_uri} ({now} holds "
+                "it), so this job writes nothing more there"
+            )
+
+    @staticmethod
+    def _read(control, pk: str, sk: str, attributes: list):
+        try:
+            return control.get(pk, sk, consistent_read=True, attributes_to_get=[a.attr_name for a in attributes])
+        except DoesNotExist:
+            return None
 
     def finish_file(self, relative_path: str, outcome: FileOutcome) -> None:
         """Record a file's terminal status, if this attempt still owns it.
