@@ -256,3 +256,32 @@ def test_a_resubmission_that_lands_before_the_failure_callback_stands(own_moto, 
     done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, second), second))
     assert done.action is Action.ADVANCE, done
     assert sorted(output_ids(bucket)) == list(range(rows))
+
+
+def test_a_resubmission_after_the_failure_callback_takes_the_run_up_again_and_ends_green(
+    own_moto, local_root, tmp_path, monkeypatch
+):
+    """The CLI's resubmit, slower than the page: the callback has marked the run FAILED and released its prefix; the
+    resubmission takes the run up again (RUNNING, its prefix held again) and the run ends green, every row once."""
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    gate = tmp_path / "gate"
+    _, spec, bucket, rows = stage(tmp_path, own_moto.url, gated_model(tmp_path / "model", gate), rows_per_file=200)
+    first = plan_and_submit(spec, bucket, "run-c")
+    wait_until_a_file_is_claimed(spec, first, "run-c")
+    step_jobs.stop_and_wait(spec, first)
+    step_end.finish(spec, first, Action.FAIL, "job Stopped")
+    assert (
+        step_end.end_failed_life(spec, "run-c", 0, "DAG run failed")
+        == "run run-c failed; its output prefixes are released"
+    )
+    keys = [f.input_key for f in read_step_files(spec, first.ref).files if f.status != FileStatus.SUCCEEDED]
+
+    second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True)
+    with pytest.raises(PartitionHeld):  # held again: another run of the partition waits for it
+        plan_run(spec, bucket, "run-d")
+    gate.touch()
+    assert wait_for(lambda: job_ended(spec, second), timeout=JOB_END_SECONDS)
+    done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, second), second))
+    assert done.action is Action.ADVANCE, done
+    assert sorted(output_ids(bucket)) == list(range(rows))
+    assert step_end.confirm_ended(spec, second.ref, {**done.summary, "outcome": done.action.value}) is None
