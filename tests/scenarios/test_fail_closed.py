@@ -285,3 +285,28 @@ def test_a_resubmission_after_the_failure_callback_takes_the_run_up_again_and_en
     assert done.action is Action.ADVANCE, done
     assert sorted(output_ids(bucket)) == list(range(rows))
     assert step_end.confirm_ended(spec, second.ref, {**done.summary, "outcome": done.action.value}) is None
+
+
+def test_a_deleted_dag_runs_job_is_stopped_and_its_hold_is_free_once_that_job_has_ended(
+    own_moto, local_root, tmp_path, monkeypatch
+):
+    """A DAG run deleted while its job runs: nobody watches that job, so the next run of the partition ends the run
+    in the ledger and stops the job, and plans once the backend says it ended (it used to wait for the job to run to
+    its end, or for the hold's lease)."""
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    gate = tmp_path / "gate"
+    _, spec, bucket, rows = stage(tmp_path, own_moto.url, gated_model(tmp_path / "model", gate), rows_per_file=200)
+    gone = plan_and_submit(spec, bucket, "run-deleted")
+    wait_until_a_file_is_claimed(spec, gone, "run-deleted")
+    with pytest.raises(PartitionHeld) as held:
+        plan_run(spec, bucket, "run-next")
+
+    done = step_end.end_run_gone_from_airflow(spec, held.value.holder)
+    assert done.endswith(f"is ended; stopping its job(s) {gone.job_name}"), done
+    assert wait_for(lambda: job_ended(spec, gone), timeout=JOB_END_SECONDS)
+    gate.touch()
+    nxt = step_jobs.submit(spec, plan_run(spec, bucket, "run-next"))
+    assert wait_for(lambda: job_ended(spec, nxt), timeout=JOB_END_SECONDS)
+    done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, nxt), nxt))
+    assert done.action is Action.ADVANCE, done
+    assert sorted(output_ids(bucket)) == list(range(rows))

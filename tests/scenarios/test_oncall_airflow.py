@@ -694,8 +694,8 @@ def test_fleet_sync_keeps_a_pool_per_quota_that_counts_deferred_tasks(airflow_st
 
 def test_a_hold_left_by_a_deleted_dag_run_is_ended_at_once_not_waited_out(airflow_stack, staged):
     """A DAG run deleted while it held its partition (a killed `dag.test()` started again deletes it) never ends its
-    hold itself: the next run of the partition asks Airflow, finds the run gone and no job of it running, ends it in
-    the ledger and plans at once. It used to wait for the hold's lease: six hours."""
+    hold itself: the next run of the partition asks Airflow, finds the run gone, ends it in the ledger (stopping any
+    job of it) and plans at once. It used to wait for the hold's lease: six hours."""
     from shardline.ledger.keys import RUN_SK, StepRef, run_pk
     from shardline.ledger.partitions import read_holder, take
     from shardline.ledger.records import RunRecord

@@ -241,12 +241,12 @@ def release_run(spec: PipelineSpec, pipeline: str, run_id: str) -> None:
 
 
 def end_run_gone_from_airflow(spec: PipelineSpec, holder: PartitionHolder) -> str:
-    """The run that holds a prefix is gone from Airflow (its DAG run deleted) and no job of it runs: end it in the
-    ledger (FAILED, saying why), so its hold is free for the run that waits; says what it did."""
+    """The run that holds a prefix is gone from Airflow (its DAG run deleted): end it in the ledger (FAILED, saying
+    why), so its hold is free for the run that waits once no job of it runs; says what it did."""
     model = services.ledger_model(spec)
-    why = f"its DAG run no longer exists in Airflow (deleted), and no job of it runs: {holder} is ended"
+    why = f"its DAG run no longer exists in Airflow (deleted): {holder} is ended"
     if set_run_status(model, holder.pipeline, holder.run_id, StepStatus.FAILED, why, only_if_running=True):
-        return why + "; its output prefix is free"
+        return why
     return f"{holder} had ended already"
 
 

@@ -270,9 +270,11 @@ class PlanStepOperator(SpecMixin, BaseOperator):
 
     def _plan_or_retake(self, context, plan, input_prefix: str, version: str, step):
         """Plan attempt 1; when the run that holds the output prefix no longer exists in Airflow (its DAG run was
-        deleted: a `dag.test()` killed and started again deletes it) and no job of it runs, end that run in the
-        ledger and plan at once, instead of waiting hours for its lease."""
-        from shardline.orchestration.partitions import PartitionHeld, end_run_gone_from_airflow
+        deleted: a `dag.test()` killed and started again deletes it), end that run in the ledger and stop its jobs,
+        and plan at once (or, while its job is stopping, wait for that job's end), instead of waiting hours for its
+        lease."""
+        from shardline.orchestration.partitions import PartitionHeld
+        from shardline.orchestration.step.end import end_run_gone_from_airflow
 
         def planned():
             return plan(
@@ -299,9 +301,10 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             return planned()
 
     def _holder_gone(self, context, held) -> bool:
-        """Whether the run holding the prefix is a run of this DAG that Airflow no longer has, with no job running."""
+        """Whether the run holding the prefix (or the run whose job still writes it) is a run of this DAG that Airflow
+        no longer has."""
         holder = held.holder
-        if held.running_job or holder.pipeline != self.spec.pipeline or holder.run_id == context["run_id"]:
+        if holder.pipeline != self.spec.pipeline or holder.run_id == context["run_id"]:
             return False
         try:
             return context["ti"].get_dr_count(dag_id=self.spec.pipeline, run_ids=[holder.run_id]) == 0

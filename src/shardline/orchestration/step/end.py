@@ -295,9 +295,12 @@ def end_failed_life(
     when the run was taken up again since (an on-call resubmission or rerun, however close to the failure): the
     ledger's compare-and-set on the run's lives decides, not clocks. Returns what was done, in words."""
     model = services.ledger_model(spec)
+    # The jobs are read before the life is ended: a resubmission that takes the run up right after starts a job of a
+    # newer attempt, which this callback must not stop (it stops only the jobs of the life that failed).
+    jobs_of_the_life = _jobs_of(spec, run_id)
     if not end_life(model, spec.pipeline, run_id, life, message):
         return f"run {run_id} was taken up again since its life {life} failed (or ended otherwise): left as it is"
-    running = [name for name in _jobs_of(spec, run_id) if jobs.stop_job(spec, name) or jobs.is_running(spec, name)]
+    running = [name for name in jobs_of_the_life if jobs.stop_job(spec, name) or jobs.is_running(spec, name)]
     if running:
         left = wait_for(
             lambda: [n for n in running if jobs.is_running(spec, n)], lambda n: not n, timeout=stop_wait, interval=2.0
@@ -308,6 +311,15 @@ def end_failed_life(
     partitions.release_ended_life(spec, spec.pipeline, run_id, life)
     stopped = f", after stopping {', '.join(running)}" if running else ""
     return f"run {run_id} failed; its output prefixes are released{stopped}"
+
+
+def end_run_gone_from_airflow(spec: PipelineSpec, holder) -> str:
+    """The run that holds a prefix is gone from Airflow (its DAG run deleted): end it in the ledger (FAILED, saying
+    why: its instances then upload nothing more) and stop its jobs that still run, since nobody watches them. Its
+    hold is free once the backend says they ended. Says what it did."""
+    done = partitions.end_run_gone_from_airflow(spec, holder)
+    stopped = [name for name in _jobs_of(spec, holder.run_id) if jobs.stop_job(spec, name)]
+    return done + (f"; stopping its job(s) {', '.join(stopped)}" if stopped else "")
 
 
 def _jobs_of(spec: PipelineSpec, run_id: str) -> list[str]:
