@@ -155,7 +155,7 @@ def drive(spec, attempt) -> list[dict]:
         if decision.action is Action.RESUBMIT:
             keys = list(decision.retry_files)
             at = dt.datetime.now(dt.UTC)
-            attempt = step_jobs.resubmit(spec, attempt, keys)
+            attempt = step_jobs.resubmit(spec, attempt, keys, beside=decision.beside)
             resubmitted.append({"attempt": attempt.number, "at": at, "files": keys})
         elif decision.action is Action.ADVANCE:
             status = step_end.finish(spec, attempt, Action.ADVANCE, decision.reason)

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from shardline.backends import LostInstance
 from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot, backoff, decide, needs_files, tolerated
 from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus
@@ -281,3 +282,52 @@ def test_a_step_whose_ledger_record_is_gone_fails_whatever_files_it_still_sees(j
         assert not needs_files(lost, POLICY)
         decision = decide(lost, POLICY)
         assert (decision.action, decision.reason, decision.stop_job) == (Action.FAIL, gone, not job.is_terminal)
+
+
+# -- an instance the backend saw die while its job goes on ----------------------------------------------------------
+
+
+def _lost(host: str, *indexes: int, attempt: int = 1):
+    inputs = tuple(f"s3://b/in/{i:03d}.parquet" for i in indexes)
+    return (attempt, LostInstance(host, "exited with code -9", inputs))
+
+
+def test_a_dead_instances_unfinished_files_start_as_the_next_attempt_at_once_beside_the_running_job():
+    # algo-2 was given files 1, 3 and 5: 1 it finished, 3 and 5 are unfinished. The others' files (0, 2, 4) run on.
+    fs = files(R, S, R, R, P, P)
+    snapshot = dataclasses.replace(
+        snap(JobStatus.IN_PROGRESS, fs, shards=[heard("algo-1", 1)]), lost_instances=(_lost("algo-2", 1, 3, 5),)
+    )
+    assert needs_files(dataclasses.replace(snapshot, files=None), POLICY)
+    d = decide(snapshot, POLICY)
+    assert (d.action, d.beside, d.stop_job) == (Action.RESUBMIT, True, False)
+    assert d.retry_files == ("s3://b/in/003.parquet", "s3://b/in/005.parquet")
+    assert "algo-2 died (exited with code -9) while the job went on" in d.reason and "attempt 2" in d.reason
+
+
+def test_a_dead_instances_files_a_newer_attempt_took_are_not_taken_again():
+    fs = (*files(R, S), FileRecord("s3://b/in/003.parquet", P, 2))  # 003 went to attempt 2 already
+    snapshot = dataclasses.replace(
+        snap(JobStatus.IN_PROGRESS, fs, attempt=2, shards=[heard("algo-1", 1, attempt=2)]),
+        lost_instances=(_lost("algo-2", 1, 3, attempt=1),),
+        earlier_job_running="sl-job-a1",
+    )
+    assert decide(snapshot, POLICY).action is Action.WAIT
+
+
+def test_with_no_attempt_left_a_dead_instances_files_wait_for_the_job_to_end():
+    fs = files(R, R, attempt=3)
+    snapshot = dataclasses.replace(
+        snap(JobStatus.IN_PROGRESS, fs, attempt=3, shards=[heard("algo-1", 1, attempt=3)]),
+        lost_instances=(_lost("algo-2", 1, attempt=3),),
+    )
+    assert decide(snapshot, POLICY).action is Action.WAIT  # its end fails them, as any unfinished file
+
+
+def test_an_ended_attempt_waits_while_an_earlier_attempts_job_still_scores_its_own_files():
+    fs = (FileRecord("s3://b/in/000.parquet", R, 1), FileRecord("s3://b/in/001.parquet", S, 2))
+    snapshot = dataclasses.replace(snap(JobStatus.COMPLETED, fs, attempt=2), earlier_job_running="sl-job-a1")
+    d = decide(snapshot, POLICY)
+    assert d.action is Action.WAIT and "sl-job-a1 of an earlier attempt still scores its own files" in d.reason
+    ended = dataclasses.replace(snapshot, earlier_job_running=None)
+    assert decide(ended, POLICY).action is Action.RESUBMIT  # then its unfinished file goes again, as any

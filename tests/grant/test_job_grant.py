@@ -78,7 +78,7 @@ ALLOWED = {
     "the STEP item's attempt, checked": IamRequest(
         "dynamodb:ConditionCheckItem",
         TABLE,
-        {"dynamodb:LeadingKeys": ["RUN#daily_churn#run-1"], "dynamodb:Attributes": ["oat", "pk", "sk"]},
+        {"dynamodb:LeadingKeys": ["RUN#daily_churn#run-1"], "dynamodb:Attributes": ["oat", "olv", "pk", "sk"]},
     ),
     "its run's status, before an upload": get("RUN#daily_churn#run-1", ["ost", "pk", "sk"]),
     "who holds its output prefix, before an upload": get(LOCK, ["opl", "ori", "osp", "ost", "pk", "sk"]),

@@ -1040,7 +1040,7 @@ def test_worker_may_update_exactly_the_attributes_the_worker_code_writes(templat
     )
     assert LedgerItem._ttl_attribute().attr_name in updated  # every worker write sets the expiry
     assert _worker_code_attributes() <= granted, sorted(_worker_code_attributes() - granted)
-    assert _granted_attributes(template, "dynamodb:ConditionCheckItem") == checked == {"pk", "sk", "oat"}
+    assert _granted_attributes(template, "dynamodb:ConditionCheckItem") == checked == {"pk", "sk", "oat", "olv"}
     # What the orchestrator alone owns (every RUN and STEP attribute but the keys) is never the worker's to write.
     from shardline.ledger.table import ControlItem
 

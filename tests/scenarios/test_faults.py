@@ -124,6 +124,15 @@ def stalling_model(directory: Path, files_before_stalling: int) -> Path:
     )
 
 
+def stalling_until(directory: Path, files_before_stalling: int, gate: Path) -> Path:
+    """:func:`stalling_model` whose workers go on once the file ``gate`` exists."""
+    return summing_model(
+        directory,
+        f"globals().setdefault('DONE', [0])[0] += 1\n"
+        f"    while DONE[0] > {files_before_stalling} and not os.path.exists({str(gate)!r}): time.sleep(0.05)",
+    )
+
+
 def gated_model(directory: Path, gate: Path) -> Path:
     """Predicts nothing until the file ``gate`` exists: the test decides when the job's first file can
     finish, so it can cut the endpoint off first without racing the job."""
@@ -499,15 +508,18 @@ def test_a_lost_instance_costs_only_its_unfinished_files_and_no_row_is_lost_or_d
     own_moto: MotoServer, local_root, tmp_path, monkeypatch
 ):
     """Each output goes to S3 before its file is recorded SUCCEEDED, so an instance lost mid-job (SIGKILL, as a
-    lost machine) keeps every file it finished: the next attempt takes exactly the unfinished ones, and the run's
-    rows come out once each. (With SageMaker's EndOfJob upload every file the job had finished went again.)"""
+    lost machine) keeps every file it finished: the next attempt takes exactly the lost instance's unfinished ones,
+    at once, while the job's other instance goes on with its own, and the run's rows come out once each. (With
+    SageMaker's EndOfJob upload every file the job had finished went again; until the backend said an instance
+    died, the whole job was stopped once its heartbeat went stale, and the other instance's files went again.)"""
     import psutil
 
     point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    gate = tmp_path / "gate"
     _, spec, bucket, total = stage(
         tmp_path,
         own_moto.url,
-        stalling_model(tmp_path / "model", 2),
+        stalling_until(tmp_path / "model", 2, gate),
         rows_per_file=500,
         heartbeat_timeout_seconds=30,
         input={"features": ["f0", "f1"]},
@@ -543,10 +555,15 @@ def test_a_lost_instance_costs_only_its_unfinished_files_and_no_row_is_lost_or_d
     while (decision := watch.decide_now(spec, attempt)).action is Action.WAIT:
         assert time.monotonic() < deadline, f"the watch task never gave up on the lost instance: {decision.reason}"
         time.sleep(POLL_SECONDS)
-    assert decision.action is Action.RESUBMIT, decision
+    assert decision.action is Action.RESUBMIT and decision.beside, decision
     planned = {f.input_key for f in files}
-    assert set(decision.retry_files) == planned - finished, decision  # exactly the unfinished files
-    nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files))
+    backend = services.backend_for(spec)
+    (seen,) = backend.describe(attempt.job_name).lost_instances  # what the backend says it dealt the dead one
+    assert seen.host == "algo-2" and "exited with code -9" in seen.reason, seen
+    assert set(decision.retry_files) == set(seen.inputs) - finished, decision  # its unfinished files, exactly
+    nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), beside=decision.beside)
+    assert not backend.describe(attempt.job_name).status.is_terminal  # the other instance goes on with its own
+    gate.touch()
     try:
         _, history = drive_to_the_end(spec, nxt)
     except BaseException:
@@ -554,7 +571,8 @@ def test_a_lost_instance_costs_only_its_unfinished_files_and_no_row_is_lost_or_d
         raise
     print("\n".join(history))
     assert step_end.finish(spec, nxt, Action.ADVANCE, "all files succeeded").value == "SUCCEEDED"
-    kept = {f.input_key: f.attempt for f in file_items(spec, run_id) if f.input_key in finished}
-    assert set(kept.values()) == {1}, kept  # never scored again
+    by_attempt = {f.input_key: f.attempt for f in file_items(spec, run_id)}
+    assert {k for k, a in by_attempt.items() if a == 1} == planned - set(decision.retry_files), by_attempt
+    assert {k for k, a in by_attempt.items() if a == 2} == set(decision.retry_files), by_attempt
     assert_ledger_reconciles(spec, run_id, total)
     assert_every_row_once(bucket, total)

@@ -31,7 +31,7 @@ from shardline.ledger.states import FileStatus
 from shardline.ledger.table import create_ledger_table
 from shardline.planning import naming
 from shardline.spec import load_spec
-from tests.scenarios.test_faults import file_items, stalling_model, summing_model
+from tests.scenarios.test_faults import file_items, stalling_until, summing_model
 from tests.support.pipelines import parquet_bytes
 
 pytestmark = pytest.mark.slow
@@ -119,13 +119,18 @@ def _task_log(stack, dag_id: str, run_id: str, task_id: str, try_number: int) ->
 
 
 def test_a_killed_instances_finished_files_are_not_scored_again(proxied, pipeline, tmp_path):
-    """Two instances of four files each finish two files, then hang; one is killed whole. Attempt 2 takes
-    exactly the four unfinished files (the other instance's hung ones too: the job is stopped), never the four
-    finished ones, and the run ends green with each of the 1,600 rows once."""
+    """Two instances of four files each finish two files, then wait; one is killed whole. The backend says it died:
+    attempt 2 takes exactly its two unfinished files at once, while the other instance goes on with its own two in
+    attempt 1; never the four finished ones. The run ends green with each of the 1,600 rows once."""
     stack = proxied[0]
     name = "lost_instance"
+    gate = tmp_path / "gate"
     spec, bucket = pipeline(
-        name, stalling_model(tmp_path / "model", 2), 8, resources={"instance_count": 2}, heartbeat_timeout_seconds=30
+        name,
+        stalling_until(tmp_path / "model", 2, gate),
+        8,
+        resources={"instance_count": 2},
+        heartbeat_timeout_seconds=30,
     )
     run_id = f"manual__{uuid.uuid4().hex[:8]}"
     stack.client().trigger(name, {}, run_id=run_id)
@@ -150,12 +155,20 @@ def test_a_killed_instances_finished_files_are_not_scored_again(proxied, pipelin
     for proc in lost:
         for victim in [proc, *proc.children(recursive=True)]:
             victim.kill()
+    while not any(f.attempt == 2 for f in file_items(spec, run_id)):  # the watch starts attempt 2 beside the job
+        assert time.monotonic() < deadline, (file_items(spec, run_id), stack.tail())
+        time.sleep(0.5)
+    gate.touch()  # the instance that lives goes on with its own files
 
     run = stack.wait_for_run(name, run_id, timeout=RUN_TIMEOUT)
     assert run["state"] == "success", stack.tail()
     by_attempt = {f.input_key: f.attempt for f in file_items(spec, run_id)}
     assert {k: a for k, a in by_attempt.items() if k in finished} == dict.fromkeys(finished, 1)  # never redone
-    assert {k for k, a in by_attempt.items() if a == 2} == set(by_attempt) - finished  # exactly the rest
+    retried = {k for k, a in by_attempt.items() if a == 2}
+    assert len(retried) == 2 and not retried & finished, by_attempt  # the lost instance's two unfinished files
+    assert sum(a == 1 for a in by_attempt.values()) == 6, by_attempt  # the other instance's went on in attempt 1
+    log = _task_log(stack, name, run_id, "watch_score", 1)
+    assert "algo-2 died (exited with code -9) while the job went on" in log, log[-3000:]
     s3 = stack.s3()
     assert _output_ids(s3, bucket) == list(range(8 * ROWS))  # every row once
     marker = json.loads(s3.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())

@@ -33,6 +33,18 @@ class JobState:
     created_at: float | None = None  # epoch seconds
     ended_at: float | None = None
     instance_type: str | None = None  # what the job's instances are (its request's), for pricing what ran
+    # Instances the backend saw die while the job goes on (a killed process: the local backend's), each with the
+    # inputs it was given (s3:// URIs) and why it is taken for lost. SageMaker ends the whole job instead: none.
+    lost_instances: tuple[LostInstance, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class LostInstance:
+    """One instance of a running job that the backend saw die, and the inputs (s3:// URIs) it was given."""
+
+    host: str
+    reason: str
+    inputs: tuple[str, ...]
 
 
 class Backend(Protocol):

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from shardline.backends import JobNotFound, JobState, JobStatus, local_container, local_fleet
+from shardline.backends import JobNotFound, JobState, JobStatus, LostInstance, local_container, local_fleet
 from shardline.grant import book as grant_book
 from shardline.waiting import wait_for
 
@@ -169,6 +169,16 @@ def start_supervisor(job_dir: Path) -> subprocess.Popen:
 
 def read_state(job_dir: Path) -> dict:
     return json.loads((job_dir / STATE_FILE).read_text())
+
+
+def lost_instances_of(state: dict) -> tuple[LostInstance, ...]:
+    """The instances the supervisor saw die while the job went on (``local_supervisor.note_lost``)."""
+    found = state.get("lost_instances") or {}
+    return tuple(
+        LostInstance(host, str(seen.get("reason", "")), tuple(str(u) for u in seen.get("inputs", [])))
+        for host, seen in sorted(found.items())
+        if isinstance(seen, dict)
+    )
 
 
 def _instance_type(job_dir: Path) -> str | None:
@@ -326,6 +336,7 @@ class LocalBackend:
             write_json_atomic(job_dir / STATE_FILE, {**state, **ended})
             local_fleet.give_back(self.root, name)
             status, reason = JobStatus.FAILED, unclaimed
+        lost = () if status.is_terminal else lost_instances_of(state)
         return JobState(
             name=name,
             status=status,
@@ -333,6 +344,7 @@ class LocalBackend:
             created_at=state.get("created_at"),
             ended_at=state.get("ended_at"),
             instance_type=_instance_type(job_dir),
+            lost_instances=lost,
         )
 
     def stop(self, name: str, grace_seconds: float = 10.0) -> None:

@@ -37,6 +37,7 @@ from shardline.backends.local import (
 from shardline.errors import InputRefused
 from shardline.grant import book as grant_book
 from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
+from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,10 @@ def download(s3, bucket: str, key: str, relative: str, target: Path) -> None:
     s3.download_file(bucket, key, str(dest))
 
 
-def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
+def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> dict[Path, list[str]]:
+    """Download each instance's share of every input; returns the s3:// URIs each instance was dealt (by its
+    folder), so an instance that dies can be named with the inputs it had."""
+    dealt: dict[Path, list[str]] = {d: [] for d in instance_dirs}
     for spec in request.get("ProcessingInputs", []):
         s3_input = spec["S3Input"]
         if s3_input["S3DataType"] == "ManifestFile":
@@ -125,6 +129,8 @@ def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
             target.mkdir(parents=True, exist_ok=True)
             for bucket, key, relative in share:
                 download(s3, bucket, key, relative, target)
+                if s3_input.get("S3DataDistributionType") == "ShardedByS3Key":  # the files, not the model
+                    dealt[instance_dir].append(f"s3://{bucket}/{key}")
         log.info(
             "input %s: %d object(s) dealt %s over %d instance(s)",
             spec.get("InputName"),
@@ -132,6 +138,7 @@ def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> None:
             s3_input.get("S3DataDistributionType"),
             len(instance_dirs),
         )
+    return dealt
 
 
 def worker_command(request: dict, instance_dir: Path, host: str) -> list[str]:
@@ -307,14 +314,22 @@ def run(job_dir: Path) -> dict:
     started = time.monotonic()
     if (job_dir / "STOP").exists():
         raise _Stop("stop requested before the job started")
-    stage_inputs(s3, request, instance_dirs)
+    dealt = stage_inputs(s3, request, instance_dirs)
 
     runtime = read_state(job_dir).get("runtime", "process")
     with contextlib.ExitStack() as stack:
         procs = start_instances(request, job_dir, hosts, instance_dirs, runtime, stack)
         ended: set[str] = set()
+        lost: dict[str, dict] = {}
         try:
             while any(p.poll() is None for p in procs.values()):
+                died = {h: p.poll() for h, p in procs.items() if h not in lost and is_lost(p.poll())}
+                if died and not (job_dir / "STOP").exists():
+                    # Said at once, while the others go on: the watch starts its unfinished files as a next attempt.
+                    for host, code in died.items():
+                        lost[host] = {"reason": f"exited with code {code}", "inputs": dealt[job_dir / host]}
+                        log.warning("%s died (exit code %s) while the job goes on", host, code)
+                    write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "lost_instances": lost})
                 if runtime == "docker":  # a client that died leaves its container running: an instance is gone whole
                     for host in [h for h, p in procs.items() if p.poll() is not None and h not in ended]:
                         ended.add(host)
@@ -339,6 +354,12 @@ def run(job_dir: Path) -> dict:
     outcome = job_outcome(codes, time.monotonic() - started, max_runtime)
     log.info("exit codes %s; %s", codes, outcome["status"])
     return outcome
+
+
+def is_lost(code: int | None) -> bool:
+    """Whether an instance that exited with ``code`` died without ending its work: killed by a signal, or crashed.
+    A worker's own ends (every file done, some failed, a setup error, fenced by a newer attempt) are not."""
+    return code is not None and code not in (EXIT_OK, EXIT_FILES_FAILED, EXIT_SETUP_ERROR, EXIT_FENCED)
 
 
 def job_outcome(codes: dict[str, int], elapsed: float, max_runtime: float) -> dict:

@@ -12,7 +12,7 @@ import enum
 import math
 from collections.abc import Sequence
 
-from shardline.backends import JobStatus
+from shardline.backends import JobStatus, LostInstance
 from shardline.decision.fleet import SUBMIT_WAIT_MAX_SECONDS, is_capacity_failure
 from shardline.errors import InvalidArgument, LateInputError, UnsafeKeyError, is_permanent_file_failure
 from shardline.ledger.records import FileRecord, ShardRecord
@@ -106,6 +106,11 @@ class StepSnapshot:
     # Why the ledger cannot vouch for this attempt (its STEP item gone, or older than the attempt): the step fails,
     # whatever the files it can still see say (``ledger.record_gaps.record_gap``).
     record_missing: str | None = None
+    # Instances the backend saw die while their job goes on, each with the attempt its job runs (this one's, or an
+    # earlier attempt's whose job goes on beside it).
+    lost_instances: tuple[tuple[int, LostInstance], ...] = ()
+    # The job of an earlier attempt that still runs beside this one (its other instances score their own files).
+    earlier_job_running: str | None = None
     now: float = dataclasses.field(kw_only=True)  # when the poll was taken (epoch seconds): heartbeats age from it
 
     def setup_error(self, shard: ShardRecord) -> str | None:
@@ -124,6 +129,7 @@ class Decision:
     delay_seconds: float = 0.0
     stop_job: bool = False  # the current job must be stopped before anything else
     capacity: bool = False  # a RESUBMIT after SageMaker could not provision the job: not counted as an attempt
+    beside: bool = False  # a RESUBMIT of a lost instance's files: the running job goes on beside the next attempt
 
 
 def backoff(policy: Policy, attempt: int) -> float:
@@ -156,7 +162,7 @@ def needs_files(snapshot: StepSnapshot, policy: Policy) -> bool:
         return False  # the step fails on that alone
     if snapshot.cancelled or not (job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING):
         return True
-    if any(s.setup_error for s in snapshot.shards):
+    if any(s.setup_error for s in snapshot.shards) or snapshot.lost_instances:
         return True
     stale, silent = _silent_instances(snapshot, policy)
     return job is JobStatus.IN_PROGRESS and bool(stale or silent)
@@ -211,6 +217,26 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
             failed_files=tuple(dataclasses.replace(f, error_class=SETUP_ERROR, error_message=why) for f in unfinished),
             stop_job=not job.is_terminal,
         )
+    if (
+        lost := _lost_files(snapshot, unfinished)
+    ) and snapshot.attempt - snapshot.uncounted_attempts < policy.max_attempts:
+        # The backend saw an instance die while its job goes on: its unfinished files start now as the next
+        # attempt, and the job's other instances go on with theirs (each file is fenced by its own FILE item).
+        hosts = sorted({host for host, _ in lost.values()})
+        why = "; ".join(sorted({reason for _, reason in lost.values()}))
+        return Decision(
+            Action.RESUBMIT,
+            f"instance(s) {', '.join(hosts)} died ({why}) while the job went on: their {len(lost)} unfinished "
+            f"file(s) start now as attempt {snapshot.attempt + 1}, beside the job's other instances",
+            retry_files=tuple(sorted(lost)),
+            beside=True,
+        )
+    if snapshot.earlier_job_running and job.is_terminal:
+        return Decision(
+            Action.WAIT,
+            f"job {snapshot.earlier_job_running} of an earlier attempt still scores its own files "
+            f"({len(succeeded)}/{total} files succeeded)",
+        )
     if job is JobStatus.FAILED and is_capacity_failure(snapshot.job_failure_reason):
         return _after_capacity_failure(snapshot, policy, failed, unfinished)
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
@@ -237,6 +263,21 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     if succeeded:
         why += f"; its {len(succeeded)} finished file(s) are kept"
     return _retry_or_finish(snapshot, policy, failed, unfinished, total, why=why)
+
+
+def _lost_files(snapshot: StepSnapshot, unfinished: Sequence[FileRecord]) -> dict[str, tuple[str, str]]:
+    """The unfinished files a lost instance was given, by input key, each with that instance and why it is lost: a
+    file a later attempt took since is that attempt's, not the lost instance's."""
+    given = {
+        (number, uri): (instance.host, instance.reason)
+        for number, instance in snapshot.lost_instances
+        for uri in instance.inputs
+    }
+    return {
+        f.input_key: given[(int(f.attempt or 0), f.input_key)]
+        for f in unfinished
+        if (int(f.attempt or 0), f.input_key) in given
+    }
 
 
 def capacity_backoff(policy: Policy, earlier_capacity_retries: int) -> float:

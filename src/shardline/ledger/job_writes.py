@@ -232,7 +232,11 @@ class WorkerLedger:
                     m.Control,
                     self.pk,
                     step_sk(ctx.step),
-                    condition=m.Control.attempt.does_not_exist() | (m.Control.attempt <= ctx.attempt),
+                    # An attempt whose job goes on beside a newer one (its lost instance's files went on ahead)
+                    # is no zombie: its instances keep scoring their own files, each fenced by its FILE item.
+                    condition=m.Control.attempt.does_not_exist()
+                    | (m.Control.attempt <= ctx.attempt)
+                    | (m.Control.live_from <= ctx.attempt),
                 )
                 transaction.update(item, actions=actions)
         except TransactWriteError as err:

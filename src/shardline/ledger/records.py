@@ -230,6 +230,7 @@ class StepRecord:
     instance_type: str | None = None  # the newest attempt's, from the step's plan
     capacity_failures: Mapping[str, int] = dataclasses.field(default_factory=dict)  # jobs per type, all attempts
     waiting: str | None = None  # why its job is not running yet: decision.fleet.Waiting as JSON (views render it)
+    live_from: int | None = None  # the oldest attempt whose job still runs beside the newest (a lost instance's)
 
     @classmethod
     def of(cls, item: Any) -> StepRecord:
@@ -243,6 +244,7 @@ class StepRecord:
             plan.get("instance_type") or None,
             {str(k): int(v) for k, v in (plan.get("capacity_failures") or {}).items()},
             _get(item, "waiting"),
+            _int(_get(item, "live_from")),
         )
 
     def error_line(self) -> str:

@@ -285,10 +285,13 @@ def start_attempt(
     reopen_cancelled: bool = False,
     plan_file: str | None = None,
     parts: Mapping[str, tuple[str, str]] | None = None,
+    live_from: int | None = None,
 ) -> int:
     """Move the STEP item from attempt ``after`` (default ``attempt - 1``) to ``attempt``; for a retry, fence its
-    inputs. Of two planners racing for one attempt exactly one wins; the other gets
-    :class:`StaleAttemptError` and writes nothing (ARCHITECTURE.md, "Fencing", has the whole design).
+    inputs. Of two planners racing for one attempt exactly one wins; the other gets :class:`StaleAttemptError` and
+    writes nothing (ARCHITECTURE.md, "Fencing", has the whole design). ``live_from``: the oldest earlier attempt
+    whose job goes on beside this one (its other instances still score their own files); None when every earlier
+    attempt's job has ended.
 
     Attempt 1 writes no FILE item (an instance's claim creates it; readers take the unclaimed inputs from the
     plan file). A retry writes a PENDING item at ``attempt`` for each of its ``input_keys``, in parallel batches
@@ -319,6 +322,7 @@ def start_attempt(
                 c.run_id.set(run_id),
                 c.step.set(step),
                 c.started_at.set(_now()),
+                c.live_from.set(live_from) if live_from else c.live_from.remove(),
                 c.message.remove(),
                 c.waiting.remove(),  # an earlier attempt's wait is not this one's
                 c.finished_at.remove(),

@@ -128,6 +128,9 @@ class ControlItem(_Expiring, Model):
     sk = UnicodeAttribute(range_key=True)
     status = UnicodeAttribute(null=True, attr_name="ost")
     attempt = NumberAttribute(null=True, attr_name="oat")  # the step's newest attempt: the fencing token
+    # The oldest attempt whose job still runs beside the newest (a lost instance's files went on as a next attempt
+    # while its job's other instances went on); absent when only the newest runs. Its instances' heartbeats pass.
+    live_from = NumberAttribute(null=True, attr_name="olv")
     pipeline = UnicodeAttribute(null=True, attr_name="opl")
     run_id = UnicodeAttribute(null=True, attr_name="ori")
     step = UnicodeAttribute(null=True, attr_name="osp")

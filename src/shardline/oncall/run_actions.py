@@ -312,9 +312,10 @@ class RunActions:
             if not cancel_step(model, StepRef(ref.pipeline, ref.run_id, step), attempt, reason):
                 done.append(CANCEL_LINES["moved_on"].format(step=step, ref=ref))
                 continue
-            name = naming.job_name(ref.pipeline, ref.run_id, step, attempt)
-            if stop_job(spec, name):
-                done.append(CANCEL_LINES["stopped"].format(step=step, job=name))
+            first = min(getattr(item, "live_from", None) or attempt, attempt)  # a job still running beside it too
+            for name in [naming.job_name(ref.pipeline, ref.run_id, step, n) for n in range(first, attempt + 1)]:
+                if stop_job(spec, name):
+                    done.append(CANCEL_LINES["stopped"].format(step=step, job=name))
             done.append(CANCEL_LINES["cancelled"].format(step=step))
         set_run_status(model, ref.pipeline, ref.run_id, StepStatus.CANCELLED, reason)
         release_run(spec, ref.pipeline, ref.run_id)  # the next run of the partition may write its prefixes now

@@ -12,6 +12,7 @@ import dataclasses
 import time
 from typing import Any
 
+from shardline.backends import JobNotFound
 from shardline.decision import fleet
 from shardline.decision.policy import Action, Decision, Policy, StepSnapshot, decide, needs_files
 from shardline.ledger.keys import StepRef
@@ -136,6 +137,7 @@ class StepEvent:
     stop_job: bool = False
     policy: Policy | None = None  # the policy the attempt was watched with: the watch task acts on the event by it
     capacity: bool = False  # a RESUBMIT after SageMaker could not provision the job (not counted as an attempt)
+    beside: bool = False  # a RESUBMIT of a lost instance's files: the running job goes on beside the next attempt
 
     @classmethod
     def of(cls, decision, attempt: Attempt, policy: Policy | None = None) -> StepEvent:
@@ -152,6 +154,7 @@ class StepEvent:
             decision.stop_job,
             policy,
             decision.capacity,
+            decision.beside,
         )
 
     def to_event(self) -> dict[str, Any]:
@@ -165,6 +168,7 @@ class StepEvent:
             "stop_job": self.stop_job,
             "policy": self.policy.to_json() if self.policy else None,
             "capacity": self.capacity,
+            "beside": self.beside,
         }
 
     @classmethod
@@ -180,6 +184,7 @@ class StepEvent:
             bool(event.get("stop_job")),
             Policy.from_json(policy) if policy else None,
             bool(event.get("capacity")),
+            bool(event.get("beside")),
         )
 
 
@@ -220,11 +225,33 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
         head, gap = StepRecords(step=None, files=[], shards=[], requests=1), table_gone_text(model, attempt.ref)
     if gap:
         return dataclasses.replace(_snapshot(attempt, state, head, now, files=False), record_missing=gap)
-    taken = _snapshot(attempt, state, head, now, files=False)
+    beside = _jobs_beside(watch, attempt, state, head.step)
+    taken = dataclasses.replace(_snapshot(attempt, state, head, now, files=False), **beside)
     if not needs_files(taken, watch.policy):
         return taken
     records = read_step_files(watch.aws, attempt.ref, head=head)
-    return _snapshot(attempt, state, records, now, files=True)
+    return dataclasses.replace(_snapshot(attempt, state, records, now, files=True), **beside)
+
+
+def _jobs_beside(watch: StepWatch, attempt: Attempt, state, step_item) -> dict:
+    """The instances the backend saw die while their job goes on (this attempt's job, or an earlier attempt's that
+    still runs beside it: ``live_from`` on the STEP item), and the first such earlier job that still runs. Each
+    job is described before the step's files are read, so a job seen ended has made its last write."""
+    lost = [(attempt.number, instance) for instance in state.lost_instances]
+    earlier = None
+    live_from = int(getattr(step_item, "live_from", None) or 0)
+    if live_from and live_from < attempt.number:
+        backend = services.backend_for(watch.aws)
+        for number in range(live_from, attempt.number):
+            name = naming.job_name(attempt.pipeline, attempt.run_id, attempt.step, number)
+            try:
+                seen = backend.describe(name)
+            except JobNotFound:
+                continue
+            if not seen.status.is_terminal:
+                earlier = earlier or name
+                lost += [(number, instance) for instance in seen.lost_instances]
+    return {"lost_instances": tuple(lost), "earlier_job_running": earlier}
 
 
 def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:

@@ -224,6 +224,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
                 event["retry_files"],
                 sizes=event.get("retry_sizes"),
                 capacity=bool(event.get("capacity")),
+                beside=bool(event.get("beside")),
             )
         except StaleAttemptError as err:
             # An on-call engineer resubmitted (or cancelled) first: follow the step where it is now.

@@ -45,11 +45,18 @@ class Retry:
     sizes: dict[str, int]  # sizes a listing already knows (inputs that landed late): no object is read for them
     capacity: bool  # SageMaker could not provision the job: the next may move to a fallback type
     delay_seconds: float
+    beside: bool = False  # a lost instance's files: the running job goes on beside the next attempt
 
     def to_json(self, attempt: Attempt) -> dict:
         """What the watch task carries through its backoff to :func:`jobs.resubmit`."""
         files, sizes = list(self.files), self.sizes
-        return {"attempt": attempt.to_xcom(), "retry_files": files, "retry_sizes": sizes, "capacity": self.capacity}
+        return {
+            "attempt": attempt.to_xcom(),
+            "retry_files": files,
+            "retry_sizes": sizes,
+            "capacity": self.capacity,
+            "beside": self.beside,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +107,7 @@ def conclude(spec: PipelineSpec, event: StepEvent) -> StepEnd:
     if event.action.is_done:
         return StepEnd(event.action, event.reason, report(spec, attempt.ref), failed_files=event.failed_files)
     if event.action is Action.RESUBMIT:
-        retry = Retry(event.retry_files, late_sizes, event.capacity, event.delay_seconds)
+        retry = Retry(event.retry_files, late_sizes, event.capacity, event.delay_seconds, event.beside)
         return StepEnd(event.action, event.reason, retry=retry)
     return StepEnd(event.action, event.reason, failed_files=event.failed_files)
 
@@ -323,14 +330,17 @@ def end_run_gone_from_airflow(spec: PipelineSpec, holder) -> str:
 
 
 def _jobs_of(spec: PipelineSpec, run_id: str) -> list[str]:
-    """The newest attempt's job of each step of the run that planned one (earlier attempts' jobs were stopped and
-    waited for before it was planned)."""
+    """The newest attempt's job of each step of the run that planned one, and any earlier attempt's job still going
+    on beside it (``live_from``: a lost instance's files went ahead; other earlier jobs were stopped and waited for
+    before the next attempt was planned)."""
     model = services.ledger_model(spec)
     names = []
     for step in spec.steps:
         item = read_step(model, StepRef(spec.pipeline, run_id, step.name), files=False).step
         if item is not None and item.attempt:
-            names.append(naming.job_name(spec.pipeline, run_id, step.name, int(item.attempt)))
+            newest = int(item.attempt)
+            first = min(int(getattr(item, "live_from", None) or newest), newest)
+            names += [naming.job_name(spec.pipeline, run_id, step.name, n) for n in range(first, newest + 1)]
     return names
 
 

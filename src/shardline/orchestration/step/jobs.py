@@ -13,7 +13,7 @@ from shardline.decision import fleet
 from shardline.decision.policy import JobStatus
 from shardline.errors import GaveUpWaiting, LedgerRecordMissing, SubmitRefused
 from shardline.ledger.record_gaps import record_gap
-from shardline.ledger.step_reads import StepRecords
+from shardline.ledger.step_reads import StepRecords, read_step
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.capacity import after_capacity_failure
 from shardline.orchestration.step.files import read_step_files
@@ -51,8 +51,17 @@ def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
 
 
 def stop(spec: PipelineSpec, attempt: Attempt) -> None:
-    """Stop the attempt's job if it still runs (one never submitted has nothing to stop)."""
+    """Stop the attempt's job if it still runs (one never submitted has nothing to stop), and every earlier
+    attempt's job still running beside it. The attempt's own job first: it is stopped even when the ledger cannot
+    say which earlier ones run (its record lost, its endpoint down)."""
     stop_job(spec, attempt.job_name)
+    try:
+        earlier = live_jobs(spec, attempt)[:-1]
+    except Exception as err:  # noqa: BLE001 - see the docstring
+        log.warning("step %s: could not read which earlier attempts' jobs still run: %s", attempt.step, err)
+        return
+    for each in earlier:
+        stop_job(spec, each.job_name)
 
 
 def is_running(spec: PipelineSpec, job_name: str) -> bool:
@@ -84,6 +93,7 @@ def resubmit(
     capacity: bool = False,
     records: StepRecords | None = None,
     taken_up: bool = False,
+    beside: bool = False,
 ) -> Attempt:
     """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
 
@@ -95,9 +105,18 @@ def resubmit(
     provision ``attempt``'s job, so the next one may move to a fallback instance type (``after_capacity_failure``).
     ``records``: the step's files as the caller read them (``plan.SIZED_FILE_ATTRIBUTES``), so they are not read
     again. ``taken_up``: on-call takes the run up after its watch task ended (``partitions.hold_for_attempt``).
+    ``beside``: ``retry_keys`` are a lost instance's files (the backend saw it die), and ``attempt``'s job goes on
+    with its other instances' files beside the next attempt: it is not stopped. Each file is fenced by its own FILE
+    item (the next attempt's PENDING items), and the STEP item records the oldest attempt still running
+    (``live_from``), so those instances' heartbeats still pass.
     """
-    stop_and_wait(spec, attempt)
+    live_from = _live_from(spec, attempt) if beside else None
+    if not beside:
+        stop_live_jobs(spec, attempt)
     base = after_capacity_failure(spec, attempt) if capacity else attempt
+    if beside:  # one instance in place of each lost one: its share, not the whole step's fleet, goes again
+        share = -(-attempt.file_count // attempt.instance_count)
+        base = base.model_copy(update={"requested_instances": max(1, -(-len(retry_keys) // max(1, share)))})
     base, retry_keys, parts = _what_a_retry_takes(spec, base, retry_keys, records)
     objects = sized_objects(spec, base, retry_keys, known=sizes, records=records)
     nxt = new_attempt(
@@ -110,8 +129,27 @@ def resubmit(
         may_take=by_oncall,
         taken_up=taken_up,
         parts=parts,
+        live_from=live_from,
     )
     return submit(spec, nxt)
+
+
+def _live_from(spec: PipelineSpec, attempt: Attempt) -> int:
+    """The oldest attempt whose job runs now: ``attempt``'s, or an earlier one's still running beside it."""
+    step = read_step(services.ledger_model(spec), attempt.ref, files=False).step
+    return min(int(getattr(step, "live_from", None) or attempt.number), attempt.number)
+
+
+def live_jobs(spec: PipelineSpec, attempt: Attempt) -> list[Attempt]:
+    """``attempt``, and every earlier attempt whose job still goes on beside it (``live_from``), oldest first."""
+    first = _live_from(spec, attempt)
+    return [attempt.model_copy(update={"number": n}) for n in range(first, attempt.number)] + [attempt]
+
+
+def stop_live_jobs(spec: PipelineSpec, attempt: Attempt) -> None:
+    """:func:`stop_and_wait` for ``attempt``'s job and every earlier one still running beside it."""
+    for each in live_jobs(spec, attempt):
+        stop_and_wait(spec, each)
 
 
 def _what_a_retry_takes(
@@ -147,7 +185,7 @@ def submit_parts(
 ) -> Attempt:
     """Plan and submit the attempt after ``latest`` over rejects parts (``objects``, under ``parts_prefix``), fenced
     on ``latest`` as an on-call resubmission is (:mod:`shardline.orchestration.rejects_parts` picks them)."""
-    stop_and_wait(spec, latest)
+    stop_live_jobs(spec, latest)
     base = latest.model_copy(update={"parts_prefix": parts_prefix})
     nxt = new_attempt(
         spec,

@@ -50,6 +50,7 @@ def new_attempt(
     may_take: bool = False,
     taken_up: bool = False,
     parts: dict[str, tuple[str, str]] | None = None,
+    live_from: int | None = None,
 ) -> Attempt:
     """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
 
@@ -59,6 +60,7 @@ def new_attempt(
     ``may_take``: a plan or an on-call engineer may take the output prefix; the watch's own attempts only renew it.
     ``taken_up``: an on-call engineer takes the run up after its watch task ended (``partitions.hold_for_attempt``).
     ``parts``: an attempt of rejects parts (``base.parts_prefix``): each part's source and the source's ETag.
+    ``live_from``: the oldest earlier attempt whose job goes on beside this one (``jobs.resubmit(beside=True)``).
     """
     step = spec.step(base.step)
     # Before anything is written: two runs never write one output prefix at once (PartitionHeld names the other).
@@ -90,6 +92,7 @@ def new_attempt(
             reopen_cancelled=reopen_cancelled,
             plan_file=plan_file,
             parts=parts,
+            live_from=live_from,
         )
     partitions.record_fence(spec, attempt.ref, fence)
     if number == 1 and not replan:
