@@ -79,6 +79,17 @@ def host_name(index: int) -> str:
     return f"algo-{index + 1}"
 
 
+# The worker's exit codes (``python -m shardline.worker``): the backends read them, so they are part of the contract
+# and stay stable. ``worker/job/exit_codes.py`` names them for the worker.
+EXIT_OK = 0  # every file succeeded (or there was nothing to do)
+EXIT_FILES_FAILED = 3  # the job ran; some files failed (see the manifest and the ledger)
+EXIT_SETUP_ERROR = 4  # nothing ran: bad model, bad arguments, integrity check failed
+EXIT_FENCED = 5  # a newer attempt owns this step; this instance stopped as a zombie
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15), as a shell reports it
+# A worker's own ends: any other exit is an instance that died without ending its work (a signal, a crash).
+WORKER_ENDS = frozenset({EXIT_OK, EXIT_FILES_FAILED, EXIT_SETUP_ERROR, EXIT_FENCED})
+
+
 def host_names(count: int) -> list[str]:
     return [host_name(i) for i in range(count)]
 

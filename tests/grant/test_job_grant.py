@@ -7,7 +7,7 @@ import pytest
 
 from shardline.grant.job import JobGrant, JobScope
 from shardline.grant.policy import IamRequest
-from shardline.grant.requests import table_arn
+from shardline.grant.requests import dynamodb_requests, table_arn
 
 SCOPE = JobScope(
     pipeline="daily_churn",
@@ -191,3 +191,17 @@ def test_with_a_metadata_prefix_its_instances_manifests_go_there_and_nothing_els
     assert not grant.allows(s3("s3:PutObject", "arn:aws:s3:::data/meta/_shardline/reports/run-1/report.json"))
     assert not grant.allows(s3("s3:PutObject", "arn:aws:s3:::data/meta/_shardline/manifests/run-1/score/a.manifest"))
     assert not grant.allows(s3("s3:PutObject", "arn:aws:s3:::data/meta/_shardline/instances/run-2/x.json"))
+
+
+@pytest.mark.parametrize(
+    ("body", "allowed"),
+    [
+        ({"ProjectionExpression": "#a", "ExpressionAttributeNames": {"#a": "ost"}}, True),
+        ({}, False),  # no projection: GetItem returns the whole item, plan and messages included
+    ],
+    ids=["projected", "whole item"],
+)
+def test_a_read_of_its_runs_status_needs_a_projection(grant, body, allowed):
+    request_body = {"TableName": "shardline-jobs", "Key": {"pk": {"S": "RUN#daily_churn#run-1"}, "sk": {"S": "RUN"}}}
+    (request,) = dynamodb_requests("GetItem", {**request_body, **body}, "us-east-1")
+    assert grant.allows(request) is allowed

@@ -20,7 +20,7 @@ from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_writes import set_run_status
 from shardline.ledger.table import create_ledger_table
 from shardline.local.embedded_aws import start_moto
-from shardline.orchestration import services, watch
+from shardline.orchestration import outputs, services, watch
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
@@ -310,3 +310,21 @@ def test_a_deleted_dag_runs_job_is_stopped_and_its_hold_is_free_once_that_job_ha
     done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, nxt), nxt))
     assert done.action is Action.ADVANCE, done
     assert sorted(output_ids(bucket)) == list(range(rows))
+
+
+def test_a_success_marker_written_by_an_end_that_died_before_recording_the_step_goes_with_the_failed_run(
+    own_moto, local_root, tmp_path, monkeypatch
+):
+    """The step's end writes _SUCCESS, then records the step SUCCEEDED. An end that died in between (its task
+    killed, the ledger unreachable) and a run that then failed leave no marker behind: the failure callback withdraws
+    the marker of a step that never recorded SUCCEEDED, and only that one."""
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    _, spec, bucket, _rows = stage(tmp_path, own_moto.url, summing_model(tmp_path / "model", "pass"), rows_per_file=200)
+    attempt = plan_and_submit(spec, bucket, "run-died")
+    assert wait_for(lambda: job_ended(spec, attempt), timeout=JOB_END_SECONDS)
+    outputs.commit_outputs(spec, attempt, StepStatus.SUCCEEDED)  # what the end wrote before it died
+    s3 = boto3.client("s3")
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="out/_SUCCESS")["KeyCount"] == 1
+
+    step_end.end_failed_life(spec, "run-died", 0, "the watch task's retries ran out")
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="out/_SUCCESS")["KeyCount"] == 0

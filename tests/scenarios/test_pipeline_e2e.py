@@ -21,7 +21,7 @@ def test_demo_pipeline_recovers_a_killed_instance(tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
     assert "killed instance algo-2 of attempt 1" in out
-    assert "go to attempt 2 of 3" in out
+    assert "start now as attempt 2 of 3, beside the job's other instances" in out
     assert "files             24 (24 succeeded, 0 failed)" in out
     assert "rows in / out     1,200,000 / 1,200,000" in out
     assert "attempts          2 (2 processing job(s))" in out

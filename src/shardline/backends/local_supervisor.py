@@ -37,7 +37,6 @@ from shardline.backends.local import (
 from shardline.errors import InputRefused
 from shardline.grant import book as grant_book
 from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
-from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -359,7 +358,7 @@ def run(job_dir: Path) -> dict:
 def is_lost(code: int | None) -> bool:
     """Whether an instance that exited with ``code`` died without ending its work: killed by a signal, or crashed.
     A worker's own ends (every file done, some failed, a setup error, fenced by a newer attempt) are not."""
-    return code is not None and code not in (EXIT_OK, EXIT_FILES_FAILED, EXIT_SETUP_ERROR, EXIT_FENCED)
+    return code is not None and code not in contract.WORKER_ENDS
 
 
 def job_outcome(codes: dict[str, int], elapsed: float, max_runtime: float) -> dict:

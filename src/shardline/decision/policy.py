@@ -217,26 +217,9 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
             failed_files=tuple(dataclasses.replace(f, error_class=SETUP_ERROR, error_message=why) for f in unfinished),
             stop_job=not job.is_terminal,
         )
-    if (
-        lost := _lost_files(snapshot, unfinished)
-    ) and snapshot.attempt - snapshot.uncounted_attempts < policy.max_attempts:
-        # The backend saw an instance die while its job goes on: its unfinished files start now as the next
-        # attempt, and the job's other instances go on with theirs (each file is fenced by its own FILE item).
-        hosts = sorted({host for host, _ in lost.values()})
-        why = "; ".join(sorted({reason for _, reason in lost.values()}))
-        return Decision(
-            Action.RESUBMIT,
-            f"instance(s) {', '.join(hosts)} died ({why}) while the job went on: their {len(lost)} unfinished "
-            f"file(s) start now as attempt {snapshot.attempt + 1}, beside the job's other instances",
-            retry_files=tuple(sorted(lost)),
-            beside=True,
-        )
-    if snapshot.earlier_job_running and job.is_terminal:
-        return Decision(
-            Action.WAIT,
-            f"job {snapshot.earlier_job_running} of an earlier attempt still scores its own files "
-            f"({len(succeeded)}/{total} files succeeded)",
-        )
+    beside = _with_jobs_beside(snapshot, policy, failed, unfinished, total, len(succeeded))
+    if beside is not None:
+        return beside
     if job is JobStatus.FAILED and is_capacity_failure(snapshot.job_failure_reason):
         return _after_capacity_failure(snapshot, policy, failed, unfinished)
     if job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING:
@@ -263,6 +246,40 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
     if succeeded:
         why += f"; its {len(succeeded)} finished file(s) are kept"
     return _retry_or_finish(snapshot, policy, failed, unfinished, total, why=why)
+
+
+def _with_jobs_beside(
+    snapshot: StepSnapshot, policy: Policy, failed: list, unfinished: list, total: int, succeeded: int
+) -> Decision | None:
+    """What a lost instance, or an earlier attempt's job still running beside this one, decides (None: nothing).
+
+    The backend saw an instance die while its job goes on: its unfinished files start now as the next attempt, and
+    the job's other instances go on with theirs (each file is fenced by its own FILE item). While an earlier job
+    still runs, an ended attempt waits for it, unless one of its instances hangs (then it is stopped)."""
+    job = snapshot.job_status
+    counted = snapshot.attempt - snapshot.uncounted_attempts
+    if (lost := _lost_files(snapshot, unfinished)) and counted < policy.max_attempts:
+        hosts = sorted({host for host, _ in lost.values()})
+        why = "; ".join(sorted({reason for _, reason in lost.values()}))
+        return Decision(
+            Action.RESUBMIT,
+            f"instance(s) {', '.join(hosts)} died ({why}) while the job went on: their {len(lost)} unfinished "
+            f"file(s) start now as attempt {snapshot.attempt + 1} of {policy.max_attempts}, beside the job's other "
+            "instances",
+            retry_files=tuple(sorted(lost)),
+            beside=True,
+        )
+    if snapshot.earlier_job_running and job.is_terminal:
+        stale, _ = _silent_instances(snapshot, policy)
+        if stale and unfinished:  # an instance of the earlier job hangs: that job is stopped, its files go again
+            why = _silence(stale, policy.heartbeat_timeout_seconds)
+            return _retry_or_finish(snapshot, policy, failed, unfinished, total, why=why, stop_job=True)
+        return Decision(
+            Action.WAIT,
+            f"job {snapshot.earlier_job_running} of an earlier attempt still scores its own files "
+            f"({succeeded}/{total} files succeeded)",
+        )
+    return None
 
 
 def _lost_files(snapshot: StepSnapshot, unfinished: Sequence[FileRecord]) -> dict[str, tuple[str, str]]:

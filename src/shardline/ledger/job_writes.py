@@ -147,6 +147,13 @@ class WorkerLedger:
             return control.get(pk, sk, consistent_read=True, attributes_to_get=[a.attr_name for a in attributes])
         except DoesNotExist:
             return None
+        except PynamoDBException as err:
+            if err.cause_response_code == "AccessDeniedException":  # a refusal, not an outage: never upload past it
+                raise StaleAttemptError(
+                    f"the job role may not read {pk} ({err.cause_response_message}): update the stack "
+                    "(its LedgerRunStatus and LedgerOutputPrefixHolder statements) before running this worker image"
+                ) from err
+            raise
 
     def finish_file(self, relative_path: str, outcome: FileOutcome) -> None:
         """Record a file's terminal status, if this attempt still owns it.

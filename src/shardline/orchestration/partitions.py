@@ -99,13 +99,18 @@ def running_job_of(source: services.Source) -> RunningJob:
             item = control.get(run_pk(holder.pipeline, holder.run_id), step_sk(holder.step), consistent_read=True)
         except control.DoesNotExist:
             return None  # never planned an attempt: no job
-        # Earlier attempts' jobs were stopped and waited for before the newest was planned (jobs.stop_and_wait).
-        name = naming.job_name(holder.pipeline, holder.run_id, holder.step, int(item.attempt or 1))
-        try:
-            state = services.backend_for(source).describe(name)
-        except JobNotFound:
-            return None
-        return None if state.status.is_terminal else name
+        # Earlier attempts' jobs were stopped and waited for before the newest was planned (jobs.stop_and_wait),
+        # except those still running beside it (live_from: a lost instance's files went on ahead).
+        newest = int(item.attempt or 1)
+        for number in range(min(int(item.live_from or newest), newest), newest + 1):
+            name = naming.job_name(holder.pipeline, holder.run_id, holder.step, number)
+            try:
+                state = services.backend_for(source).describe(name)
+            except JobNotFound:
+                continue
+            if not state.status.is_terminal:
+                return name
+        return None
 
     return running
 

@@ -280,7 +280,7 @@ def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str], *
     from its source as it is now into a part. Fenced on ``latest`` as any on-call resubmission is."""
     # Checked before the job is stopped, and again on what is read once it has (an instance may write meanwhile).
     chosen_sources(spec, latest, read_step_files(spec, latest.ref), keys)
-    step_jobs.stop_and_wait(spec, latest)  # a part still running could succeed after its rows were picked again
+    step_jobs.stop_live_jobs(spec, latest)  # a part still running could succeed after its rows were picked again
     records = read_step_files(spec, latest.ref)
     sources = chosen_sources(spec, latest, records, keys)
     if not sources:

@@ -225,7 +225,7 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
         head, gap = StepRecords(step=None, files=[], shards=[], requests=1), table_gone_text(model, attempt.ref)
     if gap:
         return dataclasses.replace(_snapshot(attempt, state, head, now, files=False), record_missing=gap)
-    beside = _jobs_beside(watch, attempt, state, head.step)
+    beside = _jobs_beside(watch, attempt, state, head)
     taken = dataclasses.replace(_snapshot(attempt, state, head, now, files=False), **beside)
     if not needs_files(taken, watch.policy):
         return taken
@@ -233,13 +233,14 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
     return dataclasses.replace(_snapshot(attempt, state, records, now, files=True), **beside)
 
 
-def _jobs_beside(watch: StepWatch, attempt: Attempt, state, step_item) -> dict:
+def _jobs_beside(watch: StepWatch, attempt: Attempt, state, head: StepRecords) -> dict:
     """The instances the backend saw die while their job goes on (this attempt's job, or an earlier attempt's that
-    still runs beside it: ``live_from`` on the STEP item), and the first such earlier job that still runs. Each
-    job is described before the step's files are read, so a job seen ended has made its last write."""
+    still runs beside it: ``live_from`` on the STEP item), the first such earlier job that still runs, and the
+    heartbeats of every running job's instances but the dead ones (a hung one is seen going stale). Each job is
+    described before the step's files are read, so a job seen ended has made its last write."""
     lost = [(attempt.number, instance) for instance in state.lost_instances]
     earlier = None
-    live_from = int(getattr(step_item, "live_from", None) or 0)
+    live_from = int(getattr(head.step, "live_from", None) or 0)
     if live_from and live_from < attempt.number:
         backend = services.backend_for(watch.aws)
         for number in range(live_from, attempt.number):
@@ -251,7 +252,11 @@ def _jobs_beside(watch: StepWatch, attempt: Attempt, state, step_item) -> dict:
             if not seen.status.is_terminal:
                 earlier = earlier or name
                 lost += [(number, instance) for instance in seen.lost_instances]
-    return {"lost_instances": tuple(lost), "earlier_job_running": earlier}
+    if earlier is None:
+        return {"lost_instances": tuple(lost), "earlier_job_running": None}
+    dead = {(number, instance.host) for number, instance in lost}
+    watched = [s for s in head.shards if live_from <= s.attempt <= attempt.number and (s.attempt, s.host) not in dead]
+    return {"lost_instances": tuple(lost), "earlier_job_running": earlier, "shards": watched}
 
 
 def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:

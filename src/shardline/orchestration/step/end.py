@@ -153,7 +153,13 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         outputs.commit_outputs(spec, attempt, status, seen, look)
     # A step that lost its prefix has nothing to resubmit: the run that holds it writes it now.
     reason = reason if checks.lost else outcome_message(attempt, status, reason)
-    if not finish_step(model, attempt.ref, attempt.number, status, reason):
+    try:
+        recorded = finish_step(model, attempt.ref, attempt.number, status, reason)
+    except BaseException:
+        if status is StepStatus.SUCCEEDED:  # the marker stands only beside a step recorded SUCCEEDED
+            outputs.withdraw_own_marker(spec, attempt)
+        raise
+    if not recorded:
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
         if status is StepStatus.SUCCEEDED:
             outputs.withdraw_own_marker(spec, attempt)  # the newer attempt writes the prefix again
@@ -304,9 +310,15 @@ def end_failed_life(
     model = services.ledger_model(spec)
     # The jobs are read before the life is ended: a resubmission that takes the run up right after starts a job of a
     # newer attempt, which this callback must not stop (it stops only the jobs of the life that failed).
-    jobs_of_the_life = _jobs_of(spec, run_id)
+    try:
+        jobs_of_the_life = _jobs_of(spec, run_id)
+    except Exception as err:  # noqa: BLE001 - read again once the life is ended: the run must still be ended
+        log.warning("run %s: could not read its jobs before ending it (%s); reading them after", run_id, err)
+        jobs_of_the_life = None
     if not end_life(model, spec.pipeline, run_id, life, message):
         return f"run {run_id} was taken up again since its life {life} failed (or ended otherwise): left as it is"
+    jobs_of_the_life = jobs_of_the_life if jobs_of_the_life is not None else _jobs_of(spec, run_id)
+    _withdraw_unended_markers(spec, run_id)
     running = [name for name in jobs_of_the_life if jobs.stop_job(spec, name) or jobs.is_running(spec, name)]
     if running:
         left = wait_for(
@@ -318,6 +330,20 @@ def end_failed_life(
     partitions.release_ended_life(spec, spec.pipeline, run_id, life)
     stopped = f", after stopping {', '.join(running)}" if running else ""
     return f"run {run_id} failed; its output prefixes are released{stopped}"
+
+
+def _withdraw_unended_markers(spec: PipelineSpec, run_id: str) -> None:
+    """A run that failed leaves no ``_SUCCESS`` of a step it never recorded SUCCEEDED (its end wrote the marker,
+    then died before recording the step): the marker goes with the step's newest attempt."""
+    model = services.ledger_model(spec)
+    for step in spec.steps:
+        ref = StepRef(spec.pipeline, run_id, step.name)
+        records = read_step(model, ref, files=False)
+        if records.step is None or records.step.status == StepStatus.SUCCEEDED.value:
+            continue
+        attempt = attempt_of(records, ref)
+        if attempt is not None and outputs.withdraw_own_marker(spec, attempt):
+            log.warning("step %s of run %s never recorded SUCCEEDED: its _SUCCESS was withdrawn", step.name, run_id)
 
 
 def end_run_gone_from_airflow(spec: PipelineSpec, holder) -> str:
