@@ -328,3 +328,38 @@ def test_a_success_marker_written_by_an_end_that_died_before_recording_the_step_
 
     step_end.end_failed_life(spec, "run-died", 0, "the watch task's retries ran out")
     assert s3.list_objects_v2(Bucket=bucket, Prefix="out/_SUCCESS")["KeyCount"] == 0
+
+
+def test_a_resubmission_that_lands_while_the_failure_callback_stops_the_job_stands(
+    own_moto, local_root, tmp_path, monkeypatch
+):
+    """The third moment: the callback has ended the life and is stopping the run's job when the resubmission lands
+    (it waits for that job's end too, then takes the run up). Whichever sees the job's end first, the resubmission's
+    attempt runs on, its prefix held, and the run ends green with every row once."""
+    import threading
+
+    point_aws_at(monkeypatch, tmp_path, own_moto.url)
+    gate = tmp_path / "gate"
+    _, spec, bucket, rows = stage(tmp_path, own_moto.url, gated_model(tmp_path / "model", gate), rows_per_file=200)
+    first = plan_and_submit(spec, bucket, "run-during")
+    wait_until_a_file_is_claimed(spec, first, "run-during")
+    step_end.finish(spec, first, Action.FAIL, "the watch task was marked failed")  # the run is FAILED; its job runs
+
+    said: list[str] = []
+    callback = threading.Thread(target=lambda: said.append(step_end.end_failed_life(spec, "run-during", 0, "failed")))
+    callback.start()
+    backend = services.backend_for(spec)
+    assert wait_for(lambda: backend.describe(first.job_name).status.value != "InProgress", timeout=JOB_END_SECONDS)
+    keys = [f.input_key for f in read_step_files(spec, first.ref).files if f.status != FileStatus.SUCCEEDED]
+    second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True)  # lands mid-callback
+    callback.join(timeout=120)
+    assert said and "failed" in said[0], said
+
+    assert not job_ended(spec, second)  # the callback stopped only the job of the life that failed
+    with pytest.raises(PartitionHeld):  # and the run taken up holds its prefix
+        plan_run(spec, bucket, "run-after")
+    gate.touch()
+    assert wait_for(lambda: job_ended(spec, second), timeout=JOB_END_SECONDS)
+    done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, second), second))
+    assert done.action is Action.ADVANCE, done
+    assert sorted(output_ids(bucket)) == list(range(rows))
