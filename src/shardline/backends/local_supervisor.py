@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import boto3
@@ -89,6 +90,9 @@ def manifest_entries(s3, uri: str) -> list[tuple[str, str, str]]:
     return found
 
 
+STAGING_THREADS = 16  # downloads of a job's inputs at once (boto3's client is thread-safe)
+
+
 def deal(objects: list, instances: int, distribution: str) -> list[list]:
     if distribution == "ShardedByS3Key":
         return contract.deal(objects, instances)
@@ -123,13 +127,17 @@ def stage_inputs(s3, request: dict, instance_dirs: list[Path]) -> dict[Path, lis
         else:
             objects = list_prefix(s3, s3_input["S3Uri"])
         shares = deal(objects, len(instance_dirs), s3_input.get("S3DataDistributionType", "FullyReplicated"))
+        downloads = []
         for instance_dir, share in zip(instance_dirs, shares, strict=True):
             target = local_path(instance_dir, s3_input["LocalPath"])
             target.mkdir(parents=True, exist_ok=True)
             for bucket, key, relative in share:
-                download(s3, bucket, key, relative, target)
+                downloads.append((bucket, key, relative, target))
                 if s3_input.get("S3DataDistributionType") == "ShardedByS3Key":  # the files, not the model
                     dealt[instance_dir].append(f"s3://{bucket}/{key}")
+        # In parallel, as SageMaker stages an instance's inputs: one at a time, a job's start waited on each GET.
+        with ThreadPoolExecutor(max_workers=STAGING_THREADS) as pool:
+            list(pool.map(lambda d: download(s3, *d), downloads))  # the first failure is raised
         log.info(
             "input %s: %d object(s) dealt %s over %d instance(s)",
             spec.get("InputName"),
