@@ -99,20 +99,28 @@ def running_job_of(source: services.Source) -> RunningJob:
             item = control.get(run_pk(holder.pipeline, holder.run_id), step_sk(holder.step), consistent_read=True)
         except control.DoesNotExist:
             return None  # never planned an attempt: no job
-        # Earlier attempts' jobs were stopped and waited for before the newest was planned (jobs.stop_and_wait),
-        # except those still running beside it (live_from: a lost instance's files went on ahead).
-        newest = int(item.attempt or 1)
-        for number in range(min(int(item.live_from or newest), newest), newest + 1):
-            name = naming.job_name(holder.pipeline, holder.run_id, holder.step, number)
-            try:
-                state = services.backend_for(source).describe(name)
-            except JobNotFound:
-                continue
-            if not state.status.is_terminal:
-                return name
-        return None
+        ref = StepRef(holder.pipeline, holder.run_id, holder.step)
+        return next((name for _, name, _ in running_jobs(source, ref, item)), None)
 
     return running
+
+
+def running_jobs(source: services.Source, ref: StepRef, step_item, before: int | None = None):
+    """The jobs of the step's attempts that may still run, and have not ended, oldest first: (attempt, name, state).
+
+    Earlier attempts' jobs were stopped and waited for before the newest was planned (jobs.stop_and_wait), except
+    those still running beside it (``live_from`` on the STEP item: a lost instance's files went on ahead).
+    ``before``: only the attempts before this one."""
+    newest = int(step_item.attempt or 1)
+    last = newest if before is None else before - 1
+    for number in range(min(int(getattr(step_item, "live_from", None) or newest), newest), last + 1):
+        name = naming.job_name(ref.pipeline, ref.run_id, ref.step, number)
+        try:
+            state = services.backend_for(source).describe(name)
+        except JobNotFound:
+            continue
+        if not state.status.is_terminal:
+            yield number, name, state
 
 
 def hold_for_attempt(

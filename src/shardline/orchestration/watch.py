@@ -12,7 +12,6 @@ import dataclasses
 import time
 from typing import Any
 
-from shardline.backends import JobNotFound
 from shardline.decision import fleet
 from shardline.decision.policy import Action, Decision, Policy, StepSnapshot, decide, needs_files
 from shardline.ledger.keys import StepRef
@@ -22,7 +21,7 @@ from shardline.ledger.records import settle_parts
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import StepRecords, read_step
 from shardline.orchestration import services
-from shardline.orchestration.partitions import running_job_of
+from shardline.orchestration.partitions import running_job_of, running_jobs
 from shardline.orchestration.services import AwsSettings
 from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
@@ -240,18 +239,10 @@ def _jobs_beside(watch: StepWatch, attempt: Attempt, state, head: StepRecords) -
     described before the step's files are read, so a job seen ended has made its last write."""
     lost = [(attempt.number, instance) for instance in state.lost_instances]
     earlier = None
-    live_from = int(getattr(head.step, "live_from", None) or 0)
-    if live_from and live_from < attempt.number:
-        backend = services.backend_for(watch.aws)
-        for number in range(live_from, attempt.number):
-            name = naming.job_name(attempt.pipeline, attempt.run_id, attempt.step, number)
-            try:
-                seen = backend.describe(name)
-            except JobNotFound:
-                continue
-            if not seen.status.is_terminal:
-                earlier = earlier or name
-                lost += [(number, instance) for instance in seen.lost_instances]
+    live_from = int(getattr(head.step, "live_from", None) or attempt.number)
+    for number, name, seen in running_jobs(watch.aws, attempt.ref, head.step, before=attempt.number):
+        earlier = earlier or name
+        lost += [(number, instance) for instance in seen.lost_instances]
     if earlier is None:
         return {"lost_instances": tuple(lost), "earlier_job_running": None}
     dead = {(number, instance.host) for number, instance in lost}

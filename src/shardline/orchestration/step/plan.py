@@ -244,9 +244,9 @@ def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) ->
         state = services.backend_for(spec).describe(name)
     except JobNotFound:
         return latest, todo, True
-    beside = _earlier_job_running(spec, base, records.step, latest)
+    beside = next(partitions.running_jobs(spec, base.ref, records.step, before=latest), None)
     if beside is not None:
-        name, state = beside
+        _, name, state = beside
     if not state.status.is_terminal:
         # One attempt at a time: a plan task run again while attempt `latest` runs (a retry, a cleared task) adopts
         # it; planning the next beside it would have two jobs write the same keys. The watch follows it to its end,
@@ -261,20 +261,6 @@ def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) ->
         )
         return latest, [], False
     return latest + 1, todo, False
-
-
-def _earlier_job_running(spec: PipelineSpec, base: Attempt, step_item, latest: int):
-    """(name, state) of an earlier attempt's job still running beside attempt ``latest`` (``live_from``), or None."""
-    first = min(int(getattr(step_item, "live_from", None) or latest), latest)
-    for number in range(first, latest):
-        name = naming.job_name(base.pipeline, base.run_id, base.step, number)
-        try:
-            state = services.backend_for(spec).describe(name)
-        except JobNotFound:
-            continue
-        if not state.status.is_terminal:
-            return name, state
-    return None
 
 
 def _dir(uri: str) -> str:
