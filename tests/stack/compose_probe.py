@@ -6,6 +6,7 @@ It imports only what the stack's image holds (shardline, examples), never the te
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import os
@@ -20,6 +21,11 @@ import pyarrow.parquet as pq
 
 from examples import synthetic
 from shardline.backends.local import LocalBackend
+from shardline.ledger.keys import StepRef
+from shardline.ledger.partitions import take
+from shardline.ledger.states import StepStatus
+from shardline.ledger.step_writes import set_run_status
+from shardline.ledger.table import bind_ledger
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs, manifest_body, write_manifest
 from shardline.planning.request import build_processing_request
@@ -153,6 +159,12 @@ def main() -> int:
         file_count=len(objects),
     )
     write_manifest(s3, attempt.manifest_uri, manifest_body(f"s3://{bucket}/in/", [o.key for o in objects]))
+    # What planning writes before a run's first job: the run RUNNING, its step holding the output prefix. The
+    # worker asks for both before each upload and, without them, refuses as a zombie would be refused.
+    ledger = bind_ledger(table)
+    set_run_status(ledger, "compose_probe", run_id, StepStatus.RUNNING)
+    until = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    take(ledger, f"s3://{bucket}/{prefix}", StepRef("compose_probe", run_id, "score"), until)
     role = "arn:aws:iam::123456789012:role/probe"
     request = build_processing_request(spec, attempt, image_uri="shardline-worker:local", role_arn=role)
     request["AppSpecification"]["ContainerArguments"] += ["--features", ",".join(synthetic.feature_names())]
