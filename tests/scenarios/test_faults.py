@@ -563,6 +563,11 @@ def test_a_lost_instance_costs_only_its_unfinished_files_and_no_row_is_lost_or_d
     assert set(decision.retry_files) == set(seen.inputs) - finished, decision  # its unfinished files, exactly
     nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), beside=decision.beside)
     assert not backend.describe(attempt.job_name).status.is_terminal  # the other instance goes on with its own
+    # Its files taken, the lost instance decides nothing more: the polls while the other instance goes on read no
+    # FILE item (each would read them all), and that instance's heartbeats are still watched.
+    polled = watch.snapshot(spec, nxt)
+    assert polled.lost_instances == () and polled.files is None, polled
+    assert polled.earlier_job_running == attempt.job_name and [s.host for s in polled.shards] == ["algo-1"], polled
     gate.touch()
     try:
         _, history = drive_to_the_end(spec, nxt)

@@ -334,7 +334,11 @@ def run(job_dir: Path) -> dict:
                 if died and not (job_dir / "STOP").exists():
                     # Said at once, while the others go on: the watch starts its unfinished files as a next attempt.
                     for host, code in died.items():
-                        lost[host] = {"reason": f"exited with code {code}", "inputs": dealt[job_dir / host]}
+                        lost[host] = {
+                            "reason": f"exited with code {code}",
+                            "inputs": dealt[job_dir / host],
+                            "seen_at": time.time(),
+                        }
                         log.warning("%s died (exit code %s) while the job goes on", host, code)
                     write_json_atomic(job_dir / STATE_FILE, {**read_state(job_dir), "lost_instances": lost})
                 if runtime == "docker":  # a client that died leaves its container running: an instance is gone whole

@@ -178,6 +178,9 @@ class WorkerLedger:
             m.bytes_out.set(outcome.bytes_out),
             m.seconds.set(round(outcome.seconds, 3)),
             m.host.set(self.host),
+            # The claim's, unless it never landed (an uploaded output's record may go before its queued claim, which
+            # then leaves the record alone): the file's own seconds say when it started.
+            m.started_at.set(m.started_at | (finished - dt.timedelta(seconds=max(0.0, outcome.seconds)))),
             m.finished_at.set(finished),
             m.expires_at.set(m.expiry()),
         ]

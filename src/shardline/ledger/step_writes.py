@@ -274,6 +274,15 @@ def record_deadline_missed(model: type[LedgerItem], pipeline: str, run_id: str, 
     return True
 
 
+def _lost_taken_update(c, live_from: int | None, lost_taken: Iterable[str]) -> list:
+    """The STEP update's actions on ``lost_taken``: added to while earlier jobs run beside the new attempt, gone
+    once none does."""
+    if not live_from:
+        return [c.lost_taken.remove()]
+    taken = set(lost_taken)
+    return [c.lost_taken.add(taken)] if taken else []
+
+
 def start_attempt(
     model: type[LedgerItem],
     ref: StepRef,
@@ -286,12 +295,14 @@ def start_attempt(
     plan_file: str | None = None,
     parts: Mapping[str, tuple[str, str]] | None = None,
     live_from: int | None = None,
+    lost_taken: Iterable[str] = (),
 ) -> int:
     """Move the STEP item from attempt ``after`` (default ``attempt - 1``) to ``attempt``; for a retry, fence its
     inputs. Of two planners racing for one attempt exactly one wins; the other gets :class:`StaleAttemptError` and
     writes nothing (ARCHITECTURE.md, "Fencing", has the whole design). ``live_from``: the oldest earlier attempt
     whose job goes on beside this one (its other instances still score their own files); None when every earlier
-    attempt's job has ended.
+    attempt's job has ended. ``lost_taken``: the lost instances ("attempt/host") whose unfinished files this attempt
+    takes, added to those earlier attempts took while their jobs still run (forgotten once none does).
 
     Attempt 1 writes no FILE item (an instance's claim creates it; readers take the unclaimed inputs from the
     plan file). A retry writes a PENDING item at ``attempt`` for each of its ``input_keys``, in parallel batches
@@ -323,6 +334,7 @@ def start_attempt(
                 c.step.set(step),
                 c.started_at.set(_now()),
                 c.live_from.set(live_from) if live_from else c.live_from.remove(),
+                *_lost_taken_update(c, live_from, lost_taken),
                 c.message.remove(),
                 c.waiting.remove(),  # an earlier attempt's wait is not this one's
                 c.finished_at.remove(),

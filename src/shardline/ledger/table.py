@@ -13,7 +13,13 @@ import datetime as dt
 import functools
 import os
 
-from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute, UTCDateTimeAttribute
+from pynamodb.attributes import (
+    NumberAttribute,
+    TTLAttribute,
+    UnicodeAttribute,
+    UnicodeSetAttribute,
+    UTCDateTimeAttribute,
+)
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
@@ -131,6 +137,9 @@ class ControlItem(_Expiring, Model):
     # The oldest attempt whose job still runs beside the newest (a lost instance's files went on as a next attempt
     # while its job's other instances went on); absent when only the newest runs. Its instances' heartbeats pass.
     live_from = NumberAttribute(null=True, attr_name="olv")
+    # While earlier jobs run beside the newest: their lost instances ("attempt/host") whose unfinished files a later
+    # attempt took. The watch needs no file of the step for those any more (see orchestration/watch._jobs_beside).
+    lost_taken = UnicodeSetAttribute(null=True, attr_name="olk")
     pipeline = UnicodeAttribute(null=True, attr_name="opl")
     run_id = UnicodeAttribute(null=True, attr_name="ori")
     step = UnicodeAttribute(null=True, attr_name="osp")

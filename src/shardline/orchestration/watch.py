@@ -243,11 +243,15 @@ def _jobs_beside(watch: StepWatch, attempt: Attempt, state, head: StepRecords) -
     for number, name, seen in running_jobs(watch.aws, attempt.ref, head.step, before=attempt.number):
         earlier = earlier or name
         lost += [(number, instance) for instance in seen.lost_instances]
+    # A lost instance whose files a later attempt took (``lost_taken``) decides nothing more: left out, the polls
+    # while its job's other instances go on read no FILE item (each would read them all).
+    taken = set(getattr(head.step, "lost_taken", None) or ())
+    untaken = tuple((number, instance) for number, instance in lost if f"{number}/{instance.host}" not in taken)
     if earlier is None:
-        return {"lost_instances": tuple(lost), "earlier_job_running": None}
-    dead = {(number, instance.host) for number, instance in lost}
+        return {"lost_instances": untaken, "earlier_job_running": None}
+    dead = {(number, instance.host) for number, instance in lost}  # taken or not: its silence is no hang
     watched = [s for s in head.shards if live_from <= s.attempt <= attempt.number and (s.attempt, s.host) not in dead]
-    return {"lost_instances": tuple(lost), "earlier_job_running": earlier, "shards": watched}
+    return {"lost_instances": untaken, "earlier_job_running": earlier, "shards": watched}
 
 
 def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:

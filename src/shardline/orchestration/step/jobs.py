@@ -111,6 +111,7 @@ def resubmit(
     (``live_from``), so those instances' heartbeats still pass.
     """
     live_from = _live_from(spec, attempt) if beside else None
+    lost_taken = _lost_instances_of(spec, attempt, live_from, retry_keys) if live_from else ()
     if not beside:
         stop_live_jobs(spec, attempt)
     base = after_capacity_failure(spec, attempt) if capacity else attempt
@@ -130,8 +131,23 @@ def resubmit(
         taken_up=taken_up,
         parts=parts,
         live_from=live_from,
+        lost_taken=lost_taken,
     )
     return submit(spec, nxt)
+
+
+def _lost_instances_of(spec: PipelineSpec, attempt: Attempt, first: int, keys: list[str]) -> tuple[str, ...]:
+    """The lost instances ("attempt/host") of the jobs from attempt ``first`` to ``attempt`` that were given any of
+    ``keys``: the next attempt takes their unfinished files, so the watch stops reading the step's files for them."""
+    wanted, taken = set(keys), []
+    backend = services.backend_for(spec)
+    for number in range(first, attempt.number + 1):
+        try:
+            state = backend.describe(attempt.model_copy(update={"number": number}).job_name)
+        except JobNotFound:
+            continue
+        taken += [f"{number}/{lost.host}" for lost in state.lost_instances if wanted & set(lost.inputs)]
+    return tuple(sorted(taken))
 
 
 def _live_from(spec: PipelineSpec, attempt: Attempt) -> int:

@@ -51,6 +51,7 @@ def new_attempt(
     taken_up: bool = False,
     parts: dict[str, tuple[str, str]] | None = None,
     live_from: int | None = None,
+    lost_taken: tuple[str, ...] = (),
 ) -> Attempt:
     """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
 
@@ -60,7 +61,8 @@ def new_attempt(
     ``may_take``: a plan or an on-call engineer may take the output prefix; the watch's own attempts only renew it.
     ``taken_up``: an on-call engineer takes the run up after its watch task ended (``partitions.hold_for_attempt``).
     ``parts``: an attempt of rejects parts (``base.parts_prefix``): each part's source and the source's ETag.
-    ``live_from``: the oldest earlier attempt whose job goes on beside this one (``jobs.resubmit(beside=True)``).
+    ``live_from``: the oldest earlier attempt whose job goes on beside this one (``jobs.resubmit(beside=True)``);
+    ``lost_taken``: that job's lost instances ("attempt/host") whose unfinished files this attempt takes.
     """
     step = spec.step(base.step)
     # Before anything is written: two runs never write one output prefix at once (PartitionHeld names the other).
@@ -93,6 +95,7 @@ def new_attempt(
             plan_file=plan_file,
             parts=parts,
             live_from=live_from,
+            lost_taken=lost_taken,
         )
     partitions.record_fence(spec, attempt.ref, fence)
     if number == 1 and not replan:
