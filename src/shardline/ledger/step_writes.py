@@ -274,15 +274,6 @@ def record_deadline_missed(model: type[LedgerItem], pipeline: str, run_id: str, 
     return True
 
 
-def _lost_taken_update(c, live_from: int | None, lost_taken: Iterable[str]) -> list:
-    """The STEP update's actions on ``lost_taken``: added to while earlier jobs run beside the new attempt, gone
-    once none does."""
-    if not live_from:
-        return [c.lost_taken.remove()]
-    taken = set(lost_taken)
-    return [c.lost_taken.add(taken)] if taken else []
-
-
 def start_attempt(
     model: type[LedgerItem],
     ref: StepRef,
@@ -334,7 +325,9 @@ def start_attempt(
                 c.step.set(step),
                 c.started_at.set(_now()),
                 c.live_from.set(live_from) if live_from else c.live_from.remove(),
-                *_lost_taken_update(c, live_from, lost_taken),
+                # Added to while earlier jobs run beside the new attempt; gone once none does.
+                *([c.lost_taken.add(set(lost_taken))] if live_from and lost_taken else []),
+                *([] if live_from else [c.lost_taken.remove()]),
                 c.message.remove(),
                 c.waiting.remove(),  # an earlier attempt's wait is not this one's
                 c.finished_at.remove(),
