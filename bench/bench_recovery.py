@@ -117,13 +117,14 @@ def stems(keys) -> set[str]:
     return {Path(key).name.split(".")[0] for key in keys}
 
 
-def kill_at_half(spec, run_id: str, bucket: str, job_dir: Path) -> dict:
+def kill_at_half(spec, run_id: str, bucket: str, job_dir: Path, *, kill: bool = True) -> dict:
     """SIGKILL the victim's worker tree once the endpoint holds outputs of half its files; return its share, and how
     many of its files' outputs the endpoint held and the ledger had recorded SUCCEEDED, read once it was dead.
 
     The trigger is the endpoint's, not the ledger's: an instance writes its FILE items through a queue behind its
     uploads, and on a loaded machine that queue runs seconds behind, so "half recorded" could be an instance that had
-    uploaded nearly everything. Each poll is one listing of the prefix, which loads the endpoint little.
+    uploaded nearly everything. Each poll is one listing of the prefix (every 0.5 s). ``kill=False``: watch the same
+    way, and kill nothing, so the run without the kill carries the same load of watching as the run with it.
     """
     import boto3
     import psutil
@@ -141,7 +142,9 @@ def kill_at_half(spec, run_id: str, bucket: str, job_dir: Path) -> dict:
         return len(share & stems(k for k in listed(s3, bucket, prefix) if is_output(k, prefix)))
 
     while stored() < len(share) // 2:
-        time.sleep(0.2)
+        time.sleep(0.5)
+    if not kill:
+        return {}
     victims = [
         p
         for p in psutil.process_iter(["cmdline"])
@@ -287,15 +290,14 @@ def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool, in
     killed: dict = {}
 
     def inject() -> None:
-        killed.update(kill_at_half(spec, run_id, bucket, local_root / "jobs" / attempt.job_name))
+        killed.update(kill_at_half(spec, run_id, bucket, local_root / "jobs" / attempt.job_name, kill=kill))
 
+    # Both runs are watched alike; only the one with the kill kills.
     injector = threading.Thread(target=inject, daemon=True)
-    if kill:
-        injector.start()
+    injector.start()
     events: list = []
     resubmitted = drive(spec, attempt, events)
-    if kill:
-        injector.join()
+    injector.join()
     wall = time.monotonic() - started
     started_wall = time.time() - wall
     for job in [attempt.job_name, *(r["job"] for r in resubmitted)]:  # each job's end, as its supervisor wrote it

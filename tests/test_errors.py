@@ -91,7 +91,8 @@ def test_a_host_problem_is_worth_another_attempt():
 def test_the_layers_raise_shardline_errors_that_old_callers_still_catch():
     """A ValueError turned into a Shardline error stays one: callers that caught the builtin still do."""
     from shardline.planning.attempt import AttemptRecordError
-    from shardline.planning.inputs import InvalidS3Uri, PlanError, PlanFileError, parse_s3_uri
+    from shardline.planning.inputs import PlanError, PlanFileError
+    from shardline.s3uri import InvalidS3Uri, parse_s3_uri
 
     for cls in (InvalidS3Uri, PlanError, AttemptRecordError):
         assert issubclass(cls, errors.PermanentError) and issubclass(cls, ValueError), cls

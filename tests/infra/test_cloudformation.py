@@ -636,7 +636,7 @@ def _uri_key(values: dict, prefix_param: str, rest: str) -> str:
 
 
 def _object_arn(values: dict, uri: str) -> str:
-    from shardline.planning.inputs import parse_s3_uri
+    from shardline.s3uri import parse_s3_uri
 
     bucket, key = parse_s3_uri(uri)
     assert bucket == values["DataBucket"]

@@ -25,7 +25,7 @@ from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import latest_attempt
-from shardline.planning.inputs import parse_s3_uri
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import load_spec, parse_spec
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
 

@@ -33,7 +33,7 @@ from shardline.orchestration.rejects_parts import (
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
-from shardline.planning.inputs import parse_s3_uri
+from shardline.s3uri import parse_s3_uri
 from tests.support.pipelines import plan_args, stage_step
 
 

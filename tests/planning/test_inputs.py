@@ -16,18 +16,10 @@ from shardline.planning.inputs import (
     choose_instance_count,
     list_inputs,
     manifest_body,
-    parse_s3_uri,
     selected,
     write_manifest,
 )
 from tests.support.helpers import makespan
-
-
-def test_parse_s3_uri():
-    assert parse_s3_uri("s3://b/a/b/") == ("b", "a/b/")
-    assert parse_s3_uri("s3://b") == ("b", "")
-    with pytest.raises(ValueError, match="not an s3"):
-        parse_s3_uri("/local")
 
 
 @pytest.mark.parametrize(

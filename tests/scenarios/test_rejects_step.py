@@ -25,7 +25,7 @@ from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
-from shardline.planning.inputs import parse_s3_uri
+from shardline.s3uri import parse_s3_uri
 from tests.support.pipelines import plan_args, stage_step, wait_for_job
 
 ROWS, BAD = 200_000, 37

@@ -37,7 +37,8 @@ from shardline.backends.local import (
 )
 from shardline.errors import InputRefused
 from shardline.grant import book as grant_book
-from shardline.planning.inputs import parse_s3_uri, unsafe_key_reason
+from shardline.planning.inputs import unsafe_key_reason
+from shardline.s3uri import parse_s3_uri
 
 log = logging.getLogger(__name__)
 

@@ -18,16 +18,10 @@ from shardline.grant.policy import IamRequest, allowed
 from shardline.grant.requests import LOCAL_ACCOUNT, table_arn
 from shardline.grant.template import JOB_ROLE, resolved_statements, shipped, with_conditions
 from shardline.ledger.keys import partition_lock_pk
+from shardline.s3uri import path_of
 
 S3_NAMESPACE = "shardline-local"  # the one bucket every local S3 ARN is read in (see the module's docstring)
 LOCK_KEY_PREFIX = partition_lock_pk("")  # an output prefix's lock item: PARTITION#s3://bucket/key/
-
-
-def _s3_path(uri: str) -> str:
-    """``s3://bucket/key`` as ``bucket/key`` (the namespace's view of it)."""
-    if not uri.startswith("s3://"):
-        raise ValueError(f"not an S3 URI: {uri!r}")
-    return uri[len("s3://") :]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +73,7 @@ def _template_values(template: dict, scope: JobScope, *, for_s3: bool, output_ur
     for name, parameter in template["Parameters"].items():
         value = parameter.get("Default", "")
         values[name] = value.split(",") if parameter["Type"] == "CommaDelimitedList" else str(value)
-    output = _s3_path(output_uri or scope.output_uri).rstrip("/")
+    output = path_of(output_uri or scope.output_uri).rstrip("/")
     parent, _, last = output.rpartition("/")
     if for_s3:
         # <OutputPrefix><Pipeline>/ is the job's output prefix, exactly.
@@ -87,8 +81,8 @@ def _template_values(template: dict, scope: JobScope, *, for_s3: bool, output_ur
     else:
         values |= {"OutputPrefix": "", "Pipeline": scope.pipeline}
     values |= {
-        "InputPrefix": _s3_path(scope.input_uri),
-        "ModelPrefix": _s3_path(scope.model_uri),
+        "InputPrefix": path_of(scope.input_uri),
+        "ModelPrefix": path_of(scope.model_uri),
         "LedgerTableName": scope.table,
         "DataBucket": S3_NAMESPACE,
         "DataBucket.Arn": f"arn:aws:s3:::{S3_NAMESPACE}",
@@ -131,7 +125,7 @@ class JobGrant:
     def buckets(self) -> frozenset[str]:
         """The buckets the job's prefixes are in: the only ones a bucket-level call may name."""
         uris = (self.scope.input_uri, self.scope.model_uri, self.scope.output_uri)
-        return frozenset(_s3_path(u).split("/", 1)[0] for u in uris)
+        return frozenset(path_of(u).split("/", 1)[0] for u in uris)
 
     def allows(self, request: IamRequest) -> bool:
         if request.action.lower().startswith("s3:"):

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from shardline import contract
 from shardline.errors import ShardlineError
-from shardline.planning.inputs import S3Object, list_inputs, parse_s3_uri
+from shardline.planning.inputs import S3Object, list_inputs
 from shardline.planning.request import pin_arguments, worker_arguments
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec, StepSpec, data_interval
 from shardline.spec.templates import default_params, render_uri
 

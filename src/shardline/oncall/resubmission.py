@@ -41,7 +41,7 @@ from shardline.orchestration.step.files import attempt_of
 from shardline.orchestration.step.plan import SIZED_FILE_ATTRIBUTES
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import parse_s3_uri
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 from shardline.waiting import wait_for
 

@@ -14,7 +14,7 @@ from shardline.oncall.reads import OnCallReads, known_step
 from shardline.oncall.values import RunRef, SavedReport, StepReportRef
 from shardline.orchestration import services
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import parse_s3_uri
+from shardline.s3uri import parse_s3_uri
 
 # Where `shardline report` puts the pages it fetches, under the current directory.
 LOCAL_REPORTS = (".shardline", "reports")

@@ -39,8 +39,9 @@ from shardline.oncall.preview import (
 from shardline.orchestration import services
 from shardline.orchestration.step.files import latest_attempt
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import list_inputs, parse_s3_uri
+from shardline.planning.inputs import list_inputs
 from shardline.planning.request import pin_arguments, worker_arguments
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec, StepSpec
 
 DEFAULT_ROWS = 200_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from shardline.orchestration import services
-from shardline.planning.inputs import parse_s3_uri
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)

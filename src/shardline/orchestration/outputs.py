@@ -25,7 +25,8 @@ from shardline.orchestration import services, watch
 from shardline.orchestration.step.files import planned_etags, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import list_inputs_and_refusals, parse_s3_uri, put_metadata
+from shardline.planning.inputs import list_inputs_and_refusals, put_metadata
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
 UNVOUCHED_OUTPUT_ERROR = UnvouchedOutputError.__name__  # a SUCCEEDED file whose object in S3 is missing or another

@@ -42,7 +42,7 @@ from shardline.ledger.step_writes import CONDITIONAL_CHECK_FAILED, set_run_statu
 from shardline.orchestration import services
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import parse_s3_uri
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)

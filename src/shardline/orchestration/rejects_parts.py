@@ -40,7 +40,8 @@ from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step.files import planned_inputs, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import S3Object, parse_s3_uri, put_metadata
+from shardline.planning.inputs import S3Object, put_metadata
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
 

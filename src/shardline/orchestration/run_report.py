@@ -23,13 +23,14 @@ from shardline.orchestration.step.files import read_step_files
 from shardline.orchestration.upstream import UpstreamError, upstream_outputs
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import parse_s3_uri, put_metadata
+from shardline.planning.inputs import put_metadata
 from shardline.planning.naming import job_name
 from shardline.report.build import build_report
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
 from shardline.report.inputs import PreviousRun, records_from_ledger, reject_where
 from shardline.report.model import RejectRow, RunReport
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)

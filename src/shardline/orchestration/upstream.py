@@ -16,7 +16,8 @@ from shardline.ledger.keys import StepRef
 from shardline.orchestration import services
 from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
-from shardline.planning.inputs import S3Object, parse_s3_uri
+from shardline.planning.inputs import S3Object
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
 

@@ -26,7 +26,8 @@ from shardline.orchestration.services import AwsSettings
 from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import list_inputs, parse_s3_uri
+from shardline.planning.inputs import list_inputs
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
 

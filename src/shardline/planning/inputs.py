@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from shardline import contract
 from shardline.errors import PermanentError
+from shardline.s3uri import parse_s3_uri
 
 log = logging.getLogger(__name__)
 
@@ -45,26 +46,12 @@ class S3Object:
     etag: str = dataclasses.field(default="", compare=False)
 
 
-class InvalidS3Uri(PermanentError, ValueError):
-    """A setting or record that should name an S3 location does not."""
-
-
 class PlanError(PermanentError, ValueError):
     """A manifest or plan file that would not say what was planned (a key outside its prefix, an unsafe one)."""
 
 
 class PlanFileError(PermanentError):
     """A plan file the STEP item records is gone or damaged: the step's inputs cannot all be accounted for."""
-
-
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> ("bucket", "some/prefix")."""
-    if not uri.startswith("s3://"):
-        raise InvalidS3Uri(f"not an s3:// URI: {uri!r}")
-    bucket, _, key = uri[5:].partition("/")
-    if not bucket:
-        raise InvalidS3Uri(f"no bucket in {uri!r}")
-    return bucket, key
 
 
 MAX_NAME_BYTES = 255  # a folder name on Linux file systems (ext4, xfs): NAME_MAX

@@ -15,7 +15,8 @@ from shardline.orchestration import services
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import PlanFileError, latest_attempt, read_step_files
-from shardline.planning.inputs import parse_plan_file, parse_s3_uri
+from shardline.planning.inputs import parse_plan_file
+from shardline.s3uri import parse_s3_uri
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
 SIZES = {f"part-{i}.parquet": 300 + 100 * i for i in range(4)}

@@ -25,13 +25,8 @@ from shardline.ledger.step_reads import (
 )
 from shardline.orchestration import services
 from shardline.planning.attempt import Attempt
-from shardline.planning.inputs import (
-    MAX_PLAN_FILE_BYTES,
-    PlanFileError,
-    parse_plan_file,
-    parse_plan_file_versions,
-    parse_s3_uri,
-)
+from shardline.planning.inputs import MAX_PLAN_FILE_BYTES, PlanFileError, parse_plan_file, parse_plan_file_versions
+from shardline.s3uri import parse_s3_uri
 
 # About 200 bytes of memory a key: 1M keys in all (one 1M-file step, or many small ones), beyond what one read
 # needs at once (those are never evicted while it runs).

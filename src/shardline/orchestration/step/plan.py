@@ -26,11 +26,11 @@ from shardline.planning.inputs import (
     list_inputs_and_refusals,
     manifest_body,
     manifest_order,
-    parse_s3_uri,
     plan_file_body,
     write_manifest,
     write_plan_file,
 )
+from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from shardline import contract
 from shardline.errors import OutputUploadError
+from shardline.s3uri import bucket_and_prefix
 
 log = logging.getLogger("shardline.worker")
 
@@ -40,14 +41,6 @@ class Uploaded:
 
     key: str  # s3://bucket/key
     sha256: str
-
-
-def split_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/prefix`` -> (bucket, prefix without a trailing slash)."""
-    if not uri.startswith("s3://"):
-        raise ValueError(f"not an s3:// URI: {uri!r}")
-    bucket, _, prefix = uri[len("s3://") :].partition("/")
-    return bucket, prefix.rstrip("/")
 
 
 def s3_client():
@@ -73,7 +66,7 @@ class OutputUploader:
         max_pending: int = MAX_PENDING_UPLOADS,
     ):
         self.output_dir = Path(output_dir)
-        self.bucket, self.prefix = split_uri(output_uri)
+        self.bucket, self.prefix = bucket_and_prefix(output_uri)
         self.client = client if client is not None else s3_client()
         self.kms_key_id = kms_key_id
         self._slots = threading.BoundedSemaphore(max_pending)
@@ -165,7 +158,7 @@ class OutputUploader:
         still writes it, untagged, and a WARNING says the bucket's rule will not expire it."""
         from botocore.exceptions import ClientError
 
-        bucket, key = split_uri(uri)
+        bucket, key = bucket_and_prefix(uri)
         extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self.kms_key_id} if self.kms_key_id else {}
         try:
             self.client.put_object(

@@ -1,0 +1,34 @@
+"""S3 addresses: ``s3://bucket/key`` read into its parts, one way for every room (planning, the watch, on-call,
+the worker's uploads, the local grant). Standard library only: the worker image imports it too."""
+
+from __future__ import annotations
+
+from shardline.errors import PermanentError
+
+SCHEME = "s3://"
+
+
+class InvalidS3Uri(PermanentError, ValueError):
+    """A setting or record that should name an S3 location does not."""
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> ("bucket", "some/prefix")."""
+    if not uri.startswith(SCHEME):
+        raise InvalidS3Uri(f"not an s3:// URI: {uri!r}")
+    bucket, _, key = uri[len(SCHEME) :].partition("/")
+    if not bucket:
+        raise InvalidS3Uri(f"no bucket in {uri!r}")
+    return bucket, key
+
+
+def bucket_and_prefix(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> ("bucket", "some/prefix"): a prefix with no trailing slash."""
+    bucket, key = parse_s3_uri(uri)
+    return bucket, key.rstrip("/")
+
+
+def path_of(uri: str) -> str:
+    """``s3://bucket/key`` as ``bucket/key``."""
+    parse_s3_uri(uri)
+    return uri[len(SCHEME) :]
