@@ -10,6 +10,70 @@ off: :class:`HostSetupError` is a :class:`SetupError` a next attempt on another 
 A file's failure is recorded in the ledger by its class's name (a FILE item's ``error_class``), so the worker
 that records it and the policy that reads it agree through these classes, never through names written out:
 :func:`is_permanent_file_failure` answers for a recorded name. Renaming a class here renames it for both.
+
+The tree (each class under its first base of the package's own, its other bases in brackets; a class defined
+outside this module named by its module; :data:`SIGNALS`, the exceptions that are not errors, left out; a test
+checks that it is the source's):
+
+    ShardlineError
+      oncall.airflow_client.AirflowApiError
+      backends.local_container.ContainerRuntimeError
+      local.embedded_aws.EmbeddedAwsError
+      FileError
+        CorruptInputError [PermanentError]
+        InputFormatError
+        InputSchemaError [PermanentError]
+        LateInputError
+        OutputUploadError
+        OutputWriteError
+        PoisonFileError [PermanentError]
+        PredictionError
+          worker.model.script_codec.ResponseShapeError
+          worker.model.script_runner.RowOrderError
+          worker.model.script_runner.ScriptError
+        worker.model.script_codec.RecordEncodingError
+        RowCountMismatch [PermanentError]
+        TooManyRejectsError [PermanentError]
+        UnsafeKeyError [PermanentError]
+        UnvouchedOutputError
+      GaveUpWaiting
+      grant.session.JobCredentialsError
+      backends.JobNotFound [LookupError]
+      orchestration.outputs.LateInputsFound
+      ledger.step_writes.LedgerThrottledError
+      oncall.errors.OnCallError
+        oncall.errors.BadRequest
+        oncall.errors.Conflict
+        oncall.errors.NotFound
+        oncall.errors.Refused
+        oncall.errors.Unavailable
+      ledger.partitions.PartitionHeld
+      PermanentError
+        planning.attempt.AttemptRecordError [ValueError]
+        backends.local_fleet.FleetConfigError [ValueError]
+        report.histogram.HistogramFormatError [ValueError]
+        InputRefused
+        InvalidArgument [ValueError]
+        s3uri.InvalidS3Uri [ValueError]
+        ledger.context.LedgerConfigError [ValueError]
+        LedgerRecordMissing
+        ledger.partitions.PartitionLost
+        ledger.partitions.PartitionMovedOn
+        planning.inputs.PlanError [ValueError]
+        planning.inputs.PlanFileError
+        orchestration.rejects_parts.RejectsPartError
+        oncall.preview.SampleTooLarge [ValueError]
+        SetupError
+          HostSetupError
+          ModelIntegrityError
+        spec.base.SpecError [ValueError]
+        local.moto_state.StateError
+        orchestration.upstream.UpstreamError
+      oncall.preview.PreviewError
+        oncall.preview.PreviewDenied
+      ledger.context.StaleAttemptError
+      SubmitRefused
+      report.cost.UnknownPriceError [KeyError]
 """
 
 from __future__ import annotations
@@ -27,6 +91,21 @@ class PermanentError(ShardlineError):
     """The same input or settings fail the same way on every try: no retry, fail fast, say what to change."""
 
     permanent = True
+
+
+# Exceptions that are not errors: each carries a refusal or a stop inside its own room, which turns it into an answer
+# (an HTTP status, an exit code, a job's end) and never shows it as an error of Shardline's. By qualified name.
+SIGNALS = frozenset(
+    {
+        "backends.local_supervisor._Stop",  # a stop asked of one emulated job: its instances are ended
+        "grant.proxy.Refused",  # a job's request outside its grant: answered AccessDenied
+        "grant.proxy._Unframed",  # a request its headers let be read two ways: answered 400
+        "grant.requests.Unreadable",  # a request the grant cannot read as IAM would: refused
+        "local.moto_atomic.Refused",  # a request the embedded endpoint answers as S3 would, before moto
+        "worker.job.cli.Terminated",  # SIGTERM: the worker ends its files and exits 143
+        "worker.pool.runner.Stopped",  # the job was told to stop (fenced out): the pool winds down
+    }
+)
 
 
 # --- a file's failure, as the ledger records it -----------------------------------------------------------

@@ -10,6 +10,8 @@ import dataclasses
 import enum
 from typing import Protocol
 
+from shardline.errors import ShardlineError
+
 
 class JobStatus(enum.StrEnum):
     """A backend job's state, in SageMaker's words (the local backend uses the same)."""
@@ -58,5 +60,5 @@ class Backend(Protocol):
         """Ask the job to stop; a job already ended is left alone."""
 
 
-class JobNotFound(LookupError):
-    pass
+class JobNotFound(ShardlineError, LookupError):
+    """The backend knows no job of that name (never submitted, or gone past its retention)."""

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import botocore.exceptions
 
+from shardline.errors import PermanentError
+
 FLEET_ENV = "SHARDLINE_LOCAL_FLEET"
 FLEET_FILE = "fleet.json"
 FLEET_DIR = "fleet"  # under the local root: the record, its lock, the submit calls counted
@@ -49,7 +51,7 @@ CAPACITY_REASON = (
 )
 
 
-class FleetConfigError(ValueError):
+class FleetConfigError(PermanentError, ValueError):
     """The emulator's fleet settings are not what this module reads."""
 
 

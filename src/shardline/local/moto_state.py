@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from shardline.errors import PermanentError
+
 log = logging.getLogger("shardline.local.moto_state")
 
 LOG_NAME = "state.log"
@@ -65,8 +67,8 @@ DYNAMODB_READS = frozenset(
 )
 
 
-class StateError(Exception):
-    pass
+class StateError(PermanentError):
+    """The state folder cannot be read back as it was written (another moto version, a damaged log)."""
 
 
 def _header() -> bytes:

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from shardline import contract
-from shardline.errors import ShardlineError
+from shardline.errors import PermanentError, ShardlineError
 from shardline.planning.inputs import S3Object, list_inputs
 from shardline.planning.request import pin_arguments, worker_arguments
 from shardline.s3uri import parse_s3_uri
@@ -307,7 +307,7 @@ MAX_PARQUET_SAMPLE_BYTES = 512 << 20  # of a parquet file: its footer and first 
 MAX_SAMPLE_LINE_BYTES = 8 << 20
 
 
-class SampleTooLarge(ValueError):
+class SampleTooLarge(PermanentError, ValueError):
     """The sample would need more of an input than a preview reads."""
 
 

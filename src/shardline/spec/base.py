@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from shardline.errors import PermanentError
+
 NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"  # short: names go into SageMaker job names (63 chars)
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 # A model version becomes one segment of an S3 key: no "/", no "." or ".." segment, no spaces.
@@ -15,7 +17,7 @@ VERSION_TEMPLATE = "params.model_version"
 INSTANCE_TYPE_PATTERN = r"^ml\.[a-z0-9-]+\.(\d*xlarge|medium|large)$"
 
 
-class SpecError(ValueError):
+class SpecError(PermanentError, ValueError):
     """A pipeline spec is invalid. The message names the file and each bad field."""
 
 
