@@ -325,12 +325,13 @@ def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool, in
     return {
         "wall_seconds": round(wall, 1),
         "instances": timeline(files, time.time() - wall),
-        "events": {
-            what: round(at - started, 1)
+        # In the order they happened (a WAIT that comes back, a second resubmission: each its own entry).
+        "events": [
+            [what, round(at - started, 1)]
             if isinstance(at, float)
-            else (len(at), round(max(at), 2), round(sum(at) / len(at), 2))
+            else [what, {"count": len(at), "longest": round(max(at), 2), "mean": round(sum(at) / len(at), 2)}]
             for what, at in events
-        },
+        ],
         "files": len(files),
         "attempts": 1 + len(resubmitted),
         "resubmissions": [

@@ -98,3 +98,20 @@ def test_a_write_that_lands_ends_the_outage_so_the_next_one_gets_a_whole_budget_
     pump.close()
     assert tries.count("a") == 4 and pump.errors == 1  # a landed on its 4th try; b was dropped
     assert tries.count("b") > 1  # b had its own budget, since a had landed
+
+
+def test_an_outage_is_said_until_a_write_lands_again():
+    """While the ledger fails, an upload thread sends its file's record through the pump (one retry budget for the
+    outage) instead of spending the client's retries itself, file after file."""
+    landed = []
+    pump = LedgerPump(retry_budget_seconds=1)
+    assert not pump.failing
+
+    def down():
+        raise ConnectionError("connection refused")
+
+    pump.put(down, "finish a.parquet")
+    pump.put(lambda: landed.append(pump.failing), "finish b.parquet")  # runs once a.parquet's write is dropped
+    pump.close()
+    assert landed == [True]  # still in the outage when the next write began
+    assert not pump.failing  # that write landed: the outage is over

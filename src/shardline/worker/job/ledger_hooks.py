@@ -55,8 +55,10 @@ class LedgerHooks(Hooks):
         self.outputs: dict[str, str] = {}
         self.committed: set[str] = set()
         # A file's claim (queued on the pump) and its uploaded output's record (written on the upload thread, see
-        # _uploaded) take this lock, so a claim that lands late never moves a recorded file back to RUNNING.
-        self._file_write = threading.Lock()
+        # _record_now) take the file's own lock, so a claim that lands late never moves a recorded file back to
+        # RUNNING. Per file: the upload threads record at once, side by side, and never wait on another file's call.
+        self._file_locks: dict[str, threading.Lock] = {}
+        self._file_locks_guard = threading.Lock()
 
     def __enter__(self) -> LedgerHooks:
         self.pump = LedgerPump(retry_budget_seconds=self.retry_budget_seconds).__enter__()
@@ -77,7 +79,7 @@ class LedgerHooks(Hooks):
 
     def file_started(self, report: FileReport) -> None:
         def claim() -> None:
-            with self._file_write:
+            with self._file_lock(report.input):
                 if report.input not in self.committed:  # recorded already: its end says more than a claim would
                     self.ledger.claim_file(report.input)
 
@@ -177,8 +179,11 @@ class LedgerHooks(Hooks):
         again by the next attempt (the recovery benchmark counted 20 of 45 so)."""
         if self.fenced:
             return
+        if self.pump.failing:  # an outage: each write would spend the client's retries here, one file after another
+            self._record(report, outcome)
+            return
         try:
-            with self._file_write:
+            with self._file_lock(report.input):
                 self.ledger.finish_file(report.input, outcome)
                 self.committed.add(report.input)
         except StaleAttemptError as err:
@@ -191,6 +196,10 @@ class LedgerHooks(Hooks):
                 err,
             )
             self._record(report, outcome)
+
+    def _file_lock(self, relative_path: str) -> threading.Lock:
+        with self._file_locks_guard:
+            return self._file_locks.setdefault(relative_path, threading.Lock())
 
     def put_manifest(self, path: Path) -> str | None:
         """Upload this instance's manifest to the folder the step's plan gave it (run, step and attempt in its

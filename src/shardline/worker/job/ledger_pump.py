@@ -53,6 +53,11 @@ class LedgerPump:
     def __exit__(self, *_exc) -> None:
         self.close()  # on every way out: what was queued is flushed, within its retry budget
 
+    @property
+    def failing(self) -> bool:
+        """Whether the ledger is in an outage: a write failed and none has landed since."""
+        return self._failing_since is not None
+
     def fence(self, reason: str) -> None:
         """A newer attempt owns the step: drop every write from now on, and say why."""
         if not self.fenced.is_set():
