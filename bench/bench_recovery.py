@@ -167,9 +167,9 @@ def drive(spec, attempt, events: list) -> list[dict]:
     """What the watch does: poll, resubmit on RESUBMIT, end the step on ADVANCE. Returns each resubmission: the
     attempt it started, when (the wall clock, before its job was submitted) and the files it was given."""
     from shardline.decision.policy import Action
-    from shardline.orchestration import watch
     from shardline.orchestration.step import end as step_end
     from shardline.orchestration.step import jobs as step_jobs
+    from shardline.orchestration.step import watch
 
     resubmitted: list[dict] = []
     polls: list[float] = []

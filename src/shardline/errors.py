@@ -39,7 +39,7 @@ checks that it is the source's):
       GaveUpWaiting
       grant.session.JobCredentialsError
       backends.JobNotFound [LookupError]
-      orchestration.outputs.LateInputsFound
+      orchestration.step.outputs.LateInputsFound
       ledger.step_writes.LedgerThrottledError
       oncall.errors.OnCallError
         oncall.errors.BadRequest
@@ -61,14 +61,14 @@ checks that it is the source's):
         ledger.partitions.PartitionMovedOn
         planning.inputs.PlanError [ValueError]
         planning.inputs.PlanFileError
-        orchestration.rejects_parts.RejectsPartError
+        orchestration.step.rejects.RejectsPartError
         oncall.preview.SampleTooLarge [ValueError]
         SetupError
           HostSetupError
           ModelIntegrityError
         spec.base.SpecError [ValueError]
         local.moto_state.StateError
-        orchestration.upstream.UpstreamError
+        orchestration.step.upstream.UpstreamError
       oncall.preview.PreviewError
         oncall.preview.PreviewDenied
       ledger.context.StaleAttemptError

@@ -34,9 +34,9 @@ from shardline.oncall.errors import OnCallError
 from shardline.oncall.messages import CANCEL_LINES
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import ResubmitPlan, ResubmitResult, RunRef
-from shardline.orchestration import watch as polls
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import watch as polls
 from shardline.planning.attempt import Attempt
 from tests.support.records import POLL_AT, heard
 
@@ -532,7 +532,7 @@ def test_every_decision_reason_reads_well_and_a_failure_says_what_to_do():
             said(f"decide: {name}: failed file", step_end.file_error(f.error_class, f.error_message))
         if decision.action in (Action.FAIL, Action.PARTIAL):
             from shardline.airflow.operators.messages import partial_text, step_failed_text
-            from shardline.orchestration.watch import StepEvent
+            from shardline.orchestration.step.watch import StepEvent
 
             event = StepEvent.of(decision, ATTEMPT).to_event()
             if decision.action is Action.FAIL:
@@ -683,7 +683,7 @@ def test_readiness_and_late_inputs_say_what_to_set():
             said("late input: failed file", step_end.file_error(f.error_class, f.error_message), failure=True)
         if decision.action is Action.FAIL:
             from shardline.airflow.operators.messages import step_failed_text
-            from shardline.orchestration.watch import StepEvent
+            from shardline.orchestration.step.watch import StepEvent
 
             event = StepEvent.of(decision, ATTEMPT).to_event()
             said(

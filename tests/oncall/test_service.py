@@ -21,6 +21,7 @@ from shardline.ledger.table import bind_ledger
 from shardline.oncall.errors import Conflict, NotFound, OnCallError
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
+from shardline.orchestration import run as run_records
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
@@ -144,7 +145,7 @@ def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_
     assert oncall.status(ref).status == "FAILED"  # not left reopened by the refused attempt
     wait_for_job(spec, step_jobs.submit(spec, second))
     step_end.finish(spec, second, Action.FAIL, "1 of 5 file(s) failed")
-    step_end.finish_run(spec, spec.pipeline, "run-2", StepStatus.FAILED)
+    run_records.finish_run(spec, spec.pipeline, "run-2", StepStatus.FAILED)
     with pytest.raises(OnCallError, match=r"was written by run oncall_test/run-2 \(step score\) after"):
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
 
@@ -265,7 +266,7 @@ def test_a_run_skipped_for_missing_input_is_listed_skipped_with_its_reason(
 
     spec, bucket = stage_step("skips_test", ledger_table, xgboost_model.parent, tmp_path, {})
     reason = f"step score: skipped: no input file under s3://{bucket}/in/ (matching ['*']) (input.when_missing: skip)"
-    step_end.record_run_status(spec, "scheduled__2026-11-22T10:00:00+00:00", StepStatus.SKIPPED, reason)
+    run_records.record_run_status(spec, "scheduled__2026-11-22T10:00:00+00:00", StepStatus.SKIPPED, reason)
     rows = OnCall({spec.pipeline: spec}).runs(spec.pipeline)
     assert [(r.run_id, r.status, r.message) for r in rows] == [
         ("scheduled__2026-11-22T10:00:00+00:00", "SKIPPED", reason)

@@ -20,12 +20,14 @@ from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_writes import set_run_status
 from shardline.ledger.table import create_ledger_table
 from shardline.local.embedded_aws import start_moto
-from shardline.orchestration import outputs, services, watch
+from shardline.orchestration import run as run_records
+from shardline.orchestration import services
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import outputs, watch
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import read_step_files
-from shardline.orchestration.watch import StepEvent
+from shardline.orchestration.step.watch import StepEvent
 from shardline.waiting import wait_for
 from tests.scenarios.test_faults import (
     gated_model,
@@ -223,7 +225,7 @@ def test_a_failed_runs_job_holds_its_prefix_until_it_has_ended_and_its_callback_
     with pytest.raises(PartitionHeld, match=f"still being written by job {a.job_name}"):
         plan_run(spec, bucket, "run-b")  # the plan task would wait (PartitionTrigger) and say so
 
-    done = step_end.end_failed_life(spec, "run-a", 0, "DAG run failed")
+    done = run_records.end_failed_life(spec, "run-a", 0, "DAG run failed")
     assert done == f"run run-a failed; its output prefixes are released, after stopping {a.job_name}", done
     assert job_ended(spec, a)
     gate.touch()
@@ -249,7 +251,7 @@ def test_a_resubmission_that_lands_before_the_failure_callback_stands(own_moto, 
     # On-call, before the callback, after the watch task ended (its clear is next): a take-up.
     second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True)
 
-    assert "taken up again" in step_end.end_failed_life(spec, "run-r", 0, "DAG run failed")
+    assert "taken up again" in run_records.end_failed_life(spec, "run-r", 0, "DAG run failed")
     assert not job_ended(spec, second)  # its job was not stopped, nor its hold released
     gate.touch()
     assert wait_for(lambda: job_ended(spec, second), timeout=JOB_END_SECONDS)
@@ -271,7 +273,7 @@ def test_a_resubmission_after_the_failure_callback_takes_the_run_up_again_and_en
     step_jobs.stop_and_wait(spec, first)
     step_end.finish(spec, first, Action.FAIL, "job Stopped")
     assert (
-        step_end.end_failed_life(spec, "run-c", 0, "DAG run failed")
+        run_records.end_failed_life(spec, "run-c", 0, "DAG run failed")
         == "run run-c failed; its output prefixes are released"
     )
     keys = [f.input_key for f in read_step_files(spec, first.ref).files if f.status != FileStatus.SUCCEEDED]
@@ -301,7 +303,7 @@ def test_a_deleted_dag_runs_job_is_stopped_and_its_hold_is_free_once_that_job_ha
     with pytest.raises(PartitionHeld) as held:
         plan_run(spec, bucket, "run-next")
 
-    done = step_end.end_run_gone_from_airflow(spec, held.value.holder)
+    done = run_records.end_run_gone_from_airflow(spec, held.value.holder)
     assert done.endswith(f"is ended; stopping its job(s) {gone.job_name}"), done
     assert wait_for(lambda: job_ended(spec, gone), timeout=JOB_END_SECONDS)
     gate.touch()
@@ -326,7 +328,7 @@ def test_a_success_marker_written_by_an_end_that_died_before_recording_the_step_
     s3 = boto3.client("s3")
     assert s3.list_objects_v2(Bucket=bucket, Prefix="out/_SUCCESS")["KeyCount"] == 1
 
-    step_end.end_failed_life(spec, "run-died", 0, "the watch task's retries ran out")
+    run_records.end_failed_life(spec, "run-died", 0, "the watch task's retries ran out")
     assert s3.list_objects_v2(Bucket=bucket, Prefix="out/_SUCCESS")["KeyCount"] == 0
 
 
@@ -346,7 +348,9 @@ def test_a_resubmission_that_lands_while_the_failure_callback_stops_the_job_stan
     step_end.finish(spec, first, Action.FAIL, "the watch task was marked failed")  # the run is FAILED; its job runs
 
     said: list[str] = []
-    callback = threading.Thread(target=lambda: said.append(step_end.end_failed_life(spec, "run-during", 0, "failed")))
+    callback = threading.Thread(
+        target=lambda: said.append(run_records.end_failed_life(spec, "run-during", 0, "failed"))
+    )
     callback.start()
     backend = services.backend_for(spec)
     assert wait_for(lambda: backend.describe(first.job_name).status.value != "InProgress", timeout=JOB_END_SECONDS)

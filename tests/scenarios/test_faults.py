@@ -28,10 +28,11 @@ from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES
 from shardline.ledger.table import create_ledger_table
-from shardline.orchestration import services, watch
+from shardline.orchestration import services
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step import watch
 from shardline.orchestration.step.files import latest_attempt, read_step_files
 from shardline.spec import PipelineSpec, load_spec
 from tests.conftest import AWS_TEST_ENV

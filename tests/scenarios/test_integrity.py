@@ -18,9 +18,11 @@ from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import read_holder
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import read_step
-from shardline.orchestration import outputs, partitions, services
+from shardline.orchestration import partitions, services
+from shardline.orchestration import run as run_records
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step import outputs
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import read_step_files
 from shardline.spec import parse_spec
@@ -86,7 +88,7 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
     assert read_step(services.ledger_model(spec), StepRef(spec.pipeline, "run-b", "score"), files=False).step is None
 
     assert step_end.finish(spec, first, Action.ADVANCE, "all 4 files succeeded").value == "SUCCEEDED"
-    step_end.finish_run(spec, spec.pipeline, "run-a", StepStatus.SUCCEEDED)
+    run_records.finish_run(spec, spec.pipeline, "run-a", StepStatus.SUCCEEDED)
     assert read_holder(services.ledger_model(spec), f"s3://{bucket}/out/").released  # at the run's end
 
     second = step_plan.plan(

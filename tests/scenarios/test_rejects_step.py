@@ -19,10 +19,10 @@ from shardline.ledger.keys import StepRef
 from shardline.oncall.errors import Conflict
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
-from shardline.orchestration import watch
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step import watch
 from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
 from shardline.s3uri import parse_s3_uri

@@ -15,10 +15,10 @@ import pytest
 from shardline.decision.policy import Action
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
-from shardline.orchestration import watch
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step import watch
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
 pytestmark = pytest.mark.slow

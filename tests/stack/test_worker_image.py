@@ -23,9 +23,10 @@ import pytest
 from shardline.backends import local_container
 from shardline.backends.local import read_state
 from shardline.decision.policy import Action
-from shardline.orchestration import services, watch
+from shardline.orchestration import services
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step import watch
 from tests.support.helpers import FEATURES, write_inference_script
 from tests.support.pipelines import parquet_bytes, stage_step
 

@@ -289,7 +289,7 @@ def with_rejects(view: FileView, spec: PipelineSpec) -> FileView:
     from its rejects list."""
     if not view.rejects_key:
         return view
-    from shardline.orchestration.run_report import read_rejects
+    from shardline.orchestration.step.run_report import read_rejects
 
     try:
         rows = read_rejects(spec, view.rejects_key, REJECTS_SHOWN)

@@ -68,8 +68,8 @@ class Resubmission:
         rejects: bool = False,
     ) -> ResubmitPlan:
         """Which files a resubmission would take (:func:`selection.choose_files`). Succeeded files are never
-        taken again; with ``rejects``, the rows succeeded files rejected are (:mod:`~shardline.orchestration.
-        rejects_parts`)."""
+        taken again; with ``rejects``, the rows succeeded files rejected are (:mod:`~shardline.orchestration.step.
+        rejects`)."""
         spec = self.reads.spec(ref.pipeline)
         chosen_by = {"instance": instance, "files": files, "all_failed": all_failed, "rejects": rejects}
         return self._read_and_choose(spec, ref, step, chosen_by)[1]
@@ -324,7 +324,7 @@ def _dry_run_result(
 def _rejects_plan(spec: PipelineSpec, ref: RunRef, step: str, records: StepRecords) -> ResubmitPlan:
     """What ``--rejects`` takes: every file of the step that still has rows rejected, each checked to be one the
     step planned (a Conflict naming those that are not, before Airflow is asked or anything changes)."""
-    from shardline.orchestration.rejects_parts import RejectsPartError, check_sources, with_rejects
+    from shardline.orchestration.step.rejects import RejectsPartError, check_sources, with_rejects
 
     sources = with_rejects(records.files)
     if sources:
@@ -360,15 +360,15 @@ def _submit(
     """Start the attempt after ``latest`` with ``files`` (with ``rejects``: their rejected rows), fenced: a Conflict
     if someone moved the step on. ``records``: the step's items as this command read them. ``taken_up``: the step's
     watch task has ended and is cleared next (a new Airflow life of the run)."""
-    # Here, not at the top: rejects_parts reads rejects lists through the run report's module, which loads the
+    # Here, not at the top: step.rejects reads rejects lists through the run report's module, which loads the
     # report libraries (an optional extra); only a --rejects resubmission needs them.
-    from shardline.orchestration import rejects_parts
+    from shardline.orchestration.step import rejects as step_rejects
 
     try:
         if rejects:
-            return rejects_parts.resubmit_rejects(spec, latest, files, taken_up=taken_up)
+            return step_rejects.resubmit_rejects(spec, latest, files, taken_up=taken_up)
         return jobs.resubmit(spec, latest, files, by_oncall=True, records=records, taken_up=taken_up)
-    except rejects_parts.RejectsPartError as err:
+    except step_rejects.RejectsPartError as err:
         raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
     except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix
         raise Conflict(refused_text(err, StepRef(ref.pipeline, ref.run_id, step))) from err

@@ -40,7 +40,7 @@ def test_an_unreachable_endpoint_is_told_apart_from_other_errors():
     import botocore.exceptions
     from pynamodb.exceptions import QueryError
 
-    from shardline.orchestration import watch
+    from shardline.orchestration.step import watch
 
     refused = botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
     try:
@@ -76,7 +76,7 @@ def test_the_input_trigger_fires_when_the_input_lands_and_says_what_is_missing_a
     import yaml
 
     from shardline.airflow.triggers.step import InputTrigger
-    from shardline.orchestration.watch import InputWatch
+    from shardline.orchestration.step.watch import InputWatch
     from shardline.spec import load_spec
     from tests.support.pipelines import parquet_bytes, stage_step
 
@@ -108,7 +108,7 @@ def test_a_step_event_travels_as_json_and_comes_back_the_same():
     from shardline.decision.policy import Action, Decision
     from shardline.ledger.records import FileRecord
     from shardline.ledger.states import FileStatus
-    from shardline.orchestration.watch import StepEvent
+    from shardline.orchestration.step.watch import StepEvent
     from shardline.planning.attempt import Attempt
 
     attempt = Attempt(
@@ -151,7 +151,7 @@ def test_the_triggers_serialize_json_values_only_and_come_back_the_same():
     from shardline.airflow.triggers.step import InputTrigger, StepTrigger
     from shardline.decision.policy import Policy
     from shardline.orchestration.services import AwsSettings
-    from shardline.orchestration.watch import InputWatch, StepWatch
+    from shardline.orchestration.step.watch import InputWatch, StepWatch
     from shardline.planning.attempt import Attempt
 
     aws = AwsSettings("sagemaker", "aws_prod", "shardline-ledger", 30)
@@ -196,10 +196,10 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
 
     from shardline.airflow.triggers.step import StepTrigger
     from shardline.decision.policy import Action
-    from shardline.orchestration import watch
     from shardline.orchestration.step import jobs as step_jobs
     from shardline.orchestration.step import plan as step_plan
-    from shardline.orchestration.watch import StepEvent
+    from shardline.orchestration.step import watch
+    from shardline.orchestration.step.watch import StepEvent
     from shardline.spec import load_spec
     from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
@@ -250,7 +250,7 @@ def test_a_partition_wait_comes_back_to_ask_airflow_again_and_keeps_its_recheck_
     from shardline.ledger.step_writes import ensure_run, set_run_status
     from shardline.ledger.table import bind_ledger
     from shardline.orchestration.services import AwsSettings
-    from shardline.orchestration.watch import PartitionWatch
+    from shardline.orchestration.step.watch import PartitionWatch
 
     model = bind_ledger(ledger_table)
     holder = StepRef("p", "manual__holder", "score")

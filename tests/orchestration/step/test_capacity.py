@@ -14,8 +14,8 @@ from shardline.decision.policy import Action, JobStatus
 from shardline.errors import SubmitRefused
 from shardline.ledger.records import StepRecord
 from shardline.ledger.step_reads import read_step
-from shardline.orchestration import services, watch
-from shardline.orchestration.step import capacity
+from shardline.orchestration import services
+from shardline.orchestration.step import capacity, watch
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.planning.attempt import Attempt

@@ -7,6 +7,7 @@ import boto3
 
 from shardline.decision.policy import Action
 from shardline.ledger.states import StepStatus
+from shardline.orchestration import run as run_records
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
@@ -37,7 +38,7 @@ def test_a_step_that_succeeds_writes_its_outputs_manifest_and_success_marker_and
             stored["ETag"].strip('"'),
         )
     # The same prefix planned again by another run of the partition, once the first has ended: not complete any more.
-    step_end.finish_run(spec, spec.pipeline, "run-ok", StepStatus.SUCCEEDED)
+    run_records.finish_run(spec, spec.pipeline, "run-ok", StepStatus.SUCCEEDED)
     step_plan.plan(spec, "score", "run-again", **plan_args(bucket))
     assert "out/_SUCCESS" not in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
 
@@ -96,8 +97,9 @@ def test_conclude_records_nothing_when_unreachable_fails_a_timed_out_step_and_su
     ledger could not be reached), a TIMEOUT fails the step with how to resubmit, and a done step's summary counts
     its rows."""
     from shardline.ledger.step_reads import read_step
-    from shardline.orchestration import services, watch
-    from shardline.orchestration.watch import StepEvent
+    from shardline.orchestration import services
+    from shardline.orchestration.step import watch
+    from shardline.orchestration.step.watch import StepEvent
 
     spec, bucket = pipeline
     attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-end", **plan_args(bucket)))
@@ -117,7 +119,7 @@ def test_conclude_records_nothing_when_unreachable_fails_a_timed_out_step_and_su
     assert (done.summary["files"], done.summary["rows_in"], done.summary["rows_out"]) == (4, 1200, 1200)
     assert step_status() == "SUCCEEDED"
 
-    step_end.finish_run(spec, spec.pipeline, "run-end", StepStatus.SUCCEEDED)  # the partition's prefix is free
+    run_records.finish_run(spec, spec.pipeline, "run-end", StepStatus.SUCCEEDED)  # the partition's prefix is free
     again = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-late", **plan_args(bucket)))
     timed_out = step_end.conclude(spec, StepEvent(Action.TIMEOUT, "ran past its deadline", again, stop_job=True))
     assert timed_out.action is Action.TIMEOUT and timed_out.summary is None and timed_out.retry is None

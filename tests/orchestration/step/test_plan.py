@@ -6,10 +6,10 @@ import boto3
 
 from shardline.decision.policy import JobStatus
 from shardline.ledger.keys import StepRef
-from shardline.orchestration import watch
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step import watch
 from tests.support.pipelines import output_ids, parquet_bytes, plan_args, wait_for_job
 
 

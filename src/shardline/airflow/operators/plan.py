@@ -149,7 +149,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
 
     def _record(self, context, status: StepStatus, message: str) -> None:
         """How the run stands, as `shardline runs` and the page show it while (or because) this task waits or ends."""
-        from shardline.orchestration.step.end import record_run_status
+        from shardline.orchestration.run import record_run_status
 
         record_run_status(self.spec, context["run_id"], status, message, partition_of(context))
 
@@ -177,7 +177,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         spec, step = self.spec, self.spec.step(self.step)
         from shardline.orchestration.model_check import model_problem  # at run time: parsing loads no boto3
         from shardline.orchestration.step.plan import plan
-        from shardline.orchestration.watch import InputWatch, input_ready
+        from shardline.orchestration.step.watch import InputWatch, input_ready
 
         problem = model_problem(spec, self.step, self.model_uri)
         if problem:
@@ -198,7 +198,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             if not ready:
                 self._missing(context, input_prefix, why, waited=waited)
         from shardline.orchestration.partitions import PartitionHeld
-        from shardline.orchestration.upstream import UpstreamError
+        from shardline.orchestration.step.upstream import UpstreamError
 
         try:
             attempt = self._plan_or_retake(context, plan, input_prefix, version, step)
@@ -274,7 +274,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         and plan at once (or, while its job is stopping, wait for that job's end), instead of waiting hours for its
         lease."""
         from shardline.orchestration.partitions import PartitionHeld
-        from shardline.orchestration.step.end import end_run_gone_from_airflow
+        from shardline.orchestration.run import end_run_gone_from_airflow
 
         def planned():
             return plan(
@@ -317,7 +317,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         runs out), then plan. Two runs never write one prefix at once. Defers."""
         from shardline.ledger.keys import StepRef
         from shardline.orchestration.partitions import held_text
-        from shardline.orchestration.watch import PartitionWatch
+        from shardline.orchestration.step.watch import PartitionWatch
 
         ref = StepRef(self.spec.pipeline, context["run_id"], self.step)
         text = held_text(held, ref)
@@ -346,7 +346,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
     def _input_watch(self, input_prefix: str, *, files: bool = False) -> dict:
         """What says the input landed: its ready marker (or files, when the spec names none); ``files``: its files,
         whatever the marker says (the marker is there already)."""
-        from shardline.orchestration.watch import InputWatch
+        from shardline.orchestration.step.watch import InputWatch
 
         watch = InputWatch.of(self.spec, self.step, input_prefix)
         return (dataclasses.replace(watch, ready_marker=None) if files else watch).to_json()

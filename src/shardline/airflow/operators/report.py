@@ -116,6 +116,6 @@ class ReportOperator(SpecMixin, BaseOperator):
         return [gap for gap in found if gap]
 
     def _finish_run(self, context, status: StepStatus, message: str) -> None:
-        from shardline.orchestration.step.end import finish_run
+        from shardline.orchestration.run import finish_run
 
         finish_run(self.spec, self.spec.pipeline, context["run_id"], status, message)

@@ -140,7 +140,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         return self._watch(context, newest)
 
     def _watch(self, context, attempt: Attempt):
-        from shardline.orchestration.watch import StepEvent, StepWatch, decide_now
+        from shardline.orchestration.step.watch import StepEvent, StepWatch, decide_now
 
         self._attempt = attempt
         # The attempt is watched with the policy the spec sets now; the trigger carries it, so an edit of the
@@ -178,7 +178,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         """The trigger's decision, acted on by :func:`~shardline.orchestration.step.end.conclude`: the step's
         summary is returned, its next attempt waited for and submitted, or the task fails saying what to do."""
         from shardline.orchestration.step import end
-        from shardline.orchestration.watch import StepEvent
+        from shardline.orchestration.step.watch import StepEvent
 
         step_event = StepEvent.from_event(event)
         attempt = self._attempt = step_event.attempt
@@ -294,8 +294,8 @@ def mark_run_failed(spec_path: str, context) -> None:
     """DAG ``on_failure_callback``: the run shows as FAILED in `shardline runs` and the page (a step's own message
     kept), its jobs still running are stopped and waited for, and then its output prefixes are released. Airflow runs
     it a while after the run failed; a resubmission or rerun that took the run up again meanwhile stands, whenever it
-    landed (:func:`~shardline.orchestration.step.end.end_failed_life` compares Airflow's lives of the run)."""
-    from shardline.orchestration.step.end import end_failed_life
+    landed (:func:`~shardline.orchestration.run.end_failed_life` compares Airflow's lives of the run)."""
+    from shardline.orchestration.run import end_failed_life
 
     spec = load_spec(Path(spec_path))
     run = context.get("dag_run")

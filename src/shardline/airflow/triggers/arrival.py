@@ -122,7 +122,7 @@ class QueueMessages(SharedStreamProducer):
         return answer.get("Messages", [])
 
     async def open_stream(self) -> AsyncIterator[tuple[Any, Any]]:
-        from shardline.orchestration.watch import describe_error
+        from shardline.orchestration.step.watch import describe_error
 
         failing_since, last_logged = None, -ERROR_EVERY_SECONDS
         while True:

@@ -4,7 +4,7 @@
 thread so the triggerer's event loop never blocks), asks :func:`shardline.decision.policy.decide`,
 and fires as soon as the answer is anything but WAIT. :class:`InputTrigger` waits for a
 step's input to land. They act on nothing themselves, and carry JSON values only
-(:mod:`shardline.orchestration.watch`): no spec path, so no spec is read after the task defers.
+(:mod:`shardline.orchestration.step.watch`): no spec path, so no spec is read after the task defers.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class StepTrigger(BaseTrigger):
     """Polls one attempt until the decision policy says anything but WAIT, the endpoint stays unreachable past
     the step's heartbeat timeout, or ``deadline`` passes.
 
-    It carries JSON values only: the attempt, and the :class:`~shardline.orchestration.watch.StepWatch` (AWS
+    It carries JSON values only: the attempt, and the :class:`~shardline.orchestration.step.watch.StepWatch` (AWS
     settings and decision policy) taken from the spec when the task deferred. It never reads the spec, so the
     triggerer needs no DAGs folder and an attempt keeps its policy if the spec is edited while it runs.
     """
@@ -79,8 +79,8 @@ class StepTrigger(BaseTrigger):
         )
 
     async def run(self):
-        from shardline.orchestration import watch as polls  # AWS clients load in the triggerer, not at DAG parse
-        from shardline.orchestration.watch import StepEvent, StepWatch
+        from shardline.orchestration.step import watch as polls  # AWS clients load in the triggerer, not at DAG parse
+        from shardline.orchestration.step.watch import StepEvent, StepWatch
 
         watch = StepWatch.from_json(self.watch)
         attempt = Attempt.from_xcom(self.attempt)
@@ -168,7 +168,7 @@ class BackoffTrigger(BaseTrigger):
 
 class InputTrigger(BaseTrigger):
     """Waits until a step's input is there (any input file, or the spec's ready marker: the
-    :class:`~shardline.orchestration.watch.InputWatch` it carries says which), or until ``deadline`` (epoch
+    :class:`~shardline.orchestration.step.watch.InputWatch` it carries says which), or until ``deadline`` (epoch
     seconds); hands back ``{"ready": bool, "reason": str}``. With ``ready_at`` (epoch seconds: a scheduled
     partition's interval end plus its settle time) it looks at nothing before then."""
 
@@ -198,8 +198,8 @@ class InputTrigger(BaseTrigger):
         )
 
     async def run(self):
-        from shardline.orchestration import watch as polls
-        from shardline.orchestration.watch import InputWatch
+        from shardline.orchestration.step import watch as polls
+        from shardline.orchestration.step.watch import InputWatch
 
         watch = InputWatch.from_json(self.watch)
         if self.ready_at is not None and time.time() < self.ready_at:
@@ -229,7 +229,7 @@ class InputTrigger(BaseTrigger):
 
 class PartitionTrigger(BaseTrigger):
     """Waits until a run's step may write its output prefix: the run that holds it ended or released it, or its
-    lease ran out (the :class:`~shardline.orchestration.watch.PartitionWatch` it carries says which prefix and
+    lease ran out (the :class:`~shardline.orchestration.step.watch.PartitionWatch` it carries says which prefix and
     step); hands back ``{"free": True, "reason": str}``. Logs who holds it at most once a minute. With
     ``recheck_seconds``, it hands back ``{"free": False, "recheck": True, "reason": str}`` after that long, so the task
     can ask Airflow whether the holding run still exists (a trigger cannot)."""
@@ -257,8 +257,8 @@ class PartitionTrigger(BaseTrigger):
         )
 
     async def run(self):
-        from shardline.orchestration import watch as polls
-        from shardline.orchestration.watch import PartitionWatch
+        from shardline.orchestration.step import watch as polls
+        from shardline.orchestration.step.watch import PartitionWatch
 
         watch = PartitionWatch.from_json(self.watch)
         logged = 0.0

@@ -200,7 +200,7 @@ def submit_parts(
     taken_up: bool = False,
 ) -> Attempt:
     """Plan and submit the attempt after ``latest`` over rejects parts (``objects``, under ``parts_prefix``), fenced
-    on ``latest`` as an on-call resubmission is (:mod:`shardline.orchestration.rejects_parts` picks them)."""
+    on ``latest`` as an on-call resubmission is (:mod:`shardline.orchestration.step.rejects` picks them)."""
     stop_live_jobs(spec, latest)
     base = latest.model_copy(update={"parts_prefix": parts_prefix})
     nxt = new_attempt(

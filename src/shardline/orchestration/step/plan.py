@@ -17,7 +17,7 @@ from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
 from shardline.ledger.step_writes import continue_attempt, ensure_run, record_refused, set_run_status, start_attempt
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.files import latest_attempt, read_step_files
-from shardline.orchestration.upstream import upstream_outputs
+from shardline.orchestration.step.upstream import upstream_outputs
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt, PlannedFile
 from shardline.planning.inputs import (

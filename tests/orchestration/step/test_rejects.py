@@ -23,15 +23,15 @@ from shardline.oncall.errors import Conflict
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
 from shardline.orchestration import services
-from shardline.orchestration.rejects_parts import (
+from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step.files import latest_attempt
+from shardline.orchestration.step.rejects import (
     RejectsPartError,
     pick_lines,
     pick_parquet,
     resubmit_rejects,
     with_rejects,
 )
-from shardline.orchestration.step import plan as step_plan
-from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
 from shardline.s3uri import parse_s3_uri
 from tests.support.pipelines import plan_args, stage_step

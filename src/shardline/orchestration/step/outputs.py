@@ -21,7 +21,8 @@ from shardline.ledger.records import current_parts, settle_parts, stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
-from shardline.orchestration import services, watch
+from shardline.orchestration import services
+from shardline.orchestration.step import watch
 from shardline.orchestration.step.files import planned_etags, read_step_files
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt

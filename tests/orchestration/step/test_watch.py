@@ -1,4 +1,4 @@
-"""What a poll makes of AWS's "slow down" (``orchestration.watch.is_throttled``): asked again at the next poll,
+"""What a poll makes of AWS's "slow down" (``orchestration.step.watch.is_throttled``): asked again at the next poll,
 never a failed watch. Pure: errors built as boto3 and pynamodb raise them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import botocore.exceptions
 import pytest
 from pynamodb.exceptions import QueryError
 
-from shardline.orchestration.watch import is_throttled, is_unreachable
+from shardline.orchestration.step.watch import is_throttled, is_unreachable
 
 
 def _client_error(code: str, operation: str = "DescribeProcessingJob") -> botocore.exceptions.ClientError:

@@ -14,10 +14,11 @@ import pytest
 from examples import synthetic
 from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import read_step
-from shardline.orchestration import services, watch
+from shardline.orchestration import services
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
+from shardline.orchestration.step import watch
 from shardline.planning.naming import run_folder
 from shardline.report.cost import Prices
 from shardline.report.model import RunReport
@@ -231,7 +232,7 @@ def test_the_report_reads_a_rejects_list_only_where_the_steps_instances_put_it(p
     report (its rows would be copied into report.json), and one in the attempt's instances/ folder is."""
     from shardline.ledger.records import FileRecord
     from shardline.ledger.states import FileStatus
-    from shardline.orchestration.run_report import rejected_rows
+    from shardline.orchestration.step.run_report import rejected_rows
     from shardline.planning.attempt import Attempt
     from shardline.planning.naming import worker_manifest_folder
 

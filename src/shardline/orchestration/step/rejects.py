@@ -35,9 +35,9 @@ from shardline.ledger.records import FileRecord, current_parts, settle_parts
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import StepRecords
 from shardline.orchestration import services
-from shardline.orchestration.run_report import misplaced_rejects, read_rejects
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step.files import planned_inputs, read_step_files
+from shardline.orchestration.step.run_report import misplaced_rejects, read_rejects
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import S3Object, put_metadata

@@ -18,9 +18,10 @@ from shardline.ledger.keys import run_pk, step_sk
 from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs
-from shardline.orchestration import services, watch
+from shardline.orchestration import services
+from shardline.orchestration.step import watch
 from shardline.orchestration.step.files import read_step_files
-from shardline.orchestration.upstream import UpstreamError, upstream_outputs
+from shardline.orchestration.step.upstream import UpstreamError, upstream_outputs
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import put_metadata
