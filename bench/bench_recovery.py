@@ -183,7 +183,7 @@ def drive(spec, attempt, events: list) -> list[dict]:
         if decision.action is Action.RESUBMIT:
             keys = list(decision.retry_files)
             at, since = dt.datetime.now(dt.UTC), time.monotonic()
-            attempt = step_jobs.resubmit(spec, attempt, keys, beside=decision.beside)
+            attempt = step_jobs.resubmit(spec, attempt, keys, beside=decision.beside).attempt
             took = time.monotonic() - since
             resubmitted.append(
                 {
@@ -286,7 +286,7 @@ def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool, in
             model_uri=f"s3://{bucket}/model/model.tar.gz",
             instance_count=spec.step(STEP).resources.instance_count,
         ),
-    )
+    ).attempt
     killed: dict = {}
 
     def inject() -> None:

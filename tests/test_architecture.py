@@ -4,7 +4,8 @@ The rooms table in ARCHITECTURE.md is the source: each room must exist under src
 every room there must be in the table, a module imports only the rooms its room may import
 (every import statement counts, those inside functions too), and a room never loads the
 third-party modules the table forbids, checked both in its source and in a fresh interpreter
-that imports every module of the room.
+that imports every module of the room. The table holds one short line per room; the detail is the
+room's docstring, which names its modules: each module it names exists, and each module is named.
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ def _rooms() -> dict[str, dict[str, set[str]]]:
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and (m := re.fullmatch(r"`(\w+)`", cells[0])):
-            rooms[m.group(1)] = {"may": set(re.findall(r"\w+", cells[2])), "never": set(re.findall(r"\w+", cells[3]))}
+            rooms[m.group(1)] = {
+                "holds": cells[1],
+                "may": set(re.findall(r"\w+", cells[2])),
+                "never": set(re.findall(r"\w+", cells[3])),
+            }
     return rooms
 
 
@@ -149,6 +154,107 @@ def test_every_path_where_to_change_what_points_to_exists():
     assert len(paths) >= 10, paths
     missing = [p for p in paths if not (PACKAGE / p).exists()]
     assert not missing, missing
+
+
+# The rooms table holds one line per room. The detail is each room's docstring (its package's ``__init__.py``, or the
+# module's own), and each subpackage's docstring names its own modules.
+MAX_HOLDS_CHARACTERS = 160
+MIN_DOCSTRING_CHARACTERS = 400  # a paragraph at least: a one-line docstring names no module
+# How a docstring names a module: :mod:`.x`, :mod:`.x.y` (read from the docstring's package, as Python reads a relative
+# import), :mod:`shardline.x.y` (or with a ``~``), or a path from the docstring's folder, `x.py` or ``sub/x.py``.
+MODULE_REFERENCE = re.compile(r":mod:`~?([\w.]+)`")
+PATH_REFERENCE = re.compile(r"(?<![\w/`])``?((?:\w+/)*\w+\.py)``?")
+
+
+def _room_files() -> dict[str, Path]:
+    return {
+        room: PACKAGE / room / "__init__.py" if (PACKAGE / room).is_dir() else PACKAGE / f"{room}.py" for room in ROOMS
+    }
+
+
+def _docstring_files() -> list[Path]:
+    """Each room's docstring file, and every subpackage's ``__init__.py`` under a room."""
+    subpackages = {p for room in ROOMS if (PACKAGE / room).is_dir() for p in (PACKAGE / room).rglob("__init__.py")}
+    return sorted(set(_room_files().values()) | subpackages)
+
+
+def _docstring(path: Path) -> str:
+    return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
+def _named_modules(path: Path, doc: str | None = None) -> list[tuple[str, str]]:
+    """(the reference as written, the module it names) for each module the docstring of ``path`` (or ``doc``) names."""
+    doc = _docstring(path) if doc is None else doc
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module.removesuffix(".__init__") if path.name == "__init__.py" else module.rpartition(".")[0]
+    named = []
+    for ref in MODULE_REFERENCE.findall(doc):
+        if ref == "shardline" or ref.startswith("shardline."):
+            named.append((ref, ref))
+        else:
+            dots = len(ref) - len(ref.lstrip("."))
+            base = package.rsplit(".", dots - 1)[0] if dots > 1 else package
+            named.append((ref, f"{base}.{ref.lstrip('.')}"))
+    for ref in PATH_REFERENCE.findall(doc):
+        relative = (path.parent / ref).relative_to(PACKAGE.parent).with_suffix("")
+        named.append((ref, ".".join(relative.parts).removesuffix(".__init__")))
+    return named
+
+
+def _missing_modules(path: Path, doc: str | None = None) -> list[str]:
+    modules = _modules()
+    return [
+        f"{path.relative_to(REPO)} names {ref} ({name}), which is no module"
+        for ref, name in _named_modules(path, doc)
+        if name not in modules
+    ]
+
+
+def test_each_rooms_table_cell_is_one_short_line():
+    long = {room: len(rule["holds"]) for room, rule in ROOMS.items() if len(rule["holds"]) > MAX_HOLDS_CHARACTERS}
+    assert not long, f"over {MAX_HOLDS_CHARACTERS} characters (the detail goes in the room's docstring): {long}"
+    assert all(rule["holds"] for rule in ROOMS.values()), ROOMS
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_each_room_has_a_docstring_that_holds_its_detail(room):
+    path = _room_files()[room]
+    assert len(_docstring(path)) >= MIN_DOCSTRING_CHARACTERS, f"{path.relative_to(REPO)}: its docstring is too short"
+
+
+def test_every_module_a_docstring_names_exists():
+    files = _docstring_files()
+    assert len([ref for path in files for ref in _named_modules(path)]) > 100  # it reads the references, not nothing
+    missing = [line for path in files for line in _missing_modules(path)]
+    assert not missing, "\n".join(missing)
+
+
+def test_the_docstring_check_finds_a_module_that_is_not_there():
+    pool = PACKAGE / "worker" / "pool" / "__init__.py"
+    there = ":mod:`.runner`, `scheduler.py`, :mod:`..job.run`, :mod:`~shardline.worker.model.predict`"
+    assert _missing_modules(pool, there) == []
+    missing = _missing_modules(pool, ":mod:`.runer`, ``jobs/run.py``, :mod:`~shardline.worker.pol`, `x.py`")
+    assert [line.split(" names ", 1)[1] for line in missing] == [
+        ".runer (shardline.worker.pool.runer), which is no module",
+        "shardline.worker.pol (shardline.worker.pol), which is no module",
+        "jobs/run.py (shardline.worker.pool.jobs.run), which is no module",
+        "x.py (shardline.worker.pool.x), which is no module",
+    ]
+
+
+def test_every_module_of_a_room_is_named_in_its_packages_docstring():
+    """A reader finds each module from its package's docstring: a module added there gets a line of its own."""
+    modules = _modules()
+    named = {path: {name for _, name in _named_modules(path)} for path in _docstring_files()}
+    unnamed = [
+        f"{path.relative_to(REPO)} (not in {modules[package].relative_to(REPO)})"
+        for module, path in modules.items()
+        if _room_of(module) in ROOMS
+        and (package := module.rpartition(".")[0]) != "shardline"
+        and not module.endswith("__main__")
+        and module not in named[modules[package]]
+    ]
+    assert not unnamed, "\n".join(unnamed)
 
 
 # A container path, the temp-file marker, an instance's name being made (f"algo-{i}", "algo-2"); help text

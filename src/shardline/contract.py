@@ -1,10 +1,17 @@
 """What the orchestrator and the worker agree on, in the one place both import. Pure: no IO.
 
-SageMaker Processing's container layout, the names of a job's instances, how a manifest's
-entries are dealt to them, which names are Shardline's own (never inputs), and the marker of an
-output still being written. The ledger's environment variables are the ledger's own agreement:
-:class:`shardline.ledger.context.LedgerContext` reads them in the worker and writes them for a
-job's request.
+SageMaker Processing's container layout (the input, model and output paths under ``/opt/ml/processing``, the
+resource config), the names of a job's instances (:func:`host_name`: ``algo-1``, ``algo-2``...), how a manifest's
+entries are dealt to them (:func:`deal`: round-robin, entry j to instance j % n, as ``ShardedByS3Key`` deals them),
+which names are Shardline's own and never inputs (:func:`is_reserved`: ``_shardline/``, ``_SUCCESS``, hidden
+files), and the marker of an output still being written (``.shardline-tmp``: never uploaded, never counted).
+
+Also here: the worker's exit codes (the backends read them), how many rows ``tolerance.rows`` allows
+(:func:`rows_allowed`), the input formats by extension, a custom script's JSON layouts, and an instance type's
+vCPUs and memory (:func:`instance_vcpus`, :func:`instance_memory_gib`).
+
+The ledger's environment variables are the ledger's own agreement: :class:`shardline.ledger.context.LedgerContext`
+reads them in the worker and writes them for a job's request.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """Shardline's error vocabulary: one definition of each error the layers share. Pure: no IO.
 
 Every error Shardline raises on purpose is a :class:`ShardlineError`. A :class:`PermanentError` is one the
-same input or settings will raise again: Airflow's operators fail such a task at once instead of retrying it,
-and the step's decision policy never spends an attempt on such a file. Everything else may pass on a retry.
+same input or settings will raise again: Airflow's operators fail such a task at once instead of retrying it
+(:func:`shardline.airflow.operators.base.fails_fast`), and the step's decision policy
+(:mod:`shardline.decision.policy`) never spends an attempt on such a file. Everything else may pass on a retry.
 
 Whether an error is permanent is its ``permanent`` attribute, which every check reads (a subclass may turn it
 off: :class:`HostSetupError` is a :class:`SetupError` a next attempt on another host may not meet).
 
-A file's failure is recorded in the ledger by its class's name (a FILE item's ``error_class``), so the worker
+A failure is recorded in the ledger by its class's name (a FILE or SHARD item's ``error_class``), so the worker
 that records it and the policy that reads it agree through these classes, never through names written out:
-:func:`is_permanent_file_failure` answers for a recorded name. Renaming a class here renames it for both.
+:func:`is_permanent_file_failure` answers for a recorded name. Renaming a class here renames it for both. Every
+reader says a recorded failure the same way, "Class: message" (:func:`error_line`).
 
 The tree (each class under its first base of the package's own, its other bases in brackets; a class defined
 outside this module named by its module; :data:`SIGNALS`, the exceptions that are not errors, left out; a test

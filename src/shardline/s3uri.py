@@ -1,5 +1,10 @@
 """S3 addresses: ``s3://bucket/key`` read into its parts, one way for every room (planning, the watch, on-call,
-the worker's uploads, the local grant). Standard library only: the worker image imports it too."""
+the worker's uploads, the local grant). Standard library only: the worker image imports it too.
+
+:func:`parse_s3_uri` splits an address into its bucket and key, and raises :class:`InvalidS3Uri` for anything else
+(no ``s3://`` scheme, no bucket): a permanent error, so the task that meets it fails at once. :func:`bucket_and_prefix`
+reads a prefix without its trailing slash; :func:`path_of` is the address without its scheme, ``bucket/key``.
+"""
 
 from __future__ import annotations
 

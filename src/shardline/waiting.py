@@ -3,6 +3,12 @@
 Every "ask again until it is done" loop outside the triggers (which wait with asyncio) goes
 through :func:`wait_for`, so each caller says only what to ask, when it is done, and how long
 it may take, and what it does when the time runs out.
+
+Its callers: a job stopped before the next attempt starts (:mod:`shardline.orchestration.step.jobs`), the jobs of a
+failed run (:mod:`shardline.orchestration.run`), a watch task about to end before a resubmission clears it
+(:mod:`shardline.oncall.resubmission`), a local job's stop, for its supervisor's pid and then its process group
+(:mod:`shardline.backends.local`), moto_server coming up (:mod:`shardline.local.embedded_aws`) and its state
+folder's lock (:mod:`shardline.local.moto_state`).
 """
 
 from __future__ import annotations

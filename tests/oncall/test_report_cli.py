@@ -77,7 +77,7 @@ def test_help_names_the_options():
 @pytest.mark.slow
 def test_report_fetches_a_finished_step_s_report_to_a_local_file(staged, tmp_path):
     spec, bucket, dags, env, cwd = staged
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket)))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket))).attempt
     wait_for_job(spec, attempt)
     assert step_end.finish(spec, attempt, Action.ADVANCE, "3 files succeeded").value == "SUCCEEDED"  # writes the report
     html = s3_body(bucket, f"out/_shardline/reports/{run_folder('run-1')}/score/report.html")
@@ -152,7 +152,7 @@ def test_report_open_never_runs_a_script_someone_wrote_to_the_bucket(staged, tmp
     The CLI renders the page itself from report.json (every value escaped, a CSP that allows no script), so
     what it opens runs no script, whatever either object holds."""
     spec, bucket, dags, env, cwd = staged
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-h", **plan_args(bucket)))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-h", **plan_args(bucket))).attempt
     wait_for_job(spec, attempt)
     assert step_end.finish(spec, attempt, Action.ADVANCE, "3 files succeeded").value == "SUCCEEDED"
     s3 = boto3.client("s3")

@@ -39,7 +39,7 @@ def failed_run(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     inputs["part-9.parquet"] = b"PAR1 not parquet at all"
     spec, bucket = stage_step("oncall_test", ledger_table, xgboost_model.parent, tmp_path, inputs)
     s3 = boto3.client("s3")
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket)))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket))).attempt
     wait_for_job(spec, attempt)
     step_end.finish(spec, attempt, Action.FAIL, "1 of 5 file(s) failed")
     return spec, bucket, s3, RunRef("oncall_test", "run-1")
@@ -143,7 +143,7 @@ def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_
         oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
     assert latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     assert oncall.status(ref).status == "FAILED"  # not left reopened by the refused attempt
-    wait_for_job(spec, step_jobs.submit(spec, second))
+    wait_for_job(spec, step_jobs.submit(spec, second).attempt)
     step_end.finish(spec, second, Action.FAIL, "1 of 5 file(s) failed")
     run_records.finish_run(spec, spec.pipeline, "run-2", StepStatus.FAILED)
     with pytest.raises(OnCallError, match=r"was written by run oncall_test/run-2 \(step score\) after"):
@@ -158,7 +158,7 @@ def test_a_resubmission_waits_for_the_watch_task_and_cancel_stops_everything(fai
     # The watch task is retrying on its own: attempt 2 runs every file again.
     latest = latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score"))
     keys = [f.input_key for f in read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).files]
-    running = step_jobs.resubmit(spec, latest, keys)
+    running = step_jobs.resubmit(spec, latest, keys).attempt
     result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # on-call, while attempt 2 runs
     assert result.attempt is None and "is still running" in result.airflow
     lines = oncall.cancel(ref, "bad model version")

@@ -188,7 +188,7 @@ def test_a_plan_run_again_while_its_attempt_runs_adopts_it_and_never_starts_a_tw
         instance_count=spec.step("score").resources.instance_count,
     )
     assert (again.number, again.job_name) == (first.number, first.job_name)
-    adopted = step_jobs.submit(spec, again)  # what the watch task does with it: the running job is adopted
+    adopted = step_jobs.submit(spec, again).attempt  # what the watch task does with it: the running job is adopted
     assert adopted.job_name == first.job_name
     jobs = sorted(p.name for p in (local_root / "jobs").glob("sl-*"))
     assert jobs == [first.job_name], jobs
@@ -229,7 +229,7 @@ def test_a_failed_runs_job_holds_its_prefix_until_it_has_ended_and_its_callback_
     assert done == f"run run-a failed; its output prefixes are released, after stopping {a.job_name}", done
     assert job_ended(spec, a)
     gate.touch()
-    b = step_jobs.submit(spec, plan_run(spec, bucket, "run-b"))
+    b = step_jobs.submit(spec, plan_run(spec, bucket, "run-b")).attempt
     assert wait_for(lambda: job_ended(spec, b), timeout=JOB_END_SECONDS)
     done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, b), b))
     assert done.action is Action.ADVANCE and done.summary["rows_out"] == rows
@@ -249,7 +249,7 @@ def test_a_resubmission_that_lands_before_the_failure_callback_stands(own_moto, 
     step_end.finish(spec, first, Action.FAIL, "job Stopped")  # the watch task fails: the run is FAILED
     keys = [f.input_key for f in read_step_files(spec, first.ref).files if f.status != FileStatus.SUCCEEDED]
     # On-call, before the callback, after the watch task ended (its clear is next): a take-up.
-    second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True)
+    second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True).attempt
 
     assert "taken up again" in run_records.end_failed_life(spec, "run-r", 0, "DAG run failed")
     assert not job_ended(spec, second)  # its job was not stopped, nor its hold released
@@ -278,7 +278,7 @@ def test_a_resubmission_after_the_failure_callback_takes_the_run_up_again_and_en
     )
     keys = [f.input_key for f in read_step_files(spec, first.ref).files if f.status != FileStatus.SUCCEEDED]
 
-    second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True)
+    second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True).attempt
     with pytest.raises(PartitionHeld):  # held again: another run of the partition waits for it
         plan_run(spec, bucket, "run-d")
     gate.touch()
@@ -307,7 +307,7 @@ def test_a_deleted_dag_runs_job_is_stopped_and_its_hold_is_free_once_that_job_ha
     assert done.endswith(f"is ended; stopping its job(s) {gone.job_name}"), done
     assert wait_for(lambda: job_ended(spec, gone), timeout=JOB_END_SECONDS)
     gate.touch()
-    nxt = step_jobs.submit(spec, plan_run(spec, bucket, "run-next"))
+    nxt = step_jobs.submit(spec, plan_run(spec, bucket, "run-next")).attempt
     assert wait_for(lambda: job_ended(spec, nxt), timeout=JOB_END_SECONDS)
     done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, nxt), nxt))
     assert done.action is Action.ADVANCE, done
@@ -355,7 +355,7 @@ def test_a_resubmission_that_lands_while_the_failure_callback_stops_the_job_stan
     backend = services.backend_for(spec)
     assert wait_for(lambda: backend.describe(first.job_name).status.value != "InProgress", timeout=JOB_END_SECONDS)
     keys = [f.input_key for f in read_step_files(spec, first.ref).files if f.status != FileStatus.SUCCEEDED]
-    second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True)  # lands mid-callback
+    second = step_jobs.resubmit(spec, first, keys, by_oncall=True, taken_up=True).attempt  # lands mid-callback
     callback.join(timeout=120)
     assert said and "failed" in said[0], said
 

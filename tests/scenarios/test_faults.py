@@ -190,10 +190,10 @@ def plan_and_submit(
     )
     assert attempt is not None and attempt.file_count == FILES
     if job_endpoint is None:
-        return step_jobs.submit(spec, attempt)
+        return step_jobs.submit(spec, attempt).attempt
     with monkeypatch.context() as m:  # the job inherits the environment of the process that submits it
         m.setenv("AWS_ENDPOINT_URL", job_endpoint)
-        return step_jobs.submit(spec, attempt)
+        return step_jobs.submit(spec, attempt).attempt
 
 
 def file_items(spec: PipelineSpec, run_id: str) -> list:
@@ -228,7 +228,7 @@ def drive_to_the_end(spec: PipelineSpec, attempt: dict) -> tuple[dict, list[str]
         if decision.action is Action.RESUBMIT:
             history.append(f"attempt {attempt.number}: RESUBMIT: {decision.reason}")
             time.sleep(decision.delay_seconds)
-            attempt = step_jobs.resubmit(spec, attempt, list(decision.retry_files))
+            attempt = step_jobs.resubmit(spec, attempt, list(decision.retry_files)).attempt
             continue
         if decision.action is not Action.WAIT:
             pytest.fail(f"attempt {attempt.number}: {decision.action.value}: {decision.reason}; so far: {history}")
@@ -449,7 +449,7 @@ def test_endpoint_down_past_the_budget_fails_the_step_with_how_to_resubmit_and_n
         # step to its end.
         latest = latest_attempt(spec, StepRef(spec.pipeline, run_id, STEP))
         assert latest is not None and latest.number == attempt.number
-        current = step_jobs.resubmit(spec, latest, sorted(files), by_oncall=True)
+        current = step_jobs.resubmit(spec, latest, sorted(files), by_oncall=True).attempt
         try:
             _, history = drive_to_the_end(spec, current)
         except BaseException:
@@ -492,7 +492,7 @@ def test_a_job_cut_off_from_the_endpoint_is_stopped_and_no_row_it_finished_is_lo
         assert "heartbeat_timeout_seconds" in decision.reason, decision.reason
         succeeded_before = sorted(f.input_key for f in file_items(spec, run_id) if f.status == FileStatus.SUCCEEDED)
         assert not set(succeeded_before) & set(decision.retry_files), decision  # what it finished is kept
-        nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files))  # stops attempt 1's job first
+        nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files)).attempt  # stops attempt 1's job first
         print(f"attempt 1 stopped with {len(succeeded_before)} file(s) SUCCEEDED: {succeeded_before}")
 
     try:
@@ -562,7 +562,7 @@ def test_a_lost_instance_costs_only_its_unfinished_files_and_no_row_is_lost_or_d
     (seen,) = backend.describe(attempt.job_name).lost_instances  # what the backend says it dealt the dead one
     assert seen.host == "algo-2" and "exited with code -9" in seen.reason, seen
     assert set(decision.retry_files) == set(seen.inputs) - finished, decision  # its unfinished files, exactly
-    nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), beside=decision.beside)
+    nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), beside=decision.beside).attempt
     assert not backend.describe(attempt.job_name).status.is_terminal  # the other instance goes on with its own
     # Its files taken, the lost instance decides nothing more: the polls while the other instance goes on read no
     # FILE item (each would read them all), and that instance's heartbeats are still watched.

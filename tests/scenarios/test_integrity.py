@@ -46,7 +46,9 @@ def keys(bucket: str, prefix: str = "out/") -> set[str]:
 
 
 def run_job(spec, bucket: str, run_id: str, **plan_overrides):
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **{**plan_args(bucket), **plan_overrides}))
+    attempt = step_jobs.submit(
+        spec, step_plan.plan(spec, "score", run_id, **{**plan_args(bucket), **plan_overrides})
+    ).attempt
     wait_for_job(spec, attempt)
     return attempt
 
@@ -98,7 +100,7 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
         **{**plan_args(bucket, instances=2), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"},
     )
     assert "out/_SUCCESS" not in keys(bucket)  # the prefix is being written again: not complete
-    second = step_jobs.submit(other_spec, second)
+    second = step_jobs.submit(other_spec, second).attempt
     wait_for_job(other_spec, second)
     assert step_end.finish(other_spec, second, Action.ADVANCE, "all 4 files succeeded").value == "SUCCEEDED"
     marker = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
@@ -189,7 +191,7 @@ def test_a_file_that_lands_at_the_steps_last_look_goes_to_a_next_attempt_and_the
     assert step_item.status != "SUCCEEDED"  # the step is not recorded as ended
     decision, sizes = outputs.late_inputs_decision(spec, attempt)
     assert decision.action is Action.RESUBMIT
-    nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), sizes=sizes)
+    nxt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), sizes=sizes).attempt
     wait_for_job(spec, nxt)
     assert step_end.finish(spec, nxt, Action.ADVANCE, "all 5 files succeeded").value == "SUCCEEDED"
     marker = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())

@@ -81,7 +81,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     s3 = boto3.client("s3")
     attempt = step_jobs.submit(
         spec, step_plan.plan(spec, "score", "run-rj", **{**plan_args(bucket), "instance_count": 1})
-    )
+    ).attempt
     wait_for_job(spec, attempt, timeout=600)
     decision = watch.decide_now(spec, attempt)
     assert decision.action.value == "ADVANCE", decision
@@ -171,7 +171,7 @@ def test_over_the_limit_the_file_fails_naming_its_first_rejects(
     spec, bucket = _staged(small_export, ledger_table, xgboost_model, tmp_path, 10)
     attempt = step_jobs.submit(
         spec, step_plan.plan(spec, "score", "run-rj10", **{**plan_args(bucket), "instance_count": 1})
-    )
+    ).attempt
     wait_for_job(spec, attempt, timeout=600)
     (failed,) = OnCall({spec.pipeline: spec}).failed(RunRef(spec.pipeline, "run-rj10"))
     _, broken = small_export

@@ -101,7 +101,7 @@ def _run(spec, bucket: str, runtime: str, monkeypatch, *, count: int = 2):
         model_uri=f"s3://{bucket}/model/model.tar.gz",
         instance_count=count,
     )
-    attempt = step_jobs.submit(spec, attempt)
+    attempt = step_jobs.submit(spec, attempt).attempt
     decision = _decide(spec, attempt)
     job_dir = services.backend_for(spec).job_dir(attempt.job_name)
     assert read_state(job_dir)["runtime"] == runtime

@@ -1,7 +1,24 @@
 """Where processing jobs run. One Protocol; a local emulator and SageMaker implement it.
 
-Both take the same CreateProcessingJob request dict (see ``shardline.planning.request``), so what
+Both take the same CreateProcessingJob request dict (see :mod:`shardline.planning.request`), so what
 runs locally is exactly what would run on SageMaker.
+
+This module holds the :class:`Backend` Protocol, a job's state (:class:`JobState`, :class:`JobStatus`) and
+:class:`JobNotFound`, all pure. The backends:
+
+- :mod:`.sagemaker`: SageMaker Processing through boto3, the request sent as is.
+- :mod:`.local`: the emulator. Each job gets a folder; its state lives on disk, so any process can describe or
+  stop it.
+- :mod:`.local_supervisor`: one emulated job's process. It deals the inputs, runs one worker per instance and
+  records the job's end.
+- :mod:`.local_container`: a job's instances as containers of the request's image, on an internal Docker network
+  with no route out of its own.
+- :mod:`.local_fleet`: the emulated account: instance quotas, injected refusals and capacity errors, an instance
+  start-up time, and its own record of the instances in use.
+- :mod:`.local_runner`: a runner under a uid of its own that claims the jobs Airflow's processes leave (compose's
+  ``job-runner`` service).
+- :mod:`.local_credentials`: the job role's session a local job holds when its endpoints are AWS itself.
+- :mod:`.local_egress`: the containers' one way out against AWS itself: tunnels to AWS's endpoints alone.
 """
 
 from __future__ import annotations

@@ -358,7 +358,9 @@ def show_resubmit(result: ResubmitResult, *, dry_run: bool) -> None:
         console.print(f"  {printable(key)}")
     if len(plan.files) > 20:
         console.print(f"  ... and {len(plan.files) - 20} more (--json lists them all)")
-    if result.job_name and not dry_run:
+    if result.job_name and not dry_run and result.waiting:
+        console.print(printable(f"planned attempt {result.attempt}; its {result.waiting}"))
+    elif result.job_name and not dry_run:
         console.print(printable(f"submitted attempt {result.attempt} as job {result.job_name}"))
     elif result.job_name:
         console.print(printable(f"would submit attempt {result.attempt} as job {result.job_name}"))

@@ -160,18 +160,22 @@ class Resubmission:
             return ResubmitResult(plan, None, None, choice.reason, action=choice.next.value)
         if dry_run:
             return _dry_run_result(plan, choice, ref, step, latest.number, watch_state)
-        attempt = job_name = None
+        attempt = job_name = waiting = None
         if choice.next is Next.SUBMIT:
-            nxt = _submit(
+            started = _submit(
                 spec, ref, step, latest, plan.files, rejects=rejects, records=records, taken_up=choice.clear_watch
             )
-            attempt, job_name = nxt.number, nxt.job_name
+            attempt, job_name = started.attempt.number, started.attempt.job_name
+            if isinstance(started, jobs.MustWait):  # planned and recorded; the step's watch task submits it later
+                waiting = started.note
         elif choice.clear_watch:
             # Taken up as it stands (its job still runs, or every file is done): the life whose watch ended is over,
             # recorded before the clear, so that life's failure callback, however late, stops and releases nothing.
             take_up(spec, ref)
         if not choice.clear_watch:
-            return ResubmitResult(plan, attempt, job_name, followed_text(watch, watch_state), action=choice.next.value)
+            return ResubmitResult(
+                plan, attempt, job_name, followed_text(watch, watch_state), action=choice.next.value, waiting=waiting
+            )
         try:
             said = self._rerun_watch(ref, watch)
         except (AirflowApiError, OnCallError) as err:
@@ -182,8 +186,9 @@ class Resubmission:
                 half_done_text(attempt, job_name, watch, err, again),
                 complete=False,
                 action=choice.next.value,
+                waiting=waiting,
             )
-        return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value)
+        return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value, waiting=waiting)
 
     @staticmethod
     def _latest_job(spec: PipelineSpec, latest: Attempt, shards) -> JobStatus | None:
@@ -356,7 +361,7 @@ def _submit(
     rejects: bool = False,
     records: StepRecords | None = None,
     taken_up: bool = False,
-) -> Attempt:
+) -> jobs.Submitted | jobs.MustWait:
     """Start the attempt after ``latest`` with ``files`` (with ``rejects``: their rejected rows), fenced: a Conflict
     if someone moved the step on. ``records``: the step's items as this command read them. ``taken_up``: the step's
     watch task has ended and is cleared next (a new Airflow life of the run)."""

@@ -139,6 +139,9 @@ class ResubmitResult:
     airflow: str  # what happened on the Airflow side, in words
     complete: bool = True  # False: something is left half done; ``airflow`` says what, and how to finish it
     action: str = Next.SUBMIT.value  # what was (or, in a dry run, would be) done: a Next value
+    # AWS said "not now" to the new attempt's submit: why, and when it goes again. The attempt is planned and recorded,
+    # and the step's watch task submits it once the wait is over; None when the job was submitted.
+    waiting: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,14 @@
 """What the Airflow tasks, the CLI and the page call to run a pipeline, over the layers below.
 
-:mod:`.step` owns a step's life, from its plan to its end; :mod:`.run` holds a run's own records (how it ended, the
-DAG's failure callback); :mod:`.partitions` the holds on output prefixes; :mod:`.services` builds the clients a
-pipeline uses; :mod:`.deadlines` and :mod:`.model_check` are the plan task's checks before anything is submitted.
+Plain functions; only :mod:`.services` reaches Airflow, for the Amazon provider's AWS connection on SageMaker.
+
+- :mod:`.step`: one owner for a step's life, from its plan to its end; its own docstring names its modules.
+- :mod:`.run`: a run's own records, above its steps: how it ended (``finish_run``), a run that ends or waits before
+  anything was planned (``record_run_status``), and the DAG's failure callback, which stops the jobs of the life
+  that failed before it releases their holds (``end_failed_life``).
+- :mod:`.partitions`: a step's hold on its output prefix through its life: taken at plan, renewed by the watch for
+  every prefix the run holds, checked before ``_SUCCESS``, released at the run's end.
+- :mod:`.services`: which clients and backend a spec (or its ``AwsSettings``) uses; the only place that knows.
+- :mod:`.model_check`: the plan task's check that the model is where the spec says, before anything is planned.
+- :mod:`.deadlines`: a missed deadline, recorded on the run's RUN item (the Deadline Alert's callback calls it).
 """

@@ -1,12 +1,14 @@
-"""The run report: what a step did, cost and predicted, from the ledger's records. Pure: records in, data out.
+"""The run report: what a step did, cost and predicted, from the ledger's records. Pure: records in, data and HTML out.
 
-- ``histogram``: the mergeable prediction histogram a worker keeps while it writes (DDSketch-style).
-- ``drift``: the population stability index of a run's predictions against a reference run's.
-- ``cost``: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
-- ``inputs``: the plain records a report is built from, and ``records_from_ledger``.
-- ``model``: the typed ``RunReport`` and its JSON (``to_json``, ``from_json``).
-- ``build``: ``build_report``, records in, a ``RunReport`` out.
-- ``render``: ``render_html``, the self-contained page (matplotlib, imported only when a page is drawn).
+- :mod:`.histogram`: the mergeable prediction histogram a worker keeps while it writes (DDSketch-style).
+- :mod:`.drift`: the population stability index (PSI) of a run's predictions against a reference run's.
+- :mod:`.cost`: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
+- :mod:`.inputs`: the plain records a report is built from: the ledger's ``FileRecord`` per file, counted, and an
+  ``InstanceRecord`` per SHARD record; ``records_from_ledger`` makes them from one step's ledger records.
+- :mod:`.model`: the typed ``RunReport`` and its JSON (``to_json``, ``from_json``).
+- :mod:`.build`: ``build_report``, records in, a ``RunReport`` out.
+- :mod:`.render`: ``render_html``, the self-contained HTML page (matplotlib, imported only there, when a page is
+  drawn).
 
 Import each name from its module: the package itself loads nothing, so neither numpy nor matplotlib.
 """

@@ -2,6 +2,22 @@
 
 A bad spec raises :class:`SpecError` whose message names the file and the field, so it
 shows as a readable import error in the Airflow UI.
+
+This module holds the spec itself: :class:`PipelineSpec` and a step's settings (:class:`StepSpec` and its parts),
+:func:`load_spec` and :func:`parse_spec`, and a schedule's data intervals. A field's docstring (or its
+``Field(description=...)``) is what docs/spec-reference.md says of it. Its parts are re-exported from here:
+
+- :mod:`.base`: the error, the strict base model and the name patterns.
+- :mod:`.step_io`: a step's model, input and output.
+- :mod:`.deadline`: the pipeline's deadline and its durations.
+- :mod:`.arrival`: ``trigger:``, a pipeline started on arrival of each partition's ready marker.
+
+Beside it:
+
+- :mod:`.templates`: rendering a URI template for a given interval outside a task (the CLI's preview and tune, the
+  arrivals DAG).
+- :mod:`.conf`: what a run's conf (the trigger form's Params) may hold, checked as the form checks it.
+- :mod:`.fleet`: the fleet file, ``dags/fleet.yaml``: the account's quotas per instance type.
 """
 
 from __future__ import annotations

@@ -216,7 +216,7 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
     path.write_text(yaml.safe_dump(data))
     spec = load_spec(path)
     assert spec.step("score").tolerance.max_failed_files == 0
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-edit", **plan_args(bucket)))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-edit", **plan_args(bucket))).attempt
     trigger = _as_airflow_stores_it(
         StepTrigger(attempt.to_xcom(), watch.StepWatch.of(spec, "score").to_json(), poll_interval=0.2)
     )

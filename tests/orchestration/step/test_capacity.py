@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from shardline.backends.local_fleet import FLEET_ENV, peak_in_use, read_record
 from shardline.decision import fleet
 from shardline.decision.policy import Action, JobStatus
-from shardline.errors import SubmitRefused
 from shardline.ledger.records import StepRecord
 from shardline.ledger.step_reads import read_step
 from shardline.orchestration import services
@@ -40,20 +37,23 @@ def test_a_refused_submit_is_no_attempt_and_the_same_attempt_goes_through_later(
     spec, bucket = _stage(
         tmp_path, ledger_table, xgboost_model, monkeypatch, {"refuse_first": {"ThrottlingException": 1}}
     )
+    monkeypatch.setenv(step_jobs.SUBMIT_WAIT_ENV, "1")  # the first wait: 1 s, drawn in its upper half
     attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
-    with pytest.raises(SubmitRefused) as refused:
-        step_jobs.submit(spec, attempt)
-    assert (refused.value.code, refused.value.message) == ("ThrottlingException", "Rate exceeded")
-    assert refused.value.planned == attempt.to_xcom()
-    wait = fleet.submit_wait(refused.value.code, refused.value.message, 1, 0.5)
-    waiting = fleet.Waiting(submit=wait, job_name=attempt.job_name, retry_at=1_800_000_000.0)
-    assert capacity.note_waiting(spec, attempt, waiting)
+    waits = step_jobs.submit(spec, attempt)
+    assert isinstance(waits, step_jobs.MustWait) and waits.attempt == attempt and waits.refusals == 1
+    assert "not submitted yet: SageMaker throttled the request (ThrottlingException: Rate exceeded)" in waits.note
+    assert 0.5 <= waits.delay_seconds < 1.0 and waits.waited == waits.delay_seconds
     step = StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step)
     # Recorded as data; a view renders it.
-    assert (step.attempt, fleet.Waiting.from_json(step.waiting), step.message) == (1, waiting, None)
-    assert "not submitted yet: SageMaker throttled the request" in fleet.Waiting.from_json(step.waiting).text()
-    submitted = step_jobs.submit(spec, Attempt.from_xcom(refused.value.planned))  # the next try, after the wait
-    assert capacity.note_waiting(spec, attempt, None)  # submitted: the wait goes
+    waiting = fleet.Waiting.from_json(step.waiting)
+    assert (step.attempt, waiting.job_name, waiting.retry_at, step.message) == (
+        1,
+        attempt.job_name,
+        waits.retry_at,
+        None,
+    )
+    assert waiting.text() == waits.note
+    submitted = step_jobs.submit_again(spec, json.loads(json.dumps(waits.again()))).attempt  # after the wait
     assert StepRecord.of(read_step(services.ledger_model(spec), attempt.ref, files=False).step).waiting is None
     wait_for_job(spec, submitted)
     assert watch.decide_now(spec, submitted).action is Action.ADVANCE
@@ -66,14 +66,13 @@ def test_the_emulators_quota_refuses_past_it_and_its_record_never_exceeds_it(
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, {"quotas": {"ml.m5.xlarge": 3}})
     first = step_jobs.submit(
         spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket, instances=2))
-    )  # 2 instances
+    ).attempt  # 2 instances
     second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b", instances=2))  # 2 more: 4 > 3
-    with pytest.raises(SubmitRefused) as refused:
-        step_jobs.submit(spec, second)
-    assert refused.value.code == "ResourceLimitExceeded"
-    assert "is 3 Instances, with current utilization of 2 Instances and a request delta of 2" in refused.value.message
+    refused = step_jobs.submit(spec, second)
+    assert isinstance(refused, step_jobs.MustWait) and "ResourceLimitExceeded" in refused.note
+    assert "is 3 Instances, with current utilization of 2 Instances and a request delta of 2" in refused.note
     wait_for_job(spec, first)  # its supervisor gives its instances back as it ends
-    wait_for_job(spec, step_jobs.submit(spec, second))
+    wait_for_job(spec, step_jobs.submit(spec, second).attempt)
     assert peak_in_use(read_record(tmp_path / "local")) == {"ml.m5.xlarge": 2}
 
 
@@ -86,17 +85,16 @@ def test_a_job_holds_its_instances_while_they_start_up_and_a_stop_then_gives_the
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, fleet)
     first = step_jobs.submit(
         spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket, instances=2))
-    )  # 2 instances
+    ).attempt  # 2 instances
     assert step_jobs.job_status(spec, first) is JobStatus.IN_PROGRESS
     second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b", instances=2))
-    with pytest.raises(SubmitRefused) as refused:
-        step_jobs.submit(spec, second)
-    assert refused.value.code == "ResourceLimitExceeded"
+    refused = step_jobs.submit(spec, second)
+    assert isinstance(refused, step_jobs.MustWait) and "ResourceLimitExceeded" in refused.note
     step_jobs.stop(spec, first)
     wait_for_job(spec, first)
     assert step_jobs.job_status(spec, first) is JobStatus.STOPPED
     assert not list((tmp_path / "local" / "jobs" / first.job_name).glob("algo-*"))  # no instance ever ran
-    step_jobs.submit(spec, second)  # the stopped job's instances are free again
+    assert isinstance(step_jobs.submit(spec, second), step_jobs.Submitted)  # the stopped job's instances are free again
     assert peak_in_use(read_record(tmp_path / "local")) == {"ml.m5.xlarge": 2}
     step_jobs.stop(spec, second)
 
@@ -113,7 +111,9 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
         resources={"instance_count": 2, "instance_type": "ml.m5.xlarge", "fallback_instance_types": ["ml.c5.2xlarge"]},
         retry={"max_attempts": 1, "backoff_seconds": 0},
     )
-    attempt = first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket, instances=2)))
+    attempt = first = step_jobs.submit(
+        spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket, instances=2))
+    ).attempt
     seen = []
     for _ in range(3):
         wait_for_job(spec, attempt)
@@ -122,7 +122,7 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
         if decision.action is not Action.RESUBMIT:
             break
         assert decision.capacity and "not counted against retry.max_attempts" in decision.reason
-        attempt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), capacity=True)
+        attempt = step_jobs.resubmit(spec, attempt, list(decision.retry_files), capacity=True).attempt
     # Twice on the step's own type, then on the fallback: 1 instance of 8 vCPUs for 2 of 4.
     assert seen == [
         (1, "ml.m5.xlarge", JobStatus.FAILED),

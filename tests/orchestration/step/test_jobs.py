@@ -18,8 +18,8 @@ from tests.support.pipelines import output_ids, parquet_bytes, plan_args, wait_f
 def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
     spec, bucket = pipeline
     attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
-    first = step_jobs.submit(spec, attempt)
-    again = step_jobs.submit(spec, attempt)  # what a cleared or retried submit task does
+    first = step_jobs.submit(spec, attempt).attempt
+    again = step_jobs.submit(spec, attempt).attempt  # what a cleared or retried submit task does
     assert again.job_name == first.job_name
     jobs = list((tmp_path / "local" / "jobs").glob("sl-*"))
     assert [j.name for j in jobs] == [first.job_name]  # one job, no twin
@@ -29,9 +29,9 @@ def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
 
 def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
     spec, bucket = pipeline
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-3", **plan_args(bucket)))
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-3", **plan_args(bucket))).attempt
     step_jobs.stop(spec, first)
-    second = step_jobs.resubmit(spec, first, [f"s3://{bucket}/in/part-1.parquet"])
+    second = step_jobs.resubmit(spec, first, [f"s3://{bucket}/in/part-1.parquet"]).attempt
     resumed = step_jobs.resume(spec, first)  # what the watch task's next try knows: attempt 1
     assert (resumed.number, resumed.job_name) == (2, second.job_name)
     assert step_jobs.resume(spec, second) == second
@@ -50,7 +50,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     spec, bucket = pipeline
     s3 = boto3.client("s3")
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 truncated upload")
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-race", **plan_args(bucket)))
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-race", **plan_args(bucket))).attempt
     wait_for_job(spec, first, timeout=600)
     decision = watch.decide_now(spec, first)
     assert decision.action.value == "FAIL", decision  # the corrupt file failed the step
@@ -61,7 +61,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     def resubmit(by_oncall: bool) -> None:
         start.wait()
         try:
-            results.append(step_jobs.resubmit(spec, first, failed, by_oncall=by_oncall))
+            results.append(step_jobs.resubmit(spec, first, failed, by_oncall=by_oncall).attempt)
         except StaleAttemptError as err:
             results.append(err)
 
@@ -108,7 +108,7 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
         s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)
     first = step_plan.plan(spec, "score", "run-sized", **plan_args(bucket, instances=2))  # planned, never submitted
     retry = [f"s3://{bucket}/in/{name}" for name in bodies]
-    second = step_jobs.resubmit(spec, first, retry)
+    second = step_jobs.resubmit(spec, first, retry).attempt
     step_jobs.stop(spec, second)
 
     manifest_bucket, _, manifest_key = second.manifest_uri.removeprefix("s3://").partition("/")

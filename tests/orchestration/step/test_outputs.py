@@ -18,73 +18,29 @@ import pytest
 
 from shardline import contract
 from shardline.decision.policy import LATE_INPUT_ERROR, Action
-from shardline.ledger.context import LedgerContext
-from shardline.ledger.job_writes import FileOutcome, WorkerLedger
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import outputs, watch
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
-from shardline.worker.job.uploads import OutputUploader
 from tests.support.pipelines import plan_args, stage_step
+from tests.support.scoring import fail_file, output_body, score_file, unloaded_model, upload_output
 
 INPUTS = {f"part-{i}.parquet": f"input {i} ".encode() * (10 + i) for i in range(3)}
-HOST = "algo-1"
 
 
 @pytest.fixture
 def staged(aws_env, ledger_table, tmp_path, monkeypatch):
     """A one-step pipeline over three inputs, planned (attempt 1), no job submitted. The model is never loaded."""
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    (model_dir / "model.json").write_text("{}")
-    spec, bucket = stage_step("outputs_test", ledger_table, model_dir, tmp_path, INPUTS)
+    spec, bucket = stage_step("outputs_test", ledger_table, unloaded_model(tmp_path / "model"), tmp_path, INPUTS)
     attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
     return spec, bucket, attempt
 
 
-def output_body(name: str) -> bytes:
-    return f"predictions of {name}\n".encode() * 7
-
-
-def score(spec, attempt, name: str, tmp_path, *, body: bytes | None = None, **recorded) -> None:
-    """What an instance does for one input that succeeded: upload its output with the worker's uploader, then record
-    the file SUCCEEDED with the worker's ledger writer. ``recorded``: FileOutcome fields that say otherwise than the
-    upload (a ledger item that is not the worker's)."""
-    body = output_body(name) if body is None else body
-    sha = hashlib.sha256(body).hexdigest()
-    local = tmp_path / f"upload-{attempt.number}"
-    (local / name).parent.mkdir(parents=True, exist_ok=True)
-    (local / name).write_bytes(body)
-    uploaded = OutputUploader(local, attempt.output_prefix, client=boto3.client("s3")).upload(name, sha)
-    ledger = worker_ledger(spec, attempt)
-    ledger.claim_file(name)
-    outcome = {
-        "status": FileStatus.SUCCEEDED,
-        "rows_in": 7,
-        "rows_out": 7,
-        "bytes_in": len(INPUTS.get(name, b"")),
-        "bytes_out": len(body),
-        "output_key": uploaded.key,
-        "sha256": uploaded.sha256,
-        **recorded,
-    }
-    ledger.finish_file(name, FileOutcome(**outcome))
-
-
-def worker_ledger(spec, attempt) -> WorkerLedger:
-    context = LedgerContext(
-        table=spec.ledger_table,
-        pipeline=attempt.pipeline,
-        run_id=attempt.run_id,
-        step=attempt.step,
-        attempt=attempt.number,
-        input_uri=attempt.input_prefix,
-        output_uri=attempt.output_prefix,
-    )
-    return WorkerLedger(context, HOST)
+def score(spec, attempt, name: str, tmp_path, **recorded) -> None:
+    score_file(spec, attempt, name, tmp_path, bytes_in=len(INPUTS[name]), **recorded)
 
 
 def score_all(spec, attempt, tmp_path) -> None:
@@ -127,13 +83,7 @@ def test_outputs_the_worker_uploaded_and_recorded_are_vouched_for_and_the_end_wr
 def replace_with_same_size(spec, attempt, bucket, tmp_path):
     """Another writer puts other bytes of the same size at part-1's output key (with S3's checksum of its own)."""
     old = output_body("part-1.parquet")
-    other = bytes([old[0] ^ 1]) + old[1:]
-    local = tmp_path / "other-writer"
-    local.mkdir()
-    (local / "part-1.parquet").write_bytes(other)
-    OutputUploader(local, attempt.output_prefix, client=boto3.client("s3")).upload(
-        "part-1.parquet", hashlib.sha256(other).hexdigest()
-    )
+    upload_output(attempt, "part-1.parquet", bytes([old[0] ^ 1]) + old[1:], tmp_path / "other-writer")
 
 
 CHANGES = {
@@ -236,11 +186,7 @@ def test_the_outputs_manifest_lists_exactly_the_succeeded_outputs_and_a_partial_
     spec, bucket, attempt = staged
     score(spec, attempt, "part-0.parquet", tmp_path)
     score(spec, attempt, "part-2.parquet", tmp_path)
-    ledger = worker_ledger(spec, attempt)
-    ledger.claim_file("part-1.parquet")
-    ledger.finish_file(
-        "part-1.parquet", FileOutcome(FileStatus.FAILED, error_class="ModelError", error_message="it broke")
-    )
+    fail_file(spec, attempt, "part-1.parquet")
 
     manifest = outputs.commit_outputs(spec, attempt, StepStatus.PARTIAL)
     assert manifest == stored_manifest(bucket, attempt)

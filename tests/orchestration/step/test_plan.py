@@ -36,15 +36,15 @@ def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     first = step_plan.plan(spec, "score", "run-3", **kwargs)
     assert first.instance_type == spec.step("score").resources.instance_type  # resolved once, at the plan
     assert step_plan.plan(spec, "score", "run-3", **kwargs).number == 1  # never submitted: the same attempt again
-    wait_for_job(spec, step_jobs.submit(spec, first))
+    wait_for_job(spec, step_jobs.submit(spec, first).attempt)
     again = step_plan.plan(spec, "score", "run-3", **kwargs)
     assert (again.number, again.file_count) == (1, 4)  # everything succeeded: adopt it
-    assert step_jobs.job_status(spec, step_jobs.submit(spec, again)) is JobStatus.COMPLETED  # no new job
+    assert step_jobs.job_status(spec, step_jobs.submit(spec, again).attempt) is JobStatus.COMPLETED  # no new job
 
     boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(300, 9000))
     late = step_plan.plan(spec, "score", "run-3", **kwargs)
     assert (late.number, late.file_count) == (2, 1)  # only the new input, as the next attempt
-    wait_for_job(spec, step_jobs.submit(spec, late))
+    wait_for_job(spec, step_jobs.submit(spec, late).attempt)
     summary = step_end.report(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert (summary["files"], summary["succeeded"], summary["rows_in"], summary["rows_out"]) == (5, 5, 1500, 1500)
 
@@ -55,7 +55,7 @@ def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipe
 
     spec, bucket = pipeline
     boto3.client("s3").put_object(Bucket=bucket, Key="in//tmp/evil.parquet", Body=parquet_bytes(10, 10_000))
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-unsafe", **plan_args(bucket)))
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-unsafe", **plan_args(bucket))).attempt
     assert first.file_count == 4  # the crafted key is not in the manifest
     wait_for_job(spec, first, timeout=600)
     decision = watch.decide_now(spec, first)

@@ -44,7 +44,7 @@ def _run(spec, bucket, run_id, action="ADVANCE", input_folder="in"):
         "input_prefix": f"s3://{bucket}/{input_folder}/",
         "output_prefix": f"s3://{bucket}/out/{run_id}/",
     }
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **args))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **args)).attempt
     wait_for_job(spec, attempt)
     return attempt, step_end.finish(spec, attempt, action, "all 4 files succeeded")
 
@@ -172,7 +172,7 @@ def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     spec, bucket = pipeline
     run_id = f"run-forged-{forgery[:6].strip().replace(' ', '-')}"
     args = {**plan_args(bucket), "output_prefix": f"s3://{bucket}/out/{run_id}/"}
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **args))
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **args)).attempt
     wait_for_job(spec, attempt)
     real_output = f"s3://{bucket}/out/{run_id}/part-0.parquet"
     real = read_step(services.ledger_model(spec), attempt.ref, file_attributes=None).files

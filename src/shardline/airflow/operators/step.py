@@ -8,8 +8,6 @@ brings back.
 from __future__ import annotations
 
 import logging
-import os
-import random
 import time
 from pathlib import Path
 
@@ -19,78 +17,10 @@ from airflow.sdk.exceptions import AirflowFailException
 from shardline.airflow.operators.base import SpecMixin, fails_fast, note_life
 from shardline.airflow.operators.messages import partial_text, run_failed_text, step_failed_text
 from shardline.airflow.triggers.step import BackoffTrigger, StepTrigger, settle_until
-from shardline.decision.fleet import SUBMIT_WAIT_FIRST_SECONDS, Waiting, submit_wait, submit_wait_text
 from shardline.decision.policy import Action, attempt_deadline
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
 from shardline.spec import load_spec
-
-# The first wait after AWS refuses a submit, in seconds (later ones double): the tests and the fleet benchmark
-# shorten it; in production the default (decision.fleet.SUBMIT_WAIT_FIRST_SECONDS) suits a quota's pace.
-SUBMIT_WAIT_ENV = "SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS"
-
-
-def submit_or_wait(task: BaseOperator, planned: dict, *, refusals: int, waited: float, then: str) -> dict:
-    """Submit the ``planned`` attempt (its XCom form) and return it submitted; on AWS's "not now", wait
-    (:func:`wait_to_submit`) and go on in the task's method ``then``."""
-    from shardline.errors import SubmitRefused
-    from shardline.orchestration.step import jobs
-    from shardline.orchestration.step.capacity import note_waiting
-
-    attempt = Attempt.from_xcom(planned)
-    # After a wait, the attempt must still own the step (an on-call engineer may have resubmitted or cancelled it
-    # meanwhile): the note's fenced clear checks that before anything is submitted.
-    if refusals and not note_waiting(task.spec, attempt, None):
-        raise StepMovedOn(moved_on_text(attempt))
-    try:
-        return jobs.submit(task.spec, attempt).to_xcom()
-    except SubmitRefused as err:
-        if not wait_to_submit(task, err, refusals=refusals, waited=waited, then=then):
-            raise StepMovedOn(moved_on_text(attempt)) from err
-        raise  # not reached: wait_to_submit defers
-
-
-class StepMovedOn(AirflowFailException):
-    """An on-call engineer resubmitted or cancelled the step while an attempt's submit waited: that attempt is not to be
-    submitted. The task follows the step where it is now."""
-
-
-def moved_on_text(attempt: Attempt) -> str:
-    return (
-        f"step {attempt.step} moved on while attempt {attempt.number}'s submit waited for AWS (an on-call engineer "
-        f"resubmitted or cancelled it), so that attempt was not submitted; `shardline status "
-        f"{attempt.pipeline}/{attempt.run_id}` shows where the step is"
-    )
-
-
-def wait_to_submit(task: BaseOperator, refused, *, refusals: int, waited: float, then: str) -> bool:
-    """Log why AWS refused the submit and when it is tried again (on the page too), and defer until then: a
-    deferral holds no worker slot. ``refusals`` in a row so far, ``waited`` seconds in all; past a day of
-    refusals the task fails with AWS's answer. Returns False, without waiting, when the step has moved on (the
-    attempt no longer owns it): nothing is to be submitted."""
-    from shardline.orchestration.step.capacity import note_waiting  # at run time: no boto3 at DAG parse
-
-    first = float(os.environ.get(SUBMIT_WAIT_ENV) or SUBMIT_WAIT_FIRST_SECONDS)
-    wait = submit_wait(
-        refused.code, refused.message, refusals + 1, random.random(), waited_seconds=waited, first_seconds=first
-    )
-    if wait is None:
-        raise refused
-    attempt = Attempt.from_xcom(refused.planned)
-    task.log.warning("%s", submit_wait_text(attempt.job_name, wait))
-    waiting = Waiting(submit=wait, job_name=attempt.job_name, retry_at=time.time() + wait.delay_seconds)
-    if not note_waiting(task.spec, attempt, waiting):
-        return False
-    task.keep_partition(attempt, waiting.retry_at)
-    task.defer(
-        trigger=BackoffTrigger(
-            wait.delay_seconds,
-            {"attempt": refused.planned, "refusals": wait.refusals, "waited": waited + wait.delay_seconds},
-            not_before=settle_until(),
-        ),
-        method_name=then,
-    )
-    return True  # not reached: defer raises
 
 
 class WatchStepOperator(SpecMixin, BaseOperator):
@@ -126,18 +56,33 @@ class WatchStepOperator(SpecMixin, BaseOperator):
     def _resume(self, context, attempt: Attempt, *, submit_it: bool = False):
         """Watch the step's newest attempt; one planned but never submitted is submitted (or waited for), and so
         is ``attempt`` itself when ``submit_it`` and the step is still at it."""
-        from shardline.errors import SubmitRefused
         from shardline.orchestration.step import jobs
 
-        try:
-            newest = jobs.resume(self.spec, attempt)
-        except SubmitRefused as err:
-            if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
-                raise StepMovedOn(moved_on_text(Attempt.from_xcom(err.planned))) from err
-            raise  # not reached: wait_to_submit defers
+        newest = jobs.resume(self.spec, attempt)
+        if isinstance(newest, jobs.MustWait):
+            self._wait_to_submit(newest)
         if submit_it and newest.number == attempt.number:
-            return self.submit_planned(context, {"attempt": attempt.to_xcom(), "refusals": 0, "waited": 0.0})
+            return self._started(context, jobs.submit(self.spec, attempt))
         return self._watch(context, newest)
+
+    def _started(self, context, started):
+        """A submit's answer (:class:`~shardline.orchestration.step.jobs.Submitted` or ``MustWait``): watch the job,
+        or wait out AWS's "not now"."""
+        from shardline.orchestration.step import jobs
+
+        if isinstance(started, jobs.MustWait):
+            self._wait_to_submit(started)
+        nxt = started.attempt
+        self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
+        return self._watch(context, nxt)
+
+    def _wait_to_submit(self, waiting) -> None:
+        """Defer until AWS's "not now" to a submit is waited out (a deferral holds no worker slot; the wait is on the
+        page too), then :meth:`submit_planned`."""
+        self.log.warning("%s", waiting.note)
+        self.keep_partition(waiting.attempt, waiting.retry_at)
+        trigger = BackoffTrigger(waiting.delay_seconds, waiting.again(), not_before=settle_until())
+        self.defer(trigger=trigger, method_name="submit_planned")
 
     def _watch(self, context, attempt: Attempt):
         from shardline.orchestration.step.watch import StepEvent, StepWatch, decide_now
@@ -211,14 +156,13 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
     @fails_fast
     def resubmit(self, context, event: dict):
-        from shardline.errors import SubmitRefused
         from shardline.ledger.context import StaleAttemptError
         from shardline.orchestration.partitions import PartitionLost
         from shardline.orchestration.step import end, jobs
 
         attempt = Attempt.from_xcom(event["attempt"])
         try:
-            nxt = jobs.resubmit(
+            started = jobs.resubmit(
                 self.spec,
                 attempt,
                 event["retry_files"],
@@ -233,25 +177,20 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         except PartitionLost as lost:  # another run took the output prefix while this one waited to resubmit
             end.finish(self.spec, attempt, Action.FAIL, str(lost))
             raise AirflowFailException(str(lost)) from lost
-        except SubmitRefused as err:  # the next attempt is planned; AWS said "not now" to its job
-            if not wait_to_submit(self, err, refusals=0, waited=0.0, then="submit_planned"):
-                return self._resume(context, attempt)  # an on-call engineer moved the step on meanwhile: follow it
-        self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
-        return self._watch(context, nxt)
+        return self._started(context, started)
 
     @fails_fast
     def submit_planned(self, context, event: dict):
         """A planned attempt whose submit AWS refused, tried again after the wait; then watched."""
+        from shardline.ledger.context import StaleAttemptError
+        from shardline.orchestration.step import jobs
+
         try:
-            submitted = submit_or_wait(
-                self, event["attempt"], refusals=event["refusals"], waited=event["waited"], then="submit_planned"
-            )
-        except StepMovedOn as moved:
+            started = jobs.submit_again(self.spec, event)
+        except StaleAttemptError as moved:  # an on-call engineer resubmitted or cancelled the step meanwhile
             self.log.warning("%s; following the step where it is now", moved)
             return self._resume(context, Attempt.from_xcom(event["attempt"]))
-        nxt = Attempt.from_xcom(submitted)
-        self.log.info("attempt %d submitted as %s with %d file(s)", nxt.number, nxt.job_name, nxt.file_count)
-        return self._watch(context, nxt)
+        return self._started(context, started)
 
     def get_openlineage_facets_on_complete(self, task_instance):
         """For Airflow's OpenLineage provider: the step's S3 datasets, rows in and out, and model

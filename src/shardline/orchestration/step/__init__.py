@@ -1,8 +1,22 @@
 """One owner for a step's life, from its plan to its end. The Airflow tasks and on-call call these same functions.
 
-:mod:`.plan` (attempt 1, and every later attempt's records, plan file and manifest), :mod:`.upstream` (what a later
-step reads from an earlier one), :mod:`.jobs` (submit, stop, resubmit, resume), :mod:`.capacity` (what AWS's refusals
-change), :mod:`.watch` (one poll: the ledger, the backend and the inputs read into a decision), :mod:`.end` (what the
-watch's decision becomes, recorded), :mod:`.outputs` (the checks that vouch for a step's outputs before ``_SUCCESS``),
-:mod:`.rejects` (rejected rows gathered into parts a resubmission scores), :mod:`.run_report` (the records a step's
-run report is built from) and :mod:`.files` (the step's files as readers see them)."""
+- :mod:`.plan`: attempt 1, and every later attempt's records, plan file and manifest.
+- :mod:`.upstream`: what a ``from_step`` step reads: exactly the outputs its earlier step's outputs manifest lists.
+- :mod:`.jobs`: submit, stop, resubmit, resume. Two attempts of a step never run at once.
+- :mod:`.capacity`: what AWS's refusals change in a step: why a planned job is not running yet, recorded on the
+  STEP item as data (``decision.fleet.Waiting``; the views render it), and the attempt after a capacity failure.
+- :mod:`.watch`: what a poll reads and decides (``snapshot``, ``decide_now``, ``input_ready``; a poll AWS
+  throttled is taken again, ``is_throttled``), and the JSON values a trigger carries instead of a spec:
+  ``StepEvent`` (the decision it hands back, on the one ``Action`` enum), ``StepWatch`` (the AWS settings and the
+  decision policy an attempt started with), ``InputWatch`` and ``PartitionWatch``.
+- :mod:`.end`: ``conclude``, what the watch's decision becomes, recorded and returned as a typed ``StepEnd``;
+  ``finish``; and the step's summary.
+- :mod:`.outputs`: what a step's end checks and commits: every output's object against the ledger's size and
+  sha256, the last look for late or replaced inputs, the outputs manifest, ``_SUCCESS``.
+- :mod:`.rejects`: ``resubmit --rejects``. A file's rejected rows are picked by number from its mended source into
+  a part the next attempt scores; readers fold a part into its file (``ledger.records.settle_parts``).
+- :mod:`.run_report`: gathers a step's records (the ledger, the instances' manifests, the earlier runs' reports)
+  and writes its run report.
+- :mod:`.files`: a step's files as every reader sees them: its FILE items, plus the inputs its attempts' plan
+  files name that no instance has claimed yet (PENDING), and its latest attempt.
+"""

@@ -3,7 +3,10 @@ step never run at once: the next is planned only after the last one's job has en
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import random
 import time
 
 import botocore.exceptions
@@ -12,10 +15,11 @@ from shardline.backends import JobNotFound
 from shardline.decision import fleet
 from shardline.decision.policy import JobStatus
 from shardline.errors import GaveUpWaiting, LedgerRecordMissing, SubmitRefused
+from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.step_reads import StepRecords, read_step
 from shardline.orchestration import partitions, services
-from shardline.orchestration.step.capacity import after_capacity_failure
+from shardline.orchestration.step.capacity import after_capacity_failure, note_waiting
 from shardline.orchestration.step.files import read_step_files
 from shardline.orchestration.step.plan import new_attempt, sized_objects
 from shardline.planning import naming
@@ -28,9 +32,44 @@ from shardline.waiting import wait_for
 log = logging.getLogger(__name__)
 
 
-def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
-    """Start the attempt's job, or adopt the one an earlier try of this task started. Only while the step still
-    holds its output prefix (a watch task that queued past its hold's lease finds another run there)."""
+# The first wait after AWS refuses a submit, in seconds (later ones double): the tests and the fleet benchmark
+# shorten it; in production the default (decision.fleet.SUBMIT_WAIT_FIRST_SECONDS) suits a quota's pace.
+SUBMIT_WAIT_ENV = "SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS"
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    """The attempt's job runs (submitted now, or adopted: an earlier try of the task started it)."""
+
+    attempt: Attempt
+
+
+@dataclasses.dataclass(frozen=True)
+class MustWait:
+    """AWS said "not now" to the attempt's submit (a quota in use, a throttle): the attempt is planned and recorded,
+    its wait noted on the STEP item for the views; the caller waits ``delay_seconds`` (a deferral holds no worker
+    slot) and calls :func:`submit` again with :meth:`again`. The wait is no attempt and fails nothing."""
+
+    attempt: Attempt
+    delay_seconds: float
+    note: str  # what the task logs: why, and when it goes again
+    retry_at: float  # epoch seconds
+    refusals: int  # refusals in a row so far, this one included
+    waited: float  # seconds waited in all once this wait is over
+
+    def again(self) -> dict:
+        """What the wait carries (JSON) to :func:`submit_again`."""
+        return {"attempt": self.attempt.to_xcom(), "refusals": self.refusals, "waited": self.waited}
+
+
+def submit(spec: PipelineSpec, attempt: Attempt, *, refusals: int = 0, waited: float = 0.0) -> Submitted | MustWait:
+    """Start the attempt's job, or adopt the one an earlier try of this task started: :class:`Submitted`; or, when AWS
+    says "not now", :class:`MustWait`. Only while the step still holds its output prefix (a watch task that queued
+    past its hold's lease finds another run there) and, after a wait (``refusals`` so far, ``waited`` seconds in all),
+    only while the attempt still owns the step: an on-call engineer may have resubmitted or cancelled it meanwhile
+    (:class:`~shardline.ledger.context.StaleAttemptError`). Past a day of refusals, :class:`SubmitRefused`."""
+    if refusals and not note_waiting(spec, attempt, None):
+        raise StaleAttemptError(moved_on_text(attempt))
     why = partitions.lost(spec, attempt)
     if why:
         raise partitions.PartitionLost(why)
@@ -43,11 +82,41 @@ def submit(spec: PipelineSpec, attempt: Attempt) -> Attempt:
         error = err.response.get("Error", {})
         if fleet.refusal_of(error.get("Code")) is None:
             raise
-        # "Not now", not "not this": the task waits and submits this same attempt again.
-        raise SubmitRefused(error["Code"], error.get("Message", ""), attempt.job_name, attempt.to_xcom()) from err
+        # "Not now", not "not this": the caller waits and submits this same attempt again.
+        refused = SubmitRefused(error["Code"], error.get("Message", ""), attempt.job_name, attempt.to_xcom())
+        return _wait_after(spec, attempt, refused, refusals=refusals, waited=waited)
     state = backend.describe(attempt.job_name)
     log.info("job %s (attempt %d of step %s): %s", attempt.job_name, attempt.number, attempt.step, state.status.value)
-    return attempt.submitted(state.created_at or time.time())
+    return Submitted(attempt.submitted(state.created_at or time.time()))
+
+
+def submit_again(spec: PipelineSpec, carried: dict) -> Submitted | MustWait:
+    """:func:`submit` after a :class:`MustWait`, from what its :meth:`~MustWait.again` carried."""
+    attempt = Attempt.from_xcom(carried["attempt"])
+    return submit(spec, attempt, refusals=int(carried.get("refusals", 0)), waited=float(carried.get("waited", 0.0)))
+
+
+def _wait_after(spec: PipelineSpec, attempt: Attempt, refused: SubmitRefused, *, refusals: int, waited: float):
+    """The wait after AWS refused the attempt's submit, noted on the STEP item (the page and the CLI show it)."""
+    first = float(os.environ.get(SUBMIT_WAIT_ENV) or fleet.SUBMIT_WAIT_FIRST_SECONDS)
+    wait = fleet.submit_wait(
+        refused.code, refused.message, refusals + 1, random.random(), waited_seconds=waited, first_seconds=first
+    )
+    if wait is None:  # refused for a day: AWS's answer fails the task
+        raise refused
+    retry_at = time.time() + wait.delay_seconds
+    if not note_waiting(spec, attempt, fleet.Waiting(submit=wait, job_name=attempt.job_name, retry_at=retry_at)):
+        raise StaleAttemptError(moved_on_text(attempt)) from refused
+    note = fleet.submit_wait_text(attempt.job_name, wait)
+    return MustWait(attempt, wait.delay_seconds, note, retry_at, wait.refusals, waited + wait.delay_seconds)
+
+
+def moved_on_text(attempt: Attempt) -> str:
+    return (
+        f"step {attempt.step} moved on while attempt {attempt.number}'s submit waited for AWS (an on-call engineer "
+        f"resubmitted or cancelled it), so that attempt was not submitted; `shardline status "
+        f"{attempt.pipeline}/{attempt.run_id}` shows where the step is"
+    )
 
 
 def stop(spec: PipelineSpec, attempt: Attempt) -> None:
@@ -94,8 +163,9 @@ def resubmit(
     records: StepRecords | None = None,
     taken_up: bool = False,
     beside: bool = False,
-) -> Attempt:
-    """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs).
+) -> Submitted | MustWait:
+    """Plan and submit the next attempt with only ``retry_keys`` (full s3:// URIs); AWS's "not now" to its submit
+    is a :class:`MustWait` (the attempt is planned and recorded).
 
     Fenced on ``attempt``: the step must still be at it, so a watch task and an on-call engineer cannot
     both plan the next one (the loser gets StaleAttemptError). ``attempt``'s job is stopped,
@@ -198,7 +268,7 @@ def submit_parts(
     parts: dict[str, tuple[str, str]],
     *,
     taken_up: bool = False,
-) -> Attempt:
+) -> Submitted | MustWait:
     """Plan and submit the attempt after ``latest`` over rejects parts (``objects``, under ``parts_prefix``), fenced
     on ``latest`` as an on-call resubmission is (:mod:`shardline.orchestration.step.rejects` picks them)."""
     stop_live_jobs(spec, latest)
@@ -251,12 +321,13 @@ def stop_timeout_text(job_name: str, status: str, timeout: float) -> str:
     )
 
 
-def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
-    """The newest attempt of the step, given the one this task started from.
+def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt | MustWait:
+    """The newest attempt of the step, given the one this task started from: ``attempt`` itself when it is the newest
+    (as the caller left it: submitted or not), else the newest, its job adopted.
 
     A watch task retried after it resubmitted only knows attempt 1 (from XCom); the STEP
     item knows the newest. Its job is adopted, or submitted if the earlier try died
-    between planning it and submitting it.
+    between planning it and submitting it (AWS's "not now" to that submit is a :class:`MustWait`).
     """
 
     records = read_step_files(spec, attempt.ref)
@@ -278,7 +349,8 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt:
         unfinished = [f.input_key for f in records.files if f.attempt == latest and not f.status.is_terminal]
         log.warning("attempt %d of step %s was planned but never submitted; submitting it now", latest, attempt.step)
         objects = sized_objects(spec, attempt, unfinished)
-        return submit(spec, new_attempt(spec, attempt, latest, objects, replan=True))
+        started = submit(spec, new_attempt(spec, attempt, latest, objects, replan=True))
+        return started.attempt if isinstance(started, Submitted) else started
     log.info("resuming at attempt %d (%s, %s)", latest, name, state.status.value)
     files = sum(1 for f in records.files if f.attempt == latest)
     return attempt.model_copy(

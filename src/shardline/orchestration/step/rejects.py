@@ -276,7 +276,9 @@ def _picked(s3, source: FileRecord, rows: list[int], input_format: str | None, *
     return body, etag
 
 
-def resubmit_rejects(spec: PipelineSpec, latest: Attempt, keys: Sequence[str], *, taken_up: bool = False) -> Attempt:
+def resubmit_rejects(
+    spec: PipelineSpec, latest: Attempt, keys: Sequence[str], *, taken_up: bool = False
+) -> step_jobs.Submitted | step_jobs.MustWait:
     """Submit the attempt after ``latest`` over the rejected rows of the files ``keys`` (input keys), each picked
     from its source as it is now into a part. Fenced on ``latest`` as any on-call resubmission is."""
     # Checked before the job is stopped, and again on what is read once it has (an instance may write meanwhile).

@@ -1,2 +1,8 @@
-"""What runs instead of the job: ``preview`` (``--preview``: the model on a sample) and ``tune`` (``--tune``: rows/s
-per setting on a sample), with the tune's pure ``tune_decisions``, its ``tune_sample`` and ``tune_report``."""
+"""What runs instead of the job.
+
+- :mod:`.preview`: ``--preview``, the model on a sample, with the job's own settings, and warnings about a wrong
+  setup.
+- :mod:`.tune`: ``--tune``, rows/s per workers x threads and per batch rows on a sample, and the spec snippet.
+  Its decisions are pure, in :mod:`.tune_decisions`; its sample is :mod:`.tune_sample`; its table, text and plot
+  are :mod:`.tune_report`.
+"""
