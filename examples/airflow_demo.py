@@ -418,10 +418,10 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
     report_path, reported = fetch_report(spec, run_id, "score")
     rows = [
         ("DAG run", f"{run_id}: {run.state}"),
-        ("files", f"{summary['files']} ({summary['succeeded']} succeeded, {summary['failed']} failed)"),
-        ("rows in / out", f"{summary['rows_in']:,} / {summary['rows_out']:,}"),
-        ("attempts", f"{summary['attempts']} ({len(jobs)} processing job(s))"),
-        ("rows/s (in jobs)", f"{summary['rows_in'] / worker_seconds:,.0f} over {worker_seconds:.1f}s of job time"),
+        ("files", f"{summary.files} ({summary.succeeded} succeeded, {summary.failed} failed)"),
+        ("rows in / out", f"{summary.rows_in:,} / {summary.rows_out:,}"),
+        ("attempts", f"{summary.attempts} ({len(jobs)} processing job(s))"),
+        ("rows/s (in jobs)", f"{summary.rows_in / worker_seconds:,.0f} over {worker_seconds:.1f}s of job time"),
         (
             "wall time",
             f"{wall:.1f}s for the whole DAG run: {wall - tasks:.1f}s of dag.test() start-up, then "
@@ -459,12 +459,12 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
-    for failed in summary["failed_files"]:
-        print(f"  failed file       {failed['input']}: {failed['error']}")
+    for failed in summary.failed_files:
+        print(f"  failed file       {failed.input}: {failed.error}")
     ok = (
         str(run.state) == "success"
-        and summary["rows_in"] == summary["rows_out"] == expected_rows
-        and lineage_rows in (None, (summary["rows_in"], summary["rows_out"]))
+        and summary.rows_in == summary.rows_out == expected_rows
+        and lineage_rows in (None, (summary.rows_in, summary.rows_out))
         and reported
         and redone_ok
     )

@@ -11,20 +11,14 @@ from pathlib import Path
 from openlineage.client.serde import Serde
 
 from shardline.airflow.lineage import s3_dataset_name, step_lineage
+from shardline.decision.summary import StepSummary
 from shardline.planning.attempt import Attempt
 from shardline.spec import load_spec
 
 DAGS = Path(__file__).resolve().parents[2] / "dags" / "pipelines"
-SUMMARY = {
-    "step": "score",
-    "files": 5,
-    "succeeded": 4,
-    "failed": 1,
-    "rows_in": 20_000,
-    "rows_out": 19_990,
-    "rows_rejected": 10,
-    "attempts": 2,
-}
+SUMMARY = StepSummary(
+    step="score", files=5, succeeded=4, failed=1, rows_in=20_000, rows_out=19_990, rows_rejected=10, attempts=2
+)
 
 
 def _attempt(step: str = "score", pipeline: str = "tabular_scoring_hourly", **values) -> Attempt:

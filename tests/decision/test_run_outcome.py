@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from shardline.decision.policy import Action
 from shardline.decision.run_outcome import run_outcome
+from shardline.decision.summary import StepSummary
 from shardline.ledger.states import StepStatus
 
 
-def _summary(step: str, outcome: str = "ADVANCE", mismatched: tuple[str, ...] = ()) -> dict:
-    return {"step": step, "outcome": outcome, "rows_mismatched_files": list(mismatched)}
+def _summary(step: str, outcome: str = "ADVANCE", mismatched: tuple[str, ...] = ()) -> StepSummary:
+    return StepSummary(step, 1, 1, 0, 10, 10, 0, 1, rows_mismatched_files=mismatched, outcome=Action(outcome))
 
 
 def test_a_run_of_succeeded_steps_succeeds_and_a_partial_step_makes_it_partial():

@@ -150,8 +150,8 @@ def test_a_run_whose_ledger_is_lost_after_its_step_ended_is_not_reported_green(
     attempt = plan_and_submit(spec, bucket, "run-ended")
     assert wait_for(lambda: job_ended(spec, attempt), timeout=JOB_END_SECONDS)
     done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, attempt), attempt))
-    summary = {**done.summary, "outcome": done.action.value}
-    assert (done.action, summary["rows_out"]) == (Action.ADVANCE, rows)
+    summary = done.summary.ended(done.action)
+    assert (done.action, summary.rows_out) == (Action.ADVANCE, rows)
     assert step_end.confirm_ended(spec, attempt.ref, summary) is None  # the control: its facts stand
 
     # Another run's marker over this prefix (the partition scored again since): this run's summary no longer stands.
@@ -232,9 +232,9 @@ def test_a_failed_runs_job_holds_its_prefix_until_it_has_ended_and_its_callback_
     b = step_jobs.submit(spec, plan_run(spec, bucket, "run-b")).attempt
     assert wait_for(lambda: job_ended(spec, b), timeout=JOB_END_SECONDS)
     done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, b), b))
-    assert done.action is Action.ADVANCE and done.summary["rows_out"] == rows
+    assert done.action is Action.ADVANCE and done.summary.rows_out == rows
     assert sorted(output_ids(bucket)) == list(range(rows))
-    assert step_end.confirm_ended(spec, b.ref, {**done.summary, "outcome": done.action.value}) is None
+    assert step_end.confirm_ended(spec, b.ref, done.summary.ended(done.action)) is None
 
 
 def test_a_resubmission_that_lands_before_the_failure_callback_stands(own_moto, local_root, tmp_path, monkeypatch):
@@ -286,7 +286,7 @@ def test_a_resubmission_after_the_failure_callback_takes_the_run_up_again_and_en
     done = step_end.conclude(spec, StepEvent.of(watch.decide_now(spec, second), second))
     assert done.action is Action.ADVANCE, done
     assert sorted(output_ids(bucket)) == list(range(rows))
-    assert step_end.confirm_ended(spec, second.ref, {**done.summary, "outcome": done.action.value}) is None
+    assert step_end.confirm_ended(spec, second.ref, done.summary.ended(done.action)) is None
 
 
 def test_a_deleted_dag_runs_job_is_stopped_and_its_hold_is_free_once_that_job_has_ended(

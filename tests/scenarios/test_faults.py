@@ -291,12 +291,7 @@ def assert_ledger_reconciles(spec: PipelineSpec, run_id: str, total: int) -> Non
     ]
     assert not wrong, f"files not SUCCEEDED with rows_in == rows_out: {wrong}"
     summary = step_end.report(spec, StepRef(spec.pipeline, run_id, STEP))
-    assert (summary["succeeded"], summary["failed"], summary["rows_in"], summary["rows_out"]) == (
-        FILES,
-        0,
-        total,
-        total,
-    ), summary
+    assert (summary.succeeded, summary.failed, summary.rows_in, summary.rows_out) == (FILES, 0, total, total), summary
 
 
 def job_logs(root: Path, tail: int | None = 3000) -> str:

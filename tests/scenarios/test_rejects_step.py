@@ -87,8 +87,8 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     assert decision.action.value == "ADVANCE", decision
     assert step_end.finish(spec, attempt, Action.ADVANCE, decision.reason).value == "SUCCEEDED"
     summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
-    assert (summary["rows_in"], summary["rows_out"], summary["rows_rejected"]) == (ROWS, ROWS - BAD, BAD)
-    assert summary["rows_mismatched_files"] == []
+    assert (summary.rows_in, summary.rows_out, summary.rows_rejected) == (ROWS, ROWS - BAD, BAD)
+    assert summary.rows_mismatched_files == ()
     assert "out/_SUCCESS" in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
 
     _, broken = export
@@ -124,7 +124,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     s3.put_object(Bucket=bucket, Key=key, Body=export[0])
     _rescore(spec, oncall, ref, 2, [listed.input_key])
     summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
-    assert (summary["files"], summary["rows_out"], summary["rows_rejected"]) == (1, ROWS - BAD, BAD), summary
+    assert (summary.files, summary.rows_out, summary.rows_rejected) == (1, ROWS - BAD, BAD), summary
     (again,) = oncall.failed(ref)
     assert (again.input_key, again.rows_rejected) == (listed.input_key, BAD)
 
@@ -136,7 +136,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     second = _rescore(spec, oncall, ref, 3, [listed.input_key])
 
     summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
-    assert (summary["files"], summary["rows_in"], summary["rows_out"], summary["rows_rejected"]) == (1, ROWS, ROWS, 0)
+    assert (summary.files, summary.rows_in, summary.rows_out, summary.rows_rejected) == (1, ROWS, ROWS, 0)
     assert oncall.failed(ref) == []
     step = oncall.status(ref).steps[0]
     assert (step.rows_in, step.rows_out, step.rows_rejected) == (ROWS, ROWS, 0)

@@ -23,6 +23,7 @@ from airflow.providers.common.compat.openlineage.facet import (
 from airflow.providers.openlineage.extractors import OperatorLineage
 from openlineage.client.generated.input_statistics_input_dataset import InputStatisticsInputDatasetFacet
 
+from shardline.decision.summary import StepSummary
 from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec
 
@@ -56,28 +57,29 @@ def s3_dataset_name(uri: str) -> tuple[str, str]:
     return f"s3://{bucket}", key.rstrip("/")
 
 
-def step_facts(spec: PipelineSpec, attempt: Attempt, summary: dict | None, status: str) -> dict[str, Any]:
+def step_facts(spec: PipelineSpec, attempt: Attempt, summary: StepSummary | None, status: str) -> dict[str, Any]:
     """The step's facts as the ``shardline`` run facet carries them."""
     try:  # the digest the worker checked the artifact against
         pinned = spec.step(attempt.step).model.pin_for(attempt.model_version)
     except ValueError:  # a version the spec no longer pins: the run's own record says which it was
         pinned = None
-    summary = summary or {}
     return {
         "pipeline": attempt.pipeline,
         "step": attempt.step,
         "status": status,
-        "attempts": int(summary.get("attempts") or attempt.number),
+        "attempts": summary.attempts if summary is not None else attempt.number,
         "modelUri": attempt.model_uri,
         "modelVersion": attempt.model_version,
         "modelSha256": pinned,
-        "filesSucceeded": summary.get("succeeded"),
-        "filesFailed": summary.get("failed"),
-        "rowsRejected": summary.get("rows_rejected"),
+        "filesSucceeded": summary.succeeded if summary is not None else None,
+        "filesFailed": summary.failed if summary is not None else None,
+        "rowsRejected": summary.rows_rejected if summary is not None else None,
     }
 
 
-def step_lineage(spec: PipelineSpec, attempt: Attempt | None, summary: dict | None, status: str) -> OperatorLineage:
+def step_lineage(
+    spec: PipelineSpec, attempt: Attempt | None, summary: StepSummary | None, status: str
+) -> OperatorLineage:
     """The lineage of a watch task that ended with the step ``status``; ``summary``: the step's report, None when it
     could not be read (the datasets are named, without their rows); no ``attempt`` (the task failed before it had
     one): nothing to say."""
@@ -85,8 +87,8 @@ def step_lineage(spec: PipelineSpec, attempt: Attempt | None, summary: dict | No
         return OperatorLineage()
     read = written = None
     if summary is not None:
-        read = InputStatisticsInputDatasetFacet(rowCount=summary["rows_in"], fileCount=summary["files"])
-        written = OutputStatisticsOutputDatasetFacet(rowCount=summary["rows_out"], fileCount=summary["succeeded"])
+        read = InputStatisticsInputDatasetFacet(rowCount=summary.rows_in, fileCount=summary.files)
+        written = OutputStatisticsOutputDatasetFacet(rowCount=summary.rows_out, fileCount=summary.succeeded)
     source, target = s3_dataset_name(attempt.input_prefix), s3_dataset_name(attempt.output_prefix)
     return OperatorLineage(
         inputs=[InputDataset(*source, inputFacets={"inputStatistics": read} if read else {})],

@@ -16,5 +16,8 @@ Every rule here is a pure function, with the clock passed in, so each is table-t
   priority weights.
 - :mod:`.step_end`: how a done step ends, from the checks of its outputs (its prefix still its own, every output
   vouched for, rejects within ``tolerance.rows``, drift), the first failing check first.
+- :mod:`.summary`: ``StepSummary``, a step's rows in and out as one typed value (what its watch task returns, the
+  report task, the lineage and the Asset event read), and ``status_of``, the one mapping from a watch's outcome to
+  the status a step records.
 - :mod:`.run_outcome`: how a run ends, from its steps' summaries.
 """

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from shardline.decision.policy import Action
+from shardline.decision.summary import StepSummary
 from shardline.ledger.states import StepStatus
 
 
@@ -22,17 +23,17 @@ class RunOutcome:
     steps_skipped: int
 
 
-def run_outcome(summaries: Sequence[dict | None]) -> RunOutcome:
+def run_outcome(summaries: Sequence[StepSummary | None]) -> RunOutcome:
     """A run whose steps wrote other numbers of rows than they read FAILED; one with a PARTIAL step is PARTIAL;
     else SUCCEEDED. A step skipped for empty input returned nothing (None) and counts for neither."""
     reported = [s for s in summaries if s]
     skipped = len(summaries) - len(reported)
-    mismatched = [s["rows_mismatched_files"] for s in reported if s["rows_mismatched_files"]]
+    mismatched = [list(s.rows_mismatched_files) for s in reported if s.rows_mismatched_files]
     if mismatched:
         return RunOutcome(StepStatus.FAILED, rows_mismatch_text(mismatched), len(reported), skipped)
     if not reported:
         return RunOutcome(None, "every step was skipped: none had input", 0, skipped)
-    partial = any(s.get("outcome") == Action.PARTIAL for s in reported)
+    partial = any(s.outcome is Action.PARTIAL for s in reported)
     return RunOutcome(StepStatus.PARTIAL if partial else StepStatus.SUCCEEDED, "", len(reported), skipped)
 
 

@@ -166,8 +166,7 @@ class Resubmission:
                 spec, ref, step, latest, plan.files, rejects=rejects, records=records, taken_up=choice.clear_watch
             )
             attempt, job_name = started.attempt.number, started.attempt.job_name
-            if isinstance(started, jobs.MustWait):  # planned and recorded; the step's watch task submits it later
-                waiting = started.note
+            waiting = started.note if isinstance(started, jobs.MustWait) else None  # the watch task submits it later
         elif choice.clear_watch:
             # Taken up as it stands (its job still runs, or every file is done): the life whose watch ended is over,
             # recorded before the clear, so that life's failure callback, however late, stops and releases nothing.

@@ -116,7 +116,7 @@ def test_conclude_records_nothing_when_unreachable_fails_a_timed_out_step_and_su
     assert decision.action is Action.ADVANCE, decision
     done = step_end.conclude(spec, StepEvent.of(decision, attempt))
     assert done.action is Action.ADVANCE and done.retry is None and done.message is None
-    assert (done.summary["files"], done.summary["rows_in"], done.summary["rows_out"]) == (4, 1200, 1200)
+    assert (done.summary.files, done.summary.rows_in, done.summary.rows_out) == (4, 1200, 1200)
     assert step_status() == "SUCCEEDED"
 
     run_records.finish_run(spec, spec.pipeline, "run-end", StepStatus.SUCCEEDED)  # the partition's prefix is free

@@ -81,7 +81,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     ids = output_ids(bucket)
     assert sorted(ids) == list(range(4 * 300)) + list(range(9 * 300, 10 * 300)), len(ids)  # every row once
     summary = step_end.report(spec, StepRef(spec.pipeline, "run-race", "score"))
-    assert (summary["succeeded"], summary["attempts"], summary["rows_in"]) == (5, 2, 1500), summary
+    assert (summary.succeeded, summary.attempts, summary.rows_in) == (5, 2, 1500), summary
 
 
 def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline):

@@ -46,7 +46,7 @@ def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     assert (late.number, late.file_count) == (2, 1)  # only the new input, as the next attempt
     wait_for_job(spec, step_jobs.submit(spec, late).attempt)
     summary = step_end.report(spec, StepRef(spec.pipeline, "run-3", "score"))
-    assert (summary["files"], summary["succeeded"], summary["rows_in"], summary["rows_out"]) == (5, 5, 1500, 1500)
+    assert (summary.files, summary.succeeded, summary.rows_in, summary.rows_out) == (5, 5, 1500, 1500)
 
 
 def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipeline):

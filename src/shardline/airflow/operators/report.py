@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from shardline.airflow.operators.base import SpecMixin, fails_fast, partition_of
 from shardline.decision.policy import Action  # pure, as the line below
 from shardline.decision.run_outcome import run_outcome  # pure, as the line above
+from shardline.decision.summary import StepSummary  # pure
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
 
@@ -27,28 +28,29 @@ class ReportOperator(SpecMixin, BaseOperator):
 
     @fails_fast
     def execute(self, context):
-        results = [context["ti"].xcom_pull(task_ids=t) for t in self.watch_task_ids]
-        summaries = [r for r in results if r]
+        returned = [context["ti"].xcom_pull(task_ids=t) for t in self.watch_task_ids]
+        results = [StepSummary.from_xcom(r) if r else None for r in returned]  # None: a step skipped for no input
+        summaries = [s for s in results if s is not None]
         for s in summaries:
             self.log.info(
                 "step %s: %d/%d files succeeded, %d failed, rows in %d, rows out %d, rows rejected %d, attempts %d",
-                s["step"],
-                s["succeeded"],
-                s["files"],
-                s["failed"],
-                s["rows_in"],
-                s["rows_out"],
-                s.get("rows_rejected", 0),
-                s["attempts"],
+                s.step,
+                s.succeeded,
+                s.files,
+                s.failed,
+                s.rows_in,
+                s.rows_out,
+                s.rows_rejected,
+                s.attempts,
             )
-            if s.get("report"):
+            if s.report:
                 from shardline.oncall.messages import report_command
 
                 self.log.info(
                     "step %s: run report %s (%s)",
-                    s["step"],
-                    s["report"],
-                    report_command(self.spec.pipeline, context["run_id"], s["step"]),
+                    s.step,
+                    s.report,
+                    report_command(self.spec.pipeline, context["run_id"], s.step),
                 )
         outcome = run_outcome(results)
         if outcome.status is not StepStatus.FAILED and (gaps := self._gaps(context, summaries)):
@@ -65,9 +67,9 @@ class ReportOperator(SpecMixin, BaseOperator):
         self._finish_run(context, outcome.status, outcome.message)
         status = outcome.status.value
         self._tell_downstream(context, status, summaries)
-        return {"steps": summaries}
+        return {"steps": [s.to_xcom() for s in summaries]}
 
-    def _tell_downstream(self, context, status: str, summaries: list[dict]) -> None:
+    def _tell_downstream(self, context, status: str, summaries: list[StepSummary]) -> None:
         """The Asset event carries what the output prefix's own markers say: per step, whether it
         SUCCEEDED (and so wrote ``_SUCCESS``), its rows, and where its outputs manifest is; and the run's partition,
         in its extra, and with ``partitioned_asset`` as its partition key too."""
@@ -76,26 +78,27 @@ class ReportOperator(SpecMixin, BaseOperator):
 
         steps = []
         for s in summaries:
-            attempt = latest_attempt(self.spec, StepRef(self.spec.pipeline, context["run_id"], s["step"]))
+            attempt = latest_attempt(self.spec, StepRef(self.spec.pipeline, context["run_id"], s.step))
             prefix = attempt.output_prefix if attempt else None
+            manifest = (
+                naming.outputs_manifest_key(prefix, context["run_id"], s.step, attempt.metadata_prefix)
+                if prefix
+                else None
+            )
             steps.append(
                 {
-                    "step": s["step"],
-                    "outcome": s.get("outcome"),
-                    "files": s["files"],
-                    "succeeded": s["succeeded"],
-                    "failed": s["failed"],
-                    "rows_out": s["rows_out"],
-                    "rows_rejected": s.get("rows_rejected", 0),
-                    "attempts": s["attempts"],
+                    "step": s.step,
+                    "outcome": s.outcome.value if s.outcome else None,
+                    "files": s.files,
+                    "succeeded": s.succeeded,
+                    "failed": s.failed,
+                    "rows_out": s.rows_out,
+                    "rows_rejected": s.rows_rejected,
+                    "attempts": s.attempts,
                     "output_prefix": prefix,
-                    "outputs_manifest": naming.outputs_manifest_key(
-                        prefix, context["run_id"], s["step"], attempt.metadata_prefix
-                    )
-                    if prefix
-                    else None,
+                    "outputs_manifest": manifest,
                     "success_marker": naming.success_marker_key(prefix)
-                    if prefix and s.get("outcome") == Action.ADVANCE
+                    if prefix and s.outcome is Action.ADVANCE
                     else None,
                 }
             )
@@ -106,13 +109,11 @@ class ReportOperator(SpecMixin, BaseOperator):
             if self.spec.partitioned_asset and partition:
                 event.add_partitions(partition)  # for PartitionedAssetTimetable DAGs (plain ones start no more)
 
-    def _gaps(self, context, summaries: list[dict]) -> list[str]:
+    def _gaps(self, context, summaries: list[StepSummary]) -> list[str]:
         """Why each step's summary no longer stands (:func:`~shardline.orchestration.step.end.confirm_ended`)."""
         from shardline.orchestration.step.end import confirm_ended
 
-        found = (
-            confirm_ended(self.spec, StepRef(self.spec.pipeline, context["run_id"], s["step"]), s) for s in summaries
-        )
+        found = (confirm_ended(self.spec, StepRef(self.spec.pipeline, context["run_id"], s.step), s) for s in summaries)
         return [gap for gap in found if gap]
 
     def _finish_run(self, context, status: StepStatus, message: str) -> None:

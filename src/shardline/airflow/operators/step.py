@@ -40,7 +40,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         self.admission = admission  # decision.fleet.Admission as JSON: the plan noted the wait; this task clears it
         self._attempt: Attempt | None = None  # the attempt watched: the one on_kill stops
         self._planned: Attempt | None = None  # the plan's, before any is watched (the lineage of an early failure)
-        self._ended: tuple[str, dict] | None = None  # the step's status and summary, once it is done
+        self._ended = None  # the step's StepSummary (its outcome set), once it is done
 
     @fails_fast
     def execute(self, context):
@@ -140,9 +140,9 @@ class WatchStepOperator(SpecMixin, BaseOperator):
                 self.log.warning("%s", partial_text(attempt.step, outcome.reason, failed, fix))
             else:
                 self.log.info("step %s succeeded: %s", attempt.step, outcome.reason)
-            status = "PARTIAL" if outcome.action is Action.PARTIAL else "SUCCEEDED"
-            self._ended = (status, outcome.summary)
-            return {**outcome.summary, "outcome": outcome.action.value}
+            summary = outcome.summary.ended(outcome.action)
+            self._ended = summary
+            return summary.to_xcom()
         if outcome.retry is None:
             raise AirflowFailException(step_failed_text(attempt, outcome.action, outcome.reason, failed))
         delay = outcome.retry.delay_seconds
@@ -197,8 +197,9 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         (:mod:`shardline.airflow.lineage`)."""
         from shardline.airflow.lineage import step_lineage
 
-        status, summary = self._ended or ("SUCCEEDED", None)
-        return step_lineage(self.spec, self._attempt, summary or self._summary(self._attempt), status)
+        summary = self._ended or self._summary(self._attempt)
+        status = summary.status.value if summary is not None else "SUCCEEDED"
+        return step_lineage(self.spec, self._attempt, summary, status)
 
     def get_openlineage_facets_on_failure(self, task_instance):
         """As on complete, for a step that failed: what it had scored, and FAILED."""
@@ -209,7 +210,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         attempt = self._attempt or self._planned
         return step_lineage(self.spec, attempt, self._summary(attempt), "FAILED")
 
-    def _summary(self, attempt: Attempt | None) -> dict | None:
+    def _summary(self, attempt: Attempt | None):
         """The step's rows as the ledger has them, or None when it cannot be read (the lineage still names the
         datasets)."""
         from shardline.orchestration.step import end

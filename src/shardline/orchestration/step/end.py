@@ -9,6 +9,7 @@ import logging
 
 from shardline.decision.policy import Action
 from shardline.decision.step_end import ENDED_WITH_OUTPUTS, EndChecks, end_status
+from shardline.decision.summary import FailedFile, StepSummary, status_of
 from shardline.errors import LedgerRecordMissing, error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
 from shardline.ledger.record_gaps import record_gap
@@ -25,15 +26,6 @@ from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec
 
 log = logging.getLogger(__name__)
-
-
-# How the watch's outcome is recorded on the STEP item.
-OUTCOME_STATUS = {
-    Action.ADVANCE: StepStatus.SUCCEEDED,
-    Action.PARTIAL: StepStatus.PARTIAL,
-    Action.FAIL: StepStatus.FAILED,
-    Action.TIMEOUT: StepStatus.FAILED,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +58,7 @@ class StepEnd:
 
     action: Action
     reason: str
-    summary: dict | None = None
+    summary: StepSummary | None = None
     retry: Retry | None = None
     failed_files: tuple[dict, ...] = ()
     message: str | None = None
@@ -119,7 +111,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     they cancelled it, CANCELLED. A STEP item that is gone raises :class:`~shardline.errors.LedgerRecordMissing`:
     absence is never read as a newer attempt.
     """
-    status = OUTCOME_STATUS[action]
+    status = status_of(action)
     model = services.ledger_model(spec)
     gap = record_gap(read_step(model, attempt.ref, files=False).step, attempt.ref, attempt.number)
     if gap:  # checked first: no check, report or marker is made for a step the ledger has no record of
@@ -188,7 +180,7 @@ def file_error(error_class: str | None, error_message: str | None) -> str:
     return error_line(error_class, error_message) or "no error recorded"
 
 
-def report(spec: PipelineSpec, ref: StepRef) -> dict:
+def report(spec: PipelineSpec, ref: StepRef) -> StepSummary:
     """Reconcile rows in against rows out for every file of a step."""
     step = ref.step
     records = read_step_files(spec, ref)
@@ -198,34 +190,34 @@ def report(spec: PipelineSpec, ref: StepRef) -> dict:
     succeeded = [f for f in files if f.status == FileStatus.SUCCEEDED]
     failed = [f for f in files if f.status == FileStatus.FAILED]
     mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0) + (f.rows_rejected or 0)]
-    return {
-        "step": step,
-        "files": len(files),
-        "succeeded": len(succeeded),
-        "failed": len(failed),
-        "rows_in": int(sum(f.rows_in or 0 for f in succeeded)),
-        "rows_out": int(sum(f.rows_out or 0 for f in succeeded)),
-        "rows_rejected": int(sum(f.rows_rejected or 0 for f in succeeded)),
-        "attempts": int((records.step.attempt if records.step else 0) or 0),
-        "rows_mismatched_files": mismatched,
-        "failed_files": [{"input": f.input_key, "error": file_error(f.error_class, f.error_message)} for f in failed],
-        "report": report_uri(records.step, ref),
-        "reported_at": dt.datetime.now(dt.UTC).isoformat(),
-    }
+    return StepSummary(
+        step=step,
+        files=len(files),
+        succeeded=len(succeeded),
+        failed=len(failed),
+        rows_in=int(sum(f.rows_in or 0 for f in succeeded)),
+        rows_out=int(sum(f.rows_out or 0 for f in succeeded)),
+        rows_rejected=int(sum(f.rows_rejected or 0 for f in succeeded)),
+        attempts=int((records.step.attempt if records.step else 0) or 0),
+        rows_mismatched_files=tuple(mismatched),
+        failed_files=tuple(FailedFile(f.input_key, file_error(f.error_class, f.error_message)) for f in failed),
+        report=report_uri(records.step, ref),
+        reported_at=dt.datetime.now(dt.UTC).isoformat(),
+    )
 
 
-def confirm_ended(spec: PipelineSpec, ref: StepRef, summary: dict) -> str | None:
+def confirm_ended(spec: PipelineSpec, ref: StepRef, summary: StepSummary) -> str | None:
     """Why a step's summary (what its watch task returned) cannot be taken as the run's end, or None when its facts
     still stand: its STEP item is there, at the attempt the summary counted, with the status its outcome recorded;
     and a SUCCEEDED step's ``_SUCCESS`` is this run's. The report task asks before it marks a run green: a summary
     in XCom outlives a ledger or an S3 prefix that was lost, or taken over, since. One Query of the STEP item: no
     FILE item or plan file is read (a step of a million files is checked as quickly as one of ten)."""
     step = read_step(services.ledger_model(spec), ref, files=False).step
-    attempts = int(summary.get("attempts") or 0)
+    attempts = summary.attempts
     gap = record_gap(step, ref, attempts)
     if gap:
         return gap
-    expected = OUTCOME_STATUS[Action(summary.get("outcome") or Action.ADVANCE)]
+    expected = summary.status
     if int(step.attempt or 0) != attempts or step.status != expected.value:
         return (
             f"step {ref.step} returned {expected.value} at attempt {attempts}, but its ledger record now says "
