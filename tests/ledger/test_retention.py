@@ -67,7 +67,7 @@ def test_retention_is_a_spec_setting_sent_to_the_job():
     from shardline.planning.request import worker_environment
     from shardline.spec import parse_spec
     from tests.planning.test_request import attempt
-    from tests.test_spec import minimal
+    from tests.support.specs import minimal
 
     spec = parse_spec(minimal(ledger_retention_days=30), "p.yaml")
     assert worker_environment(spec, spec.steps[0], attempt())["SHARDLINE_LEDGER_RETENTION_DAYS"] == "30"
