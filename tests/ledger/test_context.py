@@ -1,12 +1,10 @@
-"""LedgerContext.from_env and the key layout: pure, no AWS."""
+"""LedgerContext.from_env and to_env: pure, no AWS."""
 
 from __future__ import annotations
 
 import pytest
 
 from shardline.ledger.context import LedgerConfigError, LedgerContext
-from shardline.ledger.keys import failures_pk, file_sk, file_sk_prefix, run_pk, shard_sk, step_sk
-from tests.support.helpers import shard_sk_prefix
 
 FULL = {
     "SHARDLINE_LEDGER_TABLE": "ledger",
@@ -73,21 +71,6 @@ def test_bad_attempt(attempt):
 
 def test_config_error_is_a_value_error():
     assert issubclass(LedgerConfigError, ValueError)
-
-
-def test_keys():
-    assert run_pk("nightly", "r1") == "RUN#nightly#r1"
-    assert step_sk("score") == "STEP#score#"
-    assert not step_sk("score2").startswith(step_sk("score"))  # one step's prefix never matches another's
-    assert file_sk("score", "s3://b/a.parquet") == "FILE#score#s3://b/a.parquet"
-    assert file_sk("score", "a").startswith(file_sk_prefix("score"))
-    assert not file_sk("score2", "a").startswith(file_sk_prefix("score"))
-    assert shard_sk("score", 7, "algo-1") == "STEP#score#SHARD#0007#algo-1"
-    assert shard_sk("score", 7, "algo-1").startswith(step_sk("score"))  # one Query reads a step and its shards
-    assert shard_sk("score", 7, "h").startswith(shard_sk_prefix("score"))
-    # zero padding keeps attempts in order under a prefix query
-    assert sorted([shard_sk("s", 10, "h"), shard_sk("s", 9, "h")]) == [shard_sk("s", 9, "h"), shard_sk("s", 10, "h")]
-    assert failures_pk("nightly") == "FAILED#nightly"
 
 
 def test_a_context_writes_the_environment_it_reads_back():
