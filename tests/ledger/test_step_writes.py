@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
-from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus
-from shardline.ledger.step_reads import StepRecords, read_step, recorded_plan_files, with_unclaimed
+from shardline.ledger.step_reads import read_step, recorded_plan_files, with_unclaimed
 from shardline.ledger.step_writes import cancel_step, continue_attempt, ensure_run, start_attempt
 from shardline.ledger.table import bind_ledger
 
@@ -253,55 +250,6 @@ def _finish(ledger_table: str, run_id: str, name: str, attempt: int) -> None:
     )
     worker.claim_file(name)
     worker.finish_file(name, FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
-
-
-def test_reading_a_step_that_was_never_planned(ledger_table):
-    records = read_step(bind_ledger(ledger_table), StepRef("p", "nope", "score"))
-    assert records.step is None and records.files == [] and records.shards == []
-
-
-# -- never claimed: what each attempt's plan file adds to the FILE items (pure) ------------------------------
-
-
-def _item(key: str, status: str, attempt: int, **more) -> FileRecord:
-    return FileRecord.of(SimpleNamespace(input_key=key, status=status, attempt=attempt, **more))
-
-
-def _records(*files) -> StepRecords:
-    return StepRecords(step=None, files=list(files), shards=[], requests=2)
-
-
-def test_an_input_planned_again_reads_pending_under_the_newer_attempt_until_claimed():
-    records = _records(
-        _item("s3://b/a", "SUCCEEDED", 1),  # done at 1, not planned again: stays
-        _item("s3://b/b", "FAILED", 1, error_class="TimeoutError"),  # retried by 2, not claimed yet
-        _item("s3://b/c", "RUNNING", 2),  # retried by 2 and claimed: attempt 2's own record
-        _item("s3://b/d", "SUCCEEDED", 1),  # a zombie of attempt 1 finished it after 2 planned it
-        _item("s3://b/z", "FAILED", 1, error_class="UnsafeKeyError"),  # refused by the planner: in no plan file
-    )
-    planned = {
-        1: [("s3://b/a", 10), ("s3://b/b", 20), ("s3://b/c", 30), ("s3://b/d", 40), ("s3://b/e", 50)],
-        2: [("s3://b/b", 20), ("s3://b/c", 30), ("s3://b/d", 40)],
-    }
-    seen = {f.input_key: (f.status, f.attempt) for f in with_unclaimed(records, planned).files}
-    assert seen == {
-        "s3://b/a": ("SUCCEEDED", 1),
-        "s3://b/b": ("PENDING", 2),
-        "s3://b/c": ("RUNNING", 2),
-        "s3://b/d": ("PENDING", 2),  # attempt 1's late write does not count for attempt 2
-        "s3://b/e": ("PENDING", 1),  # planned by 1, never claimed, and left out of 2 (on-call chose files)
-        "s3://b/z": ("FAILED", 1),
-    }
-    pending = next(f for f in with_unclaimed(records, planned).files if f.input_key == "s3://b/b")
-    assert pending == FileRecord.unclaimed("s3://b/b", 2, 20) and pending.bytes_in == 20 and pending.error_class is None
-    assert pending.host is None and pending.rows_out is None  # reads like an item no worker wrote to
-
-
-def test_without_plan_files_the_items_are_all_there_is():
-    """Steps planned before plan files (their PENDING items were written at plan time) read as they did."""
-    records = _records(_item("s3://b/a", "PENDING", 1), _item("s3://b/b", "SUCCEEDED", 1))
-    seen = with_unclaimed(records, {})
-    assert seen.files == records.files and seen.planned_sizes == {}
 
 
 def test_put_items_is_idempotent_and_the_same_whatever_the_threads(ledger_table):
