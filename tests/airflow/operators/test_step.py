@@ -75,10 +75,13 @@ def stop_and_wait(op: WatchStepOperator, staged, attempt: Attempt) -> None:
     assert step_jobs.job_status(staged.spec, attempt) is JobStatus.STOPPED
 
 
-def test_execute_submits_the_planned_attempt_and_defers_to_the_step_trigger_carrying_it(staged, context, monkeypatch):
+def test_execute_submits_the_planned_attempt_and_defers_to_the_step_trigger_carrying_it(
+    staged, context, monkeypatch, started
+):
     monkeypatch.setenv(FLEET_ENV, json.dumps(SLOW_START))
     run_id = "run-submit"
     planned = plan(staged, run_id)
+    started.append(planned)
     op = watch_operator(staged)
     before = time.time()
     with pytest.raises(TaskDeferred) as deferred:
