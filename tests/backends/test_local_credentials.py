@@ -8,7 +8,7 @@ import boto3
 import pytest
 
 from shardline.backends import local_supervisor
-from tests.backends.test_backends import job  # noqa: F401
+from tests.support.backend_jobs import job  # noqa: F401
 
 
 def test_behind_the_grant_proxy_the_instances_hold_placeholders_never_this_machines_keys(job, monkeypatch):  # noqa: F811

@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from shardline.decision.policy import JobStatus
-from tests.backends.test_backends import _upload_model, job, local_backend, wait_terminal  # noqa: F401
+from tests.support.backend_jobs import job, local_backend, upload_model, wait_terminal  # noqa: F401
 from tests.support.helpers import FEATURES_ARG, write_inference_script
 
 ATTACKER_SCRIPT = """\
@@ -80,7 +80,7 @@ def test_a_hostile_models_calls_are_refused_and_the_jobs_own_work_lands(
     s3.put_object(Bucket=out, Key="other-run/part-0.parquet", Body=b"another run's rows")
     model_dir = tmp_path / "attacker"
     write_inference_script(model_dir, ATTACKER_SCRIPT)
-    sha = _upload_model(s3, model_dir, job.buckets["models"], "attacker/model.tar.gz")
+    sha = upload_model(s3, model_dir, job.buckets["models"], "attacker/model.tar.gz")
     request = job(run_id="run-attack", model_key="attacker/model.tar.gz", model_sha=sha)
     probe = tmp_path / "probe"
     probe.mkdir()

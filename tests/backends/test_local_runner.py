@@ -15,7 +15,7 @@ import pytest
 from shardline.backends import local_runner
 from shardline.backends.local import STATE_FILE, read_state, write_json_atomic
 from shardline.decision.policy import JobStatus
-from tests.backends.test_backends import job, local_backend, wait_terminal  # noqa: F401
+from tests.support.backend_jobs import job, local_backend, wait_terminal  # noqa: F401
 
 
 @pytest.fixture

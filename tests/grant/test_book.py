@@ -16,7 +16,7 @@ from shardline.backends.local import LocalBackend
 from shardline.grant import book
 from shardline.grant.proxy import GrantProxy
 from shardline.grant.requests import Unreadable, access_key_of
-from tests.backends.test_backends import job  # noqa: F401
+from tests.support.backend_jobs import job  # noqa: F401
 
 
 def test_the_access_key_is_read_from_either_signature():

@@ -13,7 +13,7 @@ from shardline.backends.local_credentials import assume_job_role
 from shardline.grant.job import JobGrant, JobScope
 from shardline.grant.policy import IamRequest, allowed
 from shardline.grant.session import SESSION_POLICY_LIMIT, JobCredentialsError, session_policy
-from tests.backends.test_backends import job  # noqa: F401
+from tests.support.backend_jobs import job  # noqa: F401
 
 DATA, MODELS = "data-bucket-123456789012", "models-123456789012"
 SCOPE = JobScope(
