@@ -23,29 +23,27 @@ from shardline.orchestration.partitions import release_run
 from shardline.orchestration.step.jobs import is_running, stop_job
 from shardline.planning import naming
 from shardline.spec import PipelineSpec, SpecError, partition_interval
+from shardline.spec.conf import conf_problem as spec_conf_problem
+from shardline.spec.fleet import FleetSpec, admitted_instances
+from shardline.spec.templates import render_interval
 
 
-def conf_problem(spec: PipelineSpec, conf: dict | None) -> str | None:
-    """Why a run with this conf would be refused by the trigger form's Params or fail at its plan task (the
-    checks ``PlanStepOperator`` makes), or None."""
-    from shardline.spec.conf import (
-        input_prefix_param_problem,
-        model_version_problem,
-        param_type_problem,
-        unknown_conf_problem,
-    )
-
-    conf = conf or {}
-    if spec.unknown_conf == "fail" and (unknown := unknown_conf_problem(conf)):
-        return unknown
-    if problem := param_type_problem(conf):
-        return problem
-    first = spec.steps[0]
-    override = str(conf.get("input_prefix") or "").strip()
-    if override and (problem := input_prefix_param_problem(first, override)):
-        return problem
-    version = str(conf.get("model_version") or "").strip() or first.model.version
-    return model_version_problem(first, version)
+def conf_problem(
+    spec: PipelineSpec,
+    conf: dict | None,
+    fleet: FleetSpec | None,
+    interval: tuple[str | None, str | None] = (None, None),
+) -> str | None:
+    """Why a run with this conf would be refused by the trigger form's Params or fail at its plan task: the plan
+    task's own check (:func:`shardline.spec.conf.conf_problem`), over every step, with the partition of the run's
+    ``interval`` (ISO 8601 start and end, when known) and the instances each step's watch is admitted by."""
+    start, end = (_instant(at) for at in interval)
+    run_prefix = None
+    if start is not None and end is not None:
+        version = str((conf or {}).get("model_version") or "").strip() or spec.steps[0].model.version
+        run_prefix = render_interval(spec.steps[0].input.prefix or "", version, start, end)
+    admitted = {step.name: admitted_instances(step, fleet) for step in spec.steps}
+    return spec_conf_problem(spec, conf, run_prefix=run_prefix, admitted=admitted)
 
 
 # A trigger waits this many seconds for the run the scheduler is creating of the same partition (_scheduler_run).
@@ -83,7 +81,7 @@ class RunActions:
             begin, end = partition_interval(spec.schedule, start)
         except SpecError as err:
             raise BadRequest(f"nothing was triggered: {err}") from err
-        if problem := conf_problem(spec, conf):
+        if problem := conf_problem(spec, conf, self.reads.fleet, (begin.isoformat(), end.isoformat())):
             raise BadRequest(f"nothing was triggered: {problem}")
         if self.reads.airflow is None:
             raise Unavailable(f"Airflow is not configured, so nothing was triggered: {HOW_TO_CONFIGURE}")
@@ -195,7 +193,8 @@ class RunActions:
         state = run.get("state")
         if state not in ("failed", "success"):
             raise Conflict(rerun_not_finished_text(ref, state))
-        problem = conf_problem(spec, run.get("conf") if conf is None else conf)
+        interval = (run.get("data_interval_start"), run.get("data_interval_end"))
+        problem = conf_problem(spec, run.get("conf") if conf is None else conf, self.reads.fleet, interval)
         if problem:
             raise BadRequest(rerun_conf_text(ref, problem, given=conf is not None))
         running = self._running_jobs(spec, ref)
@@ -206,7 +205,6 @@ class RunActions:
             )
         if conf is None:
             return self._rerun_in_place(spec, ref, state, dry_run=dry_run)
-        interval = (run.get("data_interval_start"), run.get("data_interval_end"))
         old = (
             f"DAG run {ref.run_id} (logical date {run.get('logical_date')}, data interval {interval[0]} to "
             f"{interval[1]}, conf {json.dumps(run.get('conf') or {}, sort_keys=True)})"

@@ -5,8 +5,9 @@ and the on-call CLI check a conf with them, and each problem names the Param and
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
-from shardline.spec import MAX_INSTANCE_COUNT, TRIGGER_PARAMS, VERSION_PATTERN, StepSpec, static_prefix
+from shardline.spec import MAX_INSTANCE_COUNT, TRIGGER_PARAMS, VERSION_PATTERN, PipelineSpec, StepSpec, static_prefix
 
 
 def _regex_literal(text: str) -> str:
@@ -130,4 +131,47 @@ def model_version_problem(step: StepSpec, version: str) -> str | None:
             f"Param model_version {version!r} is not pinned in model.versions of step {step.name} "
             f"(pinned: {', '.join(sorted(step.model.versions))})"
         )
+    return None
+
+
+def conf_problem(
+    spec: PipelineSpec,
+    conf: Mapping | None,
+    *,
+    params: Mapping | None = None,
+    steps: Sequence[StepSpec] | None = None,
+    run_prefix: str | None = None,
+    admitted: Mapping[str, int | None] | None = None,
+) -> str | None:
+    """Why a run with this conf would be refused by the trigger form's Params or fail at a plan task, or None: the one
+    check the plan task and on-call's ``trigger`` and ``rerun`` make, each problem naming the Param.
+
+    ``params``: the run's Params as its tasks read them (the conf over the form's defaults; the conf itself when not
+    given). ``steps``: the steps checked (every step by default; a plan task checks its own). ``run_prefix``: the first
+    step's input prefix rendered for the run, when its partition is known (an ``input_prefix`` override must stay in
+    it). ``admitted``: per step name, the most instances its watch task is admitted by (:func:`~shardline.spec.fleet.
+    admitted_instances`)."""
+    conf = dict(conf or {})
+    if spec.unknown_conf == "fail" and (unknown := unknown_conf_problem(conf)):
+        return unknown
+    if problem := param_type_problem(conf):
+        return problem
+    values = conf if params is None else params
+    override = str(values.get("input_prefix") or "").strip()
+    for step in steps or spec.steps:
+        if override and step.name == spec.steps[0].name:  # only the first step reads the input_prefix Param
+            problem = input_prefix_param_problem(step, override) or (
+                partition_override_problem(step, override, run_prefix, spec.pipeline) if run_prefix else None
+            )
+            if problem:
+                return problem
+        version = str(values.get("model_version") or "").strip() or step.model.version
+        count, problem = instance_count_override(values.get("instance_count"), step.resources.instance_count)
+        problem = (
+            model_version_problem(step, version)
+            or problem
+            or admitted_count_problem(step, count, (admitted or {}).get(step.name))
+        )
+        if problem:
+            return problem
     return None

@@ -55,6 +55,13 @@ def quota_of(step: StepSpec, fleet: FleetSpec | None) -> int | None:
     return fleet.quotas.get(step.resources.instance_type) if fleet else None
 
 
+def admitted_instances(step: StepSpec, fleet: FleetSpec | None) -> int | None:
+    """The most instances a run of ``step`` may ask for: the spec's instance_count when anything counts them (its type's
+    pool in ``fleet``, or resources.max_concurrent_instances), else None (as ``Admission.max_instances``)."""
+    counted = quota_of(step, fleet) is not None or step.resources.max_concurrent_instances is not None
+    return step.resources.instance_count if counted else None
+
+
 def check_quotas(spec: PipelineSpec, fleet: FleetSpec | None, spec_path: Path) -> None:
     """A step that asks for more instances than its type's quota could never start: an import error naming the
     spec, the field and the fleet file."""

@@ -153,13 +153,19 @@ def test_a_manifest_that_vouches_for_nothing_this_step_may_read_is_refused_namin
     assert said in str(err.value) and manifest_uri(attempt) in str(err.value), str(err.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(json.JSONDecodeError, AttributeError),
-    reason="a manifest that is not a JSON object raises the parser's own error (JSONDecodeError, AttributeError), "
-    "which neither names the manifest nor is an UpstreamError (a PermanentError): the plan task would retry it",
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{truncated",
+        b"[]",
+        b'{"status": "SUCCEEDED", "outputs": {}}',
+        b'{"status": "SUCCEEDED", "run_id": "run-1", "outputs": [{"bytes": 10}]}',
+        b'{"status": "SUCCEEDED", "run_id": "run-1", "outputs": [{"output": "s3://b/out/x.parquet", "bytes": "10"}]}',
+        b'{"status": "SUCCEEDED", "run_id": "run-1", "outputs": [{"output": "s3://b/out/x.parquet"}]}',
+    ],
+    ids=["empty", "not JSON", "a list", "outputs not a list", "no output", "bytes a string", "no bytes"],
 )
-@pytest.mark.parametrize("body", [b"", b"{truncated", b"[]"], ids=["empty", "not JSON", "a list"])
 def test_a_manifest_that_is_not_a_json_object_is_refused_naming_it(staged, tmp_path, body):
     spec, bucket = staged
     attempt = committed(spec, bucket, tmp_path)

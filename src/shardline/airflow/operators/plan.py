@@ -31,14 +31,7 @@ from shardline.airflow.triggers.step import InputTrigger, PartitionTrigger, sett
 from shardline.decision import readiness
 from shardline.decision.fleet import Admission, Waiting
 from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
-from shardline.spec.conf import (
-    admitted_count_problem,
-    input_prefix_param_problem,
-    instance_count_override,
-    model_version_problem,
-    partition_override_problem,
-    unknown_conf_problem,
-)
+from shardline.spec.conf import conf_problem, instance_count_override, unknown_conf_problem
 
 # While a plan waits for another run's hold on its output prefix, it comes back this often to ask Airflow whether
 # that run still exists (a deleted DAG run never ends its hold itself).
@@ -87,24 +80,16 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         spec = self.spec
         step = spec.step(self.step)
         note_life(spec, context)  # first: a late failure callback of the run's earlier life must not end this one
-        unknown = unknown_conf_problem(getattr(context.get("dag_run"), "conf", None))
-        if unknown and spec.unknown_conf == "fail":
-            raise AirflowFailException(param_problem_text(unknown, run_ref(spec, context)))
-        if unknown:
+        conf = getattr(context.get("dag_run"), "conf", None)
+        if spec.unknown_conf != "fail" and (unknown := unknown_conf_problem(conf)):
             self.log.warning("%s", unknown)
         override = self._input_param(context)
         version = (self.model_version or "").strip() or step.model.version
         # The Params' own schema refuses these at trigger time; checked again here, where they are used,
         # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
-        problem = (
-            (input_prefix_param_problem(step, override) if override else None)
-            or (partition_override_problem(step, override, self.input_prefix, spec.pipeline) if override else None)
-            or model_version_problem(step, version)
-            or instance_count_override(_param(context, "instance_count"), 1)[1]
-            or admitted_count_problem(
-                step, self._instances(step, context), self.admission and self.admission.max_instances
-            )
-        )
+        params = {**(context.get("params") or {}), "input_prefix": override, "model_version": version}
+        admitted = {step.name: self.admission.max_instances} if self.admission else None
+        problem = conf_problem(spec, conf, params=params, steps=[step], run_prefix=self.input_prefix, admitted=admitted)
         if problem:
             raise AirflowFailException(param_problem_text(problem, run_ref(spec, context)))
         if readiness.blocks_the_next_interval(

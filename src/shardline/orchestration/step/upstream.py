@@ -59,7 +59,7 @@ def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: s
     manifest_uri = naming.outputs_manifest_key(earlier.output_prefix, run_id, source, earlier.metadata_prefix)
     bucket, key = parse_s3_uri(manifest_uri)
     try:
-        manifest = json.loads(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
+        body = services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
             raise
@@ -67,6 +67,7 @@ def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: s
             f"step {source} has not committed its outputs (no {manifest_uri}): step {step} starts "
             f"only once step {source} has ended SUCCEEDED or PARTIAL"
         ) from err
+    manifest = _manifest_object(body, manifest_uri, source)
     if manifest.get("status") not in ("SUCCEEDED", "PARTIAL") or manifest.get("run_id") != run_id:
         raise UpstreamError(
             f"{manifest_uri} says step {source} ended {manifest.get('status')} in run "
@@ -81,11 +82,42 @@ def upstream_outputs(spec: PipelineSpec, step: str, run_id: str, input_prefix: s
     want_bucket, want_key = parse_s3_uri(input_prefix)
     objects = []
     for output in manifest.get("outputs", []):
+        if not _is_output_entry(output):
+            raise UpstreamError(
+                f'{manifest_uri} lists an output that is not an object with an s3:// "output" and a whole number of '
+                f'"bytes" ({str(output)[:200]}): it was not written by step {source}\'s end; score step {source} '
+                "again: " + naming.rerun_command(spec.pipeline, run_id)
+            )
         out_bucket, out_key = parse_s3_uri(output["output"])
         if out_bucket != want_bucket or not out_key.startswith(want_key):
             raise UpstreamError(
                 f"{manifest_uri} lists {output['output']}, outside {input_prefix} where step {step} "
                 "reads: the spec's output prefix changed under this run; trigger a new run"
             )
-        objects.append(S3Object(out_key, int(output.get("bytes") or 0)))
+        objects.append(S3Object(out_key, output["bytes"]))
     return UpstreamOutputs(source, manifest["status"], manifest_uri, objects, list(manifest.get("not_succeeded", [])))
+
+
+def _manifest_object(body: bytes, manifest_uri: str, source: str) -> dict:
+    """The outputs manifest as the JSON object a step's end writes; anything else is refused, naming it."""
+    try:
+        manifest = json.loads(body)
+    except ValueError:  # not JSON, or not UTF-8
+        manifest = None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("outputs", []), list):
+        raise UpstreamError(
+            f"{manifest_uri} is not an outputs manifest (a JSON object with a list of outputs): it was not written by "
+            f"step {source}'s end, or was overwritten since; score step {source} again"
+        )
+    return manifest
+
+
+def _is_output_entry(output: object) -> bool:
+    return (
+        isinstance(output, dict)
+        and isinstance(output.get("output"), str)
+        and output["output"].startswith("s3://")
+        and isinstance(output.get("bytes"), int)
+        and not isinstance(output["bytes"], bool)
+        and output["bytes"] >= 0
+    )
