@@ -453,7 +453,7 @@ def test_a_resubmit_is_all_or_nothing_and_the_same_command_completes_a_half_done
     # Airflow allows the clear when asked beforehand, then refuses it (a token revoked in between).
     with ClearDenyingProxy(airflow_stack.url) as proxy:
         half = shardline(airflow_stack, *command, airflow=_password_env(proxy.url, airflow_stack))
-    assert proxy.denied == 1
+    assert proxy.denied == 1, half.stdout + half.stderr
     assert half.returncode == 1, half.stdout + half.stderr
     said = half.stderr
     assert "attempt 2 is submitted as job sl-" in said and "the DAG run does not follow it yet" in said, said
