@@ -168,7 +168,7 @@ def test_without_a_state_folder_the_endpoint_keeps_nothing_on_disk():
 
 
 def test_shardline_local_up_keeps_its_state_across_down_and_up(tmp_path):
-    from tests.oncall.test_cli import REPO, run
+    from tests.support.cli import REPO, run
 
     user = {"SHARDLINE_STATE_DIR": str(tmp_path / "state")}
 

@@ -3,32 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-CLI = Path(sys.executable).with_name("shardline")
-PIN = "a" * 64  # a pinned model digest, as a spec must give
-
-
-def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    # Without FORCE_COLOR (a developer's shell may set it) rich writes no styles into a pipe, so any ESC in the
-    # output came from the data.
-    here = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
-    return subprocess.run(
-        [str(CLI), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**here, "COLUMNS": "160", **(env or {})},
-        cwd=cwd,
-    )
+from tests.support.cli import CLI, REPO, run, write_spec
 
 
 @pytest.mark.parametrize(
@@ -39,14 +19,6 @@ def test_every_command_has_help(command):
     assert result.returncode == 0, result.stderr
     assert f"usage: shardline {command}" in result.stdout
     assert len(result.stdout.splitlines()) > 5
-
-
-def test_top_level_help_shows_the_on_call_flow():
-    out = run("--help").stdout
-    for command in ("runs", "status", "failed", "resubmit", "cancel", "preview", "local"):
-        assert re.search(rf"^\s+{command}\s", out, re.M), command
-    assert "on-call flow:" in out and "SHARDLINE_AIRFLOW_URL" in out
-    assert "shardline preview tabular_scoring_hourly" in out
 
 
 def test_resubmit_needs_exactly_one_selection():
@@ -76,12 +48,6 @@ def test_version_and_help_start_without_the_aws_clients_airflow_or_the_service()
     assert "shardline " in run("--version").stdout and run("-h").stdout == run("--help").stdout
 
 
-def test_a_bad_logical_date_is_a_usage_error_that_shows_the_form():
-    result = run("--dags-folder", str(REPO / "dags"), "preview", "daily_churn", "--logical-date", "yesterday")
-    assert result.returncode == 2
-    assert "expected an ISO date or time like 2026-11-22T10:00, got 'yesterday'" in result.stderr
-
-
 def test_cancel_without_a_terminal_asks_for_yes_and_changes_nothing():
     result = subprocess.run(
         [str(CLI), "--dags-folder", str(REPO / "dags"), "cancel", "daily_churn/run-1"],
@@ -98,16 +64,6 @@ def test_cancel_without_a_terminal_asks_for_yes_and_changes_nothing():
     )
 
 
-def write_spec(dags: Path, ledger_table: str) -> None:
-    """A one-step pipeline ``p`` over ``ledger_table``."""
-    (dags / "pipelines").mkdir(parents=True)
-    (dags / "pipelines" / "p.yaml").write_text(
-        f"pipeline: p\nledger_table: {ledger_table}\nsteps:\n  - name: score\n"
-        f"    model: {{uri: s3://b/m.tar.gz, sha256: {PIN}}}\n"
-        "    input: {prefix: s3://b/in/}\n    output: {prefix: s3://b/out/}\n"
-    )
-
-
 def test_an_unknown_run_says_how_to_find_the_right_one(aws_env, ledger_table, tmp_path):
     write_spec(tmp_path / "dags", ledger_table)
     result = run("--dags-folder", str(tmp_path / "dags"), "status", "p/nope", env=aws_env)
@@ -117,14 +73,6 @@ def test_an_unknown_run_says_how_to_find_the_right_one(aws_env, ledger_table, tm
     assert other.returncode == 1 and "no pipeline 'q'" in other.stderr
     empty = run("--dags-folder", str(tmp_path / "dags"), "runs", env=aws_env)
     assert empty.returncode == 0 and "no runs recorded yet" in empty.stdout
-
-
-def test_preview_of_an_unknown_pipeline_or_step_lists_the_known_ones():
-    result = run("--dags-folder", str(REPO / "dags"), "preview", "no_such_pipeline")
-    assert result.returncode == 1
-    assert "no pipeline 'no_such_pipeline'" in result.stderr and "tabular_scoring_hourly" in result.stderr
-    result = run("--dags-folder", str(REPO / "dags"), "preview", "daily_churn", "--step", "nope")
-    assert result.returncode == 1 and "(steps: score, calibrate)" in result.stderr
 
 
 def test_a_malformed_run_name_is_a_usage_error():
@@ -143,17 +91,6 @@ def test_login_never_takes_a_secret_from_the_command_line(tmp_path):
     assert refused.returncode == 2, refused.stderr
     assert "--token-stdin" in refused.stderr and "ps" in refused.stderr
     assert not (tmp_path / "login.json").exists()
-
-
-def test_no_command_takes_an_airflow_token_on_its_command_line(tmp_path):
-    refused = run("--airflow-token", "eyJsecret", "runs")
-    assert refused.returncode == 2, refused.stderr
-    assert "--airflow-token-file" in refused.stderr and "ps" in refused.stderr
-    token = tmp_path / "token"
-    token.write_text("eyJfromafile\n")
-    # The token file is read (and the command then runs; with no Airflow there it says so, not a usage error).
-    taken = run("--airflow-token-file", str(token), "--dags-folder", str(REPO / "dags"), "runs", "--json")
-    assert taken.returncode != 2, taken.stderr
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import time
 import boto3
 import pytest
 
-from tests.oncall.test_cli import REPO, run
+from tests.support.cli import REPO, run
 
 
 @pytest.mark.integration  # starts its own moto_server

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from shardline.ledger.keys import StepRef
-from tests.oncall.test_cli import run, write_spec
+from tests.support.cli import run, write_spec
 
 # What a crafted S3 key, a worker's error message echoing an input row, or a step message could hold: rich
 # markup (a fake status, a link), and terminal controls (clear screen, an OSC 8 link, a window title, a cursor

@@ -13,7 +13,7 @@ from shardline.oncall.errors import NotFound
 from shardline.oncall.tune import tune_step
 from shardline.orchestration.step import plan as step_plan
 from shardline.spec import parse_spec
-from tests.oncall.test_cli import REPO, run
+from tests.support.cli import REPO, run
 from tests.support.pipelines import parquet_bytes, plan_args, stage_step
 
 
