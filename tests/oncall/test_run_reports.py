@@ -1,5 +1,6 @@
-"""`shardline report`, the installed command in a subprocess, against a step that really ran (moto_server, the
-local backend, the real worker) and whose end wrote its run report; and against a run whose step has not ended."""
+"""A run's reports for on-call (``shardline.oncall.run_reports``): `shardline report`, the installed command in a
+subprocess, against a step that really ran (moto_server, the local backend, the real worker) and whose end wrote its
+run report, and against a run whose step has not ended; and where a fetched page is put, under what policy."""
 
 from __future__ import annotations
 
@@ -203,3 +204,39 @@ def test_report_open_never_runs_a_script_someone_wrote_to_the_bucket(staged, tmp
     s3.put_object(Bucket=bucket, Key=folder + "report.json", Body=b"<html>" + script.encode())
     refused = run(*dags, "report", f"{PIPELINE}/run-h", "--step", "score", "--out", str(out), env=env, cwd=cwd)
     assert refused.returncode != 0 and "is not a run report" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "part"),
+    [
+        ("scheduled__2026-11-22T10:00:00+00:00", "scheduled__2026-11-22T10:00:00+00:00"),
+        ("a/b", "a_b"),  # a separator never makes a folder
+        ("..", "_.."),
+        (".", "_."),
+        ("x..y", "x..y"),
+        ("run 1;rm", "run_1_rm"),
+        ("caf\u00e9", "caf_"),  # only ASCII
+    ],
+)
+def test_each_name_becomes_one_plain_folder(text, part):
+    from shardline.oncall.run_reports import path_part
+
+    assert path_part(text) == part
+
+
+def test_a_fetched_report_goes_under_the_current_directorys_shardline_folder(tmp_path):
+    from shardline.oncall.run_reports import local_report_path
+
+    path = local_report_path(tmp_path, "p", "manual__2026-11-22T10:00:00+00:00", "../score")
+    assert path == tmp_path / ".shardline/reports/p/manual__2026-11-22T10:00:00+00:00/.._score/report.html"
+    assert path.resolve().is_relative_to(tmp_path / ".shardline" / "reports")
+
+
+def test_a_stored_page_is_led_by_a_policy_that_allows_no_script():
+    from shardline.oncall.run_reports import NO_SCRIPT_POLICY, no_script_page
+
+    page = no_script_page(b"<html><script>alert(1)</script></html>")
+    first, rest = page.split(b"\n", 1)
+    assert first == f'<meta http-equiv="Content-Security-Policy" content="{NO_SCRIPT_POLICY}">'.encode()
+    assert rest == b"<html><script>alert(1)</script></html>"  # the page itself, unchanged, after it
+    assert "default-src 'none'" in NO_SCRIPT_POLICY and "script-src" not in NO_SCRIPT_POLICY
