@@ -1,4 +1,5 @@
-"""`shardline trigger` and the scheduler's own run of the same partition.
+"""A run's actions (``shardline.oncall.run_actions``): `shardline trigger` and the scheduler's own run of the same
+partition.
 
 Once a run holding a partition's logical date is deleted (as the trigger's refusal says to do), the scheduler
 creates that partition's run on its next loop; a trigger at that moment races it for the logical date, and
