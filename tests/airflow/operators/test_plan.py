@@ -15,10 +15,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
 from shardline.airflow.operators.plan import RECHECK_HOLDER_SECONDS, PlanStepOperator
+from shardline.airflow.operators.step import mark_run_failed
 from shardline.airflow.triggers.step import InputTrigger, PartitionTrigger
 from shardline.orchestration.step.watch import InputWatch, PartitionWatch
 from shardline.planning.attempt import Attempt
-from tests.airflow.operators.conftest import FILES, PIPELINE, WHEN
+from tests.airflow.operators.conftest import FILES, PIPELINE, WHEN, FakeDagRun
 from tests.support.pipelines import parquet_bytes
 
 
@@ -102,6 +103,24 @@ def test_a_conf_the_run_cannot_use_fails_naming_the_field_before_anything_is_pla
     assert staged.jobs_of(run_id) == []
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="PlanStepOperator.execute raises a conf problem (param_problem_text) without recording the run "
+    "(self._record, as its model-missing and missing-input failures do), and the DAG's failure callback "
+    "(end_life) writes nothing for a run with no RUN item: the run is in no ledger listing, and `shardline failed` "
+    "answers 'check the run name', where docs/on-call.md says a run whose plan failed on a bad conf is recorded FAILED",
+)
+def test_a_run_whose_conf_is_refused_is_listed_failed_with_why_as_the_on_call_guide_says(staged, context):
+    run_id = "run-refused-conf"
+    with pytest.raises(AirflowFailException) as failed:
+        plan_operator(staged, output="out-refused-conf").execute(context(run_id, conf={"instance_cnt": 1}))
+    # Then Airflow calls the DAG's failure callback, as for any run that failed.
+    mark_run_failed(staged.spec_path, {"run_id": run_id, "dag_run": FakeDagRun(run_id), "reason": "task_failure"})
+    run = staged.run_item(run_id)
+    assert run is not None, "the ledger has no record of the run"
+    assert run.status == "FAILED" and str(failed.value) in run.message
+
+
 def test_with_unknown_conf_warn_an_unknown_key_is_only_logged_and_the_run_plans(staged, context):
     def warn(data):
         data["unknown_conf"] = "warn"
@@ -154,6 +173,21 @@ def test_the_input_prefix_param_narrows_the_input_to_a_folder_under_the_spec_s(s
     late = staged.uri("narrow") + "late/"
     attempt = Attempt.from_xcom(op.execute(context("run-narrowed", params={"input_prefix": late})))
     assert (attempt.input_prefix, attempt.file_count) == (late, 1)
+
+
+def test_a_model_not_at_its_uri_fails_at_once_naming_it_and_the_run_is_listed_failed(staged, context):
+    run_id, missing = "run-no-model", f"s3://{staged.bucket}/model/gone.tar.gz"
+    with pytest.raises(AirflowFailException) as failed:
+        plan_operator(staged, output="out-no-model", model_uri=missing).execute(context(run_id))
+    text = str(failed.value)
+    assert text.startswith("step score: ") and missing in text, text
+    assert (
+        f"Nothing was planned or submitted: upload the model there and run `shardline rerun {PIPELINE}/{run_id}`"
+        in text
+    )
+    assert staged.step_item(run_id) is None and staged.jobs_of(run_id) == []
+    run = staged.run_item(run_id)
+    assert (run.status, run.message) == ("FAILED", text)
 
 
 # -- no input ---------------------------------------------------------------------------------------------------------
