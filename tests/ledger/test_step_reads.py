@@ -3,6 +3,7 @@ attempt's plan file adds to them for the inputs no instance has claimed."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -98,3 +99,16 @@ def test_a_run_is_read_with_its_steps_and_listed_under_its_pipeline(ledger_table
     assert read_run(model, "reads-a", "run-9") == RunRecords(run=None, steps=[], shards=[])
     assert [(r.pipeline, r.run_id) for r in list_runs(model, "reads-a")] == [("reads-a", "run-1")]
     assert {(r.pipeline, r.run_id) for r in list_runs(model)} == {("reads-a", "run-1"), ("reads-b", "run-2")}
+
+
+def test_runs_are_listed_newest_first_and_indexed_once(ledger_table):
+    model = bind_ledger(ledger_table)
+    for run in ("r1", "r2", "r3"):
+        ensure_run(model, "alpha" if run != "r2" else "beta", run)
+        time.sleep(0.01)
+    ensure_run(model, "alpha", "r1")  # a retried plan task: no second index entry
+    assert [r.run_id for r in list_runs(model)] == ["r3", "r2", "r1"]
+    assert [r.run_id for r in list_runs(model, "alpha")] == ["r3", "r1"]
+    assert [r.run_id for r in list_runs(model, limit=1)] == ["r3"]
+    assert [r.run_id for r in list_runs(model, "alpha", limit=1)] == ["r3"]
+    assert [r.run_id for r in list_runs(model, "beta")] == ["r2"]

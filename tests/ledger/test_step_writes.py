@@ -7,9 +7,9 @@ import pytest
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
-from shardline.ledger.states import FileStatus
+from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import read_step, recorded_plan_files, with_unclaimed
-from shardline.ledger.step_writes import cancel_step, continue_attempt, ensure_run, start_attempt
+from shardline.ledger.step_writes import cancel_step, continue_attempt, ensure_run, finish_step, start_attempt
 from shardline.ledger.table import bind_ledger
 
 
@@ -419,3 +419,13 @@ def test_a_fenced_write_refused_for_a_step_record_that_is_gone_says_so_and_is_ne
     assert finish_step(model, moved, 1, StepStatus.SUCCEEDED) is False  # a newer attempt stands
     with pytest.raises(StaleAttemptError):
         start_attempt(model, moved, 2, after=1)
+
+
+def test_a_step_outcome_is_fenced_on_its_attempt(ledger_table):
+    model = bind_ledger(ledger_table)
+    start_attempt(model, StepRef("p", "run-9", "score"), 1, [("s3://b/in/a", 1)])
+    start_attempt(model, StepRef("p", "run-9", "score"), 2, [("s3://b/in/a", 1)])  # someone resubmitted
+    assert not finish_step(model, StepRef("p", "run-9", "score"), 1, StepStatus.FAILED, "old news")
+    assert read_step(model, StepRef("p", "run-9", "score")).step.status == StepStatus.PLANNED
+    assert finish_step(model, StepRef("p", "run-9", "score"), 2, StepStatus.SUCCEEDED)
+    assert read_step(model, StepRef("p", "run-9", "score")).step.status == StepStatus.SUCCEEDED

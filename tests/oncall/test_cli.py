@@ -124,11 +124,11 @@ def test_the_core_install_runs_the_cli_without_the_report_libraries():
 
 
 def test_failed_of_a_red_run_prints_what_happened_and_the_rerun_command(aws_env, ledger_table, tmp_path):
-    from tests.oncall.test_service import _red_run
+    from tests.support.oncall_runs import red_run
 
     write_spec(tmp_path / "dags", ledger_table)
-    _red_run(ledger_table, "run-p", scored=False)
-    _red_run(ledger_table, "run-s", scored=True)
+    red_run(ledger_table, "run-p", scored=False)
+    red_run(ledger_table, "run-s", scored=True)
     planless = run("--dags-folder", str(tmp_path / "dags"), "failed", "p/run-p", env=aws_env)
     assert planless.returncode == 1 and "check the run name" not in planless.stderr
     assert "no step of p/run-p was planned" in planless.stderr and "shardline rerun p/run-p" in planless.stderr
