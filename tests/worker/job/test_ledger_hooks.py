@@ -1,5 +1,6 @@
-"""An uploaded output's file is recorded on its upload thread at once, not behind the instance's queue of ledger
-writes: a claim still queued when the record lands never moves the file back to RUNNING."""
+"""The instance's side of the ledger (``shardline.worker.job.ledger_hooks``): an uploaded output's file is recorded
+on its upload thread at once, not behind the instance's queue of ledger writes: a claim still queued when the record
+lands never moves the file back to RUNNING."""
 
 from __future__ import annotations
 
