@@ -198,23 +198,3 @@ def test_airflow_lists_shardline_as_a_provider(tmp_path):
     from shardline import __version__
 
     assert providers["shardline"]["version"] == __version__, providers.get("shardline")
-
-
-def test_the_provider_info_is_valid_for_airflows_runtime_schema():
-    import importlib.resources
-
-    import jsonschema
-
-    from shardline.provider_info import get_provider_info
-
-    schema = json.loads(importlib.resources.files("airflow").joinpath("provider_info.schema.json").read_text())
-    info = get_provider_info()
-    jsonschema.validate(info, schema)
-    assert info["package-name"] == PROJECT["project"]["name"]
-    for group in ("operators", "sensors", "triggers"):
-        for entry in info.get(group, []):
-            for module in entry["python-modules"]:
-                assert (REPO / "src" / (module.replace(".", "/") + ".py")).is_file(), module
-    (plugin,) = info["plugins"]
-    module, _, name = plugin["plugin-class"].rpartition(".")
-    assert f"class {name}(" in (REPO / "src" / (module.replace(".", "/") + ".py")).read_text()
