@@ -18,7 +18,6 @@ from shardline.errors import SetupError
 from shardline.worker.model.script_codec import JSON, ResponseShapeError, ScriptProtocol
 from shardline.worker.model.script_runner import ScriptError, ScriptPredictor, check_requirements, requirements_hint
 
-
 # -- check_requirements ----------------------------------------------------------------------------------------------
 
 
