@@ -116,48 +116,6 @@ def test_temp_path_is_hidden_deterministic_and_per_part(tmp_path):
     assert formats.temp_path(final, 3) == formats.temp_path(final, 3)
 
 
-def _blocks(sizes):
-    first = 0
-    for size in sizes:
-        yield pa.record_batch([pa.array(np.arange(first, first + size))], names=["id"])
-        first += size
-
-
-@pytest.mark.parametrize(
-    ("sizes", "rows", "expected"),
-    [
-        ([3, 3, 3, 3], 5, [5, 5, 2]),  # small blocks joined, across block ends
-        ([12], 5, [5, 5, 2]),  # a large one split
-        ([5, 5], 5, [5, 5]),  # blocks of the size pass as they are
-        ([0, 2, 0, 1], 5, [3]),  # empty blocks add nothing
-        ([], 5, []),
-    ],
-)
-def test_text_blocks_are_regrouped_to_the_batch_size_in_order(sizes, rows, expected):
-    """A text reader yields a batch per 1 MiB block (about 3,000 CSV rows): the model is called on batches of
-    the asked size instead, every row once, in order."""
-    from shardline.worker.model.text_files import regroup
-
-    out = list(regroup(_blocks(sizes), rows))
-    assert [batch.num_rows for batch in out] == expected
-    ids = [value for batch in out for value in batch.column("id").to_pylist()]
-    assert ids == list(range(sum(sizes)))
-
-
-def test_wide_text_rows_are_joined_by_bytes_not_only_rows():
-    """Rows of long text (documents for a model that takes raw text) reach Arrow's 2 GiB string limit before
-    --batch-rows: a joined batch also stops at a size in bytes, and every row still comes once, in order."""
-    from shardline.worker.model.text_files import regroup
-
-    blocks = [
-        pa.record_batch([pa.array([f"{i:06d}" + "x" * 994 for i in range(k, k + 10)])], ["text"])
-        for k in range(0, 100, 10)
-    ]  # ten blocks of ten 1,000-byte rows
-    out = list(regroup(blocks, rows=1000, max_bytes=25_000))
-    assert [batch.num_rows for batch in out] == [30, 30, 30, 10]
-    assert [int(text[:6]) for batch in out for text in batch.column("text").to_pylist()] == list(range(100))
-
-
 def _text_with_bad_lines(folder, fmt: str, rows: int, bad: dict[int, str]) -> InputFile:
     """``rows`` rows of id, a 300-character pad (about 3,300 rows a 1 MiB block) and two features; the rows in
     ``bad`` are a line that does not split ("split") or a value that is no number ("value")."""
