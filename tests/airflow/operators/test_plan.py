@@ -103,13 +103,6 @@ def test_a_conf_the_run_cannot_use_fails_naming_the_field_before_anything_is_pla
     assert staged.jobs_of(run_id) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PlanStepOperator.execute raises a conf problem (param_problem_text) without recording the run "
-    "(self._record, as its model-missing and missing-input failures do), and the DAG's failure callback "
-    "(end_life) writes nothing for a run with no RUN item: the run is in no ledger listing, and `shardline failed` "
-    "answers 'check the run name', where docs/on-call.md says a run whose plan failed on a bad conf is recorded FAILED",
-)
 def test_a_run_whose_conf_is_refused_is_listed_failed_with_why_as_the_on_call_guide_says(staged, context):
     run_id = "run-refused-conf"
     with pytest.raises(AirflowFailException) as failed:

@@ -91,7 +91,9 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         admitted = {step.name: self.admission.max_instances} if self.admission else None
         problem = conf_problem(spec, conf, params=params, steps=[step], run_prefix=self.input_prefix, admitted=admitted)
         if problem:
-            raise AirflowFailException(param_problem_text(problem, run_ref(spec, context)))
+            message = param_problem_text(problem, run_ref(spec, context))
+            self._record(context, StepStatus.FAILED, message)  # listed by `shardline runs` and `failed`, with why
+            raise AirflowFailException(message)
         if readiness.blocks_the_next_interval(
             run_type=run_type_of(context),
             scheduled_pipeline=spec.schedule not in (None, "@once"),
