@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shardline.errors import error_line
@@ -146,6 +146,16 @@ def settle_parts(files: list[FileRecord]) -> list[FileRecord]:
             )
         )
     return settled
+
+
+def sources_with_rejects(files: Iterable[FileRecord]) -> list[FileRecord]:
+    """The source files that still have rows rejected (as the newest of their parts left them): what
+    ``resubmit --rejects`` takes."""
+    return [
+        f
+        for f in settle_parts(list(files))
+        if not f.part_of and f.status == FileStatus.SUCCEEDED and f.rows_rejected and f.rejects_key
+    ]
 
 
 def current_parts(files: list[FileRecord]) -> dict[str, list[FileRecord]]:

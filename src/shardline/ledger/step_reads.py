@@ -7,6 +7,7 @@ does both). Reads are Queries on the run's partition with a sort-key prefix, nev
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Mapping
 
@@ -21,7 +22,7 @@ from shardline.ledger.keys import (
     step_sk,
     step_sk_prefix,
 )
-from shardline.ledger.records import FileRecord, ShardRecord
+from shardline.ledger.records import FileRecord, ShardRecord, settle_parts
 from shardline.ledger.table import LedgerItem
 
 # Only what the watch task needs; keeps each Query page small.
@@ -93,6 +94,12 @@ class StepRecords:
     requests: int  # DynamoDB requests this read cost (Query pages)
     # From the attempts' plan files (with_unclaimed): each planned input's size.
     planned_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def settled(self) -> list[FileRecord]:
+        """The files as a reader counts them: each source file with its rejects parts folded in
+        (:func:`~shardline.ledger.records.settle_parts`). ``files`` is the raw view: one record per FILE item."""
+        return settle_parts(self.files)
 
 
 def with_unclaimed(records: StepRecords, planned: Mapping[int, Iterable[tuple[str, int]]]) -> StepRecords:

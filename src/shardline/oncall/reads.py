@@ -19,7 +19,7 @@ from typing import Self
 from shardline.backends import JobNotFound
 from shardline.decision.fleet import pool_name
 from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
-from shardline.ledger.records import RunRecord, StepRecord, settle_parts
+from shardline.ledger.records import RunRecord, StepRecord
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run, runs_started_since
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
@@ -196,7 +196,7 @@ class OnCallReads:
         return step_view(
             step,
             record,
-            [file_view(step, f) for f in settle_parts(records.files)],
+            [file_view(step, f) for f in records.settled],
             shards,
             job_name=job_name,
             job_status=job_status,
@@ -242,7 +242,7 @@ class OnCallReads:
             steps[name] = StepRecord.of(records.step) if records.step is not None else None
             # An instance that could not start recorded why on its SHARD item: its files show that reason.
             setup = {s.attempt: s.setup_error for s in records.shards if s.setup_error}
-            files = settle_parts(records.files)  # a file's rejects parts count as the file's rows
+            files = records.settled  # a file's rejects parts count as the file's rows
             found += [
                 with_setup_error(v, setup.get(v.attempt))
                 for v in (file_view(name, f) for f in files)

@@ -15,7 +15,7 @@ from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
-from shardline.ledger.records import StepRecord, settle_parts
+from shardline.ledger.records import StepRecord, sources_with_rejects
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import StepRecords
 from shardline.ledger.step_writes import set_run_status
@@ -100,7 +100,7 @@ class Resubmission:
             return _rejects_plan(spec, ref, step, records)
         latest = StepRecord.of(records.step).attempt
         # A rejects part that failed is taken again by --rejects, with the rows it had.
-        views = [file_view(step, f) for f in settle_parts(records.files) if not f.part_of]
+        views = [file_view(step, f) for f in records.settled if not f.part_of]
         dealt = None
         if instance and selection.needs_deal(views, latest):
             dealt = _dealt_hosts(spec, _latest(records, ref, step).model_copy(update={"number": latest}))
@@ -328,9 +328,9 @@ def _dry_run_result(
 def _rejects_plan(spec: PipelineSpec, ref: RunRef, step: str, records: StepRecords) -> ResubmitPlan:
     """What ``--rejects`` takes: every file of the step that still has rows rejected, each checked to be one the
     step planned (a Conflict naming those that are not, before Airflow is asked or anything changes)."""
-    from shardline.orchestration.step.rejects import RejectsPartError, check_sources, with_rejects
+    from shardline.orchestration.step.rejects import RejectsPartError, check_sources
 
-    sources = with_rejects(records.files)
+    sources = sources_with_rejects(records.files)
     if sources:
         try:
             check_sources(spec, _latest(records, ref, step), records, sources)

@@ -17,7 +17,7 @@ import pytest
 from shardline.ledger.context import LedgerContext
 from shardline.ledger.job_writes import FileOutcome, WorkerLedger
 from shardline.ledger.keys import StepRef, file_sk, run_pk
-from shardline.ledger.records import FileRecord, settle_parts, stale_parts
+from shardline.ledger.records import FileRecord, settle_parts, sources_with_rejects, stale_parts
 from shardline.ledger.states import FileStatus
 from shardline.oncall.errors import Conflict
 from shardline.oncall.service import OnCall
@@ -25,13 +25,7 @@ from shardline.oncall.values import RunRef
 from shardline.orchestration import services
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import latest_attempt
-from shardline.orchestration.step.rejects import (
-    RejectsPartError,
-    pick_lines,
-    pick_parquet,
-    resubmit_rejects,
-    with_rejects,
-)
+from shardline.orchestration.step.rejects import RejectsPartError, pick_lines, pick_parquet, resubmit_rejects
 from shardline.planning import naming
 from shardline.s3uri import parse_s3_uri
 from tests.support.pipelines import plan_args, stage_step
@@ -81,7 +75,7 @@ def test_a_succeeded_part_is_folded_into_its_source_and_the_balance_holds():
     assert (settled.rows_in, settled.rows_out, settled.rows_rejected, settled.rejects_key) == (100, 97, 3, "s3://b/r2")
     assert settled.parts == ("s3://b/out/x.rejects-a2.csv",)
     assert same == other
-    assert [f.input_key for f in with_rejects([source, first, other])] == [source.input_key]
+    assert [f.input_key for f in sources_with_rejects([source, first, other])] == [source.input_key]
 
     # A part that failed stays a file of its own, and changes nothing, until a later part of the source succeeds.
     failed = _file("s3://b/m/attempt-0003.rejects/x.rejects-a3.csv", FileStatus.FAILED, 3, part_of=source.input_key)
@@ -97,7 +91,7 @@ def test_a_succeeded_part_is_folded_into_its_source_and_the_balance_holds():
     )
     (done,) = settle_parts([source, first, failed, second])
     assert (done.rows_out, done.rows_rejected, done.rejects_key) == (100, 0, None)
-    assert with_rejects([source, first, failed, second]) == []
+    assert sources_with_rejects([source, first, failed, second]) == []
     # The newest part, unfinished, is a file of the step's; an older unfinished one a newer part took again is not.
     running = dataclasses.replace(failed, status=FileStatus.RUNNING)
     newer = dataclasses.replace(second, status=FileStatus.RUNNING)

@@ -13,7 +13,6 @@ from shardline.decision.summary import FailedFile, StepSummary, status_of
 from shardline.errors import LedgerRecordMissing, error_line
 from shardline.ledger.keys import StepRef, run_pk, step_sk
 from shardline.ledger.record_gaps import record_gap
-from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, read_step
 from shardline.ledger.step_writes import finish_step, record_refused, set_run_status
@@ -186,7 +185,7 @@ def report(spec: PipelineSpec, ref: StepRef) -> StepSummary:
     records = read_step_files(spec, ref)
     if records.step is None:  # the files it can still see are not the step's: never a summary of nothing
         raise LedgerRecordMissing(record_gap(None, ref, 1))
-    files = settle_parts(records.files)  # a file's rejects parts count as the file's rows
+    files = records.settled  # a file's rejects parts count as the file's rows
     succeeded = [f for f in files if f.status == FileStatus.SUCCEEDED]
     failed = [f for f in files if f.status == FileStatus.FAILED]
     mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0) + (f.rows_rejected or 0)]

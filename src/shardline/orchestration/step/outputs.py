@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from shardline import contract
 from shardline.decision.policy import LATE_INPUT_ERROR, Decision, Policy, for_late_inputs
 from shardline.errors import ShardlineError, UnvouchedOutputError
-from shardline.ledger.records import current_parts, settle_parts, stale_parts
+from shardline.ledger.records import current_parts, stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
@@ -148,7 +148,7 @@ def rejects_over_limit(spec: PipelineSpec, attempt: Attempt, records: StepRecord
     """Why a step whose files rejected more rows between them than ``tolerance.rows`` allows fails (None: they
     did not). Each file kept within the limit on its own; the step's total is held to it too."""
     limit = spec.step(attempt.step).tolerance.rows
-    succeeded = [f for f in settle_parts(records.files) if f.status == FileStatus.SUCCEEDED]
+    succeeded = [f for f in records.settled if f.status == FileStatus.SUCCEEDED]
     rejected = sum(f.rows_rejected or 0 for f in succeeded)
     rows = sum(f.rows_in or 0 for f in succeeded)
     if not rejected or rejected <= contract.rows_allowed(limit, rows):
@@ -304,7 +304,7 @@ def outputs_manifest(attempt: Attempt, status: StepStatus, seen: StepOutputs) ->
     """The step-level outputs manifest: every succeeded file's output (with its S3 size and ETag), what did not
     succeed, and the outputs the ledger names that S3 lacks."""
     outputs, failed = [], []
-    settled = settle_parts(seen.records.files)  # a file's rejects parts count as the file's rows
+    settled = seen.records.settled  # a file's rejects parts count as the file's rows
     shown = {f.input_key for f in settled}
     stale = stale_parts(seen.records.files)  # their rows were scored again with their whole source
     for f in sorted(seen.records.files, key=lambda f: f.input_key):

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 
 from shardline import contract
 from shardline.errors import PermanentError
-from shardline.ledger.records import FileRecord, current_parts, settle_parts
+from shardline.ledger.records import FileRecord, current_parts, sources_with_rejects
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_reads import StepRecords
 from shardline.orchestration import services
@@ -48,16 +48,6 @@ from shardline.spec import PipelineSpec
 class RejectsPartError(PermanentError):
     """A file's rejected rows cannot be picked again: its source moved them, or its rejects list does not number
     them."""
-
-
-def with_rejects(files: Sequence[FileRecord]) -> list[FileRecord]:
-    """The source files that still have rows rejected (as the newest of their parts left them): what
-    ``resubmit --rejects`` takes."""
-    return [
-        f
-        for f in settle_parts(list(files))
-        if not f.part_of and f.status == FileStatus.SUCCEEDED and f.rows_rejected and f.rejects_key
-    ]
 
 
 def pick_lines(lines: Iterable[bytes], rows: Sequence[int], *, header: bool, fmt: str = "csv") -> tuple[bytes, int]:
@@ -149,7 +139,7 @@ def _numbered(key: str, rejects: list[dict]) -> list[int]:
 def chosen_sources(spec: PipelineSpec, latest: Attempt, records: StepRecords, keys: Sequence[str]) -> list[FileRecord]:
     """The files ``keys`` (input keys) that still have rows rejected, each checked (:func:`check_sources`)."""
     chosen = set(keys)
-    sources = [f for f in with_rejects(records.files) if f.input_key in chosen]
+    sources = [f for f in sources_with_rejects(records.files) if f.input_key in chosen]
     check_sources(spec, latest, records, sources)
     return sources
 

@@ -15,7 +15,6 @@ import logging
 
 from shardline.backends import JobNotFound
 from shardline.ledger.keys import run_pk, step_sk
-from shardline.ledger.records import settle_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs
 from shardline.orchestration import services
@@ -129,7 +128,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
     if records is None:
         records = read_step_files(spec, attempt.ref, file_attributes=None)
     step_spec = spec.step(attempt.step)
-    files = settle_parts(records.files)  # a file's rejects parts count as the file's rows
+    files = records.settled  # a file's rejects parts count as the file's rows
     found = records_from_ledger(
         records.step,
         files,

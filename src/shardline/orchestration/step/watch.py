@@ -17,7 +17,6 @@ from shardline.decision.policy import Action, Decision, Policy, StepSnapshot, de
 from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import standing
 from shardline.ledger.record_gaps import record_gap, table_gone, table_gone_text
-from shardline.ledger.records import settle_parts
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import StepRecords, read_step
 from shardline.orchestration import services
@@ -262,7 +261,7 @@ def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> S
         job_status=state.status,
         job_age_seconds=now - attempt.submitted_at,
         # A file's rejects parts are the file's rows: one that a newer part took again is no file of the step's.
-        files=settle_parts(records.files) if files else None,
+        files=records.settled if files else None,
         shards=[s for s in records.shards if s.attempt == attempt.number],
         job_failure_reason=state.failure_reason,
         cancelled=cancelled,
