@@ -186,6 +186,8 @@ class LedgerHooks(Hooks):
             with self._file_lock(report.input):
                 self.ledger.finish_file(report.input, outcome)
                 self.committed.add(report.input)
+            with self._file_locks_guard:  # a claim from now on finds it committed: no lock a file need be kept
+                self._file_locks.pop(report.input, None)
         except StaleAttemptError as err:
             self.pump.fence(str(err))
         except Exception as err:  # noqa: BLE001 - an outage: the pump tries again within its budget
