@@ -180,8 +180,11 @@ def resubmit(
     item (the next attempt's PENDING items), and the STEP item records the oldest attempt still running
     (``live_from``), so those instances' heartbeats still pass.
     """
-    live_from = _live_from(spec, attempt) if beside else None
-    lost_taken = _lost_instances_of(spec, attempt, live_from, retry_keys) if live_from else ()
+    live_from, lost_taken = None, ()
+    if beside:  # one read of the STEP item for both: the oldest job still running, and its lost instances
+        step_item = read_step(services.ledger_model(spec), attempt.ref, files=False).step
+        live_from = _oldest_live(step_item, attempt)
+        lost_taken = _lost_instances_of(spec, attempt, step_item, retry_keys)
     if not beside:
         stop_live_jobs(spec, attempt)
     base = after_capacity_failure(spec, attempt) if capacity else attempt
@@ -206,24 +209,25 @@ def resubmit(
     return submit(spec, nxt)
 
 
-def _lost_instances_of(spec: PipelineSpec, attempt: Attempt, first: int, keys: list[str]) -> tuple[str, ...]:
-    """The lost instances ("attempt/host") of the jobs from attempt ``first`` to ``attempt`` that were given any of
-    ``keys``: the next attempt takes their unfinished files, so the watch stops reading the step's files for them."""
-    wanted, taken = set(keys), []
-    backend = services.backend_for(spec)
-    for number in range(first, attempt.number + 1):
-        try:
-            state = backend.describe(attempt.model_copy(update={"number": number}).job_name)
-        except JobNotFound:
-            continue
-        taken += [f"{number}/{lost.host}" for lost in state.lost_instances if wanted & set(lost.inputs)]
+def _lost_instances_of(spec: PipelineSpec, attempt: Attempt, step_item, keys: list[str]) -> tuple[str, ...]:
+    """The lost instances ("attempt/host") of the step's jobs still running that were given any of ``keys``: the
+    next attempt takes their unfinished files, so the watch stops reading the step's files for them."""
+    wanted = set(keys)
+    running = partitions.running_jobs(spec, attempt.ref, step_item)
+    taken = (
+        f"{n}/{lost.host}" for n, _, state in running for lost in state.lost_instances if wanted & set(lost.inputs)
+    )
     return tuple(sorted(taken))
 
 
+def _oldest_live(step_item, attempt: Attempt) -> int:
+    """The oldest attempt whose job runs now, as the STEP item records it: ``attempt``'s, or an earlier one's."""
+    return min(int(getattr(step_item, "live_from", None) or attempt.number), attempt.number)
+
+
 def _live_from(spec: PipelineSpec, attempt: Attempt) -> int:
-    """The oldest attempt whose job runs now: ``attempt``'s, or an earlier one's still running beside it."""
-    step = read_step(services.ledger_model(spec), attempt.ref, files=False).step
-    return min(int(getattr(step, "live_from", None) or attempt.number), attempt.number)
+    """:func:`_oldest_live`, read from the ledger now."""
+    return _oldest_live(read_step(services.ledger_model(spec), attempt.ref, files=False).step, attempt)
 
 
 def live_jobs(spec: PipelineSpec, attempt: Attempt) -> list[Attempt]:
