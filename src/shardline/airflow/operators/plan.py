@@ -83,8 +83,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         conf = getattr(context.get("dag_run"), "conf", None)
         if spec.unknown_conf != "fail" and (unknown := unknown_conf_problem(conf)):
             self.log.warning("%s", unknown)
-        override = self._input_param(context)
-        version = (self.model_version or "").strip() or step.model.version
+        override, input_prefix, version = self._input_param(context), self._input_prefix(context), self._version()
         # The Params' own schema refuses these at trigger time; checked again here, where they are used,
         # because a conf can also reach a run by other ways (an old run cleared, a Param edited in code).
         params = {**(context.get("params") or {}), "input_prefix": override, "model_version": version}
@@ -115,7 +114,6 @@ class PlanStepOperator(SpecMixin, BaseOperator):
                 self.step,
                 self.model_uri,
             )
-        input_prefix = override or self.input_prefix
         if str(self.dry_run).lower() == "true":
             self._dry_run(context, spec, input_prefix, self._instances(step, context), version)
         return self._plan(context, input_prefix, version, waited=False)
@@ -123,8 +121,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
     @fails_fast
     def execute_after_wait(self, context, event: dict):
         """Back from :class:`InputTrigger`: plan now that the input is there, or fail naming the prefix."""
-        input_prefix = self._input_param(context) or self.input_prefix
-        version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
+        input_prefix, version = self._input_prefix(context), self._version()
         if not event["ready"]:
             # It waited for the input (when_missing: wait) or for the ready marker, or only for the partition's
             # settle time (fail, skip): then when_missing decides now.
@@ -142,6 +139,14 @@ class PlanStepOperator(SpecMixin, BaseOperator):
 
     def _instances(self, step, context) -> int:
         return instance_count_override(_param(context, "instance_count"), step.resources.instance_count)[0]
+
+    def _input_prefix(self, context) -> str:
+        """Where the step reads: the run's input_prefix Param (first step only), else the spec's, rendered."""
+        return self._input_param(context) or self.input_prefix
+
+    def _version(self) -> str:
+        """The model version the run scores with: its model_version Param, else the step's own."""
+        return (self.model_version or "").strip() or self.spec.step(self.step).model.version
 
     def _input_param(self, context) -> str:
         """The run's input_prefix Param, for the first step only ("" when unset)."""
@@ -161,48 +166,56 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         )
 
     def _plan(self, context, input_prefix: str, version: str, *, waited: bool):
-        spec, step = self.spec, self.spec.step(self.step)
+        """Plan attempt 1 once :func:`~shardline.orchestration.step.plan.readiness` says the run is ready, or wait
+        (defer) for what it names; a run whose input never comes fails or skips as ``input.when_missing`` says."""
         from shardline.orchestration.model_check import model_problem  # at run time: parsing loads no boto3
-        from shardline.orchestration.step.plan import plan
-        from shardline.orchestration.step.watch import InputWatch, input_ready
+        from shardline.orchestration.run import end_run_gone_from_airflow
+        from shardline.orchestration.step import plan as step_plan
+        from shardline.orchestration.step.upstream import UpstreamError
 
+        spec = self.spec
         problem = model_problem(spec, self.step, self.model_uri)
         if problem:
             # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
             message = model_missing_text(self.step, problem, run_ref(spec, context))
             self._record(context, StepStatus.FAILED, message)
             raise AirflowFailException(message)
-        ready = self._ready_at(context)
-        if ready is not None and dt.datetime.now(dt.UTC) < ready:
-            self._wait_until_complete(context, input_prefix, ready)
-        if step.input.ready_marker:
-            ready, why = input_ready(InputWatch.of(spec, self.step, input_prefix))
-            if not ready and not waited:
-                # The marker is when a partition is complete, whatever when_missing says, for a scheduled run and
-                # a manual one alike: wait for it (up to input.wait_timeout_seconds); when_missing decides only if
-                # it never comes.
-                self._wait_for_marker(context, input_prefix, why)
-            if not ready:
-                self._missing(context, input_prefix, why, waited=waited)
-        from shardline.orchestration.partitions import PartitionHeld
-        from shardline.orchestration.step.upstream import UpstreamError
-
+        request = step_plan.PlanRequest(
+            run_id=context["run_id"],
+            input_prefix=input_prefix,
+            output_prefix=self.output_prefix,
+            model_uri=self.model_uri,
+            model_version=version,
+            instance_count=self._instances(spec.step(self.step), context),
+            metadata_prefix=(self.metadata_prefix or "").strip() or None,
+            partition=partition_of(context),
+            life=life_of(context),
+            ready_at=self._ready_at(context),
+        )
         try:
-            attempt = self._plan_or_retake(context, plan, input_prefix, version, step)
+            ready = step_plan.readiness(spec, self.step, request, waited=waited)
+            if isinstance(ready, step_plan.Held) and self._holder_gone(context, ready.held):
+                # The run holding the prefix was deleted from Airflow (a `dag.test()` killed and started again
+                # deletes it): end it in the ledger and stop its jobs, and plan at once (or wait for its job's end)
+                # instead of waiting hours for its lease.
+                self.log.warning("step %s: %s", self.step, end_run_gone_from_airflow(spec, ready.held.holder))
+                ready = step_plan.readiness(spec, self.step, request, waited=waited)
         except UpstreamError as err:  # the earlier step's outputs are not there to read: no retry finds them
             raise AirflowFailException(f"step {self.step}: {err}") from err
-        except PartitionHeld as held:  # another run writes this output prefix now: wait until it has ended
-            self._wait_for_partition(context, held)
-        if attempt is None:
-            # Its ready marker (if any) is there, but no file yet (a marker written before its files): what waits
-            # now is the files.
-            self._missing(
-                context,
-                input_prefix,
-                f"no input file under {input_prefix} (matching {list(step.input.include)})",
-                waited=waited,
-                files=True,
-            )
+        if isinstance(ready, step_plan.WaitUntil):
+            self._wait_until_complete(context, input_prefix, ready.ready_at)
+        elif isinstance(ready, step_plan.WaitForMarker):
+            # The marker is when a partition is complete, whatever when_missing says, for a scheduled run and a
+            # manual one alike: wait for it (up to input.wait_timeout_seconds); when_missing decides only if it
+            # never comes.
+            self._wait_for_marker(context, input_prefix, ready.reason)
+        elif isinstance(ready, step_plan.Held):  # another run writes this output prefix now: wait until it ended
+            self._wait_for_partition(context, ready.held)
+        elif isinstance(ready, step_plan.Missing):
+            # With files: its ready marker (if any) is there, but no file yet (a marker written before its files):
+            # what waits now is the files.
+            self._missing(context, input_prefix, ready.reason, waited=waited, files=ready.files)
+        attempt = ready.attempt
         if self.admission is not None:
             from shardline.orchestration.step.capacity import note_waiting
 
@@ -255,38 +268,6 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             timeout=dt.timedelta(seconds=step.input.wait_timeout_seconds + 600),
         )
 
-    def _plan_or_retake(self, context, plan, input_prefix: str, version: str, step):
-        """Plan attempt 1; when the run that holds the output prefix no longer exists in Airflow (its DAG run was
-        deleted: a `dag.test()` killed and started again deletes it), end that run in the ledger and stop its jobs,
-        and plan at once (or, while its job is stopping, wait for that job's end), instead of waiting hours for its
-        lease."""
-        from shardline.orchestration.partitions import PartitionHeld
-        from shardline.orchestration.run import end_run_gone_from_airflow
-
-        def planned():
-            return plan(
-                self.spec,
-                self.step,
-                context["run_id"],
-                input_prefix=input_prefix,
-                output_prefix=self.output_prefix,
-                model_uri=self.model_uri,
-                instance_count=self._instances(step, context),
-                model_version=version,
-                metadata_prefix=(self.metadata_prefix or "").strip() or None,
-                partition=partition_of(context),
-                life=life_of(context),
-            )
-
-        try:
-            return planned()
-        except PartitionHeld as held:
-            if not self._holder_gone(context, held):
-                raise
-            ended = end_run_gone_from_airflow(self.spec, held.holder)
-            self.log.warning("step %s: %s", self.step, ended)
-            return planned()
-
     def _holder_gone(self, context, held) -> bool:
         """Whether the run holding the prefix (or the run whose job still writes it) is a run of this DAG that Airflow
         no longer has."""
@@ -326,8 +307,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         """Back from :class:`PartitionTrigger`: the run that held the output prefix has ended, or it is time to ask
         Airflow again whether that run still exists; plan now (or wait again)."""
         self.log.info("step %s: %s", self.step, event["reason"])
-        input_prefix = self._input_param(context) or self.input_prefix
-        version = (self.model_version or "").strip() or self.spec.step(self.step).model.version
+        input_prefix, version = self._input_prefix(context), self._version()
         return self._plan(context, input_prefix, version, waited=False)
 
     def _input_watch(self, input_prefix: str, *, files: bool = False) -> dict:

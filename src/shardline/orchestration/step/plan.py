@@ -4,6 +4,8 @@ manifest written before any job starts. Attempt 1 comes from :func:`plan`; every
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import logging
 import time
 import uuid
@@ -102,6 +104,101 @@ def new_attempt(
         partitions.withdraw_success_marker(spec, attempt.output_prefix)
     write_manifest(s3, attempt.manifest_uri, manifest_body(attempt.data_prefix, [f.key for f in attempt.files]))
     return attempt
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRequest:
+    """What a plan task knows of its run, as plain values: the settings its Params rendered, the run's partition and
+    Airflow life, and when the partition is complete (``ready_at``: None when nothing is waited for)."""
+
+    run_id: str
+    input_prefix: str  # resolved once: the run's input_prefix Param, or the spec's prefix rendered for the run
+    output_prefix: str
+    model_uri: str
+    model_version: str
+    instance_count: int
+    metadata_prefix: str | None = None
+    partition: str | None = None
+    life: int | None = None
+    ready_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """Attempt 1 is planned (or an earlier plan of the run adopted): the watch task submits it."""
+
+    attempt: Attempt
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitUntil:
+    """The run's partition is still being written: nothing is listed before ``ready_at`` (its interval's end plus
+    ``input.settle_seconds``), whatever ``input.when_missing`` says."""
+
+    ready_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitForMarker:
+    """The partition's ready marker is not there yet: the run waits for it up to ``input.wait_timeout_seconds``."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Another run of the partition writes the step's output prefix: the run waits until that one has ended."""
+
+    held: partitions.PartitionHeld
+
+
+@dataclasses.dataclass(frozen=True)
+class Missing:
+    """No input (``files``: the ready marker is there, but no file under it): ``input.when_missing`` decides."""
+
+    reason: str
+    files: bool = False
+
+
+Readiness = Ready | WaitUntil | WaitForMarker | Held | Missing
+
+
+def readiness(
+    spec: PipelineSpec, step: str, request: PlanRequest, *, waited: bool, now: dt.datetime | None = None
+) -> Readiness:
+    """Whether the step of this run can be planned now, and if so plan it: :class:`Ready` with attempt 1, or what it
+    waits for. In order: the partition complete (:class:`WaitUntil`), its ready marker there (:class:`WaitForMarker`;
+    after the wait, ``waited``, :class:`Missing`), the output prefix free (:class:`Held`), and an input file to
+    score (:class:`Missing`). An earlier step's outputs that cannot be read raise
+    :class:`~shardline.orchestration.step.upstream.UpstreamError`."""
+    from shardline.orchestration.step.watch import InputWatch, input_ready
+
+    s = spec.step(step)
+    if request.ready_at is not None and (now or dt.datetime.now(dt.UTC)) < request.ready_at:
+        return WaitUntil(request.ready_at)
+    if s.input.ready_marker:
+        ready, why = input_ready(InputWatch.of(spec, step, request.input_prefix))
+        if not ready:
+            return Missing(why) if waited else WaitForMarker(why)
+    try:
+        attempt = plan(
+            spec,
+            step,
+            request.run_id,
+            input_prefix=request.input_prefix,
+            output_prefix=request.output_prefix,
+            model_uri=request.model_uri,
+            instance_count=request.instance_count,
+            model_version=request.model_version,
+            metadata_prefix=request.metadata_prefix,
+            partition=request.partition,
+            life=request.life,
+        )
+    except partitions.PartitionHeld as held:
+        return Held(held)
+    if attempt is None:
+        return Missing(f"no input file under {request.input_prefix} (matching {list(s.input.include)})", files=True)
+    return Ready(attempt)
 
 
 def plan(
