@@ -395,3 +395,11 @@ def test_the_watch_is_called_the_watch_everywhere():
         if "sensor" in line.lower()
     ]
     assert found == [], found
+
+
+def test_the_airflow_tasks_import_no_on_call_code():
+    """A task runs orchestration's functions; on-call's code (the CLI, the page's service) is never a task's."""
+    operators = sorted((PACKAGE / "airflow" / "operators").glob("*.py"))
+    assert len(operators) >= 5, operators  # the check reads the operators, not nothing
+    found = {path.name: sorted(n for n in _imports(path) if n.startswith("shardline.oncall")) for path in operators}
+    assert not {name: names for name, names in found.items() if names}, found

@@ -23,7 +23,7 @@ DEFAULT_PIPELINES_DIR = Path("/opt/airflow/dags/pipelines")
 def targets(spec_path: Path, logical_date: dt.datetime) -> tuple[str, str]:
     """(input prefix, model URI) of the spec's first step, rendered as a run triggered at ``logical_date``
     renders them: its data interval is the last whole period of the schedule before that date."""
-    from shardline.oncall.preview import render_template
+    from shardline.orchestration.step.preview import render_template
     from shardline.spec import load_spec
 
     spec = load_spec(spec_path)

@@ -64,15 +64,15 @@ checks that it is the source's):
         planning.inputs.PlanError [ValueError]
         planning.inputs.PlanFileError
         orchestration.step.rejects.RejectsPartError
-        oncall.preview.SampleTooLarge [ValueError]
+        orchestration.step.preview.SampleTooLarge [ValueError]
         SetupError
           HostSetupError
           ModelIntegrityError
         spec.base.SpecError [ValueError]
         local.moto_state.StateError
         orchestration.step.upstream.UpstreamError
-      oncall.preview.PreviewError
-        oncall.preview.PreviewDenied
+      orchestration.step.preview.PreviewError
+        orchestration.step.preview.PreviewDenied
       ledger.context.StaleAttemptError
       SubmitRefused
       report.cost.UnknownPriceError [KeyError]

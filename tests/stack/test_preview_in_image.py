@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import synthetic
-from shardline.oncall.preview import PreviewError, preview_step
 from shardline.oncall.tune import tune_step
+from shardline.orchestration.step.preview import PreviewError, preview_step
 from shardline.spec import parse_spec
 
 

@@ -26,7 +26,6 @@ The `shardline` commands (click):
 And beside them:
 
 - :mod:`.airflow_client`: Airflow's REST API.
-- :mod:`.preview`: a step's model on the first rows of one input, before launch.
 - :mod:`.tune`: ``shardline tune``: fetches a step's model and a sample of its inputs, and runs the worker's
   ``--tune``.
 - :mod:`.fleet`: ``shardline fleet`` and the page's Fleet panel: per quota, its pool's instances in use, the steps

@@ -92,7 +92,7 @@ def command(name: str, short_help: str, description: str = "", *, with_json: boo
             from shardline.local.embedded_aws import EmbeddedAwsError
             from shardline.oncall.airflow_client import AirflowApiError
             from shardline.oncall.errors import OnCallError
-            from shardline.oncall.preview import PreviewError
+            from shardline.orchestration.step.preview import PreviewError
 
             try:
                 reply = body(*args, **kwargs)

@@ -50,8 +50,8 @@ def preview(
     logical_date: dt.datetime | None,
 ) -> Reply:
     """Run a step's model on a sample of its input, locally, with the job's own settings."""
-    from shardline.oncall.preview import preview_step, step_uris
     from shardline.orchestration import services
+    from shardline.orchestration.step.preview import preview_step, step_uris
 
     spec, name = options.pipeline_step(pipeline, step)
     chosen = spec.step(name)

@@ -14,7 +14,6 @@ from shardline.decision.resubmit import NextStep, task_state
 from shardline.errors import error_line
 from shardline.ledger.states import STEP_TERMINAL
 from shardline.oncall.values import RunRef
-from shardline.planning import naming
 
 # --- what a resubmission or a cancel says, as text (tests/oncall/test_messages.py renders each) ----------
 
@@ -124,11 +123,6 @@ CANCEL_LINES = {
 
 
 # --- run reports -----------------------------------------------------------------------------------------------
-
-
-def report_command(pipeline: str, run_id: str, step: str) -> str:
-    """The command that fetches a step's run report and opens it."""
-    return shlex.join(["shardline", "report", naming.run_ref(pipeline, run_id), "--step", step, "--open"])
 
 
 REPORTS_WHEN = "a step's run report is written when the step ends"

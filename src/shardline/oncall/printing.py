@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from shardline.oncall.preview import PreviewResult
     from shardline.oncall.tune import TuneResult
     from shardline.oncall.values import FileView, ResubmitResult, RunRef, RunRow, RunView
+    from shardline.orchestration.step.preview import PreviewResult
 
 from shardline.ledger.states import FileStatus
 from shardline.oncall.messages import error_text, no_runs_text

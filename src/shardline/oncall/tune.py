@@ -25,7 +25,9 @@ from shardline import contract
 from shardline.ledger.keys import StepRef
 from shardline.ledger.step_reads import list_runs
 from shardline.oncall.errors import BadRequest, NotFound
-from shardline.oncall.preview import (
+from shardline.orchestration import services
+from shardline.orchestration.step.files import latest_attempt
+from shardline.orchestration.step.preview import (
     PreviewError,
     fetch_model,
     fetch_sample,
@@ -36,8 +38,6 @@ from shardline.oncall.preview import (
     step_uris,
     worker_environment,
 )
-from shardline.orchestration import services
-from shardline.orchestration.step.files import latest_attempt
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import list_inputs
 from shardline.planning.request import pin_arguments, worker_arguments

@@ -142,3 +142,8 @@ def resubmit_command(pipeline: str, run_id: str, step: str) -> str:
 def rerun_command(pipeline: str, run_id: str) -> str:
     """The exact command that plans a run again from the start (its ledger records gone or past mending)."""
     return shlex.join(["shardline", "rerun", run_ref(pipeline, run_id)])
+
+
+def report_command(pipeline: str, run_id: str, step: str) -> str:
+    """The command that fetches a step's run report and opens it."""
+    return shlex.join(["shardline", "report", run_ref(pipeline, run_id), "--step", step, "--open"])

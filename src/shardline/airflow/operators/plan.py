@@ -358,59 +358,45 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         )
 
     def _dry_run(self, context, spec, input_prefix: str, instances: int, model_version: str) -> None:
-        """List the inputs and preview the model on a sample of the first one; submit nothing."""
-        from shardline.oncall.preview import PreviewDenied, PreviewError, preview_step
-        from shardline.orchestration import services
-        from shardline.planning.inputs import choose_instance_count, list_inputs
+        """List the inputs and preview the model on a sample of the first one (:func:`~shardline.orchestration.
+        step.plan.dry_run`); submit nothing. Never returns: it skips, or fails saying what to fix."""
+        from shardline.orchestration.step.plan import dry_run
 
         s = spec.step(self.step)
-        s3 = services.s3_client(spec)
-        objects = list_inputs(s3, input_prefix, s.input.include, s.input.exclude)
-        plan = (
-            f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
-            f"{input_prefix}; would run {choose_instance_count(instances, len(objects))} instance(s) of "
-            f"{s.resources.instance_type}; nothing submitted"
+        found = dry_run(
+            spec, self.step, input_prefix, instances=instances, model_uri=self.model_uri, model_version=model_version
         )
-        if not objects:
+        if not found.files:
             # As a real run would: skip only where input.when_missing says so; else fail, naming the prefix.
             action = s.input.missing_input_action(input_run_type(context))
             if action == "skip":
-                raise AirflowSkipException(f"{plan} (input.when_missing: skip)")
+                raise AirflowSkipException(f"{found.plan} (input.when_missing: skip)")
             raise AirflowFailException(
                 dry_run_empty_text(input_prefix, list(s.input.include), action, s.input.wait_timeout_seconds)
             )
-        try:
-            preview = preview_step(
-                spec,
-                self.step,
-                s3,
-                model_uri=self.model_uri,
-                input_uri=input_prefix,
-                objects=objects,
-                model_version=model_version,
-            )
-        except PreviewDenied as err:
+        if found.not_previewed:
             # On AWS the job role reads models and inputs; Airflow's role lists them only. The plan stands.
             raise AirflowSkipException(
-                f"{plan}. The model was not previewed: {err}. Airflow's role lists the inputs, the job's role reads "
-                f"them: preview the model where your own role reads both (`shardline preview {spec.pipeline} "
-                f"--step {self.step}`)"
-            ) from err
-        except PreviewError as err:
+                f"{found.plan}. The model was not previewed: {found.not_previewed}. Airflow's role lists the inputs, "
+                f"the job's role reads them: preview the model where your own role reads both (`shardline preview "
+                f"{spec.pipeline} --step {self.step}`)"
+            )
+        if found.error:
             raise AirflowFailException(
-                f"{plan}. The preview could not run: {err}. Fix that, then run the dry run "
+                f"{found.plan}. The preview could not run: {found.error}. Fix that, then run the dry run "
                 f"again: `shardline rerun {run_ref(spec, context)}`"
-            ) from err
+            )
+        preview = found.preview
         self.log.info("%s", preview.render())
         if not preview.ok:
             raise AirflowFailException(
-                f"{plan}. The preview shows the job would fail on {preview.sample_uri}: see the preview above; fix "
-                "the model settings or the input, then run the dry run again: "
+                f"{found.plan}. The preview shows the job would fail on {preview.sample_uri}: see the preview above; "
+                "fix the model settings or the input, then run the dry run again: "
                 f"`shardline rerun {run_ref(spec, context)}`"
             )
         for warning in preview.warnings:
             self.log.warning("preview: %s", warning)
         raise AirflowSkipException(
-            f"{plan}; preview of {preview.sample_uri}: "
+            f"{found.plan}; preview of {preview.sample_uri}: "
             + (f"{len(preview.warnings)} warning(s), see the log" if preview.warnings else "no warnings")
         )

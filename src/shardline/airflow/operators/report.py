@@ -44,7 +44,7 @@ class ReportOperator(SpecMixin, BaseOperator):
                 s.attempts,
             )
             if s.report:
-                from shardline.oncall.messages import report_command
+                from shardline.planning.naming import report_command
 
                 self.log.info(
                     "step %s: run report %s (%s)",

@@ -1,6 +1,8 @@
 """One owner for a step's life, from its plan to its end. The Airflow tasks and on-call call these same functions.
 
 - :mod:`.plan`: attempt 1, and every later attempt's records, plan file and manifest.
+- :mod:`.preview`: a step's model on the first rows of one input, before launch (``shardline preview``, the plan
+  task's dry run, ``shardline tune``).
 - :mod:`.upstream`: what a ``from_step`` step reads: exactly the outputs its earlier step's outputs manifest lists.
 - :mod:`.jobs`: submit, stop, resubmit, resume. Two attempts of a step never run at once.
 - :mod:`.capacity`: what AWS's refusals change in a step: why a planned job is not running yet, recorded on the

@@ -9,6 +9,7 @@ import datetime as dt
 import logging
 import time
 import uuid
+from typing import Any
 
 from shardline.backends import JobNotFound
 from shardline.decision.policy import UNSAFE_KEY_ERROR
@@ -25,6 +26,7 @@ from shardline.planning.attempt import Attempt, PlannedFile
 from shardline.planning.inputs import (
     S3Object,
     choose_instance_count,
+    list_inputs,
     list_inputs_and_refusals,
     manifest_body,
     manifest_order,
@@ -199,6 +201,46 @@ def readiness(
     if attempt is None:
         return Missing(f"no input file under {request.input_prefix} (matching {list(s.input.include)})", files=True)
     return Ready(attempt)
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    """What a dry run found, submitting nothing: the plan in words, the inputs it would score, and the model's
+    preview on a sample of the first one (``preview``); or why the model was not previewed (``not_previewed``: the
+    caller's role may not read the inputs) or could not be (``error``)."""
+
+    plan: str
+    files: int
+    preview: Any = None  # step.preview.PreviewResult
+    not_previewed: str | None = None
+    error: str | None = None
+
+
+def dry_run(
+    spec: PipelineSpec, step: str, input_prefix: str, *, instances: int, model_uri: str, model_version: str
+) -> DryRun:
+    """List the step's inputs and preview its model on a sample of the first one; submit nothing."""
+    from shardline.orchestration.step.preview import PreviewDenied, PreviewError, preview_step
+
+    s = spec.step(step)
+    s3 = services.s3_client(spec)
+    objects = list_inputs(s3, input_prefix, s.input.include, s.input.exclude)
+    planned = (
+        f"dry run: {len(objects)} file(s), {sum(o.size for o in objects) / 2**20:.1f} MiB under "
+        f"{input_prefix}; would run {choose_instance_count(instances, len(objects))} instance(s) of "
+        f"{s.resources.instance_type}; nothing submitted"
+    )
+    if not objects:
+        return DryRun(planned, 0)
+    try:
+        preview = preview_step(
+            spec, step, s3, model_uri=model_uri, input_uri=input_prefix, objects=objects, model_version=model_version
+        )
+    except PreviewDenied as err:
+        return DryRun(planned, len(objects), not_previewed=str(err))
+    except PreviewError as err:
+        return DryRun(planned, len(objects), error=str(err))
+    return DryRun(planned, len(objects), preview=preview)
 
 
 def plan(

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from examples import synthetic
-from shardline.oncall.preview import PreviewError, _RangedObject, preview_step, step_uris
+from shardline.orchestration.step.preview import PreviewError, _RangedObject, preview_step, step_uris
 from shardline.spec import parse_spec
 from tests.support.helpers import feature_matrix, write_inference_script
 
@@ -168,7 +168,7 @@ def test_the_sample_reads_a_bounded_number_of_bytes_and_lines(bucket, tmp_path):
     refused, naming the object, after reading at most the cap."""
     import gzip
 
-    from shardline.oncall.preview import SampleTooLarge, fetch_sample
+    from shardline.orchestration.step.preview import SampleTooLarge, fetch_sample
 
     s3, name = bucket
     cap = 64 << 10
@@ -322,7 +322,7 @@ def test_what_the_worker_left_for_the_caller_is_read_only_as_a_regular_file_of_i
     non-JSON file reads as no report."""
     import os
 
-    from shardline.oncall.preview import read_written_json
+    from shardline.orchestration.step.preview import read_written_json
 
     secret = tmp_path / "credentials.json"
     secret.write_text(json.dumps({"aws_secret_access_key": "from-the-host"}))
@@ -340,7 +340,7 @@ def test_what_the_worker_left_for_the_caller_is_read_only_as_a_regular_file_of_i
 def test_a_preview_or_tune_as_a_process_gives_the_model_a_home_of_its_own(tmp_path, monkeypatch):
     """As a process the model's code runs as the caller: its HOME is a fresh 0700 folder of the preview's, not
     the caller's (with ~/.aws and the `shardline login` token). In the image, HOME is only the docker CLI's."""
-    from shardline.oncall.preview import worker_environment
+    from shardline.orchestration.step.preview import worker_environment
 
     monkeypatch.setenv("HOME", "/home/caller")
     as_process = worker_environment(tmp_path, sandboxed=False)
@@ -358,7 +358,7 @@ def test_a_role_that_may_not_read_the_model_gets_a_preview_denied_not_a_crash(bu
 
     from shardline.grant.job import JobGrant, JobScope
     from shardline.grant.proxy import GrantProxy
-    from shardline.oncall.preview import PreviewDenied
+    from shardline.orchestration.step.preview import PreviewDenied
 
     s3, name = bucket
     buf = io.BytesIO()
