@@ -308,8 +308,8 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     print(f"  DAG run          {run.run_id}: {run.state} in {wall:.1f}s")
     for s in summaries:
         print(
-            f"  step {s['step']:<11} {s['succeeded']}/{s['files']} files, rows in / out {s['rows_in']:,} / "
-            f"{s['rows_out']:,}, attempts {s['attempts']}"
+            f"  step {s.step:<11} {s.succeeded}/{s.files} files, rows in / out {s.rows_in:,} / "
+            f"{s.rows_out:,}, attempts {s.attempts}"
         )
     print(
         f"  joined on id     {len(calibrated):,} calibrated rows for {len(scored):,} scored customers: "
