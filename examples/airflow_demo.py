@@ -397,6 +397,16 @@ def fetch_report(spec, run_id: str, step: str) -> tuple[str, bool]:
     return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path), True
 
 
+def _covered_seconds(spans: list[tuple[float, float]]) -> float:
+    """How long at least one of the (start, end) spans was going on: their union's length."""
+    covered, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            covered += end - max(start, reach)
+            reach = end
+    return covered
+
+
 def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill | None = None) -> int:
     from shardline.orchestration.step.end import report
     from shardline.orchestration.step.files import read_step_files
@@ -404,10 +414,13 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
     run_id = run.run_id
     summary = report(spec, StepRef(spec.pipeline, run_id, "score"))
     jobs = sorted((work / "local" / "jobs").glob("sl-*"))
-    worker_seconds = 0.0
+    spans = []
     for job in jobs:
         state = json.loads((job / "state.json").read_text())
-        worker_seconds += (state.get("ended_at") or time.time()) - state["created_at"]
+        spans.append((state["created_at"], state.get("ended_at") or time.time()))
+    # Job time is the time at least one job ran: a lost instance's files run in a second job beside the first, and
+    # summing the two would count those seconds twice (orchestration then came out below zero).
+    worker_seconds = _covered_seconds(spans)
     out = f"s3://{BUCKET}/scores/dt={HOUR:%Y-%m-%d}/hour={HOUR:%H}/"
     # dag.test() starts an in-process API server before the first task's code can run: Airflow's
     # own start-up, which a deployed Airflow has already paid. Orchestration is measured from the
@@ -421,7 +434,10 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
         ("files", f"{summary.files} ({summary.succeeded} succeeded, {summary.failed} failed)"),
         ("rows in / out", f"{summary.rows_in:,} / {summary.rows_out:,}"),
         ("attempts", f"{summary.attempts} ({len(jobs)} processing job(s))"),
-        ("rows/s (in jobs)", f"{summary.rows_in / worker_seconds:,.0f} over {worker_seconds:.1f}s of job time"),
+        (
+            "rows/s (in jobs)",
+            f"{summary.rows_in / worker_seconds:,.0f} over {worker_seconds:.1f}s of job time ({len(jobs)} job(s))",
+        ),
         (
             "wall time",
             f"{wall:.1f}s for the whole DAG run: {wall - tasks:.1f}s of dag.test() start-up, then "
