@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import time
 
 from shardline.decision.policy import Action
 from shardline.decision.step_end import ENDED_WITH_OUTPUTS, EndChecks, end_status
@@ -112,6 +113,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     """
     status = status_of(action)
     model = services.ledger_model(spec)
+    took = _Laps()
     gap = record_gap(read_step(model, attempt.ref, files=False).step, attempt.ref, attempt.number)
     if gap:  # checked first: no check, report or marker is made for a step the ledger has no record of
         raise LedgerRecordMissing(gap)
@@ -120,9 +122,11 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     # The checks, each only where the one before it found nothing (decision.step_end orders them).
     if status in ENDED_WITH_OUTPUTS:
         checks = EndChecks(lost=partitions.lost(spec, attempt))
+    took.lap("records and hold")
     if status in ENDED_WITH_OUTPUTS and checks.first is None:
         seen = outputs.read_outputs(spec, attempt)
         unvouched = outputs.unvouched_outputs(spec, attempt, seen)
+        took.lap("outputs vouched")
         if unvouched:
             checks = EndChecks(unvouched=outputs.unvouched_text(unvouched))
             log.error("step %s: %s", attempt.step, checks.unvouched)
@@ -130,6 +134,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
             checks = EndChecks(over_limit=outputs.rejects_over_limit(spec, attempt, seen.records))
     outputs_stand = status in ENDED_WITH_OUTPUTS and checks.first is None
     drift = run_report.drift_failure(spec, attempt, outputs_stand, seen.records if seen else None)
+    took.lap("run report")
     checks = dataclasses.replace(checks, drift=drift)
     status, reason = end_status(status, reason, checks)
     if status is StepStatus.SUCCEEDED:
@@ -138,9 +143,11 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         # a _SUCCESS that does not cover it. The marker is written before the step's end is recorded, and the
         # prefix listed once more after it (commit_outputs): no window is left between this look and _SUCCESS.
         look = outputs.look_at_inputs(spec, attempt)
+        took.lap("last look")
         if look is not None and look.late:
             raise outputs.LateInputsFound(look.late)
         outputs.commit_outputs(spec, attempt, status, seen, look)
+        took.lap("manifest and _SUCCESS")
     # A step that lost its prefix has nothing to resubmit: the run that holds it writes it now.
     reason = reason if checks.lost else outcome_message(attempt, status, reason)
     try:
@@ -149,6 +156,8 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         if status is StepStatus.SUCCEEDED:  # the marker stands only beside a step recorded SUCCEEDED
             outputs.withdraw_own_marker(spec, attempt)
         raise
+    took.lap("STEP item")
+    log.info("step %s: its end took %s", attempt.step, took)
     if not recorded:
         log.info("step %s moved on (resubmitted or cancelled); its newer state stands", attempt.step)
         if status is StepStatus.SUCCEEDED:
@@ -172,6 +181,23 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
         outputs.commit_outputs(spec, attempt, status, seen)
     return status
+
+
+class _Laps:
+    """Where a step's end spends its seconds, said in one log line (docs/benchmarks.md quotes it)."""
+
+    def __init__(self):
+        self.started = self.last = time.monotonic()
+        self.laps: list[tuple[str, float]] = []
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps.append((name, now - self.last))
+        self.last = now
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.laps)
+        return f"{self.last - self.started:.2f}s ({parts})"
 
 
 def file_error(error_class: str | None, error_message: str | None) -> str:
