@@ -154,3 +154,27 @@ def test_a_refused_trigger_names_the_run_that_holds_the_date_and_the_commands_th
     own = {"dag_run_id": "scheduled__2026-11-22T12:00:00+00:00", "data_interval_start": "2026-11-22T12:00:00Z"}
     with pytest.raises(Conflict, match=r"scores this partition; to score it again: `shardline rerun hourly/scheduled"):
         service(HeldAirflow(next_date=later, held=own)).actions.trigger("hourly", START, {})
+
+
+def test_a_rerun_checks_an_input_prefix_against_the_partition_its_own_logical_date_renders():
+    """A manual run's logical date need not be its interval's start: its plan task renders ``{{ ds }}`` from the
+    logical date, and so must on-call's check, or a folder of the run's own partition is refused (and another's
+    let through)."""
+    from shardline.oncall.run_actions import conf_problem
+    from tests.support.specs import minimal
+
+    spec = parse_spec(minimal(), "p.yaml")  # input s3://data/raw/dt={{ ds }}/, hourly
+    interval = ("2026-11-22T23:00:00+00:00", "2026-11-23T00:00:00+00:00")
+    own_day, other_day = (
+        {"input_prefix": "s3://data/raw/dt=2026-11-23/"},
+        {"input_prefix": "s3://data/raw/dt=2026-11-22/"},
+    )
+    # The logical date the run holds (the interval's end, as Airflow's inference gives a manual run).
+    at = "2026-11-23T00:00:00+00:00"
+    assert conf_problem(spec, own_day, None, interval, at) is None
+    assert "is not in this run's partition s3://data/raw/dt=2026-11-23/" in conf_problem(
+        spec, other_day, None, interval, at
+    )
+    # Without it, the interval's start renders the prefix, as `shardline trigger` starts a run.
+    assert conf_problem(spec, other_day, None, interval) is None
+    assert "is not in this run's partition" in conf_problem(spec, own_day, None, interval)

@@ -25,7 +25,7 @@ from shardline.planning import naming
 from shardline.spec import PipelineSpec, SpecError, partition_interval
 from shardline.spec.conf import conf_problem as spec_conf_problem
 from shardline.spec.fleet import FleetSpec, admitted_instances
-from shardline.spec.templates import render_interval
+from shardline.spec.templates import default_params, render_uri
 
 
 def conf_problem(
@@ -33,15 +33,23 @@ def conf_problem(
     conf: dict | None,
     fleet: FleetSpec | None,
     interval: tuple[str | None, str | None] = (None, None),
+    logical_date: str | None = None,
 ) -> str | None:
     """Why a run with this conf would be refused by the trigger form's Params or fail at its plan task: the plan
     task's own check (:func:`shardline.spec.conf.conf_problem`), over every step, with the partition of the run's
-    ``interval`` (ISO 8601 start and end, when known) and the instances each step's watch is admitted by."""
+    ``interval`` (ISO 8601 start and end, when known; the run's ``logical_date`` renders its prefix as its plan task
+    will, the interval's start when not given) and the instances each step's watch is admitted by."""
     start, end = (_instant(at) for at in interval)
     run_prefix = None
     if start is not None and end is not None:
         version = str((conf or {}).get("model_version") or "").strip() or spec.steps[0].model.version
-        run_prefix = render_interval(spec.steps[0].input.prefix or "", version, start, end)
+        run_prefix = render_uri(
+            spec.steps[0].input.prefix or "",
+            logical_date=_instant(logical_date) or start,
+            start=start,
+            end=end,
+            params=default_params(version),
+        )
     admitted = {step.name: admitted_instances(step, fleet) for step in spec.steps}
     return spec_conf_problem(spec, conf, run_prefix=run_prefix, admitted=admitted)
 
@@ -194,7 +202,15 @@ class RunActions:
         if state not in ("failed", "success"):
             raise Conflict(rerun_not_finished_text(ref, state))
         interval = (run.get("data_interval_start"), run.get("data_interval_end"))
-        problem = conf_problem(spec, run.get("conf") if conf is None else conf, self.reads.fleet, interval)
+        # A manual run that Airflow's inference gave the interval ending at its logical date holds the next
+        # interval's logical date: a rerun with a new conf takes the interval's start instead, as `shardline trigger`
+        # does (one cleared in place keeps its own).
+        logical_date = run.get("logical_date")
+        if conf is not None and all(interval) and logical_date and _same_instant(logical_date, interval[1]):
+            logical_date = interval[0]
+        problem = conf_problem(
+            spec, run.get("conf") if conf is None else conf, self.reads.fleet, interval, logical_date
+        )
         if problem:
             raise BadRequest(rerun_conf_text(ref, problem, given=conf is not None))
         running = self._running_jobs(spec, ref)
@@ -215,12 +231,6 @@ class RunActions:
                 f"again with conf {json.dumps(conf, sort_keys=True)}"
             ]
         self.reads.airflow.delete_run(ref.pipeline, ref.run_id)
-
-        # A manual run that Airflow's inference gave the interval ending at its logical date holds the next
-        # interval's logical date: its rerun takes the interval's start instead, as `shardline trigger` does.
-        logical_date = run.get("logical_date")
-        if all(interval) and logical_date and _same_instant(logical_date, interval[1]):
-            logical_date = interval[0]
 
         def trigger(with_conf: dict, note: str, at: str | None) -> dict:
             return self.reads.airflow.trigger(
