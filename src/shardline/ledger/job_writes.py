@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 
 from pynamodb.connection import Connection
@@ -235,9 +236,8 @@ class WorkerLedger:
         ]
         if setup_error:
             actions += [m.error_class.set(SETUP_ERROR), m.error_message.set(setup_error[:MAX_ERROR_CHARS])]
-        connection = Connection(region=self._region, host=self._endpoint, **CLIENT_SETTINGS)
         try:
-            with TransactWrite(connection=connection) as transaction:
+            with TransactWrite(connection=self._transactions) as transaction:
                 transaction.condition_check(  # the STEP item is a control item: its attempt is not ours to write
                     m.Control,
                     self.pk,
@@ -256,6 +256,13 @@ class WorkerLedger:
                     f"moved past attempt {ctx.attempt}"
                 ) from err
             raise
+
+    @functools.cached_property
+    def _transactions(self) -> Connection:
+        """The connection heartbeats' transactions go through, kept: each new one builds a botocore session and
+        client (loading DynamoDB's service model, 50 to 90 ms of CPU), which per beat was most of an idle
+        instance's CPU. Its sessions are per thread, as pynamodb's are."""
+        return Connection(region=self._region, host=self._endpoint, **CLIENT_SETTINGS)
 
     def _update(self, item, actions, condition, *, what: str) -> None:
         try:
