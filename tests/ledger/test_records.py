@@ -27,7 +27,9 @@ def test_the_ledger_items_are_copied_as_they_were_read():
         plan_json='{"instance_type": "ml.c5.4xlarge", "capacity_failures": {"ml.c5.2xlarge": 2}, "run_id": "run-1"}',
     )
     # The newest attempt's instance type, and its step's jobs SageMaker could not provision, by type.
-    assert StepRecord.of(planned) == StepRecord("RUNNING", 3, None, None, None, "ml.c5.4xlarge", {"ml.c5.2xlarge": 2})
+    assert StepRecord.of(planned) == StepRecord(
+        "RUNNING", 3, None, None, None, "ml.c5.4xlarge", {"ml.c5.2xlarge": 2}, plan_json=planned.plan_json
+    )
     for no_plan in (None, "", "not json", "[1, 2]"):
         assert StepRecord.of({"status": "RUNNING", "attempt": 1, "plan_json": no_plan}).instance_type is None
     assert RunRecord.of(ControlItem(pk="x", sk="RUN", status="FAILED")).status == "FAILED"

@@ -9,16 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from shardline.ledger.keys import StepRef
-from shardline.ledger.records import FileRecord
-from shardline.ledger.step_reads import (
-    RunRecords,
-    StepRecords,
-    list_runs,
-    read_run,
-    read_step,
-    recorded_plan_files,
-    with_unclaimed,
-)
+from shardline.ledger.records import FileRecord, StepRecord
+from shardline.ledger.step_reads import RunRecords, StepRecords, list_runs, read_run, read_step, with_unclaimed
 from shardline.ledger.step_writes import ensure_run, start_attempt
 from shardline.ledger.table import bind_ledger
 
@@ -82,8 +74,12 @@ def test_without_plan_files_the_items_are_all_there_is():
     ],
 )
 def test_each_attempts_plan_file_is_read_off_the_step_item_keyed_by_its_number(stored, plan_files):
-    assert recorded_plan_files(SimpleNamespace(plan_files=stored)) == plan_files
-    assert recorded_plan_files(None) == {}  # no STEP item at all
+    assert StepRecord.of(SimpleNamespace(plan_files=stored)).plan_files == plan_files
+
+
+def test_a_step_item_whose_plan_files_cannot_be_read_is_an_error_not_a_step_with_no_inputs():
+    with pytest.raises(ValueError, match="plan files are unreadable"):
+        StepRecord.of(SimpleNamespace(plan_files='{"1": "s3://m/one"'))
 
 
 def test_a_run_is_read_with_its_steps_and_listed_under_its_pipeline(ledger_table):
@@ -93,8 +89,8 @@ def test_a_run_is_read_with_its_steps_and_listed_under_its_pipeline(ledger_table
     for step in ("score", "post"):
         start_attempt(model, StepRef("reads-a", "run-1", step), 1)
     records = read_run(model, "reads-a", "run-1")
-    assert (records.run.run_id, records.run.partition) == ("run-1", "2026-11-22T10:00:00+00:00")
-    assert [s.sk for s in records.steps] == ["STEP#post#", "STEP#score#"]  # in step-name order
+    assert (records.run.status, records.run.partition) == ("RUNNING", "2026-11-22T10:00:00+00:00")
+    assert [s.step for s in records.steps] == ["post", "score"]  # in step-name order
     assert records.shards == []
     assert read_run(model, "reads-a", "run-9") == RunRecords(run=None, steps=[], shards=[])
     assert [(r.pipeline, r.run_id) for r in list_runs(model, "reads-a")] == [("reads-a", "run-1")]

@@ -8,7 +8,7 @@ from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import read_step, recorded_plan_files, with_unclaimed
+from shardline.ledger.step_reads import read_step, with_unclaimed
 from shardline.ledger.step_writes import cancel_step, continue_attempt, ensure_run, finish_step, start_attempt
 from shardline.ledger.table import bind_ledger
 
@@ -109,29 +109,26 @@ def test_a_finish_whose_claim_was_dropped_lands_but_a_zombie_s_is_refused_by_the
 
 
 def test_each_attempt_s_plan_file_is_recorded_with_it_and_a_re_plan_replaces_only_its_own(ledger_table):
-    from shardline.ledger.step_reads import recorded_plan_files
-
     model = bind_ledger(ledger_table)
     start_attempt(model, StepRef("p", "run-7", "score"), 1, plan_file="s3://m/attempt-0001.aaa.files.json.gz")
     continue_attempt(model, StepRef("p", "run-7", "score"), 1, plan_file="s3://m/attempt-0001.bbb.files.json.gz")
     start_attempt(
         model, StepRef("p", "run-7", "score"), 2, [("s3://raw/a", 1)], plan_file="s3://m/attempt-0002.ccc.files.json.gz"
     )
-    assert recorded_plan_files(read_step(model, StepRef("p", "run-7", "score")).step) == {
+    assert read_step(model, StepRef("p", "run-7", "score")).step.plan_files == {
         1: "s3://m/attempt-0001.bbb.files.json.gz",
         2: "s3://m/attempt-0002.ccc.files.json.gz",
     }
     with pytest.raises(StaleAttemptError):  # a late planner of attempt 1 records nothing
         continue_attempt(model, StepRef("p", "run-7", "score"), 1, plan_file="s3://m/attempt-0001.zzz.files.json.gz")
-    assert recorded_plan_files(read_step(model, StepRef("p", "run-7", "score")).step)[1].endswith(".bbb.files.json.gz")
-    assert recorded_plan_files(read_step(model, StepRef("p", "nope", "score")).step) == {}
+    assert read_step(model, StepRef("p", "run-7", "score")).step.plan_files[1].endswith(".bbb.files.json.gz")
+    assert read_step(model, StepRef("p", "nope", "score")).step is None
 
 
 def test_of_two_planners_that_read_the_same_record_only_one_records_its_plan_file(ledger_table):
     """The record is written in the fenced update, conditioned on what the planner read: a planner that read it
     before another one's update loses, even for the same attempt (two tries of one plan task)."""
     from shardline.ledger.keys import run_pk
-    from shardline.ledger.step_reads import recorded_plan_files
     from shardline.ledger.step_writes import _plan_files_update
 
     model = bind_ledger(ledger_table)
@@ -143,7 +140,7 @@ def test_of_two_planners_that_read_the_same_record_only_one_records_its_plan_fil
     c = model.Control
     with pytest.raises(UpdateError):
         c(run_pk("p", "run-8"), "STEP#score#").update(actions=stale_action, condition=stale_condition)
-    assert recorded_plan_files(read_step(model, StepRef("p", "run-8", "score")).step) == {1: "s3://m/two"}
+    assert read_step(model, StepRef("p", "run-8", "score")).step.plan_files == {1: "s3://m/two"}
 
 
 def test_attempts_only_move_forward(ledger_table):
@@ -208,7 +205,7 @@ def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(le
         assert len(wins) == 1, f"round {round_no}: {len(wins)} planners won attempt 2"
         (winner,) = wins
         recorded = read_step(model, StepRef("p", run, "score")).step
-        assert recorded_plan_files(recorded)[2] == plan_file.format(run=run, n=winner)
+        assert recorded.plan_files[2] == plan_file.format(run=run, n=winner)
         assert {f.input_key for f in read_step(model, StepRef("p", run, "score")).files} == {f"s3://raw/{winner}"}
 
 

@@ -241,9 +241,16 @@ class StepRecord:
     capacity_failures: Mapping[str, int] = dataclasses.field(default_factory=dict)  # jobs per type, all attempts
     waiting: str | None = None  # why its job is not running yet: decision.fleet.Waiting as JSON (views render it)
     live_from: int | None = None  # the oldest attempt whose job still runs beside the newest (a lost instance's)
+    step: str | None = None
+    plan_json: str | None = None  # the newest attempt's plan (planning.attempt.Attempt.from_plan reads it)
+    plan_files: Mapping[int, str] = dataclasses.field(default_factory=dict)  # each attempt's plan file
+    lost_taken: frozenset[str] = frozenset()  # "attempt/host" of lost instances whose files a later attempt took
+    fence: int | None = None  # the fence of the partition take the step holds
 
     @classmethod
     def of(cls, item: Any) -> StepRecord:
+        if isinstance(item, StepRecord):
+            return item
         plan = _plan(_get(item, "plan_json"))
         return cls(
             _get(item, "status"),
@@ -255,11 +262,26 @@ class StepRecord:
             {str(k): int(v) for k, v in (plan.get("capacity_failures") or {}).items()},
             _get(item, "waiting"),
             _int(_get(item, "live_from")),
+            step=_get(item, "step"),
+            plan_json=_get(item, "plan_json"),
+            plan_files=_plan_files(_get(item, "plan_files")),
+            lost_taken=frozenset(_get(item, "lost_taken") or ()),
+            fence=_int(_get(item, "fence")),
         )
 
     def error_line(self) -> str:
         """Why the step failed, as its STEP item records it; empty unless it FAILED."""
         return (self.message or "") if self.status == StepStatus.FAILED else ""
+
+
+def _plan_files(text: Any) -> dict[int, str]:
+    """Each attempt's plan file as a STEP item records it ({} for a step planned before plan files). Strict: the
+    plan files say which inputs a step owes, so one that cannot be read is an error, never "no inputs"."""
+    try:
+        files = json.loads(text) if text else {}
+        return {int(attempt): str(uri) for attempt, uri in files.items()}
+    except (ValueError, TypeError, AttributeError) as err:
+        raise ValueError(f"the STEP item's plan files are unreadable ({err}): {str(text)[:200]!r}") from err
 
 
 def _plan(text: Any) -> dict:
@@ -287,6 +309,8 @@ class RunRecord:
 
     @classmethod
     def of(cls, item: Any) -> RunRecord:
+        if isinstance(item, RunRecord):
+            return item
         return cls(
             _get(item, "status"),
             _time(_get(item, "started_at")),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Iterable, Mapping
 
 from shardline.ledger.keys import (
@@ -22,7 +21,7 @@ from shardline.ledger.keys import (
     step_sk,
     step_sk_prefix,
 )
-from shardline.ledger.records import FileRecord, ShardRecord, settle_parts
+from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord, settle_parts
 from shardline.ledger.table import LedgerItem
 
 # Only what the watch task needs; keeps each Query page small.
@@ -63,32 +62,52 @@ def runs_started_since(model: type[LedgerItem], since: str) -> list[LedgerItem]:
 
 @dataclasses.dataclass(frozen=True)
 class RunRecords:
-    run: LedgerItem | None
-    steps: list[LedgerItem]  # STEP items in step-name order
-    shards: list[LedgerItem]
+    run: RunRecord | None
+    steps: list[StepRecord]  # in step-name order
+    shards: list[ShardRecord]
 
 
 def read_run(model: type[LedgerItem], pipeline: str, run_id: str) -> RunRecords:
     """The RUN item, every STEP item and every SHARD heartbeat: one Query (FILE items are per step)."""
-    pk = run_pk(pipeline, run_id)
-    items, _ = _query(model, pk, step_sk_prefix(), None)
+    items, _ = _query(model, run_pk(pipeline, run_id), step_sk_prefix(), None)
+    steps = [StepRecord.of(i) for i in items if "#SHARD#" not in i.sk]
+    shards = [ShardRecord.of(i) for i in items if "#SHARD#" in i.sk]
+    return RunRecords(run=read_run_item(model, pipeline, run_id), steps=steps, shards=shards)
+
+
+def read_run_item(model: type[LedgerItem], pipeline: str, run_id: str) -> RunRecord | None:
+    """A run's RUN item (a consistent read), or None when the ledger has none."""
     try:
-        run = model.Control.get(pk, RUN_SK, consistent_read=True)
+        return RunRecord.of(model.Control.get(run_pk(pipeline, run_id), RUN_SK, consistent_read=True))
     except model.Control.DoesNotExist:
-        run = None
-    steps = [i for i in items if "#SHARD#" not in i.sk]
-    shards = [i for i in items if "#SHARD#" in i.sk]
-    return RunRecords(run=run, steps=steps, shards=shards)
+        return None
 
 
-def recorded_plan_files(step_item) -> dict[int, str]:
-    """Each attempt's plan file as the STEP item records it; empty for a step planned before plan files."""
-    return {int(attempt): uri for attempt, uri in json.loads(getattr(step_item, "plan_files", None) or "{}").items()}
+def read_step_items(model: type[LedgerItem], refs: Iterable[StepRef]) -> dict[StepRef, StepRecord]:
+    """The STEP items of ``refs`` that exist, by ref: batched reads (100 keys a request)."""
+    keys = {(run_pk(r.pipeline, r.run_id), step_sk(r.step)): r for r in refs}
+    return {keys[(i.pk, i.sk)]: StepRecord.of(i) for i in model.Control.batch_get(list(keys))} if keys else {}
+
+
+def read_run_items(model: type[LedgerItem], runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], RunRecord]:
+    """The RUN items of ``runs`` ((pipeline, run id) pairs) that exist, by pair: batched reads."""
+    keys = {(run_pk(pipeline, run_id), RUN_SK): (pipeline, run_id) for pipeline, run_id in runs}
+    return {keys[(i.pk, i.sk)]: RunRecord.of(i) for i in model.Control.batch_get(list(keys))} if keys else {}
+
+
+def read_step_item(model: type[LedgerItem], ref: StepRef) -> StepRecord | None:
+    """A step's STEP item alone (a consistent read), or None when the ledger has none."""
+    try:
+        return StepRecord.of(
+            model.Control.get(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step), consistent_read=True)
+        )
+    except model.Control.DoesNotExist:
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
 class StepRecords:
-    step: LedgerItem | None
+    step: StepRecord | None
     files: list[FileRecord]  # the FILE items; with_unclaimed adds the inputs planned but never claimed
     shards: list[ShardRecord]
     requests: int  # DynamoDB requests this read cost (Query pages)
@@ -138,7 +157,8 @@ def read_step(
     step_and_shards, step_pages = _query(model, pk, step_sk(step), None)
     step_item = next((item for item in step_and_shards if item.sk == step_sk(step)), None)
     shards = [ShardRecord.of(item) for item in step_and_shards if item.sk != step_sk(step)]
-    head = StepRecords(step=step_item, files=[], shards=shards, requests=step_pages)
+    step_record = StepRecord.of(step_item) if step_item is not None else None
+    head = StepRecords(step=step_record, files=[], shards=shards, requests=step_pages)
     return with_file_items(model, ref, head, file_attributes=file_attributes) if files else head
 
 

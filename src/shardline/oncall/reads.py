@@ -18,10 +18,18 @@ from typing import Self
 
 from shardline.backends import JobNotFound
 from shardline.decision.fleet import pool_name
-from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
-from shardline.ledger.records import RunRecord, StepRecord
+from shardline.ledger.keys import StepRef
+from shardline.ledger.records import StepRecord
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import FILE_DETAIL_ATTRIBUTES, list_runs, read_run, runs_started_since
+from shardline.ledger.step_reads import (
+    FILE_DETAIL_ATTRIBUTES,
+    list_runs,
+    read_run,
+    read_run_item,
+    read_run_items,
+    read_step_items,
+    runs_started_since,
+)
 from shardline.oncall.airflow_client import AirflowApiError, AirflowClient
 from shardline.oncall.errors import Conflict, NotFound
 from shardline.oncall.messages import airflow_left_out, missing_pool_text, not_planned_text, unknown_step
@@ -140,16 +148,15 @@ class OnCallReads:
             # Each STEP item's key, and its step's instance type in the spec: the type of a step an older Shardline
             # planned, whose plan names none unless a capacity failure moved it.
             types = {
-                (run_pk(entry.pipeline, entry.run_id), step_sk(step.name)): step.resources.instance_type
+                StepRef(entry.pipeline, entry.run_id, step.name): step.resources.instance_type
                 for entry in runs_started_since(model, since.astimezone(dt.UTC).isoformat())
                 if (spec := specs.get(entry.pipeline)) is not None and spec.ledger_table == table
                 for step in spec.steps
             }
-            for item in model.Control.batch_get(list(types)) if types else []:
-                record = StepRecord.of(item)
-                if record.instance_type is None:
-                    record = dataclasses.replace(record, instance_type=types[(item.pk, item.sk)])
-                records.append(record)
+            for ref, record in read_step_items(model, types).items():
+                records.append(
+                    record if record.instance_type else dataclasses.replace(record, instance_type=types[ref])
+                )
         return records
 
     def _airflow_run_state(self, pipeline: str, run_id: str) -> str | None:
@@ -176,7 +183,7 @@ class OnCallReads:
             )
         steps = [self._step_view(spec, ref, s.name, with_files) for s in spec.steps]
         steps = [self._with_missing_pool(spec, s) for s in steps if s is not None]
-        return run_view(ref, RunRecord.of(records.run), steps, self._airflow_run_state(ref.pipeline, ref.run_id))
+        return run_view(ref, records.run, steps, self._airflow_run_state(ref.pipeline, ref.run_id))
 
     def _step_view(self, spec: PipelineSpec, ref: RunRef, step: str, with_files: bool) -> StepView | None:
         records = read_step_records(
@@ -184,7 +191,7 @@ class OnCallReads:
         )
         if records.step is None:
             return None
-        record = StepRecord.of(records.step)
+        record = records.step
         shards = records.shards
         job_name = naming.job_name(ref.pipeline, ref.run_id, step, record.attempt) if record.attempt else None
         job_status = None
@@ -239,7 +246,7 @@ class OnCallReads:
             records = read_step_records(
                 spec, StepRef(ref.pipeline, ref.run_id, name), file_attributes=FILE_DETAIL_ATTRIBUTES
             )
-            steps[name] = StepRecord.of(records.step) if records.step is not None else None
+            steps[name] = records.step
             # An instance that could not start recorded why on its SHARD item: its files show that reason.
             setup = {s.attempt: s.setup_error for s in records.shards if s.setup_error}
             files = records.settled  # a file's rejects parts count as the file's rows
@@ -253,8 +260,7 @@ class OnCallReads:
                 for f in files
                 if f.status == FileStatus.SUCCEEDED and f.rows_rejected
             ]
-        item = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id).run
-        run = RunRecord.of(item) if item is not None else None
+        run = read_run_item(services.ledger_model(spec), ref.pipeline, ref.run_id)
         if not any(steps.values()):
             if run is None:
                 raise NotFound(
@@ -270,8 +276,7 @@ def _run_rows(model, pipeline: str | None, limit: int) -> list[RunRow]:
     """The newest ``limit`` runs of a ledger table (of one pipeline, or of all), each with its RUN item: one Query
     of the run index and one batched read."""
     entries = list_runs(model, pipeline, limit)
-    keys = [(run_pk(e.pipeline, e.run_id), RUN_SK) for e in entries]
-    runs = {(r.pipeline, r.run_id): RunRecord.of(r) for r in model.Control.batch_get(keys)} if keys else {}
+    runs = read_run_items(model, [(e.pipeline, e.run_id) for e in entries])
     return [run_row(e.pipeline, e.run_id, e.started_at, runs.get((e.pipeline, e.run_id))) for e in entries]
 
 

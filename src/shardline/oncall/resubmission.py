@@ -15,7 +15,7 @@ from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
-from shardline.ledger.records import StepRecord, sources_with_rejects
+from shardline.ledger.records import sources_with_rejects
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import StepRecords
 from shardline.ledger.step_writes import set_run_status
@@ -98,7 +98,7 @@ class Resubmission:
     ) -> ResubmitPlan:
         if rejects:
             return _rejects_plan(spec, ref, step, records)
-        latest = StepRecord.of(records.step).attempt
+        latest = records.step.attempt
         # A rejects part that failed is taken again by --rejects, with the rows it had.
         views = [file_view(step, f) for f in records.settled if not f.part_of]
         dealt = None

@@ -62,7 +62,7 @@ class RunReports:
                 continue
             try:
                 attempt = Attempt.from_plan(
-                    item.plan_json, int(item.attempt or 1), 0, pipeline=ref.pipeline, run_id=ref.run_id, step=name
+                    item.plan_json, item.attempt or 1, 0, pipeline=ref.pipeline, run_id=ref.run_id, step=name
                 )
             except ValueError as err:
                 raise Conflict(f"{err}, so where its run report is cannot be told") from err

@@ -19,11 +19,9 @@ import datetime as dt
 import logging
 import os
 
-from pynamodb.exceptions import UpdateError
-
 from shardline.backends import JobNotFound
 from shardline.errors import LedgerRecordMissing
-from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
+from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import (
     PartitionHeld,
     PartitionHolder,
@@ -36,9 +34,10 @@ from shardline.ledger.partitions import (
     take,
 )
 from shardline.ledger.record_gaps import record_gap
-from shardline.ledger.records import RunRecord
+from shardline.ledger.records import RunRecord, StepRecord
 from shardline.ledger.states import StepStatus
-from shardline.ledger.step_writes import CONDITIONAL_CHECK_FAILED, set_run_status
+from shardline.ledger.step_reads import read_run_item, read_step_item
+from shardline.ledger.step_writes import record_step_fence, set_run_status
 from shardline.orchestration import services
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
@@ -94,26 +93,24 @@ def running_job_of(source: services.Source) -> RunningJob:
     a task marked failed, a deleted DAG run, a lease run out)."""
 
     def running(holder: PartitionHolder) -> str | None:
-        control = services.ledger_model(source).Control
-        try:
-            item = control.get(run_pk(holder.pipeline, holder.run_id), step_sk(holder.step), consistent_read=True)
-        except control.DoesNotExist:
-            return None  # never planned an attempt: no job
         ref = StepRef(holder.pipeline, holder.run_id, holder.step)
-        return next((name for _, name, _ in running_jobs(source, ref, item)), None)
+        step = read_step_item(services.ledger_model(source), ref)
+        if step is None:
+            return None  # never planned an attempt: no job
+        return next((name for _, name, _ in running_jobs(source, ref, step)), None)
 
     return running
 
 
-def running_jobs(source: services.Source, ref: StepRef, step_item, before: int | None = None):
+def running_jobs(source: services.Source, ref: StepRef, step: StepRecord, before: int | None = None):
     """The jobs of the step's attempts that may still run, and have not ended, oldest first: (attempt, name, state).
 
     Earlier attempts' jobs were stopped and waited for before the newest was planned (jobs.stop_and_wait), except
     those still running beside it (``live_from`` on the STEP item: a lost instance's files went on ahead).
     ``before``: only the attempts before this one."""
-    newest = int(step_item.attempt or 1)
+    newest = step.attempt or 1
     last = newest if before is None else before - 1
-    for number in range(min(int(getattr(step_item, "live_from", None) or newest), newest), last + 1):
+    for number in range(min(step.live_from or newest, newest), last + 1):
         name = naming.job_name(ref.pipeline, ref.run_id, ref.step, number)
         try:
             state = services.backend_for(source).describe(name)
@@ -131,11 +128,7 @@ def hold_for_attempt(
     if number == 1:  # the plan set the run RUNNING already
         return hold(spec, ref, output_prefix, may_take=may_take)
     model = services.ledger_model(spec)
-    control = model.Control
-    try:
-        before = RunRecord.of(control.get(run_pk(ref.pipeline, ref.run_id), RUN_SK, consistent_read=True))
-    except control.DoesNotExist:
-        before = RunRecord(None)
+    before = read_run_item(model, ref.pipeline, ref.run_id) or RunRecord(None)
     # ``taken_up``: an on-call engineer takes up a run whose watch task has ended (it is cleared next), so the Airflow
     # life it failed in is over: that life's failure callback, however late it runs, neither marks it failed nor
     # releases what it holds now. In the same write as RUNNING: a callback between the two would end the new attempt.
@@ -149,18 +142,8 @@ def hold_for_attempt(
 
 
 def record_fence(spec: PipelineSpec, ref: StepRef, fence: int) -> None:
-    """Remember on the STEP item which take of its prefix the step holds (after the STEP item is written). Never
-    creates one: a STEP item that is gone raises :class:`~shardline.errors.LedgerRecordMissing`."""
-    model = services.ledger_model(spec)
-    c = model.Control
-    try:
-        c(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step)).update(
-            actions=[c.fence.set(fence)], condition=c.attempt.exists()
-        )
-    except UpdateError as err:
-        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
-            raise
-        raise LedgerRecordMissing(record_gap(None, ref, 1)) from err
+    """Remember on the STEP item which take of its prefix the step holds (after the STEP item is written)."""
+    record_step_fence(services.ledger_model(spec), ref, fence)
 
 
 def keep(spec: PipelineSpec, attempt: Attempt, wait_until: float | None = None) -> None:
@@ -196,15 +179,11 @@ def _renew_run(spec: PipelineSpec, model, ref: StepRef, output_prefix: str, unti
 
 def _held_prefixes(spec: PipelineSpec, model, ref: StepRef) -> list[tuple[str, str]]:
     """(step, output prefix) of each step of the run that took its prefix (a fence recorded)."""
-    control = model.Control
     found = []
     for step in spec.steps:
-        try:
-            item = control.get(run_pk(ref.pipeline, ref.run_id), step_sk(step.name), consistent_read=True)
-        except control.DoesNotExist:
-            continue
-        if item.fence is not None and item.plan_json:
-            step_ref = StepRef(ref.pipeline, ref.run_id, step.name)
+        step_ref = StepRef(ref.pipeline, ref.run_id, step.name)
+        item = read_step_item(model, step_ref)
+        if item is not None and item.fence is not None and item.plan_json:
             found.append((step.name, Attempt.from_plan(item.plan_json, 1, 0, **step_ref._asdict()).output_prefix))
     return found
 
@@ -212,14 +191,12 @@ def _held_prefixes(spec: PipelineSpec, model, ref: StepRef) -> list[tuple[str, s
 def _step_fence(model, ref: StepRef, *, must_exist: bool = False) -> int | None:
     """The fence the STEP item records (None before one is). ``must_exist``: a STEP item that is gone raises
     :class:`~shardline.errors.LedgerRecordMissing` (a step's hold is never taken again for a record that was lost)."""
-    control = model.Control
-    try:
-        item = control.get(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step), consistent_read=True)
-    except control.DoesNotExist:
+    item = read_step_item(model, ref)
+    if item is None:
         if must_exist:
-            raise LedgerRecordMissing(record_gap(None, ref, 1)) from None
+            raise LedgerRecordMissing(record_gap(None, ref, 1))
         return None
-    return int(item.fence) if item.fence is not None else None
+    return item.fence
 
 
 def held_text(err: PartitionHeld, ref: StepRef) -> str:

@@ -8,7 +8,7 @@ import logging
 
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
-from shardline.ledger.step_reads import read_step
+from shardline.ledger.step_reads import read_step, read_step_item
 from shardline.ledger.step_writes import end_life, ensure_run, set_run_status
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step import jobs, outputs
@@ -100,10 +100,10 @@ def _jobs_of(spec: PipelineSpec, run_id: str) -> list[str]:
     model = services.ledger_model(spec)
     names = []
     for step in spec.steps:
-        item = read_step(model, StepRef(spec.pipeline, run_id, step.name), files=False).step
+        item = read_step_item(model, StepRef(spec.pipeline, run_id, step.name))
         if item is not None and item.attempt:
-            newest = int(item.attempt)
-            first = min(int(getattr(item, "live_from", None) or newest), newest)
+            newest = item.attempt
+            first = min(item.live_from or newest, newest)
             names += [naming.job_name(spec.pipeline, run_id, step.name, n) for n in range(first, newest + 1)]
     return names
 

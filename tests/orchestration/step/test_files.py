@@ -8,7 +8,6 @@ import pytest
 
 from shardline.ledger.keys import StepRef, file_sk_prefix, run_pk
 from shardline.ledger.records import FileRecord
-from shardline.ledger.step_reads import recorded_plan_files
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import RunRef
 from shardline.orchestration import services
@@ -45,7 +44,7 @@ def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_in
     assert _file_items(spec, "run-1") == []  # one STEP write planned the step
 
     s3 = boto3.client("s3")
-    [(number, uri)] = recorded_plan_files(read_step_files(spec, StepRef(spec.pipeline, "run-1", "score")).step).items()
+    [(number, uri)] = read_step_files(spec, StepRef(spec.pipeline, "run-1", "score")).step.plan_files.items()
     assert number == 1 and uri.startswith(attempt.manifest_uri.removesuffix(".manifest"))
     plan_bucket, plan_key = parse_s3_uri(uri)
     planned = parse_plan_file(s3.get_object(Bucket=plan_bucket, Key=plan_key)["Body"].read(), uri)
@@ -103,13 +102,13 @@ def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipel
     assert (again.number, again.file_count) == (1, 5)
     after = read_step_files(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert len(after.files) == 5
-    assert recorded_plan_files(after.step)[1] != recorded_plan_files(before.step)[1]
+    assert after.step.plan_files[1] != before.step.plan_files[1]
 
 
 def test_a_recorded_plan_file_that_is_gone_is_an_error_that_names_it_not_a_smaller_step(pipeline):
     spec, bucket = pipeline
     step_plan.plan(spec, "score", "run-5", **plan_args(bucket))
-    uri = recorded_plan_files(read_step_files(spec, StepRef(spec.pipeline, "run-5", "score")).step)[1]
+    uri = read_step_files(spec, StepRef(spec.pipeline, "run-5", "score")).step.plan_files[1]
     boto3.client("s3").delete_object(Bucket=bucket, Key=parse_s3_uri(uri)[1])
     from shardline.orchestration.step import files as step_files
 

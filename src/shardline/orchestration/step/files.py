@@ -15,14 +15,8 @@ import collections
 import threading
 
 from shardline.ledger.keys import StepRef
-from shardline.ledger.step_reads import (
-    FILE_ATTRIBUTES,
-    StepRecords,
-    read_step,
-    recorded_plan_files,
-    with_file_items,
-    with_unclaimed,
-)
+from shardline.ledger.records import StepRecord
+from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step, with_file_items, with_unclaimed
 from shardline.orchestration import services
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import MAX_PLAN_FILE_BYTES, PlanFileError, parse_plan_file, parse_plan_file_versions
@@ -58,23 +52,23 @@ def read_step_files(
     return with_unclaimed(records, planned_inputs(spec, records.step))
 
 
-def planned_inputs(spec: services.Source, step_item) -> dict[int, list[tuple[str, int]]]:
+def planned_inputs(spec: services.Source, step: StepRecord) -> dict[int, list[tuple[str, int]]]:
     """Each attempt's planned inputs (full s3:// URI, size), from the plan files the STEP item records.
 
     A step planned before plan files records none (its PENDING FILE items say it all). A recorded
     file that is gone (deleted by hand, or by a lifecycle rule on the metadata prefix) is an
     error: without it a file never claimed would vanish from the step and its tolerance.
     """
-    files = recorded_plan_files(step_item)
+    files = step.plan_files
     return {attempt: _plan_file(spec, uri, keep=set(files.values())) for attempt, uri in sorted(files.items())}
 
 
-def planned_etags(spec: services.Source, step_item) -> dict[int, dict[str, str]]:
+def planned_etags(spec: services.Source, step: StepRecord) -> dict[int, dict[str, str]]:
     """Each attempt's planned inputs' ETags (full s3:// URI -> ETag), as its plan file recorded them; an input
     planned from another attempt's records has none. Read once, at a step's end (not cached: a poll never
     needs them)."""
     found: dict[int, dict[str, str]] = {}
-    for attempt, uri in sorted(recorded_plan_files(step_item).items()):
+    for attempt, uri in sorted(step.plan_files.items()):
         versions = parse_plan_file_versions(_plan_file_body(spec, uri), uri)
         found[attempt] = {input_uri: etag for input_uri, _size, etag in versions if etag}
     return found
@@ -129,6 +123,6 @@ def attempt_of(records: StepRecords, ref: StepRef) -> Attempt | None:
     pipeline, run_id, step = ref
     if records.step is None or not records.step.plan_json:
         return None
-    number = int(records.step.attempt or 1)
+    number = records.step.attempt or 1
     files = sum(1 for f in records.files if f.attempt == number)
     return Attempt.from_plan(records.step.plan_json, number, files, pipeline=pipeline, run_id=run_id, step=step)

@@ -375,7 +375,7 @@ def _what_to_plan(spec: PipelineSpec, base: Attempt, objects: list[S3Object]) ->
     """
 
     records = read_step(services.ledger_model(spec), base.ref)
-    latest = int(records.step.attempt or 0) if records.step else 0
+    latest = records.step.attempt if records.step else 0
     if latest == 0:
         return 1, objects, False
     bucket, _ = parse_s3_uri(base.input_prefix)

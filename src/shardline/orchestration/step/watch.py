@@ -239,13 +239,13 @@ def _jobs_beside(watch: StepWatch, attempt: Attempt, state, head: StepRecords) -
     described before the step's files are read, so a job seen ended has made its last write."""
     lost = [(attempt.number, instance) for instance in state.lost_instances]
     earlier = None
-    live_from = int(getattr(head.step, "live_from", None) or attempt.number)
+    live_from = head.step.live_from or attempt.number
     for number, name, seen in running_jobs(watch.aws, attempt.ref, head.step, before=attempt.number):
         earlier = earlier or name
         lost += [(number, instance) for instance in seen.lost_instances]
     # A lost instance whose files a later attempt took (``lost_taken``) decides nothing more: left out, the polls
     # while its job's other instances go on read no FILE item (each would read them all).
-    taken = set(getattr(head.step, "lost_taken", None) or ())
+    taken = head.step.lost_taken
     untaken = tuple((number, instance) for number, instance in lost if f"{number}/{instance.host}" not in taken)
     if earlier is None:
         return {"lost_instances": untaken, "earlier_job_running": None}
