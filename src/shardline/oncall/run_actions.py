@@ -11,7 +11,7 @@ import json
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import STEP_TERMINAL, StepStatus
 from shardline.ledger.step_reads import read_run
-from shardline.ledger.step_writes import cancel_step, set_run_status
+from shardline.ledger.step_writes import set_run_status
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, AirflowApiError
 from shardline.oncall.errors import BadRequest, Conflict, NotFound, Unavailable
 from shardline.oncall.messages import CANCEL_LINES, rerun_conf_text, rerun_not_finished_text
@@ -20,7 +20,7 @@ from shardline.oncall.values import RunRef
 from shardline.oncall.views import FINISHED_RUN_STATES
 from shardline.orchestration import services
 from shardline.orchestration.partitions import release_run
-from shardline.orchestration.step.jobs import is_running, stop_job
+from shardline.orchestration.step import jobs
 from shardline.planning import naming
 from shardline.spec import PipelineSpec, SpecError, partition_interval
 from shardline.spec.conf import conf_problem as spec_conf_problem
@@ -289,11 +289,11 @@ class RunActions:
         """The jobs of the run's steps that have not ended."""
         records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
         names = [
-            naming.job_name(ref.pipeline, ref.run_id, item.step, int(item.attempt))
+            naming.job_name(ref.pipeline, ref.run_id, item.step, item.attempt)
             for item in records.steps
             if item.attempt and item.step
         ]
-        return [name for name in names if is_running(spec, name)]
+        return [name for name in names if jobs.is_running(spec, name)]
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by on-call") -> list[str]:
         """Mark every step CANCELLED (so no watch task resubmits), stop their jobs, fail the DAG run."""
@@ -313,18 +313,9 @@ class RunActions:
         done = []
         for item in records.steps:
             step = item.step
-            if item.status in STEP_TERMINAL:
-                done.append(CANCEL_LINES["already"].format(step=step, status=item.status))
-                continue
-            attempt = int(item.attempt or 1)
-            if not cancel_step(model, StepRef(ref.pipeline, ref.run_id, step), attempt, reason):
-                done.append(CANCEL_LINES["moved_on"].format(step=step, ref=ref))
-                continue
-            first = min(getattr(item, "live_from", None) or attempt, attempt)  # a job still running beside it too
-            for name in [naming.job_name(ref.pipeline, ref.run_id, step, n) for n in range(first, attempt + 1)]:
-                if stop_job(spec, name):
-                    done.append(CANCEL_LINES["stopped"].format(step=step, job=name))
-            done.append(CANCEL_LINES["cancelled"].format(step=step))
+            did = jobs.cancel(spec, StepRef(ref.pipeline, ref.run_id, step), item, reason)
+            done += [CANCEL_LINES["stopped"].format(step=step, job=name) for name in did.stopped]
+            done.append(CANCEL_LINES[did.outcome].format(step=step, status=did.status, ref=ref))
         set_run_status(model, ref.pipeline, ref.run_id, StepStatus.CANCELLED, reason)
         release_run(spec, ref.pipeline, ref.run_id)  # the next run of the partition may write its prefixes now
         if self.reads.airflow is not None:

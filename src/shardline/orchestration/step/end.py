@@ -7,15 +7,17 @@ import dataclasses
 import datetime as dt
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from shardline.decision.policy import Action
 from shardline.decision.step_end import ENDED_WITH_OUTPUTS, EndChecks, end_status
 from shardline.decision.summary import FailedFile, StepSummary, status_of
 from shardline.errors import LedgerRecordMissing, error_line
-from shardline.ledger.keys import StepRef, run_pk, step_sk
+from shardline.ledger.keys import StepRef
 from shardline.ledger.record_gaps import record_gap
+from shardline.ledger.records import StepRecord
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import StepRecords, read_step
+from shardline.ledger.step_reads import StepRecords, read_step, read_step_item
 from shardline.ledger.step_writes import finish_step, record_refused, set_run_status
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step import jobs, outputs, run_report
@@ -123,18 +125,26 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     if status in ENDED_WITH_OUTPUTS:
         checks = EndChecks(lost=partitions.lost(spec, attempt))
     took.lap("records and hold")
+    written = None
     if status in ENDED_WITH_OUTPUTS and checks.first is None:
         seen = outputs.read_outputs(spec, attempt)
-        unvouched = outputs.unvouched_outputs(spec, attempt, seen)
-        took.lap("outputs vouched")
+        # The run report is written beside the vouching: its charts are a second of this process's CPU, while the
+        # vouching's requests mostly wait on S3. Both are done before anything is decided.
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            report = beside.submit(run_report.write_report, spec, attempt, seen.records)
+            unvouched = outputs.unvouched_outputs(spec, attempt, seen)
+            written = report.result()
+        took.lap("outputs vouched and run report")
         if unvouched:
             checks = EndChecks(unvouched=outputs.unvouched_text(unvouched))
             log.error("step %s: %s", attempt.step, checks.unvouched)
         else:
             checks = EndChecks(over_limit=outputs.rejects_over_limit(spec, attempt, seen.records))
     outputs_stand = status in ENDED_WITH_OUTPUTS and checks.first is None
-    drift = run_report.drift_failure(spec, attempt, outputs_stand, seen.records if seen else None)
-    took.lap("run report")
+    if written is None:
+        written = run_report.write_report(spec, attempt)
+        took.lap("run report")
+    drift = run_report.drift_failure(spec, attempt, outputs_stand, written)
     checks = dataclasses.replace(checks, drift=drift)
     status, reason = end_status(status, reason, checks)
     if status is StepStatus.SUCCEEDED:
@@ -223,7 +233,7 @@ def report(spec: PipelineSpec, ref: StepRef) -> StepSummary:
         rows_in=int(sum(f.rows_in or 0 for f in succeeded)),
         rows_out=int(sum(f.rows_out or 0 for f in succeeded)),
         rows_rejected=int(sum(f.rows_rejected or 0 for f in succeeded)),
-        attempts=int((records.step.attempt if records.step else 0) or 0),
+        attempts=records.step.attempt,
         rows_mismatched_files=tuple(mismatched),
         failed_files=tuple(FailedFile(f.input_key, file_error(f.error_class, f.error_message)) for f in failed),
         report=report_uri(records.step, ref),
@@ -243,7 +253,7 @@ def confirm_ended(spec: PipelineSpec, ref: StepRef, summary: StepSummary) -> str
     if gap:
         return gap
     expected = summary.status
-    if int(step.attempt or 0) != attempts or step.status != expected.value:
+    if step.attempt != attempts or step.status != expected.value:
         return (
             f"step {ref.step} returned {expected.value} at attempt {attempts}, but its ledger record now says "
             f"{step.status} at attempt {step.attempt} (resubmitted or cancelled since): `shardline status "
@@ -264,23 +274,16 @@ def confirm_ended(spec: PipelineSpec, ref: StepRef, summary: StepSummary) -> str
     )
 
 
-def report_uri(step_item, ref: StepRef) -> str | None:
+def report_uri(step: StepRecord | None, ref: StepRef) -> str | None:
     """Where a step's run report is (None before its plan exists)."""
-    pipeline, run_id, step = ref
-    if step_item is None or not step_item.plan_json:
+    if step is None or not step.plan_json:
         return None
-    return Attempt.from_plan(
-        step_item.plan_json, int(step_item.attempt or 1), 0, pipeline=pipeline, run_id=run_id, step=step
-    ).report_uri()
+    return Attempt.from_plan(step.plan_json, step.attempt or 1, 0, **ref._asdict()).report_uri()
 
 
 def step_message(spec: PipelineSpec, attempt: Attempt) -> str:
     """The STEP item's message: what its outcome was, and why."""
-    control = services.ledger_model(spec).Control
-    try:
-        item = control.get(run_pk(attempt.pipeline, attempt.run_id), step_sk(attempt.step), consistent_read=True)
-    except control.DoesNotExist:
-        item = None
+    item = read_step_item(services.ledger_model(spec), attempt.ref)
     return (item.message if item else None) or f"step {attempt.step} has no recorded outcome"
 
 

@@ -16,8 +16,12 @@ from shardline.decision import fleet
 from shardline.decision.policy import JobStatus
 from shardline.errors import GaveUpWaiting, LedgerRecordMissing, SubmitRefused
 from shardline.ledger.context import StaleAttemptError
+from shardline.ledger.keys import StepRef
 from shardline.ledger.record_gaps import record_gap
-from shardline.ledger.step_reads import StepRecords, read_step
+from shardline.ledger.records import StepRecord
+from shardline.ledger.states import STEP_TERMINAL, StepStatus
+from shardline.ledger.step_reads import StepRecords, read_step_item
+from shardline.ledger.step_writes import cancel_step
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.capacity import after_capacity_failure, note_waiting
 from shardline.orchestration.step.files import read_step_files
@@ -133,6 +137,30 @@ def stop(spec: PipelineSpec, attempt: Attempt) -> None:
         stop_job(spec, each.job_name)
 
 
+@dataclasses.dataclass(frozen=True)
+class StepCancel:
+    """What :func:`cancel` did to one step: ``already`` ended (``status``), ``moved_on`` (resubmitted or ended while
+    being cancelled: left as it is), or ``cancelled``, with the jobs it stopped."""
+
+    outcome: str
+    status: str | None = None
+    stopped: tuple[str, ...] = ()
+
+
+def cancel(spec: PipelineSpec, ref: StepRef, step: StepRecord, reason: str) -> StepCancel:
+    """Stop a step by hand, the one way: mark it CANCELLED, fenced on the attempt ``step`` records (so no watch task
+    resubmits it and a resubmit meanwhile stands), then stop its attempt's job and every earlier one still running
+    beside it."""
+    if step.status in STEP_TERMINAL:
+        return StepCancel("already", step.status)
+    attempt = step.attempt or 1
+    if not cancel_step(services.ledger_model(spec), ref, attempt, reason):
+        return StepCancel("moved_on")
+    first = min(step.live_from or attempt, attempt)
+    names = [naming.job_name(ref.pipeline, ref.run_id, ref.step, n) for n in range(first, attempt + 1)]
+    return StepCancel("cancelled", StepStatus.CANCELLED.value, tuple(name for name in names if stop_job(spec, name)))
+
+
 def is_running(spec: PipelineSpec, job_name: str) -> bool:
     """Whether the job was submitted and has not ended."""
 
@@ -182,9 +210,11 @@ def resubmit(
     """
     live_from, lost_taken = None, ()
     if beside:  # one read of the STEP item for both: the oldest job still running, and its lost instances
-        step_item = read_step(services.ledger_model(spec), attempt.ref, files=False).step
-        live_from = _oldest_live(step_item, attempt)
-        lost_taken = _lost_instances_of(spec, attempt, step_item, retry_keys)
+        step = read_step_item(services.ledger_model(spec), attempt.ref)
+        if step is None:
+            raise LedgerRecordMissing(record_gap(None, attempt.ref, attempt.number))
+        live_from = _oldest_live(step, attempt)
+        lost_taken = _lost_instances_of(spec, attempt, step, retry_keys)
     if not beside:
         stop_live_jobs(spec, attempt)
     base = after_capacity_failure(spec, attempt) if capacity else attempt
@@ -209,25 +239,25 @@ def resubmit(
     return submit(spec, nxt)
 
 
-def _lost_instances_of(spec: PipelineSpec, attempt: Attempt, step_item, keys: list[str]) -> tuple[str, ...]:
+def _lost_instances_of(spec: PipelineSpec, attempt: Attempt, step: StepRecord, keys: list[str]) -> tuple[str, ...]:
     """The lost instances ("attempt/host") of the step's jobs still running that were given any of ``keys``: the
     next attempt takes their unfinished files, so the watch stops reading the step's files for them."""
     wanted = set(keys)
-    running = partitions.running_jobs(spec, attempt.ref, step_item)
+    running = partitions.running_jobs(spec, attempt.ref, step)
     taken = (
         f"{n}/{lost.host}" for n, _, state in running for lost in state.lost_instances if wanted & set(lost.inputs)
     )
     return tuple(sorted(taken))
 
 
-def _oldest_live(step_item, attempt: Attempt) -> int:
+def _oldest_live(step: StepRecord | None, attempt: Attempt) -> int:
     """The oldest attempt whose job runs now, as the STEP item records it: ``attempt``'s, or an earlier one's."""
-    return min(int(getattr(step_item, "live_from", None) or attempt.number), attempt.number)
+    return min((step.live_from if step else None) or attempt.number, attempt.number)
 
 
 def _live_from(spec: PipelineSpec, attempt: Attempt) -> int:
     """:func:`_oldest_live`, read from the ledger now."""
-    return _oldest_live(read_step(services.ledger_model(spec), attempt.ref, files=False).step, attempt)
+    return _oldest_live(read_step_item(services.ledger_model(spec), attempt.ref), attempt)
 
 
 def live_jobs(spec: PipelineSpec, attempt: Attempt) -> list[Attempt]:
@@ -338,7 +368,7 @@ def resume(spec: PipelineSpec, attempt: Attempt) -> Attempt | MustWait:
     gap = record_gap(records.step, attempt.ref, attempt.number)
     if gap:  # never "nothing newer": a missing STEP item is no attempt to resume, and resubmitting would loop
         raise LedgerRecordMissing(gap)
-    latest = int(records.step.attempt or 0)
+    latest = records.step.attempt
     if latest <= attempt.number:
         return attempt
     # A capacity fallback's type and count are in the STEP item's plan, which the newest attempt wrote.

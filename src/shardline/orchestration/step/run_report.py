@@ -14,9 +14,9 @@ import json
 import logging
 
 from shardline.backends import JobNotFound
-from shardline.ledger.keys import run_pk, step_sk
+from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus, StepStatus
-from shardline.ledger.step_reads import StepRecords, list_runs
+from shardline.ledger.step_reads import StepRecords, list_runs, read_step_item
 from shardline.orchestration import services
 from shardline.orchestration.step import watch
 from shardline.orchestration.step.files import read_step_files
@@ -234,20 +234,12 @@ def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, Ru
     for run in list_runs(model, attempt.pipeline, limit=TREND_RUNS + 1):
         if run.run_id == attempt.run_id:
             continue
-        try:
-            step = model.Control.get(run_pk(attempt.pipeline, run.run_id), step_sk(attempt.step), consistent_read=True)
-        except model.Control.DoesNotExist:
-            continue
-        if step.status != StepStatus.SUCCEEDED or not step.plan_json:
+        step = read_step_item(model, StepRef(attempt.pipeline, run.run_id, attempt.step))
+        if step is None or step.status != StepStatus.SUCCEEDED or not step.plan_json:
             continue
         try:
             earlier = Attempt.from_plan(
-                step.plan_json,
-                int(step.attempt or 1),
-                0,
-                pipeline=attempt.pipeline,
-                run_id=run.run_id,
-                step=attempt.step,
+                step.plan_json, step.attempt or 1, 0, pipeline=attempt.pipeline, run_id=run.run_id, step=attempt.step
             )
             bucket, key = parse_s3_uri(earlier.report_uri("json"))
             found.append((run.run_id, RunReport.from_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())))
@@ -276,28 +268,33 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
     return WrittenReport(report, uris["html"], uris["json"])
 
 
-def drift_failure(
-    spec: PipelineSpec, attempt: Attempt, outputs: bool, records: StepRecords | None = None
-) -> str | None:
-    """Write the step's run report; for a step that produced ``outputs``, the reason its drift check fails it
-    (``drift.action: fail``), or None.
+def write_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | None = None) -> WrittenReport | Exception:
+    """:func:`write_step_report`, with its failure logged and returned rather than raised: a report that cannot be
+    written fails no step by itself (:func:`drift_failure` decides). ``records``: the step's files as its end read
+    them already (``outputs.read_outputs``), so they are not read again; else the report reads them."""
+    try:
+        return write_step_report(spec, attempt, records)
+    except Exception as err:
+        log.exception("step %s: the run report could not be written", attempt.step)
+        return err
 
-    ``records``: the step's files as its end read them already (``outputs.read_outputs``), so they are not read
-    again; else the report reads them.
+
+def drift_failure(
+    spec: PipelineSpec, attempt: Attempt, outputs: bool, written: WrittenReport | Exception
+) -> str | None:
+    """For a step that produced ``outputs``, the reason its drift check fails it (``drift.action: fail``), or None,
+    from its run report as :func:`write_report` wrote it (or failed to).
 
     A drift beyond ``drift.max_psi`` is a warning, or with ``drift.action: fail`` the step's failure (so no
     ``_SUCCESS``). A report that cannot be written never fails a step, unless the step asked for the drift
     check to decide.
     """
     policy = spec.step(attempt.step).drift
-    try:
-        written = write_step_report(spec, attempt, records)
-    except Exception as err:
-        log.exception("step %s: the run report could not be written", attempt.step)
+    if isinstance(written, Exception):
         if policy.action == "fail" and outputs:
             return (
                 f"the drift check (drift.action: fail) could not run: the run report failed: "
-                f"{watch.describe_error(err)}"
+                f"{watch.describe_error(written)}"
             )
         return None
     log.info("step %s: run report %s", attempt.step, written.html_uri)
