@@ -89,6 +89,7 @@ AIRFLOW_UNITS = {
     "tests/scenarios/test_scheduled_runs.py": "airflow-2",
     "tests/scenarios/test_admission.py": "airflow-2",
     "tests/scenarios/test_per_file_commit.py": "airflow-2",
+    "tests/scenarios/test_multi_step.py": "airflow-2",
 }
 
 
