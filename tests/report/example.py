@@ -153,7 +153,8 @@ def example_report() -> RunReport:
 
 
 def main(argv: list[str]) -> None:
-    from shardline.report.render import render_charts, render_html
+    from shardline.report.charts import render_charts
+    from shardline.report.render import render_html
 
     out = Path(argv[0] if argv else "/tmp/report-example.html")
     started = time.perf_counter()
@@ -163,8 +164,8 @@ def main(argv: list[str]) -> None:
     rendered = time.perf_counter()
     out.write_text(page, encoding="utf-8")
     out.with_suffix(".json").write_text(report.to_json(indent=2), encoding="utf-8")
-    for name, png in render_charts(report).items():
-        out.with_name(f"{out.stem}-{name}.png").write_bytes(png)
+    for name, svg in render_charts(report).items():
+        out.with_name(f"{out.stem}-{name}.svg").write_bytes(svg)
     sys.stdout.write(
         f"{out} ({len(page) / 1e3:.0f} kB): built in {built - started:.2f} s, rendered in "
         f"{rendered - built:.2f} s; PSI {report.drift.psi:.3f} ({report.drift.verdict}), "

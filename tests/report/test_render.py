@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from shardline.report.build import build_report
+from shardline.report.charts import render_charts
 from shardline.report.histogram import Histogram
 from shardline.report.inputs import StepIdentity
-from shardline.report.render import render_charts, render_html
+from shardline.report.render import render_html
 from tests.airflow.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
 from tests.report.example import example_histograms, example_records, example_report
 
-PNG = b"\x89PNG\r\n\x1a\n"
+SVG = b"<svg xmlns='http://www.w3.org/2000/svg'"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def images(page: str) -> dict[str, bytes]:
     return {
         name: base64.b64decode(data)
         for name, data in re.findall(
-            r"<img class='chart' id='chart-(\w+)' alt='[^']*' src='data:image/png;base64,([^']+)'>", page
+            r"<img class='chart' id='chart-(\w+)' alt='[^']*' src='data:image/svg\+xml;base64,([^']+)'>", page
         )
     }
 
@@ -43,7 +44,7 @@ def test_the_page_holds_every_section_and_chart_inline(example):
         assert f"<section id='{section}'>" in page
     charts = images(page)
     assert set(charts) == {"throughput", "shards", "cost", "drift"}
-    assert all(png.startswith(PNG) and len(png) > 5_000 for png in charts.values())
+    assert all(svg.startswith(SVG) and len(svg) > 2_000 for svg in charts.values())
     # the figures the reader looks for
     assert f"PSI <b>{report.drift.psi:.3f}</b>" in page and "drift" in page
     assert "algo-3 (attempt 1)</b> finished" in page  # the straggler, called out
@@ -105,7 +106,7 @@ def test_the_charts_alone_for_a_look(tmp_path):
     )
     charts = render_charts(report)
     assert set(charts) == {"drift"}  # this run's histogram alone; no cost per 1M without predictions, no trend
-    assert charts["drift"].startswith(PNG)
+    assert charts["drift"].startswith(SVG)
 
 
 @pytest.mark.slow

@@ -27,8 +27,9 @@ from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from shardline.errors import PermanentError, ShardlineError
-from shardline.ledger.keys import PARTITION_LOCK_SK, RUN_SK, StepRef, partition_lock_pk, run_pk
+from shardline.errors import LedgerRecordMissing, PermanentError, ShardlineError
+from shardline.ledger.keys import PARTITION_LOCK_SK, RUN_SK, StepRef, partition_lock_pk, run_pk, step_sk
+from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.states import STEP_TERMINAL, StepStatus
 from shardline.ledger.table import CLIENT_SETTINGS, LedgerItem
 
@@ -325,3 +326,17 @@ def _run_status(model: type[LedgerItem], holder: PartitionHolder | None) -> str 
     except DoesNotExist:
         return None
     return run.status
+
+
+def record_step_fence(model: type[LedgerItem], ref: StepRef, fence: int) -> None:
+    """Remember on the STEP item which take of its output prefix the step holds. Never creates one: a STEP item that
+    is gone raises :class:`~shardline.errors.LedgerRecordMissing`."""
+    c = model.Control
+    try:
+        c(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step)).update(
+            actions=[c.fence.set(fence)], condition=c.attempt.exists()
+        )
+    except UpdateError as err:
+        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            raise
+        raise LedgerRecordMissing(record_gap(None, ref, 1)) from err

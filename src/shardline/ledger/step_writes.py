@@ -29,7 +29,7 @@ from shardline.ledger.keys import (
     runs_pk,
     step_sk,
 )
-from shardline.ledger.record_gaps import check_refusal, record_gap, table_gone, table_gone_text
+from shardline.ledger.record_gaps import check_refusal, table_gone, table_gone_text
 from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
 from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
 
@@ -523,20 +523,6 @@ def cancel_step(model: type[LedgerItem], ref: StepRef, attempt: int, reason: str
             return False
         raise
     return True
-
-
-def record_step_fence(model: type[LedgerItem], ref: StepRef, fence: int) -> None:
-    """Remember on the STEP item which take of its output prefix the step holds. Never creates one: a STEP item that
-    is gone raises :class:`~shardline.errors.LedgerRecordMissing`."""
-    c = model.Control
-    try:
-        c(run_pk(ref.pipeline, ref.run_id), step_sk(ref.step)).update(
-            actions=[c.fence.set(fence)], condition=c.attempt.exists()
-        )
-    except UpdateError as err:
-        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
-            raise
-        raise LedgerRecordMissing(record_gap(None, ref, 1)) from err
 
 
 def _attributes(model: type[LedgerItem], **values) -> dict[str, dict[str, str]]:

@@ -138,7 +138,7 @@ class RunReports:
 
     def _page(self, ref: RunRef, report: StepReportRef, raw: bytes) -> bytes:
         """The report's page, rendered from its report.json (every value escaped, a policy that allows no script).
-        Without the run report's libraries (numpy, matplotlib: the ``airflow`` extra) it is the stored page, led
+        Without the run report's library (numpy: the ``airflow`` extra) it is the stored page, led
         by the same policy, which no later markup in the page can loosen."""
         try:
             from shardline.report.model import RunReport

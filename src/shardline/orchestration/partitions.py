@@ -28,6 +28,7 @@ from shardline.ledger.partitions import (
     PartitionLost,
     PartitionMovedOn,
     RunningJob,
+    record_step_fence,
     release,
     release_after_life,
     renew,
@@ -37,7 +38,7 @@ from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.records import RunRecord, StepRecord
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import read_run_item, read_step_item
-from shardline.ledger.step_writes import record_step_fence, set_run_status
+from shardline.ledger.step_writes import set_run_status
 from shardline.orchestration import services
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt

@@ -31,10 +31,14 @@ def local_root() -> Path:
 
 
 def client_config():
-    """Every AWS call gives up in bounded time (as the ledger's do): a frozen endpoint never hangs a task."""
+    """Every AWS call gives up in bounded time (as the ledger's do): a frozen endpoint never hangs a task. The pool
+    holds a connection for each thread a step's end runs at once (its checks' and its report's): with urllib3's
+    default of 10, each check past the tenth opened a connection and threw it away."""
     from botocore.config import Config
 
-    return Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 5})
+    return Config(
+        connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=32
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,8 @@
   ``InstanceRecord`` per SHARD record; ``records_from_ledger`` makes them from one step's ledger records.
 - :mod:`.model`: the typed ``RunReport`` and its JSON (``to_json``, ``from_json``).
 - :mod:`.build`: ``build_report``, records in, a ``RunReport`` out.
-- :mod:`.render`: ``render_html``, the self-contained HTML page (matplotlib, imported only there, when a page is
-  drawn).
+- :mod:`.render`: ``render_html``, the self-contained HTML page.
+- :mod:`.charts`: ``render_charts``, the page's charts as SVG, drawn by hand (no plotting library).
 
-Import each name from its module: the package itself loads nothing, so neither numpy nor matplotlib.
+Import each name from its module: the package itself loads nothing, so no numpy.
 """

@@ -1,9 +1,6 @@
-"""The run report as one self-contained HTML page: charts embedded as PNG, no script, no network.
-
-matplotlib draws the charts (its Agg renderer, on Figure objects: no pyplot, no global state) and
-is imported inside :func:`render_charts`, so importing :mod:`shardline.report` stays cheap and
-the room needs it only where a page is rendered. Every string that comes from the data (keys,
-hosts, error messages, run ids) is escaped: input keys and failure reasons are anyone's text.
+"""The run report as one self-contained HTML page: charts embedded as SVG images (:mod:`.charts`), no script,
+no network. Every string that comes from the data (keys, hosts, error messages, run ids) is escaped: input keys and
+failure reasons are anyone's text.
 """
 
 from __future__ import annotations
@@ -11,17 +8,15 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
-import io
-import math
 import statistics
-from collections.abc import Callable
 from typing import Any
 
+from shardline.report.charts import duration_text as _duration
+from shardline.report.charts import number_text as _num
+from shardline.report.charts import render_charts
 from shardline.report.model import RunReport, Shard
 
 MAX_FILE_ROWS = 500  # the page lists at most this many files (problems first); the JSON has them all
-_DPI = 110
-_CURRENT, _REFERENCE, _ALERT, _IDLE, _OK = "#1f6fb2", "#9aa5b1", "#d1495b", "#e0a100", "#2e8b57"
 
 
 # What the report page may load: its inline styles and data: images (the charts), nothing else, no script.
@@ -30,7 +25,7 @@ PAGE_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-u
 
 def render_html(report: RunReport, *, max_file_rows: int = MAX_FILE_ROWS) -> str:
     """The report page: one HTML document with its charts inside."""
-    charts = {name: _data_uri(png) for name, png in render_charts(report).items()}
+    charts = {name: _data_uri(svg) for name, svg in render_charts(report).items()}
     e = _e
     title = f"{report.pipeline} / {report.run_id} / {report.step}"
     parts = [
@@ -70,164 +65,6 @@ def render_html(report: RunReport, *, max_file_rows: int = MAX_FILE_ROWS) -> str
         "</body></html>",
     ]
     return "\n".join(p for p in parts if p)
-
-
-def render_charts(report: RunReport) -> dict[str, bytes]:
-    """Each chart of the page as PNG bytes, by name: throughput, shards, cost, drift (those with data)."""
-    from matplotlib.figure import Figure  # lazily: a second or so to import, and only the page needs it
-
-    drawers: dict[str, Callable[[Any, RunReport], bool]] = {
-        "throughput": _draw_throughput,
-        "shards": _draw_shards,
-        "cost": _draw_cost,
-        "drift": _draw_drift,
-    }
-    charts = {}
-    for name, draw in drawers.items():
-        figure = Figure(figsize=(10, 3.6), dpi=_DPI, layout="constrained")
-        if draw(figure, report):
-            buffer = io.BytesIO()
-            figure.savefig(buffer, format="png", dpi=_DPI)
-            charts[name] = buffer.getvalue()
-    return charts
-
-
-# -- charts ---------------------------------------------------------------------------------------------
-
-
-def _draw_throughput(figure, report: RunReport) -> bool:
-    timeline = report.timeline
-    if not timeline.series or not timeline.offsets:
-        return False
-    ax = figure.add_subplot()
-    minutes = (timeline.offsets[-1] + timeline.bucket_seconds) >= 600
-    scale, unit = (60.0, "minutes") if minutes else (1.0, "seconds")
-    x = [(o + timeline.bucket_seconds / 2) / scale for o in timeline.offsets]
-    flagged = set(report.stragglers) | set(report.idle)
-    for series in timeline.series:
-        straggler, idle = series.instance in report.stragglers, series.instance in report.idle
-        label = series.instance + (" (straggler)" if straggler else "") + (" (idle)" if idle else "")
-        style = (
-            {"linewidth": 2.4, "color": _ALERT if straggler else _IDLE, "zorder": 3}
-            if (straggler or idle)
-            else {"linewidth": 1.2, "alpha": 0.8 if flagged else 0.9}
-        )
-        # Markers too: a bucket between two empty ones (a short run, one file) is a point with no line to draw.
-        ax.plot(x, series.rows_per_second, label=label, marker="o", markersize=2.5, **style)
-    ax.set_xlabel(f"{unit} since the first instance started (buckets of {_duration(timeline.bucket_seconds)})")
-    ax.set_ylabel("rows / s")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize=7,
-        ncols=1 if len(timeline.series) <= 16 else 2,
-        frameon=False,
-    )
-    return True
-
-
-def _draw_shards(figure, report: RunReport) -> bool:
-    shards = report.shards
-    if not shards:
-        return False
-    names = [s.instance for s in shards]
-    colors = [_ALERT if s.straggler else _IDLE if s.idle else _CURRENT for s in shards]
-    positions = list(range(len(shards)))
-    left, right = figure.subplots(1, 2)
-    left.bar(positions, [s.files for s in shards], color=colors)
-    left.set_title("files per instance", fontsize=10)
-    megabytes = [s.bytes_in / 1e6 for s in shards]
-    right.bar(positions, megabytes, color=colors)
-    right.set_title("MB read per instance", fontsize=10)
-    for ax in (left, right):
-        _instance_ticks(ax, names)
-        ax.grid(axis="y", alpha=0.3)
-    return True
-
-
-def _draw_cost(figure, report: RunReport) -> bool:
-    cost = report.cost
-    priced = [s for s in report.shards if s.cost is not None]
-    trend = [p for p in cost.trend if p.cost_per_million is not None]
-    if not priced and not trend:
-        return False
-    left, right = figure.subplots(1, 2)
-    if priced:
-        positions = list(range(len(priced)))
-        left.bar(
-            positions,
-            [s.cost for s in priced],
-            color=[_ALERT if s.straggler else _IDLE if s.idle else _CURRENT for s in priced],
-        )
-        _instance_ticks(left, [s.instance for s in priced])
-    left.set_title("USD per instance", fontsize=10)
-    left.grid(axis="y", alpha=0.3)
-    if trend:
-        positions = list(range(len(trend)))
-        right.plot(positions, [p.cost_per_million for p in trend], marker="o", color=_REFERENCE)
-        for i, point in enumerate(trend):
-            if point.current:
-                right.plot([i], [point.cost_per_million], marker="o", markersize=9, color=_CURRENT, zorder=3)
-        right.set_xticks(positions, [_short(p.run_id) for p in trend], rotation=30, ha="right", fontsize=7)
-        right.set_ylim(0, 1.15 * max(p.cost_per_million for p in trend) or 1.0)
-    right.set_title("USD per 1M predictions, previous runs and this one", fontsize=10)
-    right.grid(alpha=0.3)
-    return True
-
-
-def _draw_drift(figure, report: RunReport) -> bool:
-    drift = report.drift
-    if drift.density is None:
-        return False
-    left, right = figure.subplots(1, 2, width_ratios=[3, 2]) if drift.bins else (figure.add_subplot(), None)
-    density = drift.density
-    has_reference = drift.bins is not None
-    if density.kind == "values":
-        positions = list(range(len(density.edges)))
-        width = 0.4 if has_reference else 0.8
-        if has_reference:
-            left.bar([p - width / 2 for p in positions], density.reference, width, label="reference", color=_REFERENCE)
-        left.bar(
-            [p + width / 2 if has_reference else p for p in positions],
-            density.current,
-            width,
-            label="this run",
-            color=_CURRENT,
-        )
-        left.set_xticks(positions, [_num(v) for v in density.edges], fontsize=7)
-    else:
-        edges = density.edges
-        if has_reference:
-            left.stairs(density.reference, edges, fill=True, alpha=0.45, color=_REFERENCE, label="reference")
-        left.stairs(density.current, edges, linewidth=1.8, color=_CURRENT, label="this run")
-    left.set_title("share of predictions", fontsize=10)
-    left.legend(fontsize=8, frameon=False)
-    left.grid(alpha=0.3)
-    if right is not None and drift.bins is not None:
-        bins = drift.bins
-        positions = list(range(len(bins.labels)))
-        right.bar([p - 0.2 for p in positions], bins.reference, 0.4, label="reference", color=_REFERENCE)
-        right.bar([p + 0.2 for p in positions], bins.current, 0.4, label="this run", color=_CURRENT)
-        right.set_xticks(positions, bins.labels, rotation=60, ha="right", fontsize=6)
-        color = _ALERT if drift.verdict == "drift" else _IDLE if drift.verdict == "moderate" else _OK
-        right.set_title(f"PSI bins: PSI {drift.psi:.3f} ({drift.verdict})", fontsize=10, color=color)
-        right.grid(axis="y", alpha=0.3)
-    return True
-
-
-def _instance_ticks(ax, names: list[str]) -> None:
-    """One tick per instance, slanted when the names would run into each other."""
-    crowded = len(names) * max((len(n) for n in names), default=0) > 60
-    ax.set_xticks(
-        range(len(names)),
-        names,
-        rotation=45 if crowded else 0,
-        ha="right" if crowded else "center",
-        fontsize=7,
-        rotation_mode="anchor" if crowded else "default",
-    )
 
 
 # -- HTML parts -------------------------------------------------------------------------------------------
@@ -431,24 +268,12 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+def _data_uri(svg: bytes) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
 
 
 def _when(value: dt.datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "n/a"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "n/a"
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    minutes, rest = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {rest:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 def _usd(value: float) -> str:
@@ -462,21 +287,6 @@ def _bytes(value: int) -> str:
         if value >= size:
             return f"{value / size:.1f} {unit}"
     return f"{value} B"
-
-
-def _num(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{value:.4g}"
-
-
-def _short(run_id: str, limit: int = 20) -> str:
-    """Airflow's run ids without their kind (scheduled__, manual__) and seconds, to label a trend's points."""
-    kind, _, rest = run_id.partition("__")
-    text = rest if rest and kind.isalpha() else run_id
-    if len(text) >= 16 and text[4:5] == "-" and text[10:11] == "T":  # an ISO date-time: to the minute
-        text = text[:16].replace("T", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 _CSS = """

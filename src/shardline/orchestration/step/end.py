@@ -120,20 +120,13 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     if gap:  # checked first: no check, report or marker is made for a step the ledger has no record of
         raise LedgerRecordMissing(gap)
     unvouched: list[outputs.UnvouchedFile] = []
-    seen, checks = None, EndChecks()
+    seen, checks, written = None, EndChecks(), None
     # The checks, each only where the one before it found nothing (decision.step_end orders them).
     if status in ENDED_WITH_OUTPUTS:
         checks = EndChecks(lost=partitions.lost(spec, attempt))
     took.lap("records and hold")
-    written = None
     if status in ENDED_WITH_OUTPUTS and checks.first is None:
-        seen = outputs.read_outputs(spec, attempt)
-        # The run report is written beside the vouching: its charts are a second of this process's CPU, while the
-        # vouching's requests mostly wait on S3. Both are done before anything is decided.
-        with ThreadPoolExecutor(max_workers=1) as beside:
-            report = beside.submit(run_report.write_report, spec, attempt, seen.records)
-            unvouched = outputs.unvouched_outputs(spec, attempt, seen)
-            written = report.result()
+        seen, unvouched, written = _vouched_and_reported(spec, attempt)
         took.lap("outputs vouched and run report")
         if unvouched:
             checks = EndChecks(unvouched=outputs.unvouched_text(unvouched))
@@ -191,6 +184,16 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
         outputs.commit_outputs(spec, attempt, status, seen)
     return status
+
+
+def _vouched_and_reported(spec: PipelineSpec, attempt: Attempt):
+    """The step's outputs as read, those not vouched for, and its run report as written (or why not). The report is
+    written on a thread beside the vouching: both mostly wait on S3, and both are done before anything is decided."""
+    seen = outputs.read_outputs(spec, attempt)
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        report = beside.submit(run_report.write_report, spec, attempt, seen.records)
+        unvouched = outputs.unvouched_outputs(spec, attempt, seen)
+        return seen, unvouched, report.result()
 
 
 class _Laps:
