@@ -7,10 +7,12 @@ import pytest
 from shardline.errors import SetupError
 from shardline.ledger.states import (
     FILE_TERMINAL,
+    RUN_TERMINAL,
     SETUP_ERROR,
     SHARD_TERMINAL,
     STEP_TERMINAL,
     FileStatus,
+    RunStatus,
     ShardStatus,
     StepStatus,
 )
@@ -30,6 +32,13 @@ def test_only_a_running_shard_or_a_step_still_under_way_is_not_final():
     assert set(StepStatus) - STEP_TERMINAL == {StepStatus.PLANNED, StepStatus.SUBMITTED, StepStatus.RUNNING}
     # A cancelled step is final: the watch task must not resubmit it.
     assert StepStatus.CANCELLED in STEP_TERMINAL
+
+
+def test_a_run_has_the_words_of_a_steps_end_and_only_running_is_not_final():
+    """A run is never PLANNED or SUBMITTED (its steps are); its other words are a step's, stored as the same names."""
+    assert {s.value for s in RunStatus} == {s.value for s in StepStatus} - {"PLANNED", "SUBMITTED"}
+    assert set(RunStatus) - RUN_TERMINAL == {RunStatus.RUNNING}
+    assert RunStatus.FAILED == StepStatus.FAILED == "FAILED"  # a RUN item written before this enum reads the same
 
 
 def test_a_state_is_stored_and_compared_as_its_plain_name():

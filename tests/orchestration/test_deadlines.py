@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from shardline.ledger.keys import RUN_SK, run_pk
 from shardline.ledger.records import RunRecord
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus
 from shardline.ledger.step_reads import list_runs
 from shardline.orchestration import run as run_records
 from shardline.orchestration import services
@@ -49,7 +49,7 @@ def test_a_run_late_before_its_first_plan_task_is_made_and_listed_with_the_miss(
 
 def test_a_miss_of_a_run_that_ended_is_recorded_and_leaves_its_end_alone(two_steps):
     spec, _bucket = two_steps
-    run_records.record_run_status(spec, "run-done", StepStatus.FAILED, "step score failed")
+    run_records.record_run_status(spec, "run-done", RunStatus.FAILED, "step score failed")
     record_missed(spec, "run-done", "2026-11-22 13:00 UTC, failed")
     record = run_record(spec, "run-done")
     assert (record.status, record.message, record.deadline_misses) == ("FAILED", "step score failed", 1)

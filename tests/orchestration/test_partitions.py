@@ -13,7 +13,7 @@ from shardline.errors import LedgerRecordMissing
 from shardline.ledger.keys import RUN_SK, StepRef, run_pk, step_sk
 from shardline.ledger.partitions import read_holder
 from shardline.ledger.records import RunRecord
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus
 from shardline.ledger.step_reads import read_step
 from shardline.ledger.step_writes import end_life, ensure_run, set_run_status
 from shardline.orchestration import partitions, services
@@ -88,7 +88,7 @@ def test_a_plan_takes_its_prefix_and_a_second_run_is_refused_naming_the_holder(t
 def test_once_the_holder_ended_and_released_the_next_run_takes_the_prefix_with_a_higher_fence(two_steps):
     spec, bucket = two_steps
     plan(spec, bucket, "run-1")
-    set_run_status(services.ledger_model(spec), spec.pipeline, "run-1", StepStatus.SUCCEEDED)
+    set_run_status(services.ledger_model(spec), spec.pipeline, "run-1", RunStatus.SUCCEEDED)
     partitions.release_run(spec, spec.pipeline, "run-1")
     assert holder_of(spec, bucket).released
     plan(spec, bucket, "run-2")
@@ -115,13 +115,13 @@ def test_a_later_attempt_refused_its_prefix_puts_its_runs_status_back(two_steps)
     model = services.ledger_model(spec)
     plan(spec, bucket, "run-1")
     ensure_run(model, spec.pipeline, "run-2")
-    set_run_status(model, spec.pipeline, "run-2", StepStatus.FAILED, "its step failed")
+    set_run_status(model, spec.pipeline, "run-2", RunStatus.FAILED, "its step failed")
     ref = StepRef(spec.pipeline, "run-2", "score")
     with pytest.raises(partitions.PartitionHeld):
         partitions.hold_for_attempt(spec, ref, f"s3://{bucket}/out/", number=2, may_take=True)
     assert (run_record(spec, "run-2").status, run_record(spec, "run-2").message) == ("FAILED", "its step failed")
 
-    set_run_status(model, spec.pipeline, "run-1", StepStatus.SUCCEEDED)  # run-1 ended (no job of it runs)
+    set_run_status(model, spec.pipeline, "run-1", RunStatus.SUCCEEDED)  # run-1 ended (no job of it runs)
     assert partitions.hold_for_attempt(spec, ref, f"s3://{bucket}/out/", number=2, may_take=True) == 2
     assert run_record(spec, "run-2").status == "RUNNING"
 

@@ -10,7 +10,7 @@ import boto3
 from shardline.ledger.keys import RUN_SK, StepRef, run_pk
 from shardline.ledger.partitions import read_holder
 from shardline.ledger.records import RunRecord
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus, StepStatus
 from shardline.ledger.step_reads import list_runs
 from shardline.ledger.step_writes import finish_step, set_run_status
 from shardline.orchestration import run as run_records
@@ -48,7 +48,7 @@ def test_finish_run_records_how_the_run_ended_and_releases_every_prefix_it_held(
     plan(spec, bucket, "run-1", "calibrate")
     assert not holder_of(spec, bucket, "out").released  # the control: held while the run runs
 
-    run_records.finish_run(spec, spec.pipeline, "run-1", StepStatus.FAILED, "step calibrate failed")
+    run_records.finish_run(spec, spec.pipeline, "run-1", RunStatus.FAILED, "step calibrate failed")
     record = run_record(spec, "run-1")
     assert (record.status, record.message) == ("FAILED", "step calibrate failed") and record.finished_at is not None
     for folder in ("out", "calibrated"):
@@ -66,7 +66,7 @@ def test_finish_run_of_an_older_run_leaves_the_prefix_a_newer_run_holds(two_step
     plan(spec, bucket, "run-1")  # its hold runs out at once: run-2 takes the prefix over
     monkeypatch.delenv(partitions.LEASE_ENV)
     plan(spec, bucket, "run-2")
-    run_records.finish_run(spec, spec.pipeline, "run-1", StepStatus.SUCCEEDED)
+    run_records.finish_run(spec, spec.pipeline, "run-1", RunStatus.SUCCEEDED)
     assert run_record(spec, "run-1").status == "SUCCEEDED"
     assert holder_of(spec, bucket, "out").holds(StepRef(spec.pipeline, "run-2", "score"))
 
@@ -88,7 +88,7 @@ def test_a_run_not_yet_planned_is_listed_with_its_status_and_why(two_steps):
         "waiting for input under s3://x/in/",
         "2026-11-22T10:00:00",
     )
-    run_records.record_run_status(spec, "run-wait", StepStatus.FAILED, "no input after 6h")
+    run_records.record_run_status(spec, "run-wait", RunStatus.FAILED, "no input after 6h")
     record = run_record(spec, "run-wait")
     assert (record.status, record.message, record.partition) == ("FAILED", "no input after 6h", "2026-11-22T10:00:00")
     assert record.finished_at is not None
@@ -98,7 +98,7 @@ def test_a_run_not_yet_planned_is_listed_with_its_status_and_why(two_steps):
 
 def test_a_run_skipped_before_it_planned_is_listed_as_skipped(two_steps):
     spec, _bucket = two_steps
-    run_records.record_run_status(spec, "run-skip", StepStatus.SKIPPED, "no input, and input.when_missing is skip")
+    run_records.record_run_status(spec, "run-skip", RunStatus.SKIPPED, "no input, and input.when_missing is skip")
     record = run_record(spec, "run-skip")
     assert (record.status, record.message) == ("SKIPPED", "no input, and input.when_missing is skip")
     assert [item.run_id for item in list_runs(services.ledger_model(spec), spec.pipeline)] == ["run-skip"]
@@ -121,7 +121,7 @@ def test_a_failed_life_with_no_job_running_ends_the_run_and_releases_its_prefixe
 def test_a_failed_life_keeps_the_message_a_failed_step_recorded(two_steps):
     spec, bucket = two_steps
     plan(spec, bucket, "run-1", life=0)
-    set_run_status(services.ledger_model(spec), spec.pipeline, "run-1", StepStatus.FAILED, "step score: 3 files failed")
+    set_run_status(services.ledger_model(spec), spec.pipeline, "run-1", RunStatus.FAILED, "step score: 3 files failed")
     run_records.end_failed_life(spec, "run-1", 0, "DAG run failed")
     assert run_record(spec, "run-1").message == "step score: 3 files failed"
     assert holder_of(spec, bucket, "out").released
@@ -133,7 +133,7 @@ def test_a_failed_life_does_nothing_to_a_run_taken_up_again_since(two_steps):
     spec, bucket = two_steps
     first = plan(spec, bucket, "run-1", life=0)
     outputs.commit_outputs(spec, first, StepStatus.SUCCEEDED)  # a marker of a step not recorded SUCCEEDED
-    set_run_status(services.ledger_model(spec), spec.pipeline, "run-1", StepStatus.RUNNING, taken_up=True)
+    set_run_status(services.ledger_model(spec), spec.pipeline, "run-1", RunStatus.RUNNING, taken_up=True)
 
     said = run_records.end_failed_life(spec, "run-1", 0, "DAG run failed")
     assert "taken up again since its life 0 failed" in said, said

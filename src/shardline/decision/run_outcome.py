@@ -10,14 +10,14 @@ from collections.abc import Sequence
 
 from shardline.decision.policy import Action
 from shardline.decision.summary import StepSummary
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus
 
 
 @dataclasses.dataclass(frozen=True)
 class RunOutcome:
     """The run's status, or None when every step was skipped (there is nothing to report), and why."""
 
-    status: StepStatus | None
+    status: RunStatus | None
     message: str
     steps_reported: int
     steps_skipped: int
@@ -30,11 +30,11 @@ def run_outcome(summaries: Sequence[StepSummary | None]) -> RunOutcome:
     skipped = len(summaries) - len(reported)
     mismatched = [list(s.rows_mismatched_files) for s in reported if s.rows_mismatched_files]
     if mismatched:
-        return RunOutcome(StepStatus.FAILED, rows_mismatch_text(mismatched), len(reported), skipped)
+        return RunOutcome(RunStatus.FAILED, rows_mismatch_text(mismatched), len(reported), skipped)
     if not reported:
         return RunOutcome(None, "every step was skipped: none had input", 0, skipped)
     partial = any(s.outcome is Action.PARTIAL for s in reported)
-    return RunOutcome(StepStatus.PARTIAL if partial else StepStatus.SUCCEEDED, "", len(reported), skipped)
+    return RunOutcome(RunStatus.PARTIAL if partial else RunStatus.SUCCEEDED, "", len(reported), skipped)
 
 
 def rows_mismatch_text(mismatched: list[list[str]]) -> str:

@@ -39,6 +39,19 @@ class StepStatus(StrEnum):
     CANCELLED = "CANCELLED"  # stopped by `shardline cancel`; the watch task must not resubmit it
 
 
+class RunStatus(StrEnum):
+    """A run's status on its RUN item: the words of a step's status where they mean the same, and no others (a run is
+    never PLANNED or SUBMITTED: its steps are)."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    PARTIAL = "PARTIAL"  # a step ended with failures inside its tolerance
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"  # its plan found no input
+    CANCELLED = "CANCELLED"  # `shardline cancel`
+
+
+RUN_TERMINAL = frozenset(set(RunStatus) - {RunStatus.RUNNING})
 FILE_TERMINAL = frozenset({FileStatus.SUCCEEDED, FileStatus.FAILED})
 SHARD_TERMINAL = frozenset({ShardStatus.SUCCEEDED, ShardStatus.PARTIAL, ShardStatus.FAILED, ShardStatus.FENCED})
 STEP_TERMINAL = frozenset(

@@ -30,7 +30,7 @@ from shardline.ledger.keys import (
     step_sk,
 )
 from shardline.ledger.record_gaps import check_refusal, table_gone, table_gone_text
-from shardline.ledger.states import STEP_TERMINAL, FileStatus, StepStatus
+from shardline.ledger.states import RUN_TERMINAL, STEP_TERMINAL, FileStatus, RunStatus, StepStatus
 from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ def set_run_status(
     model: type[LedgerItem],
     pipeline: str,
     run_id: str,
-    status: StepStatus,
+    status: RunStatus,
     message: str = "",
     *,
     only_if_running: bool = False,
@@ -195,10 +195,10 @@ def set_run_status(
     actions = [
         c.status.set(status.value),
         c.message.set(message[:2000]) if message else c.message.remove(),  # absent, not NULL: end_life keeps a message
-        c.finished_at.set(_now()) if status in STEP_TERMINAL else c.finished_at.remove(),
+        c.finished_at.set(_now()) if status in RUN_TERMINAL else c.finished_at.remove(),
         c.expires_at.set(c.expiry()),
     ]
-    if status == StepStatus.RUNNING:
+    if status == RunStatus.RUNNING:
         actions.append(c.reopened_at.set(_now()))
         if taken_up:  # the Airflow life it failed in is over: that life's failure callback, however late, ends nothing
             actions.append(c.ended_life.set(c.airflow_life | 0))
@@ -206,7 +206,7 @@ def set_run_status(
             actions.append(c.airflow_life.set(life))
     else:  # a run that ended waits for no step's job
         actions += [c.waiting.remove(), c.waiting_step.remove()]
-    condition = c.status == StepStatus.RUNNING.value if only_if_running else None
+    condition = c.status == RunStatus.RUNNING.value if only_if_running else None
     try:
         c(run_pk(pipeline, run_id), RUN_SK).update(actions=actions, condition=condition)
     except UpdateError as err:

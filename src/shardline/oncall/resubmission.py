@@ -16,7 +16,7 @@ from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, ch
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.records import sources_with_rejects
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus
 from shardline.ledger.step_reads import StepRecords
 from shardline.ledger.step_writes import set_run_status
 from shardline.oncall import selection
@@ -347,7 +347,7 @@ def _rejects_plan(spec: PipelineSpec, ref: RunRef, step: str, records: StepRecor
 
 def take_up(spec: PipelineSpec, ref: RunRef) -> None:
     """The run is RUNNING again, and the Airflow life its watch task ended in is over (``ledger.step_writes``)."""
-    set_run_status(services.ledger_model(spec), ref.pipeline, ref.run_id, StepStatus.RUNNING, taken_up=True)
+    set_run_status(services.ledger_model(spec), ref.pipeline, ref.run_id, RunStatus.RUNNING, taken_up=True)
 
 
 def _submit(

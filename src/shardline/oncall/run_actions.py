@@ -9,7 +9,7 @@ import datetime as dt
 import json
 
 from shardline.ledger.keys import StepRef
-from shardline.ledger.states import STEP_TERMINAL, StepStatus
+from shardline.ledger.states import RUN_TERMINAL, RunStatus
 from shardline.ledger.step_reads import read_run
 from shardline.ledger.step_writes import set_run_status
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, AirflowApiError
@@ -305,7 +305,7 @@ class RunActions:
                 f"no run {ref} in table {spec.ledger_table}, so there is nothing to cancel; check the "
                 f"run name: `shardline runs --pipeline {ref.pipeline}` lists the recent ones"
             )
-        if records.run.status in STEP_TERMINAL:
+        if records.run.status in RUN_TERMINAL:
             raise Conflict(
                 f"run {ref} already ended {records.run.status}, so there is nothing to cancel; "
                 f"`shardline status {ref}` shows how it ended"
@@ -316,7 +316,7 @@ class RunActions:
             did = jobs.cancel(spec, StepRef(ref.pipeline, ref.run_id, step), item, reason)
             done += [CANCEL_LINES["stopped"].format(step=step, job=name) for name in did.stopped]
             done.append(CANCEL_LINES[did.outcome].format(step=step, status=did.status, ref=ref))
-        set_run_status(model, ref.pipeline, ref.run_id, StepStatus.CANCELLED, reason)
+        set_run_status(model, ref.pipeline, ref.run_id, RunStatus.CANCELLED, reason)
         release_run(spec, ref.pipeline, ref.run_id)  # the next run of the partition may write its prefixes now
         if self.reads.airflow is not None:
             try:

@@ -36,7 +36,7 @@ from shardline.ledger.partitions import (
 )
 from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.records import RunRecord, StepRecord
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus
 from shardline.ledger.step_reads import read_run_item, read_step_item
 from shardline.ledger.step_writes import set_run_status
 from shardline.orchestration import services
@@ -133,12 +133,12 @@ def hold_for_attempt(
     # ``taken_up``: an on-call engineer takes up a run whose watch task has ended (it is cleared next), so the Airflow
     # life it failed in is over: that life's failure callback, however late it runs, neither marks it failed nor
     # releases what it holds now. In the same write as RUNNING: a callback between the two would end the new attempt.
-    set_run_status(model, ref.pipeline, ref.run_id, StepStatus.RUNNING, taken_up=taken_up)
+    set_run_status(model, ref.pipeline, ref.run_id, RunStatus.RUNNING, taken_up=taken_up)
     try:
         return hold(spec, ref, output_prefix, may_take=may_take)
     except (PartitionHeld, PartitionMovedOn, PartitionLost):
-        if before.status and before.status != StepStatus.RUNNING:
-            set_run_status(model, ref.pipeline, ref.run_id, StepStatus(before.status), before.message or "")
+        if before.status and before.status != RunStatus.RUNNING:
+            set_run_status(model, ref.pipeline, ref.run_id, RunStatus(before.status), before.message or "")
         raise
 
 
@@ -236,7 +236,7 @@ def end_run_gone_from_airflow(spec: PipelineSpec, holder: PartitionHolder) -> st
     why), so its hold is free for the run that waits once no job of it runs; says what it did."""
     model = services.ledger_model(spec)
     why = f"its DAG run no longer exists in Airflow (deleted): {holder} is ended"
-    if set_run_status(model, holder.pipeline, holder.run_id, StepStatus.FAILED, why, only_if_running=True):
+    if set_run_status(model, holder.pipeline, holder.run_id, RunStatus.FAILED, why, only_if_running=True):
         return why
     return f"{holder} had ended already"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from shardline.ledger.keys import StepRef
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus, StepStatus
 from shardline.ledger.step_reads import read_step, read_step_item
 from shardline.ledger.step_writes import end_life, ensure_run, set_run_status
 from shardline.orchestration import partitions, services
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def record_run_status(
-    spec: PipelineSpec, run_id: str, status: StepStatus, message: str, partition: str | None = None
+    spec: PipelineSpec, run_id: str, status: RunStatus, message: str, partition: str | None = None
 ) -> None:
     """A run that ends (skipped or failed) before anything was planned, or waits for its input (RUNNING), is
     still listed, with why."""
@@ -108,7 +108,7 @@ def _jobs_of(spec: PipelineSpec, run_id: str) -> list[str]:
     return names
 
 
-def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: StepStatus, message: str = "") -> None:
+def finish_run(spec: PipelineSpec, pipeline: str, run_id: str, status: RunStatus, message: str = "") -> None:
     """Record how the run ended, and release the output prefixes it held."""
     set_run_status(services.ledger_model(spec), pipeline, run_id, status, message)
     partitions.release_run(spec, pipeline, run_id)

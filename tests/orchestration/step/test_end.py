@@ -6,7 +6,7 @@ from __future__ import annotations
 import boto3
 
 from shardline.decision.policy import Action
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus
 from shardline.orchestration import run as run_records
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
@@ -38,7 +38,7 @@ def test_a_step_that_succeeds_writes_its_outputs_manifest_and_success_marker_and
             stored["ETag"].strip('"'),
         )
     # The same prefix planned again by another run of the partition, once the first has ended: not complete any more.
-    run_records.finish_run(spec, spec.pipeline, "run-ok", StepStatus.SUCCEEDED)
+    run_records.finish_run(spec, spec.pipeline, "run-ok", RunStatus.SUCCEEDED)
     step_plan.plan(spec, "score", "run-again", **plan_args(bucket))
     assert "out/_SUCCESS" not in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
 
@@ -119,7 +119,7 @@ def test_conclude_records_nothing_when_unreachable_fails_a_timed_out_step_and_su
     assert (done.summary.files, done.summary.rows_in, done.summary.rows_out) == (4, 1200, 1200)
     assert step_status() == "SUCCEEDED"
 
-    run_records.finish_run(spec, spec.pipeline, "run-end", StepStatus.SUCCEEDED)  # the partition's prefix is free
+    run_records.finish_run(spec, spec.pipeline, "run-end", RunStatus.SUCCEEDED)  # the partition's prefix is free
     again = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-late", **plan_args(bucket))).attempt
     timed_out = step_end.conclude(spec, StepEvent(Action.TIMEOUT, "ran past its deadline", again, stop_job=True))
     assert timed_out.action is Action.TIMEOUT and timed_out.summary is None and timed_out.retry is None
@@ -139,6 +139,6 @@ def test_only_on_calls_take_up_ends_an_airflow_life_a_plans_own_next_attempt_doe
     for run_id, taken_up, life in (("run-rerun", False, 1), ("run-resubmitted", True, 0)):
         ref = StepRef(spec.pipeline, run_id, "score")
         ensure_run(model, spec.pipeline, run_id)
-        set_run_status(model, spec.pipeline, run_id, StepStatus.RUNNING, life=life)
+        set_run_status(model, spec.pipeline, run_id, RunStatus.RUNNING, life=life)
         partitions.hold_for_attempt(spec, ref, f"s3://{bucket}/{run_id}/", number=2, may_take=True, taken_up=taken_up)
         assert end_life(model, spec.pipeline, run_id, life, "DAG run failed") is not taken_up, run_id

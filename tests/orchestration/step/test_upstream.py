@@ -10,7 +10,7 @@ import json
 import boto3
 import pytest
 
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import RunStatus, StepStatus
 from shardline.orchestration import run as run_records
 from shardline.orchestration.step import outputs
 from shardline.orchestration.step import plan as step_plan
@@ -125,7 +125,7 @@ def test_another_runs_manifest_is_not_read_as_this_runs(staged, tmp_path):
     """Run-2 of the same partition writes the same prefix once run-1 ended: its steps read their own manifest only."""
     spec, bucket = staged
     committed(spec, bucket, tmp_path, run_id="run-1")
-    run_records.finish_run(spec, spec.pipeline, "run-1", StepStatus.SUCCEEDED)
+    run_records.finish_run(spec, spec.pipeline, "run-1", RunStatus.SUCCEEDED)
     plan_score(spec, bucket, "run-2")
     with pytest.raises(UpstreamError, match="has not committed its outputs"):
         read(spec, bucket, "run-2")

@@ -30,7 +30,7 @@ from shardline.airflow.operators.messages import (
 from shardline.airflow.triggers.step import InputTrigger, PartitionTrigger, settle_until
 from shardline.decision import readiness
 from shardline.decision.fleet import Admission, Waiting
-from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
+from shardline.ledger.states import RunStatus  # pure: no AWS client library at DAG parse
 from shardline.spec.conf import conf_problem, instance_count_override, unknown_conf_problem
 
 # While a plan waits for another run's hold on its output prefix, it comes back this often to ask Airflow whether
@@ -91,7 +91,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         problem = conf_problem(spec, conf, params=params, steps=[step], run_prefix=self.input_prefix, admitted=admitted)
         if problem:
             message = param_problem_text(problem, run_ref(spec, context))
-            self._record(context, StepStatus.FAILED, message)  # listed by `shardline runs` and `failed`, with why
+            self._record(context, RunStatus.FAILED, message)  # listed by `shardline runs` and `failed`, with why
             raise AirflowFailException(message)
         if readiness.blocks_the_next_interval(
             run_type=run_type_of(context),
@@ -131,7 +131,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         self.log.info("step %s: %s", self.step, event["reason"])
         return self._plan(context, input_prefix, version, waited=True)
 
-    def _record(self, context, status: StepStatus, message: str) -> None:
+    def _record(self, context, status: RunStatus, message: str) -> None:
         """How the run stands, as `shardline runs` and the page show it while (or because) this task waits or ends."""
         from shardline.orchestration.run import record_run_status
 
@@ -178,7 +178,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         if problem:
             # A setup error is the same on every try: fail now, naming the URI, with no retry and no job.
             message = model_missing_text(self.step, problem, run_ref(spec, context))
-            self._record(context, StepStatus.FAILED, message)
+            self._record(context, RunStatus.FAILED, message)
             raise AirflowFailException(message)
         request = step_plan.PlanRequest(
             run_id=context["run_id"],
@@ -237,7 +237,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         step = self.spec.step(self.step)
         why = readiness.not_ready_reason(context["data_interval_end"], ready)
         self.log.info("step %s: %s", self.step, why)
-        self._record(context, StepStatus.RUNNING, f"step {self.step}: waiting: {why}")
+        self._record(context, RunStatus.RUNNING, f"step {self.step}: waiting: {why}")
         waits = step.input.missing_input_action(input_run_type(context)) == "wait"
         deadline = ready.timestamp() + (step.input.wait_timeout_seconds if waits else 0)
         self.defer(
@@ -256,7 +256,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         """A run waits for its partition's ready marker up to input.wait_timeout_seconds. Defers."""
         step = self.spec.step(self.step)
         self.log.info("step %s: %s; waiting up to %ds for it", self.step, why, step.input.wait_timeout_seconds)
-        self._record(context, StepStatus.RUNNING, f"step {self.step}: waiting: {why}")
+        self._record(context, RunStatus.RUNNING, f"step {self.step}: waiting: {why}")
         self.defer(
             trigger=InputTrigger(
                 self._input_watch(input_prefix),
@@ -290,7 +290,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         ref = StepRef(self.spec.pipeline, context["run_id"], self.step)
         text = held_text(held, ref)
         self.log.warning("%s", text)
-        self._record(context, StepStatus.RUNNING, text)
+        self._record(context, RunStatus.RUNNING, text)
         watch = PartitionWatch.of(self.spec, held.output_prefix, ref)
         self.defer(
             trigger=PartitionTrigger(
@@ -337,15 +337,15 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             run_type=run_type,
         )
         if action == "skip":
-            self._record(context, StepStatus.SKIPPED, message)
+            self._record(context, RunStatus.SKIPPED, message)
             raise AirflowSkipException(message)
         if action == "fail" or waited:
-            self._record(context, StepStatus.FAILED, message)
+            self._record(context, RunStatus.FAILED, message)
             raise AirflowFailException(message)
         deadline = time.time() + step.input.wait_timeout_seconds
         self.log.warning("%s", message)
         # Listed by `shardline runs` while it waits: RUNNING, with what it waits for.
-        self._record(context, StepStatus.RUNNING, message)
+        self._record(context, RunStatus.RUNNING, message)
         self.defer(
             trigger=InputTrigger(
                 self._input_watch(input_prefix, files=files),

@@ -13,7 +13,7 @@ from shardline.decision.policy import Action  # pure, as the line below
 from shardline.decision.run_outcome import run_outcome  # pure, as the line above
 from shardline.decision.summary import StepSummary  # pure
 from shardline.ledger.keys import StepRef
-from shardline.ledger.states import StepStatus  # pure: no AWS client library at DAG parse
+from shardline.ledger.states import RunStatus  # pure: no AWS client library at DAG parse
 
 
 class ReportOperator(SpecMixin, BaseOperator):
@@ -53,11 +53,11 @@ class ReportOperator(SpecMixin, BaseOperator):
                     report_command(self.spec.pipeline, context["run_id"], s.step),
                 )
         outcome = run_outcome(results)
-        if outcome.status is not StepStatus.FAILED and (gaps := self._gaps(context, summaries)):
+        if outcome.status is not RunStatus.FAILED and (gaps := self._gaps(context, summaries)):
             # What the watch tasks returned no longer stands (the ledger or the outputs lost, or changed): never green.
-            outcome = dataclasses.replace(outcome, status=StepStatus.FAILED, message="; ".join(gaps))
+            outcome = dataclasses.replace(outcome, status=RunStatus.FAILED, message="; ".join(gaps))
             self.log.error("%s", outcome.message)
-        if outcome.status is StepStatus.FAILED:
+        if outcome.status is RunStatus.FAILED:
             self._finish_run(context, outcome.status, outcome.message)
             raise AirflowFailException(outcome.message)
         if outcome.steps_skipped:
@@ -116,7 +116,7 @@ class ReportOperator(SpecMixin, BaseOperator):
         found = (confirm_ended(self.spec, StepRef(self.spec.pipeline, context["run_id"], s.step), s) for s in summaries)
         return [gap for gap in found if gap]
 
-    def _finish_run(self, context, status: StepStatus, message: str) -> None:
+    def _finish_run(self, context, status: RunStatus, message: str) -> None:
         from shardline.orchestration.run import finish_run
 
         finish_run(self.spec, self.spec.pipeline, context["run_id"], status, message)

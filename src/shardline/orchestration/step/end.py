@@ -16,7 +16,7 @@ from shardline.errors import LedgerRecordMissing, error_line
 from shardline.ledger.keys import StepRef
 from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.records import StepRecord
-from shardline.ledger.states import FileStatus, StepStatus
+from shardline.ledger.states import FileStatus, RunStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, read_step, read_step_item
 from shardline.ledger.step_writes import finish_step, record_refused, set_run_status
 from shardline.orchestration import partitions, services
@@ -179,7 +179,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
                 error_class=outputs.UNVOUCHED_OUTPUT_ERROR,
             )
     if status is StepStatus.FAILED:
-        set_run_status(model, attempt.pipeline, attempt.run_id, StepStatus.FAILED, run_outcome_message(attempt, reason))
+        set_run_status(model, attempt.pipeline, attempt.run_id, RunStatus.FAILED, run_outcome_message(attempt, reason))
     if status in ENDED_WITH_OUTPUTS and status is not StepStatus.SUCCEEDED:
         # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
         outputs.commit_outputs(spec, attempt, status, seen)

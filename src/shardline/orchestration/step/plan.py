@@ -15,7 +15,7 @@ from shardline.backends import JobNotFound
 from shardline.decision.policy import UNSAFE_KEY_ERROR
 from shardline.errors import InputRefused
 from shardline.ledger.keys import StepRef
-from shardline.ledger.states import FileStatus, StepStatus
+from shardline.ledger.states import FileStatus, RunStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
 from shardline.ledger.step_writes import continue_attempt, ensure_run, record_refused, set_run_status, start_attempt
 from shardline.orchestration import partitions, services
@@ -271,7 +271,7 @@ def plan(
         return None
     ensure_run(services.ledger_model(spec), spec.pipeline, run_id, partition)
     # Running now: no longer waiting, or run again after it ended (a rerun, from this step on).
-    set_run_status(services.ledger_model(spec), spec.pipeline, run_id, StepStatus.RUNNING, life=life)
+    set_run_status(services.ledger_model(spec), spec.pipeline, run_id, RunStatus.RUNNING, life=life)
     base = Attempt(
         pipeline=spec.pipeline,
         run_id=run_id,
