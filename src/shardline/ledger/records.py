@@ -1,8 +1,8 @@
 """The ledger's items as every reader sees them: one record type per item (FILE, SHARD, STEP, RUN).
 
 The watch's decision, the run report, on-call's views and the page all read these, never a pynamodb
-item: :func:`shardline.ledger.step_reads.read_step` hands out :class:`FileRecord` and :class:`ShardRecord`
-values, and the readers copy a STEP or RUN item with :meth:`StepRecord.of` / :meth:`RunRecord.of`. Each
+item: :mod:`shardline.ledger.step_reads` hands out :class:`FileRecord`, :class:`ShardRecord`,
+:class:`StepRecord` and :class:`RunRecord` values (``read_step``, ``read_run``, ``read_step_item``, ...). Each
 record says its own failure with ``error_line()`` ("Class: message", :func:`shardline.errors.error_line`).
 
 ``of`` takes a pynamodb item or its attribute dict (what a Query with ``attributes_to_get`` returns,
