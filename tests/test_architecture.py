@@ -397,6 +397,27 @@ def test_the_watch_is_called_the_watch_everywhere():
     assert found == [], found
 
 
+def test_an_instance_is_called_an_instance_where_people_read():
+    """ARCHITECTURE.md's words: one machine of a job is an instance. Its heartbeat's ledger item keeps the name SHARD
+    (a name the tables hold), and `--shard` is an old spelling of `--instance` that still works; nothing people read
+    (the docs, the on-call page, the run report's page and messages) calls an instance a shard."""
+    allowed = re.compile(r"\bSHARD\b|--shard\b|calls an instance a shard")  # the item's name, the alias, this rule
+    places = [REPO / "README.md", REPO / "ARCHITECTURE.md", *sorted((REPO / "docs").rglob("*.md"))]
+    places += [
+        *sorted((PACKAGE / "airflow" / "ui" / "static").glob("*")),
+        PACKAGE / "report" / "render.py",
+        PACKAGE / "report" / "charts.py",
+        PACKAGE / "oncall" / "messages.py",
+    ]
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in places
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if re.search(r"\bshards?\b", allowed.sub("", line), re.IGNORECASE)
+    ]
+    assert len(places) > 10 and found == [], found
+
+
 def test_the_airflow_tasks_import_no_on_call_code():
     """A task runs orchestration's functions; on-call's code (the CLI, the page's service) is never a task's."""
     operators = sorted((PACKAGE / "airflow" / "operators").glob("*.py"))

@@ -65,7 +65,7 @@ def test_a_running_step_counts_its_files_and_its_attempts_throughput_and_eta():
     # Over attempt 2 only: 300 rows out of its 4 ended files in 100 s; 3 files left at 4 files per 100 s.
     assert step.rows_per_second == 3.0 and step.eta_seconds == 75.0
     assert (step.started_at, step.job_name, step.job_status) == (STARTED.isoformat(), "sl-p-score-a2", "InProgress")
-    assert [(s.host, s.attempt, s.status, s.heartbeat_age_seconds) for s in step.shards] == [
+    assert [(s.host, s.attempt, s.status, s.heartbeat_age_seconds) for s in step.instances] == [
         ("algo-1", 2, "RUNNING", 7.0),
         ("algo-2", 2, "?", None),
         ("algo-1", 1, "PARTIAL", None),

@@ -91,8 +91,8 @@ def test_a_file_across_buckets_is_spread_by_its_overlap():
 def test_shards_stragglers_and_idle_instances():
     files, instances = small_step()
     report = build_report(IDENTITY, files, instances)
-    shards = {s.instance: s for s in report.shards}
-    assert [s.instance for s in report.shards] == ["algo-1", "algo-2", "algo-3", "algo-4"]
+    shards = {s.instance: s for s in report.instances}
+    assert [s.instance for s in report.instances] == ["algo-1", "algo-2", "algo-3", "algo-4"]
     one = shards["algo-1"]
     assert (one.files, one.files_succeeded, one.files_failed, one.rows_out, one.bytes_in) == (2, 2, 0, 400, 4000)
     assert (one.seconds, one.busy_seconds, one.busy_fraction, one.rows_per_second) == (20, 20, 1.0, 20.0)
@@ -125,7 +125,7 @@ def test_an_instances_counts_are_its_own_even_when_a_later_attempt_took_over_its
     instances[3] = InstanceRecord(
         "algo-4", "ml.m5.xlarge", started_at=at(0), ended_at=at(20), files_assigned=2, files_done=2, files_failed=1
     )
-    shards = {s.instance: s for s in build_report(IDENTITY, files, instances).shards}
+    shards = {s.instance: s for s in build_report(IDENTITY, files, instances).instances}
     four = shards["algo-4 (attempt 1)"]
     assert (four.files, four.files_succeeded, four.files_failed) == (2, 1, 1)
 
@@ -145,11 +145,11 @@ def test_a_resubmission_is_compared_with_its_own_attempt_and_a_missing_instance_
         )
     )
     report = build_report(IDENTITY, files, instances)
-    labels = [s.instance for s in report.shards]
+    labels = [s.instance for s in report.instances]
     assert labels[-1] == "algo-1 (attempt 2)" and "algo-1 (attempt 1)" in labels
     assert report.stragglers == ["algo-2 (attempt 1)"]  # attempt 2's late start is no straggling
     assert any("no instance record for algo-1 (attempt 2)" in note for note in report.notes)
-    assert report.shards[-1].seconds == 5 and report.shards[-1].instance_type == "ml.m5.xlarge"
+    assert report.instances[-1].seconds == 5 and report.instances[-1].instance_type == "ml.m5.xlarge"
     assert report.reconciliation.retried == 1 and report.reconciliation.max_attempt == 2
 
 
@@ -181,7 +181,7 @@ def test_an_unknown_instance_type_leaves_the_cost_empty_and_says_where_to_price_
     report = build_report(IDENTITY, files, instances)
     assert report.cost.total is None and report.cost.cost_per_million is None
     assert "ml.q9.large" in report.cost.error and "cost.prices" in report.cost.error
-    assert report.shards[0].cost is None and report.shards[1].cost == pytest.approx(40 * 0.23 / 3600)
+    assert report.instances[0].cost is None and report.instances[1].cost == pytest.approx(40 * 0.23 / 3600)
 
 
 def test_no_predictions_is_no_cost_per_million():
@@ -258,7 +258,7 @@ def test_without_a_reference_or_a_histogram_drift_is_na_with_a_reason():
 
 def test_an_empty_step_still_reports():
     report = build_report(IDENTITY, [], [])
-    assert report.shards == [] and report.timeline.series == [] and report.cost.total == 0
+    assert report.instances == [] and report.timeline.series == [] and report.cost.total == 0
     assert report.reconciliation.files == 0 and report.reconciliation.balanced and report.seconds is None
 
 

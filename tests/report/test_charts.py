@@ -35,7 +35,7 @@ def test_each_chart_is_well_formed_svg_with_every_string_escaped():
         prices=Prices.default(),
     )
     charts = render_charts(report)
-    assert set(charts) == {"throughput", "shards", "cost", "drift"}
+    assert set(charts) == {"throughput", "instances", "cost", "drift"}
     for name, svg in charts.items():
         root = ElementTree.fromstring(svg)  # raises on anything but well-formed XML
         assert not list(root.iter(f"{SVG}script")), name

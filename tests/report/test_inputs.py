@@ -184,7 +184,10 @@ def test_a_report_from_ledger_items_agrees_with_them():
     step, files, shards = ledger_items()
     records = records_from_ledger(step, files, shards, instance_type="ml.c5.xlarge")
     report = build_report(records.identity, records.files, records.instances)
-    assert report.attempt == 2 and [s.instance for s in report.shards] == ["algo-1 (attempt 1)", "algo-2 (attempt 2)"]
+    assert report.attempt == 2 and [s.instance for s in report.instances] == [
+        "algo-1 (attempt 1)",
+        "algo-2 (attempt 2)",
+    ]
     assert report.reconciliation.rows_out == 100 and report.reconciliation.failed == 1
     assert report.reconciliation.unfinished == 1
     # 13 s (2 -> 15) + 4 s (60 -> 64) of ml.c5.xlarge at $0.204/h

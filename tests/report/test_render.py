@@ -43,7 +43,7 @@ def test_the_page_holds_every_section_and_chart_inline(example):
     for section in ("throughput", "cost", "drift", "reconciliation"):
         assert f"<section id='{section}'>" in page
     charts = images(page)
-    assert set(charts) == {"throughput", "shards", "cost", "drift"}
+    assert set(charts) == {"throughput", "instances", "cost", "drift"}
     assert all(svg.startswith(SVG) and len(svg) > 2_000 for svg in charts.values())
     # the figures the reader looks for
     assert f"PSI <b>{report.drift.psi:.3f}</b>" in page and "drift" in page

@@ -73,7 +73,7 @@ def is_control_sk(sk: str) -> bool:
 
 
 def step_sk_prefix() -> str:
-    """Every step of a run and their shards (not the FILE items)."""
+    """Every step of a run and their SHARD items (not the FILE items)."""
     return "STEP#"
 
 

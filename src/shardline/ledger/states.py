@@ -25,7 +25,7 @@ class ShardStatus(StrEnum):
     SUCCEEDED = "SUCCEEDED"  # every assigned file succeeded
     PARTIAL = "PARTIAL"  # finished, some files failed
     FAILED = "FAILED"  # fatal setup error: nothing was processed
-    FENCED = "FENCED"  # a newer attempt took over; this shard stopped
+    FENCED = "FENCED"  # a newer attempt took over; this instance stopped
 
 
 class StepStatus(StrEnum):

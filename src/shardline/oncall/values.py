@@ -49,7 +49,9 @@ class RunRow:
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardView:
+class InstanceView:
+    """One instance of an attempt as its heartbeat (its SHARD item) last told it."""
+
     host: str
     attempt: int
     status: str
@@ -103,7 +105,7 @@ class StepView:
     eta_seconds: float | None
     started_at: str | None
     message: str | None
-    shards: list[ShardView]
+    instances: list[InstanceView]
     file_rows: list[FileView]
     rows_rejected: int = 0
     waiting: dict | None = None  # why its job is not running yet, as data (decision.fleet.Waiting); message says it

@@ -18,7 +18,7 @@ from shardline.decision.fleet import Waiting
 from shardline.ledger.records import FileRecord, RunRecord, ShardRecord, StepRecord
 from shardline.ledger.states import SETUP_ERROR, STEP_TERMINAL, FileStatus, StepStatus
 from shardline.oncall.messages import all_scored_text
-from shardline.oncall.values import FileView, RunRef, RunRow, RunView, ShardView, StepView
+from shardline.oncall.values import FileView, InstanceView, RunRef, RunRow, RunView, StepView
 from shardline.planning import naming
 from shardline.planning.arrivals import ARRIVAL_RUN_PREFIX
 from shardline.spec import PARTITION_FORMAT, PipelineSpec, interval_starts
@@ -215,8 +215,8 @@ def step_view(
     rows_done_now = sum(f.rows_out or 0 for f in done_now)
     rate = rows_done_now / elapsed if elapsed and rows_done_now else None
     eta = remaining / (len(done_now) / elapsed) if elapsed and done_now and remaining else None
-    shard_views = [
-        ShardView(
+    instance_views = [
+        InstanceView(
             s.host or "?",
             s.attempt,
             s.status or "?",
@@ -245,7 +245,7 @@ def step_view(
         eta,
         iso(started),
         step_message(record, waiting),
-        shard_views,
+        instance_views,
         list(files) if with_files else [],
         rows_rejected=int(sum(f.rows_rejected or 0 for f in succeeded)),
         waiting=waiting.to_data() if waiting is not None else None,  # for `status --json` and the page

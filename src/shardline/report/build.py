@@ -31,11 +31,11 @@ from shardline.report.model import (
     Density,
     DriftReport,
     FileRow,
+    InstanceSummary,
     Reconciliation,
     RejectRow,
     RunReport,
     Series,
-    Shard,
     Timeline,
     TrendPoint,
 )
@@ -91,8 +91,8 @@ def build_report(
     start, end = (min(starts) if starts else None), (max(ends) if ends else None)
 
     timeline = _timeline(files, instances, labels, windows, start, end, timeline_buckets)
-    shards = _shards(identity, instances, labels, by_instance, windows, start, prices)
-    shards = _flag(shards, straggler_factor, straggler_min_seconds, idle_fraction)
+    summaries = _instance_summaries(identity, instances, labels, by_instance, windows, start, prices)
+    summaries = _flag(summaries, straggler_factor, straggler_min_seconds, idle_fraction)
     reconciliation = _reconcile(files, rejects or {})
     cost = _cost(identity, instances, windows, prices, reconciliation.rows_out, previous_runs)
     drift = _drift(histogram, reference, reference_run_id, max_psi, drift_bins)
@@ -110,9 +110,9 @@ def build_report(
         started_at=start,
         ended_at=end,
         seconds=(end - start).total_seconds() if start and end else None,
-        shards=shards,
-        stragglers=[s.instance for s in shards if s.straggler],
-        idle=[s.instance for s in shards if s.idle],
+        instances=summaries,
+        stragglers=[s.instance for s in summaries if s.straggler],
+        idle=[s.instance for s in summaries if s.idle],
         timeline=timeline,
         cost=cost,
         drift=drift,
@@ -258,7 +258,7 @@ def _busy_seconds(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
-def _shards(
+def _instance_summaries(
     identity: StepIdentity,
     instances: Sequence[InstanceRecord],
     labels: Mapping[tuple[str, int], str],
@@ -266,8 +266,8 @@ def _shards(
     windows: Mapping[tuple[str, int], tuple[dt.datetime | None, dt.datetime | None]],
     start: dt.datetime | None,
     prices: Prices,
-) -> list[Shard]:
-    shards = []
+) -> list[InstanceSummary]:
+    summaries = []
     for instance in instances:
         key = (instance.host, instance.attempt)
         records = by_instance.get(key, [])
@@ -288,8 +288,8 @@ def _shards(
         if instance.files_assigned:
             files, failed = instance.files_assigned, instance.files_failed or 0
             succeeded = (instance.files_done or 0) - failed
-        shards.append(
-            Shard(
+        summaries.append(
+            InstanceSummary(
                 instance=labels[key],
                 host=instance.host,
                 attempt=instance.attempt,
@@ -314,10 +314,12 @@ def _shards(
                 idle=False,
             )
         )
-    return shards
+    return summaries
 
 
-def _flag(shards: list[Shard], factor: float, min_seconds: float, idle_fraction: float) -> list[Shard]:
+def _flag(
+    summaries: list[InstanceSummary], factor: float, min_seconds: float, idle_fraction: float
+) -> list[InstanceSummary]:
     """Stragglers: finished much later than the median instance of their attempt. Idle: no files, or mostly waiting.
 
     Finishes count from the attempt's first instance start: a resubmission's instances start
@@ -325,8 +327,8 @@ def _flag(shards: list[Shard], factor: float, min_seconds: float, idle_fraction:
     """
     median: dict[int, float] = {}
     since: dict[int, float] = {}  # each attempt's first start, in the step's seconds
-    for attempt in {s.attempt for s in shards}:
-        mine = [s for s in shards if s.attempt == attempt]
+    for attempt in {s.attempt for s in summaries}:
+        mine = [s for s in summaries if s.attempt == attempt]
         since[attempt] = min(
             (s.started_after_seconds for s in mine if s.started_after_seconds is not None), default=0.0
         )
@@ -336,12 +338,14 @@ def _flag(shards: list[Shard], factor: float, min_seconds: float, idle_fraction:
         if len(finishes) >= 2:
             median[attempt] = statistics.median(finishes)
     flagged = []
-    for shard in shards:
-        middle = median.get(shard.attempt)
-        finish = None if shard.finished_after_seconds is None else shard.finished_after_seconds - since[shard.attempt]
+    for summary in summaries:
+        middle = median.get(summary.attempt)
+        finish = (
+            None if summary.finished_after_seconds is None else summary.finished_after_seconds - since[summary.attempt]
+        )
         late = middle is not None and finish is not None and finish > factor * middle and finish - middle >= min_seconds
-        idle = shard.files == 0 or (shard.busy_fraction is not None and shard.busy_fraction < idle_fraction)
-        flagged.append(shard.model_copy(update={"straggler": late, "idle": idle}))
+        idle = summary.files == 0 or (summary.busy_fraction is not None and summary.busy_fraction < idle_fraction)
+        flagged.append(summary.model_copy(update={"straggler": late, "idle": idle}))
     return flagged
 
 

@@ -11,7 +11,7 @@ import html
 import math
 from collections.abc import Sequence
 
-from shardline.report.model import RunReport, Shard
+from shardline.report.model import InstanceSummary, RunReport
 
 WIDTH, HEIGHT = 1100, 396
 _CURRENT, _REFERENCE, _ALERT, _IDLE, _OK = "#1f6fb2", "#9aa5b1", "#d1495b", "#e0a100", "#2e8b57"
@@ -21,8 +21,8 @@ _FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
 
 
 def render_charts(report: RunReport) -> dict[str, bytes]:
-    """Each chart of the page as SVG bytes, by name: throughput, shards, cost, drift (those with data)."""
-    drawers = {"throughput": _throughput, "shards": _shards, "cost": _cost, "drift": _drift}
+    """Each chart of the page as SVG bytes, by name: throughput, instances, cost, drift (those with data)."""
+    drawers = {"throughput": _throughput, "instances": _instances, "cost": _cost, "drift": _drift}
     charts = {}
     for name, draw in drawers.items():
         parts = draw(report)
@@ -71,19 +71,19 @@ def _throughput(report: RunReport) -> list[str]:
     return parts
 
 
-def _shards(report: RunReport) -> list[str]:
-    shards = report.shards
-    if not shards:
+def _instances(report: RunReport) -> list[str]:
+    summaries = report.instances
+    if not summaries:
         return []
-    names = [s.instance for s in shards]
-    colors = [_shard_color(s) for s in shards]
+    names = [s.instance for s in summaries]
+    colors = [_instance_color(s) for s in summaries]
     parts = []
     for (x0, title), values in zip(
         ((70, "files per instance"), (WIDTH / 2 + 40, "MB read per instance")),
-        ([s.files for s in shards], [s.bytes_in / 1e6 for s in shards]),
+        ([s.files for s in summaries], [s.bytes_in / 1e6 for s in summaries]),
         strict=True,
     ):
-        panel = _Panel(x0, 30, WIDTH / 2 - 100, HEIGHT - 130, (-0.6, len(shards) - 0.4), _top(max(values)))
+        panel = _Panel(x0, 30, WIDTH / 2 - 100, HEIGHT - 130, (-0.6, len(summaries) - 0.4), _top(max(values)))
         parts += panel.frame(title=title)
         parts += panel.bars(range(len(values)), values, colors)
         parts += panel.labels(names)
@@ -91,7 +91,7 @@ def _shards(report: RunReport) -> list[str]:
 
 
 def _cost(report: RunReport) -> list[str]:
-    priced = [s for s in report.shards if s.cost is not None]
+    priced = [s for s in report.instances if s.cost is not None]
     trend = [p for p in report.cost.trend if p.cost_per_million is not None]
     if not priced and not trend:
         return []
@@ -100,7 +100,7 @@ def _cost(report: RunReport) -> list[str]:
     left = _Panel(70, 30, WIDTH / 2 - 100, HEIGHT - 130, (-0.6, max(len(priced), 1) - 0.4), _top(max(costs, default=0)))
     parts += left.frame(title="USD per instance")
     if priced:
-        parts += left.bars(range(len(priced)), costs, [_shard_color(s) for s in priced])
+        parts += left.bars(range(len(priced)), costs, [_instance_color(s) for s in priced])
         parts += left.labels([s.instance for s in priced])
     values = [p.cost_per_million for p in trend]
     right = _Panel(
@@ -170,8 +170,8 @@ def _drift(report: RunReport) -> list[str]:
     return parts
 
 
-def _shard_color(shard: Shard) -> str:
-    return _ALERT if shard.straggler else _IDLE if shard.idle else _CURRENT
+def _instance_color(summary: InstanceSummary) -> str:
+    return _ALERT if summary.straggler else _IDLE if summary.idle else _CURRENT
 
 
 # -- drawing ----------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ Integer outputs (class labels 0/1/2) are kept exactly: while every value seen is
 there are at most :data:`EXACT_MAX_DISTINCT` distinct ones, the histogram holds value -> count
 and the sketch is derived from it only when needed (a merge with a sketch, or a non-integer).
 
-Sketches with the same relative accuracy merge exactly (bucket counts add), so each shard keeps
+Sketches with the same relative accuracy merge exactly (bucket counts add), so each instance keeps
 its own and the report merges them. :meth:`Histogram.to_dict` is compact JSON (runs of adjacent
 buckets) for the ledger or a small S3 object.
 """
@@ -185,7 +185,7 @@ class Histogram:
         if other.relative_accuracy != self.relative_accuracy:
             raise HistogramFormatError(
                 f"cannot merge histograms of relative accuracy {other.relative_accuracy} and "
-                f"{self.relative_accuracy}: every shard of a step must keep the same accuracy"
+                f"{self.relative_accuracy}: every instance of a step must keep the same accuracy"
             )
         if self._exact is not None and other._exact is not None:
             for value, n in other._exact.items():
@@ -208,7 +208,7 @@ class Histogram:
 
     @classmethod
     def merged(cls, histograms: Iterable[Histogram], relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> Histogram:
-        """One histogram of every value the given ones counted (e.g. a step's shards)."""
+        """One histogram of every value the given ones counted (e.g. a step's instances')."""
         result = cls(relative_accuracy)
         for histogram in histograms:
             result.merge(histogram)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 REPORT_FORMAT = "shardline.report/1"
 
@@ -34,7 +34,9 @@ class Timeline(_Model):
     files_without_times: int  # left out: no start nor finish recorded
 
 
-class Shard(_Model):
+class InstanceSummary(_Model):
+    """One instance of one attempt, as the report shows it: its files, rows, bytes, time, cost and flags."""
+
     instance: str
     host: str
     attempt: int
@@ -164,7 +166,8 @@ class RunReport(_Model):
     started_at: dt.datetime | None
     ended_at: dt.datetime | None
     seconds: float | None
-    shards: list[Shard]
+    # Written as "instances"; a report.json written before the rename says "shards", and still reads.
+    instances: list[InstanceSummary] = Field(validation_alias=AliasChoices("instances", "shards"))
     stragglers: list[str]
     idle: list[str]
     timeline: Timeline

@@ -14,7 +14,7 @@ from typing import Any
 from shardline.report.charts import duration_text as _duration
 from shardline.report.charts import number_text as _num
 from shardline.report.charts import render_charts
-from shardline.report.model import RunReport, Shard
+from shardline.report.model import InstanceSummary, RunReport
 
 MAX_FILE_ROWS = 500  # the page lists at most this many files (problems first); the JSON has them all
 
@@ -45,11 +45,11 @@ def render_html(report: RunReport, *, max_file_rows: int = MAX_FILE_ROWS) -> str
     if report.notes:
         parts.append("<ul class='notes'>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")
     parts += [
-        "<section id='throughput'><h2>Throughput over time per shard</h2>",
+        "<section id='throughput'><h2>Throughput over time per instance</h2>",
         _chart(charts, "throughput", "rows per second per instance over the run"),
         _flags(report),
-        _chart(charts, "shards", "files and bytes per instance"),
-        _shard_table(report.shards),
+        _chart(charts, "instances", "files and bytes per instance"),
+        _instance_table(report.instances),
         "</section>",
         "<section id='cost'><h2>Cost</h2>",
         _cost(report),
@@ -98,32 +98,32 @@ def _summary(report: RunReport) -> str:
 
 def _flags(report: RunReport) -> str:
     lines = []
-    by_name = {s.instance: s for s in report.shards}
+    by_name = {s.instance: s for s in report.instances}
     for name in report.stragglers:
-        shard = by_name[name]
-        peers = [s for s in report.shards if s.attempt == shard.attempt]
+        summary = by_name[name]
+        peers = [s for s in report.instances if s.attempt == summary.attempt]
         since = min(s.started_after_seconds for s in peers if s.started_after_seconds is not None)
         finishes = sorted(s.finished_after_seconds - since for s in peers if s.finished_after_seconds is not None)
-        took, median = shard.finished_after_seconds - since, statistics.median(finishes)
+        took, median = summary.finished_after_seconds - since, statistics.median(finishes)
         lines.append(
             f"<li class='alert'><b>{_e(name)}</b> finished {_e(_duration(took))} after its attempt began, "
             f"the median instance {_e(_duration(median))}: the step waited on it.</li>"
         )
     for name in report.idle:
-        shard = by_name[name]
+        summary = by_name[name]
         why = (
             "had no files"
-            if shard.files == 0
-            else f"had a file in flight {shard.busy_fraction:.0%} of its {_duration(shard.seconds)}"
+            if summary.files == 0
+            else f"had a file in flight {summary.busy_fraction:.0%} of its {_duration(summary.seconds)}"
         )
         lines.append(f"<li class='warn'><b>{_e(name)}</b> {_e(why)}.</li>")
     return "<ul class='flags'>" + "".join(lines) + "</ul>" if lines else ""
 
 
-def _shard_table(shards: list[Shard]) -> str:
+def _instance_table(summaries: list[InstanceSummary]) -> str:
     head = ("instance", "type", "files", "failed", "rows out", "read", "written", "ran", "busy", "rows/s", "cost")
     rows = []
-    for s in shards:
+    for s in summaries:
         cls = "alert" if s.straggler else "warn" if s.idle else ""
         cells = (
             s.instance,

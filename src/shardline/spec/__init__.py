@@ -286,7 +286,7 @@ class PipelineSpec(_Strict):
         self._check_trigger()
         if self.sagemaker.network_isolation:
             # AWS quirk: an isolated container has no network at all, so the worker could not
-            # write file status or heartbeats to DynamoDB and every shard would look lost.
+            # write file status or heartbeats to DynamoDB and every instance would look lost.
             raise ValueError(
                 "sagemaker.network_isolation cannot be used: the worker reports to DynamoDB. "
                 "Run in a VPC (sagemaker.vpc) with a DynamoDB gateway endpoint instead."

@@ -1,7 +1,7 @@
 """The on-call page, in headless Chromium, against a real Airflow API server with the plugin loaded.
 
 A run fails on a corrupt input; the page, opened from Airflow's navigation after logging in on
-Airflow's own login page, shows the run, the step, its shards and the file with its error class;
+Airflow's own login page, shows the run, the step, its instances and the file with its error class;
 the input is fixed; "Resubmit failed" asks for confirmation and reports the new attempt; the same
 DAG run then turns green, all under the page's own Content-Security-Policy. Airflow's auth applies:
 no token, a bad token, or a viewer's token on the resubmit endpoint are refused.
@@ -245,7 +245,7 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
         assert driver.find_element(*_css("#run-header")).get_attribute("data-status") == "FAILED"
         assert driver.find_element(*_css(step)).get_attribute("data-status") == "FAILED"
         assert _text(driver, f"{step} .attempt") == "attempt 1"
-        assert driver.find_elements(*_css(f"{step} .shard")), "no shard in the grid"
+        assert driver.find_elements(*_css(f"{step} .instance")), "no instance in the grid"
         bad = driver.find_element(*_css(f"{step} tr.file-row[data-status=FAILED]"))
         assert bad.get_attribute("data-key").endswith("/late-arrival.parquet")
         assert bad.find_element(*_css(".err-class")).text == "CorruptInputError"

@@ -68,10 +68,10 @@ def test_the_report_of_a_run_agrees_with_its_ledger_and_the_next_run_compares_wi
     by_host = {}
     for item in records.files:
         by_host[item.host] = by_host.get(item.host, 0) + 1
-    assert {s.host: s.files for s in first.shards} == by_host and len(by_host) == 2
+    assert {s.host: s.files for s in first.instances} == by_host and len(by_host) == 2
     # Cost: instance-seconds x the instance type's price (the local backend is priced as its instance type).
     price = Prices.default().hourly("ml.m5.xlarge")
-    assert first.cost.instance_seconds == pytest.approx(sum(s.seconds for s in first.shards))
+    assert first.cost.instance_seconds == pytest.approx(sum(s.seconds for s in first.instances))
     assert first.cost.total == pytest.approx(first.cost.instance_seconds * price / 3600)
     assert first.cost.cost_per_million == pytest.approx(first.cost.total / 1600 * 1e6)
     # The predictions' distribution is every written prediction, and there is nothing to compare with yet.

@@ -1,4 +1,4 @@
-"""Shardline's on-call page inside Airflow 3: pipelines, runs, steps, shards and files, and "resubmit failed".
+"""Shardline's on-call page inside Airflow 3: pipelines, runs, steps, instances and files, and "resubmit failed".
 
 :mod:`.plugin` registers it with Airflow (a FastAPI app mounted at ``/shardline`` and an external
 view in the navigation), with the deadline reference and the arrival timetable; :mod:`.api` is that app, over

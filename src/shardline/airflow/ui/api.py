@@ -238,7 +238,7 @@ def create_app() -> FastAPI:
     """The app Airflow mounts: the routes below, behind the error answers and the security headers."""
     app = FastAPI(
         title="Shardline on-call",
-        description="Pipelines, runs, steps, shards and files from Shardline's ledger; resubmit failed files.",
+        description="Pipelines, runs, steps, instances and files from Shardline's ledger; resubmit failed files.",
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -365,7 +365,7 @@ def runs(
 
 @read_routes.get("/runs/{dag_id}/{run_id}")
 def run(_user: ReaderDep, dag_id: str, run_id: str) -> dict:
-    """One run: its steps, each with its shards and files."""
+    """One run: its steps, each with its instances and files."""
     oncall = _oncall()
     _known(oncall, dag_id)
     view = _plain(oncall.status(RunRef(dag_id, run_id), with_files=True))
