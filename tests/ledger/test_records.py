@@ -94,3 +94,10 @@ def test_a_shard_ages_from_its_last_heartbeat_and_is_finished_once_it_says_so():
     assert shard.heartbeat_age(NOW.timestamp()) == 100 and not shard.finished
     assert ShardRecord("algo-1", 1, None).heartbeat_age(NOW.timestamp()) == float("inf")
     assert ShardRecord("algo-1", 1, "PARTIAL").finished and ShardRecord("algo-1", 1, "FENCED").finished
+
+
+def test_the_attempts_whose_jobs_may_still_run_are_the_newest_and_those_from_live_from():
+    assert list(StepRecord("RUNNING", 3).live_attempts) == [3]
+    assert list(StepRecord("RUNNING", 3, live_from=1).live_attempts) == [1, 2, 3]
+    assert list(StepRecord("RUNNING", 2, live_from=5).live_attempts) == [2]  # never past the newest
+    assert list(StepRecord(None, 0).live_attempts) == [1]  # planned, not yet numbered: attempt 1's job

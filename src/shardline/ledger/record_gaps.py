@@ -7,7 +7,8 @@ from __future__ import annotations
 import shlex
 
 from shardline.errors import LedgerRecordMissing
-from shardline.ledger.keys import StepRef, run_pk, step_sk
+from shardline.ledger.keys import StepRef
+from shardline.ledger.step_reads import read_step_item
 from shardline.ledger.table import LedgerItem
 
 
@@ -54,11 +55,6 @@ def table_gone_text(model: type[LedgerItem], ref: StepRef) -> str:
 def check_refusal(model: type[LedgerItem], ref: StepRef, attempt: int) -> None:
     """After a write fenced on ``attempt`` was refused: raise :class:`LedgerRecordMissing` when the reason is not a
     newer attempt or a cancel but a STEP item that is gone (or older than ``attempt``); return when it is there."""
-    pipeline, run_id, step = ref
-    try:
-        item = model.Control.get(run_pk(pipeline, run_id), step_sk(step), consistent_read=True)
-    except model.Control.DoesNotExist:
-        item = None
-    gap = record_gap(item, ref, attempt)
+    gap = record_gap(read_step_item(model, ref), ref, attempt)
     if gap:
         raise LedgerRecordMissing(gap)

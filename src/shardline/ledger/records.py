@@ -269,6 +269,13 @@ class StepRecord:
             fence=_int(_get(item, "fence")),
         )
 
+    @property
+    def live_attempts(self) -> range:
+        """The attempts whose jobs may still run: the newest, and each earlier one from ``live_from`` (a lost
+        instance's files went on as a next attempt while its job's other instances went on)."""
+        newest = self.attempt or 1
+        return range(min(self.live_from or newest, newest), newest + 1)
+
     def error_line(self) -> str:
         """Why the step failed, as its STEP item records it; empty unless it FAILED."""
         return (self.message or "") if self.status == StepStatus.FAILED else ""

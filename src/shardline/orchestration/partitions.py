@@ -109,9 +109,8 @@ def running_jobs(source: services.Source, ref: StepRef, step: StepRecord, before
     Earlier attempts' jobs were stopped and waited for before the newest was planned (jobs.stop_and_wait), except
     those still running beside it (``live_from`` on the STEP item: a lost instance's files went on ahead).
     ``before``: only the attempts before this one."""
-    newest = step.attempt or 1
-    last = newest if before is None else before - 1
-    for number in range(min(step.live_from or newest, newest), last + 1):
+    live = step.live_attempts
+    for number in live if before is None else range(live.start, before):
         name = naming.job_name(ref.pipeline, ref.run_id, ref.step, number)
         try:
             state = services.backend_for(source).describe(name)

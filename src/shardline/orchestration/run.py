@@ -102,9 +102,7 @@ def _jobs_of(spec: PipelineSpec, run_id: str) -> list[str]:
     for step in spec.steps:
         item = read_step_item(model, StepRef(spec.pipeline, run_id, step.name))
         if item is not None and item.attempt:
-            newest = item.attempt
-            first = min(item.live_from or newest, newest)
-            names += [naming.job_name(spec.pipeline, run_id, step.name, n) for n in range(first, newest + 1)]
+            names += [naming.job_name(spec.pipeline, run_id, step.name, n) for n in item.live_attempts]
     return names
 
 

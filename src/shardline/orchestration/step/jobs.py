@@ -8,6 +8,7 @@ import logging
 import os
 import random
 import time
+from typing import Literal
 
 import botocore.exceptions
 
@@ -142,7 +143,7 @@ class StepCancel:
     """What :func:`cancel` did to one step: ``already`` ended (``status``), ``moved_on`` (resubmitted or ended while
     being cancelled: left as it is), or ``cancelled``, with the jobs it stopped."""
 
-    outcome: str
+    outcome: Literal["already", "moved_on", "cancelled"]
     status: str | None = None
     stopped: tuple[str, ...] = ()
 
@@ -153,11 +154,9 @@ def cancel(spec: PipelineSpec, ref: StepRef, step: StepRecord, reason: str) -> S
     beside it."""
     if step.status in STEP_TERMINAL:
         return StepCancel("already", step.status)
-    attempt = step.attempt or 1
-    if not cancel_step(services.ledger_model(spec), ref, attempt, reason):
+    if not cancel_step(services.ledger_model(spec), ref, step.attempt or 1, reason):
         return StepCancel("moved_on")
-    first = min(step.live_from or attempt, attempt)
-    names = [naming.job_name(ref.pipeline, ref.run_id, ref.step, n) for n in range(first, attempt + 1)]
+    names = [naming.job_name(ref.pipeline, ref.run_id, ref.step, n) for n in step.live_attempts]
     return StepCancel("cancelled", StepStatus.CANCELLED.value, tuple(name for name in names if stop_job(spec, name)))
 
 
