@@ -33,7 +33,7 @@ from shardline.oncall.airflow_client import AirflowApiError, AirflowClient, api_
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.messages import CANCEL_LINES
 from shardline.oncall.service import OnCall
-from shardline.oncall.values import ResubmitPlan, ResubmitResult, RunRef
+from shardline.oncall.values import FileChoice, ResubmitPlan, ResubmitResult, RunRef
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import watch as polls
@@ -308,7 +308,7 @@ def test_the_on_call_service_says_what_went_wrong_and_what_to_do():
         failure=False,
     )
 
-    again = messages.repeat_resubmit_command(ref, STEP, instance=None, files=(), all_failed=True, force=False)
+    again = messages.repeat_resubmit_command(ref, STEP, FileChoice(all_failed=True), force=False)
     for attempt, job in ((3, "sl-tabular-scoring-hourly-score-0123456789-a3"), (None, None)):
         for err in (_refused(403), OnCallError(stuck)):
             text = said(
@@ -379,15 +379,15 @@ def test_a_cli_looking_in_another_local_root_is_told_what_to_set():
 def test_a_half_done_resubmission_prints_the_command_that_repeats_it():
     ref = RunRef("p", "manual__2026-11-22T10:00:00+00:00")
     assert (
-        messages.repeat_resubmit_command(ref, "score", instance=None, files=(), all_failed=True, force=False)
+        messages.repeat_resubmit_command(ref, "score", FileChoice(all_failed=True), force=False)
         == "shardline resubmit p/manual__2026-11-22T10:00:00+00:00 --step score --all-failed"
     )
-    assert messages.repeat_resubmit_command(
-        ref, "score", instance=None, files=["a b.parquet", "c"], all_failed=False, force=True
-    ).endswith("--file 'a b.parquet' --file c --force")
-    assert messages.repeat_resubmit_command(
-        ref, "score", instance="algo-2", files=(), all_failed=False, force=False
-    ).endswith("--step score --instance algo-2")
+    assert messages.repeat_resubmit_command(ref, "score", FileChoice(files=["a b.parquet", "c"]), force=True).endswith(
+        "--file 'a b.parquet' --file c --force"
+    )
+    assert messages.repeat_resubmit_command(ref, "score", FileChoice(instance="algo-2"), force=False).endswith(
+        "--step score --instance algo-2"
+    )
 
 
 def test_every_airflow_api_error_names_airflow_and_what_to_do(tmp_path):

@@ -15,7 +15,7 @@ from shardline.ledger.step_writes import finish_step
 from shardline.ledger.table import bind_ledger
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.service import OnCall
-from shardline.oncall.values import RunRef
+from shardline.oncall.values import FileChoice, RunRef
 from shardline.orchestration import run as run_records
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
@@ -34,14 +34,14 @@ def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_
     oncall = OnCall({spec.pipeline: spec})
     second = step_plan.plan(spec, "score", "run-2", **plan_args(bucket))
     with pytest.raises(OnCallError, match=r"not resubmitted: s3://.*/out/ was written by run oncall_test/run-2"):
-        oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
+        oncall.resubmit(ref, "score", FileChoice(all_failed=True), ledger_only=True)
     assert latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     assert oncall.status(ref).status == "FAILED"  # not left reopened by the refused attempt
     wait_for_job(spec, step_jobs.submit(spec, second).attempt)
     step_end.finish(spec, second, Action.FAIL, "1 of 5 file(s) failed")
     run_records.finish_run(spec, spec.pipeline, "run-2", StepStatus.FAILED)
     with pytest.raises(OnCallError, match=r"was written by run oncall_test/run-2 \(step score\) after"):
-        oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
+        oncall.resubmit(ref, "score", FileChoice(all_failed=True), ledger_only=True)
 
 
 def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, ledger_table, tmp_path, monkeypatch):
@@ -86,7 +86,7 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
     )
     expected = [body[0]["prefix"] + e for e in dealt(body[1:], attempt.instance_count)[1]]  # algo-2's share
     oncall = OnCall({spec.pipeline: spec})
-    chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", instance="algo-2").files
+    chosen = oncall.plan_resubmission(RunRef("shard_test", "run-1"), "score", FileChoice(instance="algo-2")).files
     assert chosen == sorted(expected) and 2 <= len(chosen) <= 3
 
 
@@ -99,6 +99,6 @@ def test_a_cli_that_looks_in_another_local_root_submits_nothing_beside_airflows_
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "another-shell"))
     assert oncall.status(ref).steps[0].job_status == "NotFoundHere"
     with pytest.raises(OnCallError, match=r"ran, but not under .*another-shell.*nothing was submitted.*AIRFLOW_HOME"):
-        oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
+        oncall.resubmit(ref, "score", FileChoice(all_failed=True), ledger_only=True)
     assert latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     assert not (tmp_path / "another-shell").exists()

@@ -12,7 +12,7 @@ import pytest
 from shardline.decision.policy import UNSAFE_KEY_ERROR
 from shardline.oncall import selection
 from shardline.oncall.errors import BadRequest
-from shardline.oncall.values import FileView
+from shardline.oncall.values import FileChoice, FileView
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import manifest_body
 
@@ -39,7 +39,7 @@ FILES = [
 
 
 def test_all_failed_takes_every_file_that_has_not_succeeded_in_any_attempt():
-    plan = selection.choose_files(REF, STEP, 2, FILES, all_failed=True)
+    plan = selection.choose_files(REF, STEP, 2, FILES, FileChoice(all_failed=True))
     assert plan.files == [
         PREFIX + n for n in ("b.parquet", "d.parquet", "e.parquet", "f.parquet", "g.parquet", "h.parquet")
     ]
@@ -47,12 +47,12 @@ def test_all_failed_takes_every_file_that_has_not_succeeded_in_any_attempt():
 
 
 def test_a_shard_takes_the_unfinished_or_failed_files_its_instance_had_in_the_newest_attempt():
-    plan = selection.choose_files(REF, STEP, 2, FILES, instance="algo-2")
+    plan = selection.choose_files(REF, STEP, 2, FILES, FileChoice(instance="algo-2"))
     # b.parquet was algo-2's in attempt 1, another machine: not this instance's. c.parquet succeeded.
     assert plan.files == [PREFIX + "d.parquet", PREFIX + "e.parquet"]
     assert plan.reason == "the unfinished or failed files of instance algo-2 (attempt 2)"
-    assert selection.choose_files(REF, STEP, 2, FILES, instance="algo-3").files == [PREFIX + "g.parquet"]
-    assert selection.choose_files(REF, STEP, 2, FILES, instance="algo-9").files == []
+    assert selection.choose_files(REF, STEP, 2, FILES, FileChoice(instance="algo-3")).files == [PREFIX + "g.parquet"]
+    assert selection.choose_files(REF, STEP, 2, FILES, FileChoice(instance="algo-9")).files == []
 
 
 def test_a_shard_takes_the_files_the_manifest_dealt_it_that_it_never_claimed():
@@ -80,9 +80,9 @@ def test_a_shard_takes_the_files_the_manifest_dealt_it_that_it_never_claimed():
     }
     assert selection.needs_deal(FILES, 2)
     # h.parquet was never claimed, and the deal gave it to algo-3; a host the ledger recorded wins over the deal.
-    plan = selection.choose_files(REF, STEP, 2, FILES, instance="algo-3", dealt=dealt)
+    plan = selection.choose_files(REF, STEP, 2, FILES, FileChoice(instance="algo-3"), dealt=dealt)
     assert plan.files == [PREFIX + "g.parquet", PREFIX + "h.parquet"]
-    assert selection.choose_files(REF, STEP, 2, FILES, instance="algo-2", dealt=dealt).files == [
+    assert selection.choose_files(REF, STEP, 2, FILES, FileChoice(instance="algo-2"), dealt=dealt).files == [
         PREFIX + "d.parquet",
         PREFIX + "e.parquet",
     ]
@@ -112,29 +112,33 @@ def test_the_manifest_is_read_only_when_a_file_of_the_newest_attempt_was_never_c
 
 
 def test_chosen_files_are_named_by_uri_or_by_key_under_the_input_prefix_and_succeeded_ones_are_dropped():
-    plan = selection.choose_files(REF, STEP, 2, FILES, keys=["d.parquet", PREFIX + "g.parquet", "a.parquet"])
+    plan = selection.choose_files(
+        REF, STEP, 2, FILES, FileChoice(files=["d.parquet", PREFIX + "g.parquet", "a.parquet"])
+    )
     assert plan.files == [PREFIX + "d.parquet", PREFIX + "g.parquet"]  # a.parquet succeeded: never again
     assert plan.reason == "the chosen files that have not succeeded"
-    assert selection.choose_files(REF, STEP, 2, FILES, keys=["/in/d.parquet"]).files == [PREFIX + "d.parquet"]
+    assert selection.choose_files(REF, STEP, 2, FILES, FileChoice(files=["/in/d.parquet"])).files == [
+        PREFIX + "d.parquet"
+    ]
 
 
 def test_a_file_that_is_no_input_of_the_step_is_a_bad_request_that_says_where_to_look():
     with pytest.raises(BadRequest) as err:
-        selection.choose_files(REF, STEP, 2, FILES, keys=["d.parquet", "nope.parquet"])
+        selection.choose_files(REF, STEP, 2, FILES, FileChoice(files=["d.parquet", "nope.parquet"]))
     assert str(err.value) == (
         "'nope.parquet' is not an input of step score; `shardline failed p/run-1 --step score` "
         "lists the files that can be resubmitted (pass one as --file, or use --all-failed)"
     )
     assert (err.value.http_status, err.value.exit_code) == (400, 2)
     with pytest.raises(BadRequest, match=r"^'x', 's3://other/d.parquet' are not an input of step score"):
-        selection.choose_files(REF, STEP, 2, FILES, keys=["x", "s3://other/d.parquet"])
+        selection.choose_files(REF, STEP, 2, FILES, FileChoice(files=["x", "s3://other/d.parquet"]))
 
 
 def test_a_relative_key_that_two_inputs_end_with_names_neither():
     files = [f("day=1/part.parquet", "FAILED", 1, "algo-1"), f("day=2/part.parquet", "FAILED", 1, "algo-1")]
     with pytest.raises(BadRequest, match=r"'part\.parquet' is not an input"):
-        selection.choose_files(REF, STEP, 1, files, keys=["part.parquet"])
-    assert selection.choose_files(REF, STEP, 1, files, keys=["day=2/part.parquet"]).files == [
+        selection.choose_files(REF, STEP, 1, files, FileChoice(files=["part.parquet"]))
+    assert selection.choose_files(REF, STEP, 1, files, FileChoice(files=["day=2/part.parquet"])).files == [
         PREFIX + "day=2/part.parquet"
     ]
 
@@ -144,21 +148,20 @@ def test_a_relative_key_that_two_inputs_end_with_names_neither():
     [
         {},
         {"all_failed": True, "instance": "algo-1"},
-        {"instance": "algo-1", "keys": ["x"]},
-        {"all_failed": True, "keys": ["x"]},
+        {"instance": "algo-1", "files": ["x"]},
+        {"all_failed": True, "files": ["x"]},
+        {"all_failed": True, "rejects": True},
     ],
 )
 def test_exactly_one_way_of_choosing_is_taken(choice):
     with pytest.raises(BadRequest, match="exactly one of --all-failed, --instance NAME, --file KEY or --rejects"):
-        selection.choose_files(REF, STEP, 2, FILES, **choice)
+        selection.choose_files(REF, STEP, 2, FILES, FileChoice(**choice))
     with pytest.raises(BadRequest):
-        selection.check_one_choice(
-            instance=choice.get("instance"), files=choice.get("keys", ()), all_failed=choice.get("all_failed", False)
-        )
+        FileChoice(**choice).check()
 
 
 def test_nothing_left_to_choose_is_an_empty_plan_not_an_error():
     done = [f("a.parquet", "SUCCEEDED", 1, "algo-1")]
-    assert selection.choose_files(REF, STEP, 1, done, all_failed=True).files == []
-    assert selection.choose_files(REF, STEP, 1, done, instance="algo-1").files == []
-    assert selection.choose_files(REF, STEP, 1, done, keys=["a.parquet"]).files == []
+    assert selection.choose_files(REF, STEP, 1, done, FileChoice(all_failed=True)).files == []
+    assert selection.choose_files(REF, STEP, 1, done, FileChoice(instance="algo-1")).files == []
+    assert selection.choose_files(REF, STEP, 1, done, FileChoice(files=["a.parquet"])).files == []

@@ -19,6 +19,7 @@ from shardline.ledger.step_writes import start_attempt
 from shardline.ledger.table import bind_ledger
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.service import OnCall
+from shardline.oncall.values import FileChoice
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step.files import latest_attempt
@@ -48,27 +49,33 @@ def test_status_failed_and_a_resubmission_that_is_safe_twice(failed_run):
     failed = oncall.failed(ref)
     assert [(f.input_key, f.error_class) for f in failed] == [(f"s3://{bucket}/in/part-9.parquet", "CorruptInputError")]
     # Selections: never a file that succeeded; a relative key is accepted; unknown keys are refused.
-    assert oncall.plan_resubmission(ref, "score", all_failed=True).files == [f"s3://{bucket}/in/part-9.parquet"]
-    assert oncall.plan_resubmission(ref, "score", files=["part-0.parquet"]).files == []
-    assert oncall.plan_resubmission(ref, "score", instance=failed[0].host).files == [f"s3://{bucket}/in/part-9.parquet"]
+    assert oncall.plan_resubmission(ref, "score", FileChoice(all_failed=True)).files == [
+        f"s3://{bucket}/in/part-9.parquet"
+    ]
+    assert oncall.plan_resubmission(ref, "score", FileChoice(files=["part-0.parquet"])).files == []
+    assert oncall.plan_resubmission(ref, "score", FileChoice(instance=failed[0].host)).files == [
+        f"s3://{bucket}/in/part-9.parquet"
+    ]
     with pytest.raises(OnCallError, match="not an input of step score"):
-        oncall.plan_resubmission(ref, "score", files=["nope.parquet"])
+        oncall.plan_resubmission(ref, "score", FileChoice(files=["nope.parquet"]))
     with pytest.raises(OnCallError, match="has no step 'postprocess'"):
-        oncall.plan_resubmission(ref, "postprocess", all_failed=True)
+        oncall.plan_resubmission(ref, "postprocess", FileChoice(all_failed=True))
 
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=parquet_bytes(250, 9 * 250))  # the fix
     # Without a way to let the DAG run follow the new attempt, nothing is submitted at all.
     with pytest.raises(OnCallError, match=r"Airflow is not configured, so nothing was submitted.*shardline login"):
-        oncall.resubmit(ref, "score", all_failed=True)
+        oncall.resubmit(ref, "score", FileChoice(all_failed=True))
     assert latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
     # A step not run by Airflow says so explicitly.
-    result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)
+    result = oncall.resubmit(ref, "score", FileChoice(all_failed=True), ledger_only=True)
     assert (result.attempt, result.plan.files, result.complete) == (2, [f"s3://{bucket}/in/part-9.parquet"], True)
     assert "Airflow was left out (--ledger-only)" in result.airflow
-    second = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)  # while 2 runs, or after
+    second = oncall.resubmit(
+        ref, "score", FileChoice(all_failed=True), force=True, ledger_only=True
+    )  # while 2 runs, or after
     assert second.attempt is None
     wait_for_job(spec, latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")))
-    last = oncall.resubmit(ref, "score", all_failed=True, force=True, ledger_only=True)
+    last = oncall.resubmit(ref, "score", FileChoice(all_failed=True), force=True, ledger_only=True)
     assert (last.attempt, last.action, last.airflow) == (
         None,
         "nothing",
@@ -92,7 +99,9 @@ def test_a_resubmission_waits_for_the_watch_task_and_cancel_stops_everything(fai
     latest = latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score"))
     keys = [f.input_key for f in read_step(model, StepRef(ref.pipeline, ref.run_id, "score")).files]
     running = step_jobs.resubmit(spec, latest, keys).attempt
-    result = oncall.resubmit(ref, "score", all_failed=True, ledger_only=True)  # on-call, while attempt 2 runs
+    result = oncall.resubmit(
+        ref, "score", FileChoice(all_failed=True), ledger_only=True
+    )  # on-call, while attempt 2 runs
     assert result.attempt is None and "is still running" in result.airflow
     lines = oncall.cancel(ref, "bad model version")
     assert f"step score: stopped {running.job_name}" in lines and "step score: CANCELLED" in lines

@@ -18,7 +18,7 @@ from shardline.decision.policy import Action
 from shardline.ledger.keys import StepRef
 from shardline.oncall.errors import Conflict
 from shardline.oncall.service import OnCall
-from shardline.oncall.values import RunRef
+from shardline.oncall.values import FileChoice, RunRef
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
@@ -117,7 +117,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     lines = export[0].decode().splitlines(keepends=True)
     s3.put_object(Bucket=bucket, Key=key, Body="".join(lines[:-1]).encode())
     with pytest.raises(Conflict, match=f"now has {ROWS - 1:,} data rows; it had {ROWS:,}"):
-        oncall.resubmit(ref, "score", rejects=True, ledger_only=True)
+        oncall.resubmit(ref, "score", FileChoice(rejects=True), ledger_only=True)
 
     # Not mended yet: the 37 rows are taken again and rejected again, each alone (all of them failing again is no
     # sign of a wrong setting), and the step stays green with the same figures.
@@ -182,7 +182,7 @@ def test_over_the_limit_the_file_fails_naming_its_first_rejects(
 
 def _rescore(spec, oncall, ref, number: int, files: list[str]):
     """`shardline resubmit --rejects` (no Airflow), and the attempt it submitted run to its end."""
-    result = oncall.resubmit(ref, "score", rejects=True, ledger_only=True)
+    result = oncall.resubmit(ref, "score", FileChoice(rejects=True), ledger_only=True)
     assert (result.attempt, result.plan.files) == (number, files), result
     attempt = latest_attempt(spec, StepRef(spec.pipeline, ref.run_id, "score")).submitted(time.time())
     wait_for_job(spec, attempt, timeout=600)

@@ -37,6 +37,7 @@ from shardline.oncall.printing import (
     show_runs,
     show_status,
 )
+from shardline.oncall.values import FileChoice
 
 
 @command("runs", "list recent runs, newest first")
@@ -164,17 +165,8 @@ def resubmit(
         many = f"argument {given[1]}: not allowed with argument {given[0]}" if given else ""
         raise click.UsageError(many or f"one of the arguments {' '.join(SELECTIONS)} is required")
     oncall = options.oncall()
-    result = oncall.resubmit(
-        run_ref(run),
-        step,
-        instance=instance,
-        files=keys,
-        all_failed=all_failed,
-        rejects=rejects,
-        dry_run=dry_run,
-        force=force,
-        ledger_only=ledger_only,
-    )
+    choice = FileChoice(instance=instance, files=keys, all_failed=all_failed, rejects=rejects)
+    result = oncall.resubmit(run_ref(run), step, choice, dry_run=dry_run, force=force, ledger_only=ledger_only)
     return resubmit_reply(result, dry_run=dry_run)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from shardline.decision.resubmit import NextStep, task_state
 from shardline.errors import error_line
 from shardline.ledger.states import STEP_TERMINAL
-from shardline.oncall.values import RunRef
+from shardline.oncall.values import FileChoice, RunRef
 
 # --- what a resubmission or a cancel says, as text (tests/oncall/test_messages.py renders each) ----------
 
@@ -83,27 +83,10 @@ def local_root_mismatch(job: str, attempt: int, local_root: object) -> str:
     )
 
 
-def repeat_resubmit_command(
-    ref: RunRef,
-    step: str,
-    *,
-    instance: str | None,
-    files: Sequence[str],
-    all_failed: bool,
-    force: bool,
-    rejects: bool = False,
-) -> str:
+def repeat_resubmit_command(ref: RunRef, step: str, choice: FileChoice, *, force: bool) -> str:
     """The resubmit command that repeats this call, its selection and --force included, to print when something
     is left half done (``naming.resubmit_command`` is the plain ``--all-failed`` one a failed step prints)."""
-    words = ["shardline", "resubmit", str(ref), "--step", step]
-    if all_failed:
-        words.append("--all-failed")
-    elif rejects:
-        words.append("--rejects")
-    elif instance:
-        words += ["--instance", instance]
-    for key in files:
-        words += ["--file", key]
+    words = ["shardline", "resubmit", str(ref), "--step", step, *choice.words()]
     if force:
         words.append("--force")
     return shlex.join(words)

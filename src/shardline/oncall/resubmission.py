@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 
 from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
@@ -32,7 +31,7 @@ from shardline.oncall.messages import (
     repeat_resubmit_command,
 )
 from shardline.oncall.reads import OnCallReads, known_step, read_step_records
-from shardline.oncall.values import ResubmitPlan, ResubmitResult, RunRef
+from shardline.oncall.values import FileChoice, ResubmitPlan, ResubmitResult, RunRef
 from shardline.oncall.views import file_view
 from shardline.orchestration import services
 from shardline.orchestration.partitions import PartitionHeld, PartitionMovedOn, refused_text
@@ -57,66 +56,36 @@ class Resubmission:
     def __init__(self, reads: OnCallReads):
         self.reads = reads  # the pipelines, their Airflow, and what is read about their runs
 
-    def plan_resubmission(
-        self,
-        ref: RunRef,
-        step: str,
-        *,
-        instance: str | None = None,
-        files: Sequence[str] = (),
-        all_failed: bool = False,
-        rejects: bool = False,
-    ) -> ResubmitPlan:
+    def plan_resubmission(self, ref: RunRef, step: str, choice: FileChoice) -> ResubmitPlan:
         """Which files a resubmission would take (:func:`selection.choose_files`). Succeeded files are never
         taken again; with ``rejects``, the rows succeeded files rejected are (:mod:`~shardline.orchestration.step.
         rejects`)."""
-        spec = self.reads.spec(ref.pipeline)
-        chosen_by = {"instance": instance, "files": files, "all_failed": all_failed, "rejects": rejects}
-        return self._read_and_choose(spec, ref, step, chosen_by)[1]
+        return self._read_and_choose(self.reads.spec(ref.pipeline), ref, step, choice)[1]
 
     def _read_and_choose(
-        self, spec: PipelineSpec, ref: RunRef, step: str, chosen_by: dict
+        self, spec: PipelineSpec, ref: RunRef, step: str, choice: FileChoice
     ) -> tuple[StepRecords, ResubmitPlan]:
-        """The step's items, read once, and the files ``chosen_by`` takes. An unknown step is a NotFound before a
+        """The step's items, read once, and the files ``choice`` takes. An unknown step is a NotFound before a
         bad choice is a BadRequest, and both come before anything is read."""
         known_step(spec, step)
-        selection.check_one_choice(**chosen_by)
+        choice.check()
         records = _read_step(spec, ref, step)  # the one read of the step's items a command makes
-        return records, self._choose(spec, ref, step, records, **chosen_by)
-
-    def _choose(
-        self,
-        spec: PipelineSpec,
-        ref: RunRef,
-        step: str,
-        records: StepRecords,
-        *,
-        instance: str | None,
-        files: Sequence[str],
-        all_failed: bool,
-        rejects: bool,
-    ) -> ResubmitPlan:
-        if rejects:
-            return _rejects_plan(spec, ref, step, records)
+        if choice.rejects:
+            return records, _rejects_plan(spec, ref, step, records)
         latest = records.step.attempt
         # A rejects part that failed is taken again by --rejects, with the rows it had.
         views = [file_view(step, f) for f in records.settled if not f.part_of]
         dealt = None
-        if instance and selection.needs_deal(views, latest):
+        if choice.instance and selection.needs_deal(views, latest):
             dealt = _dealt_hosts(spec, _latest(records, ref, step).model_copy(update={"number": latest}))
-        return selection.choose_files(
-            str(ref), step, latest, views, instance=instance, keys=files, all_failed=all_failed, dealt=dealt
-        )
+        return records, selection.choose_files(str(ref), step, latest, views, choice, dealt)
 
     def resubmit(
         self,
         ref: RunRef,
         step: str,
+        choice: FileChoice,
         *,
-        instance: str | None = None,
-        files: Sequence[str] = (),
-        all_failed: bool = False,
-        rejects: bool = False,
         dry_run: bool = False,
         force: bool = False,
         ledger_only: bool = False,
@@ -131,16 +100,13 @@ class Resubmission:
         an Airflow DAG): the new attempt runs, and no DAG run follows it.
         """
         spec = self.reads.spec(ref.pipeline)
-        chosen_by = {"instance": instance, "files": files, "all_failed": all_failed, "rejects": rejects}
-        records, plan = self._read_and_choose(spec, ref, step, chosen_by)
-        again = repeat_resubmit_command(
-            ref, step, instance=instance, files=files, all_failed=all_failed, force=force, rejects=rejects
-        )
+        records, plan = self._read_and_choose(spec, ref, step, choice)
+        again = repeat_resubmit_command(ref, step, choice, force=force)
         latest = _latest(records, ref, step)
         job = self._latest_job(spec, latest, records.shards)
         watch = f"watch_{step}"
         watch_state = None if ledger_only else self._watch_state(ref, watch)
-        choice = choose_next(
+        next_step = choose_next(
             attempt=latest.number,
             job=latest.job_name,
             job_running=job is not None and not job.is_terminal,
@@ -150,30 +116,37 @@ class Resubmission:
             force=force,
             watch=watch,
         )
-        if choice.next is Next.SUBMIT:  # otherwise the reason is what the result says: printed once, not twice
-            plan = dataclasses.replace(plan, reason=f"{plan.reason}; {choice.reason}")
-        if choice.next is Next.REFUSE:
-            raise Conflict(f"step {step} of {ref}: {choice.reason}")
-        if choice.clear_watch:
+        if next_step.next is Next.SUBMIT:  # otherwise the reason is what the result says: printed once, not twice
+            plan = dataclasses.replace(plan, reason=f"{plan.reason}; {next_step.reason}")
+        if next_step.next is Next.REFUSE:
+            raise Conflict(f"step {step} of {ref}: {next_step.reason}")
+        if next_step.clear_watch:
             self._may_clear(ref, watch)
-        if choice.next is Next.NOTHING:
-            return ResubmitResult(plan, None, None, choice.reason, action=choice.next.value)
+        if next_step.next is Next.NOTHING:
+            return ResubmitResult(plan, None, None, next_step.reason, action=next_step.next.value)
         if dry_run:
-            return _dry_run_result(plan, choice, ref, step, latest.number, watch_state)
+            return _dry_run_result(plan, next_step, ref, step, latest.number, watch_state)
         attempt = job_name = waiting = None
-        if choice.next is Next.SUBMIT:
+        if next_step.next is Next.SUBMIT:
             started = _submit(
-                spec, ref, step, latest, plan.files, rejects=rejects, records=records, taken_up=choice.clear_watch
+                spec,
+                ref,
+                step,
+                latest,
+                plan.files,
+                rejects=choice.rejects,
+                records=records,
+                taken_up=next_step.clear_watch,
             )
             attempt, job_name = started.attempt.number, started.attempt.job_name
             waiting = started.note if isinstance(started, jobs.MustWait) else None  # the watch task submits it later
-        elif choice.clear_watch:
+        elif next_step.clear_watch:
             # Taken up as it stands (its job still runs, or every file is done): the life whose watch ended is over,
             # recorded before the clear, so that life's failure callback, however late, stops and releases nothing.
             take_up(spec, ref)
-        if not choice.clear_watch:
+        if not next_step.clear_watch:
             return ResubmitResult(
-                plan, attempt, job_name, followed_text(watch, watch_state), action=choice.next.value, waiting=waiting
+                plan, attempt, job_name, followed_text(watch, watch_state), action=next_step.next.value, waiting=waiting
             )
         try:
             said = self._rerun_watch(ref, watch)
@@ -184,10 +157,10 @@ class Resubmission:
                 job_name,
                 half_done_text(attempt, job_name, watch, err, again),
                 complete=False,
-                action=choice.next.value,
+                action=next_step.next.value,
                 waiting=waiting,
             )
-        return ResubmitResult(plan, attempt, job_name, said, action=choice.next.value, waiting=waiting)
+        return ResubmitResult(plan, attempt, job_name, said, action=next_step.next.value, waiting=waiting)
 
     @staticmethod
     def _latest_job(spec: PipelineSpec, latest: Attempt, shards) -> JobStatus | None:

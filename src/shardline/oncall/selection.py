@@ -16,16 +16,8 @@ from shardline import contract
 from shardline.decision.policy import UNSAFE_KEY_ERROR
 from shardline.ledger.states import FileStatus
 from shardline.oncall.errors import BadRequest
-from shardline.oncall.values import FileView, ResubmitPlan
+from shardline.oncall.values import FileChoice, FileView, ResubmitPlan
 from shardline.planning.attempt import Attempt
-
-ONE_CHOICE = "choose what to resubmit with exactly one of --all-failed, --instance NAME, --file KEY or --rejects"
-
-
-def check_one_choice(*, instance: str | None, files: Sequence[str], all_failed: bool, rejects: bool = False) -> None:
-    """A resubmission names its files one way: raises :class:`BadRequest` otherwise."""
-    if sum(bool(x) for x in (instance, files, all_failed, rejects)) != 1:
-        raise BadRequest(ONE_CHOICE)
 
 
 def resubmittable(files: Iterable[FileView]) -> dict[str, FileView]:
@@ -67,22 +59,22 @@ def choose_files(
     step: str,
     attempt: int,
     files: Sequence[FileView],
-    *,
-    instance: str | None = None,
-    keys: Sequence[str] = (),
-    all_failed: bool = False,
+    choice: FileChoice,
     dealt: Mapping[str, str] | None = None,
 ) -> ResubmitPlan:
     """Which of the step's ``files`` a resubmission takes, and why.
 
     ``attempt`` is the step's newest; ``dealt`` says where that attempt's manifest dealt each file
     (:func:`dealt_hosts`), needed for an instance only when :func:`needs_deal` says so. Raises
-    :class:`BadRequest` for a choice that is not exactly one of the three, or names a file that is no
+    :class:`BadRequest` for a choice that is not exactly one way, or names a file that is no
     input of the step.
     """
-    check_one_choice(instance=instance, files=keys, all_failed=all_failed)
+    choice.check()
+    if choice.rejects:
+        raise ValueError("--rejects chooses rows from the step's rejects parts (resubmission._rejects_plan)")
+    instance, keys = choice.instance, choice.files
     not_done = resubmittable(files)
-    if all_failed:
+    if choice.all_failed:
         chosen, why = sorted(not_done), "every file that has not succeeded"
     elif instance:
         # Hosts are per attempt (algo-1 of attempt 2 is another machine than algo-1 of attempt 1),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -24,6 +23,7 @@ from shardline.oncall.run_actions import RunActions
 from shardline.oncall.run_reports import RunReports
 from shardline.oncall.values import (
     FailedView,
+    FileChoice,
     FileView,
     ResubmitPlan,
     ResubmitResult,
@@ -93,44 +93,20 @@ class OnCall:
     ) -> list[SavedReport]:
         return self.reports.save_reports(ref, step, root=root, out=out, with_json=with_json)
 
-    def plan_resubmission(
-        self,
-        ref: RunRef,
-        step: str,
-        *,
-        instance: str | None = None,
-        files: Sequence[str] = (),
-        all_failed: bool = False,
-        rejects: bool = False,
-    ) -> ResubmitPlan:
-        return self.resubmissions.plan_resubmission(
-            ref, step, instance=instance, files=files, all_failed=all_failed, rejects=rejects
-        )
+    def plan_resubmission(self, ref: RunRef, step: str, choice: FileChoice) -> ResubmitPlan:
+        return self.resubmissions.plan_resubmission(ref, step, choice)
 
     def resubmit(
         self,
         ref: RunRef,
         step: str,
+        choice: FileChoice,
         *,
-        instance: str | None = None,
-        files: Sequence[str] = (),
-        all_failed: bool = False,
-        rejects: bool = False,
         dry_run: bool = False,
         force: bool = False,
         ledger_only: bool = False,
     ) -> ResubmitResult:
-        return self.resubmissions.resubmit(
-            ref,
-            step,
-            instance=instance,
-            files=files,
-            all_failed=all_failed,
-            rejects=rejects,
-            dry_run=dry_run,
-            force=force,
-            ledger_only=ledger_only,
-        )
+        return self.resubmissions.resubmit(ref, step, choice, dry_run=dry_run, force=force, ledger_only=ledger_only)
 
     def trigger(self, pipeline: str, start: dt.datetime, conf: dict, *, dry_run: bool = False) -> list[str]:
         return self.actions.trigger(pipeline, start, conf, dry_run=dry_run)

@@ -32,6 +32,39 @@ class RunRef:
         return naming.run_ref(self.pipeline, self.run_id)
 
 
+@dataclasses.dataclass(frozen=True)
+class FileChoice:
+    """Which files a resubmission takes, chosen exactly one way: ``all_failed`` (every file not succeeded),
+    ``instance`` (that instance's unfinished or failed files in the newest attempt), ``files`` (the named input
+    keys) or ``rejects`` (the rows succeeded files rejected). :meth:`check` refuses any other choice."""
+
+    instance: str | None = None
+    files: tuple[str, ...] = ()
+    all_failed: bool = False
+    rejects: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", tuple(self.files))
+
+    def check(self) -> None:
+        """Raise :class:`BadRequest` unless exactly one way is chosen."""
+        if sum(bool(x) for x in (self.instance, self.files, self.all_failed, self.rejects)) != 1:
+            raise BadRequest(ONE_CHOICE)
+
+    def words(self) -> list[str]:
+        """The choice as ``shardline resubmit`` options."""
+        if self.all_failed:
+            return ["--all-failed"]
+        if self.rejects:
+            return ["--rejects"]
+        if self.instance:
+            return ["--instance", self.instance]
+        return [word for key in self.files for word in ("--file", key)]
+
+
+ONE_CHOICE = "choose what to resubmit with exactly one of --all-failed, --instance NAME, --file KEY or --rejects"
+
+
 # --- views (plain data: the CLI prints them, the UI serves them as JSON) ---------------------
 
 

@@ -51,7 +51,7 @@ def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
 
 def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipeline):
     from shardline.oncall.service import OnCall
-    from shardline.oncall.values import RunRef
+    from shardline.oncall.values import FileChoice, RunRef
 
     spec, bucket = pipeline
     boto3.client("s3").put_object(Bucket=bucket, Key="in//tmp/evil.parquet", Body=parquet_bytes(10, 10_000))
@@ -65,6 +65,6 @@ def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipe
     assert "absolute path" in refused.error_message and "input.exclude" in refused.error_message
     assert sorted(output_ids(bucket)) == list(range(4 * 300))  # the other four files ran
     plan = OnCall({spec.pipeline: spec}).plan_resubmission(
-        RunRef(spec.pipeline, "run-unsafe"), "score", all_failed=True
+        RunRef(spec.pipeline, "run-unsafe"), "score", FileChoice(all_failed=True)
     )
     assert plan.files == []  # it can never run: listed as failed, never resubmitted

@@ -21,7 +21,7 @@ from shardline.ledger.records import FileRecord, settle_parts, sources_with_reje
 from shardline.ledger.states import FileStatus
 from shardline.oncall.errors import Conflict
 from shardline.oncall.service import OnCall
-from shardline.oncall.values import RunRef
+from shardline.oncall.values import FileChoice, RunRef
 from shardline.orchestration import services
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import latest_attempt
@@ -186,7 +186,9 @@ def _refused(spec, keys: list[str], named: str) -> None:
     ref = StepRef(spec.pipeline, "run-f", "score")
     before = _every_object()
     with pytest.raises(Conflict, match=re.escape(named)):
-        OnCall({spec.pipeline: spec}).plan_resubmission(RunRef(spec.pipeline, "run-f"), "score", rejects=True)
+        OnCall({spec.pipeline: spec}).plan_resubmission(
+            RunRef(spec.pipeline, "run-f"), "score", FileChoice(rejects=True)
+        )
     with pytest.raises(RejectsPartError, match=re.escape(named)):
         resubmit_rejects(spec, latest_attempt(spec, ref), keys)
     assert _every_object() == before

@@ -46,7 +46,7 @@ from shardline.oncall.airflow_client import ENV_URL, AirflowClient
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.reads import load_specs
 from shardline.oncall.service import OnCall
-from shardline.oncall.values import RunRef
+from shardline.oncall.values import FileChoice, RunRef
 
 PAGE = Path(__file__).with_name("static") / "oncall.html"
 ICON = Path(__file__).with_name("static") / "icon.svg"
@@ -440,7 +440,6 @@ def resubmit(
     client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
     oncall = _oncall(airflow=client)
     _known(oncall, dag_id)
-    result = oncall.resubmit(
-        RunRef(dag_id, run_id), step, files=body.files, all_failed=body.all_failed, dry_run=body.dry_run
-    )
+    choice = FileChoice(files=body.files, all_failed=body.all_failed)
+    result = oncall.resubmit(RunRef(dag_id, run_id), step, choice, dry_run=body.dry_run)
     return {**_plain(result), "user": user.get_name()}
