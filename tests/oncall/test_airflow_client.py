@@ -111,7 +111,7 @@ def test_a_5xx_that_persists_says_in_one_line_what_failed_and_what_to_check(api)
     )
     oncall = OnCall({"hourly": spec}, airflow=client(api, waits), now=lambda: START + dt.timedelta(hours=2))
     with pytest.raises(Unavailable) as caught:
-        oncall.actions.trigger("hourly", START, {})
+        oncall.trigger("hourly", START, {})
     said = str(caught.value)
     assert (api.posts(), waits) == (len(RETRY_WAITS) + 1, list(RETRY_WAITS))
     assert "\n" not in said

@@ -273,37 +273,29 @@ def test_the_on_call_service_says_what_went_wrong_and_what_to_do():
     )
 
     service = OnCall(specs)
-    raised("resubmit without Airflow", lambda: service.resubmissions._watch_state(ref, "watch_score"), OnCallError)
-    service.reads.airflow = FakeAirflow(task_error=AirflowApiError("GET ... answered 404: not found", 404))
-    raised(
-        "resubmit: Airflow has no such task",
-        lambda: service.resubmissions._watch_state(ref, "watch_score"),
-        OnCallError,
-    )
-    service.reads.airflow = FakeAirflow(task_error=_refused(500, "Internal Server Error"))
-    raised(
-        "resubmit: Airflow cannot be asked", lambda: service.resubmissions._watch_state(ref, "watch_score"), OnCallError
-    )
+    raised("resubmit without Airflow", lambda: service._watch_state(ref, "watch_score"), OnCallError)
+    service.airflow = FakeAirflow(task_error=AirflowApiError("GET ... answered 404: not found", 404))
+    raised("resubmit: Airflow has no such task", lambda: service._watch_state(ref, "watch_score"), OnCallError)
+    service.airflow = FakeAirflow(task_error=_refused(500, "Internal Server Error"))
+    raised("resubmit: Airflow cannot be asked", lambda: service._watch_state(ref, "watch_score"), OnCallError)
     for status in (403, 409):
-        service.reads.airflow = FakeAirflow(clear_error=_refused(status))
+        service.airflow = FakeAirflow(clear_error=_refused(status))
         raised(
-            f"resubmit: Airflow would not clear ({status})",
-            lambda: service.resubmissions._may_clear(ref, "watch_score"),
-            OnCallError,
+            f"resubmit: Airflow would not clear ({status})", lambda: service._may_clear(ref, "watch_score"), OnCallError
         )
-    service.reads.airflow = FakeAirflow(state="failed")
-    said("resubmit: the watch task is cleared", service.resubmissions._rerun_watch(ref, "watch_score"))
-    service.reads.airflow = FakeAirflow(state="running")
+    service.airflow = FakeAirflow(state="failed")
+    said("resubmit: the watch task is cleared", service._rerun_watch(ref, "watch_score"))
+    service.airflow = FakeAirflow(state="running")
     stuck = raised(
         "resubmit: the watch task never finished",
-        lambda: service.resubmissions._rerun_watch(ref, "watch_score", 0),
+        lambda: service._rerun_watch(ref, "watch_score", 0),
         OnCallError,
         failure=False,
     )
-    service.reads.airflow = FakeAirflow(state=None)
+    service.airflow = FakeAirflow(state=None)
     raised(
         "resubmit: the watch task has no state",
-        lambda: service.resubmissions._rerun_watch(ref, "watch_score", 0),
+        lambda: service._rerun_watch(ref, "watch_score", 0),
         OnCallError,
         failure=False,
     )

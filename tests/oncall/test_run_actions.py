@@ -85,14 +85,14 @@ def service(airflow) -> OnCall:
 
 def test_a_trigger_of_the_partition_the_scheduler_is_creating_waits_for_its_run_and_makes_none():
     airflow = ScriptedAirflow(appears_after=2)
-    said = service(airflow).actions.trigger("hourly", START, {})
+    said = service(airflow).trigger("hourly", START, {})
     assert airflow.triggered == []
     assert "scheduler started the run" in said[0] and "scheduled__2026-11-22T13:00:00+00:00" in said[0], said
 
 
 def test_with_a_conf_it_says_how_to_score_the_schedulers_run_with_it():
     with pytest.raises(Conflict, match=r"shardline rerun hourly/scheduled__2026-11-22T13:00:00\+00:00 --conf"):
-        service(ScriptedAirflow(appears_after=1)).actions.trigger("hourly", START, {"model_version": "v2"})
+        service(ScriptedAirflow(appears_after=1)).trigger("hourly", START, {"model_version": "v2"})
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ def test_with_a_conf_it_says_how_to_score_the_schedulers_run_with_it():
 )
 def test_otherwise_the_trigger_makes_the_run_itself(airflow):
     oncall = service(airflow)
-    said = oncall.actions.trigger("hourly", START, {})
+    said = oncall.trigger("hourly", START, {})
     assert airflow.triggered == [
         ("2026-11-22T12:00:00+00:00", ("2026-11-22T12:00:00+00:00", "2026-11-22T13:00:00+00:00"))
     ]
@@ -140,7 +140,7 @@ def test_a_refused_trigger_names_the_run_that_holds_the_date_and_the_commands_th
     }
     later = START + dt.timedelta(hours=3)  # the scheduler is past it: the interval is MISSING
     with pytest.raises(Conflict) as refused:
-        service(HeldAirflow(next_date=later, held=boundary)).actions.trigger("hourly", START, {})
+        service(HeldAirflow(next_date=later, held=boundary)).trigger("hourly", START, {})
     said = str(refused.value)
     assert "PIPELINE/RUN_ID" not in said
     assert "hourly/manual__2026-11-22T12:00:00+00:00, a manual run of the interval before" in said
@@ -149,11 +149,11 @@ def test_a_refused_trigger_names_the_run_that_holds_the_date_and_the_commands_th
 
     running = {**boundary, "state": "running"}
     with pytest.raises(Conflict, match=r"\(it is running\)\. Once it has ended, move it"):
-        service(HeldAirflow(next_date=later, held=running)).actions.trigger("hourly", START, {})
+        service(HeldAirflow(next_date=later, held=running)).trigger("hourly", START, {})
 
     own = {"dag_run_id": "scheduled__2026-11-22T12:00:00+00:00", "data_interval_start": "2026-11-22T12:00:00Z"}
     with pytest.raises(Conflict, match=r"scores this partition; to score it again: `shardline rerun hourly/scheduled"):
-        service(HeldAirflow(next_date=later, held=own)).actions.trigger("hourly", START, {})
+        service(HeldAirflow(next_date=later, held=own)).trigger("hourly", START, {})
 
 
 def test_a_rerun_checks_an_input_prefix_against_the_partition_its_own_logical_date_renders():

@@ -2,8 +2,8 @@
 
 The service, its IO:
 
-- :mod:`.service`: ``OnCall``, the on-call requests, made of the parts below.
-- :mod:`.reads`: runs, status, failed: the ledger reads.
+- :mod:`.service`: ``OnCall``, the on-call requests: the parts below in one object.
+- :mod:`.reads`: runs, status, failed: the ledger reads (``OnCallReads``, which each part below extends).
 - :mod:`.run_reports`: a step's run report, found from its plan, rendered here from its report.json.
 - :mod:`.resubmission` and :mod:`.run_actions`: resubmit, and a whole run's trigger, rerun and cancel.
 

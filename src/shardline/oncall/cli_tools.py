@@ -186,7 +186,7 @@ def fleet(options: Globals, action: str, dry_run: bool) -> Reply:
             "set sagemaker-TYPE QUOTA 'Shardline' --include-deferred`)"
         )
     if action == "show":
-        views = fleet_report(options.dags_folder, settings.client(), options.oncall().reads, dt.datetime.now(dt.UTC))
+        views = fleet_report(options.dags_folder, settings.client(), options.oncall(), dt.datetime.now(dt.UTC))
         lines = fleet_lines(views) or [f"no quota in {options.dags_folder / 'fleet.yaml'}: no fleet to show"]
         data = [view_json(v) for v in views]
         return Reply(data, functools.partial(print_lines, lines))

@@ -3,7 +3,7 @@
 Everything is read from the ledger (Queries on a run's partition, never Scans), the backend's job state and,
 when the CLI can ask, Airflow's DAG run states; the pipeline specs under the DAGs folder say which table and
 backend a pipeline uses. :class:`OnCallReads` holds the pipelines and their Airflow; the run reports, the
-resubmission and the run actions each take it (:class:`shardline.oncall.service.OnCall` holds all four).
+resubmission and the run actions each extend it (:class:`shardline.oncall.service.OnCall` is all four in one).
 """
 
 from __future__ import annotations

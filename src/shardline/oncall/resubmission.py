@@ -50,17 +50,14 @@ WATCH_WAIT_SECONDS = 60.0
 WATCH_POLL_SECONDS = 1.0
 
 
-class Resubmission:
+class Resubmission(OnCallReads):
     """``resubmit``: which files, what to do (decided before anything changes), then doing it."""
-
-    def __init__(self, reads: OnCallReads):
-        self.reads = reads  # the pipelines, their Airflow, and what is read about their runs
 
     def plan_resubmission(self, ref: RunRef, step: str, choice: FileChoice) -> ResubmitPlan:
         """Which files a resubmission would take (:func:`selection.choose_files`). Succeeded files are never
         taken again; with ``rejects``, the rows succeeded files rejected are (:mod:`~shardline.orchestration.step.
         rejects`)."""
-        return self._read_and_choose(self.reads.spec(ref.pipeline), ref, step, choice)[1]
+        return self._read_and_choose(self.spec(ref.pipeline), ref, step, choice)[1]
 
     def _read_and_choose(
         self, spec: PipelineSpec, ref: RunRef, step: str, choice: FileChoice
@@ -92,14 +89,13 @@ class Resubmission:
     ) -> ResubmitResult:
         """Start a new attempt of ``step`` with only the chosen files, and let the DAG run follow it.
 
-        All or nothing: Airflow is asked first (the watch task's state, and whether this caller may
-        clear it), and if it cannot be asked or would refuse, nothing is submitted. Safe to repeat:
-        the same call again finds the attempt running, or completes a resubmission whose clear
-        failed, or finds nothing left. ``force`` resubmits while the step's watch task is still in
-        charge (it follows the new attempt). ``ledger_only`` leaves Airflow out (a step not run by
-        an Airflow DAG): the new attempt runs, and no DAG run follows it.
+        All or nothing: Airflow is asked first (the watch task's state, and whether this caller may clear it), and
+        if it cannot be asked or would refuse, nothing is submitted. Safe to repeat: the same call again finds the
+        attempt running, or completes a resubmission whose clear failed, or finds nothing left. ``force``
+        resubmits while the step's watch task is still in charge (it follows the new attempt). ``ledger_only``
+        leaves Airflow out (a step not run by an Airflow DAG): the new attempt runs, and no DAG run follows it.
         """
-        spec = self.reads.spec(ref.pipeline)
+        spec = self.spec(ref.pipeline)
         records, plan = self._read_and_choose(spec, ref, step, choice)
         again = repeat_resubmit_command(ref, step, choice, force=force)
         latest = _latest(records, ref, step)
@@ -178,7 +174,7 @@ class Resubmission:
         """The watch task's state in Airflow; raises OnCallError, before anything changed, if Airflow
         cannot be asked (a resubmission must be able to let the DAG run follow it)."""
         nothing = "nothing was submitted"
-        if self.reads.airflow is None:
+        if self.airflow is None:
             raise Unavailable(
                 f"Airflow is not configured, so {nothing}: after a resubmission the DAG run's "
                 f"{watch} task must be cleared so the run follows it. To give the CLI access, "
@@ -186,13 +182,13 @@ class Resubmission:
                 "Airflow, pass --ledger-only.)"
             )
         try:
-            answer = self.reads.airflow.task_instance(ref.pipeline, ref.run_id, watch)
+            answer = self.airflow.task_instance(ref.pipeline, ref.run_id, watch)
         except AirflowApiError as err:
             if err.status == 404:
                 raise NotFound(
-                    f"Airflow at {self.reads.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
+                    f"Airflow at {self.airflow.base_url} has no task {watch} in DAG run {ref.run_id} "
                     f"of {ref.pipeline}, so {nothing}. Check that it is the Airflow that runs this "
-                    f"pipeline (the URL came from {self.reads.airflow.source}; --airflow-url picks another); "
+                    f"pipeline (the URL came from {self.airflow.source}; --airflow-url picks another); "
                     "for a step not run by Airflow, pass --ledger-only."
                 ) from err
             if err.status in (401, 403):  # the token: the error says which fix (missing, expired, unreadable, role)
@@ -205,9 +201,9 @@ class Resubmission:
 
     def _may_clear(self, ref: RunRef, watch: str) -> None:
         """Ask Airflow to clear the watch task as a dry run: the same permission check, no change."""
-        assert self.reads.airflow is not None
+        assert self.airflow is not None
         try:
-            self.reads.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
+            self.airflow.clear_tasks(ref.pipeline, ref.run_id, [watch], include_downstream=True, dry_run=True)
         except AirflowApiError as err:
             hint = (
                 ""
@@ -228,14 +224,14 @@ class Resubmission:
         still running here is about to end: wait for it, then clear it (and what follows it).
         Raises AirflowApiError or OnCallError if it cannot.
         """
-        assert self.reads.airflow is not None
-        airflow = self.reads.airflow
+        assert self.airflow is not None
+        airflow = self.airflow
         state = wait_for(
             lambda: airflow.task_instance(ref.pipeline, ref.run_id, watch).get("state"),
             lambda answer: answer in FINISHED_TASK_STATES,
             timeout=wait_seconds,
             interval=WATCH_POLL_SECONDS,
-            sleep=self.reads.sleep,
+            sleep=self.sleep,
         )
         if state not in FINISHED_TASK_STATES:
             raise Conflict(not_finished_text(watch, wait_seconds, state))

@@ -73,25 +73,22 @@ def _same_instant(a: str, b: str) -> bool:
     return first is not None and first == _instant(b)
 
 
-class RunActions:
+class RunActions(OnCallReads):
     """``trigger``, ``rerun`` and ``cancel``: a whole run, through Airflow and the ledger."""
-
-    def __init__(self, reads: OnCallReads):
-        self.reads = reads  # the pipelines, their Airflow, and what is read about their runs
 
     def trigger(self, pipeline: str, start: dt.datetime, conf: dict, *, dry_run: bool = False) -> list[str]:
         """A manual run of the interval that starts at ``start``: logical date ``start``, data interval that
         interval, as the interval's scheduled run would have. So it takes no other interval's logical date, and
         the scheduler, finding the interval's run there, moves on to the next; a partition that has a run
         already is refused (Airflow answers 409), naming ``shardline rerun``."""
-        spec = self.reads.spec(pipeline)
+        spec = self.spec(pipeline)
         try:
             begin, end = partition_interval(spec.schedule, start)
         except SpecError as err:
             raise BadRequest(f"nothing was triggered: {err}") from err
-        if problem := conf_problem(spec, conf, self.reads.fleet, (begin.isoformat(), end.isoformat())):
+        if problem := conf_problem(spec, conf, self.fleet, (begin.isoformat(), end.isoformat())):
             raise BadRequest(f"nothing was triggered: {problem}")
-        if self.reads.airflow is None:
+        if self.airflow is None:
             raise Unavailable(f"Airflow is not configured, so nothing was triggered: {HOW_TO_CONFIGURE}")
         interval = (begin.isoformat(), end.isoformat())
         what = f"{pipeline} for {begin:%Y-%m-%d %H:%M}-{end:%Y-%m-%d %H:%M} UTC (logical date {interval[0]})"
@@ -112,7 +109,7 @@ class RunActions:
                 f"beside it; follow it with `shardline status {pipeline}/{run_id}`"
             ]
         try:
-            run = self.reads.airflow.trigger(pipeline, conf, logical_date=interval[0], data_interval=interval)
+            run = self.airflow.trigger(pipeline, conf, logical_date=interval[0], data_interval=interval)
         except AirflowApiError as err:
             if err.status == 409:
                 raise Conflict(self._taken_text(pipeline, interval, begin)) from err
@@ -133,7 +130,7 @@ class RunActions:
         `rerun --conf` moves it to its own interval's start, which frees this one)."""
         taken = f"nothing was triggered: a run of {pipeline} has the logical date {interval[0]} already"
         try:
-            holders = self.reads.airflow.runs_at(pipeline, interval[0])
+            holders = self.airflow.runs_at(pipeline, interval[0])
         except AirflowApiError:
             holders = []
         if not holders:
@@ -164,16 +161,16 @@ class RunActions:
         Airflow's scheduler does not survive losing that race: the unique key fails its insert and its loop ends.
         So when the DAG's next run is this partition, due, and no run holds its logical date, the trigger waits
         for the scheduler's run instead of making one. Anything unclear, or no run within a minute: trigger."""
-        airflow = self.reads.airflow
+        airflow = self.airflow
         try:
             dag = airflow.dag(pipeline)
             next_date, due = _instant(dag.get("next_dagrun_logical_date")), _instant(dag.get("next_dagrun_run_after"))
             if dag.get("is_paused") or next_date != begin or due is None:
                 return None
-            if due > self.reads.now() + SCHEDULER_DUE_SLACK or airflow.runs_at(pipeline, begin.isoformat()):
+            if due > self.now() + SCHEDULER_DUE_SLACK or airflow.runs_at(pipeline, begin.isoformat()):
                 return None  # not yet due (a trigger now comes first); or a run holds the date: trigger says so
             for _ in range(SCHEDULER_WAIT_SECONDS):
-                self.reads.sleep(1)
+                self.sleep(1)
                 if runs := airflow.runs_at(pipeline, begin.isoformat()):
                     # the scheduler's run has the partition's interval; another (someone's trigger) is refused below
                     return runs[0] if _instant(runs[0].get("data_interval_start")) == begin else None
@@ -192,12 +189,12 @@ class RunActions:
         The conf is checked first as the trigger form and the plan task check it, and no job of the run may
         still be running (its outputs would mix with the new run's).
         """
-        spec = self.reads.spec(ref.pipeline)
-        if self.reads.airflow is None:
+        spec = self.spec(ref.pipeline)
+        if self.airflow is None:
             raise Unavailable(
                 f"Airflow is not configured, so nothing was rerun: {HOW_TO_CONFIGURE}; then run the same command again"
             )
-        run = self.reads.airflow.dag_run(ref.pipeline, ref.run_id)
+        run = self.airflow.dag_run(ref.pipeline, ref.run_id)
         state = run.get("state")
         if state not in ("failed", "success"):
             raise Conflict(rerun_not_finished_text(ref, state))
@@ -208,9 +205,7 @@ class RunActions:
         logical_date = run.get("logical_date")
         if conf is not None and all(interval) and logical_date and _same_instant(logical_date, interval[1]):
             logical_date = interval[0]
-        problem = conf_problem(
-            spec, run.get("conf") if conf is None else conf, self.reads.fleet, interval, logical_date
-        )
+        problem = conf_problem(spec, run.get("conf") if conf is None else conf, self.fleet, interval, logical_date)
         if problem:
             raise BadRequest(rerun_conf_text(ref, problem, given=conf is not None))
         running = self._running_jobs(spec, ref)
@@ -230,10 +225,10 @@ class RunActions:
                 f"dry run, nothing was changed: for real, it would delete {old} and trigger that partition "
                 f"again with conf {json.dumps(conf, sort_keys=True)}"
             ]
-        self.reads.airflow.delete_run(ref.pipeline, ref.run_id)
+        self.airflow.delete_run(ref.pipeline, ref.run_id)
 
         def trigger(with_conf: dict, note: str, at: str | None) -> dict:
-            return self.reads.airflow.trigger(
+            return self.airflow.trigger(
                 ref.pipeline, with_conf, logical_date=at, data_interval=interval if all(interval) else None, note=note
             )
 
@@ -261,10 +256,10 @@ class RunActions:
 
     def _rerun_in_place(self, spec: PipelineSpec, ref: RunRef, state: str, *, dry_run: bool) -> list[str]:
         """Clear the plan task of the run's first failed step and everything after it."""
-        assert self.reads.airflow is not None
+        assert self.airflow is not None
         failed = {
             t["task_id"]
-            for t in self.reads.airflow.task_instances(ref.pipeline, ref.run_id)
+            for t in self.airflow.task_instances(ref.pipeline, ref.run_id)
             if t.get("state") in ("failed", "upstream_failed")
         }
         step = next((s.name for s in spec.steps if failed & {f"plan_{s.name}", f"watch_{s.name}"}), None)
@@ -274,9 +269,7 @@ class RunActions:
                 f"DAG run {ref.run_id} has no failed task to run again (it is {state}); to score its "
                 f"partition again with another conf: `shardline rerun {ref} --conf '{{...}}'`"
             )
-        cleared = self.reads.airflow.clear_tasks(
-            ref.pipeline, ref.run_id, [start], include_downstream=True, dry_run=dry_run
-        )
+        cleared = self.airflow.clear_tasks(ref.pipeline, ref.run_id, [start], include_downstream=True, dry_run=dry_run)
         names = ", ".join(sorted({t["task_id"] for t in cleared}))
         if dry_run:
             return [f"dry run, nothing was changed: for real, it would clear {names} of DAG run {ref.run_id}"]
@@ -297,7 +290,7 @@ class RunActions:
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by on-call") -> list[str]:
         """Mark every step CANCELLED (so no watch task resubmits), stop their jobs, fail the DAG run."""
-        spec = self.reads.spec(ref.pipeline)
+        spec = self.spec(ref.pipeline)
         model = services.ledger_model(spec)
         records = read_run(model, ref.pipeline, ref.run_id)
         if records.run is None:
@@ -318,11 +311,11 @@ class RunActions:
             done.append(CANCEL_LINES[did.outcome].format(step=step, status=did.status, ref=ref))
         set_run_status(model, ref.pipeline, ref.run_id, RunStatus.CANCELLED, reason)
         release_run(spec, ref.pipeline, ref.run_id)  # the next run of the partition may write its prefixes now
-        if self.reads.airflow is not None:
+        if self.airflow is not None:
             try:
-                state = self.reads.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
+                state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
                 if state not in FINISHED_RUN_STATES:
-                    self.reads.airflow.set_run_state(ref.pipeline, ref.run_id, "failed", note=reason)
+                    self.airflow.set_run_state(ref.pipeline, ref.run_id, "failed", note=reason)
                     done.append(CANCEL_LINES["dag_run_failed"].format(run_id=ref.run_id))
             except AirflowApiError as err:
                 done.append(CANCEL_LINES["airflow_error"].format(run_id=ref.run_id, err=err))

@@ -31,11 +31,8 @@ def local_report_path(root: Path, pipeline: str, run_id: str, step: str) -> Path
     return root.joinpath(*LOCAL_REPORTS, path_part(pipeline), path_part(run_id), path_part(step), "report.html")
 
 
-class RunReports:
+class RunReports(OnCallReads):
     """Each step's run report: where it is, its bytes, the page saved to a local file."""
-
-    def __init__(self, reads: OnCallReads):
-        self.reads = reads  # the pipelines, their Airflow, and what is read about their runs
 
     def report_refs(self, ref: RunRef, step: str | None = None) -> list[StepReportRef]:
         """Where the run's step reports are, for each step planned (or ``step`` alone), in the spec's order.
@@ -43,7 +40,7 @@ class RunReports:
         Each S3 key is derived from the STEP item's recorded plan (its output and metadata prefixes), never
         taken from the caller. Raises NotFound for an unknown pipeline, step or run, or a step never planned.
         """
-        spec = self.reads.spec(ref.pipeline)
+        spec = self.spec(ref.pipeline)
         if step:
             known_step(spec, step)
         records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
@@ -72,7 +69,7 @@ class RunReports:
     def open_report(self, ref: RunRef, report: StepReportRef, suffix: str = "html"):
         """The S3 object body (a stream) of a step's ``report.html`` or ``report.json``; the caller closes it.
         Raises NotFound, saying when reports are written, when it is not there."""
-        spec = self.reads.spec(ref.pipeline)
+        spec = self.spec(ref.pipeline)
         s3 = services.s3_client(spec)
         uri = report.html_uri if suffix == "html" else report.json_uri
         bucket, key = parse_s3_uri(uri)
@@ -108,9 +105,7 @@ class RunReports:
         if not pages:
             planned = {r.step for r in refs}
             missing += [
-                report_not_planned_text(ref, s.name)
-                for s in self.reads.spec(ref.pipeline).steps
-                if s.name not in planned
+                report_not_planned_text(ref, s.name) for s in self.spec(ref.pipeline).steps if s.name not in planned
             ]
             raise NotFound(no_reports_text(ref, missing))
         if out is not None and len(pages) > 1:

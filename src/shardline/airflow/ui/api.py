@@ -349,7 +349,7 @@ def fleet(request: Request, user: Annotated[BaseUser, Depends(dag_access("GET"))
 
     client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
-    views = fleet_report(_dags_folder(), client, _oncall().reads, dt.datetime.now(dt.UTC), pipelines=readable)
+    views = fleet_report(_dags_folder(), client, _oncall(), dt.datetime.now(dt.UTC), pipelines=readable)
     return [view_json(v) for v in views]
 
 
