@@ -7,7 +7,7 @@ import pytest
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
-from shardline.ledger.states import FileStatus, StepStatus
+from shardline.ledger.states import FileStatus, StepStatus, Succession
 from shardline.ledger.step_reads import read_step, with_unclaimed
 from shardline.ledger.step_writes import cancel_step, continue_attempt, ensure_run, finish_step, start_attempt
 from shardline.ledger.table import bind_ledger
@@ -151,8 +151,8 @@ def test_attempts_only_move_forward(ledger_table):
         start_attempt(model, StepRef("p", "run-2", "score"), 1)
     # An on-call resubmission names the attempt it saw as the newest; if that moved, it loses.
     with pytest.raises(StaleAttemptError, match=r"no longer at attempt 1"):
-        start_attempt(model, StepRef("p", "run-2", "score"), 3, after=1)
-    start_attempt(model, StepRef("p", "run-2", "score"), 3, after=2)
+        start_attempt(model, StepRef("p", "run-2", "score"), 3, follows=Succession(after=1))
+    start_attempt(model, StepRef("p", "run-2", "score"), 3, follows=Succession(after=2))
     assert read_step(model, StepRef("p", "run-2", "score")).step.attempt == 3
 
 
@@ -160,7 +160,7 @@ def test_fencing_two_planners_of_one_attempt_only_one_wins(ledger_table):
     """The watch's resubmission and an on-call engineer's forced one both saw attempt 1: exactly one plans attempt 2."""
     model = bind_ledger(ledger_table)
     start_attempt(model, StepRef("p", "run-3", "score"), 1)
-    start_attempt(model, StepRef("p", "run-3", "score"), 2, after=1)
+    start_attempt(model, StepRef("p", "run-3", "score"), 2, follows=Succession(after=1))
     _finish(ledger_table, "run-3", "a", attempt=2)  # attempt 2's job finishes a file
     with pytest.raises(StaleAttemptError):  # the watch task, planning the attempt after the one it watched
         start_attempt(model, StepRef("p", "run-3", "score"), 2)
@@ -190,7 +190,7 @@ def test_fencing_planners_racing_at_once_over_http_exactly_one_wins_each_time(le
                     StepRef("p", run, "score"),
                     2,
                     [(f"s3://raw/{n}", 1)],
-                    after=1,
+                    follows=Succession(after=1),
                     plan_file=plan_file.format(run=run, n=n),
                 )
                 wins.append(n)
@@ -235,7 +235,7 @@ def test_fencing_cancel_is_conditional_on_the_attempt_seen(ledger_table):
     assert not cancel_step(model, StepRef("p", "run-5", "score"), 2, "again")  # already ended: left as it is
     with pytest.raises(StaleAttemptError):  # and the watch task cannot reopen it
         start_attempt(model, StepRef("p", "run-5", "score"), 3)
-    start_attempt(model, StepRef("p", "run-5", "score"), 3, reopen_cancelled=True)  # on-call may
+    start_attempt(model, StepRef("p", "run-5", "score"), 3, follows=Succession(reopen_cancelled=True))  # on-call may
 
 
 def _finish(ledger_table: str, run_id: str, name: str, attempt: int) -> None:
@@ -386,7 +386,7 @@ def test_a_wait_is_recorded_on_its_step_and_run_and_a_next_attempt_clears_both(l
 
     run, step = items()
     assert (run.waiting, run.waiting_step, step.waiting) == ('{"job_name": "j-1"}', "score", '{"job_name": "j-1"}')
-    start_attempt(model, ref, 2, [("k", 1)], after=1)
+    start_attempt(model, ref, 2, [("k", 1)], follows=Succession(after=1))
     run, step = items()
     assert (run.waiting, run.waiting_step, step.waiting) == (None, None, None)
     assert not note_step(model, ref, 1, '{"job_name": "j-1"}')  # attempt 1 no longer owns the step
@@ -407,7 +407,7 @@ def test_a_fenced_write_refused_for_a_step_record_that_is_gone_says_so_and_is_ne
     with pytest.raises(LedgerRecordMissing, match="the ledger has no record of step score of run run-gone"):
         finish_step(model, gone, 1, StepStatus.SUCCEEDED, "all 4 files succeeded")
     with pytest.raises(LedgerRecordMissing, match="shardline rerun p/run-gone"):
-        start_attempt(model, gone, 2, after=1)
+        start_attempt(model, gone, 2, follows=Succession(after=1))
     assert read_step(model, gone, files=False).step is None  # and nothing was made up in its place
 
     moved = StepRef("p", "run-moved", "score")
@@ -415,7 +415,7 @@ def test_a_fenced_write_refused_for_a_step_record_that_is_gone_says_so_and_is_ne
     start_attempt(model, moved, 2, [("s3://raw/in/a.parquet", 1)])
     assert finish_step(model, moved, 1, StepStatus.SUCCEEDED) is False  # a newer attempt stands
     with pytest.raises(StaleAttemptError):
-        start_attempt(model, moved, 2, after=1)
+        start_attempt(model, moved, 2, follows=Succession(after=1))
 
 
 def test_a_step_outcome_is_fenced_on_its_attempt(ledger_table):

@@ -17,7 +17,7 @@ import pytest
 
 from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import release, take
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import StepStatus, Succession
 from shardline.ledger.step_reads import read_step
 from shardline.ledger.step_writes import set_run_status, start_attempt
 from shardline.ledger.table import bind_ledger
@@ -63,7 +63,7 @@ def _wait_for(predicate, what: str, worker: subprocess.Popen, release: Path, tim
 
 def _newer_attempt(model, keys) -> tuple[str, int]:
     # The orchestrator gives up on attempt 1 (say its heartbeat looked lost) and plans b as attempt 2.
-    start_attempt(model, REF, 2, [keys[1]], after=1)
+    start_attempt(model, REF, 2, [keys[1]], follows=Succession(after=1))
     return ("PENDING", 2)
 
 

@@ -1,9 +1,14 @@
 """Every state a ledger record can hold, declared once.
 
 The worker, the watch task, the CLI and the UI all read these sets instead of
-spelling out states in `if` chains.
+spelling out states in `if` chains. :class:`Succession` is how an attempt follows the one before it, as its STEP
+update is fenced and records it.
 """
 
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
 from enum import StrEnum
 
 from shardline.errors import SetupError
@@ -60,3 +65,21 @@ STEP_TERMINAL = frozenset(
 
 
 SETUP_ERROR = SetupError.__name__  # a SHARD item's error class: the instance could not start (its model, its arguments)
+
+
+@dataclasses.dataclass(frozen=True)
+class Succession:
+    """How an attempt follows the step's one before it: what its fenced STEP update is conditioned on and records.
+
+    ``after``: the attempt the planner saw as the newest (None: the one before). ``reopen_cancelled``: a cancelled
+    step may be reopened (an on-call resubmission). ``parts``: for an attempt that scores rejected rows again, each
+    input's source file and the source's ETag (``part_of``, ``source_etag``). ``live_from``: the oldest earlier
+    attempt whose job goes on beside this one (its other instances still score their own files); None when every
+    earlier attempt's job has ended. ``lost_taken``: the lost instances ("attempt/host") whose unfinished files this
+    attempt takes, added to those earlier attempts took while their jobs still run (forgotten once none does)."""
+
+    after: int | None = None
+    reopen_cancelled: bool = False
+    parts: Mapping[str, tuple[str, str]] | None = None
+    live_from: int | None = None
+    lost_taken: tuple[str, ...] = ()

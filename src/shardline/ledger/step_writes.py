@@ -30,7 +30,7 @@ from shardline.ledger.keys import (
     step_sk,
 )
 from shardline.ledger.record_gaps import check_refusal, table_gone, table_gone_text
-from shardline.ledger.states import RUN_TERMINAL, STEP_TERMINAL, FileStatus, RunStatus, StepStatus
+from shardline.ledger.states import RUN_TERMINAL, STEP_TERMINAL, FileStatus, RunStatus, StepStatus, Succession
 from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
 
 log = logging.getLogger(__name__)
@@ -281,34 +281,27 @@ def start_attempt(
     input_keys: Iterable[tuple[str, int]] = (),
     plan_json: str | None = None,
     *,
-    after: int | None = None,
-    reopen_cancelled: bool = False,
+    follows: Succession | None = None,
     plan_file: str | None = None,
-    parts: Mapping[str, tuple[str, str]] | None = None,
-    live_from: int | None = None,
-    lost_taken: Iterable[str] = (),
 ) -> int:
-    """Move the STEP item from attempt ``after`` (default ``attempt - 1``) to ``attempt``; for a retry, fence its
-    inputs. Of two planners racing for one attempt exactly one wins; the other gets :class:`StaleAttemptError` and
-    writes nothing (ARCHITECTURE.md, "Fencing", has the whole design). ``live_from``: the oldest earlier attempt
-    whose job goes on beside this one (its other instances still score their own files); None when every earlier
-    attempt's job has ended. ``lost_taken``: the lost instances ("attempt/host") whose unfinished files this attempt
-    takes, added to those earlier attempts took while their jobs still run (forgotten once none does).
+    """Move the STEP item from attempt ``follows.after`` (default ``attempt - 1``) to ``attempt``; for a retry,
+    fence its inputs (``follows`` None: it follows the attempt before). Of two planners racing for one attempt
+    exactly one wins; the other gets :class:`StaleAttemptError` and writes nothing (ARCHITECTURE.md, "Fencing").
 
     Attempt 1 writes no FILE item (an instance's claim creates it; readers take the unclaimed inputs from the
     plan file). A retry writes a PENDING item at ``attempt`` for each of its ``input_keys``, in parallel batches
     (:func:`put_items`): the fence that refuses a zombie's late finish. A cancelled step stays cancelled unless
-    ``reopen_cancelled`` (an on-call resubmission). ``plan_json`` records what the step was planned with;
-    ``plan_file`` the attempt's plan file, in the same fenced update. ``parts``: for an attempt that scores
-    rejected rows again, each input's source file and the source's ETag (``part_of``, ``source_etag``).
-    Returns the number of FILE items written.
+    ``follows.reopen_cancelled``. ``plan_json`` records what the step was planned with; ``plan_file`` the
+    attempt's plan file, in the same fenced update. Returns the number of FILE items written.
     """
     pipeline, run_id, step = ref
-    after = attempt - 1 if after is None else after
+    follows = follows or Succession()
+    after = attempt - 1 if follows.after is None else follows.after
+    live_from, lost_taken = follows.live_from, follows.lost_taken
     c = model.Control
     pk = run_pk(pipeline, run_id)
     condition = c.attempt.does_not_exist() if after == 0 else (c.attempt == after)
-    if not reopen_cancelled:
+    if not follows.reopen_cancelled:
         condition &= c.status != StepStatus.CANCELLED.value
     files_action, files_condition = _plan_files_update(model, pk, step, attempt, plan_file)
     if files_condition is not None:
@@ -347,7 +340,7 @@ def start_attempt(
     _note_run(model, ref, None)  # the RUN item's word of this step's wait was an earlier attempt's
     if attempt == 1:
         return 0
-    return _fence_retried_files(model, pk, step, attempt, input_keys, parts or {})
+    return _fence_retried_files(model, pk, step, attempt, input_keys, follows.parts or {})
 
 
 def _fence_retried_files(

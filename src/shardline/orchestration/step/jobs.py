@@ -20,7 +20,7 @@ from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.records import StepRecord
-from shardline.ledger.states import STEP_TERMINAL, StepStatus
+from shardline.ledger.states import STEP_TERMINAL, StepStatus, Succession
 from shardline.ledger.step_reads import StepRecords, read_step_item
 from shardline.ledger.step_writes import cancel_step
 from shardline.orchestration import partitions, services
@@ -222,19 +222,10 @@ def resubmit(
         base = base.model_copy(update={"requested_instances": max(1, -(-len(retry_keys) // max(1, share)))})
     base, retry_keys, parts = _what_a_retry_takes(spec, base, retry_keys, records)
     objects = sized_objects(spec, base, retry_keys, known=sizes, records=records)
-    nxt = new_attempt(
-        spec,
-        base,
-        attempt.number + 1,
-        objects,
-        after=attempt.number,
-        reopen_cancelled=by_oncall,
-        may_take=by_oncall,
-        taken_up=taken_up,
-        parts=parts,
-        live_from=live_from,
-        lost_taken=lost_taken,
+    follows = Succession(
+        after=attempt.number, reopen_cancelled=by_oncall, parts=parts, live_from=live_from, lost_taken=lost_taken
     )
+    nxt = new_attempt(spec, base, attempt.number + 1, objects, follows, may_take=by_oncall, taken_up=taken_up)
     return submit(spec, nxt)
 
 
@@ -306,17 +297,8 @@ def submit_parts(
     on ``latest`` as an on-call resubmission is (:mod:`shardline.orchestration.step.rejects` picks them)."""
     stop_live_jobs(spec, latest)
     base = latest.model_copy(update={"parts_prefix": parts_prefix})
-    nxt = new_attempt(
-        spec,
-        base,
-        latest.number + 1,
-        objects,
-        after=latest.number,
-        reopen_cancelled=True,
-        may_take=True,
-        taken_up=taken_up,
-        parts=parts,
-    )
+    follows = Succession(after=latest.number, reopen_cancelled=True, parts=parts)
+    nxt = new_attempt(spec, base, latest.number + 1, objects, follows, may_take=True, taken_up=taken_up)
     return submit(spec, nxt)
 
 

@@ -15,7 +15,7 @@ from shardline.backends import JobNotFound
 from shardline.decision.policy import UNSAFE_KEY_ERROR
 from shardline.errors import InputRefused
 from shardline.ledger.keys import StepRef
-from shardline.ledger.states import FileStatus, RunStatus
+from shardline.ledger.states import FileStatus, RunStatus, Succession
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
 from shardline.ledger.step_writes import continue_attempt, ensure_run, record_refused, set_run_status, start_attempt
 from shardline.orchestration import partitions, services
@@ -47,26 +47,20 @@ def new_attempt(
     base: Attempt,
     number: int,
     objects: list[S3Object],
+    follows: Succession | None = None,
     *,
-    after: int | None = None,
-    reopen_cancelled: bool = False,
     replan: bool = False,
     may_take: bool = False,
     taken_up: bool = False,
-    parts: dict[str, tuple[str, str]] | None = None,
-    live_from: int | None = None,
-    lost_taken: tuple[str, ...] = (),
 ) -> Attempt:
     """Write attempt ``number``'s ledger records and manifest for ``objects``; return it (not yet submitted).
 
     ``base``: the step's plan (an earlier attempt, or attempt 1 before its files are known).
-    ``after``: the attempt the caller saw as the newest (the ledger write is fenced on it).
+    ``follows``: how it follows the attempt before it (the ledger write is fenced on ``follows.after``; None: the
+    attempt before ``number``, as a plan or a watch's own retry follows it).
     ``replan``: the STEP item holds this attempt already, but its job was never submitted.
     ``may_take``: a plan or an on-call engineer may take the output prefix; the watch's own attempts only renew it.
     ``taken_up``: an on-call engineer takes the run up after its watch task ended (``partitions.hold_for_attempt``).
-    ``parts``: an attempt of rejects parts (``base.parts_prefix``): each part's source and the source's ETag.
-    ``live_from``: the oldest earlier attempt whose job goes on beside this one (``jobs.resubmit(beside=True)``);
-    ``lost_taken``: that job's lost instances ("attempt/host") whose unfinished files this attempt takes.
     """
     step = spec.step(base.step)
     # Before anything is written: two runs never write one output prefix at once (PartitionHeld names the other).
@@ -88,19 +82,7 @@ def new_attempt(
     if replan:
         continue_attempt(model, attempt.ref, number, keys, plan_file=plan_file)
     else:
-        start_attempt(
-            model,
-            attempt.ref,
-            number,
-            keys,
-            plan_json=attempt.plan_json(),
-            after=after,
-            reopen_cancelled=reopen_cancelled,
-            plan_file=plan_file,
-            parts=parts,
-            live_from=live_from,
-            lost_taken=lost_taken,
-        )
+        start_attempt(model, attempt.ref, number, keys, attempt.plan_json(), follows=follows, plan_file=plan_file)
     partitions.record_fence(spec, attempt.ref, fence)
     if number == 1 and not replan:
         partitions.withdraw_success_marker(spec, attempt.output_prefix)
@@ -287,7 +269,7 @@ def plan(
     )
     number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:
-        attempt = new_attempt(spec, base, number, todo, after=number - 1, replan=replan, may_take=True)
+        attempt = new_attempt(spec, base, number, todo, replan=replan, may_take=True)
         if refused:  # each shows in `shardline failed` with its reason, and counts against the tolerance
             _record_unsafe_keys(spec, attempt, refused)
     else:  # planned before, and every input has succeeded since (or its job still runs): adopt that attempt (and hold
