@@ -312,6 +312,11 @@ def aws_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+# Every container a worker runs in: the worker's process pool shares batches through /dev/shm (Docker's default
+# 64 MB is too small), and the worker never gains a privilege or keeps a capability.
+WORKER_CONTAINER = ("--shm-size", "1g", "--security-opt", "no-new-privileges", "--cap-drop", "ALL")
+
+
 def container_name(job: str, host: str) -> str:
     return f"{job}-{host}"[:120]
 
@@ -339,13 +344,7 @@ def container_command(
         f"{JOB_LABEL}={job}",
         "--network",
         "none" if isolated else network,
-        # The worker's process pool shares batches through /dev/shm; Docker's default 64 MB is too small.
-        "--shm-size",
-        "1g",
-        "--security-opt",
-        "no-new-privileges",
-        "--cap-drop",
-        "ALL",
+        *WORKER_CONTAINER,
         # Bounded as an instance is: its image read-only (what it writes goes to its own folders, /tmp among
         # them, on this instance's directory), and a cap on processes and threads (a fork bomb stops there).
         "--read-only",
@@ -471,21 +470,7 @@ def worker_in_image(command: list[str], image: str, folders: Mapping[Path, str])
         return arg
 
     mapped = [inside(arg) for arg in command[command.index("shardline.worker") + 1 :]]
-    run = [
-        "docker",
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--shm-size",
-        "1g",
-        "--security-opt",
-        "no-new-privileges",
-        "--cap-drop",
-        "ALL",
-        "--env",
-        "PYTHONUNBUFFERED=1",
-    ]
+    run = ["docker", "run", "--rm", "--network", "none", *WORKER_CONTAINER, "--env", "PYTHONUNBUFFERED=1"]
     if os.geteuid() != 0:
         # As the caller's uid, so that the caller can read and delete what the worker wrote (its own temp
         # folders). The box is the container: its own PID namespace and filesystem, no network, no capabilities.

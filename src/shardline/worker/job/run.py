@@ -55,7 +55,7 @@ def run_job(
         readable = [f for f in files if not f.refusal]
         if files and not readable:
             raise SetupError(f"no input file to preview can be read: {files[0].refusal}")
-        return run_preview(args, readable, artifact, protocol, log_format)
+        return run_preview(args, readable, job_settings(args, artifact, protocol, log_format))
     if args.tune:
         from shardline.worker.tools.tune import run_tune
 

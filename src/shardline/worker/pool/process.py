@@ -426,33 +426,19 @@ def _written(
 ) -> UnitResult:
     """A written unit's result: a split unit's part stays at its temp name for the merge; a whole file's output
     is renamed into place."""
-    if unit.is_split:
-        return UnitResult(
-            unit,
-            ok=True,
-            rows_in=progress.rows_in,
-            rows_out=progress.rows_out,
-            bytes_out=tmp.stat().st_size,
-            seconds=time.perf_counter() - started,
-            output=str(tmp),
-            worker=state.label,
-            ready_at=state.ready_at,
-            timing=state.timing,
-            features=progress.choice,
-            histogram=progress.histogram.to_dict(),
-            rejects=_rejects_of(progress),
-            model_warnings=progress.model_warnings,
-        )
-    digest = sha256_of(tmp)
-    os.replace(tmp, final)
+    output, digest = tmp, None
+    if not unit.is_split:
+        digest = sha256_of(tmp)
+        os.replace(tmp, final)
+        output = final
     return UnitResult(
         unit,
         ok=True,
         rows_in=progress.rows_in,
         rows_out=progress.rows_out,
-        bytes_out=final.stat().st_size,
+        bytes_out=output.stat().st_size,
         seconds=time.perf_counter() - started,
-        output=str(final),
+        output=str(output),
         sha256=digest,
         worker=state.label,
         ready_at=state.ready_at,

@@ -31,7 +31,7 @@ from shardline.errors import InputSchemaError, SetupError
 from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.model import formats
 from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, check_spec_against_model, choose_features
-from shardline.worker.model.loading import ModelArtifact, load_predictor
+from shardline.worker.model.loading import load_predictor
 from shardline.worker.model.predict import (
     file_failure,
     first_rows,
@@ -39,7 +39,7 @@ from shardline.worker.model.predict import (
     predict_batch,
     with_script_settings,
 )
-from shardline.worker.model.script_codec import MULTI_RECORD, SINGLE_RECORD, ScriptProtocol
+from shardline.worker.model.script_codec import MULTI_RECORD, SINGLE_RECORD
 from shardline.worker.pool import guards
 from shardline.worker.pool.process import JobSettings
 from shardline.worker.pool.work_units import InputFile
@@ -67,27 +67,17 @@ class PreviewReport:
     error: str | None = None  # the file would fail in the job, with this reason
 
 
-def run_preview(
-    args: argparse.Namespace, files: list[InputFile], artifact: ModelArtifact, protocol: ScriptProtocol, log_format: str
-) -> int:
-    """Preview ``args.preview`` rows of the first input file; print the report; exit 0, or 3 if the file fails."""
+def run_preview(args: argparse.Namespace, files: list[InputFile], job: JobSettings) -> int:
+    """Preview ``args.preview`` rows of the first input file with the job's settings (``job``); print the report;
+    exit 0, or 3 if the file fails."""
     if not files:
         raise SetupError(f"no input files under {args.input_dir} to preview")
     threads = max(1, os.cpu_count() or 1)
-    settings = JobSettings(
-        artifact=artifact,
-        output_dir=str(args.output_dir),
-        scratch_dir=str(args.scratch_dir),
-        features=args.features,
-        passthrough=args.passthrough,
-        batch_rows=args.preview,
-        gpu_batch_rows=args.preview,
-        output_format=args.output_format,
-        probabilities=args.probabilities,
-        protocol=protocol,
-        allow_nan_predictions=True,
-        log_format=log_format,
+    # One batch of the preview's rows; a NaN prediction is shown (and counted) rather than failing the file.
+    settings = dataclasses.replace(
+        job, batch_rows=args.preview, gpu_batch_rows=args.preview, allow_nan_predictions=True, tolerate_rows=0
     )
+    artifact, protocol = job.artifact, job.protocol
     predictor = load_predictor(
         artifact, threads=threads, device="cpu", probabilities=args.probabilities, protocol=protocol
     )
