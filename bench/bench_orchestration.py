@@ -215,11 +215,13 @@ def planning_time(keys: int, layout: str) -> dict:
     attempt = step_plan.plan(
         spec,
         "score",
-        "run-1",
-        input_prefix=f"s3://{bucket}/in/",
-        output_prefix=f"s3://{bucket}/out/",
-        model_uri=f"s3://{bucket}/model.tar.gz",
-        instance_count=20,
+        step_plan.PlanRequest(
+            "run-1",
+            input_prefix=f"s3://{bucket}/in/",
+            output_prefix=f"s3://{bucket}/out/",
+            model_uri=f"s3://{bucket}/model.tar.gz",
+            instance_count=20,
+        ),
     )
     seconds = time.perf_counter() - started
     listing, records = attempt.planning["list_seconds"], attempt.planning["record_seconds"]

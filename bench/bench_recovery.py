@@ -280,11 +280,13 @@ def run_once(spec, bucket: str, run_id: str, local_root: Path, *, kill: bool, in
         step_plan.plan(
             spec,
             STEP,
-            run_id,
-            input_prefix=f"s3://{bucket}/in/",
-            output_prefix=f"s3://{bucket}/out/{run_id}/",
-            model_uri=f"s3://{bucket}/model/model.tar.gz",
-            instance_count=spec.step(STEP).resources.instance_count,
+            step_plan.PlanRequest(
+                run_id,
+                input_prefix=f"s3://{bucket}/in/",
+                output_prefix=f"s3://{bucket}/out/{run_id}/",
+                model_uri=f"s3://{bucket}/model/model.tar.gz",
+                instance_count=spec.step(STEP).resources.instance_count,
+            ),
         ),
     ).attempt
     killed: dict = {}

@@ -10,7 +10,7 @@ from shardline.oncall.values import RunRef
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step, wait_for_job
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def failed_run(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
     inputs["part-9.parquet"] = b"PAR1 not parquet at all"
     spec, bucket = stage_step("oncall_test", ledger_table, xgboost_model.parent, tmp_path, inputs)
     s3 = boto3.client("s3")
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket))).attempt
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-1", bucket))).attempt
     wait_for_job(spec, attempt)
     step_end.finish(spec, attempt, Action.FAIL, "1 of 5 file(s) failed")
     return spec, bucket, s3, RunRef("oncall_test", "run-1")

@@ -14,7 +14,7 @@ from shardline.orchestration import run as run_records
 from shardline.orchestration.step import plan as step_plan
 from shardline.spec import load_spec
 from tests.support.oncall_runs import CALLBACK, LOST_HOLD, red_run
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step
 
 
 def test_a_dag_run_that_fails_outside_the_watch_task_shows_as_failed(aws_env, ledger_table, tmp_path):
@@ -77,7 +77,7 @@ def test_a_planned_step_whose_pool_airflow_lacks_says_so_with_the_fix(aws_env, l
     spec, bucket = stage_step(
         "pooled_test", ledger_table, xgboost_model.parent, tmp_path, {"part-0.parquet": parquet_bytes(10, 0)}
     )
-    step_plan.plan(spec, "score", "run-pool", **plan_args(bucket))
+    step_plan.plan(spec, "score", plan_request("run-pool", bucket))
     instance_type = spec.step("score").resources.instance_type
     fleet, ref = FleetSpec(quotas={instance_type: 4}), RunRef("pooled_test", "run-pool")
 

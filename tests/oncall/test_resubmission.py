@@ -23,7 +23,7 @@ from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import latest_attempt
 from shardline.s3uri import parse_s3_uri
 from shardline.spec import parse_spec
-from tests.support.pipelines import plan_args, wait_for_job
+from tests.support.pipelines import plan_request, wait_for_job
 
 
 def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_prefix(failed_run):
@@ -32,7 +32,7 @@ def test_a_resubmission_of_an_older_run_is_refused_while_a_newer_run_writes_its_
     FAILED. Once run 2 has ended it is still refused: the prefix holds run 2's outputs now."""
     spec, bucket, _, ref = failed_run
     oncall = OnCall({spec.pipeline: spec})
-    second = step_plan.plan(spec, "score", "run-2", **plan_args(bucket))
+    second = step_plan.plan(spec, "score", plan_request("run-2", bucket))
     with pytest.raises(OnCallError, match=r"not resubmitted: s3://.*/out/ was written by run oncall_test/run-2"):
         oncall.resubmit(ref, "score", FileChoice(all_failed=True), ledger_only=True)
     assert latest_attempt(spec, StepRef(ref.pipeline, ref.run_id, "score")).number == 1
@@ -74,11 +74,13 @@ def test_a_shard_selection_takes_the_files_its_instance_never_claimed(aws_env, l
     attempt = step_plan.plan(
         spec,
         "score",
-        "run-1",
-        input_prefix=f"s3://{bucket}/in/",
-        output_prefix=f"s3://{bucket}/out/",
-        model_uri=f"s3://{bucket}/m.tar.gz",
-        instance_count=3,
+        step_plan.PlanRequest(
+            "run-1",
+            input_prefix=f"s3://{bucket}/in/",
+            output_prefix=f"s3://{bucket}/out/",
+            model_uri=f"s3://{bucket}/m.tar.gz",
+            instance_count=3,
+        ),
     )
     finish_step(bind_ledger(ledger_table), StepRef("shard_test", "run-1", "score"), 1, StepStatus.FAILED, "lost")
     body = __import__("json").loads(

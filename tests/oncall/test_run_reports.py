@@ -20,7 +20,7 @@ from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.planning.naming import run_folder
 from tests.airflow.ui.conftest import browser  # noqa: F401  (the UI tests' headless Chromium, a module-scoped fixture)
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step, wait_for_job
 
 CLI = Path(sys.executable).with_name("shardline")
 PIPELINE = "report_cli"
@@ -78,7 +78,7 @@ def test_help_names_the_options():
 @pytest.mark.slow
 def test_report_fetches_a_finished_step_s_report_to_a_local_file(staged, tmp_path):
     spec, bucket, dags, env, cwd = staged
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket))).attempt
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-1", bucket))).attempt
     wait_for_job(spec, attempt)
     assert step_end.finish(spec, attempt, Action.ADVANCE, "3 files succeeded").value == "SUCCEEDED"  # writes the report
     html = s3_body(bucket, f"out/_shardline/reports/{run_folder('run-1')}/score/report.html")
@@ -130,7 +130,7 @@ def test_report_fetches_a_finished_step_s_report_to_a_local_file(staged, tmp_pat
 
 def test_a_step_without_a_report_is_not_found_and_says_when_reports_are_written(staged):
     spec, bucket, dags, env, cwd = staged
-    step_plan.plan(spec, "score", "run-2", **plan_args(bucket))  # planned, never run: no report yet
+    step_plan.plan(spec, "score", plan_request("run-2", bucket))  # planned, never run: no report yet
 
     result = run(*dags, "report", f"{PIPELINE}/run-2", "--step", "score", env=env, cwd=cwd)
     assert result.returncode == 1, result.stderr
@@ -153,7 +153,7 @@ def test_report_open_never_runs_a_script_someone_wrote_to_the_bucket(staged, tmp
     The CLI renders the page itself from report.json (every value escaped, a CSP that allows no script), so
     what it opens runs no script, whatever either object holds."""
     spec, bucket, dags, env, cwd = staged
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-h", **plan_args(bucket))).attempt
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-h", bucket))).attempt
     wait_for_job(spec, attempt)
     assert step_end.finish(spec, attempt, Action.ADVANCE, "3 files succeeded").value == "SUCCEEDED"
     s3 = boto3.client("s3")

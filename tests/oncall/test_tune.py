@@ -14,7 +14,7 @@ from shardline.oncall.tune import tune_step
 from shardline.orchestration.step import plan as step_plan
 from shardline.spec import parse_spec
 from tests.support.cli import REPO, run
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def _dags(tmp_path, spec) -> str:
 
 def test_tune_samples_the_latest_runs_inputs_and_prints_the_table_the_snippet_and_the_plot(staged, aws_env, tmp_path):
     spec, bucket = staged
-    step_plan.plan(spec, "score", "run-1", **plan_args(bucket))  # the ledger now knows the step's input prefix
+    step_plan.plan(spec, "score", plan_request("run-1", bucket))  # the ledger now knows the step's input prefix
     out = tmp_path / "tuned"
 
     result = run(

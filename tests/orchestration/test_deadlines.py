@@ -11,7 +11,7 @@ from shardline.orchestration import run as run_records
 from shardline.orchestration import services
 from shardline.orchestration.deadlines import record_missed
 from shardline.orchestration.step import plan as step_plan
-from tests.support.pipelines import plan_args
+from tests.support.pipelines import plan_request
 
 
 def run_record(spec, run_id: str) -> RunRecord:
@@ -21,7 +21,7 @@ def run_record(spec, run_id: str) -> RunRecord:
 
 def test_a_planned_run_that_missed_its_deadline_is_marked_and_each_miss_counted(two_steps):
     spec, bucket = two_steps
-    step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
+    step_plan.plan(spec, "score", plan_request("run-1", bucket))
     assert (run_record(spec, "run-1").missed_deadline, run_record(spec, "run-1").deadline_misses) == (None, 0)
 
     record_missed(spec, "run-1", "2026-11-22 13:00 UTC, step score running")

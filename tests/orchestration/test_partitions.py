@@ -18,14 +18,14 @@ from shardline.ledger.step_reads import read_step
 from shardline.ledger.step_writes import end_life, ensure_run, set_run_status
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step import plan as step_plan
-from tests.support.pipelines import plan_args
+from tests.support.pipelines import plan_request
 
 FAR = 4_000_000_000.0  # an epoch second decades away: a lease that runs from it is exact, whatever the clock says
 
 
 def plan(spec, bucket: str, run_id: str, step: str = "score", **more):
     output = "out" if step == "score" else "calibrated"
-    return step_plan.plan(spec, step, run_id, **plan_args(bucket, output=output), **more)
+    return step_plan.plan(spec, step, plan_request(run_id, bucket, output, **more))
 
 
 def holder_of(spec, bucket: str, folder: str = "out"):

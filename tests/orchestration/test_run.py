@@ -17,12 +17,12 @@ from shardline.orchestration import run as run_records
 from shardline.orchestration import services
 from shardline.orchestration.step import outputs
 from shardline.orchestration.step import plan as step_plan
-from tests.support.pipelines import plan_args
+from tests.support.pipelines import plan_request
 
 
 def plan(spec, bucket: str, run_id: str, step: str = "score", **more):
     output = "out" if step == "score" else "calibrated"
-    return step_plan.plan(spec, step, run_id, **plan_args(bucket, output=output), **more)
+    return step_plan.plan(spec, step, plan_request(run_id, bucket, output, **more))
 
 
 def run_record(spec, run_id: str) -> RunRecord:

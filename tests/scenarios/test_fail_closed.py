@@ -181,11 +181,13 @@ def test_a_plan_run_again_while_its_attempt_runs_adopts_it_and_never_starts_a_tw
     again = step_plan.plan(
         spec,
         "score",
-        "run-twice",
-        input_prefix=f"s3://{bucket}/in/",
-        output_prefix=f"s3://{bucket}/out/",
-        model_uri=f"s3://{bucket}/model/model.tar.gz",
-        instance_count=spec.step("score").resources.instance_count,
+        step_plan.PlanRequest(
+            "run-twice",
+            input_prefix=f"s3://{bucket}/in/",
+            output_prefix=f"s3://{bucket}/out/",
+            model_uri=f"s3://{bucket}/model/model.tar.gz",
+            instance_count=spec.step("score").resources.instance_count,
+        ),
     )
     assert (again.number, again.job_name) == (first.number, first.job_name)
     adopted = step_jobs.submit(spec, again).attempt  # what the watch task does with it: the running job is adopted
@@ -202,11 +204,13 @@ def plan_run(spec, bucket: str, run_id: str):
     return step_plan.plan(
         spec,
         "score",
-        run_id,
-        input_prefix=f"s3://{bucket}/in/",
-        output_prefix=f"s3://{bucket}/out/",
-        model_uri=f"s3://{bucket}/model/model.tar.gz",
-        instance_count=spec.step("score").resources.instance_count,
+        step_plan.PlanRequest(
+            run_id,
+            input_prefix=f"s3://{bucket}/in/",
+            output_prefix=f"s3://{bucket}/out/",
+            model_uri=f"s3://{bucket}/model/model.tar.gz",
+            instance_count=spec.step("score").resources.instance_count,
+        ),
     )
 
 

@@ -182,11 +182,13 @@ def plan_and_submit(
     attempt = step_plan.plan(
         spec,
         STEP,
-        run_id,
-        input_prefix=f"s3://{bucket}/in/",
-        output_prefix=f"s3://{bucket}/out/",
-        model_uri=f"s3://{bucket}/model/model.tar.gz",
-        instance_count=spec.step(STEP).resources.instance_count,
+        step_plan.PlanRequest(
+            run_id,
+            input_prefix=f"s3://{bucket}/in/",
+            output_prefix=f"s3://{bucket}/out/",
+            model_uri=f"s3://{bucket}/model/model.tar.gz",
+            instance_count=spec.step(STEP).resources.instance_count,
+        ),
     )
     assert attempt is not None and attempt.file_count == FILES
     if job_endpoint is None:

@@ -26,7 +26,7 @@ from shardline.orchestration.step import outputs
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import read_step_files
 from shardline.spec import parse_spec
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step, wait_for_job
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def keys(bucket: str, prefix: str = "out/") -> set[str]:
 
 def run_job(spec, bucket: str, run_id: str, **plan_overrides):
     attempt = step_jobs.submit(
-        spec, step_plan.plan(spec, "score", run_id, **{**plan_args(bucket), **plan_overrides})
+        spec, step_plan.plan(spec, "score", plan_request(run_id, bucket, **plan_overrides))
     ).attempt
     wait_for_job(spec, attempt)
     return attempt
@@ -84,7 +84,7 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
 
     with pytest.raises(partitions.PartitionHeld) as held:
         step_plan.plan(
-            other_spec, "score", "run-b", **{**plan_args(bucket), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"}
+            other_spec, "score", plan_request("run-b", bucket, model_uri=f"s3://{bucket}/model-b/model.tar.gz")
         )
     assert held.value.holder.run_id == "run-a" and held.value.output_prefix == f"s3://{bucket}/out/"
     assert read_step(services.ledger_model(spec), StepRef(spec.pipeline, "run-b", "score"), files=False).step is None
@@ -94,10 +94,7 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
     assert read_holder(services.ledger_model(spec), f"s3://{bucket}/out/").released  # at the run's end
 
     second = step_plan.plan(
-        other_spec,
-        "score",
-        "run-b",
-        **{**plan_args(bucket, instances=2), "model_uri": f"s3://{bucket}/model-b/model.tar.gz"},
+        other_spec, "score", plan_request("run-b", bucket, instances=2, model_uri=f"s3://{bucket}/model-b/model.tar.gz")
     )
     assert "out/_SUCCESS" not in keys(bucket)  # the prefix is being written again: not complete
     second = step_jobs.submit(other_spec, second).attempt

@@ -26,7 +26,7 @@ from shardline.orchestration.step import watch
 from shardline.orchestration.step.files import latest_attempt
 from shardline.planning import naming
 from shardline.s3uri import parse_s3_uri
-from tests.support.pipelines import plan_args, stage_step, wait_for_job
+from tests.support.pipelines import plan_request, stage_step, wait_for_job
 
 ROWS, BAD = 200_000, 37
 
@@ -79,9 +79,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
     spec, bucket = _staged(export, ledger_table, xgboost_model, tmp_path, 100)
     s3 = boto3.client("s3")
-    attempt = step_jobs.submit(
-        spec, step_plan.plan(spec, "score", "run-rj", **{**plan_args(bucket), "instance_count": 1})
-    ).attempt
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-rj", bucket))).attempt
     wait_for_job(spec, attempt, timeout=600)
     decision = watch.decide_now(spec, attempt)
     assert decision.action.value == "ADVANCE", decision
@@ -169,9 +167,7 @@ def test_over_the_limit_the_file_fails_naming_its_first_rejects(
 ):
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
     spec, bucket = _staged(small_export, ledger_table, xgboost_model, tmp_path, 10)
-    attempt = step_jobs.submit(
-        spec, step_plan.plan(spec, "score", "run-rj10", **{**plan_args(bucket), "instance_count": 1})
-    ).attempt
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-rj10", bucket))).attempt
     wait_for_job(spec, attempt, timeout=600)
     (failed,) = OnCall({spec.pipeline: spec}).failed(RunRef(spec.pipeline, "run-rj10"))
     _, broken = small_export

@@ -19,7 +19,7 @@ from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step import watch
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ def test_a_model_that_cannot_be_set_up_fails_the_first_attempt_with_the_workers_
     spec = _break_model(spec, bucket, tmp_path, how)
     run_id = f"run-{how.split()[1]}"
     # Two instances: each fails the same way, in its own folder, and each file shows its own instance's reason.
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **plan_args(bucket, instances=2))).attempt
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request(run_id, bucket, instances=2))).attempt
     decision = _decide_until_not_waiting(spec, attempt)
 
     assert decision.action is Action.FAIL, decision  # not RESUBMIT: the same model fails the same way again

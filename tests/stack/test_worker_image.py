@@ -95,11 +95,13 @@ def _run(spec, bucket: str, runtime: str, monkeypatch, *, count: int = 2):
     attempt = step_plan.plan(
         spec,
         "score",
-        f"run-{runtime}",
-        input_prefix=f"s3://{bucket}/in/",
-        output_prefix=f"s3://{bucket}/out-{runtime}/",
-        model_uri=f"s3://{bucket}/model/model.tar.gz",
-        instance_count=count,
+        step_plan.PlanRequest(
+            f"run-{runtime}",
+            input_prefix=f"s3://{bucket}/in/",
+            output_prefix=f"s3://{bucket}/out-{runtime}/",
+            model_uri=f"s3://{bucket}/model/model.tar.gz",
+            instance_count=count,
+        ),
     )
     attempt = step_jobs.submit(spec, attempt).attempt
     decision = _decide(spec, attempt)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from examples import synthetic
 from shardline.decision.policy import JobStatus
 from shardline.orchestration.step import jobs as step_jobs
+from shardline.orchestration.step.plan import PlanRequest
 from shardline.spec import PipelineSpec, parse_spec
 
 
@@ -74,16 +75,18 @@ def stage_step(
     return spec, bucket
 
 
-def plan_args(bucket: str, output: str = "out", instances: int = 1) -> dict:
-    """The keyword arguments `step_plan.plan` takes for a staged step. Two runs that are to run at once write two
-    ``output`` prefixes: one prefix is written by one run at a time (its partition lock). One instance unless the
-    test is about several: each instance is a worker, its forkserver and a supervisor, about 2 CPU-s."""
-    return {
+def plan_request(run_id: str, bucket: str, output: str = "out", instances: int = 1, **more) -> PlanRequest:
+    """What `step_plan.plan` is asked for a staged step, ``more`` overriding any field. Two runs that are to run at
+    once write two ``output`` prefixes: one prefix is written by one run at a time (its partition lock). One
+    instance unless the test is about several: each instance is a worker, its forkserver and a supervisor, about 2
+    CPU-s."""
+    fields = {
         "input_prefix": f"s3://{bucket}/in/",
         "output_prefix": f"s3://{bucket}/{output}/",
         "model_uri": f"s3://{bucket}/model/model.tar.gz",
         "instance_count": instances,
     }
+    return PlanRequest(run_id, **{**fields, **more})
 
 
 def wait_for_job(spec: PipelineSpec, attempt: dict, timeout: float = 120) -> None:

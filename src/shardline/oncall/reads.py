@@ -23,6 +23,7 @@ from shardline.ledger.records import StepRecord
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import (
     FILE_DETAIL_ATTRIBUTES,
+    RunRecords,
     list_runs,
     read_run,
     read_run_item,
@@ -172,15 +173,20 @@ class OnCallReads:
             self.airflow_warning = airflow_left_out(err)
             return None
 
-    def status(self, ref: RunRef, *, with_files: bool = False) -> RunView:
+    def _run_records(self, ref: RunRef, *, without_it: str = "") -> tuple[PipelineSpec, RunRecords]:
+        """The run's records, read once. A run its table does not hold is a :class:`NotFound` naming the table and
+        the command that lists the runs (``without_it``: what the caller cannot do, said after the table)."""
         spec = self.spec(ref.pipeline)
-        model = services.ledger_model(spec)
-        records = read_run(model, ref.pipeline, ref.run_id)
+        records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
         if records.run is None:
             raise NotFound(
-                f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
-                f"{ref.pipeline}` lists the recent ones"
+                f"no run {ref} in table {spec.ledger_table}{without_it}; check the run name: `shardline runs "
+                f"--pipeline {ref.pipeline}` lists the recent ones"
             )
+        return spec, records
+
+    def status(self, ref: RunRef, *, with_files: bool = False) -> RunView:
+        spec, records = self._run_records(ref)
         steps = [self._step_view(spec, ref, s.name, with_files) for s in spec.steps]
         steps = [self._with_missing_pool(spec, s) for s in steps if s is not None]
         return run_view(ref, records.run, steps, self._airflow_run_state(ref.pipeline, ref.run_id))

@@ -13,7 +13,7 @@ from shardline.ledger.states import RUN_TERMINAL, RunStatus
 from shardline.ledger.step_reads import read_run
 from shardline.ledger.step_writes import set_run_status
 from shardline.oncall.airflow_client import HOW_TO_CONFIGURE, AirflowApiError
-from shardline.oncall.errors import BadRequest, Conflict, NotFound, Unavailable
+from shardline.oncall.errors import BadRequest, Conflict, Unavailable
 from shardline.oncall.messages import CANCEL_LINES, rerun_conf_text, rerun_not_finished_text
 from shardline.oncall.reads import OnCallReads
 from shardline.oncall.values import RunRef
@@ -290,14 +290,7 @@ class RunActions(OnCallReads):
 
     def cancel(self, ref: RunRef, reason: str = "cancelled by on-call") -> list[str]:
         """Mark every step CANCELLED (so no watch task resubmits), stop their jobs, fail the DAG run."""
-        spec = self.spec(ref.pipeline)
-        model = services.ledger_model(spec)
-        records = read_run(model, ref.pipeline, ref.run_id)
-        if records.run is None:
-            raise NotFound(
-                f"no run {ref} in table {spec.ledger_table}, so there is nothing to cancel; check the "
-                f"run name: `shardline runs --pipeline {ref.pipeline}` lists the recent ones"
-            )
+        spec, records = self._run_records(ref, without_it=", so there is nothing to cancel")
         if records.run.status in RUN_TERMINAL:
             raise Conflict(
                 f"run {ref} already ended {records.run.status}, so there is nothing to cancel; "
@@ -309,7 +302,7 @@ class RunActions(OnCallReads):
             did = jobs.cancel(spec, StepRef(ref.pipeline, ref.run_id, step), item, reason)
             done += [CANCEL_LINES["stopped"].format(step=step, job=name) for name in did.stopped]
             done.append(CANCEL_LINES[did.outcome].format(step=step, status=did.status, ref=ref))
-        set_run_status(model, ref.pipeline, ref.run_id, RunStatus.CANCELLED, reason)
+        set_run_status(services.ledger_model(spec), ref.pipeline, ref.run_id, RunStatus.CANCELLED, reason)
         release_run(spec, ref.pipeline, ref.run_id)  # the next run of the partition may write its prefixes now
         if self.airflow is not None:
             try:

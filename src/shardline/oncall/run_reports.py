@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from shardline.ledger.step_reads import read_run
 from shardline.oncall.errors import BadRequest, Conflict, NotFound
 from shardline.oncall.messages import no_reports_text, out_needs_step_text, report_missing_text, report_not_planned_text
 from shardline.oncall.reads import OnCallReads, known_step
@@ -40,15 +39,9 @@ class RunReports(OnCallReads):
         Each S3 key is derived from the STEP item's recorded plan (its output and metadata prefixes), never
         taken from the caller. Raises NotFound for an unknown pipeline, step or run, or a step never planned.
         """
-        spec = self.spec(ref.pipeline)
         if step:
-            known_step(spec, step)
-        records = read_run(services.ledger_model(spec), ref.pipeline, ref.run_id)
-        if records.run is None:
-            raise NotFound(
-                f"no run {ref} in table {spec.ledger_table}; `shardline runs --pipeline "
-                f"{ref.pipeline}` lists the recent ones"
-            )
+            known_step(self.spec(ref.pipeline), step)
+        spec, records = self._run_records(ref)
         items = {item.step: item for item in records.steps}
         found = []
         for name in [step] if step else [s.name for s in spec.steps]:

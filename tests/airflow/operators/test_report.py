@@ -38,11 +38,13 @@ def plan(staged, run_id: str):
     return step_plan.plan(
         staged.spec,
         "score",
-        run_id,
-        input_prefix=staged.uri("in"),
-        output_prefix=staged.uri(f"out-{run_id}"),
-        model_uri=staged.model_uri,
-        instance_count=1,
+        step_plan.PlanRequest(
+            run_id,
+            input_prefix=staged.uri("in"),
+            output_prefix=staged.uri(f"out-{run_id}"),
+            model_uri=staged.model_uri,
+            instance_count=1,
+        ),
     )
 
 

@@ -36,12 +36,14 @@ def plan(staged, run_id: str, life: int | None = None) -> Attempt:
     return step_plan.plan(
         staged.spec,
         "score",
-        run_id,
-        input_prefix=staged.uri("in"),
-        output_prefix=staged.uri(f"out-{run_id}"),
-        model_uri=staged.model_uri,
-        instance_count=1,
-        life=life,
+        step_plan.PlanRequest(
+            run_id,
+            input_prefix=staged.uri("in"),
+            output_prefix=staged.uri(f"out-{run_id}"),
+            model_uri=staged.model_uri,
+            instance_count=1,
+            life=life,
+        ),
     )
 
 
@@ -208,11 +210,13 @@ def test_the_dag_failure_callback_fails_the_run_and_frees_its_prefix_unless_a_la
     step_plan.plan(  # the next run of the partition takes the prefix at once
         staged.spec,
         "score",
-        "run-callback-next",
-        input_prefix=staged.uri("in"),
-        output_prefix=staged.uri(f"out-{run_id}"),
-        model_uri=staged.model_uri,
-        instance_count=1,
+        step_plan.PlanRequest(
+            "run-callback-next",
+            input_prefix=staged.uri("in"),
+            output_prefix=staged.uri(f"out-{run_id}"),
+            model_uri=staged.model_uri,
+            instance_count=1,
+        ),
     )
 
     cleared = "run-cleared"

@@ -201,7 +201,7 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
     from shardline.orchestration.step import watch
     from shardline.orchestration.step.watch import StepEvent
     from shardline.spec import load_spec
-    from tests.support.pipelines import parquet_bytes, plan_args, stage_step
+    from tests.support.pipelines import parquet_bytes, plan_request, stage_step
 
     monkeypatch.setenv(SETTLE_ENV, "0")
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
@@ -216,7 +216,7 @@ def test_an_attempt_keeps_the_policy_it_started_with_when_the_spec_is_edited_whi
     path.write_text(yaml.safe_dump(data))
     spec = load_spec(path)
     assert spec.step("score").tolerance.max_failed_files == 0
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-edit", **plan_args(bucket))).attempt
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-edit", bucket))).attempt
     trigger = _as_airflow_stores_it(
         StepTrigger(attempt.to_xcom(), watch.StepWatch.of(spec, "score").to_json(), poll_interval=0.2)
     )

@@ -16,7 +16,7 @@ from shardline.orchestration.step import capacity, watch
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.planning.attempt import Attempt
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step, wait_for_job
 
 
 def _stage(tmp_path, ledger_table, model, monkeypatch, fleet: dict, **step_settings):
@@ -38,7 +38,7 @@ def test_a_refused_submit_is_no_attempt_and_the_same_attempt_goes_through_later(
         tmp_path, ledger_table, xgboost_model, monkeypatch, {"refuse_first": {"ThrottlingException": 1}}
     )
     monkeypatch.setenv(step_jobs.SUBMIT_WAIT_ENV, "1")  # the first wait: 1 s, drawn in its upper half
-    attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
+    attempt = step_plan.plan(spec, "score", plan_request("run-1", bucket))
     waits = step_jobs.submit(spec, attempt)
     assert isinstance(waits, step_jobs.MustWait) and waits.attempt == attempt and waits.refusals == 1
     assert "not submitted yet: SageMaker throttled the request (ThrottlingException: Rate exceeded)" in waits.note
@@ -65,9 +65,9 @@ def test_the_emulators_quota_refuses_past_it_and_its_record_never_exceeds_it(
 ):
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, {"quotas": {"ml.m5.xlarge": 3}})
     first = step_jobs.submit(
-        spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket, instances=2))
+        spec, step_plan.plan(spec, "score", plan_request("run-a", bucket, instances=2))
     ).attempt  # 2 instances
-    second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b", instances=2))  # 2 more: 4 > 3
+    second = step_plan.plan(spec, "score", plan_request("run-b", bucket, "out-b", instances=2))  # 2 more: 4 > 3
     refused = step_jobs.submit(spec, second)
     assert isinstance(refused, step_jobs.MustWait) and "ResourceLimitExceeded" in refused.note
     assert "is 3 Instances, with current utilization of 2 Instances and a request delta of 2" in refused.note
@@ -84,10 +84,10 @@ def test_a_job_holds_its_instances_while_they_start_up_and_a_stop_then_gives_the
     fleet = {"quotas": {"ml.m5.xlarge": 2}, "startup_seconds": 3600}
     spec, bucket = _stage(tmp_path, ledger_table, xgboost_model, monkeypatch, fleet)
     first = step_jobs.submit(
-        spec, step_plan.plan(spec, "score", "run-a", **plan_args(bucket, instances=2))
+        spec, step_plan.plan(spec, "score", plan_request("run-a", bucket, instances=2))
     ).attempt  # 2 instances
     assert step_jobs.job_status(spec, first) is JobStatus.IN_PROGRESS
-    second = step_plan.plan(spec, "score", "run-b", **plan_args(bucket, "out-b", instances=2))
+    second = step_plan.plan(spec, "score", plan_request("run-b", bucket, "out-b", instances=2))
     refused = step_jobs.submit(spec, second)
     assert isinstance(refused, step_jobs.MustWait) and "ResourceLimitExceeded" in refused.note
     step_jobs.stop(spec, first)
@@ -112,7 +112,7 @@ def test_a_capacity_failure_goes_again_uncounted_and_moves_to_the_fallback_type(
         retry={"max_attempts": 1, "backoff_seconds": 0},
     )
     attempt = first = step_jobs.submit(
-        spec, step_plan.plan(spec, "score", "run-1", **plan_args(bucket, instances=2))
+        spec, step_plan.plan(spec, "score", plan_request("run-1", bucket, instances=2))
     ).attempt
     seen = []
     for _ in range(3):

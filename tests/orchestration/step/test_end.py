@@ -12,7 +12,7 @@ from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.planning.naming import run_folder
-from tests.support.pipelines import plan_args, wait_for_job
+from tests.support.pipelines import plan_request, wait_for_job
 
 
 def test_a_step_that_succeeds_writes_its_outputs_manifest_and_success_marker_and_a_new_run_withdraws_it(pipeline):
@@ -20,7 +20,7 @@ def test_a_step_that_succeeds_writes_its_outputs_manifest_and_success_marker_and
 
     spec, bucket = pipeline
     s3 = boto3.client("s3")
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-ok", **plan_args(bucket))).attempt
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-ok", bucket))).attempt
     wait_for_job(spec, first)
     assert step_end.finish(spec, first, Action.ADVANCE, "all 4 files succeeded").value == "SUCCEEDED"
     marker = json.loads(s3.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
@@ -39,7 +39,7 @@ def test_a_step_that_succeeds_writes_its_outputs_manifest_and_success_marker_and
         )
     # The same prefix planned again by another run of the partition, once the first has ended: not complete any more.
     run_records.finish_run(spec, spec.pipeline, "run-ok", RunStatus.SUCCEEDED)
-    step_plan.plan(spec, "score", "run-again", **plan_args(bucket))
+    step_plan.plan(spec, "score", plan_request("run-again", bucket))
     assert "out/_SUCCESS" not in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
 
 
@@ -47,7 +47,7 @@ def test_a_partial_step_writes_its_manifest_but_no_success_marker(pipeline):
     spec, bucket = pipeline
     s3 = boto3.client("s3")
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 not parquet")
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-partial", **plan_args(bucket))).attempt
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-partial", bucket))).attempt
     wait_for_job(spec, first)
     assert (
         step_end.finish(spec, first, Action.PARTIAL, "1 of 5 file(s) failed, within the tolerance").value == "PARTIAL"
@@ -72,9 +72,8 @@ def test_with_a_metadata_prefix_the_data_prefix_holds_only_data_and_its_marker(p
         step_plan.plan(
             spec,
             "score",
-            "run-meta",
-            **plan_args(bucket, instances=2),  # each instance's manifest under the metadata prefix
-            metadata_prefix=f"s3://{bucket}/meta/_shardline/",
+            # two instances: each instance's manifest under the metadata prefix
+            plan_request("run-meta", bucket, instances=2, metadata_prefix=f"s3://{bucket}/meta/_shardline/"),
         ),
     ).attempt
     wait_for_job(spec, first)
@@ -102,7 +101,7 @@ def test_conclude_records_nothing_when_unreachable_fails_a_timed_out_step_and_su
     from shardline.orchestration.step.watch import StepEvent
 
     spec, bucket = pipeline
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-end", **plan_args(bucket))).attempt
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-end", bucket))).attempt
     wait_for_job(spec, attempt)
 
     def step_status() -> str | None:
@@ -120,7 +119,7 @@ def test_conclude_records_nothing_when_unreachable_fails_a_timed_out_step_and_su
     assert step_status() == "SUCCEEDED"
 
     run_records.finish_run(spec, spec.pipeline, "run-end", RunStatus.SUCCEEDED)  # the partition's prefix is free
-    again = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-late", **plan_args(bucket))).attempt
+    again = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-late", bucket))).attempt
     timed_out = step_end.conclude(spec, StepEvent(Action.TIMEOUT, "ran past its deadline", again, stop_job=True))
     assert timed_out.action is Action.TIMEOUT and timed_out.summary is None and timed_out.retry is None
     step = read_step(services.ledger_model(spec), again.ref, files=False).step

@@ -16,7 +16,7 @@ from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import PlanFileError, latest_attempt, read_step_files
 from shardline.planning.inputs import parse_plan_file
 from shardline.s3uri import parse_s3_uri
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step
 
 SIZES = {f"part-{i}.parquet": 300 + 100 * i for i in range(4)}
 
@@ -40,7 +40,7 @@ def _file_items(spec, run_id: str) -> list:
 
 def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_inputs_pending(pipeline):
     spec, bucket = pipeline
-    attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
+    attempt = step_plan.plan(spec, "score", plan_request("run-1", bucket))
     assert _file_items(spec, "run-1") == []  # one STEP write planned the step
 
     s3 = boto3.client("s3")
@@ -70,7 +70,7 @@ def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
     from shardline.ledger.states import FileStatus
 
     spec, bucket = pipeline
-    step_plan.plan(spec, "score", "run-2", **plan_args(bucket))
+    step_plan.plan(spec, "score", plan_request("run-2", bucket))
     worker = WorkerLedger(
         LedgerContext(spec.ledger_table, spec.pipeline, "run-2", "score", 1, input_uri=f"s3://{bucket}/in/"), "algo-1"
     )
@@ -94,11 +94,11 @@ def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipel
     """A plan task retried before its job was submitted plans the same attempt again, with what landed since,
     into a plan file of its own: the one it replaces is left as it was, for no reader."""
     spec, bucket = pipeline
-    step_plan.plan(spec, "score", "run-3", **plan_args(bucket))
+    step_plan.plan(spec, "score", plan_request("run-3", bucket))
     before = read_step_files(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert len(before.files) == 4  # now in the reader's cache
     boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(10, 9000))
-    again = step_plan.plan(spec, "score", "run-3", **plan_args(bucket))
+    again = step_plan.plan(spec, "score", plan_request("run-3", bucket))
     assert (again.number, again.file_count) == (1, 5)
     after = read_step_files(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert len(after.files) == 5
@@ -107,7 +107,7 @@ def test_a_re_plan_before_the_job_starts_is_read_afresh_not_from_the_cache(pipel
 
 def test_a_recorded_plan_file_that_is_gone_is_an_error_that_names_it_not_a_smaller_step(pipeline):
     spec, bucket = pipeline
-    step_plan.plan(spec, "score", "run-5", **plan_args(bucket))
+    step_plan.plan(spec, "score", plan_request("run-5", bucket))
     uri = read_step_files(spec, StepRef(spec.pipeline, "run-5", "score")).step.plan_files[1]
     boto3.client("s3").delete_object(Bucket=bucket, Key=parse_s3_uri(uri)[1])
     from shardline.orchestration.step import files as step_files
@@ -125,7 +125,7 @@ def test_a_resubmission_of_never_claimed_files_takes_their_sizes_from_the_plan_f
     """Sizes deal a retry by size and are recorded on its fence items: none is asked of S3 again (an input
     deleted since the plan would fail that HEAD)."""
     spec, bucket = pipeline
-    first = step_plan.plan(spec, "score", "run-4", **plan_args(bucket))
+    first = step_plan.plan(spec, "score", plan_request("run-4", bucket))
     stored = {o["Key"]: o["Size"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="in/")["Contents"]}
     boto3.client("s3").delete_object(Bucket=bucket, Key="in/part-3.parquet")
     keys = [f"s3://{bucket}/in/{name}" for name in SIZES]

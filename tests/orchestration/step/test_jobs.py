@@ -12,12 +12,12 @@ from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step import watch
 from shardline.planning.attempt import Attempt
-from tests.support.pipelines import output_ids, parquet_bytes, plan_args, wait_for_job
+from tests.support.pipelines import output_ids, parquet_bytes, plan_request, wait_for_job
 
 
 def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
     spec, bucket = pipeline
-    attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
+    attempt = step_plan.plan(spec, "score", plan_request("run-1", bucket))
     first = step_jobs.submit(spec, attempt).attempt
     again = step_jobs.submit(spec, attempt).attempt  # what a cleared or retried submit task does
     assert again.job_name == first.job_name
@@ -29,7 +29,7 @@ def test_a_cleared_submit_adopts_the_running_job(pipeline, tmp_path):
 
 def test_a_retried_watch_resumes_at_the_newest_attempt(pipeline, tmp_path):
     spec, bucket = pipeline
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-3", **plan_args(bucket))).attempt
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-3", bucket))).attempt
     step_jobs.stop(spec, first)
     second = step_jobs.resubmit(spec, first, [f"s3://{bucket}/in/part-1.parquet"]).attempt
     resumed = step_jobs.resume(spec, first)  # what the watch task's next try knows: attempt 1
@@ -50,7 +50,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     spec, bucket = pipeline
     s3 = boto3.client("s3")
     s3.put_object(Bucket=bucket, Key="in/part-9.parquet", Body=b"PAR1 truncated upload")
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-race", **plan_args(bucket))).attempt
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-race", bucket))).attempt
     wait_for_job(spec, first, timeout=600)
     decision = watch.decide_now(spec, first)
     assert decision.action.value == "FAIL", decision  # the corrupt file failed the step
@@ -106,7 +106,7 @@ def test_a_resubmission_deals_its_files_by_size_and_records_their_bytes(pipeline
     }
     for name, body in bodies.items():
         s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)
-    first = step_plan.plan(spec, "score", "run-sized", **plan_args(bucket, instances=2))  # planned, never submitted
+    first = step_plan.plan(spec, "score", plan_request("run-sized", bucket, instances=2))  # planned, never submitted
     retry = [f"s3://{bucket}/in/{name}" for name in bodies]
     second = step_jobs.resubmit(spec, first, retry).attempt
     step_jobs.stop(spec, second)

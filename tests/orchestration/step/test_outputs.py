@@ -24,7 +24,7 @@ from shardline.orchestration.step import outputs, watch
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step.files import read_step_files
 from shardline.planning import naming
-from tests.support.pipelines import plan_args, stage_step
+from tests.support.pipelines import plan_request, stage_step
 from tests.support.scoring import fail_file, output_body, score_file, unloaded_model, upload_output
 
 INPUTS = {f"part-{i}.parquet": f"input {i} ".encode() * (10 + i) for i in range(3)}
@@ -35,7 +35,7 @@ def staged(aws_env, ledger_table, tmp_path, monkeypatch):
     """A one-step pipeline over three inputs, planned (attempt 1), no job submitted. The model is never loaded."""
     monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
     spec, bucket = stage_step("outputs_test", ledger_table, unloaded_model(tmp_path / "model"), tmp_path, INPUTS)
-    attempt = step_plan.plan(spec, "score", "run-1", **plan_args(bucket))
+    attempt = step_plan.plan(spec, "score", plan_request("run-1", bucket))
     return spec, bucket, attempt
 
 

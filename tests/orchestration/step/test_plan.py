@@ -10,7 +10,7 @@ from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step import watch
-from tests.support.pipelines import output_ids, parquet_bytes, plan_args, wait_for_job
+from tests.support.pipelines import output_ids, parquet_bytes, plan_request, wait_for_job
 
 
 def test_plan_skips_an_empty_prefix(pipeline):
@@ -19,11 +19,13 @@ def test_plan_skips_an_empty_prefix(pipeline):
         step_plan.plan(
             spec,
             "score",
-            "run-2",
-            input_prefix=f"s3://{bucket}/nothing/",
-            output_prefix=f"s3://{bucket}/out/",
-            model_uri="s3://x/y",
-            instance_count=2,
+            step_plan.PlanRequest(
+                "run-2",
+                input_prefix=f"s3://{bucket}/nothing/",
+                output_prefix=f"s3://{bucket}/out/",
+                model_uri="s3://x/y",
+                instance_count=2,
+            ),
         )
         is None
     )
@@ -32,17 +34,17 @@ def test_plan_skips_an_empty_prefix(pipeline):
 def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     """A plan task that runs again (retried, or cleared after an upstream resubmission) never starts over."""
     spec, bucket = pipeline
-    kwargs = plan_args(bucket)
-    first = step_plan.plan(spec, "score", "run-3", **kwargs)
+    request = plan_request("run-3", bucket)
+    first = step_plan.plan(spec, "score", request)
     assert first.instance_type == spec.step("score").resources.instance_type  # resolved once, at the plan
-    assert step_plan.plan(spec, "score", "run-3", **kwargs).number == 1  # never submitted: the same attempt again
+    assert step_plan.plan(spec, "score", request).number == 1  # never submitted: the same attempt again
     wait_for_job(spec, step_jobs.submit(spec, first).attempt)
-    again = step_plan.plan(spec, "score", "run-3", **kwargs)
+    again = step_plan.plan(spec, "score", request)
     assert (again.number, again.file_count) == (1, 4)  # everything succeeded: adopt it
     assert step_jobs.job_status(spec, step_jobs.submit(spec, again).attempt) is JobStatus.COMPLETED  # no new job
 
     boto3.client("s3").put_object(Bucket=bucket, Key="in/part-late.parquet", Body=parquet_bytes(300, 9000))
-    late = step_plan.plan(spec, "score", "run-3", **kwargs)
+    late = step_plan.plan(spec, "score", request)
     assert (late.number, late.file_count) == (2, 1)  # only the new input, as the next attempt
     wait_for_job(spec, step_jobs.submit(spec, late).attempt)
     summary = step_end.report(spec, StepRef(spec.pipeline, "run-3", "score"))
@@ -55,7 +57,7 @@ def test_path_escape_key_fails_that_file_with_its_reason_and_the_rest_go_on(pipe
 
     spec, bucket = pipeline
     boto3.client("s3").put_object(Bucket=bucket, Key="in//tmp/evil.parquet", Body=parquet_bytes(10, 10_000))
-    first = step_jobs.submit(spec, step_plan.plan(spec, "score", "run-unsafe", **plan_args(bucket))).attempt
+    first = step_jobs.submit(spec, step_plan.plan(spec, "score", plan_request("run-unsafe", bucket))).attempt
     assert first.file_count == 4  # the crafted key is not in the manifest
     wait_for_job(spec, first, timeout=600)
     decision = watch.decide_now(spec, first)

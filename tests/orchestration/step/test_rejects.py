@@ -28,7 +28,7 @@ from shardline.orchestration.step.files import latest_attempt
 from shardline.orchestration.step.rejects import RejectsPartError, pick_lines, pick_parquet, resubmit_rejects
 from shardline.planning import naming
 from shardline.s3uri import parse_s3_uri
-from tests.support.pipelines import plan_args, stage_step
+from tests.support.pipelines import plan_request, stage_step
 
 
 def test_rows_are_numbered_as_the_worker_numbers_them_blank_lines_not_counted():
@@ -137,7 +137,7 @@ def planned(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
         {"x.csv": body, "y.csv": body},
         step_settings={"tolerance": {"rows": 5}},
     )
-    attempt = step_plan.plan(spec, "score", "run-f", **plan_args(bucket))
+    attempt = step_plan.plan(spec, "score", plan_request("run-f", bucket))
     folder = naming.worker_manifest_folder(attempt.output_prefix, "run-f", "score", 1, attempt.metadata_prefix)
     rejects = f"{folder}/rejects/x.csv.jsonl"
     s3 = boto3.client("s3")

@@ -23,7 +23,7 @@ from shardline.planning.naming import run_folder
 from shardline.report.cost import Prices
 from shardline.report.model import RunReport
 from shardline.spec import parse_spec
-from tests.support.pipelines import parquet_bytes, plan_args, stage_step, wait_for_job
+from tests.support.pipelines import parquet_bytes, plan_request, stage_step, wait_for_job
 
 
 @pytest.fixture
@@ -39,12 +39,14 @@ def pipeline(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
 
 
 def _run(spec, bucket, run_id, action="ADVANCE", input_folder="in"):
-    args = {
-        **plan_args(bucket, instances=2),  # the report breaks a step down by instance
-        "input_prefix": f"s3://{bucket}/{input_folder}/",
-        "output_prefix": f"s3://{bucket}/out/{run_id}/",
-    }
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **args)).attempt
+    request = plan_request(
+        run_id,
+        bucket,
+        instances=2,  # the report breaks a step down by instance
+        input_prefix=f"s3://{bucket}/{input_folder}/",
+        output_prefix=f"s3://{bucket}/out/{run_id}/",
+    )
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", request)).attempt
     wait_for_job(spec, attempt)
     return attempt, step_end.finish(spec, attempt, action, "all 4 files succeeded")
 
@@ -171,8 +173,8 @@ def _forge(spec, bucket, run_id, input_key: str, **attributes) -> None:
 def test_a_forged_succeeded_item_never_makes_a_run_green(pipeline, forgery):
     spec, bucket = pipeline
     run_id = f"run-forged-{forgery[:6].strip().replace(' ', '-')}"
-    args = {**plan_args(bucket), "output_prefix": f"s3://{bucket}/out/{run_id}/"}
-    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", run_id, **args)).attempt
+    request = plan_request(run_id, bucket, output_prefix=f"s3://{bucket}/out/{run_id}/")
+    attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", request)).attempt
     wait_for_job(spec, attempt)
     real_output = f"s3://{bucket}/out/{run_id}/part-0.parquet"
     real = read_step(services.ledger_model(spec), attempt.ref, file_attributes=None).files

@@ -18,7 +18,7 @@ from shardline.orchestration.step.upstream import UpstreamError, upstream_output
 from shardline.planning import naming
 from shardline.planning.inputs import S3Object
 from shardline.spec import parse_spec
-from tests.support.pipelines import plan_args, stage_step
+from tests.support.pipelines import plan_request, stage_step
 from tests.support.scoring import fail_file, output_body, score_file, unloaded_model
 
 INPUTS = {f"part-{i}.parquet": f"input {i} ".encode() * (10 + i) for i in range(3)}
@@ -44,7 +44,7 @@ def staged(aws_env, ledger_table, tmp_path, monkeypatch):
 
 
 def plan_score(spec, bucket: str, run_id: str = "run-1"):
-    return step_plan.plan(spec, "score", run_id, **plan_args(bucket))
+    return step_plan.plan(spec, "score", plan_request(run_id, bucket))
 
 
 def committed(spec, bucket, tmp_path, run_id: str = "run-1", failed: tuple[str, ...] = ()):

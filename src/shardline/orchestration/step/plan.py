@@ -99,8 +99,8 @@ class PlanRequest:
     input_prefix: str  # resolved once: the run's input_prefix Param, or the spec's prefix rendered for the run
     output_prefix: str
     model_uri: str
-    model_version: str
     instance_count: int
+    model_version: str | None = None
     metadata_prefix: str | None = None
     partition: str | None = None
     life: int | None = None
@@ -165,19 +165,7 @@ def readiness(
         if not ready:
             return Missing(why) if waited else WaitForMarker(why)
     try:
-        attempt = plan(
-            spec,
-            step,
-            request.run_id,
-            input_prefix=request.input_prefix,
-            output_prefix=request.output_prefix,
-            model_uri=request.model_uri,
-            instance_count=request.instance_count,
-            model_version=request.model_version,
-            metadata_prefix=request.metadata_prefix,
-            partition=request.partition,
-            life=request.life,
-        )
+        attempt = plan(spec, step, request)
     except partitions.PartitionHeld as held:
         return Held(held)
     if attempt is None:
@@ -225,25 +213,14 @@ def dry_run(
     return DryRun(planned, len(objects), preview=preview)
 
 
-def plan(
-    spec: PipelineSpec,
-    step: str,
-    run_id: str,
-    *,
-    input_prefix: str,
-    output_prefix: str,
-    model_uri: str,
-    instance_count: int,
-    model_version: str | None = None,
-    metadata_prefix: str | None = None,
-    partition: str | None = None,
-    life: int | None = None,
-) -> Attempt | None:
-    """List the step's inputs and plan attempt 1. ``None`` when there is nothing to process.
+def plan(spec: PipelineSpec, step: str, request: PlanRequest) -> Attempt | None:
+    """List the step's inputs and plan attempt 1 for the run ``request`` names. ``None`` when there is nothing to
+    process. ``request.ready_at`` is not looked at: :func:`readiness` waits for it.
 
-    ``partition``: what the run scores (its data interval's start), recorded on the RUN item. ``life``: the run's
-    Airflow life the plan task runs in (its DAG run's clear_number), recorded with RUNNING in one write, so a late
-    failure callback of an earlier life never ends this one."""
+    ``request.partition``: what the run scores (its data interval's start), recorded on the RUN item.
+    ``request.life``: the run's Airflow life the plan task runs in (its DAG run's clear_number), recorded with
+    RUNNING in one write, so a late failure callback of an earlier life never ends this one."""
+    run_id, input_prefix = request.run_id, request.input_prefix
     s = spec.step(step)
     started = time.monotonic()
     objects, refused = _step_inputs(spec, step, run_id, input_prefix)
@@ -251,20 +228,20 @@ def plan(
     if not objects:
         log.warning("step %s of run %s: no input under %s; nothing to do", step, run_id, input_prefix)
         return None
-    ensure_run(services.ledger_model(spec), spec.pipeline, run_id, partition)
+    ensure_run(services.ledger_model(spec), spec.pipeline, run_id, request.partition)
     # Running now: no longer waiting, or run again after it ended (a rerun, from this step on).
-    set_run_status(services.ledger_model(spec), spec.pipeline, run_id, RunStatus.RUNNING, life=life)
+    set_run_status(services.ledger_model(spec), spec.pipeline, run_id, RunStatus.RUNNING, life=request.life)
     base = Attempt(
         pipeline=spec.pipeline,
         run_id=run_id,
         step=step,
         number=1,
         input_prefix=_dir(input_prefix),
-        output_prefix=_dir(output_prefix),
-        model_uri=model_uri,
-        model_version=model_version,
-        metadata_prefix=_dir(metadata_prefix) if metadata_prefix else None,
-        requested_instances=instance_count,
+        output_prefix=_dir(request.output_prefix),
+        model_uri=request.model_uri,
+        model_version=request.model_version,
+        metadata_prefix=_dir(request.metadata_prefix) if request.metadata_prefix else None,
+        requested_instances=request.instance_count,
         instance_type=s.resources.instance_type,  # resolved here, once: every later attempt carries its own
     )
     number, todo, replan = _what_to_plan(spec, base, objects)
