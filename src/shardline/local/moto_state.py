@@ -27,6 +27,7 @@ import os
 import pickle
 import struct
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -264,27 +265,38 @@ class StateLog:
     def _s3(self, environ: dict, status: str) -> None:
         named = _named_keys(environ)
         for account, partition, backend in _backends("s3"):
-            seen = set()
-            for name, bucket in list(backend.buckets.items()):
-                where = (account, partition, name)
-                seen.add(where)
-                saved = self.buckets.get(where)
-                shell = pickle.dumps(_bucket_shell(bucket))
-                if saved is None or saved[0] is not bucket:
-                    self._forget_keys(where)  # a bucket made again holds none of the old one's keys
-                if saved is None or saved[0] is not bucket or saved[1] != shell:
-                    self._append(("s3-bucket", *where), _bucket_shell(bucket))
-                    self.buckets[where] = (bucket, shell)
-                keys = [key for bucket_name, key in named if bucket_name == name]
+            for where, bucket in self._containers("s3-bucket", (account, partition), backend.buckets, self.buckets):
+                keys = [key for bucket_name, key in named if bucket_name == where[2]]
                 if keys and all(keys):
                     for key in keys:
                         self._save_key(backend, bucket, where, key, force=status.startswith("2"))
                 elif keys:  # a request on the bucket (DeleteObjects among them): every key it holds is checked
                     self._diff_keys(backend, bucket, where)
-            for where in [w for w in self.buckets if w[:2] == (account, partition) and w not in seen]:
-                self._forget_keys(where)
-                self._append(("s3-bucket", *where), None)
-                del self.buckets[where]
+
+    def _containers(self, record: str, place: tuple, found: dict, saved: dict) -> Iterator[tuple[tuple, Any]]:
+        """Each bucket or table ``found`` in one account and region (``place``), as ``(where, container)``; its
+        shell (its settings, without its keys or items) saved when new or changed, and those gone recorded gone.
+        A container made again holds none of the old one's keys or items: they are forgotten."""
+        shell_of, forget = (
+            (_bucket_shell, self._forget_keys) if record == "s3-bucket" else (_table_shell, self._forget_items)
+        )
+        seen = set()
+        for name, container in list(found.items()):
+            where = (*place, name)
+            seen.add(where)
+            before = saved.get(where)
+            shell = shell_of(container)
+            pickled = pickle.dumps(shell)
+            if before is None or before[0] is not container:
+                forget(where)
+            if before is None or before[0] is not container or before[1] != pickled:
+                self._append((record, *where), shell)
+                saved[where] = (container, pickled)
+            yield where, container
+        for where in [w for w in saved if w[:2] == place and w not in seen]:
+            forget(where)
+            self._append((record, *where), None)
+            del saved[where]
 
     def _save_key(self, backend: Any, bucket: Any, where: tuple, key: str, force: bool) -> None:
         versions = bucket.keys.getlist(key)
@@ -318,28 +330,14 @@ class StateLog:
             request = {}
         touched = _touched_items(operation, request)
         for account, region, backend in _backends("dynamodb"):
-            seen = set()
-            for name, table in list(backend.tables.items()):
-                where = (account, region, name)
-                seen.add(where)
-                saved = self.tables.get(where)
-                shell = pickle.dumps(_table_shell(table))
-                if saved is None or saved[0] is not table:
-                    self._forget_items(where)
-                if saved is None or saved[0] is not table or saved[1] != shell:
-                    self._append(("ddb-table", *where), _table_shell(table))
-                    self.tables[where] = (table, shell)
+            for where, table in self._containers("ddb-table", (account, region), backend.tables, self.tables):
                 if touched is None:  # a write this module does not read (PartiQL): the whole table is saved
                     for hash_key, value in list(table.items.items()):
                         for range_key, item in value.items() if table.has_range_key else [(None, value)]:
                             self._save_item(where, hash_key, range_key, item)
                     continue
-                for attributes in touched.get(name, []):
+                for attributes in touched.get(where[2], []):
                     self._save_touched(table, where, attributes)
-            for where in [w for w in self.tables if w[:2] == (account, region) and w not in seen]:
-                self._forget_items(where)
-                self._append(("ddb-table", *where), None)
-                del self.tables[where]
 
     def _save_touched(self, table: Any, where: tuple, attributes: dict) -> None:
         from moto.dynamodb.models.dynamo_type import DynamoType

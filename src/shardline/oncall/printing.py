@@ -389,12 +389,7 @@ def preview_reply(result: PreviewResult) -> Reply:
         "exit_code": result.exit_code,
         "report": result.report,
     }
-    # The sample's values are the input's own: printed escaped, line breaks kept.
-    return Reply(
-        data,
-        functools.partial(print, printable(result.render(), newlines=True), end=""),
-        EXIT_OK if result.ok else EXIT_ERROR,
-    )
+    return _rendered_reply(result, data)
 
 
 def tune_reply(result: TuneResult) -> Reply:
@@ -407,6 +402,12 @@ def tune_reply(result: TuneResult) -> Reply:
         "plot": result.plot,
         "figures": result.figures,
     }
+    return _rendered_reply(result, data)
+
+
+def _rendered_reply(result: PreviewResult | TuneResult, data: dict) -> Reply:
+    """A worker tool's reply: its own report, rendered. The sample's values are the input's own: printed escaped,
+    line breaks kept."""
     return Reply(
         data,
         functools.partial(print, printable(result.render(), newlines=True), end=""),
