@@ -249,6 +249,19 @@ class _UnitProgress:
     spread: PredictionSpread = dataclasses.field(default_factory=PredictionSpread)
 
 
+@dataclasses.dataclass(frozen=True)
+class _UnitOutput:
+    """Where a unit's predictions are written while it runs: a temp name, in the output's format."""
+
+    tmp: Path
+    fmt: str
+    gz: bool
+    header: bool  # a CSV's header line: the first part of a file only
+
+    def open(self, schema: pa.Schema) -> formats.OutputWriter:
+        return formats.OutputWriter(self.tmp, self.fmt, self.gz, schema, header=self.header)
+
+
 def run_unit(unit: WorkUnit) -> UnitResult:
     """Process one unit: stream, predict, write to a temp name, rename when complete."""
     state = _state
@@ -261,10 +274,11 @@ def run_unit(unit: WorkUnit) -> UnitResult:
     out_rel, out_fmt, out_gz = formats.output_target(unit.file, settings.output_format)
     final = Path(settings.output_dir) / out_rel
     tmp = formats.temp_path(final, unit.part if unit.is_split else None)
+    output = _UnitOutput(tmp, out_fmt, out_gz, header=unit.part == 0)
     progress = _UnitProgress()
     tally = guards.OutputTally()
     try:
-        _predict_into(state, unit, tmp, out_fmt, out_gz, progress, tally)
+        _predict_into(state, unit, output, progress, tally)
         progress.model_warnings = tally.warnings()
         tally.emit(unit.label, _source_name(state.predictor))
         progress.spread.warn_if_constant(unit.label)
@@ -298,15 +312,9 @@ def _refused(state: _WorkerState, unit: WorkUnit) -> UnitResult | None:
 
 
 def _predict_into(
-    state: _WorkerState,
-    unit: WorkUnit,
-    tmp: Path,
-    out_fmt: str,
-    out_gz: bool,
-    progress: _UnitProgress,
-    tally: guards.OutputTally,
+    state: _WorkerState, unit: WorkUnit, output: _UnitOutput, progress: _UnitProgress, tally: guards.OutputTally
 ) -> None:
-    """Stream the unit's batches through the model into ``tmp``, and close it."""
+    """Stream the unit's batches through the model into ``output``, and close it."""
     settings = state.settings
     scratch = Path(settings.scratch_dir)
     # With tolerance.rows a mostly-numbers column stays a number column despite a few bad values; a passthrough
@@ -359,7 +367,7 @@ def _predict_into(
     for batch in batches:
         first_row = progress.rows_in  # the rows read before this batch (before the reader rejected any)
         for out in predict_rows(state.predictor, batch, choice, settings, tally, rejects, first_row, text_file):
-            _write(state, unit, tmp, out_fmt, out_gz, progress, out)
+            _write(state, output, progress, out, unit)
         progress.rows_in += batch.num_rows
         with state.rows_counter.get_lock():
             state.rows_counter.value += batch.num_rows
@@ -367,9 +375,7 @@ def _predict_into(
         progress.rows_in += rejects.read_count  # lines the reader could not use are rows in, and rejected
         rejects.check(rows=progress.rows_in)
     if progress.writer is None:  # an empty input still gets an (empty) output
-        progress.writer = formats.OutputWriter(
-            tmp, out_fmt, out_gz, _empty_schema(schema, settings.passthrough), header=unit.part == 0
-        )
+        progress.writer = output.open(_empty_schema(schema, settings.passthrough))
     progress.writer.close()
     progress.writer = None
 
@@ -399,13 +405,7 @@ def _reject_log(settings: JobSettings, unit: WorkUnit) -> RejectLog | None:
 
 
 def _write(
-    state: _WorkerState,
-    unit: WorkUnit,
-    tmp: Path,
-    out_fmt: str,
-    out_gz: bool,
-    progress: _UnitProgress,
-    out: pa.RecordBatch,
+    state: _WorkerState, output: _UnitOutput, progress: _UnitProgress, out: pa.RecordBatch, unit: WorkUnit
 ) -> None:
     """One batch of predictions into the unit's output (opened with the first batch's columns)."""
     skip = len(state.settings.passthrough)
@@ -414,7 +414,7 @@ def _write(
         state.timing.first_prediction_at = time.time()
     progress.spread.add(out, skip)
     if progress.writer is None:
-        progress.writer = formats.OutputWriter(tmp, out_fmt, out_gz, out.schema, header=unit.part == 0)
+        progress.writer = output.open(out.schema)
     elif out.schema != progress.writer.schema:
         out = _conform(out, progress.writer.schema, unit)
     progress.writer.write(out)
