@@ -259,7 +259,7 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     import pyarrow.parquet as pq
 
     from examples import synthetic
-    from shardline.orchestration.step.end import report
+    from shardline.orchestration.step import end
     from shardline.spec import load_spec
 
     spec, s3 = create_stack(dags, CHURN)
@@ -284,7 +284,7 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
         return 1
     run, wall = ran
     spec = load_spec(dags / "pipelines" / f"{CHURN}.yaml")
-    summaries = [report(spec, StepRef(CHURN, run.run_id, s.name)) for s in spec.steps]
+    summaries = [end.summarize(spec, StepRef(CHURN, run.run_id, s.name)) for s in spec.steps]
 
     def column(out_prefix: str, name: str) -> dict[int, float]:
         values: dict[int, float] = {}
@@ -408,11 +408,11 @@ def _covered_seconds(spans: list[tuple[float, float]]) -> float:
 
 
 def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill | None = None) -> int:
-    from shardline.orchestration.step.end import report
+    from shardline.orchestration.step import end
     from shardline.orchestration.step.files import read_step_files
 
     run_id = run.run_id
-    summary = report(spec, StepRef(spec.pipeline, run_id, "score"))
+    summary = end.summarize(spec, StepRef(spec.pipeline, run_id, "score"))
     jobs = sorted((work / "local" / "jobs").glob("sl-*"))
     spans = []
     for job in jobs:

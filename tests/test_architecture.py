@@ -418,6 +418,23 @@ def test_an_instance_is_called_an_instance_where_people_read():
     assert len(places) > 10 and found == [], found
 
 
+def test_a_report_is_for_people_and_an_instance_sums_up_in_a_summary():
+    """ARCHITECTURE.md's words: a report is a document for people (the run report and what the tools print). The
+    worker's job and pool name what they record a summary, a manifest or a FileResult, never a report."""
+    import io
+    import tokenize
+
+    files = sorted((PACKAGE / "worker" / "job").glob("*.py")) + sorted((PACKAGE / "worker" / "pool").glob("*.py"))
+    found = []
+    for path in files:
+        text = path.read_text()
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            line = token.line.lstrip()
+            if token.type == tokenize.NAME and "report" in token.string.lower() and not line.startswith("from "):
+                found.append(f"{path.relative_to(REPO)}:{token.start[0]}: {token.string}")
+    assert len(files) > 10 and found == [], found
+
+
 def test_the_airflow_tasks_import_no_on_call_code():
     """A task runs orchestration's functions; on-call's code (the CLI, the page's service) is never a task's."""
     operators = sorted((PACKAGE / "airflow" / "operators").glob("*.py"))

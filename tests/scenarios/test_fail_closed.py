@@ -113,7 +113,7 @@ def test_a_step_whose_ledger_is_lost_after_its_job_ended_fails_naming_it_and_nev
     with pytest.raises(LedgerRecordMissing, match="has no record of step score"):
         step_end.conclude(spec, StepEvent(Action.ADVANCE, "all 8 files succeeded", attempt))
     with pytest.raises(LedgerRecordMissing):
-        step_end.report(spec, attempt.ref)
+        step_end.summarize(spec, attempt.ref)
     # A retried watch task resumes at the step's newest attempt: a missing STEP item is no attempt to resume (it
     # used to be read as attempt 0, so the task resubmitted, was refused as stale, resumed, and so on).
     with pytest.raises(LedgerRecordMissing):

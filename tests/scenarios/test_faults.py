@@ -292,7 +292,7 @@ def assert_ledger_reconciles(spec: PipelineSpec, run_id: str, total: int) -> Non
         if f.status != FileStatus.SUCCEEDED or f.rows_in != f.rows_out
     ]
     assert not wrong, f"files not SUCCEEDED with rows_in == rows_out: {wrong}"
-    summary = step_end.report(spec, StepRef(spec.pipeline, run_id, STEP))
+    summary = step_end.summarize(spec, StepRef(spec.pipeline, run_id, STEP))
     assert (summary.succeeded, summary.failed, summary.rows_in, summary.rows_out) == (FILES, 0, total, total), summary
 
 

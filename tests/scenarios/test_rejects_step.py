@@ -84,7 +84,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     decision = watch.decide_now(spec, attempt)
     assert decision.action.value == "ADVANCE", decision
     assert step_end.finish(spec, attempt, Action.ADVANCE, decision.reason).value == "SUCCEEDED"
-    summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    summary = step_end.summarize(spec, StepRef(spec.pipeline, "run-rj", "score"))
     assert (summary.rows_in, summary.rows_out, summary.rows_rejected) == (ROWS, ROWS - BAD, BAD)
     assert summary.rows_mismatched_files == ()
     assert "out/_SUCCESS" in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
@@ -121,7 +121,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     # sign of a wrong setting), and the step stays green with the same figures.
     s3.put_object(Bucket=bucket, Key=key, Body=export[0])
     _rescore(spec, oncall, ref, 2, [listed.input_key])
-    summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    summary = step_end.summarize(spec, StepRef(spec.pipeline, "run-rj", "score"))
     assert (summary.files, summary.rows_out, summary.rows_rejected) == (1, ROWS - BAD, BAD), summary
     (again,) = oncall.failed(ref)
     assert (again.input_key, again.rows_rejected) == (listed.input_key, BAD)
@@ -133,7 +133,7 @@ def test_a_csv_with_malformed_lines_ends_green_with_every_reject_listed(
     s3.put_object(Bucket=bucket, Key=key, Body=mended.getvalue())
     second = _rescore(spec, oncall, ref, 3, [listed.input_key])
 
-    summary = step_end.report(spec, StepRef(spec.pipeline, "run-rj", "score"))
+    summary = step_end.summarize(spec, StepRef(spec.pipeline, "run-rj", "score"))
     assert (summary.files, summary.rows_in, summary.rows_out, summary.rows_rejected) == (1, ROWS, ROWS, 0)
     assert oncall.failed(ref) == []
     step = oncall.status(ref).steps[0]

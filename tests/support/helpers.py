@@ -101,7 +101,7 @@ def describe(result: subprocess.CompletedProcess) -> str:
 
 def load_manifest(output_dir: Path, host: str = HOST, attempt: int | None = None) -> dict:
     """An instance's manifest: per attempt in a pipeline (with a ledger), else the standalone one."""
-    from shardline.worker.job.report import manifest_path
+    from shardline.worker.job.summary import manifest_path
 
     return json.loads(manifest_path(output_dir / "_shardline", host, attempt).read_text())
 

@@ -6,7 +6,7 @@ the answer here. Only the provider calls them, so nothing imports this module wh
 
 Datasets are named as the Amazon provider names S3 ones: namespace ``s3://bucket``, name the key prefix (without
 its trailing ``/``), so a step's input is the earlier step's output and the graph joins up. The row counts are the
-ledger's (:func:`shardline.orchestration.step.end.report`): rows in and out of the files that succeeded.
+ledger's (:func:`shardline.orchestration.step.end.summarize`): rows in and out of the files that succeeded.
 """
 
 from __future__ import annotations

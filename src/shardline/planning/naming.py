@@ -112,7 +112,7 @@ def worker_manifest_folder(
 def worker_manifest_key(
     output_prefix: str, run_id: str, step: str, attempt: int, host: str, metadata_prefix: str | None = None
 ) -> str:
-    """Where an instance's own manifest lands (``worker/job/report.py`` writes it, the instance uploads it)."""
+    """Where an instance's own manifest lands (``worker/job/summary.py`` writes it, the instance uploads it)."""
     return f"{worker_manifest_folder(output_prefix, run_id, step, attempt, metadata_prefix)}/manifest-{host}.json"
 
 

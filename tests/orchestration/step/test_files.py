@@ -61,7 +61,7 @@ def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_in
     view = OnCall({spec.pipeline: spec}).status(RunRef(spec.pipeline, "run-1"))
     [step] = view.steps
     assert (step.files, step.pending, step.succeeded) == (4, 4, 0)
-    assert step_end.report(spec, StepRef(spec.pipeline, "run-1", "score")).files == 4
+    assert step_end.summarize(spec, StepRef(spec.pipeline, "run-1", "score")).files == 4
 
 
 def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):

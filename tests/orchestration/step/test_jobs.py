@@ -80,7 +80,7 @@ def test_fencing_two_resubmissions_at_once_start_one_attempt_and_write_every_row
     assert decision.action.value == "ADVANCE", decision
     ids = output_ids(bucket)
     assert sorted(ids) == list(range(4 * 300)) + list(range(9 * 300, 10 * 300)), len(ids)  # every row once
-    summary = step_end.report(spec, StepRef(spec.pipeline, "run-race", "score"))
+    summary = step_end.summarize(spec, StepRef(spec.pipeline, "run-race", "score"))
     assert (summary.succeeded, summary.attempts, summary.rows_in) == (5, 2, 1500), summary
 
 

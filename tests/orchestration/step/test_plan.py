@@ -47,7 +47,7 @@ def test_planning_again_takes_only_what_has_not_succeeded(pipeline):
     late = step_plan.plan(spec, "score", request)
     assert (late.number, late.file_count) == (2, 1)  # only the new input, as the next attempt
     wait_for_job(spec, step_jobs.submit(spec, late).attempt)
-    summary = step_end.report(spec, StepRef(spec.pipeline, "run-3", "score"))
+    summary = step_end.summarize(spec, StepRef(spec.pipeline, "run-3", "score"))
     assert (summary.files, summary.succeeded, summary.rows_in, summary.rows_out) == (5, 5, 1500, 1500)
 
 

@@ -84,7 +84,7 @@ def test_the_report_of_a_run_agrees_with_its_ledger_and_the_next_run_compares_wi
     )
     assert html["ContentType"].startswith("text/html") and b"<img" in html["Body"].read()
     assert (
-        step_end.report(spec, StepRef(spec.pipeline, "run-a", "score")).report
+        step_end.summarize(spec, StepRef(spec.pipeline, "run-a", "score")).report
         == f"s3://{bucket}/out/run-a/_shardline/reports/{run_folder('run-a')}/score/report.html"
     )
 

@@ -16,7 +16,7 @@ from shardline.ledger.states import FileStatus
 from shardline.ledger.table import bind_ledger
 from shardline.worker.job.ledger_hooks import LedgerHooks
 from shardline.worker.job.uploads import OutputUploader
-from shardline.worker.pool.runner import FileReport
+from shardline.worker.pool.runner import FileResult
 from tests.support.records import hold_run
 
 pytestmark = pytest.mark.slow
@@ -46,9 +46,9 @@ def test_a_claim_queued_behind_a_slow_write_never_moves_the_recorded_file_back(t
     with hooks:
         try:
             hooks.pump.put(slow_write.wait, "a write the endpoint is slow to answer")  # the queue waits behind it
-            hooks.file_started(FileReport("a.parquet"))
+            hooks.file_started(FileResult("a.parquet"))
             hooks.file_finished(
-                FileReport(
+                FileResult(
                     "a.parquet", status=FileStatus.SUCCEEDED, output="a.parquet", sha256=SHA, rows_in=3, rows_out=3
                 )
             )

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from shardline.errors import SetupError
-from shardline.worker.job.run import headerless_csv_names, report_requirements, script_protocol, sweep_temp_files
+from shardline.worker.job.run import headerless_csv_names, script_protocol, sweep_temp_files, warn_of_requirements
 from shardline.worker.model.formats import TEMP_MARKER
 
 
@@ -98,11 +98,11 @@ def test_requirements_are_never_installed_and_what_the_image_lacks_is_named(tmp_
     script.parent.mkdir()
     script.write_text("")
     with caplog.at_level(logging.INFO, logger="shardline.worker"):
-        report_requirements(script)  # no requirements.txt: nothing to say
+        warn_of_requirements(script)  # no requirements.txt: nothing to say
         (script.parent / "requirements.txt").write_text("numpy\n")
-        report_requirements(script)
+        warn_of_requirements(script)
         (script.parent / "requirements.txt").write_text("shardline-no-such-package==1.0\n")
-        report_requirements(script)
+        warn_of_requirements(script)
     (met, unmet) = caplog.records
     assert met.levelno == logging.INFO and met.getMessage().endswith("the image already meets every line of it")
     assert unmet.levelno == logging.WARNING

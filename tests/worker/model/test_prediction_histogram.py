@@ -7,7 +7,7 @@ import pytest
 
 from examples import synthetic
 from shardline.report.histogram import Histogram
-from shardline.worker.pool.runner import FileReport
+from shardline.worker.pool.runner import FileResult
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     describe,
@@ -61,7 +61,7 @@ def test_a_float_prediction_keeps_its_quantiles_within_the_sketch_accuracy(tmp_p
 
 
 def test_a_split_files_parts_merge_into_one_histogram():
-    report = FileReport("big.parquet")
+    report = FileResult("big.parquet")
     first, second = np.arange(0.0, 1.0, 0.01), np.arange(5.0, 6.0, 0.01)
     report.add_histogram({"column": "prediction", **Histogram().add(first).to_dict()})
     report.add_histogram({"column": "prediction", **Histogram().add(second).to_dict()})

@@ -5,6 +5,7 @@ real signals."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import subprocess
 import time
@@ -16,7 +17,10 @@ import pyarrow as pa
 import pytest
 
 from examples import synthetic
+from shardline.ledger.job_writes import FileOutcome
+from shardline.ledger.states import FileStatus
 from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
+from shardline.worker.pool.runner import FileResult
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     check_outputs,
@@ -222,3 +226,66 @@ def test_sigterm_stops_the_job_cleanly(tmp_path):
     # whatever was renamed into place is complete
     for path in out.glob("*.parquet"):
         assert read_table(path).num_rows == 500
+
+
+# -- a file's result, as the manifest and the ledger record it ----------------------------------------
+
+
+def test_every_figure_the_ledger_records_comes_from_the_file_result():
+    # Where the output and the rejects list went is known once they are uploaded, not from the result.
+    recorded = {f.name for f in dataclasses.fields(FileOutcome)} - {"output_key", "rejects_key"}
+    assert recorded <= {f.name for f in dataclasses.fields(FileResult)}, recorded
+
+
+def test_a_file_result_becomes_its_ledger_outcome():
+    result = FileResult(
+        "dt=1/a.parquet",
+        FileStatus.FAILED,
+        None,
+        rows_in=7,
+        rows_out=0,
+        bytes_in=900,
+        seconds=0.25,
+        tries=2,
+        error_class="CorruptInputError",
+        error_message="bad footer",
+    )
+    assert result.ledger_outcome(None) == FileOutcome(
+        FileStatus.FAILED,
+        rows_in=7,
+        bytes_in=900,
+        seconds=0.25,
+        error_class="CorruptInputError",
+        error_message="bad footer",
+    )
+    done = dataclasses.replace(
+        result,
+        status=FileStatus.SUCCEEDED,
+        output="dt=1/a.parquet",
+        rows_out=7,
+        bytes_out=300,
+        error_class=None,
+        error_message=None,
+    )
+    assert done.ledger_outcome("s3://b/out/dt=1/a.parquet") == FileOutcome(
+        FileStatus.SUCCEEDED,
+        rows_in=7,
+        rows_out=7,
+        bytes_in=900,
+        bytes_out=300,
+        seconds=0.25,
+        output_key="s3://b/out/dt=1/a.parquet",
+    )
+    rejected = dataclasses.replace(done, rows_out=5, rows_rejected=2, model_warnings=1)
+    assert rejected.ledger_outcome("s3://b/out/dt=1/a.parquet", "s3://b/r.jsonl") == FileOutcome(
+        FileStatus.SUCCEEDED,
+        rows_in=7,
+        rows_out=5,
+        rows_rejected=2,
+        model_warnings=1,
+        bytes_in=900,
+        bytes_out=300,
+        seconds=0.25,
+        output_key="s3://b/out/dt=1/a.parquet",
+        rejects_key="s3://b/r.jsonl",
+    )

@@ -218,7 +218,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         if attempt is None:
             return None
         try:
-            return end.report(self.spec, attempt.ref)
+            return end.summarize(self.spec, attempt.ref)
         except Exception:  # lineage must never fail the task: it goes out without rows
             self.log.warning("lineage: the step's rows could not be read from the ledger", exc_info=True)
             return None

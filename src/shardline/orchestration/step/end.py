@@ -1,5 +1,5 @@
 """A step's end: what the watch's decision becomes (:func:`conclude`), recorded on the STEP and RUN items with its
-message (:func:`finish`), and the step's summary of rows in and out (:func:`report`)."""
+message (:func:`finish`), and the step's summary of rows in and out (:func:`summarize`)."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def conclude(spec: PipelineSpec, event: StepEvent) -> StepEnd:
             # The outputs are there, but the step's end check (drift.action: fail) failed the step.
             return StepEnd(Action.FAIL, event.reason, message=step_message(spec, attempt))
     if event.action.is_done:
-        return StepEnd(event.action, event.reason, report(spec, attempt.ref), failed_files=event.failed_files)
+        return StepEnd(event.action, event.reason, summarize(spec, attempt.ref), failed_files=event.failed_files)
     if event.action is Action.RESUBMIT:
         retry = Retry(event.retry_files, late_sizes, event.capacity, event.delay_seconds, event.beside)
         return StepEnd(event.action, event.reason, retry=retry)
@@ -218,7 +218,7 @@ def file_error(error_class: str | None, error_message: str | None) -> str:
     return error_line(error_class, error_message) or "no error recorded"
 
 
-def report(spec: PipelineSpec, ref: StepRef) -> StepSummary:
+def summarize(spec: PipelineSpec, ref: StepRef) -> StepSummary:
     """Reconcile rows in against rows out for every file of a step."""
     step = ref.step
     records = read_step_files(spec, ref)

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model(p)
     _add_script(p)
     _add_parallelism(p)
-    ops = _add_reporting(p)
+    ops = _add_logging_and_summary(p)
     _add_tune(p)
     # --log-level is of the reporting group, added last: the usage line lists the flags in this order.
     ops.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -270,7 +270,7 @@ def _add_parallelism(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_reporting(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+def _add_logging_and_summary(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """Progress, heartbeats, the summary, the exit code, the preview; the group, for --log-level."""
     ops = p.add_argument_group("reporting")
     ops.add_argument(

@@ -21,7 +21,7 @@ from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker.job.ledger_pump import LedgerPump
 from shardline.worker.job.uploads import OutputUploader, Uploaded
-from shardline.worker.pool.runner import FileReport, Hooks, Runner
+from shardline.worker.pool.runner import FileResult, Hooks, Runner
 
 log = logging.getLogger("shardline.worker")
 
@@ -77,39 +77,39 @@ class LedgerHooks(Hooks):
     def fenced(self) -> bool:
         return self.pump is not None and self.pump.fenced.is_set()
 
-    def file_started(self, report: FileReport) -> None:
+    def file_started(self, result: FileResult) -> None:
         def claim() -> None:
-            with self._file_lock(report.input):
-                if report.input not in self.committed:  # recorded already: its end says more than a claim would
-                    self.ledger.claim_file(report.input)
+            with self._file_lock(result.input):
+                if result.input not in self.committed:  # recorded already: its end says more than a claim would
+                    self.ledger.claim_file(result.input)
 
-        self.pump.put(claim, f"claim {report.input}")
+        self.pump.put(claim, f"claim {result.input}")
 
-    def file_finished(self, report: FileReport) -> None:
+    def file_finished(self, result: FileResult) -> None:
         with self._count_lock:
             self.done += 1
-            self.failed += report.status is FileStatus.FAILED
-        if report.output:
-            self.outputs[report.input] = report.output
-        if self.uploader and report.status is FileStatus.SUCCEEDED and report.output:
+            self.failed += result.status is FileStatus.FAILED
+        if result.output:
+            self.outputs[result.input] = result.output
+        if self.uploader and result.status is FileStatus.SUCCEEDED and result.output:
             # Recorded SUCCEEDED only once S3 has the output and its rejects list (or FAILED when either could not
             # go up): a rejected row is accounted for only where the on-call engineer can read it.
             rejects: list[str] = []
 
             def first() -> None:
-                self._still_owned(report.input)
-                if report.rejects_file:
-                    rejects.append(self._put_rejects(report))
+                self._still_owned(result.input)
+                if result.rejects_file:
+                    rejects.append(self._put_rejects(result))
 
             self.uploader.submit(
-                report.output,
-                report.sha256 or "",
-                lambda up, err: self._uploaded(report, up, err, rejects[0] if rejects else None),
+                result.output,
+                result.sha256 or "",
+                lambda up, err: self._uploaded(result, up, err, rejects[0] if rejects else None),
                 first=first,
             )
             return
-        output_key = self.ledger.context.output_key(report.output) if report.output else None
-        self._record(report, report.ledger_outcome(output_key))
+        output_key = self.ledger.context.output_key(result.output) if result.output else None
+        self._record(result, result.ledger_outcome(output_key))
 
     def drain(self) -> None:
         if self.uploader:
@@ -127,52 +127,52 @@ class LedgerHooks(Hooks):
         except Exception as err:  # noqa: BLE001 - see the docstring
             log.warning("could not confirm %s is still this attempt's before its upload: %s", relative_path, err)
 
-    def _put_rejects(self, report: FileReport) -> str:
+    def _put_rejects(self, result: FileResult) -> str:
         """Upload a file's rejects list beside its instance's manifest; its URI. Raises when it cannot go up."""
         from shardline.errors import OutputUploadError
 
         folder = self.ledger.context.manifest_uri
-        local = self.output_dir / report.rejects_file
+        local = self.output_dir / result.rejects_file
         if not folder:
-            raise OutputUploadError(f"{report.input}: the job names no manifest folder to put its rejects list in")
-        uri = f"{folder.rstrip('/')}/rejects/{report.input}.jsonl"
+            raise OutputUploadError(f"{result.input}: the job names no manifest folder to put its rejects list in")
+        uri = f"{folder.rstrip('/')}/rejects/{result.input}.jsonl"
         try:
             self.uploader.put_bytes(uri, local.read_bytes(), content_type="application/x-ndjson")
         except Exception as err:
             raise OutputUploadError(
-                f"the rejects list of {report.input} could not be uploaded to {uri}: {type(err).__name__}: {err}"
+                f"the rejects list of {result.input} could not be uploaded to {uri}: {type(err).__name__}: {err}"
             ) from err
         with contextlib.suppress(OSError):
             local.unlink()
         return uri
 
     def _uploaded(
-        self, report: FileReport, uploaded: Uploaded | None, error: Exception | None, rejects_key: str | None = None
+        self, result: FileResult, uploaded: Uploaded | None, error: Exception | None, rejects_key: str | None = None
     ) -> None:
         """On an upload thread: record the file's end now that its output is in S3, or that it is not."""
         if uploaded is not None:
-            self._record_now(report, report.ledger_outcome(uploaded.key, rejects_key))
+            self._record_now(result, result.ledger_outcome(uploaded.key, rejects_key))
             return
         if isinstance(error, StaleAttemptError) or self.fenced:
             return  # a newer attempt owns it: nothing is recorded, and its local copy is withdrawn on the way out
         with contextlib.suppress(OSError):
-            (self.output_dir / report.output).unlink()  # never recorded: nothing of it stays
-        self.outputs.pop(report.input, None)
-        report.status, report.output = FileStatus.FAILED, None
-        report.error_class, report.error_message = type(error).__name__, str(error)
+            (self.output_dir / result.output).unlink()  # never recorded: nothing of it stays
+        self.outputs.pop(result.input, None)
+        result.status, result.output = FileStatus.FAILED, None
+        result.error_class, result.error_message = type(error).__name__, str(error)
         with self._count_lock:
             self.failed += 1
-        log.error("FAILED %s: %s: %s", report.input, report.error_class, report.error_message)
-        self._record(report, report.ledger_outcome(None))
+        log.error("FAILED %s: %s: %s", result.input, result.error_class, result.error_message)
+        self._record(result, result.ledger_outcome(None))
 
-    def _record(self, report: FileReport, outcome) -> None:
+    def _record(self, result: FileResult, outcome) -> None:
         def finish() -> None:
-            self.ledger.finish_file(report.input, outcome)
-            self.committed.add(report.input)
+            self.ledger.finish_file(result.input, outcome)
+            self.committed.add(result.input)
 
-        self.pump.put(finish, f"finish {report.input}")
+        self.pump.put(finish, f"finish {result.input}")
 
-    def _record_now(self, report: FileReport, outcome) -> None:
+    def _record_now(self, result: FileResult, outcome) -> None:
         """Record an uploaded output's file on this (upload) thread, at once; through the pump when the ledger
         does not answer. Behind the pump's queue of claims and heartbeats its record would land seconds after the
         upload, and an instance lost in between costs every output stored but not yet recorded: each is scored
@@ -180,24 +180,24 @@ class LedgerHooks(Hooks):
         if self.fenced:
             return
         if self.pump.failing:  # an outage: each write would spend the client's retries here, one file after another
-            self._record(report, outcome)
+            self._record(result, outcome)
             return
         try:
-            with self._file_lock(report.input):
-                self.ledger.finish_file(report.input, outcome)
-                self.committed.add(report.input)
+            with self._file_lock(result.input):
+                self.ledger.finish_file(result.input, outcome)
+                self.committed.add(result.input)
             with self._file_locks_guard:  # a claim from now on finds it committed: no lock a file need be kept
-                self._file_locks.pop(report.input, None)
+                self._file_locks.pop(result.input, None)
         except StaleAttemptError as err:
             self.pump.fence(str(err))
         except Exception as err:  # noqa: BLE001 - an outage: the pump tries again within its budget
             log.warning(
                 "recording %s failed (%s: %s); the ledger writes queue will try again",
-                report.input,
+                result.input,
                 type(err).__name__,
                 err,
             )
-            self._record(report, outcome)
+            self._record(result, outcome)
 
     def _file_lock(self, relative_path: str) -> threading.Lock:
         with self._file_locks_guard:

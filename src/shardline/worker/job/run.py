@@ -2,7 +2,7 @@
 
 :func:`run_job` is what ``python -m shardline.worker`` runs once its arguments are parsed and
 its logging is set up (``worker/job/cli.py``); the pool itself is ``worker/pool/runner.py``, the
-summary and manifest ``worker/job/report.py``, the ledger's side ``worker/job/ledger_hooks.py``.
+summary and manifest ``worker/job/summary.py``, the ledger's side ``worker/job/ledger_hooks.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from shardline.ledger.context import LedgerContext
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.job.ledger_hooks import LedgerHooks
-from shardline.worker.job.report import (
+from shardline.worker.job.summary import (
     build_summary,
     describe_slots,
     human_bytes,
@@ -35,7 +35,7 @@ from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.model.script_runner import check_requirements
 from shardline.worker.pool import devices
 from shardline.worker.pool.process import JobSettings
-from shardline.worker.pool.runner import FileReport, Hooks, Runner, Stopped
+from shardline.worker.pool.runner import FileResult, Hooks, Runner, Stopped
 from shardline.worker.pool.work_units import InputFile, WorkUnit, discover_inputs, plan_units
 
 log = logging.getLogger("shardline.worker")
@@ -90,14 +90,14 @@ def run_job(
     if isinstance(hooks, LedgerHooks):
         hooks.runner = runner
 
-    reports = _run_units(args, runner, units, known_rows, hooks)
-    if reports is None:
+    results = _run_units(args, runner, units, known_rows, hooks)
+    if results is None:
         return EXIT_FENCED  # told to stop: the log says why
     if hooks.fenced:
         return EXIT_FENCED  # no manifest: a newer attempt owns this step's record of the run
 
     summary = build_summary(
-        reports,
+        results,
         seconds=time.monotonic() - started,
         slots=slots,
         artifact=artifact,
@@ -107,7 +107,7 @@ def run_job(
         started_wall=started_wall,
         launched_at=launched_at,
     )
-    return _report(args, summary, reports, hooks, context, host)
+    return _sum_up(args, summary, results, hooks, context, host)
 
 
 def headerless_csv_names(args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -167,20 +167,20 @@ def _inputs_and_model(
     check_probabilities(artifact.kind, args.probabilities)  # here, before any worker starts
     protocol = script_protocol(args, artifact.kind)
     if artifact.kind == "custom":
-        report_requirements(Path(artifact.path))
+        warn_of_requirements(Path(artifact.path))
     return files, artifact, protocol
 
 
 def _run_units(
     args: argparse.Namespace, runner: Runner, units: list[WorkUnit], known_rows: int | None, hooks: Hooks
-) -> list[FileReport] | None:
+) -> list[FileResult] | None:
     """Run the units over the pool: each file's report, or None when the job was told to stop."""
-    reports: list[FileReport] = []
+    results: list[FileResult] = []
     # Leaving this block flushes the ledger's writes and withdraws the outputs it refused, on every path.
     with hooks:
         try:
             if units:
-                reports = runner.run(units, total_rows=known_rows)
+                results = runner.run(units, total_rows=known_rows)
             else:
                 log.warning("no input files under %s: nothing to do", args.input_dir)
         except Stopped as err:
@@ -192,21 +192,21 @@ def _run_units(
         finally:
             sweep_temp_files(args.output_dir)
         hooks.drain()  # an output that could not go up has failed its file by now
-        failed = [r for r in reports if r.status is FileStatus.FAILED]
+        failed = [r for r in results if r.status is FileStatus.FAILED]
         hooks.beat(ShardStatus.PARTIAL if failed else ShardStatus.SUCCEEDED)
-    return reports
+    return results
 
 
-def _report(
+def _sum_up(
     args: argparse.Namespace,
     summary: dict,
-    reports: list[FileReport],
+    results: list[FileResult],
     hooks: Hooks,
     context: LedgerContext | None,
     host: str,
 ) -> int:
     """Write the manifest (and --summary-json), log the summary, and return the exit code."""
-    failed = [r for r in reports if r.status is FileStatus.FAILED]
+    failed = [r for r in results if r.status is FileStatus.FAILED]
     withdrawn = hooks.withdrawn_outputs()
     if withdrawn is not None:
         summary["withdrawn_outputs"] = withdrawn
@@ -323,7 +323,7 @@ def script_protocol(args: argparse.Namespace, kind: str) -> ScriptProtocol:
     return protocol
 
 
-def report_requirements(script: Path) -> None:
+def warn_of_requirements(script: Path) -> None:
     """code/requirements.txt is never installed at run time: say so, and what the image lacks."""
     requirements = script.parent / "requirements.txt"
     if not requirements.is_file():

@@ -1,7 +1,7 @@
 """The process pool: files over every core and GPU, surviving a worker's crash.
 
 - :mod:`.runner`: the pool. It feeds work units to worker processes, drives the scheduler, and keeps each file's
-  report.
+  result.
 - :mod:`.scheduler`: the pure queue/suspect/poison state machine: which task runs next, and what a crash means.
 - :mod:`.process`: what runs in each pool process: one work unit from its input to its output.
 - :mod:`.work_units`: which files to process and how to cut them into work units (a large parquet file by row

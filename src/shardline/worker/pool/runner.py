@@ -2,7 +2,7 @@
 
 Which task runs next, and what a crash means (suspects retried alone, poison), is decided by the
 pure :class:`~shardline.worker.pool.scheduler.Scheduler`; the :class:`Runner` does what it says with a
-process pool, and keeps each file's report:
+process pool, and keeps each file's result:
 
 - At most ``workers x inflight_per_worker`` units are in flight; more are submitted as
   each completes (pull-based backpressure).
@@ -53,8 +53,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class FileReport:
-    """The outcome of one input file, as the manifest and the ledger record it."""
+class FileResult:
+    """What became of one input file, as the manifest and the ledger record it."""
 
     input: str
     status: FileStatus = FileStatus.PENDING
@@ -132,9 +132,9 @@ class Hooks:
     def __exit__(self, *_exc) -> None:
         return None
 
-    def file_started(self, report: FileReport) -> None: ...
+    def file_started(self, file_result: FileResult) -> None: ...
 
-    def file_finished(self, report: FileReport) -> None: ...
+    def file_finished(self, file_result: FileResult) -> None: ...
 
     def drain(self) -> None:
         """Wait until every finished file's end is settled (a ledger's hooks: its output uploaded, or failed)."""
@@ -243,9 +243,9 @@ class Runner:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def run(self, units: list[WorkUnit], total_rows: int | None = None) -> list[FileReport]:
+    def run(self, units: list[WorkUnit], total_rows: int | None = None) -> list[FileResult]:
         files = {u.file.relative_path: u.file for u in units}
-        reports = {rel: FileReport(rel, bytes_in=f.size) for rel, f in files.items()}
+        file_results = {rel: FileResult(rel, bytes_in=f.size) for rel, f in files.items()}
         scheduler = Scheduler.for_units(units, max_inflight=self.max_inflight, max_crashes=self.max_crashes)
         self._scheduler = scheduler
         in_flight: dict[Future, Task] = {}
@@ -263,41 +263,43 @@ class Runner:
                 if stop_reason:
                     raise Stopped(stop_reason)
                 for action in scheduler.handle(RoomToStart()):
-                    in_flight[self._submit(pool, action.task, reports)] = action.task
+                    in_flight[self._submit(pool, action.task, file_results)] = action.task
                 done, _ = wait(list(in_flight), timeout=0.5, return_when=FIRST_COMPLETED)
                 broken: list[Task] = []
                 for future in done:
                     task = in_flight.pop(future)
-                    if not self._collect(future, task, reports):
+                    if not self._collect(future, task, file_results):
                         broken.append(task)
                 if broken:
                     pool.shutdown(wait=True, cancel_futures=True)
                     # Units still in flight died with the pool, unless their result made it out first.
-                    broken += [task for future, task in in_flight.items() if not self._collect(future, task, reports)]
+                    broken += [
+                        task for future, task in in_flight.items() if not self._collect(future, task, file_results)
+                    ]
                     in_flight.clear()
                     for action in scheduler.handle(Crashed(tuple(broken))):
-                        self._on_crash(action, reports)
+                        self._on_crash(action, file_results)
                     pool = self._new_pool()
-                self._maybe_log_progress(reports)
+                self._maybe_log_progress(file_results)
         except BaseException:
             self._kill(pool)
             raise
         finally:
             self._warm_ups.clear()
             pool.shutdown(wait=True, cancel_futures=True)
-        return [reports[rel] for rel in sorted(reports)]
+        return [file_results[rel] for rel in sorted(file_results)]
 
-    def _submit(self, pool: ProcessPoolExecutor, task: Task, reports: dict[str, FileReport]) -> Future:
+    def _submit(self, pool: ProcessPoolExecutor, task: Task, file_results: dict[str, FileResult]) -> Future:
         """Hand a task the scheduler started to the pool; a unit's file is RUNNING from its first try."""
         if isinstance(task, Merge):
             return pool.submit(
                 process.merge_file, task.file, list(task.parts), self.settings.output_format, self.settings.output_dir
             )
-        report = reports[task.file.relative_path]
-        if report.status is FileStatus.PENDING:
-            report.status = FileStatus.RUNNING
-            self.hooks.file_started(report)
-        report.tries += 1
+        file_result = file_results[task.file.relative_path]
+        if file_result.status is FileStatus.PENDING:
+            file_result.status = FileStatus.RUNNING
+            self.hooks.file_started(file_result)
+        file_result.tries += 1
         return pool.submit(process.run_unit, task)
 
     # -- internals --------------------------------------------------------------------
@@ -374,18 +376,18 @@ class Runner:
             child.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
 
-    def _collect(self, future: Future, task: Task, reports: dict[str, FileReport]) -> bool:
+    def _collect(self, future: Future, task: Task, file_results: dict[str, FileResult]) -> bool:
         """Handle a finished future; True if it produced a result, False if its worker died."""
         error = future.exception() if future.done() else BrokenProcessPool("worker died")
         if isinstance(error, (BrokenProcessPool, CancelledError)):
             return False
         if error is not None:  # a bug in our own code, not a file's fault
             raise error
-        self._on_result(future.result(), task, reports)
+        self._on_result(future.result(), task, file_results)
         self._scheduler.handle(Finished(task))
         return True
 
-    def _on_result(self, result: UnitResult, task: Task, reports: dict[str, FileReport]) -> None:
+    def _on_result(self, result: UnitResult, task: Task, file_results: dict[str, FileResult]) -> None:
         if self.pool_starts == 1 and result.ready_at:
             self._first_pool_ready.setdefault(result.worker, result.ready_at)
             if result.timing is not None:
@@ -393,8 +395,8 @@ class Runner:
         if result.fatal:
             raise SetupError(f"a worker could not load the model: {result.error_message}")
         rel = task.file.relative_path
-        report = reports[rel]
-        report.seconds += result.seconds
+        file_result = file_results[rel]
+        file_result.seconds += result.seconds
         if result.features is not None:
             if result.features not in self.feature_choices:
                 # The file's own column order decided: said as a warning, as nothing vouches for it.
@@ -402,33 +404,33 @@ class Runner:
                 log.log(level, "%s%s: the model gets %s", self.prefix, rel, result.features.describe())
                 self.feature_choices[result.features] = 0
             self.feature_choices[result.features] += 1
-        if result.worker and result.worker not in report.workers:
-            report.workers.append(result.worker)
+        if result.worker and result.worker not in file_result.workers:
+            file_result.workers.append(result.worker)
         if isinstance(task, Merge):
             if result.ok:
-                self._finish(report, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
+                self._finish(file_result, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
             else:
-                self._fail(report, result.error_class, result.error_message)
+                self._fail(file_result, result.error_class, result.error_message)
             return
-        if report.status is FileStatus.FAILED:
+        if file_result.status is FileStatus.FAILED:
             if result.output:  # a sibling part failed first; drop this part's temp file
                 Path(result.output).unlink(missing_ok=True)
             return
         if not result.ok:
-            self._fail(report, result.error_class, result.error_message)
+            self._fail(file_result, result.error_class, result.error_message)
             return
-        report.rows_in += result.rows_in
-        report.rows_out += result.rows_out
-        report.rows_rejected += len(result.rejects)
-        report.rejects.extend(result.rejects)
-        report.model_warnings += result.model_warnings
-        report.add_histogram(result.histogram)
+        file_result.rows_in += result.rows_in
+        file_result.rows_out += result.rows_out
+        file_result.rows_rejected += len(result.rejects)
+        file_result.rejects.extend(result.rejects)
+        file_result.model_warnings += result.model_warnings
+        file_result.add_histogram(result.histogram)
         if not task.is_split:
-            self._finish(report, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
+            self._finish(file_result, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
             return
         self._scheduler.handle(PartWritten(task, result.output))
 
-    def _on_crash(self, action: RetryOneByOne | RetryAlone | FailAsPoison, reports: dict[str, FileReport]) -> None:
+    def _on_crash(self, action: RetryOneByOne | RetryAlone | FailAsPoison, file_results: dict[str, FileResult]) -> None:
         """Count the crash against the files that were in flight, and say what happens to them."""
         if isinstance(action, RetryOneByOne):
             log.warning(
@@ -439,11 +441,11 @@ class Runner:
                 ", ".join(t.label for t in action.tasks),
             )
             for task in action.tasks:
-                reports[task.file.relative_path].crashes += 1
+                file_results[task.file.relative_path].crashes += 1
             return
         task = action.task
-        report = reports[task.file.relative_path]
-        report.crashes += 1
+        file_result = file_results[task.file.relative_path]
+        file_result.crashes += 1
         if isinstance(action, RetryAlone):
             log.warning(
                 "%sworker died on %s (crash %d of %d allowed); retrying it alone",
@@ -455,67 +457,73 @@ class Runner:
             return
         log.error("%s%s killed its worker %d times: failing it as poison", self.prefix, task.label, action.crashes)
         self._fail(
-            report,
+            file_result,
             PoisonFileError.__name__,
             f"the worker process died {action.crashes} times while processing {task.label} alone "
             "(killed by a signal, or out of memory); the file is skipped as poison",
         )
 
-    def _finish(self, report: FileReport, *, output, sha256, bytes_out) -> None:
-        report.status = FileStatus.SUCCEEDED
-        report.output = Path(output).relative_to(self.settings.output_dir).as_posix()
-        report.sha256 = sha256
-        report.bytes_out = bytes_out
-        if report.rows_in != report.rows_out + report.rows_rejected:
+    def _finish(self, file_result: FileResult, *, output, sha256, bytes_out) -> None:
+        file_result.status = FileStatus.SUCCEEDED
+        file_result.output = Path(output).relative_to(self.settings.output_dir).as_posix()
+        file_result.sha256 = sha256
+        file_result.bytes_out = bytes_out
+        if file_result.rows_in != file_result.rows_out + file_result.rows_rejected:
             # Never leave an output that disagrees with its input under a final name.
-            (Path(self.settings.output_dir) / report.output).unlink(missing_ok=True)
-            report.output = None
-            rejected = f" and rejected {report.rows_rejected}" if report.rows_rejected else ""
+            (Path(self.settings.output_dir) / file_result.output).unlink(missing_ok=True)
+            file_result.output = None
+            rejected = f" and rejected {file_result.rows_rejected}" if file_result.rows_rejected else ""
             self._fail(
-                report, RowCountMismatch.__name__, f"read {report.rows_in} rows but wrote {report.rows_out}{rejected}"
+                file_result,
+                RowCountMismatch.__name__,
+                f"read {file_result.rows_in} rows but wrote {file_result.rows_out}{rejected}",
             )
             return
-        if report.rejects:
-            report.rejects.sort(key=Reject.sort_key)
+        if file_result.rejects:
+            file_result.rejects.sort(key=Reject.sort_key)
             over = RejectLog(self.settings.tolerate_rows)
-            over.rejects = report.rejects
-            if over.count > rows_allowed(over.limit, report.rows_in):  # a split file's parts, together
-                (Path(self.settings.output_dir) / report.output).unlink(missing_ok=True)
-                report.output = None
-                self._fail(report, TooManyRejectsError.__name__, over.over_limit_message())
+            over.rejects = file_result.rejects
+            if over.count > rows_allowed(over.limit, file_result.rows_in):  # a split file's parts, together
+                (Path(self.settings.output_dir) / file_result.output).unlink(missing_ok=True)
+                file_result.output = None
+                self._fail(file_result, TooManyRejectsError.__name__, over.over_limit_message())
                 return
-            report.rejects_file = write_rejects(Path(self.settings.output_dir), report.input, report.rejects)
+            file_result.rejects_file = write_rejects(
+                Path(self.settings.output_dir), file_result.input, file_result.rejects
+            )
             log.warning(
                 "%s%s: %d row(s) rejected (tolerance.rows), first %s: %s; all listed in %s",
                 self.prefix,
-                report.input,
-                report.rows_rejected,
-                report.rejects[0].where(),
-                report.rejects[0].reason,
-                report.rejects_file,
+                file_result.input,
+                file_result.rows_rejected,
+                file_result.rejects[0].where(),
+                file_result.rejects[0].reason,
+                file_result.rejects_file,
             )
-        self.hooks.file_finished(report)
+        self.hooks.file_finished(file_result)
 
-    def _fail(self, report: FileReport, error_class: str | None, message: str | None) -> None:
-        if report.status is FileStatus.FAILED:
+    def _fail(self, file_result: FileResult, error_class: str | None, message: str | None) -> None:
+        if file_result.status is FileStatus.FAILED:
             return
-        report.status = FileStatus.FAILED
-        self._scheduler.handle(FileFailed(report.input))
-        report.error_class = error_class or "Error"
-        report.error_message = message or ""
-        log.error("%sFAILED %s: %s: %s", self.prefix, report.input, report.error_class, report.error_message)
-        self.hooks.file_finished(report)
+        file_result.status = FileStatus.FAILED
+        self._scheduler.handle(FileFailed(file_result.input))
+        file_result.error_class = error_class or "Error"
+        file_result.error_message = message or ""
+        log.error(
+            "%sFAILED %s: %s: %s", self.prefix, file_result.input, file_result.error_class, file_result.error_message
+        )
+        self.hooks.file_finished(file_result)
 
-    def _maybe_log_progress(self, reports) -> None:
+    def _maybe_log_progress(self, file_results) -> None:
         now = time.monotonic()
         if now - self._last_progress < self.progress_interval:
             return
         self._last_progress = now
-        log.info("%sprogress: %s", self.prefix, self.progress_line(reports, now))
+        log.info("%sprogress: %s", self.prefix, self.progress_line(file_results, now))
 
-    def progress_line(self, reports, now: float) -> str:
+    def progress_line(self, file_results, now: float) -> str:
         elapsed = max(now - self._started, 1e-9)
-        done = [r for r in reports.values() if r.status.is_terminal]
+        done = [r for r in file_results.values() if r.status.is_terminal]
         failed = sum(1 for r in done if r.status is FileStatus.FAILED)
         rows = self.rows_done.value
         rate = rows / elapsed
@@ -525,6 +533,6 @@ class Runner:
             fraction = sum(r.bytes_in for r in done) / self._total_bytes if self._total_bytes else 1.0
         eta = f"{elapsed * (1 - fraction) / fraction:.0f}s" if fraction > 0 else "unknown"
         return (
-            f"files {len(done)}/{len(reports)} ({failed} failed), rows {rows:,}, "
+            f"files {len(done)}/{len(file_results)} ({failed} failed), rows {rows:,}, "
             f"{rate:,.0f} rows/s, {fraction:.0%} done, ETA {eta}"
         )

@@ -45,7 +45,7 @@ from shardline.worker.model import formats
 from shardline.worker.model.loading import ModelArtifact
 from shardline.worker.pool import devices
 from shardline.worker.pool.process import JobSettings
-from shardline.worker.pool.runner import FileReport, Hooks, Runner
+from shardline.worker.pool.runner import FileResult, Hooks, Runner
 from shardline.worker.pool.work_units import UNITS_PER_WORKER, InputFile, discover_inputs, plan_units
 from shardline.worker.tools.tune_decisions import (
     FIRST_BATCH_ROWS,
@@ -83,7 +83,7 @@ class _Clock(Hooks):
 
     finished_at = 0.0
 
-    def file_finished(self, report: FileReport) -> None:
+    def file_finished(self, report: FileResult) -> None:
         self.finished_at = time.time()
 
 

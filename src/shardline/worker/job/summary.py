@@ -1,4 +1,4 @@
-"""What an instance reports when its job ends: the summary, its manifest on disk, its log lines.
+"""What an instance says when its job ends: the summary, its manifest on disk, its log lines.
 
 The manifest (``_shardline/attempt-NNNN/manifest-HOST.json`` under the output) is the
 instance's own record of every file: rows, checksums, failures with their reasons.
@@ -19,7 +19,7 @@ from shardline.report.histogram import Histogram
 from shardline.worker.model import formats
 from shardline.worker.model.loading import ModelArtifact
 from shardline.worker.pool import devices
-from shardline.worker.pool.runner import FileReport, Runner
+from shardline.worker.pool.runner import FileResult, Runner
 
 log = logging.getLogger("shardline.worker")
 
@@ -53,7 +53,7 @@ def human_bytes(n: float) -> str:
 
 
 def build_summary(
-    reports: list[FileReport],
+    results: list[FileResult],
     *,
     seconds: float,
     slots: list[devices.WorkerSlot],
@@ -65,8 +65,8 @@ def build_summary(
     launched_at: float,
 ) -> dict:
     """The job's summary: what the manifest holds and ``--summary-json`` writes."""
-    rows_in = sum(r.rows_in for r in reports)
-    rows_out = sum(r.rows_out for r in reports if r.status is FileStatus.SUCCEEDED)
+    rows_in = sum(r.rows_in for r in results)
+    rows_out = sum(r.rows_out for r in results if r.status is FileStatus.SUCCEEDED)
     return {
         "host": host,
         "hosts": hosts,
@@ -85,16 +85,16 @@ def build_summary(
             "job_started_at": round(started_wall.timestamp(), 3),
             **(runner.startup_breakdown(launched_at) or {}),
         },
-        "files": len(reports),
-        "succeeded": sum(r.status is FileStatus.SUCCEEDED for r in reports),
-        "failed": sum(r.status is FileStatus.FAILED for r in reports),
+        "files": len(results),
+        "succeeded": sum(r.status is FileStatus.SUCCEEDED for r in results),
+        "failed": sum(r.status is FileStatus.FAILED for r in results),
         "rows_in": rows_in,
         "rows_out": rows_out,
-        "rows_rejected": sum(r.rows_rejected for r in reports if r.status is FileStatus.SUCCEEDED),
+        "rows_rejected": sum(r.rows_rejected for r in results if r.status is FileStatus.SUCCEEDED),
         "rows_per_second": round(rows_in / seconds, 1) if seconds > 0 else 0.0,
-        "prediction_histogram": _merged_histogram(r.histogram for r in reports if r.status is FileStatus.SUCCEEDED),
+        "prediction_histogram": _merged_histogram(r.histogram for r in results if r.status is FileStatus.SUCCEEDED),
         # Each file's rejects are listed in its rejects file, not here: a manifest stays small.
-        "file_reports": [{**dataclasses.asdict(r), "status": r.status.value, "rejects": None} for r in reports],
+        "file_reports": [{**dataclasses.asdict(r), "status": r.status.value, "rejects": None} for r in results],
     }
 
 
@@ -125,7 +125,7 @@ def write_manifest(folder: Path, host: str, summary: dict, attempt: int | None) 
     return path
 
 
-def log_summary(summary: dict, failed: list[FileReport], manifest: Path | str) -> None:
+def log_summary(summary: dict, failed: list[FileResult], manifest: Path | str) -> None:
     log.info(
         "summary: %d file(s): %d succeeded, %d failed | rows in %s, rows out %s%s | %.1fs, %s rows/s | "
         "startup %s | pool started %d time(s) | manifest %s",
@@ -141,5 +141,5 @@ def log_summary(summary: dict, failed: list[FileReport], manifest: Path | str) -
         summary["pool_starts"],
         manifest,
     )
-    for report in failed:
-        log.error("failed: %s: %s: %s", report.input, report.error_class, report.error_message)
+    for result in failed:
+        log.error("failed: %s: %s: %s", result.input, result.error_class, result.error_message)
