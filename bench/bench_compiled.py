@@ -62,7 +62,7 @@ def load_rows(data: Path) -> tuple:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from shardline.worker.model.formats import to_matrix
+    from shardline.worker.io.formats import to_matrix
 
     source = pq.ParquetFile(sorted(data.glob("*.parquet"))[0])
     started = time.perf_counter()

@@ -44,7 +44,7 @@ def write_formats(data: Path) -> dict[str, Path]:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from shardline.worker.model.json_lines import batch_lines
+    from shardline.worker.io.json_lines import batch_lines
 
     folders = {}
     for fmt in FORMATS:
@@ -99,7 +99,7 @@ def _io_worker(args) -> tuple[int, float]:
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
 
-    from shardline.worker.model.formats import OutputWriter
+    from shardline.worker.io.formats import OutputWriter
 
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)

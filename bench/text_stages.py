@@ -61,7 +61,7 @@ def main() -> int:
     pa.set_cpu_count(1)
     import xgboost as xgb
 
-    from shardline.worker.model.json_lines import batch_lines
+    from shardline.worker.io.json_lines import batch_lines
 
     raw = source.read_bytes()
     text = timed("gzip decompress (zlib)", lambda: zlib.decompress(raw, 31))

@@ -4,15 +4,16 @@ It reads its share of input files, fans file-level inference over every core (or
 worker per GPU), and writes one output per input. It never imports Airflow.
 Run ``python -m shardline.worker --help`` for the command line.
 
-It is in four parts, each a package whose docstring names its modules:
+It is in five parts, each a package whose docstring names its modules:
 
 - :mod:`.job`: one instance's job: the command line, the run, its summary and manifest, the ledger's side off the
   hot path, each output's upload as its file finishes, and the exit codes.
 - :mod:`.pool`: the process pool, driving a pure scheduler (the queue, suspects and poison), and what runs in each
   pool process: the work units, the devices, the forkserver that preloads the model, the guards.
-- :mod:`.model`: the model and its data: the model kinds, the features, the file formats, one batch through the
-  model and its checks, rejected rows under ``tolerance.rows``, the row-by-row readers, and a user's custom
-  inference script.
+- :mod:`.model`: the model: its kinds, the features it gets, one batch through it and its checks, and a user's
+  custom inference script.
+- :mod:`.io`: its files: the formats read and written as record batches, the row-by-row readers a bad line sends a
+  file to, and the rows a file may reject under ``tolerance.rows``.
 - :mod:`.tools`: what runs instead of the job: ``--preview`` and ``--tune``.
 """
 

@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from shardline.errors import SetupError
+from shardline.worker.io.formats import TEMP_MARKER
 from shardline.worker.job.run import headerless_csv_names, script_protocol, sweep_temp_files, warn_of_requirements
-from shardline.worker.model.formats import TEMP_MARKER
 
 
 def _args(**given) -> argparse.Namespace:

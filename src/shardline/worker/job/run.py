@@ -19,6 +19,7 @@ from shardline import contract
 from shardline.errors import SetupError
 from shardline.ledger.context import LedgerContext
 from shardline.ledger.states import FileStatus, ShardStatus
+from shardline.worker.io import formats
 from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.job.ledger_hooks import LedgerHooks
 from shardline.worker.job.summary import (
@@ -29,7 +30,6 @@ from shardline.worker.job.summary import (
     process_started_at,
     write_manifest,
 )
-from shardline.worker.model import formats
 from shardline.worker.model.loading import ModelArtifact, check_probabilities, prepare_model
 from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.model.script_runner import check_requirements

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from shardline.ledger.states import FileStatus
 from shardline.report.histogram import Histogram
-from shardline.worker.model import formats
+from shardline.worker.io import formats
 from shardline.worker.model.loading import ModelArtifact
 from shardline.worker.pool import devices
 from shardline.worker.pool.runner import FileResult, Runner

@@ -270,8 +270,8 @@ class SklearnPredictor:
             self.model.set_params(n_jobs=threads)
 
     def _model_input(self, batch: pa.RecordBatch):
+        from shardline.worker.io.formats import to_matrix
         from shardline.worker.model.features import is_numeric
-        from shardline.worker.model.formats import to_matrix
 
         names = batch.schema.names
         if self.inputs.names is None:
@@ -335,7 +335,7 @@ class XGBoostPredictor:
         self.booster.set_param({"nthread": threads})
 
     def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
-        from shardline.worker.model.formats import to_matrix
+        from shardline.worker.io.formats import to_matrix
 
         # The columns are already the model's, in its order (by name when it recorded names).
         # inplace_predict skips building a DMatrix: one less copy of the batch.
@@ -374,7 +374,7 @@ class TorchScriptPredictor:
         self.torch.set_num_threads(threads)
 
     def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
-        from shardline.worker.model.formats import to_matrix
+        from shardline.worker.io.formats import to_matrix
 
         torch = self.torch
         features = to_matrix(batch, batch.schema.names, self.dtype, self.order)

@@ -20,11 +20,11 @@ import pyarrow as pa
 
 from shardline.errors import FileError, InputSchemaError, OutputWriteError, PredictionError, SetupError
 from shardline.report.histogram import Histogram
-from shardline.worker.model import formats
+from shardline.worker.io import formats
+from shardline.worker.io.rejects import PREDICT, RejectLog
+from shardline.worker.io.tolerant import ROW_COLUMN
 from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, is_numeric, trial_columns
 from shardline.worker.model.loading import Predictor
-from shardline.worker.model.rejects import PREDICT, RejectLog
-from shardline.worker.model.tolerant import ROW_COLUMN
 from shardline.worker.pool import guards
 from shardline.worker.pool.work_units import InputFile, WorkUnit
 

@@ -308,7 +308,7 @@ class ScriptPredictor:
 
     def run(self, batch: pa.RecordBatch, protocol: ScriptProtocol) -> Columns:
         """Send ``batch`` (the feature columns, in order) through the script under ``protocol``."""
-        from shardline.worker.model.formats import to_matrix
+        from shardline.worker.io.formats import to_matrix
 
         rows = batch.num_rows
         needs_matrix = protocol.content_type == NPY or not self.script.takes_body

@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from shardline import contract
 from shardline.errors import InputFormatError, InputSchemaError, PredictionError, SetupError
-from shardline.worker.model import formats
+from shardline.worker.io import formats
+from shardline.worker.io.rejects import Reject, RejectLog
 from shardline.worker.model.features import FeatureChoice, check_spec_against_model, choose_features
 from shardline.worker.model.loading import ModelArtifact, Predictor, import_library, load_predictor, sha256_of
 from shardline.worker.model.predict import (
@@ -31,7 +32,6 @@ from shardline.worker.model.predict import (
     predict_rows,
     with_script_settings,
 )
-from shardline.worker.model.rejects import Reject, RejectLog
 from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.pool import guards
 from shardline.worker.pool.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env

@@ -29,8 +29,8 @@ from shardline.contract import rows_allowed
 from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError, TooManyRejectsError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
+from shardline.worker.io.rejects import Reject, RejectLog
 from shardline.worker.model.features import FROM_FILE_ORDER
-from shardline.worker.model.rejects import Reject, RejectLog
 from shardline.worker.pool import forkserver, process
 from shardline.worker.pool.devices import WorkerSlot
 from shardline.worker.pool.process import JobSettings, UnitResult

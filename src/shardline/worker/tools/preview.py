@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.errors import InputSchemaError, SetupError
+from shardline.worker.io import formats
 from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
-from shardline.worker.model import formats
 from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, check_spec_against_model, choose_features
 from shardline.worker.model.loading import load_predictor
 from shardline.worker.model.predict import (

@@ -40,8 +40,8 @@ from pathlib import Path
 
 from shardline.errors import SetupError
 from shardline.ledger.states import FileStatus
+from shardline.worker.io import formats
 from shardline.worker.job.exit_codes import EXIT_OK
-from shardline.worker.model import formats
 from shardline.worker.model.loading import ModelArtifact
 from shardline.worker.pool import devices
 from shardline.worker.pool.process import JobSettings

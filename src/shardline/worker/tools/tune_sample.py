@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from shardline.errors import SetupError
-from shardline.worker.model import formats
+from shardline.worker.io import formats
 from shardline.worker.pool.work_units import InputFile
 
 

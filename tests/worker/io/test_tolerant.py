@@ -1,4 +1,4 @@
-"""Reading a text file row by row (``shardline.worker.model.tolerant``): a line that does not split or parse, and a
+"""Reading a text file row by row (``shardline.worker.io.tolerant``): a line that does not split or parse, and a
 value that does not convert, cost that row alone, rejected with its line number; the rest is read as the fast reader
 reads it. Small files in tmp_path, read in this process."""
 
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from shardline.errors import CorruptInputError
-from shardline.worker.model.rejects import RejectLog
-from shardline.worker.model.tolerant import (
+from shardline.worker.io.rejects import RejectLog
+from shardline.worker.io.tolerant import (
     ROW_COLUMN,
     as_numbers,
     tolerant_csv,

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shardline.worker.model import formats
-from shardline.worker.model.json_lines import batch_lines
+from shardline.worker.io import formats
+from shardline.worker.io.json_lines import batch_lines
 
 
 def _lines(batch: pa.RecordBatch) -> list[dict]:

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from shardline.errors import CorruptInputError
-from shardline.worker.model.rejects import RejectLog
-from shardline.worker.model.text_files import (
+from shardline.worker.io.rejects import RejectLog
+from shardline.worker.io.text_files import (
     csv_read_options,
     describe,
     names_hint,

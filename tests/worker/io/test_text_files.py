@@ -1,4 +1,4 @@
-"""What the worker's text readers share (``shardline.worker.model.text_files``): batches regrouped to the batch size,
+"""What the worker's text readers share (``shardline.worker.io.text_files``): batches regrouped to the batch size,
 a header line of numbers refused, and how a text file is opened and described. Pure: small files in tmp_path."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from shardline.errors import InputSchemaError
-from shardline.worker.model.text_files import (
+from shardline.worker.io.text_files import (
     csv_read_options,
     describe,
     is_empty_text,
@@ -42,7 +42,7 @@ def _blocks(sizes):
 def test_text_blocks_are_regrouped_to_the_batch_size_in_order(sizes, rows, expected):
     """A text reader yields a batch per 1 MiB block (about 3,000 CSV rows): the model is called on batches of
     the asked size instead, every row once, in order."""
-    from shardline.worker.model.text_files import regroup
+    from shardline.worker.io.text_files import regroup
 
     out = list(regroup(_blocks(sizes), rows))
     assert [batch.num_rows for batch in out] == expected
@@ -53,7 +53,7 @@ def test_text_blocks_are_regrouped_to_the_batch_size_in_order(sizes, rows, expec
 def test_wide_text_rows_are_joined_by_bytes_not_only_rows():
     """Rows of long text (documents for a model that takes raw text) reach Arrow's 2 GiB string limit before
     --batch-rows: a joined batch also stops at a size in bytes, and every row still comes once, in order."""
-    from shardline.worker.model.text_files import regroup
+    from shardline.worker.io.text_files import regroup
 
     blocks = [
         pa.record_batch([pa.array([f"{i:06d}" + "x" * 994 for i in range(k, k + 10)])], ["text"])

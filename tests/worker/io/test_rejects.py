@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 
 from shardline.errors import TooManyRejectsError
+from shardline.worker.io.rejects import RejectLog, allowed
 from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
-from shardline.worker.model.rejects import RejectLog, allowed
 from tests.support.helpers import (
     describe,
     load_manifest,

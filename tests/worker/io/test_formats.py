@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import synthetic
+from shardline.worker.io import formats
 from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
-from shardline.worker.model import formats
 from shardline.worker.pool.work_units import InputFile
 from tests.support.helpers import (
     FEATURES,
@@ -149,7 +149,7 @@ def test_blocks_joined_or_not_the_row_by_row_reader_takes_over_without_losing_a_
     held but had not yet given are read again by the row-by-row reader, and every good row comes once, in order,
     with each bad line rejected by its own line number; whether the bad line falls in the first batch, inside a
     group of blocks being joined, or after batches already given."""
-    from shardline.worker.model.rejects import RejectLog
+    from shardline.worker.io.rejects import RejectLog
     from shardline.worker.pool.work_units import WorkUnit
 
     rows = 20_000

@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 
 from shardline import contract
 from shardline.errors import CorruptInputError
-from shardline.worker.model.json_lines import batch_lines
-from shardline.worker.model.rejects import RejectLog
-from shardline.worker.model.text_files import (
+from shardline.worker.io.json_lines import batch_lines
+from shardline.worker.io.rejects import RejectLog
+from shardline.worker.io.text_files import (
     TEXT_BLOCK_BYTES,
     csv_read_options,
     describe,
@@ -35,7 +35,7 @@ from shardline.worker.model.text_files import (
     refuse_a_data_line_as_header,
     regroup,
 )
-from shardline.worker.model.tolerant import (
+from shardline.worker.io.tolerant import (
     as_numbers,
     tolerant_csv,
     tolerant_csv_schema,
@@ -173,7 +173,7 @@ def iter_batches(
     """Stream the unit's rows as record batches holding only ``columns``.
 
     With ``rejects`` (``tolerance.rows``), a CSV or JSON lines file the fast reader cannot read is read again, from
-    where it stopped, row by row where it must (:mod:`~shardline.worker.model.tolerant`): a line it cannot split or
+    where it stopped, row by row where it must (:mod:`~shardline.worker.io.tolerant`): a line it cannot split or
     parse and a value that does not convert are rejected with their line numbers, and its batches carry each row's
     number among the parsed rows in ``ROW_COLUMN``, and each column the type ``schema`` (the file's, as read for the
     job) gives it. Clean files never leave the fast reader."""

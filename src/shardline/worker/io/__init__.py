@@ -1,0 +1,9 @@
+"""The files an instance reads and writes: its inputs as streams of record batches, its outputs, and the rows a
+file may reject.
+
+- :mod:`.formats`: the files read and written, as streams of record batches (parquet, CSV, JSON lines).
+- :mod:`.json_lines`: JSON lines written by Arrow's own string kernels.
+- :mod:`.text_files`: what both text readers share.
+- :mod:`.tolerant`: the row-by-row CSV and JSON lines readers a bad line sends a file to.
+- :mod:`.rejects`: the rows a file may reject under ``tolerance.rows``, with their lines and reasons.
+"""
