@@ -665,7 +665,7 @@ def test_readiness_and_late_inputs_say_what_to_set():
     from shardline.decision import readiness
 
     end = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
-    text = said("plan: partition not complete", readiness.not_ready_reason(end, end + dt.timedelta(seconds=300)))
+    text = said("plan: partition not complete", readiness.not_ready_reason(end + dt.timedelta(seconds=300), 300))
     assert "input.settle_seconds" in text and "11:05:00" in text, text
     late = [f"{ATTEMPT.input_prefix}late-{i}.parquet" for i in range(7)]
     for attempt in (1, POLICY.max_attempts):

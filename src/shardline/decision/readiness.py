@@ -61,9 +61,10 @@ def blocks_text(pipeline: str, run_id: str, logical_date: dt.datetime, start: dt
     )
 
 
-def not_ready_reason(interval_end: dt.datetime, ready: dt.datetime) -> str:
-    """Why a scheduled run does not plan yet: which interval, and the spec field that sets the wait."""
-    settle = int((ready - interval_end).total_seconds())
+def not_ready_reason(ready: dt.datetime, settle_seconds: int) -> str:
+    """Why a scheduled run does not plan until ``ready`` (its interval's end plus ``settle_seconds``, as
+    :func:`ready_at` says): which interval, and the spec field that sets the wait."""
+    interval_end, settle = ready - dt.timedelta(seconds=settle_seconds), settle_seconds
     return (
         f"the partition's data interval ended at {interval_end:%Y-%m-%d %H:%M:%S} UTC and files may still be "
         f"landing: it is planned from {ready:%H:%M:%S} UTC, {settle}s later (input.settle_seconds; or name "

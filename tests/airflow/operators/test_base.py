@@ -13,16 +13,7 @@ from airflow.sdk.api.datamodels._generated import DagRunType  # what a task's DA
 from airflow.sdk.exceptions import AirflowFailException
 
 from shardline import errors
-from shardline.airflow.operators.base import (
-    fails_fast,
-    input_run_type,
-    life_of,
-    partition_of,
-    partition_text,
-    run_ref,
-    run_type_of,
-    utc_time,
-)
+from shardline.airflow.operators.base import TaskRun, fails_fast, partition_text, utc_time
 from shardline.airflow.operators.plan import PlanStepOperator
 from shardline.planning.arrivals import ARRIVAL_RUN_PREFIX
 from tests.airflow.operators.conftest import FakeDagRun
@@ -116,26 +107,35 @@ def test_a_task_reads_its_spec_once(tmp_path):
 
 
 def test_a_run_is_named_typed_and_counted_as_the_context_says():
-    class Spec:
-        pipeline = "p"
+    def run(context: dict) -> TaskRun:
+        return TaskRun.of(context)
 
-    manual = {"run_id": "manual__1", "dag_run": FakeDagRun("manual__1", run_type=DagRunType.MANUAL, clear_number=2)}
-    assert run_ref(Spec, manual) == "p/manual__1"
-    assert (run_type_of(manual), input_run_type(manual), life_of(manual)) == ("manual", "manual", 2)
-    plain = {"run_id": "x", "dag_run": FakeDagRun("x", run_type="scheduled", clear_number=None)}
-    assert (run_type_of(plain), life_of(plain)) == ("scheduled", 0)
-    assert (run_type_of({"run_id": "x"}), life_of({"run_id": "x"})) == ("", 0)  # a callback's context, no DAG run
+    manual = run(
+        {"run_id": "manual__1", "dag_run": FakeDagRun("manual__1", run_type=DagRunType.MANUAL, clear_number=2)}
+    )
+    assert manual.ref("p") == "p/manual__1"
+    assert (manual.run_type, manual.input_run_type, manual.life, manual.has_dag_run) == ("manual", "manual", 2, True)
+    plain = run({"run_id": "x", "dag_run": FakeDagRun("x", run_type="scheduled", clear_number=None)})
+    assert (plain.run_type, plain.life) == ("scheduled", 0)
+    callback = run({"run_id": "x"})  # a callback's context: no DAG run
+    assert (callback.run_type, callback.life, callback.has_dag_run, callback.param("input_prefix")) == (
+        "",
+        0,
+        False,
+        None,
+    )
     # A run an arrival started reads input.when_missing as its partition's scheduled run, whatever Airflow's type.
-    arrival = {"run_id": f"{ARRIVAL_RUN_PREFIX}2026-11-22T10", "dag_run": FakeDagRun("a", run_type="manual")}
-    assert (run_type_of(arrival), input_run_type(arrival)) == ("manual", "scheduled")
+    arrival = run({"run_id": f"{ARRIVAL_RUN_PREFIX}2026-11-22T10", "dag_run": FakeDagRun("a", run_type="manual")})
+    assert (arrival.run_type, arrival.input_run_type) == ("manual", "scheduled")
+    assert run({"run_id": "r", "params": {"instance_count": 3}}).param("instance_count") == 3
 
 
 def test_a_runs_partition_is_its_data_intervals_start_in_utc():
     start = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
     logical = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
-    assert partition_of({"data_interval_start": start, "logical_date": logical}) == "2026-11-22T10:00:00"
-    assert partition_of({"data_interval_start": None, "logical_date": logical}) == "2026-11-22T11:00:00"
-    assert partition_of({}) is None
+    assert TaskRun.of({"data_interval_start": start, "logical_date": logical}).partition == "2026-11-22T10:00:00"
+    assert TaskRun.of({"data_interval_start": None, "logical_date": logical}).partition == "2026-11-22T11:00:00"
+    assert TaskRun.of({}).partition is None
     paris = dt.timezone(dt.timedelta(hours=1))
     assert partition_text(dt.datetime(2026, 11, 22, 11, 30, tzinfo=paris)) == "2026-11-22T10:30:00"
     assert partition_text(dt.datetime(2026, 11, 22, 10)) == "2026-11-22T10:00:00"  # naive: UTC, as Airflow stores

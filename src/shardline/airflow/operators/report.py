@@ -8,7 +8,7 @@ import dataclasses
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from shardline.airflow.operators.base import SpecMixin, fails_fast, partition_of
+from shardline.airflow.operators.base import SpecMixin, TaskRun, fails_fast
 from shardline.decision.policy import Action  # pure, as the line below
 from shardline.decision.run_outcome import run_outcome  # pure, as the line above
 from shardline.decision.summary import StepSummary  # pure
@@ -102,7 +102,7 @@ class ReportOperator(SpecMixin, BaseOperator):
                     else None,
                 }
             )
-        partition = partition_of(context)
+        partition = TaskRun.of(context).partition
         for outlet in self.outlets:
             event = context["outlet_events"][outlet]
             event.extra = {"run_id": context["run_id"], "partition": partition, "status": status, "steps": steps}

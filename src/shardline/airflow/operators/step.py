@@ -14,7 +14,7 @@ from pathlib import Path
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from shardline.airflow.operators.base import SpecMixin, fails_fast, note_life
+from shardline.airflow.operators.base import SpecMixin, TaskRun, fails_fast, note_life
 from shardline.airflow.operators.messages import partial_text, run_failed_text, step_failed_text
 from shardline.airflow.triggers.step import BackoffTrigger, StepTrigger, settle_until
 from shardline.decision.policy import Action, attempt_deadline
@@ -44,7 +44,8 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
     @fails_fast
     def execute(self, context):
-        note_life(self.spec, context)  # first: a late failure callback of the run's earlier life must not end this one
+        # First: a late failure callback of the run's earlier life must not end this one.
+        note_life(self.spec, TaskRun.of(context))
         planned = self._planned = Attempt.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id))
         if self.admission:  # admitted by its pool: the plan's "waiting for N instances" is stale
             from shardline.orchestration.step.capacity import note_waiting
