@@ -21,7 +21,11 @@ def test_demo_pipeline_recovers_a_killed_instance(tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
     assert "killed instance algo-2 of attempt 1" in out
-    assert "start now as attempt 2 of 3, beside the job's other instances" in out
+    # Only the killed instance's unfinished files went again (the demo fails otherwise). Whether the watch saw the
+    # instance die while its job went on, or only once the job had ended, depends on how busy the machine is; both
+    # say so.
+    assert re.search(r"start now as attempt 2 of 3, beside the job's other instances|go to attempt 2 of 3", out)
+    assert re.search(r"^  recovery +attempt 2 scored \d+ file\(s\) again: algo-2 was killed", out, re.M)
     assert "files             24 (24 succeeded, 0 failed)" in out
     assert "rows in / out     1,200,000 / 1,200,000" in out
     assert "attempts          2 (2 processing job(s))" in out
