@@ -24,6 +24,7 @@ from airflow.sdk import DAG, Asset, AssetWatcher, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from shardline.airflow.operators.base import SpecMixin, fails_fast
+from shardline.planning.arrivals import Marker, partitions_started
 from shardline.spec import PipelineSpec, static_prefix
 
 ARRIVALS_SUFFIX = "__arrivals"
@@ -64,8 +65,6 @@ class ArrivalPartitionsOperator(SpecMixin, BaseOperator):
 
     @fails_fast
     def execute(self, context):
-        from shardline.planning.arrivals import partitions_started
-
         markers = [_marker_of(event) for event in _marker_events(context)]
         starts, unmatched = partitions_started(self.spec, markers, dt.datetime.now(dt.UTC))
         for start in starts:
@@ -96,8 +95,6 @@ def _event_key(event) -> tuple[str, str]:
 
 
 def _marker_of(event):
-    from shardline.planning.arrivals import Marker
-
     payload = (event.extra or {}).get("payload") or {}
     when = payload.get("event_time")
     # The event's time is the message's word; when Airflow stored the event is Airflow's own clock, which the

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
-from shardline.grant.job import JobGrant
+from shardline.grant.job import JobGrant, JobScope
 from shardline.grant.policy import IamRequest
 from shardline.grant.requests import Unreadable, access_key_of, requests_of, service_of
 
@@ -384,8 +384,6 @@ def main(argv: list[str]) -> int:
     import signal
     import sys
     from pathlib import Path
-
-    from shardline.grant.job import JobGrant, JobScope
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [grant] %(message)s")
     request = json.loads(Path(argv[0]).read_text())

@@ -24,6 +24,7 @@ import click
 from shardline.oncall import cli_tools  # noqa: F401 - registers preview, tune, local and fleet
 from shardline.oncall.cli_base import Globals, IsoDate, JsonObject
 from shardline.oncall.cli_group import command, run_argument, run_ref, shardline
+from shardline.oncall.errors import BadRequest
 from shardline.oncall.messages import plain_http_warning
 from shardline.oncall.printing import (
     EXIT_ERROR,
@@ -270,8 +271,6 @@ def trigger(options: Globals, pipeline: str, partition: dt.datetime, conf: dict,
 @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
 @click.pass_obj
 def cancel(options: Globals, run: str, reason: str, yes: bool) -> Reply:
-    from shardline.oncall.errors import BadRequest
-
     oncall = options.oncall()
     ref = run_ref(run)
     if not yes:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from shardline.oncall.errors import NotFound
 from shardline.oncall.messages import preview_no_pipeline, preview_no_step
 
 if TYPE_CHECKING:
@@ -113,7 +114,6 @@ class Globals:
 
     def pipeline_step(self, pipeline: str, step: str | None) -> tuple[PipelineSpec, str]:
         """The pipeline's spec and the named step (default: its first); NotFound naming what exists otherwise."""
-        from shardline.oncall.errors import NotFound
         from shardline.oncall.reads import load_specs
 
         specs = load_specs(self.dags_folder)

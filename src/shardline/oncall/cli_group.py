@@ -18,6 +18,7 @@ from shardline.oncall import cli_base
 from shardline.oncall.cli_base import Globals, Group, ShownDefault, default_dags_folder
 from shardline.oncall.messages import aws_error_text
 from shardline.oncall.printing import EXIT_ERROR, Reply, print_json, printable
+from shardline.oncall.values import RunRef
 
 EPILOG = """\
 environment:
@@ -120,6 +121,4 @@ run_argument = click.argument("run", metavar="RUN")
 
 
 def run_ref(run: str):
-    from shardline.oncall.values import RunRef  # when a command runs: --help imports nothing it needs
-
     return RunRef.parse(run)

@@ -13,6 +13,7 @@ import click
 from shardline.oncall import local_stack
 from shardline.oncall.cli_base import Globals, IsoDate, ShownDefault
 from shardline.oncall.cli_group import command
+from shardline.oncall.errors import Unavailable
 from shardline.oncall.printing import Reply, preview_reply, print_lines, printable, tune_reply
 
 
@@ -175,7 +176,6 @@ def fleet(options: Globals, action: str, dry_run: bool) -> Reply:
     import dataclasses
 
     from shardline.oncall.airflow_client import find_settings
-    from shardline.oncall.errors import Unavailable
     from shardline.oncall.fleet import fleet_lines, fleet_report, sync_pools, view_json
 
     settings = find_settings(options.airflow_url, options.airflow_token)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 from shardline.ledger.states import FileStatus
 from shardline.oncall.messages import error_text, no_runs_text
+from shardline.planning.naming import resubmit_command
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -287,8 +288,6 @@ def show_failed(files: list[FileView], *, ref: RunRef, step: str | None, note: s
     """``note``: what is missing when no file is left to resubmit and yet the run ended badly, with the command."""
     from rich.table import Table
     from rich.text import Text
-
-    from shardline.planning.naming import resubmit_command
 
     console = _console()
     rejected = [f for f in files if f.status == FileStatus.SUCCEEDED]

@@ -21,6 +21,7 @@ from shardline.airflow.operators.messages import (
 from shardline.airflow.triggers.step import InputTrigger, PartitionTrigger, settle_until
 from shardline.decision import readiness
 from shardline.decision.fleet import Admission, Waiting
+from shardline.ledger.keys import StepRef
 from shardline.ledger.states import RunStatus  # pure: no AWS client library at DAG parse
 from shardline.spec.conf import conf_problem, instance_count_override, unknown_conf_problem
 
@@ -268,7 +269,6 @@ class PlanStepOperator(SpecMixin, BaseOperator):
     def _wait_for_partition(self, run: TaskRun, held) -> None:
         """Another run of this partition writes the step's output prefix: wait, visibly, until it ends (or its lease
         runs out), then plan. Two runs never write one prefix at once. Defers."""
-        from shardline.ledger.keys import StepRef
         from shardline.orchestration.partitions import held_text
         from shardline.orchestration.step.watch import PartitionWatch
 

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from shardline.errors import OutputUploadError
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker.job.ledger_pump import LedgerPump
@@ -129,8 +130,6 @@ class LedgerHooks(Hooks):
 
     def _put_rejects(self, result: FileResult) -> str:
         """Upload a file's rejects list beside its instance's manifest; its URI. Raises when it cannot go up."""
-        from shardline.errors import OutputUploadError
-
         folder = self.ledger.context.manifest_uri
         local = self.output_dir / result.rejects_file
         if not folder:

@@ -30,6 +30,7 @@ from shardline.worker.job.summary import (
     process_started_at,
     write_manifest,
 )
+from shardline.worker.job.uploads import OutputUploader
 from shardline.worker.model.loading import ModelArtifact, check_probabilities, prepare_model
 from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.model.script_runner import check_requirements
@@ -283,8 +284,6 @@ def _prepare(
 
         uploader = None
         if context.output_uri.startswith("s3://"):
-            from shardline.worker.job.uploads import OutputUploader
-
             # Each output goes up as its file finishes, before the ledger calls it SUCCEEDED.
             uploader = OutputUploader(args.output_dir, context.output_uri, kms_key_id=context.output_kms_key_id or None)
         hooks = LedgerHooks(

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.errors import HostSetupError, ModelIntegrityError, PredictionError, SetupError
-from shardline.worker.model.features import ModelInputs, recorded_inputs
+from shardline.worker.model.features import ModelInputs, is_numeric, recorded_inputs
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,6 @@ class SklearnPredictor:
 
     def _model_input(self, batch: pa.RecordBatch):
         from shardline.worker.io.formats import to_matrix
-        from shardline.worker.model.features import is_numeric
 
         names = batch.schema.names
         if self.inputs.names is None:

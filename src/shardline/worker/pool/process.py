@@ -23,7 +23,14 @@ from shardline.errors import InputFormatError, InputSchemaError, PredictionError
 from shardline.worker.io import formats
 from shardline.worker.io.rejects import Reject, RejectLog
 from shardline.worker.model.features import FeatureChoice, check_spec_against_model, choose_features
-from shardline.worker.model.loading import ModelArtifact, Predictor, import_library, load_predictor, sha256_of
+from shardline.worker.model.loading import (
+    ModelArtifact,
+    Predictor,
+    import_library,
+    import_xgboost_without_sklearn,
+    load_predictor,
+    sha256_of,
+)
 from shardline.worker.model.predict import (
     PredictionHistogram,
     PredictionSpread,
@@ -229,8 +236,6 @@ def _resolve_device(slot: WorkerSlot, kind: str) -> str:
             return "cpu"
         return "cuda:0" if torch.cuda.is_available() else "cpu"
     if kind == "xgboost":
-        from shardline.worker.model.loading import import_xgboost_without_sklearn
-
         return "cuda:0" if import_xgboost_without_sklearn().build_info().get("USE_CUDA") else "cpu"
     return "cpu"
 
