@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import logging
 
 from pynamodb.connection import Connection
@@ -30,7 +29,7 @@ from shardline.ledger.keys import (
 )
 from shardline.ledger.partitions import HELD
 from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus, StepStatus
-from shardline.ledger.table import CLIENT_SETTINGS, MAX_ERROR_CHARS, bind_ledger, endpoint_from_env, region_from_env
+from shardline.ledger.table import MAX_ERROR_CHARS, bind_ledger, endpoint_from_env, region_from_env
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,6 @@ class WorkerLedger:
         # built one: about ten an instance, most of a short job's CPU. Built here, once each, before any starts.
         for connection in (self.model._get_connection().connection, self.model.Control._get_connection().connection):
             _ = connection.client
-        _ = self._transactions.client
 
     # -- files -----------------------------------------------------------------------
 
@@ -263,12 +261,11 @@ class WorkerLedger:
                 ) from err
             raise
 
-    @functools.cached_property
+    @property
     def _transactions(self) -> Connection:
-        """The connection heartbeats' transactions go through, kept: each new one builds a botocore session and
-        client (loading DynamoDB's service model, 50 to 90 ms of CPU), which per beat was most of an idle
-        instance's CPU. Its sessions are per thread, as pynamodb's are."""
-        return Connection(region=self._region, host=self._endpoint, **CLIENT_SETTINGS)
+        """The connection heartbeats' transactions go through: the ledger table's own (one botocore client fewer to
+        build: each loads DynamoDB's service model, 50 to 90 ms of CPU)."""
+        return self.model._get_connection().connection
 
     def _update(self, item, actions, condition, *, what: str) -> None:
         try:
