@@ -177,14 +177,17 @@ AWS_TEST_ENV = {
 
 
 @pytest.fixture
-def aws_env(monkeypatch, moto_endpoint, tmp_path) -> dict[str, str]:
+def aws_env(monkeypatch, moto_endpoint, tmp_path_factory) -> dict[str, str]:
     """Point this process (and, through the returned dict, subprocesses) at moto_server."""
+    # Keep any real AWS configuration of the machine out of the way: files that do not exist, the same for every test
+    # of the session, so that the AWS_* variables stay the same from test to test and the ledger's connections keep
+    # sharing one botocore session (shardline.ledger.table._shared_session) instead of building one a test.
+    nothing = tmp_path_factory.getbasetemp() / "no-aws"
     env = {
         **AWS_TEST_ENV,
         "AWS_ENDPOINT_URL": moto_endpoint,
-        # Keep any real AWS configuration of the machine out of the way.
-        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        "AWS_CONFIG_FILE": str(nothing / "config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(nothing / "credentials"),
         # As set for this process above, for the CLI and other subprocesses the tests start with this dict.
         "SHARDLINE_LOCAL_RUNTIME": os.environ["SHARDLINE_LOCAL_RUNTIME"],
         "SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS": os.environ["SHARDLINE_LOCAL_ALLOW_UNPINNED_PROCESS"],
