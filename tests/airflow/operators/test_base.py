@@ -133,9 +133,15 @@ def test_a_run_is_named_typed_and_counted_as_the_context_says():
 def test_a_runs_partition_is_its_data_intervals_start_in_utc():
     start = dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC)
     logical = dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC)
-    assert TaskRun.of({"data_interval_start": start, "logical_date": logical}).partition == "2026-11-22T10:00:00"
-    assert TaskRun.of({"data_interval_start": None, "logical_date": logical}).partition == "2026-11-22T11:00:00"
-    assert TaskRun.of({}).partition is None
+    assert (
+        TaskRun.of({"run_id": "r", "data_interval_start": start, "logical_date": logical}).partition
+        == "2026-11-22T10:00:00"
+    )
+    assert (
+        TaskRun.of({"run_id": "r", "data_interval_start": None, "logical_date": logical}).partition
+        == "2026-11-22T11:00:00"
+    )
+    assert TaskRun.of({"run_id": "r"}).partition is None
     paris = dt.timezone(dt.timedelta(hours=1))
     assert partition_text(dt.datetime(2026, 11, 22, 11, 30, tzinfo=paris)) == "2026-11-22T10:30:00"
     assert partition_text(dt.datetime(2026, 11, 22, 10)) == "2026-11-22T10:00:00"  # naive: UTC, as Airflow stores

@@ -70,7 +70,7 @@ class TaskRun:
         dag_run = context.get("dag_run")
         run_type = getattr(dag_run, "run_type", None) or ""
         return cls(
-            run_id=str(context.get("run_id") or ""),
+            run_id=str(context["run_id"]),  # a context without one is an error, never a run named ""
             run_type=str(getattr(run_type, "value", run_type)),  # the task SDK's DagRunType is a (str, Enum)
             life=int(getattr(dag_run, "clear_number", 0) or 0),
             logical_date=context.get("logical_date"),
