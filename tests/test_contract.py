@@ -98,6 +98,14 @@ def test_the_workers_own_ends_are_its_exit_codes_but_a_signal():
     )
     assert contract.EXIT_TERMINATED not in contract.WORKER_ENDS
     assert len({contract.EXIT_OK, contract.EXIT_FILES_FAILED, contract.EXIT_SETUP_ERROR, contract.EXIT_FENCED}) == 4
+    # the documented values: the backends and anyone's wrapper scripts read them
+    assert (contract.EXIT_OK, contract.EXIT_FILES_FAILED, contract.EXIT_SETUP_ERROR, contract.EXIT_FENCED) == (
+        0,
+        3,
+        4,
+        5,
+    )
+    assert contract.EXIT_TERMINATED == 128 + 15  # SIGTERM, as a shell reports it
 
 
 def test_the_container_layout_is_under_sagemakers_processing_root():

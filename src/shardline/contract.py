@@ -87,7 +87,7 @@ def host_name(index: int) -> str:
 
 
 # The worker's exit codes (``python -m shardline.worker``): the backends read them, so they are part of the contract
-# and stay stable. ``worker/job/exit_codes.py`` names them for the worker.
+# and stay stable.
 EXIT_OK = 0  # every file succeeded (or there was nothing to do)
 EXIT_FILES_FAILED = 3  # the job ran; some files failed (see the manifest and the ledger)
 EXIT_SETUP_ERROR = 4  # nothing ran: bad model, bad arguments, integrity check failed

@@ -9,10 +9,10 @@ import boto3
 import pytest
 
 from examples import synthetic
+from shardline.contract import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from shardline.ledger.keys import failures_pk, file_sk_prefix, run_pk, shard_sk, step_sk
 from shardline.ledger.table import bind_ledger
 from shardline.orchestration.step.outputs import object_sha256
-from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from tests.support.helpers import (
     HOST,
     clean_env,

@@ -15,13 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardline.contract import EXIT_FENCED
 from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import release, take
 from shardline.ledger.states import StepStatus, Succession
 from shardline.ledger.step_reads import read_step
 from shardline.ledger.step_writes import set_run_status, start_attempt
 from shardline.ledger.table import bind_ledger
-from shardline.worker.job.exit_codes import EXIT_FENCED
 from tests.support.helpers import clean_env, describe, worker_command, write_inference_script
 from tests.support.records import hold_run
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
+from shardline.contract import EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from tests.support.helpers import (
     describe,
     load_manifest,

@@ -25,13 +25,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardline.contract import EXIT_FILES_FAILED, EXIT_OK
 from shardline.errors import SetupError
-from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
+from shardline.worker.model import guards
 from shardline.worker.model.features import choose_features
 from shardline.worker.model.loading import load_predictor, prepare_model
 from shardline.worker.model.predict import file_failure, predict_batch
 from shardline.worker.model.script_codec import ScriptProtocol
-from shardline.worker.pool import guards
 from shardline.worker.pool.process import JobSettings
 from tests.support.helpers import describe, load_manifest, run_worker
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shardline.worker.job.exit_codes import EXIT_OK, EXIT_SETUP_ERROR
+from shardline.contract import EXIT_OK, EXIT_SETUP_ERROR
 from shardline.worker.model.script_runner import RowOrderError, check_row_order
 from tests.scenarios import test_custom_scripts as scripts
 from tests.scenarios.test_custom_scripts import (
@@ -282,7 +282,7 @@ def test_a_headerless_csv_with_another_column_count_fails_naming_the_setting(hea
 def test_a_header_of_decimals_is_refused_and_one_of_years_passes_or_is_vouched_for(tmp_path):
     from shardline.errors import InputSchemaError
     from shardline.worker.io import formats
-    from shardline.worker.pool.work_units import discover_inputs
+    from shardline.worker.io.work_units import discover_inputs
 
     (tmp_path / "decimals.csv").write_text("A12,0.53,1.5e-3\nB7,0.1,0.2\n")  # a data line with a text id
     (tmp_path / "years.csv").write_text("id,2019,2020\n1,0.1,0.2\n")
@@ -300,7 +300,7 @@ def test_a_header_of_decimals_is_refused_and_one_of_years_passes_or_is_vouched_f
 def test_pandas_default_names_are_a_header_and_other_numbers_are_not(tmp_path):
     from shardline.errors import InputSchemaError
     from shardline.worker.io import formats
-    from shardline.worker.pool.work_units import discover_inputs
+    from shardline.worker.io.work_units import discover_inputs
 
     pd.DataFrame(np.arange(12.0).reshape(4, 3)).to_csv(tmp_path / "named.csv", index=False)  # header 0,1,2
     (tmp_path / "data.csv").write_text("0.5,1.5,2\n3,4,5\n")

@@ -35,8 +35,10 @@ from shardline.backends.local import (
     read_state,
     write_json_atomic,
 )
+from shardline.backends.local_credentials import assume_job_role
 from shardline.errors import InputRefused
 from shardline.grant import book as grant_book
+from shardline.grant.proxy import emulated_endpoints
 from shardline.planning.inputs import unsafe_key_reason
 from shardline.s3uri import parse_s3_uri
 
@@ -186,7 +188,6 @@ def instance_credentials(request: dict, proxied: bool, sts=None) -> dict[str, st
     if proxied:
         key = os.environ["AWS_ACCESS_KEY_ID"] if os.environ.get(grant_book.ENDPOINT_ENV) else PLACEHOLDER
         return {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": PLACEHOLDER, "AWS_SESSION_TOKEN": PLACEHOLDER}
-    from shardline.backends.local_credentials import assume_job_role
 
     credentials = assume_job_role(request, sts or boto3.client("sts"), os.environ)
     log.info("the instances hold %s, assumed for this job and narrowed to it", request["RoleArn"])
@@ -212,7 +213,6 @@ def grant_proxy(job_dir: Path, host: str, stack: contextlib.ExitStack) -> str | 
     if shared := os.environ.get(grant_book.ENDPOINT_ENV):
         log.info("the instances reach AWS through the grant service at %s, signed as this job", shared)
         return shared
-    from shardline.grant.proxy import emulated_endpoints
 
     if emulated_endpoints(os.environ) is None:
         log.info("the endpoints are AWS's own: the job role's grant is IAM's to enforce")

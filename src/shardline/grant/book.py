@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from shardline.grant.job import JobGrant, JobScope
+from shardline.grant.proxy import GrantProxy, emulated_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,6 @@ def main(argv: list[str]) -> int:
     """``python -m shardline.grant.book FOLDER [HOST [PORT]]``: serve every filed job's grant on one endpoint
     (default 0.0.0.0:5000) in front of the emulated endpoints of this environment, until terminated."""
     import signal
-
-    from shardline.grant.proxy import GrantProxy, emulated_endpoints
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [grant] %(message)s")
     folder = Path(argv[0])

@@ -17,6 +17,7 @@ import dataclasses
 from shardline.grant.policy import IamRequest, allowed
 from shardline.grant.requests import LOCAL_ACCOUNT, table_arn
 from shardline.grant.template import JOB_ROLE, resolved_statements, shipped, with_conditions
+from shardline.ledger.context import ENV_INPUT_URI, ENV_MANIFEST_URI, ENV_OUTPUT_URI, ENV_PIPELINE, ENV_TABLE
 from shardline.ledger.keys import partition_lock_pk
 from shardline.s3uri import path_of
 
@@ -40,8 +41,6 @@ class JobScope:
     def of_request(cls, request: dict, environ) -> JobScope:
         """The scope of a CreateProcessingJob request Shardline built: its ledger identity and prefixes travel in
         its Environment, its model is its ``model`` input. ``environ``: the region when the request has none."""
-        from shardline.ledger.context import ENV_INPUT_URI, ENV_MANIFEST_URI, ENV_OUTPUT_URI, ENV_PIPELINE, ENV_TABLE
-
         env = request.get("Environment", {})
         models = [i["S3Input"]["S3Uri"] for i in request.get("ProcessingInputs", []) if i.get("InputName") == "model"]
         missing = [n for n in (ENV_PIPELINE, ENV_TABLE, ENV_INPUT_URI, ENV_OUTPUT_URI) if not env.get(n)]

@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from shardline.errors import PermanentError
+from shardline.waiting import wait_for
 
 log = logging.getLogger("shardline.local.moto_state")
 
@@ -143,7 +144,6 @@ class StateLog:
         return counts
 
     def _lock(self, wait: float) -> None:
-        from shardline.waiting import wait_for
 
         self.lock = open(self.folder / "lock", "a+")  # noqa: SIM115 - held (and so locked) for the process's life
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import click
 
 from shardline import __version__
+from shardline.local.embedded_aws import EmbeddedAwsError
 from shardline.oncall import cli_base
 from shardline.oncall.cli_base import Globals, Group, ShownDefault, default_dags_folder
+from shardline.oncall.errors import OnCallError
 from shardline.oncall.messages import aws_error_text
 from shardline.oncall.printing import EXIT_ERROR, Reply, print_json, printable
 from shardline.oncall.values import RunRef
@@ -90,9 +92,7 @@ def command(name: str, short_help: str, description: str = "", *, with_json: boo
             from botocore.exceptions import BotoCoreError, ClientError
             from pynamodb.exceptions import PynamoDBException
 
-            from shardline.local.embedded_aws import EmbeddedAwsError
             from shardline.oncall.airflow_client import AirflowApiError
-            from shardline.oncall.errors import OnCallError
             from shardline.orchestration.step.preview import PreviewError
 
             try:

@@ -16,6 +16,8 @@ from pathlib import Path
 from shardline.decision.fleet import pool_name
 from shardline.ledger.records import StepRecord
 from shardline.ledger.states import StepStatus
+from shardline.oncall.airflow_client import AirflowApiError
+from shardline.oncall.errors import Refused, Unavailable
 from shardline.spec.fleet import FLEET_FILE, load_fleet
 
 
@@ -197,9 +199,6 @@ def fleet_report(
     ``pipelines``' runs, when given: the page's reader's). The pools still show when the ledger cannot be read."""
     from botocore.exceptions import BotoCoreError, ClientError
     from pynamodb.exceptions import PynamoDBException
-
-    from shardline.oncall.airflow_client import AirflowApiError
-    from shardline.oncall.errors import Refused, Unavailable
 
     midnight = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     try:

@@ -13,6 +13,9 @@ import os
 import signal
 from pathlib import Path
 
+from shardline.local import embedded_aws
+from shardline.local.embedded_aws import is_moto_command
+from shardline.local.provision import apply, make_plan
 from shardline.oncall.printing import EXIT_ERROR, EXIT_OK, Reply, lines_reply
 
 
@@ -39,8 +42,6 @@ def _is_moto(pid: int) -> bool:
     """Whether ``pid`` is still the moto_server we started (a pid can be reused after a reboot)."""
     import psutil
 
-    from shardline.local.embedded_aws import is_moto_command
-
     try:
         return is_moto_command(psutil.Process(pid).cmdline())
     except psutil.Error:
@@ -48,7 +49,6 @@ def _is_moto(pid: int) -> bool:
 
 
 def _exports(url: str) -> list[str]:
-    from shardline.local import embedded_aws
 
     return [
         "point this shell at it with:",
@@ -58,15 +58,11 @@ def _exports(url: str) -> list[str]:
 
 def _create_resources(dags_folder: Path) -> list[str]:
     """The buckets and ledger tables every pipeline spec refers to."""
-    from shardline.local.provision import apply, make_plan
-
     return apply(make_plan(dags_folder / "pipelines"))
 
 
 def up(state_dir: Path, port: int | None, dags_folder: Path) -> Reply:
     """Start the stack (or adopt the one already up) and create what the specs under ``dags_folder`` name."""
-    from shardline.local import embedded_aws
-
     state_file = _stack_file(state_dir)
     if state_file.exists():
         state = json.loads(state_file.read_text())
@@ -110,8 +106,6 @@ def down(state_dir: Path) -> Reply:
 
 def status(state_dir: Path) -> Reply:
     """Whether the stack recorded in ``state_dir`` answers (exit 1 when it is down or not answering)."""
-    from shardline.local import embedded_aws
-
     state_file = _stack_file(state_dir)
     if not state_file.exists():
         return lines_reply(["the embedded stack is down; start it with: shardline local up"], EXIT_ERROR)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 from shardline.ledger.states import FileStatus
 from shardline.oncall.messages import error_text, no_runs_text
 from shardline.planning.naming import resubmit_command
+from shardline.report.inputs import reject_where
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -326,8 +327,6 @@ def _show_rejects(console, files: list[FileView], ref: RunRef) -> None:
     """Files that succeeded with rows rejected (tolerance.rows): each rejected row, with where and why."""
     from rich.table import Table
     from rich.text import Text
-
-    from shardline.report.inputs import reject_where
 
     total = sum(f.rows_rejected for f in files)
     table = Table(title=Text(printable(f"{total:,} row(s) of {ref} rejected (tolerance.rows)")))

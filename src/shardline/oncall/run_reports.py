@@ -13,6 +13,7 @@ from shardline.oncall.reads import OnCallReads, known_step
 from shardline.oncall.values import RunRef, SavedReport, StepReportRef
 from shardline.orchestration import services
 from shardline.planning.attempt import Attempt
+from shardline.report.model import RunReport
 from shardline.s3uri import parse_s3_uri
 
 # Where `shardline report` puts the pages it fetches, under the current directory.
@@ -129,7 +130,6 @@ class RunReports(OnCallReads):
         Without the run report's library (numpy: the ``airflow`` extra) it is the stored page, led
         by the same policy, which no later markup in the page can loosen."""
         try:
-            from shardline.report.model import RunReport
             from shardline.report.render import render_html
         except ImportError:
             return no_script_page(self._read_report(ref, report, "html"))

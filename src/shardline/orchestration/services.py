@@ -16,6 +16,9 @@ from typing import Any
 import boto3
 
 from shardline.backends import Backend
+from shardline.backends.local import LocalBackend
+from shardline.backends.sagemaker import SageMakerBackend
+from shardline.ledger.table import bind_ledger
 from shardline.spec import PipelineSpec
 
 ENV_LOCAL_ROOT = "SHARDLINE_LOCAL_ROOT"
@@ -133,16 +136,12 @@ class PipelineServices:
     @functools.cached_property
     def backend(self) -> Backend:
         if self.settings.aws.backend == "local":
-            from shardline.backends.local import LocalBackend
-
             return LocalBackend(Path(self.settings.local_root))
-        from shardline.backends.sagemaker import SageMakerBackend
 
         return SageMakerBackend(self._aws_client("sagemaker"))
 
     @functools.cached_property
     def ledger(self):
-        from shardline.ledger.table import bind_ledger
 
         return bind_ledger(self.settings.aws.ledger_table, retention_days=self.settings.aws.retention_days)
 

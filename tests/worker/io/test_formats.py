@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import synthetic
+from shardline.contract import EXIT_FILES_FAILED, EXIT_OK
 from shardline.worker.io import formats
-from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
-from shardline.worker.pool.work_units import InputFile
+from shardline.worker.io.work_units import InputFile
 from tests.support.helpers import (
     FEATURES,
     SYNTHETIC_COLUMNS,
@@ -150,7 +150,7 @@ def test_blocks_joined_or_not_the_row_by_row_reader_takes_over_without_losing_a_
     with each bad line rejected by its own line number; whether the bad line falls in the first batch, inside a
     group of blocks being joined, or after batches already given."""
     from shardline.worker.io.rejects import RejectLog
-    from shardline.worker.pool.work_units import WorkUnit
+    from shardline.worker.io.work_units import WorkUnit
 
     rows = 20_000
     file = _text_with_bad_lines(tmp_path, fmt, rows, dict.fromkeys(bad_rows, kind))

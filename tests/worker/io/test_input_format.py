@@ -13,8 +13,8 @@ import pyarrow.json as pajson
 import pytest
 
 from examples import synthetic
-from shardline.worker.job.exit_codes import EXIT_FILES_FAILED
-from shardline.worker.pool.work_units import discover_inputs
+from shardline.contract import EXIT_FILES_FAILED
+from shardline.worker.io.work_units import discover_inputs
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,
     describe,

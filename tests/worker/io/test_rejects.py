@@ -17,9 +17,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from shardline.contract import EXIT_FILES_FAILED, EXIT_OK
 from shardline.errors import TooManyRejectsError
 from shardline.worker.io.rejects import RejectLog, allowed
-from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
 from tests.support.helpers import (
     describe,
     load_manifest,

@@ -19,7 +19,7 @@ from shardline.worker.io.text_files import (
     rebatch,
     refuse_a_data_line_as_header,
 )
-from shardline.worker.pool.work_units import InputFile
+from shardline.worker.io.work_units import InputFile
 
 
 def _blocks(sizes):

@@ -19,7 +19,7 @@ from shardline.worker.io.tolerant import (
     tolerant_jsonl,
     tolerant_jsonl_schema,
 )
-from shardline.worker.pool.work_units import InputFile, WorkUnit
+from shardline.worker.io.work_units import InputFile, WorkUnit
 
 CSV_ROWS = ["id,f0", "1,0.5", "2,1.5,9", "3,abc", "4,2.5", "5,3.5"]  # line 3 does not split, line 4's f0 is no number
 

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from examples import synthetic
+from shardline.contract import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from shardline.worker import __version__
 from shardline.worker.job.cli import build_parser, resolve_host
-from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR
 from tests.support.helpers import WORKER, clean_env, describe, load_manifest, run_worker, write_inference_script
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from examples import synthetic
+from shardline.contract import EXIT_OK, EXIT_SETUP_ERROR
 from shardline.errors import ModelIntegrityError, SetupError
-from shardline.worker.job.exit_codes import EXIT_OK, EXIT_SETUP_ERROR
 from shardline.worker.model.loading import detect_kind, prepare_model, sha256_of
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,

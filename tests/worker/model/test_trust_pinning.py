@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from examples import synthetic
-from shardline.worker.job.exit_codes import EXIT_OK
+from shardline.contract import EXIT_OK
 from tests.support.helpers import clean_env, describe, run_worker
 
 

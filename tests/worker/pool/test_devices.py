@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from examples import synthetic
+from shardline.contract import EXIT_OK
 from shardline.errors import SetupError
-from shardline.worker.job.exit_codes import EXIT_OK
 from shardline.worker.pool.devices import (
     ENV_SIMULATED_GPUS,
     GPU_CAPABLE_KINDS,

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from examples import synthetic
-from shardline.worker.job.exit_codes import EXIT_SETUP_ERROR
+from shardline.contract import EXIT_SETUP_ERROR
 from shardline.worker.pool.devices import ENV_SIMULATED_GPUS
 from shardline.worker.pool.forkserver import PARENT_ENV
 from tests.support.helpers import (

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from shardline.worker.io.work_units import InputFile
 from shardline.worker.model.loading import sha256_of
 from shardline.worker.pool.process import merge_file
-from shardline.worker.pool.work_units import InputFile
 
 SCRIPT = """\
 def model_fn(model_dir):
@@ -44,7 +44,7 @@ from shardline.worker.model.loading import ModelArtifact
 from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.pool import process
 from shardline.worker.pool.devices import WorkerSlot
-from shardline.worker.pool.work_units import InputFile, WorkUnit
+from shardline.worker.io.work_units import InputFile, WorkUnit
 
 root = Path(sys.argv[1])
 slots = queue.Queue()

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pytest
 
 from examples import synthetic
+from shardline.contract import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
 from shardline.ledger.job_writes import FileOutcome
 from shardline.ledger.states import FileStatus
-from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
 from shardline.worker.pool.runner import FileResult
 from tests.support.helpers import (
     SYNTHETIC_COLUMNS,

@@ -10,6 +10,7 @@ from collections import deque
 
 import pytest
 
+from shardline.worker.io.work_units import InputFile, WorkUnit
 from shardline.worker.pool.scheduler import (
     Crashed,
     FailAsPoison,
@@ -23,7 +24,6 @@ from shardline.worker.pool.scheduler import (
     Scheduler,
     Start,
 )
-from shardline.worker.pool.work_units import InputFile, WorkUnit
 
 
 def _file(name: str) -> InputFile:

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
+from shardline.worker.io.work_units import InputFile
 from shardline.worker.model.loading import ModelArtifact, load_predictor
 from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.pool.process import JobSettings
-from shardline.worker.pool.work_units import InputFile
 from shardline.worker.tools.preview import preview_file, render
 
 USES_BOTH = """

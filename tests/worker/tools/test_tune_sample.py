@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 
 from examples import synthetic
-from shardline.worker.pool.work_units import discover_inputs
+from shardline.worker.io.work_units import discover_inputs
 from shardline.worker.tools.tune_sample import take_sample
 
 

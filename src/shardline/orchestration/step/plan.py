@@ -20,7 +20,9 @@ from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
 from shardline.ledger.step_writes import continue_attempt, ensure_run, record_refused, set_run_status, start_attempt
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step.files import latest_attempt, read_step_files
+from shardline.orchestration.step.preview import PreviewDenied, PreviewError, preview_step
 from shardline.orchestration.step.upstream import upstream_outputs
+from shardline.orchestration.step.watch import InputWatch, input_ready
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt, PlannedFile
 from shardline.planning.inputs import (
@@ -155,8 +157,6 @@ def readiness(
     after the wait, ``waited``, :class:`Missing`), the output prefix free (:class:`Held`), and an input file to
     score (:class:`Missing`). An earlier step's outputs that cannot be read raise
     :class:`~shardline.orchestration.step.upstream.UpstreamError`."""
-    from shardline.orchestration.step.watch import InputWatch, input_ready
-
     s = spec.step(step)
     if request.ready_at is not None and (now or dt.datetime.now(dt.UTC)) < request.ready_at:
         return WaitUntil(request.ready_at)
@@ -190,8 +190,6 @@ def dry_run(
     spec: PipelineSpec, step: str, input_prefix: str, *, instances: int, model_uri: str, model_version: str
 ) -> DryRun:
     """List the step's inputs and preview its model on a sample of the first one; submit nothing."""
-    from shardline.orchestration.step.preview import PreviewDenied, PreviewError, preview_step
-
     s = spec.step(step)
     s3 = services.s3_client(spec)
     objects = list_inputs(s3, input_prefix, s.input.include, s.input.exclude)

@@ -30,6 +30,7 @@ from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
 from shardline.report.inputs import PreviousRun, records_from_ledger, reject_where
 from shardline.report.model import RejectRow, RunReport
+from shardline.report.render import render_html
 from shardline.s3uri import parse_s3_uri
 from shardline.spec import PipelineSpec
 
@@ -253,8 +254,6 @@ def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, Ru
 def write_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | None = None) -> WrittenReport:
     """Build the step's report (from ``records`` when the step's files were read already, with every
     attribute) and write report.html and report.json beside its outputs."""
-    from shardline.report.render import render_html
-
     report = build_step_report(spec, attempt, records)
     s3 = services.s3_client(spec)
     uris = {}

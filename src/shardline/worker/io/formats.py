@@ -42,7 +42,7 @@ from shardline.worker.io.tolerant import (
     tolerant_jsonl,
     tolerant_jsonl_schema,
 )
-from shardline.worker.pool.work_units import InputFile, WorkUnit
+from shardline.worker.io.work_units import InputFile, WorkUnit
 
 TEMP_MARKER = contract.TEMP_MARKER
 

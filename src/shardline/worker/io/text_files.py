@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from shardline.errors import InputSchemaError
-from shardline.worker.pool.work_units import InputFile
+from shardline.worker.io.work_units import InputFile
 
 # Arrow's CSV/JSON readers infer types from the first block; 1 MiB blocks keep memory low
 # while amortising per-block overhead.

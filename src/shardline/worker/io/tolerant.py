@@ -23,7 +23,7 @@ from shardline.worker.io.text_files import (
     rebatch,
     refuse_a_data_line_as_header,
 )
-from shardline.worker.pool.work_units import InputFile, WorkUnit
+from shardline.worker.io.work_units import InputFile, WorkUnit
 
 # A column the tolerant reader adds to each batch: the row's number among the rows the reader parsed (from 0), for
 # the line numbers of rows rejected later. Never written: outputs hold the passthrough and prediction columns only.

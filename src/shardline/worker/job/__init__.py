@@ -6,5 +6,4 @@
 - :mod:`.ledger_hooks` and :mod:`.ledger_pump`: the ledger's side, off the hot path: file claims and outcomes,
   heartbeats and fencing, written in order by one background thread.
 - :mod:`.uploads`: each output to S3 as its file finishes, before its file is recorded SUCCEEDED.
-- :mod:`.exit_codes`: the worker's exit codes (the contract's: the backends read them).
 """

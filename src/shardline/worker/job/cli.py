@@ -17,11 +17,19 @@ import tempfile
 from pathlib import Path
 
 from shardline import contract
-from shardline.contract import FEATURES_FILE_ORDER, JSON_LAYOUTS
+from shardline.contract import (
+    EXIT_FENCED,
+    EXIT_FILES_FAILED,
+    EXIT_OK,
+    EXIT_SETUP_ERROR,
+    EXIT_TERMINATED,
+    FEATURES_FILE_ORDER,
+    JSON_LAYOUTS,
+)
 from shardline.errors import SetupError
-from shardline.ledger.context import LedgerConfigError, LedgerContext
+from shardline.ledger.context import LedgerConfigError, LedgerContext, StaleAttemptError
+from shardline.ledger.states import ShardStatus
 from shardline.worker import __version__
-from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK, EXIT_SETUP_ERROR, EXIT_TERMINATED
 from shardline.worker.job.ledger_pump import RETRY_BUDGET_SECONDS
 from shardline.worker.pool import forkserver
 
@@ -418,9 +426,7 @@ def record_setup_error(context: LedgerContext, host: str, error: str) -> None:
     from botocore.exceptions import BotoCoreError
     from pynamodb.exceptions import PynamoDBException
 
-    from shardline.ledger.context import StaleAttemptError
     from shardline.ledger.job_writes import WorkerLedger
-    from shardline.ledger.states import ShardStatus
 
     try:
         WorkerLedger(context, host).heartbeat(

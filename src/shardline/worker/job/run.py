@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 
 from shardline import contract
+from shardline.contract import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
 from shardline.errors import SetupError
 from shardline.ledger.context import LedgerContext
+from shardline.ledger.job_writes import WorkerLedger
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker.io import formats
-from shardline.worker.job.exit_codes import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
+from shardline.worker.io.work_units import InputFile, WorkUnit, discover_inputs, plan_units
 from shardline.worker.job.ledger_hooks import LedgerHooks
 from shardline.worker.job.summary import (
     build_summary,
@@ -37,7 +39,8 @@ from shardline.worker.model.script_runner import check_requirements
 from shardline.worker.pool import devices
 from shardline.worker.pool.process import JobSettings
 from shardline.worker.pool.runner import FileResult, Hooks, Runner, Stopped
-from shardline.worker.pool.work_units import InputFile, WorkUnit, discover_inputs, plan_units
+from shardline.worker.tools.preview import run_preview
+from shardline.worker.tools.tune import run_tune
 
 log = logging.getLogger("shardline.worker")
 
@@ -51,15 +54,11 @@ def run_job(
     started = time.monotonic()
     files, artifact, protocol = _inputs_and_model(args, context)
     if args.preview:
-        from shardline.worker.tools.preview import run_preview
-
         readable = [f for f in files if not f.refusal]
         if files and not readable:
             raise SetupError(f"no input file to preview can be read: {files[0].refusal}")
         return run_preview(args, readable, job_settings(args, artifact, protocol, log_format))
     if args.tune:
-        from shardline.worker.tools.tune import run_tune
-
         return run_tune(args, files, artifact, job_settings(args, artifact, protocol, log_format))
     gpus = [] if args.no_gpu else devices.visible_gpus(os.environ, devices.detect_gpu_count())
     slots = devices.plan_slots(
@@ -280,8 +279,6 @@ def _prepare(
     )
     hooks = Hooks()
     if context:
-        from shardline.ledger.job_writes import WorkerLedger  # pynamodb loads only when a ledger is configured
-
         uploader = None
         if context.output_uri.startswith("s3://"):
             # Each output goes up as its file finishes, before the ledger calls it SUCCEEDED.

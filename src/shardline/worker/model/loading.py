@@ -32,7 +32,11 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.errors import HostSetupError, ModelIntegrityError, PredictionError, SetupError
+from shardline.worker.io.formats import to_matrix
 from shardline.worker.model.features import ModelInputs, is_numeric, recorded_inputs
+from shardline.worker.model.guards import strict_model_load
+from shardline.worker.model.script_codec import ScriptProtocol
+from shardline.worker.model.script_runner import ScriptPredictor
 
 log = logging.getLogger(__name__)
 
@@ -240,8 +244,6 @@ class SklearnPredictor:
     def __init__(self, path: str, threads: int, probabilities: bool):
         import joblib
 
-        from shardline.worker.pool.guards import strict_model_load
-
         with strict_model_load(path):
             self.model = joblib.load(path)
         if not hasattr(self.model, "predict"):
@@ -270,7 +272,6 @@ class SklearnPredictor:
             self.model.set_params(n_jobs=threads)
 
     def _model_input(self, batch: pa.RecordBatch):
-        from shardline.worker.io.formats import to_matrix
 
         names = batch.schema.names
         if self.inputs.names is None:
@@ -334,7 +335,6 @@ class XGBoostPredictor:
         self.booster.set_param({"nthread": threads})
 
     def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
-        from shardline.worker.io.formats import to_matrix
 
         # The columns are already the model's, in its order (by name when it recorded names).
         # inplace_predict skips building a DMatrix: one less copy of the batch.
@@ -373,7 +373,6 @@ class TorchScriptPredictor:
         self.torch.set_num_threads(threads)
 
     def predict(self, batch: pa.RecordBatch) -> list[tuple[str, Any]]:
-        from shardline.worker.io.formats import to_matrix
 
         torch = self.torch
         features = to_matrix(batch, batch.schema.names, self.dtype, self.order)
@@ -436,8 +435,5 @@ def load_predictor(
     if artifact.kind == "torch":
         return TorchScriptPredictor(artifact.path, threads, device)
     if artifact.kind == "custom":
-        from shardline.worker.model.script_codec import ScriptProtocol
-        from shardline.worker.model.script_runner import ScriptPredictor
-
         return ScriptPredictor(artifact.path, artifact.root, protocol or ScriptProtocol(), device)
     raise SetupError(f"unknown model kind {artifact.kind!r}")

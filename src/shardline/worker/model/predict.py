@@ -23,10 +23,11 @@ from shardline.report.histogram import Histogram
 from shardline.worker.io import formats
 from shardline.worker.io.rejects import PREDICT, RejectLog
 from shardline.worker.io.tolerant import ROW_COLUMN
+from shardline.worker.io.work_units import InputFile, WorkUnit
+from shardline.worker.model import guards
 from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, is_numeric, trial_columns
 from shardline.worker.model.loading import Predictor
-from shardline.worker.pool import guards
-from shardline.worker.pool.work_units import InputFile, WorkUnit
+from shardline.worker.model.script_runner import ScriptError
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +232,6 @@ def is_row_level(err: Exception) -> bool:
     """Whether an error may come from one record: the script or the model library raised, or returned NaN. A
     setting's error (a response of another length, a record that cannot be encoded, rows returned out of order, a
     warning that the columns may be wrong) is never a row's, and fails the file as it is."""
-    from shardline.worker.model.script_runner import ScriptError
-
     if isinstance(err, ScriptError) or getattr(err, "row_level", False):
         return True
     return not isinstance(err, (FileError, SetupError, MemoryError))

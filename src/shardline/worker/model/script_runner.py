@@ -23,7 +23,9 @@ import pyarrow as pa
 
 from shardline.contract import JSON_LAYOUTS, WRAPPED_JSON_LAYOUTS
 from shardline.errors import PredictionError, SetupError
+from shardline.worker.io.formats import to_matrix
 from shardline.worker.model.features import ModelInputs, is_numeric, recorded_inputs
+from shardline.worker.model.guards import OutputTally, captured
 from shardline.worker.model.script_codec import (
     CONTENT_TYPES,
     CSV,
@@ -308,8 +310,6 @@ class ScriptPredictor:
 
     def run(self, batch: pa.RecordBatch, protocol: ScriptProtocol) -> Columns:
         """Send ``batch`` (the feature columns, in order) through the script under ``protocol``."""
-        from shardline.worker.io.formats import to_matrix
-
         rows = batch.num_rows
         needs_matrix = protocol.content_type == NPY or not self.script.takes_body
         matrix = None
@@ -384,8 +384,6 @@ class ScriptPredictor:
     def other_settings_needed(self, batch: pa.RecordBatch) -> str:
         """When the features are not named yet: the request settings the script needs besides, found on the
         first records of ``batch`` (the file's candidate columns), so one failed run names every setting."""
-        from shardline.worker.pool.guards import OutputTally, captured
-
         try:
             with captured(OutputTally()):
                 self.run(batch.slice(0, min(3, batch.num_rows)), self.protocol)
@@ -409,7 +407,6 @@ class ScriptPredictor:
         return self._settings_found[cache_key]
 
     def _search_settings(self, batch: pa.RecordBatch, single: bool) -> str | None:
-        from shardline.worker.pool.guards import OutputTally, captured
 
         sample = batch.slice(0, min(3, batch.num_rows))
         for setting, alternative in self._alternatives(sample.num_rows, single=single):

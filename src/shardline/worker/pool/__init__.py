@@ -4,11 +4,8 @@
   result.
 - :mod:`.scheduler`: the pure queue/suspect/poison state machine: which task runs next, and what a crash means.
 - :mod:`.process`: what runs in each pool process: one work unit from its input to its output.
-- :mod:`.work_units`: which files to process and how to cut them into work units (a large parquet file by row
-  groups).
 - :mod:`.devices`: how many worker processes to start, which device each owns, and their threads.
 - :mod:`.forkserver`: the CPU pool's forkserver, started early, which preloads the model's library and the model.
 - :mod:`.preload`: what that forkserver loads once before it forks the workers; :mod:`.preload_now` makes it load,
   and :mod:`.one_thread`, imported first, keeps every native thread pool there to one thread.
-- :mod:`.guards`: what a model library or script says while it predicts, and which of it is an error.
 """

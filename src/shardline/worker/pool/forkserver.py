@@ -28,6 +28,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from shardline.worker.pool import devices
+
 HANDOVER_ENV = "SHARDLINE_WORKER_HANDOVER"  # the file the main process writes the verified model's key to
 MODEL_DIR_ENV = "SHARDLINE_WORKER_MODEL_DIR"  # where the forkserver guesses the model's library from
 PARENT_ENV = "SHARDLINE_WORKER_PARENT"  # the main process: the forkserver stops waiting when it is gone
@@ -61,7 +63,6 @@ def start_early(*, model_dir: Path, pinned_sha256: str | None, start_method: str
     pool starts its own forkserver or spawns, as it decides then.
     """
     global _started_early
-    from shardline.worker.pool import devices
 
     if _started_early or start_method == "spawn" or "forkserver" not in mp.get_all_start_methods():
         return _started_early

@@ -22,6 +22,8 @@ from shardline import contract
 from shardline.errors import InputFormatError, InputSchemaError, PredictionError, SetupError
 from shardline.worker.io import formats
 from shardline.worker.io.rejects import Reject, RejectLog
+from shardline.worker.io.work_units import InputFile, WorkUnit
+from shardline.worker.model import guards
 from shardline.worker.model.features import FeatureChoice, check_spec_against_model, choose_features
 from shardline.worker.model.loading import (
     ModelArtifact,
@@ -40,9 +42,9 @@ from shardline.worker.model.predict import (
     with_script_settings,
 )
 from shardline.worker.model.script_codec import ScriptProtocol
-from shardline.worker.pool import guards
+from shardline.worker.pool import preload
 from shardline.worker.pool.devices import ENV_SIMULATED_GPUS, WorkerSlot, thread_cap_env
-from shardline.worker.pool.work_units import InputFile, WorkUnit
+from shardline.worker.pool.forkserver import preload_key
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +180,6 @@ def _load(state: _WorkerState, device: str) -> Predictor:
 
 def _preloaded_predictor(state: _WorkerState, device: str) -> Predictor | None:
     """The model the forkserver loaded before forking this worker, if it is exactly this job's."""
-    from shardline.worker.pool import preload
-    from shardline.worker.pool.forkserver import preload_key
-
     loaded, settings = preload.preloaded, state.settings
     if device != "cpu" or loaded is None or loaded.key != preload_key(settings.artifact, settings.probabilities):
         return None

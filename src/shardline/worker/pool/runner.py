@@ -27,9 +27,11 @@ from pathlib import Path
 from shardline import contract
 from shardline.contract import rows_allowed
 from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError, TooManyRejectsError
+from shardline.ledger.job_writes import FileOutcome
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
 from shardline.worker.io.rejects import Reject, RejectLog
+from shardline.worker.io.work_units import WorkUnit
 from shardline.worker.model.features import FROM_FILE_ORDER
 from shardline.worker.pool import forkserver, process
 from shardline.worker.pool.devices import WorkerSlot
@@ -47,7 +49,6 @@ from shardline.worker.pool.scheduler import (
     Scheduler,
     Task,
 )
-from shardline.worker.pool.work_units import WorkUnit
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,6 @@ class FileResult:
     def ledger_outcome(self, output_key: str | None, rejects_key: str | None = None):
         """What the ledger records of this file: every figure both records share, by name, where its output
         went (``output_key``, the S3 key the instance's output dir maps to) and its rejects list."""
-        from shardline.ledger.job_writes import FileOutcome
-
         shared = {f.name for f in dataclasses.fields(FileOutcome)} & {f.name for f in dataclasses.fields(self)}
         return FileOutcome(
             **{name: getattr(self, name) for name in shared}, output_key=output_key, rejects_key=rejects_key

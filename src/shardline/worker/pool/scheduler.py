@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 
-from shardline.worker.pool.work_units import InputFile, WorkUnit
+from shardline.worker.io.work_units import InputFile, WorkUnit
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shardline.contract import EXIT_FILES_FAILED, EXIT_OK
 from shardline.errors import InputSchemaError, SetupError
 from shardline.worker.io import formats
-from shardline.worker.job.exit_codes import EXIT_FILES_FAILED, EXIT_OK
+from shardline.worker.io.work_units import InputFile
+from shardline.worker.model import guards
 from shardline.worker.model.features import FROM_FILE_ORDER, FeatureChoice, check_spec_against_model, choose_features
 from shardline.worker.model.loading import load_predictor
 from shardline.worker.model.predict import (
@@ -40,9 +42,7 @@ from shardline.worker.model.predict import (
     with_script_settings,
 )
 from shardline.worker.model.script_codec import MULTI_RECORD, SINGLE_RECORD
-from shardline.worker.pool import guards
 from shardline.worker.pool.process import JobSettings
-from shardline.worker.pool.work_units import InputFile
 
 log = logging.getLogger(__name__)
 

@@ -38,15 +38,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from shardline.contract import EXIT_OK
 from shardline.errors import SetupError
 from shardline.ledger.states import FileStatus
 from shardline.worker.io import formats
-from shardline.worker.job.exit_codes import EXIT_OK
+from shardline.worker.io.work_units import UNITS_PER_WORKER, InputFile, discover_inputs, plan_units
 from shardline.worker.model.loading import ModelArtifact
 from shardline.worker.pool import devices
 from shardline.worker.pool.process import JobSettings
 from shardline.worker.pool.runner import FileResult, Hooks, Runner
-from shardline.worker.pool.work_units import UNITS_PER_WORKER, InputFile, discover_inputs, plan_units
 from shardline.worker.tools.tune_decisions import (
     FIRST_BATCH_ROWS,
     TOLERANCE,

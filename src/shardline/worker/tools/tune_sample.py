@@ -10,7 +10,7 @@ from pathlib import Path
 
 from shardline.errors import SetupError
 from shardline.worker.io import formats
-from shardline.worker.pool.work_units import InputFile
+from shardline.worker.io.work_units import InputFile
 
 
 @dataclasses.dataclass(frozen=True)

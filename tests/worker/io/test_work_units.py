@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import synthetic
-from shardline.worker.job.exit_codes import EXIT_OK
-from shardline.worker.pool.work_units import (
+from shardline.contract import EXIT_OK
+from shardline.worker.io.work_units import (
     MIN_SPLIT_BYTES,
     InputFile,
     classify,

@@ -1,4 +1,4 @@
-"""What model libraries and user scripts say while they predict (``shardline.worker.pool.guards``): counted per file
+"""What model libraries and user scripts say while they predict (``shardline.worker.model.guards``): counted per file
 by shape, shown once each; and the warnings that mean a wrong input, or a model saved by another scikit-learn, fail."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from shardline.errors import PredictionError, SetupError
-from shardline.worker.pool.guards import (
+from shardline.worker.model.guards import (
     MAX_DISTINCT_LINES,
     OutputTally,
     captured,
@@ -44,7 +44,7 @@ def test_emit_logs_each_line_once_at_its_level_then_forgets_them(caplog):
     tally.add("loaded 3 rows", notable=False)
     tally.add("loaded 4 rows", notable=False)
     tally.add("UserWarning: deprecated")
-    with caplog.at_level(logging.INFO, logger="shardline.worker.pool.guards"):
+    with caplog.at_level(logging.INFO, logger="shardline.worker.model.guards"):
         tally.emit("part-0.parquet")
     said = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert said == [
@@ -119,6 +119,6 @@ def test_a_model_saved_by_another_scikit_learn_is_refused_and_other_load_warning
     refused = pytest.raises(SetupError, match=r"^model\.joblib was saved with another scikit-learn version than the")
     with refused, strict_model_load("model.joblib"):
         warnings.warn("Trying to unpickle estimator from version 1.0", InconsistentVersionWarning, stacklevel=1)
-    with caplog.at_level(logging.INFO, logger="shardline.worker.pool.guards"), strict_model_load("model.joblib"):
+    with caplog.at_level(logging.INFO, logger="shardline.worker.model.guards"), strict_model_load("model.joblib"):
         warnings.warn("old format", FutureWarning, stacklevel=1)
     assert [r.getMessage() for r in caplog.records] == ["while loading model.joblib: FutureWarning: old format"]
