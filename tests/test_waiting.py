@@ -1,8 +1,13 @@
-"""wait_for: the one poll loop. A fake clock makes each case exact and instant."""
+"""wait_for: the one poll loop (a fake clock makes each case exact and instant); end_processes: the one way a child
+process is stopped and reaped."""
+
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from shardline.waiting import wait_for
+from shardline.waiting import end_processes, wait_for
 
 
 class FakeClock:
@@ -50,3 +55,27 @@ def test_poll_may_raise_to_stop_waiting_at_once():
     with pytest.raises(RuntimeError, match="died"):
         wait_for(poll, timeout=10, clock=clock, sleep=clock.sleep)
     assert clock.pauses == []
+
+
+def test_end_processes_stops_each_child_and_kills_one_that_ignores_sigterm():
+    polite = subprocess.Popen(["sleep", "60"])
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert stubborn.stdout.readline() == "ready\n"  # it ignores SIGTERM from here on
+    done = subprocess.Popen(["true"])
+    done.wait()
+
+    end_processes([polite, stubborn, done], grace=0.5)
+
+    assert polite.returncode in (-signal.SIGTERM, -signal.SIGKILL)  # asked first; killed only on a very busy machine
+    assert stubborn.returncode == -signal.SIGKILL
+    assert done.returncode == 0  # an ended one is left alone
+    stubborn.stdout.close()

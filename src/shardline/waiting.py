@@ -8,13 +8,15 @@ Its callers: a job stopped before the next attempt starts (:mod:`shardline.orche
 failed run (:mod:`shardline.orchestration.run`), a watch task about to end before a resubmission clears it
 (:mod:`shardline.oncall.resubmission`), a local job's stop, for its supervisor's pid and then its process group
 (:mod:`shardline.backends.local`), moto_server coming up (:mod:`shardline.local.embedded_aws`) and its state
-folder's lock (:mod:`shardline.local.moto_state`).
+folder's lock (:mod:`shardline.local.moto_state`). :func:`end_processes` is the one way a child process is stopped
+and reaped: the local job's instances and its grant proxy, and moto_server.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -42,3 +44,19 @@ def wait_for(
         if done(answer) or clock() >= deadline:
             return answer
         sleep(max(0.0, min(interval, deadline - clock())))
+
+
+def end_processes(procs: Iterable[subprocess.Popen], *, grace: float) -> None:
+    """Ask each process still running to end (SIGTERM), give them ``grace`` seconds in all, then kill (SIGKILL)
+    whatever is left; every one is reaped, so none lingers as a zombie."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -41,6 +41,7 @@ from shardline.grant import book as grant_book
 from shardline.grant.proxy import emulated_endpoints
 from shardline.planning.inputs import unsafe_key_reason
 from shardline.s3uri import parse_s3_uri
+from shardline.waiting import end_processes
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ def grant_proxy(job_dir: Path, host: str, stack: contextlib.ExitStack) -> str | 
         env=job_environment(os.environ),
         text=True,
     )
-    stack.callback(_end_proxy, proc)
+    stack.callback(end_processes, [proc], grace=10)
     url = (proc.stdout.readline() if proc.stdout else "").strip()
     if url == "none":
         log.info("the endpoints are AWS's own: the job role's grant is IAM's to enforce")
@@ -233,15 +234,6 @@ def grant_proxy(job_dir: Path, host: str, stack: contextlib.ExitStack) -> str | 
         raise RuntimeError(f"the job's grant proxy did not start (exit code {proc.wait()}); see supervisor.log")
     log.info("the instances reach AWS through %s: only what the job role's grant allows goes on", url)
     return url
-
-
-def _end_proxy(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _routed(proxy: str) -> dict[str, str]:
@@ -351,11 +343,11 @@ def run(job_dir: Path) -> dict:
                 if (job_dir / "STOP").exists():  # stop() was asked before it knew our pid
                     raise _Stop("stop requested")
                 if time.monotonic() - started > max_runtime:
-                    _terminate(procs.values())
+                    end_processes(procs.values(), grace=10)
                     break
                 time.sleep(0.2)
         except _Stop:
-            _terminate(procs.values())  # the workers got SIGTERM too; give them time to sweep temp files
+            end_processes(procs.values(), grace=10)  # the workers got SIGTERM too; give them time to sweep temp files
             discard_inputs(request, instance_dirs)
             raise
         finally:
@@ -391,18 +383,6 @@ def job_outcome(codes: dict[str, int], elapsed: float, max_runtime: float) -> di
         detail = ", ".join(f"{h} exited with code {c}" for h, c in sorted(failed.items()))
         return {"status": JobStatus.FAILED.value, "failure_reason": f"AlgorithmError: {detail}", "exit_codes": codes}
     return {"status": JobStatus.COMPLETED.value, "exit_codes": codes}
-
-
-def _terminate(procs) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + 10
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _start_up(job_dir: Path, seconds: float) -> None:

@@ -29,11 +29,9 @@ from shardline.ledger.keys import (
 )
 from shardline.ledger.partitions import HELD
 from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus, StepStatus
-from shardline.ledger.table import MAX_ERROR_CHARS, bind_ledger, endpoint_from_env, region_from_env
+from shardline.ledger.table import MAX_ERROR_CHARS, bind_ledger, condition_failed, endpoint_from_env, region_from_env
 
 log = logging.getLogger(__name__)
-
-CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,15 +55,6 @@ class FileOutcome:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _is_condition_failure(err: PynamoDBException) -> bool:
-    if isinstance(err, TransactWriteError):
-        return any(
-            reason is not None and reason.code == "ConditionalCheckFailed"
-            for reason in (err.cancellation_reasons or [])
-        )
-    return err.cause_response_code == CONDITIONAL_CHECK_FAILED
 
 
 class WorkerLedger:
@@ -254,7 +243,7 @@ class WorkerLedger:
                 )
                 transaction.update(item, actions=actions)
         except TransactWriteError as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise StaleAttemptError(
                     f"heartbeat of {self.host} rejected: step {ctx.step} of run {ctx.run_id} has "
                     f"moved past attempt {ctx.attempt}"
@@ -271,7 +260,7 @@ class WorkerLedger:
         try:
             item.update(actions=actions, condition=condition)
         except UpdateError as err:
-            if _is_condition_failure(err):
+            if condition_failed(err):
                 raise StaleAttemptError(
                     f"{what} rejected: attempt {self.context.attempt} no longer owns this record"
                 ) from err

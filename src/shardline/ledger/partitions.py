@@ -31,11 +31,10 @@ from shardline.errors import LedgerRecordMissing, PermanentError, ShardlineError
 from shardline.ledger.keys import PARTITION_LOCK_SK, RUN_SK, StepRef, partition_lock_pk, run_pk, step_sk
 from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.states import STEP_TERMINAL, StepStatus
-from shardline.ledger.table import CLIENT_SETTINGS, LedgerItem
+from shardline.ledger.table import CLIENT_SETTINGS, LedgerItem, condition_failed, update_if
 
 log = logging.getLogger(__name__)
 
-CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
 TAKE_TRIES = 3  # a lost race re-reads the lock; three losses in a row mean others hold it
 HELD, RELEASED = "HELD", "RELEASED"  # the lock item's status; a released item keeps who held it last
 
@@ -192,7 +191,7 @@ def take(
                 condition=_unchanged(c, item),
             )
         except UpdateError as err:
-            if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            if not condition_failed(err):
                 raise
             continue  # another taker, or the holder's renewal, came first: look again
         return PartitionHolder(ref.pipeline, ref.run_id, ref.step, seen_fence + 1, lease_until, _now())
@@ -224,7 +223,7 @@ def renew(
             actions=[c.renewed_at.set(_now()), c.expires_at.set(c.expiry())], condition=mine
         )
     except UpdateError as err:
-        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+        if not condition_failed(err):
             raise
         if not strict:
             return False
@@ -240,7 +239,7 @@ def renew(
             condition=mine & (c.lease_until.does_not_exist() | (c.lease_until < lease_until)),
         )
     except UpdateError as err:
-        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+        if not condition_failed(err):
             raise
     return True
 
@@ -248,13 +247,7 @@ def renew(
 def release(model: type[LedgerItem], output_prefix: str, ref: StepRef) -> bool:
     """Let go of the prefix if ``ref`` holds it (a run's end); False when it does not (nothing to do)."""
     c = model.Control
-    try:
-        _lock_item(model, output_prefix).update(actions=_released(c), condition=_held_by(c, ref))
-    except UpdateError as err:
-        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
-            return False
-        raise
-    return True
+    return update_if(_lock_item(model, output_prefix), _released(c), _held_by(c, ref))
 
 
 def release_after_life(model: type[LedgerItem], output_prefix: str, ref: StepRef, life: int) -> bool:
@@ -337,6 +330,6 @@ def record_step_fence(model: type[LedgerItem], ref: StepRef, fence: int) -> None
             actions=[c.fence.set(fence)], condition=c.attempt.exists()
         )
     except UpdateError as err:
-        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+        if not condition_failed(err):
             raise
         raise LedgerRecordMissing(record_gap(None, ref, 1)) from err

@@ -31,12 +31,9 @@ from shardline.ledger.keys import (
 )
 from shardline.ledger.record_gaps import check_refusal, table_gone, table_gone_text
 from shardline.ledger.states import RUN_TERMINAL, STEP_TERMINAL, FileStatus, RunStatus, StepStatus, Succession
-from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem
+from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem, condition_failed, update_if
 
 log = logging.getLogger(__name__)
-
-
-CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
 
 
 # Batch writes (a retry's fence, the refused keys' FAILED items): BatchWriteItem calls of 25 items (its limit) over this
@@ -88,7 +85,7 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
     try:
         item.save(condition=control.pk.does_not_exist())
     except PutError as err:
-        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+        if not condition_failed(err):
             raise
         item = control.get(run_pk(pipeline, run_id), RUN_SK, consistent_read=True)
     sk = runs_index_sk(item.started_at.isoformat(), pipeline, run_id)
@@ -124,7 +121,7 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
             condition=(c.attempt == attempt) & (c.status != StepStatus.CANCELLED.value),
         )
     except UpdateError as err:
-        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+        if condition_failed(err):
             check_refusal(model, ref, attempt)
             return False
         if table_gone(err):
@@ -140,15 +137,12 @@ def note_step(model: type[LedgerItem], ref: StepRef, attempt: int, waiting: str 
     step is no longer that attempt's."""
     pipeline, run_id, step = ref
     c = model.Control
-    try:
-        c(run_pk(pipeline, run_id), step_sk(step)).update(
-            actions=[c.waiting.set(waiting) if waiting else c.waiting.remove()],
-            condition=(c.attempt == attempt) & c.status.is_in(*(s.value for s in StepStatus if s not in STEP_TERMINAL)),
-        )
-    except UpdateError as err:
-        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
-            return False
-        raise
+    if not update_if(
+        c(run_pk(pipeline, run_id), step_sk(step)),
+        actions=[c.waiting.set(waiting) if waiting else c.waiting.remove()],
+        condition=(c.attempt == attempt) & c.status.is_in(*(s.value for s in StepStatus if s not in STEP_TERMINAL)),
+    ):
+        return False
     _note_run(model, ref, waiting)
     return True
 
@@ -167,7 +161,7 @@ def _note_run(model: type[LedgerItem], ref: StepRef, waiting: str | None) -> Non
     try:
         c(run_pk(pipeline, run_id), RUN_SK).update(actions=actions, condition=condition)
     except UpdateError as err:
-        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+        if not condition_failed(err):
             raise
 
 
@@ -207,13 +201,7 @@ def set_run_status(
     else:  # a run that ended waits for no step's job
         actions += [c.waiting.remove(), c.waiting_step.remove()]
     condition = c.status == RunStatus.RUNNING.value if only_if_running else None
-    try:
-        c(run_pk(pipeline, run_id), RUN_SK).update(actions=actions, condition=condition)
-    except UpdateError as err:
-        if only_if_running and err.cause_response_code == CONDITIONAL_CHECK_FAILED:
-            return False
-        raise
-    return True
+    return update_if(c(run_pk(pipeline, run_id), RUN_SK), actions, condition)  # no condition: never False
 
 
 def note_life(model: type[LedgerItem], pipeline: str, run_id: str, life: int) -> None:
@@ -226,7 +214,7 @@ def note_life(model: type[LedgerItem], pipeline: str, run_id: str, life: int) ->
             condition=c.status.exists() & (c.airflow_life.does_not_exist() | (c.airflow_life < life)),
         )
     except UpdateError as err:
-        if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+        if not condition_failed(err):
             raise
 
 
@@ -236,42 +224,33 @@ def end_life(model: type[LedgerItem], pipeline: str, run_id: str, life: int, mes
     on-call, or by a task of a later life), ended otherwise (SUCCEEDED, CANCELLED), or this life was ended already:
     compare-and-set on the lives, never on clocks."""
     c = model.Control
-    try:
-        c(run_pk(pipeline, run_id), RUN_SK).update(
-            actions=[
-                c.status.set(StepStatus.FAILED.value),
-                c.message.set(c.message | message[:2000]),
-                c.finished_at.set(_now()),
-                c.ended_life.set(life),
-                c.airflow_life.set(life),  # never lower (the condition): an on-call take-up then ends this life
-                c.waiting.remove(),
-                c.waiting_step.remove(),
-                c.expires_at.set(c.expiry()),
-            ],
-            condition=c.status.is_in(StepStatus.RUNNING.value, StepStatus.FAILED.value)
-            & (c.ended_life.does_not_exist() | (c.ended_life < life))
-            & (c.airflow_life.does_not_exist() | (c.airflow_life <= life)),
-        )
-    except UpdateError as err:
-        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
-            return False
-        raise
-    return True
+    return update_if(
+        c(run_pk(pipeline, run_id), RUN_SK),
+        actions=[
+            c.status.set(StepStatus.FAILED.value),
+            c.message.set(c.message | message[:2000]),
+            c.finished_at.set(_now()),
+            c.ended_life.set(life),
+            c.airflow_life.set(life),  # never lower (the condition): an on-call take-up then ends this life
+            c.waiting.remove(),
+            c.waiting_step.remove(),
+            c.expires_at.set(c.expiry()),
+        ],
+        condition=c.status.is_in(StepStatus.RUNNING.value, StepStatus.FAILED.value)
+        & (c.ended_life.does_not_exist() | (c.ended_life < life))
+        & (c.airflow_life.does_not_exist() | (c.airflow_life <= life)),
+    )
 
 
 def record_deadline_missed(model: type[LedgerItem], pipeline: str, run_id: str, mark: str) -> bool:
     """Count a missed deadline on the run's RUN item, with what the views show (``mark``). False when the run has
     no RUN item (its first plan task never started): the alert's log and notify still say it."""
     c = model.Control
-    try:
-        c(run_pk(pipeline, run_id), RUN_SK).update(
-            actions=[c.missed_deadline.set(mark[:2000]), c.deadline_misses.add(1)], condition=c.pk.exists()
-        )
-    except UpdateError as err:
-        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
-            return False
-        raise
-    return True
+    return update_if(
+        c(run_pk(pipeline, run_id), RUN_SK),
+        actions=[c.missed_deadline.set(mark[:2000]), c.deadline_misses.add(1)],
+        condition=c.pk.exists(),
+    )
 
 
 def start_attempt(
@@ -329,7 +308,7 @@ def start_attempt(
             condition=condition,
         )
     except UpdateError as err:
-        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+        if condition_failed(err):
             if after:
                 check_refusal(model, ref, after)
             raise StaleAttemptError(
@@ -437,7 +416,7 @@ def continue_attempt(
             actions=[c.started_at.set(_now()), c.expires_at.set(c.expiry()), *files_action], condition=condition
         )
     except UpdateError as err:
-        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
+        if condition_failed(err):
             check_refusal(model, ref, attempt)
             raise StaleAttemptError(
                 f"step {step} of run {run_id} is no longer a planned attempt {attempt}: not re-planning it"
@@ -464,7 +443,7 @@ def continue_attempt(
             )
             written.append(key)
         except UpdateError as err:
-            if err.cause_response_code != CONDITIONAL_CHECK_FAILED:
+            if not condition_failed(err):
                 raise
 
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
@@ -500,22 +479,17 @@ def cancel_step(model: type[LedgerItem], ref: StepRef, attempt: int, reason: str
     """
     pipeline, run_id, step = ref
     c = model.Control
-    try:
-        c(run_pk(pipeline, run_id), step_sk(step)).update(
-            actions=[
-                c.status.set(StepStatus.CANCELLED.value),
-                c.message.set(reason[:2000] or None),
-                c.waiting.remove(),
-                c.finished_at.set(_now()),
-                c.expires_at.set(c.expiry()),
-            ],
-            condition=(c.attempt == attempt) & c.status.is_in(*[s.value for s in StepStatus if s not in STEP_TERMINAL]),
-        )
-    except UpdateError as err:
-        if err.cause_response_code == CONDITIONAL_CHECK_FAILED:
-            return False
-        raise
-    return True
+    return update_if(
+        c(run_pk(pipeline, run_id), step_sk(step)),
+        actions=[
+            c.status.set(StepStatus.CANCELLED.value),
+            c.message.set(reason[:2000] or None),
+            c.waiting.remove(),
+            c.finished_at.set(_now()),
+            c.expires_at.set(c.expiry()),
+        ],
+        condition=(c.attempt == attempt) & c.status.is_in(*[s.value for s in StepStatus if s not in STEP_TERMINAL]),
+    )
 
 
 def _attributes(model: type[LedgerItem], **values) -> dict[str, dict[str, str]]:

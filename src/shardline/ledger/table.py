@@ -22,6 +22,7 @@ from pynamodb.attributes import (
     UnicodeSetAttribute,
     UTCDateTimeAttribute,
 )
+from pynamodb.exceptions import PynamoDBException, TransactWriteError, UpdateError
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
@@ -274,3 +275,29 @@ def create_ledger_table(table_name: str, region: str | None = None, host: str | 
     ttl = client.describe_time_to_live(TableName=table_name).get("TimeToLiveDescription", {})
     if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
         model.update_ttl(ignore_update_ttl_errors=False)
+
+
+CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
+
+
+def condition_failed(err: PynamoDBException) -> bool:
+    """Whether a write was refused by its condition (a fenced write that lost), a transaction's by any of its
+    items' conditions: never a fault, and never retried as one."""
+    if isinstance(err, TransactWriteError):
+        return any(
+            reason is not None and reason.code == "ConditionalCheckFailed"
+            for reason in (err.cancellation_reasons or [])
+        )
+    return err.cause_response_code == CONDITIONAL_CHECK_FAILED
+
+
+def update_if(item: Model, actions: list, condition=None) -> bool:
+    """Apply ``actions`` to ``item`` if ``condition`` holds (a fenced write): True when applied, False when the
+    condition failed (the item moved on, or is not there). Any other error is raised."""
+    try:
+        item.update(actions=actions, condition=condition)
+    except UpdateError as err:
+        if condition_failed(err):
+            return False
+        raise
+    return True

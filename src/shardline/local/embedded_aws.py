@@ -20,7 +20,7 @@ from pathlib import Path
 
 from shardline.errors import ShardlineError
 from shardline.local import tether
-from shardline.waiting import wait_for
+from shardline.waiting import end_processes, wait_for
 
 DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -130,12 +130,7 @@ def embedded_aws(
     try:
         yield env_for(url)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_processes([proc], grace=15)
 
 
 def apply_env(env: dict[str, str]) -> None:

@@ -17,6 +17,12 @@ from shardline.oncall.errors import Unavailable
 from shardline.oncall.printing import Reply, preview_reply, print_lines, printable, tune_reply
 
 
+def a_pipelines_step(command_function):
+    """PIPELINE and ``--step``: which step of which pipeline's spec a tool runs, the first step by default."""
+    command_function = click.option("--step", help="the step (default: the first)")(command_function)
+    return click.argument("pipeline", metavar="PIPELINE")(command_function)
+
+
 @command(
     "preview",
     "run a step's model on the first rows of one input, locally, before launch",
@@ -25,8 +31,7 @@ from shardline.oncall.printing import Reply, preview_reply, print_lines, printab
     "a summary, and warn on signs of a wrong setup (constant or NaN predictions, lines the script printed, "
     "columns dropped, a script that breaks when batched). Writes nothing.",
 )
-@click.argument("pipeline", metavar="PIPELINE")
-@click.option("--step", help="the step (default: the first)")
+@a_pipelines_step
 @click.option("--rows", type=int, default=20, show_default=True, help="rows of the sample")
 @click.option(
     "--input", "input_uri", metavar="URI", help="an s3:// file or prefix to sample (default: the step's input)"
@@ -81,8 +86,7 @@ def preview(
     "and where the plot and the figures went. Figures hold for the machine it runs on: run it on the "
     "instance type the step uses.",
 )
-@click.argument("pipeline", metavar="PIPELINE")
-@click.option("--step", help="the step (default: the first)")
+@a_pipelines_step
 @click.option(
     "--input-prefix",
     metavar="S3URI",

@@ -380,32 +380,17 @@ def resubmit_reply(result: ResubmitResult, *, dry_run: bool) -> Reply:
 
 
 def preview_reply(result: PreviewResult) -> Reply:
-    data = {
-        "step": result.step,
-        "model_uri": result.model_uri,
-        "sample_uri": result.sample_uri,
-        "exit_code": result.exit_code,
-        "report": result.report,
-    }
-    return _rendered_reply(result, data)
+    return _rendered_reply(result)
 
 
 def tune_reply(result: TuneResult) -> Reply:
-    data = {
-        "step": result.step,
-        "model_uri": result.model_uri,
-        "input_uri": result.input_uri,
-        "sample": result.sample_keys,
-        "exit_code": result.exit_code,
-        "plot": result.plot,
-        "figures": result.figures,
-    }
-    return _rendered_reply(result, data)
+    return _rendered_reply(result)
 
 
-def _rendered_reply(result: PreviewResult | TuneResult, data: dict) -> Reply:
-    """A worker tool's reply: its own report, rendered. The sample's values are the input's own: printed escaped,
-    line breaks kept."""
+def _rendered_reply(result: PreviewResult | TuneResult) -> Reply:
+    """A worker tool's reply: its own report, rendered; as JSON, every field but the rendered text and the worker's
+    log. The sample's values are the input's own: printed escaped, line breaks kept."""
+    data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name not in ("text", "log")}
     return Reply(
         data,
         functools.partial(print, printable(result.render(), newlines=True), end=""),

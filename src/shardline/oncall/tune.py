@@ -55,7 +55,7 @@ class TuneResult:
     model_uri: str
     input_uri: str
     source: str  # where the input prefix came from: a run, or --input-prefix
-    sample_keys: list[str]  # the objects the sample was taken from
+    sample: list[str]  # the objects the sample was taken from
     exit_code: int  # the worker's: 0 tuned, 4 setup error (the model, its pin, the sample)
     text: str  # the worker's table and snippet
     figures: dict | None  # tune.json
@@ -69,7 +69,7 @@ class TuneResult:
     def render(self) -> str:
         head = (
             f"tune of step {self.step}: model {self.model_uri}\n"
-            f"sample: the first {len(self.sample_keys)} file(s) under {self.input_uri} ({self.source})\n"
+            f"sample: the first {len(self.sample)} file(s) under {self.input_uri} ({self.source})\n"
         )
         if not self.ok:
             lines = [line for line in self.log.splitlines() if " ERROR " in line or "setup failed" in line]
@@ -148,7 +148,7 @@ def tune_step(
         model_uri=model_uri,
         input_uri=input_uri,
         source=source,
-        sample_keys=[f"s3://{parse_s3_uri(input_uri)[0]}/{k}" for k in keys],
+        sample=[f"s3://{parse_s3_uri(input_uri)[0]}/{k}" for k in keys],
         exit_code=code,
         text=text,
         figures=figures,

@@ -13,6 +13,7 @@ from shardline.errors import CorruptInputError
 from shardline.worker.io.rejects import RejectLog
 from shardline.worker.io.tolerant import (
     ROW_COLUMN,
+    Reread,
     as_numbers,
     tolerant_csv,
     tolerant_csv_schema,
@@ -33,7 +34,7 @@ def _file(tmp_path, name: str, lines: list[str], fmt: str, **more) -> InputFile:
 def _read_csv(file: InputFile, rejects: RejectLog, *, skip: int = 0, batch_rows: int = 100) -> list[pa.RecordBatch]:
     schema = tolerant_csv_schema(file, keep_types=("id",))
     unit = WorkUnit(file, est_bytes=file.size)
-    return list(tolerant_csv(unit, ["id", "f0"], ["f0"], batch_rows, schema, rejects, skip=skip))
+    return list(tolerant_csv(Reread(unit, ["id", "f0"], ["f0"], batch_rows, schema, rejects, skip=skip)))
 
 
 def test_a_csv_row_that_does_not_split_or_convert_is_rejected_by_its_line_and_the_rest_read(tmp_path):
@@ -77,7 +78,7 @@ def test_json_lines_that_are_no_object_or_whose_value_does_not_convert_are_rejec
     error = CorruptInputError("the fast reader's error")
     unit = WorkUnit(file, est_bytes=file.size)
     table = pa.Table.from_batches(
-        list(tolerant_jsonl(unit, ["id", "f0"], ["f0"], 100, schema, rejects, skip=0, error=error))
+        list(tolerant_jsonl(Reread(unit, ["id", "f0"], ["f0"], 100, schema, rejects, skip=0), error))
     )
     assert table.column("id").to_pylist() == [1, 4] and table.column("f0").to_pylist() == [0.5, 2.0]
     assert [r.line for r in rejects.rejects] == [2, 3, 4]

@@ -36,6 +36,7 @@ from shardline.worker.io.text_files import (
     regroup,
 )
 from shardline.worker.io.tolerant import (
+    Reread,
     as_numbers,
     tolerant_csv,
     tolerant_csv_schema,
@@ -191,10 +192,8 @@ def iter_batches(
         error = err
     if schema is None:
         schema = read_schema(unit.file, scratch, tolerant=True)
-    if unit.file.fmt == "jsonl":
-        yield from tolerant_jsonl(unit, columns, features, batch_rows, schema, rejects, skip=yielded, error=error)
-        return
-    yield from tolerant_csv(unit, columns, features, batch_rows, schema, rejects, skip=yielded)
+    reread = Reread(unit, columns, features, batch_rows, schema, rejects, skip=yielded)
+    yield from tolerant_jsonl(reread, error) if unit.file.fmt == "jsonl" else tolerant_csv(reread)
 
 
 def _batches(

@@ -7,6 +7,7 @@ its line number and reason, and the rest is read as the fast reader would have r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Collection, Iterator, Sequence
 
@@ -68,22 +69,36 @@ def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None) -> 
     return pa.schema(fields)
 
 
-def tolerant_csv(
-    unit: WorkUnit,
-    columns: Sequence[str],
-    features: Sequence[str],
-    batch_rows: int,
-    schema: pa.Schema,
-    rejects: RejectLog,
-    *,
-    skip: int,
-) -> Iterator[pa.RecordBatch]:
+@dataclasses.dataclass(frozen=True)
+class Reread:
+    """A CSV or JSON lines file the fast reader stopped in, to be read again tolerantly: its ``columns`` (of which
+    ``features`` go to the model), in batches of ``batch_rows``, typed as ``schema`` (the file's, as read for the
+    job) has them, the bad rows going to ``rejects``, and the ``skip`` rows the fast reader already gave left out."""
+
+    unit: WorkUnit
+    columns: Sequence[str]
+    features: Sequence[str]
+    batch_rows: int
+    schema: pa.Schema
+    rejects: RejectLog
+    skip: int
+
+    @functools.cached_property
+    def wanted(self) -> dict[str, pa.DataType]:
+        """Each column's type: a feature's float64, a passthrough column's as the fast reader gave it."""
+        return {name: pa.float64() if name in self.features else self.schema.field(name).type for name in self.columns}
+
+    @functools.cached_property
+    def passthrough(self) -> list[str]:
+        return [name for name in self.columns if name not in self.features]
+
+
+def tolerant_csv(reread: Reread) -> Iterator[pa.RecordBatch]:
     """A CSV file read again with every column as text, on one thread (so the reader numbers the lines it cannot
     split), skipping the ``skip`` rows the fast reader already gave; each column then becomes the type the fast
     reader gave it (a feature: float64), and a row with a value that does not convert is rejected."""
-    file = unit.file
-    wanted = {name: pa.float64() if name in features else schema.field(name).type for name in columns}
-    ids = [name for name in columns if name not in features]  # the passthrough columns
+    unit, columns, rejects, skip = reread.unit, reread.columns, reread.rejects, reread.skip
+    file, wanted, ids, batch_rows = unit.file, reread.wanted, reread.passthrough, reread.batch_rows
 
     def unsplittable(row) -> str:
         rejects.unparsed(
@@ -245,25 +260,15 @@ def as_numbers(schema: pa.Schema, names: Collection[str]) -> pa.Schema:
     )
 
 
-def tolerant_jsonl(
-    unit: WorkUnit,
-    columns: Sequence[str],
-    features: Sequence[str],
-    batch_rows: int,
-    schema: pa.Schema,
-    rejects: RejectLog,
-    *,
-    skip: int,
-    error: CorruptInputError,
-) -> Iterator[pa.RecordBatch]:
+def tolerant_jsonl(reread: Reread, error: CorruptInputError) -> Iterator[pa.RecordBatch]:
     """A JSON lines file read again line by line, skipping the ``skip`` rows the fast reader already gave: a line
     that is not a JSON object is rejected with its line number (blank lines not counted), and each record's values
     become their column's type as the fast reader would have made them (a feature: float64), a record with a value
     that does not convert being rejected. A file with nested columns fails with ``error``, the fast reader's."""
-    wanted = {name: pa.float64() if name in features else schema.field(name).type for name in columns}
+    unit, columns, rejects, skip = reread.unit, reread.columns, reread.rejects, reread.skip
+    wanted, ids, batch_rows = reread.wanted, reread.passthrough, reread.batch_rows
     if any(pa.types.is_nested(dtype) for dtype in wanted.values()):
         raise error
-    ids = [name for name in columns if name not in features]
     texts: dict[str, list[str | None]] = {name: [] for name in columns}
     parsed = line = 0
     with _lines(unit.file) as lines:

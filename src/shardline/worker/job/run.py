@@ -38,7 +38,7 @@ from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.model.script_runner import check_requirements
 from shardline.worker.pool import devices
 from shardline.worker.pool.process import JobSettings
-from shardline.worker.pool.runner import FileResult, Hooks, Runner, Stopped
+from shardline.worker.pool.runner import FileResult, Hooks, PoolOptions, Runner, Stopped
 from shardline.worker.tools.preview import run_preview
 from shardline.worker.tools.tune import run_tune
 
@@ -70,14 +70,7 @@ def run_job(
         use_gpu=not args.no_gpu,
     )
     settings = job_settings(args, artifact, protocol, log_format)
-    runner = Runner(
-        settings,
-        slots,
-        inflight_per_worker=args.inflight_per_worker,
-        max_crashes=args.max_worker_crashes,
-        progress_interval=args.progress_interval,
-        start_method=args.start_method,
-    )
+    runner = Runner(settings, slots, PoolOptions.from_args(args))
     if files:
         # The workers load the model while this process reads the footers and opens the ledger.
         runner.start()

@@ -15,6 +15,7 @@ process pool, and keeps each file's result:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import multiprocessing as mp
@@ -150,24 +151,37 @@ class Hooks:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class PoolOptions:
+    """How the pool runs, as the worker's command line sets it: tasks in flight per worker, the crashes a unit
+    may cause before it is poison, how often progress is logged, and how workers start."""
+
+    inflight_per_worker: int = 2
+    max_crashes: int = 2
+    progress_interval: float = 5.0
+    start_method: str = "auto"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> PoolOptions:
+        return cls(args.inflight_per_worker, args.max_worker_crashes, args.progress_interval, args.start_method)
+
+
 class Runner:
     def __init__(
         self,
         settings: JobSettings,
         slots: list[WorkerSlot],
+        options: PoolOptions = PoolOptions(),
         *,
-        inflight_per_worker: int = 2,
-        max_crashes: int = 2,
-        progress_interval: float = 5.0,
         hooks: Hooks | None = None,
         log_prefix: str = "",
-        start_method: str = "auto",
     ):
         self.settings = settings
         self.slots = slots
-        self.max_inflight = max(1, len(slots) * inflight_per_worker)
-        self.max_crashes = max_crashes
-        self.progress_interval = progress_interval
+        self.max_inflight = max(1, len(slots) * options.inflight_per_worker)
+        self.max_crashes = options.max_crashes
+        self.progress_interval = options.progress_interval
+        start_method = options.start_method
         self.hooks = hooks or Hooks()
         self.prefix = log_prefix
         # Never a plain fork of this process: its threads (the ledger pump, the pool's own) and any
@@ -198,7 +212,7 @@ class Runner:
         self._first_pool_ready: dict[str, float] = {}
         self._first_pool_timing: dict[str, process.WorkerTiming] = {}  # the latest report of each worker
         self.feature_choices: dict = {}  # FeatureChoice -> files that used it; each new one is logged once
-        self._scheduler = Scheduler(self.max_inflight, max_crashes)  # run() sets up each run's own
+        self._scheduler = Scheduler(self.max_inflight, self.max_crashes)  # run() sets up each run's own
 
     # -- public -----------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from shardline.worker.io.work_units import UNITS_PER_WORKER, InputFile, discover
 from shardline.worker.model.loading import ModelArtifact
 from shardline.worker.pool import devices
 from shardline.worker.pool.process import JobSettings
-from shardline.worker.pool.runner import FileResult, Hooks, Runner
+from shardline.worker.pool.runner import FileResult, Hooks, PoolOptions, Runner
 from shardline.worker.tools.tune_decisions import (
     FIRST_BATCH_ROWS,
     TOLERANCE,
@@ -117,16 +117,7 @@ def run_once(
             base, output_dir=out, batch_rows=setting.batch_rows, gpu_batch_rows=setting.gpu_batch_rows
         )
         clock = _Clock()
-        runner = Runner(
-            settings,
-            slots,
-            inflight_per_worker=args.inflight_per_worker,
-            max_crashes=args.max_worker_crashes,
-            progress_interval=args.progress_interval,
-            hooks=clock,
-            log_prefix="tune: ",
-            start_method=args.start_method,
-        )
+        runner = Runner(settings, slots, PoolOptions.from_args(args), hooks=clock, log_prefix="tune: ")
         started = time.time()
         reports = runner.run(units)
         ended = clock.finished_at or time.time()
