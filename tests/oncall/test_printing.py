@@ -8,6 +8,9 @@ import json
 import pytest
 
 from shardline.ledger.keys import StepRef
+from shardline.oncall.printing import preview_reply, tune_reply
+from shardline.oncall.tune import TuneResult
+from shardline.orchestration.step.preview import PreviewResult
 from tests.support.cli import run, write_spec
 
 # What a crafted S3 key, a worker's error message echoing an input row, or a step message could hold: rich
@@ -212,3 +215,27 @@ def test_runs_never_cuts_a_command_and_names_each_in_its_row(monkeypatch, capsys
     assert all(line == line.rstrip() for line in lines)
     if columns == "80":
         assert all(len(line) <= 80 for line in lines if line.startswith("    ")), lines
+
+
+def test_a_worker_tools_json_is_its_result_less_the_rendered_text_and_the_log():
+    preview = PreviewResult("score", "s3://m/model.tar.gz", "s3://in/a.csv", 0, "TEXT", {"rows": 20}, "LOG")
+    assert preview_reply(preview).data == {
+        "step": "score",
+        "model_uri": "s3://m/model.tar.gz",
+        "sample_uri": "s3://in/a.csv",
+        "exit_code": 0,
+        "report": {"rows": 20},
+    }
+    tune = TuneResult(
+        "score", "s3://m/model.tar.gz", "s3://in/", "run r1", ["s3://in/a.csv"], 0, "TEXT", {"best": 1}, None, "LOG"
+    )
+    assert tune_reply(tune).data == {
+        "step": "score",
+        "model_uri": "s3://m/model.tar.gz",
+        "input_uri": "s3://in/",
+        "source": "run r1",
+        "sample": ["s3://in/a.csv"],
+        "exit_code": 0,
+        "figures": {"best": 1},
+        "plot": None,
+    }

@@ -266,7 +266,7 @@ def release_after_life(model: type[LedgerItem], output_prefix: str, ref: StepRef
             )
             transaction.update(_lock_item(model, output_prefix), actions=_released(c), condition=_held_by(c, ref))
     except TransactWriteError as err:
-        if any(r is not None and r.code == "ConditionalCheckFailed" for r in (err.cancellation_reasons or [])):
+        if condition_failed(err):
             return False
         raise
     return True

@@ -105,7 +105,7 @@ def start_moto(
         return answers(url)
 
     if not wait_for(answered, timeout=timeout):
-        proc.kill()
+        end_processes([proc], grace=0)
         raise EmbeddedAwsError(f"moto_server did not answer on {url} within {timeout:.0f}s; see {log_path}")
     return proc, url
 

@@ -7,13 +7,15 @@ Run ``python -m shardline.worker --help`` for the command line.
 It is in five parts, each a package whose docstring names its modules:
 
 - :mod:`.job`: one instance's job: the command line, the run, its summary and manifest, the ledger's side off the
-  hot path, each output's upload as its file finishes, and the exit codes.
+  hot path, and each output's upload as its file finishes. Its exit codes are the contract's
+  (:mod:`shardline.contract`).
 - :mod:`.pool`: the process pool, driving a pure scheduler (the queue, suspects and poison), and what runs in each
-  pool process: the work units, the devices, the forkserver that preloads the model, the guards.
-- :mod:`.model`: the model: its kinds, the features it gets, one batch through it and its checks, and a user's
-  custom inference script.
-- :mod:`.io`: its files: the formats read and written as record batches, the row-by-row readers a bad line sends a
-  file to, and the rows a file may reject under ``tolerance.rows``.
+  pool process: the devices, and the forkserver that preloads the model.
+- :mod:`.model`: the model: its kinds, the features it gets, one batch through it and its checks, what a library or
+  script says while it predicts (the guards), and a user's custom inference script.
+- :mod:`.io`: its files: which to process and how to cut them into work units, the formats read and written as
+  record batches, the row-by-row readers a bad line sends a file to, and the rows a file may reject under
+  ``tolerance.rows``.
 - :mod:`.tools`: what runs instead of the job: ``--preview`` and ``--tune``.
 """
 

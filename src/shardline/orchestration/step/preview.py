@@ -21,10 +21,7 @@ import tempfile
 from pathlib import Path
 
 from shardline import contract
-from shardline.backends import local_container
-from shardline.backends.local_supervisor import list_prefix
 from shardline.errors import PermanentError, ShardlineError
-from shardline.orchestration.services import image_and_role
 from shardline.planning.inputs import S3Object, list_inputs
 from shardline.planning.request import pin_arguments, worker_arguments
 from shardline.s3uri import parse_s3_uri
@@ -219,6 +216,9 @@ def preview_step(
 def sandbox_image(spec: PipelineSpec, step: StepSpec, model_version: str | None, what: str) -> str | None:
     """The worker image to run the model's code in, where Docker can (local_container); None: a process here.
     An unpinned model is refused as a process, before anything is fetched."""
+    from shardline.backends import local_container
+    from shardline.orchestration.services import image_and_role
+
     image = image_and_role(spec)[0]
     try:
         return image if local_container.sandbox_for(image, bool(step.model.pin_for(model_version)), what) else None
@@ -240,6 +240,7 @@ def worker_environment(root: Path, *, sandboxed: bool) -> dict[str, str]:
 
 
 def in_sandbox(command: list[str], image: str | None, folders: dict[Path, str]) -> list[str]:
+    from shardline.backends import local_container
 
     return local_container.worker_in_image(command, image, folders) if image else command
 
@@ -286,6 +287,8 @@ def _fetch(s3, model_uri: str, sample: tuple[str, str], rows: int, model_dir: Pa
 
 def fetch_model(s3, model_uri: str, model_dir: Path) -> None:
     """Download the model as SageMaker's S3Prefix input would: one object, or every object under a prefix."""
+    from shardline.backends.local_supervisor import list_prefix
+
     found = list_prefix(s3, model_uri)
     if not found:
         raise PreviewError(f"no model at {model_uri}; check model.uri and the model_version")

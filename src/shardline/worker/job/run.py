@@ -19,7 +19,6 @@ from shardline import contract
 from shardline.contract import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
 from shardline.errors import SetupError
 from shardline.ledger.context import LedgerContext
-from shardline.ledger.job_writes import WorkerLedger
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.worker.io import formats
 from shardline.worker.io.work_units import InputFile, WorkUnit, discover_inputs, plan_units
@@ -272,6 +271,8 @@ def _prepare(
     )
     hooks = Hooks()
     if context:
+        from shardline.ledger.job_writes import WorkerLedger  # pynamodb loads only when a ledger is configured
+
         uploader = None
         if context.output_uri.startswith("s3://"):
             # Each output goes up as its file finishes, before the ledger calls it SUCCEEDED.

@@ -28,7 +28,6 @@ from pathlib import Path
 from shardline import contract
 from shardline.contract import rows_allowed
 from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError, TooManyRejectsError
-from shardline.ledger.job_writes import FileOutcome
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.report.histogram import Histogram
 from shardline.worker.io.rejects import Reject, RejectLog
@@ -93,6 +92,8 @@ class FileResult:
     def ledger_outcome(self, output_key: str | None, rejects_key: str | None = None):
         """What the ledger records of this file: every figure both records share, by name, where its output
         went (``output_key``, the S3 key the instance's output dir maps to) and its rejects list."""
+        from shardline.ledger.job_writes import FileOutcome  # pynamodb loads only when a ledger is configured
+
         shared = {f.name for f in dataclasses.fields(FileOutcome)} & {f.name for f in dataclasses.fields(self)}
         return FileOutcome(
             **{name: getattr(self, name) for name in shared}, output_key=output_key, rejects_key=rejects_key
