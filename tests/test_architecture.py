@@ -435,6 +435,31 @@ def test_a_report_is_for_people_and_an_instance_sums_up_in_a_summary():
     assert len(files) > 10 and found == [], found
 
 
+def test_an_outcome_is_always_the_watchs_action():
+    """ARCHITECTURE.md's words: an outcome is what the watch decides about an attempt, an ``Action``. No class or
+    function calls something else an outcome (a run's end is a ``RunEnd``, a file's recorded end a ``FinishedFile``),
+    and a field or parameter named ``outcome`` holds an ``Action``."""
+    about_the_watchs = {"outcome_message", "run_outcome_message"}  # the STEP and RUN items' words for an Action
+    found, checked = [], 0
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ClassDef | ast.FunctionDef) and "outcome" in node.name.lower():
+                checked += 1
+                if node.name not in about_the_watchs:
+                    found.append(f"{where}: {node.name}")
+            named = None
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                named = (node.target.id, node.annotation)
+            elif isinstance(node, ast.arg):
+                named = (node.arg, node.annotation)
+            if named and named[0] == "outcome":
+                checked += 1
+                if named[1] is None or "Action" not in ast.unparse(named[1]):
+                    found.append(f"{where}: outcome: {ast.unparse(named[1]) if named[1] else 'no annotation'}")
+    assert checked >= 3 and found == [], found  # StepSummary.outcome, StepSummary.ended(outcome) and the messages
+
+
 def test_the_airflow_tasks_import_no_on_call_code():
     """A task runs orchestration's functions; on-call's code (the CLI, the page's service) is never a task's."""
     operators = sorted((PACKAGE / "airflow" / "operators").glob("*.py"))

@@ -26,12 +26,12 @@ from tests.support.backend_jobs import job, local_backend, wait_terminal  # noqa
     ],
 )
 def test_job_seen_to_end_past_max_runtime_is_stopped_not_completed(codes, elapsed, status):
-    from shardline.backends.local_supervisor import job_outcome
+    from shardline.backends.local_supervisor import job_end
 
-    outcome = job_outcome(codes, elapsed, 3)
-    assert outcome["status"] == status.value, outcome
+    ended = job_end(codes, elapsed, 3)
+    assert ended["status"] == status.value, ended
     if status is JobStatus.STOPPED:
-        assert outcome["failure_reason"] == "MaxRuntimeInSeconds (3) exceeded"
+        assert ended["failure_reason"] == "MaxRuntimeInSeconds (3) exceeded"
 
 
 def _files(root):
@@ -96,13 +96,9 @@ def test_path_escape_keys_in_a_manifest_and_a_model_prefix_are_refused_and_the_r
     ],
 )
 def test_a_failed_job_names_each_instance_that_exited_non_zero_in_host_order(codes, reason):
-    from shardline.backends.local_supervisor import job_outcome
+    from shardline.backends.local_supervisor import job_end
 
-    assert job_outcome(codes, 1.0, 60) == {
-        "status": JobStatus.FAILED.value,
-        "failure_reason": reason,
-        "exit_codes": codes,
-    }
+    assert job_end(codes, 1.0, 60) == {"status": JobStatus.FAILED.value, "failure_reason": reason, "exit_codes": codes}
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from shardline.grant.job import JobGrant, JobScope
 from shardline.grant.proxy import GrantProxy
-from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
+from shardline.ledger.job_writes import FinishedFile, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus
 from shardline.ledger.step_writes import ensure_run, start_attempt
@@ -103,7 +103,7 @@ def test_the_workers_own_ledger_writes_go_through(job, monkeypatch):
     )
     worker = WorkerLedger(context, "algo-1", endpoint=job["proxy"].url)
     worker.claim_file("part-0.csv")
-    worker.finish_file("part-0.csv", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1, output_key="k"))
+    worker.finish_file("part-0.csv", FinishedFile(FileStatus.SUCCEEDED, rows_in=1, rows_out=1, output_key="k"))
     from shardline.ledger.step_reads import read_step
 
     (record,) = read_step(job["model"], StepRef(PIPELINE, RUN, "score")).files

@@ -890,7 +890,7 @@ class LedgerSession:
 
 @pytest.fixture
 def ledger_session(template, ledger_table, record_ledger_calls) -> LedgerSession:
-    from shardline.ledger.job_writes import FileOutcome, LedgerContext, StaleAttemptError, WorkerLedger
+    from shardline.ledger.job_writes import FinishedFile, LedgerContext, StaleAttemptError, WorkerLedger
     from shardline.ledger.keys import RUN_SK, run_pk
     from shardline.ledger.states import FileStatus, ShardStatus, StepStatus
     from shardline.ledger.step_reads import list_runs, read_run, read_step
@@ -924,7 +924,7 @@ def ledger_session(template, ledger_table, record_ledger_calls) -> LedgerSession
     worker.confirm_claim("part-0.parquet")  # before its upload: the file, the run and the prefix's holder
     worker.finish_file(
         "part-0.parquet",
-        FileOutcome(
+        FinishedFile(
             FileStatus.SUCCEEDED,
             rows_in=1,
             rows_out=1,
@@ -935,7 +935,7 @@ def ledger_session(template, ledger_table, record_ledger_calls) -> LedgerSession
         ),
     )
     worker.claim_file("part-1.parquet")
-    worker.finish_file("part-1.parquet", FileOutcome(FileStatus.FAILED, error_class="E", error_message="x"))
+    worker.finish_file("part-1.parquet", FinishedFile(FileStatus.FAILED, error_class="E", error_message="x"))
     worker.heartbeat(ShardStatus.SUCCEEDED, files_assigned=2, files_done=1, files_failed=1, rows_done=1)
     worker_calls = list(calls)
     calls.clear()
@@ -947,7 +947,7 @@ def ledger_session(template, ledger_table, record_ledger_calls) -> LedgerSession
     with pytest.raises(StaleAttemptError):  # the fenced paths make the same calls
         worker.heartbeat(ShardStatus.RUNNING, files_assigned=2, files_done=1, files_failed=1, rows_done=1)
     with pytest.raises(StaleAttemptError):
-        worker.finish_file("part-2.parquet", FileOutcome(FileStatus.SUCCEEDED))
+        worker.finish_file("part-2.parquet", FinishedFile(FileStatus.SUCCEEDED))
     worker_calls += calls
     calls.clear()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardline.ledger.context import LedgerContext, StaleAttemptError
-from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+from shardline.ledger.job_writes import FinishedFile, WorkerLedger
 from shardline.ledger.keys import failures_pk, file_sk, run_pk, shard_sk, step_sk
 from shardline.ledger.states import FileStatus, ShardStatus
 from shardline.ledger.table import MAX_ERROR_CHARS
@@ -43,7 +43,7 @@ def test_claim_and_finish(ledger_table):
     assert item.started_at is not None and item.finished_at is None
     ledger.finish_file(
         "d/a.parquet",
-        FileOutcome(
+        FinishedFile(
             FileStatus.SUCCEEDED,
             rows_in=10,
             rows_out=10,
@@ -66,7 +66,7 @@ def test_failed_file_lands_in_the_failures_index_and_a_retry_clears_it(ledger_ta
     first.claim_file("bad.parquet")
     first.finish_file(
         "bad.parquet",
-        FileOutcome(FileStatus.FAILED, error_class="CorruptInputError", error_message="x" * (MAX_ERROR_CHARS + 500)),
+        FinishedFile(FileStatus.FAILED, error_class="CorruptInputError", error_message="x" * (MAX_ERROR_CHARS + 500)),
     )
     item = _file(first, "bad.parquet")
     assert (item.status, item.error_class) == ("FAILED", "CorruptInputError")
@@ -88,18 +88,18 @@ def test_a_stale_attempt_cannot_claim_or_finish_after_a_newer_claim(ledger_table
     with pytest.raises(StaleAttemptError, match="attempt 1"):
         old.claim_file("a.parquet")
     with pytest.raises(StaleAttemptError, match="attempt 1"):
-        old.finish_file("a.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
+        old.finish_file("a.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
     item = _file(new, "a.parquet")
     assert (item.status, item.attempt, item.host, item.rows_in) == ("RUNNING", 2, "fresh", None)
     # the owner still can
-    new.finish_file("a.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=7, rows_out=7))
+    new.finish_file("a.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=7, rows_out=7))
     assert (_file(new, "a.parquet").status, _file(new, "a.parquet").rows_in) == ("SUCCEEDED", 7)
 
 
 def test_a_stale_claim_on_a_file_the_newer_attempt_finished(ledger_table):
     old, new = _ledger(ledger_table, 1), _ledger(ledger_table, 2)
     new.claim_file("b.parquet")
-    new.finish_file("b.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+    new.finish_file("b.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
     with pytest.raises(StaleAttemptError):
         old.claim_file("b.parquet")
     assert _file(new, "b.parquet").status == "SUCCEEDED"
@@ -140,10 +140,10 @@ def test_finishing_a_file_another_attempt_holds_is_rejected_and_one_no_attempt_h
     old, new = _ledger(ledger_table, 1), _ledger(ledger_table, 2)
     old.claim_file("c.parquet")
     with pytest.raises(StaleAttemptError, match="attempt 2"):
-        new.finish_file("c.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+        new.finish_file("c.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
     item = _file(old, "c.parquet")
     assert (item.status, item.attempt) == ("RUNNING", 1)
     # No item at all: this attempt's claim was dropped (a retry would have written its fence item first).
-    new.finish_file("claim-dropped.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+    new.finish_file("claim-dropped.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
     item = _file(new, "claim-dropped.parquet")
     assert (item.status, item.attempt, item.input_key) == ("SUCCEEDED", 2, "claim-dropped.parquet")

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from shardline.ledger.context import LedgerConfigError, LedgerContext
-from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+from shardline.ledger.job_writes import FinishedFile, WorkerLedger
 from shardline.ledger.keys import RUN_SK, StepRef, file_sk, run_pk, shard_sk, step_sk
 from shardline.ledger.states import FileStatus, ShardStatus, StepStatus
 from shardline.ledger.step_writes import ensure_run, finish_step, start_attempt
@@ -35,7 +35,7 @@ def test_retention_every_item_the_orchestrator_and_the_worker_write_expires(ledg
     worker.claim_file("a.parquet")
     worker.finish_file(
         "a.parquet",
-        FileOutcome(
+        FinishedFile(
             FileStatus.FAILED, error_class="InputSchemaError", error_message="row 3: ssn=123-45-6789 is not a number"
         ),
     )

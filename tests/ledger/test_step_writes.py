@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardline.ledger.context import StaleAttemptError
-from shardline.ledger.job_writes import FileOutcome, LedgerContext, WorkerLedger
+from shardline.ledger.job_writes import FinishedFile, LedgerContext, WorkerLedger
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus, StepStatus, Succession
 from shardline.ledger.step_reads import read_step, with_unclaimed
@@ -26,10 +26,11 @@ def test_plan_then_worker_updates_then_read(ledger_table):
     )
     worker = WorkerLedger(ctx, "algo-1")
     worker.claim_file("part-000.parquet")  # the claim creates the item
-    worker.finish_file("part-000.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
+    worker.finish_file("part-000.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
     worker.claim_file("part-001.parquet")
     worker.finish_file(
-        "part-001.parquet", FileOutcome(FileStatus.FAILED, error_class="CorruptInputError", error_message="cannot read")
+        "part-001.parquet",
+        FinishedFile(FileStatus.FAILED, error_class="CorruptInputError", error_message="cannot read"),
     )
 
     records = read_step(model, StepRef("p", "run-1", "score"))
@@ -72,7 +73,7 @@ def test_a_retry_fences_its_files_over_parallel_batches_and_a_replan_writes_noth
     )
     worker.claim_file("dt=1/part-0000.parquet")
     worker.claim_file("dt=1/part-0001.parquet")
-    worker.finish_file("dt=1/part-0001.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+    worker.finish_file("dt=1/part-0001.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
     assert continue_attempt(model, StepRef("p", "run-6", "score"), 2, keys) == 258
     after = {f.sk: f for f in model.query("RUN#p#run-6", model.sk.startswith("FILE#score#"))}
     assert len(after) == 260  # no file twice
@@ -92,7 +93,7 @@ def test_a_finish_whose_claim_was_dropped_lands_but_a_zombie_s_is_refused_by_the
         ),
         "algo-1",
     )
-    first.finish_file("a.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=3, rows_out=3))
+    first.finish_file("a.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=3, rows_out=3))
     [item] = read_step(model, StepRef("p", "run-0", "score")).files
     assert (item.input_key, item.status, int(item.attempt), int(item.rows_out)) == (
         "s3://raw/in/a.parquet",
@@ -102,7 +103,7 @@ def test_a_finish_whose_claim_was_dropped_lands_but_a_zombie_s_is_refused_by_the
     )
     start_attempt(model, StepRef("p", "run-0", "score"), 2, [("s3://raw/in/b.parquet", 1)])
     with pytest.raises(StaleAttemptError):
-        first.finish_file("b.parquet", FileOutcome(FileStatus.SUCCEEDED))
+        first.finish_file("b.parquet", FinishedFile(FileStatus.SUCCEEDED))
     assert {
         f.input_key: (f.status, int(f.attempt)) for f in read_step(model, StepRef("p", "run-0", "score")).files
     } == {"s3://raw/in/a.parquet": ("SUCCEEDED", 1), "s3://raw/in/b.parquet": ("PENDING", 2)}
@@ -246,7 +247,7 @@ def _finish(ledger_table: str, run_id: str, name: str, attempt: int) -> None:
         f"algo-{attempt}",
     )
     worker.claim_file(name)
-    worker.finish_file(name, FileOutcome(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
+    worker.finish_file(name, FinishedFile(FileStatus.SUCCEEDED, rows_in=1, rows_out=1))
 
 
 def test_put_items_is_idempotent_and_the_same_whatever_the_threads(ledger_table):

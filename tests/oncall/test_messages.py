@@ -25,7 +25,7 @@ import pytest
 from shardline.decision import policy
 from shardline.decision.policy import Action, JobStatus, Policy, StepSnapshot
 from shardline.decision.resubmit import Next, NextStep, choose_next
-from shardline.decision.run_outcome import rows_mismatch_text
+from shardline.decision.run_end import rows_mismatch_text
 from shardline.ledger.records import FileRecord, RunRecord, StepRecord
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.oncall import messages, printing, views

@@ -41,7 +41,7 @@ def assert_printed_as_written(text: str, *expected: str) -> None:
 def hostile_run(aws_env, ledger_table, tmp_path):
     """A failed run whose ledger holds hostile text: written with the ledger's own functions, as a worker would."""
     from shardline.ledger.context import LedgerContext
-    from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+    from shardline.ledger.job_writes import FinishedFile, WorkerLedger
     from shardline.ledger.states import FileStatus, StepStatus
     from shardline.ledger.step_writes import ensure_run, finish_step, set_run_status, start_attempt
     from shardline.ledger.table import bind_ledger
@@ -70,7 +70,7 @@ def hostile_run(aws_env, ledger_table, tmp_path):
     worker.claim_file(HOSTILE["key_name"])
     worker.finish_file(
         HOSTILE["key_name"],
-        FileOutcome(FileStatus.FAILED, error_class=HOSTILE["error_class"], error_message=HOSTILE["error_message"]),
+        FinishedFile(FileStatus.FAILED, error_class=HOSTILE["error_class"], error_message=HOSTILE["error_message"]),
     )
     finish_step(model, StepRef("p", "run-1", "score"), 1, StepStatus.FAILED, HOSTILE["step_message"])
     set_run_status(model, "p", "run-1", StepStatus.FAILED, HOSTILE["run_message"])

@@ -263,9 +263,9 @@ def test_every_combination_is_right_row_for_row_or_fails_naming_the_setting(mode
     worked, failed, wrong = set(), 0, []
     for kind, features, passthrough, protocol in _matrix():
         model_dir, expected = models[kind]
-        outcome, value = _score(model_dir, tmp_path / "scratch", table, features, passthrough, protocol)
+        result, value = _score(model_dir, tmp_path / "scratch", table, features, passthrough, protocol)
         case = f"{kind} features={features and 'trained'} passthrough={passthrough} {protocol}"
-        if outcome == "ok":
+        if result == "ok":
             assert features is not None, f"{case}: exit 0 with the features not named"
             got = value.column(value.schema.names[len(passthrough)]).to_numpy(zero_copy_only=False)
             if not np.allclose(got, expected(trained), rtol=1e-9, atol=1e-9):
@@ -290,10 +290,10 @@ def test_file_order_is_taken_only_when_asked_and_then_said_as_a_warning(models, 
     table = _file_table().select(["id", *TRAINED])  # columns in training order: what file_order promises
     trained = np.column_stack([table.column(name).to_numpy() for name in TRAINED])
     model_dir, expected = models["sklearn"]
-    outcome, message = _score(model_dir, tmp_path, table, None, ("id",), {})
-    assert outcome == "failed" and "input.features" in message, message
-    outcome, out = _score(model_dir, tmp_path, table, "file_order", ("id",), {})
-    assert outcome == "ok"
+    result, message = _score(model_dir, tmp_path, table, None, ("id",), {})
+    assert result == "failed" and "input.features" in message, message
+    result, out = _score(model_dir, tmp_path, table, "file_order", ("id",), {})
+    assert result == "ok"
     np.testing.assert_allclose(out.column("prediction").to_numpy(), expected(trained))
 
 

@@ -171,9 +171,9 @@ def test_the_worker_image_scores_every_row_as_the_host_does(
     for key in host:
         assert len(image[key]) == ROWS
         assert image[key] == host[key], f"{kind}: {key} differs between the image and the host"
-    # The corrupt file fails alone, with the same outcome in the ledger on both.
-    outcome = {(f.input_key, f.error_class, f.error_message) for f in host_decision.failed_files}
-    assert outcome == {(f.input_key, f.error_class, f.error_message) for f in image_decision.failed_files}
+    # The corrupt file fails alone, with the same record in the ledger on both.
+    failures = {(f.input_key, f.error_class, f.error_message) for f in host_decision.failed_files}
+    assert failures == {(f.input_key, f.error_class, f.error_message) for f in image_decision.failed_files}
     assert [f.input_key for f in image_decision.failed_files] == [f"s3://{bucket}/in/corrupt.parquet"]
     assert host_decision.action == image_decision.action
     # It ran in the image, as its own user, from the request's arguments.

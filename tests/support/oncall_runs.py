@@ -18,7 +18,7 @@ def red_run(ledger_table: str, run_id: str, *, scored: bool) -> OnCall:
     """A run the failure callback marked FAILED: its plan failed (no STEP item), or (``scored``) its watch failed
     after every file of its step succeeded."""
     from shardline.ledger.context import LedgerContext
-    from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+    from shardline.ledger.job_writes import FinishedFile, WorkerLedger
     from shardline.ledger.states import FileStatus
     from shardline.ledger.step_writes import set_run_status
 
@@ -31,7 +31,7 @@ def red_run(ledger_table: str, run_id: str, *, scored: bool) -> OnCall:
         worker = WorkerLedger(LedgerContext(ledger_table, "p", run_id, "score", 1, input_uri="s3://b/in/"), "algo-1")
         for name in ("a.parquet", "b.parquet"):
             worker.claim_file(name)
-            worker.finish_file(name, FileOutcome(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
+            worker.finish_file(name, FinishedFile(FileStatus.SUCCEEDED, rows_in=5, rows_out=5))
         assert finish_step(model, ref, 1, StepStatus.FAILED, LOST_HOLD)
     set_run_status(model, "p", run_id, StepStatus.FAILED, CALLBACK)
     return OnCall({"p": spec})

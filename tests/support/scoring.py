@@ -10,7 +10,7 @@ from pathlib import Path
 import boto3
 
 from shardline.ledger.context import LedgerContext
-from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+from shardline.ledger.job_writes import FinishedFile, WorkerLedger
 from shardline.ledger.states import FileStatus
 from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec
@@ -65,13 +65,13 @@ def score_file(
     **recorded,
 ) -> None:
     """Score input ``name`` (relative to the input prefix) as SUCCEEDED: upload its output, then record it.
-    ``bytes_in``: the input's size as the instance read it. ``recorded``: :class:`FileOutcome` fields that say
+    ``bytes_in``: the input's size as the instance read it. ``recorded``: :class:`FinishedFile` fields that say
     otherwise than the upload did (a ledger item that is not the worker's)."""
     body = output_body(name) if body is None else body
     uploaded = upload_output(attempt, name, body, folder / f"upload-{attempt.run_id}-{attempt.number}")
     ledger = worker_ledger(spec, attempt)
     ledger.claim_file(name)
-    outcome = {
+    figures = {
         "status": FileStatus.SUCCEEDED,
         "rows_in": ROWS,
         "rows_out": ROWS,
@@ -81,11 +81,11 @@ def score_file(
         "sha256": uploaded.sha256,
         **recorded,
     }
-    ledger.finish_file(name, FileOutcome(**outcome))
+    ledger.finish_file(name, FinishedFile(**figures))
 
 
 def fail_file(spec: PipelineSpec, attempt: Attempt, name: str, error_class: str = "ModelError") -> None:
     """Record input ``name`` FAILED, as an instance whose model raised on it does."""
     ledger = worker_ledger(spec, attempt)
     ledger.claim_file(name)
-    ledger.finish_file(name, FileOutcome(FileStatus.FAILED, error_class=error_class, error_message="it broke"))
+    ledger.finish_file(name, FinishedFile(FileStatus.FAILED, error_class=error_class, error_message="it broke"))

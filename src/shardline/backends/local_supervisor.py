@@ -355,9 +355,9 @@ def run(job_dir: Path) -> dict:
                 local_container.remove_job_containers(request["ProcessingJobName"])
     codes = {host: p.wait() for host, p in procs.items()}
     discard_inputs(request, instance_dirs)
-    outcome = job_outcome(codes, time.monotonic() - started, max_runtime)
-    log.info("exit codes %s; %s", codes, outcome["status"])
-    return outcome
+    end = job_end(codes, time.monotonic() - started, max_runtime)
+    log.info("exit codes %s; %s", codes, end["status"])
+    return end
 
 
 def is_lost(code: int | None) -> bool:
@@ -366,7 +366,7 @@ def is_lost(code: int | None) -> bool:
     return code is not None and code not in contract.WORKER_ENDS
 
 
-def job_outcome(codes: dict[str, int], elapsed: float, max_runtime: float) -> dict:
+def job_end(codes: dict[str, int], elapsed: float, max_runtime: float) -> dict:
     """The job's end from its workers' exit codes and the runtime at which they were all seen to have exited.
 
     A job is complete only once its end is seen. One seen past its limit is Stopped, as SageMaker
@@ -406,19 +406,19 @@ def main(argv: list[str]) -> int:
     try:
         state = read_state(job_dir)
         if state.get("capacity_error"):  # the emulated account had no instances to give (local_fleet)
-            outcome = {"status": JobStatus.FAILED.value, "failure_reason": local_fleet.CAPACITY_REASON}
+            ended = {"status": JobStatus.FAILED.value, "failure_reason": local_fleet.CAPACITY_REASON}
         else:
             _start_up(job_dir, float(state.get("startup_seconds") or 0))
-            outcome = run(job_dir)
+            ended = run(job_dir)
     except _Stop as err:
-        outcome = {"status": JobStatus.STOPPED.value, "failure_reason": f"stopped ({err})"}
+        ended = {"status": JobStatus.STOPPED.value, "failure_reason": f"stopped ({err})"}
     except Exception as err:  # recorded as the job's failure reason, like SageMaker's
         log.exception("job failed")
-        outcome = {"status": JobStatus.FAILED.value, "failure_reason": f"ClientError: {type(err).__name__}: {err}"}
+        ended = {"status": JobStatus.FAILED.value, "failure_reason": f"ClientError: {type(err).__name__}: {err}"}
     state = read_state(job_dir)
-    if (job_dir / "STOP").exists() and outcome["status"] != JobStatus.COMPLETED.value:
-        outcome = {**outcome, "status": JobStatus.STOPPED.value}
-    write_json_atomic(job_dir / STATE_FILE, {**state, **outcome, "ended_at": time.time()})
+    if (job_dir / "STOP").exists() and ended["status"] != JobStatus.COMPLETED.value:
+        ended = {**ended, "status": JobStatus.STOPPED.value}
+    write_json_atomic(job_dir / STATE_FILE, {**state, **ended, "ended_at": time.time()})
     local_fleet.give_back(job_dir.parent.parent, job_dir.name)  # its instances are free for the next job
     return 0
 

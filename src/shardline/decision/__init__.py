@@ -19,5 +19,5 @@ Every rule here is a pure function, with the clock passed in, so each is table-t
 - :mod:`.summary`: ``StepSummary``, a step's rows in and out as one typed value (what its watch task returns, the
   report task, the lineage and the Asset event read), and ``status_of``, the one mapping from a watch's outcome to
   the status a step records.
-- :mod:`.run_outcome`: how a run ends, from its steps' summaries.
+- :mod:`.run_end`: how a run ends, from its steps' summaries.
 """

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class FileOutcome:
+class FinishedFile:
     """The figures a worker reports for one finished file."""
 
     status: FileStatus
@@ -149,7 +149,7 @@ class WorkerLedger:
                 ) from err
             raise
 
-    def finish_file(self, relative_path: str, outcome: FileOutcome) -> None:
+    def finish_file(self, relative_path: str, file_end: FinishedFile) -> None:
         """Record a file's terminal status, if this attempt still owns it.
 
         A file with no item yet is this attempt's too: its claim was dropped (the endpoint was
@@ -162,30 +162,30 @@ class WorkerLedger:
         actions = [
             m.attempt.set(ctx.attempt),
             m.input_key.set(input_key),
-            m.status.set(outcome.status.value),
-            m.rows_in.set(outcome.rows_in),
-            m.rows_out.set(outcome.rows_out),
-            m.rows_rejected.set(outcome.rows_rejected),
-            m.model_warnings.set(outcome.model_warnings),
-            m.rejects_key.set(outcome.rejects_key) if outcome.rejects_key else m.rejects_key.remove(),
-            m.bytes_in.set(outcome.bytes_in),
-            m.bytes_out.set(outcome.bytes_out),
-            m.seconds.set(round(outcome.seconds, 3)),
+            m.status.set(file_end.status.value),
+            m.rows_in.set(file_end.rows_in),
+            m.rows_out.set(file_end.rows_out),
+            m.rows_rejected.set(file_end.rows_rejected),
+            m.model_warnings.set(file_end.model_warnings),
+            m.rejects_key.set(file_end.rejects_key) if file_end.rejects_key else m.rejects_key.remove(),
+            m.bytes_in.set(file_end.bytes_in),
+            m.bytes_out.set(file_end.bytes_out),
+            m.seconds.set(round(file_end.seconds, 3)),
             m.host.set(self.host),
             # The claim's, unless it never landed (an uploaded output's record may go before its queued claim, which
             # then leaves the record alone): the file's own seconds say when it started.
-            m.started_at.set(m.started_at | (finished - dt.timedelta(seconds=max(0.0, outcome.seconds)))),
+            m.started_at.set(m.started_at | (finished - dt.timedelta(seconds=max(0.0, file_end.seconds)))),
             m.finished_at.set(finished),
             m.expires_at.set(m.expiry()),
         ]
-        if outcome.output_key:
-            actions.append(m.output_key.set(outcome.output_key))
-        if outcome.sha256 and outcome.output_key:
-            actions.append(m.output_sha256.set(outcome.sha256))
-        if outcome.status is FileStatus.FAILED:
+        if file_end.output_key:
+            actions.append(m.output_key.set(file_end.output_key))
+        if file_end.sha256 and file_end.output_key:
+            actions.append(m.output_sha256.set(file_end.sha256))
+        if file_end.status is FileStatus.FAILED:
             actions += [
-                m.error_class.set(outcome.error_class or "Error"),
-                m.error_message.set((outcome.error_message or "")[:MAX_ERROR_CHARS]),
+                m.error_class.set(file_end.error_class or "Error"),
+                m.error_message.set((file_end.error_message or "")[:MAX_ERROR_CHARS]),
                 m.failed_pk.set(failures_pk(ctx.pipeline)),
                 m.failed_at.set(f"{finished.isoformat()}#{ctx.run_id}#{ctx.step}"),
             ]

@@ -301,7 +301,7 @@ class RunActions(OnCallReads):
             step = item.step
             did = jobs.cancel(spec, StepRef(ref.pipeline, ref.run_id, step), item, reason)
             done += [CANCEL_LINES["stopped"].format(step=step, job=name) for name in did.stopped]
-            done.append(CANCEL_LINES[did.outcome].format(step=step, status=did.status, ref=ref))
+            done.append(CANCEL_LINES[did.result].format(step=step, status=did.status, ref=ref))
         set_run_status(services.ledger_model(spec), ref.pipeline, ref.run_id, RunStatus.CANCELLED, reason)
         release_run(spec, ref.pipeline, ref.run_id)  # the next run of the partition may write its prefixes now
         if self.airflow is not None:

@@ -66,7 +66,7 @@ def test_a_plan_writes_a_plan_file_and_no_file_item_and_every_reader_sees_its_in
 
 def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
     from shardline.ledger.context import LedgerContext
-    from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+    from shardline.ledger.job_writes import FinishedFile, WorkerLedger
     from shardline.ledger.states import FileStatus
 
     spec, bucket = pipeline
@@ -76,7 +76,7 @@ def test_a_claim_creates_the_file_s_item_and_the_rest_stay_pending(pipeline):
     )
     worker.claim_file("part-0.parquet")
     worker.claim_file("part-1.parquet")
-    worker.finish_file("part-1.parquet", FileOutcome(FileStatus.SUCCEEDED, rows_in=400, rows_out=400))
+    worker.finish_file("part-1.parquet", FinishedFile(FileStatus.SUCCEEDED, rows_in=400, rows_out=400))
     assert len(_file_items(spec, "run-2")) == 2
     seen = {
         f.input_key.rsplit("/", 1)[1]: f.status

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.ledger.context import LedgerContext
-from shardline.ledger.job_writes import FileOutcome, WorkerLedger
+from shardline.ledger.job_writes import FinishedFile, WorkerLedger
 from shardline.ledger.keys import StepRef, file_sk, run_pk
 from shardline.ledger.records import FileRecord, settle_parts, sources_with_rejects, stale_parts
 from shardline.ledger.states import FileStatus
@@ -146,7 +146,7 @@ def planned(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
         LedgerContext(spec.ledger_table, spec.pipeline, "run-f", "score", 1, input_uri=f"s3://{bucket}/in/"), "algo-1"
     )
     worker.claim_file("x.csv")
-    done = FileOutcome(FileStatus.SUCCEEDED, rows_in=3, rows_out=2, rows_rejected=1, rejects_key=rejects)
+    done = FinishedFile(FileStatus.SUCCEEDED, rows_in=3, rows_out=2, rows_rejected=1, rejects_key=rejects)
     worker.finish_file("x.csv", done)
     other = f"other-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=other)

@@ -18,7 +18,7 @@ import pytest
 
 from examples import synthetic
 from shardline.contract import EXIT_FILES_FAILED, EXIT_OK, EXIT_TERMINATED
-from shardline.ledger.job_writes import FileOutcome
+from shardline.ledger.job_writes import FinishedFile
 from shardline.ledger.states import FileStatus
 from shardline.worker.pool.runner import FileResult
 from tests.support.helpers import (
@@ -233,7 +233,7 @@ def test_sigterm_stops_the_job_cleanly(tmp_path):
 
 def test_every_figure_the_ledger_records_comes_from_the_file_result():
     # Where the output and the rejects list went is known once they are uploaded, not from the result.
-    recorded = {f.name for f in dataclasses.fields(FileOutcome)} - {"output_key", "rejects_key"}
+    recorded = {f.name for f in dataclasses.fields(FinishedFile)} - {"output_key", "rejects_key"}
     assert recorded <= {f.name for f in dataclasses.fields(FileResult)}, recorded
 
 
@@ -250,7 +250,7 @@ def test_a_file_result_becomes_its_ledger_outcome():
         error_class="CorruptInputError",
         error_message="bad footer",
     )
-    assert result.ledger_outcome(None) == FileOutcome(
+    assert result.finished_file(None) == FinishedFile(
         FileStatus.FAILED,
         rows_in=7,
         bytes_in=900,
@@ -267,7 +267,7 @@ def test_a_file_result_becomes_its_ledger_outcome():
         error_class=None,
         error_message=None,
     )
-    assert done.ledger_outcome("s3://b/out/dt=1/a.parquet") == FileOutcome(
+    assert done.finished_file("s3://b/out/dt=1/a.parquet") == FinishedFile(
         FileStatus.SUCCEEDED,
         rows_in=7,
         rows_out=7,
@@ -277,7 +277,7 @@ def test_a_file_result_becomes_its_ledger_outcome():
         output_key="s3://b/out/dt=1/a.parquet",
     )
     rejected = dataclasses.replace(done, rows_out=5, rows_rejected=2, model_warnings=1)
-    assert rejected.ledger_outcome("s3://b/out/dt=1/a.parquet", "s3://b/r.jsonl") == FileOutcome(
+    assert rejected.finished_file("s3://b/out/dt=1/a.parquet", "s3://b/r.jsonl") == FinishedFile(
         FileStatus.SUCCEEDED,
         rows_in=7,
         rows_out=5,

@@ -1,5 +1,5 @@
 """The report task: reconcile every step's rows in against rows out, record how the run ended (decided by
-:func:`shardline.decision.run_outcome.run_outcome`), and tell downstream DAGs through the Asset event."""
+:func:`shardline.decision.run_end.run_end`), and tell downstream DAGs through the Asset event."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from shardline.airflow.operators.base import SpecMixin, TaskRun, fails_fast
 from shardline.decision.policy import Action  # pure, as the line below
-from shardline.decision.run_outcome import run_outcome  # pure, as the line above
+from shardline.decision.run_end import run_end  # pure, as the line above
 from shardline.decision.summary import StepSummary  # pure
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import RunStatus  # pure: no AWS client library at DAG parse
@@ -52,20 +52,20 @@ class ReportOperator(SpecMixin, BaseOperator):
                     s.report,
                     report_command(self.spec.pipeline, context["run_id"], s.step),
                 )
-        outcome = run_outcome(results)
-        if outcome.status is not RunStatus.FAILED and (gaps := self._gaps(context, summaries)):
+        ended = run_end(results)
+        if ended.status is not RunStatus.FAILED and (gaps := self._gaps(context, summaries)):
             # What the watch tasks returned no longer stands (the ledger or the outputs lost, or changed): never green.
-            outcome = dataclasses.replace(outcome, status=RunStatus.FAILED, message="; ".join(gaps))
-            self.log.error("%s", outcome.message)
-        if outcome.status is RunStatus.FAILED:
-            self._finish_run(context, outcome.status, outcome.message)
-            raise AirflowFailException(outcome.message)
-        if outcome.steps_skipped:
-            self.log.info("%d step(s) skipped (no input)", outcome.steps_skipped)
-        if outcome.status is None:
-            raise AirflowSkipException(outcome.message)
-        self._finish_run(context, outcome.status, outcome.message)
-        status = outcome.status.value
+            ended = dataclasses.replace(ended, status=RunStatus.FAILED, message="; ".join(gaps))
+            self.log.error("%s", ended.message)
+        if ended.status is RunStatus.FAILED:
+            self._finish_run(context, ended.status, ended.message)
+            raise AirflowFailException(ended.message)
+        if ended.steps_skipped:
+            self.log.info("%d step(s) skipped (no input)", ended.steps_skipped)
+        if ended.status is None:
+            raise AirflowSkipException(ended.message)
+        self._finish_run(context, ended.status, ended.message)
+        status = ended.status.value
         self._tell_downstream(context, status, summaries)
         return {"steps": [s.to_xcom() for s in summaries]}
 

@@ -128,27 +128,27 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
         step_event = StepEvent.from_event(event)
         attempt = self._attempt = step_event.attempt
-        outcome = end.conclude(self.spec, step_event)
-        if outcome.moved_on:  # an on-call engineer's newer attempt owns the step (its STEP item says so): follow it
-            self.log.warning("%s; following the step where it is now", outcome.reason)
+        concluded = end.conclude(self.spec, step_event)
+        if concluded.moved_on:  # an on-call engineer's newer attempt owns the step (its STEP item says so): follow it
+            self.log.warning("%s; following the step where it is now", concluded.reason)
             return self._resume(context, attempt)
-        if outcome.message is not None:  # the step's end check (drift.action: fail) failed it: its message says why
-            raise AirflowFailException(outcome.message)
-        failed = list(outcome.failed_files)
-        if outcome.action.is_done:
-            if outcome.action is Action.PARTIAL:
+        if concluded.message is not None:  # the step's end check (drift.action: fail) failed it: its message says why
+            raise AirflowFailException(concluded.message)
+        failed = list(concluded.failed_files)
+        if concluded.action.is_done:
+            if concluded.action is Action.PARTIAL:
                 fix = resubmit_command(attempt.pipeline, attempt.run_id, attempt.step)
-                self.log.warning("%s", partial_text(attempt.step, outcome.reason, failed, fix))
+                self.log.warning("%s", partial_text(attempt.step, concluded.reason, failed, fix))
             else:
-                self.log.info("step %s succeeded: %s", attempt.step, outcome.reason)
-            summary = outcome.summary.ended(outcome.action)
+                self.log.info("step %s succeeded: %s", attempt.step, concluded.reason)
+            summary = concluded.summary.ended(concluded.action)
             self._ended = summary
             return summary.to_xcom()
-        if outcome.retry is None:
-            raise AirflowFailException(step_failed_text(attempt, outcome.action, outcome.reason, failed))
-        delay = outcome.retry.delay_seconds
-        self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, outcome.reason, delay)
-        payload = outcome.retry.to_json(attempt)
+        if concluded.retry is None:
+            raise AirflowFailException(step_failed_text(attempt, concluded.action, concluded.reason, failed))
+        delay = concluded.retry.delay_seconds
+        self.log.warning("step %s: %s; resubmitting in %.0fs", attempt.step, concluded.reason, delay)
+        payload = concluded.retry.to_json(attempt)
         if delay > 0:
             self.keep_partition(attempt, time.time() + delay)
             # The state rides in the trigger's event, not in defer kwargs, which dag.test() drops.

@@ -160,8 +160,8 @@ class QueueMessages(SharedStreamProducer):
         # the event, or no trigger took it) the message is made visible again at once, to be read again.
         done, kept = [], []
         for item in batch:
-            outcome = item.outcome
-            settled = outcome.is_clean or (outcome.rejected > 0 and outcome.failed == 0)
+            stored = item.outcome  # Airflow's word: how storing the event went
+            settled = stored.is_clean or (stored.rejected > 0 and stored.failed == 0)
             (done if settled else kept).append(item.broker_payload)
             self._unsettled.discard(item.broker_payload)
         if kept:

@@ -143,7 +143,7 @@ class StepCancel:
     """What :func:`cancel` did to one step: ``already`` ended (``status``), ``moved_on`` (resubmitted or ended while
     being cancelled: left as it is), or ``cancelled``, with the jobs it stopped."""
 
-    outcome: Literal["already", "moved_on", "cancelled"]
+    result: Literal["already", "moved_on", "cancelled"]
     status: str | None = None
     stopped: tuple[str, ...] = ()
 

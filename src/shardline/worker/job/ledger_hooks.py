@@ -1,4 +1,4 @@
-"""The instance's side of the ledger during a job: file claims and outcomes, heartbeats, fencing, and each
+"""The instance's side of the ledger during a job: file claims and ends, heartbeats, fencing, and each
 output's upload before its file is recorded SUCCEEDED.
 
 Every write goes through the background :class:`LedgerPump`, so the scheduler never waits on
@@ -110,7 +110,7 @@ class LedgerHooks(Hooks):
             )
             return
         output_key = self.ledger.context.output_key(result.output) if result.output else None
-        self._record(result, result.ledger_outcome(output_key))
+        self._record(result, result.finished_file(output_key))
 
     def drain(self) -> None:
         if self.uploader:
@@ -150,7 +150,7 @@ class LedgerHooks(Hooks):
     ) -> None:
         """On an upload thread: record the file's end now that its output is in S3, or that it is not."""
         if uploaded is not None:
-            self._record_now(result, result.ledger_outcome(uploaded.key, rejects_key))
+            self._record_now(result, result.finished_file(uploaded.key, rejects_key))
             return
         if isinstance(error, StaleAttemptError) or self.fenced:
             return  # a newer attempt owns it: nothing is recorded, and its local copy is withdrawn on the way out
@@ -162,16 +162,16 @@ class LedgerHooks(Hooks):
         with self._count_lock:
             self.failed += 1
         log.error("FAILED %s: %s: %s", result.input, result.error_class, result.error_message)
-        self._record(result, result.ledger_outcome(None))
+        self._record(result, result.finished_file(None))
 
-    def _record(self, result: FileResult, outcome) -> None:
+    def _record(self, result: FileResult, finished) -> None:
         def finish() -> None:
-            self.ledger.finish_file(result.input, outcome)
+            self.ledger.finish_file(result.input, finished)
             self.committed.add(result.input)
 
         self.pump.put(finish, f"finish {result.input}")
 
-    def _record_now(self, result: FileResult, outcome) -> None:
+    def _record_now(self, result: FileResult, finished) -> None:
         """Record an uploaded output's file on this (upload) thread, at once; through the pump when the ledger
         does not answer. Behind the pump's queue of claims and heartbeats its record would land seconds after the
         upload, and an instance lost in between costs every output stored but not yet recorded: each is scored
@@ -179,11 +179,11 @@ class LedgerHooks(Hooks):
         if self.fenced:
             return
         if self.pump.failing:  # an outage: each write would spend the client's retries here, one file after another
-            self._record(result, outcome)
+            self._record(result, finished)
             return
         try:
             with self._file_lock(result.input):
-                self.ledger.finish_file(result.input, outcome)
+                self.ledger.finish_file(result.input, finished)
                 self.committed.add(result.input)
             with self._file_locks_guard:  # a claim from now on finds it committed: no lock a file need be kept
                 self._file_locks.pop(result.input, None)
@@ -196,7 +196,7 @@ class LedgerHooks(Hooks):
                 type(err).__name__,
                 err,
             )
-            self._record(result, outcome)
+            self._record(result, finished)
 
     def _file_lock(self, relative_path: str) -> threading.Lock:
         with self._file_locks_guard:

@@ -99,16 +99,16 @@ class OutputUploader:
     def _run(self, relative: str, sha256: str, then, first) -> None:
         try:
             if self.stopped.is_set():
-                outcome = (None, OutputUploadError("not uploaded: a newer attempt owns this step"))
+                answer = (None, OutputUploadError("not uploaded: a newer attempt owns this step"))
             else:
                 try:
                     if first is not None:
                         first()
-                    outcome = (self.upload(relative, sha256), None)
+                    answer = (self.upload(relative, sha256), None)
                 except Exception as err:  # noqa: BLE001 - the callback records it: the file fails, nothing is lost
-                    outcome = (None, err)
+                    answer = (None, err)
             try:
-                then(*outcome)
+                then(*answer)
             except Exception:  # a Future nobody reads would swallow it: the file would never be recorded
                 log.exception("recording the upload of %s failed; the file stays unfinished in the ledger", relative)
         finally:

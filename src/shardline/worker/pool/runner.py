@@ -89,13 +89,13 @@ class FileResult:
         merged = Histogram.from_dict(self.histogram).merge(Histogram.from_dict(part))
         self.histogram = {"column": self.histogram["column"], **merged.to_dict()}
 
-    def ledger_outcome(self, output_key: str | None, rejects_key: str | None = None):
+    def finished_file(self, output_key: str | None, rejects_key: str | None = None):
         """What the ledger records of this file: every figure both records share, by name, where its output
         went (``output_key``, the S3 key the instance's output dir maps to) and its rejects list."""
-        from shardline.ledger.job_writes import FileOutcome  # pynamodb loads only when a ledger is configured
+        from shardline.ledger.job_writes import FinishedFile  # pynamodb loads only when a ledger is configured
 
-        shared = {f.name for f in dataclasses.fields(FileOutcome)} & {f.name for f in dataclasses.fields(self)}
-        return FileOutcome(
+        shared = {f.name for f in dataclasses.fields(FinishedFile)} & {f.name for f in dataclasses.fields(self)}
+        return FinishedFile(
             **{name: getattr(self, name) for name in shared}, output_key=output_key, rejects_key=rejects_key
         )
 

@@ -14,7 +14,7 @@ from shardline.ledger.states import RunStatus
 
 
 @dataclasses.dataclass(frozen=True)
-class RunOutcome:
+class RunEnd:
     """The run's status, or None when every step was skipped (there is nothing to report), and why."""
 
     status: RunStatus | None
@@ -23,18 +23,18 @@ class RunOutcome:
     steps_skipped: int
 
 
-def run_outcome(summaries: Sequence[StepSummary | None]) -> RunOutcome:
+def run_end(summaries: Sequence[StepSummary | None]) -> RunEnd:
     """A run whose steps wrote other numbers of rows than they read FAILED; one with a PARTIAL step is PARTIAL;
     else SUCCEEDED. A step skipped for empty input returned nothing (None) and counts for neither."""
     reported = [s for s in summaries if s]
     skipped = len(summaries) - len(reported)
     mismatched = [list(s.rows_mismatched_files) for s in reported if s.rows_mismatched_files]
     if mismatched:
-        return RunOutcome(RunStatus.FAILED, rows_mismatch_text(mismatched), len(reported), skipped)
+        return RunEnd(RunStatus.FAILED, rows_mismatch_text(mismatched), len(reported), skipped)
     if not reported:
-        return RunOutcome(None, "every step was skipped: none had input", 0, skipped)
+        return RunEnd(None, "every step was skipped: none had input", 0, skipped)
     partial = any(s.outcome is Action.PARTIAL for s in reported)
-    return RunOutcome(RunStatus.PARTIAL if partial else RunStatus.SUCCEEDED, "", len(reported), skipped)
+    return RunEnd(RunStatus.PARTIAL if partial else RunStatus.SUCCEEDED, "", len(reported), skipped)
 
 
 def rows_mismatch_text(mismatched: list[list[str]]) -> str:
