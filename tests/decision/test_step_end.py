@@ -26,12 +26,12 @@ OK, PARTIAL, FAILED = StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.FAILE
             EndChecks(over_limit="12 rows rejected, over tolerance.rows"),
             (FAILED, "12 rows rejected, over tolerance.rows"),
         ),
-        (OK, EndChecks(drift="PSI 0.4 (drift.action: fail)"), (FAILED, "PSI 0.4 (drift.action: fail)")),
+        (OK, EndChecks(checks="checks: blocked by drift.max_psi"), (FAILED, "checks: blocked by drift.max_psi")),
         # The first check that found something is the reason, in the module's order.
-        (OK, EndChecks(lost="held", unvouched="unvouched", drift="drift"), (FAILED, "held")),
-        (OK, EndChecks(over_limit="over", drift="drift"), (FAILED, "over")),
+        (OK, EndChecks(lost="held", unvouched="unvouched", checks="checks"), (FAILED, "held")),
+        (OK, EndChecks(over_limit="over", checks="checks"), (FAILED, "over")),
         # A step that failed already keeps its own reason: nothing of it is committed.
-        (FAILED, EndChecks(drift="drift"), (FAILED, "all 4 files succeeded")),
+        (FAILED, EndChecks(checks="checks"), (FAILED, "all 4 files succeeded")),
     ],
 )
 def test_a_done_step_ends_as_the_watch_said_unless_a_check_of_its_outputs_fails_it(status, checks, ends):

@@ -3,7 +3,7 @@
 The watch decides ADVANCE or PARTIAL from the ledger; before the step is recorded as ended its outputs are checked
 (``orchestration.step.end.finish``). Any of these fails it, in this order, with its own reason: the output prefix
 is another run's now, an output the ledger does not vouch for, more rejected rows than ``tolerance.rows`` allows,
-the drift check with ``drift.action: fail``.
+a blocking output check (``checks``, or ``drift.action: fail``).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ class EndChecks:
     lost: str | None = None  # another run holds the output prefix now: this run vouches for nothing there
     unvouched: str | None = None  # outputs whose object is not the one the ledger recorded
     over_limit: str | None = None  # rows rejected past tolerance.rows
-    drift: str | None = None  # drift.action: fail, and the predictions drifted (or could not be compared)
+    checks: str | None = None  # a blocking output check failed (checks:, or drift.action: fail), or could not run
 
     @property
     def first(self) -> str | None:
         """The reason that fails the step: the first check, in the module's order, that found one."""
-        return self.lost or self.unvouched or self.over_limit or self.drift
+        return self.lost or self.unvouched or self.over_limit or self.checks
 
 
 def end_status(status: StepStatus, reason: str, checks: EndChecks) -> tuple[StepStatus, str]:

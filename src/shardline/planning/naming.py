@@ -144,6 +144,25 @@ def rerun_command(pipeline: str, run_id: str) -> str:
     return shlex.join(["shardline", "rerun", run_ref(pipeline, run_id)])
 
 
+def checks_command(pipeline: str, run_id: str) -> str:
+    """The command that prints every output check of a run with its value against the last partitions'."""
+    return shlex.join(["shardline", "checks", run_ref(pipeline, run_id)])
+
+
+def approve_command(pipeline: str, run_id: str, step: str) -> str:
+    """The command that accepts a step's outputs its blocking checks held back (a reason is required)."""
+    return shlex.join(["shardline", "approve", run_ref(pipeline, run_id), "--step", step, "--reason", "..."])
+
+
+def checks_ways_forward(pipeline: str, run_id: str, step: str) -> str:
+    """What an on-call engineer does with a step its blocking checks held back: look, accept, or score again."""
+    return (
+        f"See every check against the last partitions: {checks_command(pipeline, run_id)}; accept the outputs as "
+        f"they are: {approve_command(pipeline, run_id, step)}; or fix the cause (the model, the inputs, the "
+        f"checks) and score the partition again: {rerun_command(pipeline, run_id)}"
+    )
+
+
 def report_command(pipeline: str, run_id: str, step: str) -> str:
     """The command that fetches a step's run report and opens it."""
     return shlex.join(["shardline", "report", run_ref(pipeline, run_id), "--step", step, "--open"])

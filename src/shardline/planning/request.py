@@ -32,6 +32,8 @@ def worker_arguments(step: StepSpec, *, rejects_part: bool = False) -> list[str]
         args += ["--features", contract.FEATURES_FILE_ORDER]
     elif step.input.features:
         args += ["--features", ",".join(step.input.features)]
+    if step.checks.features:
+        args += ["--profile-inputs", ",".join(step.checks.features)]
     if step.resources.workers_per_instance:
         args += ["--workers", str(step.resources.workers_per_instance)]
     if rejects_part:

@@ -1,6 +1,10 @@
 """The run report: what a step did, cost and predicted, from the ledger's records. Pure: records in, data and HTML out.
 
 - :mod:`.histogram`: the mergeable prediction histogram a worker keeps while it writes (DDSketch-style).
+- :mod:`.profile`: the mergeable profile of each output column (and each input feature the checks name) a worker
+  keeps per file while it writes: rows, nulls, a histogram or the labels.
+- :mod:`.checks`: the step's output checks (its spec's ``checks``) evaluated against the merged profile and the
+  last successful partitions'.
 - :mod:`.drift`: the population stability index (PSI) of a run's predictions against a reference run's.
 - :mod:`.cost`: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
 - :mod:`.inputs`: the plain records a report is built from: the ledger's ``FileRecord`` per file, counted, and an

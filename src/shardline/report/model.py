@@ -155,6 +155,25 @@ class Reconciliation(_Model):
     rows: list[FileRow]
 
 
+class CheckResult(_Model):
+    """One output check of the step (its spec's ``checks``), evaluated at the step's end (report/checks.py)."""
+
+    check: str  # the setting's path: checks.columns.prediction.min_distinct
+    level: Literal["blocking", "warn"]
+    verdict: Literal["pass", "fail", "n/a"]
+    value: float | None  # what was measured (None: not computable, or not a number)
+    shown: str  # the value as people read it: "1", "12.5%", "class 1 at 99.8%"
+    bound: str  # what it was held to: "at least 2", "1,000 to 3,000 (the median 2,000 of 7 earlier partitions)"
+    files: list[str] = []  # a failed check: the files that drive it most
+    history: list[float] = []  # the earlier partitions' values a band was made from, newest first
+
+    def line(self) -> str:
+        """``<check>: <value> against <bound>``, as the step's message and the summary print it."""
+        return f"{self.check}: {self.shown} against {self.bound}" + (
+            f" (most in {', '.join(self.files)})" if self.files else ""
+        )
+
+
 class RunReport(_Model):
     format: str = REPORT_FORMAT
     pipeline: str
@@ -175,6 +194,8 @@ class RunReport(_Model):
     drift: DriftReport
     reconciliation: Reconciliation
     notes: list[str]
+    checks: list[CheckResult] = []  # the step's output checks (none: a report from before checks, or none set)
+    profile: dict[str, Any] | None = None  # the step's merged output profile (report/profile.py): what they read
 
     def to_json(self, *, indent: int | None = None) -> str:
         """The report as JSON (what is written beside the outputs as report.json)."""

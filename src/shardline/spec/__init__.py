@@ -9,6 +9,7 @@ This module holds the spec itself: :class:`PipelineSpec` and a step's settings (
 
 - :mod:`.base`: the error, the strict base model and the name patterns.
 - :mod:`.step_io`: a step's model, input and output.
+- :mod:`.checks`: a step's output checks (``checks:``), held before its ``_SUCCESS``.
 - :mod:`.deadline`: the pipeline's deadline and its durations.
 - :mod:`.arrival`: ``trigger:``, a pipeline started on arrival of each partition's ready marker.
 
@@ -43,6 +44,7 @@ from shardline.spec.base import (  # noqa: F401
     SpecError,
     _Strict,
 )
+from shardline.spec.checks import ChecksSpec, ColumnCheck, FeatureCheck, RowsOutCheck  # noqa: F401
 from shardline.spec.deadline import DeadlineSpec
 from shardline.spec.step_io import InputSpec, ModelRef, OutputSpec
 
@@ -166,6 +168,8 @@ class StepSpec(_Strict):
     """rows per model call (unset: the worker's default, or what `shardline tune` picked)"""
     drift: DriftPolicy = DriftPolicy()
     """how far predictions may move from the previous successful run's"""
+    checks: ChecksSpec = ChecksSpec()
+    """what the step's outputs must pass before its _SUCCESS is written (docs/checks.md)"""
 
 
 class VpcConfig(_Strict):

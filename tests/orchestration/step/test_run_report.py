@@ -124,8 +124,10 @@ def test_drift_beyond_max_psi_fails_the_step_with_the_psi_when_the_spec_says_fai
     message = step_end.step_message(strict, attempt)
     report = _report(bucket, "run-shifted")
     assert report.drift.verdict == "drift" and report.drift.psi > 0.2
-    assert f"PSI {report.drift.psi:.3f} > drift.max_psi 0.2" in message and "run-ref" in message
-    assert "drift.action: fail" in message
+    assert message.startswith(f"checks: blocked by drift.max_psi: {report.drift.psi:.3f} against below 0.2 ")
+    assert "run-ref" in message and "shardline approve report_test/run-shifted --step score" in message
+    [drift] = [c for c in report.checks if c.check == "drift.max_psi"]
+    assert (drift.level, drift.verdict) == ("blocking", "fail")
     keys = {o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="out/run-shifted/")["Contents"]}
     assert "out/run-shifted/_SUCCESS" not in keys  # a drifted step is not complete for its readers
 

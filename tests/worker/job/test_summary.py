@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from shardline.report.histogram import Histogram
+from shardline.report.profile import Profile
 from shardline.worker.job.summary import _merged_histogram, describe_slots, human_bytes, manifest_path, write_manifest
 from shardline.worker.pool.devices import WorkerSlot
 
@@ -24,13 +25,17 @@ def test_a_manifest_is_written_whole_and_replaces_the_one_before(tmp_path):
     assert [p.name for p in again.parent.iterdir()] == ["manifest-algo-1.json"]  # no temp file left beside it
 
 
-def test_the_instances_histogram_merges_its_files_of_the_first_column_only():
-    def of(column: str, values) -> dict:
-        return {"column": column, **Histogram().add(np.asarray(values, dtype=float)).to_dict()}
+def test_the_instances_histogram_is_its_files_first_output_column_merged():
+    def of(**columns) -> dict:
+        profile = Profile()
+        for name, values in columns.items():
+            array = np.asarray(values, dtype=float)
+            profile.column("outputs", name, "numbers").add_numbers(array, 0)
+        return profile.to_dict()
 
-    merged = _merged_histogram([of("score", [0.1, 0.2]), None, of("score", [0.9]), of("other", [5.0, 6.0, 7.0])])
+    merged = _merged_histogram([of(score=[0.1, 0.2], other=[5.0]), None, of(score=[0.9], other=[6.0, 7.0])])
     assert merged["column"] == "score" and Histogram.from_dict(merged).count == 3
-    assert _merged_histogram([None, None]) is None  # no file succeeded with a histogram: none, never an empty one
+    assert _merged_histogram([None, None]) is None  # no file succeeded with a profile: none, never an empty one
 
 
 def test_the_log_line_says_sizes_and_workers_plainly():

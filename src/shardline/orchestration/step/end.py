@@ -95,7 +95,7 @@ def conclude(spec: PipelineSpec, event: StepEvent) -> StepEnd:
         if status is StepStatus.CANCELLED:
             return StepEnd(Action.FAIL, step_message(spec, attempt), failed_files=event.failed_files)
         if event.action.is_done and status is StepStatus.FAILED:
-            # The outputs are there, but the step's end check (drift.action: fail) failed the step.
+            # The outputs are there, but a blocking output check held its _SUCCESS back and failed the step.
             return StepEnd(Action.FAIL, event.reason, message=step_message(spec, attempt))
     if event.action.is_done:
         return StepEnd(event.action, event.reason, summarize(spec, attempt.ref), failed_files=event.failed_files)
@@ -137,8 +137,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     if written is None:
         written = run_report.write_report(spec, attempt)
         took.lap("run report")
-    drift = run_report.drift_failure(spec, attempt, outputs_stand, written)
-    checks = dataclasses.replace(checks, drift=drift)
+    checks = dataclasses.replace(checks, checks=run_report.checks_failure(spec, attempt, outputs_stand, written))
     status, reason = end_status(status, reason, checks)
     if status is StepStatus.SUCCEEDED:
         # The last look at the input prefix, after the run report and just before the step is recorded as
@@ -151,8 +150,9 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
             raise outputs.LateInputsFound(look.late)
         outputs.commit_outputs(spec, attempt, status, seen, look)
         took.lap("manifest and _SUCCESS")
-    # A step that lost its prefix has nothing to resubmit: the run that holds it writes it now.
-    reason = reason if checks.lost else outcome_message(attempt, status, reason)
+    # A lost prefix: the run that holds it writes it now. Held-back checks: their message says the ways forward.
+    held_back = checks.checks is not None and checks.first == checks.checks
+    reason = reason if checks.lost or held_back else outcome_message(attempt, status, reason)
     try:
         recorded = finish_step(model, attempt.ref, attempt.number, status, reason)
     except BaseException:

@@ -26,13 +26,15 @@ from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import put_metadata
 from shardline.planning.naming import job_name
 from shardline.report.build import build_report
+from shardline.report.checks import Partition, blocked_message, evaluate
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
 from shardline.report.inputs import PreviousRun, records_from_ledger, reject_where
-from shardline.report.model import RejectRow, RunReport
+from shardline.report.model import CheckResult, RejectRow, RunReport
+from shardline.report.profile import Profile
 from shardline.report.render import render_html
 from shardline.s3uri import parse_s3_uri
-from shardline.spec import PipelineSpec
+from shardline.spec import PipelineSpec, StepSpec
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +47,6 @@ class WrittenReport:
     report: RunReport
     html_uri: str
     json_uri: str
-
-    @property
-    def drifted(self) -> bool:
-        return self.report.drift.verdict == "drift"
-
-    def drift_message(self) -> str:
-        drift = self.report.drift
-        return (
-            f"predictions drifted from run {drift.reference_run_id}: PSI {drift.psi:.3f} > drift.max_psi "
-            f"{drift.max_psi:g} (report: {self.html_uri})"
-        )
 
 
 def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
@@ -142,7 +133,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         planned_sizes=records.planned_sizes,
         instance_types=attempt_instance_types(spec, attempt, {int(s.attempt or 1) for s in records.shards}),
     )
-    histogram, missing = current_histogram(spec, attempt, records.files)
+    profile = current_profile(spec, attempt, records.files)
     previous = previous_reports(spec, attempt)
     prices, price_note = prices_for(spec, attempt.step)
     reference = next(((run_id, r) for run_id, r in previous if r.drift.current_histogram), None)
@@ -150,7 +141,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         found.identity,
         found.files,
         found.instances,
-        histogram,
+        profile.histogram,
         reference=Histogram.from_dict(reference[1].drift.current_histogram) if reference else None,
         reference_run_id=reference[0] if reference else None,
         previous_runs=[PreviousRun(run_id, r.cost.cost_per_million, r.ended_at) for run_id, r in reversed(previous)],
@@ -160,11 +151,17 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
     )
     if price_note:
         report.notes.append(price_note)
-    if missing:
-        report.notes.append(
-            f"{missing} instance manifest(s) were not found, so their files' predictions are not in "
-            "the distribution (an instance that stopped before uploading)"
-        )
+    if profile.missing:
+        report.notes.append(f"the predictions' distribution is not whole: {profile.missing}")
+    history = [Partition(run_id, r.reconciliation.rows_out, _profile_of(run_id, r)) for run_id, r in previous]
+    current = Partition(attempt.run_id, report.reconciliation.rows_out, profile.merged)
+    results = [
+        *evaluate(step_spec.checks, current, history, profile.files, profile.missing),
+        _drift_check(step_spec, report, profile.missing),
+    ]
+    report = report.model_copy(
+        update={"checks": results, "profile": profile.merged.to_dict() if profile.merged else None}
+    )
     if step_spec.input.from_step:
         try:
             tolerated = upstream_outputs(spec, attempt.step, attempt.run_id, attempt.input_prefix).tolerated_text(
@@ -175,6 +172,38 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         if tolerated:
             report.notes.append(tolerated)
     return report
+
+
+def _profile_of(run_id: str, report: RunReport) -> Profile | None:
+    """An earlier run's merged profile, as its report recorded it (None: a report from before profiles)."""
+    if report.profile is None:
+        return None
+    try:
+        return Profile.from_dict(report.profile)
+    except HistogramFormatError as err:
+        log.warning("the profile in run %s's report is unreadable and left out of the checks' bands: %s", run_id, err)
+        return None
+
+
+def _drift_check(step_spec: StepSpec, report: RunReport, missing: str | None) -> CheckResult:
+    """The drift policy's PSI as a check: blocking with ``drift.action: fail``, else a warning. Not computable for
+    want of this run's profile fails it; for want of an earlier run it is n/a."""
+    drift = report.drift
+    bound = f"below {drift.max_psi:g}" + (f" (against run {drift.reference_run_id})" if drift.reference_run_id else "")
+    if drift.psi is not None:
+        verdict, shown = ("fail" if drift.verdict == "drift" else "pass"), f"{drift.psi:.3f}"
+    elif missing:
+        verdict, shown, bound = "fail", "not computed", missing
+    else:
+        verdict, shown = "n/a", drift.note or "nothing to compare"
+    return CheckResult(
+        check="drift.max_psi",
+        level="blocking" if step_spec.drift.action == "fail" else "warn",
+        verdict=verdict,
+        value=drift.psi,
+        shown=shown,
+        bound=bound,
+    )
 
 
 def attempt_instance_types(spec: PipelineSpec, attempt: Attempt, numbers: set[int]) -> dict[int, str]:
@@ -194,15 +223,33 @@ def attempt_instance_types(spec: PipelineSpec, attempt: Attempt, numbers: set[in
     return found
 
 
-def current_histogram(spec: PipelineSpec, attempt: Attempt, files) -> tuple[Histogram | None, int]:
-    """The step's predictions: each succeeded file's histogram from the manifest of the instance and attempt
-    that wrote it (the worker keeps one per file as it writes). Returns it and how many manifests were missing."""
+@dataclasses.dataclass(frozen=True)
+class StepProfile:
+    """The step's outputs as its workers profiled them while they scored: every succeeded file's profile, read from
+    the manifest of the instance and attempt that wrote it, and merged. ``missing``: why some are not in it (a
+    manifest not found or unreadable), or None when every succeeded file's is."""
+
+    merged: Profile | None
+    files: dict[str, Profile]  # input (relative to the input prefix) -> its own profile
+    missing: str | None = None
+
+    @property
+    def histogram(self) -> Histogram | None:
+        """The first prediction column's: the one the drift check compares between runs."""
+        if self.merged is None:
+            return None
+        return next(iter(self.merged.outputs.values())).histogram if self.merged.outputs else None
+
+
+def current_profile(spec: PipelineSpec, attempt: Attempt, files) -> StepProfile:
+    """:class:`StepProfile` of the step's succeeded ``files`` (one manifest read per instance and attempt)."""
     s3 = services.s3_client(spec)
     wanted: dict[tuple[int, str], set[str]] = {}
     for item in files:
         if item.status == FileStatus.SUCCEEDED and item.host:
             wanted.setdefault((int(item.attempt or 1), item.host), set()).add(item.input_key)
-    merged, missing = None, 0
+    found: dict[str, Profile] = {}
+    problems: list[str] = []
     prefix_len = len(attempt.input_prefix.rstrip("/")) + 1
     for (number, host), keys in sorted(wanted.items()):
         bucket, key = parse_s3_uri(
@@ -213,18 +260,28 @@ def current_histogram(spec: PipelineSpec, attempt: Attempt, files) -> tuple[Hist
         try:
             manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         except s3.exceptions.NoSuchKey:
-            missing += 1
+            problems.append(f"the manifest s3://{bucket}/{key} of {len(keys)} file(s) was not found")
             continue
         relative = {k[prefix_len:] if k.startswith("s3://") else k for k in keys}
         for file_report in manifest.get("file_reports", []):
-            if file_report.get("input") in relative and file_report.get("histogram"):
-                try:
-                    part = Histogram.from_dict(file_report["histogram"])
-                except HistogramFormatError as err:
-                    log.warning("%s: %s; left out of the distribution", key, err)
-                    continue
-                merged = part if merged is None else merged.merge(part)
-    return merged, missing
+            name = file_report.get("input")
+            if name not in relative:
+                continue
+            relative.discard(name)
+            try:
+                found[name] = Profile.from_dict(file_report.get("profile"))
+            except HistogramFormatError as err:
+                problems.append(f"{name}'s profile in s3://{bucket}/{key} is unreadable: {err}")
+        if relative:
+            problems.append(f"s3://{bucket}/{key} has no profile of {len(relative)} file(s): {sorted(relative)[:3]}")
+    try:
+        merged = Profile.merged(found.values()) if found else None
+    except HistogramFormatError as err:
+        merged, problems = None, [*problems, f"the files' profiles cannot be merged: {err}"]
+    missing = "; ".join(problems) if problems else None
+    if merged is None and wanted and missing is None:
+        missing = "no file's profile was recorded"
+    return StepProfile(merged, found, missing)
 
 
 def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, RunReport]]:
@@ -278,27 +335,31 @@ def write_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | No
         return err
 
 
-def drift_failure(
+def checks_failure(
     spec: PipelineSpec, attempt: Attempt, outputs: bool, written: WrittenReport | Exception
 ) -> str | None:
-    """For a step that produced ``outputs``, the reason its drift check fails it (``drift.action: fail``), or None,
-    from its run report as :func:`write_report` wrote it (or failed to).
+    """For a step that produced ``outputs``, the reason its output checks hold back its ``_SUCCESS`` (a blocking check
+    failed), or None, from its run report as :func:`write_report` wrote it (or failed to). A warn check that fails
+    is a warning in the log (and a line in the report).
 
-    A drift beyond ``drift.max_psi`` is a warning, or with ``drift.action: fail`` the step's failure (so no
-    ``_SUCCESS``). A report that cannot be written never fails a step, unless the step asked for the drift
-    check to decide.
+    A report that cannot be written fails no step by itself, unless a blocking check needed it: then the checks
+    could not run, and the step fails saying so (fail closed).
     """
-    policy = spec.step(attempt.step).drift
+    step_spec = spec.step(attempt.step)
+    blocking = step_spec.checks.blocking or step_spec.drift.action == "fail"
     if isinstance(written, Exception):
-        if policy.action == "fail" and outputs:
-            return (
-                f"the drift check (drift.action: fail) could not run: the run report failed: "
-                f"{watch.describe_error(written)}"
-            )
+        if blocking and outputs:
+            return f"checks: could not run: the run report failed: {watch.describe_error(written)}"
         return None
     log.info("step %s: run report %s", attempt.step, written.html_uri)
-    if outputs and written.drifted:
-        if policy.action == "fail":
-            return written.drift_message() + " (drift.action: fail)"
-        log.warning("step %s: %s (drift.action: warn)", attempt.step, written.drift_message())
-    return None
+    if not outputs:
+        return None
+    for result in written.report.checks:
+        if result.verdict == "fail" and result.level == "warn":
+            log.warning("step %s: check failed (warn): %s", attempt.step, result.line())
+    message = blocked_message(written.report.checks)
+    if message is None:
+        return None
+    return f"{message}; report: {written.html_uri}. " + naming.checks_ways_forward(
+        attempt.pipeline, attempt.run_id, attempt.step
+    )

@@ -151,6 +151,13 @@ def _add_data(p: argparse.ArgumentParser) -> None:
         help="comma-separated columns copied to the output beside the prediction, e.g. id",
     )
     data.add_argument(
+        "--profile-inputs",
+        type=_columns,
+        default=(),
+        help="comma-separated input features whose values each file's profile counts, for the step's checks "
+        "(spec: checks.features)",
+    )
+    data.add_argument(
         "--output-format",
         choices=["same", "parquet", "csv", "jsonl"],
         default="same",

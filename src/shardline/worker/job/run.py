@@ -236,6 +236,7 @@ def job_settings(
         protocol=protocol,
         allow_nan_predictions=args.allow_nan_predictions,
         tolerate_rows=args.tolerate_rows,
+        profile_inputs=args.profile_inputs,
         log_format=log_format,
     )
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from shardline.ledger.states import FileStatus
-from shardline.report.histogram import Histogram
+from shardline.report.profile import Profile
 from shardline.worker.io import formats
 from shardline.worker.model.loading import ModelArtifact
 from shardline.worker.pool import devices
@@ -92,20 +92,21 @@ def build_summary(
         "rows_out": rows_out,
         "rows_rejected": sum(r.rows_rejected for r in results if r.status is FileStatus.SUCCEEDED),
         "rows_per_second": round(rows_in / seconds, 1) if seconds > 0 else 0.0,
-        "prediction_histogram": _merged_histogram(r.histogram for r in results if r.status is FileStatus.SUCCEEDED),
+        "prediction_histogram": _merged_histogram(r.profile for r in results if r.status is FileStatus.SUCCEEDED),
         # Each file's rejects are listed in its rejects file, not here: a manifest stays small.
         "file_reports": [{**dataclasses.asdict(r), "status": r.status.value, "rejects": None} for r in results],
     }
 
 
-def _merged_histogram(histograms) -> dict | None:
-    """This instance's predictions over every file it wrote (of the first prediction column all share)."""
-    histograms = [h for h in histograms if h is not None]
-    if not histograms:
-        return None
-    column = histograms[0]["column"]
-    merged = Histogram.merged(Histogram.from_dict(h) for h in histograms if h["column"] == column)
-    return {"column": column, **merged.to_dict()}
+def _merged_histogram(profiles) -> dict | None:
+    """This instance's predictions over every file it wrote: the first prediction column's histogram (the column
+    the first file's profile names first), with its name."""
+    merged = Profile.merged(Profile.from_dict(p) for p in profiles if p is not None)
+    for column, found in merged.outputs.items():
+        if found.histogram is None:
+            return None  # labels: no histogram
+        return {"column": column, **found.histogram.to_dict()}
+    return None
 
 
 def manifest_path(folder: Path, host: str, attempt: int | None) -> Path:

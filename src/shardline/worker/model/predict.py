@@ -3,7 +3,7 @@
 :func:`predict_batch` is what a pool process runs on each batch of a file (``worker/pool/process.py``) and
 what the preview runs on its sample (``worker/tools/preview.py``): the same columns, the same checks (the
 model's warnings, NaN predictions, output names), the same failure and its hint (:func:`file_failure`).
-The per-file statistics of the output live here too: the histogram the run report compares between runs,
+The per-file statistics of the output live here too: the profile the step's checks and the run report read,
 and the spread that tells a model that does not see its inputs.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.errors import FileError, InputSchemaError, OutputWriteError, PredictionError, SetupError
-from shardline.report.histogram import Histogram
+from shardline.report.profile import Profile
 from shardline.worker.io import formats
 from shardline.worker.io.rejects import PREDICT, RejectLog
 from shardline.worker.io.tolerant import ROW_COLUMN
@@ -103,33 +103,48 @@ def numeric_features(schema: pa.Schema, features: list[str]) -> list[str]:
     return [name for name in features if is_numeric(schema.field(name).type)]
 
 
-class PredictionHistogram:
-    """The distribution of a file's first prediction column, kept batch by batch as it is written (no second
-    pass over the output): the run report compares it with the previous run's (drift)."""
+class FileProfile:
+    """A file's :class:`~shardline.report.profile.Profile`, kept batch by batch as it is written (no second pass over
+    the output or the input): every output column the model wrote, and the input features the step's checks name.
+    The step's end merges every file's for its checks, and the run report compares the first prediction column's
+    histogram with the previous run's (drift)."""
 
-    def __init__(self) -> None:
-        self.column: str | None = None
-        self.histogram: Histogram | None = None
+    def __init__(self, inputs: tuple[str, ...] = ()) -> None:
+        self.profile = Profile()
+        self.profile.files = 1
+        self.input_names = inputs
 
     def add(self, out: pa.RecordBatch, skip: int) -> None:
-        if out.num_columns <= skip:
-            return
-        name, column = out.schema.names[skip], out.column(skip)
-        if self.column is None:
-            self.column = name
-            numeric = (
-                pa.types.is_integer(column.type)
-                or pa.types.is_floating(column.type)
-                or pa.types.is_boolean(column.type)
-            )
-            self.histogram = Histogram() if numeric else None  # string labels: no histogram
-        if self.histogram is not None and name == self.column:
-            self.histogram.add(formats.column_values(column))
+        """Count one batch of output: its columns after the ``skip`` passthrough ones."""
+        for name, column in zip(out.schema.names[skip:], out.columns[skip:], strict=True):
+            _count(self.profile, "outputs", name, column)
+
+    def add_inputs(self, batch: pa.RecordBatch) -> None:
+        """Count one batch of input: the features the checks name (those the batch has)."""
+        names = batch.schema.names
+        for name in self.input_names:
+            if name in names:
+                _count(self.profile, "inputs", name, batch.column(name))
 
     def to_dict(self) -> dict | None:
-        if self.histogram is None:
-            return None
-        return {"column": self.column, **self.histogram.to_dict()}
+        return self.profile.to_dict() if self.profile.outputs or self.profile.inputs else None
+
+
+def _count(profile: Profile, side: str, name: str, column: pa.Array) -> None:
+    numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)
+    if numeric or pa.types.is_decimal(column.type):
+        profile.column(side, name, "numbers").add_numbers(formats.column_values(column), column.null_count)
+        return
+    import pyarrow.compute as pc
+
+    target = profile.column(side, name, "labels")
+    if target.labels is None:  # past MAX_LABELS: only rows and nulls are counted
+        target.add_labels({}, column.null_count, len(column))
+        return
+    counts = pc.value_counts(column.drop_null() if column.null_count else column)
+    values, numbers = counts.field(0).to_pylist(), counts.field(1).to_pylist()
+    labels = {str(value): int(n) for value, n in zip(values, numbers, strict=True)}
+    target.add_labels(labels, column.null_count, len(column))
 
 
 class PredictionSpread:

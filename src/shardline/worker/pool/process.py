@@ -34,7 +34,7 @@ from shardline.worker.model.loading import (
     sha256_of,
 )
 from shardline.worker.model.predict import (
-    PredictionHistogram,
+    FileProfile,
     PredictionSpread,
     file_failure,
     numeric_features,
@@ -66,6 +66,7 @@ class JobSettings:
     allow_nan_predictions: bool = False
     features_by_position: bool = False  # input.features names a headerless CSV's columns, in the file's order
     tolerate_rows: float = 0  # tolerance.rows: rows a file may reject (a count, or a fraction below 1); 0: none
+    profile_inputs: tuple[str, ...] = ()  # the input features the step's checks name (checks.features)
     log_format: str = "%(asctime)s %(levelname)s %(message)s"
 
 
@@ -85,7 +86,7 @@ class UnitResult:
     fatal: bool = False  # the worker could not load the model: stop the job
     ready_at: float = 0.0  # wall clock when this worker process had its model loaded
     timing: WorkerTiming | None = None  # how this worker process started (the first pool's report it)
-    histogram: dict | None = None  # the first prediction column's histogram (report/histogram.py, as a dict)
+    profile: dict | None = None  # its columns' profile (report/profile.py, as a dict): the step's checks read it
     features: FeatureChoice | None = None  # the columns the model got, and why
     rejects: tuple[Reject, ...] = ()  # rows rejected (tolerance.rows), in the order found
     model_warnings: int = 0  # lines the model code said that may signal a problem (warnings, WARNING logs, stderr)
@@ -249,7 +250,7 @@ class _UnitProgress:
     rejects: RejectLog | None = None
     model_warnings: int = 0
     choice: FeatureChoice | None = None
-    histogram: PredictionHistogram = dataclasses.field(default_factory=PredictionHistogram)
+    profile: FileProfile = dataclasses.field(default_factory=FileProfile)
     spread: PredictionSpread = dataclasses.field(default_factory=PredictionSpread)
 
 
@@ -279,7 +280,7 @@ def run_unit(unit: WorkUnit) -> UnitResult:
     final = Path(settings.output_dir) / out_rel
     tmp = formats.temp_path(final, unit.part if unit.is_split else None)
     output = _UnitOutput(tmp, out_fmt, out_gz, header=unit.part == 0)
-    progress = _UnitProgress()
+    progress = _UnitProgress(profile=FileProfile(settings.profile_inputs))
     tally = guards.OutputTally()
     try:
         _predict_into(state, unit, output, progress, tally)
@@ -370,6 +371,8 @@ def _predict_into(
     text_file = unit.file.fmt != "parquet"
     for batch in batches:
         first_row = progress.rows_in  # the rows read before this batch (before the reader rejected any)
+        if settings.profile_inputs:
+            progress.profile.add_inputs(batch)
         for out in predict_rows(state.predictor, batch, choice, settings, tally, rejects, first_row, text_file):
             _write(state, output, progress, out, unit)
         progress.rows_in += batch.num_rows
@@ -413,7 +416,7 @@ def _write(
 ) -> None:
     """One batch of predictions into the unit's output (opened with the first batch's columns)."""
     skip = len(state.settings.passthrough)
-    progress.histogram.add(out, skip)
+    progress.profile.add(out, skip)
     if not state.timing.first_prediction_at:
         state.timing.first_prediction_at = time.time()
     progress.spread.add(out, skip)
@@ -448,7 +451,7 @@ def _written(
         ready_at=state.ready_at,
         timing=state.timing,
         features=progress.choice,
-        histogram=progress.histogram.to_dict(),
+        profile=progress.profile.to_dict(),
         rejects=_rejects_of(progress),
         model_warnings=progress.model_warnings,
     )

@@ -29,7 +29,7 @@ from shardline import contract
 from shardline.contract import rows_allowed
 from shardline.errors import HostSetupError, PoisonFileError, RowCountMismatch, SetupError, TooManyRejectsError
 from shardline.ledger.states import FileStatus, ShardStatus
-from shardline.report.histogram import Histogram
+from shardline.report.profile import Profile
 from shardline.worker.io.rejects import Reject, RejectLog
 from shardline.worker.io.work_units import WorkUnit
 from shardline.worker.model.features import FROM_FILE_ORDER
@@ -74,20 +74,21 @@ class FileResult:
     error_class: str | None = None
     error_message: str | None = None
     workers: list[str] = dataclasses.field(default_factory=list)
-    # The first prediction column's distribution (report/histogram.py's dict, with its "column"): the run
-    # report reads it from the manifest to compare runs, without reading the outputs again.
-    histogram: dict | None = None
+    # Its columns' profile (report/profile.py's dict): the step's checks and the run report read it from the
+    # manifest, without reading the outputs or inputs again.
+    profile: dict | None = None
     rejects: list[Reject] = dataclasses.field(default_factory=list, repr=False)
 
-    def add_histogram(self, part: dict | None) -> None:
-        """Merge one unit's histogram into the file's (a split file has one per part)."""
+    def add_profile(self, part: dict | None) -> None:
+        """Merge one unit's profile into the file's (a split file has one per part)."""
         if part is None:
             return
-        if self.histogram is None:
-            self.histogram = part
+        if self.profile is None:
+            self.profile = part
             return
-        merged = Histogram.from_dict(self.histogram).merge(Histogram.from_dict(part))
-        self.histogram = {"column": self.histogram["column"], **merged.to_dict()}
+        merged = Profile.from_dict(self.profile).merge(Profile.from_dict(part))
+        merged.files = 1  # the parts of one file
+        self.profile = merged.to_dict()
 
     def finished_file(self, output_key: str | None, rejects_key: str | None = None):
         """What the ledger records of this file: every figure both records share, by name, where its output
@@ -438,7 +439,7 @@ class Runner:
         file_result.rows_rejected += len(result.rejects)
         file_result.rejects.extend(result.rejects)
         file_result.model_warnings += result.model_warnings
-        file_result.add_histogram(result.histogram)
+        file_result.add_profile(result.profile)
         if not task.is_split:
             self._finish(file_result, output=result.output, sha256=result.sha256, bytes_out=result.bytes_out)
             return
