@@ -128,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-failure", action="store_true", help="skip the killed-instance injection")
     parser.add_argument("--corrupt", type=int, default=0, help="also upload N corrupt parquet files")
     parser.add_argument(
+        "--bad-model",
+        action="store_true",
+        help="score the hour first with a broken model (it predicts one value for every row): the output checks "
+        "hold the hour back and the run ends red; then rerun it with the right model, green",
+    )
+    parser.add_argument(
         "--dags-folder",
         type=Path,
         default=REPO / "dags",
@@ -173,10 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_pipeline(
             work,
             args.dags_folder,
-            inject_failure=not args.no_failure,
+            inject_failure=not args.no_failure and not args.bad_model,
             corrupt=args.corrupt,
             files=args.files,
             rows=args.rows,
+            bad_model=args.bad_model,
         )
 
 
@@ -193,9 +200,11 @@ def migrate_airflow_db() -> None:
         db.upgradedb()
 
 
-def pin_model(dags: Path, copy: Path, pins: dict[int, str], pipeline: str = PIPELINE) -> Path:
-    """A copy of the DAG folder whose pipeline pins the models just made (``pins``: step index -> sha256): each
-    job refuses any other artifact."""
+def pin_model(
+    dags: Path, copy: Path, pins: dict[int, str], pipeline: str = PIPELINE, versions: dict[str, str] | None = None
+) -> Path:
+    """A copy of the DAG folder whose pipeline pins the models just made (``pins``: step index -> sha256; or, for a
+    URI of model versions, ``versions``: version -> sha256): each job refuses any other artifact."""
     import shutil
 
     import yaml
@@ -208,7 +217,7 @@ def pin_model(dags: Path, copy: Path, pins: dict[int, str], pipeline: str = PIPE
         model = data["steps"][index]["model"]
         model.pop("allow_unpinned", None)
         if "params.model_version" in model["uri"].replace(" ", ""):
-            model["versions"] = {model.get("version", "v1"): digest}
+            model["versions"] = versions or {model.get("version", "v1"): digest}
         else:
             model["sha256"] = digest
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -230,8 +239,9 @@ def create_stack(dags: Path, pipeline: str):
     return spec, s3
 
 
-def run_dag(dags: Path, pipeline: str, logical_date: dt.datetime):
-    """Run the pipeline's DAG once with dag.test(): (the DAG run, wall seconds), or None on an import error."""
+def run_dag(dags: Path, pipeline: str, logical_date: dt.datetime, conf: dict | None = None):
+    """Run the pipeline's DAG once with dag.test() (``conf``: the run's Params): (the DAG run, wall seconds), or
+    None on an import error."""
     logging.getLogger("pynamodb").setLevel(logging.WARNING)
     from airflow.dag_processing.dagbag import DagBag
 
@@ -243,7 +253,7 @@ def run_dag(dags: Path, pipeline: str, logical_date: dt.datetime):
         return None
     os.environ.setdefault(SETTLE_ENV, "0")  # dag.test() runs triggers in-process: no scheduler to race
     started = time.monotonic()
-    run = bag.get_dag(pipeline).test(logical_date=logical_date)
+    run = bag.get_dag(pipeline).test(logical_date=logical_date, run_conf=conf)
     return run, time.monotonic() - started
 
 
@@ -323,7 +333,9 @@ def run_churn(work: Path, dags: Path, *, files: int, rows: int) -> int:
     return 0 if ok else 1
 
 
-def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, files: int, rows: int) -> int:
+def run_pipeline(
+    work: Path, dags: Path, *, inject_failure: bool, corrupt: int, files: int, rows: int, bad_model: bool = False
+) -> int:
     from examples import synthetic
 
     spec, s3 = create_stack(dags, PIPELINE)
@@ -339,6 +351,8 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     model_file = synthetic.train_xgboost(work / "model")
     sha = synthetic.pack(model_file.parent, work / "model.tar.gz")
     s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
+    if bad_model:
+        return run_bad_model(work, dags, spec, s3, sha, rows)
     dags = pin_model(dags, work / "dags", {0: sha})
     print(f"    sha256 {sha}, pinned as model.versions.v1 in {dags / 'pipelines' / f'{PIPELINE}.yaml'}")
 
@@ -357,6 +371,48 @@ def run_pipeline(work: Path, dags: Path, *, inject_failure: bool, corrupt: int, 
     run, wall = ran
     stop.set()
     return summarize(spec, run, wall, work, expected_rows=rows, kill=kill)
+
+
+BROKEN = "v0-broken"  # the model version --bad-model scores with first
+
+
+def run_bad_model(work: Path, dags: Path, spec, s3, good_sha: str, rows: int) -> int:
+    """``--bad-model``: the hour scored first with a broken model (every row the same score), which the output checks
+    hold back (no _SUCCESS, the run red, the reason in one line), then rerun with the right model: green."""
+    from examples import synthetic
+    from shardline.ledger.step_reads import read_step_item
+    from shardline.orchestration import services
+    from shardline.planning import naming
+
+    say(f"training a broken XGBoost model (its labels all 0: it scores every row the same) as version {BROKEN}")
+    broken_sha = synthetic.pack(synthetic.train_xgboost(work / "broken", broken=True).parent, work / "broken.tar.gz")
+    s3.upload_file(str(work / "broken.tar.gz"), BUCKET, f"models/xgboost/{BROKEN}/model.tar.gz")
+    dags = pin_model(dags, work / "dags", {0: good_sha}, versions={"v1": good_sha, BROKEN: broken_sha})
+    print(f"    pinned v1 {good_sha[:12]}... and {BROKEN} {broken_sha[:12]}...")
+
+    say(f"running DAG {PIPELINE} for the hour {HOUR:%Y-%m-%d %H:00} with model_version {BROKEN}")
+    ran = run_dag(dags, PIPELINE, LOGICAL_DATE, {"model_version": BROKEN})
+    if ran is None:
+        return 1
+    first, _ = ran
+    step = read_step_item(services.ledger_model(spec), StepRef(PIPELINE, first.run_id, "score"))
+    held = (step.message or "") if step else ""
+    out = f"scores/dt={HOUR:%Y-%m-%d}/hour={HOUR:%H}/"
+    marker = s3.list_objects_v2(Bucket=BUCKET, Prefix=out + "_SUCCESS").get("KeyCount", 0)
+    say("summary of the run with the broken model")
+    print(f"  DAG run  {first.run_id}: {first.state}")
+    print(f"  {held.split('; report:')[0] if held else 'no step message: MISSING'}")
+    print(f"  _SUCCESS {'written: WRONG' if marker else 'not written: readers of the hour see nothing complete'}")
+    print(f"  on call  {naming.checks_command(PIPELINE, first.run_id)} shows every check against the last hours")
+
+    say("the fix: rerunning the hour with the right model (model_version v1) over the held-back outputs")
+    ran = run_dag(dags, PIPELINE, LOGICAL_DATE + OFF_BOUNDARY, {"model_version": "v1"})
+    if ran is None:
+        return 1
+    run, wall = ran
+    held_back = str(first.state) == "failed" and held.startswith("checks: blocked by") and not marker
+    code = summarize(spec, run, wall, work, expected_rows=rows)
+    return code if held_back else 1
 
 
 def _task_span(dag_id: str, run_id: str) -> tuple[float, float]:
@@ -413,7 +469,11 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
 
     run_id = run.run_id
     summary = end.summarize(spec, StepRef(spec.pipeline, run_id, "score"))
-    jobs = sorted((work / "local" / "jobs").glob("sl-*"))
+    jobs = [  # this run's jobs (--bad-model runs the hour twice)
+        job
+        for job in sorted((work / "local" / "jobs").glob("sl-*"))
+        if json.loads((job / "request.json").read_text())["Environment"]["SHARDLINE_RUN_ID"] == run_id
+    ]
     spans = []
     for job in jobs:
         state = json.loads((job / "state.json").read_text())

@@ -101,10 +101,14 @@ def train_sklearn(dest: Path) -> Path:
     return dest / "model.joblib"
 
 
-def train_xgboost(dest: Path) -> Path:
+def train_xgboost(dest: Path, *, broken: bool = False) -> Path:
+    """The demo's XGBoost classifier; ``broken``: one trained on labels that are all 0 (a training job whose label
+    column came through empty), which scores every row the same: what an output check must stop."""
     import xgboost
 
     x, y = training_data()
+    if broken:
+        y = np.zeros_like(y)
     booster = xgboost.train(
         {"objective": "binary:logistic", "max_depth": 6, "eta": 0.3, "nthread": 2},
         # Named, as a model trained on a DataFrame is: the worker then picks its columns by name.

@@ -122,3 +122,28 @@ def test_the_page_opens_in_headless_chromium_with_its_charts_drawn(example, brow
     assert browser.title.startswith("Shardline report: scores")
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
+
+
+def test_the_checks_section_shows_each_check_its_trend_and_who_approved_what_it_held_back():
+    from shardline.report.model import CheckResult
+
+    held = CheckResult(
+        check="checks.columns.prediction.min_distinct",
+        level="blocking",
+        verdict="fail",
+        value=1,
+        shown="1",
+        bound="at least 2",
+        files=["<b>part-0.parquet</b>"],
+        history=[1042.0, 1040.0, 1039.0],
+    )
+    passed = CheckResult(
+        check="checks.rows_out.at_least", level="blocking", verdict="pass", value=9, shown="9", bound="at least 1"
+    )
+    report = example_report().model_copy(update={"checks": [held, passed]})
+    page = render_html(report)
+    assert "<h2>Output checks</h2>" in page and "1 blocking failed: held back" in page
+    assert "checks.columns.prediction.min_distinct" in page and "&lt;b&gt;part-0.parquet&lt;/b&gt;" in page
+    assert page.count("alt='trend'") == 1  # the check with earlier values has its line; the other has none yet
+    approved = render_html(report.model_copy(update={"approval": {"by": "<i>oncall</i>", "at": "now", "reason": "ok"}}))
+    assert "approved by <b>&lt;i&gt;oncall&lt;/i&gt;</b>" in approved and "1 blocking failed: approved" in approved

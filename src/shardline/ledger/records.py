@@ -246,6 +246,7 @@ class StepRecord:
     plan_files: Mapping[int, str] = dataclasses.field(default_factory=dict)  # each attempt's plan file
     lost_taken: frozenset[str] = frozenset()  # "attempt/host" of lost instances whose files a later attempt took
     fence: int | None = None  # the fence of the partition take the step holds
+    approval: str | None = None  # held-back outputs accepted by on-call (orchestration.step.approval), as JSON
 
     @classmethod
     def of(cls, item: Any) -> StepRecord:
@@ -267,6 +268,7 @@ class StepRecord:
             plan_files=_plan_files(_get(item, "plan_files")),
             lost_taken=frozenset(_get(item, "lost_taken") or ()),
             fence=_int(_get(item, "fence")),
+            approval=_get(item, "approval"),
         )
 
     @property

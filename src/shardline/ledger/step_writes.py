@@ -130,6 +130,26 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
     return True
 
 
+HELD_BACK = "checks: blocked by"  # how the message of a step its blocking output checks held back begins
+
+
+def record_approval(model: type[LedgerItem], ref: StepRef, attempt: int, approval: str) -> bool:
+    """Record that on-call accepts the outputs the step's blocking checks held back (``approval``: JSON), fenced on
+    the facts it accepts: the step is FAILED at ``attempt`` and its message says the checks held it back. False when
+    it is not (it moved on, or it failed for another reason). Raises LedgerRecordMissing for a STEP item that is
+    gone."""
+    pipeline, run_id, step = ref
+    c = model.Control
+    if update_if(
+        c(run_pk(pipeline, run_id), step_sk(step)),
+        [c.approval.set(approval)],
+        (c.attempt == attempt) & (c.status == StepStatus.FAILED.value) & c.message.startswith(HELD_BACK),
+    ):
+        return True
+    check_refusal(model, ref, attempt)
+    return False
+
+
 def note_step(model: type[LedgerItem], ref: StepRef, attempt: int, waiting: str | None) -> bool:
     """Record on the STEP item why its attempt's job is not running yet (``waiting``: a ``decision.fleet.Waiting``
     as JSON; None clears it), fenced like :func:`finish_step`: only while that attempt owns the step and it has not

@@ -159,6 +159,9 @@ class ControlItem(_Expiring, Model):
     # STEP items: each attempt's plan file, as JSON {"1": "s3://...", ...}; see ledger.step_writes.start_attempt.
     plan_files = UnicodeAttribute(null=True, attr_name="opf")
     message = UnicodeAttribute(null=True, attr_name="msg")
+    # STEP items: an on-call engineer accepted the outputs its blocking checks held back (`shardline approve`): who,
+    # when, why and at which attempt, as JSON (orchestration.step.approval.Approval); the step's end honours it.
+    approval = UnicodeAttribute(null=True, attr_name="apv")
     # STEP and RUN items: why the step's planned job is not running yet (decision.fleet.Waiting as JSON), and on the
     # RUN item which step that is; the views render it. Removed once the job is submitted.
     waiting = UnicodeAttribute(null=True, attr_name="owt")

@@ -6,6 +6,8 @@ The service, its IO:
 - :mod:`.reads`: runs, status, failed: the ledger reads (``OnCallReads``, which each part below extends).
 - :mod:`.run_reports`: a step's run report, found from its plan, rendered here from its report.json.
 - :mod:`.resubmission` and :mod:`.run_actions`: resubmit, and a whole run's trigger, rerun and cancel.
+- :mod:`.approvals`: ``checks`` (a run's output checks against the last partitions') and ``approve`` (outputs its
+  blocking checks held back, accepted, and the DAG run's watch task cleared).
 
 What it decides and shows, pure:
 

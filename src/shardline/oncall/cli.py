@@ -30,6 +30,8 @@ from shardline.oncall.printing import (
     EXIT_ERROR,
     EXIT_OK,
     Reply,
+    approve_reply,
+    checks_reply,
     lines_reply,
     print_lines,
     printable,
@@ -111,6 +113,47 @@ def report(options: Globals, run: str, step: str | None, open_page: bool, out: P
                 )
     data = [page.report for page in saved]
     return Reply(data[0] if step else data, functools.partial(print_lines, [page.path for page in saved]))
+
+
+@command(
+    "checks",
+    "every output check of a run, with its value against the last partitions'",
+    "Every output check of each step of a run (its spec's checks, and drift.max_psi): pass, fail or n/a, the value "
+    "measured, the bound it was held to, the files that drive a failure most, and the same check's value in the "
+    "last checks.last successful partitions. Exits 1 while a blocking check holds a step's outputs back (no "
+    "_SUCCESS); the ways forward are printed: approve, or fix and rerun.",
+)
+@run_argument
+@click.option("--step", help="only this step")
+@click.pass_obj
+def checks(options: Globals, run: str, step: str | None) -> Reply:
+    from shardline.planning import naming
+
+    ref = run_ref(run)
+    view = options.oncall().checks_view(ref, step)
+    held = next((row.step for row in view.blocked if row.step not in view.approvals), step or "STEP")
+    ways = naming.checks_ways_forward(ref.pipeline, ref.run_id, held).split("; ", 1)[1]
+    return checks_reply(view, "ways forward: " + ways)
+
+
+@command(
+    "approve",
+    "accept the outputs a step's blocking checks held back: writes _SUCCESS",
+    "Accept the outputs of a step that its blocking output checks held back (its run failed with 'checks: blocked "
+    "by ...'): who (your login name), when and why (--reason, required) are recorded in the ledger and the run "
+    "report, the run takes its output prefix up again, and the DAG run's watch task is cleared through Airflow's "
+    "REST API so the step ends again: green, with its _SUCCESS, and the run goes on. Only that attempt's outputs "
+    "are approved: a resubmission or a rerun is checked again.",
+)
+@run_argument
+@click.option("--step", required=True, help="the step whose held-back outputs are accepted")
+@click.option("--reason", required=True, help="why the outputs are right as they are (recorded; 10 characters or more)")
+@click.pass_obj
+def approve(options: Globals, run: str, step: str, reason: str) -> Reply:
+    import getpass
+
+    result = options.oncall().approve(run_ref(run), step, reason, by=getpass.getuser())
+    return approve_reply(result)
 
 
 SELECTIONS = ("--all-failed", "--instance", "--file", "--rejects")

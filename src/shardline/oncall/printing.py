@@ -396,3 +396,51 @@ def _rendered_reply(result: PreviewResult | TuneResult) -> Reply:
         functools.partial(print, printable(result.render(), newlines=True), end=""),
         EXIT_OK if result.ok else EXIT_ERROR,
     )
+
+
+# --- a run's output checks -----------------------------------------------------------------------------------
+
+
+def checks_reply(view, ways_forward: str) -> Reply:
+    """``shardline checks``: every check of each step, its value, bound and the earlier partitions' values. Exits 1
+    while a blocking check holds outputs back (0 once approved, or when none does)."""
+    data = {
+        "run": view.ref,
+        "checks": [
+            {"step": row.step, **row.result.model_dump(), "earlier": [list(e) for e in row.earlier]}
+            for row in view.rows
+        ],
+        "approvals": view.approvals,
+        "without_report": view.missing,
+    }
+    held = [row for row in view.blocked if row.step not in view.approvals]
+    lines = []
+    for step in dict.fromkeys(row.step for row in view.rows):
+        rows = [row for row in view.rows if row.step == step]
+        blocked = [row for row in held if row.step == step]
+        state = f"held back by {len(blocked)} blocking check(s)" if blocked else "nothing held back"
+        if step in view.approvals:
+            approval = view.approvals[step]
+            state = f"approved by {approval.get('by')} at {approval.get('at')}: {approval.get('reason')!r}"
+        lines.append(f"step {step}: {state}")
+        for row in rows:
+            result = row.result
+            lines.append(f"  {result.verdict.upper():<4}  {result.level:<8}  {result.line()}")
+            if row.earlier:
+                lines.append("        earlier: " + ", ".join(f"{run} {shown}" for run, shown in row.earlier))
+    lines += [f"step {step}: no run report yet (the step has not ended)" for step in view.missing]
+    if held:
+        lines.append(ways_forward)
+    return Reply(data, functools.partial(print_lines, lines), EXIT_ERROR if held else EXIT_OK)
+
+
+def approve_reply(result) -> Reply:
+    """``shardline approve``: what was recorded and what the DAG run does now; half done exits 1."""
+    approval = result.approval
+    lines = [
+        f"step outputs {approval.words()} (attempt {approval.attempt})",
+        f"held back by: {approval.held_back.split('; report:')[0]}",
+        result.said,
+    ]
+    data = {"approval": dataclasses.asdict(approval), "said": result.said, "complete": result.complete}
+    return Reply(data, functools.partial(print_lines, lines), EXIT_OK if result.complete else EXIT_ERROR)

@@ -125,7 +125,7 @@ def hold_for_attempt(
 ) -> int:
     """:func:`hold` for attempt ``number``. A later attempt reopens its RUN item (RUNNING) first, so a run looking
     at this one's hold never finds it ended while it writes again; a hold refused puts the run's status back."""
-    if number == 1:  # the plan set the run RUNNING already
+    if number == 1 and not taken_up:  # the plan set the run RUNNING already
         return hold(spec, ref, output_prefix, may_take=may_take)
     model = services.ledger_model(spec)
     before = read_run_item(model, ref.pipeline, ref.run_id) or RunRecord(None)

@@ -196,6 +196,7 @@ class RunReport(_Model):
     notes: list[str]
     checks: list[CheckResult] = []  # the step's output checks (none: a report from before checks, or none set)
     profile: dict[str, Any] | None = None  # the step's merged output profile (report/profile.py): what they read
+    approval: dict[str, Any] | None = None  # held-back outputs accepted by on-call: by, at, reason, attempt, held_back
 
     def to_json(self, *, indent: int | None = None) -> str:
         """The report as JSON (what is written beside the outputs as report.json)."""

@@ -44,6 +44,8 @@ def render_html(report: RunReport, *, max_file_rows: int = MAX_FILE_ROWS) -> str
     ]
     if report.notes:
         parts.append("<ul class='notes'>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")
+    if report.checks:
+        parts += ["<section id='checks'><h2>Output checks</h2>", _checks(report), "</section>"]
     parts += [
         "<section id='throughput'><h2>Throughput over time per instance</h2>",
         _chart(charts, "throughput", "rows per second per instance over the run"),
@@ -83,6 +85,7 @@ def _summary(report: RunReport) -> str:
             f"{d.psi:.3f} {d.verdict}" if d.psi is not None else "n/a",
             {"drift": "alert", "moderate": "warn"}.get(d.verdict, ""),
         ),
+        _checks_card(report),
         ("stragglers", ", ".join(report.stragglers) or "none", "alert" if report.stragglers else ""),
         ("idle", ", ".join(report.idle) or "none", "warn" if report.idle else ""),
     ]
@@ -94,6 +97,69 @@ def _summary(report: RunReport) -> str:
         )
         + "</div>"
     )
+
+
+def _checks_card(report: RunReport) -> tuple[str, str, str]:
+    blocking = [c for c in report.checks if c.verdict == "fail" and c.level == "blocking"]
+    warned = [c for c in report.checks if c.verdict == "fail" and c.level == "warn"]
+    if not report.checks:
+        return "checks", "none set", ""
+    if blocking:
+        said = "approved" if report.approval else "held back"
+        return "checks", f"{len(blocking)} blocking failed: {said}", "warn" if report.approval else "alert"
+    passed = sum(c.verdict == "pass" for c in report.checks)
+    return (
+        "checks",
+        f"{passed} of {len(report.checks)} passed" + (f", {len(warned)} warn" if warned else ""),
+        ("warn" if warned else ""),
+    )
+
+
+def _checks(report: RunReport) -> str:
+    """Each check: verdict, level, value against bound, and its value over the earlier partitions (oldest first, this
+    run last, as a line)."""
+    approval = report.approval
+    head = ""
+    if approval:
+        head = (
+            f"<p class='warn'>Outputs held back by these checks were approved by <b>{_e(approval.get('by'))}</b> at "
+            f"{_e(approval.get('at'))}: {_e(approval.get('reason'))}</p>"
+        )
+    rows = []
+    for check in report.checks:
+        cls = {"fail": "alert" if check.level == "blocking" else "warn", "n/a": "muted"}.get(check.verdict, "")
+        trend = _sparkline([*reversed(check.history), check.value]) if check.history else ""
+        files = f"<br><span class='muted'>most in {_e(', '.join(check.files))}</span>" if check.files else ""
+        rows.append(
+            f"<tr class='{cls}'><td>{_e(check.verdict)}</td><td>{_e(check.level)}</td><td>{_e(check.check)}</td>"
+            f"<td class='num'>{_e(check.shown)}</td><td>{_e(check.bound)}{files}</td><td>{trend}</td></tr>"
+        )
+    return (
+        head
+        + "<table><thead><tr><th>verdict</th><th>level</th><th>check</th><th>value</th><th>bound</th>"
+        + "<th>earlier partitions, then this one</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
+
+
+def _sparkline(values: list[float | None], width: int = 120, height: int = 24) -> str:
+    """A small line of ``values`` (the last one, this run's, marked), as an embedded SVG image."""
+    points = [(i, v) for i, v in enumerate(values) if v is not None]
+    if len(points) < 2:
+        return ""
+    low, high = min(v for _, v in points), max(v for _, v in points)
+    span = (high - low) or 1.0
+    step = (width - 8) / max(1, len(values) - 1)
+    xy = [(4 + i * step, height - 4 - (v - low) / span * (height - 8)) for i, v in points]
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
+    last_x, last_y = xy[-1]
+    svg = (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}'>"
+        f"<polyline fill='none' stroke='#888' stroke-width='1.5' points='{line}'/>"
+        f"<circle cx='{last_x:.1f}' cy='{last_y:.1f}' r='3' fill='#1f6feb'/></svg>"
+    )
+    return f"<img alt='trend' src='{_data_uri(svg.encode())}'>"
 
 
 def _flags(report: RunReport) -> str:

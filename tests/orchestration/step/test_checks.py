@@ -62,13 +62,13 @@ def _put(bucket: str, folder: str, tables: dict[str, pa.Table]) -> None:
         s3.put_object(Bucket=bucket, Key=f"{folder}/{name}", Body=_parquet(table))
 
 
-def _run(spec, bucket, run_id, folder="in"):
+def _run(spec, bucket, run_id, folder="in", action="ADVANCE"):
     request = plan_request(
         run_id, bucket, input_prefix=f"s3://{bucket}/{folder}/", output_prefix=f"s3://{bucket}/out/{run_id}/"
     )
     attempt = step_jobs.submit(spec, step_plan.plan(spec, "score", request)).attempt
     wait_for_job(spec, attempt)
-    status = step_end.finish(spec, attempt, "ADVANCE", "all files succeeded")
+    status = step_end.finish(spec, attempt, action, "all files succeeded")
     key = f"out/{run_id}/_shardline/reports/{run_folder(run_id)}/score/report.json"
     report = RunReport.from_json(boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
     return attempt, status, report

@@ -17,8 +17,10 @@
   sha256, the last look for late or replaced inputs, the outputs manifest, ``_SUCCESS``.
 - :mod:`.rejects`: ``resubmit --rejects``. A file's rejected rows are picked by number from its mended source into
   a part the next attempt scores; readers fold a part into its file (``ledger.records.settle_parts``).
-- :mod:`.run_report`: gathers a step's records (the ledger, the instances' manifests, the earlier runs' reports)
-  and writes its run report.
+- :mod:`.run_report`: gathers a step's records (the ledger, the instances' manifests, the earlier runs' reports),
+  evaluates its output checks and writes its run report.
+- :mod:`.approval`: on-call's acceptance of outputs the blocking checks held back, recorded on the STEP item and
+  honoured by the step's end.
 - :mod:`.files`: a step's files as every reader sees them: its FILE items, plus the inputs its attempts' plan
   files name that no instance has claimed yet (PENDING), and its latest attempt.
 """

@@ -21,6 +21,7 @@ from shardline.ledger.step_reads import StepRecords, read_step, read_step_item
 from shardline.ledger.step_writes import finish_step, record_refused, set_run_status
 from shardline.orchestration import partitions, services
 from shardline.orchestration.step import jobs, outputs, run_report
+from shardline.orchestration.step.approval import Approval, approval_of
 from shardline.orchestration.step.files import attempt_of, read_step_files
 from shardline.orchestration.step.watch import StepEvent
 from shardline.planning import naming
@@ -116,8 +117,8 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     status = status_of(action)
     model = services.ledger_model(spec)
     took = _Laps()
-    gap = record_gap(read_step(model, attempt.ref, files=False).step, attempt.ref, attempt.number)
-    if gap:  # checked first: no check, report or marker is made for a step the ledger has no record of
+    step_record = read_step(model, attempt.ref, files=False).step
+    if gap := record_gap(step_record, attempt.ref, attempt.number):  # first: no check, report or marker without it
         raise LedgerRecordMissing(gap)
     unvouched: list[outputs.UnvouchedFile] = []
     seen, checks, written = None, EndChecks(), None
@@ -137,7 +138,9 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     if written is None:
         written = run_report.write_report(spec, attempt)
         took.lap("run report")
-    checks = dataclasses.replace(checks, checks=run_report.checks_failure(spec, attempt, outputs_stand, written))
+    approved = approval_of(step_record, attempt.number)  # on-call accepted what the checks held back
+    held = run_report.checks_failure(spec, attempt, outputs_stand, written, approved)
+    checks = dataclasses.replace(checks, checks=held)
     status, reason = end_status(status, reason, checks)
     if status is StepStatus.SUCCEEDED:
         # The last look at the input prefix, after the run report and just before the step is recorded as
@@ -150,11 +153,10 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
             raise outputs.LateInputsFound(look.late)
         outputs.commit_outputs(spec, attempt, status, seen, look)
         took.lap("manifest and _SUCCESS")
-    # A lost prefix: the run that holds it writes it now. Held-back checks: their message says the ways forward.
-    held_back = checks.checks is not None and checks.first == checks.checks
-    reason = reason if checks.lost or held_back else outcome_message(attempt, status, reason)
     try:
-        recorded = finish_step(model, attempt.ref, attempt.number, status, reason)
+        recorded = finish_step(
+            model, attempt.ref, attempt.number, status, _message(attempt, status, reason, checks, approved)
+        )
     except BaseException:
         if status is StepStatus.SUCCEEDED:  # the marker stands only beside a step recorded SUCCEEDED
             outputs.withdraw_own_marker(spec, attempt)
@@ -184,6 +186,15 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
         outputs.commit_outputs(spec, attempt, status, seen)
     return status
+
+
+def _message(attempt: Attempt, status: StepStatus, reason: str, checks: EndChecks, approved: Approval | None) -> str:
+    """The STEP item's message for how the step ends: a lost prefix's reason as it is (the run that holds it writes it
+    now), held-back checks' with their ways forward, an approval's who and why, else :func:`outcome_message`."""
+    if approved is not None and status is StepStatus.SUCCEEDED:
+        return f"{reason}; outputs held back by its checks were {approved.words()}"
+    held_back = checks.checks is not None and checks.first == checks.checks
+    return reason if checks.lost or held_back else outcome_message(attempt, status, reason)
 
 
 def _vouched_and_reported(spec: PipelineSpec, attempt: Attempt):

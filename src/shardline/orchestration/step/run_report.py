@@ -19,6 +19,7 @@ from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs, read_step_item
 from shardline.orchestration import services
 from shardline.orchestration.step import watch
+from shardline.orchestration.step.approval import Approval, approval_of
 from shardline.orchestration.step.files import read_step_files
 from shardline.orchestration.step.upstream import UpstreamError, upstream_outputs
 from shardline.planning import naming
@@ -134,7 +135,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         instance_types=attempt_instance_types(spec, attempt, {int(s.attempt or 1) for s in records.shards}),
     )
     profile = current_profile(spec, attempt, records.files)
-    previous = previous_reports(spec, attempt)
+    previous = previous_reports(spec, attempt.ref, max(TREND_RUNS, step_spec.checks.last))
     prices, price_note = prices_for(spec, attempt.step)
     reference = next(((run_id, r) for run_id, r in previous if r.drift.current_histogram), None)
     report = build_report(
@@ -159,8 +160,14 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         *evaluate(step_spec.checks, current, history, profile.files, profile.missing),
         _drift_check(step_spec, report, profile.missing),
     ]
+    results = _with_history(results, previous[: step_spec.checks.last])
+    approved = approval_of(records.step, attempt.number)
     report = report.model_copy(
-        update={"checks": results, "profile": profile.merged.to_dict() if profile.merged else None}
+        update={
+            "checks": results,
+            "profile": profile.merged.to_dict() if profile.merged else None,
+            "approval": dataclasses.asdict(approved) if approved else None,
+        }
     )
     if step_spec.input.from_step:
         try:
@@ -172,6 +179,18 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         if tolerated:
             report.notes.append(tolerated)
     return report
+
+
+def _with_history(results: list[CheckResult], previous: list[tuple[str, RunReport]]) -> list[CheckResult]:
+    """Each check with the values the same check had in the earlier partitions' reports (newest first), for the
+    report's trend and `shardline checks`; a band keeps the values it was made from."""
+    past = [{c.check: c.value for c in report.checks} for _, report in previous]
+    return [
+        result
+        if result.history
+        else result.model_copy(update={"history": [p[result.check] for p in past if p.get(result.check) is not None]})
+        for result in results
+    ]
 
 
 def _profile_of(run_id: str, report: RunReport) -> Profile | None:
@@ -284,20 +303,21 @@ def current_profile(spec: PipelineSpec, attempt: Attempt, files) -> StepProfile:
     return StepProfile(merged, found, missing)
 
 
-def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, RunReport]]:
-    """The reports of the pipeline's earlier runs whose step SUCCEEDED, newest first (those that have one)."""
+def previous_reports(spec: PipelineSpec, ref: StepRef, limit: int = TREND_RUNS) -> list[tuple[str, RunReport]]:
+    """The reports of the pipeline's earlier runs whose step SUCCEEDED, newest first (those that have one), among its
+    ``limit`` newest runs before this one."""
     model = services.ledger_model(spec)
     s3 = services.s3_client(spec)
     found: list[tuple[str, RunReport]] = []
-    for run in list_runs(model, attempt.pipeline, limit=TREND_RUNS + 1):
-        if run.run_id == attempt.run_id:
+    for run in list_runs(model, ref.pipeline, limit=limit + 1):
+        if run.run_id == ref.run_id:
             continue
-        step = read_step_item(model, StepRef(attempt.pipeline, run.run_id, attempt.step))
+        step = read_step_item(model, StepRef(ref.pipeline, run.run_id, ref.step))
         if step is None or step.status != StepStatus.SUCCEEDED or not step.plan_json:
             continue
         try:
             earlier = Attempt.from_plan(
-                step.plan_json, step.attempt or 1, 0, pipeline=attempt.pipeline, run_id=run.run_id, step=attempt.step
+                step.plan_json, step.attempt or 1, 0, pipeline=ref.pipeline, run_id=run.run_id, step=ref.step
             )
             bucket, key = parse_s3_uri(earlier.report_uri("json"))
             found.append((run.run_id, RunReport.from_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())))
@@ -305,7 +325,7 @@ def previous_reports(spec: PipelineSpec, attempt: Attempt) -> list[tuple[str, Ru
             continue  # a run from before reports, or one whose report was never written
         except ValueError as err:
             log.warning("the report of run %s is unreadable and left out of the trend: %s", run.run_id, err)
-    return found[:TREND_RUNS]
+    return found[:limit]
 
 
 def write_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | None = None) -> WrittenReport:
@@ -336,14 +356,19 @@ def write_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | No
 
 
 def checks_failure(
-    spec: PipelineSpec, attempt: Attempt, outputs: bool, written: WrittenReport | Exception
+    spec: PipelineSpec,
+    attempt: Attempt,
+    outputs: bool,
+    written: WrittenReport | Exception,
+    approved: Approval | None = None,
 ) -> str | None:
     """For a step that produced ``outputs``, the reason its output checks hold back its ``_SUCCESS`` (a blocking check
     failed), or None, from its run report as :func:`write_report` wrote it (or failed to). A warn check that fails
     is a warning in the log (and a line in the report).
 
     A report that cannot be written fails no step by itself, unless a blocking check needed it: then the checks
-    could not run, and the step fails saying so (fail closed).
+    could not run, and the step fails saying so (fail closed). ``approved``: on-call accepted this attempt's
+    held-back outputs (`shardline approve`): a blocking check that fails again is logged, and holds nothing back.
     """
     step_spec = spec.step(attempt.step)
     blocking = step_spec.checks.blocking or step_spec.drift.action == "fail"
@@ -359,6 +384,9 @@ def checks_failure(
             log.warning("step %s: check failed (warn): %s", attempt.step, result.line())
     message = blocked_message(written.report.checks)
     if message is None:
+        return None
+    if approved is not None:
+        log.warning("step %s: %s; %s", attempt.step, message, approved.words())
         return None
     return f"{message}; report: {written.html_uri}. " + naming.checks_ways_forward(
         attempt.pipeline, attempt.run_id, attempt.step
