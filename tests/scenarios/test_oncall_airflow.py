@@ -293,6 +293,47 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     assert mine[-1]["partition_key"] is None and extras[-1]["partition"] == f"{hour:%Y-%m-%dT%H:%M:%S}", mine
 
 
+def test_outputs_held_back_by_a_check_are_approved_from_the_cli_and_the_run_turns_green(airflow_stack, staged):
+    """A broken model (it scores every row the same) is held back by the shipped distinct-values check: no
+    _SUCCESS, the run red, `shardline checks` says why and exits 1; `shardline approve` with a reason turns the same
+    DAG run green with its _SUCCESS, and says who approved it."""
+    from examples import synthetic
+
+    work = staged["work"]
+    broken = synthetic.train_xgboost(work / "broken", broken=True).parent
+    synthetic.pack(broken, work / "broken.tar.gz")
+    staged["s3"].upload_file(str(work / "broken.tar.gz"), BUCKET, "models/xgboost/broken/model.tar.gz")
+    hour = dt.datetime(2026, 11, 22, 8, tzinfo=dt.UTC)
+    staged["upload_hour"](hour, corrupt=False)
+    run_id = _trigger(airflow_stack, hour, {"model_version": "broken"})
+    ref = f"{PIPELINE}/{run_id}"
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
+    out_prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    assert not _keys(staged["s3"], out_prefix + "_SUCCESS")
+    assert len([k for k in _keys(staged["s3"], out_prefix) if k.endswith(".parquet")]) == 4  # written, held back
+
+    held = "checks.columns.prediction.min_distinct: 1 against at least 2"
+    status = shardline(airflow_stack, "status", ref)
+    assert f"checks: blocked by {held}" in status.stdout, status.stdout
+    checks = shardline(airflow_stack, "checks", ref)
+    assert checks.returncode == 1, checks.stderr
+    assert f"FAIL  blocking  {held}" in checks.stdout and "step score: held back by 1 blocking" in checks.stdout
+    assert f"shardline approve {ref} --step score --reason" in checks.stdout
+
+    short = shardline(airflow_stack, "approve", ref, "--step", "score", "--reason", "fine")
+    assert short.returncode != 0 and "--reason" in short.stderr + short.stdout
+    done = shardline(airflow_stack, "approve", ref, "--step", "score", "--reason", "a test of the approval path")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "approved by " in done.stdout and held in done.stdout
+    assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "success", airflow_stack.tail()
+    assert _keys(staged["s3"], out_prefix + "_SUCCESS")
+    view = _attempt(airflow_stack, ref)
+    assert view["status"] == "SUCCEEDED" and "a test of the approval path" in view["steps"][0]["message"]
+    again = shardline(airflow_stack, "checks", ref, "--json")
+    assert again.returncode == 0, again.stderr  # approved: nothing holds the step back any more
+    assert json.loads(again.stdout)["approvals"]["score"]["reason"] == "a test of the approval path"
+
+
 def test_the_trigger_form_takes_a_conf_through_the_rest_api(airflow_stack, staged):
     hour = dt.datetime(2026, 11, 22, 4, tzinfo=dt.UTC)
     prefix = staged["upload_hour"](hour, corrupt=False)
