@@ -85,3 +85,37 @@ def test_a_prefix_names_one_dataset_with_or_without_its_trailing_slash():
     # tests/scenarios/test_pipeline_e2e.py, shows it end to end).
     assert s3_dataset_name("s3://b/scores/dt=1/") == s3_dataset_name("s3://b/scores/dt=1") == ("s3://b", "scores/dt=1")
     assert s3_dataset_name("s3://b/") == ("s3://b", "")
+
+
+def test_the_output_checks_go_out_as_data_quality_metrics_and_assertions():
+    """The profile the workers kept and the checks it passed or failed: OpenLineage's own data quality facets, on the
+    input (the features the checks read) and the output (every output column, and each check as an assertion)."""
+    spec = load_spec(DAGS / "tabular_scoring_hourly.yaml")
+    quality = {
+        "inputs": {"f0": {"count": 20_000, "nullCount": 12, "sum": 3.5, "min": -4.0, "max": 4.1, "quantiles": {}}},
+        "outputs": {
+            "prediction": {"count": 19_990, "nullCount": 0, "min": 0.01, "max": 0.99, "quantiles": {"0.5": 0.4}}
+        },
+        "assertions": [
+            {
+                "assertion": "checks.columns.prediction.min_distinct",
+                "success": False,
+                "severity": "error",
+                "expected": "at least 2",
+                "actual": "1",
+            }
+        ],
+        "approval": None,
+    }
+    said = _json(step_lineage(spec, _attempt(), SUMMARY, "FAILED", quality))
+    [source], [target] = said["inputs"], said["outputs"]
+    metrics = source["inputFacets"]["dataQualityMetrics"]
+    assert metrics["rowCount"] == 20_000 and metrics["columnMetrics"]["f0"]["nullCount"] == 12
+    assert target["facets"]["dataQualityMetrics"]["columnMetrics"]["prediction"]["quantiles"] == {"0.5": 0.4}
+    [assertion] = target["facets"]["dataQualityAssertions"]["assertions"]
+    assert (assertion["assertion"], assertion["success"], assertion["actual"]) == (
+        "checks.columns.prediction.min_distinct",
+        False,
+        "1",
+    )
+    assert target["outputFacets"]["outputStatistics"]["rowCount"] == 19_990  # beside them, as before

@@ -75,3 +75,15 @@ def test_a_column_of_numbers_in_one_file_and_labels_in_another_cannot_merge():
 def test_a_stored_profile_it_cannot_read_is_refused(stored):
     with pytest.raises(HistogramFormatError):
         Profile.from_dict(stored)
+
+
+def test_a_columns_metrics_are_openlineages_and_distinct_only_where_counted_exactly():
+    spread = _numbers(np.linspace(0.0, 1.0, 1001))
+    metrics = spread.metrics()
+    assert (metrics["count"], metrics["nullCount"], metrics["min"], metrics["max"]) == (1001, 0, 0.0, 1.0)
+    assert "distinctCount" not in metrics  # a sketch counts buckets, a lower bound: not said as a count
+    assert abs(metrics["quantiles"]["0.5"] - 0.5) <= 0.01
+    assert _numbers([0, 1, 1]).metrics()["distinctCount"] == 2
+    labels = ColumnProfile("labels")
+    labels.add_labels({"a": 2}, nulls=1, rows=3)
+    assert labels.metrics() == {"count": 3, "nullCount": 1, "distinctCount": 1}

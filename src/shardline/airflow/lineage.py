@@ -21,6 +21,13 @@ from airflow.providers.common.compat.openlineage.facet import (
     RunFacet,
 )
 from airflow.providers.openlineage.extractors import OperatorLineage
+from openlineage.client.generated.data_quality_assertions_dataset import Assertion, DataQualityAssertionsDatasetFacet
+from openlineage.client.generated.data_quality_metrics_dataset import ColumnMetrics as OutputColumnMetrics
+from openlineage.client.generated.data_quality_metrics_dataset import DataQualityMetricsDatasetFacet
+from openlineage.client.generated.data_quality_metrics_input_dataset import (
+    ColumnMetrics,
+    DataQualityMetricsInputDatasetFacet,
+)
 from openlineage.client.generated.input_statistics_input_dataset import InputStatisticsInputDatasetFacet
 
 from shardline.decision.summary import StepSummary
@@ -45,6 +52,7 @@ class ShardlineRunFacet(RunFacet):
     filesSucceeded: int | None = None
     filesFailed: int | None = None
     rowsRejected: int | None = None
+    approval: dict | None = None  # outputs its checks held back, accepted by on-call: by, at, reason, attempt
 
     @staticmethod
     def _get_schema() -> str:
@@ -74,24 +82,45 @@ def step_facts(spec: PipelineSpec, attempt: Attempt, summary: StepSummary | None
         "filesSucceeded": summary.succeeded if summary is not None else None,
         "filesFailed": summary.failed if summary is not None else None,
         "rowsRejected": summary.rows_rejected if summary is not None else None,
+        "approval": summary.approval if summary is not None else None,
     }
 
 
 def step_lineage(
-    spec: PipelineSpec, attempt: Attempt | None, summary: StepSummary | None, status: str
+    spec: PipelineSpec, attempt: Attempt | None, summary: StepSummary | None, status: str, quality: dict | None = None
 ) -> OperatorLineage:
     """The lineage of a watch task that ended with the step ``status``; ``summary``: the step's report, None when it
-    could not be read (the datasets are named, without their rows); no ``attempt`` (the task failed before it had
-    one): nothing to say."""
+    could not be read (the datasets are named, without their rows); ``quality``: what its output checks read and
+    found (:func:`~shardline.orchestration.step.run_report.quality_facts`), None when unknown; no ``attempt`` (the
+    task failed before it had one): nothing to say."""
     if attempt is None:
         return OperatorLineage()
-    read = written = None
+    read: dict[str, Any] = {}
+    written: dict[str, Any] = {}
     if summary is not None:
-        read = InputStatisticsInputDatasetFacet(rowCount=summary.rows_in, fileCount=summary.files)
-        written = OutputStatisticsOutputDatasetFacet(rowCount=summary.rows_out, fileCount=summary.succeeded)
+        read["inputStatistics"] = InputStatisticsInputDatasetFacet(rowCount=summary.rows_in, fileCount=summary.files)
+        written["outputStatistics"] = OutputStatisticsOutputDatasetFacet(
+            rowCount=summary.rows_out, fileCount=summary.succeeded
+        )
+    output_facets: dict[str, Any] = {}
+    if quality is not None:
+        if quality["inputs"]:
+            read["dataQualityMetrics"] = DataQualityMetricsInputDatasetFacet(
+                columnMetrics={name: ColumnMetrics(**m) for name, m in quality["inputs"].items()},
+                rowCount=summary.rows_in if summary is not None else None,
+            )
+        if quality["outputs"]:
+            output_facets["dataQualityMetrics"] = DataQualityMetricsDatasetFacet(
+                columnMetrics={name: OutputColumnMetrics(**m) for name, m in quality["outputs"].items()},
+                rowCount=summary.rows_out if summary is not None else None,
+            )
+        if quality["assertions"]:
+            output_facets["dataQualityAssertions"] = DataQualityAssertionsDatasetFacet(
+                assertions=[Assertion(**a) for a in quality["assertions"]]
+            )
     source, target = s3_dataset_name(attempt.input_prefix), s3_dataset_name(attempt.output_prefix)
     return OperatorLineage(
-        inputs=[InputDataset(*source, inputFacets={"inputStatistics": read} if read else {})],
-        outputs=[OutputDataset(*target, outputFacets={"outputStatistics": written} if written else {})],
+        inputs=[InputDataset(*source, inputFacets=read)],
+        outputs=[OutputDataset(*target, facets=output_facets, outputFacets=written)],
         run_facets={"shardline": ShardlineRunFacet(**step_facts(spec, attempt, summary, status), producer=PRODUCER)},
     )

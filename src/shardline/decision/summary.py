@@ -49,6 +49,8 @@ class StepSummary:
     report: str | None = None  # where the step's run report is (s3://), None before its plan exists
     reported_at: str = ""  # ISO 8601, UTC
     outcome: Action | None = None
+    # on-call accepted outputs the step's blocking checks held back (`shardline approve`): by, at, reason, attempt
+    approval: dict[str, Any] | None = None
 
     @property
     def status(self) -> StepStatus:
@@ -86,4 +88,5 @@ class StepSummary:
             report=data.get("report"),
             reported_at=data.get("reported_at") or "",
             outcome=Action(outcome) if outcome else None,
+            approval=data.get("approval"),
         )

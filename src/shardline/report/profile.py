@@ -104,6 +104,19 @@ class ColumnProfile:
         total = sum(counts.values())
         return {label: n / total for label, n in sorted(counts.items())} if total else {}
 
+    def metrics(self) -> dict[str, Any]:
+        """The column as OpenLineage's data quality metrics name it (``ColumnMetrics``): count, nulls, and for numbers
+        sum, min, max and quantiles (within the sketch's 1%); distinct values only where they are counted exactly."""
+        found: dict[str, Any] = {"count": self.rows, "nullCount": self.nulls}
+        exact = self.labels is not None or (self.histogram is not None and self.histogram.is_exact)
+        if exact:
+            found["distinctCount"] = self.distinct_at_least
+        histogram = self.histogram
+        if histogram is not None and histogram.value_count:
+            found |= {"sum": histogram.sum, "min": _finite(histogram.min), "max": _finite(histogram.max)}
+            found["quantiles"] = {str(q): _finite(histogram.quantile(q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9)}
+        return found
+
     # -- storing -------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -198,3 +211,7 @@ class Profile:
 def _label(value: float) -> str:
     """An exact integer value as the label a class share names (1.0 -> "1")."""
     return str(int(value)) if np.isfinite(value) and float(value).is_integer() else str(value)
+
+
+def _finite(value: float | None) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None

@@ -100,6 +100,7 @@ class ReportOperator(SpecMixin, BaseOperator):
                     "success_marker": naming.success_marker_key(prefix)
                     if prefix and s.outcome is Action.ADVANCE
                     else None,
+                    "approval": s.approval,  # outputs its checks held back, accepted by on-call: who, when, why
                 }
             )
         partition = TaskRun.of(context).partition

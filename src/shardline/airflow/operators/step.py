@@ -200,7 +200,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
 
         summary = self._ended or self._summary(self._attempt)
         status = summary.status.value if summary is not None else "SUCCEEDED"
-        return step_lineage(self.spec, self._attempt, summary, status)
+        return step_lineage(self.spec, self._attempt, summary, status, self._quality(self._attempt))
 
     def get_openlineage_facets_on_failure(self, task_instance):
         """As on complete, for a step that failed: what it had scored, and FAILED."""
@@ -209,7 +209,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         # The provider asks in a fork of this process, with a time limit: everything it needs is on self already
         # (the planned attempt from execute, or the watched one), and the ledger read is the step's one query.
         attempt = self._attempt or self._planned
-        return step_lineage(self.spec, attempt, self._summary(attempt), "FAILED")
+        return step_lineage(self.spec, attempt, self._summary(attempt), "FAILED", self._quality(self._attempt))
 
     def _summary(self, attempt: Attempt | None):
         """The step's rows as the ledger has them, or None when it cannot be read (the lineage still names the
@@ -223,6 +223,12 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         except Exception:  # lineage must never fail the task: it goes out without rows
             self.log.warning("lineage: the step's rows could not be read from the ledger", exc_info=True)
             return None
+
+    def _quality(self, attempt: Attempt | None) -> dict | None:
+        """What the step's output checks read and found, from its run report (None: no report to read)."""
+        from shardline.orchestration.step.run_report import quality_facts
+
+        return quality_facts(self.spec, attempt) if attempt is not None else None
 
     def on_kill(self):
         if self._attempt is not None:

@@ -239,6 +239,7 @@ def summarize(spec: PipelineSpec, ref: StepRef) -> StepSummary:
     succeeded = [f for f in files if f.status == FileStatus.SUCCEEDED]
     failed = [f for f in files if f.status == FileStatus.FAILED]
     mismatched = [f.input_key for f in succeeded if (f.rows_in or 0) != (f.rows_out or 0) + (f.rows_rejected or 0)]
+    approved = approval_of(records.step, records.step.attempt)
     return StepSummary(
         step=step,
         files=len(files),
@@ -252,6 +253,9 @@ def summarize(spec: PipelineSpec, ref: StepRef) -> StepSummary:
         failed_files=tuple(FailedFile(f.input_key, file_error(f.error_class, f.error_message)) for f in failed),
         report=report_uri(records.step, ref),
         reported_at=dt.datetime.now(dt.UTC).isoformat(),
+        approval=dataclasses.asdict(approved)
+        if (approved := approval_of(records.step, records.step.attempt))
+        else None,
     )
 
 

@@ -181,6 +181,34 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
     return report
 
 
+def quality_facts(spec: PipelineSpec, attempt: Attempt) -> dict | None:
+    """What the step's lineage says of its data's quality, from its run report: each profiled input feature's and
+    output column's metrics (OpenLineage's ``ColumnMetrics``, as dicts), each check as an assertion, and the
+    approval of held-back outputs. None when the report cannot be read (the lineage goes out without them)."""
+    bucket, key = parse_s3_uri(attempt.report_uri("json"))
+    try:
+        report = RunReport.from_json(services.s3_client(spec).get_object(Bucket=bucket, Key=key)["Body"].read())
+        profile = Profile.from_dict(report.profile) if report.profile else None
+    except Exception:
+        log.warning("lineage: the run report %s could not be read", attempt.report_uri("json"), exc_info=True)
+        return None
+    return {
+        "inputs": {name: c.metrics() for name, c in profile.inputs.items()} if profile else {},
+        "outputs": {name: c.metrics() for name, c in profile.outputs.items()} if profile else {},
+        "assertions": [
+            {
+                "assertion": c.check,
+                "success": c.verdict != "fail",
+                "severity": "error" if c.level == "blocking" else "warn",
+                "expected": c.bound,
+                "actual": c.shown,
+            }
+            for c in report.checks
+        ],
+        "approval": report.approval,
+    }
+
+
 def _with_history(results: list[CheckResult], previous: list[tuple[str, RunReport]]) -> list[CheckResult]:
     """Each check with the values the same check had in the earlier partitions' reports (newest first), for the
     report's trend and `shardline checks`; a band keeps the values it was made from."""
