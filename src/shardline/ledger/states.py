@@ -64,6 +64,10 @@ STEP_TERMINAL = frozenset(
 )
 
 
+# How the message of a step begins when its blocking output checks held its outputs back (FAILED, no _SUCCESS): what
+# `shardline approve` accepts, and its fenced write checks.
+HELD_BACK = "checks: blocked by"
+
 SETUP_ERROR = SetupError.__name__  # a SHARD item's error class: the instance could not start (its model, its arguments)
 
 

@@ -30,7 +30,15 @@ from shardline.ledger.keys import (
     step_sk,
 )
 from shardline.ledger.record_gaps import check_refusal, table_gone, table_gone_text
-from shardline.ledger.states import RUN_TERMINAL, STEP_TERMINAL, FileStatus, RunStatus, StepStatus, Succession
+from shardline.ledger.states import (
+    HELD_BACK,
+    RUN_TERMINAL,
+    STEP_TERMINAL,
+    FileStatus,
+    RunStatus,
+    StepStatus,
+    Succession,
+)
 from shardline.ledger.table import MAX_ERROR_CHARS, LedgerItem, condition_failed, update_if
 
 log = logging.getLogger(__name__)
@@ -128,9 +136,6 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
             raise LedgerRecordMissing(table_gone_text(model, ref)) from err
         raise
     return True
-
-
-HELD_BACK = "checks: blocked by"  # how the message of a step its blocking output checks held back begins
 
 
 def record_approval(model: type[LedgerItem], ref: StepRef, attempt: int, approval: str) -> bool:

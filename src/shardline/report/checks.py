@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
+from shardline.ledger.states import HELD_BACK
 from shardline.report.drift import psi_between
 from shardline.report.model import CheckResult
 from shardline.report.profile import ColumnProfile, Profile
@@ -100,7 +101,7 @@ def blocked_message(results: Sequence[CheckResult]) -> str | None:
         return None
     first = blocking[0]
     more = f" (and {len(blocking) - 1} more blocking check(s))" if len(blocking) > 1 else ""
-    return f"checks: blocked by {first.line()}{more}"
+    return f"{HELD_BACK} {first.line()}{more}"
 
 
 # -- rows out ----------------------------------------------------------------------------------------------------

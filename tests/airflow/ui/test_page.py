@@ -353,3 +353,73 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
     entries = [e for e in logs["event_logs"] if e["run_id"] == run_id]
     assert entries and {e["owner"] for e in entries} == {ui.username}, logs
     assert any(json.loads(e["extra"] or "{}").get("files") for e in entries), entries
+
+
+@pytest.fixture(scope="module")
+def held_run(ui, failed_run, tmp_path_factory):
+    """A run of another hour whose outputs the shipped distinct-values check held back (a broken model: every row
+    scored the same). ``failed_run`` made the bucket, the table and the inputs' model first."""
+    import boto3
+
+    from examples import synthetic
+
+    work = tmp_path_factory.mktemp("ui-held")
+    env = ui.env
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    synthetic.pack(synthetic.train_xgboost(work / "broken", broken=True).parent, work / "broken.tar.gz")
+    s3.upload_file(str(work / "broken.tar.gz"), BUCKET, "models/xgboost/broken/model.tar.gz")
+    hour = HOUR + dt.timedelta(hours=8)  # 13:00: no other test of this Airflow scores it
+    prefix = f"events/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    for path in synthetic.make_dataset(work / "data", files=2, rows=5_000):
+        s3.upload_file(str(path), BUCKET, prefix + path.name)
+    run_id = f"manual__{hour:%Y%m%dT%H}-{uuid.uuid4().hex[:6]}"
+    ui.client().trigger(PIPELINE, {"model_version": "broken"}, run_id=run_id, logical_date=hour.isoformat())
+    assert ui.wait_for_run(PIPELINE, run_id)["state"] == "failed", ui.tail()
+    return {"run_id": run_id, "s3": s3, "marker": f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/_SUCCESS"}
+
+
+@pytest.mark.slow
+def test_held_back_outputs_are_approved_from_the_page_with_a_reason(ui, held_run, browser, screenshot):
+    from selenium.webdriver.support import expected_conditions as ec
+
+    run_id = held_run["run_id"]
+    base = f"{ui.url}/shardline/runs/{PIPELINE}/{run_id}/steps/score/approve"
+    viewer = {"Authorization": f"Bearer {_viewer_token(ui)}"}
+    refused = http.post(base, headers=viewer, json={"reason": "a viewer may not approve anything"})
+    assert refused.status_code == 403, refused.text  # approving takes the right to clear the watch task
+    driver = browser
+    try:
+        _log_in(driver, ui)
+        _open_from_airflow_nav(driver, ui)
+        driver.execute_script("location.hash = arguments[0]", f"#/runs/{PIPELINE}/{run_id}")  # the run's own view
+        held = "div.held-back[data-step=score]"
+        _wait(driver, ec.presence_of_element_located(_css(held)), message="the held-back checks did not show")
+        assert "checks.columns.prediction.min_distinct: 1 against at least 2" in _text(driver, held)
+        screenshot("held-back-run")
+
+        _click(driver, f"{held} button.approve")
+        _wait(driver, ec.visibility_of_element_located(_css("#approve-dialog")), message="no approval dialog")
+        assert not driver.find_element(*_css("#approve-ok")).is_enabled()  # no reason, no approval
+        driver.find_element(*_css("#approve-reason")).send_keys("a test of the page's approval")
+        _click(driver, "#approve-ok")
+        _wait(
+            driver,
+            lambda d: d.find_element(*_css("#notice")).get_attribute("data-kind") in ("ok", "error"),
+            message="no answer to the approval",
+        )
+        notice = _text(driver, "#notice")
+        assert driver.find_element(*_css("#notice")).get_attribute("data-kind") == "ok", notice
+        assert f"Approved by {ui.username}" in notice, notice
+    except Exception:
+        print(_dump(driver))
+        raise
+    assert ui.wait_for_run(PIPELINE, run_id, states=("success", "failed"))["state"] == "success", ui.tail()
+    assert held_run["s3"].list_objects_v2(Bucket=BUCKET, Prefix=held_run["marker"])["KeyCount"] == 1
+    logs = ui.client()._call("GET", "/eventLogs", params={"event": "shardline_approve", "dag_id": PIPELINE})
+    assert [e["owner"] for e in logs["event_logs"] if e["run_id"] == run_id] == [ui.username], logs

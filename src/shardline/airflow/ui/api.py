@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field
 from pynamodb.exceptions import PynamoDBException
 
 from shardline.airflow.ui.root import airflow_root_path
-from shardline.ledger.states import STEP_TERMINAL
+from shardline.ledger.states import HELD_BACK, STEP_TERMINAL, StepStatus
 from shardline.oncall.airflow_client import ENV_URL, AirflowClient
 from shardline.oncall.errors import OnCallError
 from shardline.oncall.reads import load_specs
@@ -234,6 +234,12 @@ class ResubmitBody(BaseModel):
     dry_run: bool = False
 
 
+class ApproveBody(BaseModel):
+    """Why the held-back outputs are right as they are: recorded with who and when."""
+
+    reason: str = Field(min_length=10, max_length=2000)
+
+
 def create_app() -> FastAPI:
     """The app Airflow mounts: the routes below, behind the error answers and the security headers."""
     app = FastAPI(
@@ -375,6 +381,13 @@ def run(_user: ReaderDep, dag_id: str, run_id: str) -> dict:
     root = airflow_root_path()
     view["airflow_run_url"] = f"{root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
     for step in view["steps"]:
+        # A step its blocking checks held back: the checks that failed, for the page's Approve button.
+        step["held_back"] = (
+            [row.result.model_dump() for row in oncall.checks_view(RunRef(dag_id, run_id), step["name"]).blocked]
+            if step["status"] == StepStatus.FAILED.value and (step.get("message") or "").startswith(HELD_BACK)
+            else []
+        )
+    for step in view["steps"]:
         # Relative to the app's root; a report is written when its step ends.
         step["report_url"] = (
             (f"runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/steps/{quote(step['name'], safe='')}/report")
@@ -442,4 +455,21 @@ def resubmit(
     _known(oncall, dag_id)
     choice = FileChoice(files=body.files, all_failed=body.all_failed)
     result = oncall.resubmit(RunRef(dag_id, run_id), step, choice, dry_run=body.dry_run)
+    return {**_plain(result), "user": user.get_name()}
+
+
+@action_routes.post(
+    "/runs/{dag_id}/{run_id}/steps/{step}/approve",
+    # As a resubmit: the caller must be allowed to clear the step's watch task, and the request is in the audit log.
+    dependencies=[Depends(can_clear_tasks), Depends(json_body), Depends(action_logging(event="shardline_approve"))],
+)
+def approve(
+    request: Request, user: ResubmitterDep, bearer: BearerDep, dag_id: str, run_id: str, step: str, body: ApproveBody
+) -> dict:
+    """Accept the outputs ``step``'s blocking checks held back: who (the caller), when and why are recorded, and the
+    step's watch task is cleared through Airflow's REST API as the caller, so the step ends again with its _SUCCESS."""
+    client = AirflowClient(_airflow_url(request), token=_caller_token(request, bearer))
+    oncall = _oncall(airflow=client)
+    _known(oncall, dag_id)
+    result = oncall.approve(RunRef(dag_id, run_id), step, body.reason, by=user.get_name())
     return {**_plain(result), "user": user.get_name()}

@@ -13,9 +13,9 @@ import json
 from shardline.errors import InvalidArgument
 from shardline.ledger.keys import StepRef
 from shardline.ledger.records import StepRecord
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import HELD_BACK, StepStatus
 from shardline.ledger.step_reads import read_step_item
-from shardline.ledger.step_writes import HELD_BACK, record_approval
+from shardline.ledger.step_writes import record_approval
 from shardline.orchestration import partitions, services
 from shardline.planning.attempt import Attempt
 from shardline.spec import PipelineSpec
