@@ -12,7 +12,8 @@ from tests.support.cli import CLI, REPO, run, write_spec
 
 
 @pytest.mark.parametrize(
-    "command", ["runs", "status", "failed", "report", "resubmit", "cancel", "preview", "tune", "local"]
+    "command",
+    ["runs", "status", "failed", "report", "resubmit", "cancel", "preview", "tune", "local", "checks", "approve"],
 )
 def test_every_command_has_help(command):
     result = run(command, "--help")
@@ -140,3 +141,30 @@ def test_failed_of_a_red_run_prints_what_happened_and_the_rerun_command(aws_env,
         json.loads(run("--dags-folder", str(tmp_path / "dags"), "failed", "p/run-s", "--json", env=aws_env).stdout)
         == []
     )
+
+
+def test_a_baseline_is_made_from_a_local_file_and_a_malformed_request_is_a_usage_error(aws_env, ledger_table, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardline.ledger.baselines import read_baseline
+    from shardline.ledger.table import bind_ledger
+
+    write_spec(tmp_path / "dags", ledger_table)
+    folder = ("--dags-folder", str(tmp_path / "dags"))
+    incomplete = run(*folder, "checks", "baseline", "p", "--step", "score", env=aws_env)
+    assert (
+        incomplete.returncode == 2 and "shardline checks baseline PIPELINE --step STEP --from URI" in incomplete.stderr
+    )
+    missing = run(
+        *folder, "checks", "baseline", "p", "--step", "score", "--from", str(tmp_path / "no.parquet"), env=aws_env
+    )
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    pq.write_table(pa.table({"prediction": [0.1, 0.4, 0.9], "label": ["a", "b", "a"]}), tmp_path / "v.parquet")
+    made = run(
+        *folder, "checks", "baseline", "p", "--step", "score", "--from", str(tmp_path / "v.parquet"), env=aws_env
+    )
+    assert made.returncode == 0, made.stderr
+    assert f"baseline of p step score: 3 rows of {tmp_path / 'v.parquet'} (prediction, label)" in made.stdout
+    kept = read_baseline(bind_ledger(ledger_table), "p", "score")
+    assert kept["profile"]["outputs"]["label"]["labels"] == {"a": 2, "b": 1}

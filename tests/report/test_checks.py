@@ -24,8 +24,8 @@ def _profile(outputs: dict | None = None, inputs: dict | None = None, nulls: dic
     return profile
 
 
-def _check(spec: dict, current: Partition, history=(), files=None, missing=None):
-    return {r.check: r for r in evaluate(ChecksSpec(**spec), current, history, files, missing)}
+def _check(spec: dict, current: Partition, history=(), files=None, missing=None, baseline=None):
+    return {r.check: r for r in evaluate(ChecksSpec(**spec), current, history, files, missing, baseline)}
 
 
 def test_a_range_passes_inside_and_fails_outside_naming_the_file_that_drives_it():
@@ -134,3 +134,21 @@ def test_what_cannot_be_computed_fails_and_says_why():
 def test_an_empty_step_has_nothing_for_column_checks_to_read():
     results = _check({"columns": {"score": {"min_distinct": 2}}}, Partition("r", 0, _profile({"score": []})))
     assert results["checks.columns.score.min_distinct"].verdict == "n/a"
+
+
+def test_psi_against_the_baseline_or_why_there_is_none():
+    from shardline.report.checks import Baseline
+
+    rng = np.random.default_rng(1)
+    spec = {"reference": "baseline", "columns": {"score": {"max_psi": 0.2}}, "features": {"f0": {"max_psi": 0.2}}}
+    current = Partition("now", 1000, _profile({"score": rng.random(1000)}, inputs={"f0": rng.standard_normal(1000)}))
+    # The baseline file holds the prediction and the feature as plain columns: a feature is found among them.
+    made = _profile({"score": rng.random(1000), "f0": rng.standard_normal(1000)})
+    results = _check(spec, current, baseline=Baseline(made, "the baseline made from s3://b/v.parquet"))
+    assert {r.verdict for r in results.values()} == {"pass"}
+    assert results["checks.features.f0.max_psi"].bound.endswith("(against the baseline made from s3://b/v.parquet)")
+    none = _check(spec, current, baseline=Baseline(None, "no baseline was made for step score: make one with ..."))
+    assert {r.verdict for r in none.values()} == {"fail"}
+    assert none["checks.columns.score.max_psi"].bound.startswith("no baseline was made")
+    lacking = _check(spec, current, baseline=Baseline(_profile({"score": rng.random(10)}), "the baseline of v"))
+    assert lacking["checks.features.f0.max_psi"].bound == "the baseline of v has no column 'f0'"

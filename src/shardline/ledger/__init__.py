@@ -17,6 +17,8 @@ loads nothing, so importing the states or keys never loads pynamodb.
 - :mod:`.partitions`: one lock item per output prefix, saying which run writes it now. It is taken with a fenced
   conditional write and held as a lease; it is free only once the backend confirms its last holder's job ended,
   whatever ended that run.
+- :mod:`.baselines`: a step's reference profile for its output checks (``shardline checks baseline``): one item per
+  step, never expiring, written whole.
 - :mod:`.record_gaps`: when the ledger cannot vouch for a step: its STEP item gone or older than the attempt
   planned, or the table gone. Absence is never success, and never a newer attempt.
 """

@@ -7,6 +7,8 @@
 
     pk = PARTITION#{output_prefix}   sk = LOCK   (which run writes an output prefix now: ledger.partitions)
 
+    pk = BASELINE#{pipeline}   sk = STEP#{step}#   (a step's reference profile for its checks: ledger.baselines)
+
 A step's SHARD items sort right after its STEP item, so one Query on the prefix
 ``STEP#{step}#`` returns the step and every heartbeat. Attempts are zero-padded so that
 the query returns them in order.
@@ -83,3 +85,8 @@ PARTITION_LOCK_SK = "LOCK"
 def partition_lock_pk(output_prefix: str) -> str:
     """The lock item of one output prefix (``s3://bucket/prefix/``): one run writes it at a time."""
     return f"PARTITION#{output_prefix}"
+
+
+def baseline_pk(pipeline: str) -> str:
+    """The partition of a pipeline's reference profiles (one item per step, keyed by its step_sk)."""
+    return f"BASELINE#{pipeline}"

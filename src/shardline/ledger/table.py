@@ -162,6 +162,9 @@ class ControlItem(_Expiring, Model):
     # STEP items: an on-call engineer accepted the outputs its blocking checks held back (`shardline approve`): who,
     # when, why and at which attempt, as JSON (orchestration.step.approval.Approval); the step's end honours it.
     approval = UnicodeAttribute(null=True, attr_name="apv")
+    # BASELINE items: a step's reference profile for its output checks, with where it was made from (JSON;
+    # ledger.baselines).
+    baseline = UnicodeAttribute(null=True, attr_name="obl")
     # STEP and RUN items: why the step's planned job is not running yet (decision.fleet.Waiting as JSON), and on the
     # RUN item which step that is; the views render it. Removed once the job is submitted.
     waiting = UnicodeAttribute(null=True, attr_name="owt")

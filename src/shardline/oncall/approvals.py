@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from shardline.ledger.keys import StepRef
 from shardline.oncall.airflow_client import AirflowApiError
-from shardline.oncall.errors import Conflict, NotFound, OnCallError
+from shardline.oncall.errors import BadRequest, Conflict, NotFound, OnCallError
 from shardline.oncall.messages import half_done_text
 from shardline.oncall.reads import known_step
 from shardline.oncall.resubmission import Resubmission
@@ -77,6 +77,18 @@ class Approvals(RunReports, Resubmission):
             if report.approval:
                 approvals[report_ref.step] = report.approval
         return ChecksView(str(ref), rows, approvals, missing)
+
+    def make_baseline(self, pipeline: str, step: str, source: str, by: str) -> dict:
+        """Profile ``source`` and keep it as ``step``'s reference for its PSI checks (checks.reference: baseline)."""
+        from shardline.errors import InvalidArgument
+        from shardline.orchestration.step.baseline import make_baseline
+
+        spec = self.spec(pipeline)
+        known_step(spec, step)
+        try:
+            return make_baseline(spec, step, source, by)
+        except (InvalidArgument, OSError) as err:
+            raise BadRequest(str(err)) from err
 
     def approve(self, ref: RunRef, step: str, reason: str, by: str) -> ApproveResult:
         """Accept the outputs ``step``'s blocking checks held back, and let the DAG run end the step again.

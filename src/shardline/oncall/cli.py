@@ -117,18 +117,34 @@ def report(options: Globals, run: str, step: str | None, open_page: bool, out: P
 
 @command(
     "checks",
-    "every output check of a run, with its value against the last partitions'",
-    "Every output check of each step of a run (its spec's checks, and drift.max_psi): pass, fail or n/a, the value "
-    "measured, the bound it was held to, the files that drive a failure most, and the same check's value in the "
-    "last checks.last successful partitions. Exits 1 while a blocking check holds a step's outputs back (no "
-    "_SUCCESS); the ways forward are printed: approve, or fix and rerun.",
+    "every output check of a run against the last partitions', or make a step's baseline",
+    "shardline checks RUN: every output check of each step of a run (its spec's checks, and drift.max_psi): pass, "
+    "fail or n/a, the value measured, the bound it was held to, the files that drive a failure most, and the same "
+    "check's value in the last checks.last successful partitions. Exits 1 while a blocking check holds a step's "
+    "outputs back (no _SUCCESS); the ways forward are printed: approve, or fix and rerun.\n\n"
+    "shardline checks baseline PIPELINE --step S --from s3://.../predictions.parquet: profile a file (parquet, CSV "
+    "or JSON lines: a validation set's predictions and features, say) and keep it as the step's reference for its "
+    "PSI checks (checks.reference: baseline), replacing any earlier one.",
 )
-@run_argument
-@click.option("--step", help="only this step")
+@click.argument("run", metavar="RUN | baseline")
+@click.argument("pipeline", required=False)
+@click.option("--step", help="only this step (with baseline: the step, required)")
+@click.option("--from", "source", metavar="URI", help="baseline: the file to profile (s3:// URI or a local path)")
 @click.pass_obj
-def checks(options: Globals, run: str, step: str | None) -> Reply:
+def checks(options: Globals, run: str, pipeline: str | None, step: str | None, source: str | None) -> Reply:
     from shardline.planning import naming
 
+    if run == "baseline":
+        if not (pipeline and step and source):
+            raise click.UsageError("shardline checks baseline PIPELINE --step STEP --from URI")
+        import getpass
+
+        made = options.oncall().make_baseline(pipeline, step, source, by=getpass.getuser())
+        columns = ", ".join(made["profile"]["outputs"])
+        said = f"baseline of {pipeline} step {step}: {made['rows']:,} rows of {source} ({columns})"
+        return Reply(made | {"profile": None}, functools.partial(print_lines, [said]))
+    if pipeline or source:
+        raise click.UsageError("shardline checks RUN [--step STEP] (a second argument or --from: only with baseline)")
     ref = run_ref(run)
     view = options.oncall().checks_view(ref, step)
     held = next((row.step for row in view.blocked if row.step not in view.approvals), step or "STEP")

@@ -7,6 +7,7 @@ never passes on absence. A band check with no earlier partition to compare with 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -29,18 +30,29 @@ class Partition:
         self.run_id, self.rows_out, self.profile = run_id, rows_out, profile
 
 
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """The reference made once from a file (``checks.reference: baseline``): its profile, or why there is none, and
+    what it is called in a bound."""
+
+    profile: Profile | None
+    said: str  # "the baseline made from s3://... at ...", or why there is none
+
+
 def evaluate(
     checks: ChecksSpec,
     current: Partition,
     history: Sequence[Partition] = (),
     files: Mapping[str, Profile] | None = None,
     missing: str | None = None,
+    baseline: Baseline | None = None,
 ) -> list[CheckResult]:
     """Every check's result for ``current`` against ``history`` (the last successful partitions, newest first;
     only the first ``checks.last`` are read). ``files``: each input file's own profile, to name the files that
     drive a failed check. ``missing``: why the profile is not whole (a manifest not found): every column check
-    fails with it."""
+    fails with it. ``baseline``: the PSI checks' reference with ``checks.reference: baseline``."""
     history = list(history)[: checks.last]
+    reference = _Reference(checks.reference, history, baseline)
     results: list[CheckResult] = []
     if checks.rows_out is not None:
         results += _rows_out(checks, current, history)
@@ -64,6 +76,8 @@ def evaluate(
             per_file = {k: p.outputs[name] for k, p in (files or {}).items() if name in p.outputs}
             past = [(p.run_id, p.profile.outputs.get(name)) for p in history if p.profile is not None]
             results += _column(where, column_check, column, per_file, [(r, c) for r, c in past if c is not None])
+            if column_check.max_psi is not None:
+                results.append(_psi(f"{where}.max_psi", column_check, column, reference.of("outputs", name)))
     for name, feature_check in checks.features.items():
         where = f"checks.features.{name}"
         if profile is None or missing:
@@ -81,10 +95,9 @@ def evaluate(
             )
             continue
         per_file = {k: p.inputs[name] for k, p in (files or {}).items() if name in p.inputs}
-        previous = next(
-            ((p.run_id, p.profile.inputs[name]) for p in history if p.profile and name in p.profile.inputs), None
-        )
-        results += _feature(where, feature_check, column, per_file, previous)
+        results += _feature(where, feature_check, column, per_file)
+        if feature_check.max_psi is not None:
+            results.append(_psi(f"{where}.max_psi", feature_check, column, reference.of("inputs", name)))
     return results
 
 
@@ -270,41 +283,61 @@ def _class_share(
 
 
 def _feature(
-    where: str,
-    check: FeatureCheck,
-    column: ColumnProfile,
-    per_file: Mapping[str, ColumnProfile],
-    previous: tuple[str, ColumnProfile] | None,
+    where: str, check: FeatureCheck, column: ColumnProfile, per_file: Mapping[str, ColumnProfile]
 ) -> list[CheckResult]:
-    results = []
-    if check.max_null_share is not None:
-        missing = column.histogram.nan_count if column.histogram is not None else column.nulls
+    if check.max_null_share is None:
+        return []
+    missing = column.histogram.nan_count if column.histogram is not None else column.nulls
 
-        def missing_of(c: ColumnProfile) -> int:
-            return c.histogram.nan_count if c.histogram is not None else c.nulls
+    def missing_of(c: ColumnProfile) -> int:
+        return c.histogram.nan_count if c.histogram is not None else c.nulls
 
-        share, most = column.share(missing), check.max_null_share
-        results.append(_share(f"{where}.max_null_share", check.level, share, most, per_file, missing_of))
-    if check.max_psi is not None:
-        name = f"{where}.max_psi"
-        if column.histogram is None:
-            results.append(_refused(name, check.level, "the feature holds text, not numbers"))
-        elif column.histogram.count == 0:
-            results.append(_no_rows(name, check.level))
-        elif previous is None or previous[1].histogram is None or previous[1].histogram.count == 0:
-            results.append(_not_yet(name, check.level, None))
-        else:
-            drift = psi_between(previous[1].histogram, column.histogram)
-            results.append(
-                _result(
-                    name,
-                    check.level,
-                    drift.psi,
-                    f"below {_num(check.max_psi)} (against run {previous[0]})",
-                    drift.psi < check.max_psi,
-                )
+    share, most = column.share(missing), check.max_null_share
+    return [_share(f"{where}.max_null_share", check.level, share, most, per_file, missing_of)]
+
+
+# -- against a reference: the last successful partition, or the baseline ---------------------------------------
+
+
+class _Reference:
+    """Where a PSI check's reference column comes from: ``previous`` (the newest earlier partition that has it) or
+    ``baseline`` (the file's profile: a feature is looked for among its columns too)."""
+
+    def __init__(self, kind: str, history: list[Partition], baseline: Baseline | None):
+        self.kind, self.history, self.baseline = kind, history, baseline
+
+    def of(self, side: str, name: str) -> tuple[ColumnProfile | None, str]:
+        """(the reference column, what it is called), or (None, why there is none)."""
+        if self.kind == "baseline":
+            found = self.baseline.profile if self.baseline is not None else None
+            if found is None:
+                return None, self.baseline.said if self.baseline is not None else "no baseline was read"
+            column = getattr(found, side).get(name) or found.outputs.get(name)
+            return column, self.baseline.said if column is not None else f"{self.baseline.said} has no column {name!r}"
+        for partition in self.history:
+            if partition.profile is not None and name in getattr(partition.profile, side):
+                return getattr(partition.profile, side)[name], f"run {partition.run_id}"
+        return None, ""
+
+
+def _psi(
+    name: str, check: ColumnCheck | FeatureCheck, column: ColumnProfile, reference: tuple[ColumnProfile | None, str]
+) -> CheckResult:
+    against, said = reference
+    if column.histogram is None:
+        return _refused(name, check.level, "the column holds text, not numbers: PSI compares numbers")
+    if column.histogram.count == 0:
+        return _no_rows(name, check.level)
+    if against is None or against.histogram is None or against.histogram.count == 0:
+        if said:  # a baseline that is missing, or lacks the column: the setting asks for what is not there
+            return CheckResult(
+                check=name, level=check.level, verdict="fail", value=None, shown="not computed", bound=said
             )
-    return results
+        return _not_yet(name, check.level, None)
+    drift = psi_between(against.histogram, column.histogram)
+    return _result(
+        name, check.level, drift.psi, f"below {_num(check.max_psi)} (against {said})", drift.psi < check.max_psi
+    )
 
 
 # -- shared shapes -----------------------------------------------------------------------------------------------

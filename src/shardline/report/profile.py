@@ -11,7 +11,7 @@ min, max, sum, a sketch any bins and quantiles are read from) or labels (value -
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -160,6 +160,33 @@ class Profile:
             found = columns[name] = ColumnProfile(kind)
         return found
 
+    def add_column(self, side: str, name: str, column: Any, numbers: Callable[[Any], np.ndarray] | None = None) -> None:
+        """Count one Arrow array of column ``name`` (``side``: "outputs" or "inputs"): numbers (integers, floats,
+        booleans, decimals) into its histogram, anything else as labels. ``numbers``: how the array becomes numpy
+        values, nulls as NaN (the worker passes its own, which skips Arrow's pandas conversion)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        kind = column.type
+        if (
+            pa.types.is_integer(kind)
+            or pa.types.is_floating(kind)
+            or pa.types.is_boolean(kind)
+            or pa.types.is_decimal(kind)
+        ):
+            values = numbers(column) if numbers is not None else _numbers(column)
+            self.column(side, name, "numbers").add_numbers(values, column.null_count)
+            return
+        target = self.column(side, name, "labels")
+        if target.labels is None:  # past MAX_LABELS: only rows and nulls are counted
+            target.add_labels({}, column.null_count, len(column))
+            return
+        counts = pc.value_counts(column.drop_null() if column.null_count else column)
+        values, numbers_of = counts.field(0).to_pylist(), counts.field(1).to_pylist()
+        target.add_labels(
+            {str(v): int(n) for v, n in zip(values, numbers_of, strict=True)}, column.null_count, len(column)
+        )
+
     def merge(self, other: Profile) -> Profile:
         """Add ``other`` into this profile (in place) and return self. A column counted as numbers in one file and
         labels in another cannot be merged: HistogramFormatError names it."""
@@ -215,3 +242,10 @@ def _label(value: float) -> str:
 
 def _finite(value: float | None) -> float | None:
     return float(value) if value is not None and np.isfinite(value) else None
+
+
+def _numbers(column: Any) -> np.ndarray:
+    """An Arrow array of numbers as float64 numpy values, nulls as NaN."""
+    import pyarrow as pa
+
+    return column.cast(pa.float64()).to_numpy(zero_copy_only=False)

@@ -47,6 +47,9 @@ class ColumnCheck(_Strict):
     mean_within: Annotated[float, Field(gt=0)] | None = None
     """a fraction: the mean must be within this share of the reference mean (the median of the last
     ``checks.last`` partitions' means; 0.1: within 10%)"""
+    max_psi: Annotated[float, Field(gt=0)] | None = None
+    """the population stability index of the column against the reference (``checks.reference``), above which
+    the check fails (0.2 is the usual limit)"""
     class_share_within: Share | None = None
     """each class's share of the rows must be within this many points of the reference's (0.1: 30% may move
     to between 20% and 40%); for labels and integer classes only"""
@@ -67,8 +70,8 @@ class FeatureCheck(_Strict):
     max_null_share: Share | None = None
     """the largest share of null (or NaN) values"""
     max_psi: Annotated[float, Field(gt=0)] | None = None
-    """the population stability index against the last successful partition's values of the feature, above
-    which the check fails (0.2 is the usual limit)"""
+    """the population stability index of the feature against the reference (``checks.reference``), above which
+    the check fails (0.2 is the usual limit)"""
     level: Level = "blocking"
     """blocking: holds back _SUCCESS and fails the run; warn: a line in the log and the report"""
 
@@ -79,6 +82,9 @@ class ChecksSpec(_Strict):
     last: Annotated[int, Field(ge=1, le=30)] = 7
     """how many earlier successful partitions the bands (rows_out.within, mean_within, class_share_within) and
     `shardline checks` compare with"""
+    reference: Literal["previous", "baseline"] = "previous"
+    """what the PSI checks (columns' and features' max_psi) compare with: the last successful partition, or the
+    baseline made once from a file (`shardline checks baseline PIPELINE --step S --from s3://...`)"""
     rows_out: RowsOutCheck | None = None
     """the number of rows written"""
     columns: dict[str, ColumnCheck] = {}

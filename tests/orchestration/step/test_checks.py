@@ -9,6 +9,7 @@ import io
 import boto3
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -172,3 +173,50 @@ def test_a_check_on_a_column_the_step_never_writes_fails_closed(pipeline):
     )
     assert "the workers read no feature 'age'" in failed["checks.features.age"]
     assert step_end.step_message(typo, attempt).startswith("checks: blocked by checks.columns.score: missing against")
+
+
+def test_psi_against_a_baseline_made_once_from_a_file(pipeline):
+    from shardline.orchestration.step.baseline import make_baseline
+
+    spec, bucket = pipeline
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    data["steps"][0]["checks"] = {
+        "reference": "baseline",
+        "columns": {"proba_1": {"max_psi": 0.2}},
+        "features": {"f0": {"max_psi": 0.2}},
+    }
+    against = parse_spec(data, "checks_test.yaml")
+    # No baseline yet: the checks that need it fail, naming the command that makes one.
+    _, status, report = _run(against, bucket, "run-before")
+    assert status.value == "FAILED"
+    [psi] = [c for c in report.checks if c.check == "checks.columns.proba_1.max_psi"]
+    assert psi.verdict == "fail" and "shardline checks baseline checks_test --step score --from" in psi.bound
+
+    # A validation set's predictions and features, as a user keeps them: one parquet file.
+    s3 = boto3.client("s3")
+    outputs = [
+        pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()))
+        for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/run-before/")["Contents"]
+        if o["Key"].endswith(".parquet") and "/_" not in o["Key"]
+    ]
+    predictions = pa.concat_tables(outputs).sort_by("id")
+    features = pa.concat_tables([_table(400, i) for i in range(4)]).sort_by("id")
+    validation = predictions.append_column("f0", features.column("f0"))
+    s3.put_object(Bucket=bucket, Key="validation/predictions.parquet", Body=_parquet(validation))
+    made = make_baseline(against, "score", f"s3://{bucket}/validation/predictions.parquet", "data-eng")
+    assert made["rows"] == 1600 and set(made["profile"]["outputs"]) >= {"proba_1", "f0"}
+
+    _, status, report = _run(against, bucket, "run-same")  # the same inputs: the same predictions
+    assert status.value == "SUCCEEDED", report.checks
+    psis = {c.check: c for c in report.checks if c.check.endswith("max_psi")}
+    assert psis["checks.columns.proba_1.max_psi"].value == pytest.approx(0.0, abs=1e-6)
+    assert "validation/predictions.parquet" in psis["checks.features.f0.max_psi"].bound
+
+    shifted = {f"part-{i}.parquet": _table(400, 20 + i) for i in range(4)}
+    for name, table in shifted.items():
+        shifted[name] = table.set_column(1, "f0", pc.add(table.column("f0"), 3.0))
+    _put(bucket, "in-shifted", shifted)
+    _, status, report = _run(against, bucket, "run-shifted", "in-shifted")
+    assert status.value == "FAILED"
+    failed = {c.check for c in report.checks if c.verdict == "fail"}
+    assert "checks.features.f0.max_psi" in failed, report.checks

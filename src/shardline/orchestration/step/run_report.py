@@ -20,6 +20,7 @@ from shardline.ledger.step_reads import StepRecords, list_runs, read_step_item
 from shardline.orchestration import services
 from shardline.orchestration.step import watch
 from shardline.orchestration.step.approval import Approval, approval_of
+from shardline.orchestration.step.baseline import baseline_of
 from shardline.orchestration.step.files import read_step_files
 from shardline.orchestration.step.upstream import UpstreamError, upstream_outputs
 from shardline.planning import naming
@@ -27,7 +28,7 @@ from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import put_metadata
 from shardline.planning.naming import job_name
 from shardline.report.build import build_report
-from shardline.report.checks import Partition, blocked_message, evaluate
+from shardline.report.checks import Baseline, Partition, blocked_message, evaluate
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
 from shardline.report.inputs import PreviousRun, records_from_ledger, reject_where
@@ -156,8 +157,11 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         report.notes.append(f"the predictions' distribution is not whole: {profile.missing}")
     history = [Partition(run_id, r.reconciliation.rows_out, _profile_of(run_id, r)) for run_id, r in previous]
     current = Partition(attempt.run_id, report.reconciliation.rows_out, profile.merged)
+    baseline = None
+    if step_spec.checks.reference == "baseline":
+        baseline = Baseline(*baseline_of(spec, attempt.step))
     results = [
-        *evaluate(step_spec.checks, current, history, profile.files, profile.missing),
+        *evaluate(step_spec.checks, current, history, profile.files, profile.missing, baseline),
         _drift_check(step_spec, report, profile.missing),
     ]
     results = _with_history(results, previous[: step_spec.checks.last])

@@ -117,34 +117,17 @@ class FileProfile:
     def add(self, out: pa.RecordBatch, skip: int) -> None:
         """Count one batch of output: its columns after the ``skip`` passthrough ones."""
         for name, column in zip(out.schema.names[skip:], out.columns[skip:], strict=True):
-            _count(self.profile, "outputs", name, column)
+            self.profile.add_column("outputs", name, column, formats.column_values)
 
     def add_inputs(self, batch: pa.RecordBatch) -> None:
         """Count one batch of input: the features the checks name (those the batch has)."""
         names = batch.schema.names
         for name in self.input_names:
             if name in names:
-                _count(self.profile, "inputs", name, batch.column(name))
+                self.profile.add_column("inputs", name, batch.column(name), formats.column_values)
 
     def to_dict(self) -> dict | None:
         return self.profile.to_dict() if self.profile.outputs or self.profile.inputs else None
-
-
-def _count(profile: Profile, side: str, name: str, column: pa.Array) -> None:
-    numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)
-    if numeric or pa.types.is_decimal(column.type):
-        profile.column(side, name, "numbers").add_numbers(formats.column_values(column), column.null_count)
-        return
-    import pyarrow.compute as pc
-
-    target = profile.column(side, name, "labels")
-    if target.labels is None:  # past MAX_LABELS: only rows and nulls are counted
-        target.add_labels({}, column.null_count, len(column))
-        return
-    counts = pc.value_counts(column.drop_null() if column.null_count else column)
-    values, numbers = counts.field(0).to_pylist(), counts.field(1).to_pylist()
-    labels = {str(value): int(n) for value, n in zip(values, numbers, strict=True)}
-    target.add_labels(labels, column.null_count, len(column))
 
 
 class PredictionSpread:
