@@ -220,3 +220,85 @@ def test_psi_against_a_baseline_made_once_from_a_file(pipeline):
     assert status.value == "FAILED"
     failed = {c.check for c in report.checks if c.verdict == "fail"}
     assert "checks.features.f0.max_psi" in failed, report.checks
+
+
+SCRIPT = """
+import json
+
+import numpy as np
+
+
+def model_fn(model_dir):
+    return None
+
+
+def predict_fn(data, model):
+    return data[:, 0]  # the first feature, as it is: a model that passes its input through
+
+
+def output_fn(prediction, accept):
+    # A missing feature comes back as null on every tenth row, as NaN on the others.
+    return json.dumps([None if np.isnan(v) and i % 10 == 0 else float(v) for i, v in enumerate(prediction)])
+"""
+
+
+def test_a_scripts_range_nulls_nans_mean_and_psi_fail_their_checks(aws_env, ledger_table, tmp_path, monkeypatch):
+    """The checks a well-behaved model never trips, tripped by a script that passes its first feature through: out
+    of range, null and NaN where the feature is missing, and a mean and distribution that move with the input."""
+    from examples import synthetic
+    from tests.support.helpers import write_inference_script
+
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    write_inference_script(tmp_path / "script", SCRIPT)
+    checks = {
+        "columns": {
+            "prediction": {
+                "min": -6,
+                "max": 6,
+                "max_null_share": 0.01,
+                "max_nan_share": 0.01,
+                "mean_within": 0.5,
+                "max_psi": 0.25,
+            }
+        }
+    }
+    around_one = {f"part-{i}.parquet": _table(400, i) for i in range(2)}  # f0 moved to a mean of 1
+    around_one = {name: t.set_column(1, "f0", pc.add(t["f0"], 1.0)) for name, t in around_one.items()}
+    staged, bucket = stage_step(
+        "checks_script",
+        ledger_table,
+        tmp_path / "script",
+        tmp_path,
+        {name: _parquet(t) for name, t in around_one.items()},
+        features=synthetic.feature_names(),
+        step_settings={"checks": checks},
+    )
+    data = staged.model_dump(mode="json", exclude_defaults=True)
+    data["steps"][0]["model"]["allow_nan_predictions"] = True  # NaN is written, for the check to see
+    spec = parse_spec(data, "checks_script.yaml")
+    _, status, first = _run(spec, bucket, "run-1")
+    assert status.value == "SUCCEEDED", first.checks
+    assert {c.verdict for c in first.checks if c.check.startswith("checks.")} <= {"pass", "n/a"}
+
+    shifted = []
+    for i in range(2):
+        table = _table(400, 30 + i)
+        f0 = pc.add(table["f0"], 9.0).to_numpy().copy()  # upstream moved the feature, and lost a fifth of it
+        f0[::5] = np.nan
+        shifted.append(table.set_column(1, "f0", pa.array(f0)))
+    _put(bucket, "in-bad", {f"part-{i}.parquet": t for i, t in enumerate(shifted)})
+    _, status, report = _run(spec, bucket, "run-bad", "in-bad")
+    assert status.value == "FAILED"
+    failed = {c.check: c for c in report.checks if c.verdict == "fail"}
+    assert {
+        "checks.columns.prediction.max",
+        "checks.columns.prediction.max_null_share",
+        "checks.columns.prediction.max_nan_share",
+        "checks.columns.prediction.mean_within",
+        "checks.columns.prediction.max_psi",
+    } <= set(failed), report.checks
+    # A fifth of the rows lost f0: half of those come back null (every tenth row), the other half NaN.
+    assert failed["checks.columns.prediction.max_null_share"].shown == "10%"
+    assert failed["checks.columns.prediction.max_nan_share"].shown == "10%"
+    assert failed["checks.columns.prediction.max"].bound == "at most 6"
+    assert "against run run-1" in failed["checks.columns.prediction.max_psi"].bound
