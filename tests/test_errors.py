@@ -188,3 +188,12 @@ def test_errors_py_opens_with_the_tree_as_it_is():
     """The tree in errors.py's docstring is the one the source makes: a class added, moved or gone changes it."""
     documented = errors.__doc__.split("The tree (", 1)[1].split("\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert documented == exception_tree(), "\n".join(exception_tree())
+
+
+def test_a_quoted_text_is_clipped_saying_how_much_was_left_out():
+    assert errors.clipped("short") == "short"
+    assert errors.clipped("x" * errors.QUOTED_CHARS) == "x" * errors.QUOTED_CHARS
+    body = "1.5,2.5\n" * 100_000
+    quoted = errors.clipped(body)
+    assert quoted == body[: errors.QUOTED_CHARS] + "... (798,000 more characters)"
+    assert errors.clipped("abcdef", 3) == "abc... (3 more characters)"

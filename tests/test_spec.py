@@ -55,7 +55,7 @@ def test_spec_file_round_trip(tmp_path):
         (
             lambda s: s["steps"][0]["model"].__setitem__("json_layout", "split"),
             "steps[0].model.json_layout",
-            "'records', 'instances', 'inputs' or 'array'",
+            "'records', 'instances', 'inputs', 'array' or 'lines'",
         ),
         (
             lambda s: s["steps"][0]["model"].__setitem__("max_payload_mb", 0),

@@ -46,10 +46,13 @@ OUTPUT_SHA256_METADATA = "sha256"
 
 # How a SageMaker-style script's JSON request lays out its rows (the worker's --json-layout): objects keyed by
 # column name, {"instances": rows} (TF Serving, the SageMaker containers), {"inputs": rows} (Hugging Face-style
-# and many TorchScript handlers), or the bare rows.
-JSON_LAYOUTS = ("records", "instances", "inputs", "array")
+# and many TorchScript handlers), the bare rows, or an object per line under application/json (what Batch Transform
+# sends of a JSON lines file split by line with ContentType application/json, as SageMaker's examples do).
+JSON_LAYOUTS = ("records", "instances", "inputs", "array", "lines")
 # The layouts that wrap the rows in one JSON object, so cannot be one line of JSON lines.
 WRAPPED_JSON_LAYOUTS = ("instances", "inputs")
+# The layouts an application/jsonlines body may have: an object, or an array, per line.
+JSON_LINES_LAYOUTS = ("records", "array")
 # input.features (--features) for a model that records no feature names, when the files' columns are
 # known to be in training order: take every (numeric) non-passthrough column in the file's order. Never
 # the default: a file whose columns move would get wrong numbers and no error.

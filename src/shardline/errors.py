@@ -196,6 +196,20 @@ def error_line(error_class: str | None, error_message: str | None) -> str:
     return ": ".join(x for x in (error_class, error_message) if x)
 
 
+# The most characters a message quotes of what it did not write itself: a request body, a line of an input, a
+# script's or a library's own error text (the ledger keeps 2,000 of a whole message too).
+QUOTED_CHARS = 2000
+
+
+def clipped(text: str, limit: int = QUOTED_CHARS) -> str:
+    """``text`` as a message quotes it: its first ``limit`` characters, and how many more there were. A script's
+    error may hold its whole request body (scikit-learn's "Expected 2D array ... array=" does): quoted whole, one
+    file's failure was a 583 KB log line, written again in the summary."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
 # The classes a FILE or SHARD item's error_class can name, by that name.
 RECORDED: dict[str, type[ShardlineError]] = {
     cls.__name__: cls

@@ -1368,3 +1368,125 @@ def test_probabilities_is_never_silently_ignored(inputs, tmp_path, regressor_fil
         said = result.stderr.lower()
         assert "probabilities (--probabilities)" in said and "remove probabilities" in said, (name, said[-2000:])
         assert not list(out.rglob("*.parquet")), name
+
+
+# -- JSON lines labelled application/json; a response no accept type reads; a body in an error --------------------
+
+# As SageMaker's example notebooks write it for a Batch Transform of a JSON lines file with ContentType
+# application/json and SplitType Line: the body is JSON lines, and the script refuses any other content type.
+JSON_LINES_AS_JSON_SCRIPT = """
+    import json
+    import os
+
+    import joblib
+    import pandas as pd
+
+    FEATURES = ["age", "income", "balance", "tenure"]
+
+
+    def model_fn(model_dir):
+        return joblib.load(os.path.join(model_dir, "model.joblib"))
+
+
+    def input_fn(request_body, request_content_type):
+        if request_content_type != "application/json":
+            raise ValueError(f"Unsupported content type: {request_content_type}")
+        return pd.DataFrame([json.loads(line) for line in request_body.split("\\n") if line])
+
+
+    def predict_fn(input_data, model):
+        return model.predict_proba(input_data[FEATURES])[:, 1]
+
+
+    def output_fn(prediction, accept):
+        return json.dumps(prediction.tolist())
+"""
+
+
+@pytest.mark.slow
+def test_json_lines_labelled_application_json_have_a_setting_the_failure_names(
+    inputs, tmp_path, classifier, classifier_file
+):
+    model_dir = _model_dir(tmp_path, JSON_LINES_AS_JSON_SCRIPT, {"model.joblib": classifier_file})
+    result, out = _run(inputs, tmp_path, model_dir, "--content-type", "application/json")
+    assert_failed(result, out, "model.json_layout: lines (--json-layout lines)")
+    manifest, out, _ = _run_ok(
+        inputs, tmp_path / "fixed", model_dir, "--content-type", "application/json", "--json-layout", "lines"
+    )
+    check_predictions(inputs, out, manifest, _proba(classifier), rtol=ULP)
+
+
+NUMPY_TEXT_SCRIPT = """
+    import io
+    import os
+
+    import joblib
+    import numpy as np
+
+
+    def model_fn(model_dir):
+        return joblib.load(os.path.join(model_dir, "model.joblib"))
+
+
+    def input_fn(request_body, request_content_type):
+        return np.loadtxt(io.StringIO(request_body), delimiter=",", ndmin=2)
+
+
+    def predict_fn(input_data, model):
+        return model.predict(input_data)
+
+
+    def output_fn(prediction, accept):
+        return str(prediction)  # numpy's text: "[0.1 0.2 ...]", which neither CSV nor JSON reads
+"""
+
+
+@pytest.mark.slow
+def test_numpy_text_is_answered_with_what_to_return_never_with_the_setting_that_failed(
+    inputs, tmp_path, regressor_file
+):
+    """The first run (accept application/json, the default) fails; the second, with the accept type a person tries
+    next, must not send them back to the first."""
+    model_dir = _model_dir(tmp_path, NUMPY_TEXT_SCRIPT, {"model.joblib": regressor_file})
+    for accept in ("application/json", "text/csv"):
+        result, out = _run(
+            inputs, tmp_path / accept.replace("/", "-"), model_dir, "--features", ",".join(FEATURES), "--accept", accept
+        )
+        for report in assert_failed(result, out, "numpy's text of an array", "array.tolist()"):
+            assert "set model.accept" not in report["error_message"], report["error_message"]
+
+
+BODY_IN_ERROR_SCRIPT = """
+    import os
+
+    import joblib
+    import numpy as np
+
+
+    def model_fn(model_dir):
+        return joblib.load(os.path.join(model_dir, "model.joblib"))
+
+
+    def input_fn(request_body, request_content_type):
+        return np.array(request_body)  # the body as one string: scikit-learn's error quotes all of it
+
+
+    def predict_fn(input_data, model):
+        return model.predict(input_data)
+"""
+
+
+@pytest.mark.slow
+def test_an_error_quoting_the_request_body_is_clipped_in_the_message_the_log_and_the_summary(
+    inputs, tmp_path, regressor_file
+):
+    """scikit-learn's "Expected 2D array, got scalar array instead: array=..." holds the whole body: quoted whole,
+    three small files made a 583 KB log line, 3.5 MB of log and a 1.9 MB summary."""
+    from shardline.errors import QUOTED_CHARS
+
+    model_dir = _model_dir(tmp_path, BODY_IN_ERROR_SCRIPT, {"model.joblib": regressor_file})
+    summary = tmp_path / "summary.json"
+    result, out = _run(inputs, tmp_path, model_dir, "--features", ",".join(FEATURES), "--summary-json", str(summary))
+    for report in assert_failed(result, out, "Expected 2D array", "more characters)", "Sent as: content_type text/csv"):
+        assert len(report["error_message"]) < QUOTED_CHARS + 500, len(report["error_message"])
+    assert len(result.stderr) < 20_000 and summary.stat().st_size < 20_000

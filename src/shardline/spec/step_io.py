@@ -40,10 +40,11 @@ class ModelRef(_Strict):
     batch_strategy: Literal["multi_record", "single_record"] = Field(
         default="multi_record", description="records per call: as many as fit, or one (Batch Transform's strategy)"
     )
-    json_layout: Literal["records", "instances", "inputs", "array"] = Field(
+    json_layout: Literal["records", "instances", "inputs", "array", "lines"] = Field(
         default="records",
         description="JSON bodies: objects keyed by column name, {'instances': [[...]]}, "
-        "{'inputs': [[...]]} (Hugging Face-style handlers), or [[...]]",
+        "{'inputs': [[...]]} (Hugging Face-style handlers), [[...]], or lines (application/json only: an object "
+        "per line, as Batch Transform sends a JSON lines file with ContentType application/json)",
     )
     max_payload_mb: Annotated[float, Field(gt=0, le=100)] = Field(
         default=6.0, description="largest request body (Batch Transform's MaxPayloadInMB)"

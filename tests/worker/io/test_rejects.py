@@ -379,3 +379,204 @@ def test_the_worker_imports_no_pandas_for_a_clean_file():
     )
     said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert said.stdout.strip() == "False", said.stderr
+
+
+# -- dirty files as users write them: each bad row costs itself, named by the line an editor shows --------------------
+
+
+def _listed(out: Path, report: dict) -> list[dict]:
+    return [json.loads(line) for line in (out / report["rejects_file"]).read_text().splitlines()]
+
+
+def _accounted(report: dict) -> None:
+    assert report["rows_in"] == report["rows_out"] + report["rows_rejected"], report
+
+
+@pytest.fixture(scope="module")
+def latin1_export(tmp_path_factory) -> tuple[Path, pd.DataFrame, dict[int, str]]:
+    """A customer list written by pandas with encoding="latin-1", as older pipelines write it: every name ASCII but
+    three, one in the fast reader's first block and two past it. Row i is on line i + 2."""
+    root = tmp_path_factory.mktemp("latin1")
+    frame = pd.DataFrame(np.random.default_rng(7).normal(size=(40_000, 3)), columns=FEATURES)
+    frame.insert(0, "id", np.arange(40_000))
+    frame.insert(1, "name", [f"customer {i}" for i in range(40_000)])
+    accented = {10: "Zoë", 25_000: "café", 39_000: "Müller"}
+    for row, name in accented.items():
+        frame.loc[row, "name"] = name
+    frame.to_csv(root / "part-0.csv", index=False, encoding="latin-1", float_format="%.17g")
+    return root, frame, accented
+
+
+def test_a_latin1_byte_in_a_passthrough_column_costs_its_row_alone(latin1_export, model_dir, tmp_path):
+    inputs, frame, accented = latin1_export
+    result = run_worker(inputs, tmp_path / "out", model_dir, "--passthrough", "id,name", "--tolerate-rows", "10")
+    assert result.returncode == EXIT_OK, describe(result)
+    report = reports_by_input(load_manifest(tmp_path / "out"))["part-0.csv"]
+    _accounted(report)
+    assert (report["rows_in"], report["rows_rejected"]) == (40_000, 3)
+    listed = _listed(tmp_path / "out", report)
+    assert [(r["line"], r["row"]) for r in listed] == [(12, 11), (25_002, 25_001), (39_002, 39_001)]
+    assert [r["reason"] for r in listed] == [
+        f"column 'name': {name.encode('latin-1')!r} is not UTF-8 text" for name in accented.values()
+    ]
+    assert listed[0]["ids"] == {"id": 10, "name": "Zo\ufffd"}
+    written = read_table(tmp_path / "out" / report["output"]).to_pandas().set_index("id")
+    kept = frame[~frame.id.isin(list(accented))]
+    assert sorted(written.index) == sorted(kept.id) and list(written.loc[kept.id, "name"]) == list(kept.name)
+
+
+def test_without_tolerance_a_latin1_byte_fails_the_file_naming_its_line_and_column(latin1_export, model_dir, tmp_path):
+    inputs, _, _ = latin1_export
+    result = run_worker(inputs, tmp_path / "out", model_dir, "--passthrough", "id,name")
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    report = reports_by_input(load_manifest(tmp_path / "out"))["part-0.csv"]
+    assert report["error_class"] == "CorruptInputError"
+    assert report["error_message"] == (
+        "cannot read part-0.csv as csv: line 12 (id=10, name=Zo\ufffd): column 'name': b'Zo\\xeb' is not UTF-8 text. "
+        "Fix the row, or set tolerance.rows (--tolerate-rows) to reject such rows and score the rest"
+    )
+
+
+def _json_line(i: int, **changes) -> str:
+    record = {"id": i, "name": f"n{i}", "a": round(i / 7, 6), "b": 1.5, "c": -0.25, **changes}
+    return json.dumps(record)
+
+
+@pytest.fixture(scope="module")
+def hand_written_jsonl(tmp_path_factory) -> Path:
+    """JSON lines as people write and edit them: a string in a number field on line 1 of one file; in the other,
+    three blank lines (one of spaces) after record 100, a string where a number goes in record 500 (line 503), a
+    latin-1 name in record 551 (line 554), a line cut short (line 570) and a blank line at the end."""
+    root = tmp_path_factory.mktemp("hand-jsonl")
+    front = [_json_line(0, a="twelve"), *(_json_line(i) for i in range(1, 600))]
+    (root / "front.jsonl").write_text("\n".join(front) + "\n")
+    late = [_json_line(i) for i in range(600)]
+    late[499] = _json_line(499, b="1,5")  # a decimal comma
+    late[566] = late[566][:12]
+    body = "\n".join(late[:100]) + "\n\n   \n\n" + "\n".join(late[100:]) + "\n\n"
+    body = body.encode().replace(b'"n550"', '"Hélène"'.encode("latin-1"))
+    (root / "late.jsonl").write_bytes(body)
+    return root
+
+
+def test_hand_written_json_lines_reject_each_bad_row_by_its_line(hand_written_jsonl, model_dir, tmp_path):
+    result = run_worker(
+        hand_written_jsonl, tmp_path / "out", model_dir, "--passthrough", "id,name", "--tolerate-rows", "5"
+    )
+    assert result.returncode == EXIT_OK, describe(result)
+    reports = reports_by_input(load_manifest(tmp_path / "out"))
+    front, late = reports["front.jsonl"], reports["late.jsonl"]
+    for report in (front, late):
+        _accounted(report)
+    assert (front["rows_in"], front["rows_rejected"]) == (600, 1)
+    assert [(r["line"], r["row"], r["reason"]) for r in _listed(tmp_path / "out", front)] == [
+        (1, 1, "column 'a': 'twelve' is not a number")
+    ]
+    assert (late["rows_in"], late["rows_rejected"]) == (600, 3)
+    listed = _listed(tmp_path / "out", late)
+    assert [(r["line"], r["row"]) for r in listed] == [(503, 500), (554, 551), (570, 567)]
+    assert listed[0]["reason"] == "column 'b': '1,5' is not a number"
+    assert listed[1]["reason"] == "column 'name': b'H\\xe9l\\xe8ne' is not UTF-8 text"
+    assert listed[2]["reason"].startswith("not valid JSON")
+
+
+def test_without_tolerance_json_lines_fail_naming_the_line_and_column_from_1(hand_written_jsonl, model_dir, tmp_path):
+    """Arrow says "changed from number to string in row 499", counting from 0 and without blank lines; the worker
+    says the line an editor shows, as a rejects list does."""
+    result = run_worker(hand_written_jsonl, tmp_path / "out", model_dir, "--passthrough", "id,name")
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    reports = reports_by_input(load_manifest(tmp_path / "out"))
+    assert {r["error_class"] for r in reports.values()} == {"CorruptInputError"}
+    assert (
+        "as jsonl: line 1 (id=0, name=n0): column 'a': 'twelve' is not a number. Fix the row, or set tolerance.rows"
+        in (reports["front.jsonl"]["error_message"])
+    )
+    assert (
+        "as jsonl: line 503 (id=499, name=n499): column 'b': '1,5' is not a number"
+        in (reports["late.jsonl"]["error_message"])
+    )
+
+
+@pytest.fixture(scope="module")
+def spreadsheet_export(tmp_path_factory) -> Path:
+    """CSVs as a spreadsheet exports them and a person then edits them: a note with a line break (quoted, so row 3
+    spans lines 5 and 6), a blank line after row 9 (line 13), and in one file a row with a field too many (row 15,
+    line 19) and text in a number column (row 25, line 29); in both a row with a missing feature the model cannot
+    score (row 20, line 24)."""
+    root = tmp_path_factory.mktemp("spreadsheet")
+    frame = pd.DataFrame(np.random.default_rng(9).normal(size=(30, 3)), columns=FEATURES)
+    frame.insert(0, "id", np.arange(30))
+    frame.insert(1, "note", ["ok"] * 30)
+    frame.loc[3, "note"] = "two\nlines"
+    frame.loc[5, "note"] = 'said "hi"'
+    frame["a"] = frame["a"].astype(object)
+    frame.loc[20, "a"] = ""
+    lines = frame.to_csv(index=False, float_format="%.17g").split("\n")  # pandas quotes the note with a break
+    lines.insert(12, "")  # after row 9's line (line 12): a blank line 13
+    (root / "clean.csv").write_text("\n".join(lines))
+    lines[18] += ",extra"  # row 15, line 19
+    lines[28] = lines[28].replace(lines[28].split(",")[3], "twelve", 1)  # row 25's b, line 29
+    (root / "dirty.csv").write_text("\n".join(lines))
+    return root
+
+
+def test_a_quoted_line_break_and_a_blank_line_do_not_shift_the_lines_named(spreadsheet_export, model_dir, tmp_path):
+    result = run_worker(spreadsheet_export, tmp_path / "out", model_dir, "--passthrough", "id", "--tolerate-rows", "5")
+    assert result.returncode == EXIT_OK, describe(result)
+    reports = reports_by_input(load_manifest(tmp_path / "out"))
+    for report in reports.values():
+        _accounted(report)
+    # A file the fast reader reads: its model's reject is named by its line, not its record count.
+    assert [(r["line"], r["row"], r["stage"]) for r in _listed(tmp_path / "out", reports["clean.csv"])] == [
+        (24, 21, "predict")
+    ]
+    listed = _listed(tmp_path / "out", reports["dirty.csv"])
+    assert [(r["line"], r["row"], r["stage"]) for r in listed] == [
+        (19, 16, "read"),
+        (24, 21, "predict"),
+        (29, 26, "read"),
+    ]
+    assert listed[0]["reason"] == "6 field(s) where the file has 5 column(s)"
+    assert listed[2]["reason"] == "column 'b': 'twelve' is not a number" and listed[2]["ids"] == {"id": 25}
+    written = read_table(tmp_path / "out" / reports["dirty.csv"]["output"]).to_pandas()
+    assert sorted(written.id) == sorted(set(range(30)) - {15, 20, 25})
+    result = run_worker(spreadsheet_export, tmp_path / "strict", model_dir, "--passthrough", "id")
+    assert result.returncode == EXIT_FILES_FAILED, describe(result)
+    message = reports_by_input(load_manifest(tmp_path / "strict"))["dirty.csv"]["error_message"]
+    assert "as csv: line 19: 6 field(s) where the file has 5 column(s). Fix the row" in message, message
+
+
+def test_a_reject_keeps_at_most_a_thousand_characters_of_a_line(model_dir, tmp_path):
+    """A row a writer lost its line breaks in is 600 KB of text: its reject, the log and the failure quote its start."""
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "part-0.csv").write_text("id,a,b,c\n" + "1,2,3,4\n" + ",".join(["9" * 1000] * 600) + "\n")
+    result = run_worker(wide, tmp_path / "out", model_dir, "--passthrough", "id", "--tolerate-rows", "5")
+    assert result.returncode == EXIT_OK, describe(result)
+    report = reports_by_input(load_manifest(tmp_path / "out"))["part-0.csv"]
+    (listed,) = _listed(tmp_path / "out", report)
+    assert listed["line"] == 3 and listed["text"].endswith("... (599,599 more characters)")
+    assert len(listed["text"]) < 1_100
+    assert max(len(line) for line in result.stderr.splitlines()) < 3_000
+    strict = run_worker(wide, tmp_path / "strict", model_dir, "--passthrough", "id")
+    message = reports_by_input(load_manifest(tmp_path / "strict"))["part-0.csv"]["error_message"]
+    assert message.startswith("cannot read part-0.csv as csv: line 3: 600 field(s)") and len(message) < 3_000
+    assert max(len(line) for line in strict.stderr.splitlines()) < 3_000
+
+
+def test_a_json_passthrough_field_of_numbers_and_text_is_read_whole_without_tolerance(model_dir, tmp_path):
+    """Order references typed by hand: most numbers, some text. The fast reader stops at the first text one; read on
+    row by row, every row is good, so the file succeeds whole, tolerance or not, its references as text."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    refs = [f"A-{i}" if i % 250 == 7 else i for i in range(2000)]
+    lines = [json.dumps({"ref": ref, "a": i / 3, "b": 0.5, "c": -1.0}) for i, ref in enumerate(refs)]
+    (inputs / "orders.jsonl").write_text("\n".join(lines) + "\n")
+    for args in ((), ("--tolerate-rows", "1")):
+        out = tmp_path / f"out{len(args)}"
+        result = run_worker(inputs, out, model_dir, "--passthrough", "ref", "--batch-rows", "100", *args)
+        assert result.returncode == EXIT_OK, describe(result)
+        report = reports_by_input(load_manifest(out))["orders.jsonl"]
+        assert (report["rows_in"], report["rows_out"], report["rows_rejected"]) == (2000, 2000, 0)
+        written = read_table(out / report["output"]).to_pandas()
+        assert list(written.ref) == [str(ref) for ref in refs]

@@ -1,5 +1,6 @@
 """What the worker's text readers share (``shardline.worker.io.text_files``): batches regrouped to the batch size,
-a header line of numbers refused, and how a text file is opened and described. Pure: small files in tmp_path."""
+a header line of numbers refused, how a text file is opened and described, which line each record starts on, and
+bytes that are not UTF-8. Pure: small files in tmp_path."""
 
 from __future__ import annotations
 
@@ -11,11 +12,17 @@ import pytest
 
 from shardline.errors import InputSchemaError
 from shardline.worker.io.text_files import (
+    LineMap,
+    MarkedBytes,
+    as_written,
     csv_read_options,
     describe,
+    has_marks,
     is_empty_text,
     looks_like_number,
+    marked_text,
     names_hint,
+    readable,
     rebatch,
     refuse_a_data_line_as_header,
 )
@@ -124,3 +131,50 @@ def test_a_batch_is_cut_to_the_batch_size_only_when_larger():
     assert [b.num_rows for b in rebatch(batch, 4)] == [4, 4, 2]
     (whole,) = rebatch(batch, 10)
     assert whole is batch
+
+
+# -- lines as an editor numbers them ---------------------------------------------------------------------------------
+
+# A CSV as a spreadsheet export writes it: a note with a line break (quoted), a blank line, a Windows line ending.
+EXPORT = b'id,note,a\n1,plain,0.5\n\n2,"two\nlines",1.5\n3,"say ""hi""",2.5\r\n\r\n4,last,3.5'
+EXPORT_LINES = [1, 2, 4, 6, 8]  # the line each record (the header, then ids 1 to 4) starts on
+
+
+@pytest.mark.parametrize("chunk", [LineMap.CHUNK, 3, 7])  # whole, and cut inside quotes and line ends
+@pytest.mark.parametrize("gz", [False, True])
+def test_each_csv_record_is_on_the_line_an_editor_shows(tmp_path, chunk, gz):
+    path = tmp_path / ("a.csv.gz" if gz else "a.csv")
+    path.write_bytes(gzip.compress(EXPORT) if gz else EXPORT)
+    lines = LineMap(InputFile(path.name, str(path), "csv", gz, path.stat().st_size))
+    lines.CHUNK = chunk
+    assert [lines(record) for record in range(1, 6)] == EXPORT_LINES
+
+
+def test_json_lines_count_their_blank_lines_and_a_clean_file_keeps_no_map(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"a": 1}\n\n   \n{"a": 2}\n{"a": 3}\n\t\n{"a": 4}\n')
+    lines = LineMap(InputFile("a.jsonl", str(path), "jsonl", False, path.stat().st_size))
+    assert [lines(record) for record in range(1, 5)] == [1, 4, 5, 7]
+    clean = tmp_path / "b.jsonl"
+    clean.write_text("".join(f'{{"a": {i}}}\n' for i in range(1000)))
+    lines = LineMap(InputFile("b.jsonl", str(clean), "jsonl", False, clean.stat().st_size))
+    assert lines(1000) == 1000 and lines._starts == []
+
+
+# -- bytes that are not UTF-8 ----------------------------------------------------------------------------------------
+
+
+def test_a_byte_that_is_not_utf8_is_marked_said_as_written_and_shown_as_a_replacement(tmp_path):
+    text = marked_text("café, ".encode("latin-1") + "café".encode())
+    assert has_marks(text) and not has_marks("café")
+    assert as_written(text) == b"caf\xe9, caf\xc3\xa9"
+    assert readable(text) == "caf\ufffd, café"
+
+
+def test_marked_bytes_read_a_file_whole_across_chunks(tmp_path):
+    body = ("né,".encode() + b"caf\xe9\n") * 200_000  # over a block, a two-byte character cut by some
+    path = tmp_path / "a.csv"
+    path.write_bytes(body)
+    marked = MarkedBytes(pa.input_stream(str(path)))
+    read = b"".join(iter(lambda: marked.read(100_000), b""))
+    assert marked.marked and as_written(read.decode()) == body

@@ -90,9 +90,23 @@ def test_a_json_lines_schema_comes_from_the_lines_that_are_objects_or_the_fast_r
     error = CorruptInputError("the fast reader's error")
     file = _file(tmp_path, "a.jsonl", ["not json", json.dumps({"id": 1, "f0": 0.5})], "jsonl")
     assert tolerant_jsonl_schema(file, error) == pa.schema([("id", pa.int64()), ("f0", pa.float64())])
-    for lines in (["not json", "[1]"], [json.dumps({"a": 1}), json.dumps({"a": "x"})]):
-        with pytest.raises(CorruptInputError, match="the fast reader's error"):
-            tolerant_jsonl_schema(_file(tmp_path, "b.jsonl", lines, "jsonl"), error)
+    with pytest.raises(CorruptInputError, match="the fast reader's error"):
+        tolerant_jsonl_schema(_file(tmp_path, "b.jsonl", ["not json", "[1]"], "jsonl"), error)
+
+
+def test_a_json_field_of_numbers_and_a_few_strings_is_a_number_column_unless_its_type_is_kept(tmp_path):
+    """A string where a number goes (``"a": "twelve"``) is that row's problem, not the column's: the column stays a
+    number column and the row is rejected as it is read. A passthrough field keeps every value, as text."""
+    lines = [json.dumps({"id": i, "a": "twelve" if i == 1 else i / 2, "ref": "r7" if i == 2 else i}) for i in range(5)]
+    file = _file(tmp_path, "a.jsonl", lines, "jsonl")
+    error = CorruptInputError("the fast reader's error")
+    assert tolerant_jsonl_schema(file, error) == pa.schema(
+        [("id", pa.int64()), ("a", pa.float64()), ("ref", pa.float64())]
+    )
+    assert tolerant_jsonl_schema(file, error, keep_types=("ref",)).field("ref").type == pa.string()
+    assert tolerant_jsonl_schema(file, error, keep_types=None).field("a").type == pa.string()
+    half = _file(tmp_path, "b.jsonl", [json.dumps({"a": 1}), json.dumps({"a": "x"})], "jsonl")
+    assert tolerant_jsonl_schema(half, error).field("a").type == pa.string()  # not mostly numbers: text
 
 
 def test_a_rejects_parts_feature_columns_are_read_as_numbers():

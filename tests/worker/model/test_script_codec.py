@@ -182,6 +182,47 @@ def test_jsonlines_bodies(layout, rows):
     assert json.loads(single.body(1, 2)) == rows[1]
 
 
+def test_json_lines_labelled_application_json():
+    """json_layout lines: what Batch Transform sends of a JSON lines file split by line with ContentType
+    application/json (SageMaker's examples do): an object per line, as a str, as the toolkit decodes JSON."""
+    encoded = encode_records(_batch(), _protocol(JSON, "lines"))
+    body = encoded.body(0, 2)
+    assert isinstance(body, str) and body.endswith("\n")
+    assert [json.loads(line) for line in body.splitlines()] == RECORDS
+    single = encode_records(_batch(), _protocol(JSON, "lines", single=True))
+    assert json.loads(single.body(1, 2)) == RECORDS[1]
+    assert "json_layout lines" in _protocol(JSON, "lines").describe()
+
+
+@pytest.mark.parametrize(
+    ("response", "accept"),
+    [
+        ("[0.1 0.2 0.3]", CSV),  # str(array): neither CSV nor JSON, so neither accept type is named
+        ("[0.1 0.2 0.3]", JSON),
+        ("[[0.1 0.9]\n [0.2 0.8]\n [0.3 0.7]]", CSV),
+        ("[ 1.5e-03  nan -2.   ]", JSON),
+        ("[0.1 0.2 ... 0.3]", JSON),  # over 1,000 values: numpy leaves the middle out
+    ],
+)
+def test_numpy_text_names_no_accept_type_but_how_to_return_it(response, accept):
+    records = 3 if "0.3" in response or "nan" in response else 2
+    with pytest.raises(ResponseShapeError) as info:
+        decode_response(response, accept, records)
+    message = str(info.value)
+    assert "numpy's text of an array" in message and "array.tolist()" in message
+    assert "set model.accept" not in message
+
+
+def test_a_hint_names_an_accept_type_only_when_the_response_reads_as_it():
+    # Not JSON either (a stray bracket): the run on application/json would fail too, so it is not suggested.
+    with pytest.raises(ResponseShapeError) as info:
+        decode_response("[0.1, 0.2", CSV, 2)
+    assert "model.accept" in str(info.value) and "set model.accept" not in str(info.value)
+    # Read as JSON, a body of two CSV values per line for three records is still three records: named.
+    with pytest.raises(ResponseShapeError, match=re.escape("It reads as CSV: set model.accept: text/csv")):
+        decode_response("0.1,0.9\n0.2,0.8\n0.3,0.7\n", JSON, 3)
+
+
 def test_json_values_of_other_types():
     batch = pa.record_batch(
         {
@@ -349,7 +390,8 @@ def test_decode_a_pandas_dataframe_keeps_its_column_names():
             CSV,
             2,
             re.escape(
-                "looks like JSON but is read as text/csv (model.accept): set model.accept: application/json (--accept)"
+                "is not CSV but is read as text/csv (model.accept). It reads as JSON: set model.accept: "
+                "application/json (--accept application/json)"
             ),
         ),
         ('{"predictions": [0.1]}', CSV, 1, "model.accept: application/json"),
@@ -402,6 +444,7 @@ def test_decode_errors_count_what_came_back():
         ({"batch_strategy": "mini_batch"}, "model.batch_strategy"),
         ({"json_layout": "split"}, "model.json_layout"),
         ({"content_type": JSONLINES, "json_layout": "instances"}, "json_layout"),
+        ({"content_type": JSONLINES, "json_layout": "lines"}, "is JSON lines labelled application/json"),
         ({"max_payload_mb": 0}, "max_payload_mb (--max-payload-mb)"),
         ({"max_payload_mb": -1.5}, "max_payload_mb"),
     ],

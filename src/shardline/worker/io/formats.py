@@ -11,7 +11,7 @@ import gzip
 import os
 import shutil
 import tempfile
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -28,16 +28,17 @@ from shardline.worker.io.rejects import RejectLog
 from shardline.worker.io.text_files import (
     TEXT_BLOCK_BYTES,
     csv_read_options,
-    describe,
     is_empty_text,
-    names_hint,
     reader_stream,
     refuse_a_data_line_as_header,
     regroup,
+    unreadable,
 )
 from shardline.worker.io.tolerant import (
     Reread,
     as_numbers,
+    strict,
+    strict_log,
     tolerant_csv,
     tolerant_csv_schema,
     tolerant_jsonl,
@@ -121,15 +122,29 @@ def read_schema(
     is a float64 column even if a few are not (they are rejected as they are read), as it would be without them;
     except the columns of ``keep_types`` (passthrough columns), and any column when ``keep_types`` is None (a model
     that takes raw text columns). ``numbers``: columns that are number columns whatever the rows hold (a rejects
-    part's features named before it is read: its rows all failed once)."""
+    part's features named before it is read: its rows all failed once).
+
+    A CSV with a line that does not split in its first block has the schema of its lines that do, and a JSON lines file
+    with a line that is no JSON object, or a field of two types, there the schema of its lines that are objects,
+    tolerant or not: the reader rejects those lines, or fails naming the first."""
     if tolerant and file.fmt == "csv" and not is_empty_text(file):
         return as_numbers(tolerant_csv_schema(file, keep_types), numbers)
-    if tolerant and file.fmt == "jsonl":
-        try:
-            schema = read_schema(file, scratch)
-        except CorruptInputError as err:  # a line of its first block is no JSON object
-            schema = tolerant_jsonl_schema(file, err)
-        return as_numbers(schema, numbers)
+    try:
+        schema = _schema(file, scratch)
+    except CorruptInputError as err:
+        if file.fmt == "parquet" or not isinstance(err.__cause__, pa.ArrowInvalid):
+            raise
+        # A line of the first block that the fast reader cannot read: the schema of the others (the reader rejects
+        # that line, or fails naming it).
+        if file.fmt == "csv":
+            schema = tolerant_csv_schema(file, keep_types)
+        else:
+            schema = tolerant_jsonl_schema(file, err, keep_types)
+    return as_numbers(schema, numbers) if tolerant else schema
+
+
+def _schema(file: InputFile, scratch: Path) -> pa.Schema:
+    """The file's schema as the fast reader infers it (a CSV column of bytes that are not UTF-8: text)."""
     try:
         if file.fmt == "parquet":
             with _parquet_path(file, scratch) as path:
@@ -141,12 +156,11 @@ def read_schema(
                 schema = pacsv.open_csv(stream, read_options=csv_read_options(file)).schema
             if file.csv_names is None:
                 refuse_a_data_line_as_header(file, schema.names)
-            return schema
+            return pa.schema([f.with_type(pa.string()) if pa.types.is_binary(f.type) else f for f in schema])
         with reader_stream(file) as stream:
             return pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES)).schema
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
-        what = f"cannot read {file.relative_path} as {describe(file)}"
-        raise CorruptInputError(f"{what}: {err}{names_hint(file)}") from err
+        raise unreadable(file.relative_path, file, err) from err
 
 
 def parquet_meta(file: InputFile) -> tuple[int, list[int]] | None:
@@ -175,9 +189,10 @@ def iter_batches(
 
     With ``rejects`` (``tolerance.rows``), a CSV or JSON lines file the fast reader cannot read is read again, from
     where it stopped, row by row where it must (:mod:`~shardline.worker.io.tolerant`): a line it cannot split or
-    parse and a value that does not convert are rejected with their line numbers, and its batches carry each row's
-    number among the parsed rows in ``ROW_COLUMN``, and each column the type ``schema`` (the file's, as read for the
-    job) gives it. Clean files never leave the fast reader."""
+    parse, a value that does not convert and one that is not UTF-8 text are rejected with their line numbers, and
+    its batches carry each row's number among the parsed rows in ``ROW_COLUMN``, and each column the type ``schema``
+    (the file's, as read for the job) gives it. Without ``rejects`` it is read on in the same way, but fails at its
+    first bad row, named by its line and column. Clean files never leave the fast reader."""
     yielded = 0
     try:
         # Without rejects, ``schema`` is the file's as the fast reader infers it: JSON lines need not read it again.
@@ -187,9 +202,14 @@ def iter_batches(
             yield batch
         return
     except CorruptInputError as err:
-        if rejects is None or unit.file.fmt == "parquet" or not isinstance(err.__cause__, pa.ArrowInvalid):
+        if unit.file.fmt == "parquet" or not isinstance(err.__cause__, pa.ArrowInvalid):
             raise
         error = err
+    if rejects is None:  # read on row by row, the file failing at its first bad row, named by its line and column
+        schema = schema or read_schema(unit.file, scratch)
+        reread = Reread(unit, columns, features, batch_rows, schema, strict_log(unit.file), skip=yielded)
+        yield from strict(reread, error)
+        return
     if schema is None:
         schema = read_schema(unit.file, scratch, tolerant=True)
     reread = Reread(unit, columns, features, batch_rows, schema, rejects, skip=yielded)
@@ -225,6 +245,7 @@ def _batches(
                     read_options=csv_read_options(file, threads),
                     convert_options=pacsv.ConvertOptions(include_columns=list(columns), column_types=float_features),
                 )
+                refuse_bytes(reader.schema)
             else:
                 schema = schema or read_schema(file, scratch)
                 explicit = pa.schema(
@@ -235,9 +256,28 @@ def _batches(
                     read_options=pajson.ReadOptions(block_size=TEXT_BLOCK_BYTES, use_threads=threads > 1),
                     parse_options=pajson.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="ignore"),
                 )
+                reader = _utf8_checked(reader, [f.name for f in explicit if pa.types.is_string(f.type)])
             yield from regroup(reader, batch_rows)  # one batch per block, joined to the requested size
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
-        raise CorruptInputError(f"cannot read {unit.label} as {describe(file)}: {err}{names_hint(file)}") from err
+        raise unreadable(unit.label, file, err) from err
+
+
+def refuse_bytes(schema: pa.Schema) -> None:
+    """Arrow's CSV reader reads a column whose first block holds a byte that is not UTF-8 (a latin-1 "caf\xe9") as
+    binary: that file's rows are read row by row (a later block's such byte stops the reader itself)."""
+    binary = [f.name for f in schema if pa.types.is_binary(f.type)]
+    if binary:
+        raise pa.ArrowInvalid(f"column {binary[0]!r} holds a value that is not UTF-8 text")
+
+
+def _utf8_checked(batches: Iterable[pa.RecordBatch], text_columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """Arrow's JSON reader takes a string's bytes as they are, UTF-8 or not: a JSON lines file's text columns are
+    checked (about 1% of the reading time, text columns only), so that such a row is rejected, or the file fails
+    naming it, rather than written out as text no reader can read."""
+    for batch in batches:
+        for name in text_columns:
+            batch.column(name).validate(full=True)  # ArrowInvalid: not UTF-8
+        yield batch
 
 
 class _parquet_path:

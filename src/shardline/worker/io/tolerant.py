@@ -1,7 +1,9 @@
 """Reading a text file row by row under ``tolerance.rows``: what the worker falls back to, from where the fast reader
-stopped, once a CSV or JSON lines file holds a row it cannot read. A line that does not split (or parse), and a value
-that does not convert to its column's type, cost that row: it is rejected into the unit's :class:`RejectLog` with
-its line number and reason, and the rest is read as the fast reader would have read it.
+stopped, once a CSV or JSON lines file holds a row it cannot read. A line that does not split (or parse), a value
+that does not convert to its column's type (text in a number column or field), and a value that is not UTF-8 text
+cost that row: it is rejected into the unit's :class:`RejectLog` with its line number and reason, and the rest is
+read as the fast reader would have read it. Without ``tolerance.rows`` the same reading finds the row a file fails
+for, to name its line and column (:func:`strict`).
 """
 
 from __future__ import annotations
@@ -15,14 +17,22 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from shardline.errors import CorruptInputError
-from shardline.worker.io.rejects import RejectLog
+from shardline.worker.io.rejects import Reject, RejectLog
 from shardline.worker.io.text_files import (
+    MARKED,
+    LineMap,
+    as_written,
     csv_read_options,
     describe,
+    has_marks,
+    header_lines,
+    marked_stream,
+    marked_text,
     names_hint,
-    reader_stream,
+    readable,
     rebatch,
     refuse_a_data_line_as_header,
+    unreadable,
 )
 from shardline.worker.io.work_units import InputFile, WorkUnit
 
@@ -37,7 +47,7 @@ def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None) -> 
 
     first = None
     try:
-        with reader_stream(file) as stream:
+        with marked_stream(file) as (stream, _):
             reader = pacsv.open_csv(
                 stream,
                 read_options=csv_read_options(file),
@@ -47,9 +57,7 @@ def tolerant_csv_schema(file: InputFile, keep_types: Collection[str] | None) -> 
             with contextlib.suppress(StopIteration):  # a header line alone: an empty input
                 first = reader.read_next_batch() if schema.names else None
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
-        raise CorruptInputError(
-            f"cannot read {file.relative_path} as {describe(file)}: {err}{names_hint(file)}"
-        ) from err
+        raise unreadable(file.relative_path, file, err) from err
     if file.csv_names is None:
         refuse_a_data_line_as_header(file, schema.names)
     fields = []
@@ -94,21 +102,21 @@ class Reread:
 
 
 def tolerant_csv(reread: Reread) -> Iterator[pa.RecordBatch]:
-    """A CSV file read again with every column as text, on one thread (so the reader numbers the lines it cannot
+    """A CSV file read again with every column as text, on one thread (so the reader numbers the records it cannot
     split), skipping the ``skip`` rows the fast reader already gave; each column then becomes the type the fast
-    reader gave it (a feature: float64), and a row with a value that does not convert is rejected."""
+    reader gave it (a feature: float64), and a row with a value that does not convert, or is not UTF-8 text, is
+    rejected."""
     unit, columns, rejects, skip = reread.unit, reread.columns, reread.rejects, reread.skip
     file, wanted, ids, batch_rows = unit.file, reread.wanted, reread.passthrough, reread.batch_rows
 
     def unsplittable(row) -> str:
-        rejects.unparsed(
-            row.number, row.text, f"{row.actual_columns} field(s) where the file has {row.expected_columns} column(s)"
-        )
+        fields = f"{row.actual_columns} field(s) where the file has {row.expected_columns} column(s)"
+        rejects.unparsed(row.number, readable(row.text), fields)
         return "skip"
 
     parsed = 0
     try:
-        with reader_stream(file) as stream:
+        with marked_stream(file) as (stream, marks):
             reader = pacsv.open_csv(
                 stream,
                 read_options=csv_read_options(file),
@@ -123,12 +131,42 @@ def tolerant_csv(reread: Reread) -> Iterator[pa.RecordBatch]:
                 if parsed <= skip:
                     continue
                 new = block.slice(skip - start) if start < skip else block
-                good = _typed_rows(new, wanted, ids, max(start, skip), rejects)
+                good = _typed_rows(new, wanted, ids, max(start, skip), rejects, marks.marked)
                 rejects.check()
                 yield from rebatch(good, batch_rows)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError, EOFError) as err:
-        raise CorruptInputError(f"cannot read {unit.label} as {describe(file)}: {err}{names_hint(file)}") from err
+        raise unreadable(unit.label, file, err) from err
     refuse_a_file_no_line_of_which_splits(unit, parsed, rejects)
+
+
+def strict(reread: Reread, error: CorruptInputError) -> Iterator[pa.RecordBatch]:
+    """A CSV or JSON lines file without ``tolerance.rows`` that the fast reader stopped in, read on row by row as
+    with it, into ``reread.rejects`` (:func:`strict_log`), but failing at its first bad row, named by its line and
+    column: the fast reader's ``error`` names neither, or counts rows from 0 without blank lines. A file whose rows
+    are all good though the fast reader stopped (a JSON field of numbers and text, kept as text) is read whole."""
+    rows = tolerant_jsonl(reread, error) if reread.unit.file.fmt == "jsonl" else tolerant_csv(reread)
+    with contextlib.closing(rows):
+        for batch in rows:
+            _refuse_a_bad_row(reread, error)
+            yield batch.select([name for name in batch.schema.names if name != ROW_COLUMN])
+    _refuse_a_bad_row(reread, error)
+
+
+def _refuse_a_bad_row(reread: Reread, error: CorruptInputError) -> None:
+    rejects = reread.rejects.rejects
+    if not rejects:
+        return
+    first = min(rejects, key=Reject.sort_key)  # of the first block with one: the file's first
+    raise CorruptInputError(
+        f"cannot read {reread.unit.label} as {describe(reread.unit.file)}: {first.where()}: {first.reason}. Fix "
+        "the row, or set tolerance.rows (--tolerate-rows) to reject such rows and score the rest"
+        f"{names_hint(reread.unit.file)}"
+    ) from error.__cause__
+
+
+def strict_log(file: InputFile) -> RejectLog:
+    """The rejects of a file read :func:`strict`: none allowed."""
+    return RejectLog(0, header_lines=header_lines(file), lines=LineMap(file))
 
 
 def refuse_a_file_no_line_of_which_splits(unit: WorkUnit, parsed: int, rejects: RejectLog) -> None:
@@ -188,23 +226,44 @@ def _bad_values(column: pa.Array, dtype: pa.DataType, name: str) -> dict[int, st
 def _typed_value(text: str | None, dtype: pa.DataType):
     """A rejected row's passthrough value as its column's type, or as written when it does not convert."""
     if text is None or pa.types.is_string(dtype):
-        return text
+        return readable(text) if text is not None else None
     try:
         return pa.array([text.strip()]).cast(dtype)[0].as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return text
+        return readable(text)
+
+
+def _not_utf8(column: pa.Array, name: str) -> dict[int, str]:
+    """The rows of a text column whose values hold a byte that is not UTF-8 (read as its mark), with the reason."""
+    import pyarrow.compute as pc
+
+    found = pc.indices_nonzero(pc.fill_null(pc.match_substring_regex(column, MARKED), False)).to_pylist()
+    values = column.take(pa.array(found, pa.int64())).to_pylist() if found else []
+    return {
+        index: f"column {name!r}: {as_written(value)[:80]!r} is not UTF-8 text"
+        for index, value in zip(found, values, strict=True)
+    }
 
 
 def _typed_rows(
-    batch: pa.RecordBatch, wanted: dict[str, pa.DataType], ids: Sequence[str], start: int, rejects: RejectLog
+    batch: pa.RecordBatch,
+    wanted: dict[str, pa.DataType],
+    ids: Sequence[str],
+    start: int,
+    rejects: RejectLog,
+    marked: bool = False,
 ) -> pa.RecordBatch:
-    """``batch`` (all text) with each column of its wanted type, less the rows whose values do not convert (each
-    rejected with its first such value and its ``ids`` columns as text), plus :data:`ROW_COLUMN`."""
+    """``batch`` (all text) with each column of its wanted type, less the rows whose values do not convert, or
+    (``marked``: the file holds bytes that are not UTF-8) hold such a byte (each rejected with its first such value
+    and its ``ids`` columns as text), plus :data:`ROW_COLUMN`."""
     import pyarrow.compute as pc
 
     converted, bad = {}, {}
     for name, dtype in wanted.items():
         column = batch.column(name)
+        if marked:
+            for index, reason in _not_utf8(column, name).items():
+                bad.setdefault(index, reason)
         if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
             converted[name] = column
             continue
@@ -225,24 +284,39 @@ def _typed_rows(
     return pa.RecordBatch.from_arrays([*arrays, rows], names=[*wanted, ROW_COLUMN])
 
 
-def tolerant_jsonl_schema(file: InputFile, error: CorruptInputError, sample_lines: int = 1000) -> pa.Schema:
-    """The schema of a JSON lines file the fast reader cannot infer one for (a bad line in its first block): from
-    the first ``sample_lines`` lines that are JSON objects. A file none of whose first lines is one fails with
-    ``error``, the fast reader's."""
+def tolerant_jsonl_schema(
+    file: InputFile, error: CorruptInputError, keep_types: Collection[str] | None = (), sample_lines: int = 1000
+) -> pa.Schema:
+    """The schema of a JSON lines file the fast reader cannot infer one for (a bad line in its first block, a field
+    whose values are of two types): from the first ``sample_lines`` lines that are JSON objects. A field of numbers
+    and a few strings (``"a": "twelve"``) is a float64 column, as it would be without them (they are rejected as
+    they are read), except the fields of ``keep_types`` (passthrough columns), and any field when ``keep_types`` is
+    None: those hold text. A file none of whose first lines is an object fails with ``error``, the fast reader's."""
     records = []
     with _lines(file) as lines:
         for raw in lines:
             if len(records) >= sample_lines:
                 break
-            record = _json_object(raw)
+            record = _json_object(marked_text(raw))
             if isinstance(record, dict):
                 records.append(record)
     if not records:
         raise error
+    names = dict.fromkeys(name for record in records for name in record)
+    return pa.schema([(name, _field_type([r.get(name) for r in records], name, keep_types)) for name in names])
+
+
+def _field_type(values: list, name: str, keep_types: Collection[str] | None) -> pa.DataType:
+    """A JSON field's column type from its values: Arrow's, or for values of two types, float64 when most are
+    numbers (and the field's type is not kept), else text."""
     try:
-        return pa.Table.from_pylist(records).schema
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a column of mixed types: the fast reader's error says which
-        raise error from None
+        return pa.array(values).type
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    present = [value for value in values if value is not None]
+    numbers = sum(isinstance(value, (int, float)) and not isinstance(value, bool) for value in present)
+    kept = keep_types is None or name in keep_types
+    return pa.float64() if not kept and numbers * 2 > len(present) else pa.string()
 
 
 def as_numbers(schema: pa.Schema, names: Collection[str]) -> pa.Schema:
@@ -262,50 +336,54 @@ def as_numbers(schema: pa.Schema, names: Collection[str]) -> pa.Schema:
 
 def tolerant_jsonl(reread: Reread, error: CorruptInputError) -> Iterator[pa.RecordBatch]:
     """A JSON lines file read again line by line, skipping the ``skip`` rows the fast reader already gave: a line
-    that is not a JSON object is rejected with its line number (blank lines not counted), and each record's values
-    become their column's type as the fast reader would have made them (a feature: float64), a record with a value
-    that does not convert being rejected. A file with nested columns fails with ``error``, the fast reader's."""
+    that is not a JSON object is rejected with its record number (blank lines not counted; the reject log says its
+    line), and each record's values become their column's type as the fast reader would have made them (a feature:
+    float64), a record with a value that does not convert, or is not UTF-8 text, being rejected. A file with nested
+    columns fails with ``error``, the fast reader's."""
     unit, columns, rejects, skip = reread.unit, reread.columns, reread.rejects, reread.skip
     wanted, ids, batch_rows = reread.wanted, reread.passthrough, reread.batch_rows
     if any(pa.types.is_nested(dtype) for dtype in wanted.values()):
         raise error
     texts: dict[str, list[str | None]] = {name: [] for name in columns}
     parsed = line = 0
+    marked = False  # a line held a byte that is not UTF-8: the batches' values are looked at for it
     with _lines(unit.file) as lines:
         for raw in lines:
             if not raw.strip():
                 continue
-            line += 1
+            line += 1  # the record's number: the reject log says its line
             if line <= skip:
                 # The fast reader gave ``skip`` rows before it stopped: they are these lines only when each is one
                 # JSON object (it also reads two objects on one line, or one over several); else the file fails
                 # with its error, rather than lose or double a row.
-                if not isinstance(_json_object(raw), dict):
+                if not isinstance(_json_object(marked_text(raw)), dict):
                     raise error
                 parsed += 1
                 continue
-            record = _json_object(raw)
+            text = marked_text(raw)
+            record = _json_object(text)
             if not isinstance(record, dict):
-                rejects.unparsed(line, raw.decode("utf-8", "replace").rstrip("\r\n"), record)
+                rejects.unparsed(line, readable(text).rstrip("\r\n"), record)
                 rejects.check()
                 continue
+            marked = marked or has_marks(text)
             for name in columns:
                 texts[name].append(_as_text(record.get(name)))
             if len(texts[columns[0]]) >= batch_rows:
-                yield _typed_batch(texts, wanted, ids, parsed, rejects)
+                yield _typed_batch(texts, wanted, ids, parsed, rejects, marked)
                 parsed += batch_rows
     if held := len(texts[columns[0]]):
-        yield _typed_batch(texts, wanted, ids, parsed, rejects)
+        yield _typed_batch(texts, wanted, ids, parsed, rejects, marked)
         parsed += held
     refuse_a_file_no_line_of_which_splits(unit, parsed, rejects)
 
 
-def _typed_batch(texts: dict[str, list], wanted, ids, start: int, rejects: RejectLog) -> pa.RecordBatch:
+def _typed_batch(texts: dict[str, list], wanted, ids, start: int, rejects: RejectLog, marked: bool) -> pa.RecordBatch:
     """The records held in ``texts`` (emptied) as a typed batch, less the ones with a value that does not convert."""
     batch = pa.RecordBatch.from_arrays([pa.array(values, pa.string()) for values in texts.values()], names=list(texts))
     for values in texts.values():
         values.clear()
-    good = _typed_rows(batch, wanted, ids, start, rejects)
+    good = _typed_rows(batch, wanted, ids, start, rejects, marked)
     rejects.check()
     return good
 
@@ -319,12 +397,13 @@ def _lines(file: InputFile):
         yield stream
 
 
-def _json_object(raw: bytes):
-    """The line's JSON object, or why it is none (a str)."""
+def _json_object(text: str):
+    """The line's JSON object, or why it is none (a str). ``text``: the line as :func:`marked_text` reads it, so
+    that a byte that is not UTF-8 costs only the row whose value holds it."""
     import json
 
     try:
-        record = json.loads(raw)
+        record = json.loads(text)
     except ValueError as err:
         return f"not valid JSON: {err}"
     return record if isinstance(record, dict) else f"a JSON {type(record).__name__}, not an object"

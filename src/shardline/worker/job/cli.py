@@ -227,7 +227,8 @@ def _add_script(p: argparse.ArgumentParser) -> None:
         default=None,
         help="application/json bodies: records (default; objects keyed by column name), "
         'instances ({"instances": [[...]]}), inputs ({"inputs": [[...]]}, as Hugging '
-        "Face-style handlers read) or array ([[...]]) (spec: model.json_layout)",
+        "Face-style handlers read), array ([[...]]) or lines (an object per line, labelled application/json, "
+        "as Batch Transform sends a JSON lines file) (spec: model.json_layout)",
     )
     script.add_argument(
         "--max-payload-mb",

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from shardline.errors import FileError, InputSchemaError, OutputWriteError, PredictionError, SetupError
+from shardline.errors import FileError, InputSchemaError, OutputWriteError, PredictionError, SetupError, clipped
 from shardline.report.profile import Profile
 from shardline.worker.io import formats
 from shardline.worker.io.rejects import PREDICT, RejectLog
@@ -51,7 +51,9 @@ def file_failure(err: Exception, label: str, choice: FeatureChoice | None, predi
             "resources.workers_per_instance, each holding a file at once); a next attempt scores it again"
         )
     if not isinstance(err, FileError):
-        err = PredictionError(f"{type(err).__name__} while predicting {label}: {err}" + _feature_hint(choice))
+        err = PredictionError(
+            f"{type(err).__name__} while predicting {label}: {clipped(str(err))}" + _feature_hint(choice)
+        )
     if (
         isinstance(err, PredictionError)
         and predictor.kind == "custom"

@@ -7,7 +7,8 @@ Requests (``content_type``), one body per call:
   splits input on lines); a str, as the inference toolkit decodes UTF-8 types.
 - ``application/json``: ``json_layout`` ``records`` (default): a JSON array of objects keyed
   by column name; ``instances``: ``{"instances": [[...], ...]}``; ``inputs``: ``{"inputs": [[...], ...]}``
-  (Hugging Face-style handlers); ``array``: ``[[...], ...]``.
+  (Hugging Face-style handlers); ``array``: ``[[...], ...]``; ``lines``: one object per line, as Batch Transform
+  sends a JSON lines file split by line with ContentType application/json (SageMaker's own examples do).
   A str.
 - ``application/jsonlines``: one JSON object per line (``json_layout: array``: one JSON
   array per line). Bytes, as the toolkit passes them.
@@ -33,6 +34,7 @@ import dataclasses
 import io
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,8 +42,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from shardline.contract import JSON_LAYOUTS, WRAPPED_JSON_LAYOUTS
-from shardline.errors import FileError, PredictionError, SetupError
+from shardline.contract import JSON_LAYOUTS, JSON_LINES_LAYOUTS, WRAPPED_JSON_LAYOUTS
+from shardline.errors import FileError, PredictionError, SetupError, clipped
 
 CSV = "text/csv"
 JSON = "application/json"
@@ -109,9 +111,10 @@ class ScriptProtocol:
                 f"unknown JSON layout {self.json_layout!r} (model.json_layout, --json-layout): "
                 f"use one of {', '.join(JSON_LAYOUTS)}"
             )
-        if self.content_type == JSONLINES and self.json_layout in WRAPPED_JSON_LAYOUTS:
+        if self.content_type == JSONLINES and self.json_layout not in JSON_LINES_LAYOUTS:
+            what = "is JSON lines labelled application/json" if self.json_layout == "lines" else "is one JSON document"
             raise SetupError(
-                f"model.json_layout (--json-layout) {self.json_layout!r} is one JSON document; with "
+                f"model.json_layout (--json-layout) {self.json_layout!r} {what}; with "
                 "model.content_type application/jsonlines use 'records' (an object per line) or 'array' "
                 "(an array per line), or model.content_type: application/json"
             )
@@ -167,6 +170,8 @@ class EncodedRecords:
         if p.content_type == JSONLINES:
             text = pieces[start] if p.single else "\n".join(pieces[start:stop]) + "\n"
             return text.encode()
+        if p.json_layout == "lines":  # JSON lines labelled application/json: a str, as the toolkit decodes JSON
+            return pieces[start] if p.single else "\n".join(pieces[start:stop]) + "\n"
         # application/json
         if p.json_layout in WRAPPED_JSON_LAYOUTS:
             return '{"' + p.json_layout + '": [' + ", ".join(pieces[start:stop]) + "]}"
@@ -233,7 +238,7 @@ def encode_records(table: pa.RecordBatch, protocol: ScriptProtocol, matrix: np.n
         return EncodedRecords(protocol, [len(line) + 1 for line in raw], lines, header)  # bytes, not characters
     columns = [column.to_pylist() for column in text.columns]
     try:
-        if protocol.json_layout == "records":
+        if protocol.json_layout in ("records", "lines"):
             pieces = [
                 json.dumps(dict(zip(names, values, strict=True)), default=_json_default)
                 for values in zip(*columns, strict=True)
@@ -325,7 +330,7 @@ def decode_response(response: Any, content_type: str, records: int) -> Columns:
     return _from_value(response, records)
 
 
-def _from_json_text(text: str, records: int) -> Columns:
+def _from_json_text(text: str, records: int, hint: bool = True) -> Columns:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
@@ -333,32 +338,55 @@ def _from_json_text(text: str, records: int) -> Columns:
         try:
             value = _json_lines(stripped)  # several JSON documents, one per line: JSON lines
         except json.JSONDecodeError:
-            looks_csv = stripped[:1] not in '[{"' and "," in stripped
-            hint = (
-                (
-                    " It looks like CSV: set model.accept: text/csv (--accept), or return (body, 'text/csv') from "
-                    "output_fn"
-                )
-                if looks_csv
-                else ""
-            )
+            other = _other_reading(text, records, CSV) if hint else ""
             raise ResponseShapeError(
-                f"the response is not valid JSON ({err}), but is read as {JSON} (model.accept).{hint}"
+                f"the response is not valid JSON ({err}), but is read as {JSON} (model.accept).{other}"
             ) from err
     return _from_value(value, records)
+
+
+def _other_reading(text: str, records: int, other: str) -> str:
+    """What to set for a text response that is not the accept type's: the ``other`` accept type only when the
+    response reads as it (a hint never names a setting that fails too), or how to return numpy's text of an array,
+    which no accept type reads."""
+    if _numpy_text(text):
+        return (
+            f" It is numpy's text of an array ({clipped(text.strip(), 40)!r}, as str(array) writes it), which no "
+            "accept type reads: return the array itself, array.tolist() or json.dumps(array.tolist()) from output_fn"
+        )
+    try:
+        (_from_csv if other == CSV else _from_json_text)(text, records, hint=False)
+    except (ResponseShapeError, csv.Error):
+        return ""
+    return (
+        f" It reads as {'CSV' if other == CSV else 'JSON'}: set model.accept: {other} (--accept {other}), or return "
+        f"(body, '{other}') from output_fn"
+    )
+
+
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(nan|inf)", re.IGNORECASE)
+
+
+def _numpy_text(text: str) -> bool:
+    """Whether ``text`` is numpy's text of an array: "[0.1 0.2 0.3]", "[[1. 2.]\\n [3. 4.]]", "[0.1 0.2 ... 0.9]"
+    (over 1,000 values: the middle left out). Not JSON: no commas."""
+    head = text.strip()[:2000]
+    if not head.startswith("[") or "," in head:
+        return False
+    tokens = [t for t in re.split(r"[\s\[\]]+", head) if t]
+    whole = tokens if head.endswith("]") or len(head) < 2000 else tokens[:-1]  # the last may be cut short
+    return bool(whole) and all(t == "..." or _NUMBER.fullmatch(t) for t in whole)
 
 
 def _json_lines(text: str) -> list:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def _from_csv(text: str, records: int) -> Columns:
+def _from_csv(text: str, records: int, hint: bool = True) -> Columns:
     stripped = text.lstrip()
     if stripped[:1] in ("[", "{"):
-        raise ResponseShapeError(
-            f"the response looks like JSON but is read as {CSV} (model.accept): set model.accept: application/json "
-            "(--accept), or return (body, 'application/json') from output_fn"
-        )
+        other = _other_reading(text, records, JSON) if hint else ""
+        raise ResponseShapeError(f"the response is not CSV but is read as {CSV} (model.accept).{other}")
     rows = list(csv.reader(line for line in text.splitlines() if line.strip()))
     widths = sorted({len(r) for r in rows})
     if len(widths) > 1:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardline.contract import JSON_LAYOUTS, WRAPPED_JSON_LAYOUTS
-from shardline.errors import PredictionError, SetupError
+from shardline.contract import JSON_LAYOUTS, JSON_LINES_LAYOUTS
+from shardline.errors import PredictionError, SetupError, clipped
 from shardline.worker.io.formats import to_matrix
 from shardline.worker.model.features import ModelInputs, is_numeric, recorded_inputs
 from shardline.worker.model.guards import OutputTally, captured
@@ -95,7 +95,9 @@ class InferenceScript:
             spec.loader.exec_module(module)
         except Exception as err:
             sys.modules.pop("inference", None)
-            raise SetupError(f"importing {path} failed: {type(err).__name__}: {err}{requirements_hint(path)}") from err
+            raise SetupError(
+                f"importing {path} failed: {type(err).__name__}: {clipped(str(err))}{requirements_hint(path)}"
+            ) from err
         self.path, self.module = path, module
         self.transform_fn = getattr(module, "transform_fn", None)
         self.input_fn = getattr(module, "input_fn", None)
@@ -115,7 +117,7 @@ class InferenceScript:
             raise
         except Exception as err:
             raise SetupError(
-                f"model_fn in {path} failed: {type(err).__name__}: {err}{requirements_hint(path)}"
+                f"model_fn in {path} failed: {type(err).__name__}: {clipped(str(err))}{requirements_hint(path)}"
             ) from err
 
     @property
@@ -161,7 +163,10 @@ class InferenceScript:
         except (SetupError, RowOrderError):
             raise
         except Exception as err:
-            raise ScriptError(f"{Path(self.path).name} raised in {stage}: {type(err).__name__}: {err}") from err
+            # The script's own words, clipped: they may hold the whole request body (scikit-learn's "array=...").
+            raise ScriptError(
+                f"{Path(self.path).name} raised in {stage}: {type(err).__name__}: {clipped(str(err))}"
+            ) from err
         if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], str):
             return result[0], result[1]  # (body, content_type), as the toolkit allows
         return result, accept
@@ -306,7 +311,7 @@ class ScriptPredictor:
         try:
             return self.run(batch, self.protocol)
         except (ScriptError, ResponseShapeError, RecordEncodingError) as err:
-            raise type(err)(f"{err}. {self.diagnose(batch, err)}") from err
+            raise type(err)(f"{str(err).rstrip('.')}. {self.diagnose(batch, err)}") from err
 
     def run(self, batch: pa.RecordBatch, protocol: ScriptProtocol) -> Columns:
         """Send ``batch`` (the feature columns, in order) through the script under ``protocol``."""
@@ -441,7 +446,7 @@ class ScriptPredictor:
             )
         if p.content_type in (JSON, JSONLINES):
             for layout in JSON_LAYOUTS:
-                if layout != p.json_layout and not (p.content_type == JSONLINES and layout in WRAPPED_JSON_LAYOUTS):
+                if layout != p.json_layout and (p.content_type == JSON or layout in JSON_LINES_LAYOUTS):
                     options.append(
                         (f"model.json_layout: {layout} (--json-layout {layout})", p.replace(json_layout=layout))
                     )
@@ -469,7 +474,7 @@ class ScriptPredictor:
                     options.append((setting, p.replace(content_type=content_type)))
                     continue
                 for layout in JSON_LAYOUTS:
-                    if content_type == JSONLINES and layout in WRAPPED_JSON_LAYOUTS:
+                    if content_type == JSONLINES and layout not in JSON_LINES_LAYOUTS:
                         continue
                     options.append(
                         (
@@ -494,7 +499,7 @@ def _is_bare_assertion(err: Exception) -> bool:
 
 JSON_LAYOUT_SHAPES = (
     'records [{"column": value, ...}, ...], instances {"instances": [[...], ...]}, '
-    'inputs {"inputs": [[...], ...]} and array [[...], ...]'
+    'inputs {"inputs": [[...], ...]}, array [[...], ...] and lines {"column": value, ...} on each line'
 )
 
 

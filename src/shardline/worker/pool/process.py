@@ -22,6 +22,7 @@ from shardline import contract
 from shardline.errors import InputFormatError, InputSchemaError, PredictionError, SetupError
 from shardline.worker.io import formats
 from shardline.worker.io.rejects import Reject, RejectLog
+from shardline.worker.io.text_files import LineMap, header_lines
 from shardline.worker.io.work_units import InputFile, WorkUnit
 from shardline.worker.model import guards
 from shardline.worker.model.features import FeatureChoice, check_spec_against_model, choose_features
@@ -401,14 +402,15 @@ def _reject_log(settings: JobSettings, unit: WorkUnit) -> RejectLog | None:
     """Where a unit's rejects are kept, when tolerance.rows allows some."""
     if settings.tolerate_rows <= 0:
         return None
-    header = 1 if unit.file.fmt == "csv" and unit.file.csv_names is None else 0
+    if unit.file.fmt != "parquet":  # a reject names the line an editor shows, found when there is one
+        return RejectLog(settings.tolerate_rows, header_lines=header_lines(unit.file), lines=LineMap(unit.file))
     offset = 0
-    if unit.file.fmt == "parquet" and unit.row_groups:
+    if unit.row_groups:
         import pyarrow.parquet as pq
 
         meta = pq.read_metadata(unit.file.path)
         offset = sum(meta.row_group(i).num_rows for i in range(unit.row_groups[0]))
-    return RejectLog(settings.tolerate_rows, header_lines=header, row_offset=offset)
+    return RejectLog(settings.tolerate_rows, header_lines=0, row_offset=offset)
 
 
 def _write(
