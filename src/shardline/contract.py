@@ -139,3 +139,8 @@ def instance_memory_gib(instance_type: str) -> float | None:
     if match is None or vcpus is None:
         return None
     return vcpus * _GIB_PER_VCPU.get(match.group("family"), 4.0)
+
+
+# Where an instance puts each file's profile (report/profile.py) beside its manifest, as soon as the file's output
+# goes up: the step's checks read it there when the instance was lost before its manifest went up.
+PROFILES_FOLDER = "profiles"

@@ -56,6 +56,7 @@ checks that it is the source's):
         report.histogram.HistogramFormatError [ValueError]
         InputRefused
         InvalidArgument [ValueError]
+          orchestration.step.approval.NotApprovable
         s3uri.InvalidS3Uri [ValueError]
         ledger.context.LedgerConfigError [ValueError]
         LedgerRecordMissing

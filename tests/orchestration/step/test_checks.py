@@ -302,3 +302,31 @@ def test_a_scripts_range_nulls_nans_mean_and_psi_fail_their_checks(aws_env, ledg
     assert failed["checks.columns.prediction.max_nan_share"].shown == "10%"
     assert failed["checks.columns.prediction.max"].bound == "at most 6"
     assert "against run run-1" in failed["checks.columns.prediction.max_psi"].bound
+
+
+def test_an_instance_lost_before_its_manifest_went_up_still_has_every_file_counted(pipeline):
+    """Each file's profile goes up beside the instance's manifest with its output: the checks count a lost instance's
+    finished files from there; a file with neither is not counted, and says so (the checks then fail)."""
+    from shardline.orchestration.step.files import read_step_files
+    from shardline.orchestration.step.run_report import current_profile
+
+    spec, bucket = pipeline
+    attempt, status, _ = _run(spec, bucket, "run-lost")
+    assert status.value == "SUCCEEDED"
+    s3 = boto3.client("s3")
+    metadata = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="out/run-lost/_shardline/")["Contents"]]
+    manifests = [k for k in metadata if k.rsplit("/", 1)[-1].startswith("manifest-")]
+    beside = sorted(k for k in metadata if "/profiles/" in k)
+    assert manifests and [k.rsplit("/", 1)[-1] for k in beside] == [f"part-{i}.parquet.json" for i in range(4)]
+    for key in manifests:  # as if the instance were lost before its end
+        s3.delete_object(Bucket=bucket, Key=key)
+    files = read_step_files(spec, attempt.ref).files
+    counted = current_profile(spec, attempt, files)
+    assert counted.missing is None and counted.merged.outputs["prediction"].rows == 1600
+    s3.delete_object(Bucket=bucket, Key=beside[0])
+    counted = current_profile(spec, attempt, files)
+    assert counted.merged.outputs["prediction"].rows == 1200
+    assert (
+        counted.missing.startswith("1 of 4 file(s) cannot be counted: ")
+        and "part-0.parquet: no profile" in counted.missing
+    )

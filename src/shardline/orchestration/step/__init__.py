@@ -19,6 +19,7 @@
   a part the next attempt scores; readers fold a part into its file (``ledger.records.settle_parts``).
 - :mod:`.run_report`: gathers a step's records (the ledger, the instances' manifests, the earlier runs' reports),
   evaluates its output checks and writes its run report.
+- :mod:`.baseline`: a step's reference profile made once from a file (``shardline checks baseline``).
 - :mod:`.approval`: on-call's acceptance of outputs the blocking checks held back, recorded on the STEP item and
   honoured by the step's end.
 - :mod:`.files`: a step's files as every reader sees them: its FILE items, plus the inputs its attempts' plan

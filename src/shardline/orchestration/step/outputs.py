@@ -90,7 +90,7 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | 
     prefix = attempt.output_prefix.rstrip("/") + "/"
     claimed = collections.Counter(f.output_key for f in succeeded)
     manifests = {
-        where: _worker_outputs(s3, attempt, *where) for where in sorted({(f.attempt, f.host or "") for f in succeeded})
+        where: worker_outputs(s3, attempt, *where) for where in sorted({(f.attempt, f.host or "") for f in succeeded})
     }
 
     def check(f) -> UnvouchedFile | None:
@@ -112,7 +112,7 @@ def unvouched_outputs(spec: PipelineSpec, attempt: Attempt, seen: StepOutputs | 
         return [u for u in pool.map(check, succeeded) if u is not None]
 
 
-def _worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, dict] | None:
+def worker_outputs(s3, attempt: Attempt, number: int, host: str) -> dict[str, dict] | None:
     """What one instance's manifest says it wrote, by output path (relative to the output prefix); None when it
     left none (an instance lost mid-job uploads no manifest: its files stand on their objects alone)."""
     from botocore.exceptions import ClientError

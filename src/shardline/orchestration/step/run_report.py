@@ -14,11 +14,13 @@ import json
 import logging
 
 from shardline.backends import JobNotFound
+from shardline.contract import PROFILES_FOLDER
 from shardline.ledger.keys import StepRef
+from shardline.ledger.records import stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs, read_step_item
 from shardline.orchestration import services
-from shardline.orchestration.step import watch
+from shardline.orchestration.step import outputs, watch
 from shardline.orchestration.step.approval import Approval, approval_of
 from shardline.orchestration.step.baseline import baseline_of
 from shardline.orchestration.step.files import read_step_files
@@ -40,6 +42,7 @@ from shardline.spec import PipelineSpec, StepSpec
 
 log = logging.getLogger(__name__)
 
+MAX_PROFILE_BYTES = 4 << 20  # one file's profile: a few KB a column; past this it is not one the worker wrote
 # How many earlier runs of the pipeline the cost trend shows (and the drift reference is looked for in).
 TREND_RUNS = 10
 
@@ -293,46 +296,56 @@ class StepProfile:
 
 
 def current_profile(spec: PipelineSpec, attempt: Attempt, files) -> StepProfile:
-    """:class:`StepProfile` of the step's succeeded ``files`` (one manifest read per instance and attempt)."""
+    """:class:`StepProfile` of the step's succeeded ``files`` (its rejects parts included, stale ones not): each
+    file's profile from the manifest of the instance and attempt that wrote it (one read per instance), or, where an
+    instance left none (lost before it went up), from the profile it put beside it when the file's output went up."""
     s3 = services.s3_client(spec)
-    wanted: dict[tuple[int, str], set[str]] = {}
-    for item in files:
-        if item.status == FileStatus.SUCCEEDED and item.host:
-            wanted.setdefault((int(item.attempt or 1), item.host), set()).add(item.input_key)
+    stale = stale_parts(files)
+    succeeded = [f for f in files if f.status == FileStatus.SUCCEEDED and f.input_key not in stale]
+    prefix = attempt.output_prefix.rstrip("/") + "/"
+    manifests = {
+        where: outputs.worker_outputs(s3, attempt, *where)
+        for where in sorted({(f.attempt, f.host or "") for f in succeeded})
+    }
     found: dict[str, Profile] = {}
     problems: list[str] = []
-    prefix_len = len(attempt.input_prefix.rstrip("/")) + 1
-    for (number, host), keys in sorted(wanted.items()):
-        bucket, key = parse_s3_uri(
-            naming.worker_manifest_key(
-                attempt.output_prefix, attempt.run_id, attempt.step, number, host, attempt.metadata_prefix
-            )
-        )
-        try:
-            manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-        except s3.exceptions.NoSuchKey:
-            problems.append(f"the manifest s3://{bucket}/{key} of {len(keys)} file(s) was not found")
+    for f in succeeded:
+        name = f.input_key.removeprefix(naming.rejects_parts_prefix_of(f.input_key) or attempt.input_prefix)
+        written = manifests[(f.attempt, f.host or "")]
+        entry = written.get((f.output_key or "").removeprefix(prefix)) if written else None
+        stored = entry.get("profile") if entry else _profile_beside(s3, attempt, f.attempt, name)
+        if stored is None:
+            problems.append(f"{f.input_key}: no profile (neither its instance's manifest nor beside it)")
             continue
-        relative = {k[prefix_len:] if k.startswith("s3://") else k for k in keys}
-        for file_report in manifest.get("file_reports", []):
-            name = file_report.get("input")
-            if name not in relative:
-                continue
-            relative.discard(name)
-            try:
-                found[name] = Profile.from_dict(file_report.get("profile"))
-            except HistogramFormatError as err:
-                problems.append(f"{name}'s profile in s3://{bucket}/{key} is unreadable: {err}")
-        if relative:
-            problems.append(f"s3://{bucket}/{key} has no profile of {len(relative)} file(s): {sorted(relative)[:3]}")
+        try:
+            found[name] = Profile.from_dict(stored)
+        except HistogramFormatError as err:
+            problems.append(f"{f.input_key}: its profile is unreadable: {err}")
     try:
         merged = Profile.merged(found.values()) if found else None
     except HistogramFormatError as err:
         merged, problems = None, [*problems, f"the files' profiles cannot be merged: {err}"]
-    missing = "; ".join(problems) if problems else None
-    if merged is None and wanted and missing is None:
-        missing = "no file's profile was recorded"
+    missing = None
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        missing = f"{len(problems)} of {len(succeeded)} file(s) cannot be counted: {'; '.join(problems[:3])}{more}"
     return StepProfile(merged, found, missing)
+
+
+def _profile_beside(s3, attempt: Attempt, number: int, name: str) -> dict | None:
+    """The profile an instance put beside its manifest for one file (contract.PROFILES_FOLDER), or None."""
+    folder = naming.worker_manifest_folder(
+        attempt.output_prefix, attempt.run_id, attempt.step, number, attempt.metadata_prefix
+    )
+    bucket, key = parse_s3_uri(f"{folder}/{PROFILES_FOLDER}/{name}.json")
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_PROFILE_BYTES + 1)
+    except s3.exceptions.NoSuchKey:
+        return None
+    try:
+        return json.loads(body) if len(body) <= MAX_PROFILE_BYTES else None
+    except ValueError:
+        return None
 
 
 def previous_reports(spec: PipelineSpec, ref: StepRef, limit: int = TREND_RUNS) -> list[tuple[str, RunReport]]:

@@ -12,11 +12,13 @@ the local outputs whose success the ledger never accepted are deleted.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
 from pathlib import Path
 
+from shardline.contract import PROFILES_FOLDER
 from shardline.errors import OutputUploadError
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.states import FileStatus, ShardStatus
@@ -101,6 +103,8 @@ class LedgerHooks(Hooks):
                 self._still_owned(result.input)
                 if result.rejects_file:
                     rejects.append(self._put_rejects(result))
+                if result.profile is not None:
+                    self._put_profile(result)
 
             self.uploader.submit(
                 result.output,
@@ -144,6 +148,21 @@ class LedgerHooks(Hooks):
         with contextlib.suppress(OSError):
             local.unlink()
         return uri
+
+    def _put_profile(self, result: FileResult) -> None:
+        """Upload a file's profile beside its instance's manifest (``profiles/<input>.json``), so the step's checks
+        read it even when the instance is lost before its manifest goes up. Raises when it cannot go up: a file is
+        recorded SUCCEEDED only with everything its step's end reads of it."""
+        folder = self.ledger.context.manifest_uri
+        if not folder:
+            raise OutputUploadError(f"{result.input}: the job names no manifest folder to put its profile in")
+        uri = f"{folder.rstrip('/')}/{PROFILES_FOLDER}/{result.input}.json"
+        try:
+            self.uploader.put_bytes(uri, json.dumps(result.profile).encode(), content_type="application/json")
+        except Exception as err:
+            raise OutputUploadError(
+                f"the profile of {result.input} could not be uploaded to {uri}: {type(err).__name__}: {err}"
+            ) from err
 
     def _uploaded(
         self, result: FileResult, uploaded: Uploaded | None, error: Exception | None, rejects_key: str | None = None

@@ -128,8 +128,8 @@ class FileProfile:
             if name in names:
                 self.profile.add_column("inputs", name, batch.column(name), formats.column_values)
 
-    def to_dict(self) -> dict | None:
-        return self.profile.to_dict() if self.profile.outputs or self.profile.inputs else None
+    def to_dict(self) -> dict:
+        return self.profile.to_dict()  # an empty file's too: its step's checks count it as one file of no rows
 
 
 class PredictionSpread:
