@@ -152,3 +152,13 @@ def test_psi_against_the_baseline_or_why_there_is_none():
     assert none["checks.columns.score.max_psi"].bound.startswith("no baseline was made")
     lacking = _check(spec, current, baseline=Baseline(_profile({"score": rng.random(10)}), "the baseline of v"))
     assert lacking["checks.features.f0.max_psi"].bound == "the baseline of v has no column 'f0'"
+
+
+def test_a_column_of_only_nulls_or_nans_fails_its_checks_and_an_empty_one_has_none_to_fail():
+    spec = {"columns": {"score": {"min": 0, "max": 1, "min_distinct": 2, "mean_within": 0.1}}}
+    history = [Partition("r1", 3, _profile({"score": [0.2, 0.3, 0.4]}))]
+    nothing = _check(spec, Partition("now", 3, _profile({"score": [np.nan] * 3}, nulls={"score": 1})), history)
+    assert {r.verdict for r in nothing.values()} == {"fail"}
+    assert nothing["checks.columns.score.mean_within"].bound == "every one of its 3 rows is null or NaN"
+    empty = _check(spec, Partition("now", 0, _profile({"score": []})), history)
+    assert {r.verdict for r in empty.values()} == {"n/a"}

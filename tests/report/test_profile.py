@@ -87,3 +87,18 @@ def test_a_columns_metrics_are_openlineages_and_distinct_only_where_counted_exac
     labels = ColumnProfile("labels")
     labels.add_labels({"a": 2}, nulls=1, rows=3)
     assert labels.metrics() == {"count": 3, "nullCount": 1, "distinctCount": 1}
+
+
+def test_a_batch_of_nulls_counts_as_missing_values_of_the_column_and_a_kind_never_changes():
+    import pyarrow as pa
+
+    profile = Profile()
+    profile.add_column("outputs", "score", pa.array([None, None], type=pa.null()))
+    profile.add_column("outputs", "score", pa.array([0.5, None]))
+    score = profile.outputs["score"]
+    assert (score.rows, score.nulls, score.nans, score.histogram.count) == (4, 3, 0, 4)
+    profile.add_column("outputs", "label", pa.array(["a", None]))
+    profile.add_column("outputs", "label", pa.array([None], type=pa.null()))
+    assert (profile.outputs["label"].rows, profile.outputs["label"].nulls) == (3, 2)
+    with pytest.raises(HistogramFormatError, match="column 'label' holds labels in one batch and numbers"):
+        profile.add_column("outputs", "label", pa.array([1.0]))

@@ -155,6 +155,14 @@ def record_approval(model: type[LedgerItem], ref: StepRef, attempt: int, approva
     return False
 
 
+def withdraw_approval(model: type[LedgerItem], ref: StepRef, attempt: int) -> None:
+    """Take back an approval recorded for ``attempt`` that could not be acted on (its run could not take its prefix
+    up again); fenced on the attempt, so a newer attempt's state is left alone."""
+    pipeline, run_id, step = ref
+    c = model.Control
+    update_if(c(run_pk(pipeline, run_id), step_sk(step)), [c.approval.remove()], c.attempt == attempt)
+
+
 def note_step(model: type[LedgerItem], ref: StepRef, attempt: int, waiting: str | None) -> bool:
     """Record on the STEP item why its attempt's job is not running yet (``waiting``: a ``decision.fleet.Waiting``
     as JSON; None clears it), fenced like :func:`finish_step`: only while that attempt owns the step and it has not

@@ -55,7 +55,7 @@ class Approvals(RunReports, Resubmission):
 
     def checks_view(self, ref: RunRef, step: str | None = None) -> ChecksView:
         """Each step's checks from its run report, against the last ``checks.last`` successful partitions'."""
-        from shardline.orchestration.step.run_report import previous_reports  # numpy: only when a command runs
+        from shardline.orchestration.step.run_report import TREND_RUNS, previous_reports  # numpy: when it runs
 
         spec = self.spec(ref.pipeline)
         rows, approvals, missing = [], {}, []
@@ -66,7 +66,8 @@ class Approvals(RunReports, Resubmission):
                 missing.append(report_ref.step)
                 continue
             last = spec.step(report_ref.step).checks.last
-            earlier = previous_reports(spec, StepRef(ref.pipeline, ref.run_id, report_ref.step), last)
+            found = previous_reports(spec, StepRef(ref.pipeline, ref.run_id, report_ref.step), max(TREND_RUNS, last))
+            earlier = [(run_id, past) for run_id, past in found if not past.approval][:last]  # as the bands read them
             for result in report.checks:
                 values = [
                     (run_id, found.shown)

@@ -157,7 +157,7 @@ def _column(
         if histogram is None:
             results.append(_refused(f"{where}.min/max", level, "the column holds labels, not numbers"))
         elif histogram.value_count == 0:
-            results.append(_no_rows(f"{where}.min/max", level))
+            results.append(_nothing(f"{where}.min/max", level, column))
         else:
             if check.min is not None:
                 low = histogram.min
@@ -199,7 +199,7 @@ def _column(
     if check.min_distinct is not None:
         name = f"{where}.min_distinct"
         if column.rows - column.nulls == 0:
-            results.append(_no_rows(name, level))
+            results.append(_nothing(name, level, column))
         else:
             distinct = column.distinct_at_least
             results.append(
@@ -230,7 +230,7 @@ def _mean(
         return _refused(name, check.level, "the column holds labels, which have no mean")
     mean = column.histogram.mean
     if mean is None:
-        return _no_rows(name, check.level)
+        return _nothing(name, check.level, column)
     means = [c.histogram.mean for _, c in past if c.histogram is not None and c.histogram.mean is not None]
     if not means:
         return _not_yet(name, check.level, mean)
@@ -243,7 +243,7 @@ def _mean(
         mean,
         bound,
         abs(mean - reference) <= allowed,
-        files=_driving(per_file, lambda c: abs((c.histogram.mean or reference) - reference)),
+        files=_driving(per_file, lambda c: abs(_or(c.histogram.mean, reference) - reference)),
         history=means,
     )
 
@@ -259,7 +259,7 @@ def _class_share(
             "the column is not classes (more than 64 distinct values, or not integers): use mean_within or min/max",
         )
     if not shares:
-        return _no_rows(name, check.level)
+        return _nothing(name, check.level, column)
     earlier = [s for _, c in past if (s := c.class_shares())]
     if not earlier:
         return _not_yet(name, check.level, None)
@@ -398,6 +398,21 @@ def _not_yet(name: str, level: Level, value: float | None) -> CheckResult:
     )
 
 
+def _nothing(name: str, level: Level, column: ColumnProfile) -> CheckResult:
+    """A column with no value to check: n/a when it has no rows, a failure when every row is null or NaN (a model
+    that answers nothing is not one that passes)."""
+    if column.rows == 0:
+        return _no_rows(name, level)
+    return CheckResult(
+        check=name,
+        level=level,
+        verdict="fail",
+        value=None,
+        shown="no value",
+        bound=f"every one of its {column.rows:,} rows is null or NaN",
+    )
+
+
 def _no_rows(name: str, level: Level) -> CheckResult:
     return CheckResult(check=name, level=level, verdict="n/a", value=None, shown="no rows", bound="(nothing to check)")
 
@@ -419,6 +434,10 @@ def _driving(per_file: Mapping[str, ColumnProfile], measure: Callable[[ColumnPro
     """The files whose own profile drives a failed check most (highest ``measure`` first)."""
     ranked = sorted(per_file.items(), key=lambda item: (-measure(item[1]), item[0]))
     return [key for key, _ in ranked[:DRIVING_FILES]]
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def _finite(value: float | None) -> float | None:

@@ -2,7 +2,7 @@
 
 The worker keeps a :class:`Profile` per file, batch by batch, from the columns it already holds (no second read
 of inputs or outputs), and writes it in its manifest beside the file's report; the step's end merges every file's
-(:meth:`Profile.merge`) and the checks (:mod:`shardline.decision.checks`) read the merged one. Pure: numpy only.
+(:meth:`Profile.merge`) and the checks (:mod:`shardline.report.checks`) read the merged one. Pure: numpy only.
 
 A :class:`ColumnProfile` counts rows and nulls, and then either numbers (a :class:`~.histogram.Histogram`: NaN,
 min, max, sum, a sketch any bins and quantiles are read from) or labels (value -> count, exactly, up to
@@ -154,26 +154,32 @@ class Profile:
         self.files = 0
 
     def column(self, side: str, name: str, kind: str) -> ColumnProfile:
-        columns = self.outputs if side == "outputs" else self.inputs
+        """The ``side``'s column ``name``, made of ``kind`` if new. One that holds the other kind is refused."""
+        columns = self.columns_of(side)
         found = columns.get(name)
         if found is None:
             found = columns[name] = ColumnProfile(kind)
+        elif found.kind != kind:
+            raise HistogramFormatError(f"column {name!r} holds {found.kind} in one batch and {kind} in another")
         return found
 
     def add_column(self, side: str, name: str, column: Any, numbers: Callable[[Any], np.ndarray] | None = None) -> None:
         """Count one Arrow array of column ``name`` (``side``: "outputs" or "inputs"): numbers (integers, floats,
-        booleans, decimals) into its histogram, anything else as labels. ``numbers``: how the array becomes numpy
-        values, nulls as NaN (the worker passes its own, which skips Arrow's pandas conversion)."""
+        booleans, decimals) into its histogram, anything else as labels; an array of nulls only (Arrow's null type)
+        as missing values of the kind the column has. ``numbers``: how the array becomes numpy values, nulls as NaN
+        (the worker passes its own, which skips Arrow's pandas conversion)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        kind = column.type
-        if (
-            pa.types.is_integer(kind)
-            or pa.types.is_floating(kind)
-            or pa.types.is_boolean(kind)
-            or pa.types.is_decimal(kind)
-        ):
+        types = pa.types
+        if types.is_null(column.type):
+            known = self.columns_of(side).get(name)
+            if known is None or known.kind == "numbers":
+                self.column(side, name, "numbers").add_numbers(np.full(len(column), np.nan), len(column))
+            else:
+                known.add_labels({}, len(column), len(column))
+            return
+        if any(test(column.type) for test in (types.is_integer, types.is_floating, types.is_boolean, types.is_decimal)):
             values = numbers(column) if numbers is not None else _numbers(column)
             self.column(side, name, "numbers").add_numbers(values, column.null_count)
             return
@@ -182,10 +188,11 @@ class Profile:
             target.add_labels({}, column.null_count, len(column))
             return
         counts = pc.value_counts(column.drop_null() if column.null_count else column)
-        values, numbers_of = counts.field(0).to_pylist(), counts.field(1).to_pylist()
-        target.add_labels(
-            {str(v): int(n) for v, n in zip(values, numbers_of, strict=True)}, column.null_count, len(column)
-        )
+        labels = zip(counts.field(0).to_pylist(), counts.field(1).to_pylist(), strict=True)
+        target.add_labels({str(v): int(n) for v, n in labels}, column.null_count, len(column))
+
+    def columns_of(self, side: str) -> dict[str, ColumnProfile]:
+        return self.outputs if side == "outputs" else self.inputs
 
     def merge(self, other: Profile) -> Profile:
         """Add ``other`` into this profile (in place) and return self. A column counted as numbers in one file and

@@ -56,3 +56,53 @@ def test_a_step_that_failed_for_another_reason_is_not_approvable(pipeline):  # n
     assert status.value == "FAILED"
     with pytest.raises(NotApprovable, match="only outputs its blocking checks held back"):
         approve(spec, StepRef(spec.pipeline, "run-failed", "score"), "oncall", "the outputs look fine to me")
+
+
+def test_an_approval_covers_the_checks_it_accepted_and_no_other(pipeline):  # noqa: F811
+    spec, bucket = pipeline
+    strict = _strict(spec)
+    attempt, _, _ = _run(strict, bucket, "run-scope")
+    ref = StepRef(strict.pipeline, "run-scope", "score")
+    assert approve(strict, ref, "oncall", "a holiday: a tenth of the traffic").checks == ("checks.rows_out.at_least",)
+    # Meanwhile the checks grew: a failure the approval never saw holds the outputs back still.
+    data = strict.model_dump(mode="json", exclude_defaults=True)
+    data["steps"][0]["checks"]["columns"] = {"prediction": {"min_distinct": 3}}
+    stricter = parse_spec(data, "checks_test.yaml")
+    assert step_end.finish(stricter, attempt, "ADVANCE", "all files succeeded").value == "FAILED"
+    message = read_step_item(services.ledger_model(spec), ref).message
+    assert message.startswith("checks: blocked by checks.columns.prediction.min_distinct: 2 against at least 3")
+    assert "which accepted only checks.rows_out.at_least" in message
+    assert not _success_marker(bucket, "run-scope")
+
+
+def test_what_could_not_be_computed_is_never_approved(pipeline):  # noqa: F811
+    spec, bucket = pipeline
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    data["steps"][0]["checks"] = {"columns": {"score": {"min_distinct": 2}}}  # the step writes no column "score"
+    typo = parse_spec(data, "checks_test.yaml")
+    _run(typo, bucket, "run-typo")
+    ref = StepRef(typo.pipeline, "run-typo", "score")
+    with pytest.raises(NotApprovable, match=r"could not be computed .* an approval accepts values, not their absence"):
+        approve(typo, ref, "oncall", "the column is there, trust me")
+    assert read_step_item(services.ledger_model(spec), ref).approval is None
+
+
+def test_an_approval_of_a_prefix_another_run_took_since_is_refused_and_taken_back(pipeline):  # noqa: F811
+    from shardline.orchestration.partitions import PartitionHeld, PartitionMovedOn
+    from shardline.orchestration.step import plan as step_plan
+    from tests.support.pipelines import plan_request
+
+    spec, bucket = pipeline
+    strict = _strict(spec)
+    _run(strict, bucket, "run-taken")
+    # Another run of the same partition takes its prefix (the first run ended FAILED: its hold is free to take).
+    other = plan_request(
+        "run-other", bucket, input_prefix=f"s3://{bucket}/in/", output_prefix=f"s3://{bucket}/out/run-taken/"
+    )
+    step_plan.plan(strict, "score", other)
+    ref = StepRef(strict.pipeline, "run-taken", "score")
+    with pytest.raises((PartitionHeld, PartitionMovedOn)):
+        approve(strict, ref, "oncall", "a holiday: a tenth of the traffic")
+    model = services.ledger_model(strict)
+    assert read_step_item(model, ref).approval is None  # taken back: it was never acted on
+    assert read_run(model, strict.pipeline, "run-taken").run.status == "FAILED"  # as it ended

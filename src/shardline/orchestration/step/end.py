@@ -253,9 +253,7 @@ def summarize(spec: PipelineSpec, ref: StepRef) -> StepSummary:
         failed_files=tuple(FailedFile(f.input_key, file_error(f.error_class, f.error_message)) for f in failed),
         report=report_uri(records.step, ref),
         reported_at=dt.datetime.now(dt.UTC).isoformat(),
-        approval=dataclasses.asdict(approved)
-        if (approved := approval_of(records.step, records.step.attempt))
-        else None,
+        approval=dataclasses.asdict(approved) if approved else None,
     )
 
 

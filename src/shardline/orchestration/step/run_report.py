@@ -21,7 +21,7 @@ from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs, read_step_item
 from shardline.orchestration import services
 from shardline.orchestration.step import outputs, watch
-from shardline.orchestration.step.approval import Approval, approval_of
+from shardline.orchestration.step.approval import UNCOMPUTED, Approval, approval_of
 from shardline.orchestration.step.baseline import baseline_of
 from shardline.orchestration.step.files import read_step_files
 from shardline.orchestration.step.upstream import UpstreamError, upstream_outputs
@@ -30,7 +30,7 @@ from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import put_metadata
 from shardline.planning.naming import job_name
 from shardline.report.build import build_report
-from shardline.report.checks import Baseline, Partition, blocked_message, evaluate
+from shardline.report.checks import Baseline, Partition, blocked_by, blocked_message, evaluate
 from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
 from shardline.report.inputs import PreviousRun, records_from_ledger, reject_where
@@ -43,6 +43,9 @@ from shardline.spec import PipelineSpec, StepSpec
 log = logging.getLogger(__name__)
 
 MAX_PROFILE_BYTES = 4 << 20  # one file's profile: a few KB a column; past this it is not one the worker wrote
+# How many of the pipeline's newest runs are looked through for the earlier successful ones (a Query of the run
+# index, then one STEP item read per run until enough are found).
+SCAN_RUNS = 200
 # How many earlier runs of the pipeline the cost trend shows (and the drift reference is looked for in).
 TREND_RUNS = 10
 
@@ -141,7 +144,9 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
     profile = current_profile(spec, attempt, records.files)
     previous = previous_reports(spec, attempt.ref, max(TREND_RUNS, step_spec.checks.last))
     prices, price_note = prices_for(spec, attempt.step)
-    reference = next(((run_id, r) for run_id, r in previous if r.drift.current_histogram), None)
+    # A held-back partition, approved or not, is never the reference: its outputs were accepted, not found right.
+    references = [(run_id, r) for run_id, r in previous if not r.approval]
+    reference = next(((run_id, r) for run_id, r in references if r.drift.current_histogram), None)
     report = build_report(
         found.identity,
         found.files,
@@ -158,7 +163,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         report.notes.append(price_note)
     if profile.missing:
         report.notes.append(f"the predictions' distribution is not whole: {profile.missing}")
-    history = [Partition(run_id, r.reconciliation.rows_out, _profile_of(run_id, r)) for run_id, r in previous]
+    history = [Partition(run_id, r.reconciliation.rows_out, _profile_of(run_id, r)) for run_id, r in references]
     current = Partition(attempt.run_id, report.reconciliation.rows_out, profile.merged)
     baseline = None
     if step_spec.checks.reference == "baseline":
@@ -167,7 +172,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         *evaluate(step_spec.checks, current, history, profile.files, profile.missing, baseline),
         _drift_check(step_spec, report, profile.missing),
     ]
-    results = _with_history(results, previous[: step_spec.checks.last])
+    results = _with_history(results, references[: step_spec.checks.last])
     approved = approval_of(records.step, attempt.number)
     report = report.model_copy(
         update={
@@ -244,10 +249,10 @@ def _drift_check(step_spec: StepSpec, report: RunReport, missing: str | None) ->
     want of this run's profile fails it; for want of an earlier run it is n/a."""
     drift = report.drift
     bound = f"below {drift.max_psi:g}" + (f" (against run {drift.reference_run_id})" if drift.reference_run_id else "")
-    if drift.psi is not None:
-        verdict, shown = ("fail" if drift.verdict == "drift" else "pass"), f"{drift.psi:.3f}"
-    elif missing:
+    if missing:  # a PSI of part of the predictions says nothing of the rest
         verdict, shown, bound = "fail", "not computed", missing
+    elif drift.psi is not None:
+        verdict, shown = ("fail" if drift.verdict == "drift" else "pass"), f"{drift.psi:.3f}"
     else:
         verdict, shown = "n/a", drift.note or "nothing to compare"
     return CheckResult(
@@ -349,12 +354,15 @@ def _profile_beside(s3, attempt: Attempt, number: int, name: str) -> dict | None
 
 
 def previous_reports(spec: PipelineSpec, ref: StepRef, limit: int = TREND_RUNS) -> list[tuple[str, RunReport]]:
-    """The reports of the pipeline's earlier runs whose step SUCCEEDED, newest first (those that have one), among its
-    ``limit`` newest runs before this one."""
+    """The reports of the pipeline's ``limit`` newest earlier runs whose step SUCCEEDED, newest first (those that
+    have one), looked for among its :data:`SCAN_RUNS` newest runs: a row of failed runs does not leave the checks'
+    bands without history."""
     model = services.ledger_model(spec)
     s3 = services.s3_client(spec)
     found: list[tuple[str, RunReport]] = []
-    for run in list_runs(model, ref.pipeline, limit=limit + 1):
+    for run in list_runs(model, ref.pipeline, limit=SCAN_RUNS):
+        if len(found) >= limit:
+            break
         if run.run_id == ref.run_id:
             continue
         step = read_step_item(model, StepRef(ref.pipeline, run.run_id, ref.step))
@@ -391,7 +399,7 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
 
 def write_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | None = None) -> WrittenReport | Exception:
     """:func:`write_step_report`, with its failure logged and returned rather than raised: a report that cannot be
-    written fails no step by itself (:func:`drift_failure` decides). ``records``: the step's files as its end read
+    written fails no step by itself (:func:`checks_failure` decides). ``records``: the step's files as its end read
     them already (``outputs.read_outputs``), so they are not read again; else the report reads them."""
     try:
         return write_step_report(spec, attempt, records)
@@ -430,9 +438,15 @@ def checks_failure(
     message = blocked_message(written.report.checks)
     if message is None:
         return None
-    if approved is not None:
+    blocking = blocked_by(written.report.checks)
+    computed = all(c.shown not in UNCOMPUTED for c in blocking)  # an approval accepts values, never their absence
+    if approved is not None and computed and approved.covers([c.check for c in blocking]):
         log.warning("step %s: %s; %s", attempt.step, message, approved.words())
         return None
+    if approved is not None:  # the approval was of other checks: what fails now and was not accepted holds it back
+        uncovered = [c for c in blocking if c.check not in approved.checks or c.shown in UNCOMPUTED]
+        message = f"{blocked_message(uncovered)} (the outputs were {approved.words()}, which accepted only "
+        message += f"{', '.join(approved.checks) or 'none'})"
     return f"{message}; report: {written.html_uri}. " + naming.checks_ways_forward(
         attempt.pipeline, attempt.run_id, attempt.step
     )

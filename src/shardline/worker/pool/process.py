@@ -418,7 +418,6 @@ def _write(
 ) -> None:
     """One batch of predictions into the unit's output (opened with the first batch's columns)."""
     skip = len(state.settings.passthrough)
-    progress.profile.add(out, skip)
     if not state.timing.first_prediction_at:
         state.timing.first_prediction_at = time.time()
     progress.spread.add(out, skip)
@@ -426,6 +425,7 @@ def _write(
         progress.writer = output.open(out.schema)
     elif out.schema != progress.writer.schema:
         out = _conform(out, progress.writer.schema, unit)
+    progress.profile.add(out, skip)  # what is written, as it is written (after _conform)
     progress.writer.write(out)
     progress.rows_out += out.num_rows
 
