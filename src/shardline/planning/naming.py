@@ -156,10 +156,12 @@ def approve_command(pipeline: str, run_id: str, step: str) -> str:
 
 def checks_ways_forward(pipeline: str, run_id: str, step: str) -> str:
     """What an on-call engineer does with a step its blocking checks held back: look, accept, or score again."""
+    rescore = shlex.join(["shardline", "rerun", run_ref(pipeline, run_id), "--conf", '{"model_version": "..."}'])
     return (
         f"See every check against the last partitions: {checks_command(pipeline, run_id)}; accept the outputs as "
-        f"they are: {approve_command(pipeline, run_id, step)}; or fix the cause (the model, the inputs, the "
-        f"checks) and score the partition again: {rerun_command(pipeline, run_id)}"
+        f"they are: {approve_command(pipeline, run_id, step)}; or score the partition again once the cause is fixed: "
+        f"{rescore} (after a change to the checks alone, {rerun_command(pipeline, run_id)} checks the same outputs "
+        "again)"
     )
 
 

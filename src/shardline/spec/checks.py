@@ -51,8 +51,8 @@ class ColumnCheck(_Strict):
     """the population stability index of the column against the reference (``checks.reference``), above which
     the check fails (0.2 is the usual limit)"""
     class_share_within: Share | None = None
-    """each class's share of the rows must be within this many points of the reference's (0.1: 30% may move
-    to between 20% and 40%); for labels and integer classes only"""
+    """each class's share of the column's values (nulls and NaN left out) must be within this many points of the
+    reference's (0.1: 30% may move to between 20% and 40%); for labels and integer classes only"""
     level: Level = "blocking"
     """blocking: holds back _SUCCESS and fails the run; warn: a line in the log and the report"""
 
