@@ -103,8 +103,8 @@ class LedgerHooks(Hooks):
                 self._still_owned(result.input)
                 if result.rejects_file:
                     rejects.append(self._put_rejects(result))
-                if result.profile is not None:
-                    self._put_profile(result)
+                if result.profile is not None and self.ledger.context.manifest_uri:
+                    self._put_profile(result)  # a job that names no manifest folder has no step's end to read it
 
             self.uploader.submit(
                 result.output,
@@ -153,10 +153,7 @@ class LedgerHooks(Hooks):
         """Upload a file's profile beside its instance's manifest (``profiles/<input>.json``), so the step's checks
         read it even when the instance is lost before its manifest goes up. Raises when it cannot go up: a file is
         recorded SUCCEEDED only with everything its step's end reads of it."""
-        folder = self.ledger.context.manifest_uri
-        if not folder:
-            raise OutputUploadError(f"{result.input}: the job names no manifest folder to put its profile in")
-        uri = f"{folder.rstrip('/')}/{PROFILES_FOLDER}/{result.input}.json"
+        uri = f"{self.ledger.context.manifest_uri.rstrip('/')}/{PROFILES_FOLDER}/{result.input}.json"
         try:
             self.uploader.put_bytes(uri, json.dumps(result.profile).encode(), content_type="application/json")
         except Exception as err:
