@@ -40,6 +40,19 @@ def _viewer_token(stack) -> str:
     return stack.token_for("viewer", "viewer")
 
 
+def _s3(stack):
+    """An S3 client of the stack's embedded endpoint."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=stack.env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
 @pytest.fixture(scope="module")
 def ui(airflow_stack):
     """The stack, once its API server is known to have loaded the plugin."""
@@ -57,7 +70,6 @@ def ui(airflow_stack):
 @pytest.fixture(scope="module")
 def failed_run(ui, tmp_path_factory, xgboost_model):
     """A run of HOUR that failed on a corrupt input, and a way to fix that input."""
-    import boto3
 
     from examples import synthetic
     from shardline.ledger.table import create_ledger_table
@@ -65,13 +77,7 @@ def failed_run(ui, tmp_path_factory, xgboost_model):
 
     work = tmp_path_factory.mktemp("ui")
     env = ui.env
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    s3 = _s3(ui)
     spec = load_spec(ui.dags / "pipelines" / f"{PIPELINE}.yaml")
     s3.create_bucket(Bucket=BUCKET)
     patch = pytest.MonkeyPatch()
@@ -359,19 +365,11 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
 def held_run(ui, failed_run, tmp_path_factory):
     """A run of another hour whose outputs the shipped distinct-values check held back (a broken model: every row
     scored the same). ``failed_run`` made the bucket, the table and the inputs' model first."""
-    import boto3
 
     from examples import synthetic
 
     work = tmp_path_factory.mktemp("ui-held")
-    env = ui.env
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    s3 = _s3(ui)
     synthetic.pack(synthetic.train_xgboost(work / "broken", broken=True).parent, work / "broken.tar.gz")
     s3.upload_file(str(work / "broken.tar.gz"), BUCKET, "models/xgboost/broken/model.tar.gz")
     hour = HOUR + dt.timedelta(hours=8)  # 13:00: no other test of this Airflow scores it
