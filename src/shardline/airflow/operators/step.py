@@ -209,7 +209,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         # The provider asks in a fork of this process, with a time limit: everything it needs is on self already
         # (the planned attempt from execute, or the watched one), and the ledger read is the step's one query.
         attempt = self._attempt or self._planned
-        return step_lineage(self.spec, attempt, self._summary(attempt), "FAILED", self._quality(self._attempt))
+        return step_lineage(self.spec, attempt, self._summary(attempt), "FAILED", self._quality(attempt))
 
     def _summary(self, attempt: Attempt | None):
         """The step's rows as the ledger has them, or None when it cannot be read (the lineage still names the
