@@ -102,7 +102,9 @@ def test_two_runs_of_one_partition_take_turns_and_each_vouches_only_for_its_own(
     assert step_end.finish(other_spec, second, Action.ADVANCE, "all 4 files succeeded").value == "SUCCEEDED"
     marker = json.loads(boto3.client("s3").get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
     assert marker["run_id"] == "run-b"
-    manifests = sorted(k for k in keys(bucket, "out/_shardline/instances/") if k.endswith(".json"))
+    manifests = sorted(
+        k for k in keys(bucket, "out/_shardline/instances/") if k.rsplit("/", 1)[-1].startswith("manifest-")
+    )
     assert len(manifests) == 4 and len({k.split("/")[3] for k in manifests}) == 2, manifests  # a folder per run
 
 
