@@ -274,3 +274,13 @@ class SubmitRefused(ShardlineError):
 class GaveUpWaiting(ShardlineError):
     """Something did not happen in the time Shardline waits for it (a job that would not stop): a retry may see it
     done."""
+
+
+class TableError(PermanentError):
+    """A step's output table refused its commit (a column whose type changed or that is gone, a partition that
+    renders empty, a file that is not parquet): the message names the column or value and the way forward."""
+
+
+class TableCommitFailed(ShardlineError):
+    """A step's commit to its output table did not land (the catalog or the warehouse could not be reached, or
+    other writers kept winning): nothing was committed, no ``_SUCCESS`` written; the message says how to retry."""

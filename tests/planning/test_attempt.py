@@ -104,6 +104,7 @@ def test_it_is_rebuilt_from_the_ledgers_plan_alone():
         "instance_type",
         "capacity_failures",
         "planned_instances",
+        "table_partition",  # a table step's partition, as rendered: its next attempts and its end commit it
     }
 
 

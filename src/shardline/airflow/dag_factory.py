@@ -148,6 +148,7 @@ def build_dag(spec: PipelineSpec, spec_path: Path, fleet: FleetSpec | None = Non
                 takes_input_param=previous is None,
                 dry_run="{{ params.dry_run }}",
                 admission=admission.to_json() if admission.counted else None,
+                table_partition=spec.table_partition(step.name) or None,
             )
             watch = WatchStepOperator(
                 task_id=f"watch_{step.name}",

@@ -10,5 +10,7 @@ Plain functions; only :mod:`.services` reaches Airflow, for the Amazon provider'
   every prefix the run holds, checked before ``_SUCCESS``, released at the run's end.
 - :mod:`.services`: which clients and backend a spec (or its ``AwsSettings``) uses; the only place that knows.
 - :mod:`.model_check`: the plan task's check that the model is where the spec says, before anything is planned.
+- :mod:`.tables`: a step's output table: its catalog (pyiceberg, on Airflow's side only) and the one commit per run
+  that makes a partition's outputs the table's, before ``_SUCCESS``; its history and a scan back.
 - :mod:`.deadlines`: a missed deadline, recorded on the run's RUN item (the Deadline Alert's callback calls it).
 """

@@ -33,6 +33,7 @@ PLAN_FIELDS = (
     "instance_type",
     "capacity_failures",
     "planned_instances",
+    "table_partition",
 )
 # What a capacity failure changes in the attempts after it (orchestration.step.capacity): a resumed watch takes
 # these from the STEP item's plan, not from the first attempt's XCom.
@@ -92,6 +93,14 @@ class Attempt(BaseModel):
     planned_instances: int | None = None
     submitted_at: float | None = None  # epoch seconds, once the job was submitted or adopted
     planning: dict[str, Any] | None = None  # how long listing and recording took (the plan task logs it)
+    # output.table.partition rendered for the run: each column's value, added to every output row by the worker and
+    # the partition the step's end commits. None: the step has no table.
+    table_partition: dict[str, str] | None = None
+
+    @property
+    def output_tag(self) -> str | None:
+        """What a table step's data files carry in their names (:func:`naming.output_tag`): None without a table."""
+        return naming.output_tag(self.run_id, self.number) if self.table_partition is not None else None
 
     @property
     def ref(self) -> StepRef:

@@ -27,6 +27,13 @@ def run_folder(run_id: str) -> str:
     return f"{_slug(run_id, 64)}-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
 
 
+def output_tag(run_id: str, attempt: int) -> str:
+    """The tag a table step's data files carry in their names (``part-00000.<tag>.parquet``): the run's and the
+    attempt's own, so that no run rewrites a file a table's snapshot already references (a reader of the old
+    snapshot reads it whole until the new one commits). Deterministic: a retried job writes the same keys."""
+    return f"r{hashlib.sha1(run_id.encode()).hexdigest()[:8]}a{attempt}"
+
+
 def job_name(pipeline: str, run_id: str, step: str, attempt: int) -> str:
     """``sl-<pipeline>-<step>-<digest>-a<attempt>``, at most 63 characters.
 

@@ -6,6 +6,8 @@ processing job from the very same dict, so both run what was planned.
 
 from __future__ import annotations
 
+import json
+
 from shardline import contract
 from shardline.ledger.context import LedgerContext
 from shardline.planning import naming
@@ -80,9 +82,17 @@ def pin_arguments(step: StepSpec, model_version: str | None) -> list[str]:
 def job_arguments(step: StepSpec, attempt: Attempt) -> list[str]:
     """Everything the worker is told for one attempt travels as an argument: the step's settings and the
     pinned digest. Where its outputs and manifests go is the job's environment (:func:`worker_environment`)."""
-    return worker_arguments(step, rejects_part=attempt.parts_prefix is not None) + pin_arguments(
-        step, attempt.model_version
-    )
+    args = worker_arguments(step, rejects_part=attempt.parts_prefix is not None)
+    return args + pin_arguments(step, attempt.model_version) + table_arguments(attempt)
+
+
+def table_arguments(attempt: Attempt) -> list[str]:
+    """A table step's worker writes parquet with the run's partition columns, each output named by the run and the
+    attempt (``naming.output_tag``): the files the step's end commits, none of them a file a snapshot references."""
+    if attempt.table_partition is None:
+        return []
+    partition = json.dumps(attempt.table_partition, sort_keys=True)
+    return ["--output-format", "parquet", "--table-columns", partition, "--output-tag", attempt.output_tag]
 
 
 def worker_environment(

@@ -19,6 +19,7 @@ Beside it:
   arrivals DAG).
 - :mod:`.conf`: what a run's conf (the trigger form's Params) may hold, checked as the form checks it.
 - :mod:`.fleet`: the fleet file, ``dags/fleet.yaml``: the account's quotas per instance type.
+- :mod:`.tables`: ``output.table`` (a step's Iceberg table) and the catalogs file, ``dags/catalogs.yaml``.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from shardline.spec.arrival import ArrivalSpec
 
@@ -197,6 +198,7 @@ class SageMakerSettings(_Strict):
 
 
 class PipelineSpec(_Strict):
+    _catalogs: Any = PrivateAttr(default=None)  # spec.tables.CatalogsFile, set by load_spec
     pipeline: Annotated[str, Field(pattern=NAME_PATTERN)]
     """the DAG id: lowercase letters, digits, _ or - (it goes into job names)"""
     description: str = ""
@@ -282,6 +284,14 @@ class PipelineSpec(_Strict):
                         f"{value!r}: give each step its own"
                     )
                 places[folder] = step.name
+        for step in self.steps:
+            table = step.output.table
+            taken = set(step.input.passthrough or ()) & set(self.table_partition(step.name) if table else ())
+            if taken:
+                raise ValueError(
+                    f"steps.{step.name}.output.table.partition: {sorted(taken)} is also a passthrough column; the "
+                    "worker adds each partition column to every output row: name the partition column otherwise"
+                )
         if self.partitioned_asset and self.schedule in (None, "@once"):
             raise ValueError(
                 "partitioned_asset needs a schedule: a run's partition is an interval of the schedule, and this "
@@ -311,6 +321,14 @@ class PipelineSpec(_Strict):
                 "job volumes and outputs (the stack's KmsKeyArn output, see infra/README.md)"
             )
         return self
+
+    def table_partition(self, step: str) -> dict[str, str]:
+        """The partition columns of ``step``'s output table, each a template the run renders (empty without one)."""
+        table = self.step(step).output.table
+        if table is None:
+            return {}
+        start = dt.datetime.fromisoformat(self.start_date).replace(tzinfo=dt.UTC)
+        return table.partition_templates(self.schedule, hourly=_shorter_than_a_day(self.schedule, start))
 
     def _check_trigger(self) -> None:
         if self.trigger is None:
@@ -343,6 +361,14 @@ class PipelineSpec(_Strict):
         problem = names_partitions(first.prefix, self.steps[0].model.version, self.schedule, start)
         if problem:
             raise ValueError(f"trigger: steps[0].input.prefix {first.prefix!r} names no partition: {problem}")
+
+    @property
+    def catalogs(self):
+        """The catalogs its tables name (``dags/catalogs.yaml`` beside the specs, read by :func:`load_spec`); only
+        the stack's own (``local``) for a spec that was not loaded from a file."""
+        from shardline.spec.tables import CatalogsFile
+
+        return self._catalogs if self._catalogs is not None else CatalogsFile()
 
     def step(self, name: str) -> StepSpec:
         for step in self.steps:
@@ -480,8 +506,25 @@ def problem_lines(err: ValidationError) -> list[str]:
 
 
 def load_spec(path: Path) -> PipelineSpec:
+    """The spec at ``path`` (``dags/pipelines/NAME.yaml``), its tables' catalogs checked against
+    ``dags/catalogs.yaml`` and kept with it (:attr:`PipelineSpec.catalogs`)."""
+    from shardline.spec.tables import check_catalogs, load_catalogs
+
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from err
-    return parse_spec(data, str(path))
+    spec = parse_spec(data, str(path))
+    if any(step.output.table for step in spec.steps):
+        catalogs = load_catalogs(Path(path).resolve().parent.parent)
+        check_catalogs(spec.steps, catalogs, Path(path))
+        spec._catalogs = catalogs
+    return spec
+
+
+def _shorter_than_a_day(schedule: str | None, start_date: dt.datetime) -> bool:
+    """Whether the schedule's intervals are shorter than a day (an hourly table gets an ``hour`` column)."""
+    if schedule in (None, "@once"):
+        return False
+    first = intervals_between(schedule, start_date, start_date + dt.timedelta(days=8), max_count=2)
+    return bool(first) and (first[0][1] - first[0][0]) < dt.timedelta(days=1)

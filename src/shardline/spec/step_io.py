@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from shardline.spec.base import SHA256_PATTERN, VERSION_PATTERN, VERSION_TEMPLATE, _Strict
+from shardline.spec.tables import TableSpec
 
 
 class ModelRef(_Strict):
@@ -216,6 +217,9 @@ class OutputSpec(_Strict):
         description="where Shardline's own files (manifests) go instead of <prefix>/_shardline/, for "
         "readers that take every object under the data prefix; Jinja-templated like prefix",
     )
+    table: TableSpec | None = None
+    """commit each run's outputs to this Apache Iceberg table as the step ends, before _SUCCESS (docs/tables.md):
+    the outputs are written as parquet, with the partition columns, and become the table's data files"""
 
     @field_validator("prefix")
     @classmethod

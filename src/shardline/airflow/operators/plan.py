@@ -33,7 +33,15 @@ RECHECK_HOLDER_SECONDS = 300.0
 class PlanStepOperator(SpecMixin, BaseOperator):
     """List a step's inputs, write attempt 1's manifest, plan file and STEP item. Skips on empty input."""
 
-    template_fields = ("input_prefix", "output_prefix", "metadata_prefix", "model_uri", "model_version", "dry_run")
+    template_fields = (
+        "input_prefix",
+        "output_prefix",
+        "metadata_prefix",
+        "model_uri",
+        "model_version",
+        "dry_run",
+        "table_partition",
+    )
 
     def __init__(
         self,
@@ -48,9 +56,11 @@ class PlanStepOperator(SpecMixin, BaseOperator):
         dry_run: Any = False,
         metadata_prefix: str = "",
         admission: dict | None = None,
+        table_partition: dict[str, str] | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.table_partition = table_partition  # output.table's partition columns, each rendered for the run
         # How Airflow admits the step's watch task (decision.fleet.Admission, as JSON), when anything counts its
         # instances: what the step says until then, and the most instances a run may ask for.
         self.admission = Admission.from_json(admission) if admission else None
@@ -177,6 +187,7 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             partition=run.partition,
             life=run.life,
             ready_at=self._ready_at(run),
+            table_partition=dict(self.table_partition) if self.table_partition else None,
         )
         try:
             ready = step_plan.readiness(spec, self.step, request, waited=waited)

@@ -12,14 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from shardline.decision.policy import Action
 from shardline.decision.step_end import ENDED_WITH_OUTPUTS, EndChecks, end_status
 from shardline.decision.summary import FailedFile, StepSummary, status_of
-from shardline.errors import LedgerRecordMissing, error_line
+from shardline.errors import LedgerRecordMissing, TableCommitFailed, TableError, error_line
 from shardline.ledger.keys import StepRef
 from shardline.ledger.record_gaps import record_gap
 from shardline.ledger.records import StepRecord
 from shardline.ledger.states import FileStatus, RunStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, read_step, read_step_item
 from shardline.ledger.step_writes import finish_step, record_refused, set_run_status
-from shardline.orchestration import partitions, services
+from shardline.orchestration import partitions, services, tables
 from shardline.orchestration.step import jobs, outputs, run_report
 from shardline.orchestration.step.approval import Approval, approval_of
 from shardline.orchestration.step.files import attempt_of, read_step_files
@@ -135,6 +135,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         else:
             checks = EndChecks(over_limit=outputs.rejects_over_limit(spec, attempt, seen.records))
     outputs_stand = status in ENDED_WITH_OUTPUTS and checks.first is None
+    table_failure = False  # the table refused the outputs: the step's message is the commit's own
     if written is None:
         written = run_report.write_report(spec, attempt)
         took.lap("run report")
@@ -143,20 +144,10 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     checks = dataclasses.replace(checks, checks=held)
     status, reason = end_status(status, reason, checks)
     if status is StepStatus.SUCCEEDED:
-        # The last look at the input prefix, after the run report and just before the step is recorded as
-        # ended: a file that landed (or was replaced) since the watch's look goes to a next attempt, never under
-        # a _SUCCESS that does not cover it. The marker is written before the step's end is recorded, and the
-        # prefix listed once more after it (commit_outputs): no window is left between this look and _SUCCESS.
-        look = outputs.look_at_inputs(spec, attempt)
-        took.lap("last look")
-        if look is not None and look.late:
-            raise outputs.LateInputsFound(look.late)
-        outputs.commit_outputs(spec, attempt, status, seen, look)
-        took.lap("manifest and _SUCCESS")
+        status, reason, table_failure = _commit(spec, attempt, seen, reason, took)
     try:
-        recorded = finish_step(
-            model, attempt.ref, attempt.number, status, _message(attempt, status, reason, checks, approved)
-        )
+        message = reason if table_failure else _message(attempt, status, reason, checks, approved)
+        recorded = finish_step(model, attempt.ref, attempt.number, status, message)
     except BaseException:
         if status is StepStatus.SUCCEEDED:  # the marker stands only beside a step recorded SUCCEEDED
             outputs.withdraw_own_marker(spec, attempt)
@@ -186,6 +177,30 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
         # No file changed since the reading: a step with an unvouched file ended FAILED, and commits nothing.
         outputs.commit_outputs(spec, attempt, status, seen)
     return status
+
+
+def _commit(spec: PipelineSpec, attempt: Attempt, seen, reason: str, took: _Laps) -> tuple[StepStatus, str, bool]:
+    """Commit a step that succeeded: its last look at the inputs, its outputs manifest, its table's commit and its
+    ``_SUCCESS``. The status and reason to record, and whether the table refused the outputs (FAILED: the outputs
+    are whole, but no ``_SUCCESS``; the message says why and how to commit again, a rerun adopts them)."""
+    # The last look at the input prefix, after the run report and just before the step is recorded as
+    # ended: a file that landed (or was replaced) since the watch's look goes to a next attempt, never under
+    # a _SUCCESS that does not cover it. The marker is written before the step's end is recorded, and the
+    # prefix listed once more after it (commit_outputs): no window is left between this look and _SUCCESS.
+    look = outputs.look_at_inputs(spec, attempt)
+    took.lap("last look")
+    if look is not None and look.late:
+        raise outputs.LateInputsFound(look.late)
+    try:
+        committed = outputs.commit_outputs(spec, attempt, StepStatus.SUCCEEDED, seen, look).get("table")
+    except (TableError, TableCommitFailed) as err:
+        log.error("step %s: %s", attempt.step, err)
+        return StepStatus.FAILED, f"table: {err}", True
+    finally:
+        took.lap("manifest, table and _SUCCESS")
+    if committed:
+        reason = f"{reason}; {tables.TableCommit(**committed).words()}"
+    return StepStatus.SUCCEEDED, reason, False
 
 
 def _message(attempt: Attempt, status: StepStatus, reason: str, checks: EndChecks, approved: Approval | None) -> str:

@@ -21,7 +21,7 @@ from shardline.ledger.records import current_parts, stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords
 from shardline.ledger.step_writes import record_refused
-from shardline.orchestration import services
+from shardline.orchestration import services, tables
 from shardline.orchestration.step import watch
 from shardline.orchestration.step.files import planned_etags, read_step_files
 from shardline.planning import naming
@@ -260,6 +260,12 @@ def commit_outputs(
     manifest_uri = naming.outputs_manifest_key(
         attempt.output_prefix, attempt.run_id, attempt.step, attempt.metadata_prefix
     )
+    if status is StepStatus.SUCCEEDED and not manifest["outputs_missing"]:
+        # The table's one commit of the partition, before the marker: a failed commit raises, and leaves no
+        # _SUCCESS (the step's end records why and how to retry it).
+        committed = tables.commit_partition(spec, attempt, manifest["outputs"])
+        if committed is not None:
+            manifest["table"] = committed.to_json()
     put_metadata(s3, manifest_uri, json.dumps(manifest, indent=1).encode(), "application/json")
     if manifest["outputs_missing"]:
         # Only a step whose end check was skipped gets here: never mark such a prefix complete.
@@ -363,6 +369,7 @@ def _write_success_marker(s3, attempt: Attempt, manifest: dict, manifest_uri: st
                 "outputs": len(manifest["outputs"]),
                 "rows_out": manifest["rows_out"],
                 "manifest": manifest_uri,
+                **({"table": manifest["table"]} if manifest.get("table") else {}),
             }
         ).encode(),
     )

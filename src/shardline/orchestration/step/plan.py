@@ -13,7 +13,7 @@ from typing import Any
 
 from shardline.backends import JobNotFound
 from shardline.decision.policy import UNSAFE_KEY_ERROR
-from shardline.errors import InputRefused
+from shardline.errors import InputRefused, TableError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import FileStatus, RunStatus, Succession
 from shardline.ledger.step_reads import FILE_ATTRIBUTES, StepRecords, read_step
@@ -107,6 +107,7 @@ class PlanRequest:
     partition: str | None = None
     life: int | None = None
     ready_at: dt.datetime | None = None
+    table_partition: dict[str, str] | None = None  # output.table.partition rendered for the run (None: no table)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +212,22 @@ def dry_run(
     return DryRun(planned, len(objects), preview=preview)
 
 
+def _table_partition(spec: PipelineSpec, step: str, request: PlanRequest) -> dict[str, str] | None:
+    """The partition a table step's run commits, its columns' values as rendered; refused when one renders empty
+    (every row would land in one nameless partition, and a rerun would replace every run's)."""
+    if spec.step(step).output.table is None:
+        return None
+    values = {name: str(value).strip() for name, value in (request.table_partition or {}).items()}
+    wanted = spec.table_partition(step)
+    empty = sorted(name for name in wanted if not values.get(name))
+    if empty:
+        raise TableError(
+            f"step {step}: output.table.partition {empty} rendered empty for run {request.run_id}: template each "
+            'partition column from the run (e.g. dt: "{{ data_interval_start | ds }}")'
+        )
+    return {name: values[name] for name in wanted}
+
+
 def plan(spec: PipelineSpec, step: str, request: PlanRequest) -> Attempt | None:
     """List the step's inputs and plan attempt 1 for the run ``request`` names. ``None`` when there is nothing to
     process. ``request.ready_at`` is not looked at: :func:`readiness` waits for it.
@@ -241,6 +258,7 @@ def plan(spec: PipelineSpec, step: str, request: PlanRequest) -> Attempt | None:
         metadata_prefix=_dir(request.metadata_prefix) if request.metadata_prefix else None,
         requested_instances=request.instance_count,
         instance_type=s.resources.instance_type,  # resolved here, once: every later attempt carries its own
+        table_partition=_table_partition(spec, step, request),
     )
     number, todo, replan = _what_to_plan(spec, base, objects)
     if todo:

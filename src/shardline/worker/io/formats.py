@@ -11,7 +11,7 @@ import gzip
 import os
 import shutil
 import tempfile
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -307,19 +307,22 @@ class _parquet_path:
 GZIP_LEVEL = 1  # gzipped text outputs: zlib's fastest level (see OutputWriter)
 
 
-def output_target(file: InputFile, output_format: str) -> tuple[str, str, bool]:
+def output_target(file: InputFile, output_format: str, tag: str | None = None) -> tuple[str, str, bool]:
     """(relative path, format, gzipped) of a file's output.
 
     By default the output keeps the input's relative path, format and compression, so
     downstream steps find it where they expect. Gzipped parquet is written as plain
-    parquet, which is compressed inside already.
+    parquet, which is compressed inside already. ``tag`` (a table step's run and attempt) goes
+    before the extension: ``part-00000.TAG.parquet``.
     """
-    if output_format == "same" and not (file.fmt == "parquet" and file.gzipped):
+    if output_format == "same" and not (file.fmt == "parquet" and file.gzipped) and tag is None:
         return file.relative_path, file.fmt, file.gzipped
     fmt = file.fmt if output_format == "same" else output_format
+    gzipped = file.gzipped and fmt != "parquet" and output_format == "same"
     stem = file.relative_path[:-3] if file.gzipped else file.relative_path
     stem = os.path.splitext(stem)[0]
-    return f"{stem}.{fmt}", fmt, False
+    name = f"{stem}.{tag}.{fmt}" if tag else f"{stem}.{fmt}"
+    return (name + ".gz" if gzipped else name), fmt, gzipped
 
 
 def temp_path(final: Path, part: int | None = None) -> Path:
@@ -331,7 +334,28 @@ def temp_path(final: Path, part: int | None = None) -> Path:
 class OutputWriter:
     """Writes record batches to one output file in the unit's output format."""
 
-    def __init__(self, path: Path, fmt: str, gzipped: bool, schema: pa.Schema, *, header: bool = True):
+    def __init__(
+        self,
+        path: Path,
+        fmt: str,
+        gzipped: bool,
+        schema: pa.Schema,
+        *,
+        header: bool = True,
+        constants: Mapping[str, str] | None = None,
+    ):
+        # ``constants``: text columns added to every row (a table's partition), after the batch's own.
+        self.constants = dict(constants or {})
+        clash = sorted(set(self.constants) & set(schema.names))
+        if clash:
+            raise ValueError(
+                f"the output already has column(s) {clash}, which output.table.partition adds to every row: name the "
+                "partition column otherwise in the spec"
+            )
+        schema = (
+            schema if not self.constants else pa.schema([*schema, *(pa.field(n, pa.string()) for n in self.constants)])
+        )
+        self._filled: dict[str, pa.Array] = {}
         self.path, self.fmt, self.schema = path, fmt, schema
         self._stack = ExitStack()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -355,7 +379,19 @@ class OutputWriter:
         if fmt == "csv":
             self._csv = pacsv.CSVWriter(self._stream, schema, write_options=pacsv.WriteOptions(include_header=header))
 
+    def _with_constants(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        rows = batch.num_rows
+        columns = list(batch.columns)
+        for name, value in self.constants.items():
+            filled = self._filled.get(name)
+            if filled is None or len(filled) < rows:  # built once per size, then sliced (no copy)
+                filled = self._filled[name] = pa.array([value] * max(rows, 1), pa.string())
+            columns.append(filled.slice(0, rows))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
     def write(self, batch: pa.RecordBatch) -> None:
+        if self.constants:
+            batch = self._with_constants(batch)
         if self.fmt == "parquet":
             self._parquet.write_batch(batch)
         elif self.fmt == "csv":

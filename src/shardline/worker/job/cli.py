@@ -164,6 +164,22 @@ def _add_data(p: argparse.ArgumentParser) -> None:
         help="output format (default: the input's own format and compression)",
     )
     data.add_argument(
+        "--table-columns",
+        type=_table_columns,
+        default=None,
+        metavar="JSON",
+        help='columns added to every output row, as text: the output table\'s partition, e.g. \'{"dt": "2026-12-07"}\' '
+        "(spec: output.table; outputs are parquet)",
+    )
+    data.add_argument(
+        "--output-tag",
+        type=_output_tag,
+        default=None,
+        metavar="TAG",
+        help="written into each output's name, before its extension (part-00000.TAG.parquet): a table step's run "
+        "and attempt, so that no run rewrites a file a table's snapshot references",
+    )
+    data.add_argument(
         "--probabilities", action="store_true", help="also write proba_<class> columns (classifiers with predict_proba)"
     )
     data.add_argument(
@@ -364,6 +380,30 @@ def _columns(value: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("expected a comma-separated list of column names")
     return names
+
+
+def _table_columns(value: str) -> dict[str, str]:
+    import json
+    import re
+
+    try:
+        columns = json.loads(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a JSON object of column names to text values: {err}") from None
+    if not isinstance(columns, dict) or not columns:
+        raise argparse.ArgumentTypeError("expected a JSON object of column names to text values")
+    for name, text in columns.items():
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,127}", name) or not isinstance(text, str) or not text:
+            raise argparse.ArgumentTypeError(f"column {name!r}: expected a lower-case name and a non-empty text value")
+    return columns
+
+
+def _output_tag(value: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", value):
+        raise argparse.ArgumentTypeError("expected letters, digits, _ or - (at most 32)")
+    return value
 
 
 def _tolerance(value: str) -> float:

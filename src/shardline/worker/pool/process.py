@@ -69,6 +69,8 @@ class JobSettings:
     tolerate_rows: float = 0  # tolerance.rows: rows a file may reject (a count, or a fraction below 1); 0: none
     profile_inputs: tuple[str, ...] = ()  # the input features the step's checks name (checks.features)
     log_format: str = "%(asctime)s %(levelname)s %(message)s"
+    table_columns: dict[str, str] = dataclasses.field(default_factory=dict)  # added to every row (--table-columns)
+    output_tag: str | None = None  # in each output's name (--output-tag)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,9 +265,10 @@ class _UnitOutput:
     fmt: str
     gz: bool
     header: bool  # a CSV's header line: the first part of a file only
+    constants: dict[str, str] = dataclasses.field(default_factory=dict)  # a table's partition, in every row
 
     def open(self, schema: pa.Schema) -> formats.OutputWriter:
-        return formats.OutputWriter(self.tmp, self.fmt, self.gz, schema, header=self.header)
+        return formats.OutputWriter(self.tmp, self.fmt, self.gz, schema, header=self.header, constants=self.constants)
 
 
 def run_unit(unit: WorkUnit) -> UnitResult:
@@ -277,10 +280,10 @@ def run_unit(unit: WorkUnit) -> UnitResult:
         return refused
     settings = state.settings
     started = time.perf_counter()
-    out_rel, out_fmt, out_gz = formats.output_target(unit.file, settings.output_format)
+    out_rel, out_fmt, out_gz = formats.output_target(unit.file, settings.output_format, settings.output_tag)
     final = Path(settings.output_dir) / out_rel
     tmp = formats.temp_path(final, unit.part if unit.is_split else None)
-    output = _UnitOutput(tmp, out_fmt, out_gz, header=unit.part == 0)
+    output = _UnitOutput(tmp, out_fmt, out_gz, header=unit.part == 0, constants=settings.table_columns)
     progress = _UnitProgress(profile=FileProfile(settings.profile_inputs))
     tally = guards.OutputTally()
     try:
@@ -514,11 +517,13 @@ def _empty_schema(schema: pa.Schema, passthrough: tuple[str, ...]) -> pa.Schema:
     return pa.schema([*present, pa.field("prediction", pa.float64())])
 
 
-def merge_file(file: InputFile, parts: list[str], output_format: str, output_dir: str) -> UnitResult:
+def merge_file(
+    file: InputFile, parts: list[str], output_format: str, output_dir: str, output_tag: str | None = None
+) -> UnitResult:
     """Join a split file's parts into its final output (runs in a worker process)."""
     state = _state
     started = time.perf_counter()
-    out_rel, out_fmt, _ = formats.output_target(file, output_format)
+    out_rel, out_fmt, _ = formats.output_target(file, output_format, output_tag)
     final = Path(output_dir) / out_rel
     tmp = formats.temp_path(final)
     unit = WorkUnit(file, est_bytes=0)

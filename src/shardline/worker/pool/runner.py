@@ -308,7 +308,12 @@ class Runner:
         """Hand a task the scheduler started to the pool; a unit's file is RUNNING from its first try."""
         if isinstance(task, Merge):
             return pool.submit(
-                process.merge_file, task.file, list(task.parts), self.settings.output_format, self.settings.output_dir
+                process.merge_file,
+                task.file,
+                list(task.parts),
+                self.settings.output_format,
+                self.settings.output_dir,
+                self.settings.output_tag,
             )
         file_result = file_results[task.file.relative_path]
         if file_result.status is FileStatus.PENDING:
