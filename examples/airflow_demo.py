@@ -201,10 +201,16 @@ def migrate_airflow_db() -> None:
 
 
 def pin_model(
-    dags: Path, copy: Path, pins: dict[int, str], pipeline: str = PIPELINE, versions: dict[str, str] | None = None
+    dags: Path,
+    copy: Path,
+    pins: dict[int, str],
+    pipeline: str = PIPELINE,
+    versions: dict[str, str] | None = None,
+    table: dict | None = None,
 ) -> Path:
     """A copy of the DAG folder whose pipeline pins the models just made (``pins``: step index -> sha256; or, for a
-    URI of model versions, ``versions``: version -> sha256): each job refuses any other artifact."""
+    URI of model versions, ``versions``: version -> sha256): each job refuses any other artifact. ``table``: the
+    first step's ``output.table`` (the demo commits its hour to the stack's own Iceberg catalog)."""
     import shutil
 
     import yaml
@@ -220,6 +226,8 @@ def pin_model(
             model["versions"] = versions or {model.get("version", "v1"): digest}
         else:
             model["sha256"] = digest
+    if table is not None:
+        data["steps"][0]["output"]["table"] = table
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return copy
 
@@ -353,8 +361,13 @@ def run_pipeline(
     s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
     if bad_model:
         return run_bad_model(work, dags, spec, s3, sha, rows)
-    dags = pin_model(dags, work / "dags", {0: sha})
+    dags = pin_model(dags, work / "dags", {0: sha}, table=DEMO_TABLE)
     print(f"    sha256 {sha}, pinned as model.versions.v1 in {dags / 'pipelines' / f'{PIPELINE}.yaml'}")
+    print(
+        f"    output.table: {DEMO_TABLE['namespace']}.{DEMO_TABLE['name']} in the stack's own Iceberg catalog "
+        "(SQLite beside the local jobs, its warehouse on the embedded S3; docs/tables.md)"
+    )
+    spec = load_spec_of(dags, PIPELINE)
 
     stop = threading.Event()
     kill = Kill("algo-2") if inject_failure else None
@@ -374,6 +387,31 @@ def run_pipeline(
 
 
 BROKEN = "v0-broken"  # the model version --bad-model scores with first
+DEMO_TABLE = {"catalog": "local", "namespace": "scoring", "name": "hourly_scores"}
+
+
+def load_spec_of(dags: Path, pipeline: str):
+    from shardline.spec import load_spec
+
+    return load_spec(dags / "pipelines" / f"{pipeline}.yaml")
+
+
+def table_line(spec, run_id: str, rows_out: int) -> tuple[str, bool]:
+    """The summary's table line: the run's partition counted by scanning the table back with pyiceberg (not from
+    the ledger), and whether that count is the rows out."""
+    from shardline.orchestration import tables
+    from shardline.orchestration.step.files import latest_attempt
+
+    attempt = latest_attempt(spec, StepRef(spec.pipeline, run_id, "score"))
+    partition = attempt.table_partition or {}
+    scanned = tables.scanned_rows(spec, "score", partition)
+    snapshot = tables.load_table(spec, "score").current_snapshot()
+    where = "/".join(f"{k}={v}" for k, v in partition.items())
+    name = f"{DEMO_TABLE['namespace']}.{DEMO_TABLE['name']}"
+    text = f"{name} partition {where}: {scanned:,} rows in snapshot {snapshot.snapshot_id if snapshot else '-'}"
+    if scanned != rows_out:
+        text += f" (rows out {rows_out:,}: WRONG)"
+    return text, scanned == rows_out
 
 
 def run_bad_model(work: Path, dags: Path, spec, s3, good_sha: str, rows: int) -> int:
@@ -513,6 +551,13 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
     ]
     lineage, lineage_rows = lineage_of(work / LINEAGE_FILE, spec.pipeline, run_id, "watch_score")
     rows.append(("lineage", lineage))
+    table_ok = True
+    if spec.steps[0].output.table is not None:
+        if str(run.state) == "success":
+            text, table_ok = table_line(spec, run_id, summary.rows_out)
+        else:
+            text = "nothing committed: the run did not succeed"
+        rows.append(("table", text))
     redone_ok = True
     if kill is not None:
         files = read_step_files(spec, StepRef(spec.pipeline, run_id, "score")).files
@@ -543,6 +588,7 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
         and lineage_rows in (None, (summary.rows_in, summary.rows_out))
         and reported
         and redone_ok
+        and table_ok
     )
     return 0 if ok else 1
 
