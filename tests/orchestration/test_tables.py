@@ -16,6 +16,7 @@ import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from examples import synthetic
 from shardline.errors import TableError
@@ -24,8 +25,7 @@ from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
 from shardline.orchestration.step import plan as step_plan
 from shardline.planning.attempt import Attempt
-from shardline.spec import parse_spec
-from shardline.spec.tables import load_catalogs
+from shardline.spec import load_spec, parse_spec
 from shardline.waiting import wait_for
 from tests.support.pipelines import plan_request, stage_step, wait_for_job
 
@@ -318,9 +318,32 @@ def test_the_glue_catalog_on_the_embedded_endpoint(bucket, aws_env, tmp_path):
         "    s3.region: us-east-1\n"
     )
     spec, attempt = _spec_and_attempt(bucket, "run-1", catalog="lake")
-    spec._catalogs = load_catalogs(dags)
+    spec_file = dags / "pipelines" / "tables_commit.yaml"
+    spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
+    spec = load_spec(spec_file)  # the catalogs file beside the specs names `lake`
     done = tables.commit_partition(spec, attempt, [_write(bucket, "out/a.r1.parquet", 7)])
     glue = boto3.client("glue").get_table(DatabaseName="scoring", Name="hourly_scores")["Table"]
     assert glue["Parameters"]["table_type"].upper() == "ICEBERG"
     assert glue["Parameters"]["metadata_location"] == tables.load_table(spec, "score").metadata_location
     assert done.rows_added == 7 and tables.scanned_rows(spec, "score", PARTITION) == 7
+
+    # `shardline table history` lists the snapshot with the run that committed it.
+    shown = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "shardline"),
+            "--dags-folder",
+            str(dags),
+            "table",
+            "history",
+            "tables_commit",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **aws_env},
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    [snapshot] = json.loads(shown.stdout)["snapshots"]
+    assert (snapshot["run_id"], snapshot["attempt"], snapshot["rows_added"]) == ("run-1", "1", 7)
+    assert snapshot["snapshot_id"] == done.snapshot_id

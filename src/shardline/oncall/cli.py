@@ -357,3 +357,46 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+@command(
+    "table",
+    "a step's output table: its snapshots, each with the run that committed it",
+    "shardline table history PIPELINE [--step S]: the Iceberg table a step commits its partitions to "
+    "(output.table), newest snapshot first: when, the operation, the run and attempt that committed it, its "
+    "partition, and the rows it added, removed and the table then held. A snapshot no run of Shardline wrote (a "
+    "compaction, another writer) shows no run.",
+)
+@click.argument("action", type=click.Choice(["history"]))
+@click.argument("pipeline")
+@click.option("--step", help="the step whose table (default: the pipeline's only step with one)")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="the newest snapshots only")
+@click.pass_obj
+def table(options: Globals, action: str, pipeline: str, step: str | None, limit: int) -> Reply:
+    import dataclasses
+
+    from shardline.errors import TableError
+    from shardline.orchestration import tables
+
+    spec = options.oncall().spec(pipeline)
+    with_table = [s.name for s in spec.steps if s.output.table is not None]
+    if step is None:
+        if len(with_table) != 1:
+            raise BadRequest(f"{pipeline}: name the step (--step), one of {with_table or 'none: no step has a table'}")
+        step = with_table[0]
+    if step not in with_table:
+        raise BadRequest(f"{pipeline}: step {step} has no output.table (steps with one: {with_table or 'none'})")
+    try:
+        rows = tables.history(spec, step)[:limit]
+    except TableError as err:
+        raise BadRequest(str(err)) from err
+    name = spec.step(step).output.table.qualified
+    lines = [f"table {name} ({len(rows)} snapshot(s), newest first)"]
+    for row in rows:
+        who = f"{row.run_id} attempt {row.attempt}" if row.run_id else "(not a Shardline run)"
+        lines.append(
+            f"  {row.snapshot_id}  {row.committed_at}  {row.operation:<9}  {who}  partition {row.partition or '-'}  "
+            f"+{row.rows_added:,} -{row.rows_removed:,} rows, {row.total_rows:,} in all"
+        )
+    data = {"table": name, "snapshots": [dataclasses.asdict(row) for row in rows]}
+    return Reply(data, functools.partial(print_lines, lines))
