@@ -94,6 +94,7 @@ bench: $(STAMP)  ## worker and orchestration benchmarks: print their figures, wr
 	$(MAKE) bench-compiled
 	$(PY) bench/bench_orchestration.py --out bench-results
 	$(PY) bench/bench_checks.py
+	$(PY) bench/bench_table.py
 
 # Compiled tree libraries are not the project's dependencies: their own venv, with .venv's pins for the rest.
 COMPILED_VENV := build/bench-compiled-venv
