@@ -553,10 +553,10 @@ def summarize(spec, run, wall: float, work: Path, expected_rows: int, kill: Kill
     rows.append(("lineage", lineage))
     table_ok = True
     if spec.steps[0].output.table is not None:
-        if str(run.state) == "success":
+        if str(run.state) == "success" and not summary.failed:
             text, table_ok = table_line(spec, run_id, summary.rows_out)
-        else:
-            text = "nothing committed: the run did not succeed"
+        else:  # a failed or PARTIAL step writes no _SUCCESS, and commits nothing
+            text = "nothing committed: the step did not succeed whole (no _SUCCESS)"
         rows.append(("table", text))
     redone_ok = True
     if kill is not None:

@@ -71,11 +71,13 @@ checks that it is the source's):
           ModelIntegrityError
         spec.base.SpecError [ValueError]
         local.moto_state.StateError
+        TableError
         orchestration.step.upstream.UpstreamError
       orchestration.step.preview.PreviewError
         orchestration.step.preview.PreviewDenied
       ledger.context.StaleAttemptError
       SubmitRefused
+      TableCommitFailed
       report.cost.UnknownPriceError [KeyError]
 """
 
