@@ -347,3 +347,10 @@ def test_the_glue_catalog_on_the_embedded_endpoint(bucket, aws_env, tmp_path):
     [snapshot] = json.loads(shown.stdout)["snapshots"]
     assert (snapshot["run_id"], snapshot["attempt"], snapshot["rows_added"]) == ("run-1", "1", 7)
     assert snapshot["snapshot_id"] == done.snapshot_id
+
+
+def test_an_attempt_planned_before_the_table_was_set_is_refused_never_skipped(bucket):
+    spec, attempt = _spec_and_attempt(bucket, "run-1")
+    unpartitioned = attempt.model_copy(update={"table_partition": None})
+    with pytest.raises(TableError, match="was planned without it .* nothing was committed"):
+        tables.commit_partition(spec, unpartitioned, [_write(bucket, "out/a.parquet", 3)])

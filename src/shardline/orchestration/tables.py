@@ -196,8 +196,14 @@ def commit_partition(spec: PipelineSpec, attempt: Attempt, outputs: list[dict]) 
     None for a step without a table. Raises :class:`TableError` for what no retry mends (a schema the table
     refuses, a file that is not parquet) and :class:`TableCommitFailed` for what one may."""
     spec_table = spec.step(attempt.step).output.table
-    if spec_table is None or attempt.table_partition is None:
+    if spec_table is None:
         return None
+    if attempt.table_partition is None:  # planned before output.table was set: its outputs carry no partition
+        raise TableError(
+            f"step {attempt.step} has output.table {spec_table.qualified}, but attempt {attempt.number} was planned "
+            "without it (the spec changed under the run): nothing was committed. Score the partition again: "
+            + naming.rerun_command(attempt.pipeline, attempt.run_id)
+        )
     paths = [o["output"] for o in outputs if int(o.get("rows_out") or 0) > 0]  # an empty file has no partition
     not_parquet = [p for p in paths if not p.endswith(".parquet")]
     if not_parquet:
@@ -313,7 +319,8 @@ def _commit_once(table: Table, spec_table: TableSpec, attempt: Attempt, paths: l
         where = And(where, EqualTo(name, value))
     held = {task.file.file_path: task.file for task in table.scan(row_filter=where).plan_files()}
     to_add = [p for p in paths if p not in held]
-    to_remove = [f for p, f in held.items() if p not in set(paths)] if spec_table.mode == "replace_partition" else []
+    wanted = set(paths)
+    to_remove = [f for p, f in held.items() if p not in wanted] if spec_table.mode == "replace_partition" else []
     current = table.current_snapshot()
     if not to_add and not to_remove:
         return TableCommit(
