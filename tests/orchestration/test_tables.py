@@ -352,5 +352,5 @@ def test_the_glue_catalog_on_the_embedded_endpoint(bucket, aws_env, tmp_path):
 def test_an_attempt_planned_before_the_table_was_set_is_refused_never_skipped(bucket):
     spec, attempt = _spec_and_attempt(bucket, "run-1")
     unpartitioned = attempt.model_copy(update={"table_partition": None})
-    with pytest.raises(TableError, match="was planned without it .* nothing was committed"):
+    with pytest.raises(TableError, match=r"was planned without it .* nothing was committed"):
         tables.commit_partition(spec, unpartitioned, [_write(bucket, "out/a.parquet", 3)])
