@@ -816,10 +816,21 @@ def test_list_bucket_prefixes(template):
     assert any(iam_match(p, model_listing) for p in prefixes("SageMakerExecutionRole"))
     for role in ROLES:
         assert not any(iam_match(p, "") or iam_match(p, "other/") for p in prefixes(role)), role
+    warehouse = values["TableWarehousePrefix"] + "scoring.db/churn/metadata/00001-x.metadata.json/"
+    assert not any(iam_match(p, warehouse) for role in ROLES for p in prefixes(role)), "no table: no listing"
+
+
+def test_prefix_rules_keep_the_tables_metadata_apart_from_what_jobs_write(template):
+    values = example_values(template)
+    rules = [a for a in template["Rules"]["PrefixesAreDistinct"]["Assertions"]]
+    for other in ("OutputPrefix", "InputPrefix"):
+        clash = example_values(template, TableWarehousePrefix=values[other])
+        assert not all(resolve(rule["Assert"], clash) for rule in rules), other
+    assert all(resolve(rule["Assert"], values) for rule in rules)
 
 
 def test_prefix_parameters_cannot_be_empty_or_whole_bucket(template):
-    for name in ("InputPrefix", "OutputPrefix", "ModelPrefix"):
+    for name in ("InputPrefix", "OutputPrefix", "ModelPrefix", "TableWarehousePrefix"):
         pattern = template["Parameters"][name]["AllowedPattern"]
         assert re.fullmatch(pattern, template["Parameters"][name]["Default"])
         for bad in ("", "/", "*", "inputs", "/inputs/"):
@@ -1194,3 +1205,138 @@ def test_readme_documents_every_parameter_and_output(template):
         assert f"`{name}`" in readme, f"infra/README.md does not mention {name}"
     assert "CAPABILITY_NAMED_IAM" in readme
     assert "cfn-lint infra/cloudformation/*.yaml" in readme
+
+
+# -- Glue: Airflow's role may make exactly the calls a table commit makes ---------------------------------------
+
+
+@dataclasses.dataclass
+class _Recorded:
+    """The requests a commit sent through the recording proxy: Glue's operations (their X-Amz-Target) and S3's
+    (method and path)."""
+
+    glue: list[str] = dataclasses.field(default_factory=list)
+    s3: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def hear(self, chunk: bytes) -> None:
+        head = chunk.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+        request = re.match(r"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP/1\.[01]\r\n", head)
+        if request is None:
+            return  # a body's continuation
+        target = re.search(r"(?im)^x-amz-target: *AWSGlue\.(\w+)", head)
+        if target:
+            self.glue.append(f"glue:{target.group(1)}")
+        else:
+            self.s3.append((request.group(1), request.group(2)))
+
+
+def _s3_action(method: str, path: str, values: dict) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """The IAM action, resource and condition context of a path-style S3 request, on the template's data bucket."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    parts = urlsplit(path)
+    _, _, key = unquote(parts.path).lstrip("/").partition("/")
+    bucket_arn = values["DataBucket.Arn"]
+    if not key:
+        query = parse_qs(parts.query)
+        assert method == "GET" and "list-type" in query, (method, path)
+        return "s3:ListBucket", bucket_arn, (("s3:prefix", query.get("prefix", [""])[0]),)
+    action = {"GET": "s3:GetObject", "HEAD": "s3:GetObject", "PUT": "s3:PutObject", "POST": "s3:PutObject"}[method]
+    return action, f"{bucket_arn}/{key}", ()
+
+
+def test_airflow_may_commit_a_glue_table_exactly_as_the_commit_calls_and_no_job_may(
+    template, aws_env, tmp_path, monkeypatch
+):
+    """Two runs of a partition committed through a `type: glue` catalog on the embedded endpoint (the first makes the
+    namespace and the table, the second replaces the partition), every request recorded at a proxy in front of it.
+    Airflow's role, in a stack with TableNamespace, is granted exactly the Glue operations the commits made and every
+    S3 request they made; the execution role none of the Glue ones and no write of the tables' metadata; and a stack
+    without TableNamespace gives Airflow's role no Glue right at all."""
+    import io
+    import os
+
+    import boto3
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    from shardline.orchestration import tables
+    from shardline.planning.attempt import Attempt
+    from shardline.spec import load_spec
+    from tests.support.faults import TcpProxy
+
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    bucket = f"t-{os.urandom(4).hex()}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    out = f"outputs/{REQUIRED_EXAMPLES['Pipeline']}/scores/"  # the template's layout: OutputPrefix, the pipeline
+    dags = tmp_path / "dags"
+    (dags / "pipelines").mkdir(parents=True)
+    (dags / "catalogs.yaml").write_text(
+        "catalog:\n  lake:\n    type: glue\n    glue.endpoint: ${AWS_ENDPOINT_URL}\n    glue.region: us-east-1\n"
+        f"    warehouse: s3://{bucket}/warehouse/\n    s3.endpoint: ${{AWS_ENDPOINT_URL}}\n    s3.region: us-east-1\n"
+    )
+    spec_file = dags / "pipelines" / "churn.yaml"
+    table = {"catalog": "lake", "namespace": "scoring", "name": "churn", "partition": {"dt": "{{ ds }}"}}
+    step = {
+        "name": "score",
+        "model": {"uri": f"s3://{bucket}/models/m.tar.gz", "sha256": "0" * 64},
+        "input": {"prefix": f"s3://{bucket}/inputs/"},
+        "output": {"prefix": f"s3://{bucket}/{out}", "table": table},
+    }
+    spec_file.write_text(yaml.safe_dump({"pipeline": "churn", "steps": [step]}))
+    spec = load_spec(spec_file)
+
+    def output(run: str, rows: int) -> dict:
+        body = io.BytesIO()
+        pq.write_table(
+            pa.table({"id": list(range(rows)), "prediction": [0.5] * rows, "dt": ["2026-12-01"] * rows}), body
+        )
+        key = f"{out}part-00000.{run}.parquet"
+        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=body.getvalue())
+        return {"output": f"s3://{bucket}/{key}", "rows_out": rows}
+
+    runs = {"run-1": [output("run-1", 5)], "run-2": [output("run-2", 3)]}  # written as a job would, not recorded
+    recorded = _Recorded()
+    upstream = re.match(r"http://([\d.]+):(\d+)", aws_env["AWS_ENDPOINT_URL"])
+    with TcpProxy((upstream.group(1), int(upstream.group(2))), before_forwarding=recorded.hear) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        for run, outputs in runs.items():
+            attempt = Attempt(
+                pipeline="churn",
+                run_id=run,
+                step="score",
+                number=1,
+                input_prefix=step["input"]["prefix"],
+                output_prefix=step["output"]["prefix"],
+                model_uri=step["model"]["uri"],
+                table_partition={"dt": "2026-12-01"},
+            )
+            assert tables.commit_partition(spec, attempt, outputs).rows_added == outputs[0]["rows_out"]
+        assert tables.scanned_rows(spec, "score", {"dt": "2026-12-01"}) == 3
+
+    values = example_values(template)
+    prefix = f"arn:aws:glue:{REGION}:{ACCOUNT}:"
+    glue_resources = [f"{prefix}catalog", f"{prefix}database/scoring", f"{prefix}table/scoring/churn"]
+    used = set(recorded.glue)
+    assert {"glue:CreateTable", "glue:UpdateTable", "glue:GetTable"} <= used, used  # sanity: the commits were heard
+    glue_granted = {a for s in statements(template, AF) for a in as_list(s["Action"]) if a.startswith("glue:")}
+    assert glue_granted == used, "grant exactly the Glue operations a commit makes"
+    for action in used:
+        resources = glue_resources if "Table" in action else glue_resources[:2]
+        for resource in resources:
+            assert decide(template, AF, action, resource, {}, TableNamespace="scoring"), (action, resource)
+            assert not decide(template, AF, action, resource, {}), f"{action} without TableNamespace"
+            if not resource.endswith(":catalog"):  # the account's catalog is every namespace's
+                assert not decide(template, AF, action, resource, {}, TableNamespace="other"), (action, resource)
+            assert not decide(template, SM, action, resource, {}, TableNamespace="scoring"), action
+
+    s3_calls = {_s3_action(method, path, values) for method, path in recorded.s3}
+    warehouse = f"{values['DataBucket.Arn']}/warehouse/"
+    assert any(r.startswith(warehouse) for _, r, _ in s3_calls), s3_calls
+    for action, resource, context in sorted(s3_calls):
+        assert decide(template, AF, action, resource, dict(context), TableNamespace="scoring"), (action, resource)
+        if resource.startswith(warehouse) and action != "s3:GetObject":
+            assert not decide(template, SM, action, resource, {}, TableNamespace="scoring"), (action, resource)
+        if dict(context).get("s3:prefix", "").startswith("warehouse/"):
+            assert not decide(template, AF, action, resource, dict(context)), "a warehouse listing without tables"
