@@ -119,3 +119,46 @@ def test_the_output_checks_go_out_as_data_quality_metrics_and_assertions():
         "1",
     )
     assert target["outputFacets"]["outputStatistics"]["rowCount"] == 19_990  # beside them, as before
+
+
+def test_a_step_with_an_output_table_names_the_table_and_its_commit_once_committed():
+    import dataclasses
+
+    import yaml
+
+    from shardline.spec import parse_spec
+
+    data = yaml.safe_load((DAGS / "tabular_scoring_hourly.yaml").read_text())
+    data["steps"][0]["output"]["table"] = {"namespace": "scoring", "name": "hourly_scores"}
+    spec = parse_spec(data, "tabular_scoring_hourly.yaml")
+    commit = {
+        "table": "scoring.hourly_scores",
+        "partition": {"dt": "2026-11-22", "hour": "10"},
+        "snapshot_id": 2272531170105508025,
+        "files_added": 4,
+        "files_removed": 2,
+        "rows_added": 19_990,
+        "already": False,
+    }
+    said = _json(step_lineage(spec, _attempt(), dataclasses.replace(SUMMARY, table=commit), "SUCCEEDED"))
+    prefix, table = said["outputs"]
+    # The prefix holds the table's data files: it names the table; the table is an output of its own, with the rows.
+    assert prefix["facets"]["symlinks"]["identifiers"] == [
+        {"namespace": "iceberg://local", "name": "scoring.hourly_scores", "type": "TABLE"}
+    ]
+    assert (table["namespace"], table["name"]) == ("iceberg://local", "scoring.hourly_scores")
+    assert table["outputFacets"]["outputStatistics"]["rowCount"] == 19_990
+    assert said["run_facets"]["shardline"]["table"] == {
+        "table": "scoring.hourly_scores",
+        "partition": {"dt": "2026-11-22", "hour": "10"},
+        "snapshotId": 2272531170105508025,
+        "filesAdded": 4,
+        "filesRemoved": 2,
+        "rowsAdded": 19_990,
+    }
+
+    # A step that failed before its commit names the table it was to write, and no table output or commit.
+    failed = _json(step_lineage(spec, _attempt(), SUMMARY, "FAILED"))
+    [only] = failed["outputs"]
+    assert only["facets"]["symlinks"]["identifiers"][0]["name"] == "scoring.hourly_scores"
+    assert "table" not in failed["run_facets"]["shardline"]

@@ -88,7 +88,7 @@ def _ids(inputs: dict[str, bytes]) -> list[int]:
     ]
 
 
-def test_a_rerun_replaces_the_partition_whole_in_one_snapshot_per_run(pipeline):
+def test_a_rerun_replaces_the_partition_whole_in_one_snapshot_per_run(pipeline, aws_env, tmp_path):
     spec, bucket = pipeline
     first_inputs = _inputs(3, 300, 1)
     attempt, status = _score(spec, bucket, "run-1")
@@ -104,6 +104,20 @@ def test_a_rerun_replaces_the_partition_whole_in_one_snapshot_per_run(pipeline):
     assert set(written.column("dt").to_pylist()) == {"2026-12-01"} and set(written.column("hour").to_pylist()) == {"05"}
     marker = json.loads(s3.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
     assert marker["table"]["rows_added"] == 900 and marker["table"]["files_added"] == 3
+    # The commit is a fact of the step where people look: its ledger record (the summary the Asset event and the
+    # lineage carry), its run report, and `shardline status`.
+    current = tables.load_table(spec, "score").current_snapshot().snapshot_id
+    summary = step_end.summarize(spec, attempt.ref)
+    assert summary.table["snapshot_id"] == current and summary.table["rows_added"] == 900
+    report = json.loads(s3.get_object(Bucket=bucket, Key=_key(attempt.report_uri("json")))["Body"].read())
+    assert report["table"] == summary.table
+    assert (
+        f"snapshot {current}"
+        in s3.get_object(Bucket=bucket, Key=_key(attempt.report_uri("html")))["Body"].read().decode()
+    )
+    shown = _shardline(spec, tmp_path / "dags", aws_env, "status", f"{spec.pipeline}/run-1")
+    said = f"table scoring.hourly_scores partition dt=2026-12-01/hour=05: 900 rows committed in snapshot {current}"
+    assert f"step score: {said}" in shown, shown
 
     # The second run of the partition reads other inputs (a fix upstream): only its rows are the partition's.
     second_inputs = _inputs(2, 250, 7)
@@ -125,6 +139,27 @@ def test_a_rerun_replaces_the_partition_whole_in_one_snapshot_per_run(pipeline):
     # The step's end run again (a retried watch task) commits nothing more.
     again = tables.commit_partition(spec, attempt.model_copy(update={"run_id": "run-2"}), _manifest_outputs(bucket))
     assert again.already and len(tables.history(spec, "score")) == 2
+
+
+def _key(uri: str) -> str:
+    return uri.removeprefix("s3://").split("/", 1)[1]
+
+
+def _shardline(spec, dags, aws_env: dict, *args: str) -> str:
+    """The on-call CLI over a DAG folder that holds the spec, as on-call runs it; its output."""
+    (dags / "pipelines").mkdir(parents=True, exist_ok=True)
+    (dags / "pipelines" / f"{spec.pipeline}.yaml").write_text(
+        yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True))
+    )
+    shown = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "shardline"), "--dags-folder", str(dags), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **aws_env, "COLUMNS": "240"},
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    return shown.stdout
 
 
 def _manifest_outputs(bucket: str) -> list[dict]:

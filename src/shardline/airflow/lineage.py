@@ -15,10 +15,12 @@ from typing import Any
 
 import attr
 from airflow.providers.common.compat.openlineage.facet import (
+    Identifier,
     InputDataset,
     OutputDataset,
     OutputStatisticsOutputDatasetFacet,
     RunFacet,
+    SymlinksDatasetFacet,
 )
 from airflow.providers.openlineage.extractors import OperatorLineage
 from openlineage.client.generated.data_quality_assertions_dataset import Assertion, DataQualityAssertionsDatasetFacet
@@ -53,6 +55,7 @@ class ShardlineRunFacet(RunFacet):
     filesFailed: int | None = None
     rowsRejected: int | None = None
     approval: dict | None = None  # outputs its checks held back, accepted by on-call: by, at, reason, attempt
+    table: dict | None = None  # its commit to `output.table`: table, partition, snapshotId, rows and files
 
     @staticmethod
     def _get_schema() -> str:
@@ -83,7 +86,29 @@ def step_facts(spec: PipelineSpec, attempt: Attempt, summary: StepSummary | None
         "filesFailed": summary.failed if summary is not None else None,
         "rowsRejected": summary.rows_rejected if summary is not None else None,
         "approval": summary.approval if summary is not None else None,
+        "table": _table_facts(summary.table) if summary is not None and summary.table else None,
     }
+
+
+def _table_facts(commit: dict[str, Any]) -> dict[str, Any]:
+    """A table commit as the run facet carries it (camelCase, as OpenLineage's facets are)."""
+    return {
+        "table": commit["table"],
+        "partition": commit["partition"],
+        "snapshotId": commit["snapshot_id"],
+        "filesAdded": commit["files_added"],
+        "filesRemoved": commit["files_removed"],
+        "rowsAdded": commit["rows_added"],
+    }
+
+
+def table_identifier(spec: PipelineSpec, step: str) -> Identifier | None:
+    """The step's output table as a dataset: namespace ``iceberg://<catalog>`` (the catalog's name in
+    dags/catalogs.yaml, or ``local``), name ``<namespace>.<table>``; None for a step without ``output.table``."""
+    table = spec.step(step).output.table
+    if table is None:
+        return None
+    return Identifier(namespace=f"iceberg://{table.catalog}", name=table.qualified, type="TABLE")
 
 
 def step_lineage(
@@ -119,8 +144,27 @@ def step_lineage(
                 assertions=[Assertion(**a) for a in quality["assertions"]]
             )
     source, target = s3_dataset_name(attempt.input_prefix), s3_dataset_name(attempt.output_prefix)
+    outputs = [OutputDataset(*target, facets=output_facets, outputFacets=written)]
+    table = table_identifier(spec, attempt.step)
+    if table is not None:
+        # The outputs are the table's data files: the prefix names the table (a symlink, as Spark's Iceberg lineage
+        # does); once the end committed them, the table is an output of its own, so a catalog-side consumer joins up.
+        output_facets["symlinks"] = SymlinksDatasetFacet(identifiers=[table])
+    if table is not None and summary is not None and summary.table:  # the end committed the partition
+        outputs.append(
+            OutputDataset(
+                table.namespace,
+                table.name,
+                facets={
+                    "symlinks": SymlinksDatasetFacet(
+                        identifiers=[Identifier(namespace=target[0], name=target[1], type="LOCATION")]
+                    )
+                },
+                outputFacets=written,
+            )
+        )
     return OperatorLineage(
         inputs=[InputDataset(*source, inputFacets=read)],
-        outputs=[OutputDataset(*target, facets=output_facets, outputFacets=written)],
+        outputs=outputs,
         run_facets={"shardline": ShardlineRunFacet(**step_facts(spec, attempt, summary, status), producer=PRODUCER)},
     )

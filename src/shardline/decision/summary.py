@@ -51,6 +51,8 @@ class StepSummary:
     outcome: Action | None = None
     # on-call accepted outputs the step's blocking checks held back (`shardline approve`): by, at, reason, attempt
     approval: dict[str, Any] | None = None
+    # what its end committed to its output table (`output.table`): table, partition, snapshot_id, files and rows
+    table: dict[str, Any] | None = None
 
     @property
     def status(self) -> StepStatus:
@@ -89,4 +91,5 @@ class StepSummary:
             reported_at=data.get("reported_at") or "",
             outcome=Action(outcome) if outcome else None,
             approval=data.get("approval"),
+            table=data.get("table"),
         )

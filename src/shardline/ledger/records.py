@@ -247,6 +247,12 @@ class StepRecord:
     lost_taken: frozenset[str] = frozenset()  # "attempt/host" of lost instances whose files a later attempt took
     fence: int | None = None  # the fence of the partition take the step holds
     approval: str | None = None  # held-back outputs accepted by on-call (orchestration.step.approval), as JSON
+    table_commit: str | None = None  # what its end committed to its output table (orchestration.tables), as JSON
+
+    @property
+    def table(self) -> dict[str, Any] | None:
+        """What the step's end committed to its output table (orchestration.tables.TableCommit's fields), or None."""
+        return json.loads(self.table_commit) if self.table_commit else None
 
     @classmethod
     def of(cls, item: Any) -> StepRecord:
@@ -269,6 +275,7 @@ class StepRecord:
             lost_taken=frozenset(_get(item, "lost_taken") or ()),
             fence=_int(_get(item, "fence")),
             approval=_get(item, "approval"),
+            table_commit=_get(item, "table_commit"),
         )
 
     @property

@@ -106,8 +106,16 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
             )
 
 
-def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: StepStatus, message: str = "") -> bool:
+def finish_step(
+    model: type[LedgerItem],
+    ref: StepRef,
+    attempt: int,
+    status: StepStatus,
+    message: str = "",
+    table_commit: str | None = None,
+) -> bool:
     """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten.
+    ``table_commit``: what its end committed to its output table (JSON), or None (an earlier end's is removed).
 
     Returns False when a newer attempt owns the step (someone resubmitted meanwhile) or an
     operator cancelled it: their state stands. Raises :class:`LedgerRecordMissing` when the refusal's cause is a
@@ -122,6 +130,7 @@ def finish_step(model: type[LedgerItem], ref: StepRef, attempt: int, status: Ste
             actions=[
                 c.status.set(status.value),
                 c.message.set(message[:2000] or None),
+                c.table_commit.set(table_commit) if table_commit else c.table_commit.remove(),
                 c.waiting.remove(),
                 c.finished_at.set(_now()),
                 c.expires_at.set(c.expiry()),

@@ -162,6 +162,10 @@ class ControlItem(_Expiring, Model):
     # STEP items: an on-call engineer accepted the outputs its blocking checks held back (`shardline approve`): who,
     # when, why and at which attempt, as JSON (orchestration.step.approval.Approval); the step's end honours it.
     approval = UnicodeAttribute(null=True, attr_name="apv")
+    # STEP items: what the step's end committed to its output table (orchestration.tables.TableCommit as JSON: the
+    # table, the partition, the snapshot, files and rows): the views, the report task's Asset event and lineage
+    # read it. Set by a SUCCEEDED end of a step with `output.table`, removed by any other end.
+    table_commit = UnicodeAttribute(null=True, attr_name="otc")
     # BASELINE items: a step's reference profile for its output checks, with where it was made from (JSON;
     # ledger.baselines).
     baseline = UnicodeAttribute(null=True, attr_name="obl")

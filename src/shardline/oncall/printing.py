@@ -272,6 +272,8 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
         # refused or held submit leaves: what it waits for). A success needs no words.
         if s.message and s.status != "SUCCEEDED":
             console.print(printable(f"step {s.name}: {s.message}"))
+        if s.table:
+            console.print(printable(f"step {s.name}: {table_words(s.table)}"))
         if s.failed:
             console.print(
                 printable(f"  see the {s.failed} failed file(s) and why: shardline failed {view.ref} --step {s.name}")
@@ -283,6 +285,13 @@ def show_status(view: RunView, *, airflow_warning: str | None) -> None:
                     f"{s.rows_rejected:,}; see them and why: shardline failed {view.ref} --step {s.name}"
                 )
             )
+
+
+def table_words(commit: dict) -> str:
+    """A step's table commit in one line: the table, the partition, the snapshot and its rows."""
+    where = "/".join(f"{k}={v}" for k, v in (commit.get("partition") or {}).items())
+    said = "already held its outputs" if commit.get("already") else f"{commit.get('rows_added', 0):,} rows committed"
+    return f"table {commit.get('table')} partition {where}: {said} in snapshot {commit.get('snapshot_id')}"
 
 
 def show_failed(files: list[FileView], *, ref: RunRef, step: str | None, note: str | None = None) -> None:

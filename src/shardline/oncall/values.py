@@ -142,6 +142,7 @@ class StepView:
     file_rows: list[FileView]
     rows_rejected: int = 0
     waiting: dict | None = None  # why its job is not running yet, as data (decision.fleet.Waiting); message says it
+    table: dict | None = None  # what its end committed to its output table: table, partition, snapshot_id, rows
 
 
 @dataclasses.dataclass(frozen=True)

@@ -249,6 +249,7 @@ def step_view(
         list(files) if with_files else [],
         rows_rejected=int(sum(f.rows_rejected or 0 for f in succeeded)),
         waiting=waiting.to_data() if waiting is not None else None,  # for `status --json` and the page
+        table=record.table,
     )
 
 

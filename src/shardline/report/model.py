@@ -197,6 +197,9 @@ class RunReport(_Model):
     checks: list[CheckResult] = []  # the step's output checks (none: a report from before checks, or none set)
     profile: dict[str, Any] | None = None  # the step's merged output profile (report/profile.py): what they read
     approval: dict[str, Any] | None = None  # held-back outputs accepted by on-call: by, at, reason, attempt, held_back
+    # what the step's end committed to its output table (orchestration.tables.TableCommit's fields): written once the
+    # commit landed; None without `output.table`, or before (a report read by the checks it holds back)
+    table: dict[str, Any] | None = None
 
     def to_json(self, *, indent: int | None = None) -> str:
         """The report as JSON (what is written beside the outputs as report.json)."""

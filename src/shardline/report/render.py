@@ -86,6 +86,7 @@ def _summary(report: RunReport) -> str:
             {"drift": "alert", "moderate": "warn"}.get(d.verdict, ""),
         ),
         _checks_card(report),
+        *([_table_card(report.table)] if report.table else []),
         ("stragglers", ", ".join(report.stragglers) or "none", "alert" if report.stragglers else ""),
         ("idle", ", ".join(report.idle) or "none", "warn" if report.idle else ""),
     ]
@@ -97,6 +98,12 @@ def _summary(report: RunReport) -> str:
         )
         + "</div>"
     )
+
+
+def _table_card(commit: dict) -> tuple[str, str, str]:
+    """The output table's commit: which table and partition, and the snapshot that holds this run's rows."""
+    where = "/".join(f"{k}={v}" for k, v in (commit.get("partition") or {}).items())
+    return "table", f"{commit.get('table')} {where}: snapshot {commit.get('snapshot_id')}", ""
 
 
 def _checks_card(report: RunReport) -> tuple[str, str, str]:

@@ -101,6 +101,8 @@ class ReportOperator(SpecMixin, BaseOperator):
                     if prefix and s.outcome is Action.ADVANCE
                     else None,
                     "approval": s.approval,  # outputs its checks held back, accepted by on-call: who, when, why
+                    # its commit to `output.table`: table, partition, snapshot_id, files and rows (None without one)
+                    "table": s.table,
                 }
             )
         partition = TaskRun.of(context).partition

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -136,6 +137,7 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
             checks = EndChecks(over_limit=outputs.rejects_over_limit(spec, attempt, seen.records))
     outputs_stand = status in ENDED_WITH_OUTPUTS and checks.first is None
     table_failure = False  # the table refused the outputs: the step's message is the commit's own
+    committed: dict | None = None  # what the end committed to the step's output table
     if written is None:
         written = run_report.write_report(spec, attempt)
         took.lap("run report")
@@ -144,10 +146,15 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     checks = dataclasses.replace(checks, checks=held)
     status, reason = end_status(status, reason, checks)
     if status is StepStatus.SUCCEEDED:
-        status, reason, table_failure = _commit(spec, attempt, seen, reason, took)
+        status, reason, committed = _commit(spec, attempt, seen, reason, took)
+        table_failure = status is StepStatus.FAILED
+        if committed:
+            run_report.note_table(spec, attempt, written, committed)
     try:
         message = reason if table_failure else _message(attempt, status, reason, checks, approved)
-        recorded = finish_step(model, attempt.ref, attempt.number, status, message)
+        recorded = finish_step(
+            model, attempt.ref, attempt.number, status, message, json.dumps(committed) if committed else None
+        )
     except BaseException:
         if status is StepStatus.SUCCEEDED:  # the marker stands only beside a step recorded SUCCEEDED
             outputs.withdraw_own_marker(spec, attempt)
@@ -179,10 +186,13 @@ def finish(spec: PipelineSpec, attempt: Attempt, action: Action, reason: str) ->
     return status
 
 
-def _commit(spec: PipelineSpec, attempt: Attempt, seen, reason: str, took: _Laps) -> tuple[StepStatus, str, bool]:
+def _commit(
+    spec: PipelineSpec, attempt: Attempt, seen, reason: str, took: _Laps
+) -> tuple[StepStatus, str, dict | None]:
     """Commit a step that succeeded: its last look at the inputs, its outputs manifest, its table's commit and its
-    ``_SUCCESS``. The status and reason to record, and whether the table refused the outputs (FAILED: the outputs
-    are whole, but no ``_SUCCESS``; the message says why and how to commit again, a rerun adopts them)."""
+    ``_SUCCESS``. The status and reason to record, and what the table commit was (None without a table). FAILED when
+    the table refused the outputs: they are whole, but there is no ``_SUCCESS``; the message says why and how to
+    commit again, a rerun adopts them."""
     # The last look at the input prefix, after the run report and just before the step is recorded as
     # ended: a file that landed (or was replaced) since the watch's look goes to a next attempt, never under
     # a _SUCCESS that does not cover it. The marker is written before the step's end is recorded, and the
@@ -195,12 +205,12 @@ def _commit(spec: PipelineSpec, attempt: Attempt, seen, reason: str, took: _Laps
         committed = outputs.commit_outputs(spec, attempt, StepStatus.SUCCEEDED, seen, look).get("table")
     except (TableError, TableCommitFailed) as err:
         log.error("step %s: %s", attempt.step, err)
-        return StepStatus.FAILED, f"table: {err}", True
+        return StepStatus.FAILED, f"table: {err}", None
     finally:
         took.lap("manifest, table and _SUCCESS")
     if committed:
         reason = f"{reason}; {tables.TableCommit(**committed).words()}"
-    return StepStatus.SUCCEEDED, reason, False
+    return StepStatus.SUCCEEDED, reason, committed
 
 
 def _message(attempt: Attempt, status: StepStatus, reason: str, checks: EndChecks, approved: Approval | None) -> str:
@@ -269,6 +279,7 @@ def summarize(spec: PipelineSpec, ref: StepRef) -> StepSummary:
         report=report_uri(records.step, ref),
         reported_at=dt.datetime.now(dt.UTC).isoformat(),
         approval=dataclasses.asdict(approved) if approved else None,
+        table=records.step.table,
     )
 
 

@@ -397,6 +397,21 @@ def write_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
     return WrittenReport(report, uris["html"], uris["json"])
 
 
+def note_table(spec: PipelineSpec, attempt: Attempt, written: WrittenReport | Exception, committed: dict) -> None:
+    """Write the step's report again with what its end committed to its output table (the report is written before
+    the commit, whose checks read it). A report that cannot be written again is logged: the commit stands, and the
+    step's record and ``_SUCCESS`` carry it."""
+    if isinstance(written, Exception):
+        return
+    report = written.report.model_copy(update={"table": committed})
+    try:
+        s3 = services.s3_client(spec)
+        put_metadata(s3, written.json_uri, report.to_json(indent=1).encode(), "application/json")
+        put_metadata(s3, written.html_uri, render_html(report).encode(), "text/html; charset=utf-8")
+    except Exception:
+        log.exception("step %s: the run report could not be written again with its table commit", attempt.step)
+
+
 def write_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords | None = None) -> WrittenReport | Exception:
     """:func:`write_step_report`, with its failure logged and returned rather than raised: a report that cannot be
     written fails no step by itself (:func:`checks_failure` decides). ``records``: the step's files as its end read
