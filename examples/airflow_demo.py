@@ -206,11 +206,9 @@ def pin_model(
     pins: dict[int, str],
     pipeline: str = PIPELINE,
     versions: dict[str, str] | None = None,
-    table: dict | None = None,
 ) -> Path:
     """A copy of the DAG folder whose pipeline pins the models just made (``pins``: step index -> sha256; or, for a
-    URI of model versions, ``versions``: version -> sha256): each job refuses any other artifact. ``table``: the
-    first step's ``output.table`` (the demo commits its hour to the stack's own Iceberg catalog)."""
+    URI of model versions, ``versions``: version -> sha256): each job refuses any other artifact."""
     import shutil
 
     import yaml
@@ -226,8 +224,6 @@ def pin_model(
             model["versions"] = versions or {model.get("version", "v1"): digest}
         else:
             model["sha256"] = digest
-    if table is not None:
-        data["steps"][0]["output"]["table"] = table
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return copy
 
@@ -361,13 +357,14 @@ def run_pipeline(
     s3.upload_file(str(work / "model.tar.gz"), BUCKET, "models/xgboost/v1/model.tar.gz")
     if bad_model:
         return run_bad_model(work, dags, spec, s3, sha, rows)
-    dags = pin_model(dags, work / "dags", {0: sha}, table=DEMO_TABLE)
+    dags = pin_model(dags, work / "dags", {0: sha})
     print(f"    sha256 {sha}, pinned as model.versions.v1 in {dags / 'pipelines' / f'{PIPELINE}.yaml'}")
-    print(
-        f"    output.table: {DEMO_TABLE['namespace']}.{DEMO_TABLE['name']} in the stack's own Iceberg catalog "
-        "(SQLite beside the local jobs, its warehouse on the embedded S3; docs/tables.md)"
-    )
     spec = load_spec_of(dags, PIPELINE)
+    if (table := spec.step("score").output.table) is not None:
+        print(
+            f"    output.table: {table.qualified} in the {table.catalog!r} Iceberg catalog "
+            "(the stack's own: SQLite beside the local jobs, its warehouse on the embedded S3; docs/tables.md)"
+        )
 
     stop = threading.Event()
     kill = Kill("algo-2") if inject_failure else None
@@ -387,7 +384,6 @@ def run_pipeline(
 
 
 BROKEN = "v0-broken"  # the model version --bad-model scores with first
-DEMO_TABLE = {"catalog": "local", "namespace": "scoring", "name": "hourly_scores"}
 
 
 def load_spec_of(dags: Path, pipeline: str):
@@ -407,7 +403,7 @@ def table_line(spec, run_id: str, rows_out: int) -> tuple[str, bool]:
     scanned = tables.scanned_rows(spec, "score", partition)
     snapshot = tables.load_table(spec, "score").current_snapshot()
     where = "/".join(f"{k}={v}" for k, v in partition.items())
-    name = f"{DEMO_TABLE['namespace']}.{DEMO_TABLE['name']}"
+    name = spec.step("score").output.table.qualified
     text = f"{name} partition {where}: {scanned:,} rows in snapshot {snapshot.snapshot_id if snapshot else '-'}"
     if scanned != rows_out:
         text += f" (rows out {rows_out:,}: WRONG)"

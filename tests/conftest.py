@@ -237,6 +237,9 @@ def add_priority_pipelines(dags: Path) -> None:
         # probability: the hourly pipeline's checks are not this copy's.
         step.pop("checks", None)
         step["output"] = {**step["output"], "prefix": f"s3://shardline-demo/priority-out/{name}/{{{{ run_id }}}}/"}
+        # No table: their runs are triggered without a logical date (no data interval to name a partition by), and
+        # these tests are about admission.
+        step["output"].pop("table", None)
         step["resources"] = {**step["resources"], "instance_type": PRIORITY_TYPE, "instance_count": 1}
         if name == "priority_low":
             step["retry"] = {"max_attempts": 1, "backoff_seconds": 1}  # a refusal counted as an attempt would fail it
@@ -266,6 +269,8 @@ def add_arrivals_pipeline(dags: Path) -> None:
     step["input"] = {**step["input"], "prefix": f"s3://{ARRIVALS_BUCKET}/events/{hour}", "ready_marker": "_SUCCESS"}
     step["input"].pop("when_missing", None)
     step["output"]["prefix"] = f"s3://{ARRIVALS_BUCKET}/scores/{hour}"
+    if step["output"].get("table"):
+        step["output"]["table"] = {**step["output"]["table"], "name": ARRIVALS_PIPELINE}
     (dags / "pipelines" / f"{ARRIVALS_PIPELINE}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     dag_file = "from shardline.airflow.dag_factory import dag_from_spec\n\n"
     dag_file += f'dag = dag_from_spec(__file__, "{ARRIVALS_PIPELINE}.yaml")\n'

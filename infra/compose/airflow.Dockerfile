@@ -4,10 +4,12 @@
 #
 # Build context: the repo root (airflow.Dockerfile.dockerignore beside this file keeps .venv and .env out).
 #
-# What goes in: the Shardline wheel (built here, as the worker image builds it) with its `airflow`, `worker`
-# and `local` extras, pinned by the repo's constraints.txt (the same tree as `make venv`). `worker`: the
+# What goes in: the Shardline wheel (built here, as the worker image builds it) with its `airflow`, `worker`,
+# `local` and `tables` extras, pinned by the repo's constraints.txt (the same tree as `make venv`). `worker`: the
 # `local` backend runs each instance as `python -m shardline.worker`, a process of the task's container
-# (there is no Docker inside the stack). `local`: the `aws` service is moto's server from this image.
+# (there is no Docker inside the stack). `local`: the `aws` service is moto's server from this image. `tables`:
+# pyiceberg, with which a step's end commits its `output.table` (its SQL catalog in the stack's Postgres, through
+# the image's psycopg2).
 # torch only with --build-arg INSTALL_TORCH=true (the CPU build, from TORCH_INDEX_URL).
 # The installed wheel registers the provider (`airflow providers list`) and the on-call page's plugin;
 # PYTHONPATH puts src/ (and examples/, for seed_demo.py) first, which compose bind-mounts over the copies baked in
@@ -44,7 +46,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 COPY --chown=airflow:0 constraints.txt /opt/shardline/
 COPY --from=wheel --chown=airflow:0 /dist/ /opt/shardline/dist/
 RUN pip install -c /opt/shardline/constraints.txt "apache-airflow==${AIRFLOW_VERSION}" \
-        "$(ls /opt/shardline/dist/shardline-*.whl)[airflow,worker,local]"
+        "$(ls /opt/shardline/dist/shardline-*.whl)[airflow,worker,local,tables]"
 
 ARG INSTALL_TORCH=false
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu

@@ -236,12 +236,43 @@ def test_a_pipeline_started_on_arrival_is_two_dags_and_the_scheduler_starts_neit
     assert '"skip_when_already_exists": true' in parsed["triggers"]
 
 
+def test_two_pipelines_replacing_partitions_of_one_table_are_an_import_error_naming_both(tmp_path):
+    """Each run replaces its partition of the table: two pipelines on one table would replace each other's rows. A
+    table of its own, or both appending, is fine."""
+    dags = tmp_path / "dags"
+    shutil.copytree(REPO / "dags", dags)
+    base = yaml.safe_load((dags / "pipelines" / "tabular_scoring_hourly.yaml").read_text())
+    for name, table in (
+        ("same_table", {}),  # the hourly pipeline's table, replacing
+        ("own_table", {"name": "own_scores"}),
+        ("appending", {"name": "shared_log", "mode": "append"}),
+        ("appending_too", {"name": "shared_log", "mode": "append"}),
+    ):
+        spec = {**base, "pipeline": name}
+        spec["steps"] = [{**base["steps"][0], "output": {**base["steps"][0]["output"]}}]
+        spec["steps"][0]["output"]["table"] = {**base["steps"][0]["output"]["table"], **table}
+        (dags / "pipelines" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+        (dags / f"{name}.py").write_text(
+            f"from shardline.airflow.dag_factory import dag_from_spec\ndag = dag_from_spec(__file__, '{name}.yaml')\n"
+        )
+    parsed = parse(dags, tmp_path)
+    assert {"own_table", "appending", "appending_too"} <= set(parsed["dags"]), parsed["errors"]
+    assert "same_table" not in parsed["dags"] and "tabular_scoring_hourly" not in parsed["dags"]
+    message = parsed["errors"][str(dags / "same_table.py")]
+    assert (
+        "same_table.yaml: step 'score' output.table scoring.hourly_scores (catalog 'local') is also "
+        "steps[0].output.table of tabular_scoring_hourly.yaml" in message
+    ), message
+    assert "output.table.mode: append" in message
+
+
 def test_two_pipelines_on_one_queue_are_an_import_error_naming_both(tmp_path):
     """Each pipeline's watcher deletes every message it reads: on one queue, each would lose the other's markers."""
     dags = tmp_path / "dags"
     shutil.copytree(REPO / "dags", dags)
     base = yaml.safe_load((dags / "pipelines" / "tabular_scoring_hourly.yaml").read_text())
     base["steps"][0]["input"]["ready_marker"] = "_SUCCESS"
+    base["steps"][0]["output"].pop("table")  # the queue is what they share
     for name in ("first_on_queue", "second_on_queue"):
         spec = {**base, "pipeline": name, "trigger": {"on": "ready_marker", "queue": "shared-markers"}}
         (dags / "pipelines" / f"{name}.yaml").write_text(yaml.safe_dump(spec))

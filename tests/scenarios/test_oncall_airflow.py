@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardline.oncall.airflow_client import AirflowApiError
+from shardline.planning import naming
 
 PIPELINE = "tabular_scoring_hourly"
 BUCKET = "shardline-demo"
@@ -250,12 +251,15 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
         by_attempt.setdefault(key.rsplit("/", 2)[1], set()).update(done)
     assert sorted(by_attempt) == ["attempt-0001", "attempt-0002"], by_attempt
     assert set().union(*by_attempt.values()) == outputs, by_attempt
-    assert by_attempt["attempt-0002"] == {"late-arrival.parquet"}
+    # The hourly pipeline's outputs are its table's data files: each named by the run and attempt that wrote it.
+    late = f"late-arrival.{naming.output_tag(run_id, 2)}.parquet"
+    assert by_attempt["attempt-0002"] == {late}
+    assert all(name.endswith(f".{naming.output_tag(run_id, 1)}.parquet") for name in outputs - {late}), outputs
     outputs_manifest = marker["manifest"].removeprefix(f"s3://{BUCKET}/")
     manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=outputs_manifest)["Body"].read())
     assert {Path(o["output"]).name: o["attempt"] for o in manifest["outputs"]} == {
-        **{name: 1 for name in outputs - {"late-arrival.parquet"}},
-        "late-arrival.parquet": 2,
+        **{name: 1 for name in outputs - {late}},
+        late: 2,
     }
     # Lineage: the watch task's first try, which failed, told OpenLineage what it had scored and FAILED; its try after
     # the resubmission names the step's S3 datasets with the ledger's rows in and out, and the model it ran.
@@ -266,7 +270,12 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
         (ended["FAIL"], 20_000, 4, "FAILED"),
         (ended["COMPLETE"], expected, 5, "SUCCEEDED"),
     ):
-        [source], [target] = event["inputs"], event["outputs"]
+        [source], [target, *table] = event["inputs"], event["outputs"]
+        # The prefix names the table its files are the data of; once committed, the table is an output too.
+        assert [(t["namespace"], t["name"]) for t in table] == (
+            [("iceberg://local", "scoring.hourly_scores")] if status == "SUCCEEDED" else []
+        ), table
+        assert target["facets"]["symlinks"]["identifiers"][0]["name"] == "scoring.hourly_scores", target
         assert (source["namespace"], source["name"]) == (f"s3://{BUCKET}", prefix.rstrip("/")), source
         assert (target["namespace"], target["name"]) == (f"s3://{BUCKET}", out_prefix.rstrip("/")), target
         assert source["inputFacets"]["inputStatistics"]["rowCount"] == rows, source
@@ -289,6 +298,10 @@ def test_a_failed_run_is_resubmitted_from_the_cli_and_turns_green(airflow_stack,
     extras = [e["extra"] for e in events["asset_events"] if e["source_run_id"] == run_id]
     assert extras and extras[-1]["status"] == "SUCCEEDED", events
     assert extras[-1]["steps"][0]["success_marker"] == f"s3://{BUCKET}/{out_prefix}_SUCCESS", extras
+    # ... and the table commit: the snapshot that holds the hour, as `shardline status` shows it.
+    committed = extras[-1]["steps"][0]["table"]
+    assert (committed["table"], committed["rows_added"]) == ("scoring.hourly_scores", expected), committed
+    assert committed == step["table"] and committed["partition"] == {"dt": f"{hour:%Y-%m-%d}", "hour": f"{hour:%H}"}
     # Without partitioned_asset the event is as before, unkeyed (DAGs on the plain asset start from it), and its
     # extra names the partition.
     mine = [e for e in events["asset_events"] if e["source_run_id"] == run_id]
@@ -762,3 +775,52 @@ def test_a_hold_left_by_a_deleted_dag_run_is_ended_at_once_not_waited_out(airflo
     ended = RunRecord.of(model.Control.get(run_pk(PIPELINE, gone.run_id), RUN_SK, consistent_read=True))
     assert ended.status == "FAILED" and "no longer exists in Airflow" in (ended.message or "")
     assert read_holder(model, prefix).run_id == run_id
+
+
+def test_a_commit_the_catalog_refuses_fails_the_run_red_and_the_printed_rerun_commits_the_hour_once(
+    airflow_stack, staged, monkeypatch
+):
+    """The hour scores, but its table commit fails: the stack's catalog file is not a database (a broken disk, a
+    bad restore). The step fails with no ``_SUCCESS`` and a message naming the table and the command; the run is red.
+    The catalog mended, the printed ``shardline rerun`` scores the hour again and commits it once: the run green,
+    the partition holding each row once, the snapshot named by ``shardline status``."""
+    from shardline.orchestration import tables
+
+    hour = dt.datetime(2026, 11, 22, 16, tzinfo=dt.UTC)
+    partition = {"dt": "2026-11-22", "hour": "16"}
+    staged["upload_hour"](hour, corrupt=False)
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", airflow_stack.env["SHARDLINE_LOCAL_ROOT"])  # the stack's catalog
+    catalog = Path(airflow_stack.env["SHARDLINE_LOCAL_ROOT"]) / "iceberg" / "catalog.db"
+    catalog.parent.mkdir(parents=True, exist_ok=True)
+    kept = catalog.with_name("catalog.db.kept")
+    if catalog.exists():
+        catalog.rename(kept)
+    catalog.write_bytes(b"this is not a SQLite database\n" * 100)
+    try:
+        run_id = _trigger(airflow_stack, hour)
+        assert airflow_stack.wait_for_run(PIPELINE, run_id)["state"] == "failed", airflow_stack.tail()
+    finally:
+        catalog.unlink()
+        if kept.exists():
+            kept.rename(catalog)
+    prefix = f"scores/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+    assert prefix + "_SUCCESS" not in _keys(staged["s3"], prefix)
+    status = _attempt(airflow_stack, f"{PIPELINE}/{run_id}")
+    [step] = status["steps"]
+    assert step["status"] == "FAILED" and step["message"].startswith("table: "), step
+    assert "catalog 'local'" in step["message"] and step["table"] is None, step
+    [command] = _printed_commands(step["message"], "rerun")
+    assert command == ["rerun", f"{PIPELINE}/{run_id}"], command
+
+    again = shardline(airflow_stack, *command)
+    assert again.returncode == 0, again.stdout + again.stderr
+    airflow_stack.assert_succeeds(PIPELINE, run_id)
+    assert prefix + "_SUCCESS" in _keys(staged["s3"], prefix)
+    scanned = tables.load_table(staged["spec"], "score").scan(
+        row_filter="dt == '2026-11-22' and hour == '16'", selected_fields=("id",)
+    )
+    assert sorted(scanned.to_arrow().column("id").to_pylist()) == list(range(20_000))  # each row once
+    [commit] = [h for h in tables.history(staged["spec"], "score") if h.run_id == run_id]
+    assert json.loads(commit.partition) == partition and commit.rows_added == 20_000, commit
+    shown = shardline(airflow_stack, "status", f"{PIPELINE}/{run_id}")
+    assert f"{commit.rows_added:,} rows committed in snapshot {commit.snapshot_id}" in shown.stdout, shown.stdout

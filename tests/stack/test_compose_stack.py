@@ -224,6 +224,25 @@ def test_the_hourly_dag_runs_green_through_the_rest_api(stack, figures):
     )
     assert len(outputs) == 4 and rows == 20_000  # --rows is the partition's total
 
+    # The hour is committed to the shipped output.table, in the catalog the stack keeps in its Postgres: the
+    # on-call CLI inside the stack lists the snapshot, and a scan of the table counts the hour's rows.
+    shown = stack.exec("python", "-m", "shardline.oncall.cli", "table", "history", PIPELINE, "--json")
+    [snapshot] = [s for s in json.loads(shown.stdout)["snapshots"] if s["run_id"] == "stack-green"]
+    partition = json.loads(snapshot["partition"])
+    assert (snapshot["rows_added"], partition) == (20_000, {"dt": "2026-11-22", "hour": "10"}), snapshot
+    probe = (
+        "import os, sqlalchemy\n"
+        "from shardline.orchestration import tables\n"
+        "from shardline.spec import load_spec\n"
+        "spec = load_spec('/opt/airflow/dags/pipelines/tabular_scoring_hourly.yaml')\n"
+        "print(tables.scanned_rows(spec, 'score', {'dt': '2026-11-22', 'hour': '10'}))\n"
+        "with sqlalchemy.create_engine(os.environ['SHARDLINE_LOCAL_CATALOG_URI']).connect() as db:\n"
+        "    print(db.execute(sqlalchemy.text('select table_namespace, table_name from iceberg_tables')).all())\n"
+    )
+    scanned, catalog = stack.exec("python", "-", stdin=probe).stdout.strip().splitlines()[-2:]
+    assert int(scanned) == 20_000 and "('scoring', 'hourly_scores')" in catalog, (scanned, catalog)
+    figures(table_snapshot=snapshot["snapshot_id"])
+
 
 def _client(stack, service: str):
     return boto3.client(

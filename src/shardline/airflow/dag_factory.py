@@ -36,6 +36,7 @@ from shardline.spec import (
 )
 from shardline.spec.conf import input_prefix_param_pattern
 from shardline.spec.fleet import FleetSpec, check_quotas, load_fleet, quota_of
+from shardline.spec.tables import LOCAL_CATALOG
 
 SPEC_DIR = "pipelines"
 
@@ -185,7 +186,37 @@ def dag_from_spec(dag_file: str, spec_name: str) -> DAG:
     spec = load_spec(path)
     if spec.trigger is not None:
         check_queue_alone(spec, path)
+    check_tables_alone(spec, path)
     return build_dag(spec, path, load_fleet(folder))
+
+
+def check_tables_alone(spec: PipelineSpec, path: Path) -> None:
+    """Refuse an ``output.table`` that another spec beside this one commits to as well, where either replaces its
+    partitions (the default): each run would replace the other pipeline's rows of the partition."""
+    import yaml
+
+    mine = {s.output.table.catalog_table: s for s in spec.steps if s.output.table is not None}
+    if not mine:
+        return
+    for other in sorted(path.parent.glob("*.y*ml")):
+        if other.resolve() == path.resolve():
+            continue
+        try:
+            data = yaml.safe_load(other.read_text())
+        except (OSError, yaml.YAMLError):
+            continue  # that spec's own DAG file reports it
+        for index, step in enumerate((data.get("steps") or []) if isinstance(data, dict) else []):
+            table = ((step or {}).get("output") or {}).get("table") if isinstance(step, dict) else None
+            if not isinstance(table, dict):
+                continue
+            key = (table.get("catalog", LOCAL_CATALOG), table.get("namespace"), table.get("name"))
+            ours = mine.get(key)
+            if ours is not None and "append" not in (ours.output.table.mode, table.get("mode")):
+                raise SpecError(
+                    f"{path}: step {ours.name!r} output.table {key[1]}.{key[2]} (catalog {key[0]!r}) is also "
+                    f"steps[{index}].output.table of {other.name}: each would replace the other's rows of a "
+                    "partition. Give each pipeline a table of its own, or set output.table.mode: append on both"
+                )
 
 
 def check_queue_alone(spec: PipelineSpec, path: Path) -> None:

@@ -107,19 +107,12 @@ def ensure_run(model: type[LedgerItem], pipeline: str, run_id: str, partition: s
 
 
 def finish_step(
-    model: type[LedgerItem],
-    ref: StepRef,
-    attempt: int,
-    status: StepStatus,
-    message: str = "",
-    table_commit: str | None = None,
+    model: type[LedgerItem], ref: StepRef, attempt: int, status: StepStatus, message: str = "", table: str | None = None
 ) -> bool:
-    """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten.
-    ``table_commit``: what its end committed to its output table (JSON), or None (an earlier end's is removed).
-
-    Returns False when a newer attempt owns the step (someone resubmitted meanwhile) or an
-    operator cancelled it: their state stands. Raises :class:`LedgerRecordMissing` when the refusal's cause is a
-    STEP item that is gone (:func:`check_refusal`).
+    """Record how the step ended, fenced on its attempt: a newer attempt's result is never overwritten. ``table``:
+    what its end committed to its output table (JSON), or None (an earlier end's is removed). Returns False when a
+    newer attempt owns the step (someone resubmitted meanwhile) or an operator cancelled it: their state stands.
+    Raises :class:`LedgerRecordMissing` when the refusal's cause is a STEP item that is gone (:func:`check_refusal`).
     """
     pipeline, run_id, step = ref
     if status not in STEP_TERMINAL:
@@ -130,7 +123,7 @@ def finish_step(
             actions=[
                 c.status.set(status.value),
                 c.message.set(message[:2000] or None),
-                c.table_commit.set(table_commit) if table_commit else c.table_commit.remove(),
+                c.table_commit.set(table) if table else c.table_commit.remove(),
                 c.waiting.remove(),
                 c.finished_at.set(_now()),
                 c.expires_at.set(c.expiry()),

@@ -214,8 +214,14 @@ def commit_partition(spec: PipelineSpec, attempt: Attempt, outputs: list[dict]) 
         )
     from pyiceberg.exceptions import CommitFailedException
 
-    _ensure_local_warehouse(spec, spec_table.catalog)
-    catalog = catalog_for(spec, spec_table.catalog)
+    try:
+        _ensure_local_warehouse(spec, spec_table.catalog)
+        catalog = catalog_for(spec, spec_table.catalog)
+    except TableCommitFailed as err:  # the catalog cannot be reached: say how to commit once it can
+        raise TableCommitFailed(
+            f"{err}; nothing was committed to table {spec_table.qualified} and _SUCCESS was not written. When the "
+            "catalog answers again: " + naming.rerun_command(attempt.pipeline, attempt.run_id)
+        ) from err
     started = time.monotonic()
     last: Exception | None = None
     for attempt_number in range(COMMIT_TRIES):

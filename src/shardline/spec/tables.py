@@ -68,6 +68,11 @@ class TableSpec(_Strict):
     def qualified(self) -> str:
         return f"{self.namespace}.{self.name}"
 
+    @property
+    def catalog_table(self) -> tuple[str, str, str]:
+        """Which table this is, wherever it is named: its catalog, namespace and name."""
+        return self.catalog, self.namespace, self.name
+
     def partition_templates(self, schedule: str | None, *, hourly: bool) -> dict[str, str]:
         """The partition columns and their templates: the spec's own, else those of the schedule (``hourly``:
         its interval is shorter than a day)."""
