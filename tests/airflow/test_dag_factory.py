@@ -212,6 +212,7 @@ def test_a_pipeline_started_on_arrival_is_two_dags_and_the_scheduler_starts_neit
     spec["pipeline"] = "arrivals_hourly"
     spec["trigger"] = {"on": "ready_marker", "queue": "score-markers"}
     spec["steps"][0]["input"]["ready_marker"] = "_SUCCESS"
+    spec["steps"][0]["output"]["table"]["name"] = "arrivals_hourly"  # a table of its own, beside the hourly one's
     (dags / "pipelines" / "arrivals_hourly.yaml").write_text(yaml.safe_dump(spec))
     (dags / "arrivals_hourly.py").write_text(
         "from shardline.airflow.dag_factory import dag_from_spec\n"

@@ -190,22 +190,30 @@ def dag_from_spec(dag_file: str, spec_name: str) -> DAG:
     return build_dag(spec, path, load_fleet(folder))
 
 
-def check_tables_alone(spec: PipelineSpec, path: Path) -> None:
-    """Refuse an ``output.table`` that another spec beside this one commits to as well, where either replaces its
-    partitions (the default): each run would replace the other pipeline's rows of the partition."""
+def _specs_beside(path: Path):
+    """Each other spec in the folder of ``path``, as (file, its YAML as a dict); one that does not read is skipped:
+    its own DAG file reports it."""
     import yaml
 
-    mine = {s.output.table.catalog_table: s for s in spec.steps if s.output.table is not None}
-    if not mine:
-        return
     for other in sorted(path.parent.glob("*.y*ml")):
         if other.resolve() == path.resolve():
             continue
         try:
             data = yaml.safe_load(other.read_text())
         except (OSError, yaml.YAMLError):
-            continue  # that spec's own DAG file reports it
-        for index, step in enumerate((data.get("steps") or []) if isinstance(data, dict) else []):
+            continue
+        if isinstance(data, dict):
+            yield other, data
+
+
+def check_tables_alone(spec: PipelineSpec, path: Path) -> None:
+    """Refuse an ``output.table`` that another spec beside this one commits to as well, where either replaces its
+    partitions (the default): each run would replace the other pipeline's rows of the partition."""
+    mine = {s.output.table.catalog_table: s for s in spec.steps if s.output.table is not None}
+    if not mine:
+        return
+    for other, data in _specs_beside(path):
+        for index, step in enumerate(data.get("steps") or []):
             table = ((step or {}).get("output") or {}).get("table") if isinstance(step, dict) else None
             if not isinstance(table, dict):
                 continue
@@ -222,16 +230,8 @@ def check_tables_alone(spec: PipelineSpec, path: Path) -> None:
 def check_queue_alone(spec: PipelineSpec, path: Path) -> None:
     """Refuse a ``trigger.queue`` that another spec beside this one names too: each pipeline's watcher deletes every
     message it reads, so two on one queue would each lose the other's markers."""
-    import yaml
-
-    for other in sorted(path.parent.glob("*.y*ml")):
-        if other.resolve() == path.resolve():
-            continue
-        try:
-            data = yaml.safe_load(other.read_text())
-        except (OSError, yaml.YAMLError):
-            continue  # that spec's own DAG file reports it
-        trigger = data.get("trigger") if isinstance(data, dict) else None
+    for other, data in _specs_beside(path):
+        trigger = data.get("trigger")
         if isinstance(trigger, dict) and trigger.get("queue") == spec.trigger.queue:
             raise SpecError(
                 f"{path}: trigger.queue {spec.trigger.queue!r} is also the queue of {other.name}: give each pipeline "

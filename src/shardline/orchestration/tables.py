@@ -202,7 +202,7 @@ def commit_partition(spec: PipelineSpec, attempt: Attempt, outputs: list[dict]) 
         raise TableError(
             f"step {attempt.step} has output.table {spec_table.qualified}, but attempt {attempt.number} was planned "
             "without it (the spec changed under the run): nothing was committed. Score the partition again: "
-            + naming.rerun_command(attempt.pipeline, attempt.run_id)
+            + f"`{naming.rerun_command(attempt.pipeline, attempt.run_id)}`"
         )
     paths = [o["output"] for o in outputs if int(o.get("rows_out") or 0) > 0]  # an empty file has no partition
     not_parquet = [p for p in paths if not p.endswith(".parquet")]
@@ -210,7 +210,7 @@ def commit_partition(spec: PipelineSpec, attempt: Attempt, outputs: list[dict]) 
         raise TableError(
             f"table {spec_table.qualified}: {len(not_parquet)} output(s) are not parquet (e.g. {not_parquet[0]}): "
             "a table step writes parquet; they were written before output.table was set. Rerun the partition: "
-            + naming.rerun_command(attempt.pipeline, attempt.run_id)
+            + f"`{naming.rerun_command(attempt.pipeline, attempt.run_id)}`"
         )
     from pyiceberg.exceptions import CommitFailedException
 
@@ -220,7 +220,7 @@ def commit_partition(spec: PipelineSpec, attempt: Attempt, outputs: list[dict]) 
     except TableCommitFailed as err:  # the catalog cannot be reached: say how to commit once it can
         raise TableCommitFailed(
             f"{err}; nothing was committed to table {spec_table.qualified} and _SUCCESS was not written. When the "
-            "catalog answers again: " + naming.rerun_command(attempt.pipeline, attempt.run_id)
+            "catalog answers again: " + f"`{naming.rerun_command(attempt.pipeline, attempt.run_id)}`"
         ) from err
     started = time.monotonic()
     last: Exception | None = None
@@ -250,7 +250,7 @@ def _failed(spec_table: TableSpec, attempt: Attempt, err: Exception | None) -> T
     return TableCommitFailed(
         f"the commit to table {spec_table.qualified} did not land ({type(err).__name__}: {err}); nothing was "
         "committed and _SUCCESS was not written. When the catalog answers again: "
-        + naming.rerun_command(attempt.pipeline, attempt.run_id)
+        + f"`{naming.rerun_command(attempt.pipeline, attempt.run_id)}`"
     )
 
 
@@ -265,7 +265,11 @@ def _table_for(catalog: Catalog, spec_table: TableSpec, attempt: Attempt, paths:
     if not paths:
         raise TableError(f"table {spec_table.qualified} does not exist, and this run has no rows to make it from")
     schema = _assigned(iceberg_schema_of(_arrow_schema(catalog, paths[0])))
-    catalog.create_namespace_if_not_exists(spec_table.namespace)
+    try:
+        catalog.create_namespace_if_not_exists(spec_table.namespace)
+    except Exception:  # a SQL catalog checks, then inserts: another partition's first commit made it in between
+        if not catalog.namespace_exists(spec_table.namespace):
+            raise
     try:
         return catalog.create_table(
             spec_table.qualified, schema=schema, partition_spec=_partition_spec(schema, list(attempt.table_partition))

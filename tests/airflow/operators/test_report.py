@@ -137,6 +137,7 @@ def test_a_step_that_succeeded_ends_the_run_green_and_tells_downstream_until_its
                 "outputs_manifest": outputs_manifest_key(prefix, run_id, "score", None),
                 "success_marker": f"{prefix}_SUCCESS",
                 "approval": None,  # no output check held it back
+                "table": None,  # its spec commits to no table
             }
         ],
     }
