@@ -13,13 +13,37 @@ from tests.support.cli import CLI, REPO, run, write_spec
 
 @pytest.mark.parametrize(
     "command",
-    ["runs", "status", "failed", "report", "resubmit", "cancel", "preview", "tune", "local", "checks", "approve"],
+    [
+        "runs",
+        "status",
+        "failed",
+        "report",
+        "resubmit",
+        "cancel",
+        "preview",
+        "tune",
+        "local",
+        "checks",
+        "approve",
+        "table",
+    ],
 )
 def test_every_command_has_help(command):
     result = run(command, "--help")
     assert result.returncode == 0, result.stderr
     assert f"usage: shardline {command}" in result.stdout
     assert len(result.stdout.splitlines()) > 5
+
+
+def test_python_dash_m_knows_every_command_the_console_script_knows():
+    """Inside an Airflow container on-call runs `python -m shardline.oncall.cli` (docker-compose.yaml says so): a
+    command defined below the module's `__main__` block would be missing there, and only there."""
+    script = run("--help")
+    module = subprocess.run(
+        [sys.executable, "-m", "shardline.oncall.cli", "--help"], capture_output=True, text=True, check=False
+    )
+    assert module.returncode == 0, module.stderr
+    assert module.stdout == script.stdout
 
 
 def test_resubmit_needs_exactly_one_selection():

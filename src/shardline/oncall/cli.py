@@ -355,10 +355,6 @@ def main(argv: list[str] | None = None) -> int:
     return code if isinstance(code, int) else EXIT_OK
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 @command(
     "table",
     "a step's output table: its snapshots, each with the run that committed it",
@@ -400,3 +396,7 @@ def table(options: Globals, action: str, pipeline: str, step: str | None, limit:
         )
     data = {"table": name, "snapshots": [dataclasses.asdict(row) for row in rows]}
     return Reply(data, functools.partial(print_lines, lines))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
