@@ -231,16 +231,17 @@ def test_the_hourly_dag_runs_green_through_the_rest_api(stack, figures):
     partition = json.loads(snapshot["partition"])
     assert (snapshot["rows_added"], partition) == (20_000, {"dt": "2026-11-22", "hour": "10"}), snapshot
     probe = (
-        "import os, sqlalchemy\n"
+        "import os, pathlib, sqlalchemy\n"
         "from shardline.orchestration import tables\n"
         "from shardline.spec import load_spec\n"
-        "spec = load_spec('/opt/airflow/dags/pipelines/tabular_scoring_hourly.yaml')\n"
+        "spec = load_spec(pathlib.Path('/opt/airflow/dags/pipelines/tabular_scoring_hourly.yaml'))\n"
         "print(tables.scanned_rows(spec, 'score', {'dt': '2026-11-22', 'hour': '10'}))\n"
         "with sqlalchemy.create_engine(os.environ['SHARDLINE_LOCAL_CATALOG_URI']).connect() as db:\n"
         "    print(db.execute(sqlalchemy.text('select table_namespace, table_name from iceberg_tables')).all())\n"
     )
-    scanned, catalog = stack.exec("python", "-", stdin=probe).stdout.strip().splitlines()[-2:]
-    assert int(scanned) == 20_000 and "('scoring', 'hourly_scores')" in catalog, (scanned, catalog)
+    said = stack.exec("python", "-c", probe)
+    scanned, catalog = ["", "", *said.stdout.strip().splitlines()][-2:]
+    assert scanned == "20000" and "('scoring', 'hourly_scores')" in catalog, said.stdout + said.stderr[-3000:]
     figures(table_snapshot=snapshot["snapshot_id"])
 
 
