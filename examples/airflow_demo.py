@@ -201,11 +201,7 @@ def migrate_airflow_db() -> None:
 
 
 def pin_model(
-    dags: Path,
-    copy: Path,
-    pins: dict[int, str],
-    pipeline: str = PIPELINE,
-    versions: dict[str, str] | None = None,
+    dags: Path, copy: Path, pins: dict[int, str], pipeline: str = PIPELINE, versions: dict[str, str] | None = None
 ) -> Path:
     """A copy of the DAG folder whose pipeline pins the models just made (``pins``: step index -> sha256; or, for a
     URI of model versions, ``versions``: version -> sha256): each job refuses any other artifact."""
