@@ -434,6 +434,10 @@ def test_cancel_stops_the_job_and_fails_the_dag_run(airflow_stack, staged, tmp_p
     assert "stopped sl-" in done.stdout and "step score: CANCELLED" in done.stdout, done.stdout
     run = airflow_stack.wait_for_run(PIPELINE, run_id)
     assert run["state"] == "failed"
+    # Every task instance of the run ended red: the scheduler, whenever it looks, finds a failed leaf (marking the run
+    # alone skipped the report task, and a scheduler that read the run then marked the cancelled run green).
+    states = {ti["task_id"]: ti["state"] for ti in airflow_stack.client().task_instances(PIPELINE, run_id)}
+    assert states == {"plan_score": "success", "watch_score": "failed", "report": "failed"}, states
     view = json.loads(shardline(airflow_stack, "status", ref, "--json").stdout)
     assert view["status"] == "CANCELLED" and view["message"] == "wrong model version"
     assert view["steps"][0]["job_status"] in ("Stopped", "Stopping")

@@ -363,6 +363,14 @@ class AirflowClient:
             body["note"] = note[:1000]
         return self._call("PATCH", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}", json=body)
 
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str, note: str | None = None) -> dict:
+        """Set a task instance's state (``failed``, ``success`` or ``skipped``): a deferred one's trigger is dropped."""
+        body: dict[str, Any] = {"new_state": state}
+        if note:
+            body["note"] = note[:1000]
+        path = f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances/{self._q(task_id)}"
+        return self._call("PATCH", path, json=body)
+
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
         return self._call("GET", f"/dags/{self._q(dag_id)}/dagRuns/{self._q(run_id)}/taskInstances/{self._q(task_id)}")
 

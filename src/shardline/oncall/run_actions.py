@@ -17,7 +17,7 @@ from shardline.oncall.errors import BadRequest, Conflict, Unavailable
 from shardline.oncall.messages import CANCEL_LINES, rerun_conf_text, rerun_not_finished_text
 from shardline.oncall.reads import OnCallReads
 from shardline.oncall.values import RunRef
-from shardline.oncall.views import FINISHED_RUN_STATES
+from shardline.oncall.views import FINISHED_RUN_STATES, FINISHED_TASK_STATES
 from shardline.orchestration import services
 from shardline.orchestration.partitions import release_run
 from shardline.orchestration.step import jobs
@@ -308,6 +308,12 @@ class RunActions(OnCallReads):
             try:
                 state = self.airflow.dag_run(ref.pipeline, ref.run_id).get("state")
                 if state not in FINISHED_RUN_STATES:
+                    # Every task instance not ended first: marking the run alone skips the ones not started (the
+                    # report task, the run's one leaf), and a scheduler that reads the run at that moment finds its
+                    # leaf skipped and marks the cancelled run green.
+                    for ti in self.airflow.task_instances(ref.pipeline, ref.run_id):
+                        if ti.get("state") not in FINISHED_TASK_STATES:
+                            self.airflow.set_task_state(ref.pipeline, ref.run_id, ti["task_id"], "failed", note=reason)
                     self.airflow.set_run_state(ref.pipeline, ref.run_id, "failed", note=reason)
                     done.append(CANCEL_LINES["dag_run_failed"].format(run_id=ref.run_id))
             except AirflowApiError as err:

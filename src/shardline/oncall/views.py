@@ -25,6 +25,8 @@ from shardline.spec import PARTITION_FORMAT, PipelineSpec, interval_starts
 
 # DAG run states in which no task will run again unless something is cleared.
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
+# A task instance that ended: what `cancel` leaves as it is (it fails every other one of the run).
+FINISHED_TASK_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 
 
 def iso(value: dt.datetime | None) -> str | None:
