@@ -389,3 +389,18 @@ def test_an_attempt_planned_before_the_table_was_set_is_refused_never_skipped(bu
     unpartitioned = attempt.model_copy(update={"table_partition": None})
     with pytest.raises(TableError, match=r"was planned without it .* nothing was committed"):
         tables.commit_partition(spec, unpartitioned, [_write(bucket, "out/a.parquet", 3)])
+
+
+def test_a_catalog_setting_not_set_where_the_commit_runs_fails_the_commit_naming_it(bucket, tmp_path, monkeypatch):
+    """A ``${NAME}`` in dags/catalogs.yaml that Airflow's workers do not have: the commit fails as a setting to
+    change (a TableError naming it and the retry), never a crash of the watch task, and nothing is committed."""
+    monkeypatch.delenv("SHARDLINE_TEST_LAKE_URI", raising=False)
+    dags = tmp_path / "dags"
+    (dags / "pipelines").mkdir(parents=True)
+    (dags / "catalogs.yaml").write_text("catalog:\n  lake:\n    type: sql\n    uri: ${SHARDLINE_TEST_LAKE_URI}\n")
+    spec, attempt = _spec_and_attempt(bucket, "run-1", catalog="lake")
+    spec_file = dags / "pipelines" / "tables_commit.yaml"
+    spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
+    spec = load_spec(spec_file)
+    with pytest.raises(TableError, match=r"SHARDLINE_TEST_LAKE_URI, not set .* `shardline rerun tables_commit/run-1`"):
+        tables.commit_partition(spec, attempt, [_write(bucket, "out/a.r1.parquet", 3)])

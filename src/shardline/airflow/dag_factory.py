@@ -190,16 +190,20 @@ def dag_from_spec(dag_file: str, spec_name: str) -> DAG:
     return build_dag(spec, path, load_fleet(folder))
 
 
-def _specs_beside(path: Path):
-    """Each other spec in the folder of ``path``, as (file, its YAML as a dict); one that does not read is skipped:
-    its own DAG file reports it."""
+def _specs_beside(path: Path, names: set[str]):
+    """Each other spec in the folder of ``path`` whose text holds one of ``names``, as (file, its YAML as a dict):
+    the others are not parsed (this runs at every parse of the DAG file). One that does not read is skipped: its own
+    DAG file reports it."""
     import yaml
 
     for other in sorted(path.parent.glob("*.y*ml")):
         if other.resolve() == path.resolve():
             continue
         try:
-            data = yaml.safe_load(other.read_text())
+            text = other.read_text()
+            if not any(name in text for name in names):
+                continue
+            data = yaml.safe_load(text)
         except (OSError, yaml.YAMLError):
             continue
         if isinstance(data, dict):
@@ -212,7 +216,7 @@ def check_tables_alone(spec: PipelineSpec, path: Path) -> None:
     mine = {s.output.table.catalog_table: s for s in spec.steps if s.output.table is not None}
     if not mine:
         return
-    for other, data in _specs_beside(path):
+    for other, data in _specs_beside(path, {name for _, _, name in mine}):
         for index, step in enumerate(data.get("steps") or []):
             table = ((step or {}).get("output") or {}).get("table") if isinstance(step, dict) else None
             if not isinstance(table, dict):
@@ -230,7 +234,7 @@ def check_tables_alone(spec: PipelineSpec, path: Path) -> None:
 def check_queue_alone(spec: PipelineSpec, path: Path) -> None:
     """Refuse a ``trigger.queue`` that another spec beside this one names too: each pipeline's watcher deletes every
     message it reads, so two on one queue would each lose the other's markers."""
-    for other, data in _specs_beside(path):
+    for other, data in _specs_beside(path, {spec.trigger.queue}):
         trigger = data.get("trigger")
         if isinstance(trigger, dict) and trigger.get("queue") == spec.trigger.queue:
             raise SpecError(

@@ -29,7 +29,7 @@ from shardline.errors import TableCommitFailed, TableError
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.s3uri import parse_s3_uri
-from shardline.spec import PipelineSpec
+from shardline.spec import PipelineSpec, SpecError
 from shardline.spec.tables import LOCAL_CATALOG, TableSpec, expand_environment
 
 if TYPE_CHECKING:
@@ -217,6 +217,11 @@ def commit_partition(spec: PipelineSpec, attempt: Attempt, outputs: list[dict]) 
     try:
         _ensure_local_warehouse(spec, spec_table.catalog)
         catalog = catalog_for(spec, spec_table.catalog)
+    except SpecError as err:  # a ${NAME} in dags/catalogs.yaml not set where the commit runs: a setting to change
+        raise TableError(
+            f"catalog {spec_table.catalog!r} of table {spec_table.qualified}: {err}; nothing was committed. Set it "
+            "for Airflow's workers, then: " + f"`{naming.rerun_command(attempt.pipeline, attempt.run_id)}`"
+        ) from err
     except TableCommitFailed as err:  # the catalog cannot be reached: say how to commit once it can
         raise TableCommitFailed(
             f"{err}; nothing was committed to table {spec_table.qualified} and _SUCCESS was not written. When the "
@@ -305,9 +310,17 @@ def _arrow_schema(catalog_or_table, path: str):
         return pq.read_metadata(stream).schema.to_arrow_schema()
 
 
-def _commit_once(table: Table, spec_table: TableSpec, attempt: Attempt, paths: list[str]) -> TableCommit:
+def partition_filter(partition: dict[str, str]):
+    """The row filter of one partition: each partition column equal to its value."""
     from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 
+    where = AlwaysTrue()
+    for name, value in partition.items():
+        where = And(where, EqualTo(name, value))
+    return where
+
+
+def _commit_once(table: Table, spec_table: TableSpec, attempt: Attempt, paths: list[str]) -> TableCommit:
     columns = list(attempt.table_partition)
     specced = [field.name for field in table.spec().fields]
     if specced != columns:
@@ -324,9 +337,7 @@ def _commit_once(table: Table, spec_table: TableSpec, attempt: Attempt, paths: l
             with table.update_schema() as update:
                 update.union_by_name(file_schema)
             log.info("table %s: added column(s) %s", spec_table.qualified, added)
-    where = AlwaysTrue()
-    for name, value in attempt.table_partition.items():
-        where = And(where, EqualTo(name, value))
+    where = partition_filter(attempt.table_partition)
     held = {task.file.file_path: task.file for task in table.scan(row_filter=where).plan_files()}
     to_add = [p for p in paths if p not in held]
     wanted = set(paths)
@@ -374,8 +385,8 @@ FOOTER_READ = 1 << 16  # one ranged GET a file: its footer, whole for the worker
 def _data_files(table: Table, paths: list[str], attempt: Attempt) -> list:
     """Each file as the table's data file, from its parquet footer (schema, rows, column bounds), and checked to hold
     the run's partition: a file whose partition columns say otherwise, or whose schema the table cannot read, is
-    refused, never committed. One ranged GET a file, 16 at once: a commit of 1,000 files waits on S3, not on a core
-    (pyiceberg's own reader asks three times a file)."""
+    refused, never committed. One ranged GET a file, :data:`READ_THREADS` at once: a commit of 1,000 files waits on
+    S3, not on a core (pyiceberg's own reader asks three times a file)."""
     from pyiceberg.io.pyarrow import (
         _check_pyarrow_schema_compatible,
         compute_statistics_plan,
@@ -507,7 +518,9 @@ def history(spec: PipelineSpec, step: str) -> list[SnapshotRow]:
 
     table = load_table(spec, step)
     rows = []
-    for snapshot in table.snapshots():
+    # Newest first by the commit's own order: two commits in one second keep theirs (the shown time is to the second).
+    ordered = sorted(table.snapshots(), key=lambda s: (s.timestamp_ms, s.sequence_number or 0), reverse=True)
+    for snapshot in ordered:
         summary = snapshot.summary
         extra = dict(summary.additional_properties) if summary else {}
         rows.append(
@@ -527,18 +540,13 @@ def history(spec: PipelineSpec, step: str) -> list[SnapshotRow]:
                 total_rows=int(extra.get("total-records") or 0),
             )
         )
-    return sorted(rows, key=lambda r: r.committed_at, reverse=True)
+    return rows
 
 
 def scanned_rows(spec: PipelineSpec, step: str, partition: dict[str, str]) -> int:
     """The rows the table's current snapshot holds in ``partition``, counted by scanning its data back (one column
     read), not from any record of what was written."""
-    from pyiceberg.expressions import AlwaysTrue, And, EqualTo
-
     table = load_table(spec, step)
-    where = AlwaysTrue()
-    for name, value in partition.items():
-        where = And(where, EqualTo(name, value))
     first = next(iter(partition))
-    reader = table.scan(row_filter=where, selected_fields=(first,)).to_arrow_batch_reader()
+    reader = table.scan(row_filter=partition_filter(partition), selected_fields=(first,)).to_arrow_batch_reader()
     return sum(batch.num_rows for batch in reader)

@@ -328,7 +328,7 @@ class PipelineSpec(_Strict):
         if table is None:
             return {}
         start = dt.datetime.fromisoformat(self.start_date).replace(tzinfo=dt.UTC)
-        return table.partition_templates(self.schedule, hourly=_shorter_than_a_day(self.schedule, start))
+        return table.partition_templates(hourly=_shorter_than_a_day(self.schedule, start))
 
     def _check_trigger(self) -> None:
         if self.trigger is None:

@@ -73,13 +73,13 @@ class TableSpec(_Strict):
         """Which table this is, wherever it is named: its catalog, namespace and name."""
         return self.catalog, self.namespace, self.name
 
-    def partition_templates(self, schedule: str | None, *, hourly: bool) -> dict[str, str]:
+    def partition_templates(self, *, hourly: bool) -> dict[str, str]:
         """The partition columns and their templates: the spec's own, else those of the schedule (``hourly``:
-        its interval is shorter than a day)."""
+        it has intervals, shorter than a day)."""
         if self.partition is not None:
             return dict(self.partition)
         columns = {"dt": "{{ data_interval_start | ds }}"}
-        if hourly and schedule not in (None, "@once"):
+        if hourly:
             columns["hour"] = "{{ data_interval_start.strftime('%H') }}"
         return columns
 
