@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardline-installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv browser test test-stack test-fast test-under-load lint docs demo demo-worker bench bench-compiled bench-fleet bench-recovery bench-quick package-check clean
+.PHONY: help venv browser test test-stack test-fast test-under-load lint docs demo demo-worker bench bench-compiled bench-fleet bench-recovery bench-quote bench-quick package-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -113,6 +113,9 @@ bench-fleet: $(STAMP)  ## 6 pipelines x 2 runs at once in airflow standalone, wi
 
 bench-recovery: $(STAMP)  ## one step of 8 instances over 400 files, one instance killed at half its work: what it costs
 	$(PY) bench/bench_recovery.py --out bench-results
+
+bench-quote: $(STAMP)  ## 10 partitions on the local backend, each quoted before it runs: is the quote right?
+	$(PY) bench/bench_quote.py --out bench-results
 
 bench-quick: $(STAMP)  ## a smaller, faster run of the benchmarks
 	$(PY) bench/bench_worker.py --out bench-results --quick

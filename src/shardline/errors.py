@@ -75,6 +75,7 @@ checks that it is the source's):
         orchestration.step.upstream.UpstreamError
       orchestration.step.preview.PreviewError
         orchestration.step.preview.PreviewDenied
+      orchestration.quote.QuoteError
       ledger.context.StaleAttemptError
       SubmitRefused
       TableCommitFailed

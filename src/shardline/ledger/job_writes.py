@@ -60,9 +60,12 @@ def _now() -> dt.datetime:
 class WorkerLedger:
     """Conditional, fenced writes of one instance's progress."""
 
-    def __init__(self, context: LedgerContext, host: str, *, endpoint: str | None = None):
+    def __init__(
+        self, context: LedgerContext, host: str, *, endpoint: str | None = None, started_at: dt.datetime | None = None
+    ):
         self.context = context
         self.host = host
+        self.started_at = started_at  # the instance's start: its SHARD item's started_at, written once
         self._endpoint = endpoint if endpoint is not None else endpoint_from_env()
         self._region = region_from_env()
         self.model = bind_ledger(context.table, self._region, self._endpoint, context.retention_days)
@@ -227,6 +230,8 @@ class WorkerLedger:
             m.rows_done.set(rows_done),
             m.expires_at.set(m.expiry()),
         ]
+        if self.started_at is not None:  # the first heartbeat's: a later one never moves it
+            actions.append(m.started_at.set(m.started_at | self.started_at))
         if setup_error:
             actions += [m.error_class.set(SETUP_ERROR), m.error_message.set(setup_error[:MAX_ERROR_CHARS])]
         try:

@@ -194,6 +194,7 @@ class ShardRecord:
     heartbeat_at: dt.datetime | None = None
     error_class: str | None = None
     error_message: str | None = None
+    started_at: dt.datetime | None = None  # the instance's start (its first heartbeat's; None: an older worker)
 
     @classmethod
     def of(cls, item: Any) -> ShardRecord:
@@ -208,6 +209,7 @@ class ShardRecord:
             heartbeat_at=_time(_get(item, "heartbeat_at")),
             error_class=_get(item, "error_class"),
             error_message=_get(item, "error_message"),
+            started_at=_time(_get(item, "started_at")),
         )
 
     @property

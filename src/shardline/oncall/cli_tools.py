@@ -202,3 +202,71 @@ def fleet(options: Globals, action: str, dry_run: bool) -> Reply:
         for c in changes
     ] or [f"no quota in {options.dags_folder / 'fleet.yaml'}: no pool to sync"]
     return Reply([dataclasses.asdict(c) for c in changes], functools.partial(print_lines, lines))
+
+
+@command(
+    "quote",
+    "what a pipeline's partitions will cost, before they run: a range and an expected figure",
+    "Quote the runs of a pipeline before launch: list each partition's inputs as the plan task would (their rows "
+    "from parquet footers; text inputs' from their bytes), choose the instances as the plan would, and estimate "
+    "each step's instance-hours from the rates the same model version reached on the same instance type in the "
+    "pipeline's newest successful runs (the ledger and their run reports). Without such runs it measures a short "
+    "sample run of the step's worker settings here, and says so. Prints dollars, instance-hours and cost per 1M "
+    "predictions as a range and an expected figure, per partition and step and in all, and which runs the "
+    "figures came from. Default: the schedule's latest whole interval.",
+)
+@click.argument("pipeline", metavar="PIPELINE")
+@click.option("--partition", type=IsoDate(), default=None, help="one partition: its interval's start")
+@click.option("--from", "since", type=IsoDate(), default=None, help="every partition starting at or after this")
+@click.option("--to", "until", type=IsoDate(), default=None, help="... and before this")
+@click.option("--input-prefix", metavar="S3URI", help="an unscheduled pipeline's input (its first step's)")
+@click.option("--model-version", help="the model_version Param (default: the spec's model.version)")
+@click.option("--instance-count", type=click.IntRange(min=1), default=None, help="the instance_count Param")
+@click.option("--no-sample", is_flag=True, help="quote from history only: never run a sample here")
+@click.pass_obj
+def quote(
+    options: Globals,
+    pipeline: str,
+    partition: dt.datetime | None,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+    input_prefix: str | None,
+    model_version: str | None,
+    instance_count: int | None,
+    no_sample: bool,
+) -> Reply:
+    """Quote a pipeline's partitions before they run."""
+    from shardline.oncall.errors import BadRequest
+    from shardline.oncall.tune import sample_rates
+    from shardline.orchestration import quote as quoting
+    from shardline.spec import SpecError, data_interval, intervals_between
+
+    spec, _ = options.pipeline_step(pipeline, None)
+    scheduled = spec.schedule not in (None, "@once")
+    if partition and (since or until):
+        raise BadRequest("give --partition, or --from and --to, not both")
+    if bool(since) != bool(until):
+        raise BadRequest("--from and --to go together")
+    if not scheduled:
+        if partition or since:
+            raise BadRequest(f"{pipeline} has no schedule, so no partitions: quote its run of --input-prefix")
+        partitions: list = [None]
+    elif since:
+        partitions = [start for start, _ in intervals_between(spec.schedule, since, until)]
+        if not partitions:
+            window = f"{since:%Y-%m-%dT%H:%M} to {until:%Y-%m-%dT%H:%M}"
+            raise BadRequest(f"no interval of {spec.schedule} starts from {window}")
+    else:
+        partitions = [partition or data_interval(spec.schedule, dt.datetime.now(dt.UTC))[0]]
+    try:
+        found = quoting.quote(
+            spec,
+            partitions,
+            model_version=model_version,
+            input_prefix=input_prefix,
+            instance_count=instance_count,
+            sampler=None if no_sample else sample_rates,
+        )
+    except (quoting.QuoteError, SpecError) as err:
+        raise BadRequest(str(err)) from err
+    return Reply(quoting.quote_data(found), functools.partial(print_lines, quoting.quote_lines(found)))

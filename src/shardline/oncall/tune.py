@@ -15,6 +15,7 @@ import dataclasses
 import datetime as dt
 import json
 import posixpath
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -281,3 +282,80 @@ def _run(
             raise
         out.seek(0)
         return code, out.read(), "".join(log)
+
+
+SAMPLE_RUNS = 2  # runs of each sample a quote times (the fastest counts: a busy machine only slows a run)
+QUOTE_SAMPLE_ROWS = (50_000, 500_000)  # the two samples: a small and a large one, to part start-up from rows
+
+
+def sample_rates(spec: PipelineSpec, step_name: str, model_uri: str, model_version: str | None, input_uri: str):
+    """A quote's rates when the step has no history: the step's own worker, with its own settings, run here as its
+    instances run it (``python -m shardline.worker`` over a folder of inputs, no ledger, sandboxed as ``tune`` is)
+    on two samples of the first inputs, a small and a large one, each process timed from its start to its exit:
+    the two give the time an instance takes whatever its share, and its time per row. Raises QuoteError when it
+    cannot run. The :data:`~shardline.orchestration.quote.Sampler` the CLI gives the quote."""
+    from shardline.orchestration.quote import QuoteError
+    from shardline.report.quote import PastRun, rates_from
+
+    step = spec.step(step_name)
+    s3 = services.s3_client(spec)
+    objects = list_inputs(s3, input_uri, step.input.include, step.input.exclude)
+    if not objects:
+        raise QuoteError(f"step {step.name}: no input under {input_uri} to sample")
+    image = sandbox_image(spec, step, model_version, "shardline quote")
+    points = []
+    with tempfile.TemporaryDirectory(prefix="shardline-quote-") as tmp:
+        root = Path(tmp) / "sample"
+        root.mkdir()
+        fetch_model(s3, model_uri, root / "model")
+        for n, rows in enumerate(QUOTE_SAMPLE_ROWS):
+            data = root / f"data{n}"
+            fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data)
+            files = [p for p in data.rglob("*") if p.is_file()]
+            rows_in, bytes_in = sum(_rows_of(p) for p in files), sum(p.stat().st_size for p in files)
+            seconds = min(_timed_job(spec, step, root, data.name, model_version, image) for _ in range(SAMPLE_RUNS))
+            points.append(
+                PastRun(f"{rows_in:,} rows", 1, rows_in, seconds, seconds, bytes_in=bytes_in, rows_in=rows_in)
+            )
+    if points[0].rows >= points[-1].rows:  # the inputs hold no more than the small sample: one point
+        points = points[-1:]
+    return rates_from(points, "sample")
+
+
+def _timed_job(spec: PipelineSpec, step: StepSpec, root: Path, data: str, model_version: str | None, image) -> float:
+    """Seconds of one worker process over ``root/data``, from its start to its exit; QuoteError when it fails."""
+    import time
+
+    from shardline.orchestration.quote import QuoteError
+
+    out = root / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    command = [
+        sys.executable,
+        "-m",
+        "shardline.worker",
+        "--input-dir",
+        str(root / data),
+        "--output-dir",
+        str(out),
+        "--model-dir",
+        str(root / "model"),
+        "--scratch-dir",
+        str(root / "scratch"),
+        "--host",
+        "quote",
+        *worker_arguments(step),
+        *pin_arguments(step, model_version),
+    ]
+    command = in_sandbox(command, image, {root: contract.SAMPLE_DIR})
+    started = time.monotonic()
+    code, _, log = _run(command, root, None, worker_environment(root, sandboxed=image is not None))
+    seconds = time.monotonic() - started
+    if code != 0:
+        lines = [line for line in log.splitlines() if " ERROR " in line or "setup failed" in line]
+        raise QuoteError(
+            f"step {step.name}: the sample run could not run (worker exit {code}): "
+            + ("; ".join(lines[-3:]) or log[-500:])
+            + f"; see why with `shardline preview {spec.pipeline} --step {step.name}`"
+        )
+    return seconds

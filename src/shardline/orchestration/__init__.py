@@ -12,5 +12,8 @@ Plain functions; only :mod:`.services` reaches Airflow, for the Amazon provider'
 - :mod:`.model_check`: the plan task's check that the model is where the spec says, before anything is planned.
 - :mod:`.tables`: a step's output table: its catalog (pyiceberg, on Airflow's side only) and the one commit per run
   that makes a partition's outputs the table's, before ``_SUCCESS``; its history and a scan back.
+- :mod:`.quote`: a quote before launch: each partition's inputs listed, its steps' rates from their earlier runs
+  (or a sample run the CLI gives), priced; what ``shardline quote`` prints and the plan task logs.
+- :mod:`.footers`: parquet footers read from S3 without the data (a commit's data files, a quote's rows).
 - :mod:`.deadlines`: a missed deadline, recorded on the run's RUN item (the Deadline Alert's callback calls it).
 """

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardline.errors import TableCommitFailed, TableError
+from shardline.orchestration.footers import parquet_footer
 from shardline.planning import naming
 from shardline.planning.attempt import Attempt
 from shardline.s3uri import parse_s3_uri
@@ -379,7 +379,6 @@ def _commit_once(table: Table, spec_table: TableSpec, attempt: Attempt, paths: l
     )
 
 
-FOOTER_READ = 1 << 16  # one ranged GET a file: its footer, whole for the worker's outputs (a few KiB)
 
 
 def _data_files(table: Table, paths: list[str], attempt: Attempt) -> list:
@@ -458,24 +457,12 @@ def _s3_for(table: Table):
 
 
 def _footer(s3, path: str):
-    """A parquet file's footer metadata and the file's size, read with one ranged GET (a second for a footer larger
-    than :data:`FOOTER_READ`)."""
-    import struct
-
-    import pyarrow.parquet as pq
-
+    """A parquet file's footer metadata and the file's size (:func:`footers.parquet_footer`)."""
     bucket, key = parse_s3_uri(path)
-    answer = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes=-{FOOTER_READ}")
-    tail = answer["Body"].read()
-    size = int(str(answer.get("ContentRange", "")).rsplit("/", 1)[-1] or len(tail))
-    if len(tail) < 12 or tail[-4:] != b"PAR1":
+    found = parquet_footer(s3, bucket, key)
+    if found is None:
         raise TableError(f"{path} is not a parquet file (no footer): it cannot be committed")
-    length = struct.unpack("<I", tail[-8:-4])[0]
-    if length + 8 > len(tail):
-        start = size - length - 8
-        tail = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{size - 1}")["Body"].read()
-    # A footer parses alone: the magic, the metadata, its length and the magic again.
-    return pq.read_metadata(io.BytesIO(b"PAR1" + tail[-(length + 8) :])), size
+    return found
 
 
 # -- reading a table back --------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
   last successful partitions'.
 - :mod:`.drift`: the population stability index (PSI) of a run's predictions against a reference run's.
 - :mod:`.cost`: the shipped price table of SageMaker Processing instance types, and cost per 1M predictions.
+- :mod:`.quote`: a step's cost before it runs, fitted to earlier runs' reports (or a sample): a range and an
+  expected figure.
 - :mod:`.inputs`: the plain records a report is built from: the ledger's ``FileRecord`` per file, counted, and an
   ``InstanceRecord`` per SHARD record; ``records_from_ledger`` makes them from one step's ledger records.
 - :mod:`.model`: the typed ``RunReport`` and its JSON (``to_json``, ``from_json``).

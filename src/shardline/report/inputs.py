@@ -114,8 +114,9 @@ def records_from_ledger(
     ``step_item``, ``file_items`` and ``shard_items`` are what
     ``shardline.ledger.step_reads.read_step(model, ref, file_attributes=None)`` returns: the STEP item and
     the FILE and SHARD records (the default attributes leave out the files' hosts, bytes and times). The ledger
-    does not record an instance's type (the spec's ``resources.instance_type`` does), nor when an
-    instance started: its first file's claim is taken for that, and its last heartbeat for its end.
+    does not record an instance's type (the spec's ``resources.instance_type`` does). An instance runs from its start
+    (its SHARD item's ``started_at``, the worker's start-up; from an older worker, which did not record it, its first
+    file's claim) to its last heartbeat.
     ``pipeline``/``run_id``/``step`` fill what a missing STEP item cannot tell. ``planned_sizes`` (input key ->
     bytes, from the plan files) gives the bytes of a file claimed but never finished, whose item has none.
     ``instance_types``: the type each attempt's job really ran on (after a capacity move, not the spec's), by
@@ -148,7 +149,7 @@ def records_from_ledger(
                 attempt=attempt,
                 instance_type=(instance_types or {}).get(attempt, instance_type),
                 status=shard.status,
-                started_at=first_claim.get((shard.host, attempt)) or step_started,
+                started_at=shard.started_at or first_claim.get((shard.host, attempt)) or step_started,
                 ended_at=shard.heartbeat_at,
                 files_assigned=shard.files_assigned,
                 files_done=shard.files_done,

@@ -19,6 +19,13 @@ It is in five parts, each a package whose docstring names its modules:
 - :mod:`.tools`: what runs instead of the job: ``--preview`` and ``--tune``.
 """
 
+import time
+
 from shardline import __version__  # the distribution's one version
 
-__all__ = ["__version__"]
+# When this worker's Python began importing it: the instance's start, as far as the worker can know it (its container's
+# start before that is SageMaker's). Each SHARD item records it once, so the run report bills an instance from its
+# start-up (model load included), not from its first file.
+STARTED_AT = time.time()
+
+__all__ = ["STARTED_AT", "__version__"]

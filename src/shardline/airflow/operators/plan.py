@@ -213,6 +213,10 @@ class PlanStepOperator(SpecMixin, BaseOperator):
             # what waits now is the files.
             self._missing(run, input_prefix, ready.reason, waited=waited, files=ready.files)
         attempt = ready.attempt
+        from shardline.orchestration.quote import attempt_quote_lines
+
+        for line in attempt_quote_lines(spec, attempt):
+            self.log.info("step %s: %s", self.step, line)
         if self.admission is not None:
             from shardline.orchestration.step.capacity import note_waiting
 

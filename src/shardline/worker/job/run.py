@@ -20,6 +20,7 @@ from shardline.contract import EXIT_FENCED, EXIT_FILES_FAILED, EXIT_OK
 from shardline.errors import SetupError
 from shardline.ledger.context import LedgerContext
 from shardline.ledger.states import FileStatus, ShardStatus
+from shardline.worker import STARTED_AT
 from shardline.worker.io import formats
 from shardline.worker.io.work_units import InputFile, WorkUnit, discover_inputs, plan_units
 from shardline.worker.job.ledger_hooks import LedgerHooks
@@ -281,7 +282,7 @@ def _prepare(
             # Each output goes up as its file finishes, before the ledger calls it SUCCEEDED.
             uploader = OutputUploader(args.output_dir, context.output_uri, kms_key_id=context.output_kms_key_id or None)
         hooks = LedgerHooks(
-            WorkerLedger(context, host),
+            WorkerLedger(context, host, started_at=dt.datetime.fromtimestamp(STARTED_AT, dt.UTC)),
             files_assigned=len(files),
             heartbeat_interval=args.heartbeat_interval,
             retry_budget_seconds=args.ledger_retry_seconds,
