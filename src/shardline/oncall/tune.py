@@ -310,7 +310,14 @@ def sample_rates(spec: PipelineSpec, step_name: str, model_uri: str, model_versi
         fetch_model(s3, model_uri, root / "model")
         for n, rows in enumerate(QUOTE_SAMPLE_ROWS):
             data = root / f"data{n}"
-            fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data)
+            try:
+                fetch_inputs(s3, input_uri, [o.key for o in objects], rows, data)
+            except (ValueError, OSError) as err:  # pyarrow's ArrowInvalid is a ValueError: not the format it says
+                raise QuoteError(
+                    f"step {step.name}: the sample run could not run: its first inputs under {input_uri} could not "
+                    f"be read ({type(err).__name__}: {err}); see why with "
+                    f"`shardline preview {spec.pipeline} --step {step.name}`"
+                ) from err
             files = [p for p in data.rglob("*") if p.is_file()]
             rows_in, bytes_in = sum(_rows_of(p) for p in files), sum(p.stat().st_size for p in files)
             seconds = min(_timed_job(spec, step, root, data.name, model_version, image) for _ in range(SAMPLE_RUNS))

@@ -127,15 +127,21 @@ def past_run(run_id: str, report: RunReport, planned_at: dt.datetime | None) -> 
     )
 
 
-def input_rows(s3, bucket: str, objects: Sequence[S3Object]) -> int | None:
+def input_rows(s3, bucket: str, objects: Sequence[S3Object], notes: list[str]) -> int | None:
     """The inputs' rows from their parquet footers (every one, up to :data:`MAX_FOOTERS`; past that, those read
-    scaled by bytes); None when any input is not plain parquet (its rows are not known before reading it)."""
+    scaled by bytes); None when any input is not plain parquet (its rows are not known before reading it). An input
+    named .parquet that has no footer is noted: its run will fail that file."""
     if not objects or any(not o.key.lower().endswith(".parquet") for o in objects):
         return None
     read = list(objects[:MAX_FOOTERS])
     with ThreadPoolExecutor(max_workers=FOOTER_THREADS) as pool:
         footers = list(pool.map(lambda o: parquet_footer(s3, bucket, o.key), read))
-    if any(f is None for f in footers):
+    unreadable = [o.key for o, f in zip(read, footers, strict=True) if f is None]
+    if unreadable:
+        notes.append(
+            f"{len(unreadable)} input(s) named .parquet have no parquet footer (s3://{bucket}/{unreadable[0]} "
+            "first): the run will fail them; their rows are guessed from bytes"
+        )
         return None
     rows = sum(meta.num_rows for meta, _ in footers)
     if len(read) == len(objects):
@@ -227,7 +233,7 @@ def quote_partition(
                 bytes=sum(o.size for o in objects),
                 instances=choose_instance_count(instance_count or s.resources.instance_count, len(objects)),
                 instance_type=s.resources.instance_type,
-                rows=input_rows(s3, parse_s3_uri(input_uri)[0], objects),
+                rows=input_rows(s3, parse_s3_uri(input_uri)[0], objects, notes),
             )
         if key not in rates_seen:
             rates_seen[key] = rates_for(spec, s.name, model_uri, version, input_uri, sampler, notes)
@@ -347,7 +353,7 @@ def quote_lines(q: Quote) -> list[str]:
 
 
 def _span_dict(span) -> dict:
-    return {"low": round(span.low, 6), "expected": round(span.expected, 6), "high": round(span.high, 6)}
+    return {"low": span.low, "expected": span.expected, "high": span.high}
 
 
 def quote_data(q: Quote) -> dict:
