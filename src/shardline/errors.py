@@ -108,7 +108,7 @@ SIGNALS = frozenset(
         "grant.proxy._Unframed",  # a request its headers let be read two ways: answered 400
         "grant.requests.Unreadable",  # a request the grant cannot read as IAM would: refused
         "local.moto_atomic.Refused",  # a request the embedded endpoint answers as S3 would, before moto
-        "worker.job.cli.Terminated",  # SIGTERM: the worker ends its files and exits 143
+        "worker.pool.runner.Terminated",  # SIGTERM: the worker ends its files and exits 143
         "worker.pool.runner.Stopped",  # the job was told to stop (fenced out): the pool winds down
     }
 )

@@ -20,4 +20,6 @@ Every rule here is a pure function, with the clock passed in, so each is table-t
   report task, the lineage and the Asset event read), and ``status_of``, the one mapping from a watch's outcome to
   the status a step records.
 - :mod:`.run_end`: how a run ends, from its steps' summaries.
+- :mod:`.budget`: what a run has spent (each instance from its start to its last heartbeat, or now), and whether it
+  is past its budget (``over_budget``): ``decide()`` then stops the step (a FAIL naming the spend and the budget).
 """

@@ -99,6 +99,8 @@ class StepSnapshot:
     shards: Sequence[ShardRecord] = ()  # the attempt's instances' SHARD items
     job_failure_reason: str | None = None
     cancelled: bool = False  # an on-call engineer ran `shardline cancel`
+    # Why the step stops: its run spent past its budget (decision.budget.OverBudget's reason); None within it.
+    over_budget: str | None = None
     ledger_requests: int = 0  # the DynamoDB requests the poll made (what it cost; no input to the policy)
     model_uri: str | None = None  # the attempt's model: an instance's setup error names it
     # Attempts before this one that followed a capacity failure: retry.max_attempts does not count them.
@@ -160,7 +162,7 @@ def needs_files(snapshot: StepSnapshot, policy: Policy) -> bool:
     job = snapshot.job_status
     if snapshot.record_missing:
         return False  # the step fails on that alone
-    if snapshot.cancelled or not (job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING):
+    if snapshot.cancelled or snapshot.over_budget or not (job is JobStatus.IN_PROGRESS or job is JobStatus.STOPPING):
         return True
     if any(s.setup_error for s in snapshot.shards) or snapshot.lost_instances:
         return True
@@ -204,6 +206,10 @@ def decide(snapshot: StepSnapshot, policy: Policy) -> Decision:
             failed_files=tuple(failed),
             stop_job=not job.is_terminal,
         )
+    if snapshot.over_budget and (not job.is_terminal or failed or unfinished):
+        # Spending on (or retrying) past the budget is what it is there to stop; a job that has finished every file
+        # has spent its money already, and ends as it would.
+        return Decision(Action.FAIL, snapshot.over_budget, failed_files=tuple(failed), stop_job=not job.is_terminal)
     broken = [s for s in snapshot.shards if s.setup_error]
     if broken:
         # The model (or the job's arguments) cannot be set up: every attempt would fail the same way.

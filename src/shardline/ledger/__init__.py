@@ -19,6 +19,7 @@ loads nothing, so importing the states or keys never loads pynamodb.
   whatever ended that run.
 - :mod:`.baselines`: a step's reference profile for its output checks (``shardline checks baseline``): one item per
   step, never expiring, written whole.
+- :mod:`.budgets`: a run's budget as on-call raised it (``resubmit --budget-usd``), on its RUN item.
 - :mod:`.record_gaps`: when the ledger cannot vouch for a step: its STEP item gone or older than the attempt
   planned, or the table gone. Absence is never success, and never a newer attempt.
 """

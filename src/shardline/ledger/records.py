@@ -29,6 +29,10 @@ def _int(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
+def _float(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
 def _time(value: Any) -> dt.datetime | None:
     """A UTC time from an item's attribute: a datetime (naive is taken as UTC) or its ISO text."""
     if value is None or value == "":
@@ -195,6 +199,7 @@ class ShardRecord:
     error_class: str | None = None
     error_message: str | None = None
     started_at: dt.datetime | None = None  # the instance's start (its first heartbeat's; None: an older worker)
+    step: str | None = None
 
     @classmethod
     def of(cls, item: Any) -> ShardRecord:
@@ -210,6 +215,7 @@ class ShardRecord:
             error_class=_get(item, "error_class"),
             error_message=_get(item, "error_message"),
             started_at=_time(_get(item, "started_at")),
+            step=_get(item, "step"),
         )
 
     @property
@@ -324,6 +330,7 @@ class RunRecord:
     waiting_step: str | None = None  # ... and which step
     missed_deadline: str | None = None  # the run missed its deadline: when, and the run's state then
     deadline_misses: int = 0  # how often its deadline alert fired (once, unless Airflow repeated it)
+    budget_usd: float | None = None  # what on-call raised the run's budget to (`resubmit --budget-usd`)
 
     @classmethod
     def of(cls, item: Any) -> RunRecord:
@@ -339,6 +346,7 @@ class RunRecord:
             _get(item, "waiting_step"),
             _get(item, "missed_deadline"),
             int(_get(item, "deadline_misses") or 0),
+            _float(_get(item, "budget_usd")),
         )
 
     def error_line(self) -> str:

@@ -31,6 +31,7 @@ class ShardStatus(StrEnum):
     PARTIAL = "PARTIAL"  # finished, some files failed
     FAILED = "FAILED"  # fatal setup error: nothing was processed
     FENCED = "FENCED"  # a newer attempt took over; this instance stopped
+    STOPPED = "STOPPED"  # its job was stopped (a cancel, a budget, a deadline): what it finished stands
 
 
 class StepStatus(StrEnum):
@@ -58,7 +59,9 @@ class RunStatus(StrEnum):
 
 RUN_TERMINAL = frozenset(set(RunStatus) - {RunStatus.RUNNING})
 FILE_TERMINAL = frozenset({FileStatus.SUCCEEDED, FileStatus.FAILED})
-SHARD_TERMINAL = frozenset({ShardStatus.SUCCEEDED, ShardStatus.PARTIAL, ShardStatus.FAILED, ShardStatus.FENCED})
+SHARD_TERMINAL = frozenset(
+    {ShardStatus.SUCCEEDED, ShardStatus.PARTIAL, ShardStatus.FAILED, ShardStatus.FENCED, ShardStatus.STOPPED}
+)
 STEP_TERMINAL = frozenset(
     {StepStatus.SUCCEEDED, StepStatus.PARTIAL, StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.CANCELLED}
 )

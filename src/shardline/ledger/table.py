@@ -178,6 +178,7 @@ class ControlItem(_Expiring, Model):
     # RUN items: the run missed its deadline (spec deadline:): what the views show, and how often the alert fired.
     missed_deadline = UnicodeAttribute(null=True, attr_name="olt")
     deadline_misses = NumberAttribute(null=True, attr_name="odm")
+    budget_usd = NumberAttribute(null=True, attr_name="obu")  # RUN items: the run's budget as on-call raised it
     # PARTITION lock items (ledger.partitions): taken over only by raising the fence; the lease says until when the
     # holder vouched for itself.
     fence = NumberAttribute(null=True, attr_name="ofn")  # STEP items: the fence of the take the step holds

@@ -197,6 +197,12 @@ SELECTIONS = ("--all-failed", "--instance", "--file", "--rejects")
     multiple=True,
     help="one file (s3:// URI or key relative to the input prefix); repeatable",
 )
+@click.option(
+    "--budget-usd",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="raise the run's budget to this (after a budget stop); alone, it resubmits every file not succeeded",
+)
 @click.option("--dry-run", is_flag=True, help="show what would be resubmitted; change nothing")
 @click.option("--force", is_flag=True, help="resubmit even though the step's watch task has not ended")
 @click.option(
@@ -214,11 +220,14 @@ def resubmit(
     instance: str | None,
     shard_alias: str | None,
     keys: tuple[str, ...],
+    budget_usd: float | None,
     dry_run: bool,
     force: bool,
     ledger_only: bool,
 ) -> Reply:
     instance = instance or shard_alias  # --shard, as earlier releases called it, still works
+    if budget_usd is not None and not (instance or keys or rejects):
+        all_failed = True  # a budget stop's resubmit: the files it left unfinished
     # Exactly one way of choosing, as a usage error (exit 2) before anything is read.
     given = [flag for flag, value in zip(SELECTIONS, (all_failed, instance, keys, rejects), strict=True) if value]
     if len(given) != 1:
@@ -226,7 +235,9 @@ def resubmit(
         raise click.UsageError(many or f"one of the arguments {' '.join(SELECTIONS)} is required")
     oncall = options.oncall()
     choice = FileChoice(instance=instance, files=keys, all_failed=all_failed, rejects=rejects)
-    result = oncall.resubmit(run_ref(run), step, choice, dry_run=dry_run, force=force, ledger_only=ledger_only)
+    result = oncall.resubmit(
+        run_ref(run), step, choice, dry_run=dry_run, force=force, ledger_only=ledger_only, budget_usd=budget_usd
+    )
     return resubmit_reply(result, dry_run=dry_run)
 
 

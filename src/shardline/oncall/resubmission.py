@@ -12,6 +12,7 @@ import json
 
 from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
+from shardline.ledger.budgets import set_run_budget
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.records import sources_with_rejects
@@ -86,19 +87,18 @@ class Resubmission(OnCallReads):
         dry_run: bool = False,
         force: bool = False,
         ledger_only: bool = False,
+        budget_usd: float | None = None,
     ) -> ResubmitResult:
         """Start a new attempt of ``step`` with only the chosen files, and let the DAG run follow it.
 
         All or nothing: Airflow is asked first (the watch task's state, and whether this caller may clear it), and
         if it cannot be asked or would refuse, nothing is submitted. Safe to repeat: the same call again finds the
-        attempt running, or completes a resubmission whose clear failed, or finds nothing left. ``force``
-        resubmits while the step's watch task is still in charge (it follows the new attempt). ``ledger_only``
-        leaves Airflow out (a step not run by an Airflow DAG): the new attempt runs, and no DAG run follows it.
-        """
+        attempt running, or completes a resubmission whose clear failed, or finds nothing left. ``force``: while
+        the watch task is still in charge (it follows the new attempt). ``ledger_only``: Airflow left out (no DAG
+        run follows). ``budget_usd``: the run's budget from now on (after a budget stop), recorded first."""
         spec = self.spec(ref.pipeline)
         records, plan = self._read_and_choose(spec, ref, step, choice)
-        again = repeat_resubmit_command(ref, step, choice, force=force)
-        latest = _latest(records, ref, step)
+        again, latest = repeat_resubmit_command(ref, step, choice, force=force), _latest(records, ref, step)
         job = self._latest_job(spec, latest, records.shards)
         watch = f"watch_{step}"
         watch_state = None if ledger_only else self._watch_state(ref, watch)
@@ -123,6 +123,7 @@ class Resubmission(OnCallReads):
         if dry_run:
             return _dry_run_result(plan, next_step, ref, step, latest.number, watch_state)
         attempt = job_name = waiting = None
+        _raise_budget(spec, ref, budget_usd)
         if next_step.next is Next.SUBMIT:
             started = _submit(
                 spec,
@@ -351,3 +352,10 @@ def _submit(
             f"attempt {latest.number} meanwhile, so nothing was submitted; `shardline "
             f"status {ref}` shows where it is now"
         ) from err
+
+
+def _raise_budget(spec: PipelineSpec, ref: RunRef, budget_usd: float | None) -> None:
+    """Record the run's raised budget (``--budget-usd``) before anything is submitted: the new attempt's watch holds
+    the run to it."""
+    if budget_usd is not None:
+        set_run_budget(services.ledger_model(spec), ref.pipeline, ref.run_id, budget_usd)

@@ -14,6 +14,8 @@ Plain functions; only :mod:`.services` reaches Airflow, for the Amazon provider'
   that makes a partition's outputs the table's, before ``_SUCCESS``; its history and a scan back.
 - :mod:`.quote`: a quote before launch: each partition's inputs listed, its steps' rates from their earlier runs
   (or a sample run the CLI gives), priced; what ``shardline quote`` prints and the plan task logs.
+- :mod:`.budget`: a run's budget and what it has spent, from the ledger: what a step's watch holds the run to, what
+  the pipeline's runs of a day have spent; the prices a spec's steps are priced at.
 - :mod:`.footers`: parquet footers read from S3 without the data (a commit's data files, a quote's rows).
 - :mod:`.deadlines`: a missed deadline, recorded on the run's RUN item (the Deadline Alert's callback calls it).
 """

@@ -22,8 +22,8 @@ from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import list_runs, read_step_item
 from shardline.orchestration import services
+from shardline.orchestration.budget import prices_for
 from shardline.orchestration.footers import parquet_footer
-from shardline.orchestration.step.run_report import prices_for
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import S3Object, choose_instance_count, list_inputs
 from shardline.report.cost import UnknownPriceError

@@ -379,8 +379,6 @@ def _commit_once(table: Table, spec_table: TableSpec, attempt: Attempt, paths: l
     )
 
 
-
-
 def _data_files(table: Table, paths: list[str], attempt: Attempt) -> list:
     """Each file as the table's data file, from its parquet footer (schema, rows, column bounds), and checked to hold
     the run's partition: a file whose partition columns say otherwise, or whose schema the table cannot read, is

@@ -141,6 +141,13 @@ def run_ref(pipeline: str, run_id: str) -> str:
     return f"{pipeline}/{run_id}"
 
 
+def budget_resubmit_command(pipeline: str, run_id: str, step: str, budget_usd: float) -> str:
+    """The command that raises a run's budget and resubmits its step's unfinished files (after a budget stop)."""
+    return shlex.join(
+        ["shardline", "resubmit", run_ref(pipeline, run_id), "--step", step, "--budget-usd", f"{budget_usd:.2f}"]
+    )
+
+
 def resubmit_command(pipeline: str, run_id: str, step: str) -> str:
     """The exact command an on-call engineer runs to resubmit a step's failed files."""
     return shlex.join(["shardline", "resubmit", run_ref(pipeline, run_id), "--step", step, "--all-failed"])

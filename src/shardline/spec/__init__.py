@@ -139,6 +139,27 @@ class CostSettings(_Strict):
     )
 
 
+class BudgetSettings(_Strict):
+    """What a pipeline may spend (USD at the cost settings' prices), checked before each job starts against its quote
+    and while it runs against what its instances have run (docs/cost.md)."""
+
+    run_usd: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="what one run may spend, all its steps together: a job whose quote would pass what is left does "
+        "not start, and a running step that passes it is stopped (its finished files kept)",
+    )
+    daily_usd: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="what the pipeline's runs started on one UTC day may spend together: a job whose quote would "
+        "pass what is left of the day's does not start",
+    )
+    on_exceed: Literal["wait", "fail"] = Field(
+        default="fail",
+        description="a job the daily budget cannot admit: fail (naming the budget), or wait for the next UTC day's "
+        "(the run budget always fails: waiting does not add to it)",
+    )
+
+
 class StepSpec(_Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     """the step's name, in task ids and job names"""
@@ -219,6 +240,8 @@ class PipelineSpec(_Strict):
     )
     cost: CostSettings = CostSettings()
     """prices the run report's cost uses"""
+    budget: BudgetSettings = BudgetSettings()
+    """what a run, and the pipeline's runs of a day, may spend (unset: no limit)"""
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 15.0
     """how often the trigger polls the ledger and the job"""
     priority: Literal["high", "normal", "low"] = "normal"

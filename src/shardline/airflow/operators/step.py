@@ -91,7 +91,7 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         self._attempt = attempt
         # The attempt is watched with the policy the spec sets now; the trigger carries it, so an edit of the
         # spec while the attempt runs does not change it.
-        watch = StepWatch.of(self.spec, attempt.step)
+        watch = StepWatch.of(self.spec, attempt.step, attempt)  # and the run's budget, as the ledger has it now
         # A step that has already ended (a retried watch, a job quicker than the hand-over) is acted on
         # here: deferring would only bring the answer straight back.
         decision = decide_now(watch, attempt)

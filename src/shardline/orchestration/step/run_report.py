@@ -20,6 +20,7 @@ from shardline.ledger.records import stale_parts
 from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, list_runs, read_step_item
 from shardline.orchestration import services
+from shardline.orchestration.budget import prices_for
 from shardline.orchestration.step import outputs, watch
 from shardline.orchestration.step.approval import UNCOMPUTED, Approval, approval_of
 from shardline.orchestration.step.baseline import baseline_of
@@ -31,7 +32,6 @@ from shardline.planning.inputs import put_metadata
 from shardline.planning.naming import job_name
 from shardline.report.build import build_report
 from shardline.report.checks import Baseline, Partition, blocked_by, blocked_message, evaluate
-from shardline.report.cost import Prices, UnknownPriceError
 from shardline.report.histogram import Histogram, HistogramFormatError
 from shardline.report.inputs import PreviousRun, records_from_ledger, reject_where
 from shardline.report.model import CheckResult, RejectRow, RunReport
@@ -55,23 +55,6 @@ class WrittenReport:
     report: RunReport
     html_uri: str
     json_uri: str
-
-
-def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
-    """The spec's prices over the shipped table, and a note when the local backend's price is unknown.
-
-    The local backend costs its instance type's SageMaker price unless cost.local_price_per_hour says
-    otherwise: what the same run would cost in the cloud.
-    """
-    local = spec.cost.local_price_per_hour
-    prices = Prices.default(spec.cost.prices, local_per_hour=local or 0.0)
-    if spec.backend != "local" or local is not None:
-        return prices, None
-    instance_type = spec.step(step).resources.instance_type
-    try:
-        return dataclasses.replace(prices, local_per_hour=prices.hourly(instance_type)), None
-    except UnknownPriceError as err:
-        return prices, f"the local run is priced at 0: {err} (or set cost.local_price_per_hour)"
 
 
 REJECTS_IN_REPORT = 200  # rejected rows the report lists, over all files; each file's rejects list has them all

@@ -13,13 +13,15 @@ import time
 from typing import Any
 
 from shardline.decision import fleet
+from shardline.decision.budget import OverBudget, RunBudget, over_budget
 from shardline.decision.policy import Action, Decision, Policy, StepSnapshot, decide, needs_files
 from shardline.ledger.keys import StepRef
 from shardline.ledger.partitions import standing
 from shardline.ledger.record_gaps import record_gap, table_gone, table_gone_text
-from shardline.ledger.states import StepStatus
+from shardline.ledger.states import FileStatus, StepStatus
 from shardline.ledger.step_reads import StepRecords, read_step
 from shardline.orchestration import services
+from shardline.orchestration.budget import budget_for
 from shardline.orchestration.partitions import running_job_of, running_jobs
 from shardline.orchestration.services import AwsSettings
 from shardline.orchestration.step.files import read_step_files
@@ -50,17 +52,28 @@ class StepWatch:
 
     aws: AwsSettings
     policy: Policy
+    budget: RunBudget | None = None  # what the run may spend (None: no budget); read once, when the watch begins
 
     @classmethod
-    def of(cls, spec: PipelineSpec, step: str) -> StepWatch:
-        return cls(AwsSettings.of(spec), policy_for(spec, step))
+    def of(cls, spec: PipelineSpec, step: str, attempt: Attempt | None = None) -> StepWatch:
+        """The watch of ``step``; of ``attempt``, it holds the attempt's run to its budget (read from the ledger)."""
+        budget = budget_for(spec, attempt) if attempt is not None else None
+        return cls(AwsSettings.of(spec), policy_for(spec, step), budget)
 
     def to_json(self) -> dict[str, Any]:
-        return {"aws": self.aws.to_json(), "policy": self.policy.to_json()}
+        return {
+            "aws": self.aws.to_json(),
+            "policy": self.policy.to_json(),
+            "budget": self.budget.to_json() if self.budget else None,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepWatch:
-        return cls(AwsSettings.from_json(data["aws"]), Policy.from_json(data["policy"]))
+        return cls(
+            AwsSettings.from_json(data["aws"]),
+            Policy.from_json(data["policy"]),
+            RunBudget.from_json(data.get("budget")),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,8 +208,8 @@ def partition_free(watch: PartitionWatch) -> tuple[bool, str]:
     return (True, f"{watch.output_prefix}: {free}") if free else (False, f"{watch.output_prefix} is held by {holder}")
 
 
-def _watch(source: PipelineSpec | StepWatch, step: str) -> StepWatch:
-    return source if isinstance(source, StepWatch) else StepWatch.of(source, step)
+def _watch(source: PipelineSpec | StepWatch, attempt: Attempt) -> StepWatch:
+    return source if isinstance(source, StepWatch) else StepWatch.of(source, attempt.step, attempt)
 
 
 def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | None = None) -> StepSnapshot:
@@ -211,7 +224,7 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
     A STEP item that is gone (or names an older attempt than the one watched) is recorded as the snapshot's
     ``record_missing``: the step's files cannot be counted without it, and the decision fails the step.
     """
-    watch = _watch(source, attempt.step)
+    watch = _watch(source, attempt)
     now = now if now is not None else time.time()
     state = services.backend_for(watch.aws).describe(attempt.job_name)
     model = services.ledger_model(watch.aws)
@@ -225,10 +238,13 @@ def snapshot(source: PipelineSpec | StepWatch, attempt: Attempt, now: float | No
     if gap:
         return dataclasses.replace(_snapshot(attempt, state, head, now, files=False), record_missing=gap)
     beside = _jobs_beside(watch, attempt, state, head)
+    over = over_budget(watch.budget, head.shards, attempt.number, now, attempt.submitted_at) if watch.budget else None
     taken = dataclasses.replace(_snapshot(attempt, state, head, now, files=False), **beside)
-    if not needs_files(taken, watch.policy):
+    if not (over or needs_files(taken, watch.policy)):
         return taken
     records = read_step_files(watch.aws, attempt.ref, head=head)
+    if over:
+        beside["over_budget"] = _over_budget_reason(over, attempt, records)
     return dataclasses.replace(_snapshot(attempt, state, records, now, files=True), **beside)
 
 
@@ -254,6 +270,16 @@ def _jobs_beside(watch: StepWatch, attempt: Attempt, state, head: StepRecords) -
     return {"lost_instances": untaken, "earlier_job_running": earlier, "shards": watched}
 
 
+def _over_budget_reason(over: OverBudget, attempt: Attempt, records: StepRecords) -> str:
+    """The stopped step's message: what the run spent, the files and rows done (the ledger's FILE items, not the
+    heartbeats', which may be half a minute old), and the command that finishes the rest with a larger budget."""
+    files = records.settled
+    done = [f for f in files if f.status is FileStatus.SUCCEEDED]
+    raised = over.suggested_budget(len(done), len(files))
+    command = naming.budget_resubmit_command(attempt.pipeline, attempt.run_id, attempt.step, raised)
+    return over.reason(len(done), len(files), sum(f.rows_out for f in done), command)
+
+
 def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> StepSnapshot:
     cancelled = bool(records.step and records.step.status == StepStatus.CANCELLED)
     return StepSnapshot(
@@ -274,7 +300,7 @@ def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> S
 
 def decide_now(source: PipelineSpec | StepWatch, attempt: Attempt) -> Decision:
     """One poll, as the trigger makes it: what the step's policy says about its snapshot right now."""
-    watch = _watch(source, attempt.step)
+    watch = _watch(source, attempt)
     return decide(snapshot(watch, attempt), watch.policy)
 
 

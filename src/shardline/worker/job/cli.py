@@ -32,6 +32,7 @@ from shardline.ledger.states import ShardStatus
 from shardline.worker import __version__
 from shardline.worker.job.ledger_pump import RETRY_BUDGET_SECONDS
 from shardline.worker.pool import forkserver
+from shardline.worker.pool.runner import Terminated
 
 log = logging.getLogger("shardline.worker")
 
@@ -458,10 +459,6 @@ def configure_logging(level: str, host: str, context: LedgerContext | None) -> N
     root.setLevel(level)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     logging.getLogger("pynamodb").setLevel(logging.WARNING)
-
-
-class Terminated(Exception):
-    """SIGTERM arrived (SageMaker's StopProcessingJob, or the local backend's stop)."""
 
 
 def _terminate(signum: int, _frame) -> None:

@@ -38,7 +38,7 @@ from shardline.worker.model.script_codec import ScriptProtocol
 from shardline.worker.model.script_runner import check_requirements
 from shardline.worker.pool import devices
 from shardline.worker.pool.process import JobSettings
-from shardline.worker.pool.runner import FileResult, Hooks, PoolOptions, Runner, Stopped
+from shardline.worker.pool.runner import FileResult, Hooks, PoolOptions, Runner, Stopped, Terminated
 from shardline.worker.tools.preview import run_preview
 from shardline.worker.tools.tune import run_tune
 
@@ -179,6 +179,9 @@ def _run_units(
         except Stopped as err:
             log.error("stopping: %s. Outputs already renamed into place are complete; nothing else was written.", err)
             return None
+        except Terminated:
+            hooks.beat(ShardStatus.STOPPED)  # its last heartbeat, flushed on the way out: when its bill ends
+            raise
         except SetupError:
             hooks.beat(ShardStatus.FAILED)
             raise

@@ -119,6 +119,11 @@ class Stopped(Exception):
     """The job was told to stop, for example because a newer attempt fenced it out."""
 
 
+class Terminated(Exception):
+    """SIGTERM arrived (SageMaker's StopProcessingJob, or the local backend's stop): the job's command line turns the
+    signal into this, so the pool is stopped and temp files are swept."""
+
+
 class Hooks:
     """Callbacks the scheduler fires on state changes (the ledger listens here).
 
