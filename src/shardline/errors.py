@@ -60,6 +60,7 @@ checks that it is the source's):
         s3uri.InvalidS3Uri [ValueError]
         ledger.context.LedgerConfigError [ValueError]
         LedgerRecordMissing
+        OverBudgetRefused
         ledger.partitions.PartitionLost
         ledger.partitions.PartitionMovedOn
         planning.inputs.PlanError [ValueError]
@@ -259,6 +260,11 @@ class LedgerRecordMissing(PermanentError):
     """A record a step's end counts on is not in the ledger (its STEP item, or the attempt it names): absence is
     never read as success, nor as a newer attempt that moved on. Most often the embedded endpoint lost its state
     (restarted without its data folder). Permanent: no retry brings the record back; the message says what to run."""
+
+
+class OverBudgetRefused(PermanentError):
+    """A job not started: its quote would pass what is left of its run's or its pipeline's day's budget
+    (``orchestration.admission``). The message names the budget, the quote and what to do."""
 
 
 class SubmitRefused(ShardlineError):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from shardline.spec import parse_spec
-from tests.support.pipelines import stage_step
+from tests.support.pipelines import parquet_bytes, stage_step
 from tests.support.scoring import unloaded_model
 
 TWO_STEP_INPUTS = {f"part-{i}.parquet": f"input {i} ".encode() * (10 + i) for i in range(2)}
@@ -29,3 +29,17 @@ def two_steps(aws_env, ledger_table, tmp_path, monkeypatch):
         }
     )
     return parse_spec(data, "two_steps.yaml"), bucket
+
+
+QUOTED_ROWS = 3_000  # a file's, in the `quoted` pipeline
+
+
+@pytest.fixture
+def quoted(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
+    """(spec, bucket) with three inputs staged: a/ (2 files), b/ (5 files), c/ (3 files)."""
+    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
+    inputs = {}
+    for folder, files in (("a", 2), ("b", 5), ("c", 3)):
+        for i in range(files):
+            inputs[f"{folder}/part-{i}.parquet"] = parquet_bytes(QUOTED_ROWS, len(inputs) * QUOTED_ROWS)
+    return stage_step("quoted", ledger_table, xgboost_model.parent, tmp_path, inputs)

@@ -5,15 +5,21 @@ and finishes the unfinished files only, every row once."""
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import time
+from pathlib import Path
 
 import pytest
 
+from shardline.backends import JobNotFound
 from shardline.decision.budget import RUN_SETTING
 from shardline.decision.policy import Action
+from shardline.errors import OverBudgetRefused
 from shardline.ledger.states import FileStatus
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import FileChoice, RunRef
+from shardline.orchestration import services
+from shardline.orchestration.admission import next_day
 from shardline.orchestration.budget import RAISED_SETTING, budget_for
 from shardline.orchestration.step import end as step_end
 from shardline.orchestration.step import jobs as step_jobs
@@ -21,7 +27,8 @@ from shardline.orchestration.step import plan as step_plan
 from shardline.orchestration.step import watch
 from shardline.orchestration.step.files import latest_attempt, read_step_files
 from shardline.spec import parse_spec
-from tests.orchestration.test_quote import report_of
+from tests.orchestration.test_quote import report_of, run_to_end
+from tests.support.cli import run
 from tests.support.pipelines import output_ids, plan_request, stage_step
 
 FILES, ROWS = 8, 200
@@ -124,3 +131,60 @@ def test_a_run_past_its_budget_is_stopped_between_files_and_the_raised_resubmit_
     assert ended.action is Action.ADVANCE, ended.reason
     ids = collections.Counter(output_ids(bucket))
     assert sorted(ids) == list(range(FILES * ROWS)) and set(ids.values()) == {1}, "every row once"
+
+
+def test_a_job_whose_quote_passes_what_is_left_is_not_started_it_fails_naming_the_budget_or_waits_a_day(quoted):
+    spec, bucket = quoted
+    run_to_end(spec, bucket, "run-a", "a")  # the history a quote is made from
+    report = report_of(spec, "run-a")
+    per_file = report.cost.total / 2
+    tight = _with_budget(spec, {"run_usd": per_file})  # less than the 5 files of b/ are quoted at
+    attempt = step_plan.plan(
+        tight, "score", plan_request("run-1", bucket, output="out/b", input_prefix=f"s3://{bucket}/in/b/")
+    )
+    with pytest.raises(OverBudgetRefused) as refused:
+        step_jobs.submit(tight, attempt)
+    said = str(refused.value)
+    assert said.startswith("step score's job not started: its quote, $") and "(from 1 earlier run(s))" in said
+    assert f"would pass what is left of the run's budget: ${per_file:,.4f} of ${per_file:,.4f} (budget.run_usd)" in said
+    assert "`shardline resubmit quoted/run-1 --step score --budget-usd " in said
+    with pytest.raises(JobNotFound):  # nothing was submitted
+        services.backend_for(tight).describe(attempt.job_name)
+
+    # The day's budget, spent by run-a already: with on_exceed: wait, the submit waits for the next UTC day, visibly
+    daily = _with_budget(spec, {"daily_usd": report.cost.total * 1.01, "on_exceed": "wait"})
+    second = step_plan.plan(
+        daily, "score", plan_request("run-2", bucket, output="out/c", input_prefix=f"s3://{bucket}/in/c/")
+    )
+    waiting = step_jobs.submit(daily, second)
+    assert isinstance(waiting, step_jobs.MustWait)
+    tomorrow = next_day(dt.datetime.now(dt.UTC)).timestamp()
+    assert tomorrow < waiting.retry_at <= tomorrow + 120
+    assert "(budget.daily_usd); it waits for the next UTC day's budget (budget.on_exceed)" in waiting.note
+    status = run("--dags-folder", str(_dags(daily, bucket)), "status", "quoted/run-2")
+    assert "budget.daily_usd" in status.stdout, status.stdout + status.stderr
+    # with on_exceed: fail, the same submit fails naming the day's budget
+    failing = _with_budget(spec, {"daily_usd": report.cost.total * 1.01})
+    with pytest.raises(
+        OverBudgetRefused, match=r"budget for \d{4}-\d\d-\d\d \(UTC\): .* \(budget.daily_usd\); it fails"
+    ):
+        step_jobs.submit(failing, second)
+
+
+def _with_budget(spec, budget: dict):
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    data["budget"] = budget
+    return parse_spec(data, "quoted.yaml")
+
+
+def _dags(spec, bucket) -> Path:
+    import tempfile
+
+    import yaml
+
+    dags = Path(tempfile.mkdtemp(prefix="dags-")) / "dags"
+    (dags / "pipelines").mkdir(parents=True)
+    (dags / "pipelines" / f"{spec.pipeline}.yaml").write_text(
+        yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True))
+    )
+    return dags

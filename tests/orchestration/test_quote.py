@@ -24,21 +24,9 @@ from shardline.orchestration.step.files import latest_attempt
 from shardline.report.cost import SAGEMAKER_PROCESSING_PRICES
 from shardline.report.model import RunReport
 from shardline.s3uri import parse_s3_uri
+from tests.orchestration.conftest import QUOTED_ROWS as ROWS
 from tests.support.cli import run
-from tests.support.pipelines import parquet_bytes, plan_request, stage_step, wait_for_job
-
-ROWS = 3_000  # a file's
-
-
-@pytest.fixture
-def quoted(aws_env, ledger_table, xgboost_model, tmp_path, monkeypatch):
-    """(spec, bucket) with three inputs staged: a/ (2 files), b/ (5 files), c/ (3 files)."""
-    monkeypatch.setenv("SHARDLINE_LOCAL_ROOT", str(tmp_path / "local"))
-    inputs = {}
-    for folder, files in (("a", 2), ("b", 5), ("c", 3)):
-        for i in range(files):
-            inputs[f"{folder}/part-{i}.parquet"] = parquet_bytes(ROWS, len(inputs) * ROWS)
-    return stage_step("quoted", ledger_table, xgboost_model.parent, tmp_path, inputs)
+from tests.support.pipelines import plan_request, wait_for_job
 
 
 def run_to_end(spec, bucket: str, run_id: str, folder: str):

@@ -37,6 +37,7 @@ class SubmitRefusal(enum.StrEnum):
     THROTTLED = "ThrottlingException"
     UNAVAILABLE = "ServiceUnavailable"
     INTERNAL = "InternalFailure"
+    DAILY_BUDGET = "OverDailyBudget"  # not AWS's: the pipeline's budget.daily_usd, with on_exceed: wait
 
 
 # What each refusal is waited out as, in words for the log and the page.
@@ -45,6 +46,7 @@ _WHY = {
     SubmitRefusal.THROTTLED: "SageMaker throttled the request",
     SubmitRefusal.UNAVAILABLE: "SageMaker was unavailable",
     SubmitRefusal.INTERNAL: "SageMaker had an internal failure",
+    SubmitRefusal.DAILY_BUDGET: "the pipeline's daily budget (budget.daily_usd) cannot admit its quote",
 }
 
 SUBMIT_WAIT_FIRST_SECONDS = 30.0  # the first wait after a refusal

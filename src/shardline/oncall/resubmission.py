@@ -12,6 +12,7 @@ import json
 
 from shardline.backends import JobNotFound, JobStatus
 from shardline.decision.resubmit import FINISHED_TASK_STATES, Next, NextStep, choose_next
+from shardline.errors import OverBudgetRefused
 from shardline.ledger.budgets import set_run_budget
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
@@ -344,6 +345,8 @@ def _submit(
         return jobs.resubmit(spec, latest, files, by_oncall=True, records=records, taken_up=taken_up)
     except step_rejects.RejectsPartError as err:
         raise Conflict(f"step {step} of {ref}: nothing was submitted: {err}") from err
+    except OverBudgetRefused as err:  # its quote would pass what is left of the run's (or the day's) budget
+        raise Refused(f"step {step} of {ref}: nothing was submitted: {err}") from err
     except (PartitionHeld, PartitionMovedOn) as err:  # a newer run of the partition writes (or wrote) the prefix
         raise Conflict(refused_text(err, StepRef(ref.pipeline, ref.run_id, step))) from err
     except StaleAttemptError as err:

@@ -16,6 +16,8 @@ Plain functions; only :mod:`.services` reaches Airflow, for the Amazon provider'
   (or a sample run the CLI gives), priced; what ``shardline quote`` prints and the plan task logs.
 - :mod:`.budget`: a run's budget and what it has spent, from the ledger: what a step's watch holds the run to, what
   the pipeline's runs of a day have spent; the prices a spec's steps are priced at.
+- :mod:`.admission`: before each submit, whether the job's quote fits what is left of its run's and its day's budget
+  (a refusal fails the step naming the budget, or waits for the next UTC day with ``budget.on_exceed: wait``).
 - :mod:`.footers`: parquet footers read from S3 without the data (a commit's data files, a quote's rows).
 - :mod:`.deadlines`: a missed deadline, recorded on the run's RUN item (the Deadline Alert's callback calls it).
 """

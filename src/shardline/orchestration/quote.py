@@ -22,7 +22,7 @@ from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
 from shardline.ledger.step_reads import list_runs, read_step_item
 from shardline.orchestration import services
-from shardline.orchestration.budget import prices_for
+from shardline.orchestration.budget import prices_for, step_price
 from shardline.orchestration.footers import parquet_footer
 from shardline.planning.attempt import Attempt
 from shardline.planning.inputs import S3Object, choose_instance_count, list_inputs
@@ -394,28 +394,35 @@ def quote_data(q: Quote) -> dict:
     }
 
 
-def attempt_quote_lines(spec: PipelineSpec, attempt: Attempt) -> list[str]:
-    """The plan task's quote of the attempt it planned, from history only (the plan never runs a sample): its files
-    and instances as planned, rows guessed from bytes (no footer is read on the plan's path). Lines to log; a line
-    saying why when there is no history, or when the quote could not be made (never an error: it informs)."""
+def attempt_quote(spec: PipelineSpec, attempt: Attempt) -> StepQuote | None:
+    """The quote of a planned attempt from history only (the plan and the submit never run a sample): its files and
+    instances as planned, rows guessed from bytes (no footer is read on the plan's path). None without history."""
     instance_type = attempt.instance_type or spec.step(attempt.step).resources.instance_type
+    same, other = past_runs(spec, attempt.step, attempt.model_uri, instance_type)
+    if not (same or other):
+        return None
+    rates = rates_from(same or other, "history" if same else "other-version")
+    work = Work(
+        files=attempt.file_count or len(attempt.files),
+        bytes=sum(f.size for f in attempt.files),
+        instances=attempt.instance_count,
+        instance_type=instance_type,
+    )
+    return quote_step(attempt.step, work, rates, step_price(spec, attempt.step, instance_type))
+
+
+def attempt_quote_lines(spec: PipelineSpec, attempt: Attempt) -> list[str]:
+    """What the plan task logs of :func:`attempt_quote`: the quote and its figures' source, a line saying why there
+    is none, or that it could not be made (never an error: it informs)."""
     try:
-        same, other = past_runs(spec, attempt.step, attempt.model_uri, instance_type)
-        if not (same or other):
-            return [
-                f"quote: step {attempt.step} has no successful run on {instance_type} yet, so no quote; "
-                f"`shardline quote {spec.pipeline}` quotes it from a sample run"
-            ]
-        rates = rates_from(same or other, "history" if same else "other-version")
-        work = Work(
-            files=attempt.file_count or len(attempt.files),
-            bytes=sum(f.size for f in attempt.files),
-            instances=attempt.instance_count,
-            instance_type=instance_type,
-        )
-        price = prices_for(spec, attempt.step)[0].hourly(instance_type, spec.backend)
-        found = quote_step(attempt.step, work, rates, price)
+        found = attempt_quote(spec, attempt)
     except Exception as err:  # a quote informs; it never stops a plan
         log.warning("quote: step %s could not be quoted", attempt.step, exc_info=True)
         return [f"quote: step {attempt.step} could not be quoted: {type(err).__name__}: {err}"]
-    return [f"quote: {step_line(found)}", f"quote figures: {basis_line(attempt.step, rates)}"]
+    if found is None:
+        instance_type = attempt.instance_type or spec.step(attempt.step).resources.instance_type
+        return [
+            f"quote: step {attempt.step} has no successful run on {instance_type} yet, so no quote; "
+            f"`shardline quote {spec.pipeline}` quotes it from a sample run"
+        ]
+    return [f"quote: {step_line(found)}", f"quote figures: {basis_line(attempt.step, found.rates)}"]

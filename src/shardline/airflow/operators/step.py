@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
@@ -18,6 +19,7 @@ from shardline.airflow.operators.base import SpecMixin, TaskRun, fails_fast, not
 from shardline.airflow.operators.messages import partial_text, run_failed_text, step_failed_text
 from shardline.airflow.triggers.step import BackoffTrigger, StepTrigger, settle_until
 from shardline.decision.policy import Action, attempt_deadline
+from shardline.errors import OverBudgetRefused
 from shardline.planning.attempt import Attempt
 from shardline.planning.naming import resubmit_command
 from shardline.spec import load_spec
@@ -63,8 +65,19 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         if isinstance(newest, jobs.MustWait):
             self._wait_to_submit(newest)
         if submit_it and newest.number == attempt.number:
-            return self._started(context, jobs.submit(self.spec, attempt))
+            try:
+                return self._started(context, jobs.submit(self.spec, attempt))
+            except OverBudgetRefused as refused:
+                self._refused(attempt, refused)
         return self._watch(context, newest)
+
+    def _refused(self, attempt: Attempt, refused: Exception) -> NoReturn:
+        """A job its budget did not admit: the step's newest attempt fails naming the budget, and so does the task."""
+        from shardline.orchestration.step import end
+        from shardline.orchestration.step.files import latest_attempt
+
+        end.finish(self.spec, latest_attempt(self.spec, attempt.ref) or attempt, Action.FAIL, str(refused))
+        raise AirflowFailException(str(refused)) from refused
 
     def _started(self, context, started):
         """A submit's answer (:class:`~shardline.orchestration.step.jobs.Submitted` or ``MustWait``): watch the job,
@@ -178,6 +191,8 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         except PartitionLost as lost:  # another run took the output prefix while this one waited to resubmit
             end.finish(self.spec, attempt, Action.FAIL, str(lost))
             raise AirflowFailException(str(lost)) from lost
+        except OverBudgetRefused as refused:  # the retry's quote would pass what is left of a budget
+            self._refused(attempt, refused)
         return self._started(context, started)
 
     @fails_fast
@@ -191,6 +206,8 @@ class WatchStepOperator(SpecMixin, BaseOperator):
         except StaleAttemptError as moved:  # an on-call engineer resubmitted or cancelled the step meanwhile
             self.log.warning("%s; following the step where it is now", moved)
             return self._resume(context, Attempt.from_xcom(event["attempt"]))
+        except OverBudgetRefused as refused:  # a day's wait, and still over the day's budget
+            self._refused(Attempt.from_xcom(event["attempt"]), refused)
         return self._started(context, started)
 
     def get_openlineage_facets_on_complete(self, task_instance):

@@ -4,6 +4,7 @@ step never run at once: the next is planned only after the last one's job has en
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import os
 import random
@@ -15,7 +16,7 @@ import botocore.exceptions
 from shardline.backends import JobNotFound
 from shardline.decision import fleet
 from shardline.decision.policy import JobStatus
-from shardline.errors import GaveUpWaiting, LedgerRecordMissing, SubmitRefused
+from shardline.errors import GaveUpWaiting, LedgerRecordMissing, OverBudgetRefused, SubmitRefused
 from shardline.ledger.context import StaleAttemptError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.record_gaps import record_gap
@@ -24,6 +25,7 @@ from shardline.ledger.states import STEP_TERMINAL, StepStatus, Succession
 from shardline.ledger.step_reads import StepRecords, read_step_item
 from shardline.ledger.step_writes import cancel_step
 from shardline.orchestration import partitions, services
+from shardline.orchestration.admission import budget_refusal, next_day
 from shardline.orchestration.step.capacity import after_capacity_failure, note_waiting
 from shardline.orchestration.step.files import read_step_files
 from shardline.orchestration.step.plan import new_attempt, sized_objects
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 # The first wait after AWS refuses a submit, in seconds (later ones double): the tests and the fleet benchmark
 # shorten it; in production the default (decision.fleet.SUBMIT_WAIT_FIRST_SECONDS) suits a quota's pace.
 SUBMIT_WAIT_ENV = "SHARDLINE_SUBMIT_WAIT_FIRST_SECONDS"
+BUDGET_DAY_GRACE_SECONDS = 60.0  # a wait for the next day's budget ends this long after midnight (UTC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +81,14 @@ def submit(spec: PipelineSpec, attempt: Attempt, *, refusals: int = 0, waited: f
     why = partitions.lost(spec, attempt)
     if why:
         raise partitions.PartitionLost(why)
+    backend = services.backend_for(spec)
+    refusal = budget_refusal(spec, attempt)
+    if refusal is not None and not _job_exists(backend, attempt.job_name):  # a job started already is adopted
+        if not refusal.wait:
+            raise OverBudgetRefused(refusal.text)
+        return _wait_for_budget(spec, attempt, refusal.text, refusals=refusals, waited=waited)
     image, role = services.image_and_role(spec)
     request = build_processing_request(spec, attempt, image_uri=image, role_arn=role, region=services.region(spec))
-    backend = services.backend_for(spec)
     try:
         backend.submit(request)
     except botocore.exceptions.ClientError as err:
@@ -114,6 +122,30 @@ def _wait_after(spec: PipelineSpec, attempt: Attempt, refused: SubmitRefused, *,
         raise StaleAttemptError(moved_on_text(attempt)) from refused
     note = fleet.submit_wait_text(attempt.job_name, wait)
     return MustWait(attempt, wait.delay_seconds, note, retry_at, wait.refusals, waited + wait.delay_seconds)
+
+
+def _job_exists(backend, job_name: str) -> bool:
+    try:
+        backend.describe(job_name)
+    except JobNotFound:
+        return False
+    return True
+
+
+def _wait_for_budget(spec: PipelineSpec, attempt: Attempt, why: str, *, refusals: int, waited: float) -> MustWait:
+    """The wait for the next UTC day's budget (``budget.on_exceed: wait``), noted on the STEP item as a submit's
+    wait is; past a day of waiting, the step fails naming the budget."""
+    if waited >= fleet.SUBMIT_WAIT_GIVE_UP_SECONDS:
+        raise OverBudgetRefused(f"{why}; it waited {waited / 3600:.0f} h for a day's budget that fits it, and fails")
+    now = dt.datetime.now(dt.UTC)
+    delay = (next_day(now) - now).total_seconds() + BUDGET_DAY_GRACE_SECONDS
+    wait = fleet.SubmitWait(fleet.SubmitRefusal.DAILY_BUDGET, delay, refusals + 1, why)
+    retry_at = time.time() + delay
+    if not note_waiting(spec, attempt, fleet.Waiting(submit=wait, job_name=attempt.job_name, retry_at=retry_at)):
+        raise StaleAttemptError(moved_on_text(attempt))
+    return MustWait(
+        attempt, delay, fleet.submit_wait_text(attempt.job_name, wait), retry_at, refusals + 1, waited + delay
+    )
 
 
 def moved_on_text(attempt: Attempt) -> str:
