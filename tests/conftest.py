@@ -249,6 +249,39 @@ def add_priority_pipelines(dags: Path) -> None:
         )
 
 
+BUDGETED_PIPELINE = "budgeted"
+BUDGETED_RUN_USD = 8.0  # at $3,600 an instance-hour (a dollar a second): about eight seconds of its instance
+
+
+def add_budgeted_pipeline(dags: Path) -> None:
+    """A copy of the hourly pipeline with a run budget (``budget.run_usd``) its runs pass part way, priced at a dollar
+    an instance-second, polled twice a second, over a model of the test's own (a slow script, unpinned):
+    tests/scenarios/test_budget_airflow.py stops a run on it and resubmits it with a larger budget."""
+    import yaml
+
+    spec = yaml.safe_load((dags / "pipelines" / "tabular_scoring_hourly.yaml").read_text())
+    spec.pop("deadline", None)
+    spec.update(
+        pipeline=BUDGETED_PIPELINE,
+        schedule=None,
+        poll_interval_seconds=0.5,
+        cost={"local_price_per_hour": 3600.0},
+        budget={"run_usd": BUDGETED_RUN_USD},
+    )
+    step = spec["steps"][0]
+    step["model"] = {"uri": f"s3://shardline-demo/models/{BUDGETED_PIPELINE}/model.tar.gz", "allow_unpinned": True}
+    step["input"] = {"prefix": f"s3://shardline-demo/{BUDGETED_PIPELINE}/in/", "features": synthetic.feature_names(4)}
+    step["input"]["passthrough"] = ["id"]
+    step.pop("checks", None)
+    step["output"] = {"prefix": f"s3://shardline-demo/{BUDGETED_PIPELINE}/out/{{{{ run_id }}}}/"}
+    step["resources"] = {**step["resources"], "instance_count": 1, "workers_per_instance": 1}
+    step["retry"] = {"max_attempts": 1}
+    (dags / "pipelines" / f"{BUDGETED_PIPELINE}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    dag_file = "from shardline.airflow.dag_factory import dag_from_spec\n\n"
+    dag_file += f'dag = dag_from_spec(__file__, "{BUDGETED_PIPELINE}.yaml")\n'
+    (dags / f"{BUDGETED_PIPELINE}.py").write_text(dag_file)
+
+
 ARRIVALS_PIPELINE = "arrivals_hourly"
 ARRIVALS_BUCKET = "shardline-arrivals"  # its own bucket: its S3 event notifications go to its queue alone
 ARRIVALS_QUEUE = "shardline-arrivals"
@@ -320,6 +353,7 @@ def airflow_stack(tmp_path_factory, moto_endpoint, airflow_s3_proxy):
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
     add_priority_pipelines(dags)
     add_arrivals_pipeline(dags)
+    add_budgeted_pipeline(dags)
     aws = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint}
     extra = {
         # A submit AWS refuses (tests/scenarios/test_admission.py has the emulator refuse some) waits 1 s, not 30.

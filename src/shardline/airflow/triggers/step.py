@@ -131,6 +131,9 @@ class StepTrigger(BaseTrigger):
                 unreachable_since = None
             decision = decide(snap, watch.policy)
             if decision.action is not Action.WAIT:
+                if decision.stop_job and snap.over_budget:
+                    # Every second until the task resumes to stop it is spent past the budget: stopped here, now.
+                    await asyncio.to_thread(polls.stop_now, watch, attempt)
                 await _settle(self.not_before)
                 yield TriggerEvent(StepEvent.of(decision, attempt, watch.policy).to_event())
                 return

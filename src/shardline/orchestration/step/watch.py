@@ -298,6 +298,14 @@ def _snapshot(attempt: Attempt, state, records, now: float, *, files: bool) -> S
     )
 
 
+def stop_now(watch: StepWatch, attempt: Attempt) -> None:
+    """Stop the attempt's job at once, from the trigger (a step past its budget): the watch task, when it resumes to
+    end the step, finds it stopped. Stopping a job that has ended does nothing."""
+    backend = services.backend_for(watch.aws)
+    if not backend.describe(attempt.job_name).status.is_terminal:
+        backend.stop(attempt.job_name)
+
+
 def decide_now(source: PipelineSpec | StepWatch, attempt: Attempt) -> Decision:
     """One poll, as the trigger makes it: what the step's policy says about its snapshot right now."""
     watch = _watch(source, attempt)
