@@ -120,3 +120,45 @@ def test_an_empty_or_unreadable_input_is_said_not_quoted_as_free(quoted):
     boto3.client("s3").put_object(Bucket=bucket, Key="in/bad/part-0.parquet", Body=b"not parquet at all")
     with pytest.raises(QuoteError, match="sample run could not run"):
         quote(spec, [None], input_prefix=f"s3://{bucket}/in/bad/", sampler=sample_rates)
+
+
+def test_the_cli_quotes_a_scheduled_pipelines_partitions_and_says_what_it_cannot(aws_env, ledger_table, tmp_path):
+    """Partitions by interval start (`--partition`, `--from`/`--to`), an hour with no input quoted as nothing, a
+    bucket that is not there said as such, and flags that do not go together refused before anything is read."""
+    boto3.client("s3").create_bucket(Bucket="quote-cli")
+    dags = tmp_path / "dags"
+    (dags / "pipelines").mkdir(parents=True)
+    hour = "dt={{ data_interval_start | ds }}/hour={{ data_interval_start.strftime('%H') }}/"
+    spec = {
+        "pipeline": "hourly_q",
+        "ledger_table": ledger_table,
+        "schedule": "@hourly",
+        "steps": [
+            {
+                "name": "score",
+                "model": {"uri": "s3://quote-cli/model.tar.gz", "allow_unpinned": True},
+                "input": {"prefix": f"s3://quote-cli/in/{hour}"},
+                "output": {"prefix": f"s3://quote-cli/out/{hour}"},
+            }
+        ],
+    }
+    (dags / "pipelines" / "hourly_q.yaml").write_text(yaml.safe_dump(spec))
+    quoted = run(
+        "--dags-folder", str(dags), "quote", "hourly_q", "--from", "2026-11-22T10:00", "--to", "2026-11-22T13:00"
+    )
+    assert quoted.returncode == 0, quoted.stderr
+    assert quoted.stdout.startswith("quote of hourly_q: 3 run(s)"), quoted.stdout
+    notes = [line for line in quoted.stdout.splitlines() if line.startswith("note: ")]
+    assert notes and all("no input under s3://quote-cli/in/dt=2026-11-22/hour=" in n for n in notes), notes
+    for args, said in (
+        (("--partition", "2026-11-22T10:00", "--from", "2026-11-22T10:00"), "give --partition, or --from and --to"),
+        (("--from", "2026-11-22T10:00"), "--from and --to go together"),
+        (("--partition", "2026-11-22T10:30"), "2026-11-22T10:30"),  # no start of an hourly interval
+    ):
+        refused = run("--dags-folder", str(dags), "quote", "hourly_q", *args)
+        assert refused.returncode != 0 and said in refused.stderr, refused.stderr
+    spec["steps"][0]["input"]["prefix"] = f"s3://quote-cli-missing/in/{hour}"
+    (dags / "pipelines" / "hourly_q.yaml").write_text(yaml.safe_dump(spec))
+    missing = run("--dags-folder", str(dags), "quote", "hourly_q", "--partition", "2026-11-22T10:00")
+    assert missing.returncode != 0 and "quote-cli-missing" in missing.stderr, missing.stderr
+    assert "Traceback" not in missing.stderr

@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import botocore.exceptions
+
 from shardline.errors import InvalidArgument, ShardlineError
 from shardline.ledger.keys import StepRef
 from shardline.ledger.states import StepStatus
@@ -224,7 +226,10 @@ def quote_partition(
             input_uri = render(spec.step(s.input.from_step).output.prefix)
         else:
             input_uri = input_prefix if (input_prefix and s is spec.steps[0]) else render(s.input.prefix)
-            objects = list_inputs(s3, input_uri, s.input.include, s.input.exclude)
+            try:
+                objects = list_inputs(s3, input_uri, s.input.include, s.input.exclude)
+            except botocore.exceptions.ClientError as err:  # a bucket not there, a prefix the caller may not list
+                raise QuoteError(f"step {s.name}: its input {input_uri} could not be listed: {err}") from err
             if not objects:
                 notes.append(f"step {s.name}: no input under {input_uri} yet: quoted as nothing to score")
                 break
@@ -345,7 +350,7 @@ def quote_lines(q: Quote) -> list[str]:
             seen.setdefault(s.step, s.rates)
     lines.extend(f"figures: {basis_line(step, rates)}" for step, rates in seen.items())
     lines.append(
-        "counted as the run report counts it: each instance from its first file to its last heartbeat; "
+        "counted as the run report counts it: each instance from its start to its last heartbeat; "
         "provisioning before an instance starts is not in it"
     )
     lines.extend(f"note: {n}" for n in q.notes)

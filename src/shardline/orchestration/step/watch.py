@@ -57,7 +57,12 @@ class StepWatch:
     @classmethod
     def of(cls, spec: PipelineSpec, step: str, attempt: Attempt | None = None) -> StepWatch:
         """The watch of ``step``; of ``attempt``, it holds the attempt's run to its budget (read from the ledger)."""
-        budget = budget_for(spec, attempt) if attempt is not None else None
+        try:
+            budget = budget_for(spec, attempt) if attempt is not None else None
+        except Exception as err:
+            if not table_gone(err):
+                raise
+            budget = None  # the ledger is gone: the snapshot finds it so, and fails the step naming it
         return cls(AwsSettings.of(spec), policy_for(spec, step), budget)
 
     def to_json(self) -> dict[str, Any]:
