@@ -9,6 +9,7 @@ on moto_server. A change on either side that breaks a deployment fails here.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import re
 import subprocess
@@ -903,6 +904,7 @@ class LedgerSession:
 def ledger_session(template, ledger_table, record_ledger_calls) -> LedgerSession:
     from shardline.ledger.job_writes import FinishedFile, LedgerContext, StaleAttemptError, WorkerLedger
     from shardline.ledger.keys import RUN_SK, run_pk
+    from shardline.ledger.requests import RequestCounter
     from shardline.ledger.states import FileStatus, ShardStatus, StepStatus
     from shardline.ledger.step_reads import list_runs, read_run, read_step
     from shardline.ledger.step_writes import ensure_run, finish_step, set_run_status, start_attempt
@@ -929,7 +931,8 @@ def ledger_session(template, ledger_table, record_ledger_calls) -> LedgerSession
         input_uri="s3://b/in/",
         output_uri=output_uri,
     )
-    worker = WorkerLedger(ctx, "algo-1")
+    # As the worker makes it: with its start, and its AWS requests counted (both written with each heartbeat)
+    worker = WorkerLedger(ctx, "algo-1", started_at=dt.datetime.now(dt.UTC), requests=RequestCounter())
     worker.heartbeat(ShardStatus.RUNNING, files_assigned=2, files_done=0, files_failed=0, rows_done=0)
     worker.claim_file("part-0.parquet")
     worker.confirm_claim("part-0.parquet")  # before its upload: the file, the run and the prefix's holder

@@ -10,6 +10,7 @@ keys). Every request goes on with the endpoint's own Host, so the endpoint reads
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import http.server
@@ -25,6 +26,7 @@ from xml.sax.saxutils import escape
 from shardline.grant.job import JobGrant, JobScope
 from shardline.grant.policy import IamRequest
 from shardline.grant.requests import Unreadable, access_key_of, requests_of, service_of
+from shardline.ledger.requests import kind_of_http
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ class GrantProxy:
         self._many = grant_for is not None
         self.upstreams = {service: urlsplit(url) for service, url in upstreams.items()}
         self.refusals = 0
+        self.requests: collections.Counter[str] = collections.Counter()  # let through, by kind (:meth:`count`)
         self.on_refusal = on_refusal or (lambda text: log.warning("%s", text))
         self._lock = threading.Lock()
         handler = type("Handler", (_GrantHandler,), {"proxy": self})
@@ -121,6 +124,12 @@ class GrantProxy:
         if denied:
             raise self.refuse(service, (f"job {key}: " if self._many else "") + _not_authorized(denied[0]))
         return service
+
+    def count(self, kind: str) -> None:
+        """One request let through, by billing kind (``ledger.requests``): what the job's control plane costs, as the
+        wire shows it."""
+        with self._lock:
+            self.requests[kind] += 1
 
     def refuse(self, service: str, reason: str) -> Refused:
         with self._lock:
@@ -239,6 +248,7 @@ class _GrantHandler(http.server.BaseHTTPRequestHandler):
                 self._drain(chunked, length)
             self._refusal(refused)
             return
+        self.proxy.count(kind_of_http(self.command, self.path, headers))
         try:
             self._forward(service, headers, body, chunked, length)
         except (OSError, http.client.HTTPException):
@@ -397,9 +407,23 @@ def main(argv: list[str]) -> int:
         print(proxy.url, flush=True)
         sys.stdout.close()
         # Until the supervisor ends it, or dies without a word (killed with -9): a job's proxy never outlives it.
+        counted = Path(argv[0]).with_name(REQUESTS_FILE)
         while not stop.wait(1.0) and os.getppid() == supervisor:
-            pass
+            _write_counts(proxy, counted)
+        _write_counts(proxy, counted)
     return 0
+
+
+REQUESTS_FILE = "grant-requests.json"  # beside the job's request: what its proxy let through, by kind
+
+
+def _write_counts(proxy: GrantProxy, path) -> None:
+    """The requests the proxy let through so far, by kind, written whole (a reader never sees half a file)."""
+    with proxy._lock:
+        text = json.dumps(dict(sorted(proxy.requests.items())))
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 if __name__ == "__main__":

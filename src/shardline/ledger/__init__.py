@@ -19,6 +19,8 @@ loads nothing, so importing the states or keys never loads pynamodb.
   whatever ended that run.
 - :mod:`.baselines`: a step's reference profile for its output checks (``shardline checks baseline``): one item per
   step, never expiring, written whole.
+- :mod:`.requests`: the AWS requests a job makes, by billing kind: counted by the worker's clients (recorded with
+  its heartbeats) and, on the local backend, by its grant proxy from the wire.
 - :mod:`.budgets`: a run's budget as on-call raised it (``resubmit --budget-usd``), on its RUN item.
 - :mod:`.record_gaps`: when the ledger cannot vouch for a step: its STEP item gone or older than the attempt
   planned, or the table gone. Absence is never success, and never a newer attempt.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 
 from pynamodb.connection import Connection
@@ -28,6 +29,7 @@ from shardline.ledger.keys import (
     step_sk,
 )
 from shardline.ledger.partitions import HELD
+from shardline.ledger.requests import RequestCounter
 from shardline.ledger.states import SETUP_ERROR, FileStatus, ShardStatus, StepStatus
 from shardline.ledger.table import MAX_ERROR_CHARS, bind_ledger, condition_failed, endpoint_from_env, region_from_env
 
@@ -61,11 +63,20 @@ class WorkerLedger:
     """Conditional, fenced writes of one instance's progress."""
 
     def __init__(
-        self, context: LedgerContext, host: str, *, endpoint: str | None = None, started_at: dt.datetime | None = None
+        self,
+        context: LedgerContext,
+        host: str,
+        *,
+        endpoint: str | None = None,
+        started_at: dt.datetime | None = None,
+        requests: RequestCounter | None = None,
     ):
         self.context = context
         self.host = host
         self.started_at = started_at  # the instance's start: its SHARD item's started_at, written once
+        # The instance's AWS requests (its ledger's, and its uploader's when it counts on the same counter): each
+        # heartbeat records them, so the run report prices its control plane.
+        self.requests = requests
         self._endpoint = endpoint if endpoint is not None else endpoint_from_env()
         self._region = region_from_env()
         self.model = bind_ledger(context.table, self._region, self._endpoint, context.retention_days)
@@ -74,7 +85,10 @@ class WorkerLedger:
         # 90 ms of CPU) without a lock, so the upload threads and the ledger's own thread, starting together, each
         # built one: about ten an instance, most of a short job's CPU. Built here, once each, before any starts.
         for connection in (self.model._get_connection().connection, self.model.Control._get_connection().connection):
-            _ = connection.client
+            if requests is not None:
+                requests.watch(connection.client)
+            else:
+                _ = connection.client
 
     # -- files -----------------------------------------------------------------------
 
@@ -206,6 +220,7 @@ class WorkerLedger:
         files_failed: int,
         rows_done: int,
         setup_error: str | None = None,
+        requests_ahead: int = 0,
     ) -> None:
         """Write this instance's SHARD item, fenced on the STEP item's current attempt.
 
@@ -230,6 +245,9 @@ class WorkerLedger:
             m.rows_done.set(rows_done),
             m.expires_at.set(m.expiry()),
         ]
+        if self.requests is not None:  # with this heartbeat's own, and ``requests_ahead`` S3 PUTs just after it
+            counts = self.requests.counts(dynamodb_transact=1, s3_put=requests_ahead)
+            actions.append(m.requests.set(json.dumps(counts, separators=(",", ":"))))
         if self.started_at is not None:  # the first heartbeat's: a later one never moves it
             actions.append(m.started_at.set(m.started_at | self.started_at))
         if setup_error:

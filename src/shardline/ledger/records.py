@@ -29,6 +29,20 @@ def _int(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
+def _requests(value: Any) -> dict[str, int] | None:
+    """A SHARD item's request counts (JSON of kind -> count); None when absent or not counts (a view never fails on
+    them)."""
+    if not value:
+        return None
+    try:
+        found = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {str(k): int(v) for k, v in found.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+
+
 def _float(value: Any) -> float | None:
     return float(value) if value is not None else None
 
@@ -200,6 +214,8 @@ class ShardRecord:
     error_message: str | None = None
     started_at: dt.datetime | None = None  # the instance's start (its first heartbeat's; None: an older worker)
     step: str | None = None
+    # Its AWS requests by billing kind (ledger.requests), as its last heartbeat counted them; None: not counted
+    requests: Mapping[str, int] | None = None
 
     @classmethod
     def of(cls, item: Any) -> ShardRecord:
@@ -216,6 +232,7 @@ class ShardRecord:
             error_message=_get(item, "error_message"),
             started_at=_time(_get(item, "started_at")),
             step=_get(item, "step"),
+            requests=_requests(_get(item, "requests")),
         )
 
     @property

@@ -111,6 +111,7 @@ class LedgerItem(_Expiring, Model):
     files_done = NumberAttribute(null=True, attr_name="fd")
     files_failed = NumberAttribute(null=True, attr_name="ff")
     rows_done = NumberAttribute(null=True, attr_name="rd")
+    requests = UnicodeAttribute(null=True, attr_name="rq")  # SHARD items: the instance's AWS requests by kind (JSON)
 
     # Sparse failures index: only FAILED files carry these two attributes.
     failed_pk = UnicodeAttribute(null=True)

@@ -20,7 +20,15 @@ import numpy as np
 
 from shardline.ledger.records import FileRecord
 from shardline.ledger.states import FileStatus
-from shardline.report.cost import InstanceUsage, Prices, UnknownPriceError, cost_per_million, instance_cost
+from shardline.report.cost import (
+    REQUEST_PRICES_SOURCE,
+    InstanceUsage,
+    Prices,
+    UnknownPriceError,
+    cost_per_million,
+    instance_cost,
+    requests_cost,
+)
 from shardline.report.drift import DEFAULT_BINS, DEFAULT_MAX_PSI, psi_between, verdict
 from shardline.report.histogram import Histogram
 from shardline.report.inputs import InstanceRecord, PreviousRun, StepIdentity, counted, utc
@@ -67,6 +75,7 @@ def build_report(
     idle_fraction: float = IDLE_FRACTION,
     generated_at: dt.datetime | None = None,
     rejects: Mapping[str, Sequence[RejectRow]] | None = None,
+    request_prices: Mapping[str, float] | None = None,
 ) -> RunReport:
     """The report of one step from its records. Pure: the same records give the same report.
 
@@ -94,7 +103,7 @@ def build_report(
     summaries = _instance_summaries(identity, instances, labels, by_instance, windows, start, prices)
     summaries = _flag(summaries, straggler_factor, straggler_min_seconds, idle_fraction)
     reconciliation = _reconcile(files, rejects or {})
-    cost = _cost(identity, instances, windows, prices, reconciliation.rows_out, previous_runs)
+    cost = _cost(identity, instances, windows, prices, reconciliation.rows_out, previous_runs, request_prices)
     drift = _drift(histogram, reference, reference_run_id, max_psi, drift_bins)
     if timeline.files_without_times:
         notes.append(
@@ -393,6 +402,7 @@ def _cost(
     prices: Prices,
     predictions: int,
     previous_runs: Sequence[PreviousRun],
+    request_prices: Mapping[str, float] | None = None,
 ) -> Cost:
     seconds_by_type: dict[str, list[float]] = defaultdict(list)
     for instance in instances:
@@ -416,6 +426,13 @@ def _cost(
         )
     total = None if error else sum(line.cost for line in lines)
     per_million = cost_per_million(total, predictions) if total is not None else None
+    requests: Counter[str] = Counter()
+    for instance in instances:
+        requests.update(instance.requests or {})
+    # An instance's inputs and its model are fetched for it (SageMaker's download; the local backend's supervisor):
+    # a GET a file, and one for the model.
+    downloads = sum(instance.files_assigned or 0 for instance in instances) + len(instances)
+    control = requests_cost({**requests, "s3.get": requests["s3.get"] + downloads}, request_prices)
     trend = [TrendPoint(run_id=p.run_id, cost_per_million=p.cost_per_million, current=False) for p in previous_runs]
     trend.append(TrendPoint(run_id=identity.run_id, cost_per_million=per_million, current=True))
     source = f"local backend at {prices.local_per_hour:g} USD/h" if identity.backend == "local" else prices.source
@@ -429,6 +446,11 @@ def _cost(
         prices_source=source,
         trend=trend,
         error=error,
+        requests=dict(sorted(requests.items())),
+        downloads=downloads,
+        control_plane=control,
+        control_plane_per_million=cost_per_million(control, predictions),
+        request_prices_source=REQUEST_PRICES_SOURCE,
     )
 
 

@@ -148,3 +148,49 @@ def cost_per_million(cost: float, predictions: int) -> float | None:
     if predictions < 0:
         raise InvalidArgument(f"a run cannot make {predictions} predictions")
     return cost / predictions * 1_000_000 if predictions else None
+
+
+# -- the control plane: the requests a job makes --------------------------------------------------------------------
+
+REQUEST_PRICE_SETTING = "cost.request_prices"
+# Source: aws.amazon.com/dynamodb/pricing/on-demand, aws.amazon.com/s3/pricing, aws.amazon.com/sqs/pricing and
+# aws.amazon.com/cloudwatch/pricing, us-east-1, as listed in 2025 (DynamoDB on demand after its November 2024 cut).
+# Written down by hand: check the pages, and override what differs. USD per request of each kind (ledger.requests):
+# a DynamoDB read or write of a small item is one request unit (the ledger's items are under 1 KB to write and 4 KB
+# to read); a heartbeat's transaction is two items at two write units each.
+REQUEST_PRICES_SOURCE = (
+    "aws.amazon.com/{dynamodb,s3,sqs,cloudwatch}/pricing, us-east-1, 2025 list prices (DynamoDB on demand)"
+)
+REQUEST_PRICES: Mapping[str, float] = MappingProxyType(
+    {
+        "dynamodb.read": 0.125 / 1_000_000,
+        "dynamodb.write": 0.625 / 1_000_000,
+        "dynamodb.transact": 4 * 0.625 / 1_000_000,
+        "s3.put": 0.005 / 1_000,  # PUT, COPY, POST, LIST
+        "s3.list": 0.005 / 1_000,
+        "s3.get": 0.0004 / 1_000,  # GET, HEAD and the rest
+        "s3.delete": 0.0,
+        "sqs.request": 0.40 / 1_000_000,
+        "cloudwatch.request": 0.01 / 1_000,
+        "other.request": 0.0,
+    }
+)
+
+
+def request_prices(overrides: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The shipped request prices with ``overrides`` (kind -> USD per request) on top; a kind that is none, or a
+    price that is no price, is refused naming the setting."""
+    for kind, price in (overrides or {}).items():
+        if kind not in REQUEST_PRICES:
+            raise InvalidArgument(
+                f"{REQUEST_PRICE_SETTING}.{kind} is no kind of request: one of {', '.join(REQUEST_PRICES)}"
+            )
+        if isinstance(price, bool) or not (isinstance(price, int | float) and math.isfinite(price) and price >= 0):
+            raise InvalidArgument(f"{REQUEST_PRICE_SETTING}.{kind} must be USD per request >= 0, got {price!r}")
+    return {**REQUEST_PRICES, **(overrides or {})}
+
+
+def requests_cost(requests: Mapping[str, int], prices: Mapping[str, float] | None = None) -> float:
+    """USD for ``requests`` (kind -> count) at ``prices`` (the shipped ones by default)."""
+    prices = prices if prices is not None else REQUEST_PRICES
+    return sum(count * prices.get(kind, 0.0) for kind, count in requests.items())

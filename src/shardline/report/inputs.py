@@ -36,6 +36,7 @@ class InstanceRecord:
     files_assigned: int | None = None
     files_done: int | None = None
     files_failed: int | None = None
+    requests: Mapping[str, int] | None = None  # its AWS requests by kind, as its last heartbeat counted them
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -154,6 +155,7 @@ def records_from_ledger(
                 files_assigned=shard.files_assigned,
                 files_done=shard.files_done,
                 files_failed=shard.files_failed,
+                requests=shard.requests,
             )
         )
     return ReportRecords(identity=identity, files=files, instances=instances)

@@ -85,6 +85,14 @@ class Cost(_Model):
     prices_source: str
     trend: list[TrendPoint]
     error: str | None = None
+    # The control plane: the AWS requests the step's instances counted (their heartbeats), by kind, and the GETs that
+    # fetched their inputs and model (one a file and one a model per instance, as SageMaker downloads them), priced
+    # apart from the instances. ``total`` and ``cost_per_million`` above are the instances' (compute) alone.
+    requests: dict[str, int] = {}
+    downloads: int = 0
+    control_plane: float | None = None  # USD; None: a report from before the control plane was counted
+    control_plane_per_million: float | None = None
+    request_prices_source: str = ""
 
 
 class Bins(_Model):

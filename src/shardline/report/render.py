@@ -80,6 +80,7 @@ def _summary(report: RunReport) -> str:
         ("predictions", f"{c.predictions:,}", "" if r.balanced else "alert"),
         ("cost", _usd(c.total) if c.total is not None else "n/a", "alert" if c.error else ""),
         ("per 1M predictions", _usd(c.cost_per_million) if c.cost_per_million is not None else "n/a", ""),
+        *([("control plane", _control_card(c), "")] if c.control_plane is not None else []),
         (
             "drift (PSI)",
             f"{d.psi:.3f} {d.verdict}" if d.psi is not None else "n/a",
@@ -232,10 +233,26 @@ def _cost(report: RunReport) -> str:
         f"<p>{_e(_usd(c.total) if c.total is not None else 'n/a')} for "
         f"{c.instance_seconds:,.0f} instance-seconds and {c.predictions:,} predictions: "
         f"<b>{_e(per_million)} per 1M predictions</b>. "
-        f"<span class='muted'>Prices: {_e(c.prices_source)}. Counted from each instance's first file to "
-        f"its last heartbeat: start-up is billed too, so the bill is somewhat higher.</span></p>"
+        f"<span class='muted'>Prices: {_e(c.prices_source)}. Counted from each instance's start (its worker's; from "
+        f"its first file in a report of an older worker) to its last heartbeat.</span></p>"
     )
+    if c.control_plane is not None:
+        counted = ", ".join(f"{kind} {n:,}" for kind, n in c.requests.items()) or "none counted"
+        per = _usd(c.control_plane_per_million) if c.control_plane_per_million is not None else "n/a"
+        parts.append(
+            f"<p>Control plane: {_e(_usd(c.control_plane))} ({_e(per)} per 1M predictions) for the instances' "
+            f"requests ({_e(counted)}) and {c.downloads:,} GETs of their inputs and model. "
+            f"<span class='muted'>Prices: {_e(c.request_prices_source)}. Not in it: the orchestrator's own "
+            "requests (plan, polls, the step's end).</span></p>"
+        )
     return "\n".join(parts)
+
+
+def _control_card(c) -> str:
+    """The control plane's cost, and its share of compute's."""
+    if c.total:
+        return f"{_usd(c.control_plane)} ({c.control_plane / c.total:.0%} of compute)"
+    return _usd(c.control_plane)
 
 
 def _drift(report: RunReport) -> str:

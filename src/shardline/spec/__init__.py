@@ -124,6 +124,21 @@ class DriftPolicy(_Strict):
     )
 
 
+# The kinds of AWS request a job's control plane is priced by (ledger.requests counts them; report.cost prices them).
+RequestKind = Literal[
+    "dynamodb.read",
+    "dynamodb.write",
+    "dynamodb.transact",
+    "s3.put",
+    "s3.list",
+    "s3.get",
+    "s3.delete",
+    "sqs.request",
+    "cloudwatch.request",
+    "other.request",
+]
+
+
 class CostSettings(_Strict):
     """Prices the run report's cost uses (USD per instance-hour)."""
 
@@ -136,6 +151,11 @@ class CostSettings(_Strict):
         default=None,
         description="what an hour of the local backend costs; unset: the step's instance type's price, "
         "as if it ran on SageMaker",
+    )
+    request_prices: dict[RequestKind, Annotated[float, Field(ge=0)]] = Field(
+        default={},
+        description="the control plane's prices, USD per request of each kind, over the list prices shipped with "
+        "Shardline (us-east-1)",
     )
 
 

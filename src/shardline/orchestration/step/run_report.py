@@ -32,6 +32,7 @@ from shardline.planning.inputs import put_metadata
 from shardline.planning.naming import job_name
 from shardline.report.build import build_report
 from shardline.report.checks import Baseline, Partition, blocked_by, blocked_message, evaluate
+from shardline.report.cost import request_prices
 from shardline.report.histogram import Histogram, HistogramFormatError
 from shardline.report.inputs import PreviousRun, records_from_ledger, reject_where
 from shardline.report.model import CheckResult, RejectRow, RunReport
@@ -141,6 +142,7 @@ def build_step_report(spec: PipelineSpec, attempt: Attempt, records: StepRecords
         prices=prices,
         max_psi=step_spec.drift.max_psi,
         rejects=rejected_rows(spec, attempt, files),
+        request_prices=request_prices(spec.cost.request_prices),
     )
     if price_note:
         report.notes.append(price_note)

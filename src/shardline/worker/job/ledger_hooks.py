@@ -264,7 +264,10 @@ class LedgerHooks(Hooks):
         counts = dict(
             files_assigned=self.files_assigned, files_done=self.done, files_failed=self.failed, rows_done=rows
         )
-        self.pump.put(lambda: self.ledger.heartbeat(status, **counts), "heartbeat")
+        # The last heartbeat of an instance that finished goes before its manifest's upload: that PUT is counted in it.
+        finished = status in (ShardStatus.SUCCEEDED, ShardStatus.PARTIAL)
+        ahead = int(finished and bool(self.uploader and self.ledger.context.manifest_uri) and not self.fenced)
+        self.pump.put(lambda: self.ledger.heartbeat(status, **counts, requests_ahead=ahead), "heartbeat")
 
     def poll(self) -> str | None:
         now = time.monotonic()

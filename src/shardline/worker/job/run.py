@@ -279,13 +279,16 @@ def _prepare(
     hooks = Hooks()
     if context:
         from shardline.ledger.job_writes import WorkerLedger  # pynamodb loads only when a ledger is configured
+        from shardline.ledger.requests import RequestCounter
 
-        uploader = None
+        uploader, requests = None, RequestCounter()  # the instance's AWS requests, recorded with its heartbeats
         if context.output_uri.startswith("s3://"):
             # Each output goes up as its file finishes, before the ledger calls it SUCCEEDED.
             uploader = OutputUploader(args.output_dir, context.output_uri, kms_key_id=context.output_kms_key_id or None)
+            requests.watch(uploader.client)
+        started = dt.datetime.fromtimestamp(STARTED_AT, dt.UTC)
         hooks = LedgerHooks(
-            WorkerLedger(context, host, started_at=dt.datetime.fromtimestamp(STARTED_AT, dt.UTC)),
+            WorkerLedger(context, host, started_at=started, requests=requests),
             files_assigned=len(files),
             heartbeat_interval=args.heartbeat_interval,
             retry_budget_seconds=args.ledger_retry_seconds,
