@@ -321,3 +321,56 @@ def test_the_proxy_serves_at_most_its_cap_of_connections_and_frees_a_slot_when_o
                 return None  # the slot is not free yet
 
         assert wait_for(answer, lambda code: code is not None, timeout=30) == 403
+
+
+def _template_without_request_counts() -> dict:
+    """The shipped template as a stack from before the request counts has it: the worker may not write ``rq``."""
+    import copy
+
+    from shardline.grant.template import shipped
+
+    template = copy.deepcopy(shipped())
+    found = 0
+    for statement in template["Resources"]["SageMakerExecutionRole"]["Properties"]["Policies"][0]["PolicyDocument"][
+        "Statement"
+    ]:
+        attributes = statement.get("Condition", {}).get("ForAllValues:StringEquals", {}).get("dynamodb:Attributes")
+        if statement.get("Sid") == "LedgerWorkerAttributes" and "rq" in attributes:
+            attributes.remove("rq")
+            found += 1
+    assert found == 1
+    return template
+
+
+@pytest.mark.parametrize("stack", ["this release's", "an older one"])
+def test_an_instance_records_its_request_counts_where_the_stack_allows_and_beats_on_without_where_not(
+    aws_env, ledger_table, stack
+):
+    from shardline.ledger.requests import RequestCounter
+    from shardline.ledger.states import ShardStatus
+
+    model = bind_ledger(ledger_table)
+    ensure_run(model, PIPELINE, RUN)
+    start_attempt(model, StepRef(PIPELINE, RUN, "score"), 1, [("s3://d/events/dt=1/part-0.csv", 8)])
+    scope = JobScope(PIPELINE, ledger_table, "us-east-1", "s3://d/events/dt=1/", "s3://m/model.tar.gz", "s3://d/o/")
+    template = None if stack == "this release's" else _template_without_request_counts()
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    refusals: list[str] = []
+    grant = JobGrant.of(scope, template)
+    with GrantProxy(grant, {"s3": endpoint, "dynamodb": endpoint}, on_refusal=refusals.append) as proxy:
+        context = LedgerContext(
+            table=ledger_table, pipeline=PIPELINE, run_id=RUN, step="score", attempt=1, input_uri="s3://d/events/dt=1/"
+        )
+        counter = RequestCounter()
+        worker = WorkerLedger(context, "algo-1", endpoint=proxy.url, requests=counter)
+        worker.heartbeat(ShardStatus.RUNNING, files_assigned=1, files_done=0, files_failed=0, rows_done=0)
+        worker.heartbeat(ShardStatus.SUCCEEDED, files_assigned=1, files_done=1, files_failed=0, rows_done=8)
+    from shardline.ledger.step_reads import read_step
+
+    [shard] = read_step(model, StepRef(PIPELINE, RUN, "score"), files=False).shards
+    assert shard.status == "SUCCEEDED" and shard.rows_done == 8  # the heartbeats landed either way
+    if template is None:
+        assert refusals == [] and shard.requests == {"dynamodb.transact": 2}  # the two heartbeats
+    else:
+        assert len(refusals) == 1 and "dynamodb:UpdateItem" in refusals[0]  # the first, with its counts
+        assert shard.requests is None and worker.requests is None

@@ -271,6 +271,24 @@ class WorkerLedger:
                     f"heartbeat of {self.host} rejected: step {ctx.step} of run {ctx.run_id} has "
                     f"moved past attempt {ctx.attempt}"
                 ) from err
+            if self.requests is not None and err.cause_response_code == "AccessDeniedException":
+                # A stack from before the counts (its job role may not write `rq`): the heartbeat is what matters.
+                log.warning(
+                    "the job role may not record this instance's AWS request counts on its SHARD item (%s): "
+                    "heartbeats go on without them, and the run report prices no control plane; update the stack "
+                    "(its LedgerWorkerAttributes statement) to record them",
+                    err.cause_response_message,
+                )
+                self.requests = None
+                self.heartbeat(
+                    status,
+                    files_assigned=files_assigned,
+                    files_done=files_done,
+                    files_failed=files_failed,
+                    rows_done=rows_done,
+                    setup_error=setup_error,
+                )
+                return
             raise
 
     @property
