@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardline.report.quote import (
+    FEW_RUNS_MARGIN,
     MANY_RUNS_MARGIN,
     ONE_RUN_MARGIN,
     SAMPLE_MARGIN,
@@ -32,7 +33,7 @@ def test_runs_of_different_sizes_give_back_the_time_per_instance_and_per_row_the
     assert rates.per_instance == pytest.approx(4.0)
     assert rates.per_row == pytest.approx(2e-6)
     assert rates.rows_per_second == pytest.approx(500_000)
-    # the runs lie on the fit, so the range is the margin alone: three runs, 10%
+    # the runs lie on the fit, so the range is the margin alone (three runs)
     assert rates.below == pytest.approx(MANY_RUNS_MARGIN) and rates.above == pytest.approx(MANY_RUNS_MARGIN)
     assert rates.runs == ("a", "b", "c") and rates.startup_seconds == 30
     assert rates.rows_per_byte == pytest.approx(0.01)
@@ -48,8 +49,9 @@ def test_a_quote_by_hand_in_seconds_dollars_and_per_million():
     assert q.instance_seconds.expected == pytest.approx(30.0)
     assert q.usd.expected == pytest.approx(30 * 0.23 / 3600)
     assert q.per_million.expected == pytest.approx(30 * 0.23 / 3600 / 9)
-    # two runs: 15% each side
-    assert q.instance_seconds.low == pytest.approx(30 * 0.85) and q.instance_seconds.high == pytest.approx(30 * 1.15)
+    # two runs: FEW_RUNS_MARGIN each side
+    assert q.instance_seconds.low == pytest.approx(30 * (1 - FEW_RUNS_MARGIN))
+    assert q.instance_seconds.high == pytest.approx(30 * (1 + FEW_RUNS_MARGIN))
     # wall: 30 s start-up + 4 s + 3M rows an instance x 2 us
     assert q.wall_seconds == pytest.approx(30 + 4 + 6)
 
