@@ -309,3 +309,54 @@ def test_a_report_is_found_only_through_the_ledger_never_by_a_path_from_the_requ
     answer = http.get(f"{api.base}/{path}", headers=api.auth, params={"key": "out/run-2/_shardline/x"})
     assert answer.status_code == 404, answer.text
     assert b"not this one" not in answer.content and REPORT_HTML not in answer.content
+
+
+# --- a quote before launch -------------------------------------------------------------------------------------
+
+
+def test_the_page_quotes_a_pipelines_next_run_or_says_why_it_cannot(api, aws_env, ledger_table):
+    """`GET /quote` quotes as `shardline quote --no-sample` does: a pipeline with no successful run is refused with
+    the command that samples it, an hour with no input is quoted as nothing, and a partition that is no time or no
+    interval's start is a 400 naming it."""
+    import boto3
+
+    bucket = f"q-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="in/part-0.csv", Body=b"id,f0\n1,0.5\n")
+    hour = "dt={{ data_interval_start | ds }}/hour={{ data_interval_start.strftime('%H') }}/"
+    specs = {
+        "q": f"    input: {{prefix: s3://{bucket}/in/}}\n",
+        "qh": f'    input: {{prefix: "s3://{bucket}/hourly/{hour}"}}\n',
+    }
+    for name, input_line in specs.items():
+        schedule = "schedule: '@hourly'\n" if name == "qh" else ""
+        (api.dags / "pipelines" / f"{name}.yaml").write_text(
+            f"pipeline: {name}\n{schedule}ledger_table: {ledger_table}\nsteps:\n  - name: score\n"
+            f"    model: {{uri: s3://{bucket}/m.tar.gz, sha256: {'a' * 64}}}\n"
+            f"{input_line}    output: {{prefix: s3://{bucket}/out/}}\n"
+        )
+    try:
+        refused = http.get(f"{api.base}/quote", params={"pipeline": "q"}, headers=api.auth)
+        assert refused.status_code == 400, refused.text
+        detail = refused.json()["detail"]
+        assert "has no successful run on ml.m5.xlarge to quote from" in detail and "`shardline quote q`" in detail
+
+        quoted = http.get(
+            f"{api.base}/quote", params={"pipeline": "qh", "partition": "2026-11-22T10:00"}, headers=api.auth
+        )
+        assert quoted.status_code == 200, quoted.text
+        body = quoted.json()
+        assert body["lines"][0] == "quote of qh: 1 run(s)" and body["partitions"][0]["partition"].startswith(
+            "2026-11-22T10"
+        )
+        assert any(f"no input under s3://{bucket}/hourly/dt=2026-11-22/hour=10/" in line for line in body["lines"])
+        assert body["usd"]["expected"] == 0
+
+        for partition in ("yesterday", "2026-11-22T10:30"):
+            bad = http.get(f"{api.base}/quote", params={"pipeline": "qh", "partition": partition}, headers=api.auth)
+            assert bad.status_code == 400 and partition in bad.json()["detail"], bad.text
+        assert http.get(f"{api.base}/quote", params={"pipeline": "q"}).status_code == 401  # Airflow's auth
+    finally:
+        for name in specs:
+            (api.dags / "pipelines" / f"{name}.yaml").unlink()

@@ -244,6 +244,12 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
         row = f"tr.run-row[data-run-id='{run_id}']"
         _wait(driver, ec.presence_of_element_located(_css(row)), message="the run is not listed")
         assert _text(driver, f"{row} .badge") == "FAILED"
+        # Beside its runs, the pipeline's next run (the schedule's latest whole hour) is quoted: that hour has no
+        # input here, which the quote says rather than pricing it.
+        _click(driver, "#quote-button")
+        _wait(driver, ec.visibility_of_element_located(_css("#quote")), message="no quote shown")
+        shown = _text(driver, "#quote")
+        assert shown.startswith(f"quote of {PIPELINE}: 1 run(s)") and "no input under" in shown, shown
         _click(driver, f"{row} a.run-link")
 
         step = "section.step[data-step=score]"

@@ -43,7 +43,7 @@ from pynamodb.exceptions import PynamoDBException
 from shardline.airflow.ui.root import airflow_root_path
 from shardline.ledger.states import HELD_BACK, STEP_TERMINAL, StepStatus
 from shardline.oncall.airflow_client import ENV_URL, AirflowClient
-from shardline.oncall.errors import OnCallError
+from shardline.oncall.errors import BadRequest, OnCallError
 from shardline.oncall.reads import load_specs
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import FileChoice, RunRef
@@ -367,6 +367,39 @@ def runs(
     oncall = _oncall()
     _known(oncall, pipeline)
     return [_plain(row) for row in oncall.runs(pipeline, limit)]
+
+
+@read_routes.get("/quote")
+def pipeline_quote(
+    _user: ReaderDep,
+    pipeline: Annotated[str, Query(min_length=1)],
+    partition: Annotated[str | None, Query(max_length=40)] = None,
+) -> dict:
+    """What the pipeline's next run will cost, before it is triggered: its partition (an interval's start; default
+    the schedule's latest whole interval), quoted from the pipeline's history as `shardline quote --no-sample`
+    quotes it (the page never runs a sample). An unscheduled pipeline is quoted over its spec's input prefix."""
+    from shardline.orchestration import quote as quoting
+    from shardline.spec import SpecError, data_interval
+
+    oncall = _oncall()
+    _known(oncall, pipeline)
+    spec = oncall.spec(pipeline)
+    scheduled = spec.schedule not in (None, "@once")
+    try:
+        start = dt.datetime.fromisoformat(partition) if partition else None
+    except ValueError:
+        raise BadRequest(
+            f"partition {partition!r} is no time: give an interval's start, e.g. 2026-11-22T10:00"
+        ) from None
+    if start is not None:  # a time without a zone is UTC, as everywhere in Shardline
+        start = start.replace(tzinfo=dt.UTC) if start.tzinfo is None else start.astimezone(dt.UTC)
+    if scheduled:
+        start = start or data_interval(spec.schedule, dt.datetime.now(dt.UTC))[0]
+    try:
+        found = quoting.quote(spec, [start if scheduled else None])
+    except (quoting.QuoteError, SpecError) as err:
+        raise BadRequest(str(err)) from err
+    return {**quoting.quote_data(found), "lines": quoting.quote_lines(found)}
 
 
 @read_routes.get("/runs/{dag_id}/{run_id}")
