@@ -14,7 +14,7 @@ import pytest
 from shardline.backends import JobNotFound
 from shardline.decision.budget import RUN_SETTING
 from shardline.decision.policy import Action
-from shardline.errors import OverBudgetRefused
+from shardline.errors import InvalidArgument, OverBudgetRefused
 from shardline.ledger.states import FileStatus
 from shardline.oncall.service import OnCall
 from shardline.oncall.values import FileChoice, RunRef
@@ -188,3 +188,43 @@ def _dags(spec, bucket) -> Path:
         yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True))
     )
     return dags
+
+
+def test_a_budget_of_a_step_that_cannot_be_priced_is_refused_naming_the_setting_not_counted_at_nothing():
+    """An instance type with no price would count $0 a second and never pass its budget: fail closed instead."""
+    from shardline.orchestration.budget import step_price
+
+    def spec_of(**step):
+        return parse_spec(
+            {
+                "pipeline": "unpriced",
+                "budget": {"run_usd": 1.0},
+                "steps": [
+                    {
+                        "name": "score",
+                        "model": {"uri": "s3://b/m.tar.gz", "sha256": "a" * 64},
+                        "input": {"prefix": "s3://b/in/"},
+                        "output": {"prefix": "s3://b/out/"},
+                        **step,
+                    }
+                ],
+            },
+            "unpriced.yaml",
+        )
+
+    unknown = spec_of(resources={"instance_type": "ml.z9.xlarge"})
+    with pytest.raises(InvalidArgument, match=r"cost.local_price_per_hour.*a budget cannot hold a run it cannot price"):
+        step_price(unknown, "score")
+    data = unknown.model_dump(mode="json", exclude_defaults=True)
+    data.update(
+        backend="sagemaker",
+        sagemaker={
+            "role_arn": "arn:aws:iam::123456789012:role/r",
+            "image_uri": "1.dkr.ecr.us-east-1.amazonaws.com/w:1",
+            "kms_key_id": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        },
+    )
+    sagemaker = parse_spec(data, "u.yaml")
+    with pytest.raises(InvalidArgument, match=r"cost\.prices.*a budget cannot hold"):
+        step_price(sagemaker, "score")
+    assert step_price(spec_of(), "score") == 0.23  # ml.m5.xlarge, the local backend priced as SageMaker would

@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 
 from shardline.decision.budget import RUN_SETTING, RunBudget, spend_of
+from shardline.errors import InvalidArgument
 from shardline.ledger.keys import runs_pk
 from shardline.ledger.step_reads import read_run, read_run_item
 from shardline.orchestration import services
@@ -36,13 +37,16 @@ def prices_for(spec: PipelineSpec, step: str) -> tuple[Prices, str | None]:
 
 
 def step_price(spec: PipelineSpec, step: str, instance_type: str | None = None) -> float:
-    """USD an hour of one of the step's instances (its own type, or ``instance_type``), as its report prices it; 0
-    when the price is unknown (the report says where to set it; a budget cannot count what it cannot price)."""
-    prices, _ = prices_for(spec, step)
+    """USD an hour of one of the step's instances (its own type, or ``instance_type``), as its report prices it.
+    Raises InvalidArgument naming the setting when it cannot be priced: a budget that counted such an instance at 0
+    would never stop it."""
+    prices, note = prices_for(spec, step)
+    if note is not None:  # the local backend, an instance type with no price, and no cost.local_price_per_hour
+        raise InvalidArgument(f"step {step}: {note}; a budget cannot hold a run it cannot price")
     try:
         return prices.hourly(instance_type or spec.step(step).resources.instance_type, spec.backend)
-    except UnknownPriceError:
-        return 0.0
+    except UnknownPriceError as err:
+        raise InvalidArgument(f"step {step}: {err}; a budget cannot hold a run it cannot price") from None
 
 
 def run_spent(spec: PipelineSpec, run_id: str, *, except_step: str | None = None) -> float:
