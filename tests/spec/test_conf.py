@@ -182,3 +182,15 @@ def test_a_partitioned_runs_input_override_stays_in_its_own_partition(override, 
         assert "shardline trigger hourly --partition START" in found
     unpartitioned = first_step("s3://data/events/")
     assert partition_override_problem(unpartitioned, override, "s3://data/events/", "p") is None
+
+
+def test_the_trigger_form_links_to_the_quote_of_the_run_it_would_start():
+    from shardline.airflow.dag_factory import params_for
+
+    spec = parse_spec(minimal(), "p.yaml")
+    param = params_for(spec)["dry_run"]
+    # Airflow's form renders description_md (as Markdown, links included) only where a Param has no plain description.
+    assert param.description is None
+    text = param.dump()["schema"]["description_md"]
+    assert f"[quote it](/shardline/#/pipelines/{spec.pipeline}/quote)" in text, text
+    assert f"`shardline quote {spec.pipeline}`" in text

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from pathlib import Path
+from urllib.parse import quote
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
@@ -23,6 +24,8 @@ from shardline.airflow.operators.plan import PlanStepOperator
 from shardline.airflow.operators.report import ReportOperator
 from shardline.airflow.operators.step import WatchStepOperator, mark_run_failed
 from shardline.airflow.timetables import ArrivalTimetable
+from shardline.airflow.ui.plugin import URL_PREFIX
+from shardline.airflow.ui.root import airflow_root_path
 from shardline.decision.fleet import PRIORITY_WEIGHTS, Admission
 from shardline.spec import (
     MAX_INSTANCE_COUNT,
@@ -52,9 +55,11 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
     bounded = [bound for s in spec.steps if (bound := admission_of(s, fleet).max_instances) is not None]
     version_schema = {"enum": sorted(first.model.versions)} if first.model.versions else {"pattern": VERSION_PATTERN}
     params = {
+        # Optional: Airflow's form counts a field whose type leaves out null as required, and an empty one as missing
+        # (its Trigger button stays disabled until something is typed there).
         "input_prefix": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             title="Input prefix",
             description=f"a folder under {static_prefix(first.input.prefix or '')} to read instead of the spec's "
             f"({first.input.prefix}); empty keeps it",
@@ -77,11 +82,22 @@ def params_for(spec: PipelineSpec, fleet: FleetSpec | None = None) -> dict[str, 
             description="overrides every step's resources.instance_count",
         ),
         "dry_run": Param(
-            False, type="boolean", title="Dry run", description="list the inputs and show the plan; submit nothing"
+            False,
+            type="boolean",
+            title="Dry run",
+            # Markdown (the form renders description_md when there is no plain description): what the run will cost,
+            # quoted from its history on Shardline's page, one click from the form that starts it.
+            description_md="list the inputs and show the plan; submit nothing. What the run will cost: "
+            f"[quote it]({quote_link(spec.pipeline)}) from its earlier runs (or `shardline quote {spec.pipeline}`)",
         ),
     }
     assert tuple(params) == TRIGGER_PARAMS  # the plan task refuses any other conf key
     return params
+
+
+def quote_link(pipeline: str) -> str:
+    """The on-call page's quote of the pipeline's next run, which the trigger form links to."""
+    return f"{airflow_root_path()}{URL_PREFIX}/#/pipelines/{quote(pipeline)}/quote"
 
 
 def timetable_for(schedule: str | None, on_arrival: bool = False):

@@ -88,9 +88,10 @@ def param_type_problem(conf: dict) -> str | None:
         return f"Param instance_count {count!r} must be null or a whole number from 1 to {MAX_INSTANCE_COUNT}"
     if "dry_run" in conf and not isinstance(conf["dry_run"], bool):
         return f"Param dry_run {conf['dry_run']!r} must be true or false"
-    for name in ("input_prefix", "model_version"):
-        if name in conf and not isinstance(conf[name], str):
-            return f"Param {name} {conf[name]!r} must be a string"
+    if conf.get("input_prefix") is not None and not isinstance(conf["input_prefix"], str):
+        return f"Param input_prefix {conf['input_prefix']!r} must be null or a string"
+    if "model_version" in conf and not isinstance(conf["model_version"], str):
+        return f"Param model_version {conf['model_version']!r} must be a string"
     return None
 
 

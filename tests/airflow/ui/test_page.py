@@ -3,7 +3,8 @@
 A run fails on a corrupt input; the page, opened from Airflow's navigation after logging in on
 Airflow's own login page, shows the run, the step, its instances and the file with its error class;
 the input is fixed; "Resubmit failed" asks for confirmation and reports the new attempt; the same
-DAG run then turns green, all under the page's own Content-Security-Policy. Airflow's auth applies:
+DAG run then turns green, all under the page's own Content-Security-Policy. Airflow's trigger form links to the
+page's quote of the next run. Airflow's auth applies:
 no token, a bad token, or a viewer's token on the resubmit endpoint are refused.
 """
 
@@ -356,6 +357,27 @@ def test_a_failed_run_is_found_and_resubmitted_from_the_page(ui, failed_run, bro
             lambda d: d.current_url.endswith(f"/dags/{PIPELINE}/runs/{run_id}"),
             message="the link did not open the DAG run in Airflow",
         )
+
+        # Airflow's own trigger form links to the quote of the run it would start, which the page then shows at once.
+        driver.get(f"{ui.url}/dags/{PIPELINE}")
+        _click(driver, "[data-testid=trigger-dag-button]")
+        link = _wait(
+            driver,
+            ec.element_to_be_clickable(_css(f"[data-testid=config-form] a[href$='/pipelines/{PIPELINE}/quote']")),
+            message="no quote link in Airflow's trigger form",
+        )
+        assert link.text == "quote it", link.text
+        # The form's defaults can be triggered as they are: nothing it requires is left empty.
+        assert driver.find_element(*_css("[data-testid=trigger-dag-submit]")).is_enabled(), "Trigger disabled"
+        screenshot("trigger-form-quote")
+        windows = set(driver.window_handles)
+        link.click()
+        opened = set(driver.window_handles) - windows  # Airflow's Markdown may open links in a new tab
+        if opened:
+            driver.switch_to.window(opened.pop())
+        _wait(driver, ec.visibility_of_element_located(_css("#quote")), message="the linked page quoted nothing")
+        shown = _text(driver, "#quote")
+        assert shown.startswith(f"quote of {PIPELINE}: 1 run(s)") and "no input under" in shown, shown
     except Exception:
         print(_dump(driver))
         raise
