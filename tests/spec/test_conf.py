@@ -120,6 +120,9 @@ def test_an_unknown_trigger_conf_key_is_named_with_the_key_it_was_probably_meant
         ({"instance_count": "3"}, "instance_count '3'"),
         ({"dry_run": "yes"}, "dry_run 'yes'"),
         ({"model_version": 2}, "model_version 2"),
+        ({"input_prefix": None}, None),  # the form's default: the field left empty
+        ({"input_prefix": 5}, "input_prefix 5 must be null or a string"),
+        ({"model_version": None}, "model_version None"),
     ],
 )
 def test_a_conf_is_checked_as_the_trigger_forms_params_check_it(conf, problem):
@@ -194,3 +197,6 @@ def test_the_trigger_form_links_to_the_quote_of_the_run_it_would_start():
     text = param.dump()["schema"]["description_md"]
     assert f"[quote it](/shardline/#/pipelines/{spec.pipeline}/quote)" in text, text
     assert f"`shardline quote {spec.pipeline}`" in text
+    # The form's defaults trigger as they are: the input prefix may be left empty (null), and an override is checked.
+    prefix = params_for(spec)["input_prefix"]
+    assert prefix.resolve(None) is None and "null" in prefix.dump()["schema"]["type"]
