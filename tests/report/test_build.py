@@ -175,6 +175,34 @@ def test_cost_and_cost_per_million_by_hand():
     ).cost.total == pytest.approx(0.01)
 
 
+def test_the_control_plane_is_priced_from_the_counts_and_never_from_downloads_alone():
+    import dataclasses
+
+    from shardline.report.cost import REQUEST_PRICES
+
+    files, instances = small_step()
+    # Instances that counted no requests (an older worker, a stack that may not record them): not priced, and said.
+    report = build_report(IDENTITY, files, instances)
+    assert report.cost.control_plane is None and report.cost.control_plane_per_million is None
+    assert any("4 of 4 instance(s) recorded no AWS request counts" in n and "not priced" in n for n in report.notes)
+    # One counted: its requests and every instance's downloads (one GET a file and one for the model), and said so.
+    instances[0] = dataclasses.replace(instances[0], requests={"dynamodb.transact": 2}, files_assigned=3)
+    report = build_report(IDENTITY, files, instances)
+    assert report.cost.downloads == 3 + 4
+    expected = 2 * REQUEST_PRICES["dynamodb.transact"] + 7 * REQUEST_PRICES["s3.get"]
+    assert report.cost.control_plane == pytest.approx(expected)
+    assert any("3 of 4 instance(s)" in n and "priced without theirs" in n for n in report.notes)
+
+
+def test_an_instance_whose_last_heartbeat_never_landed_is_billed_at_least_to_its_last_file():
+    files, instances = small_step()
+    # algo-1's record ends at its first heartbeat (its last one lost in a stop), before the files it finished.
+    instances[0] = InstanceRecord("algo-1", "ml.m5.xlarge", started_at=at(0), ended_at=at(1))
+    last = max(f.finished_at for f in files if f.host == "algo-1")
+    report = build_report(IDENTITY, files, instances)
+    assert report.instances[0].seconds == (last - at(0)).total_seconds() > 1
+
+
 def test_an_unknown_instance_type_leaves_the_cost_empty_and_says_where_to_price_it():
     files, instances = small_step()
     instances[0] = InstanceRecord("algo-1", "ml.q9.large", started_at=at(0), ended_at=at(20))

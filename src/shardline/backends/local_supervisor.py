@@ -208,9 +208,13 @@ def worker_environment(request: dict, instance_dir: Path) -> dict[str, str]:
 
 def grant_proxy(job_dir: Path, host: str, stack: contextlib.ExitStack) -> str | None:
     """The URL of the job's one way to AWS when the endpoints are emulated: a proxy on ``host`` that lets through
-    what the job role's grant allows and refuses the rest as AWS would (``shardline.grant``), in a process of its
-    own in the job's process group (stopping the job stops it). None when the endpoints are AWS's own, where IAM
-    enforces the job role itself."""
+    what the job role's grant allows and refuses the rest as AWS would (``shardline.grant``), in a session of its own.
+    None when the endpoints are AWS's own, where IAM enforces the job role itself.
+
+    Not in the job's process group: a stop's SIGTERM to that group reaches the instances, which then write their
+    last records (the STOPPED heartbeat that ends an instance's bill, the files they finished) through this proxy, so
+    it must outlive them. The supervisor ends it after its instances, and it ends itself within a second of the
+    supervisor's death (a SIGKILL of the group)."""
     if shared := os.environ.get(grant_book.ENDPOINT_ENV):
         log.info("the instances reach AWS through the grant service at %s, signed as this job", shared)
         return shared
@@ -224,6 +228,7 @@ def grant_proxy(job_dir: Path, host: str, stack: contextlib.ExitStack) -> str | 
         stdin=subprocess.DEVNULL,
         env=job_environment(os.environ),
         text=True,
+        start_new_session=True,
     )
     stack.callback(end_processes, [proc], grace=10)
     url = (proc.stdout.readline() if proc.stdout else "").strip()

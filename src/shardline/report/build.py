@@ -105,6 +105,13 @@ def build_report(
     reconciliation = _reconcile(files, rejects or {})
     cost = _cost(identity, instances, windows, prices, reconciliation.rows_out, previous_runs, request_prices)
     drift = _drift(histogram, reference, reference_run_id, max_psi, drift_bins)
+    uncounted = [i for i in instances if not i.requests]
+    if uncounted:
+        notes.append(
+            f"{len(uncounted)} of {len(instances)} instance(s) recorded no AWS request counts (a worker from before "
+            "them, or a stack whose job role may not write them: its LedgerWorkerAttributes statement): the control "
+            + ("plane is not priced" if len(uncounted) == len(instances) else "plane is priced without theirs")
+        )
     if timeline.files_without_times:
         notes.append(
             f"{timeline.files_without_times} file(s) have no recorded times and are left out of the throughput chart"
@@ -159,9 +166,12 @@ def _labels(instances: Sequence[InstanceRecord]) -> dict[tuple[str, int], str]:
 
 
 def _window(instance: InstanceRecord, files: Sequence[FileRecord]) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """When an instance ran: its own record, else its first file's start and last file's finish."""
-    started = utc(instance.started_at) or min((utc(f.started_at) for f in files if f.started_at), default=None)
-    ended = utc(instance.ended_at) or max((utc(f.finished_at) for f in files if f.finished_at), default=None)
+    """When an instance ran: from its own record's start to its last heartbeat, and never shorter than its files show
+    (a last heartbeat that never landed must not cut its bill short of the files it finished)."""
+    first = min((utc(f.started_at) for f in files if f.started_at), default=None)
+    last = max((utc(f.finished_at) for f in files if f.finished_at), default=None)
+    started = min((t for t in (utc(instance.started_at), first) if t), default=None)
+    ended = max((t for t in (utc(instance.ended_at), last) if t), default=None)
     if started and ended and ended < started:
         ended = started
     return started, ended
@@ -432,7 +442,10 @@ def _cost(
     # An instance's inputs and its model are fetched for it (SageMaker's download; the local backend's supervisor):
     # a GET a file, and one for the model.
     downloads = sum(instance.files_assigned or 0 for instance in instances) + len(instances)
-    control = requests_cost({**requests, "s3.get": requests["s3.get"] + downloads}, request_prices)
+    # Every counting instance counts its heartbeats, so no counts at all is "not counted" (a worker from before the
+    # counts, or a stack whose job role may not write them), never a control plane of downloads alone.
+    counted = any(instance.requests for instance in instances)
+    control = requests_cost({**requests, "s3.get": requests["s3.get"] + downloads}, request_prices) if counted else None
     trend = [TrendPoint(run_id=p.run_id, cost_per_million=p.cost_per_million, current=False) for p in previous_runs]
     trend.append(TrendPoint(run_id=identity.run_id, cost_per_million=per_million, current=True))
     source = f"local backend at {prices.local_per_hour:g} USD/h" if identity.backend == "local" else prices.source
@@ -449,7 +462,7 @@ def _cost(
         requests=dict(sorted(requests.items())),
         downloads=downloads,
         control_plane=control,
-        control_plane_per_million=cost_per_million(control, predictions),
+        control_plane_per_million=cost_per_million(control, predictions) if control is not None else None,
         request_prices_source=REQUEST_PRICES_SOURCE,
     )
 
